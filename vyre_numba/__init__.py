@@ -1,0 +1,17 @@
+"""vyre-numba: a Python GPU compute layer with PTX-level control, built on Numba.
+
+Write a program in the vyre IR (`vyre_numba.ir`), run it with `get_backend().dispatch(...)`:
+on the GPU through PTX where one is usable, else on the exact NumPy reference interpreter.
+"""
+from . import ir
+from .backend import Backend, available_backends, get_backend
+from .config import DispatchConfig
+from .errors import (BackendUnavailableError, CompileError, DeviceError, DispatchError,
+                     IRValidationError, LaunchError, UnsupportedError, VyreError)
+from .ir import BufferDecl, DataType, Program
+
+__version__ = "0.1.0"
+
+__all__ = ["ir", "Backend", "available_backends", "get_backend", "DispatchConfig", "VyreError",
+           "IRValidationError", "BackendUnavailableError", "DispatchError", "LaunchError",
+           "UnsupportedError", "CompileError", "DeviceError", "BufferDecl", "DataType", "Program"]

@@ -1,0 +1,80 @@
+"""The backend surface every backend implements, and the registry behind `get_backend`."""
+from __future__ import annotations
+
+import abc
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from .config import DispatchConfig
+from .errors import BackendUnavailableError
+from .ir import Program
+
+
+class Backend(abc.ABC):
+    """Runs vyre programs. Every backend gives the same results as the reference backend."""
+
+    name: str = "abstract"
+
+    @abc.abstractmethod
+    def dispatch(self, program: Program, inputs: Sequence | Mapping | None = None,
+                 config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None
+                 ) -> list[np.ndarray]:
+        """Run `program` once (or `config.fixpoint_iterations` times) on host arrays and return the
+        output buffers in binding order. Inputs are never modified."""
+
+    def __repr__(self) -> str:
+        return f"<vyre_numba {self.name} backend>"
+
+
+_FACTORIES: dict[str, Callable[[], Backend]] = {}
+_PROBES: dict[str, Callable[[], str | None]] = {}
+_INSTANCES: dict[str, Backend] = {}
+PREFERENCE = ("cuda", "reference")
+
+
+def register(name: str, factory: Callable[[], Backend], probe: Callable[[], str | None]) -> None:
+    """Register a backend: `probe()` returns None when usable, else why not (ending in `Fix: ...`)."""
+    _FACTORIES[name] = factory
+    _PROBES[name] = probe
+
+
+def unavailable_reason(name: str) -> str | None:
+    """None if backend `name` can run here, else the reason."""
+    _load_builtin()
+    if name not in _PROBES:
+        return f"no backend named {name!r}. Fix: use one of {', '.join(sorted(_PROBES))}."
+    return _PROBES[name]()
+
+
+def available_backends() -> list[str]:
+    _load_builtin()
+    return [n for n in PREFERENCE if n in _PROBES and _PROBES[n]() is None]
+
+
+def get_backend(name: str | None = None) -> Backend:
+    """The named backend, or the best usable one ("cuda" where a GPU is usable, else "reference")."""
+    _load_builtin()
+    if name is None:
+        name = available_backends()[0]
+    if name not in _INSTANCES:
+        why = unavailable_reason(name)
+        if why is not None:
+            raise BackendUnavailableError(f"backend {name!r} is unavailable: {why}")
+        _INSTANCES[name] = _FACTORIES[name]()
+    return _INSTANCES[name]
+
+
+def _load_builtin() -> None:
+    if "reference" not in _FACTORIES:
+        from .reference import ReferenceBackend
+
+        register("reference", ReferenceBackend, lambda: None)
+    if "cuda" not in _FACTORIES:
+        try:
+            from .cuda import CudaBackend, probe
+        except ImportError as e:  # the CUDA backend is optional at import time
+            register("cuda", lambda: None, lambda e=e: f"vyre_numba.cuda failed to import ({e}). "
+                                                       "Fix: pip install 'numba-cuda[cu13]'.")
+        else:
+            register("cuda", CudaBackend, probe)

@@ -1,0 +1,38 @@
+"""Every error a user can cause is one of these. Messages end with an actionable `Fix: ...`."""
+from __future__ import annotations
+
+
+class VyreError(Exception):
+    """Base of all vyre-numba errors."""
+
+
+class IRValidationError(VyreError):
+    """A program (or a piece of IR under construction) is not valid. `diagnostics` lists every problem."""
+
+    def __init__(self, message: str, diagnostics: "list | tuple" = ()):
+        super().__init__(message)
+        self.diagnostics = list(diagnostics)
+
+
+class BackendUnavailableError(VyreError):
+    """The requested backend cannot run on this machine."""
+
+
+class DispatchError(VyreError):
+    """Inputs, outputs or configuration of a dispatch are wrong."""
+
+
+class LaunchError(DispatchError):
+    """Launch geometry or resources exceed what the device allows."""
+
+
+class UnsupportedError(VyreError):
+    """The program uses something this backend or target cannot lower."""
+
+
+class CompileError(VyreError):
+    """PTX assembly or linking failed; the message carries the toolchain log."""
+
+
+class DeviceError(VyreError):
+    """The CUDA driver reported an error while running a kernel."""

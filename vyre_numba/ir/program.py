@@ -1,0 +1,285 @@
+"""Buffers and programs; the canonical JSON form and the content digest."""
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from dataclasses import dataclass, field, fields
+from typing import Any, Iterable
+
+from ..errors import IRValidationError
+from . import nodes as n
+from .types import DataType
+
+FORMAT = "vyre-numba-ir/1"
+
+
+class Access(enum.Enum):
+    READ_ONLY = "read_only"
+    READ_WRITE = "read_write"
+    WRITE_ONLY = "write_only"
+    UNIFORM = "uniform"
+    WORKGROUP = "workgroup"
+
+    def __repr__(self) -> str:
+        return f"Access.{self.name}"
+
+    @property
+    def writable(self) -> bool:
+        return self in (Access.READ_WRITE, Access.WRITE_ONLY, Access.WORKGROUP)
+
+
+class Role(enum.Enum):
+    INPUT = "input"
+    OUTPUT = "output"
+    INOUT = "inout"
+    SHARED = "shared"
+
+
+@dataclass(frozen=True)
+class BufferDecl:
+    """A buffer the program reads or writes. `count=0` means sized at dispatch time.
+    `output_byte_range=(start, end)` limits what is read back of an output."""
+
+    name: str
+    binding: int | None
+    access: Access
+    dtype: DataType
+    count: int = 0
+    output: bool = False
+    output_byte_range: tuple[int, int] | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "access", Access(self.access) if not isinstance(self.access, Access) else self.access)
+        object.__setattr__(self, "dtype", DataType.parse(self.dtype))
+        if self.output_byte_range is not None:
+            object.__setattr__(self, "output_byte_range", tuple(int(v) for v in self.output_byte_range))
+
+    @property
+    def role(self) -> Role:
+        if self.access is Access.WORKGROUP:
+            return Role.SHARED
+        if self.access is Access.READ_WRITE:
+            return Role.INOUT
+        if self.output or self.access is Access.WRITE_ONLY:
+            return Role.OUTPUT
+        return Role.INPUT
+
+    @property
+    def is_input(self) -> bool:
+        return self.role in (Role.INPUT, Role.INOUT)
+
+    @property
+    def is_output(self) -> bool:
+        return self.role in (Role.OUTPUT, Role.INOUT)
+
+    @classmethod
+    def read(cls, name: str, binding: int, dtype, count: int = 0) -> "BufferDecl":
+        return cls(name, binding, Access.READ_ONLY, dtype, count)
+
+    @classmethod
+    def read_write(cls, name: str, binding: int, dtype, count: int = 0,
+                   output_byte_range: tuple[int, int] | None = None) -> "BufferDecl":
+        return cls(name, binding, Access.READ_WRITE, dtype, count, True, output_byte_range)
+
+    @classmethod
+    def uniform(cls, name: str, binding: int, dtype, count: int = 0) -> "BufferDecl":
+        return cls(name, binding, Access.UNIFORM, dtype, count)
+
+    @classmethod
+    def workgroup(cls, name: str, count: int, dtype) -> "BufferDecl":
+        return cls(name, None, Access.WORKGROUP, dtype, count)
+
+    def __str__(self) -> str:
+        size = f"[{self.count}]" if self.count else "[]"
+        slot = "" if self.binding is None else f"@{self.binding} "
+        rng = f" bytes {self.output_byte_range[0]}..{self.output_byte_range[1]}" if self.output_byte_range else ""
+        return f"{slot}{self.access.value} {self.name}: {self.dtype}{size}{rng}"
+
+
+def _output(cls, name: str, binding: int, dtype, count: int = 0,
+            output_byte_range: tuple[int, int] | None = None) -> BufferDecl:
+    """A write-only output buffer (zeroed before each dispatch)."""
+    return cls(name, binding, Access.WRITE_ONLY, dtype, count, True, output_byte_range)
+
+
+# Set after the dataclass is built: the field `output` (a bool on instances) and the constructor
+# `BufferDecl.output(...)` share a name, as in vyre.
+BufferDecl.output = classmethod(_output)  # type: ignore[assignment]
+
+
+def _norm_wg(ws) -> tuple[int, int, int]:
+    if isinstance(ws, int):
+        return (ws, 1, 1)
+    ws = tuple(ws)
+    if not 1 <= len(ws) <= 3 or not all(isinstance(v, int) for v in ws):
+        raise IRValidationError(f"workgroup_size {ws!r} is not 1 to 3 ints. Fix: pass e.g. 256 or (16, 16).")
+    return ws + (1,) * (3 - len(ws))
+
+
+@dataclass(frozen=True, eq=True, init=False)
+class Program:
+    """A vyre program: buffers, the workgroup shape, and the statement body every invocation runs.
+    Weak literals in the body are typed from their context at construction."""
+
+    buffers: tuple[BufferDecl, ...]
+    workgroup_size: tuple[int, int, int]
+    entry: tuple[n.Node, ...]
+    name: str = "main"
+    _digest: str | None = field(default=None, compare=False, repr=False)
+
+    def __init__(self, buffers: Iterable[BufferDecl], workgroup_size: int | Iterable[int],
+                 entry: Iterable[n.Node] | n.Node, name: str = "main"):
+        from .validate import resolve_literals
+
+        bufs = tuple(buffers)
+        for b in bufs:
+            if not isinstance(b, BufferDecl):
+                raise IRValidationError(f"{b!r} is not a BufferDecl. "
+                                        "Fix: declare buffers with ir.BufferDecl.read / output / ...")
+        object.__setattr__(self, "buffers", bufs)
+        object.__setattr__(self, "workgroup_size", _norm_wg(workgroup_size))
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "_digest", None)
+        object.__setattr__(self, "entry", resolve_literals(bufs, n._body(entry)))
+
+    def __hash__(self) -> int:
+        return hash(self.digest())
+
+    # ---- lookups --------------------------------------------------------------------------
+    def buffer(self, name: str) -> BufferDecl:
+        for b in self.buffers:
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+    @property
+    def bound_buffers(self) -> tuple[BufferDecl, ...]:
+        """Non-workgroup buffers in binding order: the kernel's parameters."""
+        return tuple(sorted((b for b in self.buffers if b.role is not Role.SHARED), key=lambda b: b.binding))
+
+    @property
+    def inputs(self) -> tuple[BufferDecl, ...]:
+        return tuple(b for b in self.bound_buffers if b.is_input)
+
+    @property
+    def outputs(self) -> tuple[BufferDecl, ...]:
+        return tuple(b for b in self.bound_buffers if b.is_output)
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """Required device capabilities: "subgroup" and/or "grid_sync"."""
+        caps = set()
+        for x in walk(self.entry):
+            if isinstance(x, (n.SubgroupAdd, n.SubgroupBallot, n.SubgroupShuffle)) or (
+                    isinstance(x, n.Builtin) and x.name.startswith("subgroup")):
+                caps.add("subgroup")
+            if isinstance(x, n.Barrier) and x.scope == "grid":
+                caps.add("grid_sync")
+        return frozenset(caps)
+
+    # ---- serialisation --------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {"format": FORMAT, "name": self.name, "workgroup_size": list(self.workgroup_size),
+                "buffers": [_buf_to_dict(b) for b in self.buffers],
+                "entry": [to_dict(s) for s in self.entry]}
+
+    def to_json(self, indent: int | None = None) -> str:
+        """Canonical JSON (sorted keys); `from_json(to_json())` gives an equal program."""
+        if indent is None:
+            return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return json.dumps(self.to_dict(), sort_keys=True, indent=indent)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Program":
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise IRValidationError(f"not a {FORMAT} document (format={d.get('format') if isinstance(d, dict) else None!r}). "
+                                    "Fix: load a file written by Program.to_json().")
+        try:
+            bufs = [BufferDecl(b["name"], b["binding"], Access(b["access"]), DataType.parse(b["dtype"]),
+                               b["count"], b["output"],
+                               None if b["output_byte_range"] is None else tuple(b["output_byte_range"]))
+                    for b in d["buffers"]]
+            return cls(bufs, tuple(d["workgroup_size"]), [from_dict(s) for s in d["entry"]], d["name"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise IRValidationError(f"malformed program JSON ({type(e).__name__}: {e}). "
+                                    "Fix: load a file written by Program.to_json().") from e
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "Program":
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise IRValidationError(f"program JSON does not parse: {e}. Fix: check the file is complete JSON.") from e
+        return cls.from_dict(d)
+
+    def digest(self) -> str:
+        """Stable SHA-256 hex digest of the canonical JSON form."""
+        if self._digest is None:
+            object.__setattr__(self, "_digest", hashlib.sha256(self.to_json().encode()).hexdigest())
+        return self._digest
+
+    def __str__(self) -> str:
+        x, y, z = self.workgroup_size
+        lines = [f"program {self.name} workgroup({x}, {y}, {z}) {{"]
+        lines += ["    " + str(b) for b in self.buffers]
+        lines += n.render_body(self.entry, 1)
+        return "\n".join(lines + ["}"])
+
+
+def _buf_to_dict(b: BufferDecl) -> dict:
+    return {"name": b.name, "binding": b.binding, "access": b.access.value, "dtype": b.dtype.value,
+            "count": b.count, "output": b.output,
+            "output_byte_range": None if b.output_byte_range is None else list(b.output_byte_range)}
+
+
+_CLASSES = {c.__name__: c for c in (
+    n.Lit, n.Var, n.Load, n.BufLen, n.Builtin, n.BinOp, n.UnOp, n.Select, n.Cast, n.Fma, n.Atomic,
+    n.SubgroupBallot, n.SubgroupShuffle, n.SubgroupAdd,
+    n.Let, n.Assign, n.Store, n.If, n.Loop, n.Barrier, n.Return, n.Block)}
+
+
+def to_dict(x: Any) -> Any:
+    """JSON-ready form of an expression or statement."""
+    if isinstance(x, (n.Expr, n.Node)):
+        d = {"k": type(x).__name__}
+        for f in fields(x):
+            d[f.name] = to_dict(getattr(x, f.name))
+        return d
+    if isinstance(x, tuple):
+        return [to_dict(v) for v in x]
+    if isinstance(x, DataType):
+        return x.value
+    return x
+
+
+def from_dict(d: Any) -> Any:
+    """Inverse of `to_dict`."""
+    if isinstance(d, list):
+        return tuple(from_dict(v) for v in d)
+    if not isinstance(d, dict):
+        return d
+    cls = _CLASSES.get(d.get("k"))
+    if cls is None:
+        raise IRValidationError(f"unknown IR node kind {d.get('k')!r}. Fix: load a file written by Program.to_json().")
+    kw = {}
+    for f in fields(cls):
+        v = d[f.name]
+        kw[f.name] = DataType.parse(v) if f.name == "dtype" else from_dict(v)
+    return cls(**kw)
+
+
+def walk(body: Iterable[Any]) -> Iterable[Any]:
+    """Every statement and expression in `body`, depth first, parents before children."""
+    stack = list(reversed(tuple(body)))
+    while stack:
+        x = stack.pop()
+        yield x
+        kids = []
+        for f in fields(x):
+            v = getattr(x, f.name)
+            if isinstance(v, (n.Expr, n.Node)):
+                kids.append(v)
+            elif isinstance(v, tuple):
+                kids.extend(c for c in v if isinstance(c, (n.Expr, n.Node)))
+        stack.extend(reversed(kids))

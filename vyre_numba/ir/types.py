@@ -1,0 +1,153 @@
+"""Scalar data types of the vyre IR and their host (NumPy) storage."""
+from __future__ import annotations
+
+import enum
+import struct
+
+import numpy as np
+
+
+class DataType(enum.Enum):
+    """A scalar element type. `bool` occupies one 32-bit word in a buffer; `bf16` is stored as its
+    raw 16 bits (numpy.uint16) because NumPy has no bfloat16."""
+
+    U8 = "u8"
+    U16 = "u16"
+    U32 = "u32"
+    U64 = "u64"
+    I8 = "i8"
+    I16 = "i16"
+    I32 = "i32"
+    I64 = "i64"
+    BOOL = "bool"
+    F16 = "f16"
+    BF16 = "bf16"
+    F32 = "f32"
+    F64 = "f64"
+
+    def __repr__(self) -> str:
+        return f"DataType.{self.name}"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def bits(self) -> int:
+        """Width of one element in a buffer, in bits."""
+        return _BITS[self]
+
+    @property
+    def nbytes(self) -> int:
+        return self.bits // 8
+
+    @property
+    def is_int(self) -> bool:
+        return self in _INTS
+
+    @property
+    def is_signed(self) -> bool:
+        return self in (DataType.I8, DataType.I16, DataType.I32, DataType.I64)
+
+    @property
+    def is_float(self) -> bool:
+        return self in (DataType.F16, DataType.BF16, DataType.F32, DataType.F64)
+
+    @property
+    def is_bool(self) -> bool:
+        return self is DataType.BOOL
+
+    @property
+    def storage(self) -> np.dtype:
+        """NumPy dtype of a host buffer of this type."""
+        return np.dtype(_STORAGE[self])
+
+    @property
+    def min(self) -> int | float:
+        """Smallest value (integers) or most negative finite value (floats)."""
+        if self.is_int:
+            return -(1 << (self.bits - 1)) if self.is_signed else 0
+        if self is DataType.BF16:
+            return -bits_to_float(0x7F7F, self)
+        return float(np.finfo(self.storage).min)
+
+    @property
+    def max(self) -> int | float:
+        if self.is_int:
+            return (1 << (self.bits - 1)) - 1 if self.is_signed else (1 << self.bits) - 1
+        if self is DataType.BF16:
+            return bits_to_float(0x7F7F, self)
+        return float(np.finfo(self.storage).max)
+
+    @classmethod
+    def parse(cls, value: "DataType | str") -> "DataType":
+        """Accept a DataType or its short name ("u32", "f32", ...)."""
+        if isinstance(value, DataType):
+            return value
+        try:
+            return cls(str(value))
+        except ValueError:
+            from ..errors import IRValidationError
+
+            names = ", ".join(d.value for d in cls)
+            raise IRValidationError(
+                f"unknown data type {value!r}. Fix: use one of {names}."
+            ) from None
+
+
+_INTS = frozenset(DataType(n) for n in ("u8", "u16", "u32", "u64", "i8", "i16", "i32", "i64"))
+_BITS = {
+    DataType.U8: 8, DataType.U16: 16, DataType.U32: 32, DataType.U64: 64,
+    DataType.I8: 8, DataType.I16: 16, DataType.I32: 32, DataType.I64: 64,
+    DataType.BOOL: 32, DataType.F16: 16, DataType.BF16: 16, DataType.F32: 32, DataType.F64: 64,
+}
+_STORAGE = {
+    DataType.U8: np.uint8, DataType.U16: np.uint16, DataType.U32: np.uint32, DataType.U64: np.uint64,
+    DataType.I8: np.int8, DataType.I16: np.int16, DataType.I32: np.int32, DataType.I64: np.int64,
+    DataType.BOOL: np.uint32, DataType.F16: np.float16, DataType.BF16: np.uint16,
+    DataType.F32: np.float32, DataType.F64: np.float64,
+}
+_UINT_OF_BITS = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
+
+
+def f32_to_bf16_bits(x: np.ndarray | float) -> np.ndarray:
+    """Round float32 values to bfloat16 (round to nearest even) and return their 16 bits.
+    NaN stays NaN (quietened)."""
+    u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    nan = np.isnan(np.asarray(x, dtype=np.float32))
+    out = np.where(nan, (u >> 16) | 0x40, rounded)
+    return out.astype(np.uint16)
+
+
+def bf16_bits_to_f32(bits: np.ndarray | int) -> np.ndarray:
+    """Widen bfloat16 bit patterns to float32 (exact)."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def float_to_bits(value: float, dtype: DataType) -> int:
+    """Round a Python float to `dtype` (nearest even) and return its bit pattern."""
+    if dtype is DataType.F64:
+        return struct.unpack("<Q", struct.pack("<d", value))[0]
+    if dtype is DataType.BF16:
+        with np.errstate(over="ignore"):
+            return int(f32_to_bf16_bits(np.float32(value)))
+    with np.errstate(over="ignore"):
+        arr = np.array([value], dtype=dtype.storage)
+    return int(arr.view(_UINT_OF_BITS[dtype.bits])[0])
+
+
+def bits_to_float(bits: int, dtype: DataType) -> float:
+    """The float value of a bit pattern of `dtype`."""
+    if dtype is DataType.BF16:
+        return float(bf16_bits_to_f32(bits))
+    arr = np.array([bits], dtype=_UINT_OF_BITS[dtype.bits])
+    return float(arr.view(dtype.storage)[0])
+
+
+def wrap_int(value: int, dtype: DataType) -> int:
+    """Reduce an integer modulo 2^bits into the range of `dtype`."""
+    mask = (1 << dtype.bits) - 1
+    v = int(value) & mask
+    if dtype.is_signed and v >> (dtype.bits - 1):
+        v -= 1 << dtype.bits
+    return v

@@ -1,0 +1,432 @@
+"""Type inference and validation. One walker both fixes the type of weak literals (at Program
+construction) and collects diagnostics (in `validate`)."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..errors import IRValidationError
+from . import nodes as n
+from .program import Access, BufferDecl, Program, Role
+from .types import DataType, float_to_bits
+
+D = DataType
+ATOMIC_TYPES = (D.U32, D.I32, D.U64, D.I64)
+MAX_THREADS = 1024
+MAX_AXIS = (1024, 1024, 64)
+MAX_STATIC_SHARED_BYTES = 48 * 1024
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One problem: `where` locates it (e.g. `entry[2].then[0]`), `message` ends with `Fix: ...`."""
+
+    where: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.message}"
+
+
+def default_weak_type(lit: n.Lit) -> DataType | None:
+    """Type a weak literal takes without context: u32, else i32, i64, u64 for ints; f32 for floats."""
+    if lit.dtype.is_float:
+        return D.F32
+    v = lit.raw
+    for dt in (D.U32, D.I32, D.I64, D.U64):
+        if dt.min <= v <= dt.max:
+            return dt
+    return None
+
+
+def _strong(lit: n.Lit, dt: DataType) -> n.Lit | None:
+    """The weak literal as a literal of `dt`, or None if it cannot be one exactly enough."""
+    if dt.is_bool:
+        return None
+    if lit.dtype.is_float:
+        if not dt.is_float:
+            return None
+        return n.Lit(dt, float_to_bits(lit.value, dt))
+    if dt.is_float:
+        return n.Lit(dt, float_to_bits(float(lit.raw), dt))
+    if not dt.min <= lit.raw <= dt.max:
+        return None
+    return n.Lit(dt, lit.raw)
+
+
+class _Checker:
+    def __init__(self, buffers: tuple[BufferDecl, ...]):
+        self.bufs: dict[str, BufferDecl] = {}
+        for b in buffers:
+            self.bufs.setdefault(b.name, b)
+        self.diags: list[Diagnostic] = []
+        self.scopes: list[dict[str, tuple[DataType | None, bool]]] = [{}]
+
+    # ---- helpers ----------------------------------------------------------------------------
+    def err(self, where: str, msg: str) -> None:
+        self.diags.append(Diagnostic(where, msg))
+
+    def lookup(self, name: str):
+        for scope in reversed(self.scopes):
+            if name in scope:
+                return scope[name]
+        return None
+
+    def buffer(self, name: str, where: str) -> BufferDecl | None:
+        b = self.bufs.get(name)
+        if b is None:
+            known = ", ".join(self.bufs) or "none"
+            self.err(where, f"buffer {name!r} is not declared (declared: {known}). "
+                            f"Fix: add a BufferDecl named {name!r} to the program or correct the name.")
+        return b
+
+    def want(self, got: DataType | None, want: DataType, where: str, what: str) -> None:
+        if got is not None and got is not want:
+            hint = f"ir.cast(..., '{want}')" if not want.is_bool else "a comparison such as x.ne(0)"
+            self.err(where, f"{what} must be {want}, got {got}. Fix: convert explicitly with {hint}.")
+
+    def same(self, ta, tb, where: str, what: str) -> DataType | None:
+        if ta is None or tb is None:
+            return None
+        if ta is not tb:
+            self.err(where, f"{what} has operands of different types {ta} and {tb}; there is no implicit "
+                            f"conversion. Fix: ir.cast one operand to the other's type.")
+            return None
+        return ta
+
+    def kind(self, t: DataType | None, ok: str, where: str, what: str) -> bool:
+        """Check `t` is of kind ok in {"int", "float", "num", "bool", "int32"}."""
+        if t is None:
+            return False
+        good = {"int": t.is_int, "float": t.is_float, "num": t.is_int or t.is_float,
+                "bool": t.is_bool, "int32": t in (D.U32, D.I32)}[ok]
+        if not good:
+            words = {"int": "an integer type", "float": "a float type", "num": "a numeric (non-bool) type",
+                     "bool": "bool", "int32": "u32 or i32"}[ok]
+            fix = {"int": "ir.cast it to an integer type, or use the float form of this operation",
+                   "float": "ir.cast it to f32 or f64 first",
+                   "num": "ir.select(cond, 1, 0) turns a bool into a number",
+                   "bool": "compare it, e.g. x.ne(0)",
+                   "int32": "ir.cast it to u32 or i32, or reduce through a workgroup buffer"}[ok]
+            self.err(where, f"{what} needs {words}, got {t}. Fix: {fix}.")
+        return good
+
+    # ---- expressions --------------------------------------------------------------------------
+    def expr(self, e: n.Expr, where: str, want: DataType | None = None) -> tuple[n.Expr, DataType | None]:
+        if isinstance(e, n.Lit):
+            if not e.weak:
+                return e, e.dtype
+            target = want if want is not None else default_weak_type(e)
+            strong = None if target is None else _strong(e, target)
+            if strong is None:
+                self.err(where, f"literal {e.value!r} cannot be a {target}. "
+                                f"Fix: write a literal that fits, e.g. ir.lit(value, 'type'), or ir.cast.")
+                return e, None
+            return strong, strong.dtype
+        if isinstance(e, n.Var):
+            found = self.lookup(e.name)
+            if found is None:
+                self.err(where, f"variable {e.name!r} is not defined here. Fix: declare it with "
+                                f"ir.let({e.name!r}, ...) before this use, in this block or an enclosing one.")
+                return e, None
+            return e, found[0]
+        if isinstance(e, n.Load):
+            b = self.buffer(e.buffer, where)
+            idx, ti = self.expr(e.index, where, D.U32)
+            self.want(ti, D.U32, where, f"index of load {e.buffer}[...]")
+            return n.Load(e.buffer, idx), (b.dtype if b else None)
+        if isinstance(e, n.BufLen):
+            self.buffer(e.buffer, where)
+            return e, D.U32
+        if isinstance(e, n.Builtin):
+            if e.name not in n.BUILTINS or e.axis not in (0, 1, 2):
+                self.err(where, f"unknown builtin {e.name}.{e.axis}. Fix: use one of {', '.join(n.BUILTINS)} "
+                                "with axis 0..2.")
+            return e, D.U32
+        if isinstance(e, n.BinOp):
+            return self.binop(e, where, want)
+        if isinstance(e, n.UnOp):
+            return self.unop(e, where, want)
+        if isinstance(e, n.Select):
+            c, tc = self.expr(e.cond, where, D.BOOL)
+            self.want(tc, D.BOOL, where, "condition of select")
+            (a, ta), (b, tb) = self.pair(e.a, e.b, where, want)
+            return n.Select(c, a, b), self.same(ta, tb, where, "select")
+        if isinstance(e, n.Cast):
+            a, ta = self.expr(e.a, where, None)
+            if not isinstance(e.dtype, DataType):
+                self.err(where, f"cast target {e.dtype!r} is not a DataType. Fix: ir.cast(x, 'u32').")
+                return n.Cast(e.dtype, a), None
+            return n.Cast(e.dtype, a), e.dtype
+        if isinstance(e, n.Fma):
+            operands = [e.a, e.b, e.c]
+            first = next((i for i, x in enumerate(operands) if not (isinstance(x, n.Lit) and x.weak)), 0)
+            typed: list = [None, None, None]
+            typed[first] = self.expr(operands[first], where, want)
+            t = typed[first][1] or want
+            for i in range(3):
+                if typed[i] is None:
+                    typed[i] = self.expr(operands[i], where, t)
+            t = self.same(self.same(typed[0][1], typed[1][1], where, "fma"), typed[2][1], where, "fma")
+            if t is not None:
+                self.kind(t, "num", where, "fma")
+            return n.Fma(typed[0][0], typed[1][0], typed[2][0]), t
+        if isinstance(e, n.Atomic):
+            return self.atomic(e, where)
+        if isinstance(e, n.SubgroupBallot):
+            c, tc = self.expr(e.cond, where, D.BOOL)
+            self.want(tc, D.BOOL, where, "subgroup_ballot condition")
+            return n.SubgroupBallot(c), D.U32
+        if isinstance(e, n.SubgroupShuffle):
+            v, tv = self.expr(e.value, where, want)
+            lane, tl = self.expr(e.lane, where, D.U32)
+            self.want(tl, D.U32, where, "subgroup_shuffle lane")
+            return n.SubgroupShuffle(v, lane), tv
+        if isinstance(e, n.SubgroupAdd):
+            v, tv = self.expr(e.value, where, want)
+            ok = self.kind(tv, "int32", where, "subgroup_add")
+            return n.SubgroupAdd(v), tv if ok else None
+        self.err(where, f"{e!r} is not an IR expression. Fix: build expressions with the ir.* functions.")
+        return e, None
+
+    def pair(self, a: n.Expr, b: n.Expr, where: str, want: DataType | None):
+        """Type two operands that must agree, letting a strong one fix a weak one's type."""
+        if isinstance(a, n.Lit) and a.weak and not (isinstance(b, n.Lit) and b.weak):
+            rb = self.expr(b, where, want)
+            return self.expr(a, where, rb[1] or want), rb
+        ra = self.expr(a, where, want)
+        return ra, self.expr(b, where, ra[1] or want)
+
+    def binop(self, e: n.BinOp, where: str, want):
+        op = e.op
+        if op not in n.BINOPS:
+            self.err(where, f"unknown binary op {op!r}. Fix: use one of {', '.join(n.BINOPS)}.")
+            return e, None
+        if op in n.LOGIC_BINOPS:
+            (a, ta), (b, tb) = self.pair(e.a, e.b, where, D.BOOL)
+            self.want(ta, D.BOOL, where, f"left operand of {op}")
+            self.want(tb, D.BOOL, where, f"right operand of {op}")
+            return n.BinOp(op, a, b), D.BOOL
+        cmp = op in n.CMP_BINOPS
+        (a, ta), (b, tb) = self.pair(e.a, e.b, where, None if cmp else want)
+        t = self.same(ta, tb, where, op)
+        out = n.BinOp(op, a, b)
+        if t is None:
+            return out, (D.BOOL if cmp else None)
+        if cmp:
+            if op not in ("eq", "ne"):
+                self.kind(t, "num", where, op)
+            return out, D.BOOL
+        if op in n.INT_BINOPS or op == "mod":
+            if op == "mod" and t.is_float:
+                self.err(where, "mod is defined for integers only. Fix: for floats compute "
+                                "a - b * ir.trunc(a / b) explicitly.")
+                return out, None
+            return out, (t if self.kind(t, "int", where, op) else None)
+        return out, (t if self.kind(t, "num", where, op) else None)
+
+    def unop(self, e: n.UnOp, where: str, want):
+        op = e.op
+        if op not in n.UNOPS:
+            self.err(where, f"unknown unary op {op!r}. Fix: use one of {', '.join(n.UNOPS)}.")
+            return e, None
+        if op == "not":
+            a, ta = self.expr(e.a, where, D.BOOL)
+            self.want(ta, D.BOOL, where, "operand of not")
+            return n.UnOp(op, a), D.BOOL
+        pass_want = want if op in ("bitnot", "reverse_bits", "neg", "abs", "sign") or op in n.FLOAT_UNOPS else None
+        a, ta = self.expr(e.a, where, pass_want)
+        out = n.UnOp(op, a)
+        if op in n.INT_UNOPS:
+            if not self.kind(ta, "int", where, op):
+                return out, None
+            return out, (D.U32 if op in ("popcount", "clz", "ctz") else ta)
+        if op in n.NUM_UNOPS:
+            return out, (ta if self.kind(ta, "num", where, op) else None)
+        if op in n.FLOAT_PRED_UNOPS:
+            self.kind(ta, "float", where, op)
+            return out, D.BOOL
+        return out, (ta if self.kind(ta, "float", where, op) else None)
+
+    def atomic(self, e: n.Atomic, where: str):
+        b = self.buffer(e.buffer, where)
+        t = b.dtype if b else None
+        if e.op not in n.ATOMIC_OPS:
+            self.err(where, f"unknown atomic op {e.op!r}. Fix: use one of {', '.join(n.ATOMIC_OPS)}.")
+        if b is not None:
+            if not b.access.writable:
+                self.err(where, f"atomic on {b.access.value} buffer {b.name!r}. "
+                                f"Fix: declare {b.name!r} read_write (BufferDecl.read_write) to update it.")
+            if t not in ATOMIC_TYPES:
+                self.err(where, f"atomics need a u32, i32, u64 or i64 buffer; {b.name!r} is {t}. "
+                                "Fix: use a 32/64-bit integer buffer (floats: encode as ordered integers).")
+        idx, ti = self.expr(e.index, where, D.U32)
+        self.want(ti, D.U32, where, f"index of atomic on {e.buffer}")
+        val, tv = self.expr(e.value, where, t)
+        if t is not None:
+            self.want(tv, t, where, f"value of atomic on {e.buffer}")
+        expected = None
+        if (e.op == "compare_exchange") != (e.expected is not None):
+            self.err(where, "`expected` is given exactly for compare_exchange. "
+                            "Fix: pass expected=... with compare_exchange and only there.")
+        if e.expected is not None:
+            expected, tx = self.expr(e.expected, where, t)
+            if t is not None:
+                self.want(tx, t, where, f"expected value of compare_exchange on {e.buffer}")
+        return n.Atomic(e.op, e.buffer, idx, val, expected), t
+
+    # ---- statements ---------------------------------------------------------------------------
+    def body(self, stmts, path: str, new_scope: bool = True) -> tuple[n.Node, ...]:
+        if new_scope:
+            self.scopes.append({})
+        out = tuple(self.stmt(s, f"{path}[{i}]") for i, s in enumerate(stmts))
+        if new_scope:
+            self.scopes.pop()
+        return out
+
+    def declare(self, name: str, t, mutable: bool, where: str) -> None:
+        if not isinstance(name, str) or not _IDENT.match(name):
+            self.err(where, f"variable name {name!r} is not an identifier. Fix: use letters, digits and _.")
+        elif self.lookup(name) is not None:
+            self.err(where, f"variable {name!r} is already defined in an enclosing scope. "
+                            f"Fix: use ir.assign({name!r}, ...) to update it, or pick a new name.")
+        self.scopes[-1][name] = (t, mutable)
+
+    def stmt(self, s: n.Node, where: str) -> n.Node:
+        if isinstance(s, n.Let):
+            v, t = self.expr(s.value, where, None)
+            self.declare(s.name, t, True, where)
+            return n.Let(s.name, v)
+        if isinstance(s, n.Assign):
+            found = self.lookup(s.name)
+            if found is None:
+                self.err(where, f"assignment to undeclared variable {s.name!r}. "
+                                f"Fix: declare it first with ir.let({s.name!r}, initial_value).")
+                return n.Assign(s.name, self.expr(s.value, where)[0])
+            t, mutable = found
+            if not mutable:
+                self.err(where, f"loop variable {s.name!r} is read-only. "
+                                "Fix: copy it into a new variable with ir.let and change that.")
+            v, tv = self.expr(s.value, where, t)
+            if t is not None:
+                self.want(tv, t, where, f"value assigned to {s.name!r}")
+            return n.Assign(s.name, v)
+        if isinstance(s, n.Store):
+            b = self.buffer(s.buffer, where)
+            if b is not None and not b.access.writable:
+                self.err(where, f"store into {b.access.value} buffer {b.name!r}. "
+                                f"Fix: declare {b.name!r} with BufferDecl.output or read_write.")
+            idx, ti = self.expr(s.index, where, D.U32)
+            self.want(ti, D.U32, where, f"index of store {s.buffer}[...]")
+            v, tv = self.expr(s.value, where, b.dtype if b else None)
+            if b is not None:
+                self.want(tv, b.dtype, where, f"value stored into {s.buffer}")
+            return n.Store(s.buffer, idx, v)
+        if isinstance(s, n.If):
+            c, tc = self.expr(s.cond, where, D.BOOL)
+            self.want(tc, D.BOOL, where, "if condition")
+            return n.If(c, self.body(s.then, f"{where}.then"), self.body(s.otherwise, f"{where}.else"))
+        if isinstance(s, n.Loop):
+            start, t0 = self.expr(s.start, where, D.U32)
+            end, t1 = self.expr(s.end, where, D.U32)
+            self.want(t0, D.U32, where, f"loop start of {s.var!r}")
+            self.want(t1, D.U32, where, f"loop end of {s.var!r}")
+            self.scopes.append({})
+            self.declare(s.var, D.U32, False, where)
+            body = self.body(s.body, f"{where}.body", new_scope=False)
+            self.scopes.pop()
+            return n.Loop(s.var, start, end, body)
+        if isinstance(s, n.Barrier):
+            if s.scope not in n.BARRIER_SCOPES:
+                self.err(where, f"barrier scope {s.scope!r} is unknown. Fix: use 'workgroup' or 'grid'.")
+            return s
+        if isinstance(s, n.Return):
+            return s
+        if isinstance(s, n.Block):
+            return n.Block(self.body(s.body, f"{where}.block"))
+        self.err(where, f"{s!r} is not an IR statement. Fix: build statements with the ir.* functions.")
+        return s
+
+
+def resolve_literals(buffers: tuple[BufferDecl, ...], entry: tuple[n.Node, ...]) -> tuple[n.Node, ...]:
+    """`entry` with every weak literal typed from its context (problems are left for `validate`)."""
+    return _Checker(buffers).body(entry, "entry", new_scope=False)
+
+
+def _check_buffers(p: Program, err) -> None:
+    names: dict[str, int] = {}
+    slots: dict[int, str] = {}
+    shared_bytes = 0
+    for i, b in enumerate(p.buffers):
+        where = f"buffers[{i}] ({b.name})"
+        if not isinstance(b.name, str) or not _IDENT.match(b.name):
+            err(where, f"buffer name {b.name!r} is not an identifier. Fix: use letters, digits and _.")
+        if b.name in names:
+            err(where, f"buffer name {b.name!r} is declared twice (also buffers[{names[b.name]}]). "
+                       "Fix: give every buffer a unique name.")
+        names.setdefault(b.name, i)
+        if not isinstance(b.count, int) or b.count < 0:
+            err(where, f"count {b.count!r} is negative or not an int. Fix: use 0 (sized at dispatch) or a positive count.")
+        if b.access is Access.WORKGROUP:
+            if b.binding is not None:
+                err(where, "workgroup buffers take no binding slot. Fix: declare it with BufferDecl.workgroup(name, count, dtype).")
+            if not isinstance(b.count, int) or b.count <= 0:
+                err(where, f"workgroup buffer {b.name!r} needs a static count > 0. Fix: BufferDecl.workgroup({b.name!r}, 256, dtype).")
+            else:
+                shared_bytes += b.count * b.dtype.nbytes
+            if b.output:
+                err(where, "a workgroup buffer cannot be an output. Fix: copy results into an output buffer.")
+            continue
+        if not isinstance(b.binding, int) or isinstance(b.binding, bool) or b.binding < 0:
+            err(where, f"binding {b.binding!r} is not a non-negative int. Fix: number bindings 0, 1, 2, ...")
+        elif b.binding in slots:
+            err(where, f"binding {b.binding} is used by {slots[b.binding]!r} too. Fix: give every buffer its own slot.")
+        else:
+            slots[b.binding] = b.name
+        if b.output and b.access in (Access.READ_ONLY, Access.UNIFORM):
+            err(where, f"{b.access.value} buffer {b.name!r} is flagged output but cannot be written. "
+                       "Fix: use BufferDecl.output or BufferDecl.read_write.")
+        if b.output_byte_range is not None:
+            lo_hi = b.output_byte_range
+            if not b.is_output:
+                err(where, "output_byte_range is set on a buffer that is not an output. Fix: remove it.")
+            elif len(lo_hi) != 2 or not 0 <= lo_hi[0] <= lo_hi[1]:
+                err(where, f"output_byte_range {lo_hi} is not (start, end) with 0 <= start <= end. Fix: pass byte offsets in order.")
+            elif lo_hi[0] % b.dtype.nbytes or lo_hi[1] % b.dtype.nbytes:
+                err(where, f"output_byte_range {lo_hi} is not a multiple of the {b.dtype.nbytes}-byte element. "
+                           "Fix: use whole-element byte offsets.")
+            elif b.count and lo_hi[1] > b.count * b.dtype.nbytes:
+                err(where, f"output_byte_range end {lo_hi[1]} is past the buffer's {b.count * b.dtype.nbytes} bytes. "
+                           "Fix: shrink the range or grow the buffer.")
+    if shared_bytes > MAX_STATIC_SHARED_BYTES:
+        err("buffers", f"workgroup buffers take {shared_bytes} bytes, over the {MAX_STATIC_SHARED_BYTES}-byte "
+                       "static shared-memory limit. Fix: shrink the workgroup buffers.")
+
+
+def validate(program: Program) -> list[Diagnostic]:
+    """Every problem in `program`; an empty list means it is valid."""
+    diags: list[Diagnostic] = []
+    err = lambda where, msg: diags.append(Diagnostic(where, msg))  # noqa: E731
+    if not isinstance(program.name, str) or not _IDENT.match(program.name):
+        err("program", f"program name {program.name!r} is not an identifier (it names the kernel). "
+                       "Fix: use letters, digits and _.")
+    _check_buffers(program, err)
+    ws = program.workgroup_size
+    total = ws[0] * ws[1] * ws[2]
+    if any(v < 1 for v in ws) or any(v > m for v, m in zip(ws, MAX_AXIS)) or total > MAX_THREADS:
+        err("workgroup_size", f"workgroup size {ws} is outside 1..{MAX_AXIS} per axis and {MAX_THREADS} threads "
+                              "in all. Fix: use e.g. 256 or (16, 16); cover more data with more workgroups.")
+    checker = _Checker(program.buffers)
+    checker.body(program.entry, "entry", new_scope=False)
+    return diags + checker.diags
+
+
+def check(program: Program) -> Program:
+    """Return `program` if valid; otherwise raise IRValidationError carrying every diagnostic."""
+    diags = validate(program)
+    if diags:
+        text = "\n  ".join(str(d) for d in diags)
+        raise IRValidationError(f"program {program.name!r} is invalid ({len(diags)} problem"
+                                f"{'s' if len(diags) > 1 else ''}):\n  {text}", diags)
+    return program

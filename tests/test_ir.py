@@ -1,0 +1,683 @@
+"""The IR surface: data types, builders, literals, weak literal typing, buffers, programs,
+canonical JSON, digests and the text form."""
+from __future__ import annotations
+
+import json
+import math
+import struct
+import subprocess
+import sys
+import textwrap
+from dataclasses import FrozenInstanceError
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import assert_fix
+from vyre_numba import DispatchConfig, ir
+from vyre_numba.errors import IRValidationError, VyreError
+from vyre_numba.ir import DataType as D
+from vyre_numba.ir.nodes import BinOp, Lit, UnOp
+
+B = ir.BufferDecl
+REPO = Path(__file__).resolve().parents[1]
+
+
+def bits32(x: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def f32_prog(*entry, out="f32") -> ir.Program:
+    return ir.Program([B.read("a", 0, "f32"), B.output("out", 1, out)], 64, list(entry))
+
+
+def stored_value(p: ir.Program, k: int = -1):
+    """The value expression of the k-th top-level statement (after literal resolution)."""
+    return p.entry[k].value
+
+
+# ---- DataType ---------------------------------------------------------------------------------
+
+EXPECTED_TYPES = {
+    # name: (bits, storage, is_int, is_signed, is_float, min, max)
+    "u8": (8, np.uint8, True, False, False, 0, 255),
+    "u16": (16, np.uint16, True, False, False, 0, 65535),
+    "u32": (32, np.uint32, True, False, False, 0, 2**32 - 1),
+    "u64": (64, np.uint64, True, False, False, 0, 2**64 - 1),
+    "i8": (8, np.int8, True, True, False, -128, 127),
+    "i16": (16, np.int16, True, True, False, -32768, 32767),
+    "i32": (32, np.int32, True, True, False, -2**31, 2**31 - 1),
+    "i64": (64, np.int64, True, True, False, -2**63, 2**63 - 1),
+    "bool": (32, np.uint32, False, False, False, None, None),
+    "f16": (16, np.float16, False, False, True, -65504.0, 65504.0),
+    "bf16": (16, np.uint16, False, False, True, -3.3895313892515355e38, 3.3895313892515355e38),
+    "f32": (32, np.float32, False, False, True, -3.4028234663852886e38, 3.4028234663852886e38),
+    "f64": (64, np.float64, False, False, True, -1.7976931348623157e308, 1.7976931348623157e308),
+}
+
+
+def test_every_datatype_is_covered():
+    assert {d.value for d in D} == set(EXPECTED_TYPES)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_TYPES))
+def test_datatype_properties(name):
+    bits, storage, is_int, signed, is_float, lo, hi = EXPECTED_TYPES[name]
+    d = D.parse(name)
+    assert d is D(name) and str(d) == name and repr(d) == f"DataType.{d.name}"
+    assert d.bits == bits and d.nbytes == bits // 8
+    assert d.storage == np.dtype(storage)
+    assert d.storage.itemsize * 8 == bits  # one element of storage per element of the type
+    assert (d.is_int, d.is_signed, d.is_float, d.is_bool) == (is_int, signed, is_float, name == "bool")
+    if lo is not None:
+        assert d.min == lo and d.max == hi
+        assert type(d.min) is (int if is_int else float)
+
+
+def test_datatype_ranges_match_numpy():
+    for d in D:
+        if d.is_int:
+            info = np.iinfo(d.storage)
+            assert (d.min, d.max) == (int(info.min), int(info.max))
+    # bf16's largest finite value is 0x7F7F, and one ulp further is inf
+    assert ir.bf16_bits_to_f32(0x7F7F) == np.float32(D.BF16.max)
+    assert np.isinf(ir.bf16_bits_to_f32(0x7F80))
+
+
+def test_datatype_parse_accepts_datatype_and_rejects_unknown():
+    assert D.parse(D.F32) is D.F32
+    for bad in ("float", "U32", "", "i128", None, 32):
+        with pytest.raises(IRValidationError) as info:
+            D.parse(bad)
+        assert_fix(str(info.value))
+        assert "u8, u16, u32" in str(info.value)
+
+
+def test_wrap_int_and_bit_helpers():
+    assert ir.wrap_int(256, D.U8) == 0
+    assert ir.wrap_int(-1, D.U32) == 2**32 - 1
+    assert ir.wrap_int(2**31, D.I32) == -2**31
+    assert ir.wrap_int(-2**63 - 1, D.I64) == 2**63 - 1
+    assert ir.float_to_bits(1.0, D.F32) == 0x3F800000
+    assert ir.float_to_bits(-0.0, D.F64) == 1 << 63
+    assert ir.float_to_bits(1.0, D.BF16) == 0x3F80
+    assert ir.float_to_bits(1.0, D.F16) == 0x3C00
+    assert ir.bits_to_float(0x3C00, D.F16) == 1.0
+    assert ir.bits_to_float(0xC000, D.BF16) == -2.0
+
+
+# ---- builders and operator overloading --------------------------------------------------------
+
+def test_operator_overloading_builds_binops():
+    x = ir.load("a", ir.gid(0))
+    assert x + 1 == BinOp("add", x, Lit(D.I64, 1, weak=True))
+    table = {
+        "add": x + 1, "sub": x - 1, "mul": x * 1, "div": x / 1, "mod": x % 1,
+        "bitand": x & 1, "bitor": x | 1, "bitxor": x ^ 1, "shl": x << 1, "shr": x >> 1,
+        "lt": x < 1, "le": x <= 1, "gt": x > 1, "ge": x >= 1, "eq": x.eq(1), "ne": x.ne(1),
+    }
+    for op, e in table.items():
+        assert isinstance(e, BinOp) and e.op == op and e.a == x and e.b == Lit(D.I64, 1, weak=True), op
+    assert (x // 2).op == "div"
+    assert -x == UnOp("neg", x) and ~x == UnOp("bitnot", x)
+    assert x.cast("u8") == ir.cast(x, D.U8)
+
+
+def test_reflected_operators_keep_operand_order():
+    x = ir.var("x")
+    one = Lit(D.I64, 1, weak=True)
+    for op, e in {"add": 1 + x, "sub": 1 - x, "mul": 1 * x, "div": 1 / x, "mod": 1 % x,
+                  "bitand": 1 & x, "bitor": 1 | x, "bitxor": 1 ^ x, "shl": 1 << x,
+                  "shr": 1 >> x}.items():
+        assert e == BinOp(op, one, x), op
+    # `1 < x` is evaluated by Python as `x > 1`
+    assert (1 < x) == BinOp("gt", x, one)
+    assert (2.5 * x) == BinOp("mul", Lit(D.F64, ir.float_to_bits(2.5, D.F64), weak=True), x)
+
+
+def test_double_equals_compares_structure_not_builds_ir():
+    a, b = ir.load("a", 0), ir.load("a", 0)
+    assert a == b and hash(a) == hash(b)
+    assert (a == ir.load("a", 1)) is False
+    assert ir.var("x") != ir.var("y")
+    assert (ir.var("x") == 3) is False
+
+
+def test_bool_of_expression_raises_with_fix():
+    x = ir.load("a", 0)
+    for make in (lambda: bool(x < 1), lambda: (x if x else 0), lambda: (x < 1 and x > 0),
+                 lambda: not x):
+        with pytest.raises(IRValidationError) as info:
+            make()
+        assert_fix(str(info.value))
+        assert "ir.if_" in str(info.value)
+
+
+def test_named_builders_match_generic_ones():
+    x, y = ir.var("x"), ir.var("y")
+    for op in ir.BINOPS:
+        fn = {"min": ir.min_, "max": ir.max_}.get(op) or getattr(ir, op)
+        assert fn(x, y) == ir.binary(op, x, y) == BinOp(op, x, y)
+    for op in ir.UNOPS:
+        fn = {"abs": ir.abs_, "round": ir.round_, "not": ir.not_}.get(op) or getattr(ir, op)
+        assert fn(x) == ir.unary(op, x) == UnOp(op, x)
+    assert ir.atomic_add("c", 0, 1) == ir.atomic("add", "c", 0, 1)
+    assert ir.gid(1) == ir.invocation_id(1) and ir.lid(2) == ir.local_id(2)
+    assert ir.wgid(0) == ir.workgroup_id(0)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: ir.binary("pow", 1, 2),
+    lambda: ir.unary("cbrt", 1),
+    lambda: ir.atomic("nand", "c", 0, 1),
+    lambda: ir.atomic("compare_exchange", "c", 0, 1),
+    lambda: ir.atomic("add", "c", 0, 1, expected=0),
+    lambda: ir.barrier("device"),
+    lambda: ir.gid(3),
+    lambda: ir.lid(-1),
+    lambda: ir.load("", 0),
+    lambda: ir.load(3, 0),
+    lambda: ir.let("", 1),
+    lambda: ir.var(None),
+    lambda: ir.load("a", "0"),
+    lambda: ir.load("a", [1]),
+    lambda: ir.if_(ir.boolean(True), [ir.var("x")]),
+    lambda: ir.block(ir.load("a", 0)),
+    lambda: ir.cast(1, "f128"),
+])
+def test_builder_errors_carry_fix(make):
+    with pytest.raises(IRValidationError) as info:
+        make()
+    assert_fix(str(info.value))
+
+
+def test_statement_lists_flatten_nested_lists():
+    s1, s2, s3 = ir.let("a", 1), ir.let("b", 2), ir.return_()
+    assert ir.if_(True, [s1, [s2, (s3,)]]).then == (s1, s2, s3)
+    assert ir.if_(True, s1).then == (s1,) and ir.if_(True, s1).otherwise == ()
+    assert ir.block(s1, [s2]).body == (s1, s2)
+    assert ir.loop("k", 0, 2, s3).body == (s3,)
+
+
+def test_numpy_scalars_keep_their_type():
+    assert ir.load("a", np.uint8(3)).index == ir.u8(3)
+    assert ir.var("x") + np.float32(0.5) == BinOp("add", ir.var("x"), ir.f32(0.5))
+    assert ir.var("x") + np.int16(-2) == BinOp("add", ir.var("x"), ir.i16(-2))
+    assert ir.select(np.bool_(True), 1, 2).cond == ir.boolean(True)
+
+
+# ---- literals ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dt", [d for d in D if d.is_int])
+def test_integer_literal_range(dt):
+    assert ir.lit(dt.min, dt).raw == dt.min and ir.lit(dt.max, dt).raw == dt.max
+    for bad in (dt.min - 1, dt.max + 1):
+        with pytest.raises(IRValidationError) as info:
+            ir.lit(bad, dt)
+        assert_fix(str(info.value))
+        assert str(dt) in str(info.value)
+
+
+def test_integer_literal_from_integral_float_and_rejects_fraction():
+    assert ir.lit(3.0, "u8") == ir.u8(3)
+    with pytest.raises(IRValidationError):
+        ir.lit(2.5, "i32")
+    with pytest.raises(IRValidationError):
+        ir.lit("3", "i32")
+
+
+def test_bool_and_float_literal_type_errors():
+    assert ir.boolean(True) == Lit(D.BOOL, 1) and ir.lit(0, "bool") == Lit(D.BOOL, 0)
+    with pytest.raises(IRValidationError):
+        ir.lit(2, "bool")
+    with pytest.raises(IRValidationError):
+        ir.lit(True, "f32")
+    with pytest.raises(IRValidationError):
+        ir.f32("1.0")
+
+
+def test_float_literals_round_to_nearest_even():
+    # 0.1 in each format, from the IEEE definitions
+    assert ir.f32(0.1).raw == 0x3DCCCCCD
+    assert ir.f16(0.1).raw == 0x2E66
+    assert ir.bf16(0.1).raw == 0x3DCD
+    assert ir.f64(0.1).raw == struct.unpack("<Q", struct.pack("<d", 0.1))[0]
+    # ties go to even: 1 + 2^-24 lies halfway between 1.0f and its successor
+    assert ir.f32(1 + 2**-24).raw == 0x3F800000
+    assert ir.f32(1 + 3 * 2**-24).raw == 0x3F800002
+    assert ir.f16(1 + 2**-11).raw == 0x3C00
+    assert ir.f16(1 + 3 * 2**-11).raw == 0x3C02
+    assert ir.bf16(1 + 2**-8).raw == 0x3F80
+    assert ir.bf16(1 + 3 * 2**-8).raw == 0x3F82
+    # the value reads back as the rounded number
+    assert ir.f32(0.1).value == float(np.float32(0.1)) != 0.1
+    assert ir.f16(65519.0).value == 65504.0
+    assert ir.f16(65520.0).value == math.inf  # past max + half an ulp: overflows to inf
+    assert ir.f16(2**-24).raw == 1  # smallest subnormal kept
+    assert ir.f32(1e-45).raw == 1
+    assert ir.bf16(1e-40).raw != 0  # bf16 subnormal kept
+
+
+def test_nan_and_negative_zero_literals_compare_and_hash_as_ir():
+    nan1, nan2 = ir.f32(float("nan")), ir.f32(float("nan"))
+    assert math.isnan(nan1.value)
+    assert nan1 == nan2 and hash(nan1) == hash(nan2)          # same bits: same IR
+    assert ir.f32(-0.0) != ir.f32(0.0)                        # -0.0 is a different literal
+    assert ir.f32(-0.0).raw == 0x80000000 and math.copysign(1, ir.f32(-0.0).value) == -1
+    assert len({ir.f32(0.0), ir.f32(-0.0), nan1, nan2}) == 3
+    assert ir.f64(float("inf")) != ir.f64(float("-inf"))
+    assert ir.f32(1.0) != ir.f64(1.0) and ir.u32(1) != ir.i32(1)
+    # programs containing them follow the same rules
+    p1 = f32_prog(ir.store("out", 0, ir.f32(float("nan"))))
+    p2 = f32_prog(ir.store("out", 0, ir.f32(float("nan"))))
+    pz = f32_prog(ir.store("out", 0, ir.f32(-0.0)))
+    p0 = f32_prog(ir.store("out", 0, ir.f32(0.0)))
+    assert p1 == p2 and hash(p1) == hash(p2)
+    assert pz != p0 and pz.digest() != p0.digest()
+
+
+def test_weak_literals_from_python_numbers():
+    assert ir.lit(5) == Lit(D.I64, 5, weak=True)
+    assert ir.lit(-2.5) == Lit(D.F64, ir.float_to_bits(-2.5, D.F64), weak=True)
+    assert ir.lit(True) == Lit(D.BOOL, 1)  # bools are never weak
+    assert str(ir.lit(5)) == "5"
+
+
+# ---- weak literal typing at Program construction ----------------------------------------------
+
+def test_weak_literal_takes_float_context():
+    p = f32_prog(ir.store("out", 0, ir.load("a", 0) * 2 + 0.1))
+    add = stored_value(p)
+    assert add.b == ir.f32(0.1) and add.a.b == ir.f32(2.0)
+    assert p.entry[0].index == ir.u32(0)  # index context is u32
+    assert not any(isinstance(x, Lit) and x.weak for x in ir.walk(p.entry))
+
+
+def test_weak_literal_takes_small_int_context():
+    p = ir.Program([B.read_write("v", 0, "u8")], 1,
+                   [ir.store("v", 0, ir.load("v", 0) + 255), ir.store("v", 1, ir.select(True, 7, ir.load("v", 2)))])
+    assert p.entry[0].value.b == ir.u8(255)
+    assert p.entry[1].value.a == ir.u8(7)
+    assert ir.validate(p) == []
+
+
+def test_weak_literal_left_of_strong_operand_takes_its_type():
+    p = f32_prog(ir.store("out", 0, 1 - ir.load("a", 0)), ir.let("c", 3 < ir.load("a", 0)))
+    assert p.entry[0].value == BinOp("sub", ir.f32(1.0), ir.load("a", ir.u32(0)))
+    assert p.entry[1].value == BinOp("gt", ir.load("a", ir.u32(0)), ir.f32(3.0))
+    assert ir.validate(p) == []
+
+
+def test_out_of_range_weak_literal_becomes_a_diagnostic():
+    p = ir.Program([B.read_write("v", 0, "u8")], 1, [ir.store("v", 0, ir.load("v", 0) + 256)])
+    (d,) = ir.validate(p)
+    assert d.where == "entry[0]" and "256" in d.message and "u8" in d.message
+    assert_fix(d.message)
+    neg = ir.Program([B.read_write("v", 0, "u32")], 1, [ir.store("v", 0, -1)])
+    (d,) = ir.validate(neg)
+    assert "-1" in d.message and "u32" in d.message
+
+
+def test_float_weak_literal_in_int_context_is_a_diagnostic():
+    p = ir.Program([B.read_write("v", 0, "i32")], 1, [ir.store("v", 0, 1.5)])
+    (d,) = ir.validate(p)
+    assert "1.5" in d.message and "i32" in d.message
+
+
+@pytest.mark.parametrize("value,expected", [
+    (0, ir.u32(0)), (2**32 - 1, ir.u32(2**32 - 1)), (-1, ir.i32(-1)), (-2**31, ir.i32(-2**31)),
+    (2**32, ir.i64(2**32)), (-2**31 - 1, ir.i64(-2**31 - 1)), (-2**63, ir.i64(-2**63)),
+    (2**63, ir.u64(2**63)), (2**64 - 1, ir.u64(2**64 - 1)), (0.5, ir.f32(0.5)),
+    (0.1, ir.f32(0.1)),
+])
+def test_weak_literal_defaults_without_context(value, expected):
+    p = ir.Program([], 1, [ir.let("x", value)])
+    assert p.entry[0].value == expected
+    assert ir.validate(p) == []
+
+
+def test_weak_literal_beyond_every_integer_type_is_a_diagnostic():
+    p = ir.Program([], 1, [ir.let("x", 2**64)])
+    (d,) = ir.validate(p)
+    assert d.where == "entry[0]" and str(2**64) in d.message
+    assert_fix(d.message)
+
+
+def test_weak_literal_equivalent_to_explicit_literal():
+    weak = f32_prog(ir.store("out", ir.gid(0), ir.load("a", ir.gid(0)) * 2))
+    strong = f32_prog(ir.store("out", ir.gid(0), ir.load("a", ir.gid(0)) * ir.f32(2.0)))
+    assert weak == strong and weak.digest() == strong.digest()
+
+
+def test_weak_literals_in_fma_select_loop_and_atomic():
+    p = ir.Program([B.read_write("c", 0, "i64"), B.output("f", 1, "f16")], 1, [
+        ir.store("f", 0, ir.fma(2, ir.f16(1.0), 0.5)),
+        ir.loop("k", 0, 4, [ir.let("o", ir.atomic("max", "c", 0, -5))]),
+    ])
+    assert ir.validate(p) == []
+    fma = p.entry[0].value
+    assert (fma.a, fma.b, fma.c) == (ir.f16(2.0), ir.f16(1.0), ir.f16(0.5))
+    loop = p.entry[1]
+    assert (loop.start, loop.end) == (ir.u32(0), ir.u32(4))
+    assert loop.body[0].value.value == ir.i64(-5) and loop.body[0].value.index == ir.u32(0)
+
+
+# ---- buffers ----------------------------------------------------------------------------------
+
+def test_bufferdecl_constructors_and_roles():
+    r = B.read("a", 0, "f32")
+    rw = B.read_write("b", 1, D.U32, 8)
+    o = B.output("c", 2, "i16")
+    u = B.uniform("d", 3, "u32", 4)
+    w = B.workgroup("e", 128, "f64")
+    assert (r.access, r.role, r.output, r.count) == (ir.Access.READ_ONLY, ir.Role.INPUT, False, 0)
+    assert (rw.access, rw.role, rw.output, rw.count) == (ir.Access.READ_WRITE, ir.Role.INOUT, True, 8)
+    assert (o.access, o.role, o.output) == (ir.Access.WRITE_ONLY, ir.Role.OUTPUT, True)
+    assert (u.access, u.role, u.count) == (ir.Access.UNIFORM, ir.Role.INPUT, 4)
+    assert (w.access, w.role, w.binding, w.count) == (ir.Access.WORKGROUP, ir.Role.SHARED, None, 128)
+    assert [b.is_input for b in (r, rw, o, u, w)] == [True, True, False, True, False]
+    assert [b.is_output for b in (r, rw, o, u, w)] == [False, True, True, False, False]
+    assert [b.access.writable for b in (r, rw, o, u, w)] == [False, True, True, False, True]
+    assert r.dtype is D.F32 and o.dtype is D.I16
+    # a read_only buffer flagged output is an output by role (the validator refuses it)
+    assert B("x", 0, "read_only", "u32", output=True).role is ir.Role.OUTPUT
+    assert B.output("c", 2, "u32", 4, output_byte_range=[4, 8]).output_byte_range == (4, 8)
+    assert str(rw) == "@1 read_write b: u32[8]"
+    assert str(w) == "workgroup e: f64[128]"
+    assert str(B.output("c", 2, "u32", 4, output_byte_range=(4, 8))) == "@2 write_only c: u32[4] bytes 4..8"
+    with pytest.raises(FrozenInstanceError):
+        r.name = "z"
+    with pytest.raises(ValueError):
+        B("x", 0, "sometimes", "u32")
+
+
+def test_program_inputs_outputs_bound_buffers_in_binding_order():
+    p = ir.Program([
+        B.output("o2", 5, "u32"), B.workgroup("tile", 16, "u32"), B.read("a", 3, "u32"),
+        B.read_write("rw", 1, "u32"), B.uniform("un", 0, "u32"), B.output("o1", 2, "u32"),
+    ], 32, [])
+    assert [b.name for b in p.bound_buffers] == ["un", "rw", "o1", "a", "o2"]
+    assert [b.name for b in p.inputs] == ["un", "rw", "a"]
+    assert [b.name for b in p.outputs] == ["rw", "o1", "o2"]
+    assert p.buffer("tile").role is ir.Role.SHARED
+    with pytest.raises(KeyError):
+        p.buffer("nope")
+
+
+# ---- programs ---------------------------------------------------------------------------------
+
+def test_program_is_immutable(scale_program):
+    p = scale_program
+    for field, value in (("entry", ()), ("buffers", ()), ("workgroup_size", (1, 1, 1)), ("name", "x")):
+        with pytest.raises(FrozenInstanceError):
+            setattr(p, field, value)
+    assert isinstance(p.entry, tuple) and isinstance(p.buffers, tuple)
+    bufs = [B.output("o", 0, "u32")]
+    body = [ir.store("o", 0, 1)]
+    q = ir.Program(bufs, 1, body)
+    bufs.append(B.read("late", 1, "u32"))
+    body.append(ir.return_())
+    assert len(q.buffers) == 1 and len(q.entry) == 1  # later edits of the lists do not leak in
+
+
+def test_program_workgroup_size_normalised():
+    assert ir.Program([], 64, []).workgroup_size == (64, 1, 1)
+    assert ir.Program([], (8, 8), []).workgroup_size == (8, 8, 1)
+    assert ir.Program([], [4, 4, 4], []).workgroup_size == (4, 4, 4)
+    for bad in ((), (1, 2, 3, 4), (8.0,), ("8",)):
+        with pytest.raises(IRValidationError) as info:
+            ir.Program([], bad, [])
+        assert_fix(str(info.value))
+    with pytest.raises(IRValidationError):
+        ir.Program(["not a buffer"], 1, [])
+    with pytest.raises(IRValidationError):
+        ir.Program([], 1, [ir.load("a", 0)])
+
+
+def test_program_equality_and_hash(scale_program):
+    def build(**kw):
+        args = dict(bufs=[B.read("a", 0, "f32"), B.output("out", 1, "f32")], wg=64, k=2, name="main")
+        args.update(kw)
+        return ir.Program(args["bufs"], args["wg"],
+                          [ir.let("i", ir.gid(0)),
+                           ir.store("out", ir.var("i"), ir.load("a", ir.var("i")) * args["k"])],
+                          name=args["name"])
+    p = build()
+    assert p == scale_program and hash(p) == hash(scale_program)
+    assert p != build(wg=32) and p != build(k=3) and p != build(name="other")
+    assert p != build(bufs=[B.read("a", 0, "f32"), B.output("out", 1, "f64")])
+    assert len({p, scale_program, build(k=3)}) == 2
+    assert (p == "main") is False
+
+
+def test_capabilities():
+    base = [B.read_write("v", 0, "u32")]
+    assert ir.Program(base, 32, [ir.store("v", 0, 1)]).capabilities == frozenset()
+    assert ir.Program(base, 32, [ir.let("x", ir.subgroup_add(ir.u32(1)))]).capabilities == {"subgroup"}
+    assert ir.Program(base, 32, [ir.let("x", ir.subgroup_ballot(True))]).capabilities == {"subgroup"}
+    assert ir.Program(base, 32, [ir.let("x", ir.subgroup_shuffle(ir.u32(1), 0))]).capabilities == {"subgroup"}
+    assert ir.Program(base, 32, [ir.let("x", ir.subgroup_local_id())]).capabilities == {"subgroup"}
+    assert ir.Program(base, 32, [ir.if_(True, [ir.let("x", ir.subgroup_size())])]).capabilities == {"subgroup"}
+    assert ir.Program(base, 32, [ir.barrier("workgroup")]).capabilities == frozenset()
+    assert ir.Program(base, 32, [ir.loop("k", 0, 1, [ir.barrier("grid")])]).capabilities == {"grid_sync"}
+    both = ir.Program(base, 32, [ir.block(ir.barrier("grid")), ir.let("s", ir.subgroup_size())])
+    assert both.capabilities == {"grid_sync", "subgroup"}
+
+
+# ---- JSON and digest --------------------------------------------------------------------------
+
+def test_json_round_trip_every_node_kind(every_node_program):
+    p = every_node_program
+    kinds = {type(x).__name__ for x in ir.walk(p.entry)}
+    assert kinds == {"Lit", "Var", "Load", "BufLen", "Builtin", "BinOp", "UnOp", "Select", "Cast",
+                     "Fma", "Atomic", "SubgroupBallot", "SubgroupShuffle", "SubgroupAdd", "Let",
+                     "Assign", "Store", "If", "Loop", "Barrier", "Return", "Block"}
+    text = p.to_json()
+    q = ir.Program.from_json(text)
+    assert q == p and q.to_json() == text and q.digest() == p.digest()
+    assert ir.Program.from_json(text.encode()) == p
+    assert ir.Program.from_json(p.to_json(indent=2)) == p
+    assert ir.Program.from_dict(json.loads(text)) == p
+    assert json.loads(text)["format"] == ir.FORMAT
+    assert ir.validate(q) == []
+
+
+def test_json_round_trip_special_float_literals_exactly():
+    specials = [float("nan"), float("inf"), float("-inf"), -0.0, 0.0, 5e-324, 1e-45, 2**-24]
+    entry = []
+    for k, dt in enumerate(("f16", "bf16", "f32", "f64")):
+        for j, v in enumerate(specials):
+            entry.append(ir.let(f"v{k}_{j}", ir.lit(v, dt)))
+    entry.append(ir.let("qnan", Lit(D.F32, 0x7FC00001)))  # a NaN payload survives too
+    entry.append(ir.let("snan", Lit(D.F64, 0xFFF0000000000001)))
+    p = ir.Program([], 1, entry)
+    q = ir.Program.from_json(p.to_json())
+    assert [s.value.raw for s in q.entry] == [s.value.raw for s in p.entry]
+    assert [s.value.dtype for s in q.entry] == [s.value.dtype for s in p.entry]
+    assert q == p and q.digest() == p.digest()
+    assert "NaN" not in p.to_json() and "Infinity" not in p.to_json()  # strict JSON
+    assert q.entry[-1].value.raw == 0xFFF0000000000001
+
+
+def test_json_round_trip_keeps_unresolvable_weak_literal_and_its_diagnostic():
+    p = ir.Program([B.read_write("v", 0, "u8")], 1, [ir.store("v", 0, 999)])
+    q = ir.Program.from_json(p.to_json())
+    assert q == p and q.entry[0].value.weak
+    assert [str(d) for d in ir.validate(q)] == [str(d) for d in ir.validate(p)] != []
+
+
+def test_json_is_canonical_and_compact(scale_program):
+    text = scale_program.to_json()
+    assert " " not in text and "\n" not in text
+    d = json.loads(text)
+    assert text == json.dumps(d, sort_keys=True, separators=(",", ":"))
+    assert set(d) == {"format", "name", "workgroup_size", "buffers", "entry"}
+
+
+def _mutations():
+    good = {"format": ir.FORMAT, "name": "m", "workgroup_size": [1, 1, 1],
+            "buffers": [{"name": "o", "binding": 0, "access": "write_only", "dtype": "u32",
+                         "count": 0, "output": True, "output_byte_range": None}],
+            "entry": [{"k": "Store", "buffer": "o", "index": {"k": "Lit", "dtype": "u32", "raw": 0, "weak": False},
+                       "value": {"k": "Lit", "dtype": "u32", "raw": 1, "weak": False}}]}
+
+    def m(fn):
+        d = json.loads(json.dumps(good))
+        fn(d)
+        return json.dumps(d)
+    yield "good", json.dumps(good)
+    yield "not json", "{"
+    yield "empty", ""
+    yield "list", "[]"
+    yield "wrong format", m(lambda d: d.update(format="vyre-ir/99"))
+    yield "no entry", m(lambda d: d.pop("entry"))
+    yield "entry not a list", m(lambda d: d.update(entry=5))
+    yield "unknown node", m(lambda d: d["entry"][0].update(k="Goto"))
+    yield "node without k", m(lambda d: d["entry"][0].pop("k"))
+    yield "missing field", m(lambda d: d["entry"][0].pop("value"))
+    yield "bad dtype", m(lambda d: d["buffers"][0].update(dtype="u31"))
+    yield "bad access", m(lambda d: d["buffers"][0].update(access="sometimes"))
+    yield "buffer missing key", m(lambda d: d["buffers"][0].pop("count"))
+    yield "expression as statement", m(lambda d: d.update(entry=[d["entry"][0]["value"]]))
+    yield "bad workgroup", m(lambda d: d.update(workgroup_size=["x"]))
+    yield "bad lit dtype", m(lambda d: d["entry"][0]["value"].update(dtype="q8"))
+
+
+@pytest.mark.parametrize("label,text", list(_mutations()))
+def test_malformed_json_raises_ir_validation_error_with_fix(label, text):
+    if label == "good":
+        assert ir.validate(ir.Program.from_json(text)) == []
+        return
+    with pytest.raises(IRValidationError) as info:
+        ir.Program.from_json(text)
+    assert_fix(str(info.value))
+
+
+def test_digest_is_sha256_of_canonical_json(scale_program):
+    import hashlib
+    d = scale_program.digest()
+    assert len(d) == 64 and int(d, 16) >= 0
+    assert d == hashlib.sha256(scale_program.to_json().encode()).hexdigest()
+    assert scale_program.digest() == d  # cached value is the same
+
+
+def test_equal_programs_have_equal_digests(every_node_program):
+    copy = ir.Program.from_json(every_node_program.to_json())
+    assert copy is not every_node_program and copy.digest() == every_node_program.digest()
+
+
+def _base(**kw):
+    bufs = kw.get("bufs", [B.read("a", 0, "f32"), B.output("out", 1, "f32")])
+    return ir.Program(bufs, kw.get("wg", 64), kw.get("entry", [
+        ir.let("i", ir.gid(0)),
+        ir.store("out", ir.var("i"), ir.load("a", ir.var("i")) * kw.get("k", ir.f32(2.0)))]),
+        name=kw.get("name", "main"))
+
+
+@pytest.mark.parametrize("label,changed", [
+    ("one literal bit", lambda: _base(k=Lit(D.F32, 0x40000001))),
+    ("literal type", lambda: _base(k=ir.f64(2.0), bufs=[B.read("a", 0, "f32"), B.output("out", 1, "f32")])),
+    ("buffer name", lambda: _base(bufs=[B.read("b", 0, "f32"), B.output("out", 1, "f32")])),
+    ("buffer binding", lambda: _base(bufs=[B.read("a", 2, "f32"), B.output("out", 1, "f32")])),
+    ("buffer dtype", lambda: _base(bufs=[B.read("a", 0, "f64"), B.output("out", 1, "f32")])),
+    ("buffer count", lambda: _base(bufs=[B.read("a", 0, "f32", 4), B.output("out", 1, "f32")])),
+    ("buffer access", lambda: _base(bufs=[B.uniform("a", 0, "f32"), B.output("out", 1, "f32")])),
+    ("buffer order", lambda: _base(bufs=[B.output("out", 1, "f32"), B.read("a", 0, "f32")])),
+    ("output byte range", lambda: _base(bufs=[B.read("a", 0, "f32"), B.output("out", 1, "f32", 0, (0, 4))])),
+    ("workgroup size", lambda: _base(wg=32)),
+    ("workgroup axis", lambda: _base(wg=(64, 1, 2))),
+    ("program name", lambda: _base(name="other")),
+    ("an op", lambda: _base(entry=[ir.let("i", ir.gid(0)),
+                                   ir.store("out", ir.var("i"), ir.load("a", ir.var("i")) + 2.0)])),
+    ("builtin axis", lambda: _base(entry=[ir.let("i", ir.gid(1)),
+                                          ir.store("out", ir.var("i"), ir.load("a", ir.var("i")) * 2.0)])),
+    ("variable name", lambda: _base(entry=[ir.let("j", ir.gid(0)),
+                                           ir.store("out", ir.var("j"), ir.load("a", ir.var("j")) * 2.0)])),
+    ("extra statement", lambda: _base(entry=[ir.let("i", ir.gid(0)),
+                                             ir.store("out", ir.var("i"), ir.load("a", ir.var("i")) * 2.0),
+                                             ir.return_()])),
+])
+def test_any_change_changes_the_digest(label, changed):
+    base = _base()
+    other = changed()
+    assert other != base
+    assert other.digest() != base.digest(), label
+
+
+def test_digest_stable_in_a_fresh_process(every_node_program):
+    code = textwrap.dedent("""
+        import sys, json
+        sys.path[:0] = [sys.argv[1], sys.argv[2]]
+        import conftest
+        from vyre_numba import ir
+        fn = conftest.every_node_program
+        fn = getattr(fn, "__wrapped__", None) or fn.__pytest_wrapped__.obj
+        p = fn()
+        q = ir.Program.from_json(sys.stdin.read())
+        print(json.dumps([p.digest(), q.digest()]))
+    """)
+    out = subprocess.run([sys.executable, "-c", code, str(REPO), str(REPO / "tests")],
+                         input=every_node_program.to_json(), capture_output=True, text=True,
+                         check=True, env={"PYTHONHASHSEED": "random", "PATH": "/usr/bin:/bin"})
+    fresh_built, fresh_loaded = json.loads(out.stdout)
+    assert fresh_built == fresh_loaded == every_node_program.digest()
+
+
+def test_digest_pinned_for_a_known_program():
+    """The digest is part of on-disk cache keys: it must not drift between releases by accident.
+    If the canonical form changes on purpose, bump FORMAT and update this value."""
+    p = ir.Program([B.read("a", 0, "u32"), B.output("o", 1, "u32")], 32,
+                   [ir.store("o", ir.gid(0), ir.load("a", ir.gid(0)) + ir.u32(1))], name="pin")
+    assert p.to_json() == (
+        '{"buffers":[{"access":"read_only","binding":0,"count":0,"dtype":"u32","name":"a","output":false,'
+        '"output_byte_range":null},{"access":"write_only","binding":1,"count":0,"dtype":"u32","name":"o",'
+        '"output":true,"output_byte_range":null}],"entry":[{"buffer":"o","index":{"axis":0,"k":"Builtin",'
+        '"name":"invocation_id"},"k":"Store","value":{"a":{"buffer":"a","index":{"axis":0,"k":"Builtin",'
+        '"name":"invocation_id"},"k":"Load"},"b":{"dtype":"u32","k":"Lit","raw":1,"weak":false},"k":"BinOp",'
+        '"op":"add"}}],"format":"vyre-numba-ir/1","name":"pin","workgroup_size":[32,1,1]}')
+
+
+# ---- text form --------------------------------------------------------------------------------
+
+def test_str_program_is_readable(every_node_program):
+    text = str(every_node_program)
+    lines = text.splitlines()
+    assert lines[0] == "program every_node workgroup(64, 1, 1) {" and lines[-1] == "}"
+    for expected in (
+        "    @0 read_only a: f32[]",
+        "    @4 uniform params: u32[4]",
+        "    workgroup tile: f32[64]",
+        "    let i = invocation_id.x",
+        "    let nan = nanf32",
+        "    let pinf = inff64",
+        "    let ninf = -inff16",
+        "    let nz = -0.0bf16",
+        "    let b = true",
+        "    let c = (i32(x) + -3i32)",
+        "    let old = atomic_add(counter[0u32], 1u32)",
+        "    let cx = atomic_compare_exchange(counter[1u32], 5u32, expected=0u32)",
+        "    let shf = subgroup_shuffle(u, subgroup_local_id())",
+        "    barrier(workgroup)",
+        "    if (i < n) {",
+        "        s = (tile[0u32] + 1.0f32)",
+        "    } else {",
+        "        return",
+        "    for k in 0u32..3u32 {",
+        "        let inner = (b && not(isnan(nan)))",
+        "    out[i] = s",
+        "    io[i] = (io[i] * 3i64)",
+    ):
+        assert expected in lines, expected
+
+
+def test_str_of_expressions_and_statements():
+    x = ir.var("x")
+    assert str(ir.load("a", ir.gid(0)) + 1) == "(a[invocation_id.x] + 1)"
+    assert str(ir.min_(x, ir.u8(3))) == "min(x, 3u8)"
+    assert str(ir.select(x < 1.5, x, ir.f32(-0.0))) == "select((x < 1.5), x, -0.0f32)"
+    assert str(ir.fma(x, x, x)) == "fma(x, x, x)"
+    assert str(ir.buf_len("a")) == "len(a)"
+    assert str(ir.cast(x, "u16")) == "u16(x)"
+    assert str(ir.let("y", x)) == "let y = x"
+    assert str(ir.if_(x.eq(1), [ir.return_()])) == "if (x == 1) {\n    return\n}"

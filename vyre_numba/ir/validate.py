@@ -424,9 +424,12 @@ def validate(program: Program) -> list[Diagnostic]:
 
 def check(program: Program) -> Program:
     """Return `program` if valid; otherwise raise IRValidationError carrying every diagnostic."""
+    if program.__dict__.get("_valid"):  # programs are immutable: validate each object once
+        return program
     diags = validate(program)
     if diags:
         text = "\n  ".join(str(d) for d in diags)
         raise IRValidationError(f"program {program.name!r} is invalid ({len(diags)} problem"
                                 f"{'s' if len(diags) > 1 else ''}):\n  {text}", diags)
+    object.__setattr__(program, "_valid", True)
     return program

@@ -1,0 +1,231 @@
+"""The CUDA backend: launch checks and caches on any machine; differential tests against the
+reference backend on a GPU (marked `gpu`)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import vyre_numba as vn
+from vyre_numba import DispatchConfig, ir
+from vyre_numba.cuda.cache import LRUCache
+from vyre_numba.cuda.device import DeviceCaps
+from vyre_numba.cuda.launch import LaunchShape, validate_cooperative, validate_launch
+from vyre_numba.testing import mismatches
+
+H100 = DeviceCaps("fake H100", (9, 0), 132, 32, 1024, (1024, 1024, 64), (2**31 - 1, 65535, 65535), 48 * 1024, True)
+
+
+def fix_in(e) -> str:
+    text = str(e.value)
+    assert "Fix:" in text, text
+    return text
+
+
+# ---- launch validation (pure) ------------------------------------------------------------------
+
+def test_launch_within_limits_passes():
+    validate_launch(H100, LaunchShape((1000, 1, 1), (256, 1, 1)), kernel="k")
+    validate_launch(H100, LaunchShape((2**31 - 1, 65535, 1), (1, 1, 1)), kernel="k")
+
+
+@pytest.mark.parametrize("block", [(1025, 1, 1), (32, 32, 2), (1, 1, 65), (0, 1, 1)])
+def test_workgroup_over_limits_is_refused(block):
+    with pytest.raises(vn.LaunchError) as e:
+        validate_launch(H100, LaunchShape((1, 1, 1), block), kernel="k")
+    assert "workgroup" in fix_in(e)
+
+
+def test_kernel_thread_limit_is_respected():
+    with pytest.raises(vn.LaunchError):
+        validate_launch(H100, LaunchShape((1, 1, 1), (512, 1, 1)), kernel="k", max_threads=256)
+
+
+@pytest.mark.parametrize("grid", [(2**31, 1, 1), (1, 65536, 1), (1, 1, 65536)])
+def test_grid_over_limits_is_refused(grid):
+    with pytest.raises(vn.LaunchError) as e:
+        validate_launch(H100, LaunchShape(grid, (1, 1, 1)), kernel="k")
+    assert "grid" in fix_in(e)
+
+
+def test_invocation_id_overflow_is_refused():
+    with pytest.raises(vn.LaunchError) as e:
+        validate_launch(H100, LaunchShape((2**23, 1, 1), (1024, 1, 1)), kernel="k")
+    assert "u32" in fix_in(e)
+
+
+def test_shared_memory_over_limit_is_refused():
+    with pytest.raises(vn.LaunchError) as e:
+        validate_launch(H100, LaunchShape((1, 1, 1), (32, 1, 1), 1024), kernel="k", static_shared=48 * 1024)
+    assert "shared" in fix_in(e)
+
+
+def test_cooperative_grid_must_be_coresident():
+    validate_cooperative(H100, LaunchShape((264, 1, 1), (256, 1, 1)), 2, kernel="k")
+    with pytest.raises(vn.LaunchError) as e:
+        validate_cooperative(H100, LaunchShape((265, 1, 1), (256, 1, 1)), 2, kernel="k")
+    assert "264" in fix_in(e)
+    no_coop = DeviceCaps(*[getattr(H100, f) for f in H100.__dataclass_fields__][:-1], False)
+    with pytest.raises(vn.LaunchError):
+        validate_cooperative(no_coop, LaunchShape((1, 1, 1), (32, 1, 1)), 2, kernel="k")
+
+
+def test_lru_cache_counts_and_evicts():
+    evicted = []
+    c = LRUCache(2, on_evict=evicted.append)
+    assert c.get_or_build("a", lambda: 1) == 1
+    assert c.get_or_build("a", lambda: 99) == 1
+    c.get_or_build("b", lambda: 2)
+    c.get_or_build("a", lambda: 99)  # refresh a: b is now the oldest
+    c.get_or_build("c", lambda: 3)
+    assert evicted == [2] and "a" in c and "b" not in c
+    assert c.stats() == {"hits": 2, "misses": 3, "entries": 2, "capacity": 2}
+
+
+def test_cuda_backend_unavailable_says_why():
+    why = vn.backend.unavailable_reason("cuda")
+    if why is None:
+        pytest.skip("a GPU is usable here; the unavailable path cannot be exercised")
+    assert "Fix:" in why
+    with pytest.raises(vn.BackendUnavailableError) as e:
+        vn.get_backend("cuda")
+    fix_in(e)
+    assert vn.get_backend().name == "reference"
+
+
+# ---- on the GPU ---------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cuda_backend():
+    return vn.get_backend("cuda")
+
+
+@pytest.fixture(scope="module")
+def ref():
+    return vn.get_backend("reference")
+
+
+def _table_cases():
+    try:
+        from program_table import CASES
+    except ImportError:
+        return []
+    return CASES
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", _table_cases(), ids=lambda c: c.id)
+def test_program_table_matches_reference(case, cuda_backend, ref):
+    from program_table import compare
+
+    got = cuda_backend.dispatch(case.program, case.inputs, case.config, sizes=case.sizes)
+    compare(case, got)
+    expect = ref.dispatch(case.program, case.inputs, case.config, sizes=case.sizes)
+    for decl, g, r in zip(case.program.outputs, got, expect):
+        bad = mismatches(g, r, ulp=case.ulp, bf16=decl.dtype is ir.DataType.BF16)
+        assert bad.size == 0, f"{case.id}/{decl.name}: GPU != reference at {bad[:8]}: {g[bad[:8]]} vs {r[bad[:8]]}"
+
+
+def _saxpy():
+    from vyre_numba.cli import demo_program
+
+    return demo_program()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [0, 1, 255, 256, 257, 1000, 1 << 20])
+def test_saxpy_sizes_match_reference(n, cuda_backend, ref):
+    rng = np.random.default_rng(n)
+    args = [np.float32([1.5]), rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)]
+    y_before = args[2].copy()
+    (got,) = cuda_backend.dispatch(_saxpy(), args)
+    (expect,) = ref.dispatch(_saxpy(), args)
+    assert got.shape == (n,)
+    assert np.array_equal(got.view(np.uint32), expect.view(np.uint32))
+    assert np.array_equal(args[2], y_before), "dispatch modified the caller's input"
+
+
+@pytest.mark.gpu
+def test_caches_hit_on_second_dispatch(cuda_backend):
+    p = _saxpy()
+    args = [np.float32([2]), np.ones(10, np.float32), np.ones(10, np.float32)]
+    cuda_backend.dispatch(p, args)
+    ptx_hits, mod_hits = cuda_backend.ptx_cache.hits, cuda_backend.module_cache.hits
+    (y,) = cuda_backend.dispatch(p, args)
+    assert cuda_backend.ptx_cache.hits == ptx_hits + 1 and cuda_backend.module_cache.hits == mod_hits + 1
+    assert np.array_equal(y, np.full(10, 3, np.float32))
+
+
+@pytest.mark.gpu
+def test_fixpoint_iterations_and_grid_override(cuda_backend, ref):
+    i = ir.var("i")
+    p = ir.Program([ir.BufferDecl.read_write("x", 0, "u32")], 64,
+                   [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("x"), [ir.store("x", i, ir.load("x", i) * 3 + 1)])])
+    x = np.arange(300, dtype=np.uint32)
+    for cfg in (DispatchConfig(fixpoint_iterations=5), DispatchConfig(grid=2, fixpoint_iterations=3)):
+        (g,) = cuda_backend.dispatch(p, [x], cfg)
+        (r,) = ref.dispatch(p, [x], cfg)
+        assert np.array_equal(g, r)
+    assert np.array_equal(x, np.arange(300, dtype=np.uint32))
+
+
+@pytest.mark.gpu
+def test_output_byte_range_reads_back_only_the_range(cuda_backend):
+    i = ir.var("i")
+    p = ir.Program([ir.BufferDecl.read("a", 0, "u32"), ir.BufferDecl.output("out", 1, "u32", output_byte_range=(8, 24))], 32,
+                   [ir.let("i", ir.gid(0)), ir.store("out", i, ir.load("a", i) + 1)])
+    (out,) = cuda_backend.dispatch(p, [np.arange(10, dtype=np.uint32)])
+    assert out.tolist() == [3, 4, 5, 6]
+
+
+@pytest.mark.gpu
+def test_launch_errors_come_before_the_driver(cuda_backend):
+    p = _saxpy()
+    args = [np.float32([2]), np.ones(10, np.float32), np.ones(10, np.float32)]
+    with pytest.raises(vn.LaunchError) as e:
+        cuda_backend.dispatch(p, args, DispatchConfig(grid=(1, 70000, 1)))
+    fix_in(e)
+    with pytest.raises(vn.DispatchError) as e:
+        cuda_backend.dispatch(p, [args[0], args[1].astype(np.float64), args[2]])
+    fix_in(e)
+    (y,) = cuda_backend.dispatch(p, args)  # the backend still works afterwards
+    assert np.array_equal(y, np.full(10, 3, np.float32))
+
+
+@pytest.mark.gpu
+def test_grid_barrier_is_refused_clearly(cuda_backend):
+    p = ir.Program([ir.BufferDecl.output("o", 0, "u32")], 32, [ir.barrier("grid"), ir.store("o", ir.gid(0), 1)])
+    with pytest.raises(vn.UnsupportedError) as e:
+        cuda_backend.dispatch(p, [], sizes={"o": 32})
+    fix_in(e)
+
+
+@pytest.mark.gpu
+def test_random_programs_match_reference(cuda_backend, ref):
+    strategies = pytest.importorskip("strategies")
+    from hypothesis import HealthCheck, given, settings
+
+    checked = []
+
+    @settings(max_examples=300, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(strategies.programs_with_inputs())
+    def run(sample):
+        program, inputs, config = sample
+        try:
+            expect = ref.dispatch(program, inputs, config)
+        except vn.VyreError:
+            return  # not a valid dispatch (the reference says why); nothing to compare
+        got = cuda_backend.dispatch(program, inputs, config)
+        for decl, g, r in zip(program.outputs, got, expect):
+            bad = mismatches(g, r, ulp=4 if _has_transcendental(program) else 0,
+                             bf16=decl.dtype is ir.DataType.BF16)
+            assert bad.size == 0, (f"{decl.name} differs at {bad[:8]}: gpu {g[bad[:8]]} ref {r[bad[:8]]}\n"
+                                   f"{program}\ninputs={inputs}")
+        checked.append(1)
+
+    run()
+    assert len(checked) >= 50, f"only {len(checked)} random programs were comparable"
+
+
+def _has_transcendental(program: ir.Program) -> bool:
+    return any(isinstance(x, ir.UnOp) and x.op in ir.TRANSCENDENTAL_UNOPS for x in ir.walk(program.entry))

@@ -1,0 +1,8 @@
+"""The CUDA backend over numba-cuda's driver layer. Every use of numba-cuda's driver lives here."""
+from .backend import CompiledKernel, CudaBackend
+from .cache import LRUCache
+from .device import DeviceCaps, caps, probe
+from .launch import ArgBlock, LaunchShape, validate_cooperative, validate_launch
+
+__all__ = ["CudaBackend", "CompiledKernel", "DeviceCaps", "LRUCache", "ArgBlock", "LaunchShape",
+           "caps", "probe", "validate_launch", "validate_cooperative"]

@@ -1,0 +1,47 @@
+"""Test support: a pytest plugin (`-p vyre_numba.testing`) that skips `gpu`-marked tests, with the
+reason, where the CUDA backend cannot run, and helpers to compare results as the semantics define."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    import pytest
+
+    from .backend import unavailable_reason
+
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if not gpu_items:
+        return
+    why = unavailable_reason("cuda")
+    if why is None:
+        return
+    skip = pytest.mark.skip(reason=f"no usable CUDA GPU: {why}")
+    for item in gpu_items:
+        item.add_marker(skip)
+
+
+def ordered_bits(a: np.ndarray) -> np.ndarray:
+    """Float bit patterns mapped to integers that order like the floats (for ULP distances)."""
+    bits = {2: np.int16, 4: np.int32, 8: np.int64}[a.dtype.itemsize]
+    i = a.view(bits).astype(np.int64)
+    return np.where(i < 0, np.int64(np.iinfo(bits).min) - i, i)
+
+
+def mismatches(got: np.ndarray, expected: np.ndarray, *, ulp: int = 0, bf16: bool = False) -> np.ndarray:
+    """Indices where `got` differs from `expected`: integers exactly; floats bit for bit (or within
+    `ulp` units in the last place), every NaN equal to every NaN. bf16 arrays hold raw uint16 bits."""
+    if got.shape != expected.shape:
+        raise AssertionError(f"shape {got.shape} != expected {expected.shape}")
+    if bf16:
+        from .ir import bf16_bits_to_f32
+
+        got, expected = bf16_bits_to_f32(got), bf16_bits_to_f32(expected)
+    if got.dtype.kind != "f":
+        return np.flatnonzero(got != expected)
+    nan_g, nan_e = np.isnan(got), np.isnan(expected)
+    dist = np.abs(ordered_bits(got) - ordered_bits(expected))
+    if bf16:  # widened bf16 values step by 2**16 in the f32 ordering
+        dist = dist >> 16
+    bad = (dist > ulp) & ~(nan_g & nan_e) | (nan_g != nan_e)
+    return np.flatnonzero(bad)

@@ -65,16 +65,28 @@ def get_backend(name: str | None = None) -> Backend:
     return _INSTANCES[name]
 
 
-def _load_builtin() -> None:
-    if "reference" not in _FACTORIES:
-        from .reference import ReferenceBackend
+def _reference() -> Backend:
+    from .reference import ReferenceBackend
 
-        register("reference", ReferenceBackend, lambda: None)
-    if "cuda" not in _FACTORIES:
-        try:
-            from .cuda import CudaBackend, probe
-        except ImportError as e:  # the CUDA backend is optional at import time
-            register("cuda", lambda: None, lambda e=e: f"vyre_numba.cuda failed to import ({e}). "
-                                                       "Fix: pip install 'numba-cuda[cu13]'.")
-        else:
-            register("cuda", CudaBackend, probe)
+    return ReferenceBackend()
+
+
+def _cuda() -> Backend:
+    from .cuda import CudaBackend
+
+    return CudaBackend()
+
+
+def _cuda_probe() -> str | None:
+    try:
+        from .cuda import probe
+    except ImportError as e:
+        return f"vyre_numba.cuda failed to import ({e}). Fix: pip install 'numba-cuda[cu13]'."
+    return probe()
+
+
+def _load_builtin() -> None:
+    _FACTORIES.setdefault("reference", _reference)
+    _PROBES.setdefault("reference", lambda: None)
+    _FACTORIES.setdefault("cuda", _cuda)
+    _PROBES.setdefault("cuda", _cuda_probe)

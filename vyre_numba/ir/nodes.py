@@ -318,7 +318,11 @@ def lit(value: int | float | bool, dtype: DataType | str | None = None) -> Lit:
     if dt.is_float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _fail(f"literal {value!r} is not a number. Fix: pass a float for {dt}.")
-        return Lit(dt, float_to_bits(float(value), dt))
+        try:
+            fv = float(value)
+        except OverflowError:  # an int beyond every float: rounds to +-inf, as IEEE does
+            fv = math.inf if value > 0 else -math.inf
+        return Lit(dt, float_to_bits(fv, dt))
     if dt.is_bool:
         if value not in (0, 1, True, False):
             raise _fail(f"bool literal {value!r} is not True/False. Fix: pass True or False.")

@@ -49,7 +49,7 @@ def _strong(lit: n.Lit, dt: DataType) -> n.Lit | None:
             return None
         return n.Lit(dt, float_to_bits(lit.value, dt))
     if dt.is_float:
-        return n.Lit(dt, float_to_bits(float(lit.raw), dt))
+        return n.lit(lit.raw, dt)  # as ir.lit(value, dt): ints beyond every float round to +-inf
     if not dt.min <= lit.raw <= dt.max:
         return None
     return n.Lit(dt, lit.raw)

@@ -55,6 +55,22 @@ def _strong(lit: n.Lit, dt: DataType) -> n.Lit | None:
     return n.Lit(dt, lit.raw)
 
 
+def _bad_literal(lit: n.Lit) -> str | None:
+    """Why `lit` (e.g. built directly or read from JSON) holds no value of its type, or None."""
+    dt, raw = lit.dtype, lit.raw
+    if not isinstance(dt, DataType):
+        return f"has type {dt!r}, which is not a DataType"
+    if not isinstance(raw, int) or isinstance(raw, bool):
+        return f"holds {raw!r}, which is not an int"
+    if dt.is_float:
+        ok = 0 <= raw < 1 << dt.bits
+    elif dt.is_bool:
+        ok = raw in (0, 1)
+    else:
+        ok = lit.weak or dt.min <= raw <= dt.max
+    return None if ok else f"holds {raw}, which is not a {dt} {'bit pattern' if dt.is_float else 'value'}"
+
+
 class _Checker:
     def __init__(self, buffers: tuple[BufferDecl, ...]):
         self.bufs: dict[str, BufferDecl] = {}
@@ -115,6 +131,10 @@ class _Checker:
     # ---- expressions --------------------------------------------------------------------------
     def expr(self, e: n.Expr, where: str, want: DataType | None = None) -> tuple[n.Expr, DataType | None]:
         if isinstance(e, n.Lit):
+            bad = _bad_literal(e)
+            if bad is not None:
+                self.err(where, f"literal {e!r} {bad}. Fix: build literals with ir.lit(value, 'type').")
+                return e, (e.dtype if isinstance(e.dtype, DataType) and not e.weak else None)
             if not e.weak:
                 return e, e.dtype
             target = want if want is not None else default_weak_type(e)

@@ -111,7 +111,10 @@ BufferDecl.output = classmethod(_output)  # type: ignore[assignment]
 def _norm_wg(ws) -> tuple[int, int, int]:
     if isinstance(ws, int):
         return (ws, 1, 1)
-    ws = tuple(ws)
+    try:
+        ws = tuple(ws)
+    except TypeError:  # e.g. a NumPy integer or a float
+        raise IRValidationError(f"workgroup_size {ws!r} is not 1 to 3 ints. Fix: pass e.g. 256 or (16, 16).") from None
     if not 1 <= len(ws) <= 3 or not all(isinstance(v, int) for v in ws):
         raise IRValidationError(f"workgroup_size {ws!r} is not 1 to 3 ints. Fix: pass e.g. 256 or (16, 16).")
     return ws + (1,) * (3 - len(ws))

@@ -259,6 +259,16 @@ def test_float_literals_round_to_nearest_even():
     assert ir.bf16(1e-40).raw != 0  # bf16 subnormal kept
 
 
+def test_huge_int_float_literal_rounds_to_infinity():
+    """Regression: ir.f32(10**400) and a weak 10**400 in a float context raised OverflowError."""
+    assert ir.f32(10**400).value == math.inf and ir.f64(-10**400).value == -math.inf
+    assert ir.f64(2**1024 - 2**970).value == math.inf      # halfway past max: ties to even = inf
+    assert ir.f64(2**1024 - 2**971).value == D.F64.max
+    assert ir.bf16(2**200).value == math.inf
+    p = f32_prog(ir.store("out", 0, -10**400))
+    assert ir.validate(p) == [] and p.entry[0].value == ir.f32(-math.inf)
+
+
 def test_nan_and_negative_zero_literals_compare_and_hash_as_ir():
     nan1, nan2 = ir.f32(float("nan")), ir.f32(float("nan"))
     assert math.isnan(nan1.value)
@@ -425,7 +435,7 @@ def test_program_workgroup_size_normalised():
     assert ir.Program([], 64, []).workgroup_size == (64, 1, 1)
     assert ir.Program([], (8, 8), []).workgroup_size == (8, 8, 1)
     assert ir.Program([], [4, 4, 4], []).workgroup_size == (4, 4, 4)
-    for bad in ((), (1, 2, 3, 4), (8.0,), ("8",)):
+    for bad in ((), (1, 2, 3, 4), (8.0,), ("8",), np.int64(8), 8.0, None):  # regression: np.int64 was a TypeError
         with pytest.raises(IRValidationError) as info:
             ir.Program([], bad, [])
         assert_fix(str(info.value))

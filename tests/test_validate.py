@@ -160,6 +160,31 @@ def test_weak_literal_that_cannot_take_its_type():
     only(prog(ir.store("c", 0, 0.5)), "entry[0]", "literal 0.5 cannot be a u32")
 
 
+@pytest.mark.parametrize("lit,fragment", [
+    (n.Lit(ir.DataType.U32, 2**40), "holds 1099511627776, which is not a u32 value"),
+    (n.Lit(ir.DataType.I8, 128), "holds 128, which is not a i8 value"),
+    (n.Lit(ir.DataType.U8, -1), "holds -1, which is not a u8 value"),
+    (n.Lit(ir.DataType.BOOL, 2), "holds 2, which is not a bool value"),
+    (n.Lit(ir.DataType.F32, 2**32), "which is not a f32 bit pattern"),
+    (n.Lit(ir.DataType.F16, -1), "which is not a f16 bit pattern"),
+    (n.Lit(ir.DataType.F32, "x"), "holds 'x', which is not an int"),
+    (n.Lit(ir.DataType.U32, True), "holds True, which is not an int"),
+    (n.Lit(ir.DataType.U32, 1.5, weak=True), "holds 1.5, which is not an int"),
+    (n.Lit("u32", 1), "has type 'u32', which is not a DataType"),
+])
+def test_literal_that_holds_no_value_of_its_type(lit, fragment):
+    """Regression: such literals (built directly or read from JSON) validated clean or crashed."""
+    only(prog(ir.let("x", lit)), "entry[0]", fragment)
+
+
+def test_literal_raw_checked_after_json_round_trip():
+    import json
+    good = ir.Program([B.output("o", 0, "u8")], 1, [ir.store("o", 0, ir.u8(7))])
+    d = json.loads(good.to_json())
+    d["entry"][0]["value"]["raw"] = 300
+    only(ir.Program.from_dict(d), "entry[0]", "holds 300, which is not a u8 value")
+
+
 def test_undefined_variable_after_its_scope_ends():
     p = prog(ir.if_(True, [ir.let("t", 1)], [ir.let("e", 1)]), ir.loop("k", 0, 2, []),
              ir.block(ir.let("q", ir.var("t"))))

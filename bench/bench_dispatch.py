@@ -171,7 +171,7 @@ def bench_warm(n_calls: int) -> dict:
 
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "inc.cubin"
-        path.write_bytes(assemble(k.ptx, sm=backend.caps.sm))
+        path.write_bytes(assemble(backend.ptx(p), sm=backend.caps.sm))
         fn = cp.RawModule(path=str(path)).get_function("inc")
     cx = cp.zeros(n, cp.uint32)
     un = np.uint32(n)

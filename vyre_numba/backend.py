@@ -2,17 +2,70 @@
 from __future__ import annotations
 
 import abc
-from typing import Callable, Mapping, Sequence
+import time
+from collections import Counter
+from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
 from .config import DispatchConfig
-from .errors import BackendUnavailableError
+from .errors import BackendUnavailableError, DispatchError
 from .ir import Program
 
 
+class Step(NamedTuple):
+    """One step of a resident sequence: run `program` over `buffers` (binding order or by name)."""
+
+    program: Program
+    buffers: Sequence | Mapping
+    config: DispatchConfig | None = None
+
+
+Read = tuple  # (buffer, offset, count): a range of a resident buffer to bring back to the host
+
+
+class Pending(abc.ABC):
+    """A dispatch in flight."""
+
+    @abc.abstractmethod
+    def done(self) -> bool:
+        """True once the results are ready (never blocks)."""
+
+    @abc.abstractmethod
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until done or `timeout` seconds pass; True if done."""
+
+    @abc.abstractmethod
+    def result(self) -> list[np.ndarray]:
+        """The outputs in binding order (waits if needed; raises the dispatch's error)."""
+
+
+class Completed(Pending):
+    """A dispatch that finished when it was issued (the reference backend's)."""
+
+    def __init__(self, outputs: list[np.ndarray] | None = None, error: BaseException | None = None):
+        self._outputs, self._error = outputs, error
+
+    def done(self) -> bool:
+        return True
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return True
+
+    def result(self) -> list[np.ndarray]:
+        if self._error is not None:
+            raise self._error
+        return self._outputs
+
+
 class Backend(abc.ABC):
-    """Runs vyre programs. Every backend gives the same results as the reference backend."""
+    """Runs vyre programs. Every backend gives the same results as the reference backend.
+
+    Host dispatch (`dispatch`, `dispatch_async`, `dispatch_timed`) takes and returns NumPy arrays.
+    Resident dispatch (`dispatch_resident`, `dispatch_sequence`, `dispatch_repeated`) works on the
+    backend's own buffers (`allocate`, `upload`, `download`): device arrays on the GPU, NumPy arrays
+    on the reference backend, so the same code runs on both.
+    """
 
     name: str = "abstract"
 
@@ -23,8 +76,106 @@ class Backend(abc.ABC):
         """Run `program` once (or `config.fixpoint_iterations` times) on host arrays and return the
         output buffers in binding order. Inputs are never modified."""
 
+    def dispatch_resident(self, program: Program, buffers: Sequence | Mapping,
+                          config: DispatchConfig | None = None) -> None:
+        """Run `program` over resident buffers (every non-workgroup buffer, binding order or by
+        name), writing outputs in place. May return before the work is done."""
+        raise NotImplementedError(f"{self.name} backend has no resident dispatch")
+
+    def upload(self, array: np.ndarray):
+        """A resident copy of a host array."""
+        raise NotImplementedError(f"{self.name} backend has no resident buffers")
+
+    def empty(self, n: int, dtype) -> object:
+        """A resident buffer of `n` zeroed elements of NumPy dtype `dtype`."""
+        raise NotImplementedError(f"{self.name} backend has no resident buffers")
+
+    def download(self, buffer, offset: int = 0, count: int | None = None) -> np.ndarray:
+        """Elements [offset, offset+count) of a resident buffer, as a host array (waits for pending work)."""
+        raise NotImplementedError(f"{self.name} backend has no resident buffers")
+
+    def synchronize(self) -> None:
+        """Wait for all work this backend has issued."""
+
+    def allocate(self, program: Program, name: str, n: int | None = None):
+        """A zeroed resident buffer for `program`'s buffer `name` (`n` elements, or its static count)."""
+        from .ir.program import Role
+
+        try:
+            decl = program.buffer(name)
+        except KeyError:
+            raise DispatchError(f"{program.name!r} has no buffer {name!r} (buffers: "
+                                f"{[b.name for b in program.buffers]}). Fix: use one of those names.") from None
+        if decl.role is Role.SHARED:
+            raise DispatchError(f"{name!r} is a workgroup buffer; it lives in shared memory during a launch. "
+                                "Fix: allocate only bound (non-workgroup) buffers.")
+        count = decl.count if n is None else n
+        if not isinstance(count, (int, np.integer)) or count < 0 or (n is None and not decl.count):
+            raise DispatchError(f"allocate({name!r}) needs an element count: the buffer is declared with "
+                                f"count={decl.count}. Fix: pass n=number of elements.")
+        if decl.count and count < decl.count:
+            raise DispatchError(f"allocate({name!r}, {count}) is smaller than the declared {decl.count} elements. "
+                                f"Fix: allocate at least {decl.count}.")
+        return self.empty(int(count), decl.dtype.storage)
+
+    def dispatch_async(self, program: Program, inputs: Sequence | Mapping | None = None,
+                       config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None
+                       ) -> Pending:
+        """`dispatch` that returns at once with a `Pending`."""
+        try:
+            return Completed(self.dispatch(program, inputs, config, sizes=sizes))
+        except Exception as e:  # delivered by result(), as an asynchronous failure would be
+            return Completed(error=e)
+
+    def dispatch_timed(self, program: Program, inputs: Sequence | Mapping | None = None,
+                       config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None
+                       ) -> tuple[list[np.ndarray], int]:
+        """`dispatch` plus the nanoseconds the program itself ran (device time on a GPU)."""
+        t0 = time.perf_counter_ns()
+        out = self.dispatch(program, inputs, config, sizes=sizes)
+        ns = time.perf_counter_ns() - t0
+        self._count(timed_dispatches=1, timed_ns=ns)
+        return out, ns
+
+    def dispatch_sequence(self, steps: Iterable[Step | tuple], read: Iterable[Read] = ()) -> list[np.ndarray]:
+        """Run several programs over resident buffers, one after another with no host
+        synchronisation between them, then read back only the ranges in `read`."""
+        for step in steps:
+            step = Step(*step)
+            self.dispatch_resident(step.program, step.buffers, step.config)
+        return [self.download(buf, off, cnt) for buf, off, cnt in (_read(r) for r in read)]
+
+    def dispatch_repeated(self, prefix: Iterable[Step | tuple], body: Iterable[Step | tuple], repeat: int,
+                          read: Iterable[Read] = ()) -> list[np.ndarray]:
+        """`prefix` once, then `body` `repeat` times, then the reads."""
+        if not isinstance(repeat, int) or repeat < 0:
+            raise DispatchError(f"repeat={repeat!r} is not a non-negative int. Fix: pass 0 or more.")
+        body = [Step(*s) for s in body]
+        return self.dispatch_sequence(list(prefix) + body * repeat, read)
+
+    # ---- telemetry ---------------------------------------------------------------------------
+    def _count(self, **deltas: int) -> None:
+        counters = self.__dict__.setdefault("_counters", Counter())
+        counters.update(deltas)
+
+    def telemetry(self) -> dict[str, int]:
+        """Counters since the last reset: launches, sync points, bytes uploaded and read back,
+        cache hits and misses per level, timed dispatches and their nanoseconds."""
+        return dict(self.__dict__.setdefault("_counters", Counter()))
+
+    def reset_telemetry(self) -> None:
+        self.__dict__["_counters"] = Counter()
+
     def __repr__(self) -> str:
         return f"<vyre_numba {self.name} backend>"
+
+
+def _read(r) -> tuple:
+    if len(r) == 1:
+        return r[0], 0, None
+    if len(r) == 2:
+        return r[0], r[1], None
+    return tuple(r)
 
 
 _FACTORIES: dict[str, Callable[[], Backend]] = {}

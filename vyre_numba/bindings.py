@@ -60,7 +60,7 @@ def as_host_array(b: BufferDecl, value, where: str) -> np.ndarray:
         hint = " (bf16 buffers hold raw bits: ir.f32_to_bf16_bits(x))" if b.dtype is DataType.BF16 else ""
         raise DispatchError(f"{where}: {b.name!r} is declared {b.dtype} but the array has dtype {arr.dtype}{hint}. "
                             f"Fix: pass np.asarray(x, dtype=np.{want}).")
-    return arr.reshape(-1)
+    return np.ascontiguousarray(arr).reshape(-1)
 
 
 def bind(program: Program, inputs: Sequence | Mapping | None, config: DispatchConfig | None = None,

@@ -2,19 +2,24 @@
 from __future__ import annotations
 
 import hashlib
+import threading
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..backend import Backend
-from ..bindings import Binding, bind, output_view
+from ..backend import Backend, Pending
+from ..bindings import Binding, bind
 from ..config import DispatchConfig
 from ..errors import DeviceError, DispatchError, VyreError
 from ..ir import Program, check
 from ..ir.program import Role
+from .. import profiling
+from . import diskcache
 from .cache import LRUCache
+from .diskcache import DiskCache, code_fingerprint
 from .device import DeviceCaps, caps
+from .memory import Pool, StreamPool
 from .launch import ArgBlock, LaunchShape, launch, validate_cooperative, validate_launch
 
 
@@ -41,6 +46,7 @@ class CudaBackend(Backend):
     name = "cuda"
 
     def __init__(self, *, ptx_cache_size: int = 512, module_cache_size: int = 128):
+        """Bind to the current device and context; caches are bounded by the given entry counts."""
         from numba import cuda
 
         self._cuda = cuda
@@ -49,9 +55,16 @@ class CudaBackend(Backend):
         self.stream = cuda.stream()
         self.ptx_cache: LRUCache[str] = LRUCache(ptx_cache_size)
         self.module_cache: LRUCache[CompiledKernel] = LRUCache(module_cache_size, on_evict=self._unload)
+        self.disk_cache: DiskCache | None = DiskCache() if diskcache.enabled() else None
+        self._toolchain = _toolchain_versions()
         self._blocks_per_sm: dict[tuple, int] = {}
         self._prepared: dict[tuple, tuple] = {}
         self._stream_handle = int(self.stream.handle) if self.stream.handle else 0
+        self._thread = threading.local()
+        self._thread.ready = True
+        self.streams = StreamPool(cuda.stream)
+        self.pinned_pool = Pool(lambda n: cuda.pinned_array(n, dtype=np.uint8), max_bytes=256 << 20)
+        self.device_pool = Pool(lambda n: cuda.device_array(n, dtype=np.uint8), max_bytes=1 << 30)
 
     # ---- compilation ----------------------------------------------------------------------------
     def ptx(self, program: Program, config: DispatchConfig | None = None) -> str:
@@ -60,20 +73,36 @@ class CudaBackend(Backend):
 
         config = config or DispatchConfig()
         key = (program.digest(), config.key(), self.caps.sm)
-        return self.ptx_cache.get_or_build(key, lambda: emit(program, sm=self.caps.sm, config=config))
+        def build() -> str:
+            with profiling.range("emit"):
+                return emit(program, sm=self.caps.sm, config=config)
+
+        return self.ptx_cache.get_or_build(key, build)
 
     def kernel(self, program: Program, config: DispatchConfig | None = None) -> CompiledKernel:
-        """The loaded kernel of `program` (cached by its PTX text)."""
-        ptx = self.ptx(program, config)
-        key = hashlib.sha256(ptx.encode()).hexdigest()
-        return self.module_cache.get_or_build(key, lambda: self._load(program.name, ptx))
+        """The loaded kernel of `program` for this device: from memory, else from the disk cache,
+        else emitted and assembled (and stored on disk)."""
+        config = config or DispatchConfig()
+        key = (program.digest(), config.key(), self.caps.sm)
+        return self.module_cache.get_or_build(key, lambda: self._build(program, config, key))
 
-    def _load(self, name: str, ptx: str) -> CompiledKernel:
-        from cuda.core import ObjectCode
-
+    def _build(self, program: Program, config: DispatchConfig, key: tuple) -> CompiledKernel:
         from ..ptx import assemble
 
-        cubin = assemble(ptx, sm=self.caps.sm)
+        full_key = key + self._toolchain
+        cubin = self.disk_cache.get(full_key) if self.disk_cache else None
+        ptx = None
+        if cubin is None:
+            ptx = self.ptx(program, config)
+            with profiling.range("assemble"):
+                cubin = assemble(ptx, sm=self.caps.sm)
+            if self.disk_cache:
+                self.disk_cache.put(full_key, cubin)
+        return self._load(program.name, cubin, ptx)
+
+    def _load(self, name: str, cubin: bytes, ptx: str | None) -> CompiledKernel:
+        from cuda.core import ObjectCode
+
         try:
             module = self.context.create_module_image(ObjectCode.from_cubin(cubin))
             fn = module.get_function(name)
@@ -106,33 +135,108 @@ class CudaBackend(Backend):
             validate_cooperative(self.caps, shape, self.blocks_per_sm(k, shape.block, shape.shared_bytes),
                                  kernel=k.name)
 
+    # ---- host dispatch ----------------------------------------------------------------------------
     def dispatch(self, program: Program, inputs: Sequence | Mapping | None = None,
                  config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None
                  ) -> list[np.ndarray]:
+        return self.dispatch_async(program, inputs, config, sizes=sizes).result()
+
+    def dispatch_async(self, program: Program, inputs: Sequence | Mapping | None = None,
+                       config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None
+                       ) -> "CudaPending":
+        """Upload, launch and read back on a stream of its own; returns at once. Everything it
+        takes from the pools goes back when its result is collected (or on error)."""
+        return self._issue(program, inputs, config, sizes, timed=False)
+
+    def dispatch_timed(self, program: Program, inputs: Sequence | Mapping | None = None,
+                       config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None
+                       ) -> tuple[list[np.ndarray], int]:
+        """Outputs plus the device nanoseconds of the launches, measured with CUDA events."""
+        pending = self._issue(program, inputs, config, sizes, timed=True)
+        out = pending.result()
+        ns = pending.device_ns()
+        self._count(timed_dispatches=1, timed_ns=ns)
+        return out, ns
+
+    def _issue(self, program, inputs, config, sizes, *, timed: bool) -> "CudaPending":
         b = bind(program, inputs, config, sizes, copy_inputs=False)
+        self._ensure_context()
         k = self.kernel(program, b.config)
         shape = LaunchShape(b.grid, b.workgroup)
         self.check_launch(k, shape, b.config)
+        pending = CudaPending(self, k.name, shape)
         try:
-            device = self._upload(b)
-            self._launch(k, shape, b, device)
-            out = [self._readback(d, decl) for decl, d in ((o, device[o.name]) for o in program.outputs)]
-            self.stream.synchronize()
-        except VyreError:
-            raise
-        except Exception as e:
+            self._stage(pending, k, shape, b, timed)
+        except BaseException as e:
+            pending.release()
+            if isinstance(e, VyreError):
+                raise
             raise DeviceError(f"kernel {k.name!r} with {shape} failed: {type(e).__name__}: {e}. "
-                              "Fix: a fault inside a kernel poisons the CUDA context; restart the process. "
-                              "Report it with the program's JSON if it passes the reference backend.") from e
-        return out
+                              "Fix: a fault inside a kernel poisons the CUDA context; restart the process.") from e
+        return pending
 
+    def _stage(self, pending: "CudaPending", k: CompiledKernel, shape: LaunchShape, b: Binding, timed: bool) -> None:
+        from cuda.bindings import driver as drv
+
+        stream = pending.stream = self.streams.take()
+        sh = int(stream.handle) if stream.handle else 0
+        bound = b.program.bound_buffers
+        args = ArgBlock(2 * len(bound))
+        up = 0
+        with profiling.range("upload"):
+            for i, decl in enumerate(bound):
+                arr = b.arrays[decl.name]
+                nbytes = arr.nbytes
+                dev = self.device_pool.take(nbytes)
+                pending.device.append((dev, nbytes))
+                ptr = dev.__cuda_array_interface__["data"][0]
+                args.values[i], args.values[len(bound) + i] = ptr, arr.size
+                if decl.role is Role.OUTPUT:
+                    if nbytes:
+                        _check(drv.cuMemsetD8Async(ptr, 0, nbytes, sh), "zeroing an output")
+                elif nbytes:
+                    pinned = self.pinned_pool.take(nbytes)
+                    pending.pinned.append((pinned, nbytes))
+                    pinned[:nbytes] = arr.view(np.uint8).reshape(-1)
+                    _check(drv.cuMemcpyHtoDAsync(ptr, pinned.ctypes.data, nbytes, sh), "uploading an input")
+                    up += nbytes
+        if timed:
+            pending.events = (self._cuda.event(), self._cuda.event())
+            pending.events[0].record(stream)
+        with profiling.range("launch"):
+            if not shape.empty:
+                for _ in range(b.config.fixpoint_iterations):
+                    launch(k.handle, shape, args, sh, kernel=k.name, cooperative=b.config.cooperative)
+        if timed:
+            pending.events[1].record(stream)
+        down = 0
+        with profiling.range("readback"):
+            index = {d.name: i for i, d in enumerate(bound)}
+            for decl in b.program.outputs:
+                arr = b.arrays[decl.name]
+                lo, hi = (0, arr.nbytes) if decl.output_byte_range is None else decl.output_byte_range
+                nbytes = max(0, min(hi, arr.nbytes) - lo)
+                host = self.pinned_pool.take(nbytes)
+                pending.pinned.append((host, nbytes))
+                pending.outputs.append((host, nbytes, decl.dtype.storage))
+                if nbytes:
+                    src = int(args.values[index[decl.name]]) + lo
+                    _check(drv.cuMemcpyDtoHAsync(host.ctypes.data, src, nbytes, sh), "reading back an output")
+                    down += nbytes
+        pending.done_event = self._cuda.event(timing=False)
+        pending.done_event.record(stream)
+        launches = 0 if shape.empty else b.config.fixpoint_iterations
+        self._count(dispatches=1, kernel_launches=launches, bytes_uploaded=up, bytes_read_back=down)
+
+    # ---- resident dispatch ------------------------------------------------------------------------
     def dispatch_resident(self, program: Program, buffers: Sequence | Mapping, config: DispatchConfig | None = None
                           ) -> None:
         """Run `program` over device arrays (numba device arrays or any `__cuda_array_interface__`
         object: CuPy, PyTorch) bound in binding order, writing outputs in place; nothing is copied.
         Pure outputs are zeroed first. The launch is enqueued on this backend's stream; call
-        `synchronize()` (or read a result) to wait for it."""
+        `synchronize()` (or `download`) to wait for it."""
         config = config or DispatchConfig()
+        self._ensure_context()
         prep = self._prepared.get((program.digest(), config))
         if prep is None:
             check(program)
@@ -147,23 +251,100 @@ class CudaBackend(Backend):
             raise DispatchError(f"dispatch_resident of {program.name!r}: expected {len(bound)} buffers "
                                 f"{[d.name for d in bound]} in binding order, got {len(buffers)}. "
                                 "Fix: pass one device array per non-workgroup buffer, outputs included.")
-        args = ArgBlock(2 * len(bound))
         n = len(bound)
+        args = ArgBlock(2 * n)
         cover = 0
+        spans = []
         for i, (decl, buf) in enumerate(zip(bound, buffers)):
-            ptr, size = _device_view(decl, buf, program.name)
+            ptr, size = self._device_view(decl, buf, program.name)
             args.values[i] = ptr
             args.values[n + i] = size
+            spans.append((ptr, ptr + size * decl.dtype.nbytes, decl))
             if is_out[i]:
                 cover = max(cover, size)
-                if pure[i] and size:
-                    _memset(ptr, size * decl.dtype.nbytes, self._stream_handle)
+        _check_aliasing(spans, program.name)
+        sh = self._stream_handle
+        for i, (ptr, end, decl) in enumerate(spans):
+            if pure[i] and end > ptr:
+                _memset(ptr, end - ptr, sh)
         wg = program.workgroup_size if config.workgroup in (None, "auto") else config.workgroup
         shape = LaunchShape(config.grid or (-(-cover // wg[0]), 1, 1), wg)
         self.check_launch(k, shape, config)
         if not shape.empty:
             for _ in range(config.fixpoint_iterations):
-                launch(k.handle, shape, args, self._stream_handle, kernel=k.name, cooperative=config.cooperative)
+                launch(k.handle, shape, args, sh, kernel=k.name, cooperative=config.cooperative)
+        self._count(resident_dispatches=1, kernel_launches=0 if shape.empty else config.fixpoint_iterations)
+
+    def _device_view(self, decl, buf, kernel: str) -> tuple[int, int]:
+        ptr, size = _device_view(decl, buf, kernel)
+        gd = getattr(buf, "gpu_data", None)
+        if gd is not None:
+            fin = getattr(getattr(gd, "owner", gd), "_finalizer", None)
+            if fin is not None and not fin.alive:
+                raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} was freed. "
+                                    "Fix: allocate a new buffer (backend.allocate / backend.upload).")
+            ctx = getattr(gd, "context", None)
+            if ctx is not None and getattr(ctx, "handle", None) != self.context.handle:
+                raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} belongs to another CUDA context "
+                                    f"({ctx}). Fix: create it on this backend's device, or copy it over.")
+        elif ptr:
+            from cuda.bindings import driver as drv
+
+            err, dev = drv.cuPointerGetAttribute(
+                drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)
+            if err != drv.CUresult.CUDA_SUCCESS or dev != self.context.device.id:
+                where = "is not device memory" if err != drv.CUresult.CUDA_SUCCESS else f"is on device {dev}"
+                raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} {where}, but this backend runs "
+                                    f"on device {self.context.device.id}. Fix: move the array to that device.")
+        return ptr, size
+
+    def upload(self, array: np.ndarray):
+        """A device copy of a host array (a numba device array)."""
+        arr = np.ascontiguousarray(array)
+        d = self._cuda.to_device(arr, stream=self.stream)
+        self._count(bytes_uploaded=arr.nbytes)
+        return d
+
+    def empty(self, n: int, dtype) -> Any:
+        """A zeroed numba device array of `n` elements."""
+        d = self._cuda.device_array(int(n), dtype=dtype, stream=self.stream)
+        if d.nbytes:
+            _memset(d.__cuda_array_interface__["data"][0], d.nbytes, self._stream_handle)
+        return d
+
+    def download(self, buffer, offset: int = 0, count: int | None = None) -> np.ndarray:
+        """Elements [offset, offset+count) of a contiguous device array, after the work issued before it."""
+        from cuda.bindings import driver as drv
+
+        try:
+            cai = buffer.__cuda_array_interface__
+        except AttributeError:
+            raise DispatchError(f"download() got a {type(buffer).__name__}, not a device array. "
+                                "Fix: pass a numba/CuPy/PyTorch CUDA array.") from None
+        dtype = np.dtype(cai["typestr"])
+        size = int(np.prod(cai["shape"])) if cai["shape"] else 1
+        count = size - offset if count is None else count
+        if offset < 0 or count < 0 or offset + count > size:
+            raise DispatchError(f"download(offset={offset}, count={count}) is outside the buffer's {size} elements. "
+                                "Fix: pass a range inside the buffer.")
+        strides = cai.get("strides")
+        if strides is not None and size > 1 and tuple(strides) != tuple(
+                int(np.prod(cai["shape"][k + 1:])) * dtype.itemsize for k in range(len(cai["shape"]))):
+            raise DispatchError("download() needs a contiguous device array. Fix: download a contiguous copy.")
+        host = np.empty(count, dtype=dtype)
+        self.synchronize()
+        if count:
+            self._ensure_context()
+            _check(drv.cuMemcpyDtoH(host.ctypes.data, cai["data"][0] + offset * dtype.itemsize, host.nbytes),
+                   "reading back a buffer")
+        self._count(bytes_read_back=host.nbytes)
+        return host
+
+    def _ensure_context(self) -> None:
+        """numba-cuda makes its context current per thread; raw driver calls need it current here too."""
+        if not getattr(self._thread, "ready", False):
+            self._cuda.current_context()
+            self._thread.ready = True
 
     def synchronize(self) -> None:
         """Wait for everything enqueued on this backend's stream; a kernel fault becomes DeviceError."""
@@ -172,36 +353,113 @@ class CudaBackend(Backend):
         except Exception as e:
             raise DeviceError(f"the stream failed: {type(e).__name__}: {e}. Fix: a fault inside a kernel poisons "
                               "the CUDA context; restart the process.") from e
+        self._count(sync_points=1)
 
-    def _upload(self, b: Binding) -> dict[str, Any]:
-        cuda, stream = self._cuda, self.stream
-        device = {}
-        for decl in b.program.bound_buffers:
-            arr = b.arrays[decl.name]
-            if decl.role is Role.OUTPUT:
-                d = cuda.device_array(arr.size, dtype=arr.dtype, stream=stream)
-                if arr.size:
-                    d.gpu_data.memset(0, stream=stream)
-            else:
-                d = cuda.to_device(arr, stream=stream)
-            device[decl.name] = d
-        return device
+    def telemetry(self) -> dict[str, int]:
+        t = super().telemetry()
+        for level, cache in (("ptx", self.ptx_cache), ("module", self.module_cache), ("disk", self.disk_cache)):
+            if cache is not None:
+                st = cache.stats()
+                t[f"{level}_cache_hits"], t[f"{level}_cache_misses"] = st["hits"], st["misses"]
+        return t
 
-    def _launch(self, k: CompiledKernel, shape: LaunchShape, b: Binding, device: Mapping[str, Any]) -> None:
-        bound = b.program.bound_buffers
-        args = ArgBlock(2 * len(bound))
-        for i, decl in enumerate(bound):
-            d = device[decl.name]
-            args.values[i] = d.__cuda_array_interface__["data"][0] or 0 if d.size else 0
-            args.values[len(bound) + i] = d.size
-        if shape.empty:
-            return
-        for _ in range(b.config.fixpoint_iterations):
-            launch(k.handle, shape, args, self._stream_handle, kernel=k.name, cooperative=b.config.cooperative)
+    def reset_telemetry(self) -> None:
+        super().reset_telemetry()
+        for cache in (self.ptx_cache, self.module_cache, self.disk_cache):
+            if cache is not None:
+                cache.hits = cache.misses = 0
 
-    def _readback(self, d, decl) -> np.ndarray:
-        view = output_view(decl, d)
-        return view.copy_to_host(stream=self.stream) if view.size else np.zeros(0, dtype=d.dtype)
+
+class CudaPending(Pending):
+    """A host dispatch in flight on its own stream."""
+
+    def __init__(self, backend: CudaBackend, kernel: str, shape: LaunchShape):
+        self.backend, self.kernel, self.shape = backend, kernel, shape
+        self.stream = None
+        self.device: list = []
+        self.pinned: list = []
+        self.outputs: list = []
+        self.events = None
+        self.done_event = None
+        self._result: list[np.ndarray] | None = None
+        self._error: BaseException | None = None
+
+    def done(self) -> bool:
+        if self._result is not None or self._error is not None:
+            return True
+        return self.done_event is None or self.done_event.query()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        import time
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = 1e-5
+        while not self.done():
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(delay)
+            delay = min(delay * 2, 1e-3)
+        return True
+
+    def result(self) -> list[np.ndarray]:
+        if self._result is None and self._error is None:
+            try:
+                self.stream.synchronize()
+                self.backend._count(sync_points=1)
+                self._result = [host[:n].view(dt).copy() for host, n, dt in self.outputs]
+            except Exception as e:
+                self._error = DeviceError(
+                    f"kernel {self.kernel!r} with {self.shape} failed: {type(e).__name__}: {e}. "
+                    "Fix: a fault inside a kernel poisons the CUDA context; restart the process.")
+            finally:
+                self.release()
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def device_ns(self) -> int:
+        """Device nanoseconds between the events around the launches (timed dispatches only)."""
+        if self.events is None:
+            raise DispatchError("this dispatch was not timed. Fix: use dispatch_timed.")
+        self.result()
+        return int(round(self.backend._cuda.event_elapsed_time(*self.events) * 1e6))
+
+    def release(self) -> None:
+        """Give pooled memory and the stream back (after the stream has finished with them)."""
+        b = self.backend
+        if self.stream is not None:
+            try:
+                self.stream.synchronize()
+            except Exception:  # the error itself is reported by result()
+                pass
+            b.streams.give(self.stream)
+            self.stream = None
+        for dev, n in self.device:
+            b.device_pool.give(dev, n)
+        for host, n in self.pinned:
+            b.pinned_pool.give(host, n)
+        self.device, self.pinned = [], []
+
+
+def _check(result, what: str) -> None:
+    from cuda.bindings import driver as drv
+
+    err = result[0] if isinstance(result, tuple) else result
+    if err != drv.CUresult.CUDA_SUCCESS:
+        raise DeviceError(f"{what} failed: {err.name}. Fix: check the device is healthy (nvidia-smi) and memory "
+                          "is not exhausted.")
+
+
+def _check_aliasing(spans: list, kernel: str) -> None:
+    """Refuse two bindings whose memory overlaps where either is written (a race)."""
+    for i in range(len(spans)):
+        a0, a1, da = spans[i]
+        for j in range(i + 1, len(spans)):
+            b0, b1, db = spans[j]
+            if a0 < b1 and b0 < a1 and (da.access.writable or db.access.writable):
+                raise DispatchError(f"dispatch_resident of {kernel!r}: {da.name!r} and {db.name!r} share device "
+                                    "memory and one of them is written, a race. Fix: bind distinct buffers "
+                                    "(copy one of them first).")
 
 
 def _missing(program: Program, name: str):
@@ -246,3 +504,17 @@ def _memset(ptr: int, nbytes: int, stream: int) -> None:
     if err != driver.CUresult.CUDA_SUCCESS:
         raise DeviceError(f"zeroing an output of {nbytes} bytes failed: {err.name}. Fix: check the device array is "
                           "alive and belongs to the current context.")
+
+
+def _toolchain_versions() -> tuple:
+    """What besides the program decides the cubin: driver, nvJitLink and the emitter's code."""
+    from cuda.bindings import driver
+
+    try:
+        from cuda.bindings import nvjitlink
+
+        jit = tuple(nvjitlink.version())
+    except Exception:  # an unknown nvJitLink version only makes the key more specific
+        jit = ("unknown",)
+    _, drv = driver.cuDriverGetVersion()
+    return (drv, jit, code_fingerprint())

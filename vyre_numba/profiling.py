@@ -1,0 +1,22 @@
+"""Named ranges for Nsight timelines: NVTX through the `nvtx` package when installed, free when not."""
+from __future__ import annotations
+
+import contextlib
+
+try:
+    import nvtx as _nvtx
+except ImportError:  # optional: without it a range costs one attribute lookup
+    _nvtx = None
+
+DOMAIN = "vyre-numba"
+
+
+def range(name: str):  # noqa: A001 - mirrors nvtx.annotate's role
+    """A context manager marking `name` (emit, assemble, upload, launch, readback) on the timeline."""
+    if _nvtx is None:
+        return contextlib.nullcontext()
+    return _nvtx.annotate(name, domain=DOMAIN)
+
+
+def available() -> bool:
+    return _nvtx is not None

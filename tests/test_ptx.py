@@ -1,0 +1,324 @@
+"""PTX emitter, assembler and templates: everything the IR can say is emitted and assembled with
+nvJitLink for sm_80 and sm_90 (no GPU needed)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from vyre_numba import ir
+from vyre_numba.config import DispatchConfig
+from vyre_numba.errors import CompileError, UnsupportedError, VyreError
+from vyre_numba import ptx
+from vyre_numba.ir import DataType as D
+
+SMS = (80, 90)
+INTS = [D.U8, D.U16, D.U32, D.U64, D.I8, D.I16, D.I32, D.I64]
+FLOATS = [D.F16, D.BF16, D.F32, D.F64]
+ALL = INTS + [D.BOOL] + FLOATS
+FLOAT_NON_TRANSCENDENTAL = [op for op in ir.FLOAT_UNOPS
+                            if op not in ("exp", "exp2", "log", "log2", "sin", "cos", "tan")]
+
+i = ir.var("i")
+
+
+def assemble_all(program: ir.Program, sms=SMS, config: DispatchConfig = DispatchConfig()) -> str:
+    text = ""
+    for sm in sms:
+        text = ptx.emit(program, sm=sm, config=config)
+        cubin = ptx.assemble(text, sm=sm)
+        assert cubin[:4] == b"\x7fELF"
+    return text
+
+
+def ops_program(dt: D) -> ir.Program:
+    """Every binary and unary operation that applies to dt, each stored to its own slot."""
+    a, b = ir.load("a", i), ir.load("b", i)
+    body, k, f = [ir.let("i", ir.gid(0))], 0, 0
+
+    def out(e):
+        nonlocal k
+        body.append(ir.store("out", ir.u32(k) + i, e))
+        k += 1
+
+    def flag(e):
+        nonlocal f
+        body.append(ir.store("flags", ir.u32(f) + i, e))
+        f += 1
+
+    for op in ir.ARITH_BINOPS:
+        if op == "mod" and dt.is_float:
+            continue
+        out(ir.binary(op, a, b))
+    if dt.is_int:
+        for op in ir.INT_BINOPS:
+            out(ir.binary(op, a, b))
+        for op in ir.INT_UNOPS:
+            e = ir.unary(op, a)
+            out(e if op in ("bitnot", "reverse_bits") else ir.cast(e, dt))
+    for op in ir.CMP_BINOPS:
+        flag(ir.binary(op, a, b))
+    for op in ir.NUM_UNOPS:
+        out(ir.unary(op, a))
+    if dt.is_float:
+        for op in FLOAT_NON_TRANSCENDENTAL:
+            out(ir.unary(op, a))
+        for op in ir.FLOAT_PRED_UNOPS:
+            flag(ir.unary(op, a))
+    out(ir.fma(a, b, ir.load("a", i + 1)))
+    out(ir.select(a < b, a, b))
+    out(ir.lit(1, dt) if not dt.is_float else ir.lit(-1.5, dt))
+    return ir.Program([ir.BufferDecl.read("a", 0, dt), ir.BufferDecl.uniform("b", 1, dt),
+                       ir.BufferDecl.output("out", 2, dt), ir.BufferDecl.output("flags", 3, "bool")],
+                      128, body, name=f"ops_{dt}")
+
+
+@pytest.mark.parametrize("dt", INTS + FLOATS, ids=str)
+def test_every_op_on_every_type_assembles(dt):
+    text = assemble_all(ops_program(dt))
+    assert ".approx" not in text and ".ftz" not in text
+    assert "// out[(0u32 + i)] = (a[i] + b[i])" in text
+
+
+def test_bool_ops():
+    a, b = ir.load("a", i), ir.load("b", i)
+    body = [ir.let("i", ir.gid(0))]
+    for k, e in enumerate([ir.logical_and(a, b), ir.logical_or(a, b), ir.not_(a), a.eq(b), a.ne(b),
+                           ir.select(a, b, ir.boolean(True)), ir.boolean(False)]):
+        body.append(ir.store("out", ir.u32(k) + i, e))
+    assemble_all(ir.Program([ir.BufferDecl.read("a", 0, "bool"), ir.BufferDecl.read("b", 1, "bool"),
+                             ir.BufferDecl.output("out", 2, "bool")], 64, body))
+
+
+def test_every_cast_pair():
+    bufs = [ir.BufferDecl.read(f"in_{t}", k, t) for k, t in enumerate(ALL)]
+    bufs += [ir.BufferDecl.output(f"out_{t}", 100 + k, t) for k, t in enumerate(ALL)]
+    body = [ir.let("i", ir.gid(0))]
+    for k, src in enumerate(ALL):
+        for dst in ALL:
+            body.append(ir.store(f"out_{dst}", ir.u32(k) + i, ir.cast(ir.load(f"in_{src}", i), dst)))
+    text = assemble_all(ir.Program(bufs, 256, body, name="casts"))
+    assert "cvt.rzi.sat.s32.f32" in text and "cvt.rn.bf16.f32" in text
+
+
+def test_transcendentals_link_math_modules():
+    body = [ir.let("i", ir.gid(0))]
+    for t in FLOATS:
+        for k, op in enumerate(("exp", "exp2", "log", "log2", "sin", "cos", "tan")):
+            body.append(ir.store(f"o_{t}", ir.u32(k) + i, ir.unary(op, ir.load(f"x_{t}", i))))
+    bufs = [ir.BufferDecl.read(f"x_{t}", k, t) for k, t in enumerate(FLOATS)]
+    bufs += [ir.BufferDecl.output(f"o_{t}", 10 + k, t) for k, t in enumerate(FLOATS)]
+    text = assemble_all(ir.Program(bufs, 64, body, name="transcendental"))
+    assert ".approx" not in text
+    assert ".extern .func (.param .b32 func_retval0) vyre_math_sin_f32" in text
+    assert ".extern .func (.param .b64 func_retval0) vyre_math_tan_f64" in text
+    sources = ptx.link_sources(text)
+    assert len(sources) == 15 and sources[0] == text
+    assert all(".visible .func" in s for s in sources[1:])
+    assert "cvt.rn.f32.f64" in ptx.mathlib.module("vyre_math_sin_f32")
+
+
+def atomics_program() -> ir.Program:
+    body = [ir.let("i", ir.gid(0)), ir.let("l", ir.lid(0))]
+    bufs = []
+    for k, t in enumerate([D.U32, D.I32, D.U64, D.I64]):
+        bufs += [ir.BufferDecl.read_write(f"g_{t}", k, t), ir.BufferDecl.workgroup(f"s_{t}", 64, t),
+                 ir.BufferDecl.output(f"old_{t}", 10 + k, t)]
+        for buf in (f"g_{t}", f"s_{t}"):
+            for j, op in enumerate(ir.ATOMIC_OPS):
+                one = ir.lit(1, t)
+                expected = ir.lit(0, t) if op == "compare_exchange" else None
+                e = ir.atomic(op, buf, i % 7, one, expected)
+                body.append(ir.store(f"old_{t}", ir.u32(j) + i, e))
+        body.append(ir.barrier("workgroup"))
+        body.append(ir.store(f"g_{t}", i, ir.load(f"s_{t}", ir.var("l"))))
+    return ir.Program(bufs, 64, body, name="atomics")
+
+
+def test_atomics_global_and_shared():
+    text = assemble_all(atomics_program())
+    for frag in ("atom.global.add.u32", "atom.global.add.u64", "atom.shared.min.s64",
+                 "atom.global.max.u32", "atom.shared.cas.b32", "atom.global.exch.b64",
+                 "atom.shared.xor.b64", "atom.global.min.s32"):
+        assert frag in text, frag
+    # Predicated (old value 0 out of bounds), never a branch around the access.
+    assert re.search(r"@%p\d+ atom\.global\.add\.u32", text)
+
+
+def subgroup_program() -> ir.Program:
+    body = [ir.let("i", ir.gid(0)), ir.let("lane", ir.subgroup_local_id()),
+            ir.store("ballot", i, ir.subgroup_ballot(ir.load("u32", i) > 3)),
+            ir.store("sum_u", i, ir.subgroup_add(ir.load("u32", i))),
+            ir.store("sum_i", i, ir.subgroup_add(ir.load("i32", i))),
+            ir.store("ballot", i + 1000, ir.subgroup_size())]
+    bufs = [ir.BufferDecl.output("ballot", 0, "u32"), ir.BufferDecl.output("sum_u", 1, "u32"),
+            ir.BufferDecl.output("sum_i", 2, "i32")]
+    for k, t in enumerate(ALL):
+        bufs += [ir.BufferDecl.read(t.value, 10 + k, t), ir.BufferDecl.output(f"sh_{t}", 30 + k, t)]
+        src = (ir.var("lane") + 1) % 32
+        body.append(ir.store(f"sh_{t}", i, ir.subgroup_shuffle(ir.load(t.value, i), src)))
+    return ir.Program(bufs, (48, 2), body, name="subgroups")
+
+
+def test_subgroup_ops():
+    p = subgroup_program()
+    text = assemble_all(p)
+    assert "vote.sync.ballot.b32" in text and "shfl.sync.idx.b32" in text
+    assert "redux.sync.add.u32" in text and "redux.sync.add.s32" in text
+    old = ptx.emit(p, sm=75)
+    assert "redux" not in old and "shfl.sync.down.b32" in old
+    ptx.assemble(old, sm=75)
+
+
+def control_program() -> ir.Program:
+    x = ir.var("x")
+    return ir.Program(
+        [ir.BufferDecl.read("a", 0, "u32"), ir.BufferDecl.read_write("acc", 1, "f32"),
+         ir.BufferDecl.output("h", 2, "f16"), ir.BufferDecl.output("bh", 3, "bf16"),
+         ir.BufferDecl.output("flag", 4, "bool"), ir.BufferDecl.workgroup("tile", 96, "f32"),
+         ir.BufferDecl.workgroup("bytes", 5, "u8")],
+        (8, 4, 2),
+        [ir.let("i", ir.gid(0) + ir.gid(1) * 1000 + ir.gid(2) * 7 + ir.wgid(2) + ir.num_workgroups(1)),
+         ir.let("x", ir.f32(0.0)),
+         ir.if_(i >= ir.buf_len("a"), [ir.return_()]),
+         ir.loop("k", 0, ir.load("a", i), [
+             ir.if_((ir.var("k") % 2).eq(0),
+                    [ir.assign("x", x + ir.cast(ir.var("k"), "f32"))],
+                    [ir.assign("x", x - 1.0), ir.block(ir.let("y", x * 2), ir.assign("x", ir.var("y")))]),
+         ]),
+         ir.store("tile", ir.lid(0) + ir.lid(1) * 8, x),
+         ir.store("bytes", ir.lid(0), ir.u8(200) + ir.u8(100)),
+         ir.barrier("workgroup"),
+         ir.store("acc", i, ir.load("acc", i) + ir.load("tile", ir.lid(0)) + ir.cast(ir.buf_len("tile"), "f32")),
+         ir.store("h", i, ir.cast(x, "f16") * ir.f16(0.5)),
+         ir.store("bh", i, ir.cast(x, "bf16") + ir.load("bh", i)),
+         ir.store("flag", i, ir.isnan(x).ne(ir.load("flag", i))),
+         ir.loop("z", 5, 2, [ir.barrier("workgroup")])],
+        name="control")
+
+
+def test_control_flow_barriers_workgroup_buffers_and_narrow_buffers():
+    text = assemble_all(control_program())
+    assert "bar.sync\t0;" in text and "\tret;" in text
+    assert ".shared .align 8 .b8 wg_tile[384]" in text and "wg_bytes[8]" in text
+    assert "ld.global.u16" in text and "st.global.b16" in text and "st.global.u16" in text
+    assert "// for k in 0u32..a[i]" in text and "// if (i >= len(a))" in text
+
+
+def test_sm70_text_avoids_newer_instructions():
+    for p in (ops_program(D.BF16), control_program(), subgroup_program()):
+        text = ptx.emit(p, sm=70)
+        assert ".target sm_70" in text and ".version 6.0" in text
+        code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//"))
+        assert ".bf16" not in code and "redux" not in code
+    assert "cvt.rn.bf16.f32" in ptx.emit(ops_program(D.BF16), sm=80)
+
+
+def test_abi_and_param_order():
+    p = ir.Program([ir.BufferDecl.output("z", 2, "u32"), ir.BufferDecl.read("x", 0, "f64"),
+                    ir.BufferDecl.workgroup("w", 32, "u32"), ir.BufferDecl.read_write("y", 1, "i8")],
+                   (16, 2), [ir.store("z", ir.gid(0), ir.buf_len("x"))], name="abi_probe")
+    a = ptx.abi(p)
+    assert a.entry == "abi_probe" and a.workgroup_size == (16, 2, 1) and a.shared_bytes == 128
+    assert [(q.name, q.ptx_type, q.buffer, q.kind) for q in a.params] == [
+        ("x_ptr", ".u64", "x", "ptr"), ("y_ptr", ".u64", "y", "ptr"), ("z_ptr", ".u64", "z", "ptr"),
+        ("x_len", ".u32", "x", "len"), ("y_len", ".u32", "y", "len"), ("z_len", ".u32", "z", "len")]
+    text = assemble_all(p)
+    params = re.findall(r"\.param (\.u\d+) (\w+)", text.split(".visible .entry abi_probe(")[1])
+    assert params == [(q.ptx_type, q.name) for q in a.params]
+    assert ".reqntid 16, 2, 1" in text
+    # buf_len reads the count parameter.
+    assert "ld.param.u32\t%r1, [x_len]" in text
+
+
+def test_grid_barrier_unsupported():
+    p = ir.Program([ir.BufferDecl.output("o", 0, "u32")], 64,
+                   [ir.store("o", ir.gid(0), 1), ir.barrier("grid")])
+    with pytest.raises(UnsupportedError, match="Fix:"):
+        ptx.emit(p)
+
+
+def test_unknown_target_and_old_assemble_target():
+    p = ir.Program([ir.BufferDecl.output("o", 0, "u32")], 64, [ir.store("o", ir.gid(0), 1)])
+    with pytest.raises(UnsupportedError, match="Fix:"):
+        ptx.emit(p, sm=61)
+    with pytest.raises(UnsupportedError, match="Fix:"):
+        ptx.assemble(ptx.emit(p, sm=70), sm=70)
+
+
+def test_invalid_program_is_refused():
+    p = ir.Program([ir.BufferDecl.output("o", 0, "u32")], 64, [ir.store("o", ir.gid(0), ir.f32(1.0))])
+    with pytest.raises(VyreError):
+        ptx.emit(p)
+
+
+def test_compile_error_quotes_log_and_line():
+    p = ir.Program([ir.BufferDecl.output("o", 0, "u32")], 64, [ir.store("o", ir.gid(0), 7)])
+    text = ptx.emit(p, sm=80)
+    lines = text.splitlines()
+    at = next(k for k, line in enumerate(lines) if "st.global.u32" in line)
+    lines.insert(at, "\tbogus.instruction.u32\t%r1, %r2;")
+    with pytest.raises(CompileError) as err:
+        ptx.assemble("\n".join(lines), sm=80)
+    msg = str(err.value)
+    assert f"line {at + 1}" in msg
+    assert "bogus.instruction.u32" in msg and ">>" in msg
+    assert msg.rstrip().splitlines()[-1].startswith("Fix:") or "Fix:" in msg.splitlines()[-1]
+
+
+def test_emit_is_deterministic_and_config_sensitive():
+    p = control_program()
+    a, b = ptx.emit(p), ptx.emit(p)
+    assert a == b
+    assert ptx.emit(p, config=DispatchConfig(workgroup=(4, 4, 4))) != a
+    assert ".reqntid" not in ptx.emit(p, config=DispatchConfig(workgroup="auto"))
+    assert ptx.emit(p, config=DispatchConfig(cooperative=True)) != a
+    assert ptx.emit(p, sm=80) != a
+    assert ptx.emit(p, config=DispatchConfig(label="x")) == a
+
+
+def test_semantic_fixups_present():
+    text = ptx.emit(ops_program(D.I32), sm=90)
+    assert "div.s32" in text and "rem.s32" in text
+    assert re.search(r"selp\.s32\t%r\d+, 1, %r\d+, %p\d+", text)  # divisor guarded
+    assert "and.b32" in text  # shift amounts masked
+    f = ptx.emit(ops_program(D.F32), sm=90)
+    assert "min.f32" in f and "or.b32" in f and "and.b32" in f  # ±0 fix-up
+    assert "sqrt.rn.f32" in f and "rcp.rn.f32" in f and "div.rn.f32" in f
+    assert "ld.global.nc.f32" in f  # read-only and uniform loads
+
+
+# ---- templates ---------------------------------------------------------------------------------
+
+TEMPLATE_ARGS = {
+    "fill_u32": dict(entry="fill_u32"),
+    "module": dict(comment="// t", externs="", entry="k", params="\t.param .u64 p",
+                   directives="", registers="", shared="", body="\tret;"),
+}
+
+
+def test_template_names():
+    assert {"module", "fill_u32"} <= set(ptx.templates.names())
+
+
+@pytest.mark.parametrize("name", ptx.templates.names())
+def test_every_template_loads_and_assembles(name):
+    declared = set(ptx.templates.params(name))
+    raw = (ptx.templates.template_dir() / f"{name}.ptx").read_text()
+    used = set(re.findall(r"\$\{(\w+)\}", raw))
+    assert used == declared
+    for sm in SMS:
+        args = dict(TEMPLATE_ARGS.get(name, {}))
+        args.update(version=ptx.PTX_VERSION[sm], target=f"sm_{sm}")
+        text = ptx.templates.load(name, **args)
+        assert "${" not in text
+        assert ptx.assemble(text, sm=sm)[:4] == b"\x7fELF"
+
+
+def test_template_parameter_errors():
+    with pytest.raises(VyreError, match="missing entry.*Fix:"):
+        ptx.templates.load("fill_u32", version="7.0", target="sm_80")
+    with pytest.raises(VyreError, match="unknown bogus.*Fix:"):
+        ptx.templates.load("fill_u32", version="7.0", target="sm_80", entry="k", bogus=1)
+    with pytest.raises(VyreError, match="Fix:"):
+        ptx.templates.load("no_such_template")

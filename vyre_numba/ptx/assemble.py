@@ -1,0 +1,75 @@
+"""PTX -> cubin through nvJitLink (cuda.core's `Linker`), linking the math modules kernels call."""
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from ..errors import CompileError, UnsupportedError
+from . import mathlib
+
+MIN_ASSEMBLE_SM = 75
+_EXTERN = re.compile(r"^\s*\.extern\s+\.func\s*(?:\([^)]*\))?\s*([A-Za-z_$][\w$]*)", re.M)
+_LINE = re.compile(r"line (\d+)")
+_INPUT = re.compile(r"\(([^()]+\.ptx)\)")
+
+
+def link_sources(kernel_ptx: str | Sequence[str]) -> list[str]:
+    """The given PTX module(s) followed by the math modules (see `mathlib`) their `.extern .func`
+    declarations name, each once."""
+    sources = [kernel_ptx] if isinstance(kernel_ptx, str) else list(kernel_ptx)
+    needed: list[str] = []
+    for src in sources:
+        for name in _EXTERN.findall(src):
+            if mathlib.is_math_symbol(name) and name not in needed:
+                needed.append(name)
+    defined = {m for src in sources for m in re.findall(r"\.visible\s+\.func\s*(?:\([^)]*\))?\s*(\w+)", src)}
+    return sources + [mathlib.module(name) for name in needed if name not in defined]
+
+
+def _quote(log: str, sources: list[str], names: list[str]) -> str:
+    """The PTX lines the log points at, with a line of context either side."""
+    m = _INPUT.search(log)
+    order = list(range(len(sources)))
+    if m and m.group(1) in names:
+        i = names.index(m.group(1))
+        order = [i] + [j for j in order if j != i]
+    out = []
+    for num in dict.fromkeys(int(x) for x in _LINE.findall(log)):
+        lines = sources[order[0]].splitlines()
+        if 1 <= num <= len(lines):
+            out.append(f"{names[order[0]]}:")
+            for k in range(max(1, num - 1), min(len(lines), num + 1) + 1):
+                out.append(f"{'>>' if k == num else '  '} {k:5d} | {lines[k - 1]}")
+    return "\n".join(out)
+
+
+def assemble(ptx_sources: str | Sequence[str], *, sm: int) -> bytes:
+    """Link PTX text (one module or several) and the math modules it calls into a cubin for
+    `sm_<sm>`; raises CompileError with nvJitLink's log and the offending PTX lines."""
+    if sm < MIN_ASSEMBLE_SM:
+        raise UnsupportedError(f"nvJitLink from CUDA 13 cannot assemble for sm_{sm}. "
+                               f"Fix: assemble for sm_{MIN_ASSEMBLE_SM} or newer (emit still writes "
+                               f"sm_{sm} PTX for an older toolchain).")
+    from cuda.core import Linker, LinkerOptions, ObjectCode
+
+    sources = link_sources(ptx_sources)
+    names = [f"module{i}.ptx" for i in range(len(sources))]
+    linker = None
+    try:
+        objs = [ObjectCode.from_ptx(src.encode(), name=nm) for src, nm in zip(sources, names)]
+        linker = Linker(*objs, options=LinkerOptions(arch=f"sm_{sm}"))
+        return bytes(linker.link("cubin").code)
+    except Exception as e:  # nvJitLinkError and cuda.core's own errors carry the log
+        log = str(e)
+        if linker is not None:
+            try:
+                extra = linker.get_error_log()
+                if extra and extra.strip() not in log:
+                    log += "\n" + extra
+            except Exception:
+                pass
+        quoted = _quote(log, sources, names)
+        where = f"\nOffending PTX:\n{quoted}" if quoted else ""
+        raise CompileError(f"nvJitLink failed to assemble PTX for sm_{sm}:\n{log.strip()}{where}\n"
+                           "Fix: correct the PTX at the quoted line (for emitted PTX, report the "
+                           "program and this message as an emitter bug).") from e

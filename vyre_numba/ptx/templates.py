@@ -1,0 +1,86 @@
+"""Hand-written PTX templates (the top-level `ptx_templates/` folder, installed as
+`vyre_numba/ptx_templates`).
+
+Each template is a `.ptx` file that starts with a comment header; one header line reads
+`// params: a, b, c` and lists every `${name}` placeholder the body uses. `load(name, **params)`
+substitutes them (string.Template syntax; `$$` is a literal `$`) and returns the text without the
+header. Missing or unknown parameters raise `VyreError`.
+"""
+from __future__ import annotations
+
+import functools
+import re
+import string
+from pathlib import Path
+
+from ..errors import VyreError
+
+_PARAMS_LINE = re.compile(r"^//\s*params:\s*(.*)$")
+
+
+def _candidates() -> list[Path]:
+    here = Path(__file__).resolve().parent
+    # Installed wheel: vyre_numba/ptx_templates; source checkout: <repo>/ptx_templates.
+    return [here.parent / "ptx_templates", here.parent.parent / "ptx_templates"]
+
+
+@functools.lru_cache(maxsize=1)
+def template_dir() -> Path:
+    """The folder the templates are read from."""
+    for d in _candidates():
+        if d.is_dir() and any(d.glob("*.ptx")):
+            return d
+    tried = ", ".join(str(d) for d in _candidates())
+    raise VyreError(f"no PTX template folder found (looked in {tried}). "
+                    "Fix: reinstall vyre-numba (`pip install .`) so ptx_templates ships with it.")
+
+
+def names() -> list[str]:
+    """Names of every available template (file names without `.ptx`), sorted."""
+    return sorted(p.stem for p in template_dir().glob("*.ptx"))
+
+
+@functools.lru_cache(maxsize=None)
+def _read(name: str) -> tuple[tuple[str, ...], str]:
+    path = template_dir() / f"{name}.ptx"
+    if not path.is_file():
+        raise VyreError(f"no PTX template named {name!r} (available: {', '.join(names())}). "
+                        "Fix: use one of the available names or add ptx_templates/{name}.ptx.")
+    lines = path.read_text().splitlines()
+    header_end = 0
+    while header_end < len(lines) and lines[header_end].startswith("//"):
+        header_end += 1
+    declared = None
+    for line in lines[:header_end]:
+        m = _PARAMS_LINE.match(line)
+        if m:
+            declared = tuple(p.strip() for p in m.group(1).split(",") if p.strip())
+    if declared is None:
+        raise VyreError(f"PTX template {name!r} has no `// params: ...` header line. "
+                        "Fix: list the template's ${...} placeholders in its comment header.")
+    return declared, "\n".join(lines[header_end:]) + "\n"
+
+
+def params(name: str) -> tuple[str, ...]:
+    """The parameters template `name` declares in its header, in order."""
+    return _read(name)[0]
+
+
+def load(name: str, **params: object) -> str:
+    """Template `name` with every `${param}` replaced by `str(params[param])`."""
+    declared, body = _read(name)
+    missing = [p for p in declared if p not in params]
+    unknown = [p for p in params if p not in declared]
+    if missing or unknown:
+        parts = []
+        if missing:
+            parts.append(f"missing {', '.join(missing)}")
+        if unknown:
+            parts.append(f"unknown {', '.join(unknown)}")
+        raise VyreError(f"PTX template {name!r}: {'; '.join(parts)} parameter(s). "
+                        f"Fix: pass exactly {', '.join(declared)}.")
+    try:
+        return string.Template(body).substitute({k: str(v) for k, v in params.items()})
+    except (KeyError, ValueError) as e:
+        raise VyreError(f"PTX template {name!r} uses a placeholder its header does not declare ({e}). "
+                        "Fix: add it to the template's `// params:` line.") from e

@@ -136,3 +136,31 @@ def bind(program: Program, inputs: Sequence | Mapping | None, config: DispatchCo
             cover = max((a.size for a in arrays.values()), default=wg[0])
         grid = (-(-cover // wg[0]), 1, 1)
     return Binding(program, arrays, grid, wg, config)
+
+
+def launch_geometry(program: Program, config: DispatchConfig, output_sizes) -> tuple[tuple, tuple]:
+    """(grid, workgroup) of a resident dispatch: `config.grid`, else enough workgroups along x to
+    cover the largest output."""
+    wg = program.workgroup_size if config.workgroup in (None, "auto") else config.workgroup
+    if config.grid is not None:
+        return config.grid, wg
+    cover = max(output_sizes, default=0)
+    return (-(-cover // wg[0]), 1, 1), wg
+
+
+def check_resident(program: Program, buffers, what: str = "dispatch_resident") -> list:
+    """The resident buffers of a dispatch in binding order, from a sequence or a dict by name."""
+    bound = program.bound_buffers
+    if isinstance(buffers, Mapping):
+        missing = [d.name for d in bound if d.name not in buffers]
+        unknown = sorted(set(buffers) - {d.name for d in bound})
+        if missing or unknown:
+            raise DispatchError(f"{what} of {program.name!r}: missing buffers {missing}, unknown {unknown}. "
+                                "Fix: pass one resident buffer for every non-workgroup buffer, outputs included.")
+        return [buffers[d.name] for d in bound]
+    buffers = list(buffers)
+    if len(buffers) != len(bound):
+        raise DispatchError(f"{what} of {program.name!r}: expected {len(bound)} buffers {[d.name for d in bound]} "
+                            f"in binding order, got {len(buffers)}. Fix: pass one resident buffer per "
+                            "non-workgroup buffer, outputs included.")
+    return buffers

@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..backend import Backend, Pending
-from ..bindings import Binding, bind
+from ..bindings import Binding, bind, check_resident, launch_geometry
 from ..config import DispatchConfig
 from ..errors import DeviceError, DispatchError, VyreError
 from ..ir import Program, check
@@ -87,12 +87,12 @@ class CudaBackend(Backend):
         return self.module_cache.get_or_build(key, lambda: self._build(program, config, key))
 
     def _build(self, program: Program, config: DispatchConfig, key: tuple) -> CompiledKernel:
-        from ..ptx import assemble
-
         full_key = key + self._toolchain
         cubin = self.disk_cache.get(full_key) if self.disk_cache else None
         ptx = None
         if cubin is None:
+            from ..ptx import assemble
+
             ptx = self.ptx(program, config)
             with profiling.range("assemble"):
                 cubin = assemble(ptx, sm=self.caps.sm)
@@ -245,12 +245,7 @@ class CudaBackend(Backend):
             prep = self._prepared[(program.digest(), config)] = (k, bound, [d.role is Role.OUTPUT for d in bound],
                                                                  [d.is_output for d in bound])
         k, bound, pure, is_out = prep
-        if isinstance(buffers, Mapping):
-            buffers = [buffers[d.name] if d.name in buffers else _missing(program, d.name) for d in bound]
-        if len(buffers) != len(bound):
-            raise DispatchError(f"dispatch_resident of {program.name!r}: expected {len(bound)} buffers "
-                                f"{[d.name for d in bound]} in binding order, got {len(buffers)}. "
-                                "Fix: pass one device array per non-workgroup buffer, outputs included.")
+        buffers = check_resident(program, buffers)
         n = len(bound)
         args = ArgBlock(2 * n)
         cover = 0
@@ -267,8 +262,7 @@ class CudaBackend(Backend):
         for i, (ptr, end, decl) in enumerate(spans):
             if pure[i] and end > ptr:
                 _memset(ptr, end - ptr, sh)
-        wg = program.workgroup_size if config.workgroup in (None, "auto") else config.workgroup
-        shape = LaunchShape(config.grid or (-(-cover // wg[0]), 1, 1), wg)
+        shape = LaunchShape(*launch_geometry(program, config, (cover,)))
         self.check_launch(k, shape, config)
         if not shape.empty:
             for _ in range(config.fixpoint_iterations):
@@ -460,11 +454,6 @@ def _check_aliasing(spans: list, kernel: str) -> None:
                 raise DispatchError(f"dispatch_resident of {kernel!r}: {da.name!r} and {db.name!r} share device "
                                     "memory and one of them is written, a race. Fix: bind distinct buffers "
                                     "(copy one of them first).")
-
-
-def _missing(program: Program, name: str):
-    raise DispatchError(f"dispatch_resident of {program.name!r}: no buffer given for {name!r}. "
-                        "Fix: pass a device array for every non-workgroup buffer, outputs included.")
 
 
 def _device_view(decl, buf, kernel: str) -> tuple[int, int]:

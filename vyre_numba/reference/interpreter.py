@@ -172,17 +172,16 @@ class _Run:
 
 # ---- memory ------------------------------------------------------------------------------------
 
-def _address(r: _Run, decl, idx: np.ndarray):
-    """(flat storage, index array or (1,), in-bounds array or None=all) for buffer[idx]."""
+def _address(r: _Run, decl, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """(flat storage, element index, bound): buffer[idx] is in bounds where idx < bound."""
     arr = r.bufs[decl.name]
     if decl.access.value == "workgroup":
-        inb = idx < decl.count
-        return arr, r.geo.wg_base(decl.count) + idx, inb
-    return arr, idx, idx < arr.size
+        return arr, r.geo.wg_base(decl.count) + idx, decl.count
+    return arr, idx, arr.size
 
 
 def _load(r: _Run, decl, idx: np.ndarray, copy: bool) -> np.ndarray:
-    arr, eff, inb = _address(r, decl, idx)
+    arr, eff, bound = _address(r, decl, idx)
     size = arr.size
     if idx is r.iota and eff is idx:
         if size >= r.n:
@@ -190,23 +189,25 @@ def _load(r: _Run, decl, idx: np.ndarray, copy: bool) -> np.ndarray:
         else:
             v = np.zeros(r.n, arr.dtype)
             v[:size] = arr
-    elif eff.shape[0] == 1:
-        i = int(eff[0])
-        v = arr[i:i + 1].copy() if inb[0] else np.zeros(1, arr.dtype)
-    elif size and inb.all():
+    elif idx.shape[0] == 1 and eff is idx:
+        i = int(idx[0])
+        v = arr[i:i + 1].copy() if i < bound else np.zeros(1, arr.dtype)
+    elif size and int(idx.max()) < bound:
         v = arr.take(eff)
     else:
+        inb = idx < bound
         v = np.where(inb, arr.take(np.where(inb, eff, 0)) if size else 0, arr.dtype.type(0))
     return ops.from_storage(v, decl.dtype)
 
 
 def _store(r: _Run, decl, idx: np.ndarray, value: np.ndarray, m) -> None:
-    arr, eff, inb = _address(r, decl, idx)
+    arr, eff, bound = _address(r, decl, idx)
     v = ops.to_storage(value, decl.dtype)
     if idx is r.iota and eff is idx and m is None:
         k = min(r.n, arr.size)
         arr[:k] = v[:k] if v.shape[0] != 1 else v
         return
+    inb = idx < bound
     act = _full(inb, r.n) if m is None else inb & m
     pos = np.flatnonzero(act)
     if pos.size == 0:
@@ -302,7 +303,8 @@ def _apply_atomic(arr, op: str, t, v, e) -> np.ndarray:
 
 
 def _atomic(r: _Run, decl, op: str, idx, val, exp, m) -> np.ndarray:
-    arr, eff, inb = _address(r, decl, idx)
+    arr, eff, bound = _address(r, decl, idx)
+    inb = idx < bound
     act = _full(inb, r.n) if m is None else inb & m
     pos = np.flatnonzero(act)
     out = np.zeros(r.n, arr.dtype)

@@ -1,0 +1,251 @@
+"""Every dispatch mode on the shared backend surface, on the reference backend everywhere and on the
+CUDA backend where a GPU is usable; each checked against plain NumPy or the reference backend."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import vyre_numba as vn
+from vyre_numba import DispatchConfig, ir
+
+BACKENDS = ["reference", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    return vn.get_backend(request.param)
+
+
+def fix_in(e) -> str:
+    text = str(e.value)
+    assert "Fix:" in text, text
+    return text
+
+
+def affine(name: str = "affine", mul: int = 3, add: int = 1) -> ir.Program:
+    """y[i] = x[i] * mul + add over u32 (y pure output)."""
+    i = ir.var("i")
+    return ir.Program([ir.BufferDecl.read("x", 0, "u32"), ir.BufferDecl.output("y", 1, "u32")], 64,
+                      [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("y"), [ir.store("y", i, ir.load("x", i) * mul + add)])],
+                      name=name)
+
+
+def bump() -> ir.Program:
+    """x[i] += 1 in place (read_write)."""
+    i = ir.var("i")
+    return ir.Program([ir.BufferDecl.read_write("x", 0, "u32")], 64,
+                      [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("x"), [ir.store("x", i, ir.load("x", i) + 1)])],
+                      name="bump")
+
+
+def test_async_matches_dispatch(backend):
+    x = np.arange(1000, dtype=np.uint32)
+    pending = backend.dispatch_async(affine(), [x])
+    assert pending.wait(30.0)
+    assert pending.done()
+    (y,) = pending.result()
+    assert np.array_equal(y, x * 3 + 1)
+    assert np.array_equal(pending.result()[0], y), "result() is repeatable"
+
+
+def test_async_error_surfaces_at_issue_or_result(backend):
+    with pytest.raises(vn.DispatchError) as e:
+        backend.dispatch_async(affine(), [np.arange(10, dtype=np.float32)]).result()
+    fix_in(e)
+
+
+def test_many_async_in_flight(backend):
+    xs = [np.full(257 * (k + 1), k, np.uint32) for k in range(8)]
+    pendings = [backend.dispatch_async(affine(), [x]) for x in xs]
+    for x, p in zip(xs, pendings):
+        assert np.array_equal(p.result()[0], x * 3 + 1)
+
+
+def test_timed_dispatch_reports_nanoseconds(backend):
+    x = np.arange(5000, dtype=np.uint32)
+    (y,), ns = backend.dispatch_timed(affine(), [x])
+    assert np.array_equal(y, x * 3 + 1)
+    assert isinstance(ns, int) and ns > 0
+    t = backend.telemetry()
+    assert t["timed_dispatches"] >= 1 and t["timed_ns"] >= ns
+
+
+def test_resident_roundtrip_and_ranged_download(backend):
+    x = np.arange(300, dtype=np.uint32)
+    dx = backend.upload(x)
+    dy = backend.allocate(affine(), "y", 300)
+    backend.dispatch_resident(affine(), [dx, dy])
+    assert np.array_equal(backend.download(dy), x * 3 + 1)
+    assert np.array_equal(backend.download(dy, 10, 5), (x * 3 + 1)[10:15])
+    assert backend.download(dy, 300, 0).size == 0
+    backend.dispatch_resident(affine(), {"x": dx, "y": dy})
+    assert np.array_equal(backend.download(dy), x * 3 + 1)
+
+
+def test_resident_pure_outputs_are_zeroed_and_inout_updated_in_place(backend):
+    i = ir.var("i")
+    p = ir.Program([ir.BufferDecl.output("y", 0, "u32")], 64,
+                   [ir.let("i", ir.gid(0)), ir.if_(i < 5, [ir.store("y", i, i + 100)])])
+    dy = backend.upload(np.full(20, 7, np.uint32))
+    backend.dispatch_resident(p, [dy])
+    assert backend.download(dy).tolist() == [100, 101, 102, 103, 104] + [0] * 15
+    dx = backend.upload(np.zeros(10, np.uint32))
+    for _ in range(3):
+        backend.dispatch_resident(bump(), [dx])
+    assert np.array_equal(backend.download(dx), np.full(10, 3, np.uint32))
+
+
+def test_sequence_runs_steps_without_host_sync_and_reads_ranges(backend):
+    n = 1000
+    dx = backend.upload(np.zeros(n, np.uint32))
+    steps = [(bump(), [dx])] * 10 + [(bump(), [dx], DispatchConfig(grid=1))]  # last step: only 64 elements
+    a, b = backend.dispatch_sequence(steps, read=[(dx, 0, 4), (dx, n - 3, 3)])
+    assert a.tolist() == [11] * 4 and b.tolist() == [10] * 3
+
+
+def test_repeated_prefix_and_body(backend):
+    dx = backend.upload(np.arange(100, dtype=np.uint32))
+    dy = backend.allocate(affine(), "y", 100)
+    (y,) = backend.dispatch_repeated([(bump(), [dx])], [(bump(), [dx]), (affine(), [dx, dy])], 4, read=[(dy, 0, 100)])
+    assert np.array_equal(y, (np.arange(100, dtype=np.uint32) + 5) * 3 + 1)
+
+
+def test_resident_errors(backend):
+    dx = backend.upload(np.arange(10, dtype=np.uint32))
+    dy = backend.allocate(affine(), "y", 10)
+    with pytest.raises(vn.DispatchError) as e:
+        backend.dispatch_resident(affine(), [backend.upload(np.arange(10, dtype=np.float32)), dy])
+    assert "u32" in fix_in(e)
+    with pytest.raises(vn.DispatchError) as e:
+        backend.dispatch_resident(affine(), [dx])
+    fix_in(e)
+    with pytest.raises(vn.DispatchError) as e:
+        backend.dispatch_resident(bump(), {"nope": dx})
+    fix_in(e)
+    with pytest.raises(vn.DispatchError) as e:
+        backend.dispatch_resident(affine(), [dx, dx])
+    assert "race" in fix_in(e)
+    static = ir.Program([ir.BufferDecl.read("x", 0, "u32", 16), ir.BufferDecl.output("y", 1, "u32")], 64,
+                        [ir.store("y", ir.gid(0), ir.load("x", ir.gid(0)))])
+    with pytest.raises(vn.DispatchError) as e:
+        backend.dispatch_resident(static, [dx, dy])
+    assert "16" in fix_in(e)
+    with pytest.raises(vn.DispatchError) as e:
+        backend.download(dy, 5, 6)
+    fix_in(e)
+    with pytest.raises(vn.DispatchError) as e:
+        backend.allocate(affine(), "y")
+    fix_in(e)
+    with pytest.raises(vn.DispatchError) as e:
+        backend.allocate(affine(), "nope", 4)
+    fix_in(e)
+
+
+def test_non_contiguous_resident_view_is_refused(backend):
+    dy = backend.allocate(affine(), "y", 10)
+    if backend.name == "reference":
+        view = np.arange(20, dtype=np.uint32)[::2]
+    else:
+        view = backend.upload(np.arange(20, dtype=np.uint32))[::2]
+    with pytest.raises(vn.DispatchError) as e:
+        backend.dispatch_resident(affine(), [view, dy])
+    assert "contiguous" in fix_in(e)
+
+
+def test_reading_from_a_shared_input_twice_is_allowed(backend):
+    i = ir.var("i")
+    p = ir.Program([ir.BufferDecl.read("a", 0, "u32"), ir.BufferDecl.read("b", 1, "u32"),
+                    ir.BufferDecl.output("y", 2, "u32")], 64,
+                   [ir.let("i", ir.gid(0)), ir.store("y", i, ir.load("a", i) + ir.load("b", i))])
+    dx = backend.upload(np.arange(64, dtype=np.uint32))
+    dy = backend.allocate(p, "y", 64)
+    backend.dispatch_resident(p, [dx, dx, dy])
+    assert np.array_equal(backend.download(dy), 2 * np.arange(64, dtype=np.uint32))
+
+
+def test_telemetry_counts_and_resets(backend):
+    backend.reset_telemetry()
+    x = np.arange(100, dtype=np.uint32)
+    backend.dispatch(affine(), [x])
+    dx = backend.upload(x)
+    backend.dispatch_resident(bump(), [dx])
+    backend.download(dx)
+    t = backend.telemetry()
+    if backend.name == "cuda":
+        assert t["kernel_launches"] == 2
+        assert t["bytes_uploaded"] >= 2 * x.nbytes and t["bytes_read_back"] >= 2 * x.nbytes
+        assert t["sync_points"] >= 2
+    assert t["dispatches"] == 1 and t["resident_dispatches"] == 1
+    backend.reset_telemetry()
+    assert backend.telemetry().get("dispatches", 0) == 0
+
+
+def test_concurrent_dispatches_from_threads(backend):
+    errors: list = []
+    results: dict = {}
+
+    def work(k: int) -> None:
+        try:
+            x = np.arange(500 + k, dtype=np.uint32) * (k + 1)
+            for r in range(10):
+                (y,) = backend.dispatch(affine(f"t{k % 3}", mul=k + 2, add=r), [x])
+                if not np.array_equal(y, x * np.uint32(k + 2) + np.uint32(r)):
+                    errors.append((k, r))
+            results[k] = True
+        except Exception as e:  # reported below with the thread's id
+            errors.append((k, repr(e)))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors and len(results) == 8, errors
+
+
+@pytest.mark.gpu
+def test_cuda_pools_reuse_after_warmup():
+    backend = vn.get_backend("cuda")
+    x = np.arange(4096, dtype=np.uint32)
+    backend.dispatch(affine(), [x])
+    before = (backend.device_pool.allocations, backend.pinned_pool.allocations)
+    for _ in range(20):
+        backend.dispatch(affine(), [x])
+    assert (backend.device_pool.allocations, backend.pinned_pool.allocations) == before
+
+
+@pytest.mark.gpu
+def test_cuda_failed_dispatch_returns_what_it_took():
+    backend = vn.get_backend("cuda")
+    x = np.arange(64, dtype=np.uint32)
+    backend.dispatch(affine(), [x])
+    idle = backend.device_pool.stats()["idle_bytes"]
+    with pytest.raises(vn.LaunchError):
+        backend.dispatch(affine(), [x], DispatchConfig(grid=(1, 70000, 1)))
+    assert backend.device_pool.stats()["idle_bytes"] == idle
+    assert np.array_equal(backend.dispatch(affine(), [x])[0], x * 3 + 1)
+
+
+@pytest.mark.gpu
+def test_cuda_freed_buffer_is_refused():
+    backend = vn.get_backend("cuda")
+    dx = backend.upload(np.arange(8, dtype=np.uint32))
+    dx.gpu_data.free()
+    with pytest.raises(vn.DispatchError) as e:
+        backend.dispatch_resident(bump(), [dx])
+    assert "freed" in fix_in(e)
+
+
+@pytest.mark.gpu
+def test_cuda_accepts_cupy_arrays_without_copying():
+    cp = pytest.importorskip("cupy")
+    backend = vn.get_backend("cuda")
+    cx = cp.arange(100, dtype=cp.uint32)
+    backend.dispatch_resident(bump(), [cx])
+    backend.synchronize()
+    assert np.array_equal(cp.asnumpy(cx), np.arange(100, dtype=np.uint32) + 1)
+    with pytest.raises(vn.DispatchError) as e:
+        backend.dispatch_resident(bump(), [cp.arange(10, dtype=cp.int64)])
+    fix_in(e)

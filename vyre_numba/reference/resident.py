@@ -1,0 +1,48 @@
+"""Resident dispatch on the reference backend: NumPy arrays play the part of device buffers and
+are updated in place, so code written for the GPU's resident path runs unchanged on the CPU."""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ..bindings import Binding, check_resident, launch_geometry
+from ..config import DispatchConfig
+from ..errors import DispatchError
+from ..ir import Program, check
+from ..ir.program import Role
+from .interpreter import execute
+
+
+def dispatch_resident(program: Program, buffers: Sequence | Mapping, config: DispatchConfig | None = None) -> None:
+    """Run `program` in place over NumPy arrays bound in binding order (or by name)."""
+    check(program)
+    config = config or DispatchConfig()
+    where = f"dispatch_resident of {program.name!r}"
+    arrays: dict[str, np.ndarray] = {}
+    for decl, buf in zip(program.bound_buffers, check_resident(program, buffers)):
+        if not isinstance(buf, np.ndarray):
+            raise DispatchError(f"{where}: {decl.name!r} is a {type(buf).__name__}; the reference backend's resident "
+                                "buffers are NumPy arrays. Fix: create it with backend.upload(x) or backend.allocate.")
+        if buf.dtype != decl.dtype.storage:
+            raise DispatchError(f"{where}: {decl.name!r} is declared {decl.dtype} but the array holds {buf.dtype}. "
+                                f"Fix: allocate it with dtype {decl.dtype.storage}.")
+        if not buf.flags.c_contiguous:
+            raise DispatchError(f"{where}: {decl.name!r} is a non-contiguous view. Fix: pass np.ascontiguousarray(x).")
+        if decl.is_output and not buf.flags.writeable:
+            raise DispatchError(f"{where}: output {decl.name!r} is read-only. Fix: pass a writeable array.")
+        if decl.count and buf.size < decl.count:
+            raise DispatchError(f"{where}: {decl.name!r} is declared with {decl.count} elements but has {buf.size}. "
+                                f"Fix: allocate at least {decl.count}.")
+        arrays[decl.name] = buf.reshape(-1)
+    decls = program.bound_buffers
+    for i, a in enumerate(decls):
+        for b in decls[i + 1:]:
+            if (a.access.writable or b.access.writable) and np.shares_memory(arrays[a.name], arrays[b.name]):
+                raise DispatchError(f"{where}: {a.name!r} and {b.name!r} share memory and one of them is written, "
+                                    "a race. Fix: bind distinct buffers (copy one of them first).")
+    for d in decls:
+        if d.role is Role.OUTPUT:
+            arrays[d.name][...] = 0
+    grid, wg = launch_geometry(program, config, [arrays[d.name].size for d in program.outputs])
+    execute(Binding(program, arrays, grid, wg, config))

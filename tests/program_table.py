@@ -872,7 +872,9 @@ def build_atomics():
                         "and": lambda o, v: _w(dt, o & v), "xor": lambda o, v: _w(dt, o ^ v),
                         "min": min, "max": max}[op](h[k], v)
             exp.append(array(dt, h))
-        add(Case(cid, prog, [a] + [array(dt, inits[op]) for op in ops], exp))
+        # the launch covers the largest *output* (16 bins) by default: give the grid explicitly
+        add(Case(cid, prog, [a] + [array(dt, inits[op]) for op in ops], exp,
+                 config=DispatchConfig(grid=(-(-n // 64), 1, 1))))
         del r
 
         # ticket counter: old values are a permutation of c0 .. c0+n-1 (wrapping)
@@ -1158,6 +1160,20 @@ def build_control():
     av2 = (np.arange(m, dtype=np.uint32) + 1) * 1000
     add(Case(cid, prog, [av2, init], [init + np.uint32(k), av2 * np.uint32(k)],
              config=DispatchConfig(fixpoint_iterations=k)))
+
+    # grid barrier (cooperative launch): write, barrier over the whole launch, read the mirror element
+    cid = "grid_barrier_mirror_u32"
+    m = 100
+    src = (np.arange(m, dtype=np.uint32) * 7 + 3).astype(np.uint32)
+    prog = ir.Program([B.read("a", 0, D.U32), B.read_write("x", 1, D.U32), B.output("out", 2, D.U32)], 32,
+                      [ir.let("i", ir.gid(0)),
+                       ir.store("x", i_, ir.load("a", i_) * ir.u32(2)),
+                       ir.barrier("grid"),
+                       ir.let("j", ir.buf_len("x") - ir.u32(1) - i_),
+                       ir.store("out", i_, ir.load("x", ir.var("j")) + ir.u32(1))], name=_name(cid))
+    xs = src * np.uint32(2)
+    add(Case(cid, prog, [src, np.zeros(m, np.uint32)], [xs, (xs[::-1] + np.uint32(1)).astype(np.uint32)],
+             config=DispatchConfig(cooperative=True)))
 
     cid = "fixpoint_atomic_min_propagation"
     m = 70

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -173,7 +174,8 @@ def required() -> set:
                 req.add(("atomic", op, s))
     req |= {("builtin", b) for b in ir.BUILTINS}
     req |= {("subgroup", k) for k in ("SubgroupBallot", "SubgroupShuffle", "SubgroupAdd")}
-    req |= {("barrier", "workgroup"), ("return",), ("fixpoint",)}
+    req |= {("barrier", scope) for scope in ir.BARRIER_SCOPES}
+    req |= {("return",), ("fixpoint",)}
     return req
 
 
@@ -209,6 +211,19 @@ def test_compare_reports_mismatch():
     c = next(c for c in CASES if c.id == "bin_add_f32")
     got = [e.copy() for e in c.expected]
     compare(c, got)
-    got[0][3] = got[0][3] + 1 if got[0][3] == got[0][3] else 1.0
-    with pytest.raises(AssertionError, match=r"bin_add_f32: output 'out' \(f32\): 1 of \d+ elements differ"):
+    k = int(np.flatnonzero(np.isfinite(got[0]))[3])
+    got[0].view(np.uint32)[k] ^= 1  # one ULP off
+    with pytest.raises(AssertionError, match=rf"bin_add_f32: output 'out' \(f32\): 1 of \d+ elements differ:\n +\[{k}\] got"):
         compare(c, got)
+    nan_case = next(c for c in CASES if c.id == "un_sqrt_f32")
+    got = [e.copy() for e in nan_case.expected]
+    got[0][np.isnan(got[0])] = -np.float32("nan")  # any NaN equals any NaN
+    compare(nan_case, got)
+    ulp_case = next(c for c in CASES if c.id == "un_exp_f32")
+    got = [e.copy() for e in ulp_case.expected]
+    fin = np.flatnonzero(np.isfinite(got[0]) & (got[0] > 1))
+    got[0].view(np.uint32)[fin[:5]] += np.uint32(ulp_case.ulp)  # within budget
+    compare(ulp_case, got)
+    got[0].view(np.uint32)[fin[0]] += np.uint32(1)  # one past it
+    with pytest.raises(AssertionError, match="tolerance 4 ulp"):
+        compare(ulp_case, got)

@@ -9,8 +9,11 @@ header. Missing or unknown parameters raise `VyreError`.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import string
+import sys
+import sysconfig
 from pathlib import Path
 
 from ..errors import VyreError
@@ -20,8 +23,17 @@ _PARAMS_LINE = re.compile(r"^//\s*params:\s*(.*)$")
 
 def _candidates() -> list[Path]:
     here = Path(__file__).resolve().parent
-    # Installed wheel: vyre_numba/ptx_templates; source checkout: <repo>/ptx_templates.
-    return [here.parent / "ptx_templates", here.parent.parent / "ptx_templates"]
+    # Source checkout: <repo>/ptx_templates. Non-editable install: pyproject ships the folder as
+    # data files under <scheme data>/share/vyre-numba/ptx_templates (or inside the package).
+    out = [here.parent.parent / "ptx_templates", here.parent / "ptx_templates"]
+    for scheme in (None, f"{os.name}_user"):
+        try:
+            data = sysconfig.get_paths(scheme)["data"] if scheme else sysconfig.get_paths()["data"]
+        except KeyError:
+            continue
+        out.append(Path(data) / "share" / "vyre-numba" / "ptx_templates")
+    out.append(Path(sys.prefix) / "share" / "vyre-numba" / "ptx_templates")
+    return list(dict.fromkeys(out))
 
 
 @functools.lru_cache(maxsize=1)

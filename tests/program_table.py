@@ -1161,6 +1161,21 @@ def build_control():
     add(Case(cid, prog, [av2, init], [init + np.uint32(k), av2 * np.uint32(k)],
              config=DispatchConfig(fixpoint_iterations=k)))
 
+    # every operand is evaluated: both sides of select, both sides of logical_and / logical_or
+    cid = "evaluate_every_operand_u32"
+    m = 77
+    cnt = ir.u32(1)
+    prog = ir.Program([B.read_write("c", 0, D.U32), B.output("out", 1, D.U32)], 32,
+                      [ir.let("i", ir.gid(0)),
+                       ir.if_(i_ < ir.buf_len("out"), [
+                           ir.let("s", ir.select(i_ < ir.u32(10), ir.atomic("add", "c", 0, cnt), ir.atomic("add", "c", 1, cnt))),
+                           ir.let("b", ir.logical_and(ir.boolean(False), ir.atomic("add", "c", 2, cnt).eq(ir.u32(0xFFFFFFFF)))),
+                           ir.let("o", ir.logical_or(ir.boolean(True), ir.atomic("add", "c", 3, cnt).eq(ir.u32(0)))),
+                           ir.store("out", i_, ir.select(ir.var("b"), ir.u32(5), ir.select(ir.var("o"), ir.u32(9), ir.u32(7))))])],
+                      name=_name(cid))
+    add(Case(cid, prog, [np.array([100, 200, 300, 400], np.uint32)],
+             [np.array([100 + m, 200 + m, 300 + m, 400 + m], np.uint32), np.full(m, 9, np.uint32)], sizes={"out": m}))
+
     # grid barrier (cooperative launch): write, barrier over the whole launch, read the mirror element
     cid = "grid_barrier_mirror_u32"
     m = 100

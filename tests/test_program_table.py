@@ -227,3 +227,24 @@ def test_compare_reports_mismatch():
     got[0].view(np.uint32)[fin[0]] += np.uint32(1)  # one past it
     with pytest.raises(AssertionError, match="tolerance 4 ulp"):
         compare(ulp_case, got)
+
+
+# ---- errors the reference must raise (no GPU analogue: there these programs are undefined) --------
+
+def test_reference_rejects_divergent_barrier(reference):
+    from vyre_numba import DispatchError
+    B = ir.BufferDecl
+    prog = ir.Program([B.output("out", 0, "u32")], 64,
+                      [ir.if_(ir.lid(0) < ir.u32(5), [ir.barrier("workgroup")]),
+                       ir.store("out", ir.gid(0), ir.u32(1))])
+    with pytest.raises(DispatchError):
+        reference.dispatch(prog, [], sizes={"out": 64})
+
+
+def test_reference_rejects_non_uniform_subgroup_op(reference):
+    from vyre_numba import DispatchError
+    B = ir.BufferDecl
+    prog = ir.Program([B.output("out", 0, "u32")], 64,
+                      [ir.if_(ir.lid(0) < ir.u32(5), [ir.store("out", ir.gid(0), ir.subgroup_add(ir.u32(1)))])])
+    with pytest.raises(DispatchError):
+        reference.dispatch(prog, [], sizes={"out": 64})

@@ -378,11 +378,52 @@ class _Emitter:
         b, _ = self.expr(e.b)
         c, _ = self.expr(e.c)
         d = self.r(dt)
+        if dt in (D.F16, D.BF16):
+            return self.fma_narrow(a, b, c, dt), dt
         if dt.is_float:
             self.ins(f"fma.rn.{ITY[dt]} {d}, {a}, {b}, {c}")
-            return self.narrow(d, dt), dt
+            return d, dt
         self.ins(f"mad.lo.{ITY[dt]} {d}, {a}, {b}, {c}")
         return self.wrap(d, dt), dt
+
+    def fma_narrow(self, a: str, b: str, c: str, dt: D) -> str:
+        """f16/bf16 fma rounded once: a*b is exact in f64, TwoSum gives the exact a*b + c as s + e,
+        and rounding s to odd (keeping e as a sticky bit) makes the final rounding to the narrow
+        type the only one (an f32 fma then a second rounding would round twice)."""
+        fa, fb, fc, p, s, bb, t1, t2, e = (self.reg("f64") for _ in range(9))
+        for src, dst in ((a, fa), (b, fb), (c, fc)):
+            self.ins(f"cvt.f64.f32 {dst}, {src}")
+        self.ins(f"mul.rn.f64 {p}, {fa}, {fb}")
+        self.ins(f"add.rn.f64 {s}, {p}, {fc}")
+        self.ins(f"sub.rn.f64 {bb}, {s}, {p}")
+        self.ins(f"sub.rn.f64 {t1}, {s}, {bb}")
+        self.ins(f"sub.rn.f64 {t1}, {p}, {t1}")
+        self.ins(f"sub.rn.f64 {t2}, {fc}, {bb}")
+        self.ins(f"add.rn.f64 {e}, {t1}, {t2}")
+        fin, inexact, towards0 = self.reg("pred"), self.reg("pred"), self.reg("pred")
+        bits, sx = self.reg("b64"), self.reg("b64")
+        self.ins(f"testp.finite.f64 {fin}, {s}")
+        self.ins(f"setp.ne.and.f64 {inexact}, {e}, 0d0000000000000000, {fin}")
+        self.ins(f"mov.b64 {bits}, {s}")
+        self.ins(f"mov.b64 {sx}, {e}")
+        self.ins(f"xor.b64 {sx}, {sx}, {bits}")
+        self.ins(f"setp.lt.and.s64 {towards0}, {sx}, 0, {inexact}")
+        self.ins(f"@{towards0} sub.s64 {bits}, {bits}, 1")
+        self.ins(f"@{inexact} or.b64 {bits}, {bits}, 1")
+        v = self.reg("f64")
+        self.ins(f"mov.b64 {v}, {bits}")
+        if dt is D.F16:
+            return self.float_cast(v, D.F64, D.F16)
+        # bf16: round to odd again at f32 (24 bits), then to nearest at 8 bits.
+        y, back, ne, yb = self.reg("f32"), self.reg("f64"), self.reg("pred"), self.reg("b32")
+        self.ins(f"cvt.rz.f32.f64 {y}, {v}")
+        self.ins(f"cvt.f64.f32 {back}, {y}")
+        self.ins(f"setp.neu.and.f64 {ne}, {back}, {v}, {fin}")
+        self.ins(f"mov.b32 {yb}, {y}")
+        self.ins(f"@{ne} or.b32 {yb}, {yb}, 1")
+        y2 = self.reg("f32")
+        self.ins(f"mov.b32 {y2}, {yb}")
+        return self.narrow(y2, D.BF16)
 
     # ---- casts ---------------------------------------------------------------------------------
     def x_Cast(self, e: n.Cast) -> tuple[str, D]:
@@ -667,7 +708,7 @@ class _Emitter:
         elif op == "rsqrt":
             s = self.r(dt)
             self.ins(f"sqrt.rn.{t} {s}, {a}")
-            self.ins(f"rcp.rn.{t} {d}, {s}")
+            self.ins(f"rcp.rn.{t} {d}, {self.narrow(s, dt)}")
         elif op == "sign":
             gt, lt, s = self.reg("pred"), self.reg("pred"), self.r(dt)
             one, m1, zero = (("0d3FF0000000000000", "0dBFF0000000000000", "0d" + "0" * 16)

@@ -9,6 +9,7 @@ import numpy as np
 from ..backend import Backend
 from ..bindings import Binding, bind
 from ..config import DispatchConfig
+from ..errors import DispatchError
 from ..ir import Program
 from .interpreter import MAX_INVOCATIONS, execute, plan
 
@@ -25,7 +26,33 @@ class ReferenceBackend(Backend):
                  ) -> list[np.ndarray]:
         binding = bind(program, inputs, config, sizes)
         execute(binding)
+        self._count(dispatches=1)
         return binding.results()
+
+    # resident buffers are plain NumPy arrays, updated in place
+    def dispatch_resident(self, program: Program, buffers: Sequence | Mapping,
+                          config: DispatchConfig | None = None) -> None:
+        from .resident import dispatch_resident
+
+        dispatch_resident(program, buffers, config)
+        self._count(resident_dispatches=1)
+
+    def upload(self, array: np.ndarray) -> np.ndarray:
+        return np.array(array, copy=True).reshape(-1)
+
+    def empty(self, n: int, dtype) -> np.ndarray:
+        return np.zeros(int(n), dtype)
+
+    def download(self, buffer, offset: int = 0, count: int | None = None) -> np.ndarray:
+        if not isinstance(buffer, np.ndarray):
+            raise DispatchError(f"download: a {type(buffer).__name__} is not a reference-backend buffer. "
+                                "Fix: pass an array made by upload / empty / allocate of this backend.")
+        flat = buffer.reshape(-1)
+        end = flat.size if count is None else offset + count
+        if not 0 <= offset <= end <= flat.size:
+            raise DispatchError(f"download: elements [{offset}, {end}) are outside the buffer's {flat.size}. "
+                                "Fix: pass 0 <= offset and offset + count <= len(buffer).")
+        return flat[offset:end].copy()
 
 
 def run(program: Program, inputs: Sequence | Mapping | None = None, config: DispatchConfig | None = None,

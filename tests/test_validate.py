@@ -467,7 +467,9 @@ def test_dispatch_config_normalises():
 
 
 @pytest.mark.parametrize("kw,fragment", [
-    (dict(grid=-1), "grid=(-1,)"),
+    (dict(grid=-1), "grid=-1"),
+    (dict(grid=(1.7,)), "grid=(1.7,)"),
+    (dict(grid=(1, 2, 3, 4)), "grid=(1, 2, 3, 4)"),
     (dict(grid=(1, 2, 3, 4)), "grid=(1, 2, 3, 4)"),
     (dict(grid=()), "grid=()"),
     (dict(grid="big"), "grid='big'"),

@@ -3,20 +3,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .errors import DispatchError
 
 
 def _dims(value, what: str) -> tuple[int, int, int] | None:
     if value is None:
         return None
-    if isinstance(value, int) and not isinstance(value, bool):
+    original = value
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         value = (value,)
     try:
-        dims = tuple(int(v) for v in value)
-    except (TypeError, ValueError):
-        dims = ()
-    if not 1 <= len(dims) <= 3 or any(d < 0 for d in dims) or any(isinstance(v, bool) for v in value):
-        raise DispatchError(f"{what}={value!r} is not 1 to 3 non-negative ints. Fix: pass e.g. 64 or (8, 8).")
+        dims = tuple(int(v) for v in value if isinstance(v, (int, np.integer)) and not isinstance(v, bool))
+        ok = len(dims) == len(tuple(value))
+    except TypeError:
+        dims, ok = (), False
+    if not ok or not 1 <= len(dims) <= 3 or any(d < 0 for d in dims):
+        raise DispatchError(f"{what}={original!r} is not 1 to 3 non-negative ints. Fix: pass e.g. 64 or (8, 8).")
     return dims + (1,) * (3 - len(dims))
 
 

@@ -11,6 +11,7 @@ the mask.
 """
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Callable
 
@@ -25,7 +26,6 @@ from . import ops
 
 MAX_INVOCATIONS = 1 << 28
 MAX_WORKGROUP_BYTES = 1 << 31
-Mask = "np.ndarray | None"
 Expr = Callable[["_Run", "np.ndarray | None"], np.ndarray]
 Stmt = Callable[["_Run", "np.ndarray | None"], None]
 _U32 = np.uint32
@@ -130,15 +130,17 @@ class Geometry:
 
 
 _GEOMETRIES: "OrderedDict[tuple, Geometry]" = OrderedDict()
+_CACHE_LOCK = threading.Lock()  # dispatches may come from several threads
 
 
 def geometry(grid: tuple[int, int, int], wg: tuple[int, int, int]) -> Geometry:
     """The (cached) Geometry of a launch."""
     key = (tuple(grid), tuple(wg))
-    g = _GEOMETRIES.pop(key, None) or Geometry(*key)
-    _GEOMETRIES[key] = g
-    while len(_GEOMETRIES) > 4:
-        _GEOMETRIES.popitem(last=False)
+    with _CACHE_LOCK:
+        g = _GEOMETRIES.pop(key, None) or Geometry(*key)
+        _GEOMETRIES[key] = g
+        while len(_GEOMETRIES) > 4:
+            _GEOMETRIES.popitem(last=False)
     return g
 
 
@@ -552,10 +554,13 @@ _PLANS: "OrderedDict[str, Plan]" = OrderedDict()
 def plan(program: Program) -> Plan:
     """The compiled form of `program` (cached by digest)."""
     key = program.digest()
-    p = _PLANS.pop(key, None) or Plan(program)
-    _PLANS[key] = p
-    while len(_PLANS) > 256:
-        _PLANS.popitem(last=False)
+    with _CACHE_LOCK:
+        p = _PLANS.pop(key, None)
+    p = p or Plan(program)
+    with _CACHE_LOCK:
+        _PLANS[key] = p
+        while len(_PLANS) > 256:
+            _PLANS.popitem(last=False)
     return p
 
 

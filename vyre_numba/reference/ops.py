@@ -15,7 +15,6 @@ import numpy as np
 from ..ir import DataType, bf16_bits_to_f32, f32_to_bf16_bits
 
 D = DataType
-F16, BF16, F32, F64 = np.float16, np.float32, np.float32, np.float64
 UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 VALUE_DTYPE: dict[DataType, np.dtype] = {
     t: np.dtype(np.bool_ if t is D.BOOL else np.float32 if t is D.BF16 else t.storage) for t in D}

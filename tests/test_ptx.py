@@ -286,6 +286,11 @@ def test_semantic_fixups_present():
     assert "min.f32" in f and "or.b32" in f and "and.b32" in f  # ±0 fix-up
     assert "sqrt.rn.f32" in f and "rcp.rn.f32" in f and "div.rn.f32" in f
     assert "ld.global.nc.f32" in f  # read-only and uniform loads
+    # f16/bf16 fma rounds once: exact f64 product, TwoSum, round to odd; no f32 fma.
+    for dt in (D.F16, D.BF16):
+        h = ptx.emit(ops_program(dt), sm=90)
+        assert "fma.rn.f32" not in h and "mul.rn.f64" in h and "or.b64" in h
+    assert "cvt.rz.f32.f64" in ptx.emit(ops_program(D.BF16), sm=90)
 
 
 # ---- templates ---------------------------------------------------------------------------------

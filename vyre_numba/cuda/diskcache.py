@@ -38,11 +38,11 @@ def code_fingerprint() -> str:
     """Hash of the sources that decide what PTX a program becomes (emitter and templates)."""
     from .. import __version__
 
+    from ..ptx.templates import template_dir
+
     root = Path(__file__).resolve().parents[1]
     h = hashlib.sha256(__version__.encode())
-    files = sorted((root / "ptx").glob("*.py"))
-    for tdir in (root / "ptx_templates", root.parent / "ptx_templates"):
-        files += sorted(tdir.glob("*.ptx"))
+    files = sorted((root / "ptx").glob("*.py")) + sorted(template_dir().glob("*.ptx"))
     for f in files:
         h.update(f.name.encode())
         h.update(f.read_bytes())

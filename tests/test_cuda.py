@@ -117,6 +117,11 @@ def _table_cases():
 def test_program_table_matches_reference(case, cuda_backend, ref):
     from program_table import run_case
 
+    if "grid_sync" in case.program.capabilities:  # lowered by the cooperative issue, refused until then
+        with pytest.raises(vn.UnsupportedError) as e:
+            cuda_backend.dispatch(case.program, case.inputs, case.config, sizes=case.sizes)
+        fix_in(e)
+        return
     got = run_case(cuda_backend, case)  # the table's independent expectations, inputs untouched
     expect = ref.dispatch(case.program, case.inputs, case.config, sizes=case.sizes)
     for decl, g, r in zip(case.program.outputs, got, expect):
@@ -155,9 +160,11 @@ def test_caches_hit_on_second_dispatch(cuda_backend):
     p = _saxpy()
     args = [np.float32([2]), np.ones(10, np.float32), np.ones(10, np.float32)]
     cuda_backend.dispatch(p, args)
-    ptx_hits, mod_hits = cuda_backend.ptx_cache.hits, cuda_backend.module_cache.hits
+    ptx_misses, mod_hits = cuda_backend.ptx_cache.misses, cuda_backend.module_cache.hits
     (y,) = cuda_backend.dispatch(p, args)
-    assert cuda_backend.ptx_cache.hits == ptx_hits + 1 and cuda_backend.module_cache.hits == mod_hits + 1
+    assert cuda_backend.module_cache.hits == mod_hits + 1, "the loaded kernel is reused"
+    assert cuda_backend.ptx_cache.misses == ptx_misses, "nothing is emitted again"
+    assert cuda_backend.ptx(p) is cuda_backend.ptx(p), "the PTX text is cached too"
     assert np.array_equal(y, np.full(10, 3, np.float32))
 
 

@@ -273,7 +273,10 @@ class CudaBackend(Backend):
         ptr, size = _device_view(decl, buf, kernel)
         gd = getattr(buf, "gpu_data", None)
         if gd is not None:
-            fin = getattr(getattr(gd, "owner", gd), "_finalizer", None)
+            try:
+                fin = getattr(getattr(gd, "owner", gd), "_finalizer", None)
+            except ReferenceError:  # numba's view proxies die with the memory they point to
+                fin = _DEAD
             if fin is not None and not fin.alive:
                 raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} was freed. "
                                     "Fix: allocate a new buffer (backend.allocate / backend.upload).")
@@ -433,6 +436,10 @@ class CudaPending(Pending):
         for host, n in self.pinned:
             b.pinned_pool.give(host, n)
         self.device, self.pinned = [], []
+
+
+class _DEAD:
+    alive = False
 
 
 def _check(result, what: str) -> None:

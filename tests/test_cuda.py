@@ -2,6 +2,8 @@
 reference backend on a GPU (marked `gpu`)."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -64,7 +66,7 @@ def test_cooperative_grid_must_be_coresident():
     with pytest.raises(vn.LaunchError) as e:
         validate_cooperative(H100, LaunchShape((265, 1, 1), (256, 1, 1)), 2, kernel="k")
     assert "264" in fix_in(e)
-    no_coop = DeviceCaps(*[getattr(H100, f) for f in H100.__dataclass_fields__][:-1], False)
+    no_coop = dataclasses.replace(H100, cooperative_launch=False)
     with pytest.raises(vn.LaunchError):
         validate_cooperative(no_coop, LaunchShape((1, 1, 1), (32, 1, 1)), 2, kernel="k")
 
@@ -242,3 +244,43 @@ def test_random_programs_match_reference(cuda_backend, ref):
 
 def _has_transcendental(program: ir.Program) -> bool:
     return any(isinstance(x, ir.UnOp) and x.op in ir.TRANSCENDENTAL_UNOPS for x in ir.walk(program.entry))
+
+
+def _auto_programs():
+    i = ir.var("i")
+    light = ir.Program([ir.BufferDecl.read_write("x", 0, "u32")], 64,
+                       [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("x"), [ir.store("x", i, ir.load("x", i) + 1)])],
+                       name="auto_light")
+    acc = [ir.let(f"v{k}", ir.cast(ir.load("x", i + k), "f64") * (k + 1.5)) for k in range(24)]
+    total = ir.var("v0")
+    for k in range(1, 24):
+        total = ir.fma(total, ir.var(f"v{k}"), ir.sqrt(ir.var(f"v{(k * 7) % 24}")))
+    heavy = ir.Program([ir.BufferDecl.read("x", 0, "u32"), ir.BufferDecl.output("y", 1, "f64")], 64,
+                       [ir.let("i", ir.gid(0)), *acc, ir.store("y", i, total)], name="auto_heavy")
+    shaped = ir.Program([ir.BufferDecl.read("x", 0, "u32"), ir.BufferDecl.output("y", 1, "u32"),
+                         ir.BufferDecl.workgroup("t", 64, "u32")], 64,
+                        [ir.store("t", ir.lid(0), ir.load("x", ir.gid(0))), ir.barrier(),
+                         ir.store("y", ir.gid(0), ir.load("t", 63 - ir.lid(0)))], name="auto_shaped")
+    return light, heavy, shaped
+
+
+@pytest.mark.gpu
+def test_auto_workgroup_picks_the_best_occupancy_and_keeps_results(cuda_backend, ref):
+    light, heavy, shaped = _auto_programs()
+    caps = cuda_backend.caps
+    picks = {}
+    for p in (light, heavy):
+        wg = cuda_backend.auto_workgroup(p)
+        k = cuda_backend.kernel(p, DispatchConfig(workgroup="auto"))
+        occ = {b: min(caps.max_threads_per_sm, k.function.kernel.occupancy.max_active_blocks_per_multiprocessor(b, 0) * b)
+               for b in range(32, min(k.max_threads, 1024) + 1, 32)}
+        best = max(occ.values())
+        assert occ[wg[0]] == best and wg[0] == min(b for b, o in occ.items() if o == best), (p.name, wg, occ)
+        picks[p.name] = (wg[0], k.registers)
+        x = np.arange(5000, dtype=np.uint32)
+        got = cuda_backend.dispatch(p, [x], DispatchConfig(workgroup="auto"))
+        expect = ref.dispatch(p, [x])
+        for g, r in zip(got, expect):
+            assert mismatches(g, r).size == 0
+    assert picks["auto_heavy"][1] > picks["auto_light"][1], picks  # the two really differ in register pressure
+    assert cuda_backend.auto_workgroup(shaped) == shaped.workgroup_size

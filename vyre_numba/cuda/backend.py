@@ -1,6 +1,7 @@
 """The CUDA backend: vyre programs as PTX, assembled by nvJitLink and launched through numba-cuda."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import threading
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ class CudaBackend(Backend):
         self._toolchain = _toolchain_versions()
         self._blocks_per_sm: dict[tuple, int] = {}
         self._prepared: dict[tuple, tuple] = {}
+        self._auto: dict[str, tuple[int, int, int]] = {}
         self._stream_handle = int(self.stream.handle) if self.stream.handle else 0
         self._thread = threading.local()
         self._thread.ready = True
@@ -128,6 +130,29 @@ class CudaBackend(Backend):
                 k.function, threads, dynamic_shared))
         return self._blocks_per_sm[key]
 
+    def auto_workgroup(self, program: Program) -> tuple[int, int, int]:
+        """The 1-D block size with the highest occupancy for `program` on this device (ties go to the
+        smaller), cached per program. Programs whose results depend on the workgroup shape (local or
+        workgroup ids, workgroup buffers, barriers, subgroups) or that declare a 2-D/3-D shape keep
+        their own workgroup size."""
+        key = program.digest()
+        if key not in self._auto:
+            self._auto[key] = program.workgroup_size
+            if program.workgroup_size[1:] == (1, 1) and not _shape_dependent(program):
+                k = self.kernel(program, DispatchConfig(workgroup="auto"))
+                limit = min(k.max_threads, self.caps.max_threads_per_block)
+                per_sm = self.caps.max_threads_per_sm
+                best = max(range(32, limit + 1, 32),
+                           key=lambda b: (min(per_sm, self.blocks_per_sm(k, (b, 1, 1)) * b), -b))
+                self._auto[key] = (best, 1, 1)
+        return self._auto[key]
+
+    def _resolve(self, program: Program, config: DispatchConfig | None) -> DispatchConfig:
+        config = config or DispatchConfig()
+        if config.workgroup == "auto":
+            config = dataclasses.replace(config, workgroup=self.auto_workgroup(program))
+        return config
+
     def check_launch(self, k: CompiledKernel, shape: LaunchShape, config: DispatchConfig) -> None:
         """Every launch check, before the driver sees anything."""
         validate_launch(self.caps, shape, kernel=k.name, max_threads=k.max_threads, static_shared=k.static_shared)
@@ -159,8 +184,8 @@ class CudaBackend(Backend):
         return out, ns
 
     def _issue(self, program, inputs, config, sizes, *, timed: bool) -> "CudaPending":
-        b = bind(program, inputs, config, sizes, copy_inputs=False)
         self._ensure_context()
+        b = bind(program, inputs, self._resolve(program, config), sizes, copy_inputs=False)
         k = self.kernel(program, b.config)
         shape = LaunchShape(b.grid, b.workgroup)
         self.check_launch(k, shape, b.config)
@@ -235,8 +260,8 @@ class CudaBackend(Backend):
         object: CuPy, PyTorch) bound in binding order, writing outputs in place; nothing is copied.
         Pure outputs are zeroed first. The launch is enqueued on this backend's stream; call
         `synchronize()` (or `download`) to wait for it."""
-        config = config or DispatchConfig()
         self._ensure_context()
+        config = self._resolve(program, config)
         prep = self._prepared.get((program.digest(), config))
         if prep is None:
             check(program)
@@ -436,6 +461,19 @@ class CudaPending(Pending):
         for host, n in self.pinned:
             b.pinned_pool.give(host, n)
         self.device, self.pinned = [], []
+
+
+def _shape_dependent(program: Program) -> bool:
+    from .. import ir
+
+    if any(b.role is Role.SHARED for b in program.buffers):
+        return True
+    for x in ir.walk(program.entry):
+        if isinstance(x, ir.Builtin) and x.name != "invocation_id":
+            return True
+        if isinstance(x, (ir.Barrier, ir.SubgroupAdd, ir.SubgroupBallot, ir.SubgroupShuffle)):
+            return True
+    return False
 
 
 class _DEAD:

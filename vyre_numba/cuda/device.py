@@ -44,6 +44,7 @@ class DeviceCaps:
     max_grid_dim: tuple[int, int, int]
     max_shared_per_block: int
     cooperative_launch: bool
+    max_threads_per_sm: int = 2048
 
     @property
     def sm(self) -> int:
@@ -68,4 +69,5 @@ def caps(device_id: int | None = None) -> DeviceCaps:
         max_grid_dim=(dev.MAX_GRID_DIM_X, dev.MAX_GRID_DIM_Y, dev.MAX_GRID_DIM_Z),
         max_shared_per_block=dev.MAX_SHARED_MEMORY_PER_BLOCK,
         cooperative_launch=bool(dev.COOPERATIVE_LAUNCH),
+        max_threads_per_sm=dev.MAX_THREADS_PER_MULTIPROCESSOR,
     )

@@ -126,8 +126,8 @@ class CudaBackend(Backend):
         key = (id(k), block, dynamic_shared)
         if key not in self._blocks_per_sm:
             threads = block[0] * block[1] * block[2]
-            self._blocks_per_sm[key] = int(self.context.get_active_blocks_per_multiprocessor(
-                k.function, threads, dynamic_shared))
+            self._blocks_per_sm[key] = int(k.function.kernel.occupancy.max_active_blocks_per_multiprocessor(
+                threads, dynamic_shared))
         return self._blocks_per_sm[key]
 
     def auto_workgroup(self, program: Program) -> tuple[int, int, int]:

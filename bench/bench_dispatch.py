@@ -115,8 +115,9 @@ def bench_cold(reps: int) -> dict:
     for which in ("vyre", "numba"):
         times = []
         for _ in range(reps):
+            env = {**os.environ, "PYTHONUNBUFFERED": "1", "VYRE_NUMBA_CACHE": "0"}  # cold: no disk cache
             out = subprocess.run([sys.executable, __file__, "--cold-child", which], capture_output=True, text=True,
-                                 env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=300)
+                                 env=env, timeout=300)
             if out.returncode:
                 raise RuntimeError(out.stderr[-2000:])
             times.append(json.loads(out.stdout.strip().splitlines()[-1])["seconds"])

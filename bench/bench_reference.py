@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--log2n", type=int, default=20, help="invocations = 2**log2n (default 20)")
     ap.add_argument("--repeats", type=int, default=9, help="timed runs; the median is reported (>= 5)")
     ap.add_argument("--workgroup", type=int, default=256)
+    ap.add_argument("--json", help="also write the result row to this file")
     args = ap.parse_args(argv)
     n, repeats = 1 << args.log2n, max(5, args.repeats)
     rng = np.random.default_rng(0)
@@ -69,6 +70,9 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"{'numpy':<10} {t_np * 1e3:>10.3f} {n / t_np / 1e6:>10.1f}")
     print(f"reference / numpy time ratio: {t_ref / t_np:.2f}")
     print(json.dumps(row))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(row, f, indent=2)
     return row
 
 

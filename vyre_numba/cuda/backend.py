@@ -1,8 +1,8 @@
 """The CUDA backend: vyre programs as PTX, assembled by nvJitLink and launched through numba-cuda."""
 from __future__ import annotations
 
+import collections
 import dataclasses
-import hashlib
 import threading
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..backend import Backend, Pending
-from ..bindings import Binding, bind, check_resident, launch_geometry
+from ..bindings import Binding, bind
 from ..config import DispatchConfig
 from ..errors import DeviceError, DispatchError, VyreError
 from ..ir import Program, check
@@ -21,6 +21,7 @@ from .cache import LRUCache
 from .diskcache import DiskCache, code_fingerprint
 from .device import DeviceCaps, caps
 from .memory import Pool, StreamPool
+from .resident import BufferViews, Prepared
 from .launch import ArgBlock, LaunchShape, launch, validate_cooperative, validate_launch
 
 
@@ -61,6 +62,8 @@ class CudaBackend(Backend):
         self._blocks_per_sm: dict[tuple, int] = {}
         self._prepared: dict[tuple, tuple] = {}
         self._auto: dict[str, tuple[int, int, int]] = {}
+        self.views = BufferViews(self)
+        self._counters = collections.Counter()
         self._stream_handle = int(self.stream.handle) if self.stream.handle else 0
         self._thread = threading.local()
         self._thread.ready = True
@@ -260,65 +263,28 @@ class CudaBackend(Backend):
         object: CuPy, PyTorch) bound in binding order, writing outputs in place; nothing is copied.
         Pure outputs are zeroed first. The launch is enqueued on this backend's stream; call
         `synchronize()` (or `download`) to wait for it."""
+        if not getattr(self._thread, "ready", False):
+            self._ensure_context()
+        prep = self._prepared.get((id(program), config))
+        if prep is None or prep.program is not program:
+            prep = self._prepare(program, config)
+        launches = prep.run(buffers)
+        c = self._counters
+        c["resident_dispatches"] += 1
+        c["kernel_launches"] += launches
+
+    def _prepare(self, program: Program, config: DispatchConfig | None) -> Prepared:
         self._ensure_context()
-        config = self._resolve(program, config)
-        prep = self._prepared.get((program.digest(), config))
-        if prep is None:
-            check(program)
-            k = self.kernel(program, config)
-            bound = program.bound_buffers
-            prep = self._prepared[(program.digest(), config)] = (k, bound, [d.role is Role.OUTPUT for d in bound],
-                                                                 [d.is_output for d in bound])
-        k, bound, pure, is_out = prep
-        buffers = check_resident(program, buffers)
-        n = len(bound)
-        args = ArgBlock(2 * n)
-        cover = 0
-        spans = []
-        for i, (decl, buf) in enumerate(zip(bound, buffers)):
-            ptr, size = self._device_view(decl, buf, program.name)
-            args.values[i] = ptr
-            args.values[n + i] = size
-            spans.append((ptr, ptr + size * decl.dtype.nbytes, decl))
-            if is_out[i]:
-                cover = max(cover, size)
-        _check_aliasing(spans, program.name)
-        sh = self._stream_handle
-        for i, (ptr, end, decl) in enumerate(spans):
-            if pure[i] and end > ptr:
-                _memset(ptr, end - ptr, sh)
-        shape = LaunchShape(*launch_geometry(program, config, (cover,)))
-        self.check_launch(k, shape, config)
-        if not shape.empty:
-            for _ in range(config.fixpoint_iterations):
-                launch(k.handle, shape, args, sh, kernel=k.name, cooperative=config.cooperative)
-        self._count(resident_dispatches=1, kernel_launches=0 if shape.empty else config.fixpoint_iterations)
+        check(program)
+        prep = Prepared(self, program, self._resolve(program, config))
+        if len(self._prepared) >= 4096:  # bounded: forget the oldest preparations
+            for key in list(self._prepared)[:1024]:
+                del self._prepared[key]
+        self._prepared[(id(program), config)] = prep
+        return prep
 
-    def _device_view(self, decl, buf, kernel: str) -> tuple[int, int]:
-        ptr, size = _device_view(decl, buf, kernel)
-        gd = getattr(buf, "gpu_data", None)
-        if gd is not None:
-            try:
-                fin = getattr(getattr(gd, "owner", gd), "_finalizer", None)
-            except ReferenceError:  # numba's view proxies die with the memory they point to
-                fin = _DEAD
-            if fin is not None and not fin.alive:
-                raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} was freed. "
-                                    "Fix: allocate a new buffer (backend.allocate / backend.upload).")
-            ctx = getattr(gd, "context", None)
-            if ctx is not None and getattr(ctx, "handle", None) != self.context.handle:
-                raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} belongs to another CUDA context "
-                                    f"({ctx}). Fix: create it on this backend's device, or copy it over.")
-        elif ptr:
-            from cuda.bindings import driver as drv
-
-            err, dev = drv.cuPointerGetAttribute(
-                drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)
-            if err != drv.CUresult.CUDA_SUCCESS or dev != self.context.device.id:
-                where = "is not device memory" if err != drv.CUresult.CUDA_SUCCESS else f"is on device {dev}"
-                raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} {where}, but this backend runs "
-                                    f"on device {self.context.device.id}. Fix: move the array to that device.")
-        return ptr, size
+    def _memset(self, ptr: int, nbytes: int, stream: int) -> None:
+        _memset(ptr, nbytes, stream)
 
     def upload(self, array: np.ndarray):
         """A device copy of a host array (a numba device array)."""
@@ -476,10 +442,6 @@ def _shape_dependent(program: Program) -> bool:
     return False
 
 
-class _DEAD:
-    alive = False
-
-
 def _check(result, what: str) -> None:
     from cuda.bindings import driver as drv
 
@@ -487,48 +449,6 @@ def _check(result, what: str) -> None:
     if err != drv.CUresult.CUDA_SUCCESS:
         raise DeviceError(f"{what} failed: {err.name}. Fix: check the device is healthy (nvidia-smi) and memory "
                           "is not exhausted.")
-
-
-def _check_aliasing(spans: list, kernel: str) -> None:
-    """Refuse two bindings whose memory overlaps where either is written (a race)."""
-    for i in range(len(spans)):
-        a0, a1, da = spans[i]
-        for j in range(i + 1, len(spans)):
-            b0, b1, db = spans[j]
-            if a0 < b1 and b0 < a1 and (da.access.writable or db.access.writable):
-                raise DispatchError(f"dispatch_resident of {kernel!r}: {da.name!r} and {db.name!r} share device "
-                                    "memory and one of them is written, a race. Fix: bind distinct buffers "
-                                    "(copy one of them first).")
-
-
-def _device_view(decl, buf, kernel: str) -> tuple[int, int]:
-    """(device pointer, element count) of a device array bound to `decl`, after checking it."""
-    try:
-        cai = buf.__cuda_array_interface__
-    except AttributeError:
-        raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} is a {type(buf).__name__}, not a device "
-                            "array. Fix: pass numba.cuda.to_device(x) (or a CuPy/PyTorch CUDA array); use "
-                            "dispatch() for host arrays.") from None
-    want = decl.dtype.storage
-    if np.dtype(cai["typestr"]) != want:
-        raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} is declared {decl.dtype} but the device "
-                            f"array holds {np.dtype(cai['typestr'])}. Fix: allocate it with dtype {want}.")
-    shape = cai["shape"]
-    size = int(np.prod(shape)) if shape else 1
-    strides = cai.get("strides")
-    if strides is not None and size > 1:
-        expect, ok = want.itemsize, True
-        for dim, st in zip(reversed(shape), reversed(strides)):
-            if dim > 1 and st != expect:
-                ok = False
-            expect *= dim
-        if not ok:
-            raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} is a non-contiguous view "
-                                f"(strides {strides}). Fix: pass a contiguous copy (e.g. cupy.ascontiguousarray).")
-    if decl.count and size < decl.count:
-        raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} is declared with {decl.count} elements "
-                            f"but the device array has {size}. Fix: allocate at least {decl.count} elements.")
-    return (cai["data"][0] or 0) if size else 0, size
 
 
 def _memset(ptr: int, nbytes: int, stream: int) -> None:

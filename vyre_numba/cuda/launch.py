@@ -72,15 +72,30 @@ class ArgBlock:
         self.address = int(self.pointers.ctypes.data)
 
 
+_DRIVER = None
+
+
+def _driver():
+    global _DRIVER
+    if _DRIVER is None:
+        from cuda.bindings import driver
+
+        _DRIVER = (driver.cuLaunchKernel, driver.cuLaunchCooperativeKernel, driver.CUresult.CUDA_SUCCESS)
+    return _DRIVER
+
+
 def launch(function_handle, shape: LaunchShape, args: ArgBlock, stream_handle: int, *, kernel: str,
            cooperative: bool = False) -> None:
     """Enqueue one launch; a driver error becomes DeviceError naming the kernel and geometry."""
-    from cuda.bindings import driver
-
-    fn = driver.cuLaunchCooperativeKernel if cooperative else driver.cuLaunchKernel
-    (err,) = fn(function_handle, *shape.grid, *shape.block, shape.shared_bytes, stream_handle,
-                args.address, *(() if cooperative else (0,)))
-    if err != driver.CUresult.CUDA_SUCCESS:
+    plain, coop, ok = _DRIVER or _driver()
+    g, b = shape.grid, shape.block
+    if cooperative:
+        (err,) = coop(function_handle, g[0], g[1], g[2], b[0], b[1], b[2], shape.shared_bytes, stream_handle,
+                      args.address)
+    else:
+        (err,) = plain(function_handle, g[0], g[1], g[2], b[0], b[1], b[2], shape.shared_bytes, stream_handle,
+                       args.address, 0)
+    if err != ok:
         raise DeviceError(f"launching kernel {kernel!r} with {shape} failed: {err.name}. "
                           "Fix: check the launch geometry and that the device is healthy (nvidia-smi); "
                           "a previous kernel fault poisons the context until the process restarts.")

@@ -1,0 +1,174 @@
+"""The hot path of resident dispatch: a program prepared once per (program, configuration), then
+launched over device arrays with as little Python as a launch can take. Every check still runs:
+the first sight of a buffer checks it fully; later sights check only what can change (freed)."""
+from __future__ import annotations
+
+import threading
+import weakref
+
+import numpy as np
+
+from ..bindings import check_resident
+from ..config import DispatchConfig
+from ..errors import DispatchError, LaunchError
+from ..ir import Program
+from ..ir.program import Role
+from .launch import ArgBlock, LaunchShape, launch
+
+_STRIDE_HINT = "Fix: pass a contiguous copy (e.g. cupy.ascontiguousarray)."
+
+
+class BufferViews:
+    """(pointer, element count, dtype, finalizer) of each device array seen, checked once."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        self._views: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def get(self, buf, decl, kernel: str) -> tuple[int, int]:
+        try:
+            view = self._views.get(buf)
+        except TypeError:  # unhashable (CuPy, PyTorch): checked every time
+            view = None
+        if view is None:
+            view = self._inspect(buf, decl, kernel)
+            try:
+                self._views[buf] = view
+            except TypeError:
+                pass
+        ptr, size, dtype, fin = view
+        if dtype != decl.dtype.storage:
+            raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} is declared {decl.dtype} but the "
+                                f"device array holds {dtype}. Fix: allocate it with dtype {decl.dtype.storage}.")
+        if fin is not None and not fin.alive:
+            raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} was freed. "
+                                "Fix: allocate a new buffer (backend.allocate / backend.upload).")
+        if decl.count and size < decl.count:
+            raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} is declared with {decl.count} "
+                                f"elements but the device array has {size}. Fix: allocate at least {decl.count}.")
+        return ptr, size
+
+    def _inspect(self, buf, decl, kernel: str) -> tuple:
+        try:
+            cai = buf.__cuda_array_interface__
+        except AttributeError:
+            raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} is a {type(buf).__name__}, not a "
+                                "device array. Fix: pass numba.cuda.to_device(x) (or a CuPy/PyTorch CUDA array); "
+                                "use dispatch() for host arrays.") from None
+        dtype = np.dtype(cai["typestr"])
+        shape = tuple(cai["shape"])
+        size = 1
+        for d in shape:
+            size *= d
+        strides = cai.get("strides")
+        if strides is not None and size > 1:
+            expect = dtype.itemsize
+            for dim, st in zip(reversed(shape), reversed(strides)):
+                if dim > 1 and st != expect:
+                    raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} is a non-contiguous view "
+                                        f"(strides {strides}). {_STRIDE_HINT}")
+                expect *= dim
+        ptr = (cai["data"][0] or 0) if size else 0
+        fin = None
+        gd = getattr(buf, "gpu_data", None)
+        if gd is not None:
+            try:
+                owner = getattr(gd, "owner", gd)
+                fin = getattr(owner, "_finalizer", None)
+                ctx = getattr(gd, "context", None)
+            except ReferenceError:  # numba's view proxies die with the memory they point to
+                raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} was freed. "
+                                    "Fix: allocate a new buffer (backend.allocate / backend.upload).") from None
+            if ctx is not None and getattr(ctx, "handle", None) != self.backend.context.handle:
+                raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} belongs to another CUDA context "
+                                    f"({ctx}). Fix: create it on this backend's device, or copy it over.")
+        elif ptr:
+            from cuda.bindings import driver as drv
+
+            err, dev = drv.cuPointerGetAttribute(drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)
+            here = self.backend.context.device.id
+            if err != drv.CUresult.CUDA_SUCCESS or dev != here:
+                where = "is not device memory" if err != drv.CUresult.CUDA_SUCCESS else f"is on device {dev}"
+                raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} {where}, but this backend runs "
+                                    f"on device {here}. Fix: move the array to that device.")
+        return ptr, size, dtype, fin
+
+
+class Prepared:
+    """One program and configuration, compiled, with everything a launch needs precomputed."""
+
+    def __init__(self, backend, program: Program, config: DispatchConfig):
+        self.backend = backend
+        self.program = program
+        self.config = config
+        self.kernel = backend.kernel(program, config)
+        self.bound = program.bound_buffers
+        self.n = len(self.bound)
+        self.pure = [i for i, d in enumerate(self.bound) if d.role is Role.OUTPUT]
+        self.outs = [i for i, d in enumerate(self.bound) if d.is_output]
+        self.nbytes = [d.dtype.nbytes for d in self.bound]
+        self.writable = [d.access.writable for d in self.bound]
+        self.wg = program.workgroup_size if config.workgroup in (None, "auto") else config.workgroup
+        self.iterations = config.fixpoint_iterations
+        self.cooperative = config.cooperative
+        self._shapes: dict = {}
+        self._tls = threading.local()
+
+    def args(self) -> ArgBlock:
+        """This thread's argument block (the driver copies parameters at launch, so reuse is safe)."""
+        a = getattr(self._tls, "args", None)
+        if a is None:
+            a = self._tls.args = ArgBlock(2 * self.n)
+        return a
+
+    def run(self, buffers) -> int:
+        """Bind, check and launch; returns the number of kernel launches enqueued."""
+        if type(buffers) not in (list, tuple) or len(buffers) != self.n:
+            buffers = check_resident(self.program, buffers)
+        args = self.args()
+        vals = args.values
+        views = self.backend.views
+        name = self.kernel.name
+        n = self.n
+        ptrs = []
+        for i, (decl, buf) in enumerate(zip(self.bound, buffers)):
+            ptr, size = views.get(buf, decl, name)
+            vals[i] = ptr
+            vals[n + i] = size
+            ptrs.append((ptr, size))
+        if n > 1:
+            self._check_aliasing(ptrs)
+        sh = self.backend._stream_handle
+        for i in self.pure:
+            ptr, size = ptrs[i]
+            if size:
+                self.backend._memset(ptr, size * self.nbytes[i], sh)
+        grid = self.config.grid
+        if grid is None:
+            cover = max((ptrs[i][1] for i in self.outs), default=0)
+            grid = (-(-cover // self.wg[0]), 1, 1)
+        shape = self._shapes.get(grid)
+        if shape is None:
+            shape = LaunchShape(grid, self.wg)
+            self.backend.check_launch(self.kernel, shape, self.config)
+            self._shapes[grid] = shape
+        if shape.empty:
+            return 0
+        for _ in range(self.iterations):
+            launch(self.kernel.handle, shape, args, sh, kernel=name, cooperative=self.cooperative)
+        return self.iterations
+
+    def _check_aliasing(self, ptrs: list) -> None:
+        spans = [(p, p + s * b) for (p, s), b in zip(ptrs, self.nbytes)]
+        for i in range(self.n):
+            a0, a1 = spans[i]
+            for j in range(i + 1, self.n):
+                b0, b1 = spans[j]
+                if a0 < b1 and b0 < a1 and (self.writable[i] or self.writable[j]):
+                    da, db = self.bound[i].name, self.bound[j].name
+                    raise DispatchError(f"dispatch_resident of {self.program.name!r}: {da!r} and {db!r} share device "
+                                        "memory and one of them is written, a race. Fix: bind distinct buffers "
+                                        "(copy one of them first).")
+
+
+__all__ = ["BufferViews", "Prepared", "LaunchError"]

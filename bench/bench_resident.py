@@ -31,7 +31,7 @@ from bench_dispatch import inc_program, numba_kernels, per_call  # noqa: E402
 def bench_resident_overhead(n_calls: int) -> dict:
     from numba import cuda
 
-    from vyre_numba.cuda.launch import ArgBlock, LaunchShape, launch
+    from vyre_numba.cuda.launch import ArgBlock, LaunchShape
 
     backend = vn.get_backend("cuda")
     p = inc_program()
@@ -44,7 +44,11 @@ def bench_resident_overhead(n_calls: int) -> dict:
     args.values[0], args.values[1] = x.__cuda_array_interface__["data"][0], n
     shape = LaunchShape((n // 256, 1, 1), (256, 1, 1))
     h = backend._stream_handle
-    res["raw_cuLaunchKernel_us"] = per_call(lambda: launch(k.handle, shape, args, h, kernel="inc"), n_calls, sync) * 1e6
+    from cuda.bindings import driver as drv
+
+    f, hdl, g = drv.cuLaunchKernel, k.handle, shape.grid[0]
+    res["raw_cuLaunchKernel_us"] = per_call(lambda: f(hdl, g, 1, 1, 256, 1, 1, 0, h, args.address, 0), n_calls,
+                                            sync) * 1e6
     kern = numba_kernels()["inc"]
     res["numba_jit_us"] = per_call(lambda: kern[n // 256, 256, backend.stream](x), n_calls, sync) * 1e6
     res["ratio_vyre_over_raw"] = res["vyre_resident_us"] / res["raw_cuLaunchKernel_us"]

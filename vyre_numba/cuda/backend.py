@@ -64,6 +64,7 @@ class CudaBackend(Backend):
         self._auto: dict[str, tuple[int, int, int]] = {}
         self.views = BufferViews(self)
         self._counters = collections.Counter()
+        self._resident_dispatches = self._resident_launches = 0  # hot-path counters, merged by telemetry()
         self._stream_handle = int(self.stream.handle) if self.stream.handle else 0
         self._thread = threading.local()
         self._thread.ready = True
@@ -268,10 +269,8 @@ class CudaBackend(Backend):
         prep = self._prepared.get((id(program), config))
         if prep is None or prep.program is not program:
             prep = self._prepare(program, config)
-        launches = prep.run(buffers)
-        c = self._counters
-        c["resident_dispatches"] += 1
-        c["kernel_launches"] += launches
+        self._resident_dispatches += 1
+        self._resident_launches += prep.run(buffers)
 
     def _prepare(self, program: Program, config: DispatchConfig | None) -> Prepared:
         self._ensure_context()
@@ -344,6 +343,8 @@ class CudaBackend(Backend):
         self._count(sync_points=1)
 
     def telemetry(self) -> dict[str, int]:
+        self._count(resident_dispatches=self._resident_dispatches, kernel_launches=self._resident_launches)
+        self._resident_dispatches = self._resident_launches = 0
         t = super().telemetry()
         for level, cache in (("ptx", self.ptx_cache), ("module", self.module_cache), ("disk", self.disk_cache)):
             if cache is not None:
@@ -353,6 +354,7 @@ class CudaBackend(Backend):
 
     def reset_telemetry(self) -> None:
         super().reset_telemetry()
+        self._resident_dispatches = self._resident_launches = 0
         for cache in (self.ptx_cache, self.module_cache, self.disk_cache):
             if cache is not None:
                 cache.hits = cache.misses = 0

@@ -10,40 +10,43 @@ import numpy as np
 
 from ..bindings import check_resident
 from ..config import DispatchConfig
-from ..errors import DispatchError, LaunchError
+from ..errors import DeviceError, DispatchError, LaunchError
 from ..ir import Program
 from ..ir.program import Role
-from .launch import ArgBlock, LaunchShape, launch
+from .launch import ArgBlock, LaunchShape
 
 _STRIDE_HINT = "Fix: pass a contiguous copy (e.g. cupy.ascontiguousarray)."
 
 
 class BufferViews:
-    """(pointer, element count, dtype, finalizer) of each device array seen, checked once."""
+    """(pointer, element count, dtype, finalizer) of each device array seen, checked once; later
+    sights re-check only dtype, size and whether it was freed."""
 
     def __init__(self, backend):
         self.backend = backend
-        self._views: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._views: dict[int, tuple] = {}
 
-    def get(self, buf, decl, kernel: str) -> tuple[int, int]:
-        try:
-            view = self._views.get(buf)
-        except TypeError:  # unhashable (CuPy, PyTorch): checked every time
-            view = None
-        if view is None:
-            view = self._inspect(buf, decl, kernel)
+    def get(self, buf, decl, dtype: np.dtype, kernel: str) -> tuple[int, int]:
+        hit = self._views.get(id(buf))
+        if hit is not None and hit[0]() is buf:
+            _, ptr, size, have, fin = hit
+        else:
+            ptr, size, have, fin = self._inspect(buf, decl, kernel)
             try:
-                self._views[buf] = view
-            except TypeError:
-                pass
-        ptr, size, dtype, fin = view
-        if dtype != decl.dtype.storage:
+                ref = weakref.ref(buf, lambda _, key=id(buf), views=self._views: views.pop(key, None))
+            except TypeError:  # not weak-referenceable: inspected every time
+                ref = None
+            if ref is not None:
+                if len(self._views) > 65536:
+                    self._views.clear()
+                self._views[id(buf)] = (ref, ptr, size, have, fin)
+        if have is not dtype and have != dtype:
             raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} is declared {decl.dtype} but the "
-                                f"device array holds {dtype}. Fix: allocate it with dtype {decl.dtype.storage}.")
+                                f"device array holds {have}. Fix: allocate it with dtype {dtype}.")
         if fin is not None and not fin.alive:
             raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} was freed. "
                                 "Fix: allocate a new buffer (backend.allocate / backend.upload).")
-        if decl.count and size < decl.count:
+        if size < decl.count:
             raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} is declared with {decl.count} "
                                 f"elements but the device array has {size}. Fix: allocate at least {decl.count}.")
         return ptr, size
@@ -111,28 +114,28 @@ class Prepared:
         self.wg = program.workgroup_size if config.workgroup in (None, "auto") else config.workgroup
         self.iterations = config.fixpoint_iterations
         self.cooperative = config.cooperative
+        self.dtypes = [d.dtype.storage for d in self.bound]
+        self.handle = self.kernel.handle
         self._shapes: dict = {}
         self._tls = threading.local()
+        from cuda.bindings import driver as drv
 
-    def args(self) -> ArgBlock:
-        """This thread's argument block (the driver copies parameters at launch, so reuse is safe)."""
-        a = getattr(self._tls, "args", None)
-        if a is None:
-            a = self._tls.args = ArgBlock(2 * self.n)
-        return a
+        self._launch = drv.cuLaunchCooperativeKernel if self.cooperative else drv.cuLaunchKernel
+        self._extra = () if self.cooperative else (0,)
+        self._ok = drv.CUresult.CUDA_SUCCESS
 
     def run(self, buffers) -> int:
         """Bind, check and launch; returns the number of kernel launches enqueued."""
         if type(buffers) not in (list, tuple) or len(buffers) != self.n:
             buffers = check_resident(self.program, buffers)
-        args = self.args()
+        args = self._tls.__dict__.get("args") or self._new_args()
         vals = args.values
-        views = self.backend.views
+        get = self.backend.views.get
         name = self.kernel.name
         n = self.n
         ptrs = []
-        for i, (decl, buf) in enumerate(zip(self.bound, buffers)):
-            ptr, size = views.get(buf, decl, name)
+        for i in range(n):
+            ptr, size = get(buffers[i], self.bound[i], self.dtypes[i], name)
             vals[i] = ptr
             vals[n + i] = size
             ptrs.append((ptr, size))
@@ -145,18 +148,34 @@ class Prepared:
                 self.backend._memset(ptr, size * self.nbytes[i], sh)
         grid = self.config.grid
         if grid is None:
-            cover = max((ptrs[i][1] for i in self.outs), default=0)
+            cover = 0
+            for i in self.outs:
+                if ptrs[i][1] > cover:
+                    cover = ptrs[i][1]
             grid = (-(-cover // self.wg[0]), 1, 1)
         shape = self._shapes.get(grid)
         if shape is None:
-            shape = LaunchShape(grid, self.wg)
-            self.backend.check_launch(self.kernel, shape, self.config)
-            self._shapes[grid] = shape
+            shape = self._shape(grid)
         if shape.empty:
             return 0
         for _ in range(self.iterations):
-            launch(self.kernel.handle, shape, args, sh, kernel=name, cooperative=self.cooperative)
+            (err,) = self._launch(self.handle, grid[0], grid[1], grid[2], self.wg[0], self.wg[1], self.wg[2], 0, sh,
+                                  args.address, *self._extra)
+            if err != self._ok:
+                raise DeviceError(f"launching kernel {name!r} with {shape} failed: {err.name}. Fix: check the device "
+                                  "is healthy (nvidia-smi); a previous kernel fault poisons the context until the "
+                                  "process restarts.")
         return self.iterations
+
+    def _new_args(self) -> ArgBlock:
+        a = self._tls.args = ArgBlock(2 * self.n)
+        return a
+
+    def _shape(self, grid: tuple) -> LaunchShape:
+        shape = LaunchShape(grid, self.wg)
+        self.backend.check_launch(self.kernel, shape, self.config)
+        self._shapes[grid] = shape
+        return shape
 
     def _check_aliasing(self, ptrs: list) -> None:
         spans = [(p, p + s * b) for (p, s), b in zip(ptrs, self.nbytes)]

@@ -249,3 +249,23 @@ def test_cuda_accepts_cupy_arrays_without_copying():
     with pytest.raises(vn.DispatchError) as e:
         backend.dispatch_resident(bump(), [cp.arange(10, dtype=cp.int64)])
     fix_in(e)
+
+
+@pytest.mark.gpu
+def test_cuda_rebinding_different_arrays_after_the_fast_path():
+    """The fast path for repeated bindings must notice a new array, a freed one and a new size."""
+    backend = vn.get_backend("cuda")
+    a = backend.upload(np.zeros(100, np.uint32))
+    for _ in range(3):
+        backend.dispatch_resident(bump(), [a])
+    b = backend.upload(np.zeros(300, np.uint32))
+    backend.dispatch_resident(bump(), [b])
+    assert backend.download(a).tolist() == [3] * 100 and backend.download(b).tolist() == [1] * 300
+    y = backend.upload(np.full(64, 9, np.uint32))
+    for _ in range(2):  # pure outputs are zeroed on every call, the fast path included
+        backend.dispatch_resident(affine(), [backend.upload(np.arange(10, dtype=np.uint32)), y])
+    assert backend.download(y).tolist() == [k * 3 + 1 for k in range(10)] + [0] * 54
+    b.gpu_data.free()
+    with pytest.raises(vn.DispatchError) as e:
+        backend.dispatch_resident(bump(), [b])
+    assert "freed" in fix_in(e)

@@ -265,6 +265,15 @@ def test_cuda_rebinding_different_arrays_after_the_fast_path():
     for _ in range(2):  # pure outputs are zeroed on every call, the fast path included
         backend.dispatch_resident(affine(), [backend.upload(np.arange(10, dtype=np.uint32)), y])
     assert backend.download(y).tolist() == [k * 3 + 1 for k in range(10)] + [1] * 54  # x reads 0 past its end
+    i = ir.var("i")
+    five = ir.Program([ir.BufferDecl.output("y", 0, "u32")], 64,
+                      [ir.let("i", ir.gid(0)), ir.if_(i < 5, [ir.store("y", i, i + 100)])], name="five")
+    sevens = ir.Program([ir.BufferDecl.read_write("y", 0, "u32")], 64, [ir.store("y", ir.gid(0), 7)], name="sevens")
+    z = backend.upload(np.zeros(20, np.uint32))
+    for _ in range(3):  # the second and third call of `five` take the fast path and must still zero y
+        backend.dispatch_resident(sevens, [z])
+        backend.dispatch_resident(five, [z])
+        assert backend.download(z).tolist() == [100, 101, 102, 103, 104] + [0] * 15
     b.gpu_data.free()
     with pytest.raises(vn.DispatchError) as e:
         backend.dispatch_resident(bump(), [b])

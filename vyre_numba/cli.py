@@ -90,7 +90,9 @@ def cmd_emit(args: argparse.Namespace) -> int:
     else:
         out.write_text(text)
     manifest = abi(program).to_dict()
-    manifest.update(sm=args.sm, format="cubin" if args.cubin else "ptx", digest=program.digest())
+    manifest.update(sm=args.sm, format="cubin" if args.cubin else "ptx", digest=program.digest(),
+                    buffers=[{"name": b.name, "binding": b.binding, "dtype": b.dtype.value, "access": b.access.value,
+                              "count": b.count, "role": b.role.value} for b in program.bound_buffers])
     man_path = out.with_name(out.name + ".json")
     man_path.write_text(json.dumps(manifest, indent=2) + "\n")
     print(f"wrote {out} and {man_path}")

@@ -90,6 +90,13 @@ class KernelABI:
     workgroup_size: tuple[int, int, int] | None
     shared_bytes: int
 
+    def to_dict(self) -> dict:
+        """JSON-ready form (the manifest `vyre-numba emit` writes next to the PTX)."""
+        return {"entry": self.entry, "workgroup_size": None if self.workgroup_size is None else list(self.workgroup_size),
+                "shared_bytes": self.shared_bytes,
+                "params": [{"name": p.name, "type": p.ptx_type, "buffer": p.buffer, "kind": p.kind}
+                           for p in self.params]}
+
 
 def _wg(program: Program, config: DispatchConfig) -> tuple[int, int, int] | None:
     if config.workgroup == "auto":

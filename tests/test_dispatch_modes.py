@@ -278,3 +278,54 @@ def test_cuda_rebinding_different_arrays_after_the_fast_path():
     with pytest.raises(vn.DispatchError) as e:
         backend.dispatch_resident(bump(), [b])
     assert "freed" in fix_in(e)
+
+
+@pytest.mark.gpu
+def test_cuda_accepts_dlpack_only_objects():
+    cp = pytest.importorskip("cupy")
+    backend = vn.get_backend("cuda")
+
+    class DLPackOnly:  # what a JAX array looks like to us: no __cuda_array_interface__
+        def __init__(self, a):
+            self._a = a
+
+        def __dlpack__(self, *args, **kwargs):
+            return self._a.__dlpack__(*args, **kwargs)
+
+        def __dlpack_device__(self):
+            return self._a.__dlpack_device__()
+
+    cx = cp.arange(50, dtype=cp.uint32)
+    backend.dispatch_resident(bump(), [DLPackOnly(cx)])
+    backend.synchronize()
+    assert np.array_equal(cp.asnumpy(cx), np.arange(50, dtype=np.uint32) + 1)
+    with pytest.raises(vn.DispatchError) as e:
+        backend.dispatch_resident(bump(), [DLPackOnly(cp.arange(10, dtype=cp.float32))])
+    fix_in(e)
+
+
+@pytest.mark.gpu
+def test_cuda_nvtx_ranges_name_the_phases(monkeypatch):
+    from vyre_numba import profiling
+
+    seen = []
+
+    class Recorder:
+        @staticmethod
+        def annotate(name, domain=None):
+            seen.append((name, domain))
+            import contextlib
+            return contextlib.nullcontext()
+
+    monkeypatch.setattr(profiling, "_nvtx", Recorder)
+    backend = vn.get_backend("cuda")
+    fresh = affine(name="nvtx_probe", mul=11, add=5)
+    backend.disk_cache = None  # force emit + assemble in this process
+    try:
+        (y,) = backend.dispatch(fresh, [np.arange(10, dtype=np.uint32)])
+    finally:
+        from vyre_numba.cuda.diskcache import DiskCache, enabled
+        backend.disk_cache = DiskCache() if enabled() else None
+    assert np.array_equal(y, np.arange(10, dtype=np.uint32) * 11 + 5)
+    names = {n for n, d in seen if d == profiling.DOMAIN}
+    assert {"emit", "assemble", "upload", "launch", "readback"} <= names, seen

@@ -55,9 +55,11 @@ class BufferViews:
         try:
             cai = buf.__cuda_array_interface__
         except AttributeError:
-            raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} is a {type(buf).__name__}, not a "
-                                "device array. Fix: pass numba.cuda.to_device(x) (or a CuPy/PyTorch CUDA array); "
-                                "use dispatch() for host arrays.") from None
+            if not hasattr(buf, "__dlpack__"):
+                raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} is a {type(buf).__name__}, not "
+                                    "a device array. Fix: pass numba.cuda.to_device(x) (or a CuPy/PyTorch/JAX CUDA "
+                                    "array); use dispatch() for host arrays.") from None
+            cai = self._from_dlpack(buf, decl, kernel)
         dtype = np.dtype(cai["typestr"])
         shape = tuple(cai["shape"])
         size = 1
@@ -95,6 +97,24 @@ class BufferViews:
                 raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} {where}, but this backend runs "
                                     f"on device {here}. Fix: move the array to that device.")
         return ptr, size, dtype, fin
+
+
+    def _from_dlpack(self, buf, decl, kernel: str) -> dict:
+        """A CUDA-array-interface description of a DLPack-only object, through cuda.core."""
+        from cuda.core.utils import StridedMemoryView
+
+        view = StridedMemoryView.from_dlpack(buf, stream_ptr=self.backend._stream_handle or None)
+        if not view.is_device_accessible:
+            raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} lives in host memory. "
+                                "Fix: move it to the GPU first, or use dispatch() for host arrays.")
+        here = self.backend.context.device.id
+        if view.device_id != here:
+            raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} is on device {view.device_id}, but "
+                                f"this backend runs on device {here}. Fix: move the array to that device.")
+        itemsize = np.dtype(view.dtype).itemsize
+        strides = None if view.strides is None else tuple(st * itemsize for st in view.strides)
+        return {"typestr": np.dtype(view.dtype).str, "shape": tuple(view.shape), "strides": strides,
+                "data": (view.ptr, view.readonly)}
 
 
 class Prepared:

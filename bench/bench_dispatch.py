@@ -142,36 +142,39 @@ def per_call(fn, n: int, sync) -> float:
     return best
 
 
-def bench_warm(n_calls: int) -> dict:
-    import cupy as cp
-    from numba import cuda
+def launch_overhead(n_calls: int) -> tuple[dict, object]:
+    """Host cost per call of the same cached kernel on the same device array: vyre's resident
+    dispatch, a raw cuLaunchKernel with a prebuilt argument array, and numba @cuda.jit."""
+    from cuda.bindings import driver as drv
 
-    from vyre_numba.cuda.launch import ArgBlock, LaunchShape
+    from vyre_numba.cuda.launch import ArgBlock
 
     backend = vn.get_backend("cuda")
     p = inc_program()
     n = 4096
-    x = cuda.to_device(np.zeros(n, np.uint32))
+    x = backend.upload(np.zeros(n, np.uint32))
     k = backend.kernel(p)
     sync = backend.synchronize
-    res = {}
-    res["vyre_dispatch_resident_us"] = per_call(lambda: backend.dispatch_resident(p, [x]), n_calls, sync) * 1e6
-
+    res = {"vyre_dispatch_resident_us": per_call(lambda: backend.dispatch_resident(p, [x]), n_calls, sync) * 1e6}
     args = ArgBlock(2)
-    args.values[0] = x.__cuda_array_interface__["data"][0]
-    args.values[1] = n
-    shape = LaunchShape((n // 256, 1, 1), (256, 1, 1))
-    h = backend._stream_handle
-    from cuda.bindings import driver as drv
-
-    f, hdl, g = drv.cuLaunchKernel, k.handle, shape.grid[0]
+    args.values[0], args.values[1] = x.__cuda_array_interface__["data"][0], n
+    f, hdl, h, g = drv.cuLaunchKernel, k.handle, backend._stream_handle, n // 256
     res["raw_cuLaunchKernel_us"] = per_call(lambda: f(hdl, g, 1, 1, 256, 1, 1, 0, h, args.address, 0), n_calls,
                                             sync) * 1e6
-
     kern = numba_kernels()["inc"]
-    stream = backend.stream
-    res["numba_jit_us"] = per_call(lambda: kern[n // 256, 256, stream](x), n_calls, sync) * 1e6
+    res["numba_jit_us"] = per_call(lambda: kern[g, 256, backend.stream](x), n_calls, sync) * 1e6
+    res["ratio_vyre_over_raw"] = res["vyre_dispatch_resident_us"] / res["raw_cuLaunchKernel_us"]
+    res["ratio_numba_over_vyre"] = res["numba_jit_us"] / res["vyre_dispatch_resident_us"]
+    return res, p
 
+
+def bench_warm(n_calls: int) -> dict:
+    import cupy as cp
+
+    backend = vn.get_backend("cuda")
+    sync = backend.synchronize
+    res, p = launch_overhead(n_calls)
+    n = 4096
     from vyre_numba.ptx import assemble
 
     with tempfile.TemporaryDirectory() as d:
@@ -185,8 +188,6 @@ def bench_warm(n_calls: int) -> dict:
     host = np.zeros(n, np.uint32)
     res["vyre_host_dispatch_with_transfers_us"] = per_call(lambda: backend.dispatch(p, [host]), max(50, n_calls // 20),
                                                            sync) * 1e6
-    res["ratio_vyre_over_raw"] = res["vyre_dispatch_resident_us"] / res["raw_cuLaunchKernel_us"]
-    res["ratio_numba_over_vyre"] = res["numba_jit_us"] / res["vyre_dispatch_resident_us"]
     res["ratio_cupy_over_vyre"] = res["cupy_rawkernel_us"] / res["vyre_dispatch_resident_us"]
     return res
 

@@ -25,36 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import vyre_numba as vn  # noqa: E402
-from bench_dispatch import inc_program, numba_kernels, per_call  # noqa: E402
-
-
-def bench_resident_overhead(n_calls: int) -> dict:
-    from numba import cuda
-
-    from vyre_numba.cuda.launch import ArgBlock, LaunchShape
-
-    backend = vn.get_backend("cuda")
-    p = inc_program()
-    n = 4096
-    x = backend.upload(np.zeros(n, np.uint32))
-    k = backend.kernel(p)
-    sync = backend.synchronize
-    res = {"vyre_resident_us": per_call(lambda: backend.dispatch_resident(p, [x]), n_calls, sync) * 1e6}
-    args = ArgBlock(2)
-    args.values[0], args.values[1] = x.__cuda_array_interface__["data"][0], n
-    shape = LaunchShape((n // 256, 1, 1), (256, 1, 1))
-    h = backend._stream_handle
-    from cuda.bindings import driver as drv
-
-    f, hdl, g = drv.cuLaunchKernel, k.handle, shape.grid[0]
-    res["raw_cuLaunchKernel_us"] = per_call(lambda: f(hdl, g, 1, 1, 256, 1, 1, 0, h, args.address, 0), n_calls,
-                                            sync) * 1e6
-    kern = numba_kernels()["inc"]
-    res["numba_jit_us"] = per_call(lambda: kern[n // 256, 256, backend.stream](x), n_calls, sync) * 1e6
-    res["ratio_vyre_over_raw"] = res["vyre_resident_us"] / res["raw_cuLaunchKernel_us"]
-    res["ratio_numba_over_vyre"] = res["numba_jit_us"] / res["vyre_resident_us"]
-    cuda.synchronize()
-    return res
+from bench_dispatch import inc_program, launch_overhead  # noqa: E402
 
 
 def bench_sequence(reps: int) -> dict:
@@ -135,8 +106,8 @@ def main() -> int:
     from vyre_numba.cuda import caps
 
     res = {"device": caps().name, "date": time.strftime("%Y-%m-%d")}
-    r = res["resident"] = bench_resident_overhead(500 if a.quick else 5000)
-    print(f"(a) resident dispatch per call: vyre {r['vyre_resident_us']:.2f} us, raw {r['raw_cuLaunchKernel_us']:.2f} us "
+    r = res["resident"] = launch_overhead(500 if a.quick else 5000)[0]
+    print(f"(a) resident dispatch per call: vyre {r['vyre_dispatch_resident_us']:.2f} us, raw {r['raw_cuLaunchKernel_us']:.2f} us "
           f"(ratio {r['ratio_vyre_over_raw']:.2f}, target <= 1.5), numba {r['numba_jit_us']:.2f} us "
           f"(numba/vyre {r['ratio_numba_over_vyre']:.2f}, target >= 3)")
     s = res["sequence"] = bench_sequence(3 if a.quick else 10)

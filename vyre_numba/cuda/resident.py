@@ -103,7 +103,12 @@ class BufferViews:
         """A CUDA-array-interface description of a DLPack-only object, through cuda.core."""
         from cuda.core.utils import StridedMemoryView
 
-        view = StridedMemoryView.from_dlpack(buf, stream_ptr=self.backend._stream_handle or None)
+        try:  # DLPack: -1 asks for no synchronisation (0 would be ambiguous)
+            view = StridedMemoryView.from_dlpack(buf, stream_ptr=self.backend._stream_handle or -1)
+        except Exception as e:  # the exporter refuses: say why, in our terms
+            raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} ({type(buf).__name__}) could not be "
+                                f"viewed through DLPack ({type(e).__name__}: {e}). Fix: pass a CUDA array (numba, "
+                                "CuPy, PyTorch) or use dispatch() for host arrays.") from e
         if not view.is_device_accessible:
             raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} lives in host memory. "
                                 "Fix: move it to the GPU first, or use dispatch() for host arrays.")

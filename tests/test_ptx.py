@@ -86,8 +86,9 @@ def test_bool_ops():
     for k, e in enumerate([ir.logical_and(a, b), ir.logical_or(a, b), ir.not_(a), a.eq(b), a.ne(b),
                            ir.select(a, b, ir.boolean(True)), ir.boolean(False)]):
         body.append(ir.store("out", ir.u32(k) + i, e))
-    assemble_all(ir.Program([ir.BufferDecl.read("a", 0, "bool"), ir.BufferDecl.read("b", 1, "bool"),
-                             ir.BufferDecl.output("out", 2, "bool")], 64, body))
+    text = assemble_all(ir.Program([ir.BufferDecl.read("a", 0, "bool"), ir.BufferDecl.read("b", 1, "bool"),
+                                    ir.BufferDecl.output("out", 2, "bool")], 64, body))
+    assert text.count("st.global") >= 7, "every bool result is stored as a 32-bit word"
 
 
 def test_every_cast_pair():

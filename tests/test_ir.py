@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from conftest import assert_fix
-from vyre_numba import DispatchConfig, ir
-from vyre_numba.errors import IRValidationError, VyreError
+from vyre_numba import ir
+from vyre_numba.errors import IRValidationError
 from vyre_numba.ir import DataType as D
 from vyre_numba.ir.nodes import BinOp, Lit, UnOp
 

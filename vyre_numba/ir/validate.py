@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..errors import IRValidationError
 from . import nodes as n
-from .program import Access, BufferDecl, Program, Role
+from .program import Access, BufferDecl, Program
 from .types import DataType, float_to_bits
 
 D = DataType

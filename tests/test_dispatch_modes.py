@@ -178,6 +178,8 @@ def test_telemetry_counts_and_resets(backend):
         assert t["bytes_uploaded"] >= 2 * x.nbytes and t["bytes_read_back"] >= 2 * x.nbytes
         assert t["sync_points"] >= 2
     assert t["dispatches"] == 1 and t["resident_dispatches"] == 1
+    backend.dispatch(affine(), [x], DispatchConfig(label="warmup"))
+    assert backend.telemetry()["dispatches[warmup]"] == 1
     backend.reset_telemetry()
     assert backend.telemetry().get("dispatches", 0) == 0
 

@@ -32,7 +32,7 @@ class DispatchConfig:
     workgroup: overrides the program's workgroup size ("auto" lets the CUDA backend choose).
     fixpoint_iterations: run the program this many times over the same buffers.
     cooperative: launch so every workgroup is co-resident (needed by grid barriers).
-    label: a name for telemetry and profiles.
+    label: a name for telemetry (a `dispatches[label]` counter) and profiles (the NVTX launch range).
     """
 
     grid: tuple[int, int, int] | None = None

@@ -232,7 +232,7 @@ class CudaBackend(Backend):
         if timed:
             pending.events = (self._cuda.event(), self._cuda.event())
             pending.events[0].record(stream)
-        with profiling.range("launch"):
+        with profiling.range(f"launch {b.config.label}" if b.config.label else "launch"):
             if not shape.empty:
                 for _ in range(b.config.fixpoint_iterations):
                     launch(k.handle, shape, args, sh, kernel=k.name, cooperative=b.config.cooperative)
@@ -256,6 +256,8 @@ class CudaBackend(Backend):
         pending.done_event.record(stream)
         launches = 0 if shape.empty else b.config.fixpoint_iterations
         self._count(dispatches=1, kernel_launches=launches, bytes_uploaded=up, bytes_read_back=down)
+        if b.config.label:
+            self._count(**{f"dispatches[{b.config.label}]": 1})
 
     # ---- resident dispatch ------------------------------------------------------------------------
     def dispatch_resident(self, program: Program, buffers: Sequence | Mapping, config: DispatchConfig | None = None

@@ -27,6 +27,8 @@ class ReferenceBackend(Backend):
         binding = bind(program, inputs, config, sizes)
         execute(binding)
         self._count(dispatches=1)
+        if binding.config.label:
+            self._count(**{f"dispatches[{binding.config.label}]": 1})
         return binding.results()
 
     # resident buffers are plain NumPy arrays, updated in place

@@ -331,3 +331,59 @@ def test_cuda_nvtx_ranges_name_the_phases(monkeypatch):
     assert np.array_equal(y, np.arange(10, dtype=np.uint32) * 11 + 5)
     names = {n for n, d in seen if d == profiling.DOMAIN}
     assert {"emit", "assemble", "upload", "launch", "readback"} <= names, seen
+
+
+def test_resident_config_must_be_a_dispatch_config(backend):
+    dx = backend.upload(np.zeros(8, np.uint32))
+    with pytest.raises(vn.DispatchError) as e:
+        backend.dispatch_resident(bump(), [dx], {"grid": 4})
+    assert "DispatchConfig" in fix_in(e)
+
+
+def test_upload_keeps_the_shape(backend):
+    d = backend.upload(np.arange(12, dtype=np.uint32).reshape(3, 4))
+    assert tuple(d.shape) == (3, 4)
+    backend.dispatch_resident(bump(), [d])
+    assert np.array_equal(backend.download(d), np.arange(12, dtype=np.uint32) + 1)
+
+
+def test_reference_resident_failure_writes_nothing():
+    backend = vn.get_backend("reference")
+    y = np.full(8, 5, np.uint32)
+    x = np.arange(8, dtype=np.uint32)
+    with pytest.raises(vn.DispatchError) as e:  # over the interpreter's invocation limit
+        backend.dispatch_resident(affine(), [x, y], DispatchConfig(grid=(65535, 65535, 1)))
+    fix_in(e)
+    assert y.tolist() == [5] * 8, "the pure output was zeroed although the dispatch failed"
+
+
+@pytest.mark.gpu
+def test_cuda_evicted_kernels_are_not_launched_from_stale_preparations():
+    from vyre_numba.cuda import CudaBackend
+
+    small = CudaBackend(module_cache_size=2)
+    progs = [affine(f"evict{k}", mul=k + 2) for k in range(4)]
+    x = small.upload(np.arange(64, dtype=np.uint32))
+    y = small.allocate(progs[0], "y", 64)
+    for p in progs + progs:  # the second round finds every first-round kernel evicted
+        small.dispatch_resident(p, [x, y])
+        k = int(p.name[-1])
+        assert np.array_equal(small.download(y), np.arange(64, dtype=np.uint32) * (k + 2) + 1)
+    assert small.module_cache.stats()["entries"] == 2
+
+
+@pytest.mark.gpu
+def test_cuda_pending_result_from_two_threads_returns_memory_once():
+    backend = vn.get_backend("cuda")
+    x = np.arange(1 << 12, dtype=np.uint32)
+    backend.dispatch(affine(), [x])  # warm the pools
+    idle = backend.device_pool.stats()["idle_bytes"], backend.pinned_pool.stats()["idle_bytes"]
+    pending = backend.dispatch_async(affine(), [x])
+    out = []
+    threads = [threading.Thread(target=lambda: out.append(pending.result()[0])) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(out) == 2 and all(np.array_equal(o, x * 3 + 1) for o in out)
+    assert (backend.device_pool.stats()["idle_bytes"], backend.pinned_pool.stats()["idle_bytes"]) == idle

@@ -35,7 +35,7 @@ class FakeNumbaArray:
 
 
 def views():
-    return BufferViews(types.SimpleNamespace(context=CTX, _stream_handle=0))
+    return BufferViews(types.SimpleNamespace(context=CTX, _stream_handle=0, pointer_device=lambda ptr: 0))
 
 
 DECL = ir.BufferDecl.read_write("x", 0, "u32")
@@ -110,3 +110,40 @@ def test_cache_entry_dies_with_the_array():
     assert len(v._views) == 1
     del a
     assert len(v._views) == 0
+
+
+class FakeForeignArray:
+    """Looks like a CuPy/PyTorch array: CAI only, no numba gpu_data; its storage can move."""
+
+    def __init__(self, n=16, ptr=0x2000, readonly=False):
+        self.__cuda_array_interface__ = {"typestr": "<u4", "shape": (n,), "strides": None,
+                                         "data": (ptr, readonly), "version": 3}
+
+
+def test_foreign_arrays_are_looked_at_afresh_each_time():
+    v, a = views(), FakeForeignArray()
+    assert v.get(a, DECL, np.dtype(np.uint32), "k")[:2] == (0x2000, 16)
+    a.__cuda_array_interface__ = {**a.__cuda_array_interface__, "data": (0x9000, False), "shape": (64,)}
+    assert v.get(a, DECL, np.dtype(np.uint32), "k")[:2] == (0x9000, 64), "a resized tensor must not keep its old view"
+
+
+def test_read_only_array_for_a_writable_buffer():
+    with pytest.raises(vn.DispatchError) as e:
+        views().get(FakeForeignArray(readonly=True), DECL, np.dtype(np.uint32), "k")
+    assert "read-only" in fix_in(e)
+    ro = ir.BufferDecl.read("x", 0, "u32")
+    assert views().get(FakeForeignArray(readonly=True), ro, np.dtype(np.uint32), "k")[:2] == (0x2000, 16)
+
+
+def test_lengths_past_u32_are_refused():
+    with pytest.raises(vn.DispatchError) as e:
+        views().get(FakeForeignArray(n=2**32), DECL, np.dtype(np.uint32), "k")
+    assert "u32" in fix_in(e)
+
+
+def test_memory_on_another_device_or_not_device_memory():
+    for answer, fragment in ((1, "on device 1"), (None, "not device memory")):
+        v = BufferViews(types.SimpleNamespace(context=CTX, _stream_handle=0, pointer_device=lambda ptr, a=answer: a))
+        with pytest.raises(vn.DispatchError) as e:
+            v.get(FakeForeignArray(), DECL, np.dtype(np.uint32), "k")
+        assert fragment in fix_in(e)

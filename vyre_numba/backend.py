@@ -121,11 +121,9 @@ class Backend(abc.ABC):
     def dispatch_async(self, program: Program, inputs: Sequence | Mapping | None = None,
                        config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None
                        ) -> Pending:
-        """`dispatch` that returns at once with a `Pending`."""
-        try:
-            return Completed(self.dispatch(program, inputs, config, sizes=sizes))
-        except Exception as e:  # delivered by result(), as an asynchronous failure would be
-            return Completed(error=e)
+        """`dispatch` that returns at once with a `Pending`. Mistakes in the arguments raise here;
+        failures while running are raised by `result()`."""
+        return Completed(self.dispatch(program, inputs, config, sizes=sizes))
 
     def dispatch_timed(self, program: Program, inputs: Sequence | Mapping | None = None,
                        config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None

@@ -63,6 +63,19 @@ def as_host_array(b: BufferDecl, value, where: str) -> np.ndarray:
     return np.ascontiguousarray(arr).reshape(-1)
 
 
+def check_config(config) -> DispatchConfig:
+    """`config`, or the default configuration for None; anything else is refused."""
+    if config is None:
+        return _DEFAULT
+    if not isinstance(config, DispatchConfig):
+        raise DispatchError(f"config is a {type(config).__name__}, not a DispatchConfig. "
+                            "Fix: pass vyre_numba.DispatchConfig(grid=..., ...).")
+    return config
+
+
+_DEFAULT = DispatchConfig()
+
+
 def bind(program: Program, inputs: Sequence | Mapping | None, config: DispatchConfig | None = None,
          sizes: Mapping[str, int] | None = None, *, copy_inputs: bool = True) -> Binding:
     """Check `inputs` against `program` and build the buffers of one dispatch.
@@ -72,10 +85,7 @@ def bind(program: Program, inputs: Sequence | Mapping | None, config: DispatchCo
     largest input's length. read_write buffers are copied unless copy_inputs is False.
     """
     check(program)
-    config = config or DispatchConfig()
-    if not isinstance(config, DispatchConfig):
-        raise DispatchError(f"config is a {type(config).__name__}, not a DispatchConfig. "
-                            "Fix: pass vyre_numba.DispatchConfig(grid=..., ...).")
+    config = check_config(config)
     decls = program.inputs
     where = f"dispatch of {program.name!r}"
     if inputs is None:
@@ -116,7 +126,7 @@ def bind(program: Program, inputs: Sequence | Mapping | None, config: DispatchCo
             continue
         if b.name in sizes:
             size = sizes[b.name]
-            if not isinstance(size, (int, np.integer)) or size < 0 or (b.count and size != b.count):
+            if not isinstance(size, (int, np.integer)) or not 0 <= size < 2**32 or (b.count and size != b.count):
                 raise DispatchError(f"{where}: sizes[{b.name!r}]={size!r} is not a valid element count"
                                     f"{f' (declared {b.count})' if b.count else ''}. Fix: pass a non-negative int.")
         elif b.count:

@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..backend import Backend, Pending
-from ..bindings import Binding, bind
+from ..bindings import Binding, bind, check_config
 from ..config import DispatchConfig
 from ..errors import DeviceError, DispatchError, VyreError
 from ..ir import Program, check
@@ -36,6 +36,7 @@ class CompiledKernel:
     static_shared: int
     max_threads: int
     registers: int
+    occupancy: dict = dataclasses.field(default_factory=dict)  # (block, dynamic shared) -> blocks per SM
 
     @property
     def handle(self):
@@ -59,7 +60,6 @@ class CudaBackend(Backend):
         self.module_cache: LRUCache[CompiledKernel] = LRUCache(module_cache_size, on_evict=self._unload)
         self.disk_cache: DiskCache | None = DiskCache() if diskcache.enabled() else None
         self._toolchain = _toolchain_versions()
-        self._blocks_per_sm: dict[tuple, int] = {}
         self._prepared: dict[tuple, tuple] = {}
         self._auto: dict[str, tuple[int, int, int]] = {}
         self.views = BufferViews(self)
@@ -95,15 +95,18 @@ class CudaBackend(Backend):
     def _build(self, program: Program, config: DispatchConfig, key: tuple) -> CompiledKernel:
         full_key = key + self._toolchain
         cubin = self.disk_cache.get(full_key) if self.disk_cache else None
-        ptx = None
-        if cubin is None:
-            from ..ptx import assemble
+        if cubin is not None:
+            try:
+                return self._load(program.name, cubin, None)
+            except DeviceError:  # verified bytes the driver will not load: drop them and rebuild
+                self.disk_cache.remove(full_key)
+        from ..ptx import assemble
 
-            ptx = self.ptx(program, config)
-            with profiling.range("assemble"):
-                cubin = assemble(ptx, sm=self.caps.sm)
-            if self.disk_cache:
-                self.disk_cache.put(full_key, cubin)
+        ptx = self.ptx(program, config)
+        with profiling.range("assemble"):
+            cubin = assemble(ptx, sm=self.caps.sm)
+        if self.disk_cache:
+            self.disk_cache.put(full_key, cubin)
         return self._load(program.name, cubin, ptx)
 
     def _load(self, name: str, cubin: bytes, ptx: str | None) -> CompiledKernel:
@@ -119,6 +122,10 @@ class CudaBackend(Backend):
         return CompiledKernel(name, ptx, module, fn, a.shared, a.maxthreads, a.regs)
 
     def _unload(self, k: CompiledKernel) -> None:
+        """Forget every preparation that launches `k`, then unload its module."""
+        for key, prep in list(self._prepared.items()):
+            if prep.kernel is k:
+                self._prepared.pop(key, None)
         try:
             self.context.unload_module(k.module)
         except Exception:  # already gone with the context: nothing left to free
@@ -127,12 +134,12 @@ class CudaBackend(Backend):
     # ---- launching ------------------------------------------------------------------------------
     def blocks_per_sm(self, k: CompiledKernel, block: tuple[int, int, int], dynamic_shared: int = 0) -> int:
         """Occupancy: how many workgroups of `block` fit on one SM (cached)."""
-        key = (id(k), block, dynamic_shared)
-        if key not in self._blocks_per_sm:
+        key = (block, dynamic_shared)
+        if key not in k.occupancy:
             threads = block[0] * block[1] * block[2]
-            self._blocks_per_sm[key] = int(k.function.kernel.occupancy.max_active_blocks_per_multiprocessor(
+            k.occupancy[key] = int(k.function.kernel.occupancy.max_active_blocks_per_multiprocessor(
                 threads, dynamic_shared))
-        return self._blocks_per_sm[key]
+        return k.occupancy[key]
 
     def auto_workgroup(self, program: Program) -> tuple[int, int, int]:
         """The 1-D block size with the highest occupancy for `program` on this device (ties go to the
@@ -141,14 +148,15 @@ class CudaBackend(Backend):
         their own workgroup size."""
         key = program.digest()
         if key not in self._auto:
-            self._auto[key] = program.workgroup_size
+            choice = program.workgroup_size
             if program.workgroup_size[1:] == (1, 1) and not _shape_dependent(program):
                 k = self.kernel(program, DispatchConfig(workgroup="auto"))
                 limit = min(k.max_threads, self.caps.max_threads_per_block)
                 per_sm = self.caps.max_threads_per_sm
                 best = max(range(32, limit + 1, 32),
                            key=lambda b: (min(per_sm, self.blocks_per_sm(k, (b, 1, 1)) * b), -b))
-                self._auto[key] = (best, 1, 1)
+                choice = (best, 1, 1)
+            self._auto[key] = choice
         return self._auto[key]
 
     def _resolve(self, program: Program, config: DispatchConfig | None) -> DispatchConfig:
@@ -198,8 +206,11 @@ class CudaBackend(Backend):
             self._stage(pending, k, shape, b, timed)
         except BaseException as e:
             pending.release()
-            if isinstance(e, VyreError):
+            if isinstance(e, VyreError) or not isinstance(e, Exception):
                 raise
+            if "OUT_OF_MEMORY" in str(e) or isinstance(e, MemoryError):
+                raise DeviceError(f"kernel {k.name!r}: out of memory staging the dispatch ({e}). "
+                                  "Fix: free device or pinned memory, or dispatch less data at a time.") from e
             raise DeviceError(f"kernel {k.name!r} with {shape} failed: {type(e).__name__}: {e}. "
                               "Fix: a fault inside a kernel poisons the CUDA context; restart the process.") from e
         return pending
@@ -268,11 +279,16 @@ class CudaBackend(Backend):
         `synchronize()` (or `download`) to wait for it."""
         if not getattr(self._thread, "ready", False):
             self._ensure_context()
-        prep = self._prepared.get((id(program), config))
+        try:
+            prep = self._prepared.get((id(program), config))
+        except TypeError:  # an unhashable config is not a DispatchConfig
+            prep = None
         if prep is None or prep.program is not program:
-            prep = self._prepare(program, config)
+            prep = self._prepare(program, check_config(config))
         self._resident_dispatches += 1
         self._resident_launches += prep.run(buffers)
+        if prep.config.label:
+            self._count(**{f"dispatches[{prep.config.label}]": 1})
 
     def _prepare(self, program: Program, config: DispatchConfig | None) -> Prepared:
         self._ensure_context()
@@ -280,9 +296,16 @@ class CudaBackend(Backend):
         prep = Prepared(self, program, self._resolve(program, config))
         if len(self._prepared) >= 4096:  # bounded: forget the oldest preparations
             for key in list(self._prepared)[:1024]:
-                del self._prepared[key]
+                self._prepared.pop(key, None)
         self._prepared[(id(program), config)] = prep
         return prep
+
+    def pointer_device(self, ptr: int) -> int | None:
+        """The ordinal of the device that memory at `ptr` lives on, or None if it is not device memory."""
+        from cuda.bindings import driver as drv
+
+        err, dev = drv.cuPointerGetAttribute(drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)
+        return dev if err == drv.CUresult.CUDA_SUCCESS else None
 
     def _memset(self, ptr: int, nbytes: int, stream: int) -> None:
         _memset(ptr, nbytes, stream)
@@ -308,8 +331,10 @@ class CudaBackend(Backend):
         try:
             cai = buffer.__cuda_array_interface__
         except AttributeError:
-            raise DispatchError(f"download() got a {type(buffer).__name__}, not a device array. "
-                                "Fix: pass a numba/CuPy/PyTorch CUDA array.") from None
+            if not hasattr(buffer, "__dlpack__"):
+                raise DispatchError(f"download() got a {type(buffer).__name__}, not a device array. "
+                                    "Fix: pass a numba/CuPy/PyTorch CUDA array.") from None
+            cai = self.views._from_dlpack(buffer, _DOWNLOAD, "download")
         dtype = np.dtype(cai["typestr"])
         size = int(np.prod(cai["shape"])) if cai["shape"] else 1
         count = size - offset if count is None else count
@@ -330,10 +355,17 @@ class CudaBackend(Backend):
         return host
 
     def _ensure_context(self) -> None:
-        """numba-cuda makes its context current per thread; raw driver calls need it current here too."""
-        if not getattr(self._thread, "ready", False):
-            self._cuda.current_context()
-            self._thread.ready = True
+        """Make this backend's context current in the calling thread (numba-cuda keeps contexts per
+        thread; raw driver calls need the right one current)."""
+        if getattr(self._thread, "ready", False):
+            return
+        from cuda.bindings import driver as drv
+
+        (err,) = drv.cuCtxSetCurrent(self.context.handle)
+        if err != drv.CUresult.CUDA_SUCCESS:
+            raise DeviceError(f"making the CUDA context current in this thread failed: {err.name}. "
+                              "Fix: create the backend in the process that uses it, after selecting the device.")
+        self._thread.ready = True
 
     def synchronize(self) -> None:
         """Wait for everything enqueued on this backend's stream; a kernel fault becomes DeviceError."""
@@ -375,11 +407,15 @@ class CudaPending(Pending):
         self.done_event = None
         self._result: list[np.ndarray] | None = None
         self._error: BaseException | None = None
+        self._lock = threading.Lock()
 
     def done(self) -> bool:
         if self._result is not None or self._error is not None:
             return True
-        return self.done_event is None or self.done_event.query()
+        try:
+            return self.done_event is None or self.done_event.query()
+        except Exception:  # a failed stream: done, and result() says what went wrong
+            return True
 
     def wait(self, timeout: float | None = None) -> bool:
         import time
@@ -394,6 +430,10 @@ class CudaPending(Pending):
         return True
 
     def result(self) -> list[np.ndarray]:
+        with self._lock:
+            return self._collect()
+
+    def _collect(self) -> list[np.ndarray]:
         if self._result is None and self._error is None:
             try:
                 self.stream.synchronize()
@@ -419,18 +459,22 @@ class CudaPending(Pending):
     def release(self) -> None:
         """Give pooled memory and the stream back (after the stream has finished with them)."""
         b = self.backend
-        if self.stream is not None:
+        stream, self.stream = self.stream, None
+        device, self.device = self.device, []
+        pinned, self.pinned = self.pinned, []
+        if stream is not None:
             try:
-                self.stream.synchronize()
-            except Exception:  # the error itself is reported by result()
-                pass
-            b.streams.give(self.stream)
-            self.stream = None
-        for dev, n in self.device:
+                stream.synchronize()
+            except Exception:  # the error itself is reported by result(); the memory may still be in use
+                return
+            b.streams.give(stream)
+        for dev, n in device:
             b.device_pool.give(dev, n)
-        for host, n in self.pinned:
+        for host, n in pinned:
             b.pinned_pool.give(host, n)
-        self.device, self.pinned = [], []
+
+
+_DOWNLOAD = type("_Decl", (), {"name": "buffer"})()
 
 
 def _shape_dependent(program: Program) -> bool:

@@ -42,7 +42,8 @@ def code_fingerprint() -> str:
 
     root = Path(__file__).resolve().parents[1]
     h = hashlib.sha256(__version__.encode())
-    files = sorted((root / "ptx").glob("*.py")) + sorted(template_dir().glob("*.ptx"))
+    files = (sorted((root / "ptx").glob("*.py")) + sorted((root / "ir").glob("*.py"))
+             + sorted(template_dir().glob("*.ptx")))
     for f in files:
         h.update(f.name.encode())
         h.update(f.read_bytes())
@@ -73,7 +74,7 @@ class DiskCache:
         if data[:len(MAGIC)] != MAGIC or hashlib.sha256(payload).digest() != data[len(MAGIC):len(MAGIC) + 32]:
             self.corrupt += 1
             self.misses += 1
-            p.unlink(missing_ok=True)
+            self.remove(key)
             return None
         try:
             os.utime(p)
@@ -82,8 +83,16 @@ class DiskCache:
         self.hits += 1
         return payload
 
+    def remove(self, key: tuple) -> None:
+        """Delete an entry (one that verified but would not load, say); never raises."""
+        try:
+            self.path(key).unlink(missing_ok=True)
+        except OSError:
+            pass
+
     def put(self, key: tuple, payload: bytes) -> None:
         """Store atomically; an unwritable directory only costs the cache, never the dispatch."""
+        tmp = None
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".cubin")
@@ -92,6 +101,11 @@ class DiskCache:
             os.replace(tmp, self.path(key))
             self.writes += 1
         except OSError:
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
             return
         self._trim()
 
@@ -108,7 +122,10 @@ class DiskCache:
             for _, size, p in sorted(entries, key=lambda e: e[0]):
                 if total <= self.max_bytes:
                     break
-                p.unlink(missing_ok=True)
+                try:
+                    p.unlink(missing_ok=True)
+                except OSError:
+                    continue
                 total -= size
 
     def stats(self) -> dict[str, int]:

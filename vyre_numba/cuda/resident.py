@@ -27,16 +27,19 @@ class BufferViews:
         self._views: dict[int, tuple] = {}
 
     def get(self, buf, decl, dtype: np.dtype, kernel: str) -> tuple[int, int, object]:
+        """(pointer, element count, finalizer or None) of `buf` bound to `decl`, checked. Only numba
+        device arrays (whose memory cannot move) are remembered; other arrays (CuPy, PyTorch, DLPack)
+        are looked at afresh each time, since a tensor can be resized in place."""
         hit = self._views.get(id(buf))
         if hit is not None and hit[0]() is buf:
             _, ptr, size, have, fin = hit
         else:
-            ptr, size, have, fin = self._inspect(buf, decl, kernel)
-            try:
+            ptr, size, have, fin, readonly = self._inspect(buf, decl, kernel)
+            if readonly and decl.access.writable:
+                raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} is a read-only array but the "
+                                    "program may write it. Fix: pass a writable array (or declare it read-only).")
+            if fin is not None:
                 ref = weakref.ref(buf, lambda _, key=id(buf), views=self._views: views.pop(key, None))
-            except TypeError:  # not weak-referenceable: inspected every time
-                ref = None
-            if ref is not None:
                 if len(self._views) > 65536:
                     self._views.clear()
                 self._views[id(buf)] = (ref, ptr, size, have, fin)
@@ -73,7 +76,12 @@ class BufferViews:
                     raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} is a non-contiguous view "
                                         f"(strides {strides}). {_STRIDE_HINT}")
                 expect *= dim
+        if size >= 2**32:
+            raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} has {size} elements; lengths are "
+                                "u32. Fix: split the data into dispatches of fewer than 2**32 elements.")
         ptr = (cai["data"][0] or 0) if size else 0
+        readonly = bool(cai["data"][1])
+        self._wait_for(cai.get("stream"))
         fin = None
         gd = getattr(buf, "gpu_data", None)
         if gd is not None:
@@ -88,16 +96,25 @@ class BufferViews:
                 raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} belongs to another CUDA context "
                                     f"({ctx}). Fix: create it on this backend's device, or copy it over.")
         elif ptr:
-            from cuda.bindings import driver as drv
-
-            err, dev = drv.cuPointerGetAttribute(drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)
+            dev = self.backend.pointer_device(ptr)
             here = self.backend.context.device.id
-            if err != drv.CUresult.CUDA_SUCCESS or dev != here:
-                where = "is not device memory" if err != drv.CUresult.CUDA_SUCCESS else f"is on device {dev}"
+            if dev != here:
+                where = "is not device memory" if dev is None else f"is on device {dev}"
                 raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} {where}, but this backend runs "
                                     f"on device {here}. Fix: move the array to that device.")
-        return ptr, size, dtype, fin
+        return ptr, size, dtype, fin, readonly
 
+    def _wait_for(self, stream) -> None:
+        """Order this backend's stream after the producer's (`__cuda_array_interface__` v3 "stream")."""
+        if stream in (None, 0, 1, 2) or stream == self.backend._stream_handle:
+            return  # no producer stream, or a default stream our blocking stream already orders after
+        from cuda.bindings import driver as drv
+
+        err, event = drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+        if err == drv.CUresult.CUDA_SUCCESS:
+            drv.cuEventRecord(event, stream)
+            drv.cuStreamWaitEvent(self.backend._stream_handle, event, 0)
+            drv.cuEventDestroy(event)
 
     def _from_dlpack(self, buf, decl, kernel: str) -> dict:
         """A CUDA-array-interface description of a DLPack-only object, through cuda.core."""
@@ -155,9 +172,9 @@ class Prepared:
         tls = self._tls.__dict__
         last = tls.get("last")
         if last is not None and type(buffers) in (list, tuple) and len(buffers) == self.n:
-            same, fins = last[0], last[1]
+            refs, fins = last[0], last[1]
             for i in range(self.n):
-                if buffers[i] is not same[i] or (fins[i] is not None and not fins[i].alive):
+                if refs[i]() is not buffers[i] or not fins[i].alive:
                     break
             else:
                 return self._launch_all(last[2], last[3], last[4])
@@ -203,7 +220,8 @@ class Prepared:
         shape = self._shapes.get(grid) or self._shape(grid)
         launch_args = (self.handle, *grid, *self.wg, 0, sh, args.address, *self._extra)
         launches = self._launch_all(memsets, launch_args, shape)
-        tls["last"] = (tuple(buffers), tuple(fins), memsets, launch_args, shape)
+        if all(f is not None for f in fins):  # only numba arrays, whose memory cannot move, take the fast path
+            tls["last"] = (tuple(weakref.ref(b) for b in buffers), tuple(fins), memsets, launch_args, shape)
         return launches
 
     def _new_args(self) -> ArgBlock:

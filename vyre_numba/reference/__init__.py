@@ -38,9 +38,11 @@ class ReferenceBackend(Backend):
 
         dispatch_resident(program, buffers, config)
         self._count(resident_dispatches=1)
+        if config is not None and config.label:
+            self._count(**{f"dispatches[{config.label}]": 1})
 
     def upload(self, array: np.ndarray) -> np.ndarray:
-        return np.array(array, copy=True).reshape(-1)
+        return np.array(array, copy=True, order="C")
 
     def empty(self, n: int, dtype) -> np.ndarray:
         return np.zeros(int(n), dtype)

@@ -564,8 +564,8 @@ def plan(program: Program) -> Plan:
     return p
 
 
-def execute(binding: Binding) -> None:
-    """Run `binding.program` in place on `binding.arrays`, `fixpoint_iterations` times."""
+def check_launch(binding: Binding) -> None:
+    """Raise DispatchError if the launch is more than the CPU interpreter takes."""
     p = plan(binding.program)
     total = binding.invocations
     where = f"dispatch of {binding.program.name!r} on the reference backend"
@@ -574,14 +574,22 @@ def execute(binding: Binding) -> None:
                             f"{binding.workgroup}), over the CPU interpreter's limit of {MAX_INVOCATIONS}. "
                             "Fix: split the work into smaller dispatches or a smaller grid, or run on the "
                             "cuda backend.")
-    if total == 0:
-        return
-    geo = geometry(binding.grid, binding.workgroup)
-    shared = sum(b.count * b.dtype.nbytes for b in p.shared) * geo.G
+    groups = binding.grid[0] * binding.grid[1] * binding.grid[2]
+    shared = sum(b.count * b.dtype.nbytes for b in p.shared) * groups
     if shared > MAX_WORKGROUP_BYTES:
-        raise DispatchError(f"{where}: workgroup buffers for {geo.G} workgroups take {shared} bytes, over "
+        raise DispatchError(f"{where}: workgroup buffers for {groups} workgroups take {shared} bytes, over "
                             f"the reference's {MAX_WORKGROUP_BYTES}. Fix: use fewer or larger workgroups, "
                             "or smaller workgroup buffers.")
+
+
+def execute(binding: Binding) -> None:
+    """Run `binding.program` in place on `binding.arrays`, `fixpoint_iterations` times."""
+    check_launch(binding)
+    if binding.invocations == 0:
+        return
+    p = plan(binding.program)
+    geo = geometry(binding.grid, binding.workgroup)
+    where = f"dispatch of {binding.program.name!r} on the reference backend"
     try:
         with np.errstate(all="ignore"):
             for _ in range(binding.config.fixpoint_iterations):

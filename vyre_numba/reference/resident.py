@@ -6,18 +6,19 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..bindings import Binding, check_resident, launch_geometry
-from ..config import DispatchConfig
+from ..bindings import Binding, check_config, check_resident, launch_geometry
+from ..config import DispatchConfig  # noqa: F401  (type hints)
 from ..errors import DispatchError
 from ..ir import Program, check
 from ..ir.program import Role
-from .interpreter import execute
+from .interpreter import check_launch, execute
 
 
 def dispatch_resident(program: Program, buffers: Sequence | Mapping, config: DispatchConfig | None = None) -> None:
-    """Run `program` in place over NumPy arrays bound in binding order (or by name)."""
+    """Run `program` in place over NumPy arrays bound in binding order (or by name). Nothing is
+    written when a check fails."""
     check(program)
-    config = config or DispatchConfig()
+    config = check_config(config)
     where = f"dispatch_resident of {program.name!r}"
     arrays: dict[str, np.ndarray] = {}
     for decl, buf in zip(program.bound_buffers, check_resident(program, buffers)):
@@ -31,6 +32,9 @@ def dispatch_resident(program: Program, buffers: Sequence | Mapping, config: Dis
             raise DispatchError(f"{where}: {decl.name!r} is a non-contiguous view. Fix: pass np.ascontiguousarray(x).")
         if decl.is_output and not buf.flags.writeable:
             raise DispatchError(f"{where}: output {decl.name!r} is read-only. Fix: pass a writeable array.")
+        if buf.size >= 2**32:
+            raise DispatchError(f"{where}: {decl.name!r} has {buf.size} elements; lengths are u32. "
+                                "Fix: split the data into dispatches of fewer than 2**32 elements.")
         if decl.count and buf.size < decl.count:
             raise DispatchError(f"{where}: {decl.name!r} is declared with {decl.count} elements but has {buf.size}. "
                                 f"Fix: allocate at least {decl.count}.")
@@ -41,8 +45,10 @@ def dispatch_resident(program: Program, buffers: Sequence | Mapping, config: Dis
             if (a.access.writable or b.access.writable) and np.shares_memory(arrays[a.name], arrays[b.name]):
                 raise DispatchError(f"{where}: {a.name!r} and {b.name!r} share memory and one of them is written, "
                                     "a race. Fix: bind distinct buffers (copy one of them first).")
+    grid, wg = launch_geometry(program, config, [arrays[d.name].size for d in program.outputs])
+    binding = Binding(program, arrays, grid, wg, config)
+    check_launch(binding)
     for d in decls:
         if d.role is Role.OUTPUT:
             arrays[d.name][...] = 0
-    grid, wg = launch_geometry(program, config, [arrays[d.name].size for d in program.outputs])
-    execute(Binding(program, arrays, grid, wg, config))
+    execute(binding)

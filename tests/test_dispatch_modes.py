@@ -387,3 +387,16 @@ def test_cuda_pending_result_from_two_threads_returns_memory_once():
         t.join(60)
     assert len(out) == 2 and all(np.array_equal(o, x * 3 + 1) for o in out)
     assert (backend.device_pool.stats()["idle_bytes"], backend.pinned_pool.stats()["idle_bytes"]) == idle
+
+
+@pytest.mark.gpu
+def test_cuda_repeated_resident_dispatch_reuses_its_preparation():
+    backend = vn.get_backend("cuda")
+    p = bump()
+    x = backend.upload(np.zeros(16, np.uint32))
+    for config in (None, DispatchConfig(fixpoint_iterations=2)):
+        backend.dispatch_resident(p, [x], config)
+        prep = backend._prepared[(id(p), config)]
+        backend.dispatch_resident(p, [x], config)
+        assert backend._prepared[(id(p), config)] is prep
+    assert backend.download(x).tolist() == [6] * 16

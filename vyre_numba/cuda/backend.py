@@ -284,16 +284,17 @@ class CudaBackend(Backend):
         except TypeError:  # an unhashable config is not a DispatchConfig
             prep = None
         if prep is None or prep.program is not program:
-            prep = self._prepare(program, check_config(config))
+            prep = self._prepare(program, config)
         self._resident_dispatches += 1
         self._resident_launches += prep.run(buffers)
         if prep.config.label:
             self._count(**{f"dispatches[{prep.config.label}]": 1})
 
     def _prepare(self, program: Program, config: DispatchConfig | None) -> Prepared:
+        """Compile and precompute for (program, config), remembered under the config as given."""
         self._ensure_context()
         check(program)
-        prep = Prepared(self, program, self._resolve(program, config))
+        prep = Prepared(self, program, self._resolve(program, check_config(config)))
         if len(self._prepared) >= 4096:  # bounded: forget the oldest preparations
             for key in list(self._prepared)[:1024]:
                 self._prepared.pop(key, None)

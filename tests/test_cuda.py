@@ -272,7 +272,7 @@ def test_auto_workgroup_picks_the_best_occupancy_and_keeps_results(cuda_backend,
     for p in (light, heavy):
         wg = cuda_backend.auto_workgroup(p)
         k = cuda_backend.kernel(p, DispatchConfig(workgroup="auto"))
-        occ = {b: min(caps.max_threads_per_sm, k.function.kernel.occupancy.max_active_blocks_per_multiprocessor(b, 0) * b)
+        occ = {b: min(caps.max_threads_per_sm, k.kernel.occupancy.max_active_blocks_per_multiprocessor(b, 0) * b)
                for b in range(32, min(k.max_threads, 1024) + 1, 32)}
         best = max(occ.values())
         assert occ[wg[0]] == best and wg[0] == min(b for b, o in occ.items() if o == best), (p.name, wg, occ)

@@ -27,20 +27,24 @@ from .launch import ArgBlock, LaunchShape, launch, validate_cooperative, validat
 
 @dataclass
 class CompiledKernel:
-    """A loaded kernel: the numba-cuda module and function, and what launch checks need."""
+    """A loaded kernel (a cuda.core `Kernel` in the current context) and what launch checks need.
+    The module is unloaded when the last reference to its `ObjectCode` goes."""
 
     name: str
-    ptx: str
-    module: Any
-    function: Any
+    ptx: str | None
+    code: Any  # cuda.core ObjectCode
+    kernel: Any  # cuda.core Kernel
     static_shared: int
     max_threads: int
-    registers: int
     occupancy: dict = dataclasses.field(default_factory=dict)  # (block, dynamic shared) -> blocks per SM
 
     @property
     def handle(self):
-        return self.function.handle
+        return self.kernel.handle
+
+    @property
+    def registers(self) -> int:
+        return self.kernel.attributes.num_regs
 
 
 class CudaBackend(Backend):
@@ -62,6 +66,7 @@ class CudaBackend(Backend):
         self._toolchain = _toolchain_versions()
         self._prepared: dict[tuple, tuple] = {}
         self._auto: dict[str, tuple[int, int, int]] = {}
+        self._retired: list[CompiledKernel] = []
         self.views = BufferViews(self)
         self._counters = collections.Counter()
         self._resident_dispatches = self._resident_launches = 0  # hot-path counters, merged by telemetry()
@@ -113,23 +118,25 @@ class CudaBackend(Backend):
         from cuda.core import ObjectCode
 
         try:
-            module = self.context.create_module_image(ObjectCode.from_cubin(cubin))
-            fn = module.get_function(name)
+            code = ObjectCode.from_cubin(cubin)
+            kernel = code.get_kernel(name)
+            attrs = kernel.attributes
+            shared, max_threads = attrs.shared_size_bytes, attrs.max_threads_per_block
         except Exception as e:
             raise DeviceError(f"loading kernel {name!r} failed ({type(e).__name__}: {e}). "
                               "Fix: check the driver supports this GPU's toolkit version.") from e
-        a = fn.attrs
-        return CompiledKernel(name, ptx, module, fn, a.shared, a.maxthreads, a.regs)
+        return CompiledKernel(name, ptx, code, kernel, shared, max_threads)
 
     def _unload(self, k: CompiledKernel) -> None:
-        """Forget every preparation that launches `k`, then unload its module."""
+        """Forget every preparation that launches `k`. Its module is unloaded with the last reference,
+        so it is kept until the work already issued has finished (the next synchronisation)."""
         for key, prep in list(self._prepared.items()):
             if prep.kernel is k:
                 self._prepared.pop(key, None)
-        try:
-            self.context.unload_module(k.module)
-        except Exception:  # already gone with the context: nothing left to free
-            pass
+        self._retired.append(k)
+        if len(self._retired) > 64:
+            self.context.synchronize()
+            self._retired.clear()
 
     # ---- launching ------------------------------------------------------------------------------
     def blocks_per_sm(self, k: CompiledKernel, block: tuple[int, int, int], dynamic_shared: int = 0) -> int:
@@ -137,7 +144,7 @@ class CudaBackend(Backend):
         key = (block, dynamic_shared)
         if key not in k.occupancy:
             threads = block[0] * block[1] * block[2]
-            k.occupancy[key] = int(k.function.kernel.occupancy.max_active_blocks_per_multiprocessor(
+            k.occupancy[key] = int(k.kernel.occupancy.max_active_blocks_per_multiprocessor(
                 threads, dynamic_shared))
         return k.occupancy[key]
 
@@ -376,6 +383,9 @@ class CudaBackend(Backend):
             raise DeviceError(f"the stream failed: {type(e).__name__}: {e}. Fix: a fault inside a kernel poisons "
                               "the CUDA context; restart the process.") from e
         self._count(sync_points=1)
+        if self._retired:
+            self.context.synchronize()  # host dispatches run on streams of their own
+            self._retired.clear()
 
     def telemetry(self) -> dict[str, int]:
         self._count(resident_dispatches=self._resident_dispatches, kernel_launches=self._resident_launches)

@@ -242,12 +242,16 @@ _CLASSES = {c.__name__: c for c in (
     n.Let, n.Assign, n.Store, n.If, n.Loop, n.Barrier, n.Return, n.Block)}
 
 
+_FIELDS = {c: tuple(f.name for f in fields(c)) for c in _CLASSES.values()}
+
+
 def to_dict(x: Any) -> Any:
     """JSON-ready form of an expression or statement."""
-    if isinstance(x, (n.Expr, n.Node)):
+    names = _FIELDS.get(type(x))
+    if names is not None:
         d = {"k": type(x).__name__}
-        for f in fields(x):
-            d[f.name] = to_dict(getattr(x, f.name))
+        for name in names:
+            d[name] = to_dict(getattr(x, name))
         return d
     if isinstance(x, tuple):
         return [to_dict(v) for v in x]

@@ -3,6 +3,7 @@ reference backend on a GPU (marked `gpu`)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 import pytest
@@ -221,7 +222,7 @@ def test_random_programs_match_reference(cuda_backend, ref):
 
     checked = []
 
-    @settings(max_examples=300, deadline=None, database=None,
+    @settings(max_examples=int(os.environ.get("VYRE_GPU_EXAMPLES", "300")), deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(strategies.programs_with_inputs())
     def run(sample):

@@ -294,8 +294,8 @@ class CudaBackend(Backend):
             prep = self._prepare(program, config)
         self._resident_dispatches += 1
         self._resident_launches += prep.run(buffers)
-        if prep.config.label:
-            self._count(**{f"dispatches[{prep.config.label}]": 1})
+        if prep.label:
+            self._count(**{f"dispatches[{prep.label}]": 1})
 
     def _prepare(self, program: Program, config: DispatchConfig | None) -> Prepared:
         """Compile and precompute for (program, config), remembered under the config as given."""

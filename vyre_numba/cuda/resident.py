@@ -155,6 +155,7 @@ class Prepared:
         self.writable = [d.access.writable for d in self.bound]
         self.wg = program.workgroup_size if config.workgroup in (None, "auto") else config.workgroup
         self.iterations = config.fixpoint_iterations
+        self.label = config.label
         self.cooperative = config.cooperative
         self.dtypes = [d.dtype.storage for d in self.bound]
         self.handle = self.kernel.handle
@@ -177,8 +178,18 @@ class Prepared:
                 if refs[i]() is not buffers[i] or not fins[i].alive:
                     break
             else:
+                if last[5]:  # one launch, nothing to zero: the common case, kept short
+                    (err,) = self._launch(*last[3])
+                    if err is self._ok:
+                        return 1
+                    self._failed(err, last[4])
                 return self._launch_all(last[2], last[3], last[4])
         return self._bind_and_launch(buffers, tls)
+
+    def _failed(self, err, shape: LaunchShape) -> None:
+        raise DeviceError(f"launching kernel {self.kernel.name!r} with {shape} failed: {err.name}. Fix: check "
+                          "the device is healthy (nvidia-smi); a previous kernel fault poisons the context "
+                          "until the process restarts.")
 
     def _launch_all(self, memsets: tuple, launch_args: tuple, shape: LaunchShape) -> int:
         for ptr, nbytes, sh in memsets:
@@ -188,9 +199,7 @@ class Prepared:
         for _ in range(self.iterations):
             (err,) = self._launch(*launch_args)
             if err != self._ok:
-                raise DeviceError(f"launching kernel {self.kernel.name!r} with {shape} failed: {err.name}. Fix: check "
-                                  "the device is healthy (nvidia-smi); a previous kernel fault poisons the context "
-                                  "until the process restarts.")
+                self._failed(err, shape)
         return self.iterations
 
     def _bind_and_launch(self, buffers, tls: dict) -> int:
@@ -221,7 +230,8 @@ class Prepared:
         launch_args = (self.handle, *grid, *self.wg, 0, sh, args.address, *self._extra)
         launches = self._launch_all(memsets, launch_args, shape)
         if all(f is not None for f in fins):  # only numba arrays, whose memory cannot move, take the fast path
-            tls["last"] = (tuple(weakref.ref(b) for b in buffers), tuple(fins), memsets, launch_args, shape)
+            simple = not memsets and not shape.empty and self.iterations == 1
+            tls["last"] = (tuple(weakref.ref(b) for b in buffers), tuple(fins), memsets, launch_args, shape, simple)
         return launches
 
     def _new_args(self) -> ArgBlock:

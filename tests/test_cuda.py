@@ -27,8 +27,9 @@ def fix_in(e) -> str:
 # ---- launch validation (pure) ------------------------------------------------------------------
 
 def test_launch_within_limits_passes():
-    validate_launch(H100, LaunchShape((1000, 1, 1), (256, 1, 1)), kernel="k")
-    validate_launch(H100, LaunchShape((2**31 - 1, 65535, 1), (1, 1, 1)), kernel="k")
+    assert validate_launch(H100, LaunchShape((1000, 1, 1), (256, 1, 1)), kernel="k") is None
+    assert validate_launch(H100, LaunchShape((2**31 - 1, 65535, 1), (1, 1, 1)), kernel="k") is None
+    assert validate_launch(H100, LaunchShape((1, 1, 1), (1024, 1, 1), 0), kernel="k", static_shared=48 * 1024) is None
 
 
 @pytest.mark.parametrize("block", [(1025, 1, 1), (32, 32, 2), (1, 1, 65), (0, 1, 1)])

@@ -41,7 +41,8 @@ def reference():
 
 @pytest.mark.parametrize("case", _params())
 def test_reference(reference, case: Case):
-    run_case(reference, case)
+    outs = run_case(reference, case)  # compares every output with the table's expectation
+    assert len(outs) == len(case.expected)
 
 
 # ---- coverage ----------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ def prog(*entry, bufs=None, wg=64, name="main") -> ir.Program:
     return ir.Program(std_bufs() if bufs is None else bufs, wg, list(entry), name=name)
 
 
-def only(p: ir.Program, where: str, *fragments: str) -> ir.Diagnostic:
+def assert_only(p: ir.Program, where: str, *fragments: str) -> ir.Diagnostic:
     """Assert `p` has exactly one diagnostic, at `where`, containing every fragment, whose message
     ends with a `Fix: ...` sentence."""
     diags = ir.validate(p)
@@ -70,18 +70,18 @@ def test_valid_programs_validate_clean(scale_program, every_node_program):
 
 def test_undeclared_buffer_where_points_into_branch():
     p = prog(ir.let("i", ir.gid(0)), ir.if_(ir.var("i") < 4, [ir.store("out", 0, ir.load("nope", 0))]))
-    d = only(p, "entry[1].then[0]", "buffer 'nope' is not declared", "declared: a, b, out, c, idx")
+    d = assert_only(p, "entry[1].then[0]", "buffer 'nope' is not declared", "declared: a, b, out, c, idx")
     assert "BufferDecl named 'nope'" in d.message
 
 
 def test_undeclared_buffer_in_store_buf_len_and_atomic():
-    only(prog(ir.store("ghost", 0, 1)), "entry[0]", "'ghost' is not declared")
-    only(prog(ir.let("n", ir.buf_len("ghost"))), "entry[0]", "'ghost' is not declared")
-    only(prog(ir.let("o", ir.atomic("add", "ghost", 0, 1))), "entry[0]", "'ghost' is not declared")
+    assert_only(prog(ir.store("ghost", 0, 1)), "entry[0]", "'ghost' is not declared")
+    assert_only(prog(ir.let("n", ir.buf_len("ghost"))), "entry[0]", "'ghost' is not declared")
+    assert_only(prog(ir.let("o", ir.atomic("add", "ghost", 0, 1))), "entry[0]", "'ghost' is not declared")
 
 
 def test_undeclared_buffer_with_no_buffers_says_none():
-    only(ir.Program([], 1, [ir.let("x", ir.load("a", 0))]), "entry[0]", "(declared: none)")
+    assert_only(ir.Program([], 1, [ir.let("x", ir.load("a", 0))]), "entry[0]", "(declared: none)")
 
 
 @pytest.mark.parametrize("label,stmt,fragment", [
@@ -103,7 +103,7 @@ def test_undeclared_buffer_with_no_buffers_says_none():
      "expected value of compare_exchange on c must be u32, got u64"),
 ])
 def test_type_must_be(label, stmt, fragment):
-    d = only(prog(stmt), "entry[0]", fragment)
+    d = assert_only(prog(stmt), "entry[0]", fragment)
     if "must be bool" in fragment:
         assert "x.ne(0)" in d.message
     else:
@@ -111,16 +111,16 @@ def test_type_must_be(label, stmt, fragment):
 
 
 def test_assigned_value_type_must_match_variable():
-    only(prog(ir.let("x", A0), ir.block(ir.assign("x", B0))), "entry[1].block[0]",
+    assert_only(prog(ir.let("x", A0), ir.block(ir.assign("x", B0))), "entry[1].block[0]",
          "value assigned to 'x' must be f32, got f64")
 
 
 def test_operands_of_different_types():
-    only(prog(ir.store("out", 0, A0 + B0)), "entry[0]", "add has operands of different types f32 and f64")
-    only(prog(ir.let("x", ir.select(True, A0, C0))), "entry[0]", "select has operands of different types f32 and u32")
-    only(prog(ir.let("x", ir.fma(A0, A0, B0))), "entry[0]", "fma has operands of different types f32 and f64")
-    only(prog(ir.let("x", A0.eq(C0))), "entry[0]", "eq has operands of different types")
-    only(prog(ir.let("x", ir.shl(C0, ir.u8(1)))), "entry[0]", "shl has operands of different types u32 and u8")
+    assert_only(prog(ir.store("out", 0, A0 + B0)), "entry[0]", "add has operands of different types f32 and f64")
+    assert_only(prog(ir.let("x", ir.select(True, A0, C0))), "entry[0]", "select has operands of different types f32 and u32")
+    assert_only(prog(ir.let("x", ir.fma(A0, A0, B0))), "entry[0]", "fma has operands of different types f32 and f64")
+    assert_only(prog(ir.let("x", A0.eq(C0))), "entry[0]", "eq has operands of different types")
+    assert_only(prog(ir.let("x", ir.shl(C0, ir.u8(1)))), "entry[0]", "shl has operands of different types u32 and u8")
 
 
 @pytest.mark.parametrize("label,expr,fragment", [
@@ -140,7 +140,7 @@ def test_operands_of_different_types():
     ("subgroup_add on f32", ir.subgroup_add(A0), "subgroup_add needs u32 or i32, got f32"),
 ])
 def test_operation_needs_kind(label, expr, fragment):
-    only(prog(ir.let("x", expr)), "entry[0]", fragment)
+    assert_only(prog(ir.let("x", expr)), "entry[0]", fragment)
 
 
 def test_eq_and_ne_accept_bool_operands():
@@ -149,15 +149,15 @@ def test_eq_and_ne_accept_bool_operands():
 
 
 def test_mod_is_for_integers_only():
-    d = only(prog(ir.store("out", 0, A0 % 2.0)), "entry[0]", "mod is defined for integers only")
+    d = assert_only(prog(ir.store("out", 0, A0 % 2.0)), "entry[0]", "mod is defined for integers only")
     assert "ir.trunc" in d.message
     assert ir.validate(prog(ir.store("c", 0, C0 % 3))) == []
 
 
 def test_weak_literal_that_cannot_take_its_type():
-    only(prog(ir.store("c", 0, C0 + -1)), "entry[0]", "literal -1 cannot be a u32")
-    only(prog(ir.if_(ir.lit(1), [])), "entry[0]", "literal 1 cannot be a bool")
-    only(prog(ir.store("c", 0, 0.5)), "entry[0]", "literal 0.5 cannot be a u32")
+    assert_only(prog(ir.store("c", 0, C0 + -1)), "entry[0]", "literal -1 cannot be a u32")
+    assert_only(prog(ir.if_(ir.lit(1), [])), "entry[0]", "literal 1 cannot be a bool")
+    assert_only(prog(ir.store("c", 0, 0.5)), "entry[0]", "literal 0.5 cannot be a u32")
 
 
 @pytest.mark.parametrize("lit,fragment", [
@@ -174,7 +174,7 @@ def test_weak_literal_that_cannot_take_its_type():
 ])
 def test_literal_that_holds_no_value_of_its_type(lit, fragment):
     """Regression: such literals (built directly or read from JSON) validated clean or crashed."""
-    only(prog(ir.let("x", lit)), "entry[0]", fragment)
+    assert_only(prog(ir.let("x", lit)), "entry[0]", fragment)
 
 
 def test_literal_raw_checked_after_json_round_trip():
@@ -182,49 +182,49 @@ def test_literal_raw_checked_after_json_round_trip():
     good = ir.Program([B.output("o", 0, "u8")], 1, [ir.store("o", 0, ir.u8(7))])
     d = json.loads(good.to_json())
     d["entry"][0]["value"]["raw"] = 300
-    only(ir.Program.from_dict(d), "entry[0]", "holds 300, which is not a u8 value")
+    assert_only(ir.Program.from_dict(d), "entry[0]", "holds 300, which is not a u8 value")
 
 
 def test_undefined_variable_after_its_scope_ends():
     p = prog(ir.if_(True, [ir.let("t", 1)], [ir.let("e", 1)]), ir.loop("k", 0, 2, []),
              ir.block(ir.let("q", ir.var("t"))))
-    d = only(p, "entry[2].block[0]", "variable 't' is not defined here")
+    d = assert_only(p, "entry[2].block[0]", "variable 't' is not defined here")
     assert "ir.let('t', ...)" in d.message
-    only(prog(ir.let("z", ir.var("k"))), "entry[0]", "variable 'k' is not defined")
+    assert_only(prog(ir.let("z", ir.var("k"))), "entry[0]", "variable 'k' is not defined")
 
 
 def test_variable_used_before_its_let():
-    only(prog(ir.let("x", ir.var("y") + 1), ir.let("y", ir.u32(1))), "entry[0]", "variable 'y' is not defined")
+    assert_only(prog(ir.let("x", ir.var("y") + 1), ir.let("y", ir.u32(1))), "entry[0]", "variable 'y' is not defined")
 
 
 def test_unknown_builtin():
-    only(prog(ir.let("x", n.Builtin("lane_id", 0))), "entry[0]", "unknown builtin lane_id.0")
-    only(prog(ir.let("x", n.Builtin("invocation_id", 3))), "entry[0]", "unknown builtin invocation_id.3")
+    assert_only(prog(ir.let("x", n.Builtin("lane_id", 0))), "entry[0]", "unknown builtin lane_id.0")
+    assert_only(prog(ir.let("x", n.Builtin("invocation_id", 3))), "entry[0]", "unknown builtin invocation_id.3")
 
 
 def test_cast_target_not_a_datatype():
-    only(prog(ir.let("x", n.Cast("u32", C0))), "entry[0]", "cast target 'u32' is not a DataType")
+    assert_only(prog(ir.let("x", n.Cast("u32", C0))), "entry[0]", "cast target 'u32' is not a DataType")
 
 
 def test_not_an_ir_expression():
-    only(prog(n.Let("x", 5)), "entry[0]", "5 is not an IR expression")
-    only(prog(n.Store("out", ir.u32(0), "1.0")), "entry[0]", "'1.0' is not an IR expression")
+    assert_only(prog(n.Let("x", 5)), "entry[0]", "5 is not an IR expression")
+    assert_only(prog(n.Store("out", ir.u32(0), "1.0")), "entry[0]", "'1.0' is not an IR expression")
 
 
 def test_unknown_binary_and_unary_ops():
-    only(prog(ir.let("x", n.BinOp("pow", C0, C0))), "entry[0]", "unknown binary op 'pow'")
-    only(prog(ir.let("x", n.UnOp("cbrt", A0))), "entry[0]", "unknown unary op 'cbrt'")
+    assert_only(prog(ir.let("x", n.BinOp("pow", C0, C0))), "entry[0]", "unknown binary op 'pow'")
+    assert_only(prog(ir.let("x", n.UnOp("cbrt", A0))), "entry[0]", "unknown unary op 'cbrt'")
 
 
 def test_unknown_atomic_op():
-    only(prog(ir.let("x", n.Atomic("nand", "c", ir.u32(0), ir.u32(1)))), "entry[0]", "unknown atomic op 'nand'")
+    assert_only(prog(ir.let("x", n.Atomic("nand", "c", ir.u32(0), ir.u32(1)))), "entry[0]", "unknown atomic op 'nand'")
 
 
 def test_atomic_on_read_only_buffer():
-    d = only(prog(ir.let("x", ir.atomic("add", "idx", 0, 1))), "entry[0]", "atomic on read_only buffer 'idx'")
+    d = assert_only(prog(ir.let("x", ir.atomic("add", "idx", 0, 1))), "entry[0]", "atomic on read_only buffer 'idx'")
     assert "read_write" in d.message
     bufs = [B.uniform("u", 0, "u32")]
-    only(prog(ir.let("x", ir.atomic("or", "u", 0, 1)), bufs=bufs), "entry[0]", "atomic on uniform buffer 'u'")
+    assert_only(prog(ir.let("x", ir.atomic("or", "u", 0, 1)), bufs=bufs), "entry[0]", "atomic on uniform buffer 'u'")
 
 
 def test_atomics_on_writable_32_and_64_bit_ints_are_valid():
@@ -241,14 +241,14 @@ def test_atomics_on_writable_32_and_64_bit_ints_are_valid():
 def test_atomic_needs_32_or_64_bit_int_buffer(dtype):
     bufs = [B.read_write("v", 0, dtype)]
     value = ir.boolean(True) if dtype == "bool" else ir.lit(1, dtype)
-    only(ir.Program(bufs, 1, [ir.let("x", ir.atomic("add", "v", 0, value))]), "entry[0]",
+    assert_only(ir.Program(bufs, 1, [ir.let("x", ir.atomic("add", "v", 0, value))]), "entry[0]",
          f"atomics need a u32, i32, u64 or i64 buffer; 'v' is {dtype}")
 
 
 def test_expected_given_exactly_for_compare_exchange():
-    only(prog(ir.let("x", n.Atomic("compare_exchange", "c", ir.u32(0), ir.u32(1)))), "entry[0]",
+    assert_only(prog(ir.let("x", n.Atomic("compare_exchange", "c", ir.u32(0), ir.u32(1)))), "entry[0]",
          "`expected` is given exactly for compare_exchange")
-    only(prog(ir.let("x", n.Atomic("add", "c", ir.u32(0), ir.u32(1), ir.u32(0)))), "entry[0]",
+    assert_only(prog(ir.let("x", n.Atomic("add", "c", ir.u32(0), ir.u32(1), ir.u32(0)))), "entry[0]",
          "`expected` is given exactly for compare_exchange")
 
 
@@ -256,20 +256,20 @@ def test_expected_given_exactly_for_compare_exchange():
 
 @pytest.mark.parametrize("name", ["2x", "a-b", "with space", "ünï"])
 def test_variable_name_not_an_identifier(name):
-    only(prog(ir.let(name, 1)), "entry[0]", f"variable name {name!r} is not an identifier")
+    assert_only(prog(ir.let(name, 1)), "entry[0]", f"variable name {name!r} is not an identifier")
 
 
 def test_loop_variable_name_not_an_identifier():
-    only(prog(ir.loop("k k", 0, 1, [])), "entry[0]", "variable name 'k k' is not an identifier")
+    assert_only(prog(ir.loop("k k", 0, 1, [])), "entry[0]", "variable name 'k k' is not an identifier")
 
 
 def test_variable_already_defined():
-    d = only(prog(ir.let("x", 1), ir.if_(True, [ir.let("x", 2)])), "entry[1].then[0]",
+    d = assert_only(prog(ir.let("x", 1), ir.if_(True, [ir.let("x", 2)])), "entry[1].then[0]",
              "variable 'x' is already defined")
     assert "ir.assign('x', ...)" in d.message
-    only(prog(ir.let("x", 1), ir.let("x", 2)), "entry[1]", "'x' is already defined")
-    only(prog(ir.loop("k", 0, 2, [ir.let("k", 1)])), "entry[0].body[0]", "'k' is already defined")
-    only(prog(ir.let("k", 1), ir.loop("k", 0, 2, [])), "entry[1]", "'k' is already defined")
+    assert_only(prog(ir.let("x", 1), ir.let("x", 2)), "entry[1]", "'x' is already defined")
+    assert_only(prog(ir.loop("k", 0, 2, [ir.let("k", 1)])), "entry[0].body[0]", "'k' is already defined")
+    assert_only(prog(ir.let("k", 1), ir.loop("k", 0, 2, [])), "entry[1]", "'k' is already defined")
 
 
 def test_same_name_in_sibling_scopes_is_fine():
@@ -279,28 +279,28 @@ def test_same_name_in_sibling_scopes_is_fine():
 
 
 def test_assignment_to_undeclared_variable():
-    d = only(prog(ir.if_(True, [], [ir.assign("y", 1)])), "entry[0].else[0]",
+    d = assert_only(prog(ir.if_(True, [], [ir.assign("y", 1)])), "entry[0].else[0]",
              "assignment to undeclared variable 'y'")
     assert "ir.let('y', initial_value)" in d.message
 
 
 def test_loop_variable_is_read_only():
-    only(prog(ir.loop("k", 0, 4, [ir.if_(True, [ir.assign("k", 1)])])), "entry[0].body[0].then[0]",
+    assert_only(prog(ir.loop("k", 0, 4, [ir.if_(True, [ir.assign("k", 1)])])), "entry[0].body[0].then[0]",
          "loop variable 'k' is read-only")
 
 
 def test_store_into_read_only_and_uniform_buffers():
-    d = only(prog(ir.store("a", 0, 1.0)), "entry[0]", "store into read_only buffer 'a'")
+    d = assert_only(prog(ir.store("a", 0, 1.0)), "entry[0]", "store into read_only buffer 'a'")
     assert "BufferDecl.output or read_write" in d.message
-    only(prog(ir.store("u", 0, 1), bufs=[B.uniform("u", 0, "u32")]), "entry[0]", "store into uniform buffer 'u'")
+    assert_only(prog(ir.store("u", 0, 1), bufs=[B.uniform("u", 0, "u32")]), "entry[0]", "store into uniform buffer 'u'")
 
 
 def test_unknown_barrier_scope():
-    only(prog(ir.block(n.Barrier("device"))), "entry[0].block[0]", "barrier scope 'device' is unknown")
+    assert_only(prog(ir.block(n.Barrier("device"))), "entry[0].block[0]", "barrier scope 'device' is unknown")
 
 
 def test_not_an_ir_statement_in_a_nested_body():
-    only(prog(ir.loop("k", 0, 1, [ir.block(n.If(ir.boolean(True), (5,), ()))])),
+    assert_only(prog(ir.loop("k", 0, 1, [ir.block(n.If(ir.boolean(True), (5,), ()))])),
          "entry[0].body[0].block[0].then[0]", "5 is not an IR statement")
 
 
@@ -320,67 +320,67 @@ def bufs_only(*bufs, **kw) -> ir.Program:
 
 @pytest.mark.parametrize("name", ["a b", "1a", "", "x.y"])
 def test_buffer_name_not_an_identifier(name):
-    only(bufs_only(B.read("ok", 0, "u32"), B.read(name, 1, "u32")), f"buffers[1] ({name})",
+    assert_only(bufs_only(B.read("ok", 0, "u32"), B.read(name, 1, "u32")), f"buffers[1] ({name})",
          f"buffer name {name!r} is not an identifier")
 
 
 def test_buffer_declared_twice():
-    only(bufs_only(B.read("a", 0, "u32"), B.output("a", 1, "u32")), "buffers[1] (a)",
+    assert_only(bufs_only(B.read("a", 0, "u32"), B.output("a", 1, "u32")), "buffers[1] (a)",
          "buffer name 'a' is declared twice (also buffers[0])")
 
 
 @pytest.mark.parametrize("count", [-1, 1.5, "4"])
 def test_buffer_count_negative_or_not_int(count):
-    only(bufs_only(B("a", 0, "read_only", "u32", count)), "buffers[0] (a)", f"count {count!r} is negative or not an int")
+    assert_only(bufs_only(B("a", 0, "read_only", "u32", count)), "buffers[0] (a)", f"count {count!r} is negative or not an int")
 
 
 def test_workgroup_buffer_takes_no_binding():
-    only(bufs_only(B("t", 0, "workgroup", "u32", 16)), "buffers[0] (t)", "workgroup buffers take no binding slot")
+    assert_only(bufs_only(B("t", 0, "workgroup", "u32", 16)), "buffers[0] (t)", "workgroup buffers take no binding slot")
 
 
 def test_workgroup_buffer_needs_static_count():
-    only(bufs_only(B.workgroup("t", 0, "u32")), "buffers[0] (t)", "workgroup buffer 't' needs a static count > 0")
+    assert_only(bufs_only(B.workgroup("t", 0, "u32")), "buffers[0] (t)", "workgroup buffer 't' needs a static count > 0")
 
 
 def test_workgroup_buffer_cannot_be_output():
-    only(bufs_only(B("t", None, "workgroup", "u32", 16, output=True)), "buffers[0] (t)",
+    assert_only(bufs_only(B("t", None, "workgroup", "u32", 16, output=True)), "buffers[0] (t)",
          "a workgroup buffer cannot be an output")
 
 
 @pytest.mark.parametrize("binding", [None, -1, True, "0", 1.0])
 def test_binding_not_a_non_negative_int(binding):
-    only(bufs_only(B("a", binding, "read_only", "u32")), "buffers[0] (a)", f"binding {binding!r} is not a non-negative int")
+    assert_only(bufs_only(B("a", binding, "read_only", "u32")), "buffers[0] (a)", f"binding {binding!r} is not a non-negative int")
 
 
 def test_binding_used_twice():
-    only(bufs_only(B.read("a", 3, "u32"), B.output("b", 3, "u32")), "buffers[1] (b)", "binding 3 is used by 'a' too")
+    assert_only(bufs_only(B.read("a", 3, "u32"), B.output("b", 3, "u32")), "buffers[1] (b)", "binding 3 is used by 'a' too")
 
 
 @pytest.mark.parametrize("access", ["read_only", "uniform"])
 def test_read_only_buffer_flagged_output(access):
-    only(bufs_only(B("a", 0, access, "u32", output=True)), "buffers[0] (a)",
+    assert_only(bufs_only(B("a", 0, access, "u32", output=True)), "buffers[0] (a)",
          f"{access} buffer 'a' is flagged output but cannot be written")
 
 
 def test_output_byte_range_on_non_output():
-    only(bufs_only(B("a", 0, "read_only", "u32", 4, output_byte_range=(0, 4))), "buffers[0] (a)",
+    assert_only(bufs_only(B("a", 0, "read_only", "u32", 4, output_byte_range=(0, 4))), "buffers[0] (a)",
          "output_byte_range is set on a buffer that is not an output")
 
 
 @pytest.mark.parametrize("rng", [(8, 4), (-4, 4), (0, 4, 8), (4,)])
 def test_output_byte_range_out_of_order(rng):
-    only(bufs_only(B.output("o", 0, "u32", 4, output_byte_range=rng)), "buffers[0] (o)",
+    assert_only(bufs_only(B.output("o", 0, "u32", 4, output_byte_range=rng)), "buffers[0] (o)",
          f"output_byte_range {tuple(rng)} is not (start, end)")
 
 
 @pytest.mark.parametrize("rng", [(2, 8), (0, 6)])
 def test_output_byte_range_not_whole_elements(rng):
-    only(bufs_only(B.output("o", 0, "u32", 4, output_byte_range=rng)), "buffers[0] (o)",
+    assert_only(bufs_only(B.output("o", 0, "u32", 4, output_byte_range=rng)), "buffers[0] (o)",
          "is not a multiple of the 4-byte element")
 
 
 def test_output_byte_range_past_end():
-    only(bufs_only(B.read_write("o", 0, "u64", 2, output_byte_range=(0, 24))), "buffers[0] (o)",
+    assert_only(bufs_only(B.read_write("o", 0, "u64", 2, output_byte_range=(0, 24))), "buffers[0] (o)",
          "output_byte_range end 24 is past the buffer's 16 bytes")
     # count=0 (sized at dispatch): any end is accepted statically
     assert ir.validate(bufs_only(B.output("o", 0, "u64", 0, output_byte_range=(0, 24)))) == []
@@ -391,9 +391,9 @@ def test_static_shared_memory_limit():
     limit_u32 = MAX_STATIC_SHARED_BYTES // 4
     assert ir.validate(bufs_only(B.workgroup("t", limit_u32, "u32"))) == []
     assert ir.validate(bufs_only(B.workgroup("t", limit_u32 - 8, "u32"), B.workgroup("s", 4, "u64"))) == []
-    only(bufs_only(B.workgroup("t", limit_u32 - 7, "u32"), B.workgroup("s", 4, "u64")), "buffers",
+    assert_only(bufs_only(B.workgroup("t", limit_u32 - 7, "u32"), B.workgroup("s", 4, "u64")), "buffers",
          f"workgroup buffers take {MAX_STATIC_SHARED_BYTES + 4} bytes")
-    only(bufs_only(B.workgroup("t", limit_u32 + 1, "u32")), "buffers",
+    assert_only(bufs_only(B.workgroup("t", limit_u32 + 1, "u32")), "buffers",
          f"over the {MAX_STATIC_SHARED_BYTES}-byte static shared-memory limit")
 
 
@@ -401,12 +401,12 @@ def test_static_shared_memory_limit():
 
 @pytest.mark.parametrize("name", ["my kernel", "", "9lives", "a-b"])
 def test_program_name_not_an_identifier(name):
-    only(ir.Program([], 1, [], name=name), "program", f"program name {name!r} is not an identifier")
+    assert_only(ir.Program([], 1, [], name=name), "program", f"program name {name!r} is not an identifier")
 
 
 @pytest.mark.parametrize("wg", [0, 1025, (1024, 2), (1, 1, 65), (32, 33), (1, 0, 1), (-1, -1)])
 def test_workgroup_size_out_of_limits(wg):
-    only(ir.Program([], wg, []), "workgroup_size", "is outside 1..")
+    assert_only(ir.Program([], wg, []), "workgroup_size", "is outside 1..")
 
 
 @pytest.mark.parametrize("wg", [1, 1024, (1, 1024), (1, 1, 64), (32, 32), (16, 8, 8)])

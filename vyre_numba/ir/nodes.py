@@ -46,7 +46,9 @@ def _fail(msg: str) -> IRValidationError:
 
 
 class Expr:
-    """Base class of every expression. Supports Python arithmetic operators."""
+    """Base class of every expression. Supports Python arithmetic operators: `/` and `//` both
+    build `div`, which truncates toward zero on integers (C semantics, not Python's floor) and is
+    IEEE division on floats; use `ir.floor(a / b)` for a float floor division."""
 
     __slots__ = ()
 
@@ -552,7 +554,9 @@ def render_expr(x: Expr) -> str:
         case BufLen(buf):
             return f"len({buf})"
         case Builtin(name, axis):
-            return f"{name}.{'xyz'[axis]}" if "subgroup" not in name else f"{name}()"
+            if "subgroup" in name:
+                return f"{name}()"
+            return f"{name}.{'xyz'[axis]}" if axis in (0, 1, 2) else f"{name}.{axis}"
         case BinOp(op, a, b) if op in _SYMBOLS:
             return f"({render_expr(a)} {_SYMBOLS[op]} {render_expr(b)})"
         case BinOp(op, a, b):

@@ -2,10 +2,29 @@
 
     text = ptx.emit(program, sm=90)
     cubin = ptx.assemble(text, sm=90)   # links the math modules the kernel calls
-"""
-from . import mathlib, templates
-from .assemble import assemble, link_sources
-from .emitter import PTX_VERSION, KernelABI, KernelParam, abi, emit
 
-__all__ = ["emit", "assemble", "link_sources", "abi", "KernelABI", "KernelParam", "templates",
-           "mathlib", "PTX_VERSION"]
+The emitter and assembler load on first use, so a process that finds its kernels in the disk
+cache never imports the compiler side.
+"""
+from __future__ import annotations
+
+import importlib
+
+_LAZY = {"emit": "emitter", "abi": "emitter", "KernelABI": "emitter", "KernelParam": "emitter",
+         "PTX_VERSION": "emitter", "assemble": "assemble", "link_sources": "assemble",
+         "templates": None, "mathlib": None}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(f"{__name__}.{_LAZY[name] or name}")
+    value = module if _LAZY[name] is None else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -137,24 +137,19 @@ def bind(program: Program, inputs: Sequence | Mapping | None, config: DispatchCo
             raise DispatchError(f"{where}: output {b.name!r} has count=0 and there is no input to size it from. "
                                 f"Fix: declare a count, or pass sizes={{{b.name!r}: n}}.")
         arrays[b.name] = np.zeros(int(size), dtype=b.dtype.storage)
-    wg = program.workgroup_size if config.workgroup in (None, "auto") else config.workgroup
-    if config.grid is not None:
-        grid = config.grid
-    else:
-        cover = max((arrays[b.name].size for b in program.outputs), default=None)
-        if cover is None:
-            cover = max((a.size for a in arrays.values()), default=wg[0])
-        grid = (-(-cover // wg[0]), 1, 1)
+    grid, wg = launch_geometry(program, config, {name: a.size for name, a in arrays.items()})
     return Binding(program, arrays, grid, wg, config)
 
 
-def launch_geometry(program: Program, config: DispatchConfig, output_sizes) -> tuple[tuple, tuple]:
-    """(grid, workgroup) of a resident dispatch: `config.grid`, else enough workgroups along x to
-    cover the largest output."""
+def launch_geometry(program: Program, config: DispatchConfig, sizes: Mapping[str, int]) -> tuple[tuple, tuple]:
+    """(grid, workgroup) of a dispatch whose bound buffers have element counts `sizes` (by name):
+    `config.grid`, else enough workgroups along x to cover the largest output (the largest buffer
+    when there is no output, one workgroup when there is no buffer)."""
     wg = program.workgroup_size if config.workgroup in (None, "auto") else config.workgroup
     if config.grid is not None:
         return config.grid, wg
-    cover = max(output_sizes, default=0)
+    outputs = [sizes[b.name] for b in program.outputs]
+    cover = max(outputs) if outputs else max(sizes.values(), default=wg[0])
     return (-(-cover // wg[0]), 1, 1), wg
 
 

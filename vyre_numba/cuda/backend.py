@@ -513,10 +513,7 @@ def _check(result, what: str) -> None:
 def _memset(ptr: int, nbytes: int, stream: int) -> None:
     from cuda.bindings import driver
 
-    (err,) = driver.cuMemsetD8Async(ptr, 0, nbytes, stream)
-    if err != driver.CUresult.CUDA_SUCCESS:
-        raise DeviceError(f"zeroing an output of {nbytes} bytes failed: {err.name}. Fix: check the device array is "
-                          "alive and belongs to the current context.")
+    _check(driver.cuMemsetD8Async(ptr, 0, nbytes, stream), f"zeroing {nbytes} bytes of an output")
 
 
 def _toolchain_versions() -> tuple:

@@ -8,7 +8,7 @@ import weakref
 
 import numpy as np
 
-from ..bindings import check_resident
+from ..bindings import check_resident, launch_geometry
 from ..config import DispatchConfig
 from ..errors import DeviceError, DispatchError, LaunchError
 from ..ir import Program
@@ -150,7 +150,6 @@ class Prepared:
         self.bound = program.bound_buffers
         self.n = len(self.bound)
         self.pure = [i for i, d in enumerate(self.bound) if d.role is Role.OUTPUT]
-        self.outs = [i for i, d in enumerate(self.bound) if d.is_output]
         self.nbytes = [d.dtype.nbytes for d in self.bound]
         self.writable = [d.access.writable for d in self.bound]
         self.wg = program.workgroup_size if config.workgroup in (None, "auto") else config.workgroup
@@ -222,10 +221,7 @@ class Prepared:
             self._check_aliasing(ptrs)
         sh = self.backend._stream_handle
         memsets = tuple((ptrs[i][0], ptrs[i][1] * self.nbytes[i], sh) for i in self.pure if ptrs[i][1])
-        grid = self.config.grid
-        if grid is None:
-            cover = max((ptrs[i][1] for i in self.outs), default=0)
-            grid = (-(-cover // self.wg[0]), 1, 1)
+        grid, _ = launch_geometry(self.program, self.config, {d.name: p[1] for d, p in zip(self.bound, ptrs)})
         shape = self._shapes.get(grid) or self._shape(grid)
         launch_args = (self.handle, *grid, *self.wg, 0, sh, args.address, *self._extra)
         launches = self._launch_all(memsets, launch_args, shape)

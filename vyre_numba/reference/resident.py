@@ -45,7 +45,7 @@ def dispatch_resident(program: Program, buffers: Sequence | Mapping, config: Dis
             if (a.access.writable or b.access.writable) and np.shares_memory(arrays[a.name], arrays[b.name]):
                 raise DispatchError(f"{where}: {a.name!r} and {b.name!r} share memory and one of them is written, "
                                     "a race. Fix: bind distinct buffers (copy one of them first).")
-    grid, wg = launch_geometry(program, config, [arrays[d.name].size for d in program.outputs])
+    grid, wg = launch_geometry(program, config, {name: a.size for name, a in arrays.items()})
     binding = Binding(program, arrays, grid, wg, config)
     check_launch(binding)
     for d in decls:

@@ -147,7 +147,7 @@ def launch_overhead(n_calls: int) -> tuple[dict, object]:
     dispatch, a raw cuLaunchKernel with a prebuilt argument array, and numba @cuda.jit."""
     from cuda.bindings import driver as drv
 
-    from vyre_numba.cuda.launch import ArgBlock
+    from vyre_numba.gpu.launch import ArgBlock
 
     backend = vn.get_backend("cuda")
     p = inc_program()
@@ -240,10 +240,10 @@ def main() -> int:
     if a.cold_child:
         cold_child(a.cold_child)
         return 0
-    if vn.backend.unavailable_reason("cuda"):
-        print(f"skipped: {vn.backend.unavailable_reason('cuda')}")
+    if vn.registry.unavailable_reason("cuda"):
+        print(f"skipped: {vn.registry.unavailable_reason('cuda')}")
         return 0
-    from vyre_numba.cuda import caps
+    from vyre_numba.gpu import caps
 
     res = {"device": caps().name, "date": time.strftime("%Y-%m-%d")}
     res["cold"] = bench_cold(1 if a.quick else 3)

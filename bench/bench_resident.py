@@ -100,10 +100,10 @@ def main() -> int:
     ap.add_argument("--json")
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
-    if vn.backend.unavailable_reason("cuda"):
-        print(f"skipped: {vn.backend.unavailable_reason('cuda')}")
+    if vn.registry.unavailable_reason("cuda"):
+        print(f"skipped: {vn.registry.unavailable_reason('cuda')}")
         return 0
-    from vyre_numba.cuda import caps
+    from vyre_numba.gpu import caps
 
     res = {"device": caps().name, "date": time.strftime("%Y-%m-%d")}
     r = res["resident"] = launch_overhead(500 if a.quick else 5000)[0]

@@ -10,9 +10,9 @@ import pytest
 
 import vyre_numba as vn
 from vyre_numba import DispatchConfig, ir
-from vyre_numba.cuda.cache import LRUCache
-from vyre_numba.cuda.device import DeviceCaps
-from vyre_numba.cuda.launch import LaunchShape, validate_cooperative, validate_launch
+from vyre_numba.lru import LRUCache
+from vyre_numba.gpu.device import DeviceCaps
+from vyre_numba.gpu.launch import LaunchShape, validate_cooperative, validate_launch
 from vyre_numba.testing import mismatches
 
 H100 = DeviceCaps("fake H100", (9, 0), 132, 32, 1024, (1024, 1024, 64), (2**31 - 1, 65535, 65535), 48 * 1024, True)
@@ -86,7 +86,7 @@ def test_lru_cache_counts_and_evicts():
 
 
 def test_cuda_backend_unavailable_says_why():
-    why = vn.backend.unavailable_reason("cuda")
+    why = vn.registry.unavailable_reason("cuda")
     if why is None:
         pytest.skip("a GPU is usable here; the unavailable path cannot be exercised")
     assert "Fix:" in why

@@ -10,8 +10,8 @@ import textwrap
 
 import pytest
 
-from vyre_numba.cuda import diskcache
-from vyre_numba.cuda.diskcache import MAGIC, DiskCache
+from vyre_numba.gpu import diskcache
+from vyre_numba.gpu.diskcache import MAGIC, DiskCache
 
 
 def test_roundtrip_and_counts(tmp_path):

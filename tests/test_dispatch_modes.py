@@ -326,7 +326,7 @@ def test_cuda_nvtx_ranges_name_the_phases(monkeypatch):
     try:
         (y,) = backend.dispatch(fresh, [np.arange(10, dtype=np.uint32)])
     finally:
-        from vyre_numba.cuda.diskcache import DiskCache, enabled
+        from vyre_numba.gpu.diskcache import DiskCache, enabled
         backend.disk_cache = DiskCache() if enabled() else None
     assert np.array_equal(y, np.arange(10, dtype=np.uint32) * 11 + 5)
     names = {n for n, d in seen if d == profiling.DOMAIN}
@@ -359,7 +359,7 @@ def test_reference_resident_failure_writes_nothing():
 
 @pytest.mark.gpu
 def test_cuda_evicted_kernels_are_not_launched_from_stale_preparations():
-    from vyre_numba.cuda import CudaBackend
+    from vyre_numba.gpu import CudaBackend
 
     small = CudaBackend(module_cache_size=2)
     progs = [affine(f"evict{k}", mul=k + 2) for k in range(4)]

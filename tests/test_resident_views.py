@@ -10,7 +10,7 @@ import pytest
 
 import vyre_numba as vn
 from vyre_numba import ir
-from vyre_numba.cuda.resident import BufferViews
+from vyre_numba.gpu.resident import BufferViews
 
 CTX = types.SimpleNamespace(handle=7, device=types.SimpleNamespace(id=0))
 

@@ -3,9 +3,9 @@
 Write a program in the vyre IR (`vyre_numba.ir`), run it with `get_backend().dispatch(...)`:
 on the GPU through PTX where one is usable, else on the exact NumPy reference interpreter.
 """
-from . import _import_guard  # noqa: F401  (must precede any import of vyre_numba.cuda)
 from . import ir
-from .backend import Backend, available_backends, get_backend
+from .backend import Backend
+from .registry import available_backends, get_backend
 from .config import DispatchConfig
 from .errors import (BackendUnavailableError, CompileError, DeviceError, DispatchError,
                      IRValidationError, LaunchError, UnsupportedError, VyreError)

@@ -1,15 +1,15 @@
-"""The backend surface every backend implements, and the registry behind `get_backend`."""
+"""The dispatch surface every backend implements: `Backend`, `Step`, `Pending`."""
 from __future__ import annotations
 
 import abc
 import time
 from collections import Counter
-from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
+from typing import Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
 from .config import DispatchConfig
-from .errors import BackendUnavailableError, DispatchError
+from .errors import DispatchError
 from .ir import Program
 
 
@@ -174,68 +174,3 @@ def _read(r) -> tuple:
     if len(r) == 2:
         return r[0], r[1], None
     return tuple(r)
-
-
-_FACTORIES: dict[str, Callable[[], Backend]] = {}
-_PROBES: dict[str, Callable[[], str | None]] = {}
-_INSTANCES: dict[str, Backend] = {}
-PREFERENCE = ("cuda", "reference")
-
-
-def register(name: str, factory: Callable[[], Backend], probe: Callable[[], str | None]) -> None:
-    """Register a backend: `probe()` returns None when usable, else why not (ending in `Fix: ...`)."""
-    _FACTORIES[name] = factory
-    _PROBES[name] = probe
-
-
-def unavailable_reason(name: str) -> str | None:
-    """None if backend `name` can run here, else the reason."""
-    _load_builtin()
-    if name not in _PROBES:
-        return f"no backend named {name!r}. Fix: use one of {', '.join(sorted(_PROBES))}."
-    return _PROBES[name]()
-
-
-def available_backends() -> list[str]:
-    _load_builtin()
-    return [n for n in PREFERENCE if n in _PROBES and _PROBES[n]() is None]
-
-
-def get_backend(name: str | None = None) -> Backend:
-    """The named backend, or the best usable one ("cuda" where a GPU is usable, else "reference")."""
-    _load_builtin()
-    if name is None:
-        name = available_backends()[0]
-    if name not in _INSTANCES:
-        why = unavailable_reason(name)
-        if why is not None:
-            raise BackendUnavailableError(f"backend {name!r} is unavailable: {why}")
-        _INSTANCES[name] = _FACTORIES[name]()
-    return _INSTANCES[name]
-
-
-def _reference() -> Backend:
-    from .reference import ReferenceBackend
-
-    return ReferenceBackend()
-
-
-def _cuda() -> Backend:
-    from .cuda import CudaBackend
-
-    return CudaBackend()
-
-
-def _cuda_probe() -> str | None:
-    try:
-        from .cuda import probe
-    except ImportError as e:
-        return f"vyre_numba.cuda failed to import ({e}). Fix: pip install 'numba-cuda[cu13]'."
-    return probe()
-
-
-def _load_builtin() -> None:
-    _FACTORIES.setdefault("reference", _reference)
-    _PROBES.setdefault("reference", lambda: None)
-    _FACTORIES.setdefault("cuda", _cuda)
-    _PROBES.setdefault("cuda", _cuda_probe)

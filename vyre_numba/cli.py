@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from . import ir
-from .backend import available_backends, get_backend, unavailable_reason
+from .registry import available_backends, get_backend, unavailable_reason
 from .config import DispatchConfig
 from .errors import VyreError
 
@@ -36,7 +36,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         why = unavailable_reason(name)
         print(f"  {name:10s} {'available' if why is None else 'unavailable: ' + why}")
     if unavailable_reason("cuda") is None:
-        from .cuda import caps
+        from .gpu import caps
 
         c = caps()
         print(f"GPU: {c.name}, sm_{c.sm}, {c.sm_count} SMs, cooperative launch: {c.cooperative_launch}")

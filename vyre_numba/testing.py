@@ -8,7 +8,7 @@ import numpy as np
 def pytest_collection_modifyitems(config, items) -> None:
     import pytest
 
-    from .backend import unavailable_reason
+    from .registry import unavailable_reason
 
     gpu_items = [item for item in items if "gpu" in item.keywords]
     if not gpu_items:

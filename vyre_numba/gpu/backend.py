@@ -17,7 +17,7 @@ from ..ir import Program, check
 from ..ir.program import Role
 from .. import profiling
 from . import diskcache
-from .cache import LRUCache
+from ..lru import LRUCache
 from .diskcache import DiskCache, code_fingerprint
 from .device import DeviceCaps, caps
 from .memory import Pool, StreamPool

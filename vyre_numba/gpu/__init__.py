@@ -1,6 +1,6 @@
 """The CUDA backend over numba-cuda's driver layer. Every use of numba-cuda's driver lives here."""
 from .backend import CompiledKernel, CudaBackend
-from .cache import LRUCache
+from ..lru import LRUCache
 from .device import DeviceCaps, caps, probe
 from .launch import ArgBlock, LaunchShape, validate_cooperative, validate_launch
 

@@ -20,6 +20,7 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from vyre_numba.errors import IRValidationError
 from vyre_numba import DispatchConfig, ir
 from vyre_numba.ir import DataType as D
 from vyre_numba.ir import nodes as n
@@ -497,7 +498,16 @@ def ill_typed_programs(draw, max_depth: int = 2, max_stmts: int = 4) -> ir.Progr
     (weak or strong, some with a raw value outside their type), casts to non-DataTypes,
     atomics on any buffer with or without `expected`, unknown barrier scopes, non-statements in
     bodies, duplicate or invalid buffer names/bindings/counts, odd workgroup sizes and names.
-    Construction never raises; `ir.validate` should report problems, never crash."""
+    Returns the program, or the IRValidationError its construction raised (fields of the wrong
+    kind, such as a bool binding or a str where an expression belongs, are refused as the node
+    or buffer is built); `ir.validate` should report the rest, never crash."""
+    try:
+        return _ill_typed_program(draw, max_depth, max_stmts)
+    except IRValidationError as e:
+        return e
+
+
+def _ill_typed_program(draw, max_depth: int, max_stmts: int) -> ir.Program:
     names = ["a", "b", "c", "x", "1bad"]
     bufs = []
     for i in range(draw(st.integers(0, 4))):

@@ -107,21 +107,28 @@ def test_wrap_int_and_bit_helpers():
     assert ir.bits_to_float(0xC000, D.BF16) == -2.0
 
 
+
+def vn_reference():
+    import vyre_numba
+
+    return vyre_numba.get_backend("reference")
+
+
 # ---- builders and operator overloading --------------------------------------------------------
 
 def test_operator_overloading_builds_binops():
     x = ir.load("a", ir.gid(0))
-    assert x + 1 == BinOp("add", x, Lit(D.I64, 1, weak=True))
+    assert (x + 1).equals(BinOp("add", x, Lit(D.I64, 1, weak=True)))
     table = {
         "add": x + 1, "sub": x - 1, "mul": x * 1, "div": x / 1, "mod": x % 1,
         "bitand": x & 1, "bitor": x | 1, "bitxor": x ^ 1, "shl": x << 1, "shr": x >> 1,
         "lt": x < 1, "le": x <= 1, "gt": x > 1, "ge": x >= 1, "eq": x.eq(1), "ne": x.ne(1),
     }
     for op, e in table.items():
-        assert isinstance(e, BinOp) and e.op == op and e.a == x and e.b == Lit(D.I64, 1, weak=True), op
+        assert isinstance(e, BinOp) and e.op == op and e.a.equals(x) and e.b.equals(Lit(D.I64, 1, weak=True)), op
     assert (x // 2).op == "div"
-    assert -x == UnOp("neg", x) and ~x == UnOp("bitnot", x)
-    assert x.cast("u8") == ir.cast(x, D.U8)
+    assert (-x).equals(UnOp("neg", x)) and (~x).equals(UnOp("bitnot", x))
+    assert x.cast("u8").equals(ir.cast(x, D.U8))
 
 
 def test_reflected_operators_keep_operand_order():
@@ -130,18 +137,38 @@ def test_reflected_operators_keep_operand_order():
     for op, e in {"add": 1 + x, "sub": 1 - x, "mul": 1 * x, "div": 1 / x, "mod": 1 % x,
                   "bitand": 1 & x, "bitor": 1 | x, "bitxor": 1 ^ x, "shl": 1 << x,
                   "shr": 1 >> x}.items():
-        assert e == BinOp(op, one, x), op
+        assert e.equals(BinOp(op, one, x)), op
     # `1 < x` is evaluated by Python as `x > 1`
-    assert (1 < x) == BinOp("gt", x, one)
-    assert (2.5 * x) == BinOp("mul", Lit(D.F64, ir.float_to_bits(2.5, D.F64), weak=True), x)
+    assert (1 < x).equals(BinOp("gt", x, one))
+    assert (2.5 * x).equals(BinOp("mul", Lit(D.F64, ir.float_to_bits(2.5, D.F64), weak=True), x))
 
 
-def test_double_equals_compares_structure_not_builds_ir():
+def test_double_equals_builds_ir_and_equals_compares_structure():
+    """Regression: `i == 0` was structural dataclass equality, a Python False, so
+    `ir.if_(i == 0, ...)` silently built `if false`."""
     a, b = ir.load("a", 0), ir.load("a", 0)
-    assert a == b and hash(a) == hash(b)
-    assert (a == ir.load("a", 1)) is False
-    assert ir.var("x") != ir.var("y")
-    assert (ir.var("x") == 3) is False
+    assert (a == b).equals(BinOp("eq", a, b)) and (a != b).equals(BinOp("ne", a, b))
+    assert a.equals(b) and hash(a) == hash(b) and a.key() == b.key()
+    assert not a.equals(ir.load("a", 1)) and not ir.var("x").equals(ir.var("y"))
+    i = ir.var("i")
+    cond = ir.if_(i == 0, [ir.return_()]).cond
+    assert isinstance(cond, BinOp) and cond.op == "eq" and cond.b.equals(ir.lit(0))
+    assert (3 == i).equals(BinOp("eq", i, ir.lit(3)))        # reflected, as Python does
+    assert (np.uint32(3) == i).equals(BinOp("eq", i, ir.u32(3)))  # NumPy defers to the IR
+    for make in (lambda: bool(i == 0), lambda: i in [ir.var("i")], lambda: {ir.var("i"): 1}[i]):
+        with pytest.raises(IRValidationError, match="a.equals"):
+            make()
+    assert len({ir.var("i").key(), ir.var("i").key(), ir.var("j").key()}) == 2
+
+
+def test_if_with_double_equals_runs_the_comparison():
+    """The `==` condition reaches the interpreter as a comparison, not as a constant."""
+    i = ir.var("i")
+    p = ir.Program([ir.BufferDecl.output("y", 0, "u32", 8)], 8,
+                   [ir.let("i", ir.gid(0)), ir.if_((i == 3) | (i == 5), [ir.store("y", i, 1)]),
+                    ir.if_(i != 0, [ir.store("y", 0, 7)])])
+    (y,) = vn_reference().dispatch(p, [])
+    assert y.tolist() == [7, 0, 0, 1, 0, 1, 0, 0]
 
 
 def test_bool_of_expression_raises_with_fix():
@@ -158,13 +185,13 @@ def test_named_builders_match_generic_ones():
     x, y = ir.var("x"), ir.var("y")
     for op in ir.BINOPS:
         fn = {"min": ir.min_, "max": ir.max_}.get(op) or getattr(ir, op)
-        assert fn(x, y) == ir.binary(op, x, y) == BinOp(op, x, y)
+        assert fn(x, y).equals(ir.binary(op, x, y)) and fn(x, y).equals(BinOp(op, x, y))
     for op in ir.UNOPS:
         fn = {"abs": ir.abs_, "round": ir.round_, "not": ir.not_}.get(op) or getattr(ir, op)
-        assert fn(x) == ir.unary(op, x) == UnOp(op, x)
-    assert ir.atomic_add("c", 0, 1) == ir.atomic("add", "c", 0, 1)
-    assert ir.gid(1) == ir.invocation_id(1) and ir.lid(2) == ir.local_id(2)
-    assert ir.wgid(0) == ir.workgroup_id(0)
+        assert fn(x).equals(ir.unary(op, x)) and fn(x).equals(UnOp(op, x))
+    assert ir.atomic_add("c", 0, 1).equals(ir.atomic("add", "c", 0, 1))
+    assert ir.gid(1).equals(ir.invocation_id(1)) and ir.lid(2).equals(ir.local_id(2))
+    assert ir.wgid(0).equals(ir.workgroup_id(0))
 
 
 @pytest.mark.parametrize("make", [
@@ -201,10 +228,34 @@ def test_statement_lists_flatten_nested_lists():
 
 
 def test_numpy_scalars_keep_their_type():
-    assert ir.load("a", np.uint8(3)).index == ir.u8(3)
-    assert ir.var("x") + np.float32(0.5) == BinOp("add", ir.var("x"), ir.f32(0.5))
-    assert ir.var("x") + np.int16(-2) == BinOp("add", ir.var("x"), ir.i16(-2))
-    assert ir.select(np.bool_(True), 1, 2).cond == ir.boolean(True)
+    assert ir.load("a", np.uint8(3)).index.equals(ir.u8(3))
+    assert (ir.var("x") + np.float32(0.5)).equals(BinOp("add", ir.var("x"), ir.f32(0.5)))
+    assert (ir.var("x") + np.int16(-2)).equals(BinOp("add", ir.var("x"), ir.i16(-2)))
+    assert ir.select(np.bool_(True), 1, 2).cond.equals(ir.boolean(True))
+    assert ir.u32(np.uint32(5)).raw == 5 and ir.f32(np.float32(1.5)).value == 1.5
+    assert ir.i8(np.float64(-3.0)).raw == -3
+    for bad in (lambda: ir.u8(np.int64(256)), lambda: ir.u32(np.float32(1.5)), lambda: ir.u32(True),
+                lambda: ir.u32(np.bool_(True)), lambda: ir.lit(np.complex64(1), "f32")):
+        with pytest.raises(IRValidationError, match="Fix:"):
+            bad()
+
+
+@pytest.mark.parametrize("spelling", [np.float32, np.dtype("float32"), "float32", "f32", D.F32])
+def test_numpy_dtypes_name_data_types(spelling):
+    assert D.parse(spelling) is D.F32
+    assert ir.BufferDecl.read("x", 0, spelling).dtype is D.F32
+    assert ir.cast(ir.var("x"), spelling).dtype is D.F32
+
+
+def test_numpy_dtype_names_for_every_type():
+    assert D.parse(np.bool_) is D.BOOL and D.parse("bool") is D.BOOL
+    assert D.parse("bfloat16") is D.BF16
+    for d in D:
+        if d not in (D.BOOL, D.BF16):
+            assert D.parse(d.storage) is d and D.parse(d.storage.name) is d
+    for bad in (np.complex64, "complex128", ">f4", object, np.dtype("U3"), 5, True, None):
+        with pytest.raises(IRValidationError, match="Fix:"):
+            D.parse(bad)
 
 
 # ---- literals ---------------------------------------------------------------------------------
@@ -220,7 +271,7 @@ def test_integer_literal_range(dt):
 
 
 def test_integer_literal_from_integral_float_and_rejects_fraction():
-    assert ir.lit(3.0, "u8") == ir.u8(3)
+    assert ir.lit(3.0, "u8").equals(ir.u8(3))
     with pytest.raises(IRValidationError):
         ir.lit(2.5, "i32")
     with pytest.raises(IRValidationError):
@@ -228,7 +279,7 @@ def test_integer_literal_from_integral_float_and_rejects_fraction():
 
 
 def test_bool_and_float_literal_type_errors():
-    assert ir.boolean(True) == Lit(D.BOOL, 1) and ir.lit(0, "bool") == Lit(D.BOOL, 0)
+    assert ir.boolean(True).equals(Lit(D.BOOL, 1)) and ir.lit(False, "bool").equals(Lit(D.BOOL, 0))
     with pytest.raises(IRValidationError):
         ir.lit(2, "bool")
     with pytest.raises(IRValidationError):
@@ -266,18 +317,18 @@ def test_huge_int_float_literal_rounds_to_infinity():
     assert ir.f64(2**1024 - 2**971).value == D.F64.max
     assert ir.bf16(2**200).value == math.inf
     p = f32_prog(ir.store("out", 0, -10**400))
-    assert ir.validate(p) == [] and p.entry[0].value == ir.f32(-math.inf)
+    assert ir.validate(p) == [] and p.entry[0].value.equals(ir.f32(-math.inf))
 
 
 def test_nan_and_negative_zero_literals_compare_and_hash_as_ir():
     nan1, nan2 = ir.f32(float("nan")), ir.f32(float("nan"))
     assert math.isnan(nan1.value)
-    assert nan1 == nan2 and hash(nan1) == hash(nan2)          # same bits: same IR
-    assert ir.f32(-0.0) != ir.f32(0.0)                        # -0.0 is a different literal
+    assert nan1.equals(nan2) and hash(nan1) == hash(nan2)          # same bits: same IR
+    assert not ir.f32(-0.0).equals(ir.f32(0.0))                    # -0.0 is a different literal
     assert ir.f32(-0.0).raw == 0x80000000 and math.copysign(1, ir.f32(-0.0).value) == -1
-    assert len({ir.f32(0.0), ir.f32(-0.0), nan1, nan2}) == 3
-    assert ir.f64(float("inf")) != ir.f64(float("-inf"))
-    assert ir.f32(1.0) != ir.f64(1.0) and ir.u32(1) != ir.i32(1)
+    assert len({x.key() for x in (ir.f32(0.0), ir.f32(-0.0), nan1, nan2)}) == 3
+    assert not ir.f64(float("inf")).equals(ir.f64(float("-inf")))
+    assert not ir.f32(1.0).equals(ir.f64(1.0)) and not ir.u32(1).equals(ir.i32(1))
     # programs containing them follow the same rules
     p1 = f32_prog(ir.store("out", 0, ir.f32(float("nan"))))
     p2 = f32_prog(ir.store("out", 0, ir.f32(float("nan"))))
@@ -288,9 +339,9 @@ def test_nan_and_negative_zero_literals_compare_and_hash_as_ir():
 
 
 def test_weak_literals_from_python_numbers():
-    assert ir.lit(5) == Lit(D.I64, 5, weak=True)
-    assert ir.lit(-2.5) == Lit(D.F64, ir.float_to_bits(-2.5, D.F64), weak=True)
-    assert ir.lit(True) == Lit(D.BOOL, 1)  # bools are never weak
+    assert ir.lit(5).equals(Lit(D.I64, 5, weak=True))
+    assert ir.lit(-2.5).equals(Lit(D.F64, ir.float_to_bits(-2.5, D.F64), weak=True))
+    assert ir.lit(True).equals(Lit(D.BOOL, 1))  # bools are never weak
     assert str(ir.lit(5)) == "5"
 
 
@@ -299,23 +350,23 @@ def test_weak_literals_from_python_numbers():
 def test_weak_literal_takes_float_context():
     p = f32_prog(ir.store("out", 0, ir.load("a", 0) * 2 + 0.1))
     add = stored_value(p)
-    assert add.b == ir.f32(0.1) and add.a.b == ir.f32(2.0)
-    assert p.entry[0].index == ir.u32(0)  # index context is u32
+    assert add.b.equals(ir.f32(0.1)) and add.a.b.equals(ir.f32(2.0))
+    assert p.entry[0].index.equals(ir.u32(0))  # index context is u32
     assert not any(isinstance(x, Lit) and x.weak for x in ir.walk(p.entry))
 
 
 def test_weak_literal_takes_small_int_context():
     p = ir.Program([B.read_write("v", 0, "u8")], 1,
                    [ir.store("v", 0, ir.load("v", 0) + 255), ir.store("v", 1, ir.select(True, 7, ir.load("v", 2)))])
-    assert p.entry[0].value.b == ir.u8(255)
-    assert p.entry[1].value.a == ir.u8(7)
+    assert p.entry[0].value.b.equals(ir.u8(255))
+    assert p.entry[1].value.a.equals(ir.u8(7))
     assert ir.validate(p) == []
 
 
 def test_weak_literal_left_of_strong_operand_takes_its_type():
     p = f32_prog(ir.store("out", 0, 1 - ir.load("a", 0)), ir.let("c", 3 < ir.load("a", 0)))
-    assert p.entry[0].value == BinOp("sub", ir.f32(1.0), ir.load("a", ir.u32(0)))
-    assert p.entry[1].value == BinOp("gt", ir.load("a", ir.u32(0)), ir.f32(3.0))
+    assert p.entry[0].value.equals(BinOp("sub", ir.f32(1.0), ir.load("a", ir.u32(0))))
+    assert p.entry[1].value.equals(BinOp("gt", ir.load("a", ir.u32(0)), ir.f32(3.0)))
     assert ir.validate(p) == []
 
 
@@ -343,7 +394,7 @@ def test_float_weak_literal_in_int_context_is_a_diagnostic():
 ])
 def test_weak_literal_defaults_without_context(value, expected):
     p = ir.Program([], 1, [ir.let("x", value)])
-    assert p.entry[0].value == expected
+    assert p.entry[0].value.equals(expected)
     assert ir.validate(p) == []
 
 
@@ -367,10 +418,10 @@ def test_weak_literals_in_fma_select_loop_and_atomic():
     ])
     assert ir.validate(p) == []
     fma = p.entry[0].value
-    assert (fma.a, fma.b, fma.c) == (ir.f16(2.0), ir.f16(1.0), ir.f16(0.5))
+    assert ir.structurally_equal((fma.a, fma.b, fma.c), (ir.f16(2.0), ir.f16(1.0), ir.f16(0.5)))
     loop = p.entry[1]
-    assert (loop.start, loop.end) == (ir.u32(0), ir.u32(4))
-    assert loop.body[0].value.value == ir.i64(-5) and loop.body[0].value.index == ir.u32(0)
+    assert ir.structurally_equal((loop.start, loop.end), (ir.u32(0), ir.u32(4)))
+    assert loop.body[0].value.value.equals(ir.i64(-5)) and loop.body[0].value.index.equals(ir.u32(0))
 
 
 # ---- buffers ----------------------------------------------------------------------------------
@@ -398,7 +449,7 @@ def test_bufferdecl_constructors_and_roles():
     assert str(B.output("c", 2, "u32", 4, output_byte_range=(4, 8))) == "@2 write_only c: u32[4] bytes 4..8"
     with pytest.raises(FrozenInstanceError):
         r.name = "z"
-    with pytest.raises(ValueError):
+    with pytest.raises(IRValidationError, match="access 'sometimes' is not one of"):
         B("x", 0, "sometimes", "u32")
 
 
@@ -435,7 +486,8 @@ def test_program_workgroup_size_normalised():
     assert ir.Program([], 64, []).workgroup_size == (64, 1, 1)
     assert ir.Program([], (8, 8), []).workgroup_size == (8, 8, 1)
     assert ir.Program([], [4, 4, 4], []).workgroup_size == (4, 4, 4)
-    for bad in ((), (1, 2, 3, 4), (8.0,), ("8",), np.int64(8), 8.0, None):  # regression: np.int64 was a TypeError
+    assert ir.Program([], np.int64(8), []).workgroup_size == (8, 1, 1)  # NumPy ints are ints
+    for bad in ((), (1, 2, 3, 4), (8.0,), ("8",), True, (8, False), 8.0, None, "64"):
         with pytest.raises(IRValidationError) as info:
             ir.Program([], bad, [])
         assert_fix(str(info.value))

@@ -139,10 +139,12 @@ def covered() -> set:
     return seen
 
 
-def _valid(body, extra_bufs=()) -> bool:
+def _valid(body, extra_bufs=(), keeps: str | None = None) -> bool:
+    """Whether `body` validates (and, given `keeps`, its first value still has that op)."""
     bufs = [ir.BufferDecl.read(f"a_{t}", k, t) for k, t in enumerate(ALL_TYPES)]
     bufs += list(extra_bufs)
-    return not ir.validate(ir.Program(bufs, 32, body))
+    p = ir.Program(bufs, 32, body)
+    return not ir.validate(p) and (keeps is None or p.entry[0].value.op == keeps)
 
 
 def _a(t):
@@ -152,13 +154,14 @@ def _a(t):
 def required() -> set:
     """Every (operation, type) the validator accepts, and every name of the IR's op tables."""
     req = {("type", t) for t in D}
+    # (bool operands of & | ^ ~ are rewritten to logical operations, which are required as such)
     for op in ir.BINOPS:
         for t in D:
-            if _valid([ir.let("r", ir.binary(op, _a(t), _a(t)))]):
+            if _valid([ir.let("r", ir.binary(op, _a(t), _a(t)))], keeps=op):
                 req.add(("bin", op, t))
     for op in ir.UNOPS:
         for t in D:
-            if _valid([ir.let("r", ir.unary(op, _a(t)))]):
+            if _valid([ir.let("r", ir.unary(op, _a(t)))], keeps=op):
                 req.add(("un", op, t))
     for s in D:
         for t in D:

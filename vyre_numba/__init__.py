@@ -11,7 +11,7 @@ from .errors import (BackendUnavailableError, CompileError, DeviceError, Dispatc
                      IRValidationError, LaunchError, UnsupportedError, VyreError)
 from .ir import BufferDecl, DataType, Program
 
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = ["ir", "Backend", "available_backends", "get_backend", "DispatchConfig", "VyreError",
            "IRValidationError", "BackendUnavailableError", "DispatchError", "LaunchError",

@@ -9,7 +9,7 @@ from .types import DataType, bf16_bits_to_f32, bits_to_float, f32_to_bf16_bits, 
 from .nodes import (
     ARITH_BINOPS, ATOMIC_OPS, BARRIER_SCOPES, BINOPS, BUILTINS, CMP_BINOPS, FLOAT_PRED_UNOPS,
     FLOAT_UNOPS, INT_BINOPS, INT_UNOPS, LOGIC_BINOPS, NUM_UNOPS, TRANSCENDENTAL_UNOPS, UNOPS,
-    BOOL_UNOPS, Assign, Atomic, Barrier, BinOp, Block, BufLen, Builtin, Cast, Expr, Fma, If, Let,
+    BOOL_UNOPS, MAX_DEPTH, Assign, StructuralKey, result_type, structurally_equal, Atomic, Barrier, BinOp, Block, BufLen, Builtin, Cast, Expr, Fma, If, Let,
     Lit, Load, Loop, Node, Return, Select, Store, SubgroupAdd, SubgroupBallot, SubgroupShuffle,
     UnOp, Var,
     abs_, absdiff, add, assign, atomic, atomic_add, barrier, bf16, binary, bitand, bitnot, bitor,
@@ -22,6 +22,7 @@ from .nodes import (
     trunc, u8, u16, u32, u64, unary, var, wgid, workgroup_id, wrapping_add, wrapping_sub,
 )
 from .program import FORMAT, Access, BufferDecl, Program, Role, from_dict, to_dict, walk
+from .recursion import drive
 from .validate import Diagnostic, check, validate
 
 DataType.__module__ = __name__

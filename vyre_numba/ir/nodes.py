@@ -1,17 +1,23 @@
-"""Expressions and statements of the vyre IR: immutable, hashable, structurally compared.
+"""Expressions and statements of the vyre IR: immutable, hashable by structure.
 
 Build them with the functions at the bottom (`load("a", gid(0)) + 1`, `store(...)`, `if_(...)`).
 A Python int or float in an expression becomes a *weak* literal whose type is fixed from its
 context when the enclosing `Program` is built (`load(f32_buffer, i) * 2` multiplies by 2.0f).
-`==` and `!=` compare IR structurally; use `.eq()` / `.ne()` to build comparisons.
+Python operators on expressions build IR, `==` and `!=` included (`ir.if_(i == 0, ...)` tests
+`i == 0` on the device), as in NumPy or PyTorch; `a.equals(b)` compares two pieces of IR
+structurally. Statements compare structurally with `==`. Every node knows its nesting depth,
+which is bounded by `MAX_DEPTH`.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Iterable, Union
+from typing import Any, Iterable, Union
+
+import numpy as np
 
 from ..errors import IRValidationError
+from .recursion import drive
 from .types import DataType, bits_to_float, float_to_bits
 
 # Operation tables: the single source of the IR's operation names.
@@ -41,16 +47,148 @@ _SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "bitand"
             "lt": "<", "gt": ">", "le": "<=", "ge": ">=", "logical_and": "&&", "logical_or": "||"}
 
 
+MAX_DEPTH = 100_000  # nesting levels; every walker uses an explicit stack, so this bounds memory only
+
+
 def _fail(msg: str) -> IRValidationError:
     return IRValidationError(msg)
 
 
-class Expr:
-    """Base class of every expression. Supports Python arithmetic operators: `/` and `//` both
-    build `div`, which truncates toward zero on integers (C semantics, not Python's floor) and is
-    IEEE division on floats; use `ir.floor(a / b)` for a float floor division."""
+class _Structural:
+    """Shared by expressions and statements: field checks at construction, a structural hash
+    and depth computed once from the children's (so no walk ever recurses), `equals`, and
+    pickling through the canonical JSON form."""
+
+    __slots__ = ("_hash", "_depth")
+    _kinds: dict = {}  # per class: field name -> kind ("expr", "expr?", "body", "str", ...)
+
+    def __post_init__(self) -> None:
+        depth, parts = 0, [type(self).__name__]
+        for name, kind in self._kinds.items():
+            v = _field(self, name, kind, getattr(self, name))
+            if kind == "body":
+                for st in v:
+                    depth = max(depth, st._depth)
+                parts.append(tuple(st._hash for st in v))
+            elif isinstance(v, _Structural):
+                depth = max(depth, v._depth)
+                parts.append(v._hash)
+            else:
+                parts.append(v)
+        if depth >= MAX_DEPTH:
+            raise _fail(f"this IR is nested more than {MAX_DEPTH} levels deep, the limit of vyre-numba's "
+                        "walkers. Fix: build long sums as balanced trees (pairwise), or split the work "
+                        "into several statements or programs.")
+        object.__setattr__(self, "_depth", depth + 1)
+        object.__setattr__(self, "_hash", hash(tuple(parts)))
+
+    @property
+    def depth(self) -> int:
+        """Nesting levels of this node (1 for a leaf)."""
+        return self._depth
+
+    def equals(self, other: Any) -> bool:
+        """True when `other` is the same IR, structurally (what `==` means for plain data)."""
+        return structurally_equal(self, other)
+
+    def key(self) -> "StructuralKey":
+        """A hashable stand-in that compares structurally, for dict keys and sets of IR
+        (`==` on expressions builds IR, so expressions themselves make poor keys)."""
+        return StructuralKey(self)
+
+    def __reduce__(self):
+        from .program import node_from_json, node_to_json
+
+        return node_from_json, (node_to_json(self),)
+
+
+def _field(node, name: str, kind: str, v):
+    """Field `name` of a node under construction, checked (and normalised) for its kind."""
+    if kind == "expr":
+        if not isinstance(v, Expr):
+            v = _e(v)
+    elif kind == "expr?":
+        if v is not None and not isinstance(v, Expr):
+            v = _e(v)
+    elif kind == "body":
+        if not isinstance(v, tuple) or not all(isinstance(x, Node) for x in v):
+            v = _body(v)
+    elif kind == "str":
+        if not isinstance(v, str):
+            raise _fail(f"{type(node).__name__}.{name} is {v!r}, not a str. Fix: build IR with the ir.* "
+                        "functions, which name buffers, variables and operations with strings.")
+    elif kind == "dtype":
+        if not isinstance(v, DataType):
+            v = DataType.parse(v)
+    elif kind in ("int", "bool"):
+        ok = isinstance(v, bool) if kind == "bool" else isinstance(v, int) and not isinstance(v, bool)
+        if not ok:
+            raise _fail(f"{type(node).__name__}.{name} is {v!r}, not {'a bool' if kind == 'bool' else 'an int'}. "
+                        "Fix: build IR with the ir.* functions.")
+    object.__setattr__(node, name, v)
+    return v
+
+
+class StructuralKey:
+    """Wraps a node so that `==` and `hash` mean structural equality (see `_Structural.key`)."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, node: "_Structural"):
+        self.node = node
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, StructuralKey) and structurally_equal(self.node, other.node)
+
+    def __hash__(self) -> int:
+        return self.node._hash
+
+    def __repr__(self) -> str:
+        return f"key({self.node!r})"
+
+
+def structurally_equal(a: Any, b: Any) -> bool:
+    """Whether two pieces of IR (nodes, or tuples of them) are the same structure."""
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        if x is y:
+            continue
+        if type(x) is not type(y):
+            return False
+        if isinstance(x, _Structural):
+            if x._hash != y._hash:
+                return False
+            stack.extend((getattr(x, f), getattr(y, f)) for f in x._kinds)
+        elif isinstance(x, tuple):
+            if len(x) != len(y):
+                return False
+            stack.extend(zip(x, y))
+        elif x != y:
+            return False
+    return True
+
+
+def _node(**kinds: str):
+    """Decorator: a frozen, slotted dataclass node whose fields have the given kinds."""
+    def wrap(cls):
+        cls = dataclass(frozen=True, slots=True, eq=False, repr=False)(cls)
+        cls._kinds = kinds
+        return cls
+    return wrap
+
+
+class Expr(_Structural):
+    """Base class of every expression. Python operators build IR: `+ - * / % & | ^ << >> ~`,
+    unary `-`, and the comparisons `< <= > >= == !=`. `/` and `//` both build `div`, which
+    truncates toward zero on integers (C semantics, not Python's floor) and is IEEE division on
+    floats; use `ir.floor(a / b)` for a float floor division. `a.equals(b)` compares IR."""
 
     __slots__ = ()
+    __array_ufunc__ = None  # NumPy scalars and arrays defer to these operators instead of looping
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def __add__(self, o): return BinOp("add", self, _e(o))
     def __radd__(self, o): return BinOp("add", _e(o), self)
@@ -80,6 +218,8 @@ class Expr:
     def __le__(self, o): return BinOp("le", self, _e(o))
     def __gt__(self, o): return BinOp("gt", self, _e(o))
     def __ge__(self, o): return BinOp("ge", self, _e(o))
+    def __eq__(self, o): return BinOp("eq", self, _e(o))  # type: ignore[override]
+    def __ne__(self, o): return BinOp("ne", self, _e(o))  # type: ignore[override]
     def eq(self, o) -> "Expr": return BinOp("eq", self, _e(o))
     def ne(self, o) -> "Expr": return BinOp("ne", self, _e(o))
     def cast(self, dtype) -> "Expr": return Cast(DataType.parse(dtype), self)
@@ -87,18 +227,22 @@ class Expr:
     def __bool__(self):
         raise IRValidationError(
             f"an IR expression ({self}) has no Python truth value. "
-            "Fix: build control flow with ir.if_(cond, then, else_) and comparisons with "
-            "ir.select / .eq() instead of Python `if`, `and`, `or` or `==`."
-        )
+            "Fix: build control flow with ir.if_(cond, then, else_) and ir.select, combine conditions "
+            "with & | ~ or ir.logical_and / logical_or instead of Python `if`, `and`, `or`, `not`; "
+            "compare two pieces of IR with a.equals(b), and key dicts or sets of IR by a.key().")
 
     def __str__(self) -> str:
         return render_expr(self)
 
+    def __repr__(self) -> str:
+        return f"<ir.{type(self).__name__} {_short(render_expr(self))}>"
+
     def children(self) -> tuple["Expr", ...]:
-        return tuple(getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), Expr))
+        """The operand expressions, in field order."""
+        return tuple(v for v in (getattr(self, f) for f in self._kinds) if isinstance(v, Expr))
 
 
-@dataclass(frozen=True, slots=True, eq=True)
+@_node(dtype="dtype", raw="int", weak="bool")
 class Lit(Expr):
     """A literal. `raw` is the integer value, 0/1 for bool, or the IEEE bit pattern for floats.
     `weak` literals come from bare Python numbers; their type is fixed by context."""
@@ -116,24 +260,24 @@ class Lit(Expr):
         return self.raw
 
 
-@dataclass(frozen=True, slots=True, eq=True)
+@_node(name="str")
 class Var(Expr):
     name: str
 
 
-@dataclass(frozen=True, slots=True, eq=True)
+@_node(buffer="str", index="expr")
 class Load(Expr):
     buffer: str
     index: Expr
 
 
-@dataclass(frozen=True, slots=True, eq=True)
+@_node(buffer="str")
 class BufLen(Expr):
     """Element count of a buffer at dispatch time, as u32."""
     buffer: str
 
 
-@dataclass(frozen=True, slots=True, eq=True)
+@_node(name="str", axis="int")
 class Builtin(Expr):
     """An invocation-invariant id (u32): invocation_id / local_id / workgroup_id / num_workgroups
     per axis 0..2, or subgroup_local_id / subgroup_size (axis 0)."""
@@ -141,33 +285,33 @@ class Builtin(Expr):
     axis: int = 0
 
 
-@dataclass(frozen=True, slots=True, eq=True)
+@_node(op="str", a="expr", b="expr")
 class BinOp(Expr):
     op: str
     a: Expr
     b: Expr
 
 
-@dataclass(frozen=True, slots=True, eq=True)
+@_node(op="str", a="expr")
 class UnOp(Expr):
     op: str
     a: Expr
 
 
-@dataclass(frozen=True, slots=True, eq=True)
+@_node(cond="expr", a="expr", b="expr")
 class Select(Expr):
     cond: Expr
     a: Expr
     b: Expr
 
 
-@dataclass(frozen=True, slots=True, eq=True)
+@_node(dtype="dtype", a="expr")
 class Cast(Expr):
     dtype: DataType
     a: Expr
 
 
-@dataclass(frozen=True, slots=True, eq=True)
+@_node(a="expr", b="expr", c="expr")
 class Fma(Expr):
     """a * b + c with a single rounding (floats); wrapping a*b+c (integers)."""
     a: Expr
@@ -175,7 +319,7 @@ class Fma(Expr):
     c: Expr
 
 
-@dataclass(frozen=True, slots=True, eq=True)
+@_node(op="str", buffer="str", index="expr", value="expr", expected="expr?")
 class Atomic(Expr):
     """Atomic read-modify-write of buffer[index]; evaluates to the old value."""
     op: str
@@ -185,63 +329,98 @@ class Atomic(Expr):
     expected: Expr | None = None
 
 
-@dataclass(frozen=True, slots=True, eq=True)
+@_node(cond="expr")
 class SubgroupBallot(Expr):
     """u32 mask of the active lanes of this subgroup whose `cond` is true."""
     cond: Expr
 
 
-@dataclass(frozen=True, slots=True, eq=True)
+@_node(value="expr", lane="expr")
 class SubgroupShuffle(Expr):
     """`value` as held by lane `lane` of this subgroup; 0 when that lane is absent or inactive."""
     value: Expr
     lane: Expr
 
 
-@dataclass(frozen=True, slots=True, eq=True)
+@_node(value="expr")
 class SubgroupAdd(Expr):
     """Wrapping sum of a 32-bit integer `value` over the active lanes of this subgroup."""
     value: Expr
 
 
+def result_type(e: Expr, operands: "tuple[DataType, ...]" = (), buffer: DataType | None = None) -> DataType:
+    """The type of expression `e` of a valid program, given its operands' types (in field order)
+    and, for loads and atomics, its buffer's element type: the one rule the validator, the
+    reference interpreter and the emitter share."""
+    match e:
+        case Lit() | Cast():
+            return e.dtype
+        case Load() | Atomic():
+            if buffer is None:
+                raise ValueError("result_type of a load or atomic needs the buffer's type")
+            return buffer
+        case BufLen() | Builtin() | SubgroupBallot():
+            return DataType.U32
+        case BinOp(op=op) if op in CMP_BINOPS or op in LOGIC_BINOPS:
+            return DataType.BOOL
+        case UnOp(op=op) if op in ("popcount", "clz", "ctz"):
+            return DataType.U32
+        case UnOp(op=op) if op in FLOAT_PRED_UNOPS or op in BOOL_UNOPS:
+            return DataType.BOOL
+        case Select():
+            return operands[1]
+        case BinOp() | UnOp() | Fma() | SubgroupShuffle() | SubgroupAdd():
+            return operands[0]
+    raise ValueError(f"result_type has no rule for {type(e).__name__}")
+
+
 # ---- statements -------------------------------------------------------------------------------
 
-class Node:
-    """Base class of every statement."""
+class Node(_Structural):
+    """Base class of every statement. Statements compare structurally with `==`."""
 
     __slots__ = ()
+
+    def __eq__(self, other: Any) -> bool:
+        return structurally_equal(self, other) if isinstance(other, Node) else NotImplemented
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def __str__(self) -> str:
         return "\n".join(render_stmt(self, 0))
 
+    def __repr__(self) -> str:
+        return f"<ir.{type(self).__name__} {_short(render_stmt(self, 0)[0])}>"
 
-@dataclass(frozen=True, slots=True, eq=True)
+
+@_node(name="str", value="expr")
 class Let(Node):
     name: str
     value: Expr
 
 
-@dataclass(frozen=True, slots=True, eq=True)
+@_node(name="str", value="expr")
 class Assign(Node):
     name: str
     value: Expr
 
 
-@dataclass(frozen=True, slots=True, eq=True)
+@_node(buffer="str", index="expr", value="expr")
 class Store(Node):
     buffer: str
     index: Expr
     value: Expr
 
 
-@dataclass(frozen=True, slots=True, eq=True)
+@_node(cond="expr", then="body", otherwise="body")
 class If(Node):
     cond: Expr
     then: tuple[Node, ...]
     otherwise: tuple[Node, ...] = ()
 
 
-@dataclass(frozen=True, slots=True, eq=True)
+@_node(var="str", start="expr", end="expr", body="body")
 class Loop(Node):
     """for var in [start, end) with u32 bounds evaluated once on entry; `var` is read-only."""
     var: str
@@ -250,17 +429,17 @@ class Loop(Node):
     body: tuple[Node, ...]
 
 
-@dataclass(frozen=True, slots=True, eq=True)
+@_node(scope="str")
 class Barrier(Node):
     scope: str = "workgroup"
 
 
-@dataclass(frozen=True, slots=True, eq=True)
+@_node()
 class Return(Node):
     pass
 
 
-@dataclass(frozen=True, slots=True, eq=True)
+@_node(body="body")
 class Block(Node):
     body: tuple[Node, ...]
 
@@ -273,19 +452,19 @@ ExprLike = Union[Expr, int, float, bool]
 def _e(x: ExprLike) -> Expr:
     if isinstance(x, Expr):
         return x
-    if isinstance(x, bool):
-        return Lit(DataType.BOOL, int(x))
+    if isinstance(x, (bool, np.bool_)):
+        return Lit(DataType.BOOL, int(bool(x)))
     if isinstance(x, int):
         return Lit(DataType.I64, int(x), weak=True)
     if isinstance(x, float):
         return Lit(DataType.F64, float_to_bits(x, DataType.F64), weak=True)
-    if hasattr(x, "dtype") and hasattr(x, "item"):  # NumPy scalar: keep its type
-        from numpy import dtype as _npdt
-        name = {"uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64", "int8": "i8",
-                "int16": "i16", "int32": "i32", "int64": "i64", "float16": "f16",
-                "float32": "f32", "float64": "f64", "bool": "bool"}.get(_npdt(x.dtype).name)
-        if name:
-            return lit(x.item(), name)
+    if isinstance(x, np.generic):  # a NumPy scalar keeps its type
+        try:
+            dt = DataType.parse(x.dtype)
+        except IRValidationError:
+            dt = None
+        if dt is not None:
+            return lit(x, dt)
     raise _fail(f"{x!r} ({type(x).__name__}) is not an IR expression. "
                 "Fix: pass an ir expression, a Python int/float/bool, or a NumPy scalar.")
 
@@ -312,32 +491,48 @@ def _name(n, what: str) -> str:
     return n
 
 
+def _number(value) -> int | float | bool | None:
+    """A Python int, float or bool (NumPy scalars converted exactly), or None if not a number."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value)  # exact: every NumPy float up to f64 is a Python float
+    return None
+
+
 def lit(value: int | float | bool, dtype: DataType | str | None = None) -> Lit:
-    """A literal of `dtype`; without one, a weak literal typed by its context."""
+    """A literal of `dtype` (a DataType, its name, or a NumPy dtype); without one, a weak literal
+    typed by its context. The value must fit the type exactly: an int in range, an integral float
+    for an integer type, True/False for bool. NumPy scalars are taken at their exact value."""
     if dtype is None:
         return _e(value)  # type: ignore[return-value]
     dt = DataType.parse(dtype)
+    v = _number(value)
+    if v is None:
+        raise _fail(f"literal {value!r} ({type(value).__name__}) is not a number. "
+                    f"Fix: pass a Python or NumPy int, float or bool for {dt}.")
+    if dt.is_bool or isinstance(v, bool):
+        if not (dt.is_bool and isinstance(v, bool)):
+            fix = "pass True or False" if dt.is_bool else f"pass a number, or ir.select(cond, 1, 0) for a {dt} from a bool"
+            raise _fail(f"literal {value!r} is not a {dt} value. Fix: {fix}.")
+        return Lit(dt, int(v))
     if dt.is_float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise _fail(f"literal {value!r} is not a number. Fix: pass a float for {dt}.")
         try:
-            fv = float(value)
+            fv = float(v)
         except OverflowError:  # an int beyond every float: rounds to +-inf, as IEEE does
-            fv = math.inf if value > 0 else -math.inf
+            fv = math.inf if v > 0 else -math.inf
         return Lit(dt, float_to_bits(fv, dt))
-    if dt.is_bool:
-        if value not in (0, 1, True, False):
-            raise _fail(f"bool literal {value!r} is not True/False. Fix: pass True or False.")
-        return Lit(dt, int(bool(value)))
-    if isinstance(value, float):
-        if not value.is_integer():
+    if isinstance(v, float):
+        if not v.is_integer():
             raise _fail(f"literal {value!r} is not an integer but the type is {dt}. "
                         f"Fix: pass an int, or use a float type.")
-        value = int(value)
-    if not isinstance(value, int) or not (dt.min <= value <= dt.max):
+        v = int(v)
+    if not (dt.min <= v <= dt.max):
         raise _fail(f"literal {value!r} does not fit {dt} (range {dt.min}..{dt.max}). "
                     f"Fix: use a wider type or a value in range.")
-    return Lit(dt, int(value))
+    return Lit(dt, v)
 
 
 def _typed(dt: str):
@@ -371,9 +566,9 @@ def buf_len(buffer: str) -> BufLen:
 
 
 def _axis(axis: int) -> int:
-    if axis not in (0, 1, 2):
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)) or axis not in (0, 1, 2):
         raise _fail(f"axis {axis!r} is not 0, 1 or 2. Fix: use axis 0 (x), 1 (y) or 2 (z).")
-    return axis
+    return int(axis)
 
 
 def invocation_id(axis: int = 0) -> Builtin:
@@ -532,6 +727,8 @@ def block(*stmts: Node | Iterable[Node]) -> Block:
 # ---- text form --------------------------------------------------------------------------------
 
 def render_lit(x: Lit) -> str:
+    if x.dtype.is_float and not 0 <= x.raw < 1 << x.dtype.bits:  # not a bit pattern: say what it holds
+        return f"Lit({x.dtype}, raw={x.raw})"
     if x.weak:
         return repr(x.value)
     if x.dtype.is_float:
@@ -543,68 +740,97 @@ def render_lit(x: Lit) -> str:
     return f"{x.raw}{x.dtype}"
 
 
-def render_expr(x: Expr) -> str:
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _rx(x: Expr):
+    """Walker (see `recursion`) giving the text of an expression."""
     match x:
         case Lit():
             return render_lit(x)
         case Var(name):
             return name
-        case Load(buf, idx):
-            return f"{buf}[{render_expr(idx)}]"
         case BufLen(buf):
             return f"len({buf})"
         case Builtin(name, axis):
             if "subgroup" in name:
                 return f"{name}()"
             return f"{name}.{'xyz'[axis]}" if axis in (0, 1, 2) else f"{name}.{axis}"
-        case BinOp(op, a, b) if op in _SYMBOLS:
-            return f"({render_expr(a)} {_SYMBOLS[op]} {render_expr(b)})"
-        case BinOp(op, a, b):
-            return f"{op}({render_expr(a)}, {render_expr(b)})"
-        case UnOp(op, a):
-            return f"{op}({render_expr(a)})"
-        case Select(c, a, b):
-            return f"select({render_expr(c)}, {render_expr(a)}, {render_expr(b)})"
-        case Cast(dt, a):
-            return f"{dt}({render_expr(a)})"
-        case Fma(a, b, c):
-            return f"fma({render_expr(a)}, {render_expr(b)}, {render_expr(c)})"
-        case Atomic(op, buf, idx, val, exp_):
-            extra = "" if exp_ is None else f", expected={render_expr(exp_)}"
-            return f"atomic_{op}({buf}[{render_expr(idx)}], {render_expr(val)}{extra})"
-        case SubgroupBallot(c):
-            return f"subgroup_ballot({render_expr(c)})"
-        case SubgroupShuffle(v, lane):
-            return f"subgroup_shuffle({render_expr(v)}, {render_expr(lane)})"
-        case SubgroupAdd(v):
-            return f"subgroup_add({render_expr(v)})"
-    return repr(x)
+    parts = []
+    for child in x.children():
+        parts.append((yield _rx(child)))
+    match x:
+        case Load(buf):
+            return f"{buf}[{parts[0]}]"
+        case BinOp(op) if op in _SYMBOLS:
+            return f"({parts[0]} {_SYMBOLS[op]} {parts[1]})"
+        case BinOp(op) | UnOp(op):
+            return f"{op}({', '.join(parts)})"
+        case Cast(dt):
+            return f"{dt}({parts[0]})"
+        case Atomic(op, buf, _, _, expected):
+            extra = "" if expected is None else f", expected={parts[2]}"
+            return f"atomic_{op}({buf}[{parts[0]}], {parts[1]}{extra})"
+        case Select() | Fma() | SubgroupBallot() | SubgroupShuffle() | SubgroupAdd():
+            name = {Select: "select", Fma: "fma", SubgroupBallot: "subgroup_ballot",
+                    SubgroupShuffle: "subgroup_shuffle", SubgroupAdd: "subgroup_add"}[type(x)]
+            return f"{name}({', '.join(parts)})"
+    return object.__repr__(x)
+
+
+def render_expr(x: Expr) -> str:
+    """The text form of an expression."""
+    return drive(_rx(x))
+
+
+MAX_INDENT = 32  # deeper statements keep this indentation and show their depth, so text stays linear
+
+
+def _rs(s: Node, depth: int, out: list[str]):
+    """Walker appending the text lines of statement `s` at indentation `depth` to `out`."""
+    pad = "    " * depth if depth <= MAX_INDENT else "    " * MAX_INDENT + f"[{depth}] "
+    match s:
+        case Let(name, value):
+            out.append(f"{pad}let {name} = {(yield _rx(value))}")
+        case Assign(name, value):
+            out.append(f"{pad}{name} = {(yield _rx(value))}")
+        case Store(buf, idx, value):
+            i = yield _rx(idx)
+            out.append(f"{pad}{buf}[{i}] = {(yield _rx(value))}")
+        case If(cond, then, otherwise):
+            out.append(f"{pad}if {(yield _rx(cond))} {{")
+            for st in then:
+                yield _rs(st, depth + 1, out)
+            if otherwise:
+                out.append(f"{pad}}} else {{")
+                for st in otherwise:
+                    yield _rs(st, depth + 1, out)
+            out.append(f"{pad}}}")
+        case Loop(v, start, end, body):
+            a = yield _rx(start)
+            out.append(f"{pad}for {v} in {a}..{(yield _rx(end))} {{")
+            for st in body:
+                yield _rs(st, depth + 1, out)
+            out.append(f"{pad}}}")
+        case Barrier(scope):
+            out.append(f"{pad}barrier({scope})")
+        case Return():
+            out.append(f"{pad}return")
+        case Block(body):
+            out.append(f"{pad}{{")
+            for st in body:
+                yield _rs(st, depth + 1, out)
+            out.append(f"{pad}}}")
+        case _:
+            out.append(pad + object.__repr__(s))
 
 
 def render_stmt(s: Node, depth: int) -> list[str]:
-    pad = "    " * depth
-    match s:
-        case Let(name, value):
-            return [f"{pad}let {name} = {render_expr(value)}"]
-        case Assign(name, value):
-            return [f"{pad}{name} = {render_expr(value)}"]
-        case Store(buf, idx, value):
-            return [f"{pad}{buf}[{render_expr(idx)}] = {render_expr(value)}"]
-        case If(cond, then, otherwise):
-            lines = [f"{pad}if {render_expr(cond)} {{"] + render_body(then, depth + 1)
-            if otherwise:
-                lines += [f"{pad}}} else {{"] + render_body(otherwise, depth + 1)
-            return lines + [f"{pad}}}"]
-        case Loop(v, start, end, body):
-            return ([f"{pad}for {v} in {render_expr(start)}..{render_expr(end)} {{"]
-                    + render_body(body, depth + 1) + [f"{pad}}}"])
-        case Barrier(scope):
-            return [f"{pad}barrier({scope})"]
-        case Return():
-            return [f"{pad}return"]
-        case Block(body):
-            return [f"{pad}{{"] + render_body(body, depth + 1) + [f"{pad}}}"]
-    return [pad + repr(s)]
+    """The text lines of a statement, indented `depth` levels."""
+    out: list[str] = []
+    drive(_rs(s, depth, out))
+    return out
 
 
 def render_body(body: Iterable[Node], depth: int) -> list[str]:

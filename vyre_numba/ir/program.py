@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+import numpy as np
+
 from ..errors import IRValidationError
+from . import jsontext
 from . import nodes as n
+from .recursion import drive
 from .types import DataType
 
 FORMAT = "vyre-numba-ir/1"
@@ -50,10 +53,27 @@ class BufferDecl:
     output_byte_range: tuple[int, int] | None = None
 
     def __post_init__(self):
-        object.__setattr__(self, "access", Access(self.access) if not isinstance(self.access, Access) else self.access)
+        where = f"BufferDecl {self.name!r}"
+        if not isinstance(self.access, Access):
+            try:
+                object.__setattr__(self, "access", Access(self.access))
+            except (ValueError, TypeError):
+                names = ", ".join(a.value for a in Access)
+                raise IRValidationError(f"{where}: access {self.access!r} is not one of {names}. Fix: use the "
+                                        "constructors BufferDecl.read / read_write / output / uniform / workgroup.") from None
         object.__setattr__(self, "dtype", DataType.parse(self.dtype))
-        if self.output_byte_range is not None:
-            object.__setattr__(self, "output_byte_range", tuple(int(v) for v in self.output_byte_range))
+        object.__setattr__(self, "count", _int(self.count, f"{where}: count"))
+        if self.binding is not None:
+            object.__setattr__(self, "binding", _int(self.binding, f"{where}: binding"))
+        if not isinstance(self.output, (bool, np.bool_)):
+            raise IRValidationError(f"{where}: output={self.output!r} is not a bool. Fix: pass True or False.")
+        object.__setattr__(self, "output", bool(self.output))
+        r = self.output_byte_range
+        if r is not None:
+            if isinstance(r, (str, bytes)) or not hasattr(r, "__len__") or len(r) != 2:
+                raise IRValidationError(f"{where}: output_byte_range={r!r} is not a (start, end) pair. "
+                                        "Fix: pass two byte offsets, e.g. (0, 64).")
+            object.__setattr__(self, "output_byte_range", tuple(_int(v, f"{where}: output_byte_range") for v in r))
 
     @property
     def role(self) -> Role:
@@ -108,16 +128,28 @@ def _output(cls, name: str, binding: int, dtype, count: int = 0,
 BufferDecl.output = classmethod(_output)  # type: ignore[assignment]
 
 
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _int(v, what: str) -> int:
+    """`v` as a plain int; bools, floats and other types are refused."""
+    if not _is_int(v):
+        raise IRValidationError(f"{what} is {v!r} ({type(v).__name__}), not an int. Fix: pass a whole number "
+                                "(a Python or NumPy int; True/False are not numbers here).")
+    return int(v)
+
+
 def _norm_wg(ws) -> tuple[int, int, int]:
-    if isinstance(ws, int):
-        return (ws, 1, 1)
-    try:
-        ws = tuple(ws)
-    except TypeError:  # e.g. a NumPy integer or a float
-        raise IRValidationError(f"workgroup_size {ws!r} is not 1 to 3 ints. Fix: pass e.g. 256 or (16, 16).") from None
-    if not 1 <= len(ws) <= 3 or not all(isinstance(v, int) for v in ws):
-        raise IRValidationError(f"workgroup_size {ws!r} is not 1 to 3 ints. Fix: pass e.g. 256 or (16, 16).")
-    return ws + (1,) * (3 - len(ws))
+    bad = IRValidationError(f"workgroup_size {ws!r} is not 1 to 3 ints. Fix: pass e.g. 256 or (16, 16).")
+    if _is_int(ws):
+        return (int(ws), 1, 1)
+    if isinstance(ws, (str, bytes)) or not isinstance(ws, Iterable):
+        raise bad
+    ws = tuple(ws)
+    if not 1 <= len(ws) <= 3 or not all(_is_int(v) for v in ws):
+        raise bad
+    return tuple(int(v) for v in ws) + (1,) * (3 - len(ws))
 
 
 @dataclass(frozen=True, eq=True, init=False)
@@ -135,6 +167,9 @@ class Program:
                  entry: Iterable[n.Node] | n.Node, name: str = "main"):
         from .validate import resolve_literals
 
+        if isinstance(buffers, (str, bytes, BufferDecl)) or not isinstance(buffers, Iterable):
+            raise IRValidationError(f"buffers={buffers!r} is not a list of BufferDecl. "
+                                    "Fix: pass a list, e.g. [ir.BufferDecl.read('x', 0, 'f32'), ...].")
         bufs = tuple(buffers)
         for b in bufs:
             if not isinstance(b, BufferDecl):
@@ -148,6 +183,20 @@ class Program:
 
     def __hash__(self) -> int:
         return hash(self.digest())
+
+    def __eq__(self, other: Any) -> bool:
+        """Structural equality: the same canonical form (name included)."""
+        if not isinstance(other, Program):
+            return NotImplemented
+        return self is other or self.digest() == other.digest()
+
+    def __reduce__(self):
+        return Program.from_json, (self.to_json(),)
+
+    @property
+    def depth(self) -> int:
+        """The deepest nesting of statements and expressions in the body."""
+        return max((s.depth for s in self.entry), default=0)
 
     # ---- lookups --------------------------------------------------------------------------
     def buffer(self, name: str) -> BufferDecl:
@@ -185,13 +234,11 @@ class Program:
     def to_dict(self) -> dict:
         return {"format": FORMAT, "name": self.name, "workgroup_size": list(self.workgroup_size),
                 "buffers": [_buf_to_dict(b) for b in self.buffers],
-                "entry": [to_dict(s) for s in self.entry]}
+                "entry": to_dict(self.entry)}
 
     def to_json(self, indent: int | None = None) -> str:
         """Canonical JSON (sorted keys); `from_json(to_json())` gives an equal program."""
-        if indent is None:
-            return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-        return json.dumps(self.to_dict(), sort_keys=True, indent=indent)
+        return jsontext.dumps(self.to_dict(), indent)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Program":
@@ -199,22 +246,17 @@ class Program:
             raise IRValidationError(f"not a {FORMAT} document (format={d.get('format') if isinstance(d, dict) else None!r}). "
                                     "Fix: load a file written by Program.to_json().")
         try:
-            bufs = [BufferDecl(b["name"], b["binding"], Access(b["access"]), DataType.parse(b["dtype"]),
-                               b["count"], b["output"],
-                               None if b["output_byte_range"] is None else tuple(b["output_byte_range"]))
+            bufs = [BufferDecl(b["name"], b["binding"], b["access"], b["dtype"], b["count"], b["output"],
+                               b["output_byte_range"])
                     for b in d["buffers"]]
-            return cls(bufs, tuple(d["workgroup_size"]), [from_dict(s) for s in d["entry"]], d["name"])
-        except (KeyError, TypeError, ValueError) as e:
+            return cls(bufs, d["workgroup_size"], from_dict(d["entry"]), d["name"])
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise IRValidationError(f"malformed program JSON ({type(e).__name__}: {e}). "
                                     "Fix: load a file written by Program.to_json().") from e
 
     @classmethod
     def from_json(cls, text: str | bytes) -> "Program":
-        try:
-            d = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise IRValidationError(f"program JSON does not parse: {e}. Fix: check the file is complete JSON.") from e
-        return cls.from_dict(d)
+        return cls.from_dict(jsontext.loads(text))
 
     def digest(self) -> str:
         """Stable SHA-256 hex digest of the canonical JSON form."""
@@ -242,38 +284,81 @@ _CLASSES = {c.__name__: c for c in (
     n.Let, n.Assign, n.Store, n.If, n.Loop, n.Barrier, n.Return, n.Block)}
 
 
-_FIELDS = {c: tuple(f.name for f in fields(c)) for c in _CLASSES.values()}
-
-
-def to_dict(x: Any) -> Any:
-    """JSON-ready form of an expression or statement."""
-    names = _FIELDS.get(type(x))
+def _to(x: Any):
+    names = x._kinds if isinstance(x, n._Structural) else None
     if names is not None:
         d = {"k": type(x).__name__}
         for name in names:
-            d[name] = to_dict(getattr(x, name))
+            d[name] = yield _to(getattr(x, name))
         return d
     if isinstance(x, tuple):
-        return [to_dict(v) for v in x]
+        out = []
+        for v in x:
+            out.append((yield _to(v)))
+        return out
     if isinstance(x, DataType):
         return x.value
     return x
 
 
-def from_dict(d: Any) -> Any:
-    """Inverse of `to_dict`."""
+_SHALLOW = 200  # below this depth plain recursion is safe, and faster than the explicit stack
+
+
+def _to_shallow(x: Any) -> Any:
+    names = x._kinds if isinstance(x, n._Structural) else None
+    if names is not None:
+        d = {"k": type(x).__name__}
+        for name in names:
+            d[name] = _to_shallow(getattr(x, name))
+        return d
+    if isinstance(x, tuple):
+        return [_to_shallow(v) for v in x]
+    if isinstance(x, DataType):
+        return x.value
+    return x
+
+
+def to_dict(x: Any) -> Any:
+    """JSON-ready form of an expression or statement (or a tuple of them)."""
+    items = x if isinstance(x, tuple) else (x,)
+    if all(not isinstance(v, n._Structural) or v._depth < _SHALLOW for v in items):
+        return _to_shallow(x)
+    return drive(_to(x))
+
+
+def _from(d: Any):
     if isinstance(d, list):
-        return tuple(from_dict(v) for v in d)
+        out = []
+        for v in d:
+            out.append((yield _from(v)))
+        return tuple(out)
     if not isinstance(d, dict):
         return d
     cls = _CLASSES.get(d.get("k"))
     if cls is None:
         raise IRValidationError(f"unknown IR node kind {d.get('k')!r}. Fix: load a file written by Program.to_json().")
     kw = {}
-    for f in fields(cls):
-        v = d[f.name]
-        kw[f.name] = DataType.parse(v) if f.name == "dtype" else from_dict(v)
+    for name in cls._kinds:
+        if name not in d:
+            raise IRValidationError(f"IR node {d['k']} lacks its field {name!r}. "
+                                    "Fix: load a file written by Program.to_json().")
+        kw[name] = yield _from(d[name])
     return cls(**kw)
+
+
+def from_dict(d: Any) -> Any:
+    """Inverse of `to_dict`."""
+    return drive(_from(d))
+
+
+def node_to_json(x: Any) -> str:
+    """Canonical JSON of one expression or statement (how nodes pickle)."""
+    return jsontext.dumps(to_dict(x))
+
+
+def node_from_json(text: str) -> Any:
+    """Inverse of `node_to_json`."""
+    return from_dict(jsontext.loads(text))
 
 
 def walk(body: Iterable[Any]) -> Iterable[Any]:
@@ -283,10 +368,10 @@ def walk(body: Iterable[Any]) -> Iterable[Any]:
         x = stack.pop()
         yield x
         kids = []
-        for f in fields(x):
-            v = getattr(x, f.name)
-            if isinstance(v, (n.Expr, n.Node)):
+        for name in x._kinds:
+            v = getattr(x, name)
+            if isinstance(v, n._Structural):
                 kids.append(v)
             elif isinstance(v, tuple):
-                kids.extend(c for c in v if isinstance(c, (n.Expr, n.Node)))
+                kids.extend(v)
         stack.extend(reversed(kids))

@@ -79,19 +79,32 @@ class DataType(enum.Enum):
         return float(np.finfo(self.storage).max)
 
     @classmethod
-    def parse(cls, value: "DataType | str") -> "DataType":
-        """Accept a DataType or its short name ("u32", "f32", ...)."""
+    def parse(cls, value: "DataType | str | np.dtype | type") -> "DataType":
+        """The DataType named by `value`: a DataType, its short name ("u32", "f32", ...), a NumPy
+        dtype, scalar type or dtype name (np.float32, np.dtype("uint8"), "float32", np.bool_),
+        or "bfloat16" (stored as raw uint16 bits)."""
         if isinstance(value, DataType):
             return value
-        try:
-            return cls(str(value))
-        except ValueError:
-            from ..errors import IRValidationError
+        if isinstance(value, str):
+            hit = _BY_NAME.get(value)
+            if hit is not None:
+                return hit
+        elif value is not None and not isinstance(value, (bool, int, float)):
+            try:
+                dt = np.dtype(value)
+            except (TypeError, ValueError):
+                dt = None
+            if dt is not None and dt.name in _BY_NAME and dt.byteorder in "=|<":
+                return _BY_NAME[dt.name]
+            if dt is not None and getattr(value, "__name__", "") == "bfloat16" or str(dt) == "bfloat16":
+                return DataType.BF16
+        from ..errors import IRValidationError
 
-            names = ", ".join(d.value for d in cls)
-            raise IRValidationError(
-                f"unknown data type {value!r}. Fix: use one of {names}."
-            ) from None
+        names = ", ".join(d.value for d in cls)
+        raise IRValidationError(
+            f"unknown data type {value!r}. Fix: use one of {names}, or a NumPy dtype of those "
+            "(np.float32, 'uint8', ...)."
+        )
 
 
 _INTS = frozenset(DataType(n) for n in ("u8", "u16", "u32", "u64", "i8", "i16", "i32", "i64"))
@@ -106,6 +119,9 @@ _STORAGE = {
     DataType.BOOL: np.uint32, DataType.F16: np.float16, DataType.BF16: np.uint16,
     DataType.F32: np.float32, DataType.F64: np.float64,
 }
+_BY_NAME = {d.value: d for d in DataType}
+_BY_NAME.update({np.dtype(t).name: d for d, t in _STORAGE.items() if d not in (DataType.BOOL, DataType.BF16)})
+_BY_NAME.update({"bool": DataType.BOOL, "bfloat16": DataType.BF16})
 _UINT_OF_BITS = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from ..errors import IRValidationError
 from . import nodes as n
 from .program import Access, BufferDecl, Program
+from .recursion import drive
 from .types import DataType, float_to_bits
 
 D = DataType
@@ -71,25 +72,57 @@ def _bad_literal(lit: n.Lit) -> str | None:
     return None if ok else f"holds {raw}, which is not a {dt} {'bit pattern' if dt.is_float else 'value'}"
 
 
+class Where:
+    """A location in a program (`entry[2].then[0]`), as a chain of steps rendered only when a
+    diagnostic is reported, so deep programs cost no long strings."""
+
+    __slots__ = ("parent", "step")
+
+    def __init__(self, parent: "Where | None", step: str):
+        self.parent, self.step = parent, step
+
+    def __str__(self) -> str:
+        steps, w = [], self
+        while w is not None:
+            steps.append(w.step)
+            w = w.parent
+        steps.reverse()
+        if len(steps) > 24:
+            steps = steps[:12] + [f"...({len(steps) - 22} levels)..."] + steps[-10:]
+        return "".join(steps)
+
+
+_BOOL_BITWISE = {"bitand": "logical_and", "bitor": "logical_or", "bitxor": "ne"}
+
+
 class _Checker:
+    """Types every expression (fixing weak literals from context) and collects diagnostics.
+    Its walkers are generators run by `drive`, so nesting depth costs no Python recursion."""
+
     def __init__(self, buffers: tuple[BufferDecl, ...]):
         self.bufs: dict[str, BufferDecl] = {}
         for b in buffers:
             self.bufs.setdefault(b.name, b)
         self.diags: list[Diagnostic] = []
-        self.scopes: list[dict[str, tuple[DataType | None, bool]]] = [{}]
+        self.vars: dict[str, list[tuple[DataType | None, bool]]] = {}  # name -> shadow stack
+        self.scopes: list[list[str]] = [[]]
 
     # ---- helpers ----------------------------------------------------------------------------
-    def err(self, where: str, msg: str) -> None:
-        self.diags.append(Diagnostic(where, msg))
+    def err(self, where, msg: str) -> None:
+        self.diags.append(Diagnostic(str(where), msg))
 
     def lookup(self, name: str):
-        for scope in reversed(self.scopes):
-            if name in scope:
-                return scope[name]
-        return None
+        found = self.vars.get(name)
+        return found[-1] if found else None
 
-    def buffer(self, name: str, where: str) -> BufferDecl | None:
+    def open_scope(self) -> None:
+        self.scopes.append([])
+
+    def close_scope(self) -> None:
+        for name in self.scopes.pop():
+            self.vars[name].pop()
+
+    def buffer(self, name: str, where) -> BufferDecl | None:
         b = self.bufs.get(name)
         if b is None:
             known = ", ".join(self.bufs) or "none"
@@ -97,12 +130,12 @@ class _Checker:
                             f"Fix: add a BufferDecl named {name!r} to the program or correct the name.")
         return b
 
-    def want(self, got: DataType | None, want: DataType, where: str, what: str) -> None:
+    def want(self, got: DataType | None, want: DataType, where, what: str) -> None:
         if got is not None and got is not want:
-            hint = f"ir.cast(..., '{want}')" if not want.is_bool else "a comparison such as x.ne(0)"
+            hint = f"ir.cast(..., '{want}')" if not want.is_bool else "a comparison such as x != 0"
             self.err(where, f"{what} must be {want}, got {got}. Fix: convert explicitly with {hint}.")
 
-    def same(self, ta, tb, where: str, what: str) -> DataType | None:
+    def same(self, ta, tb, where, what: str) -> DataType | None:
         if ta is None or tb is None:
             return None
         if ta is not tb:
@@ -111,7 +144,7 @@ class _Checker:
             return None
         return ta
 
-    def kind(self, t: DataType | None, ok: str, where: str, what: str) -> bool:
+    def kind(self, t: DataType | None, ok: str, where, what: str) -> bool:
         """Check `t` is of kind ok in {"int", "float", "num", "bool", "int32"}."""
         if t is None:
             return False
@@ -123,114 +156,108 @@ class _Checker:
             fix = {"int": "ir.cast it to an integer type, or use the float form of this operation",
                    "float": "ir.cast it to f32 or f64 first",
                    "num": "ir.select(cond, 1, 0) turns a bool into a number",
-                   "bool": "compare it, e.g. x.ne(0)",
+                   "bool": "compare it, e.g. x != 0",
                    "int32": "ir.cast it to u32 or i32, or reduce through a workgroup buffer"}[ok]
             self.err(where, f"{what} needs {words}, got {t}. Fix: {fix}.")
         return good
 
-    # ---- expressions --------------------------------------------------------------------------
-    def expr(self, e: n.Expr, where: str, want: DataType | None = None) -> tuple[n.Expr, DataType | None]:
-        if isinstance(e, n.Lit):
-            bad = _bad_literal(e)
-            if bad is not None:
-                self.err(where, f"literal {e!r} {bad}. Fix: build literals with ir.lit(value, 'type').")
-                return e, (e.dtype if isinstance(e.dtype, DataType) and not e.weak else None)
-            if not e.weak:
-                return e, e.dtype
-            target = want if want is not None else default_weak_type(e)
-            strong = None if target is None else _strong(e, target)
-            if strong is None:
-                self.err(where, f"literal {e.value!r} cannot be a {target}. "
-                                f"Fix: write a literal that fits, e.g. ir.lit(value, 'type'), or ir.cast.")
-                return e, None
-            return strong, strong.dtype
-        if isinstance(e, n.Var):
-            found = self.lookup(e.name)
-            if found is None:
-                self.err(where, f"variable {e.name!r} is not defined here. Fix: declare it with "
-                                f"ir.let({e.name!r}, ...) before this use, in this block or an enclosing one.")
-                return e, None
-            return e, found[0]
-        if isinstance(e, n.Load):
-            b = self.buffer(e.buffer, where)
-            idx, ti = self.expr(e.index, where, D.U32)
-            self.want(ti, D.U32, where, f"index of load {e.buffer}[...]")
-            return n.Load(e.buffer, idx), (b.dtype if b else None)
-        if isinstance(e, n.BufLen):
-            self.buffer(e.buffer, where)
-            return e, D.U32
-        if isinstance(e, n.Builtin):
-            if e.name not in n.BUILTINS or e.axis not in (0, 1, 2):
-                self.err(where, f"unknown builtin {e.name}.{e.axis}. Fix: use one of {', '.join(n.BUILTINS)} "
-                                "with axis 0..2.")
-            return e, D.U32
-        if isinstance(e, n.BinOp):
-            return self.binop(e, where, want)
-        if isinstance(e, n.UnOp):
-            return self.unop(e, where, want)
-        if isinstance(e, n.Select):
-            c, tc = self.expr(e.cond, where, D.BOOL)
-            self.want(tc, D.BOOL, where, "condition of select")
-            (a, ta), (b, tb) = self.pair(e.a, e.b, where, want)
-            return n.Select(c, a, b), self.same(ta, tb, where, "select")
-        if isinstance(e, n.Cast):
-            a, ta = self.expr(e.a, where, None)
-            if not isinstance(e.dtype, DataType):
-                self.err(where, f"cast target {e.dtype!r} is not a DataType. Fix: ir.cast(x, 'u32').")
-                return n.Cast(e.dtype, a), None
-            return n.Cast(e.dtype, a), e.dtype
-        if isinstance(e, n.Fma):
-            operands = [e.a, e.b, e.c]
-            first = next((i for i, x in enumerate(operands) if not (isinstance(x, n.Lit) and x.weak)), 0)
-            typed: list = [None, None, None]
-            typed[first] = self.expr(operands[first], where, want)
-            t = typed[first][1] or want
-            for i in range(3):
-                if typed[i] is None:
-                    typed[i] = self.expr(operands[i], where, t)
-            t = self.same(self.same(typed[0][1], typed[1][1], where, "fma"), typed[2][1], where, "fma")
-            if t is not None:
-                self.kind(t, "num", where, "fma")
-            return n.Fma(typed[0][0], typed[1][0], typed[2][0]), t
-        if isinstance(e, n.Atomic):
-            return self.atomic(e, where)
-        if isinstance(e, n.SubgroupBallot):
-            c, tc = self.expr(e.cond, where, D.BOOL)
-            self.want(tc, D.BOOL, where, "subgroup_ballot condition")
-            return n.SubgroupBallot(c), D.U32
-        if isinstance(e, n.SubgroupShuffle):
-            v, tv = self.expr(e.value, where, want)
-            lane, tl = self.expr(e.lane, where, D.U32)
-            self.want(tl, D.U32, where, "subgroup_shuffle lane")
-            return n.SubgroupShuffle(v, lane), tv
-        if isinstance(e, n.SubgroupAdd):
-            v, tv = self.expr(e.value, where, want)
-            ok = self.kind(tv, "int32", where, "subgroup_add")
-            return n.SubgroupAdd(v), tv if ok else None
+    # ---- expressions: each walker returns (typed expression, type or None) -------------------
+    def expr(self, e: n.Expr, where, want: DataType | None = None):
+        match e:
+            case n.Lit():
+                return self.literal(e, where, want)
+            case n.Var(name):
+                found = self.lookup(name)
+                if found is None:
+                    self.err(where, f"variable {name!r} is not defined here. Fix: declare it with "
+                                    f"ir.let({name!r}, ...) before this use, in this block or an enclosing one.")
+                    return e, None
+                return e, found[0]
+            case n.Load(buf, index):
+                b = self.buffer(buf, where)
+                idx, ti = yield self.expr(index, where, D.U32)
+                self.want(ti, D.U32, where, f"index of load {buf}[...]")
+                return n.Load(buf, idx), (b.dtype if b else None)
+            case n.BufLen(buf):
+                self.buffer(buf, where)
+                return e, D.U32
+            case n.Builtin(name, axis):
+                if name not in n.BUILTINS or axis not in (0, 1, 2):
+                    self.err(where, f"unknown builtin {name}.{axis}. Fix: use one of {', '.join(n.BUILTINS)} "
+                                    "with axis 0..2.")
+                return e, D.U32
+            case n.BinOp():
+                return (yield self.binop(e, where, want))
+            case n.UnOp():
+                return (yield self.unop(e, where, want))
+            case n.Select(cond, a, b):
+                c, tc = yield self.expr(cond, where, D.BOOL)
+                self.want(tc, D.BOOL, where, "condition of select")
+                (a, ta), (b, tb) = yield self.pair(a, b, where, want)
+                return n.Select(c, a, b), self.same(ta, tb, where, "select")
+            case n.Cast(dtype, a):
+                a, _ = yield self.expr(a, where, None)
+                return n.Cast(dtype, a), dtype
+            case n.Fma():
+                return (yield self.fma(e, where, want))
+            case n.Atomic():
+                return (yield self.atomic(e, where))
+            case n.SubgroupBallot(cond):
+                c, tc = yield self.expr(cond, where, D.BOOL)
+                self.want(tc, D.BOOL, where, "subgroup_ballot condition")
+                return n.SubgroupBallot(c), D.U32
+            case n.SubgroupShuffle(value, lane):
+                v, tv = yield self.expr(value, where, want)
+                lane, tl = yield self.expr(lane, where, D.U32)
+                self.want(tl, D.U32, where, "subgroup_shuffle lane")
+                return n.SubgroupShuffle(v, lane), tv
+            case n.SubgroupAdd(value):
+                v, tv = yield self.expr(value, where, want)
+                ok = self.kind(tv, "int32", where, "subgroup_add")
+                return n.SubgroupAdd(v), tv if ok else None
         self.err(where, f"{e!r} is not an IR expression. Fix: build expressions with the ir.* functions.")
         return e, None
 
-    def pair(self, a: n.Expr, b: n.Expr, where: str, want: DataType | None):
+    def literal(self, e: n.Lit, where, want: DataType | None):
+        bad = _bad_literal(e)
+        if bad is not None:
+            self.err(where, f"literal {e!r} {bad}. Fix: build literals with ir.lit(value, 'type').")
+            return e, (e.dtype if not e.weak else None)
+        if not e.weak:
+            return e, e.dtype
+        target = want if want is not None else default_weak_type(e)
+        strong = None if target is None else _strong(e, target)
+        if strong is None:
+            self.err(where, f"literal {e.value!r} cannot be a {target}. "
+                            f"Fix: write a literal that fits, e.g. ir.lit(value, 'type'), or ir.cast.")
+            return e, None
+        return strong, strong.dtype
+
+    def pair(self, a: n.Expr, b: n.Expr, where, want: DataType | None):
         """Type two operands that must agree, letting a strong one fix a weak one's type."""
         if isinstance(a, n.Lit) and a.weak and not (isinstance(b, n.Lit) and b.weak):
-            rb = self.expr(b, where, want)
-            return self.expr(a, where, rb[1] or want), rb
-        ra = self.expr(a, where, want)
-        return ra, self.expr(b, where, ra[1] or want)
+            rb = yield self.expr(b, where, want)
+            ra = yield self.expr(a, where, rb[1] or want)
+            return ra, rb
+        ra = yield self.expr(a, where, want)
+        rb = yield self.expr(b, where, ra[1] or want)
+        return ra, rb
 
-    def binop(self, e: n.BinOp, where: str, want):
+    def binop(self, e: n.BinOp, where, want):
         op = e.op
         if op not in n.BINOPS:
             self.err(where, f"unknown binary op {op!r}. Fix: use one of {', '.join(n.BINOPS)}.")
             return e, None
         if op in n.LOGIC_BINOPS:
-            (a, ta), (b, tb) = self.pair(e.a, e.b, where, D.BOOL)
+            (a, ta), (b, tb) = yield self.pair(e.a, e.b, where, D.BOOL)
             self.want(ta, D.BOOL, where, f"left operand of {op}")
             self.want(tb, D.BOOL, where, f"right operand of {op}")
             return n.BinOp(op, a, b), D.BOOL
         cmp = op in n.CMP_BINOPS
-        (a, ta), (b, tb) = self.pair(e.a, e.b, where, None if cmp else want)
+        (a, ta), (b, tb) = yield self.pair(e.a, e.b, where, None if cmp else want)
         t = self.same(ta, tb, where, op)
+        if t is D.BOOL and op in _BOOL_BITWISE:  # `c1 & c2` on conditions, as in NumPy
+            return n.BinOp(_BOOL_BITWISE[op], a, b), D.BOOL
         out = n.BinOp(op, a, b)
         if t is None:
             return out, (D.BOOL if cmp else None)
@@ -246,22 +273,24 @@ class _Checker:
             return out, (t if self.kind(t, "int", where, op) else None)
         return out, (t if self.kind(t, "num", where, op) else None)
 
-    def unop(self, e: n.UnOp, where: str, want):
+    def unop(self, e: n.UnOp, where, want):
         op = e.op
         if op not in n.UNOPS:
             self.err(where, f"unknown unary op {op!r}. Fix: use one of {', '.join(n.UNOPS)}.")
             return e, None
         if op == "not":
-            a, ta = self.expr(e.a, where, D.BOOL)
+            a, ta = yield self.expr(e.a, where, D.BOOL)
             self.want(ta, D.BOOL, where, "operand of not")
             return n.UnOp(op, a), D.BOOL
         pass_want = want if op in ("bitnot", "reverse_bits", "neg", "abs", "sign") or op in n.FLOAT_UNOPS else None
-        a, ta = self.expr(e.a, where, pass_want)
+        a, ta = yield self.expr(e.a, where, pass_want)
+        if op == "bitnot" and ta is D.BOOL:  # `~cond`, as in NumPy
+            return n.UnOp("not", a), D.BOOL
         out = n.UnOp(op, a)
         if op in n.INT_UNOPS:
             if not self.kind(ta, "int", where, op):
                 return out, None
-            return out, (D.U32 if op in ("popcount", "clz", "ctz") else ta)
+            return out, n.result_type(out, (ta,))
         if op in n.NUM_UNOPS:
             return out, (ta if self.kind(ta, "num", where, op) else None)
         if op in n.FLOAT_PRED_UNOPS:
@@ -269,7 +298,21 @@ class _Checker:
             return out, D.BOOL
         return out, (ta if self.kind(ta, "float", where, op) else None)
 
-    def atomic(self, e: n.Atomic, where: str):
+    def fma(self, e: n.Fma, where, want):
+        operands = [e.a, e.b, e.c]
+        first = next((i for i, x in enumerate(operands) if not (isinstance(x, n.Lit) and x.weak)), 0)
+        typed: list = [None, None, None]
+        typed[first] = yield self.expr(operands[first], where, want)
+        t = typed[first][1] or want
+        for i in range(3):
+            if typed[i] is None:
+                typed[i] = yield self.expr(operands[i], where, t)
+        t = self.same(self.same(typed[0][1], typed[1][1], where, "fma"), typed[2][1], where, "fma")
+        if t is not None:
+            self.kind(t, "num", where, "fma")
+        return n.Fma(typed[0][0], typed[1][0], typed[2][0]), t
+
+    def atomic(self, e: n.Atomic, where):
         b = self.buffer(e.buffer, where)
         t = b.dtype if b else None
         if e.op not in n.ATOMIC_OPS:
@@ -281,9 +324,9 @@ class _Checker:
             if t not in ATOMIC_TYPES:
                 self.err(where, f"atomics need a u32, i32, u64 or i64 buffer; {b.name!r} is {t}. "
                                 "Fix: use a 32/64-bit integer buffer (floats: encode as ordered integers).")
-        idx, ti = self.expr(e.index, where, D.U32)
+        idx, ti = yield self.expr(e.index, where, D.U32)
         self.want(ti, D.U32, where, f"index of atomic on {e.buffer}")
-        val, tv = self.expr(e.value, where, t)
+        val, tv = yield self.expr(e.value, where, t)
         if t is not None:
             self.want(tv, t, where, f"value of atomic on {e.buffer}")
         expected = None
@@ -291,87 +334,94 @@ class _Checker:
             self.err(where, "`expected` is given exactly for compare_exchange. "
                             "Fix: pass expected=... with compare_exchange and only there.")
         if e.expected is not None:
-            expected, tx = self.expr(e.expected, where, t)
+            expected, tx = yield self.expr(e.expected, where, t)
             if t is not None:
                 self.want(tx, t, where, f"expected value of compare_exchange on {e.buffer}")
         return n.Atomic(e.op, e.buffer, idx, val, expected), t
 
     # ---- statements ---------------------------------------------------------------------------
-    def body(self, stmts, path: str, new_scope: bool = True) -> tuple[n.Node, ...]:
+    def body(self, stmts, path: Where, new_scope: bool = True):
         if new_scope:
-            self.scopes.append({})
-        out = tuple(self.stmt(s, f"{path}[{i}]") for i, s in enumerate(stmts))
+            self.open_scope()
+        out = []
+        for i, s in enumerate(stmts):
+            out.append((yield self.stmt(s, Where(path, f"[{i}]"))))
         if new_scope:
-            self.scopes.pop()
-        return out
+            self.close_scope()
+        return tuple(out)
 
-    def declare(self, name: str, t, mutable: bool, where: str) -> None:
+    def declare(self, name: str, t, mutable: bool, where) -> None:
         if not isinstance(name, str) or not _IDENT.match(name):
             self.err(where, f"variable name {name!r} is not an identifier. Fix: use letters, digits and _.")
         elif self.lookup(name) is not None:
             self.err(where, f"variable {name!r} is already defined in an enclosing scope. "
                             f"Fix: use ir.assign({name!r}, ...) to update it, or pick a new name.")
-        self.scopes[-1][name] = (t, mutable)
+        self.vars.setdefault(name, []).append((t, mutable))
+        self.scopes[-1].append(name)
 
-    def stmt(self, s: n.Node, where: str) -> n.Node:
-        if isinstance(s, n.Let):
-            v, t = self.expr(s.value, where, None)
-            self.declare(s.name, t, True, where)
-            return n.Let(s.name, v)
-        if isinstance(s, n.Assign):
-            found = self.lookup(s.name)
-            if found is None:
-                self.err(where, f"assignment to undeclared variable {s.name!r}. "
-                                f"Fix: declare it first with ir.let({s.name!r}, initial_value).")
-                return n.Assign(s.name, self.expr(s.value, where)[0])
-            t, mutable = found
-            if not mutable:
-                self.err(where, f"loop variable {s.name!r} is read-only. "
-                                "Fix: copy it into a new variable with ir.let and change that.")
-            v, tv = self.expr(s.value, where, t)
-            if t is not None:
-                self.want(tv, t, where, f"value assigned to {s.name!r}")
-            return n.Assign(s.name, v)
-        if isinstance(s, n.Store):
-            b = self.buffer(s.buffer, where)
-            if b is not None and not b.access.writable:
-                self.err(where, f"store into {b.access.value} buffer {b.name!r}. "
-                                f"Fix: declare {b.name!r} with BufferDecl.output or read_write.")
-            idx, ti = self.expr(s.index, where, D.U32)
-            self.want(ti, D.U32, where, f"index of store {s.buffer}[...]")
-            v, tv = self.expr(s.value, where, b.dtype if b else None)
-            if b is not None:
-                self.want(tv, b.dtype, where, f"value stored into {s.buffer}")
-            return n.Store(s.buffer, idx, v)
-        if isinstance(s, n.If):
-            c, tc = self.expr(s.cond, where, D.BOOL)
-            self.want(tc, D.BOOL, where, "if condition")
-            return n.If(c, self.body(s.then, f"{where}.then"), self.body(s.otherwise, f"{where}.else"))
-        if isinstance(s, n.Loop):
-            start, t0 = self.expr(s.start, where, D.U32)
-            end, t1 = self.expr(s.end, where, D.U32)
-            self.want(t0, D.U32, where, f"loop start of {s.var!r}")
-            self.want(t1, D.U32, where, f"loop end of {s.var!r}")
-            self.scopes.append({})
-            self.declare(s.var, D.U32, False, where)
-            body = self.body(s.body, f"{where}.body", new_scope=False)
-            self.scopes.pop()
-            return n.Loop(s.var, start, end, body)
-        if isinstance(s, n.Barrier):
-            if s.scope not in n.BARRIER_SCOPES:
-                self.err(where, f"barrier scope {s.scope!r} is unknown. Fix: use 'workgroup' or 'grid'.")
-            return s
-        if isinstance(s, n.Return):
-            return s
-        if isinstance(s, n.Block):
-            return n.Block(self.body(s.body, f"{where}.block"))
+    def stmt(self, s: n.Node, where):
+        match s:
+            case n.Let(name, value):
+                v, t = yield self.expr(value, where, None)
+                self.declare(name, t, True, where)
+                return n.Let(name, v)
+            case n.Assign(name, value):
+                found = self.lookup(name)
+                if found is None:
+                    self.err(where, f"assignment to undeclared variable {name!r}. "
+                                    f"Fix: declare it first with ir.let({name!r}, initial_value).")
+                    v, _ = yield self.expr(value, where)
+                    return n.Assign(name, v)
+                t, mutable = found
+                if not mutable:
+                    self.err(where, f"loop variable {name!r} is read-only. "
+                                    "Fix: copy it into a new variable with ir.let and change that.")
+                v, tv = yield self.expr(value, where, t)
+                if t is not None:
+                    self.want(tv, t, where, f"value assigned to {name!r}")
+                return n.Assign(name, v)
+            case n.Store(buf, index, value):
+                b = self.buffer(buf, where)
+                if b is not None and not b.access.writable:
+                    self.err(where, f"store into {b.access.value} buffer {b.name!r}. "
+                                    f"Fix: declare {b.name!r} with BufferDecl.output or read_write.")
+                idx, ti = yield self.expr(index, where, D.U32)
+                self.want(ti, D.U32, where, f"index of store {buf}[...]")
+                v, tv = yield self.expr(value, where, b.dtype if b else None)
+                if b is not None:
+                    self.want(tv, b.dtype, where, f"value stored into {buf}")
+                return n.Store(buf, idx, v)
+            case n.If(cond, then, otherwise):
+                c, tc = yield self.expr(cond, where, D.BOOL)
+                self.want(tc, D.BOOL, where, "if condition")
+                then = yield self.body(then, Where(where, ".then"))
+                otherwise = yield self.body(otherwise, Where(where, ".else"))
+                return n.If(c, then, otherwise)
+            case n.Loop(var, start, end, body):
+                start, t0 = yield self.expr(start, where, D.U32)
+                end, t1 = yield self.expr(end, where, D.U32)
+                self.want(t0, D.U32, where, f"loop start of {var!r}")
+                self.want(t1, D.U32, where, f"loop end of {var!r}")
+                self.open_scope()
+                self.declare(var, D.U32, False, where)
+                body = yield self.body(body, Where(where, ".body"), new_scope=False)
+                self.close_scope()
+                return n.Loop(var, start, end, body)
+            case n.Barrier(scope):
+                if scope not in n.BARRIER_SCOPES:
+                    self.err(where, f"barrier scope {scope!r} is unknown. Fix: use 'workgroup' or 'grid'.")
+                return s
+            case n.Return():
+                return s
+            case n.Block(body):
+                return n.Block((yield self.body(body, Where(where, ".block"))))
         self.err(where, f"{s!r} is not an IR statement. Fix: build statements with the ir.* functions.")
         return s
 
 
 def resolve_literals(buffers: tuple[BufferDecl, ...], entry: tuple[n.Node, ...]) -> tuple[n.Node, ...]:
     """`entry` with every weak literal typed from its context (problems are left for `validate`)."""
-    return _Checker(buffers).body(entry, "entry", new_scope=False)
+    return drive(_Checker(buffers).body(entry, Where(None, "entry"), new_scope=False))
 
 
 def _check_buffers(p: Program, err) -> None:
@@ -386,8 +436,11 @@ def _check_buffers(p: Program, err) -> None:
             err(where, f"buffer name {b.name!r} is declared twice (also buffers[{names[b.name]}]). "
                        "Fix: give every buffer a unique name.")
         names.setdefault(b.name, i)
-        if not isinstance(b.count, int) or b.count < 0:
-            err(where, f"count {b.count!r} is negative or not an int. Fix: use 0 (sized at dispatch) or a positive count.")
+        if b.count < 0:
+            err(where, f"count {b.count!r} is negative. Fix: use 0 (sized at dispatch) or a positive count.")
+        elif b.count >= 2**32:
+            err(where, f"count {b.count} is 2**32 or more, but buffer lengths are u32. "
+                       "Fix: split the data into buffers of fewer than 2**32 elements.")
         if b.access is Access.WORKGROUP:
             if b.binding is not None:
                 err(where, "workgroup buffers take no binding slot. Fix: declare it with BufferDecl.workgroup(name, count, dtype).")
@@ -438,7 +491,7 @@ def validate(program: Program) -> list[Diagnostic]:
         err("workgroup_size", f"workgroup size {ws} is outside 1..{MAX_AXIS} per axis and {MAX_THREADS} threads "
                               "in all. Fix: use e.g. 256 or (16, 16); cover more data with more workgroups.")
     checker = _Checker(program.buffers)
-    checker.body(program.entry, "entry", new_scope=False)
+    drive(checker.body(program.entry, Where(None, "entry"), new_scope=False))
     return diags + checker.diags
 
 

@@ -1,0 +1,85 @@
+"""IR nested far beyond Python's recursion limit: every walker of the IR layer (construction,
+validation, digest, JSON, text form, pickling) uses an explicit stack; past `ir.MAX_DEPTH` a
+clear error says so. The reference interpreter and the emitter have deep tests of their own."""
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from vyre_numba import ir
+from vyre_numba.errors import IRValidationError
+
+B = ir.BufferDecl
+DEPTH = 10_000
+
+
+def deep_sum(n: int = DEPTH) -> ir.Program:
+    s = ir.load("x", 0)
+    for k in range(1, n):
+        s = s + ir.load("x", k % 7)
+    return ir.Program([B.read("x", 0, "u32"), B.output("y", 1, "u32", 1)], 1, [ir.store("y", 0, s)])
+
+
+def deep_ifs(n: int = DEPTH) -> ir.Program:
+    body = [ir.store("y", 0, 1)]
+    for k in range(n):
+        body = [ir.if_(ir.load("x", 0) < k + 5, body)]
+    return ir.Program([B.read("x", 0, "u32"), B.output("y", 1, "u32", 1)], 1, body)
+
+
+@pytest.fixture(scope="module", params=["sum", "ifs"])
+def program(request) -> ir.Program:
+    return deep_sum() if request.param == "sum" else deep_ifs()
+
+
+def test_deep_programs_validate(program):
+    assert program.depth > DEPTH
+    assert ir.validate(program) == []
+    assert ir.check(program) is program
+
+
+def test_deep_programs_have_a_stable_digest(program):
+    again = deep_sum() if program.entry[0].__class__ is ir.Store else deep_ifs()
+    assert again is not program and again.digest() == program.digest() and again == program
+
+
+def test_deep_programs_round_trip_through_json(program):
+    assert ir.Program.from_json(program.to_json()) == program
+    indented = program.to_json(indent=2)
+    assert ir.Program.from_json(indented) == program
+    assert len(indented) < 40 * len(program.to_json())  # indentation stops growing: linear size
+
+
+def test_deep_programs_render_as_linear_text(program):
+    text = str(program)
+    assert len(text) < 400 * DEPTH
+    assert text.count("\n") >= (DEPTH if "if" in text else 2)
+
+
+def test_deep_programs_pickle(program):
+    assert pickle.loads(pickle.dumps(program)) == program
+    node = program.entry[0]
+    assert pickle.loads(pickle.dumps(node)) == node
+
+
+def test_deep_validation_errors_name_a_bounded_location():
+    body = [ir.store("y", 0, ir.f32(1.0))]  # wrong type, 10,000 levels down
+    for k in range(DEPTH):
+        body = [ir.if_(ir.load("x", 0) < k + 5, body)]
+    p = ir.Program([B.read("x", 0, "u32"), B.output("y", 1, "u32", 1)], 1, body)
+    (d,) = ir.validate(p)
+    assert d.where.startswith("entry[0].then[0]") and d.where.endswith(".then[0]")
+    assert "levels)" in d.where and len(d.where) < 400
+    assert "value stored into y must be u32, got f32" in d.message
+
+
+def test_past_the_depth_limit_construction_says_so():
+    e = ir.var("a")
+    with pytest.raises(IRValidationError, match=f"more than {ir.MAX_DEPTH} levels deep.*Fix:"):
+        for _ in range(ir.MAX_DEPTH + 1):
+            e = -e
+    stmt = ir.return_()
+    with pytest.raises(IRValidationError, match="levels deep.*Fix:"):
+        for _ in range(ir.MAX_DEPTH + 1):
+            stmt = ir.block(stmt)

@@ -36,7 +36,7 @@ def default_dir() -> Path:
 @lru_cache(maxsize=1)
 def code_fingerprint() -> str:
     """Hash of the sources that decide what PTX a program becomes (emitter and templates)."""
-    from .. import __version__
+    from ..version import __version__
 
     from ..ptx.templates import template_dir
 

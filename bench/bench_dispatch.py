@@ -158,7 +158,7 @@ def launch_overhead(n_calls: int) -> tuple[dict, object]:
     res = {"vyre_dispatch_resident_us": per_call(lambda: backend.dispatch_resident(p, [x]), n_calls, sync) * 1e6}
     args = ArgBlock(2)
     args.values[0], args.values[1] = x.__cuda_array_interface__["data"][0], n
-    f, hdl, h, g = drv.cuLaunchKernel, k.handle, backend._stream_handle, n // 256
+    f, hdl, h, g = drv.cuLaunchKernel, k.handle, backend.stream_handle, n // 256
     res["raw_cuLaunchKernel_us"] = per_call(lambda: f(hdl, g, 1, 1, 256, 1, 1, 0, h, args.address, 0), n_calls,
                                             sync) * 1e6
     kern = numba_kernels()["inc"]

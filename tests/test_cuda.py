@@ -164,10 +164,15 @@ def test_caches_hit_on_second_dispatch(cuda_backend):
     p = _saxpy()
     args = [np.float32([2]), np.ones(10, np.float32), np.ones(10, np.float32)]
     cuda_backend.dispatch(p, args)
-    ptx_misses, mod_hits = cuda_backend.ptx_cache.misses, cuda_backend.module_cache.hits
+    ptx_misses, mod_misses = cuda_backend.ptx_cache.misses, cuda_backend.module_cache.misses
+    plan_hits = cuda_backend.host_plans.hits
     (y,) = cuda_backend.dispatch(p, args)
-    assert cuda_backend.module_cache.hits == mod_hits + 1, "the loaded kernel is reused"
+    assert cuda_backend.host_plans.hits == plan_hits + 1, "the host plan (kernel, buffers) is reused"
+    assert cuda_backend.module_cache.misses == mod_misses, "nothing is loaded again"
     assert cuda_backend.ptx_cache.misses == ptx_misses, "nothing is emitted again"
+    mod_hits = cuda_backend.module_cache.hits
+    cuda_backend.kernel(p)
+    assert cuda_backend.module_cache.hits == mod_hits + 1, "the loaded kernel is cached"
     assert cuda_backend.ptx(p) is cuda_backend.ptx(p), "the PTX text is cached too"
     assert np.array_equal(y, np.full(10, 3, np.float32))
 

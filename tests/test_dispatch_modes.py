@@ -208,14 +208,16 @@ def test_concurrent_dispatches_from_threads(backend):
 
 
 @pytest.mark.gpu
-def test_cuda_pools_reuse_after_warmup():
+def test_cuda_host_dispatch_allocates_nothing_after_warmup():
     backend = vn.get_backend("cuda")
     x = np.arange(4096, dtype=np.uint32)
     backend.dispatch(affine(), [x])
-    before = (backend.device_pool.allocations, backend.pinned_pool.allocations)
+    before = backend.host_stats()
     for _ in range(20):
         backend.dispatch(affine(), [x])
-    assert (backend.device_pool.allocations, backend.pinned_pool.allocations) == before
+    after = backend.host_stats()
+    assert (after["buffer_sets"], after["streams"], after["plans"]) == (
+        before["buffer_sets"], before["streams"], before["plans"])
 
 
 @pytest.mark.gpu
@@ -223,10 +225,10 @@ def test_cuda_failed_dispatch_returns_what_it_took():
     backend = vn.get_backend("cuda")
     x = np.arange(64, dtype=np.uint32)
     backend.dispatch(affine(), [x])
-    idle = backend.device_pool.stats()["idle_bytes"]
+    before = backend.host_stats()
     with pytest.raises(vn.LaunchError):
         backend.dispatch(affine(), [x], DispatchConfig(grid=(1, 70000, 1)))
-    assert backend.device_pool.stats()["idle_bytes"] == idle
+    assert backend.host_stats() == before
     assert np.array_equal(backend.dispatch(affine(), [x])[0], x * 3 + 1)
 
 
@@ -376,8 +378,8 @@ def test_cuda_evicted_kernels_are_not_launched_from_stale_preparations():
 def test_cuda_pending_result_from_two_threads_returns_memory_once():
     backend = vn.get_backend("cuda")
     x = np.arange(1 << 12, dtype=np.uint32)
-    backend.dispatch(affine(), [x])  # warm the pools
-    idle = backend.device_pool.stats()["idle_bytes"], backend.pinned_pool.stats()["idle_bytes"]
+    backend.dispatch_async(affine(), [x]).result()  # warm the pools
+    idle = backend.host_stats()
     pending = backend.dispatch_async(affine(), [x])
     out = []
     threads = [threading.Thread(target=lambda: out.append(pending.result()[0])) for _ in range(2)]
@@ -386,7 +388,7 @@ def test_cuda_pending_result_from_two_threads_returns_memory_once():
     for t in threads:
         t.join(60)
     assert len(out) == 2 and all(np.array_equal(o, x * 3 + 1) for o in out)
-    assert (backend.device_pool.stats()["idle_bytes"], backend.pinned_pool.stats()["idle_bytes"]) == idle
+    assert backend.host_stats() == idle
 
 
 @pytest.mark.gpu
@@ -400,3 +402,21 @@ def test_cuda_repeated_resident_dispatch_reuses_its_preparation():
         backend.dispatch_resident(p, [x], config)
         assert backend._prepared[(id(p), config)] is prep
     assert backend.download(x).tolist() == [6] * 16
+
+
+@pytest.mark.parametrize("name", ["reference", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_repeated_host_dispatch_follows_changed_sizes_and_dtypes(name):
+    """The CUDA backend skips binding for a repeat of the previous call; any change must not."""
+    backend = vn.get_backend(name)
+    p = affine()
+    for n in (100, 100, 7, 100, 0, 1, 1):
+        x = np.arange(n, dtype=np.uint32)
+        assert backend.dispatch(p, [x])[0].tolist() == (x * 3 + 1).tolist()
+    x = np.arange(100, dtype=np.uint32)
+    backend.dispatch(p, [x])
+    with pytest.raises(vn.DispatchError, match="Fix:"):
+        backend.dispatch(p, [x.astype(np.complex64)])
+    assert backend.dispatch(p, [x[::2]])[0].tolist() == (x[::2] * 3 + 1).tolist()  # a strided view
+    assert backend.dispatch(p, (x,))[0].tolist() == (x * 3 + 1).tolist()
+    assert backend.dispatch(p, {"x": x})[0].tolist() == (x * 3 + 1).tolist()
+    assert backend.dispatch(p, [x], sizes={"y": 3})[0].tolist() == (x[:3] * 3 + 1).tolist()

@@ -13,7 +13,7 @@ ROOT = Path(vyre_numba.__file__).resolve().parent
 LAYERS = [
     ("errors", "config", "lru", "profiling", "version"),
     ("ir",),
-    ("backend", "bindings"),
+    ("backend", "bindings", "recording"),
     ("reference",),
     ("ptx",),
     ("gpu",),

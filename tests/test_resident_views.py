@@ -35,7 +35,7 @@ class FakeNumbaArray:
 
 
 def views():
-    return BufferViews(types.SimpleNamespace(context=CTX, _stream_handle=0, pointer_device=lambda ptr: 0))
+    return BufferViews(types.SimpleNamespace(context=CTX, stream_handle=0, pointer_device=lambda ptr: 0))
 
 
 DECL = ir.BufferDecl.read_write("x", 0, "u32")
@@ -143,7 +143,7 @@ def test_lengths_past_u32_are_refused():
 
 def test_memory_on_another_device_or_not_device_memory():
     for answer, fragment in ((1, "on device 1"), (None, "not device memory")):
-        v = BufferViews(types.SimpleNamespace(context=CTX, _stream_handle=0, pointer_device=lambda ptr, a=answer: a))
+        v = BufferViews(types.SimpleNamespace(context=CTX, stream_handle=0, pointer_device=lambda ptr, a=answer: a))
         with pytest.raises(vn.DispatchError) as e:
             v.get(FakeForeignArray(), DECL, np.dtype(np.uint32), "k")
         assert fragment in fix_in(e)

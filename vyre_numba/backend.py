@@ -164,6 +164,23 @@ class Backend(abc.ABC):
     def reset_telemetry(self) -> None:
         self.__dict__["_counters"] = Counter()
 
+    # ---- recorded graphs -------------------------------------------------------------------------
+    def record_graph(self, program: Program, sample_inputs: Sequence | Mapping | None = None,
+                     config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None):
+        """Record `dispatch(program, sample_inputs, config)` once; the `RecordedGraph` it returns
+        replays it on new inputs of the same sizes (`replay`) or over its own buffers
+        (`replay_resident`). Here replay dispatches again; the CUDA backend captures a CUDA graph."""
+        from .recording import Redispatch
+
+        return Redispatch(self, program, sample_inputs, config, sizes=sizes)
+
+    def record_sequence(self, steps: Iterable[Step | tuple], read: Iterable[Read] = ()):
+        """Record `dispatch_sequence(steps, read)` once over the resident buffers the steps name;
+        `replay()` runs it again and returns the reads."""
+        from .recording import Resequence
+
+        return Resequence(self, steps, read)
+
     def __repr__(self) -> str:
         return f"<vyre_numba {self.name} backend>"
 

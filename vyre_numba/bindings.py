@@ -15,13 +15,19 @@ from .ir.program import Role
 
 @dataclass
 class Binding:
-    """Host arrays for one dispatch: every non-workgroup buffer by name, 1-D, in storage dtype."""
+    """Host arrays for one dispatch: every non-workgroup buffer by name, 1-D, in storage dtype
+    (pure outputs only when bound with `allocate_outputs`); `sizes` has every buffer's count."""
 
     program: Program
     arrays: dict[str, np.ndarray]
     grid: tuple[int, int, int]
     workgroup: tuple[int, int, int]
     config: DispatchConfig
+    sizes: dict[str, int] | None = None
+
+    def __post_init__(self):
+        if self.sizes is None:
+            self.sizes = {name: a.size for name, a in self.arrays.items()}
 
     @property
     def invocations(self) -> int:
@@ -77,12 +83,15 @@ _DEFAULT = DispatchConfig()
 
 
 def bind(program: Program, inputs: Sequence | Mapping | None, config: DispatchConfig | None = None,
-         sizes: Mapping[str, int] | None = None, *, copy_inputs: bool = True) -> Binding:
+         sizes: Mapping[str, int] | None = None, *, copy_inputs: bool = True,
+         allocate_outputs: bool = True) -> Binding:
     """Check `inputs` against `program` and build the buffers of one dispatch.
 
     inputs: the input-role buffers (read_only, uniform, read_write) in binding order, or a dict by name.
     sizes: element counts of output-only buffers declared with count=0; by default they take the
-    largest input's length. read_write buffers are copied unless copy_inputs is False.
+    largest input's length. read_write buffers are copied unless copy_inputs is False; pure
+    outputs get zeroed host arrays unless allocate_outputs is False (a device backend that makes
+    its own needs only their sizes).
     """
     check(program)
     config = check_config(config)
@@ -121,6 +130,7 @@ def bind(program: Program, inputs: Sequence | Mapping | None, config: DispatchCo
         raise DispatchError(f"{where}: sizes names {sorted(unknown)}, which are not output-only buffers. "
                             "Fix: give sizes only for buffers declared with BufferDecl.output.")
     default = max((a.size for a in arrays.values()), default=None)
+    counts = {name: a.size for name, a in arrays.items()}
     for b in program.outputs:
         if b.role is not Role.OUTPUT:
             continue
@@ -136,9 +146,11 @@ def bind(program: Program, inputs: Sequence | Mapping | None, config: DispatchCo
         else:
             raise DispatchError(f"{where}: output {b.name!r} has count=0 and there is no input to size it from. "
                                 f"Fix: declare a count, or pass sizes={{{b.name!r}: n}}.")
-        arrays[b.name] = np.zeros(int(size), dtype=b.dtype.storage)
-    grid, wg = launch_geometry(program, config, {name: a.size for name, a in arrays.items()})
-    return Binding(program, arrays, grid, wg, config)
+        counts[b.name] = int(size)
+        if allocate_outputs:
+            arrays[b.name] = np.zeros(int(size), dtype=b.dtype.storage)
+    grid, wg = launch_geometry(program, config, counts)
+    return Binding(program, arrays, grid, wg, config, counts)
 
 
 def launch_geometry(program: Program, config: DispatchConfig, sizes: Mapping[str, int]) -> tuple[tuple, tuple]:

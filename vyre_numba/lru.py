@@ -9,15 +9,57 @@ V = TypeVar("V")
 
 
 class LRUCache(Generic[V]):
-    """At most `capacity` entries; `on_evict(value)` runs for each entry pushed out."""
+    """At most `capacity` entries (and, given `weight`, at most `max_weight` in all, though never
+    fewer than the newest entry); `on_evict(value)` runs for each entry pushed out."""
 
-    def __init__(self, capacity: int, on_evict: Callable[[V], None] | None = None):
+    def __init__(self, capacity: int, on_evict: Callable[[V], None] | None = None, *,
+                 max_weight: int | None = None, weight: Callable[[V], int] | None = None):
         self.capacity = capacity
         self.on_evict = on_evict
+        self.max_weight, self.weight = max_weight, weight
+        self.weight_total = 0
         self.hits = 0
         self.misses = 0
         self._data: OrderedDict[Hashable, V] = OrderedDict()
         self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> V | None:
+        """The cached value for `key` (counted as a hit) or None (a miss)."""
+        with self._lock:
+            value = self._data.get(key)
+            if value is None:
+                self.misses += 1
+                return None
+            self.hits += 1
+            self._data.move_to_end(key)
+            return value
+
+    def put(self, key: Hashable, value: V) -> V:
+        """Store `value` under `key` (evicting the oldest past the bounds); the value now cached."""
+        evicted = []
+        with self._lock:
+            old = self._data.get(key)
+            if old is not None:  # another thread stored it first: keep one
+                self._data.move_to_end(key)
+                evicted.append(value)
+                value = old
+            else:
+                self._data[key] = value
+                self.weight_total += self.weight(value) if self.weight else 0
+                evicted += self._trim()
+        for v in evicted:
+            if self.on_evict:
+                self.on_evict(v)
+        return value
+
+    def _trim(self) -> list:
+        out = []
+        while len(self._data) > self.capacity or (
+                self.max_weight is not None and self.weight_total > self.max_weight and len(self._data) > 1):
+            _, v = self._data.popitem(last=False)
+            self.weight_total -= self.weight(v) if self.weight else 0
+            out.append(v)
+        return out
 
     def get_or_build(self, key: Hashable, build: Callable[[], V]) -> V:
         """The cached value for `key`, building (outside the lock) and storing it on a miss."""
@@ -27,17 +69,12 @@ class LRUCache(Generic[V]):
                 self._data.move_to_end(key)
                 return self._data[key]
             self.misses += 1
-        value = build()
-        evicted = []
+        return self.put(key, build())
+
+    def values(self) -> list[V]:
+        """The cached values, oldest first."""
         with self._lock:
-            self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self.capacity:
-                evicted.append(self._data.popitem(last=False)[1])
-        for v in evicted:
-            if self.on_evict:
-                self.on_evict(v)
-        return value
+            return list(self._data.values())
 
     def __len__(self) -> int:
         return len(self._data)
@@ -52,6 +89,7 @@ class LRUCache(Generic[V]):
         with self._lock:
             values = list(self._data.values())
             self._data.clear()
+            self.weight_total = 0
         for v in values:
             if self.on_evict:
                 self.on_evict(v)

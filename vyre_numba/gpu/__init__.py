@@ -1,8 +1,7 @@
 """The CUDA backend over numba-cuda's driver layer. Every use of numba-cuda's driver lives here."""
 from .backend import CompiledKernel, CudaBackend
-from ..lru import LRUCache
 from .device import DeviceCaps, caps, probe
-from .launch import ArgBlock, LaunchShape, validate_cooperative, validate_launch
+from .launch import ArgBlock, KernelLaunch, LaunchShape, validate_cooperative, validate_launch
 
-__all__ = ["CudaBackend", "CompiledKernel", "DeviceCaps", "LRUCache", "ArgBlock", "LaunchShape",
+__all__ = ["CudaBackend", "CompiledKernel", "DeviceCaps", "ArgBlock", "KernelLaunch", "LaunchShape",
            "caps", "probe", "validate_launch", "validate_cooperative"]

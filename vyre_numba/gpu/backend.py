@@ -1,28 +1,30 @@
 """The CUDA backend: vyre programs as PTX, assembled by nvJitLink and launched through numba-cuda."""
 from __future__ import annotations
 
-import collections
 import dataclasses
 import threading
+import time
+import weakref
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from .. import profiling
 from ..backend import Backend, Pending
 from ..bindings import Binding, bind, check_config
 from ..config import DispatchConfig
 from ..errors import DeviceError, DispatchError, VyreError
 from ..ir import Program, check
 from ..ir.program import Role
-from .. import profiling
-from . import diskcache
 from ..lru import LRUCache
-from .diskcache import DiskCache, code_fingerprint
+from . import diskcache
 from .device import DeviceCaps, caps
-from .memory import Pool, StreamPool
+from .diskcache import DiskCache, code_fingerprint
+from .host import HostPlan, plan_key
+from .launch import LaunchShape, driver_check, validate_cooperative, validate_launch
+from .streams import StreamPool
 from .resident import BufferViews, Prepared
-from .launch import ArgBlock, LaunchShape, launch, validate_cooperative, validate_launch
 
 
 @dataclass
@@ -52,30 +54,35 @@ class CudaBackend(Backend):
 
     name = "cuda"
 
-    def __init__(self, *, ptx_cache_size: int = 512, module_cache_size: int = 128):
-        """Bind to the current device and context; caches are bounded by the given entry counts."""
+    def __init__(self, *, ptx_cache_size: int = 512, module_cache_size: int = 128, host_plans: int = 32,
+                 host_plan_bytes: int = 1 << 30):
+        """Bind to the current device and context. Caches are bounded by the given entry counts;
+        host dispatch keeps the device buffers of at most `host_plans` shapes, `host_plan_bytes` in all."""
+        from cuda.bindings import driver as drv
         from numba import cuda
 
-        self._cuda = cuda
+        self._cuda, self._drv = cuda, drv
         self.caps: DeviceCaps = caps()
         self.context = cuda.current_context()
         self.stream = cuda.stream()
+        self.stream_handle = int(self.stream.handle) if self.stream.handle else 0
         self.ptx_cache: LRUCache[str] = LRUCache(ptx_cache_size)
         self.module_cache: LRUCache[CompiledKernel] = LRUCache(module_cache_size, on_evict=self._unload)
+        self.host_plans: LRUCache[HostPlan] = LRUCache(host_plans, on_evict=HostPlan.retire,
+                                                       max_weight=host_plan_bytes,
+                                                       weight=lambda plan: plan.device_bytes)
         self.disk_cache: DiskCache | None = DiskCache() if diskcache.enabled() else None
         self._toolchain = _toolchain_versions()
         self._prepared: dict[tuple, tuple] = {}
         self._auto: dict[str, tuple[int, int, int]] = {}
         self._retired: list[CompiledKernel] = []
         self.views = BufferViews(self)
-        self._counters = collections.Counter()
-        self._resident_dispatches = self._resident_launches = 0  # hot-path counters, merged by telemetry()
-        self._stream_handle = int(self.stream.handle) if self.stream.handle else 0
+        self._hot: list[list[int]] = []  # per-thread [resident dispatches, launches], summed by telemetry()
+        self._hot_base = [0, 0]
+        self._hot_lock = threading.Lock()
         self._thread = threading.local()
         self._thread.ready = True
-        self.streams = StreamPool(cuda.stream)
-        self.pinned_pool = Pool(lambda n: cuda.pinned_array(n, dtype=np.uint8), max_bytes=256 << 20)
-        self.device_pool = Pool(lambda n: cuda.device_array(n, dtype=np.uint8), max_bytes=1 << 30)
+        self.streams = StreamPool(lambda: _new_stream(drv), destroy=lambda s: drv.cuStreamDestroy(s))
 
     # ---- compilation ----------------------------------------------------------------------------
     def ptx(self, program: Program, config: DispatchConfig | None = None) -> str:
@@ -167,7 +174,7 @@ class CudaBackend(Backend):
         return self._auto[key]
 
     def _resolve(self, program: Program, config: DispatchConfig | None) -> DispatchConfig:
-        config = config or DispatchConfig()
+        config = check_config(config)
         if config.workgroup == "auto":
             config = dataclasses.replace(config, workgroup=self.auto_workgroup(program))
         return config
@@ -183,13 +190,43 @@ class CudaBackend(Backend):
     def dispatch(self, program: Program, inputs: Sequence | Mapping | None = None,
                  config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None
                  ) -> list[np.ndarray]:
-        return self.dispatch_async(program, inputs, config, sizes=sizes).result()
+        """Copy the inputs in, run, copy the outputs out, on this thread's stream; one synchronisation.
+        A call that repeats this thread's previous one (same program and configuration objects,
+        inputs of the same dtypes and sizes as plain 1-D arrays) skips binding."""
+        last = getattr(self._thread, "host_last", None)
+        arrays = None
+        if last is not None and last[0] is program and last[1] is config and sizes is None:
+            arrays = _repeat(inputs, last[3], last[4])
+        if arrays is None:
+            b, plan = self._host_plan(program, inputs, config, sizes)
+            arrays, label = b.arrays, b.config.label
+            self._thread.host_last = (program, config, plan, [d.name for d in program.inputs], plan.fast_key(b), label)
+        else:
+            plan, label = last[2], last[5]
+            if plan.retired:
+                self._thread.host_last = None
+                return self.dispatch(program, inputs, config)
+        drv, stream = self._drv, self._host_stream()
+        bufs = plan.take()
+        try:
+            with profiling.range("upload"):
+                up = plan.stage_in(bufs, arrays)
+            with profiling.range(f"launch {label}" if label else "launch"):
+                plan.enqueue(bufs, stream, drv)
+                _sync(drv, stream, plan.kernel.name, plan.shape)
+            with profiling.range("readback"):
+                outs = plan.collect(bufs)
+        except BaseException as e:
+            raise self._host_failure(e, plan) from e
+        plan.give(bufs)
+        self._count_host(label, plan, up, sync_points=1)
+        return outs
 
     def dispatch_async(self, program: Program, inputs: Sequence | Mapping | None = None,
                        config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None
                        ) -> "CudaPending":
-        """Upload, launch and read back on a stream of its own; returns at once. Everything it
-        takes from the pools goes back when its result is collected (or on error)."""
+        """Upload, launch and read back on a stream of its own; returns once the inputs are copied
+        (they may be changed afterwards). What it holds goes back when its result is collected."""
         return self._issue(program, inputs, config, sizes, timed=False)
 
     def dispatch_timed(self, program: Program, inputs: Sequence | Mapping | None = None,
@@ -202,80 +239,78 @@ class CudaBackend(Backend):
         self._count(timed_dispatches=1, timed_ns=ns)
         return out, ns
 
-    def _issue(self, program, inputs, config, sizes, *, timed: bool) -> "CudaPending":
+    def _host_plan(self, program, inputs, config, sizes) -> tuple[Binding, HostPlan]:
         self._ensure_context()
-        b = bind(program, inputs, self._resolve(program, config), sizes, copy_inputs=False)
-        k = self.kernel(program, b.config)
-        shape = LaunchShape(b.grid, b.workgroup)
-        self.check_launch(k, shape, b.config)
-        pending = CudaPending(self, k.name, shape)
+        b = bind(program, inputs, self._resolve(program, config), sizes, copy_inputs=False, allocate_outputs=False)
+        key = plan_key(b)
+        plan = self.host_plans.get(key)
+        if plan is None:
+            k = self.kernel(program, b.config)
+            plan = self.host_plans.put(key, HostPlan(self, b, k))  # checks the launch before any allocation
+        return b, plan
+
+    def _issue(self, program, inputs, config, sizes, *, timed: bool) -> "CudaPending":
+        b, plan = self._host_plan(program, inputs, config, sizes)
+        drv = self._drv
+        pending = CudaPending(self, plan)
         try:
-            self._stage(pending, k, shape, b, timed)
+            pending.stream = stream = self.streams.take()
+            pending.buffers = bufs = plan.take()
+            with profiling.range("upload"):
+                up = plan.stage_in(bufs, b.arrays)
+            if timed:
+                pending.events = (_event(drv, True), _event(drv, True))
+                driver_check(drv.cuEventRecord(pending.events[0], stream), "recording an event")
+            with profiling.range(b.config.label and f"launch {b.config.label}" or "launch"):
+                plan.enqueue(bufs, stream, drv)
+            if timed:
+                driver_check(drv.cuEventRecord(pending.events[1], stream), "recording an event")
+            pending.done_event = _event(drv, False)
+            driver_check(drv.cuEventRecord(pending.done_event, stream), "recording an event")
         except BaseException as e:
-            pending.release()
-            if isinstance(e, VyreError) or not isinstance(e, Exception):
-                raise
-            if "OUT_OF_MEMORY" in str(e) or isinstance(e, MemoryError):
-                raise DeviceError(f"kernel {k.name!r}: out of memory staging the dispatch ({e}). "
-                                  "Fix: free device or pinned memory, or dispatch less data at a time.") from e
-            raise DeviceError(f"kernel {k.name!r} with {shape} failed: {type(e).__name__}: {e}. "
-                              "Fix: a fault inside a kernel poisons the CUDA context; restart the process.") from e
+            pending.release(failed=True)
+            raise self._host_failure(e, plan) from e
+        self._count_host(b.config.label, plan, up)
         return pending
 
-    def _stage(self, pending: "CudaPending", k: CompiledKernel, shape: LaunchShape, b: Binding, timed: bool) -> None:
-        from cuda.bindings import driver as drv
+    def _host_failure(self, e: BaseException, plan: HostPlan) -> BaseException:
+        """The error a failed host dispatch raises (Ctrl-C and VyreErrors pass through as they are)."""
+        if isinstance(e, VyreError) or not isinstance(e, Exception):
+            return e
+        if "OUT_OF_MEMORY" in str(e) or isinstance(e, MemoryError):
+            return DeviceError(f"kernel {plan.kernel.name!r}: out of device memory for its {plan.device_bytes} "
+                               f"bytes of buffers ({e}). Fix: free device memory, or dispatch less data at a time.")
+        return DeviceError(f"kernel {plan.kernel.name!r} with {plan.shape} failed: {type(e).__name__}: {e}. "
+                           "Fix: a fault inside a kernel poisons the CUDA context; restart the process.")
 
-        stream = pending.stream = self.streams.take()
-        sh = int(stream.handle) if stream.handle else 0
-        bound = b.program.bound_buffers
-        args = ArgBlock(2 * len(bound))
-        up = 0
-        with profiling.range("upload"):
-            for i, decl in enumerate(bound):
-                arr = b.arrays[decl.name]
-                nbytes = arr.nbytes
-                dev = self.device_pool.take(nbytes)
-                pending.device.append((dev, nbytes))
-                ptr = dev.__cuda_array_interface__["data"][0]
-                args.values[i], args.values[len(bound) + i] = ptr, arr.size
-                if decl.role is Role.OUTPUT:
-                    if nbytes:
-                        _check(drv.cuMemsetD8Async(ptr, 0, nbytes, sh), "zeroing an output")
-                elif nbytes:
-                    pinned = self.pinned_pool.take(nbytes)
-                    pending.pinned.append((pinned, nbytes))
-                    pinned[:nbytes] = arr.view(np.uint8).reshape(-1)
-                    _check(drv.cuMemcpyHtoDAsync(ptr, pinned.ctypes.data, nbytes, sh), "uploading an input")
-                    up += nbytes
-        if timed:
-            pending.events = (self._cuda.event(), self._cuda.event())
-            pending.events[0].record(stream)
-        with profiling.range(f"launch {b.config.label}" if b.config.label else "launch"):
-            if not shape.empty:
-                for _ in range(b.config.fixpoint_iterations):
-                    launch(k.handle, shape, args, sh, kernel=k.name, cooperative=b.config.cooperative)
-        if timed:
-            pending.events[1].record(stream)
-        down = 0
-        with profiling.range("readback"):
-            index = {d.name: i for i, d in enumerate(bound)}
-            for decl in b.program.outputs:
-                arr = b.arrays[decl.name]
-                lo, hi = (0, arr.nbytes) if decl.output_byte_range is None else decl.output_byte_range
-                nbytes = max(0, min(hi, arr.nbytes) - lo)
-                host = self.pinned_pool.take(nbytes)
-                pending.pinned.append((host, nbytes))
-                pending.outputs.append((host, nbytes, decl.dtype.storage))
-                if nbytes:
-                    src = int(args.values[index[decl.name]]) + lo
-                    _check(drv.cuMemcpyDtoHAsync(host.ctypes.data, src, nbytes, sh), "reading back an output")
-                    down += nbytes
-        pending.done_event = self._cuda.event(timing=False)
-        pending.done_event.record(stream)
-        launches = 0 if shape.empty else b.config.fixpoint_iterations
-        self._count(dispatches=1, kernel_launches=launches, bytes_uploaded=up, bytes_read_back=down)
-        if b.config.label:
-            self._count(**{f"dispatches[{b.config.label}]": 1})
+    def _count_host(self, label: str | None, plan: HostPlan, up: int, **more: int) -> None:
+        launches = 0 if plan.shape.empty else plan.iterations
+        counts = dict(dispatches=1, kernel_launches=launches, bytes_uploaded=up, bytes_read_back=plan.read_bytes,
+                      **more)
+        if label:
+            counts[f"dispatches[{label}]"] = 1
+        self._count(**counts)
+
+    def _device_bytes(self, n: int):
+        """A device allocation of `n` bytes (a numba device array, freed when dropped)."""
+        return self._cuda.device_array(n, dtype=np.uint8)
+
+    def _pinned_bytes(self, n: int):
+        """A pinned host allocation of `n` bytes (a numba pinned array, freed when dropped)."""
+        return self._cuda.pinned_array(n, dtype=np.uint8)
+
+    def release_memory(self) -> None:
+        """Free device memory dropped since the last call now, rather than when numba next
+        collects (recorded graphs and retired host plans call this when they let go)."""
+        self.context.deallocations.clear()
+
+    def _host_stream(self) -> int:
+        """This thread's stream for synchronous host dispatches: taken from the pool on first use
+        and given back when the thread ends."""
+        lease = getattr(self._thread, "host_stream", None)
+        if lease is None:
+            lease = self._thread.host_stream = _Lease(self.streams)
+        return lease.stream
 
     # ---- resident dispatch ------------------------------------------------------------------------
     def dispatch_resident(self, program: Program, buffers: Sequence | Mapping, config: DispatchConfig | None = None
@@ -292,10 +327,18 @@ class CudaBackend(Backend):
             prep = None
         if prep is None or prep.program is not program:
             prep = self._prepare(program, config)
-        self._resident_dispatches += 1
-        self._resident_launches += prep.run(buffers)
+        hot = getattr(self._thread, "hot", None) or self._hot_counter()
+        hot[1] += prep.run(buffers)
+        hot[0] += 1
         if prep.label:
             self._count(**{f"dispatches[{prep.label}]": 1})
+
+    def _hot_counter(self) -> list[int]:
+        """This thread's resident-dispatch counters (one writer each, so exact without a lock)."""
+        hot = self._thread.hot = [0, 0]
+        with self._hot_lock:
+            self._hot.append(hot)
+        return hot
 
     def _prepare(self, program: Program, config: DispatchConfig | None) -> Prepared:
         """Compile and precompute for (program, config), remembered under the config as given."""
@@ -315,8 +358,10 @@ class CudaBackend(Backend):
         err, dev = drv.cuPointerGetAttribute(drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)
         return dev if err == drv.CUresult.CUDA_SUCCESS else None
 
-    def _memset(self, ptr: int, nbytes: int, stream: int) -> None:
-        _memset(ptr, nbytes, stream)
+    def memset(self, ptr: int, nbytes: int, stream: int | None = None) -> None:
+        """Enqueue zeroing `nbytes` of device memory at `ptr` (on this backend's stream by default)."""
+        driver_check(self._drv.cuMemsetD8Async(ptr, 0, nbytes, self.stream_handle if stream is None else stream),
+                     f"zeroing {nbytes} bytes of device memory")
 
     def upload(self, array: np.ndarray):
         """A device copy of a host array (a numba device array)."""
@@ -329,38 +374,61 @@ class CudaBackend(Backend):
         """A zeroed numba device array of `n` elements."""
         d = self._cuda.device_array(int(n), dtype=dtype, stream=self.stream)
         if d.nbytes:
-            _memset(d.__cuda_array_interface__["data"][0], d.nbytes, self._stream_handle)
+            self.memset(d.__cuda_array_interface__["data"][0], d.nbytes)
         return d
 
-    def download(self, buffer, offset: int = 0, count: int | None = None) -> np.ndarray:
-        """Elements [offset, offset+count) of a contiguous device array, after the work issued before it."""
-        from cuda.bindings import driver as drv
-
+    def device_range(self, buffer, offset: int = 0, count: int | None = None, what: str = "download"
+                     ) -> tuple[int, int, np.dtype]:
+        """(pointer, bytes, dtype) of elements [offset, offset+count) of a contiguous device array."""
         try:
             cai = buffer.__cuda_array_interface__
         except AttributeError:
             if not hasattr(buffer, "__dlpack__"):
-                raise DispatchError(f"download() got a {type(buffer).__name__}, not a device array. "
+                raise DispatchError(f"{what}: a {type(buffer).__name__} is not a device array. "
                                     "Fix: pass a numba/CuPy/PyTorch CUDA array.") from None
-            cai = self.views._from_dlpack(buffer, _DOWNLOAD, "download")
+            cai = self.views._from_dlpack(buffer, _DOWNLOAD, what)
         dtype = np.dtype(cai["typestr"])
         size = int(np.prod(cai["shape"])) if cai["shape"] else 1
-        count = size - offset if count is None else count
+        for name, v in (("offset", offset), ("count", count)):
+            if v is not None and (isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer))):
+                raise DispatchError(f"{what}: {name}={v!r} is not an int. Fix: pass a whole number of elements.")
+        count = size - offset if count is None else int(count)
         if offset < 0 or count < 0 or offset + count > size:
-            raise DispatchError(f"download(offset={offset}, count={count}) is outside the buffer's {size} elements. "
+            raise DispatchError(f"{what}(offset={offset}, count={count}) is outside the buffer's {size} elements. "
                                 "Fix: pass a range inside the buffer.")
         strides = cai.get("strides")
         if strides is not None and size > 1 and tuple(strides) != tuple(
                 int(np.prod(cai["shape"][k + 1:])) * dtype.itemsize for k in range(len(cai["shape"]))):
-            raise DispatchError("download() needs a contiguous device array. Fix: download a contiguous copy.")
-        host = np.empty(count, dtype=dtype)
+            raise DispatchError(f"{what} needs a contiguous device array. Fix: pass a contiguous copy.")
+        return (cai["data"][0] or 0) + int(offset) * dtype.itemsize, count * dtype.itemsize, dtype
+
+    def download(self, buffer, offset: int = 0, count: int | None = None) -> np.ndarray:
+        """Elements [offset, offset+count) of a contiguous device array, after the work issued before it."""
+        ptr, nbytes, dtype = self.device_range(buffer, offset, count)
+        host = np.empty(nbytes // dtype.itemsize, dtype=dtype)
         self.synchronize()
-        if count:
+        if nbytes:
             self._ensure_context()
-            _check(drv.cuMemcpyDtoH(host.ctypes.data, cai["data"][0] + offset * dtype.itemsize, host.nbytes),
-                   "reading back a buffer")
-        self._count(bytes_read_back=host.nbytes)
+            driver_check(self._drv.cuMemcpyDtoH(host.ctypes.data, ptr, nbytes), "reading back a buffer")
+        self._count(bytes_read_back=nbytes)
         return host
+
+    # ---- graphs -----------------------------------------------------------------------------------
+    def record_graph(self, program: Program, sample_inputs: Sequence | Mapping | None = None,
+                     config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None):
+        """A CUDA graph of `dispatch(program, sample_inputs, config)`: its buffers allocated once,
+        its copies in, `fixpoint_iterations` launches and copies out captured; `replay(inputs)`
+        runs it on new inputs of the same sizes. Release it with `close()` or a `with` block."""
+        from .cudagraph import CudaRecordedGraph
+
+        return CudaRecordedGraph(self, program, sample_inputs, config, sizes)
+
+    def record_sequence(self, steps, read=()):
+        """A CUDA graph of `dispatch_sequence(steps, read)` over the resident buffers the steps
+        name (kept alive by the graph); `replay()` runs every step and returns the reads."""
+        from .cudagraph import CudaRecordedSequence
+
+        return CudaRecordedSequence(self, steps, read)
 
     def _ensure_context(self) -> None:
         """Make this backend's context current in the calling thread (numba-cuda keeps contexts per
@@ -387,10 +455,17 @@ class CudaBackend(Backend):
             self.context.synchronize()  # host dispatches run on streams of their own
             self._retired.clear()
 
+    def _hot_totals(self) -> list[int]:
+        with self._hot_lock:
+            return [sum(h[0] for h in self._hot), sum(h[1] for h in self._hot)]
+
     def telemetry(self) -> dict[str, int]:
-        self._count(resident_dispatches=self._resident_dispatches, kernel_launches=self._resident_launches)
-        self._resident_dispatches = self._resident_launches = 0
         t = super().telemetry()
+        dispatches, launches = (now - base for now, base in zip(self._hot_totals(), self._hot_base))
+        if dispatches:
+            t["resident_dispatches"] = t.get("resident_dispatches", 0) + dispatches
+        if launches:
+            t["kernel_launches"] = t.get("kernel_launches", 0) + launches
         for level, cache in (("ptx", self.ptx_cache), ("module", self.module_cache), ("disk", self.disk_cache)):
             if cache is not None:
                 st = cache.stats()
@@ -399,21 +474,26 @@ class CudaBackend(Backend):
 
     def reset_telemetry(self) -> None:
         super().reset_telemetry()
-        self._resident_dispatches = self._resident_launches = 0
+        self._hot_base = self._hot_totals()
         for cache in (self.ptx_cache, self.module_cache, self.disk_cache):
             if cache is not None:
                 cache.hits = cache.misses = 0
+
+    def host_stats(self) -> dict[str, int]:
+        """Host dispatch's kept device memory: plans cached, buffer sets allocated, their bytes."""
+        plans = self.host_plans.values()
+        return {"plans": len(plans), "plan_bytes": self.host_plans.weight_total,
+                "buffer_sets": sum(p.sets_created for p in plans), "idle_sets": sum(p.idle_sets for p in plans),
+                "streams": self.streams.created}
 
 
 class CudaPending(Pending):
     """A host dispatch in flight on its own stream."""
 
-    def __init__(self, backend: CudaBackend, kernel: str, shape: LaunchShape):
-        self.backend, self.kernel, self.shape = backend, kernel, shape
-        self.stream = None
-        self.device: list = []
-        self.pinned: list = []
-        self.outputs: list = []
+    def __init__(self, backend: CudaBackend, plan: HostPlan):
+        self.backend, self.plan = backend, plan
+        self.stream: int | None = None
+        self.buffers = None
         self.events = None
         self.done_event = None
         self._result: list[np.ndarray] | None = None
@@ -421,16 +501,12 @@ class CudaPending(Pending):
         self._lock = threading.Lock()
 
     def done(self) -> bool:
-        if self._result is not None or self._error is not None:
+        if self._result is not None or self._error is not None or self.done_event is None:
             return True
-        try:
-            return self.done_event is None or self.done_event.query()
-        except Exception:  # a failed stream: done, and result() says what went wrong
-            return True
+        (err,) = self.backend._drv.cuEventQuery(self.done_event)
+        return err != self.backend._drv.CUresult.CUDA_ERROR_NOT_READY  # an error: done, result() says what
 
     def wait(self, timeout: float | None = None) -> bool:
-        import time
-
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = 1e-5
         while not self.done():
@@ -442,47 +518,46 @@ class CudaPending(Pending):
 
     def result(self) -> list[np.ndarray]:
         with self._lock:
-            return self._collect()
-
-    def _collect(self) -> list[np.ndarray]:
-        if self._result is None and self._error is None:
-            try:
-                self.stream.synchronize()
-                self.backend._count(sync_points=1)
-                self._result = [host[:n].view(dt).copy() for host, n, dt in self.outputs]
-            except Exception as e:
-                self._error = DeviceError(
-                    f"kernel {self.kernel!r} with {self.shape} failed: {type(e).__name__}: {e}. "
-                    "Fix: a fault inside a kernel poisons the CUDA context; restart the process.")
-            finally:
-                self.release()
-        if self._error is not None:
-            raise self._error
-        return self._result
+            if self._result is None and self._error is None:
+                try:
+                    _sync(self.backend._drv, self.stream, self.plan.kernel.name, self.plan.shape)
+                    self.backend._count(sync_points=1)
+                    with profiling.range("readback"):
+                        self._result = self.plan.collect(self.buffers)
+                    self.release(failed=False)
+                except BaseException as e:
+                    self._error = e if isinstance(e, VyreError) else self.backend._host_failure(e, self.plan)
+                    self.release(failed=True)
+            if self._error is not None:
+                raise self._error
+            return self._result
 
     def device_ns(self) -> int:
         """Device nanoseconds between the events around the launches (timed dispatches only)."""
         if self.events is None:
             raise DispatchError("this dispatch was not timed. Fix: use dispatch_timed.")
         self.result()
-        return int(round(self.backend._cuda.event_elapsed_time(*self.events) * 1e6))
+        return self._elapsed_ns
 
-    def release(self) -> None:
-        """Give pooled memory and the stream back (after the stream has finished with them)."""
-        b = self.backend
+    def release(self, *, failed: bool) -> None:
+        """Give back what the dispatch holds, once. After a failure the device may still be using
+        its memory, so buffers are dropped rather than reused."""
+        b, drv = self.backend, self.backend._drv
         stream, self.stream = self.stream, None
-        device, self.device = self.device, []
-        pinned, self.pinned = self.pinned, []
+        if self.events is not None and not failed:
+            err, ms = drv.cuEventElapsedTime(*self.events)
+            self._elapsed_ns = int(round(ms * 1e6)) if err == drv.CUresult.CUDA_SUCCESS else 0
+        for ev in (*(self.events or ()), self.done_event):
+            if ev is not None:
+                drv.cuEventDestroy(ev)
+        self.done_event = None
+        if failed:
+            return
         if stream is not None:
-            try:
-                stream.synchronize()
-            except Exception:  # the error itself is reported by result(); the memory may still be in use
-                return
             b.streams.give(stream)
-        for dev, n in device:
-            b.device_pool.give(dev, n)
-        for host, n in pinned:
-            b.pinned_pool.give(host, n)
+        if self.buffers is not None:
+            self.plan.give(self.buffers)
+            self.buffers = None
 
 
 _DOWNLOAD = type("_Decl", (), {"name": "buffer"})()
@@ -501,19 +576,46 @@ def _shape_dependent(program: Program) -> bool:
     return False
 
 
-def _check(result, what: str) -> None:
-    from cuda.bindings import driver as drv
+def _repeat(inputs, names: list[str], key: tuple) -> dict[str, np.ndarray] | None:
+    """`inputs` by name if they are plain 1-D contiguous arrays of exactly the dtypes and sizes in
+    `key` (what the previous call bound), else None (the caller binds them in full)."""
+    if type(inputs) not in (list, tuple) or len(inputs) != len(key):
+        return None
+    for a, (dt, n) in zip(inputs, key):
+        if type(a) is not np.ndarray or a.dtype != dt or a.size != n or a.ndim != 1 or not a.flags.c_contiguous:
+            return None
+    return dict(zip(names, inputs))
 
-    err = result[0] if isinstance(result, tuple) else result
+
+class _Lease:
+    """A stream held for as long as this object lives (a thread-local holds it)."""
+
+    __slots__ = ("stream", "__weakref__")
+
+    def __init__(self, pool: StreamPool):
+        self.stream = pool.take()
+        weakref.finalize(self, pool.give, self.stream)
+
+
+def _sync(drv, stream: int, kernel: str, shape: LaunchShape) -> None:
+    """Wait for `stream`; a fault in its work becomes DeviceError naming the kernel."""
+    (err,) = drv.cuStreamSynchronize(stream)
     if err != drv.CUresult.CUDA_SUCCESS:
-        raise DeviceError(f"{what} failed: {err.name}. Fix: check the device is healthy (nvidia-smi) and memory "
-                          "is not exhausted.")
+        raise DeviceError(f"kernel {kernel!r} with {shape} failed: {err.name}. Fix: a fault inside a kernel "
+                          "poisons the CUDA context; restart the process.")
 
 
-def _memset(ptr: int, nbytes: int, stream: int) -> None:
-    from cuda.bindings import driver
+def _event(drv, timing: bool):
+    flags = drv.CUevent_flags.CU_EVENT_DEFAULT if timing else drv.CUevent_flags.CU_EVENT_DISABLE_TIMING
+    err, ev = drv.cuEventCreate(flags)
+    driver_check((err,), "creating a CUDA event")
+    return ev
 
-    _check(driver.cuMemsetD8Async(ptr, 0, nbytes, stream), f"zeroing {nbytes} bytes of an output")
+
+def _new_stream(drv) -> int:
+    err, s = drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING)
+    driver_check((err,), "creating a CUDA stream")
+    return int(s)
 
 
 def _toolchain_versions() -> tuple:

@@ -75,27 +75,60 @@ class ArgBlock:
 _DRIVER = None
 
 
-def _driver():
+def driver():
+    """(cuLaunchKernel, cuLaunchCooperativeKernel, CUDA_SUCCESS), looked up once."""
     global _DRIVER
     if _DRIVER is None:
-        from cuda.bindings import driver
+        from cuda.bindings import driver as drv
 
-        _DRIVER = (driver.cuLaunchKernel, driver.cuLaunchCooperativeKernel, driver.CUresult.CUDA_SUCCESS)
+        _DRIVER = (drv.cuLaunchKernel, drv.cuLaunchCooperativeKernel, drv.CUresult.CUDA_SUCCESS)
     return _DRIVER
 
 
-def launch(function_handle, shape: LaunchShape, args: ArgBlock, stream_handle: int, *, kernel: str,
-           cooperative: bool = False) -> None:
-    """Enqueue one launch; a driver error becomes DeviceError naming the kernel and geometry."""
-    plain, coop, ok = _DRIVER or _driver()
-    g, b = shape.grid, shape.block
-    if cooperative:
-        (err,) = coop(function_handle, g[0], g[1], g[2], b[0], b[1], b[2], shape.shared_bytes, stream_handle,
-                      args.address)
-    else:
-        (err,) = plain(function_handle, g[0], g[1], g[2], b[0], b[1], b[2], shape.shared_bytes, stream_handle,
-                       args.address, 0)
-    if err != ok:
-        raise DeviceError(f"launching kernel {kernel!r} with {shape} failed: {err.name}. "
+class KernelLaunch:
+    """One launch of a loaded kernel, prepared once: geometry checked by the caller, arguments
+    packed in an `ArgBlock` (`set_buffer` fills a buffer's pointer and length). `enqueue(stream)`
+    puts it on a stream, or into the graph being captured there. Every dispatch mode launches
+    through this; a driver error becomes DeviceError naming the kernel and geometry."""
+
+    __slots__ = ("name", "shape", "args", "nbuffers", "_fn", "_head", "_tail", "_ok")
+
+    def __init__(self, handle, name: str, shape: LaunchShape, nbuffers: int, *, cooperative: bool = False):
+        plain, coop, ok = _DRIVER or driver()
+        self.name, self.shape, self.nbuffers = name, shape, nbuffers
+        self.args = ArgBlock(2 * nbuffers)
+        (gx, gy, gz), (bx, by, bz) = shape.grid, shape.block
+        self._fn = coop if cooperative else plain
+        self._head = (handle, gx, gy, gz, bx, by, bz, shape.shared_bytes)
+        self._tail = (self.args.address,) if cooperative else (self.args.address, 0)
+        self._ok = ok
+
+    def set_buffer(self, i: int, pointer: int, length: int) -> None:
+        """Bind parameter buffer `i` (binding order) to device memory at `pointer` of `length` elements."""
+        self.args.values[i] = pointer
+        self.args.values[self.nbuffers + i] = length
+
+    def enqueue(self, stream: int, times: int = 1) -> int:
+        """Enqueue `times` launches on `stream`; the number enqueued (0 for an empty grid)."""
+        if self.shape.empty:
+            return 0
+        fn, head, tail, ok = self._fn, self._head, self._tail, self._ok
+        for _ in range(times):
+            (err,) = fn(*head, stream, *tail)
+            if err != ok:
+                self.failed(err)
+        return times
+
+    def failed(self, err) -> None:
+        raise DeviceError(f"launching kernel {self.name!r} with {self.shape} failed: {err.name}. "
                           "Fix: check the launch geometry and that the device is healthy (nvidia-smi); "
                           "a previous kernel fault poisons the context until the process restarts.")
+
+
+def driver_check(result, what: str) -> None:
+    """Raise DeviceError if a cuda.bindings driver call's result is not CUDA_SUCCESS."""
+    ok = (_DRIVER or driver())[2]
+    err = result[0] if isinstance(result, tuple) else result
+    if err != ok:
+        raise DeviceError(f"{what} failed: {err.name}. Fix: check the device is healthy (nvidia-smi) and memory "
+                          "is not exhausted; after a kernel fault, restart the process.")

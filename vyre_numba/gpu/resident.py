@@ -10,10 +10,10 @@ import numpy as np
 
 from ..bindings import check_resident, launch_geometry
 from ..config import DispatchConfig
-from ..errors import DeviceError, DispatchError, LaunchError
+from ..errors import DispatchError
 from ..ir import Program
 from ..ir.program import Role
-from .launch import ArgBlock, LaunchShape
+from .launch import KernelLaunch, LaunchShape
 
 _STRIDE_HINT = "Fix: pass a contiguous copy (e.g. cupy.ascontiguousarray)."
 
@@ -106,14 +106,14 @@ class BufferViews:
 
     def _wait_for(self, stream) -> None:
         """Order this backend's stream after the producer's (`__cuda_array_interface__` v3 "stream")."""
-        if stream in (None, 0, 1, 2) or stream == self.backend._stream_handle:
+        if stream in (None, 0, 1, 2) or stream == self.backend.stream_handle:
             return  # no producer stream, or a default stream our blocking stream already orders after
         from cuda.bindings import driver as drv
 
         err, event = drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING)
         if err == drv.CUresult.CUDA_SUCCESS:
             drv.cuEventRecord(event, stream)
-            drv.cuStreamWaitEvent(self.backend._stream_handle, event, 0)
+            drv.cuStreamWaitEvent(self.backend.stream_handle, event, 0)
             drv.cuEventDestroy(event)
 
     def _from_dlpack(self, buf, decl, kernel: str) -> dict:
@@ -121,7 +121,7 @@ class BufferViews:
         from cuda.core.utils import StridedMemoryView
 
         try:  # DLPack: -1 asks for no synchronisation (0 would be ambiguous)
-            view = StridedMemoryView.from_dlpack(buf, stream_ptr=self.backend._stream_handle or -1)
+            view = StridedMemoryView.from_dlpack(buf, stream_ptr=self.backend.stream_handle or -1)
         except Exception as e:  # the exporter refuses: say why, in our terms
             raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} ({type(buf).__name__}) could not be "
                                 f"viewed through DLPack ({type(e).__name__}: {e}). Fix: pass a CUDA array (numba, "
@@ -155,20 +155,15 @@ class Prepared:
         self.wg = program.workgroup_size if config.workgroup in (None, "auto") else config.workgroup
         self.iterations = config.fixpoint_iterations
         self.label = config.label
-        self.cooperative = config.cooperative
         self.dtypes = [d.dtype.storage for d in self.bound]
-        self.handle = self.kernel.handle
         self._shapes: dict = {}
         self._tls = threading.local()
-        from cuda.bindings import driver as drv
 
-        self._launch = drv.cuLaunchCooperativeKernel if self.cooperative else drv.cuLaunchKernel
-        self._extra = () if self.cooperative else (0,)
-        self._ok = drv.CUresult.CUDA_SUCCESS
-
-    def run(self, buffers) -> int:
-        """Bind, check and launch; returns the number of kernel launches enqueued. Binding the same
-        arrays as this thread's previous call reuses that call's checked arguments."""
+    def run(self, buffers, stream: int | None = None) -> int:
+        """Bind, check and launch on `stream` (this backend's by default); returns the number of
+        kernel launches enqueued. Binding the same arrays as this thread's previous call reuses
+        that call's checked arguments."""
+        sh = self.backend.stream_handle if stream is None else stream
         tls = self._tls.__dict__
         last = tls.get("last")
         if last is not None and type(buffers) in (list, tuple) and len(buffers) == self.n:
@@ -177,68 +172,55 @@ class Prepared:
                 if refs[i]() is not buffers[i] or not fins[i].alive:
                     break
             else:
-                if last[5]:  # one launch, nothing to zero: the common case, kept short
-                    (err,) = self._launch(*last[3])
-                    if err is self._ok:
-                        return 1
-                    self._failed(err, last[4])
-                return self._launch_all(last[2], last[3], last[4])
-        return self._bind_and_launch(buffers, tls)
+                launch = last[3]
+                if last[4]:  # one launch, nothing to zero: the common case, kept short
+                    return launch.enqueue(sh)
+                for ptr, nbytes in last[2]:
+                    self.backend.memset(ptr, nbytes, sh)
+                return launch.enqueue(sh, self.iterations)
+        return self._bind_and_launch(buffers, tls, sh)
 
-    def _failed(self, err, shape: LaunchShape) -> None:
-        raise DeviceError(f"launching kernel {self.kernel.name!r} with {shape} failed: {err.name}. Fix: check "
-                          "the device is healthy (nvidia-smi); a previous kernel fault poisons the context "
-                          "until the process restarts.")
-
-    def _launch_all(self, memsets: tuple, launch_args: tuple, shape: LaunchShape) -> int:
-        for ptr, nbytes, sh in memsets:
-            self.backend._memset(ptr, nbytes, sh)
-        if shape.empty:
-            return 0
-        for _ in range(self.iterations):
-            (err,) = self._launch(*launch_args)
-            if err != self._ok:
-                self._failed(err, shape)
-        return self.iterations
-
-    def _bind_and_launch(self, buffers, tls: dict) -> int:
+    def _bind_and_launch(self, buffers, tls: dict, sh: int) -> int:
         if type(buffers) not in (list, tuple) or len(buffers) != self.n:
             buffers = check_resident(self.program, buffers)
         tls["last"] = None
-        args = tls.get("args") or self._new_args()
-        vals = args.values
         views = self.backend.views
         name = self.kernel.name
-        n = self.n
         ptrs, fins = [], []
-        for i in range(n):
+        for i in range(self.n):
             ptr, size, fin = views.get(buffers[i], self.bound[i], self.dtypes[i], name)
-            vals[i] = ptr
-            vals[n + i] = size
             ptrs.append((ptr, size))
             fins.append(fin)
-        if n > 1:
+        if self.n > 1:
             self._check_aliasing(ptrs)
-        sh = self.backend._stream_handle
-        memsets = tuple((ptrs[i][0], ptrs[i][1] * self.nbytes[i], sh) for i in self.pure if ptrs[i][1])
         grid, _ = launch_geometry(self.program, self.config, {d.name: p[1] for d, p in zip(self.bound, ptrs)})
-        shape = self._shapes.get(grid) or self._shape(grid)
-        launch_args = (self.handle, *grid, *self.wg, 0, sh, args.address, *self._extra)
-        launches = self._launch_all(memsets, launch_args, shape)
+        launch = self._launch_for(grid, tls)
+        for i, (ptr, size) in enumerate(ptrs):
+            launch.set_buffer(i, ptr, size)
+        memsets = tuple((ptrs[i][0], ptrs[i][1] * self.nbytes[i]) for i in self.pure if ptrs[i][1])
+        for ptr, nbytes in memsets:
+            self.backend.memset(ptr, nbytes, sh)
+        launches = launch.enqueue(sh, self.iterations)
         if all(f is not None for f in fins):  # only numba arrays, whose memory cannot move, take the fast path
-            simple = not memsets and not shape.empty and self.iterations == 1
-            tls["last"] = (tuple(weakref.ref(b) for b in buffers), tuple(fins), memsets, launch_args, shape, simple)
+            simple = not memsets and not launch.shape.empty and self.iterations == 1
+            tls["last"] = (tuple(weakref.ref(b) for b in buffers), tuple(fins), memsets, launch, simple)
         return launches
 
-    def _new_args(self) -> ArgBlock:
-        a = self._tls.args = ArgBlock(2 * self.n)
-        return a
-
-    def _shape(self, grid: tuple) -> LaunchShape:
-        shape = LaunchShape(grid, self.wg)
-        self.backend.check_launch(self.kernel, shape, self.config)
-        self._shapes[grid] = shape
-        return shape
+    def _launch_for(self, grid: tuple, tls: dict) -> KernelLaunch:
+        """This thread's prepared launch at `grid` (its geometry checked once)."""
+        launches = tls.setdefault("launches", {})
+        launch = launches.get(grid)
+        if launch is None:
+            shape = self._shapes.get(grid)
+            if shape is None:
+                shape = LaunchShape(grid, self.wg)
+                self.backend.check_launch(self.kernel, shape, self.config)
+                self._shapes[grid] = shape
+            if len(launches) > 64:
+                launches.clear()
+            launch = launches[grid] = KernelLaunch(self.kernel.handle, self.kernel.name, shape, self.n,
+                                                   cooperative=self.config.cooperative)
+        return launch
 
     def _check_aliasing(self, ptrs: list) -> None:
         spans = [(p, p + s * b) for (p, s), b in zip(ptrs, self.nbytes)]
@@ -253,4 +235,4 @@ class Prepared:
                                         "(copy one of them first).")
 
 
-__all__ = ["BufferViews", "Prepared", "LaunchError"]
+__all__ = ["BufferViews", "Prepared"]

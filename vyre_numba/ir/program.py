@@ -74,24 +74,28 @@ class BufferDecl:
                 raise IRValidationError(f"{where}: output_byte_range={r!r} is not a (start, end) pair. "
                                         "Fix: pass two byte offsets, e.g. (0, 64).")
             object.__setattr__(self, "output_byte_range", tuple(_int(v, f"{where}: output_byte_range") for v in r))
+        a = self.access
+        role = (Role.SHARED if a is Access.WORKGROUP else Role.INOUT if a is Access.READ_WRITE else
+                Role.OUTPUT if self.output or a is Access.WRITE_ONLY else Role.INPUT)
+        object.__setattr__(self, "_role", role)
 
     @property
     def role(self) -> Role:
-        if self.access is Access.WORKGROUP:
-            return Role.SHARED
-        if self.access is Access.READ_WRITE:
-            return Role.INOUT
-        if self.output or self.access is Access.WRITE_ONLY:
-            return Role.OUTPUT
-        return Role.INPUT
+        """Shared (workgroup), in-out (read_write), output (write_only or flagged) or input."""
+        return self._role
+
+    @property
+    def is_shared(self) -> bool:
+        """A workgroup buffer: shared memory of each workgroup, never bound to a kernel parameter."""
+        return self._role is Role.SHARED
 
     @property
     def is_input(self) -> bool:
-        return self.role in (Role.INPUT, Role.INOUT)
+        return self._role is Role.INPUT or self._role is Role.INOUT
 
     @property
     def is_output(self) -> bool:
-        return self.role in (Role.OUTPUT, Role.INOUT)
+        return self._role is Role.OUTPUT or self._role is Role.INOUT
 
     @classmethod
     def read(cls, name: str, binding: int, dtype, count: int = 0) -> "BufferDecl":
@@ -176,6 +180,14 @@ class Program:
                 raise IRValidationError(f"{b!r} is not a BufferDecl. "
                                         "Fix: declare buffers with ir.BufferDecl.read / output / ...")
         object.__setattr__(self, "buffers", bufs)
+        bound = [b for b in bufs if not b.is_shared]
+        try:
+            bound.sort(key=lambda b: b.binding)
+        except TypeError:  # a missing binding: validate() names it; keep declaration order meanwhile
+            pass
+        object.__setattr__(self, "_bound", tuple(bound))
+        object.__setattr__(self, "_inputs", tuple(b for b in bound if b.is_input))
+        object.__setattr__(self, "_outputs", tuple(b for b in bound if b.is_output))
         object.__setattr__(self, "workgroup_size", _norm_wg(workgroup_size))
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "_digest", None)
@@ -208,15 +220,17 @@ class Program:
     @property
     def bound_buffers(self) -> tuple[BufferDecl, ...]:
         """Non-workgroup buffers in binding order: the kernel's parameters."""
-        return tuple(sorted((b for b in self.buffers if b.role is not Role.SHARED), key=lambda b: b.binding))
+        return self._bound
 
     @property
     def inputs(self) -> tuple[BufferDecl, ...]:
-        return tuple(b for b in self.bound_buffers if b.is_input)
+        """The input-role buffers (read_only, uniform, read_write) in binding order."""
+        return self._inputs
 
     @property
     def outputs(self) -> tuple[BufferDecl, ...]:
-        return tuple(b for b in self.bound_buffers if b.is_output)
+        """The output-role buffers (write_only, flagged output, read_write) in binding order."""
+        return self._outputs
 
     @property
     def capabilities(self) -> frozenset[str]:

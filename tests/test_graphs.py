@@ -1,0 +1,217 @@
+"""Recorded graphs: record once, replay many times, on every backend (on the GPU a CUDA graph that
+owns its stream and buffers; on the reference backend a re-dispatch). Replay must equal a plain
+dispatch of the same inputs, bit for bit, and ownership must hold on every path."""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import vyre_numba as vn
+from program_table import CASES
+from test_program_table import compare
+from vyre_numba import DispatchConfig, ir
+from vyre_numba.errors import DispatchError, UnsupportedError
+from vyre_numba.testing import mismatches
+
+B = ir.BufferDecl
+BACKENDS = ["reference", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    return vn.get_backend(request.param)
+
+
+def affine() -> ir.Program:
+    i = ir.var("i")
+    return ir.Program([B.read("x", 0, "u32"), B.output("y", 1, "u32")], 64,
+                      [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("y"), [ir.store("y", i, ir.load("x", i) * 3 + 1)])],
+                      name="affine")
+
+
+def bump() -> ir.Program:
+    i = ir.var("i")
+    return ir.Program([B.read_write("x", 0, "u32")], 64,
+                      [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("x"), [ir.store("x", i, ir.load("x", i) + 1)])],
+                      name="bump")
+
+
+def same_bits(got, want, case=None) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        bad = mismatches(g, w, ulp=getattr(case, "ulp", 0) if case else 0)
+        assert bad.size == 0, (case.id if case else "", bad[:8], g[bad[:8]], w[bad[:8]])
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_replay_equals_dispatch_for_the_program_table(backend, case):
+    """Replays give the table's expected outputs (which plain dispatch gives too), twice."""
+    try:
+        compare(case, backend.dispatch(case.program, case.inputs, case.config, sizes=case.sizes))
+    except UnsupportedError:
+        with pytest.raises(UnsupportedError):
+            backend.record_graph(case.program, case.inputs, case.config, sizes=case.sizes)
+        return
+    with backend.record_graph(case.program, case.inputs, case.config, sizes=case.sizes) as g:
+        compare(case, g.replay(case.inputs))
+        compare(case, g.replay(case.inputs))  # replays leave nothing behind
+
+
+def test_replay_takes_new_inputs_of_the_recorded_sizes(backend):
+    rng = np.random.default_rng(1)
+    with backend.record_graph(affine(), [np.zeros(1000, np.uint32)]) as g:
+        for _ in range(3):
+            x = rng.integers(0, 2**32, 1000, dtype=np.uint32)
+            same_bits(g.replay([x]), backend.dispatch(affine(), [x]))
+            same_bits(g.replay({"x": x}), [x * np.uint32(3) + np.uint32(1)])
+
+
+@pytest.mark.parametrize("bad", [np.zeros(999, np.uint32), np.zeros(1001, np.uint32)])
+def test_replay_of_another_size_says_to_record_again(backend, bad):
+    with backend.record_graph(affine(), [np.zeros(1000, np.uint32)]) as g:
+        with pytest.raises(DispatchError, match="record a new graph"):
+            g.replay([bad])
+        with pytest.raises(DispatchError, match="Fix:"):
+            g.replay([np.zeros(1000, np.complex64)])
+        assert g.replay([np.ones(1000, np.uint32)])[0].tolist() == [4] * 1000  # still usable
+
+
+def test_replay_resident_runs_the_kernels_over_its_own_buffers(backend):
+    x = np.arange(300, dtype=np.uint32)
+    with backend.record_graph(bump(), [x], DispatchConfig(fixpoint_iterations=3)) as g:
+        assert g.replay_resident()[0].tolist() == (x + 3).tolist()
+        assert g.replay_resident()[0].tolist() == (x + 6).tolist()  # state stays on the device
+        assert g.replay([x])[0].tolist() == (x + 3).tolist()       # replay copies the inputs in again
+
+
+def test_fixpoint_iterations_replay(backend):
+    x = np.arange(5000, dtype=np.uint32)
+    config = DispatchConfig(fixpoint_iterations=100)
+    with backend.record_graph(bump(), [x], config) as g:
+        same_bits(g.replay([x]), backend.dispatch(bump(), [x], config))
+        assert g.replay([x + 7])[0][:3].tolist() == [107, 108, 109]
+
+
+def test_recorded_sequence_replays_the_steps(backend):
+    x = backend.upload(np.arange(256, dtype=np.uint32))
+    y = backend.allocate(affine(), "y", 256)
+    steps = [(bump(), [x])] * 9 + [(affine(), [x, y])]
+    with backend.record_sequence(steps, read=[(y, 0, 4), (x,)]) as g:
+        first = g.replay()
+        assert first[0].tolist() == [(k + 9) * 3 + 1 for k in range(4)]
+        second = g.replay()
+        assert second[0].tolist() == [(k + 18) * 3 + 1 for k in range(4)]
+        assert second[1].tolist() == (np.arange(256) + 18).tolist()
+        with pytest.raises(DispatchError, match="takes no inputs"):
+            g.replay([np.zeros(3)])
+    plain = backend.upload(np.arange(256, dtype=np.uint32))
+    out = backend.dispatch_sequence([(bump(), [plain])] * 18, read=[(plain,)])
+    assert out[0].tolist() == second[1].tolist()
+
+
+def test_closed_graph_refuses_and_closes_once(backend):
+    g = backend.record_graph(affine(), [np.zeros(10, np.uint32)])
+    g.close()
+    g.close()
+    assert g.closed
+    with pytest.raises(DispatchError, match="closed.*Fix:"):
+        g.replay([np.zeros(10, np.uint32)])
+    with pytest.raises(DispatchError, match="closed"):
+        g.replay_resident()
+
+
+def test_telemetry_counts_recordings_and_replays(backend):
+    backend.reset_telemetry()
+    with backend.record_graph(affine(), [np.zeros(10, np.uint32)]) as g:
+        g.replay([np.zeros(10, np.uint32)])
+        g.replay_resident()
+    t = backend.telemetry()
+    assert t["graph_recordings"] == 1 and t["graph_replays"] == 2
+
+
+# ---- the GPU's own: ownership of driver resources --------------------------------------------
+
+def _free_bytes() -> int:
+    from cuda.bindings import driver as drv
+
+    backend = vn.get_backend("cuda")
+    backend.synchronize()
+    gc.collect()
+    backend.release_memory()
+    err, free, _ = drv.cuMemGetInfo()
+    return free
+
+
+@pytest.mark.gpu
+def test_cuda_graphs_release_their_memory_on_close_exit_and_collection():
+    backend = vn.get_backend("cuda")
+    x = np.zeros(1 << 22, np.uint32)  # 16 MiB each way: large enough to see
+    with backend.record_graph(affine(), [x]) as g:  # warm the module and context
+        g.replay([x])
+    base = _free_bytes()
+    g = backend.record_graph(affine(), [x])
+    assert _free_bytes() < base - (1 << 24)
+    g.close()
+    assert _free_bytes() >= base - (1 << 20)
+    with backend.record_graph(affine(), [x]):
+        pass
+    assert _free_bytes() >= base - (1 << 20)
+    g = backend.record_graph(affine(), [x])
+    del g  # the finaliser releases it
+    assert _free_bytes() >= base - (1 << 20)
+
+
+@pytest.mark.gpu
+def test_cuda_failed_recording_leaks_nothing(monkeypatch):
+    backend = vn.get_backend("cuda")
+    x = backend.upload(np.arange(1 << 20, dtype=np.uint32))
+    bad = backend.upload(np.arange(1 << 20, dtype=np.float32))  # the wrong dtype for bump
+    with backend.record_sequence([(bump(), [x])], read=[(x, 0, 1)]):
+        pass
+    base, before = _free_bytes(), backend.telemetry()
+    streams = backend.host_stats()["streams"]
+    with pytest.raises(DispatchError, match="declared u32"):
+        backend.record_sequence([(bump(), [x]), (bump(), [x]), (bump(), [bad])], read=[(x, 0, 4)])
+    assert _free_bytes() >= base - (1 << 20)
+    after = backend.telemetry()
+    assert after.get("graph_recordings", 0) == before.get("graph_recordings", 0)
+    assert backend.host_stats()["streams"] == streams
+    # a failure after the buffers exist, in the middle of capturing a dispatch
+    from vyre_numba.gpu import host
+
+    def boom(*a, **k):
+        raise RuntimeError("injected failure while capturing")
+    monkeypatch.setattr(host.HostPlan, "enqueue", boom)
+    with pytest.raises(vn.DeviceError, match="injected failure"):
+        backend.record_graph(affine(), [np.zeros(1 << 22, np.uint32)])
+    monkeypatch.undo()
+    assert _free_bytes() >= base - (1 << 20)
+    assert backend.download(x, 0, 2).tolist() == [1, 2]  # the context is healthy; the sequence never ran
+
+
+@pytest.mark.gpu
+def test_cuda_cooperative_recording_works_or_says_why():
+    backend = vn.get_backend("cuda")
+    x = np.arange(4096, dtype=np.uint32)
+    config = DispatchConfig(cooperative=True)
+    try:
+        g = backend.record_graph(bump(), [x], config)
+    except UnsupportedError as e:
+        assert "cooperative" in str(e) and "Fix:" in str(e)
+        return
+    with g:
+        assert g.replay([x])[0].tolist() == (x + 1).tolist()
+
+
+@pytest.mark.gpu
+def test_cuda_graph_buffers_are_device_arrays_for_replay_resident():
+    backend = vn.get_backend("cuda")
+    from numba import cuda
+
+    with backend.record_graph(affine(), [np.zeros(64, np.uint32)]) as g:
+        assert set(g.buffers) == {"x", "y"} and g.buffers["x"].dtype == np.uint32
+        g.buffers["x"].copy_to_device(np.arange(64, dtype=np.uint32))
+        cuda.synchronize()
+        assert g.replay_resident()[0].tolist() == (np.arange(64) * 3 + 1).tolist()

@@ -1,0 +1,288 @@
+"""CUDA graphs of dispatches and resident sequences: captured once on a stream of their own with
+cuda.core's `GraphBuilder` (the copies, memsets and launches are the same driver calls every
+dispatch makes, enqueued on the capturing stream), uploaded, and replayed with one graph launch."""
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from ..backend import Step
+from ..bindings import Binding, bind, check_resident
+from ..config import DispatchConfig
+from ..errors import DeviceError, DispatchError, UnsupportedError, VyreError
+from ..ir import Program, check
+from ..recording import RecordedGraph, check_replay_sizes
+from .host import HostPlan
+from .launch import driver_check
+
+
+class _Owned:
+    """Everything a recording owns; `release` frees it once (from close() or the finaliser)."""
+
+    def __init__(self, backend):
+        self.drv, self.free_now = backend._drv, backend.release_memory
+        self.stream: int | None = None
+        self.builders: list = []
+        self.graphs: list = []
+        self.device: list = []
+        self.pinned: list = []
+        self.held: list = []  # resident buffers a sequence launches over, kept alive
+        self.lock = threading.Lock()
+        self.released = False
+
+    def release(self) -> None:
+        with self.lock:
+            if self.released:
+                return
+            self.released = True
+        if self.stream is not None:
+            self.drv.cuStreamSynchronize(self.stream)
+        for g in self.graphs + self.builders:
+            try:
+                g.close()
+            except Exception:  # a builder left mid-capture by a failure cannot always close cleanly
+                pass
+        self.graphs, self.builders = [], []
+        self.device, self.pinned, self.held = [], [], []
+        if self.stream is not None:
+            self.drv.cuStreamDestroy(self.stream)
+            self.stream = None
+        try:
+            self.free_now()
+        except Exception:  # at interpreter exit the context may already be gone, and its memory with it
+            pass
+
+
+class _Capture:
+    """Captures what is enqueued on the recording's stream between enter and exit into a graph."""
+
+    def __init__(self, owned: _Owned, what: str):
+        self.owned, self.what = owned, what
+        self.graph = None
+
+    def __enter__(self) -> int:
+        from cuda.core import Stream
+
+        builder = Stream.from_handle(self.owned.stream).create_graph_builder()
+        self.owned.builders.append(builder)
+        builder.begin_building("thread_local")
+        self.builder = builder
+        return self.owned.stream
+
+    def __exit__(self, kind, error, tb) -> bool:
+        if kind is not None:
+            try:
+                self.builder.end_building()  # leave capture mode; the partial graph is discarded
+            except Exception:
+                pass
+            return False
+        try:
+            self.builder.end_building()
+            self.graph = self.builder.complete()
+            self.owned.graphs.append(self.graph)
+            from cuda.core import Stream
+
+            self.graph.upload(Stream.from_handle(self.owned.stream))
+        except Exception as e:
+            raise DeviceError(f"capturing {self.what} into a CUDA graph failed ({type(e).__name__}: {e}). "
+                              "Fix: replay it with plain dispatches instead; report the program if it "
+                              "dispatches fine.") from e
+        return False
+
+
+def _stream(backend) -> int:
+    from .backend import _new_stream
+
+    return _new_stream(backend._drv)
+
+
+class CudaRecordedGraph(RecordedGraph):
+    """A host dispatch as a CUDA graph: pinned input staging -> device buffers -> kernels ->
+    pinned output staging, on buffers of its own (`buffers`, numba device arrays by name)."""
+
+    def __init__(self, backend, program: Program, sample_inputs, config: DispatchConfig | None,
+                 sizes: Mapping[str, int] | None):
+        self.backend, self.program = backend, program
+        backend._ensure_context()
+        b = bind(program, sample_inputs, backend._resolve(program, config), sizes, copy_inputs=False,
+                 allocate_outputs=False)
+        self.config, self.binding = b.config, b
+        self.plan = plan = HostPlan(backend, b, backend.kernel(program, b.config))  # launch checked here
+        self._owned = owned = _Owned(backend)
+        self._finalizer = weakref.finalize(self, owned.release)
+        drv = backend._drv
+        try:
+            owned.stream = stream = _stream(backend)
+            self._set = bufs = plan.take()
+            owned.device.append(bufs)
+            self.buffers = {d.name: bufs.device[plan.offsets[i]:plan.offsets[i] + plan.nbytes[i]].view(d.dtype.storage)
+                            for i, d in enumerate(plan.bound)}
+            if plan.cooperative:
+                self._check_cooperative_capture(plan)
+            what = f"kernel {plan.kernel.name!r}"
+            with _Capture(owned, what) as cap:
+                plan.enqueue(bufs, cap, drv, copy_in=True)
+            self._full = owned.graphs[-1]
+            with _Capture(owned, what) as cap:
+                plan.enqueue(bufs, cap, drv, copy_in=False)
+            self._kernels = owned.graphs[-1]
+            plan.stage_in(bufs, b.arrays)  # the buffers start with the sample, as replay_resident promises
+            if plan.in_bytes:
+                driver_check(drv.cuMemcpyHtoDAsync(bufs.base, bufs.staging_in.ctypes.data, plan.in_bytes, stream),
+                             "uploading the sample inputs")
+            driver_check(drv.cuStreamSynchronize(stream), "uploading the sample inputs")
+        except BaseException as e:
+            self._set, self.buffers = None, {}
+            owned.release()
+            if isinstance(e, VyreError) or not isinstance(e, Exception):
+                raise
+            raise backend._host_failure(e, plan) from e
+        from cuda.core import Stream
+
+        self._cstream = Stream.from_handle(stream)
+        self._lock = threading.Lock()
+        backend._count(graph_recordings=1)
+
+    def _check_cooperative_capture(self, plan: HostPlan) -> None:
+        """Capture a lone cooperative launch first: where the driver refuses, say so plainly."""
+        probe = _Owned(self.backend)
+        probe.stream = _stream(self.backend)
+        try:
+            with _Capture(probe, "a cooperative launch") as s:
+                self._set.launch.enqueue(s)
+        except Exception as e:
+            raise UnsupportedError(
+                f"record_graph of {self.program.name!r}: this driver cannot capture a cooperative launch "
+                f"into a CUDA graph ({type(e).__name__}: {e}). Fix: dispatch it with dispatch_resident "
+                "in a loop (or drop cooperative=True where no grid barrier needs it).") from e
+        finally:
+            probe.release()
+
+    def replay(self, inputs: Sequence | Mapping | None = None) -> list[np.ndarray]:
+        """Copy `inputs` (the recorded sizes and dtypes) into the staging buffers, replay the
+        graph (copies in, kernels, copies out) and return the outputs as new arrays."""
+        self._check_open()
+        now = bind(self.program, inputs, self.config, _pure_sizes(self.binding), copy_inputs=False,
+                   allocate_outputs=False)
+        check_replay_sizes(self.binding, now)
+        with self._lock:
+            moved = self.plan.stage_in(self._set, now.arrays)
+            return self._launch(self._full, moved + self.plan.read_bytes)
+
+    def replay_resident(self) -> list[np.ndarray]:
+        """Replay only the kernels over `buffers` (as they are now), then read the outputs back."""
+        self._check_open()
+        with self._lock:
+            return self._launch(self._kernels, self.plan.read_bytes)
+
+    def _launch(self, graph, moved: int) -> list[np.ndarray]:
+        try:
+            graph.launch(self._cstream)
+        except Exception as e:
+            raise DeviceError(f"replaying the graph of {self.program.name!r} failed ({type(e).__name__}: {e}). "
+                              "Fix: after a kernel fault the context is poisoned; restart the process.") from e
+        drv = self.backend._drv
+        (err,) = drv.cuStreamSynchronize(self._owned.stream)
+        if err != drv.CUresult.CUDA_SUCCESS:
+            raise DeviceError(f"replaying the graph of {self.program.name!r} failed: {err.name}. Fix: a fault "
+                              "inside a kernel poisons the CUDA context; restart the process.")
+        launches = 0 if self.plan.shape.empty else self.plan.iterations
+        self.backend._count(graph_replays=1, kernel_launches=launches, sync_points=1, bytes_moved_by_graphs=moved)
+        return self.plan.collect(self._set)
+
+    def close(self) -> None:
+        self.closed = True
+        self.buffers, self._set = {}, None
+        self._finalizer()
+
+
+class CudaRecordedSequence(RecordedGraph):
+    """A resident sequence as a CUDA graph: every step's memsets and launches over the resident
+    buffers given at recording (held alive by this object), then the reads into pinned buffers."""
+
+    def __init__(self, backend, steps: Iterable, read: Iterable = ()):
+        self.backend = backend
+        backend._ensure_context()
+        steps = [Step(*s) for s in steps]
+        reads = [_read_tuple(r) for r in read]
+        preps = []
+        for st in steps:  # compile and check everything before capturing anything
+            check(st.program)
+            preps.append(backend._prepare(st.program, st.config))
+        self._owned = owned = _Owned(backend)
+        self._finalizer = weakref.finalize(self, owned.release)
+        drv, cuda = backend._drv, backend._cuda
+        self.launches = 0
+        try:
+            owned.stream = stream = _stream(backend)
+            self._reads = []
+            for buf, off, cnt in reads:
+                ptr, nbytes, dtype = backend.device_range(buf, off, cnt, "record_sequence read")
+                host = cuda.pinned_array(max(nbytes, 1), dtype=np.uint8)
+                owned.pinned.append(host)
+                owned.held.append(buf)
+                self._reads.append((ptr, nbytes, dtype, host))
+            with _Capture(owned, "a resident sequence") as cap:
+                for st, prep in zip(steps, preps):
+                    buffers = check_resident(st.program, st.buffers, "record_sequence")
+                    owned.held.extend(buffers)
+                    self.launches += prep.run(buffers, stream=cap)
+                for ptr, nbytes, _, host in self._reads:
+                    if nbytes:
+                        driver_check(drv.cuMemcpyDtoHAsync(host.ctypes.data, ptr, nbytes, cap), "reading back a range")
+            self._graph = owned.graphs[-1]
+        except BaseException as e:
+            owned.release()
+            if isinstance(e, VyreError) or not isinstance(e, Exception):
+                raise
+            raise DeviceError(f"recording the sequence failed ({type(e).__name__}: {e}). Fix: check the steps "
+                              "run with dispatch_sequence first.") from e
+        from cuda.core import Stream
+
+        self._cstream = Stream.from_handle(stream)
+        self._lock = threading.Lock()
+        backend._count(graph_recordings=1)
+
+    def replay(self, inputs: Sequence | Mapping | None = None) -> list[np.ndarray]:
+        """Run the whole sequence again; returns the reads as new arrays."""
+        self._check_open()
+        if inputs is not None:
+            raise DispatchError("a recorded sequence runs over the resident buffers bound at recording and "
+                                "takes no inputs. Fix: write new data into those buffers, then call replay().")
+        with self._lock:
+            self.backend.synchronize()  # work enqueued on the backend's stream (uploads) comes first
+            try:
+                self._graph.launch(self._cstream)
+            except Exception as e:
+                raise DeviceError(f"replaying the sequence failed ({type(e).__name__}: {e}). Fix: after a kernel "
+                                  "fault the context is poisoned; restart the process.") from e
+            drv = self.backend._drv
+            (err,) = drv.cuStreamSynchronize(self._owned.stream)
+            if err != drv.CUresult.CUDA_SUCCESS:
+                raise DeviceError(f"replaying the sequence failed: {err.name}. Fix: a fault inside a kernel "
+                                  "poisons the CUDA context; restart the process.")
+            self.backend._count(graph_replays=1, kernel_launches=self.launches, sync_points=1)
+            return [host[:n].view(dt).copy() for _, n, dt, host in self._reads]
+
+    def replay_resident(self) -> list[np.ndarray]:
+        return self.replay()
+
+    def close(self) -> None:
+        self.closed = True
+        self._finalizer()
+
+
+def _pure_sizes(b: Binding) -> dict[str, int]:
+    from ..ir.program import Role
+
+    return {d.name: b.sizes[d.name] for d in b.program.outputs if d.role is Role.OUTPUT}
+
+
+def _read_tuple(r) -> tuple:
+    if not isinstance(r, (tuple, list)) or not 1 <= len(r) <= 3:
+        raise DispatchError(f"read {r!r} is not (buffer, offset, count). Fix: pass e.g. (buf, 0, 16) or (buf,).")
+    r = tuple(r)
+    return r + (0, None)[len(r) - 1:] if len(r) < 3 else r

@@ -1,0 +1,126 @@
+"""Record once, replay many times: `backend.record_graph(...)` and `backend.record_sequence(...)`
+return a `RecordedGraph`. On the GPU it is a CUDA graph that owns its stream and buffers; here is
+the surface every backend offers and the implementation that re-dispatches, which serves the
+reference backend (so notebooks run anywhere) and is the oracle for the CUDA one."""
+from __future__ import annotations
+
+import abc
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .bindings import Binding, bind, check_config
+from .config import DispatchConfig
+from .errors import DispatchError
+from .ir import Program
+
+
+class RecordedGraph(abc.ABC):
+    """A dispatch or a resident sequence captured once and replayed. It owns what it captured
+    (on the GPU: the graph, its stream, device and pinned buffers), released exactly once by
+    `close()`, by leaving a `with` block, or when the object is collected."""
+
+    closed: bool = False
+
+    @abc.abstractmethod
+    def replay(self, inputs: Sequence | Mapping | None = None) -> list[np.ndarray]:
+        """Run again; for a recorded dispatch, on new host inputs of the recorded sizes and dtypes
+        (the outputs come back as new arrays); for a recorded sequence, the reads."""
+
+    @abc.abstractmethod
+    def replay_resident(self) -> list[np.ndarray]:
+        """Run only the kernels over the buffers bound at recording (`buffers`), then the
+        declared readback: the outputs of a dispatch, the reads of a sequence."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release everything the recording owns (once; later calls do nothing)."""
+
+    def __enter__(self) -> "RecordedGraph":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise DispatchError("this recorded graph was closed. Fix: record a new one "
+                                "(backend.record_graph / record_sequence).")
+
+
+def check_replay_sizes(recorded: Binding, now: Binding) -> None:
+    """Refuse a replay whose buffers differ in size from the recording's."""
+    if now.sizes != recorded.sizes:
+        diff = {k: (recorded.sizes[k], now.sizes.get(k)) for k in recorded.sizes if recorded.sizes[k] != now.sizes.get(k)}
+        raise DispatchError(f"replay of {recorded.program.name!r}: buffer sizes differ from the recording's "
+                            f"(recorded, given): {diff}. Fix: record a new graph for these sizes with "
+                            "backend.record_graph(program, inputs, config).")
+
+
+class Redispatch(RecordedGraph):
+    """A recorded dispatch that replays by dispatching again: the reference backend's graphs."""
+
+    def __init__(self, backend, program: Program, sample_inputs: Sequence | Mapping | None,
+                 config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None):
+        self.backend, self.program, self.config = backend, program, check_config(config)
+        self.binding = bind(program, sample_inputs, self.config, sizes)
+        self._sizes = {b.name: self.binding.sizes[b.name] for b in program.outputs}
+        self.buffers = {d.name: backend.upload(self.binding.arrays[d.name]) for d in program.bound_buffers}
+        backend._count(graph_recordings=1)
+
+    def replay(self, inputs: Sequence | Mapping | None = None) -> list[np.ndarray]:
+        self._check_open()
+        now = bind(self.program, inputs, self.config, self._sizes_for_outputs())
+        check_replay_sizes(self.binding, now)
+        self.backend._count(graph_replays=1)
+        return self.backend.dispatch(self.program, {d.name: now.arrays[d.name] for d in self.program.inputs},
+                                     self.config, sizes=self._sizes_for_outputs())
+
+    def replay_resident(self) -> list[np.ndarray]:
+        self._check_open()
+        self.backend.dispatch_resident(self.program, self.buffers, self.config)
+        self.backend._count(graph_replays=1)
+        return [_declared(d, self.backend.download(self.buffers[d.name])) for d in self.program.outputs]
+
+    def _sizes_for_outputs(self) -> dict[str, int]:
+        from .ir.program import Role
+
+        return {d.name: self._sizes[d.name] for d in self.program.outputs if d.role is Role.OUTPUT}
+
+    def close(self) -> None:
+        self.closed = True
+        self.buffers = {}
+
+
+class Resequence(RecordedGraph):
+    """A recorded resident sequence that replays by running it again."""
+
+    def __init__(self, backend, steps: Iterable, read: Iterable = ()):
+        from .backend import Step
+
+        self.backend = backend
+        self.steps = [Step(*s) for s in steps]
+        self.read = list(read)
+        self.buffers = [s.buffers for s in self.steps]  # held, so they outlive the recording's use
+        backend._count(graph_recordings=1)
+
+    def replay(self, inputs: Sequence | Mapping | None = None) -> list[np.ndarray]:
+        self._check_open()
+        if inputs is not None:
+            raise DispatchError("a recorded sequence runs over the resident buffers bound at recording and "
+                                "takes no inputs. Fix: write new data into those buffers, then call replay().")
+        self.backend._count(graph_replays=1)
+        return self.backend.dispatch_sequence(self.steps, self.read)
+
+    def replay_resident(self) -> list[np.ndarray]:
+        return self.replay()
+
+    def close(self) -> None:
+        self.closed = True
+        self.steps, self.buffers = [], []
+
+
+def _declared(decl, arr: np.ndarray) -> np.ndarray:
+    from .bindings import output_view
+
+    return output_view(decl, arr)

@@ -165,9 +165,10 @@ def test_caches_hit_on_second_dispatch(cuda_backend):
     args = [np.float32([2]), np.ones(10, np.float32), np.ones(10, np.float32)]
     cuda_backend.dispatch(p, args)
     ptx_misses, mod_misses = cuda_backend.ptx_cache.misses, cuda_backend.module_cache.misses
-    plan_hits = cuda_backend.host_plans.hits
+    plans, sets = cuda_backend.host_stats()["plans"], cuda_backend.host_stats()["buffer_sets"]
     (y,) = cuda_backend.dispatch(p, args)
-    assert cuda_backend.host_plans.hits == plan_hits + 1, "the host plan (kernel, buffers) is reused"
+    assert cuda_backend.host_stats()["plans"] == plans, "the host plan (kernel, buffers) is reused"
+    assert cuda_backend.host_stats()["buffer_sets"] == sets, "and so are its buffers"
     assert cuda_backend.module_cache.misses == mod_misses, "nothing is loaded again"
     assert cuda_backend.ptx_cache.misses == ptx_misses, "nothing is emitted again"
     mod_hits = cuda_backend.module_cache.hits

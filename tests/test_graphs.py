@@ -83,6 +83,9 @@ def test_replay_resident_runs_the_kernels_over_its_own_buffers(backend):
     with backend.record_graph(bump(), [x], DispatchConfig(fixpoint_iterations=3)) as g:
         assert g.replay_resident()[0].tolist() == (x + 3).tolist()
         assert g.replay_resident()[0].tolist() == (x + 6).tolist()  # state stays on the device
+        assert g.replay_resident(read=False) == []
+        g.synchronize()
+        assert g.replay_resident()[0].tolist() == (x + 12).tolist()
         assert g.replay([x])[0].tolist() == (x + 3).tolist()       # replay copies the inputs in again
 
 
@@ -144,23 +147,48 @@ def _free_bytes() -> int:
     return free
 
 
+def _released(g) -> bool:
+    """Whether everything recording `g` owns is gone: graphs closed, stream destroyed, buffers dropped."""
+    owned = g._owned
+    return owned.released and owned.stream is None and not owned.device and not owned.pinned and not owned.held
+
+
 @pytest.mark.gpu
-def test_cuda_graphs_release_their_memory_on_close_exit_and_collection():
+def test_cuda_graphs_release_what_they_own_on_close_exit_and_collection():
+    import weakref
+
     backend = vn.get_backend("cuda")
-    x = np.zeros(1 << 22, np.uint32)  # 16 MiB each way: large enough to see
-    with backend.record_graph(affine(), [x]) as g:  # warm the module and context
-        g.replay([x])
-    base = _free_bytes()
+    x = np.zeros(1 << 20, np.uint32)
     g = backend.record_graph(affine(), [x])
-    assert _free_bytes() < base - (1 << 24)
+    graphs, buffers = list(g._owned.graphs), weakref.ref(g._set.device)
+    assert graphs and not any(gr.is_closed for gr in graphs)
     g.close()
-    assert _free_bytes() >= base - (1 << 20)
-    with backend.record_graph(affine(), [x]):
-        pass
-    assert _free_bytes() >= base - (1 << 20)
-    g = backend.record_graph(affine(), [x])
-    del g  # the finaliser releases it
-    assert _free_bytes() >= base - (1 << 20)
+    assert _released(g) and all(gr.is_closed for gr in graphs) and buffers() is None
+    with backend.record_graph(affine(), [x]) as g2:
+        owned = g2._owned
+    assert _released(g2)
+    g3 = backend.record_graph(affine(), [x])
+    owned3 = g3._owned
+    del g3  # the finaliser releases it
+    gc.collect()
+    assert owned3.released and owned3.stream is None
+    s = backend.record_sequence([(bump(), [backend.upload(x)])], read=[])
+    held = s._owned
+    s.close()
+    assert held.released and not held.held
+
+
+@pytest.mark.gpu
+def test_cuda_recording_and_closing_many_graphs_does_not_grow_memory():
+    backend = vn.get_backend("cuda")
+    x = np.zeros(1 << 22, np.uint32)  # 32 MiB of buffers a graph
+    for _ in range(3):
+        backend.record_graph(affine(), [x]).close()
+    base = _free_bytes()
+    for _ in range(20):
+        with backend.record_graph(affine(), [x]) as g:
+            g.replay([x])
+    assert _free_bytes() >= base - (40 << 20)  # at most one graph's worth held by a memory pool
 
 
 @pytest.mark.gpu
@@ -168,27 +196,28 @@ def test_cuda_failed_recording_leaks_nothing(monkeypatch):
     backend = vn.get_backend("cuda")
     x = backend.upload(np.arange(1 << 20, dtype=np.uint32))
     bad = backend.upload(np.arange(1 << 20, dtype=np.float32))  # the wrong dtype for bump
-    with backend.record_sequence([(bump(), [x])], read=[(x, 0, 1)]):
-        pass
-    base, before = _free_bytes(), backend.telemetry()
-    streams = backend.host_stats()["streams"]
+    from vyre_numba.gpu import cudagraph, host
+
+    made = []
+    real = cudagraph._Owned.__init__
+
+    def spy(self, *a, **k):
+        real(self, *a, **k)
+        made.append(self)
+    monkeypatch.setattr(cudagraph._Owned, "__init__", spy)
+    before = backend.telemetry().get("graph_recordings", 0)
     with pytest.raises(DispatchError, match="declared u32"):
         backend.record_sequence([(bump(), [x]), (bump(), [x]), (bump(), [bad])], read=[(x, 0, 4)])
-    assert _free_bytes() >= base - (1 << 20)
-    after = backend.telemetry()
-    assert after.get("graph_recordings", 0) == before.get("graph_recordings", 0)
-    assert backend.host_stats()["streams"] == streams
-    # a failure after the buffers exist, in the middle of capturing a dispatch
-    from vyre_numba.gpu import host
 
     def boom(*a, **k):
         raise RuntimeError("injected failure while capturing")
     monkeypatch.setattr(host.HostPlan, "enqueue", boom)
     with pytest.raises(vn.DeviceError, match="injected failure"):
-        backend.record_graph(affine(), [np.zeros(1 << 22, np.uint32)])
+        backend.record_graph(affine(), [np.zeros(1 << 20, np.uint32)])
     monkeypatch.undo()
-    assert _free_bytes() >= base - (1 << 20)
-    assert backend.download(x, 0, 2).tolist() == [1, 2]  # the context is healthy; the sequence never ran
+    assert len(made) == 2 and all(o.released and o.stream is None and not o.device and not o.held for o in made)
+    assert backend.telemetry().get("graph_recordings", 0) == before
+    assert backend.download(x, 0, 2).tolist() == [0, 1]  # the context is healthy; the sequence never ran
 
 
 @pytest.mark.gpu

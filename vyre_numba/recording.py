@@ -28,13 +28,16 @@ class RecordedGraph(abc.ABC):
         (the outputs come back as new arrays); for a recorded sequence, the reads."""
 
     @abc.abstractmethod
-    def replay_resident(self) -> list[np.ndarray]:
-        """Run only the kernels over the buffers bound at recording (`buffers`), then the
-        declared readback: the outputs of a dispatch, the reads of a sequence."""
+    def replay_resident(self, read: bool = True) -> list[np.ndarray]:
+        """Run only the kernels over the buffers bound at recording (`buffers`), then, unless
+        `read` is False, the declared readback: the outputs of a dispatch, the reads of a sequence."""
 
     @abc.abstractmethod
     def close(self) -> None:
         """Release everything the recording owns (once; later calls do nothing)."""
+
+    def synchronize(self) -> None:
+        """Wait for replays issued with `read=False` (here every replay has finished already)."""
 
     def __enter__(self) -> "RecordedGraph":
         return self
@@ -76,10 +79,12 @@ class Redispatch(RecordedGraph):
         return self.backend.dispatch(self.program, {d.name: now.arrays[d.name] for d in self.program.inputs},
                                      self.config, sizes=self._sizes_for_outputs())
 
-    def replay_resident(self) -> list[np.ndarray]:
+    def replay_resident(self, read: bool = True) -> list[np.ndarray]:
         self._check_open()
         self.backend.dispatch_resident(self.program, self.buffers, self.config)
         self.backend._count(graph_replays=1)
+        if not read:
+            return []
         return [_declared(d, self.backend.download(self.buffers[d.name])) for d in self.program.outputs]
 
     def _sizes_for_outputs(self) -> dict[str, int]:
@@ -112,8 +117,9 @@ class Resequence(RecordedGraph):
         self.backend._count(graph_replays=1)
         return self.backend.dispatch_sequence(self.steps, self.read)
 
-    def replay_resident(self) -> list[np.ndarray]:
-        return self.replay()
+    def replay_resident(self, read: bool = True) -> list[np.ndarray]:
+        out = self.replay()
+        return out if read else []
 
     def close(self) -> None:
         self.closed = True

@@ -30,6 +30,7 @@ class _Owned:
         self.device: list = []
         self.pinned: list = []
         self.held: list = []  # resident buffers a sequence launches over, kept alive
+        self.event = None
         self.lock = threading.Lock()
         self.released = False
 
@@ -47,6 +48,9 @@ class _Owned:
                 pass
         self.graphs, self.builders = [], []
         self.device, self.pinned, self.held = [], [], []
+        if self.event is not None:
+            self.drv.cuEventDestroy(self.event)
+            self.event = None
         if self.stream is not None:
             self.drv.cuStreamDestroy(self.stream)
             self.stream = None
@@ -127,7 +131,7 @@ class CudaRecordedGraph(RecordedGraph):
                 plan.enqueue(bufs, cap, drv, copy_in=True)
             self._full = owned.graphs[-1]
             with _Capture(owned, what) as cap:
-                plan.enqueue(bufs, cap, drv, copy_in=False)
+                plan.enqueue(bufs, cap, drv, copy_in=False, copy_out=False)
             self._kernels = owned.graphs[-1]
             plan.stage_in(bufs, b.arrays)  # the buffers start with the sample, as replay_resident promises
             if plan.in_bytes:
@@ -172,25 +176,32 @@ class CudaRecordedGraph(RecordedGraph):
             moved = self.plan.stage_in(self._set, now.arrays)
             return self._launch(self._full, moved + self.plan.read_bytes)
 
-    def replay_resident(self) -> list[np.ndarray]:
-        """Replay only the kernels over `buffers` (as they are now), then read the outputs back."""
+    def replay_resident(self, read: bool = True) -> list[np.ndarray]:
+        """Replay only the kernels over `buffers` (as they are now), then, unless `read` is
+        False, read the outputs back (else return [] at once: the work is still in flight until
+        the next replay or `synchronize()`)."""
         self._check_open()
         with self._lock:
-            return self._launch(self._kernels, self.plan.read_bytes)
+            return self._launch(self._kernels, self.plan.read_bytes if read else 0, read=read)
 
-    def _launch(self, graph, moved: int) -> list[np.ndarray]:
+    def synchronize(self) -> None:
+        """Wait for the replays issued so far."""
+        _wait(self.backend._drv, self._owned.stream, f"the graph of {self.program.name!r}")
+
+    def _launch(self, graph, moved: int, read: bool = True) -> list[np.ndarray]:
         try:
             graph.launch(self._cstream)
         except Exception as e:
             raise DeviceError(f"replaying the graph of {self.program.name!r} failed ({type(e).__name__}: {e}). "
                               "Fix: after a kernel fault the context is poisoned; restart the process.") from e
-        drv = self.backend._drv
-        (err,) = drv.cuStreamSynchronize(self._owned.stream)
-        if err != drv.CUresult.CUDA_SUCCESS:
-            raise DeviceError(f"replaying the graph of {self.program.name!r} failed: {err.name}. Fix: a fault "
-                              "inside a kernel poisons the CUDA context; restart the process.")
         launches = 0 if self.plan.shape.empty else self.plan.iterations
-        self.backend._count(graph_replays=1, kernel_launches=launches, sync_points=1, bytes_moved_by_graphs=moved)
+        self.backend._count(graph_replays=1, kernel_launches=launches, bytes_moved_by_graphs=moved)
+        if not read:
+            return []
+        if graph is self._kernels:
+            self.plan.enqueue_readback(self._set, self._owned.stream, self.backend._drv)
+        _wait(self.backend._drv, self._owned.stream, f"the graph of {self.program.name!r}")
+        self.backend._count(sync_points=1)
         return self.plan.collect(self._set)
 
     def close(self) -> None:
@@ -234,6 +245,7 @@ class CudaRecordedSequence(RecordedGraph):
                     if nbytes:
                         driver_check(drv.cuMemcpyDtoHAsync(host.ctypes.data, ptr, nbytes, cap), "reading back a range")
             self._graph = owned.graphs[-1]
+            self._after = owned.event = _new_event(drv)
         except BaseException as e:
             owned.release()
             if isinstance(e, VyreError) or not isinstance(e, Exception):
@@ -253,26 +265,39 @@ class CudaRecordedSequence(RecordedGraph):
             raise DispatchError("a recorded sequence runs over the resident buffers bound at recording and "
                                 "takes no inputs. Fix: write new data into those buffers, then call replay().")
         with self._lock:
-            self.backend.synchronize()  # work enqueued on the backend's stream (uploads) comes first
+            drv, stream = self.backend._drv, self._owned.stream
+            # work already enqueued on the backend's stream (uploads, dispatches) comes first
+            driver_check(drv.cuEventRecord(self._after, self.backend.stream_handle), "ordering the replay")
+            driver_check(drv.cuStreamWaitEvent(stream, self._after, 0), "ordering the replay")
             try:
                 self._graph.launch(self._cstream)
             except Exception as e:
                 raise DeviceError(f"replaying the sequence failed ({type(e).__name__}: {e}). Fix: after a kernel "
                                   "fault the context is poisoned; restart the process.") from e
-            drv = self.backend._drv
-            (err,) = drv.cuStreamSynchronize(self._owned.stream)
-            if err != drv.CUresult.CUDA_SUCCESS:
-                raise DeviceError(f"replaying the sequence failed: {err.name}. Fix: a fault inside a kernel "
-                                  "poisons the CUDA context; restart the process.")
+            _wait(drv, stream, "the recorded sequence")
             self.backend._count(graph_replays=1, kernel_launches=self.launches, sync_points=1)
             return [host[:n].view(dt).copy() for _, n, dt, host in self._reads]
 
-    def replay_resident(self) -> list[np.ndarray]:
-        return self.replay()
+    def replay_resident(self, read: bool = True) -> list[np.ndarray]:
+        out = self.replay()
+        return out if read else []
 
     def close(self) -> None:
         self.closed = True
         self._finalizer()
+
+
+def _wait(drv, stream: int, what: str) -> None:
+    (err,) = drv.cuStreamSynchronize(stream)
+    if err != drv.CUresult.CUDA_SUCCESS:
+        raise DeviceError(f"replaying {what} failed: {err.name}. Fix: a fault inside a kernel poisons the CUDA "
+                          "context; restart the process.")
+
+
+def _new_event(drv):
+    err, ev = drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+    driver_check((err,), "creating a CUDA event")
+    return ev
 
 
 def _pure_sizes(b: Binding) -> dict[str, int]:

@@ -142,9 +142,9 @@ class HostPlan:
         """(dtype, size) of each input in binding order: what a repeat call must match to skip binding."""
         return tuple((binding.arrays[d.name].dtype, binding.arrays[d.name].size) for d in binding.program.inputs)
 
-    def enqueue(self, buffers: BufferSet, stream: int, drv, *, copy_in: bool = True) -> None:
-        """On `stream`: the staged inputs copied in (unless `copy_in` is False), the pure outputs
-        zeroed, `iterations` launches, and the outputs copied to the pinned staging."""
+    def enqueue(self, buffers: BufferSet, stream: int, drv, *, copy_in: bool = True, copy_out: bool = True) -> None:
+        """On `stream`: the staged inputs copied in, the pure outputs zeroed, `iterations`
+        launches, and the outputs copied to the pinned staging (either copy can be left out)."""
         base = buffers.base
         if copy_in and self.in_bytes:
             check(drv.cuMemcpyHtoDAsync(base, buffers.staging_in.ctypes.data, self.in_bytes, stream),
@@ -152,8 +152,13 @@ class HostPlan:
         if self.zero_bytes:
             check(drv.cuMemsetD8Async(base + self.zero_lo, 0, self.zero_bytes, stream), "zeroing the outputs")
         buffers.launch.enqueue(stream, self.iterations)
+        if copy_out:
+            self.enqueue_readback(buffers, stream, drv)
+
+    def enqueue_readback(self, buffers: BufferSet, stream: int, drv) -> None:
+        """On `stream`: the outputs copied to the pinned staging."""
         if self.out_hi > self.out_lo:
-            check(drv.cuMemcpyDtoHAsync(buffers.staging_out.ctypes.data, base + self.out_lo,
+            check(drv.cuMemcpyDtoHAsync(buffers.staging_out.ctypes.data, buffers.base + self.out_lo,
                                         self.out_hi - self.out_lo, stream), "reading back the outputs")
 
     def collect(self, buffers: BufferSet) -> list[np.ndarray]:

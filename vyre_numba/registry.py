@@ -22,7 +22,7 @@ def register(name: str, factory: Callable[[], Backend], probe: Callable[[], str 
 def unavailable_reason(name: str) -> str | None:
     """None if backend `name` can run here, else the reason."""
     _load_builtin()
-    if name not in _PROBES:
+    if not isinstance(name, str) or name not in _PROBES:
         return f"no backend named {name!r}. Fix: use one of {', '.join(sorted(_PROBES))}."
     return _PROBES[name]()
 
@@ -37,6 +37,9 @@ def get_backend(name: str | None = None) -> Backend:
     _load_builtin()
     if name is None:
         name = available_backends()[0]
+    if not isinstance(name, str) or name not in _PROBES:
+        raise BackendUnavailableError(f"no backend named {name!r}. Fix: use one of {', '.join(sorted(_PROBES))}, "
+                                      "or None for the best one here.")
     if name not in _INSTANCES:
         why = unavailable_reason(name)
         if why is not None:

@@ -469,20 +469,42 @@ def _e(x: ExprLike) -> Expr:
                 "Fix: pass an ir expression, a Python int/float/bool, or a NumPy scalar.")
 
 
+_NOT_A_STATEMENT = ("Fix: statement lists hold ir.let / assign / store / if_ / loop / barrier / return_ / "
+                    "block; wrap an atomic in ir.let('_', ...).")
+
+
 def _body(stmts) -> tuple[Node, ...]:
+    """A statement, or a (nested) list or tuple of them, as one flat tuple."""
     if isinstance(stmts, Node):
         return (stmts,)
-    out = []
-    for s in stmts or ():
-        if isinstance(s, Node):
+    if stmts is None:
+        return ()
+    if not isinstance(stmts, (list, tuple)):
+        raise _fail(f"{_short(repr(stmts))} ({type(stmts).__name__}) is not an IR statement or a list of them. "
+                    + _NOT_A_STATEMENT)
+    out: list[Node] = []
+    stack = [iter(stmts)]
+    while stack:  # nested lists flatten without recursion
+        s = next(stack[-1], _END)
+        if s is _END:
+            stack.pop()
+        elif isinstance(s, Node):
             out.append(s)
         elif isinstance(s, (list, tuple)):
-            out.extend(_body(s))
+            stack.append(iter(s))
         else:
-            raise _fail(f"{s!r} is not an IR statement. "
-                        "Fix: statement lists hold ir.let / assign / store / if_ / loop / barrier / "
-                        "return_ / block; wrap an atomic in ir.let('_', ...).")
+            raise _fail(f"{_short(repr(s))} is not an IR statement. " + _NOT_A_STATEMENT)
     return tuple(out)
+
+
+_END = object()
+
+
+def _choice(value, options: tuple[str, ...], what: str) -> str:
+    """`value` if it is one of the names in `options`, else an IRValidationError listing them."""
+    if not isinstance(value, str) or value not in options:
+        raise _fail(f"unknown {what} {_short(repr(value))}. Fix: use one of {', '.join(options)}.")
+    return value
 
 
 def _name(n, what: str) -> str:
@@ -600,15 +622,11 @@ def subgroup_size() -> Builtin:
 
 
 def binary(op: str, a: ExprLike, b: ExprLike) -> BinOp:
-    if op not in BINOPS:
-        raise _fail(f"unknown binary op {op!r}. Fix: use one of {', '.join(BINOPS)}.")
-    return BinOp(op, _e(a), _e(b))
+    return BinOp(_choice(op, BINOPS, "binary op"), _e(a), _e(b))
 
 
 def unary(op: str, a: ExprLike) -> UnOp:
-    if op not in UNOPS:
-        raise _fail(f"unknown unary op {op!r}. Fix: use one of {', '.join(UNOPS)}.")
-    return UnOp(op, _e(a))
+    return UnOp(_choice(op, UNOPS, "unary op"), _e(a))
 
 
 def _bin(op):
@@ -664,8 +682,7 @@ def atomic(op: str, buffer: str, index: ExprLike, value: ExprLike,
            expected: ExprLike | None = None) -> Atomic:
     """Atomic `op` on buffer[index]; evaluates to the previous value. compare_exchange stores
     `value` only where the current value equals `expected`."""
-    if op not in ATOMIC_OPS:
-        raise _fail(f"unknown atomic op {op!r}. Fix: use one of {', '.join(ATOMIC_OPS)}.")
+    _choice(op, ATOMIC_OPS, "atomic op")
     if (op == "compare_exchange") != (expected is not None):
         raise _fail("`expected` is given exactly for compare_exchange. "
                     "Fix: pass expected=... with compare_exchange and only there.")
@@ -711,8 +728,7 @@ def loop(var: str, start: ExprLike, end: ExprLike, body: Iterable[Node] | Node) 
 
 
 def barrier(scope: str = "workgroup") -> Barrier:
-    if scope not in BARRIER_SCOPES:
-        raise _fail(f"barrier scope {scope!r} is not 'workgroup' or 'grid'. Fix: use one of those.")
+    _choice(scope, BARRIER_SCOPES, "barrier scope")
     return Barrier(scope)
 
 

@@ -441,7 +441,7 @@ def _check_buffers(p: Program, err) -> None:
         elif b.count >= 2**32:
             err(where, f"count {b.count} is 2**32 or more, but buffer lengths are u32. "
                        "Fix: split the data into buffers of fewer than 2**32 elements.")
-        if b.access is Access.WORKGROUP:
+        if b.is_shared:
             if b.binding is not None:
                 err(where, "workgroup buffers take no binding slot. Fix: declare it with BufferDecl.workgroup(name, count, dtype).")
             if not isinstance(b.count, int) or b.count <= 0:
@@ -477,8 +477,16 @@ def _check_buffers(p: Program, err) -> None:
                        "static shared-memory limit. Fix: shrink the workgroup buffers.")
 
 
+def _program(program) -> Program:
+    if not isinstance(program, Program):
+        raise IRValidationError(f"expected an ir.Program, got {type(program).__name__}. "
+                                "Fix: build one with ir.Program(buffers, workgroup_size, entry).")
+    return program
+
+
 def validate(program: Program) -> list[Diagnostic]:
     """Every problem in `program`; an empty list means it is valid."""
+    _program(program)
     diags: list[Diagnostic] = []
     err = lambda where, msg: diags.append(Diagnostic(where, msg))  # noqa: E731
     if not isinstance(program.name, str) or not _IDENT.match(program.name):
@@ -497,7 +505,7 @@ def validate(program: Program) -> list[Diagnostic]:
 
 def check(program: Program) -> Program:
     """Return `program` if valid; otherwise raise IRValidationError carrying every diagnostic."""
-    if program.__dict__.get("_valid"):  # programs are immutable: validate each object once
+    if _program(program).__dict__.get("_valid"):  # programs are immutable: validate each object once
         return program
     diags = validate(program)
     if diags:

@@ -566,7 +566,7 @@ _DOWNLOAD = type("_Decl", (), {"name": "buffer"})()
 def _shape_dependent(program: Program) -> bool:
     from .. import ir
 
-    if any(b.role is Role.SHARED for b in program.buffers):
+    if any(b.is_shared for b in program.buffers):
         return True
     for x in ir.walk(program.entry):
         if isinstance(x, ir.Builtin) and x.name != "invocation_id":

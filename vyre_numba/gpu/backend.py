@@ -445,11 +445,13 @@ class CudaBackend(Backend):
 
     def synchronize(self) -> None:
         """Wait for everything enqueued on this backend's stream; a kernel fault becomes DeviceError."""
-        try:
-            self.stream.synchronize()
-        except Exception as e:
-            raise DeviceError(f"the stream failed: {type(e).__name__}: {e}. Fix: a fault inside a kernel poisons "
-                              "the CUDA context; restart the process.") from e
+        (err,) = self._drv.cuStreamSynchronize(self.stream_handle)
+        if err != self._drv.CUresult.CUDA_SUCCESS:
+            raise DeviceError(f"work on the backend's stream failed: {err.name}. Every resident buffer written by a "
+                              "dispatch enqueued since the last synchronisation may hold partial results (launches "
+                              "before the fault completed; the faulting one and those after it may have written "
+                              "part of their outputs or nothing). Fix: a fault inside a kernel poisons the CUDA "
+                              "context; restart the process and re-run from data you kept on the host.")
         self._count(sync_points=1)
         if self._retired:
             self.context.synchronize()  # host dispatches run on streams of their own

@@ -1,0 +1,74 @@
+"""Graphs in compressed sparse row form (`indptr`, `indices`), checked once at the door."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ..errors import DispatchError
+
+
+class CSR(NamedTuple):
+    """A checked CSR graph on the host: vertex v's neighbours are indices[indptr[v]:indptr[v+1]]."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return self.indptr.size - 1
+
+    @property
+    def nnz(self) -> int:
+        return self.indices.size
+
+
+def _as_index_array(a, name: str) -> np.ndarray:
+    if hasattr(a, "__cuda_array_interface__") or hasattr(a, "copy_to_host"):
+        raise DispatchError(f"{name} is a device array, but this path takes host arrays. Fix: pass NumPy arrays "
+                            "(or call the device path with device arrays for both indptr and indices).")
+    arr = np.asarray(a) if not isinstance(a, np.ndarray) else a
+    if arr.size == 0 and arr.dtype.kind == "f" and not isinstance(a, np.ndarray):  # `[]` reads as float64
+        arr = arr.astype(np.int64)
+    if arr.dtype == object or arr.dtype.kind not in "iu" or arr.dtype == np.bool_:
+        raise DispatchError(f"{name} has dtype {arr.dtype}, not an integer type. Fix: pass "
+                            f"np.asarray({name}, dtype=np.int64) (or int32).")
+    if arr.ndim != 1:
+        raise DispatchError(f"{name} has shape {arr.shape}, not 1-D. Fix: pass a flat array.")
+    return arr
+
+
+def check_csr(indptr, indices) -> CSR:
+    """`(indptr, indices)` as a CSR graph, or a DispatchError saying what is wrong and how to fix it:
+    integer 1-D arrays, indptr starting at 0, never decreasing and ending at len(indices), every
+    index a vertex (0 <= v < len(indptr) - 1), fewer than 2**31 vertices and entries."""
+    indptr = _as_index_array(indptr, "indptr")
+    indices = _as_index_array(indices, "indices")
+    if indptr.size == 0:
+        raise DispatchError("indptr is empty; a CSR graph of n vertices has n + 1 offsets. "
+                            "Fix: pass np.zeros(1, np.int64) for the empty graph.")
+    n, nnz = indptr.size - 1, indices.size
+    if n >= 2**31 or nnz >= 2**31:
+        raise DispatchError(f"the graph has {n} vertices and {nnz} entries; vertex ids and offsets are 32-bit. "
+                            "Fix: split the graph into pieces of fewer than 2**31 vertices and entries.")
+    if indptr[0] != 0 or indptr[-1] != nnz:
+        raise DispatchError(f"indptr runs from {int(indptr[0])} to {int(indptr[-1])}, but must run from 0 to "
+                            f"len(indices) = {nnz}. Fix: pass the indptr that belongs to these indices.")
+    steps = np.diff(indptr)
+    if steps.size and int(steps.min()) < 0:
+        v = int(np.flatnonzero(steps < 0)[0])
+        raise DispatchError(f"indptr decreases at vertex {v} ({int(indptr[v])} -> {int(indptr[v + 1])}); offsets "
+                            "must never decrease. Fix: build the CSR with scipy.sparse.csr_matrix(...).indptr.")
+    if nnz:
+        lo, hi = int(indices.min()), int(indices.max())
+        if lo < 0 or hi >= n:
+            bad = int(np.flatnonzero((indices < 0) | (indices >= n))[0])
+            raise DispatchError(f"indices[{bad}] = {int(indices[bad])} is not a vertex of this {n}-vertex graph. "
+                                "Fix: every index must satisfy 0 <= v < len(indptr) - 1.")
+    return CSR(indptr.astype(np.int64, copy=False), indices.astype(np.int64, copy=False))
+
+
+def edges(g: CSR) -> tuple[np.ndarray, np.ndarray]:
+    """(source, target) of every entry, in CSR order."""
+    src = np.repeat(np.arange(g.n, dtype=np.int64), np.diff(g.indptr))
+    return src, g.indices

@@ -498,6 +498,49 @@ def test_fma_f64_special_and_extreme_values():
         assert got[k] == float(Fraction(a[k]) * Fraction(b[k]) + Fraction(c[k]))
 
 
+def _f64_exact_fma(x: float, y: float, z: float) -> float:
+    """a*b + c rounded once to f64 (subnormals and signed zeros included) from exact rationals."""
+    exact = Fraction(x) * Fraction(y) + Fraction(z)
+    if exact == 0:
+        return x * y + z  # an exact zero: IEEE's sign rules for sums of zeros
+    try:
+        return exact.numerator / exact.denominator  # correctly rounded by CPython, sign kept on underflow
+    except OverflowError:
+        return float("inf") if exact > 0 else float("-inf")
+
+
+def _far_apart_operands(rng, n):
+    """f64 operands of every magnitude: tiny products, huge ones, subnormal sums, exact ties."""
+    def mag(lo, hi, size):
+        return np.ldexp(rng.uniform(0.5, 1, size) * rng.choice([-1.0, 1.0], size), rng.integers(lo, hi, size))
+    a, b, c = mag(-1074, 1024, n), mag(-1074, 1024, n), mag(-1074, 1024, n)
+    k = n // 4  # products near the subnormal range, c on the subnormal grid: ties and cancellation
+    a[:k] = mag(-600, -450, k)
+    b[:k] = np.ldexp(1 + rng.integers(0, 3, k) * 2.0 ** -52, -1075 - np.frexp(a[:k])[1] + rng.integers(-2, 50, k))
+    c[:k] = np.ldexp(rng.integers(-2**40, 2**40, k).astype(np.float64), -1074)
+    few = slice(k, 2 * k)  # operands with few bits: products that are exact midpoints
+    a[few] = np.ldexp(rng.integers(1, 8, k).astype(np.float64), rng.integers(-560, -520, k))
+    b[few] = np.ldexp(rng.integers(1, 8, k).astype(np.float64) * rng.choice([-1.0, 1.0], k), rng.integers(-560, -520, k))
+    c[few] = np.ldexp(rng.integers(-64, 64, k).astype(np.float64), -1074)
+    c[2 * k:2 * k + 20] = 0.0  # products that underflow, with a zero addend of either sign
+    c[2 * k + 20:2 * k + 40] = -0.0
+    a[2 * k:2 * k + 40], b[2 * k:2 * k + 40] = mag(-700, -600, 40), mag(-700, -600, 40)
+    return a, b, c
+
+
+def test_fma_f64_far_from_one_is_exact_without_rational_arithmetic(monkeypatch):
+    from vyre_numba.reference import ops
+
+    def no_fractions(*args):
+        raise AssertionError("the exact rational fallback ran")
+    monkeypatch.setattr(ops, "_fma_exact", no_fractions)
+    a, b, c = _far_apart_operands(np.random.default_rng(11), 8000)
+    got = run(_fma_prog("f64"), [a, b, c])[0]
+    for x, y, z, g in zip(a.tolist(), b.tolist(), c.tolist(), got.tolist()):
+        want = _f64_exact_fma(x, y, z)
+        assert g == want and np.signbit(g) == np.signbit(want), (x.hex(), y.hex(), z.hex(), g.hex(), want.hex())
+
+
 def test_mul_high_div_mod_edges_64_bit():
     p = P([B.read("a", 0, "i64"), B.read("b", 1, "i64"), B.output("hi", 2, "i64"), B.output("q", 3, "i64"),
            B.output("r", 4, "i64")], 8, [

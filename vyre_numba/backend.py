@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import abc
+import itertools
+import threading
 import time
 from collections import Counter
-from typing import Iterable, Mapping, NamedTuple, Sequence
+from typing import Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -23,6 +25,8 @@ class Step(NamedTuple):
 
 Read = tuple  # (buffer, offset, count): a range of a resident buffer to bring back to the host
 
+_TELEMETRY_LOCK = threading.Lock()  # counters are updated from dispatching threads and workers
+
 
 class Pending(abc.ABC):
     """A dispatch in flight."""
@@ -39,9 +43,14 @@ class Pending(abc.ABC):
     def result(self) -> list[np.ndarray]:
         """The outputs in binding order (waits if needed; raises the dispatch's error)."""
 
+    def cancel(self) -> bool:
+        """Ask the dispatch to stop early; `result()` then raises. True if the request was taken
+        (the dispatch had not finished and this backend can stop it), else False."""
+        return False
+
 
 class Completed(Pending):
-    """A dispatch that finished when it was issued (the reference backend's)."""
+    """A dispatch that finished when it was issued (what `Backend.dispatch_async` returns by default)."""
 
     def __init__(self, outputs: list[np.ndarray] | None = None, error: BaseException | None = None):
         self._outputs, self._error = outputs, error
@@ -101,6 +110,14 @@ class Backend(abc.ABC):
         """A zeroed resident buffer for `program`'s buffer `name` (`n` elements, or its static count)."""
         from .ir.program import Role
 
+        if not isinstance(program, Program):
+            raise DispatchError(f"allocate: {program!r:.60} is not an ir.Program. Fix: pass the program whose "
+                                "buffer this is.")
+        if not isinstance(name, str):
+            raise DispatchError(f"allocate: the buffer name {name!r:.60} is not a str. Fix: pass one of "
+                                f"{[b.name for b in program.buffers]}.")
+        if n is not None and (isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer))):
+            raise DispatchError(f"allocate({name!r}, n={n!r:.60}): n is not an int. Fix: pass a number of elements.")
         try:
             decl = program.buffer(name)
         except KeyError:
@@ -138,31 +155,41 @@ class Backend(abc.ABC):
     def dispatch_sequence(self, steps: Iterable[Step | tuple], read: Iterable[Read] = ()) -> list[np.ndarray]:
         """Run several programs over resident buffers, one after another with no host
         synchronisation between them, then read back only the ranges in `read`."""
-        for step in steps:
-            step = Step(*step)
+        reads = [_read(r) for r in _iterable(read, "read")]
+        for step in _iterable(steps, "steps"):
+            step = as_step(step)
             self.dispatch_resident(step.program, step.buffers, step.config)
-        return [self.download(buf, off, cnt) for buf, off, cnt in (_read(r) for r in read)]
+        return [self.download(buf, off, cnt) for buf, off, cnt in reads]
 
     def dispatch_repeated(self, prefix: Iterable[Step | tuple], body: Iterable[Step | tuple], repeat: int,
                           read: Iterable[Read] = ()) -> list[np.ndarray]:
-        """`prefix` once, then `body` `repeat` times, then the reads."""
-        if not isinstance(repeat, int) or repeat < 0:
-            raise DispatchError(f"repeat={repeat!r} is not a non-negative int. Fix: pass 0 or more.")
-        body = [Step(*s) for s in body]
-        return self.dispatch_sequence(list(prefix) + body * repeat, read)
+        """`prefix` once, then `body` `repeat` times, then the reads. The steps are generated one
+        at a time, so `repeat` costs no memory."""
+        if isinstance(repeat, (bool, np.bool_)) or not isinstance(repeat, (int, np.integer)) or repeat < 0:
+            raise DispatchError(f"repeat={repeat!r} is not a non-negative int. Fix: pass 0 or more "
+                                "(a Python or NumPy integer).")
+        body = [as_step(s) for s in _iterable(body, "body")]
+        steps: Iterator = itertools.chain(_iterable(prefix, "prefix"),
+                                          itertools.chain.from_iterable(itertools.repeat(body, int(repeat))))
+        return self.dispatch_sequence(steps, read)
 
     # ---- telemetry ---------------------------------------------------------------------------
     def _count(self, **deltas: int) -> None:
-        counters = self.__dict__.setdefault("_counters", Counter())
-        counters.update(deltas)
+        with _TELEMETRY_LOCK:
+            counters = self.__dict__.setdefault("_counters", Counter())
+            for key, delta in deltas.items():
+                counters[key] += delta
 
     def telemetry(self) -> dict[str, int]:
         """Counters since the last reset: launches, sync points, bytes uploaded and read back,
         cache hits and misses per level, timed dispatches and their nanoseconds."""
-        return dict(self.__dict__.setdefault("_counters", Counter()))
+        with _TELEMETRY_LOCK:
+            return dict(self.__dict__.setdefault("_counters", Counter()))
 
     def reset_telemetry(self) -> None:
-        self.__dict__["_counters"] = Counter()
+        """Set every counter back to zero."""
+        with _TELEMETRY_LOCK:
+            self.__dict__["_counters"] = Counter()
 
     # ---- recorded graphs -------------------------------------------------------------------------
     def record_graph(self, program: Program, sample_inputs: Sequence | Mapping | None = None,
@@ -185,9 +212,41 @@ class Backend(abc.ABC):
         return f"<vyre_numba {self.name} backend>"
 
 
+def as_step(step) -> Step:
+    """`step` as a Step: a Step already, or a (program, buffers[, config]) tuple or list."""
+    if isinstance(step, Step):
+        return step
+    if isinstance(step, (tuple, list)) and len(step) in (2, 3) and isinstance(step[0], Program):
+        return Step(*step)
+    raise DispatchError(f"{step!r:.80} is not a step of a resident sequence. "
+                        "Fix: pass Step(program, buffers[, config]) or a (program, buffers[, config]) tuple.")
+
+
+def _iterable(x, what: str):
+    try:
+        return iter(x)
+    except TypeError:
+        raise DispatchError(f"{what}={x!r:.60} is not iterable. Fix: pass a list of "
+                            f"{'(buffer, offset, count) ranges' if what == 'read' else 'steps'}.") from None
+
+
 def _read(r) -> tuple:
-    if len(r) == 1:
-        return r[0], 0, None
-    if len(r) == 2:
-        return r[0], r[1], None
-    return tuple(r)
+    if isinstance(r, (tuple, list)) and 1 <= len(r) <= 3:
+        return (r[0], 0, None) if len(r) == 1 else (r[0], r[1], None) if len(r) == 2 else tuple(r)
+    raise DispatchError(f"read entry {r!r:.60} is not a (buffer[, offset[, count]]) tuple. "
+                        "Fix: pass read=[(buffer, offset, count), ...].")
+
+
+_RESOLVER = None  # set by vyre_numba.registry (the bottom layer) when the package is imported
+
+
+def resolve_backend(backend: "Backend | str | None" = None) -> Backend:
+    """`backend` itself, the backend of that name, or (None) the best one here: how the layers
+    above this one pick a backend without importing the registry below them."""
+    if isinstance(backend, Backend):
+        return backend
+    if _RESOLVER is None:
+        from .errors import BackendUnavailableError
+
+        raise BackendUnavailableError("no backend registry is loaded. Fix: import vyre_numba (the package) first.")
+    return _RESOLVER(backend)

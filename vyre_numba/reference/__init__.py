@@ -2,61 +2,198 @@
 the CPU fallback. See docs/semantics.md for what it computes and interpreter.py for how."""
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+import collections
+import numbers
+import os
+import threading
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..backend import Backend
+from ..backend import Backend, Pending
 from ..bindings import Binding, bind
 from ..config import DispatchConfig
 from ..errors import DispatchError
-from ..ir import Program
-from .interpreter import MAX_INVOCATIONS, execute, plan
+from ..ir import DataType, Program
+from ..ir.program import Role
+from . import interpreter
+from .interpreter import MAX_INVOCATIONS, Budget, execute, plan, prepare
 
-__all__ = ["ReferenceBackend", "execute", "run", "plan", "MAX_INVOCATIONS"]
+__all__ = ["ReferenceBackend", "ReferencePending", "execute", "run", "plan", "MAX_INVOCATIONS"]
 
 
 class ReferenceBackend(Backend):
-    """Runs programs on the CPU with the exact NumPy interpreter."""
+    """Runs programs on the CPU with the exact NumPy interpreter.
+
+    memory_budget: bytes of working memory (variables, temporaries, masks, launch geometry,
+    workgroup buffers, undo copies of resident buffers) one dispatch may use; larger launches run
+    in chunks of whole workgroups. Default: $VYRE_NUMBA_REFERENCE_MEMORY (bytes, or with a K/M/G/T
+    suffix), else 2 GiB.
+    work_budget: work units one dispatch may spend in loops and fixpoint iterations before it
+    stops with an error naming the loop (see `interpreter.Budget`). Default:
+    $VYRE_NUMBA_REFERENCE_WORK, else 10**11 (minutes of work).
+    Both are read when the backend is created.
+    """
 
     name = "reference"
+
+    def __init__(self, *, memory_budget: int | None = None, work_budget: int | None = None):
+        self.memory_budget = interpreter.memory_budget(memory_budget)
+        self.work_budget = interpreter.work_budget(work_budget)
 
     def dispatch(self, program: Program, inputs: Sequence | Mapping | None = None,
                  config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None
                  ) -> list[np.ndarray]:
         binding = bind(program, inputs, config, sizes)
-        execute(binding)
-        self._count(dispatches=1)
-        if binding.config.label:
-            self._count(**{f"dispatches[{binding.config.label}]": 1})
+        prepare(binding, self.memory_budget, self.work_budget).run()
+        self._counted(binding.config)
         return binding.results()
+
+    def dispatch_async(self, program: Program, inputs: Sequence | Mapping | None = None,
+                       config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None
+                       ) -> "ReferencePending":
+        """`dispatch` on a worker thread. The inputs are checked and copied here (changing them
+        afterwards does not change the results) and mistakes raise here; failures while running
+        are raised by `result()`. `cancel()` stops it at its next loop iteration."""
+        binding = bind(program, inputs, config, sizes)
+        for d in program.inputs:
+            if d.role is not Role.INOUT:  # read_write inputs were copied by bind already
+                binding.arrays[d.name] = binding.arrays[d.name].copy()
+        launch = prepare(binding, self.memory_budget, self.work_budget)
+        pending = ReferencePending(launch.budget)
+
+        def job() -> None:
+            try:
+                launch.run()
+                self._counted(binding.config)
+                pending._finish(binding.results(), None)
+            except BaseException as e:  # noqa: BLE001 - handed to the caller by result()
+                pending._finish(None, e)
+        _POOL.submit(job)
+        return pending
+
+    def _counted(self, config: DispatchConfig) -> None:
+        if config.label:
+            self._count(**{"dispatches": 1, f"dispatches[{config.label}]": 1})
+        else:
+            self._count(dispatches=1)
 
     # resident buffers are plain NumPy arrays, updated in place
     def dispatch_resident(self, program: Program, buffers: Sequence | Mapping,
                           config: DispatchConfig | None = None) -> None:
+        """Run `program` in place on NumPy arrays; all or nothing (a failure restores every
+        buffer the program writes)."""
         from .resident import dispatch_resident
 
-        dispatch_resident(program, buffers, config)
-        self._count(resident_dispatches=1)
+        dispatch_resident(program, buffers, config, memory=self.memory_budget, work=self.work_budget)
         if config is not None and config.label:
-            self._count(**{f"dispatches[{config.label}]": 1})
+            self._count(**{"resident_dispatches": 1, f"dispatches[{config.label}]": 1})
+        else:
+            self._count(resident_dispatches=1)
 
     def upload(self, array: np.ndarray) -> np.ndarray:
         return np.array(array, copy=True, order="C")
 
     def empty(self, n: int, dtype) -> np.ndarray:
-        return np.zeros(int(n), dtype)
+        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 0:
+            raise DispatchError(f"empty(n={n!r:.60}): n is not a non-negative int. Fix: pass a number of elements.")
+        try:
+            dt = np.dtype(dtype)
+        except (TypeError, ValueError):
+            dt = None
+        if dt is None or dt not in _STORAGE:
+            raise DispatchError(f"empty: {dtype!r:.60} is not the storage dtype of a vyre type. Fix: pass one of "
+                                f"{sorted({str(d) for d in _STORAGE})}.")
+        return np.zeros(int(n), dt)
 
     def download(self, buffer, offset: int = 0, count: int | None = None) -> np.ndarray:
         if not isinstance(buffer, np.ndarray):
             raise DispatchError(f"download: a {type(buffer).__name__} is not a reference-backend buffer. "
                                 "Fix: pass an array made by upload / empty / allocate of this backend.")
+        for what, x in (("offset", offset), ("count", count)):
+            if x is not None and (isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer))):
+                raise DispatchError(f"download: {what}={x!r:.60} is not an int. Fix: pass element counts as ints.")
+        if offset is None:
+            raise DispatchError("download: offset=None. Fix: pass an int offset (0 for the start).")
         flat = buffer.reshape(-1)
         end = flat.size if count is None else offset + count
         if not 0 <= offset <= end <= flat.size:
             raise DispatchError(f"download: elements [{offset}, {end}) are outside the buffer's {flat.size}. "
                                 "Fix: pass 0 <= offset and offset + count <= len(buffer).")
         return flat[offset:end].copy()
+
+
+_STORAGE = {t.storage for t in DataType}
+
+
+class ReferencePending(Pending):
+    """A reference dispatch running on a worker thread."""
+
+    def __init__(self, budget: Budget):
+        self._budget = budget
+        self._event = threading.Event()
+        self._outputs: list[np.ndarray] | None = None
+        self._error: BaseException | None = None
+
+    def _finish(self, outputs: list[np.ndarray] | None, error: BaseException | None) -> None:
+        self._outputs, self._error = outputs, error
+        self._event.set()
+
+    def done(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)
+                                    or not timeout >= 0):
+            raise DispatchError(f"wait(timeout={timeout!r}): the timeout is not a non-negative number of seconds. "
+                                "Fix: pass seconds as an int or float, or None to wait until done.")
+        return self._event.wait(None if timeout is None else float(timeout))
+
+    def result(self) -> list[np.ndarray]:
+        self._event.wait()
+        if self._error is not None:
+            raise self._error
+        return self._outputs
+
+    def cancel(self) -> bool:
+        """Ask the dispatch to stop at its next loop iteration, fixpoint iteration or chunk; its
+        `result()` then raises DispatchError. False if it had already finished."""
+        if self._event.is_set():
+            return False
+        self._budget.cancel()
+        return True
+
+
+class _Pool:
+    """Daemon worker threads (so an endless dispatch never holds up interpreter exit), started
+    as needed up to `size`; jobs run in submission order."""
+
+    def __init__(self, size: int):
+        self.size, self.threads, self.waiting = size, 0, 0
+        self.jobs: collections.deque[Callable[[], None]] = collections.deque()
+        self.cv = threading.Condition()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self.cv:
+            self.jobs.append(job)
+            if self.waiting < len(self.jobs) and self.threads < self.size:
+                self.threads += 1
+                threading.Thread(target=self._work, name=f"vyre-reference-{self.threads}", daemon=True).start()
+            else:
+                self.cv.notify()
+
+    def _work(self) -> None:
+        while True:
+            with self.cv:
+                self.waiting += 1
+                while not self.jobs:
+                    self.cv.wait()
+                self.waiting -= 1
+                job = self.jobs.popleft()
+            job()
+
+
+_POOL = _Pool(max(2, os.cpu_count() or 2))
 
 
 def run(program: Program, inputs: Sequence | Mapping | None = None, config: DispatchConfig | None = None,

@@ -1,33 +1,49 @@
 """The reference interpreter: every invocation of a launch runs in lockstep, statement by statement.
 
-A program is compiled once (cached by digest) into nested closures. Each variable holds one NumPy
-array with every invocation's value, of shape (n,) or (1,) when all invocations share it.
-Invocations are numbered in invocation order (workgroups in linear order, then the linear local
-index), so array order is the order atomics and plain stores apply in. Divergent control flow runs
-under an active mask: `None` means every invocation is active (the fast path, no masking work);
-otherwise a bool array that already excludes returned invocations. Inactive invocations may
-compute throwaway values (every operation is total); only stores, atomics and assignments look at
-the mask.
+A program is compiled once (cached by digest) into a `Plan`. Each variable holds one NumPy array
+with every invocation's value, of shape (n,) or (1,) when all invocations share it. Invocations
+are numbered in invocation order (workgroups in linear order, then the linear local index), so
+array order is the order atomics and plain stores apply in. Divergent control flow runs under an
+active mask: `None` means every invocation is active (the fast path, no masking work); otherwise a
+bool array that already excludes returned invocations. Inactive invocations may compute throwaway
+values (every operation is total); only stores, atomics and assignments look at the mask.
+
+Depth costs no Python recursion: the compiler's walkers run on an explicit stack
+(`ir.recursion.drive`); an expression nested deeper than `SHALLOW` levels runs as a flat
+post-order tape of steps (shallower ones as nested closures, the fast path); a statement body whose
+control flow nests more than `FLAT_DEPTH` levels runs as generators on an explicit stack.
+
+A launch larger than the host memory budget runs in chunks of whole workgroups, in workgroup
+order (see `prepare`); loops and fixpoint iterations draw on a work budget (see `Budget`).
 """
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-from typing import Callable
+import os
+import re
+from functools import partial
+from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
 
 from ..bindings import Binding
 from ..errors import DispatchError
-from ..ir import DataType, Program
+from ..ir import DataType, Program, drive, result_type
 from ..ir import nodes as n
 from ..ir.program import Role, walk
+from ..ir.validate import Where
+from ..lru import LRUCache
 from . import ops
 
 MAX_INVOCATIONS = 1 << 28
-MAX_WORKGROUP_BYTES = 1 << 31
+SHALLOW = 48  # expressions up to this depth run as nested closures; deeper ones as a tape
+FLAT_DEPTH = 8  # control flow nested up to this many levels runs by plain calls; deeper on a stack
+
+MEMORY_ENV, WORK_ENV = "VYRE_NUMBA_REFERENCE_MEMORY", "VYRE_NUMBA_REFERENCE_WORK"
+DEFAULT_MEMORY_BUDGET = 2 << 30  # bytes of interpreter working memory per dispatch
+DEFAULT_WORK_BUDGET = 10 ** 11  # work units per dispatch (see Budget)
+STATEMENT_UNITS = 1000  # what one statement costs beyond its invocations: the interpreter's own overhead
+
 Expr = Callable[["_Run", "np.ndarray | None"], np.ndarray]
-Stmt = Callable[["_Run", "np.ndarray | None"], None]
 _U32 = np.uint32
 
 
@@ -51,35 +67,121 @@ def _distinct_sorted(t: np.ndarray) -> bool:
     return t.size < 2 or bool(np.all(t[1:] > t[:-1]))
 
 
+# ---- budgets -----------------------------------------------------------------------------------
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?(?:[eE]\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+_SCALE = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def _parse_amount(text: str) -> int | None:
+    match = _SIZE.match(text)
+    if not match:
+        return None
+    value = float(match.group(1)) * _SCALE[match.group(2).lower()]
+    return int(value) if 1 <= value < 2 ** 63 else None
+
+
+def _budget(value: int | None, env: str, default: int, what: str) -> int:
+    """`value`, else the environment variable `env`, else `default`; refused unless a positive int."""
+    if value is None:
+        text = os.environ.get(env)
+        if text is None:
+            return default
+        parsed = _parse_amount(text)
+        if parsed is None:
+            raise DispatchError(f"{env}={text!r} is not a positive {what}. Fix: set it to a number such as "
+                                f"{'2G or 2147483648' if env == MEMORY_ENV else '1e11'}, or unset it for the default.")
+        return parsed
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise DispatchError(f"{what}={value!r} is not a positive int. Fix: pass a positive number of "
+                            f"{'bytes' if env == MEMORY_ENV else 'work units'}, or None for the default.")
+    return int(value)
+
+
+def memory_budget(value: int | None = None) -> int:
+    """Bytes of working memory a reference dispatch may use: `value`, else $VYRE_NUMBA_REFERENCE_MEMORY
+    (an int, or with a K/M/G/T binary suffix), else 2 GiB."""
+    return _budget(value, MEMORY_ENV, DEFAULT_MEMORY_BUDGET, "memory_budget")
+
+
+def work_budget(value: int | None = None) -> int:
+    """Work units a reference dispatch may spend in loops: `value`, else $VYRE_NUMBA_REFERENCE_WORK,
+    else 10**11 (see `Budget`)."""
+    return _budget(value, WORK_ENV, DEFAULT_WORK_BUDGET, "work_budget")
+
+
+class Budget:
+    """The work a dispatch may do, and its cancellation. Every loop iteration costs (invocations
+    in the chunk + STATEMENT_UNITS) x (1 + statements in the loop body, a nested loop counted as
+    one); every fixpoint iteration after the first costs (invocations + STATEMENT_UNITS per chunk)
+    x (statements of the program). `cancel()` may come from any thread; it takes effect at the next
+    loop iteration, fixpoint iteration or chunk."""
+
+    __slots__ = ("used", "limit", "cancelled")
+
+    def __init__(self, limit: int):
+        self.used, self.limit, self.cancelled = 0, limit, False
+
+    def cancel(self) -> None:
+        """Stop the dispatch at its next check (writes only `limit`, which the runner only reads)."""
+        self.cancelled = True
+        self.limit = -1
+
+    def check(self, program: str, what: str) -> None:
+        """Raise the right DispatchError if the budget is spent or the dispatch was cancelled;
+        `what` says where the dispatch is (`the loop over 'j' at entry[1], iteration 5 of 9`)."""
+        if self.used <= self.limit:
+            return
+        where = f"dispatch of {program!r} on the reference backend"
+        if self.cancelled:
+            raise DispatchError(f"{where} was cancelled, at {what}. Fix: nothing to fix if you cancelled it; "
+                                "dispatch again to run it to the end.")
+        raise DispatchError(
+            f"{where} ran out of its work budget of {self.limit:.3g} units at {what}. Fix: bound the loop's "
+            f"trip count (its end is evaluated once, on entry), dispatch fewer invocations or iterations, "
+            f"raise the budget with ReferenceBackend(work_budget=...) or ${WORK_ENV}, or run on the cuda backend.")
+
+
 # ---- launch geometry ---------------------------------------------------------------------------
 
 class Geometry:
-    """Builtins of one launch shape, built lazily and shared (read-only) between dispatches."""
+    """Builtins of `count` workgroups of a launch from linear workgroup `first` on (the whole grid
+    by default), built lazily. Builtins that do not depend on `first` live in `local`, which chunks
+    of equal size share."""
 
-    def __init__(self, grid: tuple[int, int, int], wg: tuple[int, int, int]):
+    def __init__(self, grid: tuple[int, int, int], wg: tuple[int, int, int], first: int = 0,
+                 count: int | None = None, local: dict | None = None):
         self.grid, self.wg = grid, wg
-        self.W, self.G = wg[0] * wg[1] * wg[2], grid[0] * grid[1] * grid[2]
-        self.n = self.W * self.G
+        self.W = wg[0] * wg[1] * wg[2]
+        self.G = grid[0] * grid[1] * grid[2] - first if count is None else count  # workgroups here
+        self.first, self.base, self.n = first, first * self.W, self.W * self.G
         self.S = -(-self.W // 32)  # subgroups per workgroup
         self.one_d = grid[1] == grid[2] == wg[1] == wg[2] == 1
-        self.iota = _ro(np.arange(self.n, dtype=_U32))
+        self.iota = _ro(np.arange(self.base, self.base + self.n, dtype=_U32))  # global linear ids
         self._cache: dict = {}
+        self._local: dict = {} if local is None else local
 
-    def _memo(self, key, make: Callable[[], np.ndarray]) -> np.ndarray:
-        if key not in self._cache:
-            self._cache[key] = _ro(make())
-        return self._cache[key]
+    def _memo(self, key, make: Callable[[], np.ndarray], local: bool = False) -> np.ndarray:
+        cache = self._local if local else self._cache
+        if key not in cache:
+            cache[key] = _ro(make())
+        return cache[key]
 
     @property
     def local_linear(self) -> np.ndarray:
-        return self.iota if self.G == 1 else self._memo("l", lambda: self.iota % _U32(self.W))
+        return self._memo("l", lambda: np.arange(self.n, dtype=_U32) % _U32(self.W), True)
 
     @property
     def wg_linear(self) -> np.ndarray:
         return self._memo("wgl", lambda: self.iota // _U32(self.W))
 
     def builtin(self, name: str, axis: int) -> np.ndarray:
-        return self._memo((name, axis), lambda: self._make(name, axis))
+        key = (name, axis)
+        v = self._cache.get(key)
+        if v is None:  # ids that do not depend on the chunk's first workgroup are shared through _local
+            local = name not in ("workgroup_id", "invocation_id")
+            v = self._cache[key] = self._memo(key, lambda: self._make(name, axis), local)
+        return v
 
     def _make(self, name: str, axis: int) -> np.ndarray:
         (gx, gy, _), (wx, wy, _) = self.grid, self.wg
@@ -105,8 +207,8 @@ class Geometry:
         return self.builtin("workgroup_id", axis) * _U32(self.wg[axis]) + self.builtin("local_id", axis)
 
     def wg_base(self, count: int) -> np.ndarray:
-        """Offset of each invocation's workgroup in a flat (num_workgroups * count) buffer."""
-        return self._memo(("base", count), lambda: self.wg_linear.astype(np.int64) * count)
+        """Offset of each invocation's workgroup in a flat (workgroups here * count) buffer."""
+        return self._memo(("base", count), lambda: np.repeat(np.arange(self.G, dtype=np.int64) * count, self.W), True)
 
     # subgroups: a padded (G*S, 32) layout where lanes that do not exist hold 0
     def pad(self, x: np.ndarray) -> np.ndarray:
@@ -126,33 +228,31 @@ class Geometry:
     def lanes(self) -> np.ndarray:
         """Existing lanes of each subgroup, in the padded layout's row order."""
         last = self.W - 32 * (self.S - 1)
-        return self._memo("lanes", lambda: np.tile(np.array([32] * (self.S - 1) + [last]), self.G))
+        return self._memo("lanes", lambda: np.tile(np.array([32] * (self.S - 1) + [last]), self.G), True)
 
 
-_GEOMETRIES: "OrderedDict[tuple, Geometry]" = OrderedDict()
-_CACHE_LOCK = threading.Lock()  # dispatches may come from several threads
+_GEOMETRIES: LRUCache[Geometry] = LRUCache(4)
+GEOMETRY_CACHE_MAX = 1 << 22  # invocations; larger launches build their geometry per dispatch
 
 
 def geometry(grid: tuple[int, int, int], wg: tuple[int, int, int]) -> Geometry:
-    """The (cached) Geometry of a launch."""
+    """The Geometry of a whole launch (cached for launches of up to GEOMETRY_CACHE_MAX invocations)."""
     key = (tuple(grid), tuple(wg))
-    with _CACHE_LOCK:
-        g = _GEOMETRIES.pop(key, None) or Geometry(*key)
-        _GEOMETRIES[key] = g
-        while len(_GEOMETRIES) > 4:
-            _GEOMETRIES.popitem(last=False)
-    return g
+    if wg[0] * wg[1] * wg[2] * grid[0] * grid[1] * grid[2] > GEOMETRY_CACHE_MAX:
+        return Geometry(*key)
+    return _GEOMETRIES.get_or_build(key, lambda: Geometry(*key))
 
 
 # ---- one run of the program --------------------------------------------------------------------
 
 class _Run:
-    """The mutable state of one run: buffers, variables and which invocations have returned."""
+    """The mutable state of one run over one chunk: buffers, variables, returned invocations."""
 
-    __slots__ = ("plan", "geo", "n", "iota", "bufs", "lens", "vars", "ret")
+    __slots__ = ("plan", "geo", "n", "iota", "base", "bufs", "lens", "vars", "ret", "budget", "unit")
 
-    def __init__(self, plan: "Plan", arrays: dict[str, np.ndarray], geo: Geometry):
-        self.plan, self.geo, self.n, self.iota = plan, geo, geo.n, geo.iota
+    def __init__(self, plan: "Plan", arrays: dict[str, np.ndarray], geo: Geometry, budget: Budget):
+        self.plan, self.geo, self.n, self.iota, self.base = plan, geo, geo.n, geo.iota, geo.base
+        self.budget, self.unit = budget, geo.n + STATEMENT_UNITS
         self.bufs = dict(arrays)
         for b in plan.shared:
             self.bufs[b.name] = np.zeros(geo.G * b.count, b.dtype.storage)
@@ -182,15 +282,18 @@ def _address(r: _Run, decl, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, in
     return arr, idx, arr.size
 
 
-def _load(r: _Run, decl, idx: np.ndarray, copy: bool) -> np.ndarray:
+def _load(decl, copy: bool, r: _Run, m, idx: np.ndarray) -> np.ndarray:
+    """decl[idx] as values (0 out of bounds); `copy` where the buffer is written later."""
     arr, eff, bound = _address(r, decl, idx)
     size = arr.size
-    if idx is r.iota and eff is idx:
-        if size >= r.n:
-            v = arr[:r.n].copy() if copy else arr[:r.n]
+    if idx is r.iota and eff is idx:  # this chunk's invocation ids: a contiguous slice
+        lo, hi = r.base, r.base + r.n
+        if size >= hi:
+            v = arr[lo:hi].copy() if copy else arr[lo:hi]
         else:
             v = np.zeros(r.n, arr.dtype)
-            v[:size] = arr
+            if lo < size:
+                v[:size - lo] = arr[lo:]
     elif idx.shape[0] == 1 and eff is idx:
         i = int(idx[0])
         v = arr[i:i + 1].copy() if i < bound else np.zeros(1, arr.dtype)
@@ -206,8 +309,10 @@ def _store(r: _Run, decl, idx: np.ndarray, value: np.ndarray, m) -> None:
     arr, eff, bound = _address(r, decl, idx)
     v = ops.to_storage(value, decl.dtype)
     if idx is r.iota and eff is idx and m is None:
-        k = min(r.n, arr.size)
-        arr[:k] = v[:k] if v.shape[0] != 1 else v
+        lo = r.base
+        k = min(r.n, arr.size - lo)
+        if k > 0:
+            arr[lo:lo + k] = v[:k] if v.shape[0] != 1 else v
         return
     inb = idx < bound
     act = _full(inb, r.n) if m is None else inb & m
@@ -327,18 +432,20 @@ def _check_subgroup(r: _Run, m, what: str) -> None:
     if bad.size:
         k = int(bad[0])
         raise r.fail(what, f"ran in divergent control flow: subgroup {k % r.geo.S} of workgroup "
-                           f"{k // r.geo.S} had {active[k]} of its {r.geo.lanes[k]} lanes active",
+                           f"{r.geo.first + k // r.geo.S} had {active[k]} of its {r.geo.lanes[k]} lanes active",
                      "call subgroup operations where every lane of the subgroup takes the same path "
                      "(outside if/loop conditions that differ within a subgroup, and before any early "
                      "return); compute a per-lane choice with ir.select instead")
 
 
-def _ballot(r: _Run, c: np.ndarray) -> np.ndarray:
+def _ballot(r: _Run, m, c: np.ndarray) -> np.ndarray:
+    _check_subgroup(r, m, "subgroup_ballot")
     bits = np.packbits(r.geo.pad(c), axis=1, bitorder="little").view("<u4").astype(_U32)
     return r.geo.unpad(np.repeat(bits, 32, axis=1))
 
 
-def _shuffle(r: _Run, v: np.ndarray, lane: np.ndarray) -> np.ndarray:
+def _shuffle(r: _Run, m, v: np.ndarray, lane: np.ndarray) -> np.ndarray:
+    _check_subgroup(r, m, "subgroup_shuffle")
     vp = r.geo.pad(v)
     if lane.shape[0] == 1:
         L = int(lane[0])
@@ -350,9 +457,14 @@ def _shuffle(r: _Run, v: np.ndarray, lane: np.ndarray) -> np.ndarray:
     return r.geo.unpad(np.where(ok, got, vp.dtype.type(0)))
 
 
-def _subgroup_add(r: _Run, v: np.ndarray) -> np.ndarray:
+def _subgroup_add(r: _Run, m, v: np.ndarray) -> np.ndarray:
+    _check_subgroup(r, m, "subgroup_add")
     s = r.geo.pad(v).sum(axis=1, dtype=v.dtype)  # wraps
     return r.geo.unpad(np.repeat(s[:, None], 32, axis=1))
+
+
+def _select(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a if c[0] else b) if c.shape[0] == 1 else np.where(c, a, b)
 
 
 def _barrier(r: _Run, m, scope: str) -> None:
@@ -365,7 +477,7 @@ def _barrier(r: _Run, m, scope: str) -> None:
     bad = np.flatnonzero((act != 0) & (act != run))
     if bad.size:
         k = int(bad[0])
-        where = f"workgroup {k}" if scope == "workgroup" else "the grid"
+        where = f"workgroup {r.geo.first + k}" if scope == "workgroup" else "the grid"
         raise r.fail(f"barrier({scope!r})", f"was reached by {act[k]} of the {run[k]} running invocations "
                                             f"of {where} (divergent control flow)",
                      f"place the barrier where every invocation of the {scope} that has not returned reaches "
@@ -373,226 +485,500 @@ def _barrier(r: _Run, m, scope: str) -> None:
                      "invocations, and not after an early return taken by only some of them")
 
 
+# ---- compiled code: expressions ----------------------------------------------------------------
+#
+# Every node kind compiles (in Plan._op, one match) to an operation `f` of its operand values;
+# `rm` says whether it also takes the run and the mask first. Leaves are f(r, m). Shallow
+# subtrees nest those operations in closures; deep ones become steps of a post-order tape that
+# keeps operand values on a list.
+
+def _closure(f, rm: bool, kids: list[Expr]) -> Expr:
+    if not kids:
+        return f
+    if len(kids) == 1:
+        a, = kids
+        return (lambda r, m: f(r, m, a(r, m))) if rm else (lambda r, m: f(a(r, m)))
+    if len(kids) == 2:
+        a, b = kids
+        return (lambda r, m: f(r, m, a(r, m), b(r, m))) if rm else (lambda r, m: f(a(r, m), b(r, m)))
+    if len(kids) == 3:
+        a, b, c = kids
+        return (lambda r, m: f(r, m, a(r, m), b(r, m), c(r, m))) if rm else (lambda r, m: f(a(r, m), b(r, m), c(r, m)))
+    if rm:
+        return lambda r, m: f(r, m, *[k(r, m) for k in kids])
+    return lambda r, m: f(*[k(r, m) for k in kids])
+
+
+def _step(f, rm: bool, arity: int) -> Callable:
+    """A tape step: pops `arity` operand values, pushes the result."""
+    if arity == 0:
+        return lambda r, m, st: st.append(f(r, m))
+    if arity == 1:
+        if rm:
+            def step(r, m, st):
+                st[-1] = f(r, m, st[-1])
+        else:
+            def step(r, m, st):
+                st[-1] = f(st[-1])
+        return step
+
+    def step(r, m, st):
+        args = st[-arity:]
+        del st[-arity:]
+        st.append(f(r, m, *args) if rm else f(*args))
+    return step
+
+
+def _tape(steps: list) -> Expr:
+    def run_tape(r, m):
+        st: list = []
+        for s in steps:
+            s(r, m, st)
+        return st[0]
+    return run_tape
+
+
+class _Code(NamedTuple):
+    """A compiled expression: its closure (None when its value is left on the enclosing tape),
+    its type, and the most bytes per invocation alive while it is evaluated."""
+
+    ev: Expr | None
+    type: DataType
+    peak: int
+
+
+_NBYTES = {t.value: ops.VALUE_DTYPE[t].itemsize for t in DataType}
+
+
+def _nbytes(t: DataType) -> int:
+    return _NBYTES[t._value_]  # keyed by the name: hashing a str is cheaper than an Enum member
+
+
+# ---- compiled code: statements -----------------------------------------------------------------
+#
+# Every statement compiles to fn(r, m) that runs it and returns None, or returns a generator
+# (only when its control flow nests deeper than FLAT_DEPTH) that `_trampoline` drives: the
+# generator yields the generators of the bodies it runs, one after another.
+
+class _Stmt(NamedTuple):
+    fn: Callable
+    may_return: bool
+    height: int  # levels of nested control flow below it
+    cost: int  # statements it runs once, nested loop bodies not counted
+
+
+def _run_flat(steps: tuple, r: _Run, m) -> None:
+    for f, may_return in steps:
+        f(r, m)
+        if may_return and r.ret is not None:
+            m = r.live(m)
+            if m is False:
+                return
+
+
+def _run_gen(steps: tuple, r: _Run, m) -> Iterator:
+    for f, may_return in steps:
+        g = f(r, m)
+        if g is not None:
+            yield g
+        if may_return and r.ret is not None:
+            m = r.live(m)
+            if m is False:
+                return
+
+
+def _trampoline(g: Iterator) -> None:
+    stack = [g]
+    while stack:
+        try:
+            stack.append(next(stack[-1]))
+        except StopIteration:
+            stack.pop()
+
+
+class _Body:
+    """A compiled statement list; `enter(r, m)` runs it (flat) or returns its generator."""
+
+    __slots__ = ("steps", "height", "flat", "may_return", "cost", "enter")
+
+    def __init__(self, items: list[_Stmt]):
+        self.steps = tuple((s.fn, s.may_return) for s in items)
+        self.height = max((s.height for s in items), default=0)
+        self.flat = self.height <= FLAT_DEPTH
+        self.may_return = any(s.may_return for s in items)
+        self.cost = sum(s.cost for s in items)
+        self.enter = partial(_run_flat if self.flat else _run_gen, self.steps)
+
+
+def _then_else(g: Iterator, other: _Body, r: _Run, em) -> Iterator:
+    yield g
+    g = other.enter(r, em)
+    if g is not None:
+        yield g
+
+
+def _if(fc: Expr, then: _Body, other: _Body | None) -> Callable:
+    then_enter = then.enter
+    other_enter = other.enter if other is not None else None
+
+    def if_(r, m):
+        c = fc(r, m)
+        if c.shape[0] == 1:
+            if c[0]:
+                return then_enter(r, m)
+            return None if other_enter is None else other_enter(r, m)
+        tm = _narrow(c if m is None else m & c)
+        if other_enter is None:
+            return None if tm is False else then_enter(r, tm)
+        em = _narrow(~c if m is None else m & ~c)
+        if tm is False:
+            return None if em is False else other_enter(r, em)
+        g = then_enter(r, tm)
+        if em is False:
+            return g
+        if g is None:
+            return other_enter(r, em)
+        return _then_else(g, other, r, em)
+    return if_
+
+
+def _loop(fs: Expr, fe: Expr, body: _Body, var: str, where: Where) -> Callable:
+    def masks(r, m, start, count, top, same):
+        """Each iteration's mask, with the variable set and the work budget charged."""
+        budget, cost = r.budget, r.unit * (body.cost + 1)
+        for k in range(top):
+            budget.used += cost
+            if budget.used > budget.limit:
+                budget.check(r.plan.name, f"the loop over {var!r} at {where}, iteration {k + 1} of {top}")
+            mk = r.live(m if same else _narrow(count > k))
+            if mk is False:
+                return
+            r.vars[var] = start + _U32(k)
+            yield mk
+
+    def nested(its, r):
+        for mk in its:
+            yield body.enter(r, mk)
+
+    def loop(r, m):
+        start, end = fs(r, m), fe(r, m)
+        count = np.where(end > start, end - start, _U32(0))
+        if m is not None:
+            count = np.where(m, count, _U32(0))
+        top = int(count.max())
+        if top == 0:
+            return None
+        same = count.shape[0] == 1 or int(count.min()) == top
+        its = masks(r, m, start, count, top, same)
+        if not body.flat:
+            return nested(its, r)
+        run = body.enter
+        for mk in its:
+            run(r, mk)
+        return None
+    return loop
+
+
+def _let(ev: Expr, name: str) -> Callable:
+    def let(r, m):  # masks only shrink within the variable's scope: no merge needed
+        r.vars[name] = ev(r, m)
+    return let
+
+
+def _assign(ev: Expr, name: str) -> Callable:
+    def assign(r, m):
+        v = ev(r, m)
+        r.vars[name] = v if m is None else np.where(m, v, r.vars[name])
+    return assign
+
+
+def _return(r: _Run, m) -> None:
+    if m is None:
+        r.ret = np.ones(r.n, bool)
+    else:
+        r.ret = m.copy() if r.ret is None else r.ret | m
+
+
+# Bytes per invocation that operations allocate beyond their result, generously (see Plan._op).
+_SCRATCH_STORE, _SCRATCH_ATOMIC, _SCRATCH_SUBGROUP = 64, 160, 64
+_MASK_IF, _MASK_LOOP, _ASSIGN_EXTRA = 4, 24, 8
+
+
 # ---- compilation -------------------------------------------------------------------------------
 
 class Plan:
-    """A program compiled to closures, plus what execution needs to know about it."""
+    """A program compiled for the interpreter, plus what execution needs to know about it:
+    the buffers it writes and the bytes per invocation it needs (`invocation_bytes`)."""
 
     def __init__(self, program: Program):
         self.name = program.name
         self.decls = {b.name: b for b in program.buffers}
         self.shared = [b for b in program.buffers if b.role is Role.SHARED]
         self.shared_counts = {b.name: b.count for b in self.shared}
-        self.written = {x.buffer for x in walk(program.entry) if isinstance(x, (n.Store, n.Atomic))}
+        self.written: set[str] = set()
+        self.grid_barrier = False
+        builtins, counts = set(), {b.count for b in self.shared}
+        for x in walk(program.entry):
+            match x:
+                case n.Store(buffer=b) | n.Atomic(buffer=b):
+                    self.written.add(b)
+                case n.Barrier(scope="grid"):
+                    self.grid_barrier = True
+                case n.Builtin(name=name, axis=axis):
+                    builtins.add((name, axis))
         self.types: dict[str, DataType] = {}
-        self.body = self._body(program.entry)
+        self._var_bytes: dict[str, int] = {}
+        self._peak = 0
+        self.body: _Body = drive(self._body(program.entry, Where(None, "entry"), 0))
+        geometry_bytes = 16 + 4 * len(builtins) + 8 * len(counts)  # ids, local ids, builtins, workgroup offsets
+        self.invocation_bytes = sum(self._var_bytes.values()) + self._peak + geometry_bytes + 2
+        self.workgroup_shared_bytes = sum(b.count * b.dtype.nbytes for b in self.shared)
 
-    # expressions: each compiles to (closure, type)
-    def _expr(self, e: n.Expr) -> tuple[Expr, DataType]:
-        if isinstance(e, n.Lit):
-            a = ops.literal(e.raw, e.dtype)
-            return (lambda r, m: a), e.dtype
-        if isinstance(e, n.Var):
-            name = e.name
-            return (lambda r, m: r.vars[name]), self.types[name]
-        if isinstance(e, n.Load):
-            decl, fi = self.decls[e.buffer], self._expr(e.index)[0]
-            copy = e.buffer in self.written
-            return (lambda r, m: _load(r, decl, fi(r, m), copy)), decl.dtype
-        if isinstance(e, n.BufLen):
-            name = e.buffer
-            return (lambda r, m: r.lens[name]), DataType.U32
-        if isinstance(e, n.Builtin):
-            name, axis = e.name, e.axis
-            return (lambda r, m: r.geo.builtin(name, axis)), DataType.U32
-        if isinstance(e, n.BinOp):
-            (fa, ta), (fb, _) = self._expr(e.a), self._expr(e.b)
-            f = ops.binary(e.op, ta)
-            out = DataType.BOOL if e.op in ops.COMPARE else ta
-            return (lambda r, m: f(fa(r, m), fb(r, m))), out
-        if isinstance(e, n.UnOp):
-            fa, ta = self._expr(e.a)
-            f = ops.unary(e.op, ta)
-            out = (DataType.U32 if e.op in ("popcount", "clz", "ctz") else
-                   DataType.BOOL if e.op in n.FLOAT_PRED_UNOPS + n.BOOL_UNOPS else ta)
-            return (lambda r, m: f(fa(r, m))), out
-        if isinstance(e, n.Select):
-            (fc, _), (fa, ta), (fb, _) = self._expr(e.cond), self._expr(e.a), self._expr(e.b)
+    def workgroup_bytes(self, wg: tuple[int, int, int]) -> int:
+        """Estimated host bytes the interpreter needs per workgroup of shape `wg`."""
+        return wg[0] * wg[1] * wg[2] * self.invocation_bytes + self.workgroup_shared_bytes
 
-            def select(r, m):
-                c, a, b = fc(r, m), fa(r, m), fb(r, m)
-                return (a if c[0] else b) if c.shape[0] == 1 else np.where(c, a, b)
-            return select, ta
-        if isinstance(e, n.Cast):
-            fa, ta = self._expr(e.a)
-            f = ops.cast(ta, e.dtype)
-            return (lambda r, m: f(fa(r, m))), e.dtype
-        if isinstance(e, n.Fma):
-            (fa, ta), (fb, _), (fc, _) = self._expr(e.a), self._expr(e.b), self._expr(e.c)
-            f = ops.fma(ta)
-            return (lambda r, m: f(fa(r, m), fb(r, m), fc(r, m))), ta
-        if isinstance(e, n.Atomic):
-            decl, op = self.decls[e.buffer], e.op
-            fi, fv = self._expr(e.index)[0], self._expr(e.value)[0]
-            fx = None if e.expected is None else self._expr(e.expected)[0]
-            return (lambda r, m: _atomic(r, decl, op, fi(r, m), fv(r, m),
-                                         None if fx is None else fx(r, m), m)), decl.dtype
-        if isinstance(e, n.SubgroupBallot):
-            fc = self._expr(e.cond)[0]
+    def run(self, r: _Run) -> None:
+        g = self.body.enter(r, None)
+        if g is not None:
+            _trampoline(g)
 
-            def ballot(r, m):
-                c = fc(r, m)
-                _check_subgroup(r, m, "subgroup_ballot")
-                return _ballot(r, c)
-            return ballot, DataType.U32
-        if isinstance(e, n.SubgroupShuffle):
-            (fv, tv), (fl, _) = self._expr(e.value), self._expr(e.lane)
+    # ---- expressions: compiled children first (walkers run by `drive`) --------------------------
+    def _expr(self, e: n.Expr):
+        """Walker: the `_Code` of an expression: nested closures, or a tape when it is deep."""
+        if e.depth <= SHALLOW:
+            return self._shallow(e)
+        tape: list = []
+        code = yield self._deep(e, tape)
+        return code._replace(ev=_tape(tape))
 
-            def shuffle(r, m):
-                v, lane = fv(r, m), fl(r, m)
-                _check_subgroup(r, m, "subgroup_shuffle")
-                return _shuffle(r, v, lane)
-            return shuffle, tv
-        if isinstance(e, n.SubgroupAdd):
-            fv, tv = self._expr(e.value)
+    def _shallow(self, e: n.Expr) -> _Code:
+        """The closure of an expression at most SHALLOW deep (so this recursion is bounded)."""
+        kids = [self._shallow(child) for child in e.children()]
+        f, rm, t, peak = self._combine(e, kids)
+        return _Code(_closure(f, rm, [k.ev for k in kids]), t, peak)
 
-            def sg_add(r, m):
-                v = fv(r, m)
-                _check_subgroup(r, m, "subgroup_add")
-                return _subgroup_add(r, v)
-            return sg_add, tv
-        raise TypeError(f"unknown expression {e!r}")  # unreachable for validated programs
+    def _deep(self, e: n.Expr, tape: list):
+        """Walker appending the steps of a deep expression to `tape`, children first; a shallow
+        subtree becomes one step. Its `_Code` has no closure: the value is left on the tape."""
+        kids = []
+        for child in e.children():
+            if child.depth > SHALLOW:
+                kids.append((yield self._deep(child, tape)))
+            else:
+                k = self._shallow(child)
+                tape.append(_step(k.ev, True, 0))
+                kids.append(k)
+        f, rm, t, peak = self._combine(e, kids)
+        tape.append(_step(f, rm, len(kids)))
+        return _Code(None, t, peak)
 
-    # statements
-    def _body(self, stmts: tuple[n.Node, ...]) -> Stmt:
-        compiled = [(self._stmt(s), any(isinstance(x, n.Return) for x in walk((s,)))) for s in stmts]
+    def _combine(self, e: n.Expr, kids: list[_Code]) -> tuple[Callable, bool, DataType, int]:
+        """`_op` of a node given its compiled children, with the bytes alive at its peak."""
+        live = peak = 0
+        for k in kids:
+            peak = max(peak, live + k.peak)
+            live += _nbytes(k.type)
+        f, rm, t, scratch = self._op(e, tuple(k.type for k in kids))
+        return f, rm, t, max(peak, live + scratch + _nbytes(t))
 
-        def run_body(r: _Run, m) -> None:
-            for f, may_return in compiled:
-                f(r, m)
-                if may_return and r.ret is not None:
-                    m = r.live(m)
-                    if m is False:
-                        return
-        return run_body
-
-    def _stmt(self, s: n.Node) -> Stmt:
-        if isinstance(s, n.Let):
-            f, t = self._expr(s.value)
-            self.types[s.name] = t
-            name = s.name
-
-            def let(r, m):  # masks only shrink within the variable's scope: no merge needed
-                r.vars[name] = f(r, m)
-            return let
-        if isinstance(s, n.Assign):
-            f, name = self._expr(s.value)[0], s.name
-
-            def assign(r, m):
-                v = f(r, m)
-                r.vars[name] = v if m is None else np.where(m, v, r.vars[name])
-            return assign
-        if isinstance(s, n.Store):
-            decl, fi, fv = self.decls[s.buffer], self._expr(s.index)[0], self._expr(s.value)[0]
-            return lambda r, m: _store(r, decl, fi(r, m), fv(r, m), m)
-        if isinstance(s, n.If):
-            fc = self._expr(s.cond)[0]
-            then, other = self._body(s.then), (self._body(s.otherwise) if s.otherwise else None)
-
-            def if_(r, m):
-                c = fc(r, m)
-                if c.shape[0] == 1:
-                    if c[0]:
-                        then(r, m)
-                    elif other is not None:
-                        other(r, m)
-                    return
-                tm = _narrow(c if m is None else m & c)
-                em = _narrow(~c if m is None else m & ~c) if other is not None else False
-                if tm is not False:
-                    then(r, tm)
-                if em is not False:
-                    other(r, em)
-            return if_
-        if isinstance(s, n.Loop):
-            (fs, _), (fe, _) = self._expr(s.start), self._expr(s.end)
-            self.types[s.var] = DataType.U32
-            body, var = self._body(s.body), s.var
-
-            def loop(r, m):
-                start, end = fs(r, m), fe(r, m)
-                count = np.where(end > start, end - start, _U32(0))
-                if m is not None:
-                    count = np.where(m, count, _U32(0))
-                top = int(count.max())
-                same = count.shape[0] == 1 or int(count.min()) == top
-                for k in range(top):
-                    mk = r.live(m if same else _narrow(count > k))
-                    if mk is False:
-                        return
-                    r.vars[var] = start + _U32(k)
-                    body(r, mk)
-            return loop
-        if isinstance(s, n.Barrier):
-            scope = s.scope
-            return lambda r, m: _barrier(r, m, scope)
-        if isinstance(s, n.Return):
-            def return_(r, m):
-                if m is None:
-                    r.ret = np.ones(r.n, bool)
+    def _op(self, e: n.Expr, tys: tuple[DataType, ...]) -> tuple[Callable, bool, DataType, int]:
+        """(operation, takes run and mask, result type, scratch bytes per invocation) of one node."""
+        w = max((_nbytes(t) for t in tys), default=4)
+        scratch = 0
+        buffer = None
+        match e:
+            case n.Lit(raw=raw, dtype=dt):
+                a = ops.literal(raw, dt)
+                f, rm = (lambda r, m: a), True
+            case n.Var(name=name):
+                f, rm = (lambda r, m: r.vars[name]), True
+                return f, rm, self.types[name], 0
+            case n.Load(buffer=b):
+                decl, copy = self.decls[b], b in self.written
+                f, rm, buffer, scratch = partial(_load, decl, copy), True, decl.dtype, 40
+            case n.BufLen(buffer=b):
+                f, rm = (lambda r, m: r.lens[b]), True
+            case n.Builtin(name=name, axis=axis):
+                f, rm = (lambda r, m: r.geo.builtin(name, axis)), True
+            case n.BinOp(op=op):
+                f, rm, scratch = ops.binary(op, tys[0]), False, 10 * max(w, 8)
+            case n.UnOp(op=op):
+                f, rm, scratch = ops.unary(op, tys[0]), False, 8 * max(w, 8)
+            case n.Select():
+                f, rm = _select, False
+            case n.Cast(dtype=dt):
+                f, rm, scratch = ops.cast(tys[0], dt), False, 48
+            case n.Fma():
+                f, rm, scratch = ops.fma(tys[0]), False, 200 if tys[0].is_float else 3 * w
+            case n.Atomic(op=op, buffer=b, expected=x):
+                decl = self.decls[b]
+                if x is None:
+                    f = lambda r, m, i, v: _atomic(r, decl, op, i, v, None, m)  # noqa: E731
                 else:
-                    r.ret = m.copy() if r.ret is None else r.ret | m
-            return return_
-        if isinstance(s, n.Block):
-            return self._body(s.body)
+                    f = lambda r, m, i, v, x: _atomic(r, decl, op, i, v, x, m)  # noqa: E731
+                rm, buffer, scratch = True, decl.dtype, _SCRATCH_ATOMIC
+            case n.SubgroupBallot():
+                f, rm, scratch = _ballot, True, _SCRATCH_SUBGROUP
+            case n.SubgroupShuffle():
+                f, rm, scratch = _shuffle, True, _SCRATCH_SUBGROUP
+            case n.SubgroupAdd():
+                f, rm, scratch = _subgroup_add, True, _SCRATCH_SUBGROUP
+            case _:
+                raise TypeError(f"unknown expression {e!r}")  # unreachable for validated programs
+        return f, rm, result_type(e, tys, buffer=buffer), scratch
+
+    # ---- statements --------------------------------------------------------------------------
+    def _body(self, stmts: tuple[n.Node, ...], where: Where, ctx: int):
+        """Walker: the `_Body` of a statement list; `ctx` is the mask bytes of the enclosing flow."""
+        items = []
+        for i, s in enumerate(stmts):
+            items.append((yield self._stmt(s, Where(where, f"[{i}]"), ctx)))
+        return _Body(items)
+
+    def _expr_at(self, e: n.Expr, ctx: int, extra: int = 0):
+        code = yield self._expr(e)
+        self._peak = max(self._peak, ctx + code.peak + extra)
+        return code
+
+    def _stmt(self, s: n.Node, where: Where, ctx: int):
+        """Walker: the `_Stmt` of one statement."""
+        match s:
+            case n.Let(name=name, value=value):
+                code = yield self._expr_at(value, ctx)
+                self.types[name] = code.type
+                self._var_bytes[name] = max(self._var_bytes.get(name, 0), _nbytes(code.type))
+                return _Stmt(_let(code.ev, name), False, 0, 1)
+            case n.Assign(name=name, value=value):
+                code = yield self._expr_at(value, ctx, _ASSIGN_EXTRA)
+                return _Stmt(_assign(code.ev, name), False, 0, 1)
+            case n.Store(buffer=b, index=index, value=value):
+                fi = yield self._expr_at(index, ctx)
+                fv = yield self._expr_at(value, ctx, _nbytes(fi.type) + _SCRATCH_STORE)
+                decl, ei, ev = self.decls[b], fi.ev, fv.ev
+                return _Stmt(lambda r, m: _store(r, decl, ei(r, m), ev(r, m), m), False, 0, 1)
+            case n.If(cond=cond, then=then, otherwise=otherwise):
+                fc = yield self._expr_at(cond, ctx)
+                t = yield self._body(then, Where(where, ".then"), ctx + _MASK_IF)
+                o = (yield self._body(otherwise, Where(where, ".else"), ctx + _MASK_IF)) if otherwise else None
+                height = 1 + max(t.height, o.height if o else 0)
+                may_return = t.may_return or (o is not None and o.may_return)
+                return _Stmt(_if(fc.ev, t, o), may_return, height, 1 + t.cost + (o.cost if o else 0))
+            case n.Loop(var=var, start=start, end=end, body=body):
+                fs = yield self._expr_at(start, ctx)
+                fe = yield self._expr_at(end, ctx, 4)
+                self.types[var] = DataType.U32
+                self._var_bytes[var] = max(self._var_bytes.get(var, 0), 4)
+                b = yield self._body(body, Where(where, ".body"), ctx + _MASK_LOOP)
+                return _Stmt(_loop(fs.ev, fe.ev, b, var, where), b.may_return, 1 + b.height, 1)
+            case n.Barrier(scope=scope):
+                self._peak = max(self._peak, ctx + 2)
+                return _Stmt(lambda r, m: _barrier(r, m, scope), False, 0, 1)
+            case n.Return():
+                return _Stmt(_return, True, 0, 1)
+            case n.Block(body=body):
+                b = yield self._body(body, Where(where, ".block"), ctx)
+                return _Stmt(b.enter, b.may_return, 1 + b.height, b.cost)
         raise TypeError(f"unknown statement {s!r}")  # unreachable for validated programs
 
 
-_PLANS: "OrderedDict[str, Plan]" = OrderedDict()
+_PLANS: LRUCache[Plan] = LRUCache(256)
 
 
 def plan(program: Program) -> Plan:
     """The compiled form of `program` (cached by digest)."""
-    key = program.digest()
-    with _CACHE_LOCK:
-        p = _PLANS.pop(key, None)
-    p = p or Plan(program)
-    with _CACHE_LOCK:
-        _PLANS[key] = p
-        while len(_PLANS) > 256:
-            _PLANS.popitem(last=False)
-    return p
+    return _PLANS.get_or_build(program.digest(), lambda: Plan(program))
+
+
+# ---- launching ---------------------------------------------------------------------------------
+
+def _where(binding: Binding) -> str:
+    return f"dispatch of {binding.program.name!r} on the reference backend"
 
 
 def check_launch(binding: Binding) -> None:
-    """Raise DispatchError if the launch is more than the CPU interpreter takes."""
-    p = plan(binding.program)
+    """Raise DispatchError if the launch has more invocations than the CPU interpreter takes."""
     total = binding.invocations
-    where = f"dispatch of {binding.program.name!r} on the reference backend"
     if total > MAX_INVOCATIONS:
-        raise DispatchError(f"{where}: the launch has {total} invocations (grid {binding.grid} x workgroup "
-                            f"{binding.workgroup}), over the CPU interpreter's limit of {MAX_INVOCATIONS}. "
-                            "Fix: split the work into smaller dispatches or a smaller grid, or run on the "
-                            "cuda backend.")
-    groups = binding.grid[0] * binding.grid[1] * binding.grid[2]
-    shared = sum(b.count * b.dtype.nbytes for b in p.shared) * groups
-    if shared > MAX_WORKGROUP_BYTES:
-        raise DispatchError(f"{where}: workgroup buffers for {groups} workgroups take {shared} bytes, over "
-                            f"the reference's {MAX_WORKGROUP_BYTES}. Fix: use fewer or larger workgroups, "
-                            "or smaller workgroup buffers.")
+        raise DispatchError(f"{_where(binding)}: the launch has {total} invocations (grid {binding.grid} x "
+                            f"workgroup {binding.workgroup}), over the CPU interpreter's limit of "
+                            f"{MAX_INVOCATIONS}. Fix: split the work into smaller dispatches or a smaller grid, "
+                            "or run on the cuda backend.")
 
 
-def execute(binding: Binding) -> None:
-    """Run `binding.program` in place on `binding.arrays`, `fixpoint_iterations` times."""
+class Launch:
+    """A dispatch checked and planned, ready to `run`: `chunk` workgroups at a time."""
+
+    __slots__ = ("binding", "plan", "groups", "chunk", "chunks", "budget", "memory")
+
+    def __init__(self, binding: Binding, plan: Plan, groups: int, chunk: int, budget: Budget, memory: int):
+        self.binding, self.plan, self.groups, self.chunk = binding, plan, groups, chunk
+        self.chunks = -(-groups // chunk) if groups else 0  # how many chunks one run of the program takes
+        self.budget, self.memory = budget, memory
+
+    def run(self) -> None:
+        """Run the program in place on the binding's arrays, `fixpoint_iterations` times."""
+        b, p, budget, total, chunks = self.binding, self.plan, self.budget, self.groups, self.chunks
+        if chunks == 0 or b.invocations == 0:
+            return
+        iterations = b.config.fixpoint_iterations
+        try:
+            with np.errstate(all="ignore"):
+                for it in range(iterations):
+                    if it:
+                        budget.used += (b.invocations + STATEMENT_UNITS * chunks) * max(p.body.cost, 1)
+                        budget.check(p.name, f"fixpoint iteration {it + 1} of {iterations}")
+                    if chunks == 1:
+                        p.run(_Run(p, b.arrays, geometry(b.grid, b.workgroup), budget))
+                        continue
+                    full: dict = {}
+                    rest: dict = {}  # the last chunk may be shorter: its own offset-free builtins
+                    for first in range(0, total, self.chunk):
+                        if first:
+                            budget.check(p.name, f"the chunk from workgroup {first} of {total}, fixpoint "
+                                                 f"iteration {it + 1} of {iterations}")
+                        count = min(self.chunk, total - first)
+                        geo = Geometry(b.grid, b.workgroup, first, count, full if count == self.chunk else rest)
+                        p.run(_Run(p, b.arrays, geo, budget))
+                        del geo  # before the next chunk's geometry is built
+        except MemoryError as e:
+            raise DispatchError(f"{_where(b)}: out of host memory ({e}). Fix: dispatch less data at a time, or "
+                                f"lower the reference backend's memory budget (${MEMORY_ENV}, now {self.memory} "
+                                "bytes) so that it runs in smaller chunks.") from e
+
+
+def prepare(binding: Binding, memory: int, work: int | Budget, reserved: int = 0) -> Launch:
+    """Check `binding` against the interpreter's limits and plan its chunks: as many whole
+    workgroups at a time as `memory` bytes (less `reserved` bytes held elsewhere for the
+    dispatch) allow. `work` is the work budget (a fresh `Budget` of that many units, or one to
+    share). Raises DispatchError, before anything runs, where no chunk fits."""
     check_launch(binding)
-    if binding.invocations == 0:
-        return
     p = plan(binding.program)
-    geo = geometry(binding.grid, binding.workgroup)
-    where = f"dispatch of {binding.program.name!r} on the reference backend"
-    try:
-        with np.errstate(all="ignore"):
-            for _ in range(binding.config.fixpoint_iterations):
-                p.body(_Run(p, binding.arrays, geo), None)
-    except MemoryError as e:
-        raise DispatchError(f"{where}: out of host memory ({e}). Fix: dispatch less data at a time.") from e
+    g, wg = binding.grid, binding.workgroup
+    total = g[0] * g[1] * g[2]
+    budget = work if isinstance(work, Budget) else Budget(work)
+    per_wg = p.workgroup_bytes(wg)
+    room = memory - reserved
+    if per_wg * total <= room:
+        return Launch(binding, p, total, total, budget, memory)
+    chunk = max(room, 0) // per_wg
+    fix = (f"raise the budget with ReferenceBackend(memory_budget=...) or ${MEMORY_ENV} (now {memory} bytes), "
+           "or dispatch less data at a time")
+    held = f", besides the {reserved} bytes of copies it keeps to undo a failed dispatch," if reserved else ""
+    if p.grid_barrier:
+        raise DispatchError(f"{_where(binding)}: the program has a grid barrier, so all {total} workgroups run at "
+                            f"once, which needs about {per_wg * total} bytes of host memory{held} over the reference "
+                            f"backend's memory budget of {memory} bytes. Fix: {fix}, or split the program at the "
+                            "grid barrier into two dispatches.")
+    if chunk < 1:
+        raise DispatchError(f"{_where(binding)}: one workgroup of {wg} invocations needs about {per_wg} bytes of "
+                            f"host memory{held} over the reference backend's memory budget of {memory} bytes. "
+                            f"Fix: {fix}, or use a smaller workgroup.")
+    return Launch(binding, p, total, chunk, budget, memory)
+
+
+def execute(binding: Binding, *, memory: int | None = None, work: int | None = None) -> None:
+    """Run `binding.program` in place on `binding.arrays`, `fixpoint_iterations` times, within
+    `memory` bytes of working memory and `work` units of loop work (None: the configured budgets,
+    see `memory_budget` and `work_budget`)."""
+    prepare(binding, memory_budget(memory), work_budget(work)).run()

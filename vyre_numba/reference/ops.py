@@ -353,26 +353,89 @@ def _fma_exact(a: float, b: float, c: float) -> float:
         return float("inf") if x > 0 else float("-inf")
 
 
-def _fma_f64(a, b, c):
-    """Exact f64 fma: Boldo-Melquiond emulation (TwoProduct, TwoSum, round-to-odd) where no
-    intermediate can overflow or underflow; exact rational arithmetic for the rest."""
-    a, b, c = np.broadcast_arrays(a, b, c)
-    aa, ab, ac, p = np.abs(a), np.abs(b), np.abs(c), np.abs(a * b)
-    safe = (aa < 2.0**990) & (ab < 2.0**990) & (ac < 2.0**990) & (p > 2.0**-900) & (p < 2.0**990)
+_FAR = 200  # binades apart beyond which the smaller of a*b and c can only act as a sticky bit
+
+
+def _two_product(a, b):
     ah, al = _split(a)
     bh, bl = _split(b)
     uh = a * b
-    ul = ((ah * bh - uh) + ah * bl + al * bh) + al * bl
+    return uh, ((ah * bh - uh) + ah * bl + al * bh) + al * bl
+
+
+def _sum_sign(terms: list) -> tuple[np.ndarray, np.ndarray]:
+    """(sign, known): the sign (-1, 0, 1) of the exact sum of each column of finite float arrays
+    (small enough that sums cannot overflow), by error-free distillation; `known` is False where
+    a few passes did not settle it."""
+    sign = np.zeros(terms[0].shape, np.int8)
+    todo = np.ones(terms[0].shape, bool)
+    for _ in range(6):
+        s, errs = terms[0], []
+        for x in terms[1:]:
+            s, e = _two_sum(s, x)
+            errs.append(e)
+        terms = errs + [s]
+        rest = sum(np.abs(e) for e in errs)
+        settled = todo & ((np.abs(s) > rest * (1 + 2.0 ** -40)) | ((s == 0) & (rest == 0)))
+        sign[settled] = np.sign(s[settled])
+        todo &= ~settled
+        if not todo.any():
+            break
+    return sign, ~todo
+
+
+def _fma_scaled(a, b, c):
+    """fma of finite nonzero f64 operands of any magnitude: a*b and c are scaled by one power of
+    two so that the larger lies in [2^-2, 1) and the emulation neither overflows nor underflows;
+    ldexp scales the result back, rounding it once more where it is subnormal (see below)."""
+    ma, ea = np.frexp(a)
+    mb, eb = np.frexp(b)
+    mc, ec = np.frexp(c)
+    ep = ea.astype(np.int64) + eb  # a*b = ma*mb * 2^ep, c = mc * 2^ec
+    k = np.maximum(ep, ec)
+    uh, ul = _two_product(ma, np.ldexp(mb, np.maximum(ep - k, -_FAR)))
+    # a c more than _FAR binades below a*b only decides ties and sides: any value of its sign does
+    th, tl = _two_sum(np.ldexp(mc, np.maximum(ec - k, -_FAR)), uh)
+    r = th + _to_odd(*_two_sum(tl, ul))  # the exact sum rounded once to 53 bits (scaled)
+    # A subnormal result is rounded twice (to 53 bits, then to the subnormal grid by ldexp),
+    # which is the single rounding except where the 53-bit value is exactly a midpoint of that
+    # grid: there the exact sum's side of it decides, so r is nudged one 53-bit step that way.
+    z = np.abs(np.ldexp(r, k + 1075))  # in units of half the smallest subnormal
+    tie = np.flatnonzero((z < 2.0 ** 53) & (z == np.floor(z)) & (np.fmod(z, 2.0) == 1.0) & (ep - k >= -_FAR))
+    if tie.size:
+        side, known = _sum_sign([th[tie], tl[tie], ul[tie], -r[tie]])
+        r[tie] = np.where(side == 0, r[tie], np.nextafter(r[tie], np.where(side > 0, np.inf, -np.inf)))
+        for i in tie[~known]:  # distillation did not settle it (not seen in practice): exact rationals
+            r[i] = np.ldexp(_fma_exact(float(a[i]), float(b[i]), float(c[i])), -int(k[i]))
+    out = np.ldexp(r, k)
+    return np.where(ep - k < -_FAR, c, out)  # a*b is below half an ulp of c: the result is c
+
+
+def _fma_emulated(a, b, c):
+    uh, ul = _two_product(a, b)
     th, tl = _two_sum(c, uh)
-    out = th + _to_odd(*_two_sum(tl, ul))
+    return th + _to_odd(*_two_sum(tl, ul))
+
+
+def _fma_f64(a, b, c):
+    """Exact f64 fma: Boldo-Melquiond emulation (TwoProduct, TwoSum, round-to-odd) where no
+    intermediate can overflow or underflow, the same on operands scaled by powers of two for
+    the rest."""
+    a, b, c = np.broadcast_arrays(a, b, c)
+    aa, ab, ac, p = np.abs(a), np.abs(b), np.abs(c), np.abs(a * b)
+    safe = (aa < 2.0**990) & (ab < 2.0**990) & (ac < 2.0**990) & (p > 2.0**-900) & (p < 2.0**990)
     if safe.all():
-        return out
+        return _fma_emulated(a, b, c)
     finite = np.isfinite(a) & np.isfinite(b)
-    simple = ~safe & (~finite | ~np.isfinite(c) | (a == 0) | (b == 0))
-    # a*b exact (zero) or a special value: one rounding of a*b + c is the fma; finite*finite + inf is c
-    out = np.where(simple, np.where(finite & np.isinf(c), c, a * b + c), out)
-    for i in np.flatnonzero(~safe & ~simple):
-        out[i] = _fma_exact(float(a[i]), float(b[i]), float(c[i]))
+    nonzero = finite & (a != 0) & (b != 0)
+    simple = ~safe & (~nonzero | ~np.isfinite(c) | (c == 0))
+    # a*b exact (zero) or a special value: one rounding of a*b + c is the fma; finite*finite + inf
+    # is c; a zero c leaves the product rounded once, its sign kept where it underflows to zero
+    prod = a * b
+    out = np.where(finite & np.isinf(c), c, np.where(nonzero & (c == 0), prod, prod + c))
+    for where, f in ((np.flatnonzero(safe), _fma_emulated), (np.flatnonzero(~safe & ~simple), _fma_scaled)):
+        if where.size:
+            out[where] = f(a[where], b[where], c[where])
     return out
 
 

@@ -11,12 +11,15 @@ from ..config import DispatchConfig  # noqa: F401  (type hints)
 from ..errors import DispatchError
 from ..ir import Program, check
 from ..ir.program import Role
-from .interpreter import check_launch, execute
+from .interpreter import memory_budget, plan, prepare, work_budget
 
 
-def dispatch_resident(program: Program, buffers: Sequence | Mapping, config: DispatchConfig | None = None) -> None:
-    """Run `program` in place over NumPy arrays bound in binding order (or by name). Nothing is
-    written when a check fails."""
+def dispatch_resident(program: Program, buffers: Sequence | Mapping, config: DispatchConfig | None = None, *,
+                      memory: int | None = None, work: int | None = None) -> None:
+    """Run `program` in place over NumPy arrays bound in binding order (or by name), within the
+    memory and work budgets (None: the configured ones). All or nothing: when a check fails
+    nothing is written, and when the program fails while running every buffer it writes is put
+    back as it was (at the cost of one copy of those buffers)."""
     check(program)
     config = check_config(config)
     where = f"dispatch_resident of {program.name!r}"
@@ -47,8 +50,17 @@ def dispatch_resident(program: Program, buffers: Sequence | Mapping, config: Dis
                                     "a race. Fix: bind distinct buffers (copy one of them first).")
     grid, wg = launch_geometry(program, config, {name: a.size for name, a in arrays.items()})
     binding = Binding(program, arrays, grid, wg, config)
-    check_launch(binding)
-    for d in decls:
-        if d.role is Role.OUTPUT:
-            arrays[d.name][...] = 0
-    execute(binding)
+    written = plan(program).written
+    touched = [d.name for d in decls if d.role is Role.OUTPUT or d.name in written]
+    launch = prepare(binding, memory_budget(memory), work_budget(work),
+                     reserved=sum(arrays[name].nbytes for name in touched))
+    saved = [(arrays[name], arrays[name].copy()) for name in touched]
+    try:
+        for d in decls:
+            if d.role is Role.OUTPUT:
+                arrays[d.name][...] = 0
+        launch.run()
+    except BaseException:
+        for arr, before in saved:
+            arr[...] = before
+        raise

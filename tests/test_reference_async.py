@@ -1,0 +1,165 @@
+"""dispatch_async on the reference backend runs on a worker thread (wait(timeout) returns on
+time, done() tells the truth, cancel() stops it), and telemetry counters stay exact under
+concurrent dispatch. Timing bounds are loose enough for a loaded two-core machine: they only
+separate "returned after the timeout" from "ran to the end" (minutes)."""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from conftest import assert_fix
+from vyre_numba import DispatchConfig, DispatchError, ir
+from vyre_numba.backend import Backend
+from vyre_numba.reference import ReferenceBackend, ReferencePending
+
+B = ir.BufferDecl
+v = ir.var
+
+
+def spin(trips: int) -> ir.Program:
+    """out = a + trips, after a loop of `trips` iterations (about minutes for 2**32 - 1)."""
+    return ir.Program([B.read("a", 0, "u32"), B.output("out", 1, "u32")], 4, [
+        ir.let("c", ir.u32(0)),
+        ir.loop("j", ir.u32(0), ir.u32(trips), ir.assign("c", v("c") + ir.u32(1))),
+        ir.store("out", ir.gid(0), ir.load("a", ir.gid(0)) + v("c"))])
+
+
+def test_wait_times_out_while_it_runs_and_cancel_stops_it():
+    backend = ReferenceBackend()
+    t0 = time.monotonic()
+    pending = backend.dispatch_async(spin(2**32 - 1), [np.zeros(4, np.uint32)])
+    assert isinstance(pending, ReferencePending)
+    assert time.monotonic() - t0 < 5, "dispatch_async waited for the dispatch"
+    assert not pending.done()
+    t0 = time.monotonic()
+    assert pending.wait(0.3) is False
+    assert 0.29 <= time.monotonic() - t0 < 10
+    assert not pending.done()
+    assert pending.cancel() is True
+    assert pending.wait(30) is True and pending.done()
+    with pytest.raises(DispatchError, match="cancelled") as e:
+        pending.result()
+    assert "the loop over 'j' at entry[1]" in str(e.value)
+    assert_fix(str(e.value))
+    assert pending.cancel() is False
+    assert backend.telemetry().get("dispatches", 0) == 0
+
+
+def test_results_and_done_after_it_finishes():
+    backend = ReferenceBackend()
+    a = np.arange(4, dtype=np.uint32)
+    pending = backend.dispatch_async(spin(500), [a], DispatchConfig(label="spin"))
+    assert pending.wait(60) is True and pending.done()
+    assert pending.result()[0].tolist() == [500, 501, 502, 503]
+    assert pending.cancel() is False
+    assert backend.telemetry()["dispatches"] == 1 and backend.telemetry()["dispatches[spin]"] == 1
+
+
+def test_inputs_are_captured_at_the_call():
+    backend = ReferenceBackend()
+    a = np.arange(4, dtype=np.uint32)
+    pending = backend.dispatch_async(spin(20_000), [a])  # loads `a` only after its loop
+    a[:] = 1000
+    assert pending.result()[0].tolist() == [20_000, 20_001, 20_002, 20_003]
+
+
+def test_mistakes_in_the_arguments_raise_at_the_call():
+    backend = ReferenceBackend(memory_budget=10)
+    with pytest.raises(DispatchError, match="expected 1 input") as e:
+        backend.dispatch_async(spin(5), [])
+    assert_fix(str(e.value))
+    with pytest.raises(DispatchError, match="memory budget"):  # refused before it is submitted
+        backend.dispatch_async(spin(5), [np.zeros(4096, np.uint32)])
+    pending = ReferenceBackend().dispatch_async(spin(5), [np.zeros(4, np.uint32)])
+    with pytest.raises(DispatchError, match="timeout") as e:
+        pending.wait("soon")
+    assert_fix(str(e.value))
+
+
+def test_failures_while_running_come_out_of_result():
+    p = ir.Program([B.output("out", 0, "u32", 64)], 32, [
+        ir.if_(ir.lid(0) < 3, [ir.barrier()]), ir.store("out", ir.gid(0), 1)])
+    pending = ReferenceBackend().dispatch_async(p, [])
+    assert pending.wait(60) is True and pending.done()
+    for _ in range(2):
+        with pytest.raises(DispatchError, match="barrier"):
+            pending.result()
+
+
+def test_many_in_flight_dispatches_all_complete():
+    backend = ReferenceBackend()
+    before = threading.active_count()
+    pendings = [backend.dispatch_async(spin(50 + k), [np.full(4, k, np.uint32)]) for k in range(24)]
+    for k, p in enumerate(pendings):
+        assert p.result()[0].tolist() == [k + 50 + k] * 4
+    assert threading.active_count() - before <= 64
+    assert backend.telemetry()["dispatches"] == 24
+
+
+def test_other_backends_pending_cannot_cancel_by_default():
+    from vyre_numba.backend import Completed
+
+    assert Completed([]).cancel() is False
+
+
+# ---- telemetry under threads -------------------------------------------------------------------
+
+@pytest.fixture
+def busy_switching():
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: lost updates show up
+    yield
+    sys.setswitchinterval(old)
+
+
+def test_counters_are_exact_under_threads(busy_switching):
+    class Quiet(Backend):
+        name = "quiet"
+
+        def dispatch(self, program, inputs=None, config=None, *, sizes=None):
+            raise NotImplementedError
+
+    backend = Quiet()
+
+    def work():
+        for _ in range(20_000):
+            backend._count(a=1, b=2)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert backend.telemetry() == {"a": 160_000, "b": 320_000}
+    backend.reset_telemetry()
+    assert backend.telemetry() == {}
+
+
+def test_concurrent_reference_dispatches_are_all_counted(busy_switching):
+    backend = ReferenceBackend()
+    p = ir.Program([B.read("a", 0, "u32"), B.output("out", 1, "u32")], 8, [
+        ir.store("out", ir.gid(0), ir.load("a", ir.gid(0)) * ir.u32(2))])
+    a = np.arange(16, dtype=np.uint32)
+    errors: list = []
+
+    def work(k):
+        try:
+            for j in range(150):
+                label = "even" if j % 2 == 0 else None
+                out = backend.dispatch(p, [a], DispatchConfig(label=label))[0]
+                assert out.tolist() == (a * 2).tolist()
+                backend.dispatch_resident(p, [a, np.zeros(16, np.uint32)])
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert backend.telemetry() == {"dispatches": 1200, "dispatches[even]": 600, "resident_dispatches": 1200}

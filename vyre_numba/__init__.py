@@ -7,7 +7,7 @@ from . import ir
 from .backend import Backend
 from .registry import available_backends, get_backend
 from .config import DispatchConfig
-from .errors import (BackendUnavailableError, CompileError, DeviceError, DispatchError,
+from .errors import (BackendUnavailableError, BarrierTimeoutError, CompileError, DeviceError, DispatchError,
                      IRValidationError, LaunchError, UnsupportedError, VyreError)
 from .ir import BufferDecl, DataType, Program
 
@@ -15,4 +15,5 @@ from .version import __version__
 
 __all__ = ["ir", "Backend", "available_backends", "get_backend", "DispatchConfig", "VyreError",
            "IRValidationError", "BackendUnavailableError", "DispatchError", "LaunchError",
-           "UnsupportedError", "CompileError", "DeviceError", "BufferDecl", "DataType", "Program"]
+           "UnsupportedError", "CompileError", "DeviceError", "BarrierTimeoutError", "BufferDecl", "DataType",
+           "Program"]

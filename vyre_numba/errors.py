@@ -36,3 +36,7 @@ class CompileError(VyreError):
 
 class DeviceError(VyreError):
     """The CUDA driver reported an error while running a kernel."""
+
+
+class BarrierTimeoutError(DeviceError):
+    """A grid barrier on the device waited past its bound: not every block arrived."""

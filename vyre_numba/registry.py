@@ -73,3 +73,12 @@ def _load_builtin() -> None:
     _PROBES.setdefault("reference", lambda: None)
     _FACTORIES.setdefault("cuda", _cuda)
     _PROBES.setdefault("cuda", _cuda_probe)
+
+
+def _install() -> None:
+    from . import backend
+
+    backend._RESOLVER = get_backend
+
+
+_install()

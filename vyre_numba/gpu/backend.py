@@ -1,6 +1,7 @@
 """The CUDA backend: vyre programs as PTX, assembled by nvJitLink and launched through numba-cuda."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
@@ -71,6 +72,7 @@ class CudaBackend(Backend):
         self.host_plans: LRUCache[HostPlan] = LRUCache(host_plans, on_evict=HostPlan.retire,
                                                        max_weight=host_plan_bytes,
                                                        weight=lambda plan: plan.device_bytes)
+        self.linked_modules: LRUCache[dict] = LRUCache(64)
         self.disk_cache: DiskCache | None = DiskCache() if diskcache.enabled() else None
         self._toolchain = _toolchain_versions()
         self._prepared: dict[tuple, tuple] = {}
@@ -121,11 +123,11 @@ class CudaBackend(Backend):
             self.disk_cache.put(full_key, cubin)
         return self._load(program.name, cubin, ptx)
 
-    def _load(self, name: str, cubin: bytes, ptx: str | None) -> CompiledKernel:
+    def _load(self, name: str, cubin: bytes, ptx: str | None, code=None) -> CompiledKernel:
         from cuda.core import ObjectCode
 
         try:
-            code = ObjectCode.from_cubin(cubin)
+            code = code or ObjectCode.from_cubin(cubin)
             kernel = code.get_kernel(name)
             attrs = kernel.attributes
             shared, max_threads = attrs.shared_size_bytes, attrs.max_threads_per_block
@@ -133,6 +135,28 @@ class CudaBackend(Backend):
             raise DeviceError(f"loading kernel {name!r} failed ({type(e).__name__}: {e}). "
                               "Fix: check the driver supports this GPU's toolkit version.") from e
         return CompiledKernel(name, ptx, code, kernel, shared, max_threads)
+
+    def load_linked(self, key: str, sources: Sequence[str], entries: Sequence[str]) -> dict[str, CompiledKernel]:
+        """The kernels `entries` of the PTX `sources` linked together (with the math modules
+        they call), assembled for this device; cached under `key` in memory and on disk."""
+        self._ensure_context()
+
+        def build() -> dict[str, CompiledKernel]:
+            from cuda.core import ObjectCode
+
+            full_key = ("linked", key, self.caps.sm) + self._toolchain
+            cubin = self.disk_cache.get(full_key) if self.disk_cache else None
+            if cubin is None:
+                from ..ptx import assemble
+
+                with profiling.range("assemble"):
+                    cubin = assemble(list(sources), sm=self.caps.sm)
+                if self.disk_cache:
+                    self.disk_cache.put(full_key, cubin)
+            code = ObjectCode.from_cubin(cubin)
+            return {name: self._load(name, cubin, None, code) for name in entries}
+
+        return self.linked_modules.get_or_build(key, build)
 
     def _unload(self, k: CompiledKernel) -> None:
         """Forget every preparation that launches `k`. Its module is unloaded with the last reference,
@@ -298,6 +322,28 @@ class CudaBackend(Backend):
     def _pinned_bytes(self, n: int):
         """A pinned host allocation of `n` bytes (a numba pinned array, freed when dropped)."""
         return self._cuda.pinned_array(n, dtype=np.uint8)
+
+    @contextlib.contextmanager
+    def device_timer(self, stream: int | None = None):
+        """`with backend.device_timer() as t:` times the work enqueued on `stream` (this backend's by
+        default) inside the block with CUDA events; on leaving it waits for that work and sets `t.ns`."""
+        drv = self._drv
+        s = self.stream_handle if stream is None else stream
+        start, end = _event(drv, True), _event(drv, True)
+        timer = _Timer()
+        try:
+            driver_check(drv.cuEventRecord(start, s), "recording an event")
+            yield timer
+            driver_check(drv.cuEventRecord(end, s), "recording an event")
+            (err,) = drv.cuEventSynchronize(end)
+            if err != drv.CUresult.CUDA_SUCCESS:
+                raise DeviceError(f"the timed work failed: {err.name}. Fix: a fault inside a kernel poisons the CUDA "
+                                  "context; restart the process.")
+            err, ms = drv.cuEventElapsedTime(start, end)
+            timer.ns = int(round(ms * 1e6)) if err == drv.CUresult.CUDA_SUCCESS else 0
+        finally:
+            drv.cuEventDestroy(start)
+            drv.cuEventDestroy(end)
 
     def release_memory(self) -> None:
         """Free device memory dropped since the last call now, rather than when numba next
@@ -587,6 +633,12 @@ def _repeat(inputs, names: list[str], key: tuple) -> dict[str, np.ndarray] | Non
         if type(a) is not np.ndarray or a.dtype != dt or a.size != n or a.ndim != 1 or not a.flags.c_contiguous:
             return None
     return dict(zip(names, inputs))
+
+
+class _Timer:
+    """The result of `device_timer`: device nanoseconds, set when the block is left."""
+
+    ns: int = 0
 
 
 class _Lease:

@@ -311,3 +311,69 @@ def _read_tuple(r) -> tuple:
         raise DispatchError(f"read {r!r} is not (buffer, offset, count). Fix: pass e.g. (buf, 0, 16) or (buf,).")
     r = tuple(r)
     return r + (0, None)[len(r) - 1:] if len(r) < 3 else r
+
+
+class WhileGraph:
+    """A CUDA graph that repeats a body while its condition stays non-zero, all on the device:
+    `body(stream, condition)` enqueues one iteration on `stream` (captured), and some kernel of
+    it ends the loop by calling cudaGraphSetConditional(condition, 0). Built with cuda.core's
+    GraphBuilder conditional nodes; owns its graph and stream (`close()`, `with`, finaliser)."""
+
+    def __init__(self, backend, body, what: str):
+        from cuda.core import Stream
+
+        self.backend, self.what = backend, what
+        backend._ensure_context()
+        self._owned = owned = _Owned(backend)
+        self._finalizer = weakref.finalize(self, owned.release)
+        try:
+            owned.stream = _stream(backend)
+            builder = Stream.from_handle(owned.stream).create_graph_builder()
+            owned.builders.append(builder)
+            builder.begin_building("thread_local")
+            condition = builder.create_condition(default_value=1)
+            loop = builder.while_loop(condition)
+            owned.builders.append(loop)
+            loop.begin_building("thread_local")
+            body(int(loop.stream.handle), int(condition.handle))
+            loop.end_building()
+            builder.end_building()
+            self._graph = builder.complete()
+            owned.graphs.append(self._graph)
+            self._cstream = Stream.from_handle(owned.stream)
+            self._graph.upload(self._cstream)
+        except BaseException as e:
+            owned.release()
+            if isinstance(e, VyreError) or not isinstance(e, Exception):
+                raise
+            raise UnsupportedError(f"building a CUDA graph with a while loop for {what} failed ({type(e).__name__}: "
+                                   f"{e}). Fix: use another mode (e.g. mode='relaunch'); conditional graph nodes "
+                                   "need CUDA 12.4 or newer.") from e
+
+    @property
+    def stream(self) -> int:
+        """The stream the graph runs on."""
+        return self._owned.stream
+
+    def launch(self) -> None:
+        """Enqueue the graph on its stream, after the work already on the backend's stream."""
+        self.backend.synchronize()  # inputs written on the backend's stream come first
+        try:
+            self._graph.launch(self._cstream)
+        except Exception as e:
+            raise DeviceError(f"launching the graph of {self.what} failed ({type(e).__name__}: {e}). Fix: after a "
+                              "kernel fault the context is poisoned; restart the process.") from e
+
+    def run(self) -> None:
+        """Launch the graph and wait for the loop to end."""
+        self.launch()
+        _wait(self.backend._drv, self._owned.stream, self.what)
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def __enter__(self) -> "WhileGraph":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -93,10 +93,13 @@ class KernelLaunch:
 
     __slots__ = ("name", "shape", "args", "nbuffers", "_fn", "_head", "_tail", "_ok")
 
-    def __init__(self, handle, name: str, shape: LaunchShape, nbuffers: int, *, cooperative: bool = False):
+    def __init__(self, handle, name: str, shape: LaunchShape, nbuffers: int, *, cooperative: bool = False,
+                 nparams: int | None = None):
+        """A launch of a vyre kernel (a pointer and a length per buffer), or, given `nparams`, of
+        a kernel with that many parameters of up to 8 bytes each (fill them with `set_param`)."""
         plain, coop, ok = _DRIVER or driver()
         self.name, self.shape, self.nbuffers = name, shape, nbuffers
-        self.args = ArgBlock(2 * nbuffers)
+        self.args = ArgBlock(2 * nbuffers if nparams is None else nparams)
         (gx, gy, gz), (bx, by, bz) = shape.grid, shape.block
         self._fn = coop if cooperative else plain
         self._head = (handle, gx, gy, gz, bx, by, bz, shape.shared_bytes)
@@ -107,6 +110,14 @@ class KernelLaunch:
         """Bind parameter buffer `i` (binding order) to device memory at `pointer` of `length` elements."""
         self.args.values[i] = pointer
         self.args.values[self.nbuffers + i] = length
+
+    def set_param(self, i: int, value: int | float | np.generic) -> None:
+        """Parameter `i` as its bits: ints and NumPy integers as themselves (u32 parameters read the
+        low half), Python floats as f64, NumPy floats as their own width."""
+        if isinstance(value, (float, np.floating)):
+            value = np.asarray(value, np.float64 if isinstance(value, float) else value.dtype)
+            value = int(value.view(np.uint64 if value.itemsize == 8 else np.uint32))
+        self.args.values[i] = int(value) & 0xFFFFFFFFFFFFFFFF
 
     def enqueue(self, stream: int, times: int = 1) -> int:
         """Enqueue `times` launches on `stream`; the number enqueued (0 for an empty grid)."""

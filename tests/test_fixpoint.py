@@ -1,0 +1,166 @@
+"""The fixpoint runner: every mode reaches the same fixpoint as the CPU loop (its oracle), reports
+rounds and convergence honestly, and a stuck grid barrier ends in an error, never a hang."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import vyre_numba as vn
+from vyre_numba import fixpoint
+from vyre_numba.errors import BarrierTimeoutError, DispatchError, UnsupportedError
+
+
+def relax(i, labels, indptr, indices):
+    """Pull the smallest label of i's neighbours (monotone: any order reaches the same fixpoint)."""
+    best = labels[i]
+    for k in range(indptr[i], indptr[i + 1]):
+        j = indices[k]
+        if labels[j] < best:
+            best = labels[j]
+    if best < labels[i]:
+        labels[i] = best
+        return 1
+    return 0
+
+
+def path(n: int):
+    """An undirected path 0 - 1 - ... - n-1 in CSR form."""
+    src = np.concatenate([np.arange(n - 1), np.arange(1, n)])
+    dst = np.concatenate([np.arange(1, n), np.arange(n - 1)])
+    order = np.argsort(src, kind="stable")
+    indptr = np.zeros(n + 1, np.int64)
+    np.add.at(indptr, src + 1, 1)
+    return np.cumsum(indptr), dst[order].astype(np.int64)
+
+
+def cpu_labels(n: int, start: np.ndarray, indptr, indices, **kw):
+    labels = start.copy()
+    r = fixpoint.run(relax, n, [labels, indptr, indices], backend="reference", **kw)
+    return labels, r
+
+
+def test_cpu_loop_reaches_the_fixpoint_and_counts_rounds():
+    n = 300
+    indptr, indices = path(n)
+    labels, r = cpu_labels(n, np.arange(n, dtype=np.uint32)[::-1].copy(), indptr, indices)
+    assert r.converged and r.mode == "relaunch" and r.device_ns is None
+    assert labels.tolist() == [0] * n
+    assert 2 <= r.rounds <= n + 1
+
+
+def test_max_rounds_is_reported_not_hidden():
+    n = 300
+    indptr, indices = path(n)
+    labels, r = cpu_labels(n, np.arange(n, dtype=np.uint32)[::-1].copy(), indptr, indices, max_rounds=3)
+    assert r.rounds == 3 and not r.converged
+    assert labels.max() > 0
+
+
+def test_nothing_to_do_converges_in_one_round():
+    labels, r = cpu_labels(5, np.zeros(5, np.uint32), *path(5))
+    assert (r.rounds, r.converged) == (1, True)
+    _, r = cpu_labels(0, np.zeros(0, np.uint32), np.zeros(1, np.int64), np.zeros(0, np.int64))
+    assert (r.rounds, r.converged) == (1, True)
+
+
+@pytest.mark.parametrize("kw,fragment", [
+    ({"n": -1}, "n=-1"), ({"n": True}, "n=True"), ({"n": 2**32}, "n=4294967296"),
+    ({"max_rounds": 0}, "max_rounds=0"), ({"mode": "fast"}, "mode='fast'"), ({"mode": "cooperative"}, "needs a GPU"),
+    ({"timeout_s": -1}, "timeout_s=-1"), ({"args": "abc"}, "not a list"), ({"step": 5}, "not a function"),
+    ({"step": lambda i, a: a.no_such_attribute}, "does not compile"), ({"backend": "nope"}, "no backend named"),
+])
+def test_bad_arguments_raise_vyre_errors_with_a_fix(kw, fragment):
+    call = {"step": relax, "n": 3, "args": [np.zeros(3, np.uint32), *path(3)]}
+    call.update(kw)
+    step, n, args = call.pop("step"), call.pop("n"), call.pop("args")
+    with pytest.raises(vn.VyreError, match="Fix:") as e:
+        fixpoint.run(step, n, args, **({"backend": "reference"} | call))
+    assert fragment in str(e.value)
+
+
+# ---- the GPU -----------------------------------------------------------------------------------
+
+MODES = ["cooperative", "graph", "relaunch"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", MODES + ["auto"])
+@pytest.mark.parametrize("n", [1, 255, 257, 5000, 100_000])
+def test_every_mode_reaches_the_cpu_fixpoint(mode, n):
+    backend = vn.get_backend("cuda")
+    indptr, indices = path(n)
+    rng = np.random.default_rng(n)
+    start = rng.permutation(n).astype(np.uint32)
+    want, _ = cpu_labels(n, start, indptr, indices)
+    labels = backend.upload(start)
+    r = fixpoint.run(relax, n, [labels, backend.upload(indptr), backend.upload(indices)], mode=mode,
+                     max_rounds=10 * n + 10)
+    assert r.converged and r.rounds >= 1 and r.device_ns > 0
+    assert r.mode == (mode if mode != "auto" else r.mode) and r.mode in MODES
+    assert np.array_equal(backend.download(labels), want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", MODES)
+def test_gpu_max_rounds_stops_and_says_so(mode):
+    backend = vn.get_backend("cuda")
+    n = 20_000
+    indptr, indices = path(n)
+    labels = backend.upload(np.arange(n, dtype=np.uint32)[::-1].copy())
+    r = fixpoint.run(relax, n, [labels, backend.upload(indptr), backend.upload(indices)], mode=mode, max_rounds=3)
+    assert (r.rounds, r.converged) == (3, False)
+
+
+@pytest.mark.gpu
+def test_gpu_progress_bar_runs_in_chunks_with_the_same_result():
+    backend = vn.get_backend("cuda")
+    n = 3000
+    indptr, indices = path(n)
+    start = np.arange(n, dtype=np.uint32)[::-1].copy()
+    for mode in ("cooperative", "graph"):
+        labels = backend.upload(start)
+        r = fixpoint.run(relax, n, [labels, backend.upload(indptr), backend.upload(indices)], mode=mode,
+                         max_rounds=100_000, progress=True)
+        assert r.converged and backend.download(labels).tolist() == [0] * n
+
+
+def stalls_block_zero(i, flag):
+    """Item 0 sleeps ~1.5 s in its first round, so block 0 reaches the grid barrier late."""
+    from numba import cuda
+
+    if i == 0 and flag[0] == 0:
+        flag[0] = 1
+        for _ in range(1500):
+            cuda.nanosleep(1_000_000)
+    return 1
+
+
+@pytest.mark.gpu
+def test_stuck_grid_barrier_reports_a_timeout_instead_of_hanging():
+    backend = vn.get_backend("cuda")
+    flag = backend.upload(np.zeros(1, np.uint32))
+    with pytest.raises(BarrierTimeoutError, match="Fix:"):
+        fixpoint.run(stalls_block_zero, 1 << 16, [flag], mode="cooperative", timeout_s=0.2, max_rounds=5)
+    # the context is healthy afterwards
+    assert backend.download(backend.upload(np.arange(3, dtype=np.uint32))).tolist() == [0, 1, 2]
+
+
+@pytest.mark.gpu
+def test_gpu_refuses_host_arrays_and_bad_scalars():
+    with pytest.raises(DispatchError, match="NumPy array.*Fix:"):
+        fixpoint.run(relax, 3, [np.zeros(3, np.uint32), *path(3)], backend="cuda")
+    with pytest.raises(DispatchError, match="Fix:"):
+        fixpoint.run(relax, 3, [object()], backend="cuda")
+
+
+def test_cpu_refuses_device_looking_arrays():
+    class Fake:
+        __cuda_array_interface__ = {"shape": (3,), "typestr": "<u4", "data": (0, False), "version": 3}
+
+    with pytest.raises(DispatchError, match="device array.*Fix:"):
+        fixpoint.run(relax, 3, [Fake(), *path(3)], backend="reference")
+
+
+def test_unsupported_mode_on_cpu_is_refused():
+    with pytest.raises(UnsupportedError, match="Fix:"):
+        fixpoint.run(relax, 3, [np.zeros(3, np.uint32), *path(3)], backend="reference", mode="graph")

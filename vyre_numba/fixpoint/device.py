@@ -1,0 +1,224 @@
+"""The fixpoint runner on the GPU: the step compiled by Numba to a C-ABI device function, linked
+with the fixpoint and grid-barrier templates, and run in one of three modes."""
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import DispatchError, UnsupportedError
+from ..gpu.launch import KernelLaunch, LaunchShape, validate_cooperative
+from ..ptx import templates
+from ..ptx.emitter import PTX_VERSION
+from .runner import _CONVERGED, _CTL_WORDS, _ERROR, _ROUNDS, FixpointResult, _bar, raise_barrier_timeout
+
+STEP_NAME = "vyre_fixpoint_step"
+ENTRIES = ("vyre_fixpoint_coop", "vyre_fixpoint_round", "vyre_fixpoint_check")
+_REG = {"b32": "%ra", "b64": "%rda", "f32": "%fa", "f64": "%fda"}
+
+
+def _arg_kinds(args: list) -> list[tuple[str, Any, Any]]:
+    """(PTX class, Numba type, bits to pass) of each step argument after the item index."""
+    from numba import from_dtype, types
+
+    out = []
+    for k, a in enumerate(args):
+        cai = getattr(a, "__cuda_array_interface__", None)
+        if cai is not None:
+            dt = np.dtype(cai["typestr"])
+            strides = cai.get("strides")
+            if strides is not None and int(np.prod(cai["shape"])) > 1:
+                want = dt.itemsize
+                for dim, st in zip(reversed(cai["shape"]), reversed(strides)):
+                    if dim > 1 and st != want:
+                        raise DispatchError(f"args[{k}] is a non-contiguous device array. Fix: pass a contiguous copy.")
+                    want *= dim
+            out.append(("b64", types.CPointer(from_dtype(dt)), cai["data"][0] or 0))
+        elif isinstance(a, np.ndarray):
+            raise DispatchError(f"args[{k}] is a NumPy array, but the cuda backend runs the step on the GPU. "
+                                "Fix: pass device arrays (backend.upload(x)), or use the reference backend.")
+        elif isinstance(a, (bool, np.bool_)):
+            out.append(("b32", types.boolean, int(a)))
+        elif isinstance(a, np.generic) and a.dtype.kind in "iuf":
+            cls = ("f" if a.dtype.kind == "f" else "b") + ("64" if a.dtype.itemsize == 8 else "32")
+            if a.dtype.itemsize < 4:
+                raise DispatchError(f"args[{k}] is a {a.dtype} scalar. Fix: pass 32- or 64-bit scalars.")
+            out.append((cls, from_dtype(a.dtype), a))
+        elif isinstance(a, int):
+            out.append(("b64", types.int64, a))
+        elif isinstance(a, float):
+            out.append(("f64", types.float64, a))
+        else:
+            raise DispatchError(f"args[{k}] is a {type(a).__name__}; the step takes device arrays and numbers. "
+                                "Fix: pass device arrays (numba, CuPy, PyTorch) or int/float scalars.")
+    return out
+
+
+_STEPS: dict = {}
+
+
+def _step_ptx(step: Callable, kinds: list, cc: tuple[int, int]) -> str:
+    from numba import cuda, types
+    from numba.core.errors import NumbaError
+
+    sig = types.int32(types.uint32, *[t for _, t, _ in kinds])
+    key = (step, str(sig), cc)
+    ptx = _STEPS.get(key)
+    if ptx is None:
+        try:
+            ptx, _ = cuda.compile_ptx(step, sig, device=True, abi="c", abi_info={"abi_name": STEP_NAME}, cc=cc)
+        except NumbaError as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise DispatchError(f"the step function does not compile for the GPU ({first}). Fix: write it in Numba's "
+                                "CUDA subset taking (i, *args) and returning an int or bool.") from e
+        _STEPS[key] = ptx
+    return ptx
+
+
+def _module(backend, step: Callable, kinds: list) -> dict:
+    sm = backend.caps.sm
+    step_ptx = _step_ptx(step, kinds, tuple(backend.caps.compute_capability))
+    nregs = max(1, len(kinds))
+    kparams = "".join(f",\n\t.param .{c} arg{k}" for k, (c, _, _) in enumerate(kinds))
+    loads = "\n".join(f"\tld.param.{c} \t{_REG[c]}{k}, [arg{k}];" for k, (c, _, _) in enumerate(kinds))
+    cparams = "\n".join(f"\t.param .{c} a{k};" for k, (c, _, _) in enumerate(kinds))
+    cstores = "\n".join(f"\tst.param.{c} \t[a{k}], {_REG[c]}{k};" for k, (c, _, _) in enumerate(kinds))
+    cargs = "".join(f", a{k}" for k in range(len(kinds)))
+    decl_params = "".join(f", .param .{c} p{k}" for k, (c, _, _) in enumerate(kinds))
+    step_decl = f".extern .func (.param .b32 changed) {STEP_NAME}(.param .b32 item{decl_params});"
+    version = PTX_VERSION.get(sm, "7.8")
+    fix = templates.load("fixpoint", version=version, target=f"sm_{sm}", step=STEP_NAME, step_decl=step_decl,
+                         kparams=kparams, loads=loads, cparams=cparams, cstores=cstores, cargs=cargs, nregs=nregs)
+    barrier = templates.load("grid_barrier", version=version, target=f"sm_{sm}")
+    key = "fixpoint-" + hashlib.sha256((fix + barrier + step_ptx).encode()).hexdigest()[:24]
+    return backend.load_linked(key, [fix, barrier, step_ptx], ENTRIES)
+
+
+def run(backend, step: Callable, n: int, args: list, max_rounds: int, mode: str, block: int, timeout_ns: int,
+        progress: bool) -> FixpointResult:
+    kinds = _arg_kinds(args)
+    kernels = _module(backend, step, kinds)
+    caps = backend.caps
+    if mode == "auto":
+        mode = "cooperative" if caps.cooperative_launch else "graph"
+    ctl = backend.empty(_CTL_WORDS, np.uint32)
+    ctl_ptr = ctl.__cuda_array_interface__["data"][0]
+    bar = _bar(progress, max_rounds)
+    try:
+        if mode == "cooperative":
+            rounds, converged, ns = _cooperative(backend, kernels["vyre_fixpoint_coop"], n, kinds, ctl, ctl_ptr,
+                                                 max_rounds, block, timeout_ns, bar)
+        elif mode == "graph":
+            rounds, converged, ns = _graph(backend, kernels, n, kinds, ctl, ctl_ptr, max_rounds, block, bar)
+        else:
+            rounds, converged, ns = _relaunch(backend, kernels["vyre_fixpoint_round"], n, kinds, ctl, ctl_ptr,
+                                              max_rounds, block, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    return FixpointResult(rounds, converged, mode, ns)
+
+
+def _args_into(launch: KernelLaunch, first: int, kinds: list) -> None:
+    for k, (_, _, value) in enumerate(kinds):
+        launch.set_param(first + k, value)
+
+
+def _cooperative(backend, k, n, kinds, ctl, ctl_ptr, max_rounds, block, timeout_ns, bar):
+    caps = backend.caps
+    if not caps.cooperative_launch:
+        raise UnsupportedError("this GPU cannot launch cooperative kernels. Fix: use mode='graph' or 'relaunch'.")
+    per_sm = backend.blocks_per_sm(k, (block, 1, 1))
+    if per_sm < 1:
+        raise UnsupportedError(f"the cooperative fixpoint kernel with the step cannot run {block}-thread blocks "
+                               "(registers or shared memory). Fix: pass a smaller block, e.g. block=128.")
+    grid = max(1, min(-(-n // block), per_sm * caps.sm_count))
+    shape = LaunchShape((grid, 1, 1), (block, 1, 1))
+    validate_cooperative(caps, shape, per_sm, kernel=k.name)
+    launch = KernelLaunch(k.handle, k.name, shape, 0, cooperative=True, nparams=4 + len(kinds))
+    chunk = max(1, min(max_rounds, 64)) if bar is not None else max_rounds
+    launch.set_param(0, n)
+    launch.set_param(2, timeout_ns)
+    launch.set_param(3, ctl_ptr)
+    _args_into(launch, 4, kinds)
+    rounds, converged, ns = 0, False, 0
+    while rounds < max_rounds and not converged:
+        launch.set_param(1, min(chunk, max_rounds - rounds))
+        backend.memset(ctl_ptr, 4 * _CTL_WORDS)
+        with backend.device_timer() as t:
+            launch.enqueue(backend.stream_handle)
+        ns += t.ns
+        words = backend.download(ctl)
+        if words[_ERROR]:
+            raise_barrier_timeout(timeout_ns)
+        rounds += int(words[_ROUNDS])
+        converged = bool(words[_CONVERGED])
+        if bar is not None:
+            bar.update(int(words[_ROUNDS]))
+    return rounds, converged, ns
+
+
+def _round_launch(backend, k, n, kinds, ctl_ptr, block) -> KernelLaunch:
+    per_sm = max(1, backend.blocks_per_sm(k, (block, 1, 1)))
+    grid = max(1, min(-(-n // block), per_sm * backend.caps.sm_count * 4))
+    launch = KernelLaunch(k.handle, k.name, LaunchShape((grid, 1, 1), (block, 1, 1)), 0, nparams=2 + len(kinds))
+    launch.set_param(0, n)
+    launch.set_param(1, ctl_ptr)
+    _args_into(launch, 2, kinds)
+    return launch
+
+
+def _graph(backend, kernels, n, kinds, ctl, ctl_ptr, max_rounds, block, bar):
+    from ..gpu.cudagraph import WhileGraph
+
+    rnd = _round_launch(backend, kernels["vyre_fixpoint_round"], n, kinds, ctl_ptr, block)
+    chk_k = kernels["vyre_fixpoint_check"]
+    chk = KernelLaunch(chk_k.handle, chk_k.name, LaunchShape((1, 1, 1), (1, 1, 1)), 0, nparams=3)
+    chk.set_param(0, ctl_ptr)
+    chunk = max(1, min(max_rounds, 64)) if bar is not None else max_rounds
+
+    def body(stream: int, condition: int) -> None:
+        chk.set_param(2, condition)
+        rnd.enqueue(stream)
+        chk.enqueue(stream)
+
+    rounds, converged, ns = 0, False, 0
+    graphs: dict[int, WhileGraph] = {}
+    try:
+        while rounds < max_rounds and not converged:
+            limit = min(chunk, max_rounds - rounds)
+            if limit not in graphs:
+                chk.set_param(1, limit)
+                graphs[limit] = WhileGraph(backend, body, "the fixpoint loop")
+            backend.memset(ctl_ptr, 4 * _CTL_WORDS)
+            g = graphs[limit]
+            with backend.device_timer(g.stream) as t:
+                g.launch()
+            ns += t.ns
+            words = backend.download(ctl)
+            rounds += int(words[_ROUNDS])
+            converged = bool(words[_CONVERGED])
+            if bar is not None:
+                bar.update(int(words[_ROUNDS]))
+    finally:
+        for g in graphs.values():
+            g.close()
+    return rounds, converged, ns
+
+
+def _relaunch(backend, k, n, kinds, ctl, ctl_ptr, max_rounds, block, bar):
+    launch = _round_launch(backend, k, n, kinds, ctl_ptr, block)
+    rounds, converged, ns = 0, False, 0
+    while rounds < max_rounds:
+        backend.memset(ctl_ptr + 12, 4)
+        with backend.device_timer() as t:
+            launch.enqueue(backend.stream_handle)
+        ns += t.ns
+        rounds += 1
+        if bar is not None:
+            bar.update(1)
+        if backend.download(ctl, 3, 1)[0] == 0:
+            converged = True
+            break
+    return rounds, converged, ns

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import vyre_numba as vn
+from numba import cuda
 from vyre_numba import fixpoint
 from vyre_numba.errors import BarrierTimeoutError, DispatchError, UnsupportedError
 
@@ -126,8 +127,6 @@ def test_gpu_progress_bar_runs_in_chunks_with_the_same_result():
 
 def stalls_block_zero(i, flag):
     """Item 0 sleeps ~1.5 s in its first round, so block 0 reaches the grid barrier late."""
-    from numba import cuda
-
     if i == 0 and flag[0] == 0:
         flag[0] = 1
         for _ in range(1500):

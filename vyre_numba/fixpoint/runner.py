@@ -7,7 +7,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..errors import BarrierTimeoutError, DispatchError, UnsupportedError
+from ..errors import BarrierTimeoutError, DispatchError, UnsupportedError, VyreError
 
 MODES = ("auto", "cooperative", "graph", "relaunch")
 _CTL_WORDS = 8  # see ptx_templates/fixpoint.ptx
@@ -113,11 +113,11 @@ def _run_cpu(step: Callable, n: int, args: list, max_rounds: int, progress: bool
 
 def _numba_call(fn, *args):
     """Call a jitted function; Numba's typing errors become DispatchErrors that say what to fix."""
-    from numba.core.errors import NumbaError
-
     try:
         return fn(*args)
-    except NumbaError as e:
+    except Exception as e:  # Numba raises many kinds; each means the step does not compile
+        if isinstance(e, VyreError):
+            raise
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise DispatchError(f"the step function does not compile with Numba ({first}). Fix: write it in Numba's "
                             "subset (array indexing, arithmetic, loops) taking (i, *args), and check the argument "

@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 
+from vyre_numba import VyreError
 from vyre_numba.gpu import diskcache
 from vyre_numba.gpu.diskcache import MAGIC, DiskCache
 
@@ -56,13 +57,90 @@ def test_size_bound_evicts_least_recently_used(tmp_path):
     assert c.get((0,)) is None and c.get((3,)) is not None
 
 
-def test_switch_and_directory_from_environment(tmp_path, monkeypatch):
+def test_directory_from_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("VYRE_NUMBA_CACHE_DIR", str(tmp_path / "here"))
     assert diskcache.default_dir() == tmp_path / "here"
-    monkeypatch.setenv("VYRE_NUMBA_CACHE", "0")
-    assert not diskcache.enabled()
-    monkeypatch.setenv("VYRE_NUMBA_CACHE", "1")
-    assert diskcache.enabled()
+
+
+@pytest.mark.parametrize("value, on", [
+    *[(v, False) for v in ("0", "off", "false", "no", "disabled", "OFF", " Disabled ", "False")],
+    *[(v, True) for v in ("1", "on", "true", "yes", "enabled", "ON", " Yes ", "Enabled", "")],
+    (None, True),
+])
+def test_switch_from_environment(monkeypatch, value, on):
+    if value is None:
+        monkeypatch.delenv("VYRE_NUMBA_CACHE", raising=False)
+    else:
+        monkeypatch.setenv("VYRE_NUMBA_CACHE", value)
+    assert diskcache.enabled() is on
+
+
+@pytest.mark.parametrize("value", ["2", "disable", "maybe", "yes please", "-1", "none", "nope"])
+def test_unknown_switch_value_is_an_error_not_ignored(monkeypatch, value):
+    monkeypatch.setenv("VYRE_NUMBA_CACHE", value)
+    with pytest.raises(VyreError) as info:
+        diskcache.enabled()
+    msg = str(info.value)
+    assert "VYRE_NUMBA_CACHE" in msg and repr(value) in msg
+    assert all(word in msg for word in ("off", "disabled", "enabled", "0", "1"))
+    assert msg.rsplit("Fix:", 1)[1].strip()
+
+
+class _BreaksMidWrite:
+    """A file that writes the first few bytes it is given, then raises `exc`."""
+
+    def __init__(self, f, exc):
+        self.f, self.exc = f, exc
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *info):
+        self.f.close()
+
+    def write(self, data):
+        self.f.write(data[:5])
+        self.f.flush()
+        raise self.exc
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt(), SystemExit(3), RuntimeError("boom"), MemoryError()])
+def test_interrupted_write_removes_its_temporary_file_and_reraises(tmp_path, monkeypatch, exc):
+    real = os.fdopen
+    seen = []
+
+    def fdopen(fd, *args, **kwargs):
+        seen.append(fd)
+        return _BreaksMidWrite(real(fd, *args, **kwargs), exc)
+
+    monkeypatch.setattr(diskcache.os, "fdopen", fdopen)
+    c = DiskCache(tmp_path)
+    with pytest.raises(type(exc)):
+        c.put(("k",), b"payload" * 100)
+    monkeypatch.undo()
+    assert seen, "the write path was not exercised"
+    assert list(tmp_path.iterdir()) == []
+    assert c.writes == 0 and c.get(("k",)) is None
+
+
+def test_interrupted_rename_removes_its_temporary_file(tmp_path, monkeypatch):
+    def replace(src, dst):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(diskcache.os, "replace", replace)
+    c = DiskCache(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        c.put(("k",), b"payload")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failed_write_costs_only_the_cache_and_leaves_nothing(tmp_path, monkeypatch):
+    real = os.fdopen
+    monkeypatch.setattr(diskcache.os, "fdopen",
+                        lambda fd, *a, **k: _BreaksMidWrite(real(fd, *a, **k), OSError(28, "No space left on device")))
+    c = DiskCache(tmp_path)
+    c.put(("k",), b"payload")
+    assert list(tmp_path.iterdir()) == [] and c.writes == 0
 
 
 def test_unwritable_directory_costs_only_the_cache(tmp_path):

@@ -1,20 +1,49 @@
-"""The `vyre-numba` command: info, run, emit, demo."""
+"""The `vyre-numba` command: info, run, emit, demo.
+
+Every argument and path is checked before any work starts. A mistake prints one line,
+`error: ... Fix: ...`, to stderr and exits with status 2 (argparse's own errors exit 2 too); a
+failure to write after the checks passed exits 1; Ctrl-C prints one line and exits 130; an
+unexpected exception is reported in one line as a bug and exits 1 (set VYRE_NUMBA_DEBUG=1 to
+see its traceback).
+
+Output locations: `run --out DIR` and the directory of `emit -o FILE` are created, with their
+parents, when missing (and removed again if the command then fails before writing); files
+are written atomically, so an interrupted command never leaves half a file.
+"""
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import os
 import platform
+import stat
 import sys
+import tempfile
 import time
+import traceback
+import zipfile
 from importlib import metadata
 from pathlib import Path
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
 from . import ir
-from .registry import available_backends, get_backend, unavailable_reason
-from .config import DispatchConfig
+from .config import MAX_AXIS, DispatchConfig
 from .errors import VyreError
+from .registry import available_backends, get_backend, unavailable_reason
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+DEBUG_ENV = "VYRE_NUMBA_DEBUG"
+
+
+class UsageError(VyreError):
+    """A command-line argument or path is wrong; the command exits with status 2 before any work."""
+
+
+class OutputError(VyreError):
+    """Writing a result failed after every check passed (a full disk, say); exits with status 1."""
 
 
 def _version(dist: str) -> str:
@@ -41,62 +70,222 @@ def cmd_info(args: argparse.Namespace) -> int:
         c = caps()
         print(f"GPU: {c.name}, sm_{c.sm}, {c.sm_count} SMs, cooperative launch: {c.cooperative_launch}")
     print(f"default backend: {available_backends()[0]}")
-    return 0
+    return EXIT_OK
 
+
+# ---- checks ------------------------------------------------------------------------------------
 
 def _load_program(path: str) -> ir.Program:
+    """The valid program stored (as Program.to_json()) at `path`."""
     try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise VyreError(f"cannot read program {path!r}: {e.strerror}. Fix: pass the path of a Program.to_json() file.") from e
-    return ir.Program.from_json(text)
+        text = Path(path).read_bytes().decode("utf-8")
+    except (OSError, ValueError) as e:
+        if isinstance(e, UnicodeDecodeError):
+            raise UsageError(f"program {path!r} is not UTF-8 text (byte {e.start}). "
+                             "Fix: pass the path of a file written by Program.to_json().") from e
+        raise UsageError(f"cannot read program {path!r}: {getattr(e, 'strerror', None) or e}. "
+                         "Fix: pass the path of a file written by Program.to_json().") from e
+    return ir.check(ir.Program.from_json(text))
 
+
+def _check_grid(grid: Sequence[int] | None) -> tuple[int, ...] | None:
+    if grid is None:
+        return None
+    if not 1 <= len(grid) <= 3 or any(not 0 <= g <= MAX_AXIS for g in grid):
+        raise UsageError(f"--grid {' '.join(map(str, grid))} is not 1 to 3 workgroup counts in 0..2**32-1. "
+                         "Fix: pass e.g. --grid 64 or --grid 8 8.")
+    return tuple(grid)
+
+
+def _parse_input_args(items: Iterable[str] | None) -> dict[str, str]:
+    """`--input NAME=FILE` arguments by name; malformed or repeated names are refused."""
+    pairs: dict[str, str] = {}
+    for item in items or ():
+        name, sep, file = item.partition("=")
+        if not sep or not name or not file:
+            raise UsageError(f"--input {item!r} is not NAME=FILE.npy. Fix: write e.g. --input a=a.npy.")
+        if name in pairs:
+            raise UsageError(f"--input {name!r} is given twice ({pairs[name]!r} and {file!r}). "
+                             f"Fix: pass --input {name}=FILE once.")
+        pairs[name] = file
+    return pairs
+
+
+def _check_input_names(program: ir.Program, names: Iterable[str]) -> None:
+    wanted = [b.name for b in program.inputs]
+    given = set(names)
+    unknown = sorted(given - set(wanted))
+    if unknown:
+        fix = f"name only those: {', '.join(wanted)}" if wanted else "drop --input; this program takes none"
+        verb = "is not an input" if len(unknown) == 1 else "are not inputs"
+        raise UsageError(f"--input {', '.join(map(repr, unknown))} {verb} of {program.name!r} "
+                         f"(its inputs: {wanted}). Fix: {fix}.")
+    missing = [n for n in wanted if n not in given]
+    if missing:
+        raise UsageError(f"missing inputs {missing} of {program.name!r}. "
+                         f"Fix: add --input {missing[0]}=FILE.npy (one --input per input buffer).")
+
+
+def _npz_error(name: str, file: str) -> UsageError:
+    return UsageError(f"cannot load {file!r} for input {name!r}: it is a .npz archive, but each input takes "
+                      f"one array. Fix: save each array on its own with numpy.save and pass --input {name}=FILE.npy.")
+
+
+def _load_input(name: str, file: str) -> np.ndarray:
+    """The array in the .npy file `file`, given for input `name`."""
+    path = Path(file)
+    try:
+        st = path.stat()
+    except (OSError, ValueError) as e:
+        raise UsageError(f"cannot load {file!r} for input {name!r}: {getattr(e, 'strerror', None) or e}. "
+                         "Fix: pass the path of an existing, readable .npy file.") from e
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"cannot load {file!r} for input {name!r}: not a regular file. "
+                         "Fix: pass the path of a .npy file saved with numpy.save.")
+    if path.suffix.lower() == ".npz":
+        raise _npz_error(name, file)
+    try:
+        value = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise UsageError(f"cannot load {file!r} for input {name!r}: not a .npy array ({_one_line(e)}). "
+                         "Fix: pass a .npy file saved with numpy.save (object arrays are not accepted).") from e
+    if not isinstance(value, np.ndarray):  # np.load opens any zip as an archive, whatever its name
+        close = getattr(value, "close", None)
+        if close is not None:
+            close()
+        raise _npz_error(name, file)
+    return value
+
+
+def _prepare_dir(directory: Path, flag: str, targets: Iterable[Path]) -> list[Path]:
+    """Create `directory` (with parents) if missing and prove it writable; return the directories
+    created, deepest last. Each of `targets` must not be an existing directory."""
+    shown = str(directory)
+    created: list[Path] = []
+    try:
+        existing = directory
+        while not os.path.lexists(existing):
+            created.insert(0, existing)
+            existing = existing.parent
+        if not existing.is_dir():
+            raise UsageError(f"{flag} {shown}: {existing} is not a directory. "
+                             "Fix: choose a path whose parents are directories.")
+        for i, d in enumerate(created):
+            try:
+                d.mkdir()
+            except BaseException:
+                del created[i:]
+                raise
+        fd, probe = tempfile.mkstemp(dir=directory, prefix=".vyre-numba-probe-")
+        os.close(fd)
+        os.unlink(probe)
+        for t in targets:
+            if t.is_dir():
+                raise UsageError(f"{flag}: {t} is a directory, so the result cannot be written there. "
+                                 "Fix: choose another file name, or remove that directory.")
+    except (OSError, ValueError) as e:
+        _remove_dirs(created)
+        raise UsageError(f"{flag} {shown}: cannot write there ({getattr(e, 'strerror', None) or e}). "
+                         "Fix: choose a directory you can write to.") from e
+    except BaseException:
+        _remove_dirs(created)
+        raise
+    return created
+
+
+def _remove_dirs(created: list[Path]) -> None:
+    for d in reversed(created):
+        try:
+            d.rmdir()
+        except OSError:
+            return
+
+
+def _write(path: Path, write: Callable) -> None:
+    """Write `path` atomically through `write(file)`: the old file, or none, survives any failure."""
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as e:
+        raise OutputError(f"cannot write {path}: {e.strerror or e}. "
+                          "Fix: free space or choose another output location, then run again.") from e
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+# ---- commands -----------------------------------------------------------------------------------
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run a program on the best backend with .npy inputs; write outputs as .npy files."""
+    grid = _check_grid(args.grid)
+    if args.iterations < 1:
+        raise UsageError(f"--iterations {args.iterations} is not a positive count. Fix: pass --iterations 1 or more.")
+    files = _parse_input_args(args.input)
     program = _load_program(args.program)
-    inputs = {}
-    for item in args.input or []:
-        name, sep, file = item.partition("=")
-        if not sep:
-            raise VyreError(f"--input {item!r} is not NAME=FILE.npy. Fix: write e.g. --input a=a.npy.")
-        try:
-            inputs[name] = np.load(file, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise VyreError(f"cannot load {file!r} for input {name!r}: {e}. Fix: pass a .npy file saved with numpy.save.") from e
+    _check_input_names(program, files)
+    inputs = {name: _load_input(name, file) for name, file in files.items()}
     backend = get_backend(args.backend)
-    config = DispatchConfig(grid=tuple(args.grid) if args.grid else None, fixpoint_iterations=args.iterations)
-    t0 = time.perf_counter()
-    outputs = backend.dispatch(program, inputs, config)
-    dt = time.perf_counter() - t0
+    config = DispatchConfig(grid=grid, fixpoint_iterations=args.iterations)
     out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    targets = {b.name: out_dir / f"{b.name}.npy" for b in program.outputs}
+    created = _prepare_dir(out_dir, "--out", targets.values())
+    try:
+        t0 = time.perf_counter()
+        outputs = backend.dispatch(program, inputs, config)
+        dt = time.perf_counter() - t0
+    except BaseException:
+        _remove_dirs(created)
+        raise
     for decl, arr in zip(program.outputs, outputs):
-        np.save(out_dir / f"{decl.name}.npy", arr)
-        print(f"{decl.name}: {arr.size} x {decl.dtype} -> {out_dir / (decl.name + '.npy')}")
+        _write(targets[decl.name], lambda f, arr=arr: np.save(f, arr))
+        print(f"{decl.name}: {arr.size} x {decl.dtype} -> {targets[decl.name]}")
     print(f"ran {program.name!r} on {backend.name} in {dt * 1e3:.2f} ms")
-    return 0
+    return EXIT_OK
 
 
 def cmd_emit(args: argparse.Namespace) -> int:
     """Write a program's PTX (or assembled cubin) and a JSON manifest of its kernel ABI."""
-    from .ptx import abi, assemble, emit
+    from . import ptx
+    from .ptx.emitter import PTX_VERSION, abi, emit
 
+    # `ptx.assemble` is both a lazy function and a submodule: touch the lazy name first, so this
+    # import finds the submodule loaded and does not rebind the package's `assemble` to it.
+    getattr(ptx, "assemble")
+    assembler = importlib.import_module(".ptx.assemble", __package__)
+    assemble, min_sm = assembler.assemble, assembler.MIN_ASSEMBLE_SM
+
+    if args.sm not in PTX_VERSION:
+        raise UsageError(f"--sm {args.sm} is not a target the emitter knows ({', '.join(map(str, PTX_VERSION))}). "
+                         "Fix: pass one of those, e.g. the device's compute capability (--sm 90).")
+    if args.cubin and args.sm < min_sm:
+        raise UsageError(f"--cubin cannot assemble for sm_{args.sm}: nvJitLink needs sm_{min_sm} or newer. "
+                         f"Fix: drop --cubin to write sm_{args.sm} PTX, or pass --sm {min_sm} or newer.")
     program = _load_program(args.program)
-    text = emit(program, sm=args.sm)
     out = Path(args.output)
-    if args.cubin:
-        out.write_bytes(assemble(text, sm=args.sm))
-    else:
-        out.write_text(text)
+    man_path = out.with_name(out.name + ".json") if out.name else out
+    created = _prepare_dir(out.parent, "-o", [out, man_path])
+    try:
+        text = emit(program, sm=args.sm)
+        code = assemble(text, sm=args.sm) if args.cubin else text.encode()
+    except BaseException:
+        _remove_dirs(created)
+        raise
     manifest = abi(program).to_dict()
     manifest.update(sm=args.sm, format="cubin" if args.cubin else "ptx", digest=program.digest(),
                     buffers=[{"name": b.name, "binding": b.binding, "dtype": b.dtype.value, "access": b.access.value,
                               "count": b.count, "role": b.role.value} for b in program.bound_buffers])
-    man_path = out.with_name(out.name + ".json")
-    man_path.write_text(json.dumps(manifest, indent=2) + "\n")
+    _write(out, lambda f: f.write(code))
+    _write(man_path, lambda f: f.write((json.dumps(manifest, indent=2) + "\n").encode()))
     print(f"wrote {out} and {man_path}")
-    return 0
+    return EXIT_OK
 
 
 def demo_program() -> ir.Program:
@@ -114,6 +303,9 @@ def demo_program() -> ir.Program:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """A short tour: build, validate, inspect and run a program; compare with the reference."""
+    n = args.n
+    if not 1 <= n <= MAX_AXIS:
+        raise UsageError(f"-n {n} is not an element count from 1 to 2**32-1. Fix: pass e.g. -n 1000000.")
     backend = get_backend(args.backend)
     print(f"vyre-numba demo on the {backend.name!r} backend (available: {', '.join(available_backends())})\n")
     p = demo_program()
@@ -121,7 +313,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print("1. A program in the vyre IR, validated:\n")
     print("   " + str(p).replace("\n", "\n   "))
     print(f"\n   digest {p.digest()[:16]}..., {len(p.to_json())} bytes of canonical JSON\n")
-    n = args.n
     rng = np.random.default_rng(0)
     a = np.array([2.5], np.float32)
     x = rng.standard_normal(n).astype(np.float32)
@@ -149,37 +340,85 @@ def cmd_demo(args: argparse.Namespace) -> int:
         backend.dispatch(p, [a, x.astype(np.float64), y])
     except VyreError as e:
         print(f"   {type(e).__name__}: {e}")
-    return 0 if same else 1
+    return EXIT_OK if same else EXIT_FAILURE
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="vyre-numba", description=__doc__)
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the `vyre-numba` command."""
+    parser = argparse.ArgumentParser(prog="vyre-numba", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("info", help=cmd_info.__doc__).set_defaults(fn=cmd_info)
     run = sub.add_parser("run", help=cmd_run.__doc__)
     run.add_argument("program")
-    run.add_argument("--input", action="append", metavar="NAME=FILE.npy")
-    run.add_argument("--out", required=True, metavar="DIR")
+    run.add_argument("--input", action="append", metavar="NAME=FILE.npy",
+                     help="one .npy array per input buffer, each name once")
+    run.add_argument("--out", required=True, metavar="DIR", help="directory for NAME.npy outputs (created if missing)")
     run.add_argument("--backend", choices=["cuda", "reference"])
-    run.add_argument("--grid", type=int, nargs="+", metavar="N")
-    run.add_argument("--iterations", type=int, default=1)
+    run.add_argument("--grid", type=int, nargs="+", metavar="N", help="1 to 3 workgroup counts (0 is an empty launch)")
+    run.add_argument("--iterations", type=int, default=1, help="times to run the program (>= 1)")
     run.set_defaults(fn=cmd_run)
     emit = sub.add_parser("emit", help=cmd_emit.__doc__)
     emit.add_argument("program")
-    emit.add_argument("--sm", type=int, default=90)
+    emit.add_argument("--sm", type=int, default=90, help="target compute capability, e.g. 80 or 90")
     emit.add_argument("--cubin", action="store_true")
-    emit.add_argument("-o", "--output", required=True)
+    emit.add_argument("-o", "--output", required=True, metavar="FILE",
+                      help="PTX or cubin file (its directory is created if missing); FILE.json gets the manifest")
     emit.set_defaults(fn=cmd_emit)
     demo = sub.add_parser("demo", help=cmd_demo.__doc__)
     demo.add_argument("--backend", choices=["cuda", "reference"])
-    demo.add_argument("-n", type=int, default=1 << 20)
+    demo.add_argument("-n", type=int, default=1 << 20, help="elements (>= 1)")
     demo.set_defaults(fn=cmd_demo)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _debug() -> bool:
+    return os.environ.get(DEBUG_ENV, "").strip() not in ("", "0")
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the `vyre-numba` command with `argv` (default: sys.argv[1:]) and return its exit status."""
     try:
-        return args.fn(args)
+        args = build_parser().parse_args(argv)
+        status = args.fn(args)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handlers, not at interpreter exit
+        return status
+    except UsageError as e:
+        print(f"error: {_one_line(e)}", file=sys.stderr)
+        return EXIT_USAGE
+    except OutputError as e:
+        print(f"error: {_one_line(e)}", file=sys.stderr)
+        return EXIT_FAILURE
     except VyreError as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("error: interrupted (Ctrl-C); no file is left half-written.", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except MemoryError:
+        if _debug():
+            traceback.print_exc()
+        print("error: out of host memory. Fix: use smaller inputs (for demo, a smaller -n).", file=sys.stderr)
+        return EXIT_FAILURE
+    except BrokenPipeError:
+        try:  # stdout's reader went away (`| head`): stop writing there, including at exit
+            out_fd = sys.stdout.fileno()
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, out_fd)
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):
+            pass
+        return EXIT_FAILURE
+    except Exception as e:
+        if _debug():
+            traceback.print_exc()
+        print(f"error: internal error, a bug in vyre-numba: {type(e).__name__}: {_one_line(e)[:500]}. "
+              f"Fix: please report it with the command line; run with {DEBUG_ENV}=1 for the traceback.",
+              file=sys.stderr)
+        return EXIT_FAILURE
 
 
 if __name__ == "__main__":

@@ -7,20 +7,37 @@ import numpy as np
 
 from .errors import DispatchError
 
+# Invocation ids are u32 in the IR, so no axis can usefully exceed this.
+MAX_AXIS = 2**32 - 1
 
-def _dims(value, what: str) -> tuple[int, int, int] | None:
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _dims(value: object, what: str, low: int) -> tuple[int, int, int] | None:
+    """`value` (None, an int, or a tuple/list of 1 to 3 ints, NumPy ints included) as a plain-int
+    3-tuple padded with 1s; every axis in [low, MAX_AXIS]."""
     if value is None:
         return None
-    original = value
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        value = (value,)
-    try:
-        dims = tuple(int(v) for v in value if isinstance(v, (int, np.integer)) and not isinstance(v, bool))
-        ok = len(dims) == len(tuple(value))
-    except TypeError:
-        dims, ok = (), False
-    if not ok or not 1 <= len(dims) <= 3 or any(d < 0 for d in dims):
-        raise DispatchError(f"{what}={original!r} is not 1 to 3 non-negative ints. Fix: pass e.g. 64 or (8, 8).")
+    if _is_int(value):
+        axes: tuple = (value,)
+    elif isinstance(value, (tuple, list)):
+        axes = tuple(value)
+    else:
+        axes = ()
+    lowest = "non-negative" if low == 0 else "positive"
+    if not 1 <= len(axes) <= 3 or not all(_is_int(v) for v in axes):
+        raise DispatchError(f"{what}={value!r} is not an int or a tuple of 1 to 3 {lowest} ints "
+                            f"(bool, float and str are refused). Fix: pass e.g. {what}=64 or {what}=(8, 8).")
+    dims = tuple(int(v) for v in axes)
+    if any(d < 0 for d in dims):
+        raise DispatchError(f"{what}={value!r} has a negative axis. Fix: pass {lowest} ints, e.g. {what}=(8, 8).")
+    if any(d < low for d in dims):
+        raise DispatchError(f"{what}={value!r} has an empty axis. Fix: every axis needs >= {low} thread.")
+    if any(d > MAX_AXIS for d in dims):
+        raise DispatchError(f"{what}={value!r} has an axis over 2**32 - 1 (invocation ids are u32). "
+                            f"Fix: split the work into several dispatches.")
     return dims + (1,) * (3 - len(dims))
 
 
@@ -28,11 +45,17 @@ def _dims(value, what: str) -> tuple[int, int, int] | None:
 class DispatchConfig:
     """How to launch a program.
 
-    grid: workgroups per axis; None covers the largest output buffer along x.
-    workgroup: overrides the program's workgroup size ("auto" lets the CUDA backend choose).
-    fixpoint_iterations: run the program this many times over the same buffers.
-    cooperative: launch so every workgroup is co-resident (needed by grid barriers).
-    label: a name for telemetry (a `dispatches[label]` counter) and profiles (the NVTX launch range).
+    grid: workgroups per axis (an int or a tuple of 1 to 3 ints >= 0; 0 is an empty launch);
+        None covers the largest output buffer along x.
+    workgroup: overrides the program's workgroup size (an int or a tuple of 1 to 3 ints >= 1);
+        "auto" lets the CUDA backend choose.
+    fixpoint_iterations: run the program this many times (an int >= 1) over the same buffers.
+    cooperative: True to launch so every workgroup is co-resident (needed by grid barriers).
+    label: None or a non-blank name for telemetry (a `dispatches[label]` counter) and profiles
+        (the NVTX launch range).
+
+    NumPy integer scalars are accepted wherever an int is and stored as plain ints; bool is never
+    taken for an int. Anything else raises DispatchError.
     """
 
     grid: tuple[int, int, int] | None = None
@@ -41,16 +64,30 @@ class DispatchConfig:
     cooperative: bool = False
     label: str | None = None
 
-    def __post_init__(self):
-        object.__setattr__(self, "grid", _dims(self.grid, "grid"))
-        if self.workgroup != "auto":
-            wg = _dims(self.workgroup, "workgroup")
-            if wg is not None and any(d < 1 for d in wg):
-                raise DispatchError(f"workgroup={self.workgroup!r} has an empty axis. Fix: every axis needs >= 1 thread.")
-            object.__setattr__(self, "workgroup", wg)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "grid", _dims(self.grid, "grid", 0))
+        wg = self.workgroup
+        if isinstance(wg, str):
+            if wg != "auto":
+                raise DispatchError(f"workgroup={wg!r} is not 'auto' or ints. "
+                                    "Fix: pass workgroup='auto', an int such as 256, or a tuple such as (8, 8).")
+            object.__setattr__(self, "workgroup", "auto")
+        else:
+            object.__setattr__(self, "workgroup", _dims(wg, "workgroup", 1))
         it = self.fixpoint_iterations
-        if not isinstance(it, int) or isinstance(it, bool) or it < 1:
-            raise DispatchError(f"fixpoint_iterations={it!r} is not a positive int. Fix: pass 1 or more.")
+        if not _is_int(it) or it < 1:
+            raise DispatchError(f"fixpoint_iterations={it!r} is not a positive int. Fix: pass an int of 1 or more.")
+        object.__setattr__(self, "fixpoint_iterations", int(it))
+        co = self.cooperative
+        if not isinstance(co, (bool, np.bool_)):
+            raise DispatchError(f"cooperative={co!r} is not a bool. Fix: pass cooperative=True or cooperative=False.")
+        object.__setattr__(self, "cooperative", bool(co))
+        label = self.label
+        if label is not None and (not isinstance(label, str) or not label.strip()):
+            raise DispatchError(f"label={label!r} is not a non-blank str. "
+                                "Fix: pass a name such as label='step1', or leave label=None.")
+        if label is not None:
+            object.__setattr__(self, "label", str(label))
 
     def key(self) -> tuple:
         """What of the configuration changes generated code."""

@@ -7,7 +7,9 @@ corrupt entry is removed and rebuilt, never loaded. The directory is bounded in 
 entries (by last use) go first.
 
     VYRE_NUMBA_CACHE_DIR   where entries live (default: ~/.cache/vyre-numba)
-    VYRE_NUMBA_CACHE=0     switch the disk cache off
+    VYRE_NUMBA_CACHE       0/off/false/no/disabled switch the disk cache off; 1/on/true/yes/enabled
+                           or unset (or empty) leave it on; case and surrounding blanks are
+                           ignored; any other value raises VyreError
 """
 from __future__ import annotations
 
@@ -18,15 +20,32 @@ import threading
 from functools import lru_cache
 from pathlib import Path
 
+from ..errors import VyreError
+
 MAGIC = b"VYRECUB1"
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
 
 
+_OFF = ("0", "off", "false", "no", "disabled")
+_ON = ("1", "on", "true", "yes", "enabled")
+
+
 def enabled() -> bool:
-    return os.environ.get("VYRE_NUMBA_CACHE", "1").strip().lower() not in ("0", "off", "false", "no")
+    """Whether the disk cache is on, from VYRE_NUMBA_CACHE; an unrecognised value raises VyreError."""
+    raw = os.environ.get("VYRE_NUMBA_CACHE")
+    if raw is None:
+        return True
+    value = raw.strip().lower()
+    if value in _ON or not value:
+        return True
+    if value in _OFF:
+        return False
+    raise VyreError(f"VYRE_NUMBA_CACHE={raw!r} is not a recognised setting (on: {', '.join(_ON)}; "
+                    f"off: {', '.join(_OFF)}). Fix: set VYRE_NUMBA_CACHE to one of those, or unset it.")
 
 
 def default_dir() -> Path:
+    """Where entries live: VYRE_NUMBA_CACHE_DIR, else vyre-numba under the user's cache directory."""
     env = os.environ.get("VYRE_NUMBA_CACHE_DIR")
     if env:
         return Path(env)
@@ -60,6 +79,7 @@ class DiskCache:
         self._lock = threading.Lock()
 
     def path(self, key: tuple) -> Path:
+        """The file that holds `key`'s entry."""
         return self.directory / (hashlib.sha256(repr(key).encode()).hexdigest() + ".cubin")
 
     def get(self, key: tuple) -> bytes | None:
@@ -99,14 +119,17 @@ class DiskCache:
             with os.fdopen(fd, "wb") as f:
                 f.write(MAGIC + hashlib.sha256(payload).digest() + payload)
             os.replace(tmp, self.path(key))
+            tmp = None
             self.writes += 1
-        except OSError:
+        except BaseException as e:
             if tmp is not None:
                 try:
                     os.unlink(tmp)
                 except OSError:
                     pass
-            return
+            if isinstance(e, OSError):
+                return
+            raise
         self._trim()
 
     def _trim(self) -> None:
@@ -129,4 +152,5 @@ class DiskCache:
                 total -= size
 
     def stats(self) -> dict[str, int]:
+        """Hits, misses, corrupt entries found and writes, since this object was made."""
         return {"hits": self.hits, "misses": self.misses, "corrupt": self.corrupt, "writes": self.writes}

@@ -188,7 +188,7 @@ def test_cuda_recording_and_closing_many_graphs_does_not_grow_memory():
     for _ in range(20):
         with backend.record_graph(affine(), [x]) as g:
             g.replay([x])
-    assert _free_bytes() >= base - (40 << 20)  # at most one graph's worth held by a memory pool
+    assert _free_bytes() >= base - (100 << 20)  # a pool may keep a few graphs' worth; 20 leaked would be 640 MiB
 
 
 @pytest.mark.gpu

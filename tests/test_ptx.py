@@ -301,13 +301,14 @@ TEMPLATE_ARGS = {
     "module": dict(comment="// t", externs="", entry="k", params="\t.param .u64 p",
                    directives="", registers="", shared="", body="\tret;"),
 }
+LINKED_TEMPLATES = {"fixpoint"}  # call a step function: assembled with one in tests/test_fixpoint.py
 
 
 def test_template_names():
     assert {"module", "fill_u32"} <= set(ptx.templates.names())
 
 
-@pytest.mark.parametrize("name", ptx.templates.names())
+@pytest.mark.parametrize("name", [n for n in ptx.templates.names() if n not in LINKED_TEMPLATES])
 def test_every_template_loads_and_assembles(name):
     declared = set(ptx.templates.params(name))
     raw = (ptx.templates.template_dir() / f"{name}.ptx").read_text()

@@ -251,7 +251,7 @@ def test_run_unwritable_out_directory_is_refused_before_the_dispatch(saxpy_json,
 
 
 def test_run_failing_dispatch_removes_the_directories_it_created(saxpy_json, saxpy_inputs, tmp_path, capsys):
-    np.save(tmp_path / "x.npy", np.arange(5, dtype=np.float64))
+    np.save(tmp_path / "x.npy", np.arange(5, dtype=np.float64) / 3)  # not exactly f32
     out = tmp_path / "new" / "deeper"
     assert main(["run", str(saxpy_json), "--out", str(out), "--backend", "reference", *saxpy_inputs]) == 2
     assert_fix(one_error_line(capsys, "DispatchError", "float64"))

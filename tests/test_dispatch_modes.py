@@ -52,7 +52,7 @@ def test_async_matches_dispatch(backend):
 
 def test_async_error_surfaces_at_issue_or_result(backend):
     with pytest.raises(vn.DispatchError) as e:
-        backend.dispatch_async(affine(), [np.arange(10, dtype=np.float32)]).result()
+        backend.dispatch_async(affine(), [np.arange(10, dtype=np.float32) + 0.5]).result()
     fix_in(e)
 
 
@@ -420,3 +420,20 @@ def test_repeated_host_dispatch_follows_changed_sizes_and_dtypes(name):
     assert backend.dispatch(p, (x,))[0].tolist() == (x * 3 + 1).tolist()
     assert backend.dispatch(p, {"x": x})[0].tolist() == (x * 3 + 1).tolist()
     assert backend.dispatch(p, [x], sizes={"y": 3})[0].tolist() == (x[:3] * 3 + 1).tolist()
+
+
+@pytest.mark.parametrize("name", ["reference", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_refused_resident_dispatch_writes_nothing(name):
+    """A resident dispatch that fails its checks leaves every buffer as it was: pure outputs are
+    zeroed only once the launch is certain to be enqueued."""
+    backend = vn.get_backend(name)
+    p = affine()
+    x = backend.upload(np.arange(64, dtype=np.uint32))
+    y = backend.upload(np.full(64, 7, np.uint32))
+    for bad in (DispatchConfig(grid=(1, 70000, 1)), DispatchConfig(workgroup=(2048, 1, 1))):
+        with pytest.raises(vn.LaunchError, match="Fix:"):
+            backend.dispatch_resident(p, [x, y], bad)
+    with pytest.raises(vn.DispatchError, match="share"):
+        backend.dispatch_resident(p, [x, x])
+    assert backend.download(y).tolist() == [7] * 64
+    assert backend.download(x).tolist() == list(range(64))

@@ -565,7 +565,7 @@ ELEMENTWISE = P([B.read("a", 0, "f32", ), B.read("k", 1, "u32", 4), B.output("ou
 
 @pytest.mark.parametrize("inputs", [
     [np.zeros(4, np.float32)],  # wrong count
-    [np.zeros(4, np.float64), np.zeros(4, np.uint32)],  # wrong dtype
+    [np.full(4, 0.1, np.float64), np.zeros(4, np.uint32)],  # a dtype that does not convert exactly
     [np.zeros(4, np.float32), np.zeros(5, np.uint32)],  # static count mismatch
     {"a": np.zeros(4, np.float32), "k": np.zeros(4, np.uint32), "zz": np.zeros(1)},  # unknown name
 ])

@@ -564,15 +564,25 @@ def test_bind_none_inputs_for_a_program_with_inputs():
     assert_error_with_fix(DispatchError, lambda: bind(two_in_one_out(), None), "expected 2 input(s)")
 
 
-@pytest.mark.parametrize("arr", [np.zeros(4, np.float64), np.zeros(4, np.int32), np.zeros(4, np.float16)])
-def test_bind_wrong_dtype(arr):
+@pytest.mark.parametrize("arr,example", [(np.full(4, 0.1, np.float64), "element 0: np.float64(0.1)"),
+                                         (np.array([0, 2**24 + 1], np.int32), "element 1: np.int32(16777217)"),
+                                         (np.array([1.0, 1e300]), "element 1: np.float64(1e+300)")])
+def test_bind_refuses_inexact_conversion(arr, example):
     assert_error_with_fix(DispatchError, lambda: bind(two_in_one_out(), [arr, np.zeros(1, np.uint32)]),
-                          "'a' is declared f32 but the array has dtype", "np.asarray(x, dtype=np.float32)")
+                          "'a' is declared f32, but the given", "do not all convert exactly", example)
+
+
+@pytest.mark.parametrize("arr", [np.zeros(4, np.float64), np.arange(4, dtype=np.int32), np.zeros(4, np.float16),
+                                 [0.5, 1.5, -2.0], [np.nan, np.inf, -np.inf, 2**24]])
+def test_bind_converts_exact_values(arr):
+    got = bind(two_in_one_out(), [arr, np.zeros(1, np.uint32)]).arrays["a"]
+    assert got.dtype == np.float32 and np.array_equal(got, np.asarray(arr, np.float64), equal_nan=True)
 
 
 def test_bind_bf16_dtype_hint():
     p = ir.Program([B.read("h", 0, "bf16"), B.output("o", 1, "bf16")], 32, [])
-    assert_error_with_fix(DispatchError, lambda: bind(p, [np.zeros(2, np.float32)]), "f32_to_bf16_bits")
+    assert_error_with_fix(DispatchError, lambda: bind(p, [np.full(2, 1.1, np.float32)]), "f32_to_bf16_bits")
+    assert bind(p, [np.array([1.5, -2.0], np.float32)]).arrays["h"].tolist() == [0x3FC0, 0xC000]
     assert bind(p, [np.zeros(2, np.uint16)]).arrays["o"].dtype == np.uint16
 
 
@@ -583,8 +593,9 @@ def test_bind_bool_buffer_accepts_numpy_bool():
 
 
 def test_bind_unconvertible_list():
-    assert_error_with_fix(DispatchError, lambda: bind(two_in_one_out(), [["x"], [1]]), "'a' cannot be read as f32")
-    assert_error_with_fix(DispatchError, lambda: bind(two_in_one_out(), [[1.0], [-1]]), "'b' cannot be read as u32")
+    assert_error_with_fix(DispatchError, lambda: bind(two_in_one_out(), [["x"], [1]]), "'a' holds strings")
+    assert_error_with_fix(DispatchError, lambda: bind(two_in_one_out(), [[1.0], [-1]]), "'b' is declared u32",
+                          "element 0: np.int64(-1)")
 
 
 def test_bind_rejects_gpu_arrays():
@@ -612,7 +623,7 @@ def test_bind_sizes_for_a_non_output():
     args = [np.zeros(2, np.uint32), np.zeros(2, np.uint32)]
     for name in ("a", "rw", "nope"):
         assert_error_with_fix(DispatchError, lambda: bind(p, args, sizes={name: 4}),
-                              f"sizes names ['{name}'], which are not output-only buffers")
+                              f"sizes names '{name}', which are not output-only buffers")
 
 
 @pytest.mark.parametrize("size", [-1, 2.5, "3", 5])

@@ -8,8 +8,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .config import DispatchConfig
-from .errors import DispatchError
-from .ir import BufferDecl, DataType, Program, check
+from .errors import DispatchError, LaunchError
+from .ir import BufferDecl, DataType, Program, bf16_bits_to_f32, check, f32_to_bf16_bits
 from .ir.program import Role
 
 
@@ -47,26 +47,117 @@ def output_view(b: BufferDecl, arr: np.ndarray) -> np.ndarray:
 
 
 def as_host_array(b: BufferDecl, value, where: str) -> np.ndarray:
-    """`value` as a flat array of b's storage dtype, without copying when it already is one."""
+    """`value` as a flat array of b's storage dtype: a 1-D array of that dtype as it is (no copy);
+    anything else (lists, scalars, arrays of another dtype) converted only where every value
+    converts exactly, else a DispatchError naming the buffer, the types and an offending value.
+    Accepted shapes: 1-D, and scalars or 0-d arrays as one element."""
     want = b.dtype.storage
-    if isinstance(value, np.ndarray):
-        arr = value
-    elif hasattr(value, "__cuda_array_interface__") or hasattr(value, "copy_to_host"):
+    if type(value) is np.ndarray and value.dtype == want and value.ndim == 1:
+        return value if value.flags.c_contiguous else np.ascontiguousarray(value)
+    if hasattr(value, "__cuda_array_interface__") or hasattr(value, "copy_to_host"):
         raise DispatchError(f"{where}: {b.name!r} is a GPU array, but dispatch() takes host arrays. "
                             "Fix: use backend.dispatch_resident for device data, or copy it to the host first.")
+    arr = _host_values(b, value, where)
+    if arr.ndim == 0:
+        arr = arr.reshape(1)
+    elif arr.ndim > 1:
+        raise DispatchError(f"{where}: {b.name!r} has shape {arr.shape}, but buffers are flat. "
+                            f"Fix: pass x.reshape(-1) (row-major) if the flat layout is what the program indexes.")
+    out = arr if arr.dtype == want else _exact(b, arr, where)
+    return out if out.flags.c_contiguous else np.ascontiguousarray(out)
+
+
+def _host_values(b: BufferDecl, value, where: str) -> np.ndarray:
+    if isinstance(value, np.ndarray):
+        arr = value
     else:
         try:
-            arr = np.asarray(value, dtype=want)
-        except (TypeError, ValueError, OverflowError) as e:
-            raise DispatchError(f"{where}: {b.name!r} cannot be read as {b.dtype} ({e}). "
-                                f"Fix: pass a numpy array of dtype {want}.") from e
-    if b.dtype is DataType.BOOL and arr.dtype == np.bool_:
-        arr = arr.astype(np.uint32)
-    if arr.dtype != want:
-        hint = " (bf16 buffers hold raw bits: ir.f32_to_bf16_bits(x))" if b.dtype is DataType.BF16 else ""
-        raise DispatchError(f"{where}: {b.name!r} is declared {b.dtype} but the array has dtype {arr.dtype}{hint}. "
-                            f"Fix: pass np.asarray(x, dtype=np.{want}).")
-    return np.ascontiguousarray(arr).reshape(-1)
+            arr = np.asarray(value)
+        except (TypeError, ValueError, OverflowError) as e:  # ragged lists, odd objects
+            raise DispatchError(f"{where}: {b.name!r} is not an array of numbers ({type(e).__name__}: {e}). "
+                                f"Fix: pass a flat list or a NumPy array of {b.dtype.storage}.") from None
+    if arr.dtype.kind not in "biuf":
+        what = {"O": "objects (None, huge ints or mixed values)", "U": "strings", "S": "bytes",
+                "c": "complex numbers", "M": "dates", "m": "time spans"}.get(arr.dtype.kind, str(arr.dtype))
+        raise DispatchError(f"{where}: {b.name!r} holds {what}, not {b.dtype} values. "
+                            f"Fix: pass a NumPy array of {b.dtype.storage} (e.g. np.asarray(x, dtype=np.{b.dtype.storage})).")
+    return arr
+
+
+def _exact(b: BufferDecl, arr: np.ndarray, where: str) -> np.ndarray:
+    """`arr` in b's storage dtype where every value converts exactly; else a DispatchError."""
+    dt, want, kind = b.dtype, b.dtype.storage, arr.dtype.kind
+    if dt.is_bool:
+        if kind == "b":
+            return arr.astype(np.uint32)
+        ok = (arr == 0) | (arr == 1) if kind in "iu" else None
+        return _convert(b, arr, where, ok, "bool buffers take bools, or the integers 0 and 1")
+    if kind == "b":
+        return _refuse(b, arr, where, 0, f"{dt} buffers take numbers, not bools; use x.astype(np.{want}) to count "
+                                         "True as 1")
+    if dt.is_int:
+        if kind == "f":
+            with np.errstate(invalid="ignore"):
+                ok = np.isfinite(arr) & (np.floor(arr) == arr) & (arr >= float(dt.min)) & (arr < float(dt.max) + 1)
+        else:
+            ok = _in_range(arr, dt.min, dt.max)
+        return _convert(b, arr, where, ok, f"{dt} holds integers from {dt.min} to {dt.max}")
+    if dt is DataType.BF16:
+        with np.errstate(over="ignore", invalid="ignore"):
+            f32 = arr.astype(np.float32)
+            bits = f32_to_bf16_bits(f32)
+            back = bf16_bits_to_f32(bits)
+        ok = _same_values(back, arr)
+        if not ok.all():
+            return _refuse(b, arr, where, int(np.flatnonzero(~ok)[0]), "bf16 holds 8 significant bits; pass values "
+                           "bf16 represents exactly, or raw bf16 bits as uint16 (ir.f32_to_bf16_bits(x))")
+        return bits
+    with np.errstate(over="ignore", invalid="ignore"):
+        conv = arr.astype(want)
+    ok = _same_values(conv, arr)
+    return _convert(b, arr, where, ok, f"{dt} represents these values only approximately or not at all", conv)
+
+
+def _in_range(arr: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    info = np.iinfo(arr.dtype)
+    if info.min >= lo and info.max <= hi:
+        return np.ones(arr.shape, bool)
+    ok = np.ones(arr.shape, bool)
+    if info.min < lo:
+        ok &= arr >= np.array(lo).astype(arr.dtype) if lo >= info.min else True
+    if info.max > hi:
+        ok &= arr <= np.array(hi).astype(arr.dtype) if hi <= info.max else True
+    return ok
+
+
+def _same_values(conv: np.ndarray, arr: np.ndarray) -> np.ndarray:
+    """Where `conv` holds exactly the value of `arr` (NaN for NaN), comparing without rounding."""
+    if arr.dtype.kind in "iu" and conv.dtype.kind == "f":  # through the widest exact integers
+        back = np.where(np.isfinite(conv), conv, 0).astype(np.float64)
+        same = np.isfinite(conv) & (back == arr.astype(np.float64))
+        big = np.abs(back) >= 2.0**53
+        if big.any():  # float64 itself rounds there: compare as integers
+            idx = np.flatnonzero(big)
+            same[idx] = [int(c) == int(a) for c, a in zip(conv.reshape(-1)[idx], arr.reshape(-1)[idx])]
+        return same
+    wide = np.float64 if max(conv.dtype.itemsize, arr.dtype.itemsize) <= 8 else np.longdouble
+    c, a = conv.astype(wide), arr.astype(wide)
+    return (c == a) | (np.isnan(c) & np.isnan(a))
+
+
+def _convert(b, arr, where, ok, why, converted=None) -> np.ndarray:
+    if ok is None or not np.all(ok):
+        bad = 0 if ok is None else int(np.flatnonzero(~np.asarray(ok).reshape(-1))[0])
+        return _refuse(b, arr, where, bad, why)
+    return converted if converted is not None else arr.astype(b.dtype.storage)
+
+
+def _refuse(b, arr, where, index: int, why: str):
+    flat = arr.reshape(-1)
+    example = f" (element {index}: {flat[index]!r})" if flat.size else ""
+    raise DispatchError(f"{where}: {b.name!r} is declared {b.dtype}, but the given {arr.dtype} values do not all "
+                        f"convert exactly{example}: {why}. Fix: pass a NumPy array of {b.dtype.storage} holding the "
+                        "values you mean (convert and round explicitly), or declare the buffer with the data's type.")
 
 
 def check_config(config) -> DispatchConfig:
@@ -99,6 +190,9 @@ def bind(program: Program, inputs: Sequence | Mapping | None, config: DispatchCo
     where = f"dispatch of {program.name!r}"
     if inputs is None:
         inputs = ()
+    if not isinstance(inputs, (Mapping, list, tuple)):
+        raise DispatchError(f"{where}: inputs is a {type(inputs).__name__}, not a list or dict of arrays. Fix: pass "
+                            f"[x, ...] in binding order ({[b.name for b in decls]}) or {{'name': x, ...}}.")
     if isinstance(inputs, Mapping):
         unknown = set(inputs) - {b.name for b in decls}
         if unknown:
@@ -124,10 +218,14 @@ def bind(program: Program, inputs: Sequence | Mapping | None, config: DispatchCo
             raise DispatchError(f"{where}: {b.name!r} has {arr.size} elements; indices are u32. "
                                 "Fix: split the data into dispatches of fewer than 2**32 elements.")
         arrays[b.name] = arr.copy() if (b.role is Role.INOUT and copy_inputs) else arr
-    sizes = dict(sizes or {})
-    unknown = set(sizes) - {b.name for b in program.outputs if b.role is Role.OUTPUT}
+    if sizes is None:
+        sizes = {}
+    if not isinstance(sizes, Mapping):
+        raise DispatchError(f"{where}: sizes is a {type(sizes).__name__}, not a dict. "
+                            "Fix: pass sizes={'output_name': element_count}.")
+    unknown = sorted(map(repr, set(sizes) - {b.name for b in program.outputs if b.role is Role.OUTPUT}))
     if unknown:
-        raise DispatchError(f"{where}: sizes names {sorted(unknown)}, which are not output-only buffers. "
+        raise DispatchError(f"{where}: sizes names {', '.join(unknown)}, which are not output-only buffers. "
                             "Fix: give sizes only for buffers declared with BufferDecl.output.")
     default = max((a.size for a in arrays.values()), default=None)
     counts = {name: a.size for name, a in arrays.items()}
@@ -136,9 +234,11 @@ def bind(program: Program, inputs: Sequence | Mapping | None, config: DispatchCo
             continue
         if b.name in sizes:
             size = sizes[b.name]
-            if not isinstance(size, (int, np.integer)) or not 0 <= size < 2**32 or (b.count and size != b.count):
+            if (isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)) or not 0 <= size < 2**32
+                    or (b.count and size != b.count)):
                 raise DispatchError(f"{where}: sizes[{b.name!r}]={size!r} is not a valid element count"
-                                    f"{f' (declared {b.count})' if b.count else ''}. Fix: pass a non-negative int.")
+                                    f"{f' (declared {b.count})' if b.count else ''}. Fix: pass an int from 0 to "
+                                    "2**32 - 1 (lengths are u32).")
         elif b.count:
             size = b.count
         elif default is not None:
@@ -147,9 +247,22 @@ def bind(program: Program, inputs: Sequence | Mapping | None, config: DispatchCo
             raise DispatchError(f"{where}: output {b.name!r} has count=0 and there is no input to size it from. "
                                 f"Fix: declare a count, or pass sizes={{{b.name!r}: n}}.")
         counts[b.name] = int(size)
-        if allocate_outputs:
-            arrays[b.name] = np.zeros(int(size), dtype=b.dtype.storage)
+    for b in program.outputs:
+        r = b.output_byte_range
+        if r is not None and r[1] > counts[b.name] * b.dtype.nbytes:
+            raise DispatchError(f"{where}: output_byte_range {r} of {b.name!r} ends past its "
+                                f"{counts[b.name] * b.dtype.nbytes} bytes at this dispatch. Fix: pass a larger "
+                                "buffer (or sizes=...), or end the range within it.")
     grid, wg = launch_geometry(program, config, counts)
+    if allocate_outputs:
+        for b in program.outputs:
+            if b.role is Role.OUTPUT:
+                try:
+                    arrays[b.name] = np.zeros(counts[b.name], dtype=b.dtype.storage)
+                except MemoryError:
+                    raise DispatchError(f"{where}: no host memory for output {b.name!r} "
+                                        f"({counts[b.name] * b.dtype.nbytes} bytes). Fix: dispatch less data at a "
+                                        "time.") from None
     return Binding(program, arrays, grid, wg, config, counts)
 
 
@@ -159,10 +272,36 @@ def launch_geometry(program: Program, config: DispatchConfig, sizes: Mapping[str
     when there is no output, one workgroup when there is no buffer)."""
     wg = program.workgroup_size if config.workgroup in (None, "auto") else config.workgroup
     if config.grid is not None:
-        return config.grid, wg
-    outputs = [sizes[b.name] for b in program.outputs]
-    cover = max(outputs) if outputs else max(sizes.values(), default=wg[0])
-    return (-(-cover // wg[0]), 1, 1), wg
+        grid = config.grid
+    else:
+        outputs = [sizes[b.name] for b in program.outputs]
+        cover = max(outputs) if outputs else max(sizes.values(), default=wg[0])
+        grid = (-(-cover // wg[0]), 1, 1)
+    check_launch_limits(program.name, grid, wg)
+    return grid, wg
+
+
+MAX_WORKGROUP = 1024
+MAX_WORKGROUP_AXES = (1024, 1024, 64)
+MAX_GRID_AXES = (2**31 - 1, 65535, 65535)
+
+
+def check_launch_limits(name: str, grid: tuple, wg: tuple) -> None:
+    """Raise LaunchError unless (grid, workgroup) is within what every CUDA device allows, so a
+    launch that runs on one backend runs on all of them."""
+    where = f"launch of {name!r} with grid {tuple(grid)} x workgroup {tuple(wg)}"
+    threads = wg[0] * wg[1] * wg[2]
+    if threads > MAX_WORKGROUP or any(w > m for w, m in zip(wg, MAX_WORKGROUP_AXES)):
+        raise LaunchError(f"{where}: a workgroup may have at most {MAX_WORKGROUP} invocations and "
+                          f"{MAX_WORKGROUP_AXES} per axis, on every backend. Fix: use a smaller workgroup and more "
+                          "workgroups.")
+    if any(g > m for g, m in zip(grid, MAX_GRID_AXES)):
+        raise LaunchError(f"{where}: the grid may have at most {MAX_GRID_AXES} workgroups per axis, on every "
+                          "backend. Fix: spread the workgroups over the x axis, or loop inside the program.")
+    for axis in range(3):
+        if grid[axis] * wg[axis] > 2**32:
+            raise LaunchError(f"{where}: {grid[axis] * wg[axis]} invocations along axis {axis} overflow the u32 "
+                              "invocation id. Fix: split the work into several dispatches.")
 
 
 def check_resident(program: Program, buffers, what: str = "dispatch_resident") -> list:
@@ -175,6 +314,9 @@ def check_resident(program: Program, buffers, what: str = "dispatch_resident") -
             raise DispatchError(f"{what} of {program.name!r}: missing buffers {missing}, unknown {unknown}. "
                                 "Fix: pass one resident buffer for every non-workgroup buffer, outputs included.")
         return [buffers[d.name] for d in bound]
+    if not isinstance(buffers, (list, tuple)):
+        raise DispatchError(f"{what} of {program.name!r}: buffers is a {type(buffers).__name__}, not a list or dict. "
+                            f"Fix: pass [buffer, ...] in binding order ({[d.name for d in bound]}) or a dict by name.")
     buffers = list(buffers)
     if len(buffers) != len(bound):
         raise DispatchError(f"{what} of {program.name!r}: expected {len(bound)} buffers {[d.name for d in bound]} "

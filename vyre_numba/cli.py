@@ -335,9 +335,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         text = emit(p, sm=backend.caps.sm)
         body = [line for line in text.splitlines() if "fma" in line or "ld.global" in line][:4]
         print("\n3. Its PTX, as emitted (a few lines):\n   " + "\n   ".join(body))
-    print("\n4. Mistakes end in a clear error:")
+    print("\n4. Mistakes end in a clear error (here: float64 data that f32 cannot hold exactly):")
     try:
-        backend.dispatch(p, [a, x.astype(np.float64), y])
+        backend.dispatch(p, [a, x.astype(np.float64) / 3, y])
     except VyreError as e:
         print(f"   {type(e).__name__}: {e}")
     return EXIT_OK if same else EXIT_FAILURE

@@ -101,11 +101,11 @@ class Resequence(RecordedGraph):
     """A recorded resident sequence that replays by running it again."""
 
     def __init__(self, backend, steps: Iterable, read: Iterable = ()):
-        from .backend import Step
+        from .backend import _iterable, _read, as_step
 
         self.backend = backend
-        self.steps = [Step(*s) for s in steps]
-        self.read = list(read)
+        self.steps = [as_step(s) for s in _iterable(steps, "steps")]
+        self.read = [_read(r) for r in _iterable(read, "read")]
         self.buffers = [s.buffers for s in self.steps]  # held, so they outlive the recording's use
         backend._count(graph_recordings=1)
 

@@ -9,7 +9,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..backend import Step
+from ..backend import _iterable, _read, as_step
 from ..bindings import Binding, bind, check_resident
 from ..config import DispatchConfig
 from ..errors import DeviceError, DispatchError, UnsupportedError, VyreError
@@ -217,8 +217,8 @@ class CudaRecordedSequence(RecordedGraph):
     def __init__(self, backend, steps: Iterable, read: Iterable = ()):
         self.backend = backend
         backend._ensure_context()
-        steps = [Step(*s) for s in steps]
-        reads = [_read_tuple(r) for r in read]
+        steps = [as_step(s) for s in _iterable(steps, "steps")]
+        reads = [_read(r) for r in _iterable(read, "read")]
         preps = []
         for st in steps:  # compile and check everything before capturing anything
             check(st.program)
@@ -304,13 +304,6 @@ def _pure_sizes(b: Binding) -> dict[str, int]:
     from ..ir.program import Role
 
     return {d.name: b.sizes[d.name] for d in b.program.outputs if d.role is Role.OUTPUT}
-
-
-def _read_tuple(r) -> tuple:
-    if not isinstance(r, (tuple, list)) or not 1 <= len(r) <= 3:
-        raise DispatchError(f"read {r!r} is not (buffer, offset, count). Fix: pass e.g. (buf, 0, 16) or (buf,).")
-    r = tuple(r)
-    return r + (0, None)[len(r) - 1:] if len(r) < 3 else r
 
 
 class WhileGraph:

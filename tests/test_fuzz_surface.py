@@ -1,0 +1,129 @@
+"""Bad arguments thrown at every public function and backend method: only VyreErrors may come
+out (each ending in `Fix: ...`), never a TypeError, KeyError, ValueError, OverflowError,
+MemoryError or RecursionError. Arguments are drawn from junk (None, bools, odd ints, NaN, strings,
+bytes, lists, dicts, objects, arrays of every dtype and shape) mixed with valid values, so calls
+get past the first check and into the deeper ones."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import vyre_numba as vn
+from vyre_numba import DispatchConfig, ir
+from vyre_numba.errors import VyreError
+
+B = ir.BufferDecl
+
+
+def _program() -> ir.Program:
+    i = ir.var("i")
+    return ir.Program([B.read("x", 0, "u32"), B.output("y", 1, "u32")], 64,
+                      [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("y"), [ir.store("y", i, ir.load("x", i) + 1)])],
+                      name="fuzz")
+
+
+PROGRAM = _program()
+DTYPES = [np.uint8, np.int16, np.uint32, np.int64, np.float16, np.float32, np.float64, np.bool_, np.complex64]
+
+JUNK = st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 70), st.sampled_from([2**32, 2**40, -2**63, 2**64, 10**30]),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=6), st.binary(max_size=4),
+    st.lists(st.one_of(st.integers(-3, 3), st.floats(), st.none()), max_size=4),
+    st.tuples(st.integers(-2, 70), st.integers(-2, 70)), st.dictionaries(st.text(max_size=3), st.integers(-2, 5), max_size=2),
+    st.builds(object), st.just(float), st.just(np.float32), st.just("f32"), st.just("u32"), st.just("auto"),
+    hnp.arrays(st.sampled_from(DTYPES), st.sampled_from([(), (0,), (1,), (5,), (2, 3)])),
+    st.just(PROGRAM), st.just(DispatchConfig()), st.just(ir.var("x")), st.just(ir.u32(1)),
+    st.just(ir.store("y", 0, 1)), st.just([np.arange(5, dtype=np.uint32)]), st.just({"x": np.zeros(3, np.uint32)}),
+)
+
+SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def required(fn) -> int:
+    """How many positional arguments `fn` cannot do without (calling with fewer is Python's error)."""
+    import inspect
+
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return 0
+    return sum(1 for p in sig.parameters.values()
+               if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self")
+
+
+def only_vyre_errors(fn, *args, **kw):
+    """Call fn; an exception other than a VyreError (with a Fix) fails the test."""
+    try:
+        return fn(*args, **kw)
+    except VyreError as e:
+        text = str(e)
+        assert "Fix:" in text and text.rsplit("Fix:", 1)[1].strip(), f"{fn.__name__}: no Fix in {text!r}"
+    except Exception as e:  # noqa: BLE001 - the point of the test
+        raise AssertionError(f"{getattr(fn, '__qualname__', fn)}{args!r:.300} {kw!r:.200} raised "
+                             f"{type(e).__name__}: {e}") from e
+
+
+IR_BUILDERS = [
+    (ir.lit, 2), (ir.u8, 1), (ir.i32, 1), (ir.u64, 1), (ir.f16, 1), (ir.bf16, 1), (ir.f32, 1), (ir.f64, 1),
+    (ir.boolean, 1), (ir.var, 1), (ir.load, 2), (ir.buf_len, 1), (ir.gid, 1), (ir.lid, 1), (ir.wgid, 1),
+    (ir.num_workgroups, 1), (ir.binary, 3), (ir.unary, 2), (ir.add, 2), (ir.shl, 2), (ir.eq, 2), (ir.neg, 1),
+    (ir.sqrt, 1), (ir.select, 3), (ir.cast, 2), (ir.fma, 3), (ir.atomic, 4), (ir.atomic_add, 3),
+    (ir.subgroup_ballot, 1), (ir.subgroup_shuffle, 2), (ir.subgroup_add, 1), (ir.let, 2), (ir.assign, 2),
+    (ir.store, 3), (ir.if_, 3), (ir.loop, 4), (ir.barrier, 1), (ir.block, 2), (ir.DataType.parse, 1),
+    (B.read, 4), (B.read_write, 4), (B.output, 4), (B.uniform, 4), (B.workgroup, 3), (B, 7), (ir.Program, 4),
+    (ir.Program.from_json, 1), (ir.Program.from_dict, 1), (ir.validate, 1), (ir.check, 1), (DispatchConfig, 5),
+]
+
+
+@pytest.mark.parametrize("fn,arity", IR_BUILDERS, ids=[getattr(f, "__name__", str(f)) for f, _ in IR_BUILDERS])
+@SETTINGS
+@given(data=st.data())
+def test_ir_builders_raise_only_vyre_errors(fn, arity, data):
+    args = [data.draw(JUNK) for _ in range(data.draw(st.integers(min(required(fn), arity), arity)))]
+    only_vyre_errors(fn, *args)
+
+
+def test_operators_on_expressions_raise_only_vyre_errors():
+    x = ir.var("x")
+    for other in (None, "a", [1], {}, object(), np.arange(3), 1 + 2j, b"x"):
+        for op in ("__add__", "__radd__", "__sub__", "__mul__", "__truediv__", "__mod__", "__and__", "__or__",
+                   "__xor__", "__lshift__", "__rshift__", "__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__"):
+            only_vyre_errors(getattr(x, op), other)
+        only_vyre_errors(x.cast, other)
+    only_vyre_errors(bool, x)
+
+
+BACKEND_METHODS = [("dispatch", 3), ("dispatch_async", 3), ("dispatch_timed", 3), ("dispatch_resident", 3),
+                   ("upload", 1), ("empty", 2), ("allocate", 3), ("download", 3), ("dispatch_sequence", 2),
+                   ("dispatch_repeated", 4), ("record_graph", 3), ("record_sequence", 2)]
+
+
+@pytest.mark.parametrize("backend_name", ["reference", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("method,arity", BACKEND_METHODS, ids=[m for m, _ in BACKEND_METHODS])
+@SETTINGS
+@given(data=st.data())
+def test_backend_methods_raise_only_vyre_errors(backend_name, method, arity, data):
+    backend = vn.get_backend(backend_name)
+    fn = getattr(backend, method)
+    args = [data.draw(JUNK) for _ in range(data.draw(st.integers(min(required(fn), arity), arity)))]
+    kw = {}
+    if method.startswith("dispatch") and method not in ("dispatch_sequence", "dispatch_repeated", "dispatch_resident"):
+        if data.draw(st.booleans()):
+            kw["sizes"] = data.draw(JUNK)
+    result = only_vyre_errors(fn, *args, **kw)
+    if method == "dispatch_async" and result is not None:
+        only_vyre_errors(result.result)
+    if method in ("record_graph", "record_sequence") and result is not None:
+        only_vyre_errors(result.replay, data.draw(JUNK))
+        result.close()
+
+
+def test_get_backend_raises_only_vyre_errors():
+    for name in (None, 5, "", "nope", b"cuda", ["reference"], object()):
+        if name is None:
+            continue
+        only_vyre_errors(vn.get_backend, name)

@@ -121,11 +121,6 @@ def _table_cases():
 def test_program_table_matches_reference(case, cuda_backend, ref):
     from program_table import run_case
 
-    if "grid_sync" in case.program.capabilities:  # lowered by the cooperative issue, refused until then
-        with pytest.raises(vn.UnsupportedError) as e:
-            cuda_backend.dispatch(case.program, case.inputs, case.config, sizes=case.sizes)
-        fix_in(e)
-        return
     got = run_case(cuda_backend, case)  # the table's independent expectations, inputs untouched
     expect = ref.dispatch(case.program, case.inputs, case.config, sizes=case.sizes)
     for decl, g, r in zip(case.program.outputs, got, expect):
@@ -215,11 +210,41 @@ def test_launch_errors_come_before_the_driver(cuda_backend):
 
 
 @pytest.mark.gpu
-def test_grid_barrier_is_refused_clearly(cuda_backend):
-    p = ir.Program([ir.BufferDecl.output("o", 0, "u32")], 32, [ir.barrier("grid"), ir.store("o", ir.gid(0), 1)])
-    with pytest.raises(vn.UnsupportedError) as e:
-        cuda_backend.dispatch(p, [], sizes={"o": 32})
+def test_grid_barrier_runs_cooperatively_and_matches_the_reference(cuda_backend, ref):
+    i = ir.gid(0)
+    p = ir.Program([ir.BufferDecl.read_write("x", 0, "u32"), ir.BufferDecl.output("o", 1, "u32")], 64,
+                   [ir.if_(i < ir.buf_len("x"), [ir.store("x", i, i * 3)]), ir.barrier("grid"),
+                    ir.if_(i < ir.buf_len("x"), [ir.store("o", i, ir.load("x", ir.buf_len("x") - 1 - i) + 1)])])
+    x = np.zeros(10_000, np.uint32)
+    with pytest.raises(vn.DispatchError) as e:
+        cuda_backend.dispatch(p, [x])
     fix_in(e)
+    coop = DispatchConfig(cooperative=True)
+    got = cuda_backend.dispatch(p, [x], coop)
+    want = ref.dispatch(p, [x], coop)
+    assert all(np.array_equal(g, w) for g, w in zip(got, want))
+    dx, do = cuda_backend.upload(x), cuda_backend.upload(np.zeros(10_000, np.uint32))
+    for _ in range(3):  # resident, repeated: the barrier state is reset each time
+        cuda_backend.dispatch_resident(p, [dx, do], coop)
+    assert np.array_equal(cuda_backend.download(do), want[1])
+
+
+@pytest.mark.gpu
+def test_oversized_cooperative_grid_is_refused_before_the_driver(cuda_backend):
+    p = ir.Program([ir.BufferDecl.output("o", 0, "u32")], 1024, [ir.barrier("grid"), ir.store("o", ir.gid(0), 1)])
+    with pytest.raises(vn.LaunchError, match="resident at once.*Fix:"):
+        cuda_backend.dispatch(p, [], DispatchConfig(cooperative=True, grid=(100_000, 1, 1)), sizes={"o": 1})
+
+
+@pytest.mark.gpu
+def test_stuck_grid_barrier_in_a_program_times_out_instead_of_hanging(cuda_backend):
+    """Workgroup 0 returns before the barrier: the others give up after the bound and the host
+    raises BarrierTimeoutError; the context stays usable."""
+    p = ir.Program([ir.BufferDecl.output("o", 0, "u32")], 64,
+                   [ir.if_(ir.wgid(0) == 0, [ir.return_()]), ir.barrier("grid"), ir.store("o", ir.gid(0), 1)])
+    with pytest.raises(vn.BarrierTimeoutError, match="Fix:"):
+        cuda_backend.dispatch(p, [], DispatchConfig(cooperative=True, grid=(4, 1, 1)), sizes={"o": 256})
+    assert cuda_backend.dispatch(_saxpy(), [np.float32([2]), np.ones(3, np.float32), np.ones(3, np.float32)])[0].tolist() == [3.0] * 3
 
 
 @pytest.mark.gpu
@@ -234,6 +259,8 @@ def test_random_programs_match_reference(cuda_backend, ref):
     @given(strategies.programs_with_inputs())
     def run(sample):
         program, inputs, config = sample
+        if "grid_sync" in program.capabilities:  # grid barriers need a cooperative launch on every backend
+            config = dataclasses.replace(config or DispatchConfig(), cooperative=True)
         try:
             expect = ref.dispatch(program, inputs, config)
         except vn.VyreError:

@@ -7,7 +7,6 @@ import re
 import pytest
 
 from vyre_numba import ir
-from vyre_numba.config import DispatchConfig
 from vyre_numba.errors import CompileError, UnsupportedError, VyreError
 from vyre_numba import ptx
 from vyre_numba.ir import DataType as D
@@ -22,10 +21,10 @@ FLOAT_NON_TRANSCENDENTAL = [op for op in ir.FLOAT_UNOPS
 i = ir.var("i")
 
 
-def assemble_all(program: ir.Program, sms=SMS, config: DispatchConfig = DispatchConfig()) -> str:
+def assemble_all(program: ir.Program, sms=SMS, **kw) -> str:
     text = ""
     for sm in sms:
-        text = ptx.emit(program, sm=sm, config=config)
+        text = ptx.emit(program, sm=sm, **kw)
         cubin = ptx.assemble(text, sm=sm)
         assert cubin[:4] == b"\x7fELF"
     return text
@@ -232,11 +231,16 @@ def test_abi_and_param_order():
     assert "ld.param.u32\t%r1, [x_len]" in text
 
 
-def test_grid_barrier_unsupported():
+def test_grid_barrier_needs_a_cooperative_launch_and_links_the_template():
     p = ir.Program([ir.BufferDecl.output("o", 0, "u32")], 64,
-                   [ir.store("o", ir.gid(0), 1), ir.barrier("grid")])
-    with pytest.raises(UnsupportedError, match="Fix:"):
+                   [ir.store("o", ir.gid(0), 1), ir.barrier("grid"), ir.store("o", ir.gid(0), 2)])
+    with pytest.raises(UnsupportedError, match="cooperative=True.*|Fix:"):
         ptx.emit(p)
+    text = assemble_all(p, cooperative=True)
+    assert "(gok), vyre_grid_barrier, (gs, gt)" in text and "vyre_grid_state" in text
+    a = ptx.abi(p)
+    assert a.params[-1].kind == "grid_state" and a.params[-1].ptx_type == ".u64"
+    assert "vyre_grid_barrier" in "".join(ptx.link_sources(text))
 
 
 def test_unknown_target_and_old_assemble_target():
@@ -271,11 +275,10 @@ def test_emit_is_deterministic_and_config_sensitive():
     p = control_program()
     a, b = ptx.emit(p), ptx.emit(p)
     assert a == b
-    assert ptx.emit(p, config=DispatchConfig(workgroup=(4, 4, 4))) != a
-    assert ".reqntid" not in ptx.emit(p, config=DispatchConfig(workgroup="auto"))
-    assert ptx.emit(p, config=DispatchConfig(cooperative=True)) != a
+    assert ptx.emit(p, workgroup=(4, 4, 4)) != a
+    assert ".reqntid" not in ptx.emit(p, workgroup="auto")
+    assert ptx.emit(p, cooperative=True) != a
     assert ptx.emit(p, sm=80) != a
-    assert ptx.emit(p, config=DispatchConfig(label="x")) == a
 
 
 def test_semantic_fixups_present():
@@ -329,3 +332,13 @@ def test_template_parameter_errors():
         ptx.templates.load("fill_u32", version="7.0", target="sm_80", entry="k", bogus=1)
     with pytest.raises(VyreError, match="Fix:"):
         ptx.templates.load("no_such_template")
+
+
+def test_ptx_does_not_import_the_dispatch_configuration():
+    """The emitter takes the few values it needs; DispatchConfig belongs to the layers that dispatch."""
+    import inspect
+
+    from vyre_numba.ptx import emitter
+
+    assert not hasattr(emitter, "DispatchConfig") and "from ..config" not in inspect.getsource(emitter)
+    assert set(inspect.signature(ptx.emit).parameters) == {"program", "sm", "workgroup", "cooperative"}

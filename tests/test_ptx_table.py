@@ -12,20 +12,12 @@ from program_table import CASES
 import strategies
 
 
-def _emittable(case):
-    return "grid_sync" not in case.program.capabilities
-
-
 @pytest.mark.parametrize("sm", [80, 90])
 def test_every_table_program_assembles(sm):
     done = 0
     for case in CASES:
         config = case.config or vn.DispatchConfig()
-        if not _emittable(case):
-            with pytest.raises(vn.UnsupportedError):
-                ptx.emit(case.program, sm=sm, config=config)
-            continue
-        text = ptx.emit(case.program, sm=sm, config=config)
+        text = ptx.emit(case.program, sm=sm, workgroup=config.workgroup, cooperative=config.cooperative)
         cubin = ptx.assemble(text, sm=sm)
         assert cubin[:4] == b"\x7fELF", case.id
         done += 1
@@ -35,8 +27,8 @@ def test_every_table_program_assembles(sm):
 @settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(strategies.well_typed_programs())
 def test_random_programs_assemble(program):
-    if "grid_sync" in program.capabilities:
-        with pytest.raises(vn.UnsupportedError):
+    grid = "grid_sync" in program.capabilities
+    if grid:
+        with pytest.raises(vn.UnsupportedError, match="cooperative=True"):
             ptx.emit(program, sm=90)
-        return
-    assert ptx.assemble(ptx.emit(program, sm=90), sm=90)[:4] == b"\x7fELF"
+    assert ptx.assemble(ptx.emit(program, sm=90, cooperative=grid), sm=90)[:4] == b"\x7fELF"

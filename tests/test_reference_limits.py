@@ -160,15 +160,18 @@ def test_grid_barrier_over_the_budget_is_refused_before_anything_runs():
         ir.store("out", i, ir.load("x", ir.buf_len("x") - ir.u32(1) - i))])
     x = np.arange(320, dtype=np.uint32)
     budget = one_workgroup_budget(p, (32, 1, 1), 9)  # 10 workgroups needed at once
+    coop = DispatchConfig(cooperative=True)
     with pytest.raises(DispatchError) as e:
-        ReferenceBackend(memory_budget=budget).dispatch(p, [x])
+        ReferenceBackend(memory_budget=budget).dispatch(p, [x], coop)
     text = str(e.value)
     assert "grid barrier" in text and str(budget) in text and str(one_workgroup_budget(p, (32, 1, 1), 10)) in text
     assert "memory_budget" in text and "VYRE_NUMBA_REFERENCE_MEMORY" in text
     assert_fix(text)
     assert x.tolist() == list(range(320))
-    out = ReferenceBackend(memory_budget=budget + one_workgroup_budget(p, (32, 1, 1))).dispatch(p, [x])
+    out = ReferenceBackend(memory_budget=budget + one_workgroup_budget(p, (32, 1, 1))).dispatch(p, [x], coop)
     assert out[1].tolist() == [7] * 320
+    with pytest.raises(DispatchError, match="cooperative=True"):
+        ReferenceBackend().dispatch(p, [x])
 
 
 def test_a_workgroup_over_the_budget_is_refused():

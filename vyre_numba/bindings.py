@@ -278,6 +278,10 @@ def launch_geometry(program: Program, config: DispatchConfig, sizes: Mapping[str
         cover = max(outputs) if outputs else max(sizes.values(), default=wg[0])
         grid = (-(-cover // wg[0]), 1, 1)
     check_launch_limits(program.name, grid, wg)
+    if not config.cooperative and "grid_sync" in program.capabilities:
+        raise DispatchError(f"program {program.name!r} has barrier('grid'), which needs every workgroup resident at "
+                            "once. Fix: dispatch it with DispatchConfig(cooperative=True) (on the GPU the grid must "
+                            "then fit on the device at once).")
     return grid, wg
 
 

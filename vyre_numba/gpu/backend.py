@@ -79,6 +79,7 @@ class CudaBackend(Backend):
         self._auto: dict[str, tuple[int, int, int]] = {}
         self._retired: list[CompiledKernel] = []
         self.views = BufferViews(self)
+        self._grid_states: dict[int, str] = {}  # grid-barrier states launched since the last sync
         self._hot: list[list[int]] = []  # per-thread [resident dispatches, launches], summed by telemetry()
         self._hot_base = [0, 0]
         self._hot_lock = threading.Lock()
@@ -95,7 +96,7 @@ class CudaBackend(Backend):
         key = (program.digest(), config.key(), self.caps.sm)
         def build() -> str:
             with profiling.range("emit"):
-                return emit(program, sm=self.caps.sm, config=config)
+                return emit(program, sm=self.caps.sm, workgroup=config.workgroup, cooperative=config.cooperative)
 
         return self.ptx_cache.get_or_build(key, build)
 
@@ -238,6 +239,7 @@ class CudaBackend(Backend):
             with profiling.range(f"launch {label}" if label else "launch"):
                 plan.enqueue(bufs, stream, drv)
                 _sync(drv, stream, plan.kernel.name, plan.shape)
+            plan.check_finished(bufs, drv)
             with profiling.range("readback"):
                 outs = plan.collect(bufs)
         except BaseException as e:
@@ -492,6 +494,10 @@ class CudaBackend(Backend):
     def synchronize(self) -> None:
         """Wait for everything enqueued on this backend's stream; a kernel fault becomes DeviceError."""
         (err,) = self._drv.cuStreamSynchronize(self.stream_handle)
+        if err == self._drv.CUresult.CUDA_SUCCESS and self._grid_states:
+            states, self._grid_states = self._grid_states, {}
+            for ptr, kernel in states.items():
+                check_grid_state(self._drv, ptr, kernel)
         if err != self._drv.CUresult.CUDA_SUCCESS:
             raise DeviceError(f"work on the backend's stream failed: {err.name}. Every resident buffer written by a "
                               "dispatch enqueued since the last synchronisation may hold partial results (launches "
@@ -569,6 +575,7 @@ class CudaPending(Pending):
             if self._result is None and self._error is None:
                 try:
                     _sync(self.backend._drv, self.stream, self.plan.kernel.name, self.plan.shape)
+                    self.plan.check_finished(self.buffers, self.backend._drv)
                     self.backend._count(sync_points=1)
                     with profiling.range("readback"):
                         self._result = self.plan.collect(self.buffers)
@@ -649,6 +656,21 @@ class _Lease:
     def __init__(self, pool: StreamPool):
         self.stream = pool.take()
         weakref.finalize(self, pool.give, self.stream)
+
+
+def check_grid_state(drv, ptr: int, kernel: str) -> None:
+    """Raise BarrierTimeoutError if the grid barrier state at `ptr` reports a timeout (the work
+    that used it has finished)."""
+    word = np.zeros(1, np.uint32)
+    driver_check(drv.cuMemcpyDtoH(word.ctypes.data, ptr + 8, 4), "reading a grid barrier's state")
+    if word[0]:
+        from ..errors import BarrierTimeoutError
+        from ..ptx.emitter import GRID_BARRIER_TIMEOUT_NS
+
+        raise BarrierTimeoutError(
+            f"kernel {kernel!r}: a grid barrier waited more than {GRID_BARRIER_TIMEOUT_NS / 1e9:g} s for the other "
+            "workgroups and gave up; the kernel left early, so its outputs hold partial results. Fix: make every "
+            "invocation reach each barrier('grid') (not inside divergent control flow or after an early return).")
 
 
 def _sync(drv, stream: int, kernel: str, shape: LaunchShape) -> None:

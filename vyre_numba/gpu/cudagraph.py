@@ -202,6 +202,7 @@ class CudaRecordedGraph(RecordedGraph):
             self.plan.enqueue_readback(self._set, self._owned.stream, self.backend._drv)
         _wait(self.backend._drv, self._owned.stream, f"the graph of {self.program.name!r}")
         self.backend._count(sync_points=1)
+        self.plan.check_finished(self._set, self.backend._drv)
         return self.plan.collect(self._set)
 
     def close(self) -> None:

@@ -51,10 +51,13 @@ class BufferSet:
         self.base = self.device.__cuda_array_interface__["data"][0]
         self.staging_in = pinned_array(max(plan.in_bytes, 1))
         self.staging_out = pinned_array(max(plan.out_hi - plan.out_lo, 1))
-        self.launch = KernelLaunch(plan.kernel.handle, plan.kernel.name, plan.shape, len(plan.bound),
-                                   cooperative=plan.cooperative)
+        n = len(plan.bound)
+        self.launch = KernelLaunch(plan.kernel.handle, plan.kernel.name, plan.shape, n,
+                                   cooperative=plan.cooperative, nparams=2 * n + (plan.grid_state is not None))
         for i, (off, count) in enumerate(zip(plan.offsets, plan.counts)):
             self.launch.set_buffer(i, self.base + off, count)
+        if plan.grid_state is not None:
+            self.launch.set_param(2 * n, self.base + plan.grid_state)
 
     def pointer(self, plan: "HostPlan", i: int) -> int:
         return self.base + plan.offsets[i]
@@ -82,14 +85,18 @@ class HostPlan:
         for i in order:
             self.offsets[i] = end
             end += -(-self.nbytes[i] // ALIGN) * ALIGN
+        self.grid_state = None  # byte offset of a grid barrier's state, zeroed with the outputs
+        if "grid_sync" in program.capabilities:
+            self.grid_state, end = end, end + ALIGN
         self.total = end
         ins = [i for i in order if self.bound[i].is_input]
         self.inputs = [(i, self.bound[i].name, self.offsets[i], self.nbytes[i]) for i in ins]
         self.in_total = sum(self.nbytes[i] for i in ins)
         self.in_bytes = max((self.offsets[i] + self.nbytes[i] for i in ins), default=0)
         pure = [i for i in order if self.bound[i].role is Role.OUTPUT]
-        self.zero_lo = min((self.offsets[i] for i in pure), default=end)
-        self.zero_bytes = end - self.zero_lo if any(self.nbytes[i] for i in pure) else 0
+        self.zero_lo = min([self.offsets[i] for i in pure] + ([self.grid_state] if self.grid_state is not None else []),
+                           default=end)
+        self.zero_bytes = end - self.zero_lo if any(self.nbytes[i] for i in pure) or self.grid_state is not None else 0
         index = {d.name: i for i, d in enumerate(self.bound)}
         self.outputs = []  # (byte offset in the allocation, bytes, dtype, elements) in binding order
         for d in program.outputs:
@@ -160,6 +167,13 @@ class HostPlan:
         if self.out_hi > self.out_lo:
             check(drv.cuMemcpyDtoHAsync(buffers.staging_out.ctypes.data, buffers.base + self.out_lo,
                                         self.out_hi - self.out_lo, stream), "reading back the outputs")
+
+    def check_finished(self, buffers: BufferSet, drv) -> None:
+        """After the stream's work: raise BarrierTimeoutError if a grid barrier gave up."""
+        if self.grid_state is not None:
+            from .backend import check_grid_state
+
+            check_grid_state(drv, buffers.base + self.grid_state, self.kernel.name)
 
     def collect(self, buffers: BufferSet) -> list[np.ndarray]:
         """The outputs, copied out of the pinned staging into new arrays (after the stream's work)."""

@@ -156,6 +156,7 @@ class Prepared:
         self.iterations = config.fixpoint_iterations
         self.label = config.label
         self.dtypes = [d.dtype.storage for d in self.bound]
+        self.grid_sync = "grid_sync" in program.capabilities  # launches carry a grid barrier's state
         self._shapes: dict = {}
         self._tls = threading.local()
 
@@ -177,6 +178,7 @@ class Prepared:
                     return launch.enqueue(sh)
                 for ptr, nbytes in last[2]:
                     self.backend.memset(ptr, nbytes, sh)
+                self._note_grid_state(launch)
                 return launch.enqueue(sh, self.iterations)
         return self._bind_and_launch(buffers, tls, sh)
 
@@ -198,8 +200,11 @@ class Prepared:
         for i, (ptr, size) in enumerate(ptrs):
             launch.set_buffer(i, ptr, size)
         memsets = tuple((ptrs[i][0], ptrs[i][1] * self.nbytes[i]) for i in self.pure if ptrs[i][1])
+        if self.grid_sync:
+            memsets += ((tls["grid_states"][grid][1], 12),)
         for ptr, nbytes in memsets:
             self.backend.memset(ptr, nbytes, sh)
+        self._note_grid_state(launch)
         launches = launch.enqueue(sh, self.iterations)
         if all(f is not None for f in fins):  # only numba arrays, whose memory cannot move, take the fast path
             simple = not memsets and not launch.shape.empty and self.iterations == 1
@@ -219,8 +224,19 @@ class Prepared:
             if len(launches) > 64:
                 launches.clear()
             launch = launches[grid] = KernelLaunch(self.kernel.handle, self.kernel.name, shape, self.n,
-                                                   cooperative=self.config.cooperative)
+                                                   cooperative=self.config.cooperative,
+                                                   nparams=2 * self.n + self.grid_sync)
+            if self.grid_sync:  # this thread's grid barrier state for this launch shape
+                state = self.backend._device_bytes(16)
+                ptr = state.__cuda_array_interface__["data"][0]
+                tls.setdefault("grid_states", {})[grid] = (state, ptr)
+                launch.set_param(2 * self.n, ptr)
         return launch
+
+    def _note_grid_state(self, launch: KernelLaunch) -> None:
+        """Have the next synchronisation check this launch's grid barrier state for a timeout."""
+        if self.grid_sync:
+            self.backend._grid_states[int(launch.args.values[2 * self.n])] = self.kernel.name
 
     def _check_aliasing(self, ptrs: list) -> None:
         spans = [(p, p + s * b) for (p, s), b in zip(ptrs, self.nbytes)]

@@ -5,7 +5,7 @@ import re
 from typing import Sequence
 
 from ..errors import CompileError, UnsupportedError
-from . import mathlib
+from . import mathlib, templates
 
 MIN_ASSEMBLE_SM = 75
 _EXTERN = re.compile(r"^\s*\.extern\s+\.func\s*(?:\([^)]*\))?\s*([A-Za-z_$][\w$]*)", re.M)
@@ -23,7 +23,13 @@ def link_sources(kernel_ptx: str | Sequence[str]) -> list[str]:
             if mathlib.is_math_symbol(name) and name not in needed:
                 needed.append(name)
     defined = {m for src in sources for m in re.findall(r"\.visible\s+\.func\s*(?:\([^)]*\))?\s*(\w+)", src)}
-    return sources + [mathlib.module(name) for name in needed if name not in defined]
+    extra = [mathlib.module(name) for name in needed if name not in defined]
+    barrier = [src for src in sources if "vyre_grid_barrier" in _EXTERN.findall(src)]
+    if barrier and "vyre_grid_barrier" not in defined:  # the grid barrier of ptx_templates/, at the kernel's target
+        version = re.search(r"^\s*\.version\s+(\S+)", barrier[0], re.M).group(1)
+        target = re.search(r"^\s*\.target\s+(\S+)", barrier[0], re.M).group(1)
+        extra.append(templates.load("grid_barrier", version=version, target=target))
+    return sources + extra
 
 
 def _quote(log: str, sources: list[str], names: list[str]) -> str:

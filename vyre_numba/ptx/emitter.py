@@ -7,9 +7,12 @@ Kernel ABI (fixed; `abi(program)` returns it as a `KernelABI`):
   (`program.bound_buffers`) one `.param .u64 <name>_ptr`, a global-memory pointer to element 0;
   then for the same buffers in the same order one `.param .u32 <name>_len`, the element count.
   `buf_len(b)` reads `<name>_len`, and every load, store and atomic compares its index with it.
-- Block shape: the workgroup size (`DispatchConfig.workgroup` where given, else the program's) is
-  declared with `.reqntid x, y, z`, so launching another block shape fails; with
-  `workgroup="auto"` no `.reqntid` is written and any block shape runs.
+  A program with `barrier("grid")` takes one more, `.param .u64 vyre_grid_state`: 12 zeroed bytes
+  for the grid barrier (ptx_templates/grid_barrier.ptx, linked by `assemble`), whose third word
+  the host reads after the launch (non-zero: a barrier timed out and the kernel left early).
+- Block shape: the workgroup size (`workgroup=` where given, else the program's) is declared with
+  `.reqntid x, y, z`, so launching another block shape fails; with `workgroup="auto"` no
+  `.reqntid` is written and any block shape runs.
 - Workgroup buffers are module-scope `.shared` arrays (no dynamic shared memory), zeroed at entry
   by all threads of the block, then `bar.sync 0`.
 - Transcendentals call `vyre_math_<op>_<f32|f64>` device functions declared `.extern .func`;
@@ -27,11 +30,11 @@ import struct
 from dataclasses import dataclass
 
 from .. import ir
-from ..config import DispatchConfig
 from ..errors import UnsupportedError
 from ..ir import DataType as D
 from ..ir import nodes as n
 from ..ir.program import Access, BufferDecl, Program
+from ..ir.recursion import drive
 from . import mathlib
 from . import templates
 
@@ -98,10 +101,15 @@ class KernelABI:
                            for p in self.params]}
 
 
-def _wg(program: Program, config: DispatchConfig) -> tuple[int, int, int] | None:
-    if config.workgroup == "auto":
+GRID_STATE = "vyre_grid_state"  # the extra kernel parameter of programs with grid barriers
+GRID_BARRIER_DECL = ".extern .func (.param .b32 ok) vyre_grid_barrier(.param .b64 state, .param .b64 timeout_ns);"
+GRID_BARRIER_TIMEOUT_NS = 10_000_000_000  # a grid barrier waits at most this long (see grid_barrier.ptx)
+
+
+def _wg(program: Program, workgroup) -> tuple[int, int, int] | None:
+    if workgroup == "auto":
         return None
-    return tuple(config.workgroup) if config.workgroup is not None else program.workgroup_size
+    return tuple(workgroup) if workgroup is not None else program.workgroup_size
 
 
 def _shared_layout(program: Program) -> list[tuple[BufferDecl, int]]:
@@ -109,12 +117,15 @@ def _shared_layout(program: Program) -> list[tuple[BufferDecl, int]]:
             if b.access is Access.WORKGROUP]
 
 
-def abi(program: Program, config: DispatchConfig = DispatchConfig()) -> KernelABI:
-    """The launch interface of `emit(program, config=config)`."""
+def abi(program: Program, *, workgroup: tuple[int, int, int] | str | None = None) -> KernelABI:
+    """The launch interface of `emit(program, workgroup=workgroup)`. Programs with grid barriers
+    take one more parameter, the grid barrier's state (12 zeroed bytes, see grid_barrier.ptx)."""
     bound = program.bound_buffers
     ps = tuple(KernelParam(f"{b.name}_ptr", ".u64", b.name, "ptr") for b in bound) + tuple(
         KernelParam(f"{b.name}_len", ".u32", b.name, "len") for b in bound)
-    return KernelABI(program.name, ps, _wg(program, config),
+    if "grid_sync" in program.capabilities:
+        ps += (KernelParam(GRID_STATE, ".u64", "", "grid_state"),)
+    return KernelABI(program.name, ps, _wg(program, workgroup),
                      sum(size for _, size in _shared_layout(program)))
 
 
@@ -136,8 +147,9 @@ def _flit(bits: int, dt: D) -> str:
 
 
 class _Emitter:
-    def __init__(self, program: Program, sm: int, config: DispatchConfig):
-        self.p, self.sm, self.config = program, sm, config
+    def __init__(self, program: Program, sm: int, workgroup, cooperative: bool):
+        self.p, self.sm, self.workgroup, self.cooperative = program, sm, workgroup, cooperative
+        self.grid_state: str | None = None
         self.lines: list[str] = []
         self.count = {k: 0 for k in BANKS}
         self.nlabels = 0
@@ -308,7 +320,7 @@ class _Emitter:
 
     def x_Load(self, e: n.Load) -> tuple[str, D]:
         b = self.bufs[e.buffer]
-        idx, _ = self.expr(e.index)
+        idx, _ = (yield self.expr(e.index))
         p, a, space = self.address(b, idx)
         nc = ".nc" if b.access in (Access.READ_ONLY, Access.UNIFORM) else ""
         dt = b.dtype
@@ -354,9 +366,9 @@ class _Emitter:
     def x_Atomic(self, e: n.Atomic) -> tuple[str, D]:
         b = self.bufs[e.buffer]
         dt = b.dtype
-        idx, _ = self.expr(e.index)
-        v, _ = self.expr(e.value)
-        x = self.expr(e.expected)[0] if e.expected is not None else None
+        idx, _ = (yield self.expr(e.index))
+        v, _ = (yield self.expr(e.value))
+        x = (yield self.expr(e.expected))[0] if e.expected is not None else None
         p, a, space = self.address(b, idx)
         op, kind = ATOM[e.op]
         ty = {"u": "u", "b": "b", "s": "s" if dt.is_signed else "u"}[kind] + str(dt.bits)
@@ -366,9 +378,9 @@ class _Emitter:
         return d, dt
 
     def x_Select(self, e: n.Select) -> tuple[str, D]:
-        c, _ = self.expr(e.cond)
-        a, dt = self.expr(e.a)
-        b, _ = self.expr(e.b)
+        c, _ = (yield self.expr(e.cond))
+        a, dt = (yield self.expr(e.a))
+        b, _ = (yield self.expr(e.b))
         return self.select(c, a, b, dt), dt
 
     def select(self, c: str, a: str, b: str, dt: D) -> str:
@@ -381,9 +393,9 @@ class _Emitter:
         return d
 
     def x_Fma(self, e: n.Fma) -> tuple[str, D]:
-        a, dt = self.expr(e.a)
-        b, _ = self.expr(e.b)
-        c, _ = self.expr(e.c)
+        a, dt = (yield self.expr(e.a))
+        b, _ = (yield self.expr(e.b))
+        c, _ = (yield self.expr(e.c))
         d = self.r(dt)
         if dt in (D.F16, D.BF16):
             return self.fma_narrow(a, b, c, dt), dt
@@ -434,7 +446,7 @@ class _Emitter:
 
     # ---- casts ---------------------------------------------------------------------------------
     def x_Cast(self, e: n.Cast) -> tuple[str, D]:
-        x, src = self.expr(e.a)
+        x, src = (yield self.expr(e.a))
         return self.cast(x, src, e.dtype), e.dtype
 
     def cast(self, x: str, src: D, dst: D) -> str:
@@ -524,8 +536,8 @@ class _Emitter:
 
     # ---- binary --------------------------------------------------------------------------------
     def x_BinOp(self, e: n.BinOp) -> tuple[str, D]:
-        a, dt = self.expr(e.a)
-        b, _ = self.expr(e.b)
+        a, dt = (yield self.expr(e.a))
+        b, _ = (yield self.expr(e.b))
         op = e.op
         if op in CMP:
             return self.compare(op, a, b, dt), D.BOOL
@@ -686,7 +698,7 @@ class _Emitter:
 
     # ---- unary ---------------------------------------------------------------------------------
     def x_UnOp(self, e: n.UnOp) -> tuple[str, D]:
-        a, dt = self.expr(e.a)
+        a, dt = (yield self.expr(e.a))
         op = e.op
         if op == "not":
             d = self.reg("pred")
@@ -792,7 +804,7 @@ class _Emitter:
 
     # ---- subgroups -----------------------------------------------------------------------------
     def x_SubgroupBallot(self, e: n.SubgroupBallot) -> tuple[str, D]:
-        c, _ = self.expr(e.cond)
+        c, _ = (yield self.expr(e.cond))
         d = self.reg("b32")
         self.ins(f"vote.sync.ballot.b32 {d}, {c}, {self.lane_mask}")
         return d, D.U32
@@ -803,8 +815,8 @@ class _Emitter:
         return d
 
     def x_SubgroupShuffle(self, e: n.SubgroupShuffle) -> tuple[str, D]:
-        v, dt = self.expr(e.value)
-        lane, _ = self.expr(e.lane)
+        v, dt = (yield self.expr(e.value))
+        lane, _ = (yield self.expr(e.lane))
         ok, src = self.reg("pred"), self.reg("b32")
         # Lanes >= 32 or past the warp's last existing lane read 0 (hardware would wrap or give
         # an undefined value); such lanes shuffle from themselves and are replaced by 0.
@@ -835,7 +847,7 @@ class _Emitter:
         return d, dt
 
     def x_SubgroupAdd(self, e: n.SubgroupAdd) -> tuple[str, D]:
-        v, dt = self.expr(e.value)
+        v, dt = (yield self.expr(e.value))
         d = self.reg("b32")
         if self.sm >= 80:
             self.ins(f"redux.sync.add.{ITY[dt]} {d}, {v}, {self.lane_mask}")
@@ -859,49 +871,49 @@ class _Emitter:
         if scope:
             self.scopes.append({})
         for s in stmts:
-            self.stmt(s)
+            (yield self.stmt(s))
         if scope:
             self.scopes.pop()
 
-    def stmt(self, s: n.Node) -> None:
+    def stmt(self, s: n.Node):
         if not isinstance(s, n.Block):
-            self.comment(str(s).splitlines()[0].rstrip(" {"))
-        getattr(self, "s_" + type(s).__name__)(s)
+            self.comment(_head(s))
+        yield getattr(self, "s_" + type(s).__name__)(s)
 
     def s_Let(self, s: n.Let) -> None:
-        v, dt = self.expr(s.value)
+        v, dt = (yield self.expr(s.value))
         d = self.r(dt)
         self.ins(f"mov.{'pred' if dt is D.BOOL else STY[RCLASS[dt]]} {d}, {v}")
         self.scopes[-1][s.name] = (d, dt)
 
     def s_Assign(self, s: n.Assign) -> None:
-        v, dt = self.expr(s.value)
+        v, dt = (yield self.expr(s.value))
         d, _ = self.x_Var(n.Var(s.name))
         self.ins(f"mov.{'pred' if dt is D.BOOL else STY[RCLASS[dt]]} {d}, {v}")
 
     def s_Store(self, s: n.Store) -> None:
         b = self.bufs[s.buffer]
-        idx, _ = self.expr(s.index)
-        v, dt = self.expr(s.value)
+        idx, _ = (yield self.expr(s.index))
+        v, dt = (yield self.expr(s.value))
         w = self.stored(v, dt)
         p, a, space = self.address(b, idx)
         self.ins(f"@{p} st.{space}.{MTY[dt]} [{a}], {w}")
 
     def s_If(self, s: n.If) -> None:
-        c, _ = self.expr(s.cond)
+        c, _ = (yield self.expr(s.cond))
         other, end = self.label("else"), self.label("endif")
         self.ins(f"@!{c} bra {other if s.otherwise else end}")
-        self.body(s.then)
+        (yield self.body(s.then))
         if s.otherwise:
             self.ins(f"bra.uni {end}")
             self.place(other)
             self.comment("} else {")
-            self.body(s.otherwise)
+            (yield self.body(s.otherwise))
         self.place(end)
 
     def s_Loop(self, s: n.Loop) -> None:
-        start, _ = self.expr(s.start)
-        end, _ = self.expr(s.end)
+        start, _ = (yield self.expr(s.start))
+        end, _ = (yield self.expr(s.end))
         i, stop = self.reg("b32"), self.reg("b32")
         self.ins(f"mov.b32 {i}, {start}")
         self.ins(f"mov.b32 {stop}, {end}")
@@ -911,28 +923,44 @@ class _Emitter:
         self.ins(f"setp.ge.u32 {p}, {i}, {stop}")
         self.ins(f"@{p} bra {done}")
         self.scopes.append({s.var: (i, D.U32)})
-        self.body(s.body)
+        (yield self.body(s.body))
         self.scopes.pop()
         self.ins(f"add.u32 {i}, {i}, 1")
         self.ins(f"bra.uni {top}")
         self.place(done)
 
     def s_Barrier(self, s: n.Barrier) -> None:
-        if s.scope == "grid":
-            raise UnsupportedError(
-                "barrier('grid') is not lowered to PTX yet (it needs a cooperative launch and a "
-                "grid-wide barrier). Fix: split the program at the grid barrier into two dispatches, "
-                "or run it on the reference backend.")
-        self.ins("bar.sync 0")
+        if s.scope == "workgroup":
+            self.ins("bar.sync 0")
+            return
+        # Every thread calls the grid barrier (ptx_templates/grid_barrier.ptx); when it reports a
+        # timeout the whole block leaves, and the host reads the error word.
+        self.externs.add("vyre_grid_barrier")
+        ok, p = self.reg("b32"), self.reg("pred")
+        self.lines.append("\t{")
+        self.lines.append("\t.param .b64 gs;")
+        self.lines.append("\t.param .b64 gt;")
+        self.lines.append("\t.param .b32 gok;")
+        self.ins(f"st.param.b64 [gs], {self.grid_state}")
+        self.ins(f"st.param.b64 [gt], {GRID_BARRIER_TIMEOUT_NS}")
+        self.ins("call (gok), vyre_grid_barrier, (gs, gt)")
+        self.ins(f"ld.param.b32 {ok}, [gok]")
+        self.lines.append("\t}")
+        self.ins(f"setp.eq.u32 {p}, {ok}, 0")
+        self.ins(f"@{p} ret")
 
     def s_Return(self, s: n.Return) -> None:
         self.ins("ret")
 
     def s_Block(self, s: n.Block) -> None:
-        self.body(s.body)
+        (yield self.body(s.body))
 
     # ---- kernel --------------------------------------------------------------------------------
     def prologue(self) -> None:
+        if "grid_sync" in self.p.capabilities:
+            raw, self.grid_state = self.reg("b64"), self.reg("b64")
+            self.ins(f"ld.param.u64 {raw}, [{GRID_STATE}]")
+            self.ins(f"cvta.to.global.u64 {self.grid_state}, {raw}")
         for b in self.p.bound_buffers:
             raw, ptr, ln = self.reg("b64"), self.reg("b64"), self.reg("b32")
             self.ins(f"ld.param.u64 {raw}, [{b.name}_ptr]")
@@ -986,23 +1014,24 @@ class _Emitter:
 
     def render(self) -> str:
         self.prologue()
-        self.body(self.p.entry, scope=False)
+        drive(self.body(self.p.entry, scope=False))
         self.lines.append("")
         self.ins("ret")
-        a = abi(self.p, self.config)
+        a = abi(self.p, workgroup=self.workgroup)
         wg = a.workgroup_size
         regs = "\n".join(f"\t.reg {BANKS[k][1]} \t{BANKS[k][0]}<{c + 1}>;"
                          for k, c in self.count.items() if c)
         shared = "\n".join(f"\t.shared .align 8 .b8 wg_{b.name}[{size}];  // {b}"
                            for b, size in _shared_layout(self.p))
         header = [f"// vyre-numba PTX for program {self.p.name!r} (digest {self.p.digest()[:16]})",
-                  f"// workgroup {wg if wg else 'auto'}; cooperative={self.config.cooperative}"]
+                  f"// workgroup {wg if wg else 'auto'}; cooperative={self.cooperative}"]
         return templates.load(
             "module",
             comment="\n".join(header),
             version=PTX_VERSION[self.sm],
             target=f"sm_{self.sm}",
-            externs="".join(f"\n{mathlib.extern_decl(x)}" for x in sorted(self.externs)),
+            externs="".join(f"\n{GRID_BARRIER_DECL if x == 'vyre_grid_barrier' else mathlib.extern_decl(x)}"
+                            for x in sorted(self.externs)),
             entry=a.entry,
             params=",\n".join(f"\t.param {q.ptx_type} {q.name}" for q in a.params),
             directives=f"\n.reqntid {wg[0]}, {wg[1]}, {wg[2]}" if wg else "",
@@ -1012,7 +1041,21 @@ class _Emitter:
         )
 
 
-def emit(program: Program, *, sm: int = 90, config: DispatchConfig = DispatchConfig()) -> str:
+def _head(s: n.Node, limit: int = 120) -> str:
+    """A one-line summary of a statement for the PTX comment above its code (bounded, so deep
+    programs do not render whole subtrees at every level)."""
+    match s:
+        case n.If(cond):
+            text = f"if {n.render_expr(cond)}"
+        case n.Loop(v, start, end):
+            text = f"for {v} in {n.render_expr(start)}..{n.render_expr(end)}"
+        case _:
+            text = n.render_stmt(s, 0)[0]
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def emit(program: Program, *, sm: int = 90, workgroup: tuple[int, int, int] | str | None = None,
+         cooperative: bool = False) -> str:
     """PTX text of `program` as one kernel for target `sm_<sm>` (see the module docstring for the
     ABI). Raises IRValidationError for an invalid program and UnsupportedError for what the
     target cannot run."""
@@ -1021,4 +1064,7 @@ def emit(program: Program, *, sm: int = 90, config: DispatchConfig = DispatchCon
         known = ", ".join(str(s) for s in PTX_VERSION)
         raise UnsupportedError(f"sm_{sm} is not a target the PTX emitter knows (known: {known}). "
                                "Fix: pass sm= one of those, e.g. the device's compute capability.")
-    return _Emitter(program, sm, config).render()
+    if "grid_sync" in program.capabilities and not cooperative:
+        raise UnsupportedError(f"program {program.name!r} has barrier('grid'), which needs every workgroup "
+                               "resident at once. Fix: dispatch it with DispatchConfig(cooperative=True).")
+    return _Emitter(program, sm, workgroup, cooperative).render()

@@ -342,3 +342,14 @@ def test_ptx_does_not_import_the_dispatch_configuration():
 
     assert not hasattr(emitter, "DispatchConfig") and "from ..config" not in inspect.getsource(emitter)
     assert set(inspect.signature(ptx.emit).parameters) == {"program", "sm", "workgroup", "cooperative"}
+
+
+def test_deep_programs_emit_without_recursion():
+    """10,000 levels of expression and statement nesting emit (the emitter walks with an explicit
+    stack); 1,000 levels also assemble (ptxas is slow on the deepest, not wrong)."""
+    from test_ir_deep import deep_ifs, deep_sum
+
+    for make in (deep_sum, deep_ifs):
+        text = ptx.emit(make(10_000), sm=90)
+        assert text.count("\n") > 10_000 and max(len(line) for line in text.splitlines()) < 200
+        assert ptx.assemble(ptx.emit(make(1_000), sm=90), sm=90)[:4] == b"\x7fELF"

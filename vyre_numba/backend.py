@@ -12,7 +12,7 @@ import numpy as np
 
 from .config import DispatchConfig
 from .errors import DispatchError
-from .ir import Program
+from .ir import DataType, Program
 
 
 class Step(NamedTuple):
@@ -250,3 +250,40 @@ def resolve_backend(backend: "Backend | str | None" = None) -> Backend:
 
         raise BackendUnavailableError("no backend registry is loaded. Fix: import vyre_numba (the package) first.")
     return _RESOLVER(backend)
+
+
+STORAGE_DTYPES = frozenset(d.storage for d in DataType)
+
+
+def check_empty(n, dtype, what: str = "empty") -> tuple[int, np.dtype]:
+    """(n, dtype) of a new resident buffer, checked: a whole number of elements below 2**32 and
+    the storage dtype of a vyre type."""
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or not 0 <= n < 2**32:
+        raise DispatchError(f"{what}(n={n!r:.60}): n is not a number of elements from 0 to 2**32 - 1. "
+                            "Fix: pass a whole number of elements (lengths are u32).")
+    try:
+        dt = np.dtype(dtype)
+    except (TypeError, ValueError):
+        dt = None
+    if dt is None or dt not in STORAGE_DTYPES:
+        raise DispatchError(f"{what}: {dtype!r:.60} is not the storage dtype of a vyre type. Fix: pass one of "
+                            f"{sorted({str(d) for d in STORAGE_DTYPES})}.")
+    return int(n), dt
+
+
+def check_upload(array) -> np.ndarray:
+    """`array` as a contiguous host array of numbers (or bools) to copy to the device."""
+    if hasattr(array, "__cuda_array_interface__") or hasattr(array, "copy_to_host"):
+        raise DispatchError("upload: the array is already on the device. Fix: bind it directly in "
+                            "dispatch_resident, or copy it with its library's own copy method.")
+    try:
+        arr = np.ascontiguousarray(array)
+    except (TypeError, ValueError) as e:
+        raise DispatchError(f"upload: {type(array).__name__} is not an array of numbers ({e}). "
+                            "Fix: pass a NumPy array.") from None
+    if arr.dtype.kind not in "biuf":
+        raise DispatchError(f"upload: the array holds {arr.dtype} values, not numbers. Fix: pass a NumPy array of "
+                            "one of the vyre storage dtypes (uint8 ... float64).")
+    if arr.size >= 2**32:
+        raise DispatchError(f"upload: {arr.size} elements is 2**32 or more; lengths are u32. Fix: split the data.")
+    return arr

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .. import profiling
-from ..backend import Backend, Pending
+from ..backend import Backend, Pending, check_empty, check_upload
 from ..bindings import Binding, bind, check_config
 from ..config import DispatchConfig
 from ..errors import DeviceError, DispatchError, VyreError
@@ -413,14 +413,17 @@ class CudaBackend(Backend):
 
     def upload(self, array: np.ndarray):
         """A device copy of a host array (a numba device array)."""
-        arr = np.ascontiguousarray(array)
+        arr = check_upload(array)
+        self._ensure_context()
         d = self._cuda.to_device(arr, stream=self.stream)
         self._count(bytes_uploaded=arr.nbytes)
         return d
 
     def empty(self, n: int, dtype) -> Any:
-        """A zeroed numba device array of `n` elements."""
-        d = self._cuda.device_array(int(n), dtype=dtype, stream=self.stream)
+        """A zeroed numba device array of `n` elements of a vyre storage dtype."""
+        n, dtype = check_empty(n, dtype)
+        self._ensure_context()
+        d = self._cuda.device_array(n, dtype=dtype, stream=self.stream)
         if d.nbytes:
             self.memset(d.__cuda_array_interface__["data"][0], d.nbytes)
         return d

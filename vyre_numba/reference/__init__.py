@@ -10,7 +10,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..backend import Backend, Pending
+from ..backend import Backend, Pending, check_empty, check_upload
 from ..bindings import Binding, bind
 from ..config import DispatchConfig
 from ..errors import DispatchError
@@ -92,19 +92,11 @@ class ReferenceBackend(Backend):
             self._count(resident_dispatches=1)
 
     def upload(self, array: np.ndarray) -> np.ndarray:
-        return np.array(array, copy=True, order="C")
+        return np.array(check_upload(array), copy=True, order="C")
 
     def empty(self, n: int, dtype) -> np.ndarray:
-        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 0:
-            raise DispatchError(f"empty(n={n!r:.60}): n is not a non-negative int. Fix: pass a number of elements.")
-        try:
-            dt = np.dtype(dtype)
-        except (TypeError, ValueError):
-            dt = None
-        if dt is None or dt not in _STORAGE:
-            raise DispatchError(f"empty: {dtype!r:.60} is not the storage dtype of a vyre type. Fix: pass one of "
-                                f"{sorted({str(d) for d in _STORAGE})}.")
-        return np.zeros(int(n), dt)
+        n, dt = check_empty(n, dtype)
+        return np.zeros(n, dt)
 
     def download(self, buffer, offset: int = 0, count: int | None = None) -> np.ndarray:
         if not isinstance(buffer, np.ndarray):
@@ -123,7 +115,6 @@ class ReferenceBackend(Backend):
         return flat[offset:end].copy()
 
 
-_STORAGE = {t.storage for t in DataType}
 
 
 class ReferencePending(Pending):

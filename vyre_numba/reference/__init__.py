@@ -14,7 +14,7 @@ from ..backend import Backend, Pending, check_empty, check_upload
 from ..bindings import Binding, bind
 from ..config import DispatchConfig
 from ..errors import DispatchError
-from ..ir import DataType, Program
+from ..ir import Program
 from ..ir.program import Role
 from . import interpreter
 from .interpreter import MAX_INVOCATIONS, Budget, execute, plan, prepare

@@ -91,7 +91,7 @@ class KernelLaunch:
     puts it on a stream, or into the graph being captured there. Every dispatch mode launches
     through this; a driver error becomes DeviceError naming the kernel and geometry."""
 
-    __slots__ = ("name", "shape", "args", "nbuffers", "_fn", "_head", "_tail", "_ok")
+    __slots__ = ("name", "shape", "args", "nbuffers", "_fn", "_head", "_tail", "_ok", "_stream", "_argv")
 
     def __init__(self, handle, name: str, shape: LaunchShape, nbuffers: int, *, cooperative: bool = False,
                  nparams: int | None = None):
@@ -105,6 +105,7 @@ class KernelLaunch:
         self._head = (handle, gx, gy, gz, bx, by, bz, shape.shared_bytes)
         self._tail = (self.args.address,) if cooperative else (self.args.address, 0)
         self._ok = ok
+        self._stream, self._argv = None, ()
 
     def set_buffer(self, i: int, pointer: int, length: int) -> None:
         """Bind parameter buffer `i` (binding order) to device memory at `pointer` of `length` elements."""
@@ -123,10 +124,12 @@ class KernelLaunch:
         """Enqueue `times` launches on `stream`; the number enqueued (0 for an empty grid)."""
         if self.shape.empty:
             return 0
-        fn, head, tail, ok = self._fn, self._head, self._tail, self._ok
+        if stream != self._stream:  # the full argument tuple, rebuilt only when the stream changes
+            self._stream, self._argv = stream, (*self._head, stream, *self._tail)
+        fn, argv, ok = self._fn, self._argv, self._ok
         for _ in range(times):
-            (err,) = fn(*head, stream, *tail)
-            if err != ok:
+            (err,) = fn(*argv)
+            if err is not ok and err != ok:
                 self.failed(err)
         return times
 

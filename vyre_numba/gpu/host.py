@@ -19,7 +19,7 @@ from ..ir.program import Role
 from .launch import KernelLaunch, LaunchShape, driver_check as check
 
 ALIGN = 256
-PARALLEL_COPY_BYTES = 8 << 20  # host copies larger than this are split over threads
+COPY_CHUNK = 256 << 10  # host copies of several such chunks are split over threads
 _COPIERS: ThreadPoolExecutor | None = None
 
 
@@ -27,13 +27,14 @@ def copy_bytes(dst: np.ndarray, src: np.ndarray) -> None:
     """dst[...] = src for two uint8 arrays of one size; large copies run on several threads
     (NumPy releases the GIL while it copies), so staging keeps up with the copy engines."""
     n = dst.size
-    if n <= PARALLEL_COPY_BYTES:
+    workers = min(8, os.cpu_count() or 1)
+    parts = min(workers, n // COPY_CHUNK)
+    if parts < 2:
         dst[...] = src
         return
     global _COPIERS
     if _COPIERS is None:
-        _COPIERS = ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1), thread_name_prefix="vyre-copy")
-    parts = _COPIERS._max_workers
+        _COPIERS = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vyre-copy")
     step = -(-n // parts // 4096) * 4096
     jobs = [_COPIERS.submit(dst.__setitem__, slice(a, a + step), src[a:a + step]) for a in range(0, n, step)]
     for j in jobs:

@@ -34,6 +34,14 @@ def path(n: int):
     return np.cumsum(indptr), dst[order].astype(np.int64)
 
 
+def atomic_hook(i, parent):
+    """Uses Numba's own array features in a step: `.size` and cuda.atomic."""
+    if i + 1 < parent.size:
+        old = cuda.atomic.min(parent, i + 1, parent[i])
+        return old > parent[i]
+    return 0
+
+
 def cpu_labels(n: int, start: np.ndarray, indptr, indices, **kw):
     labels = start.copy()
     r = fixpoint.run(relax, n, [labels, indptr, indices], backend="reference", **kw)
@@ -194,8 +202,9 @@ def test_fixpoint_templates_link_with_a_numba_step(sm):
                                              "data": (4096, False), "version": 3}
 
     for step, args in ((relax, [DeviceArray(np.uint32), DeviceArray(np.int64), DeviceArray(np.int64)]),
+                       (atomic_hook, [DeviceArray(np.int64)]),
                        (lambda i, a, s, f: a[i] > s + f, [DeviceArray(np.float32), np.int32(3), 2.5]),
                        (lambda i: 0, [])):
         linker = Linker()
-        device._module(linker, step, device._arg_kinds(args))
+        device._module(linker, step, *device._arg_kinds(args))
         assert linker.cubin[:4] == b"\x7fELF"

@@ -104,3 +104,43 @@ def test_malformed_csr_is_refused_with_a_fix(indptr, indices, fragment):
     with pytest.raises(DispatchError, match="Fix:") as e:
         connected_components(indptr, indices)
     assert fragment in str(e.value)
+
+
+# ---- the GPU ---------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(GRAPHS))
+def test_gpu_components_equal_scipy_from_host_and_device_arrays(name):
+    import vyre_numba as vn
+
+    backend = vn.get_backend("cuda")
+    a = GRAPHS[name]
+    want = expected(a)
+    got = connected_components(a.indptr, a.indices, backend="cuda")
+    assert isinstance(got, np.ndarray) and np.array_equal(got, want)
+    dev = connected_components(backend.upload(a.indptr.astype(np.int64)), backend.upload(a.indices.astype(np.int32)))
+    assert hasattr(dev, "__cuda_array_interface__") and np.array_equal(backend.download(dev), want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["cooperative", "graph", "relaunch"])
+def test_gpu_components_in_every_fixpoint_mode(mode):
+    a = GRAPHS["rmat"]
+    assert np.array_equal(connected_components(a.indptr, a.indices, backend="cuda", mode=mode), expected(a))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("indptr,indices,fragment", [
+    ([0, 2, 1, 3], [0, 1, 2], "indptr decreases"),
+    ([0, 1, 2], [0, 5], "indices are not vertices"),
+    ([1, 2, 3], [0, 1], "indptr runs from 1 to 3"),
+])
+def test_gpu_malformed_device_csr_is_refused_with_a_fix(indptr, indices, fragment):
+    import vyre_numba as vn
+
+    backend = vn.get_backend("cuda")
+    with pytest.raises(DispatchError, match="Fix:") as e:
+        connected_components(backend.upload(np.array(indptr, np.int64)), backend.upload(np.array(indices, np.int32)))
+    assert fragment in str(e.value)
+    with pytest.raises(DispatchError, match="32- or 64-bit integer"):
+        connected_components(backend.upload(np.array([0.0, 1.0])), backend.upload(np.array([0], np.int32)))

@@ -18,41 +18,48 @@ ENTRIES = ("vyre_fixpoint_coop", "vyre_fixpoint_round", "vyre_fixpoint_check")
 _REG = {"b32": "%ra", "b64": "%rda"}
 
 
-def _arg_kinds(args: list) -> list[tuple[str, Any, Any]]:
-    """(PTX class, Numba type, bits to pass) of each step argument after the item index."""
+def _arg_kinds(args: list) -> tuple[list, list[tuple[str, Any]]]:
+    """(Numba type of each step argument after the item index, the (PTX class, bits) of every
+    parameter they flatten to). A device array is a Numba array in the step (indexing, `.size`,
+    `cuda.atomic.*` all work): C ABI passes it as meminfo, parent, nitems, itemsize, data, then
+    its shape and strides."""
     from numba import from_dtype, types
 
-    out = []
+    kinds, params = [], []
     for k, a in enumerate(args):
         cai = getattr(a, "__cuda_array_interface__", None)
         if cai is not None:
             dt = np.dtype(cai["typestr"])
+            shape = tuple(int(d) for d in cai["shape"]) or (1,)
             strides = cai.get("strides")
-            if strides is not None and int(np.prod(cai["shape"])) > 1:
-                want = dt.itemsize
-                for dim, st in zip(reversed(cai["shape"]), reversed(strides)):
-                    if dim > 1 and st != want:
-                        raise DispatchError(f"args[{k}] is a non-contiguous device array. Fix: pass a contiguous copy.")
-                    want *= dim
-            out.append(("b64", types.CPointer(from_dtype(dt)), cai["data"][0] or 0))
+            contiguous = tuple(int(np.prod(shape[j + 1:])) * dt.itemsize for j in range(len(shape)))
+            if strides is not None and int(np.prod(shape)) > 1 and tuple(strides) != contiguous:
+                raise DispatchError(f"args[{k}] is a non-contiguous device array. Fix: pass a contiguous copy.")
+            size = int(np.prod(shape))
+            kinds.append(types.Array(from_dtype(dt), len(shape), "C"))
+            params += [("b64", 0), ("b64", 0), ("b64", size), ("b64", dt.itemsize), ("b64", cai["data"][0] or 0)]
+            params += [("b64", d) for d in shape] + [("b64", st) for st in contiguous]
         elif isinstance(a, np.ndarray):
             raise DispatchError(f"args[{k}] is a NumPy array, but the cuda backend runs the step on the GPU. "
                                 "Fix: pass device arrays (backend.upload(x)), or use the reference backend.")
         elif isinstance(a, (bool, np.bool_)):
-            out.append(("b32", types.boolean, int(a)))
+            kinds.append(types.boolean)
+            params.append(("b32", int(a)))  # Numba passes a bool parameter as a byte in a b32 slot
         elif isinstance(a, np.generic) and a.dtype.kind in "iuf":
-            cls = "b64" if a.dtype.itemsize == 8 else "b32"  # floats travel as their bits
             if a.dtype.itemsize < 4:
                 raise DispatchError(f"args[{k}] is a {a.dtype} scalar. Fix: pass 32- or 64-bit scalars.")
-            out.append((cls, from_dtype(a.dtype), a))
+            kinds.append(from_dtype(a.dtype))
+            params.append(("b64" if a.dtype.itemsize == 8 else "b32", a))  # floats travel as their bits
         elif isinstance(a, int):
-            out.append(("b64", types.int64, a))
+            kinds.append(types.int64)
+            params.append(("b64", a))
         elif isinstance(a, float):
-            out.append(("b64", types.float64, a))
+            kinds.append(types.float64)
+            params.append(("b64", a))
         else:
             raise DispatchError(f"args[{k}] is a {type(a).__name__}; the step takes device arrays and numbers. "
                                 "Fix: pass device arrays (numba, CuPy, PyTorch) or int/float scalars.")
-    return out
+    return kinds, params
 
 
 _STEPS: dict = {}
@@ -60,7 +67,7 @@ _STEPS: dict = {}
 
 def _step_ptx(step: Callable, kinds: list, cc: tuple[int, int]) -> str:
     from numba import cuda, types
-    sig = types.int32(types.uint32, *[t for _, t, _ in kinds])
+    sig = types.int32(types.uint32, *kinds)
     key = (step, str(sig), cc)
     ptx = _STEPS.get(key)
     if ptx is None:
@@ -74,16 +81,16 @@ def _step_ptx(step: Callable, kinds: list, cc: tuple[int, int]) -> str:
     return ptx
 
 
-def _module(backend, step: Callable, kinds: list) -> dict:
+def _module(backend, step: Callable, kinds: list, params: list) -> dict:
     sm = backend.caps.sm
     step_ptx = _step_ptx(step, kinds, tuple(backend.caps.compute_capability))
-    nregs = max(1, len(kinds))
-    kparams = "".join(f",\n\t.param .{c} arg{k}" for k, (c, _, _) in enumerate(kinds))
-    loads = "\n".join(f"\tld.param.{c} \t{_REG[c]}{k}, [arg{k}];" for k, (c, _, _) in enumerate(kinds))
-    cparams = "\n".join(f"\t.param .{c} a{k};" for k, (c, _, _) in enumerate(kinds))
-    cstores = "\n".join(f"\tst.param.{c} \t[a{k}], {_REG[c]}{k};" for k, (c, _, _) in enumerate(kinds))
-    cargs = "".join(f", a{k}" for k in range(len(kinds)))
-    decl_params = "".join(f", .param .{c} p{k}" for k, (c, _, _) in enumerate(kinds))
+    nregs = max(1, len(params))
+    kparams = "".join(f",\n\t.param .{c} arg{k}" for k, (c, _) in enumerate(params))
+    loads = "\n".join(f"\tld.param.{c} \t{_REG[c]}{k}, [arg{k}];" for k, (c, _) in enumerate(params))
+    cparams = "\n".join(f"\t.param .{c} a{k};" for k, (c, _) in enumerate(params))
+    cstores = "\n".join(f"\tst.param.{c} \t[a{k}], {_REG[c]}{k};" for k, (c, _) in enumerate(params))
+    cargs = "".join(f", a{k}" for k in range(len(params)))
+    decl_params = "".join(f", .param .{c} p{k}" for k, (c, _) in enumerate(params))
     step_decl = f".extern .func (.param .b32 changed) {STEP_NAME}(.param .b32 item{decl_params});"
     version = PTX_VERSION.get(sm, "7.8")
     fix = templates.load("fixpoint", version=version, target=f"sm_{sm}", step=STEP_NAME, step_decl=step_decl,
@@ -95,8 +102,8 @@ def _module(backend, step: Callable, kinds: list) -> dict:
 
 def run(backend, step: Callable, n: int, args: list, max_rounds: int, mode: str, block: int, timeout_ns: int,
         progress: bool) -> FixpointResult:
-    kinds = _arg_kinds(args)
-    kernels = _module(backend, step, kinds)
+    kinds, params = _arg_kinds(args)
+    kernels = _module(backend, step, kinds, params)
     caps = backend.caps
     if mode == "auto":
         mode = "cooperative" if caps.cooperative_launch else "graph"
@@ -105,12 +112,12 @@ def run(backend, step: Callable, n: int, args: list, max_rounds: int, mode: str,
     bar = _bar(progress, max_rounds)
     try:
         if mode == "cooperative":
-            rounds, converged, ns = _cooperative(backend, kernels["vyre_fixpoint_coop"], n, kinds, ctl, ctl_ptr,
+            rounds, converged, ns = _cooperative(backend, kernels["vyre_fixpoint_coop"], n, params, ctl, ctl_ptr,
                                                  max_rounds, block, timeout_ns, bar)
         elif mode == "graph":
-            rounds, converged, ns = _graph(backend, kernels, n, kinds, ctl, ctl_ptr, max_rounds, block, bar)
+            rounds, converged, ns = _graph(backend, kernels, n, params, ctl, ctl_ptr, max_rounds, block, bar)
         else:
-            rounds, converged, ns = _relaunch(backend, kernels["vyre_fixpoint_round"], n, kinds, ctl, ctl_ptr,
+            rounds, converged, ns = _relaunch(backend, kernels["vyre_fixpoint_round"], n, params, ctl, ctl_ptr,
                                               max_rounds, block, bar)
     finally:
         if bar is not None:
@@ -118,8 +125,8 @@ def run(backend, step: Callable, n: int, args: list, max_rounds: int, mode: str,
     return FixpointResult(rounds, converged, mode, ns)
 
 
-def _args_into(launch: KernelLaunch, first: int, kinds: list) -> None:
-    for k, (_, _, value) in enumerate(kinds):
+def _args_into(launch: KernelLaunch, first: int, params: list) -> None:
+    for k, (_, value) in enumerate(params):
         launch.set_param(first + k, value)
 
 

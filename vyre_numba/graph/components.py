@@ -1,13 +1,20 @@
 """Connected components: each vertex labelled with the smallest vertex id of its component.
 
-The NumPy implementation here is the CPU backend and the oracle of the GPU one: rounds of
-hooking (every edge whose ends have different roots hooks the larger root under the smaller,
-by an atomic minimum) and pointer jumping (every vertex points at its root), until no edge joins
-two roots. Parents only ever decrease, so the root of each component ends as its smallest id."""
+Both implementations run rounds of hooking and pointer jumping until no edge joins two roots
+(Shiloach-Vishkin style, as in ECL-CC and Afforest, not label propagation, so a long path takes
+a few rounds rather than one per vertex): every edge whose ends have different roots hooks the
+larger root under the smaller by an atomic minimum, and every vertex then points at its root.
+Parents only ever decrease, so each component's root ends as its smallest id.
+
+- NumPy (`components_numpy`): the CPU backend and the oracle of the GPU one.
+- GPU: the hooking step runs in `vyre_numba.fixpoint` (a cooperative persistent kernel by
+  default), over the CSR on the device.
+"""
 from __future__ import annotations
 
 import numpy as np
 
+from ..errors import DispatchError
 from .csr import CSR, check_csr, edges
 
 
@@ -35,9 +42,102 @@ def components_numpy(g: CSR) -> tuple[np.ndarray, int]:
     return parent, rounds
 
 
-def connected_components(indptr, indices, *, backend=None) -> np.ndarray:
-    """Component labels of the graph `(indptr, indices)` in CSR form (edges taken as undirected):
-    label[v] is the smallest vertex id in v's component. Host arrays give a NumPy result."""
+def _device_csr_ok(backend, indptr, indices, n: int) -> None:
+    """Check a CSR already on the device (ends, monotone offsets, indices in range) without
+    copying it back: one small vyre program counts the violations."""
+    from .. import ir
+    from ..config import DispatchConfig
+
+    key = (np.dtype(indptr.__cuda_array_interface__["typestr"]).str,
+           np.dtype(indices.__cuda_array_interface__["typestr"]).str)
+    prog = _CHECKS.get(key)
+    if prog is None:
+        ip_t, ix_t = (ir.DataType.parse(np.dtype(t)) for t in key)
+        i = ir.var("i")
+        lo = ir.cast(ir.load("indptr", i), "i64")
+        hi = ir.cast(ir.load("indptr", i + 1), "i64")
+        v = ir.cast(ir.load("indices", i), "i64")
+        nv = ir.cast(ir.buf_len("indptr"), "i64") - 1
+        prog = ir.Program([ir.BufferDecl.read("indptr", 0, ip_t), ir.BufferDecl.read("indices", 1, ix_t),
+                           ir.BufferDecl.read_write("bad", 2, "u32", 2)], 256, [
+            ir.let("i", ir.gid(0)),
+            ir.if_((i + 1 < ir.buf_len("indptr")) & (hi < lo), [ir.let("_a", ir.atomic_add("bad", 0, 1))]),
+            ir.if_((i < ir.buf_len("indices")) & ((v < 0) | (v >= nv)), [ir.let("_b", ir.atomic_add("bad", 1, 1))]),
+        ], name="csr_check")
+        _CHECKS[key] = prog
+    bad = backend.empty(2, np.uint32)
+    total = max(int(np.prod(indptr.__cuda_array_interface__["shape"])), int(np.prod(indices.__cuda_array_interface__["shape"])))
+    backend.dispatch_resident(prog, [indptr, indices, bad], DispatchConfig(grid=(max(1, -(-total // 256)), 1, 1)))
+    first, last = (int(x) for x in backend.download(indptr, 0, 1).tolist() + backend.download(indptr, n, 1).tolist())
+    nnz = int(np.prod(indices.__cuda_array_interface__["shape"]))
+    counts = backend.download(bad)
+    if first != 0 or last != nnz:
+        raise DispatchError(f"indptr runs from {first} to {last}, but must run from 0 to len(indices) = {nnz}. "
+                            "Fix: pass the indptr that belongs to these indices.")
+    if counts[0]:
+        raise DispatchError(f"indptr decreases at {int(counts[0])} vertices; offsets must never decrease. "
+                            "Fix: build the CSR with scipy.sparse.csr_matrix(...).indptr.")
+    if counts[1]:
+        raise DispatchError(f"{int(counts[1])} indices are not vertices of this {n}-vertex graph. "
+                            "Fix: every index must satisfy 0 <= v < len(indptr) - 1.")
+
+
+_CHECKS: dict = {}
+
+
+def _device_index_array(a, name: str) -> int:
+    cai = a.__cuda_array_interface__
+    dt = np.dtype(cai["typestr"])
+    if dt.kind not in "iu" or dt.itemsize < 4:
+        raise DispatchError(f"{name} on the device has dtype {dt}, not a 32- or 64-bit integer. "
+                            f"Fix: convert it (e.g. {name}.astype('int64')) before the call.")
+    if len(cai["shape"]) != 1:
+        raise DispatchError(f"{name} has shape {tuple(cai['shape'])}, not 1-D. Fix: pass a flat array.")
+    return int(cai["shape"][0])
+
+
+def connected_components(indptr, indices, *, backend=None, mode: str = "auto"):
+    """Component labels (int32) of the graph `(indptr, indices)` in CSR form, edges taken as
+    undirected: label[v] is the smallest vertex id in v's component. Host arrays give a NumPy
+    result (computed on the GPU when `backend` is "cuda", or is None and a GPU is usable); device
+    arrays (numba, CuPy, PyTorch) give a device array and run on the GPU. `mode` is the fixpoint
+    runner's (see `vyre_numba.fixpoint`)."""
+    from ..backend import resolve_backend
+
+    on_device = [hasattr(a, "__cuda_array_interface__") for a in (indptr, indices)]
+    if on_device[0] != on_device[1]:
+        raise DispatchError("indptr and indices are not both on the device or both on the host. "
+                            "Fix: pass both as NumPy arrays or both as device arrays.")
+    be = resolve_backend(backend)
+    if on_device[0]:
+        if be.name != "cuda":
+            raise DispatchError(f"the CSR is on the device but backend {be.name!r} runs on the CPU. "
+                                "Fix: pass backend='cuda' (or None), or host arrays.")
+        n = _device_index_array(indptr, "indptr") - 1
+        _device_index_array(indices, "indices")
+        if n < 0:
+            raise DispatchError("indptr is empty; a CSR graph of n vertices has n + 1 offsets. "
+                                "Fix: pass a one-element indptr [0] for the empty graph.")
+        _device_csr_ok(be, indptr, indices, n)
+        return _components_gpu(be, indptr, indices, n, mode)
     g = check_csr(indptr, indices)
-    labels, _ = components_numpy(g)
-    return labels.astype(g.indptr.dtype if g.n < 2**31 else np.int64)
+    if be.name != "cuda":
+        labels, _ = components_numpy(g)
+        return labels.astype(np.int32)
+    narrow = g.nnz < 2**31 and g.n < 2**31
+    ip = be.upload(g.indptr)
+    ix = be.upload(g.indices.astype(np.int32) if narrow else g.indices)
+    return be.download(_components_gpu(be, ip, ix, g.n, mode))
+
+
+def _components_gpu(be, indptr, indices, n: int, mode: str):
+    from .. import fixpoint
+    from .steps import hook
+
+    parent = be.upload(np.arange(n, dtype=np.int32))
+    if n:
+        result = fixpoint.run(hook, n, [parent, indptr, indices], backend=be, mode=mode, max_rounds=1000)
+        if not result.converged:
+            raise DispatchError(f"connected components did not converge in {result.rounds} rounds. Fix: report the "
+                                "graph; hooking converges in O(log n) rounds on every graph.")
+    return parent

@@ -7,8 +7,9 @@ larger root under the smaller by an atomic minimum, and every vertex then points
 Parents only ever decrease, so each component's root ends as its smallest id.
 
 - NumPy (`components_numpy`): the CPU backend and the oracle of the GPU one.
-- GPU: the hooking step runs in `vyre_numba.fixpoint` (a cooperative persistent kernel by
-  default), over the CSR on the device.
+- GPU (`steps.py`, run by `vyre_numba.fixpoint`): the CSR expanded to edges, one pass of
+  hooking with compare-and-swap retries (as in ECL-CC) confirmed by a round that changes
+  nothing, then every vertex pointed at its root.
 """
 from __future__ import annotations
 
@@ -132,12 +133,16 @@ def connected_components(indptr, indices, *, backend=None, mode: str = "auto"):
 
 def _components_gpu(be, indptr, indices, n: int, mode: str):
     from .. import fixpoint
-    from .steps import hook
+    from .steps import expand, flatten, hook
 
     parent = be.upload(np.arange(n, dtype=np.int32))
-    if n:
-        result = fixpoint.run(hook, n, [parent, indptr, indices], backend=be, mode=mode, max_rounds=1000)
+    nnz = int(np.prod(indices.__cuda_array_interface__["shape"]))
+    if n and nnz:
+        src = be.empty(nnz, np.int32)
+        fixpoint.run(expand, n, [src, indptr], backend=be, mode=mode, max_rounds=1)
+        result = fixpoint.run(hook, nnz, [parent, src, indices], backend=be, mode=mode, max_rounds=64)
         if not result.converged:
             raise DispatchError(f"connected components did not converge in {result.rounds} rounds. Fix: report the "
-                                "graph; hooking converges in O(log n) rounds on every graph.")
+                                "graph; one pass of hooking should leave nothing to do.")
+        fixpoint.run(flatten, n, [parent], backend=be, mode=mode, max_rounds=1)
     return parent

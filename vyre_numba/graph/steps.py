@@ -5,27 +5,51 @@ from __future__ import annotations
 from numba import cuda
 
 
-def hook(v, parent, indptr, indices):
-    """One vertex's part of a connected-components round: hook the roots at both ends of each of
-    its edges together (the larger under the smaller, by atomic minimum), then point v at its
-    root. Non-zero when it hooked something. Parents only decrease, so every chase ends."""
-    changed = 0
+def expand(v, src, indptr):
+    """Write v as the source of each of its CSR entries (CSR -> COO); changes nothing to iterate."""
     for k in range(indptr[v], indptr[v + 1]):
-        u = indices[k]
-        rv = parent[v]
-        while parent[rv] != rv:
-            rv = parent[rv]
-        ru = parent[u]
-        while parent[ru] != ru:
-            ru = parent[ru]
-        if ru != rv:
-            if ru < rv:
-                cuda.atomic.min(parent, rv, ru)
-            else:
-                cuda.atomic.min(parent, ru, rv)
-            changed = 1
+        src[k] = v
+    return 0
+
+
+def hook(k, parent, src, dst):
+    """Join the trees at both ends of CSR entry k (every entry: the CSR need not be symmetric):
+    hook the larger root under the smaller with a compare-and-swap that succeeds only on
+    a root, and retry from the new roots when another thread hooked first, so one pass over the
+    edges leaves every component one tree (as in ECL-CC). Finding a root halves the path as it
+    goes (each vertex is pointed at its grandparent, always an ancestor). Non-zero if it hooked."""
+    u = src[k]
+    v = dst[k]
+    if u == v:
+        return 0
+    ru = u
+    while parent[ru] != ru:
+        nxt = parent[ru]
+        parent[ru] = parent[nxt]
+        ru = nxt
+    rv = v
+    while parent[rv] != rv:
+        nxt = parent[rv]
+        parent[rv] = parent[nxt]
+        rv = nxt
+    while ru != rv:
+        lo = min(ru, rv)
+        hi = max(ru, rv)
+        if cuda.atomic.cas(parent, hi, hi, lo) == hi:
+            return 1
+        while parent[hi] != hi:  # hi was hooked meanwhile: both ends again from their trees
+            hi = parent[hi]
+        while parent[lo] != lo:
+            lo = parent[lo]
+        ru = lo
+        rv = hi
+    return 0
+
+
+def flatten(v, parent):
+    """Point v at its root (parents only decrease, so the root is the component's smallest id)."""
     r = parent[v]
     while parent[r] != r:
         r = parent[r]
     parent[v] = r
-    return changed
+    return 0

@@ -31,6 +31,7 @@ class Binding:
 
     @property
     def invocations(self) -> int:
+        """Invocations the launch runs: every workgroup of the grid, whole."""
         g, w = self.grid, self.workgroup
         return g[0] * g[1] * g[2] * w[0] * w[1] * w[2]
 
@@ -40,17 +41,26 @@ class Binding:
 
 
 def output_view(b: BufferDecl, arr: np.ndarray) -> np.ndarray:
+    """The part of output `b`'s array `arr` that its output_byte_range selects (all of it without one);
+    a DispatchError where the range ends past the array."""
     if b.output_byte_range is None:
         return arr
     lo, hi = (v // b.dtype.nbytes for v in b.output_byte_range)
+    if hi > arr.size:
+        raise DispatchError(f"output_byte_range {b.output_byte_range} of {b.name!r} ends past its "
+                            f"{arr.size * b.dtype.nbytes} bytes. Fix: bind a larger buffer, or end the range within it.")
     return arr[lo:hi]
 
 
 def as_host_array(b: BufferDecl, value, where: str) -> np.ndarray:
-    """`value` as a flat array of b's storage dtype: a 1-D array of that dtype as it is (no copy);
-    anything else (lists, scalars, arrays of another dtype) converted only where every value
-    converts exactly, else a DispatchError naming the buffer, the types and an offending value.
-    Accepted shapes: 1-D, and scalars or 0-d arrays as one element."""
+    """`value` as a flat, C-contiguous array of b's storage dtype, for the buffer `b`.
+
+    A 1-D array of exactly that dtype binds as it is (no copy). Anything else (lists, tuples,
+    scalars, arrays of another dtype) is converted only where every value converts exactly,
+    else a DispatchError names the buffer, the given and declared types and the first offending
+    element. Scalars and 0-d arrays are one element; arrays of two or more dimensions, GPU arrays,
+    masked elements, objects, strings, complex numbers and bools for numbers are refused.
+    docs/inputs.md has the whole table."""
     want = b.dtype.storage
     if type(value) is np.ndarray and value.dtype == want and value.ndim == 1:
         return value if value.flags.c_contiguous else np.ascontiguousarray(value)
@@ -61,103 +71,191 @@ def as_host_array(b: BufferDecl, value, where: str) -> np.ndarray:
     if arr.ndim == 0:
         arr = arr.reshape(1)
     elif arr.ndim > 1:
-        raise DispatchError(f"{where}: {b.name!r} has shape {arr.shape}, but buffers are flat. "
+        raise DispatchError(f"{where}: {b.name!r} has shape {arr.shape}, but buffers are flat (1-D). "
                             f"Fix: pass x.reshape(-1) (row-major) if the flat layout is what the program indexes.")
-    out = arr if arr.dtype == want else _exact(b, arr, where)
+    if arr.dtype == want:
+        out = arr
+    elif arr.size == 0:
+        out = np.empty(0, want)
+    else:
+        out = _exact(b, arr, value, where)
     return out if out.flags.c_contiguous else np.ascontiguousarray(out)
 
 
+_KINDS = {"O": "Python objects rather than numbers", "U": "strings", "S": "bytes",
+          "c": "complex numbers", "M": "dates", "m": "time spans", "V": "records"}
+
+
 def _host_values(b: BufferDecl, value, where: str) -> np.ndarray:
+    """`value` as a plain ndarray of numbers or bools (any shape, any numeric dtype), read without loss."""
+    if isinstance(value, np.ma.MaskedArray):
+        masked = np.flatnonzero(np.ma.getmaskarray(value))
+        if masked.size:
+            raise DispatchError(f"{where}: {b.name!r} is a masked array with {masked.size} masked element(s) (the "
+                                f"first at flat index {int(masked[0])}), which have no value to bind. Fix: pass "
+                                "x.filled(value) with the value the program should see.")
+        value = value.data
     if isinstance(value, np.ndarray):
-        arr = value
+        arr = value if type(value) is np.ndarray else value.view(np.ndarray)
     else:
         try:
             arr = np.asarray(value)
-        except (TypeError, ValueError, OverflowError) as e:  # ragged lists, odd objects
-            raise DispatchError(f"{where}: {b.name!r} is not an array of numbers ({type(e).__name__}: {e}). "
-                                f"Fix: pass a flat list or a NumPy array of {b.dtype.storage}.") from None
+        except MemoryError:
+            raise
+        except Exception as e:  # ragged lists, objects whose __array__ fails
+            raise DispatchError(f"{where}: {b.name!r} ({type(value).__name__}) cannot be read as an array of numbers "
+                                f"({type(e).__name__}: {e}). Fix: pass a flat list of numbers or a 1-D NumPy array "
+                                f"of {b.dtype.storage}.") from None
     if arr.dtype.kind not in "biuf":
-        what = {"O": "objects (None, huge ints or mixed values)", "U": "strings", "S": "bytes",
-                "c": "complex numbers", "M": "dates", "m": "time spans"}.get(arr.dtype.kind, str(arr.dtype))
-        raise DispatchError(f"{where}: {b.name!r} holds {what}, not {b.dtype} values. "
-                            f"Fix: pass a NumPy array of {b.dtype.storage} (e.g. np.asarray(x, dtype=np.{b.dtype.storage})).")
+        odd = _first_odd(value, arr)
+        what = _KINDS.get(arr.dtype.kind, str(arr.dtype))
+        if odd and arr.dtype.kind == "O":
+            v = odd[1]
+            what = ("integers beyond 64 bits" if isinstance(v, int) else "None" if v is None
+                    else f"values of type {type(v).__name__}")
+        example = f"; element {odd[0]}: {_show(odd[1])}" if odd else ""
+        raise DispatchError(f"{where}: {b.name!r} holds {what}, not {b.dtype} values (given {_given(value, arr)}"
+                            f"{example}). Fix: pass numbers that {b.dtype} holds, e.g. a NumPy array of "
+                            f"{b.dtype.storage}.")
+    if arr.ndim == 1 and isinstance(value, (list, tuple)):
+        _check_elements(b, value, arr, where)
     return arr
 
 
-def _exact(b: BufferDecl, arr: np.ndarray, where: str) -> np.ndarray:
-    """`arr` in b's storage dtype where every value converts exactly; else a DispatchError."""
+def _check_elements(b: BufferDecl, values: list | tuple, arr: np.ndarray, where: str) -> None:
+    """Refuse what NumPy's reading of a mixed list changed: bools counted as numbers (`[True, 2]`),
+    integers rounded to a common float type (`[2**53 + 1, 0.5]`, `[2**64 - 1, -1]`)."""
+    types = set(map(type, values))
+    kind = arr.dtype.kind
+    if types <= {bool, np.bool_} or (types <= {int} and kind in "iu") or (types <= {float} and kind == "f"):
+        return  # NumPy reads these exactly
+    if len(types) == 1 and issubclass(t := next(iter(types)), np.generic) and np.dtype(t) == arr.dtype:
+        return  # NumPy scalars of one type
+    got = arr.tolist()
+    for i, (v, a) in enumerate(zip(values, got)):
+        x = v.item() if isinstance(v, (np.generic, np.ndarray)) and v.dtype.itemsize <= 8 else v
+        if isinstance(x, bool) and kind != "b":
+            if b.dtype.is_bool:
+                continue  # bools among the integers 0 and 1: all mean what they say
+            _refuse(b, arr, values, where, i, f"{b.dtype} buffers take numbers, not bools",
+                    f"pass numbers (x.astype(np.{b.dtype.storage}) counts True as 1)", element=v)
+        if not (x == a or (x != x and a != a)):
+            _refuse(b, arr, values, where, i, f"the list mixes types and no common type holds every element "
+                    f"exactly: NumPy reads it as {_show(a)}",
+                    f"pass a NumPy array of {b.dtype.storage}, or a list whose elements are all of one type", element=v)
+
+
+def _given(value, arr: np.ndarray) -> str:
+    """What the user passed, for messages: 'a float64 array', 'a list, read as int64', 'a float'."""
+    if isinstance(value, np.ndarray):
+        what = f"{arr.dtype} array"
+    elif isinstance(value, (list, tuple)):
+        what = f"{type(value).__name__}, read as {arr.dtype}"
+    else:
+        what = type(value).__name__
+    return ("an " if what[0] in "aeio" else "a ") + what
+
+
+def _first_odd(value, arr: np.ndarray) -> tuple[int, object] | None:
+    """(flat index, element) of the first element of `value` that is not a real number or a bool, or is
+    an integer no NumPy integer type holds; None if there is none."""
+    flat = value if isinstance(value, (list, tuple)) and arr.ndim == 1 else arr.reshape(-1)
+    for i, v in enumerate(flat):
+        if isinstance(v, (np.generic, np.ndarray)) and v.ndim == 0:
+            if v.dtype.kind not in "biuf":
+                return i, v
+        elif isinstance(v, int) and not isinstance(v, bool):
+            if not -2**63 <= v < 2**64:
+                return i, v
+        elif not isinstance(v, (bool, float)):
+            return i, v
+    return None
+
+
+def _exact(b: BufferDecl, arr: np.ndarray, value, where: str) -> np.ndarray:
+    """`arr` (numbers or bools, 1-D, not empty, not of b's storage dtype) in b's storage dtype where every
+    value converts exactly; else a DispatchError."""
     dt, want, kind = b.dtype, b.dtype.storage, arr.dtype.kind
     if dt.is_bool:
         if kind == "b":
             return arr.astype(np.uint32)
-        ok = (arr == 0) | (arr == 1) if kind in "iu" else None
-        return _convert(b, arr, where, ok, "bool buffers take bools, or the integers 0 and 1")
+        ok = (arr == 0) | (arr == 1) if kind in "iu" else np.zeros(arr.shape, bool)
+        return _convert(b, arr, value, where, ok, "bool buffers take bools, or the integers 0 and 1")
     if kind == "b":
-        return _refuse(b, arr, where, 0, f"{dt} buffers take numbers, not bools; use x.astype(np.{want}) to count "
-                                         "True as 1")
+        return _refuse(b, arr, value, where, 0, f"{dt} buffers take numbers, not bools",
+                       f"pass numbers (x.astype(np.{want}) counts True as 1)")
     if dt.is_int:
         if kind == "f":
+            wide = arr if arr.dtype.itemsize >= 8 else arr.astype(np.float64)  # bounds below are exact there
             with np.errstate(invalid="ignore"):
-                ok = np.isfinite(arr) & (np.floor(arr) == arr) & (arr >= float(dt.min)) & (arr < float(dt.max) + 1)
+                ok = np.isfinite(wide) & (np.floor(wide) == wide) & (wide >= float(dt.min)) & (wide < float(dt.max) + 1)
         else:
             ok = _in_range(arr, dt.min, dt.max)
-        return _convert(b, arr, where, ok, f"{dt} holds integers from {dt.min} to {dt.max}")
+        return _convert(b, arr, value, where, ok, f"{dt} holds integers from {dt.min} to {dt.max}")
     if dt is DataType.BF16:
+        if kind != "f":
+            return _refuse(b, arr, value, where, 0, "bf16 buffers take float values, or raw bfloat16 bit patterns "
+                           "as uint16; other integers could mean either",
+                           "pass np.asarray(x, np.float32) for values, or np.asarray(x, np.uint16) for raw bits")
         with np.errstate(over="ignore", invalid="ignore"):
-            f32 = arr.astype(np.float32)
-            bits = f32_to_bf16_bits(f32)
-            back = bf16_bits_to_f32(bits)
-        ok = _same_values(back, arr)
-        if not ok.all():
-            return _refuse(b, arr, where, int(np.flatnonzero(~ok)[0]), "bf16 holds 8 significant bits; pass values "
-                           "bf16 represents exactly, or raw bf16 bits as uint16 (ir.f32_to_bf16_bits(x))")
-        return bits
+            bits = f32_to_bf16_bits(arr.astype(np.float32))
+        ok = _same_values(bf16_bits_to_f32(bits), arr)
+        return _convert(b, arr, value, where, ok, "bf16 holds 8 significant bits and this value is not one of its "
+                        "values", converted=bits, fix="pass values bf16 represents exactly, or round them yourself "
+                        "to raw bits with vyre_numba.ir.f32_to_bf16_bits(x)")
     with np.errstate(over="ignore", invalid="ignore"):
         conv = arr.astype(want)
     ok = _same_values(conv, arr)
-    return _convert(b, arr, where, ok, f"{dt} represents these values only approximately or not at all", conv)
+    return _convert(b, arr, value, where, ok, f"{dt} represents this value only approximately or not at all", conv)
 
 
 def _in_range(arr: np.ndarray, lo: int, hi: int) -> np.ndarray:
     info = np.iinfo(arr.dtype)
-    if info.min >= lo and info.max <= hi:
-        return np.ones(arr.shape, bool)
     ok = np.ones(arr.shape, bool)
     if info.min < lo:
-        ok &= arr >= np.array(lo).astype(arr.dtype) if lo >= info.min else True
+        ok &= arr >= np.array(lo).astype(arr.dtype)
     if info.max > hi:
-        ok &= arr <= np.array(hi).astype(arr.dtype) if hi <= info.max else True
+        ok &= arr <= np.array(hi).astype(arr.dtype)
     return ok
 
 
 def _same_values(conv: np.ndarray, arr: np.ndarray) -> np.ndarray:
     """Where `conv` holds exactly the value of `arr` (NaN for NaN), comparing without rounding."""
     if arr.dtype.kind in "iu" and conv.dtype.kind == "f":  # through the widest exact integers
-        back = np.where(np.isfinite(conv), conv, 0).astype(np.float64)
-        same = np.isfinite(conv) & (back == arr.astype(np.float64))
-        big = np.abs(back) >= 2.0**53
-        if big.any():  # float64 itself rounds there: compare as integers
-            idx = np.flatnonzero(big)
-            same[idx] = [int(c) == int(a) for c, a in zip(conv.reshape(-1)[idx], arr.reshape(-1)[idx])]
+        finite = np.isfinite(conv)
+        back = np.where(finite, conv, 0).astype(np.float64)
+        same = finite & (back == arr.astype(np.float64))
+        big = np.flatnonzero(np.abs(back) >= 2.0**53)
+        if big.size:  # float64 itself rounds there: compare as integers
+            same[big] = [int(c) == int(a) for c, a in zip(conv[big].tolist(), arr[big].tolist())]
         return same
     wide = np.float64 if max(conv.dtype.itemsize, arr.dtype.itemsize) <= 8 else np.longdouble
     c, a = conv.astype(wide), arr.astype(wide)
     return (c == a) | (np.isnan(c) & np.isnan(a))
 
 
-def _convert(b, arr, where, ok, why, converted=None) -> np.ndarray:
-    if ok is None or not np.all(ok):
-        bad = 0 if ok is None else int(np.flatnonzero(~np.asarray(ok).reshape(-1))[0])
-        return _refuse(b, arr, where, bad, why)
+def _convert(b: BufferDecl, arr: np.ndarray, value, where: str, ok: np.ndarray, why: str,
+             converted: np.ndarray | None = None, fix: str | None = None) -> np.ndarray:
+    if not ok.all():
+        return _refuse(b, arr, value, where, int(np.argmin(ok)), why, fix)
     return converted if converted is not None else arr.astype(b.dtype.storage)
 
 
-def _refuse(b, arr, where, index: int, why: str):
-    flat = arr.reshape(-1)
-    example = f" (element {index}: {flat[index]!r})" if flat.size else ""
-    raise DispatchError(f"{where}: {b.name!r} is declared {b.dtype}, but the given {arr.dtype} values do not all "
-                        f"convert exactly{example}: {why}. Fix: pass a NumPy array of {b.dtype.storage} holding the "
-                        "values you mean (convert and round explicitly), or declare the buffer with the data's type.")
+_NO_ELEMENT = object()
+
+
+def _show(x) -> str:
+    text = repr(x)
+    return text if len(text) <= 80 else text[:60] + f"... ({len(text)} characters)"
+
+
+def _refuse(b: BufferDecl, arr: np.ndarray, value, where: str, index: int, why: str, fix: str | None = None,
+            element=_NO_ELEMENT):
+    fix = fix or (f"pass a NumPy array of {b.dtype.storage} holding the values you mean (convert and round "
+                  "explicitly), or declare the buffer with the data's type")
+    raise DispatchError(f"{where}: {b.name!r} is declared {b.dtype}, but the given values ({_given(value, arr)}) "
+                        f"do not all convert exactly (element {index}: "
+                        f"{_show(arr.reshape(-1)[index] if element is _NO_ELEMENT else element)}): {why}. Fix: {fix}.")
 
 
 def check_config(config) -> DispatchConfig:
@@ -178,60 +276,87 @@ def bind(program: Program, inputs: Sequence | Mapping | None, config: DispatchCo
          allocate_outputs: bool = True) -> Binding:
     """Check `inputs` against `program` and build the buffers of one dispatch.
 
-    inputs: the input-role buffers (read_only, uniform, read_write) in binding order, or a dict by name.
+    inputs: the input-role buffers (read_only, uniform, read_write) in binding order, or a dict by name;
+    each converted by `as_host_array` (exact conversions only).
     sizes: element counts of output-only buffers declared with count=0; by default they take the
     largest input's length. read_write buffers are copied unless copy_inputs is False; pure
     outputs get zeroed host arrays unless allocate_outputs is False (a device backend that makes
-    its own needs only their sizes).
+    its own needs only their sizes). Every mistake raises a DispatchError (LaunchError for the
+    launch geometry) before anything is allocated for the outputs.
     """
     check(program)
     config = check_config(config)
     decls = program.inputs
+    names = [b.name for b in decls]
     where = f"dispatch of {program.name!r}"
     if inputs is None:
         inputs = ()
-    if not isinstance(inputs, (Mapping, list, tuple)):
-        raise DispatchError(f"{where}: inputs is a {type(inputs).__name__}, not a list or dict of arrays. Fix: pass "
-                            f"[x, ...] in binding order ({[b.name for b in decls]}) or {{'name': x, ...}}.")
     if isinstance(inputs, Mapping):
-        unknown = set(inputs) - {b.name for b in decls}
+        unknown = [k for k in inputs if k not in names]
         if unknown:
-            raise DispatchError(f"{where}: {sorted(unknown)} are not input buffers (inputs: "
-                                f"{[b.name for b in decls]}). Fix: pass only the program's input buffers.")
-        missing = [b.name for b in decls if b.name not in inputs]
+            raise DispatchError(f"{where}: [{', '.join(sorted(map(repr, unknown)))}] are not input buffers "
+                                f"(inputs: {names}). Fix: key the dict by the names of the program's input "
+                                "buffers (outputs are created for you).")
+        missing = [n for n in names if n not in inputs]
         if missing:
             raise DispatchError(f"{where}: missing inputs {missing}. Fix: pass an array for each of them.")
-        values = [inputs[b.name] for b in decls]
-    else:
+        values = [inputs[n] for n in names]
+    elif isinstance(inputs, (list, tuple)):
         values = list(inputs)
         if len(values) != len(decls):
-            raise DispatchError(f"{where}: expected {len(decls)} input(s) {[b.name for b in decls]} in binding "
+            raise DispatchError(f"{where}: expected {len(decls)} input(s) {names} in binding "
                                 f"order, got {len(values)}. Fix: pass one array per input buffer (outputs are "
                                 "created for you), or a dict by name.")
+    else:
+        raise DispatchError(f"{where}: inputs is a {type(inputs).__name__}, not a list or dict of arrays. Fix: pass "
+                            f"[x, ...] in binding order ({names}) or {{'name': x, ...}}"
+                            f"{' (a single array goes in a list: [x])' if isinstance(inputs, np.ndarray) else ''}.")
     arrays: dict[str, np.ndarray] = {}
     for b, v in zip(decls, values):
-        arr = as_host_array(b, v, where)
-        if b.count and arr.size != b.count:
-            raise DispatchError(f"{where}: {b.name!r} is declared with {b.count} elements, got {arr.size}. "
-                                f"Fix: pass exactly {b.count} elements or declare count=0.")
-        if arr.size >= 2**32:
-            raise DispatchError(f"{where}: {b.name!r} has {arr.size} elements; indices are u32. "
-                                "Fix: split the data into dispatches of fewer than 2**32 elements.")
-        arrays[b.name] = arr.copy() if (b.role is Role.INOUT and copy_inputs) else arr
+        try:
+            arr = as_host_array(b, v, where)
+            if b.count and arr.size != b.count:
+                raise DispatchError(f"{where}: {b.name!r} is declared with {b.count} elements, got {arr.size}. "
+                                    f"Fix: pass exactly {b.count} elements or declare count=0.")
+            if arr.size >= 2**32:
+                raise DispatchError(f"{where}: {b.name!r} has {arr.size} elements; lengths and indices are u32. "
+                                    "Fix: split the data into dispatches of fewer than 2**32 elements.")
+            arrays[b.name] = arr.copy() if (b.role is Role.INOUT and copy_inputs) else arr
+        except MemoryError:
+            raise DispatchError(f"{where}: no host memory to convert or copy input {b.name!r}. Fix: pass a "
+                                f"contiguous 1-D array of {b.dtype.storage} (bound without a copy when read-only), "
+                                "or dispatch less data at a time.") from None
+    counts = _output_counts(program, arrays, sizes, where)
+    grid, wg = launch_geometry(program, config, counts)
+    if allocate_outputs:
+        for b in program.outputs:
+            if b.role is Role.OUTPUT:
+                try:
+                    arrays[b.name] = np.zeros(counts[b.name], dtype=b.dtype.storage)
+                except MemoryError:
+                    raise DispatchError(f"{where}: no host memory for output {b.name!r} "
+                                        f"({counts[b.name] * b.dtype.nbytes} bytes). Fix: dispatch less data at a "
+                                        "time.") from None
+    return Binding(program, arrays, grid, wg, config, counts)
+
+
+def _output_counts(program: Program, arrays: Mapping[str, np.ndarray], sizes, where: str) -> dict[str, int]:
+    """Element counts of every bound buffer: the inputs' sizes, and the pure outputs' from `sizes`, their
+    declared count or the largest input."""
     if sizes is None:
         sizes = {}
     if not isinstance(sizes, Mapping):
         raise DispatchError(f"{where}: sizes is a {type(sizes).__name__}, not a dict. "
                             "Fix: pass sizes={'output_name': element_count}.")
-    unknown = sorted(map(repr, set(sizes) - {b.name for b in program.outputs if b.role is Role.OUTPUT}))
+    pure = [b for b in program.outputs if b.role is Role.OUTPUT]
+    unknown = sorted(repr(k) for k in sizes if k not in {b.name for b in pure})
     if unknown:
-        raise DispatchError(f"{where}: sizes names {', '.join(unknown)}, which are not output-only buffers. "
-                            "Fix: give sizes only for buffers declared with BufferDecl.output.")
+        raise DispatchError(f"{where}: sizes names {', '.join(unknown)}, which are not output-only buffers "
+                            f"({[b.name for b in pure]}). Fix: give sizes only for buffers declared with "
+                            "BufferDecl.output, keyed by name.")
     default = max((a.size for a in arrays.values()), default=None)
     counts = {name: a.size for name, a in arrays.items()}
-    for b in program.outputs:
-        if b.role is not Role.OUTPUT:
-            continue
+    for b in pure:
         if b.name in sizes:
             size = sizes[b.name]
             if (isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)) or not 0 <= size < 2**32
@@ -247,29 +372,18 @@ def bind(program: Program, inputs: Sequence | Mapping | None, config: DispatchCo
             raise DispatchError(f"{where}: output {b.name!r} has count=0 and there is no input to size it from. "
                                 f"Fix: declare a count, or pass sizes={{{b.name!r}: n}}.")
         counts[b.name] = int(size)
-    for b in program.outputs:
-        r = b.output_byte_range
-        if r is not None and r[1] > counts[b.name] * b.dtype.nbytes:
-            raise DispatchError(f"{where}: output_byte_range {r} of {b.name!r} ends past its "
-                                f"{counts[b.name] * b.dtype.nbytes} bytes at this dispatch. Fix: pass a larger "
-                                "buffer (or sizes=...), or end the range within it.")
-    grid, wg = launch_geometry(program, config, counts)
-    if allocate_outputs:
-        for b in program.outputs:
-            if b.role is Role.OUTPUT:
-                try:
-                    arrays[b.name] = np.zeros(counts[b.name], dtype=b.dtype.storage)
-                except MemoryError:
-                    raise DispatchError(f"{where}: no host memory for output {b.name!r} "
-                                        f"({counts[b.name] * b.dtype.nbytes} bytes). Fix: dispatch less data at a "
-                                        "time.") from None
-    return Binding(program, arrays, grid, wg, config, counts)
+    return counts
 
 
 def launch_geometry(program: Program, config: DispatchConfig, sizes: Mapping[str, int]) -> tuple[tuple, tuple]:
     """(grid, workgroup) of a dispatch whose bound buffers have element counts `sizes` (by name):
     `config.grid`, else enough workgroups along x to cover the largest output (the largest buffer
-    when there is no output, one workgroup when there is no buffer)."""
+    when there is no output, one workgroup when there is no buffer).
+
+    Every dispatch of every backend, host and resident, goes through here, so all of them refuse the
+    same things: a launch over the limits every CUDA device has (LaunchError, see
+    `check_launch_limits`), an output_byte_range that ends past its buffer, and a grid barrier
+    without a cooperative launch (DispatchError)."""
     wg = program.workgroup_size if config.workgroup in (None, "auto") else config.workgroup
     if config.grid is not None:
         grid = config.grid
@@ -278,6 +392,14 @@ def launch_geometry(program: Program, config: DispatchConfig, sizes: Mapping[str
         cover = max(outputs) if outputs else max(sizes.values(), default=wg[0])
         grid = (-(-cover // wg[0]), 1, 1)
     check_launch_limits(program.name, grid, wg)
+    for b in program.outputs:
+        r = b.output_byte_range
+        if r is not None and r[1] > sizes[b.name] * b.dtype.nbytes:
+            raise DispatchError(f"dispatch of {program.name!r}: output_byte_range {r} of {b.name!r} ends past its "
+                                f"{sizes[b.name] * b.dtype.nbytes} bytes ({sizes[b.name]} elements) at this dispatch. "
+                                f"Fix: bind a buffer of at least {-(-r[1] // b.dtype.nbytes)} elements (for an "
+                                "output sized at dispatch, pass sizes=... or a longer input), or end the range "
+                                "within it.")
     if not config.cooperative and "grid_sync" in program.capabilities:
         raise DispatchError(f"program {program.name!r} has barrier('grid'), which needs every workgroup resident at "
                             "once. Fix: dispatch it with DispatchConfig(cooperative=True) (on the GPU the grid must "
@@ -291,21 +413,26 @@ MAX_GRID_AXES = (2**31 - 1, 65535, 65535)
 
 
 def check_launch_limits(name: str, grid: tuple, wg: tuple) -> None:
-    """Raise LaunchError unless (grid, workgroup) is within what every CUDA device allows, so a
-    launch that runs on one backend runs on all of them."""
+    """Raise LaunchError unless (grid, workgroup) is within what every CUDA device allows: at most
+    `MAX_WORKGROUP` invocations per workgroup and `MAX_WORKGROUP_AXES` per axis, at most
+    `MAX_GRID_AXES` workgroups per axis, and at most 2**32 invocations along each axis (u32 ids).
+    Both backends check it, so a launch that runs on one runs on the other."""
     where = f"launch of {name!r} with grid {tuple(grid)} x workgroup {tuple(wg)}"
     threads = wg[0] * wg[1] * wg[2]
     if threads > MAX_WORKGROUP or any(w > m for w, m in zip(wg, MAX_WORKGROUP_AXES)):
         raise LaunchError(f"{where}: a workgroup may have at most {MAX_WORKGROUP} invocations and "
-                          f"{MAX_WORKGROUP_AXES} per axis, on every backend. Fix: use a smaller workgroup and more "
-                          "workgroups.")
+                          f"{MAX_WORKGROUP_AXES} per axis (x, y, z) on every backend (it has {threads}). Fix: use a "
+                          "smaller workgroup (DispatchConfig(workgroup=...) or the program's workgroup_size) and "
+                          "more workgroups.")
     if any(g > m for g, m in zip(grid, MAX_GRID_AXES)):
-        raise LaunchError(f"{where}: the grid may have at most {MAX_GRID_AXES} workgroups per axis, on every "
-                          "backend. Fix: spread the workgroups over the x axis, or loop inside the program.")
+        raise LaunchError(f"{where}: the grid may have at most {MAX_GRID_AXES} workgroups per axis (x, y, z) on "
+                          "every backend. Fix: move workgroups to the x axis, use larger workgroups, or loop "
+                          "inside the program over several elements per invocation.")
     for axis in range(3):
         if grid[axis] * wg[axis] > 2**32:
-            raise LaunchError(f"{where}: {grid[axis] * wg[axis]} invocations along axis {axis} overflow the u32 "
-                              "invocation id. Fix: split the work into several dispatches.")
+            raise LaunchError(f"{where}: {grid[axis] * wg[axis]} invocations along axis {'xyz'[axis]} overflow the "
+                              "u32 invocation id (at most 2**32). Fix: split the work into several dispatches, or "
+                              "loop inside the program over several elements per invocation.")
 
 
 def check_resident(program: Program, buffers, what: str = "dispatch_resident") -> list:
@@ -313,9 +440,10 @@ def check_resident(program: Program, buffers, what: str = "dispatch_resident") -
     bound = program.bound_buffers
     if isinstance(buffers, Mapping):
         missing = [d.name for d in bound if d.name not in buffers]
-        unknown = sorted(set(buffers) - {d.name for d in bound})
+        unknown = sorted(repr(k) for k in buffers if k not in {d.name for d in bound})
         if missing or unknown:
-            raise DispatchError(f"{what} of {program.name!r}: missing buffers {missing}, unknown {unknown}. "
+            raise DispatchError(f"{what} of {program.name!r}: missing buffers {missing}, unknown "
+                                f"{', '.join(unknown) or 'none'}. "
                                 "Fix: pass one resident buffer for every non-workgroup buffer, outputs included.")
         return [buffers[d.name] for d in bound]
     if not isinstance(buffers, (list, tuple)):

@@ -19,7 +19,7 @@ from ..ir.program import Role
 from .launch import KernelLaunch, LaunchShape, driver_check as check
 
 ALIGN = 256
-COPY_CHUNK = 256 << 10  # host copies of several such chunks are split over threads
+COPY_CHUNK = 4 << 20  # host copies of several such chunks are split over threads (smaller splits measured slower)
 _COPIERS: ThreadPoolExecutor | None = None
 
 

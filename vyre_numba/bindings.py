@@ -180,7 +180,9 @@ def _exact(b: BufferDecl, arr: np.ndarray, value, where: str) -> np.ndarray:
         if kind == "b":
             return arr.astype(np.uint32)
         ok = (arr == 0) | (arr == 1) if kind in "iu" else np.zeros(arr.shape, bool)
-        return _convert(b, arr, value, where, ok, "bool buffers take bools, or the integers 0 and 1")
+        return _convert(b, arr, value, where, ok, "bool buffers take bools, or the integers 0 and 1",
+                        fix="pass a NumPy bool array (np.asarray(x) != 0 if every nonzero value means true), or "
+                        "0/1 integers")
     if kind == "b":
         return _refuse(b, arr, value, where, 0, f"{dt} buffers take numbers, not bools",
                        f"pass numbers (x.astype(np.{want}) counts True as 1)")

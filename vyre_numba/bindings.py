@@ -48,7 +48,8 @@ def output_view(b: BufferDecl, arr: np.ndarray) -> np.ndarray:
     lo, hi = (v // b.dtype.nbytes for v in b.output_byte_range)
     if hi > arr.size:
         raise DispatchError(f"output_byte_range {b.output_byte_range} of {b.name!r} ends past its "
-                            f"{arr.size * b.dtype.nbytes} bytes. Fix: bind a larger buffer, or end the range within it.")
+                            f"{arr.size * b.dtype.nbytes} bytes. Fix: bind a larger buffer, or end the range "
+                            "within it.")
     return arr[lo:hi]
 
 
@@ -118,19 +119,23 @@ def _host_values(b: BufferDecl, value, where: str) -> np.ndarray:
                             f"{example}). Fix: pass numbers that {b.dtype} holds, e.g. a NumPy array of "
                             f"{b.dtype.storage}.")
     if arr.ndim == 1 and isinstance(value, (list, tuple)):
-        _check_elements(b, value, arr, where)
+        arr = _check_elements(b, value, arr, where)
     return arr
 
 
-def _check_elements(b: BufferDecl, values: list | tuple, arr: np.ndarray, where: str) -> None:
-    """Refuse what NumPy's reading of a mixed list changed: bools counted as numbers (`[True, 2]`),
-    integers rounded to a common float type (`[2**53 + 1, 0.5]`, `[2**64 - 1, -1]`)."""
+def _check_elements(b: BufferDecl, values: list | tuple, arr: np.ndarray, where: str) -> np.ndarray:
+    """`arr`, NumPy's reading of the list `values`, where it holds exactly the listed values; else a
+    DispatchError for what the reading changed: bools counted as numbers (`[True, 2]`), integers rounded
+    to a common float type (`[2**53 + 1, 0.5]`, `[np.uint64(2**64 - 1), np.int64(-1)]`)."""
     types = set(map(type, values))
     kind = arr.dtype.kind
+    if values and types <= {int} and kind == "f" and min(values) >= 0:
+        # NumPy reads [2**64 - 1, 0] as float64 (no common type of uint64 and int64): uint64 holds them all
+        arr, kind = np.array(values, dtype=np.uint64), "u"
     if types <= {bool, np.bool_} or (types <= {int} and kind in "iu") or (types <= {float} and kind == "f"):
-        return  # NumPy reads these exactly
+        return arr  # NumPy reads these exactly
     if len(types) == 1 and issubclass(t := next(iter(types)), np.generic) and np.dtype(t) == arr.dtype:
-        return  # NumPy scalars of one type
+        return arr  # NumPy scalars of one type
     got = arr.tolist()
     for i, (v, a) in enumerate(zip(values, got)):
         x = v.item() if isinstance(v, (np.generic, np.ndarray)) and v.dtype.itemsize <= 8 else v
@@ -143,6 +148,7 @@ def _check_elements(b: BufferDecl, values: list | tuple, arr: np.ndarray, where:
             _refuse(b, arr, values, where, i, f"the list mixes types and no common type holds every element "
                     f"exactly: NumPy reads it as {_show(a)}",
                     f"pass a NumPy array of {b.dtype.storage}, or a list whose elements are all of one type", element=v)
+    return arr
 
 
 def _given(value, arr: np.ndarray) -> str:

@@ -108,8 +108,6 @@ class Backend(abc.ABC):
 
     def allocate(self, program: Program, name: str, n: int | None = None):
         """A zeroed resident buffer for `program`'s buffer `name` (`n` elements, or its static count)."""
-        from .ir.program import Role
-
         if not isinstance(program, Program):
             raise DispatchError(f"allocate: {program!r:.60} is not an ir.Program. Fix: pass the program whose "
                                 "buffer this is.")
@@ -123,7 +121,7 @@ class Backend(abc.ABC):
         except KeyError:
             raise DispatchError(f"{program.name!r} has no buffer {name!r} (buffers: "
                                 f"{[b.name for b in program.buffers]}). Fix: use one of those names.") from None
-        if decl.role is Role.SHARED:
+        if decl.is_shared:
             raise DispatchError(f"{name!r} is a workgroup buffer; it lives in shared memory during a launch. "
                                 "Fix: allocate only bound (non-workgroup) buffers.")
         count = decl.count if n is None else n

@@ -114,7 +114,7 @@ def _wg(program: Program, workgroup) -> tuple[int, int, int] | None:
 
 def _shared_layout(program: Program) -> list[tuple[BufferDecl, int]]:
     return [(b, (b.count * b.dtype.nbytes + 7) // 8 * 8) for b in program.buffers
-            if b.access is Access.WORKGROUP]
+            if b.is_shared]
 
 
 def abi(program: Program, *, workgroup: tuple[int, int, int] | str | None = None) -> KernelABI:
@@ -282,7 +282,7 @@ class _Emitter:
 
     def x_BufLen(self, e: n.BufLen) -> tuple[str, D]:
         b = self.bufs[e.buffer]
-        if b.access is Access.WORKGROUP:
+        if b.is_shared:
             return self.const(b.count, D.U32), D.U32
         return self.len[b.name], D.U32
 
@@ -305,7 +305,7 @@ class _Emitter:
     def address(self, b: BufferDecl, idx: str) -> tuple[str, str, str]:
         """(in-bounds predicate, address register, state space) of b[idx]."""
         p, off, a = self.reg("pred"), self.reg("b64"), self.reg("b64")
-        if b.access is Access.WORKGROUP:
+        if b.is_shared:
             self.ins(f"setp.lt.u32 {p}, {idx}, {b.count}")
             base = self.reg("b64")
             self.ins(f"mov.u64 {base}, wg_{b.name}")

@@ -29,7 +29,7 @@ from ..bindings import Binding
 from ..errors import DispatchError
 from ..ir import DataType, Program, drive, result_type
 from ..ir import nodes as n
-from ..ir.program import Role, walk
+from ..ir.program import walk
 from ..ir.validate import Where
 from ..lru import LRUCache
 from . import ops
@@ -277,7 +277,7 @@ class _Run:
 def _address(r: _Run, decl, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     """(flat storage, element index, bound): buffer[idx] is in bounds where idx < bound."""
     arr = r.bufs[decl.name]
-    if decl.access.value == "workgroup":
+    if decl.is_shared:
         return arr, r.geo.wg_base(decl.count) + idx, decl.count
     return arr, idx, arr.size
 
@@ -713,7 +713,7 @@ class Plan:
     def __init__(self, program: Program):
         self.name = program.name
         self.decls = {b.name: b for b in program.buffers}
-        self.shared = [b for b in program.buffers if b.role is Role.SHARED]
+        self.shared = [b for b in program.buffers if b.is_shared]
         self.shared_counts = {b.name: b.count for b in self.shared}
         self.written: set[str] = set()
         self.grid_barrier = False

@@ -50,6 +50,13 @@ class RecordedGraph(abc.ABC):
             raise DispatchError("this recorded graph was closed. Fix: record a new one "
                                 "(backend.record_graph / record_sequence).")
 
+    def _check_sequence_replay(self, inputs) -> None:
+        """A recorded sequence replays open, and over the buffers bound at recording only."""
+        self._check_open()
+        if inputs is not None:
+            raise DispatchError("a recorded sequence runs over the resident buffers bound at recording and "
+                                "takes no inputs. Fix: write new data into those buffers, then call replay().")
+
 
 def check_replay_sizes(recorded: Binding, now: Binding) -> None:
     """Refuse a replay whose buffers differ in size from the recording's."""
@@ -110,10 +117,7 @@ class Resequence(RecordedGraph):
         backend._count(graph_recordings=1)
 
     def replay(self, inputs: Sequence | Mapping | None = None) -> list[np.ndarray]:
-        self._check_open()
-        if inputs is not None:
-            raise DispatchError("a recorded sequence runs over the resident buffers bound at recording and "
-                                "takes no inputs. Fix: write new data into those buffers, then call replay().")
+        self._check_sequence_replay(inputs)
         self.backend._count(graph_replays=1)
         return self.backend.dispatch_sequence(self.steps, self.read)
 

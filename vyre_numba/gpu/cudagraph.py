@@ -267,10 +267,7 @@ class CudaRecordedSequence(RecordedGraph):
 
     def replay(self, inputs: Sequence | Mapping | None = None) -> list[np.ndarray]:
         """Run the whole sequence again; returns the reads as new arrays."""
-        self._check_open()
-        if inputs is not None:
-            raise DispatchError("a recorded sequence runs over the resident buffers bound at recording and "
-                                "takes no inputs. Fix: write new data into those buffers, then call replay().")
+        self._check_sequence_replay(inputs)
         with self._lock:
             drv, stream = self.backend._drv, self._owned.stream
             # work already enqueued on the backend's stream (uploads, dispatches) comes first

@@ -120,6 +120,8 @@ def test_gpu_components_equal_scipy_from_host_and_device_arrays(name):
     assert isinstance(got, np.ndarray) and np.array_equal(got, want)
     dev = connected_components(backend.upload(a.indptr.astype(np.int64)), backend.upload(a.indices.astype(np.int32)))
     assert hasattr(dev, "__cuda_array_interface__") and np.array_equal(backend.download(dev), want)
+    sym = (a + a.T).tocsr()  # the same components, stored both ways: each pair hooked once
+    assert np.array_equal(connected_components(sym.indptr, sym.indices, backend="cuda", symmetric=True), want)
 
 
 @pytest.mark.gpu

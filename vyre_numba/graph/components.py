@@ -97,14 +97,18 @@ def _device_index_array(a, name: str) -> int:
     return int(cai["shape"][0])
 
 
-def connected_components(indptr, indices, *, backend=None, mode: str = "auto"):
+def connected_components(indptr, indices, *, backend=None, mode: str = "auto", symmetric: bool = False):
     """Component labels (int32) of the graph `(indptr, indices)` in CSR form, edges taken as
     undirected: label[v] is the smallest vertex id in v's component. Host arrays give a NumPy
     result (computed on the GPU when `backend` is "cuda", or is None and a GPU is usable); device
-    arrays (numba, CuPy, PyTorch) give a device array and run on the GPU. `mode` is the fixpoint
-    runner's (see `vyre_numba.fixpoint`)."""
+    arrays (numba, CuPy, PyTorch) give a device array and run on the GPU. `symmetric=True`
+    promises every edge is stored both ways (as scipy's undirected graphs are), so the GPU hooks
+    each pair once. `mode` is the fixpoint runner's (see `vyre_numba.fixpoint`)."""
     from ..backend import resolve_backend
 
+    if not isinstance(symmetric, (bool, np.bool_)):
+        raise DispatchError(f"symmetric={symmetric!r} is not a bool. Fix: pass True only for a CSR that stores every "
+                            "edge both ways.")
     on_device = [hasattr(a, "__cuda_array_interface__") for a in (indptr, indices)]
     if on_device[0] != on_device[1]:
         raise DispatchError("indptr and indices are not both on the device or both on the host. "
@@ -120,7 +124,7 @@ def connected_components(indptr, indices, *, backend=None, mode: str = "auto"):
             raise DispatchError("indptr is empty; a CSR graph of n vertices has n + 1 offsets. "
                                 "Fix: pass a one-element indptr [0] for the empty graph.")
         _device_csr_ok(be, indptr, indices, n)
-        return _components_gpu(be, indptr, indices, n, mode)
+        return _components_gpu(be, indptr, indices, n, mode, symmetric)
     g = check_csr(indptr, indices)
     if be.name != "cuda":
         labels, _ = components_numpy(g)
@@ -128,10 +132,13 @@ def connected_components(indptr, indices, *, backend=None, mode: str = "auto"):
     narrow = g.nnz < 2**31 and g.n < 2**31
     ip = be.upload(g.indptr)
     ix = be.upload(g.indices.astype(np.int32) if narrow else g.indices)
-    return be.download(_components_gpu(be, ip, ix, g.n, mode))
+    return be.download(_components_gpu(be, ip, ix, g.n, mode, symmetric))
 
 
-def _components_gpu(be, indptr, indices, n: int, mode: str):
+def _components_gpu(be, indptr, indices, n: int, mode: str, symmetric: bool):
+    """One pass of hooking leaves every component one tree: a CAS hooks only a root, path halving
+    only points a vertex at an ancestor, so trees never split, and each edge's retry loop ends
+    only once both its ends share a root. Then every vertex is pointed at its root."""
     from .. import fixpoint
     from .steps import expand, flatten, hook
 
@@ -140,9 +147,7 @@ def _components_gpu(be, indptr, indices, n: int, mode: str):
     if n and nnz:
         src = be.empty(nnz, np.int32)
         fixpoint.run(expand, n, [src, indptr], backend=be, mode=mode, max_rounds=1)
-        result = fixpoint.run(hook, nnz, [parent, src, indices], backend=be, mode=mode, max_rounds=64)
-        if not result.converged:
-            raise DispatchError(f"connected components did not converge in {result.rounds} rounds. Fix: report the "
-                                "graph; one pass of hooking should leave nothing to do.")
+        fixpoint.run(hook, nnz, [parent, src, indices, np.int32(1 if symmetric else 0)], backend=be, mode=mode,
+                     max_rounds=1)
         fixpoint.run(flatten, n, [parent], backend=be, mode=mode, max_rounds=1)
     return parent

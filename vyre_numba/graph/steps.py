@@ -12,15 +12,15 @@ def expand(v, src, indptr):
     return 0
 
 
-def hook(k, parent, src, dst):
-    """Join the trees at both ends of CSR entry k (every entry: the CSR need not be symmetric):
-    hook the larger root under the smaller with a compare-and-swap that succeeds only on
+def hook(k, parent, src, dst, symmetric):
+    """Join the trees at both ends of CSR entry k (every entry, or, for a symmetric CSR, each
+    pair once from its larger end): hook the larger root under the smaller with a compare-and-swap that succeeds only on
     a root, and retry from the new roots when another thread hooked first, so one pass over the
     edges leaves every component one tree (as in ECL-CC). Finding a root halves the path as it
     goes (each vertex is pointed at its grandparent, always an ancestor). Non-zero if it hooked."""
     u = src[k]
     v = dst[k]
-    if u == v:
+    if u == v or (symmetric and u < v):
         return 0
     ru = u
     while parent[ru] != ru:

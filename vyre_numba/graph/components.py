@@ -142,11 +142,12 @@ def _components_gpu(be, indptr, indices, n: int, mode: str, symmetric: bool):
     from .. import fixpoint
     from .steps import expand, flatten, hook
 
-    parent = be.upload(np.arange(n, dtype=np.int32))
+    parent = be.empty(n, np.int32)
     nnz = int(np.prod(indices.__cuda_array_interface__["shape"]))
+    src = be.empty(max(nnz, 1), np.int32)
+    if n:
+        fixpoint.run(expand, n, [src, indptr, parent], backend=be, mode=mode, max_rounds=1)
     if n and nnz:
-        src = be.empty(nnz, np.int32)
-        fixpoint.run(expand, n, [src, indptr], backend=be, mode=mode, max_rounds=1)
         fixpoint.run(hook, nnz, [parent, src, indices, np.int32(1 if symmetric else 0)], backend=be, mode=mode,
                      max_rounds=1)
         fixpoint.run(flatten, n, [parent], backend=be, mode=mode, max_rounds=1)

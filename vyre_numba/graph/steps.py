@@ -5,8 +5,10 @@ from __future__ import annotations
 from numba import cuda
 
 
-def expand(v, src, indptr):
-    """Write v as the source of each of its CSR entries (CSR -> COO); changes nothing to iterate."""
+def expand(v, src, indptr, parent):
+    """Start v as its own root and write it as the source of each of its CSR entries (CSR -> COO);
+    changes nothing to iterate."""
+    parent[v] = v
     for k in range(indptr[v], indptr[v + 1]):
         src[k] = v
     return 0

@@ -55,7 +55,7 @@ def required(fn) -> int:
                if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self")
 
 
-def only_vyre_errors(fn, *args, **kw):
+def assert_only_vyre_errors(fn, *args, **kw):
     """Call fn; an exception other than a VyreError (with a Fix) fails the test."""
     try:
         return fn(*args, **kw)
@@ -84,7 +84,7 @@ IR_BUILDERS = [
 @given(data=st.data())
 def test_ir_builders_raise_only_vyre_errors(fn, arity, data):
     args = [data.draw(JUNK) for _ in range(data.draw(st.integers(min(required(fn), arity), arity)))]
-    only_vyre_errors(fn, *args)
+    assert_only_vyre_errors(fn, *args)
 
 
 def test_operators_on_expressions_raise_only_vyre_errors():
@@ -92,9 +92,9 @@ def test_operators_on_expressions_raise_only_vyre_errors():
     for other in (None, "a", [1], {}, object(), np.arange(3), 1 + 2j, b"x"):
         for op in ("__add__", "__radd__", "__sub__", "__mul__", "__truediv__", "__mod__", "__and__", "__or__",
                    "__xor__", "__lshift__", "__rshift__", "__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__"):
-            only_vyre_errors(getattr(x, op), other)
-        only_vyre_errors(x.cast, other)
-    only_vyre_errors(bool, x)
+            assert_only_vyre_errors(getattr(x, op), other)
+        assert_only_vyre_errors(x.cast, other)
+    assert_only_vyre_errors(bool, x)
 
 
 BACKEND_METHODS = [("dispatch", 3), ("dispatch_async", 3), ("dispatch_timed", 3), ("dispatch_resident", 3),
@@ -114,11 +114,11 @@ def test_backend_methods_raise_only_vyre_errors(backend_name, method, arity, dat
     if method.startswith("dispatch") and method not in ("dispatch_sequence", "dispatch_repeated", "dispatch_resident"):
         if data.draw(st.booleans()):
             kw["sizes"] = data.draw(JUNK)
-    result = only_vyre_errors(fn, *args, **kw)
+    result = assert_only_vyre_errors(fn, *args, **kw)
     if method == "dispatch_async" and result is not None:
-        only_vyre_errors(result.result)
+        assert_only_vyre_errors(result.result)
     if method in ("record_graph", "record_sequence") and result is not None:
-        only_vyre_errors(result.replay, data.draw(JUNK))
+        assert_only_vyre_errors(result.replay, data.draw(JUNK))
         result.close()
 
 
@@ -126,4 +126,4 @@ def test_get_backend_raises_only_vyre_errors():
     for name in (None, 5, "", "nope", b"cuda", ["reference"], object()):
         if name is None:
             continue
-        only_vyre_errors(vn.get_backend, name)
+        assert_only_vyre_errors(vn.get_backend, name)

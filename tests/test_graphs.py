@@ -38,7 +38,7 @@ def bump() -> ir.Program:
                       name="bump")
 
 
-def same_bits(got, want, case=None) -> None:
+def assert_same_bits(got, want, case=None) -> None:
     assert len(got) == len(want)
     for g, w in zip(got, want):
         bad = mismatches(g, w, ulp=getattr(case, "ulp", 0) if case else 0)
@@ -64,8 +64,8 @@ def test_replay_takes_new_inputs_of_the_recorded_sizes(backend):
     with backend.record_graph(affine(), [np.zeros(1000, np.uint32)]) as g:
         for _ in range(3):
             x = rng.integers(0, 2**32, 1000, dtype=np.uint32)
-            same_bits(g.replay([x]), backend.dispatch(affine(), [x]))
-            same_bits(g.replay({"x": x}), [x * np.uint32(3) + np.uint32(1)])
+            assert_same_bits(g.replay([x]), backend.dispatch(affine(), [x]))
+            assert_same_bits(g.replay({"x": x}), [x * np.uint32(3) + np.uint32(1)])
 
 
 @pytest.mark.parametrize("bad", [np.zeros(999, np.uint32), np.zeros(1001, np.uint32)])
@@ -93,7 +93,7 @@ def test_fixpoint_iterations_replay(backend):
     x = np.arange(5000, dtype=np.uint32)
     config = DispatchConfig(fixpoint_iterations=100)
     with backend.record_graph(bump(), [x], config) as g:
-        same_bits(g.replay([x]), backend.dispatch(bump(), [x], config))
+        assert_same_bits(g.replay([x]), backend.dispatch(bump(), [x], config))
         assert g.replay([x + 7])[0][:3].tolist() == [107, 108, 109]
 
 

@@ -237,7 +237,7 @@ def test_grid_barrier_needs_a_cooperative_launch_and_links_the_template():
     with pytest.raises(UnsupportedError, match="cooperative=True.*|Fix:"):
         ptx.emit(p)
     text = assemble_all(p, cooperative=True)
-    assert "(gok), vyre_grid_barrier, (gs, gt)" in text and "vyre_grid_state" in text
+    assert "(retval0), vyre_grid_barrier, (param0, param1)" in text and "vyre_grid_state" in text
     a = ptx.abi(p)
     assert a.params[-1].kind == "grid_state" and a.params[-1].ptx_type == ".u64"
     assert "vyre_grid_barrier" in "".join(ptx.link_sources(text))
@@ -301,7 +301,7 @@ def test_semantic_fixups_present():
 
 TEMPLATE_ARGS = {
     "fill_u32": dict(entry="fill_u32"),
-    "module": dict(comment="// t", externs="", entry="k", params="\t.param .u64 p",
+    "module": dict(comment="// t", externs="", entry=".entry k", params="\t.param .u64 p",
                    directives="", registers="", shared="", body="\tret;"),
 }
 LINKED_TEMPLATES = {"fixpoint"}  # call a step function: assembled with one in tests/test_fixpoint.py

@@ -33,7 +33,7 @@ from .. import ir
 from ..errors import UnsupportedError
 from ..ir import DataType as D
 from ..ir import nodes as n
-from ..ir.program import Access, BufferDecl, Program
+from ..ir.program import Access, BufferDecl, Program, walk
 from ..ir.recursion import drive
 from . import mathlib
 from . import templates
@@ -58,15 +58,6 @@ MTY = {D.U8: "u8", D.I8: "s8", D.U16: "u16", D.I16: "s16", D.U32: "u32", D.I32: 
 # selp / mov type of each register class.
 STY = {"b32": "b32", "b64": "b64", "f32": "f32", "f64": "f64"}
 
-INT_ARITH = {"add": "add", "wrapping_add": "add", "sub": "sub", "wrapping_sub": "sub",
-             "mul": "mul.lo", "min": "min", "max": "max"}
-BITWISE = {"bitand": "and", "bitor": "or", "bitxor": "xor"}
-FLOAT_ARITH = {"add": "add.rn", "sub": "sub.rn", "mul": "mul.rn", "div": "div.rn"}
-CMP = {"eq": "eq", "ne": "ne", "lt": "lt", "gt": "gt", "le": "le", "ge": "ge"}
-FCMP = {"eq": "eq", "ne": "neu", "lt": "lt", "gt": "gt", "le": "le", "ge": "ge"}
-FROUND = {"floor": "rmi", "ceil": "rpi", "round": "rni", "trunc": "rzi"}
-FTEST = {"isnan": "notanumber", "isinf": "infinite", "isfinite": "finite"}
-SREG = {"local_id": "%tid", "workgroup_id": "%ctaid", "num_workgroups": "%nctaid"}
 ATOM = {"add": ("add", "u"), "or": ("or", "b"), "and": ("and", "b"), "xor": ("xor", "b"),
         "min": ("min", "s"), "max": ("max", "s"), "exchange": ("exch", "b"),
         "compare_exchange": ("cas", "b")}
@@ -102,6 +93,7 @@ class KernelABI:
 
 
 GRID_STATE = "vyre_grid_state"  # the extra kernel parameter of programs with grid barriers
+STEP_ITEM, STEP_CHANGED, STEP_DONE = "vyre_item", "vyre_changed", "$L_step_done"  # see emit_step
 GRID_BARRIER_DECL = ".extern .func (.param .b32 ok) vyre_grid_barrier(.param .b64 state, .param .b64 timeout_ns);"
 GRID_BARRIER_TIMEOUT_NS = 10_000_000_000  # a grid barrier waits at most this long (see grid_barrier.ptx)
 
@@ -146,9 +138,173 @@ def _flit(bits: int, dt: D) -> str:
     return _f32(ir.bits_to_float(bits, dt))
 
 
+WRAP, NARROW = "~wrap d d", "~narrow d d"
+
+
+def _fz(dt: D) -> str:
+    return "0d" + "0" * 16 if dt is D.F64 else "0f00000000"
+
+
+# Names a lowering template may use besides its operands a, b, c: facts of the operand type dt...
+FACTS = {
+    "t": lambda dt: ITY[dt], "w": lambda dt: "b64" if dt.bits == 64 else "b32",
+    "u": lambda dt: "u64" if dt.bits == 64 else "u32", "n": lambda dt: "s64" if dt.bits == 64 else "s32",
+    "bits": lambda dt: dt.bits, "pad": lambda dt: 32 - dt.bits, "bm1": lambda dt: dt.bits - 1,
+    "m": lambda dt: STY.get(RCLASS[dt], "pred"), "lo": lambda dt: int(dt.min), "hi": lambda dt: int(dt.max),
+    "ones": lambda dt: _hex(-1, 64 if dt.bits == 64 else 32), "minx": lambda dt: _hex(int(dt.min), 64),
+    "maxx": lambda dt: _hex(int(dt.max), 64),
+    "zero": _fz, "one": lambda dt: "0d3FF0000000000000" if dt is D.F64 else "0f3F800000",
+    "mone": lambda dt: "0dBFF0000000000000" if dt is D.F64 else "0fBF800000",
+}
+# ...and fresh registers, their bank named by prefix (d: the result's type, s: the operand's);
+# x is the zero-extended operand a ("~zext x a").
+TEMPS = {"p": "pred", "r": "b32", "rd": "b64", "f": "f32", "fd": "f64", "h": "h"}
+
+_CMP = {"eq": ("eq", "eq"), "ne": ("ne", "neu"), "lt": ("lt", "lt"), "gt": ("gt", "gt"),
+        "le": ("le", "le"), "ge": ("ge", "ge")}
+_AMOUNT = lambda dt: (["cvt.u32.u64 {r0}, {b}", "and.b32 {r1}, {r0}, {bm1}"] if dt.bits == 64
+                      else ["and.b32 {r1}, {b}, {bm1}"])
+_ROT = lambda first, second: lambda dt: _AMOUNT(dt) + [
+    "~zext x a", "sub.u32 {r2}, {bits}, {r1}", "shl.{w} {s1}, {x}, {%s}" % first, "shr.{u} {s2}, {x}, {%s}" % second,
+    "or.{w} {d}, {s1}, {s2}", WRAP]
+
+
+def _divmod(op: str):
+    """x/0 = x%0 = 0, MIN/-1 = MIN and MIN%-1 = 0 (PTX leaves these unspecified), without a branch."""
+    ins = "div" if op == "div" else "rem"
+    return lambda dt: ([
+        "setp.eq.{t} {p1}, {b}, 0", "setp.eq.{t} {p2}, {b}, -1", "or.pred {p3}, {p1}, {p2}", "selp.{t} {s1}, 1, {b}, {p3}",
+        f"{ins}.{{t}} {{s2}}, {{a}}, {{s1}}", "neg.{t} {s3}, {a}" if op == "div" else "mov.{m} {s3}, 0",
+        "selp.{t} {s4}, {s3}, {s2}, {p2}", "selp.{t} {d}, 0, {s4}, {p1}", WRAP] if dt.is_signed else [
+        "setp.eq.{t} {p1}, {b}, 0", "selp.{t} {s1}, 1, {b}, {p1}", f"{ins}.{{t}} {{s2}}, {{a}}, {{s1}}",
+        "selp.{t} {d}, 0, {s2}, {p1}", WRAP])
+
+
+def _saturating(kind: str):
+    """Narrow types are exact in 32 bits and clamped; i64 overflows iff the result's sign disagrees
+    with what the operands force."""
+    def lines(dt: D) -> list[str]:
+        if dt.bits < 32:
+            return [f"{kind}.s32 {{d}}, {{a}}, {{b}}", "max.s32 {d}, {d}, {lo}", "min.s32 {d}, {d}, {hi}"]
+        if dt is D.I32:
+            return [f"{kind}.sat.s32 {{d}}, {{a}}, {{b}}"]
+        if not dt.is_signed:
+            return [f"{kind}.{{t}} {{s1}}, {{a}}, {{b}}"] + (
+                ["setp.lt.{t} {p1}, {s1}, {a}", "selp.{t} {d}, {ones}, {s1}, {p1}"] if kind == "add" else
+                ["setp.lt.{t} {p1}, {a}, {b}", "selp.{t} {d}, 0, {s1}, {p1}"])
+        return [f"{kind}.{{t}} {{s1}}, {{a}}, {{b}}"] + (
+            ["xor.b64 {s2}, {s1}, {a}", "xor.b64 {s3}, {s1}, {b}"] if kind == "add" else
+            ["xor.b64 {s2}, {a}, {b}", "xor.b64 {s3}, {a}, {s1}"]) + [
+            "and.b64 {s2}, {s2}, {s3}", "setp.lt.s64 {p1}, {s2}, 0", "setp.lt.s64 {p2}, {a}, 0",
+            "selp.s64 {s4}, {minx}, {maxx}, {p2}", "selp.s64 {d}, {s4}, {s1}, {p1}"]
+    return lines
+
+
+# Lowering of each operator, by operand kind: "i" integer, "f" float, "p" bool. A value is a list
+# of instruction templates (falsy entries skipped; "~f out x" sets out = self.f(x, dt)), a function
+# of the operand type giving that list, or the name of an _Emitter method.
+BINARY = {
+    **{op: {"i": [f"setp.{i}.{{t}} {{d}}, {{a}}, {{b}}"], "f": [f"setp.{f}.{{t}} {{d}}, {{a}}, {{b}}"],
+            "p": ["xor.pred {d}, {a}, {b}", op == "eq" and "not.pred {d}, {d}"] if op in ("eq", "ne") else None}
+       for op, (i, f) in _CMP.items()},
+    "logical_and": {"p": ["and.pred {d}, {a}, {b}"]}, "logical_or": {"p": ["or.pred {d}, {a}, {b}"]},
+    **{op: {"i": [f"{ins}.{{t}} {{d}}, {{a}}, {{b}}", WRAP]} for op, ins in
+       (("wrapping_add", "add"), ("wrapping_sub", "sub"))},
+    **{op: {"i": [f"{i}.{{t}} {{d}}, {{a}}, {{b}}", WRAP], "f": [f"{f}.{{t}} {{d}}, {{a}}, {{b}}", NARROW]}
+       for op, i, f in (("add", "add", "add.rn"), ("sub", "sub", "sub.rn"), ("mul", "mul.lo", "mul.rn"))},
+    "div": {"i": _divmod("div"), "f": ["div.rn.{t} {d}, {a}, {b}", NARROW]}, "mod": {"i": _divmod("mod")},
+    # Float min/max: PTX returns the non-NaN operand but leaves the order of ±0 open, so equal
+    # operands are merged bitwise (OR keeps -0 for min, AND keeps +0 for max).
+    **{op: {"i": [f"{op}.{{t}} {{d}}, {{a}}, {{b}}"],
+            "f": [f"{op}.{{t}} {{s1}}, {{a}}, {{b}}", "setp.eq.{t} {p1}, {a}, {b}",
+                  f"{merge}.{{w}} {{s2}}, {{a}}, {{b}}", "selp.{t} {d}, {s2}, {s1}, {p1}"]}
+       for op, merge in (("min", "or"), ("max", "and"))},
+    **{op: {"i": [f"{ins}.{{w}} {{d}}, {{a}}, {{b}}"]} for op, ins in
+       (("bitand", "and"), ("bitor", "or"), ("bitxor", "xor"))},
+    "absdiff": {"i": ["min.{t} {s1}, {a}, {b}", "max.{t} {s2}, {a}, {b}", "sub.{t} {d}, {s2}, {s1}", WRAP],
+                "f": ["sub.rn.{t} {s1}, {a}, {b}", "~narrow s1 s1", "abs.{t} {d}, {s1}"]},
+    "saturating_add": {"i": _saturating("add")}, "saturating_sub": {"i": _saturating("sub")},
+    "mul_high": {"i": lambda dt: ["mul.hi.{t} {d}, {a}, {b}"] if dt.bits >= 32 else
+                 ["mul.lo.{t} {s1}, {a}, {b}", "shr.{t} {d}, {s1}, {bits}", WRAP]},
+    # Shift amounts are masked to bits - 1; a rotate's second shift by `bits` gives 0 (PTX clamps).
+    "shl": {"i": lambda dt: _AMOUNT(dt) + ["shl.{w} {d}, {a}, {r1}", WRAP]},
+    "shr": {"i": lambda dt: _AMOUNT(dt) + ["shr.{t} {d}, {a}, {r1}"]},
+    "rotl": {"i": _ROT("r1", "r2")}, "rotr": {"i": _ROT("r2", "r1")},
+}
+UNARY = {
+    "not": {"p": ["not.pred {d}, {a}"]},
+    **{op: {"f": [f"testp.{test}.{{t}} {{d}}, {{a}}"]} for op, test in
+       (("isnan", "notanumber"), ("isinf", "infinite"), ("isfinite", "finite"))},
+    **{op: {"f": [f"cvt.{mode}.{{t}}.{{t}} {{d}}, {{a}}"]} for op, mode in
+       (("floor", "rmi"), ("ceil", "rpi"), ("round", "rni"), ("trunc", "rzi"))},
+    **{op: {"f": "call_math"} for op in mathlib.OPS},
+    "neg": {"i": ["neg.{n} {d}, {a}", WRAP], "f": ["neg.{t} {d}, {a}"]},
+    "abs": {"i": lambda dt: ["setp.lt.{t} {p1}, {a}, 0", "neg.{t} {s1}, {a}", "selp.{t} {d}, {s1}, {a}, {p1}",
+                             WRAP] if dt.is_signed else ["~keep d a"],
+            "f": ["abs.{t} {d}, {a}"]},
+    "sqrt": {"f": ["sqrt.rn.{t} {d}, {a}", NARROW]},
+    "recip": {"f": ["rcp.rn.{t} {d}, {a}", NARROW]},
+    "rsqrt": {"f": ["sqrt.rn.{t} {s1}, {a}", "~narrow s1 s1", "rcp.rn.{t} {d}, {s1}", NARROW]},
+    "sign": {"i": lambda dt: ["setp.gt.{t} {p1}, {a}, 0", "setp.lt.{t} {p2}, {a}, 0", "selp.{t} {s1}, 1, 0, {p1}",
+                              "selp.{t} {d}, -1, {s1}, {p2}"] if dt.is_signed else
+             ["setp.ne.{t} {p1}, {a}, 0", "selp.{t} {d}, 1, 0, {p1}"],
+             "f": ["setp.gt.{t} {p1}, {a}, {zero}", "setp.lt.{t} {p2}, {a}, {zero}",
+                   "selp.{t} {s1}, {one}, {a}, {p1}", "selp.{t} {d}, {mone}, {s1}, {p2}"]},
+    "popcount": {"i": ["~zext x a", "popc.{w} {d}, {x}"]},
+    "clz": {"i": lambda dt: ["~zext x a", "clz.{w} {d}, {x}", dt.bits < 32 and "sub.u32 {d}, {d}, {pad}"]},
+    "ctz": {"i": lambda dt: ["~zext x a", "brev.{w} {s1}, {x}", "clz.{w} {d}, {s1}",
+                             dt.bits < 32 and "min.u32 {d}, {d}, {bits}"]},
+    "bitnot": {"i": ["not.{w} {d}, {a}", WRAP]},
+    "reverse_bits": {"i": lambda dt: ["~zext x a", "brev.{w} {d}, {x}"] if dt.bits >= 32 else
+                     ["~zext x a", "brev.{w} {s1}, {x}", "shr.u32 {d}, {s1}, {pad}", WRAP]},
+}
+# Memory form of a value and back: bool as a u32 0/1, f16 as its bits, bf16 as the top half of
+# its f32 pattern; every other type is stored as it is held.
+TO_MEMORY = {D.BOOL: ["selp.u32 {r1}, 1, 0, {a}", "~keep d r1"], D.F16: ["cvt.rn.f16.f32 {h1}, {a}", "~keep d h1"],
+             D.BF16: ["mov.b32 {r1}, {a}", "shr.u32 {r1}, {r1}, 16", "~keep d r1"]}
+# f16/bf16 fma: the exact a*b + c (TwoSum in f64: sum fd5, error fd9) rounded to odd into fd10.
+FMA_TO_ODD = ["cvt.f64.f32 {fd1}, {a}", "cvt.f64.f32 {fd2}, {b}", "cvt.f64.f32 {fd3}, {c}",
+              "mul.rn.f64 {fd4}, {fd1}, {fd2}", "add.rn.f64 {fd5}, {fd4}, {fd3}", "sub.rn.f64 {fd6}, {fd5}, {fd4}",
+              "sub.rn.f64 {fd7}, {fd5}, {fd6}", "sub.rn.f64 {fd7}, {fd4}, {fd7}", "sub.rn.f64 {fd8}, {fd3}, {fd6}",
+              "add.rn.f64 {fd9}, {fd7}, {fd8}", "testp.finite.f64 {p1}, {fd5}",
+              "setp.ne.and.f64 {p2}, {fd9}, 0d0000000000000000, {p1}", "mov.b64 {rd1}, {fd5}", "mov.b64 {rd2}, {fd9}",
+              "xor.b64 {rd2}, {rd2}, {rd1}", "setp.lt.and.s64 {p3}, {rd2}, 0, {p2}", "@{p3} sub.s64 {rd1}, {rd1}, 1",
+              "@{p2} or.b64 {rd1}, {rd1}, 1", "mov.b64 {fd10}, {rd1}"]
+# bf16 from there: round to odd again at f32 (24 bits), then to nearest at 8 bits.
+BF16_FROM_ODD = ["cvt.rz.f32.f64 {f1}, {fd10}", "cvt.f64.f32 {fd11}, {f1}", "setp.neu.and.f64 {p4}, {fd11}, {fd10}, {p1}",
+                 "mov.b32 {r1}, {f1}", "@{p4} or.b32 {r1}, {r1}, 1", "mov.b32 {f2}, {r1}", "~narrow d f2"]
+# The value an atomic leaves behind, s1, from the old value a, the operand b and the expected c.
+ATOMIC_RESULT = {**{op: [f"{op}.{{t}} {{s1}}, {{a}}, {{b}}"] for op in ("add", "min", "max")},
+                 **{op: [f"{op}.{{w}} {{s1}}, {{a}}, {{b}}"] for op in ("or", "and", "xor")},
+                 "exchange": ["~keep s1 b"],
+                 "compare_exchange": ["setp.eq.{t} {p2}, {a}, {c}", "selp.{t} {s1}, {b}, {a}, {p2}"]}
+FROM_MEMORY = {D.BOOL: ("b32", ["setp.ne.u32 {d}, {a}, 0"]), D.F16: ("h", ["cvt.f32.f16 {d}, {a}"]),
+               D.BF16: ("b32", ["~widen_bf16 d a"])}
+
+
+class _Env(dict):
+    """Template names of one lowering: operands, facts of the operand type dt, fresh registers."""
+
+    def __init__(self, em: "_Emitter", dt: D, rt: D, regs=()):
+        super().__init__(zip("abc", regs))
+        self.em, self.dt, self.rt = em, dt, rt
+
+    def __missing__(self, name: str):
+        prefix = name.rstrip("0123456789")
+        if name in FACTS:
+            value = FACTS[name](self.dt)
+        elif prefix in ("d", "s"):
+            value = self.em.r(self.rt if prefix == "d" else self.dt)
+        else:
+            value = self.em.reg(TEMPS[prefix])
+        self[name] = value
+        return value
+
+
 class _Emitter:
-    def __init__(self, program: Program, sm: int, workgroup, cooperative: bool):
+    def __init__(self, program: Program, sm: int, workgroup, cooperative: bool, step: str | None = None):
         self.p, self.sm, self.workgroup, self.cooperative = program, sm, workgroup, cooperative
+        self.step, self.item, self.changed = step, "", ""  # step: the name of the device function rendered
         self.grid_state: str | None = None
         self.lines: list[str] = []
         self.count = {k: 0 for k in BANKS}
@@ -177,6 +333,27 @@ class _Emitter:
         op, _, args = text.partition(" ")
         self.lines.append(f"\t{guard}{op}\t{args};" if args else f"\t{guard}{op};")
 
+    def run(self, lines, env: _Env) -> str:
+        """Emit the template lines over env; the register named d."""
+        for line in lines(env.dt) if callable(lines) else lines:
+            if not line:
+                continue
+            if line[-1] == ":":
+                self.place(line[:-1].format_map(env))
+            elif line[0] == "~":
+                fn, out, x = line[1:].split()
+                env[out] = getattr(self, fn)(env[x], env.dt)
+            else:
+                self.ins(line.format_map(env))
+        return dict.get(env, "d")
+
+    def lower(self, table: dict, op: str, env: _Env) -> str:
+        dt = env.dt
+        rule = table.get(op, {}).get("p" if dt is D.BOOL else "f" if dt.is_float else "i")
+        if rule is None:
+            raise UnsupportedError(f"{op} on {dt} has no PTX lowering. Fix: run ir.check(program).")
+        return getattr(self, rule)(op, env) if isinstance(rule, str) else self.run(rule, env)
+
     def label(self, stem: str) -> str:
         self.nlabels += 1
         return f"$L_{stem}_{self.nlabels}"
@@ -197,16 +374,37 @@ class _Emitter:
         self.ins(f"mov.{STY[RCLASS[dt]]} {d}, {self.imm(value, dt)}")
         return d
 
+    def fresh(self, **given: str) -> _Env:
+        env = _Env(self, D.U32, D.U32)
+        env.update(given)
+        return env
+
+    def keep(self, x: str, dt: D) -> str:
+        return x
+
+    def call(self, name: str, args: list[tuple[str, str]], ret: tuple[str, str] | None) -> str | None:
+        """Call device function `name` with (register, PTX type) arguments; its result register."""
+        self.lines.append("\t{")
+        params = [f"param{i}" for i in range(len(args))]
+        for q, (_, ty) in zip(params, args):
+            self.lines.append(f"\t.param .b{ty[1:]} {q};")
+        if ret:
+            self.lines.append(f"\t.param .b{ret[1][1:]} retval0;")
+        for q, (x, ty) in zip(params, args):
+            self.ins(f"st.param.{ty} [{q}], {x}")
+        self.ins(f"call {'(retval0), ' if ret else ''}{name}, ({', '.join(params)})")
+        if ret:
+            self.ins(f"ld.param.{ret[1]} {ret[0]}, [retval0]")
+        self.lines.append("\t}")
+        return ret[0] if ret else None
+
     # ---- normalisation -------------------------------------------------------------------------
     def wrap(self, x: str, dt: D) -> str:
         """Reduce a 32-bit register to sub-word type dt's range (no-op for other types)."""
         if dt.bits >= 32 or not dt.is_int:
             return x
         d = self.r(dt)
-        if dt.is_signed:
-            self.ins(f"cvt.s32.s{dt.bits} {d}, {x}")
-        else:
-            self.ins(f"and.b32 {d}, {x}, {_hex((1 << dt.bits) - 1, 32)}")
+        self.ins(f"cvt.s32.s{dt.bits} {d}, {x}" if dt.is_signed else f"and.b32 {d}, {x}, {_hex((1 << dt.bits) - 1, 32)}")
         return d
 
     def zext(self, x: str, dt: D) -> str:
@@ -220,87 +418,70 @@ class _Emitter:
     def narrow(self, x: str, dt: D) -> str:
         """Round an f32 register holding an f16/bf16 result to that type (no-op otherwise)."""
         if dt is D.F16:
-            h, d = self.reg("h"), self.reg("f32")
-            self.ins(f"cvt.rn.f16.f32 {h}, {x}")
-            self.ins(f"cvt.f32.f16 {d}, {h}")
-            return d
-        if dt is D.BF16:
-            return self.widen_bf16(self.bf16_bits(x))
-        return x
+            return self.run(["cvt.rn.f16.f32 {h1}, {a}", "cvt.f32.f16 {d}, {h1}"], _Env(self, dt, dt, (x,)))
+        return self.widen_bf16(self.bf16_bits(x), dt) if dt is D.BF16 else x
 
     def bf16_bits(self, x: str) -> str:
-        """bf16 bits (in the low half of a .b32 register) of the f32 value x, rounded to nearest
-        even."""
-        u = self.reg("b32")
+        """bf16 bits (in the low half of a .b32 register) of the f32 value x, rounded to nearest even."""
+        env = _Env(self, D.U32, D.U32, (x,))
         if self.sm >= 80:
-            h = self.reg("h")
-            self.ins(f"cvt.rn.bf16.f32 {h}, {x}")
-            self.ins(f"cvt.u32.u16 {u}, {h}")
-            return u
+            return self.run(["cvt.rn.bf16.f32 {h1}, {a}", "cvt.u32.u16 {d}, {h1}"], env)
         # Exact integer RNE: (u + 0x7FFF + ((u >> 16) & 1)) >> 16; NaN keeps its top bits, quietened.
-        b, t, nan, q = self.reg("b32"), self.reg("b32"), self.reg("pred"), self.reg("b32")
-        self.ins(f"mov.b32 {b}, {x}")
-        self.ins(f"bfe.u32 {t}, {b}, 16, 1")
-        self.ins(f"add.u32 {t}, {t}, 0x7FFF")
-        self.ins(f"add.u32 {t}, {b}, {t}")
-        self.ins(f"shr.u32 {t}, {t}, 16")
-        self.ins(f"shr.u32 {q}, {b}, 16")
-        self.ins(f"or.b32 {q}, {q}, 0x40")
-        self.ins(f"testp.notanumber.f32 {nan}, {x}")
-        self.ins(f"selp.b32 {u}, {q}, {t}, {nan}")
-        return u
+        return self.run(["mov.b32 {r1}, {a}", "bfe.u32 {r2}, {r1}, 16, 1", "add.u32 {r2}, {r2}, 0x7FFF",
+                         "add.u32 {r2}, {r1}, {r2}", "shr.u32 {r2}, {r2}, 16", "shr.u32 {r3}, {r1}, 16",
+                         "or.b32 {r3}, {r3}, 0x40", "testp.notanumber.f32 {p1}, {a}",
+                         "selp.b32 {d}, {r3}, {r2}, {p1}"], env)
 
-    def widen_bf16(self, u: str) -> str:
-        t, d = self.reg("b32"), self.reg("f32")
-        self.ins(f"shl.b32 {t}, {u}, 16")
-        self.ins(f"mov.b32 {d}, {t}")
-        return d
+    def widen_bf16(self, u: str, dt: D = D.BF16) -> str:
+        return self.run(["shl.b32 {r1}, {a}, 16", "mov.b32 {d}, {r1}"], _Env(self, D.F32, D.F32, (u,)))
 
-    # ---- expressions ---------------------------------------------------------------------------
-    def expr(self, e: n.Expr) -> tuple[str, D]:
-        m = getattr(self, "x_" + type(e).__name__)
-        return m(e)
+    # ---- expressions: operands first (post-order), then one table from node kind to lowering ----
+    def expr(self, e: n.Expr):
+        """(register, type) of e: a value for leaves, a walk (see ir.recursion) otherwise."""
+        if type(e) is n.Var:
+            return self.var(e.name)
+        kids = e.children()
+        return self.node(e, ()) if not kids else self.walk(e, kids)
 
-    def x_Lit(self, e: n.Lit) -> tuple[str, D]:
+    def walk(self, e: n.Expr, kids):
+        ops = []
+        for k in kids:
+            ops.append((yield self.expr(k)))
+        return self.node(e, ops)
+
+    def node(self, e: n.Expr, ops) -> tuple[str, D]:
+        buf = self.bufs[e.buffer].dtype if type(e) in (n.Load, n.Atomic) else None
+        rt = n.result_type(e, tuple(t for _, t in ops), buf)
+        env = _Env(self, ops[0][1] if ops and type(e) is not n.Select else rt, rt, [r for r, _ in ops])
+        return EXPR[type(e)](self, e, env), rt
+
+    def var(self, name: str) -> tuple[str, D]:
+        for scope in reversed(self.scopes):
+            if name in scope:
+                return scope[name]
+        raise UnsupportedError(f"variable {name!r} is not defined. Fix: run ir.check(program).")
+
+    def lit(self, e: n.Lit, env: _Env) -> str:
         dt = e.dtype
         if dt is D.BOOL:
-            t, d = self.reg("b32"), self.reg("pred")
-            self.ins(f"mov.u32 {t}, {e.raw}")
-            self.ins(f"setp.ne.u32 {d}, {t}, 0")
-            return d, dt
+            return self.run([f"mov.u32 {{r1}}, {e.raw}", "setp.ne.u32 {d}, {r1}, 0"], env)
         if dt.is_float:
-            d = self.r(dt)
-            self.ins(f"mov.{RCLASS[dt]} {d}, {_flit(e.raw, dt)}")
-            return d, dt
-        return self.const(e.raw, dt), dt
+            return self.run([f"mov.{RCLASS[dt]} {{d}}, {_flit(e.raw, dt)}"], env)
+        return self.const(e.raw, dt)
 
-    def x_Var(self, e: n.Var) -> tuple[str, D]:
-        for scope in reversed(self.scopes):
-            if e.name in scope:
-                return scope[e.name]
-        raise UnsupportedError(f"variable {e.name!r} is not defined. Fix: run ir.check(program).")
-
-    def x_BufLen(self, e: n.BufLen) -> tuple[str, D]:
+    def buflen(self, e: n.BufLen, env: _Env) -> str:
         b = self.bufs[e.buffer]
-        if b.is_shared:
-            return self.const(b.count, D.U32), D.U32
-        return self.len[b.name], D.U32
+        return self.const(b.count, D.U32) if b.is_shared else self.len[b.name]
 
-    def x_Builtin(self, e: n.Builtin) -> tuple[str, D]:
-        d, ax = self.reg("b32"), "xyz"[e.axis]
-        if e.name in SREG:
-            self.ins(f"mov.u32 {d}, {SREG[e.name]}.{ax}")
-        elif e.name == "invocation_id":
-            c, w, t = self.reg("b32"), self.reg("b32"), self.reg("b32")
-            self.ins(f"mov.u32 {c}, %ctaid.{ax}")
-            self.ins(f"mov.u32 {w}, %ntid.{ax}")
-            self.ins(f"mov.u32 {t}, %tid.{ax}")
-            self.ins(f"mad.lo.u32 {d}, {c}, {w}, {t}")
-        elif e.name == "subgroup_local_id":
-            self.ins(f"mov.u32 {d}, %laneid")
-        else:
-            self.ins(f"mov.u32 {d}, 32")
-        return d, D.U32
+    def builtin(self, e: n.Builtin, env: _Env) -> str:
+        if self.step:
+            return self.item  # the only builtin a step may use (check_step): invocation_id.x
+        ax = "xyz"[e.axis]
+        return self.run({"invocation_id": [f"mov.u32 {{r1}}, %ctaid.{ax}", f"mov.u32 {{r2}}, %ntid.{ax}",
+                                           f"mov.u32 {{r3}}, %tid.{ax}", "mad.lo.u32 {d}, {r1}, {r2}, {r3}"],
+                         "local_id": [f"mov.u32 {{d}}, %tid.{ax}"], "workgroup_id": [f"mov.u32 {{d}}, %ctaid.{ax}"],
+                         "num_workgroups": [f"mov.u32 {{d}}, %nctaid.{ax}"],
+                         "subgroup_local_id": ["mov.u32 {d}, %laneid"], "subgroup_size": ["mov.u32 {d}, 32"]}[e.name], env)
 
     def address(self, b: BufferDecl, idx: str) -> tuple[str, str, str]:
         """(in-bounds predicate, address register, state space) of b[idx]."""
@@ -309,597 +490,177 @@ class _Emitter:
             self.ins(f"setp.lt.u32 {p}, {idx}, {b.count}")
             base = self.reg("b64")
             self.ins(f"mov.u64 {base}, wg_{b.name}")
-            space = "shared"
         else:
             self.ins(f"setp.lt.u32 {p}, {idx}, {self.len[b.name]}")
             base = self.ptr[b.name]
-            space = "global"
         self.ins(f"mul.wide.u32 {off}, {idx}, {b.dtype.nbytes}")
         self.ins(f"add.s64 {a}, {base}, {off}")
-        return p, a, space
+        return p, a, "shared" if b.is_shared else "global"
 
-    def x_Load(self, e: n.Load) -> tuple[str, D]:
-        b = self.bufs[e.buffer]
-        idx, _ = (yield self.expr(e.index))
-        p, a, space = self.address(b, idx)
+    def load(self, e: n.Load, env: _Env) -> str:
+        b, dt = self.bufs[e.buffer], env.rt
+        p, a, space = self.address(b, env["a"])
         nc = ".nc" if b.access in (Access.READ_ONLY, Access.UNIFORM) else ""
-        dt = b.dtype
-        op = f"ld.{space}{nc}.{MTY[dt]}"
-        if dt is D.F16:
-            h, d = self.reg("h"), self.reg("f32")
-            self.ins(f"mov.b16 {h}, 0")
-            self.ins(f"@{p} {op} {h}, [{a}]")
-            self.ins(f"cvt.f32.f16 {d}, {h}")
-            return d, dt
-        if dt in (D.BF16, D.BOOL):
-            w = self.reg("b32")
-            self.ins(f"mov.b32 {w}, 0")
-            self.ins(f"@{p} {op} {w}, [{a}]")
-            if dt is D.BF16:
-                return self.widen_bf16(w), dt
-            d = self.reg("pred")
-            self.ins(f"setp.ne.u32 {d}, {w}, 0")
-            return d, dt
-        d = self.r(dt)
-        self.ins(f"mov.{STY[RCLASS[dt]]} {d}, 0" if not dt.is_float else
-                 f"mov.{RCLASS[dt]} {d}, {'0d' + '0' * 16 if dt is D.F64 else '0f00000000'}")
-        self.ins(f"@{p} {op} {d}, [{a}]")
-        return d, dt
+        cls, fix = FROM_MEMORY.get(dt, (RCLASS[dt], None))
+        w = self.reg(cls)
+        self.ins(f"mov.{RCLASS[dt]} {w}, {_fz(dt)}" if dt.is_float and not fix else
+                 f"mov.{BANKS[cls][1][1:]} {w}, 0")
+        self.ins(f"@{p} ld.{space}{nc}.{MTY[dt]} {w}, [{a}]")
+        return self.run(fix, _Env(self, dt, dt, (w,))) if fix else w
 
-    def stored(self, v: str, dt: D) -> str:
-        """The register holding value v in its memory form."""
-        if dt is D.BOOL:
-            w = self.reg("b32")
-            self.ins(f"selp.u32 {w}, 1, 0, {v}")
-            return w
-        if dt is D.F16:
-            h = self.reg("h")
-            self.ins(f"cvt.rn.f16.f32 {h}, {v}")
-            return h
-        if dt is D.BF16:
-            w = self.reg("b32")
-            self.ins(f"mov.b32 {w}, {v}")
-            self.ins(f"shr.u32 {w}, {w}, 16")
-            return w
-        return v
-
-    def x_Atomic(self, e: n.Atomic) -> tuple[str, D]:
-        b = self.bufs[e.buffer]
-        dt = b.dtype
-        idx, _ = (yield self.expr(e.index))
-        v, _ = (yield self.expr(e.value))
-        x = (yield self.expr(e.expected))[0] if e.expected is not None else None
-        p, a, space = self.address(b, idx)
+    def atomic(self, e: n.Atomic, env: _Env) -> str:
+        b, dt = self.bufs[e.buffer], env.rt
+        p, a, space = self.address(b, env["a"])
         op, kind = ATOM[e.op]
         ty = {"u": "u", "b": "b", "s": "s" if dt.is_signed else "u"}[kind] + str(dt.bits)
         d = self.const(0, dt)
-        args = f"{x}, {v}" if x is not None else v
+        args = f"{env['c']}, {env['b']}" if e.expected is not None else env["b"]
         self.ins(f"@{p} atom.{space}.{op}.{ty} {d}, [{a}], {args}")
-        return d, dt
-
-    def x_Select(self, e: n.Select) -> tuple[str, D]:
-        c, _ = (yield self.expr(e.cond))
-        a, dt = (yield self.expr(e.a))
-        b, _ = (yield self.expr(e.b))
-        return self.select(c, a, b, dt), dt
-
-    def select(self, c: str, a: str, b: str, dt: D) -> str:
-        d = self.r(dt)
-        if dt is D.BOOL:
-            self.ins(f"mov.pred {d}, {b}")
-            self.ins(f"@{c} mov.pred {d}, {a}")
-        else:
-            self.ins(f"selp.{STY[RCLASS[dt]]} {d}, {a}, {b}, {c}")
+        if self.step and not b.is_shared:
+            new = ATOMIC_RESULT[e.op]
+            self.run(new + [f"setp.ne.and.{{t}} {{p1}}, {{s1}}, {d}, {p}", f"@{{p1}} mov.u32 {self.changed}, 1"],
+                     _Env(self, dt, dt, (d, env["b"], env.get("c", ""))))
         return d
 
-    def x_Fma(self, e: n.Fma) -> tuple[str, D]:
-        a, dt = (yield self.expr(e.a))
-        b, _ = (yield self.expr(e.b))
-        c, _ = (yield self.expr(e.c))
-        d = self.r(dt)
+    def select(self, e: n.Select, env: _Env) -> str:
+        return self.run(["mov.pred {d}, {c}", "@{a} mov.pred {d}, {b}"] if env.dt is D.BOOL else
+                        ["selp.{m} {d}, {b}, {c}, {a}"], env)
+
+    def fma(self, e: n.Fma, env: _Env) -> str:
+        dt = env.dt
         if dt in (D.F16, D.BF16):
-            return self.fma_narrow(a, b, c, dt), dt
-        if dt.is_float:
-            self.ins(f"fma.rn.{ITY[dt]} {d}, {a}, {b}, {c}")
-            return d, dt
-        self.ins(f"mad.lo.{ITY[dt]} {d}, {a}, {b}, {c}")
-        return self.wrap(d, dt), dt
+            return self.fma_narrow(env["a"], env["b"], env["c"], dt)
+        return self.run(["fma.rn.{t} {d}, {a}, {b}, {c}"] if dt.is_float else ["mad.lo.{t} {d}, {a}, {b}, {c}", WRAP], env)
 
     def fma_narrow(self, a: str, b: str, c: str, dt: D) -> str:
         """f16/bf16 fma rounded once: a*b is exact in f64, TwoSum gives the exact a*b + c as s + e,
         and rounding s to odd (keeping e as a sticky bit) makes the final rounding to the narrow
         type the only one (an f32 fma then a second rounding would round twice)."""
-        fa, fb, fc, p, s, bb, t1, t2, e = (self.reg("f64") for _ in range(9))
-        for src, dst in ((a, fa), (b, fb), (c, fc)):
-            self.ins(f"cvt.f64.f32 {dst}, {src}")
-        self.ins(f"mul.rn.f64 {p}, {fa}, {fb}")
-        self.ins(f"add.rn.f64 {s}, {p}, {fc}")
-        self.ins(f"sub.rn.f64 {bb}, {s}, {p}")
-        self.ins(f"sub.rn.f64 {t1}, {s}, {bb}")
-        self.ins(f"sub.rn.f64 {t1}, {p}, {t1}")
-        self.ins(f"sub.rn.f64 {t2}, {fc}, {bb}")
-        self.ins(f"add.rn.f64 {e}, {t1}, {t2}")
-        fin, inexact, towards0 = self.reg("pred"), self.reg("pred"), self.reg("pred")
-        bits, sx = self.reg("b64"), self.reg("b64")
-        self.ins(f"testp.finite.f64 {fin}, {s}")
-        self.ins(f"setp.ne.and.f64 {inexact}, {e}, 0d0000000000000000, {fin}")
-        self.ins(f"mov.b64 {bits}, {s}")
-        self.ins(f"mov.b64 {sx}, {e}")
-        self.ins(f"xor.b64 {sx}, {sx}, {bits}")
-        self.ins(f"setp.lt.and.s64 {towards0}, {sx}, 0, {inexact}")
-        self.ins(f"@{towards0} sub.s64 {bits}, {bits}, 1")
-        self.ins(f"@{inexact} or.b64 {bits}, {bits}, 1")
-        v = self.reg("f64")
-        self.ins(f"mov.b64 {v}, {bits}")
-        if dt is D.F16:
-            return self.float_cast(v, D.F64, D.F16)
-        # bf16: round to odd again at f32 (24 bits), then to nearest at 8 bits.
-        y, back, ne, yb = self.reg("f32"), self.reg("f64"), self.reg("pred"), self.reg("b32")
-        self.ins(f"cvt.rz.f32.f64 {y}, {v}")
-        self.ins(f"cvt.f64.f32 {back}, {y}")
-        self.ins(f"setp.neu.and.f64 {ne}, {back}, {v}, {fin}")
-        self.ins(f"mov.b32 {yb}, {y}")
-        self.ins(f"@{ne} or.b32 {yb}, {yb}, 1")
-        y2 = self.reg("f32")
-        self.ins(f"mov.b32 {y2}, {yb}")
-        return self.narrow(y2, D.BF16)
+        return self.run(FMA_TO_ODD + (["~from_f64 d fd10"] if dt is D.F16 else BF16_FROM_ODD), _Env(self, dt, dt, (a, b, c)))
 
-    # ---- casts ---------------------------------------------------------------------------------
-    def x_Cast(self, e: n.Cast) -> tuple[str, D]:
-        x, src = (yield self.expr(e.a))
-        return self.cast(x, src, e.dtype), e.dtype
+    def from_f64(self, x: str, dt: D) -> str:
+        return self.convert(x, D.F64, dt)
 
-    def cast(self, x: str, src: D, dst: D) -> str:
+    # ---- casts: the env's facts are of the target type, the source's type is spelt out ------------
+    def cast(self, e: n.Cast, env: _Env) -> str:
+        return self.convert(env["a"], env.dt, env.rt)
+
+    def convert(self, x: str, src: D, dst: D) -> str:
+        to, st = _Env(self, dst, dst, (x,)), ITY.get(src)
         if src is dst:
             return x
         if dst is D.BOOL:
-            d = self.reg("pred")
-            if src.is_float:
-                self.ins(f"setp.neu.{ITY[src]} {d}, {x}, {'0d' + '0' * 16 if src is D.F64 else '0f00000000'}")
-            else:
-                self.ins(f"setp.ne.{ITY[src]} {d}, {x}, 0")
-            return d
+            return self.run(["setp.neu.{t} {d}, {a}, {zero}" if src.is_float else "setp.ne.{t} {d}, {a}, 0"],
+                            _Env(self, src, dst, (x,)))
         if src is D.BOOL:
-            d = self.r(dst)
-            if dst.is_float:
-                one, zero = (("0d3FF0000000000000", "0d" + "0" * 16) if dst is D.F64
-                             else ("0f3F800000", "0f00000000"))
-                self.ins(f"selp.{RCLASS[dst]} {d}, {one}, {zero}, {x}")
-            else:
-                self.ins(f"selp.{ITY[dst]} {d}, 1, 0, {x}")
-            return d
+            return self.run(["selp.{t} {d}, {one}, {zero}, {a}" if dst.is_float else "selp.{t} {d}, 1, 0, {a}"], to)
         if src.is_int and dst.is_int:
-            return self.int_cast(x, src, dst)
+            s64, d64 = RCLASS[src] == "b64", RCLASS[dst] == "b64"
+            short = dst.bits < 32 and (dst.bits < src.bits or dst.is_signed != src.is_signed or s64)
+            if d64:
+                return x if s64 else self.run([f"cvt.{'s64.s32' if src.is_signed else 'u64.u32'} {{d}}, {{a}}"], to)
+            return self.run(["cvt.u32.u64 {r1}, {a}" if s64 else "~keep r1 a", "~wrap d r1" if short else "~keep d r1"], to)
         if src.is_int:
-            return self.int_to_float(x, src, dst)
+            return self.run([f"cvt.rn.f16.{st} {{h1}}, {{a}}", "cvt.f32.f16 {d}, {h1}"] if dst is D.F16 else
+                            [f"cvt.rn.{'f64' if dst is D.F64 else 'f32'}.{st} {{d}}, {{a}}", NARROW], to)
         if dst.is_int:
-            return self.float_to_int(x, src, dst)
-        return self.float_cast(x, src, dst)
-
-    def int_cast(self, x: str, src: D, dst: D) -> str:
-        s64, d64 = RCLASS[src] == "b64", RCLASS[dst] == "b64"
-        if s64 and d64:
-            return x
-        if d64:
-            d = self.reg("b64")
-            self.ins(f"cvt.{'s64.s32' if src.is_signed else 'u64.u32'} {d}, {x}")
-            return d
-        if s64:
-            d = self.reg("b32")
-            self.ins(f"cvt.u32.u64 {d}, {x}")
-            x = d
-        return self.wrap(x, dst) if dst.bits < 32 and (dst.bits < src.bits or dst.is_signed != src.is_signed or s64) else x
-
-    def int_to_float(self, x: str, src: D, dst: D) -> str:
-        sty = ITY[src]
-        if dst is D.F16:
-            h, d = self.reg("h"), self.reg("f32")
-            self.ins(f"cvt.rn.f16.{sty} {h}, {x}")
-            self.ins(f"cvt.f32.f16 {d}, {h}")
-            return d
-        d = self.reg("f64" if dst is D.F64 else "f32")
-        self.ins(f"cvt.rn.{'f64' if dst is D.F64 else 'f32'}.{sty} {d}, {x}")
-        return self.narrow(d, dst) if dst is D.BF16 else d
-
-    def float_to_int(self, x: str, src: D, dst: D) -> str:
-        fty = ITY[src]
-        nan = self.reg("pred")
-        self.ins(f"testp.notanumber.{fty} {nan}, {x}")
-        d = self.r(dst)
-        if dst.bits >= 32:
-            ity = ITY[dst]
-            self.ins(f"cvt.rzi.sat.{ity}.{fty} {d}, {x}")
-        else:
-            # Saturate to s32 first, then clamp to the narrow type's range.
-            self.ins(f"cvt.rzi.sat.s32.{fty} {d}, {x}")
-            self.ins(f"max.s32 {d}, {d}, {int(dst.min)}")
-            self.ins(f"min.s32 {d}, {d}, {int(dst.max)}")
-        out = self.r(dst)
-        self.ins(f"selp.{STY[RCLASS[dst]]} {out}, 0, {d}, {nan}")
-        return out
-
-    def float_cast(self, x: str, src: D, dst: D) -> str:
+            # Saturating, NaN to 0; narrow types saturate to s32 first, then clamp.
+            sat = ([f"cvt.rzi.sat.{{t}}.{st} {{s1}}, {{a}}"] if dst.bits >= 32 else
+                   [f"cvt.rzi.sat.s32.{st} {{s1}}, {{a}}", "max.s32 {s1}, {s1}, {lo}", "min.s32 {s1}, {s1}, {hi}"])
+            return self.run([f"testp.notanumber.{st} {{p1}}, {{a}}"] + sat + ["selp.{m} {d}, 0, {s1}, {p1}"], to)
         if dst is D.F64:
-            d = self.reg("f64")
-            self.ins(f"cvt.f64.f32 {d}, {x}")
-            return d
+            return self.run(["cvt.f64.f32 {d}, {a}"], to)
         if src is D.F64:
-            if dst is D.F16:
-                h, d = self.reg("h"), self.reg("f32")
-                self.ins(f"cvt.rn.f16.f64 {h}, {x}")
-                self.ins(f"cvt.f32.f16 {d}, {h}")
-                return d
-            d = self.reg("f32")
-            self.ins(f"cvt.rn.f32.f64 {d}, {x}")
-            return self.narrow(d, dst)
-        return self.narrow(x, dst) if dst in (D.F16, D.BF16) else x
+            return self.run(["cvt.rn.f16.f64 {h1}, {a}", "cvt.f32.f16 {d}, {h1}"] if dst is D.F16 else
+                            ["cvt.rn.f32.f64 {d}, {a}", NARROW], to)
+        return self.narrow(x, dst)
 
-    # ---- binary --------------------------------------------------------------------------------
-    def x_BinOp(self, e: n.BinOp) -> tuple[str, D]:
-        a, dt = (yield self.expr(e.a))
-        b, _ = (yield self.expr(e.b))
-        op = e.op
-        if op in CMP:
-            return self.compare(op, a, b, dt), D.BOOL
-        if op in ("logical_and", "logical_or"):
-            d = self.reg("pred")
-            self.ins(f"{op[8:]}.pred {d}, {a}, {b}")
-            return d, D.BOOL
-        if dt.is_float:
-            return self.fbin(op, a, b, dt), dt
-        return self.ibin(op, a, b, dt), dt
+    # ---- operators -----------------------------------------------------------------------------
+    def binop(self, e: n.BinOp, env: _Env) -> str:
+        return self.lower(BINARY, e.op, env)
 
-    def compare(self, op: str, a: str, b: str, dt: D) -> str:
-        d = self.reg("pred")
-        if dt is D.BOOL:
-            self.ins(f"xor.pred {d}, {a}, {b}")
-            if op == "eq":
-                self.ins(f"not.pred {d}, {d}")
-        elif dt.is_float:
-            self.ins(f"setp.{FCMP[op]}.{ITY[dt]} {d}, {a}, {b}")
-        else:
-            self.ins(f"setp.{CMP[op]}.{ITY[dt]} {d}, {a}, {b}")
-        return d
+    def unop(self, e: n.UnOp, env: _Env) -> str:
+        return self.lower(UNARY, e.op, env)
 
-    def fbin(self, op: str, a: str, b: str, dt: D) -> str:
-        t = ITY[dt]
-        d = self.r(dt)
-        if op in FLOAT_ARITH:
-            self.ins(f"{FLOAT_ARITH[op]}.{t} {d}, {a}, {b}")
-            return self.narrow(d, dt)
-        if op == "absdiff":
-            self.ins(f"sub.rn.{t} {d}, {a}, {b}")
-            d = self.narrow(d, dt)
-            r = self.r(dt)
-            self.ins(f"abs.{t} {r}, {d}")
-            return r
-        # min/max: PTX already returns the non-NaN operand; ±0 order is not specified, so equal
-        # operands are merged bitwise (OR keeps -0 for min, AND keeps +0 for max).
-        bits = "b64" if dt is D.F64 else "b32"
-        eq, m, out = self.reg("pred"), self.r(dt), self.r(dt)
-        self.ins(f"{op}.{t} {d}, {a}, {b}")
-        self.ins(f"setp.eq.{t} {eq}, {a}, {b}")
-        self.ins(f"{'or' if op == 'min' else 'and'}.{bits} {m}, {a}, {b}")
-        self.ins(f"selp.{t} {out}, {m}, {d}, {eq}")
-        return out
+    def call_math(self, op: str, env: _Env) -> str:
+        name = mathlib.symbol(op, env["t"])
+        self.externs.add(name)
+        return self.narrow(self.call(name, [(env["a"], env["t"])], (env["d"], env["t"])), env.dt)
 
-    def ibin(self, op: str, a: str, b: str, dt: D) -> str:
-        t, w, bits = ITY[dt], "b64" if dt.bits == 64 else "b32", dt.bits
-        d = self.r(dt)
-        if op in INT_ARITH:
-            self.ins(f"{INT_ARITH[op]}.{t} {d}, {a}, {b}")
-            return self.wrap(d, dt) if op not in ("min", "max") else d
-        if op in BITWISE:
-            self.ins(f"{BITWISE[op]}.{w} {d}, {a}, {b}")
-            return d
-        if op in ("div", "mod"):
-            return self.divmod(op, a, b, dt)
-        if op == "absdiff":
-            lo, hi = self.r(dt), self.r(dt)
-            self.ins(f"min.{t} {lo}, {a}, {b}")
-            self.ins(f"max.{t} {hi}, {a}, {b}")
-            self.ins(f"sub.{t} {d}, {hi}, {lo}")
-            return self.wrap(d, dt)
-        if op in ("saturating_add", "saturating_sub"):
-            return self.saturating(op[11:], a, b, dt)
-        if op == "mul_high":
-            if bits >= 32:
-                self.ins(f"mul.hi.{t} {d}, {a}, {b}")
-                return d
-            self.ins(f"mul.lo.{t} {d}, {a}, {b}")
-            r = self.r(dt)
-            self.ins(f"shr.{t} {r}, {d}, {bits}")
-            return self.wrap(r, dt)
-        # Shifts and rotates: the amount is masked to bits - 1.
-        amt = b
-        if bits == 64:
-            amt = self.reg("b32")
-            self.ins(f"cvt.u32.u64 {amt}, {b}")
-        m = self.reg("b32")
-        self.ins(f"and.b32 {m}, {amt}, {bits - 1}")
-        if op == "shl":
-            self.ins(f"shl.{w} {d}, {a}, {m}")
-            return self.wrap(d, dt)
-        if op == "shr":
-            self.ins(f"shr.{t} {d}, {a}, {m}")
-            return d
-        # rotl / rotr on the zero-extended pattern; a shift by `bits` gives 0 (PTX clamps).
-        x, inv, hi, lo = self.zext(a, dt), self.reg("b32"), self.r(dt), self.r(dt)
-        self.ins(f"sub.u32 {inv}, {bits}, {m}")
-        first, second = (m, inv) if op == "rotl" else (inv, m)
-        self.ins(f"shl.{w} {hi}, {x}, {first}")
-        self.ins(f"shr.{'u64' if bits == 64 else 'u32'} {lo}, {x}, {second}")
-        self.ins(f"or.{w} {d}, {hi}, {lo}")
-        return self.wrap(d, dt)
+    # ---- subgroups: lanes past the warp's last existing lane (or >= 32) read 0 --------------------
+    def ballot(self, e: n.SubgroupBallot, env: _Env) -> str:
+        return self.run([f"vote.sync.ballot.b32 {{d}}, {{a}}, {self.lane_mask}"], env)
 
-    def divmod(self, op: str, a: str, b: str, dt: D) -> str:
-        """Division / remainder with x/0 = x%0 = 0, MIN/-1 = MIN and MIN%-1 = 0 (PTX leaves all of
-        these unspecified), without a branch."""
-        t = ITY[dt]
-        zero, guard, bs, q = self.reg("pred"), self.reg("pred"), self.r(dt), self.r(dt)
-        self.ins(f"setp.eq.{t} {zero}, {b}, 0")
-        minus1 = None
-        if dt.is_signed:
-            minus1 = self.reg("pred")
-            self.ins(f"setp.eq.{t} {minus1}, {b}, -1")
-            self.ins(f"or.pred {guard}, {zero}, {minus1}")
-        else:
-            guard = zero
-        self.ins(f"selp.{t} {bs}, 1, {b}, {guard}")
-        self.ins(f"{'div' if op == 'div' else 'rem'}.{t} {q}, {a}, {bs}")
-        if minus1 is not None:
-            fix = self.r(dt)
-            if op == "div":
-                self.ins(f"neg.{t} {fix}, {a}")
-            else:
-                self.ins(f"mov.{STY[RCLASS[dt]]} {fix}, 0")
-            q2 = self.r(dt)
-            self.ins(f"selp.{t} {q2}, {fix}, {q}, {minus1}")
-            q = q2
-        out = self.r(dt)
-        self.ins(f"selp.{t} {out}, 0, {q}, {zero}")
-        return self.wrap(out, dt)
-
-    def saturating(self, kind: str, a: str, b: str, dt: D) -> str:
-        t, d = ITY[dt], self.r(dt)
-        if dt.bits < 32:
-            # Exact in 32 bits; clamp to the type's range.
-            self.ins(f"{kind}.s32 {d}, {a}, {b}")
-            self.ins(f"max.s32 {d}, {d}, {int(dt.min)}")
-            self.ins(f"min.s32 {d}, {d}, {int(dt.max)}")
-            return d
-        if dt is D.I32:
-            self.ins(f"{kind}.sat.s32 {d}, {a}, {b}")
-            return d
-        s, ovf, out = self.r(dt), self.reg("pred"), self.r(dt)
-        self.ins(f"{kind}.{t} {s}, {a}, {b}")
-        if not dt.is_signed:
-            if kind == "add":
-                self.ins(f"setp.lt.{t} {ovf}, {s}, {a}")
-                self.ins(f"selp.{t} {out}, {self.imm(-1, dt)}, {s}, {ovf}")
-            else:
-                self.ins(f"setp.lt.{t} {ovf}, {a}, {b}")
-                self.ins(f"selp.{t} {out}, 0, {s}, {ovf}")
-            return out
-        # i64: overflow iff the sign of the result disagrees with what the operands force.
-        x1, x2, neg, sat = self.r(dt), self.r(dt), self.reg("pred"), self.r(dt)
-        if kind == "add":
-            self.ins(f"xor.b64 {x1}, {s}, {a}")
-            self.ins(f"xor.b64 {x2}, {s}, {b}")
-        else:
-            self.ins(f"xor.b64 {x1}, {a}, {b}")
-            self.ins(f"xor.b64 {x2}, {a}, {s}")
-        self.ins(f"and.b64 {x1}, {x1}, {x2}")
-        self.ins(f"setp.lt.s64 {ovf}, {x1}, 0")
-        self.ins(f"setp.lt.s64 {neg}, {a}, 0")
-        self.ins(f"selp.s64 {sat}, {self.imm(int(dt.min), dt)}, {self.imm(int(dt.max), dt)}, {neg}")
-        self.ins(f"selp.s64 {out}, {sat}, {s}, {ovf}")
-        return out
-
-    # ---- unary ---------------------------------------------------------------------------------
-    def x_UnOp(self, e: n.UnOp) -> tuple[str, D]:
-        a, dt = (yield self.expr(e.a))
-        op = e.op
-        if op == "not":
-            d = self.reg("pred")
-            self.ins(f"not.pred {d}, {a}")
-            return d, D.BOOL
-        if op in FTEST:
-            d = self.reg("pred")
-            self.ins(f"testp.{FTEST[op]}.{ITY[dt]} {d}, {a}")
-            return d, D.BOOL
-        if dt.is_float:
-            return self.funary(op, a, dt), dt
-        return self.iunary(op, a, dt)
-
-    def funary(self, op: str, a: str, dt: D) -> str:
-        t, d = ITY[dt], self.r(dt)
-        if op in ("neg", "abs"):
-            self.ins(f"{op}.{t} {d}, {a}")
-            return d
-        if op in FROUND:
-            self.ins(f"cvt.{FROUND[op]}.{t}.{t} {d}, {a}")
-            return d
-        if op == "sqrt":
-            self.ins(f"sqrt.rn.{t} {d}, {a}")
-        elif op == "recip":
-            self.ins(f"rcp.rn.{t} {d}, {a}")
-        elif op == "rsqrt":
-            s = self.r(dt)
-            self.ins(f"sqrt.rn.{t} {s}, {a}")
-            self.ins(f"rcp.rn.{t} {d}, {self.narrow(s, dt)}")
-        elif op == "sign":
-            gt, lt, s = self.reg("pred"), self.reg("pred"), self.r(dt)
-            one, m1, zero = (("0d3FF0000000000000", "0dBFF0000000000000", "0d" + "0" * 16)
-                             if dt is D.F64 else ("0f3F800000", "0fBF800000", "0f00000000"))
-            self.ins(f"setp.gt.{t} {gt}, {a}, {zero}")
-            self.ins(f"setp.lt.{t} {lt}, {a}, {zero}")
-            self.ins(f"selp.{t} {s}, {one}, {a}, {gt}")
-            self.ins(f"selp.{t} {d}, {m1}, {s}, {lt}")
-            return d
-        else:
-            name = mathlib.symbol(op, t)
-            self.externs.add(name)
-            self.lines.append("\t{")
-            self.lines.append(f"\t.param .b{t[1:]} param0;")
-            self.lines.append(f"\t.param .b{t[1:]} retval0;")
-            self.ins(f"st.param.{t} [param0], {a}")
-            self.ins(f"call (retval0), {name}, (param0)")
-            self.ins(f"ld.param.{t} {d}, [retval0]")
-            self.lines.append("\t}")
-        return self.narrow(d, dt)
-
-    def iunary(self, op: str, a: str, dt: D) -> tuple[str, D]:
-        t, w, bits = ITY[dt], "b64" if dt.bits == 64 else "b32", dt.bits
-        if op in ("popcount", "clz", "ctz"):
-            x, d = self.zext(a, dt), self.reg("b32")
-            if op == "popcount":
-                self.ins(f"popc.{w} {d}, {x}")
-            elif op == "clz":
-                self.ins(f"clz.{w} {d}, {x}")
-                if bits < 32:
-                    self.ins(f"sub.u32 {d}, {d}, {32 - bits}")
-            else:
-                r = self.r(dt)
-                self.ins(f"brev.{w} {r}, {x}")
-                self.ins(f"clz.{w} {d}, {r}")
-                if bits < 32:
-                    self.ins(f"min.u32 {d}, {d}, {bits}")
-            return d, D.U32
-        d = self.r(dt)
-        if op == "bitnot":
-            self.ins(f"not.{w} {d}, {a}")
-            return self.wrap(d, dt), dt
-        if op == "reverse_bits":
-            self.ins(f"brev.{w} {d}, {self.zext(a, dt)}")
-            if bits < 32:
-                r = self.r(dt)
-                self.ins(f"shr.u32 {r}, {d}, {32 - bits}")
-                return self.wrap(r, dt), dt
-            return d, dt
-        if op == "neg":
-            self.ins(f"neg.{'s64' if bits == 64 else 's32'} {d}, {a}")
-            return self.wrap(d, dt), dt
-        if op == "abs":
-            if not dt.is_signed:
-                return a, dt
-            p, ng = self.reg("pred"), self.r(dt)
-            self.ins(f"setp.lt.{t} {p}, {a}, 0")
-            self.ins(f"neg.{t} {ng}, {a}")
-            self.ins(f"selp.{t} {d}, {ng}, {a}, {p}")
-            return self.wrap(d, dt), dt
-        if op == "sign":
-            if not dt.is_signed:
-                p = self.reg("pred")
-                self.ins(f"setp.ne.{t} {p}, {a}, 0")
-                self.ins(f"selp.{t} {d}, 1, 0, {p}")
-                return d, dt
-            gt, lt, s = self.reg("pred"), self.reg("pred"), self.r(dt)
-            self.ins(f"setp.gt.{t} {gt}, {a}, 0")
-            self.ins(f"setp.lt.{t} {lt}, {a}, 0")
-            self.ins(f"selp.{t} {s}, 1, 0, {gt}")
-            self.ins(f"selp.{t} {d}, -1, {s}, {lt}")
-            return d, dt
-        raise UnsupportedError(f"unary {op} on {dt} has no PTX lowering. Fix: run ir.check(program).")
-
-    # ---- subgroups -----------------------------------------------------------------------------
-    def x_SubgroupBallot(self, e: n.SubgroupBallot) -> tuple[str, D]:
-        c, _ = (yield self.expr(e.cond))
-        d = self.reg("b32")
-        self.ins(f"vote.sync.ballot.b32 {d}, {c}, {self.lane_mask}")
-        return d, D.U32
-
-    def shfl(self, v: str, lane: str) -> str:
-        d = self.reg("b32")
-        self.ins(f"shfl.sync.idx.b32 {d}, {v}, {lane}, 31, {self.lane_mask}")
-        return d
-
-    def x_SubgroupShuffle(self, e: n.SubgroupShuffle) -> tuple[str, D]:
-        v, dt = (yield self.expr(e.value))
-        lane, _ = (yield self.expr(e.lane))
-        ok, src = self.reg("pred"), self.reg("b32")
-        # Lanes >= 32 or past the warp's last existing lane read 0 (hardware would wrap or give
-        # an undefined value); such lanes shuffle from themselves and are replaced by 0.
-        self.ins(f"setp.lt.u32 {ok}, {lane}, {self.lane_count}")
-        lid = self.reg("b32")
-        self.ins(f"mov.u32 {lid}, %laneid")
-        self.ins(f"selp.b32 {src}, {lane}, {lid}, {ok}")
-        rc = RCLASS[dt]
+    def shuffle(self, e: n.SubgroupShuffle, env: _Env) -> str:
+        shfl = lambda d, v: f"shfl.sync.idx.b32 {{{d}}}, {{{v}}}, {{r3}}, 31, {self.lane_mask}"
+        head = [f"setp.lt.u32 {{p1}}, {{b}}, {self.lane_count}", "mov.u32 {r2}, %laneid", "selp.b32 {r3}, {b}, {r2}, {p1}"]
+        rc = RCLASS[env.dt]
         if rc == "pred":
-            w = self.reg("b32")
-            self.ins(f"selp.u32 {w}, 1, 0, {v}")
-            s, d = self.shfl(w, src), self.reg("pred")
-            self.ins(f"setp.ne.and.u32 {d}, {s}, 0, {ok}")
-            return d, dt
-        if rc in ("b64", "f64"):
-            lo, hi = self.reg("b32"), self.reg("b32")
-            self.ins(f"mov.b64 {{{lo}, {hi}}}, {v}")
-            slo, shi = self.shfl(lo, src), self.shfl(hi, src)
-            self.ins(f"selp.b32 {slo}, {slo}, 0, {ok}")
-            self.ins(f"selp.b32 {shi}, {shi}, 0, {ok}")
-            d = self.r(dt)
-            self.ins(f"mov.b64 {d}, {{{slo}, {shi}}}")
-            return d, dt
-        s = self.shfl(v, src)
-        d = self.r(dt)
-        self.ins(f"selp.b32 {s}, {s}, 0, {ok}")
-        self.ins(f"mov.b32 {d}, {s}")
-        return d, dt
+            body = ["selp.u32 {r4}, 1, 0, {a}", shfl("r5", "r4"), "setp.ne.and.u32 {d}, {r5}, 0, {p1}"]
+        elif rc in ("b64", "f64"):
+            body = ["mov.b64 {{{r4}, {r5}}}, {a}", shfl("r6", "r4"), shfl("r7", "r5"), "selp.b32 {r6}, {r6}, 0, {p1}",
+                    "selp.b32 {r7}, {r7}, 0, {p1}", "mov.b64 {d}, {{{r6}, {r7}}}"]
+        else:
+            body = [shfl("r4", "a"), "selp.b32 {r4}, {r4}, 0, {p1}", "mov.b32 {d}, {r4}"]
+        return self.run(head + body, env)
 
-    def x_SubgroupAdd(self, e: n.SubgroupAdd) -> tuple[str, D]:
-        v, dt = (yield self.expr(e.value))
-        d = self.reg("b32")
+    def subgroup_add(self, e: n.SubgroupAdd, env: _Env) -> str:
+        mask, cnt = self.lane_mask, self.lane_count
         if self.sm >= 80:
-            self.ins(f"redux.sync.add.{ITY[dt]} {d}, {v}, {self.lane_mask}")
-            return d, dt
+            return self.run([f"redux.sync.add.{{t}} {{d}}, {{a}}, {mask}"], env)
         # Tree reduction towards lane 0 over the existing lanes, then a broadcast.
-        lid, acc = self.reg("b32"), self.reg("b32")
-        self.ins(f"mov.u32 {lid}, %laneid")
-        self.ins(f"mov.b32 {acc}, {v}")
-        for off in (16, 8, 4, 2, 1):
-            t, src, ok = self.reg("b32"), self.reg("b32"), self.reg("pred")
-            self.ins(f"shfl.sync.down.b32 {t}, {acc}, {off}, 31, {self.lane_mask}")
-            self.ins(f"add.u32 {src}, {lid}, {off}")
-            self.ins(f"setp.lt.u32 {ok}, {src}, {self.lane_count}")
-            self.ins(f"selp.b32 {t}, {t}, 0, {ok}")
-            self.ins(f"add.u32 {acc}, {acc}, {t}")
-        self.ins(f"shfl.sync.idx.b32 {d}, {acc}, 0, 31, {self.lane_mask}")
-        return d, dt
+        tree = [line for i, off in enumerate((16, 8, 4, 2, 1)) for line in (
+            f"shfl.sync.down.b32 {{r1{i}}}, {{r2}}, {off}, 31, {mask}", f"add.u32 {{r2{i}}}, {{r1}}, {off}",
+            f"setp.lt.u32 {{p{i}}}, {{r2{i}}}, {cnt}", f"selp.b32 {{r1{i}}}, {{r1{i}}}, 0, {{p{i}}}",
+            f"add.u32 {{r2}}, {{r2}}, {{r1{i}}}")]
+        return self.run(["mov.u32 {r1}, %laneid", "mov.b32 {r2}, {a}"] + tree +
+                        [f"shfl.sync.idx.b32 {{d}}, {{r2}}, 0, 31, {mask}"], env)
 
     # ---- statements ----------------------------------------------------------------------------
-    def body(self, stmts, scope: bool = True) -> None:
+    def body(self, stmts, scope: bool = True):
         if scope:
             self.scopes.append({})
         for s in stmts:
-            (yield self.stmt(s))
+            if type(s) is not n.Block:
+                self.comment(_head(s))
+            (yield STMT[type(s)](self, s))
         if scope:
             self.scopes.pop()
 
-    def stmt(self, s: n.Node):
-        if not isinstance(s, n.Block):
-            self.comment(_head(s))
-        yield getattr(self, "s_" + type(s).__name__)(s)
-
-    def s_Let(self, s: n.Let) -> None:
+    def let(self, s: n.Let):
         v, dt = (yield self.expr(s.value))
         d = self.r(dt)
-        self.ins(f"mov.{'pred' if dt is D.BOOL else STY[RCLASS[dt]]} {d}, {v}")
+        self.ins(f"mov.{FACTS['m'](dt)} {d}, {v}")
         self.scopes[-1][s.name] = (d, dt)
 
-    def s_Assign(self, s: n.Assign) -> None:
+    def assign(self, s: n.Assign):
         v, dt = (yield self.expr(s.value))
-        d, _ = self.x_Var(n.Var(s.name))
-        self.ins(f"mov.{'pred' if dt is D.BOOL else STY[RCLASS[dt]]} {d}, {v}")
+        self.ins(f"mov.{FACTS['m'](dt)} {self.var(s.name)[0]}, {v}")
 
-    def s_Store(self, s: n.Store) -> None:
+    def store(self, s: n.Store):
         b = self.bufs[s.buffer]
         idx, _ = (yield self.expr(s.index))
         v, dt = (yield self.expr(s.value))
-        w = self.stored(v, dt)
+        w = self.run(TO_MEMORY[dt], _Env(self, dt, dt, (v,))) if dt in TO_MEMORY else v
         p, a, space = self.address(b, idx)
+        if self.step and not b.is_shared:
+            self.note_store(p, a, w, dt)
         self.ins(f"@{p} st.{space}.{MTY[dt]} [{a}], {w}")
 
-    def s_If(self, s: n.If) -> None:
+    def note_store(self, p: str, a: str, w: str, dt: D) -> None:
+        """In a step: set the changed flag where storing w (memory form) at [a] overwrites other bits."""
+        ty = {D.F16: "b16", D.F32: "b32", D.F64: "b64"}.get(dt, MTY[dt])
+        cls = "h" if ty == "b16" else "b64" if dt.bits == 64 else "b32"
+        old, pc = self.reg(cls), self.reg("pred")
+        self.ins(f"@{p} ld.global.{ty} {old}, [{a}]")
+        if dt in (D.F32, D.F64):
+            w2 = self.reg(cls)
+            self.ins(f"mov.{ty} {w2}, {w}")
+            w = w2
+        self.ins(f"setp.ne.and.{'b16' if cls == 'h' else cls} {pc}, {old}, {w}, {p}")
+        self.ins(f"@{pc} mov.u32 {self.changed}, 1")
+
+    def if_(self, s: n.If):
         c, _ = (yield self.expr(s.cond))
         other, end = self.label("else"), self.label("endif")
         self.ins(f"@!{c} bra {other if s.otherwise else end}")
@@ -911,14 +672,13 @@ class _Emitter:
             (yield self.body(s.otherwise))
         self.place(end)
 
-    def s_Loop(self, s: n.Loop) -> None:
+    def loop(self, s: n.Loop):
         start, _ = (yield self.expr(s.start))
         end, _ = (yield self.expr(s.end))
-        i, stop = self.reg("b32"), self.reg("b32")
+        i, stop, p = self.reg("b32"), self.reg("b32"), self.reg("pred")
+        top, done = self.label("loop"), self.label("endloop")
         self.ins(f"mov.b32 {i}, {start}")
         self.ins(f"mov.b32 {stop}, {end}")
-        top, done = self.label("loop"), self.label("endloop")
-        p = self.reg("pred")
         self.place(top)
         self.ins(f"setp.ge.u32 {p}, {i}, {stop}")
         self.ins(f"@{p} bra {done}")
@@ -929,7 +689,7 @@ class _Emitter:
         self.ins(f"bra.uni {top}")
         self.place(done)
 
-    def s_Barrier(self, s: n.Barrier) -> None:
+    def barrier(self, s: n.Barrier) -> None:
         if s.scope == "workgroup":
             self.ins("bar.sync 0")
             return
@@ -937,93 +697,69 @@ class _Emitter:
         # timeout the whole block leaves, and the host reads the error word.
         self.externs.add("vyre_grid_barrier")
         ok, p = self.reg("b32"), self.reg("pred")
-        self.lines.append("\t{")
-        self.lines.append("\t.param .b64 gs;")
-        self.lines.append("\t.param .b64 gt;")
-        self.lines.append("\t.param .b32 gok;")
-        self.ins(f"st.param.b64 [gs], {self.grid_state}")
-        self.ins(f"st.param.b64 [gt], {GRID_BARRIER_TIMEOUT_NS}")
-        self.ins("call (gok), vyre_grid_barrier, (gs, gt)")
-        self.ins(f"ld.param.b32 {ok}, [gok]")
-        self.lines.append("\t}")
+        self.call("vyre_grid_barrier", [(self.grid_state, "b64"), (str(GRID_BARRIER_TIMEOUT_NS), "b64")], (ok, "b32"))
         self.ins(f"setp.eq.u32 {p}, {ok}, 0")
         self.ins(f"@{p} ret")
 
-    def s_Return(self, s: n.Return) -> None:
-        self.ins("ret")
-
-    def s_Block(self, s: n.Block) -> None:
+    def block(self, s: n.Block):
         (yield self.body(s.body))
 
     # ---- kernel --------------------------------------------------------------------------------
     def prologue(self) -> None:
+        env = _Env(self, D.U32, D.U32)
+        if self.step:
+            self.run([f"ld.param.u32 {{r1}}, [{STEP_ITEM}]", "mov.u32 {r2}, 0"], env)
+            self.item, self.changed, env = env["r1"], env["r2"], _Env(self, D.U32, D.U32)
         if "grid_sync" in self.p.capabilities:
-            raw, self.grid_state = self.reg("b64"), self.reg("b64")
-            self.ins(f"ld.param.u64 {raw}, [{GRID_STATE}]")
-            self.ins(f"cvta.to.global.u64 {self.grid_state}, {raw}")
+            self.run([f"ld.param.u64 {{rd1}}, [{GRID_STATE}]", "cvta.to.global.u64 {rd2}, {rd1}"], env)
+            self.grid_state = env["rd2"]
         for b in self.p.bound_buffers:
-            raw, ptr, ln = self.reg("b64"), self.reg("b64"), self.reg("b32")
-            self.ins(f"ld.param.u64 {raw}, [{b.name}_ptr]")
-            self.ins(f"cvta.to.global.u64 {ptr}, {raw}")
-            self.ins(f"ld.param.u32 {ln}, [{b.name}_len]")
-            self.ptr[b.name], self.len[b.name] = ptr, ln
+            e = _Env(self, D.U32, D.U32)
+            self.run([f"ld.param.u64 {{rd1}}, [{b.name}_ptr]", "cvta.to.global.u64 {rd2}, {rd1}",
+                      f"ld.param.u32 {{r1}}, [{b.name}_len]"], e)
+            self.ptr[b.name], self.len[b.name] = e["rd2"], e["r1"]
         shared = _shared_layout(self.p)
         needs_lanes = "subgroup" in self.p.capabilities
         if not shared and not needs_lanes:
             return
-        # Linear thread index l and block size T.
-        l, T, t = self.reg("b32"), self.reg("b32"), self.reg("b32")
-        self.ins(f"mov.u32 {l}, %tid.z")
-        self.ins(f"mov.u32 {t}, %ntid.y")
-        self.ins(f"mov.u32 {T}, %tid.y")
-        self.ins(f"mad.lo.u32 {l}, {l}, {t}, {T}")
-        self.ins(f"mov.u32 {t}, %ntid.x")
-        self.ins(f"mov.u32 {T}, %tid.x")
-        self.ins(f"mad.lo.u32 {l}, {l}, {t}, {T}")
-        self.ins(f"mov.u32 {T}, %ntid.y")
-        self.ins(f"mul.lo.u32 {T}, {T}, {t}")
-        self.ins(f"mov.u32 {t}, %ntid.z")
-        self.ins(f"mul.lo.u32 {T}, {T}, {t}")
+        # Linear thread index r1 and block size r2.
+        self.run(["mov.u32 {r1}, %tid.z", "mov.u32 {r3}, %ntid.y", "mov.u32 {r2}, %tid.y", "mad.lo.u32 {r1}, {r1}, {r3}, {r2}",
+                  "mov.u32 {r3}, %ntid.x", "mov.u32 {r2}, %tid.x", "mad.lo.u32 {r1}, {r1}, {r3}, {r2}",
+                  "mov.u32 {r2}, %ntid.y", "mul.lo.u32 {r2}, {r2}, {r3}", "mov.u32 {r3}, %ntid.z",
+                  "mul.lo.u32 {r2}, {r2}, {r3}"], env)
         if needs_lanes:
             self.comment("member mask: the existing lanes of this warp (the last warp may be partial)")
-            cnt, mask = self.reg("b32"), self.reg("b32")
-            self.ins(f"and.b32 {cnt}, {l}, 0xFFFFFFE0")
-            self.ins(f"sub.u32 {cnt}, {T}, {cnt}")
-            self.ins(f"min.u32 {cnt}, {cnt}, 32")
-            self.ins(f"shl.b32 {mask}, 1, {cnt}")
-            self.ins(f"sub.u32 {mask}, {mask}, 1")
-            self.lane_mask, self.lane_count = mask, cnt
+            self.run(["and.b32 {r4}, {r1}, 0xFFFFFFE0", "sub.u32 {r4}, {r2}, {r4}", "min.u32 {r4}, {r4}, 32",
+                      "shl.b32 {r5}, 1, {r4}", "sub.u32 {r5}, {r5}, 1"], env)
+            self.lane_mask, self.lane_count = env["r5"], env["r4"]
         if shared:
             self.comment("zero the workgroup buffers, then wait for the whole block")
             for b, size in shared:
-                i, p, a, base, off = (self.reg("b32"), self.reg("pred"), self.reg("b64"),
-                                      self.reg("b64"), self.reg("b64"))
                 top, done = self.label("zero"), self.label("zeroed")
-                self.ins(f"mov.u64 {base}, wg_{b.name}")
-                self.ins(f"mov.u32 {i}, {l}")
-                self.place(top)
-                self.ins(f"setp.ge.u32 {p}, {i}, {size // 4}")
-                self.ins(f"@{p} bra {done}")
-                self.ins(f"mul.wide.u32 {off}, {i}, 4")
-                self.ins(f"add.s64 {a}, {base}, {off}")
-                self.ins(f"st.shared.u32 [{a}], 0")
-                self.ins(f"add.u32 {i}, {i}, {T}")
-                self.ins(f"bra.uni {top}")
-                self.place(done)
+                self.run([f"mov.u64 {{rd1}}, wg_{b.name}", "mov.u32 {r9}, {r1}", f"{top}:",
+                          f"setp.ge.u32 {{p1}}, {{r9}}, {size // 4}", f"@{{p1}} bra {done}", "mul.wide.u32 {rd2}, {r9}, 4",
+                          "add.s64 {rd3}, {rd1}, {rd2}", "st.shared.u32 [{rd3}], 0", "add.u32 {r9}, {r9}, {r2}",
+                          f"bra.uni {top}", f"{done}:"], self.fresh(r1=env["r1"], r2=env["r2"]))
             self.ins("bar.sync 0")
 
     def render(self) -> str:
         self.prologue()
         drive(self.body(self.p.entry, scope=False))
         self.lines.append("")
+        if self.step:
+            self.place(STEP_DONE)
+            self.ins(f"st.param.b32 [{STEP_CHANGED}], {self.changed}")
         self.ins("ret")
-        a = abi(self.p, workgroup=self.workgroup)
-        wg = a.workgroup_size
+        a = abi(self.p, workgroup=None if self.step else self.workgroup)
+        params = ((f"\t.param .b32 {STEP_ITEM}",) if self.step else ()) + tuple(
+            f"\t.param {'.b' + q.ptx_type[2:] if self.step else q.ptx_type} {q.name}" for q in a.params)
+        wg = None if self.step else a.workgroup_size
         regs = "\n".join(f"\t.reg {BANKS[k][1]} \t{BANKS[k][0]}<{c + 1}>;"
                          for k, c in self.count.items() if c)
         shared = "\n".join(f"\t.shared .align 8 .b8 wg_{b.name}[{size}];  // {b}"
                            for b, size in _shared_layout(self.p))
         header = [f"// vyre-numba PTX for program {self.p.name!r} (digest {self.p.digest()[:16]})",
+                  f"// fixpoint step {self.step}" if self.step else
                   f"// workgroup {wg if wg else 'auto'}; cooperative={self.cooperative}"]
         return templates.load(
             "module",
@@ -1032,13 +768,23 @@ class _Emitter:
             target=f"sm_{self.sm}",
             externs="".join(f"\n{GRID_BARRIER_DECL if x == 'vyre_grid_barrier' else mathlib.extern_decl(x)}"
                             for x in sorted(self.externs)),
-            entry=a.entry,
-            params=",\n".join(f"\t.param {q.ptx_type} {q.name}" for q in a.params),
+            entry=f".func (.param .b32 {STEP_CHANGED}) {self.step}" if self.step else f".entry {a.entry}",
+            params=",\n".join(params),
             directives=f"\n.reqntid {wg[0]}, {wg[1]}, {wg[2]}" if wg else "",
             registers=regs,
             shared=shared,
             body="\n".join(self.lines),
         )
+
+
+EXPR = {n.Lit: _Emitter.lit, n.BufLen: _Emitter.buflen, n.Builtin: _Emitter.builtin, n.Load: _Emitter.load,
+        n.Atomic: _Emitter.atomic, n.Select: _Emitter.select, n.Fma: _Emitter.fma, n.Cast: _Emitter.cast,
+        n.BinOp: _Emitter.binop, n.UnOp: _Emitter.unop, n.SubgroupBallot: _Emitter.ballot,
+        n.SubgroupShuffle: _Emitter.shuffle, n.SubgroupAdd: _Emitter.subgroup_add}
+STMT = {n.Let: _Emitter.let, n.Assign: _Emitter.assign, n.Store: _Emitter.store, n.If: _Emitter.if_,
+        n.Loop: _Emitter.loop, n.Barrier: _Emitter.barrier,
+        n.Return: lambda em, s: em.ins(f"bra.uni {STEP_DONE}" if em.step else "ret"),
+        n.Block: _Emitter.block}
 
 
 def _head(s: n.Node, limit: int = 120) -> str:
@@ -1068,3 +814,37 @@ def emit(program: Program, *, sm: int = 90, workgroup: tuple[int, int, int] | st
         raise UnsupportedError(f"program {program.name!r} has barrier('grid'), which needs every workgroup "
                                "resident at once. Fix: dispatch it with DispatchConfig(cooperative=True).")
     return _Emitter(program, sm, workgroup, cooperative).render()
+
+
+def check_step(program: Program) -> Program:
+    """`program` if it can be a fixpoint step (see `emit_step`), else UnsupportedError."""
+    ir.check(program)
+    why = None
+    if any(b.is_shared for b in program.buffers):
+        why = "declares a workgroup buffer"
+    else:
+        for x in walk(program.entry):
+            if isinstance(x, n.Barrier):
+                why = f"has barrier({x.scope!r})"
+            elif isinstance(x, (n.SubgroupBallot, n.SubgroupShuffle, n.SubgroupAdd)):
+                why = "uses a subgroup operation"
+            elif isinstance(x, n.Builtin) and (x.name, x.axis) != ("invocation_id", 0):
+                why = f"reads {x.name}({x.axis})"
+            if why:
+                break
+    if why:
+        raise UnsupportedError(f"program {program.name!r} {why}, but a fixpoint step runs once per item, with no "
+                               "workgroup around it. Fix: use only invocation_id(0) (the item) and buffers in the "
+                               "step, and no barriers, subgroup operations or workgroup buffers.")
+    return program
+
+
+def emit_step(program: Program, *, sm: int = 90, name: str = "vyre_fixpoint_step") -> str:
+    """PTX text of `program` as a fixpoint step for `sm_<sm>`: a device function
+    `.func (.param .b32 vyre_changed) <name>(.param .b32 vyre_item, <the kernel ABI's parameters as .b64/.b32>)`
+    that runs the body for one item (invocation_id(0) is the item) and returns 1 when one of its
+    stores or atomics to a buffer changed the bits it overwrote."""
+    check_step(program)
+    if sm not in PTX_VERSION:
+        raise UnsupportedError(f"sm_{sm} is not a target the PTX emitter knows. Fix: pass the device's compute capability.")
+    return _Emitter(program, sm, None, False, step=name).render()

@@ -1,5 +1,6 @@
-"""The fixpoint runner on the GPU: the step compiled by Numba to a C-ABI device function, linked
-with the fixpoint and grid-barrier templates, and run in one of three modes."""
+"""The fixpoint runner on the GPU: the step (a Numba function compiled to a C-ABI device function, or
+a vyre Program the emitter renders as one) linked with the fixpoint and grid-barrier templates, and
+run in one of three modes."""
 from __future__ import annotations
 
 import hashlib
@@ -81,9 +82,23 @@ def _step_ptx(step: Callable, kinds: list, cc: tuple[int, int]) -> str:
     return ptx
 
 
-def _module(backend, step: Callable, kinds: list, params: list) -> dict:
+def _program_params(program, arrays: list) -> list[tuple[str, Any]]:
+    """A Program step's parameters, in its kernel ABI order: every buffer's address, then its length."""
+    cais = [a.__cuda_array_interface__ for a in arrays]
+    return ([("b64", cai["data"][0] or 0) for cai in cais] +
+            [("b32", int(np.prod(cai["shape"]))) for cai in cais])
+
+
+def _module(backend, step, kinds: list, params: list) -> dict:
+    from ..ir import Program
+
     sm = backend.caps.sm
-    step_ptx = _step_ptx(step, kinds, tuple(backend.caps.compute_capability))
+    if isinstance(step, Program):
+        from ..ptx.emitter import emit_step
+
+        step_ptx = emit_step(step, sm=sm if sm in PTX_VERSION else 90, name=STEP_NAME)
+    else:
+        step_ptx = _step_ptx(step, kinds, tuple(backend.caps.compute_capability))
     nregs = max(1, len(params))
     kparams = "".join(f",\n\t.param .{c} arg{k}" for k, (c, _) in enumerate(params))
     loads = "\n".join(f"\tld.param.{c} \t{_REG[c]}{k}, [arg{k}];" for k, (c, _) in enumerate(params))
@@ -102,7 +117,9 @@ def _module(backend, step: Callable, kinds: list, params: list) -> dict:
 
 def run(backend, step: Callable, n: int, args: list, max_rounds: int, mode: str, block: int, timeout_ns: int,
         progress: bool) -> FixpointResult:
-    kinds, params = _arg_kinds(args)
+    from ..ir import Program
+
+    kinds, params = ([], _program_params(step, args)) if isinstance(step, Program) else _arg_kinds(args)
     kernels = _module(backend, step, kinds, params)
     caps = backend.caps
     if mode == "auto":

@@ -31,18 +31,30 @@ def _count(value, name: str, lo: int, hi: int) -> int:
     return int(value)
 
 
-def run(step: Callable, n: int, args: Sequence[Any] = (), *, max_rounds: int = 10_000, mode: str = "auto",
-        backend=None, block: int = 256, timeout_s: float = 10.0, progress: bool = False) -> FixpointResult:
-    """Run `step(i, *args)` for every item i < n, round after round, until a round in which no
-    call returned non-zero, or `max_rounds`. `args` are the backend's arrays (device arrays on
-    the GPU, NumPy arrays on the reference backend) or scalars. `timeout_s` bounds each grid
-    barrier's wait in cooperative mode (a stuck barrier raises BarrierTimeoutError instead of
-    hanging the GPU); `progress` shows a tqdm bar of rounds."""
-    from ..backend import resolve_backend
+def run(step: "Callable | Program", n: int, args: Sequence[Any] = (), *, max_rounds: int = 10_000,
+        mode: str = "auto", backend=None, block: int = 256, timeout_s: float = 10.0,
+        progress: bool = False) -> FixpointResult:
+    """Run the step for every item i < n, round after round, until a round that changed nothing,
+    or `max_rounds`; the arrays in `args` are updated in place.
 
-    if not callable(step):
+    The step is either a Numba-compilable function `step(i, *args)` returning non-zero when it
+    changed something (`args`: arrays and scalars), or a vyre `Program` run once per item with
+    `invocation_id(0)` as the item (`args`: one array per bound buffer, in binding order, of the
+    buffer's dtype), which changed something when one of its stores or atomics changed the bits it
+    overwrote. Arrays are device arrays on the GPU and NumPy arrays on the reference backend.
+    `timeout_s` bounds each grid barrier's wait in cooperative mode (a stuck barrier raises
+    BarrierTimeoutError instead of hanging the GPU); `progress` shows a tqdm bar of rounds."""
+    from ..backend import resolve_backend
+    from ..ir import Program
+
+    is_program = isinstance(step, Program)
+    if is_program:
+        from ..ptx.emitter import check_step
+
+        check_step(step)
+    elif not callable(step):
         raise DispatchError(f"step is a {type(step).__name__}, not a function. Fix: pass a Python function "
-                            "step(i, *args) that returns non-zero when it changed something.")
+                            "step(i, *args) that returns non-zero when it changed something, or a vyre Program.")
     n = _count(n, "n", 0, 2**32 - 1)
     max_rounds = _count(max_rounds, "max_rounds", 1, 2**31 - 1)
     block = _count(block, "block", 32, 1024)
@@ -58,11 +70,90 @@ def run(step: Callable, n: int, args: Sequence[Any] = (), *, max_rounds: int = 1
     if be.name == "cuda":
         from . import device
 
-        return device.run(be, step, n, list(args), max_rounds, mode, block, int(timeout_s * 1e9), progress)
+        args = program_args(step, args, device=True) if is_program else list(args)
+        return device.run(be, step, n, args, max_rounds, mode, block, int(timeout_s * 1e9), progress)
     if mode not in ("auto", "relaunch"):
         raise UnsupportedError(f"mode={mode!r} needs a GPU; the {be.name} backend runs rounds on the CPU. "
                                "Fix: use mode='auto' (it picks what the backend can do).")
+    if is_program:
+        return _run_program_cpu(step, n, program_args(step, args, device=False), max_rounds, progress)
     return _run_cpu(step, n, list(args), max_rounds, progress)
+
+
+def program_args(program, args: Sequence[Any], *, device: bool) -> list:
+    """The arrays of a Program step, one per bound buffer, checked: the buffer's dtype exactly (they
+    are updated in place, so nothing is converted), contiguous, fewer than 2**32 elements, the
+    declared count where there is one; NumPy arrays flattened."""
+    from ..ir import Access
+
+    bufs = program.bound_buffers
+    names = ", ".join(b.name for b in bufs)
+    if len(args) != len(bufs):
+        raise DispatchError(f"program {program.name!r} binds {len(bufs)} buffers ({names}); {len(args)} arrays were "
+                            f"given. Fix: pass one array per buffer, in binding order.")
+    out = []
+    for b, a in zip(bufs, args):
+        want = np.dtype(b.dtype.storage)
+        where = f"the array for buffer {b.name!r} of step {program.name!r}"
+        cai = getattr(a, "__cuda_array_interface__", None)
+        if device and cai is None:
+            raise DispatchError(f"{where} is a {type(a).__name__}, not a device array. Fix: upload it first "
+                                "(backend.upload(x)) and pass the device array; it is updated in place.")
+        if not device and not isinstance(a, np.ndarray):
+            raise DispatchError(f"{where} is a {type(a).__name__}, not a NumPy array. Fix: pass a NumPy array "
+                                f"of dtype {want} (it is updated in place), or run on the cuda backend.")
+        dt = np.dtype(cai["typestr"]) if device else a.dtype
+        size = int(np.prod(cai["shape"])) if device else a.size
+        if dt != want:
+            raise DispatchError(f"{where} has dtype {dt}; the buffer is {b.dtype}. Fix: pass an array of dtype "
+                                f"{want} (a converted copy would not be updated in place).")
+        contiguous = (cai.get("strides") is None or size <= 1 or tuple(cai["strides"]) == tuple(
+            int(np.prod(cai["shape"][j + 1:])) * dt.itemsize for j in range(len(cai["shape"])))) if device \
+            else a.flags.c_contiguous
+        if not contiguous:
+            raise DispatchError(f"{where} is not contiguous. Fix: pass a contiguous array.")
+        if size >= 2**32 or (b.count and size != b.count):
+            raise DispatchError(f"{where} has {size} elements; the buffer takes "
+                                f"{b.count if b.count else 'fewer than 2**32'}. Fix: pass an array of that size.")
+        if not device and b.access in (Access.READ_WRITE, Access.WRITE_ONLY) and not a.flags.writeable:
+            raise DispatchError(f"{where} is read-only, but the step writes the buffer. Fix: pass a writable array.")
+        out.append(a if device else a.reshape(-1))
+    return out
+
+
+def _guarded(program, n: int):
+    """`program` with its body run only by items below n."""
+    from .. import ir
+
+    return ir.Program(program.buffers, (min(256, max(n, 1)), 1, 1),
+                      [ir.if_(ir.invocation_id(0) < ir.lit(n, "u32"), list(program.entry))], name=program.name)
+
+
+def _run_program_cpu(program, n: int, arrays: list, max_rounds: int, progress: bool) -> FixpointResult:
+    from ..bindings import Binding
+    from ..config import DispatchConfig
+    from ..reference import interpreter
+
+    guarded = _guarded(program, n)
+    wg = guarded.workgroup_size
+    binding = Binding(guarded, {b.name: a for b, a in zip(program.bound_buffers, arrays)},
+                      (max(1, -(-n // wg[0])), 1, 1), wg, DispatchConfig())
+    bar = _bar(progress, max_rounds)
+    rounds, converged = 0, False
+    try:
+        while rounds < max_rounds:
+            changes: list = []
+            interpreter.prepare(binding, interpreter.memory_budget(), interpreter.work_budget()).run(changes)
+            rounds += 1
+            if bar is not None:
+                bar.update(1)
+            if not changes:
+                converged = True
+                break
+    finally:
+        if bar is not None:
+            bar.close()
+    return FixpointResult(rounds, converged, "relaunch", None)
 
 
 _CPU_ROUNDS: dict = {}

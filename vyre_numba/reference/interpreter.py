@@ -248,10 +248,12 @@ def geometry(grid: tuple[int, int, int], wg: tuple[int, int, int]) -> Geometry:
 class _Run:
     """The mutable state of one run over one chunk: buffers, variables, returned invocations."""
 
-    __slots__ = ("plan", "geo", "n", "iota", "base", "bufs", "lens", "vars", "ret", "budget", "unit")
+    __slots__ = ("plan", "geo", "n", "iota", "base", "bufs", "lens", "vars", "ret", "budget", "unit", "changes")
 
-    def __init__(self, plan: "Plan", arrays: dict[str, np.ndarray], geo: Geometry, budget: Budget):
+    def __init__(self, plan: "Plan", arrays: dict[str, np.ndarray], geo: Geometry, budget: Budget,
+                 changes: list | None = None):
         self.plan, self.geo, self.n, self.iota, self.base = plan, geo, geo.n, geo.iota, geo.base
+        self.changes = changes  # where given, a store or atomic that changes a buffer's bits appends True
         self.budget, self.unit = budget, geo.n + STATEMENT_UNITS
         self.bufs = dict(arrays)
         for b in plan.shared:
@@ -305,9 +307,21 @@ def _load(decl, copy: bool, r: _Run, m, idx: np.ndarray) -> np.ndarray:
     return ops.from_storage(v, decl.dtype)
 
 
+def _changes(old: np.ndarray, new: np.ndarray) -> bool:
+    """Whether any element's bits differ (so NaN over the same NaN is no change, -0 over +0 is)."""
+    bits = np.dtype(f"u{old.dtype.itemsize}")
+    return bool(np.any(np.ascontiguousarray(old).view(bits) != np.ascontiguousarray(new).view(bits)))
+
+
 def _store(r: _Run, decl, idx: np.ndarray, value: np.ndarray, m) -> None:
     arr, eff, bound = _address(r, decl, idx)
     v = ops.to_storage(value, decl.dtype)
+    if r.changes is not None and not decl.is_shared and not r.changes:
+        inb = idx < bound
+        act = _full(inb, r.n) if m is None else inb & m
+        pos = np.flatnonzero(act)
+        if pos.size and _changes(arr[_full(eff, r.n)[pos]], _full(v, r.n)[pos]):
+            r.changes.append(True)
     if idx is r.iota and eff is idx and m is None:
         lo = r.base
         k = min(r.n, arr.size - lo)
@@ -418,7 +432,13 @@ def _atomic(r: _Run, decl, op: str, idx, val, exp, m) -> np.ndarray:
     if pos.size:
         t = _full(eff, r.n)[pos].astype(np.intp)
         e = None if exp is None else _full(exp, r.n)[pos]
-        out[pos] = _apply_atomic(arr, op, t, _full(val, r.n)[pos], e)
+        vs = _full(val, r.n)[pos]
+        old = out[pos] = _apply_atomic(arr, op, t, vs, e)
+        if r.changes is not None and not decl.is_shared and not r.changes:
+            new = (vs if op == "exchange" else np.where(old == e, vs, old) if op == "compare_exchange"
+                   else _COMBINE[op](old, vs))
+            if _changes(old, new):
+                r.changes.append(True)
     return out
 
 
@@ -916,8 +936,9 @@ class Launch:
         self.chunks = -(-groups // chunk) if groups else 0  # how many chunks one run of the program takes
         self.budget, self.memory = budget, memory
 
-    def run(self) -> None:
-        """Run the program in place on the binding's arrays, `fixpoint_iterations` times."""
+    def run(self, changes: list | None = None) -> None:
+        """Run the program in place on the binding's arrays, `fixpoint_iterations` times; where
+        `changes` is given, True is appended to it once a store or atomic changes a buffer's bits."""
         b, p, budget, total, chunks = self.binding, self.plan, self.budget, self.groups, self.chunks
         if chunks == 0 or b.invocations == 0:
             return
@@ -929,7 +950,7 @@ class Launch:
                         budget.used += (b.invocations + STATEMENT_UNITS * chunks) * max(p.body.cost, 1)
                         budget.check(p.name, f"fixpoint iteration {it + 1} of {iterations}")
                     if chunks == 1:
-                        p.run(_Run(p, b.arrays, geometry(b.grid, b.workgroup), budget))
+                        p.run(_Run(p, b.arrays, geometry(b.grid, b.workgroup), budget, changes))
                         continue
                     full: dict = {}
                     rest: dict = {}  # the last chunk may be shorter: its own offset-free builtins
@@ -939,7 +960,7 @@ class Launch:
                                                  f"iteration {it + 1} of {iterations}")
                         count = min(self.chunk, total - first)
                         geo = Geometry(b.grid, b.workgroup, first, count, full if count == self.chunk else rest)
-                        p.run(_Run(p, b.arrays, geo, budget))
+                        p.run(_Run(p, b.arrays, geo, budget, changes))
                         del geo  # before the next chunk's geometry is built
         except MemoryError as e:
             raise DispatchError(f"{_where(b)}: out of host memory ({e}). Fix: dispatch less data at a time, or "

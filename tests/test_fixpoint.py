@@ -125,6 +125,18 @@ def test_gpu_max_rounds_stops_and_says_so(mode):
 
 
 @pytest.mark.gpu
+def test_auto_runs_one_round_as_a_plain_launch_and_reuses_control_blocks():
+    backend = vn.get_backend("cuda")
+    n = 100_000  # the smallest label starts at the far end: far more rounds than 20 to arrive
+    indptr, indices = path(n)
+    args = [backend.upload(np.arange(n, dtype=np.uint32)[::-1].copy()), backend.upload(indptr), backend.upload(indices)]
+    for k in range(20):  # control blocks come back zeroed where read: each run sees only its own round
+        r = fixpoint.run(relax, n, args, max_rounds=1)
+        assert (r.mode, r.rounds, r.converged) == ("relaunch", 1, False)
+    assert fixpoint.run(relax, n, args, max_rounds=2).mode in ("cooperative", "graph")
+
+
+@pytest.mark.gpu
 def test_gpu_progress_bar_runs_in_chunks_with_the_same_result():
     backend = vn.get_backend("cuda")
     n = 3000

@@ -4,12 +4,16 @@ run in one of three modes."""
 from __future__ import annotations
 
 import hashlib
+import math
+import threading
+import weakref
 from typing import Any, Callable
 
 import numpy as np
 
 from ..errors import DispatchError, UnsupportedError
 from ..gpu.launch import KernelLaunch, LaunchShape, validate_cooperative
+from ..lru import LRUCache
 from ..ptx import templates
 from ..ptx.emitter import PTX_VERSION
 from .runner import _CONVERGED, _CTL_WORDS, _ERROR, _ROUNDS, FixpointResult, _bar, raise_barrier_timeout
@@ -33,10 +37,10 @@ def _arg_kinds(args: list) -> tuple[list, list[tuple[str, Any]]]:
             dt = np.dtype(cai["typestr"])
             shape = tuple(int(d) for d in cai["shape"]) or (1,)
             strides = cai.get("strides")
-            contiguous = tuple(int(np.prod(shape[j + 1:])) * dt.itemsize for j in range(len(shape)))
-            if strides is not None and int(np.prod(shape)) > 1 and tuple(strides) != contiguous:
+            contiguous = tuple(math.prod(shape[j + 1:]) * dt.itemsize for j in range(len(shape)))
+            if strides is not None and math.prod(shape) > 1 and tuple(strides) != contiguous:
                 raise DispatchError(f"args[{k}] is a non-contiguous device array. Fix: pass a contiguous copy.")
-            size = int(np.prod(shape))
+            size = math.prod(shape)
             kinds.append(types.Array(from_dtype(dt), len(shape), "C"))
             params += [("b64", 0), ("b64", 0), ("b64", size), ("b64", dt.itemsize), ("b64", cai["data"][0] or 0)]
             params += [("b64", d) for d in shape] + [("b64", st) for st in contiguous]
@@ -86,33 +90,61 @@ def _program_params(program, arrays: list) -> list[tuple[str, Any]]:
     """A Program step's parameters, in its kernel ABI order: every buffer's address, then its length."""
     cais = [a.__cuda_array_interface__ for a in arrays]
     return ([("b64", cai["data"][0] or 0) for cai in cais] +
-            [("b32", int(np.prod(cai["shape"]))) for cai in cais])
+            [("b32", math.prod(cai["shape"])) for cai in cais])
+
+
+_SOURCES: LRUCache = LRUCache(64)  # (step, argument types, sm) -> (cache key, PTX sources)
 
 
 def _module(backend, step, kinds: list, params: list) -> dict:
     from ..ir import Program
 
     sm = backend.caps.sm
+    cheap = (("program", step.digest()) if isinstance(step, Program) else step, tuple(str(k) for k in kinds),
+             tuple(c for c, _ in params), sm)
+    known = _SOURCES.get(cheap)
+    if known is None:
+        known = _SOURCES.put(cheap, _sources(step, kinds, params, sm, tuple(backend.caps.compute_capability)))
+    return backend.load_linked(known[0], known[1], ENTRIES)
+
+
+def _sources(step, kinds: list, params: list, sm: int, cc: tuple[int, int]) -> tuple[str, list[str]]:
+    """(cache key, PTX modules) of the fixpoint kernels around `step`."""
+    from ..ir import Program
+
     if isinstance(step, Program):
         from ..ptx.emitter import emit_step
 
         step_ptx = emit_step(step, sm=sm if sm in PTX_VERSION else 90, name=STEP_NAME)
     else:
-        step_ptx = _step_ptx(step, kinds, tuple(backend.caps.compute_capability))
+        step_ptx = _step_ptx(step, kinds, cc)
     nregs = max(1, len(params))
     kparams = "".join(f",\n\t.param .{c} arg{k}" for k, (c, _) in enumerate(params))
     loads = "\n".join(f"\tld.param.{c} \t{_REG[c]}{k}, [arg{k}];" for k, (c, _) in enumerate(params))
     cparams = "\n".join(f"\t.param .{c} a{k};" for k, (c, _) in enumerate(params))
     cstores = "\n".join(f"\tst.param.{c} \t[a{k}], {_REG[c]}{k};" for k, (c, _) in enumerate(params))
     cargs = "".join(f", a{k}" for k in range(len(params)))
-    decl_params = "".join(f", .param .{c} p{k}" for k, (c, _) in enumerate(params))
-    step_decl = f".extern .func (.param .b32 changed) {STEP_NAME}(.param .b32 item{decl_params});"
-    version = PTX_VERSION.get(sm, "7.8")
-    fix = templates.load("fixpoint", version=version, target=f"sm_{sm}", step=STEP_NAME, step_decl=step_decl,
+    step_version, step_body = _module_body(step_ptx)
+    version = max(PTX_VERSION.get(sm, "7.8"), step_version, key=lambda v: tuple(int(x) for x in v.split(".")))
+    fix = templates.load("fixpoint", version=version, target=f"sm_{sm}", step=STEP_NAME, step_decl=step_body,
                          kparams=kparams, loads=loads, cparams=cparams, cstores=cstores, cargs=cargs, nregs=nregs)
-    barrier = templates.load("grid_barrier", version=version, target=f"sm_{sm}")
-    key = "fixpoint-" + hashlib.sha256((fix + barrier + step_ptx).encode()).hexdigest()[:24]
-    return backend.load_linked(key, [fix, barrier, step_ptx], ENTRIES)
+    barrier = templates.load("grid_barrier", version=PTX_VERSION.get(sm, "7.8"), target=f"sm_{sm}")
+    return "fixpoint-" + hashlib.sha256((fix + barrier).encode()).hexdigest()[:24], [fix, barrier]
+
+
+def _module_body(ptx: str) -> tuple[str, str]:
+    """(PTX ISA version, text after the module header) of the step's module. The step is pasted
+    into the fixpoint module rather than linked beside it, so ptxas sees the call's target and can
+    inline it: a call across modules goes through the C ABI, every array field through param space,
+    once per item."""
+    version, body = "6.0", []
+    for line in ptx.splitlines():
+        word = line.strip().split(" ")[0] if line.strip() else ""
+        if word == ".version":
+            version = line.split()[1]
+        elif word not in (".target", ".address_size"):
+            body.append(line)
+    return version, "\n".join(body)
 
 
 def run(backend, step: Callable, n: int, args: list, max_rounds: int, mode: str, block: int, timeout_ns: int,
@@ -122,9 +154,9 @@ def run(backend, step: Callable, n: int, args: list, max_rounds: int, mode: str,
     kinds, params = ([], _program_params(step, args)) if isinstance(step, Program) else _arg_kinds(args)
     kernels = _module(backend, step, kinds, params)
     caps = backend.caps
-    if mode == "auto":
-        mode = "cooperative" if caps.cooperative_launch else "graph"
-    ctl = backend.empty(_CTL_WORDS, np.uint32)
+    if mode == "auto":  # one round needs neither a grid barrier nor a graph: a launch is cheapest
+        mode = "relaunch" if max_rounds == 1 else "cooperative" if caps.cooperative_launch else "graph"
+    ctl = _take_ctl(backend)
     ctl_ptr = ctl.__cuda_array_interface__["data"][0]
     bar = _bar(progress, max_rounds)
     try:
@@ -139,7 +171,29 @@ def run(backend, step: Callable, n: int, args: list, max_rounds: int, mode: str,
     finally:
         if bar is not None:
             bar.close()
+        _give_ctl(backend, ctl)
     return FixpointResult(rounds, converged, mode, ns)
+
+
+_CTLS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # backend -> control blocks not in use
+_CTL_LOCK = threading.Lock()
+
+
+def _take_ctl(backend):
+    """A control block of the backend's (every mode zeroes the words it reads before a launch);
+    reused across runs, since an allocation costs more than a short run."""
+    with _CTL_LOCK:
+        free = _CTLS.setdefault(backend, [])
+        if free:
+            return free.pop()
+    return backend.empty(_CTL_WORDS, np.uint32)
+
+
+def _give_ctl(backend, ctl) -> None:
+    with _CTL_LOCK:
+        free = _CTLS.setdefault(backend, [])
+        if len(free) < 8:
+            free.append(ctl)
 
 
 def _args_into(launch: KernelLaunch, first: int, params: list) -> None:

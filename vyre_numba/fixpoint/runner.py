@@ -42,8 +42,10 @@ def run(step: "Callable | Program", n: int, args: Sequence[Any] = (), *, max_rou
     `invocation_id(0)` as the item (`args`: one array per bound buffer, in binding order, of the
     buffer's dtype), which changed something when one of its stores or atomics changed the bits it
     overwrote. Arrays are device arrays on the GPU and NumPy arrays on the reference backend.
-    `timeout_s` bounds each grid barrier's wait in cooperative mode (a stuck barrier raises
-    BarrierTimeoutError instead of hanging the GPU); `progress` shows a tqdm bar of rounds."""
+    `mode="auto"` runs one round (`max_rounds=1`) as a plain launch, more as a cooperative kernel
+    where the device can, else as a graph. `timeout_s` bounds each grid barrier's wait in
+    cooperative mode (a stuck barrier raises BarrierTimeoutError instead of hanging the GPU);
+    `progress` shows a tqdm bar of rounds."""
     from ..backend import resolve_backend
     from ..ir import Program
 
@@ -89,7 +91,7 @@ def program_args(program, args: Sequence[Any], *, device: bool) -> list:
     bufs = program.bound_buffers
     names = ", ".join(b.name for b in bufs)
     if len(args) != len(bufs):
-        raise DispatchError(f"program {program.name!r} binds {len(bufs)} buffers ({names}); {len(args)} arrays were "
+        raise DispatchError(f"program {program.name!r} binds {len(bufs)} buffer{'s' if len(bufs) != 1 else ''} ({names}); {len(args)} arrays were "
                             f"given. Fix: pass one array per buffer, in binding order.")
     out = []
     for b, a in zip(bufs, args):

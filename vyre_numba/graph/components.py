@@ -1,15 +1,14 @@
 """Connected components: each vertex labelled with the smallest vertex id of its component.
 
-Both implementations run rounds of hooking and pointer jumping until no edge joins two roots
-(Shiloach-Vishkin style, as in ECL-CC and Afforest, not label propagation, so a long path takes
-a few rounds rather than one per vertex): every edge whose ends have different roots hooks the
-larger root under the smaller by an atomic minimum, and every vertex then points at its root.
-Parents only ever decrease, so each component's root ends as its smallest id.
+Both implementations hook the larger root of an edge's ends under the smaller and point vertices
+at their roots (Shiloach-Vishkin style, as in ECL-CC and Afforest, not label propagation, so a
+long path needs no round per vertex). Parents only ever decrease, so each component's root ends
+as its smallest id.
 
 - NumPy (`components_numpy`): the CPU backend and the oracle of the GPU one.
-- GPU (`steps.py`, run by `vyre_numba.fixpoint`): the CSR expanded to edges, one pass of
-  hooking with compare-and-swap retries (as in ECL-CC) confirmed by a round that changes
-  nothing, then every vertex pointed at its root.
+- GPU (`afforest`, its steps in `steps.py` run by `vyre_numba.fixpoint`): Afforest's neighbour
+  sampling and skipping of the largest tree, with ECL-CC's compare-and-swap hooking and path
+  halving; the same steps run under the CUDA simulator in the tests.
 """
 from __future__ import annotations
 
@@ -135,20 +134,41 @@ def connected_components(indptr, indices, *, backend=None, mode: str = "auto", s
     return be.download(_components_gpu(be, ip, ix, g.n, mode, symmetric))
 
 
-def _components_gpu(be, indptr, indices, n: int, mode: str, symmetric: bool):
-    """One pass of hooking leaves every component one tree: a CAS hooks only a root, path halving
-    only points a vertex at an ancestor, so trees never split, and each edge's retry loop ends
-    only once both its ends share a root. Then every vertex is pointed at its root."""
-    from .. import fixpoint
-    from .steps import expand, flatten, hook
+SAMPLED_NEIGHBOURS = 2  # Afforest's neighbour rounds before the largest tree is found
+SAMPLES = 1024  # vertices whose roots name the largest tree
 
-    parent = be.empty(n, np.int32)
-    nnz = int(np.prod(indices.__cuda_array_interface__["shape"]))
-    src = be.empty(max(nnz, 1), np.int32)
-    if n:
-        fixpoint.run(expand, n, [src, indptr, parent], backend=be, mode=mode, max_rounds=1)
-    if n and nnz:
-        fixpoint.run(hook, nnz, [parent, src, indices, np.int32(1 if symmetric else 0)], backend=be, mode=mode,
-                     max_rounds=1)
-        fixpoint.run(flatten, n, [parent], backend=be, mode=mode, max_rounds=1)
+
+def _components_gpu(be, indptr, indices, n: int, mode: str, symmetric: bool):
+    from .. import fixpoint
+
+    def run(step, count, args):
+        fixpoint.run(step, count, args, backend=be, mode=mode, max_rounds=1)
+
+    return afforest(run, be.empty, be.download, indptr, indices, n, symmetric)
+
+
+def afforest(run, empty, download, indptr, indices, n: int, symmetric: bool):
+    """Parents (int32 device array) of the components of a CSR on the device, in the style of
+    Afforest: link every vertex with its first SAMPLED_NEIGHBOURS stored neighbours, find the
+    largest tree from SAMPLES vertices' roots, then link the remaining neighbours of every vertex
+    outside it (of every vertex unless the CSR is symmetric), and point each vertex at its root.
+    `run(step, count, args)` runs a step of `steps.py` once over items 0..count-1."""
+    from . import steps
+
+    parent = empty(n, np.int32)
+    if n == 0:
+        return parent
+    run(steps.init, n, [parent])
+    for r in range(SAMPLED_NEIGHBOURS):
+        run(steps.sample, n, [parent, indptr, indices, np.int32(r)])
+        run(steps.compress, n, [parent])
+    giant = -1
+    if symmetric:
+        m = min(SAMPLES, n)
+        roots = empty(m, np.int32)
+        run(steps.gather, m, [parent, roots, np.int64(n // m)])
+        values, counts = np.unique(download(roots), return_counts=True)
+        giant = int(values[counts.argmax()])
+    run(steps.rest, n, [parent, indptr, indices, np.int32(SAMPLED_NEIGHBOURS), np.int32(giant)])
+    run(steps.compress, n, [parent])
     return parent

@@ -1,57 +1,70 @@
-"""Device steps of the graph algorithms, for the fixpoint runner (compiled by Numba for the GPU;
-imported only when a GPU runs them, since they need numba.cuda)."""
+"""Device steps of connected components, for the fixpoint runner (compiled by Numba for the GPU;
+imported only when a GPU or the CUDA simulator runs them, since they need numba.cuda).
+
+Invariants: parent[v] <= v always (a root is hooked only under a smaller root), so every tree's
+root is its smallest vertex; path halving points a vertex at its grandparent, an ancestor, so
+trees never split; `link` returns only once both ends share a root."""
 from __future__ import annotations
 
 from numba import cuda
 
 
-def expand(v, src, indptr, parent):
-    """Start v as its own root and write it as the source of each of its CSR entries (CSR -> COO);
-    changes nothing to iterate."""
-    parent[v] = v
-    for k in range(indptr[v], indptr[v + 1]):
-        src[k] = v
-    return 0
+@cuda.jit(device=True)
+def find(parent, x):
+    """x's root, halving the path on the way."""
+    while parent[x] != x:
+        nxt = parent[x]
+        parent[x] = parent[nxt]
+        x = nxt
+    return x
 
 
-def hook(k, parent, src, dst, symmetric):
-    """Join the trees at both ends of CSR entry k (every entry, or, for a symmetric CSR, each
-    pair once from its larger end): hook the larger root under the smaller with a compare-and-swap that succeeds only on
-    a root, and retry from the new roots when another thread hooked first, so one pass over the
-    edges leaves every component one tree (as in ECL-CC). Finding a root halves the path as it
-    goes (each vertex is pointed at its grandparent, always an ancestor). Non-zero if it hooked."""
-    u = src[k]
-    v = dst[k]
-    if u == v or (symmetric and u < v):
-        return 0
-    ru = u
-    while parent[ru] != ru:
-        nxt = parent[ru]
-        parent[ru] = parent[nxt]
-        ru = nxt
-    rv = v
-    while parent[rv] != rv:
-        nxt = parent[rv]
-        parent[rv] = parent[nxt]
-        rv = nxt
+@cuda.jit(device=True)
+def link(parent, u, v):
+    """Join the trees of u and v: a compare-and-swap hooks the larger root under the smaller and
+    succeeds only on a root; when another thread hooked it first, try again from the new roots."""
+    ru = find(parent, u)
+    rv = find(parent, v)
     while ru != rv:
         lo = min(ru, rv)
         hi = max(ru, rv)
         if cuda.atomic.cas(parent, hi, hi, lo) == hi:
-            return 1
-        while parent[hi] != hi:  # hi was hooked meanwhile: both ends again from their trees
-            hi = parent[hi]
-        while parent[lo] != lo:
-            lo = parent[lo]
-        ru = lo
-        rv = hi
+            return
+        ru = find(parent, lo)
+        rv = find(parent, hi)
+
+
+def init(v, parent):
+    """v starts as its own root."""
+    parent[v] = v
     return 0
 
 
-def flatten(v, parent):
-    """Point v at its root (parents only decrease, so the root is the component's smallest id)."""
-    r = parent[v]
-    while parent[r] != r:
-        r = parent[r]
-    parent[v] = r
+def sample(v, parent, indptr, indices, r):
+    """Link v with its r-th stored neighbour, if it has one (Afforest's neighbour sampling)."""
+    k = indptr[v] + r
+    if k < indptr[v + 1]:
+        link(parent, v, indices[k])
+    return 0
+
+
+def compress(v, parent):
+    """Point v at its root."""
+    parent[v] = find(parent, v)
+    return 0
+
+
+def gather(j, parent, out, stride):
+    """out[j] = parent[j * stride]: the roots of evenly spaced vertices, to find the largest tree."""
+    out[j] = parent[j * stride]
+    return 0
+
+
+def rest(v, parent, indptr, indices, skip, giant):
+    """Link v with its neighbours after the first `skip`, unless v is already in the tree rooted at
+    `giant` (Afforest: for a symmetric CSR, that tree's edges to others are seen from the other end)."""
+    if giant >= 0 and find(parent, v) == giant:
+        return 0
+    for k in range(indptr[v] + skip, indptr[v + 1]):
+        link(parent, v, indices[k])
     return 0

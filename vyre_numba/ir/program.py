@@ -191,6 +191,7 @@ class Program:
         object.__setattr__(self, "workgroup_size", _norm_wg(workgroup_size))
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "_digest", None)
+        object.__setattr__(self, "_caps", None)
         object.__setattr__(self, "entry", resolve_literals(bufs, n._body(entry)))
 
     def __hash__(self) -> int:
@@ -235,6 +236,8 @@ class Program:
     @property
     def capabilities(self) -> frozenset[str]:
         """Required device capabilities: "subgroup" and/or "grid_sync"."""
+        if self._caps is not None:
+            return self._caps
         caps = set()
         for x in walk(self.entry):
             if isinstance(x, (n.SubgroupAdd, n.SubgroupBallot, n.SubgroupShuffle)) or (
@@ -242,7 +245,8 @@ class Program:
                 caps.add("subgroup")
             if isinstance(x, n.Barrier) and x.scope == "grid":
                 caps.add("grid_sync")
-        return frozenset(caps)
+        object.__setattr__(self, "_caps", frozenset(caps))
+        return self._caps
 
     # ---- serialisation --------------------------------------------------------------------
     def to_dict(self) -> dict:

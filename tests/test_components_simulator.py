@@ -1,0 +1,62 @@
+"""The connected-components steps as Numba kernels under the CUDA simulator (CI has no GPU): the
+same Afforest phases as on the device, each step launched over its items, against the NumPy twin."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+SCRIPT = textwrap.dedent('''
+    import numpy as np
+    from numba import cuda
+    from vyre_numba.graph.components import afforest, components_numpy
+    from vyre_numba.graph.csr import check_csr
+
+    kernels = {}
+
+    def run(step, count, args):
+        k = kernels.get((step, len(args)))
+        if k is None:
+            src = ("def k(count, " + ", ".join(f"a{i}" for i in range(len(args))) + "):\\n"
+                   "    i = cuda.grid(1)\\n    if i < count:\\n        step(i, "
+                   + ", ".join(f"a{i}" for i in range(len(args))) + ")\\n")
+            scope = {"cuda": cuda, "step": step}
+            exec(src, scope)
+            k = kernels[(step, len(args))] = cuda.jit(scope["k"])
+        k[(count + 31) // 32, 32](count, *args)
+
+    def csr(n, src, dst, both=True):
+        src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+        if both:
+            src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+        order = np.argsort(src, kind="stable")
+        indptr = np.zeros(n + 1, np.int64)
+        np.add.at(indptr, src + 1, 1)
+        return np.cumsum(indptr), dst[order].astype(np.int32)
+
+    rng = np.random.default_rng(0)
+    graphs = {
+        "empty": (0, [], []), "one": (1, [], []), "self loops": (4, [0, 1, 1], [0, 1, 1]),
+        "path": (40, range(39), range(1, 40)), "star": (30, [0] * 29, range(1, 30)),
+        "duplicates": (6, [0, 0, 0, 4, 4], [1, 1, 1, 5, 5]),
+        "disconnected": (50, rng.integers(0, 25, 30), rng.integers(0, 25, 30)),
+        "random": (60, rng.integers(0, 60, 50), rng.integers(0, 60, 50)),
+        "reversed path": (30, range(29, 0, -1), range(28, -1, -1)),
+    }
+    for name, (n, s, d) in graphs.items():
+        for symmetric in (True, False):
+            indptr, indices = csr(n, list(s), list(d), both=symmetric)
+            want, _ = components_numpy(check_csr(indptr, indices))
+            got = afforest(run, lambda k, dt: cuda.device_array(k, dt), lambda a: a.copy_to_host(),
+                           cuda.to_device(indptr), cuda.to_device(indices), n, symmetric)
+            assert np.array_equal(got.copy_to_host(), want), (name, symmetric, got.copy_to_host(), want)
+            print("ok", name, symmetric)
+''')
+
+
+def test_afforest_steps_match_the_numpy_twin_under_the_cuda_simulator():
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("ok ") == 18

@@ -72,6 +72,17 @@ def test_nothing_to_do_converges_in_one_round():
     assert (r.rounds, r.converged) == (1, True)
 
 
+def test_for_each_is_one_round_without_a_result():
+    n = 10
+    indptr, indices = path(n)
+    once, by_run = (np.arange(n, dtype=np.uint32)[::-1].copy() for _ in range(2))
+    assert fixpoint.for_each(relax, n, [once, indptr, indices]) is None
+    fixpoint.run(relax, n, [by_run, indptr, indices], max_rounds=1)
+    assert np.array_equal(once, by_run) and once.tolist() == [8, 7, 6, 5, 4, 3, 2, 1, 0, 0]
+    with pytest.raises(vn.VyreError, match="n=-1.*Fix:"):
+        fixpoint.for_each(relax, -1, [once, indptr, indices])
+
+
 @pytest.mark.parametrize("kw,fragment", [
     ({"n": -1}, "n=-1"), ({"n": True}, "n=True"), ({"n": 2**32}, "n=4294967296"),
     ({"max_rounds": 0}, "max_rounds=0"), ({"mode": "fast"}, "mode='fast'"), ({"mode": "cooperative"}, "needs a GPU"),

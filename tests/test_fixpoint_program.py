@@ -317,6 +317,22 @@ def test_gpu_atomics_report_changes_like_the_reference(op, value, expected, chan
     assert r.converged is (not changes)
 
 
+def test_for_each_runs_a_program_step_once():
+    x = countdown_start(D.I32, 50)
+    want = np.where(x > 0, x - 1, x)
+    assert fixpoint.for_each(countdown(D.I32), x.size, [x]) is None and np.array_equal(x, want)
+
+
+@pytest.mark.gpu
+def test_gpu_for_each_queues_rounds_in_order():
+    backend = vn.get_backend("cuda")
+    start = countdown_start(D.I32, 100_000)
+    x = backend.upload(start)
+    for _ in range(3):
+        fixpoint.for_each(countdown(D.I32), start.size, [x])
+    assert np.array_equal(backend.download(x), np.maximum(start - 3, np.minimum(start, 0)))
+
+
 @pytest.mark.gpu
 def test_gpu_refuses_host_arrays_for_a_program_step():
     backend = vn.get_backend("cuda")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+import vyre_numba as vn
 from scipy.sparse.csgraph import connected_components as scipy_cc
 
 from vyre_numba.errors import DispatchError
@@ -126,9 +127,22 @@ def test_gpu_components_equal_scipy_from_host_and_device_arrays(name):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", ["cooperative", "graph", "relaunch"])
-def test_gpu_components_in_every_fixpoint_mode(mode):
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_gpu_component_phases_as_fixpoint_rounds_in_every_mode(mode, symmetric):
+    """The same phases `connected_components` enqueues with for_each, run as one-round fixpoint runs."""
+    from vyre_numba import fixpoint
+    from vyre_numba.graph.components import afforest
+
+    backend = vn.get_backend("cuda")
     a = GRAPHS["rmat"]
-    assert np.array_equal(connected_components(a.indptr, a.indices, backend="cuda", mode=mode), expected(a))
+    a = (a + a.T).tocsr() if symmetric else a
+
+    def run(step, count, args):
+        assert fixpoint.run(step, count, args, backend=backend, mode=mode, max_rounds=1).rounds == 1
+
+    parent = afforest(run, backend.empty, backend.download, backend.upload(a.indptr.astype(np.int64)),
+                      backend.upload(a.indices.astype(np.int32)), a.shape[0], symmetric)
+    assert np.array_equal(backend.download(parent), expected(a))
 
 
 @pytest.mark.gpu

@@ -175,6 +175,23 @@ def run(backend, step: Callable, n: int, args: list, max_rounds: int, mode: str,
     return FixpointResult(rounds, converged, mode, ns)
 
 
+def for_each(backend, step, n: int, args: list, block: int) -> None:
+    from ..ir import Program
+
+    kinds, params = ([], _program_params(step, args)) if isinstance(step, Program) else _arg_kinds(args)
+    kernels = _module(backend, step, kinds, params)
+    with _CTL_LOCK:  # the round's flag goes to a control block of its own that nobody reads
+        scratch = _SCRATCH.get(backend)
+    if scratch is None:
+        scratch = backend.empty(_CTL_WORDS, np.uint32)
+        with _CTL_LOCK:
+            scratch = _SCRATCH.setdefault(backend, scratch)
+    if n:
+        ptr = scratch.__cuda_array_interface__["data"][0]
+        _round_launch(backend, kernels["vyre_fixpoint_round"], n, params, ptr, block).enqueue(backend.stream_handle)
+
+
+_SCRATCH: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _CTLS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # backend -> control blocks not in use
 _CTL_LOCK = threading.Lock()
 

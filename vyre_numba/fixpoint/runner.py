@@ -46,6 +46,43 @@ def run(step: "Callable | Program", n: int, args: Sequence[Any] = (), *, max_rou
     where the device can, else as a graph. `timeout_s` bounds each grid barrier's wait in
     cooperative mode (a stuck barrier raises BarrierTimeoutError instead of hanging the GPU);
     `progress` shows a tqdm bar of rounds."""
+    max_rounds = _count(max_rounds, "max_rounds", 1, 2**31 - 1)
+    if not isinstance(mode, str) or mode not in MODES:
+        raise DispatchError(f"mode={mode!r} is not one of {', '.join(MODES)}. Fix: pass one of those.")
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < 1e6:
+        raise DispatchError(f"timeout_s={timeout_s!r} is not a positive number of seconds. Fix: pass e.g. 10.0.")
+    be, is_program, n, args, block = _checked(step, n, args, backend, block)
+    if be.name == "cuda":
+        from . import device
+
+        return device.run(be, step, n, args, max_rounds, mode, block, int(timeout_s * 1e9), progress)
+    if mode not in ("auto", "relaunch"):
+        raise UnsupportedError(f"mode={mode!r} needs a GPU; the {be.name} backend runs rounds on the CPU. "
+                               "Fix: use mode='auto' (it picks what the backend can do).")
+    if is_program:
+        return _run_program_cpu(step, n, args, max_rounds, progress)
+    return _run_cpu(step, n, args, max_rounds, progress)
+
+
+def for_each(step: "Callable | Program", n: int, args: Sequence[Any] = (), *, backend=None,
+             block: int = 256) -> None:
+    """Run the step once for every item i < n: one round of `run`, without waiting for it or
+    reading back whether it changed anything. On the GPU the round is enqueued on the backend's
+    stream (work queued after it sees its writes; `backend.synchronize()` waits for it), so a
+    pipeline of one-pass phases costs a launch each, not a round trip."""
+    be, is_program, n, args, block = _checked(step, n, args, backend, block)
+    if be.name == "cuda":
+        from . import device
+
+        device.for_each(be, step, n, args, block)
+    elif is_program:
+        _run_program_cpu(step, n, args, 1, False)
+    else:
+        _run_cpu(step, n, args, 1, False)
+
+
+def _checked(step, n, args, backend, block):
+    """(backend, is the step a Program, n, args, block) checked and resolved."""
     from ..backend import resolve_backend
     from ..ir import Program
 
@@ -58,28 +95,15 @@ def run(step: "Callable | Program", n: int, args: Sequence[Any] = (), *, max_rou
         raise DispatchError(f"step is a {type(step).__name__}, not a function. Fix: pass a Python function "
                             "step(i, *args) that returns non-zero when it changed something, or a vyre Program.")
     n = _count(n, "n", 0, 2**32 - 1)
-    max_rounds = _count(max_rounds, "max_rounds", 1, 2**31 - 1)
     block = _count(block, "block", 32, 1024)
-    if not isinstance(mode, str) or mode not in MODES:
-        raise DispatchError(f"mode={mode!r} is not one of {', '.join(MODES)}. Fix: pass one of those.")
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < 1e6:
-        raise DispatchError(f"timeout_s={timeout_s!r} is not a positive number of seconds. Fix: pass e.g. 10.0.")
     if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
         raise DispatchError(f"args is a {type(args).__name__}, not a list. Fix: pass the step's arguments as a list.")
     if backend is None:  # device arrays run on the GPU, host arrays on the CPU
         backend = "cuda" if any(hasattr(a, "__cuda_array_interface__") for a in args) else "reference"
     be = resolve_backend(backend)
-    if be.name == "cuda":
-        from . import device
-
-        args = program_args(step, args, device=True) if is_program else list(args)
-        return device.run(be, step, n, args, max_rounds, mode, block, int(timeout_s * 1e9), progress)
-    if mode not in ("auto", "relaunch"):
-        raise UnsupportedError(f"mode={mode!r} needs a GPU; the {be.name} backend runs rounds on the CPU. "
-                               "Fix: use mode='auto' (it picks what the backend can do).")
     if is_program:
-        return _run_program_cpu(step, n, program_args(step, args, device=False), max_rounds, progress)
-    return _run_cpu(step, n, list(args), max_rounds, progress)
+        args = program_args(step, args, device=be.name == "cuda")
+    return be, is_program, n, list(args), block
 
 
 def program_args(program, args: Sequence[Any], *, device: bool) -> list:

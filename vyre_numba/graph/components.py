@@ -58,20 +58,24 @@ def _device_csr_ok(backend, indptr, indices, n: int) -> None:
         hi = ir.cast(ir.load("indptr", i + 1), "i64")
         v = ir.cast(ir.load("indices", i), "i64")
         nv = ir.cast(ir.buf_len("indptr"), "i64") - 1
+        nnz = ir.cast(ir.buf_len("indices"), "i64")
         prog = ir.Program([ir.BufferDecl.read("indptr", 0, ip_t), ir.BufferDecl.read("indices", 1, ix_t),
-                           ir.BufferDecl.read_write("bad", 2, "u32", 2)], 256, [
+                           ir.BufferDecl.read_write("bad", 2, "u32", 4)], 256, [
             ir.let("i", ir.gid(0)),
             ir.if_((i + 1 < ir.buf_len("indptr")) & (hi < lo), [ir.let("_a", ir.atomic_add("bad", 0, 1))]),
             ir.if_((i < ir.buf_len("indices")) & ((v < 0) | (v >= nv)), [ir.let("_b", ir.atomic_add("bad", 1, 1))]),
+            ir.if_(i == 0, [ir.store("bad", 2, ir.cast(lo != 0, "u32")),
+                            ir.store("bad", 3, ir.cast(ir.cast(ir.load("indptr", ir.buf_len("indptr") - 1), "i64") != nnz,
+                                                       "u32"))]),
         ], name="csr_check")
         _CHECKS[key] = prog
-    bad = backend.empty(2, np.uint32)
+    bad = backend.empty(4, np.uint32)
     total = max(int(np.prod(indptr.__cuda_array_interface__["shape"])), int(np.prod(indices.__cuda_array_interface__["shape"])))
     backend.dispatch_resident(prog, [indptr, indices, bad], DispatchConfig(grid=(max(1, -(-total // 256)), 1, 1)))
-    first, last = (int(x) for x in backend.download(indptr, 0, 1).tolist() + backend.download(indptr, n, 1).tolist())
+    counts = backend.download(bad)  # the one synchronisation of a valid CSR
     nnz = int(np.prod(indices.__cuda_array_interface__["shape"]))
-    counts = backend.download(bad)
-    if first != 0 or last != nnz:
+    if counts[2] or counts[3]:
+        first, last = (int(x) for x in backend.download(indptr, 0, 1).tolist() + backend.download(indptr, n, 1).tolist())
         raise DispatchError(f"indptr runs from {first} to {last}, but must run from 0 to len(indices) = {nnz}. "
                             "Fix: pass the indptr that belongs to these indices.")
     if counts[0]:
@@ -96,13 +100,14 @@ def _device_index_array(a, name: str) -> int:
     return int(cai["shape"][0])
 
 
-def connected_components(indptr, indices, *, backend=None, mode: str = "auto", symmetric: bool = False):
+def connected_components(indptr, indices, *, backend=None, symmetric: bool = False):
     """Component labels (int32) of the graph `(indptr, indices)` in CSR form, edges taken as
     undirected: label[v] is the smallest vertex id in v's component. Host arrays give a NumPy
     result (computed on the GPU when `backend` is "cuda", or is None and a GPU is usable); device
     arrays (numba, CuPy, PyTorch) give a device array and run on the GPU. `symmetric=True`
-    promises every edge is stored both ways (as scipy's undirected graphs are), so the GPU hooks
-    each pair once. `mode` is the fixpoint runner's (see `vyre_numba.fixpoint`)."""
+    promises every edge is stored both ways (as scipy's undirected graphs are), so the GPU can skip
+    the largest component's edges, seen from their other ends; it is not checked, and a CSR that
+    is not symmetric then gets wrong labels."""
     from ..backend import resolve_backend
 
     if not isinstance(symmetric, (bool, np.bool_)):
@@ -123,7 +128,7 @@ def connected_components(indptr, indices, *, backend=None, mode: str = "auto", s
             raise DispatchError("indptr is empty; a CSR graph of n vertices has n + 1 offsets. "
                                 "Fix: pass a one-element indptr [0] for the empty graph.")
         _device_csr_ok(be, indptr, indices, n)
-        return _components_gpu(be, indptr, indices, n, mode, symmetric)
+        return _components_gpu(be, indptr, indices, n, symmetric)
     g = check_csr(indptr, indices)
     if be.name != "cuda":
         labels, _ = components_numpy(g)
@@ -131,18 +136,18 @@ def connected_components(indptr, indices, *, backend=None, mode: str = "auto", s
     narrow = g.nnz < 2**31 and g.n < 2**31
     ip = be.upload(g.indptr)
     ix = be.upload(g.indices.astype(np.int32) if narrow else g.indices)
-    return be.download(_components_gpu(be, ip, ix, g.n, mode, symmetric))
+    return be.download(_components_gpu(be, ip, ix, g.n, symmetric))
 
 
 SAMPLED_NEIGHBOURS = 2  # Afforest's neighbour rounds before the largest tree is found
 SAMPLES = 1024  # vertices whose roots name the largest tree
 
 
-def _components_gpu(be, indptr, indices, n: int, mode: str, symmetric: bool):
+def _components_gpu(be, indptr, indices, n: int, symmetric: bool):
     from .. import fixpoint
 
     def run(step, count, args):
-        fixpoint.run(step, count, args, backend=be, mode=mode, max_rounds=1)
+        fixpoint.for_each(step, count, args, backend=be)
 
     return afforest(run, be.empty, be.download, indptr, indices, n, symmetric)
 

@@ -40,3 +40,12 @@ class DeviceError(VyreError):
 
 class BarrierTimeoutError(DeviceError):
     """A grid barrier on the device waited past its bound: not every block arrived."""
+
+
+class CapacityError(DispatchError):
+    """A result needs more room than the capacity given; `needed` says how much. Nothing was lost:
+    the inputs are as they were, so the call can be repeated with `capacity >= needed`."""
+
+    def __init__(self, message: str, needed: int):
+        super().__init__(message)
+        self.needed = needed

@@ -1,0 +1,237 @@
+"""Stream compaction: the NumPy twins, every bad input, the kernels under the CUDA simulator, and
+the GPU against the twins on every size and type that could break a tiled scan."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import vyre_numba as vn
+from vyre_numba import compaction
+from vyre_numba.compaction.select import TILE
+from vyre_numba.errors import CapacityError, DispatchError
+
+RECORD = np.dtype([("id", "i4"), ("w", "f8"), ("tag", "u1")])
+
+
+def records(n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    r = np.zeros(n, RECORD)
+    r["id"] = rng.integers(-1000, 1000, n)
+    r["w"] = rng.random(n)
+    r["tag"] = rng.integers(0, 255, n)
+    return r
+
+
+# ---- host arrays: the NumPy twins --------------------------------------------------------------
+
+def test_host_inputs_give_numpy_results_in_order():
+    x = np.arange(10, dtype=np.int16)
+    assert compaction.select(x, x % 3 == 0).tolist() == [0, 3, 6, 9]
+    assert compaction.select(x, (x % 2).astype(np.uint8)).tolist() == [1, 3, 5, 7, 9]
+    assert compaction.nonzero(np.array([0, 2, 0, -1], np.int64)).tolist() == [1, 3]
+    assert compaction.nonzero(np.array([0, 2], np.int64)).dtype == np.int64
+    assert compaction.select_if(np.arange(5.0), lambda v: v >= 3).tolist() == [3.0, 4.0]
+    assert np.array_equal(compaction.select(records(9), np.arange(9) > 4), records(9)[5:])
+    assert compaction.select(np.zeros(0, np.float32), np.zeros(0, bool)).size == 0
+
+
+@pytest.mark.parametrize("call,fragment", [
+    (lambda: compaction.select(np.arange(3), np.ones(4, bool)), "one flag per value"),
+    (lambda: compaction.select(np.arange(3), np.ones(3, np.float32)), "not integers or bools"),
+    (lambda: compaction.select(np.ones((2, 2)), np.ones(4, bool)), "not 1-D"),
+    (lambda: compaction.select(np.arange(6)[::2], np.ones(3, bool)), "not contiguous"),
+    (lambda: compaction.select(np.array(["a", "b"], object), np.ones(2, bool)), "8- to 64-bit"),
+    (lambda: compaction.select(np.zeros(2, "V80"), np.ones(2, bool)), "8- to 64-bit"),
+    (lambda: compaction.select([1, 2], [True, False]), "not an array"),
+    (lambda: compaction.select_if(np.arange(3), 5), "not a function"),
+    (lambda: compaction.select_if(np.arange(3), lambda v: v.no_such_attribute), "does not compile"),
+    (lambda: compaction.select_if(records(3), lambda v: True), "record array"),
+    (lambda: compaction.nonzero(np.ones(3, np.float64)), "not integers or bools"),
+    (lambda: compaction.read_compacted(np.arange(3), np.ones(3, bool)), "host arrays"),
+])
+def test_bad_inputs_raise_with_a_fix(call, fragment):
+    with pytest.raises(DispatchError, match="Fix:") as e:
+        call()
+    assert fragment in str(e.value)
+
+
+class FakeDeviceArray:
+    def __init__(self, n):
+        self.dtype, self.shape = np.dtype(np.int32), (n,)
+        self.__cuda_array_interface__ = {"typestr": "<i4", "shape": (n,), "data": (0, False), "version": 3}
+
+
+def test_mixing_host_and_device_arrays_is_refused():
+    with pytest.raises(DispatchError, match="some arrays are on the device.*Fix:"):
+        compaction.select(np.arange(3, dtype=np.int32), FakeDeviceArray(3))
+
+
+# ---- the kernels under the CUDA simulator ------------------------------------------------------
+
+SIMULATED = textwrap.dedent('''
+    import numpy as np
+    from numba import cuda
+    from vyre_numba import compaction
+    rng = np.random.default_rng(0)
+    rec_t = np.dtype([("a", "i4"), ("b", "f8"), ("c", "u1")])
+    from vyre_numba.compaction.select import TILE
+    for n in (0, 1, 7, TILE + 1):
+        vals = rng.integers(0, 1000, n).astype(np.int32)
+        flags = rng.random(n) < 0.3
+        got = compaction.select(cuda.to_device(vals), cuda.to_device(flags)).copy_to_host()
+        assert np.array_equal(got, vals[flags]), n
+        got = compaction.nonzero(cuda.to_device(flags.astype(np.uint8))).copy_to_host()
+        assert np.array_equal(got, np.flatnonzero(flags)), n
+        got = compaction.select_if(cuda.to_device(vals), lambda v: v > 500).copy_to_host()
+        assert np.array_equal(got, vals[vals > 500]), n
+        rec = np.zeros(n, rec_t)
+        rec["a"], rec["b"], rec["c"] = vals, vals / 3, vals % 7
+        got = compaction.select(cuda.to_device(rec), cuda.to_device(flags)).copy_to_host()
+        assert got.dtype == rec.dtype and np.array_equal(got, rec[flags]), n
+        print("ok", n)
+''')
+
+
+def test_kernels_match_the_twins_under_the_cuda_simulator():
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    out = subprocess.run([sys.executable, "-c", SIMULATED], env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("ok ") == 4
+
+
+# ---- the GPU ------------------------------------------------------------------------------------
+
+SIZES = [0, 1, 255, TILE - 1, TILE, TILE + 1, 3 * TILE + 5, 100_003, 1 << 22]
+DTYPES = [np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32, np.uint64, np.int64, np.float16,
+          np.float32, np.float64]
+
+
+def sample(dtype, n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind == "f":
+        x = rng.standard_normal(n).astype(dtype)
+        if n > 3:
+            x[:3] = [np.nan, -0.0, np.inf]
+        return x
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("density", [0.0, 0.01, 0.5, 1.0])
+def test_gpu_select_and_nonzero_match_the_twins(n, density):
+    from numba import cuda
+
+    rng = np.random.default_rng(n)
+    x = sample(np.int32, n, n)
+    flags = rng.random(n) < density
+    got = compaction.select(cuda.to_device(x), cuda.to_device(flags))
+    assert hasattr(got, "__cuda_array_interface__") and got.shape == (int(flags.sum()),)
+    assert np.array_equal(got.copy_to_host(), x[flags])
+    idx = compaction.nonzero(cuda.to_device(flags.astype(np.int8)))
+    assert np.array_equal(idx.copy_to_host(), np.flatnonzero(flags))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpu_select_keeps_every_type_bit_for_bit(dtype):
+    from numba import cuda
+
+    n = 50_001
+    x = sample(dtype, n, 1)
+    flags = (np.arange(n) % 3).astype(np.uint16)
+    got = compaction.select(cuda.to_device(x), cuda.to_device(flags)).copy_to_host()
+    want = x[flags != 0]
+    assert got.dtype == x.dtype and got.view(np.uint8).tobytes() == want.view(np.uint8).tobytes()
+
+
+@pytest.mark.gpu
+def test_gpu_records_and_predicates():
+    from numba import cuda
+
+    r = records(30_000)
+    flags = r["tag"] > 100
+    assert np.array_equal(compaction.select(cuda.to_device(r), cuda.to_device(flags)).copy_to_host(), r[flags])
+    x = sample(np.float32, 30_000, 2)
+    got = compaction.select_if(cuda.to_device(x), lambda v: v > 0.5).copy_to_host()
+    assert np.array_equal(got, x[x > 0.5])  # NaN > 0.5 is false on both sides
+    got = compaction.select_if(cuda.to_device(x), lambda v: v != v).copy_to_host()
+    assert got.size == 1 and np.isnan(got[0])
+
+
+@pytest.mark.gpu
+def test_gpu_accepts_cupy_and_torch_arrays():
+    n = 10_000
+    x = np.arange(n, dtype=np.int64)
+    flags = x % 7 == 0
+    peers = 0
+    try:
+        import cupy
+        got = compaction.select(cupy.asarray(x), cupy.asarray(flags))
+        assert np.array_equal(cupy.asnumpy(cupy.asarray(got)), x[flags])
+        peers += 1
+    except ImportError:
+        pass
+    try:
+        import torch
+        got = compaction.select(torch.from_numpy(x).cuda(), torch.from_numpy(flags).cuda())
+        assert np.array_equal(got.copy_to_host(), x[flags])
+        peers += 1
+    except ImportError:
+        pass
+    assert peers >= 1, "neither CuPy nor PyTorch is installed on the GPU machine"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [0, 1, 2049, 1 << 20])
+def test_gpu_read_compacted_brings_only_the_kept_records(n):
+    from numba import cuda
+
+    r = records(n, 3)
+    flags = (np.arange(n) % 5 == 0)
+    want = r[flags]
+    got = compaction.read_compacted(cuda.to_device(r), cuda.to_device(flags))
+    assert isinstance(got, np.ndarray) and np.array_equal(got, want)
+    x = sample(np.float64, n, 4)
+    assert np.array_equal(compaction.read_compacted(cuda.to_device(x), cuda.to_device(flags), capacity=want.size),
+                          x[flags], equal_nan=True)
+
+
+@pytest.mark.gpu
+def test_gpu_read_compacted_reports_the_needed_capacity_and_loses_nothing():
+    from numba import cuda
+
+    x = np.arange(100_000, dtype=np.int32)
+    flags = x % 10 == 0
+    dx, df = cuda.to_device(x), cuda.to_device(flags)
+    with pytest.raises(CapacityError, match="capacity >= 10000.*unchanged") as e:
+        compaction.read_compacted(dx, df, capacity=9_999)
+    assert e.value.needed == 10_000
+    assert np.array_equal(dx.copy_to_host(), x) and np.array_equal(df.copy_to_host(), flags)
+    assert np.array_equal(compaction.read_compacted(dx, df, capacity=e.value.needed), x[flags])
+
+
+@pytest.mark.gpu
+def test_gpu_selector_owns_its_buffers_and_runs_on_a_given_stream():
+    from numba import cuda
+
+    from vyre_numba.compaction.kernels import flag_nonzero
+    from vyre_numba.compaction.select import word_view
+
+    stream = cuda.stream()
+    x = np.arange(5000, dtype=np.uint32)
+    flags = x % 2 == 1
+    out = cuda.device_array(5000, np.uint32)
+    with compaction.Selector(stream) as s:
+        count = s.run(flag_nonzero, cuda.to_device(flags), 5000, word_view(cuda.to_device(x), 5000),
+                      word_view(out, 5000), 5000)
+        assert count == 2500 and np.array_equal(out[:count].copy_to_host(), x[flags])
+    with pytest.raises(DispatchError, match="closed.*Fix:"):
+        s.run(flag_nonzero, cuda.to_device(flags), 5000, None, out, 5000)
+    assert compaction.select(cuda.to_device(x), cuda.to_device(flags), stream=stream).shape == (2500,)

@@ -1,0 +1,246 @@
+"""Stream compaction: keep the selected items of an array, in order, in one pass on the GPU.
+
+    kept = compaction.select(values, flags)          # values[flags != 0]
+    big = compaction.select_if(values, lambda v: v > 10)
+    where = compaction.nonzero(flags)                # int64 indices
+    host = compaction.read_compacted(values, flags)  # only the kept records cross to the host
+
+Host arrays give NumPy results (computed by the NumPy twins, with no GPU involved); device
+arrays (numba, CuPy, PyTorch: anything with `__cuda_array_interface__`) give device arrays of
+exactly the kept length, computed on the GPU (see `select.py` for the single-pass design).
+Values may be any 8- to 64-bit type or a record (structured) dtype; flags any integer or bool
+type, non-zero meaning keep; the predicate of `select_if` a function Numba compiles, taking one
+value and returning a bool.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from ..errors import CapacityError, DispatchError
+from .select import Selector, nonzero_numpy, select_if_numpy, select_numpy
+
+__all__ = ["select", "select_if", "nonzero", "read_compacted", "Selector", "select_numpy", "select_if_numpy",
+           "nonzero_numpy"]
+
+
+def _is_device(a) -> bool:
+    if hasattr(a, "__cuda_array_interface__"):
+        return True
+    if isinstance(a, np.ndarray) or not hasattr(a, "dtype"):
+        return False
+    from numba import cuda
+
+    fake = getattr(getattr(cuda, "devicearray", None), "FakeCUDAArray", None)  # the CUDA simulator's arrays
+    return fake is not None and isinstance(a, fake)
+
+
+def _dev(a):
+    """A numba view of a device array (the CUDA simulator's arrays are their own)."""
+    from numba import cuda
+
+    return cuda.as_cuda_array(a) if hasattr(cuda, "as_cuda_array") else a
+
+
+def _on_device(*arrays) -> bool:
+    where = {_is_device(a) for a in arrays}
+    if len(where) > 1:
+        raise DispatchError("some arrays are on the device and some on the host. Fix: pass all of them as device "
+                            "arrays or all as NumPy arrays.")
+    return where.pop()
+
+
+def _dtype(a) -> np.dtype:
+    """a's element type: its NumPy dtype where it has one (a record keeps its fields), else its
+    interface's (PyTorch's dtypes are not NumPy's)."""
+    if isinstance(getattr(a, "dtype", None), np.dtype):
+        return a.dtype
+    cai = getattr(a, "__cuda_array_interface__", None)
+    if cai is None:
+        return np.dtype(a.dtype)
+    descr = cai.get("descr")
+    if descr and any(name for name, *_ in descr):
+        return np.dtype(descr)
+    return np.dtype(cai["typestr"])
+
+
+def _check_values(a, name: str = "values"):
+    if not hasattr(a, "dtype") or not hasattr(a, "shape"):
+        raise DispatchError(f"{name} is a {type(a).__name__}, not an array. Fix: pass a NumPy array or a device "
+                            "array (numba, CuPy, PyTorch).")
+    dt = _dtype(a)
+    shape = tuple(a.shape)
+    if len(shape) != 1:
+        raise DispatchError(f"{name} has shape {shape}, not 1-D. Fix: pass a flat array (x.reshape(-1)).")
+    if dt.kind == "O" or dt.itemsize == 0 or dt.itemsize > 64 or (dt.fields is None and dt.itemsize not in (1, 2, 4, 8)):
+        raise DispatchError(f"{name} has dtype {dt}; compaction takes 8- to 64-bit numbers and records of at most "
+                            "64 bytes. Fix: pass such an array (an index array can select anything else).")
+    if isinstance(a, np.ndarray):
+        if not a.flags.c_contiguous:
+            raise DispatchError(f"{name} is not contiguous. Fix: pass np.ascontiguousarray({name}).")
+    else:
+        cai = getattr(a, "__cuda_array_interface__", None)
+        strides = cai.get("strides") if cai is not None else (None if a.is_c_contiguous() else ())
+        if strides not in (None, (dt.itemsize,)) and shape[0] > 1:
+            raise DispatchError(f"{name} is not contiguous on the device. Fix: pass a contiguous copy.")
+    return shape[0]
+
+
+def _check_flags(flags, n: int | None) -> int:
+    dt = _dtype(flags)
+    m = _check_values(flags, "flags")
+    if dt.kind not in "biu":
+        raise DispatchError(f"flags has dtype {dt}, not integers or bools. Fix: pass flags as bool or integer "
+                            "(non-zero keeps the item), e.g. (x > 0).")
+    if n is not None and m != n:
+        raise DispatchError(f"flags has {m} elements and values {n}. Fix: pass one flag per value.")
+    return m
+
+
+def _check_predicate(predicate) -> None:
+    if not callable(predicate):
+        raise DispatchError(f"predicate is a {type(predicate).__name__}, not a function. Fix: pass a function of "
+                            "one value returning a bool, e.g. lambda v: v > 0.")
+
+
+def _compiled(call: Callable, what: str):
+    try:
+        return call()
+    except DispatchError:
+        raise
+    except Exception as e:  # Numba raises many kinds; each means the predicate does not compile
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DispatchError(f"the {what} does not compile with Numba ({first}). Fix: write it in Numba's subset, "
+                            "taking one value and returning a bool.") from e
+
+
+_SELECTORS: dict = {}
+
+
+def _selector(stream) -> Selector:
+    key = 0 if stream is None else int(stream.handle.value if hasattr(stream.handle, "value") else stream.handle or 0)
+    s = _SELECTORS.get(key)
+    if s is None:
+        s = _SELECTORS[key] = Selector(stream)
+    return s
+
+
+def _device_select(values, src, flag_of, n: int, stream):
+    """The kept values of a device select, as a device array of exactly their number."""
+    from numba import cuda
+
+    from .select import word_view
+
+    dt = _dtype(values)
+    if n == 0:
+        return cuda.device_array(0, dt)
+
+    def make(count):
+        out = cuda.device_array(count, dt)
+        return out, word_view(out, count) if count else out
+
+    (out, _), _ = _selector(stream).select(flag_of, src, n, word_view(_dev(values), n), make)
+    return out
+
+
+def select(values, flags, *, stream=None):
+    """values[i] for every i with flags[i] != 0, in order: a NumPy array for host inputs, a
+    device array of exactly that length for device inputs."""
+    on_device = _on_device(values, flags)
+    n = _check_values(values)
+    _check_flags(flags, n)
+    if not on_device:
+        return select_numpy(values, flags)
+    from numba import cuda
+
+    from .kernels import flag_nonzero
+
+    return _device_select(values, _dev(flags), flag_nonzero, n, stream)
+
+
+def select_if(values, predicate: Callable, *, stream=None):
+    """values[i] for every i where predicate(values[i]) holds, in order (host in, NumPy out;
+    device in, device out)."""
+    n = _check_values(values)
+    _check_predicate(predicate)
+    if _dtype(values).fields is not None:
+        raise DispatchError("select_if takes plain numbers; values is a record array. Fix: compute flags from its "
+                            "fields and call select(values, flags).")
+    if not _on_device(values):
+        return _compiled(lambda: select_if_numpy(values, predicate), "predicate")
+    from numba import cuda
+
+    from .kernels import predicate_flag
+
+    v = _dev(values)
+    return _compiled(lambda: _device_select(values, v, predicate_flag(predicate), n, stream), "predicate")
+
+
+def nonzero(flags, *, stream=None):
+    """The indices (int64) of the non-zero flags, in order (host in, NumPy out; device in, device out)."""
+    n = _check_flags(flags, None)
+    if not _on_device(flags):
+        return nonzero_numpy(flags)
+    from numba import cuda
+
+    from .kernels import flag_nonzero
+
+    if n == 0:
+        return cuda.device_array(0, np.int64)
+
+    def make(count):
+        out = cuda.device_array(count, np.int64)
+        return out, out.reshape(count, 1)
+
+    (out, _), _ = _selector(stream).select(flag_nonzero, _dev(flags), n, None, make)
+    return out
+
+
+_STAGING: dict = {}
+
+
+def _staging(nbytes: int):
+    """(pinned host buffer mapped into the device's address space, its device pointer), grown as needed."""
+    from numba import cuda
+
+    buf = _STAGING.get("buf")
+    if buf is None or buf.nbytes < nbytes:
+        buf = _STAGING["buf"] = cuda.mapped_array(max(nbytes, 1 << 16), np.uint8)  # the old one is freed
+    return buf, buf.device_ctypes_pointer.value
+
+
+def read_compacted(values, flags, *, capacity: int | None = None, stream=None) -> np.ndarray:
+    """values[flags != 0] of device arrays, brought to the host: only the kept records cross the
+    bus (the kernel writes them straight into pinned host memory), with one synchronisation.
+    Without a capacity the result always fits; with one, a result larger than `capacity` raises
+    CapacityError naming the count needed, and nothing is lost (the inputs are untouched)."""
+    on_device = _on_device(values, flags)
+    n = _check_values(values)
+    _check_flags(flags, n)
+    if not on_device:
+        raise DispatchError("read_compacted brings device data to the host; values and flags are host arrays. "
+                            "Fix: use select(values, flags) for host arrays.")
+    if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer))
+                                 or capacity < 0):
+        raise DispatchError(f"capacity={capacity!r} is not a count of records. Fix: pass an int >= 0 or None.")
+    from numba import cuda
+
+    from .kernels import flag_nonzero
+    from .select import word_view
+
+    dt = _dtype(values)
+    room = n if capacity is None else min(int(capacity), n)
+    if n == 0:
+        return np.zeros(0, dt)
+    buf, ptr = _staging(room * dt.itemsize)
+    g = math.gcd(dt.itemsize, 8)
+    out = cuda.from_cuda_array_interface({"shape": (room, dt.itemsize // g), "typestr": f"<u{g}", "data": (ptr, False),
+                                          "version": 2, "strides": None}, owner=buf, sync=False)
+    v = _dev(values)
+    count = _selector(stream).run(flag_nonzero, _dev(flags), n, word_view(v, n), out, room)
+    if capacity is not None and count > capacity:
+        raise CapacityError(f"{count} records are selected, more than capacity={capacity}. Fix: call again with "
+                            f"capacity >= {count} (or capacity=None); the inputs are unchanged.", needed=count)
+    return np.asarray(buf)[:count * dt.itemsize].view(dt).copy()

@@ -1,0 +1,88 @@
+"""Work-queue scenarios run both under the CUDA simulator (CI) and on the GPU: one function per
+scenario, each asserting against QueueModel or NumPy."""
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+from vyre_numba.errors import CapacityError
+from vyre_numba.workqueue import QueueModel, WorkQueue
+from vyre_numba.workqueue import device as qd
+
+
+@cuda.jit
+def produce(values, done, items, state):
+    """Push every value not pushed yet; mark the ones the queue took."""
+    i = cuda.grid(1)
+    if i < values.size and not done[i]:
+        if qd.push(items, state, values[i]):
+            done[i] = 1
+
+
+def add_to(value, args):
+    cuda.atomic.add(args[0], 0, value)
+
+
+def backpressure_loses_nothing(n: int, capacity: int) -> None:
+    values = (np.arange(n, dtype=np.int64) * 7 + 3)
+    done = cuda.to_device(np.zeros(n, np.uint8))
+    dv = cuda.to_device(values)
+    drained, rounds = [], 0
+    with WorkQueue(capacity, np.int64) as q:
+        while True:
+            produce[(n + 63) // 64, 64](dv, done, q.items, q.state)
+            refused = q.overflowed()
+            batch = q.drain().copy_to_host()
+            assert batch.size == min(capacity, n - sum(b.size for b in drained))
+            drained.append(batch)
+            rounds += 1
+            if refused == 0:
+                break
+    got = np.concatenate(drained)
+    assert np.array_equal(np.sort(got), values), "an item was lost or duplicated"
+    # each round but the last fills the queue; the last may find it exactly filled and need one more
+    assert -(-n // capacity) <= rounds <= -(-n // capacity) + 1
+
+
+def consume_reads_the_count_on_the_device(n: int) -> None:
+    values = np.arange(1, n + 1, dtype=np.int64)
+    total = cuda.to_device(np.zeros(1, np.int64))
+    with WorkQueue(max(n, 1) + 5, np.int64) as q:
+        q.push(values)
+        q.consume(add_to, (total,))
+        assert int(total.copy_to_host()[0]) == int(values.sum())
+        assert q.size() == n  # consuming does not take the items
+
+
+def host_push_drain_and_chunks(n: int) -> None:
+    model = QueueModel(n + 3, np.float32)
+    values = np.linspace(0, 1, n, dtype=np.float32)
+    for v in values:
+        assert model.push(v)
+    with WorkQueue(n + 3, np.float32) as q:
+        q.push(values)
+        pieces = [c.copy_to_host() for c in q.chunks(4)]
+        assert np.array_equal(np.concatenate(pieces) if pieces else np.zeros(0, np.float32), model.drain())
+        assert q.size() == 0
+        q.push(values[: n // 2])
+        if n // 2 + n > n + 3:
+            try:
+                q.push(values)
+            except CapacityError as e:
+                assert e.needed == n // 2 + n and "Fix:" in str(e)
+            else:
+                raise AssertionError("an oversized push was accepted")
+        assert np.array_equal(q.drain().copy_to_host(), values[: n // 2])
+
+
+def main() -> None:
+    for n, cap in ((0, 4), (1, 1), (37, 8), (40, 8), (100, 1000)):
+        backpressure_loses_nothing(n, cap)
+    for n in (0, 1, 33):
+        consume_reads_the_count_on_the_device(n)
+        host_push_drain_and_chunks(n)
+    print("queue ok")
+
+
+if __name__ == "__main__":
+    main()

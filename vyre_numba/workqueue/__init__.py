@@ -1,0 +1,167 @@
+"""Device work queues: device code appends with an atomic tail, the host (or a persistent kernel)
+drains, and a full queue pushes back instead of losing items.
+
+    q = WorkQueue(1 << 20, np.int32)
+    kernel[grid, block](q.items, q.state, ...)      # device code: workqueue.device.push(items, state, v)
+    frontier = q.drain()                            # the filled items (a device array), queue emptied
+    q.consume(step, (labels,))                      # step(value, args) on every item, count read on the device
+
+A push at capacity stores nothing and returns False on the device; the producer keeps its item
+and pushes it again after a drain (`overflowed()` says how many pushes were refused). Drain
+strategies are explicit: `drain()` takes the whole queue, `chunks(k)` hands it out k items at a
+time, `consume(step)` runs a persistent grid-stride kernel over it with no host read in between.
+`QueueModel` is the NumPy twin of the device semantics: the CPU implementation and the oracle.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+import numpy as np
+
+from ..errors import CapacityError, DispatchError
+
+__all__ = ["WorkQueue", "QueueModel"]
+
+
+class QueueModel:
+    """The queue's semantics on the host: push returns False at capacity, drain empties."""
+
+    def __init__(self, capacity: int, dtype):
+        self.items = np.zeros(_capacity(capacity), np.dtype(dtype))
+        self.tail = 0
+
+    def push(self, value) -> bool:
+        slot, self.tail = self.tail, self.tail + 1
+        if slot < self.items.size:
+            self.items[slot] = value
+            return True
+        return False
+
+    def size(self) -> int:
+        return min(self.tail, self.items.size)
+
+    def overflowed(self) -> int:
+        return max(0, self.tail - self.items.size)
+
+    def drain(self) -> np.ndarray:
+        out = self.items[:self.size()].copy()
+        self.tail = 0
+        return out
+
+
+def _capacity(capacity) -> int:
+    if isinstance(capacity, (bool, np.bool_)) or not isinstance(capacity, (int, np.integer)) or not 0 < capacity < 2**40:
+        raise DispatchError(f"capacity={capacity!r} is not a positive number of items. Fix: pass an int >= 1.")
+    return int(capacity)
+
+
+def _dtype(dtype) -> np.dtype:
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as e:
+        raise DispatchError(f"dtype={dtype!r} is not a NumPy type. Fix: pass e.g. np.int32.") from e
+    if dt.kind not in "iuf" and dt.fields is None:
+        raise DispatchError(f"dtype={dt} cannot be queued. Fix: pass a number type or a record dtype.")
+    return dt
+
+
+class WorkQueue:
+    """A device-resident queue of `capacity` items of `dtype` on `stream` (numba's default stream
+    unless given); owns its two device arrays until `close()` (or `with`, or the finaliser)."""
+
+    def __init__(self, capacity: int, dtype, *, stream=None):
+        from numba import cuda
+
+        self.capacity, self.dtype = _capacity(capacity), _dtype(dtype)
+        self._cuda = cuda
+        self.stream = stream if stream is not None else cuda.default_stream()
+        self.items = cuda.device_array(self.capacity, self.dtype, stream=self.stream)
+        self.state = cuda.to_device(np.zeros(2, np.uint64), stream=self.stream)
+
+    def __enter__(self) -> "WorkQueue":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the device arrays (once; later calls do nothing)."""
+        self.items = self.state = None
+
+    def _live(self) -> None:
+        if self.items is None:
+            raise DispatchError("this WorkQueue was closed. Fix: make a new one.")
+
+    def _tail(self) -> int:
+        self._live()
+        words = self.state.copy_to_host(stream=self.stream)
+        self.stream.synchronize()
+        return int(words[0])
+
+    def size(self) -> int:
+        """Filled items (one synchronisation)."""
+        return min(self._tail(), self.capacity)
+
+    def overflowed(self) -> int:
+        """Pushes refused since the last reset, the queue being full (one synchronisation)."""
+        return max(0, self._tail() - self.capacity)
+
+    def reset(self) -> None:
+        """Empty the queue (enqueued on its stream)."""
+        self._live()
+        self.state.copy_to_device(np.zeros(2, np.uint64), stream=self.stream)
+
+    def push(self, values) -> None:
+        """Append host values after the filled items; CapacityError (naming the room needed, the
+        queue unchanged) where they do not fit."""
+        values = np.ascontiguousarray(values, dtype=self.dtype).reshape(-1)
+        tail = self.size()
+        if tail + values.size > self.capacity:
+            raise CapacityError(f"{values.size} items do not fit after {tail} of {self.capacity}. Fix: drain the "
+                                f"queue first, or make one with capacity >= {tail + values.size}.",
+                                needed=tail + values.size)
+        if values.size:
+            self.items[tail:tail + values.size].copy_to_device(values, stream=self.stream)
+        self.state.copy_to_device(np.array([tail + values.size, 0], np.uint64), stream=self.stream)
+
+    def drain(self):
+        """The filled items as a new device array (exactly their number), and the queue emptied."""
+        n = self.size()
+        out = self._cuda.device_array(n, self.dtype, stream=self.stream)
+        if n:
+            out.copy_to_device(self.items[:n], stream=self.stream)
+        self.reset()
+        return out
+
+    def chunks(self, chunk: int) -> Iterator:
+        """The filled items, `chunk` at a time (device views, valid until the next push), then the
+        queue emptied."""
+        chunk = _capacity(chunk)
+        n = self.size()
+        for start in range(0, n, chunk):
+            yield self.items[start:min(n, start + chunk)]
+        self.reset()
+
+    def consume(self, step: Callable, args: tuple = (), *, block: int = 256) -> None:
+        """Run `step(value, args)` (a Numba device function; `args` a tuple of device arrays and
+        numbers) for every filled item, in a persistent grid-stride kernel that reads the count on
+        the device; enqueued on the queue's stream, nothing read back."""
+        self._live()
+        if not callable(step):
+            raise DispatchError(f"step is a {type(step).__name__}, not a function. Fix: pass a function "
+                                "step(value, args) that Numba compiles.")
+        if not isinstance(args, tuple):
+            raise DispatchError(f"args is a {type(args).__name__}, not a tuple. Fix: pass the step's extra "
+                                "arguments as a tuple, e.g. (labels,).")
+        from . import device
+
+        sms = getattr(self._cuda.get_current_device(), "MULTIPROCESSOR_COUNT", 1)  # the simulator has none
+        grid = max(1, min(sms * 8, -(-self.capacity // block)))
+        try:
+            device.consumer(step)[grid, block, self.stream](self.items, self.state, self.capacity, args)
+        except DispatchError:
+            raise
+        except Exception as e:  # Numba raises many kinds; each means the step does not compile
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise DispatchError(f"the step does not compile with Numba ({first}). Fix: write step(value, args) in "
+                                "Numba's CUDA subset.") from e

@@ -1,0 +1,62 @@
+"""Device-side queue helpers for Numba kernels and fixpoint steps (imported when a GPU or the CUDA
+simulator runs them). A queue is two device arrays: `items` (capacity slots) and `state`
+(uint64 words: [0] tail, the number of pushes tried since the last reset; [1] head, the number
+of items taken).
+
+Invariant: items[0 : min(tail, capacity)] are filled; a push at or past capacity stores nothing
+and returns False, so the producer keeps its item and pushes it again after the host drains the
+queue (backpressure: nothing is lost, nothing overwritten)."""
+from __future__ import annotations
+
+from numba import cuda, int64, uint64
+
+TAIL, HEAD = 0, 1
+
+
+@cuda.jit(device=True)
+def push(items, state, value):
+    """Append value; False (nothing stored) when the queue is full."""
+    slot = cuda.atomic.add(state, TAIL, uint64(1))
+    if slot < items.shape[0]:
+        items[slot] = value
+        return True
+    return False
+
+
+@cuda.jit(device=True)
+def size(state, capacity):
+    """The number of filled slots."""
+    return min(int64(state[TAIL]), int64(capacity))
+
+
+@cuda.jit(device=True)
+def take(state, capacity, want):
+    """Claim up to `want` filled items: (first index, how many), how many 0 when none are left."""
+    filled = min(int64(state[TAIL]), int64(capacity))
+    first = int64(cuda.atomic.add(state, HEAD, uint64(want)))
+    if first >= filled:
+        return first, int64(0)
+    return first, min(int64(want), filled - first)
+
+
+_CONSUMERS: dict = {}
+
+
+def consumer(step):
+    """A persistent grid-stride kernel `(items, state, capacity, *args)` calling `step(value, *args)`
+    for every filled item, with the count read on the device (no host read before it runs)."""
+    key = step
+    k = _CONSUMERS.get(key)
+    if k is None:
+        fn = cuda.jit(device=True)(step) if not hasattr(step, "targetoptions") else step
+
+        @cuda.jit
+        def consume(items, state, capacity, args):
+            filled = min(int64(state[TAIL]), int64(capacity))
+            i = int64(cuda.grid(1))
+            stride = int64(cuda.gridsize(1))
+            while i < filled:
+                fn(items[i], args)
+                i += stride
+        k = _CONSUMERS[key] = consume
+    return k

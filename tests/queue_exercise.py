@@ -30,7 +30,7 @@ def backpressure_loses_nothing(n: int, capacity: int) -> None:
     drained, rounds = [], 0
     with WorkQueue(capacity, np.int64) as q:
         while True:
-            produce[(n + 63) // 64, 64](dv, done, q.items, q.state)
+            produce[max(1, (n + 63) // 64), 64](dv, done, q.items, q.state)
             refused = q.overflowed()
             batch = q.drain().copy_to_host()
             assert batch.size == min(capacity, n - sum(b.size for b in drained))

@@ -1,0 +1,175 @@
+"""BFS against SciPy on every shape of graph that breaks naive traversals, the kernels under the
+CUDA simulator, and a clear error for every bad call."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.sparse.csgraph import shortest_path
+
+import vyre_numba as vn
+from vyre_numba.errors import DispatchError
+from vyre_numba.graph import bfs, bfs_numpy, check_csr
+
+
+def coo(n, src, dst, symmetric=False):
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    if symmetric:
+        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+    return sp.coo_matrix((np.ones(src.size), (src, dst)), shape=(n, n)).tocsr()
+
+
+def rmat(scale, edges, seed=0, symmetric=True):
+    rng = np.random.default_rng(seed)
+    src = np.zeros(edges, np.int64)
+    dst = np.zeros(edges, np.int64)
+    for bit in range(scale):
+        r = rng.random(edges)
+        src |= (r >= 0.76).astype(np.int64) << bit
+        dst |= (((r >= 0.57) & (r < 0.76)) | (r >= 0.95)).astype(np.int64) << bit
+    return coo(1 << scale, src, dst, symmetric)
+
+
+def grid(w, h):
+    v = np.arange(w * h).reshape(h, w)
+    return coo(w * h, np.concatenate([v[:, :-1].ravel(), v[:-1, :].ravel()]),
+               np.concatenate([v[:, 1:].ravel(), v[1:, :].ravel()]), True)
+
+
+rng = np.random.default_rng(7)
+GRAPHS = {
+    "random directed": coo(500, rng.integers(0, 500, 1500), rng.integers(0, 500, 1500)),
+    "random symmetric": coo(500, rng.integers(0, 500, 700), rng.integers(0, 500, 700), True),
+    "rmat": rmat(10, 6000),
+    "grid": grid(30, 20),
+    "path": coo(300, np.arange(299), np.arange(1, 300), True),
+    "directed path": coo(300, np.arange(299), np.arange(1, 300)),
+    "star": coo(200, np.zeros(199, np.int64), np.arange(1, 200), True),
+    "disconnected": coo(100, [0, 1, 2, 50, 51], [1, 2, 3, 51, 52], True),
+    "self loops and duplicates": coo(10, [0, 0, 0, 1, 1, 3], [0, 1, 1, 2, 2, 3], True),
+    "single vertex": coo(1, [], []),
+}
+SYMMETRIC = {"random symmetric", "rmat", "grid", "path", "star", "disconnected", "self loops and duplicates",
+             "single vertex"}
+
+
+def expected(a, source):
+    d = shortest_path(a, unweighted=True, directed=True, indices=source)
+    return np.where(np.isinf(d), -1, d).astype(np.int32)
+
+
+@pytest.mark.parametrize("name", GRAPHS)
+def test_numpy_bfs_matches_scipy_from_several_sources(name):
+    a = GRAPHS[name]
+    for source in {0, a.shape[0] // 2, a.shape[0] - 1}:
+        got = bfs(a.indptr, a.indices, source, backend="reference")
+        assert got.dtype == np.int32 and np.array_equal(got, expected(a, source)), (name, source)
+
+
+@pytest.mark.parametrize("call,fragment", [
+    (lambda a: bfs(a.indptr, a.indices, -1, backend="reference"), "source=-1"),
+    (lambda a: bfs(a.indptr, a.indices, 500, backend="reference"), "source=500"),
+    (lambda a: bfs(a.indptr, a.indices, True, backend="reference"), "source=True"),
+    (lambda a: bfs(a.indptr, a.indices, 1.0, backend="reference"), "source=1.0"),
+    (lambda a: bfs(a.indptr[::-1].copy(), a.indices, 0, backend="reference"), "Fix:"),
+    (lambda a: bfs(a.indptr, a.indices + 1000, 0, backend="reference"), "Fix:"),
+    (lambda a: bfs(a.indptr, a.indices.astype(np.float32), 0, backend="reference"), "Fix:"),
+    (lambda a: bfs(a.indptr, a.indices, 0, backend="reference", symmetric="yes"), "symmetric='yes'"),
+    (lambda a: bfs(np.zeros(1, np.int64), np.zeros(0, np.int64), 0, backend="reference"), "source=0"),
+])
+def test_bad_calls_raise_with_a_fix(call, fragment):
+    with pytest.raises(DispatchError, match="Fix:") as e:
+        call(GRAPHS["random directed"])
+    assert fragment in str(e.value)
+
+
+SIMULATED = textwrap.dedent('''
+    import numpy as np
+    from numba import cuda
+    from vyre_numba.graph.bfs import _bfs_gpu, bfs_numpy
+    from vyre_numba.graph.csr import check_csr
+
+    class Caps:
+        sm_count = 1
+
+    class Backend:
+        caps = Caps()
+        stream = cuda.default_stream()
+        def empty(self, n, dt):
+            return cuda.device_array(n, dt)
+
+    rng = np.random.default_rng(1)
+    def csr(n, src, dst, both):
+        src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+        if both:
+            src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+        order = np.argsort(src, kind="stable")
+        indptr = np.zeros(n + 1, np.int64)
+        np.add.at(indptr, src + 1, 1)
+        return np.cumsum(indptr), dst[order].astype(np.int32)
+    cases = [(1, [], []), (30, range(29), range(1, 30)), (40, rng.integers(0, 40, 60), rng.integers(0, 40, 60)),
+             (25, [0] * 24, range(1, 25))]
+    done = 0
+    for n, s, d in cases:
+        for symmetric in (False, True):
+            indptr, indices = csr(n, list(s), list(d), symmetric)
+            want = bfs_numpy(check_csr(indptr, indices), 0)
+            levels = []
+            got = _bfs_gpu(Backend(), cuda.to_device(indptr), cuda.to_device(indices), n, 0, symmetric, levels)
+            assert np.array_equal(got.copy_to_host(), want), (n, symmetric)
+            done += 1
+    print("bfs ok", done)
+''')
+
+
+def test_kernels_match_the_twin_under_the_cuda_simulator():
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    out = subprocess.run([sys.executable, "-c", SIMULATED], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and "bfs ok 8" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", GRAPHS)
+def test_gpu_bfs_matches_scipy_for_host_and_device_arrays(name):
+    backend = vn.get_backend("cuda")
+    a = GRAPHS[name]
+    symmetric = name in SYMMETRIC
+    for source in {0, a.shape[0] // 2, a.shape[0] - 1}:
+        want = expected(a, source)
+        got = bfs(a.indptr, a.indices, source, backend="cuda", symmetric=symmetric)
+        assert isinstance(got, np.ndarray) and np.array_equal(got, want), (name, source)
+        dev = bfs(backend.upload(a.indptr.astype(np.int64)), backend.upload(a.indices.astype(np.int32)), source,
+                  symmetric=symmetric)
+        assert hasattr(dev, "__cuda_array_interface__") and np.array_equal(backend.download(dev), want)
+
+
+@pytest.mark.gpu
+def test_gpu_large_frontiers_go_bottom_up_and_agree():
+    from vyre_numba.graph.bfs import _bfs_gpu
+
+    backend = vn.get_backend("cuda")
+    a = rmat(16, 1 << 19)
+    source = int(np.argmax(np.diff(a.indptr)))  # the biggest hub: the frontier grows fast
+    levels = []
+    got = _bfs_gpu(backend, backend.upload(a.indptr.astype(np.int64)), backend.upload(a.indices.astype(np.int32)),
+                   a.shape[0], source, True, levels)
+    assert "bottom-up" in levels and "top-down" in levels
+    assert np.array_equal(backend.download(got), expected(a, source))
+    g = grid(256, 256)
+    assert np.array_equal(bfs(g.indptr, g.indices, 0, backend="cuda", symmetric=True), expected(g, 0))
+
+
+@pytest.mark.gpu
+def test_gpu_invalid_device_csr_is_refused():
+    backend = vn.get_backend("cuda")
+    a = GRAPHS["path"]
+    bad = backend.upload((a.indices.astype(np.int32) + 10_000))
+    with pytest.raises(DispatchError, match="Fix:"):
+        bfs(backend.upload(a.indptr.astype(np.int64)), bad, 0)
+    with pytest.raises(DispatchError, match="source=300.*Fix:"):
+        bfs(backend.upload(a.indptr.astype(np.int64)), backend.upload(a.indices.astype(np.int32)), 300)

@@ -1,0 +1,106 @@
+"""Breadth-first search: each vertex's distance in edges from a source, -1 where unreachable.
+
+Level by level: the frontier is a work queue on the device; top-down levels expand it (each
+unseen neighbour claimed by compare-and-swap), bottom-up levels scan the unseen vertices for a
+neighbour in it, and the direction follows the frontier's size (Beamer's direction-optimizing
+BFS), bottom-up only for a symmetric CSR (stored edges then serve as in-edges). The host reads
+one count a level. `bfs_numpy` is the CPU implementation and the oracle."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import DispatchError
+from .csr import CSR, check_csr
+
+BOTTOM_UP_ABOVE = 1 / 20  # switch to bottom-up while the frontier holds more than this share of the vertices
+TOP_DOWN_BELOW = 1 / 50  # and back below this share
+
+
+def bfs_numpy(g: CSR, source: int) -> np.ndarray:
+    """Distances (int32, -1 unreachable) from `source` over the stored (directed) edges."""
+    dist = np.full(g.n, -1, np.int32)
+    dist[source] = 0
+    frontier = np.array([source], np.int64)
+    level = 0
+    while frontier.size:
+        lo, hi = g.indptr[frontier], g.indptr[frontier + 1]
+        counts = hi - lo
+        offsets = np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+        nbrs = np.unique(g.indices[offsets].astype(np.int64))
+        nbrs = nbrs[dist[nbrs] == -1]
+        level += 1
+        dist[nbrs] = level
+        frontier = nbrs
+    return dist
+
+
+def _source(source, n: int) -> int:
+    if isinstance(source, (bool, np.bool_)) or not isinstance(source, (int, np.integer)) or not 0 <= source < n:
+        raise DispatchError(f"source={source!r} is not a vertex of this {n}-vertex graph. Fix: pass an int "
+                            f"0 <= source < {n}.")
+    return int(source)
+
+
+def bfs(indptr, indices, source: int, *, backend=None, symmetric: bool = False):
+    """Distances (int32) from `source` along the stored edges of the CSR graph `(indptr,
+    indices)`, -1 for vertices it cannot reach: NumPy out for host arrays (computed on the GPU
+    when `backend` is "cuda", or is None and a GPU is usable), a device array out for device
+    arrays. `symmetric=True` promises every edge is stored both ways, which lets large frontiers
+    be searched bottom-up; it is not checked."""
+    from ..backend import resolve_backend
+    from .components import _device_csr_ok, _device_index_array
+
+    if not isinstance(symmetric, (bool, np.bool_)):
+        raise DispatchError(f"symmetric={symmetric!r} is not a bool. Fix: pass True only for a CSR that stores every "
+                            "edge both ways.")
+    on_device = [hasattr(a, "__cuda_array_interface__") for a in (indptr, indices)]
+    if on_device[0] != on_device[1]:
+        raise DispatchError("indptr and indices are not both on the device or both on the host. "
+                            "Fix: pass both as NumPy arrays or both as device arrays.")
+    be = resolve_backend(backend)
+    if on_device[0]:
+        if be.name != "cuda":
+            raise DispatchError(f"the CSR is on the device but backend {be.name!r} runs on the CPU. "
+                                "Fix: pass backend='cuda' (or None), or host arrays.")
+        n = _device_index_array(indptr, "indptr") - 1
+        _device_index_array(indices, "indices")
+        if n < 1:
+            raise DispatchError("the graph has no vertices, so no source. Fix: pass a graph with at least one vertex.")
+        source = _source(source, n)
+        _device_csr_ok(be, indptr, indices, n)
+        return _bfs_gpu(be, indptr, indices, n, source, bool(symmetric))
+    g = check_csr(indptr, indices)
+    source = _source(source, g.n)
+    if be.name != "cuda":
+        return bfs_numpy(g, source)
+    ix = g.indices.astype(np.int32) if g.nnz < 2**31 and g.n < 2**31 else g.indices
+    return be.download(_bfs_gpu(be, be.upload(g.indptr), be.upload(ix), g.n, source, bool(symmetric)))
+
+
+def _bfs_gpu(be, indptr, indices, n: int, source: int, symmetric: bool, levels: list | None = None):
+    """Distances on the device; `levels`, where given, records each level's direction."""
+    from ..workqueue import WorkQueue
+    from . import bfs_kernels as k
+
+    stream = be.stream
+    block = 256
+    grid = max(1, min(-(-n // block), be.caps.sm_count * 16))
+    dist = be.empty(n, np.int32)
+    with WorkQueue(n, np.int32, stream=stream) as frontier, WorkQueue(n, np.int32, stream=stream) as nxt:
+        k.start[grid, block, stream](dist, n, source, frontier.items, frontier.state)
+        size, level, bottom = 1, 0, False
+        while size:
+            share = size / n
+            bottom = symmetric and (share > BOTTOM_UP_ABOVE or (bottom and share > TOP_DOWN_BELOW))
+            if bottom:
+                k.bottom_up[grid, block, stream](indptr, indices, dist, level, n, nxt.items, nxt.state)
+            else:
+                k.top_down[grid, block, stream](indptr, indices, dist, level, frontier.items, frontier.state, n,
+                                                nxt.items, nxt.state)
+            if levels is not None:
+                levels.append("bottom-up" if bottom else "top-down")
+            frontier.reset()
+            frontier, nxt = nxt, frontier
+            size = frontier.size()
+            level += 1
+    return dist

@@ -1,0 +1,55 @@
+"""The Numba kernels of BFS (imported when a GPU or the CUDA simulator runs them). Frontiers are
+work queues (`vyre_numba.workqueue`): a vertex enters the next frontier once, by the thread whose
+compare-and-swap set its distance (top-down) or by its own thread (bottom-up), so a queue of n
+slots never overflows."""
+from __future__ import annotations
+
+from numba import cuda, int32, int64
+
+from ..workqueue.device import TAIL, push
+
+UNSEEN = -1
+
+
+@cuda.jit
+def top_down(indptr, indices, dist, level, items, state, capacity, out_items, out_state):
+    """Every unseen neighbour of a frontier vertex gets distance level + 1 and joins the next frontier."""
+    filled = min(int64(state[TAIL]), int64(capacity))
+    i = int64(cuda.grid(1))
+    stride = int64(cuda.gridsize(1))
+    nxt = int32(level + 1)
+    while i < filled:
+        u = items[i]
+        for k in range(indptr[u], indptr[u + 1]):
+            v = indices[k]
+            if dist[v] == UNSEEN and cuda.atomic.cas(dist, v, int32(UNSEEN), nxt) == UNSEEN:
+                push(out_items, out_state, int32(v))
+        i += stride
+
+
+@cuda.jit
+def bottom_up(indptr, indices, dist, level, n, out_items, out_state):
+    """Every unseen vertex with a neighbour at distance `level` gets level + 1 and joins the next
+    frontier (stored edges taken as in-edges: the CSR is symmetric)."""
+    v = int64(cuda.grid(1))
+    stride = int64(cuda.gridsize(1))
+    while v < n:
+        if dist[v] == UNSEEN:
+            for k in range(indptr[v], indptr[v + 1]):
+                if dist[indices[k]] == level:
+                    dist[v] = int32(level + 1)
+                    push(out_items, out_state, int32(v))
+                    break
+        v += stride
+
+
+@cuda.jit
+def start(dist, n, source, items, state):
+    """dist = UNSEEN everywhere but the source (0), which is the first frontier."""
+    v = int64(cuda.grid(1))
+    stride = int64(cuda.gridsize(1))
+    while v < n:
+        dist[v] = 0 if v == source else UNSEEN
+        v += stride
+    if cuda.grid(1) == 0:
+        push(items, state, int32(source))

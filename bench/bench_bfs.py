@@ -1,0 +1,88 @@
+"""BFS against SciPy on the CPU, same graphs, same run (issue 11):
+
+(a) a 2048 x 2048 grid (diameter 4094): microseconds per level, vyre `graph.bfs` on device arrays.
+(b) an R-MAT graph, 2^22 vertices and 2^26 undirected edges, from its largest hub: traversed CSR
+    entries per second (GTEPS), vyre against `scipy.sparse.csgraph.breadth_first_order`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import vyre_numba as vn  # noqa: E402
+from vyre_numba.graph import bfs  # noqa: E402
+
+
+def best_s(fn, sync, reps: int = 3) -> float:
+    fn()
+    best = 1e9
+    for _ in range(reps):
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json")
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args()
+    why = vn.registry.unavailable_reason("cuda")
+    if why:
+        print(f"skipped: {why}")
+        return 0
+    from scipy.sparse.csgraph import breadth_first_order
+
+    from bench_fixpoint import grid_csr, rmat_csr
+    from vyre_numba.gpu import caps
+
+    be = vn.get_backend("cuda")
+    res = {"device": caps().name, "date": time.strftime("%Y-%m-%d")}
+    side = 512 if a.quick else 2048
+    g = grid_csr(side, side)
+    ip, ix = be.upload(g.indptr.astype(np.int64)), be.upload(g.indices.astype(np.int32))
+    dist = be.download(bfs(ip, ix, 0, symmetric=True))
+    levels = int(dist.max()) + 1
+    s = best_s(lambda: bfs(ip, ix, 0, symmetric=True), be.synchronize, reps=1)
+    t0 = time.perf_counter()
+    breadth_first_order(g, 0, directed=True, return_predecessors=False)
+    cpu = time.perf_counter() - t0
+    res["grid"] = {"side": side, "levels": levels, "vyre_s": s, "vyre_us_per_level": s / levels * 1e6, "scipy_s": cpu,
+                   "ratio_scipy_over_vyre": cpu / s}
+    print(f"(a) grid {side}x{side}: {levels} levels, vyre {s * 1e3:.1f} ms = {s / levels * 1e6:.1f} us/level "
+          f"(target <= 10), SciPy {cpu * 1e3:.1f} ms ({cpu / s:.2f}x)")
+    r = rmat_csr(18 if a.quick else 22, 1 << (22 if a.quick else 26))
+    ip, ix = be.upload(r.indptr.astype(np.int64)), be.upload(r.indices.astype(np.int32))
+    source = int(np.argmax(np.diff(r.indptr)))
+    dist = be.download(bfs(ip, ix, source, symmetric=True))
+    reached = dist >= 0
+    entries = int(np.diff(r.indptr)[reached].sum())  # CSR entries of the reached vertices: the edges traversed
+    s = best_s(lambda: bfs(ip, ix, source, symmetric=True), be.synchronize)
+    t0 = time.perf_counter()
+    order = breadth_first_order(r, source, directed=True, return_predecessors=False)
+    cpu = time.perf_counter() - t0
+    assert order.size == int(reached.sum())
+    res["rmat"] = {"vertices": r.shape[0], "csr_entries": int(r.nnz), "traversed_entries": entries,
+                   "levels": int(dist.max()) + 1, "vyre_s": s, "vyre_gteps": entries / s / 1e9, "scipy_s": cpu,
+                   "scipy_gteps": entries / cpu / 1e9, "ratio_scipy_over_vyre": cpu / s}
+    print(f"(b) rmat {r.shape[0]:,} vertices, {r.nnz:,} entries, {entries:,} traversed in {int(dist.max()) + 1} levels: "
+          f"vyre {s * 1e3:.2f} ms = {entries / s / 1e9:.2f} GTEPS (target >= 100), SciPy {cpu * 1e3:.0f} ms "
+          f"({cpu / s:.0f}x)")
+    if a.json:
+        Path(a.json).write_text(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

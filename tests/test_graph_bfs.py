@@ -113,7 +113,7 @@ SIMULATED = textwrap.dedent('''
         np.add.at(indptr, src + 1, 1)
         return np.cumsum(indptr), dst[order].astype(np.int32)
     cases = [(1, [], []), (30, range(29), range(1, 30)), (40, rng.integers(0, 40, 60), rng.integers(0, 40, 60)),
-             (25, [0] * 24, range(1, 25))]
+             (300, [0] * 299, range(1, 300))]  # a hub of 299 neighbours: expanded by a block
     done = 0
     for n, s, d in cases:
         for symmetric in (False, True):

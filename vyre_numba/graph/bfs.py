@@ -95,7 +95,8 @@ def _bfs_gpu(be, indptr, indices, n: int, source: int, symmetric: bool, levels: 
             if bottom:
                 k.bottom_up[grid, block, stream](indptr, indices, dist, level, n, nxt.items, nxt.state)
             else:
-                k.top_down[grid, block, stream](indptr, indices, dist, level, frontier.items, frontier.state, n,
+                for kernel in (k.top_down, k.top_down_hubs):
+                    kernel[grid, block, stream](indptr, indices, dist, level, frontier.items, frontier.state, n,
                                                 nxt.items, nxt.state)
             if levels is not None:
                 levels.append("bottom-up" if bottom else "top-down")

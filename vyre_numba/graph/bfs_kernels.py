@@ -11,20 +11,47 @@ from ..workqueue.device import TAIL, push
 UNSEEN = -1
 
 
+HUB = 256  # frontier vertices with more neighbours than this are expanded by a whole block
+
+
+@cuda.jit(device=True)
+def visit(dist, v, nxt, out_items, out_state):
+    if dist[v] == UNSEEN and cuda.atomic.cas(dist, v, int32(UNSEEN), nxt) == UNSEEN:
+        push(out_items, out_state, int32(v))
+
+
 @cuda.jit
 def top_down(indptr, indices, dist, level, items, state, capacity, out_items, out_state):
-    """Every unseen neighbour of a frontier vertex gets distance level + 1 and joins the next frontier."""
+    """Every unseen neighbour of a frontier vertex gets distance level + 1 and joins the next
+    frontier: a thread a vertex, hubs (more than HUB neighbours) left to `top_down_hubs`."""
     filled = min(int64(state[TAIL]), int64(capacity))
     i = int64(cuda.grid(1))
     stride = int64(cuda.gridsize(1))
     nxt = int32(level + 1)
     while i < filled:
         u = items[i]
-        for k in range(indptr[u], indptr[u + 1]):
-            v = indices[k]
-            if dist[v] == UNSEEN and cuda.atomic.cas(dist, v, int32(UNSEEN), nxt) == UNSEEN:
-                push(out_items, out_state, int32(v))
+        if indptr[u + 1] - indptr[u] <= HUB:
+            for k in range(indptr[u], indptr[u + 1]):
+                visit(dist, indices[k], nxt, out_items, out_state)
         i += stride
+
+
+@cuda.jit
+def top_down_hubs(indptr, indices, dist, level, items, state, capacity, out_items, out_state):
+    """The hubs of the frontier, a block a hub, its threads striding over the neighbours (so one
+    vertex of a million neighbours is not one thread's work)."""
+    filled = min(int64(state[TAIL]), int64(capacity))
+    i = int64(cuda.blockIdx.x)
+    nxt = int32(level + 1)
+    while i < filled:
+        u = items[i]
+        lo, hi = indptr[u], indptr[u + 1]
+        if hi - lo > HUB:
+            k = lo + cuda.threadIdx.x
+            while k < hi:
+                visit(dist, indices[k], nxt, out_items, out_state)
+                k += cuda.blockDim.x
+        i += cuda.gridDim.x
 
 
 @cuda.jit

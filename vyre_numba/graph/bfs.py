@@ -12,6 +12,7 @@ import numpy as np
 from ..errors import DispatchError
 from .csr import CSR, check_csr
 
+HUB = 256  # see bfs_kernels.HUB
 BOTTOM_UP_ABOVE = 1 / 20  # switch to bottom-up while the frontier holds more than this share of the vertices
 TOP_DOWN_BELOW = 1 / 50  # and back below this share
 
@@ -67,18 +68,21 @@ def bfs(indptr, indices, source: int, *, backend=None, symmetric: bool = False):
         if n < 1:
             raise DispatchError("the graph has no vertices, so no source. Fix: pass a graph with at least one vertex.")
         source = _source(source, n)
-        _device_csr_ok(be, indptr, indices, n)
-        return _bfs_gpu(be, indptr, indices, n, source, bool(symmetric))
+        hubs = _device_csr_ok(be, indptr, indices, n) > HUB
+        return _bfs_gpu(be, indptr, indices, n, source, bool(symmetric), hubs=hubs)
     g = check_csr(indptr, indices)
     source = _source(source, g.n)
     if be.name != "cuda":
         return bfs_numpy(g, source)
     ix = g.indices.astype(np.int32) if g.nnz < 2**31 and g.n < 2**31 else g.indices
-    return be.download(_bfs_gpu(be, be.upload(g.indptr), be.upload(ix), g.n, source, bool(symmetric)))
+    hubs = bool(g.n) and int(np.diff(g.indptr).max()) > HUB
+    return be.download(_bfs_gpu(be, be.upload(g.indptr), be.upload(ix), g.n, source, bool(symmetric), hubs=hubs))
 
 
-def _bfs_gpu(be, indptr, indices, n: int, source: int, symmetric: bool, levels: list | None = None):
-    """Distances on the device; `levels`, where given, records each level's direction."""
+def _bfs_gpu(be, indptr, indices, n: int, source: int, symmetric: bool, levels: list | None = None,
+             hubs: bool = True):
+    """Distances on the device; `levels`, where given, records each level's direction. `hubs`
+    False promises no vertex has more than HUB neighbours (one kernel a top-down level, not two)."""
     from ..workqueue import WorkQueue
     from . import bfs_kernels as k
 
@@ -95,7 +99,7 @@ def _bfs_gpu(be, indptr, indices, n: int, source: int, symmetric: bool, levels: 
             if bottom:
                 k.bottom_up[grid, block, stream](indptr, indices, dist, level, n, nxt.items, nxt.state)
             else:
-                for kernel in (k.top_down, k.top_down_hubs):
+                for kernel in (k.top_down, k.top_down_hubs) if hubs else (k.top_down,):
                     kernel[grid, block, stream](indptr, indices, dist, level, frontier.items, frontier.state, n,
                                                 nxt.items, nxt.state)
             if levels is not None:

@@ -11,7 +11,7 @@ from ..workqueue.device import TAIL, push
 UNSEEN = -1
 
 
-HUB = 256  # frontier vertices with more neighbours than this are expanded by a whole block
+from .bfs import HUB  # frontier vertices with more neighbours are expanded by a whole block
 
 
 @cuda.jit(device=True)

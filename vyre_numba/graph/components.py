@@ -42,9 +42,10 @@ def components_numpy(g: CSR) -> tuple[np.ndarray, int]:
     return parent, rounds
 
 
-def _device_csr_ok(backend, indptr, indices, n: int) -> None:
+def _device_csr_ok(backend, indptr, indices, n: int) -> int:
     """Check a CSR already on the device (ends, monotone offsets, indices in range) without
-    copying it back: one small vyre program counts the violations."""
+    copying it back: one small vyre program counts the violations, and finds the largest degree,
+    which it returns."""
     from .. import ir
     from ..config import DispatchConfig
 
@@ -60,16 +61,18 @@ def _device_csr_ok(backend, indptr, indices, n: int) -> None:
         nv = ir.cast(ir.buf_len("indptr"), "i64") - 1
         nnz = ir.cast(ir.buf_len("indices"), "i64")
         prog = ir.Program([ir.BufferDecl.read("indptr", 0, ip_t), ir.BufferDecl.read("indices", 1, ix_t),
-                           ir.BufferDecl.read_write("bad", 2, "u32", 4)], 256, [
+                           ir.BufferDecl.read_write("bad", 2, "u32", 5)], 256, [
             ir.let("i", ir.gid(0)),
             ir.if_((i + 1 < ir.buf_len("indptr")) & (hi < lo), [ir.let("_a", ir.atomic_add("bad", 0, 1))]),
+            ir.if_((i + 1 < ir.buf_len("indptr")) & (hi > lo),
+                   [ir.let("_d", ir.atomic("max", "bad", 4, ir.cast(ir.min_(hi - lo, 0xFFFFFFFF), "u32")))]),
             ir.if_((i < ir.buf_len("indices")) & ((v < 0) | (v >= nv)), [ir.let("_b", ir.atomic_add("bad", 1, 1))]),
             ir.if_(i == 0, [ir.store("bad", 2, ir.cast(lo != 0, "u32")),
                             ir.store("bad", 3, ir.cast(ir.cast(ir.load("indptr", ir.buf_len("indptr") - 1), "i64") != nnz,
                                                        "u32"))]),
         ], name="csr_check")
         _CHECKS[key] = prog
-    bad = backend.empty(4, np.uint32)
+    bad = backend.empty(5, np.uint32)
     total = max(int(np.prod(indptr.__cuda_array_interface__["shape"])), int(np.prod(indices.__cuda_array_interface__["shape"])))
     backend.dispatch_resident(prog, [indptr, indices, bad], DispatchConfig(grid=(max(1, -(-total // 256)), 1, 1)))
     counts = backend.download(bad)  # the one synchronisation of a valid CSR
@@ -84,6 +87,7 @@ def _device_csr_ok(backend, indptr, indices, n: int) -> None:
     if counts[1]:
         raise DispatchError(f"{int(counts[1])} indices are not vertices of this {n}-vertex graph. "
                             "Fix: every index must satisfy 0 <= v < len(indptr) - 1.")
+    return int(counts[4])
 
 
 _CHECKS: dict = {}

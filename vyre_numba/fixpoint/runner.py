@@ -164,16 +164,25 @@ def _run_program_cpu(program, n: int, arrays: list, max_rounds: int, progress: b
     wg = guarded.workgroup_size
     binding = Binding(guarded, {b.name: a for b, a in zip(program.bound_buffers, arrays)},
                       (max(1, -(-n // wg[0])), 1, 1), wg, DispatchConfig())
+    def one_round() -> bool:
+        changes: list = []
+        interpreter.prepare(binding, interpreter.memory_budget(), interpreter.work_budget()).run(changes)
+        return bool(changes)
+
+    return _cpu_rounds(one_round, max_rounds, progress)
+
+
+def _cpu_rounds(one_round: Callable[[], bool], max_rounds: int, progress: bool) -> FixpointResult:
+    """Call `one_round()` (True when the round changed something) until a quiet round or max_rounds."""
     bar = _bar(progress, max_rounds)
     rounds, converged = 0, False
     try:
         while rounds < max_rounds:
-            changes: list = []
-            interpreter.prepare(binding, interpreter.memory_budget(), interpreter.work_budget()).run(changes)
+            changed = one_round()
             rounds += 1
             if bar is not None:
                 bar.update(1)
-            if not changes:
+            if not changed:
                 converged = True
                 break
     finally:
@@ -210,22 +219,8 @@ def _run_cpu(step: Callable, n: int, args: list, max_rounds: int, progress: bool
         if hasattr(a, "__cuda_array_interface__"):
             raise DispatchError(f"args[{k}] is a device array, but the reference backend runs on the CPU. "
                                 "Fix: pass NumPy arrays, or run on the cuda backend.")
-    one_round = _cpu_round(step)
-    bar = _bar(progress, max_rounds)
-    rounds, converged = 0, False
-    try:
-        while rounds < max_rounds:
-            changed = _numba_call(one_round, n, tuple(args))
-            rounds += 1
-            if bar is not None:
-                bar.update(1)
-            if not changed:
-                converged = True
-                break
-    finally:
-        if bar is not None:
-            bar.close()
-    return FixpointResult(rounds, converged, "relaunch", None)
+    jitted = _cpu_round(step)
+    return _cpu_rounds(lambda: bool(_numba_call(jitted, n, tuple(args))), max_rounds, progress)
 
 
 def _numba_call(fn, *args):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DispatchError
-from .csr import CSR, check_csr
+from .csr import CSR, resolve
 
 HUB = 256  # see bfs_kernels.HUB
 BOTTOM_UP_ABOVE = 1 / 20  # switch to bottom-up while the frontier holds more than this share of the vertices
@@ -48,30 +48,15 @@ def bfs(indptr, indices, source: int, *, backend=None, symmetric: bool = False):
     when `backend` is "cuda", or is None and a GPU is usable), a device array out for device
     arrays. `symmetric=True` promises every edge is stored both ways, which lets large frontiers
     be searched bottom-up; it is not checked."""
-    from ..backend import resolve_backend
-    from .components import _device_csr_ok, _device_index_array
+    from .components import _device_csr_ok
 
-    if not isinstance(symmetric, (bool, np.bool_)):
-        raise DispatchError(f"symmetric={symmetric!r} is not a bool. Fix: pass True only for a CSR that stores every "
-                            "edge both ways.")
-    on_device = [hasattr(a, "__cuda_array_interface__") for a in (indptr, indices)]
-    if on_device[0] != on_device[1]:
-        raise DispatchError("indptr and indices are not both on the device or both on the host. "
-                            "Fix: pass both as NumPy arrays or both as device arrays.")
-    be = resolve_backend(backend)
-    if on_device[0]:
-        if be.name != "cuda":
-            raise DispatchError(f"the CSR is on the device but backend {be.name!r} runs on the CPU. "
-                                "Fix: pass backend='cuda' (or None), or host arrays.")
-        n = _device_index_array(indptr, "indptr") - 1
-        _device_index_array(indices, "indices")
-        if n < 1:
-            raise DispatchError("the graph has no vertices, so no source. Fix: pass a graph with at least one vertex.")
-        source = _source(source, n)
+    be, g, n, on_device = resolve(indptr, indices, backend, symmetric)
+    if n < 1:
+        raise DispatchError("the graph has no vertices, so no source. Fix: pass a graph with at least one vertex.")
+    source = _source(source, n)
+    if on_device:
         hubs = _device_csr_ok(be, indptr, indices, n) > HUB
         return _bfs_gpu(be, indptr, indices, n, source, bool(symmetric), hubs=hubs)
-    g = check_csr(indptr, indices)
-    source = _source(source, g.n)
     if be.name != "cuda":
         return bfs_numpy(g, source)
     ix = g.indices.astype(np.int32) if g.nnz < 2**31 and g.n < 2**31 else g.indices

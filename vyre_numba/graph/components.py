@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DispatchError
-from .csr import CSR, check_csr, edges
+from .csr import CSR, edges, resolve
 
 
 def components_numpy(g: CSR) -> tuple[np.ndarray, int]:
@@ -93,17 +93,6 @@ def _device_csr_ok(backend, indptr, indices, n: int) -> int:
 _CHECKS: dict = {}
 
 
-def _device_index_array(a, name: str) -> int:
-    cai = a.__cuda_array_interface__
-    dt = np.dtype(cai["typestr"])
-    if dt.kind not in "iu" or dt.itemsize < 4:
-        raise DispatchError(f"{name} on the device has dtype {dt}, not a 32- or 64-bit integer. "
-                            f"Fix: convert it (e.g. {name}.astype('int64')) before the call.")
-    if len(cai["shape"]) != 1:
-        raise DispatchError(f"{name} has shape {tuple(cai['shape'])}, not 1-D. Fix: pass a flat array.")
-    return int(cai["shape"][0])
-
-
 def connected_components(indptr, indices, *, backend=None, symmetric: bool = False):
     """Component labels (int32) of the graph `(indptr, indices)` in CSR form, edges taken as
     undirected: label[v] is the smallest vertex id in v's component. Host arrays give a NumPy
@@ -112,28 +101,10 @@ def connected_components(indptr, indices, *, backend=None, symmetric: bool = Fal
     promises every edge is stored both ways (as scipy's undirected graphs are), so the GPU can skip
     the largest component's edges, seen from their other ends; it is not checked, and a CSR that
     is not symmetric then gets wrong labels."""
-    from ..backend import resolve_backend
-
-    if not isinstance(symmetric, (bool, np.bool_)):
-        raise DispatchError(f"symmetric={symmetric!r} is not a bool. Fix: pass True only for a CSR that stores every "
-                            "edge both ways.")
-    on_device = [hasattr(a, "__cuda_array_interface__") for a in (indptr, indices)]
-    if on_device[0] != on_device[1]:
-        raise DispatchError("indptr and indices are not both on the device or both on the host. "
-                            "Fix: pass both as NumPy arrays or both as device arrays.")
-    be = resolve_backend(backend)
-    if on_device[0]:
-        if be.name != "cuda":
-            raise DispatchError(f"the CSR is on the device but backend {be.name!r} runs on the CPU. "
-                                "Fix: pass backend='cuda' (or None), or host arrays.")
-        n = _device_index_array(indptr, "indptr") - 1
-        _device_index_array(indices, "indices")
-        if n < 0:
-            raise DispatchError("indptr is empty; a CSR graph of n vertices has n + 1 offsets. "
-                                "Fix: pass a one-element indptr [0] for the empty graph.")
+    be, g, n, on_device = resolve(indptr, indices, backend, symmetric)
+    if on_device:
         _device_csr_ok(be, indptr, indices, n)
         return _components_gpu(be, indptr, indices, n, symmetric)
-    g = check_csr(indptr, indices)
     if be.name != "cuda":
         labels, _ = components_numpy(g)
         return labels.astype(np.int32)

@@ -72,3 +72,42 @@ def edges(g: CSR) -> tuple[np.ndarray, np.ndarray]:
     """(source, target) of every entry, in CSR order."""
     src = np.repeat(np.arange(g.n, dtype=np.int64), np.diff(g.indptr))
     return src, g.indices
+
+
+def resolve(indptr, indices, backend, symmetric) -> tuple:
+    """(backend, CSR on the host or None, vertex count, on the device) of a graph algorithm's CSR
+    arguments: both arrays on the host or both on the device (then the backend must be the GPU),
+    `symmetric` a bool, host CSRs checked here (device ones by the caller, on the device)."""
+    from ..backend import resolve_backend
+
+    if not isinstance(symmetric, (bool, np.bool_)):
+        raise DispatchError(f"symmetric={symmetric!r} is not a bool. Fix: pass True only for a CSR that stores every "
+                            "edge both ways.")
+    on_device = [hasattr(a, "__cuda_array_interface__") for a in (indptr, indices)]
+    if on_device[0] != on_device[1]:
+        raise DispatchError("indptr and indices are not both on the device or both on the host. "
+                            "Fix: pass both as NumPy arrays or both as device arrays.")
+    be = resolve_backend(backend)
+    if not on_device[0]:
+        g = check_csr(indptr, indices)
+        return be, g, g.n, False
+    if be.name != "cuda":
+        raise DispatchError(f"the CSR is on the device but backend {be.name!r} runs on the CPU. "
+                            "Fix: pass backend='cuda' (or None), or host arrays.")
+    n = _device_index_array(indptr, "indptr") - 1
+    _device_index_array(indices, "indices")
+    if n < 0:
+        raise DispatchError("indptr is empty; a CSR graph of n vertices has n + 1 offsets. "
+                            "Fix: pass a one-element indptr [0] for the empty graph.")
+    return be, None, n, True
+
+
+def _device_index_array(a, name: str) -> int:
+    cai = a.__cuda_array_interface__
+    dt = np.dtype(cai["typestr"])
+    if dt.kind not in "iu" or dt.itemsize < 4:
+        raise DispatchError(f"{name} on the device has dtype {dt}, not a 32- or 64-bit integer. "
+                            f"Fix: convert it (e.g. {name}.astype('int64')) before the call.")
+    if len(cai["shape"]) != 1:
+        raise DispatchError(f"{name} has shape {tuple(cai['shape'])}, not 1-D. Fix: pass a flat array.")
+    return int(cai["shape"][0])

@@ -23,7 +23,7 @@ def add_to(value, args):
     cuda.atomic.add(args[0], 0, value)
 
 
-def backpressure_loses_nothing(n: int, capacity: int) -> None:
+def assert_backpressure_loses_nothing(n: int, capacity: int) -> None:
     values = (np.arange(n, dtype=np.int64) * 7 + 3)
     done = cuda.to_device(np.zeros(n, np.uint8))
     dv = cuda.to_device(values)
@@ -44,7 +44,7 @@ def backpressure_loses_nothing(n: int, capacity: int) -> None:
     assert -(-n // capacity) <= rounds <= -(-n // capacity) + 1
 
 
-def consume_reads_the_count_on_the_device(n: int) -> None:
+def assert_consume_reads_the_count_on_the_device(n: int) -> None:
     values = np.arange(1, n + 1, dtype=np.int64)
     total = cuda.to_device(np.zeros(1, np.int64))
     with WorkQueue(max(n, 1) + 5, np.int64) as q:
@@ -54,7 +54,7 @@ def consume_reads_the_count_on_the_device(n: int) -> None:
         assert q.size() == n  # consuming does not take the items
 
 
-def host_push_drain_and_chunks(n: int) -> None:
+def assert_host_push_drain_and_chunks(n: int) -> None:
     model = QueueModel(n + 3, np.float32)
     values = np.linspace(0, 1, n, dtype=np.float32)
     for v in values:
@@ -77,10 +77,10 @@ def host_push_drain_and_chunks(n: int) -> None:
 
 def main() -> None:
     for n, cap in ((0, 4), (1, 1), (37, 8), (40, 8), (100, 1000)):
-        backpressure_loses_nothing(n, cap)
+        assert_backpressure_loses_nothing(n, cap)
     for n in (0, 1, 33):
-        consume_reads_the_count_on_the_device(n)
-        host_push_drain_and_chunks(n)
+        assert_consume_reads_the_count_on_the_device(n)
+        assert_host_push_drain_and_chunks(n)
     print("queue ok")
 
 

@@ -49,7 +49,7 @@ def test_gpu_backpressure_loses_nothing(n, capacity):
     sys.path.insert(0, str(HERE))
     import queue_exercise
 
-    queue_exercise.backpressure_loses_nothing(n, capacity)
+    queue_exercise.assert_backpressure_loses_nothing(n, capacity)
 
 
 @pytest.mark.gpu
@@ -58,8 +58,8 @@ def test_gpu_consume_and_host_strategies(n):
     sys.path.insert(0, str(HERE))
     import queue_exercise
 
-    queue_exercise.consume_reads_the_count_on_the_device(n)
-    queue_exercise.host_push_drain_and_chunks(n)
+    queue_exercise.assert_consume_reads_the_count_on_the_device(n)
+    queue_exercise.assert_host_push_drain_and_chunks(n)
 
 
 def spread(i, items, state, seen):

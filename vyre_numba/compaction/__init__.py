@@ -14,7 +14,6 @@ value and returning a bool.
 """
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import numpy as np
@@ -136,12 +135,10 @@ def _device_select(values, src, flag_of, n: int, stream):
     dt = _dtype(values)
     if n == 0:
         return cuda.device_array(0, dt)
-
-    def make(count):
-        out = cuda.device_array(count, dt)
-        return out, word_view(out, count) if count else out
-
-    (out, _), _ = _selector(stream).select(flag_of, src, n, word_view(_dev(values), n), make)
+    count, write = _selector(stream).counted(flag_of, src, n, word_view(_dev(values), n))
+    out = cuda.device_array(count, dt)
+    if count:
+        write(word_view(out, count), count)
     return out
 
 
@@ -153,8 +150,6 @@ def select(values, flags, *, stream=None):
     _check_flags(flags, n)
     if not on_device:
         return select_numpy(values, flags)
-    from numba import cuda
-
     from .kernels import flag_nonzero
 
     return _device_select(values, _dev(flags), flag_nonzero, n, stream)
@@ -170,8 +165,6 @@ def select_if(values, predicate: Callable, *, stream=None):
                             "fields and call select(values, flags).")
     if not _on_device(values):
         return _compiled(lambda: select_if_numpy(values, predicate), "predicate")
-    from numba import cuda
-
     from .kernels import predicate_flag
 
     v = _dev(values)
@@ -189,12 +182,10 @@ def nonzero(flags, *, stream=None):
 
     if n == 0:
         return cuda.device_array(0, np.int64)
-
-    def make(count):
-        out = cuda.device_array(count, np.int64)
-        return out, out.reshape(count, 1)
-
-    (out, _), _ = _selector(stream).select(flag_nonzero, _dev(flags), n, None, make)
+    count, write = _selector(stream).counted(flag_nonzero, _dev(flags), n, None)
+    out = cuda.device_array(count, np.int64)
+    if count:
+        write(out.reshape(count, 1), count)
     return out
 
 
@@ -228,15 +219,15 @@ def read_compacted(values, flags, *, capacity: int | None = None, stream=None) -
     from numba import cuda
 
     from .kernels import flag_nonzero
-    from .select import word_view
+    from .select import word_type, word_view
 
     dt = _dtype(values)
     room = n if capacity is None else min(int(capacity), n)
     if n == 0:
         return np.zeros(0, dt)
     buf, ptr = _staging(room * dt.itemsize)
-    g = math.gcd(dt.itemsize, 8)
-    out = cuda.from_cuda_array_interface({"shape": (room, dt.itemsize // g), "typestr": f"<u{g}", "data": (ptr, False),
+    word, w = word_type(dt)
+    out = cuda.from_cuda_array_interface({"shape": (room, w), "typestr": word.str, "data": (ptr, False),
                                           "version": 2, "strides": None}, owner=buf, sync=False)
     v = _dev(values)
     count = _selector(stream).run(flag_nonzero, _dev(flags), n, word_view(v, n), out, room)

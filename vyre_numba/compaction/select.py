@@ -64,14 +64,17 @@ def _cpu_mask(predicate: Callable) -> Callable:
 
 # ---- the host object ---------------------------------------------------------------------------
 
+def word_type(dt: np.dtype) -> tuple[np.dtype, int]:
+    """(unsigned word type, words an item) of items of `dt`: the widest word dividing its size."""
+    g = math.gcd(np.dtype(dt).itemsize, 8)
+    return np.dtype(f"<u{g}"), np.dtype(dt).itemsize // g
+
+
 def word_view(a, n: int):
-    """The device array `a` of n elements (any 8- to 64-bit type or record) as an (n, w) array
-    of unsigned words, the widest that divide its item size."""
-    itemsize = a.dtype.itemsize
-    g = math.gcd(itemsize, 8)
-    w = itemsize // g
-    flat = a.reshape(n) if a.ndim != 1 else a
-    return flat.view(np.dtype(f"u{g}")).reshape(n, w)
+    """The 1-D device array `a` of n items (any 8- to 64-bit type or record) as an (n, w) array
+    of unsigned words (see `word_type`)."""
+    word, w = word_type(a.dtype)
+    return a.view(word).reshape(n, w)
 
 
 class Selector:
@@ -98,9 +101,9 @@ class Selector:
         self._counts = self._offsets = self._ctl = None
         self._closed = True
 
-    def _counted(self, flag_of: Callable, src, n: int, emit):
+    def _counted(self, flag_of: Callable, src, n: int, words) -> Callable:
         """Enqueue the tile counts and their scan (the total lands in the control words); the
-        scatter kernel to run after them."""
+        `write(out, capacity)` that enqueues the scatter after them (`words` None writes indices)."""
         if self._closed:
             raise DispatchError("this Selector was closed. Fix: make a new one.")
         from . import kernels
@@ -110,10 +113,11 @@ class Selector:
             size = max(tiles, 1024)
             self._counts = self._cuda.device_array(size, np.int64, stream=self.stream)
             self._offsets = self._cuda.device_array(size, np.int64, stream=self.stream)
-        count, scatter = kernels.select_kernels(flag_of, emit(kernels))
+        count, scatter = kernels.select_kernels(flag_of, kernels.write_index if words is None else kernels.copy_words)
         count[tiles, THREADS, self.stream](src, n, self._counts)
         kernels.scan_tiles[1, kernels.SCAN_THREADS, self.stream](self._counts, tiles, self._offsets, self._ctl)
-        return scatter[tiles, THREADS, self.stream]
+        launch = scatter[tiles, THREADS, self.stream]
+        return lambda out, capacity: launch(src, n, out if words is None else words, out, self._offsets, capacity)
 
     def _total(self) -> int:
         ctl = self._ctl.copy_to_host(stream=self.stream)
@@ -124,17 +128,11 @@ class Selector:
         """Select items 0..n-1 into `out` (at most `capacity` rows) and return how many were kept,
         which may exceed capacity (then only the first `capacity` were written). One
         synchronisation, after everything, to read the count."""
-        scatter = self._counted(flag_of, src, n, lambda k: k.write_index if words is None else k.copy_words)
-        scatter(src, n, words if words is not None else out, out, self._offsets, capacity)
+        self._counted(flag_of, src, n, words)(out, capacity)
         return self._total()
 
-    def select(self, flag_of: Callable, src, n: int, words, make_out: Callable):
-        """(out, count): count the kept items (one synchronisation), make `out = make_out(count)`,
-        then enqueue writing them into it (`words` None writes indices); returns without waiting."""
-        scatter = self._counted(flag_of, src, n, lambda k: k.write_index if words is None else k.copy_words)
-        count = self._total()
-        out = make_out(count)
-        if count:
-            target = out[1] if isinstance(out, tuple) else out
-            scatter(src, n, words if words is not None else target, target, self._offsets, count)
-        return out, count
+    def counted(self, flag_of: Callable, src, n: int, words) -> tuple[int, Callable]:
+        """(kept count, write): the count after one synchronisation; `write(out, capacity)` then
+        enqueues writing the kept items into `out` and returns without waiting."""
+        write = self._counted(flag_of, src, n, words)
+        return self._total(), write

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import DispatchError, UnsupportedError
 from ..gpu.launch import KernelLaunch, LaunchShape, validate_cooperative
+from ..ir import Program
 from ..lru import LRUCache
 from ..ptx import templates
 from ..ptx.emitter import PTX_VERSION
@@ -86,6 +87,11 @@ def _step_ptx(step: Callable, kinds: list, cc: tuple[int, int]) -> str:
     return ptx
 
 
+def _step_args(step, args: list) -> tuple[list, list[tuple[str, Any]]]:
+    """(Numba argument types, flattened parameters) of the step's arguments (see _arg_kinds)."""
+    return ([], _program_params(step, args)) if isinstance(step, Program) else _arg_kinds(args)
+
+
 def _program_params(program, arrays: list) -> list[tuple[str, Any]]:
     """A Program step's parameters, in its kernel ABI order: every buffer's address, then its length."""
     cais = [a.__cuda_array_interface__ for a in arrays]
@@ -97,8 +103,6 @@ _SOURCES: LRUCache = LRUCache(64)  # (step, argument types, sm) -> (cache key, P
 
 
 def _module(backend, step, kinds: list, params: list) -> dict:
-    from ..ir import Program
-
     sm = backend.caps.sm
     cheap = (("program", step.digest()) if isinstance(step, Program) else step, tuple(str(k) for k in kinds),
              tuple(c for c, _ in params), sm)
@@ -110,8 +114,6 @@ def _module(backend, step, kinds: list, params: list) -> dict:
 
 def _sources(step, kinds: list, params: list, sm: int, cc: tuple[int, int]) -> tuple[str, list[str]]:
     """(cache key, PTX modules) of the fixpoint kernels around `step`."""
-    from ..ir import Program
-
     if isinstance(step, Program):
         from ..ptx.emitter import emit_step
 
@@ -133,10 +135,9 @@ def _sources(step, kinds: list, params: list, sm: int, cc: tuple[int, int]) -> t
 
 
 def _module_body(ptx: str) -> tuple[str, str]:
-    """(PTX ISA version, text after the module header) of the step's module. The step is pasted
-    into the fixpoint module rather than linked beside it, so ptxas sees the call's target and can
-    inline it: a call across modules goes through the C ABI, every array field through param space,
-    once per item."""
+    """(PTX ISA version, text after the module header) of the step's module, which is pasted into
+    the fixpoint module rather than linked beside it. (ptxas, in nvJitLink's relocatable mode,
+    still calls it rather than inlining it: measured, see bench/RESULTS.md.)"""
     version, body = "6.0", []
     for line in ptx.splitlines():
         word = line.strip().split(" ")[0] if line.strip() else ""
@@ -149,9 +150,7 @@ def _module_body(ptx: str) -> tuple[str, str]:
 
 def run(backend, step: Callable, n: int, args: list, max_rounds: int, mode: str, block: int, timeout_ns: int,
         progress: bool) -> FixpointResult:
-    from ..ir import Program
-
-    kinds, params = ([], _program_params(step, args)) if isinstance(step, Program) else _arg_kinds(args)
+    kinds, params = _step_args(step, args)
     kernels = _module(backend, step, kinds, params)
     caps = backend.caps
     if mode == "auto":  # one round needs neither a grid barrier nor a graph: a launch is cheapest
@@ -176,9 +175,7 @@ def run(backend, step: Callable, n: int, args: list, max_rounds: int, mode: str,
 
 
 def for_each(backend, step, n: int, args: list, block: int) -> None:
-    from ..ir import Program
-
-    kinds, params = ([], _program_params(step, args)) if isinstance(step, Program) else _arg_kinds(args)
+    kinds, params = _step_args(step, args)
     kernels = _module(backend, step, kinds, params)
     with _CTL_LOCK:  # the round's flag goes to a control block of its own that nobody reads
         scratch = _SCRATCH.get(backend)

@@ -205,29 +205,14 @@ def test_fixpoint_templates_link_with_a_numba_step(sm):
     """CI has no GPU: the fixpoint module (every entry), the grid barrier and a Numba step link
     into a cubin for sm_80 and sm_90 with nvJitLink."""
     from vyre_numba.fixpoint import device
-    from vyre_numba.ptx import assemble
 
-    class Caps:
-        compute_capability = (sm // 10, sm % 10)
-
-    Caps.sm = sm
-
-    class Linker:
-        caps = Caps()
-
-        def load_linked(self, key, sources, entries):
-            self.cubin = assemble(sources, sm=sm)
-            return {}
-
-    class DeviceArray:
-        def __init__(self, dtype):
-            self.__cuda_array_interface__ = {"typestr": np.dtype(dtype).str, "shape": (4,), "strides": None,
-                                             "data": (4096, False), "version": 3}
+    from offline_link import InterfaceArray as DeviceArray
+    from offline_link import OfflineLinker
 
     for step, args in ((relax, [DeviceArray(np.uint32), DeviceArray(np.int64), DeviceArray(np.int64)]),
                        (atomic_hook, [DeviceArray(np.int64)]),
                        (lambda i, a, s, f: a[i] > s + f, [DeviceArray(np.float32), np.int32(3), 2.5]),
                        (lambda i: 0, [])):
-        linker = Linker()
+        linker = OfflineLinker(sm)
         device._module(linker, step, *device._arg_kinds(args))
         assert linker.cubin[:4] == b"\x7fELF"

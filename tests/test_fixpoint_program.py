@@ -230,25 +230,10 @@ def test_step_functions_link_with_the_fixpoint_templates(sm):
     """CI has no GPU: every emitted step (all types, atomics, return, loops) links with the
     fixpoint module and the grid barrier into a cubin."""
     from vyre_numba.fixpoint import device
-    from vyre_numba.ptx import assemble
     from vyre_numba.ptx.emitter import emit_step
 
-    class Caps:
-        compute_capability = (sm // 10, sm % 10)
-
-    Caps.sm = sm
-
-    class Linker:
-        caps = Caps()
-
-        def load_linked(self, key, sources, entries):
-            self.cubin = assemble(sources, sm=sm)
-            return {}
-
-    class DeviceArray:
-        def __init__(self, dtype, n=4):
-            self.__cuda_array_interface__ = {"typestr": np.dtype(dtype).str, "shape": (n,), "strides": None,
-                                             "data": (4096, False), "version": 3}
+    from offline_link import InterfaceArray as DeviceArray
+    from offline_link import OfflineLinker
 
     atomics = ir.Program([B.read_write("x", 0, D.U64), B.read_write("y", 1, D.I32)], 32,
                          [ir.let("a", ir.atomic("compare_exchange", "x", i, ir.lit(1, D.U64), ir.lit(0, D.U64))),
@@ -258,7 +243,7 @@ def test_step_functions_link_with_the_fixpoint_templates(sm):
         text = emit_step(program, sm=sm)
         assert ".visible .func (.param .b32 vyre_changed) vyre_fixpoint_step(" in text and ".entry" not in text
         arrays = [DeviceArray(b.dtype.storage) for b in program.bound_buffers]
-        linker = Linker()
+        linker = OfflineLinker(sm)
         device._module(linker, program, [], device._program_params(program, arrays))
         assert linker.cubin[:4] == b"\x7fELF"
 

@@ -10,7 +10,6 @@ import textwrap
 import numpy as np
 import pytest
 
-import vyre_numba as vn
 from vyre_numba import compaction
 from vyre_numba.compaction.select import TILE
 from vyre_numba.errors import CapacityError, DispatchError

@@ -14,7 +14,7 @@ from scipy.sparse.csgraph import shortest_path
 
 import vyre_numba as vn
 from vyre_numba.errors import DispatchError
-from vyre_numba.graph import bfs, bfs_numpy, check_csr
+from vyre_numba.graph import bfs
 
 
 def coo(n, src, dst, symmetric=False):

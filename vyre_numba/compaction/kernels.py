@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from numba import cuda, int32, int64, uint8, uint32, uint64
+from numba import cuda, int32, int64, uint8, uint64
 
 from .select import ITEMS, THREADS, TILE
 

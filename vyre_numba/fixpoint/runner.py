@@ -1,13 +1,15 @@
 """The fixpoint runner: argument checks, the CPU loop, and the three GPU modes."""
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from ..errors import BarrierTimeoutError, DispatchError, UnsupportedError, VyreError
+
+if TYPE_CHECKING:
+    from ..ir import Program
 
 MODES = ("auto", "cooperative", "graph", "relaunch")
 _CTL_WORDS = 8  # see ptx_templates/fixpoint.ptx

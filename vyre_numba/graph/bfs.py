@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DispatchError
-from .csr import CSR, resolve
+from .csr import CSR, check_device_csr, resolve
 
 HUB = 256  # see bfs_kernels.HUB
 BOTTOM_UP_ABOVE = 1 / 20  # switch to bottom-up while the frontier holds more than this share of the vertices
@@ -48,14 +48,12 @@ def bfs(indptr, indices, source: int, *, backend=None, symmetric: bool = False):
     when `backend` is "cuda", or is None and a GPU is usable), a device array out for device
     arrays. `symmetric=True` promises every edge is stored both ways, which lets large frontiers
     be searched bottom-up; it is not checked."""
-    from .components import _device_csr_ok
-
     be, g, n, on_device = resolve(indptr, indices, backend, symmetric)
     if n < 1:
         raise DispatchError("the graph has no vertices, so no source. Fix: pass a graph with at least one vertex.")
     source = _source(source, n)
     if on_device:
-        hubs = _device_csr_ok(be, indptr, indices, n) > HUB
+        hubs = check_device_csr(be, indptr, indices, n, HUB)
         return _bfs_gpu(be, indptr, indices, n, source, bool(symmetric), hubs=hubs)
     if be.name != "cuda":
         return bfs_numpy(g, source)

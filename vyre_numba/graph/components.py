@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import DispatchError
-from .csr import CSR, edges, resolve
+from .csr import CSR, check_device_csr, edges, resolve
 
 
 def components_numpy(g: CSR) -> tuple[np.ndarray, int]:
@@ -42,57 +41,6 @@ def components_numpy(g: CSR) -> tuple[np.ndarray, int]:
     return parent, rounds
 
 
-def _device_csr_ok(backend, indptr, indices, n: int) -> int:
-    """Check a CSR already on the device (ends, monotone offsets, indices in range) without
-    copying it back: one small vyre program counts the violations, and finds the largest degree,
-    which it returns."""
-    from .. import ir
-    from ..config import DispatchConfig
-
-    key = (np.dtype(indptr.__cuda_array_interface__["typestr"]).str,
-           np.dtype(indices.__cuda_array_interface__["typestr"]).str)
-    prog = _CHECKS.get(key)
-    if prog is None:
-        ip_t, ix_t = (ir.DataType.parse(np.dtype(t)) for t in key)
-        i = ir.var("i")
-        lo = ir.cast(ir.load("indptr", i), "i64")
-        hi = ir.cast(ir.load("indptr", i + 1), "i64")
-        v = ir.cast(ir.load("indices", i), "i64")
-        nv = ir.cast(ir.buf_len("indptr"), "i64") - 1
-        nnz = ir.cast(ir.buf_len("indices"), "i64")
-        prog = ir.Program([ir.BufferDecl.read("indptr", 0, ip_t), ir.BufferDecl.read("indices", 1, ix_t),
-                           ir.BufferDecl.read_write("bad", 2, "u32", 5)], 256, [
-            ir.let("i", ir.gid(0)),
-            ir.if_((i + 1 < ir.buf_len("indptr")) & (hi < lo), [ir.let("_a", ir.atomic_add("bad", 0, 1))]),
-            ir.if_((i + 1 < ir.buf_len("indptr")) & (hi > lo),
-                   [ir.let("_d", ir.atomic("max", "bad", 4, ir.cast(ir.min_(hi - lo, 0xFFFFFFFF), "u32")))]),
-            ir.if_((i < ir.buf_len("indices")) & ((v < 0) | (v >= nv)), [ir.let("_b", ir.atomic_add("bad", 1, 1))]),
-            ir.if_(i == 0, [ir.store("bad", 2, ir.cast(lo != 0, "u32")),
-                            ir.store("bad", 3, ir.cast(ir.cast(ir.load("indptr", ir.buf_len("indptr") - 1), "i64") != nnz,
-                                                       "u32"))]),
-        ], name="csr_check")
-        _CHECKS[key] = prog
-    bad = backend.empty(5, np.uint32)
-    total = max(int(np.prod(indptr.__cuda_array_interface__["shape"])), int(np.prod(indices.__cuda_array_interface__["shape"])))
-    backend.dispatch_resident(prog, [indptr, indices, bad], DispatchConfig(grid=(max(1, -(-total // 256)), 1, 1)))
-    counts = backend.download(bad)  # the one synchronisation of a valid CSR
-    nnz = int(np.prod(indices.__cuda_array_interface__["shape"]))
-    if counts[2] or counts[3]:
-        first, last = (int(x) for x in backend.download(indptr, 0, 1).tolist() + backend.download(indptr, n, 1).tolist())
-        raise DispatchError(f"indptr runs from {first} to {last}, but must run from 0 to len(indices) = {nnz}. "
-                            "Fix: pass the indptr that belongs to these indices.")
-    if counts[0]:
-        raise DispatchError(f"indptr decreases at {int(counts[0])} vertices; offsets must never decrease. "
-                            "Fix: build the CSR with scipy.sparse.csr_matrix(...).indptr.")
-    if counts[1]:
-        raise DispatchError(f"{int(counts[1])} indices are not vertices of this {n}-vertex graph. "
-                            "Fix: every index must satisfy 0 <= v < len(indptr) - 1.")
-    return int(counts[4])
-
-
-_CHECKS: dict = {}
-
-
 def connected_components(indptr, indices, *, backend=None, symmetric: bool = False):
     """Component labels (int32) of the graph `(indptr, indices)` in CSR form, edges taken as
     undirected: label[v] is the smallest vertex id in v's component. Host arrays give a NumPy
@@ -103,7 +51,7 @@ def connected_components(indptr, indices, *, backend=None, symmetric: bool = Fal
     is not symmetric then gets wrong labels."""
     be, g, n, on_device = resolve(indptr, indices, backend, symmetric)
     if on_device:
-        _device_csr_ok(be, indptr, indices, n)
+        check_device_csr(be, indptr, indices, n)
         return _components_gpu(be, indptr, indices, n, symmetric)
     if be.name != "cuda":
         labels, _ = components_numpy(g)

@@ -3,7 +3,9 @@ imported only when a GPU or the CUDA simulator runs them, since they need numba.
 
 Invariants: parent[v] <= v always (a root is hooked only under a smaller root), so every tree's
 root is its smallest vertex; path halving points a vertex at its grandparent, an ancestor, so
-trees never split; `link` returns only once both ends share a root."""
+trees never split; `link` returns only once both ends share a root. `compress` writes only its own
+vertex's parent and reads without writing: path halving beside it could store back a stale
+grandparent over a root another thread had just written, leaving a label that is not a root."""
 from __future__ import annotations
 
 from numba import cuda
@@ -16,6 +18,16 @@ def find(parent, x):
         nxt = parent[x]
         parent[x] = parent[nxt]
         x = nxt
+    return x
+
+
+@cuda.jit(device=True)
+def root(parent, x):
+    """x's root, read without writing."""
+    p = parent[x]
+    while p != x:
+        x = p
+        p = parent[x]
     return x
 
 
@@ -50,7 +62,7 @@ def sample(v, parent, indptr, indices, r):
 
 def compress(v, parent):
     """Point v at its root."""
-    parent[v] = find(parent, v)
+    parent[v] = root(parent, v)
     return 0
 
 

@@ -223,11 +223,12 @@ def _cooperative(backend, k, n, kinds, ctl, ctl_ptr, max_rounds, block, timeout_
     if per_sm < 1:
         raise UnsupportedError(f"the cooperative fixpoint kernel with the step cannot run {block}-thread blocks "
                                "(registers or shared memory). Fix: pass a smaller block, e.g. block=128.")
-    grid = max(1, min(-(-n // block), per_sm * caps.sm_count))
+    grid = max(1, min(-(-n // block), per_sm * caps.sm_count, 8191))  # 13-bit vote fields
     shape = LaunchShape((grid, 1, 1), (block, 1, 1))
     validate_cooperative(caps, shape, per_sm, kernel=k.name)
     launch = KernelLaunch(k.handle, k.name, shape, 0, cooperative=True, nparams=4 + len(kinds))
-    chunk = max(1, min(max_rounds, 64)) if bar is not None else max_rounds
+    # A launch stays under 2^25 block arrivals (the vote barrier's arrival field, see grid_barrier.ptx).
+    chunk = min(max(1, min(max_rounds, 64)) if bar is not None else max_rounds, (2**25 - 1) // grid)
     launch.set_param(0, n)
     launch.set_param(2, timeout_ns)
     launch.set_param(3, ctl_ptr)

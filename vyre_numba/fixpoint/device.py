@@ -24,6 +24,18 @@ ENTRIES = ("vyre_fixpoint_coop", "vyre_fixpoint_round", "vyre_fixpoint_check")
 _REG = {"b32": "%ra", "b64": "%rda"}
 
 
+_ARRAY_TYPES: dict = {}  # (typestr, ndim) -> Numba array type: building one costs more than a launch
+
+
+def _array_type(typestr: str, ndim: int):
+    t = _ARRAY_TYPES.get((typestr, ndim))
+    if t is None:
+        from numba import from_dtype, types
+
+        t = _ARRAY_TYPES[(typestr, ndim)] = types.Array(from_dtype(np.dtype(typestr)), ndim, "C")
+    return t
+
+
 def _arg_kinds(args: list) -> tuple[list, list[tuple[str, Any]]]:
     """(Numba type of each step argument after the item index, the (PTX class, bits) of every
     parameter they flatten to). A device array is a Numba array in the step (indexing, `.size`,
@@ -35,15 +47,16 @@ def _arg_kinds(args: list) -> tuple[list, list[tuple[str, Any]]]:
     for k, a in enumerate(args):
         cai = getattr(a, "__cuda_array_interface__", None)
         if cai is not None:
-            dt = np.dtype(cai["typestr"])
+            typestr = cai["typestr"]
+            itemsize = int(typestr[2:])
             shape = tuple(int(d) for d in cai["shape"]) or (1,)
             strides = cai.get("strides")
-            contiguous = tuple(math.prod(shape[j + 1:]) * dt.itemsize for j in range(len(shape)))
+            contiguous = tuple(math.prod(shape[j + 1:]) * itemsize for j in range(len(shape)))
             if strides is not None and math.prod(shape) > 1 and tuple(strides) != contiguous:
                 raise DispatchError(f"args[{k}] is a non-contiguous device array. Fix: pass a contiguous copy.")
-            size = math.prod(shape)
-            kinds.append(types.Array(from_dtype(dt), len(shape), "C"))
-            params += [("b64", 0), ("b64", 0), ("b64", size), ("b64", dt.itemsize), ("b64", cai["data"][0] or 0)]
+            kinds.append(_array_type(typestr, len(shape)))
+            params += [("b64", 0), ("b64", 0), ("b64", math.prod(shape)), ("b64", itemsize),
+                       ("b64", cai["data"][0] or 0)]
             params += [("b64", d) for d in shape] + [("b64", st) for st in contiguous]
         elif isinstance(a, np.ndarray):
             raise DispatchError(f"args[{k}] is a NumPy array, but the cuda backend runs the step on the GPU. "
@@ -104,7 +117,7 @@ _SOURCES: LRUCache = LRUCache(64)  # (step, argument types, sm) -> (cache key, P
 
 def _module(backend, step, kinds: list, params: list) -> dict:
     sm = backend.caps.sm
-    cheap = (("program", step.digest()) if isinstance(step, Program) else step, tuple(str(k) for k in kinds),
+    cheap = (("program", step.digest()) if isinstance(step, Program) else step, tuple(kinds),
              tuple(c for c, _ in params), sm)
     known = _SOURCES.get(cheap)
     if known is None:
@@ -185,7 +198,17 @@ def for_each(backend, step, n: int, args: list, block: int) -> None:
             scratch = _SCRATCH.setdefault(backend, scratch)
     if n:
         ptr = scratch.__cuda_array_interface__["data"][0]
-        _round_launch(backend, kernels["vyre_fixpoint_round"], n, params, ptr, block).enqueue(backend.stream_handle)
+        k = kernels["vyre_fixpoint_round"]
+        key = ("round", threading.get_ident(), n, block, len(params))
+        launch = k.launches.get(key)
+        if launch is None:
+            if len(k.launches) >= 64:
+                k.launches.clear()
+            launch = k.launches[key] = _round_launch(backend, k, n, params, ptr, block)
+        else:  # the driver copies parameters at enqueue, so a launch is refilled, one per thread
+            launch.set_param(1, ptr)
+            _args_into(launch, 2, params)
+        launch.enqueue(backend.stream_handle)
 
 
 _SCRATCH: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

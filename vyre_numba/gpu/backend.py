@@ -17,7 +17,6 @@ from ..bindings import Binding, bind, check_config
 from ..config import DispatchConfig
 from ..errors import DeviceError, DispatchError, VyreError
 from ..ir import Program, check
-from ..ir.program import Role
 from ..lru import LRUCache
 from . import diskcache
 from .device import DeviceCaps, caps
@@ -40,6 +39,7 @@ class CompiledKernel:
     static_shared: int
     max_threads: int
     occupancy: dict = dataclasses.field(default_factory=dict)  # (block, dynamic shared) -> blocks per SM
+    launches: dict = dataclasses.field(default_factory=dict)  # callers' reusable launches, keyed by the caller
 
     @property
     def handle(self):

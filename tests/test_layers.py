@@ -17,7 +17,7 @@ LAYERS = [
     ("reference",),
     ("ptx",),
     ("gpu",),
-    ("compaction", "workqueue"),
+    ("compaction", "workqueue", "unionfind"),
     ("fixpoint",),
     ("egraph",),
     ("graph",),

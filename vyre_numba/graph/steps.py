@@ -1,49 +1,11 @@
 """Device steps of connected components, for the fixpoint runner (compiled by Numba for the GPU;
 imported only when a GPU or the CUDA simulator runs them, since they need numba.cuda).
 
-Invariants: parent[v] <= v always (a root is hooked only under a smaller root), so every tree's
-root is its smallest vertex; path halving points a vertex at its grandparent, an ancestor, so
-trees never split; `link` returns only once both ends share a root. `compress` writes only its own
-vertex's parent and reads without writing: path halving beside it could store back a stale
-grandparent over a root another thread had just written, leaving a label that is not a root."""
+The union-find (`find`, `link`, `root`) and its invariants are in `vyre_numba.unionfind`; every
+tree's root is its smallest vertex."""
 from __future__ import annotations
 
-from numba import cuda
-
-
-@cuda.jit(device=True)
-def find(parent, x):
-    """x's root, halving the path on the way."""
-    while parent[x] != x:
-        nxt = parent[x]
-        parent[x] = parent[nxt]
-        x = nxt
-    return x
-
-
-@cuda.jit(device=True)
-def root(parent, x):
-    """x's root, read without writing."""
-    p = parent[x]
-    while p != x:
-        x = p
-        p = parent[x]
-    return x
-
-
-@cuda.jit(device=True)
-def link(parent, u, v):
-    """Join the trees of u and v: a compare-and-swap hooks the larger root under the smaller and
-    succeeds only on a root; when another thread hooked it first, try again from the new roots."""
-    ru = find(parent, u)
-    rv = find(parent, v)
-    while ru != rv:
-        lo = min(ru, rv)
-        hi = max(ru, rv)
-        if cuda.atomic.cas(parent, hi, hi, lo) == hi:
-            return
-        ru = find(parent, lo)
-        rv = find(parent, hi)
+from ..unionfind import find, link, root
 
 
 def init(v, parent):

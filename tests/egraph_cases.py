@@ -1,0 +1,99 @@
+"""E-graphs for the e-graph tests: an independent, deliberately simple congruence closure (the
+oracle), generators of random and adversarial e-graphs, and the shared benchmark workload's rows."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def naive_closure(eclass, op, offsets, children, unions=()) -> np.ndarray:
+    """Canonical class (smallest id) of every row: union-find by dict, re-scan until nothing merges."""
+    parent: dict = {}
+
+    def find(x):
+        while parent.get(x, x) != x:
+            x = parent[x]
+        return x
+
+    def union(a, b):
+        a, b = find(a), find(b)
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+            return True
+        return False
+
+    for a, b in unions:
+        union(int(a), int(b))
+    rows = [(int(op[r]), [int(c) for c in children[offsets[r]:offsets[r + 1]]], int(eclass[r]))
+            for r in range(len(op))]
+    changed = True
+    while changed:
+        changed = False
+        seen: dict = {}
+        for o, kids, c in rows:
+            key = (o, tuple(find(k) for k in kids))
+            if key in seen:
+                changed |= union(seen[key], c)
+            else:
+                seen[key] = c
+    return np.array([find(c) for _, _, c in rows], np.int64)
+
+
+def rows(kids: list[list[int]], ops: list[int], eclass: list[int] | None = None):
+    eclass = list(range(len(ops))) if eclass is None else eclass
+    offsets = np.concatenate([[0], np.cumsum([len(k) for k in kids])]).astype(np.int64)
+    flat = np.array([c for k in kids for c in k], np.int64)
+    return np.array(eclass, np.int64), np.array(ops, np.int64), offsets, flat
+
+
+def random_egraph(rng, n: int, n_ops: int = 3, max_arity: int = 3, shared: float = 0.2):
+    """n rows over earlier classes (some rows share a class), with a few back edges (cycles)."""
+    eclass, ops, kids = [], [], []
+    for r in range(n):
+        c = int(rng.integers(0, r)) if r and rng.random() < shared else r
+        eclass.append(c)
+        ops.append(int(rng.integers(0, n_ops)))
+        k = int(rng.integers(0, max_arity + 1)) if r else 0
+        top = max(eclass) + 1
+        kids.append([int(rng.integers(0, top)) for _ in range(k)])
+    used = set(eclass)
+    kids = [[c if c in used else min(used) for c in k] for k in kids]
+    return rows(kids, ops, eclass)
+
+
+def chain_pair(depth: int):
+    """f^depth(a) and f^depth(b): union(a, b) needs `depth` rounds to merge the tops."""
+    kids, ops = [[], []], [0, 1]  # a, b
+    for side in (0, 1):
+        prev = side
+        for _ in range(depth):
+            kids.append([prev])
+            ops.append(2)
+            prev = len(ops) - 1
+    return rows(kids, ops)
+
+
+def bucket(size: int):
+    """`size` leaves a_i unioned into one class, and size rows f(a_i): one signature bucket."""
+    kids = [[] for _ in range(size)] + [[i] for i in range(size)]
+    ops = list(range(1, size + 1)) + [0] * size
+    return rows(kids, ops), [(0, i) for i in range(1, size)]
+
+
+def workload_rows(N: int):
+    """The rows of ../shared/bench/egraph_workload.py: leaf k is its own operator (6 + k), so leaves
+    differ; node k is class k. Returns (eclass, op, offsets, children, unions)."""
+    import os
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(here, "..", "bench"))  # a copy of ../shared/bench's workload
+    from egraph_workload import generate
+
+    w = generate(N)
+    a, b = w["a"], w["b"]
+    arity = (a >= 0).astype(np.int64) + (b >= 0).astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(arity)]).astype(np.int64)
+    children = np.stack([a, b], 1).ravel()
+    children = children[children >= 0]
+    op = np.where(w["op"] >= 0, w["op"], 6 + np.arange(N)).astype(np.int64)
+    return np.arange(N, dtype=np.int64), op, offsets, children, np.stack([w["ua"], w["ub"]], 1)

@@ -1,0 +1,240 @@
+"""The e-graph on the reference backend (NumPy twins) against an independent simple closure, its
+API and its errors; the same checks on the GPU where one is present (marked gpu)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from egraph_cases import bucket, chain_pair, naive_closure, random_egraph, rows, workload_rows
+from vyre_numba.egraph import EGraph, congruence_closure, structural_equivalences
+from vyre_numba.errors import DispatchError, VyreError
+
+BACKENDS = ["reference", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+def close(rows_, unions=(), backend="reference", **kw):
+    g = EGraph.from_arrays(*rows_, backend=backend, **kw)
+    return g, congruence_closure(g, np.array(unions, np.int64).reshape(-1, 2))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("seed", range(12))
+def test_random_egraphs_match_the_simple_closure(backend, seed):
+    rng = np.random.default_rng(seed)
+    r = random_egraph(rng, int(rng.integers(1, 300)), n_ops=int(rng.integers(1, 4)))
+    top = int(r[0].max()) + 1
+    unions = rng.integers(0, top, (int(rng.integers(0, 20)), 2))
+    g, res = close(r, unions, backend)
+    want = naive_closure(*r, unions)
+    assert np.array_equal(res.eclass, want)
+    assert res.converged and res.classes_after == np.unique(want).size
+    assert np.array_equal(g.find(r[0]), want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_deep_chains_take_a_round_per_level(backend):
+    r = chain_pair(40)
+    g, res = close(r, [(0, 1)], backend)
+    want = naive_closure(*r, [(0, 1)])
+    assert np.array_equal(res.eclass, want)
+    assert res.classes_after == 41 and res.rounds >= 40
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cycles_through_children(backend):
+    # class 0 holds a and f(0); class 1 holds b and f(1): union(a, b) merges everything
+    r = rows([[], [0], [], [2]], [1, 0, 2, 0], [0, 0, 2, 2])
+    _, res = close(r, [(0, 2)], backend)
+    assert np.array_equal(res.eclass, naive_closure(*r, [(0, 2)]))
+    # f(x) = x and f(y) = y, never unioned: no merge
+    r = rows([[0], [1]], [0, 0])
+    _, res = close(r, (), backend)
+    assert np.array_equal(res.eclass, [0, 1])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_bucket_of_thousands_of_equal_signatures(backend):
+    r, unions = bucket(3000)
+    _, res = close(r, unions, backend)
+    assert np.array_equal(res.eclass, naive_closure(*r, unions))
+    assert res.classes_after == 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_workload_matches_the_numpy_closure(backend):
+    *r, unions = workload_rows(1 << 12)
+    _, res = close(r, unions, backend)
+    assert np.array_equal(res.eclass, naive_closure(*r, unions))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_empty_and_single_node_graphs(backend):
+    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64))
+    g, res = close(empty, (), backend)
+    assert res.eclass.size == 0 and res.converged and g.n_nodes == 0
+    g, res = close(rows([[]], [0]), [(0, 0)], backend)
+    assert np.array_equal(res.eclass, [0]) and res.merged == 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_add_hash_conses_and_lookup_finds(backend):
+    g = EGraph.from_terms([("g", ("f", "a")), ("g", ("f", "b"))], backend=backend)
+    a, b = (int(g.lookup([g.ops.index(x)], [0, 0], [])[0]) for x in "ab")
+    f = g.ops.index("f")
+    assert g.lookup([f, f, 0], [0, 1, 2, 3], [a, b, 5]).tolist()[:2] == [1, 4]
+    g.union([[a, b]])
+    # unions pending: lookup rebuilds first, so f(a) and f(b) are one class
+    found = g.lookup([f, f], [0, 1, 2], [a, b])
+    assert found[0] == found[1] == 1
+    before = g.n_nodes
+    ids = g.add([f, f, f], [0, 1, 2, 3], [a, b, 1])  # two existing, one new (f(f(a)))
+    assert ids[0] == ids[1] == 1 and ids[2] == g.n_classes - 1 and g.n_nodes == before + 1
+    again = g.add([f, f], [0, 1, 2], [1, 1])  # a batch of two equal new e-nodes: one class, one row
+    assert again[0] == again[1] == ids[2]
+    assert g.n_nodes == before + 1
+    new = g.add([f, f], [0, 1, 2], [ids[2], ids[2]])
+    assert new[0] == new[1] == g.n_classes - 1 and g.n_nodes == before + 2
+    assert np.array_equal(g.find(g.term_classes), [2, 2])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_structural_equivalences_grow_their_buffer(backend):
+    r = rows([[], []] + [[0]] * 30 + [[1]] * 5, [1, 2] + [0] * 35)  # two groups: 30 and 5 rows
+    g = EGraph.from_arrays(*r, backend=backend)
+    want = np.array([(2, c) for c in range(3, 32)] + [(32, c) for c in range(33, 37)])
+    for cap in (None, 0, 1, 3):
+        assert np.array_equal(structural_equivalences(g, capacity=cap), want)
+    g.union([[0, 1]])
+    with pytest.raises(DispatchError, match="Fix: call egraph.rebuild"):
+        structural_equivalences(g)
+    g.rebuild()
+    assert structural_equivalences(g).shape == (0, 2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rebuild_stats_and_max_rounds(backend):
+    r = chain_pair(10)
+    g = EGraph.from_arrays(*r, backend=backend)
+    assert g.rebuild().unions == 0
+    g.union([[0, 1]])
+    s = g.rebuild(max_rounds=3)
+    assert not s.converged and s.rounds == 3
+    s = g.rebuild()
+    assert s.converged
+    assert np.array_equal(g.classes(), naive_closure(*r, [(0, 1)]))
+
+
+def test_serialized_round_trip_and_the_format():
+    g = EGraph.from_terms([("Add", 1, 2), ("Add", 3, 2)], backend="reference")
+    text = g.to_serialized()
+    data = json.loads(text)
+    assert set(data) == {"nodes", "root_eclasses", "class_data"}
+    assert all({"op", "children", "eclass"} <= set(nd) for nd in data["nodes"].values())
+    h = EGraph.from_serialized(text, backend="reference")
+    one, three = (int(h.lookup([h.ops.index(x)], [0, 0], [])[0]) for x in "13")
+    h.union([[one, three]])
+    res = congruence_closure(h)
+    assert res.classes_after == 3  # {1, 3}, {2}, {Add(1, 2), Add(3, 2)}
+    out = json.loads(h.to_serialized())
+    adds = [nd["eclass"] for nd in out["nodes"].values() if nd["op"] == "Add"]
+    assert adds[0] == adds[1]
+
+
+def test_egglog_partitions_agree():
+    egglog = pytest.importorskip("egglog", reason="egglog is not installed: pip install 'vyre-numba[egglog]'")
+    from egglog import bindings
+
+    eg = bindings.EGraph()
+    program = """(datatype M (Num i64) (Var String) (Add M M) (Mul M M))
+    (let $x (Add (Mul (Num 1) (Var "a")) (Num 2)))
+    (let $y (Add (Mul (Num 3) (Var "a")) (Num 2)))
+    (let $z (Mul (Num 1) (Var "b")))"""
+    eg.run_program(*eg.parse_program(program))
+    g = EGraph.from_serialized(eg.serialize([]).to_json(), backend="reference")
+    eg.run_program(*eg.parse_program("(union (Num 1) (Num 3)) (run 1)"))
+    theirs = json.loads(eg.serialize([]).to_json())["nodes"]
+    ours = json.loads(g.to_serialized())["nodes"]
+    num = {nd["children"][0]: nid for nid, nd in ours.items() if nd["op"] == "Num"}
+    one, three = (g.find([int(g._meta["class_names"].index(ours[num[p]]["eclass"]))])[0]
+                  for p in ("primitive-i64-1", "primitive-i64-3"))
+    g.union([[one, three]])
+    g.rebuild()
+    ours = json.loads(g.to_serialized())["nodes"]
+
+    def terms(nodes):  # egglog renumbers node ids in a rebuild: compare nodes by the term they spell
+        memo: dict = {}
+
+        def spell(nid):
+            if nid not in memo:
+                nd = nodes[nid]
+                memo[nid] = nd["op"] + "(" + ",".join(spell(c) for c in nd["children"]) + ")"
+            return memo[nid]
+
+        return {spell(nid): nd["eclass"] for nid, nd in nodes.items()}
+
+    def partition(classes, keep):
+        groups: dict = {}
+        for term, c in classes.items():
+            if term in keep:
+                groups.setdefault(c, set()).add(term)
+        return sorted(sorted(s) for s in groups.values())
+
+    theirs, ours = terms(theirs), terms(ours)
+    # egglog drops the e-nodes its rebuild found duplicate; on the terms both keep, the classes agree
+    kept = set(theirs)
+    assert kept < set(ours)
+    assert partition(theirs, kept) == partition(ours, kept)
+    assert len(set(theirs.values())) == len(set(ours.values()))
+
+
+BAD = {
+    "child out of range": (([0, 1], [0, 0], [0, 0, 1], [5]), "child refers to class 5"),
+    "offsets decrease": (([0, 1], [0, 0], [0, 1, 0], [0]), "never decrease"),
+    "offsets wrong length": (([0, 1], [0, 0], [0, 1], [0]), "needs 3"),
+    "float ids": ((np.array([0.0, 1.0]), [0, 0], [0, 0, 0], []), "dtype float64"),
+    "bool ops": (([0, 1], np.array([True, False]), [0, 0, 0], []), "dtype bool"),
+    "id past 2**32": (([0, 2**32], [0, 0], [0, 0, 0], []), "outside 0"),
+    "negative child": (([0, 1], [0, 0], [0, 1, 1], [-1]), "outside 0"),
+    "2-D eclass": ((np.zeros((2, 1), np.int64), [0, 0], [0, 0, 0], []), "1-D"),
+    "lengths differ": (([0, 1, 2], [0, 0], [0, 0, 0], []), "one of each"),
+    "ragged": (([[0], [1, 2]], [0, 0], [0, 0, 0], []), "not an array of integers"),
+}
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_bad_input_says_how_to_fix_it(case):
+    args, match = BAD[case]
+    with pytest.raises(VyreError, match=match) as e:
+        EGraph.from_arrays(*args, backend="reference")
+    assert "Fix:" in str(e.value)
+
+
+def test_bad_operations_say_how_to_fix_them():
+    g = EGraph.from_arrays(*rows([[], [0]], [0, 1]), backend="reference")
+    for call, match in [(lambda: g.union([1, 2]), "(k, 2)"), (lambda: g.union([[0, 7]]), "outside 0..1"),
+                        (lambda: g.find([2.0]), "dtype float64"), (lambda: g.add([0], [0, 1], [9]), "outside"),
+                        (lambda: g.rebuild(max_rounds=0), "max_rounds"),
+                        (lambda: structural_equivalences(g, capacity=-1), "capacity"),
+                        (lambda: EGraph.from_serialized("{", backend="reference"), "not JSON"),
+                        (lambda: EGraph.from_serialized({"nodes": {"a": {"op": "x", "children": ["zz"],
+                                                                         "eclass": "c"}}}), "no node"),
+                        (lambda: EGraph.from_terms([(1, 2)], backend="reference"), "operator name"),
+                        (lambda: EGraph.from_terms([object()], backend="reference"), "a term is"),
+                        (lambda: congruence_closure("x"), "Fix:")]:
+        with pytest.raises(VyreError, match=match) as e:
+            call()
+        assert "Fix:" in str(e.value)
+    g.close()
+    with pytest.raises(VyreError, match="closed"):
+        g.find([0])
+    assert "closed" in repr(g)
+
+
+def test_deep_terms_need_no_recursion():
+    t = "x"
+    for _ in range(20000):
+        t = ("f", t)
+    g = EGraph.from_terms([t], backend="reference")
+    assert g.n_nodes == 20001 and g.term_classes.tolist() == [20000]

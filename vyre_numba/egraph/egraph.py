@@ -1,0 +1,343 @@
+"""`EGraph`: a columnar e-graph that stays where its backend keeps it (device memory on the GPU,
+host arrays on the reference backend), with batched add / union / find / lookup / rebuild.
+
+Layout, one row per e-node, rows in the order given:
+
+    eclass[r]                      the row's e-class id (after a rebuild: the smallest id in its class)
+    op[r]                          operator id (the index of its name in `ops`, where names are known)
+    children[offsets[r]:offsets[r+1]]   the row's children, e-class ids, in order
+
+Class ids are 0 .. n_classes-1 (one more than the largest id given or added); a union-find over
+them (`parent`) records which are merged. Ids are below 2**31 - 1 (they are int32 on the device).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import DispatchError
+
+MAX_ID = 2**31 - 2
+
+
+@dataclass(frozen=True)
+class RebuildStats:
+    """What a rebuild did: rounds run, classes merged, rows (re)hashed in all, whether it reached
+    the fixed point, and seconds per phase (host clock around synchronised phases)."""
+
+    rounds: int
+    unions: int
+    nodes_touched: int
+    converged: bool
+    seconds: float
+    phase_seconds: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClosureResult:
+    """Congruence closure of an e-graph: `eclass` (the canonical class of each row, the smallest id
+    in its class, aligned with the rows), rounds, classes merged, classes before and after, and the
+    rebuild's per-phase seconds."""
+
+    eclass: np.ndarray
+    rounds: int
+    merged: int
+    classes_before: int
+    classes_after: int
+    converged: bool
+    seconds: float
+    phase_seconds: dict = field(default_factory=dict)
+
+
+def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID) -> np.ndarray:
+    """`a` as a 1-D int64 NumPy array, checked: integers only (no floats or bools), within [lo, hi]."""
+    if hasattr(a, "__cuda_array_interface__") and not isinstance(a, np.ndarray):
+        raise DispatchError(f"{name} is a device array; e-graphs are built from host arrays (they are checked and "
+                            f"indexed on the host first). Fix: pass a NumPy array (e.g. x.copy_to_host()).")
+    try:
+        arr = np.asarray(a)
+    except Exception as e:  # ragged lists and the like
+        raise DispatchError(f"{name} is not an array of integers ({e}). Fix: pass a 1-D NumPy integer array.") from e
+    if arr.dtype.kind not in "iu" or arr.dtype == np.bool_:
+        if arr.size == 0 and arr.dtype.kind == "f":  # [] comes in as float64
+            arr = arr.astype(np.int64)
+        else:
+            raise DispatchError(f"{name} has dtype {arr.dtype}; it must hold integers. Fix: pass an integer array "
+                                "(ids are not converted, so a float id is never rounded silently).")
+    if arr.ndim != 1:
+        raise DispatchError(f"{name} has shape {arr.shape}; it must be 1-D. Fix: pass a flat array.")
+    if arr.size:
+        low, high = int(arr.min()), int(arr.max())
+        if low < lo or high > hi:
+            bad = low if low < lo else high
+            raise DispatchError(f"{name} holds {bad}, outside {lo}..{hi}. Fix: " + (
+                "renumber ids densely from 0 (np.unique(ids, return_inverse=True)); ids are int32 on the device."
+                if hi == MAX_ID else f"keep every value in {lo}..{hi}."))
+    return arr.astype(np.int64)
+
+
+def _rows(op, children_offsets, children, n_classes: int | None, what: str):
+    """(op, offsets, children) of a batch of e-nodes, checked."""
+    op = _ints(op, f"{what} op")
+    offsets = _ints(children_offsets, f"{what} children_offsets", hi=2**62)
+    if offsets.size != op.size + 1:
+        raise DispatchError(f"{what} children_offsets has {offsets.size} entries for {op.size} e-nodes; it needs "
+                            f"{op.size + 1} (row r's children are children[offsets[r]:offsets[r+1]]). Fix: pass n+1 "
+                            "offsets starting at 0.")
+    children = _ints(children, f"{what} children", hi=MAX_ID if n_classes is None else max(n_classes - 1, -1))
+    if offsets[0] != 0 or np.any(np.diff(offsets) < 0) or offsets[-1] != children.size:
+        raise DispatchError(f"{what} children_offsets must start at 0, never decrease and end at len(children) "
+                            f"= {children.size}; it starts at {offsets[0]} and ends at {offsets[-1]}. Fix: pass "
+                            "np.concatenate([[0], np.cumsum(arities)]).")
+    return op, offsets, children
+
+
+def _resolve(backend):
+    from ..backend import resolve_backend
+
+    return resolve_backend(backend)
+
+
+class EGraph:
+    """A columnar e-graph (see the module docstring for the layout). Build one with
+    `from_arrays`, `from_terms` or `from_serialized`; release its device memory with `close()` or
+    `with`. Operations are batched: pass arrays, get arrays."""
+
+    def __init__(self, eclass, op, children_offsets, children, *, ops: Sequence[str] | None = None,
+                 backend=None, table_capacity: int | None = None, _meta: dict | None = None):
+        """The rows as given (see `from_arrays`)."""
+        eclass = _ints(eclass, "eclass")
+        op, offsets, children = _rows(op, children_offsets, children, None, "the e-graph's")
+        if eclass.size != op.size:
+            raise DispatchError(f"eclass has {eclass.size} entries and op {op.size}; there is one of each per e-node. "
+                                "Fix: pass arrays of equal length.")
+        n_classes = int(max(eclass.max(initial=-1), children.max(initial=-1))) + 1
+        if children.size and int(children.max()) > int(eclass.max(initial=-1)):
+            bad = int(children.max())
+            raise DispatchError(f"a child refers to class {bad}, but no e-node is in a class above "
+                                f"{int(eclass.max(initial=-1))}. Fix: children are e-class ids of e-nodes in the graph.")
+        if table_capacity is not None and (not isinstance(table_capacity, int) or table_capacity < 1):
+            raise DispatchError(f"table_capacity is {table_capacity!r}. Fix: pass a positive int (or None).")
+        if ops is not None:
+            ops = [str(o) for o in ops]
+            if op.size and int(op.max()) >= len(ops):
+                raise DispatchError(f"op holds {int(op.max())} but only {len(ops)} operator names were given. "
+                                    "Fix: pass one name per operator id.")
+        self.ops = ops
+        self._be = _resolve(backend)
+        self.backend = self._be.name
+        self._children0 = children  # as first given: the device's index of which rows use a class
+        self._meta = _meta
+        if self.backend == "cuda":
+            from .device import DeviceEGraph
+
+            self._g = DeviceEGraph(eclass, op, offsets, children, n_classes, table_capacity)
+        else:
+            from .host import HostEGraph
+
+            self._g = HostEGraph(eclass, op, offsets, children, n_classes, table_capacity)
+        self._pending = True  # the rows have never been checked for congruence
+        self._unioned = False  # unions made since the last rebuild: children may not be canonical
+
+    # --- constructors ----------------------------------------------------------------------
+    @classmethod
+    def from_arrays(cls, eclass, op, children_offsets, children, *, ops: Sequence[str] | None = None,
+                    backend=None, table_capacity: int | None = None) -> "EGraph":
+        """An e-graph of the given rows, kept in the given order: row r is an e-node in class
+        eclass[r] with operator op[r] and children (class ids) children[children_offsets[r]:
+        children_offsets[r+1]]. Congruent rows are merged by the first `rebuild()`."""
+        return cls(eclass, op, children_offsets, children, ops=ops, backend=backend, table_capacity=table_capacity)
+
+    @classmethod
+    def from_terms(cls, terms: Sequence[Any], *, backend=None) -> "EGraph":
+        """An e-graph of Python terms, hash-consed: a term is a tuple (operator, child terms...) or
+        a leaf (a str, int or float, an operator without children). Equal subterms share a class;
+        `egraph.term_classes` lists the class of each given term."""
+        from .serialize import rows_of_terms
+
+        eclass, op, offsets, children, ops, roots = rows_of_terms(terms)
+        g = cls(eclass, op, offsets, children, ops=ops, backend=backend)
+        g.term_classes = roots
+        return g
+
+    @classmethod
+    def from_serialized(cls, data: "str | dict", *, backend=None) -> "EGraph":
+        """An e-graph from egraph-serialize JSON (what egglog's `serialize(...).to_json()` writes):
+        one row per node, in the file's order, its e-class and children looked up by name."""
+        from .serialize import rows_of_serialized
+
+        eclass, op, offsets, children, ops, meta = rows_of_serialized(data)
+        return cls(eclass, op, offsets, children, ops=ops, backend=backend, _meta=meta)
+
+    def to_serialized(self) -> str:
+        """egraph-serialize JSON of the e-graph as it is now (after a rebuild, merged nodes share
+        their class's canonical name)."""
+        from .serialize import serialized_of_rows
+
+        return serialized_of_rows(self._host_rows(), self.ops, self._meta)
+
+    # --- state -----------------------------------------------------------------------------
+    @property
+    def n_nodes(self) -> int:
+        return self._g.n
+
+    @property
+    def n_classes(self) -> int:
+        """Class ids in use: one more than the largest (merged ids included)."""
+        return self._g.n_classes
+
+    def _live(self):
+        if self._g is None:
+            raise DispatchError("this EGraph was closed. Fix: build a new one.")
+        return self._g
+
+    def _host_rows(self) -> dict[str, np.ndarray]:
+        return self._live().download()
+
+    def classes(self) -> np.ndarray:
+        """The canonical class of every row (the smallest id in its class), as a NumPy array."""
+        return self._live().classes()
+
+    def close(self) -> None:
+        """Release the e-graph's device memory (once; later calls do nothing)."""
+        self._g = None
+
+    def __enter__(self) -> "EGraph":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self._g is None:
+            return "EGraph(closed)"
+        return (f"EGraph({self.n_nodes} e-nodes, {self.n_classes} class ids, backend={self.backend!r}"
+                f"{', rebuild pending' if self._pending else ''})")
+
+    # --- operations ------------------------------------------------------------------------
+    def _ids(self, ids, name: str) -> np.ndarray:
+        return _ints(ids, name, hi=max(self.n_classes - 1, -1))
+
+    def union(self, pairs) -> None:
+        """Merge the classes of each pair (a (k, 2) array of class ids). Congruence is restored by
+        the next `rebuild()` (or by `add`, `lookup` and the closure, which rebuild first)."""
+        g = self._live()
+        arr = np.asarray(pairs) if not hasattr(pairs, "__cuda_array_interface__") else pairs
+        if getattr(arr, "ndim", None) != 2 or arr.shape[1] != 2:
+            if getattr(arr, "size", None) == 0:
+                return
+            raise DispatchError(f"pairs has shape {getattr(arr, 'shape', None)}; union takes a (k, 2) array of class "
+                                "ids. Fix: np.stack([a, b], axis=1).")
+        a = self._ids(arr[:, 0], "pairs[:, 0]")
+        b = self._ids(arr[:, 1], "pairs[:, 1]")
+        g.union(a, b)
+        if a.size:
+            self._pending = self._unioned = True
+
+    def find(self, ids) -> np.ndarray:
+        """The canonical id (smallest in its class) of each class id; valid at any time."""
+        return self._live().find(self._ids(ids, "ids"))
+
+    def rebuild(self, *, max_rounds: int | None = None) -> RebuildStats:
+        """Restore the invariants: every child canonical, no two rows with equal (operator,
+        canonical children) in different classes. Incremental on the GPU: a round revisits only the
+        rows that use a class merged in the round before."""
+        if max_rounds is not None and (not isinstance(max_rounds, int) or max_rounds < 1):
+            raise DispatchError(f"max_rounds is {max_rounds!r}. Fix: pass a positive int, or None to run to the "
+                                "fixed point.")
+        s = self._live().rebuild(max_rounds)
+        self._pending = self._unioned = not s["converged"]
+        return RebuildStats(s["rounds"], s["unions"], s["nodes_touched"], s["converged"], s["seconds"],
+                            s.get("phase_seconds", {}))
+
+    def _rebuilt(self) -> None:
+        """Hash-consing compares canonical children, so queries after unions rebuild first."""
+        if self._pending:
+            self.rebuild()
+
+    def lookup(self, op, children_offsets, children) -> np.ndarray:
+        """The class of the e-node equal to each given one (children canonicalised first), or -1.
+        Rebuilds first if unions are pending: equality is only meaningful on canonical children."""
+        self._rebuilt()
+        op, offsets, children = _rows(op, children_offsets, children, self.n_classes, "lookup")
+        return self._live().lookup(op, offsets, children)
+
+    def add(self, op, children_offsets, children) -> np.ndarray:
+        """Add e-nodes (children: existing class ids) and return their classes, hash-consed: an
+        e-node equal to an existing one (after canonicalising children), or to an earlier one of
+        the batch, returns that one's class and adds no row. Rebuilds first if unions are pending."""
+        self._rebuilt()
+        op, offsets, children = _rows(op, children_offsets, children, self.n_classes, "add")
+        if self.ops is not None and op.size and int(op.max()) >= len(self.ops):
+            raise DispatchError(f"op holds {int(op.max())}, but the e-graph names {len(self.ops)} operators. "
+                                "Fix: use an operator id below that.")
+        g = self._live()
+        canon = g.find(children) if children.size else children
+        out = g.lookup(op, offsets, canon)
+        new = np.flatnonzero(out < 0)
+        if new.size:
+            first: dict = {}
+            fresh = []
+            base = self.n_classes
+            for r in new.tolist():
+                key = (int(op[r]), tuple(canon[offsets[r]:offsets[r + 1]].tolist()))
+                if key not in first:
+                    first[key] = base + len(fresh)
+                    fresh.append(r)
+                out[r] = first[key]
+            fresh = np.asarray(fresh, np.int64)
+            if base + fresh.size - 1 > MAX_ID:
+                raise DispatchError(f"adding {fresh.size} classes passes the id limit {MAX_ID}. Fix: split the graph.")
+            arity = (offsets[1:] - offsets[:-1])[fresh]
+            f_off = np.concatenate([[0], np.cumsum(arity)]).astype(np.int64)
+            idx = np.concatenate([np.arange(offsets[r], offsets[r + 1]) for r in fresh]).astype(np.int64) \
+                if arity.sum() else np.zeros(0, np.int64)
+            f_children = canon[idx]
+            self._children0 = np.concatenate([self._children0, f_children])
+            g.append(np.arange(base, base + fresh.size), op[fresh], f_off, f_children, base + fresh.size,
+                     self._children0)
+            self.rebuild()  # new rows go into the hash table (they are equal to no row, so nothing merges)
+        return out
+
+
+def congruence_closure(egraph: "EGraph", unions=None, *, backend=None, max_rounds: int | None = None) -> ClosureResult:
+    """Apply `unions` ((k, 2) class ids) to `egraph` (an EGraph, changed in place, or a tuple
+    (eclass, op, children_offsets, children) built on `backend`) and rebuild to the fixed point:
+    the canonical class of every row, rounds, classes merged and per-phase times."""
+    if not isinstance(egraph, EGraph):
+        if not (isinstance(egraph, (tuple, list)) and len(egraph) == 4):
+            raise DispatchError(f"egraph is a {type(egraph).__name__}. Fix: pass an EGraph or a tuple "
+                                "(eclass, op, children_offsets, children).")
+        egraph = EGraph.from_arrays(*egraph, backend=backend)
+    before = _class_count(egraph)
+    if unions is not None:
+        egraph.union(unions)
+    s = egraph.rebuild(max_rounds=max_rounds)
+    eclass = egraph.classes()
+    after = int(np.unique(eclass).size)
+    return ClosureResult(eclass, s.rounds, before - after, before, after, s.converged, s.seconds, s.phase_seconds)
+
+
+def _class_count(egraph: "EGraph") -> int:
+    return int(np.unique(egraph.classes()).size)
+
+
+def structural_equivalences(egraph: "EGraph", *, capacity: int | None = None) -> np.ndarray:
+    """Unique (min, max) class pairs found in one pass over the rows as they are: for every group
+    of rows with equal (operator, children), its smallest class with each other class in it.
+    The pair buffer starts at `capacity`; if more pairs are found, the pass runs again with room
+    for all of them (nothing is dropped). Raises if unions are pending (children not canonical)."""
+    from .device import check_rebuilt
+
+    g = egraph._live()
+    check_rebuilt(egraph._unioned, "structural_equivalences")
+    cap = capacity if capacity is not None else max(16, g.n // 8)
+    if not isinstance(cap, int) or cap < 0:
+        raise DispatchError(f"capacity is {capacity!r}. Fix: pass a non-negative int (or None).")
+    pairs, found = g.structural_pairs(cap)
+    if found > cap:
+        pairs, found = g.structural_pairs(found)
+    pairs = pairs[:found]
+    return np.unique(pairs, axis=0) if pairs.size else pairs.reshape(0, 2).astype(np.int64)

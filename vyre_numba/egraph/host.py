@@ -1,0 +1,82 @@
+"""The e-graph's rows in host memory with the NumPy twins of the device phases: the reference
+backend's e-graph, with the same operations as `device.DeviceEGraph`."""
+from __future__ import annotations
+
+import numpy as np
+
+from .closure_numpy import rebuild_numpy, union_numpy
+from .signature import same_signature, signature_hash, structural_pairs
+
+
+class HostEGraph:
+    def __init__(self, eclass: np.ndarray, op: np.ndarray, offsets: np.ndarray, children: np.ndarray,
+                 n_classes: int, table_capacity: int | None = None):
+        self.eclass, self.op = eclass.astype(np.int64), op.astype(np.int64)
+        self.offsets, self.children = offsets.astype(np.int64), children.astype(np.int64)
+        self.parent = np.arange(n_classes, dtype=np.int64)
+        self.n, self.n_classes = op.size, n_classes
+        self._memo = None  # (sorted signature hashes, their rows), made after a rebuild
+
+    def union(self, a: np.ndarray, b: np.ndarray) -> None:
+        union_numpy(self.parent, a, b)
+        self._memo = None
+
+    def find(self, ids: np.ndarray) -> np.ndarray:
+        return self.parent[ids]
+
+    def rebuild(self, max_rounds: int | None = None) -> dict:
+        self._memo = None
+        stats = rebuild_numpy(self.parent, self.op, self.offsets, self.children, self.eclass, max_rounds)
+        stats["phase_seconds"] = {"rebuild": stats["seconds"]}
+        return stats
+
+    def lookup(self, op: np.ndarray, offsets: np.ndarray, children: np.ndarray) -> np.ndarray:
+        if self._memo is None:
+            h = signature_hash(self.op, self.offsets, self.children)
+            order = np.argsort(h, kind="stable")
+            self._memo = (h[order], order)
+        hs, rows = self._memo
+        q_children = self.parent[children]
+        qh = signature_hash(op, offsets, q_children)
+        at = np.searchsorted(hs, qh)
+        out = np.full(op.size, -1, np.int64)
+        if rows.size == 0:
+            return out
+        cand = np.minimum(at, rows.size - 1)
+        hit = hs[cand] == qh
+        # compare the query with its first candidate row exactly; rare collisions scan the run
+        both_op = np.concatenate([self.op, op])
+        both_off = np.concatenate([self.offsets[:-1], self.offsets[-1] + offsets])
+        both_ch = np.concatenate([self.children, q_children])
+        q = np.arange(op.size) + self.n
+        ok = hit & same_signature(both_op, both_off, both_ch, rows[cand], q)
+        out[ok] = self.parent[self.eclass[rows[cand[ok]]]]
+        for k in np.flatnonzero(hit & ~ok):
+            j = at[k]
+            while j < rows.size and hs[j] == qh[k]:
+                if same_signature(both_op, both_off, both_ch, rows[[j]], q[[k]])[0]:
+                    out[k] = self.parent[self.eclass[rows[j]]]
+                    break
+                j += 1
+        return out
+
+    def classes(self) -> np.ndarray:
+        return self.parent[self.eclass]
+
+    def download(self) -> dict[str, np.ndarray]:
+        return dict(eclass=self.eclass.copy(), op=self.op.copy(), offsets=self.offsets.copy(),
+                    children=self.children.copy(), parent=self.parent.copy())
+
+    def append(self, eclass: np.ndarray, op: np.ndarray, offsets: np.ndarray, children: np.ndarray,
+               n_classes: int, all_children: np.ndarray) -> None:
+        self.eclass = np.concatenate([self.eclass, eclass])
+        self.op = np.concatenate([self.op, op])
+        self.offsets = np.concatenate([self.offsets[:-1], self.offsets[-1] + offsets])
+        self.children = np.concatenate([self.children, children])
+        self.parent = np.concatenate([self.parent, np.arange(self.n_classes, n_classes)])
+        self.n, self.n_classes = self.op.size, n_classes
+        self._memo = None
+
+    def structural_pairs(self, capacity: int) -> tuple[np.ndarray, int]:
+        pairs = structural_pairs(self.op, self.offsets, self.children, self.eclass)
+        return pairs[:capacity], len(pairs)

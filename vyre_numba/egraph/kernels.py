@@ -1,0 +1,196 @@
+"""The e-graph's device phases as Numba kernels (see `device.py` for the loop that runs them).
+Imported only where a GPU or the CUDA simulator runs them; no warp intrinsics, so the simulator
+runs every one. Rows are e-nodes: op[r], children ch[off[r]:off[r+1]], class cls[r]."""
+from __future__ import annotations
+
+from numba import cuda, int32, int64, uint64
+
+from ..unionfind import link, root
+
+EMPTY, TOMB = -1, -2  # hash-table slots: never used, and freed (a freed slot is never reused in a round)
+UNIONS, USED, FULL = 0, 1, 2  # control words
+
+_SEED, _CHILD = uint64(0xA24BAED4963EE407), uint64(0x9FB21C651E98DF25)
+
+
+@cuda.jit(device=True)
+def mix64(x):
+    x = x ^ (x >> uint64(30))
+    x = x * uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> uint64(27))
+    x = x * uint64(0x94D049BB133111EB)
+    return x ^ (x >> uint64(31))
+
+
+@cuda.jit(device=True)
+def signature(op, off, ch, r):
+    """hash(op, arity, children in order): the host's `signature_hash`, bit for bit."""
+    start = off[r]
+    arity = off[r + 1] - start
+    h = mix64((uint64(int64(op[r])) << uint64(32)) ^ uint64(arity) ^ _SEED)
+    acc = uint64(0)
+    for k in range(arity):
+        acc ^= mix64(uint64(int64(ch[start + k])) ^ (uint64(k) << uint64(32)) ^ _CHILD)
+    return mix64(h ^ acc)
+
+
+@cuda.jit(device=True)
+def same(op, off, ch, r, qop, qoff, qch, q):
+    """Whether row r and row q (of another or the same set of rows) are equal e-nodes, exactly."""
+    if op[r] != qop[q]:
+        return False
+    a = off[r + 1] - off[r]
+    if a != qoff[q + 1] - qoff[q]:
+        return False
+    for k in range(a):
+        if ch[off[r] + k] != qch[qoff[q] + k]:
+            return False
+    return True
+
+
+@cuda.jit
+def rewrite(work, canon, off, ch, cls, table, slot, rowflag):
+    """Each listed row: children and class made canonical, its stale table entry freed, unflagged."""
+    i = cuda.grid(1)
+    if i < work.size:
+        r = work[i]
+        rowflag[r] = 0
+        for j in range(off[r], off[r + 1]):
+            ch[j] = canon[ch[j]]
+        cls[r] = canon[cls[r]]
+        s = slot[r]
+        if s >= 0:
+            table[s] = TOMB
+            slot[r] = -1
+
+
+@cuda.jit
+def insert(work, op, off, ch, cls, parent, table, slot, ctl, unite):
+    """Each listed row: probe the table from its signature's slot; the first empty slot takes the
+    row (compare-and-swap), and a row found equal joins the classes (lock-free union) when `unite`
+    is set. Rows with
+    equal signatures meet at one slot, so a group of any size costs one comparison a row. A row
+    that finds no slot counts in ctl[FULL] (the host grows the table and repeats the round)."""
+    i = cuda.grid(1)
+    if i < work.size:
+        r = int32(work[i])
+        mask = table.size - 1
+        s = int64(signature(op, off, ch, r) & uint64(mask))
+        for _ in range(table.size):
+            e = table[s]
+            if e == EMPTY:
+                e = cuda.atomic.cas(table, s, int32(EMPTY), r)
+                if e == EMPTY:
+                    slot[r] = s
+                    cuda.atomic.add(ctl, USED, 1)
+                    return
+            if e >= 0 and same(op, off, ch, e, op, off, ch, r):
+                if unite != 0 and link(parent, cls[r], cls[e]):
+                    cuda.atomic.add(ctl, UNIONS, 1)
+                return
+            s = (s + 1) & mask
+        cuda.atomic.add(ctl, FULL, 1)
+
+
+@cuda.jit
+def compress(parent, canon, classflag):
+    """Every class id pointed at its root; flagged where its root changed since the last pass."""
+    c = cuda.grid(1)
+    if c < parent.size:
+        r = root(parent, c)
+        parent[c] = r
+        classflag[c] = 1 if r != canon[c] else 0
+        canon[c] = r
+
+
+@cuda.jit
+def mark_parents(dirty, uses_off, uses, rowflag):
+    """Flag every row that has a child in a class whose root changed (found through `uses`, the
+    rows of each child id as first given), so the next round revisits only them."""
+    i = cuda.grid(1)
+    if i < dirty.size:
+        c = dirty[i]
+        for j in range(uses_off[c], uses_off[c + 1]):
+            rowflag[uses[j]] = 1
+
+
+@cuda.jit
+def link_pairs(a, b, parent, ctl):
+    """Union of the classes of a[k] and b[k] for every k."""
+    k = cuda.grid(1)
+    if k < a.size:
+        if link(parent, int32(a[k]), int32(b[k])):
+            cuda.atomic.add(ctl, UNIONS, 1)
+
+
+@cuda.jit
+def find_ids(ids, parent, out):
+    k = cuda.grid(1)
+    if k < ids.size:
+        out[k] = root(parent, ids[k])
+
+
+@cuda.jit
+def canonical_classes(cls, canon):
+    r = cuda.grid(1)
+    if r < cls.size:
+        cls[r] = canon[cls[r]]
+
+
+@cuda.jit
+def lookup(qop, qoff, qch, op, off, ch, cls, canon, table, out):
+    """The class of the row equal to query q (whose children are canonicalised first), or -1."""
+    q = cuda.grid(1)
+    if q < out.size:
+        for j in range(qoff[q], qoff[q + 1]):
+            qch[j] = canon[qch[j]]
+        mask = table.size - 1
+        s = int64(signature(qop, qoff, qch, q) & uint64(mask))
+        out[q] = -1
+        for _ in range(table.size):
+            e = table[s]
+            if e == EMPTY:
+                return
+            if e >= 0 and same(op, off, ch, e, qop, qoff, qch, q):
+                out[q] = canon[cls[e]]
+                return
+            s = (s + 1) & mask
+
+
+@cuda.jit(device=True)
+def entry(op, off, ch, table, r):
+    """The table slot holding the row equal to row r (every row's signature is in the table)."""
+    mask = table.size - 1
+    s = int64(signature(op, off, ch, r) & uint64(mask))
+    for _ in range(table.size):
+        e = table[s]
+        if e == EMPTY:
+            return -1
+        if e >= 0 and same(op, off, ch, e, op, off, ch, r):
+            return s
+        s = (s + 1) & mask
+    return -1
+
+
+@cuda.jit
+def group_min(op, off, ch, cls, table, low):
+    """low[slot]: the smallest class among the rows of each signature group."""
+    r = cuda.grid(1)
+    if r < op.size:
+        s = entry(op, off, ch, table, r)
+        if s >= 0:
+            cuda.atomic.min(low, s, cls[r])
+
+
+@cuda.jit
+def congruent_pairs(op, off, ch, cls, table, low, pairs, ctl):
+    """(smallest class of the group, class) for every row in another class than its group's
+    smallest; pairs past the buffer's capacity are counted, not written."""
+    r = cuda.grid(1)
+    if r < op.size:
+        s = entry(op, off, ch, table, r)
+        if s >= 0 and low[s] != cls[r]:
+            k = cuda.atomic.add(ctl, UNIONS, 1)
+            if k < pairs.shape[0]:
+                pairs[k, 0] = low[s]
+                pairs[k, 1] = cls[r]

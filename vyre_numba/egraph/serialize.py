@@ -1,0 +1,156 @@
+"""E-graphs to and from other forms: Python terms, and egraph-serialize JSON (the format egglog
+exports: `nodes` maps node ids to {op, children: [node ids], eclass: class name, ...},
+`class_data` maps class names to their data, `root_eclasses` lists class names)."""
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import DispatchError
+
+
+def _op_id(ops: dict, name: str) -> int:
+    return ops.setdefault(name, len(ops))
+
+
+def _csr(rows_children: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    arity = np.array([len(c) for c in rows_children], np.int64)
+    offsets = np.concatenate([[0], np.cumsum(arity)]).astype(np.int64)
+    flat = [c for cs in rows_children for c in cs]
+    return offsets, np.array(flat, np.int64)
+
+
+def rows_of_terms(terms: Sequence[Any]):
+    """(eclass, op, offsets, children, op names, class of each term) of hash-consed terms. Walked
+    with an explicit stack, so a term of any depth is fine."""
+    if isinstance(terms, (str, bytes)) or not isinstance(terms, Sequence):
+        raise DispatchError(f"terms is a {type(terms).__name__}; from_terms takes a list of terms. Fix: pass "
+                            "[term, ...] where a term is (op, child, ...) or a leaf (str, int, float).")
+    ops: dict = {}
+    memo: dict = {}  # (op id, children classes) -> class
+    op_of: list[int] = []
+    kids: list[list[int]] = []
+    done: dict = {}  # id(term tuple) -> class, for terms shared by reference
+
+    def leaf_name(t) -> str:
+        if isinstance(t, bool) or not isinstance(t, (str, int, float, np.integer, np.floating)):
+            raise DispatchError(f"a term is a {type(t).__name__} ({t!r:.60}). Fix: a term is a tuple (op, child, ...) "
+                                "with a str op, or a leaf str, int or float.")
+        return str(t)
+
+    def node(name: str, children: list[int]) -> int:
+        key = (_op_id(ops, name), tuple(children))
+        c = memo.get(key)
+        if c is None:
+            c = memo[key] = len(op_of)
+            op_of.append(key[0])
+            kids.append(children)
+        return c
+
+    roots = []
+    for top in terms:
+        stack = [(top, False)]
+        out: list[int] = []
+        while stack:
+            t, expanded = stack.pop()
+            if isinstance(t, tuple):
+                if not t or not isinstance(t[0], str):
+                    raise DispatchError(f"a term tuple starts with {t[0] if t else 'nothing'!r}, not an operator "
+                                        "name. Fix: write terms as ('Add', x, y).")
+                if id(t) in done and not expanded:
+                    out.append(done[id(t)])
+                elif expanded:
+                    k = len(t) - 1
+                    children = out[len(out) - k:] if k else []
+                    del out[len(out) - k:]
+                    c = node(t[0], children)
+                    done[id(t)] = c
+                    out.append(c)
+                else:
+                    stack.append((t, True))
+                    stack.extend((child, False) for child in reversed(t[1:]))
+            else:
+                out.append(node(leaf_name(t), []))
+        roots.append(out[0])
+    done.clear()
+    offsets, children = _csr(kids)
+    names = sorted(ops, key=ops.get)
+    return (np.arange(len(op_of), dtype=np.int64), np.array(op_of, np.int64), offsets, children, names,
+            np.array(roots, np.int64))
+
+
+def rows_of_serialized(data: "str | dict"):
+    """(eclass, op, offsets, children, op names, what writing back needs) of egraph-serialize JSON."""
+    if isinstance(data, (str, bytes)):
+        try:
+            data = json.loads(data)
+        except ValueError as e:
+            raise DispatchError(f"the serialized e-graph is not JSON ({e}). Fix: pass egglog's "
+                                "serialize(...).to_json() text or the dict it decodes to.") from e
+    nodes = data.get("nodes") if isinstance(data, dict) else None
+    if not isinstance(nodes, dict):
+        raise DispatchError("the serialized e-graph has no 'nodes' object. Fix: pass egraph-serialize JSON: "
+                            "{'nodes': {id: {'op': ..., 'children': [...], 'eclass': ...}}, ...}.")
+    classes: dict = {}
+    ops: dict = {}
+    ids = list(nodes)
+    where = {nid: k for k, nid in enumerate(ids)}
+    op_of, cls_of, kid_nodes, extra = [], [], [], []
+    for nid in ids:
+        nd = nodes[nid]
+        if not isinstance(nd, dict) or "op" not in nd or "eclass" not in nd:
+            raise DispatchError(f"node {nid!r} lacks 'op' or 'eclass'. Fix: every node needs op, children and eclass.")
+        op_of.append(_op_id(ops, str(nd["op"])))
+        cls_of.append(classes.setdefault(str(nd["eclass"]), len(classes)))
+        ch = nd.get("children", [])
+        missing = [c for c in ch if c not in where]
+        if missing:
+            raise DispatchError(f"node {nid!r} has child {missing[0]!r}, which is no node of the graph. Fix: children "
+                                "are node ids present in 'nodes'.")
+        kid_nodes.append(list(ch))
+        extra.append({k: v for k, v in nd.items() if k not in ("op", "children", "eclass")})
+    kids = [[cls_of[where[c]] for c in ch] for ch in kid_nodes]
+    offsets, children = _csr(kids)
+    meta = dict(node_ids=ids, class_names=sorted(classes, key=classes.get), child_nodes=kid_nodes, extra=extra,
+                class_data=data.get("class_data", {}), root_eclasses=data.get("root_eclasses", []))
+    return (np.array(cls_of, np.int64), np.array(op_of, np.int64), offsets, children,
+            sorted(ops, key=ops.get), meta)
+
+
+def serialized_of_rows(rows: dict, ops: Sequence[str] | None, meta: dict | None) -> str:
+    """egraph-serialize JSON of the rows; each class is named by its canonical id's name."""
+    parent, eclass, op = rows["parent"], rows["eclass"], rows["op"]
+    offsets, children = rows["offsets"], rows["children"]
+    n = op.size
+    meta = meta or {}
+    names = meta.get("class_names", [])
+    node_ids = meta.get("node_ids", [])
+
+    def class_name(c: int) -> str:
+        return names[c] if c < len(names) else f"c{c}"
+
+    def node_id(r: int) -> str:
+        return node_ids[r] if r < len(node_ids) else f"n{r}"
+
+    canon = parent[eclass]
+    first_row = {}
+    for r in range(n):
+        first_row.setdefault(int(canon[r]), r)
+    out_nodes = {}
+    for r in range(n):
+        if r < len(meta.get("child_nodes", [])):
+            kids = list(meta["child_nodes"][r])
+        else:
+            kids = [node_id(first_row[int(parent[c])]) for c in children[offsets[r]:offsets[r + 1]]]
+        nd = {"op": ops[op[r]] if ops is not None else str(int(op[r])), "children": kids,
+              "eclass": class_name(int(canon[r]))}
+        if r < len(meta.get("extra", [])):
+            nd.update(meta["extra"][r])
+        out_nodes[node_id(r)] = nd
+    live = {class_name(int(c)) for c in np.unique(canon)}
+    where = {nm: k for k, nm in enumerate(names)}
+    class_data = {k: v for k, v in meta.get("class_data", {}).items() if k in live}
+    roots = sorted({class_name(int(parent[where[c]])) for c in meta.get("root_eclasses", []) if c in where})
+    return json.dumps({"nodes": out_nodes, "root_eclasses": roots, "class_data": class_data})

@@ -1,0 +1,114 @@
+"""E-graph congruence closure on the shared workload (issue 12): `egraph_workload.py` (a copy of
+../shared/bench's), N e-nodes with N/64 unions between leaves, at N = 2^16, 2^20, 2^22 and 2^24.
+
+- resident: the e-graph already on the device and congruent; time `union` + `rebuild` (what
+  egglog's rebuild after the unions does), median of 3 fresh graphs.
+- with upload: from host arrays to the canonical classes on the host (`from_arrays`, the first
+  rebuild that hash-conses the rows, the unions, the rebuild, the classes read back).
+- NumPy: the reference backend's closure after the unions, on this machine's CPU (up to 2^22).
+- egglog: its rebuild time, single thread, measured on the development machine with
+  `../shared/bench/egglog_rebuild.py` (egglog does not travel to the GPU machine); pass them with
+  --egglog '{"16": ms, ...}' to print ratios. Reported: e-nodes per second of the resident closure.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import vyre_numba as vn  # noqa: E402
+from vyre_numba.egraph import EGraph  # noqa: E402
+
+
+def workload(N: int):
+    from egraph_workload import generate
+
+    w = generate(N)
+    a, b = w["a"], w["b"]
+    arity = (a >= 0).astype(np.int64) + (b >= 0).astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(arity)]).astype(np.int64)
+    children = np.stack([a, b], 1).ravel()
+    children = children[children >= 0]
+    op = np.where(w["op"] >= 0, w["op"], 6 + np.arange(N)).astype(np.int64)  # Leaf(k): an operator each
+    return (np.arange(N, dtype=np.int64), op, offsets, children), np.stack([w["ua"], w["ub"]], 1)
+
+
+def one(N: int, numpy_too: bool) -> dict:
+    rows, unions = workload(N)
+    out: dict = {"N": N}
+    resident, upload, stats = [], [], None
+    for _ in range(3):
+        t0 = time.perf_counter()
+        g = EGraph.from_arrays(*rows, backend="cuda")
+        first = g.rebuild()
+        t1 = time.perf_counter()
+        g.union(unions)
+        s = g.rebuild()
+        t2 = time.perf_counter()
+        classes = g.classes()
+        t3 = time.perf_counter()
+        resident.append(t2 - t1)
+        upload.append(t3 - t0)
+        stats = s
+        g.close()
+    out.update(resident_ms=statistics.median(resident) * 1e3, with_upload_ms=statistics.median(upload) * 1e3,
+               first_rebuild_rounds=first.rounds, rounds=stats.rounds, unions=stats.unions,
+               nodes_touched=stats.nodes_touched, classes_after=int(np.unique(classes).size),
+               phase_ms={k: v * 1e3 for k, v in stats.phase_seconds.items()})
+    out["enodes_per_s"] = N / (out["resident_ms"] / 1e3)
+    if numpy_too:
+        h = EGraph.from_arrays(*rows, backend="reference")
+        h.rebuild()
+        h.union(unions)
+        t0 = time.perf_counter()
+        sh = h.rebuild()
+        out["numpy_ms"] = (time.perf_counter() - t0) * 1e3
+        out["numpy_rounds"] = sh.rounds
+        out["numpy_equal"] = bool(np.array_equal(h.classes(), classes))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--egglog", default="{}", help='egglog single-thread rebuild ms by log2 N, e.g. {"16": 6}')
+    a = ap.parse_args()
+    why = vn.registry.unavailable_reason("cuda")
+    if why:
+        print(f"skipped: {why}")
+        return 0
+    from vyre_numba.gpu import caps
+
+    egglog = {int(k): float(v) for k, v in json.loads(a.egglog).items()}
+    sizes = [16, 20] if a.quick else [16, 20, 22, 24]
+    one(1 << 12, False)  # compile the kernels
+    res = {"device": caps().name, "date": time.strftime("%Y-%m-%d"), "sizes": {}}
+    for k in sizes:
+        row = one(1 << k, k <= 22)
+        if k in egglog:
+            row["egglog_1t_ms_devmachine"] = egglog[k]
+            row["ratio_egglog_over_resident"] = egglog[k] / row["resident_ms"]
+        res["sizes"][f"2^{k}"] = row
+        extra = (f", NumPy {row['numpy_ms']:.1f} ms ({row['numpy_rounds']} rounds, same classes: {row['numpy_equal']})"
+                 if "numpy_ms" in row else "")
+        vs = f", egglog 1 thread {egglog[k]:.1f} ms: {row['ratio_egglog_over_resident']:.1f}x" if k in egglog else ""
+        print(f"2^{k}: resident closure {row['resident_ms']:.2f} ms ({row['rounds']} rounds, {row['unions']} unions, "
+              f"{row['nodes_touched']} rows touched, {row['enodes_per_s'] / 1e9:.2f} G e-nodes/s), with upload "
+              f"{row['with_upload_ms']:.1f} ms{extra}{vs}; phases ms " +
+              ", ".join(f"{p} {v:.2f}" for p, v in row["phase_ms"].items()), flush=True)
+    if a.json:
+        Path(a.json).write_text(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -101,9 +101,11 @@ class Selector:
         self._counts = self._offsets = self._ctl = None
         self._closed = True
 
-    def _counted(self, flag_of: Callable, src, n: int, words) -> Callable:
-        """Enqueue the tile counts and their scan (the total lands in the control words); the
-        `write(out, capacity)` that enqueues the scatter after them (`words` None writes indices)."""
+    def enqueue(self, flag_of: Callable, src, n: int, words) -> Callable:
+        """Enqueue the tile counts and their scan (the total lands on the device, read by `total()`);
+        returns the `write(out, capacity)` that enqueues the scatter after them (`words` None
+        writes indices). Nothing waits: callers that can enqueue more work before reading the
+        count do so between the two."""
         if self._closed:
             raise DispatchError("this Selector was closed. Fix: make a new one.")
         from . import kernels
@@ -119,7 +121,8 @@ class Selector:
         launch = scatter[tiles, THREADS, self.stream]
         return lambda out, capacity: launch(src, n, out if words is None else words, out, self._offsets, capacity)
 
-    def _total(self) -> int:
+    def total(self) -> int:
+        """The kept count of the last `enqueue`, after waiting for the stream."""
         ctl = self._ctl.copy_to_host(stream=self.stream)
         self.stream.synchronize()
         return int(ctl[2])
@@ -128,11 +131,11 @@ class Selector:
         """Select items 0..n-1 into `out` (at most `capacity` rows) and return how many were kept,
         which may exceed capacity (then only the first `capacity` were written). One
         synchronisation, after everything, to read the count."""
-        self._counted(flag_of, src, n, words)(out, capacity)
-        return self._total()
+        self.enqueue(flag_of, src, n, words)(out, capacity)
+        return self.total()
 
     def counted(self, flag_of: Callable, src, n: int, words) -> tuple[int, Callable]:
         """(kept count, write): the count after one synchronisation; `write(out, capacity)` then
         enqueues writing the kept items into `out` and returns without waiting."""
-        write = self._counted(flag_of, src, n, words)
-        return self._total(), write
+        write = self.enqueue(flag_of, src, n, words)
+        return self.total(), write

@@ -1,16 +1,19 @@
 """The e-graph resident on the GPU and its incremental rebuild (kernels in `kernels.py`).
 
-    while the worklist is not empty:          # rows that may have a new signature
-        rewrite: the listed rows' children and class made canonical, their table entries freed
-        insert:  each listed row hashed into the table; an equal row found there unions the classes
-        compress: every class id pointed at its root, flagged where the root changed
-        worklist: the rows using a flagged class (through `uses`), compacted into the next list
+    compress the unions made since the last rebuild      # flags the rows using a merged class
+    loop:
+        worklist: the flagged rows, compacted (the count is the round's one host read)
+        rewrite:  the listed rows' children and class made canonical, their table entries freed
+        insert:   each listed row hashed into the table; an equal row found there unions the classes
+        compress: every class id pointed at its root; the rows using a class whose root changed flagged
 
 Invariants: every row's table entry (if any) was made from its current children, which are
-canonical unless the row is flagged; a flagged class id's rows are flagged before the next round;
-so when no class changes, no two rows with equal signatures are in different classes. The
+canonical unless the row is flagged; a class whose root changes has its rows flagged in the same
+pass; so when no row is flagged, no two rows with equal signatures are in different classes. The
 hash table only claims never-used slots (freed ones stay tombstones until the host clears it),
-so equal rows inserted at once always meet at one slot. Only counts cross to the host."""
+so equal rows inserted at once always meet at one slot. Only counts cross to the host: the
+worklist's length and the insert's control words, read together once a round. Phase times are
+device times (CUDA events around each phase)."""
 from __future__ import annotations
 
 import os
@@ -21,7 +24,7 @@ import numpy as np
 from ..errors import DispatchError
 
 THREADS = 32 if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" else 256  # the simulator runs a thread per thread
-PHASES = ("rewrite", "insert", "compress", "worklist")
+PHASES = ("worklist", "rewrite", "insert", "compress")
 
 
 def _blocks(n: int) -> int:
@@ -30,6 +33,38 @@ def _blocks(n: int) -> int:
 
 def _pow2(n: int) -> int:
     return 1 << max(4, int(n - 1).bit_length())
+
+
+class _PhaseClock:
+    """CUDA events between the phases of a rebuild, summed per phase once the stream has been
+    waited for (an interval starts at `start()` or the last `lap`, so host gaps are not counted)."""
+
+    def __init__(self, cuda):
+        self._cuda, self._free, self._open, self._last = cuda, [], [], None
+        self.ns = dict.fromkeys(PHASES, 0)
+
+    def _record(self):
+        e = self._free.pop() if self._free else self._cuda.event()
+        e.record()
+        return e
+
+    def start(self) -> None:
+        self._last = self._record()
+
+    def lap(self, phase: str) -> None:
+        e = self._record()
+        self._open.append((phase, self._last, e))
+        self._last = e
+
+    def collect(self) -> None:
+        """Add up the intervals recorded so far; call after a synchronisation."""
+        done = {}
+        for phase, a, b in self._open:
+            self.ns[phase] += max(0, int(a.elapsed_time(b) * 1e6))  # the simulator says -1
+            done[id(a)], done[id(b)] = a, b
+        self._open = []
+        done.pop(id(self._last), None)
+        self._free.extend(done.values())
 
 
 class DeviceEGraph:
@@ -48,12 +83,14 @@ class DeviceEGraph:
         self.cls = cuda.to_device(eclass.astype(np.int32))
         ids = np.arange(n_classes, dtype=np.int32)
         self.parent, self.canon = cuda.to_device(ids), cuda.to_device(ids)
-        self.classflag = cuda.device_array(n_classes, np.uint8)
         self.rowflag = cuda.to_device(np.ones(self.n, np.uint8))  # every row is new to the table
         self.slot = cuda.to_device(np.full(self.n, -1, np.int32))
         self.ctl = cuda.to_device(np.zeros(4, np.int64))
+        self._ctl_host = cuda.pinned_array(4, np.int64)
+        self._work = None  # the round's row list, grown as needed
+        self._selector = None  # the worklist's compaction, made on first use
         self._set_uses(children)
-        self.capacity = _pow2(max(table_capacity or 2 * self.n, 2))
+        self.capacity = _pow2(max(table_capacity or 4 * self.n, 2))  # rows fill a quarter; tombstones the next
         self.table = cuda.to_device(np.full(self.capacity, -1, np.int32))
         self.used = 0
 
@@ -127,86 +164,104 @@ class DeviceEGraph:
         self.rowflag = cat(self.rowflag, np.ones(k, np.uint8))
         ids = np.arange(self.n_classes, n_classes, dtype=np.int32)
         self.parent, self.canon = cat(self.parent, ids), cat(self.canon, ids)
-        self.classflag = cuda.device_array(n_classes, np.uint8)
         self.n, self.n_classes = self.n + k, n_classes
         self._set_uses(all_children)
 
     # --- rebuild ---------------------------------------------------------------------------
-    def _ctl(self) -> np.ndarray:
-        return self.ctl.copy_to_host()
+    def _fill(self, a, value) -> None:
+        from . import kernels
+
+        if a.size:
+            kernels.fill[_blocks(a.size), THREADS](a, value)
 
     def _clear_table(self, capacity: int) -> None:
-        cuda = self._cuda
+        """An empty table of `capacity` slots, every row flagged to go into it."""
         if capacity != self.capacity:
-            self.table = cuda.device_array(capacity, np.int32)
+            self.table = self._cuda.device_array(capacity, np.int32)
             self.capacity = capacity
-        self.table[:] = -1
-        self.slot[:] = -1
-        self.rowflag[:] = 1
+        self._fill(self.table, np.int32(-1))
+        self._fill(self.slot, np.int32(-1))
+        self._fill(self.rowflag, np.uint8(1))
         self.used = 0
+
+    def _worklist(self, clock: _PhaseClock, inserted: bool):
+        """(number of flagged rows, the enqueued write of their indices, the last insert's control
+        words or None): one synchronisation."""
+        from .. import compaction
+        from ..compaction.kernels import flag_nonzero
+
+        clock.start()
+        if self._selector is None:
+            self._selector = compaction.Selector()
+        write = self._selector.enqueue(flag_nonzero, self.rowflag, self.n, None) if self.n else None
+        if inserted:
+            self.ctl.copy_to_host(self._ctl_host, stream=self._selector.stream)
+        clock.lap("worklist")
+        count = self._selector.total() if self.n else 0
+        clock.collect()
+        return count, write, (self._ctl_host.copy() if inserted else None)
 
     def rebuild(self, max_rounds: int | None = None) -> dict:
         """Restore congruence (see the module docstring); rounds, unions, nodes_touched, converged,
-        per-phase device seconds and the table's capacity after."""
-        from .. import compaction
+        device nanoseconds in all and per phase, the table's capacity after."""
         from . import kernels
 
         cuda = self._cuda
-        times = dict.fromkeys(PHASES, 0.0)
-        unions, rounds, touched, converged, regrown = 0, 0, 0, False, 0
+        clock = _PhaseClock(cuda)
+        unions, rounds, touched, converged, regrown, inserted = 0, 0, 0, False, 0, False
         t_all = time.perf_counter()
-        self._compress_and_mark(times)  # unions made since the last rebuild flag their parents
-        while max_rounds is None or rounds < max_rounds:
-            t = time.perf_counter()
-            work = compaction.nonzero(self.rowflag) if self.n else cuda.device_array(0, np.int64)
-            if work.size == 0:
+        clock.start()
+        self._compress(clock)  # unions made since the last rebuild flag their parents
+        while True:
+            count, write, ctl = self._worklist(clock, inserted)
+            if inserted:
+                inserted = False
+                unions += int(ctl[kernels.UNIONS])
+                self.used += int(ctl[kernels.USED])
+                if ctl[kernels.FULL]:  # some rows found no slot: a table twice the size, every row again
+                    regrown += 1
+                    self._clear_table(2 * self.capacity)
+                    continue
+            if count == 0:
                 converged = True
                 break
-            if self.used + work.size > self.capacity // 2:  # tombstones and rows past half: a fresh table
-                self._clear_table(_pow2(max(self.capacity, 2 * (self.n + 1))))
-                work = compaction.nonzero(self.rowflag)
-            times["worklist"] += time.perf_counter() - t
-            t = time.perf_counter()
-            kernels.rewrite[_blocks(work.size), THREADS](work, self.canon, self.off, self.ch, self.cls, self.table,
-                                                       self.slot, self.rowflag)
-            cuda.synchronize()
-            times["rewrite"] += time.perf_counter() - t
-            t = time.perf_counter()
-            self.ctl[:] = 0
-            kernels.insert[_blocks(work.size), THREADS](work, self.op, self.off, self.ch, self.cls, self.parent,
-                                                      self.table, self.slot, self.ctl, np.int32(1))
-            ctl = self._ctl()
-            times["insert"] += time.perf_counter() - t
-            touched += int(work.size)
-            rounds += 1
-            unions += int(ctl[kernels.UNIONS])
-            self.used += int(ctl[kernels.USED])
-            if ctl[kernels.FULL]:  # some rows found no slot: a table twice the size, every row again
-                regrown += 1
-                self._clear_table(2 * self.capacity)
+            if max_rounds is not None and rounds >= max_rounds:
+                break
+            if self.used + count > self.capacity // 2:  # tombstones and rows past half: a fresh table
+                self._clear_table(_pow2(max(self.capacity, 4 * (self.n + 1))))
                 continue
-            self._compress_and_mark(times)
-        t = time.perf_counter()
+            if self._work is None or self._work.size < count:
+                self._work = cuda.device_array(max(count, self.n), np.int64)
+            work = self._work[:count]
+            clock.start()
+            write(work.reshape(count, 1), count)
+            clock.lap("worklist")
+            b = _blocks(count)
+            kernels.rewrite[b, THREADS](work, self.canon, self.off, self.ch, self.cls, self.table, self.slot,
+                                        self.rowflag, self.ctl)
+            clock.lap("rewrite")
+            kernels.insert[b, THREADS](work, self.op, self.off, self.ch, self.cls, self.parent, self.table,
+                                       self.slot, self.ctl, np.int32(1))
+            clock.lap("insert")
+            self._compress(clock)
+            inserted = True
+            touched += count
+            rounds += 1
+        clock.start()
         kernels.canonical_classes[_blocks(self.n), THREADS](self.cls, self.canon)
+        clock.lap("compress")
         cuda.synchronize()
-        times["compress"] += time.perf_counter() - t
+        clock.collect()
         return dict(rounds=rounds, unions=unions, nodes_touched=touched, converged=converged,
-                    seconds=time.perf_counter() - t_all, phase_seconds=times, table_capacity=self.capacity,
-                    table_regrown=regrown)
+                    seconds=time.perf_counter() - t_all, device_ns=sum(clock.ns.values()), phase_ns=clock.ns,
+                    table_capacity=self.capacity, table_regrown=regrown)
 
-    def _compress_and_mark(self, times: dict) -> None:
-        from .. import compaction
+    def _compress(self, clock: _PhaseClock) -> None:
         from . import kernels
 
-        t = time.perf_counter()
-        kernels.compress[_blocks(self.n_classes), THREADS](self.parent, self.canon, self.classflag)
-        self._cuda.synchronize()
-        times["compress"] += time.perf_counter() - t
-        t = time.perf_counter()
-        dirty = compaction.nonzero(self.classflag)
-        if dirty.size:
-            kernels.mark_parents[_blocks(dirty.size), THREADS](dirty, self.uses_off, self.uses, self.rowflag)
-        times["worklist"] += time.perf_counter() - t
+        kernels.compress[_blocks(self.n_classes), THREADS](self.parent, self.canon, self.uses_off, self.uses,
+                                                           self.rowflag)
+        clock.lap("compress")
 
     def structural_pairs(self, capacity: int) -> tuple[np.ndarray, int]:
         """((k, 2) pairs written, pairs found): for every signature group (one pass over a fresh

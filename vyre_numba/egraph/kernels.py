@@ -49,9 +49,14 @@ def same(op, off, ch, r, qop, qoff, qch, q):
 
 
 @cuda.jit
-def rewrite(work, canon, off, ch, cls, table, slot, rowflag):
-    """Each listed row: children and class made canonical, its stale table entry freed, unflagged."""
+def rewrite(work, canon, off, ch, cls, table, slot, rowflag, ctl):
+    """Each listed row: children and class made canonical, its stale table entry freed, unflagged.
+    Thread 0 also clears the control words for the `insert` that follows."""
     i = cuda.grid(1)
+    if i == 0:
+        ctl[UNIONS] = 0
+        ctl[USED] = 0
+        ctl[FULL] = 0
     if i < work.size:
         r = work[i]
         rowflag[r] = 0
@@ -93,25 +98,25 @@ def insert(work, op, off, ch, cls, parent, table, slot, ctl, unite):
 
 
 @cuda.jit
-def compress(parent, canon, classflag):
-    """Every class id pointed at its root; flagged where its root changed since the last pass."""
+def compress(parent, canon, uses_off, uses, rowflag):
+    """Every class id pointed at its root; where the root changed since the last pass, every row
+    with a child in that class (found through `uses`, the rows of each child id as first given)
+    is flagged, so the next round revisits only them."""
     c = cuda.grid(1)
     if c < parent.size:
         r = root(parent, c)
         parent[c] = r
-        classflag[c] = 1 if r != canon[c] else 0
-        canon[c] = r
+        if r != canon[c]:
+            canon[c] = r
+            for j in range(uses_off[c], uses_off[c + 1]):
+                rowflag[uses[j]] = 1
 
 
 @cuda.jit
-def mark_parents(dirty, uses_off, uses, rowflag):
-    """Flag every row that has a child in a class whose root changed (found through `uses`, the
-    rows of each child id as first given), so the next round revisits only them."""
+def fill(a, value):
     i = cuda.grid(1)
-    if i < dirty.size:
-        c = dirty[i]
-        for j in range(uses_off[c], uses_off[c + 1]):
-            rowflag[uses[j]] = 1
+    if i < a.size:
+        a[i] = value
 
 
 @cuda.jit

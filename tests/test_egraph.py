@@ -100,6 +100,33 @@ def test_add_hash_conses_and_lookup_finds(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("seed", range(3))
+def test_a_large_batch_of_adds_matches_a_dict_model(backend, seed):
+    rng = np.random.default_rng(seed)
+    g = EGraph.from_arrays(*random_egraph(rng, 200, n_ops=3), backend=backend)
+    g.union(rng.integers(0, g.n_classes, (10, 2)))
+    g.rebuild()
+    arity = rng.integers(0, 3, 3000)
+    off = np.concatenate([[0], np.cumsum(arity)])
+    ch = rng.integers(0, 40, int(off[-1]))  # few distinct children: many duplicates, many existing rows
+    op = rng.integers(0, 3, arity.size)
+    canon = g.find(ch)
+    existing = g.lookup(op, off, ch)
+    n0, c0 = g.n_nodes, g.n_classes
+    ids = g.add(op, off, ch)
+    keys = [(int(op[r]), tuple(canon[off[r]:off[r + 1]].tolist())) for r in range(op.size)]
+    model: dict = {}
+    for r, k in enumerate(keys):
+        if existing[r] >= 0:
+            assert ids[r] == existing[r]
+        model.setdefault(k, ids[r])
+        assert ids[r] == model[k]  # equal e-nodes of the batch share one class
+    fresh = sorted({ids[r] for r in range(op.size) if existing[r] < 0})
+    assert fresh == list(range(c0, c0 + len(fresh))) and g.n_nodes == n0 + len(fresh)
+    assert np.array_equal(g.lookup(op, off, ch), ids)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_structural_equivalences_grow_their_buffer(backend):
     r = rows([[], []] + [[0]] * 30 + [[1]] * 5, [1, 2] + [0] * 35)  # two groups: 30 and 5 rows
     g = EGraph.from_arrays(*r, backend=backend)

@@ -67,7 +67,7 @@ SCRIPT = textwrap.dedent('''
         g.rebuild()
         got = g.lookup(np.array([0, 0, 3]), np.array([0, 1, 2, 2]), np.array([1, 0]))
         assert got.tolist() == [2, 2, -1], got
-        g.append(np.array([4]), np.array([3]), np.array([0, 1]), np.array([2]), 5, np.array([0, 1, 2]))
+        g.append(np.array([4]), np.array([3]), np.array([0, 1]), np.array([2]), 5)
         g.rebuild()
         assert g.lookup(np.array([3]), np.array([0, 1]), np.array([3])).tolist() == [4]
         assert g.find(np.array([1, 3, 4])).tolist() == [0, 2, 4]

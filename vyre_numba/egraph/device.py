@@ -89,17 +89,29 @@ class DeviceEGraph:
         self._ctl_host = cuda.pinned_array(4, np.int64)
         self._work = None  # the round's row list, grown as needed
         self._selector = None  # the worklist's compaction, made on first use
-        self._set_uses(children)
+        self.nch = int(children.size)
+        self._set_uses()
         self.capacity = _pow2(max(table_capacity or 4 * self.n, 2))  # rows fill a quarter; tombstones the next
         self.table = cuda.to_device(np.full(self.capacity, -1, np.int32))
         self.used = 0
 
-    def _set_uses(self, children: np.ndarray) -> None:
-        order = np.argsort(children, kind="stable")
-        row = np.repeat(np.arange(self.n, dtype=np.int32), np.diff(self.off.copy_to_host()))
-        uses_off = np.searchsorted(children[order], np.arange(self.n_classes + 1)).astype(np.int64)
-        self.uses_off = self._cuda.to_device(uses_off)
-        self.uses = self._cuda.to_device(row[order] if row.size else np.zeros(1, np.int32))
+    def _set_uses(self) -> None:
+        """The rows using each class id (`uses[uses_off[c]:uses_off[c + 1]]`), from the children as
+        stored now: any member of a class serves, since compress flags a class id's rows whenever
+        its root changes. A counting sort: counts and scatter on the device, the scan on the host."""
+        from . import kernels
+
+        cuda = self._cuda
+        counts = cuda.to_device(np.zeros(max(self.n_classes, 1), np.int32))
+        if self.n:
+            kernels.count_uses[_blocks(self.n), THREADS](self.off, self.ch, counts)
+        uses_off = np.zeros(self.n_classes + 1, np.int64)
+        np.cumsum(counts.copy_to_host()[:self.n_classes], out=uses_off[1:])
+        self.uses_off = cuda.to_device(uses_off)
+        self.uses = cuda.device_array(max(self.nch, 1), np.int32)
+        if self.n:
+            cursor = cuda.to_device(uses_off[:-1].copy() if self.n_classes else np.zeros(1, np.int64))
+            kernels.index_uses[_blocks(self.n), THREADS](self.off, self.ch, cursor, self.uses)
 
     # --- small operations -------------------------------------------------------------------
     def union(self, a: np.ndarray, b: np.ndarray) -> None:
@@ -144,28 +156,30 @@ class DeviceEGraph:
                     parent=self.parent.copy_to_host().astype(np.int64))
 
     def append(self, eclass: np.ndarray, op: np.ndarray, offsets: np.ndarray, children: np.ndarray,
-               n_classes: int, all_children: np.ndarray) -> None:
-        """Add rows (flagged for the next rebuild) and class ids up to `n_classes`;
-        `all_children` are every row's children as first given, for the uses index."""
+               n_classes: int) -> None:
+        """Add rows (flagged for the next rebuild) and class ids up to `n_classes`; the rows already
+        here are copied on the device, only the new ones cross from the host."""
         cuda = self._cuda
-        k = op.size
 
-        def cat(dev, host):
-            return cuda.to_device(np.concatenate([dev.copy_to_host()[:dev.size], host]))
+        def grow(dev, n_old: int, new: np.ndarray):
+            out = cuda.device_array(max(n_old + new.size, 1), dev.dtype)
+            if n_old:
+                out[:n_old].copy_to_device(dev[:n_old])
+            if new.size:
+                out[n_old:n_old + new.size].copy_to_device(np.ascontiguousarray(new, dev.dtype))
+            return out
 
-        base = int(self.off[self.n:self.n + 1].copy_to_host()[0])
-        self.op = cat(self.op, op.astype(np.int32))
-        self.cls = cat(self.cls, eclass.astype(np.int32))
-        old_ch = self.ch.copy_to_host()[:base]
-        self.ch = cuda.to_device(np.concatenate([old_ch, children.astype(np.int32)]) if base + children.size
-                                 else np.zeros(1, np.int32))
-        self.off = cuda.to_device(np.concatenate([self.off.copy_to_host()[:self.n], base + offsets.astype(np.int64)]))
-        self.slot = cat(self.slot, np.full(k, -1, np.int32))
-        self.rowflag = cat(self.rowflag, np.ones(k, np.uint8))
+        k, n = op.size, self.n
+        self.op = grow(self.op, n, op)
+        self.cls = grow(self.cls, n, eclass)
+        self.ch = grow(self.ch, self.nch, children)
+        self.off = grow(self.off, n + 1, self.nch + offsets[1:])
+        self.slot = grow(self.slot, n, np.full(k, -1, np.int32))
+        self.rowflag = grow(self.rowflag, n, np.ones(k, np.uint8))
         ids = np.arange(self.n_classes, n_classes, dtype=np.int32)
-        self.parent, self.canon = cat(self.parent, ids), cat(self.canon, ids)
-        self.n, self.n_classes = self.n + k, n_classes
-        self._set_uses(all_children)
+        self.parent, self.canon = grow(self.parent, self.n_classes, ids), grow(self.canon, self.n_classes, ids)
+        self.n, self.n_classes, self.nch = n + k, n_classes, self.nch + int(children.size)
+        self._set_uses()
 
     # --- rebuild ---------------------------------------------------------------------------
     def _fill(self, a, value) -> None:

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import DispatchError
+from .signature import signature_heads
 
 MAX_ID = 2**31 - 2
 
@@ -131,7 +132,6 @@ class EGraph:
         self.ops = ops
         self._be = _resolve(backend)
         self.backend = self._be.name
-        self._children0 = children  # as first given: the device's index of which rows use a class
         self._meta = _meta
         if self.backend == "cuda":
             from .device import DeviceEGraph
@@ -281,28 +281,28 @@ class EGraph:
         out = g.lookup(op, offsets, canon)
         new = np.flatnonzero(out < 0)
         if new.size:
-            first: dict = {}
-            fresh = []
             base = self.n_classes
-            for r in new.tolist():
-                key = (int(op[r]), tuple(canon[offsets[r]:offsets[r + 1]].tolist()))
-                if key not in first:
-                    first[key] = base + len(fresh)
-                    fresh.append(r)
-                out[r] = first[key]
-            fresh = np.asarray(fresh, np.int64)
-            if base + fresh.size - 1 > MAX_ID:
-                raise DispatchError(f"adding {fresh.size} classes passes the id limit {MAX_ID}. Fix: split the graph.")
-            arity = (offsets[1:] - offsets[:-1])[fresh]
-            f_off = np.concatenate([[0], np.cumsum(arity)]).astype(np.int64)
-            idx = np.concatenate([np.arange(offsets[r], offsets[r + 1]) for r in fresh]).astype(np.int64) \
-                if arity.sum() else np.zeros(0, np.int64)
-            f_children = canon[idx]
-            self._children0 = np.concatenate([self._children0, f_children])
-            g.append(np.arange(base, base + fresh.size), op[fresh], f_off, f_children, base + fresh.size,
-                     self._children0)
+            n_off, n_children = _take_rows(offsets, canon, new)
+            head = signature_heads(op[new], n_off, n_children)  # equal e-nodes of the batch: one row
+            first = head == np.arange(new.size)
+            if base + int(first.sum()) - 1 > MAX_ID:
+                raise DispatchError(f"adding {int(first.sum())} classes passes the id limit {MAX_ID}. "
+                                    "Fix: split the graph.")
+            out[new] = base + (np.cumsum(first) - 1)[head]
+            fresh = new[first]
+            f_off, f_children = _take_rows(offsets, canon, fresh)
+            g.append(np.arange(base, base + fresh.size), op[fresh], f_off, f_children, base + fresh.size)
             self.rebuild()  # new rows go into the hash table (they are equal to no row, so nothing merges)
         return out
+
+
+def _take_rows(offsets: np.ndarray, children: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, children) of the listed rows alone, in the order listed."""
+    arity = (offsets[1:] - offsets[:-1])[rows]
+    sub = np.zeros(rows.size + 1, np.int64)
+    np.cumsum(arity, out=sub[1:])
+    idx = np.repeat(offsets[rows] - sub[:-1], arity) + np.arange(int(sub[-1]), dtype=np.int64)
+    return sub, children[idx]
 
 
 def congruence_closure(egraph: "EGraph", unions=None, *, backend=None, max_rounds: int | None = None) -> ClosureResult:

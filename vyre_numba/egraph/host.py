@@ -69,7 +69,7 @@ class HostEGraph:
                     children=self.children.copy(), parent=self.parent.copy())
 
     def append(self, eclass: np.ndarray, op: np.ndarray, offsets: np.ndarray, children: np.ndarray,
-               n_classes: int, all_children: np.ndarray) -> None:
+               n_classes: int) -> None:
         self.eclass = np.concatenate([self.eclass, eclass])
         self.op = np.concatenate([self.op, op])
         self.offsets = np.concatenate([self.offsets[:-1], self.offsets[-1] + offsets])

@@ -113,6 +113,24 @@ def compress(parent, canon, uses_off, uses, rowflag):
 
 
 @cuda.jit
+def count_uses(off, ch, counts):
+    """counts[c]: how many children (of every row) are class id c."""
+    r = cuda.grid(1)
+    if r < off.size - 1:
+        for j in range(off[r], off[r + 1]):
+            cuda.atomic.add(counts, ch[j], 1)
+
+
+@cuda.jit
+def index_uses(off, ch, cursor, uses):
+    """Each row written into the `uses` list of each of its children (cursor: each list's next slot)."""
+    r = cuda.grid(1)
+    if r < off.size - 1:
+        for j in range(off[r], off[r + 1]):
+            uses[cuda.atomic.add(cursor, ch[j], 1)] = r
+
+
+@cuda.jit
 def fill(a, value):
     i = cuda.grid(1)
     if i < a.size:

@@ -89,6 +89,7 @@ class DeviceEGraph:
         self._ctl_host = cuda.pinned_array(4, np.int64)
         self._work = None  # the round's row list, grown as needed
         self._selector = None  # the worklist's compaction, made on first use
+        self._launches: dict = {}  # kernel name -> NumbaLaunch, owned by this e-graph
         self.nch = int(children.size)
         self._set_uses()
         self.capacity = _pow2(max(table_capacity or 4 * self.n, 2))  # rows fill a quarter; tombstones the next
@@ -182,11 +183,19 @@ class DeviceEGraph:
         self._set_uses()
 
     # --- rebuild ---------------------------------------------------------------------------
-    def _fill(self, a, value) -> None:
-        from . import kernels
+    def _k(self, name: str):
+        """The rebuild's kernel `name`, launched as `self._k(name)(blocks, THREADS, *args)`."""
+        k = self._launches.get(name)
+        if k is None:
+            from ..gpu.numba_launch import NumbaLaunch
+            from . import kernels
 
+            k = self._launches[name] = NumbaLaunch(getattr(kernels, name))
+        return k
+
+    def _fill(self, a, value) -> None:
         if a.size:
-            kernels.fill[_blocks(a.size), THREADS](a, value)
+            self._k("fill")(_blocks(a.size), THREADS, a, value)
 
     def _clear_table(self, capacity: int) -> None:
         """An empty table of `capacity` slots, every row flagged to go into it."""
@@ -251,18 +260,18 @@ class DeviceEGraph:
             write(work.reshape(count, 1), count)
             clock.lap("worklist")
             b = _blocks(count)
-            kernels.rewrite[b, THREADS](work, self.canon, self.off, self.ch, self.cls, self.table, self.slot,
-                                        self.rowflag, self.ctl)
+            self._k("rewrite")(b, THREADS, work, self.canon, self.off, self.ch, self.cls, self.table, self.slot,
+                               self.rowflag, self.ctl)
             clock.lap("rewrite")
-            kernels.insert[b, THREADS](work, self.op, self.off, self.ch, self.cls, self.parent, self.table,
-                                       self.slot, self.ctl, np.int32(1))
+            self._k("insert")(b, THREADS, work, self.op, self.off, self.ch, self.cls, self.parent, self.table,
+                              self.slot, self.ctl, np.int32(1))
             clock.lap("insert")
             self._compress(clock)
             inserted = True
             touched += count
             rounds += 1
         clock.start()
-        kernels.canonical_classes[_blocks(self.n), THREADS](self.cls, self.canon)
+        self._k("canonical_classes")(_blocks(self.n), THREADS, self.cls, self.canon)
         clock.lap("compress")
         cuda.synchronize()
         clock.collect()
@@ -271,10 +280,8 @@ class DeviceEGraph:
                     table_capacity=self.capacity, table_regrown=regrown)
 
     def _compress(self, clock: _PhaseClock) -> None:
-        from . import kernels
-
-        kernels.compress[_blocks(self.n_classes), THREADS](self.parent, self.canon, self.uses_off, self.uses,
-                                                           self.rowflag)
+        self._k("compress")(_blocks(self.n_classes), THREADS, self.parent, self.canon, self.uses_off, self.uses,
+                            self.rowflag)
         clock.lap("compress")
 
     def structural_pairs(self, capacity: int) -> tuple[np.ndarray, int]:

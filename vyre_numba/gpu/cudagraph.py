@@ -12,7 +12,7 @@ import numpy as np
 from ..backend import _iterable, _read, as_step
 from ..bindings import Binding, bind, check_resident
 from ..config import DispatchConfig
-from ..errors import DeviceError, DispatchError, UnsupportedError, VyreError
+from ..errors import DeviceError, UnsupportedError, VyreError
 from ..ir import Program, check
 from ..recording import RecordedGraph, check_replay_sizes
 from .backend import _repeat

@@ -120,6 +120,16 @@ class KernelLaunch:
             value = int(value.view(np.uint64 if value.itemsize == 8 else np.uint32))
         self.args.values[i] = int(value) & 0xFFFFFFFFFFFFFFFF
 
+    def reshaped(self, shape: LaunchShape) -> "KernelLaunch":
+        """The same kernel and parameter block (shared, not copied) with another geometry."""
+        new = KernelLaunch.__new__(KernelLaunch)
+        for name in KernelLaunch.__slots__:
+            setattr(new, name, getattr(self, name))
+        (gx, gy, gz), (bx, by, bz) = shape.grid, shape.block
+        new.shape, new._head = shape, (self._head[0], gx, gy, gz, bx, by, bz, shape.shared_bytes)
+        new._stream, new._argv = None, ()
+        return new
+
     def enqueue(self, stream: int, times: int = 1) -> int:
         """Enqueue `times` launches on `stream`; the number enqueued (0 for an empty grid)."""
         if self.shape.empty:

@@ -1,0 +1,95 @@
+"""`NumbaLaunch`: a Numba `@cuda.jit` kernel launched through the driver with parameters packed
+here. Numba's own launch types and packs every argument on every call (about 50 us for ten
+arrays on the H100 host), which a loop of short kernels pays many times a round; this packs an
+argument again only when it is not the object passed last time. Under the CUDA simulator, and
+for argument kinds it does not pack, it calls the kernel the ordinary way."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from .launch import KernelLaunch, LaunchShape
+
+_SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+_MASK = 0xFFFFFFFFFFFFFFFF
+
+
+def _kind(a) -> Any:
+    """What decides the compiled overload: an array's element type, rank and contiguity; a
+    scalar's type."""
+    cai = getattr(a, "__cuda_array_interface__", None)
+    if cai is not None:
+        return cai["typestr"], len(cai["shape"]), cai.get("strides") is None
+    return type(a)
+
+
+def _params(a) -> list | None:
+    """Numba's kernel parameters for `a` (a device array: meminfo, parent, size, itemsize, data,
+    shape, strides; an integer or float scalar: its bits), or None for kinds left to Numba."""
+    cai = getattr(a, "__cuda_array_interface__", None)
+    if cai is not None:
+        shape = tuple(cai["shape"])
+        itemsize = np.dtype(cai["typestr"]).itemsize
+        strides = cai.get("strides")
+        if strides is None:
+            strides, step = [], itemsize
+            for d in reversed(shape):
+                strides.insert(0, step)
+                step *= d
+        return [0, 0, int(np.prod(shape, dtype=np.int64)), itemsize, cai["data"][0] or 0, *shape, *strides]
+    if isinstance(a, (np.integer, int)) and not isinstance(a, bool):
+        return [int(a) & _MASK]
+    if isinstance(a, (np.floating, float)):
+        x = np.asarray(a, np.float64 if isinstance(a, float) else a.dtype)
+        return [int(x.view(f"u{x.itemsize}"))]
+    return None
+
+
+class NumbaLaunch:
+    """Launches of one `@cuda.jit` kernel on the default stream: `launch(blocks, threads, *args)`
+    with device arrays and int/float scalars (typed as Numba types them). Owns its parameter
+    block and the arguments it packed last; drop it to release them."""
+
+    def __init__(self, dispatcher):
+        self._kernel = dispatcher
+        self._launch: KernelLaunch | None = None
+        self._kinds: tuple = ()
+        self._last: list = []
+        self._slots: list = []
+
+    def __call__(self, blocks: int, threads: int, *args: Any) -> None:
+        if blocks < 1:
+            return
+        kinds = tuple(_kind(a) for a in args)
+        if _SIM or (kinds != self._kinds and not self._prepare(args, kinds)):
+            self._kernel[blocks, threads](*args)
+            return
+        launch = self._launch
+        if launch.shape.grid[0] != blocks or launch.shape.block[0] != threads:
+            launch = self._launch = launch.reshaped(LaunchShape((blocks, 1, 1), (threads, 1, 1)))
+        values, last, slots = launch.args.values, self._last, self._slots
+        for i, a in enumerate(args):
+            if a is not last[i]:
+                values[slots[i]:slots[i + 1]] = _params(a)
+                last[i] = a
+        launch.enqueue(0)
+
+    def _prepare(self, args: tuple, kinds: tuple) -> bool:
+        """Compile (through Numba) for these argument kinds and pack every parameter."""
+        packed = [_params(a) for a in args]
+        if any(p is None for p in packed):
+            return False
+        from cuda.bindings import driver as drv
+
+        types = tuple(self._kernel.typeof_pyval(a) for a in args)
+        overload = self._kernel.overloads.get(types) or self._kernel.compile(types)
+        handle = drv.CUfunction(int(overload._codelibrary.get_cufunc().handle))
+        self._slots = np.cumsum([0] + [len(p) for p in packed]).tolist()
+        self._launch = KernelLaunch(handle, self._kernel.__name__, LaunchShape((1, 1, 1), (1, 1, 1)), 0,
+                                    nparams=self._slots[-1])
+        for i, p in enumerate(packed):
+            self._launch.args.values[self._slots[i]:self._slots[i + 1]] = p
+        self._last, self._kinds = list(args), kinds
+        return True

@@ -55,3 +55,29 @@ def test_gpu_numba_launch_matches_numbas_own_launch():
     assert np.array_equal(got.copy_to_host(), want.copy_to_host())
     fast(0, 64, got, a, mt, np.int32(5), np.float32(0), 0.0)  # an empty grid launches nothing
     assert np.array_equal(got.copy_to_host(), want.copy_to_host())
+
+
+@pytest.mark.gpu
+def test_gpu_numba_launch_on_a_stream_keeps_nothing_without_retain():
+    import weakref
+
+    from numba import cuda
+
+    from vyre_numba.gpu.numba_launch import NumbaLaunch
+
+    @cuda.jit
+    def twice(out, a):
+        i = cuda.grid(1)
+        if i < a.size:
+            out[i] = 2 * a[i]
+
+    stream = cuda.stream()
+    fast = NumbaLaunch(twice, stream, retain=False)
+    for n in (1, 300, 5000):
+        a = cuda.to_device(np.arange(n, dtype=np.int64), stream=stream)
+        out = cuda.device_array(n, np.int64, stream=stream)
+        fast(-(-n // 128), 128, out, a)
+        assert np.array_equal(out.copy_to_host(stream=stream), 2 * np.arange(n))
+    gone = weakref.ref(a)
+    del a
+    assert gone() is None  # the launch kept no reference to its last argument

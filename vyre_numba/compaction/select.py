@@ -19,6 +19,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import DispatchError
+from ..gpu.numba_launch import NumbaLaunch
 
 THREADS, ITEMS = 256, 16
 TILE = THREADS * ITEMS
@@ -88,6 +89,7 @@ class Selector:
         self.stream = stream if stream is not None else cuda.default_stream()
         self._counts = self._offsets = None
         self._ctl = cuda.device_array(4, np.uint64, stream=self.stream)
+        self._fast: dict = {}  # kernel -> NumbaLaunch on this stream
         self._closed = False
 
     def __enter__(self) -> "Selector":
@@ -99,6 +101,7 @@ class Selector:
     def close(self) -> None:
         """Release the device buffers (once; later calls do nothing)."""
         self._counts = self._offsets = self._ctl = None
+        self._fast = {}
         self._closed = True
 
     def enqueue(self, flag_of: Callable, src, n: int, words) -> Callable:
@@ -116,10 +119,17 @@ class Selector:
             self._counts = self._cuda.device_array(size, np.int64, stream=self.stream)
             self._offsets = self._cuda.device_array(size, np.int64, stream=self.stream)
         count, scatter = kernels.select_kernels(flag_of, kernels.write_index if words is None else kernels.copy_words)
-        count[tiles, THREADS, self.stream](src, n, self._counts)
-        kernels.scan_tiles[1, kernels.SCAN_THREADS, self.stream](self._counts, tiles, self._offsets, self._ctl)
-        launch = scatter[tiles, THREADS, self.stream]
-        return lambda out, capacity: launch(src, n, out if words is None else words, out, self._offsets, capacity)
+        self._launch(count)(tiles, THREADS, src, n, self._counts)
+        self._launch(kernels.scan_tiles)(1, kernels.SCAN_THREADS, self._counts, tiles, self._offsets, self._ctl)
+        launch = self._launch(scatter)
+        return lambda out, capacity: launch(tiles, THREADS, src, n, out if words is None else words, out,
+                                            self._offsets, capacity)
+
+    def _launch(self, kernel) -> NumbaLaunch:
+        k = self._fast.get(kernel)
+        if k is None:
+            k = self._fast[kernel] = NumbaLaunch(kernel, self.stream, retain=False)  # callers' arrays stay theirs
+        return k
 
     def total(self) -> int:
         """The kept count of the last `enqueue`, after waiting for the stream."""

@@ -47,39 +47,66 @@ def _params(a) -> list | None:
     return None
 
 
-class NumbaLaunch:
-    """Launches of one `@cuda.jit` kernel on the default stream: `launch(blocks, threads, *args)`
-    with device arrays and int/float scalars (typed as Numba types them). Owns its parameter
-    block and the arguments it packed last; drop it to release them."""
+def stream_handle(stream) -> int:
+    """The driver handle of a Numba stream as an int (0 for None or the legacy default stream)."""
+    h = getattr(stream, "handle", None) if stream is not None else None
+    h = getattr(h, "value", h)
+    return int(h or 0)
 
-    def __init__(self, dispatcher):
-        self._kernel = dispatcher
+
+class NumbaLaunch:
+    """Launches of one `@cuda.jit` kernel on one stream (Numba's default when None):
+    `launch(blocks, threads, *args)` with device arrays and int/float scalars (typed as Numba
+    types them). Owns its parameter block and, with `retain` (for owners that outlive no
+    argument of theirs), the arguments it packed last, so that the same objects are not packed
+    again; without it every argument is packed each launch and none is kept alive."""
+
+    def __init__(self, dispatcher, stream=None, *, retain: bool = True):
+        self._kernel, self._stream, self._retain = dispatcher, stream, retain
+        self._handle = 0 if _SIM else stream_handle(stream)
         self._launch: KernelLaunch | None = None
-        self._kinds: tuple = ()
+        self._kinds: list = []
         self._last: list = []
         self._slots: list = []
 
     def __call__(self, blocks: int, threads: int, *args: Any) -> None:
         if blocks < 1:
             return
-        kinds = tuple(_kind(a) for a in args)
-        if _SIM or (kinds != self._kinds and not self._prepare(args, kinds)):
-            self._kernel[blocks, threads](*args)
-            return
-        launch = self._launch
+        launch, last = self._launch, self._last
+        if launch is None or _SIM or len(args) != len(last):
+            if _SIM or not self._prepare(args):
+                self._numba(blocks, threads, args)
+                return
+            launch = self._launch
+        else:
+            values, slots, kinds = launch.args.values, self._slots, self._kinds
+            for i, a in enumerate(args):
+                if a is not last[i]:
+                    if _kind(a) != kinds[i]:  # another overload of the kernel
+                        if not self._prepare(args):
+                            self._numba(blocks, threads, args)
+                            return
+                        launch = self._launch
+                        break
+                    values[slots[i]:slots[i + 1]] = _params(a)
+                    last[i] = a
         if launch.shape.grid[0] != blocks or launch.shape.block[0] != threads:
             launch = self._launch = launch.reshaped(LaunchShape((blocks, 1, 1), (threads, 1, 1)))
-        values, last, slots = launch.args.values, self._last, self._slots
-        for i, a in enumerate(args):
-            if a is not last[i]:
-                values[slots[i]:slots[i + 1]] = _params(a)
-                last[i] = a
-        launch.enqueue(0)
+        launch.enqueue(self._handle)
+        if not self._retain:
+            self._last = [None] * len(args)
 
-    def _prepare(self, args: tuple, kinds: tuple) -> bool:
+    def _numba(self, blocks: int, threads: int, args: tuple) -> None:
+        if self._stream is None:
+            self._kernel[blocks, threads](*args)
+        else:
+            self._kernel[blocks, threads, self._stream](*args)
+
+    def _prepare(self, args: tuple) -> bool:
         """Compile (through Numba) for these argument kinds and pack every parameter."""
         packed = [_params(a) for a in args]
         if any(p is None for p in packed):
+            self._launch, self._last = None, []
             return False
         from cuda.bindings import driver as drv
 
@@ -91,5 +118,5 @@ class NumbaLaunch:
                                     nparams=self._slots[-1])
         for i, p in enumerate(packed):
             self._launch.args.values[self._slots[i]:self._slots[i + 1]] = p
-        self._last, self._kinds = list(args), kinds
+        self._last, self._kinds = list(args), [_kind(a) for a in args]
         return True

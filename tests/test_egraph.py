@@ -227,6 +227,10 @@ BAD = {
     "2-D eclass": ((np.zeros((2, 1), np.int64), [0, 0], [0, 0, 0], []), "1-D"),
     "lengths differ": (([0, 1, 2], [0, 0], [0, 0, 0], []), "one of each"),
     "ragged": (([[0], [1, 2]], [0, 0], [0, 0, 0], []), "not an array of integers"),
+    "offsets start past 0": (([0, 1], [0, 0], [1, 1, 1], []), "must start at 0"),
+    "offsets end short": (([0, 1], [0, 0], [0, 1, 1], [0, 0]), "end at len"),
+    "device array": ((type("DeviceLike", (), {"__cuda_array_interface__": {}})(), [0, 0], [0, 0, 0], []),
+                     "device array"),
 }
 
 
@@ -248,6 +252,8 @@ def test_bad_operations_say_how_to_fix_them():
                         (lambda: EGraph.from_serialized({"nodes": {"a": {"op": "x", "children": ["zz"],
                                                                          "eclass": "c"}}}), "no node"),
                         (lambda: EGraph.from_terms([(1, 2)], backend="reference"), "operator name"),
+                        (lambda: EGraph([0, 1], [0, 1], [0, 0, 0], [], ops=["a"], backend="reference"),
+                         "operator names"),
                         (lambda: EGraph.from_terms([object()], backend="reference"), "a term is"),
                         (lambda: congruence_closure("x"), "Fix:")]:
         with pytest.raises(VyreError, match=match) as e:

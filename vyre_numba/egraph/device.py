@@ -255,15 +255,16 @@ class DeviceEGraph:
                 continue
             if self._work is None or self._work.size < count:
                 self._work = cuda.device_array(max(count, self.n), np.int64)
-            work = self._work[:count]
+                self._work2 = self._work.reshape(self._work.size, 1)  # made once: a view costs host time
+            work, n_work = self._work, np.int64(count)
             clock.start()
-            write(work.reshape(count, 1), count)
+            write(self._work2, count)
             clock.lap("worklist")
             b = _blocks(count)
-            self._k("rewrite")(b, THREADS, work, self.canon, self.off, self.ch, self.cls, self.table, self.slot,
+            self._k("rewrite")(b, THREADS, work, n_work, self.canon, self.off, self.ch, self.cls, self.table, self.slot,
                                self.rowflag, self.ctl)
             clock.lap("rewrite")
-            self._k("insert")(b, THREADS, work, self.op, self.off, self.ch, self.cls, self.parent, self.table,
+            self._k("insert")(b, THREADS, work, n_work, self.op, self.off, self.ch, self.cls, self.parent, self.table,
                               self.slot, self.ctl, np.int32(1))
             clock.lap("insert")
             self._compress(clock)
@@ -300,8 +301,8 @@ class DeviceEGraph:
         pairs = cuda.device_array((max(capacity, 1), 2), np.int32)
         if self.n:
             b = _blocks(self.n)
-            kernels.insert[b, THREADS](work, self.op, self.off, self.ch, self.cls, self.parent, table, slot, ctl,
-                                       np.int32(0))
+            kernels.insert[b, THREADS](work, np.int64(self.n), self.op, self.off, self.ch, self.cls, self.parent, table,
+                                       slot, ctl, np.int32(0))
             kernels.group_min[b, THREADS](self.op, self.off, self.ch, self.cls, table, low)
             ctl[:] = 0
             kernels.congruent_pairs[b, THREADS](self.op, self.off, self.ch, self.cls, table, low, pairs, ctl)

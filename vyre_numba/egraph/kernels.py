@@ -49,15 +49,15 @@ def same(op, off, ch, r, qop, qoff, qch, q):
 
 
 @cuda.jit
-def rewrite(work, canon, off, ch, cls, table, slot, rowflag, ctl):
-    """Each listed row: children and class made canonical, its stale table entry freed, unflagged.
+def rewrite(work, count, canon, off, ch, cls, table, slot, rowflag, ctl):
+    """Each listed row (work[:count]): children and class made canonical, its stale table entry freed, unflagged.
     Thread 0 also clears the control words for the `insert` that follows."""
     i = cuda.grid(1)
     if i == 0:
         ctl[UNIONS] = 0
         ctl[USED] = 0
         ctl[FULL] = 0
-    if i < work.size:
+    if i < count:
         r = work[i]
         rowflag[r] = 0
         for j in range(off[r], off[r + 1]):
@@ -70,14 +70,14 @@ def rewrite(work, canon, off, ch, cls, table, slot, rowflag, ctl):
 
 
 @cuda.jit
-def insert(work, op, off, ch, cls, parent, table, slot, ctl, unite):
-    """Each listed row: probe the table from its signature's slot; the first empty slot takes the
+def insert(work, count, op, off, ch, cls, parent, table, slot, ctl, unite):
+    """Each listed row (work[:count]): probe the table from its signature's slot; the first empty slot takes the
     row (compare-and-swap), and a row found equal joins the classes (lock-free union) when `unite`
     is set. Rows with
     equal signatures meet at one slot, so a group of any size costs one comparison a row. A row
     that finds no slot counts in ctl[FULL] (the host grows the table and repeats the round)."""
     i = cuda.grid(1)
-    if i < work.size:
+    if i < count:
         r = int32(work[i])
         mask = table.size - 1
         s = int64(signature(op, off, ch, r) & uint64(mask))

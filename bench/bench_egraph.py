@@ -7,8 +7,8 @@
   rebuild that hash-conses the rows, the unions, the rebuild, the classes read back).
 - NumPy: the reference backend's closure after the unions, on this machine's CPU (up to 2^22).
 - egglog: its rebuild time, single thread, measured on the development machine with
-  `../shared/bench/egglog_rebuild.py` (egglog does not travel to the GPU machine); pass them with
-  --egglog '{"16": ms, ...}' to print ratios. Reported: e-nodes per second of the resident closure.
+  `../shared/bench/egglog_rebuild.py` (egglog does not travel to the GPU machine), recorded in
+  `egglog_devmachine.json` (or given with --egglog '{"16": ms, ...}'), for the ratios. Reported: e-nodes per second of the resident closure.
 """
 from __future__ import annotations
 
@@ -83,7 +83,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--egglog", default="{}", help='egglog single-thread rebuild ms by log2 N, e.g. {"16": 6}')
+    ap.add_argument("--egglog", default=None, help='egglog single-thread rebuild ms by log2 N, e.g. {"16": 6} '
+                    '(default: rebuild_ms of bench/egglog_devmachine.json)')
     a = ap.parse_args()
     why = vn.registry.unavailable_reason("cuda")
     if why:
@@ -91,7 +92,9 @@ def main() -> int:
         return 0
     from vyre_numba.gpu import caps
 
-    egglog = {int(k): float(v) for k, v in json.loads(a.egglog).items()}
+    anchor = json.loads(a.egglog) if a.egglog is not None else \
+        json.loads((Path(__file__).parent / "egglog_devmachine.json").read_text())["rebuild_ms"]
+    egglog = {int(k): float(v) for k, v in anchor.items()}
     sizes = [16, 20] if a.quick else [16, 20, 22, 24]
     one(1 << 12, False)  # compile the kernels
     res = {"device": caps().name, "date": time.strftime("%Y-%m-%d"), "sizes": {}}

@@ -1,4 +1,4 @@
-"""The `vyre-numba` command: info, run, emit, demo.
+"""The `vyre-numba` command: info, run, emit, demo, bench.
 
 Every argument and path is checked before any work starts. A mistake prints one line,
 `error: ... Fix: ...`, to stderr and exits with status 2 (argparse's own errors exit 2 too); a
@@ -301,46 +301,130 @@ def demo_program() -> ir.Program:
     )
 
 
+def _timed(fn: Callable, repeat: int = 2):
+    """(last result, seconds of the last of `repeat` calls): the first call compiles and warms."""
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        dt = time.perf_counter() - t0
+    return out, dt
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
-    """A short tour: build, validate, inspect and run a program; compare with the reference."""
+    """A short tour: a program built, validated, shown as PTX and run against the reference; connected
+    components and an e-graph closure on generated data; a table of results and timings."""
+    from . import egraph, graph
+    from .egraph.workload import arithmetic
+    from .graph.generators import grid, rmat
+    from .ptx import emit
+
     n = args.n
     if not 1 <= n <= MAX_AXIS:
         raise UsageError(f"-n {n} is not an element count from 1 to 2**32-1. Fix: pass e.g. -n 1000000.")
     backend = get_backend(args.backend)
-    print(f"vyre-numba demo on the {backend.name!r} backend (available: {', '.join(available_backends())})\n")
+    gpu = backend.name == "cuda"
+    where = "the GPU" if gpu else "the CPU: no usable GPU here, so every step runs the NumPy reference backend"
+    print(f"vyre-numba demo on the {backend.name!r} backend, on {where} "
+          f"(available: {', '.join(available_backends())})\n")
+    rows: list[tuple[str, str, str, str, bool]] = []
+
     p = demo_program()
     ir.check(p)
     print("1. A program in the vyre IR, validated:\n")
     print("   " + str(p).replace("\n", "\n   "))
     print(f"\n   digest {p.digest()[:16]}..., {len(p.to_json())} bytes of canonical JSON\n")
+    sm = backend.caps.sm if gpu else 90
+    text = emit(p, sm=sm)
+    body = [line.strip() for line in text.splitlines() if "fma" in line or "ld.global" in line][:4]
+    print(f"2. Its PTX for sm_{sm}{'' if gpu else ' (emitted here; the GPU would assemble and run it)'}, "
+          f"{len(text.splitlines())} lines, a few of them:\n   " + "\n   ".join(body) + "\n")
+
     rng = np.random.default_rng(0)
     a = np.array([2.5], np.float32)
     x = rng.standard_normal(n).astype(np.float32)
     y = rng.standard_normal(n).astype(np.float32)
     t0 = time.perf_counter()
-    (out,) = backend.dispatch(p, [a, x, y])
+    backend.dispatch(p, [a, x, y])
     first = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    (out,) = backend.dispatch(p, [a, x, y])
-    warm = time.perf_counter() - t0
-    print(f"2. Ran saxpy over {n:,} elements on {backend.name}: first call {first * 1e3:.1f} ms "
-          f"(includes compiling), next {warm * 1e3:.2f} ms")
-    ref = get_backend("reference")
-    (expect,) = ref.dispatch(p, [a, x, y])
+    (out,), warm = _timed(lambda: backend.dispatch(p, [a, x, y]), 1)
+    (expect,) = get_backend("reference").dispatch(p, [a, x, y])
     same = np.array_equal(out.view(np.uint32), expect.view(np.uint32))
-    print(f"   bit-identical to the reference interpreter: {same}")
-    if backend.name == "cuda":
-        from .ptx import emit
+    print(f"3. Ran saxpy over {n:,} elements: first call {_ms(first)} (includes compiling), next {_ms(warm)}; "
+          f"bit-identical to the reference interpreter: {same}\n")
+    rows.append(("saxpy", f"{n:,} f32", "y = a*x + y", _ms(warm), same))
 
-        text = emit(p, sm=backend.caps.sm)
-        body = [line for line in text.splitlines() if "fma" in line or "ld.global" in line][:4]
-        print("\n3. Its PTX, as emitted (a few lines):\n   " + "\n   ".join(body))
-    print("\n4. Mistakes end in a clear error (here: float64 data that f32 cannot hold exactly):")
+    print("4. Mistakes end in a clear error (here: float64 data that f32 cannot hold exactly):")
     try:
         backend.dispatch(p, [a, x.astype(np.float64) / 3, y])
+        refused = False
     except VyreError as e:
-        print(f"   {type(e).__name__}: {e}")
-    return EXIT_OK if same else EXIT_FAILURE
+        refused = "Fix:" in str(e)
+        print(f"   {type(e).__name__}: {e}\n")
+    rows.append(("a mistake", "f64 into f32", "VyreError with a Fix", "-", refused))
+
+    print("5. Connected components (label = smallest vertex of the component):")
+    side, scale = (2048, 20) if gpu else (256, 14)
+    for name, (ip, ix) in ((f"road-like grid {side}x{side}", grid(side, side, keep=0.55, seed=1)),
+                           (f"R-MAT 2^{scale}", rmat(scale, 1 << (scale + 2), seed=1))):
+        labels, dt = _timed(lambda: graph.connected_components(ip, ix, backend=backend, symmetric=True))
+        ok = _components_ok(ip, ix, labels, gpu)
+        k = int(np.count_nonzero(labels == np.arange(labels.size)))
+        print(f"   {name}: {ip.size - 1:,} vertices, {ix.size:,} entries -> {k:,} components in {_ms(dt)}"
+              f" ({'equal to the NumPy twin' if gpu else 'every edge inside one component'}: {ok})")
+        rows.append(("components", f"{ip.size - 1:,} vertices", f"{k:,} components", _ms(dt), ok))
+
+    print("\n6. E-graph congruence closure (the shared benchmark's arithmetic workload):")
+    size = 1 << (18 if gpu else 14)
+    nodes, unions = arithmetic(size)
+
+    def closure():
+        g = egraph.EGraph.from_arrays(*nodes, backend=backend)
+        g.rebuild()
+        return g, egraph.congruence_closure(g, unions)
+
+    (g, res), dt = _timed(closure)
+    ok = _closure_ok(g, res, nodes, unions, gpu)
+    print(f"   {size:,} e-nodes, {len(unions):,} unions -> {res.classes_before:,} classes became "
+          f"{res.classes_after:,} in {res.rounds} rounds; build and closure {_ms(dt)}, closure alone "
+          f"{_ms(res.seconds)} ({'equal to the NumPy twin' if gpu else 'no congruent classes left apart'}: {ok})")
+    rows.append(("e-graph closure", f"{size:,} e-nodes", f"{res.merged:,} classes merged", _ms(res.seconds), ok))
+
+    print(f"\n{'step':16s} {'size':18s} {'result':24s} {'time':>10s}  check")
+    for step, sz, result, t, good in rows:
+        print(f"{step:16s} {sz:18s} {result:24s} {t:>10s}  {'ok' if good else 'FAILED'}")
+    return EXIT_OK if all(r[-1] for r in rows) else EXIT_FAILURE
+
+
+def _components_ok(indptr, indices, labels, against_twin: bool) -> bool:
+    """On the GPU: the labels equal the NumPy twin's. On the CPU, where the twin made them: every
+    edge joins two vertices of one label, and each label is the smallest vertex carrying it."""
+    from .graph import components_numpy
+    from .graph.csr import check_csr
+
+    labels = np.asarray(labels)
+    if against_twin:
+        twin, _ = components_numpy(check_csr(indptr, indices))
+        return bool(np.array_equal(labels, twin))
+    src = np.repeat(np.arange(indptr.size - 1), np.diff(indptr))
+    smallest = np.full(labels.size, labels.size, np.int64)
+    np.minimum.at(smallest, labels, np.arange(labels.size))
+    return bool(np.array_equal(labels[src], labels[indices]) and np.array_equal(smallest[labels], labels))
+
+
+def _closure_ok(g, res, nodes, unions, against_twin: bool) -> bool:
+    """On the GPU: the classes equal the NumPy twin's. On the CPU: no two rows with equal operator
+    and children remain in different classes, and every union's ends share a class."""
+    from . import egraph
+
+    if against_twin:
+        twin = egraph.congruence_closure(egraph.EGraph.from_arrays(*nodes, backend="reference"), unions)
+        return bool(np.array_equal(res.eclass, twin.eclass))
+    return egraph.structural_equivalences(g).size == 0 and bool(np.all(res.eclass[unions[:, 0]] ==
+                                                                        res.eclass[unions[:, 1]]))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,28 @@
+"""The arithmetic e-graph workload of the shared benchmark (`bench/egraph_workload.py`, whose
+definition this follows draw for draw): N e-nodes, N/8 leaves, interior nodes Add/Mul/Sub/Div/
+Neg/Sq over earlier nodes chosen uniformly, and N/64 unions of random leaves."""
+from __future__ import annotations
+
+import numpy as np
+
+OPS = ("Add", "Mul", "Sub", "Div", "Neg", "Sq")
+
+
+def arithmetic(n: int, *, seed: int = 1) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """((eclass, op, children_offsets, children), unions (U, 2)) for `EGraph.from_arrays` and
+    `congruence_closure`: row k is e-class k; leaf k has operator 6 + k (a constant each), the
+    interior operators are 0..5 in the order of OPS."""
+    rng = np.random.default_rng(seed)
+    leaves, interior, u = n // 8, n - n // 8, n // 64
+    k = np.arange(leaves, n, dtype=np.int64)
+    opi = rng.integers(0, 6, size=interior)
+    a = np.minimum(np.floor(rng.random(interior) * k).astype(np.int64), k - 1)
+    b = np.minimum(np.floor(rng.random(interior) * k).astype(np.int64), k - 1)
+    unions = np.stack([rng.integers(0, leaves, size=u), rng.integers(0, leaves, size=u)], 1).astype(np.int64)
+    b = np.where(opi < 4, b, -1)
+    arity = np.concatenate([np.zeros(leaves, np.int64), 1 + (b >= 0)])
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(arity, out=offsets[1:])
+    children = np.stack([a, b], 1).ravel()
+    op = np.concatenate([6 + np.arange(leaves, dtype=np.int64), opi.astype(np.int64)])
+    return (np.arange(n, dtype=np.int64), op, offsets, children[children >= 0]), unions

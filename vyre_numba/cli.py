@@ -427,6 +427,41 @@ def _closure_ok(g, res, nodes, unions, against_twin: bool) -> bool:
                                                                         res.eclass[unions[:, 1]]))
 
 
+def _bench_dir(given: str | None) -> Path:
+    """The benchmark folder: `--dir`, else ./bench, else the source checkout's bench/."""
+    places = [Path(given)] if given else [Path.cwd() / "bench", Path(__file__).resolve().parents[1] / "bench"]
+    for d in places:
+        if (d / "suite.py").is_file():
+            return d
+    raise UsageError(f"no benchmark suite (bench/suite.py) in {' or '.join(str(d) for d in places)}; the "
+                     "benchmarks live in the source checkout, not in the installed package. Fix: run it from a "
+                     "vyre-numba checkout (git clone ...; cd vyre-numba), or pass --dir PATH/TO/bench.")
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run the benchmark suite against its peers; write bench/RESULTS.md's section for this device and plots."""
+    here = _bench_dir(args.dir)
+    try:
+        import matplotlib  # noqa: F401
+        import tqdm  # noqa: F401
+    except ImportError as e:
+        raise UsageError(f"the bench command draws plots with matplotlib and shows progress with tqdm ({e}). "
+                         "Fix: pip install 'vyre-numba[notebook]'.") from None
+    spec = importlib.util.spec_from_file_location("vyre_bench_suite", here / "suite.py")
+    suite = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(suite)
+    res = suite.run(args.quick, progress=not args.no_progress, here=here)
+    md, plots = suite.report(res, args.quick, here=here)
+    for name, r in res.items():
+        state = "ok" if "json" in r else ("not run: " + r["skipped"]) if "skipped" in r else "FAILED"
+        print(f"  {name:18s} {state}")
+    print(f"wrote {md}" + "".join(f"\n      {p}" for p in plots))
+    failed = [k for k, r in res.items() if "failed" in r]
+    for k in failed:
+        print(f"{k} failed:\n{res[k]['failed']}", file=sys.stderr)
+    return EXIT_FAILURE if failed else EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `vyre-numba` command."""
     parser = argparse.ArgumentParser(prog="vyre-numba", description=__doc__.split("\n\n")[0])
@@ -452,6 +487,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--backend", choices=["cuda", "reference"])
     demo.add_argument("-n", type=int, default=1 << 20, help="elements (>= 1)")
     demo.set_defaults(fn=cmd_demo)
+    bench = sub.add_parser("bench", help=cmd_bench.__doc__)
+    bench.add_argument("--quick", action="store_true", help="smaller sizes, for a first look")
+    bench.add_argument("--dir", metavar="PATH", help="the bench/ folder (default: ./bench or the source checkout's)")
+    bench.add_argument("--no-progress", action="store_true", help="no progress bar")
+    bench.set_defaults(fn=cmd_bench)
     return parser
 
 

@@ -1,0 +1,260 @@
+"""The benchmark suite behind `vyre-numba bench`: run every `bench_*.py` here (each measures
+vyre-numba and its peers in one run on the same data), collect their JSON, draw the plots and
+write a generated section for this device at the top of RESULTS.md.
+
+    python bench/suite.py [--quick]          # the same as `vyre-numba bench [--quick]`
+
+The section sits between `<!-- bench: DEVICE -->` and `<!-- /bench: DEVICE -->`: a later run on
+the same device replaces it, other devices' sections and the notes written by hand stay. A
+benchmark that cannot run here (no GPU) says why in the section; nothing is left out silently."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+QUICK_ARGS = {"bench_reference.py": ["--log2n", "18", "--repeats", "5"]}  # the others take --quick
+TIMEOUT_S = 600
+
+
+def scripts(here: Path = HERE) -> list[Path]:
+    """The benchmark scripts, in name order."""
+    return sorted(here.glob("bench_*.py"))
+
+
+def run_one(script: Path, quick: bool, out: Path) -> dict:
+    """{"json": result} or {"skipped": why} or {"failed": last lines of its output} of one script."""
+    args = [sys.executable, str(script), "--json", str(out)]
+    if quick:
+        args += QUICK_ARGS.get(script.name, ["--quick"])
+    try:
+        p = subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=script.parent)
+    except subprocess.TimeoutExpired:
+        return {"failed": f"ran past {TIMEOUT_S} s"}
+    text = (p.stdout + p.stderr).strip()
+    skipped = [line for line in p.stdout.splitlines() if line.startswith("skipped:")]
+    if p.returncode == 0 and skipped and not out.exists():
+        return {"skipped": skipped[0][len("skipped:"):].strip(), "output": text}
+    if p.returncode != 0 or not out.exists():
+        return {"failed": "\n".join(text.splitlines()[-12:]) or f"exit status {p.returncode}", "output": text}
+    return {"json": json.loads(out.read_text()), "output": text}
+
+
+def run(quick: bool = False, progress: bool = True, here: Path = HERE) -> dict[str, dict]:
+    """Every benchmark's outcome by script stem (see `run_one`)."""
+    from tqdm.auto import tqdm
+
+    found = scripts(here)
+    res = {}
+    with tempfile.TemporaryDirectory() as tmp, tqdm(found, desc="benchmarks", unit="bench", disable=not progress) as bar:
+        for s in bar:
+            bar.set_postfix_str(s.stem)
+            res[s.stem] = run_one(s, quick, Path(tmp) / f"{s.stem}.json")
+    return res
+
+
+def device_name() -> str:
+    """The GPU's name, or a CPU-only description."""
+    import vyre_numba as vn
+
+    if vn.registry.unavailable_reason("cuda") is None:
+        from vyre_numba.gpu import caps
+
+        return caps().name
+    import platform
+
+    return f"CPU only ({platform.processor() or platform.machine()}, reference backend)"
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+# ---- plots ------------------------------------------------------------------------------------
+
+def _bars(ax, labels, values, title, unit, log=True):
+    ax.barh(labels[::-1], values[::-1], color=["#4c72b0" if "vyre" in lab else "#999999" for lab in labels[::-1]])
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(unit)
+    if log:
+        ax.set_xscale("log")
+
+
+def plot_overhead(res: dict, path: Path) -> bool:
+    """Per-call cost by dispatch mode against the peers (bench_dispatch, bench_graphs,
+    bench_fixpoint); False when none of them ran."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = []
+    d = res.get("bench_dispatch", {}).get("json")
+    if d:
+        w = d["warm"]
+        panels.append(("warm launch, host cost a call", "us", [
+            ("vyre resident dispatch", w["vyre_dispatch_resident_us"]), ("raw cuLaunchKernel", w["raw_cuLaunchKernel_us"]),
+            ("CuPy RawKernel", w.get("cupy_rawkernel_us")), ("numba @cuda.jit", w["numba_jit_us"])]))
+    g = res.get("bench_graphs", {}).get("json")
+    if g:
+        for size, row in g.get("round_trip", {}).items():
+            panels.append((f"host round trip, {size}", "us", [
+                ("vyre dispatch", row.get("vyre_dispatch_us")), ("vyre graph replay", row.get("vyre_graph_replay_us")),
+                ("PyTorch", row.get("pytorch_us")), ("CuPy", row.get("cupy_us")), ("numba", row.get("numba_us"))]))
+    f = res.get("bench_fixpoint", {}).get("json")
+    if f:
+        for size, row in f["rounds"].items():
+            panels.append((f"fixpoint round, {size} items", "us", [
+                ("vyre cooperative", row["cooperative_us_per_round"]), ("vyre graph", row["graph_us_per_round"]),
+                ("vyre relaunch", row["relaunch_us_per_round"]), ("numba relaunch", row["numba_relaunch_us_per_round"])]))
+    if not panels:
+        return False
+    fig, axes = plt.subplots(len(panels), 1, figsize=(7, 1.6 + 1.25 * len(panels)), squeeze=False)
+    for ax, (title, unit, rows) in zip(axes[:, 0], panels):
+        rows = [(k, v) for k, v in rows if v is not None]
+        _bars(ax, [k for k, _ in rows], [v for _, v in rows], title, unit)
+    fig.suptitle("Per-call cost by dispatch mode (lower is better)", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def plot_throughput(res: dict, path: Path) -> bool:
+    """Throughput against size for compaction, connected components, BFS and e-graph closure;
+    False when none of them ran."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = {}
+    c = res.get("bench_compaction", {}).get("json")
+    if c:
+        sizes = {k: v for k, v in c["cases"].items() if k.startswith("2^")}
+        n = [2 ** int(k[2:]) for k in sizes]
+        series["select, items/s (50% kept)"] = {
+            who: (n, [m / (v[f"select_{who}_us"] * 1e-6) for m, v in zip(n, sizes.values())])
+            for who in ("vyre", "torch", "cupy")}
+    f = res.get("bench_fixpoint", {}).get("json")
+    if f:
+        comp = f["components"].values()
+        series["connected components, CSR entries/s"] = {
+            "vyre": ([r["csr_entries"] for r in comp], [r["vyre_entries_per_s"] for r in comp]),
+            "scipy": ([r["csr_entries"] for r in comp], [r["scipy_entries_per_s"] for r in comp])}
+    b = res.get("bench_bfs", {}).get("json")
+    if b:
+        rows = [r for r in b.values() if isinstance(r, dict) and "vyre_s" in r]
+        ent = [r["csr_entries"] if "csr_entries" in r else 4 * r["side"] * (r["side"] - 1) for r in rows]
+        series["BFS, CSR entries/s"] = {"vyre": (ent, [e / r["vyre_s"] for e, r in zip(ent, rows)]),
+                                        "scipy": (ent, [e / r["scipy_s"] for e, r in zip(ent, rows)])}
+    e = res.get("bench_egraph", {}).get("json")
+    if e:
+        rows = list(e["sizes"].values())
+        n = [r["N"] for r in rows]
+        s = {"vyre resident": (n, [r["enodes_per_s"] for r in rows]),
+             "vyre with upload": (n, [r["N"] / (r["with_upload_ms"] * 1e-3) for r in rows])}
+        eg = [(r["N"], r["N"] / (r["egglog_1t_ms_devmachine"] * 1e-3)) for r in rows if "egglog_1t_ms_devmachine" in r]
+        if eg:
+            s["egglog, 1 thread (dev machine)"] = ([x for x, _ in eg], [y for _, y in eg])
+        npy = [(r["N"], r["N"] / (r["numpy_ms"] * 1e-3)) for r in rows if "numpy_ms" in r]
+        if npy:
+            s["NumPy twin"] = ([x for x, _ in npy], [y for _, y in npy])
+        series["e-graph closure, e-nodes/s"] = s
+    if not series:
+        return False
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7.5))
+    for ax, (title, lines) in zip(axes.ravel(), series.items()):
+        for who, (x, y) in lines.items():
+            ax.plot(x, y, "o-" if "vyre" in who else "s--", label=who)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("size")
+        ax.legend(fontsize=8)
+    for ax in axes.ravel()[len(series):]:
+        ax.axis("off")
+    fig.suptitle("Throughput against size (higher is better)", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+# ---- RESULTS.md ------------------------------------------------------------------------------
+
+def summary_lines(res: dict) -> list[str]:
+    """One bullet a benchmark that ran (its printed summary), one for those that failed, and one
+    a reason for those that could not run here."""
+    out, skipped = [], {}
+    for name, r in res.items():
+        if "json" in r:
+            lines = [ln for ln in r["output"].splitlines() if ln.strip() and not ln.lstrip().startswith(("{", "/"))
+                     and "Warning" not in ln and "warn(" not in ln]
+            out.append(f"- `{name}.py`:" + "".join(f"\n  - {ln.strip()}" for ln in lines))
+        elif "skipped" in r:
+            skipped.setdefault(r["skipped"], []).append(f"`{name}.py`")
+        else:
+            out.append(f"- `{name}.py`: FAILED:\n\n  ```\n  " + r["failed"].replace("\n", "\n  ") + "\n  ```")
+    out += [f"- not run here ({why}): {', '.join(names)}" for why, names in skipped.items()]
+    return out
+
+
+def write_section(results_md: Path, device: str, body: str) -> None:
+    """Put `body` between this device's markers at the top of RESULTS.md (after its first
+    paragraph), replacing an earlier generated section of the same device."""
+    start, end = f"<!-- bench: {device} -->", f"<!-- /bench: {device} -->"
+    text = results_md.read_text() if results_md.exists() else "# Benchmark results\n\n"
+    block = f"{start}\n{body.rstrip()}\n{end}\n"
+    if start in text and end in text:
+        text = text[:text.index(start)] + block + text[text.index(end) + len(end) + 1:]
+    else:  # above the first section, generated or not
+        at = min([i for i in (text.find("\n<!-- bench: "), text.find("\n## ")) if i >= 0], default=len(text))
+        text = text[:at].rstrip() + "\n\n" + block + ("\n" + text[at + 1:] if at < len(text) else "")
+    results_md.write_text(text)
+
+
+def report(res: dict, quick: bool, here: Path = HERE) -> tuple[Path, list[Path]]:
+    """Write the plots and RESULTS.md's section for this device; (RESULTS.md, plot paths)."""
+    device = device_name()
+    plot_dir = here / "plots" / slug(device)
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    plots = [p for p, draw in ((plot_dir / "overhead.png", plot_overhead), (plot_dir / "throughput.png", plot_throughput))
+             if draw(res, p)]
+    date = time.strftime("%Y-%m-%d")
+    body = [f"## {date} — {device} (`vyre-numba bench{' --quick' if quick else ''}`, generated)", ""]
+    body += summary_lines(res)
+    if plots:
+        body += [""] + [f"![{p.stem}]({p.relative_to(here).as_posix()})" for p in plots]
+    md = here / "RESULTS.md"
+    write_section(md, device, "\n".join(body) + "\n")
+    for name, r in res.items():
+        if "json" in r:
+            (plot_dir / f"{name}.json").write_text(json.dumps(r["json"], indent=1))
+    return md, plots
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="smaller sizes, for a first look")
+    ap.add_argument("--no-progress", action="store_true")
+    a = ap.parse_args(argv)
+    res = run(a.quick, progress=not a.no_progress)
+    md, plots = report(res, a.quick)
+    failed = [k for k, r in res.items() if "failed" in r]
+    print(f"wrote {md} and {', '.join(str(p) for p in plots) or 'no plots (no GPU benchmark ran)'}")
+    for k in failed:
+        print(f"{k}: FAILED\n{res[k]['failed']}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(HERE.parent))
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""`vyre-numba bench`: the suite runner's outcomes, the generated RESULTS.md section (replaced per
+device, hand-written notes kept), the plots from benchmark JSON, and the command's errors."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from vyre_numba.cli import main
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def load_suite():
+    spec = importlib.util.spec_from_file_location("suite_under_test", BENCH / "suite.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+suite = load_suite()
+
+FAKE = {
+    "bench_dispatch": {"warm": {"vyre_dispatch_resident_us": 5.4, "raw_cuLaunchKernel_us": 4.0, "numba_jit_us": 18.4,
+                                "cupy_rawkernel_us": 4.8}},
+    "bench_fixpoint": {"rounds": {"2^16": {"cooperative_us_per_round": 2.4, "graph_us_per_round": 7.4,
+                                           "relaunch_us_per_round": 77.0, "numba_relaunch_us_per_round": 169.0}},
+                       "components": {"rmat": {"csr_entries": 1 << 27, "vyre_entries_per_s": 3e10,
+                                               "scipy_entries_per_s": 3e7}}},
+    "bench_egraph": {"sizes": {"2^16": {"N": 1 << 16, "enodes_per_s": 3e7, "with_upload_ms": 11.0,
+                                        "egglog_1t_ms_devmachine": 6.0, "numpy_ms": 47.0},
+                               "2^20": {"N": 1 << 20, "enodes_per_s": 4e8, "with_upload_ms": 55.0}}},
+}
+
+
+def test_a_script_that_skips_is_reported_with_its_reason(tmp_path):
+    s = tmp_path / "bench_x.py"
+    s.write_text("print('skipped: no GPU here. Fix: run on a GPU')\n")
+    r = suite.run_one(s, False, tmp_path / "x.json")
+    assert r["skipped"] == "no GPU here. Fix: run on a GPU"
+
+
+def test_a_script_that_fails_is_reported_with_its_output(tmp_path):
+    s = tmp_path / "bench_x.py"
+    s.write_text("import sys\nprint('boom happened')\nsys.exit(3)\n")
+    r = suite.run_one(s, False, tmp_path / "x.json")
+    assert "boom happened" in r["failed"]
+
+
+def test_a_script_that_runs_gives_its_json_and_quick_is_passed(tmp_path):
+    s = tmp_path / "bench_x.py"
+    s.write_text("import sys, json\nout = sys.argv[sys.argv.index('--json') + 1]\n"
+                 "open(out, 'w').write(json.dumps({'quick': '--quick' in sys.argv}))\nprint('(a) fast')\n")
+    r = suite.run_one(s, True, tmp_path / "x.json")
+    assert r["json"] == {"quick": True} and "(a) fast" in r["output"]
+
+
+def test_the_section_is_replaced_per_device_and_notes_stay(tmp_path):
+    md = tmp_path / "RESULTS.md"
+    md.write_text("# Benchmark results\n\nIntro.\n\n## 2026-01-01 — old notes\n\nkept by hand\n")
+    suite.write_section(md, "GPU A", "## run 1 on A\n")
+    suite.write_section(md, "GPU B", "## run 1 on B\n")
+    suite.write_section(md, "GPU A", "## run 2 on A\n")
+    text = md.read_text()
+    assert "run 1 on A" not in text and text.count("run 2 on A") == 1 and "run 1 on B" in text
+    assert text.index("Intro.") < text.index("run 2 on A") < text.index("old notes")
+    assert text.endswith("kept by hand\n")
+
+
+def test_summary_groups_the_benchmarks_that_could_not_run():
+    lines = suite.summary_lines({"bench_a": {"skipped": "no GPU"}, "bench_b": {"skipped": "no GPU"},
+                                 "bench_c": {"json": {}, "output": "(a) 2x faster\n{\"raw\": 1}"},
+                                 "bench_d": {"failed": "Traceback\nValueError"}})
+    text = "\n".join(lines)
+    assert "not run here (no GPU): `bench_a.py`, `bench_b.py`" in text
+    assert "(a) 2x faster" in text and "raw" not in text and "FAILED" in text and "ValueError" in text
+
+
+def test_plots_are_drawn_from_the_benchmarks_json(tmp_path):
+    pytest.importorskip("matplotlib")
+    res = {k: {"json": v} for k, v in FAKE.items()}
+    assert suite.plot_overhead(res, tmp_path / "o.png") and (tmp_path / "o.png").stat().st_size > 5000
+    assert suite.plot_throughput(res, tmp_path / "t.png") and (tmp_path / "t.png").stat().st_size > 5000
+    assert not suite.plot_overhead({"bench_reference": {"json": {}}}, tmp_path / "none.png")
+    assert not (tmp_path / "none.png").exists()
+
+
+def test_the_report_writes_the_section_and_the_json(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    monkeypatch.setattr(suite, "device_name", lambda: "Test GPU 9000")
+    res = {k: {"json": v, "output": f"(a) {k} line"} for k, v in FAKE.items()}
+    res["bench_graphs"] = {"skipped": "no GPU"}
+    md, plots = suite.report(res, False, here=tmp_path)
+    text = md.read_text()
+    assert "<!-- bench: Test GPU 9000 -->" in text and "(a) bench_egraph line" in text
+    assert [p.name for p in plots] == ["overhead.png", "throughput.png"]
+    assert json.loads((tmp_path / "plots" / "test-gpu-9000" / "bench_egraph.json").read_text()) == FAKE["bench_egraph"]
+
+
+def test_the_command_without_a_suite_says_where_to_run_it(tmp_path, capsys):
+    assert main(["bench", "--dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "bench/suite.py" in err and "Fix:" in err
+
+
+def test_the_command_runs_a_suite_folder(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("tqdm")
+    (tmp_path / "suite.py").write_text((BENCH / "suite.py").read_text())
+    (tmp_path / "bench_one.py").write_text("print('skipped: nothing to do here')\n")
+    assert main(["bench", "--dir", str(tmp_path), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "not run: nothing to do here" in out
+    assert "nothing to do here" in (tmp_path / "RESULTS.md").read_text()

@@ -1,0 +1,69 @@
+"""graph.generators and egraph.workload: the synthetic inputs the demo, notebooks and benchmarks
+share, checked against independent constructions (SciPy's CSR, the shared workload file)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from vyre_numba.errors import VyreError
+from vyre_numba.egraph.workload import arithmetic
+from vyre_numba.graph.generators import from_edges, grid, rmat
+
+
+def scipy_csr(n, src, dst):
+    a = sp.coo_matrix((np.ones(2 * len(src), np.int8), (np.r_[src, dst], np.r_[dst, src])), shape=(n, n)).tocsr()
+    a.sort_indices()
+    return a
+
+
+@pytest.mark.parametrize("n,src,dst", [(3, [0, 0, 2], [1, 1, 2]), (1, [], []), (5, [4, 3, 0], [0, 3, 4])])
+def test_from_edges_is_scipys_csr_of_the_symmetric_graph(n, src, dst):
+    ip, ix = from_edges(n, np.array(src, np.int64), np.array(dst, np.int64))
+    a = scipy_csr(n, src, dst)
+    assert ip.dtype == np.int64 and ix.dtype == np.int32
+    assert np.array_equal(ip, a.indptr) and np.array_equal(ix, a.indices)
+
+
+@pytest.mark.parametrize("scale,edges", [(0, 0), (0, 5), (4, 100), (10, 5000)])
+def test_rmat_is_symmetric_sorted_and_seeded(scale, edges):
+    ip, ix = rmat(scale, edges, seed=3)
+    a = sp.csr_matrix((np.ones(ix.size), ix, ip), shape=(1 << scale,) * 2)
+    assert (a != a.T).nnz == 0
+    assert all(np.all(np.diff(ix[ip[v]:ip[v + 1]]) > 0) for v in range(ip.size - 1))
+    again = rmat(scale, edges, seed=3)
+    assert np.array_equal(ip, again[0]) and np.array_equal(ix, again[1])
+
+
+def test_grid_has_the_expected_edges_and_keep_removes_some():
+    ip, ix = grid(4, 3)
+    assert ip.size == 13 and ix.size == 2 * (3 * 3 + 4 * 2)
+    assert set(ix[ip[5]:ip[6]].tolist()) == {1, 4, 6, 9}
+    ip2, ix2 = grid(64, 64, keep=0.5, seed=1)
+    full = 2 * (63 * 64 * 2)
+    assert 0.4 * full < ix2.size < 0.6 * full
+    assert grid(0, 0)[0].tolist() == [0] and grid(1, 1)[1].size == 0
+
+
+@pytest.mark.parametrize("call", [lambda: rmat(-1, 10), lambda: rmat(31, 10), lambda: rmat(4, -1),
+                                  lambda: grid(-1, 3), lambda: grid(3, 3, keep=1.5)])
+def test_bad_sizes_raise_with_a_fix(call):
+    with pytest.raises(VyreError, match="Fix:"):
+        call()
+
+
+@pytest.mark.parametrize("n", [0, 8, 64, 1000, 1 << 14])
+def test_the_workload_is_the_shared_benchmarks(n):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from egraph_workload import generate
+
+    w = generate(n)
+    (eclass, op, off, ch), unions = arithmetic(n)
+    assert np.array_equal(eclass, np.arange(n)) and off.size == n + 1 and off[-1] == ch.size
+    assert np.array_equal(np.where(w["op"] >= 0, w["op"], 6 + np.arange(n)), op)
+    kids = [[c for c in (a, b) if c >= 0] for a, b in zip(w["a"], w["b"])]
+    assert [ch[off[k]:off[k + 1]].tolist() for k in range(n)] == kids
+    assert np.array_equal(unions, np.stack([w["ua"], w["ub"]], 1))

@@ -11,7 +11,7 @@ ROOT = Path(vyre_numba.__file__).resolve().parent
 
 # DESIGN.md's layer table, top to bottom; a module belongs to the first row naming a prefix of it.
 LAYERS = [
-    ("errors", "config", "lru", "profiling", "version"),
+    ("errors", "config", "lru", "profiling", "version", "display", "progress"),
     ("ir",),
     ("backend", "bindings", "recording"),
     ("reference",),
@@ -22,7 +22,7 @@ LAYERS = [
     ("egraph",),
     ("graph",),
     ("distributed",),
-    ("registry", "cli", "testing", "__init__"),
+    ("registry", "cli", "testing", "elementwise", "__init__"),
 ]
 
 

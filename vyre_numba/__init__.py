@@ -4,8 +4,10 @@ Write a program in the vyre IR (`vyre_numba.ir`), run it with `get_backend().dis
 on the GPU through PTX where one is usable, else on the exact NumPy reference interpreter.
 """
 from . import ir
+from . import ptx  # noqa: F401  (lazy; loading it gives Program.ptx() its emitter)
 from .backend import Backend
 from .registry import available_backends, get_backend
+from .elementwise import elementwise
 from .config import DispatchConfig
 from .errors import (BackendUnavailableError, BarrierTimeoutError, CompileError, DeviceError, DispatchError,
                      IRValidationError, LaunchError, UnsupportedError, VyreError)

@@ -1,0 +1,580 @@
+"""vyre_numba.elementwise: one-line elementwise kernels (CuPy's ElementwiseKernel in spirit).
+
+CPU tests run on the reference backend and compare bit for bit with NumPy computed the way the IR
+defines (f32 rounding after every operation, wrapping integers) and with hand-built Programs; a
+stand-in device backend (host memory behind a `__cuda_array_interface__`) exercises the device-array
+path. GPU tests (`gpu` marker) run the same cases on the cuda backend with NumPy, numba, CuPy and
+PyTorch arrays and compare bits with the reference backend."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import vyre_numba as vn
+from vyre_numba import DispatchError, IRValidationError, VyreError, elementwise, ir
+from vyre_numba.reference import ReferenceBackend
+from vyre_numba.testing import mismatches
+
+from conftest import assert_fix
+
+R = "reference"
+
+
+def same_bits(got, want, ulp: int = 0) -> None:
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    bad = mismatches(got.reshape(-1), want.reshape(-1), ulp=ulp)
+    assert bad.size == 0, f"{bad.size} mismatches, first at {bad[:5]}: {got.reshape(-1)[bad[:5]]} != " \
+                          f"{want.reshape(-1)[bad[:5]]}"
+
+
+def f32(rng, n, nan=False):
+    x = (rng.standard_normal(n) * 100).astype(np.float32)
+    if nan and n >= 4:
+        x[::7] = np.nan
+        x[1] = np.inf
+        x[2] = -np.inf
+    return x
+
+
+# ---- results on the reference backend -------------------------------------------------------------
+
+@pytest.mark.parametrize("n", [1, 2, 255, 256, 257, 1000, 4099])
+def test_saxpy_matches_numpy_bit_for_bit(rng, n):
+    saxpy = elementwise("f32 a, f32 x, f32 y", "f32 out", "a * x + y", name="saxpy")
+    a, x, y = np.float32(1.7), f32(rng, n, nan=True), f32(rng, n)
+    got = saxpy(a, x, y, backend=R)
+    assert isinstance(got, np.ndarray) and got.dtype == np.float32 and got.shape == (n,)
+    same_bits(got, a * x + y)  # two f32 roundings, no fused multiply-add
+
+
+def test_the_program_is_the_one_written_by_hand(rng):
+    saxpy = elementwise("f32 a, f32 x, f32 y", "f32 out", "a * x + y", name="saxpy")
+    i = ir.var("i")
+    hand = ir.Program(
+        [ir.BufferDecl.uniform("a", 0, "f32", 1), ir.BufferDecl.read("x", 1, "f32"), ir.BufferDecl.read("y", 2, "f32"),
+         ir.BufferDecl.output("out", 3, "f32")], 256,
+        [ir.let("i", ir.gid(0)),
+         ir.if_(i < ir.buf_len("out"), [ir.store("out", i, ir.load("a", 0) * ir.load("x", i) + ir.load("y", i))])],
+        name="saxpy")
+    x, y = f32(rng, 1000, nan=True), f32(rng, 1000)
+    (want,) = vn.get_backend(R).dispatch(hand, [np.float32([-3.25]), x, y])
+    same_bits(saxpy(np.float32(-3.25), x, y, backend=R), want)
+    p = saxpy.program(np.float32(1), x, y)
+    assert [(b.name, b.access.value, str(b.dtype), b.count) for b in p.bound_buffers] == [
+        ("a", "uniform", "f32", 1), ("x", "read_only", "f32", 0), ("y", "read_only", "f32", 0),
+        ("out", "write_only", "f32", 0)]
+    assert p.workgroup_size == (256, 1, 1) and p.name == "saxpy"
+
+
+def test_string_and_function_forms_build_the_same_program():
+    s = elementwise("f32 a, f32 x, f32 y", "f32 out", "a * x + y", name="saxpy")
+    f = elementwise("f32 a, f32 x, f32 y", "f32 out", lambda a, x, y: a * x + y, name="saxpy")
+    assert s.program().digest() == f.program().digest()
+    two = elementwise("i32 a, i32 b", "i32 s, i32 d", lambda a, b: {"d": a - b, "s": a + b})
+    assert two.program().digest() == elementwise("i32 a, i32 b", "i32 s, i32 d", "a + b, a - b").program().digest()
+
+
+def test_programs_are_cached_per_signature_and_show_their_ptx():
+    k = elementwise("f32 a, f32 x", "f32 y", "a * x", name="scale")
+    x = np.ones(3, np.float32)
+    assert k.program() is k.program() is k.program(x, x)
+    p = k.program(2.0, x)
+    assert p is k.program(np.float32(5), x) and p is not k.program()
+    assert p.buffer("a").access.value == "uniform"
+    ptx = k.ptx(2.0, x, sm=90)
+    assert ".entry scale" in ptx and "mul.rn.f32" in ptx
+    assert "scale(f32 a, f32 x) -> (f32 y)" in repr(k)
+
+
+def test_scalars_broadcast_in_every_form(rng):
+    k = elementwise("f32 a, f32 x", "f32 y", "a * x")
+    x = f32(rng, 300)
+    want = np.float32(2.5) * x
+    for a in (2.5, np.float32(2.5), np.float64(2.5), np.array(2.5, np.float32), np.array(2.5), 5 / 2):
+        same_bits(k(a, x, backend=R), want)
+    ints = elementwise("i64 n, i64 x", "i64 y", "n + x")
+    same_bits(ints(2**40, np.arange(5, dtype=np.int64), backend=R), 2**40 + np.arange(5, dtype=np.int64))
+    flag = elementwise("bool b, i32 x", "i32 y", "x if b else -x")
+    same_bits(flag(True, np.int32([1, 2]), backend=R), np.int32([1, 2]))
+    same_bits(flag(False, np.int32([1, 2]), backend=R), np.int32([-1, -2]))
+
+
+def test_inputs_by_name():
+    k = elementwise("f32 a, f32 x", "f32 y", "a - x")
+    x = np.float32([1, 2])
+    same_bits(k(x=x, a=np.float32(10), backend=R), np.float32([9, 8]))
+    same_bits(k(np.float32(10), x=x, backend=R), np.float32([9, 8]))
+
+
+def test_several_outputs_as_a_tuple_and_as_assignments(rng):
+    a = rng.integers(-2**31, 2**31, 999, dtype=np.int64).astype(np.int32)
+    b = rng.integers(-2**31, 2**31, 999, dtype=np.int64).astype(np.int32)
+    s, d = elementwise("i32 a, i32 b", "i32 s, i32 d", "a + b, a - b")(a, b, backend=R)
+    same_bits(s, a + b)
+    same_bits(d, a - b)
+    k = elementwise("f32 x, f32 y", "f32 h, bool big, f32 t2",
+                    "t = x * x + y * y\nh = sqrt(t); big = t > 100 and not isnan(t)\nt2 = t; t2 += 1")
+    x, y = f32(rng, 500, nan=True), f32(rng, 500)
+    h, big, t2 = k(x, y, backend=R)
+    t = x * x + y * y
+    same_bits(h, np.sqrt(t))
+    same_bits(big, ((t > 100) & ~np.isnan(t)).astype(np.uint32))  # bool outputs are 32-bit words
+    same_bits(t2, t + np.float32(1))
+
+
+def test_empty_arrays_give_empty_outputs():
+    k = elementwise("f32 a, f32 x", "f32 y, i32 n", "a * x, i32(x)")
+    y, n = k(2.0, np.zeros(0, np.float32), backend=R)
+    assert y.shape == (0,) and y.dtype == np.float32 and n.shape == (0,) and n.dtype == np.int32
+    y, n = k(2.0, np.zeros((0, 3), np.float32), backend=R)
+    assert y.shape == n.shape == (0, 3)
+    o = (np.zeros(0, np.float32), np.zeros(0, np.int32))
+    assert k(2.0, np.zeros(0, np.float32), out=o, backend=R) is o
+
+
+def test_shapes_are_kept_and_non_contiguous_host_inputs_are_read(rng):
+    k = elementwise("f32 x, f32 y", "f32 z", "x - y")
+    x = f32(rng, 24).reshape(2, 3, 4)
+    y = f32(rng, 24).reshape(2, 3, 4)
+    same_bits(k(x, y, backend=R), x - y)
+    xt, yt = x.transpose(2, 0, 1), y.transpose(2, 0, 1)
+    same_bits(k(xt, yt, backend=R), xt - yt)
+
+
+def test_workgroup_size_and_lengths_not_a_multiple_of_it(rng):
+    k = elementwise("u32 x", "u32 y", "x * 3 + 1", workgroup=64)
+    assert k.program().workgroup_size == (64, 1, 1)
+    for n in (1, 63, 64, 65, 1000):
+        x = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+        same_bits(k(x, backend=R), x * np.uint32(3) + np.uint32(1))
+
+
+def test_nan_and_infinities_pass_through(rng):
+    k = elementwise("f32 x", "f32 y, f32 lo, f32 hi, bool nan", "x * 2 + 1, min(x, 0.5), max(x, -0.5, 0.25), isnan(x)")
+    x = np.float32([np.nan, np.inf, -np.inf, 1.0, -1.0, 0.0, 3.0])
+    y, lo, hi, nan = k(x, backend=R)
+    same_bits(y, x * 2 + 1)
+    same_bits(lo, np.fmin(x, np.float32(0.5)))  # with one NaN, the other operand
+    same_bits(hi, np.fmax(np.fmax(x, np.float32(-0.5)), np.float32(0.25)))
+    same_bits(nan, np.isnan(x).astype(np.uint32))
+
+
+def test_integers_wrap_and_divide_as_c(rng):
+    k = elementwise("i32 a, i32 b", "i32 p, i32 q, i32 r, i32 s", "a * b, a / b, a % b, a << b")
+    a = np.int32([2**31 - 1, -2**31, 7, -7, 7, -7, 5, 1])
+    b = np.int32([2, -1, 2, 2, -2, 0, 0, 33])
+    p, q, r, s = k(a, b, backend=R)
+    same_bits(p, a * b)  # NumPy int32 arrays wrap too
+    same_bits(q, np.int32([2**30 - 1, -2**31, 3, -3, -3, 0, 0, 0]))  # truncates; / 0 gives 0; MIN / -1 = MIN
+    same_bits(r, np.int32([1, 0, 1, -1, 1, 0, 0, 1]))  # sign of the dividend; % 0 gives 0
+    wide = (a.astype(np.int64) << (b & 31).astype(np.int64)) & 0xFFFFFFFF  # amounts masked to 31, then wrapped
+    same_bits(s, wide.astype(np.uint32).view(np.int32))
+    u8 = elementwise("u8 x, u8 y", "u8 z", "x + y")
+    same_bits(u8(np.uint8([250, 3]), np.uint8([10, 4]), backend=R), np.uint8([4, 7]))
+
+
+def test_casts_powers_selects_and_comparisons(rng):
+    k = elementwise("f32 x, i32 n", "i32 t, f32 c, f32 p, f32 s, bool inside",
+                    "i32(x), f32(n) + x, x ** 3 + x ** 0, x if 0 <= x < 10 else -x, (x > 0) & ~(n > 5) | (n == 7)")
+    x = np.float32([np.nan, 3e9, -3e9, 2.7, -2.7, 0.0, 11.0, 5.5])
+    n = np.int32([1, 2, 3, 4, 5, 6, 7, 8])
+    t, c, p, s, inside = k(x, n, backend=R)
+    same_bits(t, np.int32([0, 2**31 - 1, -2**31, 2, -2, 0, 11, 5]))  # truncating, saturating; NaN gives 0
+    same_bits(c, n.astype(np.float32) + x)
+    same_bits(p, x * (x * x) + np.float32(1))  # by squaring: x * (x * x)
+    same_bits(s, np.where((x >= 0) & (x < 10), x, -x))
+    same_bits(inside, (((x > 0) & ~(n > 5)) | (n == 7)).astype(np.uint32))
+
+
+def test_functions_match_the_reference_semantics(rng):
+    x = f32(rng, 400, nan=True)
+    y = f32(rng, 400)
+    k = elementwise("f32 x, f32 y", "f32 a, f32 b, f32 c, f32 d, f32 e",
+                    "abs(x), fma(x, y, 1.5), where(x < y, x, y), floor(x) + ceil(y) - trunc(x), round(x)")
+    a, b, c, d, e = k(x, y, backend=R)
+    same_bits(a, np.abs(x))
+    want_fma = (x.astype(np.float64) * y.astype(np.float64) + 1.5).astype(np.float32)  # exact in f64, rounded once
+    same_bits(b, want_fma)
+    same_bits(c, np.where(x < y, x, y))
+    with np.errstate(invalid="ignore"):  # inf - inf
+        same_bits(d, np.floor(x) + np.ceil(y) - np.trunc(x))
+    same_bits(e, np.round(x))  # half to even
+    bits = elementwise("u32 v", "u32 p, u32 z, u32 r", "popcount(v), clz(v), rotl(v, u32(4))")
+    v = np.uint32([0, 1, 0xF0000001])
+    p, z, r = bits(v, backend=R)
+    same_bits(p, np.uint32([0, 1, 5]))
+    same_bits(z, np.uint32([32, 31, 0]))
+    same_bits(r, np.uint32([0, 16, 0x1F]))
+
+
+def test_out_arrays_are_filled_and_returned(rng):
+    k = elementwise("f32 x", "f32 y, f32 z", "x + 1, x - 1")
+    x = f32(rng, 10)
+    y, z = np.full(10, 7, np.float32), np.full(10, 7, np.float32)
+    got = k(x, out=(y, z), backend=R)
+    assert got[0] is y and got[1] is z
+    same_bits(y, x + 1)
+    same_bits(z, x - 1)
+    one = elementwise("f32 x", "f32 y", "x * 2")
+    o = np.empty(10, np.float32)
+    assert one(x, out=o, backend=R) is o
+    same_bits(o, x * 2)
+    fill = elementwise("f32 v", "f32 y", "v")
+    o = np.zeros((2, 2), np.float32)
+    fill(np.float32(4), out=o, backend=R)
+    same_bits(o, np.full((2, 2), 4, np.float32))
+
+
+def test_the_default_backend_is_used_when_none_is_named():
+    if vn.get_backend().name != "reference":
+        pytest.skip("checks the CPU default")
+    k = elementwise("f32 x", "f32 y", "x * 2")
+    same_bits(k(np.float32([1, 2])), np.float32([2, 4]))
+    same_bits(k(np.float32([1, 2]), backend=ReferenceBackend()), np.float32([2, 4]))
+
+
+def test_torch_cpu_tensors_in_give_tensors_out():
+    torch = pytest.importorskip("torch")
+    k = elementwise("f32 a, f32 x", "f32 y", "a * x")
+    got = k(2.0, torch.arange(4, dtype=torch.float32), backend=R)
+    assert isinstance(got, torch.Tensor) and got.device.type == "cpu"
+    assert np.array_equal(got.numpy(), np.float32([0, 2, 4, 6]))
+
+
+# ---- the device-array path, with a stand-in device backend -------------------------------------------
+
+class FakeDeviceArray:
+    """Looks like a numba device array (CAI and copy_to_host); host memory underneath."""
+
+    def __init__(self, host: np.ndarray):
+        self.host = host
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.host.shape, "typestr": self.host.dtype.str, "strides": None, "version": 3,
+                "data": (self.host.ctypes.data, False)}
+
+    shape = property(lambda self: self.host.shape)
+    dtype = property(lambda self: self.host.dtype)
+
+    def reshape(self, shape):
+        return FakeDeviceArray(self.host.reshape(shape))
+
+    def copy_to_host(self):
+        return self.host.copy()
+
+
+class ForeignDeviceArray:
+    """A CUDA array of some other library: only the CUDA array interface."""
+
+    def __init__(self, host: np.ndarray):
+        self.host = host
+        self.__cuda_array_interface__ = FakeDeviceArray(host).__cuda_array_interface__
+
+
+class FakeDeviceBackend(ReferenceBackend):
+    """Resident dispatch over FakeDeviceArrays, run by the reference interpreter."""
+
+    name = "fake-device"
+
+    def __init__(self):
+        super().__init__()
+        self.uploads = self.launches = 0
+
+    def upload(self, array):
+        self.uploads += 1
+        return FakeDeviceArray(super().upload(array))
+
+    def empty(self, n, dtype):
+        return FakeDeviceArray(super().empty(n, dtype))
+
+    def dispatch_resident(self, program, buffers, config=None):
+        self.launches += 1
+        super().dispatch_resident(program, [b.host for b in buffers], config)
+
+
+def test_device_arrays_in_give_device_arrays_out(rng):
+    be = FakeDeviceBackend()
+    k = elementwise("f32 a, f32 x, f32 y", "f32 out, bool pos", "a * x + y, x > 0")
+    x, y = f32(rng, 300, nan=True), f32(rng, 300)
+    out, pos = k(np.float32(3), FakeDeviceArray(x), FakeDeviceArray(y), backend=be)
+    assert isinstance(out, FakeDeviceArray) and isinstance(pos, FakeDeviceArray)
+    same_bits(out.copy_to_host(), np.float32(3) * x + y)
+    same_bits(pos.copy_to_host(), (x > 0).astype(np.uint32))
+    k(np.float32(3), FakeDeviceArray(x), FakeDeviceArray(y), backend=be)
+    assert be.uploads == 1 and be.launches == 2  # the scalar's one-element buffer is uploaded once
+    k(np.float32(4), FakeDeviceArray(x), FakeDeviceArray(y), backend=be)
+    assert be.uploads == 2
+    two_d = k(np.float32(3), FakeDeviceArray(x.reshape(3, 100)), FakeDeviceArray(y.reshape(3, 100)), backend=be)
+    assert two_d[0].shape == (3, 100)
+    foreign = k(np.float32(3), ForeignDeviceArray(x), ForeignDeviceArray(y), backend=be)
+    assert isinstance(foreign[0], FakeDeviceArray)  # other CUDA arrays in: the backend's (numba) arrays out
+    same_bits(foreign[0].copy_to_host(), out.copy_to_host())
+
+
+def test_device_out_arrays_device_scalars_and_empty_device_arrays(rng):
+    be = FakeDeviceBackend()
+    k = elementwise("f32 a, f32 x", "f32 y", "a * x")
+    x = f32(rng, 50)
+    o = FakeDeviceArray(np.zeros(50, np.float32))
+    assert k(FakeDeviceArray(np.array(2, np.float32)), FakeDeviceArray(x), out=o, backend=be) is o
+    same_bits(o.host, np.float32(2) * x)
+    assert be.uploads == 0
+    launches = be.launches
+    e = k(2.0, FakeDeviceArray(np.zeros(0, np.float32)), backend=be)
+    assert isinstance(e, FakeDeviceArray) and e.shape == (0,) and be.launches == launches
+
+
+# ---- mistakes -------------------------------------------------------------------------------------
+
+def raises(exc, fn, *args, match: str | None = None, **kw):
+    with pytest.raises(exc, match=match) as info:
+        fn(*args, **kw)
+    assert isinstance(info.value, VyreError)
+    assert_fix(str(info.value))
+    return str(info.value)
+
+
+@pytest.mark.parametrize("operation, match", [
+    ("x + z", "name 'z' is not an input"),
+    ("x + xx", "did you mean 'x'"),
+    ("x.real", "attribute access"),
+    ("np.sin(x)", "only named functions"),
+    ("eval('x')", "'eval' is not a function"),
+    ("__import__('os').system('true')", "only named functions"),
+    ("exec('y = 1')", "not a function"),
+    ("open('f')", "not a function"),
+    ("lambda: x", "Lambda is not supported"),
+    ("[v for v in x]", "ListComp is not supported"),
+    ("x[0]", "indexing is not supported"),
+    ("(y := x)", "NamedExpr is not supported"),
+    ("x // 2", "`//` is not supported"),
+    ("x ** 0.5", "integer literal exponent"),
+    ("x ** x", "integer literal exponent"),
+    ("x ** 65", "integer literal exponent"),
+    ("x +", "not valid Python syntax"),
+    ("", "empty"),
+    ("'text'", "not a number"),
+    ("sqrt", "used without a call"),
+    ("sqrt(x, x)", "takes 1 argument"),
+    ("min(x)", "two or more"),
+    ("x(1)", "is a value, not a function"),
+    ("sqrt(x=x)", "positional arguments only"),
+    ("cast(x, f32)", "type name in quotes"),
+    ("y", "read before it is assigned"),
+    ("x = 1; y = x", "inputs are read-only"),
+    ("t = x", "never assigned"),
+    ("t = x; t", "bare expression"),
+    ("y: float = x", "AnnAssign statements"),
+    ("import os", "Import statements"),
+    ("x, x", "2 value"),
+    ("x is x", "comparison Is"),
+    ("x @ x", "operator MatMult"),
+    ("x * 2; y = 1", "bare expression"),
+    ("z += x; y = z", "updated before it is assigned"),
+    ("(" * 250 + "x" + ")" * 250, "nest|syntax|parsed"),
+    ("-" * 5000 + "x", "nest|parsed"),
+])
+def test_operation_mistakes_raise_with_a_fix(operation, match):
+    raises(IRValidationError, elementwise, "f32 x", "f32 y", operation, match=match)
+
+
+@pytest.mark.parametrize("inputs, outputs, operation, match", [
+    ("f32 x, i32 n", "f32 y", "x * n", r"in `y = x \* n`: mul has operands of different types f32 and i32"),
+    ("f32 x", "i32 y", "x * 2", "value stored into y must be i32, got f32"),
+    ("f32 x", "f32 y", "t = 2; y = x * t", "different types f32 and u32"),
+    ("i32 x", "i32 y", "x * 2.5", "literal 2.5 cannot be a i32"),
+    ("f32 x", "f32 y", "x % 2", "mod is defined for integers only"),
+    ("f32 x", "f32 y", "x << 1", "shl needs an integer type"),
+    ("f32 x, f32 x", "f32 y", "x", "declared twice"),
+    ("f32 x", "f32 x", "x", "both inputs and outputs"),
+    ("f32 x", "f32 y, f32 y", "x, x", "declared twice"),
+    ("T x", "f32 y", "x", "generic types"),
+    ("f99 x", "f32 y", "x", "not a vyre type"),
+    ("raw f32 x", "f32 y", "x", "'raw'"),
+    ("f32", "f32 y", "1", "not 'type name'"),
+    ("f32 min", "f32 y", "min", "would hide the function"),
+    ("f32 for", "f32 y", "1", "not a usable parameter name"),
+    ("f32 x", "", "x", "no outputs"),
+    (42, "f32 y", "1", "not a declaration"),
+    ("f32 x", "f32 y", 42, "neither a string nor a function"),
+    ("f32 x", "f32 y", lambda x, z: x, "raised TypeError"),
+    ("f32 x", "f32 y, f32 z", lambda x: x, "returned 1 value"),
+    ("f32 x", "f32 y", lambda x: {"z": x}, r"returned values for \['z'\]"),
+    ("f32 x", "f32 y", lambda x: "x", "not an IR expression"),
+    ("f32 x", "f32 y", lambda x: x if x > 0 else 0, "no Python truth value"),
+])
+def test_declaration_and_type_mistakes_raise_with_a_fix(inputs, outputs, operation, match):
+    raises(IRValidationError, elementwise, inputs, outputs, operation, match=match)
+
+
+def test_kernel_name_and_workgroup_are_checked():
+    raises(IRValidationError, elementwise, "f32 x", "f32 y", "x", name="not a name", match="not an identifier")
+    raises(IRValidationError, elementwise, "f32 x", "f32 y", "x", workgroup=2048, match="workgroup")
+    raises(IRValidationError, elementwise, "f32 x", "f32 y", "x", workgroup=True, match="workgroup")
+
+
+def test_call_mistakes_raise_with_a_fix():
+    k = elementwise("f32 a, f32 x, f32 y", "f32 out", "a * x + y", name="saxpy")
+    x = np.ones(4, np.float32)
+    cases = [
+        (dict(args=(2.0, x, np.ones(5, np.float32))), "shape"),
+        (dict(args=(2.0, x, np.ones((2, 2), np.float32))), "shape"),
+        (dict(args=(2.0, x, np.ones(4, np.float64))), "declared f32 .* holds float64"),
+        (dict(args=(2.0, x, np.ones(4, bool))), "holds bool"),
+        (dict(args=(0.1, x, x)), "not exactly a f32 value.*np.float32"),
+        (dict(args=(True, x, x)), "not exactly a f32 value"),
+        (dict(args=(1 + 2j, x, x)), "neither a number nor an array"),
+        (dict(args=(2.0, x, x), out=np.empty(3, np.float32)), "out= array 'out' has shape"),
+        (dict(args=(2.0, x, x), out=np.empty(4, np.float64)), "out= array 'out' is declared f32"),
+        (dict(args=(2.0, x, x), out=x), "shares memory"),
+        (dict(args=(2.0, x, x), out=(np.empty(4, np.float32),) * 2), "2 array"),
+        (dict(args=(2.0, x, x), out=np.float32(1)), "scalar or 0-d"),
+        (dict(args=(2.0, x)), "missing input"),
+        (dict(args=(2.0, x, x, x)), "takes 3 input"),
+        (dict(args=(2.0, x, x), kw=dict(z=x)), "'z' is not an input"),
+        (dict(args=(2.0, x, x), kw=dict(out_=x)), "not an input"),
+        (dict(args=(2.0, x), kw=dict(x=x)), "given twice"),
+        (dict(args=(2.0, 3.0, 4.0)), "every input is a scalar"),
+        (dict(args=(2.0, [1.0], x)), "is a list"),
+        (dict(args=(2.0, np.ma.masked_array(x, [1, 0, 0, 0]), x)), "masked"),
+        (dict(args=(2.0, x, x), backend=object()), "not a backend"),
+        (dict(args=(2.0, x, x), backend="nope"), "no backend named"),
+        (dict(args=(2.0, x, FakeDeviceArray(x))), "different kinds"),
+        (dict(args=(2.0, FakeDeviceArray(x), FakeDeviceArray(x))), "reference backend runs on the CPU"),
+        (dict(args=(2.0, x, x), out=FakeDeviceArray(x.copy())), "different kinds"),
+    ]
+    for spec, match in cases:
+        backend = spec.get("backend", R)
+        raises(VyreError, k, *spec["args"], out=spec.get("out"), backend=backend, match=match, **spec.get("kw", {}))
+    ro = np.empty(4, np.float32)
+    ro.flags.writeable = False
+    raises(DispatchError, k, 2.0, x, x, out=ro, backend=R, match="read-only")
+    raises(DispatchError, k.program, 2.0, x, match="missing input")
+
+
+def test_device_call_mistakes_raise_with_a_fix():
+    be = FakeDeviceBackend()
+    k = elementwise("f32 a, f32 x", "f32 y", "a * x")
+    x = np.ones(4, np.float32)
+    raises(DispatchError, k, 2.0, FakeDeviceArray(x.astype(np.float64)), backend=be, match="holds float64")
+    raises(DispatchError, k, 0.1, FakeDeviceArray(x), backend=be, match="not exactly")
+    raises(DispatchError, k, 2.0, FakeDeviceArray(x), out=FakeDeviceArray(np.zeros(5, np.float32)), backend=be,
+           match="shape")
+    dev = FakeDeviceArray(x)
+    raises(DispatchError, k, 2.0, dev, out=dev, backend=be, match="share memory")  # the backend's own check
+
+
+# ---- the same on a GPU ----------------------------------------------------------------------------
+
+CASES = [  # (inputs, outputs, operation, make the arguments from rng and n)
+    ("f32 a, f32 x, f32 y", "f32 out", "a * x + y",
+     lambda rng, n: (np.float32(1.7), f32(rng, n, nan=True), f32(rng, n))),
+    ("i32 a, i32 b", "i32 p, i32 q, i32 r, i32 s", "a * b, a / b, a % b, a << b",
+     lambda rng, n: (rng.integers(-2**31, 2**31, n).astype(np.int32), rng.integers(-40, 40, n).astype(np.int32))),
+    ("u8 x, u8 y", "u8 z, bool lt", "x + y, x < y",
+     lambda rng, n: (rng.integers(0, 256, n).astype(np.uint8), rng.integers(0, 256, n).astype(np.uint8))),
+    ("f32 x, f32 y", "f32 lo, f32 hi, f32 f, f32 s, i32 t", "min(x, y), max(x, y), fma(x, y, 1.5), "
+     "x if 0 <= x < 10 else -x, i32(x * 1e7)", lambda rng, n: (f32(rng, n, nan=True), f32(rng, n, nan=True))),
+    ("f64 x, i64 k", "f64 y, i64 m", "t = x * x; y = sqrt(abs(t)) + f64(k); m = k * k - (k >> 3)",
+     lambda rng, n: (rng.standard_normal(n) * 1e3, rng.integers(-2**62, 2**62, n))),
+    ("f16 h", "f16 g", "h * h - h", lambda rng, n: ((rng.standard_normal(n) * 10).astype(np.float16),)),
+]
+TRANSCENDENTAL = ("f32 x", "f32 e, f32 s", "exp(x * 0.01), sin(x)", lambda rng, n: (f32(rng, n, nan=True),))
+
+
+def run_case(case, rng, n, backend, convert=lambda a: a):
+    inputs, outputs, operation, make = case
+    k = elementwise(inputs, outputs, operation, name="case")
+    args = make(rng, n)
+    want = k(*args, backend=R)
+    got = k(*[a if np.ndim(a) == 0 else convert(a) for a in args], backend=backend)
+    return (want if isinstance(want, tuple) else (want,)), (got if isinstance(got, tuple) else (got,))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [0, 1, 255, 257, 100_003])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_gpu_numpy_arrays_match_the_reference(rng, case, n):
+    want, got = run_case(CASES[case], rng, n, "cuda")
+    for w, g in zip(want, got):
+        assert isinstance(g, np.ndarray)
+        same_bits(g, w)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [0, 1, 257, 100_003])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_gpu_numba_device_arrays_stay_on_the_device(rng, case, n):
+    from numba import cuda
+
+    want, got = run_case(CASES[case], rng, n, "cuda", cuda.to_device)
+    for w, g in zip(want, got):
+        assert cuda.is_cuda_array(g) and hasattr(g, "copy_to_host")
+        same_bits(g.copy_to_host(), w)
+
+
+@pytest.mark.gpu
+def test_gpu_transcendentals_within_the_ulp_budget(rng):
+    from numba import cuda
+
+    for convert in (lambda a: a, cuda.to_device):
+        want, got = run_case(TRANSCENDENTAL, rng, 10_000, "cuda", convert)
+        for w, g in zip(want, got):
+            same_bits(g if isinstance(g, np.ndarray) else g.copy_to_host(), w, ulp=4)
+
+
+@pytest.mark.gpu
+def test_gpu_scalars_out_arrays_and_shapes(rng):
+    from numba import cuda
+
+    k = elementwise("f32 a, f32 x", "f32 y, f32 z", "a * x, x - a", name="scalars")
+    x = f32(rng, 6000, nan=True).reshape(60, 100)
+    want = k(np.float32(2.5), x, backend=R)
+    dx = cuda.to_device(x)
+    for a in (2.5, np.float32(2.5), cuda.to_device(np.array(2.5, np.float32))):
+        got = k(a, dx, backend="cuda")
+        assert got[0].shape == (60, 100)
+        for w, g in zip(want, got):
+            same_bits(g.copy_to_host(), w)
+    outs = (cuda.device_array((60, 100), np.float32), cuda.device_array((60, 100), np.float32))
+    assert k(2.5, dx, out=outs, backend="cuda") is outs
+    for w, g in zip(want, outs):
+        same_bits(g.copy_to_host(), w)
+    host = (np.empty((60, 100), np.float32), np.empty((60, 100), np.float32))
+    k(2.5, x, out=host, backend="cuda")
+    for w, g in zip(want, host):
+        same_bits(g, w)
+    with pytest.raises(DispatchError, match="share device memory"):
+        k(2.5, dx, out=(dx, outs[1]), backend="cuda")
+    with pytest.raises(DispatchError, match="different kinds"):
+        k(2.5, x, out=outs, backend="cuda")
+    with pytest.raises(DispatchError, match="reference backend runs on the CPU"):
+        k(2.5, dx, backend=R)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_gpu_cupy_arrays_in_cupy_arrays_out(rng, case):
+    cupy = pytest.importorskip("cupy")
+    want, got = run_case(CASES[case], rng, 5000, "cuda", cupy.asarray)
+    for w, g in zip(want, got):
+        assert isinstance(g, cupy.ndarray)
+        same_bits(cupy.asnumpy(g), w)
+    with cupy.cuda.Stream(non_blocking=True):  # results are visible on CuPy's current stream
+        want, got = run_case(CASES[0], rng, 100_003, "cuda", cupy.asarray)
+        same_bits(cupy.asnumpy(got[0] * 1), want[0])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", [0, 1, 3, 4])  # dtypes PyTorch exports through the CUDA array interface
+def test_gpu_torch_tensors_in_torch_tensors_out(rng, case):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch has no CUDA here")
+    want, got = run_case(CASES[case], rng, 5000, "cuda", lambda a: torch.from_numpy(np.ascontiguousarray(a)).cuda())
+    for w, g in zip(want, got):
+        assert isinstance(g, torch.Tensor) and g.is_cuda
+        same_bits(g.cpu().numpy(), w)

@@ -1,0 +1,894 @@
+"""Elementwise kernels in one line, in the spirit of CuPy's `ElementwiseKernel`.
+
+    >>> import numpy as np
+    >>> from vyre_numba import elementwise
+    >>> saxpy = elementwise("f32 a, f32 x, f32 y", "f32 out", "a * x + y", name="saxpy")
+    >>> saxpy(np.float32(2), np.arange(4, dtype=np.float32), np.ones(4, np.float32), backend="reference")
+    array([1., 3., 5., 7.], dtype=float32)
+
+`elementwise(inputs, outputs, operation)` names the inputs and outputs with their vyre types and
+gives the operation: a string in Python syntax (parsed with `ast`, never evaluated) or a Python
+function of IR expressions. It returns an `Elementwise` kernel; calling it builds the vyre Program
+(bindings, a 1-D workgroup and the bounds guard `if i < n`), caches it per signature and
+dispatches it on the chosen backend.
+
+The operation string
+--------------------
+- One expression for one output (``"a * x + y"``), a tuple of expressions for several
+  (``"a + b, a - b"``), or assignments separated by ``;`` or new lines
+  (``"t = a * b; s = t + c; d = t - c"``): every output is assigned, other names are temporaries.
+- Names: the inputs, temporaries and outputs assigned before; numbers (weak literals, typed by
+  their context as in the IR: ``x * 2`` on f32 multiplies by 2.0f), ``True`` and ``False``.
+- Operators with the IR's semantics (C-like, as CuPy's C operations): ``+ - * /`` (``/`` truncates
+  toward zero on integers), ``%`` (integers only: the C remainder, sign of the dividend),
+  ``& | ^ ~ << >>`` (on conditions ``& | ~`` are logical), unary ``-`` and ``+``, comparisons (chains
+  such as ``0 <= x < n`` too), ``and or not`` (both sides are always evaluated), ``a if c else b``
+  (a select: both sides evaluated), and ``x ** k`` for an integer literal ``0 <= k <= 64``
+  (multiplications by squaring; each one rounds on floats). ``//`` is refused: Python's floor
+  division differs from the IR's ``div`` for negative and float operands.
+- Functions: ``min max`` (two or more arguments; with one NaN they return the other operand),
+  ``abs sign sqrt rsqrt recip exp exp2 log log2 sin cos tan floor ceil round trunc isnan isinf
+  isfinite popcount clz ctz reverse_bits absdiff mul_high saturating_add saturating_sub rotl rotr
+  fma select where`` (``where(c, a, b)`` is ``select``), and conversions by a type's name:
+  ``f32(x)``, ``i32(n)``, ``u8(v)``, ``float64(x)``, ``bool(n)`` ... or ``cast(x, "f32")``.
+  There is no implicit conversion: operands of one operation have one type.
+
+The operation as a function
+---------------------------
+``elementwise("f32 a, f32 x, f32 y", "f32 out", lambda a, x, y: a * x + y)``: the function is called
+once per signature with one IR expression per input (positional, in order) and returns an
+expression (or number), a tuple/list with one per output, or a dict by output name. Use
+`vyre_numba.ir`'s functions inside (``ir.sqrt(x)``, ``ir.select(c, a, b)``).
+
+Calling the kernel
+------------------
+``k(*inputs, out=None, backend=None)`` (inputs positional or by name):
+
+- Arrays: every array input has the same shape (any number of dimensions; outputs get that shape),
+  and exactly the declared storage dtype (``f32`` -> float32, ``bool`` -> uint32 words of 0/1,
+  ``bf16`` -> uint16 raw bits). A dtype that differs is a `DispatchError`: nothing is converted.
+- Scalars (Python or NumPy numbers, 0-d arrays) are broadcast: they bind as a uniform buffer of one
+  element. A Python/NumPy scalar must convert exactly to the declared type (``0.1`` is not an f32
+  value; pass ``np.float32(0.1)``); a 0-d device array must have the declared dtype.
+- Array kind in = array kind out: NumPy in, NumPy out (PyTorch CPU tensors in, tensors out);
+  numba device arrays in, numba device arrays out, with no copy to the host; CuPy arrays in, CuPy
+  arrays out; PyTorch CUDA tensors in, CUDA tensors out; other ``__cuda_array_interface__`` or
+  DLPack CUDA arrays in, numba device arrays out. All arrays of one call (``out=`` included) must be
+  of one kind, else `DispatchError`: convert explicitly (``numba.cuda.as_cuda_array(x)`` views any
+  CUDA array as a numba array without a copy; ``cupy.asarray``/``torch.as_tensor`` view back).
+- ``out=``: an array (one output) or a tuple of arrays, of the common shape and declared dtypes, of
+  the same kind as the inputs, sharing no memory with them; they are filled and returned.
+- ``backend=``: a backend name ("cuda", "reference") or object; default `get_backend()`. The
+  reference backend runs host arrays only; device arrays there raise `DispatchError`.
+- Empty arrays give empty outputs without a launch. On device arrays the launch is enqueued on the
+  backend's stream (ordered before work on the default stream); when CuPy or PyTorch has a current
+  stream other than the default one, the call waits for the kernel before returning.
+
+``k.program(*inputs)`` (or ``k.program()`` for all-array inputs) is the vyre Program a call runs;
+``k.ptx(*inputs, sm=90)`` its PTX text. Every mistake raises a `VyreError` subclass whose message
+ends with ``Fix: ...``: `IRValidationError` for the declarations and the operation (when the kernel
+is created), `DispatchError` for the arguments of a call.
+"""
+from __future__ import annotations
+
+import ast
+import difflib
+import keyword
+import re
+import textwrap
+import threading
+import weakref
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from . import ir
+from .backend import Backend
+from .bindings import as_host_array
+from .config import DispatchConfig
+from .errors import DispatchError, IRValidationError, VyreError
+from .ir import DataType
+from .registry import get_backend
+
+__all__ = ["elementwise", "Elementwise", "FUNCTIONS"]
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_INDEX = "idx"  # the invocation's element; parameters live in variables prefixed v_ / t_ / o_
+
+# ---- the functions an operation string may call ------------------------------------------------
+_UNARY = {"abs": ir.abs_, "sign": ir.sign, "sqrt": ir.sqrt, "rsqrt": ir.rsqrt, "recip": ir.recip,
+          "exp": ir.exp, "exp2": ir.exp2, "log": ir.log, "log2": ir.log2, "sin": ir.sin, "cos": ir.cos,
+          "tan": ir.tan, "floor": ir.floor, "ceil": ir.ceil, "round": ir.round_, "trunc": ir.trunc,
+          "isnan": ir.isnan, "isinf": ir.isinf, "isfinite": ir.isfinite, "popcount": ir.popcount,
+          "clz": ir.clz, "ctz": ir.ctz, "reverse_bits": ir.reverse_bits}
+_BINARY = {"absdiff": ir.absdiff, "mul_high": ir.mul_high, "saturating_add": ir.saturating_add,
+           "saturating_sub": ir.saturating_sub, "rotl": ir.rotl, "rotr": ir.rotr}
+_VARIADIC = {"min": ir.min_, "max": ir.max_}
+_TERNARY = {"fma": ir.fma, "select": ir.select, "where": ir.select}
+_CASTS: dict[str, DataType] = {d.value: d for d in DataType}
+_CASTS.update({np.dtype(d.storage).name: d for d in DataType if d not in (DataType.BOOL, DataType.BF16)})
+_CASTS["bfloat16"] = DataType.BF16
+FUNCTIONS: tuple[str, ...] = tuple(sorted({*_UNARY, *_BINARY, *_VARIADIC, *_TERNARY, *_CASTS, "cast"}))
+"""Every function name an operation string may call (and no parameter may take)."""
+
+_BINOPS = {ast.Add: ir.add, ast.Sub: ir.sub, ast.Mult: ir.mul, ast.Div: ir.div, ast.Mod: ir.mod,
+           ast.BitAnd: ir.bitand, ast.BitOr: ir.bitor, ast.BitXor: ir.bitxor, ast.LShift: ir.shl,
+           ast.RShift: ir.shr}
+_CMPOPS = {ast.Lt: ir.lt, ast.LtE: ir.le, ast.Gt: ir.gt, ast.GtE: ir.ge, ast.Eq: ir.eq, ast.NotEq: ir.ne}
+_MAX_POWER = 64
+_ALLOWED = ("names, numbers, True/False, + - * / % ** (integer literal powers) & | ^ ~ << >>, comparisons, "
+            "and/or/not, `a if c else b` and calls of the functions in elementwise.FUNCTIONS (sqrt, min, max, where, "
+            "fma, f32, ...)")
+
+Operation = str | Callable[..., Any]
+
+
+# ---- declarations -------------------------------------------------------------------------------
+
+def _params(spec, what: str, kernel: str) -> list[tuple[str, DataType]]:
+    """[(name, type)] from "f32 a, i32 n", a list of "type name" strings, or a dict name -> type."""
+    where = f"elementwise {kernel!r}: {what}"
+    if isinstance(spec, Mapping):
+        items = [(name, t) for name, t in spec.items()]
+    else:
+        if isinstance(spec, str):
+            parts = [p.strip() for p in spec.split(",")] if spec.strip() else []
+        elif isinstance(spec, (list, tuple)) and all(isinstance(p, str) for p in spec):
+            parts = [p.strip() for p in spec]
+        else:
+            raise IRValidationError(f"{where} {spec!r:.80} is not a declaration. Fix: pass a string such as "
+                                    "'f32 a, f32 x' (type then name, comma-separated), or a dict {'a': 'f32'}.")
+        items = []
+        for p in parts:
+            words = p.split()
+            if len(words) != 2:
+                extra = (" ('raw' and other CuPy modifiers are not supported: every parameter is elementwise or a "
+                         "scalar)" if words and words[0] == "raw" else "")
+                raise IRValidationError(f"{where}: {p!r} is not 'type name'{extra}. Fix: declare each parameter as "
+                                        "its vyre type then its name, e.g. 'f32 a, i32 n'.")
+            items.append((words[1], words[0]))
+    out: list[tuple[str, DataType]] = []
+    for name, t in items:
+        if not isinstance(name, str) or not _IDENT.match(name) or keyword.iskeyword(name):
+            raise IRValidationError(f"{where}: {name!r} is not a usable parameter name. Fix: use an identifier "
+                                    "(letters, digits and _, not a Python keyword).")
+        if name in FUNCTIONS or name in ("True", "False", "None"):
+            raise IRValidationError(f"{where}: the parameter {name!r} would hide the function or constant of that "
+                                    "name in the operation. Fix: rename the parameter.")
+        try:
+            dt = DataType.parse(t)
+        except IRValidationError:
+            generic = isinstance(t, str) and len(t) <= 2 and t[:1].isupper()
+            raise IRValidationError(
+                f"{where}: {name!r} has the type {t!r}, which is not a vyre type"
+                f"{' (generic types such as T are not supported)' if generic else ''}. Fix: declare one of "
+                f"{', '.join(d.value for d in DataType)} (or a NumPy name such as float32).") from None
+        out.append((name, dt))
+    seen: set[str] = set()
+    for name, _ in out:
+        if name in seen:
+            raise IRValidationError(f"{where}: the parameter {name!r} is declared twice. Fix: give every parameter "
+                                    "its own name.")
+        seen.add(name)
+    return out
+
+
+# ---- the operation string -----------------------------------------------------------------------
+
+class _Translator:
+    """An operation string's `ast` as IR: expressions and the statements that compute the outputs."""
+
+    def __init__(self, kernel: str, source: str, inputs: Sequence[str], outputs: Sequence[str]):
+        self.kernel, self.source = kernel, source
+        self.inputs, self.outputs = list(inputs), list(outputs)
+        self.env: dict[str, ir.Expr] = {n: ir.var(f"v_{n}") for n in inputs}  # what each name reads
+        self.stmts: list[ir.Node] = []  # user statements (lets/assigns), then the stores
+        self.texts: list[str] = []  # the source of each statement, for messages
+
+    # messages
+    def fail(self, node: ast.AST | None, why: str, fix: str) -> IRValidationError:
+        seg = ast.get_source_segment(self.source, node) if node is not None else None
+        at = f" in `{seg}`" if seg and seg.strip() != self.source.strip() else ""
+        return IRValidationError(f"elementwise {self.kernel!r}: {why}{at} (operation: {self.source!r:.200}). "
+                                 f"Fix: {fix}.")
+
+    def translate(self) -> None:
+        text = textwrap.dedent(self.source).strip()
+        self.source = text
+        if not text:
+            raise self.fail(None, "the operation is empty", "give an expression such as 'a * x + y'")
+        try:
+            tree = ast.parse(text, mode="exec")
+        except SyntaxError as e:
+            raise IRValidationError(f"elementwise {self.kernel!r}: the operation {text!r:.200} is not valid Python "
+                                    f"syntax ({e.msg} at column {e.offset}). Fix: write an expression such as "
+                                    "'a * x + y', or assignments 'out = ...; out2 = ...'.") from None
+        except (RecursionError, MemoryError, ValueError) as e:
+            raise IRValidationError(f"elementwise {self.kernel!r}: the operation could not be parsed "
+                                    f"({type(e).__name__}). Fix: write a shorter, less deeply nested expression, "
+                                    "or use temporaries 't = ...; out = ...'.") from None
+        try:
+            self._statements(tree.body)
+        except RecursionError:
+            raise IRValidationError(f"elementwise {self.kernel!r}: the operation nests too deeply. Fix: split it "
+                                    "into temporaries 't = ...; out = ...', or build the IR with a function.") from None
+
+    def _statements(self, body: list[ast.stmt]) -> None:
+        if len(body) == 1 and isinstance(body[0], ast.Expr):
+            value = body[0].value
+            exprs = value.elts if isinstance(value, ast.Tuple) else [value]
+            if len(exprs) != len(self.outputs):
+                raise self.fail(value, f"the operation gives {len(exprs)} value(s) for {len(self.outputs)} output(s) "
+                                       f"{self.outputs}", "give one expression per output, comma-separated, or "
+                                       "assign each: 'out1 = ...; out2 = ...'")
+            for name, e in zip(self.outputs, exprs):
+                self.stmts.append(ir.store(name, ir.var(_INDEX), self.expr(e)))
+                self.texts.append(f"{name} = {ast.get_source_segment(self.source, e)}")
+            return
+        assigned: dict[str, str] = {}  # name -> variable
+        last: dict[str, str] = {}  # name -> the source of its last assignment
+        for st in body:
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+                target, value = st.targets[0].id, self.expr(st.value)
+            elif isinstance(st, ast.AugAssign) and isinstance(st.target, ast.Name) and type(st.op) in _BINOPS:
+                target = st.target.id
+                if target not in assigned:
+                    raise self.fail(st, f"{target!r} is updated before it is assigned",
+                                    f"assign it first: '{target} = ...'" if target not in self.env else
+                                    "inputs are read-only: assign a new name (an output or a temporary)")
+                value = _BINOPS[type(st.op)](self.env[target], self.expr(st.value))
+            elif isinstance(st, ast.Expr):
+                raise self.fail(st, "a bare expression among assignments computes nothing",
+                                "assign it to an output ('out = ...'), or give a single expression for the output")
+            else:
+                raise self.fail(st, f"{type(st).__name__} statements are not supported",
+                                "write 'name = expression' statements separated by ';' or new lines")
+            if target in self.inputs:
+                raise self.fail(st, f"the input {target!r} is assigned; inputs are read-only",
+                                "assign a new name: an output, or a temporary")
+            if target in FUNCTIONS:
+                raise self.fail(st, f"{target!r} is the name of a function", "use another temporary name")
+            var = assigned.get(target)
+            if var is None:
+                var = assigned[target] = ("o_" if target in self.outputs else "t_") + target
+                self.stmts.append(ir.let(var, value))
+            else:
+                self.stmts.append(ir.assign(var, value))
+            text = ast.get_source_segment(self.source, st) or target
+            self.texts.append(text)
+            last[target] = text
+            self.env[target] = ir.var(var)
+        missing = [o for o in self.outputs if o not in assigned]
+        if missing:
+            raise self.fail(None, f"the output(s) {missing} are never assigned",
+                            f"assign every output: '{missing[0]} = ...'")
+        for o in self.outputs:
+            self.stmts.append(ir.store(o, ir.var(_INDEX), ir.var(assigned[o])))
+            self.texts.append(last[o])
+
+    # expressions
+    def expr(self, node: ast.AST) -> ir.Expr:
+        match node:
+            case ast.Name(id=name):
+                return self.name(node, name)
+            case ast.Constant(value=v):
+                if isinstance(v, bool) or (isinstance(v, (int, float)) and not isinstance(v, complex)):
+                    return ir.lit(v)
+                raise self.fail(node, f"the constant {v!r} is not a number", "use int, float, True or False literals")
+            case ast.BinOp(op=op, left=a, right=b):
+                if isinstance(op, ast.FloorDiv):
+                    raise self.fail(node, "`//` is not supported: Python's floor division differs from the IR's "
+                                          "division for negative and float operands",
+                                    "write a / b (truncates toward zero on integers, as in C) or floor(a / b) for "
+                                    "floats")
+                if isinstance(op, ast.Pow):
+                    return self.power(node, a, b)
+                fn = _BINOPS.get(type(op))
+                if fn is None:
+                    raise self.fail(node, f"the operator {type(op).__name__} is not supported", f"use {_ALLOWED}")
+                return fn(self.expr(a), self.expr(b))
+            case ast.UnaryOp(op=op, operand=a):
+                x = self.expr(a)
+                if isinstance(op, ast.USub):
+                    return ir.neg(x)
+                if isinstance(op, ast.UAdd):
+                    return x
+                if isinstance(op, ast.Invert):
+                    return ir.bitnot(x)
+                return ir.not_(x)  # ast.Not
+            case ast.BoolOp(op=op, values=values):
+                fn = ir.logical_and if isinstance(op, ast.And) else ir.logical_or
+                out = self.expr(values[0])
+                for v in values[1:]:
+                    out = fn(out, self.expr(v))
+                return out
+            case ast.Compare(left=left, ops=ops, comparators=rights):
+                out, a = None, self.expr(left)
+                for op, r in zip(ops, rights):
+                    fn = _CMPOPS.get(type(op))
+                    if fn is None:
+                        raise self.fail(node, f"the comparison {type(op).__name__} is not supported",
+                                        "compare with < <= > >= == !=")
+                    b = self.expr(r)
+                    c = fn(a, b)
+                    out = c if out is None else ir.logical_and(out, c)
+                    a = b
+                return out
+            case ast.IfExp(test=c, body=a, orelse=b):
+                return ir.select(self.expr(c), self.expr(a), self.expr(b))
+            case ast.Call():
+                return self.call(node)
+            case ast.Attribute():
+                raise self.fail(node, "attribute access is not supported",
+                                "call functions by their bare name, e.g. sqrt(x) rather than np.sqrt(x)")
+            case ast.Subscript():
+                raise self.fail(node, "indexing is not supported: each invocation sees one element of every input",
+                                "write an ir.Program for indexed access")
+            case ast.Tuple():
+                raise self.fail(node, "a tuple is not a value", "give one expression per output at the top level only")
+        raise self.fail(node, f"{type(node).__name__} is not supported in an elementwise operation", f"use {_ALLOWED}")
+
+    def name(self, node: ast.AST, name: str) -> ir.Expr:
+        hit = self.env.get(name)
+        if hit is not None:
+            return hit
+        if name in FUNCTIONS:
+            raise self.fail(node, f"the function {name!r} is used without a call", f"call it: {name}(...)")
+        if name in self.outputs:
+            raise self.fail(node, f"the output {name!r} is read before it is assigned",
+                            f"assign it first ('{name} = ...'); outputs start with no value")
+        known = sorted(self.env)
+        close = difflib.get_close_matches(name, known + list(FUNCTIONS), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise self.fail(node, f"the name {name!r} is not an input or an assigned name{hint}",
+                        f"use the inputs {self.inputs} or names assigned before, or declare {name!r} as an input")
+
+    def power(self, node: ast.AST, base: ast.AST, exponent: ast.AST) -> ir.Expr:
+        k = exponent.value if isinstance(exponent, ast.Constant) else None
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= _MAX_POWER:
+            raise self.fail(node, "`**` takes an integer literal exponent from 0 to 64 (the IR has no pow)",
+                            "write sqrt(x) for x ** 0.5, recip(x ** k) for negative powers, or exp(y * log(x))")
+        x = self.expr(base)
+        if k == 0:
+            return _one_like(x)
+        result = None
+        square = x
+        while k:  # square and multiply: the same operations on every backend
+            if k & 1:
+                result = square if result is None else result * square
+            k >>= 1
+            if k:
+                square = square * square
+        return result
+
+    def call(self, node: ast.Call) -> ir.Expr:
+        if not isinstance(node.func, ast.Name):
+            raise self.fail(node, "only named functions can be called",
+                            f"call one of {', '.join(FUNCTIONS)} by its bare name")
+        fname = node.func.id
+        if node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
+            raise self.fail(node, f"{fname}() takes positional arguments only", f"write {fname}(a, b, ...)")
+        args = node.args
+        if fname == "cast":
+            if len(args) != 2 or not (isinstance(args[1], ast.Constant) and isinstance(args[1].value, str)
+                                      and args[1].value in _CASTS):
+                raise self.fail(node, "cast takes a value and a type name in quotes",
+                                f"write cast(x, \"f32\") with one of {', '.join(d.value for d in DataType)}")
+            return ir.cast(self.expr(args[0]), _CASTS[args[1].value])
+        if fname in _CASTS:
+            self.arity(node, fname, args, 1)
+            return ir.cast(self.expr(args[0]), _CASTS[fname])
+        if fname in _UNARY:
+            self.arity(node, fname, args, 1)
+            return _UNARY[fname](self.expr(args[0]))
+        if fname in _BINARY:
+            self.arity(node, fname, args, 2)
+            return _BINARY[fname](*(self.expr(a) for a in args))
+        if fname in _TERNARY:
+            self.arity(node, fname, args, 3)
+            return _TERNARY[fname](*(self.expr(a) for a in args))
+        if fname in _VARIADIC:
+            if len(args) < 2:
+                raise self.fail(node, f"{fname} takes two or more arguments", f"write {fname}(a, b)")
+            out = self.expr(args[0])
+            for a in args[1:]:
+                out = _VARIADIC[fname](out, self.expr(a))
+            return out
+        if fname in self.env:
+            raise self.fail(node, f"{fname!r} is a value, not a function", "remove the call parentheses")
+        close = difflib.get_close_matches(fname, FUNCTIONS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise self.fail(node, f"{fname!r} is not a function an elementwise operation may call{hint}",
+                        f"use one of {', '.join(FUNCTIONS)}")
+
+    def arity(self, node: ast.AST, fname: str, args: list, n: int) -> None:
+        if len(args) != n:
+            raise self.fail(node, f"{fname} takes {n} argument{'s' if n > 1 else ''}, got {len(args)}",
+                            f"call {fname} with {n} argument{'s' if n > 1 else ''}")
+
+
+def _one_like(x: ir.Expr) -> ir.Expr:
+    """`x ** 0`: 1 in x's type (the weak literal takes its type from x through the select)."""
+    return ir.select(ir.lit(True), ir.lit(1), x)
+
+
+# ---- array kinds --------------------------------------------------------------------------------
+
+_HOST_KINDS = ("numpy", "torch_cpu")
+_KIND_NAMES = {"numpy": "NumPy", "torch_cpu": "PyTorch CPU", "numba": "numba device", "cupy": "CuPy",
+               "torch": "PyTorch CUDA", "cuda": "CUDA (__cuda_array_interface__ / DLPack)"}
+
+
+class _Arg:
+    """One argument of a call: its kind, whether it is a scalar (broadcast), its shape and value."""
+
+    __slots__ = ("name", "kind", "scalar", "shape", "value")
+
+    def __init__(self, name: str, kind: str | None, scalar: bool, shape: tuple | None, value):
+        self.name, self.kind, self.scalar, self.shape, self.value = name, kind, scalar, shape, value
+
+    @property
+    def device(self) -> bool:
+        return self.kind is not None and self.kind not in _HOST_KINDS
+
+
+def _classify(name: str, x, where: str) -> _Arg:
+    """What `x` is: a host scalar (kind None), a host array, or a device array."""
+    if isinstance(x, (bool, int, float, np.generic)) and not isinstance(x, (complex, np.complexfloating)):
+        return _Arg(name, None, True, None, x)
+    if isinstance(x, np.ma.MaskedArray):
+        raise DispatchError(f"{where}: {name!r} is a masked array; its mask would be lost. Fix: pass x.filled(value).")
+    if isinstance(x, np.ndarray):
+        if x.ndim == 0:
+            return _Arg(name, None, True, None, x)
+        return _Arg(name, "numpy", False, x.shape, x)
+    module = type(x).__module__.split(".")[0]
+    if module == "torch" and hasattr(x, "is_cuda"):
+        t = x.detach()
+        if t.is_cuda:
+            return _Arg(name, "torch", t.dim() == 0, tuple(t.shape), t)
+        if t.device.type != "cpu":
+            raise DispatchError(f"{where}: {name!r} is a PyTorch tensor on {t.device}. Fix: move it to the CPU or a "
+                                "CUDA device (x.cpu() / x.cuda()).")
+        host = t.numpy()
+        return _Arg(name, None, True, None, host) if host.ndim == 0 else _Arg(name, "torch_cpu", False, host.shape,
+                                                                              host)
+    if hasattr(x, "__cuda_array_interface__") or _dlpack_on_cuda(x):
+        kind = "cupy" if module == "cupy" else "numba" if hasattr(x, "copy_to_host") else "cuda"
+        shape = tuple(int(d) for d in (x.shape if hasattr(x, "shape") else x.__cuda_array_interface__["shape"]))
+        return _Arg(name, kind, len(shape) == 0, shape, x)
+    if isinstance(x, (list, tuple)):
+        raise DispatchError(f"{where}: {name!r} is a {type(x).__name__}, not an array. Fix: pass "
+                            "np.asarray(x, dtype=...) with the declared type's dtype.")
+    raise DispatchError(f"{where}: {name!r} is a {type(x).__name__}, which is neither a number nor an array. Fix: pass "
+                        "a Python/NumPy scalar, a NumPy array or a CUDA array (numba, CuPy, PyTorch).")
+
+
+def _dlpack_on_cuda(x) -> bool:
+    if not hasattr(x, "__dlpack__") or not hasattr(x, "__dlpack_device__"):
+        return False
+    try:
+        return int(x.__dlpack_device__()[0]) in (2, 3, 13)  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
+    except Exception:  # noqa: BLE001 - an exporter that cannot say is not a CUDA array
+        return False
+
+
+def _device_dtype(arg: _Arg, where: str) -> np.dtype | None:
+    """The NumPy dtype of a device array (None where only DLPack can say: the backend checks it)."""
+    x = arg.value
+    try:
+        cai = x.__cuda_array_interface__
+    except AttributeError:
+        return None
+    except (TypeError, RuntimeError) as e:  # PyTorch refuses to export some dtypes
+        raise DispatchError(f"{where}: {arg.name!r} ({type(x).__name__} of {getattr(x, 'dtype', '?')}) exports no CUDA "
+                            f"array interface ({e}). Fix: use a dtype its library exports, or a numba/CuPy "
+                            "array.") from None
+    return np.dtype(cai["typestr"])
+
+
+def _dtype_fix(x: str, dt: DataType, have: np.dtype) -> str:
+    if dt.is_bool:
+        return f"bool elements are 32-bit words in vyre buffers: pass {x}.astype(np.uint32) (0 or 1)"
+    if dt is DataType.BF16:
+        return f"bf16 elements are raw bits: pass ir.f32_to_bf16_bits({x}) (uint16)"
+    if have.kind == "b":
+        return (f"NumPy bools are bytes and vyre's bool is a 32-bit word: convert explicitly "
+                f"({x}.astype(np.{dt.storage})), or declare {x!r} bool and pass {x}.astype(np.uint32)")
+    if have.name in _CASTS and have.byteorder in "=|":
+        return f"convert it explicitly ({x}.astype(np.{dt.storage})), or declare {x!r} as {_CASTS[have.name]}"
+    return f"convert it explicitly ({x}.astype(np.{dt.storage}))"
+
+
+# ---- the kernel ---------------------------------------------------------------------------------
+
+class Elementwise:
+    """An elementwise kernel made by `elementwise`; call it on arrays (see the module docstring).
+
+    Attributes: `name`, `inputs` and `outputs` ([(name, DataType)]), `operation` (the string or
+    function), `workgroup`. `program(*inputs)` is the Program a call with those inputs runs (all
+    arrays when none are given), `ptx(*inputs, sm=90)` its PTX.
+    """
+
+    def __init__(self, inputs, outputs, operation: Operation, name: str = "elementwise", *, workgroup: int = 256):
+        if not isinstance(name, str) or not _IDENT.match(name) or keyword.iskeyword(name):
+            raise IRValidationError(f"elementwise: name={name!r:.60} is not an identifier (it names the kernel). "
+                                    "Fix: use letters, digits and _, e.g. name='saxpy'.")
+        self.name = name
+        if isinstance(workgroup, (bool, np.bool_)) or not isinstance(workgroup, (int, np.integer)) \
+                or not 1 <= workgroup <= 1024:
+            raise IRValidationError(f"elementwise {name!r}: workgroup={workgroup!r} is not an int from 1 to 1024. "
+                                    "Fix: pass e.g. workgroup=256.")
+        self.workgroup = int(workgroup)
+        self.inputs = _params(inputs, "inputs", name)
+        self.outputs = _params(outputs, "outputs", name)
+        if not self.outputs:
+            raise IRValidationError(f"elementwise {name!r}: no outputs are declared. Fix: declare at least one, "
+                                    "e.g. 'f32 out'.")
+        both = sorted({n for n, _ in self.inputs} & {n for n, _ in self.outputs})
+        if both:
+            raise IRValidationError(f"elementwise {name!r}: {both} are declared as both inputs and outputs. Fix: give "
+                                    "the outputs their own names (outputs are written, never read; for an update in "
+                                    "place assign the result: y[...] = k(a, x, y)).")
+        self.operation = operation
+        self._in_names = [n for n, _ in self.inputs]
+        self._out_names = [n for n, _ in self.outputs]
+        self._body, self._texts = self._translate(operation)
+        used = {x.name for x in ir.walk(self._body) if isinstance(x, ir.Var)}
+        self._used = [n for n in self._in_names if f"v_{n}" in used]
+        self._programs: dict[tuple[bool, ...], ir.Program] = {}
+        self._lock = threading.Lock()
+        self._scalars: dict[tuple, tuple] = {}  # uploaded scalar buffers: (backend id, dtype, bits) -> (ref, buf)
+        self.config = DispatchConfig(label=name)
+        self.program()  # every mistake in the operation is reported here, at creation
+
+    # ---- building ---------------------------------------------------------------------------
+    def _translate(self, operation: Operation) -> tuple[list[ir.Node], list[str]]:
+        if isinstance(operation, str):
+            t = _Translator(self.name, operation, self._in_names, self._out_names)
+            t.translate()
+            return t.stmts, t.texts
+        if not callable(operation):
+            raise IRValidationError(f"elementwise {self.name!r}: the operation is neither a string nor a function "
+                                    f"(got {type(operation).__name__}). Fix: pass a string such as 'a * x + y' or a "
+                                    "function of the inputs' IR expressions.")
+        args = [ir.var(f"v_{n}") for n in self._in_names]
+        try:
+            result = operation(*args)
+        except VyreError:
+            raise
+        except Exception as e:
+            raise IRValidationError(f"elementwise {self.name!r}: the operation function raised {type(e).__name__}: "
+                                    f"{e}. Fix: make it take one IR expression per input ({self._in_names}) and "
+                                    "return expressions built with operators and vyre_numba.ir functions.") from e
+        if isinstance(result, Mapping):
+            keys = sorted(map(str, result))
+            if keys != sorted(self._out_names):
+                raise IRValidationError(f"elementwise {self.name!r}: the operation function returned values for "
+                                        f"{keys}, but the outputs are {self._out_names}. Fix: return one value per "
+                                        "output, keyed by its name.")
+            values = [result[n] for n in self._out_names]
+        elif isinstance(result, (tuple, list)):
+            values = list(result)
+        else:
+            values = [result]
+        if len(values) != len(self._out_names):
+            raise IRValidationError(f"elementwise {self.name!r}: the operation function returned {len(values)} "
+                                    f"value(s) for {len(self._out_names)} output(s) {self._out_names}. Fix: return a "
+                                    "tuple with one expression per output.")
+        stmts, texts = [], []
+        for name, v in zip(self._out_names, values):
+            try:
+                stmts.append(ir.store(name, ir.var(_INDEX), v))
+            except IRValidationError as e:
+                raise IRValidationError(f"elementwise {self.name!r}: the value for output {name!r} is not an IR "
+                                        f"expression: {e}") from None
+            texts.append(f"{name} = {stmts[-1].value}")
+        return stmts, texts
+
+    def _build(self, scalars: tuple[bool, ...]) -> ir.Program:
+        nin = len(self.inputs)
+        bufs = [ir.BufferDecl.uniform(n, b, dt, 1) if s else ir.BufferDecl.read(n, b, dt)
+                for b, ((n, dt), s) in enumerate(zip(self.inputs, scalars))]
+        bufs += [ir.BufferDecl.output(n, nin + k, dt) for k, (n, dt) in enumerate(self.outputs)]
+        i = ir.var(_INDEX)
+        loads = [ir.let(f"v_{n}", ir.load(n, 0 if scalars[self._in_names.index(n)] else i)) for n in self._used]
+        entry = [ir.let(_INDEX, ir.gid(0)), ir.if_(i < ir.buf_len(self._out_names[0]), loads + self._body)]
+        program = ir.Program(bufs, self.workgroup, entry, name=self.name)
+        diags = ir.validate(program)
+        if diags:
+            lines = []
+            for d in diags:
+                m = re.match(r"entry\[1\]\.then\[(\d+)\]", d.where)
+                k = int(m.group(1)) - len(loads) if m else -1
+                where = f"in `{self._texts[k]}`" if 0 <= k < len(self._texts) else d.where
+                lines.append(f"{where}: {d.message}")
+            raise IRValidationError(
+                f"elementwise {self.name!r}: the operation does not type-check "
+                f"(inputs: {_signature(self.inputs)}; outputs: {_signature(self.outputs)}):\n  " + "\n  ".join(lines)
+                + "\nFix: give both operands of each operation and each output one type; in an operation string convert "
+                  "with the type's name, e.g. f32(n), i32(x) (there is no implicit conversion).", diags)
+        return program
+
+    def program(self, *args, **named) -> ir.Program:
+        """The vyre Program a call with these inputs runs (which inputs are scalars decides it);
+        with no inputs, the one for all arrays."""
+        if args or named:
+            values = self._arguments(args, named, "program")
+            key = tuple(_classify(n, v, f"{self.name}.program(...)").scalar for n, v in zip(self._in_names, values))
+        else:
+            key = (False,) * len(self.inputs)
+        return self._program_for(key)
+
+    def _program_for(self, key: tuple[bool, ...]) -> ir.Program:
+        hit = self._programs.get(key)
+        if hit is None:
+            with self._lock:
+                hit = self._programs.get(key)
+                if hit is None:
+                    hit = self._programs[key] = self._build(key)
+        return hit
+
+    def ptx(self, *args, sm: int = 90, **named) -> str:
+        """The PTX text of `program(*args)` for sm_`sm` (no GPU needed)."""
+        from .ptx import emit
+
+        return emit(self.program(*args, **named), sm=sm)
+
+    # ---- calling ----------------------------------------------------------------------------
+    def _arguments(self, args: tuple, named: dict, what: str) -> list:
+        names = self._in_names
+        where = f"{self.name}.program(...)" if what == "program" else f"{self.name}(...)"
+        if len(args) > len(names):
+            raise DispatchError(f"{where}: takes {len(names)} input(s) {names}, got {len(args)}. Fix: pass one value "
+                                "per input (outputs are made for you, or given with out=).")
+        values = dict(zip(names, args))
+        for k, v in named.items():
+            if k not in names:
+                hint = " (outputs go in out=)" if k in self._out_names else ""
+                raise DispatchError(f"{where}: {k!r} is not an input{hint}. Fix: name one of {names}.")
+            if k in values:
+                raise DispatchError(f"{where}: {k!r} is given twice (by position and by name). Fix: give it once.")
+            values[k] = v
+        missing = [n for n in names if n not in values]
+        if missing:
+            raise DispatchError(f"{where}: missing input(s) {missing}. Fix: pass a value for each of {names}.")
+        return [values[n] for n in names]
+
+    def __call__(self, *args, out=None, backend: Backend | str | None = None, **named):
+        """Run the kernel on `args` (one per input, by position or name) and return the output
+        (a tuple of outputs when there are several). See the module docstring."""
+        where = f"{self.name}(...)"
+        values = self._arguments(args, named, "call")
+        be = _backend(backend, where)
+        ins = [_classify(n, v, where) for n, v in zip(self._in_names, values)]
+        outs = self._outs(out, where)
+        arrays = [a for a in ins + outs if not (a.scalar and a.kind is None)]
+        kinds = sorted({a.kind for a in arrays}, key=str)
+        if len(kinds) > 1:
+            listing = ", ".join(f"{a.name!r}: {_KIND_NAMES[a.kind]}" for a in arrays)
+            raise DispatchError(f"{where}: the arrays are of different kinds ({listing}); results would have no one "
+                                "kind. Fix: convert explicitly to one kind: numba.cuda.as_cuda_array(x) views a CUDA "
+                                "array as numba's without a copy, x.copy_to_host() / cupy.asnumpy(x) / x.cpu().numpy() "
+                                "bring device data to the host, numba.cuda.to_device(x) sends it.")
+        shaped = [a for a in ins if not a.scalar] or [a for a in outs]
+        if not shaped:
+            raise DispatchError(f"{where}: every input is a scalar, so nothing says how many elements to compute. "
+                                "Fix: pass at least one input as an array (np.full(n, value)), or pass out= arrays "
+                                "to fill.")
+        shape = shaped[0].shape
+        for a in ins + outs:
+            if not a.scalar:
+                if a.shape != shape:
+                    role = "out= array" if a in outs else "input"
+                    raise DispatchError(f"{where}: {role} {a.name!r} has shape {a.shape} but {shaped[0].name!r} has "
+                                        f"shape {shape}. Fix: pass arrays of one shape (scalars broadcast; no other "
+                                        "broadcasting is done).")
+        n = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        if n >= 2**32:
+            raise DispatchError(f"{where}: {n} elements is 2**32 or more; lengths are u32. Fix: split the data.")
+        program = self._program_for(tuple(a.scalar for a in ins))
+        kind = kinds[0] if kinds else "numpy"
+        if kind in _HOST_KINDS:
+            results = self._run_host(be, program, ins, outs, shape, n, where)
+            if kind == "torch_cpu" and out is None:
+                import torch
+
+                results = [torch.from_numpy(r) for r in results]
+        else:
+            results = self._run_device(be, program, ins, outs, kind, shape, n, where)
+        if out is not None:
+            return out
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def _outs(self, out, where: str) -> list[_Arg]:
+        if out is None:
+            return []
+        many = isinstance(out, (tuple, list))
+        given = list(out) if many else [out]
+        if len(given) != len(self.outputs):
+            raise DispatchError(f"{where}: out= gives {len(given)} array(s) for {len(self.outputs)} output(s) "
+                                f"{self._out_names}. Fix: pass out=(array, ...) with one array per output.")
+        args = []
+        for (name, dt), o in zip(self.outputs, given):
+            a = _classify(name, o, where + " out=")
+            if a.kind is None:
+                raise DispatchError(f"{where}: out= for {name!r} is a scalar or 0-d array, not an array to write. "
+                                    "Fix: pass an array of the inputs' shape (np.empty(shape, dtype)), or leave out= "
+                                    "out.")
+            if a.kind == "numpy" and not o.flags.writeable:
+                raise DispatchError(f"{where}: out= for {name!r} is read-only. Fix: pass a writeable array.")
+            a.scalar = False
+            args.append(a)
+        return args
+
+    def _check_dtype(self, a: _Arg, dt: DataType, have: np.dtype | None, role: str, where: str) -> None:
+        if have is not None and have != dt.storage:
+            raise DispatchError(f"{where}: {role} {a.name!r} is declared {dt} ({dt.storage}) but the array holds "
+                                f"{have}; nothing is converted implicitly. Fix: {_dtype_fix(a.name, dt, have)}.")
+
+    def _scalar_host(self, a: _Arg, dt: DataType, where: str) -> np.ndarray:
+        """A host scalar as one element of `dt`, converted only where exact."""
+        decl = ir.BufferDecl.uniform(a.name, 0, dt, 1)
+        try:
+            return as_host_array(decl, a.value, where)
+        except DispatchError:
+            v = a.value.item() if isinstance(a.value, (np.ndarray, np.generic)) else a.value
+            raise DispatchError(f"{where}: the scalar {a.name!r} = {v!r} is not exactly a {dt} value. Fix: pass "
+                                f"np.{dt.storage}({v!r}) to round it explicitly, or declare {a.name!r} with a type "
+                                "that holds it.") from None
+
+    def _run_host(self, be: Backend, program: ir.Program, ins: list[_Arg], outs: list[_Arg], shape: tuple, n: int,
+                  where: str) -> list[np.ndarray]:
+        flat = []
+        for a, (_, dt) in zip(ins, self.inputs):
+            if a.scalar:
+                flat.append(self._scalar_host(a, dt, where))
+            else:
+                self._check_dtype(a, dt, a.value.dtype, "input", where)
+                flat.append(np.ascontiguousarray(a.value).reshape(-1))
+        for o, (_, dt) in zip(outs, self.outputs):
+            self._check_dtype(o, dt, o.value.dtype, "out= array", where)
+            for a in ins:
+                if not a.scalar and np.shares_memory(o.value, a.value):
+                    raise DispatchError(f"{where}: out= array {o.name!r} shares memory with input {a.name!r}; outputs "
+                                        "are written, never read, so an update in place is not defined. Fix: pass a "
+                                        f"distinct array, or assign the result: {a.name}[...] = {self.name}(...).")
+        for i, o in enumerate(outs):
+            for p in outs[i + 1:]:
+                if np.shares_memory(o.value, p.value):
+                    raise DispatchError(f"{where}: out= arrays {o.name!r} and {p.name!r} share memory. Fix: pass "
+                                        "distinct arrays.")
+        if n == 0:
+            results = [np.empty(shape, dt.storage) for _, dt in self.outputs]
+        else:
+            # outputs take the inputs' length; with scalar inputs only (out= given), say it
+            sizes = None if any(not a.scalar for a in ins) else {name: n for name, _ in self.outputs}
+            results = [r.reshape(shape) for r in be.dispatch(program, flat, self.config, sizes=sizes)]
+        for o, r in zip(outs, results):
+            np.copyto(o.value, r)
+        return results
+
+    def _run_device(self, be: Backend, program: ir.Program, ins: list[_Arg], outs: list[_Arg], kind: str,
+                    shape: tuple, n: int, where: str) -> list:
+        if be.name == "reference":
+            raise DispatchError(f"{where}: the reference backend runs on the CPU and takes host arrays, but the "
+                                f"arrays are {_KIND_NAMES[kind]} arrays. Fix: use backend='cuda' (the default on a "
+                                "GPU machine), or bring the data to the host (x.copy_to_host(), cupy.asnumpy(x), "
+                                "x.cpu().numpy()).")
+        bufs = []
+        for a, (_, dt) in zip(ins, self.inputs):
+            if a.kind is None:  # a host scalar: one element uploaded once and kept
+                host = self._scalar_host(a, dt, where)
+                bufs.append(self._scalar_device(be, host) if n else None)
+            else:
+                self._check_dtype(a, dt, _device_dtype(a, where), "input", where)
+                bufs.append(a.value)
+        results = []
+        for k, (name, dt) in enumerate(self.outputs):
+            if outs:
+                o = outs[k]
+                self._check_dtype(o, dt, _device_dtype(o, where), "out= array", where)
+                results.append(o.value)
+            else:
+                results.append(_allocate(be, kind, shape, n, dt, ins, where))
+        if n:
+            try:
+                be.dispatch_resident(program, bufs + results, self.config)
+            except NotImplementedError:
+                raise DispatchError(f"{where}: the {be.name} backend has no resident dispatch for device arrays. "
+                                    "Fix: use backend='cuda', or pass host arrays.") from None
+            _order_after(be, kind, ins)
+        return results
+
+    def _scalar_device(self, be: Backend, host: np.ndarray):
+        key = (id(be), host.dtype.str, host.tobytes())
+        hit = self._scalars.get(key)
+        if hit is not None and hit[0]() is be:
+            return hit[1]
+        buf = be.upload(host)
+        if len(self._scalars) >= 64:
+            self._scalars.clear()
+        self._scalars[key] = (weakref.ref(be), buf)
+        return buf
+
+    def __repr__(self) -> str:
+        op = self.operation if isinstance(self.operation, str) else getattr(self.operation, "__name__", "function")
+        return (f"<elementwise {self.name}({_signature(self.inputs)}) -> ({_signature(self.outputs)}): "
+                f"{op!s:.80}>")
+
+
+def _signature(params: list[tuple[str, DataType]]) -> str:
+    return ", ".join(f"{dt} {n}" for n, dt in params)
+
+
+def _backend(backend, where: str) -> Backend:
+    if backend is None or isinstance(backend, str):
+        return get_backend(backend)
+    if isinstance(backend, Backend):
+        return backend
+    raise DispatchError(f"{where}: backend={backend!r:.60} is not a backend. Fix: pass a name ('cuda', 'reference'), "
+                        "a Backend from vyre_numba.get_backend(...), or None for the best one here.")
+
+
+def _allocate(be: Backend, kind: str, shape: tuple, n: int, dt: DataType, ins: list[_Arg], where: str):
+    """An output array of `kind` (numba arrays for numba and other CUDA arrays)."""
+    storage = dt.storage
+    if kind == "cupy":
+        import cupy
+
+        return cupy.empty(shape, dtype=storage)
+    if kind == "torch":
+        import torch
+
+        device = next(a.value.device for a in ins if a.kind == "torch")
+        try:
+            tdt = torch.from_numpy(np.empty(0, storage)).dtype
+            t = torch.empty(shape, dtype=tdt, device=device)
+            t.__cuda_array_interface__  # noqa: B018 - PyTorch refuses some dtypes here
+        except (TypeError, RuntimeError) as e:
+            raise DispatchError(f"{where}: PyTorch cannot hold a {dt} output as a CUDA array ({e}). Fix: pass numba or "
+                                "CuPy arrays, or out= arrays of a library that can.") from None
+        return t
+    buf = be.empty(n, storage)
+    return buf if len(shape) == 1 else buf.reshape(shape)
+
+
+def _order_after(be: Backend, kind: str, ins: list[_Arg]) -> None:
+    """Make CuPy's or PyTorch's current stream see the results: the backend's stream is ordered before
+    the legacy default stream, so only another current stream needs the kernel to finish first."""
+    stream = 0
+    if kind == "cupy":
+        import cupy
+
+        stream = cupy.cuda.get_current_stream().ptr
+    elif kind == "torch":
+        import torch
+
+        device = next(a.value.device for a in ins if a.kind == "torch")
+        stream = torch.cuda.current_stream(device).cuda_stream
+    if stream not in (0, 1):
+        be.synchronize()
+
+
+def elementwise(inputs: str | Sequence[str] | Mapping[str, Any], outputs: str | Sequence[str] | Mapping[str, Any],
+                operation: Operation, name: str = "elementwise", *, workgroup: int = 256) -> Elementwise:
+    """An elementwise kernel: `inputs` and `outputs` declared as "type name, ..." (vyre types or NumPy
+    names, e.g. "f32 a, f32 x, f32 y"), `operation` a Python-syntax string over them (never
+    evaluated: parsed into the IR) or a function of one IR expression per input.
+
+        saxpy = elementwise("f32 a, f32 x, f32 y", "f32 out", "a * x + y", name="saxpy")
+        out = saxpy(np.float32(2), x, y)                      # NumPy in, NumPy out
+        d = saxpy(np.float32(2), cuda.to_device(x), cuda.to_device(y))   # stays on the GPU
+        s, d = elementwise("i32 a, i32 b", "i32 s, i32 d", "a + b, a - b")(a, b)
+        k = elementwise("f32 x", "f32 y", lambda x: ir.select(x > 0, x, 0.0))
+
+    See the module docstring (`help(vyre_numba.elementwise)`) for the operation language, scalars,
+    array kinds, out= and backend=. Mistakes in the declarations or the operation raise
+    IRValidationError here; mistakes in a call raise DispatchError there."""
+    return Elementwise(inputs, outputs, operation, name, workgroup=workgroup)
+
+
+elementwise.FUNCTIONS = FUNCTIONS  # type: ignore[attr-defined]
+elementwise.Elementwise = Elementwise  # type: ignore[attr-defined]
+elementwise.__doc__ = f"{elementwise.__doc__}\n\n{__doc__}"

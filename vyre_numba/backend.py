@@ -10,8 +10,9 @@ from typing import Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
+from . import display
 from .config import DispatchConfig
-from .errors import DispatchError
+from .errors import DispatchError, UnsupportedError
 from .ir import DataType, Program
 
 
@@ -27,9 +28,64 @@ Read = tuple  # (buffer, offset, count): a range of a resident buffer to bring b
 
 _TELEMETRY_LOCK = threading.Lock()  # counters are updated from dispatching threads and workers
 
+# Every backend reports these counters (zero where it has nothing to count), plus
+# `dispatches[<label>]` for each DispatchConfig label it has seen.
+TELEMETRY_KEYS = (
+    "dispatches", "resident_dispatches", "kernel_launches", "sync_points",
+    "bytes_uploaded", "bytes_read_back", "bytes_moved_by_graphs", "graph_recordings", "graph_replays",
+    "timed_dispatches", "timed_ns", "ptx_cache_hits", "ptx_cache_misses", "module_cache_hits",
+    "module_cache_misses", "disk_cache_hits", "disk_cache_misses")
+
+
+class Telemetry(dict):
+    """A backend's counters by name (a dict of ints; `*_ns` values are `Duration`s), shown in
+    Jupyter as a table; `to_frame()` gives a pandas DataFrame."""
+
+    def __init__(self, counters: Mapping[str, int] = ()):
+        super().__init__({k: 0 for k in TELEMETRY_KEYS})
+        self.update(counters)
+        for k, v in list(self.items()):
+            if k.endswith("_ns"):
+                self[k] = display.Duration(v)
+
+    def to_frame(self):
+        """The counters as a pandas DataFrame (index: counter, column: value)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise UnsupportedError("Telemetry.to_frame needs pandas, which is not installed. "
+                                   "Fix: pip install pandas, or read the counters as a dict.") from None
+        return pd.DataFrame({"value": [int(v) for v in self.values()]}, index=pd.Index(list(self), name="counter"))
+
+    def _repr_html_(self) -> str:
+        return display.table(((k, v if isinstance(v, display.Duration) else f"{v:,}") for k, v in self.items()),
+                             ("counter", "value"), total=len(self))
+
 
 class Pending(abc.ABC):
     """A dispatch in flight."""
+
+    def _state(self) -> tuple[str, str]:
+        """(state, detail) without blocking: running, failed (the error) or done (the outputs)."""
+        if not self.done():
+            return "running", ""
+        error = getattr(self, "_error", None)
+        if error is not None:
+            return "failed", f"{type(error).__name__}: {error}"
+        outs = getattr(self, "_outputs", None)
+        outs = getattr(self, "_result", None) if outs is None else outs
+        if outs is None:
+            return "done", "result() collects the outputs"
+        return "done", ", ".join(display.shape_text(a) for a in outs) or "no outputs"
+
+    def __repr__(self) -> str:
+        state, detail = self._state()
+        return f"<{type(self).__name__} {state}{': ' + display.head(detail, 1)[:200] if detail else ''}>"
+
+    def _repr_html_(self) -> str:
+        state, detail = self._state()
+        return display.fields_table([("state", state)] + ([("detail", detail)] if detail else []),
+                                    title=type(self).__name__)
 
     @abc.abstractmethod
     def done(self) -> bool:
@@ -142,34 +198,53 @@ class Backend(abc.ABC):
 
     def dispatch_timed(self, program: Program, inputs: Sequence | Mapping | None = None,
                        config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None
-                       ) -> tuple[list[np.ndarray], int]:
-        """`dispatch` plus the nanoseconds the program itself ran (device time on a GPU)."""
+                       ) -> tuple[list[np.ndarray], display.Duration]:
+        """`dispatch` plus the nanoseconds the program itself ran (device time on a GPU), as a
+        `Duration` (an int that reads as `41.3 us`)."""
         t0 = time.perf_counter_ns()
         out = self.dispatch(program, inputs, config, sizes=sizes)
-        ns = time.perf_counter_ns() - t0
+        ns = display.Duration(time.perf_counter_ns() - t0)
         self._count(timed_dispatches=1, timed_ns=ns)
         return out, ns
 
-    def dispatch_sequence(self, steps: Iterable[Step | tuple], read: Iterable[Read] = ()) -> list[np.ndarray]:
+    def dispatch_sequence(self, steps: Iterable[Step | tuple], read: Iterable[Read] = (), *,
+                          progress: bool | None = None) -> list[np.ndarray]:
         """Run several programs over resident buffers, one after another with no host
-        synchronisation between them, then read back only the ranges in `read`."""
+        synchronisation between them, then read back only the ranges in `read`. `progress`: a bar
+        of steps enqueued, None (the default) once the run has taken a second, True at once,
+        False never."""
+        return self._sequence(steps, read, progress, _length(steps))
+
+    def _sequence(self, steps, read, progress: bool | None, total: int | None) -> list[np.ndarray]:
+        from .progress import bar
+
         reads = [_read(r) for r in _iterable(read, "read")]
-        for step in _iterable(steps, "steps"):
-            step = as_step(step)
-            self.dispatch_resident(step.program, step.buffers, step.config)
+        steps = _iterable(steps, "steps")
+        b = bar(progress, desc="steps", unit="step", total=total)
+        try:
+            for step in steps:
+                step = as_step(step)
+                self.dispatch_resident(step.program, step.buffers, step.config)
+                if b is not None:
+                    b.update(1)
+        finally:
+            if b is not None:
+                b.close()
         return [self.download(buf, off, cnt) for buf, off, cnt in reads]
 
     def dispatch_repeated(self, prefix: Iterable[Step | tuple], body: Iterable[Step | tuple], repeat: int,
-                          read: Iterable[Read] = ()) -> list[np.ndarray]:
+                          read: Iterable[Read] = (), *, progress: bool | None = None) -> list[np.ndarray]:
         """`prefix` once, then `body` `repeat` times, then the reads. The steps are generated one
-        at a time, so `repeat` costs no memory."""
+        at a time, so `repeat` costs no memory. `progress` as in `dispatch_sequence`."""
         if isinstance(repeat, (bool, np.bool_)) or not isinstance(repeat, (int, np.integer)) or repeat < 0:
             raise DispatchError(f"repeat={repeat!r} is not a non-negative int. Fix: pass 0 or more "
                                 "(a Python or NumPy integer).")
         body = [as_step(s) for s in _iterable(body, "body")]
         steps: Iterator = itertools.chain(_iterable(prefix, "prefix"),
                                           itertools.chain.from_iterable(itertools.repeat(body, int(repeat))))
-        return self.dispatch_sequence(steps, read)
+        first = _length(prefix)
+        total = None if first is None else first + len(body) * int(repeat)
+        return self._sequence(steps, read, progress, total)
 
     # ---- telemetry ---------------------------------------------------------------------------
     def _count(self, **deltas: int) -> None:
@@ -178,11 +253,13 @@ class Backend(abc.ABC):
             for key, delta in deltas.items():
                 counters[key] += delta
 
-    def telemetry(self) -> dict[str, int]:
+    def telemetry(self) -> Telemetry:
         """Counters since the last reset: launches, sync points, bytes uploaded and read back,
-        cache hits and misses per level, timed dispatches and their nanoseconds."""
+        cache hits and misses per level, timed dispatches and their nanoseconds. Every backend
+        reports the same keys (`TELEMETRY_KEYS`, zero where nothing was counted), plus
+        `dispatches[<label>]` for each label seen."""
         with _TELEMETRY_LOCK:
-            return dict(self.__dict__.setdefault("_counters", Counter()))
+            return Telemetry(self.__dict__.setdefault("_counters", Counter()))
 
     def reset_telemetry(self) -> None:
         """Set every counter back to zero."""
@@ -218,6 +295,14 @@ def as_step(step) -> Step:
         return Step(*step)
     raise DispatchError(f"{step!r:.80} is not a step of a resident sequence. "
                         "Fix: pass Step(program, buffers[, config]) or a (program, buffers[, config]) tuple.")
+
+
+def _length(x) -> int | None:
+    """len(x) for sized collections, None for iterators and anything unsized (a 0-d array)."""
+    try:
+        return len(x)
+    except TypeError:
+        return None
 
 
 def _iterable(x, what: str):

@@ -9,6 +9,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from . import display
 from .bindings import Binding, bind, check_config
 from .config import DispatchConfig
 from .errors import DispatchError
@@ -44,6 +45,29 @@ class RecordedGraph(abc.ABC):
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    def _summary(self) -> list[tuple[str, object]]:
+        """(field, value) pairs describing the recording, for its displays."""
+        backend = getattr(self, "backend", None)
+        program, steps = getattr(self, "program", None), getattr(self, "steps", None)
+        what = (f"dispatch of {program.name!r}" if program is not None else
+                f"sequence of {len(steps)} step{'s' if len(steps) != 1 else ''}" if steps else "sequence")
+        out = [("records", what), ("backend", getattr(backend, "name", "?")), ("state", "closed" if self.closed else "open")]
+        buffers = getattr(self, "buffers", None)
+        if isinstance(buffers, dict) and buffers:
+            out.append(("buffers", ", ".join(f"{k}: {display.shape_text(v)}" for k, v in buffers.items()
+                                             if hasattr(v, "dtype"))))
+        launches = getattr(self, "launches", None)
+        if launches is not None:
+            out.append(("kernel launches per replay", launches))
+        return out
+
+    def __repr__(self) -> str:
+        fields = dict(self._summary())
+        return f"<{type(self).__name__}: {fields['records']} on {fields['backend']}, {fields['state']}>"
+
+    def _repr_html_(self) -> str:
+        return display.fields_table(self._summary(), title=type(self).__name__)
 
     def _check_open(self) -> None:
         if self.closed:

@@ -40,10 +40,11 @@ def union_numpy(parent: np.ndarray, a: np.ndarray, b: np.ndarray) -> int:
 
 
 def rebuild_numpy(parent: np.ndarray, op: np.ndarray, offsets: np.ndarray, children: np.ndarray,
-                  eclass: np.ndarray, max_rounds: int | None = None) -> dict:
+                  eclass: np.ndarray, max_rounds: int | None = None, on_round=None) -> dict:
     """Restore congruence in place: on return every child and class is canonical and no two rows
     with equal (operator, children) are in different classes (unless `max_rounds` stopped it:
-    then converged is False). Returns rounds, unions, nodes_touched, converged, seconds."""
+    then converged is False). Returns rounds, unions, nodes_touched, converged, seconds;
+    `on_round()`, when given, is called after each round."""
     t0 = time.perf_counter()
     rounds = unions = touched = 0
     converged = False
@@ -53,6 +54,8 @@ def rebuild_numpy(parent: np.ndarray, op: np.ndarray, offsets: np.ndarray, child
         touched += op.size
         a, b = congruent_pairs(op, offsets, children, eclass)
         rounds += 1
+        if on_round is not None:
+            on_round()
         if a.size == 0:
             converged = True
             break
@@ -60,5 +63,5 @@ def rebuild_numpy(parent: np.ndarray, op: np.ndarray, offsets: np.ndarray, child
     if not converged:  # the last round's unions are applied, so the rows are made canonical again
         children[:] = parent[children]
         eclass[:] = parent[eclass]
-    return dict(rounds=rounds, unions=unions, nodes_touched=touched, converged=converged,
+    return dict(rounds=rounds, unions=int(unions), nodes_touched=int(touched), converged=converged,
                 seconds=time.perf_counter() - t0)

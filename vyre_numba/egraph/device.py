@@ -224,9 +224,10 @@ class DeviceEGraph:
         clock.collect()
         return count, write, (self._ctl_host.copy() if inserted else None)
 
-    def rebuild(self, max_rounds: int | None = None) -> dict:
+    def rebuild(self, max_rounds: int | None = None, on_round=None) -> dict:
         """Restore congruence (see the module docstring); rounds, unions, nodes_touched, converged,
-        device nanoseconds in all and per phase, the table's capacity after."""
+        device nanoseconds in all and per phase, the table's capacity after. `on_round()`, when
+        given, is called after each round is enqueued."""
         from . import kernels
 
         cuda = self._cuda
@@ -271,6 +272,8 @@ class DeviceEGraph:
             inserted = True
             touched += count
             rounds += 1
+            if on_round is not None:
+                on_round()
         clock.start()
         self._k("canonical_classes")(_blocks(self.n), THREADS, self.cls, self.canon)
         clock.lap("compress")

@@ -17,13 +17,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .. import display
 from ..errors import DispatchError
 from .signature import signature_heads
 
 MAX_ID = 2**31 - 2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class RebuildStats:
     """What a rebuild did: rounds run, classes merged, rows (re)hashed in all, whether it reached
     the fixed point, device nanoseconds in all and per phase (CUDA events on the GPU; on the
@@ -37,8 +38,17 @@ class RebuildStats:
     seconds: float
     phase_ns: dict = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        _timings(self)
 
-@dataclass(frozen=True)
+    def __repr__(self) -> str:
+        return display.record_repr(self)
+
+    def _repr_html_(self) -> str:
+        return display.record_html(self)
+
+
+@dataclass(frozen=True, repr=False)
 class ClosureResult:
     """Congruence closure of an e-graph: `eclass` (the canonical class of each row, the smallest id
     in its class, aligned with the rows), rounds, classes merged, classes before and after, and the
@@ -53,6 +63,21 @@ class ClosureResult:
     device_ns: int
     seconds: float
     phase_ns: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _timings(self)
+
+    def __repr__(self) -> str:
+        return display.record_repr(self)
+
+    def _repr_html_(self) -> str:
+        return display.record_html(self)
+
+
+def _timings(result) -> None:
+    """Device times as `Duration`s (ints that read as `41.3 us`)."""
+    object.__setattr__(result, "device_ns", display.Duration(result.device_ns))
+    object.__setattr__(result, "phase_ns", display.durations(result.phase_ns))
 
 
 def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID) -> np.ndarray:
@@ -219,6 +244,19 @@ class EGraph:
         return (f"EGraph({self.n_nodes} e-nodes, {self.n_classes} class ids, backend={self.backend!r}"
                 f"{', rebuild pending' if self._pending else ''})")
 
+    def _repr_html_(self) -> str:
+        """The e-classes as boxes holding their e-nodes, edges to the children's classes (Graphviz
+        SVG where `graphviz` is installed, a table otherwise); a summary past a few hundred e-nodes."""
+        from .view import html
+
+        return html(self)
+
+    def to_graphviz(self, limit: int | None = 300):
+        """A `graphviz.Digraph` drawing of the e-graph (at most `limit` e-nodes; None: all)."""
+        from .view import to_graphviz
+
+        return to_graphviz(self, limit)
+
     # --- operations ------------------------------------------------------------------------
     def _ids(self, ids, name: str) -> np.ndarray:
         return _ints(ids, name, hi=max(self.n_classes - 1, -1))
@@ -243,14 +281,22 @@ class EGraph:
         """The canonical id (smallest in its class) of each class id; valid at any time."""
         return self._live().find(self._ids(ids, "ids"))
 
-    def rebuild(self, *, max_rounds: int | None = None) -> RebuildStats:
+    def rebuild(self, *, max_rounds: int | None = None, progress: bool | None = None) -> RebuildStats:
         """Restore the invariants: every child canonical, no two rows with equal (operator,
         canonical children) in different classes. Incremental on the GPU: a round revisits only the
-        rows that use a class merged in the round before."""
+        rows that use a class merged in the round before. `progress`: a bar of rounds, None (the
+        default) once the rebuild has run a second, True at once, False never."""
+        from ..progress import bar
+
         if max_rounds is not None and (not isinstance(max_rounds, int) or max_rounds < 1):
             raise DispatchError(f"max_rounds is {max_rounds!r}. Fix: pass a positive int, or None to run to the "
                                 "fixed point.")
-        s = self._live().rebuild(max_rounds)
+        b = bar(progress, desc="e-graph rebuild", unit="round")
+        try:
+            s = self._live().rebuild(max_rounds, None if b is None else lambda: b.update(1))
+        finally:
+            if b is not None:
+                b.close()
         self._pending = self._unioned = not s["converged"]
         return RebuildStats(s["rounds"], s["unions"], s["nodes_touched"], s["converged"], s["device_ns"],
                             s["seconds"], s["phase_ns"])
@@ -305,10 +351,12 @@ def _take_rows(offsets: np.ndarray, children: np.ndarray, rows: np.ndarray) -> t
     return sub, children[idx]
 
 
-def congruence_closure(egraph: "EGraph", unions=None, *, backend=None, max_rounds: int | None = None) -> ClosureResult:
+def congruence_closure(egraph: "EGraph", unions=None, *, backend=None, max_rounds: int | None = None,
+                       progress: bool | None = None) -> ClosureResult:
     """Apply `unions` ((k, 2) class ids) to `egraph` (an EGraph, changed in place, or a tuple
     (eclass, op, children_offsets, children) built on `backend`) and rebuild to the fixed point:
-    the canonical class of every row, rounds, classes merged and per-phase times."""
+    the canonical class of every row, rounds, classes merged and per-phase times. `progress` as
+    in `EGraph.rebuild`."""
     if not isinstance(egraph, EGraph):
         if not (isinstance(egraph, (tuple, list)) and len(egraph) == 4):
             raise DispatchError(f"egraph is a {type(egraph).__name__}. Fix: pass an EGraph or a tuple "
@@ -317,7 +365,7 @@ def congruence_closure(egraph: "EGraph", unions=None, *, backend=None, max_round
     before = _class_count(egraph)
     if unions is not None:
         egraph.union(unions)
-    s = egraph.rebuild(max_rounds=max_rounds)
+    s = egraph.rebuild(max_rounds=max_rounds, progress=progress)
     eclass = egraph.classes()
     after = int(np.unique(eclass).size)
     return ClosureResult(eclass, s.rounds, before - after, before, after, s.converged, s.device_ns, s.seconds,

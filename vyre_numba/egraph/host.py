@@ -24,9 +24,9 @@ class HostEGraph:
     def find(self, ids: np.ndarray) -> np.ndarray:
         return self.parent[ids]
 
-    def rebuild(self, max_rounds: int | None = None) -> dict:
+    def rebuild(self, max_rounds: int | None = None, on_round=None) -> dict:
         self._memo = None
-        stats = rebuild_numpy(self.parent, self.op, self.offsets, self.children, self.eclass, max_rounds)
+        stats = rebuild_numpy(self.parent, self.op, self.offsets, self.children, self.eclass, max_rounds, on_round)
         stats["device_ns"] = int(stats["seconds"] * 1e9)  # the CPU is this backend's device
         stats["phase_ns"] = {"rebuild": stats["device_ns"]}
         return stats

@@ -17,7 +17,7 @@ from ..ir import Program
 from ..lru import LRUCache
 from ..ptx import templates
 from ..ptx.emitter import PTX_VERSION
-from .runner import _CONVERGED, _CTL_WORDS, _ERROR, _ROUNDS, FixpointResult, _bar, raise_barrier_timeout
+from .runner import _CONVERGED, _CTL_WORDS, _ERROR, _ROUNDS, FixpointResult, _bar, chunks, raise_barrier_timeout
 
 STEP_NAME = "vyre_fixpoint_step"
 ENTRIES = ("vyre_fixpoint_coop", "vyre_fixpoint_round", "vyre_fixpoint_check")
@@ -162,7 +162,7 @@ def _module_body(ptx: str) -> tuple[str, str]:
 
 
 def run(backend, step: Callable, n: int, args: list, max_rounds: int, mode: str, block: int, timeout_ns: int,
-        progress: bool) -> FixpointResult:
+        progress: bool | None) -> FixpointResult:
     kinds, params = _step_args(step, args)
     kernels = _module(backend, step, kinds, params)
     caps = backend.caps
@@ -171,12 +171,13 @@ def run(backend, step: Callable, n: int, args: list, max_rounds: int, mode: str,
     ctl = _take_ctl(backend)
     ctl_ptr = ctl.__cuda_array_interface__["data"][0]
     bar = _bar(progress, max_rounds)
+    sizes = chunks(progress if bar is not None else False, max_rounds)
     try:
         if mode == "cooperative":
             rounds, converged, ns = _cooperative(backend, kernels["vyre_fixpoint_coop"], n, params, ctl, ctl_ptr,
-                                                 max_rounds, block, timeout_ns, bar)
+                                                 max_rounds, block, timeout_ns, bar, sizes)
         elif mode == "graph":
-            rounds, converged, ns = _graph(backend, kernels, n, params, ctl, ctl_ptr, max_rounds, block, bar)
+            rounds, converged, ns = _graph(backend, kernels, n, params, ctl, ctl_ptr, max_rounds, block, bar, sizes)
         else:
             rounds, converged, ns = _relaunch(backend, kernels["vyre_fixpoint_round"], n, params, ctl, ctl_ptr,
                                               max_rounds, block, bar)
@@ -238,7 +239,7 @@ def _args_into(launch: KernelLaunch, first: int, params: list) -> None:
         launch.set_param(first + k, value)
 
 
-def _cooperative(backend, k, n, kinds, ctl, ctl_ptr, max_rounds, block, timeout_ns, bar):
+def _cooperative(backend, k, n, kinds, ctl, ctl_ptr, max_rounds, block, timeout_ns, bar, sizes):
     caps = backend.caps
     if not caps.cooperative_launch:
         raise UnsupportedError("this GPU cannot launch cooperative kernels. Fix: use mode='graph' or 'relaunch'.")
@@ -251,14 +252,14 @@ def _cooperative(backend, k, n, kinds, ctl, ctl_ptr, max_rounds, block, timeout_
     validate_cooperative(caps, shape, per_sm, kernel=k.name)
     launch = KernelLaunch(k.handle, k.name, shape, 0, cooperative=True, nparams=4 + len(kinds))
     # A launch stays under 2^25 block arrivals (the vote barrier's arrival field, see grid_barrier.ptx).
-    chunk = min(max(1, min(max_rounds, 64)) if bar is not None else max_rounds, (2**25 - 1) // grid)
+    most = (2**25 - 1) // grid
     launch.set_param(0, n)
     launch.set_param(2, timeout_ns)
     launch.set_param(3, ctl_ptr)
     _args_into(launch, 4, kinds)
     rounds, converged, ns = 0, False, 0
     while rounds < max_rounds and not converged:
-        launch.set_param(1, min(chunk, max_rounds - rounds))
+        launch.set_param(1, min(next(sizes), most, max_rounds - rounds))
         backend.memset(ctl_ptr, 4 * _CTL_WORDS)
         with backend.device_timer() as t:
             launch.enqueue(backend.stream_handle)
@@ -283,14 +284,13 @@ def _round_launch(backend, k, n, kinds, ctl_ptr, block) -> KernelLaunch:
     return launch
 
 
-def _graph(backend, kernels, n, kinds, ctl, ctl_ptr, max_rounds, block, bar):
+def _graph(backend, kernels, n, kinds, ctl, ctl_ptr, max_rounds, block, bar, sizes):
     from ..gpu.cudagraph import WhileGraph
 
     rnd = _round_launch(backend, kernels["vyre_fixpoint_round"], n, kinds, ctl_ptr, block)
     chk_k = kernels["vyre_fixpoint_check"]
     chk = KernelLaunch(chk_k.handle, chk_k.name, LaunchShape((1, 1, 1), (1, 1, 1)), 0, nparams=3)
     chk.set_param(0, ctl_ptr)
-    chunk = max(1, min(max_rounds, 64)) if bar is not None else max_rounds
 
     def body(stream: int, condition: int) -> None:
         chk.set_param(2, condition)
@@ -301,7 +301,7 @@ def _graph(backend, kernels, n, kinds, ctl, ctl_ptr, max_rounds, block, bar):
     graphs: dict[int, WhileGraph] = {}
     try:
         while rounds < max_rounds and not converged:
-            limit = min(chunk, max_rounds - rounds)
+            limit = min(next(sizes), max_rounds - rounds)
             if limit not in graphs:
                 chk.set_param(1, limit)
                 graphs[limit] = WhileGraph(backend, body, "the fixpoint loop")

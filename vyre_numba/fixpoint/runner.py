@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from .. import display
 from ..errors import BarrierTimeoutError, DispatchError, UnsupportedError, VyreError
 
 if TYPE_CHECKING:
@@ -16,15 +17,24 @@ _CTL_WORDS = 8  # see ptx_templates/fixpoint.ptx
 _ROUNDS, _CONVERGED, _ERROR = 6, 7, 2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class FixpointResult:
     """How a run ended: rounds run, whether the last round changed nothing (False means it
-    stopped at max_rounds), the mode that ran, and device nanoseconds (None on the CPU)."""
+    stopped at max_rounds), the mode that ran, and device nanoseconds (a `Duration`; None on the CPU)."""
 
     rounds: int
     converged: bool
     mode: str
     device_ns: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "device_ns", display.duration(self.device_ns))
+
+    def __repr__(self) -> str:
+        return display.record_repr(self)
+
+    def _repr_html_(self) -> str:
+        return display.record_html(self)
 
 
 def _count(value, name: str, lo: int, hi: int) -> int:
@@ -35,7 +45,7 @@ def _count(value, name: str, lo: int, hi: int) -> int:
 
 def run(step: "Callable | Program", n: int, args: Sequence[Any] = (), *, max_rounds: int = 10_000,
         mode: str = "auto", backend=None, block: int = 256, timeout_s: float = 10.0,
-        progress: bool = False) -> FixpointResult:
+        progress: bool | None = None) -> FixpointResult:
     """Run the step for every item i < n, round after round, until a round that changed nothing,
     or `max_rounds`; the arrays in `args` are updated in place.
 
@@ -47,7 +57,8 @@ def run(step: "Callable | Program", n: int, args: Sequence[Any] = (), *, max_rou
     `mode="auto"` runs one round (`max_rounds=1`) as a plain launch, more as a cooperative kernel
     where the device can, else as a graph. `timeout_s` bounds each grid barrier's wait in
     cooperative mode (a stuck barrier raises BarrierTimeoutError instead of hanging the GPU);
-    `progress` shows a tqdm bar of rounds."""
+    `progress` shows a tqdm bar of rounds: None (the default) once the run has taken a second,
+    True at once, False never (see `vyre_numba.progress`)."""
     max_rounds = _count(max_rounds, "max_rounds", 1, 2**31 - 1)
     if not isinstance(mode, str) or mode not in MODES:
         raise DispatchError(f"mode={mode!r} is not one of {', '.join(MODES)}. Fix: pass one of those.")
@@ -157,7 +168,7 @@ def _guarded(program, n: int):
                       [ir.if_(ir.invocation_id(0) < ir.lit(n, "u32"), list(program.entry))], name=program.name)
 
 
-def _run_program_cpu(program, n: int, arrays: list, max_rounds: int, progress: bool) -> FixpointResult:
+def _run_program_cpu(program, n: int, arrays: list, max_rounds: int, progress: bool | None) -> FixpointResult:
     from ..bindings import Binding
     from ..config import DispatchConfig
     from ..reference import interpreter
@@ -174,7 +185,7 @@ def _run_program_cpu(program, n: int, arrays: list, max_rounds: int, progress: b
     return _cpu_rounds(one_round, max_rounds, progress)
 
 
-def _cpu_rounds(one_round: Callable[[], bool], max_rounds: int, progress: bool) -> FixpointResult:
+def _cpu_rounds(one_round: Callable[[], bool], max_rounds: int, progress: bool | None) -> FixpointResult:
     """Call `one_round()` (True when the round changed something) until a quiet round or max_rounds."""
     bar = _bar(progress, max_rounds)
     rounds, converged = 0, False
@@ -216,7 +227,7 @@ def _cpu_round(step: Callable) -> Callable:
     return fn
 
 
-def _run_cpu(step: Callable, n: int, args: list, max_rounds: int, progress: bool) -> FixpointResult:
+def _run_cpu(step: Callable, n: int, args: list, max_rounds: int, progress: bool | None) -> FixpointResult:
     for k, a in enumerate(args):
         if hasattr(a, "__cuda_array_interface__"):
             raise DispatchError(f"args[{k}] is a device array, but the reference backend runs on the CPU. "
@@ -238,12 +249,24 @@ def _numba_call(fn, *args):
                             "types it is given.") from e
 
 
-def _bar(progress: bool, total: int):
-    if not progress:
-        return None
-    from tqdm.auto import tqdm
+def _bar(progress: bool | None, total: int):
+    from ..progress import bar
 
-    return tqdm(total=total, desc="fixpoint rounds", unit="round")
+    return bar(progress, total=total, desc="fixpoint rounds", unit="round")
+
+
+def chunks(progress: bool | None, max_rounds: int):
+    """Rounds a launch may run between two bar updates: none (all at once) without a bar, 64 for
+    a bar shown from the start, and growing from 1,024 (so a short run stays one launch and a
+    long one adds only a few) for a bar that appears once the run is long."""
+    if progress is False:
+        while True:
+            yield max_rounds
+    size = 64 if progress else 1024
+    while True:
+        yield size
+        if not progress:
+            size *= 2
 
 
 def raise_barrier_timeout(timeout_ns: int) -> None:

@@ -12,9 +12,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .. import profiling
-from ..backend import Backend, Pending, check_empty, check_upload
+from ..backend import Backend, Pending, Telemetry, check_empty, check_upload
 from ..bindings import Binding, bind, check_config
 from ..config import DispatchConfig
+from ..display import Duration
 from ..errors import DeviceError, DispatchError, VyreError
 from ..ir import Program, check
 from ..lru import LRUCache
@@ -257,7 +258,7 @@ class CudaBackend(Backend):
 
     def dispatch_timed(self, program: Program, inputs: Sequence | Mapping | None = None,
                        config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None
-                       ) -> tuple[list[np.ndarray], int]:
+                       ) -> tuple[list[np.ndarray], Duration]:
         """Outputs plus the device nanoseconds of the launches, measured with CUDA events."""
         pending = self._issue(program, inputs, config, sizes, timed=True)
         out = pending.result()
@@ -516,13 +517,11 @@ class CudaBackend(Backend):
         with self._hot_lock:
             return [sum(h[0] for h in self._hot), sum(h[1] for h in self._hot)]
 
-    def telemetry(self) -> dict[str, int]:
+    def telemetry(self) -> Telemetry:
         t = super().telemetry()
         dispatches, launches = (now - base for now, base in zip(self._hot_totals(), self._hot_base))
-        if dispatches:
-            t["resident_dispatches"] = t.get("resident_dispatches", 0) + dispatches
-        if launches:
-            t["kernel_launches"] = t.get("kernel_launches", 0) + launches
+        t["resident_dispatches"] += dispatches
+        t["kernel_launches"] += launches
         for level, cache in (("ptx", self.ptx_cache), ("module", self.module_cache), ("disk", self.disk_cache)):
             if cache is not None:
                 st = cache.stats()
@@ -590,12 +589,12 @@ class CudaPending(Pending):
                 raise self._error
             return self._result
 
-    def device_ns(self) -> int:
+    def device_ns(self) -> Duration:
         """Device nanoseconds between the events around the launches (timed dispatches only)."""
         if self.events is None:
             raise DispatchError("this dispatch was not timed. Fix: use dispatch_timed.")
         self.result()
-        return self._elapsed_ns
+        return Duration(self._elapsed_ns)
 
     def release(self, *, failed: bool) -> None:
         """Give back what the dispatch holds, once. After a failure the device may still be using

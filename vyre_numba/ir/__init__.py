@@ -23,6 +23,35 @@ from .nodes import (
 )
 from .program import FORMAT, Access, BufferDecl, Program, Role, from_dict, to_dict, walk
 from .recursion import drive
-from .validate import Diagnostic, check, validate
+from .validate import Diagnostic, Diagnostics, check, validate
 
 DataType.__module__ = __name__
+
+__all__ = [
+    # types, buffers, programs, validation
+    "DataType", "BufferDecl", "Access", "Role", "Program", "FORMAT", "MAX_DEPTH", "validate", "check",
+    "Diagnostic", "Diagnostics", "walk", "structurally_equal",
+    "wrap_int", "float_to_bits", "bits_to_float", "f32_to_bf16_bits", "bf16_bits_to_f32",
+    # expressions
+    "lit", "u8", "u16", "u32", "u64", "i8", "i16", "i32", "i64", "f16", "bf16", "f32", "f64", "boolean",
+    "var", "load", "buf_len", "invocation_id", "local_id", "workgroup_id", "num_workgroups", "gid", "lid",
+    "wgid", "subgroup_local_id", "subgroup_size", "binary", "unary", "add", "sub", "mul", "div", "mod",
+    "min_", "max_", "absdiff", "wrapping_add", "wrapping_sub", "saturating_add", "saturating_sub",
+    "mul_high", "bitand", "bitor", "bitxor", "shl", "shr", "rotl", "rotr", "eq", "ne", "lt", "gt", "le",
+    "ge", "logical_and", "logical_or", "neg", "bitnot", "not_", "popcount", "clz", "ctz", "reverse_bits",
+    "abs_", "sign", "sqrt", "floor", "ceil", "round_", "trunc", "isnan", "isinf", "isfinite", "exp",
+    "exp2", "log", "log2", "rsqrt", "recip", "sin", "cos", "tan", "select", "cast", "fma", "atomic",
+    "atomic_add", "subgroup_ballot", "subgroup_shuffle", "subgroup_add",
+    # statements
+    "let", "assign", "store", "if_", "loop", "barrier", "return_", "block",
+    # node classes and operation tables
+    "Expr", "Node", "Lit", "Var", "Load", "BufLen", "Builtin", "BinOp", "UnOp", "Select", "Cast", "Fma",
+    "Atomic", "SubgroupBallot", "SubgroupShuffle", "SubgroupAdd", "Let", "Assign", "Store", "If", "Loop",
+    "Barrier", "Return", "Block", "BINOPS", "ARITH_BINOPS", "INT_BINOPS", "CMP_BINOPS", "LOGIC_BINOPS",
+    "UNOPS", "INT_UNOPS", "NUM_UNOPS", "FLOAT_UNOPS", "FLOAT_PRED_UNOPS", "BOOL_UNOPS",
+    "TRANSCENDENTAL_UNOPS", "ATOMIC_OPS", "BUILTINS", "BARRIER_SCOPES",
+]
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -226,7 +226,7 @@ class Expr(_Structural):
 
     def __bool__(self):
         raise IRValidationError(
-            f"an IR expression ({self}) has no Python truth value. "
+            f"an IR expression ({render_expr(self, 80)}) has no Python truth value. "
             "Fix: build control flow with ir.if_(cond, then, else_) and ir.select, combine conditions "
             "with & | ~ or ir.logical_and / logical_or instead of Python `if`, `and`, `or`, `not`; "
             "compare two pieces of IR with a.equals(b), and key dicts or sets of IR by a.key().")
@@ -235,7 +235,7 @@ class Expr(_Structural):
         return render_expr(self)
 
     def __repr__(self) -> str:
-        return f"<ir.{type(self).__name__} {_short(render_expr(self))}>"
+        return render_expr(self, 120)
 
     def children(self) -> tuple["Expr", ...]:
         """The operand expressions, in field order."""
@@ -391,7 +391,7 @@ class Node(_Structural):
         return "\n".join(render_stmt(self, 0))
 
     def __repr__(self) -> str:
-        return f"<ir.{type(self).__name__} {_short(render_stmt(self, 0)[0])}>"
+        return "\n".join(render_short((self,)))
 
 
 @_node(name="str", value="expr")
@@ -760,94 +760,189 @@ def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def _rx(x: Expr):
-    """Walker (see `recursion`) giving the text of an expression."""
+class _Writer:
+    """Text form being written, line by line, within optional bounds: `width` characters a line
+    (a longer line ends in "...") and `max_lines` lines. Walkers stop writing once a bound is met,
+    so a bounded rendering of deep IR costs its depth, not its size."""
+
+    __slots__ = ("lines", "parts", "size", "width", "max_lines")
+
+    def __init__(self, width: int | None = None, max_lines: int | None = None):
+        self.lines: list[str] = []
+        self.parts: list[str] = []
+        self.size, self.width, self.max_lines = 0, width, max_lines
+
+    def put(self, text: str) -> None:
+        self.parts.append(text)
+        self.size += len(text)
+
+    @property
+    def full(self) -> bool:
+        """The current line is past its width, or every allowed line is written."""
+        return (self.width is not None and self.size > self.width) or (
+            self.max_lines is not None and len(self.lines) >= self.max_lines)
+
+    def text(self) -> str:
+        line = "".join(self.parts)
+        return line if self.width is None else _short(line, self.width)
+
+    def end(self) -> None:
+        if self.max_lines is None or len(self.lines) < self.max_lines:
+            self.lines.append(self.text())
+        self.parts, self.size = [], 0
+
+
+_CALLS = {"Select": "select", "Fma": "fma", "SubgroupBallot": "subgroup_ballot",
+          "SubgroupShuffle": "subgroup_shuffle", "SubgroupAdd": "subgroup_add"}
+
+
+def _wx(x: Expr, w: _Writer):
+    """Walker (see `recursion`) writing the text of an expression to `w`."""
+    if w.full:
+        return
     match x:
         case Lit():
-            return render_lit(x)
+            w.put(render_lit(x))
         case Var(name):
-            return name
+            w.put(name)
         case BufLen(buf):
-            return f"len({buf})"
+            w.put(f"len({buf})")
         case Builtin(name, axis):
             if "subgroup" in name:
-                return f"{name}()"
-            return f"{name}.{'xyz'[axis]}" if axis in (0, 1, 2) else f"{name}.{axis}"
-    parts = []
-    for child in x.children():
-        parts.append((yield _rx(child)))
-    match x:
-        case Load(buf):
-            return f"{buf}[{parts[0]}]"
-        case BinOp(op) if op in _SYMBOLS:
-            return f"({parts[0]} {_SYMBOLS[op]} {parts[1]})"
-        case BinOp(op) | UnOp(op):
-            return f"{op}({', '.join(parts)})"
-        case Cast(dt):
-            return f"{dt}({parts[0]})"
-        case Atomic(op, buf, _, _, expected):
-            extra = "" if expected is None else f", expected={parts[2]}"
-            return f"atomic_{op}({buf}[{parts[0]}], {parts[1]}{extra})"
-        case Select() | Fma() | SubgroupBallot() | SubgroupShuffle() | SubgroupAdd():
-            name = {Select: "select", Fma: "fma", SubgroupBallot: "subgroup_ballot",
-                    SubgroupShuffle: "subgroup_shuffle", SubgroupAdd: "subgroup_add"}[type(x)]
-            return f"{name}({', '.join(parts)})"
-    return object.__repr__(x)
+                w.put(f"{name}()")
+            else:
+                w.put(f"{name}.{'xyz'[axis]}" if axis in (0, 1, 2) else f"{name}.{axis}")
+        case Load(buf, index):
+            w.put(f"{buf}[")
+            yield _wx(index, w)
+            w.put("]")
+        case BinOp(op, a, b) if op in _SYMBOLS:
+            w.put("(")
+            yield _wx(a, w)
+            w.put(f" {_SYMBOLS[op]} ")
+            yield _wx(b, w)
+            w.put(")")
+        case Atomic(op, buf, index, value, expected):
+            w.put(f"atomic_{op}({buf}[")
+            yield _wx(index, w)
+            w.put("], ")
+            yield _wx(value, w)
+            if expected is not None:
+                w.put(", expected=")
+                yield _wx(expected, w)
+            w.put(")")
+        case BinOp() | UnOp() | Cast() | Select() | Fma() | SubgroupBallot() | SubgroupShuffle() | SubgroupAdd():
+            name = x.op if isinstance(x, (BinOp, UnOp)) else x.dtype if isinstance(x, Cast) else _CALLS[type(x).__name__]
+            w.put(f"{name}(")
+            for k, child in enumerate(x.children()):
+                if k:
+                    w.put(", ")
+                yield _wx(child, w)
+            w.put(")")
+        case _:
+            w.put(object.__repr__(x))
 
 
-def render_expr(x: Expr) -> str:
-    """The text form of an expression."""
-    return drive(_rx(x))
+def render_expr(x: Expr, limit: int | None = None) -> str:
+    """The text form of an expression; past `limit` characters, its start and "..."."""
+    w = _Writer(limit)
+    drive(_wx(x, w))
+    return w.text()
 
 
 MAX_INDENT = 32  # deeper statements keep this indentation and show their depth, so text stays linear
 
 
-def _rs(s: Node, depth: int, out: list[str]):
-    """Walker appending the text lines of statement `s` at indentation `depth` to `out`."""
+def _ws(s: Node, depth: int, w: _Writer):
+    """Walker writing the text lines of statement `s` at indentation `depth` to `w`."""
+    if w.max_lines is not None and len(w.lines) >= w.max_lines:
+        return
     pad = "    " * depth if depth <= MAX_INDENT else "    " * MAX_INDENT + f"[{depth}] "
+    w.put(pad)
     match s:
-        case Let(name, value):
-            out.append(f"{pad}let {name} = {(yield _rx(value))}")
-        case Assign(name, value):
-            out.append(f"{pad}{name} = {(yield _rx(value))}")
+        case Let(name, value) | Assign(name, value):
+            w.put(f"let {name} = " if isinstance(s, Let) else f"{name} = ")
+            yield _wx(value, w)
         case Store(buf, idx, value):
-            i = yield _rx(idx)
-            out.append(f"{pad}{buf}[{i}] = {(yield _rx(value))}")
+            w.put(f"{buf}[")
+            yield _wx(idx, w)
+            w.put("] = ")
+            yield _wx(value, w)
         case If(cond, then, otherwise):
-            out.append(f"{pad}if {(yield _rx(cond))} {{")
-            for st in then:
-                yield _rs(st, depth + 1, out)
+            w.put("if ")
+            yield _wx(cond, w)
+            w.put(" {")
+            yield _wbody(then, depth, w)
             if otherwise:
-                out.append(f"{pad}}} else {{")
-                for st in otherwise:
-                    yield _rs(st, depth + 1, out)
-            out.append(f"{pad}}}")
+                w.put(pad + "} else {")
+                yield _wbody(otherwise, depth, w)
         case Loop(v, start, end, body):
-            a = yield _rx(start)
-            out.append(f"{pad}for {v} in {a}..{(yield _rx(end))} {{")
-            for st in body:
-                yield _rs(st, depth + 1, out)
-            out.append(f"{pad}}}")
+            w.put(f"for {v} in ")
+            yield _wx(start, w)
+            w.put("..")
+            yield _wx(end, w)
+            w.put(" {")
+            yield _wbody(body, depth, w)
         case Barrier(scope):
-            out.append(f"{pad}barrier({scope})")
+            w.put(f"barrier({scope})")
         case Return():
-            out.append(f"{pad}return")
+            w.put("return")
         case Block(body):
-            out.append(f"{pad}{{")
-            for st in body:
-                yield _rs(st, depth + 1, out)
-            out.append(f"{pad}}}")
+            w.put("{")
+            yield _wbody(body, depth, w)
         case _:
-            out.append(pad + object.__repr__(s))
+            w.put(object.__repr__(s))
+    if isinstance(s, (If, Loop, Block)):
+        w.put(pad + "}")
+    w.end()
 
 
-def render_stmt(s: Node, depth: int) -> list[str]:
-    """The text lines of a statement, indented `depth` levels."""
-    out: list[str] = []
-    drive(_rs(s, depth, out))
-    return out
+def _wbody(body: tuple[Node, ...], depth: int, w: _Writer):
+    """Ends the line that opened a block, then writes its statements one level deeper."""
+    w.end()
+    for st in body:
+        yield _ws(st, depth + 1, w)
 
 
-def render_body(body: Iterable[Node], depth: int) -> list[str]:
-    return [line for s in body for line in render_stmt(s, depth)]
+def render_stmt(s: Node, depth: int, width: int | None = None, max_lines: int | None = None) -> list[str]:
+    """The text lines of a statement, indented `depth` levels; at most `max_lines` lines of at
+    most `width` characters where given."""
+    w = _Writer(width, max_lines)
+    drive(_ws(s, depth, w))
+    return w.lines
+
+
+def render_body(body: Iterable[Node], depth: int, width: int | None = None,
+                max_lines: int | None = None) -> list[str]:
+    """The text lines of a statement list (bounded as in `render_stmt`)."""
+    w = _Writer(width, max_lines)
+    for s in body:
+        drive(_ws(s, depth, w))
+    return w.lines
+
+
+def line_count(body: Iterable[Node]) -> int:
+    """How many lines the text form of a statement list has (without rendering it)."""
+    count, stack = 0, list(body)
+    while stack:
+        s = stack.pop()
+        count += 1
+        if isinstance(s, If):
+            count += 1 + (1 if s.otherwise else 0)
+            stack.extend(s.then)
+            stack.extend(s.otherwise)
+        elif isinstance(s, (Loop, Block)):
+            count += 1
+            stack.extend(s.body)
+    return count
+
+
+def render_short(body: Iterable[Node], depth: int = 0, width: int = 120, max_lines: int = 12) -> list[str]:
+    """At most `max_lines` lines of a statement list's text form, the last saying how many more
+    there are, each at most `width` characters."""
+    body = tuple(body)
+    lines = render_body(body, depth, width, max_lines + 1)
+    if len(lines) > max_lines:
+        lines = lines[:max_lines - 1]
+        lines.append("    " * depth + f"... ({line_count(body) - len(lines):,} more lines)")
+    return lines

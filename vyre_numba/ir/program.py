@@ -8,13 +8,15 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from ..errors import IRValidationError
+from .. import display
+from ..errors import IRValidationError, UnsupportedError
 from . import jsontext
 from . import nodes as n
 from .recursion import drive
 from .types import DataType
 
 FORMAT = "vyre-numba-ir/1"
+PTX_RENDERER = None  # Program -> PTX text, set by vyre_numba.ptx (a layer below this one) when it loads
 
 
 class Access(enum.Enum):
@@ -283,11 +285,35 @@ class Program:
         return self._digest
 
     def __str__(self) -> str:
+        return "\n".join(self._head() + n.render_body(self.entry, 1) + ["}"])
+
+    def __repr__(self) -> str:
+        return "\n".join(self._head() + n.render_short(self.entry, 1, 120, 20) + ["}"])
+
+    def _head(self) -> list[str]:
         x, y, z = self.workgroup_size
-        lines = [f"program {self.name} workgroup({x}, {y}, {z}) {{"]
-        lines += ["    " + str(b) for b in self.buffers]
-        lines += n.render_body(self.entry, 1)
-        return "\n".join(lines + ["}"])
+        return [f"program {self.name} workgroup({x}, {y}, {z}) {{"] + ["    " + str(b) for b in self.buffers]
+
+    def _repr_html_(self) -> str:
+        x, y, z = self.workgroup_size
+        bufs = display.table(((b.name, "" if b.binding is None else b.binding, b.access.value, b.dtype,
+                               b.count or "at dispatch", b.role.value) for b in self.buffers),
+                             ("name", "binding", "access", "type", "count", "role"), total=len(self.buffers))
+        cap = 500
+        lines = n.render_body(self.entry, 0, 200, cap + 1)
+        text = "\n".join(lines[:cap])
+        more = display.more(cap, n.line_count(self.entry), "lines") if len(lines) > cap else ""
+        return (f"<div><b>program {display.escape(self.name)}</b> workgroup ({x}, {y}, {z})</div>{bufs}"
+                f"{display.highlighted(text, 'rust')}{f'<div><small>{more}</small></div>' if more else ''}"
+                f"<div><small>digest {self.digest()}</small></div>")
+
+    def ptx(self, sm: int | None = None, **options: Any) -> "display.PTX":
+        """This program's PTX text for target `sm_<sm>` (sm_90 unless given), shown highlighted in
+        Jupyter; `options` are those of `vyre_numba.ptx.emit` (workgroup, cooperative)."""
+        if PTX_RENDERER is None:
+            raise UnsupportedError("no PTX emitter is loaded. Fix: import vyre_numba (the package), which loads "
+                                   "it, or call vyre_numba.ptx.emit(program) directly.")
+        return PTX_RENDERER(self, **({} if sm is None else {"sm": sm}), **options)
 
 
 def _buf_to_dict(b: BufferDecl) -> dict:

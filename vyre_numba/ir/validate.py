@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .. import display
 from ..errors import IRValidationError
 from . import nodes as n
 from .program import Access, BufferDecl, Program
@@ -28,6 +29,18 @@ class Diagnostic:
 
     def __str__(self) -> str:
         return f"{self.where}: {self.message}"
+
+
+class Diagnostics(list):
+    """The problems `validate` found (a list of `Diagnostic`), shown in Jupyter as a table."""
+
+    def _repr_html_(self) -> str:
+        if not self:
+            return "<div>valid: no problems found</div>"
+        rows = ((d.where, *(p.strip() for p in d.message.rsplit("Fix:", 1))) if "Fix:" in d.message
+                else (d.where, d.message, "") for d in self)
+        return display.table(rows, ("where", "problem", "fix"), title=f"{len(self)} problem{'s' if len(self) > 1 else ''}",
+                             total=len(self))
 
 
 def default_weak_type(lit: n.Lit) -> DataType | None:
@@ -484,7 +497,7 @@ def _program(program) -> Program:
     return program
 
 
-def validate(program: Program) -> list[Diagnostic]:
+def validate(program: Program) -> Diagnostics:
     """Every problem in `program`; an empty list means it is valid."""
     _program(program)
     diags: list[Diagnostic] = []
@@ -500,7 +513,7 @@ def validate(program: Program) -> list[Diagnostic]:
                               "in all. Fix: use e.g. 256 or (16, 16); cover more data with more workgroups.")
     checker = _Checker(program.buffers)
     drive(checker.body(program.entry, Where(None, "entry"), new_scope=False))
-    return diags + checker.diags
+    return Diagnostics(diags + checker.diags)
 
 
 def check(program: Program) -> Program:

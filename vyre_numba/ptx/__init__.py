@@ -1,6 +1,6 @@
 """Program -> PTX (emitter), hand-written PTX templates, and nvJitLink assembly.
 
-    text = ptx.emit(program, sm=90)
+    text = ptx.emit(program, sm=90)     # a PTX: a str shown highlighted in Jupyter (also program.ptx(90))
     cubin = ptx.assemble(text, sm=90)   # links the math modules the kernel calls
 
 The emitter and assembler load on first use, so a process that finds its kernels in the disk
@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import importlib
 
+from ..display import PTX
+from ..ir import program as _program
+
 _LAZY = {"emit": "emitter", "abi": "emitter", "KernelABI": "emitter", "KernelParam": "emitter",
          "PTX_VERSION": "emitter", "assemble": "assemble", "link_sources": "assemble",
          "templates": None, "mathlib": None}
 
-__all__ = list(_LAZY)
+__all__ = ["PTX", *_LAZY]
 
 
 def __getattr__(name: str):
@@ -27,4 +30,12 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(__all__)
+
+
+def _render(program, **options) -> PTX:
+    """`program.ptx(...)`: the emitter, loaded on first use."""
+    return __getattr__("emit")(program, **options)
+
+
+_program.PTX_RENDERER = _render

@@ -30,6 +30,8 @@ import struct
 from dataclasses import dataclass
 
 from .. import ir
+from .. import display
+from ..display import PTX
 from ..errors import UnsupportedError
 from ..ir import DataType as D
 from ..ir import nodes as n
@@ -90,6 +92,13 @@ class KernelABI:
                 "shared_bytes": self.shared_bytes,
                 "params": [{"name": p.name, "type": p.ptx_type, "buffer": p.buffer, "kind": p.kind}
                            for p in self.params]}
+
+    def _repr_html_(self) -> str:
+        wg = "any (no .reqntid)" if self.workgroup_size is None else str(self.workgroup_size)
+        head = display.fields_table([("entry", self.entry), ("workgroup size", wg),
+                                     ("static shared memory", f"{self.shared_bytes:,} bytes")], title="KernelABI")
+        return head + display.table(((k, p.name, p.ptx_type, p.buffer, p.kind) for k, p in enumerate(self.params)),
+                                    ("#", "parameter", "type", "buffer", "kind"), total=len(self.params))
 
 
 GRID_STATE = "vyre_grid_state"  # the extra kernel parameter of programs with grid barriers
@@ -792,16 +801,16 @@ def _head(s: n.Node, limit: int = 120) -> str:
     programs do not render whole subtrees at every level)."""
     match s:
         case n.If(cond):
-            text = f"if {n.render_expr(cond)}"
+            text = f"if {n.render_expr(cond, limit)}"
         case n.Loop(v, start, end):
-            text = f"for {v} in {n.render_expr(start)}..{n.render_expr(end)}"
+            text = f"for {v} in {n.render_expr(start, limit)}..{n.render_expr(end, limit)}"
         case _:
-            text = n.render_stmt(s, 0)[0]
+            text = n.render_stmt(s, 0, limit, 1)[0]
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def emit(program: Program, *, sm: int = 90, workgroup: tuple[int, int, int] | str | None = None,
-         cooperative: bool = False) -> str:
+         cooperative: bool = False) -> PTX:
     """PTX text of `program` as one kernel for target `sm_<sm>` (see the module docstring for the
     ABI). Raises IRValidationError for an invalid program and UnsupportedError for what the
     target cannot run."""
@@ -839,7 +848,7 @@ def check_step(program: Program) -> Program:
     return program
 
 
-def emit_step(program: Program, *, sm: int = 90, name: str = "vyre_fixpoint_step") -> str:
+def emit_step(program: Program, *, sm: int = 90, name: str = "vyre_fixpoint_step") -> PTX:
     """PTX text of `program` as a fixpoint step for `sm_<sm>`: a device function
     `.func (.param .b32 vyre_changed) <name>(.param .b32 vyre_item, <the kernel ABI's parameters as .b64/.b32>)`
     that runs the body for one item (invocation_id(0) is the item) and returns 1 when one of its

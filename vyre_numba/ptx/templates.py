@@ -16,6 +16,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from ..display import PTX
 from ..errors import VyreError
 
 _PARAMS_LINE = re.compile(r"^//\s*params:\s*(.*)$")
@@ -78,7 +79,7 @@ def params(name: str) -> tuple[str, ...]:
     return _read(name)[0]
 
 
-def load(name: str, **params: object) -> str:
+def load(name: str, **params: object) -> PTX:
     """Template `name` with every `${param}` replaced by `str(params[param])`."""
     declared, body = _read(name)
     missing = [p for p in declared if p not in params]
@@ -92,7 +93,7 @@ def load(name: str, **params: object) -> str:
         raise VyreError(f"PTX template {name!r}: {'; '.join(parts)} parameter(s). "
                         f"Fix: pass exactly {', '.join(declared)}.")
     try:
-        return string.Template(body).substitute({k: str(v) for k, v in params.items()})
+        return PTX(string.Template(body).substitute({k: str(v) for k, v in params.items()}))
     except (KeyError, ValueError) as e:
         raise VyreError(f"PTX template {name!r} uses a placeholder its header does not declare ({e}). "
                         "Fix: add it to the template's `// params:` line.") from e

@@ -1,0 +1,380 @@
+"""How objects show themselves: short text-form reprs of IR, `_repr_html_` tables for programs,
+diagnostics, ABIs, telemetry, pendings, recordings and results, durations that read in ns/us/ms/s,
+PTX that is a str, and e-graphs drawn or tabulated. Everything is checked on the CPU."""
+from __future__ import annotations
+
+import html.parser
+import json
+import pickle
+import sys
+
+import numpy as np
+import pytest
+
+import vyre_numba as vn
+from vyre_numba import display, ir, ptx
+from vyre_numba.backend import TELEMETRY_KEYS, Pending, Telemetry
+from vyre_numba.display import PTX, Duration
+from vyre_numba.egraph import EGraph, congruence_closure
+from vyre_numba.errors import UnsupportedError
+from vyre_numba.fixpoint import FixpointResult
+from vyre_numba.reference import ReferenceBackend
+
+B = ir.BufferDecl
+VOID = {"br", "hr", "img", "meta", "link", "input", "col", "wbr"}
+
+
+class _Balance(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.stack: list[str] = []
+        self.errors: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag not in VOID:
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag):
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"</{tag}> closes {self.stack[-1:] or 'nothing'}")
+        else:
+            self.stack.pop()
+
+
+def well_formed(markup: str) -> str:
+    """`markup` if its tags nest and close properly, else an AssertionError."""
+    assert isinstance(markup, str) and markup.strip()
+    p = _Balance()
+    p.feed(markup)
+    p.close()
+    assert not p.errors and not p.stack, (p.errors, p.stack)
+    return markup
+
+
+def scale(name: str = "scale", buf: str = "x") -> ir.Program:
+    i = ir.var("i")
+    return ir.Program([B.read(buf, 0, "f32"), B.output("y", 1, "f32")], 256,
+                      [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("y"), [ir.store("y", i, ir.load(buf, i) * 2 + 1)])],
+                      name=name)
+
+
+# ---- IR reprs: the text form, short ---------------------------------------------------------------
+
+def test_expression_repr_is_its_text_form():
+    i = ir.var("i")
+    assert repr(i + 1) == str(i + 1) == "(i + 1)"
+    assert repr(ir.load("x", i) * ir.f32(2.0)) == "(x[i] * 2.0f32)"
+    assert repr([i, ir.sqrt(ir.f32(2))]) == "[i, sqrt(2.0f32)]"
+    assert repr(i == 0) == "(i == 0)" and isinstance(i == 0, ir.BinOp)  # == still builds IR
+    assert (i + 1).equals(i + 1) and not (i + 1).equals(i + 2)
+
+
+def test_statement_repr_is_its_text_form_and_short():
+    s = ir.if_(ir.var("i") < 3, [ir.store("y", 0, 1)], [ir.barrier()])
+    assert repr(s) == str(s) == "if (i < 3) {\n    y[0] = 1\n} else {\n    barrier(workgroup)\n}"
+    long = ir.loop("k", 0, 9, [ir.let(f"v{k}", k) for k in range(100)])
+    lines = repr(long).splitlines()
+    assert len(lines) == 12 and lines[0] == "for k in 0..9 {" and lines[-1] == "... (91 more lines)"
+    assert len(str(long).splitlines()) == 102  # str is the whole text
+
+
+def test_program_repr_is_the_text_form_with_a_bounded_body():
+    p = scale()
+    assert repr(p) == str(p)
+    assert repr(p).startswith("program scale workgroup(256, 1, 1) {\n    @0 read_only x: f32[]\n")
+    big = ir.Program([B.output("y", 0, "u32")], 1, [ir.store("y", k, k) for k in range(1000)])
+    text = repr(big).splitlines()
+    assert text[0].startswith("program main") and text[-1] == "}"
+    assert text[-2] == "    ... (981 more lines)" and len(text) == 23
+    assert len(str(big).splitlines()) == 1003
+
+
+def test_a_100000_deep_program_has_a_short_repr():
+    e = ir.load("x", 0)
+    for _ in range(ir.MAX_DEPTH - 3):
+        e = -e
+    p = ir.Program([B.read("x", 0, "i32"), B.output("y", 1, "i32", 1)], 1, [ir.store("y", 0, e)])
+    assert p.depth == ir.MAX_DEPTH
+    for r in (repr(p), repr(p.entry[0]), repr(e)):
+        assert 50 < len(r) < 2000 and r.count("neg(") > 10 and "..." in r
+    assert all(len(line) <= 120 for line in repr(p).splitlines())
+    well_formed(p._repr_html_())
+
+
+def test_deep_statement_nesting_has_a_short_repr():
+    body = [ir.store("y", 0, 1)]
+    for _ in range(5000):
+        body = [ir.if_(ir.var("c") < 5, body)]
+    p = ir.Program([B.output("y", 0, "i32", 1)], 1, [ir.let("c", 1), *body])
+    r = repr(p)
+    assert r.count("\n") == 22 and "    ... (9,983 more lines)\n}" in r and len(r) < 3000
+
+
+# ---- Program._repr_html_ ------------------------------------------------------------------------
+
+def test_program_html_shows_buffers_body_and_digest():
+    p = scale()
+    h = well_formed(p._repr_html_())
+    for text in ("program scale", "(256, 1, 1)", ">x<", ">y<", "read_only", "write_only", "f32", p.digest(),
+                 "at dispatch", "invocation_id"):
+        assert text in h, text
+
+
+def test_program_html_escapes_names():
+    p = scale(name="<script>alert(1)</script>", buf="<b>x</b>")
+    h = well_formed(p._repr_html_())
+    assert "<script>" not in h and "&lt;script&gt;" in h
+    assert "<b>x</b>" not in h and "&lt;b&gt;x&lt;/b&gt;" in h
+
+
+def test_program_html_without_pygments_is_escaped_text(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pygments", None)
+    h = well_formed(scale(buf="<i>x</i>")._repr_html_())
+    assert "<pre" in h and "&lt;i&gt;x&lt;/i&gt;[i]" in h and "<i>" not in h
+
+
+# ---- diagnostics, ABI ---------------------------------------------------------------------------
+
+def test_diagnostics_show_as_a_table_of_where_problem_fix():
+    bad = ir.Program([B.read("x", 0, "f32"), B.output("y", 1, "u32")], 256,
+                     [ir.let("i", ir.gid(0)), ir.store("y", ir.var("i"), ir.load("x", ir.var("i")) + 1.5)])
+    diags = ir.validate(bad)
+    assert isinstance(diags, ir.Diagnostics) and isinstance(diags, list) and len(diags) == 1
+    h = well_formed(diags._repr_html_())
+    assert "entry[1]" in h and "must be u32" in h and "ir.cast(..., &#x27;u32&#x27;)" in h
+    assert ">fix<" in h and "Fix:" not in h  # the fix has a column of its own
+    ok = ir.validate(scale())
+    assert ok == [] and "no problems" in well_formed(ok._repr_html_())
+
+
+def test_kernel_abi_html_lists_the_parameters():
+    a = ptx.abi(scale())
+    h = well_formed(a._repr_html_())
+    for text in ("scale", "x_ptr", "y_ptr", "x_len", "y_len", ".u64", ".u32", "(256, 1, 1)", "0 bytes"):
+        assert text in h, text
+    assert "any" in ptx.abi(scale(), workgroup="auto")._repr_html_()
+
+
+# ---- durations ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("ns, text", [
+    (0, "0 ns"), (1, "1 ns"), (999, "999 ns"), (1000, "1.00 us"), (41_300, "41.3 us"), (999_400, "999 us"),
+    (999_999, "1.00 ms"), (1_000_000, "1.00 ms"), (2_750_000, "2.75 ms"), (999_999_999, "1.00 s"),
+    (1_000_000_000, "1.00 s"), (1_200_000_000, "1.20 s"), (3_600 * 10**9, "3600 s"), (-5, "-5 ns"),
+    (-41_300, "-41.3 us")])
+def test_duration_reads_in_the_right_unit(ns, text):
+    d = Duration(ns)
+    assert repr(d) == str(d) == f"{d}" == text
+    assert d == ns and isinstance(d, int) and hash(d) == hash(ns)
+
+
+def test_duration_stays_an_int():
+    d = Duration(41_300)
+    assert d + 1 == 41_301 and type(d + 1) is int and d / 1e3 == 41.3 and d > 41_000
+    assert f"{d:,}" == "41,300" and json.dumps({"t": d}) == '{"t": 41300}'
+    assert pickle.loads(pickle.dumps(d)) == d and type(pickle.loads(pickle.dumps(d))) is Duration
+    assert Duration(2.6) == 3 and Duration.from_seconds(1.5) == 1_500_000_000 and d.seconds == 41.3e-6
+
+
+def test_timed_dispatch_returns_a_duration():
+    (y,), ns = ReferenceBackend().dispatch_timed(scale(), [np.ones(8, np.float32)])
+    assert isinstance(ns, Duration) and ns > 0 and str(ns).split()[-1] in ("ns", "us", "ms", "s")
+
+
+# ---- PTX ----------------------------------------------------------------------------------------
+
+def test_ptx_is_a_str_that_reads_and_renders():
+    p = scale()
+    text = ptx.emit(p, sm=90)
+    assert isinstance(text, PTX) and isinstance(text, str)
+    plain = str(text)
+    assert type(plain) is str and text == plain and hash(text) == hash(plain)
+    assert repr(text) == plain and "\n.target sm_90\n" in repr(text)  # its lines, not an escaped one-liner
+    h = well_formed(text._repr_html_())
+    assert "sm_90" in h and "<span" in h  # highlighted by Pygments' PTX lexer
+    assert pickle.loads(pickle.dumps(text)) == text
+
+
+def test_ptx_repr_is_bounded():
+    text = PTX("\n".join(f"mov.u32 %r{k}, {k};" for k in range(5000)))
+    r = repr(text).splitlines()
+    assert len(r) == 201 and r[-1] == "... (4,800 more lines)"
+    h = well_formed(text._repr_html_())
+    assert "4,000 more lines" in h
+
+
+def test_program_ptx_is_emit():
+    p = scale()
+    assert p.ptx() == ptx.emit(p) and isinstance(p.ptx(), PTX)
+    assert p.ptx(80) == ptx.emit(p, sm=80) and ".target sm_80" in p.ptx(80)
+    assert p.ptx(90, workgroup="auto") == ptx.emit(p, sm=90, workgroup="auto")
+
+
+def test_program_ptx_without_an_emitter_says_what_to_do(monkeypatch):
+    monkeypatch.setattr(ir.program, "PTX_RENDERER", None)
+    with pytest.raises(UnsupportedError, match=r"no PTX emitter.*Fix: .+"):
+        scale().ptx()
+
+
+def test_templates_are_ptx():
+    from vyre_numba.ptx import templates
+
+    assert isinstance(templates.load("grid_barrier", version="7.8", target="sm_90"), PTX)
+
+
+# ---- telemetry ----------------------------------------------------------------------------------
+
+def test_reference_telemetry_reports_the_documented_keys():
+    b = ReferenceBackend()
+    t = b.telemetry()
+    assert isinstance(t, Telemetry) and set(t) == set(TELEMETRY_KEYS) and not any(t.values())
+    b.dispatch(scale(), [np.ones(4, np.float32)], vn.DispatchConfig(label="warm"))
+    b.dispatch_timed(scale(), [np.ones(4, np.float32)])
+    t = b.telemetry()
+    assert set(t) == set(TELEMETRY_KEYS) | {"dispatches[warm]"}
+    assert t["dispatches"] == 2 and t["timed_dispatches"] == 1 and isinstance(t["timed_ns"], Duration)
+    h = well_formed(t._repr_html_())
+    assert "kernel_launches" in h and "dispatches[warm]" in h and str(t["timed_ns"]) in h
+    b.reset_telemetry()
+    assert set(b.telemetry()) == set(TELEMETRY_KEYS)
+
+
+def test_telemetry_to_frame_needs_pandas(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pandas", None)
+    with pytest.raises(UnsupportedError, match=r"pandas.*Fix: pip install pandas"):
+        Telemetry().to_frame()
+
+
+def test_telemetry_to_frame():
+    pytest.importorskip("pandas")
+    f = Telemetry({"dispatches": 3}).to_frame()
+    assert f.loc["dispatches", "value"] == 3 and list(f.index) == list(TELEMETRY_KEYS)
+
+
+@pytest.mark.gpu
+def test_cuda_telemetry_reports_the_same_keys():
+    b = vn.get_backend("cuda")
+    b.reset_telemetry()
+    assert set(b.telemetry()) == set(TELEMETRY_KEYS)
+    b.dispatch(scale(), [np.ones(4, np.float32)])
+    assert set(b.telemetry()) == set(TELEMETRY_KEYS)
+
+
+# ---- pending, recorded graphs -------------------------------------------------------------------
+
+def test_pending_shows_its_state():
+    b = ReferenceBackend()
+    pending = b.dispatch_async(scale(), [np.ones(1000, np.float32)])
+    pending.wait()
+    assert repr(pending) == "<ReferencePending done: float32[1000]>"
+    assert "float32[1000]" in well_formed(pending._repr_html_())
+
+    failing = b.dispatch_async(ir.Program([B.output("y", 0, "u32", 4)], 1, [ir.loop("k", 0, 2**31, [])]),
+                               [], vn.DispatchConfig())
+    failing.cancel()
+    failing.wait()
+    assert repr(failing).startswith("<ReferencePending failed: DispatchError")
+
+    class Busy(Pending):
+        def done(self): return False
+        def wait(self, timeout=None): return False
+        def result(self): raise AssertionError
+
+    assert repr(Busy()) == "<Busy running>" and "running" in well_formed(Busy()._repr_html_())
+
+
+def test_recorded_graph_shows_what_it_records():
+    b = ReferenceBackend()
+    g = b.record_graph(scale(), [np.ones(8, np.float32)])
+    assert repr(g) == "<Redispatch: dispatch of 'scale' on reference, open>"
+    h = well_formed(g._repr_html_())
+    assert "scale" in h and "float32[8]" in h and "open" in h
+    g.close()
+    assert "closed" in repr(g) and "closed" in g._repr_html_()
+    x = b.upload(np.ones(8, np.float32))
+    y = b.empty(8, np.float32)
+    s = b.record_sequence([(scale(), [x, y]), (scale(), [y, x])], read=[(x,)])
+    assert repr(s) == "<Resequence: sequence of 2 steps on reference, open>"
+    well_formed(s._repr_html_())
+
+
+# ---- results ------------------------------------------------------------------------------------
+
+def test_fixpoint_result_shows_durations():
+    r = FixpointResult(3, True, "cooperative", 41_300)
+    assert r.device_ns == 41_300 and isinstance(r.device_ns, Duration)
+    assert repr(r) == "FixpointResult(rounds=3, converged=True, mode='cooperative', device_ns=41.3 us)"
+    assert "41.3 us" in well_formed(r._repr_html_())
+    cpu = FixpointResult(2, False, "relaunch")
+    assert cpu.device_ns is None and repr(cpu).endswith("device_ns=None)")
+    assert r == FixpointResult(3, True, "cooperative", 41_300)
+
+
+def test_rebuild_stats_and_closure_results_show_phases():
+    g = EGraph.from_terms([("add", ("mul", "x", 2), ("mul", "y", 2)), ("mul", "x", 2)])
+    c = congruence_closure(g, [[0, 3]])  # x = y, so (mul x 2) = (mul y 2)
+    assert c.merged == 2 and isinstance(c.device_ns, Duration)
+    assert all(isinstance(v, Duration) for v in c.phase_ns.values())
+    r = repr(c)
+    assert r.startswith("ClosureResult(eclass=int64[6] [") and "merged=2" in r and "phase_ns={rebuild: " in r
+    h = well_formed(c._repr_html_())
+    assert "phase" in h and "share" in h and "100.0%" in h and "classes_before" in h
+    s = g.rebuild()
+    assert repr(s).startswith("RebuildStats(rounds=") and "device_ns=" in repr(s)
+    assert "nodes_touched" in well_formed(s._repr_html_())
+
+
+# ---- e-graphs -----------------------------------------------------------------------------------
+
+def small_egraph() -> EGraph:
+    return EGraph.from_terms([("add", ("mul", "x", 2), ("mul", "y", 2))])
+
+
+def test_egraph_draws_classes_as_clusters():
+    pytest.importorskip("graphviz")
+    src = small_egraph().to_graphviz().source
+    assert src.count("subgraph cluster_") == 6 and "label=mul" in src and "label=add" in src
+    assert "lhead=cluster_" in src and 'label=0' in src and 'label=1' in src  # numbered children
+
+
+def test_egraph_html_is_the_svg_where_graphviz_draws(monkeypatch):
+    graphviz = pytest.importorskip("graphviz")
+    monkeypatch.setattr(graphviz.Digraph, "pipe",
+                        lambda self, **kw: '<?xml version="1.0"?>\n<svg width="10"><g><text>mul</text></g></svg>\n')
+    h = well_formed(small_egraph()._repr_html_())
+    assert "<svg" in h and "<?xml" not in h and "e-nodes" in h
+
+
+def test_egraph_html_is_a_table_without_graphviz(monkeypatch):
+    monkeypatch.setitem(sys.modules, "graphviz", None)
+    g = small_egraph()
+    h = well_formed(g._repr_html_())
+    assert "<svg" not in h and ">class<" in h and ">mul<" in h and ">add<" in h and "pip install graphviz" in h
+    assert ">2, 4<" in h  # add's children: the two mul classes
+
+
+def test_large_egraphs_show_a_summary():
+    terms = [("f", str(k)) for k in range(400)]
+    g = EGraph.from_terms(terms)
+    h = well_formed(g._repr_html_())
+    assert "800" in h and "more than the 300" in h and "f (400)" in h and "500 more rows" in h
+    g.close()
+    assert "closed" in g._repr_html_()
+
+
+# ---- the public API ------------------------------------------------------------------------------
+
+def test_all_lists_only_the_api():
+    for module in (ir, ptx):
+        assert all(hasattr(module, name) for name in module.__all__), module
+        assert dir(module) == sorted(module.__all__)
+    assert "drive" not in ir.__all__ and "Program" in ir.__all__ and "importlib" not in dir(ptx)
+    assert {"emit", "assemble", "abi", "PTX"} <= set(ptx.__all__)
+
+
+def test_display_helpers_escape_everything():
+    h = display.table([("<a>", 1)], ("<th>", "n"), title="<t>", note="<n>")
+    assert "<a>" not in h and "&lt;a&gt;" in h and "&lt;th&gt;" in h and "&lt;t&gt;" in h and "&lt;n&gt;" in h
+    well_formed(h)
+    capped = display.table(([k] for k in range(10)), ("k",), total=10, limit=3)
+    assert capped.count("<tr>") == 4 and "7 more rows" in capped

@@ -1,0 +1,118 @@
+"""Progress bars: none for quick work, one once work runs long (or at once when asked), never when
+switched off; the fixpoint runner, the e-graph rebuild and long sequences use them."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vyre_numba import progress
+from vyre_numba.errors import VyreError
+
+
+class FakeBar:
+    made: list = []
+
+    def __init__(self, **kw):
+        self.kw, self.n, self.closed = kw, kw.get("initial", 0), False
+        FakeBar.made.append(self)
+
+    def update(self, n=1):
+        self.n += n
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.fixture
+def bars(monkeypatch):
+    FakeBar.made = []
+    monkeypatch.setattr(progress, "_tqdm", lambda **kw: FakeBar(**kw))
+    monkeypatch.delenv(progress.ENV, raising=False)
+    return FakeBar.made
+
+
+def test_false_gives_no_bar_and_true_one_at_once(bars):
+    assert progress.bar(False, desc="x", unit="u") is None and not bars
+    b = progress.bar(True, desc="x", unit="u", total=3)
+    assert bars == [b] and b.kw["total"] == 3
+
+
+def test_the_default_shows_a_bar_only_once_the_work_is_long(bars, monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: clock[0])
+    b = progress.bar(None, desc="rounds", unit="round")
+    b.update(5)
+    clock[0] = progress.DELAY_S - 0.01
+    b.update(1)
+    assert not bars
+    clock[0] = progress.DELAY_S + 0.01
+    b.update(1)
+    b.update(2)
+    b.close()
+    assert len(bars) == 1 and bars[0].n == 9 and bars[0].closed and bars[0].kw["desc"] == "rounds"
+
+
+def test_the_environment_switches_the_automatic_bars_off(bars, monkeypatch):
+    monkeypatch.setenv(progress.ENV, "0")
+    assert progress.bar(None, desc="x", unit="u") is None
+    assert progress.bar(True, desc="x", unit="u") is not None
+
+
+@pytest.mark.parametrize("bad", [1, "yes", 0.5])
+def test_a_progress_that_is_not_a_bool_or_none_is_refused(bad):
+    with pytest.raises(VyreError, match="Fix:"):
+        progress.bar(bad, desc="x", unit="u")
+
+
+def test_fixpoint_rounds_show_on_a_bar_when_asked(bars):
+    from vyre_numba import fixpoint
+
+    def step(i, x):
+        if x[i] < 5:
+            x[i] += 1
+            return 1
+        return 0
+
+    x = np.zeros(4, np.int64)
+    r = fixpoint.run(step, 4, [x], max_rounds=100, backend="reference", progress=True)
+    assert r.rounds == 6 and bars and bars[0].n == 6 and bars[0].closed
+
+
+def test_a_quick_fixpoint_shows_nothing_by_default(bars):
+    from vyre_numba import fixpoint
+
+    r = fixpoint.run(lambda i, x: 0, 4, [np.zeros(4)], max_rounds=10, backend="reference")
+    assert r.converged and not bars
+
+
+def test_fixpoint_chunks_grow_for_an_automatic_bar():
+    from vyre_numba.fixpoint.runner import chunks
+
+    auto = chunks(None, 10**9)
+    assert [next(auto) for _ in range(4)] == [1024, 2048, 4096, 8192]
+    shown = chunks(True, 10**9)
+    assert [next(shown) for _ in range(3)] == [64, 64, 64]
+    assert next(chunks(False, 777)) == 777
+
+
+def test_an_egraph_rebuild_counts_its_rounds_on_the_bar(bars):
+    from vyre_numba.egraph import EGraph, congruence_closure
+
+    g = EGraph.from_terms(["a", "b", ("g", ("f", "a")), ("g", ("f", "b"))], backend="reference")
+    a, b = g.term_classes[:2]
+    res = congruence_closure(g, [[a, b]], progress=True)
+    assert res.rounds >= 2 and bars and bars[0].n == res.rounds and bars[0].closed
+
+
+def test_sequences_count_their_steps(bars):
+    from vyre_numba import get_backend, ir
+
+    p = ir.Program([ir.BufferDecl.read_write("x", 0, "u32")], 64,
+                   [ir.let("i", ir.gid(0)),
+                    ir.if_(ir.var("i") < ir.buf_len("x"), [ir.store("x", ir.var("i"), ir.load("x", ir.var("i")) + 1)])])
+    be = get_backend("reference")
+    x = be.upload(np.zeros(10, np.uint32))
+    (out,) = be.dispatch_repeated([(p, [x])], [(p, [x])], 4, read=[(x,)], progress=True)
+    assert out.tolist() == [5] * 10 and bars[0].n == 5 and bars[0].kw["total"] == 5 and bars[0].closed
+    be.dispatch_sequence(iter([(p, [x])] * 3), progress=True)
+    assert bars[1].n == 3 and bars[1].kw["total"] is None

@@ -1,0 +1,203 @@
+"""How objects show themselves: short, code-like text in a terminal (`repr`) and HTML in Jupyter
+(`_repr_html_`). HTML tables, highlighted code, nanosecond durations and PTX text.
+
+Every value put into HTML is escaped, except `Html` strings, which are markup already. Pygments
+highlights code where it is installed; without it code shows as plain escaped text.
+"""
+from __future__ import annotations
+
+import dataclasses
+import html
+from typing import Any, Iterable
+
+MAX_ROWS = 300  # table rows shown before the rest is summarised in a note
+MAX_LINES = 1_000  # lines of code highlighted before the rest is summarised in a note
+STYLE = "border-collapse:collapse;font-family:monospace;font-size:90%"
+CELL = "text-align:left;vertical-align:top"
+
+
+class Html(str):
+    """A string of HTML markup, inserted into tables as it is."""
+
+    __slots__ = ()
+
+
+def escape(x: Any) -> str:
+    """`x` as text safe inside HTML (an `Html` value is kept as it is)."""
+    return x if isinstance(x, Html) else html.escape(str(x), quote=True)
+
+
+def more(shown: int, total: int, what: str = "rows") -> str:
+    """The note under a capped listing: how many were left out."""
+    return f"... ({total - shown:,} more {what})" if total > shown else ""
+
+
+def table(rows: Iterable[Iterable[Any]], header: Iterable[str] | None = None, *, title: Any = None,
+          note: Any = None, total: int | None = None, limit: int = MAX_ROWS) -> Html:
+    """An HTML table of `rows`, at most `limit` of them; `total` (the row count, when `rows` is
+    a lazy iterable) sizes the note on how many were left out."""
+    out = [f'<table style="{STYLE}">']
+    if title is not None:
+        out.append(f'<caption style="text-align:left;font-weight:bold">{escape(title)}</caption>')
+    if header is not None:
+        out.append("<tr>" + "".join(f'<th style="{CELL}">{escape(h)}</th>' for h in header) + "</tr>")
+    shown = 0
+    for row in rows:
+        if shown == limit:
+            break
+        out.append("<tr>" + "".join(f'<td style="{CELL}">{escape(c)}</td>' for c in row) + "</tr>")
+        shown += 1
+    out.append("</table>")
+    notes = [more(shown, total, "rows") if total is not None else "", escape(note) if note else ""]
+    out += [f"<div><small>{n}</small></div>" for n in notes if n]
+    return Html("".join(out))
+
+
+def fields_table(pairs: Iterable[tuple[str, Any]], *, title: Any = None, note: Any = None) -> Html:
+    """A two-column HTML table: name, value."""
+    return table(((Html(f"<b>{escape(k)}</b>"), v) for k, v in pairs), title=title, note=note)
+
+
+def highlighted(text: str, language: str, *, limit: int = MAX_LINES) -> Html:
+    """`text` as highlighted HTML (Pygments' lexer for `language`), or as plain escaped text
+    where Pygments is missing; at most `limit` lines, then a note."""
+    lines = text.split("\n", limit)
+    rest = 0
+    if len(lines) > limit:
+        rest = lines.pop().count("\n") + 1
+        text = "\n".join(lines)
+    note = f"<div><small>... ({rest:,} more lines)</small></div>" if rest else ""
+    try:
+        from pygments import highlight
+        from pygments.formatters import HtmlFormatter
+        from pygments.lexers import get_lexer_by_name
+    except ImportError:
+        return Html(f'<pre style="font-size:90%">{escape(text)}</pre>{note}')
+    body = highlight(text, get_lexer_by_name(language), HtmlFormatter(noclasses=True, nobackground=True))
+    return Html(body + note)
+
+
+def head(text: str, lines: int) -> str:
+    """The first `lines` lines of `text`, then a line saying how many more there are."""
+    parts = text.split("\n", lines)
+    if len(parts) <= lines:
+        return text
+    rest = parts.pop().count("\n") + 1
+    return "\n".join(parts + [f"... ({rest:,} more lines)"])
+
+
+def format_ns(ns: int) -> str:
+    """A nanosecond count for people: `812 ns`, `41.3 us`, `2.75 ms`, `1.20 s`."""
+    if -1000 < ns < 1000:
+        return f"{ns} ns"
+    for scale, unit in ((1e3, "us"), (1e6, "ms"), (1e9, "s")):
+        v = ns / scale
+        text = f"{v:.{2 if abs(v) < 10 else 1 if abs(v) < 100 else 0}f}"
+        if abs(float(text)) < 1000:
+            break
+    return f"{text} {unit}"
+
+
+class Duration(int):
+    """A time in nanoseconds: an int (arithmetic and comparisons as on any int) that reads as
+    `812 ns`, `41.3 us`, `2.75 ms` or `1.20 s`."""
+
+    __slots__ = ()
+
+    def __new__(cls, ns: int | float = 0) -> "Duration":
+        return super().__new__(cls, round(ns))
+
+    @classmethod
+    def from_seconds(cls, seconds: float) -> "Duration":
+        return cls(seconds * 1e9)
+
+    @property
+    def seconds(self) -> float:
+        return int(self) / 1e9
+
+    def __repr__(self) -> str:
+        return format_ns(int(self))
+
+    __str__ = __repr__
+
+    def __reduce__(self):
+        return Duration, (int(self),)
+
+
+def duration(ns: int | None) -> Duration | None:
+    """`ns` as a Duration (None stays None)."""
+    return None if ns is None else Duration(ns)
+
+
+def durations(ns: dict) -> dict:
+    """A copy of `{name: nanoseconds}` with Duration values."""
+    return {k: Duration(v) for k, v in ns.items()}
+
+
+class PTX(str):
+    """PTX assembly text: a `str` that shows highlighted in Jupyter and as its own lines (the
+    first few hundred) in a terminal."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return head(str(self), 200)
+
+    def _repr_html_(self) -> str:
+        return highlighted(str(self), "ptx")
+
+    def __reduce__(self):
+        return PTX, (str(self),)
+
+
+def shape_text(a: Any) -> str:
+    """An array's type and shape: `float32[1000]`, `int64[4x3]`."""
+    return f"{a.dtype}[{'x'.join(str(s) for s in a.shape)}]"
+
+
+def array_text(a: Any, items: int = 6) -> str:
+    """A short description of an array: `int64[1000] [0 0 1 ... 997 998 999]`."""
+    import numpy as np
+
+    a = np.asarray(a)
+    values = np.array2string(a.ravel(), threshold=items, edgeitems=items // 2, max_line_width=10**6)
+    return f"{shape_text(a)} {values}"
+
+
+def value_text(name: str, v: Any) -> str:
+    """A field value for reprs and tables: durations for `*_ns` and `seconds` fields, short arrays."""
+    if v is None or isinstance(v, bool):
+        return repr(v)
+    if name == "seconds" and isinstance(v, (int, float)):
+        return str(Duration.from_seconds(v))
+    if name.endswith("_ns") and isinstance(v, (int, float)):
+        return str(Duration(v))
+    if name.endswith("_ns") and isinstance(v, dict):
+        return "{" + ", ".join(f"{k}: {Duration(t)}" for k, t in v.items()) + "}"
+    if hasattr(v, "dtype") and hasattr(v, "shape"):
+        return array_text(v)
+    return repr(v)
+
+
+def record_repr(obj: Any) -> str:
+    """`Name(field=value, ...)` of a dataclass, with `value_text` values."""
+    parts = ", ".join(f"{f.name}={value_text(f.name, getattr(obj, f.name))}" for f in dataclasses.fields(obj))
+    return f"{type(obj).__name__}({parts})"
+
+
+def record_html(obj: Any, *, note: Any = None) -> Html:
+    """An HTML table of a dataclass's fields; `*_ns` dicts (per-phase times) become a table of
+    their own with each phase's share."""
+    pairs, phases = [], None
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        if f.name.endswith("_ns") and isinstance(v, dict):
+            phases = (f.name, v)
+            continue
+        pairs.append((f.name, value_text(f.name, v)))
+    out = fields_table(pairs, title=type(obj).__name__, note=note)
+    if phases and phases[1]:
+        total = sum(phases[1].values()) or 1
+        out += table(((k, Duration(t), f"{100 * t / total:.1f}%") for k, t in phases[1].items()),
+                     ("phase", "time", "share"), title=phases[0])
+    return Html(out)

@@ -1,0 +1,85 @@
+"""How an `EGraph` shows in Jupyter: its e-classes as boxes holding their e-nodes, edges from each
+e-node to its children's classes (as egglog draws one), through Graphviz where the `graphviz`
+package and its `dot` program are installed, else as a table."""
+from __future__ import annotations
+
+from collections import Counter
+
+from .. import display
+
+MAX_DRAWN = 300  # e-nodes drawn (or listed) at most; a larger e-graph shows a summary
+
+
+def rows(egraph) -> list[tuple[int, str, tuple[int, ...]]]:
+    """(canonical class, operator name, canonical child classes) of every row, in row order."""
+    g = egraph._live()
+    r = egraph._host_rows()
+    cls = g.find(r["eclass"]) if r["eclass"].size else r["eclass"]
+    kids = g.find(r["children"]) if r["children"].size else r["children"]
+    off = r["offsets"]
+    ops = egraph.ops
+    return [(int(cls[i]), ops[int(r["op"][i])] if ops is not None else str(int(r["op"][i])),
+             tuple(int(k) for k in kids[off[i]:off[i + 1]])) for i in range(cls.size)]
+
+
+def to_graphviz(egraph, limit: int | None = MAX_DRAWN):
+    """A `graphviz.Digraph` of the e-graph: one cluster per e-class, one box per e-node, an edge
+    from each e-node to each child's class (numbered where it has several). At most `limit`
+    e-nodes (None: all)."""
+    import graphviz
+
+    listed = rows(egraph)[:limit] if limit is not None else rows(egraph)
+    dot = graphviz.Digraph(graph_attr={"compound": "true", "rankdir": "TB", "fontname": "monospace",
+                                       "fontsize": "10", "nodesep": "0.2"},
+                           node_attr={"shape": "box", "style": "rounded", "fontname": "monospace",
+                                      "fontsize": "10", "height": "0.2"},
+                           edge_attr={"fontsize": "8", "arrowsize": "0.6"})
+    members: dict[int, list[int]] = {}
+    for r, (c, _, _) in enumerate(listed):
+        members.setdefault(c, []).append(r)
+    for c, rs in members.items():
+        with dot.subgraph(name=f"cluster_{c}") as sub:
+            sub.attr(label=f"class {c}", style="dashed,rounded", color="gray", fontcolor="gray")
+            for r in rs:
+                sub.node(f"n{r}", listed[r][1])
+    for r, (c, _, kids) in enumerate(listed):
+        for k, child in enumerate(kids):
+            if child not in members:  # a class whose e-nodes are past the limit
+                continue
+            attrs = {"label": str(k)} if len(kids) > 1 else {}
+            if child != c:
+                attrs["lhead"] = f"cluster_{child}"
+            dot.edge(f"n{r}", f"n{members[child][0]}", **attrs)
+    return dot
+
+
+def html(egraph) -> str:
+    """The e-graph's `_repr_html_`: a Graphviz SVG, or a table; a summary when it is large."""
+    if egraph._g is None:
+        return "<div>EGraph (closed)</div>"
+    n = egraph.n_nodes
+    summary = [("e-nodes", f"{n:,}"), ("class ids", f"{egraph.n_classes:,}"), ("backend", egraph.backend),
+               ("state", "rebuild pending" if egraph._pending else "rebuilt")]
+    if n > MAX_DRAWN:
+        listed = rows(egraph)
+        classes = len({c for c, _, _ in listed})
+        ops = Counter(op for _, op, _ in listed).most_common(10)
+        head = display.fields_table(summary + [("classes", f"{classes:,}"),
+                                               ("most used operators", ", ".join(f"{o} ({k:,})" for o, k in ops))],
+                                    title="EGraph",
+                                    note=f"{n:,} e-nodes: more than the {MAX_DRAWN} drawn here; "
+                                         "egraph.to_graphviz(limit=None) draws them all.")
+        return head + _table(listed[:MAX_DRAWN], n)
+    head = display.fields_table(summary, title="EGraph")
+    try:
+        svg = to_graphviz(egraph).pipe(format="svg", encoding="utf-8")
+    except Exception as e:  # no graphviz package, no `dot` program, or dot failed: a table instead
+        why = "the graphviz package is not installed" if isinstance(e, ImportError) else \
+            f"Graphviz could not draw it ({type(e).__name__})"
+        return head + _table(rows(egraph), n, f"{why}; pip install graphviz and install Graphviz's dot for a drawing.")
+    return head + svg[svg.find("<svg"):]
+
+
+def _table(listed: list, total: int, note: str | None = None) -> str:
+    return display.table(((c, op, ", ".join(map(str, kids))) for c, op, kids in listed), ("class", "op", "children"),
+                         total=total, note=note)

@@ -1,0 +1,63 @@
+"""Progress bars for long work (fixpoint rounds, e-graph rebuild rounds, long sequences,
+benchmarks): `tqdm.auto`, so a widget in Jupyter and a line in a terminal.
+
+`progress=None` (the default everywhere) shows a bar only once the work has run DELAY_S seconds,
+so quick calls print nothing; True shows it at once; False never. VYRE_NUMBA_PROGRESS=0 in the
+environment turns the automatic bars off (explicit True still shows)."""
+from __future__ import annotations
+
+import os
+import time
+
+from .errors import DispatchError
+
+DELAY_S = 1.0
+ENV = "VYRE_NUMBA_PROGRESS"
+
+
+def bar(progress: bool | None, *, desc: str, unit: str, total: int | None = None):
+    """A bar for `progress` (see the module docstring) with tqdm's `update(n)` and `close()`, or
+    None when there is none to show."""
+    if progress is not None and not isinstance(progress, bool):
+        raise DispatchError(f"progress={progress!r} is not True, False or None. Fix: pass True (always show a bar), "
+                            f"False (never) or None (only once the work has run {DELAY_S:g} s).")
+    if progress is False or (progress is None and os.environ.get(ENV, "").strip() in ("0", "false", "off")):
+        return None
+    if progress is None:
+        return Deferred(desc, unit, total)
+    return _tqdm(desc=desc, unit=unit, total=total)
+
+
+def _tqdm(**kw):
+    from tqdm.auto import tqdm
+
+    return tqdm(**kw)
+
+
+class Deferred:
+    """A bar that costs a clock read an update and becomes a tqdm bar only once DELAY_S has
+    passed (making one costs tens of microseconds, too much for every quick call)."""
+
+    __slots__ = ("desc", "unit", "total", "n", "start", "shown")
+
+    def __init__(self, desc: str, unit: str, total: int | None):
+        self.desc, self.unit, self.total, self.n = desc, unit, total, 0
+        self.start, self.shown = time.perf_counter(), None
+
+    def update(self, n: int = 1) -> None:
+        if self.shown is not None:
+            self.shown.update(n)
+            return
+        self.n += n
+        if time.perf_counter() - self.start >= DELAY_S:
+            self.shown = _tqdm(desc=self.desc, unit=self.unit, total=self.total, initial=self.n, leave=False)
+
+    def close(self) -> None:
+        if self.shown is not None:
+            self.shown.close()
+
+
+def automatic(progress: bool | None) -> bool:
+    """Whether `progress` asks for a bar only if the work turns out long (so callers need not
+    split their work into pieces small enough to update a bar often)."""
+    return progress is None

@@ -19,26 +19,40 @@ _MASK = 0xFFFFFFFFFFFFFFFF
 def _kind(a) -> Any:
     """What decides the compiled overload: an array's element type, rank and contiguity; a
     scalar's type."""
-    cai = getattr(a, "__cuda_array_interface__", None)
-    if cai is not None:
-        return cai["typestr"], len(cai["shape"]), cai.get("strides") is None
-    return type(a)
+    return _describe(a)[0]
 
 
 def _params(a) -> list | None:
     """Numba's kernel parameters for `a` (a device array: meminfo, parent, size, itemsize, data,
     shape, strides; an integer or float scalar: its bits), or None for kinds left to Numba."""
+    return _describe(a)[1]
+
+
+def _describe(a) -> tuple[Any, list | None]:
+    """(`_kind(a)`, `_params(a)`) in one look at the array (a Numba array's interface dict
+    costs microseconds to build, so its attributes are read directly)."""
+    dummy = getattr(a, "_dummy", None)
+    if dummy is not None and hasattr(a, "gpu_data"):  # a Numba device array
+        shape, strides, dt = a.shape, a.strides, a.dtype
+        ptr = a.device_ctypes_pointer.value or 0
+        contiguous = dummy.is_c_contig
+        return (dt.str, len(shape), contiguous), [0, 0, a.size, dt.itemsize, ptr, *shape, *strides]
     cai = getattr(a, "__cuda_array_interface__", None)
     if cai is not None:
         shape = tuple(cai["shape"])
         itemsize = np.dtype(cai["typestr"]).itemsize
         strides = cai.get("strides")
+        kind = cai["typestr"], len(shape), strides is None
         if strides is None:
             strides, step = [], itemsize
             for d in reversed(shape):
                 strides.insert(0, step)
                 step *= d
-        return [0, 0, int(np.prod(shape, dtype=np.int64)), itemsize, cai["data"][0] or 0, *shape, *strides]
+        return kind, [0, 0, int(np.prod(shape, dtype=np.int64)), itemsize, cai["data"][0] or 0, *shape, *strides]
+    return type(a), _scalar(a)
+
+
+def _scalar(a) -> list | None:
     if isinstance(a, (np.integer, int)) and not isinstance(a, bool):
         return [int(a) & _MASK]
     if isinstance(a, (np.floating, float)):
@@ -82,13 +96,14 @@ class NumbaLaunch:
             values, slots, kinds = launch.args.values, self._slots, self._kinds
             for i, a in enumerate(args):
                 if a is not last[i]:
-                    if _kind(a) != kinds[i]:  # another overload of the kernel
+                    kind, params = _describe(a)
+                    if kind != kinds[i] or params is None:  # another overload of the kernel
                         if not self._prepare(args):
                             self._numba(blocks, threads, args)
                             return
                         launch = self._launch
                         break
-                    values[slots[i]:slots[i + 1]] = _params(a)
+                    values[slots[i]:slots[i + 1]] = params
                     last[i] = a
         if launch.shape.grid[0] != blocks or launch.shape.block[0] != threads:
             launch = self._launch = launch.reshaped(LaunchShape((blocks, 1, 1), (threads, 1, 1)))

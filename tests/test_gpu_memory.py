@@ -1,0 +1,55 @@
+"""The stream-ordered pool behind compaction outputs: arrays hold what is written to them, and
+memory comes back to the pool when they are collected (used memory does not grow)."""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+def used_bytes(pool) -> int:
+    from cuda.bindings import driver as drv
+
+    err, v = drv.cuMemPoolGetAttribute(pool, drv.CUmemPool_attribute.CU_MEMPOOL_ATTR_USED_MEM_CURRENT)
+    assert int(getattr(err, "value", err)) == 0
+    return int(v)
+
+
+def test_gpu_pooled_arrays_hold_data_and_are_given_back():
+    from numba import cuda
+
+    from vyre_numba.gpu.memory import _pool, pooled_array
+
+    a = pooled_array(1000, np.float64)
+    a.copy_to_device(np.arange(1000, dtype=np.float64))
+    assert a.shape == (1000,) and np.array_equal(a.copy_to_host(), np.arange(1000))
+    pool = _pool(cuda.current_context().device.id)
+    del a
+    gc.collect()
+    cuda.synchronize()
+    before = used_bytes(pool)
+    for k in range(2000):
+        b = pooled_array(1 + k % 5000, np.int32)
+        del b
+    gc.collect()
+    cuda.synchronize()
+    assert used_bytes(pool) == before
+
+
+def test_gpu_select_outputs_come_from_the_pool_and_stay_correct_after_many_calls():
+    from numba import cuda
+
+    from vyre_numba import compaction
+
+    rng = np.random.default_rng(0)
+    for n in (1, 7, 4097, 100_003):
+        v = rng.integers(0, 1 << 30, n).astype(np.int32)
+        f = rng.random(n) < 0.3
+        dv, df = cuda.to_device(v), cuda.to_device(f.astype(np.uint8))
+        for _ in range(20):
+            out = compaction.select(dv, df)
+        assert np.array_equal(out.copy_to_host(), v[f])
+        assert np.array_equal(compaction.nonzero(df).copy_to_host(), np.flatnonzero(f))

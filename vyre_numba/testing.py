@@ -1,8 +1,18 @@
 """Test support: a pytest plugin (`-p vyre_numba.testing`) that skips `gpu`-marked tests, with the
-reason, where the CUDA backend cannot run, and helpers to compare results as the semantics define."""
+reason, where the CUDA backend cannot run, and turns the automatic progress bars off (a bar that
+appears when a cell happens to run past a second would make notebook outputs depend on the
+machine's speed); and helpers to compare results as the semantics define."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
+
+
+def pytest_configure(config) -> None:
+    from .progress import ENV
+
+    os.environ.setdefault(ENV, "0")  # inherited by the notebook kernels nbval starts
 
 
 def pytest_collection_modifyitems(config, items) -> None:

@@ -292,6 +292,7 @@ class DeviceEGraph:
         """((k, 2) pairs written, pairs found): for every signature group (one pass over a fresh
         table), its smallest class with each row's other class; duplicates included. found >
         capacity means only the first `capacity` were written."""
+        from ..gpu.numba_launch import launch_quietly
         from . import kernels
 
         cuda = self._cuda
@@ -304,11 +305,11 @@ class DeviceEGraph:
         pairs = cuda.device_array((max(capacity, 1), 2), np.int32)
         if self.n:
             b = _blocks(self.n)
-            kernels.insert[b, THREADS](work, np.int64(self.n), self.op, self.off, self.ch, self.cls, self.parent, table,
+            launch_quietly(kernels.insert, b, THREADS, None, work, np.int64(self.n), self.op, self.off, self.ch, self.cls, self.parent, table,
                                        slot, ctl, np.int32(0))
-            kernels.group_min[b, THREADS](self.op, self.off, self.ch, self.cls, table, low)
+            launch_quietly(kernels.group_min, b, THREADS, None, self.op, self.off, self.ch, self.cls, table, low)
             ctl[:] = 0
-            kernels.congruent_pairs[b, THREADS](self.op, self.off, self.ch, self.cls, table, low, pairs, ctl)
+            launch_quietly(kernels.congruent_pairs, b, THREADS, None, self.op, self.off, self.ch, self.cls, table, low, pairs, ctl)
         found = int(ctl.copy_to_host()[kernels.UNIONS])
         return pairs.copy_to_host()[:min(found, capacity)].astype(np.int64), found
 

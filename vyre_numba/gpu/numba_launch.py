@@ -61,6 +61,22 @@ def _scalar(a) -> list | None:
     return None
 
 
+def launch_quietly(kernel, grid, block, stream, *args) -> None:
+    """`kernel[grid, block, stream](*args)` through Numba, without its low-occupancy warning: this
+    package sizes small grids for small inputs on purpose, and a notebook user can do nothing
+    about the warning (their own kernels still get it)."""
+    import warnings
+
+    from numba.core.errors import NumbaPerformanceWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NumbaPerformanceWarning)
+        if stream is None:
+            kernel[grid, block](*args)
+        else:
+            kernel[grid, block, stream](*args)
+
+
 def stream_handle(stream) -> int:
     """The driver handle of a Numba stream as an int (0 for None or the legacy default stream)."""
     h = getattr(stream, "handle", None) if stream is not None else None
@@ -112,10 +128,7 @@ class NumbaLaunch:
             self._last = [None] * len(args)
 
     def _numba(self, blocks: int, threads: int, args: tuple) -> None:
-        if self._stream is None:
-            self._kernel[blocks, threads](*args)
-        else:
-            self._kernel[blocks, threads, self._stream](*args)
+        launch_quietly(self._kernel, blocks, threads, self._stream, *args)
 
     def _prepare(self, args: tuple) -> bool:
         """Compile (through Numba) for these argument kinds and pack every parameter."""

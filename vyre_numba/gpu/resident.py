@@ -45,7 +45,7 @@ class BufferViews:
                 self._views[id(buf)] = (ref, ptr, size, have, fin)
         if have is not dtype and have != dtype:
             raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} is declared {decl.dtype} but the "
-                                f"device array holds {have}. Fix: allocate it with dtype {dtype}.")
+                                f"array holds {have}. Fix: allocate it with dtype {dtype}.")
         if fin is not None and not fin.alive:
             raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} was freed. "
                                 "Fix: allocate a new buffer (backend.allocate / backend.upload).")

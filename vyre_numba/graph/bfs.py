@@ -66,6 +66,7 @@ def _bfs_gpu(be, indptr, indices, n: int, source: int, symmetric: bool, levels: 
              hubs: bool = True):
     """Distances on the device; `levels`, where given, records each level's direction. `hubs`
     False promises no vertex has more than HUB neighbours (one kernel a top-down level, not two)."""
+    from ..gpu.numba_launch import launch_quietly
     from ..workqueue import WorkQueue
     from . import bfs_kernels as k
 
@@ -74,16 +75,16 @@ def _bfs_gpu(be, indptr, indices, n: int, source: int, symmetric: bool, levels: 
     grid = max(1, min(-(-n // block), be.caps.sm_count * 16))
     dist = be.empty(n, np.int32)
     with WorkQueue(n, np.int32, stream=stream) as frontier, WorkQueue(n, np.int32, stream=stream) as nxt:
-        k.start[grid, block, stream](dist, n, source, frontier.items, frontier.state)
+        launch_quietly(k.start, grid, block, stream, dist, n, source, frontier.items, frontier.state)
         size, level, bottom = 1, 0, False
         while size:
             share = size / n
             bottom = symmetric and (share > BOTTOM_UP_ABOVE or (bottom and share > TOP_DOWN_BELOW))
             if bottom:
-                k.bottom_up[grid, block, stream](indptr, indices, dist, level, n, nxt.items, nxt.state)
+                launch_quietly(k.bottom_up, grid, block, stream, indptr, indices, dist, level, n, nxt.items, nxt.state)
             else:
                 for kernel in (k.top_down, k.top_down_hubs) if hubs else (k.top_down,):
-                    kernel[grid, block, stream](indptr, indices, dist, level, frontier.items, frontier.state, n,
+                    launch_quietly(kernel, grid, block, stream, indptr, indices, dist, level, frontier.items, frontier.state, n,
                                                 nxt.items, nxt.state)
             if levels is not None:
                 levels.append("bottom-up" if bottom else "top-down")

@@ -146,6 +146,8 @@ class WorkQueue:
         """Run `step(value, args)` (a Numba device function; `args` a tuple of device arrays and
         numbers) for every filled item, in a persistent grid-stride kernel that reads the count on
         the device; enqueued on the queue's stream, nothing read back."""
+        from ..gpu.numba_launch import launch_quietly
+
         self._live()
         if not callable(step):
             raise DispatchError(f"step is a {type(step).__name__}, not a function. Fix: pass a function "
@@ -158,7 +160,7 @@ class WorkQueue:
         sms = getattr(self._cuda.get_current_device(), "MULTIPROCESSOR_COUNT", 1)  # the simulator has none
         grid = max(1, min(sms * 8, -(-self.capacity // block)))
         try:
-            device.consumer(step)[grid, block, self.stream](self.items, self.state, self.capacity, args)
+            launch_quietly(device.consumer(step), grid, block, self.stream, self.items, self.state, self.capacity, args)
         except DispatchError:
             raise
         except Exception as e:  # Numba raises many kinds; each means the step does not compile

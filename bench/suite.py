@@ -10,6 +10,7 @@ benchmark that cannot run here (no GPU) says why in the section; nothing is left
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -33,7 +34,8 @@ def run_one(script: Path, quick: bool, out: Path) -> dict:
     if quick:
         args += QUICK_ARGS.get(script.name, ["--quick"])
     try:
-        p = subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=script.parent)
+        env = {**os.environ, "VYRE_NUMBA_PROGRESS": "0"}  # the suite's own bar is the one to show
+        p = subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=script.parent, env=env)
     except subprocess.TimeoutExpired:
         return {"failed": f"ran past {TIMEOUT_S} s"}
     text = (p.stdout + p.stderr).strip()
@@ -77,12 +79,12 @@ def slug(name: str) -> str:
 
 # ---- plots ------------------------------------------------------------------------------------
 
-def _bars(ax, labels, values, title, unit, log=True):
-    ax.barh(labels[::-1], values[::-1], color=["#4c72b0" if "vyre" in lab else "#999999" for lab in labels[::-1]])
+def _bars(ax, labels, values, title, unit):
+    bars = ax.barh(labels[::-1], values[::-1], color=["#4c72b0" if "vyre" in lab else "#999999" for lab in labels[::-1]])
+    ax.bar_label(bars, labels=[f"{v:,.0f}" if v >= 100 else f"{v:.3g}" for v in values[::-1]], padding=3, fontsize=8)
+    ax.set_xlim(0, max(values) * 1.18)
     ax.set_title(title, fontsize=10)
     ax.set_xlabel(unit)
-    if log:
-        ax.set_xscale("log")
 
 
 def plot_overhead(res: dict, path: Path) -> bool:

@@ -22,6 +22,7 @@ import time
 import numpy as np
 
 from ..errors import DispatchError
+from ..gpu.numba_launch import launch_quietly
 
 THREADS = 32 if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" else 256  # the simulator runs a thread per thread
 PHASES = ("worklist", "rewrite", "insert", "compress")
@@ -105,14 +106,14 @@ class DeviceEGraph:
         cuda = self._cuda
         counts = cuda.to_device(np.zeros(max(self.n_classes, 1), np.int32))
         if self.n:
-            kernels.count_uses[_blocks(self.n), THREADS](self.off, self.ch, counts)
+            launch_quietly(kernels.count_uses, _blocks(self.n), THREADS, None, self.off, self.ch, counts)
         uses_off = np.zeros(self.n_classes + 1, np.int64)
         np.cumsum(counts.copy_to_host()[:self.n_classes], out=uses_off[1:])
         self.uses_off = cuda.to_device(uses_off)
         self.uses = cuda.device_array(max(self.nch, 1), np.int32)
         if self.n:
             cursor = cuda.to_device(uses_off[:-1].copy() if self.n_classes else np.zeros(1, np.int64))
-            kernels.index_uses[_blocks(self.n), THREADS](self.off, self.ch, cursor, self.uses)
+            launch_quietly(kernels.index_uses, _blocks(self.n), THREADS, None, self.off, self.ch, cursor, self.uses)
 
     # --- small operations -------------------------------------------------------------------
     def union(self, a: np.ndarray, b: np.ndarray) -> None:
@@ -120,7 +121,7 @@ class DeviceEGraph:
 
         if a.size:
             da, db = self._cuda.to_device(a.astype(np.int32)), self._cuda.to_device(b.astype(np.int32))
-            kernels.link_pairs[_blocks(a.size), THREADS](da, db, self.parent, self.ctl)
+            launch_quietly(kernels.link_pairs, _blocks(a.size), THREADS, None, da, db, self.parent, self.ctl)
 
     def find(self, ids: np.ndarray) -> np.ndarray:
         from . import kernels
@@ -129,7 +130,7 @@ class DeviceEGraph:
             return np.zeros(0, np.int64)
         d = self._cuda.to_device(ids.astype(np.int32))
         out = self._cuda.device_array(ids.size, np.int32)
-        kernels.find_ids[_blocks(ids.size), THREADS](d, self.parent, out)
+        launch_quietly(kernels.find_ids, _blocks(ids.size), THREADS, None, d, self.parent, out)
         return out.copy_to_host().astype(np.int64)
 
     def lookup(self, op: np.ndarray, offsets: np.ndarray, children: np.ndarray) -> np.ndarray:
@@ -140,7 +141,7 @@ class DeviceEGraph:
             return np.zeros(0, np.int64)
         out = self._cuda.device_array(op.size, np.int32)
         qch = self._cuda.to_device(children.astype(np.int32) if children.size else np.zeros(1, np.int32))
-        kernels.lookup[_blocks(op.size), THREADS](self._cuda.to_device(op.astype(np.int32)),
+        launch_quietly(kernels.lookup, _blocks(op.size), THREADS, None, self._cuda.to_device(op.astype(np.int32)),
                                                  self._cuda.to_device(offsets.astype(np.int64)), qch, self.op,
                                                  self.off, self.ch, self.cls, self.canon, self.table, out)
         return out.copy_to_host().astype(np.int64)
@@ -292,7 +293,6 @@ class DeviceEGraph:
         """((k, 2) pairs written, pairs found): for every signature group (one pass over a fresh
         table), its smallest class with each row's other class; duplicates included. found >
         capacity means only the first `capacity` were written."""
-        from ..gpu.numba_launch import launch_quietly
         from . import kernels
 
         cuda = self._cuda
@@ -308,7 +308,7 @@ class DeviceEGraph:
             launch_quietly(kernels.insert, b, THREADS, None, work, np.int64(self.n), self.op, self.off, self.ch, self.cls, self.parent, table,
                                        slot, ctl, np.int32(0))
             launch_quietly(kernels.group_min, b, THREADS, None, self.op, self.off, self.ch, self.cls, table, low)
-            ctl[:] = 0
+            ctl.copy_to_device(np.zeros(4, np.int64))
             launch_quietly(kernels.congruent_pairs, b, THREADS, None, self.op, self.off, self.ch, self.cls, table, low, pairs, ctl)
         found = int(ctl.copy_to_host()[kernels.UNIONS])
         return pairs.copy_to_host()[:min(found, capacity)].astype(np.int64), found

@@ -67,14 +67,24 @@ def launch_quietly(kernel, grid, block, stream, *args) -> None:
     about the warning (their own kernels still get it)."""
     import warnings
 
-    from numba.core.errors import NumbaPerformanceWarning
-
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", NumbaPerformanceWarning)
+        for category in _performance_warnings():
+            warnings.simplefilter("ignore", category)
         if stream is None:
             kernel[grid, block](*args)
         else:
             kernel[grid, block, stream](*args)
+
+
+def _performance_warnings() -> tuple:
+    """Numba's performance-warning classes: numba-cuda raises its own, not numba.core's."""
+    from numba.core.errors import NumbaPerformanceWarning
+
+    try:
+        from numba.cuda.core.errors import NumbaPerformanceWarning as cuda_warning
+    except ImportError:
+        return (NumbaPerformanceWarning,)
+    return (NumbaPerformanceWarning, cuda_warning)
 
 
 def stream_handle(stream) -> int:

@@ -19,8 +19,12 @@ from .csr import CSR, check_device_csr, edges, resolve
 
 def components_numpy(g: CSR) -> tuple[np.ndarray, int]:
     """(labels, rounds) of the connected components of `g` (edges taken as undirected)."""
-    parent = np.arange(g.n, dtype=np.int64)
-    src, dst = edges(g)
+    return components_of_edges(g.n, *edges(g))
+
+
+def components_of_edges(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, int]:
+    """(labels, rounds) of the components of n vertices joined by the edges (src[i], dst[i])."""
+    parent = np.arange(n, dtype=np.int64)
     keep = src != dst
     src, dst = src[keep], dst[keep]
     rounds = 0
@@ -98,5 +102,21 @@ def afforest(run, empty, download, indptr, indices, n: int, symmetric: bool):
         values, counts = np.unique(download(roots), return_counts=True)
         giant = int(values[counts.argmax()])
     run(steps.rest, n, [parent, indptr, indices, np.int32(SAMPLED_NEIGHBOURS), np.int32(giant)])
+    run(steps.compress, n, [parent])
+    return parent
+
+
+def edge_components(run, empty, n: int, src, dst, m: int):
+    """Parents (int32 device array) of the components of n vertices joined by the m device edges
+    (src[i], dst[i]): every edge linked by the lock-free union-find, then every vertex pointed at
+    its root. `run` as in `afforest`."""
+    from . import steps
+
+    parent = empty(n, np.int32)
+    if n == 0:
+        return parent
+    run(steps.init, n, [parent])
+    if m:
+        run(steps.link_edge, m, [parent, src, dst])
     run(steps.compress, n, [parent])
     return parent

@@ -22,6 +22,12 @@ def sample(v, parent, indptr, indices, r):
     return 0
 
 
+def link_edge(i, parent, src, dst):
+    """Join the trees of edge i's ends (components of an edge list)."""
+    link(parent, src[i], dst[i])
+    return 0
+
+
 def compress(v, parent):
     """Point v at its root."""
     parent[v] = root(parent, v)

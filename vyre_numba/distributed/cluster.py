@@ -1,0 +1,111 @@
+"""The Dask side of the distributed algorithms: the client and its workers, where each partition
+runs, what each worker computes on (its own GPU, or the reference backend on CPU machines), and
+named tasks that Dask may retry on another worker when one dies."""
+from __future__ import annotations
+
+import operator
+import os
+import socket
+import uuid
+from typing import Any, Callable
+
+from ..errors import BackendUnavailableError, DispatchError
+
+INSTALL = "Fix: pip install 'vyre-numba[dask]' (dask, distributed; dask-cuda for one worker per GPU)."
+
+
+def distributed():
+    """The `distributed` module, or an error that says how to install it."""
+    try:
+        import distributed as dd
+    except ImportError as e:
+        raise BackendUnavailableError(f"the distributed algorithms need Dask's `distributed` package ({e}). "
+                                      + INSTALL) from None
+    return dd
+
+
+def workers_of(client) -> list[str]:
+    """The addresses of the client's workers, sorted; an error if `client` is no Dask client or
+    has no workers."""
+    dd = distributed()
+    if not isinstance(client, dd.Client):
+        raise DispatchError(f"client is a {type(client).__name__}, not a dask.distributed.Client. Fix: pass "
+                            "client=Client(LocalCluster()) on CPUs, or client=Client(dask_cuda.LocalCUDACluster()) "
+                            "for one worker per GPU.")
+    if client.status != "running":
+        raise DispatchError(f"the Dask client is {client.status}. Fix: pass a running client (is the cluster up?).")
+    workers = sorted(client.scheduler_info(n_workers=-1)["workers"]) if _takes_n_workers(client) else \
+        sorted(client.scheduler_info()["workers"])
+    if not workers:
+        raise DispatchError("the Dask cluster has no workers. Fix: start workers (or wait for them: "
+                            "client.wait_for_workers(n)).")
+    return workers
+
+
+def _takes_n_workers(client) -> bool:
+    import inspect
+
+    return "n_workers" in inspect.signature(client.scheduler_info).parameters
+
+
+def backend_name(backend) -> str | None:
+    """The name the workers resolve (a Backend object does not travel; its name does)."""
+    if backend is None or isinstance(backend, str):
+        return backend
+    name = getattr(backend, "name", None)
+    if not isinstance(name, str):
+        raise DispatchError(f"backend is a {type(backend).__name__}. Fix: pass 'cuda', 'reference', a Backend or None.")
+    return name
+
+
+def worker_device(bname: str | None) -> dict:
+    """(Runs on a worker.) The backend this worker resolves and, on the GPU, which GPU it is."""
+    from ..backend import resolve_backend
+
+    be = resolve_backend(bname)
+    info = {"backend": be.name, "host": socket.gethostname(), "pid": os.getpid(), "gpu": None}
+    if be.name == "cuda":
+        from numba import cuda
+
+        dev = cuda.get_current_device()
+        uid = getattr(dev, "uuid", None)
+        info["gpu"] = str(uid) if uid is not None else f"pci {dev.PCI_BUS_ID}:{dev.PCI_DEVICE_ID}"
+        info["name"] = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
+    return info
+
+
+def devices(client, workers: list[str], bname: str | None) -> dict[str, dict]:
+    """Each worker's backend and GPU; an error if two workers of one host would share a GPU (they
+    would halve its memory and race for it) or the workers disagree on the backend."""
+    infos = {w: client.submit(worker_device, bname, workers=[w], pure=False, key=key("device")) for w in workers}
+    infos = {w: f.result() for w, f in infos.items()}
+    kinds = {i["backend"] for i in infos.values()}
+    if len(kinds) > 1:
+        raise DispatchError(f"the workers resolve different backends {sorted(kinds)}. Fix: pass backend='cuda' "
+                            "(every worker needs a GPU) or backend='reference'.")
+    seen: dict = {}
+    for w, i in infos.items():
+        if i["gpu"] is None:
+            continue
+        other = seen.setdefault((i["host"], i["gpu"]), w)
+        if other != w:
+            raise DispatchError(f"workers {other} and {w} both run on GPU {i['gpu']} of {i['host']}. Fix: start one "
+                                "worker per GPU with dask_cuda.LocalCUDACluster(), or pass backend='reference'.")
+    return infos
+
+
+def key(name: str) -> str:
+    """A fresh task key that says which phase it is (Dask's dashboard and logs show it)."""
+    return f"vyre-{name}-{uuid.uuid4().hex}"
+
+
+def submit(client, fn: Callable, *args: Any, worker: str | None, name: str):
+    """`fn(*args)` as a task, preferably on `worker` (where its partition lives), elsewhere when that
+    worker is gone: Dask then recomputes what it held from the tasks that made it."""
+    where = {} if worker is None else {"workers": [worker], "allow_other_workers": True}
+    return client.submit(fn, *args, pure=False, key=key(name), **where)
+
+
+def part(client, future, i: int, worker: str | None, name: str):
+    """The i-th item of a task's tuple result, as a task beside it."""
+    return submit(client, operator.getitem, future, i, worker=worker, name=name)

@@ -1,0 +1,373 @@
+"""Connected components over a Dask cluster: each partition's components on its worker, then only
+the labels that cross partitions move.
+
+1. Local: partition p (CSR rows [lo, hi), or a chunk of an edge list) labels the n vertices by
+   the components of its own edges (the single-GPU kernels on its worker's GPU; NumPy on CPU
+   workers). A label is the smallest vertex id of its local component.
+2. Cut: for every vertex v that p's edges touch outside the range p owns, p sends (v, label_p(v))
+   to v's owner q.
+3. Contract: q joins label_p(v) with its own label_q(v), unions them among themselves (labels only
+   join labels) and sends on (label, root) for each label that moved: as many pairs as local
+   components meet at the cut, not as many as the cut has edges.
+4. Merge: the distributed union-find (`unionfind.merge`) joins those pairs to a fixed point.
+5. Final: every owned vertex v takes the root of label_p(v) (or label_p(v) itself, when no pair
+   names it: then its local component touches no other partition and is whole).
+
+Every global component is a union of local ones, two of which meet exactly where a vertex lies in
+both partitions, which steps 2-3 turn into a pair; so the merged roots are the components, each
+rooted at its smallest id, the labels the single-GPU call gives."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import DispatchError
+from . import cluster
+from .unionfind import merge
+
+
+@dataclass
+class DistributedStats:
+    """What a distributed call did: partitions, the workers and their devices, the union-find's
+    rounds, how many label pairs crossed the cut and were merged, and the wall time."""
+
+    partitions: int
+    workers: list
+    devices: dict
+    merge_rounds: int
+    cut_pairs: int = 0
+    merged_pairs: int = 0
+    seconds: float = 0.0
+    rounds: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+# --- device operations of a worker ----------------------------------------------------------
+class Ops:
+    """A worker's device: `run(step, count, args)` over items, allocate, copy in and out. The GPU
+    (through the fixpoint runner's `for_each`) in production; the CUDA simulator's harness in CI."""
+
+    def __init__(self, backend):
+        self.be = backend
+
+    def run(self, step, count, args) -> None:
+        from .. import fixpoint
+
+        fixpoint.for_each(step, count, list(args), backend=self.be)
+
+    def empty(self, n, dtype):
+        return self.be.empty(n, dtype)
+
+    def upload(self, a):
+        return self.be.upload(np.ascontiguousarray(a))
+
+    def download(self, a) -> np.ndarray:
+        return self.be.download(a)
+
+
+def _narrow(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.int32, copy=False)
+
+
+def local_gpu(ops, n: int, kind: str, a, b, m: int):
+    """Labels (int32, device) of the partition's own components: `a`, `b` the device CSR (global
+    indptr of n + 1 offsets, indices) or edge list (src, dst) of m edges."""
+    from ..graph.components import afforest, edge_components
+
+    if kind == "csr":
+        return afforest(ops.run, ops.empty, ops.download, a, b, n, False)
+    return edge_components(ops.run, ops.empty, n, a, b, m)
+
+
+def cut_gpu(ops, n: int, lo: int, hi: int, labels, touched) -> tuple[np.ndarray, np.ndarray]:
+    """(v, label(v)) on the host, v ascending, for every vertex outside [lo, hi) that one of the
+    device id arrays `touched` names."""
+    from .. import compaction
+    from . import steps
+
+    flags = ops.empty(max(n, 1), np.uint8)
+    ops.run(steps.clear, n, [flags])
+    for ids, count in touched:
+        if count:
+            ops.run(steps.mark_outside, count, [flags, ids, np.int64(lo), np.int64(hi)])
+    v = compaction.nonzero(flags[:n])
+    lab = compaction.select(labels, flags[:n])
+    return ops.download(v).astype(np.int64), ops.download(lab).astype(np.int64)
+
+
+def contract_gpu(ops, n: int, labels, v: np.ndarray, theirs: np.ndarray) -> np.ndarray:
+    """(label, root) pairs, int64 (k, 2), for every label that joining theirs[i] with this
+    partition's label of v[i] moved under a smaller one."""
+    from .. import compaction
+    from ..graph.components import edge_components
+    from . import steps
+
+    if not v.size:
+        return np.zeros((0, 2), np.int64)
+    dv, dt = ops.upload(_narrow(v)), ops.upload(_narrow(theirs))
+    mine = ops.empty(v.size, np.int32)
+    ops.run(steps.take, v.size, [mine, labels, dv])
+    parent = edge_components(ops.run, ops.empty, n, dt, mine, v.size)
+    flags = ops.empty(n, np.uint8)
+    ops.run(steps.clear, n, [flags])
+    ops.run(steps.mark_moved, v.size, [flags, parent, dt])
+    ops.run(steps.mark_moved, v.size, [flags, parent, mine])
+    ids = ops.download(compaction.nonzero(flags)).astype(np.int64)
+    roots = ops.download(compaction.select(parent, flags)).astype(np.int64)
+    return np.stack([ids, roots], 1)
+
+
+def final_gpu(ops, n: int, lo: int, hi: int, labels, ids: np.ndarray, roots: np.ndarray) -> np.ndarray:
+    """The owned vertices' labels (int32, host): label(v) through the merged (id -> root) map."""
+    from ..graph import steps as graph_steps
+    from . import steps
+
+    if hi == lo:
+        return np.zeros(0, np.int32)
+    table = ops.empty(n, np.int32)
+    ops.run(graph_steps.init, n, [table])
+    if ids.size:
+        ops.run(steps.assign, ids.size, [table, ops.upload(_narrow(ids)), ops.upload(_narrow(roots))])
+    out = ops.empty(hi - lo, np.int32)
+    ops.run(steps.relabel, hi - lo, [out, table, labels, np.int64(lo)])
+    return ops.download(out)
+
+
+# --- the same phases in NumPy (CPU workers, and the oracle) ----------------------------------
+def contract_numpy(labels: np.ndarray, v: np.ndarray, theirs: np.ndarray) -> np.ndarray:
+    from ..graph.components import components_of_edges
+
+    if not v.size:
+        return np.zeros((0, 2), np.int64)
+    mine = labels[v].astype(np.int64)
+    ids, inv = np.unique(np.concatenate([theirs, mine]), return_inverse=True)
+    parent, _ = components_of_edges(ids.size, inv[:v.size], inv[v.size:])
+    moved = parent != np.arange(ids.size)
+    return np.stack([ids[moved], ids[parent[moved]]], 1)
+
+
+# --- a partition on its worker --------------------------------------------------------------
+class Partition:
+    """A partition resident on its worker: its edges and local labels (device arrays on a GPU
+    worker). Moved to another worker, it travels as host arrays and is uploaded again there."""
+
+    def __init__(self, bname, n, lo, hi, kind, a, b, m):
+        self.bname, self.n, self.lo, self.hi, self.kind, self.m = bname, n, lo, hi, kind, m
+        self.a, self.b, self.labels = a, b, None
+
+    def __getstate__(self):
+        d = dict(self.__dict__)
+        for k in ("a", "b", "labels"):
+            if d[k] is not None and not isinstance(d[k], np.ndarray):
+                d[k] = d[k].copy_to_host()
+        return d
+
+    def ops(self):
+        from ..backend import resolve_backend
+
+        be = resolve_backend(self.bname)
+        if be.name == "cuda":
+            for k in ("a", "b", "labels"):
+                v = getattr(self, k)
+                if isinstance(v, np.ndarray):
+                    setattr(self, k, be.upload(v))
+            return Ops(be)
+        return None
+
+
+def _global_indptr(n: int, lo: int, hi: int, rows: np.ndarray) -> np.ndarray:
+    ip = np.empty(n + 1, np.int64)
+    ip[:lo + 1] = 0
+    ip[lo + 1:hi + 1] = rows[1:]
+    ip[hi + 1:] = rows[-1]
+    return ip
+
+
+def _local(bname, n, lo, hi, kind, a, b, bounds):
+    """(Runs on a worker.) The partition with its local labels, and its cut split by owner."""
+    from ..backend import resolve_backend
+
+    be = resolve_backend(bname)
+    if kind == "csr":
+        a = _global_indptr(n, lo, hi, np.asarray(a, np.int64))
+    b = np.asarray(b)
+    m = b.size
+    p = Partition(be.name, n, lo, hi, kind, a, b, m)
+    if be.name == "cuda":
+        p.a, p.b = be.upload(a if kind == "csr" else _narrow(np.asarray(a))), be.upload(_narrow(b))
+        ops = Ops(be)
+        p.labels = local_gpu(ops, n, kind, p.a, p.b, m)
+        touched = [(p.b, m)] + ([(p.a, m)] if kind == "edges" else [])
+        v, lab = cut_gpu(ops, n, lo, hi, p.labels, touched)
+    else:
+        from ..graph.components import components_of_edges
+
+        src = np.repeat(np.arange(n, dtype=np.int64), np.diff(a)) if kind == "csr" else np.asarray(a, np.int64)
+        labels, _ = components_of_edges(n, src, b.astype(np.int64))
+        p.labels = labels.astype(np.int32)
+        flags = np.zeros(n, bool)
+        flags[b] = True
+        if kind == "edges":
+            flags[np.asarray(a)] = True
+        flags[lo:hi] = False
+        v = np.flatnonzero(flags)
+        lab = p.labels[v].astype(np.int64)
+    cuts = np.searchsorted(v, bounds)
+    return p, [np.stack([v[cuts[q]:cuts[q + 1]], lab[cuts[q]:cuts[q + 1]]], 1) for q in range(len(bounds) - 1)]
+
+
+def _contract(p: Partition, *incoming: np.ndarray) -> np.ndarray:
+    """(Runs on the owner.) (label, root) pairs from the cut pairs other partitions sent here."""
+    pairs = [x for x in incoming if x.size]
+    v = np.concatenate([x[:, 0] for x in pairs]) if pairs else np.zeros(0, np.int64)
+    theirs = np.concatenate([x[:, 1] for x in pairs]) if pairs else np.zeros(0, np.int64)
+    ops = p.ops()
+    if ops is None:
+        return contract_numpy(p.labels, v, theirs)
+    return contract_gpu(ops, p.n, p.labels, v, theirs)
+
+
+def _final(p: Partition, mapping) -> np.ndarray:
+    """(Runs on the owner.) The owned vertices' global labels."""
+    ids, roots = mapping
+    ops = p.ops()
+    if ops is None:
+        table = np.arange(p.n, dtype=np.int64)
+        table[ids] = roots
+        return table[p.labels[p.lo:p.hi]].astype(np.int32)
+    return final_gpu(ops, p.n, p.lo, p.hi, p.labels, ids, roots)
+
+
+def _count(x) -> int:
+    return int(sum(a.shape[0] for a in x)) if isinstance(x, list) else int(x.shape[0])
+
+
+# --- the call ------------------------------------------------------------------------------
+def connected_components(indptr=None, indices=None, *, client, edges=None, n: int | None = None,
+                         backend=None, partitions: int | None = None, columns=("src", "dst"),
+                         stats: bool = False):
+    """Component labels (int32, NumPy) of a graph spread over a Dask cluster, equal to the
+    single-GPU `vyre_numba.graph.connected_components`: label[v] is the smallest vertex id in v's
+    component, edges taken as undirected.
+
+    The graph is either a host CSR (`indptr`, `indices`), cut into `partitions` row ranges (default:
+    one per worker), or `edges`: a Dask array of shape (m, 2) or a Dask DataFrame with the two
+    `columns`, already spread over the workers (a partition per chunk; then `n`, the vertex count,
+    is required). Each worker computes on its own GPU (`backend` None or "cuda"; one worker per GPU,
+    as dask_cuda.LocalCUDACluster starts them) or with NumPy (`backend="reference"`). With
+    `stats=True` returns (labels, DistributedStats)."""
+    t0 = time.perf_counter()
+    workers = cluster.workers_of(client)
+    bname = cluster.backend_name(backend)
+    devices = cluster.devices(client, workers, bname)
+    if edges is not None:
+        if indptr is not None or indices is not None:
+            raise DispatchError("both a CSR and `edges` were given. Fix: pass one graph: (indptr, indices) or edges=.")
+        specs, n, places = _edge_parts(client, edges, n, columns, workers)
+    else:
+        if indptr is None or indices is None:
+            raise DispatchError("no graph was given. Fix: pass indptr and indices (a host CSR), or edges= (a Dask "
+                                "array of (src, dst) rows).")
+        if n is not None:
+            raise DispatchError("n is read from indptr for a CSR. Fix: leave n out (it is for edges=).")
+        specs, n, places = _csr_parts(indptr, indices, partitions, workers)
+    k = len(specs)
+    bounds = np.array([s[2] for s in specs] + [specs[-1][3]], np.int64) if k else np.zeros(1, np.int64)
+    locs = [cluster.submit(client, _local, bname, n, *spec[2:], bounds, worker=w, name="cc-local")
+            for spec, w in zip(specs, places)]
+    parts = [cluster.part(client, f, 0, w, "cc-partition") for f, w in zip(locs, places)]
+    cuts = [cluster.part(client, f, 1, w, "cc-cut") for f, w in zip(locs, places)]
+    to = [[cluster.submit(client, _pick, c, q, worker=w, name="cc-cut-to") for c, w in zip(cuts, places)]
+          for q in range(k)]
+    shards = [cluster.submit(client, _contract, parts[q], *to[q], worker=places[q], name="cc-contract")
+              for q in range(k)]
+    mapping, rounds = merge(client, shards, places, name="cc-merge")
+    finals = [cluster.submit(client, _final, parts[q], mapping, worker=places[q], name="cc-final") for q in range(k)]
+    labels = np.concatenate([np.zeros(0, np.int32)] + client.gather(finals))
+    if not stats:
+        return labels
+    cut = sum(client.gather([cluster.submit(client, _count, c, worker=w, name="cc-count")
+                             for c, w in zip(cuts, places)]))
+    merged = sum(client.gather([cluster.submit(client, _count, s, worker=w, name="cc-count")
+                                for s, w in zip(shards, places)]))
+    return labels, DistributedStats(k, workers, devices, rounds, cut, merged, time.perf_counter() - t0)
+
+
+def _pick(cut: list, q: int) -> np.ndarray:
+    return cut[q]
+
+
+def _csr_parts(indptr, indices, partitions, workers):
+    from ..graph.csr import check_csr
+
+    g = check_csr(indptr, indices)
+    k = len(workers) if partitions is None else partitions
+    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
+        raise DispatchError(f"partitions is {partitions!r}. Fix: pass a positive int (or None: one per worker).")
+    k = int(k)
+    weight = g.indptr + np.arange(g.n + 1)  # rows and edges both cost
+    cuts = np.searchsorted(weight, np.linspace(0, weight[-1], k + 1), side="left")
+    cuts[0], cuts[-1] = 0, g.n
+    cuts = np.maximum.accumulate(cuts)
+    specs = []
+    for p in range(k):
+        lo, hi = int(cuts[p]), int(cuts[p + 1])
+        rows = g.indptr[lo:hi + 1] - g.indptr[lo]
+        specs.append((None, None, lo, hi, "csr", rows, g.indices[g.indptr[lo]:g.indptr[hi]], None))
+    return [s[:7] for s in specs], g.n, [workers[p % len(workers)] for p in range(k)]
+
+
+def _chunk_edges(chunk, columns) -> np.ndarray:
+    if hasattr(chunk, "columns"):
+        return np.stack([np.asarray(chunk[columns[0]]), np.asarray(chunk[columns[1]])], 1)
+    return np.asarray(chunk)
+
+
+def _check_edges(e: np.ndarray, n: int) -> np.ndarray:
+    if e.dtype.kind not in "iu" or e.ndim != 2 or e.shape[1] != 2:
+        raise DispatchError(f"an edge chunk has shape {e.shape} and dtype {e.dtype}; edges are (m, 2) integer "
+                            "rows (src, dst). Fix: pass edges.astype('int64') of shape (m, 2).")
+    if e.size and (int(e.min()) < 0 or int(e.max()) >= n):
+        bad = int(e.min()) if int(e.min()) < 0 else int(e.max())
+        raise DispatchError(f"an edge names vertex {bad}, outside 0..{n - 1}. Fix: pass n = the vertex count "
+                            "(one more than the largest id).")
+    return e
+
+
+def _edge_parts(client, edges, n, columns, workers):
+    if not hasattr(edges, "to_delayed"):
+        raise DispatchError(f"edges is a {type(edges).__name__}. Fix: pass a Dask array of shape (m, 2) or a Dask "
+                            "DataFrame with the src and dst columns (dask.array.from_array(e, chunks=(k, 2))).")
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0:
+        raise DispatchError(f"n is {n!r}. Fix: pass n, the vertex count (one more than the largest vertex id).")
+    if n >= 2**31:
+        raise DispatchError(f"n = {n}; vertex ids are 32-bit. Fix: split the graph into pieces under 2**31 vertices.")
+    n = int(n)
+    if hasattr(edges, "columns"):
+        missing = [c for c in columns if c not in edges.columns]
+        if missing:
+            raise DispatchError(f"the DataFrame has no column(s) {missing}. Fix: pass columns=(src, dst) naming them.")
+        parts = list(edges.to_delayed())
+    else:
+        if edges.ndim != 2 or edges.shape[1] != 2:
+            raise DispatchError(f"edges has shape {edges.shape}. Fix: pass (m, 2) rows of (src, dst).")
+        if edges.numblocks[1] != 1:
+            edges = edges.rechunk({1: 2})
+        parts = list(edges.to_delayed().ravel())
+    futures = client.compute(parts)  # already-computed chunks (persisted) are not computed again
+    chunks = [cluster.submit(client, _checked_chunk, f, columns, n, worker=None, name="cc-edges") for f in futures]
+    who = client.who_has(chunks)
+    places = [(who.get(c.key) or [workers[i % len(workers)]])[0] for i, c in enumerate(chunks)]
+    k = len(chunks)
+    owned = np.linspace(0, n, k + 1).astype(np.int64)
+    specs = [(None, None, int(owned[p]), int(owned[p + 1]), "edges",
+              cluster.part(client, chunks[p], 0, places[p], "cc-src"),
+              cluster.part(client, chunks[p], 1, places[p], "cc-dst")) for p in range(k)]
+    return specs, n, places
+
+
+def _checked_chunk(chunk, columns, n) -> tuple[np.ndarray, np.ndarray]:
+    e = _check_edges(_chunk_edges(chunk, columns), n)
+    return e[:, 0].copy(), e[:, 1].copy()

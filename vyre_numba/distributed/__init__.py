@@ -13,5 +13,6 @@ partitions move. Results equal the single-GPU calls bit for bit."""
 from __future__ import annotations
 
 from .components import DistributedStats, connected_components
+from .egraph import congruence_closure
 
-__all__ = ["connected_components", "DistributedStats"]
+__all__ = ["connected_components", "congruence_closure", "DistributedStats"]

@@ -1,0 +1,202 @@
+"""The distributed algorithms on a CPU Dask cluster (workers on the reference backend) against the
+single-process calls: several workers, uneven and empty partitions, Dask arrays and DataFrames of
+edges, bad input, and a worker that dies mid-call (Dask reruns its tasks; nothing is lost)."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from egraph_cases import bucket, chain_pair, random_egraph, workload_rows
+
+distributed = pytest.importorskip("distributed", reason="the [dask] extra is not installed")
+import dask.array as da  # noqa: E402
+
+from vyre_numba import VyreError  # noqa: E402
+from vyre_numba.distributed import congruence_closure, connected_components  # noqa: E402
+from vyre_numba.egraph import EGraph  # noqa: E402
+from vyre_numba.egraph import congruence_closure as closure_one  # noqa: E402
+from vyre_numba.graph import connected_components as components_one  # noqa: E402
+from vyre_numba.graph.generators import grid, rmat  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def client():
+    with distributed.LocalCluster(n_workers=3, threads_per_worker=2, processes=True, dashboard_address=":0") as lc, \
+            distributed.Client(lc) as c:
+        yield c
+
+
+def csr(n, src, dst):
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    order = np.argsort(src, kind="stable")
+    indptr = np.zeros(n + 1, np.int64)
+    np.add.at(indptr, src + 1, 1)
+    return np.cumsum(indptr), dst[order].astype(np.int32)
+
+
+def random_graph(rng, n, m):
+    return csr(n, rng.integers(0, max(n, 1), m), rng.integers(0, max(n, 1), m)) if n else csr(0, [], [])
+
+
+GRAPHS = {
+    "empty": (0, 0), "one vertex": (1, 0), "two isolated": (2, 0), "sparse": (300, 120),
+    "dense": (400, 3000), "more partitions than vertices": (3, 2),
+}
+
+
+@pytest.mark.parametrize("name", GRAPHS)
+@pytest.mark.parametrize("partitions", [None, 1, 2, 5])
+def test_components_of_a_csr_equal_the_single_process_labels(client, name, partitions):
+    n, m = GRAPHS[name]
+    indptr, indices = random_graph(np.random.default_rng(n + m), n, m)
+    want = components_one(indptr, indices, backend="reference")
+    got, stats = connected_components(indptr, indices, client=client, backend="reference", partitions=partitions,
+                                      stats=True)
+    assert got.dtype == np.int32 and np.array_equal(got, want)
+    assert stats.partitions == (3 if partitions is None else partitions)
+    assert {d["backend"] for d in stats.devices.values()} == {"reference"}
+
+
+def test_components_of_structured_graphs(client):
+    for indptr, indices in (grid(40, 30), rmat(10, 8, seed=5), csr(500, np.arange(499), np.arange(1, 500))):
+        want = components_one(indptr, indices, backend="reference")
+        got, stats = connected_components(indptr, indices, client=client, backend="reference", partitions=4,
+                                          stats=True)
+        assert np.array_equal(got, want)
+    # a path cut into 4 pieces meets itself at 3 places: the cut is tiny, the merge joins 4 labels
+    assert stats.cut_pairs == 3 and stats.merged_pairs == 3
+
+
+def test_components_of_uneven_dask_array_chunks(client):
+    rng = np.random.default_rng(3)
+    n, m = 700, 900
+    e = np.stack([rng.integers(0, n, m), rng.integers(0, n, m)], 1)
+    want = components_one(*csr(n, e[:, 0], e[:, 1]), backend="reference")
+    for chunks in ((m, 2), ((1, 0, 600, 299), (2,)), ((450, 450), (1, 1))):
+        edges = da.from_array(e, chunks=chunks).persist()
+        got = connected_components(client=client, edges=edges, n=n, backend="reference")
+        assert np.array_equal(got, want), chunks
+
+
+def test_components_of_a_dask_dataframe(client):
+    pd = pytest.importorskip("pandas", reason="dask DataFrames need pandas ([dask] extra)")
+    dd = pytest.importorskip("dask.dataframe")
+    rng = np.random.default_rng(4)
+    n, m = 300, 250
+    frame = pd.DataFrame({"u": rng.integers(0, n, m), "v": rng.integers(0, n, m)})
+    want = components_one(*csr(n, frame.u, frame.v), backend="reference")
+    got = connected_components(client=client, edges=dd.from_pandas(frame, npartitions=3), n=n,
+                               columns=("u", "v"), backend="reference")
+    assert np.array_equal(got, want)
+
+
+def _case(g, u=None):
+    return (g, u) if u is not None else g
+
+
+def test_closure_of_random_egraphs_equals_the_single_process_closure(client):
+    rng = np.random.default_rng(7)
+    for trial in range(8):
+        g = random_egraph(rng, int(rng.integers(1, 160)))
+        u = rng.integers(0, g[0].max() + 1, (int(rng.integers(0, 8)), 2))
+        want = closure_one(EGraph.from_arrays(*g, backend="reference"), u)
+        for partitions in (None, 1, 4):
+            got = congruence_closure(g, u, client=client, backend="reference", partitions=partitions)
+            assert np.array_equal(got.eclass, want.eclass), (trial, partitions)
+            assert (got.merged, got.classes_before, got.classes_after, got.converged) == \
+                   (want.merged, want.classes_before, want.classes_after, True)
+
+
+def test_closure_of_deep_chains_buckets_and_the_workload(client):
+    w = workload_rows(2048)
+    for g, u in ((chain_pair(12), [(0, 1)]), bucket(300), (w[:4], w[4])):
+        want = closure_one(EGraph.from_arrays(*g, backend="reference"), u)
+        got = congruence_closure(g, u, client=client, backend="reference")
+        assert np.array_equal(got.eclass, want.eclass)
+    assert got.rounds >= 2
+
+
+def test_closure_of_given_partitions_with_an_empty_one(client):
+    g = chain_pair(6)
+    rows = [np.arange(0, 5), np.arange(5, 5), np.arange(5, g[1].size)]
+    parts = []
+    for r in rows:
+        off = np.concatenate([[0], np.cumsum(np.diff(g[2])[r])]).astype(np.int64)
+        kids = np.concatenate([g[3][g[2][i]:g[2][i + 1]] for i in r]) if r.size else np.zeros(0, np.int64)
+        parts.append((g[0][r], g[1][r], off, kids.astype(np.int64)))
+    want = closure_one(EGraph.from_arrays(*g, backend="reference"), [(0, 1)])
+    got = congruence_closure(parts, [(0, 1)], client=client, backend="reference")
+    assert np.array_equal(got.eclass, want.eclass)
+    egraph = EGraph.from_arrays(*g, backend="reference")
+    assert np.array_equal(congruence_closure(egraph, [(0, 1)], client=client, backend="reference").eclass,
+                          want.eclass)
+
+
+def test_max_rounds_reports_no_convergence(client):
+    got = congruence_closure(chain_pair(10), [(0, 1)], client=client, backend="reference", max_rounds=2)
+    assert got.rounds == 2 and not got.converged
+
+
+@pytest.mark.parametrize("call, fix", [
+    (lambda c: connected_components(np.array([0, 1]), np.array([0]), client=object()), "Client("),
+    (lambda c: connected_components(client=c), "pass indptr"),
+    (lambda c: connected_components(np.array([0, 0]), np.zeros(0, np.int32), client=c, partitions=0), "positive int"),
+    (lambda c: connected_components(np.array([0, 0]), np.zeros(0, np.int32), client=c, n=1), "leave n out"),
+    (lambda c: connected_components(np.array([0, 1]), np.array([5]), client=c), "indices"),
+    (lambda c: connected_components(client=c, edges=np.zeros((2, 2), np.int64), n=3), "Dask array"),
+    (lambda c: connected_components(client=c, edges=da.zeros((2, 2), dtype=np.int64, chunks=1)), "vertex count"),
+    (lambda c: connected_components(client=c, edges=da.from_array(np.array([[0, 9]])), n=3, backend="reference"),
+     "outside 0..2"),
+    (lambda c: connected_components(client=c, edges=da.from_array(np.array([[0.5, 1.0]])), n=3,
+                                    backend="reference"), "integer"),
+    (lambda c: connected_components(np.array([0, 0]), np.zeros(0, np.int32), client=c, backend=3), "backend"),
+    (lambda c: congruence_closure(chain_pair(2), [(0, 1, 2)], client=c, backend="reference"), "(k, 2)"),
+    (lambda c: congruence_closure(chain_pair(2), [(0, 99)], client=c, backend="reference"), "outside"),
+    (lambda c: congruence_closure([(np.array([0]), np.array([0]), np.array([0, 1]), np.array([4]))], client=c,
+                                  backend="reference"), "children"),
+    (lambda c: congruence_closure("graph", client=c, backend="reference"), "list of"),
+    (lambda c: congruence_closure([], client=c, backend="reference"), "at least one"),
+    (lambda c: congruence_closure(chain_pair(2), client=c, backend="reference", max_rounds=0), "positive int"),
+])
+def test_mistakes_raise_vyre_errors_with_a_fix(client, call, fix):
+    with pytest.raises(VyreError) as e:
+        call(client)
+    assert fix in str(e.value) and "Fix:" in str(e.value)
+
+
+class _KillOnce(distributed.WorkerPlugin):
+    """Ends its worker's process the first time (in the whole cluster) a task of the given phase
+    finishes there: the worker dies holding that partition."""
+
+    def __init__(self, marker: str, prefix: str):
+        self.marker, self.prefix = marker, prefix
+
+    def transition(self, key, start, finish, **kwargs):
+        if finish == "memory" and str(key).startswith(self.prefix):
+            try:
+                fd = os.open(self.marker, os.O_CREAT | os.O_EXCL)
+            except FileExistsError:
+                return
+            os.close(fd)
+            os._exit(1)
+
+
+@pytest.mark.parametrize("prefix", ["vyre-cc-local", "vyre-eg-match"])
+def test_a_worker_that_dies_mid_call_loses_nothing(tmp_path, prefix):
+    indptr, indices = rmat(9, 8, seed=2)
+    want_cc = components_one(indptr, indices, backend="reference")
+    w = workload_rows(1024)
+    want_eg = closure_one(EGraph.from_arrays(*w[:4], backend="reference"), w[4])
+    marker = str(tmp_path / "killed")
+    with distributed.LocalCluster(n_workers=3, threads_per_worker=1, processes=True, dashboard_address=":0") as lc, \
+            distributed.Client(lc) as c:
+        c.register_plugin(_KillOnce(marker, prefix))
+        if prefix == "vyre-cc-local":
+            got = connected_components(indptr, indices, client=c, backend="reference", partitions=3)
+            assert np.array_equal(got, want_cc)
+        else:
+            got = congruence_closure(w[:4], w[4], client=c, backend="reference", partitions=3)
+            assert np.array_equal(got.eclass, want_eg.eclass)
+    assert os.path.exists(marker), "no worker was killed: the test did not test the failure"

@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 from ..egraph import ClosureResult, EGraph
-from ..egraph.egraph import MAX_ID, _ints, _rows, _take_rows
+from ..egraph.egraph import _ints, _rows, _take_rows
 from ..egraph.signature import signature_hash, signature_heads
 from ..errors import DispatchError
 from . import cluster

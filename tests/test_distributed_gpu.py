@@ -1,0 +1,74 @@
+"""The distributed algorithms with one worker per GPU (dask_cuda.LocalCUDACluster) against the
+single-GPU calls: each worker on its own GPU, partitions resident there."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from egraph_cases import chain_pair, random_egraph, workload_rows
+
+pytestmark = pytest.mark.gpu
+distributed = pytest.importorskip("distributed", reason="the [dask] extra is not installed")
+dask_cuda = pytest.importorskip("dask_cuda", reason="dask-cuda is not installed (one worker per GPU)")
+import dask.array as da  # noqa: E402
+
+from vyre_numba.distributed import congruence_closure, connected_components  # noqa: E402
+from vyre_numba.egraph import EGraph  # noqa: E402
+from vyre_numba.egraph import congruence_closure as closure_one  # noqa: E402
+from vyre_numba.graph import connected_components as components_one  # noqa: E402
+from vyre_numba.graph.generators import grid, rmat  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def client():
+    with dask_cuda.LocalCUDACluster(threads_per_worker=2, dashboard_address=":0") as lc, distributed.Client(lc) as c:
+        yield c
+
+
+def test_every_worker_computes_on_its_own_gpu(client):
+    from numba import cuda
+
+    indptr, indices = rmat(12, 8, seed=1)
+    _, stats = connected_components(indptr, indices, client=client, stats=True)
+    gpus = [d["gpu"] for d in stats.devices.values()]
+    assert {d["backend"] for d in stats.devices.values()} == {"cuda"}
+    assert len(gpus) == len(set(gpus)) == len(cuda.gpus)
+
+
+@pytest.mark.parametrize("partitions", [None, 1, 3, 7])
+def test_components_equal_the_single_gpu_labels(client, partitions):
+    rng = np.random.default_rng(partitions or 0)
+    n, m = 3001, 2500
+    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
+    order = np.argsort(src, kind="stable")
+    indptr = np.cumsum(np.concatenate([[0], np.bincount(src, minlength=n)])).astype(np.int64)
+    graphs = [(indptr, dst[order].astype(np.int32)), grid(120, 50), rmat(13, 8, seed=3),
+              (np.zeros(1, np.int64), np.zeros(0, np.int32)), (np.zeros(2, np.int64), np.zeros(0, np.int32))]
+    for ip, ix in graphs:
+        want = components_one(ip, ix, backend="cuda")
+        assert np.array_equal(want, components_one(ip, ix, backend="reference"))
+        got = connected_components(ip, ix, client=client, partitions=partitions)
+        assert got.dtype == np.int32 and np.array_equal(got, want)
+
+
+def test_components_of_a_dask_array_of_edges(client):
+    rng = np.random.default_rng(9)
+    n, m = 5000, 6000
+    e = np.stack([rng.integers(0, n, m), rng.integers(0, n, m)], 1).astype(np.int32)
+    order = np.argsort(e[:, 0], kind="stable")
+    indptr = np.cumsum(np.concatenate([[0], np.bincount(e[:, 0], minlength=n)])).astype(np.int64)
+    want = components_one(indptr, e[order, 1], backend="cuda")
+    for chunks in ((m, 2), ((1000, 0, 4999, 1), (2,))):
+        got = connected_components(client=client, edges=da.from_array(e, chunks=chunks).persist(), n=n)
+        assert np.array_equal(got, want)
+
+
+def test_closure_equals_the_single_gpu_closure(client):
+    rng = np.random.default_rng(5)
+    w = workload_rows(4096)
+    cases = [(random_egraph(rng, 150), [(3, 7)]), (chain_pair(9), [(0, 1)]), (w[:4], w[4])]
+    for g, u in cases:
+        want = closure_one(EGraph.from_arrays(*g, backend="cuda"), u)
+        got = congruence_closure(g, u, client=client)
+        assert np.array_equal(got.eclass, want.eclass)
+        assert (got.merged, got.classes_after) == (want.merged, want.classes_after)

@@ -1,0 +1,103 @@
+"""The GPU phases of distributed connected components (local components, cut, contraction at the
+owner, final relabelling) as Numba kernels under the CUDA simulator (CI has no GPU), composed in
+one process the way the workers compose them, against the NumPy labels."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+SCRIPT = textwrap.dedent('''
+    import numpy as np
+    from numba import cuda
+    from vyre_numba.distributed import components as dc, unionfind as uf
+    from vyre_numba.graph.components import components_of_edges
+
+    kernels = {}
+
+    class SimOps:
+        def run(self, step, count, args):
+            k = kernels.get((step, len(args)))
+            if k is None:
+                names = ", ".join(f"a{i}" for i in range(len(args)))
+                src = (f"def k(count, {names}):\\n    i = cuda.grid(1)\\n    if i < count:\\n"
+                       f"        step(i, {names})\\n")
+                scope = {"cuda": cuda, "step": cuda.jit(device=True)(step)}
+                exec(src, scope)
+                k = kernels[(step, len(args))] = cuda.jit(scope["k"])
+            if count:
+                k[(count + 31) // 32, 32](count, *args)
+
+        def empty(self, n, dt):
+            return cuda.device_array(n, dt)
+
+        def upload(self, a):
+            return cuda.to_device(np.ascontiguousarray(a))
+
+        def download(self, a):
+            return a.copy_to_host()
+
+    def merged(shards):
+        keys = uf._keys(*shards)
+        pairs = [uf._positions(s, keys) for s in shards]
+        parent = uf._identity(keys)
+        while True:
+            out = [uf._hooks(p, parent) for p in pairs]
+            parent, count = uf._apply(parent, *[o[0] for o in out])
+            pairs = [o[1] for o in out]
+            if count == 0:
+                return uf._mapping(keys, parent)
+
+    ops = SimOps()
+    rng = np.random.default_rng(0)
+    cases = {"path": (40, np.arange(39), np.arange(1, 40)), "empty": (0, np.zeros(0, int), np.zeros(0, int)),
+             "isolated": (5, np.zeros(0, int), np.zeros(0, int)), "star": (30, np.zeros(29, int), np.arange(1, 30)),
+             "random": (60, rng.integers(0, 60, 60), rng.integers(0, 60, 60))}
+    for name, (n, src, dst) in cases.items():
+        want, _ = components_of_edges(n, src.astype(np.int64), dst.astype(np.int64))
+        for kind in ("csr", "edges"):
+            k = 3
+            bounds = np.linspace(0, n, k + 1).astype(np.int64)
+            parts, cuts = [], []
+            for p in range(k):
+                lo, hi = int(bounds[p]), int(bounds[p + 1])
+                if kind == "csr":
+                    mine = (src >= lo) & (src < hi)
+                    s, d = src[mine], dst[mine]
+                    order = np.argsort(s, kind="stable")
+                    ip = np.zeros(n + 1, np.int64)
+                    np.add.at(ip, s + 1, 1)
+                    a, b = ops.upload(np.cumsum(ip)), ops.upload(d[order].astype(np.int32))
+                    touched = [(b, d.size)]
+                else:
+                    sl = slice(p * src.size // k, (p + 1) * src.size // k)
+                    a, b = ops.upload(src[sl].astype(np.int32)), ops.upload(dst[sl].astype(np.int32))
+                    touched = [(b, src[sl].size), (a, src[sl].size)]
+                m = touched[0][1]
+                labels = dc.local_gpu(ops, n, kind, a, b, m)
+                v, lab = dc.cut_gpu(ops, n, lo, hi, labels, touched)
+                at = np.searchsorted(v, bounds)
+                cuts.append([(v[at[q]:at[q + 1]], lab[at[q]:at[q + 1]]) for q in range(k)])
+                parts.append((lo, hi, labels))
+            shards = []
+            for q, (lo, hi, labels) in enumerate(parts):
+                v = np.concatenate([c[q][0] for c in cuts])
+                theirs = np.concatenate([c[q][1] for c in cuts])
+                shard = dc.contract_gpu(ops, n, labels, v, theirs)
+                twin = dc.contract_numpy(labels.copy_to_host(), v, theirs)
+                assert np.array_equal(np.unique(shard, axis=0), np.unique(twin, axis=0)), (name, kind, shard, twin)
+                shards.append(shard)
+            ids, roots = merged(shards)
+            got = np.concatenate([np.zeros(0, np.int32)] + [dc.final_gpu(ops, n, lo, hi, labels, ids, roots)
+                                                            for lo, hi, labels in parts])
+            assert np.array_equal(got, want), (name, kind, got, want)
+            print("ok", name, kind)
+''')
+
+
+def test_distributed_components_phases_under_the_cuda_simulator():
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("ok ") == 10

@@ -15,6 +15,7 @@ value and returning a bool.
 from __future__ import annotations
 
 import os
+import threading
 from typing import Callable
 
 import numpy as np
@@ -123,9 +124,14 @@ _SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 
 def _selector(stream) -> Selector:
-    key = 0 if stream is None else int(stream.handle.value if hasattr(stream.handle, "value") else stream.handle or 0)
+    """The selector of this stream and thread: a selector's scratch (tile counts, control words) is
+    written by every call, so two threads (Dask workers run several) must never share one."""
+    key = (0 if stream is None else int(stream.handle.value if hasattr(stream.handle, "value") else stream.handle or 0),
+           threading.get_ident())
     s = _SELECTORS.get(key)
     if s is None:
+        if len(_SELECTORS) >= 64:  # threads come and go; their selectors need not outlive them
+            _SELECTORS.clear()
         s = _SELECTORS[key] = Selector(stream)
     return s
 

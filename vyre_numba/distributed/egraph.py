@@ -97,7 +97,7 @@ def _match(kept: tuple, p: EPart, *incoming: tuple) -> tuple:
         return kept, np.zeros((0, 2), np.int64)
     rows = _concat([kept, new])
     cls = p.canon[rows[3]]
-    touched = np.flatnonzero(np.isin(rows[4], new[4]))
+    touched = _sharing_a_hash(rows[4], kept[0].size)
     sub = _subset(rows, touched)
     head = signature_heads(sub[0], sub[1], sub[2])
     c = cls[touched]
@@ -107,13 +107,26 @@ def _match(kept: tuple, p: EPart, *incoming: tuple) -> tuple:
     differ = a != b
     pairs = np.unique(np.stack([a[differ], b[differ]], 1), axis=0) if differ.any() else np.zeros((0, 2), np.int64)
     firsts = head == np.arange(head.size)
-    keep_rows = np.sort(np.concatenate([np.setdiff1d(np.arange(rows[0].size), touched), touched[firsts]]))
+    keep = np.ones(rows[0].size, bool)
+    keep[touched[~firsts]] = False
+    keep_rows = np.flatnonzero(keep)
     out = _subset(rows, keep_rows)
     cls_kept = cls[keep_rows]
     at = np.searchsorted(touched, keep_rows)
     is_head = (at < touched.size) & (touched[np.minimum(at, touched.size - 1)] == keep_rows)
     cls_kept[is_head] = low[at[is_head]]
     return (out[0], out[1], out[2], cls_kept, out[4]), pairs
+
+
+def _sharing_a_hash(h: np.ndarray, first_new: int) -> np.ndarray:
+    """The rows (ascending) whose hash equals the hash of some row at or after `first_new`."""
+    order = np.argsort(h, kind="stable")
+    hs = h[order]
+    start = np.flatnonzero(np.r_[True, hs[1:] != hs[:-1]])
+    group = np.repeat(np.arange(start.size), np.diff(np.r_[start, h.size]))
+    has_new = np.zeros(start.size, bool)
+    has_new[group[order >= first_new]] = True
+    return np.sort(order[has_new[group]])
 
 
 def _pairs_of(mapping) -> np.ndarray:

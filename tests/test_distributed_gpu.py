@@ -72,3 +72,11 @@ def test_closure_equals_the_single_gpu_closure(client):
         got = congruence_closure(g, u, client=client)
         assert np.array_equal(got.eclass, want.eclass)
         assert (got.merged, got.classes_after) == (want.merged, want.classes_after)
+
+
+def test_an_edge_out_of_range_is_refused_on_the_device(client):
+    from vyre_numba import VyreError
+
+    for bad in ([[0, 9]], [[-1, 0]]):
+        with pytest.raises(VyreError, match=r"outside 0\.\.2.*Fix:"):
+            connected_components(client=client, edges=da.from_array(np.array(bad, np.int64)), n=3)

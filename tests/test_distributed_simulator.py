@@ -72,7 +72,7 @@ SCRIPT = textwrap.dedent('''
                     touched = [(b, d.size)]
                 else:
                     sl = slice(p * src.size // k, (p + 1) * src.size // k)
-                    a, b = ops.upload(src[sl].astype(np.int32)), ops.upload(dst[sl].astype(np.int32))
+                    a, b = dc.split_gpu(ops, n, np.stack([src[sl], dst[sl]], 1).astype(np.int64))
                     touched = [(b, src[sl].size), (a, src[sl].size)]
                 m = touched[0][1]
                 labels = dc.local_gpu(ops, n, kind, a, b, m)
@@ -93,6 +93,11 @@ SCRIPT = textwrap.dedent('''
                                                             for lo, hi, labels in parts])
             assert np.array_equal(got, want), (name, kind, got, want)
             print("ok", name, kind)
+    try:
+        dc.split_gpu(ops, 5, np.array([[0, 1], [2, 5]], np.int64))
+    except Exception as e:
+        assert type(e).__name__ == "DispatchError" and "vertex 5" in str(e) and "Fix:" in str(e), e
+        print("ok split rejects vertex 5")
 ''')
 
 
@@ -100,4 +105,4 @@ def test_distributed_components_phases_under_the_cuda_simulator():
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.count("ok ") == 10
+    assert out.stdout.count("ok ") == 11

@@ -186,24 +186,34 @@ def _global_indptr(n: int, lo: int, hi: int, rows: np.ndarray) -> np.ndarray:
 
 
 def _local(bname, n, lo, hi, kind, a, b, bounds):
-    """(Runs on a worker.) The partition with its local labels, and its cut split by owner."""
+    """(Runs on a worker.) The partition with its local labels, and its cut split by owner. A CSR
+    partition is (rows, indices); an edge partition is one (m, 2) array, range-checked here (on the
+    GPU, while its columns are split there)."""
     from ..backend import resolve_backend
 
     be = resolve_backend(bname)
     if kind == "csr":
         a = _global_indptr(n, lo, hi, np.asarray(a, np.int64))
-    b = np.asarray(b)
-    m = b.size
+        b = np.asarray(b)
+        m = b.size
+    else:
+        m = a.shape[0]
     p = Partition(be.name, n, lo, hi, kind, a, b, m)
     if be.name == "cuda":
-        p.a, p.b = be.upload(a if kind == "csr" else _narrow(np.asarray(a))), be.upload(_narrow(b))
         ops = Ops(be)
+        if kind == "csr":
+            p.a, p.b = be.upload(a), be.upload(_narrow(b))
+        else:
+            p.a, p.b = split_gpu(ops, n, a)
         p.labels = local_gpu(ops, n, kind, p.a, p.b, m)
         touched = [(p.b, m)] + ([(p.a, m)] if kind == "edges" else [])
         v, lab = cut_gpu(ops, n, lo, hi, p.labels, touched)
     else:
         from ..graph.components import components_of_edges
 
+        if kind == "edges":
+            e = _check_range(a, n)
+            p.a, p.b = a, b = e[:, 0], e[:, 1]
         src = np.repeat(np.arange(n, dtype=np.int64), np.diff(a)) if kind == "csr" else np.asarray(a, np.int64)
         labels, _ = components_of_edges(n, src, b.astype(np.int64))
         p.labels = labels.astype(np.int32)
@@ -216,6 +226,21 @@ def _local(bname, n, lo, hi, kind, a, b, bounds):
         lab = p.labels[v].astype(np.int64)
     cuts = np.searchsorted(v, bounds)
     return p, [np.stack([v[cuts[q]:cuts[q + 1]], lab[cuts[q]:cuts[q + 1]]], 1) for q in range(len(bounds) - 1)]
+
+
+def split_gpu(ops, n: int, e: np.ndarray):
+    """(src, dst) int32 device columns of the (m, 2) host edges, or a DispatchError if an edge
+    names a vertex outside 0..n-1 (checked on the device: one pass, one flag read back)."""
+    from . import steps
+
+    m = e.shape[0]
+    src, dst = ops.empty(max(m, 1), np.int32), ops.empty(max(m, 1), np.int32)
+    if m:
+        bad = ops.upload(np.zeros(1, np.int32))
+        ops.run(steps.split_edges, m, [src, dst, ops.upload(e.reshape(-1)), np.int64(n), bad])
+        if int(ops.download(bad)[0]):
+            _check_range(e, n)  # says which vertex, from the host copy
+    return src, dst
 
 
 def _contract(p: Partition, *incoming: np.ndarray) -> np.ndarray:
@@ -325,10 +350,14 @@ def _chunk_edges(chunk, columns) -> np.ndarray:
     return np.asarray(chunk)
 
 
-def _check_edges(e: np.ndarray, n: int) -> np.ndarray:
+def _check_edges(e: np.ndarray) -> np.ndarray:
     if e.dtype.kind not in "iu" or e.ndim != 2 or e.shape[1] != 2:
         raise DispatchError(f"an edge chunk has shape {e.shape} and dtype {e.dtype}; edges are (m, 2) integer "
                             "rows (src, dst). Fix: pass edges.astype('int64') of shape (m, 2).")
+    return np.ascontiguousarray(e)
+
+
+def _check_range(e: np.ndarray, n: int) -> np.ndarray:
     if e.size and (int(e.min()) < 0 or int(e.max()) >= n):
         bad = int(e.min()) if int(e.min()) < 0 else int(e.max())
         raise DispatchError(f"an edge names vertex {bad}, outside 0..{n - 1}. Fix: pass n = the vertex count "
@@ -357,17 +386,15 @@ def _edge_parts(client, edges, n, columns, workers):
             edges = edges.rechunk({1: 2})
         parts = list(edges.to_delayed().ravel())
     futures = client.compute(parts)  # already-computed chunks (persisted) are not computed again
-    chunks = [cluster.submit(client, _checked_chunk, f, columns, n, worker=None, name="cc-edges") for f in futures]
+    chunks = [cluster.submit(client, _checked_chunk, f, columns, worker=None, name="cc-edges") for f in futures]
+    cluster.distributed().wait(chunks)
     who = client.who_has(chunks)
     places = [(who.get(c.key) or [workers[i % len(workers)]])[0] for i, c in enumerate(chunks)]
     k = len(chunks)
     owned = np.linspace(0, n, k + 1).astype(np.int64)
-    specs = [(None, None, int(owned[p]), int(owned[p + 1]), "edges",
-              cluster.part(client, chunks[p], 0, places[p], "cc-src"),
-              cluster.part(client, chunks[p], 1, places[p], "cc-dst")) for p in range(k)]
+    specs = [(None, None, int(owned[p]), int(owned[p + 1]), "edges", chunks[p], None) for p in range(k)]
     return specs, n, places
 
 
-def _checked_chunk(chunk, columns, n) -> tuple[np.ndarray, np.ndarray]:
-    e = _check_edges(_chunk_edges(chunk, columns), n)
-    return e[:, 0].copy(), e[:, 1].copy()
+def _checked_chunk(chunk, columns) -> np.ndarray:
+    return _check_edges(_chunk_edges(chunk, columns))

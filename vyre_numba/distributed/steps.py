@@ -9,6 +9,20 @@ def clear(i, a):
     return 0
 
 
+def split_edges(i, src, dst, e, n, bad):
+    """src[i], dst[i] = the i-th (src, dst) row of the flat edges e; bad[0] = 1 if a vertex is
+    outside 0..n-1 (that edge then becomes a self-loop of vertex 0, and the call raises)."""
+    u = e[2 * i]
+    v = e[2 * i + 1]
+    if u < 0 or u >= n or v < 0 or v >= n:
+        bad[0] = 1
+        u = 0
+        v = 0
+    src[i] = u
+    dst[i] = v
+    return 0
+
+
 def mark_outside(i, flags, ids, lo, hi):
     """Flag vertex ids[i] if it lies outside the owned range [lo, hi)."""
     v = ids[i]

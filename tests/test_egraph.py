@@ -79,6 +79,28 @@ def test_empty_and_single_node_graphs(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_operators_by_name_and_new_operators(backend):
+    g = EGraph.from_terms([("+", "a", "b")], backend=backend)
+    a, b = (int(c) for c in g.lookup(["a", "b"], [0, 0, 0], []))
+    assert g.lookup(["+"], [0, 2], [a, b])[0] == g.term_classes[0]
+    assert g.lookup(["*"], [0, 2], [a, b])[0] == -1  # a name never seen finds nothing
+    before = list(g.ops)
+    with pytest.raises(VyreError, match="Fix:"):  # a bad child: the new name is not kept
+        g.add(["*"], [0, 2], [a, 99])
+    assert g.ops == before
+    (times,) = g.add(["*"], [0, 2], [a, b])
+    assert g.ops == before + ["*"] and g.lookup(["*"], [0, 2], [a, b])[0] == times != g.term_classes[0]
+    assert g.add([g.ops.index("*")], [0, 2], [a, b])[0] == times  # by id: the same e-node
+    rows = g.rows()
+    assert set(rows) == {"eclass", "op", "children_offsets", "children"} and rows["op"].size == g.n_nodes
+    with pytest.raises(VyreError, match="mixes"):
+        g.add(["*", 0], [0, 0, 0], [])
+    unnamed = EGraph.from_arrays([0], [0], [0, 0], [], backend=backend)
+    with pytest.raises(VyreError, match="no operator names.*Fix:"):
+        unnamed.add(["f"], [0, 0], [])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_add_hash_conses_and_lookup_finds(backend):
     g = EGraph.from_terms([("g", ("f", "a")), ("g", ("f", "b"))], backend=backend)
     a, b = (int(g.lookup([g.ops.index(x)], [0, 0], [])[0]) for x in "ab")

@@ -162,8 +162,8 @@ def _no_mapping() -> tuple:
 def _partitions(egraph_partitions, partitions, k_workers: int) -> list[tuple]:
     """The partitions as checked host rows."""
     if isinstance(egraph_partitions, EGraph):
-        rows = egraph_partitions._host_rows()
-        whole = [(rows["eclass"], rows["op"], rows["offsets"], rows["children"])]
+        rows = egraph_partitions.rows()
+        whole = [(rows["eclass"], rows["op"], rows["children_offsets"], rows["children"])]
     elif isinstance(egraph_partitions, tuple) and len(egraph_partitions) == 4 and not isinstance(egraph_partitions[0], tuple):
         whole = [egraph_partitions]
     elif isinstance(egraph_partitions, (list, tuple)):

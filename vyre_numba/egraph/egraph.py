@@ -224,6 +224,12 @@ class EGraph:
     def _host_rows(self) -> dict[str, np.ndarray]:
         return self._live().download()
 
+    def rows(self) -> dict[str, np.ndarray]:
+        """Host copies of the rows as they are now: `eclass`, `op`, `children_offsets`, `children`
+        (the arguments of `from_arrays`; after a rebuild, children are canonical)."""
+        r = self._host_rows()
+        return {"eclass": r["eclass"], "op": r["op"], "children_offsets": r["offsets"], "children": r["children"]}
+
     def classes(self) -> np.ndarray:
         """The canonical class of every row (the smallest id in its class), as a NumPy array."""
         return self._live().classes()
@@ -308,15 +314,52 @@ class EGraph:
 
     def lookup(self, op, children_offsets, children) -> np.ndarray:
         """The class of the e-node equal to each given one (children canonicalised first), or -1.
-        Rebuilds first if unions are pending: equality is only meaningful on canonical children."""
+        Rebuilds first if unions are pending: equality is only meaningful on canonical children.
+        `op` as in `add` (a name the e-graph has never seen finds nothing)."""
         self._rebuilt()
+        op, _ = self._op_ids(op, "lookup")
         op, offsets, children = _rows(op, children_offsets, children, self.n_classes, "lookup")
         return self._live().lookup(op, offsets, children)
+
+    def _op_ids(self, op, what: str) -> tuple[Any, list[str]]:
+        """(operator ids, names new to the e-graph) of `op`, which holds ids or, where the e-graph
+        names its operators, names; a new name gets the next id (no row has it yet)."""
+        if hasattr(op, "__cuda_array_interface__"):
+            return op, []
+        names = op if isinstance(op, (list, tuple)) else (op.tolist() if isinstance(op, np.ndarray) and op.dtype.kind in "UO"
+                                                          else None)
+        if names is None or not any(isinstance(x, str) for x in names):
+            return op, []
+        if not all(isinstance(x, str) for x in names):
+            raise DispatchError(f"{what} op mixes operator names and ids. Fix: pass all names or all ids.")
+        if self.ops is None:
+            raise DispatchError(f"{what} op holds names, but this e-graph has no operator names. Fix: pass operator "
+                                "ids, or build the e-graph with names (from_terms, from_serialized, or ops=[...]).")
+        index = {name: i for i, name in enumerate(self.ops)}
+        new: list[str] = []
+        for x in names:
+            if x not in index:
+                index[x] = len(self.ops) + len(new)
+                new.append(x)
+        return np.array([index[x] for x in names], np.int64), new
 
     def add(self, op, children_offsets, children) -> np.ndarray:
         """Add e-nodes (children: existing class ids) and return their classes, hash-consed: an
         e-node equal to an existing one (after canonicalising children), or to an earlier one of
-        the batch, returns that one's class and adds no row. Rebuilds first if unions are pending."""
+        the batch, returns that one's class and adds no row. Rebuilds first if unions are pending.
+        `op` holds operator ids or, where the e-graph names its operators, names: a new name
+        becomes a new operator (appended to `ops`)."""
+        op, new_ops = self._op_ids(op, "add")
+        if new_ops:  # named only once the e-nodes are in: a failed add leaves the names as they were
+            self.ops.extend(new_ops)
+            try:
+                return self._add(op, children_offsets, children)
+            except BaseException:
+                del self.ops[len(self.ops) - len(new_ops):]
+                raise
+        return self._add(op, children_offsets, children)
+
+    def _add(self, op, children_offsets, children) -> np.ndarray:
         self._rebuilt()
         op, offsets, children = _rows(op, children_offsets, children, self.n_classes, "add")
         if self.ops is not None and op.size and int(op.max()) >= len(self.ops):

@@ -94,6 +94,30 @@ SIMULATED = textwrap.dedent('''
     from vyre_numba.graph.bfs import _bfs_gpu, bfs_numpy
     from vyre_numba.graph.csr import check_csr
 
+    kernels = {}
+
+    def launch(step, count, args):
+        k = kernels.get((step, len(args)))
+        if k is None:
+            names = ", ".join(f"a{i}" for i in range(len(args)))
+            src = (f"def k(count, flag, {names}):\\n    i = cuda.grid(1)\\n    if i < count:\\n"
+                   f"        if step(i, {names}):\\n            flag[0] = 1\\n")
+            scope = {"cuda": cuda, "step": cuda.jit(device=True)(step)}
+            exec(src, scope)
+            k = kernels[(step, len(args))] = cuda.jit(scope["k"])
+        flag = cuda.to_device(np.zeros(1, np.int32))
+        if count:
+            k[(count + 31) // 32, 32](count, flag, *args)
+        return int(flag.copy_to_host()[0])
+
+    def until(step, count, args, max_rounds):
+        for _ in range(max_rounds):
+            if not launch(step, count, args):
+                return True
+        return False
+
+    rounds = (launch, until)
+
     class Caps:
         sm_count = 1
 
@@ -114,15 +138,18 @@ SIMULATED = textwrap.dedent('''
         return np.cumsum(indptr), dst[order].astype(np.int32)
     cases = [(1, [], []), (30, range(29), range(1, 30)), (40, rng.integers(0, 40, 60), rng.integers(0, 40, 60)),
              (300, [0] * 299, range(1, 300))]  # a hub of 299 neighbours: expanded by a block
-    done = 0
+    done = tails = 0
     for n, s, d in cases:
         for symmetric in (False, True):
             indptr, indices = csr(n, list(s), list(d), symmetric)
             want = bfs_numpy(check_csr(indptr, indices), 0)
             levels = []
-            got = _bfs_gpu(Backend(), cuda.to_device(indptr), cuda.to_device(indices), n, 0, symmetric, levels)
+            got = _bfs_gpu(Backend(), cuda.to_device(indptr), cuda.to_device(indices), n, 0, symmetric, levels,
+                           rounds=rounds)
             assert np.array_equal(got.copy_to_host(), want), (n, symmetric)
             done += 1
+            tails += "persistent" in levels
+    assert tails >= 2, tails  # the path's 29 levels pass PERSISTENT_AFTER both ways
     print("bfs ok", done)
 ''')
 

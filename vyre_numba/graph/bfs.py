@@ -13,6 +13,7 @@ from ..errors import DispatchError
 from .csr import CSR, check_device_csr, resolve
 
 HUB = 256  # see bfs_kernels.HUB
+PERSISTENT_AFTER = 8  # levels run from the host before a small frontier's remaining levels go on the device
 BOTTOM_UP_ABOVE = 1 / 20  # switch to bottom-up while the frontier holds more than this share of the vertices
 TOP_DOWN_BELOW = 1 / 50  # and back below this share
 
@@ -63,9 +64,15 @@ def bfs(indptr, indices, source: int, *, backend=None, symmetric: bool = False):
 
 
 def _bfs_gpu(be, indptr, indices, n: int, source: int, symmetric: bool, levels: list | None = None,
-             hubs: bool = True):
+             hubs: bool = True, rounds=None):
     """Distances on the device; `levels`, where given, records each level's direction. `hubs`
-    False promises no vertex has more than HUB neighbours (one kernel a top-down level, not two)."""
+    False promises no vertex has more than HUB neighbours (one kernel a top-down level, not two).
+
+    After PERSISTENT_AFTER levels, a small frontier (a long, thin graph: roads, grids, paths) hands
+    the remaining levels to the device: asynchronous relaxation from that frontier (`steps.relax`)
+    run to its fixed point by the fixpoint runner, all rounds in one persistent cooperative launch
+    where the grid fits (else a CUDA graph's while loop), with no host round trip a level.
+    `rounds` (each, until) replaces the fixpoint runner (the CUDA simulator's tests pass theirs)."""
     from ..gpu.numba_launch import launch_quietly
     from ..workqueue import WorkQueue
     from . import bfs_kernels as k
@@ -80,6 +87,11 @@ def _bfs_gpu(be, indptr, indices, n: int, source: int, symmetric: bool, levels: 
         while size:
             share = size / n
             bottom = symmetric and (share > BOTTOM_UP_ABOVE or (bottom and share > TOP_DOWN_BELOW))
+            if level >= PERSISTENT_AFTER and not bottom:
+                _relax_rest(rounds or _fixpoint_rounds(be), indptr, indices, dist, frontier.items, size, n, be)
+                if levels is not None:
+                    levels.append("persistent")
+                break
             if bottom:
                 launch_quietly(k.bottom_up, grid, block, stream, indptr, indices, dist, level, n, nxt.items, nxt.state)
             else:
@@ -93,3 +105,31 @@ def _bfs_gpu(be, indptr, indices, n: int, source: int, symmetric: bool, levels: 
             size = frontier.size()
             level += 1
     return dist
+
+
+def _fixpoint_rounds(be):
+    from .. import fixpoint
+
+    def each(step, count, args):
+        fixpoint.for_each(step, count, args, backend=be)
+
+    def until(step, count, args, max_rounds):
+        return fixpoint.run(step, count, args, max_rounds=max_rounds, backend=be, progress=False).converged
+
+    return each, until
+
+
+def _relax_rest(rounds, indptr, indices, dist, items, size: int, n: int, be) -> None:
+    """The levels after the frontier `items[:size]`, by asynchronous relaxation on the device."""
+    from ..errors import DeviceError
+    from . import steps
+
+    each, until = rounds
+    dirty = be.empty(n, np.uint8)
+    each(steps.clear, n, [dirty])
+    each(steps.mark_items, size, [dirty, items])
+    each(steps.unreached_to_max, n, [dist])
+    if not until(steps.relax, n, [indptr, indices, dist, dirty], min(n + 1, 2**31 - 1)):
+        raise DeviceError(f"BFS relaxation did not settle within {n + 1} rounds on a {n}-vertex graph, which "
+                          "cannot happen for correct distances. Fix: report this with the graph.")
+    each(steps.max_to_unreached, n, [dist])

@@ -5,7 +5,11 @@ The union-find (`find`, `link`, `root`) and its invariants are in `vyre_numba.un
 tree's root is its smallest vertex."""
 from __future__ import annotations
 
+from numba import cuda
+
 from ..unionfind import find, link, root
+
+UNREACHED = 2**31 - 1  # a distance while relaxing (atomic min needs "unreached" to be the largest)
 
 
 def init(v, parent):
@@ -48,3 +52,50 @@ def rest(v, parent, indptr, indices, skip, giant):
     for k in range(indptr[v] + skip, indptr[v + 1]):
         link(parent, v, indices[k])
     return 0
+
+
+def clear(i, a):
+    """a[i] = 0."""
+    a[i] = 0
+    return 0
+
+
+def mark_items(i, flags, items):
+    """flags[items[i]] = 1."""
+    flags[items[i]] = 1
+    return 0
+
+
+def unreached_to_max(v, dist):
+    """-1 (unreached) becomes UNREACHED, so an atomic min can lower it."""
+    if dist[v] < 0:
+        dist[v] = UNREACHED
+    return 0
+
+
+def max_to_unreached(v, dist):
+    """UNREACHED becomes -1 again."""
+    if dist[v] == UNREACHED:
+        dist[v] = -1
+    return 0
+
+
+def relax(u, indptr, indices, dist, dirty):
+    """Asynchronous BFS: if u's distance went down since u last pushed (dirty[u]), offer
+    dist[u] + 1 to each neighbour; a neighbour lowered is marked dirty. Distances only go down,
+    so rounds of this reach the BFS distances in any order of items. Why a plain flag is safe:
+    the pusher's fence orders its lowered distance before its flag, this step's fence orders its
+    cleared flag before its read; if the pusher's flag lands after this clear, u runs again."""
+    if dirty[u] == 0:
+        return 0
+    dirty[u] = 0
+    cuda.threadfence()
+    d = dist[u] + 1
+    changed = 0
+    for k in range(indptr[u], indptr[u + 1]):
+        v = indices[k]
+        if dist[v] > d and cuda.atomic.min(dist, v, d) > d:
+            cuda.threadfence()
+            dirty[v] = 1
+            changed = 1
+    return changed

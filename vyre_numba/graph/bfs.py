@@ -125,11 +125,12 @@ def _relax_rest(rounds, indptr, indices, dist, items, size: int, n: int, be) -> 
     from . import steps
 
     each, until = rounds
-    dirty = be.empty(n, np.uint8)
-    each(steps.clear, n, [dirty])
+    words = -(-n // 32)
+    dirty = be.empty(words, np.uint32)
+    each(steps.clear, words, [dirty])
     each(steps.mark_items, size, [dirty, items])
     each(steps.unreached_to_max, n, [dist])
-    if not until(steps.relax, n, [indptr, indices, dist, dirty], min(n + 1, 2**31 - 1)):
+    if not until(steps.relax, words, [indptr, indices, dist, dirty], min(n + 1, 2**31 - 1)):
         raise DeviceError(f"BFS relaxation did not settle within {n + 1} rounds on a {n}-vertex graph, which "
                           "cannot happen for correct distances. Fix: report this with the graph.")
     each(steps.max_to_unreached, n, [dist])

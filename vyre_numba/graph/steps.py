@@ -5,7 +5,7 @@ The union-find (`find`, `link`, `root`) and its invariants are in `vyre_numba.un
 tree's root is its smallest vertex."""
 from __future__ import annotations
 
-from numba import cuda
+from numba import cuda, uint32
 
 from ..unionfind import find, link, root
 
@@ -60,9 +60,10 @@ def clear(i, a):
     return 0
 
 
-def mark_items(i, flags, items):
-    """flags[items[i]] = 1."""
-    flags[items[i]] = 1
+def mark_items(i, words, items):
+    """Set bit items[i] of the bitset `words` (uint32)."""
+    v = items[i]
+    cuda.atomic.or_(words, v >> 5, uint32(1) << uint32(v & 31))
     return 0
 
 
@@ -80,22 +81,27 @@ def max_to_unreached(v, dist):
     return 0
 
 
-def relax(u, indptr, indices, dist, dirty):
-    """Asynchronous BFS: if u's distance went down since u last pushed (dirty[u]), offer
-    dist[u] + 1 to each neighbour; a neighbour lowered is marked dirty. Distances only go down,
-    so rounds of this reach the BFS distances in any order of items. Why a plain flag is safe:
-    the pusher's fence orders its lowered distance before its flag, this step's fence orders its
-    cleared flag before its read; if the pusher's flag lands after this clear, u runs again."""
-    if dirty[u] == 0:
+def relax(w, indptr, indices, dist, dirty):
+    """Asynchronous BFS over the 32 vertices of bitset word w: each vertex u whose distance went
+    down since it last pushed (its bit in `dirty`) offers dist[u] + 1 to each neighbour; a
+    neighbour lowered gets its bit set. Distances only go down, so rounds of this reach the BFS
+    distances in any order of items; a word an item, so a round over a quiet graph reads n / 32
+    words. The pusher's fence orders its lowered distance before its bit; this step takes the
+    bits by exchange and fences before reading distances, so a bit set after the exchange means
+    its vertex runs again."""
+    if dirty[w] == 0:
         return 0
-    dirty[u] = 0
+    bits = cuda.atomic.exch(dirty, w, uint32(0))
     cuda.threadfence()
-    d = dist[u] + 1
     changed = 0
-    for k in range(indptr[u], indptr[u + 1]):
-        v = indices[k]
-        if dist[v] > d and cuda.atomic.min(dist, v, d) > d:
-            cuda.threadfence()
-            dirty[v] = 1
-            changed = 1
+    for b in range(32):
+        if bits & (uint32(1) << uint32(b)):
+            u = w * 32 + b
+            d = dist[u] + 1
+            for k in range(indptr[u], indptr[u + 1]):
+                v = indices[k]
+                if dist[v] > d and cuda.atomic.min(dist, v, d) > d:
+                    cuda.threadfence()
+                    cuda.atomic.or_(dirty, v >> 5, uint32(1) << uint32(v & 31))
+                    changed = 1
     return changed

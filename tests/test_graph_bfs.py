@@ -200,3 +200,28 @@ def test_gpu_invalid_device_csr_is_refused():
         bfs(backend.upload(a.indptr.astype(np.int64)), bad, 0)
     with pytest.raises(DispatchError, match="source=300.*Fix:"):
         bfs(backend.upload(a.indptr.astype(np.int64)), backend.upload(a.indices.astype(np.int32)), 300)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["cooperative", "graph", "relaunch"])
+def test_gpu_device_tail_agrees_in_every_fixpoint_mode(mode):
+    """The long tail of a grid's levels runs on the device by the fixpoint runner; its step's
+    loops leave warps diverged, which once lost the change flag of lanes other than lane 0 in the
+    graph and relaunch modes (they stopped early, leaving far vertices unreached)."""
+    from vyre_numba import fixpoint
+    from vyre_numba.graph.bfs import _bfs_gpu
+
+    backend = vn.get_backend("cuda")
+
+    def each(step, count, args):
+        fixpoint.for_each(step, count, args, backend=backend)
+
+    def until(step, count, args, max_rounds):
+        return fixpoint.run(step, count, args, max_rounds=max_rounds, mode=mode, backend=backend).converged
+
+    for g in (grid(64, 64), grid(300, 7), GRAPHS["path"]):
+        levels = []
+        got = _bfs_gpu(backend, backend.upload(g.indptr.astype(np.int64)), backend.upload(g.indices.astype(np.int32)),
+                       g.shape[0], 0, True, levels, rounds=(each, until))
+        assert "persistent" in levels
+        assert np.array_equal(backend.download(got), expected(g, 0))

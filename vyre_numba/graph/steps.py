@@ -86,9 +86,10 @@ def relax(w, indptr, indices, dist, dirty):
     down since it last pushed (its bit in `dirty`) offers dist[u] + 1 to each neighbour; a
     neighbour lowered gets its bit set. Distances only go down, so rounds of this reach the BFS
     distances in any order of items; a word an item, so a round over a quiet graph reads n / 32
-    words. The pusher's fence orders its lowered distance before its bit; this step takes the
-    bits by exchange and fences before reading distances, so a bit set after the exchange means
-    its vertex runs again."""
+    words. A pusher lowers all it can, fences once, then sets the bits of the neighbours now at its
+    distance + 1 (its own lowerings among them), so its lowered distances are ordered before its
+    bits; this step takes the bits by exchange and fences before reading distances, so a bit set
+    after the exchange means its vertex runs again."""
     if dirty[w] == 0:
         return 0
     bits = cuda.atomic.exch(dirty, w, uint32(0))
@@ -98,10 +99,16 @@ def relax(w, indptr, indices, dist, dirty):
         if bits & (uint32(1) << uint32(b)):
             u = w * 32 + b
             d = dist[u] + 1
+            lowered = 0
             for k in range(indptr[u], indptr[u + 1]):
                 v = indices[k]
                 if dist[v] > d and cuda.atomic.min(dist, v, d) > d:
-                    cuda.threadfence()
-                    cuda.atomic.or_(dirty, v >> 5, uint32(1) << uint32(v & 31))
-                    changed = 1
+                    lowered = 1
+            if lowered:  # one fence for all of u's pushes, then their bits (a bit too many is harmless)
+                cuda.threadfence()
+                for k in range(indptr[u], indptr[u + 1]):
+                    v = indices[k]
+                    if dist[v] == d:
+                        cuda.atomic.or_(dirty, v >> 5, uint32(1) << uint32(v & 31))
+                changed = 1
     return changed

@@ -137,7 +137,8 @@ SIMULATED = textwrap.dedent('''
         np.add.at(indptr, src + 1, 1)
         return np.cumsum(indptr), dst[order].astype(np.int32)
     cases = [(1, [], []), (30, range(29), range(1, 30)), (40, rng.integers(0, 40, 60), rng.integers(0, 40, 60)),
-             (300, [0] * 299, range(1, 300))]  # a hub of 299 neighbours: expanded by a block
+             (300, [0] * 299, range(1, 300)),  # a hub of 299 neighbours: expanded by a block
+             (120, list(range(9)) + [9] * 110, list(range(1, 10)) + list(range(10, 120)))]  # a hub past level 8
     done = tails = 0
     for n, s, d in cases:
         for symmetric in (False, True):
@@ -157,7 +158,7 @@ SIMULATED = textwrap.dedent('''
 def test_kernels_match_the_twin_under_the_cuda_simulator():
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     out = subprocess.run([sys.executable, "-c", SIMULATED], env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0 and "bfs ok 8" in out.stdout, out.stdout + out.stderr
+    assert out.returncode == 0 and "bfs ok 10" in out.stdout, out.stdout + out.stderr
 
 
 @pytest.mark.gpu

@@ -86,10 +86,9 @@ def relax(w, indptr, indices, dist, dirty):
     down since it last pushed (its bit in `dirty`) offers dist[u] + 1 to each neighbour; a
     neighbour lowered gets its bit set. Distances only go down, so rounds of this reach the BFS
     distances in any order of items; a word an item, so a round over a quiet graph reads n / 32
-    words. A pusher lowers what it can among a vertex's first 32 neighbours, fences once, then sets
-    their bits (later neighbours of a hub: a fence each), so its lowered distances are ordered
-    before its bits; this step takes the bits by exchange and fences before reading distances, so
-    a bit set after the exchange means its vertex runs again."""
+    words. The pusher's fence orders its lowered distance before its bit; this step takes the
+    bits by exchange and fences before reading distances, so a bit set after the exchange means
+    its vertex runs again."""
     if dirty[w] == 0:
         return 0
     bits = cuda.atomic.exch(dirty, w, uint32(0))
@@ -99,21 +98,10 @@ def relax(w, indptr, indices, dist, dirty):
         if bits & (uint32(1) << uint32(b)):
             u = w * 32 + b
             d = dist[u] + 1
-            first = indptr[u]
-            lowered = uint32(0)  # which of u's first 32 neighbours this push lowered
-            for k in range(first, indptr[u + 1]):
+            for k in range(indptr[u], indptr[u + 1]):
                 v = indices[k]
                 if dist[v] > d and cuda.atomic.min(dist, v, d) > d:
+                    cuda.threadfence()
+                    cuda.atomic.or_(dirty, v >> 5, uint32(1) << uint32(v & 31))
                     changed = 1
-                    if k - first < 32:
-                        lowered |= uint32(1) << uint32(k - first)
-                    else:  # a hub's later neighbours: fence and mark one by one
-                        cuda.threadfence()
-                        cuda.atomic.or_(dirty, v >> 5, uint32(1) << uint32(v & 31))
-            if lowered:  # one fence for the first 32, then their bits
-                cuda.threadfence()
-                for j in range(32):
-                    if lowered & (uint32(1) << uint32(j)):
-                        v = indices[first + j]
-                        cuda.atomic.or_(dirty, v >> 5, uint32(1) << uint32(v & 31))
     return changed

@@ -129,20 +129,12 @@ def egraph_case(log2n: int, gpus: list[int], repeats: int) -> dict:
     from dask_cuda import LocalCUDACluster
     from distributed import Client
 
-    from egraph_workload import generate
+    from bench_egraph import workload
     from vyre_numba.distributed import congruence_closure as dclosure
     from vyre_numba.egraph import EGraph, congruence_closure
 
     N = 1 << log2n
-    w = generate(N)
-    a, b = w["a"], w["b"]
-    arity = (a >= 0).astype(np.int64) + (b >= 0).astype(np.int64)
-    offsets = np.concatenate([[0], np.cumsum(arity)]).astype(np.int64)
-    children = np.stack([a, b], 1).ravel()
-    children = children[children >= 0]
-    op = np.where(w["op"] >= 0, w["op"], 6 + np.arange(N)).astype(np.int64)
-    rows = (np.arange(N, dtype=np.int64), op, offsets, children)
-    unions = np.stack([w["ua"], w["ub"]], 1)
+    rows, unions = workload(N)
     row: dict = {"enodes": N}
 
     def one():

@@ -31,7 +31,8 @@ from .unionfind import merge
 @dataclass
 class DistributedStats:
     """What a distributed call did: partitions, the workers and their devices, the union-find's
-    rounds, how many label pairs crossed the cut and were merged, and the wall time."""
+    rounds, how many label pairs crossed the cut and were merged, and the wall time; `extra`
+    holds `owned_ranges`, the vertex range [lo, hi) each partition owns."""
 
     partitions: int
     workers: list
@@ -317,7 +318,9 @@ def connected_components(indptr=None, indices=None, *, client, edges=None, n: in
                              for c, w in zip(cuts, places)]))
     merged = sum(client.gather([cluster.submit(client, _count, s, worker=w, name="cc-count")
                                 for s, w in zip(shards, places)]))
-    return labels, DistributedStats(k, workers, devices, rounds, cut, merged, time.perf_counter() - t0)
+    ranges = [(int(s[2]), int(s[3])) for s in specs]
+    return labels, DistributedStats(k, workers, devices, rounds, cut, merged, time.perf_counter() - t0,
+                                    extra={"owned_ranges": ranges})
 
 
 def _pick(cut: list, q: int) -> np.ndarray:

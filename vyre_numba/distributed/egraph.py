@@ -13,6 +13,11 @@ A round:
 3. Merge: the distributed union-find joins those pairs with every merge made so far; the classes
    whose root changed are the next round's delta. No change: the fixed point.
 
+Where: on a GPU worker the partition (its rows and the canonical map) stays on the device, and
+step 1 runs there (the delta applied, the rows whose children moved found, canonicalised and
+hashed, then compacted), so only the rows sent leave the GPU; the owners' matching (step 2) runs
+with NumPy over what they received, on every backend. CPU workers run step 1 with NumPy too.
+
 Invariants: every worker applies the same deltas, so all copies of the map are equal after step 1;
 a signature kept from an earlier round stays true (merging only makes more e-nodes equal), so old
 entries are never wrong, only redundant; every row whose canonical signature changed is sent again,
@@ -43,8 +48,118 @@ class EPart:
         self.eclass, self.op, self.offsets, self.children, self.canon = eclass, op, offsets, children, canon
 
 
-def _start(eclass, op, offsets, children, n_classes: int) -> EPart:
+def _start(bname, eclass, op, offsets, children, n_classes: int):
+    """(Runs on a worker.) The partition: on a GPU worker its rows and map go to the device."""
+    from ..backend import resolve_backend
+
+    be = resolve_backend(bname)
+    if be.name == "cuda":
+        return DevicePart(be.name, eclass, op, offsets, children, n_classes)
     return EPart(eclass, op, offsets, children, np.arange(n_classes, dtype=np.int64))
+
+
+class DevicePart:
+    """A partition resident on its worker's GPU: rows, the canonical map and a scratch table on
+    the device, the offsets also on the host (they never change). A round makes a new one with a
+    new map (the rows are shared), so Dask may rerun any round's task. Moved to another worker, it
+    travels as host arrays and is uploaded again there."""
+
+    _DEVICE = ("eclass", "op", "offsets_d", "children", "canon", "row_of")
+
+    def __init__(self, bname, eclass, op, offsets, children, n_classes, _from=None):
+        self.bname, self.offsets, self.n_classes = bname, offsets, n_classes
+        if _from is not None:
+            self.__dict__.update({k: getattr(_from, k) for k in self._DEVICE})
+            return
+        ops = self.ops()
+
+        def up(a):  # the device arrays hold at least one element; sizes come from the host offsets
+            return ops.upload(a.astype(np.int32) if a.size else np.zeros(1, np.int32))
+
+        self.eclass, self.op, self.children = up(eclass), up(op), up(children)
+        self.offsets_d = ops.upload(offsets)
+        self.row_of = up(np.repeat(np.arange(op.size, dtype=np.int32), np.diff(offsets)))
+        from ..graph import steps as graph_steps
+
+        self.canon = ops.empty(max(n_classes, 1), np.int32)
+        ops.run(graph_steps.init, n_classes, [self.canon])
+
+    def __getstate__(self):
+        d = dict(self.__dict__)
+        for k in self._DEVICE:
+            if not isinstance(d[k], np.ndarray):
+                d[k] = d[k].copy_to_host()
+        return d
+
+    def ops(self):
+        from ..backend import resolve_backend
+        from .components import Ops
+
+        be = resolve_backend(self.bname)
+        for k in self._DEVICE:
+            if isinstance(getattr(self, k, None), np.ndarray):
+                setattr(self, k, be.upload(getattr(self, k)))
+        return Ops(be)
+
+    @property
+    def n_rows(self) -> int:
+        return self.offsets.size - 1
+
+
+def _send_gpu(p: DevicePart, delta, owners: int, first: bool) -> tuple:
+    """`_send` on the device: the delta applied to the map, the rows whose children moved found,
+    canonicalised and hashed there; only those rows come to the host, to be sent on."""
+    from .. import compaction
+    from . import steps
+
+    ops = p.ops()
+    ids, roots = delta
+    canon = p.canon
+    n, nc, nch = p.n_rows, p.n_classes, int(p.offsets[-1])
+    if ids.size:
+        from ..graph import steps as graph_steps
+
+        table = ops.empty(max(nc, 1), np.int32)
+        ops.run(graph_steps.init, nc, [table])
+        ops.run(steps.assign, ids.size, [table, ops.upload(ids.astype(np.int32)), ops.upload(roots.astype(np.int32))])
+        canon = ops.empty(max(nc, 1), np.int32)
+        ops.run(steps.gather_map, nc, [canon, table, p.canon])
+    q = DevicePart(p.bname, None, None, p.offsets, None, nc, _from=p)
+    q.canon = canon
+    flags = ops.empty(max(n, 1), np.uint8)
+    if first:
+        ops.run(steps.fill_one, n, [flags])
+    elif ids.size:
+        ops.run(steps.dirty_rows, n, [flags, p.offsets_d, p.children, p.canon, canon])
+    else:
+        return q, [_EMPTY_ROWS] * owners, 0
+    chc = ops.empty(max(nch, 1), np.int32)
+    cls = ops.empty(max(n, 1), np.int32)
+    h = ops.empty(max(n, 1), np.uint64)
+    ops.run(steps.canon_rows, n, [chc, cls, p.offsets_d, p.children, p.eclass, canon])
+    ops.run(steps.row_hash, n, [h, p.op, p.offsets_d, chc])
+    cflags = ops.empty(max(nch, 1), np.uint8)
+    ops.run(steps.child_flags, nch, [cflags, p.row_of, flags])
+    f, cf = flags[:n], cflags[:nch]
+    dirty = ops.download(compaction.nonzero(f)).astype(np.int64)
+    op = ops.download(compaction.select(p.op[:n], f)).astype(np.int64)
+    ch = ops.download(compaction.select(chc[:nch], cf)).astype(np.int64)
+    cl = ops.download(compaction.select(cls[:n], f)).astype(np.int64)
+    hh = ops.download(compaction.select(h[:n], f))
+    off = np.zeros(dirty.size + 1, np.int64)
+    np.cumsum(np.diff(p.offsets)[dirty], out=off[1:])
+    rows = (op, off, ch, cl, hh)
+    dest = (hh % np.uint64(owners)).astype(np.int64)
+    return q, [_subset(rows, np.flatnonzero(dest == o)) for o in range(owners)], int(dirty.size)
+
+
+def _apply_delta(cls: np.ndarray, delta) -> np.ndarray:
+    """Classes through the ids -> roots of a delta (ids sorted)."""
+    ids, roots = delta
+    if not ids.size or not cls.size:
+        return cls
+    at = np.minimum(np.searchsorted(ids, cls), ids.size - 1)
+    return np.where(ids[at] == cls, roots[at], cls)
 
 
 def _concat(rows: list) -> tuple:
@@ -63,8 +178,10 @@ def _subset(rows: tuple, keep: np.ndarray) -> tuple:
     return rows[0][keep], off, ch, rows[3][keep], rows[4][keep]
 
 
-def _send(p: EPart, delta, owners: int, first: bool) -> tuple:
+def _send(p, delta, owners: int, first: bool) -> tuple:
     """(the partition with the delta applied, rows to send to each owner, rows sent)."""
+    if isinstance(p, DevicePart):
+        return _send_gpu(p, delta, owners, first)
     ids, roots = delta
     canon = p.canon
     if ids.size:
@@ -90,13 +207,15 @@ def _send(p: EPart, delta, owners: int, first: bool) -> tuple:
     return q, [_subset(rows, np.flatnonzero(dest == o)) for o in range(owners)], int(dirty.size)
 
 
-def _match(kept: tuple, p: EPart, *incoming: tuple) -> tuple:
-    """(the signatures kept after this round, (k, 2) class pairs to merge)."""
+def _match(kept: tuple, delta, *incoming: tuple) -> tuple:
+    """(the signatures kept after this round, (k, 2) class pairs to merge). Kept classes were
+    canonical a round ago: the delta makes them canonical now; the incoming ones already are."""
+    kept = kept[:3] + (_apply_delta(kept[3], delta),) + kept[4:]
     new = _concat(list(incoming))
     if not new[0].size:
         return kept, np.zeros((0, 2), np.int64)
     rows = _concat([kept, new])
-    cls = p.canon[rows[3]]
+    cls = rows[3]
     touched = _sharing_a_hash(rows[4], kept[0].size)
     sub = _subset(rows, touched)
     head = signature_heads(sub[0], sub[1], sub[2])
@@ -151,7 +270,10 @@ def _size(x) -> int:
     return int(x[0].size)
 
 
-def _classes(p: EPart) -> np.ndarray:
+def _classes(p) -> np.ndarray:
+    if isinstance(p, DevicePart):
+        ops = p.ops()
+        return ops.download(p.canon)[ops.download(p.eclass)[:p.n_rows]].astype(np.int64)
     return p.canon[p.eclass]
 
 
@@ -238,7 +360,7 @@ def congruence_closure(egraph_partitions, unions=None, *, client, backend=None, 
                                _ints(u[:, 1], "unions[:, 1]", hi=max(top, 0))], 1)
     k = len(parts)
     places = [workers[i % len(workers)] for i in range(k)]
-    eps = [cluster.submit(client, _start, *parts[i], n_classes, worker=places[i], name="eg-partition")
+    eps = [cluster.submit(client, _start, bname, *parts[i], n_classes, worker=places[i], name="eg-partition")
            for i in range(k)]
     kept = [cluster.submit(client, lambda: _EMPTY_ROWS, worker=places[i], name="eg-kept") for i in range(k)]
     mapping = cluster.submit(client, _no_mapping, worker=places[0], name="eg-mapping")
@@ -255,7 +377,7 @@ def congruence_closure(egraph_partitions, unions=None, *, client, backend=None, 
                 for i in range(k)]
         eps = [cluster.part(client, s, 0, w, "eg-partition") for s, w in zip(sent, places)]
         out = [cluster.part(client, s, 1, w, "eg-out") for s, w in zip(sent, places)]
-        matched = [cluster.submit(client, _match, kept[o], eps[o],
+        matched = [cluster.submit(client, _match, kept[o], delta,
                                   *[cluster.part(client, out[i], o, places[i], "eg-to") for i in range(k)],
                                   worker=places[o], name="eg-match") for o in range(k)]
         kept = [cluster.part(client, m, 0, w, "eg-kept") for m, w in zip(matched, places)]

@@ -2,6 +2,8 @@
 imported only where a GPU or the CUDA simulator runs them)."""
 from __future__ import annotations
 
+from ..egraph.kernels import signature
+
 
 def clear(i, a):
     """a[i] = 0."""
@@ -54,4 +56,46 @@ def assign(i, table, ids, values):
 def relabel(i, out, table, labels, lo):
     """out[i] = table[labels[lo + i]]: an owned vertex's final label through its local one."""
     out[i] = table[labels[lo + i]]
+    return 0
+
+
+def fill_one(i, a):
+    """a[i] = 1."""
+    a[i] = 1
+    return 0
+
+
+def gather_map(c, new, table, old):
+    """new[c] = table[old[c]]: a class's root through this round's merges."""
+    new[c] = table[old[c]]
+    return 0
+
+
+def dirty_rows(r, flags, off, ch, old, new):
+    """flags[r] = 1 if a child of row r changed root (old -> new map)."""
+    for k in range(off[r], off[r + 1]):
+        if old[ch[k]] != new[ch[k]]:
+            flags[r] = 1
+            return 0
+    flags[r] = 0
+    return 0
+
+
+def canon_rows(r, chc, cls, off, ch, eclass, canon):
+    """Row r's children and class through the canonical map."""
+    for k in range(off[r], off[r + 1]):
+        chc[k] = canon[ch[k]]
+    cls[r] = canon[eclass[r]]
+    return 0
+
+
+def row_hash(r, h, op, off, chc):
+    """h[r]: the signature hash of row r (the host's `signature_hash`, bit for bit)."""
+    h[r] = signature(op, off, chc, r)
+    return 0
+
+
+def child_flags(j, cflags, row_of, flags):
+    """cflags[j] = flags of the row child j belongs to."""
+    cflags[j] = flags[row_of[j]]
     return 0

@@ -2,10 +2,9 @@
 same Afforest phases as on the device, each step launched over its items, against the NumPy twin."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
+
+from simulated import run_script
 
 SCRIPT = textwrap.dedent('''
     import numpy as np
@@ -13,18 +12,9 @@ SCRIPT = textwrap.dedent('''
     from vyre_numba.graph.components import afforest, components_numpy
     from vyre_numba.graph.csr import check_csr
 
-    kernels = {}
+    from simulated import SimOps
 
-    def run(step, count, args):
-        k = kernels.get((step, len(args)))
-        if k is None:
-            src = ("def k(count, " + ", ".join(f"a{i}" for i in range(len(args))) + "):\\n"
-                   "    i = cuda.grid(1)\\n    if i < count:\\n        step(i, "
-                   + ", ".join(f"a{i}" for i in range(len(args))) + ")\\n")
-            scope = {"cuda": cuda, "step": step}
-            exec(src, scope)
-            k = kernels[(step, len(args))] = cuda.jit(scope["k"])
-        k[(count + 31) // 32, 32](count, *args)
+    run = SimOps().run
 
     def csr(n, src, dst, both=True):
         src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
@@ -56,7 +46,6 @@ SCRIPT = textwrap.dedent('''
 
 
 def test_afforest_steps_match_the_numpy_twin_under_the_cuda_simulator():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    out = run_script(SCRIPT, 600)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("ok ") == 18

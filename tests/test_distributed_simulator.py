@@ -3,51 +3,17 @@ owner, final relabelling) as Numba kernels under the CUDA simulator (CI has no G
 one process the way the workers compose them, against the NumPy labels."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
+
+from simulated import run_script
 
 SCRIPT = textwrap.dedent('''
     import numpy as np
     from numba import cuda
-    from vyre_numba.distributed import components as dc, unionfind as uf
+    from vyre_numba.distributed import components as dc
     from vyre_numba.graph.components import components_of_edges
 
-    kernels = {}
-
-    class SimOps:
-        def run(self, step, count, args):
-            k = kernels.get((step, len(args)))
-            if k is None:
-                names = ", ".join(f"a{i}" for i in range(len(args)))
-                src = (f"def k(count, {names}):\\n    i = cuda.grid(1)\\n    if i < count:\\n"
-                       f"        step(i, {names})\\n")
-                scope = {"cuda": cuda, "step": cuda.jit(device=True)(step)}
-                exec(src, scope)
-                k = kernels[(step, len(args))] = cuda.jit(scope["k"])
-            if count:
-                k[(count + 31) // 32, 32](count, *args)
-
-        def empty(self, n, dt):
-            return cuda.device_array(n, dt)
-
-        def upload(self, a):
-            return cuda.to_device(np.ascontiguousarray(a))
-
-        def download(self, a):
-            return a.copy_to_host()
-
-    def merged(shards):
-        keys = uf._keys(*shards)
-        pairs = [uf._positions(s, keys) for s in shards]
-        parent = uf._identity(keys)
-        while True:
-            out = [uf._hooks(p, parent) for p in pairs]
-            parent, count = uf._apply(parent, *[o[0] for o in out])
-            pairs = [o[1] for o in out]
-            if count == 0:
-                return uf._mapping(keys, parent)
+    from simulated import SimOps, merged
 
     ops = SimOps()
     rng = np.random.default_rng(0)
@@ -102,58 +68,21 @@ SCRIPT = textwrap.dedent('''
 
 
 def test_distributed_components_phases_under_the_cuda_simulator():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=900)
+    out = run_script(SCRIPT, 900)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("ok ") == 11
 
 
 EGRAPH_SCRIPT = textwrap.dedent('''
-    import sys
     import numpy as np
-    from numba import cuda
-    sys.path.insert(0, "tests")
     from egraph_cases import chain_pair, random_egraph, bucket
-    from vyre_numba.distributed import egraph as de, unionfind as uf
+    from vyre_numba.distributed import egraph as de
     from vyre_numba.egraph import EGraph, congruence_closure
 
-    kernels = {}
-
-    class SimOps:
-        def run(self, step, count, args):
-            k = kernels.get((step, len(args)))
-            if k is None:
-                names = ", ".join(f"a{i}" for i in range(len(args)))
-                src = (f"def k(count, {names}):\\n    i = cuda.grid(1)\\n    if i < count:\\n"
-                       f"        step(i, {names})\\n")
-                scope = {"cuda": cuda, "step": cuda.jit(device=True)(step)}
-                exec(src, scope)
-                k = kernels[(step, len(args))] = cuda.jit(scope["k"])
-            if count:
-                k[(count + 31) // 32, 32](count, *args)
-
-        def empty(self, n, dt):
-            return cuda.device_array(n, dt)
-
-        def upload(self, a):
-            return cuda.to_device(np.ascontiguousarray(a))
-
-        def download(self, a):
-            return a.copy_to_host()
+    from simulated import SimOps, merged
 
     sim = SimOps()
     de.DevicePart.ops = lambda self: sim
-
-    def merged(shards):
-        keys = uf._keys(*shards)
-        pairs = [uf._positions(s, keys) for s in shards]
-        parent = uf._identity(keys)
-        while True:
-            out = [uf._hooks(p, parent) for p in pairs]
-            parent, count = uf._apply(parent, *[o[0] for o in out])
-            pairs = [o[1] for o in out]
-            if count == 0:
-                return uf._mapping(keys, parent)
 
     def closure(parts, unions, device):
         nc = max(int(p[0].max(initial=-1)) for p in parts) + 1
@@ -190,8 +119,6 @@ EGRAPH_SCRIPT = textwrap.dedent('''
 
 
 def test_distributed_egraph_device_phases_under_the_cuda_simulator():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    out = subprocess.run([sys.executable, "-c", EGRAPH_SCRIPT], env=env, capture_output=True, text=True, timeout=900,
-                         cwd=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    out = run_script(EGRAPH_SCRIPT, 900)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("ok egraph") == 4

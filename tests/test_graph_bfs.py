@@ -2,9 +2,6 @@
 CUDA simulator, and a clear error for every bad call."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -15,6 +12,8 @@ from scipy.sparse.csgraph import shortest_path
 import vyre_numba as vn
 from vyre_numba.errors import DispatchError
 from vyre_numba.graph import bfs
+
+from simulated import run_script
 
 
 def coo(n, src, dst, symmetric=False):
@@ -94,29 +93,10 @@ SIMULATED = textwrap.dedent('''
     from vyre_numba.graph.bfs import _bfs_gpu, bfs_numpy
     from vyre_numba.graph.csr import check_csr
 
-    kernels = {}
+    from simulated import SimOps
 
-    def launch(step, count, args):
-        k = kernels.get((step, len(args)))
-        if k is None:
-            names = ", ".join(f"a{i}" for i in range(len(args)))
-            src = (f"def k(count, flag, {names}):\\n    i = cuda.grid(1)\\n    if i < count:\\n"
-                   f"        if step(i, {names}):\\n            flag[0] = 1\\n")
-            scope = {"cuda": cuda, "step": cuda.jit(device=True)(step)}
-            exec(src, scope)
-            k = kernels[(step, len(args))] = cuda.jit(scope["k"])
-        flag = cuda.to_device(np.zeros(1, np.int32))
-        if count:
-            k[(count + 31) // 32, 32](count, flag, *args)
-        return int(flag.copy_to_host()[0])
-
-    def until(step, count, args, max_rounds):
-        for _ in range(max_rounds):
-            if not launch(step, count, args):
-                return True
-        return False
-
-    rounds = (launch, until)
+    sim = SimOps()
+    rounds = (sim.run, sim.until)
 
     class Caps:
         sm_count = 1
@@ -156,8 +136,7 @@ SIMULATED = textwrap.dedent('''
 
 
 def test_kernels_match_the_twin_under_the_cuda_simulator():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    out = subprocess.run([sys.executable, "-c", SIMULATED], env=env, capture_output=True, text=True, timeout=600)
+    out = run_script(SIMULATED, 600)
     assert out.returncode == 0 and "bfs ok 10" in out.stdout, out.stdout + out.stderr
 
 

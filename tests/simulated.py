@@ -1,0 +1,71 @@
+"""The CUDA simulator's stand-in for the fixpoint runner and a backend's buffers, shared by the
+tests that run device steps under NUMBA_ENABLE_CUDASIM=1 (imported inside their subprocess, whose
+working directory is this folder)."""
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+
+class SimOps:
+    """`run(step, count, args)` launches the step over items 0..count-1 and says whether one
+    changed something; `until` repeats it to a fixed point; `empty`, `upload`, `download`."""
+
+    def __init__(self) -> None:
+        self._kernels: dict = {}
+
+    def run(self, step, count: int, args) -> int:
+        k = self._kernels.get((step, len(args)))
+        if k is None:
+            names = ", ".join(f"a{i}" for i in range(len(args)))
+            src = (f"def k(count, flag, {names}):\n    i = cuda.grid(1)\n    if i < count:\n"
+                   f"        if step(i, {names}):\n            flag[0] = 1\n")
+            scope = {"cuda": cuda, "step": cuda.jit(device=True)(step)}
+            exec(src, scope)
+            k = self._kernels[(step, len(args))] = cuda.jit(scope["k"])
+        flag = cuda.to_device(np.zeros(1, np.int32))
+        if count:
+            k[(count + 31) // 32, 32](count, flag, *args)
+        return int(flag.copy_to_host()[0])
+
+    def until(self, step, count: int, args, max_rounds: int) -> bool:
+        for _ in range(max_rounds):
+            if not self.run(step, count, args):
+                return True
+        return False
+
+    def empty(self, n: int, dtype):
+        return cuda.device_array(n, dtype)
+
+    def upload(self, a):
+        return cuda.to_device(np.ascontiguousarray(a))
+
+    def download(self, a) -> np.ndarray:
+        return a.copy_to_host()
+
+
+def merged(shards: list) -> tuple:
+    """`vyre_numba.distributed.unionfind.merge` without Dask: the same round functions, one process."""
+    from vyre_numba.distributed import unionfind as uf
+
+    keys = uf._keys(*shards)
+    pairs = [uf._positions(s, keys) for s in shards]
+    parent = uf._identity(keys)
+    while True:
+        out = [uf._hooks(p, parent) for p in pairs]
+        parent, count = uf._apply(parent, *[o[0] for o in out])
+        pairs = [o[1] for o in out]
+        if count == 0:
+            return uf._mapping(keys, parent)
+
+
+def run_script(script: str, timeout: int = 900):
+    """Run a test's script under the simulator in a subprocess whose working directory is this
+    folder (so it imports this module and the tests' case generators)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=timeout,
+                          cwd=os.path.dirname(os.path.abspath(__file__)))

@@ -76,10 +76,12 @@ SIMULATED = textwrap.dedent('''
     import numpy as np
     from numba import cuda
     from vyre_numba import compaction
+    from vyre_numba.errors import CapacityError, DeviceTimeoutError
+    from vyre_numba.compaction.kernels import flag_nonzero
+    from vyre_numba.compaction.select import EPOCHS, TILE, word_view
     rng = np.random.default_rng(0)
     rec_t = np.dtype([("a", "i4"), ("b", "f8"), ("c", "u1")])
-    from vyre_numba.compaction.select import TILE
-    for n in (0, 1, 7, TILE + 1):
+    for n in (0, 1, 7, TILE + 1, 2 * TILE + 3):
         vals = rng.integers(0, 1000, n).astype(np.int32)
         flags = rng.random(n) < 0.3
         got = compaction.select(cuda.to_device(vals), cuda.to_device(flags)).copy_to_host()
@@ -92,7 +94,34 @@ SIMULATED = textwrap.dedent('''
         rec["a"], rec["b"], rec["c"] = vals, vals / 3, vals % 7
         got = compaction.select(cuda.to_device(rec), cuda.to_device(flags)).copy_to_host()
         assert got.dtype == rec.dtype and np.array_equal(got, rec[flags]), n
+        assert np.array_equal(compaction.read_compacted(cuda.to_device(rec), cuda.to_device(flags)), rec[flags])
+        if flags.sum() > 1:
+            try:
+                compaction.read_compacted(cuda.to_device(vals), cuda.to_device(flags), capacity=int(flags.sum()) - 1)
+                raise AssertionError("no CapacityError")
+            except CapacityError as e:
+                assert e.needed == flags.sum()
         print("ok", n)
+
+    # a tile whose predecessor never publishes gives up at the bound, and the selector recovers
+    n = 3 * TILE
+    vals, flags = np.arange(n, dtype=np.uint32), np.arange(n) % 3 == 0
+    dv, df, out = cuda.to_device(vals), cuda.to_device(flags), cuda.device_array(n, np.uint32)
+    sel = compaction.Selector(spin_limit=20)
+    sel.run(flag_nonzero, df, n, word_view(dv, n), word_view(out, n), n)
+    sel._ticket -= 1  # the tiles are numbered from 1: tile 0 never comes
+    try:
+        sel.run(flag_nonzero, df, n, word_view(dv, n), word_view(out, n), n)
+        raise AssertionError("no DeviceTimeoutError")
+    except DeviceTimeoutError as e:
+        assert "Fix:" in str(e)
+    assert sel.run(flag_nonzero, df, n, word_view(dv, n), word_view(out, n), n) == flags.sum()
+    assert np.array_equal(out.copy_to_host()[:flags.sum()], vals[flags])
+    sel._epoch = EPOCHS - 2  # the epochs run out: fresh status words, same results
+    for _ in range(3):
+        assert sel.run(flag_nonzero, df, n, word_view(dv, n), word_view(out, n), n) == flags.sum()
+        assert np.array_equal(out.copy_to_host()[:flags.sum()], vals[flags])
+    print("ok recovers")
 ''')
 
 
@@ -100,7 +129,7 @@ def test_kernels_match_the_twins_under_the_cuda_simulator():
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     out = subprocess.run([sys.executable, "-c", SIMULATED], env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.count("ok ") == 4
+    assert out.stdout.count("ok ") == 6
 
 
 # ---- the GPU ------------------------------------------------------------------------------------
@@ -234,3 +263,45 @@ def test_gpu_selector_owns_its_buffers_and_runs_on_a_given_stream():
     with pytest.raises(DispatchError, match="closed.*Fix:"):
         s.run(flag_nonzero, cuda.to_device(flags), 5000, None, out, 5000)
     assert compaction.select(cuda.to_device(x), cuda.to_device(flags), stream=stream).shape == (2500,)
+
+
+@pytest.mark.gpu
+def test_gpu_a_stuck_look_back_gives_up_and_the_selector_recovers():
+    from numba import cuda
+
+    from vyre_numba.compaction.kernels import flag_nonzero
+    from vyre_numba.compaction.select import EPOCHS, word_view
+    from vyre_numba.errors import DeviceTimeoutError
+
+    n = 1 << 22
+    x = np.arange(n, dtype=np.uint32)
+    flags = x % 3 == 0
+    dv, df, out = cuda.to_device(x), cuda.to_device(flags), cuda.device_array(n, np.uint32)
+    with compaction.Selector(spin_limit=1000) as s:
+        s._ticket -= 1  # the tiles are numbered from 1: tile 0 never comes, and every tile after it waits
+        with pytest.raises(DeviceTimeoutError, match="waited past its bound.*Fix:"):
+            s.run(flag_nonzero, df, n, word_view(dv, n), word_view(out, n), n)
+        assert s.run(flag_nonzero, df, n, word_view(dv, n), word_view(out, n), n) == flags.sum()
+        assert np.array_equal(out.copy_to_host()[:flags.sum()], x[flags])
+        s._epoch = EPOCHS - 2
+        for _ in range(3):
+            out2 = cuda.device_array(n, np.uint32)
+            assert s.run(flag_nonzero, df, n, word_view(dv, n), word_view(out2, n), n) == flags.sum()
+            assert np.array_equal(out2.copy_to_host()[:flags.sum()], x[flags])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("log_n", [24, 26])
+def test_gpu_large_selects_in_many_tiles_stay_in_order(log_n):
+    from numba import cuda
+
+    n = 1 << log_n
+    rng = np.random.default_rng(log_n)
+    x = rng.integers(0, 2**31 - 1, n, dtype=np.int32)
+    dx = cuda.to_device(x)
+    for density in (0.001, 0.5, 0.999):
+        flags = rng.random(n) < density
+        df = cuda.to_device(flags)
+        for _ in range(3):  # repeated calls reuse the status words by epoch
+            assert np.array_equal(compaction.select(dx, df).copy_to_host(), x[flags])
+        assert np.array_equal(compaction.nonzero(df).copy_to_host(), np.flatnonzero(flags))

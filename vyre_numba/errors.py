@@ -38,7 +38,11 @@ class DeviceError(VyreError):
     """The CUDA driver reported an error while running a kernel."""
 
 
-class BarrierTimeoutError(DeviceError):
+class DeviceTimeoutError(DeviceError):
+    """A bounded wait on the device ran past its bound and gave up instead of hanging the GPU."""
+
+
+class BarrierTimeoutError(DeviceTimeoutError):
     """A grid barrier on the device waited past its bound: not every block arrived."""
 
 

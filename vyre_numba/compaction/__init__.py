@@ -124,8 +124,8 @@ _SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 
 def _selector(stream) -> Selector:
-    """The selector of this stream and thread: a selector's scratch (tile counts, control words) is
-    written by every call, so two threads (Dask workers run several) must never share one."""
+    """The selector of this stream and thread: a selector's look-back state is written by every
+    call, so two threads (Dask workers run several) must never share one."""
     key = (0 if stream is None else int(stream.handle.value if hasattr(stream.handle, "value") else stream.handle or 0),
            threading.get_ident())
     s = _SELECTORS.get(key)
@@ -136,35 +136,62 @@ def _selector(stream) -> Selector:
     return s
 
 
-def _output(sel: Selector, count: int, dtype):
-    """The output array of a device compaction: from the stream-ordered pool on the legacy default
-    stream (a microsecond, not the tens Numba's allocation costs), else Numba's."""
+def _address(a) -> int:
+    """The device address of a device array's first element."""
+    ptr = getattr(a, "device_ctypes_pointer", None)
+    if ptr is not None and hasattr(a, "gpu_data"):
+        return ptr.value or 0
+    return a.__cuda_array_interface__["data"][0] or 0
+
+
+def _words(a, n: int, dt: np.dtype, address: int | None = None):
+    """The n items of device array `a` (or of the memory at `address`) as (n, w) unsigned words,
+    for the kernel: a raw view on the GPU, Numba's view under the simulator."""
+    from .select import word_type, word_view
+
+    if _SIM:
+        return word_view(_dev(a), n)
+    from ..gpu.numba_launch import RawArray
+
+    word, w = word_type(dt)
+    return RawArray(_address(a) if address is None else address, (n, w), word)
+
+
+def _exact(sel: Selector, flag_of, src, n: int, words, dt: np.dtype):
+    """The kept items (of `words`, or their indices where None) as a device array of exactly their
+    number: the count first (a pass over the flags, one synchronisation), then the selection
+    into an output from the stream-ordered pool on the legacy default stream (a microsecond,
+    where Numba's allocation costs tens), else from Numba."""
     from numba import cuda
 
     from ..gpu.numba_launch import stream_handle
 
-    if count and not _SIM and stream_handle(sel.stream) == 0:
-        from ..gpu.memory import pooled_array
+    count = sel.count(flag_of, src, n)
+    if count == 0:
+        return cuda.device_array(0, dt)
+    if _SIM or stream_handle(sel.stream) != 0:
+        out = cuda.device_array(count, dt, stream=sel.stream)
+        sel.enqueue(flag_of, src, n, words, _words(out, count, dt), count)
+        return out
+    from ..gpu.memory import pool_alloc, pool_free, pooled_array
 
-        return pooled_array(count, dtype)
-    return cuda.device_array(count, dtype, stream=sel.stream)
+    address = pool_alloc(count * dt.itemsize)
+    try:
+        sel.enqueue(flag_of, src, n, words, _words(None, count, dt, address), count)
+    except BaseException:
+        pool_free(address)
+        raise
+    return pooled_array(count, dt, address)
 
 
 def _device_select(values, src, flag_of, n: int, stream):
     """The kept values of a device select, as a device array of exactly their number."""
     from numba import cuda
 
-    from .select import word_view
-
     dt = _dtype(values)
     if n == 0:
         return cuda.device_array(0, dt)
-    sel = _selector(stream)
-    count, write = sel.counted(flag_of, src, n, word_view(_dev(values), n))
-    out = _output(sel, count, dt)
-    if count:
-        write(word_view(out, count), count)
-    return out
+    return _exact(_selector(stream), flag_of, src, n, _words(values, n, dt), dt)
 
 
 def select(values, flags, *, stream=None):
@@ -177,7 +204,7 @@ def select(values, flags, *, stream=None):
         return select_numpy(values, flags)
     from .kernels import flag_nonzero
 
-    return _device_select(values, _dev(flags), flag_nonzero, n, stream)
+    return _device_select(values, _dev(flags) if _SIM else flags, flag_nonzero, n, stream)
 
 
 def select_if(values, predicate: Callable, *, stream=None):
@@ -192,7 +219,7 @@ def select_if(values, predicate: Callable, *, stream=None):
         return _compiled(lambda: select_if_numpy(values, predicate), "predicate")
     from .kernels import predicate_flag
 
-    v = _dev(values)
+    v = _dev(values) if _SIM else values
     return _compiled(lambda: _device_select(values, v, predicate_flag(predicate), n, stream), "predicate")
 
 
@@ -207,12 +234,7 @@ def nonzero(flags, *, stream=None):
 
     if n == 0:
         return cuda.device_array(0, np.int64)
-    sel = _selector(stream)
-    count, write = sel.counted(flag_nonzero, _dev(flags), n, None)
-    out = _output(sel, count, np.int64)
-    if count:
-        write(out.reshape(count, 1), count)
-    return out
+    return _exact(_selector(stream), flag_nonzero, _dev(flags) if _SIM else flags, n, None, np.dtype(np.int64))
 
 
 _STAGING: dict = {}
@@ -242,22 +264,26 @@ def read_compacted(values, flags, *, capacity: int | None = None, stream=None) -
     if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer))
                                  or capacity < 0):
         raise DispatchError(f"capacity={capacity!r} is not a count of records. Fix: pass an int >= 0 or None.")
-    from numba import cuda
-
     from .kernels import flag_nonzero
-    from .select import word_type, word_view
 
     dt = _dtype(values)
     room = n if capacity is None else min(int(capacity), n)
     if n == 0:
         return np.zeros(0, dt)
-    buf, ptr = _staging(room * dt.itemsize)
-    word, w = word_type(dt)
-    out = cuda.from_cuda_array_interface({"shape": (room, w), "typestr": word.str, "data": (ptr, False),
-                                          "version": 2, "strides": None}, owner=buf, sync=False)
-    v = _dev(values)
-    count = _selector(stream).run(flag_nonzero, _dev(flags), n, word_view(v, n), out, room)
+    src = _dev(flags) if _SIM else flags
+    if _SIM:  # the simulator has no mapped memory: a device array, copied back
+        from numba import cuda
+
+        from .select import word_type
+
+        word, w = word_type(dt)
+        out = cuda.device_array((room, w), word)
+        count = _selector(stream).run(flag_nonzero, src, n, _words(values, n, dt), out, room)
+        kept = out.copy_to_host().reshape(-1).view(np.uint8)
+    else:
+        kept, ptr = _staging(room * dt.itemsize)
+        count = _selector(stream).run(flag_nonzero, src, n, _words(values, n, dt), _words(None, room, dt, ptr), room)
     if capacity is not None and count > capacity:
         raise CapacityError(f"{count} records are selected, more than capacity={capacity}. Fix: call again with "
                             f"capacity >= {count} (or capacity=None); the inputs are unchanged.", needed=count)
-    return np.asarray(buf)[:count * dt.itemsize].view(dt).copy()
+    return np.asarray(kept)[:count * dt.itemsize].view(dt).copy()

@@ -88,7 +88,7 @@ class DeviceEGraph:
         self.slot = cuda.to_device(np.full(self.n, -1, np.int32))
         self.ctl = cuda.to_device(np.zeros(4, np.int64))
         self._ctl_host = cuda.pinned_array(4, np.int64)
-        self._work = None  # the round's row list, grown as needed
+        self._work = None  # the round's row list, room for every row
         self._selector = None  # the worklist's compaction, made on first use
         self._launches: dict = {}  # kernel name -> NumbaLaunch, owned by this e-graph
         self.nch = int(children.size)
@@ -209,7 +209,7 @@ class DeviceEGraph:
         self.used = 0
 
     def _worklist(self, clock: _PhaseClock, inserted: bool):
-        """(number of flagged rows, the enqueued write of their indices, the last insert's control
+        """(number of flagged rows, written in order into the work list; the last insert's control
         words or None): one synchronisation."""
         from .. import compaction
         from ..compaction.kernels import flag_nonzero
@@ -217,13 +217,17 @@ class DeviceEGraph:
         clock.start()
         if self._selector is None:
             self._selector = compaction.Selector()
-        write = self._selector.enqueue(flag_nonzero, self.rowflag, self.n, None) if self.n else None
+        if self._work is None or self._work.size < self.n:  # each row at most once; a view costs host time
+            self._work = self._cuda.device_array(max(2 * self.n, 1024), np.int64)
+            self._work2 = self._work.reshape(self._work.size, 1)
+        if self.n:
+            self._selector.enqueue(flag_nonzero, self.rowflag, self.n, None, self._work2, self.n)
         if inserted:
             self.ctl.copy_to_host(self._ctl_host, stream=self._selector.stream)
         clock.lap("worklist")
         count = self._selector.total() if self.n else 0
         clock.collect()
-        return count, write, (self._ctl_host.copy() if inserted else None)
+        return count, (self._ctl_host.copy() if inserted else None)
 
     def rebuild(self, max_rounds: int | None = None, on_round=None) -> dict:
         """Restore congruence (see the module docstring); rounds, unions, nodes_touched, converged,
@@ -238,7 +242,7 @@ class DeviceEGraph:
         clock.start()
         self._compress(clock)  # unions made since the last rebuild flag their parents
         while True:
-            count, write, ctl = self._worklist(clock, inserted)
+            count, ctl = self._worklist(clock, inserted)
             if inserted:
                 inserted = False
                 unions += int(ctl[kernels.UNIONS])
@@ -255,13 +259,7 @@ class DeviceEGraph:
             if self.used + count > self.capacity // 2:  # tombstones and rows past half: a fresh table
                 self._clear_table(_pow2(max(self.capacity, 4 * (self.n + 1))))
                 continue
-            if self._work is None or self._work.size < count:
-                self._work = cuda.device_array(max(count, self.n), np.int64)
-                self._work2 = self._work.reshape(self._work.size, 1)  # made once: a view costs host time
             work, n_work = self._work, np.int64(count)
-            clock.start()
-            write(self._work2, count)
-            clock.lap("worklist")
             b = _blocks(count)
             self._k("rewrite")(b, THREADS, work, n_work, self.canon, self.off, self.ch, self.cls, self.table, self.slot,
                                self.rowflag, self.ctl)

@@ -43,25 +43,46 @@ def _pool(device_id: int):
         return pool
 
 
-def _free(ptr: int) -> None:
+def pool_free(address: int) -> None:
+    """Give memory from `pool_alloc` back to the pool (stream-ordered on the legacy default stream)."""
     from cuda.bindings import driver as drv
 
-    drv.cuMemFreeAsync(drv.CUdeviceptr(ptr), drv.CUstream(0))  # at interpreter exit the context may be gone
+    drv.cuMemFreeAsync(drv.CUdeviceptr(address), drv.CUstream(0))  # at interpreter exit the context may be gone
 
 
-def pooled_array(n: int, dtype) -> "object":
-    """A 1-D numba device array of `n` items of `dtype` from the pool, ordered on the legacy
-    default stream; freed (stream-ordered) when the array is garbage collected."""
-    from cuda.bindings import driver as drv
+_CONTEXT: list = []
+
+
+def _context():
     from numba import cuda
+
+    ctx = cuda.current_context()
+    if not _CONTEXT or _CONTEXT[0] is not ctx:
+        _CONTEXT[:] = [ctx, _pool(ctx.device.id)]
+    return _CONTEXT
+
+
+def pool_alloc(nbytes: int) -> int:
+    """The address of `nbytes` (at least 1) of device memory from the pool of the current
+    device, ordered on the legacy default stream; owned by the caller (`pooled_array` or `pool_free`)."""
+    from cuda.bindings import driver as drv
+
+    err, ptr = drv.cuMemAllocFromPoolAsync(max(int(nbytes), 1), _context()[1], drv.CUstream(0))
+    _check(err, f"allocating {nbytes} bytes on the device")
+    return int(ptr)
+
+
+def pooled_array(n: int, dtype, address: int | None = None) -> "object":
+    """A 1-D numba device array of `n` items of `dtype` from the pool (at `address`, from
+    `pool_alloc`, when given; it then owns that memory), ordered on the legacy default stream;
+    freed (stream-ordered) when the array is garbage collected."""
+    from cuda.bindings import driver as drv
     from numba.cuda.cudadrv.devicearray import DeviceNDArray
     from numba.cuda.cudadrv.driver import MemoryPointer
 
     dtype = np.dtype(dtype)
     size = max(int(n) * dtype.itemsize, 1)
-    ctx = cuda.current_context()
-    err, ptr = drv.cuMemAllocFromPoolAsync(size, _pool(ctx.device.id), drv.CUstream(0))
-    _check(err, f"allocating {size} bytes on the device")
-    address = int(ptr)
-    mem = MemoryPointer(ctx, drv.CUdeviceptr(address), size, finalizer=lambda: _free(address))
+    if address is None:
+        address = pool_alloc(size)
+    mem = MemoryPointer(_context()[0], drv.CUdeviceptr(address), size, finalizer=lambda: pool_free(address))
     return DeviceNDArray((int(n),), (dtype.itemsize,), dtype, gpu_data=mem)

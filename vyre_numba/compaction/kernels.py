@@ -15,7 +15,8 @@ from numba import cuda, int32, int64, uint8, uint32, uint64
 from .select import AGGREGATE, EPOCH_SHIFT, FLAG_SHIFT, ITEMS, PREFIX, THREADS, TILE, VALUE_MASK
 
 WARPS = THREADS // 32
-PER_LANE = ITEMS * WARPS // 32  # (item row, warp) counts a lane of warp 0 scans
+SLOTS = ITEMS * WARPS  # (item row, warp) counts of a tile
+PER_LANE = SLOTS // 32  # of them a lane of warp 0 scans
 FULL = 0xFFFFFFFF
 _SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
@@ -81,7 +82,7 @@ if _SIM:
         """Exclusive scan of the tile's (row, warp) counts in place; the tile's total (lane 0)."""
         run = 0
         if lane == 0:
-            for s in range(ITEMS * WARPS):
+            for s in range(SLOTS):
                 c = counts[s]
                 counts[s] = run
                 run += c
@@ -237,7 +238,7 @@ def select_kernel(flag_of: Callable, emit: Callable):
         tid = cuda.threadIdx.x
         lane, warp = tid % 32, tid // 32
         votes = cuda.shared.array(THREADS, uint8)  # used by the simulator's vote only
-        counts = cuda.shared.array(ITEMS * WARPS, int32)  # per (row, warp): kept items, then their offset
+        counts = cuda.shared.array(SLOTS, int32)  # per (row, warp): kept items, then their offset
         tile_of = cuda.shared.array(2, int64)  # the tile, the kept count before it
         if tid == 0:
             tile_of[0] = cuda.atomic.add(ctl, 0, int64(1)) - base

@@ -38,11 +38,6 @@ def write_index(out, j, words, i):
 
 
 @cuda.jit(device=True)
-def read_status(status, j):
-    return cuda.atomic.or_(status, j, int64(0))  # an L2 read: a plain load may see a stale line
-
-
-@cuda.jit(device=True)
 def gave_up(ctl, host, waited, limit):
     """True (and the error recorded for the host and the other blocks) once a wait passed its bound
     or another block gave up."""
@@ -54,6 +49,10 @@ def gave_up(ctl, host, waited, limit):
 
 
 if _SIM:
+    @cuda.jit(device=True)
+    def read_status(status, j):
+        return cuda.atomic.or_(status, j, int64(0))
+
     @cuda.jit(device=True)
     def vote(keep, votes, tid):
         """The warp's ballot: bit l set where lane l keeps its item (every thread of the block calls)."""
@@ -108,6 +107,25 @@ if _SIM:
             j -= 1
         return total
 else:
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda import cgutils
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def read_status(typingctx, status, j):
+        """status[j] by `ld.relaxed.gpu`: from L2, never a stale L1 line, and (a volatile asm with a
+        memory clobber) never hoisted out of a wait. An atomic read would do, but hundreds of
+        waiting warps polling by read-modify-write queue up in L2's atomic units."""
+        def codegen(context, builder, sig, args):
+            array = context.make_array(sig.args[0])(context, builder, value=args[0])
+            index = context.cast(builder, args[1], sig.args[1], types.intp)
+            ptr = cgutils.get_item_pointer(context, builder, sig.args[0], array, [index], wraparound=False)
+            load = ir.InlineAsm(ir.FunctionType(ir.IntType(64), [ptr.type]), "ld.relaxed.gpu.global.b64 $0, [$1];",
+                                "=l,l,~{memory}", side_effect=True)
+            return builder.call(load, [ptr])
+        return types.int64(status, j), codegen
+
     @cuda.jit(device=True)
     def vote(keep, votes, tid):
         return cuda.ballot_sync(FULL, keep)
@@ -161,6 +179,7 @@ else:
                 waited += 1
                 if gave_up(ctl, host, waited, limit):
                     return int64(-1)
+                cuda.nanosleep(uint32(64))
                 continue
             prefixes = cuda.ballot_sync(FULL, (s >> FLAG_SHIFT) & 3 == 2)
             if prefixes != 0:
@@ -188,9 +207,10 @@ _KERNELS: dict = {}
 
 
 def count_kernel(flag_of: Callable):
-    """The kernel counting the items where `flag_of(src, i)`: each block adds its tile's count to
-    ctl[3], and the last block to finish writes the total to host[0] and clears ctl[3] and ctl[4]
-    (so the next call starts from zero with nothing enqueued in between)."""
+    """The kernel counting the items where `flag_of(src, i)`: each block counts tiles blockIdx,
+    blockIdx + gridDim, ... and adds its count to ctl[3]; the last block to finish writes the
+    total to host[0] and clears ctl[3] and ctl[4] (so the next call starts from zero). Few blocks,
+    so few atomics on those two words (one a tile queued in L2 for as long as a pass takes)."""
     k = _KERNELS.get(("count", flag_of))
     if k is not None:
         return k
@@ -200,10 +220,11 @@ def count_kernel(flag_of: Callable):
         tid = cuda.threadIdx.x
         part = cuda.shared.array(THREADS, int64)
         keep = cuda.local.array(ITEMS, uint8)
-        load_flags(flag_of, src, n, cuda.blockIdx.x * TILE, tid, keep)
         mine = int64(0)
-        for r in range(ITEMS):
-            mine += keep[r]
+        for tile in range(cuda.blockIdx.x, (n + TILE - 1) // TILE, cuda.gridDim.x):
+            load_flags(flag_of, src, n, tile * TILE, tid, keep)
+            for r in range(ITEMS):
+                mine += keep[r]
         total = block_sum(mine, tid, part)
         if tid == 0:
             cuda.atomic.add(ctl, 3, total)

@@ -19,12 +19,15 @@ are the NumPy twins: the CPU implementation and the oracle."""
 from __future__ import annotations
 
 import math
+import os
 from typing import Callable
 
 import numpy as np
 
 from ..errors import DeviceTimeoutError, DispatchError
-from ..gpu.numba_launch import NumbaLaunch
+from ..gpu.numba_launch import NumbaLaunch, RawArray
+
+_SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 THREADS, ITEMS = 256, 16
 TILE = THREADS * ITEMS
@@ -33,6 +36,7 @@ VALUE_MASK = (1 << FLAG_SHIFT) - 1
 AGGREGATE, PREFIX = 1 << FLAG_SHIFT, 2 << FLAG_SHIFT
 EPOCHS = 1 << 21
 MAX_ITEMS = 1 << 40
+COUNT_BLOCKS = 1024  # the count kernel's grid at most: eight blocks an SM of the largest GPUs
 SPIN_LIMIT = 1 << 22  # polls of one look-back before it gives up: seconds, where a healthy wait is microseconds
 
 
@@ -112,6 +116,9 @@ class Selector:
         # ticket, gave up, kept, count's sum, count's blocks done
         self._ctl = cuda.to_device(np.zeros(8, np.int64), stream=self.stream)
         self._ticket, self._epoch = 0, 0
+        self._args = self._status, self._ctl, self._host
+        if not _SIM:  # as raw arguments, which cost nothing to pack (the arrays above own the memory)
+            self._args = tuple(RawArray(a.device_ctypes_pointer.value, a.shape, a.dtype) for a in self._args)
 
     def __enter__(self) -> "Selector":
         return self
@@ -147,8 +154,7 @@ class Selector:
         host = self._host
         host[0], host[1] = -1, 0
         self._launch(kernels.select_kernel(flag_of, emit))(
-            tiles, THREADS, src, n, out if words is None else words, out, capacity, self._status, self._ctl, host,
-            self._ticket, self._epoch, self.spin_limit)
+            tiles, THREADS, src, n, out if words is None else words, out, capacity, *self._args, self._ticket, self._epoch, self.spin_limit)
         self._ticket += tiles
 
     def count(self, flag_of: Callable, src, n: int) -> int:
@@ -160,7 +166,8 @@ class Selector:
         from . import kernels
 
         self._host[0] = -1
-        self._launch(kernels.count_kernel(flag_of))(-(-n // TILE), THREADS, src, n, self._ctl, self._host)
+        self._launch(kernels.count_kernel(flag_of))(min(-(-n // TILE), COUNT_BLOCKS), THREADS, src, n, self._args[1],
+                                                     self._args[2])
         self.stream.synchronize()
         return int(self._host[0])
 

@@ -38,11 +38,7 @@ class DeviceError(VyreError):
     """The CUDA driver reported an error while running a kernel."""
 
 
-class DeviceTimeoutError(DeviceError):
-    """A bounded wait on the device ran past its bound and gave up instead of hanging the GPU."""
-
-
-class BarrierTimeoutError(DeviceTimeoutError):
+class BarrierTimeoutError(DeviceError):
     """A grid barrier on the device waited past its bound: not every block arrived."""
 
 

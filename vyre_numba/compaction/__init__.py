@@ -171,13 +171,13 @@ def _exact(sel: Selector, flag_of, src, n: int, words, dt: np.dtype):
         return cuda.device_array(0, dt)
     if _SIM or stream_handle(sel.stream) != 0:
         out = cuda.device_array(count, dt, stream=sel.stream)
-        sel.enqueue(flag_of, src, n, words, _words(out, count, dt), count)
+        sel.scatter(flag_of, src, n, words, _words(out, count, dt), count)
         return out
     from ..gpu.memory import pool_alloc, pool_free, pooled_array
 
     address = pool_alloc(count * dt.itemsize)
     try:
-        sel.enqueue(flag_of, src, n, words, _words(None, count, dt, address), count)
+        sel.scatter(flag_of, src, n, words, _words(None, count, dt, address), count)
     except BaseException:
         pool_free(address)
         raise

@@ -1,21 +1,16 @@
-"""Stream compaction in one pass: one kernel reads the flags and the kept values once and writes
-the kept values at their places, in the original order (the single-pass design of Merrill and
-Garland, as CUB's DeviceSelect does it).
+"""Stream compaction in three launches: count the kept items of each tile, scan the tile counts
+(one block), then each tile ranks its items by warp votes and writes the kept ones at their
+places, in the original order. The flags are read twice, the values once; nothing waits on
+another block, so nothing spins and nothing can hang.
 
-Each block takes a tile of TILE items by ticket, counts its kept items with warp votes, and finds
-the kept count of the tiles before it by decoupled look-back: every tile publishes its own count
-(an aggregate) as soon as it has it and its inclusive count (a prefix) once it knows it, each in
-one 64-bit status word with the call's epoch; a tile sums its predecessors' words back to the
-nearest prefix. Tickets make the look-back end (a tile only waits on tiles that started before
-it), and every wait is bounded anyway: past `spin_limit` polls the kernel gives up, says so, and
-the host raises DeviceTimeoutError. The epoch in each word means nothing is cleared between calls.
+A select with an exact output needs the kept count on the host before the output exists, so the
+count pass is paid anyway; given it, the tile offsets come from a scan instead of the decoupled
+look-back of a single pass (Merrill and Garland; CUB's DeviceSelect), whose waits measured 2.9 ms
+against 0.2 for the count at 2^28 items on an H100 when written in Numba here (bench/RESULTS.md).
 
-The first design here, before the warp intrinsics (three launches: count, scan, scatter),
-read the flags twice and took 2.2 ms for 2^28 int32 values on an H100 (bench/RESULTS.md).
-
-`Selector` owns the status words, the ticket and the mapped count of one stream; the kernel is
-in `kernels.py` (imported when a GPU or the CUDA simulator runs it). `select_numpy` and friends
-are the NumPy twins: the CPU implementation and the oracle."""
+`Selector` owns the tile counts and offsets of one stream and the kept count in mapped host
+memory; the kernels are in `kernels.py` (imported when a GPU or the CUDA simulator runs them).
+`select_numpy` and friends are the NumPy twins: the CPU implementation and the oracle."""
 from __future__ import annotations
 
 import math
@@ -24,20 +19,13 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import DeviceTimeoutError, DispatchError
+from ..errors import DispatchError
 from ..gpu.numba_launch import NumbaLaunch, RawArray
 
 _SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 THREADS, ITEMS = 256, 16
 TILE = THREADS * ITEMS
-FLAG_SHIFT, EPOCH_SHIFT = 40, 42  # a status word: epoch (21 bits), flag (2), kept count (40)
-VALUE_MASK = (1 << FLAG_SHIFT) - 1
-AGGREGATE, PREFIX = 1 << FLAG_SHIFT, 2 << FLAG_SHIFT
-EPOCHS = 1 << 21
-MAX_ITEMS = 1 << 40
-COUNT_BLOCKS = 1024  # the count kernel's grid at most: eight blocks an SM of the largest GPUs
-SPIN_LIMIT = 1 << 22  # polls of one look-back before it gives up: seconds, where a healthy wait is microseconds
 
 
 # ---- the NumPy twins ---------------------------------------------------------------------------
@@ -94,29 +82,27 @@ def word_view(a, n: int):
 
 
 class Selector:
-    """The look-back state of compactions on one stream (status words, ticket counter, epoch, and
-    the count and error words in mapped host memory); reused across calls, released by `close()`
-    (or `with`). One call at a time: `enqueue` then `total`."""
+    """The tile counts and offsets of compactions on one stream, and the kept count in mapped host
+    memory; reused across calls, released by `close()` (or `with`). One call at a time."""
 
-    def __init__(self, stream=None, *, spin_limit: int = SPIN_LIMIT):
+    def __init__(self, stream=None):
         from numba import cuda
 
         self._cuda = cuda
         self.stream = stream if stream is not None else cuda.default_stream()
-        self.spin_limit = int(spin_limit)
-        self._host = cuda.mapped_array(2, np.int64)  # [kept count, gave up]
+        self._host = cuda.mapped_array(1, np.int64)
+        self._ctl = cuda.to_device(np.zeros(4, np.int64), stream=self.stream)  # [-, -, kept count, -]
+        self._tiles = 0
         self._launches: dict = {}  # kernel -> NumbaLaunch on this stream
-        self._reset()
+        self._grow(1024)
         self._closed = False
 
-    def _reset(self, tiles: int = 1024) -> None:
-        """Fresh status words and ticket (after a wait gave up, or when the epochs run out)."""
+    def _grow(self, tiles: int) -> None:
         cuda = self._cuda
-        self._status = cuda.to_device(np.zeros(max(tiles, 1024), np.int64), stream=self.stream)
-        # ticket, gave up, kept, count's sum, count's blocks done
-        self._ctl = cuda.to_device(np.zeros(8, np.int64), stream=self.stream)
-        self._ticket, self._epoch = 0, 0
-        self._args = self._status, self._ctl, self._host
+        self._tiles = max(tiles, 2 * self._tiles)
+        self._counts = cuda.device_array(self._tiles, np.int64, stream=self.stream)
+        self._offsets = cuda.device_array(self._tiles, np.int64, stream=self.stream)
+        self._args = self._counts, self._offsets, self._ctl, self._host
         if not _SIM:  # as raw arguments, which cost nothing to pack (the arrays above own the memory)
             self._args = tuple(RawArray(a.device_ctypes_pointer.value, a.shape, a.dtype) for a in self._args)
 
@@ -128,66 +114,60 @@ class Selector:
 
     def close(self) -> None:
         """Release the device buffers (once; later calls do nothing)."""
-        self._status = self._ctl = self._host = None
+        self._counts = self._offsets = self._ctl = self._host = self._args = None
         self._launches = {}
         self._closed = True
+
+    def offsets(self, flag_of: Callable, src, n: int) -> None:
+        """Enqueue the tile counts and their scan for items 0..n-1 kept where `flag_of(src, i)`; the
+        kept count lands in mapped host memory (`total()`) and on the device."""
+        if self._closed:
+            raise DispatchError("this Selector was closed. Fix: make a new one.")
+        from . import kernels
+
+        tiles = -(-n // TILE)
+        if tiles > self._tiles:
+            self._grow(tiles)
+        counts, offsets, ctl, host = self._args
+        self._host[0] = -1
+        self._launch(kernels.count_kernel(flag_of))(tiles, THREADS, src, n, counts)
+        self._launch(kernels.scan_tiles)(1, kernels.SCAN_THREADS, counts, tiles, offsets, ctl, host)
+
+    def scatter(self, flag_of: Callable, src, n: int, words, out, capacity: int) -> None:
+        """Enqueue writing the kept items (`words` None: their indices) into `out`, at most
+        `capacity` rows, after `offsets` of the same items."""
+        from . import kernels
+
+        if words is None:
+            kernel = kernels.scatter_kernel(flag_of, kernels.write_index)
+        elif words.shape[1] == 1:  # one word an item: read with the flags
+            kernel = kernels.scatter_kernel(flag_of, None, _word_of(words))
+        else:
+            kernel = kernels.scatter_kernel(flag_of, kernels.copy_words)
+        self._launch(kernel)(-(-n // TILE), THREADS, src, n, out if words is None else words, out,
+                             self._args[1], capacity)
 
     def enqueue(self, flag_of: Callable, src, n: int, words, out, capacity: int) -> None:
         """Enqueue the selection of items 0..n-1 (where `flag_of(src, i)`) into `out`, at most
         `capacity` rows of it (`words` None writes indices); the kept count, which may exceed
         capacity, is `total()`. Nothing waits: callers enqueue more work before reading it."""
-        if self._closed:
-            raise DispatchError("this Selector was closed. Fix: make a new one.")
-        if n >= MAX_ITEMS:
-            raise DispatchError(f"{n} items are more than compaction counts ({MAX_ITEMS}). Fix: select in parts.")
-        from . import kernels
-
-        tiles = -(-n // TILE)
-        self._epoch += 1
-        if self._status.size < tiles or self._epoch >= EPOCHS:
-            self._reset(tiles)
-            self._epoch = 1
-        if words is None:
-            emit = kernels.write_index
+        if n:
+            self.offsets(flag_of, src, n)
+            self.scatter(flag_of, src, n, words, out, capacity)
         else:
-            emit = None if words.shape[1] == 1 else kernels.copy_words  # one word an item: read with the flags
-        host = self._host
-        host[0], host[1] = -1, 0
-        self._launch(kernels.select_kernel(flag_of, emit))(
-            tiles, THREADS, src, n, out if words is None else words, out, capacity, *self._args, self._ticket, self._epoch, self.spin_limit)
-        self._ticket += tiles
+            self._host[0] = 0
 
-    def count(self, flag_of: Callable, src, n: int) -> int:
-        """How many of items 0..n-1 are kept (`flag_of(src, i)`), after one synchronisation."""
-        if self._closed:
-            raise DispatchError("this Selector was closed. Fix: make a new one.")
-        if n == 0:
-            return 0
-        from . import kernels
-
-        self._host[0] = -1
-        self._launch(kernels.count_kernel(flag_of))(min(-(-n // TILE), COUNT_BLOCKS), THREADS, src, n, self._args[1],
-                                                     self._args[2])
+    def total(self) -> int:
+        """The kept count of the last `offsets` or `enqueue`, after waiting for the stream."""
         self.stream.synchronize()
         return int(self._host[0])
 
-    def _launch(self, kernel) -> NumbaLaunch:
-        k = self._launches.get(kernel)
-        if k is None:  # retain=False: callers' arrays stay theirs
-            k = self._launches[kernel] = NumbaLaunch(kernel, self.stream, retain=False)
-        return k
-
-    def total(self) -> int:
-        """The kept count of the last `enqueue`, after waiting for the stream."""
-        self.stream.synchronize()
-        count, failed = int(self._host[0]), int(self._host[1])
-        if failed or count < 0:
-            self._reset(self._status.size)
-            raise DeviceTimeoutError(
-                "a compaction tile waited past its bound for the tiles before it, so the kept items are not "
-                "all written. Fix: call again (the selector has reset itself); if it repeats, another kernel is "
-                "holding the GPU: check the device with nvidia-smi.")
-        return count
+    def count(self, flag_of: Callable, src, n: int) -> int:
+        """How many of items 0..n-1 are kept, after one synchronisation; `scatter` may follow."""
+        if n == 0:
+            return 0
+        self.offsets(flag_of, src, n)
+        return self.total()
 
     def run(self, flag_of: Callable, src, n: int, words, out, capacity: int) -> int:
         """Select items 0..n-1 into `out` (at most `capacity` rows) and return how many were kept,
@@ -195,3 +175,15 @@ class Selector:
         synchronisation, after everything, to read the count."""
         self.enqueue(flag_of, src, n, words, out, capacity)
         return self.total()
+
+    def _launch(self, kernel) -> NumbaLaunch:
+        k = self._launches.get(kernel)
+        if k is None:  # retain=False: callers' arrays stay theirs
+            k = self._launches[kernel] = NumbaLaunch(kernel, self.stream, retain=False)
+        return k
+
+
+def _word_of(words) -> np.dtype:
+    """The element type of a words array (a RawArray's or Numba's)."""
+    kind = getattr(words, "kind", None)
+    return np.dtype(kind[0]) if kind is not None else np.dtype(words.dtype)

@@ -157,7 +157,22 @@ def _words(a, n: int, dt: np.dtype, address: int | None = None):
     return RawArray(_address(a) if address is None else address, (n, w), word)
 
 
-def _exact(sel: Selector, flag_of, src, n: int, words, dt: np.dtype):
+def _quads(flags, n: int):
+    """One-byte device flags as n // 4 u32 words (for the count that reads four at a time), or
+    None: for wider flags, or where the address is not a multiple of 4."""
+    if n < 4 or _dtype(flags).itemsize != 1:
+        return None
+    if _SIM:
+        return _dev(flags)[:n // 4 * 4].view(np.uint32)
+    address = _address(flags)
+    if address % 4:
+        return None
+    from ..gpu.numba_launch import RawArray
+
+    return RawArray(address, (n // 4,), np.uint32)
+
+
+def _exact(sel: Selector, flag_of, src, n: int, words, dt: np.dtype, quads=None):
     """The kept items (of `words`, or their indices where None) as a device array of exactly their
     number: the count first (a pass over the flags, one synchronisation), then the selection
     into an output from the stream-ordered pool on the legacy default stream (a microsecond,
@@ -166,7 +181,7 @@ def _exact(sel: Selector, flag_of, src, n: int, words, dt: np.dtype):
 
     from ..gpu.numba_launch import stream_handle
 
-    count = sel.count(flag_of, src, n)
+    count = sel.count(flag_of, src, n, quads)
     if count == 0:
         return cuda.device_array(0, dt)
     if _SIM or stream_handle(sel.stream) != 0:
@@ -184,14 +199,14 @@ def _exact(sel: Selector, flag_of, src, n: int, words, dt: np.dtype):
     return pooled_array(count, dt, address)
 
 
-def _device_select(values, src, flag_of, n: int, stream):
+def _device_select(values, src, flag_of, n: int, stream, quads=None):
     """The kept values of a device select, as a device array of exactly their number."""
     from numba import cuda
 
     dt = _dtype(values)
     if n == 0:
         return cuda.device_array(0, dt)
-    return _exact(_selector(stream), flag_of, src, n, _words(values, n, dt), dt)
+    return _exact(_selector(stream), flag_of, src, n, _words(values, n, dt), dt, quads)
 
 
 def select(values, flags, *, stream=None):
@@ -204,7 +219,7 @@ def select(values, flags, *, stream=None):
         return select_numpy(values, flags)
     from .kernels import flag_nonzero
 
-    return _device_select(values, _dev(flags) if _SIM else flags, flag_nonzero, n, stream)
+    return _device_select(values, _dev(flags) if _SIM else flags, flag_nonzero, n, stream, _quads(flags, n))
 
 
 def select_if(values, predicate: Callable, *, stream=None):
@@ -234,7 +249,8 @@ def nonzero(flags, *, stream=None):
 
     if n == 0:
         return cuda.device_array(0, np.int64)
-    return _exact(_selector(stream), flag_nonzero, _dev(flags) if _SIM else flags, n, None, np.dtype(np.int64))
+    return _exact(_selector(stream), flag_nonzero, _dev(flags) if _SIM else flags, n, None, np.dtype(np.int64),
+                  _quads(flags, n))
 
 
 _STAGING: dict = {}
@@ -282,7 +298,8 @@ def read_compacted(values, flags, *, capacity: int | None = None, stream=None) -
         kept = out.copy_to_host().reshape(-1).view(np.uint8)
     else:
         kept, ptr = _staging(room * dt.itemsize)
-        count = _selector(stream).run(flag_nonzero, src, n, _words(values, n, dt), _words(None, room, dt, ptr), room)
+        count = _selector(stream).run(flag_nonzero, src, n, _words(values, n, dt), _words(None, room, dt, ptr), room,
+                                      _quads(flags, n))
     if capacity is not None and count > capacity:
         raise CapacityError(f"{count} records are selected, more than capacity={capacity}. Fix: call again with "
                             f"capacity >= {count} (or capacity=None); the inputs are unchanged.", needed=count)

@@ -17,7 +17,8 @@ from .select import ITEMS, THREADS, TILE
 WARPS = THREADS // 32
 SLOTS = ITEMS * WARPS  # (item row, warp) counts of a tile
 PER_LANE = SLOTS // 32  # of them a lane of warp 0 scans
-SCAN_THREADS, SCAN_RAKERS = 1024, 32  # the one block that scans the tile counts
+QUADS = ITEMS // 4  # four-flag words a thread of count_bytes reads a tile
+SCAN_THREADS = 1024  # tile counts a block of the scan takes
 FULL = 0xFFFFFFFF
 _SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
@@ -117,52 +118,62 @@ def load_flags(flag_of, src, n, first, tid, keep):
             keep[r] = 1 if i < n and flag_of(src, i) else 0
 
 
-@cuda.jit(device=True)
-def block_scan(scan, seg, tid, value):
-    """Exclusive scan of `value` over the block's threads (`scan`: one shared slot a thread; `seg`:
-    one per raking thread, len(seg)**2 == len(scan)): the first len(seg) threads each scan a run
-    of len(seg) slots, one of them scans the runs' totals, and every thread adds its run's offset."""
-    rakers = seg.shape[0]
-    scan[tid] = value
-    cuda.syncthreads()
-    if tid < rakers:
-        run = 0
-        for t in range(tid * rakers, (tid + 1) * rakers):
-            v = scan[t]
-            scan[t] = run
-            run += v
-        seg[tid] = run
-    cuda.syncthreads()
-    if tid == 0:
-        run = 0
-        for r in range(rakers):
-            v = seg[r]
-            seg[r] = run
-            run += v
-    cuda.syncthreads()
-    return scan[tid] + seg[tid // rakers]
+if _SIM:
+    @cuda.jit(device=True)
+    def block_scan(scan, tid, value):
+        """Exclusive scan of `value` over the block's SCAN_THREADS threads (`scan`: SCAN_THREADS
+        shared int64): one thread walks them."""
+        scan[tid] = value
+        cuda.syncthreads()
+        if tid == 0:
+            run = int64(0)
+            for t in range(SCAN_THREADS):
+                v = scan[t]
+                scan[t] = run
+                run += v
+        cuda.syncthreads()
+        return scan[tid]
+else:
+    @cuda.jit(device=True)
+    def block_scan(scan, tid, value):
+        lane, warp = tid % 32, tid // 32
+        run = value
+        for d in (1, 2, 4, 8, 16):
+            up = cuda.shfl_up_sync(FULL, run, d)
+            if lane >= d:
+                run += up
+        if lane == 31:
+            scan[warp] = run
+        cuda.syncthreads()
+        if warp == 0:
+            own = scan[lane]
+            total = own
+            for d in (1, 2, 4, 8, 16):
+                up = cuda.shfl_up_sync(FULL, total, d)
+                if lane >= d:
+                    total += up
+            scan[lane] = total - own
+        cuda.syncthreads()
+        return run - value + scan[warp]
 
 
 @cuda.jit
-def scan_tiles(counts, tiles, offsets, ctl, host):
-    """One block of SCAN_THREADS: offsets[t] = the kept items of the tiles before t; the total to
-    ctl[2] (for device readers) and host[0] (mapped host memory, read after a synchronisation)."""
+def scan_chunks(values, n, offsets, sums, ctl, host):
+    """Block b: offsets[i] = values[b*SCAN_THREADS .. i) (exclusive, within its chunk of
+    SCAN_THREADS) and sums[b] = its chunk's total. A grid of one block has the grand total: it
+    also goes to ctl[2] (for device readers) and host[0] (mapped host memory)."""
     tid = cuda.threadIdx.x
     scan = cuda.shared.array(SCAN_THREADS, int64)
-    seg = cuda.shared.array(SCAN_RAKERS, int64)
-    per = (tiles + SCAN_THREADS - 1) // SCAN_THREADS
-    lo = min(tid * per, tiles)
-    hi = min(lo + per, tiles)
-    mine = int64(0)
-    for t in range(lo, hi):
-        mine += counts[t]
-    run = block_scan(scan, seg, tid, mine)
-    for t in range(lo, hi):
-        offsets[t] = run
-        run += counts[t]
+    i = cuda.blockIdx.x * SCAN_THREADS + tid
+    v = values[i] if i < n else int64(0)
+    ex = block_scan(scan, tid, v)
+    if i < n:
+        offsets[i] = ex
     if tid == SCAN_THREADS - 1:
-        ctl[2] = run
-        host[0] = run
+        sums[cuda.blockIdx.x] = ex + v
+        if cuda.gridDim.x == 1:
+            ctl[2] = ex + v
+            host[0] = ex + v
 
 
 _KERNELS: dict = {}
@@ -191,9 +202,34 @@ def count_kernel(flag_of: Callable):
     return count
 
 
+@cuda.jit
+def count_bytes(flags, quads, n, counts):
+    """count_kernel(flag_nonzero) for one-byte flags also seen as `quads` (n // 4 u32 words, same
+    memory): a whole tile reads four flags a load and counts the non-zero bytes of each word."""
+    tid = cuda.threadIdx.x
+    part = cuda.shared.array(THREADS, int64)
+    first = cuda.blockIdx.x * TILE
+    mine = int64(0)
+    if first + TILE <= n:
+        words = cuda.local.array(QUADS, uint32)
+        for r in range(QUADS):
+            words[r] = quads[first // 4 + r * THREADS + tid]
+        for r in range(QUADS):
+            w = words[r]
+            mine += cuda.popc((((w & uint32(0x7F7F7F7F)) + uint32(0x7F7F7F7F)) | w) & uint32(0x80808080))
+    else:
+        for r in range(ITEMS):
+            i = first + r * THREADS + tid
+            if i < n and flags[i] != 0:
+                mine += 1
+    total = block_sum(mine, tid, part)
+    if tid == 0:
+        counts[cuda.blockIdx.x] = total
+
+
 def scatter_kernel(flag_of: Callable, emit: Callable | None, word=np.uint64):
     """The kernel writing each kept item i (`flag_of(src, i)`) at its place, one block a tile,
-    given the tile offsets of `scan_tiles`; compiled once per (flag, emit, word). `emit(out, j,
+    at offsets[tile] + bases[tile // SCAN_THREADS] (see `scan_chunks`); compiled once per (flag, emit, word). `emit(out, j,
     words, i)` writes an item; `emit` None: `words` has one column of `word`s, read with the
     flags (all of a tile's loads in flight at once) and copied to `out`.
 
@@ -209,7 +245,7 @@ def scatter_kernel(flag_of: Callable, emit: Callable | None, word=np.uint64):
     word_t = from_dtype(np.dtype(word))
 
     @cuda.jit
-    def scatter(src, n, words, out, offsets, capacity):
+    def scatter(src, n, words, out, offsets, bases, capacity):
         tid = cuda.threadIdx.x
         lane, warp = tid % 32, tid // 32
         votes = cuda.shared.array(THREADS, uint8)  # used by the simulator's vote only
@@ -236,7 +272,7 @@ def scatter_kernel(flag_of: Callable, emit: Callable | None, word=np.uint64):
         if warp == 0:
             scan_tile(counts, lane)
         cuda.syncthreads()
-        start = offsets[cuda.blockIdx.x]
+        start = offsets[cuda.blockIdx.x] + bases[cuda.blockIdx.x // SCAN_THREADS]
         for r in range(ITEMS):
             m = masks[r]
             if (m >> lane) & 1:

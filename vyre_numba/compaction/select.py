@@ -26,6 +26,7 @@ _SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 THREADS, ITEMS = 256, 16
 TILE = THREADS * ITEMS
+MAX_ITEMS = TILE * 1024 * 1024  # tile counts scanned in two levels of 1024
 
 
 # ---- the NumPy twins ---------------------------------------------------------------------------
@@ -98,13 +99,21 @@ class Selector:
         self._closed = False
 
     def _grow(self, tiles: int) -> None:
-        cuda = self._cuda
+        from .kernels import SCAN_THREADS
+
+        cuda, stream = self._cuda, self.stream
         self._tiles = max(tiles, 2 * self._tiles)
-        self._counts = cuda.device_array(self._tiles, np.int64, stream=self.stream)
-        self._offsets = cuda.device_array(self._tiles, np.int64, stream=self.stream)
-        self._args = self._counts, self._offsets, self._ctl, self._host
-        if not _SIM:  # as raw arguments, which cost nothing to pack (the arrays above own the memory)
-            self._args = tuple(RawArray(a.device_ctypes_pointer.value, a.shape, a.dtype) for a in self._args)
+        chunks = -(-self._tiles // SCAN_THREADS)
+        owned = (cuda.device_array(self._tiles, np.int64, stream=stream),  # tile counts
+                 cuda.device_array(self._tiles, np.int64, stream=stream),  # offsets within a chunk of tiles
+                 cuda.device_array(chunks, np.int64, stream=stream),  # chunk totals
+                 cuda.device_array(chunks, np.int64, stream=stream),  # chunk offsets
+                 cuda.to_device(np.zeros(1, np.int64), stream=stream),  # the offset of a lone chunk
+                 cuda.device_array(1, np.int64, stream=stream),  # the grand total, from the chunks' scan
+                 self._ctl, self._host)
+        self._owned = owned
+        self._args = owned if _SIM else tuple(RawArray(a.device_ctypes_pointer.value, a.shape, a.dtype) for a in owned)
+        self._bases = self._args[4]
 
     def __enter__(self) -> "Selector":
         return self
@@ -114,24 +123,38 @@ class Selector:
 
     def close(self) -> None:
         """Release the device buffers (once; later calls do nothing)."""
-        self._counts = self._offsets = self._ctl = self._host = self._args = None
+        self._owned = self._ctl = self._host = self._args = self._bases = None
         self._launches = {}
         self._closed = True
 
-    def offsets(self, flag_of: Callable, src, n: int) -> None:
+    def offsets(self, flag_of: Callable, src, n: int, quads=None) -> None:
         """Enqueue the tile counts and their scan for items 0..n-1 kept where `flag_of(src, i)`; the
-        kept count lands in mapped host memory (`total()`) and on the device."""
+        kept count lands in mapped host memory (`total()`) and on the device. `quads`: one-byte
+        flags `src` (with flag_nonzero) seen as n // 4 u32 words, counted four at a time."""
         if self._closed:
             raise DispatchError("this Selector was closed. Fix: make a new one.")
+        from . import kernels
+
+        if n > MAX_ITEMS:
+            raise DispatchError(f"{n} items are more than one compaction takes ({MAX_ITEMS}). Fix: select in parts "
+                                "and concatenate.")
         from . import kernels
 
         tiles = -(-n // TILE)
         if tiles > self._tiles:
             self._grow(tiles)
-        counts, offsets, ctl, host = self._args
+        counts, offsets, sums, bases, zero, grand, ctl, host = self._args
+        chunks = -(-tiles // kernels.SCAN_THREADS)
         self._host[0] = -1
-        self._launch(kernels.count_kernel(flag_of))(tiles, THREADS, src, n, counts)
-        self._launch(kernels.scan_tiles)(1, kernels.SCAN_THREADS, counts, tiles, offsets, ctl, host)
+        if quads is not None:
+            self._launch(kernels.count_bytes)(tiles, THREADS, src, quads, n, counts)
+        else:
+            self._launch(kernels.count_kernel(flag_of))(tiles, THREADS, src, n, counts)
+        scan = self._launch(kernels.scan_chunks)
+        scan(chunks, kernels.SCAN_THREADS, counts, tiles, offsets, sums, ctl, host)
+        if chunks > 1:
+            self._launch(kernels.scan_chunks, 1)(1, kernels.SCAN_THREADS, sums, chunks, bases, grand, ctl, host)
+        self._bases = bases if chunks > 1 else zero
 
     def scatter(self, flag_of: Callable, src, n: int, words, out, capacity: int) -> None:
         """Enqueue writing the kept items (`words` None: their indices) into `out`, at most
@@ -145,14 +168,14 @@ class Selector:
         else:
             kernel = kernels.scatter_kernel(flag_of, kernels.copy_words)
         self._launch(kernel)(-(-n // TILE), THREADS, src, n, out if words is None else words, out,
-                             self._args[1], capacity)
+                             self._args[1], self._bases, capacity)
 
-    def enqueue(self, flag_of: Callable, src, n: int, words, out, capacity: int) -> None:
+    def enqueue(self, flag_of: Callable, src, n: int, words, out, capacity: int, quads=None) -> None:
         """Enqueue the selection of items 0..n-1 (where `flag_of(src, i)`) into `out`, at most
         `capacity` rows of it (`words` None writes indices); the kept count, which may exceed
         capacity, is `total()`. Nothing waits: callers enqueue more work before reading it."""
         if n:
-            self.offsets(flag_of, src, n)
+            self.offsets(flag_of, src, n, quads)
             self.scatter(flag_of, src, n, words, out, capacity)
         else:
             self._host[0] = 0
@@ -162,24 +185,26 @@ class Selector:
         self.stream.synchronize()
         return int(self._host[0])
 
-    def count(self, flag_of: Callable, src, n: int) -> int:
+    def count(self, flag_of: Callable, src, n: int, quads=None) -> int:
         """How many of items 0..n-1 are kept, after one synchronisation; `scatter` may follow."""
         if n == 0:
             return 0
-        self.offsets(flag_of, src, n)
+        self.offsets(flag_of, src, n, quads)
         return self.total()
 
-    def run(self, flag_of: Callable, src, n: int, words, out, capacity: int) -> int:
+    def run(self, flag_of: Callable, src, n: int, words, out, capacity: int, quads=None) -> int:
         """Select items 0..n-1 into `out` (at most `capacity` rows) and return how many were kept,
         which may exceed capacity (then only the first `capacity` were written). One
         synchronisation, after everything, to read the count."""
-        self.enqueue(flag_of, src, n, words, out, capacity)
+        self.enqueue(flag_of, src, n, words, out, capacity, quads)
         return self.total()
 
-    def _launch(self, kernel) -> NumbaLaunch:
-        k = self._launches.get(kernel)
+    def _launch(self, kernel, use: int = 0) -> NumbaLaunch:
+        """The launcher of `kernel` (`use` tells apart two uses of one kernel, so each keeps its
+        own packed arguments and geometry)."""
+        k = self._launches.get((kernel, use))
         if k is None:  # retain=False: callers' arrays stay theirs
-            k = self._launches[kernel] = NumbaLaunch(kernel, self.stream, retain=False)
+            k = self._launches[(kernel, use)] = NumbaLaunch(kernel, self.stream, retain=False)
         return k
 
 

@@ -50,15 +50,20 @@ def pool_free(address: int) -> None:
     drv.cuMemFreeAsync(drv.CUdeviceptr(address), drv.CUstream(0))  # at interpreter exit the context may be gone
 
 
-_CONTEXT: list = []
+_CONTEXT: list = []  # [driver handle, numba context, pool] of the context current last time
 
 
-def _context():
-    from numba import cuda
+def _context() -> list:
+    """[handle, numba context, pool] of the current context; Numba's current_context() costs
+    microseconds, the driver's handle a fraction of one."""
+    from cuda.bindings import driver as drv
 
-    ctx = cuda.current_context()
-    if not _CONTEXT or _CONTEXT[0] is not ctx:
-        _CONTEXT[:] = [ctx, _pool(ctx.device.id)]
+    handle = int(drv.cuCtxGetCurrent()[1])
+    if not _CONTEXT or _CONTEXT[0] != handle or handle == 0:
+        from numba import cuda
+
+        ctx = cuda.current_context()
+        _CONTEXT[:] = [int(drv.cuCtxGetCurrent()[1]), ctx, _pool(ctx.device.id)]
     return _CONTEXT
 
 
@@ -67,7 +72,7 @@ def pool_alloc(nbytes: int) -> int:
     device, ordered on the legacy default stream; owned by the caller (`pooled_array` or `pool_free`)."""
     from cuda.bindings import driver as drv
 
-    err, ptr = drv.cuMemAllocFromPoolAsync(max(int(nbytes), 1), _context()[1], drv.CUstream(0))
+    err, ptr = drv.cuMemAllocFromPoolAsync(max(int(nbytes), 1), _context()[2], drv.CUstream(0))
     _check(err, f"allocating {nbytes} bytes on the device")
     return int(ptr)
 
@@ -84,5 +89,5 @@ def pooled_array(n: int, dtype, address: int | None = None) -> "object":
     size = max(int(n) * dtype.itemsize, 1)
     if address is None:
         address = pool_alloc(size)
-    mem = MemoryPointer(_context()[0], drv.CUdeviceptr(address), size, finalizer=lambda: pool_free(address))
+    mem = MemoryPointer(_context()[1], drv.CUdeviceptr(address), size, finalizer=lambda: pool_free(address))
     return DeviceNDArray((int(n),), (dtype.itemsize,), dtype, gpu_data=mem)

@@ -27,8 +27,14 @@ __all__ = ["select", "select_if", "nonzero", "read_compacted", "Selector", "sele
            "nonzero_numpy"]
 
 
+def _is_numba(a) -> bool:
+    """A Numba device array, told by attributes that cost nothing to read (its interface dict
+    costs microseconds to build, and every check here would build it again)."""
+    return getattr(a, "gpu_data", None) is not None and hasattr(a, "_dummy")
+
+
 def _is_device(a) -> bool:
-    if hasattr(a, "__cuda_array_interface__"):
+    if _is_numba(a) or hasattr(a, "__cuda_array_interface__"):
         return True
     if isinstance(a, np.ndarray) or not hasattr(a, "dtype"):
         return False
@@ -84,7 +90,7 @@ def _check_values(a, name: str = "values"):
         if not a.flags.c_contiguous:
             raise DispatchError(f"{name} is not contiguous. Fix: pass np.ascontiguousarray({name}).")
     else:
-        cai = getattr(a, "__cuda_array_interface__", None)
+        cai = None if _is_numba(a) else getattr(a, "__cuda_array_interface__", None)
         strides = cai.get("strides") if cai is not None else (None if a.is_c_contiguous() else ())
         if strides not in (None, (dt.itemsize,)) and shape[0] > 1:
             raise DispatchError(f"{name} is not contiguous on the device. Fix: pass a contiguous copy.")

@@ -162,8 +162,8 @@ class NumbaLaunch:
         if launch.shape.grid[0] != blocks or launch.shape.block[0] != threads:
             launch = self._launch = launch.reshaped(LaunchShape((blocks, 1, 1), (threads, 1, 1)))
         launch.enqueue(self._handle)
-        if not self._retain:
-            self._last = [None] * len(args)
+        if not self._retain:  # raw arrays own nothing: keeping them costs nothing and saves packing them again
+            self._last = [a if type(a) is RawArray else None for a in args]
 
     def _numba(self, blocks: int, threads: int, args: tuple) -> None:
         launch_quietly(self._kernel, blocks, threads, self._stream, *args)

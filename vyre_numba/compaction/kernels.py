@@ -53,14 +53,9 @@ if _SIM:
         return uint32(m)
 
     @cuda.jit(device=True)
-    def block_sum(v, tid, part):
-        """The sum of v over the block (every thread calls; `part` holds THREADS int64)."""
-        part[tid] = v
-        cuda.syncthreads()
-        total = int64(0)
-        for t in range(THREADS):
-            total += part[t]
-        return total
+    def add_count(counts, tile, v, lane):
+        """counts[tile] += v summed over the warp (here: each thread adds its own)."""
+        cuda.atomic.add(counts, tile, v)
 
     @cuda.jit(device=True)
     def scan_tile(counts, lane):
@@ -77,16 +72,11 @@ else:
         return cuda.ballot_sync(FULL, keep)
 
     @cuda.jit(device=True)
-    def block_sum(v, tid, part):
+    def add_count(counts, tile, v, lane):
         for d in (1, 2, 4, 8, 16):
             v += cuda.shfl_xor_sync(FULL, v, d)
-        if tid % 32 == 0:
-            part[tid // 32] = v
-        cuda.syncthreads()
-        total = int64(0)
-        for w in range(WARPS):
-            total += part[w]
-        return total
+        if lane == 0:
+            cuda.atomic.add(counts, tile, v)
 
     @cuda.jit(device=True)
     def scan_tile(counts, lane):
@@ -160,12 +150,15 @@ else:
 @cuda.jit
 def scan_chunks(values, n, offsets, sums, ctl, host):
     """Block b: offsets[i] = values[b*SCAN_THREADS .. i) (exclusive, within its chunk of
-    SCAN_THREADS) and sums[b] = its chunk's total. A grid of one block has the grand total: it
+    SCAN_THREADS) and sums[b] = its chunk's total; the values read are cleared. A grid of one block has the grand total: it
     also goes to ctl[2] (for device readers) and host[0] (mapped host memory)."""
     tid = cuda.threadIdx.x
     scan = cuda.shared.array(SCAN_THREADS, int64)
     i = cuda.blockIdx.x * SCAN_THREADS + tid
-    v = values[i] if i < n else int64(0)
+    v = int64(0)
+    if i < n:
+        v = values[i]
+        values[i] = 0  # the next call's count adds into it
     ex = block_scan(scan, tid, v)
     if i < n:
         offsets[i] = ex
@@ -180,7 +173,9 @@ _KERNELS: dict = {}
 
 
 def count_kernel(flag_of: Callable):
-    """The kernel writing counts[tile] = how many items of each tile (one block a tile) are kept."""
+    """The kernel adding to counts[tile] (zero before: `scan_chunks` clears what it reads) how many
+    items of each tile (one block a tile) are kept: a sum a warp and an atomic add, so no block
+    waits for its slowest warp at a barrier."""
     k = _KERNELS.get(("count", flag_of))
     if k is not None:
         return k
@@ -188,15 +183,12 @@ def count_kernel(flag_of: Callable):
     @cuda.jit
     def count(src, n, counts):
         tid = cuda.threadIdx.x
-        part = cuda.shared.array(THREADS, int64)
         keep = cuda.local.array(ITEMS, uint8)
         load_flags(flag_of, src, n, cuda.blockIdx.x * TILE, tid, keep)
         mine = int64(0)
         for r in range(ITEMS):
             mine += keep[r]
-        total = block_sum(mine, tid, part)
-        if tid == 0:
-            counts[cuda.blockIdx.x] = total
+        add_count(counts, cuda.blockIdx.x, mine, tid % 32)
 
     _KERNELS[("count", flag_of)] = count
     return count
@@ -207,7 +199,6 @@ def count_bytes(flags, quads, n, counts):
     """count_kernel(flag_nonzero) for one-byte flags also seen as `quads` (n // 4 u32 words, same
     memory): a whole tile reads four flags a load and counts the non-zero bytes of each word."""
     tid = cuda.threadIdx.x
-    part = cuda.shared.array(THREADS, int64)
     first = cuda.blockIdx.x * TILE
     mine = int64(0)
     if first + TILE <= n:
@@ -222,9 +213,7 @@ def count_bytes(flags, quads, n, counts):
             i = first + r * THREADS + tid
             if i < n and flags[i] != 0:
                 mine += 1
-    total = block_sum(mine, tid, part)
-    if tid == 0:
-        counts[cuda.blockIdx.x] = total
+    add_count(counts, cuda.blockIdx.x, mine, tid % 32)
 
 
 def scatter_kernel(flag_of: Callable, emit: Callable | None, word=np.uint64):

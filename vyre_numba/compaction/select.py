@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from typing import Callable
 
 import numpy as np
@@ -27,6 +28,7 @@ _SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 THREADS, ITEMS = 256, 16
 TILE = THREADS * ITEMS
 MAX_ITEMS = TILE * 1024 * 1024  # tile counts scanned in two levels of 1024
+POLL_SECONDS = 200e-6  # how long `count` watches for the count before it waits on the stream
 
 
 # ---- the NumPy twins ---------------------------------------------------------------------------
@@ -104,9 +106,9 @@ class Selector:
         cuda, stream = self._cuda, self.stream
         self._tiles = max(tiles, 2 * self._tiles)
         chunks = -(-self._tiles // SCAN_THREADS)
-        owned = (cuda.device_array(self._tiles, np.int64, stream=stream),  # tile counts
+        owned = (cuda.to_device(np.zeros(self._tiles, np.int64), stream=stream),  # tile counts, zero between calls
                  cuda.device_array(self._tiles, np.int64, stream=stream),  # offsets within a chunk of tiles
-                 cuda.device_array(chunks, np.int64, stream=stream),  # chunk totals
+                 cuda.to_device(np.zeros(chunks, np.int64), stream=stream),  # chunk totals, cleared by their scan
                  cuda.device_array(chunks, np.int64, stream=stream),  # chunk offsets
                  cuda.to_device(np.zeros(1, np.int64), stream=stream),  # the offset of a lone chunk
                  cuda.device_array(1, np.int64, stream=stream),  # the grand total, from the chunks' scan
@@ -133,33 +135,34 @@ class Selector:
         flags `src` (with flag_nonzero) seen as n // 4 u32 words, counted four at a time."""
         if self._closed:
             raise DispatchError("this Selector was closed. Fix: make a new one.")
-        from . import kernels
-
         if n > MAX_ITEMS:
             raise DispatchError(f"{n} items are more than one compaction takes ({MAX_ITEMS}). Fix: select in parts "
                                 "and concatenate.")
-        from . import kernels
-
+        kernels = _kernels()
         tiles = -(-n // TILE)
         if tiles > self._tiles:
             self._grow(tiles)
         counts, offsets, sums, bases, zero, grand, ctl, host = self._args
         chunks = -(-tiles // kernels.SCAN_THREADS)
         self._host[0] = -1
-        if quads is not None:
-            self._launch(kernels.count_bytes)(tiles, THREADS, src, quads, n, counts)
-        else:
-            self._launch(kernels.count_kernel(flag_of))(tiles, THREADS, src, n, counts)
-        scan = self._launch(kernels.scan_chunks)
-        scan(chunks, kernels.SCAN_THREADS, counts, tiles, offsets, sums, ctl, host)
-        if chunks > 1:
-            self._launch(kernels.scan_chunks, 1)(1, kernels.SCAN_THREADS, sums, chunks, bases, grand, ctl, host)
+        try:
+            if quads is not None:
+                self._launch(kernels.count_bytes)(tiles, THREADS, src, quads, n, counts)
+            else:
+                self._launch(kernels.count_kernel(flag_of))(tiles, THREADS, src, n, counts)
+            self._launch(kernels.scan_chunks)(chunks, kernels.SCAN_THREADS, counts, tiles, offsets, sums, ctl, host)
+            if chunks > 1:
+                self._launch(kernels.scan_chunks, 1)(1, kernels.SCAN_THREADS, sums, chunks, bases, grand, ctl, host)
+        except BaseException:  # counts added but not scanned (and so not cleared): fresh zeros
+            self._tiles = 0
+            self._grow(tiles)
+            raise
         self._bases = bases if chunks > 1 else zero
 
     def scatter(self, flag_of: Callable, src, n: int, words, out, capacity: int) -> None:
         """Enqueue writing the kept items (`words` None: their indices) into `out`, at most
         `capacity` rows, after `offsets` of the same items."""
-        from . import kernels
+        kernels = _kernels()
 
         if words is None:
             kernel = kernels.scatter_kernel(flag_of, kernels.write_index)
@@ -186,11 +189,17 @@ class Selector:
         return int(self._host[0])
 
     def count(self, flag_of: Callable, src, n: int, quads=None) -> int:
-        """How many of items 0..n-1 are kept, after one synchronisation; `scatter` may follow."""
+        """How many of items 0..n-1 are kept; `scatter` may follow. The count is read as soon as
+        the scan writes it to mapped memory (a driver synchronisation costs several microseconds
+        more), within a bound past which the stream is synchronised (and any error raised)."""
         if n == 0:
             return 0
         self.offsets(flag_of, src, n, quads)
-        return self.total()
+        host, clock = self._host, time.perf_counter
+        deadline = clock() + POLL_SECONDS
+        while host[0] < 0 and clock() < deadline:
+            pass
+        return self.total() if host[0] < 0 else int(host[0])
 
     def run(self, flag_of: Callable, src, n: int, words, out, capacity: int, quads=None) -> int:
         """Select items 0..n-1 into `out` (at most `capacity` rows) and return how many were kept,
@@ -206,6 +215,18 @@ class Selector:
         if k is None:  # retain=False: callers' arrays stay theirs
             k = self._launches[(kernel, use)] = NumbaLaunch(kernel, self.stream, retain=False)
         return k
+
+
+_KERNELS_MODULE: list = []
+
+
+def _kernels():
+    """The kernels module, imported on first use (an import statement costs a microsecond a call)."""
+    if not _KERNELS_MODULE:
+        from . import kernels
+
+        _KERNELS_MODULE.append(kernels)
+    return _KERNELS_MODULE[0]
 
 
 def _word_of(words) -> np.dtype:

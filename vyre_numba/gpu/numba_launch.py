@@ -21,25 +21,26 @@ class RawArray:
     costs next to nothing to make, where a Numba device array view costs microseconds. It does
     not own the memory; whoever made it keeps the owner alive for the launch."""
 
-    __slots__ = ("kind", "params", "shape", "_cai")
+    __slots__ = ("kind", "params", "shape", "_address", "_dtype")
 
     def __init__(self, address: int, shape: tuple, dtype):
         dt = np.dtype(dtype)
-        strides, step = [], dt.itemsize
-        for d in reversed(shape):
-            strides.insert(0, step)
-            step *= d
-        size = 1
+        size = dt.itemsize
+        if len(shape) == 1:
+            strides = (size,)
+        else:
+            strides = (shape[1] * size, size) if len(shape) == 2 else \
+                tuple(int(np.prod(shape[k + 1:], dtype=np.int64)) * size for k in range(len(shape)))
+        count = 1
         for d in shape:
-            size *= d
-        self.kind, self.shape = (dt.str, len(shape), True), tuple(shape)
-        self.params = [0, 0, size, dt.itemsize, address, *shape, *strides]
-        self._cai = {"shape": tuple(shape), "typestr": dt.str, "data": (address, False), "strides": None,
-                     "version": 3}
+            count *= d
+        self.kind, self.shape, self._address, self._dtype = (dt.str, len(shape), True), tuple(shape), address, dt
+        self.params = [0, 0, count, size, address, *shape, *strides]
 
     @property
     def __cuda_array_interface__(self) -> dict:
-        return self._cai
+        return {"shape": self.shape, "typestr": self._dtype.str, "data": (self._address, False), "strides": None,
+                "version": 3}
 
 
 def _kind(a) -> Any:

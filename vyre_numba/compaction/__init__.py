@@ -21,7 +21,8 @@ from typing import Callable
 import numpy as np
 
 from ..errors import CapacityError, DispatchError
-from .select import Selector, nonzero_numpy, select_if_numpy, select_numpy
+from ..gpu.numba_launch import RawArray
+from .select import Selector, nonzero_numpy, select_if_numpy, select_numpy, word_type
 
 __all__ = ["select", "select_if", "nonzero", "read_compacted", "Selector", "select_numpy", "select_if_numpy",
            "nonzero_numpy"]
@@ -272,9 +273,39 @@ def _staging(nbytes: int):
     return buf, buf.device_ctypes_pointer.value
 
 
+class _device_bytes:
+    """`with _device_bytes(selector, nbytes) as address`: scratch device memory for one call,
+    from the pool where the selector runs on the legacy default stream, else from Numba; given
+    back on leaving (the caller has synchronised the stream by then, or nothing was enqueued)."""
+
+    def __init__(self, sel: Selector, nbytes: int):
+        self._sel, self._nbytes, self._owner, self._address = sel, max(nbytes, 8), None, None
+
+    def __enter__(self) -> int:
+        from ..gpu.numba_launch import stream_handle
+
+        if stream_handle(self._sel.stream) == 0:
+            from ..gpu.memory import pool_alloc
+
+            self._address = pool_alloc(self._nbytes)
+            return self._address
+        from numba import cuda
+
+        self._owner = cuda.device_array(self._nbytes, np.uint8, stream=self._sel.stream)
+        return _address(self._owner)
+
+    def __exit__(self, *exc) -> None:
+        if self._address is not None:
+            from ..gpu.memory import pool_free
+
+            pool_free(self._address)
+        self._owner = self._address = None
+
+
 def read_compacted(values, flags, *, capacity: int | None = None, stream=None) -> np.ndarray:
     """values[flags != 0] of device arrays, brought to the host: only the kept records cross the
-    bus (the kernel writes them straight into pinned host memory), with one synchronisation.
+    bus (selected on the device, then copied in long runs into pinned host memory, the count
+    read there too), with one synchronisation.
     Without a capacity the result always fits; with one, a result larger than `capacity` raises
     CapacityError naming the count needed, and nothing is lost (the inputs are untouched)."""
     on_device = _on_device(values, flags)
@@ -292,20 +323,26 @@ def read_compacted(values, flags, *, capacity: int | None = None, stream=None) -
     room = n if capacity is None else min(int(capacity), n)
     if n == 0:
         return np.zeros(0, dt)
-    src = _dev(flags) if _SIM else flags
-    if _SIM:  # the simulator has no mapped memory: a device array, copied back
+    sel, nbytes, (word, w) = _selector(stream), room * dt.itemsize, word_type(dt)
+    if _SIM:  # the simulator has no mapped memory: a device array stands in for it, copied back
         from numba import cuda
 
-        from .select import word_type
-
-        word, w = word_type(dt)
-        out = cuda.device_array((room, w), word)
-        count = _selector(stream).run(flag_nonzero, src, n, _words(values, n, dt), out, room)
-        kept = out.copy_to_host().reshape(-1).view(np.uint8)
+        size = -(-max(nbytes, 8) // 8) * 8
+        buf, dst = cuda.device_array(size, np.uint8), cuda.device_array(size, np.uint8)
+        out = buf[:nbytes].view(word).reshape(room, w)
+        sel.enqueue(flag_nonzero, _dev(flags), n, _words(values, n, dt), out, room, _quads(flags, n))
+        sel.copy_kept(buf.view(np.uint64), dst.view(np.uint64), buf, dst, dt.itemsize, room)
+        count = sel.total()
+        kept = dst.copy_to_host()
     else:
-        kept, ptr = _staging(room * dt.itemsize)
-        count = _selector(stream).run(flag_nonzero, src, n, _words(values, n, dt), _words(None, room, dt, ptr), room,
-                                      _quads(flags, n))
+        kept, ptr = _staging(nbytes)
+        with _device_bytes(sel, nbytes) as address:
+            sel.enqueue(flag_nonzero, flags, n, _words(values, n, dt), _words(None, room, dt, address), room,
+                        _quads(flags, n))
+            sel.copy_kept(RawArray(address, (nbytes // 8,), np.uint64), RawArray(ptr, (nbytes // 8,), np.uint64),
+                          RawArray(address, (nbytes,), np.uint8), RawArray(ptr, (nbytes,), np.uint8), dt.itemsize,
+                          room)
+            count = sel.total()
     if capacity is not None and count > capacity:
         raise CapacityError(f"{count} records are selected, more than capacity={capacity}. Fix: call again with "
                             f"capacity >= {count} (or capacity=None); the inputs are unchanged.", needed=count)

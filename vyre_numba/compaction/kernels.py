@@ -169,6 +169,20 @@ def scan_chunks(values, n, offsets, sums, ctl, host):
             host[0] = ex + v
 
 
+@cuda.jit
+def copy_kept(src, dst, src8, dst8, ctl, itemsize, room):
+    """dst[:m] = src[:m] for the m = min(kept count, room) * itemsize bytes of a selection (the
+    count from ctl[2], so no host read comes between), eight bytes a store: a device buffer copied
+    into mapped host memory in long runs, where the scatter's own stores would cross the bus four
+    bytes at a time."""
+    nbytes = min(ctl[2], room) * itemsize
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for w in range(start, nbytes // 8, stride):
+        dst[w] = src[w]
+    for b in range(nbytes // 8 * 8 + start, nbytes, stride):
+        dst8[b] = src8[b]
+
+
 _KERNELS: dict = {}
 
 

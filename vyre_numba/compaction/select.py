@@ -183,6 +183,13 @@ class Selector:
         else:
             self._host[0] = 0
 
+    def copy_kept(self, src, dst, src8, dst8, itemsize: int, room: int) -> None:
+        """Enqueue copying the last selection's kept bytes (at most `room` items of `itemsize`)
+        from `src` to `dst` (seen as u64 words, and as bytes `src8`/`dst8` for the tail)."""
+        kernels = _kernels()
+        blocks = min(max(-(-room * itemsize // (8 * THREADS)), 1), 1024)
+        self._launch(kernels.copy_kept)(blocks, THREADS, src, dst, src8, dst8, self._args[6], itemsize, room)
+
     def total(self) -> int:
         """The kept count of the last `offsets` or `enqueue`, after waiting for the stream."""
         self.stream.synchronize()

@@ -7,7 +7,7 @@
 
 Host arrays give NumPy results (computed by the NumPy twins, with no GPU involved); device
 arrays (numba, CuPy, PyTorch: anything with `__cuda_array_interface__`) give device arrays of
-exactly the kept length, computed on the GPU (see `select.py` for the single-pass design).
+exactly the kept length, computed on the GPU (see `select.py` for the design).
 Values may be any 8- to 64-bit type or a record (structured) dtype; flags any integer or bool
 type, non-zero meaning keep; the predicate of `select_if` a function Numba compiles, taking one
 value and returning a bool.
@@ -131,7 +131,7 @@ _SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 
 def _selector(stream) -> Selector:
-    """The selector of this stream and thread: a selector's look-back state is written by every
+    """The selector of this stream and thread: a selector's tile counts are written by every
     call, so two threads (Dask workers run several) must never share one."""
     key = (0 if stream is None else int(stream.handle.value if hasattr(stream.handle, "value") else stream.handle or 0),
            threading.get_ident())

@@ -1,6 +1,6 @@
 """Where a device select's time goes (issue 11): the host cost of each piece at 2^20 (launches,
 the count, the pooled output, a bare synchronisation) and the device time of each kernel at 2^20,
-2^24 and 2^28 (the count four flags a load, the generic count, count and scan, scatter). A profile
+2^24 and 2^28 (the count eight flags a load, the generic count, count and scan, scatter). A profile
 to read beside bench_compaction.py, which measures against the peers; run on a GPU machine:
 
     python bench/profile_compaction.py
@@ -57,7 +57,7 @@ def main() -> int:
     from numba.cuda.cudadrv.devicearray import DeviceNDArray
 
     from vyre_numba import compaction
-    from vyre_numba.compaction import _quads, _words, kernels
+    from vyre_numba.compaction import _octs, _words, kernels
     from vyre_numba.compaction.select import TILE, THREADS
     from vyre_numba.gpu.memory import pool_alloc, pool_free, pooled_array
 
@@ -66,7 +66,7 @@ def main() -> int:
     v = cuda.to_device(np.arange(n, dtype=np.int32))
     f = cuda.to_device((np.arange(n) % 2).astype(np.uint8))
     out = cuda.device_array(n, np.int32)
-    w, ow, q = _words(v, n, dt), _words(out, n, dt), _quads(f, n)
+    w, ow, q = _words(v, n, dt), _words(out, n, dt), _octs(f, n)
     nz = kernels.flag_nonzero
     with compaction.Selector() as sel:
         print("host, 2^20 items, us a call:")
@@ -97,17 +97,18 @@ def main() -> int:
             v = cuda.to_device(np.arange(n, dtype=np.int32))
             f = cuda.to_device((np.random.default_rng(0).random(n) < 0.5).astype(np.uint8))
             out = cuda.device_array(n, np.int32)
-            w, ow, q = _words(v, n, dt), _words(out, n, dt), _quads(f, n)
+            w, ow, q = _words(v, n, dt), _words(out, n, dt), _octs(f, n)
             with compaction.Selector() as raw:  # counts added here are never scanned: a selector of its own
                 raw._grow(tiles)
                 counts = raw._args[0]
-                count4 = device_us(lambda: raw._launch(kernels.count_bytes)(tiles, THREADS, f, q, n, counts))
+                count8 = device_us(lambda: raw._launch(kernels.count_bytes)(-(-tiles // kernels.GROUP), THREADS, f, q,
+                                                                            n, counts))
                 count1 = device_us(lambda: raw._launch(kernels.count_kernel(nz))(tiles, THREADS, f, n, counts))
             offsets = device_us(lambda: sel.offsets(nz, f, n, q))
             scatter = device_us(lambda: sel.scatter(nz, f, n, w, ow, n))
             both = device_us(lambda: sel.enqueue(nz, f, n, w, ow, n, q))
             wall = per_call_us(lambda: compaction.select(v, f), 20)
-            print(f"  2^{log_n}: count four a load {count4:.1f}, count one a load {count1:.1f}, count + scan "
+            print(f"  2^{log_n}: count eight a load {count8:.1f}, count one a load {count1:.1f}, count + scan "
                   f"{offsets:.1f}, scatter {scatter:.1f}, all three {both:.1f}; select wall {wall:.1f}")
     return 0
 

@@ -103,7 +103,7 @@ SIMULATED = textwrap.dedent('''
                 assert e.needed == flags.sum()
         print("ok", n)
 
-    # one-byte flags are counted four at a time, except the last tile and flags off a 4-byte boundary
+    # one-byte flags are counted eight at a time, except the last tiles and flags off an 8-byte boundary
     n = 2 * TILE + 6
     vals, flags = np.arange(n, dtype=np.int16), (np.arange(n + 1) % 5 == 1).astype(np.int8)
     dflags = cuda.to_device(flags)
@@ -267,10 +267,10 @@ def test_gpu_selector_owns_its_buffers_and_runs_on_a_given_stream():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("shift", [0, 1, 2, 3])
+@pytest.mark.parametrize("shift", [0, 1, 4, 7, 8])
 def test_gpu_one_byte_flags_at_any_address_and_length(shift):
-    """Flags off a 4-byte boundary take the one-flag-a-load count; aligned ones four at a time,
-    with the last, partial tile counted one by one."""
+    """Flags off an 8-byte boundary take the one-flag-a-load count; aligned ones eight at a time,
+    a group of tiles reaching past the end one by one."""
     from numba import cuda
 
     rng = np.random.default_rng(shift)

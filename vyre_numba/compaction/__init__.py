@@ -164,22 +164,20 @@ def _words(a, n: int, dt: np.dtype, address: int | None = None):
     return RawArray(_address(a) if address is None else address, (n, w), word)
 
 
-def _quads(flags, n: int):
-    """One-byte device flags as n // 4 u32 words (for the count that reads four at a time), or
-    None: for wider flags, or where the address is not a multiple of 4."""
-    if n < 4 or _dtype(flags).itemsize != 1:
+def _octs(flags, n: int):
+    """One-byte device flags as n // 8 u64 words (for the count that reads eight at a time), or
+    None: for wider flags, or where the address is not a multiple of 8."""
+    if n < 8 or _dtype(flags).itemsize != 1:
         return None
     if _SIM:
-        return _dev(flags)[:n // 4 * 4].view(np.uint32)
+        return _dev(flags)[:n // 8 * 8].view(np.uint64)
     address = _address(flags)
-    if address % 4:
+    if address % 8:
         return None
-    from ..gpu.numba_launch import RawArray
-
-    return RawArray(address, (n // 4,), np.uint32)
+    return RawArray(address, (n // 8,), np.uint64)
 
 
-def _exact(sel: Selector, flag_of, src, n: int, words, dt: np.dtype, quads=None):
+def _exact(sel: Selector, flag_of, src, n: int, words, dt: np.dtype, octs=None):
     """The kept items (of `words`, or their indices where None) as a device array of exactly their
     number: the count first (a pass over the flags, one synchronisation), then the selection
     into an output from the stream-ordered pool on the legacy default stream (a microsecond,
@@ -188,7 +186,7 @@ def _exact(sel: Selector, flag_of, src, n: int, words, dt: np.dtype, quads=None)
 
     from ..gpu.numba_launch import stream_handle
 
-    count = sel.count(flag_of, src, n, quads)
+    count = sel.count(flag_of, src, n, octs)
     if count == 0:
         return cuda.device_array(0, dt)
     if _SIM or stream_handle(sel.stream) != 0:
@@ -206,14 +204,14 @@ def _exact(sel: Selector, flag_of, src, n: int, words, dt: np.dtype, quads=None)
     return pooled_array(count, dt, address)
 
 
-def _device_select(values, src, flag_of, n: int, stream, quads=None):
+def _device_select(values, src, flag_of, n: int, stream, octs=None):
     """The kept values of a device select, as a device array of exactly their number."""
     from numba import cuda
 
     dt = _dtype(values)
     if n == 0:
         return cuda.device_array(0, dt)
-    return _exact(_selector(stream), flag_of, src, n, _words(values, n, dt), dt, quads)
+    return _exact(_selector(stream), flag_of, src, n, _words(values, n, dt), dt, octs)
 
 
 def select(values, flags, *, stream=None):
@@ -226,7 +224,7 @@ def select(values, flags, *, stream=None):
         return select_numpy(values, flags)
     from .kernels import flag_nonzero
 
-    return _device_select(values, _dev(flags) if _SIM else flags, flag_nonzero, n, stream, _quads(flags, n))
+    return _device_select(values, _dev(flags) if _SIM else flags, flag_nonzero, n, stream, _octs(flags, n))
 
 
 def select_if(values, predicate: Callable, *, stream=None):
@@ -257,7 +255,7 @@ def nonzero(flags, *, stream=None):
     if n == 0:
         return cuda.device_array(0, np.int64)
     return _exact(_selector(stream), flag_nonzero, _dev(flags) if _SIM else flags, n, None, np.dtype(np.int64),
-                  _quads(flags, n))
+                  _octs(flags, n))
 
 
 _STAGING: dict = {}
@@ -330,7 +328,7 @@ def read_compacted(values, flags, *, capacity: int | None = None, stream=None) -
         size = -(-max(nbytes, 8) // 8) * 8
         buf, dst = cuda.device_array(size, np.uint8), cuda.device_array(size, np.uint8)
         out = buf[:nbytes].view(word).reshape(room, w)
-        sel.enqueue(flag_nonzero, _dev(flags), n, _words(values, n, dt), out, room, _quads(flags, n))
+        sel.enqueue(flag_nonzero, _dev(flags), n, _words(values, n, dt), out, room, _octs(flags, n))
         sel.copy_kept(buf.view(np.uint64), dst.view(np.uint64), buf, dst, dt.itemsize, room)
         count = sel.total()
         kept = dst.copy_to_host()
@@ -338,7 +336,7 @@ def read_compacted(values, flags, *, capacity: int | None = None, stream=None) -
         kept, ptr = _staging(nbytes)
         with _device_bytes(sel, nbytes) as address:
             sel.enqueue(flag_nonzero, flags, n, _words(values, n, dt), _words(None, room, dt, address), room,
-                        _quads(flags, n))
+                        _octs(flags, n))
             sel.copy_kept(RawArray(address, (nbytes // 8,), np.uint64), RawArray(ptr, (nbytes // 8,), np.uint64),
                           RawArray(address, (nbytes,), np.uint8), RawArray(ptr, (nbytes,), np.uint8), dt.itemsize,
                           room)

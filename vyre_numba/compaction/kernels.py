@@ -10,14 +10,16 @@ import os
 from typing import Callable
 
 import numpy as np
-from numba import cuda, from_dtype, int32, int64, uint8, uint32
+from numba import cuda, from_dtype, int32, int64, uint8, uint32, uint64
 
 from .select import ITEMS, THREADS, TILE
 
 WARPS = THREADS // 32
 SLOTS = ITEMS * WARPS  # (item row, warp) counts of a tile
 PER_LANE = SLOTS // 32  # of them a lane of warp 0 scans
-QUADS = ITEMS // 4  # four-flag words a thread of count_bytes reads a tile
+OCTS = ITEMS // 8  # eight-flag words a thread of count_bytes reads a tile
+GROUP = 4  # tiles a block of count_bytes counts
+GROUP_OCTS = GROUP * OCTS
 SCAN_THREADS = 1024  # tile counts a block of the scan takes
 FULL = 0xFFFFFFFF
 _SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
@@ -208,26 +210,40 @@ def count_kernel(flag_of: Callable):
     return count
 
 
+@cuda.jit(device=True)
+def nonzero_bytes(w):
+    """How many of the eight bytes of w are not zero (a byte's high bit after adding 0x7F to its
+    low seven bits, or its own)."""
+    low = uint64(0x7F7F7F7F7F7F7F7F)
+    return cuda.popc((((w & low) + low) | w) & uint64(0x8080808080808080))
+
+
 @cuda.jit
-def count_bytes(flags, quads, n, counts):
-    """count_kernel(flag_nonzero) for one-byte flags also seen as `quads` (n // 4 u32 words, same
-    memory): a whole tile reads four flags a load and counts the non-zero bytes of each word."""
+def count_bytes(flags, octs, n, counts):
+    """count_kernel(flag_nonzero) for one-byte flags also seen as `octs` (n // 8 u64 words, same
+    memory): a block counts GROUP tiles, all their words in flight at once, eight flags a load;
+    tiles that reach past n are counted one flag at a time."""
     tid = cuda.threadIdx.x
-    first = cuda.blockIdx.x * TILE
-    mine = int64(0)
-    if first + TILE <= n:
-        words = cuda.local.array(QUADS, uint32)
-        for r in range(QUADS):
-            words[r] = quads[first // 4 + r * THREADS + tid]
-        for r in range(QUADS):
-            w = words[r]
-            mine += cuda.popc((((w & uint32(0x7F7F7F7F)) + uint32(0x7F7F7F7F)) | w) & uint32(0x80808080))
+    lane = tid % 32
+    first = cuda.blockIdx.x * GROUP
+    if (first + GROUP) * TILE <= n:
+        words = cuda.local.array(GROUP_OCTS, uint64)
+        for g in range(GROUP):
+            for r in range(OCTS):
+                words[g * OCTS + r] = octs[(first + g) * (TILE // 8) + r * THREADS + tid]
+        for g in range(GROUP):
+            mine = int64(0)
+            for r in range(OCTS):
+                mine += nonzero_bytes(words[g * OCTS + r])
+            add_count(counts, first + g, mine, lane)
     else:
-        for r in range(ITEMS):
-            i = first + r * THREADS + tid
-            if i < n and flags[i] != 0:
-                mine += 1
-    add_count(counts, cuda.blockIdx.x, mine, tid % 32)
+        for tile in range(first, min(first + GROUP, (n + TILE - 1) // TILE)):
+            mine = int64(0)
+            for r in range(ITEMS):
+                i = tile * TILE + r * THREADS + tid
+                if i < n and flags[i] != 0:
+                    mine += 1
+            add_count(counts, tile, mine, lane)
 
 
 def scatter_kernel(flag_of: Callable, emit: Callable | None, word=np.uint64):

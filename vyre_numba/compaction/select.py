@@ -129,10 +129,10 @@ class Selector:
         self._launches = {}
         self._closed = True
 
-    def offsets(self, flag_of: Callable, src, n: int, quads=None) -> None:
+    def offsets(self, flag_of: Callable, src, n: int, octs=None) -> None:
         """Enqueue the tile counts and their scan for items 0..n-1 kept where `flag_of(src, i)`; the
-        kept count lands in mapped host memory (`total()`) and on the device. `quads`: one-byte
-        flags `src` (with flag_nonzero) seen as n // 4 u32 words, counted four at a time."""
+        kept count lands in mapped host memory (`total()`) and on the device. `octs`: one-byte
+        flags `src` (with flag_nonzero) seen as n // 8 u64 words, counted eight at a time."""
         if self._closed:
             raise DispatchError("this Selector was closed. Fix: make a new one.")
         if n > MAX_ITEMS:
@@ -146,8 +146,8 @@ class Selector:
         chunks = -(-tiles // kernels.SCAN_THREADS)
         self._host[0] = -1
         try:
-            if quads is not None:
-                self._launch(kernels.count_bytes)(tiles, THREADS, src, quads, n, counts)
+            if octs is not None:
+                self._launch(kernels.count_bytes)(-(-tiles // kernels.GROUP), THREADS, src, octs, n, counts)
             else:
                 self._launch(kernels.count_kernel(flag_of))(tiles, THREADS, src, n, counts)
             self._launch(kernels.scan_chunks)(chunks, kernels.SCAN_THREADS, counts, tiles, offsets, sums, ctl, host)
@@ -173,12 +173,12 @@ class Selector:
         self._launch(kernel)(-(-n // TILE), THREADS, src, n, out if words is None else words, out,
                              self._args[1], self._bases, capacity)
 
-    def enqueue(self, flag_of: Callable, src, n: int, words, out, capacity: int, quads=None) -> None:
+    def enqueue(self, flag_of: Callable, src, n: int, words, out, capacity: int, octs=None) -> None:
         """Enqueue the selection of items 0..n-1 (where `flag_of(src, i)`) into `out`, at most
         `capacity` rows of it (`words` None writes indices); the kept count, which may exceed
         capacity, is `total()`. Nothing waits: callers enqueue more work before reading it."""
         if n:
-            self.offsets(flag_of, src, n, quads)
+            self.offsets(flag_of, src, n, octs)
             self.scatter(flag_of, src, n, words, out, capacity)
         else:
             self._host[0] = 0
@@ -195,24 +195,24 @@ class Selector:
         self.stream.synchronize()
         return int(self._host[0])
 
-    def count(self, flag_of: Callable, src, n: int, quads=None) -> int:
+    def count(self, flag_of: Callable, src, n: int, octs=None) -> int:
         """How many of items 0..n-1 are kept; `scatter` may follow. The count is read as soon as
         the scan writes it to mapped memory (a driver synchronisation costs several microseconds
         more), within a bound past which the stream is synchronised (and any error raised)."""
         if n == 0:
             return 0
-        self.offsets(flag_of, src, n, quads)
+        self.offsets(flag_of, src, n, octs)
         host, clock = self._host, time.perf_counter
         deadline = clock() + POLL_SECONDS
         while host[0] < 0 and clock() < deadline:
             pass
         return self.total() if host[0] < 0 else int(host[0])
 
-    def run(self, flag_of: Callable, src, n: int, words, out, capacity: int, quads=None) -> int:
+    def run(self, flag_of: Callable, src, n: int, words, out, capacity: int, octs=None) -> int:
         """Select items 0..n-1 into `out` (at most `capacity` rows) and return how many were kept,
         which may exceed capacity (then only the first `capacity` were written). One
         synchronisation, after everything, to read the count."""
-        self.enqueue(flag_of, src, n, words, out, capacity, quads)
+        self.enqueue(flag_of, src, n, words, out, capacity, octs)
         return self.total()
 
     def _launch(self, kernel, use: int = 0) -> NumbaLaunch:

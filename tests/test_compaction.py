@@ -76,7 +76,7 @@ SIMULATED = textwrap.dedent('''
     import numpy as np
     from numba import cuda
     from vyre_numba import compaction
-    from vyre_numba.errors import CapacityError
+    from vyre_numba.errors import CapacityError, DispatchError
     from vyre_numba.compaction.kernels import flag_nonzero
     from vyre_numba.compaction.select import TILE, word_view
     rng = np.random.default_rng(0)
@@ -122,6 +122,14 @@ SIMULATED = textwrap.dedent('''
                        word_view(out, n), n) == flags.sum()
         assert np.array_equal(out.copy_to_host()[:flags.sum()], vals[flags])
         assert sel.count(flag_nonzero, cuda.to_device(flags), n) == flags.sum()
+    sel.close()
+    for call in (lambda: sel.total(), lambda: sel.enqueue(flag_nonzero, None, 0, None, None, 0),
+                 lambda: sel.scatter(flag_nonzero, None, 5, None, None, 5)):
+        try:
+            call()
+            raise AssertionError("a closed selector ran")
+        except DispatchError as e:
+            assert "closed" in str(e) and "Fix:" in str(e)
     print("ok reused")
 ''')
 

@@ -129,12 +129,15 @@ class Selector:
         self._launches = {}
         self._closed = True
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise DispatchError("this Selector was closed. Fix: make a new one.")
+
     def offsets(self, flag_of: Callable, src, n: int, octs=None) -> None:
         """Enqueue the tile counts and their scan for items 0..n-1 kept where `flag_of(src, i)`; the
         kept count lands in mapped host memory (`total()`) and on the device. `octs`: one-byte
         flags `src` (with flag_nonzero) seen as n // 8 u64 words, counted eight at a time."""
-        if self._closed:
-            raise DispatchError("this Selector was closed. Fix: make a new one.")
+        self._check_open()
         if n > MAX_ITEMS:
             raise DispatchError(f"{n} items are more than one compaction takes ({MAX_ITEMS}). Fix: select in parts "
                                 "and concatenate.")
@@ -162,6 +165,7 @@ class Selector:
     def scatter(self, flag_of: Callable, src, n: int, words, out, capacity: int) -> None:
         """Enqueue writing the kept items (`words` None: their indices) into `out`, at most
         `capacity` rows, after `offsets` of the same items."""
+        self._check_open()
         kernels = _kernels()
 
         if words is None:
@@ -177,6 +181,7 @@ class Selector:
         """Enqueue the selection of items 0..n-1 (where `flag_of(src, i)`) into `out`, at most
         `capacity` rows of it (`words` None writes indices); the kept count, which may exceed
         capacity, is `total()`. Nothing waits: callers enqueue more work before reading it."""
+        self._check_open()
         if n:
             self.offsets(flag_of, src, n, octs)
             self.scatter(flag_of, src, n, words, out, capacity)
@@ -186,12 +191,14 @@ class Selector:
     def copy_kept(self, src, dst, src8, dst8, itemsize: int, room: int) -> None:
         """Enqueue copying the last selection's kept bytes (at most `room` items of `itemsize`)
         from `src` to `dst` (seen as u64 words, and as bytes `src8`/`dst8` for the tail)."""
+        self._check_open()
         kernels = _kernels()
         blocks = min(max(-(-room * itemsize // (8 * THREADS)), 1), 1024)
         self._launch(kernels.copy_kept)(blocks, THREADS, src, dst, src8, dst8, self._args[6], itemsize, room)
 
     def total(self) -> int:
         """The kept count of the last `offsets` or `enqueue`, after waiting for the stream."""
+        self._check_open()
         self.stream.synchronize()
         return int(self._host[0])
 

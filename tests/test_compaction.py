@@ -46,7 +46,16 @@ def test_host_inputs_give_numpy_results_in_order():
     (lambda: compaction.select(np.arange(6)[::2], np.ones(3, bool)), "not contiguous"),
     (lambda: compaction.select(np.array(["a", "b"], object), np.ones(2, bool)), "8- to 64-bit"),
     (lambda: compaction.select(np.zeros(2, "V80"), np.ones(2, bool)), "8- to 64-bit"),
-    (lambda: compaction.select([1, 2], [True, False]), "not an array"),
+    (lambda: compaction.select([1, 2], [True, False]), "not a NumPy or device array"),
+    (lambda: compaction.select(np.arange(2), [True, False]), "flags is a list"),
+    (lambda: compaction.select(np.arange(2), None), "flags is a NoneType"),
+    (lambda: compaction.nonzero((1, 0)), "np.asarray(flags)"),
+    (lambda: compaction.nonzero(3), "flags is a int"),
+    (lambda: compaction.select(np.arange(2), np.ma.MaskedArray([1, 0], mask=[1, 0])), "ignore its mask"),
+    (lambda: compaction.select_if(np.arange(3), lambda v: (v, v)), "returns UniTuple"),
+    (lambda: compaction.select_if(np.arange(3), lambda v: "yes"), "not a bool"),
+    (lambda: compaction.select_if(np.arange(3), lambda v: v * 0.5), "returns float64"),
+    (lambda: compaction.select_if(np.arange(3), np.isfinite), "does not compile"),
     (lambda: compaction.select_if(np.arange(3), 5), "not a function"),
     (lambda: compaction.select_if(np.arange(3), lambda v: v.no_such_attribute), "does not compile"),
     (lambda: compaction.select_if(records(3), lambda v: True), "record array"),
@@ -63,6 +72,21 @@ class FakeDeviceArray:
     def __init__(self, n):
         self.dtype, self.shape = np.dtype(np.int32), (n,)
         self.__cuda_array_interface__ = {"typestr": "<i4", "shape": (n,), "data": (0, False), "version": 3}
+
+
+def test_pandas_and_dask_containers_are_refused_with_their_conversion():
+    pd = pytest.importorskip("pandas")
+    s = pd.Series(np.arange(4))
+    for call, fix in [(lambda: compaction.select(s, np.ones(4, bool)), "values.to_numpy()"),
+                      (lambda: compaction.nonzero(pd.Series([True, False], dtype="boolean")), "flags.to_numpy()"),
+                      (lambda: compaction.select(s.astype("category"), np.ones(4, bool)), "values.to_numpy()"),
+                      (lambda: compaction.select_if(pd.Index([1, 2]), lambda v: v > 1), "values.to_numpy()")]:
+        with pytest.raises(DispatchError, match="Fix:") as e:
+            call()
+        assert fix in str(e.value)
+    da = pytest.importorskip("dask.array")
+    with pytest.raises(DispatchError, match=r"flags\.compute\(\)"):
+        compaction.select(np.arange(4), da.ones(4, dtype=bool, chunks=2))
 
 
 def test_mixing_host_and_device_arrays_is_refused():

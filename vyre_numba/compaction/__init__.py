@@ -77,9 +77,15 @@ def _dtype(a) -> np.dtype:
 
 
 def _check_values(a, name: str = "values"):
-    if not hasattr(a, "dtype") or not hasattr(a, "shape"):
-        raise DispatchError(f"{name} is a {type(a).__name__}, not an array. Fix: pass a NumPy array or a device "
-                            "array (numba, CuPy, PyTorch).")
+    if not (isinstance(a, np.ndarray) or _is_device(a)):
+        hint = {"Series": f"{name}.to_numpy()", "Index": f"{name}.to_numpy()", "Array": f"{name}.compute()",
+                "Tensor": f"{name}.numpy()", "list": f"np.asarray({name})",
+                "tuple": f"np.asarray({name})"}.get(type(a).__name__, "np.asarray(...)")
+        raise DispatchError(f"{name} is a {type(a).__name__}, not a NumPy or device array. Fix: pass a NumPy array "
+                            f"(e.g. {hint}) or a device array (numba, CuPy, PyTorch).")
+    if isinstance(a, np.ma.MaskedArray):
+        raise DispatchError(f"{name} is a masked array; compaction would ignore its mask. Fix: pass "
+                            f"{name}.filled(0) or select by the mask itself.")
     dt = _dtype(a)
     shape = tuple(a.shape)
     if len(shape) != 1:
@@ -99,8 +105,8 @@ def _check_values(a, name: str = "values"):
 
 
 def _check_flags(flags, n: int | None) -> int:
-    dt = _dtype(flags)
     m = _check_values(flags, "flags")
+    dt = _dtype(flags)
     if dt.kind not in "biu":
         raise DispatchError(f"flags has dtype {dt}, not integers or bools. Fix: pass flags as bool or integer "
                             "(non-zero keeps the item), e.g. (x > 0).")
@@ -113,6 +119,28 @@ def _check_predicate(predicate) -> None:
     if not callable(predicate):
         raise DispatchError(f"predicate is a {type(predicate).__name__}, not a function. Fix: pass a function of "
                             "one value returning a bool, e.g. lambda v: v > 0.")
+
+
+_RESULT_TYPES: dict = {}
+
+
+def _check_result(predicate: Callable, dt: np.dtype) -> None:
+    """Refuses a predicate whose result is not a bool or an integer (a tuple or a string is
+    always true, a float is true for NaN): the result type as Numba infers it for dt."""
+    key = (predicate, dt)
+    result = _RESULT_TYPES.get(key)
+    if result is None:
+        from numba import from_dtype, njit, types
+
+        def infer():
+            dispatcher = njit(predicate)
+            dispatcher.compile((from_dtype(dt),))
+            return dispatcher.nopython_signatures[-1].return_type
+        result = _compiled(infer, "predicate")
+        result = _RESULT_TYPES[key] = "ok" if isinstance(result, (types.Boolean, types.Integer)) else str(result)
+    if result != "ok":
+        raise DispatchError(f"the predicate returns {result} for {dt} values, not a bool. Fix: return a "
+                            "comparison, e.g. lambda v: v > 0 (or bool(...) of an integer).")
 
 
 def _compiled(call: Callable, what: str):
@@ -217,10 +245,9 @@ def _device_select(values, src, flag_of, n: int, stream, octs=None):
 def select(values, flags, *, stream=None):
     """values[i] for every i with flags[i] != 0, in order: a NumPy array for host inputs, a
     device array of exactly that length for device inputs."""
-    on_device = _on_device(values, flags)
     n = _check_values(values)
     _check_flags(flags, n)
-    if not on_device:
+    if not _on_device(values, flags):
         return select_numpy(values, flags)
     from .kernels import flag_nonzero
 
@@ -235,6 +262,7 @@ def select_if(values, predicate: Callable, *, stream=None):
     if _dtype(values).fields is not None:
         raise DispatchError("select_if takes plain numbers; values is a record array. Fix: compute flags from its "
                             "fields and call select(values, flags).")
+    _check_result(predicate, _dtype(values))
     if not _on_device(values):
         return _compiled(lambda: select_if_numpy(values, predicate), "predicate")
     from .kernels import predicate_flag
@@ -306,10 +334,9 @@ def read_compacted(values, flags, *, capacity: int | None = None, stream=None) -
     read there too), with one synchronisation.
     Without a capacity the result always fits; with one, a result larger than `capacity` raises
     CapacityError naming the count needed, and nothing is lost (the inputs are untouched)."""
-    on_device = _on_device(values, flags)
     n = _check_values(values)
     _check_flags(flags, n)
-    if not on_device:
+    if not _on_device(values, flags):
         raise DispatchError("read_compacted brings device data to the host; values and flags are host arrays. "
                             "Fix: use select(values, flags) for host arrays.")
     if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer))

@@ -155,6 +155,42 @@ def test_saxpy_sizes_match_reference(n, cuda_backend, ref):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("n,direct", [(1 << 12, False), (1 << 15, True), (1 << 17, True), (3 << 20, False)])
+def test_host_round_trip_staged_or_direct_gives_the_reference_bits(n, direct, cuda_backend, ref):
+    """Small and very large round trips go through pinned staging, the sizes between straight
+    between the caller's memory and the device; every path gives the reference's bits, leaves the
+    inputs alone, and a range of an output comes back alone on both."""
+    from vyre_numba.gpu.host import HostPlan
+
+    rng = np.random.default_rng(n)
+    args = [np.float32([-0.5]), rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)]
+    before = [a.copy() for a in args]
+    for _ in range(2):  # the second call takes the repeat path
+        (got,) = cuda_backend.dispatch(_saxpy(), args)
+        (expect,) = ref.dispatch(_saxpy(), args)
+        assert np.array_equal(got.view(np.uint32), expect.view(np.uint32))
+    assert all(np.array_equal(a, b) for a, b in zip(args, before)), "dispatch modified the caller's input"
+    plans = [p for p in cuda_backend.host_plans.values() if isinstance(p, HostPlan) and p.counts[-1] == n]
+    assert plans and all(p.direct is direct for p in plans)
+    i = ir.var("i")
+    ranged = ir.Program([ir.BufferDecl.read("a", 0, "u32"),
+                         ir.BufferDecl.output("out", 1, "u32", output_byte_range=(8, 4 * n - 4))], 256,
+                        [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("a"), [ir.store("out", i, ir.load("a", i) + 1)])])
+    a = rng.integers(0, 2**32, n, dtype=np.uint32)
+    (out,) = cuda_backend.dispatch(ranged, [a])
+    assert np.array_equal(out, a[2:n - 1] + np.uint32(1))
+
+
+@pytest.mark.gpu
+def test_stuck_grid_barrier_with_a_large_output_times_out_on_the_direct_path(cuda_backend):
+    p = ir.Program([ir.BufferDecl.output("o", 0, "u32")], 64,
+                   [ir.if_(ir.wgid(0) == 0, [ir.return_()]), ir.barrier("grid"), ir.store("o", ir.gid(0), 1)])
+    with pytest.raises(vn.BarrierTimeoutError, match="Fix:"):
+        cuda_backend.dispatch(p, [], DispatchConfig(cooperative=True, grid=(4, 1, 1)), sizes={"o": 1 << 18})
+    assert cuda_backend.dispatch(_saxpy(), [np.float32([2]), np.ones(3, np.float32), np.ones(3, np.float32)])[0].tolist() == [3.0] * 3
+
+
+@pytest.mark.gpu
 def test_caches_hit_on_second_dispatch(cuda_backend):
     p = _saxpy()
     args = [np.float32([2]), np.ones(10, np.float32), np.ones(10, np.float32)]

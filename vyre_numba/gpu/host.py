@@ -4,7 +4,10 @@ buffer sizes, with its launch geometry checked and its buffers kept between call
 A plan's buffers live in one device allocation laid out as [inputs | read_write | outputs], each
 buffer 256-byte aligned, mirrored by pinned host staging, so a dispatch is: the inputs copied
 into staging on the host, one copy in, one memset of the outputs, the launches, one copy out,
-one synchronisation, and the outputs copied out of staging."""
+one synchronisation, and the outputs copied out of staging. Between DIRECT_BYTES moved and
+buffers large enough to stage on several threads, the copies go straight between the caller's
+memory and the device instead (the driver pipelines its own staging: 343 against 435 us for a
+1 MiB round trip on an H100 host, 1.28 against 1.72 ms at 4 MiB)."""
 from __future__ import annotations
 
 import os
@@ -20,6 +23,7 @@ from .launch import KernelLaunch, LaunchShape, driver_check as check
 
 ALIGN = 256
 COPY_CHUNK = 4 << 20  # host copies of several such chunks are split over threads (smaller splits measured slower)
+DIRECT_BYTES = 384 << 10  # below this many bytes moved, staging's lower fixed cost wins (33 against 49 us at 48 KiB)
 _COPIERS: ThreadPoolExecutor | None = None
 
 
@@ -108,6 +112,8 @@ class HostPlan:
         self.out_lo = min((a for a, _ in spans), default=0)
         self.out_hi = max((b for _, b in spans), default=0)
         self.read_bytes = sum(n for _, n, _, _ in self.outputs)
+        largest = max([n for *_, n in self.inputs] + [n for _, n, _, _ in self.outputs], default=0)
+        self.direct = self.in_total + self.read_bytes >= DIRECT_BYTES and largest < 2 * COPY_CHUNK
         self.device_bytes = self.total + self.in_bytes + (self.out_hi - self.out_lo)  # device + pinned
         self._device_array, self._pinned_array = backend._device_bytes, backend._pinned_bytes
         self._free: list[BufferSet] = []
@@ -145,6 +151,26 @@ class HostPlan:
             if n:
                 copy_bytes(staging[off:off + n], arrays[name].view(np.uint8))
         return self.in_total
+
+    def upload_direct(self, buffers: BufferSet, arrays: Mapping[str, np.ndarray], stream: int, drv) -> int:
+        """On `stream`: the host inputs copied in straight from their memory (a copy from pageable
+        memory returns once the driver has staged it, so the caller may change them after); bytes."""
+        for _, name, off, n in self.inputs:
+            if n:
+                check(drv.cuMemcpyHtoDAsync(buffers.base + off, arrays[name].ctypes.data, n, stream),
+                      "uploading the inputs")
+        return self.in_total
+
+    def collect_direct(self, buffers: BufferSet, stream: int, drv) -> list[np.ndarray]:
+        """The outputs copied from the device straight into new arrays, after the stream's work (a
+        copy to pageable memory returns when it is done)."""
+        outs = []
+        for off, n, dt, count in self.outputs:
+            out = np.empty(count, dt)
+            if n:
+                check(drv.cuMemcpyDtoHAsync(out.ctypes.data, buffers.base + off, n, stream), "reading back the outputs")
+            outs.append(out)
+        return outs
 
     def fast_key(self, binding: Binding) -> tuple:
         """(dtype, size) of each input in binding order: what a repeat call must match to skip binding."""

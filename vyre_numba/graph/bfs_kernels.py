@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from numba import cuda, int32, int64
 
-from ..workqueue.device import TAIL, push
+from ..workqueue.device import TAIL, push, push_any
 
 UNSEEN = -1
 
@@ -16,8 +16,8 @@ from .bfs import HUB  # frontier vertices with more neighbours are expanded by a
 
 @cuda.jit(device=True)
 def visit(dist, v, nxt, out_items, out_state):
-    if dist[v] == UNSEEN and cuda.atomic.cas(dist, v, int32(UNSEEN), nxt) == UNSEEN:
-        push(out_items, out_state, int32(v))
+    won = dist[v] == UNSEEN and cuda.atomic.cas(dist, v, int32(UNSEEN), nxt) == UNSEEN
+    push_any(out_items, out_state, int32(v), won)
 
 
 @cuda.jit
@@ -61,12 +61,15 @@ def bottom_up(indptr, indices, dist, level, n, out_items, out_state):
     v = int64(cuda.grid(1))
     stride = int64(cuda.gridsize(1))
     while v < n:
+        found = False
         if dist[v] == UNSEEN:
             for k in range(indptr[v], indptr[v + 1]):
                 if dist[indices[k]] == level:
-                    dist[v] = int32(level + 1)
-                    push(out_items, out_state, int32(v))
+                    found = True
                     break
+            if found:
+                dist[v] = int32(level + 1)
+        push_any(out_items, out_state, int32(v), found)
         v += stride
 
 

@@ -8,7 +8,9 @@ and returns False, so the producer keeps its item and pushes it again after the 
 queue (backpressure: nothing is lost, nothing overwritten)."""
 from __future__ import annotations
 
-from numba import cuda, int64, uint64
+import os
+
+from numba import cuda, int64, uint32, uint64
 
 TAIL, HEAD = 0, 1
 
@@ -21,6 +23,35 @@ def push(items, state, value):
         items[slot] = value
         return True
     return False
+
+
+if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":  # the simulator has no warp votes; one push a lane
+    @cuda.jit(device=True)
+    def push_any(items, state, value, want):
+        """As `push` where `want`, True elsewhere."""
+        return push(items, state, value) if want else True
+else:
+    @cuda.jit(device=True)
+    def push_any(items, state, value, want):
+        """Append value where `want` (True where not), one atomic for all the lanes that call it
+        together: a whole frontier pushed lane by lane would queue every push on the one tail."""
+        mask = cuda.activemask()
+        votes = cuda.ballot_sync(mask, want)
+        if votes == 0:
+            return True
+        leader = cuda.popc((votes & (~votes + uint32(1))) - uint32(1))
+        lane = cuda.laneid
+        base = int64(0)
+        if lane == leader:
+            base = int64(cuda.atomic.add(state, TAIL, uint64(cuda.popc(votes))))
+        base = cuda.shfl_sync(mask, base, leader)
+        if not want:
+            return True
+        slot = base + int64(cuda.popc(votes & ((uint32(1) << uint32(lane)) - uint32(1))))
+        if slot < items.shape[0]:
+            items[slot] = value
+            return True
+        return False
 
 
 @cuda.jit(device=True)

@@ -78,6 +78,27 @@ def test_replay_of_another_size_says_to_record_again(backend, bad):
         assert g.replay([np.ones(1000, np.uint32)])[0].tolist() == [4] * 1000  # still usable
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint16, np.int32])
+def test_replay_of_another_dtype_says_to_record_again(backend, dtype):
+    """A replay never converts: the recording took u32, so other dtypes (even ones whose values
+    would convert exactly) are refused, and the graph stays usable."""
+    with backend.record_graph(affine(), [np.zeros(1000, np.uint32)]) as g:
+        with pytest.raises(DispatchError, match=r"dtypes differ.*Fix: .*record"):
+            g.replay([np.ones(1000, dtype)])
+        with pytest.raises(DispatchError, match="dtypes differ"):
+            g.replay({"x": np.ones(1000, dtype)})
+        assert g.replay([np.ones(1000, np.uint32)])[0].tolist() == [4] * 1000
+
+
+def test_replay_takes_the_sample_dtype_it_was_recorded_with(backend):
+    """Recorded from float32 values that convert exactly: float32 and the buffer's own u32 replay."""
+    with backend.record_graph(affine(), [np.zeros(10, np.float32)]) as g:
+        assert g.replay([np.full(10, 2, np.float32)])[0].tolist() == [7] * 10
+        assert g.replay([np.full(10, 2, np.uint32)])[0].tolist() == [7] * 10
+        with pytest.raises(DispatchError, match="dtypes differ"):
+            g.replay([np.full(10, 2, np.float64)])
+
+
 def test_replay_resident_runs_the_kernels_over_its_own_buffers(backend):
     x = np.arange(300, dtype=np.uint32)
     with backend.record_graph(bump(), [x], DispatchConfig(fixpoint_iterations=3)) as g:
@@ -214,8 +235,13 @@ def test_cuda_failed_recording_leaks_nothing(monkeypatch):
     monkeypatch.setattr(host.HostPlan, "enqueue", boom)
     with pytest.raises(vn.DeviceError, match="injected failure"):
         backend.record_graph(affine(), [np.zeros(1 << 20, np.uint32)])
+    before_free = _free_bytes()
+    for _ in range(8):  # 8 failed recordings of 8 MiB of buffers each: memory must come back
+        with pytest.raises(vn.DeviceError, match="injected failure"):
+            backend.record_graph(affine(), [np.zeros(1 << 20, np.uint32)])
+    assert _free_bytes() >= before_free - (32 << 20)
     monkeypatch.undo()
-    assert len(made) == 2 and all(o.released and o.stream is None and not o.device and not o.held for o in made)
+    assert len(made) == 10 and all(o.released and o.stream is None and not o.device and not o.held for o in made)
     assert backend.telemetry().get("graph_recordings", 0) == before
     assert backend.download(x, 0, 2).tolist() == [0, 1]  # the context is healthy; the sequence never ran
 

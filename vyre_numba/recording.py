@@ -82,6 +82,42 @@ class RecordedGraph(abc.ABC):
                                 "takes no inputs. Fix: write new data into those buffers, then call replay().")
 
 
+def input_dtypes(program: Program, inputs: Sequence | Mapping | None) -> dict[str, str]:
+    """The dtype (as text) of each given input that has one (arrays, tensors, NumPy scalars), by
+    buffer name; inputs without a dtype (lists, Python numbers) are left out."""
+    names = [d.name for d in program.inputs]
+    if inputs is None:
+        return {}
+    if isinstance(inputs, Mapping):
+        items = [(k, inputs[k]) for k in names if k in inputs]
+    else:
+        try:
+            items = list(zip(names, inputs))
+        except TypeError:
+            return {}
+    out = {}
+    for k, v in items:
+        dt = getattr(v, "dtype", None)
+        if dt is not None:
+            try:
+                out[k] = np.dtype(dt).str
+            except TypeError:
+                out[k] = str(dt)  # a framework's dtype (torch.float32): compared by name
+    return out
+
+
+def check_replay_dtypes(program: Program, recorded: Mapping[str, str], inputs: Sequence | Mapping | None) -> None:
+    """Refuse a replay whose input arrays have a dtype other than the recorded sample's and the
+    buffer's own (a replay never converts what the recording did not)."""
+    now = input_dtypes(program, inputs)
+    own = {d.name: np.dtype(d.dtype.storage).str for d in program.inputs}
+    diff = {k: (recorded.get(k, own[k]), v) for k, v in now.items() if v not in (recorded.get(k), own[k])}
+    if diff:
+        raise DispatchError(f"replay of {program.name!r}: input dtypes differ from the recording's "
+                            f"(recorded, given): {diff}. Fix: pass arrays of the recorded dtypes, or record "
+                            "a new graph for these with backend.record_graph(program, inputs, config).")
+
+
 def check_replay_sizes(recorded: Binding, now: Binding) -> None:
     """Refuse a replay whose buffers differ in size from the recording's."""
     if now.sizes != recorded.sizes:
@@ -98,12 +134,14 @@ class Redispatch(RecordedGraph):
                  config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None):
         self.backend, self.program, self.config = backend, program, check_config(config)
         self.binding = bind(program, sample_inputs, self.config, sizes)
+        self._dtypes = input_dtypes(program, sample_inputs)
         self._sizes = {b.name: self.binding.sizes[b.name] for b in program.outputs}
         self.buffers = {d.name: backend.upload(self.binding.arrays[d.name]) for d in program.bound_buffers}
         backend._count(graph_recordings=1)
 
     def replay(self, inputs: Sequence | Mapping | None = None) -> list[np.ndarray]:
         self._check_open()
+        check_replay_dtypes(self.program, self._dtypes, inputs)
         now = bind(self.program, inputs, self.config, self._sizes_for_outputs())
         check_replay_sizes(self.binding, now)
         self.backend._count(graph_replays=1)

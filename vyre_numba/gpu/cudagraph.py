@@ -14,7 +14,7 @@ from ..bindings import Binding, bind, check_resident
 from ..config import DispatchConfig
 from ..errors import DeviceError, UnsupportedError, VyreError
 from ..ir import Program, check
-from ..recording import RecordedGraph, check_replay_sizes
+from ..recording import RecordedGraph, check_replay_dtypes, check_replay_sizes, input_dtypes
 from .backend import _repeat
 from .host import HostPlan
 from .launch import driver_check
@@ -115,6 +115,7 @@ class CudaRecordedGraph(RecordedGraph):
         b = bind(program, sample_inputs, backend._resolve(program, config), sizes, copy_inputs=False,
                  allocate_outputs=False)
         self.config, self.binding = b.config, b
+        self._dtypes = input_dtypes(program, sample_inputs)
         self.plan = plan = HostPlan(backend, b, backend.kernel(program, b.config))  # launch checked here
         self._owned = owned = _Owned(backend)
         self._finalizer = weakref.finalize(self, owned.release)
@@ -174,6 +175,7 @@ class CudaRecordedGraph(RecordedGraph):
         self._check_open()
         arrays = _repeat(inputs, self._names, self._fast_key)  # plain arrays of the recorded dtypes and sizes
         if arrays is None:
+            check_replay_dtypes(self.program, self._dtypes, inputs)
             now = bind(self.program, inputs, self.config, _pure_sizes(self.binding), copy_inputs=False,
                        allocate_outputs=False)
             check_replay_sizes(self.binding, now)

@@ -148,6 +148,41 @@ def test_auto_runs_one_round_as_a_plain_launch_and_reuses_control_blocks():
 
 
 @pytest.mark.gpu
+def test_auto_falls_back_to_graph_then_relaunch_where_a_mode_cannot_run(monkeypatch):
+    """"auto" moves on when no cooperative block fits, then when no while-loop graph can be built,
+    and reaches the same fixpoint; a mode named explicitly still says why it cannot run."""
+    from vyre_numba.fixpoint import device
+    from vyre_numba.gpu import cudagraph
+
+    be = vn.get_backend("cuda")
+    n = 5000
+    indptr, indices = path(n)
+    start = np.arange(n, dtype=np.uint32)[::-1].copy()
+    want, _ = cpu_labels(n, start, indptr, indices)
+    ip, ix = cuda.to_device(indptr), cuda.to_device(indices)
+
+    def solve(mode="auto"):
+        labels = cuda.to_device(start)
+        r = fixpoint.run(relax, n, [labels, ip, ix], mode=mode)
+        assert r.converged and labels.copy_to_host().tolist() == want.tolist()
+        return r.mode
+
+    monkeypatch.setattr(type(be), "blocks_per_sm", lambda self, k, block, smem=0: 0)
+    assert solve() == "graph"
+    with pytest.raises(UnsupportedError, match="smaller block"):
+        solve("cooperative")
+
+    def no_graph(*a, **k):
+        raise UnsupportedError("no conditional nodes here. Fix: use mode='relaunch'.")
+    monkeypatch.setattr(cudagraph, "WhileGraph", no_graph)
+    assert solve() == "relaunch"
+    with pytest.raises(UnsupportedError, match="conditional"):
+        solve("graph")
+    monkeypatch.undo()
+    assert solve() == "cooperative"
+
+
+@pytest.mark.gpu
 def test_gpu_progress_bar_runs_in_chunks_with_the_same_result():
     backend = vn.get_backend("cuda")
     n = 3000

@@ -165,27 +165,45 @@ def run(backend, step: Callable, n: int, args: list, max_rounds: int, mode: str,
         progress: bool | None) -> FixpointResult:
     kinds, params = _step_args(step, args)
     kernels = _module(backend, step, kinds, params)
-    caps = backend.caps
-    if mode == "auto":  # one round needs neither a grid barrier nor a graph: a launch is cheapest
-        mode = "relaunch" if max_rounds == 1 else "cooperative" if caps.cooperative_launch else "graph"
+    order = [mode] if mode != "auto" else _auto_order(backend.caps, max_rounds)
     ctl = _take_ctl(backend)
     ctl_ptr = ctl.__cuda_array_interface__["data"][0]
     bar = _bar(progress, max_rounds)
-    sizes = chunks(progress if bar is not None else False, max_rounds)
     try:
-        if mode == "cooperative":
-            rounds, converged, ns = _cooperative(backend, kernels["vyre_fixpoint_coop"], n, params, ctl, ctl_ptr,
-                                                 max_rounds, block, timeout_ns, bar, sizes)
-        elif mode == "graph":
-            rounds, converged, ns = _graph(backend, kernels, n, params, ctl, ctl_ptr, max_rounds, block, bar, sizes)
-        else:
-            rounds, converged, ns = _relaunch(backend, kernels["vyre_fixpoint_round"], n, params, ctl, ctl_ptr,
-                                              max_rounds, block, bar)
+        for mode in order:
+            sizes = chunks(progress if bar is not None else False, max_rounds)
+            try:
+                if mode == "cooperative":
+                    rounds, converged, ns = _cooperative(backend, kernels["vyre_fixpoint_coop"], n, params, ctl,
+                                                         ctl_ptr, max_rounds, block, timeout_ns, bar, sizes)
+                elif mode == "graph":
+                    rounds, converged, ns = _graph(backend, kernels, n, params, ctl, ctl_ptr, max_rounds, block,
+                                                   bar, sizes)
+                else:
+                    rounds, converged, ns = _relaunch(backend, kernels["vyre_fixpoint_round"], n, params, ctl,
+                                                      ctl_ptr, max_rounds, block, bar)
+                break
+            except _NotHere:  # raised before any round ran: "auto" moves on to the next mode
+                if mode == order[-1]:
+                    raise
     finally:
         if bar is not None:
             bar.close()
         _give_ctl(backend, ctl)
     return FixpointResult(rounds, converged, mode, ns)
+
+
+class _NotHere(UnsupportedError):
+    """A mode this device, step or block size cannot run, found before any round ran."""
+
+
+def _auto_order(caps, max_rounds: int) -> list[str]:
+    """The modes "auto" tries, best first: one round needs neither a grid barrier nor a graph (a
+    launch is cheapest); more run cooperatively where the grid fits, else as a graph's while loop,
+    else one launch a round."""
+    if max_rounds == 1:
+        return ["relaunch"]
+    return (["cooperative"] if caps.cooperative_launch else []) + ["graph", "relaunch"]
 
 
 def for_each(backend, step, n: int, args: list, block: int) -> None:
@@ -242,10 +260,10 @@ def _args_into(launch: KernelLaunch, first: int, params: list) -> None:
 def _cooperative(backend, k, n, kinds, ctl, ctl_ptr, max_rounds, block, timeout_ns, bar, sizes):
     caps = backend.caps
     if not caps.cooperative_launch:
-        raise UnsupportedError("this GPU cannot launch cooperative kernels. Fix: use mode='graph' or 'relaunch'.")
+        raise _NotHere("this GPU cannot launch cooperative kernels. Fix: use mode='graph' or 'relaunch'.")
     per_sm = backend.blocks_per_sm(k, (block, 1, 1))
     if per_sm < 1:
-        raise UnsupportedError(f"the cooperative fixpoint kernel with the step cannot run {block}-thread blocks "
+        raise _NotHere(f"the cooperative fixpoint kernel with the step cannot run {block}-thread blocks "
                                "(registers or shared memory). Fix: pass a smaller block, e.g. block=128.")
     grid = max(1, min(-(-n // block), per_sm * caps.sm_count, 8191))  # 13-bit vote fields
     shape = LaunchShape((grid, 1, 1), (block, 1, 1))
@@ -304,7 +322,12 @@ def _graph(backend, kernels, n, kinds, ctl, ctl_ptr, max_rounds, block, bar, siz
             limit = min(next(sizes), max_rounds - rounds)
             if limit not in graphs:
                 chk.set_param(1, limit)
-                graphs[limit] = WhileGraph(backend, body, "the fixpoint loop")
+                try:
+                    graphs[limit] = WhileGraph(backend, body, "the fixpoint loop")
+                except UnsupportedError as e:
+                    if rounds:
+                        raise
+                    raise _NotHere(str(e)) from e
             backend.memset(ctl_ptr, 4 * _CTL_WORDS)
             g = graphs[limit]
             with backend.device_timer(g.stream) as t:

@@ -55,7 +55,8 @@ def run(step: "Callable | Program", n: int, args: Sequence[Any] = (), *, max_rou
     buffer's dtype), which changed something when one of its stores or atomics changed the bits it
     overwrote. Arrays are device arrays on the GPU and NumPy arrays on the reference backend.
     `mode="auto"` runs one round (`max_rounds=1`) as a plain launch, more as a cooperative kernel
-    where the device can, else as a graph. `timeout_s` bounds each grid barrier's wait in
+    where the device can launch one and the grid fits, else as a graph's while loop where the
+    driver builds one, else one launch a round (`FixpointResult.mode` says which ran). `timeout_s` bounds each grid barrier's wait in
     cooperative mode (a stuck barrier raises BarrierTimeoutError instead of hanging the GPU);
     `progress` shows a tqdm bar of rounds: None (the default) once the run has taken a second,
     True at once, False never (see `vyre_numba.progress`)."""

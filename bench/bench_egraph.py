@@ -9,6 +9,11 @@
 - egglog: its rebuild time, single thread, measured on the development machine with
   `../shared/bench/egglog_rebuild.py` (egglog does not travel to the GPU machine), recorded in
   `egglog_devmachine.json` (or given with --egglog '{"16": ms, ...}'), for the ratios. Reported: e-nodes per second of the resident closure.
+- grouping, hash table against sort: the rebuild groups equal signatures by inserting only the
+  touched rows into a resident hash table (compare-and-swap). A sort-based design has to find
+  a touched row's equals among all rows, so it sorts every row's 64-bit signature each round
+  (or merges into a sorted copy, also a pass over all rows): its floor is one device sort of N
+  keys (PyTorch's radix sort, or CuPy's), timed here beside the insert phase's time per round.
 """
 from __future__ import annotations
 
@@ -67,6 +72,8 @@ def one(N: int, numpy_too: bool) -> dict:
                phase_ms={k: v / 1e6 for k, v in stats.phase_ns.items()},
                device_ms=stats.device_ns / 1e6)
     out["enodes_per_s"] = N / (out["resident_ms"] / 1e3)
+    out["insert_ms_per_round"] = out["phase_ms"]["insert"] / max(1, out["rounds"])
+    out["sort_ms"] = sort_ms(N)
     if numpy_too:
         h = EGraph.from_arrays(*rows, backend="reference")
         h.rebuild()
@@ -77,6 +84,40 @@ def one(N: int, numpy_too: bool) -> dict:
         out["numpy_rounds"] = sh.rounds
         out["numpy_equal"] = bool(np.array_equal(h.classes(), classes))
     return out
+
+
+def sort_ms(N: int) -> float | None:
+    """Device time (ms, median of 5) of sorting N random 64-bit keys with their row ids: the floor
+    of one round of sort-based grouping. None where neither PyTorch nor CuPy is installed."""
+    try:
+        import torch
+
+        keys = torch.randint(-2**63, 2**63 - 1, (N,), dtype=torch.int64, device="cuda")
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = []
+        for _ in range(6):
+            start.record()
+            torch.sort(keys)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        return statistics.median(times[1:])
+    except ImportError:
+        pass
+    try:
+        import cupy as cp
+    except ImportError:
+        return None
+    keys = cp.random.randint(0, 2**62, N, dtype=cp.uint64)
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    times = []
+    for _ in range(6):
+        start.record()
+        cp.argsort(keys)
+        end.record()
+        end.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, end))
+    return statistics.median(times[1:])
 
 
 def main() -> int:
@@ -111,6 +152,10 @@ def main() -> int:
               f"{row['nodes_touched']} rows touched, {row['enodes_per_s'] / 1e9:.2f} G e-nodes/s), with upload "
               f"{row['with_upload_ms']:.1f} ms (from_arrays {row['from_arrays_ms']:.1f}){extra}{vs}; device ms by phase " +
               ", ".join(f"{p} {v:.2f}" for p, v in row["phase_ms"].items()), flush=True)
+        if row["sort_ms"] is not None:
+            print(f"2^{k}: grouping: hash-table insert of the touched rows {row['insert_ms_per_round']:.3f} ms a round; "
+                  f"a sort of all {1 << k:,} signatures {row['sort_ms']:.3f} ms a round "
+                  f"({row['sort_ms'] / max(row['insert_ms_per_round'], 1e-9):.1f}x the insert)", flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1))
     return 0

@@ -62,6 +62,33 @@ def test_a_bucket_of_thousands_of_equal_signatures(backend):
     assert res.classes_after == 2
 
 
+@pytest.mark.parametrize("buckets", [1, 3])
+def test_hash_collisions_never_merge_and_never_hide_a_merge(monkeypatch, buckets):
+    """With a hash that sends every signature to one of `buckets` values, grouping falls back on
+    the exact comparison: the partition, lookups and structural pairs stay those of the simple
+    closure (a collision never merges two classes, and never hides two equal signatures)."""
+    from vyre_numba.egraph import host, signature
+
+    real = signature.signature_hash
+
+    def weak(op, offsets, children):
+        return real(op, offsets, children) % np.uint64(buckets)
+    monkeypatch.setattr(signature, "signature_hash", weak)
+    monkeypatch.setattr(host, "signature_hash", weak)
+    for seed in range(4):
+        rng = np.random.default_rng(100 + seed)
+        r = random_egraph(rng, 200, n_ops=2)
+        unions = rng.integers(0, int(r[0].max()) + 1, (8, 2))
+        g, res = close(r, unions)
+        assert np.array_equal(res.eclass, naive_closure(*r, unions))
+        _, op, offsets, children = r
+        found = g.lookup(op, offsets, children)
+        assert np.array_equal(g.find(found), res.eclass)  # every row's own signature finds its class
+    r, unions = bucket(500)
+    _, res = close(r, unions)
+    assert np.array_equal(res.eclass, naive_closure(*r, unions))
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_the_workload_matches_the_numpy_closure(backend):
     *r, unions = workload_rows(1 << 12)

@@ -28,6 +28,7 @@ def unavailable_reason(name: str) -> str | None:
 
 
 def available_backends() -> list[str]:
+    """The names of the backends usable on this machine, best first ("cuda" only where a GPU is usable)."""
     _load_builtin()
     return [n for n in PREFERENCE if n in _PROBES and _PROBES[n]() is None]
 

@@ -209,6 +209,7 @@ class EGraph:
     # --- state -----------------------------------------------------------------------------
     @property
     def n_nodes(self) -> int:
+        """The number of rows (e-nodes)."""
         return self._g.n
 
     @property

@@ -16,10 +16,12 @@ class CSR(NamedTuple):
 
     @property
     def n(self) -> int:
+        """The number of vertices."""
         return self.indptr.size - 1
 
     @property
     def nnz(self) -> int:
+        """The number of stored entries (directed edges)."""
         return self.indices.size
 
 

@@ -220,9 +220,18 @@ class Expr(_Structural):
     def __ge__(self, o): return BinOp("ge", self, _e(o))
     def __eq__(self, o): return BinOp("eq", self, _e(o))  # type: ignore[override]
     def __ne__(self, o): return BinOp("ne", self, _e(o))  # type: ignore[override]
-    def eq(self, o) -> "Expr": return BinOp("eq", self, _e(o))
-    def ne(self, o) -> "Expr": return BinOp("ne", self, _e(o))
-    def cast(self, dtype) -> "Expr": return Cast(DataType.parse(dtype), self)
+
+    def eq(self, o) -> "Expr":
+        """`self == o` on the device, as IR (what the `==` operator builds)."""
+        return BinOp("eq", self, _e(o))
+
+    def ne(self, o) -> "Expr":
+        """`self != o` on the device, as IR (what the `!=` operator builds)."""
+        return BinOp("ne", self, _e(o))
+
+    def cast(self, dtype) -> "Expr":
+        """This expression converted to `dtype` (see `ir.cast`)."""
+        return Cast(DataType.parse(dtype), self)
 
     def __bool__(self):
         raise IRValidationError(
@@ -253,6 +262,7 @@ class Lit(Expr):
 
     @property
     def value(self) -> Union[int, float, bool]:
+        """The literal's value as a Python int, float or bool."""
         if self.dtype.is_float:
             return bits_to_float(self.raw, self.dtype)
         if self.dtype.is_bool:
@@ -571,10 +581,12 @@ f16, bf16, f32, f64 = _typed("f16"), _typed("bf16"), _typed("f32"), _typed("f64"
 
 
 def boolean(value: bool) -> Lit:
+    """A bool literal."""
     return lit(value, DataType.BOOL)
 
 
 def var(name: str) -> Var:
+    """The variable called `name` (declared by `let`, or a loop's variable)."""
     return Var(_name(name, "variable"))
 
 
@@ -584,6 +596,7 @@ def load(buffer: str, index: ExprLike) -> Load:
 
 
 def buf_len(buffer: str) -> BufLen:
+    """The element count of `buffer` at dispatch time, as u32."""
     return BufLen(_name(buffer, "buffer"))
 
 
@@ -599,14 +612,17 @@ def invocation_id(axis: int = 0) -> Builtin:
 
 
 def local_id(axis: int = 0) -> Builtin:
+    """The invocation's id within its workgroup along `axis` (u32)."""
     return Builtin("local_id", _axis(axis))
 
 
 def workgroup_id(axis: int = 0) -> Builtin:
+    """The workgroup's id along `axis` (u32)."""
     return Builtin("workgroup_id", _axis(axis))
 
 
 def num_workgroups(axis: int = 0) -> Builtin:
+    """How many workgroups the launch has along `axis` (u32)."""
     return Builtin("num_workgroups", _axis(axis))
 
 
@@ -614,18 +630,22 @@ gid, lid, wgid = invocation_id, local_id, workgroup_id
 
 
 def subgroup_local_id() -> Builtin:
+    """The invocation's lane in its subgroup of 32, 0..31 (u32)."""
     return Builtin("subgroup_local_id", 0)
 
 
 def subgroup_size() -> Builtin:
+    """The subgroup size, 32 (u32)."""
     return Builtin("subgroup_size", 0)
 
 
 def binary(op: str, a: ExprLike, b: ExprLike) -> BinOp:
+    """The binary operation named `op` (one of `BINOPS`) of `a` and `b`."""
     return BinOp(_choice(op, BINOPS, "binary op"), _e(a), _e(b))
 
 
 def unary(op: str, a: ExprLike) -> UnOp:
+    """The unary operation named `op` (one of `UNOPS`) of `a`."""
     return UnOp(_choice(op, UNOPS, "unary op"), _e(a))
 
 
@@ -675,6 +695,7 @@ def cast(a: ExprLike, dtype: DataType | str) -> Cast:
 
 
 def fma(a: ExprLike, b: ExprLike, c: ExprLike) -> Fma:
+    """`a * b + c` rounded once (floats), or wrapping (integers)."""
     return Fma(_e(a), _e(b), _e(c))
 
 
@@ -691,26 +712,32 @@ def atomic(op: str, buffer: str, index: ExprLike, value: ExprLike,
 
 
 def atomic_add(buffer: str, index: ExprLike, value: ExprLike) -> Atomic:
+    """Atomic `buffer[index] += value`; evaluates to the previous value."""
     return atomic("add", buffer, index, value)
 
 
 def subgroup_ballot(cond: ExprLike) -> SubgroupBallot:
+    """A u32 mask of the existing lanes of this subgroup where `cond` is true."""
     return SubgroupBallot(_e(cond))
 
 
 def subgroup_shuffle(value: ExprLike, lane: ExprLike) -> SubgroupShuffle:
+    """`value` as lane `lane` of this subgroup holds it (0 where that lane does not exist)."""
     return SubgroupShuffle(_e(value), _e(lane))
 
 
 def subgroup_add(value: ExprLike) -> SubgroupAdd:
+    """The wrapping sum of a u32 or i32 `value` over the existing lanes of this subgroup."""
     return SubgroupAdd(_e(value))
 
 
 def let(name: str, value: ExprLike) -> Let:
+    """Declare variable `name` in the current block, set to `value` (no shadowing of a visible name)."""
     return Let(_name(name, "variable"), _e(value))
 
 
 def assign(name: str, value: ExprLike) -> Assign:
+    """Set the declared variable `name` to `value`."""
     return Assign(_name(name, "variable"), _e(value))
 
 
@@ -720,23 +747,28 @@ def store(buffer: str, index: ExprLike, value: ExprLike) -> Store:
 
 
 def if_(cond: ExprLike, then: Iterable[Node] | Node, else_: Iterable[Node] | Node = ()) -> If:
+    """Run `then` for the invocations where `cond` is true, `else_` for the others."""
     return If(_e(cond), _body(then), _body(else_))
 
 
 def loop(var: str, start: ExprLike, end: ExprLike, body: Iterable[Node] | Node) -> Loop:
+    """Run `body` with `var` = start, start+1, ..., end-1 (bounds evaluated once; `var` is read-only)."""
     return Loop(_name(var, "loop variable"), _e(start), _e(end), _body(body))
 
 
 def barrier(scope: str = "workgroup") -> Barrier:
+    """Wait for every live invocation of the workgroup ("workgroup") or of the launch ("grid", cooperative only)."""
     _choice(scope, BARRIER_SCOPES, "barrier scope")
     return Barrier(scope)
 
 
 def return_() -> Return:
+    """End this invocation."""
     return Return()
 
 
 def block(*stmts: Node | Iterable[Node]) -> Block:
+    """A nested block of statements: a scope for the variables declared in it."""
     return Block(_body(stmts))
 
 

@@ -20,6 +20,7 @@ PTX_RENDERER = None  # Program -> PTX text, set by vyre_numba.ptx (a layer below
 
 
 class Access(enum.Enum):
+    """How a program may use a buffer: read_only, read_write, write_only, uniform or workgroup."""
     READ_ONLY = "read_only"
     READ_WRITE = "read_write"
     WRITE_ONLY = "write_only"
@@ -31,10 +32,12 @@ class Access(enum.Enum):
 
     @property
     def writable(self) -> bool:
+        """Whether the program may store to or run atomics on a buffer of this access."""
         return self in (Access.READ_WRITE, Access.WRITE_ONLY, Access.WORKGROUP)
 
 
 class Role(enum.Enum):
+    """What a buffer is to a dispatch: input, output, in-out (both) or shared (workgroup memory)."""
     INPUT = "input"
     OUTPUT = "output"
     INOUT = "inout"
@@ -93,27 +96,33 @@ class BufferDecl:
 
     @property
     def is_input(self) -> bool:
+        """Whether dispatch takes the buffer's contents from the caller (read_only, uniform, read_write)."""
         return self._role is Role.INPUT or self._role is Role.INOUT
 
     @property
     def is_output(self) -> bool:
+        """Whether dispatch returns the buffer (write_only, flagged output, read_write)."""
         return self._role is Role.OUTPUT or self._role is Role.INOUT
 
     @classmethod
     def read(cls, name: str, binding: int, dtype, count: int = 0) -> "BufferDecl":
+        """A read-only input buffer at `binding` (`count=0`: sized by the data at dispatch)."""
         return cls(name, binding, Access.READ_ONLY, dtype, count)
 
     @classmethod
     def read_write(cls, name: str, binding: int, dtype, count: int = 0,
                    output_byte_range: tuple[int, int] | None = None) -> "BufferDecl":
+        """An in-out buffer: starts as the caller's data, comes back as an output."""
         return cls(name, binding, Access.READ_WRITE, dtype, count, True, output_byte_range)
 
     @classmethod
     def uniform(cls, name: str, binding: int, dtype, count: int = 0) -> "BufferDecl":
+        """A read-only input buffer of values every invocation shares (parameters, scalars)."""
         return cls(name, binding, Access.UNIFORM, dtype, count)
 
     @classmethod
     def workgroup(cls, name: str, count: int, dtype) -> "BufferDecl":
+        """Workgroup (shared) memory of `count` elements, zeroed in every workgroup at every run."""
         return cls(name, None, Access.WORKGROUP, dtype, count)
 
     def __str__(self) -> str:
@@ -215,6 +224,7 @@ class Program:
 
     # ---- lookups --------------------------------------------------------------------------
     def buffer(self, name: str) -> BufferDecl:
+        """The declaration of the buffer called `name` (KeyError if there is none)."""
         for b in self.buffers:
             if b.name == name:
                 return b
@@ -252,6 +262,7 @@ class Program:
 
     # ---- serialisation --------------------------------------------------------------------
     def to_dict(self) -> dict:
+        """The program as plain JSON-ready data (what `to_json` writes)."""
         return {"format": FORMAT, "name": self.name, "workgroup_size": list(self.workgroup_size),
                 "buffers": [_buf_to_dict(b) for b in self.buffers],
                 "entry": to_dict(self.entry)}
@@ -262,6 +273,7 @@ class Program:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Program":
+        """The program of a `to_dict` document; IRValidationError with a Fix if it is not one."""
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise IRValidationError(f"not a {FORMAT} document (format={d.get('format') if isinstance(d, dict) else None!r}). "
                                     "Fix: load a file written by Program.to_json().")
@@ -276,6 +288,7 @@ class Program:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> "Program":
+        """The program of a `to_json` text; IRValidationError with a Fix if it is not one."""
         return cls.from_dict(jsontext.loads(text))
 
     def digest(self) -> str:

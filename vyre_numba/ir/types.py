@@ -38,22 +38,27 @@ class DataType(enum.Enum):
 
     @property
     def nbytes(self) -> int:
+        """Bytes of one element in a buffer (bool occupies a 32-bit word)."""
         return self.bits // 8
 
     @property
     def is_int(self) -> bool:
+        """Whether this is one of the eight integer types."""
         return self in _INTS
 
     @property
     def is_signed(self) -> bool:
+        """Whether this is a signed integer type (i8, i16, i32, i64)."""
         return self in (DataType.I8, DataType.I16, DataType.I32, DataType.I64)
 
     @property
     def is_float(self) -> bool:
+        """Whether this is f16, bf16, f32 or f64."""
         return self in (DataType.F16, DataType.BF16, DataType.F32, DataType.F64)
 
     @property
     def is_bool(self) -> bool:
+        """Whether this is bool."""
         return self is DataType.BOOL
 
     @property
@@ -72,6 +77,7 @@ class DataType(enum.Enum):
 
     @property
     def max(self) -> int | float:
+        """Largest value (integers) or largest finite value (floats)."""
         if self.is_int:
             return (1 << (self.bits - 1)) - 1 if self.is_signed else (1 << self.bits) - 1
         if self is DataType.BF16:

@@ -31,6 +31,7 @@ class QueueModel:
         self.tail = 0
 
     def push(self, value) -> bool:
+        """Append `value`; False (nothing stored) when the queue is full, as the device's push."""
         slot, self.tail = self.tail, self.tail + 1
         if slot < self.items.size:
             self.items[slot] = value
@@ -38,12 +39,15 @@ class QueueModel:
         return False
 
     def size(self) -> int:
+        """The number of filled slots."""
         return min(self.tail, self.items.size)
 
     def overflowed(self) -> int:
+        """How many pushes found the queue full since the last drain."""
         return max(0, self.tail - self.items.size)
 
     def drain(self) -> np.ndarray:
+        """The filled items, in push order; the queue is empty afterwards."""
         out = self.items[:self.size()].copy()
         self.tail = 0
         return out

@@ -33,6 +33,7 @@ from ..egraph import ClosureResult, EGraph
 from ..egraph.egraph import _ints, _rows, _take_rows
 from ..egraph.signature import signature_hash, signature_heads
 from ..errors import DispatchError
+from ..unique import count_distinct, unique, unique_rows
 from . import cluster
 from .unionfind import merge
 
@@ -196,7 +197,7 @@ def _send(p, delta, owners: int, first: bool) -> tuple:
         moved = canon != p.canon
         hit = moved[p.children]
         row = np.repeat(np.arange(n), np.diff(p.offsets))
-        dirty = np.unique(row[hit])
+        dirty = unique(row[hit])
     else:
         dirty = np.zeros(0, np.int64)
     off, ch = _take_rows(p.offsets, canon[p.children] if p.children.size else p.children, dirty)
@@ -218,13 +219,13 @@ def _match(kept: tuple, delta, *incoming: tuple) -> tuple:
     cls = rows[3]
     touched = _sharing_a_hash(rows[4], kept[0].size)
     sub = _subset(rows, touched)
-    head = signature_heads(sub[0], sub[1], sub[2])
+    head = signature_heads(sub[0], sub[1], sub[2], sub[4])
     c = cls[touched]
     low = c.copy()
     np.minimum.at(low, head, c)
     a, b = low[head], c
     differ = a != b
-    pairs = np.unique(np.stack([a[differ], b[differ]], 1), axis=0) if differ.any() else np.zeros((0, 2), np.int64)
+    pairs = unique_rows(np.stack([a[differ], b[differ]], 1)) if differ.any() else np.zeros((0, 2), np.int64)
     firsts = head == np.arange(head.size)
     keep = np.ones(rows[0].size, bool)
     keep[touched[~firsts]] = False
@@ -239,7 +240,7 @@ def _match(kept: tuple, delta, *incoming: tuple) -> tuple:
 
 def _sharing_a_hash(h: np.ndarray, first_new: int) -> np.ndarray:
     """The rows (ascending) whose hash equals the hash of some row at or after `first_new`."""
-    order = np.argsort(h, kind="stable")
+    order = np.argsort(h)
     hs = h[order]
     start = np.flatnonzero(np.r_[True, hs[1:] != hs[:-1]])
     group = np.repeat(np.arange(start.size), np.diff(np.r_[start, h.size]))
@@ -369,7 +370,7 @@ def congruence_closure(egraph_partitions, unions=None, *, client, backend=None, 
                            places[:1], name="eg-unions")
     delta = mapping
     rounds, converged = 0, False
-    before = int(np.unique(np.concatenate([p[0] for p in parts])).size)
+    before = count_distinct(np.concatenate([p[0] for p in parts]))
     while True:
         if max_rounds is not None and rounds >= max_rounds:
             break
@@ -395,5 +396,5 @@ def congruence_closure(egraph_partitions, unions=None, *, client, backend=None, 
                                                    name="eg-send"), 0, places[i], "eg-partition") for i in range(k)]
     eclass = np.concatenate([np.zeros(0, np.int64)] + client.gather(
         [cluster.submit(client, _classes, e, worker=w, name="eg-classes") for e, w in zip(eps, places)]))
-    after = int(np.unique(eclass).size)
+    after = count_distinct(eclass)
     return ClosureResult(eclass, rounds, before - after, before, after, converged, 0, time.perf_counter() - t0, {})

@@ -14,18 +14,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..unique import index_of, unique
 from .cluster import part, submit
 
 
 def _keys(*shards: np.ndarray) -> np.ndarray:
     ids = [s.reshape(-1) for s in shards if s.size]
-    return np.unique(np.concatenate(ids)).astype(np.int64) if ids else np.zeros(0, np.int64)
+    return unique(np.concatenate(ids)).astype(np.int64) if ids else np.zeros(0, np.int64)
 
 
 def _positions(shard: np.ndarray, keys: np.ndarray) -> np.ndarray:
     if not shard.size:
         return np.zeros((0, 2), np.int64)
-    pos = np.searchsorted(keys, shard.reshape(-1)).reshape(-1, 2)
+    pos = index_of(keys, shard).reshape(-1, 2)
     return pos[pos[:, 0] != pos[:, 1]]
 
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import display
 from ..errors import DispatchError
+from ..unique import count_distinct, unique_rows
 from .signature import signature_heads
 
 MAX_ID = 2**31 - 2
@@ -411,13 +412,13 @@ def congruence_closure(egraph: "EGraph", unions=None, *, backend=None, max_round
         egraph.union(unions)
     s = egraph.rebuild(max_rounds=max_rounds, progress=progress)
     eclass = egraph.classes()
-    after = int(np.unique(eclass).size)
+    after = count_distinct(eclass)
     return ClosureResult(eclass, s.rounds, before - after, before, after, s.converged, s.device_ns, s.seconds,
                          s.phase_ns)
 
 
 def _class_count(egraph: "EGraph") -> int:
-    return int(np.unique(egraph.classes()).size)
+    return count_distinct(egraph.classes())
 
 
 def structural_equivalences(egraph: "EGraph", *, capacity: int | None = None) -> np.ndarray:
@@ -436,4 +437,4 @@ def structural_equivalences(egraph: "EGraph", *, capacity: int | None = None) ->
     if found > cap:
         pairs, found = g.structural_pairs(found)
     pairs = pairs[:found]
-    return np.unique(pairs, axis=0) if pairs.size else pairs.reshape(0, 2).astype(np.int64)
+    return unique_rows(pairs) if pairs.size else pairs.reshape(0, 2).astype(np.int64)

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import DispatchError
+from ..unique import unique
 
 
 def _op_id(ops: dict, name: str) -> int:
@@ -149,7 +150,7 @@ def serialized_of_rows(rows: dict, ops: Sequence[str] | None, meta: dict | None)
         if r < len(meta.get("extra", [])):
             nd.update(meta["extra"][r])
         out_nodes[node_id(r)] = nd
-    live = {class_name(int(c)) for c in np.unique(canon)}
+    live = {class_name(int(c)) for c in unique(canon)}
     where = {nm: k for k, nm in enumerate(names)}
     class_data = {k: v for k, v in meta.get("class_data", {}).items() if k in live}
     roots = sorted({class_name(int(parent[where[c]])) for c in meta.get("root_eclasses", []) if c in where})

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..unique import unique_rows
+
 SEED, CHILD = np.uint64(0xA24BAED4963EE407), np.uint64(0x9FB21C651E98DF25)
 M1, M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
@@ -49,21 +51,24 @@ def same_signature(op: np.ndarray, offsets: np.ndarray, children: np.ndarray, r:
     return same
 
 
-def signature_heads(op: np.ndarray, offsets: np.ndarray, children: np.ndarray) -> np.ndarray:
+def signature_heads(op: np.ndarray, offsets: np.ndarray, children: np.ndarray,
+                    hashes: np.ndarray | None = None) -> np.ndarray:
     """head[r]: the first row (in row order) with the same operator and children as row r. Rows
-    are grouped by hash and each compared exactly with its group's first row, so a group of any
-    size costs one comparison a row; rows whose hash collided with another signature's are grouped
-    exactly instead."""
+    are grouped by hash (`hashes`, the rows' `signature_hash`, when already known) and each
+    compared exactly with its group's first row, so a group of any size costs one comparison a
+    row; rows whose hash collided with another signature's are grouped exactly instead."""
     n = op.size
     head = np.arange(n)
     if n < 2:
         return head
-    h = signature_hash(op, offsets, children)
-    order = np.argsort(h, kind="stable")
+    h = signature_hash(op, offsets, children) if hashes is None else hashes
+    order = np.argsort(h)  # not stable (4x faster): each group's first row is its smallest
     hs = h[order]
     start = np.flatnonzero(np.r_[True, hs[1:] != hs[:-1]])
-    first = np.repeat(order[start], np.diff(np.r_[start, n]))
-    same = same_signature(op, offsets, children, order, first)
+    first = np.repeat(np.minimum.reduceat(order, start), np.diff(np.r_[start, n]))
+    same = np.ones(n, bool)
+    other = np.flatnonzero(order != first)
+    same[other] = same_signature(op, offsets, children, order[other], first[other])
     head[order[same]] = first[same]
     odd = order[~same]
     if odd.size:
@@ -93,4 +98,4 @@ def structural_pairs(op: np.ndarray, offsets: np.ndarray, children: np.ndarray, 
     a, b = low[head], eclass.astype(np.int64)
     differ = a != b
     pairs = np.stack([a[differ], b[differ]], 1)
-    return np.unique(pairs, axis=0) if pairs.size else pairs.reshape(0, 2)
+    return unique_rows(pairs) if pairs.size else pairs.reshape(0, 2)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DispatchError
+from ..unique import unique
 from .csr import CSR, check_device_csr, resolve
 
 HUB = 256  # see bfs_kernels.HUB
@@ -28,7 +29,7 @@ def bfs_numpy(g: CSR, source: int) -> np.ndarray:
         lo, hi = g.indptr[frontier], g.indptr[frontier + 1]
         counts = hi - lo
         offsets = np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
-        nbrs = np.unique(g.indices[offsets].astype(np.int64))
+        nbrs = unique(g.indices[offsets].astype(np.int64))
         nbrs = nbrs[dist[nbrs] == -1]
         level += 1
         dist[nbrs] = level

@@ -1,0 +1,34 @@
+"""vyre_numba.unique against NumPy's own answers, on the edge cases and on random inputs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vyre_numba.unique import count_distinct, index_of, unique, unique_rows
+
+RNG = np.random.default_rng(7)
+
+
+@pytest.mark.parametrize("a", [np.zeros(0, np.int64), np.array([5], np.int32), RNG.integers(-5, 5, 100),
+                               RNG.integers(0, 2**40, 1000, dtype=np.uint64), RNG.integers(0, 1 << 24, 200_000),
+                               np.arange(10_000)[::-1].copy(), RNG.integers(0, 3, (40, 5))])
+def test_unique_is_numpys(a):
+    got = unique(a)
+    assert got.dtype == a.dtype and np.array_equal(got, np.unique(a))
+    assert count_distinct(a) == np.unique(a).size
+
+
+@pytest.mark.parametrize("p", [np.zeros((0, 2), np.int64), np.array([[1, 2]]), RNG.integers(-3, 3, (200, 2)),
+                               RNG.integers(0, 4, (500, 2)).astype(np.int32), RNG.integers(0, 1 << 24, (100_000, 2)),
+                               np.array([[2**40, 1], [2**40, 1], [0, 2**40]]), np.array([[7, 7]] * 9, np.uint32)])
+def test_unique_rows_is_numpys(p):
+    got = unique_rows(p)
+    assert got.dtype == p.dtype and got.shape[1:] == (2,)
+    assert np.array_equal(got, np.unique(p, axis=0) if p.size else p)
+
+
+@pytest.mark.parametrize("size", [0, 1, 4095, 4096, 100_000])
+def test_index_of_is_searchsorted(size):
+    keys = unique(RNG.integers(0, 1 << 20, 50_000))
+    v = RNG.integers(-10, (1 << 20) + 10, size)
+    assert np.array_equal(index_of(keys, v), np.searchsorted(keys, v))

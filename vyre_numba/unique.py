@@ -1,0 +1,55 @@
+"""Distinct values and distinct rows of integer arrays, sorted, by one sort and one comparison.
+
+NumPy 2.3+ answers a bare `np.unique(a)` with a hash table that measured 2.6 s for 3M int64 values
+(and for `np.arange(3M)`) where sorting takes 17 ms; these helpers are what the host phases use."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def unique(a: np.ndarray) -> np.ndarray:
+    """The distinct values of `a` (flattened), ascending, in a's dtype."""
+    s = np.sort(np.asarray(a).reshape(-1))
+    if s.size < 2:
+        return s
+    keep = np.empty(s.size, bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
+
+
+def count_distinct(a: np.ndarray) -> int:
+    """How many distinct values `a` holds."""
+    return int(unique(a).size)
+
+
+def unique_rows(pairs: np.ndarray) -> np.ndarray:
+    """The distinct rows of a (k, 2) integer array, in lexicographic order, in its dtype."""
+    p = np.asarray(pairs)
+    if p.shape[0] < 2:
+        return p.copy()
+    lo, hi = (int(p.min()), int(p.max()))
+    if lo >= 0 and hi < 2**32:
+        packed = unique((p[:, 0].astype(np.uint64) << np.uint64(32)) | p[:, 1].astype(np.uint64))
+        out = np.empty((packed.size, 2), p.dtype)
+        out[:, 0] = packed >> np.uint64(32)
+        out[:, 1] = packed & np.uint64(0xFFFFFFFF)
+        return out
+    order = np.lexsort((p[:, 1], p[:, 0]))
+    s = p[order]
+    keep = np.empty(s.shape[0], bool)
+    keep[0] = True
+    np.any(s[1:] != s[:-1], axis=1, out=keep[1:])
+    return s[keep]
+
+
+def index_of(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """np.searchsorted(keys, values) for ascending `keys`: the values are looked up in sorted order
+    and the answers put back (4x faster for millions of scattered values, which miss the cache)."""
+    v = np.asarray(values).reshape(-1)
+    if v.size < 4096:
+        return np.searchsorted(keys, v)
+    order = np.argsort(v)
+    out = np.empty(v.size, np.intp)
+    out[order] = np.searchsorted(keys, v[order])
+    return out

@@ -118,6 +118,24 @@ def test_closure_of_deep_chains_buckets_and_the_workload(client):
     assert got.rounds >= 2
 
 
+def test_closure_of_an_egraph_keeps_its_unions_rebuilt_or_pending(client):
+    rng = np.random.default_rng(11)
+    for trial in range(4):
+        g = random_egraph(rng, 120)
+        top = int(g[0].max())
+        first, then = rng.integers(0, top + 1, (3, 2)), rng.integers(0, top + 1, (2, 2))
+        want_g, got_g = (EGraph.from_arrays(*g, backend="reference") for _ in range(2))
+        for e in (want_g, got_g):
+            e.union(first)
+            if trial % 2:
+                e.rebuild()  # merged before the call, or (even trials) still pending
+        want = closure_one(want_g, then)
+        got = congruence_closure(got_g, then, client=client, backend="reference")
+        assert np.array_equal(got.eclass, want.eclass), trial
+        assert (got.merged, got.classes_before, got.classes_after) == (want.merged, want.classes_before,
+                                                                       want.classes_after), trial
+
+
 def test_closure_of_given_partitions_with_an_empty_one(client):
     g = chain_pair(6)
     rows = [np.arange(0, 5), np.arange(5, 5), np.arange(5, g[1].size)]
@@ -137,6 +155,38 @@ def test_closure_of_given_partitions_with_an_empty_one(client):
 def test_max_rounds_reports_no_convergence(client):
     got = congruence_closure(chain_pair(10), [(0, 1)], client=client, backend="reference", max_rounds=2)
     assert got.rounds == 2 and not got.converged
+    again = congruence_closure(chain_pair(10), [(0, 1)], client=client, backend="reference", max_rounds=np.int64(2))
+    assert again.rounds == 2 and np.array_equal(again.eclass, got.eclass)
+
+
+def _bag(items):
+    import dask.bag as db
+
+    return db.from_sequence(items)
+
+
+def _frame(columns: dict):
+    pd = pytest.importorskip("pandas")
+    dd = pytest.importorskip("dask.dataframe")
+    return dd.from_pandas(pd.DataFrame(columns), npartitions=1)
+
+
+def test_dataframe_columns_of_different_integer_types_are_widened_not_promoted_to_float(client):
+    edges = _frame({"src": np.array([0, 1, 3], np.uint64), "dst": np.array([1, 2, 4], np.int32)})
+    got = connected_components(client=client, edges=edges, n=5, backend="reference")
+    assert np.array_equal(got, [0, 0, 0, 3, 3])
+
+
+def test_a_host_memory_error_becomes_a_vyre_error(client, monkeypatch):
+    from vyre_numba.distributed import components
+    from vyre_numba.errors import HostMemoryError
+
+    def no_memory(*a, **k):
+        raise MemoryError("Unable to allocate 16.0 GiB")
+
+    monkeypatch.setattr(components, "_csr_parts", no_memory)
+    with pytest.raises(HostMemoryError, match=r"renumber ids densely.*|Fix:"):
+        connected_components(np.array([0, 1, 1]), np.array([0]), client=client, backend="reference")
 
 
 @pytest.mark.parametrize("call, fix", [
@@ -159,6 +209,26 @@ def test_max_rounds_reports_no_convergence(client):
     (lambda c: congruence_closure("graph", client=c, backend="reference"), "list of"),
     (lambda c: congruence_closure([], client=c, backend="reference"), "at least one"),
     (lambda c: congruence_closure(chain_pair(2), client=c, backend="reference", max_rounds=0), "positive int"),
+    (lambda c: connected_components(np.array([0, 0]), np.zeros(0, np.int32)), "Client("),
+    (lambda c: congruence_closure(chain_pair(2), [(0, 1)]), "Client("),
+    (lambda c: connected_components([0, [1, 2]], [1], client=c, backend="reference"), "flat list"),
+    *[(lambda c, k=k: connected_components(np.array([0, 1, 1]), np.array([0]), client=c, backend="reference",
+                                          partitions=k), "partitions <= 256") for k in (257, 10**12, 2**63, 2**70)],
+    *[(lambda c, k=k: congruence_closure(chain_pair(2), client=c, backend="reference", partitions=k),
+       "partitions <= 256") for k in (257, 2**63)],
+    (lambda c: connected_components(client=c, edges=da.from_array(np.array([[0, 1]])), n=3, partitions=2,
+                                    backend="reference"), "rechunk"),
+    (lambda c: connected_components(client=c, edges=_bag([(0, 1)]), n=3, backend="reference"), "Dask array"),
+    *[(lambda c, cols=cols: connected_components(client=c, edges=_frame({"src": [0, 1], "dst": [1, 2]}), n=3,
+                                                 columns=cols, backend="reference"), "columns=(src, dst)")
+      for cols in (None, 5, ("src",), {"src", "dst"}, ("src", "dst", "x"), ("src", "src"))],
+    (lambda c: connected_components(client=c, edges=_frame({"src": [True, False], "dst": [1, 2]}), n=3,
+                                    backend="reference"), "integers"),
+    (lambda c: congruence_closure(chain_pair(2), [[0, 1], [1]], client=c, backend="reference"), "pairs of class ids"),
+    (lambda c: congruence_closure(chain_pair(2), np.zeros((0, 3), np.int64), client=c, backend="reference"), "(k, 2)"),
+    (lambda c: congruence_closure(chain_pair(2), np.zeros((3, 0), np.int64), client=c, backend="reference"), "(k, 2)"),
+    (lambda c: congruence_closure((np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(1, np.int64),
+                                   np.zeros(0, np.int64)), [[0, 0]], client=c, backend="reference"), "no e-nodes"),
 ])
 def test_mistakes_raise_vyre_errors_with_a_fix(client, call, fix):
     with pytest.raises(VyreError) as e:

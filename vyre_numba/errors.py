@@ -49,3 +49,25 @@ class CapacityError(DispatchError):
     def __init__(self, message: str, needed: int):
         super().__init__(message)
         self.needed = needed
+
+
+class HostMemoryError(DispatchError):
+    """The host ran out of memory for arrays sized by the inputs (usually by the largest id)."""
+
+
+def host_memory(what: str):
+    """Decorator: a MemoryError inside `what` (here or raised on a Dask worker) becomes a
+    HostMemoryError that says what sizes the arrays and how to shrink them."""
+    import functools
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except MemoryError as e:
+                raise HostMemoryError(f"{what} ran out of host memory ({e}). Arrays are sized by the largest vertex "
+                                      "or class id, not by how many are used. Fix: renumber ids densely from 0 "
+                                      "(np.unique(ids, return_inverse=True)), or split the input.") from None
+        return call
+    return wrap

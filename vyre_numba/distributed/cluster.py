@@ -9,6 +9,8 @@ import socket
 import uuid
 from typing import Any, Callable
 
+import numpy as np
+
 from ..errors import BackendUnavailableError, DispatchError
 
 INSTALL = "Fix: pip install 'vyre-numba[dask]' (dask, distributed; dask-cuda for one worker per GPU)."
@@ -24,10 +26,28 @@ def distributed():
     return dd
 
 
+MAX_PARTITIONS = 256  # the cut sends a message from every partition to every other: k * k tasks
+
+
+def partition_count(partitions, k_workers: int, items: int) -> int:
+    """The number of partitions to cut `items` rows into: `partitions`, or one per worker."""
+    k = k_workers if partitions is None else partitions
+    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
+        raise DispatchError(f"partitions is {partitions!r}. Fix: pass a positive int (or None: one per worker).")
+    if k > MAX_PARTITIONS:
+        raise DispatchError(f"partitions={k} would exchange {k}*{k} messages a round (at most {MAX_PARTITIONS} "
+                            f"partitions). Fix: pass partitions <= {MAX_PARTITIONS}; one per worker (the default) is "
+                            "what the algorithms are built for.")
+    return int(k)
+
+
 def workers_of(client) -> list[str]:
     """The addresses of the client's workers, sorted; an error if `client` is no Dask client or
     has no workers."""
     dd = distributed()
+    if client is None:
+        raise DispatchError("no Dask client was given. Fix: pass client=Client(LocalCluster()) on CPUs, or "
+                            "client=Client(dask_cuda.LocalCUDACluster()) for one worker per GPU.")
     if not isinstance(client, dd.Client):
         raise DispatchError(f"client is a {type(client).__name__}, not a dask.distributed.Client. Fix: pass "
                             "client=Client(LocalCluster()) on CPUs, or client=Client(dask_cuda.LocalCUDACluster()) "

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import DispatchError
+from ..errors import DispatchError, host_memory
 from . import cluster
 from .unionfind import merge
 
@@ -271,7 +271,8 @@ def _count(x) -> int:
 
 
 # --- the call ------------------------------------------------------------------------------
-def connected_components(indptr=None, indices=None, *, client, edges=None, n: int | None = None,
+@host_memory("distributed connected_components")
+def connected_components(indptr=None, indices=None, *, client=None, edges=None, n: int | None = None,
                          backend=None, partitions: int | None = None, columns=("src", "dst"),
                          stats: bool = False):
     """Component labels (int32, NumPy) of a graph spread over a Dask cluster, equal to the
@@ -291,6 +292,9 @@ def connected_components(indptr=None, indices=None, *, client, edges=None, n: in
     if edges is not None:
         if indptr is not None or indices is not None:
             raise DispatchError("both a CSR and `edges` were given. Fix: pass one graph: (indptr, indices) or edges=.")
+        if partitions is not None:
+            raise DispatchError("partitions= cuts a CSR; edges= are partitioned by their chunks. Fix: leave "
+                                "partitions out and rechunk the edges (edges.rechunk((m // k, 2))) for k partitions.")
         specs, n, places = _edge_parts(client, edges, n, columns, workers)
     else:
         if indptr is None or indices is None:
@@ -331,10 +335,7 @@ def _csr_parts(indptr, indices, partitions, workers):
     from ..graph.csr import check_csr
 
     g = check_csr(indptr, indices)
-    k = len(workers) if partitions is None else partitions
-    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
-        raise DispatchError(f"partitions is {partitions!r}. Fix: pass a positive int (or None: one per worker).")
-    k = int(k)
+    k = cluster.partition_count(partitions, len(workers), g.n)
     weight = g.indptr + np.arange(g.n + 1)  # rows and edges both cost
     cuts = np.searchsorted(weight, np.linspace(0, weight[-1], k + 1), side="left")
     cuts[0], cuts[-1] = 0, g.n
@@ -349,7 +350,12 @@ def _csr_parts(indptr, indices, partitions, workers):
 
 def _chunk_edges(chunk, columns) -> np.ndarray:
     if hasattr(chunk, "columns"):
-        return np.stack([np.asarray(chunk[columns[0]]), np.asarray(chunk[columns[1]])], 1)
+        cols = [np.asarray(chunk[c]) for c in columns]
+        for c, a in zip(columns, cols):
+            if a.dtype.kind not in "iu":
+                raise DispatchError(f"column {c!r} has dtype {a.dtype}; vertex ids are integers. Fix: "
+                                    f"edges[{c!r}].astype('int64') (or pass the right columns=).")
+        return np.stack([a.astype(np.int64, copy=False) for a in cols], 1)  # each column checked, then widened
     return np.asarray(chunk)
 
 
@@ -369,7 +375,7 @@ def _check_range(e: np.ndarray, n: int) -> np.ndarray:
 
 
 def _edge_parts(client, edges, n, columns, workers):
-    if not hasattr(edges, "to_delayed"):
+    if not _is_dask_edges(edges):
         raise DispatchError(f"edges is a {type(edges).__name__}. Fix: pass a Dask array of shape (m, 2) or a Dask "
                             "DataFrame with the src and dst columns (dask.array.from_array(e, chunks=(k, 2))).")
     if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0:
@@ -378,6 +384,8 @@ def _edge_parts(client, edges, n, columns, workers):
         raise DispatchError(f"n = {n}; vertex ids are 32-bit. Fix: split the graph into pieces under 2**31 vertices.")
     n = int(n)
     if hasattr(edges, "columns"):
+        if not (isinstance(columns, (tuple, list)) and len(columns) == 2 and len(set(map(repr, columns))) == 2):
+            raise DispatchError(f"columns is {columns!r}. Fix: pass columns=(src, dst), the two column names.")
         missing = [c for c in columns if c not in edges.columns]
         if missing:
             raise DispatchError(f"the DataFrame has no column(s) {missing}. Fix: pass columns=(src, dst) naming them.")
@@ -397,6 +405,20 @@ def _edge_parts(client, edges, n, columns, workers):
     owned = np.linspace(0, n, k + 1).astype(np.int64)
     specs = [(None, None, int(owned[p]), int(owned[p + 1]), "edges", chunks[p], None) for p in range(k)]
     return specs, n, places
+
+
+def _is_dask_edges(edges) -> bool:
+    try:
+        import dask.array as da
+    except ImportError:
+        return False
+    if isinstance(edges, da.Array):
+        return True
+    try:
+        import dask.dataframe as ddf
+    except ImportError:  # dask.dataframe needs pandas and pyarrow
+        return False
+    return isinstance(edges, ddf.DataFrame)
 
 
 def _checked_chunk(chunk, columns) -> np.ndarray:

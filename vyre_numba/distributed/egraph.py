@@ -32,7 +32,7 @@ import numpy as np
 from ..egraph import ClosureResult, EGraph
 from ..egraph.egraph import _ints, _rows, _take_rows
 from ..egraph.signature import signature_hash, signature_heads
-from ..errors import DispatchError
+from ..errors import DispatchError, host_memory
 from ..unique import count_distinct, unique, unique_rows
 from . import cluster
 from .unionfind import merge
@@ -282,6 +282,18 @@ def _no_mapping() -> tuple:
     return np.zeros(0, np.int64), np.zeros(0, np.int64)
 
 
+def _pending_unions(g) -> np.ndarray:
+    """(root, id) for every class id of an EGraph that its unions (rebuilt or still pending) put
+    under another: its rows name classes as they were built or last rebuilt, and unions given
+    with the call may name any id, so the closure starts from everything the EGraph knows."""
+    if not isinstance(g, EGraph):
+        return np.zeros((0, 2), np.int64)
+    ids = np.arange(g.n_classes, dtype=np.int64)
+    roots = g.find(ids).astype(np.int64)
+    moved = roots != ids
+    return np.stack([roots[moved], ids[moved]], 1)
+
+
 def _partitions(egraph_partitions, partitions, k_workers: int) -> list[tuple]:
     """The partitions as checked host rows."""
     if isinstance(egraph_partitions, EGraph):
@@ -298,9 +310,7 @@ def _partitions(egraph_partitions, partitions, k_workers: int) -> list[tuple]:
         raise DispatchError(f"egraph_partitions is a {type(egraph_partitions).__name__}. Fix: pass a list of "
                             "(eclass, op, children_offsets, children) tuples, one per partition, or an EGraph.")
     if whole is not None:
-        k = k_workers if partitions is None else partitions
-        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
-            raise DispatchError(f"partitions is {partitions!r}. Fix: pass a positive int (or None: one per worker).")
+        k = cluster.partition_count(partitions, k_workers, 0)
         eclass, op, off, ch = whole[0]
         eclass = _ints(eclass, "eclass")
         op, off, ch = _rows(op, off, ch, None, "the e-graph's")
@@ -326,7 +336,8 @@ def _partitions(egraph_partitions, partitions, k_workers: int) -> list[tuple]:
     return out
 
 
-def congruence_closure(egraph_partitions, unions=None, *, client, backend=None, partitions: int | None = None,
+@host_memory("distributed congruence_closure")
+def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=None, partitions: int | None = None,
                        max_rounds: int | None = None) -> ClosureResult:
     """Congruence closure of an e-graph whose e-nodes are spread over a Dask cluster: the same
     `ClosureResult` as `vyre_numba.egraph.congruence_closure` on the whole e-graph (`eclass` aligned
@@ -340,25 +351,40 @@ def congruence_closure(egraph_partitions, unions=None, *, client, backend=None, 
     workers = cluster.workers_of(client)
     bname = cluster.backend_name(backend)
     cluster.devices(client, workers, bname)
-    if max_rounds is not None and (not isinstance(max_rounds, int) or isinstance(max_rounds, bool) or max_rounds < 1):
+    if max_rounds is not None and (not isinstance(max_rounds, (int, np.integer)) or isinstance(max_rounds, bool)
+                                   or max_rounds < 1):
         raise DispatchError(f"max_rounds is {max_rounds!r}. Fix: pass a positive int, or None to run to the fixed point.")
+    max_rounds = None if max_rounds is None else int(max_rounds)
     parts = _partitions(egraph_partitions, partitions, len(workers))
+    pending = _pending_unions(egraph_partitions)
     top = max([-1] + [int(p[0].max(initial=-1)) for p in parts])
+    if isinstance(egraph_partitions, EGraph):
+        top = max(top, egraph_partitions.n_classes - 1)  # ids merged away name no row but stay valid
     used = max([-1] + [int(p[3].max(initial=-1)) for p in parts])
     if used > top:
         raise DispatchError(f"a child refers to class {used}, but no e-node is in a class above {top}. "
                             "Fix: children are e-class ids of e-nodes in some partition.")
     n_classes = top + 1
     if unions is not None:
-        u = np.asarray(unions)
-        if u.size == 0:
+        try:
+            u = np.asarray(unions)
+        except (ValueError, TypeError) as e:  # ragged rows
+            raise DispatchError(f"unions is not a (k, 2) array ({e}). Fix: pass pairs of class ids, "
+                                "np.stack([a, b], axis=1).") from None
+        if u.shape == (0,):
             unions = None
         elif u.ndim != 2 or u.shape[1] != 2:
             raise DispatchError(f"unions has shape {u.shape}; it is a (k, 2) array of class ids. "
                                 "Fix: np.stack([a, b], axis=1).")
+        elif u.shape[0] == 0:
+            unions = None
+        elif top < 0:
+            raise DispatchError("unions were given for an e-graph with no e-nodes (no class ids exist). "
+                                "Fix: add e-nodes, or pass unions=None.")
         else:
-            unions = np.stack([_ints(u[:, 0], "unions[:, 0]", hi=max(top, 0)),
-                               _ints(u[:, 1], "unions[:, 1]", hi=max(top, 0))], 1)
+            unions = np.stack([_ints(u[:, 0], "unions[:, 0]", hi=top), _ints(u[:, 1], "unions[:, 1]", hi=top)], 1)
+    if pending.size:
+        unions = pending if unions is None else np.concatenate([pending, unions])
     k = len(parts)
     places = [workers[i % len(workers)] for i in range(k)]
     eps = [cluster.submit(client, _start, bname, *parts[i], n_classes, worker=places[i], name="eg-partition")
@@ -370,7 +396,8 @@ def congruence_closure(egraph_partitions, unions=None, *, client, backend=None, 
                            places[:1], name="eg-unions")
     delta = mapping
     rounds, converged = 0, False
-    before = count_distinct(np.concatenate([p[0] for p in parts]))
+    before = count_distinct(egraph_partitions.classes() if isinstance(egraph_partitions, EGraph) else
+                            np.concatenate([p[0] for p in parts]))
     while True:
         if max_rounds is not None and rounds >= max_rounds:
             break

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import display
-from ..errors import DispatchError
+from ..errors import DispatchError, host_memory
 from ..unique import count_distinct, unique_rows
 from .signature import signature_heads
 
@@ -396,6 +396,7 @@ def _take_rows(offsets: np.ndarray, children: np.ndarray, rows: np.ndarray) -> t
     return sub, children[idx]
 
 
+@host_memory("congruence_closure")
 def congruence_closure(egraph: "EGraph", unions=None, *, backend=None, max_rounds: int | None = None,
                        progress: bool | None = None) -> ClosureResult:
     """Apply `unions` ((k, 2) class ids) to `egraph` (an EGraph, changed in place, or a tuple

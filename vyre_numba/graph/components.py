@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import host_memory
 from .csr import CSR, check_device_csr, edges, resolve
 
 
@@ -45,6 +46,7 @@ def components_of_edges(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.nd
     return parent, rounds
 
 
+@host_memory("connected_components")
 def connected_components(indptr, indices, *, backend=None, symmetric: bool = False):
     """Component labels (int32) of the graph `(indptr, indices)` in CSR form, edges taken as
     undirected: label[v] is the smallest vertex id in v's component. Host arrays give a NumPy

@@ -29,7 +29,11 @@ def _as_index_array(a, name: str) -> np.ndarray:
     if hasattr(a, "__cuda_array_interface__") or hasattr(a, "copy_to_host"):
         raise DispatchError(f"{name} is a device array, but this path takes host arrays. Fix: pass NumPy arrays "
                             "(or call the device path with device arrays for both indptr and indices).")
-    arr = np.asarray(a) if not isinstance(a, np.ndarray) else a
+    try:
+        arr = np.asarray(a) if not isinstance(a, np.ndarray) else a
+    except (ValueError, TypeError) as e:  # ragged nested lists, objects NumPy cannot hold
+        raise DispatchError(f"{name} is not an array of integers ({e}). Fix: pass a flat list or "
+                            f"np.asarray({name}, dtype=np.int64).") from None
     if arr.size == 0 and arr.dtype.kind == "f" and not isinstance(a, np.ndarray):  # `[]` reads as float64
         arr = arr.astype(np.int64)
     if arr.dtype == object or arr.dtype.kind not in "iu" or arr.dtype == np.bool_:

@@ -22,6 +22,9 @@ i = ir.var("i")
 
 
 def assemble_all(program: ir.Program, sms=SMS, **kw) -> str:
+    """PTX of `program` for every target, each assembled; the program as written unless
+    optimize=True is passed (these tests are of the emitter, the optimizer has its own)."""
+    kw.setdefault("optimize", False)
     text = ""
     for sm in sms:
         text = ptx.emit(program, sm=sm, **kw)
@@ -77,6 +80,8 @@ def test_every_op_on_every_type_assembles(dt):
     text = assemble_all(ops_program(dt))
     assert ".approx" not in text and ".ftz" not in text
     assert "// out[(0u32 + i)] = (a[i] + b[i])" in text
+    optimized = assemble_all(ops_program(dt), optimize=True)
+    assert ".approx" not in optimized and "// out[i] = (_v" in optimized
 
 
 def test_bool_ops():
@@ -341,7 +346,7 @@ def test_ptx_does_not_import_the_dispatch_configuration():
     from vyre_numba.ptx import emitter
 
     assert not hasattr(emitter, "DispatchConfig") and "from ..config" not in inspect.getsource(emitter)
-    assert set(inspect.signature(ptx.emit).parameters) == {"program", "sm", "workgroup", "cooperative"}
+    assert set(inspect.signature(ptx.emit).parameters) == {"program", "sm", "workgroup", "cooperative", "optimize"}
 
 
 def test_deep_programs_emit_without_recursion():

@@ -529,7 +529,7 @@ def _far_apart_operands(rng, n):
 
 
 def test_fma_f64_far_from_one_is_exact_without_rational_arithmetic(monkeypatch):
-    from vyre_numba.reference import ops
+    from vyre_numba.ir import ops
 
     def no_fractions(*args):
         raise AssertionError("the exact rational fallback ran")

@@ -53,6 +53,9 @@ class DispatchConfig:
     cooperative: True to launch so every workgroup is co-resident (needed by grid barriers).
     label: None or a non-blank name for telemetry (a `dispatches[label]` counter) and profiles
         (the NVTX launch range).
+    optimize: compile `program.optimized()` (`ir.optimize`: folding, dead code, hoisting, common
+        subexpressions; the same results bit for bit) rather than the program as written. The
+        reference backend, the oracle every backend is tested against, always runs it as written.
 
     NumPy integer scalars are accepted wherever an int is and stored as plain ints; bool is never
     taken for an int. Anything else raises DispatchError.
@@ -63,6 +66,7 @@ class DispatchConfig:
     fixpoint_iterations: int = 1
     cooperative: bool = False
     label: str | None = None
+    optimize: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "grid", _dims(self.grid, "grid", 0))
@@ -88,6 +92,9 @@ class DispatchConfig:
                                 "Fix: pass a name such as label='step1', or leave label=None.")
         if label is not None:
             object.__setattr__(self, "label", str(label))
+        if not isinstance(self.optimize, (bool, np.bool_)):
+            raise DispatchError(f"optimize={self.optimize!r} is not a bool. Fix: pass optimize=True or optimize=False.")
+        object.__setattr__(self, "optimize", bool(self.optimize))
 
     def key(self) -> tuple:
         """What of the configuration changes generated code."""

@@ -94,10 +94,12 @@ class CudaBackend(Backend):
         from ..ptx import emit
 
         config = config or DispatchConfig()
-        key = (program.digest(), config.key(), self.caps.sm)
+        compiled = program.optimized() if config.optimize else program
+        key = (compiled.digest(), config.key(), self.caps.sm)
         def build() -> str:
             with profiling.range("emit"):
-                return emit(program, sm=self.caps.sm, workgroup=config.workgroup, cooperative=config.cooperative)
+                return emit(compiled, sm=self.caps.sm, workgroup=config.workgroup, cooperative=config.cooperative,
+                            optimize=False)
 
         return self.ptx_cache.get_or_build(key, build)
 
@@ -105,7 +107,7 @@ class CudaBackend(Backend):
         """The loaded kernel of `program` for this device: from memory, else from the disk cache,
         else emitted and assembled (and stored on disk)."""
         config = config or DispatchConfig()
-        key = (program.digest(), config.key(), self.caps.sm)
+        key = ((program.optimized() if config.optimize else program).digest(), config.key(), self.caps.sm)
         return self.module_cache.get_or_build(key, lambda: self._build(program, config, key))
 
     def _build(self, program: Program, config: DispatchConfig, key: tuple) -> CompiledKernel:

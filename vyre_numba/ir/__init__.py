@@ -24,13 +24,14 @@ from .nodes import (
 from .program import FORMAT, Access, BufferDecl, Program, Role, from_dict, to_dict, walk
 from .recursion import drive
 from .validate import Diagnostic, Diagnostics, check, validate
+from .optimizer import optimize
 
 DataType.__module__ = __name__
 
 __all__ = [
     # types, buffers, programs, validation
     "DataType", "BufferDecl", "Access", "Role", "Program", "FORMAT", "MAX_DEPTH", "validate", "check",
-    "Diagnostic", "Diagnostics", "walk", "structurally_equal",
+    "Diagnostic", "Diagnostics", "walk", "structurally_equal", "optimize",
     "wrap_int", "float_to_bits", "bits_to_float", "f32_to_bf16_bits", "bf16_bits_to_f32",
     # expressions
     "lit", "u8", "u16", "u32", "u64", "i8", "i16", "i32", "i64", "f16", "bf16", "f32", "f64", "boolean",

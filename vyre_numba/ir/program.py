@@ -203,6 +203,7 @@ class Program:
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "_digest", None)
         object.__setattr__(self, "_caps", None)
+        object.__setattr__(self, "_optimized", None)
         object.__setattr__(self, "entry", resolve_literals(bufs, n._body(entry)))
 
     def __hash__(self) -> int:
@@ -291,6 +292,17 @@ class Program:
         """The program of a `to_json` text; IRValidationError with a Fix if it is not one."""
         return cls.from_dict(jsontext.loads(text))
 
+    def optimized(self) -> "Program":
+        """This program through `ir.optimize` with the default passes (computed once): what the
+        CUDA backend compiles unless `DispatchConfig(optimize=False)`; the same results bit for bit."""
+        if self._optimized is None:
+            from .optimizer import optimize
+
+            opt = optimize(self)
+            object.__setattr__(opt, "_optimized", opt)
+            object.__setattr__(self, "_optimized", opt)
+        return self._optimized
+
     def digest(self) -> str:
         """Stable SHA-256 hex digest of the canonical JSON form."""
         if self._digest is None:
@@ -322,7 +334,8 @@ class Program:
 
     def ptx(self, sm: int | None = None, **options: Any) -> "display.PTX":
         """This program's PTX text for target `sm_<sm>` (sm_90 unless given), shown highlighted in
-        Jupyter; `options` are those of `vyre_numba.ptx.emit` (workgroup, cooperative)."""
+        Jupyter: the optimized program's, as the CUDA backend compiles it; `options` are those of
+        `vyre_numba.ptx.emit` (workgroup, cooperative, optimize)."""
         if PTX_RENDERER is None:
             raise UnsupportedError("no PTX emitter is loaded. Fix: import vyre_numba (the package), which loads "
                                    "it, or call vyre_numba.ptx.emit(program) directly.")

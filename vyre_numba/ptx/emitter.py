@@ -810,11 +810,13 @@ def _head(s: n.Node, limit: int = 120) -> str:
 
 
 def emit(program: Program, *, sm: int = 90, workgroup: tuple[int, int, int] | str | None = None,
-         cooperative: bool = False) -> PTX:
+         cooperative: bool = False, optimize: bool = True) -> PTX:
     """PTX text of `program` as one kernel for target `sm_<sm>` (see the module docstring for the
-    ABI). Raises IRValidationError for an invalid program and UnsupportedError for what the
-    target cannot run."""
+    ABI), of `program.optimized()` unless `optimize=False`. Raises IRValidationError for an
+    invalid program and UnsupportedError for what the target cannot run."""
     ir.check(program)
+    if optimize:
+        program = program.optimized()
     if sm not in PTX_VERSION:
         known = ", ".join(str(s) for s in PTX_VERSION)
         raise UnsupportedError(f"sm_{sm} is not a target the PTX emitter knows (known: {known}). "

@@ -32,7 +32,7 @@ from ..ir import nodes as n
 from ..ir.program import walk
 from ..ir.validate import Where
 from ..lru import LRUCache
-from . import ops
+from ..ir import ops
 
 MAX_INVOCATIONS = 1 << 28
 SHALLOW = 48  # expressions up to this depth run as nested closures; deeper ones as a tape

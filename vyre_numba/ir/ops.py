@@ -12,7 +12,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..ir import DataType, bf16_bits_to_f32, f32_to_bf16_bits
+from .types import DataType, bf16_bits_to_f32, f32_to_bf16_bits
 
 D = DataType
 UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}

@@ -1,0 +1,326 @@
+"""The IR optimizer: every pass keeps the results bit for bit (generated programs run before and
+after on the reference backend, the oracle), and each does what it says and no more."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import strategies as S
+import vyre_numba as vn
+from vyre_numba import DispatchConfig, ir
+from vyre_numba.errors import IRValidationError, VyreError
+from vyre_numba.ir.optimizer import DEFAULT, PASSES, optimize
+from vyre_numba.testing import mismatches
+
+B = ir.BufferDecl
+REF = vn.get_backend("reference")
+MANY = settings(max_examples=1500, deadline=None, database=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SOME = settings(max_examples=250, deadline=None, database=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def same_results(program: ir.Program, inputs, config, passes=None) -> ir.Program:
+    """Assert the optimized program gives the reference's bits for `program` (or the same error)."""
+    opt = optimize(program, passes)
+    assert ir.validate(opt) == [], f"{program}\n->\n{opt}"
+    assert [b.name for b in opt.bound_buffers] == [b.name for b in program.bound_buffers]
+    try:
+        want = REF.dispatch(program, inputs, config)
+    except VyreError as e:
+        with pytest.raises(type(e)):
+            REF.dispatch(opt, inputs, config)
+        return opt
+    got = REF.dispatch(opt, inputs, config)
+    for decl, g, w in zip(program.outputs, got, want):
+        bad = mismatches(g, w, bf16=decl.dtype is ir.DataType.BF16)
+        assert bad.size == 0, f"{decl.name} differs at {bad[:8]}: {g[bad[:8]]} != {w[bad[:8]]}\n{program}\n->\n{opt}"
+    return opt
+
+
+@MANY
+@given(S.programs_with_inputs(max_depth=3, max_stmts=5, transcendentals=True))
+def test_generated_programs_give_the_same_bits_after_the_default_passes(case):
+    same_results(*case)
+
+
+@st.composite
+def redundant_programs(draw):
+    """Race-free u32 programs over a tiny alphabet, so values repeat (CSE and hoisting have work)
+    between assignments, stores to a buffer that is also loaded, nested ifs and loops. Each
+    invocation stores and loads only its own element of `rw` and `out`; `x` is read-only."""
+    var_names = ["i", "a", "b"]
+
+    def expr(depth, scope):
+        leaves = [ir.var(v) for v in scope] + [ir.u32(draw(st.sampled_from([0, 1, 3, 0xFFFFFFFF]))),
+                                               ir.load("x", ir.var("i")), ir.load("rw", ir.var("i")),
+                                               ir.load("x", ir.var(draw(st.sampled_from(scope))) & 7)]
+        if depth == 0 or draw(st.integers(0, 3)) == 0:
+            return draw(st.sampled_from(leaves))
+        op = draw(st.sampled_from(["add", "mul", "bitxor", "shr", "min", "sub", "div"]))
+        return ir.binary(op, expr(depth - 1, scope), expr(depth - 1, scope))
+
+    def body(depth, scope, loops):
+        out = []
+        for _ in range(draw(st.integers(1, 4))):
+            kind = draw(st.sampled_from(["assign", "store_out", "store_rw", "if", "loop", "let"] if depth else
+                                        ["assign", "store_out", "store_rw", "let"]))
+            if kind == "assign":
+                out.append(ir.assign(draw(st.sampled_from(["a", "b"])), expr(2, scope)))
+            elif kind == "store_out":
+                out.append(ir.store("out", ir.var("i"), expr(2, scope)))
+            elif kind == "store_rw":
+                out.append(ir.store("rw", ir.var("i"), expr(2, scope)))
+            elif kind == "let":
+                name = f"t{len(scope)}_{depth}_{len(out)}"
+                out.append(ir.let(name, expr(2, scope)))
+                scope = scope + [name]
+            elif kind == "if":
+                out.append(ir.if_(expr(1, scope) < expr(1, scope), body(depth - 1, list(scope), loops),
+                                  body(depth - 1, list(scope), loops) if draw(st.booleans()) else []))
+            else:
+                k = f"k{loops}"
+                out.append(ir.loop(k, 0, draw(st.integers(0, 3)), body(depth - 1, scope + [k], loops + 1)))
+        return out
+
+    entry = [ir.let("i", ir.gid(0)), ir.let("a", ir.load("x", ir.var("i"))), ir.let("b", 1)]
+    entry += [ir.if_(ir.var("i") < ir.buf_len("out"), body(2, list(var_names), 0))]
+    program = ir.Program([B.read("x", 0, "u32"), B.read_write("rw", 1, "u32"), B.output("out", 2, "u32")], 32,
+                         entry, name="redundant")
+    n = draw(st.sampled_from([1, 31, 32, 70]))
+    values = st.sampled_from([0, 1, 2, 7, 0xFFFFFFFF, 0x80000000, 12345])
+    x = np.array(draw(st.lists(values, min_size=n, max_size=n)), np.uint32)
+    rw = np.array(draw(st.lists(values, min_size=n, max_size=n)), np.uint32)
+    return program, [x, rw], None
+
+
+@MANY
+@given(redundant_programs())
+def test_programs_full_of_repeated_values_give_the_same_bits(case):
+    opt = same_results(*case)
+    assert opt.depth <= case[0].depth + 1
+
+
+@pytest.mark.parametrize("t", [t for t in ir.DataType if not t.is_bool])
+def test_every_identity_the_folder_uses_holds_for_every_special_value(t):
+    """Each identity of fold's tables, on the type's special values (NaN, +-0, +-inf, extremes,
+    subnormals): the folded program (just the operand) equals the operation the reference runs."""
+    from vyre_numba.ir import optimizer as O
+
+    xs = np.array(S._F_SPECIAL.get(t, []) + [1.0, -3.5] if t.is_float else
+                  [t.min, t.max, 0, 1, t.max - 1, t.min + 1, 12345 % (t.max + 1)], dtype=np.float64 if t.is_float else object)
+    if t is ir.DataType.BF16:
+        raw = np.array(S._BF16_SPECIAL_BITS, np.uint16)
+    elif t.is_float:
+        raw = xs.astype(t.storage)
+    else:
+        raw = np.array([int(v) for v in xs], t.storage)
+    rules = ([(op, v, "right") for op, v in O._FLOAT_RIGHT_ID.items()] + [(op, v, "left") for op, v in O._FLOAT_LEFT_ID.items()]
+             if t.is_float else
+             [(op, v, "right") for op, v in O._INT_RIGHT_ID.items()] + [(op, v, "left") for op, v in O._INT_LEFT_ID.items()])
+    for op, value, side in rules:
+        c = ir.Lit(t, ir.float_to_bits(value, t)) if t.is_float else ir.lit((-1 if t.is_signed else t.max) if value == "ones" else value, t)
+        x = ir.load("x", ir.gid(0))
+        e = ir.binary(op, x, c) if side == "right" else ir.binary(op, c, x)
+        p = ir.Program([B.read("x", 0, t), B.output("y", 1, t)], 32, [ir.store("y", ir.gid(0), e)], name="identity")
+        opt = optimize(p, ["fold"])
+        assert "x[invocation_id.x]" == str(opt.entry[0].value), (op, side, str(opt.entry[0]))
+        same_results(p, [raw], None, ["fold"])
+
+
+@SOME
+@given(S.programs_with_inputs(max_depth=2, max_stmts=4), st.lists(st.sampled_from(PASSES), min_size=1, max_size=6))
+def test_every_pass_alone_and_in_any_order_keeps_the_bits(case, passes):
+    same_results(*case, passes=passes)
+
+
+@SOME
+@given(S.programs_with_inputs(max_depth=2, max_stmts=4))
+def test_optimizing_twice_keeps_the_bits_and_the_program_valid(case):
+    program, inputs, config = case
+    once = optimize(program)
+    same_results(once, inputs, config)
+
+
+# ---- each pass does what it says ----------------------------------------------------------------
+
+def prog(body, *bufs, wg=64):
+    bufs = bufs or (B.read("x", 0, "u32"), B.output("y", 1, "u32"))
+    return ir.Program(list(bufs), wg, body, name="p")
+
+
+def text(p: ir.Program) -> str:
+    return "\n".join(str(s) for s in p.entry)
+
+
+i = ir.var("i")
+
+
+@pytest.mark.parametrize("expr,want", [
+    (ir.u32(0xFFFFFFFF) + ir.u32(2), "1u32"),                    # wraps
+    (ir.i32(-7) / ir.i32(0), "0i32"),                            # division by zero gives 0
+    (ir.i32(-2**31) / ir.i32(-1), "-2147483648i32"),             # MIN / -1 = MIN
+    (ir.u32(1) << ir.u32(33), "2u32"),                           # the amount is masked
+    (ir.i8(-128) % ir.i8(-1), "0i8"),
+    (ir.cast(ir.f32(3.9e9), "i32"), "2147483647i32"),            # saturating float -> int
+    (ir.cast(ir.f32(float("nan")), "u8"), "0u8"),
+    (ir.min_(ir.f32(float("nan")), ir.f32(2.0)), "2.0f32"),      # one NaN: the other
+    (ir.f16(65504.0) + ir.f16(65504.0), "inff16"),
+    (ir.fma(ir.f64(0.1), ir.f64(10.0), ir.f64(-1.0)), "5.551115123125783e-17f64"),  # one rounding
+    (ir.popcount(ir.u64(2**64 - 1)), "64u32"),
+    (ir.select(ir.u32(3) < ir.u32(2), ir.u32(1), ir.u32(9)), "9u32"),
+])
+def test_fold_computes_what_the_reference_does(expr, want):
+    opt = optimize(prog([ir.let("v", expr), ir.store("y", 0, ir.u32(0))]), ["fold"])
+    assert text(opt).splitlines()[0] == f"let v = {want}"
+
+
+def test_fold_keeps_what_is_not_an_identity_for_every_value():
+    f = ir.var("f")
+    body = [ir.let("f", ir.load("x", 0)), ir.let("a", f + 0.0), ir.let("b", f * 0.0), ir.let("c", f == f),
+            ir.let("d", f - (-0.0)), ir.let("e", f * 1.0), ir.let("g", f / 1.0), ir.let("h", f + (-0.0))]
+    opt = optimize(prog(body, B.read("x", 0, "f32"), B.output("y", 1, "f32")), ["fold"])
+    t = text(opt)
+    for kept in ("let a = (f + 0.0f32)", "let b = (f * 0.0f32)", "let c = (f == f)", "let d = (f - -0.0f32)"):
+        assert kept in t, t
+    for simplified in ("let e = f", "let g = f", "let h = f"):
+        assert simplified in t, t
+
+
+def test_fold_drops_an_operand_only_when_it_has_no_effect():
+    body = [ir.let("a", ir.atomic_add("c", 0, 1) * 0), ir.let("b", ir.load("x", 0) * 0)]
+    opt = optimize(prog(body, B.read("x", 0, "u32"), B.read_write("c", 1, "u32")), ["fold"])
+    t = text(opt)
+    assert "let a = (atomic_add(c[0u32], 1u32) * 0u32)" in t and "let b = 0u32" in t
+
+
+def test_workgroup_buf_len_folds_to_its_count():
+    opt = optimize(prog([ir.store("y", 0, ir.buf_len("t"))], B.output("y", 0, "u32"), B.workgroup("t", 48, "u32")),
+                   ["fold"])
+    assert "y[0u32] = 48u32" in text(opt)
+
+
+def test_dce_removes_only_what_nothing_observes():
+    body = [ir.let("i", ir.gid(0)),
+            ir.let("dead", ir.load("x", i) * 2),                # unread: gone
+            ir.let("old", ir.atomic_add("c", 0, 1)),            # unread, but the atomic counts: stays
+            ir.store("t", ir.lid(0), 7),                        # workgroup buffer nobody reads: gone
+            ir.if_(ir.boolean(False), [ir.store("y", i, 1)]),   # never taken: gone
+            ir.if_(ir.boolean(True), [ir.store("y", i, 2)], [ir.store("y", i, 3)]),
+            ir.loop("k", 4, 4, [ir.store("y", i, 4)]),          # runs no iteration: gone
+            ir.return_(),
+            ir.store("y", i, 5)]                                # after a return: gone
+    p = prog(body, B.read("x", 0, "u32"), B.output("y", 1, "u32"), B.read_write("c", 2, "u32"), B.workgroup("t", 64, "u32"))
+    opt = optimize(p, ["dce"])
+    assert text(opt).splitlines() == ["let i = invocation_id.x", "let old = atomic_add(c[0u32], 1u32)",
+                                      "y[i] = 2u32", "return"]
+    assert [b.name for b in opt.buffers] == ["x", "y", "c"]  # the unread workgroup buffer is gone, bound ones stay
+    x = np.arange(100, dtype=np.uint32)
+    c = np.zeros(1, np.uint32)
+    assert [a.tolist() for a in REF.dispatch(p, [x, c])] == [a.tolist() for a in REF.dispatch(opt, [x, c])]
+
+
+def test_dce_keeps_a_variable_whose_effectful_assignment_stays():
+    body = [ir.let("v", 0), ir.assign("v", ir.atomic_add("c", 0, 1)), ir.let("w", 1), ir.assign("w", 2)]
+    opt = optimize(prog(body, B.read_write("c", 0, "u32")), ["dce"])
+    assert text(opt).splitlines() == ["let v = 0u32", "v = atomic_add(c[0u32], 1u32)"]
+
+
+def test_hoist_moves_only_what_the_loop_does_not_change():
+    x0 = ir.load("x", 0)
+    body = [ir.let("s", 0), ir.let("m", ir.load("x", 1)),
+            ir.loop("k", 0, 8, [
+                ir.assign("s", ir.var("s") + x0 * 3),            # x0 * 3: invariant
+                ir.assign("m", ir.var("m") + 1),
+                ir.store("y", ir.var("k"), ir.var("m") * 2 + ir.var("k") * 5),  # m changes, k is the loop's
+                ir.let("z", ir.load("y", 0) + 1),                 # y is written: not invariant
+                ir.store("y", 9, ir.var("z"))]),
+            ir.store("y", 10, ir.var("s"))]
+    p = prog(body)
+    opt = optimize(p, ["hoist"])
+    lines = text(opt).splitlines()
+    assert lines[2] == "let _v0 = (x[0u32] * 3u32)" and lines[3].startswith("for k in")
+    assert "s = (s + _v0)" in text(opt) and "(m * 2u32)" in text(opt) and "(y[0u32] + 1u32)" in text(opt)
+    same_results(p, [np.arange(20, dtype=np.uint32)], None)
+
+
+def test_cse_shares_pure_values_and_respects_assignments():
+    x = ir.load("x", i)
+    body = [ir.let("i", ir.gid(0)), ir.let("a", i * 3),
+            ir.store("y", i, x * x + x * x),          # x*x twice, x four times: two temporaries
+            ir.assign("a", i * 3 + 1),                # i * 3 again: the let holds it
+            ir.store("y", i + 1, ir.var("a") * 7),
+            ir.assign("a", 5),
+            ir.store("y", i + 2, ir.var("a") * 7)]    # a changed: a * 7 is a new value, computed again
+    p = prog(body)
+    opt = optimize(p, ["cse"])
+    t = text(opt)
+    assert "a = (a + 1u32)" in t and t.count("(a * 7u32)") == 2, t
+    assert t.count("x[i]") == 1 and t.count("* _v") == 1, t
+    same_results(p, [np.arange(200, dtype=np.uint32)], None)
+
+
+def test_cse_never_shares_loads_of_written_buffers_atomics_or_subgroup_values():
+    body = [ir.let("i", ir.gid(0)),
+            ir.let("a", ir.load("y", i) + 1), ir.store("y", i, 3), ir.let("b", ir.load("y", i) + 1),
+            ir.let("c", ir.atomic_add("y", 0, 1) + ir.atomic_add("y", 0, 1)),
+            ir.let("d", ir.subgroup_add(i) + ir.subgroup_add(i)),
+            ir.store("y", i + 1, ir.var("a") + ir.var("b") + ir.var("c") + ir.var("d"))]
+    p = prog(body, B.read_write("y", 0, "u32"))
+    opt = optimize(p, ["cse"])
+    t = text(opt)
+    assert t.count("(y[i] + 1u32)") == 2 and t.count("atomic_add") == 2 and t.count("subgroup_add") == 2, t
+    same_results(p, [np.arange(64, dtype=np.uint32)], None)
+
+
+def test_cse_passes_values_into_nested_blocks_only_while_they_hold():
+    x = ir.load("x", i)
+    body = [ir.let("i", ir.gid(0)), ir.let("v", x * 5),
+            ir.if_(i < 10, [ir.store("y", i, x * 5)]),                           # held by v: reused
+            ir.let("w", x * 6), ir.assign("w", 0),
+            ir.if_(i < 20, [ir.store("y", i, x * 6)]),                           # w no longer holds it
+            ir.loop("k", 0, 3, [ir.store("y", i, x * 5 + ir.var("k")), ir.assign("i", i + 1)])]  # i changes inside
+    p = prog(body)
+    opt = optimize(p, ["cse"])
+    t = text(opt)
+    assert "y[i] = v" in t and "y[i] = ((x[i] * 5u32) + k)" in t and "y[i] = (_v0 * 6u32)" in t and "w = 0u32" in t, t
+    same_results(p, [np.arange(64, dtype=np.uint32)], None)
+
+
+def test_programs_nested_deeper_than_the_recursion_limit_optimize():
+    e = ir.load("x", i)
+    for k in range(4_000):
+        e = e + ir.u32(1) if k % 2 else e * ir.u32(1)
+    body = [ir.let("i", ir.gid(0)), ir.store("y", i, e)]
+    inner: list = [ir.store("y", i, ir.u32(2) + ir.u32(3))]
+    for _ in range(2_000):
+        inner = [ir.if_(i < 100, inner)]
+    opt = optimize(prog(body + inner))
+    assert "y[i] = 5u32" in str(opt) and opt.depth < 4_000
+    same_results(prog(body + inner), [np.arange(70, dtype=np.uint32)], None)
+
+
+def test_bad_arguments_say_how_to_fix_them():
+    p = prog([ir.store("y", 0, 1)])
+    with pytest.raises(IRValidationError, match="unknown optimization pass 'inline'.*Fix:"):
+        optimize(p, ["fold", "inline"])
+    with pytest.raises(IRValidationError, match="Fix:"):
+        optimize(p, "fold")
+    with pytest.raises(IRValidationError, match="Fix:"):
+        optimize(prog([ir.store("nope", 0, 1)]))
+    assert optimize(p, []) == p and DEFAULT[0] == "fold"
+
+
+def test_optimized_is_computed_once_and_dispatch_config_switches_it():
+    p = prog([ir.let("i", ir.gid(0)), ir.store("y", i, ir.u32(2) * 3)])
+    assert p.optimized() is p.optimized() and "y[i] = 6u32" in str(p.optimized())
+    assert DispatchConfig().optimize is True and DispatchConfig(optimize=False).optimize is False
+    with pytest.raises(VyreError, match="Fix:"):
+        DispatchConfig(optimize="yes")
+    x = np.arange(10, dtype=np.uint32)
+    assert REF.dispatch(p, [x], DispatchConfig(optimize=False))[0].tolist() == REF.dispatch(p, [x])[0].tolist()
+    from vyre_numba import ptx
+
+    assert "mul.lo" not in p.ptx(sm=80) and "mul.lo" in ptx.emit(p, sm=80, optimize=False)

@@ -1,0 +1,591 @@
+"""IR -> IR optimization that keeps every result bit for bit: constant folding, dead-code
+elimination, loop-invariant hoisting and common-subexpression elimination.
+
+`optimize(program, passes=None)` runs `passes` (names from `PASSES`, in order; `DEFAULT` when None)
+and returns a new Program with the same bound buffers, workgroup and name. Why each is exact:
+
+- `fold` evaluates operations of literals with `ops`, the very functions the reference interpreter
+  runs, so it computes what the reference would; it simplifies only identities true of every value
+  of the type (`x * 1`, `x | 0`, `x - +0.0`, a select of a literal condition, ...), and drops an
+  operand (`x * 0` on integers) only when evaluating it has no effect.
+- An expression is shared (hoisted out of a loop, or computed once for several uses) only when it
+  is *pure*: no atomics, no subgroup operations (their value depends on which lanes are active),
+  loads only of buffers nothing in the program writes. Every operation is total (division by zero,
+  out-of-bounds loads, large shifts are all defined), so computing a pure value earlier, once, or
+  where a branch would have skipped it changes no result.
+- `dce` removes only what nothing observes: variables nobody reads (with effect-free values),
+  stores to and declarations of workgroup buffers nobody reads, branches a literal condition never
+  takes, empty branches and loops, statements after a return. Bound buffers stay even when unused:
+  they are the kernel's parameters.
+
+Every walker uses an explicit stack (`drive`), so programs nested `MAX_DEPTH` deep optimize too.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from ..errors import CompileError, IRValidationError
+from . import nodes as n
+from . import ops
+from .program import Program, walk
+from .recursion import drive
+from .types import DataType, f32_to_bf16_bits, float_to_bits
+
+D = DataType
+PASSES = ("fold", "dce", "hoist", "cse")
+DEFAULT = ("fold", "dce", "hoist", "cse", "dce")
+LEAVES = (n.Lit, n.Var, n.BufLen, n.Builtin)
+EFFECTS = (n.Atomic, n.SubgroupBallot, n.SubgroupShuffle, n.SubgroupAdd)  # never removed, moved or shared
+
+
+def optimize(program: Program, passes: Sequence[str] | None = None) -> Program:
+    """`program` rewritten by `passes` (default `DEFAULT`), with the same results bit for bit on
+    every backend; an invalid program raises IRValidationError with every diagnostic."""
+    from .validate import check, validate
+
+    check(program)
+    passes = DEFAULT if passes is None else passes
+    if isinstance(passes, str) or not isinstance(passes, Iterable):
+        raise IRValidationError(f"passes={passes!r} is not a list of pass names. Fix: pass e.g. "
+                                f"passes=['fold', 'dce'] (names: {', '.join(PASSES)}), or None for the default.")
+    passes = tuple(passes)
+    for p in passes:
+        if p not in PASSES:
+            raise IRValidationError(f"unknown optimization pass {p!r}. Fix: use names from {', '.join(PASSES)}.")
+    ctx = _Context(program)
+    entry = program.entry
+    for p in passes:
+        ctx.refresh(entry)
+        entry = _RUN[p](ctx, entry)
+    used = {x.buffer for x in walk(entry) if isinstance(x, (n.Load, n.Store, n.Atomic, n.BufLen))}
+    buffers = [b for b in program.buffers if not b.is_shared or b.name in used or "dce" not in passes]
+    out = Program(buffers, program.workgroup_size, entry, program.name)
+    if validate(out):  # a bug of this module's, never the caller's program
+        raise CompileError(f"optimizing {program.name!r} gave an invalid program: {validate(out)[0]}. Fix: "
+                           "dispatch with DispatchConfig(optimize=False) and report the program.")
+    return out
+
+
+class _Context:
+    """What the passes know of the program: buffer declarations, fresh variable names, the buffers
+    the body writes (refreshed before each pass) and facts of expressions, memoised."""
+
+    def __init__(self, program: Program):
+        self.decls = {b.name: b for b in program.buffers}
+        self.taken = {x.name for x in walk(program.entry) if isinstance(x, (n.Let, n.Assign, n.Var))}
+        self.taken |= {x.var for x in walk(program.entry) if isinstance(x, n.Loop)}
+        self.counter = 0
+        self.scopes: dict[int, tuple] = {}  # id(statement) -> (statement, assigned, declared)
+
+    def refresh(self, entry) -> None:
+        self.written = {x.buffer for x in walk(entry) if isinstance(x, (n.Store, n.Atomic))}
+        self.memo: dict[int, tuple] = {}
+
+    def fresh(self) -> str:
+        while True:
+            name = f"_v{self.counter}"
+            self.counter += 1
+            if name not in self.taken:
+                self.taken.add(name)
+                return name
+
+    def facts(self, e: n.Expr) -> tuple[bool, bool, frozenset]:
+        """(removable: evaluating it has no effect, pure: removable and reads no written buffer,
+        the variables it reads), for `e` and every node under it (memoised by node)."""
+        got = self.memo.get(id(e))
+        if got is not None:
+            return got[1]
+        for x in _postorder(e):
+            if id(x) in self.memo:
+                continue
+            kids = [self.memo[id(c)][1] for c in x.children()]
+            removable = not isinstance(x, EFFECTS) and all(k[0] for k in kids)
+            pure = removable and all(k[1] for k in kids) and not (isinstance(x, n.Load) and x.buffer in self.written)
+            names = frozenset().union(*(k[2] for k in kids)) if kids else frozenset()
+            if isinstance(x, n.Var):
+                names = frozenset((x.name,))
+            self.memo[id(x)] = (x, (removable, pure, names))
+        return self.memo[id(e)][1]
+
+    def shareable(self, e: n.Expr) -> bool:
+        return not isinstance(e, LEAVES) and self.facts(e)[1]
+
+
+# ---- expression walks -------------------------------------------------------------------------
+
+def _postorder(e: n.Expr) -> list[n.Expr]:
+    """Every node of `e`, children before parents (no recursion)."""
+    out, stack = [], [(e, False)]
+    while stack:
+        x, done = stack.pop()
+        if done:
+            out.append(x)
+        else:
+            stack.append((x, True))
+            stack.extend((c, False) for c in reversed(x.children()))
+    return out
+
+
+def _rebuild(e: n.Expr, kids: list[n.Expr]) -> n.Expr:
+    """`e` with its operand expressions replaced by `kids` (in field order); `e` itself if unchanged."""
+    old = e.children()
+    if all(a is b for a, b in zip(kids, old)):
+        return e
+    it = iter(kids)
+    return type(e)(**{f: next(it) if isinstance(getattr(e, f), n.Expr) else getattr(e, f) for f in e._kinds})
+
+
+def _transform(e: n.Expr, node, replace=None) -> n.Expr:
+    """Rebuild `e` bottom-up, `node(x, kids)` giving each node from its rewritten operands; where
+    `replace(x)` (asked top-down) returns an expression, that stands for x's whole subtree."""
+    out: list = []
+    stack = [(e, False)]
+    while stack:
+        x, done = stack.pop()
+        if done:
+            k = len(x.children())
+            kids = out[len(out) - k:]
+            del out[len(out) - k:]
+            out.append(node(x, kids))
+            continue
+        r = replace(x) if replace is not None else None
+        if r is not None:
+            out.append(r)
+            continue
+        stack.append((x, True))
+        stack.extend((c, False) for c in reversed(x.children()))
+    return out[0]
+
+
+def _exprs(s: n.Node) -> tuple[n.Expr, ...]:
+    """The statement's own expressions (not those of the statements nested in it)."""
+    match s:
+        case n.Let(value=v) | n.Assign(value=v):
+            return (v,)
+        case n.Store(index=i, value=v):
+            return (i, v)
+        case n.If(cond=c):
+            return (c,)
+        case n.Loop(start=a, end=b):
+            return (a, b)
+    return ()
+
+
+def _with_exprs(s: n.Node, es: list[n.Expr]) -> n.Node:
+    """`s` with its own expressions replaced (nested statements unchanged)."""
+    match s:
+        case n.Let(name=x):
+            return n.Let(x, es[0])
+        case n.Assign(name=x):
+            return n.Assign(x, es[0])
+        case n.Store(buffer=b):
+            return n.Store(b, es[0], es[1])
+        case n.If(then=t, otherwise=o):
+            return n.If(es[0], t, o)
+        case n.Loop(var=v, body=body):
+            return n.Loop(v, es[0], es[1], body)
+    return s
+
+
+def _bodies(s: n.Node) -> tuple[tuple[n.Node, ...], ...]:
+    match s:
+        case n.If(then=t, otherwise=o):
+            return (t, o)
+        case n.Loop(body=b) | n.Block(body=b):
+            return (b,)
+    return ()
+
+
+def _with_bodies(s: n.Node, bodies: list[tuple[n.Node, ...]]) -> n.Node:
+    match s:
+        case n.If(cond=c):
+            return n.If(c, bodies[0], bodies[1])
+        case n.Loop(var=v, start=a, end=b):
+            return n.Loop(v, a, b, bodies[0])
+        case n.Block():
+            return n.Block(bodies[0])
+    return s
+
+
+def _changed(ctx: "_Context", stmts: Iterable[n.Node]) -> tuple[frozenset, frozenset]:
+    """(variables assigned, variables declared: lets and loop variables) anywhere in `stmts`,
+    from each statement's facts, computed once per statement object (so nested walks stay linear)."""
+    assigned, declared = set(), set()
+    for s in stmts:
+        got = ctx.scopes.get(id(s))
+        if got is None or got[0] is not s:
+            _scope_facts(ctx, s)
+            got = ctx.scopes[id(s)]
+        assigned |= got[1]
+        declared |= got[2]
+    return frozenset(assigned), frozenset(declared)
+
+
+def _scope_facts(ctx: "_Context", top: n.Node) -> None:
+    stack = [(top, False)]
+    while stack:
+        s, done = stack.pop()
+        got = ctx.scopes.get(id(s))
+        if got is not None and got[0] is s:
+            continue
+        kids = [c for b in _bodies(s) for c in b]
+        if not done:
+            stack.append((s, True))
+            stack.extend((c, False) for c in kids)
+            continue
+        assigned = {s.name} if isinstance(s, n.Assign) else set()
+        declared = {s.name} if isinstance(s, n.Let) else {s.var} if isinstance(s, n.Loop) else set()
+        for c in kids:
+            assigned |= ctx.scopes[id(c)][1]
+            declared |= ctx.scopes[id(c)][2]
+        ctx.scopes[id(s)] = (s, frozenset(assigned), frozenset(declared))
+
+
+def _assigned(ctx: "_Context", stmts: Iterable[n.Node]) -> frozenset:
+    """Variables assigned anywhere in `stmts`."""
+    return _changed(ctx, stmts)[0]
+
+
+# ---- fold -------------------------------------------------------------------------------------
+
+_FOLDABLE = (n.BinOp, n.UnOp, n.Cast, n.Select, n.Fma)
+
+
+def _fold(ctx: _Context, entry: tuple[n.Node, ...]) -> tuple[n.Node, ...]:
+    types: dict[str, DataType] = {}  # the variables in scope
+
+    def expr(e: n.Expr) -> tuple[n.Expr, DataType]:
+        typed: dict[int, DataType] = {}  # id -> type of each rewritten node (kept alive while needed)
+
+        def node(x, kids):
+            x = _rebuild(x, kids)
+            tys = tuple(typed[id(k)] for k in kids)
+            if isinstance(x, n.BufLen) and ctx.decls[x.buffer].is_shared:
+                x = n.Lit(D.U32, ctx.decls[x.buffer].count)
+            t = (types[x.name] if isinstance(x, n.Var) else
+                 n.result_type(x, tys, ctx.decls[x.buffer].dtype if isinstance(x, (n.Load, n.Atomic)) else None))
+            if isinstance(x, _FOLDABLE):
+                folded = _evaluate(x, kids, tys, t) if all(isinstance(k, n.Lit) for k in kids) else None
+                x = folded if folded is not None else _simplify(ctx, x, kids, tys)
+            typed[id(x)] = t
+            return x
+        out = _transform(e, node)
+        return out, typed[id(out)]
+
+    def body(stmts, loop_var: str | None = None):
+        out, declared = [], [loop_var] if loop_var else []
+        if loop_var:
+            types[loop_var] = D.U32
+        for s in stmts:
+            folded = [expr(e) for e in _exprs(s)]
+            s = _with_exprs(s, [e for e, _ in folded])
+            if isinstance(s, n.Let):
+                types[s.name] = folded[0][1]
+                declared.append(s.name)
+            if _bodies(s):
+                var = s.var if isinstance(s, n.Loop) else None
+                bodies = []
+                for b in _bodies(s):
+                    bodies.append((yield body(b, var)))
+                s = _with_bodies(s, bodies)
+            out.append(s)
+        for name in declared:
+            types.pop(name, None)
+        return tuple(out)
+
+    return drive(body(entry))
+
+
+def _evaluate(x: n.Expr, kids: list[n.Lit], tys: tuple[DataType, ...], t: DataType) -> n.Lit | None:
+    """The literal the reference computes for `x` of literal operands (None where it gives no
+    value of type `t`, which a valid program never produces)."""
+    vals = [ops.literal(k.raw, k.dtype) for k in kids]
+    with np.errstate(all="ignore"):
+        match x:
+            case n.BinOp(op=op):
+                r = ops.binary(op, tys[0])(*vals)
+            case n.UnOp(op=op):
+                r = ops.unary(op, tys[0])(vals[0])
+            case n.Cast(dtype=dt):
+                r = ops.cast(tys[0], dt)(vals[0])
+            case n.Select():
+                r = vals[1] if kids[0].raw else vals[2]
+            case n.Fma():
+                r = ops.fma(tys[0])(*vals)
+    r = np.asarray(r)
+    if r.shape != (1,) or r.dtype != ops.VALUE_DTYPE[t]:
+        return None
+    if t is D.BOOL:
+        return n.Lit(t, int(bool(r[0])))
+    if t is D.BF16:
+        return n.Lit(t, int(f32_to_bf16_bits(r)[0]))
+    if t.is_float:
+        return n.Lit(t, int(r.view(ops.UINT[t.bits])[0]))
+    return n.Lit(t, int(r[0]))
+
+
+def _is(e: n.Expr, value: float, t: DataType) -> bool:
+    """Whether `e` is the literal `value` of type `t` (floats by bit pattern, so -0.0 is not 0.0)."""
+    if not isinstance(e, n.Lit):
+        return False
+    if t.is_float:
+        return e.raw == float_to_bits(value, t)
+    if t.is_bool:
+        return e.raw == int(bool(value))
+    return e.raw == (value if value != "ones" else (-1 if t.is_signed else t.max))
+
+
+_INT_RIGHT_ID = {"add": 0, "wrapping_add": 0, "saturating_add": 0, "sub": 0, "wrapping_sub": 0, "saturating_sub": 0,
+                 "mul": 1, "div": 1, "bitor": 0, "bitxor": 0, "bitand": "ones", "shl": 0, "shr": 0, "rotl": 0, "rotr": 0}
+_INT_LEFT_ID = {"add": 0, "wrapping_add": 0, "saturating_add": 0, "mul": 1, "bitor": 0, "bitxor": 0, "bitand": "ones"}
+_INT_ZERO = {"mul": 0, "bitand": 0}  # x op 0 = 0 (either side)
+_FLOAT_RIGHT_ID = {"mul": 1.0, "div": 1.0, "sub": 0.0, "add": -0.0}
+_FLOAT_LEFT_ID = {"mul": 1.0, "add": -0.0}
+_INVOLUTIONS = ("neg", "bitnot", "not")
+
+
+def _simplify(ctx: _Context, x: n.Expr, kids: list[n.Expr], tys: tuple[DataType, ...]) -> n.Expr:
+    """`x` by an identity that holds for every value of its type, or `x` itself."""
+    gone = lambda e: ctx.facts(e)[0]  # noqa: E731 - an operand may be dropped only if it has no effect
+    match x:
+        case n.BinOp(op=op, a=a, b=b):
+            t = tys[0]
+            if t.is_int:
+                if op in _INT_RIGHT_ID and _is(b, _INT_RIGHT_ID[op], t):
+                    return a
+                if op in _INT_LEFT_ID and _is(a, _INT_LEFT_ID[op], t):
+                    return b
+                if op in _INT_ZERO and _is(b, 0, t) and gone(a):
+                    return b
+                if op in _INT_ZERO and _is(a, 0, t) and gone(b):
+                    return a
+            elif t.is_float:
+                if op in _FLOAT_RIGHT_ID and _is(b, _FLOAT_RIGHT_ID[op], t):
+                    return a
+                if op in _FLOAT_LEFT_ID and _is(a, _FLOAT_LEFT_ID[op], t):
+                    return b
+            elif op in ("logical_and", "logical_or"):
+                keep = op == "logical_and"  # x && true = x, x || false = x; x && false = false, x || true = true
+                for this, other in ((a, b), (b, a)):
+                    if isinstance(this, n.Lit) and bool(this.raw) == keep:
+                        return other
+                    if isinstance(this, n.Lit) and gone(other):
+                        return this
+        case n.UnOp(op=op, a=a) if op in _INVOLUTIONS and isinstance(a, n.UnOp) and a.op == op:
+            return a.a
+        case n.Select(cond=c, a=a, b=b):
+            if isinstance(c, n.Lit) and gone(b if c.raw else a):
+                return a if c.raw else b
+            if a.equals(b) and gone(c):
+                return a
+        case n.Cast(dtype=dt, a=a) if dt is tys[0]:
+            return a
+    return x
+
+
+# ---- dead code --------------------------------------------------------------------------------
+
+def _dce(ctx: _Context, entry: tuple[n.Node, ...]) -> tuple[n.Node, ...]:
+    while True:
+        read = {x.name for x in walk(entry) if isinstance(x, n.Var)}
+        read |= {x.name for x in walk(entry) if isinstance(x, n.Assign) and not ctx.facts(x.value)[0]}
+        loaded = {x.buffer for x in walk(entry) if isinstance(x, (n.Load, n.Atomic))}
+        unread = {b for b, d in ctx.decls.items() if d.is_shared and b not in loaded}
+        new = drive(_dce_body(ctx, entry, read, unread))
+        if n.structurally_equal(new, entry):
+            return new
+        entry = new
+        ctx.refresh(entry)
+
+
+def _dce_body(ctx: _Context, stmts, read: set[str], unread: set[str]):
+    gone = lambda e: ctx.facts(e)[0]  # noqa: E731
+    out: list[n.Node] = []
+    for s in stmts:
+        match s:
+            case n.Let(name=x, value=v) | n.Assign(name=x, value=v) if x not in read and gone(v):
+                continue
+            case n.Store(buffer=b, index=i, value=v) if b in unread and gone(i) and gone(v):
+                continue
+            case n.If(cond=c):
+                then, other = (yield _dce_body(ctx, s.then, read, unread)), (yield _dce_body(ctx, s.otherwise, read, unread))
+                if isinstance(c, n.Lit):
+                    out.extend(_inline(then if c.raw else other))
+                elif then or other or not gone(c):
+                    out.append(n.If(c, then, other))
+            case n.Loop(start=a, end=b):
+                body = yield _dce_body(ctx, s.body, read, unread)
+                never = isinstance(a, n.Lit) and isinstance(b, n.Lit) and a.raw >= b.raw
+                if not (never or (not body and gone(a) and gone(b))):
+                    out.append(n.Loop(s.var, a, b, body))
+            case n.Block(body=body):
+                out.extend(_inline((yield _dce_body(ctx, body, read, unread))))
+            case _:
+                out.append(s)
+        if out and isinstance(out[-1], n.Return):
+            break  # nothing after a return runs
+    return tuple(out)
+
+
+def _inline(body: tuple[n.Node, ...]) -> list[n.Node]:
+    """A block's statements to splice into the enclosing block: as they are when they declare
+    nothing there, else kept in a block (their scope)."""
+    if not body:
+        return []
+    return list(body) if not any(isinstance(s, n.Let) for s in body) else [n.Block(body)]
+
+
+# ---- loop-invariant hoisting ------------------------------------------------------------------
+
+def _hoist(ctx: _Context, entry: tuple[n.Node, ...]) -> tuple[n.Node, ...]:
+    def body(stmts):
+        out = []
+        for s in stmts:
+            if _bodies(s):
+                bodies = []
+                for b in _bodies(s):
+                    bodies.append((yield body(b)))
+                s = _with_bodies(s, bodies)
+            if isinstance(s, n.Loop):
+                out.extend(_hoist_loop(ctx, s))
+            else:
+                out.append(s)
+        return tuple(out)
+
+    return drive(body(entry))
+
+
+def _hoist_loop(ctx: _Context, loop: n.Loop) -> list[n.Node]:
+    """`let`s of the loop body's largest pure expressions that read nothing the body changes or
+    declares, then the loop using them."""
+    assigned, declared = _changed(ctx, loop.body)
+    inner = {loop.var} | assigned | declared
+    lets: dict[n.StructuralKey, str] = {}
+    hoisted: list[n.Node] = []
+
+    def replace(e: n.Expr):
+        if not ctx.shareable(e) or ctx.facts(e)[2] & inner:
+            return None
+        k = e.key()
+        if k not in lets:
+            lets[k] = ctx.fresh()
+            hoisted.append(n.Let(lets[k], e))
+        return n.Var(lets[k])
+
+    def stmts(body):
+        out = []
+        for s in body:
+            s = _with_exprs(s, [_transform(e, _rebuild, replace) for e in _exprs(s)])
+            if _bodies(s):
+                bodies = []
+                for b in _bodies(s):
+                    bodies.append((yield stmts(b)))
+                s = _with_bodies(s, bodies)
+            out.append(s)
+        return tuple(out)
+
+    new_body = drive(stmts(loop.body))
+    return hoisted + [n.Loop(loop.var, loop.start, loop.end, new_body)]
+
+
+# ---- common subexpressions --------------------------------------------------------------------
+
+def _cse(ctx: _Context, entry: tuple[n.Node, ...]) -> tuple[n.Node, ...]:
+    return drive(_cse_body(ctx, entry, {}))
+
+
+def _cse_body(ctx: _Context, stmts, inherited: dict[n.StructuralKey, str]):
+    """One block: a pure expression met twice while the variables it reads keep their values is
+    computed once, into a `let` placed before its first use (or taken from a `let` that already
+    holds it); blocks nested in it inherit what stays valid through them. Values are told apart
+    by (structure, the generation of each variable read), a generation ending at each assignment."""
+    gen: dict[str, int] = defaultdict(int)
+
+    def sig(e) -> tuple:
+        return e.key(), tuple(sorted((v, gen[v]) for v in ctx.facts(e)[2]))
+
+    # pass 1: how often each value occurs, less the occurrences inside a larger shared value
+    count: dict[tuple, int] = defaultdict(int)
+    sample: dict[tuple, tuple] = {}
+    for s in stmts:
+        for e in _exprs(s):
+            stack = [e]
+            while stack:
+                x = stack.pop()
+                if ctx.shareable(x) and x.key() not in inherited:
+                    k = sig(x)
+                    count[k] += 1
+                    sample.setdefault(k, (x, dict(gen)))
+                elif ctx.shareable(x):
+                    continue
+                stack.extend(x.children())
+        for v in _assigned(ctx, (s,)):
+            gen[v] += 1
+    for k in sorted((k for k in count if count[k] > 1), key=lambda k: -sample[k][0].depth):
+        c = count[k]
+        if c < 2:
+            continue
+        x, g = sample[k]
+        for sub in _postorder(x)[:-1]:
+            if ctx.shareable(sub):
+                sk = (sub.key(), tuple(sorted((v, g.get(v, 0)) for v in ctx.facts(sub)[2])))
+                if sk in count:
+                    count[sk] -= c - 1
+
+    # pass 2: rewrite; the first use of a value met again makes a temporary
+    gen.clear()
+    held: dict[tuple, tuple[str, int]] = {}  # value -> (the variable holding it, its generation then)
+    out: list[n.Node] = []
+
+    def replace(x):  # top-down: a value already held is read from its variable
+        if not ctx.shareable(x):
+            return None
+        if x.key() in inherited:
+            return n.Var(inherited[x.key()])
+        h = held.get(sig(x))
+        return n.Var(h[0]) if h is not None and gen[h[0]] == h[1] else None
+
+    def node(x, kids):  # bottom-up, so a temporary's own parts are made first
+        y = _rebuild(x, kids)
+        if ctx.shareable(x) and count.get(sig(x), 0) > 1:
+            name = ctx.fresh()
+            out.append(n.Let(name, y))
+            held[sig(x)] = (name, 0)
+            return n.Var(name)
+        return y
+
+    def rewrite(e):
+        return _transform(e, node, replace)
+
+    for original in stmts:
+        s = original
+        if isinstance(s, n.Let) and ctx.shareable(s.value):
+            k = sig(s.value)
+            h = held.get(k)
+            if h is not None and gen[h[0]] == h[1]:
+                s = n.Let(s.name, n.Var(h[0]))
+            else:  # this let holds the value from here on
+                s = n.Let(s.name, _rebuild(s.value, [rewrite(c) for c in s.value.children()]))
+                held[k] = (s.name, gen[s.name])
+        else:
+            s = _with_exprs(s, [rewrite(e) for e in _exprs(s)])
+        if _bodies(s):
+            bodies = []
+            for b in _bodies(s):
+                changed = _assigned(ctx, b)
+                through = {k: v for k, v in inherited.items() if v not in changed and not (ctx.facts(k.node)[2] & changed)}
+                for (key, names), (name, g) in held.items():
+                    if gen[name] == g and name not in changed and all(gen[v] == vg and v not in changed for v, vg in names):
+                        through[key] = name
+                bodies.append((yield _cse_body(ctx, b, through)))
+            s = _with_bodies(s, bodies)
+        out.append(s)
+        for v in _assigned(ctx, (original,)):
+            gen[v] += 1
+    return tuple(out)
+
+
+_RUN = {"fold": _fold, "dce": _dce, "hoist": _hoist, "cse": _cse}

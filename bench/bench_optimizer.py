@@ -63,7 +63,6 @@ def main() -> int:
     a = ap.parse_args()
     import vyre_numba as vn
     from program_table import CASES
-    from vyre_numba import DispatchConfig
     from vyre_numba.ptx import emit
 
     cases = [(c.id, c.program, c.inputs, c.config) for c in CASES]

@@ -1,6 +1,9 @@
-"""Flagship graph algorithms built on the device phases: connected components and BFS."""
+"""Flagship graph algorithms built on the device phases: connected components, BFS and many BFS
+queries at once."""
 from .bfs import bfs, bfs_numpy
 from .components import components_numpy, connected_components
 from .csr import CSR, check_csr
+from .multisource import bfs_many, bfs_many_numpy, reachable_many
 
-__all__ = ["connected_components", "components_numpy", "bfs", "bfs_numpy", "check_csr", "CSR"]
+__all__ = ["connected_components", "components_numpy", "bfs", "bfs_numpy", "bfs_many", "bfs_many_numpy",
+           "reachable_many", "check_csr", "CSR"]

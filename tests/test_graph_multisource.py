@@ -1,0 +1,141 @@
+"""Many BFS queries at once (`graph.bfs_many`, `graph.reachable_many`) against one SciPy BFS per
+source on the graphs of the BFS tests, the kernels under the CUDA simulator, and bad calls."""
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+from scipy.sparse.csgraph import shortest_path
+
+import vyre_numba as vn
+from vyre_numba.errors import DispatchError
+from vyre_numba.graph import bfs_many, reachable_many
+
+from simulated import run_script
+from test_graph_bfs import GRAPHS, SYMMETRIC
+
+
+def expected(a, sources) -> np.ndarray:
+    d = shortest_path(a, unweighted=True, directed=True, indices=np.asarray(sources))
+    d = np.atleast_2d(d)
+    return np.where(np.isinf(d), -1, d).astype(np.int32)
+
+
+def some_sources(n: int, k: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.concatenate([[0, n - 1, 0], rng.integers(0, n, max(k - 3, 0))])[:k]  # a repeated source too
+
+
+@pytest.mark.parametrize("name", GRAPHS)
+def test_reference_matches_one_scipy_bfs_per_source(name):
+    a = GRAPHS[name]
+    for k in (1, 3, 64, 65, 130):
+        src = some_sources(a.shape[0], k, seed=k)
+        got = bfs_many(a.indptr, a.indices, src, backend="reference")
+        assert got.shape == (k, a.shape[0]) and got.dtype == np.int32
+        assert np.array_equal(got, expected(a, src)), (name, k)
+        assert np.array_equal(reachable_many(a.indptr, a.indices, src, backend="reference"), got >= 0)
+
+
+def test_no_sources_give_an_empty_result():
+    a = GRAPHS["grid"]
+    got = bfs_many(a.indptr, a.indices, [], backend="reference")
+    assert got.shape == (0, a.shape[0]) and got.dtype == np.int32
+
+
+@pytest.mark.parametrize("sources, fix", [
+    ([5000], "0..499"), ([-1], "0..499"), ([1.5], "integer"), ([[1, 2], [3]], "flat list"), ([True], "integer"),
+    ("0", "integer"), ([[0, 1]], "1-D"),
+])
+def test_bad_sources_say_how_to_fix_them(sources, fix):
+    a = GRAPHS["random directed"]
+    with pytest.raises(DispatchError) as e:
+        bfs_many(a.indptr, a.indices, sources, backend="reference")
+    assert fix in str(e.value) and "Fix:" in str(e.value)
+
+
+SIMULATED = textwrap.dedent('''
+    import numpy as np
+    from numba import cuda
+    from vyre_numba.graph import bfs_many_numpy, check_csr
+    from vyre_numba.graph.multisource import _bfs_many_gpu
+
+    class Caps:
+        sm_count = 1
+
+    class Backend:
+        caps = Caps()
+        stream = cuda.default_stream()
+        def empty(self, n, dt):
+            return cuda.device_array(n, dt)
+        def upload(self, a):
+            return cuda.to_device(a)
+
+    def csr(n, src, dst, both):
+        src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+        if both:
+            src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+        order = np.argsort(src, kind="stable")
+        indptr = np.zeros(n + 1, np.int64)
+        np.add.at(indptr, src + 1, 1)
+        return np.cumsum(indptr), dst[order].astype(np.int32)
+
+    rng = np.random.default_rng(3)
+    cases = [(1, [], []), (12, range(11), range(1, 12)), (40, rng.integers(0, 40, 70), rng.integers(0, 40, 70)),
+             (70, [0] * 69, range(1, 70))]  # a hub wider than a warp
+    done = pulls = 0
+    for n, s, d in cases:
+        for symmetric in (False, True):
+            indptr, indices = csr(n, list(s), list(d), symmetric)
+            sources = np.concatenate([[0, n - 1, 0], rng.integers(0, n, 67)])  # two batches, a repeat
+            want = bfs_many_numpy(check_csr(indptr, indices), sources)
+            levels = []
+            got = _bfs_many_gpu(Backend(), cuda.to_device(indptr), cuda.to_device(indices), n, sources, symmetric,
+                                levels)
+            assert np.array_equal(got.copy_to_host(), want), (n, symmetric)
+            done += 1
+            pulls += "bottom-up" in levels
+    assert pulls >= 2, pulls
+    print("multisource ok", done)
+''')
+
+
+def test_kernels_match_the_twin_under_the_cuda_simulator():
+    out = run_script(SIMULATED, 900)
+    assert out.returncode == 0 and "multisource ok 8" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", GRAPHS)
+def test_gpu_matches_scipy_for_host_and_device_arrays(name):
+    be = vn.get_backend("cuda")
+    a = GRAPHS[name]
+    symmetric = name in SYMMETRIC
+    for k in (1, 64, 130):
+        src = some_sources(a.shape[0], k, seed=k)
+        want = expected(a, src)
+        got = bfs_many(a.indptr, a.indices, src, backend="cuda", symmetric=symmetric)
+        assert isinstance(got, np.ndarray) and np.array_equal(got, want), (name, k)
+        ip, ix = be.upload(a.indptr.astype(np.int64)), be.upload(a.indices.astype(np.int32))
+        dev = bfs_many(ip, ix, src, symmetric=symmetric)
+        assert dev.shape == (k, a.shape[0]) and np.array_equal(be.download(dev), want)
+        reach = reachable_many(ip, ix, src, symmetric=symmetric)
+        assert np.array_equal(be.download(reach), want >= 0)
+
+
+@pytest.mark.gpu
+def test_gpu_large_graph_goes_bottom_up_and_equals_single_bfs():
+    from vyre_numba.graph import bfs
+    from vyre_numba.graph.generators import rmat
+    from vyre_numba.graph.multisource import _bfs_many_gpu
+
+    be = vn.get_backend("cuda")
+    ip, ix = rmat(16, 1 << 19, seed=4)
+    src = some_sources(ip.size - 1, 100, seed=9)
+    dip, dix = be.upload(ip), be.upload(ix.astype(np.int32))
+    levels = []
+    got = be.download(_bfs_many_gpu(be, dip, dix, ip.size - 1, src.astype(np.int64), True, levels))
+    assert "bottom-up" in levels and "top-down" in levels
+    for i, s in enumerate(src[:12]):
+        assert np.array_equal(got[i], be.download(bfs(dip, dix, int(s), symmetric=True))), i

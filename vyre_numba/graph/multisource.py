@@ -1,0 +1,151 @@
+"""Many BFS queries over one graph at once: up to 64 sources a batch, each a bit of a 64-bit mask
+per vertex (multi-source BFS: Then et al., "The More the Merrier", VLDB 2015), so one pass over an
+edge serves every source whose frontier crosses it, and k queries cost about k / 64 traversals.
+
+A level: the vertices whose frontier mask is not empty offer it to their neighbours (top-down),
+or, on a symmetric CSR while the frontier is large, every vertex not yet reached by all sources
+ORs its neighbours' frontier masks (bottom-up); then each vertex keeps the bits it had not seen,
+which are its next frontier, and those sources' distances there are the level. The host reads
+one count a level. `bfs_many_numpy` is the CPU implementation and the oracle."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import DispatchError
+from .bfs import BOTTOM_UP_ABOVE, TOP_DOWN_BELOW
+from .csr import CSR, check_device_csr, resolve
+
+BATCH = 64  # sources a pass: the bits of one uint64 mask
+
+
+def bfs_many_numpy(g: CSR, sources: np.ndarray) -> np.ndarray:
+    """Distances (int32, (len(sources), n), -1 unreachable) from each source over the stored
+    (directed) edges, bit-parallel as on the device."""
+    n = g.n
+    dist = np.full((sources.size, n), -1, np.int32)
+    src = np.repeat(np.arange(n, dtype=np.int64), np.diff(g.indptr))
+    dst = g.indices.astype(np.int64)
+    for start in range(0, sources.size, BATCH):
+        batch = sources[start:start + BATCH]
+        bits = np.uint64(1) << np.arange(batch.size, dtype=np.uint64)
+        seen = np.zeros(n, np.uint64)
+        np.bitwise_or.at(seen, batch, bits)
+        frontier = seen.copy()
+        dist[start + np.arange(batch.size), batch] = 0
+        level = 0
+        while frontier.any():
+            level += 1
+            offer = frontier[src]
+            live = offer != 0
+            nxt = np.zeros(n, np.uint64)
+            np.bitwise_or.at(nxt, dst[live], offer[live])
+            new = nxt & ~seen
+            seen |= new
+            frontier = new
+            for j in range(batch.size):
+                dist[start + j, ((new >> np.uint64(j)) & np.uint64(1)).astype(bool)] = level
+    return dist
+
+
+def _sources(sources, n: int) -> np.ndarray:
+    if hasattr(sources, "__cuda_array_interface__"):
+        raise DispatchError("sources is a device array. Fix: pass the source vertices as a list or NumPy array.")
+    try:
+        s = np.asarray(sources)
+    except (ValueError, TypeError) as e:
+        raise DispatchError(f"sources is not a list of vertices ({e}). Fix: pass a flat list of ints.") from None
+    if s.ndim == 0:
+        s = s.reshape(1)
+    if s.size == 0 and s.dtype.kind == "f":  # [] reads as float64
+        s = s.astype(np.int64)
+    if s.dtype.kind not in "iu" or s.ndim != 1:
+        raise DispatchError(f"sources has dtype {s.dtype} and shape {s.shape}. Fix: pass a flat list or 1-D array "
+                            "of integer vertex ids.")
+    if s.size and (int(s.min()) < 0 or int(s.max()) >= n):
+        bad = int(s.min()) if int(s.min()) < 0 else int(s.max())
+        raise DispatchError(f"source {bad} is not a vertex of this {n}-vertex graph. Fix: pass sources in 0..{n - 1}.")
+    return s.astype(np.int64)
+
+
+def bfs_many(indptr, indices, sources, *, backend=None, symmetric: bool = False):
+    """Distances (int32, shape (len(sources), n)) from each of `sources` along the stored edges of
+    the CSR graph `(indptr, indices)`, -1 where a source cannot reach: row i is `bfs(indptr,
+    indices, sources[i])`. Sources are searched 64 at a time in one traversal. Host arrays give a
+    NumPy result (computed on the GPU when `backend` is "cuda", or is None and a GPU is usable);
+    device arrays give a device array. `symmetric=True` as for `bfs` (bottom-up levels)."""
+    be, g, n, on_device = resolve(indptr, indices, backend, symmetric)
+    s = _sources(sources, n)
+    if n * max(s.size, 1) >= 2**40:
+        raise DispatchError(f"{s.size} sources x {n} vertices is {s.size * n:,} distances. Fix: pass fewer sources "
+                            "a call (the result holds one int32 per source and vertex).")
+    if on_device:
+        check_device_csr(be, indptr, indices, n)
+        return _bfs_many_gpu(be, indptr, indices, n, s, bool(symmetric))
+    if be.name != "cuda":
+        return bfs_many_numpy(g, s)
+    ix = g.indices.astype(np.int32) if g.nnz < 2**31 else g.indices
+    dist = _bfs_many_gpu(be, be.upload(g.indptr), be.upload(ix), n, s, bool(symmetric))
+    return be.download(dist)
+
+
+def reachable_many(indptr, indices, sources, *, backend=None, symmetric: bool = False):
+    """Whether each of `sources` reaches each vertex (bool, shape (len(sources), n)): `bfs_many(...)
+    >= 0`, on the device for device arrays."""
+    dist = bfs_many(indptr, indices, sources, backend=backend, symmetric=symmetric)
+    if isinstance(dist, np.ndarray):
+        return dist >= 0
+    from ..backend import resolve_backend
+    from ..gpu.numba_launch import launch_quietly
+    from . import multisource_kernels as k
+
+    be = resolve_backend(backend)
+    out = be.empty(dist.size, np.bool_)
+    launch_quietly(k.reached, _grid(be, dist.size), 256, be.stream, dist.reshape(dist.size), out, dist.size)
+    return out.reshape(dist.shape)
+
+
+def _grid(be, items: int) -> int:
+    return max(1, min(-(-items // 256), be.caps.sm_count * 16))
+
+
+def _bfs_many_gpu(be, indptr, indices, n: int, sources: np.ndarray, symmetric: bool, levels: list | None = None):
+    """Distances on the device, (len(sources), n) int32; `levels`, where given, records each
+    level's direction."""
+    from ..gpu.numba_launch import launch_quietly
+    from . import multisource_kernels as k
+
+    stream = be.stream
+    k_all = sources.size
+    dist = be.empty(max(k_all * n, 1), np.int32)
+    if k_all == 0 or n == 0:
+        return dist[:k_all * n].reshape(k_all, n)
+    masks = [be.empty(n, np.uint64) for _ in range(3)]
+    seen, frontier, nxt = masks
+    active = be.empty(1, np.int32)
+    zero = np.zeros(1, np.int32)
+    vgrid, wgrid = _grid(be, n), max(1, min(-(-n // 8), be.caps.sm_count * 16))  # wgrid: a warp a vertex
+    for start in range(0, k_all, BATCH):
+        batch = sources[start:start + BATCH]
+        width = batch.size
+        rows = dist[start * n:(start + width) * n]
+        everyone = np.uint64((1 << width) - 1)
+        launch_quietly(k.clear, vgrid, 256, stream, width, n, seen, frontier, nxt, rows)
+        launch_quietly(k.place, 1, 64, stream, be.upload(batch), width, n, seen, frontier, rows)
+        size, level, bottom = width, 0, False
+        while size:
+            level += 1
+            share = size / n
+            bottom = symmetric and (share > BOTTOM_UP_ABOVE or (bottom and share > TOP_DOWN_BELOW))
+            if bottom:
+                launch_quietly(k.pull, wgrid, 256, stream, indptr, indices, n, everyone, seen, frontier, nxt)
+            else:
+                launch_quietly(k.push, wgrid, 256, stream, indptr, indices, n, seen, frontier, nxt)
+            if levels is not None:
+                levels.append("bottom-up" if bottom else "top-down")
+            active.copy_to_device(zero, stream=stream)
+            launch_quietly(k.settle, vgrid, 256, stream, n, level, seen, frontier, nxt, rows, active)
+            got = active.copy_to_host(stream=stream)
+            if stream is not None:
+                stream.synchronize()
+            size = int(got[0])
+    return dist.reshape(k_all, n)

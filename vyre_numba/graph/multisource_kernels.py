@@ -1,0 +1,162 @@
+"""The Numba kernels of multi-source BFS (imported when a GPU or the CUDA simulator runs them).
+
+Each vertex holds three 64-bit masks, one bit a source of the batch: `seen` (the sources that have
+reached it), `frontier` (the sources that reached it at the last level) and `nxt` (the sources
+reaching it at this level, gathered before `settle` keeps the new ones). A warp works on one vertex
+at a time, its lanes striding over the vertex's neighbours, so index reads are coalesced and a hub
+is 32 lanes' work, not one thread's."""
+from __future__ import annotations
+
+import os
+
+from numba import cuda, int32, int64, uint32, uint64
+
+FULL = 0xFFFFFFFF
+
+
+@cuda.jit(device=True)
+def lowest_bit(m):
+    """The index of m's lowest set bit (m a non-zero uint64), by 32-bit halves (the simulator's
+    ffs counts 32 bits only)."""
+    low = uint32(m & uint64(0xFFFFFFFF))
+    if low != uint32(0):
+        return int64(cuda.ffs(low)) - 1
+    return int64(cuda.ffs(uint32(m >> uint64(32)))) + 31
+
+
+if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":  # the simulator has no warp votes or shuffles
+    @cuda.jit(device=True)
+    def count(active, gained):
+        """Add to active[0] the lanes of the warp where `gained`."""
+        if gained:
+            cuda.atomic.add(active, 0, int32(1))
+
+    @cuda.jit(device=True)
+    def gather(nxt, u, acc):
+        """nxt[u] = the OR of acc over the warp's lanes (nothing stored where that is 0)."""
+        if acc != uint64(0):
+            cuda.atomic.or_(nxt, u, acc)
+else:
+    @cuda.jit(device=True)
+    def count(active, gained):
+        """Add to active[0] the lanes of the warp where `gained`: one atomic a warp."""
+        votes = cuda.ballot_sync(FULL, gained)
+        if cuda.laneid == 0 and votes != 0:
+            cuda.atomic.add(active, 0, int32(cuda.popc(votes)))
+
+    @cuda.jit(device=True)
+    def gather(nxt, u, acc):
+        """nxt[u] = the OR of acc over the warp's lanes (nothing stored where that is 0): a
+        shuffle tree (as int64, the type shfl takes), one store."""
+        y = int64(acc)
+        for off in (16, 8, 4, 2, 1):
+            y |= cuda.shfl_xor_sync(FULL, y, off)
+        if cuda.laneid == 0 and y != 0:
+            nxt[u] = uint64(y)
+
+
+@cuda.jit
+def clear(width, n, seen, frontier, nxt, dist):
+    """Every mask empty, every distance of the batch's rows -1."""
+    t = int64(cuda.grid(1))
+    stride = int64(cuda.gridsize(1))
+    i = t
+    while i < n:
+        seen[i] = uint64(0)
+        frontier[i] = uint64(0)
+        nxt[i] = uint64(0)
+        i += stride
+    i = t
+    while i < int64(width) * n:
+        dist[i] = int32(-1)
+        i += stride
+
+
+@cuda.jit
+def place(sources, width, n, seen, frontier, dist):
+    """(One thread a source, after `clear`.) The source's bit at its vertex, its distance 0 there."""
+    j = cuda.grid(1)
+    if j < width:
+        s = int64(sources[j])
+        bit = uint64(1) << uint64(j)
+        cuda.atomic.or_(seen, s, bit)
+        cuda.atomic.or_(frontier, s, bit)
+        dist[int64(j) * n + s] = int32(0)
+
+
+@cuda.jit
+def push(indptr, indices, n, seen, frontier, nxt):
+    """Top-down: every vertex with sources in its frontier mask offers them to its neighbours that
+    those sources have not reached (one atomic OR a neighbour that gains something)."""
+    lane = cuda.laneid
+    warp = int64(cuda.grid(1)) // 32
+    warps = int64(cuda.gridsize(1)) // 32
+    v = warp
+    while v < n:
+        f = frontier[v]
+        if f != uint64(0):
+            k = indptr[v] + lane
+            end = indptr[v + 1]
+            while k < end:
+                u = indices[k]
+                m = f & ~seen[u]
+                if m != uint64(0):
+                    cuda.atomic.or_(nxt, u, m)
+                k += 32
+        v += warps
+
+
+@cuda.jit
+def pull(indptr, indices, n, everyone, seen, frontier, nxt):
+    """Bottom-up (symmetric CSRs): every vertex some source has not reached gathers, from its
+    neighbours' frontier masks, the sources it has not seen; no atomics."""
+    lane = cuda.laneid
+    warp = int64(cuda.grid(1)) // 32
+    warps = int64(cuda.gridsize(1)) // 32
+    u = warp
+    while u < n:
+        want = everyone & ~seen[u]
+        if want != uint64(0):
+            acc = uint64(0)
+            k = indptr[u] + lane
+            end = indptr[u + 1]
+            while k < end:
+                acc |= frontier[indices[k]]
+                k += 32
+            gather(nxt, u, acc & want)
+        u += warps
+
+
+@cuda.jit
+def settle(n, level, seen, frontier, nxt, dist, active):
+    """Keep what each vertex gained this level: the new bits become its frontier and its seen
+    mask, each new source's row gets distance `level` there; count the vertices that gained."""
+    lane = cuda.laneid
+    base = int64(cuda.grid(1)) - lane
+    stride = int64(cuda.gridsize(1))
+    while base < n:
+        i = base + lane
+        new = uint64(0)
+        if i < n:
+            new = nxt[i] & ~seen[i]
+            nxt[i] = uint64(0)
+            frontier[i] = new
+            if new != uint64(0):
+                seen[i] |= new
+                m = new
+                while m != uint64(0):
+                    j = lowest_bit(m)
+                    dist[j * n + i] = int32(level)
+                    m &= m - uint64(1)
+        count(active, new != uint64(0))
+        base += stride
+
+
+@cuda.jit
+def reached(dist, out, total):
+    """out[i] = dist[i] >= 0."""
+    i = int64(cuda.grid(1))
+    stride = int64(cuda.gridsize(1))
+    while i < total:
+        out[i] = dist[i] >= 0
+        i += stride

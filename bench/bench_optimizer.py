@@ -136,6 +136,7 @@ def _device_times(rows: list) -> dict:
                 start.record()
                 for _ in range(200):
                     be.dispatch_resident(r["program"], bufs, cfg)
+                be.synchronize()
                 stop.record()
                 stop.synchronize()
                 samples[k].append(cuda.event_elapsed_time(start, stop) * 1e3 / 200)

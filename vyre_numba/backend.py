@@ -6,6 +6,7 @@ import itertools
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
@@ -208,12 +209,55 @@ class Backend(abc.ABC):
         return out, ns
 
     def dispatch_sequence(self, steps: Iterable[Step | tuple], read: Iterable[Read] = (), *,
-                          progress: bool | None = None) -> list[np.ndarray]:
+                          progress: bool | None = None, fuse: bool = False) -> list[np.ndarray]:
         """Run several programs over resident buffers, one after another with no host
         synchronisation between them, then read back only the ranges in `read`. `progress`: a bar
         of steps enqueued, None (the default) once the run has taken a second, True at once,
-        False never."""
+        False never. `fuse=True` runs `self.fuse(steps, read)`'s kernels instead: the same results
+        in the buffers read back, and in every buffer except the scratch ones (written only inside
+        one fused kernel and not in `read`), whose contents it leaves unspecified."""
+        if not isinstance(fuse, (bool, np.bool_)):
+            raise DispatchError(f"fuse={fuse!r} is not a bool. Fix: pass fuse=True or fuse=False.")
+        if fuse:
+            reads = [_read(r) for r in _iterable(read, "read")]
+            plan = self.fuse(list(_iterable(steps, "steps")), reads)
+            return self._sequence(plan.steps, reads, progress, len(plan.steps))
         return self._sequence(steps, read, progress, _length(steps))
+
+    def fuse(self, steps: Iterable[Step | tuple], read: Iterable[Read] = (), *, keep: Iterable = ()) -> "Fusion":
+        """The resident sequence `steps` with adjacent steps that depend on each other only at the
+        same index merged into one kernel each (`ir.fusion` says when): `Fusion.steps` to run,
+        `.boundaries` saying why each remaining boundary stayed, `.program` when all fused into
+        one. Buffers written only inside a fused kernel, not in `read` (ranges as for
+        `dispatch_sequence`) and not in `keep` are scratch: values kept in registers, never stored."""
+        from .bindings import check_resident
+        from .ir import fusion
+
+        steps = [as_step(s) for s in _iterable(steps, "steps")]
+        if not steps:
+            raise DispatchError("no steps to fuse. Fix: pass at least one Step(program, buffers[, config]).")
+        shapes, bound = [], []
+        for k, s in enumerate(steps):
+            buffers = check_resident(s.program, s.buffers, "fuse")
+            if s.config is not None and not isinstance(s.config, DispatchConfig):
+                raise DispatchError(f"step {k}'s config is a {type(s.config).__name__}. Fix: pass a DispatchConfig "
+                                    "or None.")
+            bound.append(buffers)
+            shapes.append(_shape(s, buffers))
+        groups, boundaries = fusion.plan(shapes)
+        kept = {_storage(b) for b in [_read(r)[0] for r in _iterable(read, "read")] + list(_iterable(keep, "keep"))}
+        out = []
+        for gi, group in enumerate(groups):
+            if len(group) == 1:
+                out.append(steps[group[0]])
+                continue
+            others = {key for j, sh in enumerate(shapes) if j not in group for key in sh.storage}
+            storage_buffer = {key: b for j in group for key, b in zip(shapes[j].storage, bound[j])}
+            program, keys = fusion.fuse_group(shapes, group, {k for k in storage_buffer if k not in kept | others})
+            wg = shapes[group[0]].workgroup
+            out.append(Step(program, [storage_buffer[k] for k in keys],
+                            DispatchConfig(grid=(shapes[group[0]].invocations // wg[0], 1, 1))))
+        return Fusion(out, groups, boundaries)
 
     def _sequence(self, steps, read, progress: bool | None, total: int | None) -> list[np.ndarray]:
         from .progress import bar
@@ -287,6 +331,70 @@ class Backend(abc.ABC):
         return f"<vyre_numba {self.name} backend>"
 
 
+@dataclass(frozen=True)
+class Fusion:
+    """What `Backend.fuse` made of a sequence: `steps` to run (fused kernels and the steps left as
+    they were), `groups` (the original step indices each runs) and `boundaries` (why each boundary
+    between groups stayed)."""
+
+    steps: list
+    groups: list
+    boundaries: list
+
+    @property
+    def program(self) -> Program:
+        """The one fused program, when every step fused into it."""
+        if len(self.steps) != 1:
+            why = "; ".join(str(b) for b in self.boundaries)
+            raise DispatchError(f"the steps fused into {len(self.steps)} kernels, not one ({why}). Fix: read "
+                                "`.steps` (and `.boundaries` for why each boundary stayed).")
+        return self.steps[0].program
+
+    def __repr__(self) -> str:
+        return (f"Fusion({len(self.groups)} kernels from {sum(map(len, self.groups))} steps: {self.groups}"
+                + "".join(f"; {b}" for b in self.boundaries) + ")")
+
+
+def _storage(buffer) -> tuple:
+    """(address, bytes) of a resident buffer: equal for the same memory."""
+    cai = getattr(buffer, "__cuda_array_interface__", None)
+    if cai is not None:
+        shape = cai["shape"]
+        return int(cai["data"][0]), int(np.prod(shape, dtype=np.int64)) * np.dtype(cai["typestr"]).itemsize
+    if not isinstance(buffer, np.ndarray):
+        raise DispatchError(f"{type(buffer).__name__} is not a resident buffer. Fix: pass buffers made by "
+                            "backend.upload / backend.empty (or device arrays on the GPU).")
+    return int(buffer.__array_interface__["data"][0]), int(buffer.nbytes)
+
+
+def _count(buffer) -> int:
+    cai = getattr(buffer, "__cuda_array_interface__", None)
+    return int(np.prod(cai["shape"], dtype=np.int64)) if cai is not None else int(buffer.size)
+
+
+def _shape(step: Step, buffers: list):
+    from .bindings import launch_geometry
+    from .ir.fusion import StepShape
+
+    program = step.program
+    config = step.config or DispatchConfig()
+    storage = tuple(_storage(b) for b in buffers)
+    decls = program.bound_buffers
+    for i, (a, sa) in enumerate(zip(decls, storage)):
+        for b, sb in zip(decls[i + 1:], storage[i + 1:]):
+            if (a.access.writable or b.access.writable) and sa[0] < sb[0] + sb[1] and sb[0] < sa[0] + sa[1]:
+                raise DispatchError(f"fuse: {program.name!r} binds {a.name!r} and {b.name!r} to overlapping memory and "
+                                    "one of them is written, a race. Fix: bind distinct buffers (copy one first).")
+    sizes = tuple(_count(b) for b in buffers)
+    one_d = config.fixpoint_iterations == 1 and not config.cooperative and config.workgroup in (None, "auto")
+    invocations, wg = None, program.workgroup_size
+    if one_d:
+        grid, wg = launch_geometry(program, config, {d.name: s for d, s in zip(program.bound_buffers, sizes)})
+        if grid[1:] == (1, 1) and tuple(wg[1:]) == (1, 1):
+            invocations = grid[0] * wg[0]
+    return StepShape(program, storage, sizes, invocations, tuple(wg))
+
+
 def as_step(step) -> Step:
     """`step` as a Step: a Step already, or a (program, buffers[, config]) tuple or list."""
     if isinstance(step, Step):
@@ -309,8 +417,8 @@ def _iterable(x, what: str):
     try:
         return iter(x)
     except TypeError:
-        raise DispatchError(f"{what}={x!r:.60} is not iterable. Fix: pass a list of "
-                            f"{'(buffer, offset, count) ranges' if what == 'read' else 'steps'}.") from None
+        wanted = {"read": "(buffer, offset, count) ranges", "keep": "resident buffers"}.get(what, "steps")
+        raise DispatchError(f"{what}={x!r:.60} is not iterable. Fix: pass a list of {wanted}.") from None
 
 
 def _read(r) -> tuple:

@@ -1,0 +1,160 @@
+"""Launch fusion (`backend.fuse`, `dispatch_sequence(fuse=True)`): generated sequences of steps
+give the same bits fused and unfused, in every buffer read back or kept, on the reference backend
+and on the GPU; each kind of dependency keeps its boundary and says why."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import vyre_numba as vn
+from vyre_numba import ir
+from vyre_numba.errors import DispatchError
+
+B = ir.BufferDecl
+OPS = [lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a ^ b, lambda a, b: ir.min_(a, b),
+       lambda a, b: (a >> 3) + b, lambda a, b: a - b * 7, lambda a, b: ir.select(a < b, a, b + 1)]
+
+
+def step_program(rng, k: int, cross: bool, guard: bool = True) -> ir.Program:
+    """out[i] = op(a[i], b[i or i+1]) over u32, inside the usual bounds guard."""
+    i = ir.var("i")
+    other = ir.load("b", i + 1) if cross else ir.load("b", i)
+    value = OPS[int(rng.integers(len(OPS)))](ir.load("a", i), other)
+    store = [ir.store("out", i, value)]
+    body = [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("out"), store) if guard else store[0]]
+    return ir.Program([B.read("a", 0, "u32"), B.read("b", 1, "u32"), B.output("out", 2, "u32")], 32, body,
+                      name=f"step{k}")
+
+
+def random_sequence(rng, be):
+    """Steps over a pool of u32 buffers of one length (and one of another), some reading a
+    neighbour's element; the pool's initial contents; reads; kept buffers."""
+    n = int(rng.choice([1, 31, 32, 100, 257]))
+    pool = [rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32) for _ in range(5)]
+    pool += [rng.integers(0, 2**32, n + 5, dtype=np.uint64).astype(np.uint32) for _ in range(2)]
+    specs = []
+    for k in range(int(rng.integers(1, 9))):
+        if rng.random() < 0.1:  # a launch of another size
+            a, b, out = 5, 5, 6
+        else:
+            a, b = (int(x) for x in rng.integers(0, 5, 2))
+            out = int(rng.choice([j for j in range(5) if j not in (a, b)]))  # a dispatch never aliases its output
+        specs.append((step_program(rng, k, rng.random() < 0.2, guard=rng.random() < 0.9), (a, b, out)))
+    reads = sorted({int(x) for x in rng.integers(0, 7, 2)})
+    keep = sorted({int(x) for x in rng.integers(0, 7, 2)})
+    return specs, pool, reads, keep
+
+
+def run(be, specs, pool, reads, keep, fuse):
+    bufs = [be.upload(p) for p in pool]
+    steps = [(p, [bufs[a], bufs[b], bufs[o]]) for p, (a, b, o) in specs]
+    plan = be.fuse(steps, [(bufs[r], 0, None) for r in reads], keep=[bufs[j] for j in keep]) if fuse else None
+    if fuse:
+        be.dispatch_sequence(plan.steps, [])
+    else:
+        be.dispatch_sequence(steps, [])
+    return [be.download(bufs[j]) for j in sorted(set(reads) | set(keep))], plan
+
+
+def check_backend(be, seeds):
+    fused_some = 0
+    for seed in seeds:
+        rng = np.random.default_rng(seed)
+        specs, pool, reads, keep = random_sequence(rng, be)
+        want, _ = run(be, specs, pool, reads, keep, False)
+        got, plan = run(be, specs, pool, reads, keep, True)
+        for w, g in zip(want, got):
+            assert np.array_equal(w, g), (seed, plan)
+        fused_some += any(len(g) > 1 for g in plan.groups)
+    return fused_some
+
+
+def test_generated_sequences_give_the_same_bits_fused_on_the_reference_backend():
+    assert check_backend(vn.get_backend("reference"), range(300)) > 100
+
+
+def _pipeline(be, n, ops):
+    bufs = [be.upload(np.arange(n, dtype=np.uint32) * 2654435761 % 1000)] + [be.empty(n, np.uint32) for _ in ops]
+    steps = []
+    for k, cross in enumerate(ops):
+        steps.append((step_program(np.random.default_rng(k), k, cross), [bufs[k], bufs[0], bufs[k + 1]]))
+    return steps, bufs
+
+
+def test_same_index_steps_fuse_into_one_kernel_whose_scratch_is_registers():
+    be = vn.get_backend("reference")
+    steps, bufs = _pipeline(be, 100, [False] * 6)
+    plan = be.fuse(steps, [(bufs[-1], 0, 100)])
+    assert plan.groups == [[0, 1, 2, 3, 4, 5]] and plan.boundaries == []
+    text = str(plan.program)
+    stores = re.findall(r"\b(out\w*)\[_i\] =", text)
+    assert stores == ["out_5"] and "_r_out_4" in text  # intermediate outputs are variables; the one read back is stored
+    want = be.dispatch_sequence(steps, [(bufs[-1], 0, 100)])[0]
+    assert np.array_equal(be.dispatch_sequence(steps, [(bufs[-1], 0, 100)], fuse=True)[0], want)
+
+
+def test_a_step_reading_another_index_of_what_an_earlier_step_wrote_keeps_its_boundary():
+    be = vn.get_backend("reference")
+    steps, bufs = _pipeline(be, 64, [False, False])
+    i = ir.var("i")
+    reader = ir.Program([B.read("a", 0, "u32"), B.output("out", 1, "u32")], 32,
+                        [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("out"), [ir.store("out", i, ir.load("a", i + 1))])],
+                        name="shift")
+    extra = be.empty(64, np.uint32)
+    plan = be.fuse(steps + [(reader, [bufs[2], extra])])
+    assert plan.groups == [[0, 1], [2]]
+    assert "index other than its own" in str(plan.boundaries[0]) and plan.boundaries[0].after == 1
+    with pytest.raises(DispatchError, match="not one.*Fix:"):
+        plan.program
+
+
+@pytest.mark.parametrize("make, why", [
+    (lambda body, i: body + [ir.barrier()], "barrier"),
+    (lambda body, i: [body[0], ir.if_(i > 5, [ir.return_()])] + body[1:], "returns early"),
+])
+def test_steps_that_couple_invocations_keep_their_boundaries(make, why):
+    be = vn.get_backend("reference")
+    steps, bufs = _pipeline(be, 64, [False, False])
+    p = steps[1][0]
+    odd = ir.Program(p.buffers, p.workgroup_size, make(list(p.entry), ir.var("i")), name="odd")
+    plan = be.fuse([steps[0], (odd, steps[1][1])])
+    assert len(plan.groups) == 2 and why in str(plan.boundaries[0])
+
+
+def test_launches_of_different_sizes_do_not_fuse():
+    be = vn.get_backend("reference")
+    a, b = _pipeline(be, 64, [False])[0], _pipeline(be, 65, [False])[0]
+    plan = be.fuse(a + b)
+    assert len(plan.groups) == 2 and "launches differ" in str(plan.boundaries[0])
+
+
+def test_bad_calls_say_how_to_fix_them():
+    be = vn.get_backend("reference")
+    with pytest.raises(DispatchError, match="no steps.*Fix:"):
+        be.fuse([])
+    steps, bufs = _pipeline(be, 8, [False])
+    with pytest.raises(DispatchError, match="fuse=.*Fix:"):
+        be.dispatch_sequence(steps, [], fuse="yes")
+    for bad in ([("not a step", [])], [(steps[0][0], [bufs[0], bufs[1], "out"])],
+                [(steps[0][0], [bufs[0], bufs[0], bufs[0]])], [(steps[0][0], steps[0][1], 7)], None):
+        with pytest.raises(DispatchError, match="Fix:"):
+            be.fuse(bad)
+    for kw in (dict(keep=5), dict(keep=[object()]), dict(read=7)):
+        with pytest.raises(DispatchError, match="Fix:"):
+            be.fuse(steps, **kw)
+
+
+@pytest.mark.gpu
+def test_generated_sequences_give_the_same_bits_fused_on_the_gpu():
+    be = vn.get_backend("cuda")
+    assert check_backend(be, range(120)) > 40
+    ref = vn.get_backend("reference")
+    for seed in range(40):  # and the GPU's fused kernels give the reference's bits
+        rng = np.random.default_rng(seed)
+        specs, pool, reads, keep = random_sequence(rng, be)
+        want, _ = run(ref, specs, pool, reads, keep, False)
+        got, _ = run(be, specs, pool, reads, keep, True)
+        for w, g in zip(want, got):
+            assert np.array_equal(w, g), seed

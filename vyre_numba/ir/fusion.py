@@ -1,0 +1,324 @@
+"""Launch fusion: adjacent steps of a resident sequence whose only dependencies are same-index
+become one program, so a pipeline of elementwise steps is one kernel and its intermediate buffers
+can be registers.
+
+Invariants: a group runs the same 1-D grid of invocations; every buffer some step of the group
+writes is touched, by every step of the group, only at the invocation's own index (`invocation_id.x`
+or a variable that holds it and is never assigned), so invocation i of a later step reads exactly
+what invocation i of the earlier ones left there, as it would after a full launch boundary; no
+step of a group has barriers, subgroup operations, workgroup memory or an early return (each would
+couple invocations, or skip the steps after it). A boundary that stays says why.
+
+Scratch buffers (written in the group, read back by nobody, at least one element per invocation)
+become one variable per invocation: loads after a store read the variable, stores assign it, and
+the buffer is never touched; one that may be read before it is written starts from a load."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import nodes as n
+from .optimizer import _bodies, _exprs, _rebuild, _transform, _with_bodies, _with_exprs
+from .program import Access, BufferDecl, Program, walk
+from .types import DataType
+
+OWN = n.Builtin("invocation_id", 0)
+INDEX = "_i"  # the fused program's one name for the invocation's own index
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """What fusion knows of one step: its program, the storage each bound buffer is ((address,
+    bytes): equal for the same memory), each bound buffer's element count, and its launch
+    (invocations along x, workgroup; invocations None where the launch is not 1-D)."""
+
+    program: Program
+    storage: tuple
+    sizes: tuple
+    invocations: int | None
+    workgroup: tuple
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """A boundary that stayed: between step `after` and step `after + 1`, and why."""
+
+    after: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"after step {self.after}: {self.reason}"
+
+
+def _own_vars(program: Program) -> set[str]:
+    """Top-level variables bound to the invocation's own index and never assigned or bound again."""
+    lets: dict[str, int] = {}
+    assigned: set[str] = set()
+    for x in walk(program.entry):
+        if isinstance(x, n.Let):
+            lets[x.name] = lets.get(x.name, 0) + 1
+        elif isinstance(x, (n.Assign,)):
+            assigned.add(x.name)
+        elif isinstance(x, n.Loop):
+            assigned.add(x.var)
+    return {s.name for s in program.entry if isinstance(s, n.Let) and s.value.equals(OWN)
+            and lets[s.name] == 1 and s.name not in assigned}
+
+
+def _is_own(index: n.Expr, own: set[str]) -> bool:
+    return index.equals(OWN) or (isinstance(index, n.Var) and index.name in own)
+
+
+def accesses(program: Program) -> tuple[dict, str | None]:
+    """({buffer: (read, written, every access at the own index)}, why the step cannot fuse or None)."""
+    for x in walk(program.entry):
+        if isinstance(x, n.Barrier):
+            return {}, "has a barrier"
+        if isinstance(x, n.Return):
+            return {}, "returns early (the steps after it would be skipped)"
+        if isinstance(x, (n.SubgroupBallot, n.SubgroupShuffle, n.SubgroupAdd)):
+            return {}, "uses subgroup operations"
+    if any(b.access is Access.WORKGROUP for b in program.buffers):
+        return {}, "has workgroup memory"
+    own = _own_vars(program)
+    out: dict[str, list] = {b.name: [False, False, True] for b in program.bound_buffers}
+    for x in walk(program.entry):
+        if isinstance(x, (n.Load, n.Store, n.Atomic)) and x.buffer in out:
+            a = out[x.buffer]
+            a[0] |= isinstance(x, (n.Load, n.Atomic))
+            a[1] |= isinstance(x, (n.Store, n.Atomic))
+            a[2] &= _is_own(x.index, own)
+    return {k: tuple(v) for k, v in out.items()}, None
+
+
+def plan(shapes: list[StepShape]) -> tuple[list[list[int]], list[Boundary]]:
+    """Groups of consecutive step indices that fuse, and every boundary that stayed with its reason."""
+    groups: list[list[int]] = []
+    boundaries: list[Boundary] = []
+    facts = [accesses(s.program) for s in shapes]
+    for k, s in enumerate(shapes):
+        why = None
+        if not groups:
+            pass
+        elif facts[k][1] or facts[k - 1][1]:
+            bad = k if facts[k][1] else k - 1
+            why = f"step {bad} {facts[bad][1]}"
+        elif s.invocations is None or shapes[k - 1].invocations is None:
+            why = "a launch is not one-dimensional (grid and workgroup along x only fuse)"
+        elif s.invocations != shapes[k - 1].invocations or s.workgroup != shapes[k - 1].workgroup:
+            why = (f"the launches differ ({shapes[k - 1].invocations} invocations of {shapes[k - 1].workgroup} "
+                   f"against {s.invocations} of {s.workgroup})")
+        else:
+            why = _hazard(shapes, facts, groups[-1] + [k])
+        if groups and why is None:
+            groups[-1].append(k)
+        else:
+            if groups:
+                boundaries.append(Boundary(k - 1, why))
+            groups.append([k])
+    return groups, boundaries
+
+
+def _hazard(shapes: list[StepShape], facts: list, group: list[int]) -> str | None:
+    """Why the steps of `group` cannot share a kernel (a buffer some of them write is touched at
+    another index, or is bound as two types), or None."""
+    written, types, bounds = set(), {}, {}
+    for k in group:
+        for b, key in zip(shapes[k].program.bound_buffers, shapes[k].storage):
+            if facts[k][0][b.name][1]:
+                written.add(key)
+            if types.setdefault(key, b.dtype) is not b.dtype:
+                return f"one buffer is bound as {types[key].value} and as {b.dtype.value} (step {k}, `{b.name}`)"
+            bounds.setdefault(key, []).append((k, b.name))
+    spans = sorted(bounds)
+    for (a, na), (b, nb) in zip(spans, spans[1:]):
+        if b < a + na:
+            k, name = bounds[(b, nb)][0]
+            return f"`{name}` of step {k} overlaps another buffer of these steps without being it"
+    for k in group:
+        for b, key in zip(shapes[k].program.bound_buffers, shapes[k].storage):
+            if key in written and not facts[k][0][b.name][2] and (facts[k][0][b.name][0] or facts[k][0][b.name][1]):
+                writer = next(j for j in group if any(s == key and facts[j][0][d.name][1]
+                                                       for d, s in zip(shapes[j].program.bound_buffers, shapes[j].storage)))
+                return (f"step {k} touches `{b.name}` at an index other than its own, and step {writer} writes "
+                        "that buffer (a kernel boundary orders them)")
+    return None
+
+
+def fuse_group(shapes: list[StepShape], group: list[int], scratch: set) -> tuple[Program, list]:
+    """One program running the steps of `group` in order, and the storage key of each of its
+    bound buffers (binding order). `scratch`: storage keys nobody reads after the group."""
+    decls: dict = {}
+    rename: list[dict[str, str]] = []
+    names: set[str] = set()
+    facts = {k: accesses(shapes[k].program)[0] for k in group}
+    for k in group:
+        local = {}
+        for b, key, size in zip(shapes[k].program.bound_buffers, shapes[k].storage, shapes[k].sizes):
+            a = facts[k][b.name]
+            if key not in decls:
+                name = b.name if b.name not in names else f"{b.name}_{k}"
+                names.add(name)
+                decls[key] = {"name": name, "dtype": b.dtype, "size": size, "read": False, "write": False,
+                              "output": False, "uniform": True, "own": True}
+            d = decls[key]
+            d["read"] |= a[0]
+            d["write"] |= a[1]
+            d["own"] &= a[2]
+            d["output"] |= b.output
+            d["uniform"] &= b.access is Access.UNIFORM
+            local[b.name] = d["name"]
+        rename.append(local)
+    invocations = shapes[group[0]].invocations
+    body: list[n.Node] = [n.Let(INDEX, OWN)]
+    for local, k in zip(rename, group):
+        p = shapes[k].program
+        own = _own_vars(p)
+        body += _rename(p.entry, local, own, f"s{k}_")
+    sizes = {d["name"]: d["size"] for d in decls.values()}
+    body = [body[0]] + _merge_guards([_specialize(s, sizes) for s in body[1:]])
+    registers = [key for key, d in decls.items() if key in scratch and d["write"] and d["own"]
+                 and (d["size"] >= invocations or _guarded(body, d["name"], d["size"]))
+                 and not _atomic_on(body, d["name"])]
+    buffers = []
+    for key, d in decls.items():
+        if key in registers:
+            body = _forward(body, d["name"], d["dtype"])
+        access = (Access.UNIFORM if d["uniform"] and not d["write"] else Access.READ_WRITE if d["write"] and d["read"]
+                  else Access.WRITE_ONLY if d["write"] else Access.READ_ONLY)
+        buffers.append(BufferDecl(d["name"], len(buffers), access, d["dtype"], d["size"], d["output"]))
+    program = Program(buffers, shapes[group[0]].workgroup, body,
+                      name=("fused_" + "_".join(shapes[k].program.name for k in group))[:120])
+    return program, list(decls)
+
+
+def _rename(stmts, buffers: dict[str, str], own: set[str], prefix: str) -> list[n.Node]:
+    """The statements with buffers renamed, own-index variables read as INDEX (their lets
+    dropped) and every other variable prefixed."""
+    def expr(e):
+        def node(x, kids):
+            match x:
+                case n.Var(name=v):
+                    return n.Var(INDEX if v in own else prefix + v)
+                case n.Load(buffer=b):
+                    return n.Load(buffers.get(b, b), kids[0])
+                case n.BufLen(buffer=b):
+                    return n.BufLen(buffers.get(b, b))
+                case n.Atomic(op=op, buffer=b):
+                    return n.Atomic(op, buffers.get(b, b), *kids)
+            return _rebuild(x, kids)
+        return _transform(e, node)
+
+    out = []
+    for s in stmts:
+        if isinstance(s, n.Let) and s.name in own:
+            continue
+        t = _with_exprs(s, [expr(e) for e in _exprs(s)])
+        match t:
+            case n.Let(name=v, value=e):
+                t = n.Let(prefix + v, e)
+            case n.Assign(name=v, value=e):
+                t = n.Assign(prefix + v, e)
+            case n.Store(buffer=b, index=i, value=e):
+                t = n.Store(buffers.get(b, b), i, e)
+            case n.Loop(var=v, start=a, end=b, body=body):
+                t = n.Loop(prefix + v, a, b, body)
+        if _bodies(t):
+            t = _with_bodies(t, [tuple(_rename(b, buffers, own, prefix)) for b in _bodies(t)])
+        out.append(t)
+    return out
+
+
+def _atomic_on(body, name: str) -> bool:
+    return any(isinstance(x, n.Atomic) and x.buffer == name for x in walk(tuple(body)))
+
+
+def _forward(body: list[n.Node], name: str, dtype: DataType) -> list[n.Node]:
+    """Buffer `name` (touched only at INDEX) as the variable `_r_<name>`: stores assign it, loads
+    read it; it starts from a load of the buffer only where some path may read before writing."""
+    reg = f"_r_{name}"
+    early = [False]
+
+    def expr(e, written: bool):
+        def node(x, kids):
+            if isinstance(x, n.Load) and x.buffer == name:
+                early[0] |= not written
+                return n.Var(reg)
+            return _rebuild(x, kids)
+        return _transform(e, node)
+
+    def block(stmts, written: bool) -> tuple[list[n.Node], bool]:
+        out = []
+        for s in stmts:
+            t = _with_exprs(s, [expr(e, written) for e in _exprs(s)])
+            if isinstance(t, n.Store) and t.buffer == name:
+                out.append(n.Assign(reg, t.value))
+                written = True
+                continue
+            if isinstance(t, n.If):
+                then, w1 = block(t.then, written)
+                other, w2 = block(t.otherwise, written)
+                t, written = n.If(t.cond, tuple(then), tuple(other)), w1 and w2
+            elif isinstance(t, n.Loop):
+                inner, _ = block(t.body, written)
+                t = n.Loop(t.var, t.start, t.end, tuple(inner))
+            elif isinstance(t, n.Block):
+                inner, written = block(t.body, written)
+                t = n.Block(tuple(inner))
+            out.append(t)
+        return out, written
+
+    out, _ = block(body[1:], False)
+    start = n.Load(name, n.Var(INDEX)) if early[0] else n.lit(False if dtype is DataType.BOOL else 0, dtype)
+    return [body[0], n.Let(reg, start)] + out
+
+
+def _specialize(s: n.Node, sizes: dict[str, int]) -> n.Node:
+    """`s` with every buffer length a literal (the fused program declares each buffer's count)."""
+    def expr(e):
+        def node(x, kids):
+            if isinstance(x, n.BufLen):
+                return n.lit(sizes[x.buffer], DataType.U32)
+            return _rebuild(x, kids)
+        return _transform(e, node)
+
+    t = _with_exprs(s, [expr(e) for e in _exprs(s)])
+    if _bodies(t):
+        t = _with_bodies(t, [tuple(_specialize(c, sizes) for c in b) for b in _bodies(t)])
+    return t
+
+
+def _merge_guards(stmts: list[n.Node]) -> list[n.Node]:
+    """Adjacent ifs on the same condition of the invocation index and literals only (the steps'
+    bounds guards) as one if: the condition cannot change between them."""
+    out: list[n.Node] = []
+    for s in stmts:
+        prev = out[-1] if out else None
+        if (isinstance(s, n.If) and isinstance(prev, n.If) and prev.cond.equals(s.cond)
+                and all(isinstance(x, (n.Var, n.Lit, n.BinOp, n.UnOp, n.Cast)) and
+                        (not isinstance(x, n.Var) or x.name == INDEX) for x in walk((s.cond,)))):
+            out[-1] = n.If(s.cond, prev.then + s.then, prev.otherwise + s.otherwise)
+        else:
+            out.append(s)
+    return out
+
+
+def _guarded(body: list[n.Node], name: str, size: int) -> bool:
+    """Whether every access to buffer `name` lies in the then-branch of an `if (_i < L)` with
+    L <= size, so no invocation past the buffer's end touches it (there a load would read 0 and
+    a store would be dropped, which a variable would not mimic)."""
+    stack = [(s, False) for s in body]
+    while stack:
+        s, safe = stack.pop()
+        if not safe and any(isinstance(x, (n.Load, n.Store, n.Atomic)) and x.buffer == name
+                            for e in _exprs(s) for x in walk((e,))):
+            return False
+        if not safe and isinstance(s, n.Store) and s.buffer == name:
+            return False
+        if isinstance(s, n.If):
+            c = s.cond
+            bound = (isinstance(c, n.BinOp) and c.op == "lt" and isinstance(c.a, n.Var) and c.a.name == INDEX
+                     and isinstance(c.b, n.Lit) and not c.b.dtype.is_float and int(c.b.raw) <= size)
+            stack += [(x, safe or bound) for x in s.then] + [(x, safe) for x in s.otherwise]
+        else:
+            stack += [(x, safe) for b in _bodies(s) for x in b]
+    return True

@@ -97,7 +97,7 @@ def many_sources(be, r, ip, ix, k: int) -> dict:
 
     deg = np.diff(r.indptr)
     sources = np.random.default_rng(5).choice(np.flatnonzero(deg > 0), k, replace=False)
-    many = be.download(bfs_many(ip, ix, sources, symmetric=True))
+    many = be.download(bfs_many(ip, ix, sources, symmetric=True)).reshape(k, -1)
     equal = all(np.array_equal(many[i], be.download(bfs(ip, ix, int(s), symmetric=True)))
                 for i, s in enumerate(sources[:8]))
     t_many = best_s(lambda: bfs_many(ip, ix, sources, symmetric=True), be.synchronize)

@@ -43,11 +43,18 @@ def peer_steps(xp, x, bufs):
     xp.sqrt(xp.abs(a[1], out=a[2]), out=a[2])
     xp.multiply(a[2], a[2], out=a[3])
     xp.subtract(a[3], 0.5, out=a[4])
-    xp.maximum(a[4], 0.25, out=a[5])
+    clamp(xp, a[4], lo=0.25, out=a[5])
     xp.divide(a[5], 3.0, out=a[6])
     xp.add(a[6], a[6], out=a[7])
-    xp.exp(xp.minimum(a[7], 4.0, out=a[8]), out=a[8])
+    xp.exp(clamp(xp, a[7], hi=4.0, out=a[8]), out=a[8])
     xp.multiply(a[8], 0.5, out=a[9])
+
+
+def clamp(xp, a, *, lo=None, hi=None, out):
+    """max(a, lo) or min(a, hi) into out: CuPy's maximum/minimum take a scalar, PyTorch's clamp does."""
+    if xp.__name__ == "torch":
+        return xp.clamp(a, min=lo, max=hi, out=out)
+    return xp.maximum(a, lo, out=out) if lo is not None else xp.minimum(a, hi, out=out)
 
 
 def timed_ms(fn, sync_event, reps: int = 20) -> float:

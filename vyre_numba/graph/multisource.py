@@ -85,7 +85,7 @@ def bfs_many(indptr, indices, sources, *, backend=None, symmetric: bool = False)
         return bfs_many_numpy(g, s)
     ix = g.indices.astype(np.int32) if g.nnz < 2**31 else g.indices
     dist = _bfs_many_gpu(be, be.upload(g.indptr), be.upload(ix), n, s, bool(symmetric))
-    return be.download(dist)
+    return be.download(dist).reshape(s.size, n)
 
 
 def reachable_many(indptr, indices, sources, *, backend=None, symmetric: bool = False):

@@ -99,9 +99,9 @@ def reachable_many(indptr, indices, sources, *, backend=None, symmetric: bool = 
     from . import multisource_kernels as k
 
     be = resolve_backend(backend)
-    out = be.empty(dist.size, np.bool_)
+    out = be.empty(max(dist.size, 1), np.uint8)  # bool has no storage type of its own: bytes 0 and 1
     launch_quietly(k.reached, _grid(be, dist.size), 256, be.stream, dist.reshape(dist.size), out, dist.size)
-    return out.reshape(dist.shape)
+    return out[:dist.size].view(np.bool_).reshape(dist.shape)
 
 
 def _grid(be, items: int) -> int:

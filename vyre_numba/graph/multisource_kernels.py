@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from numba import cuda, int32, int64, uint32, uint64
+from numba import cuda, int32, int64, uint8, uint32, uint64
 
 FULL = 0xFFFFFFFF
 
@@ -154,9 +154,9 @@ def settle(n, level, seen, frontier, nxt, dist, active):
 
 @cuda.jit
 def reached(dist, out, total):
-    """out[i] = dist[i] >= 0."""
+    """out[i] = 1 where dist[i] >= 0, else 0 (out is bytes, read as bool)."""
     i = int64(cuda.grid(1))
     stride = int64(cuda.gridsize(1))
     while i < total:
-        out[i] = dist[i] >= 0
+        out[i] = uint8(1) if dist[i] >= 0 else uint8(0)
         i += stride

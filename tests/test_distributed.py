@@ -270,3 +270,13 @@ def test_a_worker_that_dies_mid_call_loses_nothing(tmp_path, prefix):
             got = congruence_closure(w[:4], w[4], client=c, backend="reference", partitions=3)
             assert np.array_equal(got.eclass, want_eg.eclass)
     assert os.path.exists(marker), "no worker was killed: the test did not test the failure"
+
+
+def test_a_cluster_without_workers_is_waited_for_then_refused(monkeypatch):
+    from vyre_numba.distributed import cluster
+
+    monkeypatch.setattr(cluster, "WAIT_FOR_WORKERS", 0.5)
+    with distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as lc, \
+            distributed.Client(lc) as c:
+        with pytest.raises(VyreError, match=r"no workers \(none came within 0.5 s\).*Fix:"):
+            connected_components(np.array([0, 1, 1]), np.array([0]), client=c, backend="reference")

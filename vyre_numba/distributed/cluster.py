@@ -54,12 +54,25 @@ def workers_of(client) -> list[str]:
                             "for one worker per GPU.")
     if client.status != "running":
         raise DispatchError(f"the Dask client is {client.status}. Fix: pass a running client (is the cluster up?).")
-    workers = sorted(client.scheduler_info(n_workers=-1)["workers"]) if _takes_n_workers(client) else \
-        sorted(client.scheduler_info()["workers"])
+    workers = _workers(client)
+    if not workers:  # a worker restarting (its nanny brings it back) leaves none for a moment
+        try:
+            client.wait_for_workers(1, timeout=WAIT_FOR_WORKERS)
+        except (TimeoutError, OSError):
+            pass
+        workers = _workers(client)
     if not workers:
-        raise DispatchError("the Dask cluster has no workers. Fix: start workers (or wait for them: "
-                            "client.wait_for_workers(n)).")
+        raise DispatchError(f"the Dask cluster has no workers (none came within {WAIT_FOR_WORKERS} s). Fix: start "
+                            "workers (or wait for them: client.wait_for_workers(n)).")
     return workers
+
+
+WAIT_FOR_WORKERS = 10.0
+
+
+def _workers(client) -> list[str]:
+    info = client.scheduler_info(n_workers=-1) if _takes_n_workers(client) else client.scheduler_info()
+    return sorted(info["workers"])
 
 
 def _takes_n_workers(client) -> bool:

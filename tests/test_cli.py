@@ -371,7 +371,36 @@ def test_emit_creates_a_missing_output_directory(saxpy_json, tmp_path):
     assert sorted(p.name for p in out.parent.iterdir()) == ["k.ptx", "k.ptx.json"]
 
 
+@pytest.mark.parametrize("device, sm", [("h100", 90), ("A100", 80), ("l4", 89), ("t4", 75)])
+def test_emit_for_a_named_device_checks_its_limits_without_it(saxpy_json, tmp_path, capsys, device, sm):
+    out = tmp_path / "k.ptx"
+    assert main(["emit", str(saxpy_json), "--device", device, "-o", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert f"checked against {device.lower()} (sm_{sm}" in said and "registers a thread" in said
+    man = json.loads((tmp_path / "k.ptx.json").read_text())
+    assert man["sm"] == sm and man["device"]["registers"] > 0 and man["device"]["max_cooperative_grid"] > 0
+
+
+def test_emit_for_a_device_refuses_a_workgroup_it_cannot_run(tmp_path, capsys):
+    i = ir.var("i")
+    wide = ir.Program([ir.BufferDecl.read("x", 0, "u32"), ir.BufferDecl.output("y", 1, "u32")], 1024,
+                      [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("y"), [ir.store("y", i, ir.load("x", i))])],
+                      name="wide")
+    src = tmp_path / "wide.json"
+    src.write_text(wide.to_json())
+    assert main(["emit", str(src), "--device", "t4", "-o", str(tmp_path / "new" / "w.ptx")]) == 0  # fits: 1024 threads
+    from vyre_numba.ptx import devices
+
+    tight = devices.DeviceProfile("tiny", 90, 1, 512, 1, 1024, 1024)
+    report = devices.check(wide, tight)
+    assert report.problems and "Fix:" in report.problems[0] and report.blocks_per_sm == 0
+    co = devices.check(wide, "h100", cooperative=True, grid=10**6)
+    assert any("cooperative grid" in x and "Fix:" in x for x in co.problems)
+
+
 @pytest.mark.parametrize("extra, fragment", [
+    (["--device", "b200"], "b200"),
+    (["--device", "h100", "--sm", "80"], "disagree"),
     (["--sm", "42"], "--sm 42"),
     (["--sm", "-90"], "--sm -90"),
     (["--sm", "70", "--cubin"], "sm_70"),

@@ -262,6 +262,16 @@ def cmd_emit(args: argparse.Namespace) -> int:
     assembler = importlib.import_module(".ptx.assemble", __package__)
     assemble, min_sm = assembler.assemble, assembler.MIN_ASSEMBLE_SM
 
+    device = None
+    if args.device is not None:
+        from .ptx.devices import profile
+
+        device = profile(args.device)
+        if args.sm is not None and args.sm != device.sm:
+            raise UsageError(f"--sm {args.sm} and --device {args.device} (sm_{device.sm}) disagree. Fix: pass one of them.")
+        args.sm = device.sm
+    if args.sm is None:
+        args.sm = 90
     if args.sm not in PTX_VERSION:
         raise UsageError(f"--sm {args.sm} is not a target the emitter knows ({', '.join(map(str, PTX_VERSION))}). "
                          "Fix: pass one of those, e.g. the device's compute capability (--sm 90).")
@@ -269,6 +279,15 @@ def cmd_emit(args: argparse.Namespace) -> int:
         raise UsageError(f"--cubin cannot assemble for sm_{args.sm}: nvJitLink needs sm_{min_sm} or newer. "
                          f"Fix: drop --cubin to write sm_{args.sm} PTX, or pass --sm {min_sm} or newer.")
     program = _load_program(args.program)
+    report = None
+    if device is not None:
+        from .errors import LaunchError
+        from .ptx.devices import check
+
+        report = check(program, device)
+        print(report.summary())
+        if report.problems:
+            raise LaunchError(f"{program.name!r} does not fit {device.name}: " + " ".join(report.problems))
     out = Path(args.output)
     man_path = out.with_name(out.name + ".json") if out.name else out
     created = _prepare_dir(out.parent, "-o", [out, man_path])
@@ -282,6 +301,10 @@ def cmd_emit(args: argparse.Namespace) -> int:
     manifest.update(sm=args.sm, format="cubin" if args.cubin else "ptx", digest=program.digest(),
                     buffers=[{"name": b.name, "binding": b.binding, "dtype": b.dtype.value, "access": b.access.value,
                               "count": b.count, "role": b.role.value} for b in program.bound_buffers])
+    if report is not None:
+        manifest["device"] = {"name": device.name, "registers": report.registers, "shared_bytes": report.shared_bytes,
+                              "workgroups_per_sm": report.blocks_per_sm,
+                              "max_cooperative_grid": report.max_cooperative_grid}
     _write(out, lambda f: f.write(code))
     _write(man_path, lambda f: f.write((json.dumps(manifest, indent=2) + "\n").encode()))
     print(f"wrote {out} and {man_path}")
@@ -478,7 +501,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(fn=cmd_run)
     emit = sub.add_parser("emit", help=cmd_emit.__doc__)
     emit.add_argument("program")
-    emit.add_argument("--sm", type=int, default=90, help="target compute capability, e.g. 80 or 90")
+    emit.add_argument("--sm", type=int, default=None, help="target compute capability, e.g. 80 or 90 (default 90, "
+                      "or the --device's)")
+    emit.add_argument("--device", default=None, metavar="NAME",
+                      help="check registers, shared memory and the workgroup against a named GPU's limits without it "
+                           "(h100, h200, a100, a10, l4, l40s, rtx4090, t4, v100); sets --sm")
     emit.add_argument("--cubin", action="store_true")
     emit.add_argument("-o", "--output", required=True, metavar="FILE",
                       help="PTX or cubin file (its directory is created if missing); FILE.json gets the manifest")

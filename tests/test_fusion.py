@@ -158,3 +158,19 @@ def test_generated_sequences_give_the_same_bits_fused_on_the_gpu():
         got, _ = run(be, specs, pool, reads, keep, True)
         for w, g in zip(want, got):
             assert np.array_equal(w, g), seed
+
+
+def test_a_plan_is_made_once_per_sequence_and_buffers_and_reused():
+    be = vn.get_backend("reference")
+    steps, bufs = _pipeline(be, 50, [False, False, True])
+    be.reset_telemetry()
+    first = be.fuse(steps, [(bufs[-1], 0, 50)])
+    again = be.fuse(steps, [(bufs[-1], 0, 50)])
+    t = be.telemetry()
+    assert (t["fusion_plan_misses"], t["fusion_plan_hits"]) == (1, 1)
+    assert again.steps[0].program is first.steps[0].program and again.groups == first.groups
+    other, obufs = _pipeline(be, 50, [False, False, True])  # the same programs over other buffers
+    plan = be.fuse(other, [(obufs[-1], 0, 50)])
+    assert be.telemetry()["fusion_plan_misses"] == 2 and plan.steps[0].buffers[0] is obufs[0]
+    want = be.dispatch_sequence(other, [(obufs[-1], 0, 50)])[0]
+    assert np.array_equal(be.dispatch_sequence(other, [(obufs[-1], 0, 50)], fuse=True)[0], want)

@@ -15,6 +15,7 @@ from . import display
 from .config import DispatchConfig
 from .errors import DispatchError, UnsupportedError
 from .ir import DataType, Program
+from .lru import LRUCache
 
 
 class Step(NamedTuple):
@@ -35,7 +36,8 @@ TELEMETRY_KEYS = (
     "dispatches", "resident_dispatches", "kernel_launches", "sync_points",
     "bytes_uploaded", "bytes_read_back", "bytes_moved_by_graphs", "graph_recordings", "graph_replays",
     "timed_dispatches", "timed_ns", "ptx_cache_hits", "ptx_cache_misses", "module_cache_hits",
-    "module_cache_misses", "disk_cache_hits", "disk_cache_misses")
+    "module_cache_misses", "disk_cache_hits", "disk_cache_misses", "fusion_plan_hits", "fusion_plan_misses")
+FUSION_PLANS = 256  # fusion plans a backend keeps (programs and group structure; never the buffers)
 
 
 class Telemetry(dict):
@@ -244,19 +246,34 @@ class Backend(abc.ABC):
                                     "or None.")
             bound.append(buffers)
             shapes.append(_shape(s, buffers))
-        groups, boundaries = fusion.plan(shapes)
         kept = {_storage(b) for b in [_read(r)[0] for r in _iterable(read, "read")] + list(_iterable(keep, "keep"))}
+        key = (tuple((s.program.digest(), sh.storage, sh.sizes, s.config) for s, sh in zip(steps, shapes)),
+               frozenset(kept))
+        plans = self.__dict__.setdefault("_fusion_plans", LRUCache(FUSION_PLANS))
+        cached = plans.get(key)
+        self._count(**{"fusion_plan_hits" if cached is not None else "fusion_plan_misses": 1})
+        if cached is None:
+            groups, boundaries = fusion.plan(shapes)
+            kernels = []
+            for group in groups:
+                if len(group) == 1:
+                    kernels.append(None)
+                    continue
+                others = {k for j, sh in enumerate(shapes) if j not in group for k in sh.storage}
+                mine = {k for j in group for k in shapes[j].storage}
+                program, keys = fusion.fuse_group(shapes, group, mine - kept - others)
+                wg = shapes[group[0]].workgroup
+                kernels.append((program, keys, DispatchConfig(grid=(shapes[group[0]].invocations // wg[0], 1, 1))))
+            cached = plans.put(key, (groups, boundaries, kernels))
+        groups, boundaries, kernels = cached
         out = []
-        for gi, group in enumerate(groups):
-            if len(group) == 1:
+        for group, kernel in zip(groups, kernels):
+            if kernel is None:
                 out.append(steps[group[0]])
                 continue
-            others = {key for j, sh in enumerate(shapes) if j not in group for key in sh.storage}
-            storage_buffer = {key: b for j in group for key, b in zip(shapes[j].storage, bound[j])}
-            program, keys = fusion.fuse_group(shapes, group, {k for k in storage_buffer if k not in kept | others})
-            wg = shapes[group[0]].workgroup
-            out.append(Step(program, [storage_buffer[k] for k in keys],
-                            DispatchConfig(grid=(shapes[group[0]].invocations // wg[0], 1, 1))))
+            program, keys, config = kernel
+            storage_buffer = {k: b for j in group for k, b in zip(shapes[j].storage, bound[j])}
+            out.append(Step(program, [storage_buffer[k] for k in keys], config))
         return Fusion(out, groups, boundaries)
 
     def _sequence(self, steps, read, progress: bool | None, total: int | None) -> list[np.ndarray]:
@@ -367,7 +384,7 @@ def _storage(buffer) -> tuple:
     return int(buffer.__array_interface__["data"][0]), int(buffer.nbytes)
 
 
-def _count(buffer) -> int:
+def _elements(buffer) -> int:
     cai = getattr(buffer, "__cuda_array_interface__", None)
     return int(np.prod(cai["shape"], dtype=np.int64)) if cai is not None else int(buffer.size)
 
@@ -385,7 +402,7 @@ def _shape(step: Step, buffers: list):
             if (a.access.writable or b.access.writable) and sa[0] < sb[0] + sb[1] and sb[0] < sa[0] + sa[1]:
                 raise DispatchError(f"fuse: {program.name!r} binds {a.name!r} and {b.name!r} to overlapping memory and "
                                     "one of them is written, a race. Fix: bind distinct buffers (copy one first).")
-    sizes = tuple(_count(b) for b in buffers)
+    sizes = tuple(_elements(b) for b in buffers)
     one_d = config.fixpoint_iterations == 1 and not config.cooperative and config.workgroup in (None, "auto")
     invocations, wg = None, program.workgroup_size
     if one_d:

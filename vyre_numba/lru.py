@@ -83,9 +83,11 @@ class LRUCache(Generic[V]):
         return key in self._data
 
     def stats(self) -> dict[str, int]:
+        """Hits, misses, entries held and the capacity."""
         return {"hits": self.hits, "misses": self.misses, "entries": len(self._data), "capacity": self.capacity}
 
     def clear(self) -> None:
+        """Drop every entry (each evicted value goes to `on_evict`)."""
         with self._lock:
             values = list(self._data.values())
             self._data.clear()

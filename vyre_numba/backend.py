@@ -36,7 +36,8 @@ TELEMETRY_KEYS = (
     "dispatches", "resident_dispatches", "kernel_launches", "sync_points",
     "bytes_uploaded", "bytes_read_back", "bytes_moved_by_graphs", "graph_recordings", "graph_replays",
     "timed_dispatches", "timed_ns", "ptx_cache_hits", "ptx_cache_misses", "module_cache_hits",
-    "module_cache_misses", "disk_cache_hits", "disk_cache_misses", "fusion_plan_hits", "fusion_plan_misses")
+    "module_cache_misses", "disk_cache_hits", "disk_cache_misses", "fusion_plan_hits", "fusion_plan_misses",
+    "workgroups_tuned")
 FUSION_PLANS = 256  # fusion plans a backend keeps (programs and group structure; never the buffers)
 
 
@@ -403,7 +404,7 @@ def _shape(step: Step, buffers: list):
                 raise DispatchError(f"fuse: {program.name!r} binds {a.name!r} and {b.name!r} to overlapping memory and "
                                     "one of them is written, a race. Fix: bind distinct buffers (copy one first).")
     sizes = tuple(_elements(b) for b in buffers)
-    one_d = config.fixpoint_iterations == 1 and not config.cooperative and config.workgroup in (None, "auto")
+    one_d = config.fixpoint_iterations == 1 and not config.cooperative and config.workgroup in (None, "auto", "tune")
     invocations, wg = None, program.workgroup_size
     if one_d:
         grid, wg = launch_geometry(program, config, {d.name: s for d, s in zip(program.bound_buffers, sizes)})

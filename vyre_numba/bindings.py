@@ -392,7 +392,7 @@ def launch_geometry(program: Program, config: DispatchConfig, sizes: Mapping[str
     same things: a launch over the limits every CUDA device has (LaunchError, see
     `check_launch_limits`), an output_byte_range that ends past its buffer, and a grid barrier
     without a cooperative launch (DispatchError)."""
-    wg = program.workgroup_size if config.workgroup in (None, "auto") else config.workgroup
+    wg = program.workgroup_size if config.workgroup in (None, "auto", "tune") else config.workgroup
     if config.grid is not None:
         grid = config.grid
     else:

@@ -48,7 +48,8 @@ class DispatchConfig:
     grid: workgroups per axis (an int or a tuple of 1 to 3 ints >= 0; 0 is an empty launch);
         None covers the largest output buffer along x.
     workgroup: overrides the program's workgroup size (an int or a tuple of 1 to 3 ints >= 1);
-        "auto" lets the CUDA backend choose.
+        "auto" lets the CUDA backend choose by occupancy; "tune" times the candidate sizes once per
+        (program, device, size bucket) and remembers the fastest on disk (`gpu.tuning`).
     fixpoint_iterations: run the program this many times (an int >= 1) over the same buffers.
     cooperative: True to launch so every workgroup is co-resident (needed by grid barriers).
     label: None or a non-blank name for telemetry (a `dispatches[label]` counter) and profiles
@@ -72,10 +73,10 @@ class DispatchConfig:
         object.__setattr__(self, "grid", _dims(self.grid, "grid", 0))
         wg = self.workgroup
         if isinstance(wg, str):
-            if wg != "auto":
-                raise DispatchError(f"workgroup={wg!r} is not 'auto' or ints. "
-                                    "Fix: pass workgroup='auto', an int such as 256, or a tuple such as (8, 8).")
-            object.__setattr__(self, "workgroup", "auto")
+            if wg not in ("auto", "tune"):
+                raise DispatchError(f"workgroup={wg!r} is not 'auto', 'tune' or ints. Fix: pass workgroup='auto', "
+                                    "'tune', an int such as 256, or a tuple such as (8, 8).")
+            object.__setattr__(self, "workgroup", str(wg))
         else:
             object.__setattr__(self, "workgroup", _dims(wg, "workgroup", 1))
         it = self.fixpoint_iterations

@@ -19,13 +19,14 @@ from ..display import Duration
 from ..errors import DeviceError, DispatchError, VyreError
 from ..ir import Program, check
 from ..lru import LRUCache
-from . import diskcache
+from . import diskcache, tuning
 from .device import DeviceCaps, caps
 from .diskcache import DiskCache, code_fingerprint
 from .host import HostPlan, plan_key
 from .launch import LaunchShape, driver_check, validate_cooperative, validate_launch
 from .streams import StreamPool
 from .resident import BufferViews, Prepared
+from .tuning import TuneStore
 
 
 @dataclass
@@ -78,6 +79,7 @@ class CudaBackend(Backend):
         self._toolchain = _toolchain_versions()
         self._prepared: dict[tuple, tuple] = {}
         self._auto: dict[str, tuple[int, int, int]] = {}
+        self.tune_store = TuneStore()
         self._retired: list[CompiledKernel] = []
         self.views = BufferViews(self)
         self._grid_states: dict[int, str] = {}  # grid-barrier states launched since the last sync
@@ -201,10 +203,47 @@ class CudaBackend(Backend):
             self._auto[key] = choice
         return self._auto[key]
 
-    def _resolve(self, program: Program, config: DispatchConfig | None) -> DispatchConfig:
+    def tuned_workgroup(self, program: Program, config: DispatchConfig, largest: int) -> tuple[int, int, int]:
+        """The fastest 1-D block size for `program` at dispatches whose largest buffer has about
+        `largest` elements (`gpu.tuning`): remembered, else timed now on zero-filled scratch
+        buffers. Programs `auto_workgroup` leaves alone keep their own workgroup size here too."""
+        if program.workgroup_size[1:] != (1, 1) or _shape_dependent(program):
+            return program.workgroup_size
+        key = ("tune", program.digest(), self.caps.name, self.caps.sm, tuning.bucket(largest), config.optimize)
+        wg = self.tune_store.get(key)
+        if wg is None:
+            n = max(int(largest), 1)
+            scratch = [self.empty(max(d.count or n, 1), d.dtype.storage) for d in program.bound_buffers]
+            base = dataclasses.replace(config, workgroup=None, grid=None, fixpoint_iterations=1, label=None)
+
+            def time_us(c: int) -> float:
+                cfg = dataclasses.replace(base, workgroup=(c, 1, 1))
+                try:
+                    for _ in range(2):
+                        self.dispatch_resident(program, scratch, cfg)
+                    self.synchronize()
+                    t0 = time.perf_counter()
+                    for _ in range(5):
+                        self.dispatch_resident(program, scratch, cfg)
+                    self.synchronize()
+                except VyreError:  # too many registers for this block size, say
+                    return float("inf")
+                return (time.perf_counter() - t0) / 5 * 1e6
+
+            cands = [c for c in tuning.CANDIDATES if c <= self.caps.max_threads_per_block]
+            wg, times = tuning.fastest(cands, time_us)
+            if times[wg] == float("inf"):
+                return program.workgroup_size
+            self.tune_store.put(key, wg, times)
+            self._count(workgroups_tuned=1)
+        return (wg, 1, 1)
+
+    def _resolve(self, program: Program, config: DispatchConfig | None, largest: int = 0) -> DispatchConfig:
         config = check_config(config)
         if config.workgroup == "auto":
             config = dataclasses.replace(config, workgroup=self.auto_workgroup(program))
+        elif config.workgroup == "tune":
+            config = dataclasses.replace(config, workgroup=self.tuned_workgroup(program, config, largest))
         return config
 
     def check_launch(self, k: CompiledKernel, shape: LaunchShape, config: DispatchConfig) -> None:
@@ -291,7 +330,8 @@ class CudaBackend(Backend):
 
     def _host_plan(self, program, inputs, config, sizes) -> tuple[Binding, HostPlan]:
         self._ensure_context()
-        b = bind(program, inputs, self._resolve(program, config), sizes, copy_inputs=False, allocate_outputs=False)
+        b = bind(program, inputs, self._resolve(program, config, _largest_input(inputs, sizes)), sizes,
+                 copy_inputs=False, allocate_outputs=False)
         key = plan_key(b)
         plan = self.host_plans.get(key)
         if plan is None:
@@ -393,12 +433,13 @@ class CudaBackend(Backend):
         `synchronize()` (or `download`) to wait for it."""
         if not getattr(self._thread, "ready", False):
             self._ensure_context()
+        tune = tuning.bucket(_largest_input(buffers, None)) if getattr(config, "workgroup", None) == "tune" else None
         try:
-            prep = self._prepared.get((id(program), config))
+            prep = self._prepared.get((id(program), config, tune))
         except TypeError:  # an unhashable config is not a DispatchConfig
             prep = None
         if prep is None or prep.program is not program:
-            prep = self._prepare(program, config)
+            prep = self._prepare(program, config, tune)
         hot = getattr(self._thread, "hot", None) or self._hot_counter()
         hot[1] += prep.run(buffers)
         hot[0] += 1
@@ -412,15 +453,17 @@ class CudaBackend(Backend):
             self._hot.append(hot)
         return hot
 
-    def _prepare(self, program: Program, config: DispatchConfig | None) -> Prepared:
-        """Compile and precompute for (program, config), remembered under the config as given."""
+    def _prepare(self, program: Program, config: DispatchConfig | None, tune: int | None = None) -> Prepared:
+        """Compile and precompute for (program, config), remembered under the config as given (and
+        the size bucket, for a tuned workgroup)."""
         self._ensure_context()
         check(program)
-        prep = Prepared(self, program, self._resolve(program, check_config(config)))
+        largest = 0 if tune is None else (1 << tune) - 1
+        prep = Prepared(self, program, self._resolve(program, check_config(config), largest))
         if len(self._prepared) >= 4096:  # bounded: forget the oldest preparations
             for key in list(self._prepared)[:1024]:
                 self._prepared.pop(key, None)
-        self._prepared[(id(program), config)] = prep
+        self._prepared[(id(program), config, tune)] = prep
         return prep
 
     def pointer_device(self, ptr: int) -> int | None:
@@ -731,3 +774,16 @@ def _toolchain_versions() -> tuple:
         jit = ("unknown",)
     _, drv = driver.cuDriverGetVersion()
     return (drv, jit, code_fingerprint())
+
+
+def _largest_input(inputs, sizes) -> int:
+    """The most elements any of a dispatch's inputs (arrays, device arrays, lists) or given sizes has."""
+    values = list(inputs.values()) if isinstance(inputs, Mapping) else list(inputs or ())
+    out = max([int(v) for v in (sizes or {}).values() if isinstance(v, (int, np.integer))] + [0])
+    for a in values:
+        cai = getattr(a, "__cuda_array_interface__", None)
+        try:
+            out = max(out, int(np.prod(cai["shape"])) if cai is not None else int(np.size(a)))
+        except (TypeError, ValueError):  # bind() says what is wrong with it
+            pass
+    return out

@@ -112,8 +112,10 @@ class CudaRecordedGraph(RecordedGraph):
                  sizes: Mapping[str, int] | None):
         self.backend, self.program = backend, program
         backend._ensure_context()
-        b = bind(program, sample_inputs, backend._resolve(program, config), sizes, copy_inputs=False,
-                 allocate_outputs=False)
+        from .backend import _largest_input
+
+        b = bind(program, sample_inputs, backend._resolve(program, config, _largest_input(sample_inputs, sizes)), sizes,
+                 copy_inputs=False, allocate_outputs=False)
         self.config, self.binding = b.config, b
         self._dtypes = input_dtypes(program, sample_inputs)
         self.plan = plan = HostPlan(backend, b, backend.kernel(program, b.config))  # launch checked here

@@ -152,7 +152,7 @@ class Prepared:
         self.pure = [i for i, d in enumerate(self.bound) if d.role is Role.OUTPUT]
         self.nbytes = [d.dtype.nbytes for d in self.bound]
         self.writable = [d.access.writable for d in self.bound]
-        self.wg = program.workgroup_size if config.workgroup in (None, "auto") else config.workgroup
+        self.wg = program.workgroup_size if config.workgroup in (None, "auto", "tune") else config.workgroup
         self.iterations = config.fixpoint_iterations
         self.label = config.label
         self.dtypes = [d.dtype.storage for d in self.bound]

@@ -1,0 +1,66 @@
+"""Autotuned workgroup sizes, remembered: `DispatchConfig(workgroup="tune")` times the candidate
+1-D block sizes once per (program digest, device, size bucket), keeps the fastest, and stores the
+choice beside the disk cache (`<cache dir>/tune/`), so later processes reuse it without timing.
+
+The candidates run on zero-filled scratch buffers of the dispatch's sizes, never on the caller's
+data. Entries are checked on load like the disk cache's (a digest over the payload, then a
+well-formed choice); a bad entry is deleted and timed again. The directory is bounded in bytes."""
+from __future__ import annotations
+
+import json
+from typing import Callable, Sequence
+
+from .diskcache import DiskCache, default_dir, enabled
+
+CANDIDATES = (32, 64, 128, 256, 512, 1024)
+MAX_BYTES = 1 << 20
+
+
+def bucket(largest: int) -> int:
+    """The size bucket of a dispatch whose largest buffer has `largest` elements: its bit length,
+    so sizes within a factor of two share a choice."""
+    return max(int(largest), 0).bit_length()
+
+
+def fastest(candidates: Sequence[int], time_us: Callable[[int], float]) -> tuple[int, dict[int, float]]:
+    """(the candidate with the smallest time, ties to the smaller; every candidate's time)."""
+    times = {int(c): float(time_us(int(c))) for c in candidates}
+    return min(times, key=lambda c: (times[c], c)), times
+
+
+class TuneStore:
+    """Tuned workgroup sizes by key, in memory and (when the disk cache is on) on disk."""
+
+    def __init__(self, directory=None, *, max_bytes: int = MAX_BYTES, persist: bool | None = None):
+        self.persist = enabled() if persist is None else persist
+        self.disk = DiskCache((default_dir() / "tune") if directory is None else directory, max_bytes=max_bytes)
+        self.memory: dict[tuple, int] = {}
+        self.timed = 0
+
+    def get(self, key: tuple) -> int | None:
+        """The stored choice for `key`, or None (absent, or an entry that failed its checks)."""
+        if key in self.memory:
+            return self.memory[key]
+        if not self.persist:
+            return None
+        raw = self.disk.get(key)
+        if raw is None:
+            return None
+        try:
+            wg = json.loads(raw.decode())["workgroup"]
+            ok = isinstance(wg, int) and not isinstance(wg, bool) and wg in CANDIDATES
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            ok = False
+        if not ok:
+            self.disk.corrupt += 1
+            self.disk.remove(key)
+            return None
+        self.memory[key] = wg
+        return wg
+
+    def put(self, key: tuple, workgroup: int, times: dict[int, float]) -> None:
+        """Remember `workgroup` for `key` (and the times that chose it)."""
+        self.memory[key] = int(workgroup)
+        if self.persist:
+            payload = {"workgroup": int(workgroup), "us": {str(c): t for c, t in times.items()}, "key": repr(key)}
+            self.disk.put(key, json.dumps(payload).encode())

@@ -330,8 +330,9 @@ class CudaBackend(Backend):
 
     def _host_plan(self, program, inputs, config, sizes) -> tuple[Binding, HostPlan]:
         self._ensure_context()
-        b = bind(program, inputs, self._resolve(program, config, _largest_input(inputs, sizes)), sizes,
-                 copy_inputs=False, allocate_outputs=False)
+        largest = _largest_input(inputs, sizes) if getattr(config, "workgroup", None) == "tune" else 0
+        b = bind(program, inputs, self._resolve(program, config, largest), sizes, copy_inputs=False,
+                 allocate_outputs=False)
         key = plan_key(b)
         plan = self.host_plans.get(key)
         if plan is None:
@@ -777,13 +778,19 @@ def _toolchain_versions() -> tuple:
 
 
 def _largest_input(inputs, sizes) -> int:
-    """The most elements any of a dispatch's inputs (arrays, device arrays, lists) or given sizes has."""
-    values = list(inputs.values()) if isinstance(inputs, Mapping) else list(inputs or ())
-    out = max([int(v) for v in (sizes or {}).values() if isinstance(v, (int, np.integer))] + [0])
+    """The most elements any of a dispatch's inputs (arrays, device arrays, lists) or given sizes
+    has; 0 for inputs it cannot read (bind() then says what is wrong with them)."""
+    try:
+        values = list(inputs.values()) if isinstance(inputs, Mapping) else \
+            [] if inputs is None else list(inputs) if isinstance(inputs, (list, tuple)) else []
+        out = max([int(v) for v in (sizes.values() if isinstance(sizes, Mapping) else ())
+                   if isinstance(v, (int, np.integer))] + [0])
+    except Exception:
+        return 0
     for a in values:
         cai = getattr(a, "__cuda_array_interface__", None)
         try:
             out = max(out, int(np.prod(cai["shape"])) if cai is not None else int(np.size(a)))
-        except (TypeError, ValueError):  # bind() says what is wrong with it
+        except Exception:
             pass
     return out

@@ -114,8 +114,9 @@ class CudaRecordedGraph(RecordedGraph):
         backend._ensure_context()
         from .backend import _largest_input
 
-        b = bind(program, sample_inputs, backend._resolve(program, config, _largest_input(sample_inputs, sizes)), sizes,
-                 copy_inputs=False, allocate_outputs=False)
+        largest = _largest_input(sample_inputs, sizes) if getattr(config, "workgroup", None) == "tune" else 0
+        b = bind(program, sample_inputs, backend._resolve(program, config, largest), sizes, copy_inputs=False,
+                 allocate_outputs=False)
         self.config, self.binding = b.config, b
         self._dtypes = input_dtypes(program, sample_inputs)
         self.plan = plan = HostPlan(backend, b, backend.kernel(program, b.config))  # launch checked here

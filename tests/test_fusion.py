@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import vyre_numba as vn
-from vyre_numba import ir
+from vyre_numba import DispatchConfig, ir
 from vyre_numba.errors import DispatchError
 
 B = ir.BufferDecl
@@ -17,15 +17,20 @@ OPS = [lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a ^ b, lambda a, b: 
        lambda a, b: (a >> 3) + b, lambda a, b: a - b * 7, lambda a, b: ir.select(a < b, a, b + 1)]
 
 
-def step_program(rng, k: int, cross: bool, guard: bool = True) -> ir.Program:
-    """out[i] = op(a[i], b[i or i+1]) over u32, inside the usual bounds guard."""
+def step_program(rng, k: int, cross: bool, guard: bool = True, out_kind: str = "output",
+                 conditional: bool = False) -> ir.Program:
+    """out[i] = op(a[i], b[i or i+1]) over u32, inside the usual bounds guard; `out` a pure output
+    (zeroed at each dispatch) or read_write (kept where not stored), stored always or only where
+    a[i] < b[i]."""
     i = ir.var("i")
     other = ir.load("b", i + 1) if cross else ir.load("b", i)
     value = OPS[int(rng.integers(len(OPS)))](ir.load("a", i), other)
     store = [ir.store("out", i, value)]
+    if conditional:
+        store = [ir.if_(ir.load("a", i) < ir.load("b", i), store)]
     body = [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("out"), store) if guard else store[0]]
-    return ir.Program([B.read("a", 0, "u32"), B.read("b", 1, "u32"), B.output("out", 2, "u32")], 32, body,
-                      name=f"step{k}")
+    out = B.output("out", 2, "u32") if out_kind == "output" else B.read_write("out", 2, "u32")
+    return ir.Program([B.read("a", 0, "u32"), B.read("b", 1, "u32"), out], 32, body, name=f"step{k}")
 
 
 def random_sequence(rng, be):
@@ -41,7 +46,9 @@ def random_sequence(rng, be):
         else:
             a, b = (int(x) for x in rng.integers(0, 5, 2))
             out = int(rng.choice([j for j in range(5) if j not in (a, b)]))  # a dispatch never aliases its output
-        specs.append((step_program(rng, k, rng.random() < 0.2, guard=rng.random() < 0.9), (a, b, out)))
+        specs.append((step_program(rng, k, rng.random() < 0.2, guard=rng.random() < 0.9,
+                                   out_kind=str(rng.choice(["output", "read_write"])),
+                                   conditional=rng.random() < 0.3), (a, b, out)))
     reads = sorted({int(x) for x in rng.integers(0, 7, 2)})
     keep = sorted({int(x) for x in rng.integers(0, 7, 2)})
     return specs, pool, reads, keep
@@ -174,3 +181,61 @@ def test_a_plan_is_made_once_per_sequence_and_buffers_and_reused():
     assert be.telemetry()["fusion_plan_misses"] == 2 and plan.steps[0].buffers[0] is obufs[0]
     want = be.dispatch_sequence(other, [(obufs[-1], 0, 50)])[0]
     assert np.array_equal(be.dispatch_sequence(other, [(obufs[-1], 0, 50)], fuse=True)[0], want)
+
+
+def test_outputs_are_zeroed_where_their_step_would_zero_them():
+    """A pure output is zeroed at its step's dispatch, a read_write one keeps what it held: fused,
+    each step still sees that (the zeroing is in the kernel, where the step was)."""
+    be = vn.get_backend("reference")
+    rng = np.random.default_rng(3)
+    for out_kind in ("output", "read_write"):
+        a = be.upload(np.arange(8, dtype=np.uint32))
+        t, o = be.upload(np.full(8, 77, np.uint32)), be.upload(np.full(8, 77, np.uint32))
+        steps = [(step_program(rng, 0, False), [a, a, t]),
+                 (step_program(rng, 1, False, out_kind=out_kind, conditional=True), [t, a, o])]
+        want = be.dispatch_sequence(steps, [(o, 0, 8)])[0]
+        t[:], o[:] = 77, 77
+        got = be.dispatch_sequence(steps, [(o, 0, 8)], fuse=True)[0]
+        assert np.array_equal(got, want), out_kind
+
+
+def test_an_output_longer_than_the_launch_keeps_its_boundary():
+    be = vn.get_backend("reference")
+    rng = np.random.default_rng(4)
+    a, t = be.upload(np.arange(40, dtype=np.uint32)), be.empty(40, np.uint32)
+    o = be.empty(100, np.uint32)
+    steps = [(step_program(rng, 0, False), [a, a, t]), (step_program(rng, 1, False), [t, t, o])]
+    cfg = DispatchConfig(grid=2)  # 64 invocations: the step zeroes 100 elements, a shared kernel only 64
+    plan = be.fuse([(s[0], s[1], cfg) for s in steps], [(o, 0, 100)])
+    assert len(plan.groups) == 2 and "zeroed at its dispatch" in str(plan.boundaries[0])
+
+
+def test_a_view_of_a_buffer_read_back_or_used_elsewhere_is_not_scratch():
+    be = vn.get_backend("reference")
+    rng = np.random.default_rng(5)
+    a, t, o = be.upload(np.arange(8, dtype=np.uint32)), be.empty(8, np.uint32), be.empty(8, np.uint32)
+    steps = [(step_program(rng, 0, False), [a, a, t]), (step_program(rng, 1, False), [t, t, o])]
+    whole = be.dispatch_sequence(steps, [(t, 0, 8)])[0]
+    t[:] = 0
+    assert np.array_equal(be.dispatch_sequence(steps, [(t[:4], 0, 4)], fuse=True)[0], whole[:4])
+    t[:] = 0
+    be.dispatch_sequence(be.fuse(steps, keep=[t[2:6]]).steps, [])
+    assert np.array_equal(t, whole)  # a kept view keeps the whole buffer it is part of
+
+
+def test_buffer_names_of_different_steps_never_collide():
+    be = vn.get_backend("reference")
+    i = ir.var("i")
+    two = ir.Program([B.read("a", 0, "u32"), B.read("a_1", 1, "u32"), B.read_write("o", 2, "u32")], 32,
+                     [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("o"), [ir.store("o", i, ir.load("a", i) + ir.load("a_1", i))])],
+                     name="two")
+    one = ir.Program([B.read("a", 0, "u32"), B.read_write("o", 1, "u32")], 32,
+                     [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("o"), [ir.store("o", i, ir.load("o", i) * ir.load("a", i))])],
+                     name="one")
+    x, y, z = (be.upload(np.arange(8, dtype=np.uint32) + k) for k in range(3))
+    o = be.empty(8, np.uint32)
+    steps = [(two, [x, y, o]), (one, [z, o])]
+    want = be.dispatch_sequence(steps, [(o, 0, 8)])[0]
+    plan = be.fuse(steps, [(o, 0, 8)])
+    assert len(plan.steps) == 1 and len({b.name for b in plan.program.buffers}) == 4
+    assert np.array_equal(be.dispatch_sequence(plan.steps, [(o, 0, 8)])[0], want)

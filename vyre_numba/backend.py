@@ -239,6 +239,9 @@ class Backend(abc.ABC):
         steps = [as_step(s) for s in _iterable(steps, "steps")]
         if not steps:
             raise DispatchError("no steps to fuse. Fix: pass at least one Step(program, buffers[, config]).")
+        for k, s in enumerate(steps):
+            if not isinstance(s.program, Program):
+                raise DispatchError(f"step {k}'s program is a {type(s.program).__name__}. Fix: pass an ir.Program.")
         shapes, bound = [], []
         for k, s in enumerate(steps):
             buffers = check_resident(s.program, s.buffers, "fuse")
@@ -260,9 +263,10 @@ class Backend(abc.ABC):
                 if len(group) == 1:
                     kernels.append(None)
                     continue
-                others = {k for j, sh in enumerate(shapes) if j not in group for k in sh.storage}
+                others = {k for j, sh in enumerate(shapes) if j not in group for k in sh.storage} | kept
                 mine = {k for j in group for k in shapes[j].storage}
-                program, keys = fusion.fuse_group(shapes, group, mine - kept - others)
+                scratch = {k for k in mine if not any(_overlap(k, o) for o in others)}
+                program, keys = fusion.fuse_group(shapes, group, scratch)
                 wg = shapes[group[0]].workgroup
                 kernels.append((program, keys, DispatchConfig(grid=(shapes[group[0]].invocations // wg[0], 1, 1))))
             cached = plans.put(key, (groups, boundaries, kernels))
@@ -383,6 +387,11 @@ def _storage(buffer) -> tuple:
         raise DispatchError(f"{type(buffer).__name__} is not a resident buffer. Fix: pass buffers made by "
                             "backend.upload / backend.empty (or device arrays on the GPU).")
     return int(buffer.__array_interface__["data"][0]), int(buffer.nbytes)
+
+
+def _overlap(a: tuple, b: tuple) -> bool:
+    """Whether two (address, bytes) storages share a byte (a view of a buffer shares with it)."""
+    return a[0] < b[0] + b[1] and b[0] < a[0] + a[1]
 
 
 def _elements(buffer) -> int:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from . import nodes as n
 from .optimizer import _bodies, _exprs, _rebuild, _transform, _with_bodies, _with_exprs
-from .program import Access, BufferDecl, Program, walk
+from .program import Access, BufferDecl, Program, Role, walk
 from .types import DataType
 
 OWN = n.Builtin("invocation_id", 0)
@@ -80,7 +80,8 @@ def accesses(program: Program) -> tuple[dict, str | None]:
     if any(b.access is Access.WORKGROUP for b in program.buffers):
         return {}, "has workgroup memory"
     own = _own_vars(program)
-    out: dict[str, list] = {b.name: [False, False, True] for b in program.bound_buffers}
+    # a pure output is zeroed at its step's dispatch: a write of every element, each by its own invocation
+    out: dict[str, list] = {b.name: [False, b.role is Role.OUTPUT, True] for b in program.bound_buffers}
     for x in walk(program.entry):
         if isinstance(x, (n.Load, n.Store, n.Atomic)) and x.buffer in out:
             a = out[x.buffer]
@@ -129,6 +130,11 @@ def _hazard(shapes: list[StepShape], facts: list, group: list[int]) -> str | Non
             if types.setdefault(key, b.dtype) is not b.dtype:
                 return f"one buffer is bound as {types[key].value} and as {b.dtype.value} (step {k}, `{b.name}`)"
             bounds.setdefault(key, []).append((k, b.name))
+    for k in group:
+        for b, size in zip(shapes[k].program.bound_buffers, shapes[k].sizes):
+            if b.role is Role.OUTPUT and size > shapes[k].invocations:
+                return (f"step {k}'s output `{b.name}` is zeroed at its dispatch and has {size} elements, more than "
+                        f"the {shapes[k].invocations} invocations that could zero them in a shared kernel")
     spans = sorted(bounds)
     for (a, na), (b, nb) in zip(spans, spans[1:]):
         if b < a + na:
@@ -156,7 +162,9 @@ def fuse_group(shapes: list[StepShape], group: list[int], scratch: set) -> tuple
         for b, key, size in zip(shapes[k].program.bound_buffers, shapes[k].storage, shapes[k].sizes):
             a = facts[k][b.name]
             if key not in decls:
-                name = b.name if b.name not in names else f"{b.name}_{k}"
+                name, j = b.name, 1
+                while name in names:  # another buffer of the group has this name: a fresh one
+                    name, j = f"{b.name}_{j}", j + 1
                 names.add(name)
                 decls[key] = {"name": name, "dtype": b.dtype, "size": size, "read": False, "write": False,
                               "output": False, "uniform": True, "own": True}
@@ -169,13 +177,23 @@ def fuse_group(shapes: list[StepShape], group: list[int], scratch: set) -> tuple
             local[b.name] = d["name"]
         rename.append(local)
     invocations = shapes[group[0]].invocations
-    body: list[n.Node] = [n.Let(INDEX, OWN)]
+    sizes = {d["name"]: d["size"] for d in decls.values()}
+    first: list[n.Node] = []  # zeroing of outputs no earlier step touches: at the top
+    steps: list[n.Node] = []
+    touched: set[str] = set()
     for local, k in zip(rename, group):
         p = shapes[k].program
-        own = _own_vars(p)
-        body += _rename(p.entry, local, own, f"s{k}_")
-    sizes = {d["name"]: d["size"] for d in decls.values()}
-    body = [body[0]] + _merge_guards([_specialize(s, sizes) for s in body[1:]])
+        zeros = []
+        for b in p.bound_buffers:
+            if b.role is Role.OUTPUT:  # what its dispatch would do to element _i
+                name = local[b.name]
+                zero = n.lit(False if b.dtype is DataType.BOOL else 0, b.dtype)
+                store = n.If(n.BinOp("lt", n.Var(INDEX), n.lit(sizes[name], DataType.U32)),
+                             (n.Store(name, n.Var(INDEX), zero),))
+                (zeros if name in touched else first).append(store)
+        steps += zeros + _rename(p.entry, local, _own_vars(p), f"s{k}_")
+        touched |= set(local.values())
+    body = [n.Let(INDEX, OWN)] + _dead_stores(_merge_guards([_specialize(s, sizes) for s in first + steps]))
     registers = [key for key, d in decls.items() if key in scratch and d["write"] and d["own"]
                  and (d["size"] >= invocations or _guarded(body, d["name"], d["size"]))
                  and not _atomic_on(body, d["name"])]
@@ -183,8 +201,9 @@ def fuse_group(shapes: list[StepShape], group: list[int], scratch: set) -> tuple
     for key, d in decls.items():
         if key in registers:
             body = _forward(body, d["name"], d["dtype"])
-        access = (Access.UNIFORM if d["uniform"] and not d["write"] else Access.READ_WRITE if d["write"] and d["read"]
-                  else Access.WRITE_ONLY if d["write"] else Access.READ_ONLY)
+        # written buffers are read_write: the zeroing of outputs is in the body, where each step did it
+        access = (Access.UNIFORM if d["uniform"] and not d["write"] else Access.READ_WRITE if d["write"]
+                  else Access.READ_ONLY)
         buffers.append(BufferDecl(d["name"], len(buffers), access, d["dtype"], d["size"], d["output"]))
     program = Program(buffers, shapes[group[0]].workgroup, body,
                       name=("fused_" + "_".join(shapes[k].program.name for k in group))[:120])
@@ -322,3 +341,24 @@ def _guarded(body: list[n.Node], name: str, size: int) -> bool:
         else:
             stack += [(x, safe) for b in _bodies(s) for x in b]
     return True
+
+
+def _dead_stores(stmts: list[n.Node]) -> list[n.Node]:
+    """Drop a store of buf[_i] that a later store of buf[_i] in the same block overwrites with
+    nothing in between reading buf (an output's zeroing, then the step's own store)."""
+    out: list = []
+    pending: dict[str, int] = {}
+    for s in stmts:
+        if isinstance(s, n.If):
+            s = n.If(s.cond, tuple(_dead_stores(list(s.then))), tuple(_dead_stores(list(s.otherwise))))
+        reads = {x.buffer for x in walk((s,)) if isinstance(x, (n.Load, n.Atomic, n.BufLen))}
+        for b in reads:
+            pending.pop(b, None)
+        if isinstance(s, n.Store) and isinstance(s.index, n.Var) and s.index.name == INDEX:
+            if s.buffer in pending:
+                out[pending[s.buffer]] = None
+            pending[s.buffer] = len(out)
+        elif not isinstance(s, (n.Let, n.Assign)):
+            pending.clear()  # a nested or other statement may store conditionally: keep what came before
+        out.append(s)
+    return [s for s in out if s is not None]

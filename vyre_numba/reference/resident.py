@@ -25,9 +25,10 @@ def dispatch_resident(program: Program, buffers: Sequence | Mapping, config: Dis
     where = f"dispatch_resident of {program.name!r}"
     arrays: dict[str, np.ndarray] = {}
     for decl, buf in zip(program.bound_buffers, check_resident(program, buffers)):
-        if not isinstance(buf, np.ndarray):
+        if not isinstance(buf, np.ndarray) or isinstance(buf, np.matrix):
             raise DispatchError(f"{where}: {decl.name!r} is a {type(buf).__name__}; the reference backend's resident "
-                                "buffers are NumPy arrays. Fix: create it with backend.upload(x) or backend.allocate.")
+                                "buffers are NumPy arrays. Fix: create it with backend.upload(x) or backend.allocate "
+                                "(for a np.matrix, backend.upload(np.asarray(m).ravel())).")
         if buf.dtype != decl.dtype.storage:
             raise DispatchError(f"{where}: {decl.name!r} is declared {decl.dtype} but the array holds {buf.dtype}. "
                                 f"Fix: allocate it with dtype {decl.dtype.storage}.")

@@ -396,6 +396,28 @@ def test_emit_for_a_device_refuses_a_workgroup_it_cannot_run(tmp_path, capsys):
     assert report.problems and "Fix:" in report.problems[0] and report.blocks_per_sm == 0
     co = devices.check(wide, "h100", cooperative=True, grid=10**6)
     assert any("cooperative grid" in x and "Fix:" in x for x in co.problems)
+    from vyre_numba.errors import VyreError
+
+    for kw in (dict(workgroup=5.0), dict(workgroup=(0, 1, 1)), dict(workgroup=(-32, 1, 1)),
+               dict(workgroup=(True, 1, 1)), dict(workgroup=("32", 1, 1)), dict(workgroup=(32, 1, 1, 9)),
+               dict(grid="x"), dict(grid=True), dict(grid=-1), dict(grid=1.5), dict(cooperative="yes"),
+               dict(cooperative=1)):
+        with pytest.raises(VyreError, match="Fix:"):
+            devices.check(wide, "v100", **kw)
+    for bad in (None, 5, "", "h-100", "h1-0-0"):
+        with pytest.raises(VyreError, match="Fix:"):
+            devices.profile(bad)
+    assert devices.profile(" H100 ").name == "h100"
+    with pytest.raises(VyreError, match="Fix:"):
+        devices.check("prog", "h100")
+    with pytest.raises(VyreError, match="Fix:"):
+        devices.DeviceProfile("none", 90, 0, 2048, 32, 1024, 1024)
+    gb = ir.Program([ir.BufferDecl.read_write("x", 0, "u32")], 64, [ir.barrier("grid")], name="gb")
+    src = tmp_path / "gb.json"
+    src.write_text(gb.to_json())
+    assert main(["emit", str(src), "--device", "h100", "-o", str(tmp_path / "g.ptx")]) == 2
+    assert "--cooperative" in capsys.readouterr().err
+    assert main(["emit", str(src), "--device", "h100", "--cooperative", "-o", str(tmp_path / "g.ptx")]) == 0
 
 
 @pytest.mark.parametrize("extra, fragment", [

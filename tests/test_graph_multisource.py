@@ -46,7 +46,8 @@ def test_no_sources_give_an_empty_result():
 
 @pytest.mark.parametrize("sources, fix", [
     ([5000], "0..499"), ([-1], "0..499"), ([1.5], "integer"), ([[1, 2], [3]], "flat list"), ([True], "integer"),
-    ("0", "integer"), ([[0, 1]], "1-D"),
+    ("0", "integer"), ([[0, 1]], "1-D"), (np.ma.array([0, 1], mask=[0, 1]), "masked"),
+    (np.array([], np.float64), "integer"),
 ])
 def test_bad_sources_say_how_to_fix_them(sources, fix):
     a = GRAPHS["random directed"]
@@ -140,3 +141,11 @@ def test_gpu_large_graph_goes_bottom_up_and_equals_single_bfs():
     assert "bottom-up" in levels and "top-down" in levels
     for i, s in enumerate(src[:12]):
         assert np.array_equal(got[i], be.download(bfs(dip, dix, int(s), symmetric=True))), i
+
+
+def test_sources_on_an_empty_graph_and_results_too_large_say_so():
+    with pytest.raises(DispatchError, match="no vertices.*Fix:"):
+        bfs_many(np.zeros(1, np.int64), np.zeros(0, np.int32), [0], backend="reference")
+    assert bfs_many(np.zeros(1, np.int64), np.zeros(0, np.int32), [], backend="reference").shape == (0, 0)
+    with pytest.raises(DispatchError, match="GiB.*Fix: pass fewer sources"):
+        bfs_many(np.zeros(2**20 + 1, np.int64), np.zeros(0, np.int32), np.zeros(2**14, np.int64), backend="reference")

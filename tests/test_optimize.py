@@ -306,8 +306,10 @@ def test_bad_arguments_say_how_to_fix_them():
     p = prog([ir.store("y", 0, 1)])
     with pytest.raises(IRValidationError, match="unknown optimization pass 'inline'.*Fix:"):
         optimize(p, ["fold", "inline"])
-    with pytest.raises(IRValidationError, match="Fix:"):
-        optimize(p, "fold")
+    for bad in ("fold", {"fold", "dce"}, {"fold": 1}, [np.array(["fold", "dce"])], [np.array(["fold"])], [None], 5,
+                (x for x in ["fold"])):
+        with pytest.raises(IRValidationError, match="Fix:"):
+            optimize(p, bad)
     with pytest.raises(IRValidationError, match="Fix:"):
         optimize(prog([ir.store("nope", 0, 1)]))
     assert optimize(p, []) == p and DEFAULT[0] == "fold"

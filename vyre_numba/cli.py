@@ -279,12 +279,15 @@ def cmd_emit(args: argparse.Namespace) -> int:
         raise UsageError(f"--cubin cannot assemble for sm_{args.sm}: nvJitLink needs sm_{min_sm} or newer. "
                          f"Fix: drop --cubin to write sm_{args.sm} PTX, or pass --sm {min_sm} or newer.")
     program = _load_program(args.program)
+    if "grid_sync" in program.capabilities and not args.cooperative:
+        raise UsageError(f"program {program.name!r} has barrier('grid'), which needs a cooperative launch. "
+                         "Fix: pass --cooperative.")
     report = None
     if device is not None:
         from .errors import LaunchError
         from .ptx.devices import check
 
-        report = check(program, device)
+        report = check(program, device, cooperative=args.cooperative)
         print(report.summary())
         if report.problems:
             raise LaunchError(f"{program.name!r} does not fit {device.name}: " + " ".join(report.problems))
@@ -292,7 +295,7 @@ def cmd_emit(args: argparse.Namespace) -> int:
     man_path = out.with_name(out.name + ".json") if out.name else out
     created = _prepare_dir(out.parent, "-o", [out, man_path])
     try:
-        text = emit(program, sm=args.sm)
+        text = emit(program, sm=args.sm, cooperative=args.cooperative)
         code = assemble(text, sm=args.sm) if args.cubin else text.encode()
     except BaseException:
         _remove_dirs(created)
@@ -507,6 +510,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="check registers, shared memory and the workgroup against a named GPU's limits without it "
                            "(h100, h200, a100, a10, l4, l40s, rtx4090, t4, v100); sets --sm")
     emit.add_argument("--cubin", action="store_true")
+    emit.add_argument("--cooperative", action="store_true",
+                      help="emit for a cooperative launch (what barrier('grid') needs)")
     emit.add_argument("-o", "--output", required=True, metavar="FILE",
                       help="PTX or cubin file (its directory is created if missing); FILE.json gets the manifest")
     emit.set_defaults(fn=cmd_emit)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import DispatchError
+from ..errors import DispatchError, host_memory
 from .bfs import BOTTOM_UP_ABOVE, TOP_DOWN_BELOW
 from .csr import CSR, check_device_csr, resolve
 
@@ -50,23 +50,29 @@ def bfs_many_numpy(g: CSR, sources: np.ndarray) -> np.ndarray:
 def _sources(sources, n: int) -> np.ndarray:
     if hasattr(sources, "__cuda_array_interface__"):
         raise DispatchError("sources is a device array. Fix: pass the source vertices as a list or NumPy array.")
+    if isinstance(sources, np.ma.MaskedArray):
+        raise DispatchError("sources is a masked array; its mask would be ignored. Fix: pass the unmasked "
+                            "vertices, sources.compressed().")
     try:
         s = np.asarray(sources)
     except (ValueError, TypeError) as e:
         raise DispatchError(f"sources is not a list of vertices ({e}). Fix: pass a flat list of ints.") from None
     if s.ndim == 0:
         s = s.reshape(1)
-    if s.size == 0 and s.dtype.kind == "f":  # [] reads as float64
+    if s.size == 0 and s.dtype.kind == "f" and not isinstance(sources, np.ndarray):  # [] reads as float64
         s = s.astype(np.int64)
     if s.dtype.kind not in "iu" or s.ndim != 1:
         raise DispatchError(f"sources has dtype {s.dtype} and shape {s.shape}. Fix: pass a flat list or 1-D array "
                             "of integer vertex ids.")
+    if s.size and n == 0:
+        raise DispatchError("the graph has no vertices, so no sources. Fix: pass a graph with vertices, or sources=[].")
     if s.size and (int(s.min()) < 0 or int(s.max()) >= n):
         bad = int(s.min()) if int(s.min()) < 0 else int(s.max())
         raise DispatchError(f"source {bad} is not a vertex of this {n}-vertex graph. Fix: pass sources in 0..{n - 1}.")
     return s.astype(np.int64)
 
 
+@host_memory("bfs_many")
 def bfs_many(indptr, indices, sources, *, backend=None, symmetric: bool = False):
     """Distances (int32, shape (len(sources), n)) from each of `sources` along the stored edges of
     the CSR graph `(indptr, indices)`, -1 where a source cannot reach: row i is `bfs(indptr,
@@ -75,9 +81,9 @@ def bfs_many(indptr, indices, sources, *, backend=None, symmetric: bool = False)
     device arrays give a device array. `symmetric=True` as for `bfs` (bottom-up levels)."""
     be, g, n, on_device = resolve(indptr, indices, backend, symmetric)
     s = _sources(sources, n)
-    if n * max(s.size, 1) >= 2**40:
-        raise DispatchError(f"{s.size} sources x {n} vertices is {s.size * n:,} distances. Fix: pass fewer sources "
-                            "a call (the result holds one int32 per source and vertex).")
+    if n * s.size >= 2**34:  # 64 GiB of int32 distances
+        raise DispatchError(f"{s.size} sources x {n} vertices is {s.size * n:,} distances ({s.size * n * 4 / 2**30:.0f} "
+                            "GiB). Fix: pass fewer sources a call (the result holds one int32 per source and vertex).")
     if on_device:
         check_device_csr(be, indptr, indices, n)
         return _bfs_many_gpu(be, indptr, indices, n, s, bool(symmetric))
@@ -88,6 +94,7 @@ def bfs_many(indptr, indices, sources, *, backend=None, symmetric: bool = False)
     return be.download(dist).reshape(s.size, n)
 
 
+@host_memory("reachable_many")
 def reachable_many(indptr, indices, sources, *, backend=None, symmetric: bool = False):
     """Whether each of `sources` reaches each vertex (bool, shape (len(sources), n)): `bfs_many(...)
     >= 0`, on the device for device arrays."""

@@ -48,13 +48,13 @@ def optimize(program: Program, passes: Sequence[str] | None = None) -> Program:
 
     check(program)
     passes = DEFAULT if passes is None else passes
-    if isinstance(passes, str) or not isinstance(passes, Iterable):
-        raise IRValidationError(f"passes={passes!r} is not a list of pass names. Fix: pass e.g. "
+    if not isinstance(passes, (list, tuple)):  # a set or dict has no order, and passes run in order
+        raise IRValidationError(f"passes={passes!r:.60} is not a list of pass names. Fix: pass e.g. "
                                 f"passes=['fold', 'dce'] (names: {', '.join(PASSES)}), or None for the default.")
     passes = tuple(passes)
     for p in passes:
-        if p not in PASSES:
-            raise IRValidationError(f"unknown optimization pass {p!r}. Fix: use names from {', '.join(PASSES)}.")
+        if not isinstance(p, str) or p not in PASSES:
+            raise IRValidationError(f"unknown optimization pass {p!r:.60}. Fix: use names from {', '.join(PASSES)}.")
     ctx = _Context(program)
     entry = program.entry
     for p in passes:

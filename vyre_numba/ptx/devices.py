@@ -30,6 +30,13 @@ class DeviceProfile:
     max_threads_per_block: int = 1024
     reserved_shared_per_block: int = 1024  # the driver keeps this much a block on sm_80 and newer
 
+    def __post_init__(self) -> None:
+        for f in self.__dataclass_fields__:
+            v = getattr(self, f)
+            if f != "name" and (isinstance(v, bool) or not isinstance(v, int) or v < (0 if f.startswith("reserved") else 1)):
+                raise UnsupportedError(f"DeviceProfile {self.name!r}: {f}={v!r} is not a positive int. Fix: give every "
+                                       "limit as a positive int (reserved_shared_per_block may be 0).")
+
 
 KIB = 1024
 PROFILES = {p.name: p for p in (
@@ -47,7 +54,7 @@ PROFILES = {p.name: p for p in (
 
 def profile(name: str) -> DeviceProfile:
     """The profile of a named GPU (case-insensitive: "h100", "A100", ...)."""
-    key = str(name).lower().replace(" ", "").replace("-", "")
+    key = name.strip().lower() if isinstance(name, str) else None
     if key not in PROFILES:
         raise UnsupportedError(f"no profile for a device named {name!r}. Fix: pass one of {', '.join(PROFILES)} "
                                "(or --sm with the compute capability, which checks no device limits).")
@@ -114,11 +121,19 @@ def check(program: Program, device: str | DeviceProfile, *, workgroup: tuple | N
     """`program`'s kernel checked against `device`'s limits (no GPU needed): the workgroup, the
     registers and shared memory ptxas gives it for the device's architecture, and, for a
     cooperative launch of `grid` workgroups, whether they fit at once."""
+    from ..config import DispatchConfig
+    from ..errors import DispatchError
     from .assemble import MIN_ASSEMBLE_SM
     from .emitter import emit
 
+    if not isinstance(program, Program):
+        raise DispatchError(f"program is a {type(program).__name__}. Fix: pass an ir.Program.")
     d = device if isinstance(device, DeviceProfile) else profile(device)
-    wg = tuple(workgroup) if workgroup is not None else tuple(program.workgroup_size)
+    launch = DispatchConfig(workgroup=None if workgroup in ("auto", "tune") else workgroup, grid=grid,
+                            cooperative=cooperative)  # the same checks as a dispatch's
+    wg = tuple(launch.workgroup) if launch.workgroup is not None else tuple(program.workgroup_size)
+    grid = None if launch.grid is None else launch.grid[0] * launch.grid[1] * launch.grid[2]
+    cooperative = launch.cooperative
     threads = wg[0] * wg[1] * wg[2]
     problems, notes = [], []
     if threads > d.max_threads_per_block:

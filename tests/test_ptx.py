@@ -358,3 +358,14 @@ def test_deep_programs_emit_without_recursion():
         text = ptx.emit(make(10_000), sm=90)
         assert text.count("\n") > 10_000 and max(len(line) for line in text.splitlines()) < 200
         assert ptx.assemble(ptx.emit(make(1_000), sm=90), sm=90)[:4] == b"\x7fELF"
+
+
+def test_a_grid_barrier_after_a_return_still_needs_a_cooperative_launch():
+    """The optimizer drops the dead barrier, but the emitter judges the program as written, as
+    dispatch does (found by the random-program test)."""
+    p = ir.Program([ir.BufferDecl.read_write("x", 0, "u32")], 64, [ir.return_(), ir.barrier("grid")], name="dead_gb")
+    from vyre_numba.errors import UnsupportedError
+
+    with pytest.raises(UnsupportedError, match="cooperative=True"):
+        ptx.emit(p, sm=90)
+    assert ".entry dead_gb" in ptx.emit(p, sm=90, cooperative=True)

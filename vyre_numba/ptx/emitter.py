@@ -815,15 +815,15 @@ def emit(program: Program, *, sm: int = 90, workgroup: tuple[int, int, int] | st
     ABI), of `program.optimized()` unless `optimize=False`. Raises IRValidationError for an
     invalid program and UnsupportedError for what the target cannot run."""
     ir.check(program)
-    if optimize:
-        program = program.optimized()
     if sm not in PTX_VERSION:
         known = ", ".join(str(s) for s in PTX_VERSION)
         raise UnsupportedError(f"sm_{sm} is not a target the PTX emitter knows (known: {known}). "
                                "Fix: pass sm= one of those, e.g. the device's compute capability.")
-    if "grid_sync" in program.capabilities and not cooperative:
+    if "grid_sync" in program.capabilities and not cooperative:  # as written: dispatch refuses it so too
         raise UnsupportedError(f"program {program.name!r} has barrier('grid'), which needs every workgroup "
                                "resident at once. Fix: dispatch it with DispatchConfig(cooperative=True).")
+    if optimize:
+        program = program.optimized()
     return _Emitter(program, sm, workgroup, cooperative).render()
 
 

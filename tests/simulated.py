@@ -44,6 +44,34 @@ class SimOps:
         return a.copy_to_host()
 
 
+class SimBackend:
+    """The backend members the BFS drivers use (caps.sm_count, stream, empty, upload), over the
+    simulator's arrays."""
+
+    class caps:
+        sm_count = 1
+
+    def __init__(self) -> None:
+        self.stream = cuda.default_stream()
+
+    def empty(self, n: int, dtype):
+        return cuda.device_array(n, dtype)
+
+    def upload(self, a):
+        return cuda.to_device(np.ascontiguousarray(a))
+
+
+def csr(n: int, src, dst, both: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(indptr int64, indices int32) of the n-vertex graph of edges src -> dst (and back, `both`)."""
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    if both:
+        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+    order = np.argsort(src, kind="stable")
+    indptr = np.zeros(n + 1, np.int64)
+    np.add.at(indptr, src + 1, 1)
+    return np.cumsum(indptr), dst[order].astype(np.int32)
+
+
 def merged(shards: list) -> tuple:
     """`vyre_numba.distributed.unionfind.merge` without Dask: the same round functions, one process."""
     from vyre_numba.distributed import unionfind as uf

@@ -12,18 +12,9 @@ SCRIPT = textwrap.dedent('''
     from vyre_numba.graph.components import afforest, components_numpy
     from vyre_numba.graph.csr import check_csr
 
-    from simulated import SimOps
+    from simulated import SimOps, csr
 
     run = SimOps().run
-
-    def csr(n, src, dst, both=True):
-        src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
-        if both:
-            src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
-        order = np.argsort(src, kind="stable")
-        indptr = np.zeros(n + 1, np.int64)
-        np.add.at(indptr, src + 1, 1)
-        return np.cumsum(indptr), dst[order].astype(np.int32)
 
     rng = np.random.default_rng(0)
     graphs = {

@@ -93,29 +93,12 @@ SIMULATED = textwrap.dedent('''
     from vyre_numba.graph.bfs import _bfs_gpu, bfs_numpy
     from vyre_numba.graph.csr import check_csr
 
-    from simulated import SimOps
+    from simulated import SimBackend as Backend, SimOps, csr
 
     sim = SimOps()
     rounds = (sim.run, sim.until)
 
-    class Caps:
-        sm_count = 1
-
-    class Backend:
-        caps = Caps()
-        stream = cuda.default_stream()
-        def empty(self, n, dt):
-            return cuda.device_array(n, dt)
-
     rng = np.random.default_rng(1)
-    def csr(n, src, dst, both):
-        src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
-        if both:
-            src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
-        order = np.argsort(src, kind="stable")
-        indptr = np.zeros(n + 1, np.int64)
-        np.add.at(indptr, src + 1, 1)
-        return np.cumsum(indptr), dst[order].astype(np.int32)
     cases = [(1, [], []), (30, range(29), range(1, 30)), (40, rng.integers(0, 40, 60), rng.integers(0, 40, 60)),
              (300, [0] * 299, range(1, 300)),  # a hub of 299 neighbours: expanded by a block
              (120, list(range(9)) + [9] * 110, list(range(1, 10)) + list(range(10, 120)))]  # a hub past level 8

@@ -61,26 +61,7 @@ SIMULATED = textwrap.dedent('''
     from numba import cuda
     from vyre_numba.graph import bfs_many_numpy, check_csr
     from vyre_numba.graph.multisource import _bfs_many_gpu
-
-    class Caps:
-        sm_count = 1
-
-    class Backend:
-        caps = Caps()
-        stream = cuda.default_stream()
-        def empty(self, n, dt):
-            return cuda.device_array(n, dt)
-        def upload(self, a):
-            return cuda.to_device(a)
-
-    def csr(n, src, dst, both):
-        src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
-        if both:
-            src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
-        order = np.argsort(src, kind="stable")
-        indptr = np.zeros(n + 1, np.int64)
-        np.add.at(indptr, src + 1, 1)
-        return np.cumsum(indptr), dst[order].astype(np.int32)
+    from simulated import SimBackend as Backend, csr
 
     rng = np.random.default_rng(3)
     cases = [(1, [], []), (12, range(11), range(1, 12)), (40, rng.integers(0, 40, 70), rng.integers(0, 40, 70)),

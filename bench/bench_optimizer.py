@@ -60,13 +60,14 @@ def redundant_programs() -> list:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json")
+    ap.add_argument("--quick", action="store_true", help="2^16 items for the redundant programs (not 2^20)")
     a = ap.parse_args()
     import vyre_numba as vn
     from program_table import CASES
     from vyre_numba.ptx import emit
 
     cases = [(c.id, c.program, c.inputs, c.config) for c in CASES]
-    n = 1 << 20
+    n = 1 << (16 if a.quick else 20)
     rng = np.random.default_rng(0)
     cases += [(p.name, p, [rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32), np.zeros(n, np.uint32)], None)
               for p in redundant_programs()]

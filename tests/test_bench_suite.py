@@ -114,3 +114,11 @@ def test_the_command_runs_a_suite_folder(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "not run: nothing to do here" in out
     assert "nothing to do here" in (tmp_path / "RESULTS.md").read_text()
+
+
+def test_every_benchmark_takes_the_arguments_the_suite_passes():
+    """`vyre-numba bench --quick` passes --quick (or QUICK_ARGS) and --json to every bench_*.py."""
+    for script in suite.scripts():
+        text = script.read_text()
+        assert '"--json"' in text, script.name
+        assert '"--quick"' in text or script.name in suite.QUICK_ARGS, script.name

@@ -94,14 +94,7 @@ def sort_ms(N: int) -> float | None:
 
         keys = torch.randint(-2**63, 2**63 - 1, (N,), dtype=torch.int64, device="cuda")
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times = []
-        for _ in range(6):
-            start.record()
-            torch.sort(keys)
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        return statistics.median(times[1:])
+        return _median_ms(lambda: torch.sort(keys), start, end, lambda a, b: a.elapsed_time(b))
     except ImportError:
         pass
     try:
@@ -109,14 +102,18 @@ def sort_ms(N: int) -> float | None:
     except ImportError:
         return None
     keys = cp.random.randint(0, 2**62, N, dtype=cp.uint64)
-    start, end = cp.cuda.Event(), cp.cuda.Event()
+    return _median_ms(lambda: cp.argsort(keys), cp.cuda.Event(), cp.cuda.Event(), cp.cuda.get_elapsed_time)
+
+
+def _median_ms(fn, start, end, elapsed) -> float:
+    """Median of five timings of `fn` between the events (after one warm-up)."""
     times = []
     for _ in range(6):
         start.record()
-        cp.argsort(keys)
+        fn()
         end.record()
         end.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, end))
+        times.append(elapsed(start, end))
     return statistics.median(times[1:])
 
 

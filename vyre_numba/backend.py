@@ -239,11 +239,10 @@ class Backend(abc.ABC):
         steps = [as_step(s) for s in _iterable(steps, "steps")]
         if not steps:
             raise DispatchError("no steps to fuse. Fix: pass at least one Step(program, buffers[, config]).")
+        shapes, bound = [], []
         for k, s in enumerate(steps):
             if not isinstance(s.program, Program):
                 raise DispatchError(f"step {k}'s program is a {type(s.program).__name__}. Fix: pass an ir.Program.")
-        shapes, bound = [], []
-        for k, s in enumerate(steps):
             buffers = check_resident(s.program, s.buffers, "fuse")
             if s.config is not None and not isinstance(s.config, DispatchConfig):
                 raise DispatchError(f"step {k}'s config is a {type(s.config).__name__}. Fix: pass a DispatchConfig "

@@ -96,7 +96,7 @@ class CudaBackend(Backend):
         from ..ptx import emit
 
         config = config or DispatchConfig()
-        compiled = program.optimized() if config.optimize else program
+        compiled = _compiled(program, config)
         key = (compiled.digest(), config.key(), self.caps.sm)
         def build() -> str:
             with profiling.range("emit"):
@@ -109,7 +109,7 @@ class CudaBackend(Backend):
         """The loaded kernel of `program` for this device: from memory, else from the disk cache,
         else emitted and assembled (and stored on disk)."""
         config = config or DispatchConfig()
-        key = ((program.optimized() if config.optimize else program).digest(), config.key(), self.caps.sm)
+        key = (_compiled(program, config).digest(), config.key(), self.caps.sm)
         return self.module_cache.get_or_build(key, lambda: self._build(program, config, key))
 
     def _build(self, program: Program, config: DispatchConfig, key: tuple) -> CompiledKernel:
@@ -238,11 +238,14 @@ class CudaBackend(Backend):
             self._count(workgroups_tuned=1)
         return (wg, 1, 1)
 
-    def _resolve(self, program: Program, config: DispatchConfig | None, largest: int = 0) -> DispatchConfig:
+    def _resolve(self, program: Program, config: DispatchConfig | None, inputs=None, sizes=None) -> DispatchConfig:
+        """`config` checked, with "auto" and "tune" replaced by the workgroup they choose (a tuned one
+        for the size of `inputs` and `sizes`, the dispatch's buffers)."""
         config = check_config(config)
         if config.workgroup == "auto":
             config = dataclasses.replace(config, workgroup=self.auto_workgroup(program))
         elif config.workgroup == "tune":
+            largest = _largest_input(inputs, sizes)
             config = dataclasses.replace(config, workgroup=self.tuned_workgroup(program, config, largest))
         return config
 
@@ -330,8 +333,7 @@ class CudaBackend(Backend):
 
     def _host_plan(self, program, inputs, config, sizes) -> tuple[Binding, HostPlan]:
         self._ensure_context()
-        largest = _largest_input(inputs, sizes) if getattr(config, "workgroup", None) == "tune" else 0
-        b = bind(program, inputs, self._resolve(program, config, largest), sizes, copy_inputs=False,
+        b = bind(program, inputs, self._resolve(program, config, inputs, sizes), sizes, copy_inputs=False,
                  allocate_outputs=False)
         key = plan_key(b)
         plan = self.host_plans.get(key)
@@ -434,13 +436,12 @@ class CudaBackend(Backend):
         `synchronize()` (or `download`) to wait for it."""
         if not getattr(self._thread, "ready", False):
             self._ensure_context()
-        tune = tuning.bucket(_largest_input(buffers, None)) if getattr(config, "workgroup", None) == "tune" else None
         try:
-            prep = self._prepared.get((id(program), config, tune))
+            prep = self._prepared.get((id(program), config, _tune_bucket(config, buffers)))
         except TypeError:  # an unhashable config is not a DispatchConfig
             prep = None
         if prep is None or prep.program is not program:
-            prep = self._prepare(program, config, tune)
+            prep = self._prepare(program, config, buffers)
         hot = getattr(self._thread, "hot", None) or self._hot_counter()
         hot[1] += prep.run(buffers)
         hot[0] += 1
@@ -454,17 +455,16 @@ class CudaBackend(Backend):
             self._hot.append(hot)
         return hot
 
-    def _prepare(self, program: Program, config: DispatchConfig | None, tune: int | None = None) -> Prepared:
+    def _prepare(self, program: Program, config: DispatchConfig | None, buffers=None) -> Prepared:
         """Compile and precompute for (program, config), remembered under the config as given (and
-        the size bucket, for a tuned workgroup)."""
+        the size bucket of `buffers`, for a tuned workgroup)."""
         self._ensure_context()
         check(program)
-        largest = 0 if tune is None else (1 << tune) - 1
-        prep = Prepared(self, program, self._resolve(program, check_config(config), largest))
+        prep = Prepared(self, program, self._resolve(program, check_config(config), buffers))
         if len(self._prepared) >= 4096:  # bounded: forget the oldest preparations
             for key in list(self._prepared)[:1024]:
                 self._prepared.pop(key, None)
-        self._prepared[(id(program), config, tune)] = prep
+        self._prepared[(id(program), config, _tune_bucket(config, buffers))] = prep
         return prep
 
     def pointer_device(self, ptr: int) -> int | None:
@@ -775,6 +775,16 @@ def _toolchain_versions() -> tuple:
         jit = ("unknown",)
     _, drv = driver.cuDriverGetVersion()
     return (drv, jit, code_fingerprint())
+
+
+def _compiled(program: Program, config: DispatchConfig) -> Program:
+    """What the backend compiles for `program` under `config`: its optimized form unless switched off."""
+    return program.optimized() if config.optimize else program
+
+
+def _tune_bucket(config, buffers) -> int | None:
+    """The size bucket a tuned workgroup depends on (None when `config` does not tune)."""
+    return tuning.bucket(_largest_input(buffers, None)) if getattr(config, "workgroup", None) == "tune" else None
 
 
 def _largest_input(inputs, sizes) -> int:

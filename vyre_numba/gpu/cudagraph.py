@@ -112,11 +112,8 @@ class CudaRecordedGraph(RecordedGraph):
                  sizes: Mapping[str, int] | None):
         self.backend, self.program = backend, program
         backend._ensure_context()
-        from .backend import _largest_input
-
-        largest = _largest_input(sample_inputs, sizes) if getattr(config, "workgroup", None) == "tune" else 0
-        b = bind(program, sample_inputs, backend._resolve(program, config, largest), sizes, copy_inputs=False,
-                 allocate_outputs=False)
+        b = bind(program, sample_inputs, backend._resolve(program, config, sample_inputs, sizes), sizes,
+                 copy_inputs=False, allocate_outputs=False)
         self.config, self.binding = b.config, b
         self._dtypes = input_dtypes(program, sample_inputs)
         self.plan = plan = HostPlan(backend, b, backend.kernel(program, b.config))  # launch checked here
@@ -234,7 +231,7 @@ class CudaRecordedSequence(RecordedGraph):
         preps = []
         for st in steps:  # compile and check everything before capturing anything
             check(st.program)
-            preps.append(backend._prepare(st.program, st.config))
+            preps.append(backend._prepare(st.program, st.config, st.buffers))
         self._owned = owned = _Owned(backend)
         self._finalizer = weakref.finalize(self, owned.release)
         drv, cuda = backend._drv, backend._cuda

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import DispatchError, host_memory
 from .bfs import BOTTOM_UP_ABOVE, TOP_DOWN_BELOW
-from .csr import CSR, check_device_csr, resolve
+from .csr import CSR, _as_index_array, check_device_csr, resolve
 
 BATCH = 64  # sources a pass: the bits of one uint64 mask
 
@@ -53,17 +53,9 @@ def _sources(sources, n: int) -> np.ndarray:
     if isinstance(sources, np.ma.MaskedArray):
         raise DispatchError("sources is a masked array; its mask would be ignored. Fix: pass the unmasked "
                             "vertices, sources.compressed().")
-    try:
-        s = np.asarray(sources)
-    except (ValueError, TypeError) as e:
-        raise DispatchError(f"sources is not a list of vertices ({e}). Fix: pass a flat list of ints.") from None
-    if s.ndim == 0:
-        s = s.reshape(1)
-    if s.size == 0 and s.dtype.kind == "f" and not isinstance(sources, np.ndarray):  # [] reads as float64
-        s = s.astype(np.int64)
-    if s.dtype.kind not in "iu" or s.ndim != 1:
-        raise DispatchError(f"sources has dtype {s.dtype} and shape {s.shape}. Fix: pass a flat list or 1-D array "
-                            "of integer vertex ids.")
+    if isinstance(sources, (int, np.integer, np.ndarray)) and np.ndim(sources) == 0:  # one source
+        sources = np.reshape(sources, 1)
+    s = _as_index_array(sources, "sources")
     if s.size and n == 0:
         raise DispatchError("the graph has no vertices, so no sources. Fix: pass a graph with vertices, or sources=[].")
     if s.size and (int(s.min()) < 0 or int(s.max()) >= n):

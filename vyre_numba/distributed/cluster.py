@@ -29,8 +29,8 @@ def distributed():
 MAX_PARTITIONS = 256  # the cut sends a message from every partition to every other: k * k tasks
 
 
-def partition_count(partitions, k_workers: int, items: int) -> int:
-    """The number of partitions to cut `items` rows into: `partitions`, or one per worker."""
+def partition_count(partitions, k_workers: int) -> int:
+    """The number of partitions to cut the input into: `partitions`, or one per worker."""
     k = k_workers if partitions is None else partitions
     if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
         raise DispatchError(f"partitions is {partitions!r}. Fix: pass a positive int (or None: one per worker).")

@@ -335,7 +335,7 @@ def _csr_parts(indptr, indices, partitions, workers):
     from ..graph.csr import check_csr
 
     g = check_csr(indptr, indices)
-    k = cluster.partition_count(partitions, len(workers), g.n)
+    k = cluster.partition_count(partitions, len(workers))
     weight = g.indptr + np.arange(g.n + 1)  # rows and edges both cost
     cuts = np.searchsorted(weight, np.linspace(0, weight[-1], k + 1), side="left")
     cuts[0], cuts[-1] = 0, g.n

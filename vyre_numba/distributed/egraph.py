@@ -310,7 +310,7 @@ def _partitions(egraph_partitions, partitions, k_workers: int) -> list[tuple]:
         raise DispatchError(f"egraph_partitions is a {type(egraph_partitions).__name__}. Fix: pass a list of "
                             "(eclass, op, children_offsets, children) tuples, one per partition, or an EGraph.")
     if whole is not None:
-        k = cluster.partition_count(partitions, k_workers, 0)
+        k = cluster.partition_count(partitions, k_workers)
         eclass, op, off, ch = whole[0]
         eclass = _ints(eclass, "eclass")
         op, off, ch = _rows(op, off, ch, None, "the e-graph's")

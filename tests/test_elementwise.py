@@ -198,11 +198,7 @@ def test_functions_match_the_reference_semantics(rng):
     want_fma = (x.astype(np.float64) * y.astype(np.float64) + 1.5).astype(np.float32)  # exact in f64, rounded once
     same_bits(b, want_fma)
     same_bits(c, np.where(x < y, x, y))
-    with np.errstate(invalid="ignore"):  # NaN inputs
-        same_bits(d, np.floor(x) + np.ceil(y) - np.trunc(x))
-    same_bits(e, np.round(x))  # half to even, as NumPy
     with np.errstate(invalid="ignore"):  # inf - inf
-        with np.errstate(invalid="ignore"):  # NaN inputs
         same_bits(d, np.floor(x) + np.ceil(y) - np.trunc(x))
     same_bits(e, np.round(x))  # half to even
     bits = elementwise("u32 v", "u32 p, u32 z, u32 r", "popcount(v), clz(v), rotl(v, u32(4))")

@@ -398,9 +398,9 @@ def test_cuda_repeated_resident_dispatch_reuses_its_preparation():
     x = backend.upload(np.zeros(16, np.uint32))
     for config in (None, DispatchConfig(fixpoint_iterations=2)):
         backend.dispatch_resident(p, [x], config)
-        prep = backend._prepared[(id(p), config)]
+        prep = backend._prepared[(id(p), config, None)]  # untuned: no size bucket
         backend.dispatch_resident(p, [x], config)
-        assert backend._prepared[(id(p), config)] is prep
+        assert backend._prepared[(id(p), config, None)] is prep
     assert backend.download(x).tolist() == [6] * 16
 
 

@@ -37,7 +37,8 @@ TELEMETRY_KEYS = (
     "bytes_uploaded", "bytes_read_back", "bytes_moved_by_graphs", "graph_recordings", "graph_replays",
     "timed_dispatches", "timed_ns", "ptx_cache_hits", "ptx_cache_misses", "module_cache_hits",
     "module_cache_misses", "disk_cache_hits", "disk_cache_misses", "fusion_plan_hits", "fusion_plan_misses",
-    "workgroups_tuned")
+    "workgroups_tuned", "megakernel_plan_hits", "megakernel_plan_misses", "megakernel_runs", "megakernel_fallbacks")
+REFERENCE_COOPERATIVE_WORKGROUPS = 8  # the persistent grid of a megakernel on the reference backend
 FUSION_PLANS = 256  # fusion plans a backend keeps (programs and group structure; never the buffers)
 
 
@@ -279,6 +280,25 @@ class Backend(abc.ABC):
             storage_buffer = {k: b for j in group for k, b in zip(shapes[j].storage, bound[j])}
             out.append(Step(program, [storage_buffer[k] for k in keys], config))
         return Fusion(out, groups, boundaries)
+
+    def megakernel(self, steps: Iterable[Step | tuple], read: Iterable[Read] = (), *, until=None,
+                   max_rounds: int = 1, workgroups: int | None = None) -> "Megakernel":
+        """The resident sequence `steps` planned as one persistent cooperative kernel: fused groups
+        (`fuse`) as stages with a grid barrier only where a boundary stayed. `run()` runs it
+        `max_rounds` times, or with `until` (a resident integer buffer some step sets nonzero when
+        it changed something; cleared before every round) until a round leaves it zero, at most
+        `max_rounds` rounds, all on the device, then reads `read`. Where the steps cannot be one
+        program or its grid cannot be co-resident, it replays the unfused kernels as a recorded
+        graph and its `reason` says why. `workgroups`: the persistent grid (default: as many as fit
+        co-resident, at most as many as the largest step needs)."""
+        from .megakernel import Megakernel
+
+        return Megakernel(self, steps, read, until=until, max_rounds=max_rounds, workgroups=workgroups)
+
+    def cooperative_workgroups(self, program: Program) -> int:
+        """How many workgroups of `program` one cooperative launch can hold at once. The reference
+        backend runs any grid in lockstep and answers a fixed number, so persistent programs loop."""
+        return REFERENCE_COOPERATIVE_WORKGROUPS
 
     def _sequence(self, steps, read, progress: bool | None, total: int | None) -> list[np.ndarray]:
         from .progress import bar

@@ -185,6 +185,14 @@ class CudaBackend(Backend):
                 threads, dynamic_shared))
         return k.occupancy[key]
 
+    def cooperative_workgroups(self, program: Program) -> int:
+        """How many workgroups of `program` (its own workgroup size) one cooperative launch can
+        hold at once on this device: occupancy times SMs; 0 without cooperative launches."""
+        if not self.caps.cooperative_launch:
+            return 0
+        k = self.kernel(program, DispatchConfig(cooperative=True))
+        return self.blocks_per_sm(k, tuple(program.workgroup_size)) * self.caps.sm_count
+
     def auto_workgroup(self, program: Program) -> tuple[int, int, int]:
         """The 1-D block size with the highest occupancy for `program` on this device (ties go to the
         smaller), cached per program. Programs whose results depend on the workgroup shape (local or

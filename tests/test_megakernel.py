@@ -1,0 +1,289 @@
+"""Megakernels (`backend.megakernel`): generated sequences give the same bits as one launch per step,
+on the reference backend (whose persistent grid is small, so every stage loops) and on the GPU;
+grid barriers stand only where fusion keeps a boundary; rounds run to convergence on the device;
+sequences that cannot be one program, or grids that cannot be co-resident, fall back and say why."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import vyre_numba as vn
+from test_fusion import random_sequence
+from vyre_numba import DispatchConfig, ir
+from vyre_numba.errors import DispatchError
+
+B = ir.BufferDecl
+
+
+def shared_reverse(k: int, wg: int = 32) -> ir.Program:
+    """out[i] = a[the mirror of i within its workgroup] + b[i], through workgroup memory."""
+    i, lid = ir.gid(0), ir.lid(0)
+    body = [ir.store("t", lid, ir.load("a", i)), ir.barrier(),
+            ir.if_(i < ir.buf_len("out"), [ir.store("out", i, ir.load("t", (wg - 1) - lid) + ir.load("b", i))])]
+    return ir.Program([B.read("a", 0, "u32"), B.read("b", 1, "u32"), B.output("out", 2, "u32"),
+                       B.workgroup("t", wg, "u32")], wg, body, name=f"shared{k}")
+
+
+def block_ids(k: int) -> ir.Program:
+    """out[i] = a[i] ^ (workgroup id * 1000 + workgroups): launch geometry a stage must keep."""
+    i = ir.gid(0)
+    v = ir.load("a", i) ^ (ir.wgid(0) * 1000 + ir.num_workgroups(0) + ir.gid(1) + ir.wgid(2))
+    return ir.Program([B.read("a", 0, "u32"), B.read("b", 1, "u32"), B.read_write("out", 2, "u32")], 32,
+                      [ir.if_(i < ir.buf_len("out"), [ir.store("out", i, v)])], name=f"ids{k}")
+
+
+def sequence(seed: int):
+    """test_fusion's generated sequences, with steps using workgroup memory, launch ids and
+    repeats mixed in."""
+    rng = np.random.default_rng(seed)
+    specs, pool, reads, keep = random_sequence(rng, None)
+    out = []
+    for k, (p, bufs) in enumerate(specs):
+        r = rng.random()
+        if r < 0.15:
+            p = shared_reverse(k)
+        elif r < 0.25:
+            p = block_ids(k)
+        config = DispatchConfig(fixpoint_iterations=2) if rng.random() < 0.1 else None
+        out.append((p, bufs, config))
+    return out, pool, sorted(set(reads) | set(keep))
+
+
+def compare(be, seeds, oracle=None) -> int:
+    """Megakernel against one launch per step (on `oracle`, the same backend by default); the
+    number of seeds whose megakernel had a grid barrier."""
+    oracle = oracle or be
+    barriers = 0
+    for seed in seeds:
+        specs, pool, reads = sequence(seed)
+        results = []
+        for b, mega in ((oracle, False), (be, True)):
+            bufs = [b.upload(p) for p in pool]
+            steps = [(p, [bufs[x] for x in xs], c) for p, xs, c in specs]
+            if mega:
+                with b.megakernel(steps, [(bufs[r],) for r in reads]) as mk:
+                    assert mk.mode == "megakernel", (seed, mk.reason)
+                    got = mk.run().outputs
+                    barriers += mk.barriers > 0
+            else:
+                got = b.dispatch_sequence(steps, [(bufs[r],) for r in reads])
+            results.append(got)
+        for want, got in zip(*results):
+            assert np.array_equal(want, got), seed
+    return barriers
+
+
+def test_generated_sequences_give_the_same_bits_as_a_megakernel_on_the_reference_backend():
+    assert compare(vn.get_backend("reference"), range(150)) > 20
+
+
+@pytest.mark.gpu
+def test_generated_sequences_give_the_same_bits_as_a_megakernel_on_the_gpu():
+    assert compare(vn.get_backend("cuda"), range(120), vn.get_backend("reference")) > 20
+
+
+def _pipeline(be, n: int):
+    """x -> y = 2x (same index) -> z = y reversed (another index) -> w = z*z (same index)."""
+    i = ir.gid()
+    p1 = ir.Program([B.read("x", 0, "u32"), B.read_write("y", 1, "u32")], 64,
+                    [ir.if_(i < ir.buf_len("x"), [ir.store("y", i, ir.load("x", i) * 2)])], name="dbl")
+    p2 = ir.Program([B.read("y", 0, "u32"), B.read_write("z", 1, "u32")], 64,
+                    [ir.if_(i < ir.buf_len("y"), [ir.store("z", i, ir.load("y", ir.buf_len("y") - 1 - i) + 1)])],
+                    name="rev")
+    p3 = ir.Program([B.read("z", 0, "u32"), B.output("w", 1, "u32")], 64,
+                    [ir.if_(i < ir.buf_len("z"), [ir.store("w", i, ir.load("z", i) * ir.load("z", i))])], name="sq")
+    x = be.upload(np.arange(n, dtype=np.uint32))
+    y, z, w = (be.empty(n, np.uint32) for _ in range(3))
+    return [(p1, [x, y]), (p2, [y, z]), (p3, [z, w])], (x, y, z, w)
+
+
+def test_grid_barriers_stand_only_where_fusion_keeps_a_boundary():
+    be = vn.get_backend("reference")
+    steps, (x, y, z, w) = _pipeline(be, 1000)
+    mk = be.megakernel(steps, [(w,)])
+    assert mk.mode == "megakernel" and mk.groups == [[0], [1, 2]] and mk.barriers == 1
+    assert "other than its own" in str(mk.boundaries[0])
+    assert sum(isinstance(s, ir.Barrier) for s in ir.walk(mk.program.entry)) == 1
+    want = ((np.arange(1000, dtype=np.uint32)[::-1] * 2 + 1) ** 2).astype(np.uint32)
+    r = mk.run()
+    assert r.mode == "megakernel" and r.reason is None and r.rounds == 1 and r.converged is None
+    assert np.array_equal(r.outputs[0], want)
+
+
+def test_without_a_flag_the_rounds_run_exactly_max_rounds_times():
+    be = vn.get_backend("reference")
+    steps, (x, y, z, w) = _pipeline(be, 300)
+    i = ir.gid()
+    back = ir.Program([B.read("w", 0, "u32"), B.read_write("x", 1, "u32")], 64,
+                      [ir.if_(i < ir.buf_len("x"), [ir.store("x", i, ir.load("w", i) + i)])], name="back")
+    steps = steps + [(back, [w, x])]
+    want = be.dispatch_repeated([], steps, 3, [(x,)])[0]
+    x2 = be.upload(np.arange(300, dtype=np.uint32))  # x itself now holds the three rounds' result
+    steps2 = [(p, [x2 if b is x else b for b in bs]) for p, bs in steps]
+    r = be.megakernel(steps2, [(x2,)], max_rounds=3).run()
+    assert (r.rounds, r.converged) == (3, None) and np.array_equal(r.outputs[0], want)
+
+
+def relabel_steps(be, seg: np.ndarray, labels: np.ndarray):
+    """Min-label propagation along a path cut into segments: each round, every item takes the
+    smallest label of itself and its same-segment neighbours, setting flag[0] when it changed."""
+    i, n = ir.gid(), ir.buf_len("lab")
+    left, right = ir.select(i > 0, i - 1, i), ir.select(i + 1 < n, i + 1, i)
+
+    def nb(j):
+        return ir.select(ir.load("seg", j) == ir.load("seg", i), ir.load("lab", j), ir.load("lab", i))
+
+    best = ir.min_(ir.load("lab", i), ir.min_(nb(left), nb(right)))
+    find = ir.Program([B.read("seg", 0, "u32"), B.read("lab", 1, "u32"), B.read_write("nxt", 2, "u32"),
+                       B.read_write("flag", 3, "u32")], 128,
+                      [ir.if_(i < n, [ir.let("b", best), ir.store("nxt", i, ir.var("b")),
+                                      ir.if_(ir.var("b") != ir.load("lab", i), [ir.store("flag", 0, 1)])])],
+                      name="find")
+    take = ir.Program([B.read("nxt", 0, "u32"), B.read_write("lab", 1, "u32")], 128,
+                      [ir.if_(i < ir.buf_len("lab"), [ir.store("lab", i, ir.load("nxt", i))])], name="take")
+    s, lab = be.upload(seg), be.upload(labels)
+    nxt, flag = be.empty(len(labels), np.uint32), be.empty(1, np.uint32)
+    return [(find, [s, lab, nxt, flag]), (take, [nxt, lab])], lab, flag
+
+
+def relabel_numpy(seg, labels, max_rounds):
+    lab = labels.copy()
+    for r in range(1, max_rounds + 1):
+        left = np.where(seg[np.maximum(np.arange(len(lab)) - 1, 0)] == seg, lab[np.maximum(np.arange(len(lab)) - 1, 0)], lab)
+        idx = np.minimum(np.arange(len(lab)) + 1, len(lab) - 1)
+        right = np.where(seg[idx] == seg, lab[idx], lab)
+        new = np.minimum(lab, np.minimum(left, right))
+        if np.array_equal(new, lab):
+            return lab, r, True
+        lab = new
+    return lab, max_rounds, False
+
+
+def run_relabel(be, n, seg_len, max_rounds, seed=0, workgroups=None):
+    rng = np.random.default_rng(seed)
+    seg = (np.arange(n) // seg_len).astype(np.uint32)
+    labels = rng.permutation(n).astype(np.uint32)
+    steps, lab, flag = relabel_steps(be, seg, labels)
+    with be.megakernel(steps, [(lab,)], until=flag, max_rounds=max_rounds, workgroups=workgroups) as mk:
+        r = mk.run()
+        again = mk.run()  # a second run starts from the first's labels: one round, nothing changes
+    want, rounds, converged = relabel_numpy(seg, labels, max_rounds)
+    return mk, r, again, want, rounds, converged
+
+
+@pytest.mark.parametrize("max_rounds", [200, 7])
+def test_rounds_repeat_on_the_device_until_the_flag_stays_zero(max_rounds):
+    be = vn.get_backend("reference")
+    mk, r, again, want, rounds, converged = run_relabel(be, 1500, 40, max_rounds)
+    assert mk.mode == "megakernel" and mk.barriers == 4  # find | take, then three around the flag
+    assert np.array_equal(r.outputs[0], want)
+    assert (r.rounds, r.converged) == (rounds, converged) and converged == (max_rounds == 200)
+    if converged:
+        assert (again.rounds, again.converged) == (1, True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n, seg_len, workgroups", [(1, 1, None), (1000, 1000, None), (1 << 20, 60, None),
+                                                    (100_000, 30, 1), (300_001, 64, 3)])
+def test_rounds_to_convergence_on_the_gpu_match_numpy(n, seg_len, workgroups):
+    be = vn.get_backend("cuda")
+    mk, r, again, want, rounds, converged = run_relabel(be, n, seg_len, 10_000, 1, workgroups)
+    assert r.mode == "megakernel", r.reason
+    assert np.array_equal(r.outputs[0], want) and (r.rounds, r.converged) == (rounds, True)
+    assert (again.rounds, again.converged) == (1, True) and r.device_ns > 0
+
+
+def test_steps_that_cannot_share_a_launch_fall_back_to_graph_replay_and_say_why():
+    be = vn.get_backend("reference")
+    steps, (x, y, z, w) = _pipeline(be, 100)
+    p = steps[1][0]
+    early = ir.Program(p.buffers, p.workgroup_size, [ir.if_(ir.gid() > 5000, [ir.return_()])] + list(p.entry),
+                       name="early")
+    cases = [([steps[0], (early, steps[1][1]), steps[2]], "returns early"),
+             ([steps[0], (p, steps[1][1], DispatchConfig(cooperative=True)), steps[2]], "cooperative"),
+             ([steps[0], (ir.Program(p.buffers, 32, p.entry, name="narrow"), steps[1][1]), steps[2]],
+              "workgroups differ"),
+             ([steps[0], (p, steps[1][1], DispatchConfig(fixpoint_iterations=1000)), steps[2]], "unroll")]
+    want = be.dispatch_sequence(steps, [(w,)])[0]
+    for seq, why in cases:
+        with be.megakernel(seq, [(w,)]) as mk:
+            assert mk.mode == "graph" and why in mk.reason and "fall" in repr(mk)
+            r = mk.run()
+            assert r.mode == "graph" and why in r.reason
+            if why != "unroll":
+                assert np.array_equal(r.outputs[0], want)
+    with be.megakernel(steps, [(w,)], workgroups=10**5) as mk:  # more than the reference's persistent grid
+        assert mk.mode == "graph" and "co-resident" in mk.reason
+        assert np.array_equal(mk.run().outputs[0], want)
+
+
+@pytest.mark.parametrize("name", ["reference", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_fallback_repeats_to_convergence_too(name):
+    be = vn.get_backend(name)
+    seg = (np.arange(300) // 25).astype(np.uint32)
+    labels = np.random.default_rng(3).permutation(300).astype(np.uint32)
+    steps, lab, flag = relabel_steps(be, seg, labels)
+    with be.megakernel(steps, [(lab,)], until=flag, max_rounds=500, workgroups=10**5) as mk:
+        r = mk.run()
+    want, rounds, _ = relabel_numpy(seg, labels, 500)
+    assert r.mode == "graph" and np.array_equal(r.outputs[0], want) and (r.rounds, r.converged) == (rounds, True)
+    assert "co-resident" in r.reason
+
+
+def test_a_plan_is_made_once_per_sequence_and_counted():
+    be = vn.get_backend("reference")
+    steps, (x, y, z, w) = _pipeline(be, 64)
+    be.reset_telemetry()
+    for _ in range(3):
+        be.megakernel(steps, [(w,)]).run()
+    t = be.telemetry()
+    assert (t["megakernel_plan_misses"], t["megakernel_plan_hits"], t["megakernel_runs"]) == (1, 2, 3)
+    be.megakernel(steps, [(w,)], workgroups=10**5).run()
+    assert be.telemetry()["megakernel_fallbacks"] == 1
+
+
+def test_bad_calls_say_how_to_fix_them():
+    be = vn.get_backend("reference")
+    steps, (x, y, z, w) = _pipeline(be, 64)
+    stray = be.empty(1, np.uint32)
+    bad = [lambda: be.megakernel([]), lambda: be.megakernel(steps, until=stray),
+           lambda: be.megakernel(steps, until=be.empty(1, np.float32)),
+           lambda: be.megakernel(steps, max_rounds=0), lambda: be.megakernel(steps, max_rounds=True),
+           lambda: be.megakernel(steps, workgroups=0), lambda: be.megakernel([("nope", [x])]),
+           lambda: be.megakernel([(steps[0][0], [x, y], "fast")]), lambda: be.megakernel(steps, read=[w])]
+    for call in bad:
+        with pytest.raises(DispatchError, match="Fix:"):
+            call()
+    mk = be.megakernel(steps)
+    mk.close()
+    mk.close()
+    with pytest.raises(DispatchError, match="closed"):
+        mk.run()
+
+
+def test_float_change_flag_is_refused():
+    be = vn.get_backend("reference")
+    i = ir.gid()
+    p = ir.Program([B.read_write("f", 0, "f32")], 32, [ir.if_(i < 1, [ir.store("f", 0, 1.0)])], name="f")
+    f = be.empty(1, np.float32)
+    with pytest.raises(DispatchError, match="integer"):
+        be.megakernel([(p, [f])], until=f)
+
+
+def test_megakernel_programs_assemble_for_every_target_without_a_gpu():
+    from vyre_numba import ptx
+
+    be = vn.get_backend("reference")
+    seg = (np.arange(100) // 10).astype(np.uint32)
+    steps, lab, flag = relabel_steps(be, seg, np.arange(100, dtype=np.uint32)[::-1].copy())
+    programs = [be.megakernel(steps, [(lab,)], until=flag, max_rounds=50).program]
+    for seed in range(6):
+        specs, pool, reads = sequence(seed)
+        bufs = [be.upload(p) for p in pool]
+        programs.append(be.megakernel([(p, [bufs[x] for x in xs], c) for p, xs, c in specs]).program)
+    for program in programs:
+        for sm in (80, 90):
+            text = ptx.emit(program, sm=sm, cooperative=True)
+            assert "vyre_grid_barrier" in text or not any(isinstance(s, ir.Barrier) and s.scope == "grid"
+                                                          for s in ir.walk(program.entry))
+            assert ptx.assemble(text, sm=sm)

@@ -1,0 +1,277 @@
+"""`backend.megakernel(steps, ...)`: a resident sequence as one persistent cooperative launch, with a
+grid barrier only where fusion keeps a boundary (`ir.persistent` builds the program), optionally
+repeated on the device until a change flag stays zero. Where the sequence cannot be one program or
+its grid cannot be co-resident, the plan says why and runs the unfused kernels as a recorded graph
+instead (or, where even recording is refused, as a plain sequence)."""
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+
+from . import display
+from .backend import Step, _iterable, _read, _shape, _storage, _overlap, as_step
+from .config import DispatchConfig
+from .errors import DispatchError, VyreError
+from .ir import Program
+from .ir import nodes as n
+from .ir.program import Access, BufferDecl
+from .ir.persistent import STATS
+from .ir.types import DataType
+from .lru import LRUCache
+
+PLANS = 64  # megakernel plans a backend keeps (programs and decisions; never the buffers)
+MAX_UNROLL = 64  # a step's fixpoint_iterations becomes that many stages, up to this many
+MAX_ROUNDS = 1 << 31
+
+
+@dataclass(frozen=True)
+class MegakernelResult:
+    """A run: the reads, rounds run, whether the last round left the flag zero (None without
+    `until`), the mode that ran ("megakernel", "graph" or "sequence"), why it was not a megakernel
+    (None when it was), and device nanoseconds (a `Duration`; None on the CPU)."""
+
+    outputs: list
+    rounds: int
+    converged: bool | None
+    mode: str
+    reason: str | None = None
+    device_ns: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "device_ns", display.duration(self.device_ns))
+
+    def __repr__(self) -> str:
+        return display.record_repr(self)
+
+    def _repr_html_(self) -> str:
+        return display.record_html(self)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    mode: str
+    reason: str | None
+    groups: list
+    boundaries: list
+    program: Program | None = None
+    keys: list | None = None
+    barriers: int = 0
+    workgroups: int = 0
+
+
+class Megakernel:
+    """A planned megakernel over resident buffers: `mode` ("megakernel", or "graph" where it fell
+    back, `reason` saying why), `program` (the persistent program), `barriers` (grid barriers a
+    round), `groups` (step indices each stage runs), `boundaries` (why each barrier stayed),
+    `workgroups` (the co-resident grid). `run()` runs it. It owns its recorded graph and counters,
+    released once by `close()`, a `with` block, or collection."""
+
+    closed = False
+
+    def __init__(self, backend, steps: Iterable, read: Iterable = (), *, until=None, max_rounds: int = 1,
+                 workgroups: int | None = None):
+        from .bindings import check_resident
+
+        self.backend = backend
+        self.steps = [as_step(s) for s in _iterable(steps, "steps")]
+        if not self.steps:
+            raise DispatchError("no steps for a megakernel. Fix: pass at least one Step(program, buffers[, config]).")
+        self.read = [_read(r) for r in _iterable(read, "read")]
+        self.max_rounds = _whole(max_rounds, "max_rounds", 1, MAX_ROUNDS - 1)
+        if workgroups is not None:
+            workgroups = _whole(workgroups, "workgroups", 1, 1 << 20)
+        bound = []
+        for k, s in enumerate(self.steps):
+            if not isinstance(s.program, Program):
+                raise DispatchError(f"step {k}'s program is a {type(s.program).__name__}. Fix: pass an ir.Program.")
+            if s.config is not None and not isinstance(s.config, DispatchConfig):
+                raise DispatchError(f"step {k}'s config is a {type(s.config).__name__}. Fix: pass a DispatchConfig "
+                                    "or None.")
+            bound.append(check_resident(s.program, s.buffers, "megakernel"))
+        self.until = until
+        flag = None if until is None else self._flag(until, bound)
+        key = (tuple((s.program.digest(), tuple(_storage(b) for b in bs), s.config) for s, bs in zip(self.steps, bound)),
+               tuple(_storage(r[0]) + r[1:] for r in self.read), flag, self.max_rounds, workgroups)
+        plans = backend.__dict__.setdefault("_megakernel_plans", LRUCache(PLANS))
+        plan = plans.get(key)
+        backend._count(**{"megakernel_plan_hits" if plan is not None else "megakernel_plan_misses": 1})
+        if plan is None:
+            plan = plans.put(key, self._plan(bound, flag, workgroups))
+        self._p = plan
+        self._bound = bound
+        self._graph = None
+        self._stats = None
+        self._finalizer = weakref.finalize(self, _release, [None])
+
+    # ---- what it is --------------------------------------------------------------------------
+    mode = property(lambda self: self._p.mode, doc="\"megakernel\", or \"graph\" where it fell back.")
+    reason = property(lambda self: self._p.reason, doc="Why it fell back (None when it did not).")
+    program = property(lambda self: self._p.program, doc="The persistent program (None where it fell back).")
+    barriers = property(lambda self: self._p.barriers, doc="Grid barriers one round runs.")
+    groups = property(lambda self: self._p.groups, doc="The (unrolled) step indices each stage runs.")
+    boundaries = property(lambda self: self._p.boundaries, doc="Why each grid barrier between stages stayed.")
+    workgroups = property(lambda self: self._p.workgroups, doc="Workgroups of the persistent launch.")
+
+    def __repr__(self) -> str:
+        if self.mode != "megakernel":
+            return f"<Megakernel falling back to {self.mode}: {self.reason}>"
+        return (f"<Megakernel: {len(self.groups)} stages from {sum(map(len, self.groups))} steps, "
+                f"{self.barriers} grid barriers a round, {self.workgroups} workgroups>")
+
+    # ---- running -----------------------------------------------------------------------------
+    def run(self) -> MegakernelResult:
+        """Run the sequence (until the flag stays zero, at most `max_rounds` rounds, with `until`;
+        else exactly `max_rounds` times) and read back `read`."""
+        if self.closed:
+            raise DispatchError("this megakernel was closed. Fix: plan a new one with backend.megakernel(...).")
+        b = self.backend
+        timer = getattr(b, "device_timer", None)
+        if self.mode == "megakernel":
+            p = self._p
+            if p.keys[-1:] == [STATS] and self._stats is None:
+                self._stats = b.empty(2, np.uint32)
+            by_key = {_storage(buf): buf for bs in self._bound for buf in bs}
+            buffers = [self._stats if k == STATS else by_key[k] for k in p.keys]
+            config = DispatchConfig(grid=(p.workgroups, 1, 1), cooperative=True)
+            ns = None
+            if timer is not None:
+                with timer() as t:
+                    b.dispatch_resident(p.program, buffers, config)
+                ns = t.ns
+            else:
+                b.dispatch_resident(p.program, buffers, config)
+            if self.until is not None:
+                rounds, done = (int(v) for v in b.download(self._stats))
+                converged = bool(done)
+            else:
+                rounds, converged = self.max_rounds, None
+            b._count(megakernel_runs=1)
+            return MegakernelResult(self._reads(), rounds, converged, "megakernel", None, ns)
+        b._count(megakernel_fallbacks=1)
+        rounds, converged = self._fallback_rounds()
+        return MegakernelResult(self._reads(), rounds, converged, self.mode, self.reason)
+
+    def _fallback_rounds(self) -> tuple[int, bool | None]:
+        b = self.backend
+        steps = list(self.steps)
+        if self.until is not None:
+            steps = [Step(_clear_program(self._until_dtype), [self.until], DispatchConfig(grid=(1, 1, 1)))] + steps
+        flag_read = [(self.until, 0, 1)] if self.until is not None else []
+        if self._graph is None and self.mode == "graph":
+            try:
+                self._graph = b.record_sequence(steps, flag_read)
+                self._finalizer.detach()
+                self._finalizer = weakref.finalize(self, _release, [self._graph])
+            except VyreError as e:  # a step the driver will not capture: run the plain sequence
+                self._p = dataclasses.replace(self._p, mode="sequence", reason=f"{self._p.reason}; and recording "
+                                              f"the fallback graph failed ({e})")
+        for r in range(1, self.max_rounds + 1):
+            out = self._graph.replay() if self._graph is not None else b.dispatch_sequence(steps, flag_read)
+            if self.until is not None and not np.any(out[0]):
+                return r, True
+        return self.max_rounds, (False if self.until is not None else None)
+
+    def _reads(self) -> list[np.ndarray]:
+        return [self.backend.download(buf, off, cnt) for buf, off, cnt in self.read]
+
+    def close(self) -> None:
+        """Release the recorded fallback graph and the counters (once; later calls do nothing)."""
+        if not self.closed:
+            self.closed = True
+            self._finalizer()
+            self._graph = self._stats = None
+
+    def __enter__(self) -> "Megakernel":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ---- planning ----------------------------------------------------------------------------
+    def _flag(self, until, bound) -> tuple:
+        key = _storage(until)
+        where = [(k, d.name) for k, (s, bs) in enumerate(zip(self.steps, bound))
+                 for d, buf in zip(s.program.bound_buffers, bs) if _storage(buf) == key]
+        if not where:
+            raise DispatchError("until= names a buffer no step binds. Fix: pass the resident buffer a step sets "
+                                "nonzero when it changed something (and binds as one of its buffers).")
+        k, name = where[0]
+        decl = next(d for d in self.steps[k].program.bound_buffers if d.name == name)
+        if decl.dtype.is_float:
+            raise DispatchError(f"until= is `{name}` of step {k}, a {decl.dtype.value} buffer. Fix: use an integer "
+                                "or bool change flag.")
+        self._until_dtype = decl.dtype
+        return key
+
+    def _unroll(self):
+        """(steps with each fixpoint_iterations > 1 as that many copies, or why not)."""
+        out = []
+        for k, s in enumerate(self.steps):
+            c = s.config or DispatchConfig()
+            if c.cooperative:
+                return None, f"step {k} is a cooperative launch of its own"
+            if c.fixpoint_iterations > MAX_UNROLL:
+                return None, f"step {k} repeats {c.fixpoint_iterations} times, more than the {MAX_UNROLL} stages it may unroll to"
+            once = dataclasses.replace(c, fixpoint_iterations=1)
+            out += [(k, once)] * c.fixpoint_iterations
+        return out, None
+
+    def _plan(self, bound, flag, workgroups) -> _Plan:
+        from .ir import fusion, persistent
+
+        unrolled, why = self._unroll()
+        if why is None:
+            shapes = [_shape(Step(self.steps[k].program, bound[k], c), bound[k]) for k, c in unrolled]
+            why = persistent.why_not(shapes) if shapes else "no step runs (every fixpoint_iterations is 0)"
+        if why is not None:
+            return _Plan("graph", why, [[k] for k in range(len(self.steps))], [])
+        groups, boundaries = fusion.plan(shapes)
+        kept = {_storage(r[0]) for r in self.read} | ({flag} if flag is not None else set())
+        scratch = []
+        for group in groups:
+            others = {k for j, sh in enumerate(shapes) if j not in group for k in sh.storage} | kept
+            mine = {k for j in group for k in shapes[j].storage}
+            # rounds read what the previous round left: nothing is scratch when the stages repeat
+            scratch.append(set() if self.max_rounds > 1 else {k for k in mine if not any(_overlap(k, o) for o in others)})
+        built = persistent.build(shapes, groups, scratch, flag=flag, max_rounds=self.max_rounds)
+        needed = max(sh.invocations for sh in shapes) // shapes[0].workgroup[0]
+        try:
+            fit = self.backend.cooperative_workgroups(built.program)
+        except VyreError as e:
+            return _Plan("graph", f"the persistent program cannot launch cooperatively here ({e})", groups, boundaries)
+        if fit < 1:
+            return _Plan("graph", "not one workgroup of the persistent program fits co-resident on this device "
+                         "(or the device has no cooperative launch)", groups, boundaries)
+        if workgroups is not None and workgroups > fit:
+            return _Plan("graph", f"workgroups={workgroups} do not fit co-resident (at most {fit} here)", groups,
+                         boundaries)
+        grid = min(workgroups or fit, max(needed, 1))
+        return _Plan("megakernel", None, groups, boundaries, built.program, built.keys, built.barriers, grid)
+
+
+def _whole(value, name: str, lo: int, hi: int) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
+        raise DispatchError(f"{name}={value!r} is not an int in [{lo}, {hi}]. Fix: pass a whole number in range.")
+    return int(value)
+
+
+def _release(held: list) -> None:
+    for g in held:
+        if g is not None:
+            g.close()
+
+
+_CLEARS: dict = {}
+
+
+def _clear_program(dtype: DataType) -> Program:
+    """One invocation storing zero to element 0 of a flag buffer of `dtype`."""
+    if dtype not in _CLEARS:
+        zero = n.lit(False if dtype is DataType.BOOL else 0, dtype)
+        _CLEARS[dtype] = Program([BufferDecl("flag", 0, Access.READ_WRITE, dtype)], (1, 1, 1),
+                                 [n.Store("flag", n.lit(0, DataType.U32), zero)], name="clear_flag")
+    return _CLEARS[dtype]

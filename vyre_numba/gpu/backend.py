@@ -238,7 +238,8 @@ class CudaBackend(Backend):
                     return float("inf")
                 return (time.perf_counter() - t0) / 5 * 1e6
 
-            cands = [c for c in tuning.CANDIDATES if c <= self.caps.max_threads_per_block]
+            auto = self.auto_workgroup(program)[0]  # the occupancy rule's choice competes too: "tune" never loses to it
+            cands = sorted({c for c in tuning.CANDIDATES if c <= self.caps.max_threads_per_block} | {auto})
             wg, times = tuning.fastest(cands, time_us)
             if times[wg] == float("inf"):
                 return program.workgroup_size

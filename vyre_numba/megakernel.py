@@ -103,8 +103,7 @@ class Megakernel:
             plan = plans.put(key, self._plan(bound, flag, workgroups))
         self._p = plan
         self._bound = bound
-        self._graph = None
-        self._stats = None
+        self._graph = self._stats = self._launch = None
         self._finalizer = weakref.finalize(self, _release, [None])
 
     # ---- what it is --------------------------------------------------------------------------
@@ -132,11 +131,13 @@ class Megakernel:
         timer = getattr(b, "device_timer", None)
         if self.mode == "megakernel":
             p = self._p
-            if p.keys[-1:] == [STATS] and self._stats is None:
-                self._stats = b.empty(2, np.uint32)
-            by_key = {_storage(buf): buf for bs in self._bound for buf in bs}
-            buffers = [self._stats if k == STATS else by_key[k] for k in p.keys]
-            config = DispatchConfig(grid=(p.workgroups, 1, 1), cooperative=True)
+            if self._launch is None:  # the bound buffers in the program's order, found once
+                if p.keys[-1:] == [STATS]:
+                    self._stats = b.empty(2, np.uint32)
+                by_key = {_storage(buf): buf for bs in self._bound for buf in bs}
+                self._launch = ([self._stats if k == STATS else by_key[k] for k in p.keys],
+                                DispatchConfig(grid=(p.workgroups, 1, 1), cooperative=True))
+            buffers, config = self._launch
             ns = None
             if timer is not None:
                 with timer() as t:
@@ -183,7 +184,7 @@ class Megakernel:
         if not self.closed:
             self.closed = True
             self._finalizer()
-            self._graph = self._stats = None
+            self._graph = self._stats = self._launch = None
 
     def __enter__(self) -> "Megakernel":
         return self

@@ -145,6 +145,7 @@ class Megakernel:
                 ns = t.ns
             else:
                 b.dispatch_resident(p.program, buffers, config)
+            b.synchronize()  # and a grid barrier that timed out becomes BarrierTimeoutError
             if self.until is not None:
                 rounds, done = (int(v) for v in b.download(self._stats))
                 converged = bool(done)

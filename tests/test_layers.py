@@ -13,7 +13,7 @@ ROOT = Path(vyre_numba.__file__).resolve().parent
 LAYERS = [
     ("errors", "config", "lru", "profiling", "version", "display", "progress", "unique"),
     ("ir",),
-    ("backend", "bindings", "recording", "megakernel"),
+    ("backend", "bindings", "recording", "megakernel", "checked"),
     ("reference",),
     ("ptx",),
     ("gpu",),

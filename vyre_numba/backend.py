@@ -432,7 +432,8 @@ def _shape(step: Step, buffers: list):
                 raise DispatchError(f"fuse: {program.name!r} binds {a.name!r} and {b.name!r} to overlapping memory and "
                                     "one of them is written, a race. Fix: bind distinct buffers (copy one first).")
     sizes = tuple(_elements(b) for b in buffers)
-    one_d = config.fixpoint_iterations == 1 and not config.cooperative and config.workgroup in (None, "auto", "tune")
+    one_d = (config.fixpoint_iterations == 1 and not config.cooperative and not config.checked
+             and config.workgroup in (None, "auto", "tune"))
     invocations, wg = None, program.workgroup_size
     if one_d:
         grid, wg = launch_geometry(program, config, {d.name: s for d, s in zip(program.bound_buffers, sizes)})

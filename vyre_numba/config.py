@@ -57,6 +57,10 @@ class DispatchConfig:
     optimize: compile `program.optimized()` (`ir.optimize`: folding, dead code, hoisting, common
         subexpressions; the same results bit for bit) rather than the program as written. The
         reference backend, the oracle every backend is tested against, always runs it as written.
+    checked: False; True or "warn" to count, on the device, out-of-bounds loads, stores and
+        atomics, integer division by zero and NaNs produced, per site, and warn (`CheckWarning`)
+        with the first invocation of each; "raise" to raise `CheckError` instead (`vyre_numba.checked`).
+        A checked dispatch synchronises to read the counts; unchecked ones carry no checks at all.
 
     NumPy integer scalars are accepted wherever an int is and stored as plain ints; bool is never
     taken for an int. Anything else raises DispatchError.
@@ -68,6 +72,7 @@ class DispatchConfig:
     cooperative: bool = False
     label: str | None = None
     optimize: bool = True
+    checked: bool | str = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "grid", _dims(self.grid, "grid", 0))
@@ -96,6 +101,13 @@ class DispatchConfig:
         if not isinstance(self.optimize, (bool, np.bool_)):
             raise DispatchError(f"optimize={self.optimize!r} is not a bool. Fix: pass optimize=True or optimize=False.")
         object.__setattr__(self, "optimize", bool(self.optimize))
+        c = self.checked
+        if isinstance(c, (bool, np.bool_)):
+            c = "warn" if c else False
+        if c is not False and (not isinstance(c, str) or c not in ("warn", "raise")):
+            raise DispatchError(f"checked={self.checked!r} is not True, False, 'warn' or 'raise'. Fix: pass "
+                                "checked=True (warn about what the checks find) or checked='raise'.")
+        object.__setattr__(self, "checked", c)
 
     def key(self) -> tuple:
         """What of the configuration changes generated code."""

@@ -51,6 +51,24 @@ class CapacityError(DispatchError):
         self.needed = needed
 
 
+class CheckError(DispatchError):
+    """A checked dispatch (`DispatchConfig(checked="raise")`) found out-of-bounds accesses, division
+    by zero or NaNs. The dispatch ran to completion: `report` says what it found, `outputs` holds a
+    host dispatch's results (None for a resident one, whose buffers hold them)."""
+
+    def __init__(self, message: str, report, outputs=None):
+        super().__init__(message)
+        self.report, self.outputs = report, outputs
+
+
+class CheckWarning(UserWarning):
+    """What a checked dispatch (`DispatchConfig(checked=True)`) found; `report` has the details."""
+
+    def __init__(self, message: str, report=None):
+        super().__init__(message)
+        self.report = report
+
+
 class HostMemoryError(DispatchError):
     """The host ran out of memory for arrays sized by the inputs (usually by the largest id)."""
 

@@ -216,6 +216,8 @@ class Megakernel:
             c = s.config or DispatchConfig()
             if c.cooperative:
                 return None, f"step {k} is a cooperative launch of its own"
+            if c.checked:
+                return None, f"step {k} is checked (a checked dispatch reads its counts back after its launch)"
             if c.fixpoint_iterations > MAX_UNROLL:
                 return None, f"step {k} repeats {c.fixpoint_iterations} times, more than the {MAX_UNROLL} stages it may unroll to"
             once = dataclasses.replace(c, fixpoint_iterations=1)

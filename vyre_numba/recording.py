@@ -132,6 +132,9 @@ class Redispatch(RecordedGraph):
 
     def __init__(self, backend, program: Program, sample_inputs: Sequence | Mapping | None,
                  config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None):
+        from .checked import refuse
+
+        refuse(config, "record_graph")
         self.backend, self.program, self.config = backend, program, check_config(config)
         self.binding = bind(program, sample_inputs, self.config, sizes)
         self._dtypes = input_dtypes(program, sample_inputs)
@@ -173,7 +176,11 @@ class Resequence(RecordedGraph):
         from .backend import _iterable, _read, as_step
 
         self.backend = backend
+        from .checked import refuse
+
         self.steps = [as_step(s) for s in _iterable(steps, "steps")]
+        for s in self.steps:
+            refuse(s.config, "record_sequence")
         self.read = [_read(r) for r in _iterable(read, "read")]
         self.buffers = [s.buffers for s in self.steps]  # held, so they outlive the recording's use
         backend._count(graph_recordings=1)

@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .. import profiling
+from .. import checked, profiling
 from ..backend import Backend, Pending, Telemetry, check_empty, check_upload
 from ..bindings import Binding, bind, check_config
 from ..config import DispatchConfig
@@ -272,6 +272,8 @@ class CudaBackend(Backend):
         """Copy the inputs in, run, copy the outputs out, on this thread's stream; one synchronisation.
         A call that repeats this thread's previous one (same program and configuration objects,
         inputs of the same dtypes and sizes as plain 1-D arrays) skips binding."""
+        if config is not None and checked.wanted(config):
+            return checked.dispatch(self, program, inputs, config, sizes)
         last = getattr(self._thread, "host_last", None)
         arrays = None
         if last is not None and last[0] is program and last[1] is config and sizes is None:
@@ -327,13 +329,19 @@ class CudaBackend(Backend):
                        config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None
                        ) -> "CudaPending":
         """Upload, launch and read back on a stream of its own; returns once the inputs are copied
-        (they may be changed afterwards). What it holds goes back when its result is collected."""
+        (they may be changed afterwards). What it holds goes back when its result is collected.
+        A checked dispatch runs at once."""
+        if checked.wanted(config):
+            return checked.dispatch_now(self, program, inputs, config, sizes)
         return self._issue(program, inputs, config, sizes, timed=False)
 
     def dispatch_timed(self, program: Program, inputs: Sequence | Mapping | None = None,
                        config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None
                        ) -> tuple[list[np.ndarray], Duration]:
-        """Outputs plus the device nanoseconds of the launches, measured with CUDA events."""
+        """Outputs plus the device nanoseconds of the launches, measured with CUDA events (the
+        host's clock for a checked dispatch)."""
+        if checked.wanted(config):
+            return super().dispatch_timed(program, inputs, config, sizes=sizes)
         pending = self._issue(program, inputs, config, sizes, timed=True)
         out = pending.result()
         ns = pending.device_ns()
@@ -407,8 +415,16 @@ class CudaBackend(Backend):
         default) inside the block with CUDA events; on leaving it waits for that work and sets `t.ns`."""
         drv = self._drv
         s = self.stream_handle if stream is None else stream
-        start, end = _event(drv, True), _event(drv, True)
+        spare = self.__dict__.get("_timer_events")
+        if spare is None:  # kept for reuse; destroyed with the backend
+            spare = self.__dict__["_timer_events"] = []
+            weakref.finalize(self, _destroy_events, drv, spare)
+        try:  # a pair of events from an earlier timer: their work has completed
+            start, end = spare.pop()
+        except IndexError:
+            start, end = _event(drv, True), _event(drv, True)
         timer = _Timer()
+        ok = False
         try:
             driver_check(drv.cuEventRecord(start, s), "recording an event")
             yield timer
@@ -419,9 +435,13 @@ class CudaBackend(Backend):
                                   "context; restart the process.")
             err, ms = drv.cuEventElapsedTime(start, end)
             timer.ns = int(round(ms * 1e6)) if err == drv.CUresult.CUDA_SUCCESS else 0
+            ok = True
         finally:
-            drv.cuEventDestroy(start)
-            drv.cuEventDestroy(end)
+            if ok and len(spare) < 8:
+                spare.append((start, end))
+            else:
+                drv.cuEventDestroy(start)
+                drv.cuEventDestroy(end)
 
     def release_memory(self) -> None:
         """Free device memory dropped since the last call now, rather than when numba next
@@ -450,6 +470,8 @@ class CudaBackend(Backend):
         except TypeError:  # an unhashable config is not a DispatchConfig
             prep = None
         if prep is None or prep.program is not program:
+            if checked.wanted(config):  # never prepared, so the checks cost unchecked calls nothing
+                return checked.dispatch_resident(self, program, buffers, config)
             prep = self._prepare(program, config, buffers)
         hot = getattr(self._thread, "hot", None) or self._hot_counter()
         hot[1] += prep.run(buffers)
@@ -757,6 +779,13 @@ def _sync(drv, stream: int, kernel: str, shape: LaunchShape) -> None:
     if err != drv.CUresult.CUDA_SUCCESS:
         raise DeviceError(f"kernel {kernel!r} with {shape} failed: {err.name}. Fix: a fault inside a kernel "
                           "poisons the CUDA context; restart the process.")
+
+
+def _destroy_events(drv, pairs: list) -> None:
+    for pair in pairs:
+        for ev in pair:
+            drv.cuEventDestroy(ev)
+    pairs.clear()
 
 
 def _event(drv, timing: bool):

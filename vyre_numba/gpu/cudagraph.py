@@ -9,6 +9,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from .. import checked
 from ..backend import _iterable, _read, as_step
 from ..bindings import Binding, bind, check_resident
 from ..config import DispatchConfig
@@ -111,6 +112,7 @@ class CudaRecordedGraph(RecordedGraph):
     def __init__(self, backend, program: Program, sample_inputs, config: DispatchConfig | None,
                  sizes: Mapping[str, int] | None):
         self.backend, self.program = backend, program
+        checked.refuse(config, "record_graph")
         backend._ensure_context()
         b = bind(program, sample_inputs, backend._resolve(program, config, sample_inputs, sizes), sizes,
                  copy_inputs=False, allocate_outputs=False)
@@ -227,6 +229,8 @@ class CudaRecordedSequence(RecordedGraph):
         self.backend = backend
         backend._ensure_context()
         steps = [as_step(s) for s in _iterable(steps, "steps")]
+        for st in steps:
+            checked.refuse(st.config, "record_sequence")
         reads = [_read(r) for r in _iterable(read, "read")]
         preps = []
         for st in steps:  # compile and check everything before capturing anything

@@ -104,7 +104,8 @@ def plan(shapes: list[StepShape]) -> tuple[list[list[int]], list[Boundary]]:
             bad = k if facts[k][1] else k - 1
             why = f"step {bad} {facts[bad][1]}"
         elif s.invocations is None or shapes[k - 1].invocations is None:
-            why = "a launch is not one-dimensional (grid and workgroup along x only fuse)"
+            why = ("a launch is not a plain one-dimensional one (grid and workgroup along x, without "
+                   "fixpoint_iterations, cooperative or checked, fuse)")
         elif s.invocations != shapes[k - 1].invocations or s.workgroup != shapes[k - 1].workgroup:
             why = (f"the launches differ ({shapes[k - 1].invocations} invocations of {shapes[k - 1].workgroup} "
                    f"against {s.invocations} of {s.workgroup})")

@@ -40,7 +40,7 @@ def why_not(shapes: list[StepShape]) -> str | None:
     types: dict = {}
     for k, s in enumerate(shapes):
         if s.invocations is None:
-            return f"step {k}'s launch is not one-dimensional (grid and workgroup along x only)"
+            return f"step {k}'s launch is not a plain one-dimensional one (grid and workgroup along x only)"
         if s.workgroup != wg:
             return f"the steps' workgroups differ ({wg} in step 0, {s.workgroup} in step {k})"
         if s.invocations >= MAX_INVOCATIONS:

@@ -10,6 +10,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from .. import checked
 from ..backend import Backend, Pending, check_empty, check_upload
 from ..bindings import Binding, bind
 from ..config import DispatchConfig
@@ -44,6 +45,8 @@ class ReferenceBackend(Backend):
     def dispatch(self, program: Program, inputs: Sequence | Mapping | None = None,
                  config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None
                  ) -> list[np.ndarray]:
+        if checked.wanted(config):
+            return checked.dispatch(self, program, inputs, config, sizes)
         binding = bind(program, inputs, config, sizes)
         prepare(binding, self.memory_budget, self.work_budget).run()
         self._counted(binding.config)
@@ -54,7 +57,10 @@ class ReferenceBackend(Backend):
                        ) -> "ReferencePending":
         """`dispatch` on a worker thread. The inputs are checked and copied here (changing them
         afterwards does not change the results) and mistakes raise here; failures while running
-        are raised by `result()`. `cancel()` stops it at its next loop iteration."""
+        are raised by `result()`. `cancel()` stops it at its next loop iteration. A checked
+        dispatch runs here, at once."""
+        if checked.wanted(config):
+            return checked.dispatch_now(self, program, inputs, config, sizes)
         binding = bind(program, inputs, config, sizes)
         for d in program.inputs:
             if d.role is not Role.INOUT:  # read_write inputs were copied by bind already
@@ -85,6 +91,8 @@ class ReferenceBackend(Backend):
         buffer the program writes)."""
         from .resident import dispatch_resident
 
+        if checked.wanted(config):
+            return checked.dispatch_resident(self, program, buffers, config)
         dispatch_resident(program, buffers, config, memory=self.memory_budget, work=self.work_budget)
         if config is not None and config.label:
             self._count(**{"resident_dispatches": 1, f"dispatches[{config.label}]": 1})

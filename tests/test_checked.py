@@ -1,0 +1,235 @@
+"""Checked dispatch (`DispatchConfig(checked=...)`): the same results as unchecked, every kind of
+problem counted per site with its first invocation, the same counts on the GPU as on the reference
+backend, warnings or errors as asked, and nothing added to unchecked dispatches."""
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import strategies as S
+import vyre_numba as vn
+from program_table import CASES, compare
+from vyre_numba import DispatchConfig, ir
+from vyre_numba.errors import CheckError, CheckWarning, DispatchError, IRValidationError, UnsupportedError
+from vyre_numba.ir import checks
+
+B = ir.BufferDecl
+WARN, RAISE = DispatchConfig(checked=True), DispatchConfig(checked="raise")
+N = 40
+
+
+def problems() -> ir.Program:
+    """One site of every kind that fires, and guarded ones (select, logical and) that must not
+    count where their guard keeps them from mattering."""
+    i = ir.gid()
+    return ir.Program(
+        [B.read("x", 0, "f32"), B.read("d", 1, "i32"), B.output("y", 2, "f32"), B.output("q", 3, "i32"),
+         B.read_write("c", 4, "u32"), B.workgroup("t", 8, "u32")], 32,
+        [ir.if_(i < ir.buf_len("y"), [
+            ir.store("y", i, ir.sqrt(ir.load("x", i + 3)) + ir.select(i < 2, ir.load("x", i * 1000), 0.0)),
+            ir.store("q", i, ir.load("d", i) % ir.load("d", ir.select(i + 1 < ir.buf_len("d"), i + 1, i))),
+            ir.store("q", i + 50, 1),
+            ir.let("ok", ir.logical_and(i + 1 < ir.buf_len("x"), ir.load("x", i + 1) > 0.0)),
+            ir.let("old", ir.atomic("add", "c", i % 5, 1)),
+            ir.let("w", ir.load("t", ir.lid() + 4)),
+            ir.if_(ir.var("ok"), [ir.store("y", i, ir.load("x", i) / (ir.load("x", i) - ir.load("x", i)))]),
+        ])], name="problems")
+
+
+def inputs():
+    x = np.linspace(-2, 2, N).astype(np.float32)
+    x[30] = 0.0
+    d = (np.arange(N) % 4 - 1).astype(np.int32)
+    return [x, d, np.zeros(3, np.uint32)]
+
+
+def findings(report) -> dict:
+    return {f.expr[:40]: (f.kind, f.count, f.invocation, f.index) for f in report.findings}
+
+
+def expected() -> dict:
+    x, d, _ = inputs()
+    i = np.arange(N)
+    t_oob = i % 32 >= 4  # lid + 4 >= 8
+    return {k[:40]: v for k, v in {
+        "x[(invocation_id.x + 3u32)]": ("load", 3, 37, 40),
+        "sqrt(x[(invocation_id.x + 3u32)])": ("nan", int(np.sum(x[3:] < 0)), 0, None),
+        "x[(invocation_id.x * 1000u32)]": ("load", 1, 1, 1000),  # only where i < 2 matters
+        # d[i] % d[i + 1]: divisor zero where (i + 1) % 4 == 1, the last element reading itself
+        "(d[invocation_id.x] % d[select(((invocation_id.x + 1u32) < len(d)), (invocation_id.x + 1u32), ": ("mod", int(np.sum(d[np.minimum(i + 1, N - 1)] == 0)), 0, None),
+        "q[(invocation_id.x + 50u32)] = 1i32": ("store", N, 0, 50),
+        "c[(invocation_id.x % 5u32)]": ("atomic", int(np.sum(i % 5 >= 3)), 3, 3),
+        "t[(local_id.x + 4u32)]": ("load", int(np.sum(t_oob)), 4, 8),
+        "(x[invocation_id.x] / (x[invocation_id.x] - x[invocation_id.x]))": ("nan", 1, 30, None),
+    }.items()}
+
+
+def test_every_kind_of_problem_is_counted_with_its_first_invocation():
+    be = vn.get_backend("reference")
+    with pytest.warns(CheckWarning) as got:
+        outs = be.dispatch(problems(), inputs(), WARN)
+    report = be.last_check
+    assert got[0].message.report is report and "Fix:" in str(got[0].message)
+    have = findings(report)
+    want = expected()
+    for k in list(have):  # the atomic's text is the whole atomic; key it by its index
+        if have[k][0] == "atomic":
+            have["c[(invocation_id.x % 5u32)]"[:40]] = have.pop(k)
+    assert have == want, "\n".join(f"{k}: {have.get(k)} vs {want.get(k)}" for k in set(have) | set(want))
+    plain = be.dispatch(problems(), inputs())
+    for a, b in zip(outs, plain):
+        assert np.array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+def report_bits(report):
+    return [(f.kind, f.what, f.expr, f.count, f.invocation, f.index) for f in report.findings]
+
+
+@pytest.mark.gpu
+def test_the_gpu_counts_what_the_reference_counts():
+    ref, cuda = vn.get_backend("reference"), vn.get_backend("cuda")
+    for config in (WARN, DispatchConfig(checked=True, workgroup="auto"), DispatchConfig(checked=True, optimize=False)):
+        with pytest.warns(CheckWarning):
+            want = ref.dispatch(problems(), inputs(), config)
+        with pytest.warns(CheckWarning):
+            got = cuda.dispatch(problems(), inputs(), config)
+        assert report_bits(cuda.last_check) == report_bits(ref.last_check)
+        for a, b in zip(got, want):
+            assert np.array_equal(a.view(np.uint8), b.view(np.uint8))
+    bufs = [cuda.upload(a) for a in inputs()] + [cuda.empty(N, np.float32), cuda.empty(N, np.int32)]
+    with pytest.warns(CheckWarning):
+        cuda.dispatch_resident(problems(), [bufs[0], bufs[1], bufs[3], bufs[4], bufs[2]], WARN)
+    assert report_bits(cuda.last_check) == report_bits(ref.last_check)
+
+
+@pytest.mark.parametrize("name", ["reference", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_checked_table_programs_give_the_table_results(name):
+    """Every program of the program table, checked: the table's outputs (a wrong index found by
+    the checks never changes what the program computes)."""
+    be = vn.get_backend(name)
+    for case in CASES:
+        config = DispatchConfig(**{**(case.config.__dict__ if case.config else {}), "checked": True})
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", CheckWarning)
+            outs = be.dispatch(case.program, [a.copy() for a in case.inputs], config, sizes=case.sizes)
+        compare(case, outs)
+
+
+@settings(max_examples=int(os.environ.get("VYRE_CHECKED_EXAMPLES", "60")), deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(S.programs_with_inputs())
+def test_generated_programs_give_the_same_bits_checked(case):
+    program, inputs, config = case
+    be = vn.get_backend("reference")
+    try:
+        want = be.dispatch(program, inputs, config)
+    except vn.VyreError:
+        return
+    checked = DispatchConfig(**{**(config.__dict__ if config else {}), "checked": True})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CheckWarning)
+        got = be.dispatch(program, inputs, checked)
+    for a, b in zip(got, want):
+        assert np.array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+@pytest.mark.gpu
+def test_generated_programs_report_the_same_on_the_gpu():
+    ref, cuda = vn.get_backend("reference"), vn.get_backend("cuda")
+    compared = []
+
+    @settings(max_examples=150, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(S.programs_with_inputs())
+    def run(case):
+        program, inputs, config = case
+        checked = DispatchConfig(**{**(config.__dict__ if config else {}), "checked": True})
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", CheckWarning)
+            try:
+                want = ref.dispatch(program, inputs, checked)
+            except vn.VyreError:
+                return
+            got = cuda.dispatch(program, inputs, checked)
+        assert [(f.kind, f.expr, f.count, f.invocation, f.index) for f in cuda.last_check.findings if f.kind != "nan"] \
+            == [(f.kind, f.expr, f.count, f.invocation, f.index) for f in ref.last_check.findings if f.kind != "nan"]
+        compared.append(len(want) == len(got))
+
+    run()
+    assert len(compared) >= 50
+
+
+def test_raise_mode_raises_with_the_outputs_and_resident_buffers_hold_theirs():
+    be = vn.get_backend("reference")
+    with pytest.raises(CheckError, match="Fix:") as info:
+        be.dispatch(problems(), inputs(), RAISE)
+    assert not info.value.report.ok and len(info.value.outputs) == 3
+    plain = be.dispatch(problems(), inputs())
+    assert all(np.array_equal(a.view(np.uint8), b.view(np.uint8)) for a, b in zip(info.value.outputs, plain))
+    x, d, c = (be.upload(a) for a in inputs())
+    y, q = be.empty(N, np.float32), be.empty(N, np.int32)
+    with pytest.raises(CheckError) as info:
+        be.dispatch_resident(problems(), {"x": x, "d": d, "y": y, "q": q, "c": c}, RAISE)
+    assert info.value.outputs is None and np.array_equal(y.view(np.uint8), plain[0].view(np.uint8))
+    pending = be.dispatch_async(problems(), inputs(), RAISE)
+    with pytest.raises(CheckError):
+        pending.result()
+
+
+def test_a_clean_dispatch_warns_nothing_and_reports_ok():
+    be = vn.get_backend("reference")
+    i = ir.gid()
+    p = ir.Program([B.read("x", 0, "f32"), B.output("y", 1, "f32")], 64,
+                   [ir.if_(i < ir.buf_len("y"), [ir.store("y", i, ir.load("x", i) * 2.0)])], name="clean")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = be.dispatch(p, [np.arange(100, dtype=np.float32)], RAISE)
+    assert be.last_check.ok and be.last_check.sites == 3 and "nothing found" in str(be.last_check)
+    assert np.array_equal(out[0], np.arange(100, dtype=np.float32) * 2)
+    assert be.dispatch_timed(p, [np.ones(3, np.float32)], WARN)[0][0].tolist() == [2.0] * 3
+
+
+def test_unchecked_dispatch_carries_no_checks():
+    cuda_ptx = ir.Program([B.read("x", 0, "u32"), B.output("y", 1, "u32")], 64,
+                          [ir.store("y", ir.gid(), ir.load("x", ir.gid() + 1))], name="plain").ptx()
+    assert checks.COUNTS not in cuda_ptx and "atom" not in cuda_ptx
+
+
+@pytest.mark.parametrize("bad", [1, 0, "loud", "Raise", None, 2.0])
+def test_bad_checked_values_say_how_to_fix_them(bad):
+    with pytest.raises(DispatchError, match="Fix:"):
+        DispatchConfig(checked=bad)
+    assert DispatchConfig(checked=np.bool_(True)).checked == "warn" and DispatchConfig().checked is False
+
+
+def test_recordings_refuse_checked_and_sequences_keep_checked_steps_apart():
+    be = vn.get_backend("reference")
+    p = problems()
+    with pytest.raises(UnsupportedError, match="Fix:"):
+        be.record_graph(p, inputs(), WARN)
+    x, d, c = (be.upload(a) for a in inputs())
+    y, q = be.empty(N, np.float32), be.empty(N, np.int32)
+    step = (p, [x, d, y, q, c], WARN)
+    with pytest.raises(UnsupportedError, match="Fix:"):
+        be.record_sequence([step])
+    i = ir.gid()
+    double = ir.Program([B.read("x", 0, "f32"), B.read_write("y", 1, "f32")], 64,
+                        [ir.if_(i < ir.buf_len("y"), [ir.store("y", i, ir.load("x", i) * 2.0)])], name="double")
+    z = be.empty(N, np.float32)
+    assert "checked" in str(be.fuse([(double, [x, y]), (double, [y, z], WARN)]).boundaries[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CheckWarning)
+        with be.megakernel([step], [(y,)]) as mk:
+            assert "checked" in mk.reason
+            r = mk.run()
+    assert r.mode == "sequence" and be.last_check.findings
+
+
+def test_names_checked_dispatch_owns_are_refused():
+    p = ir.Program([B.output("y", 0, "u32")], 32, [ir.let("_vyre_ck0", 1), ir.store("y", ir.gid(), 2)], name="n")
+    with pytest.raises(IRValidationError, match="Fix:"):
+        vn.get_backend("reference").dispatch(p, [], WARN, sizes={"y": 4})

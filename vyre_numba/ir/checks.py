@@ -1,0 +1,219 @@
+"""Checked dispatch's instrumentation: `instrument(program)` returns a program with the same
+results that also counts, per site, out-of-bounds loads, stores and atomics, integer division
+and modulo by zero, and NaNs that float operations produce from operands that were not NaN.
+
+Each checked operand is bound to a fresh variable just before its statement (expressions have no
+side effects apart from atomics, so evaluating them there changes nothing; an expression holding
+an atomic keeps its order and only the atomics' indices are checked). A site counts only where
+its value is used: an operand of `select` under its condition, the right side of a logical and/or
+where the left side lets it matter. Two buffers come last in binding order: `COUNTS` (u32 per
+site) and `FIRST` (u64 per site, the smallest (linear invocation << 32 | index) that hit it,
+starting at all ones)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import nodes as n
+from .program import Access, BufferDecl, Program, walk
+from .recursion import drive
+from .types import DataType
+
+COUNTS, FIRST = "_vyre_check_counts", "_vyre_check_first"
+PREFIX = "_vyre_ck"
+U32, U64, BOOL = DataType.U32, DataType.U64, DataType.BOOL
+KINDS = {"load": "out-of-bounds loads", "store": "out-of-bounds stores", "atomic": "out-of-bounds atomics",
+         "div": "integer divisions by zero", "mod": "integer modulos by zero", "nan": "NaNs produced"}
+NAN_FREE = ("neg", "abs", "sign", "min", "max", "floor", "ceil", "round", "trunc")  # never make a NaN from none
+
+
+@dataclass(frozen=True)
+class Site:
+    """One checked operation: its kind (a key of `KINDS`), the buffer (loads, stores, atomics) or
+    operation (div, mod, nan), the statement it is in and the operation itself, as text."""
+
+    kind: str
+    what: str
+    where: str
+    expr: str = ""
+
+
+def instrument(program: Program, workgroup: tuple[int, int, int] | None = None) -> tuple[Program, list[Site]]:
+    """`program` with every site counted (see the module docstring), and the sites in counter order.
+    `workgroup`: the launch's workgroup size where a config overrides the program's (for the
+    linear invocation id of a 2-D or 3-D launch)."""
+    wg = tuple(workgroup or program.workgroup_size)
+    taken = {x.name for x in walk(program.entry) if isinstance(x, (n.Let, n.Var))}
+    if any(t.startswith(PREFIX) for t in taken) or {COUNTS, FIRST} & {b.name for b in program.buffers}:
+        from ..errors import IRValidationError
+        raise IRValidationError(f"names starting with {PREFIX!r} or the buffers {COUNTS!r}/{FIRST!r} are checked "
+                                "dispatch's own. Fix: rename them.")
+    w = _Instrumenter(program, wg)
+    entry = drive(w.body(program.entry))
+    nb = max((b.binding for b in program.bound_buffers), default=-1)
+    buffers = list(program.buffers) + [BufferDecl(COUNTS, nb + 1, Access.READ_WRITE, U32, max(len(w.sites), 1)),
+                                       BufferDecl(FIRST, nb + 2, Access.READ_WRITE, U64, max(len(w.sites), 1))]
+    return Program(buffers, program.workgroup_size, entry, name=program.name), w.sites
+
+
+class _Instrumenter:
+    def __init__(self, program: Program, wg: tuple[int, int, int]):
+        self.decls = {b.name: b for b in program.buffers}
+        self.sites: list[Site] = []
+        self.types: dict[str, DataType] = {}
+        self.fresh = 0
+        nx = n.BinOp("mul", n.Builtin("num_workgroups", 0), n.lit(wg[0], U32))
+        ny = n.BinOp("mul", n.Builtin("num_workgroups", 1), n.lit(wg[1], U32))
+        self.linear = n.BinOp("add", n.Builtin("invocation_id", 0), n.BinOp("mul", n.BinOp(
+            "add", n.Builtin("invocation_id", 1), n.BinOp("mul", n.Builtin("invocation_id", 2), ny)), nx))
+
+    # ---- statements ---------------------------------------------------------------------------
+    def body(self, stmts):
+        out, declared = [], []
+        for s in stmts:
+            pre: list[n.Node] = []
+            where = _text(s)
+            match s:
+                case n.Let(name=v, value=e) | n.Assign(name=v, value=e):
+                    e, t = yield self.expr(e, pre, where)
+                    s = n.Let(v, e) if isinstance(s, n.Let) else n.Assign(v, e)
+                    if isinstance(s, n.Let):
+                        self.types[v] = t
+                        declared.append(v)
+                case n.Store(buffer=b, index=i, value=e):
+                    i, _ = yield self.expr(i, pre, where)
+                    e, _ = yield self.expr(e, pre, where)
+                    i = self.bind(i, U32, pre)
+                    self.check(pre, "store", b, where, None, n.BinOp("ge", i, n.BufLen(b)), i, s)
+                    s = n.Store(b, i, e)
+                case n.If(cond=c, then=t, otherwise=o):
+                    c, _ = yield self.expr(c, pre, where)
+                    s = n.If(c, (yield self.body(t)), (yield self.body(o)))
+                case n.Loop(var=v, start=a, end=b, body=body):
+                    a, _ = yield self.expr(a, pre, where)
+                    b, _ = yield self.expr(b, pre, where)
+                    self.types[v] = U32
+                    s = n.Loop(v, a, b, (yield self.body(body)))
+                case n.Block(body=body):
+                    s = n.Block((yield self.body(body)))
+            out += pre + [s]
+        for v in declared:
+            self.types.pop(v, None)
+        return tuple(out)
+
+    # ---- expressions --------------------------------------------------------------------------
+    def expr(self, e: n.Expr, pre: list, where: str, path: n.Expr | None = None):
+        """(the expression with its checked operands bound before it in `pre`, its type)."""
+        if any(isinstance(x, n.Atomic) for x in _walk(e)):
+            return (yield self.atomic_only(e, pre, where, path))
+        match e:
+            case n.Lit():
+                return e, e.dtype
+            case n.Var(name=v):
+                return e, self.types[v]
+            case n.BufLen() | n.Builtin():
+                return e, U32
+            case n.Load(buffer=b, index=i):
+                i, _ = yield self.expr(i, pre, where, path)
+                i = self.bind(i, U32, pre)
+                self.check(pre, "load", b, where, path, n.BinOp("ge", i, n.BufLen(b)), i, e)
+                return n.Load(b, i), self.decls[b].dtype
+            case n.Select(cond=c, a=a, b=b):
+                c, _ = yield self.expr(c, pre, where, path)
+                c = self.bind(c, BOOL, pre)
+                a, t = yield self.expr(a, pre, where, _and(path, c))
+                b, _ = yield self.expr(b, pre, where, _and(path, n.UnOp("not", c)))
+                return n.Select(c, a, b), t
+            case n.BinOp(op=op, a=a, b=b) if op in ("logical_and", "logical_or"):
+                a, _ = yield self.expr(a, pre, where, path)
+                a = self.bind(a, BOOL, pre)
+                b, _ = yield self.expr(b, pre, where, _and(path, a if op == "logical_and" else n.UnOp("not", a)))
+                return n.BinOp(op, a, b), BOOL
+        kids, types = [], []
+        for k in e.children():
+            k, t = yield self.expr(k, pre, where, path)
+            kids.append(k)
+            types.append(t)
+        out = _rebuild(e, kids)
+        t = n.result_type(out, tuple(types), None)
+        if isinstance(out, n.BinOp) and out.op in ("div", "mod") and not types[0].is_float:
+            b = self.bind(out.b, types[1], pre)
+            out = n.BinOp(out.op, out.a, b)
+            self.check(pre, out.op, out.op, where, path, n.BinOp("eq", b, n.lit(0, types[1])), None, e)
+        elif t.is_float and isinstance(out, (n.BinOp, n.UnOp, n.Fma)) and getattr(out, "op", "fma") not in NAN_FREE:
+            operands = [self.bind(k, kt, pre) for k, kt in zip(out.children(), types)]
+            out = self.bind(_rebuild(out, operands), t, pre)
+            fresh = n.UnOp("isnan", out)
+            for k, kt in zip(operands, types):
+                if kt.is_float:
+                    fresh = n.BinOp("logical_and", fresh, n.UnOp("not", n.UnOp("isnan", k)))
+            self.check(pre, "nan", getattr(e, "op", "fma"), where, path, fresh, None, e)
+        return out, t
+
+    def atomic_only(self, e: n.Expr, pre: list, where: str, path):
+        """An expression holding an atomic, unchanged but for each atomic's index, bound and
+        checked where the index itself holds no atomic."""
+        if isinstance(e, n.Atomic) and not any(isinstance(x, n.Atomic) for x in _walk(e.index)):
+            i, _ = yield self.expr(e.index, pre, where, path)
+            i = self.bind(i, U32, pre)
+            self.check(pre, "atomic", e.buffer, where, path, n.BinOp("ge", i, n.BufLen(e.buffer)), i, e)
+            return n.Atomic(e.op, e.buffer, i, e.value, e.expected), self.decls[e.buffer].dtype
+        kids = []
+        for k in e.children():
+            kids.append((yield self.atomic_only(k, pre, where, path))[0])
+        out = _rebuild(e, kids)
+        return out, self.type_of(out)
+
+    def type_of(self, e: n.Expr) -> DataType:
+        def walk(x):
+            ts = []
+            for k in x.children():
+                ts.append((yield walk(k)))
+            if isinstance(x, n.Var):
+                return self.types[x.name]
+            return n.result_type(x, tuple(ts), self.decls[x.buffer].dtype if isinstance(x, (n.Load, n.Atomic)) else None)
+        return drive(walk(e))
+
+    # ---- helpers ------------------------------------------------------------------------------
+    def bind(self, e: n.Expr, t: DataType, pre: list) -> n.Expr:
+        """`e` as a fresh variable bound in `pre` (literals, variables and ids stay as they are)."""
+        if isinstance(e, (n.Lit, n.Var, n.Builtin, n.BufLen)):
+            return e
+        name = f"{PREFIX}{self.fresh}"
+        self.fresh += 1
+        pre.append(n.Let(name, e))
+        self.types[name] = t
+        return n.Var(name)
+
+    def check(self, pre: list, kind: str, what: str, where: str, path, bad: n.Expr, index, original) -> None:
+        """Count site `kind` where `bad` holds on `path`: one more, and the smallest
+        (linear invocation << 32 | index) that hit it."""
+        k = len(self.sites)
+        self.sites.append(Site(kind, what, where, _text(original, 60)))
+        first = n.BinOp("add", n.BinOp("mul", n.Cast(U64, self.linear), n.lit(1 << 32, U64)),
+                        n.Cast(U64, index) if index is not None else n.lit(0, U64))
+        hit = (n.Let(f"{PREFIX}{self.fresh}", n.Atomic("add", COUNTS, n.lit(k, U32), n.lit(1, U32), None)),
+               n.Let(f"{PREFIX}{self.fresh + 1}", n.Atomic("min", FIRST, n.lit(k, U32), first, None)))
+        self.fresh += 2
+        pre.append(n.If(_and(path, bad), hit, ()))
+
+
+def _and(path, c):
+    return c if path is None else n.BinOp("logical_and", path, c)
+
+
+def _walk(e: n.Expr):
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        yield x
+        stack.extend(x.children())
+
+
+def _rebuild(e: n.Expr, kids: list) -> n.Expr:
+    from .optimizer import _rebuild as rebuild
+    return rebuild(e, kids)
+
+
+def _text(s, limit: int = 90) -> str:
+    text = " ".join(str(s).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."

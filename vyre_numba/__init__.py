@@ -9,13 +9,13 @@ from .backend import Backend
 from .registry import available_backends, get_backend
 from .elementwise import elementwise
 from .config import DispatchConfig
-from .errors import (BackendUnavailableError, BarrierTimeoutError, CompileError, DeviceError, DispatchError,
-                     IRValidationError, LaunchError, UnsupportedError, VyreError)
+from .errors import (BackendUnavailableError, BarrierTimeoutError, CheckError, CheckWarning, CompileError,
+                     DeviceError, DispatchError, IRValidationError, LaunchError, UnsupportedError, VyreError)
 from .ir import BufferDecl, DataType, Program
 
 from .version import __version__
 
 __all__ = ["ir", "Backend", "available_backends", "get_backend", "DispatchConfig", "VyreError",
            "IRValidationError", "BackendUnavailableError", "DispatchError", "LaunchError",
-           "UnsupportedError", "CompileError", "DeviceError", "BarrierTimeoutError", "BufferDecl", "DataType",
+           "UnsupportedError", "CompileError", "DeviceError", "BarrierTimeoutError", "CheckError", "CheckWarning", "BufferDecl", "DataType",
            "Program"]

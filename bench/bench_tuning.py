@@ -26,9 +26,12 @@ B = ir.BufferDecl
 
 
 def kernel(name: str, dtype: str, body) -> ir.Program:
+    """y[i] = body(x[i], i); a body returning (statements, value) binds its temporaries first."""
     i = ir.gid(0)
+    out = body(ir.load("x", i), i)
+    stmts, value = out if isinstance(out, tuple) else ([], out)
     return ir.Program([B.read("x", 0, dtype), B.output("y", 1, dtype)], 256,
-                      [ir.if_(i < ir.buf_len("y"), [ir.store("y", i, body(ir.load("x", i), i))])], name=name)
+                      [ir.if_(i < ir.buf_len("y"), stmts + [ir.store("y", i, value)])], name=name)
 
 
 def poly(x, i):
@@ -46,12 +49,14 @@ def mix(x, i):
 
 
 def wide(x, i):
-    vals = [x * float(k + 1) + float(k) for k in range(16)]
-    prods = [ir.fma(vals[k], vals[(k + 5) % 16], vals[(k + 11) % 16]) for k in range(16)]
-    out = prods[0]
-    for p in prods[1:]:
-        out = ir.max_(out, p) + ir.min_(out, p) * 0.5
-    return out
+    """Sixteen values live at once, then folded one by one (each step a variable, not a tree)."""
+    stmts = [ir.let(f"v{k}", x * float(k + 1) + float(k)) for k in range(16)]
+    stmts += [ir.let(f"p{k}", ir.fma(ir.var(f"v{k}"), ir.var(f"v{(k + 5) % 16}"), ir.var(f"v{(k + 11) % 16}")))
+              for k in range(16)]
+    stmts.append(ir.let("acc", ir.var("p0")))
+    for k in range(1, 16):
+        stmts.append(ir.assign("acc", ir.max_(ir.var("acc"), ir.var(f"p{k}")) + ir.min_(ir.var("acc"), ir.var(f"p{k}")) * 0.5))
+    return stmts, ir.var("acc")
 
 
 def transcendental(x, i):
@@ -89,6 +94,7 @@ def main() -> int:
     res = {"device": caps().name, "date": time.strftime("%Y-%m-%d"), "items": n, "kernels": {}}
     rng = np.random.default_rng(0)
     for name, dtype, body in KERNELS:
+        print(f"{name}: compiling and tuning", flush=True)
         p = kernel(name, dtype, body)
         host = (rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32) if dtype == "u32"
                 else rng.standard_normal(n).astype(dtype.replace("f", "float")))

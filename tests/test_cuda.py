@@ -346,7 +346,8 @@ def test_auto_workgroup_picks_the_best_occupancy_and_keeps_results(cuda_backend,
         occ = {b: min(caps.max_threads_per_sm, k.kernel.occupancy.max_active_blocks_per_multiprocessor(b, 0) * b)
                for b in range(32, min(k.max_threads, 1024) + 1, 32)}
         best = max(occ.values())
-        assert occ[wg[0]] == best and wg[0] == min(b for b, o in occ.items() if o == best), (p.name, wg, occ)
+        assert occ[wg[0]] == best and wg[0] == min((b for b, o in occ.items() if o == best),
+                                                   key=lambda b: (abs(b - 256), -b)), (p.name, wg, occ)
         picks[p.name] = (wg[0], k.registers)
         x = np.arange(5000, dtype=np.uint32)
         got = cuda_backend.dispatch(p, [x], DispatchConfig(workgroup="auto"))

@@ -7,7 +7,6 @@
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -18,6 +17,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import common  # noqa: E402
 import vyre_numba as vn  # noqa: E402
 from vyre_numba.graph import bfs  # noqa: E402
 
@@ -35,13 +35,8 @@ def best_s(fn, sync, reps: int = 3) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--json")
-    ap.add_argument("--quick", action="store_true")
-    a = ap.parse_args()
-    why = vn.registry.unavailable_reason("cuda")
-    if why:
-        print(f"skipped: {why}")
+    a = common.arguments(__doc__)
+    if common.skipped():
         return 0
     from scipy.sparse.csgraph import breadth_first_order
 

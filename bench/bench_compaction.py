@@ -10,7 +10,6 @@
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -21,7 +20,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import vyre_numba as vn  # noqa: E402
+import common  # noqa: E402
 from vyre_numba import compaction  # noqa: E402
 
 
@@ -93,13 +92,8 @@ def bench(quick: bool) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--json")
-    ap.add_argument("--quick", action="store_true")
-    a = ap.parse_args()
-    why = vn.registry.unavailable_reason("cuda")
-    if why:
-        print(f"skipped: {why}")
+    a = common.arguments(__doc__)
+    if common.skipped():
         return 0
     from vyre_numba.gpu import caps
 

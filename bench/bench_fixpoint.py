@@ -11,7 +11,6 @@
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -21,6 +20,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import common  # noqa: E402
 import vyre_numba as vn  # noqa: E402
 from vyre_numba import fixpoint  # noqa: E402
 from vyre_numba.graph import connected_components  # noqa: E402
@@ -142,13 +142,8 @@ def bench_components(quick: bool) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--json")
-    ap.add_argument("--quick", action="store_true")
-    a = ap.parse_args()
-    why = vn.registry.unavailable_reason("cuda")
-    if why:
-        print(f"skipped: {why}")
+    a = common.arguments(__doc__)
+    if common.skipped():
         return 0
     from vyre_numba.gpu import caps
 

@@ -8,7 +8,6 @@ CUDA events.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -19,6 +18,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import common  # noqa: E402
 import vyre_numba as vn  # noqa: E402
 from vyre_numba import ir  # noqa: E402
 
@@ -76,13 +76,8 @@ def timed_ms(fn, sync_event, reps: int = 20) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--json")
-    ap.add_argument("--quick", action="store_true")
-    a = ap.parse_args()
-    why = vn.registry.unavailable_reason("cuda")
-    if why:
-        print(f"skipped: {why}")
+    a = common.arguments(__doc__)
+    if common.skipped():
         return 0
     from vyre_numba.gpu import caps
 

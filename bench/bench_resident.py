@@ -9,7 +9,6 @@
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -24,6 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import common  # noqa: E402
 import vyre_numba as vn  # noqa: E402
 from bench_dispatch import inc_program, launch_overhead  # noqa: E402
 
@@ -96,12 +96,8 @@ def bench_disk(reps: int) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--json")
-    ap.add_argument("--quick", action="store_true")
-    a = ap.parse_args()
-    if vn.registry.unavailable_reason("cuda"):
-        print(f"skipped: {vn.registry.unavailable_reason('cuda')}")
+    a = common.arguments(__doc__)
+    if common.skipped():
         return 0
     from vyre_numba.gpu import caps
 

@@ -9,7 +9,6 @@ first "tune" call (which times the candidates) is reported apart, and the output
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -20,6 +19,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import common  # noqa: E402
 import vyre_numba as vn  # noqa: E402
 from vyre_numba import DispatchConfig, ir  # noqa: E402
 
@@ -82,13 +82,8 @@ def timed_us(be, program, runs, reps: int = 20) -> list[float]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--json")
-    ap.add_argument("--quick", action="store_true")
-    a = ap.parse_args()
-    why = vn.registry.unavailable_reason("cuda")
-    if why:
-        print(f"skipped: {why}")
+    a = common.arguments(__doc__)
+    if common.skipped():
         return 0
     from vyre_numba.gpu import caps
 

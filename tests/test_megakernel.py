@@ -287,3 +287,23 @@ def test_megakernel_programs_assemble_for_every_target_without_a_gpu():
             assert "vyre_grid_barrier" in text or not any(isinstance(s, ir.Barrier) and s.scope == "grid"
                                                           for s in ir.walk(program.entry))
             assert ptx.assemble(text, sm=sm)
+
+
+def test_step_variables_named_like_the_megakernel_own_never_collide():
+    """A step whose variables and buffers are named as the persistent program names its own
+    (idx, j, _stride, w0_t...) runs the same."""
+    be = vn.get_backend("reference")
+    i = ir.gid()
+    p = ir.Program([B.read("w0_t", 0, "u32"), B.read_write("_stats", 1, "u32"), B.workgroup("t", 32, "u32")], 32,
+                   [ir.let("idx", i * 3), ir.let("j", ir.var("idx") + 1), ir.let("_stride", ir.u32(5)),
+                    ir.store("t", ir.lid(), ir.var("j")), ir.barrier(),
+                    ir.if_(i < ir.buf_len("_stats"), [ir.store("_stats", i, ir.load("w0_t", i) + ir.var("_stride")
+                                                                + ir.load("t", 31 - ir.lid()) + ir.wgid())])],
+                   name="names")
+    src = np.arange(100, dtype=np.uint32)
+    a, b = be.upload(src), be.empty(100, np.uint32)
+    want = be.dispatch_sequence([(p, [a, b]), (p, [a, b])], [(b,)])[0]
+    b2 = be.empty(100, np.uint32)
+    with be.megakernel([(p, [a, b2]), (p, [a, b2])], [(b2,)]) as mk:
+        assert mk.mode == "megakernel", mk.reason
+        assert np.array_equal(mk.run().outputs[0], want)

@@ -3,6 +3,9 @@ merges (`ir.fusion.plan`) becomes a stage; stages run one after another in the s
 over its own invocations in a grid-stride loop, with a grid barrier only at the boundaries fusion
 kept. Optionally the stages repeat, round after round, until a change flag stays zero.
 
+Names: the steps' variables are prefixed `g<stage>_` and their buffers keep names that never start
+with `_`; every name the program adds starts with `_`, so none can meet a step's.
+
 Invariants: stage g runs invocations 0..G_g-1 of its step's 1-D launch, `_i = gid + j * stride`
 for j = 0, 1, ...; G_g and the stride are multiples of the workgroup, so a whole workgroup takes an
 iteration or skips it and workgroup barriers inside a stage stay uniform; a pure output of a stage
@@ -78,18 +81,18 @@ def build(shapes: list[StepShape], groups: list[list[int]], scratch: list[set], 
             local[b.name] = _declare(decls, key, b, shapes)
         for b in program.buffers:
             if b.is_shared:
-                local[b.name] = f"w{g}_{b.name}"
+                local[b.name] = f"_w{g}_{b.name}"
                 decls[("shared", g, b.name)] = BufferDecl.workgroup(local[b.name], b.count, b.dtype)
         invocations = shapes[group[0]].invocations
         body = _rename(program.entry, local, set(), f"g{g}_")
         shared = [b for b in program.buffers if b.is_shared]
         if shared:  # a dispatch starts each workgroup's memory zeroed: so does every stride
-            body = ([n.Barrier("workgroup")] + [_zero_shared(f"g{g}_{b.name}", local[b.name], b, wg) for b in shared]
+            body = ([n.Barrier("workgroup")] + [_zero_shared(f"_w{g}_{b.name}", local[b.name], b, wg) for b in shared]
                     + [n.Barrier("workgroup")] + body)
-        stages.append(_stride_loop(f"g{g}", invocations, _at(body, f"g{g}_idx", wg, invocations)))
+        stages.append(_stride_loop(f"_g{g}", invocations, _at(body, f"_g{g}_idx", wg, invocations)))
         outputs = [] if len(group) > 1 else [(b, key) for b, key in zip(program.bound_buffers, keys)
                                              if b.role is Role.OUTPUT]  # a fused group zeroes its own
-        zeros.append({local[b.name]: _zeroing(f"z{g}_{i}", local[b.name], decls[key]["size"], b.dtype)
+        zeros.append({local[b.name]: _zeroing(f"_z{g}_{i}", local[b.name], decls[key]["size"], b.dtype)
                       for i, (b, key) in enumerate(outputs)})
         touched.append({local[b.name] for b in program.bound_buffers})
     barrier = n.Barrier("grid")
@@ -145,9 +148,10 @@ def _declare(decls: dict, key, b: BufferDecl, shapes: list[StepShape]) -> str:
     another buffer took this one), noting whether this step writes it."""
     if key not in decls:
         taken = {d["name"] for d in decls.values() if isinstance(d, dict)}
-        name, j = b.name, 1
-        while name in taken or name.startswith("_"):
-            name, j = f"{b.name}_{j}", j + 1
+        base = b.name if not b.name.startswith("_") else "b" + b.name  # names starting with _ are the program's
+        name, j = base, 1
+        while name in taken:
+            name, j = f"{base}_{j}", j + 1
         size = next(sz for s in shapes for k, sz in zip(s.storage, s.sizes) if k == key)
         decls[key] = {"name": name, "dtype": b.dtype, "size": size, "write": False}
     d = decls[key]

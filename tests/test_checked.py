@@ -233,3 +233,32 @@ def test_names_checked_dispatch_owns_are_refused():
     p = ir.Program([B.output("y", 0, "u32")], 32, [ir.let("_vyre_ck0", 1), ir.store("y", ir.gid(), 2)], name="n")
     with pytest.raises(IRValidationError, match="Fix:"):
         vn.get_backend("reference").dispatch(p, [], WARN, sizes={"y": 4})
+
+
+def test_found_by_red_team():
+    """An atomic's index that reads memory another atomic of the statement changes is left in
+    place (the results stay those of the unchecked run); a non-buffer is a DispatchError; a deep
+    expression is instrumented in time linear in its depth."""
+    be = vn.get_backend("reference")
+    i = ir.gid()
+    p = ir.Program([B.read_write("c", 0, "u32"), B.output("o", 1, "u32")], 32,
+                   [ir.if_(i < ir.buf_len("o"), [ir.store("o", i, ir.atomic("add", "c", 0, 1)
+                                                           + ir.atomic("add", "c", ir.load("c", 0), 1))])], name="aa")
+    plain = be.dispatch(p, [np.zeros(4, np.uint32)], sizes={"o": 1})
+    got = be.dispatch(p, [np.zeros(4, np.uint32)], WARN, sizes={"o": 1})
+    assert all(np.array_equal(a, b) for a, b in zip(plain, got))
+    for bad in ([1, 2], (1,), 3, "x", None):
+        with pytest.raises(DispatchError, match="Fix:"):
+            be.dispatch_resident(p, [bad, be.empty(1, np.uint32)], WARN)
+    import time
+
+    def instrument_s(depth):
+        e = ir.load("x", i)
+        for _ in range(depth):
+            e = e + 1.0
+        q = ir.Program([B.read("x", 0, "f32"), B.output("y", 1, "f32")], 32, [ir.store("y", i, e)], name="deep")
+        t0 = time.perf_counter()
+        checks.instrument(q)
+        return time.perf_counter() - t0
+    small, large = instrument_s(500), instrument_s(2000)
+    assert large < 10 * small + 0.5, (small, large)  # 4x the depth: linear, not 16x

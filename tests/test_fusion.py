@@ -239,3 +239,30 @@ def test_buffer_names_of_different_steps_never_collide():
     plan = be.fuse(steps, [(o, 0, 8)])
     assert len(plan.steps) == 1 and len({b.name for b in plan.program.buffers}) == 4
     assert np.array_equal(be.dispatch_sequence(plan.steps, [(o, 0, 8)])[0], want)
+
+
+def test_a_buffer_read_before_it_is_written_carries_its_data_and_atomic_stores_stay():
+    """Found by a red-team run: `y[i] += x[i]` then `z = 2y` fused kept y in a register that
+    started from y and was never written back, so a second run read stale y; a store whose value
+    holds an atomic was dropped as dead with the atomic's effect."""
+    be = vn.get_backend("reference")
+    v = ir.var("i")
+    add = ir.Program([B.read("x", 0, "u32"), B.read_write("y", 1, "u32")], 32,
+                     [ir.let("i", ir.gid()), ir.if_(v < ir.buf_len("y"), [ir.store("y", v, ir.load("y", v) + ir.load("x", v))])],
+                     name="accumulate")
+    dbl = ir.Program([B.read("y", 0, "u32"), B.read_write("z", 1, "u32")], 32,
+                     [ir.let("i", ir.gid()), ir.if_(v < ir.buf_len("z"), [ir.store("z", v, ir.load("y", v) * 2)])], name="dbl")
+    outs = []
+    for fuse in (False, True):
+        x, y, z = be.upload(np.ones(8, np.uint32)), be.upload(np.zeros(8, np.uint32)), be.empty(8, np.uint32)
+        steps = [(add, [x, y]), (dbl, [y, z])]
+        outs.append([be.dispatch_sequence(steps, [(z,)], fuse=fuse)[0] for _ in range(2)])
+    assert [o.tolist() for o in outs[0]] == [o.tolist() for o in outs[1]] == [[2] * 8, [4] * 8]
+    p0 = ir.Program([B.read_write("c", 0, "u32"), B.read_write("out", 1, "u32")], 32,
+                    [ir.let("i", ir.gid()), ir.store("out", v, ir.atomic("add", "c", v, 1))], name="s0")
+    p1 = ir.Program([B.read_write("out", 0, "u32")], 32, [ir.let("i", ir.gid()), ir.store("out", v, 5)], name="s1")
+    c, out = be.upload(np.arange(32, dtype=np.uint32)), be.empty(32, np.uint32)
+    plan = be.fuse([(p0, [c, out]), (p1, [out])], [(c,), (out,)])
+    assert len(plan.steps) == 1
+    be.dispatch_sequence(plan.steps)
+    assert be.download(c).tolist() == list(range(1, 33)) and be.download(out).tolist() == [5] * 32

@@ -307,3 +307,83 @@ def test_step_variables_named_like_the_megakernel_own_never_collide():
     with be.megakernel([(p, [a, b2]), (p, [a, b2])], [(b2,)]) as mk:
         assert mk.mode == "megakernel", mk.reason
         assert np.array_equal(mk.run().outputs[0], want)
+
+
+def test_found_by_red_team_each_runs_as_the_unfused_sequence():
+    """Cases a red-team run found: a repeated step's pure output zeroed once, a store whose value
+    holds an atomic kept, a buffer read before it is written never scratch, the flag left as the
+    last round set it."""
+    be = vn.get_backend("reference")
+    i, v = ir.gid(), ir.var("i")
+
+    def both(steps_of, read_of, **kw):
+        want_bufs, got_bufs = steps_of(), steps_of()
+        want = be.dispatch_repeated([], want_bufs[0], kw.get("max_rounds", 1), read_of(want_bufs[1]))
+        with be.megakernel(got_bufs[0], read_of(got_bufs[1]), **kw) as mk:
+            got = mk.run().outputs
+            again = mk.run().outputs
+        again_want = be.dispatch_repeated([], want_bufs[0], kw.get("max_rounds", 1), read_of(want_bufs[1]))
+        for a, b in zip(want + again_want, got + again):
+            assert np.array_equal(a, b), (a, b)
+
+    acc = ir.Program([B.read("x", 0, "u32"), B.output("c", 1, "u32")], 32,
+                     [ir.if_(i < ir.buf_len("x"), [ir.let("o", ir.atomic("add", "c", i % 4, ir.load("x", i)))])],
+                     name="acc")
+
+    def repeated():
+        x, c = be.upload(np.arange(64, dtype=np.uint32)), be.empty(4, np.uint32)
+        return [(acc, [x, c], DispatchConfig(fixpoint_iterations=3))], [c]
+    both(repeated, lambda b: [(b[0],)])
+
+    p0 = ir.Program([B.read_write("c", 0, "u32"), B.read_write("out", 1, "u32")], 32,
+                    [ir.let("i", ir.gid()), ir.store("out", v, ir.atomic("add", "c", v, 1))], name="s0")
+    p1 = ir.Program([B.read_write("out", 0, "u32")], 32, [ir.let("i", ir.gid()), ir.store("out", v, 5)], name="s1")
+
+    def atomic_store():
+        c, out = be.upload(np.arange(64, dtype=np.uint32)), be.empty(64, np.uint32)
+        return [(p0, [c, out]), (p1, [out])], [c, out]
+    both(atomic_store, lambda b: [(b[0],), (b[1],)])
+
+    add = ir.Program([B.read("x", 0, "u32"), B.read_write("y", 1, "u32")], 32,
+                     [ir.let("i", ir.gid()), ir.if_(v < ir.buf_len("y"), [ir.store("y", v, ir.load("y", v) + ir.load("x", v))])],
+                     name="accumulate")
+    dbl = ir.Program([B.read("y", 0, "u32"), B.read_write("z", 1, "u32")], 32,
+                     [ir.let("i", ir.gid()), ir.if_(v < ir.buf_len("z"), [ir.store("z", v, ir.load("y", v) * 2)])], name="dbl")
+
+    def carried():
+        x, y, z = be.upload(np.ones(8, np.uint32)), be.upload(np.zeros(8, np.uint32)), be.empty(8, np.uint32)
+        return [(add, [x, y]), (dbl, [y, z])], [z]
+    both(carried, lambda b: [(b[0],)])
+
+    flagp = ir.Program([B.read_write("x", 0, "u32"), B.read_write("flag", 1, "u32")], 32,
+                       [ir.if_(i < ir.buf_len("x"), [ir.store("x", i, ir.load("x", i) + 1),
+                                                     ir.if_(i == 0, [ir.store("flag", 0, 1)])])], name="f")
+    for workgroups in (None, 10**5):
+        x, f = be.upload(np.zeros(64, np.uint32)), be.empty(1, np.uint32)
+        r = be.megakernel([(flagp, [x, f])], [(f,), (x, 0, 2)], until=f, max_rounds=3, workgroups=workgroups).run()
+        assert (r.rounds, r.converged, r.outputs[0].tolist(), r.outputs[1].tolist()) == (3, False, [1], [3, 3])
+
+
+def test_steps_are_checked_as_their_own_dispatch_would_check_them():
+    be = vn.get_backend("reference")
+    i = ir.gid()
+    ro = ir.Program([B.read("x", 0, "u32"), B.read_write("y", 1, "u32")], 32,
+                    [ir.if_(i < ir.buf_len("x"), [ir.store("x", i, ir.load("x", i) + 100)])], name="ro")
+    x, y = be.upload(np.zeros(8, np.uint32)), be.empty(8, np.uint32)
+    for call in (lambda: be.megakernel([(ro, [x, y]), (ro, [x, y])]), lambda: be.fuse([(ro, [x, y]), (ro, [x, y])])):
+        with pytest.raises(vn.IRValidationError, match="Fix:"):
+            call()
+    assert be.download(x).tolist() == [0] * 8
+    inc = ir.Program([B.read("x", 0, "u32"), B.read_write("y", 1, "u32")], 32,
+                     [ir.if_(i < ir.buf_len("y"), [ir.store("y", i, ir.load("x", i) + 1)])], name="inc")
+    with pytest.raises(DispatchError, match="no step may write"):
+        be.megakernel([(inc, [x, y])], until=x)
+    e = be.empty(0, np.uint32)
+    with pytest.raises(DispatchError, match="empty"):
+        be.megakernel([(inc, [x, y]), (inc, [x, e])], until=e)
+    for bad in ([(y, 5, 100)], [(y, [0], 1)], [(y, 1.5)], [(y, True, 1)], [(y, -1, 2)]):
+        with pytest.raises(DispatchError, match="Fix:"):
+            be.megakernel([(inc, [x, y])], bad)
+    same = ir.Program(inc.buffers, 32, inc.entry, name="same")
+    with be.megakernel([(inc, [x, y], DispatchConfig(workgroup=32)), (same, [x, y])]) as mk:
+        assert mk.mode == "megakernel", mk.reason

@@ -235,7 +235,7 @@ class Backend(abc.ABC):
         one. Buffers written only inside a fused kernel, not in `read` (ranges as for
         `dispatch_sequence`) and not in `keep` are scratch: values kept in registers, never stored."""
         from .bindings import check_resident
-        from .ir import fusion
+        from .ir import check, fusion
 
         steps = [as_step(s) for s in _iterable(steps, "steps")]
         if not steps:
@@ -244,6 +244,7 @@ class Backend(abc.ABC):
         for k, s in enumerate(steps):
             if not isinstance(s.program, Program):
                 raise DispatchError(f"step {k}'s program is a {type(s.program).__name__}. Fix: pass an ir.Program.")
+            check(s.program)
             buffers = check_resident(s.program, s.buffers, "fuse")
             if s.config is not None and not isinstance(s.config, DispatchConfig):
                 raise DispatchError(f"step {k}'s config is a {type(s.config).__name__}. Fix: pass a DispatchConfig "
@@ -433,7 +434,7 @@ def _shape(step: Step, buffers: list):
                                     "one of them is written, a race. Fix: bind distinct buffers (copy one first).")
     sizes = tuple(_elements(b) for b in buffers)
     one_d = (config.fixpoint_iterations == 1 and not config.cooperative and not config.checked
-             and config.workgroup in (None, "auto", "tune"))
+             and (config.workgroup in (None, "auto", "tune") or tuple(config.workgroup[1:]) == (1, 1)))
     invocations, wg = None, program.workgroup_size
     if one_d:
         grid, wg = launch_geometry(program, config, {d.name: s for d, s in zip(program.bound_buffers, sizes)})
@@ -469,10 +470,23 @@ def _iterable(x, what: str):
 
 
 def _read(r) -> tuple:
-    if isinstance(r, (tuple, list)) and 1 <= len(r) <= 3:
-        return (r[0], 0, None) if len(r) == 1 else (r[0], r[1], None) if len(r) == 2 else tuple(r)
-    raise DispatchError(f"read entry {r!r:.60} is not a (buffer[, offset[, count]]) tuple. "
-                        "Fix: pass read=[(buffer, offset, count), ...].")
+    """A read entry as (buffer, offset, count or None), checked before anything runs: ints (not
+    bools) inside the buffer where its length can be read."""
+    if not (isinstance(r, (tuple, list)) and 1 <= len(r) <= 3):
+        raise DispatchError(f"read entry {r!r:.60} is not a (buffer[, offset[, count]]) tuple. "
+                            "Fix: pass read=[(buffer, offset, count), ...].")
+    buf, off, cnt = (r[0], 0, None) if len(r) == 1 else (r[0], r[1], None) if len(r) == 2 else tuple(r)
+    for what, x in (("offset", off), ("count", cnt)):
+        if (x is not None or what == "offset") and (isinstance(x, (bool, np.bool_))
+                                                    or not isinstance(x, (int, np.integer))):
+            raise DispatchError(f"read entry: {what}={x!r:.60} is not an int. Fix: pass element offsets and counts "
+                                "as ints (count None for the rest of the buffer).")
+    size = (_elements(buf) if isinstance(buf, np.ndarray) or hasattr(buf, "__cuda_array_interface__") else None)
+    end = size if cnt is None else int(off) + int(cnt)
+    if size is not None and not 0 <= off <= end <= size:
+        raise DispatchError(f"read entry: elements [{off}, {end}) are outside the buffer's {size}. Fix: pass "
+                            "0 <= offset and offset + count <= the buffer's length.")
+    return buf, int(off), None if cnt is None else int(cnt)
 
 
 _RESOLVER = None  # set by vyre_numba.registry (the bottom layer) when the package is imported

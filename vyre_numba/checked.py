@@ -153,6 +153,8 @@ def dispatch_resident(backend, program: Program, buffers: Sequence | Mapping, co
     check(program)
     plain = _plain(config)
     bound = check_resident(program, buffers, "dispatch_resident")
+    for b in bound:
+        _storage(b)  # DispatchError, with the fix, for anything that is not a resident buffer
     lengths = {d.name: _elements(b) for d, b in zip(program.bound_buffers, bound)}
     grid, wg = launch_geometry(program, plain, lengths)
     probe, sites = instrument(program, wg)
@@ -200,3 +202,8 @@ def _len(v) -> int | None:
 def _elements(buffer) -> int:
     from .backend import _elements as elements
     return elements(buffer)
+
+
+def _storage(buffer) -> tuple:
+    from .backend import _storage as storage
+    return storage(buffer)

@@ -13,12 +13,12 @@ from typing import Any, Iterable
 import numpy as np
 
 from . import display
-from .backend import Step, _iterable, _read, _shape, _storage, _overlap, as_step
+from .backend import Step, _elements, _iterable, _overlap, _read, _shape, _storage, as_step
 from .config import DispatchConfig
 from .errors import DispatchError, VyreError
 from .ir import Program
 from .ir import nodes as n
-from .ir.program import Access, BufferDecl
+from .ir.program import Access, BufferDecl, Role
 from .ir.persistent import STATS
 from .ir.types import DataType
 from .lru import LRUCache
@@ -75,6 +75,7 @@ class Megakernel:
     def __init__(self, backend, steps: Iterable, read: Iterable = (), *, until=None, max_rounds: int = 1,
                  workgroups: int | None = None):
         from .bindings import check_resident
+        from .ir import check
 
         self.backend = backend
         self.steps = [as_step(s) for s in _iterable(steps, "steps")]
@@ -91,6 +92,7 @@ class Megakernel:
             if s.config is not None and not isinstance(s.config, DispatchConfig):
                 raise DispatchError(f"step {k}'s config is a {type(s.config).__name__}. Fix: pass a DispatchConfig "
                                     "or None.")
+            check(s.program)  # the step as written: what its own dispatch would refuse, refused here
             bound.append(check_resident(s.program, s.buffers, "megakernel"))
         self.until = until
         flag = None if until is None else self._flag(until, bound)
@@ -145,8 +147,9 @@ class Megakernel:
                 ns = t.ns
             else:
                 b.dispatch_resident(p.program, buffers, config)
-            b.synchronize()  # and a grid barrier that timed out becomes BarrierTimeoutError
-            if self.until is not None:
+            if self.until is None:
+                b.synchronize()  # and a grid barrier that timed out becomes BarrierTimeoutError
+            if self.until is not None:  # download synchronises and checks the barriers too
                 rounds, done = (int(v) for v in b.download(self._stats))
                 converged = bool(done)
             else:
@@ -201,8 +204,15 @@ class Megakernel:
         if not where:
             raise DispatchError("until= names a buffer no step binds. Fix: pass the resident buffer a step sets "
                                 "nonzero when it changed something (and binds as one of its buffers).")
+        decls = [next(d for d in self.steps[k].program.bound_buffers if d.name == name) for k, name in where]
         k, name = where[0]
-        decl = next(d for d in self.steps[k].program.bound_buffers if d.name == name)
+        decl = decls[0]
+        if not any(d.access.writable for d in decls):
+            raise DispatchError(f"until= is `{name}` of step {k}, which no step may write. Fix: pass the buffer a "
+                                "step sets nonzero when it changed something (declared read_write there).")
+        if _elements(until) < 1:
+            raise DispatchError("until= is an empty buffer. Fix: pass a buffer of at least one element; element 0 "
+                                "is the change flag.")
         if decl.dtype.is_float:
             raise DispatchError(f"until= is `{name}` of step {k}, a {decl.dtype.value} buffer. Fix: use an integer "
                                 "or bool change flag.")
@@ -210,7 +220,9 @@ class Megakernel:
         return key
 
     def _unroll(self):
-        """(steps with each fixpoint_iterations > 1 as that many copies, or why not)."""
+        """([(program, step index, config)] with each fixpoint_iterations > 1 as that many copies,
+        the copies after the first keeping what the first wrote to pure outputs (a dispatch zeroes
+        them once, before its first iteration), or why not)."""
         out = []
         for k, s in enumerate(self.steps):
             c = s.config or DispatchConfig()
@@ -221,7 +233,7 @@ class Megakernel:
             if c.fixpoint_iterations > MAX_UNROLL:
                 return None, f"step {k} repeats {c.fixpoint_iterations} times, more than the {MAX_UNROLL} stages it may unroll to"
             once = dataclasses.replace(c, fixpoint_iterations=1)
-            out += [(k, once)] * c.fixpoint_iterations
+            out += [(s.program, k, once)] + [(_outputs_kept(s.program), k, once)] * (c.fixpoint_iterations - 1)
         return out, None
 
     def _plan(self, bound, flag, workgroups) -> _Plan:
@@ -229,7 +241,7 @@ class Megakernel:
 
         unrolled, why = self._unroll()
         if why is None:
-            shapes = [_shape(Step(self.steps[k].program, bound[k], c), bound[k]) for k, c in unrolled]
+            shapes = [_shape(Step(p, bound[k], c), bound[k]) for p, k, c in unrolled]
             why = persistent.why_not(shapes) if shapes else "no step runs (every fixpoint_iterations is 0)"
         if why is not None:
             return _Plan("graph", why, [[k] for k in range(len(self.steps))], [])
@@ -267,6 +279,14 @@ def _release(held: list) -> None:
     for g in held:
         if g is not None:
             g.close()
+
+
+def _outputs_kept(program: Program) -> Program:
+    """`program` with its pure outputs read_write: run again, it keeps what it wrote before."""
+    if all(b.role is not Role.OUTPUT for b in program.buffers):
+        return program
+    return Program([dataclasses.replace(b, access=Access.READ_WRITE, output=False) if b.role is Role.OUTPUT else b
+                    for b in program.buffers], program.workgroup_size, program.entry, name=program.name)
 
 
 _CLEARS: dict = {}

@@ -33,8 +33,18 @@ class Site:
 
     kind: str
     what: str
-    where: str
-    expr: str = ""
+    statement: n.Node
+    node: n.Node
+
+    @property
+    def where(self) -> str:
+        """The statement, as (shortened) text."""
+        return _text(self.statement)
+
+    @property
+    def expr(self) -> str:
+        """The checked operation, as (shortened) text."""
+        return _text(self.node, 60)
 
 
 def instrument(program: Program, workgroup: tuple[int, int, int] | None = None) -> tuple[Program, list[Site]]:
@@ -48,7 +58,7 @@ def instrument(program: Program, workgroup: tuple[int, int, int] | None = None) 
         raise IRValidationError(f"names starting with {PREFIX!r} or the buffers {COUNTS!r}/{FIRST!r} are checked "
                                 "dispatch's own. Fix: rename them.")
     w = _Instrumenter(program, wg)
-    entry = drive(w.body(program.entry))
+    entry = (n.Let(w.linear.name, w.invocation),) + drive(w.body(program.entry))
     nb = max((b.binding for b in program.bound_buffers), default=-1)
     buffers = list(program.buffers) + [BufferDecl(COUNTS, nb + 1, Access.READ_WRITE, U32, max(len(w.sites), 1)),
                                        BufferDecl(FIRST, nb + 2, Access.READ_WRITE, U64, max(len(w.sites), 1))]
@@ -63,34 +73,42 @@ class _Instrumenter:
         self.fresh = 0
         nx = n.BinOp("mul", n.Builtin("num_workgroups", 0), n.lit(wg[0], U32))
         ny = n.BinOp("mul", n.Builtin("num_workgroups", 1), n.lit(wg[1], U32))
-        self.linear = n.BinOp("add", n.Builtin("invocation_id", 0), n.BinOp("mul", n.BinOp(
+        self.invocation = n.BinOp("add", n.Builtin("invocation_id", 0), n.BinOp("mul", n.BinOp(
             "add", n.Builtin("invocation_id", 1), n.BinOp("mul", n.Builtin("invocation_id", 2), ny)), nx))
+        self.linear = n.Var(f"{PREFIX}_invocation")  # bound once, first thing in the program
+        self.types[self.linear.name] = U32
 
     # ---- statements ---------------------------------------------------------------------------
     def body(self, stmts):
         out, declared = [], []
         for s in stmts:
             pre: list[n.Node] = []
-            where = _text(s)
+            where = s
+            # a statement holding an atomic keeps its order of evaluation: only its atomics' indices
+            # (and a store's), where they read no memory, are bound and checked
+            ordered = any(isinstance(x, n.Atomic) for e in _own_exprs(s) for x in _walk(e))
+            expr = self.atomic_only if ordered else self.expr
             match s:
                 case n.Let(name=v, value=e) | n.Assign(name=v, value=e):
-                    e, t = yield self.expr(e, pre, where)
+                    e, t = yield expr(e, pre, where)
                     s = n.Let(v, e) if isinstance(s, n.Let) else n.Assign(v, e)
                     if isinstance(s, n.Let):
                         self.types[v] = t
                         declared.append(v)
                 case n.Store(buffer=b, index=i, value=e):
-                    i, _ = yield self.expr(i, pre, where)
-                    e, _ = yield self.expr(e, pre, where)
-                    i = self.bind(i, U32, pre)
-                    self.check(pre, "store", b, where, None, n.BinOp("ge", i, n.BufLen(b)), i, s)
+                    original = s
+                    i, _ = yield expr(i, pre, where)
+                    e, _ = yield expr(e, pre, where)
+                    if not ordered or _pure(i):
+                        i = self.bind(i, U32, pre)
+                        self.check(pre, "store", b, where, None, n.BinOp("ge", i, n.BufLen(b)), i, original)
                     s = n.Store(b, i, e)
                 case n.If(cond=c, then=t, otherwise=o):
-                    c, _ = yield self.expr(c, pre, where)
+                    c, _ = yield expr(c, pre, where)
                     s = n.If(c, (yield self.body(t)), (yield self.body(o)))
                 case n.Loop(var=v, start=a, end=b, body=body):
-                    a, _ = yield self.expr(a, pre, where)
-                    b, _ = yield self.expr(b, pre, where)
+                    a, _ = yield expr(a, pre, where)
+                    b, _ = yield expr(b, pre, where)
                     self.types[v] = U32
                     s = n.Loop(v, a, b, (yield self.body(body)))
                 case n.Block(body=body):
@@ -101,10 +119,9 @@ class _Instrumenter:
         return tuple(out)
 
     # ---- expressions --------------------------------------------------------------------------
-    def expr(self, e: n.Expr, pre: list, where: str, path: n.Expr | None = None):
-        """(the expression with its checked operands bound before it in `pre`, its type)."""
-        if any(isinstance(x, n.Atomic) for x in _walk(e)):
-            return (yield self.atomic_only(e, pre, where, path))
+    def expr(self, e: n.Expr, pre: list, where: n.Node, path: n.Expr | None = None):
+        """(the expression, which holds no atomic, with its checked operands bound before it in
+        `pre`, its type)."""
         match e:
             case n.Lit():
                 return e, e.dtype
@@ -149,12 +166,12 @@ class _Instrumenter:
             self.check(pre, "nan", getattr(e, "op", "fma"), where, path, fresh, None, e)
         return out, t
 
-    def atomic_only(self, e: n.Expr, pre: list, where: str, path):
-        """An expression holding an atomic, unchanged but for each atomic's index, bound and
-        checked where the index itself holds no atomic."""
-        if isinstance(e, n.Atomic) and not any(isinstance(x, n.Atomic) for x in _walk(e.index)):
-            i, _ = yield self.expr(e.index, pre, where, path)
-            i = self.bind(i, U32, pre)
+    def atomic_only(self, e: n.Expr, pre: list, where: n.Node, path=None):
+        """An expression of a statement holding an atomic, unchanged but for each atomic's index,
+        bound and checked where it reads no memory (binding a load before the statement could
+        read what an atomic of the statement changes)."""
+        if isinstance(e, n.Atomic) and _pure(e.index):
+            i = self.bind(e.index, U32, pre)
             self.check(pre, "atomic", e.buffer, where, path, n.BinOp("ge", i, n.BufLen(e.buffer)), i, e)
             return n.Atomic(e.op, e.buffer, i, e.value, e.expected), self.decls[e.buffer].dtype
         kids = []
@@ -184,11 +201,11 @@ class _Instrumenter:
         self.types[name] = t
         return n.Var(name)
 
-    def check(self, pre: list, kind: str, what: str, where: str, path, bad: n.Expr, index, original) -> None:
+    def check(self, pre: list, kind: str, what: str, where: n.Node, path, bad: n.Expr, index, original) -> None:
         """Count site `kind` where `bad` holds on `path`: one more, and the smallest
         (linear invocation << 32 | index) that hit it."""
         k = len(self.sites)
-        self.sites.append(Site(kind, what, where, _text(original, 60)))
+        self.sites.append(Site(kind, what, where, original))
         first = n.BinOp("add", n.BinOp("mul", n.Cast(U64, self.linear), n.lit(1 << 32, U64)),
                         n.Cast(U64, index) if index is not None else n.lit(0, U64))
         hit = (n.Let(f"{PREFIX}{self.fresh}", n.Atomic("add", COUNTS, n.lit(k, U32), n.lit(1, U32), None)),
@@ -199,6 +216,17 @@ class _Instrumenter:
 
 def _and(path, c):
     return c if path is None else n.BinOp("logical_and", path, c)
+
+
+def _own_exprs(s: n.Node) -> tuple:
+    from .optimizer import _exprs
+    return _exprs(s)
+
+
+def _pure(e: n.Expr) -> bool:
+    """Whether `e` reads no memory (no load, atomic or subgroup operation)."""
+    return not any(isinstance(x, (n.Load, n.Atomic, n.SubgroupBallot, n.SubgroupShuffle, n.SubgroupAdd))
+                   for x in _walk(e))
 
 
 def _walk(e: n.Expr):

@@ -9,9 +9,10 @@ what invocation i of the earlier ones left there, as it would after a full launc
 step of a group has barriers, subgroup operations, workgroup memory or an early return (each would
 couple invocations, or skip the steps after it). A boundary that stays says why.
 
-Scratch buffers (written in the group, read back by nobody, at least one element per invocation)
-become one variable per invocation: loads after a store read the variable, stores assign it, and
-the buffer is never touched; one that may be read before it is written starts from a load."""
+Scratch buffers (written in the group, read back by nobody, at least one element per invocation,
+never read before the group writes them) become one variable per invocation: loads after a store
+read the variable, stores assign it, and the buffer is never touched. A buffer some path reads
+before writing carries data into the group, so it stays a buffer."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -201,7 +202,11 @@ def fuse_group(shapes: list[StepShape], group: list[int], scratch: set) -> tuple
     buffers = []
     for key, d in decls.items():
         if key in registers:
-            body = _forward(body, d["name"], d["dtype"])
+            forwarded, early = _forward(body, d["name"], d["dtype"])
+            if early:  # it may be read before the group writes it: it carries data in, so it stays memory
+                registers.remove(key)
+            else:
+                body = forwarded
         # written buffers are read_write: the zeroing of outputs is in the body, where each step did it
         access = (Access.UNIFORM if d["uniform"] and not d["write"] else Access.READ_WRITE if d["write"]
                   else Access.READ_ONLY)
@@ -252,9 +257,10 @@ def _atomic_on(body, name: str) -> bool:
     return any(isinstance(x, n.Atomic) and x.buffer == name for x in walk(tuple(body)))
 
 
-def _forward(body: list[n.Node], name: str, dtype: DataType) -> list[n.Node]:
+def _forward(body: list[n.Node], name: str, dtype: DataType) -> tuple[list[n.Node], bool]:
     """Buffer `name` (touched only at INDEX) as the variable `_r_<name>`: stores assign it, loads
-    read it; it starts from a load of the buffer only where some path may read before writing."""
+    read it; and whether some path may read it before writing it (then the buffer's contents
+    matter and it must stay a buffer)."""
     reg = f"_r_{name}"
     early = [False]
 
@@ -288,8 +294,7 @@ def _forward(body: list[n.Node], name: str, dtype: DataType) -> list[n.Node]:
         return out, written
 
     out, _ = block(body[1:], False)
-    start = n.Load(name, n.Var(INDEX)) if early[0] else n.lit(False if dtype is DataType.BOOL else 0, dtype)
-    return [body[0], n.Let(reg, start)] + out
+    return [body[0], n.Let(reg, n.lit(False if dtype is DataType.BOOL else 0, dtype))] + out, early[0]
 
 
 def _specialize(s: n.Node, sizes: dict[str, int]) -> n.Node:
@@ -358,7 +363,9 @@ def _dead_stores(stmts: list[n.Node]) -> list[n.Node]:
         if isinstance(s, n.Store) and isinstance(s.index, n.Var) and s.index.name == INDEX:
             if s.buffer in pending:
                 out[pending[s.buffer]] = None
-            pending[s.buffer] = len(out)
+            pending.pop(s.buffer, None)
+            if not any(isinstance(x, n.Atomic) for x in walk((s.value,))):  # an atomic's effect must stay
+                pending[s.buffer] = len(out)
         elif not isinstance(s, (n.Let, n.Assign)):
             pending.clear()  # a nested or other statement may store conditionally: keep what came before
         out.append(s)

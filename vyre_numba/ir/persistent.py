@@ -10,8 +10,10 @@ Invariants: stage g runs invocations 0..G_g-1 of its step's 1-D launch, `_i = gi
 for j = 0, 1, ...; G_g and the stride are multiples of the workgroup, so a whole workgroup takes an
 iteration or skips it and workgroup barriers inside a stage stay uniform; a pure output of a stage
 is zeroed (as its dispatch would) after every earlier access to it and before the stage, with a
-grid barrier between; the change flag is read by every invocation after a grid barrier, cleared by
-one after a second barrier, and the third orders the clearing before the next round's stores."""
+grid barrier between; the change flag is cleared by one invocation at the start of a round, a grid
+barrier orders that before the stages' stores, another orders their stores before every
+invocation reads it, and a third orders those reads before the next round's clearing (so the flag
+keeps what the last round set, as after running the steps)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -118,16 +120,16 @@ def build(shapes: list[StepShape], groups: list[list[int]], scratch: list[set], 
         body += (one_round if max_rounds == 1 else
                  [n.Loop("_round", n.lit(0, U32), n.lit(max_rounds, U32), tuple(one_round + [barrier]))])
         barriers += 0 if max_rounds == 1 else 1
-    else:
+    else:  # clear, barrier, the stages, barrier, everyone reads the flag, barrier (before the next clear)
         f = decls[flag]
         zero = n.lit(False if f["dtype"] is DataType.BOOL else 0, f["dtype"])
         clear = n.If(first, (n.Store(f["name"], n.lit(0, U32), zero),))
-        step = one_round + [barrier, n.Let("_changed", n.BinOp("ne", n.Load(f["name"], n.lit(0, U32)), zero)),
-                            barrier, clear, barrier,
-                            n.Assign("_rounds", n.BinOp("add", n.Var("_rounds"), n.lit(1, U32))),
-                            n.If(n.UnOp("not", n.Var("_changed")), (n.Assign("_go", n.lit(0, U32)),))]
+        step = [clear, barrier] + one_round + [
+            barrier, n.Let("_changed", n.BinOp("ne", n.Load(f["name"], n.lit(0, U32)), zero)), barrier,
+            n.Assign("_rounds", n.BinOp("add", n.Var("_rounds"), n.lit(1, U32))),
+            n.If(n.UnOp("not", n.Var("_changed")), (n.Assign("_go", n.lit(0, U32)),))]
         barriers += 3
-        body += [clear, barrier, n.Let("_go", n.lit(1, U32)), n.Let("_rounds", n.lit(0, U32)),
+        body += [n.Let("_go", n.lit(1, U32)), n.Let("_rounds", n.lit(0, U32)),
                  n.Loop("_round", n.lit(0, U32), n.lit(max_rounds, U32),
                         (n.If(n.BinOp("ne", n.Var("_go"), n.lit(0, U32)), tuple(step)),)),
                  n.If(first, (n.Store("_stats", n.lit(0, U32), n.Var("_rounds")),

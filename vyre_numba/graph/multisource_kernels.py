@@ -36,17 +36,6 @@ if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":  # the simulator has no warp v
         """nxt[u] = the OR of acc over the warp's lanes (nothing stored where that is 0)."""
         if acc != uint64(0):
             cuda.atomic.or_(nxt, u, acc)
-
-    @cuda.jit(device=True)
-    def pull_vertex(indptr, indices, frontier, nxt, u, want):
-        """nxt[u] = the sources in `want` that some neighbour of u has in its frontier."""
-        acc = uint64(0)
-        k = indptr[u] + cuda.laneid
-        end = indptr[u + 1]
-        while k < end:
-            acc |= frontier[indices[k]]
-            k += 32
-        gather(nxt, u, acc & want)
 else:
     @cuda.jit(device=True)
     def count(active, gained):
@@ -56,27 +45,14 @@ else:
             cuda.atomic.add(active, 0, int32(cuda.popc(votes)))
 
     @cuda.jit(device=True)
-    def pull_vertex(indptr, indices, frontier, nxt, u, want):
-        """nxt[u] = the sources in `want` that some neighbour of u has in its frontier: the warp
-        reads 32 neighbours at a time, ORs their masks with a shuffle tree (as int64, the type shfl
-        takes) and stops as soon as they hold every source wanted (the bottom-up early exit: a hub
-        next to the frontier is read a chunk, not whole)."""
-        lane = cuda.laneid
-        base = indptr[u]
-        end = indptr[u + 1]
-        y = int64(0)
-        while base < end:  # the same trips on every lane: the shuffles below need the whole warp
-            k = base + lane
-            if k < end:
-                y |= int64(frontier[indices[k]])
-            for off in (16, 8, 4, 2, 1):
-                y |= cuda.shfl_xor_sync(FULL, y, off)
-            if (uint64(y) & want) == want:
-                break
-            base += 32
-        got = uint64(y) & want
-        if lane == 0 and got != uint64(0):
-            nxt[u] = got
+    def gather(nxt, u, acc):
+        """nxt[u] = the OR of acc over the warp's lanes (nothing stored where that is 0): a
+        shuffle tree (as int64, the type shfl takes), one store."""
+        y = int64(acc)
+        for off in (16, 8, 4, 2, 1):
+            y |= cuda.shfl_xor_sync(FULL, y, off)
+        if cuda.laneid == 0 and y != 0:
+            nxt[u] = uint64(y)
 
 
 @cuda.jit
@@ -134,13 +110,20 @@ def push(indptr, indices, n, seen, frontier, nxt):
 def pull(indptr, indices, n, everyone, seen, frontier, nxt):
     """Bottom-up (symmetric CSRs): every vertex some source has not reached gathers, from its
     neighbours' frontier masks, the sources it has not seen; no atomics."""
+    lane = cuda.laneid
     warp = int64(cuda.grid(1)) // 32
     warps = int64(cuda.gridsize(1)) // 32
     u = warp
     while u < n:
         want = everyone & ~seen[u]
         if want != uint64(0):
-            pull_vertex(indptr, indices, frontier, nxt, u, want)
+            acc = uint64(0)
+            k = indptr[u] + lane
+            end = indptr[u + 1]
+            while k < end:
+                acc |= frontier[indices[k]]
+                k += 32
+            gather(nxt, u, acc & want)
         u += warps
 
 

@@ -76,15 +76,7 @@ def merged(shards: list) -> tuple:
     """`vyre_numba.distributed.unionfind.merge` without Dask: the same round functions, one process."""
     from vyre_numba.distributed import unionfind as uf
 
-    keys = uf._keys(*shards)
-    pairs = [uf._positions(s, keys) for s in shards]
-    parent = uf._identity(keys)
-    while True:
-        out = [uf._hooks(p, parent) for p in pairs]
-        parent, count = uf._apply(parent, *[o[0] for o in out])
-        pairs = [o[1] for o in out]
-        if count == 0:
-            return uf._mapping(keys, parent)
+    return uf._joined(*[uf._forest(s) for s in shards])
 
 
 def run_script(script: str, timeout: int = 900):

@@ -9,7 +9,8 @@ the labels that cross partitions move.
 3. Contract: q joins label_p(v) with its own label_q(v), unions them among themselves (labels only
    join labels) and sends on (label, root) for each label that moved: as many pairs as local
    components meet at the cut, not as many as the cut has edges.
-4. Merge: the distributed union-find (`unionfind.merge`) joins those pairs to a fixed point.
+4. Merge: the distributed union-find (`unionfind.merge`) reduces each partition's pairs to a forest
+   where they live, then joins the forests in one task: every label's set's smallest label.
 5. Final: every owned vertex v takes the root of label_p(v) (or label_p(v) itself, when no pair
    names it: then its local component touches no other partition and is whole).
 
@@ -31,7 +32,8 @@ from .unionfind import merge
 @dataclass
 class DistributedStats:
     """What a distributed call did: partitions, the workers and their devices, the union-find's
-    rounds, how many label pairs crossed the cut and were merged, and the wall time; `extra`
+    join rounds (1 where pairs crossed partitions: a reduction where each shard lives, then one
+    join), how many label pairs crossed the cut and were merged, and the wall time; `extra`
     holds `owned_ranges`, the vertex range [lo, hi) each partition owns."""
 
     partitions: int

@@ -10,8 +10,9 @@ A round:
    (exact comparison; a hash only chooses the owner and the candidates), and emits, for each group
    holding more than one class, its smallest class paired with each other one. It keeps one entry
    a signature.
-3. Merge: the distributed union-find joins those pairs with every merge made so far; the classes
-   whose root changed are the next round's delta. No change: the fixed point.
+3. Merge: the distributed union-find (each shard reduced where it lives, one task joining the
+   reductions) joins those pairs with every merge made so far; the classes whose root changed are
+   the next round's delta. No change: the fixed point.
 
 Where: on a GPU worker the partition (its rows and the canonical map) stays on the device, and
 step 1 runs there (the delta applied, the rows whose children moved found, canonicalised and

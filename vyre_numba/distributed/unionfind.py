@@ -1,83 +1,104 @@
-"""A union-find over pairs spread across Dask workers, iterated to a fixed point.
+"""A union-find over pairs spread across Dask workers: each worker first reduces its shard of
+(a, b) pairs to a forest (every id the shard names paired with its smallest id in the shard's own
+sets), in parallel; one task then joins the forests. A forest has fewer pairs than ids, so what
+moves between workers is bounded by the ids a shard names, not by its pairs.
 
-Each shard of (a, b) pairs stays on its worker; the parent map over the ids the pairs name (the
-keys, few next to the data: labels of partitions, classes merged in a round) is one array that
-every round reads. A round: every shard proposes, for each pair whose ends have different roots,
-to hook the larger root under the smaller; one task applies the smallest proposal per root and
-jumps pointers until every key points at its root; shards drop pairs already inside one tree.
-It ends when no shard proposes anything.
-
-Invariants: parent[k] <= k (as positions in the sorted keys, so as ids), hence every tree's root
-is its smallest id; a hook joins two roots, so trees never split; after a round every key points
-straight at its root. Each round hooks at least one root per set still in pieces, so it ends."""
+Both steps run the same sequential union-find (compiled with Numba): ids are mapped to dense
+positions (directly, as an offset, where the ids span a range not much larger than their count;
+else by one sort), each pair hooks the larger root under the smaller, paths are halved on the way.
+Invariants: parent[x] <= x, so every tree's root is its smallest id; a hook joins two roots, so
+trees never split; the result names each id whose root is another id once, with that root."""
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from ..unique import index_of, unique
-from .cluster import part, submit
+from .cluster import submit
+
+DENSE_SPAN = 1 << 26  # ids spanning up to this many values (or 8x their count) are their own positions
 
 
-def _keys(*shards: np.ndarray) -> np.ndarray:
-    ids = [s.reshape(-1) for s in shards if s.size]
-    return unique(np.concatenate(ids)).astype(np.int64) if ids else np.zeros(0, np.int64)
+def _join(pos: np.ndarray, size: int) -> np.ndarray:
+    """Parent positions after joining the (k, 2) positions `pos` in 0..size-1: every position
+    points straight at its tree's smallest."""
+    parent = np.arange(size, dtype=np.int32 if size < 2**31 else np.int64)  # int32: half the cache misses
+    _hook(pos, parent)
+    return parent
 
 
-def _positions(shard: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    if not shard.size:
-        return np.zeros((0, 2), np.int64)
-    pos = index_of(keys, shard).reshape(-1, 2)
-    return pos[pos[:, 0] != pos[:, 1]]
+@njit(cache=False)
+def _hook(pos: np.ndarray, parent: np.ndarray) -> None:
+    size = parent.size
+    for i in range(pos.shape[0]):
+        a, b = pos[i, 0], pos[i, 1]
+        while parent[a] != a:  # path halving
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        while parent[b] != b:
+            parent[b] = parent[parent[b]]
+            b = parent[b]
+        if a < b:
+            parent[b] = a
+        elif b < a:
+            parent[a] = b
+    for x in range(size):  # parents are smaller, so one ascending pass flattens every path
+        parent[x] = parent[parent[x]]
 
 
-def _identity(keys: np.ndarray) -> np.ndarray:
-    return np.arange(keys.size, dtype=np.int64)
+@njit(cache=False)
+def _moved(parent: np.ndarray, base: int) -> tuple:
+    """(ids, roots), ascending by id, of every dense position whose root is another position
+    (id = base + position); positions no pair named are their own roots and stay out."""
+    m = 0
+    for x in range(parent.size):
+        if parent[x] != x:
+            m += 1
+    out_ids = np.empty(m, np.int64)
+    out_roots = np.empty(m, np.int64)
+    m = 0
+    for x in range(parent.size):
+        if parent[x] != x:
+            out_ids[m] = x + base
+            out_roots[m] = parent[x] + base
+            m += 1
+    return out_ids, out_roots
 
 
-def _hooks(pairs: np.ndarray, parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(proposals (hi root, lo root), the pairs still joining two trees)."""
-    ra, rb = parent[pairs[:, 0]], parent[pairs[:, 1]]
-    apart = ra != rb
-    hooks = np.stack([np.maximum(ra, rb)[apart], np.minimum(ra, rb)[apart]], 1)
-    return hooks, pairs[apart]
-
-
-def _apply(parent: np.ndarray, *proposals: np.ndarray) -> tuple[np.ndarray, int]:
-    hooks = [p for p in proposals if p.size]
-    if not hooks:
-        return parent, 0
-    h = np.concatenate(hooks)
-    parent = parent.copy()
-    np.minimum.at(parent, h[:, 0], h[:, 1])
-    while True:
-        grand = parent[parent]
-        if np.array_equal(grand, parent):
-            return parent, int(h.shape[0])
-        parent = grand
-
-
-def _mapping(keys: np.ndarray, parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, roots) of every key whose root is another id."""
+def union(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, roots): every id of the (k, 2) int64 `pairs` whose set's smallest id is another id,
+    with that id, ascending by id (each once)."""
+    pairs = np.ascontiguousarray(np.asarray(pairs, np.int64).reshape(-1, 2))
+    if not pairs.size:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    flat = pairs.reshape(-1)
+    lo, hi = int(flat.min()), int(flat.max())
+    if hi - lo < max(DENSE_SPAN, 8 * flat.size):
+        pos = pairs - lo
+        return _moved(_join(pos, hi - lo + 1), lo)
+    keys = unique(flat)
+    pos = index_of(keys, flat).astype(np.int64)
+    parent = _join(pos.reshape(-1, 2), keys.size)
     moved = parent != np.arange(keys.size)
     return keys[moved], keys[parent[moved]]
 
 
+def _forest(shard: np.ndarray) -> np.ndarray:
+    """The shard's pairs reduced to (id, smallest id of its set) rows."""
+    ids, roots = union(shard)
+    return np.stack([ids, roots], 1) if ids.size else np.zeros((0, 2), np.int64)
+
+
+def _joined(*forests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    forests = [f for f in forests if f.size]
+    return union(np.concatenate(forests)) if forests else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+
 def merge(client, shards: list, places: list, *, name: str = "merge") -> tuple[object, int]:
-    """(future of (ids, roots) for every id the pairs joined to a smaller one, rounds): the
+    """(future of (ids, roots) for every id the pairs joined to a smaller one, join rounds): the
     union of the pairs in `shards` (futures of (k, 2) int64 arrays, shard i kept on worker
-    places[i]), the root of each set its smallest id."""
-    keys = submit(client, _keys, *shards, worker=places[0] if places else None, name=f"{name}-keys")
-    pairs = [submit(client, _positions, s, keys, worker=w, name=f"{name}-positions") for s, w in zip(shards, places)]
-    parent = submit(client, _identity, keys, worker=places[0] if places else None, name=f"{name}-parent")
-    rounds = 0
-    while True:
-        out = [submit(client, _hooks, p, parent, worker=w, name=f"{name}-hooks") for p, w in zip(pairs, places)]
-        hooks = [part(client, o, 0, w, f"{name}-proposals") for o, w in zip(out, places)]
-        pairs = [part(client, o, 1, w, f"{name}-pairs") for o, w in zip(out, places)]
-        applied = submit(client, _apply, parent, *hooks, worker=places[0] if places else None, name=f"{name}-apply")
-        count = part(client, applied, 1, None, f"{name}-count").result()
-        if count == 0:
-            break
-        parent = part(client, applied, 0, places[0] if places else None, f"{name}-parent")
-        rounds += 1
-    return submit(client, _mapping, keys, parent, worker=places[0] if places else None, name=f"{name}-mapping"), rounds
+    places[i]), the root of each set its smallest id. Each shard is reduced where it lives, then
+    one task joins the reductions: one join round (0 without shards)."""
+    forests = [submit(client, _forest, s, worker=w, name=f"{name}-forest") for s, w in zip(shards, places)]
+    joined = submit(client, _joined, *forests, worker=places[0] if places else None, name=f"{name}-join")
+    return joined, int(bool(shards))

@@ -280,3 +280,31 @@ def test_a_cluster_without_workers_is_waited_for_then_refused(monkeypatch):
             distributed.Client(lc) as c:
         with pytest.raises(VyreError, match=r"no workers \(none came within 0.5 s\).*Fix:"):
             connected_components(np.array([0, 1, 1]), np.array([0]), client=c, backend="reference")
+
+
+def test_the_union_find_gives_each_id_its_sets_smallest_id():
+    """`unionfind.union`, `_forest` and `_joined` (what the workers and the join task run) against
+    SciPy's components on random pairs: dense and sparse ids, negative ids, shards of any split."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components as scipy_components
+
+    from vyre_numba.distributed import unionfind as uf
+
+    rng = np.random.default_rng(11)
+    for trial in range(60):
+        k = int(rng.integers(1, 2000))
+        span = int(rng.choice([3, 50, 10**4, 10**9, 2**62]))
+        low = int(rng.choice([0, -5, -2**40])) if span < 2**40 else 0
+        pairs = (rng.integers(0, span, (k, 2)) + low).astype(np.int64)
+        ids = np.unique(pairs)
+        pos = np.searchsorted(ids, pairs)
+        _, lab = scipy_components(coo_matrix((np.ones(k), (pos[:, 0], pos[:, 1])), shape=(ids.size,) * 2),
+                                  directed=False)
+        smallest = np.full(lab.max() + 1, np.iinfo(np.int64).max)
+        np.minimum.at(smallest, lab, ids)
+        roots = smallest[lab]
+        moved = roots != ids
+        shards = np.array_split(pairs, int(rng.integers(1, 5)))
+        got = uf._joined(*[uf._forest(s) for s in shards])
+        assert np.array_equal(got[0], ids[moved]) and np.array_equal(got[1], roots[moved]), trial
+    assert [a.size for a in uf._joined()] == [0, 0] and uf._forest(np.zeros((0, 2), np.int64)).shape == (0, 2)

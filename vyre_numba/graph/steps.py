@@ -32,6 +32,16 @@ def link_edge(i, parent, src, dst):
     return 0
 
 
+def shorten(v, parent):
+    """Halve v's path to its root and point v at the root it found: a pass of this before
+    `compress` turns long chains (a grid's columns, each vertex hooked under the next) into short
+    ones, whose walk would otherwise be one thread's serial chain of loads. Every write is an
+    ancestor, so trees stay whole; a concurrent halving may leave v one step short of its root,
+    which `compress` then mends."""
+    parent[v] = find(parent, v)
+    return 0
+
+
 def compress(v, parent):
     """Point v at its root."""
     parent[v] = root(parent, v)
@@ -81,14 +91,19 @@ def max_to_unreached(v, dist):
     return 0
 
 
-def relax(w, indptr, indices, dist, dirty):
+def relax(w, indptr, indices, dist, dirty, chain):
     """Asynchronous BFS over the 32 vertices of bitset word w: each vertex u whose distance went
     down since it last pushed (its bit in `dirty`) offers dist[u] + 1 to each neighbour; a
     neighbour lowered gets its bit set. Distances only go down, so rounds of this reach the BFS
     distances in any order of items; a word an item, so a round over a quiet graph reads n / 32
     words. The pusher's fence orders its lowered distance before its bit; this step takes the
     bits by exchange and fences before reading distances, so a bit set after the exchange means
-    its vertex runs again."""
+    its vertex runs again.
+
+    Up to `chain` times a vertex, the first neighbour it lowered pushes at once in the same
+    thread instead of waiting a round for its bit (it offers the distance this thread gave it; a
+    thread that lowers it further sets its bit), so a long, thin graph's wavefront moves about
+    chain + 1 levels a round rather than one."""
     if dirty[w] == 0:
         return 0
     bits = cuda.atomic.exch(dirty, w, uint32(0))
@@ -98,10 +113,19 @@ def relax(w, indptr, indices, dist, dirty):
         if bits & (uint32(1) << uint32(b)):
             u = w * 32 + b
             d = dist[u] + 1
-            for k in range(indptr[u], indptr[u + 1]):
-                v = indices[k]
-                if dist[v] > d and cuda.atomic.min(dist, v, d) > d:
-                    cuda.threadfence()
-                    cuda.atomic.or_(dirty, v >> 5, uint32(1) << uint32(v & 31))
-                    changed = 1
+            hops = 0
+            while u >= 0:
+                nxt = -1
+                for k in range(indptr[u], indptr[u + 1]):
+                    v = indices[k]
+                    if dist[v] > d and cuda.atomic.min(dist, v, d) > d:
+                        changed = 1
+                        if nxt < 0 and hops < chain:
+                            nxt = v
+                        else:
+                            cuda.threadfence()
+                            cuda.atomic.or_(dirty, v >> 5, uint32(1) << uint32(v & 31))
+                u = nxt
+                d += 1
+                hops += 1
     return changed

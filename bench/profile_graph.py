@@ -1,0 +1,186 @@
+"""Where the graph algorithms' device time goes (issues 10, 11 and 15): every kernel of
+`bfs_many` (64 sources), of a single BFS and of connected components, timed by CUDA events per
+level or phase, on the R-MAT 2^22 / 2^26 graph and the 2048 x 2048 grid of bench_bfs.py and
+bench_fixpoint.py; and the grid BFS's device tail for several values of `bfs.CHAIN`. A profile to
+read beside those benchmarks; run on a GPU machine:
+
+    python bench/profile_graph.py [--quick]
+"""
+from __future__ import annotations
+
+import sys
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import vyre_numba as vn  # noqa: E402
+
+
+@contextmanager
+def kernel_times(be, out: list):
+    """Record (kernel name, ms) for every `launch_quietly` and `fixpoint.for_each` / `fixpoint.run`
+    call made inside the block, by events around each on the backend's stream."""
+    from numba import cuda
+
+    from vyre_numba import fixpoint
+    from vyre_numba.gpu import numba_launch
+
+    pending = []
+
+    def timed(name, fn):
+        def wrapper(*args, **kw):
+            a, b = cuda.event(), cuda.event()
+            a.record(be.stream)
+            r = fn(*args, **kw)
+            b.record(be.stream)
+            pending.append((name(args), a, b))
+            return r
+        return wrapper
+
+    saved = numba_launch.launch_quietly, fixpoint.for_each, fixpoint.run
+    numba_launch.launch_quietly = timed(lambda a: getattr(a[0], "__name__", str(a[0])), saved[0])
+    fixpoint.for_each = timed(lambda a: a[0].__name__, saved[1])
+    fixpoint.run = timed(lambda a: "run:" + a[0].__name__, saved[2])
+    try:
+        yield
+    finally:
+        numba_launch.launch_quietly, fixpoint.for_each, fixpoint.run = saved
+        be.synchronize()
+        out.extend((name, cuda.event_elapsed_time(a, b)) for name, a, b in pending)
+
+
+def summary(rows: list) -> str:
+    by = defaultdict(lambda: [0, 0.0])
+    for name, ms in rows:
+        by[name][0] += 1
+        by[name][1] += ms
+    return ", ".join(f"{k} {c}x {ms:.2f} ms" for k, (c, ms) in sorted(by.items(), key=lambda kv: -kv[1][1]))
+
+
+def wall_ms(fn, be, reps: int = 3) -> float:
+    fn()
+    best = 1e9
+    for _ in range(reps):
+        be.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        be.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return best * 1e3
+
+
+def main() -> int:
+    quick = "--quick" in sys.argv
+    from bench_fixpoint import grid_csr, rmat_csr
+
+    from vyre_numba.graph import bfs as bfs_mod, components
+    from vyre_numba.graph import bfs, bfs_many, connected_components
+    from vyre_numba.gpu import caps
+
+    be = vn.get_backend("cuda")
+    print("device", caps().name, time.strftime("%Y-%m-%d %H:%M"))
+    side = 512 if quick else 2048
+    g = grid_csr(side, side)
+    gip, gix = be.upload(g.indptr.astype(np.int64)), be.upload(g.indices.astype(np.int32))
+    r = rmat_csr(18 if quick else 22, 1 << (22 if quick else 26))
+    rip, rix = be.upload(r.indptr.astype(np.int64)), be.upload(r.indices.astype(np.int32))
+
+    # connected components: the new flatten (halving pass, then roots) against roots only
+    flatten = components.flatten
+
+    def roots_only(run, parent, n):
+        from vyre_numba.graph import steps
+        run(steps.compress, n, [parent])
+
+    for gname, ip, ix in (("grid", gip, gix), ("rmat", rip, rix)):
+        want = None
+        for variant, fn in (("halve+roots", flatten), ("roots only", roots_only)):
+            components.flatten = fn
+            try:
+                labels = be.download(connected_components(ip, ix, symmetric=True))
+                want = labels if want is None else want
+                ms = wall_ms(lambda: connected_components(ip, ix, symmetric=True), be)
+                rows: list = []
+                with kernel_times(be, rows):
+                    connected_components(ip, ix, symmetric=True)
+            finally:
+                components.flatten = flatten
+            print(f"CC {gname} {variant}: wall {ms:.2f} ms, same labels {np.array_equal(labels, want)}; "
+                  + ", ".join(f"{k} {v:.3f}" for k, v in rows))
+
+    # the grid BFS's device tail, for several chain lengths
+    chain = bfs_mod.CHAIN
+    want = None
+    for c in (0, 2, 4, 8, 16, 32, 64):
+        bfs_mod.CHAIN = c
+        try:
+            d = be.download(bfs(gip, gix, 0, symmetric=True))
+            want = d if want is None else want
+            ms = wall_ms(lambda: bfs(gip, gix, 0, symmetric=True), be, reps=2)
+            rows = []
+            rounds = []
+            from vyre_numba import fixpoint
+            real = fixpoint.run
+
+            def counting(*a, **kw):
+                res = real(*a, **kw)
+                rounds.append(res.rounds)
+                return res
+            fixpoint.run = counting
+            try:
+                bfs(gip, gix, 0, symmetric=True)
+            finally:
+                fixpoint.run = real
+        finally:
+            bfs_mod.CHAIN = chain
+        levels = int(d.max()) + 1
+        print(f"BFS grid chain {c}: {ms:.2f} ms = {ms * 1e3 / levels:.2f} us/level, tail rounds {rounds}, "
+              f"same distances {np.array_equal(d, want)}")
+
+    # single BFS on R-MAT, a kernel at a time
+    source = int(np.argmax(np.diff(r.indptr)))
+    levels: list = []
+    bfs_mod._bfs_gpu(be, rip, rix, r.shape[0], source, True, levels)
+    rows = []
+    with kernel_times(be, rows):
+        bfs_mod._bfs_gpu(be, rip, rix, r.shape[0], source, True, None)
+    print(f"BFS rmat wall {wall_ms(lambda: bfs(rip, rix, source, symmetric=True), be):.2f} ms, levels {levels}")
+    print("  kernels: " + ", ".join(f"{k} {v:.3f}" for k, v in rows))
+
+    # bfs_many, 64 sources, a kernel at a time, warp-a-vertex kernels against 32-vertex tiles
+    from vyre_numba.graph import multisource
+    from vyre_numba.graph.multisource import _bfs_many_gpu
+    deg = np.diff(r.indptr)
+    sources = np.random.default_rng(5).choice(np.flatnonzero(deg > 0), 64, replace=False)
+    singles = wall_ms(lambda: [bfs(rip, rix, int(s), symmetric=True) for s in sources], be, reps=1)
+    print(f"64 single BFS {singles:.1f} ms")
+    saved = multisource.TILES, multisource.SMALL
+    want = None
+    for tiles, small in ((False, 0), (True, 8), (True, 16), (True, 32), (True, 64)):
+        multisource.TILES, multisource.SMALL = tiles, small
+        try:
+            got = be.download(bfs_many(rip, rix, sources, symmetric=True))
+            want = got if want is None else want
+            levels = []
+            _bfs_many_gpu(be, rip, rix, r.shape[0], sources, True, levels)
+            rows = []
+            with kernel_times(be, rows):
+                _bfs_many_gpu(be, rip, rix, r.shape[0], sources, True, None)
+            ms = wall_ms(lambda: bfs_many(rip, rix, sources, symmetric=True), be)
+        finally:
+            multisource.TILES, multisource.SMALL = saved
+        print(f"bfs_many tiles={tiles} small={small}: wall {ms:.2f} ms ({singles / ms:.1f}x the singles), "
+              f"same distances {np.array_equal(got, want)}, levels {levels}")
+        print("  kernels: " + ", ".join(f"{k} {v:.3f}" for k, v in rows))
+        print("  by kernel: " + summary(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -95,7 +95,7 @@ def afforest(run, empty, download, indptr, indices, n: int, symmetric: bool):
     run(steps.init, n, [parent])
     for r in range(SAMPLED_NEIGHBOURS):
         run(steps.sample, n, [parent, indptr, indices, np.int32(r)])
-        flatten(run, parent, n)
+        run(steps.compress, n, [parent])
     giant = -1
     if symmetric:
         m = min(SAMPLES, n)
@@ -104,17 +104,8 @@ def afforest(run, empty, download, indptr, indices, n: int, symmetric: bool):
         values, counts = np.unique(download(roots), return_counts=True)
         giant = int(values[counts.argmax()])
     run(steps.rest, n, [parent, indptr, indices, np.int32(SAMPLED_NEIGHBOURS), np.int32(giant)])
-    flatten(run, parent, n)
-    return parent
-
-
-def flatten(run, parent, n: int) -> None:
-    """Point every vertex at its root: a halving pass shortens long chains, so the pass that
-    stores roots walks short paths."""
-    from . import steps
-
-    run(steps.shorten, n, [parent])
     run(steps.compress, n, [parent])
+    return parent
 
 
 def edge_components(run, empty, n: int, src, dst, m: int):
@@ -129,5 +120,5 @@ def edge_components(run, empty, n: int, src, dst, m: int):
     run(steps.init, n, [parent])
     if m:
         run(steps.link_edge, m, [parent, src, dst])
-    flatten(run, parent, n)
+    run(steps.compress, n, [parent])
     return parent

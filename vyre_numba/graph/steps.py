@@ -32,16 +32,6 @@ def link_edge(i, parent, src, dst):
     return 0
 
 
-def shorten(v, parent):
-    """Halve v's path to its root and point v at the root it found: a pass of this before
-    `compress` turns long chains (a grid's columns, each vertex hooked under the next) into short
-    ones, whose walk would otherwise be one thread's serial chain of loads. Every write is an
-    ancestor, so trees stay whole; a concurrent halving may leave v one step short of its root,
-    which `compress` then mends."""
-    parent[v] = find(parent, v)
-    return 0
-
-
 def compress(v, parent):
     """Point v at its root."""
     parent[v] = root(parent, v)

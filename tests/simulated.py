@@ -35,7 +35,7 @@ class SimOps:
         return False
 
     def empty(self, n: int, dtype):
-        return cuda.device_array(n, dtype)
+        return cuda.to_device(np.zeros(n, dtype))  # zeroed, as a backend's empty is
 
     def upload(self, a):
         return cuda.to_device(np.ascontiguousarray(a))
@@ -55,7 +55,7 @@ class SimBackend:
         self.stream = cuda.default_stream()
 
     def empty(self, n: int, dtype):
-        return cuda.device_array(n, dtype)
+        return cuda.to_device(np.zeros(n, dtype))  # zeroed, as a backend's empty is
 
     def upload(self, a):
         return cuda.to_device(np.ascontiguousarray(a))

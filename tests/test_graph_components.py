@@ -140,7 +140,7 @@ def test_gpu_component_phases_as_fixpoint_rounds_in_every_mode(mode, symmetric):
     def run(step, count, args):
         assert fixpoint.run(step, count, args, backend=backend, mode=mode, max_rounds=1).rounds == 1
 
-    parent = afforest(run, backend.empty, backend.download, backend.upload(a.indptr.astype(np.int64)),
+    parent = afforest(run, backend.empty, backend.upload(a.indptr.astype(np.int64)),
                       backend.upload(a.indices.astype(np.int32)), a.shape[0], symmetric)
     assert np.array_equal(backend.download(parent), expected(a))
 

@@ -80,7 +80,7 @@ def local_gpu(ops, n: int, kind: str, a, b, m: int):
     from ..graph.components import afforest, edge_components
 
     if kind == "csr":
-        return afforest(ops.run, ops.empty, ops.download, a, b, n, False)
+        return afforest(ops.run, ops.empty, a, b, n, False)
     return edge_components(ops.run, ops.empty, n, a, b, m)
 
 

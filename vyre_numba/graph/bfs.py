@@ -17,7 +17,6 @@ HUB = 256  # see bfs_kernels.HUB
 PERSISTENT_AFTER = 8  # levels run from the host before a small frontier's remaining levels go on the device
 BOTTOM_UP_ABOVE = 1 / 20  # switch to bottom-up while the frontier holds more than this share of the vertices
 TOP_DOWN_BELOW = 1 / 50  # and back below this share
-CHAIN = 8  # levels a thread may push on by itself in a round of the device tail (see steps.relax)
 
 
 def bfs_numpy(g: CSR, source: int) -> np.ndarray:
@@ -132,7 +131,7 @@ def _relax_rest(rounds, indptr, indices, dist, items, size: int, n: int, be) -> 
     each(steps.clear, words, [dirty])
     each(steps.mark_items, size, [dirty, items])
     each(steps.unreached_to_max, n, [dist])
-    if not until(steps.relax, words, [indptr, indices, dist, dirty, np.int32(CHAIN)], min(n + 1, 2**31 - 1)):
+    if not until(steps.relax, words, [indptr, indices, dist, dirty], min(n + 1, 2**31 - 1)):
         raise DeviceError(f"BFS relaxation did not settle within {n + 1} rounds on a {n}-vertex graph, which "
                           "cannot happen for correct distances. Fix: report this with the graph.")
     each(steps.max_to_unreached, n, [dist])

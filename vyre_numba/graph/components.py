@@ -78,15 +78,16 @@ def _components_gpu(be, indptr, indices, n: int, symmetric: bool):
     def run(step, count, args):
         fixpoint.for_each(step, count, args, backend=be)
 
-    return afforest(run, be.empty, be.download, indptr, indices, n, symmetric)
+    return afforest(run, be.empty, indptr, indices, n, symmetric)
 
 
-def afforest(run, empty, download, indptr, indices, n: int, symmetric: bool):
+def afforest(run, empty, indptr, indices, n: int, symmetric: bool):
     """Parents (int32 device array) of the components of a CSR on the device, in the style of
     Afforest: link every vertex with its first SAMPLED_NEIGHBOURS stored neighbours, find the
-    largest tree from SAMPLES vertices' roots, then link the remaining neighbours of every vertex
-    outside it (of every vertex unless the CSR is symmetric), and point each vertex at its root.
-    `run(step, count, args)` runs a step of `steps.py` once over items 0..count-1."""
+    largest tree from SAMPLES vertices' roots (a vote on the device, so the host never waits), then
+    link the remaining neighbours of every vertex outside it (of every vertex unless the CSR is
+    symmetric), and point each vertex at its root. `run(step, count, args)` runs a step of
+    `steps.py` once over items 0..count-1; `empty(n, dtype)` gives a zeroed device array."""
     from . import steps
 
     parent = empty(n, np.int32)
@@ -96,14 +97,13 @@ def afforest(run, empty, download, indptr, indices, n: int, symmetric: bool):
     for r in range(SAMPLED_NEIGHBOURS):
         run(steps.sample, n, [parent, indptr, indices, np.int32(r)])
         run(steps.compress, n, [parent])
-    giant = -1
+    votes = empty(1, np.int64)  # stays 0, no giant tree, unless the CSR is symmetric
     if symmetric:
         m = min(SAMPLES, n)
         roots = empty(m, np.int32)
         run(steps.gather, m, [parent, roots, np.int64(n // m)])
-        values, counts = np.unique(download(roots), return_counts=True)
-        giant = int(values[counts.argmax()])
-    run(steps.rest, n, [parent, indptr, indices, np.int32(SAMPLED_NEIGHBOURS), np.int32(giant)])
+        run(steps.vote, m, [roots, votes])
+    run(steps.rest, n, [parent, indptr, indices, np.int32(SAMPLED_NEIGHBOURS), votes])
     run(steps.compress, n, [parent])
     return parent
 

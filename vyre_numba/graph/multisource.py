@@ -9,18 +9,13 @@ which are its next frontier, and those sources' distances there are the level. T
 one count a level. `bfs_many_numpy` is the CPU implementation and the oracle."""
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from ..errors import DispatchError, host_memory
 from .bfs import BOTTOM_UP_ABOVE, TOP_DOWN_BELOW
 from .csr import CSR, _as_index_array, check_device_csr, resolve
 
-_SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"  # the simulator's kernels run a warp a block
 BATCH = 64  # sources a pass: the bits of one uint64 mask
-SMALL = 32  # a vertex with at most this many neighbours is one lane's work in a level, a larger one the warp's
-TILES = True  # (profiling) False runs the warp-a-vertex kernels instead
 
 
 def bfs_many_numpy(g: CSR, sources: np.ndarray) -> np.ndarray:
@@ -140,14 +135,7 @@ def _bfs_many_gpu(be, indptr, indices, n: int, sources: np.ndarray, symmetric: b
             level += 1
             share = size / n
             bottom = symmetric and (share > BOTTOM_UP_ABOVE or (bottom and share > TOP_DOWN_BELOW))
-            if TILES:
-                tgrid, tblock = (max(1, min(-(-n // 32), 1024)), 32) if _SIM else (vgrid, 256)
-                if bottom:
-                    launch_quietly(k.pull_tiles, tgrid, tblock, stream, indptr, indices, n, everyone, seen, frontier,
-                                   nxt, SMALL)
-                else:
-                    launch_quietly(k.push_tiles, tgrid, tblock, stream, indptr, indices, n, seen, frontier, nxt, SMALL)
-            elif bottom:
+            if bottom:
                 launch_quietly(k.pull, wgrid, 256, stream, indptr, indices, n, everyone, seen, frontier, nxt)
             else:
                 launch_quietly(k.push, wgrid, 256, stream, indptr, indices, n, seen, frontier, nxt)

@@ -24,9 +24,7 @@ def lowest_bit(m):
     return int64(cuda.ffs(uint32(m >> uint64(32)))) + 31
 
 
-if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":  # the simulator has no warp votes or shuffles:
-    # its blocks are one warp (multisource.py launches 32 threads a block there), and shared memory
-    # stands in for the lanes' registers
+if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":  # the simulator has no warp votes or shuffles
     @cuda.jit(device=True)
     def count(active, gained):
         """Add to active[0] the lanes of the warp where `gained`."""
@@ -38,38 +36,6 @@ if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":  # the simulator has no warp v
         """nxt[u] = the OR of acc over the warp's lanes (nothing stored where that is 0)."""
         if acc != uint64(0):
             cuda.atomic.or_(nxt, u, acc)
-
-    @cuda.jit(device=True)
-    def ballot(pred, words):
-        """The lanes where `pred`, a bit each (every lane of the warp calls)."""
-        lane = cuda.threadIdx.x
-        words[lane] = uint64(1) << uint64(lane) if pred else uint64(0)
-        cuda.syncthreads()
-        m = uint64(0)
-        for i in range(32):
-            m |= words[i]
-        cuda.syncthreads()
-        return m
-
-    @cuda.jit(device=True)
-    def lane_value(x, j, words):
-        """Lane j's x (an integer of up to 64 bits), in every lane."""
-        words[cuda.threadIdx.x] = uint64(x)
-        cuda.syncthreads()
-        y = words[j]
-        cuda.syncthreads()
-        return y
-
-    @cuda.jit(device=True)
-    def warp_or(x, words):
-        """The OR of x (a uint64) over the warp's lanes, in every lane."""
-        words[cuda.threadIdx.x] = x
-        cuda.syncthreads()
-        y = uint64(0)
-        for i in range(32):
-            y |= words[i]
-        cuda.syncthreads()
-        return y
 else:
     @cuda.jit(device=True)
     def count(active, gained):
@@ -87,24 +53,6 @@ else:
             y |= cuda.shfl_xor_sync(FULL, y, off)
         if cuda.laneid == 0 and y != 0:
             nxt[u] = uint64(y)
-
-    @cuda.jit(device=True)
-    def ballot(pred, words):
-        """The lanes where `pred`, a bit each (every lane of the warp calls)."""
-        return uint64(cuda.ballot_sync(FULL, pred))
-
-    @cuda.jit(device=True)
-    def lane_value(x, j, words):
-        """Lane j's x (an integer of up to 64 bits), in every lane."""
-        return uint64(cuda.shfl_sync(FULL, int64(x), j))
-
-    @cuda.jit(device=True)
-    def warp_or(x, words):
-        """The OR of x (a uint64) over the warp's lanes, in every lane: a shuffle tree."""
-        y = int64(x)
-        for off in (16, 8, 4, 2, 1):
-            y |= cuda.shfl_xor_sync(FULL, y, off)
-        return uint64(y)
 
 
 @cuda.jit
@@ -134,94 +82,6 @@ def place(sources, width, n, seen, frontier, dist):
         cuda.atomic.or_(seen, s, bit)
         cuda.atomic.or_(frontier, s, bit)
         dist[int64(j) * n + s] = int32(0)
-
-
-@cuda.jit
-def push_tiles(indptr, indices, n, seen, frontier, nxt, small):
-    """Top-down: every vertex with sources in its frontier mask offers them to its neighbours that
-    those sources have not reached (one atomic OR a neighbour that gains something). A warp reads
-    32 vertices' masks at once: a lane offers its own vertex's masks when it has at most `small`
-    neighbours, and the whole warp strides over each larger one's."""
-    words = cuda.shared.array(32, uint64)
-    lane = cuda.threadIdx.x % 32
-    base = int64(cuda.grid(1)) - lane
-    stride = int64(cuda.gridsize(1))
-    while base < n:
-        v = base + lane
-        f = uint64(0)
-        lo = int64(0)
-        hi = int64(0)
-        if v < n:
-            f = frontier[v]
-            if f != uint64(0):
-                lo = int64(indptr[v])
-                hi = int64(indptr[v + 1])
-        if hi - lo <= small:
-            for k in range(lo, hi):
-                u = indices[k]
-                m = f & ~seen[u]
-                if m != uint64(0):
-                    cuda.atomic.or_(nxt, u, m)
-        big = ballot(hi - lo > small, words)
-        while big != uint64(0):
-            j = lowest_bit(big)
-            big &= big - uint64(1)
-            bf = lane_value(f, j, words)
-            k = int64(lane_value(lo, j, words)) + lane
-            end = int64(lane_value(hi, j, words))
-            while k < end:
-                u = indices[k]
-                m = bf & ~seen[u]
-                if m != uint64(0):
-                    cuda.atomic.or_(nxt, u, m)
-                k += 32
-        base += stride
-
-
-@cuda.jit
-def pull_tiles(indptr, indices, n, everyone, seen, frontier, nxt, small):
-    """Bottom-up (symmetric CSRs): every vertex some source has not reached gathers, from its
-    neighbours' frontier masks, the sources it has not seen; no atomics. A warp reads 32
-    vertices at once: a lane gathers for its own vertex when it has at most `small` neighbours
-    (stopping once it holds every source it wants), and the whole warp strides over each larger
-    one's, ORing across lanes."""
-    words = cuda.shared.array(32, uint64)
-    lane = cuda.threadIdx.x % 32
-    base = int64(cuda.grid(1)) - lane
-    stride = int64(cuda.gridsize(1))
-    while base < n:
-        u = base + lane
-        want = uint64(0)
-        lo = int64(0)
-        hi = int64(0)
-        if u < n:
-            want = everyone & ~seen[u]
-            if want != uint64(0):
-                lo = int64(indptr[u])
-                hi = int64(indptr[u + 1])
-        if hi - lo <= small and lo < hi:
-            acc = uint64(0)
-            for k in range(lo, hi):
-                acc |= frontier[indices[k]]
-                if acc & want == want:
-                    break
-            if acc & want != uint64(0):
-                nxt[u] = acc & want
-        big = ballot(hi - lo > small, words)
-        while big != uint64(0):
-            j = lowest_bit(big)
-            big &= big - uint64(1)
-            bw = lane_value(want, j, words)
-            k = int64(lane_value(lo, j, words)) + lane
-            end = int64(lane_value(hi, j, words))
-            acc = uint64(0)
-            while k < end:
-                acc |= frontier[indices[k]]
-                k += 32
-            acc = warp_or(acc, words)
-            if lane == 0 and acc & bw != uint64(0):
-                nxt[base + j] = acc & bw
-        base += stride
 
 
 @cuda.jit

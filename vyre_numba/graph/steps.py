@@ -5,7 +5,7 @@ The union-find (`find`, `link`, `root`) and its invariants are in `vyre_numba.un
 tree's root is its smallest vertex."""
 from __future__ import annotations
 
-from numba import cuda, uint32
+from numba import cuda, int64, uint32
 
 from ..unionfind import find, link, root
 
@@ -44,9 +44,30 @@ def gather(j, parent, out, stride):
     return 0
 
 
-def rest(v, parent, indptr, indices, skip, giant):
-    """Link v with its neighbours after the first `skip`, unless v is already in the tree rooted at
-    `giant` (Afforest: for a symmetric CSR, that tree's edges to others are seen from the other end)."""
+def vote(j, roots, votes):
+    """Sample j votes for roots[j]: votes[0] ends as the largest key (how often the root was
+    sampled, then the smaller root), so the most sampled root wins and a tie goes to the smallest,
+    as `np.unique(...)[counts.argmax()]` picks."""
+    r = roots[j]
+    c = 0
+    for i in range(roots.size):
+        c += roots[i] == r
+    cuda.atomic.max(votes, 0, (int64(c) << 32) | (int64(0x7FFFFFFF) - r))
+    return 0
+
+
+@cuda.jit(device=True)
+def giant_root(votes):
+    """The root the vote chose, or -1 before any vote (votes[0] still 0)."""
+    key = votes[0]
+    return -1 if key == 0 else int64(0x7FFFFFFF) - (key & int64(0xFFFFFFFF))
+
+
+def rest(v, parent, indptr, indices, skip, votes):
+    """Link v with its neighbours after the first `skip`, unless v is already in the tree whose root
+    won the vote (Afforest: for a symmetric CSR, that tree's edges to others are seen from the
+    other end); no vote, no skipping."""
+    giant = giant_root(votes)
     if giant >= 0 and find(parent, v) == giant:
         return 0
     for k in range(indptr[v] + skip, indptr[v + 1]):
@@ -81,19 +102,14 @@ def max_to_unreached(v, dist):
     return 0
 
 
-def relax(w, indptr, indices, dist, dirty, chain):
+def relax(w, indptr, indices, dist, dirty):
     """Asynchronous BFS over the 32 vertices of bitset word w: each vertex u whose distance went
     down since it last pushed (its bit in `dirty`) offers dist[u] + 1 to each neighbour; a
     neighbour lowered gets its bit set. Distances only go down, so rounds of this reach the BFS
     distances in any order of items; a word an item, so a round over a quiet graph reads n / 32
     words. The pusher's fence orders its lowered distance before its bit; this step takes the
     bits by exchange and fences before reading distances, so a bit set after the exchange means
-    its vertex runs again.
-
-    Up to `chain` times a vertex, the first neighbour it lowered pushes at once in the same
-    thread instead of waiting a round for its bit (it offers the distance this thread gave it; a
-    thread that lowers it further sets its bit), so a long, thin graph's wavefront moves about
-    chain + 1 levels a round rather than one."""
+    its vertex runs again."""
     if dirty[w] == 0:
         return 0
     bits = cuda.atomic.exch(dirty, w, uint32(0))
@@ -103,19 +119,10 @@ def relax(w, indptr, indices, dist, dirty, chain):
         if bits & (uint32(1) << uint32(b)):
             u = w * 32 + b
             d = dist[u] + 1
-            hops = 0
-            while u >= 0:
-                nxt = -1
-                for k in range(indptr[u], indptr[u + 1]):
-                    v = indices[k]
-                    if dist[v] > d and cuda.atomic.min(dist, v, d) > d:
-                        changed = 1
-                        if nxt < 0 and hops < chain:
-                            nxt = v
-                        else:
-                            cuda.threadfence()
-                            cuda.atomic.or_(dirty, v >> 5, uint32(1) << uint32(v & 31))
-                u = nxt
-                d += 1
-                hops += 1
+            for k in range(indptr[u], indptr[u + 1]):
+                v = indices[k]
+                if dist[v] > d and cuda.atomic.min(dist, v, d) > d:
+                    cuda.threadfence()
+                    cuda.atomic.or_(dirty, v >> 5, uint32(1) << uint32(v & 31))
+                    changed = 1
     return changed

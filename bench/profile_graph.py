@@ -99,34 +99,13 @@ def main() -> int:
             connected_components(ip, ix, symmetric=True)
         print(f"CC {gname}: wall {ms:.2f} ms; " + ", ".join(f"{k} {v:.3f}" for k, v in rows))
 
-    # the grid BFS's device tail, for several chain lengths
-    chain = bfs_mod.CHAIN
-    want = None
-    for c in (0, 2, 4, 8, 16, 32, 64):
-        bfs_mod.CHAIN = c
-        try:
-            d = be.download(bfs(gip, gix, 0, symmetric=True))
-            want = d if want is None else want
-            ms = wall_ms(lambda: bfs(gip, gix, 0, symmetric=True), be, reps=2)
-            rows = []
-            rounds = []
-            from vyre_numba import fixpoint
-            real = fixpoint.run
-
-            def counting(*a, **kw):
-                res = real(*a, **kw)
-                rounds.append(res.rounds)
-                return res
-            fixpoint.run = counting
-            try:
-                bfs(gip, gix, 0, symmetric=True)
-            finally:
-                fixpoint.run = real
-        finally:
-            bfs_mod.CHAIN = chain
-        levels = int(d.max()) + 1
-        print(f"BFS grid chain {c}: {ms:.2f} ms = {ms * 1e3 / levels:.2f} us/level, tail rounds {rounds}, "
-              f"same distances {np.array_equal(d, want)}")
+    # the grid BFS, a kernel or fixpoint run at a time
+    d = be.download(bfs(gip, gix, 0, symmetric=True))
+    ms = wall_ms(lambda: bfs(gip, gix, 0, symmetric=True), be, reps=2)
+    rows = []
+    with kernel_times(be, rows):
+        bfs(gip, gix, 0, symmetric=True)
+    print(f"BFS grid: {ms:.2f} ms = {ms * 1e3 / (int(d.max()) + 1):.2f} us/level; by kernel: " + summary(rows))
 
     # single BFS on R-MAT, a kernel at a time
     source = int(np.argmax(np.diff(r.indptr)))
@@ -145,10 +124,10 @@ def main() -> int:
     sources = np.random.default_rng(5).choice(np.flatnonzero(deg > 0), 64, replace=False)
     singles = wall_ms(lambda: [bfs(rip, rix, int(s), symmetric=True) for s in sources], be, reps=1)
     print(f"64 single BFS {singles:.1f} ms")
-    saved = multisource.TILES, multisource.SMALL
+    saved = multisource.PIECE
     want = None
-    for tiles, small in ((False, 0), (True, 8), (True, 16), (True, 32), (True, 64)):
-        multisource.TILES, multisource.SMALL = tiles, small
+    for piece in (1 << 40, 4096, 1024, 256):
+        multisource.PIECE = piece
         try:
             got = be.download(bfs_many(rip, rix, sources, symmetric=True))
             want = got if want is None else want
@@ -159,8 +138,8 @@ def main() -> int:
                 _bfs_many_gpu(be, rip, rix, r.shape[0], sources, True, None)
             ms = wall_ms(lambda: bfs_many(rip, rix, sources, symmetric=True), be)
         finally:
-            multisource.TILES, multisource.SMALL = saved
-        print(f"bfs_many tiles={tiles} small={small}: wall {ms:.2f} ms ({singles / ms:.1f}x the singles), "
+            multisource.PIECE = saved
+        print(f"bfs_many piece={piece}: wall {ms:.2f} ms ({singles / ms:.1f}x the singles), "
               f"same distances {np.array_equal(got, want)}, levels {levels}")
         print("  kernels: " + ", ".join(f"{k} {v:.3f}" for k, v in rows))
         print("  by kernel: " + summary(rows))

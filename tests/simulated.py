@@ -45,7 +45,7 @@ class SimOps:
 
 
 class SimBackend:
-    """The backend members the BFS drivers use (caps.sm_count, stream, empty, upload), over the
+    """The backend members the BFS drivers use (caps.sm_count, stream, empty, upload, download), over the
     simulator's arrays."""
 
     class caps:
@@ -59,6 +59,9 @@ class SimBackend:
 
     def upload(self, a):
         return cuda.to_device(np.ascontiguousarray(a))
+
+    def download(self, a) -> np.ndarray:
+        return a.copy_to_host()
 
 
 def csr(n: int, src, dst, both: bool = True) -> tuple[np.ndarray, np.ndarray]:

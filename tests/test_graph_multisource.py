@@ -60,6 +60,7 @@ SIMULATED = textwrap.dedent('''
     import numpy as np
     from numba import cuda
     from vyre_numba.graph import bfs_many_numpy, check_csr
+    from vyre_numba.graph import multisource
     from vyre_numba.graph.multisource import _bfs_many_gpu
     from simulated import SimBackend as Backend, csr
 
@@ -67,7 +68,8 @@ SIMULATED = textwrap.dedent('''
     cases = [(1, [], []), (12, range(11), range(1, 12)), (40, rng.integers(0, 40, 70), rng.integers(0, 40, 70)),
              (70, [0] * 69, range(1, 70))]  # a hub wider than a warp
     done = pulls = 0
-    for n, s, d in cases:
+    for n, s, d in cases * 2:
+        multisource.PIECE = 1024 if done < 2 * len(cases) else 16  # the second time hubs go in pieces
         for symmetric in (False, True):
             indptr, indices = csr(n, list(s), list(d), symmetric)
             sources = np.concatenate([[0, n - 1, 0], rng.integers(0, n, 67)])  # two batches, a repeat
@@ -78,14 +80,14 @@ SIMULATED = textwrap.dedent('''
             assert np.array_equal(got.copy_to_host(), want), (n, symmetric)
             done += 1
             pulls += "bottom-up" in levels
-    assert pulls >= 2, pulls
+    assert pulls >= 4, pulls
     print("multisource ok", done)
 ''')
 
 
 def test_kernels_match_the_twin_under_the_cuda_simulator():
     out = run_script(SIMULATED, 900)
-    assert out.returncode == 0 and "multisource ok 8" in out.stdout, out.stdout + out.stderr
+    assert out.returncode == 0 and "multisource ok 16" in out.stdout, out.stdout + out.stderr
 
 
 @pytest.mark.gpu
@@ -107,11 +109,13 @@ def test_gpu_matches_scipy_for_host_and_device_arrays(name):
 
 
 @pytest.mark.gpu
-def test_gpu_large_graph_goes_bottom_up_and_equals_single_bfs():
-    from vyre_numba.graph import bfs
+@pytest.mark.parametrize("piece", [1024, 8])
+def test_gpu_large_graph_goes_bottom_up_and_equals_single_bfs(piece, monkeypatch):
+    from vyre_numba.graph import bfs, multisource
     from vyre_numba.graph.generators import rmat
     from vyre_numba.graph.multisource import _bfs_many_gpu
 
+    monkeypatch.setattr(multisource, "PIECE", piece)  # 8: most vertices' neighbours go in pieces
     be = vn.get_backend("cuda")
     ip, ix = rmat(16, 1 << 19, seed=4)
     src = some_sources(ip.size - 1, 100, seed=9)

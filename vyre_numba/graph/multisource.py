@@ -16,6 +16,7 @@ from .bfs import BOTTOM_UP_ABOVE, TOP_DOWN_BELOW
 from .csr import CSR, _as_index_array, check_device_csr, resolve
 
 BATCH = 64  # sources a pass: the bits of one uint64 mask
+PIECE = 1024  # neighbours a warp takes of a vertex with more than this many (a hub is many warps' work)
 
 
 def bfs_many_numpy(g: CSR, sources: np.ndarray) -> np.ndarray:
@@ -123,6 +124,8 @@ def _bfs_many_gpu(be, indptr, indices, n: int, sources: np.ndarray, symmetric: b
     active = be.empty(1, np.int32)
     zero = np.zeros(1, np.int32)
     vgrid, wgrid = _grid(be, n), max(1, min(-(-n // 8), be.caps.sm_count * 16))  # wgrid: a warp a vertex
+    pieces, limit = _pieces(be, indptr, n, int(indices.shape[0]))
+    pgrid = max(1, min(-(-len(pieces) // 8), be.caps.sm_count * 16)) if pieces is not None else 0
     for start in range(0, k_all, BATCH):
         batch = sources[start:start + BATCH]
         width = batch.size
@@ -136,9 +139,14 @@ def _bfs_many_gpu(be, indptr, indices, n: int, sources: np.ndarray, symmetric: b
             share = size / n
             bottom = symmetric and (share > BOTTOM_UP_ABOVE or (bottom and share > TOP_DOWN_BELOW))
             if bottom:
-                launch_quietly(k.pull, wgrid, 256, stream, indptr, indices, n, everyone, seen, frontier, nxt)
+                launch_quietly(k.pull, wgrid, 256, stream, indptr, indices, n, everyone, seen, frontier, nxt, limit)
+                if pieces is not None:
+                    launch_quietly(k.pull_heavy, pgrid, 256, stream, indices, pieces, len(pieces), everyone, seen,
+                                   frontier, nxt)
             else:
-                launch_quietly(k.push, wgrid, 256, stream, indptr, indices, n, seen, frontier, nxt)
+                launch_quietly(k.push, wgrid, 256, stream, indptr, indices, n, seen, frontier, nxt, limit)
+                if pieces is not None:
+                    launch_quietly(k.push_heavy, pgrid, 256, stream, indices, pieces, len(pieces), seen, frontier, nxt)
             if levels is not None:
                 levels.append("bottom-up" if bottom else "top-down")
             active.copy_to_device(zero, stream=stream)
@@ -148,3 +156,29 @@ def _bfs_many_gpu(be, indptr, indices, n: int, sources: np.ndarray, symmetric: b
                 stream.synchronize()
             size = int(got[0])
     return dist.reshape(k_all, n)
+
+
+def _pieces(be, indptr, n: int, nnz: int):
+    """(pieces, limit): the vertices with more than PIECE neighbours cut into pieces of PIECE
+    entries, a device array of rows (vertex, first entry, end), and the degree above which the
+    one-warp-a-vertex kernels leave a vertex to the piece kernels; (None, no limit) where no vertex
+    has that many. One small read back a call."""
+    from ..gpu.numba_launch import launch_quietly
+    from . import multisource_kernels as k
+
+    room = nnz // (PIECE + 1)
+    if room == 0:
+        return None, 2**62
+    found = be.empty(room * 3, np.int64).reshape(room, 3)
+    count = be.empty(1, np.int64)
+    launch_quietly(k.find_heavy, _grid(be, n), 256, be.stream, indptr, n, PIECE, found, count)
+    h = int(be.download(count)[0])
+    if h == 0:
+        return None, 2**62
+    rows = be.download(found[:h].reshape(h * 3)).reshape(h, 3)
+    rows = rows[np.argsort(rows[:, 0], kind="stable")]  # the order atomics found them in varies
+    v, lo, hi = rows[:, 0], rows[:, 1], rows[:, 2]
+    per = -(-(hi - lo) // PIECE)
+    first = np.repeat(lo, per) + PIECE * (np.arange(int(per.sum())) - np.repeat(np.cumsum(per) - per, per))
+    table = np.stack([np.repeat(v, per), first, np.minimum(first + PIECE, np.repeat(hi, per))], axis=1)
+    return be.upload(np.ascontiguousarray(table, np.int64)), PIECE

@@ -36,6 +36,12 @@ if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":  # the simulator has no warp v
         """nxt[u] = the OR of acc over the warp's lanes (nothing stored where that is 0)."""
         if acc != uint64(0):
             cuda.atomic.or_(nxt, u, acc)
+
+    @cuda.jit(device=True)
+    def offer(nxt, u, acc):
+        """nxt[u] |= the OR of acc over the warp's lanes, atomically (other warps offer to u too)."""
+        if acc != uint64(0):
+            cuda.atomic.or_(nxt, u, acc)
 else:
     @cuda.jit(device=True)
     def count(active, gained):
@@ -53,6 +59,16 @@ else:
             y |= cuda.shfl_xor_sync(FULL, y, off)
         if cuda.laneid == 0 and y != 0:
             nxt[u] = uint64(y)
+
+    @cuda.jit(device=True)
+    def offer(nxt, u, acc):
+        """nxt[u] |= the OR of acc over the warp's lanes, atomically (other warps offer to u too): a
+        shuffle tree, one atomic."""
+        y = int64(acc)
+        for off in (16, 8, 4, 2, 1):
+            y |= cuda.shfl_xor_sync(FULL, y, off)
+        if cuda.laneid == 0 and y != 0:
+            cuda.atomic.or_(nxt, u, uint64(y))
 
 
 @cuda.jit
@@ -85,16 +101,17 @@ def place(sources, width, n, seen, frontier, dist):
 
 
 @cuda.jit
-def push(indptr, indices, n, seen, frontier, nxt):
+def push(indptr, indices, n, seen, frontier, nxt, limit):
     """Top-down: every vertex with sources in its frontier mask offers them to its neighbours that
-    those sources have not reached (one atomic OR a neighbour that gains something)."""
+    those sources have not reached (one atomic OR a neighbour that gains something); vertices
+    with more than `limit` neighbours are left to `push_heavy`."""
     lane = cuda.laneid
     warp = int64(cuda.grid(1)) // 32
     warps = int64(cuda.gridsize(1)) // 32
     v = warp
     while v < n:
         f = frontier[v]
-        if f != uint64(0):
+        if f != uint64(0) and indptr[v + 1] - indptr[v] <= limit:
             k = indptr[v] + lane
             end = indptr[v + 1]
             while k < end:
@@ -107,16 +124,17 @@ def push(indptr, indices, n, seen, frontier, nxt):
 
 
 @cuda.jit
-def pull(indptr, indices, n, everyone, seen, frontier, nxt):
+def pull(indptr, indices, n, everyone, seen, frontier, nxt, limit):
     """Bottom-up (symmetric CSRs): every vertex some source has not reached gathers, from its
-    neighbours' frontier masks, the sources it has not seen; no atomics."""
+    neighbours' frontier masks, the sources it has not seen; no atomics. Vertices with more than
+    `limit` neighbours are left to `pull_heavy`."""
     lane = cuda.laneid
     warp = int64(cuda.grid(1)) // 32
     warps = int64(cuda.gridsize(1)) // 32
     u = warp
     while u < n:
         want = everyone & ~seen[u]
-        if want != uint64(0):
+        if want != uint64(0) and indptr[u + 1] - indptr[u] <= limit:
             acc = uint64(0)
             k = indptr[u] + lane
             end = indptr[u + 1]
@@ -125,6 +143,66 @@ def pull(indptr, indices, n, everyone, seen, frontier, nxt):
                 k += 32
             gather(nxt, u, acc & want)
         u += warps
+
+
+@cuda.jit
+def find_heavy(indptr, n, limit, out, count):
+    """Every vertex with more than `limit` neighbours appends (vertex, first entry, end) to `out`
+    (rows in any order; `out` has room for every such vertex: nnz // (limit + 1) rows)."""
+    v = int64(cuda.grid(1))
+    stride = int64(cuda.gridsize(1))
+    while v < n:
+        lo = int64(indptr[v])
+        hi = int64(indptr[v + 1])
+        if hi - lo > limit:
+            j = cuda.atomic.add(count, 0, int64(1))
+            out[j, 0] = v
+            out[j, 1] = lo
+            out[j, 2] = hi
+        v += stride
+
+
+@cuda.jit
+def push_heavy(indices, pieces, count, seen, frontier, nxt):
+    """`push` for the vertices it left: a warp a piece (vertex, first entry, end) of their
+    neighbour lists, so a hub of millions of neighbours is thousands of warps' work."""
+    lane = cuda.laneid
+    c = int64(cuda.grid(1)) // 32
+    warps = int64(cuda.gridsize(1)) // 32
+    while c < count:
+        v = pieces[c, 0]
+        f = frontier[v]
+        if f != uint64(0):
+            k = pieces[c, 1] + lane
+            end = pieces[c, 2]
+            while k < end:
+                u = indices[k]
+                m = f & ~seen[u]
+                if m != uint64(0):
+                    cuda.atomic.or_(nxt, u, m)
+                k += 32
+        c += warps
+
+
+@cuda.jit
+def pull_heavy(indices, pieces, count, everyone, seen, frontier, nxt):
+    """`pull` for the vertices it left: a warp a piece of their neighbour lists, each piece's
+    gathered sources ORed into the vertex's nxt atomically."""
+    lane = cuda.laneid
+    c = int64(cuda.grid(1)) // 32
+    warps = int64(cuda.gridsize(1)) // 32
+    while c < count:
+        u = pieces[c, 0]
+        want = everyone & ~seen[u]
+        if want != uint64(0):
+            acc = uint64(0)
+            k = pieces[c, 1] + lane
+            end = pieces[c, 2]
+            while k < end:
+                acc |= frontier[indices[k]]
+                k += 32
+            offer(nxt, u, acc & want)
+        c += warps
 
 
 @cuda.jit

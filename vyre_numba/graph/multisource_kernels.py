@@ -71,6 +71,38 @@ else:
             cuda.atomic.or_(nxt, u, uint64(y))
 
 
+@cuda.jit(device=True)
+def _write_own(dist, n, i, new, level):
+    m = new
+    while m != uint64(0):
+        j = lowest_bit(m)
+        dist[j * n + i] = int32(level)
+        m &= m - uint64(1)
+
+
+if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+    @cuda.jit(device=True)
+    def write_level(dist, n, i, new, level):
+        """dist[j, i] = level for every source j in `new`, a lane at a time."""
+        _write_own(dist, n, i, new, level)
+else:
+    @cuda.jit(device=True)
+    def write_level(dist, n, i, new, level):
+        """dist[j, i] = level for every source j in `new` (every lane of the warp calls, lanes on
+        consecutive vertices i): the warp walks the union of its lanes' sources, so each store
+        instruction writes one source's row at 32 consecutive vertices, where a lane walking its
+        own sources would scatter a warp's stores over up to 32 rows."""
+        union = int64(new)
+        for off in (16, 8, 4, 2, 1):
+            union |= cuda.shfl_xor_sync(FULL, union, off)
+        m = uint64(union)
+        while m != uint64(0):
+            j = lowest_bit(m)
+            if (new >> uint64(j)) & uint64(1):
+                dist[j * n + i] = int32(level)
+            m &= m - uint64(1)
+
+
 @cuda.jit
 def clear(width, n, seen, frontier, nxt, dist):
     """Every mask empty, every distance of the batch's rows -1."""
@@ -221,11 +253,7 @@ def settle(n, level, seen, frontier, nxt, dist, active):
             frontier[i] = new
             if new != uint64(0):
                 seen[i] |= new
-                m = new
-                while m != uint64(0):
-                    j = lowest_bit(m)
-                    dist[j * n + i] = int32(level)
-                    m &= m - uint64(1)
+        write_level(dist, n, i, new, level)
         count(active, new != uint64(0))
         base += stride
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from numba import cuda, int64, uint32
 
-from ..unionfind import find, link, root
+from ..unionfind import link, root
 
 UNREACHED = 2**31 - 1  # a distance while relaxing (atomic min needs "unreached" to be the largest)
 
@@ -68,7 +68,7 @@ def rest(v, parent, indptr, indices, skip, votes):
     won the vote (Afforest: for a symmetric CSR, that tree's edges to others are seen from the
     other end); no vote, no skipping."""
     giant = giant_root(votes)
-    if giant >= 0 and find(parent, v) == giant:
+    if giant >= 0 and root(parent, v) == giant:  # read only: after `compress`, one step away
         return 0
     for k in range(indptr[v] + skip, indptr[v + 1]):
         link(parent, v, indices[k])

@@ -126,7 +126,7 @@ def main() -> int:
     print(f"64 single BFS {singles:.1f} ms")
     saved = multisource.PIECE
     want = None
-    for piece in (1 << 40, 4096, 1024, 256):
+    for piece in (1 << 40, 2048, 1024, 512):
         multisource.PIECE = piece
         try:
             got = be.download(bfs_many(rip, rix, sources, symmetric=True))

@@ -73,12 +73,13 @@ SAMPLES = 1024  # vertices whose roots name the largest tree
 
 
 def _components_gpu(be, indptr, indices, n: int, symmetric: bool):
-    from .. import fixpoint
+    from ..fixpoint import device
+    from ..gpu.memory import unzeroed
 
-    def run(step, count, args):
-        fixpoint.for_each(step, count, args, backend=be)
+    def run(step, count, args):  # the arguments are this module's own: fixpoint.for_each less its checks
+        device.for_each(be, step, count, args, 256)
 
-    return afforest(run, be.empty, indptr, indices, n, symmetric)
+    return afforest(run, lambda k, dt: unzeroed(be, k, dt), indptr, indices, n, symmetric)
 
 
 def afforest(run, empty, indptr, indices, n: int, symmetric: bool):
@@ -87,7 +88,7 @@ def afforest(run, empty, indptr, indices, n: int, symmetric: bool):
     largest tree from SAMPLES vertices' roots (a vote on the device, so the host never waits), then
     link the remaining neighbours of every vertex outside it (of every vertex unless the CSR is
     symmetric), and point each vertex at its root. `run(step, count, args)` runs a step of
-    `steps.py` once over items 0..count-1; `empty(n, dtype)` gives a zeroed device array."""
+    `steps.py` once over items 0..count-1; `empty(n, dtype)` gives a device array (any contents)."""
     from . import steps
 
     parent = empty(n, np.int32)
@@ -97,7 +98,8 @@ def afforest(run, empty, indptr, indices, n: int, symmetric: bool):
     for r in range(SAMPLED_NEIGHBOURS):
         run(steps.sample, n, [parent, indptr, indices, np.int32(r)])
         run(steps.compress, n, [parent])
-    votes = empty(1, np.int64)  # stays 0, no giant tree, unless the CSR is symmetric
+    votes = empty(1, np.int64)
+    run(steps.clear, 1, [votes])  # stays 0, no giant tree, unless the CSR is symmetric
     if symmetric:
         m = min(SAMPLES, n)
         roots = empty(m, np.int32)

@@ -111,15 +111,16 @@ def _grid(be, items: int) -> int:
 def _bfs_many_gpu(be, indptr, indices, n: int, sources: np.ndarray, symmetric: bool, levels: list | None = None):
     """Distances on the device, (len(sources), n) int32; `levels`, where given, records each
     level's direction."""
+    from ..gpu.memory import unzeroed
     from ..gpu.numba_launch import launch_quietly
     from . import multisource_kernels as k
 
     stream = be.stream
     k_all = sources.size
-    dist = _unzeroed(be, max(k_all * n, 1), np.int32)  # `clear` fills each batch's rows
+    dist = unzeroed(be, max(k_all * n, 1), np.int32)  # `clear` fills each batch's rows
     if k_all == 0 or n == 0:
         return dist[:k_all * n].reshape(k_all, n)
-    masks = [_unzeroed(be, n, np.uint64) for _ in range(3)]  # `clear` zeroes them
+    masks = [unzeroed(be, n, np.uint64) for _ in range(3)]  # `clear` zeroes them
     seen, frontier, nxt = masks
     active = be.empty(1, np.int32)
     zero = np.zeros(1, np.int32)
@@ -156,18 +157,6 @@ def _bfs_many_gpu(be, indptr, indices, n: int, sources: np.ndarray, symmetric: b
                 stream.synchronize()
             size = int(got[0])
     return dist.reshape(k_all, n)
-
-
-def _unzeroed(be, n: int, dtype):
-    """A device array whose contents the caller overwrites: on the GPU from the stream-ordered
-    pool (`vyre_numba.gpu.memory`, ordered on the legacy stream, which the backend's blocking stream
-    follows), where Numba's allocation and the backend's zeroing of a GiB of distances cost a
-    millisecond or more."""
-    if getattr(be, "name", None) != "cuda":
-        return be.empty(n, dtype)
-    from ..gpu.memory import pooled_array
-
-    return pooled_array(n, dtype)
 
 
 def _pieces(be, indptr, n: int, nnz: int):

@@ -24,8 +24,9 @@ import vyre_numba as vn  # noqa: E402
 
 @contextmanager
 def kernel_times(be, out: list):
-    """Record (kernel name, ms) for every `launch_quietly` and `fixpoint.for_each` / `fixpoint.run`
-    call made inside the block, by events around each on the backend's stream."""
+    """Record (kernel name, ms) for every `launch_quietly`, `fixpoint.run` and fixpoint
+    `device.for_each` call made inside the block, by events around each on the backend's
+    stream (an interval includes the host's time to enqueue where the GPU waited for it)."""
     from numba import cuda
 
     from vyre_numba import fixpoint
@@ -43,14 +44,16 @@ def kernel_times(be, out: list):
             return r
         return wrapper
 
-    saved = numba_launch.launch_quietly, fixpoint.for_each, fixpoint.run
+    from vyre_numba.fixpoint import device
+
+    saved = numba_launch.launch_quietly, fixpoint.run, device.for_each  # fixpoint.for_each ends in device's
     numba_launch.launch_quietly = timed(lambda a: getattr(a[0], "__name__", str(a[0])), saved[0])
-    fixpoint.for_each = timed(lambda a: a[0].__name__, saved[1])
-    fixpoint.run = timed(lambda a: "run:" + a[0].__name__, saved[2])
+    fixpoint.run = timed(lambda a: "run:" + a[0].__name__, saved[1])
+    device.for_each = timed(lambda a: a[1].__name__, saved[2])
     try:
         yield
     finally:
-        numba_launch.launch_quietly, fixpoint.for_each, fixpoint.run = saved
+        numba_launch.launch_quietly, fixpoint.run, device.for_each = saved
         be.synchronize()
         out.extend((name, cuda.event_elapsed_time(a, b)) for name, a, b in pending)
 
@@ -61,28 +64,6 @@ def summary(rows: list) -> str:
         by[name][0] += 1
         by[name][1] += ms
     return ", ".join(f"{k} {c}x {ms:.2f} ms" for k, (c, ms) in sorted(by.items(), key=lambda kv: -kv[1][1]))
-
-
-def relax_before(w, indptr, indices, dist, dirty):
-    """`steps.relax` as it was: each lowering's result awaited, a fence before each bit."""
-    from numba import cuda, uint32
-
-    if dirty[w] == 0:
-        return 0
-    bits = cuda.atomic.exch(dirty, w, uint32(0))
-    cuda.threadfence()
-    changed = 0
-    for b in range(32):
-        if bits & (uint32(1) << uint32(b)):
-            u = w * 32 + b
-            d = dist[u] + 1
-            for k in range(indptr[u], indptr[u + 1]):
-                v = indices[k]
-                if dist[v] > d and cuda.atomic.min(dist, v, d) > d:
-                    cuda.threadfence()
-                    cuda.atomic.or_(dirty, v >> 5, uint32(1) << uint32(v & 31))
-                    changed = 1
-    return changed
 
 
 def wall_ms(fn, be, reps: int = 3) -> float:
@@ -121,24 +102,13 @@ def main() -> int:
             connected_components(ip, ix, symmetric=True)
         print(f"CC {gname}: wall {ms:.2f} ms; " + ", ".join(f"{k} {v:.3f}" for k, v in rows))
 
-    # the grid BFS, a kernel or fixpoint run at a time, with the relaxation step as it is and as
-    # it was before the seventh session (a wait for every lowering's result, a fence a push)
-    from vyre_numba.graph import steps
-    current = steps.relax
-    want = None
-    for name, step in (("relax", current), ("relax, a fence a push", relax_before)):
-        steps.relax = step
-        try:
-            d = be.download(bfs(gip, gix, 0, symmetric=True))
-            want = d if want is None else want
-            ms = wall_ms(lambda: bfs(gip, gix, 0, symmetric=True), be, reps=2)
-            rows = []
-            with kernel_times(be, rows):
-                bfs(gip, gix, 0, symmetric=True)
-        finally:
-            steps.relax = current
-        print(f"BFS grid, {name}: {ms:.2f} ms = {ms * 1e3 / (int(d.max()) + 1):.2f} us/level, same distances "
-              f"{np.array_equal(d, want)}; by kernel: " + summary(rows))
+    # the grid BFS, a kernel or fixpoint run at a time
+    d = be.download(bfs(gip, gix, 0, symmetric=True))
+    ms = wall_ms(lambda: bfs(gip, gix, 0, symmetric=True), be, reps=2)
+    rows = []
+    with kernel_times(be, rows):
+        bfs(gip, gix, 0, symmetric=True)
+    print(f"BFS grid: {ms:.2f} ms = {ms * 1e3 / (int(d.max()) + 1):.2f} us/level; by kernel: " + summary(rows))
 
     # single BFS on R-MAT, a kernel at a time
     source = int(np.argmax(np.diff(r.indptr)))

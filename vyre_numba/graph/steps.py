@@ -105,16 +105,11 @@ def max_to_unreached(v, dist):
 def relax(w, indptr, indices, dist, dirty):
     """Asynchronous BFS over the 32 vertices of bitset word w: each vertex u whose distance went
     down since it last pushed (its bit in `dirty`) offers dist[u] + 1 to each neighbour; a
-    neighbour it may have lowered gets its bit set. Distances only go down, so rounds of this reach
-    the BFS distances in any order of items; a word an item, so a round over a quiet graph reads
-    n / 32 words. The pusher fences between its lowerings and their bits; this step takes the bits
-    by exchange and fences before reading distances, so a bit set after the exchange means its
-    vertex runs again.
-
-    A vertex of at most 32 neighbours issues its lowerings without waiting for their results (a
-    neighbour whose distance read higher is marked even if another thread lowered it further
-    meanwhile: it only pushes once more) and fences once before setting their bits, so its chain
-    of dependent memory operations, which sets a round's length on a long, thin graph, is short."""
+    neighbour lowered gets its bit set. Distances only go down, so rounds of this reach the BFS
+    distances in any order of items; a word an item, so a round over a quiet graph reads n / 32
+    words. The pusher's fence orders its lowered distance before its bit; this step takes the
+    bits by exchange and fences before reading distances, so a bit set after the exchange means
+    its vertex runs again."""
     if dirty[w] == 0:
         return 0
     bits = cuda.atomic.exch(dirty, w, uint32(0))
@@ -124,26 +119,10 @@ def relax(w, indptr, indices, dist, dirty):
         if bits & (uint32(1) << uint32(b)):
             u = w * 32 + b
             d = dist[u] + 1
-            lo = indptr[u]
-            hi = indptr[u + 1]
-            if hi - lo <= 32:
-                low = uint32(0)
-                for k in range(lo, hi):
-                    if dist[indices[k]] > d:
-                        cuda.atomic.min(dist, indices[k], d)
-                        low |= uint32(1) << uint32(k - lo)
-                if low != uint32(0):
-                    changed = 1
+            for k in range(indptr[u], indptr[u + 1]):
+                v = indices[k]
+                if dist[v] > d and cuda.atomic.min(dist, v, d) > d:
                     cuda.threadfence()
-                    for j in range(hi - lo):
-                        if low & (uint32(1) << uint32(j)):
-                            v = indices[lo + j]
-                            cuda.atomic.or_(dirty, v >> 5, uint32(1) << uint32(v & 31))
-            else:
-                for k in range(lo, hi):
-                    v = indices[k]
-                    if dist[v] > d and cuda.atomic.min(dist, v, d) > d:
-                        cuda.threadfence()
-                        cuda.atomic.or_(dirty, v >> 5, uint32(1) << uint32(v & 31))
-                        changed = 1
+                    cuda.atomic.or_(dirty, v >> 5, uint32(1) << uint32(v & 31))
+                    changed = 1
     return changed

@@ -118,6 +118,33 @@ def test_fixpoint_iterations_replay(backend):
         assert g.replay([x + 7])[0][:3].tolist() == [107, 108, 109]
 
 
+@pytest.mark.gpu
+def test_gpu_graph_kernels_launched_programmatically_still_see_each_others_writes():
+    """A graph of many launches runs them with programmatic dependent launch where the GPU has it:
+    each kernel waits on entry for the one before, so no increment of 16,384 blocks is lost."""
+    backend = vn.get_backend("cuda")
+    x = np.arange(1 << 20, dtype=np.uint32)
+    config = DispatchConfig(fixpoint_iterations=100)
+    with backend.record_graph(bump(), [x], config) as g:
+        assert g.plan.programmatic == (backend.caps.sm >= 90)
+        assert g.replay_resident()[0].tolist() == (x + 100).tolist()
+        assert g.replay_resident()[0].tolist() == (x + 200).tolist()
+        assert_same_bits(g.replay([x]), backend.dispatch(bump(), [x], config))
+
+
+def test_programmatic_ptx_waits_before_the_first_instruction_of_every_table_program():
+    from vyre_numba.gpu.launch import programmatic_ptx
+    from vyre_numba.ptx import assemble
+
+    for case in CASES[::7]:
+        ptx = programmatic_ptx(case.program.ptx())
+        body = ptx[ptx.index("{", ptx.index(".entry")):].split("\n")
+        first = next(line.strip() for line in body[1:] if line.strip() and not line.strip().startswith((".", "//")))
+        assert first == "griddepcontrol.launch_dependents;", (case.id, first)
+        assert ptx.count("griddepcontrol.wait;") == 1
+        assert assemble(ptx, sm=90)
+
+
 def test_recorded_sequence_replays_the_steps(backend):
     x = backend.upload(np.arange(256, dtype=np.uint32))
     y = backend.allocate(affine(), "y", 256)

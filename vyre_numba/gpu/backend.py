@@ -112,6 +112,30 @@ class CudaBackend(Backend):
         key = (_compiled(program, config).digest(), config.key(), self.caps.sm)
         return self.module_cache.get_or_build(key, lambda: self._build(program, config, key))
 
+    def programmatic_kernel(self, program: Program, config: DispatchConfig) -> CompiledKernel | None:
+        """`kernel(program, config)` built to be launched with programmatic dependent launch
+        (`launch.programmatic_ptx`), or None where the device or launch cannot use it (before
+        sm_90, cooperative launches)."""
+        if self.caps.sm < 90 or config.cooperative:
+            return None
+        from ..ptx import assemble
+        from .launch import programmatic_ptx
+
+        key = (_compiled(program, config).digest(), config.key(), self.caps.sm, "programmatic")
+
+        def build() -> CompiledKernel:
+            full_key = key + self._toolchain
+            cubin = self.disk_cache.get(full_key) if self.disk_cache else None
+            if cubin is None:
+                ptx = programmatic_ptx(self.ptx(program, config))
+                with profiling.range("assemble"):
+                    cubin = assemble(ptx, sm=self.caps.sm)
+                if self.disk_cache:
+                    self.disk_cache.put(full_key, cubin)
+            return self._load(program.name, cubin, None)
+
+        return self.module_cache.get_or_build(key, build)
+
     def _build(self, program: Program, config: DispatchConfig, key: tuple) -> CompiledKernel:
         full_key = key + self._toolchain
         cubin = self.disk_cache.get(full_key) if self.disk_cache else None

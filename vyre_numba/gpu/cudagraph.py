@@ -118,7 +118,11 @@ class CudaRecordedGraph(RecordedGraph):
                  copy_inputs=False, allocate_outputs=False)
         self.config, self.binding = b.config, b
         self._dtypes = input_dtypes(program, sample_inputs)
-        self.plan = plan = HostPlan(backend, b, backend.kernel(program, b.config))  # launch checked here
+        # a graph of many short kernels pays each one's launch latency; programmatic dependent launch
+        # lets the next start launching while the one before ends (each waits for it on entry)
+        fast = backend.programmatic_kernel(program, b.config) if b.config.fixpoint_iterations > 1 else None
+        self.plan = plan = HostPlan(backend, b, fast or backend.kernel(program, b.config),  # launch checked here
+                                    programmatic=fast is not None)
         self._owned = owned = _Owned(backend)
         self._finalizer = weakref.finalize(self, owned.release)
         drv = backend._drv

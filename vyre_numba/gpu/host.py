@@ -58,7 +58,8 @@ class BufferSet:
         self.staging_out = pinned_array(max(plan.out_hi - plan.out_lo, 1))
         n = len(plan.bound)
         self.launch = KernelLaunch(plan.kernel.handle, plan.kernel.name, plan.shape, n,
-                                   cooperative=plan.cooperative, nparams=2 * n + (plan.grid_state is not None))
+                                   cooperative=plan.cooperative, nparams=2 * n + (plan.grid_state is not None),
+                                   programmatic=plan.programmatic)
         for i, (off, count) in enumerate(zip(plan.offsets, plan.counts)):
             self.launch.set_buffer(i, self.base + off, count)
         if plan.grid_state is not None:
@@ -73,9 +74,10 @@ class HostPlan:
     taken for the duration of one dispatch and given back, so concurrent dispatches of the same
     plan each get their own."""
 
-    def __init__(self, backend, binding: Binding, kernel):
+    def __init__(self, backend, binding: Binding, kernel, *, programmatic: bool = False):
         program, config = binding.program, binding.config
         self.kernel = kernel
+        self.programmatic = programmatic  # launches may overlap the previous kernel's end (see KernelLaunch)
         self.bound = program.bound_buffers
         self.counts = [binding.sizes[d.name] for d in self.bound]
         self.nbytes = [c * d.dtype.nbytes for c, d in zip(self.counts, self.bound)]

@@ -91,12 +91,15 @@ class KernelLaunch:
     puts it on a stream, or into the graph being captured there. Every dispatch mode launches
     through this; a driver error becomes DeviceError naming the kernel and geometry."""
 
-    __slots__ = ("name", "shape", "args", "nbuffers", "_fn", "_head", "_tail", "_ok", "_stream", "_argv")
+    __slots__ = ("name", "shape", "args", "nbuffers", "_fn", "_head", "_tail", "_ok", "_stream", "_argv", "_ex")
 
     def __init__(self, handle, name: str, shape: LaunchShape, nbuffers: int, *, cooperative: bool = False,
-                 nparams: int | None = None):
+                 nparams: int | None = None, programmatic: bool = False):
         """A launch of a vyre kernel (a pointer and a length per buffer), or, given `nparams`, of
-        a kernel with that many parameters of up to 8 bytes each (fill them with `set_param`)."""
+        a kernel with that many parameters of up to 8 bytes each (fill them with `set_param`).
+        `programmatic` launches with programmatic stream serialization (sm_90+): the kernel may
+        start while the one before it on the stream finishes, so it must wait for it itself
+        (`programmatic_ptx`)."""
         plain, coop, ok = _DRIVER or driver()
         self.name, self.shape, self.nbuffers = name, shape, nbuffers
         self.args = ArgBlock(2 * nbuffers if nparams is None else nparams)
@@ -106,6 +109,19 @@ class KernelLaunch:
         self._tail = (self.args.address,) if cooperative else (self.args.address, 0)
         self._ok = ok
         self._stream, self._argv = None, ()
+        self._ex = None
+        if programmatic and not cooperative:
+            from cuda.bindings import driver as drv
+
+            attr = drv.CUlaunchAttribute()
+            attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            attr.value.programmaticStreamSerializationAllowed = 1
+            cfg = drv.CUlaunchConfig()
+            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = gx, gy, gz
+            cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = bx, by, bz
+            cfg.sharedMemBytes = shape.shared_bytes
+            cfg.attrs, cfg.numAttrs = [attr], 1
+            self._ex = (drv, cfg)
 
     def set_buffer(self, i: int, pointer: int, length: int) -> None:
         """Bind parameter buffer `i` (binding order) to device memory at `pointer` of `length` elements."""
@@ -134,6 +150,14 @@ class KernelLaunch:
         """Enqueue `times` launches on `stream`; the number enqueued (0 for an empty grid)."""
         if self.shape.empty:
             return 0
+        if self._ex is not None:
+            drv, cfg = self._ex
+            cfg.hStream = drv.CUstream(stream)
+            for _ in range(times):
+                (err,) = drv.cuLaunchKernelEx(cfg, self._head[0], self.args.address, 0)
+                if err != self._ok:
+                    self.failed(err)
+            return times
         if stream != self._stream:  # the full argument tuple, rebuilt only when the stream changes
             self._stream, self._argv = stream, (*self._head, stream, *self._tail)
         fn, argv, ok = self._fn, self._argv, self._ok
@@ -147,6 +171,18 @@ class KernelLaunch:
         raise DeviceError(f"launching kernel {self.name!r} with {self.shape} failed: {err.name}. "
                           "Fix: check the launch geometry and that the device is healthy (nvidia-smi); "
                           "a previous kernel fault poisons the context until the process restarts.")
+
+
+def programmatic_ptx(ptx: str) -> str:
+    """The PTX of one vyre kernel (sm_90+, PTX ISA 7.8+) made to run under programmatic dependent
+    launch: on entry it lets the next kernel on the stream start launching, then waits until the
+    kernel before it has finished and its writes are visible, so it reads what an ordinary launch
+    would. Launched without the attribute, both instructions do nothing."""
+    lines = ptx.split("\n")
+    at = lines.index("{", next(i for i, line in enumerate(lines) if ".entry" in line)) + 1
+    while at < len(lines) and (not lines[at].strip() or lines[at].lstrip().startswith((".", "//"))):
+        at += 1  # after the declarations
+    return "\n".join(lines[:at] + ["\tgriddepcontrol.launch_dependents;", "\tgriddepcontrol.wait;"] + lines[at:])
 
 
 def driver_check(result, what: str) -> None:

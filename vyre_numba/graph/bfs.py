@@ -2,9 +2,10 @@
 
 Level by level: the frontier is a work queue on the device; top-down levels expand it (each
 unseen neighbour claimed by compare-and-swap), bottom-up levels scan the unseen vertices for a
-neighbour in it, and the direction follows the frontier's size (Beamer's direction-optimizing
-BFS), bottom-up only for a symmetric CSR (stored edges then serve as in-edges). The host reads
-one count a level. `bfs_numpy` is the CPU implementation and the oracle."""
+neighbour in it, and the direction follows Beamer's direction-optimizing rule (bottom-up once the
+frontier's edges outnumber the unexplored edges / ALPHA, top-down again once it holds fewer than
+n / BETA vertices), bottom-up only for a symmetric CSR (stored edges then serve as in-edges). The
+host reads two counts a level (the frontier's vertices and edges) in one synchronisation. `bfs_numpy` is the CPU implementation and the oracle."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,8 +16,10 @@ from .csr import CSR, check_device_csr, resolve
 
 HUB = 256  # see bfs_kernels.HUB
 PERSISTENT_AFTER = 8  # levels run from the host before a small frontier's remaining levels go on the device
-BOTTOM_UP_ABOVE = 1 / 20  # switch to bottom-up while the frontier holds more than this share of the vertices
+BOTTOM_UP_ABOVE = 1 / 20  # bfs_many: bottom-up while the frontier holds more than this share of the vertices
 TOP_DOWN_BELOW = 1 / 50  # and back below this share
+ALPHA = 14  # bfs: bottom-up once the frontier's edges exceed the unexplored edges / ALPHA (Beamer et al.)
+BETA = 24  # and back to top-down once the frontier holds fewer than n / BETA vertices
 
 
 def bfs_numpy(g: CSR, source: int) -> np.ndarray:
@@ -82,12 +85,27 @@ def _bfs_gpu(be, indptr, indices, n: int, source: int, symmetric: bool, levels: 
     block = 256
     grid = max(1, min(-(-n // block), be.caps.sm_count * 16))
     dist = be.empty(n, np.int32)
+    counts = be.empty(2, np.int64)
+    zeros = np.zeros(2, np.int64)
+
+    def measure(queue) -> tuple[int, int]:  # (vertices, edges) of a frontier, one synchronisation
+        counts.copy_to_device(zeros, stream=stream)
+        launch_quietly(k.frontier_edges, grid, block, stream, indptr, queue.items, queue.state, n, counts)
+        got = counts.copy_to_host(stream=stream)
+        if stream is not None:
+            stream.synchronize()
+        return int(got[1]), int(got[0])
+
     with WorkQueue(n, np.int32, stream=stream) as frontier, WorkQueue(n, np.int32, stream=stream) as nxt:
         launch_quietly(k.start, grid, block, stream, dist, n, source, frontier.items, frontier.state)
-        size, level, bottom = 1, 0, False
+        size, edges = measure(frontier)
+        unexplored = int(indices.shape[0]) - edges
+        level, bottom = 0, False
         while size:
-            share = size / n
-            bottom = symmetric and (share > BOTTOM_UP_ABOVE or (bottom and share > TOP_DOWN_BELOW))
+            if bottom:
+                bottom = symmetric and size >= n / BETA
+            else:
+                bottom = symmetric and edges > unexplored / ALPHA
             if level >= PERSISTENT_AFTER and not bottom:
                 _relax_rest(rounds or _fixpoint_rounds(be), indptr, indices, dist, frontier.items, size, n, be)
                 if levels is not None:
@@ -103,7 +121,8 @@ def _bfs_gpu(be, indptr, indices, n: int, source: int, symmetric: bool, levels: 
                 levels.append("bottom-up" if bottom else "top-down")
             frontier.reset()
             frontier, nxt = nxt, frontier
-            size = frontier.size()
+            size, edges = measure(frontier)
+            unexplored -= edges
             level += 1
     return dist
 

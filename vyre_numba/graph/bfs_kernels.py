@@ -4,6 +4,8 @@ compare-and-swap set its distance (top-down) or by its own thread (bottom-up), s
 slots never overflows."""
 from __future__ import annotations
 
+import os
+
 from numba import cuda, int32, int64
 
 from ..workqueue.device import TAIL, push, push_any
@@ -71,6 +73,41 @@ def bottom_up(indptr, indices, dist, level, n, out_items, out_state):
                 dist[v] = int32(level + 1)
         push_any(out_items, out_state, int32(v), found)
         v += stride
+
+
+if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":  # no shuffles in the simulator: an atomic a thread
+    @cuda.jit(device=True)
+    def add_sum(out, i, x):
+        """out[i] += x."""
+        if x != 0:
+            cuda.atomic.add(out, i, x)
+else:
+    @cuda.jit(device=True)
+    def add_sum(out, i, x):
+        """out[i] += the sum of x over the warp's lanes (every lane calls): one atomic a warp."""
+        y = int64(x)
+        for off in (16, 8, 4, 2, 1):
+            y += cuda.shfl_xor_sync(0xFFFFFFFF, y, off)
+        if cuda.laneid == 0 and y != 0:
+            cuda.atomic.add(out, i, y)
+
+
+@cuda.jit
+def frontier_edges(indptr, items, state, capacity, out):
+    """(out zeroed) out[0] = the neighbours of the queue's filled items, the edges a top-down
+    level from it would check; out[1] = how many items are filled: what the next level's
+    direction is chosen from, read back together."""
+    filled = min(int64(state[TAIL]), int64(capacity))
+    i = int64(cuda.grid(1))
+    stride = int64(cuda.gridsize(1))
+    acc = int64(0)
+    while i < filled:
+        u = items[i]
+        acc += int64(indptr[u + 1] - indptr[u])
+        i += stride
+    add_sum(out, 0, acc)
+    if cuda.grid(1) == 0:
+        out[1] = filled
 
 
 @cuda.jit

@@ -103,6 +103,30 @@ else:
             m &= m - uint64(1)
 
 
+@cuda.jit(device=True)
+def offer_range(indices, k, end, f, seen, nxt):
+    """Offer the sources f to the neighbours indices[k], indices[k + 32], ... before `end` that
+    they have not reached (a lane's share of a list the warp walks): one atomic OR a neighbour
+    that gains something."""
+    while k < end:
+        u = indices[k]
+        m = f & ~seen[u]
+        if m != uint64(0):
+            cuda.atomic.or_(nxt, u, m)
+        k += 32
+
+
+@cuda.jit(device=True)
+def masks_of(indices, k, end, frontier):
+    """The OR of the frontier masks of the neighbours indices[k], indices[k + 32], ... before
+    `end` (a lane's share of a list the warp walks)."""
+    acc = uint64(0)
+    while k < end:
+        acc |= frontier[indices[k]]
+        k += 32
+    return acc
+
+
 @cuda.jit
 def clear(width, n, seen, frontier, nxt, dist):
     """Every mask empty, every distance of the batch's rows -1."""
@@ -144,14 +168,7 @@ def push(indptr, indices, n, seen, frontier, nxt, limit):
     while v < n:
         f = frontier[v]
         if f != uint64(0) and indptr[v + 1] - indptr[v] <= limit:
-            k = indptr[v] + lane
-            end = indptr[v + 1]
-            while k < end:
-                u = indices[k]
-                m = f & ~seen[u]
-                if m != uint64(0):
-                    cuda.atomic.or_(nxt, u, m)
-                k += 32
+            offer_range(indices, indptr[v] + lane, indptr[v + 1], f, seen, nxt)
         v += warps
 
 
@@ -167,13 +184,7 @@ def pull(indptr, indices, n, everyone, seen, frontier, nxt, limit):
     while u < n:
         want = everyone & ~seen[u]
         if want != uint64(0) and indptr[u + 1] - indptr[u] <= limit:
-            acc = uint64(0)
-            k = indptr[u] + lane
-            end = indptr[u + 1]
-            while k < end:
-                acc |= frontier[indices[k]]
-                k += 32
-            gather(nxt, u, acc & want)
+            gather(nxt, u, masks_of(indices, indptr[u] + lane, indptr[u + 1], frontier) & want)
         u += warps
 
 
@@ -205,14 +216,7 @@ def push_heavy(indices, pieces, count, seen, frontier, nxt):
         v = pieces[c, 0]
         f = frontier[v]
         if f != uint64(0):
-            k = pieces[c, 1] + lane
-            end = pieces[c, 2]
-            while k < end:
-                u = indices[k]
-                m = f & ~seen[u]
-                if m != uint64(0):
-                    cuda.atomic.or_(nxt, u, m)
-                k += 32
+            offer_range(indices, pieces[c, 1] + lane, pieces[c, 2], f, seen, nxt)
         c += warps
 
 
@@ -227,13 +231,7 @@ def pull_heavy(indices, pieces, count, everyone, seen, frontier, nxt):
         u = pieces[c, 0]
         want = everyone & ~seen[u]
         if want != uint64(0):
-            acc = uint64(0)
-            k = pieces[c, 1] + lane
-            end = pieces[c, 2]
-            while k < end:
-                acc |= frontier[indices[k]]
-                k += 32
-            offer(nxt, u, acc & want)
+            offer(nxt, u, masks_of(indices, pieces[c, 1] + lane, pieces[c, 2], frontier) & want)
         c += warps
 
 

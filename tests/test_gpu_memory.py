@@ -53,3 +53,27 @@ def test_gpu_select_outputs_come_from_the_pool_and_stay_correct_after_many_calls
             out = compaction.select(dv, df)
         assert np.array_equal(out.copy_to_host(), v[f])
         assert np.array_equal(compaction.nonzero(df).copy_to_host(), np.flatnonzero(f))
+
+
+def reserved_bytes(pool) -> int:
+    from cuda.bindings import driver as drv
+
+    err, v = drv.cuMemPoolGetAttribute(pool, drv.CUmemPool_attribute.CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
+    assert int(getattr(err, "value", err)) == 0
+    return int(v)
+
+
+def test_gpu_release_memory_gives_the_pools_idle_memory_back():
+    from numba import cuda
+
+    import vyre_numba as vn
+    from vyre_numba.gpu.memory import _pool, pooled_array
+
+    be = vn.get_backend("cuda")
+    pool = _pool(cuda.current_context().device.id)
+    a = pooled_array(32 << 20, np.int64)  # 256 MiB, idle in the pool once collected
+    del a
+    gc.collect()
+    cuda.synchronize()
+    be.release_memory()
+    assert reserved_bytes(pool) <= used_bytes(pool) + (32 << 20)  # idle memory went back (up to a granule)

@@ -132,6 +132,19 @@ def test_gpu_graph_kernels_launched_programmatically_still_see_each_others_write
         assert_same_bits(g.replay([x]), backend.dispatch(bump(), [x], config))
 
 
+def test_a_programmatic_launch_reshaped_launches_its_own_geometry():
+    pytest.importorskip("cuda.bindings")
+    from vyre_numba.gpu.launch import KernelLaunch, LaunchShape
+
+    first = KernelLaunch(0, "k", LaunchShape((4, 1, 1), (256, 1, 1)), 1, programmatic=True)
+    again = first.reshaped(LaunchShape((9, 1, 1), (128, 1, 1), 64))
+    cfg, cfg0 = again._ex[1], first._ex[1]
+    assert (cfg.gridDimX, cfg.blockDimX, cfg.sharedMemBytes) == (9, 128, 64)
+    assert (cfg0.gridDimX, cfg0.blockDimX, cfg0.sharedMemBytes) == (4, 256, 0)
+    assert KernelLaunch(0, "k", LaunchShape((4, 1, 1), (256, 1, 1)), 1).reshaped(
+        LaunchShape((9, 1, 1), (128, 1, 1)))._ex is None
+
+
 def test_programmatic_ptx_waits_before_the_first_instruction_of_every_table_program():
     from vyre_numba.gpu.launch import programmatic_ptx
     from vyre_numba.ptx import assemble

@@ -126,12 +126,16 @@ class CudaBackend(Backend):
         def build() -> CompiledKernel:
             full_key = key + self._toolchain
             cubin = self.disk_cache.get(full_key) if self.disk_cache else None
-            if cubin is None:
-                ptx = programmatic_ptx(self.ptx(program, config))
-                with profiling.range("assemble"):
-                    cubin = assemble(ptx, sm=self.caps.sm)
-                if self.disk_cache:
-                    self.disk_cache.put(full_key, cubin)
+            if cubin is not None:
+                try:
+                    return self._load(program.name, cubin, None)
+                except DeviceError:  # verified bytes the driver will not load: drop them and rebuild
+                    self.disk_cache.remove(full_key)
+            ptx = programmatic_ptx(self.ptx(program, config))
+            with profiling.range("assemble"):
+                cubin = assemble(ptx, sm=self.caps.sm)
+            if self.disk_cache:
+                self.disk_cache.put(full_key, cubin)
             return self._load(program.name, cubin, None)
 
         return self.module_cache.get_or_build(key, build)
@@ -471,8 +475,12 @@ class CudaBackend(Backend):
 
     def release_memory(self) -> None:
         """Free device memory dropped since the last call now, rather than when numba next
-        collects (recorded graphs and retired host plans call this when they let go)."""
+        collects (recorded graphs and retired host plans call this when they let go), and give the
+        memory pool's idle memory back to the device."""
         self.context.deallocations.clear()
+        from .memory import trim
+
+        trim()
 
     def _host_stream(self) -> int:
         """This thread's stream for synchronous host dispatches: taken from the pool on first use

@@ -13,7 +13,7 @@ from .. import checked
 from ..backend import _iterable, _read, as_step
 from ..bindings import Binding, bind, check_resident
 from ..config import DispatchConfig
-from ..errors import DeviceError, UnsupportedError, VyreError
+from ..errors import CompileError, DeviceError, UnsupportedError, VyreError
 from ..ir import Program, check
 from ..recording import RecordedGraph, check_replay_dtypes, check_replay_sizes, input_dtypes
 from .backend import _repeat
@@ -120,7 +120,12 @@ class CudaRecordedGraph(RecordedGraph):
         self._dtypes = input_dtypes(program, sample_inputs)
         # a graph of many short kernels pays each one's launch latency; programmatic dependent launch
         # lets the next start launching while the one before ends (each waits for it on entry)
-        fast = backend.programmatic_kernel(program, b.config) if b.config.fixpoint_iterations > 1 else None
+        fast = None
+        if b.config.fixpoint_iterations > 1:
+            try:
+                fast = backend.programmatic_kernel(program, b.config)
+            except (CompileError, DeviceError, UnsupportedError):  # a toolkit or driver without it: plain launches
+                fast = None
         self.plan = plan = HostPlan(backend, b, fast or backend.kernel(program, b.config),  # launch checked here
                                     programmatic=fast is not None)
         self._owned = owned = _Owned(backend)

@@ -109,19 +109,7 @@ class KernelLaunch:
         self._tail = (self.args.address,) if cooperative else (self.args.address, 0)
         self._ok = ok
         self._stream, self._argv = None, ()
-        self._ex = None
-        if programmatic and not cooperative:
-            from cuda.bindings import driver as drv
-
-            attr = drv.CUlaunchAttribute()
-            attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-            attr.value.programmaticStreamSerializationAllowed = 1
-            cfg = drv.CUlaunchConfig()
-            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = gx, gy, gz
-            cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = bx, by, bz
-            cfg.sharedMemBytes = shape.shared_bytes
-            cfg.attrs, cfg.numAttrs = [attr], 1
-            self._ex = (drv, cfg)
+        self._ex = _programmatic_config(shape) if programmatic and not cooperative else None
 
     def set_buffer(self, i: int, pointer: int, length: int) -> None:
         """Bind parameter buffer `i` (binding order) to device memory at `pointer` of `length` elements."""
@@ -144,6 +132,7 @@ class KernelLaunch:
         (gx, gy, gz), (bx, by, bz) = shape.grid, shape.block
         new.shape, new._head = shape, (self._head[0], gx, gy, gz, bx, by, bz, shape.shared_bytes)
         new._stream, new._argv = None, ()
+        new._ex = _programmatic_config(shape) if self._ex is not None else None
         return new
 
     def enqueue(self, stream: int, times: int = 1) -> int:
@@ -171,6 +160,20 @@ class KernelLaunch:
         raise DeviceError(f"launching kernel {self.name!r} with {self.shape} failed: {err.name}. "
                           "Fix: check the launch geometry and that the device is healthy (nvidia-smi); "
                           "a previous kernel fault poisons the context until the process restarts.")
+
+
+def _programmatic_config(shape: LaunchShape) -> tuple:
+    """(driver module, CUlaunchConfig of `shape` with programmatic stream serialization allowed)."""
+    from cuda.bindings import driver as drv
+
+    attr = drv.CUlaunchAttribute()
+    attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attr.value.programmaticStreamSerializationAllowed = 1
+    cfg = drv.CUlaunchConfig()
+    (cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ), (cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ) = shape.grid, shape.block
+    cfg.sharedMemBytes = shape.shared_bytes
+    cfg.attrs, cfg.numAttrs = [attr], 1
+    return drv, cfg
 
 
 def programmatic_ptx(ptx: str) -> str:

@@ -1,9 +1,10 @@
 """Device arrays from a stream-ordered memory pool of this package's own (cuMemPoolCreate, a
-release threshold that keeps freed memory for reuse): an allocation or a free costs about a
-microsecond, where Numba's `device_array` costs tens (cuMemAlloc, and deferred frees that
-synchronise the context in batches). For outputs whose size is known only after a count on the
-device (compaction), allocated and freed on the legacy default stream, so that every blocking
-stream's earlier work is ordered before the free."""
+release threshold that keeps up to KEEP bytes of freed memory for reuse): an allocation or a free
+costs about a microsecond, where Numba's `device_array` costs tens (cuMemAlloc, and deferred frees
+that synchronise the context in batches). For outputs whose size is known only after a count on
+the device (compaction) and for a call's own scratch arrays, allocated and freed on the legacy
+default stream, so that every blocking stream's earlier work is ordered before the free.
+`trim()` gives the pool's idle memory back to the device."""
 from __future__ import annotations
 
 import threading
@@ -12,6 +13,7 @@ import numpy as np
 
 _POOLS: dict = {}
 _LOCK = threading.Lock()
+KEEP = 1 << 30  # freed bytes a pool holds for reuse past a synchronisation; more goes back to the device
 
 
 def _check(err, what: str) -> None:
@@ -36,7 +38,7 @@ def _pool(device_id: int):
             props.location.id = device_id
             err, pool = drv.cuMemPoolCreate(props)
             _check(err, "cuMemPoolCreate")
-            keep = drv.cuuint64_t(2**63)
+            keep = drv.cuuint64_t(KEEP)
             (err,) = drv.cuMemPoolSetAttribute(pool, drv.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, keep)
             _check(err, "cuMemPoolSetAttribute")
             _POOLS[device_id] = pool
@@ -93,11 +95,31 @@ def pooled_array(n: int, dtype, address: int | None = None) -> "object":
     return DeviceNDArray((int(n),), (dtype.itemsize,), dtype, gpu_data=mem)
 
 
+def trim() -> None:
+    """Give every pool's idle memory back to the device (memory in use stays)."""
+    from cuda.bindings import driver as drv
+
+    with _LOCK:
+        pools = list(_POOLS.values())
+    for pool in pools:
+        _check(drv.cuMemPoolTrimTo(pool, 0)[0], "trimming the memory pool")
+
+
 def unzeroed(backend, n: int, dtype) -> "object":
-    """A device array of n items whose contents the caller overwrites before reading: from the
-    pool on the cuda backend (ordered on the legacy stream, which the backend's blocking stream
-    follows), where Numba's allocation and the backend's zeroing cost tens of microseconds, or a
-    millisecond for a GiB; `backend.empty(n, dtype)` elsewhere (the CUDA simulator's stand-ins)."""
+    """A numba device array of n items, not zeroed (its caller writes it before reading it), on
+    the backend's stream: what an algorithm hands back to its caller, which then owns it like any
+    numba array (zeroing a GiB of results costs 0.4 ms). `backend.empty(n, dtype)` elsewhere (the
+    CUDA simulator's stand-ins)."""
+    if getattr(backend, "name", None) != "cuda":
+        return backend.empty(n, dtype)
+    return backend._cuda.device_array(int(n), dtype=dtype, stream=backend.stream)
+
+
+def scratch(backend, n: int, dtype) -> "object":
+    """A device array of n items, not zeroed, that a call uses and drops before it returns: from
+    the pool on the cuda backend, where an allocation costs a microsecond (its free is ordered on
+    the legacy stream, after the backend's blocking stream's work); `backend.empty(n, dtype)`
+    elsewhere."""
     if getattr(backend, "name", None) != "cuda":
         return backend.empty(n, dtype)
     return pooled_array(n, dtype)

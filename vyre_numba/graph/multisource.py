@@ -111,7 +111,7 @@ def _grid(be, items: int) -> int:
 def _bfs_many_gpu(be, indptr, indices, n: int, sources: np.ndarray, symmetric: bool, levels: list | None = None):
     """Distances on the device, (len(sources), n) int32; `levels`, where given, records each
     level's direction."""
-    from ..gpu.memory import unzeroed
+    from ..gpu.memory import scratch, unzeroed
     from ..gpu.numba_launch import launch_quietly
     from . import multisource_kernels as k
 
@@ -120,7 +120,7 @@ def _bfs_many_gpu(be, indptr, indices, n: int, sources: np.ndarray, symmetric: b
     dist = unzeroed(be, max(k_all * n, 1), np.int32)  # `clear` fills each batch's rows
     if k_all == 0 or n == 0:
         return dist[:k_all * n].reshape(k_all, n)
-    masks = [unzeroed(be, n, np.uint64) for _ in range(3)]  # `clear` zeroes them
+    masks = [scratch(be, n, np.uint64) for _ in range(3)]  # `clear` zeroes them
     seen, frontier, nxt = masks
     active = be.empty(1, np.int32)
     zero = np.zeros(1, np.int32)

@@ -118,29 +118,14 @@ class CudaBackend(Backend):
         sm_90, cooperative launches)."""
         if self.caps.sm < 90 or config.cooperative:
             return None
-        from ..ptx import assemble
         from .launch import programmatic_ptx
 
         key = (_compiled(program, config).digest(), config.key(), self.caps.sm, "programmatic")
+        return self.module_cache.get_or_build(key, lambda: self._build(program, config, key, programmatic_ptx))
 
-        def build() -> CompiledKernel:
-            full_key = key + self._toolchain
-            cubin = self.disk_cache.get(full_key) if self.disk_cache else None
-            if cubin is not None:
-                try:
-                    return self._load(program.name, cubin, None)
-                except DeviceError:  # verified bytes the driver will not load: drop them and rebuild
-                    self.disk_cache.remove(full_key)
-            ptx = programmatic_ptx(self.ptx(program, config))
-            with profiling.range("assemble"):
-                cubin = assemble(ptx, sm=self.caps.sm)
-            if self.disk_cache:
-                self.disk_cache.put(full_key, cubin)
-            return self._load(program.name, cubin, None)
-
-        return self.module_cache.get_or_build(key, build)
-
-    def _build(self, program: Program, config: DispatchConfig, key: tuple) -> CompiledKernel:
+    def _build(self, program: Program, config: DispatchConfig, key: tuple, edit=None) -> CompiledKernel:
+        """The kernel from the disk cache, else assembled from the program's PTX (`edit(ptx)`
+        first, where given) and stored there."""
         full_key = key + self._toolchain
         cubin = self.disk_cache.get(full_key) if self.disk_cache else None
         if cubin is not None:
@@ -151,6 +136,8 @@ class CudaBackend(Backend):
         from ..ptx import assemble
 
         ptx = self.ptx(program, config)
+        if edit is not None:
+            ptx = edit(ptx)
         with profiling.range("assemble"):
             cubin = assemble(ptx, sm=self.caps.sm)
         if self.disk_cache:

@@ -2,6 +2,7 @@
 the GPU against the twins on every size and type that could break a tiled scan."""
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -148,13 +149,37 @@ SIMULATED = textwrap.dedent('''
         assert sel.count(flag_nonzero, cuda.to_device(flags), n) == flags.sum()
     sel.close()
     for call in (lambda: sel.total(), lambda: sel.enqueue(flag_nonzero, None, 0, None, None, 0),
-                 lambda: sel.scatter(flag_nonzero, None, 5, None, None, 5)):
+                 lambda: sel.scatter(flag_nonzero, None, 5, None, None, 5),
+                 lambda: sel.fused(flag_nonzero, None, 5, None, None)):
         try:
             call()
             raise AssertionError("a closed selector ran")
         except DispatchError as e:
             assert "closed" in str(e) and "Fix:" in str(e)
     print("ok reused")
+
+    # outputs above FUSED_BYTES take three launches, smaller ones one; a one-launch result that
+    # leaves most of its room unused is copied to its size
+    from vyre_numba.compaction import kernels
+    n = 2 * TILE + 3
+    vals, flags = rng.integers(0, 1000, n).astype(np.int32), rng.random(n) < 0.4
+    dv, df = cuda.to_device(vals), cuda.to_device(flags)
+    for fused_bytes, slack in ((0, 4 << 20), (1 << 26, 4 << 20), (1 << 26, 0)):
+        compaction.FUSED_BYTES, compaction.SLACK = fused_bytes, slack
+        assert np.array_equal(compaction.select(dv, df).copy_to_host(), vals[flags])
+        sparse = cuda.to_device(np.arange(n) % 97 == 3)
+        got = compaction.nonzero(sparse)
+        assert np.array_equal(got.copy_to_host(), np.flatnonzero(np.arange(n) % 97 == 3))
+    # a block that waits too long at the grid barrier: every block gives up, and the call selects
+    # again in three launches; the next call takes one launch again
+    kernels.SPINS = 3
+    sel = compaction._selector(None)
+    sel._arrived += 1  # this launch's barrier can never fill
+    assert np.array_equal(compaction.select(dv, df).copy_to_host(), vals[flags])
+    assert sel.timeouts == 1 and sel._arrived == 0
+    assert np.array_equal(compaction.select(dv, df).copy_to_host(), vals[flags])
+    assert sel.timeouts == 1 and sel._arrived == 1
+    print("ok one launch")
 ''')
 
 
@@ -162,7 +187,7 @@ def test_kernels_match_the_twins_under_the_cuda_simulator():
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     out = subprocess.run([sys.executable, "-c", SIMULATED], env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.count("ok ") == 7
+    assert out.stdout.count("ok ") == 8
 
 
 # ---- the GPU ------------------------------------------------------------------------------------
@@ -183,10 +208,17 @@ def sample(dtype, n: int, seed: int) -> np.ndarray:
     return rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
 
 
+@pytest.fixture(params=["one launch", "three launches"])
+def launches(request, monkeypatch):
+    """Selections up to compaction.FUSED_BYTES take one launch, larger ones three: each path forced."""
+    monkeypatch.setattr(compaction, "FUSED_BYTES", 0 if request.param == "three launches" else 1 << 40)
+    return request.param
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("density", [0.0, 0.01, 0.5, 1.0])
-def test_gpu_select_and_nonzero_match_the_twins(n, density):
+def test_gpu_select_and_nonzero_match_the_twins(n, density, launches):
     from numba import cuda
 
     rng = np.random.default_rng(n)
@@ -197,6 +229,49 @@ def test_gpu_select_and_nonzero_match_the_twins(n, density):
     assert np.array_equal(got.copy_to_host(), x[flags])
     idx = compaction.nonzero(cuda.to_device(flags.astype(np.int8)))
     assert np.array_equal(idx.copy_to_host(), np.flatnonzero(flags))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("blocks", [1, 3, 7])
+@pytest.mark.parametrize("density", [0.003, 0.5])
+def test_gpu_one_launch_with_few_blocks_keeps_order(blocks, density, monkeypatch):
+    """A grid smaller than the tiles: each block counts and writes a long run of tiles; a sparse
+    result is copied out of the room for every item (SLACK)."""
+    from numba import cuda
+
+    selection = importlib.import_module("vyre_numba.compaction.select")
+
+    monkeypatch.setattr(selection, "FUSED_BLOCKS", blocks)
+    monkeypatch.setattr(compaction, "FUSED_BYTES", 1 << 40)
+    n = (1 << 22) + 5
+    rng = np.random.default_rng(blocks)
+    x = rng.integers(-2**31, 2**31 - 1, n, dtype=np.int32)
+    flags = rng.random(n) < density
+    for _ in range(2):
+        got = compaction.select(cuda.to_device(x), cuda.to_device(flags.astype(np.uint8)))
+        assert got.shape == (int(flags.sum()),) and np.array_equal(got.copy_to_host(), x[flags])
+    assert np.array_equal(compaction.nonzero(cuda.to_device(flags)).copy_to_host(), np.flatnonzero(flags))
+
+
+@pytest.mark.gpu
+def test_gpu_one_launch_barrier_timeout_falls_back_to_three_launches():
+    """A barrier that cannot fill (the arrival count made wrong on purpose): every block gives up
+    after its bounded wait, the call selects again in three launches, and the next call takes
+    one launch again."""
+    from numba import cuda
+
+    x = np.arange(100_000, dtype=np.int64)
+    flags = x % 3 == 0
+    dx, df = cuda.to_device(x), cuda.to_device(flags)
+    assert np.array_equal(compaction.select(dx, df).copy_to_host(), x[flags])
+    sel = compaction._selector(None)
+    before = sel.timeouts
+    sel._arrived += 1
+    assert np.array_equal(compaction.select(dx, df).copy_to_host(), x[flags])
+    assert sel.timeouts == before + 1 and sel._arrived == 0
+    assert np.array_equal(compaction.nonzero(df).copy_to_host(), np.flatnonzero(flags))
+    assert sel.timeouts == before + 1 and sel._arrived > 0
+    assert np.array_equal(dx.copy_to_host(), x)
 
 
 @pytest.mark.gpu

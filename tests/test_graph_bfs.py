@@ -51,12 +51,14 @@ GRAPHS = {
     "path": coo(300, np.arange(299), np.arange(1, 300), True),
     "directed path": coo(300, np.arange(299), np.arange(1, 300)),
     "star": coo(200, np.zeros(199, np.int64), np.arange(1, 200), True),
+    "large star": coo(5000, np.zeros(4999, np.int64), np.arange(1, 5000), True),  # source 0: the whole grid expands it
+    "hub behind a wide frontier": coo(400, [0] * 40 + [1] * 300, list(range(1, 41)) + list(range(41, 341))),
     "disconnected": coo(100, [0, 1, 2, 50, 51], [1, 2, 3, 51, 52], True),
     "self loops and duplicates": coo(10, [0, 0, 0, 1, 1, 3], [0, 1, 1, 2, 2, 3], True),
     "single vertex": coo(1, [], []),
 }
-SYMMETRIC = {"random symmetric", "rmat", "grid", "path with chords", "path", "star", "disconnected", "self loops and duplicates",
-             "single vertex"}
+SYMMETRIC = {"random symmetric", "rmat", "grid", "path with chords", "path", "star", "large star", "disconnected",
+             "self loops and duplicates", "single vertex"}
 
 
 def expected(a, source):
@@ -106,7 +108,8 @@ SIMULATED = textwrap.dedent('''
 
     rng = np.random.default_rng(1)
     cases = [(1, [], []), (30, range(29), range(1, 30)), (40, rng.integers(0, 40, 60), rng.integers(0, 40, 60)),
-             (300, [0] * 299, range(1, 300)),  # a hub of 299 neighbours: expanded by a block
+             (300, [0] * 299, range(1, 300)),  # a source of 299 neighbours: expanded by the whole grid
+             (400, [0] * 40 + [1] * 300, list(range(1, 41)) + list(range(41, 341))),  # a hub among 40: by a block
              (120, list(range(9)) + [9] * 110, list(range(1, 10)) + list(range(10, 120))),  # a hub past level 8
              (12 * 9, *grid_edges(12, 9)),  # the tail's wavefront chains along rows and columns
              (90, list(range(89)) + [3, 12, 40, 70], list(range(1, 90)) + [60, 85, 20, 15])]  # chains later undercut
@@ -128,7 +131,7 @@ SIMULATED = textwrap.dedent('''
 
 def test_kernels_match_the_twin_under_the_cuda_simulator():
     out = run_script(SIMULATED, 600)
-    assert out.returncode == 0 and "bfs ok 14" in out.stdout, out.stdout + out.stderr
+    assert out.returncode == 0 and "bfs ok 16" in out.stdout, out.stdout + out.stderr
 
 
 @pytest.mark.gpu

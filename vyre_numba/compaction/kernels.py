@@ -246,30 +246,28 @@ def count_bytes(flags, octs, n, counts):
             add_count(counts, tile, mine, lane)
 
 
-def scatter_kernel(flag_of: Callable, emit: Callable | None, word=np.uint64):
-    """The kernel writing each kept item i (`flag_of(src, i)`) at its place, one block a tile,
-    at offsets[tile] + bases[tile // SCAN_THREADS] (see `scan_chunks`); compiled once per (flag, emit, word). `emit(out, j,
-    words, i)` writes an item; `emit` None: `words` has one column of `word`s, read with the
-    flags (all of a tile's loads in flight at once) and copied to `out`.
+def tile_writer(flag_of: Callable, emit: Callable | None, word=np.uint64):
+    """The device function `write_tile(src, n, words, out, first, start, capacity, votes, counts,
+    tot, counted)` writing the kept items of the tile at `first` (one block) at `start` + their
+    rank in it, and returning how many it kept where `counted` (else 0; `tot`: one shared int64).
+    `emit(out, j, words, i)` writes an item; `emit` None: `words` has one column of
+    `word`s, read with the flags (all of a tile's loads in flight at once) and copied to `out`.
 
     The block votes its items' flags warp by warp, scans the (row, warp) counts with warp 0, and
-    writes the kept items at offset + their row-and-warp's offset + the kept lanes before them (a
+    writes the kept items at start + their row-and-warp's offset + the kept lanes before them (a
     warp's kept items land side by side). Only places below `capacity` are written."""
-    key = ("scatter", flag_of, emit, np.dtype(word).str)
-    k = _KERNELS.get(key)
-    if k is not None:
-        return k
+    key = ("tile", flag_of, emit, np.dtype(word).str)
+    f = _KERNELS.get(key)
+    if f is not None:
+        return f
     carry = emit is None
     put = copy_words if carry else emit  # typed even where `carry` leaves it unused
     word_t = from_dtype(np.dtype(word))
 
-    @cuda.jit
-    def scatter(src, n, words, out, offsets, bases, capacity):
+    @cuda.jit(device=True)
+    def write_tile(src, n, words, out, first, start, capacity, votes, counts, tot, counted):
         tid = cuda.threadIdx.x
         lane, warp = tid % 32, tid // 32
-        votes = cuda.shared.array(THREADS, uint8)  # used by the simulator's vote only
-        counts = cuda.shared.array(SLOTS, int32)  # per (row, warp): kept items, then their offset
-        first = cuda.blockIdx.x * TILE
         keep = cuda.local.array(ITEMS, uint8)
         masks = cuda.local.array(ITEMS, uint32)
         values = cuda.local.array(ITEMS, word_t)
@@ -291,7 +289,6 @@ def scatter_kernel(flag_of: Callable, emit: Callable | None, word=np.uint64):
         if warp == 0:
             scan_tile(counts, lane)
         cuda.syncthreads()
-        start = offsets[cuda.blockIdx.x] + bases[cuda.blockIdx.x // SCAN_THREADS]
         for r in range(ITEMS):
             m = masks[r]
             if (m >> lane) & 1:
@@ -301,9 +298,168 @@ def scatter_kernel(flag_of: Callable, emit: Callable | None, word=np.uint64):
                         out[j, 0] = values[r]
                     else:
                         put(out, j, words, first + r * THREADS + tid)
+        if not counted:
+            return 0
+        if tid == THREADS - 1:  # the last (row, warp) slot's offset and count
+            tot[0] = counts[SLOTS - 1] + cuda.popc(masks[ITEMS - 1])
+        cuda.syncthreads()
+        kept = tot[0]
+        cuda.syncthreads()  # before the next tile's vote overwrites counts and tot
+        return kept
+
+    _KERNELS[key] = write_tile
+    return write_tile
+
+
+def scatter_kernel(flag_of: Callable, emit: Callable | None, word=np.uint64):
+    """The kernel writing each kept item i (`flag_of(src, i)`) at its place, one block a tile,
+    at offsets[tile] + bases[tile // SCAN_THREADS] (see `scan_chunks` and `tile_writer`);
+    compiled once per (flag, emit, word). Only places below `capacity` are written."""
+    key = ("scatter", flag_of, emit, np.dtype(word).str)
+    k = _KERNELS.get(key)
+    if k is not None:
+        return k
+    write_tile = tile_writer(flag_of, emit, word)
+
+    @cuda.jit
+    def scatter(src, n, words, out, offsets, bases, capacity):
+        votes = cuda.shared.array(THREADS, uint8)  # used by the simulator's vote only
+        counts = cuda.shared.array(SLOTS, int32)  # per (row, warp): kept items, then their offset
+        tot = cuda.shared.array(1, int64)
+        start = offsets[cuda.blockIdx.x] + bases[cuda.blockIdx.x // SCAN_THREADS]
+        write_tile(src, n, words, out, cuda.blockIdx.x * TILE, start, capacity, votes, counts, tot, False)
 
     _KERNELS[key] = scatter
     return scatter
+
+
+# ---- one launch: count, grid barrier, offsets, scatter ----------------------------------------
+
+SPINS = 1 << 20  # polls of the grid barrier a block makes before it gives up (a tenth of a second or more)
+ARRIVED, FINISHED, FAILED = 0, 1, 2  # the words of a selector's barrier state
+
+
+if _SIM:
+    @cuda.jit(device=True)
+    def pause():
+        pass
+
+    @cuda.jit(device=True)
+    def block_sum(red, tid, value):
+        """The sum of `value` over the block's threads (`red`: THREADS shared int64)."""
+        red[tid] = value
+        cuda.syncthreads()
+        total = int64(0)
+        for t in range(THREADS):
+            total += red[t]
+        cuda.syncthreads()
+        return total
+else:
+    @cuda.jit(device=True)
+    def pause():
+        cuda.nanosleep(100)
+
+    @cuda.jit(device=True)
+    def block_sum(red, tid, value):
+        v = int64(value)
+        for d in (16, 8, 4, 2, 1):
+            v += cuda.shfl_xor_sync(FULL, v, d)
+        if tid % 32 == 0:
+            red[tid // 32] = v
+        cuda.syncthreads()
+        total = int64(0)
+        for w in range(WARPS):
+            total += red[w]
+        cuda.syncthreads()
+        return total
+
+
+@cuda.jit(device=True)
+def grid_wait(bar, target, tid, ok):
+    """Every block arrives at bar[ARRIVED] (which only grows: `target` is its value once this
+    launch's blocks have all arrived); True once all have, False where a block waited SPINS
+    polls (it then marks bar[FAILED]): a block that never got a place on the GPU, because
+    another stream's kernels held the multiprocessors, makes the others give up, not hang."""
+    cuda.syncthreads()
+    if tid == 0:
+        cuda.threadfence()
+        cuda.atomic.add(bar, ARRIVED, 1)
+        good = 1
+        spins = 0
+        while cuda.atomic.add(bar, ARRIVED, 0) < target:
+            spins += 1
+            if spins > SPINS:
+                good = 0
+                cuda.atomic.add(bar, FAILED, 1)
+                break
+            pause()
+        cuda.threadfence()
+        ok[0] = good
+    cuda.syncthreads()
+    return ok[0] != 0
+
+
+def fused_kernel(flag_of: Callable, emit: Callable | None, word=np.uint64, by_bytes: bool = False):
+    """The kernel selecting items 0..n-1 in one launch (of no more blocks than fit on the GPU at
+    once): block b takes a run of whole
+    tiles, counts its kept items (eight one-byte flags a load from `octs` where `by_bytes`) into
+    sums[b], waits at a grid barrier, sums the runs before its own, then writes its tiles in
+    order from there (`tile_writer`). The last block to finish puts the kept count (or -2 where a
+    block timed out at the barrier and wrote nothing) in host[0], so a host that sees it there
+    knows the whole selection is written."""
+    key = ("fused", flag_of, emit, np.dtype(word).str, by_bytes)
+    k = _KERNELS.get(key)
+    if k is not None:
+        return k
+    write_tile = tile_writer(flag_of, emit, word)
+
+    @cuda.jit
+    def fused(src, octs, n, words, out, sums, bar, target, host):
+        tid = cuda.threadIdx.x
+        votes = cuda.shared.array(THREADS, uint8)
+        counts = cuda.shared.array(SLOTS, int32)
+        red = cuda.shared.array(THREADS, int64)
+        ok = cuda.shared.array(1, int32)
+        tot = cuda.shared.array(1, int64)
+        blocks, b = cuda.gridDim.x, cuda.blockIdx.x
+        tiles = (n + TILE - 1) // TILE
+        per = (tiles + blocks - 1) // blocks
+        t0, t1 = min(b * per, tiles), min(b * per + per, tiles)
+        keep = cuda.local.array(ITEMS, uint8)
+        mine = int64(0)
+        for t in range(t0, t1):
+            if by_bytes and (t + 1) * TILE <= n:
+                for r in range(OCTS):
+                    mine += nonzero_bytes(octs[t * (TILE // 8) + r * THREADS + tid])
+            else:
+                load_flags(flag_of, src, n, t * TILE, tid, keep)
+                for r in range(ITEMS):
+                    mine += keep[r]
+        run = block_sum(red, tid, mine)
+        if tid == 0:
+            sums[b] = run
+        if grid_wait(bar, target, tid, ok):
+            below = int64(0)
+            every = int64(0)
+            for i in range(tid, blocks, THREADS):
+                v = cuda.atomic.add(sums, i, 0)  # another block's store: read past this SM's cache
+                every += v
+                if i < b:
+                    below += v
+            start = block_sum(red, tid, below)
+            grand = block_sum(red, tid, every)
+            for t in range(t0, t1):
+                start += write_tile(src, n, words, out, t * TILE, start, n, votes, counts, tot, True)
+        else:
+            grand = int64(-2)
+        if tid == 0:
+            cuda.threadfence()
+            if cuda.atomic.add(bar, FINISHED, 1) == target - 1:  # the last block of this launch
+                cuda.threadfence()
+                host[0] = grand if cuda.atomic.add(bar, FAILED, 0) == 0 else int64(-2)
+
+    _KERNELS[key] = fused
+    return fused
 
 
 _PREDICATES: dict = {}

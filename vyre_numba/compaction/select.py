@@ -3,6 +3,14 @@
 places, in the original order. The flags are read twice, the values once; nothing waits on
 another block, so nothing spins and nothing can hang.
 
+Or in one launch (`Selector.fused`), where the output has room for every item: a grid of no
+more blocks than fit on the GPU at once, each counting a run of whole tiles, waits at a grid
+barrier, adds up the runs before its own and writes its tiles from there. The barrier's wait is
+bounded: should a block wait too long (another stream's kernels holding the multiprocessors so
+that not every block got a place), every block gives up, writes nothing more, and the caller
+selects again in three launches. Small selections are bound by the host's launches and waits, so
+one launch and one watch of mapped memory is what makes them fast.
+
 A select with an exact output needs the kept count on the host before the output exists, so the
 count pass is paid anyway; given it, the tile offsets come from a scan instead of the decoupled
 look-back of a single pass (Merrill and Garland; CUB's DeviceSelect), whose waits measured 2.9 ms
@@ -29,6 +37,9 @@ THREADS, ITEMS = 256, 16
 TILE = THREADS * ITEMS
 MAX_ITEMS = TILE * 1024 * 1024  # tile counts scanned in two levels of 1024
 POLL_SECONDS = 200e-6  # how long `count` watches for the count before it waits on the stream
+FUSED_BLOCKS = None  # at most this many blocks in a one-launch selection (None: all that fit at once)
+COOPERATIVE = False  # launch one-launch selections cooperatively (the driver then guarantees every block a
+# place at once, but the launch call costs the host ~20 us more than a plain one on an H100 machine)
 
 
 # ---- the NumPy twins ---------------------------------------------------------------------------
@@ -98,6 +109,12 @@ class Selector:
         self._tiles = 0
         self._launches: dict = {}  # kernel -> NumbaLaunch on this stream
         self._grow(1024)
+        self._bar = cuda.to_device(np.zeros(4, np.int64), stream=self.stream)  # see kernels.grid_wait
+        self._arrived = 0  # the barrier's arrival count after every launch so far
+        self._sums = None  # a one-launch selection's kept items a block
+        self._resident: dict = {}  # one-launch kernel -> blocks that fit at once
+        self._fused_args = None  # (sums, barrier, host count) as kernel arguments
+        self.timeouts = 0  # one-launch selections given up at the grid barrier (and done again in three)
         self._closed = False
 
     def _grow(self, tiles: int) -> None:
@@ -125,7 +142,7 @@ class Selector:
 
     def close(self) -> None:
         """Release the device buffers (once; later calls do nothing)."""
-        self._owned = self._ctl = self._host = self._args = self._bases = None
+        self._owned = self._ctl = self._host = self._args = self._bases = self._bar = self._sums = None
         self._launches = {}
         self._closed = True
 
@@ -166,16 +183,53 @@ class Selector:
         """Enqueue writing the kept items (`words` None: their indices) into `out`, at most
         `capacity` rows, after `offsets` of the same items."""
         self._check_open()
-        kernels = _kernels()
-
-        if words is None:
-            kernel = kernels.scatter_kernel(flag_of, kernels.write_index)
-        elif words.shape[1] == 1:  # one word an item: read with the flags
-            kernel = kernels.scatter_kernel(flag_of, None, _word_of(words))
-        else:
-            kernel = kernels.scatter_kernel(flag_of, kernels.copy_words)
+        kernel = _kernels().scatter_kernel(flag_of, *_emit(words))
         self._launch(kernel)(-(-n // TILE), THREADS, src, n, out if words is None else words, out,
                              self._args[1], self._bases, capacity)
+
+    def fused(self, flag_of: Callable, src, n: int, words, out, octs=None) -> int | None:
+        """Select items 0..n-1 (n >= 1) into `out`, which has room for all n (`words` None: their
+        indices), in one launch, and return how many were kept; None where a block gave up at the
+        grid barrier (the output is then incomplete; `timeouts` counts these). The count is read
+        from mapped host memory, where the launch's last block puts it once everything is
+        written: watched for POLL_SECONDS, then waited for on the stream."""
+        self._check_open()
+        kernels = _kernels()
+        kernel = kernels.fused_kernel(flag_of, *_emit(words), by_bytes=octs is not None)
+        launch = self._launch(kernel, cooperative=COOPERATIVE)
+        blocks = self._resident.get(kernel)
+        if blocks is None or self._fused_args is None:
+            if self._sums is None:
+                self._sums = self._cuda.device_array(1024, np.int64, stream=self.stream)
+            self._fused_args = (self._sums, self._bar, self._host) if _SIM else tuple(
+                RawArray(a.device_ctypes_pointer.value, a.shape, a.dtype) for a in (self._sums, self._bar, self._host))
+            blocks = self._resident[kernel] = launch.resident_blocks(
+                THREADS, src, src if octs is None else octs, n, out if words is None else words, out,
+                self._fused_args[0], self._fused_args[1], 0, self._fused_args[2])
+        blocks = max(1, min(blocks, -(-n // TILE), FUSED_BLOCKS or blocks))
+        if self._sums.shape[0] < blocks:
+            self._sums, self._fused_args = self._cuda.device_array(blocks, np.int64, stream=self.stream), None
+            return self.fused(flag_of, src, n, words, out, octs)
+        sums, bar, host = self._fused_args
+        self._host[0] = -1
+        launch(blocks, THREADS, src, src if octs is None else octs, n, out if words is None else words, out, sums,
+               bar, self._arrived + blocks, host)
+        self._arrived += blocks
+        host, clock = self._host, time.perf_counter
+        deadline = clock() + POLL_SECONDS
+        while host[0] == -1 and clock() < deadline:
+            pass
+        if host[0] == -1:
+            self.stream.synchronize()
+        kept = int(host[0])
+        if kept >= 0:
+            return kept
+        self.stream.synchronize()
+        self._bar.copy_to_device(np.zeros(4, np.int64), stream=self.stream)
+        self.stream.synchronize()
+        self._arrived = 0
+        self.timeouts += 1
+        return None
 
     def enqueue(self, flag_of: Callable, src, n: int, words, out, capacity: int, octs=None) -> None:
         """Enqueue the selection of items 0..n-1 (where `flag_of(src, i)`) into `out`, at most
@@ -222,12 +276,13 @@ class Selector:
         self.enqueue(flag_of, src, n, words, out, capacity, octs)
         return self.total()
 
-    def _launch(self, kernel, use: int = 0) -> NumbaLaunch:
+    def _launch(self, kernel, use: int = 0, cooperative: bool = False) -> NumbaLaunch:
         """The launcher of `kernel` (`use` tells apart two uses of one kernel, so each keeps its
         own packed arguments and geometry)."""
         k = self._launches.get((kernel, use))
         if k is None:  # retain=False: callers' arrays stay theirs
-            k = self._launches[(kernel, use)] = NumbaLaunch(kernel, self.stream, retain=False)
+            k = self._launches[(kernel, use)] = NumbaLaunch(kernel, self.stream, retain=False,
+                                                            cooperative=cooperative)
         return k
 
 
@@ -241,6 +296,16 @@ def _kernels():
 
         _KERNELS_MODULE.append(kernels)
     return _KERNELS_MODULE[0]
+
+
+def _emit(words) -> tuple:
+    """(emit, word) of the scatter writing `words` (None: the indices of the kept items)."""
+    kernels = _kernels()
+    if words is None:
+        return kernels.write_index, np.uint64
+    if words.shape[1] == 1:  # one word an item: read with the flags
+        return None, _word_of(words)
+    return kernels.copy_words, np.uint64
 
 
 def _word_of(words) -> np.dtype:

@@ -79,6 +79,20 @@ def pool_alloc(nbytes: int) -> int:
     return int(ptr)
 
 
+def pool_copy(address: int, nbytes: int) -> int:
+    """A new pool allocation holding the first `nbytes` of the one at `address`, which is then
+    given back (both stream-ordered on the legacy default stream)."""
+    from cuda.bindings import driver as drv
+
+    new = pool_alloc(nbytes)
+    (err,) = drv.cuMemcpyDtoDAsync(drv.CUdeviceptr(new), drv.CUdeviceptr(address), max(int(nbytes), 1), drv.CUstream(0))
+    if err:
+        pool_free(new)
+        _check(err, f"copying {nbytes} bytes on the device")
+    pool_free(address)
+    return new
+
+
 def pooled_array(n: int, dtype, address: int | None = None) -> "object":
     """A 1-D numba device array of `n` items of `dtype` from the pool (at `address`, from
     `pool_alloc`, when given; it then owns that memory), ordered on the legacy default stream;

@@ -128,10 +128,12 @@ class NumbaLaunch:
     `launch(blocks, threads, *args)` with device arrays and int/float scalars (typed as Numba
     types them). Owns its parameter block and, with `retain` (for owners that outlive no
     argument of theirs), the arguments it packed last, so that the same objects are not packed
-    again; without it every argument is packed each launch and none is kept alive."""
+    again; without it every argument is packed each launch and none is kept alive.
+    `cooperative` launches every block at once (cuLaunchCooperativeKernel): for kernels with a
+    grid barrier, whose grid must not exceed `resident_blocks`."""
 
-    def __init__(self, dispatcher, stream=None, *, retain: bool = True):
-        self._kernel, self._stream, self._retain = dispatcher, stream, retain
+    def __init__(self, dispatcher, stream=None, *, retain: bool = True, cooperative: bool = False):
+        self._kernel, self._stream, self._retain, self._cooperative = dispatcher, stream, retain, cooperative
         self._handle = 0 if _SIM else stream_handle(stream)
         self._launch: KernelLaunch | None = None
         self._kinds: list = []
@@ -166,6 +168,17 @@ class NumbaLaunch:
         if not self._retain:  # raw arrays own nothing: keeping them costs nothing and saves packing them again
             self._last = [a if type(a) is RawArray else None for a in args]
 
+    def resident_blocks(self, threads: int, *args: Any) -> int:
+        """How many blocks of `threads` of the kernel compiled for `args` fit on the device at once
+        (1 under the CUDA simulator, which runs blocks one after another)."""
+        if _SIM:
+            return 1
+        return int(self._overload(args).max_cooperative_grid_blocks(threads))
+
+    def _overload(self, args: tuple):
+        types = tuple(self._kernel.typeof_pyval(a) for a in args)
+        return self._kernel.overloads.get(types) or self._kernel.compile(types)
+
     def _numba(self, blocks: int, threads: int, args: tuple) -> None:
         launch_quietly(self._kernel, blocks, threads, self._stream, *args)
 
@@ -177,12 +190,11 @@ class NumbaLaunch:
             return False
         from cuda.bindings import driver as drv
 
-        types = tuple(self._kernel.typeof_pyval(a) for a in args)
-        overload = self._kernel.overloads.get(types) or self._kernel.compile(types)
+        overload = self._overload(args)
         handle = drv.CUfunction(int(overload._codelibrary.get_cufunc().handle))
         self._slots = np.cumsum([0] + [len(p) for p in packed]).tolist()
         self._launch = KernelLaunch(handle, self._kernel.__name__, LaunchShape((1, 1, 1), (1, 1, 1)), 0,
-                                    nparams=self._slots[-1])
+                                    nparams=self._slots[-1], cooperative=self._cooperative)
         for i, p in enumerate(packed):
             self._launch.args.values[self._slots[i]:self._slots[i + 1]] = p
         self._last, self._kinds = list(args), [_kind(a) for a in args]

@@ -5,8 +5,13 @@ unseen neighbour claimed by compare-and-swap), bottom-up levels scan the unseen 
 neighbour in it, and the direction follows Beamer's direction-optimizing rule (bottom-up once the
 frontier's edges outnumber the unexplored edges / ALPHA, top-down again once it holds fewer than
 n / BETA vertices), bottom-up only for a symmetric CSR (stored edges then serve as in-edges). The
-host reads two counts a level (the frontier's vertices and edges) in one synchronisation. `bfs_numpy` is the CPU implementation and the oracle."""
+host reads two counts a level (the frontier's vertices and edges), which the level's last block
+puts in mapped host memory. `bfs_numpy` is the CPU implementation and the oracle."""
 from __future__ import annotations
+
+import os
+import threading
+import time
 
 import numpy as np
 
@@ -14,7 +19,9 @@ from ..errors import DispatchError
 from ..unique import unique
 from .csr import CSR, check_device_csr, resolve
 
+_SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 HUB = 256  # see bfs_kernels.HUB
+FEW = 32  # a top-down frontier of at most this many vertices is expanded by the whole grid, vertex by vertex
 PERSISTENT_AFTER = 8  # levels run from the host before a small frontier's remaining levels go on the device
 BOTTOM_UP_ABOVE = 1 / 20  # bfs_many: bottom-up while the frontier holds more than this share of the vertices
 TOP_DOWN_BELOW = 1 / 50  # and back below this share
@@ -72,59 +79,141 @@ def _bfs_gpu(be, indptr, indices, n: int, source: int, symmetric: bool, levels: 
     """Distances on the device; `levels`, where given, records each level's direction. `hubs`
     False promises no vertex has more than HUB neighbours (one kernel a top-down level, not two).
 
+    Each level is its expansion kernel(s) and `frontier_edges`, whose last block puts the new
+    frontier's size and edges in mapped host memory and empties the spent queue: the host watches
+    for the two numbers and launches the next level, with no copy and no other call between.
+
     After PERSISTENT_AFTER levels, a small frontier (a long, thin graph: roads, grids, paths) hands
     the remaining levels to the device: asynchronous relaxation from that frontier (`steps.relax`)
     run to its fixed point by the fixpoint runner, all rounds in one persistent cooperative launch
     where the grid fits (else a CUDA graph's while loop), with no host round trip a level.
     `rounds` (each, until) replaces the fixpoint runner (the CUDA simulator's tests pass theirs)."""
-    from ..gpu.numba_launch import launch_quietly
-    from ..workqueue import WorkQueue
+    from ..gpu.memory import scratch, unzeroed
     from . import bfs_kernels as k
 
-    stream = be.stream
+    launch = _launchers(be.stream)
     block = 256
     grid = max(1, min(-(-n // block), be.caps.sm_count * 16))
-    dist = be.empty(n, np.int32)
-    counts = be.empty(2, np.int64)
-    zeros = np.zeros(2, np.int64)
+    dist = unzeroed(be, n, np.int32)
+    frontier, nxt = scratch(be, n, np.int32), scratch(be, n, np.int32)
+    states = scratch(be, 4, np.uint64)
+    f_state, n_state = states[0:2], states[2:4]
+    counts = scratch(be, 2, np.int64)
+    host = _host_words()
 
-    def measure(queue) -> tuple[int, int]:  # (vertices, edges) of a frontier, one synchronisation
-        counts.copy_to_device(zeros, stream=stream)
-        launch_quietly(k.frontier_edges, grid, block, stream, indptr, queue.items, queue.state, n, counts)
-        got = counts.copy_to_host(stream=stream)
-        if stream is not None:
-            stream.synchronize()
-        return int(got[1]), int(got[0])
+    def measure(items, state, spent) -> tuple[int, int]:  # (vertices, edges) of the frontier just built
+        host.reset()
+        launch(k.frontier_edges, grid, block, indptr, items, state, n, counts, host.device, spent)
+        got = host.read(be.stream)
+        return got[1], got[0]
 
-    with WorkQueue(n, np.int32, stream=stream) as frontier, WorkQueue(n, np.int32, stream=stream) as nxt:
-        launch_quietly(k.start, grid, block, stream, dist, n, source, frontier.items, frontier.state)
-        size, edges = measure(frontier)
-        unexplored = int(indices.shape[0]) - edges
-        level, bottom = 0, False
-        while size:
-            if bottom:
-                bottom = symmetric and size >= n / BETA
-            else:
-                bottom = symmetric and edges > unexplored / ALPHA
-            if level >= PERSISTENT_AFTER and not bottom:
-                _relax_rest(rounds or _fixpoint_rounds(be), indptr, indices, dist, frontier.items, size, n, be)
-                if levels is not None:
-                    levels.append("persistent")
-                break
-            if bottom:
-                launch_quietly(k.bottom_up, grid, block, stream, indptr, indices, dist, level, n, nxt.items, nxt.state)
-            else:
-                for kernel in (k.top_down, k.top_down_hubs) if hubs else (k.top_down,):
-                    launch_quietly(kernel, grid, block, stream, indptr, indices, dist, level, frontier.items, frontier.state, n,
-                                                nxt.items, nxt.state)
+    launch(k.start, grid, block, dist, n, source, frontier, f_state, n_state, counts)
+    size, edges = measure(frontier, f_state, n_state)
+    unexplored = int(indices.shape[0]) - edges
+    level, bottom = 0, False
+    while size:
+        if bottom:
+            bottom = symmetric and size >= n / BETA
+        else:
+            bottom = symmetric and edges > unexplored / ALPHA
+        if level >= PERSISTENT_AFTER and not bottom:
+            _relax_rest(rounds or _fixpoint_rounds(be), indptr, indices, dist, frontier, size, n, be)
             if levels is not None:
-                levels.append("bottom-up" if bottom else "top-down")
-            frontier.reset()
-            frontier, nxt = nxt, frontier
-            size, edges = measure(frontier)
-            unexplored -= edges
-            level += 1
+                levels.append("persistent")
+            break
+        if bottom:
+            launch(k.bottom_up, grid, block, indptr, indices, dist, level, n, nxt, n_state)
+        else:
+            if size <= FEW and edges > HUB:
+                kernels = (k.top_down_few,)
+            else:
+                kernels = (k.top_down, k.top_down_hubs) if hubs else (k.top_down,)
+            for kernel in kernels:
+                launch(kernel, grid, block, indptr, indices, dist, level, frontier, f_state, n, nxt, n_state)
+        if levels is not None:
+            levels.append("bottom-up" if bottom else "top-down")
+        frontier, nxt, f_state, n_state = nxt, frontier, n_state, f_state
+        size, edges = measure(frontier, f_state, n_state)
+        unexplored -= edges
+        level += 1
     return dist
+
+
+class _HostWords:
+    """Two int64 words the device writes and the host reads: mapped host memory on the GPU (read
+    as soon as word 1 is set, within a bound past which the stream is synchronised), a device
+    array copied back under the CUDA simulator, which has no mapped memory."""
+
+    WAIT_SECONDS = 200e-6
+
+    def __init__(self) -> None:
+        from numba import cuda
+
+        from ..gpu.numba_launch import RawArray
+
+        if _SIM:
+            self.words = self.device = cuda.to_device(np.zeros(2, np.int64))
+        else:
+            self.words = cuda.mapped_array(2, np.int64)
+            self.device = RawArray(self.words.device_ctypes_pointer.value, (2,), np.int64)
+
+    def reset(self) -> None:
+        if _SIM:
+            self.device.copy_to_device(np.array([0, -1], np.int64))
+        else:
+            self.words[1] = -1
+
+    def read(self, stream) -> tuple[int, int]:
+        if _SIM:
+            got = self.device.copy_to_host()
+            return int(got[0]), int(got[1])
+        words, clock = self.words, time.perf_counter
+        deadline = clock() + self.WAIT_SECONDS
+        while words[1] == -1 and clock() < deadline:
+            pass
+        if words[1] == -1:
+            stream.synchronize()
+            if words[1] == -1:
+                from ..errors import DeviceError
+
+                raise DeviceError("BFS's frontier count never arrived from the device. Fix: check the device is "
+                                  "healthy (nvidia-smi); after a kernel fault, restart the process.")
+        return int(words[0]), int(words[1])
+
+
+_HOST: dict = {}
+_LAUNCHERS: dict = {}
+
+
+def _host_words() -> _HostWords:
+    """This thread's host words (mapped memory costs a driver allocation; one a thread is kept)."""
+    key = threading.get_ident()
+    words = _HOST.get(key)
+    if words is None:
+        if len(_HOST) >= 64:
+            _HOST.clear()
+        words = _HOST[key] = _HostWords()
+    return words
+
+
+def _launchers(stream):
+    """`launch(kernel, blocks, threads, *args)` on `stream` through a NumbaLaunch a kernel, kept per
+    stream and thread (a launcher's packed arguments are written by every call)."""
+    from ..gpu.numba_launch import NumbaLaunch, stream_handle
+
+    key = (stream_handle(stream), threading.get_ident())
+    table = _LAUNCHERS.get(key)
+    if table is None:
+        if len(_LAUNCHERS) >= 64:
+            _LAUNCHERS.clear()
+        table = _LAUNCHERS[key] = {}
+
+    def launch(kernel, blocks: int, threads: int, *args) -> None:
+        launcher = table.get(kernel)
+        if launcher is None:
+            launcher = table[kernel] = NumbaLaunch(kernel, stream, retain=False)
+        launcher(blocks, threads, *args)
+    return launch
 
 
 def _fixpoint_rounds(be):

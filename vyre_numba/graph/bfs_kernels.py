@@ -8,7 +8,7 @@ import os
 
 from numba import cuda, int32, int64
 
-from ..workqueue.device import TAIL, push, push_any
+from ..workqueue.device import HEAD, TAIL, push_any
 
 UNSEEN = -1
 
@@ -57,6 +57,23 @@ def top_down_hubs(indptr, indices, dist, level, items, state, capacity, out_item
 
 
 @cuda.jit
+def top_down_few(indptr, indices, dist, level, items, state, capacity, out_items, out_state):
+    """`top_down` for a frontier of a few vertices (the host chooses it by the frontier's size):
+    the whole grid strides over each vertex's neighbours in turn, so a source of 10^5 neighbours
+    is spread over every multiprocessor, not one block's."""
+    filled = min(int64(state[TAIL]), int64(capacity))
+    stride = int64(cuda.gridsize(1))
+    nxt = int32(level + 1)
+    for i in range(filled):
+        u = items[i]
+        k = indptr[u] + int64(cuda.grid(1))
+        hi = indptr[u + 1]
+        while k < hi:
+            visit(dist, indices[k], nxt, out_items, out_state)
+            k += stride
+
+
+@cuda.jit
 def bottom_up(indptr, indices, dist, level, n, out_items, out_state):
     """Every unseen vertex with a neighbour at distance `level` gets level + 1 and joins the next
     frontier (stored edges taken as in-edges: the CSR is symmetric)."""
@@ -93,10 +110,13 @@ else:
 
 
 @cuda.jit
-def frontier_edges(indptr, items, state, capacity, out):
-    """(out zeroed) out[0] = the neighbours of the queue's filled items, the edges a top-down
-    level from it would check; out[1] = how many items are filled: what the next level's
-    direction is chosen from, read back together."""
+def frontier_edges(indptr, items, state, capacity, counts, host, spent):
+    """Measure the frontier just built: host[0] = the neighbours of the queue's filled items (the
+    edges a top-down level from it would check), then host[1] = how many items are filled: what
+    the next level's direction is chosen from, put by the launch's last block into `host` (mapped
+    host memory, host[1] -1 before) so that the host reads both without a copy. `counts` (edges,
+    blocks done) is zero on entry and left zero; the last block also empties the queue `spent`
+    (the frontier before, which the next level fills)."""
     filled = min(int64(state[TAIL]), int64(capacity))
     i = int64(cuda.grid(1))
     stride = int64(cuda.gridsize(1))
@@ -105,18 +125,35 @@ def frontier_edges(indptr, items, state, capacity, out):
         u = items[i]
         acc += int64(indptr[u + 1] - indptr[u])
         i += stride
-    add_sum(out, 0, acc)
-    if cuda.grid(1) == 0:
-        out[1] = filled
+    add_sum(counts, 0, acc)
+    cuda.syncthreads()
+    if cuda.threadIdx.x == 0:
+        cuda.threadfence()
+        if cuda.atomic.add(counts, 1, 1) == cuda.gridDim.x - 1:
+            cuda.threadfence()
+            host[0] = cuda.atomic.add(counts, 0, 0)
+            counts[0] = 0
+            counts[1] = 0
+            spent[TAIL] = 0
+            spent[HEAD] = 0
+            cuda.threadfence_system()
+            host[1] = filled
 
 
 @cuda.jit
-def start(dist, n, source, items, state):
-    """dist = UNSEEN everywhere but the source (0), which is the first frontier."""
+def start(dist, n, source, items, state, spent, counts):
+    """dist = UNSEEN everywhere but the source (0), which is the first frontier (`items`, `state`);
+    the queue `spent` empty and `counts` zero (see `frontier_edges`)."""
     v = int64(cuda.grid(1))
     stride = int64(cuda.gridsize(1))
     while v < n:
         dist[v] = 0 if v == source else UNSEEN
         v += stride
     if cuda.grid(1) == 0:
-        push(items, state, int32(source))
+        items[0] = int32(source)
+        state[TAIL] = 1
+        state[HEAD] = 0
+        spent[TAIL] = 0
+        spent[HEAD] = 0
+        counts[0] = 0
+        counts[1] = 0

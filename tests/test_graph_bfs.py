@@ -94,8 +94,8 @@ def test_bad_calls_raise_with_a_fix(call, fragment):
 SIMULATED = textwrap.dedent('''
     import numpy as np
     from numba import cuda
-    from vyre_numba.graph.bfs import _bfs_gpu, bfs_numpy
-    from vyre_numba.graph.csr import check_csr
+    from vyre_numba.graph.bfs import HUB, _bfs_gpu, bfs_numpy
+    from vyre_numba.graph.csr import check_csr, enqueue_check
 
     from simulated import SimBackend as Backend, SimOps, csr
 
@@ -119,19 +119,32 @@ SIMULATED = textwrap.dedent('''
             indptr, indices = csr(n, list(s), list(d), symmetric)
             want = bfs_numpy(check_csr(indptr, indices), 0)
             levels = []
-            got = _bfs_gpu(Backend(), cuda.to_device(indptr), cuda.to_device(indices), n, 0, symmetric, levels,
-                           rounds=rounds)
+            dip, dix = cuda.to_device(indptr), cuda.to_device(indices)
+            hubs = enqueue_check(Backend(), dip, dix, n, HUB) if symmetric else True  # the check's wait folded in
+            got = _bfs_gpu(Backend(), dip, dix, n, 0, symmetric, levels, hubs=hubs, rounds=rounds)
             assert np.array_equal(got.copy_to_host(), want), (n, symmetric)
             done += 1
             tails += "persistent" in levels
     assert tails >= 6, tails  # the path's, grid's and chorded path's levels pass PERSISTENT_AFTER
     print("bfs ok", done)
+
+    # the device CSR check, its four-a-step loop included (300 indices, 64 threads)
+    from vyre_numba.graph.csr_kernels import check
+    ix = rng.integers(0, 10, 300).astype(np.int32)
+    ix[[0, 7, 150, 298, 299]] = [-1, 10, 12, -5, 10]
+    for ip, ix, n, want in ((np.arange(0, 301, 30), ix, 10, [0, 5, 0, 0, 10]),
+                            (np.array([1, 5, 3, 300]), np.zeros(300, np.int32), 3, [1, 0, 1, 0, 2]),
+                            (np.array([0, 2]), np.array([0, 0], np.int64), 1, [0, 0, 0, 0, 0])):
+        bad = cuda.to_device(np.zeros(5, np.int64))
+        check[2, 32](cuda.to_device(ip.astype(np.int64)), cuda.to_device(ix), n, 3, bad)
+        assert list(bad.copy_to_host()) == want, (list(bad.copy_to_host()), want)
+    print("csr ok")
 ''')
 
 
 def test_kernels_match_the_twin_under_the_cuda_simulator():
     out = run_script(SIMULATED, 600)
-    assert out.returncode == 0 and "bfs ok 16" in out.stdout, out.stdout + out.stderr
+    assert out.returncode == 0 and "bfs ok 16" in out.stdout and "csr ok" in out.stdout, out.stdout + out.stderr
 
 
 @pytest.mark.gpu

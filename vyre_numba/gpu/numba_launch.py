@@ -6,6 +6,7 @@ for argument kinds it does not pack, it calls the kernel the ordinary way."""
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 import numpy as np
@@ -199,3 +200,25 @@ class NumbaLaunch:
             self._launch.args.values[self._slots[i]:self._slots[i + 1]] = p
         self._last, self._kinds = list(args), [_kind(a) for a in args]
         return True
+
+
+_LAUNCHERS: dict = {}
+
+
+def launchers(stream):
+    """`launch(kernel, blocks, threads, *args)` on `stream` through a `NumbaLaunch` a kernel, kept
+    per stream and thread (a launcher's packed arguments are written by every call): for the
+    drivers that launch the same few Numba kernels many times a call."""
+    key = (stream_handle(stream), threading.get_ident())
+    table = _LAUNCHERS.get(key)
+    if table is None:
+        if len(_LAUNCHERS) >= 64:  # threads come and go
+            _LAUNCHERS.clear()
+        table = _LAUNCHERS[key] = {}
+
+    def launch(kernel, blocks: int, threads: int, *args) -> None:
+        launcher = table.get(kernel)
+        if launcher is None:
+            launcher = table[kernel] = NumbaLaunch(kernel, stream, retain=False)
+        launcher(blocks, threads, *args)
+    return launch

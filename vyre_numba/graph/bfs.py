@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import DispatchError
 from ..unique import unique
-from .csr import CSR, check_device_csr, resolve
+from .csr import CSR, enqueue_check, resolve
 
 _SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 HUB = 256  # see bfs_kernels.HUB
@@ -65,8 +65,7 @@ def bfs(indptr, indices, source: int, *, backend=None, symmetric: bool = False):
         raise DispatchError("the graph has no vertices, so no source. Fix: pass a graph with at least one vertex.")
     source = _source(source, n)
     if on_device:
-        hubs = check_device_csr(be, indptr, indices, n, HUB)
-        return _bfs_gpu(be, indptr, indices, n, source, bool(symmetric), hubs=hubs)
+        return _bfs_gpu(be, indptr, indices, n, source, bool(symmetric), hubs=enqueue_check(be, indptr, indices, n, HUB))
     if be.name != "cuda":
         return bfs_numpy(g, source)
     ix = g.indices.astype(np.int32) if g.nnz < 2**31 and g.n < 2**31 else g.indices
@@ -75,9 +74,11 @@ def bfs(indptr, indices, source: int, *, backend=None, symmetric: bool = False):
 
 
 def _bfs_gpu(be, indptr, indices, n: int, source: int, symmetric: bool, levels: list | None = None,
-             hubs: bool = True, rounds=None):
+             hubs=True, rounds=None):
     """Distances on the device; `levels`, where given, records each level's direction. `hubs`
-    False promises no vertex has more than HUB neighbours (one kernel a top-down level, not two).
+    False promises no vertex has more than HUB neighbours (one kernel a top-down level, not two);
+    a function (`csr.enqueue_check`'s) is called for it once the first level is enqueued, so the
+    check's wait and the first level's are one.
 
     Each level is its expansion kernel(s) and `frontier_edges`, whose last block puts the new
     frontier's size and edges in mapped host memory and empties the spent queue: the host watches
@@ -88,27 +89,40 @@ def _bfs_gpu(be, indptr, indices, n: int, source: int, symmetric: bool, levels: 
     run to its fixed point by the fixpoint runner, all rounds in one persistent cooperative launch
     where the grid fits (else a CUDA graph's while loop), with no host round trip a level.
     `rounds` (each, until) replaces the fixpoint runner (the CUDA simulator's tests pass theirs)."""
-    from ..gpu.memory import scratch, unzeroed
+    from ..gpu.memory import unzeroed
+    from ..gpu.numba_launch import launchers
     from . import bfs_kernels as k
 
-    launch = _launchers(be.stream)
+    launch = launchers(be.stream)
     block = 256
     grid = max(1, min(-(-n // block), be.caps.sm_count * 16))
     dist = unzeroed(be, n, np.int32)
-    frontier, nxt = scratch(be, n, np.int32), scratch(be, n, np.int32)
-    states = scratch(be, 4, np.uint64)
-    f_state, n_state = states[0:2], states[2:4]
-    counts = scratch(be, 2, np.int64)
     host = _host_words()
+    with _Scratch(be, n) as (frontier, nxt, f_state, n_state, counts):
+        def measure(items, state, spent) -> tuple[int, int]:  # (vertices, edges) of the frontier just built
+            host.reset()
+            launch(k.frontier_edges, grid, block, indptr, items, state, n, counts, host.device, spent)
+            got = host.read(be.stream)
+            return got[1], got[0]
 
-    def measure(items, state, spent) -> tuple[int, int]:  # (vertices, edges) of the frontier just built
-        host.reset()
-        launch(k.frontier_edges, grid, block, indptr, items, state, n, counts, host.device, spent)
-        got = host.read(be.stream)
-        return got[1], got[0]
+        launch(k.start, grid, block, dist, n, source, frontier, f_state, n_state, counts)
+        if callable(hubs):
+            host.reset()
+            launch(k.frontier_edges, grid, block, indptr, frontier, f_state, n, counts, host.device, n_state)
+            hubs = hubs()
+            edges, size = host.read(be.stream)
+        else:
+            size, edges = measure(frontier, f_state, n_state)
+        _levels(be, launch, grid, block, indptr, indices, dist, n, symmetric, levels, hubs, rounds, measure,
+                frontier, nxt, f_state, n_state, size, edges)
+    return dist
 
-    launch(k.start, grid, block, dist, n, source, frontier, f_state, n_state, counts)
-    size, edges = measure(frontier, f_state, n_state)
+
+def _levels(be, launch, grid, block, indptr, indices, dist, n, symmetric, levels, hubs, rounds, measure,
+            frontier, nxt, f_state, n_state, size, edges) -> None:
+    """The levels of `_bfs_gpu` after the first frontier (`size` vertices, `edges` neighbours)."""
+    from . import bfs_kernels as k
+
     unexplored = int(indices.shape[0]) - edges
     level, bottom = 0, False
     while size:
@@ -120,7 +134,7 @@ def _bfs_gpu(be, indptr, indices, n: int, source: int, symmetric: bool, levels: 
             _relax_rest(rounds or _fixpoint_rounds(be), indptr, indices, dist, frontier, size, n, be)
             if levels is not None:
                 levels.append("persistent")
-            break
+            return
         if bottom:
             launch(k.bottom_up, grid, block, indptr, indices, dist, level, n, nxt, n_state)
         else:
@@ -136,7 +150,37 @@ def _bfs_gpu(be, indptr, indices, n: int, source: int, symmetric: bool, levels: 
         size, edges = measure(frontier, f_state, n_state)
         unexplored -= edges
         level += 1
-    return dist
+
+
+class _Scratch:
+    """`with _Scratch(be, n) as (frontier, nxt, frontier state, next state, counts)`: BFS's own
+    device arrays (two queues of n int32 items, their uint64 states, two int64 counts), in one
+    allocation from the stream-ordered pool, seen as raw arrays, given back on leaving (ordered
+    after the backend's stream's work: a free on the legacy stream waits for blocking streams);
+    the backend's zeroed arrays elsewhere (the CUDA simulator's stand-ins)."""
+
+    def __init__(self, be, n: int):
+        self._be, self._n, self._address = be, n, None
+
+    def __enter__(self) -> tuple:
+        be, n = self._be, self._n
+        if getattr(be, "name", None) != "cuda":
+            states = [be.empty(2, np.uint64), be.empty(2, np.uint64)]
+            return be.empty(n, np.int32), be.empty(n, np.int32), *states, be.empty(2, np.int64)
+        from ..gpu.memory import pool_alloc
+        from ..gpu.numba_launch import RawArray
+
+        a = self._address = pool_alloc(8 * n + 48)
+        return (RawArray(a, (n,), np.int32), RawArray(a + 4 * n, (n,), np.int32),
+                RawArray(a + 8 * n, (2,), np.uint64), RawArray(a + 8 * n + 16, (2,), np.uint64),
+                RawArray(a + 8 * n + 32, (2,), np.int64))
+
+    def __exit__(self, *exc) -> None:
+        if self._address is not None:
+            from ..gpu.memory import pool_free
+
+            pool_free(self._address)
+            self._address = None
 
 
 class _HostWords:
@@ -182,7 +226,6 @@ class _HostWords:
 
 
 _HOST: dict = {}
-_LAUNCHERS: dict = {}
 
 
 def _host_words() -> _HostWords:
@@ -194,26 +237,6 @@ def _host_words() -> _HostWords:
             _HOST.clear()
         words = _HOST[key] = _HostWords()
     return words
-
-
-def _launchers(stream):
-    """`launch(kernel, blocks, threads, *args)` on `stream` through a NumbaLaunch a kernel, kept per
-    stream and thread (a launcher's packed arguments are written by every call)."""
-    from ..gpu.numba_launch import NumbaLaunch, stream_handle
-
-    key = (stream_handle(stream), threading.get_ident())
-    table = _LAUNCHERS.get(key)
-    if table is None:
-        if len(_LAUNCHERS) >= 64:
-            _LAUNCHERS.clear()
-        table = _LAUNCHERS[key] = {}
-
-    def launch(kernel, blocks: int, threads: int, *args) -> None:
-        launcher = table.get(kernel)
-        if launcher is None:
-            launcher = table[kernel] = NumbaLaunch(kernel, stream, retain=False)
-        launcher(blocks, threads, *args)
-    return launch
 
 
 def _fixpoint_rounds(be):

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from typing import Callable
+
 import numpy as np
 
 from ..errors import DispatchError
@@ -82,52 +84,37 @@ def edges(g: CSR) -> tuple[np.ndarray, np.ndarray]:
 
 def check_device_csr(backend, indptr, indices, n: int, hub: int = 256) -> bool:
     """Check a CSR already on the device (ends, monotone offsets, indices in range) without
-    copying it back: one small vyre program counts the violations (one synchronisation). Returns
-    whether some vertex has more than `hub` neighbours."""
-    from .. import ir
-    from ..config import DispatchConfig
-
-    key = (np.dtype(indptr.__cuda_array_interface__["typestr"]).str,
-           np.dtype(indices.__cuda_array_interface__["typestr"]).str, hub)
-    prog = _CHECKS.get(key)
-    if prog is None:
-        ip_t, ix_t = (ir.DataType.parse(np.dtype(t)) for t in key[:2])
-        i = ir.var("i")
-        lo = ir.cast(ir.load("indptr", i), "i64")
-        hi = ir.cast(ir.load("indptr", i + 1), "i64")
-        v = ir.cast(ir.load("indices", i), "i64")
-        nv = ir.cast(ir.buf_len("indptr"), "i64") - 1
-        nnz = ir.cast(ir.buf_len("indices"), "i64")
-        prog = ir.Program([ir.BufferDecl.read("indptr", 0, ip_t), ir.BufferDecl.read("indices", 1, ix_t),
-                           ir.BufferDecl.read_write("bad", 2, "u32", 5)], 256, [
-            ir.let("i", ir.gid(0)),
-            ir.if_((i + 1 < ir.buf_len("indptr")) & (hi < lo), [ir.let("_a", ir.atomic_add("bad", 0, 1))]),
-            ir.if_((i + 1 < ir.buf_len("indptr")) & (hi - lo > hub), [ir.store("bad", 4, 1)]),  # only hubs write
-            ir.if_((i < ir.buf_len("indices")) & ((v < 0) | (v >= nv)), [ir.let("_b", ir.atomic_add("bad", 1, 1))]),
-            ir.if_(i == 0, [ir.store("bad", 2, ir.cast(lo != 0, "u32")),
-                            ir.store("bad", 3, ir.cast(ir.cast(ir.load("indptr", ir.buf_len("indptr") - 1), "i64") != nnz,
-                                                       "u32"))]),
-        ], name="csr_check")
-        _CHECKS[key] = prog
-    bad = backend.empty(5, np.uint32)
-    total = max(int(np.prod(indptr.__cuda_array_interface__["shape"])), int(np.prod(indices.__cuda_array_interface__["shape"])))
-    backend.dispatch_resident(prog, [indptr, indices, bad], DispatchConfig(grid=(max(1, -(-total // 256)), 1, 1)))
-    counts = backend.download(bad)  # the one synchronisation of a valid CSR
-    nnz = int(np.prod(indices.__cuda_array_interface__["shape"]))
-    if counts[2] or counts[3]:
-        first, last = (int(x) for x in backend.download(indptr, 0, 1).tolist() + backend.download(indptr, n, 1).tolist())
-        raise DispatchError(f"indptr runs from {first} to {last}, but must run from 0 to len(indices) = {nnz}. "
-                            "Fix: pass the indptr that belongs to these indices.")
-    if counts[0]:
-        raise DispatchError(f"indptr decreases at {int(counts[0])} vertices; offsets must never decrease. "
-                            "Fix: build the CSR with scipy.sparse.csr_matrix(...).indptr.")
-    if counts[1]:
-        raise DispatchError(f"{int(counts[1])} indices are not vertices of this {n}-vertex graph. "
-                            "Fix: every index must satisfy 0 <= v < len(indptr) - 1.")
-    return bool(counts[4])
+    copying it back: one pass over it counts the violations (`csr_kernels.check`; one
+    synchronisation). Returns whether some vertex has more than `hub` neighbours."""
+    return enqueue_check(backend, indptr, indices, n, hub)()
 
 
-_CHECKS: dict = {}
+def enqueue_check(backend, indptr, indices, n: int, hub: int = 256) -> Callable[[], bool]:
+    """`check_device_csr` enqueued on the backend's stream; the function returned waits for it,
+    raises DispatchError for a bad CSR and returns whether some vertex has more than `hub`
+    neighbours. Work enqueued between may read the CSR but must not write through it."""
+    from ..gpu.numba_launch import launchers
+    from .csr_kernels import check
+
+    bad = backend.empty(5, np.int64)
+    nnz = int(indices.shape[0])
+    blocks = max(1, min(-(-max(n, nnz) // 256), backend.caps.sm_count * 16))
+    launchers(backend.stream)(check, blocks, 256, indptr, indices, n, hub, bad)
+
+    def result() -> bool:
+        counts = backend.download(bad)  # the one synchronisation of a valid CSR
+        if counts[2] or counts[3]:
+            first, last = (int(x) for x in backend.download(indptr, 0, 1).tolist() + backend.download(indptr, n, 1).tolist())
+            raise DispatchError(f"indptr runs from {first} to {last}, but must run from 0 to len(indices) = {nnz}. "
+                                "Fix: pass the indptr that belongs to these indices.")
+        if counts[0]:
+            raise DispatchError(f"indptr decreases at {int(counts[0])} vertices; offsets must never decrease. "
+                                "Fix: build the CSR with scipy.sparse.csr_matrix(...).indptr.")
+        if counts[1]:
+            raise DispatchError(f"{int(counts[1])} indices are not vertices of this {n}-vertex graph. "
+                                "Fix: every index must satisfy 0 <= v < len(indptr) - 1.")
+        return bool(counts[4])
+    return result
 
 
 def resolve(indptr, indices, backend, symmetric) -> tuple:

@@ -160,7 +160,7 @@ SIMULATED = textwrap.dedent('''
 
     # outputs above FUSED_BYTES take three launches, smaller ones one; a one-launch result that
     # leaves most of its room unused is copied to its size
-    from vyre_numba.compaction import kernels
+    from vyre_numba.workqueue import barrier
     n = 2 * TILE + 3
     vals, flags = rng.integers(0, 1000, n).astype(np.int32), rng.random(n) < 0.4
     dv, df = cuda.to_device(vals), cuda.to_device(flags)
@@ -172,7 +172,7 @@ SIMULATED = textwrap.dedent('''
         assert np.array_equal(got.copy_to_host(), np.flatnonzero(np.arange(n) % 97 == 3))
     # a block that waits too long at the grid barrier: every block gives up, and the call selects
     # again in three launches; the next call takes one launch again
-    kernels.SPINS = 3
+    barrier.SPINS = 3
     sel = compaction._selector(None)
     sel._arrived += 1  # this launch's barrier can never fill
     assert np.array_equal(compaction.select(dv, df).copy_to_host(), vals[flags])

@@ -113,7 +113,7 @@ SIMULATED = textwrap.dedent('''
              (120, list(range(9)) + [9] * 110, list(range(1, 10)) + list(range(10, 120))),  # a hub past level 8
              (12 * 9, *grid_edges(12, 9)),  # the tail's wavefront chains along rows and columns
              (90, list(range(89)) + [3, 12, 40, 70], list(range(1, 90)) + [60, 85, 20, 15])]  # chains later undercut
-    done = tails = 0
+    done = tails = persistent = 0
     for n, s, d in cases:
         for symmetric in (False, True):
             indptr, indices = csr(n, list(s), list(d), symmetric)
@@ -125,7 +125,12 @@ SIMULATED = textwrap.dedent('''
             assert np.array_equal(got.copy_to_host(), want), (n, symmetric)
             done += 1
             tails += "persistent" in levels
-    assert tails >= 6, tails  # the path's, grid's and chorded path's levels pass PERSISTENT_AFTER
+            if "persistent" in levels:  # the same tail as one persistent launch (levels_on_device)
+                levels = []
+                got = _bfs_gpu(Backend(), dip, dix, n, 0, symmetric, levels)
+                assert "persistent" in levels and np.array_equal(got.copy_to_host(), want), (n, symmetric)
+                persistent += 1
+    assert tails >= 6 and persistent == tails, (tails, persistent)  # the path's, grid's and chorded path's levels
     print("bfs ok", done)
 
     # the device CSR check, its four-a-step loop included (300 indices, 64 threads)

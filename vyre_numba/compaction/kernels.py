@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 from numba import cuda, from_dtype, int32, int64, uint8, uint32, uint64
 
+from ..workqueue.barrier import FAILED, FINISHED, grid_wait
 from .select import ITEMS, THREADS, TILE
 
 WARPS = THREADS // 32
@@ -335,15 +336,7 @@ def scatter_kernel(flag_of: Callable, emit: Callable | None, word=np.uint64):
 
 # ---- one launch: count, grid barrier, offsets, scatter ----------------------------------------
 
-SPINS = 1 << 20  # polls of the grid barrier a block makes before it gives up (a tenth of a second or more)
-ARRIVED, FINISHED, FAILED = 0, 1, 2  # the words of a selector's barrier state
-
-
 if _SIM:
-    @cuda.jit(device=True)
-    def pause():
-        pass
-
     @cuda.jit(device=True)
     def block_sum(red, tid, value):
         """The sum of `value` over the block's threads (`red`: THREADS shared int64)."""
@@ -355,10 +348,6 @@ if _SIM:
         cuda.syncthreads()
         return total
 else:
-    @cuda.jit(device=True)
-    def pause():
-        cuda.nanosleep(100)
-
     @cuda.jit(device=True)
     def block_sum(red, tid, value):
         v = int64(value)
@@ -372,31 +361,6 @@ else:
             total += red[w]
         cuda.syncthreads()
         return total
-
-
-@cuda.jit(device=True)
-def grid_wait(bar, target, tid, ok):
-    """Every block arrives at bar[ARRIVED] (which only grows: `target` is its value once this
-    launch's blocks have all arrived); True once all have, False where a block waited SPINS
-    polls (it then marks bar[FAILED]): a block that never got a place on the GPU, because
-    another stream's kernels held the multiprocessors, makes the others give up, not hang."""
-    cuda.syncthreads()
-    if tid == 0:
-        cuda.threadfence()
-        cuda.atomic.add(bar, ARRIVED, 1)
-        good = 1
-        spins = 0
-        while cuda.atomic.add(bar, ARRIVED, 0) < target:
-            spins += 1
-            if spins > SPINS:
-                good = 0
-                cuda.atomic.add(bar, FAILED, 1)
-                break
-            pause()
-        cuda.threadfence()
-        ok[0] = good
-    cuda.syncthreads()
-    return ok[0] != 0
 
 
 def fused_kernel(flag_of: Callable, emit: Callable | None, word=np.uint64, by_bytes: bool = False):

@@ -23,6 +23,7 @@ _SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 HUB = 256  # see bfs_kernels.HUB
 FEW = 32  # a top-down frontier of at most this many vertices is expanded by the whole grid, vertex by vertex
 PERSISTENT_AFTER = 8  # levels run from the host before a small frontier's remaining levels go on the device
+PERSISTENT_PER_SM = 2  # blocks a multiprocessor in that launch (fewer arrivals make a cheaper grid barrier)
 BOTTOM_UP_ABOVE = 1 / 20  # bfs_many: bottom-up while the frontier holds more than this share of the vertices
 TOP_DOWN_BELOW = 1 / 50  # and back below this share
 ALPHA = 14  # bfs: bottom-up once the frontier's edges exceed the unexplored edges / ALPHA (Beamer et al.)
@@ -98,66 +99,86 @@ def _bfs_gpu(be, indptr, indices, n: int, source: int, symmetric: bool, levels: 
     grid = max(1, min(-(-n // block), be.caps.sm_count * 16))
     dist = unzeroed(be, n, np.int32)
     host = _host_words()
-    with _Scratch(be, n) as (frontier, nxt, f_state, n_state, counts):
+    with _Scratch(be, n) as (queues, states, rows, row_states, counts):
         def measure(items, state, spent) -> tuple[int, int]:  # (vertices, edges) of the frontier just built
             host.reset()
             launch(k.frontier_edges, grid, block, indptr, items, state, n, counts, host.device, spent)
             got = host.read(be.stream)
             return got[1], got[0]
 
-        launch(k.start, grid, block, dist, n, source, frontier, f_state, n_state, counts)
+        launch(k.start, grid, block, dist, n, source, rows[0], row_states[0], row_states[1], counts, row_states[2])
         if callable(hubs):
             host.reset()
-            launch(k.frontier_edges, grid, block, indptr, frontier, f_state, n, counts, host.device, n_state)
+            launch(k.frontier_edges, grid, block, indptr, rows[0], row_states[0], n, counts, host.device,
+                   row_states[1])
             hubs = hubs()
             edges, size = host.read(be.stream)
         else:
-            size, edges = measure(frontier, f_state, n_state)
-        _levels(be, launch, grid, block, indptr, indices, dist, n, symmetric, levels, hubs, rounds, measure,
-                frontier, nxt, f_state, n_state, size, edges)
+            size, edges = measure(rows[0], row_states[0], row_states[1])
+        unexplored = int(indices.shape[0]) - edges
+        level, bottom, row = 0, False, 0  # the frontier is queue `row`, the next level's 1 - row
+        while size:
+            if bottom:
+                bottom = symmetric and size >= n / BETA
+            else:
+                bottom = symmetric and edges > unexplored / ALPHA
+            if level >= PERSISTENT_AFTER and not bottom:
+                if rounds is None and getattr(be.caps, "cooperative_launch", True):
+                    _persistent(be, indptr, indices, dist, queues, states, row, level, n, host)
+                else:
+                    _relax_rest(rounds or _fixpoint_rounds(be), indptr, indices, dist, rows[row], size, n, be)
+                if levels is not None:
+                    levels.append("persistent")
+                break
+            frontier, f_state, nxt, n_state = rows[row], row_states[row], rows[1 - row], row_states[1 - row]
+            if bottom:
+                launch(k.bottom_up, grid, block, indptr, indices, dist, level, n, nxt, n_state)
+            else:
+                if size <= FEW and edges > HUB:
+                    kernels = (k.top_down_few,)
+                else:
+                    kernels = (k.top_down, k.top_down_hubs) if hubs else (k.top_down,)
+                for kernel in kernels:
+                    launch(kernel, grid, block, indptr, indices, dist, level, frontier, f_state, n, nxt, n_state)
+            if levels is not None:
+                levels.append("bottom-up" if bottom else "top-down")
+            row = 1 - row
+            size, edges = measure(rows[row], row_states[row], row_states[1 - row])
+            unexplored -= edges
+            level += 1
     return dist
 
 
-def _levels(be, launch, grid, block, indptr, indices, dist, n, symmetric, levels, hubs, rounds, measure,
-            frontier, nxt, f_state, n_state, size, edges) -> None:
-    """The levels of `_bfs_gpu` after the first frontier (`size` vertices, `edges` neighbours)."""
-    from . import bfs_kernels as k
+def _persistent(be, indptr, indices, dist, queues, states, row: int, level: int, n: int, host) -> None:
+    """The levels after the frontier (queue `row`, at `level`) in one persistent launch
+    (`bfs_kernels.levels_on_device`), all of them with no host round trip."""
+    from ..errors import DeviceError
 
-    unexplored = int(indices.shape[0]) - edges
-    level, bottom = 0, False
-    while size:
-        if bottom:
-            bottom = symmetric and size >= n / BETA
-        else:
-            bottom = symmetric and edges > unexplored / ALPHA
-        if level >= PERSISTENT_AFTER and not bottom:
-            _relax_rest(rounds or _fixpoint_rounds(be), indptr, indices, dist, frontier, size, n, be)
-            if levels is not None:
-                levels.append("persistent")
-            return
-        if bottom:
-            launch(k.bottom_up, grid, block, indptr, indices, dist, level, n, nxt, n_state)
-        else:
-            if size <= FEW and edges > HUB:
-                kernels = (k.top_down_few,)
-            else:
-                kernels = (k.top_down, k.top_down_hubs) if hubs else (k.top_down,)
-            for kernel in kernels:
-                launch(kernel, grid, block, indptr, indices, dist, level, frontier, f_state, n, nxt, n_state)
-        if levels is not None:
-            levels.append("bottom-up" if bottom else "top-down")
-        frontier, nxt, f_state, n_state = nxt, frontier, n_state, f_state
-        size, edges = measure(frontier, f_state, n_state)
-        unexplored -= edges
-        level += 1
+    launcher, bar = host.persistent(be.stream)
+    args = [indptr, indices, dist, queues, states, row, level, n, bar, host.arrived, host.device]
+    blocks = host.resident.get(id(launcher))
+    if blocks is None:
+        blocks = host.resident[id(launcher)] = launcher.resident_blocks(256, *args)
+    blocks = max(1, min(blocks, PERSISTENT_PER_SM * getattr(be.caps, "sm_count", 1)))
+    host.reset()
+    launcher(blocks, 256, *args)
+    levels, failed = host.read(be.stream, wait=True)
+    host.arrived += levels * blocks
+    if failed:
+        host.forget_barrier(be.stream)
+        raise DeviceError(f"BFS's persistent levels stopped after {levels}: a block waited too long at the grid "
+                          "barrier between levels (every block has a place in a cooperative launch, so the GPU was "
+                          "interrupted: a debugger, or a fault). Fix: call again; if it persists, check the device "
+                          "(nvidia-smi).")
 
 
 class _Scratch:
-    """`with _Scratch(be, n) as (frontier, nxt, frontier state, next state, counts)`: BFS's own
-    device arrays (two queues of n int32 items, their uint64 states, two int64 counts), in one
-    allocation from the stream-ordered pool, seen as raw arrays, given back on leaving (ordered
-    after the backend's stream's work: a free on the legacy stream waits for blocking streams);
-    the backend's zeroed arrays elsewhere (the CUDA simulator's stand-ins)."""
+    """`with _Scratch(be, n) as (queues, states, rows, row states, counts)`: BFS's own device
+    arrays, three queues of n int32 items (`queues`, (3, n), and its rows), their uint64 states
+    (`states`, (3, 2), and its rows) and two int64 counts, in one allocation from the
+    stream-ordered pool, seen as raw arrays, given back on leaving (ordered after the backend's
+    stream's work: a free on the legacy stream waits for blocking streams); the backend's zeroed
+    arrays elsewhere (the CUDA simulator's stand-ins)."""
 
     def __init__(self, be, n: int):
         self._be, self._n, self._address = be, n, None
@@ -165,15 +186,17 @@ class _Scratch:
     def __enter__(self) -> tuple:
         be, n = self._be, self._n
         if getattr(be, "name", None) != "cuda":
-            states = [be.empty(2, np.uint64), be.empty(2, np.uint64)]
-            return be.empty(n, np.int32), be.empty(n, np.int32), *states, be.empty(2, np.int64)
+            queues, states = be.empty(3 * n, np.int32).reshape(3, n), be.empty(6, np.uint64).reshape(3, 2)
+            return queues, states, [queues[r] for r in range(3)], [states[r] for r in range(3)], be.empty(2, np.int64)
         from ..gpu.memory import pool_alloc
         from ..gpu.numba_launch import RawArray
 
-        a = self._address = pool_alloc(8 * n + 48)
-        return (RawArray(a, (n,), np.int32), RawArray(a + 4 * n, (n,), np.int32),
-                RawArray(a + 8 * n, (2,), np.uint64), RawArray(a + 8 * n + 16, (2,), np.uint64),
-                RawArray(a + 8 * n + 32, (2,), np.int64))
+        room = -(-12 * n // 16) * 16  # the states after the queues, 16-byte aligned
+        a = self._address = pool_alloc(room + 64)
+        s = a + room
+        return (RawArray(a, (3, n), np.int32), RawArray(s, (3, 2), np.uint64),
+                [RawArray(a + 4 * n * r, (n,), np.int32) for r in range(3)],
+                [RawArray(s + 16 * r, (2,), np.uint64) for r in range(3)], RawArray(s + 48, (2,), np.int64))
 
     def __exit__(self, *exc) -> None:
         if self._address is not None:
@@ -184,9 +207,10 @@ class _Scratch:
 
 
 class _HostWords:
-    """Two int64 words the device writes and the host reads: mapped host memory on the GPU (read
-    as soon as word 1 is set, within a bound past which the stream is synchronised), a device
-    array copied back under the CUDA simulator, which has no mapped memory."""
+    """One thread's words that BFS's kernels write and its host reads (two int64: mapped host
+    memory on the GPU, read as soon as word 1 is set, within a bound past which the stream is
+    synchronised; a device array copied back under the CUDA simulator, which has no mapped
+    memory), and the grid barrier state and launcher of its persistent levels."""
 
     WAIT_SECONDS = 200e-6
 
@@ -200,6 +224,9 @@ class _HostWords:
         else:
             self.words = cuda.mapped_array(2, np.int64)
             self.device = RawArray(self.words.device_ctypes_pointer.value, (2,), np.int64)
+        self._persistent: dict = {}  # stream handle -> (NumbaLaunch, barrier state)
+        self.resident: dict = {}  # id(launcher) -> blocks that fit at once
+        self.arrived = 0  # arrivals at the barrier so far (the barrier's count only grows)
 
     def reset(self) -> None:
         if _SIM:
@@ -207,7 +234,10 @@ class _HostWords:
         else:
             self.words[1] = -1
 
-    def read(self, stream) -> tuple[int, int]:
+    def read(self, stream, wait: bool = False) -> tuple[int, int]:
+        """(word 0, word 1) once word 1 is set (`wait`: synchronise the stream first, for a long kernel)."""
+        if _SIM or wait:
+            stream.synchronize()
         if _SIM:
             got = self.device.copy_to_host()
             return int(got[0]), int(got[1])
@@ -220,9 +250,31 @@ class _HostWords:
             if words[1] == -1:
                 from ..errors import DeviceError
 
-                raise DeviceError("BFS's frontier count never arrived from the device. Fix: check the device is "
-                                  "healthy (nvidia-smi); after a kernel fault, restart the process.")
+                raise DeviceError("a BFS count never arrived from the device. Fix: check the device is healthy "
+                                  "(nvidia-smi); after a kernel fault, restart the process.")
         return int(words[0]), int(words[1])
+
+    def persistent(self, stream) -> tuple:
+        """(cooperative launcher of `bfs_kernels.levels_on_device` on `stream`, its barrier state)."""
+        from numba import cuda
+
+        from ..gpu.numba_launch import NumbaLaunch, stream_handle
+        from . import bfs_kernels as k
+
+        key = stream_handle(stream)
+        got = self._persistent.get(key)
+        if got is None:
+            if self._persistent:  # one barrier state serves one stream's launches
+                self._persistent.clear()
+                self.arrived = 0
+            bar = cuda.to_device(np.zeros(4, np.int64), stream=stream)
+            got = self._persistent[key] = (NumbaLaunch(k.levels_on_device, stream, retain=False, cooperative=True), bar)
+        return got
+
+    def forget_barrier(self, stream) -> None:
+        """After a launch that gave up at its barrier, whose count is then off: a fresh one next time."""
+        self._persistent.clear()
+        self.arrived = 0
 
 
 _HOST: dict = {}

@@ -8,6 +8,7 @@ import os
 
 from numba import cuda, int32, int64
 
+from ..workqueue.barrier import grid_wait
 from ..workqueue.device import HEAD, TAIL, push_any
 
 UNSEEN = -1
@@ -141,9 +142,9 @@ def frontier_edges(indptr, items, state, capacity, counts, host, spent):
 
 
 @cuda.jit
-def start(dist, n, source, items, state, spent, counts):
+def start(dist, n, source, items, state, spent, counts, third):
     """dist = UNSEEN everywhere but the source (0), which is the first frontier (`items`, `state`);
-    the queue `spent` empty and `counts` zero (see `frontier_edges`)."""
+    the queues of states `spent` and `third` empty and `counts` zero (see `frontier_edges`)."""
     v = int64(cuda.grid(1))
     stride = int64(cuda.gridsize(1))
     while v < n:
@@ -155,5 +156,60 @@ def start(dist, n, source, items, state, spent, counts):
         state[HEAD] = 0
         spent[TAIL] = 0
         spent[HEAD] = 0
+        third[TAIL] = 0
+        third[HEAD] = 0
         counts[0] = 0
         counts[1] = 0
+
+
+@cuda.jit
+def levels_on_device(indptr, indices, dist, queues, states, first, level, n, bar, arrived, out):
+    """The remaining top-down levels in one persistent launch (no more blocks than fit at once), a
+    grid barrier between levels: level L reads queue L % 3 (rows of `queues`, `states`; the
+    first is row `first`, filled, the next one empty), fills queue (L + 1) % 3, and empties
+    queue (L + 2) % 3, which level L - 1 read and every block has finished with. Items are read
+    by atomics: another block wrote them, and this block may hold their lines from three levels
+    ago. Ends when a level finds its queue empty: out[0] = the levels run, out[1] = 1 where a
+    block gave up at a barrier (`barrier.grid_wait`; the distances are then unfinished), else 0
+    (`out`: mapped host memory, out[1] written last)."""
+    ok = cuda.shared.array(1, int32)
+    tail = cuda.shared.array(1, int64)
+    tid = cuda.threadIdx.x
+    blocks = cuda.gridDim.x
+    i0 = int64(cuda.grid(1))
+    stride = int64(cuda.gridsize(1))
+    cur = first
+    done = int64(0)
+    while True:
+        if tid == 0:  # one atomic a block, not a thread, on the one tail
+            tail[0] = min(int64(cuda.atomic.add(states, (cur, TAIL), 0)), int64(n))
+        cuda.syncthreads()
+        filled = tail[0]
+        if filled == 0:
+            break
+        nx = (cur + 1) % 3
+        if i0 == 0:
+            spent = (cur + 2) % 3
+            states[spent, TAIL] = 0
+            states[spent, HEAD] = 0
+        nxt = int32(level + 1)
+        items, state = queues[nx], states[nx]
+        i = i0
+        while i < filled:
+            u = cuda.atomic.add(queues, (cur, i), 0)
+            for k in range(indptr[u], indptr[u + 1]):
+                visit(dist, indices[k], nxt, items, state)
+            i += stride
+        done += 1
+        if not grid_wait(bar, arrived + done * blocks, tid, ok):
+            if i0 == 0:
+                out[0] = done
+                cuda.threadfence_system()
+                out[1] = 1
+            return
+        cur = nx
+        level += 1
+    if i0 == 0:
+        out[0] = done
+        cuda.threadfence_system()
+        out[1] = 0

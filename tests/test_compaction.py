@@ -158,14 +158,15 @@ SIMULATED = textwrap.dedent('''
             assert "closed" in str(e) and "Fix:" in str(e)
     print("ok reused")
 
-    # outputs above FUSED_BYTES take three launches, smaller ones one; a one-launch result that
-    # leaves most of its room unused is copied to its size
+    # outputs up to FUSED_BYTES take one launch, up to ROOM_BYTES three into room for every item,
+    # larger ones count first; a result that leaves most of its room unused is copied to its size
     from vyre_numba.workqueue import barrier
     n = 2 * TILE + 3
     vals, flags = rng.integers(0, 1000, n).astype(np.int32), rng.random(n) < 0.4
     dv, df = cuda.to_device(vals), cuda.to_device(flags)
-    for fused_bytes, slack in ((0, 4 << 20), (1 << 26, 4 << 20), (1 << 26, 0)):
-        compaction.FUSED_BYTES, compaction.SLACK = fused_bytes, slack
+    for fused_bytes, room, slack in ((0, 0, 4 << 20), (0, 1 << 26, 4 << 20), (0, 1 << 26, 0), (1 << 26, 0, 4 << 20),
+                                     (1 << 26, 0, 0)):
+        compaction.FUSED_BYTES, compaction.ROOM_BYTES, compaction.SLACK = fused_bytes, room, slack
         assert np.array_equal(compaction.select(dv, df).copy_to_host(), vals[flags])
         sparse = cuda.to_device(np.arange(n) % 97 == 3)
         got = compaction.nonzero(sparse)
@@ -208,10 +209,13 @@ def sample(dtype, n: int, seed: int) -> np.ndarray:
     return rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
 
 
-@pytest.fixture(params=["one launch", "three launches"])
+@pytest.fixture(params=["one launch", "three into room", "count first"])
 def launches(request, monkeypatch):
-    """Selections up to compaction.FUSED_BYTES take one launch, larger ones three: each path forced."""
-    monkeypatch.setattr(compaction, "FUSED_BYTES", 0 if request.param == "three launches" else 1 << 40)
+    """Selections up to compaction.FUSED_BYTES take one launch, up to ROOM_BYTES three into room
+    for every item, larger ones count first: each path forced."""
+    fused, room = {"one launch": (1 << 40, 0), "three into room": (0, 1 << 40), "count first": (0, 0)}[request.param]
+    monkeypatch.setattr(compaction, "FUSED_BYTES", fused)
+    monkeypatch.setattr(compaction, "ROOM_BYTES", room)
     return request.param
 
 

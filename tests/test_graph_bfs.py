@@ -217,3 +217,25 @@ def test_gpu_device_tail_agrees_in_every_fixpoint_mode(mode):
                        g.shape[0], 0, True, levels, rounds=(each, until))
         assert "persistent" in levels
         assert np.array_equal(backend.download(got), expected(g, 0))
+
+
+@pytest.mark.gpu
+def test_gpu_persistent_levels_report_a_barrier_timeout_and_recover():
+    """The barrier's arrival count made wrong on purpose: every block gives up after its bounded
+    wait, BFS raises DeviceError with a Fix, and the next search is right."""
+    import importlib
+
+    from vyre_numba.errors import DeviceError
+
+    bfs_mod = importlib.import_module("vyre_numba.graph.bfs")
+    backend = vn.get_backend("cuda")
+    g = grid(64, 64)
+    ip, ix = backend.upload(g.indptr.astype(np.int64)), backend.upload(g.indices.astype(np.int32))
+    want = expected(g, 0)
+    levels = []
+    assert np.array_equal(backend.download(bfs_mod._bfs_gpu(backend, ip, ix, g.shape[0], 0, True, levels)), want)
+    assert "persistent" in levels
+    bfs_mod._host_words().arrived += 1
+    with pytest.raises(DeviceError, match="grid barrier.*Fix:"):
+        bfs(ip, ix, 0, symmetric=True)
+    assert np.array_equal(backend.download(bfs(ip, ix, 0, symmetric=True)), want)

@@ -205,27 +205,33 @@ def _octs(flags, n: int):
     return RawArray(address, (n // 8,), np.uint64)
 
 
-FUSED_BYTES = 1 << 23  # outputs with room for every item up to this size: selected in one launch (above it
-# three launches measured faster on an H100: a fused block writes its tiles one after another)
-SLACK = 4 << 20  # a one-launch result keeping more unused room than this and 3/4 of it is copied to its size
+FUSED_BYTES = 1 << 23  # room for every item up to this size: selected in one launch (`Selector.fused`)
+ROOM_BYTES = 1 << 28  # up to this size: three launches into room for every item, one wait at the end
+SLACK = 4 << 20  # a result in room for every item leaving more than this and 3/4 of it unused is copied to its size
 
 
 def _exact(sel: Selector, flag_of, src, n: int, words, dt: np.dtype, octs=None):
     """The kept items (of `words`, or their indices where None) as a device array of exactly their
     number, from the stream-ordered pool on the legacy default stream (a microsecond, where
     Numba's allocation costs tens), else from Numba. Up to FUSED_BYTES of room for every item:
-    one launch into that room (`Selector.fused`); beyond it (or where that launch gave up at its
-    grid barrier), the count first (a pass over the flags, one synchronisation), then the
-    selection into an output of the counted size."""
+    one launch into that room (`Selector.fused`); up to ROOM_BYTES (or where that launch gave up
+    at its grid barrier): count, scan and scatter into the room, launched back to back; beyond
+    it, the count first (one synchronisation), then the scatter into an output of that size."""
     from numba import cuda
 
     from ..gpu.numba_launch import stream_handle
 
     pooled = not _SIM and stream_handle(sel.stream) == 0
-    if n * dt.itemsize <= FUSED_BYTES:
-        out = _one_launch(sel, flag_of, src, n, words, dt, octs, pooled)
+    size = n * dt.itemsize
+    if size <= FUSED_BYTES:
+        out = _in_room(sel, n, dt, pooled, lambda out: sel.fused(flag_of, src, n, words, out, octs))
         if out is not None:
             return out
+    if size <= max(ROOM_BYTES, FUSED_BYTES):
+        def three(out) -> int:
+            sel.enqueue(flag_of, src, n, words, out, n, octs)
+            return sel.watch()
+        return _in_room(sel, n, dt, pooled, three)
     count = sel.count(flag_of, src, n, octs)
     if count == 0:
         return cuda.device_array(0, dt)
@@ -244,16 +250,16 @@ def _exact(sel: Selector, flag_of, src, n: int, words, dt: np.dtype, octs=None):
     return pooled_array(count, dt, address)
 
 
-def _one_launch(sel: Selector, flag_of, src, n: int, words, dt: np.dtype, octs, pooled: bool):
-    """`_exact` in one launch, into room for all n items (None where it gave up at the grid
-    barrier); a result that would leave more than SLACK bytes and three quarters of that room
-    unused is copied into an array of its size."""
+def _in_room(sel: Selector, n: int, dt: np.dtype, pooled: bool, select: Callable):
+    """The kept items that `select(out)` writes into `out`, room for all n items, returning their
+    count (None where it gave up: then so does this); a result that would leave more than SLACK
+    bytes and three quarters of that room unused is copied into an array of its size."""
     from numba import cuda
 
     size = n * dt.itemsize
     if not pooled:
         out = cuda.device_array(n, dt, stream=sel.stream)
-        count = sel.fused(flag_of, src, n, words, _words(out, n, dt), octs)
+        count = select(_words(out, n, dt))
         if count is None:
             return None
         if 4 * count < n and size - count * dt.itemsize > SLACK:
@@ -263,7 +269,7 @@ def _one_launch(sel: Selector, flag_of, src, n: int, words, dt: np.dtype, octs, 
 
     address = pool_alloc(size)
     try:
-        count = sel.fused(flag_of, src, n, words, _words(None, n, dt, address), octs)
+        count = select(_words(None, n, dt, address))
         if not count:
             pool_free(address)
             return None if count is None else cuda.device_array(0, dt)

@@ -263,6 +263,12 @@ class Selector:
         if n == 0:
             return 0
         self.offsets(flag_of, src, n, octs)
+        return self.watch()
+
+    def watch(self) -> int:
+        """The kept count of the last `offsets` or `enqueue`, read as soon as the scan puts it in
+        mapped memory (the scatter may still run), within a bound past which the stream is
+        synchronised."""
         host, clock = self._host, time.perf_counter
         deadline = clock() + POLL_SECONDS
         while host[0] < 0 and clock() < deadline:

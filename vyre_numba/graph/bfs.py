@@ -86,10 +86,11 @@ def _bfs_gpu(be, indptr, indices, n: int, source: int, symmetric: bool, levels: 
     for the two numbers and launches the next level, with no copy and no other call between.
 
     After PERSISTENT_AFTER levels, a small frontier (a long, thin graph: roads, grids, paths) hands
-    the remaining levels to the device: asynchronous relaxation from that frontier (`steps.relax`)
-    run to its fixed point by the fixpoint runner, all rounds in one persistent cooperative launch
-    where the grid fits (else a CUDA graph's while loop), with no host round trip a level.
-    `rounds` (each, until) replaces the fixpoint runner (the CUDA simulator's tests pass theirs)."""
+    the remaining levels to the device, with no host round trip a level: one persistent
+    cooperative launch of them all, a grid barrier between levels (`bfs_kernels.levels_on_device`);
+    where the GPU cannot launch cooperatively, or `rounds` (each, until) is given (the tests'
+    own fixpoint runners), asynchronous relaxation from that frontier (`steps.relax`) run to its
+    fixed point by the fixpoint runner."""
     from ..gpu.memory import unzeroed
     from ..gpu.numba_launch import launchers
     from . import bfs_kernels as k

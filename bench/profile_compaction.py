@@ -1,7 +1,9 @@
 """Where a device select's time goes (issue 11): the host cost of each piece at 2^20 (launches,
 the count, the pooled output, a bare synchronisation) and the device time of each kernel at 2^20,
-2^24 and 2^28 (the count eight flags a load, the generic count, count and scan, scatter). A profile
-to read beside bench_compaction.py, which measures against the peers; run on a GPU machine:
+2^24 and 2^28 (the count eight flags a load, the generic count, count and scan, scatter); then a
+select of 2^20 to 2^26 items by each path forced (one launch, three into room, count first) beside
+PyTorch, each call synchronised. A profile to read beside bench_compaction.py, which measures
+against the peers; run on a GPU machine:
 
     python bench/profile_compaction.py
 """
@@ -110,7 +112,55 @@ def main() -> int:
             wall = per_call_us(lambda: compaction.select(v, f), 20)
             print(f"  2^{log_n}: count eight a load {count8:.1f}, count one a load {count1:.1f}, count + scan "
                   f"{offsets:.1f}, scatter {scatter:.1f}, all three {both:.1f}; select wall {wall:.1f}")
+    paths()
     return 0
+
+
+def paths() -> None:
+    """Median us of a synchronised select of int32 at 50 % by each path, forced through
+    compaction.FUSED_BYTES and ROOM_BYTES, beside torch.masked_select."""
+    import statistics
+
+    from numba import cuda
+
+    from vyre_numba import compaction
+
+    def median_us(fn, reps: int = 100) -> float:
+        for _ in range(5):
+            fn()
+        cuda.synchronize()
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times) * 1e6
+
+    saved = compaction.FUSED_BYTES, compaction.ROOM_BYTES
+    rng = np.random.default_rng(0)
+    print("select by path, us a synchronised call:")
+    try:
+        for log_n in (20, 22, 24, 26):
+            n = 1 << log_n
+            x = rng.integers(0, 1 << 30, n, dtype=np.int32)
+            flags = (rng.random(n) < 0.5).astype(np.uint8)
+            dx, df = cuda.to_device(x), cuda.to_device(flags)
+            row = {}
+            for name, fused, room in (("one launch", 1 << 40, 0), ("three into room", 0, 1 << 40), ("count first", 0, 0)):
+                compaction.FUSED_BYTES, compaction.ROOM_BYTES = fused, room
+                assert np.array_equal(compaction.select(dx, df).copy_to_host(), x[flags != 0])
+                row[name] = median_us(lambda: compaction.select(dx, df))
+            try:
+                import torch
+
+                tx, tf = torch.from_numpy(x).cuda(), torch.from_numpy(flags.astype(bool)).cuda()
+                row["torch.masked_select"] = median_us(lambda: torch.masked_select(tx, tf))
+            except ImportError:
+                pass
+            print(f"  2^{log_n}: " + ", ".join(f"{k} {v:.1f}" for k, v in row.items()))
+    finally:
+        compaction.FUSED_BYTES, compaction.ROOM_BYTES = saved
 
 
 if __name__ == "__main__":

@@ -171,13 +171,17 @@ SIMULATED = textwrap.dedent('''
         sparse = cuda.to_device(np.arange(n) % 97 == 3)
         got = compaction.nonzero(sparse)
         assert np.array_equal(got.copy_to_host(), np.flatnonzero(np.arange(n) % 97 == 3))
-    # a block that waits too long at the grid barrier: every block gives up, and the call selects
-    # again in three launches; the next call takes one launch again
+    # a block that waits too long at the grid barrier gives up, and the call selects again in three
+    # launches; so do the selector's calls for FUSED_BACKOFF seconds, then one launch again
     barrier.SPINS = 3
     sel = compaction._selector(None)
+    assert sel._arrived > 0 and sel.timeouts == 0  # the loop above took one launch
     sel._arrived += 1  # this launch's barrier can never fill
     assert np.array_equal(compaction.select(dv, df).copy_to_host(), vals[flags])
     assert sel.timeouts == 1 and sel._arrived == 0
+    assert np.array_equal(compaction.select(dv, df).copy_to_host(), vals[flags])
+    assert sel.timeouts == 1 and sel._arrived == 0  # backing off
+    sel._fused_off_until = 0.0
     assert np.array_equal(compaction.select(dv, df).copy_to_host(), vals[flags])
     assert sel.timeouts == 1 and sel._arrived == 1
     print("ok one launch")
@@ -228,7 +232,10 @@ def test_gpu_select_and_nonzero_match_the_twins(n, density, launches):
     rng = np.random.default_rng(n)
     x = sample(np.int32, n, n)
     flags = rng.random(n) < density
+    sel = compaction._selector(None)
+    arrived, timeouts = sel._arrived, sel.timeouts
     got = compaction.select(cuda.to_device(x), cuda.to_device(flags))
+    assert sel.timeouts == timeouts and (sel._arrived > arrived) == (launches == "one launch" and n > 0)
     assert hasattr(got, "__cuda_array_interface__") and got.shape == (int(flags.sum()),)
     assert np.array_equal(got.copy_to_host(), x[flags])
     idx = compaction.nonzero(cuda.to_device(flags.astype(np.int8)))
@@ -273,6 +280,9 @@ def test_gpu_one_launch_barrier_timeout_falls_back_to_three_launches():
     sel._arrived += 1
     assert np.array_equal(compaction.select(dx, df).copy_to_host(), x[flags])
     assert sel.timeouts == before + 1 and sel._arrived == 0
+    assert np.array_equal(compaction.nonzero(df).copy_to_host(), np.flatnonzero(flags))
+    assert sel.timeouts == before + 1 and sel._arrived == 0  # three launches for FUSED_BACKOFF seconds
+    sel._fused_off_until = 0.0
     assert np.array_equal(compaction.nonzero(df).copy_to_host(), np.flatnonzero(flags))
     assert sel.timeouts == before + 1 and sel._arrived > 0
     assert np.array_equal(dx.copy_to_host(), x)

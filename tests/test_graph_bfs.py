@@ -220,12 +220,12 @@ def test_gpu_device_tail_agrees_in_every_fixpoint_mode(mode):
 
 
 @pytest.mark.gpu
-def test_gpu_persistent_levels_report_a_barrier_timeout_and_recover():
+def test_gpu_persistent_levels_report_a_barrier_timeout_and_recover(monkeypatch):
     """The barrier's arrival count made wrong on purpose: every block gives up after its bounded
     wait, BFS raises DeviceError with a Fix, and the next search is right."""
     import importlib
 
-    from vyre_numba.errors import DeviceError
+    from vyre_numba.errors import BarrierTimeoutError
 
     bfs_mod = importlib.import_module("vyre_numba.graph.bfs")
     backend = vn.get_backend("cuda")
@@ -236,6 +236,30 @@ def test_gpu_persistent_levels_report_a_barrier_timeout_and_recover():
     assert np.array_equal(backend.download(bfs_mod._bfs_gpu(backend, ip, ix, g.shape[0], 0, True, levels)), want)
     assert "persistent" in levels
     bfs_mod._host_words().arrived += 1
-    with pytest.raises(DeviceError, match="grid barrier.*Fix:"):
+    monkeypatch.setattr(bfs_mod, "PERSISTENT_SPINS", 1000)
+    with pytest.raises(BarrierTimeoutError, match="grid barrier.*Fix:"):
         bfs(ip, ix, 0, symmetric=True)
     assert np.array_equal(backend.download(bfs(ip, ix, 0, symmetric=True)), want)
+
+
+@pytest.mark.gpu
+def test_gpu_persistent_levels_expand_hubs_and_hand_large_frontiers_back():
+    """A directed path of 12 vertices into a hub of 200,000 neighbours, each with one more: the
+    hub is reached after PERSISTENT_AFTER levels, so the persistent launch expands it (a block,
+    not a thread), then hands its 200,000-vertex frontier back to the host, which finishes."""
+    import importlib
+
+    bfs_mod = importlib.import_module("vyre_numba.graph.bfs")
+    backend = vn.get_backend("cuda")
+    fan = 200_000
+    hub = 11
+    n = 12 + 2 * fan
+    src = np.r_[np.arange(11), np.full(fan, hub), np.arange(12, 12 + fan)]
+    dst = np.r_[np.arange(1, 12), np.arange(12, 12 + fan), np.arange(12 + fan, 12 + 2 * fan)]
+    a = coo(n, src, dst)
+    want = expected(a, 0)
+    levels = []
+    got = bfs_mod._bfs_gpu(backend, backend.upload(a.indptr.astype(np.int64)), backend.upload(a.indices.astype(np.int32)),
+                           n, 0, False, levels)
+    assert np.array_equal(backend.download(got), want)
+    assert levels.count("persistent") >= 2 and levels[-1] == "top-down", levels  # ran, then handed back

@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import CapacityError, DispatchError
+from ..errors import CapacityError, DeviceError, DispatchError, VyreError
 from ..gpu.numba_launch import RawArray
 from .select import Selector, nonzero_numpy, select_if_numpy, select_numpy, word_type
 
@@ -146,7 +146,7 @@ def _check_result(predicate: Callable, dt: np.dtype) -> None:
 def _compiled(call: Callable, what: str):
     try:
         return call()
-    except DispatchError:
+    except VyreError:
         raise
     except Exception as e:  # Numba raises many kinds; each means the predicate does not compile
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -231,7 +231,9 @@ def _exact(sel: Selector, flag_of, src, n: int, words, dt: np.dtype, octs=None):
         def three(out) -> int:
             sel.enqueue(flag_of, src, n, words, out, n, octs)
             return sel.watch()
-        return _in_room(sel, n, dt, pooled, three)
+        out = _in_room(sel, n, dt, pooled, three)
+        if out is not None:
+            return out
     count = sel.count(flag_of, src, n, octs)
     if count == 0:
         return cuda.device_array(0, dt)
@@ -252,13 +254,16 @@ def _exact(sel: Selector, flag_of, src, n: int, words, dt: np.dtype, octs=None):
 
 def _in_room(sel: Selector, n: int, dt: np.dtype, pooled: bool, select: Callable):
     """The kept items that `select(out)` writes into `out`, room for all n items, returning their
-    count (None where it gave up: then so does this); a result that would leave more than SLACK
+    count (None where it gave up, or the room could not be had: then so does this); a result that would leave more than SLACK
     bytes and three quarters of that room unused is copied into an array of its size."""
     from numba import cuda
 
     size = n * dt.itemsize
     if not pooled:
-        out = cuda.device_array(n, dt, stream=sel.stream)
+        try:
+            out = cuda.device_array(n, dt, stream=sel.stream)
+        except Exception:  # no room for every item: the caller counts first
+            return None
         count = select(_words(out, n, dt))
         if count is None:
             return None
@@ -267,7 +272,10 @@ def _in_room(sel: Selector, n: int, dt: np.dtype, pooled: bool, select: Callable
         return out[:count]
     from ..gpu.memory import pool_alloc, pool_copy, pool_free, pooled_array
 
-    address = pool_alloc(size)
+    try:
+        address = pool_alloc(size)
+    except DeviceError:  # no room for every item: the caller counts first
+        return None
     try:
         count = select(_words(None, n, dt, address))
         if not count:

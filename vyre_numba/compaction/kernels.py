@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 from numba import cuda, from_dtype, int32, int64, uint8, uint32, uint64
 
+from ..workqueue import barrier
 from ..workqueue.barrier import FAILED, FINISHED, grid_wait
 from .select import ITEMS, THREADS, TILE
 
@@ -365,10 +366,9 @@ else:
 
 def fused_kernel(flag_of: Callable, emit: Callable | None, word=np.uint64, by_bytes: bool = False):
     """The kernel selecting items 0..n-1 in one launch (of no more blocks than fit on the GPU at
-    once): block b takes a run of whole
-    tiles, counts its kept items (eight one-byte flags a load from `octs` where `by_bytes`) into
-    sums[b], waits at a grid barrier, sums the runs before its own, then writes its tiles in
-    order from there (`tile_writer`). The last block to finish puts the kept count (or -2 where a
+    once): block b takes a run of whole tiles, counts its kept items (eight one-byte flags a load
+    from `octs` where `by_bytes`) into sums[b], waits at a grid barrier, sums the runs before its
+    own, then writes its tiles in order from there (`tile_writer`). The last block to finish puts the kept count (or -2 where a
     block timed out at the barrier and wrote nothing) in host[0], so a host that sees it there
     knows the whole selection is written."""
     key = ("fused", flag_of, emit, np.dtype(word).str, by_bytes)
@@ -402,7 +402,7 @@ def fused_kernel(flag_of: Callable, emit: Callable | None, word=np.uint64, by_by
         run = block_sum(red, tid, mine)
         if tid == 0:
             sums[b] = run
-        if grid_wait(bar, target, tid, ok):
+        if grid_wait(bar, target, tid, ok, barrier.SPINS):
             below = int64(0)
             every = int64(0)
             for i in range(tid, blocks, THREADS):

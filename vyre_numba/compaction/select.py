@@ -7,8 +7,8 @@ Or in one launch (`Selector.fused`), where the output has room for every item: a
 more blocks than fit on the GPU at once, each counting a run of whole tiles, waits at a grid
 barrier, adds up the runs before its own and writes its tiles from there. The barrier's wait is
 bounded: should a block wait too long (another stream's kernels holding the multiprocessors so
-that not every block got a place), every block gives up, writes nothing more, and the caller
-selects again in three launches. Small selections are bound by the host's launches and waits, so
+that not every block got a place), it gives up and writes nothing, the call selects again in
+three launches, and the selector takes three launches for FUSED_BACKOFF seconds. Small selections are bound by the host's launches and waits, so
 one launch and one watch of mapped memory is what makes them fast.
 
 A select with an exact output needs the kept count on the host before the output exists, so the
@@ -38,6 +38,7 @@ TILE = THREADS * ITEMS
 MAX_ITEMS = TILE * 1024 * 1024  # tile counts scanned in two levels of 1024
 POLL_SECONDS = 200e-6  # how long `count` watches for the count before it waits on the stream
 FUSED_BLOCKS = None  # at most this many blocks in a one-launch selection (None: all that fit at once)
+FUSED_BACKOFF = 10.0  # seconds a selector takes three launches after a one-launch selection gave up
 COOPERATIVE = False  # launch one-launch selections cooperatively (the driver then guarantees every block a
 # place at once, but the launch call costs the host ~20 us more than a plain one on an H100 machine)
 
@@ -115,6 +116,7 @@ class Selector:
         self._resident: dict = {}  # one-launch kernel -> blocks that fit at once
         self._fused_args = None  # (sums, barrier, host count) as kernel arguments
         self.timeouts = 0  # one-launch selections given up at the grid barrier (and done again in three)
+        self._fused_off_until = 0.0  # time.monotonic() before which `fused` declines (after a give-up)
         self._closed = False
 
     def _grow(self, tiles: int) -> None:
@@ -194,6 +196,8 @@ class Selector:
         from mapped host memory, where the launch's last block puts it once everything is
         written: watched for POLL_SECONDS, then waited for on the stream."""
         self._check_open()
+        if time.monotonic() < self._fused_off_until:
+            return None
         kernels = _kernels()
         kernel = kernels.fused_kernel(flag_of, *_emit(words), by_bytes=octs is not None)
         launch = self._launch(kernel, cooperative=COOPERATIVE)
@@ -212,24 +216,32 @@ class Selector:
             return self.fused(flag_of, src, n, words, out, octs)
         sums, bar, host = self._fused_args
         self._host[0] = -1
-        launch(blocks, THREADS, src, src if octs is None else octs, n, out if words is None else words, out, sums,
-               bar, self._arrived + blocks, host)
-        self._arrived += blocks
-        host, clock = self._host, time.perf_counter
-        deadline = clock() + POLL_SECONDS
-        while host[0] == -1 and clock() < deadline:
-            pass
-        if host[0] == -1:
-            self.stream.synchronize()
-        kept = int(host[0])
+        try:
+            launch(blocks, THREADS, src, src if octs is None else octs, n, out if words is None else words, out, sums,
+                   bar, self._arrived + blocks, host)
+            self._arrived += blocks
+            host, clock = self._host, time.perf_counter
+            deadline = clock() + POLL_SECONDS
+            while host[0] == -1 and clock() < deadline:
+                pass
+            if host[0] == -1:
+                self.stream.synchronize()
+            kept = int(host[0])
+        except BaseException:  # interrupted: how far the barrier's count got is unknown, so it starts afresh
+            self._fresh_barrier()
+            raise
         if kept >= 0:
             return kept
         self.stream.synchronize()
-        self._bar.copy_to_device(np.zeros(4, np.int64), stream=self.stream)
-        self.stream.synchronize()
-        self._arrived = 0
+        self._fresh_barrier()
         self.timeouts += 1
+        self._fused_off_until = time.monotonic() + FUSED_BACKOFF
         return None
+
+    def _fresh_barrier(self) -> None:
+        """A new, zeroed barrier state (the old one may still be in use by a launch)."""
+        self._bar = self._cuda.to_device(np.zeros(4, np.int64), stream=self.stream)
+        self._fused_args, self._arrived = None, 0
 
     def enqueue(self, flag_of: Callable, src, n: int, words, out, capacity: int, octs=None) -> None:
         """Enqueue the selection of items 0..n-1 (where `flag_of(src, i)`) into `out`, at most

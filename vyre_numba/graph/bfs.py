@@ -24,6 +24,7 @@ HUB = 256  # see bfs_kernels.HUB
 FEW = 32  # a top-down frontier of at most this many vertices is expanded by the whole grid, vertex by vertex
 PERSISTENT_AFTER = 8  # levels run from the host before a small frontier's remaining levels go on the device
 PERSISTENT_PER_SM = 2  # blocks a multiprocessor in that launch (fewer arrivals make a cheaper grid barrier)
+PERSISTENT_SPINS = 1 << 24  # polls of its grid barrier before a block gives up (ten seconds or more on an H100)
 BOTTOM_UP_ABOVE = 1 / 20  # bfs_many: bottom-up while the frontier holds more than this share of the vertices
 TOP_DOWN_BELOW = 1 / 50  # and back below this share
 ALPHA = 14  # bfs: bottom-up once the frontier's edges exceed the unexplored edges / ALPHA (Beamer et al.)
@@ -117,21 +118,27 @@ def _bfs_gpu(be, indptr, indices, n: int, source: int, symmetric: bool, levels: 
         else:
             size, edges = measure(rows[0], row_states[0], row_states[1])
         unexplored = int(indices.shape[0]) - edges
-        level, bottom, row = 0, False, 0  # the frontier is queue `row`, the next level's 1 - row
+        level, bottom, row = 0, False, 0  # the frontier is queue `row`, the next level's (row + 1) % 3
+        room = PERSISTENT_PER_SM * be.caps.sm_count * 256  # items the persistent launch takes a level
         while size:
             if bottom:
                 bottom = symmetric and size >= n / BETA
             else:
                 bottom = symmetric and edges > unexplored / ALPHA
-            if level >= PERSISTENT_AFTER and not bottom:
-                if rounds is None and getattr(be.caps, "cooperative_launch", True):
-                    _persistent(be, indptr, indices, dist, queues, states, row, level, n, host)
-                else:
+            if level >= PERSISTENT_AFTER and not bottom and size <= room:
+                if rounds is not None or not getattr(be.caps, "cooperative_launch", True):
                     _relax_rest(rounds or _fixpoint_rounds(be), indptr, indices, dist, rows[row], size, n, be)
+                    if levels is not None:
+                        levels.append("persistent")
+                    break
+                ran, row = _persistent(be, indptr, indices, dist, queues, states, row, level, n, room, host)
                 if levels is not None:
-                    levels.append("persistent")
-                break
-            frontier, f_state, nxt, n_state = rows[row], row_states[row], rows[1 - row], row_states[1 - row]
+                    levels.extend(["persistent"] * ran)
+                level += ran
+                size, edges = measure(rows[row], row_states[row], row_states[(row + 2) % 3])
+                unexplored -= edges
+                continue
+            frontier, f_state, nxt, n_state = rows[row], row_states[row], rows[(row + 1) % 3], row_states[(row + 1) % 3]
             if bottom:
                 launch(k.bottom_up, grid, block, indptr, indices, dist, level, n, nxt, n_state)
             else:
@@ -143,34 +150,44 @@ def _bfs_gpu(be, indptr, indices, n: int, source: int, symmetric: bool, levels: 
                     launch(kernel, grid, block, indptr, indices, dist, level, frontier, f_state, n, nxt, n_state)
             if levels is not None:
                 levels.append("bottom-up" if bottom else "top-down")
-            row = 1 - row
-            size, edges = measure(rows[row], row_states[row], row_states[1 - row])
+            row = (row + 1) % 3
+            size, edges = measure(rows[row], row_states[row], row_states[(row + 2) % 3])
             unexplored -= edges
             level += 1
     return dist
 
 
-def _persistent(be, indptr, indices, dist, queues, states, row: int, level: int, n: int, host) -> None:
-    """The levels after the frontier (queue `row`, at `level`) in one persistent launch
-    (`bfs_kernels.levels_on_device`), all of them with no host round trip."""
-    from ..errors import DeviceError
+def _persistent(be, indptr, indices, dist, queues, states, row: int, level: int, n: int, room: int,
+                host) -> tuple[int, int]:
+    """Run the levels after the frontier (queue `row`, at `level`) in one persistent launch
+    (`bfs_kernels.levels_on_device`) with no host round trip, until they end or a frontier
+    holds more than `room` items; (levels run, queue of the frontier then: empty, or handed
+    back to the host)."""
+    from ..errors import BarrierTimeoutError
 
     launcher, bar = host.persistent(be.stream)
-    args = [indptr, indices, dist, queues, states, row, level, n, bar, host.arrived, host.device]
+    args = [indptr, indices, dist, queues, states, row, level, n, room, bar, host.arrived, PERSISTENT_SPINS,
+            host.device]
     blocks = host.resident.get(id(launcher))
     if blocks is None:
         blocks = host.resident[id(launcher)] = launcher.resident_blocks(256, *args)
-    blocks = max(1, min(blocks, PERSISTENT_PER_SM * getattr(be.caps, "sm_count", 1)))
-    host.reset()
-    launcher(blocks, 256, *args)
-    levels, failed = host.read(be.stream, wait=True)
-    host.arrived += levels * blocks
-    if failed:
+    blocks = max(1, min(blocks, PERSISTENT_PER_SM * be.caps.sm_count))
+    try:
+        host.reset()
+        launcher(blocks, 256, *args)
+        ran, outcome = host.read(be.stream, wait=True)
+    except BaseException:  # interrupted: how far the barrier's count got is unknown, so it starts afresh
         host.forget_barrier(be.stream)
-        raise DeviceError(f"BFS's persistent levels stopped after {levels}: a block waited too long at the grid "
-                          "barrier between levels (every block has a place in a cooperative launch, so the GPU was "
-                          "interrupted: a debugger, or a fault). Fix: call again; if it persists, check the device "
-                          "(nvidia-smi).")
+        raise
+    host.arrived += ran * blocks
+    if outcome == 1:
+        host.forget_barrier(be.stream)
+        raise BarrierTimeoutError(
+            f"BFS's persistent levels stopped after {ran}: a block waited {PERSISTENT_SPINS} polls at the grid barrier "
+            "between levels, though a cooperative launch gives every block a place (the GPU was interrupted: a "
+            "debugger, preemption or a fault), so the distances are unfinished. Fix: check the device (nvidia-smi) "
+            "and call again.")
+    return ran, (row + ran) % 3
 
 
 class _Scratch:

@@ -163,53 +163,74 @@ def start(dist, n, source, items, state, spent, counts, third):
 
 
 @cuda.jit
-def levels_on_device(indptr, indices, dist, queues, states, first, level, n, bar, arrived, out):
+def levels_on_device(indptr, indices, dist, queues, states, first, level, n, limit, bar, arrived, spins, out):
     """The remaining top-down levels in one persistent launch (no more blocks than fit at once), a
     grid barrier between levels: level L reads queue L % 3 (rows of `queues`, `states`; the
     first is row `first`, filled, the next one empty), fills queue (L + 1) % 3, and empties
-    queue (L + 2) % 3, which level L - 1 read and every block has finished with. Items are read
-    by atomics: another block wrote them, and this block may hold their lines from three levels
-    ago. Ends when a level finds its queue empty: out[0] = the levels run, out[1] = 1 where a
-    block gave up at a barrier (`barrier.grid_wait`; the distances are then unfinished), else 0
-    (`out`: mapped host memory, out[1] written last)."""
+    queue (L + 2) % 3, which level L - 1 read and every block has finished with. A thread expands
+    an item; an item of more than HUB neighbours is expanded by its thread's whole block. Items
+    are read by atomics: another block wrote them, and this block may hold their lines from
+    three levels ago. Ends when a level finds its queue empty, or holding more than `limit`
+    items (handed back to the host, the next queue empty). `out` (mapped host memory, out[1]
+    written last): out[0] = the levels run; out[1] = 0 done, 2 handed back, 1 where a block gave
+    up at a barrier after `spins` polls (`barrier.grid_wait`; the distances are then unfinished)."""
     ok = cuda.shared.array(1, int32)
     tail = cuda.shared.array(1, int64)
+    hubs = cuda.shared.array(256, int32)
     tid = cuda.threadIdx.x
     blocks = cuda.gridDim.x
     i0 = int64(cuda.grid(1))
     stride = int64(cuda.gridsize(1))
     cur = first
     done = int64(0)
+    outcome = 0
     while True:
+        if i0 == 0:
+            spent = (cur + 2) % 3
+            states[spent, TAIL] = 0
+            states[spent, HEAD] = 0
         if tid == 0:  # one atomic a block, not a thread, on the one tail
             tail[0] = min(int64(cuda.atomic.add(states, (cur, TAIL), 0)), int64(n))
         cuda.syncthreads()
         filled = tail[0]
         if filled == 0:
             break
+        if filled > limit:
+            outcome = 2
+            break
         nx = (cur + 1) % 3
-        if i0 == 0:
-            spent = (cur + 2) % 3
-            states[spent, TAIL] = 0
-            states[spent, HEAD] = 0
         nxt = int32(level + 1)
         items, state = queues[nx], states[nx]
-        i = i0
-        while i < filled:
-            u = cuda.atomic.add(queues, (cur, i), 0)
-            for k in range(indptr[u], indptr[u + 1]):
-                visit(dist, indices[k], nxt, items, state)
-            i += stride
+        first_item = int64(cuda.blockIdx.x) * cuda.blockDim.x
+        while first_item < filled:  # the same trip count for every thread of the block
+            i = first_item + tid
+            hub = int32(-1)
+            if i < filled:
+                u = cuda.atomic.add(queues, (cur, i), 0)
+                if indptr[u + 1] - indptr[u] <= HUB:
+                    for k in range(indptr[u], indptr[u + 1]):
+                        visit(dist, indices[k], nxt, items, state)
+                else:
+                    hub = u
+            if cuda.syncthreads_or(hub >= 0):
+                hubs[tid] = hub
+                cuda.syncthreads()
+                for t in range(cuda.blockDim.x):
+                    h = hubs[t]
+                    if h >= 0:
+                        k = indptr[h] + tid
+                        while k < indptr[h + 1]:
+                            visit(dist, indices[k], nxt, items, state)
+                            k += cuda.blockDim.x
+                cuda.syncthreads()
+            first_item += stride
         done += 1
-        if not grid_wait(bar, arrived + done * blocks, tid, ok):
-            if i0 == 0:
-                out[0] = done
-                cuda.threadfence_system()
-                out[1] = 1
-            return
+        if not grid_wait(bar, arrived + done * blocks, tid, ok, spins):
+            outcome = 1
+            break
         cur = nx
         level += 1
     if i0 == 0:
         out[0] = done
         cuda.threadfence_system()
-        out[1] = 0
+        out[1] = outcome

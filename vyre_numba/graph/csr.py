@@ -97,7 +97,7 @@ def enqueue_check(backend, indptr, indices, n: int, hub: int = 256) -> Callable[
     from .csr_kernels import check
 
     bad = backend.empty(5, np.int64)
-    nnz = int(indices.shape[0])
+    nnz = int(indices.shape[0] if hasattr(indices, "shape") else indices.__cuda_array_interface__["shape"][0])
     blocks = max(1, min(-(-max(n, nnz) // 256), backend.caps.sm_count * 16))
     launchers(backend.stream)(check, blocks, 256, indptr, indices, n, hub, bad)
 

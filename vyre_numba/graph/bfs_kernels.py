@@ -212,7 +212,7 @@ def levels_on_device(indptr, indices, dist, queues, states, first, level, n, lim
                         visit(dist, indices[k], nxt, items, state)
                 else:
                     hub = u
-            if cuda.syncthreads_or(hub >= 0):
+            if cuda.syncthreads_or(int32(1) if hub >= 0 else int32(0)):
                 hubs[tid] = hub
                 cuda.syncthreads()
                 for t in range(cuda.blockDim.x):

@@ -220,13 +220,7 @@ class Selector:
             launch(blocks, THREADS, src, src if octs is None else octs, n, out if words is None else words, out, sums,
                    bar, self._arrived + blocks, host)
             self._arrived += blocks
-            host, clock = self._host, time.perf_counter
-            deadline = clock() + POLL_SECONDS
-            while host[0] == -1 and clock() < deadline:
-                pass
-            if host[0] == -1:
-                self.stream.synchronize()
-            kept = int(host[0])
+            kept = self.watch()  # -2 (given up) only after the bound and a synchronisation
         except BaseException:  # interrupted: how far the barrier's count got is unknown, so it starts afresh
             self._fresh_barrier()
             raise
@@ -278,9 +272,9 @@ class Selector:
         return self.watch()
 
     def watch(self) -> int:
-        """The kept count of the last `offsets` or `enqueue`, read as soon as the scan puts it in
-        mapped memory (the scatter may still run), within a bound past which the stream is
-        synchronised."""
+        """The kept count of the last `offsets`, `enqueue` or `fused` launch, read as soon as it is in
+        mapped memory (a scatter may still run), within a bound past which the stream is
+        synchronised (a negative count: a one-launch selection that gave up)."""
         host, clock = self._host, time.perf_counter
         deadline = clock() + POLL_SECONDS
         while host[0] < 0 and clock() < deadline:

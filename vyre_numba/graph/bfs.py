@@ -79,8 +79,8 @@ def _bfs_gpu(be, indptr, indices, n: int, source: int, symmetric: bool, levels: 
              hubs=True, rounds=None):
     """Distances on the device; `levels`, where given, records each level's direction. `hubs`
     False promises no vertex has more than HUB neighbours (one kernel a top-down level, not two);
-    a function (`csr.enqueue_check`'s) is called for it once the first level is enqueued, so the
-    check's wait and the first level's are one.
+    a function (`csr.enqueue_check`'s) is called for it once the first frontier is measured, so
+    the check's wait and the first level's are one.
 
     Each level is its expansion kernel(s) and `frontier_edges`, whose last block puts the new
     frontier's size and edges in mapped host memory and empties the spent queue: the host watches
@@ -109,14 +109,9 @@ def _bfs_gpu(be, indptr, indices, n: int, source: int, symmetric: bool, levels: 
             return got[1], got[0]
 
         launch(k.start, grid, block, dist, n, source, rows[0], row_states[0], row_states[1], counts, row_states[2])
+        size, edges = measure(rows[0], row_states[0], row_states[1])  # neither kernel writes through the CSR
         if callable(hubs):
-            host.reset()
-            launch(k.frontier_edges, grid, block, indptr, rows[0], row_states[0], n, counts, host.device,
-                   row_states[1])
-            hubs = hubs()
-            edges, size = host.read(be.stream)
-        else:
-            size, edges = measure(rows[0], row_states[0], row_states[1])
+            hubs = hubs()  # the check, enqueued before them, is done: its read waits no longer
         unexplored = int(indices.shape[0]) - edges
         level, bottom, row = 0, False, 0  # the frontier is queue `row`, the next level's (row + 1) % 3
         room = PERSISTENT_PER_SM * be.caps.sm_count * 256  # items the persistent launch takes a level
@@ -168,20 +163,19 @@ def _persistent(be, indptr, indices, dist, queues, states, row: int, level: int,
     launcher, bar = host.persistent(be.stream)
     args = [indptr, indices, dist, queues, states, row, level, n, room, bar, host.arrived, PERSISTENT_SPINS,
             host.device]
-    blocks = host.resident.get(id(launcher))
-    if blocks is None:
-        blocks = host.resident[id(launcher)] = launcher.resident_blocks(256, *args)
-    blocks = max(1, min(blocks, PERSISTENT_PER_SM * be.caps.sm_count))
+    if host.resident is None:
+        host.resident = launcher.resident_blocks(256, *args)
+    blocks = max(1, min(host.resident, PERSISTENT_PER_SM * be.caps.sm_count))
     try:
         host.reset()
         launcher(blocks, 256, *args)
         ran, outcome = host.read(be.stream, wait=True)
     except BaseException:  # interrupted: how far the barrier's count got is unknown, so it starts afresh
-        host.forget_barrier(be.stream)
+        host.forget_barrier()
         raise
     host.arrived += ran * blocks
     if outcome == 1:
-        host.forget_barrier(be.stream)
+        host.forget_barrier()
         raise BarrierTimeoutError(
             f"BFS's persistent levels stopped after {ran}: a block waited {PERSISTENT_SPINS} polls at the grid barrier "
             "between levels, though a cooperative launch gives every block a place (the GPU was interrupted: a "
@@ -243,7 +237,7 @@ class _HostWords:
             self.words = cuda.mapped_array(2, np.int64)
             self.device = RawArray(self.words.device_ctypes_pointer.value, (2,), np.int64)
         self._persistent: dict = {}  # stream handle -> (NumbaLaunch, barrier state)
-        self.resident: dict = {}  # id(launcher) -> blocks that fit at once
+        self.resident: int | None = None  # blocks of `levels_on_device` that fit at once
         self.arrived = 0  # arrivals at the barrier so far (the barrier's count only grows)
 
     def reset(self) -> None:
@@ -289,7 +283,7 @@ class _HostWords:
             got = self._persistent[key] = (NumbaLaunch(k.levels_on_device, stream, retain=False, cooperative=True), bar)
         return got
 
-    def forget_barrier(self, stream) -> None:
+    def forget_barrier(self) -> None:
         """After a launch that gave up at its barrier, whose count is then off: a fresh one next time."""
         self._persistent.clear()
         self.arrived = 0

@@ -42,20 +42,29 @@ SCRIPT = textwrap.dedent('''
                     touched = [(b, src[sl].size), (a, src[sl].size)]
                 m = touched[0][1]
                 labels = dc.local_gpu(ops, n, kind, a, b, m)
-                v, lab = dc.cut_gpu(ops, n, lo, hi, labels, touched)
-                at = np.searchsorted(v, bounds)
-                cuts.append([(v[at[q]:at[q + 1]], lab[at[q]:at[q + 1]]) for q in range(k)])
+                rows = dc.cut_gpu(ops, n, lo, hi, labels, touched)
+                assert rows.dtype == np.int32 and rows.shape[1] == 2, rows
+                host = labels.copy_to_host()
+                flagged = np.zeros(n, bool)
+                for ids, count in touched:
+                    flagged[ids.copy_to_host()[:count]] = True
+                flagged[lo:hi] = False
+                assert np.array_equal(rows[:, 0], np.flatnonzero(flagged)), (name, kind, rows)
+                assert np.array_equal(rows[:, 1], host[rows[:, 0]]), (name, kind, rows)
+                at = np.searchsorted(rows[:, 0], bounds)
+                cuts.append([rows[at[q]:at[q + 1]] for q in range(k)])
                 parts.append((lo, hi, labels))
             shards = []
             for q, (lo, hi, labels) in enumerate(parts):
-                v = np.concatenate([c[q][0] for c in cuts])
-                theirs = np.concatenate([c[q][1] for c in cuts])
-                shard = dc.contract_gpu(ops, n, labels, v, theirs)
-                twin = dc.contract_numpy(labels.copy_to_host(), v, theirs)
-                assert np.array_equal(np.unique(shard, axis=0), np.unique(twin, axis=0)), (name, kind, shard, twin)
+                pairs = np.concatenate([c[q] for c in cuts])
+                shard = dc.contract_gpu(ops, n, labels, pairs)
+                twin = dc.contract_numpy(labels.copy_to_host(), pairs)
+                assert np.array_equal(shard, twin), (name, kind, shard, twin)
                 shards.append(shard)
             ids, roots = merged(shards)
-            got = np.concatenate([np.zeros(0, np.int32)] + [dc.final_gpu(ops, n, lo, hi, labels, ids, roots)
+            mapping = dc.join_gpu(ops, n, np.concatenate([np.zeros((0, 2), np.int32)] + shards))
+            assert np.array_equal(mapping, np.stack([ids, roots], 1)), (name, kind, mapping, ids, roots)
+            got = np.concatenate([np.zeros(0, np.int32)] + [dc.final_gpu(ops, n, lo, hi, labels, mapping)
                                                             for lo, hi, labels in parts])
             assert np.array_equal(got, want), (name, kind, got, want)
             print("ok", name, kind)

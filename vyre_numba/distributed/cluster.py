@@ -110,8 +110,17 @@ def worker_device(bname: str | None) -> dict:
 def devices(client, workers: list[str], bname: str | None) -> dict[str, dict]:
     """Each worker's backend and GPU; an error if two workers of one host would share a GPU (they
     would halve its memory and race for it) or the workers disagree on the backend."""
-    infos = {w: client.submit(worker_device, bname, workers=[w], pure=False, key=key("device")) for w in workers}
-    infos = {w: f.result() for w, f in infos.items()}
+    return checked_devices(ask_devices(client, workers, bname))
+
+
+def ask_devices(client, workers: list[str], bname: str | None) -> dict:
+    """The futures of `devices` (the caller goes on while the workers answer)."""
+    return {w: client.submit(worker_device, bname, workers=[w], pure=False, key=key("device")) for w in workers}
+
+
+def checked_devices(asked: dict) -> dict[str, dict]:
+    """`devices` from the futures of `ask_devices`."""
+    infos = {w: f.result() for w, f in asked.items()}
     kinds = {i["backend"] for i in infos.values()}
     if len(kinds) > 1:
         raise DispatchError(f"the workers resolve different backends {sorted(kinds)}. Fix: pass backend='cuda' "

@@ -84,46 +84,80 @@ def local_gpu(ops, n: int, kind: str, a, b, m: int):
     return edge_components(ops.run, ops.empty, n, a, b, m)
 
 
-def cut_gpu(ops, n: int, lo: int, hi: int, labels, touched) -> tuple[np.ndarray, np.ndarray]:
-    """(v, label(v)) on the host, v ascending, for every vertex outside [lo, hi) that one of the
-    device id arrays `touched` names."""
+def _moved_pairs(ops, n: int, parent, columns) -> np.ndarray:
+    """(id, root) int32 rows, ascending by id, of every id in the device id arrays `columns`
+    ((ids, count) each) whose root in `parent` is another id: selected on the device, one read."""
     from .. import compaction
     from . import steps
 
-    flags = ops.empty(max(n, 1), np.uint8)
+    flags = ops.empty(n, np.uint8)
+    ops.run(steps.clear, n, [flags])
+    for ids, count in columns:
+        if count:
+            ops.run(steps.mark_moved, count, [flags, parent, ids])
+    return _indexed(ops, n, parent, flags)
+
+
+def _indexed(ops, n: int, values, flags) -> np.ndarray:
+    """(i, values[i]) int32 rows for every flagged i < n, ascending: packed into one 64-bit word an
+    item on the device so the rows come back in one selection and one synchronisation."""
+    from .. import compaction
+    from . import steps
+
+    packed = ops.empty(n, np.uint64)
+    ops.run(steps.pack_index, n, [packed, values])
+    return compaction.read_compacted(packed, flags).view(np.int32).reshape(-1, 2)
+
+
+def cut_gpu(ops, n: int, lo: int, hi: int, labels, touched) -> np.ndarray:
+    """(v, label(v)) int32 rows on the host, v ascending, for every vertex outside [lo, hi) that
+    one of the device id arrays `touched` ((ids, count) each) names."""
+    from . import steps
+
+    if n == 0:
+        return np.zeros((0, 2), np.int32)
+    flags = ops.empty(n, np.uint8)
     ops.run(steps.clear, n, [flags])
     for ids, count in touched:
         if count:
             ops.run(steps.mark_outside, count, [flags, ids, np.int64(lo), np.int64(hi)])
-    v = compaction.nonzero(flags[:n])
-    lab = compaction.select(labels, flags[:n])
-    return ops.download(v).astype(np.int64), ops.download(lab).astype(np.int64)
+    return _indexed(ops, n, labels, flags)
 
 
-def contract_gpu(ops, n: int, labels, v: np.ndarray, theirs: np.ndarray) -> np.ndarray:
-    """(label, root) pairs, int64 (k, 2), for every label that joining theirs[i] with this
-    partition's label of v[i] moved under a smaller one."""
-    from .. import compaction
+def contract_gpu(ops, n: int, labels, pairs: np.ndarray) -> np.ndarray:
+    """(label, root) int32 rows for every label that joining the (v, their label) rows `pairs`
+    with this partition's label of v moved under a smaller one."""
     from ..graph.components import edge_components
     from . import steps
 
-    if not v.size:
-        return np.zeros((0, 2), np.int64)
-    dv, dt = ops.upload(_narrow(v)), ops.upload(_narrow(theirs))
-    mine = ops.empty(v.size, np.int32)
-    ops.run(steps.take, v.size, [mine, labels, dv])
-    parent = edge_components(ops.run, ops.empty, n, dt, mine, v.size)
-    flags = ops.empty(n, np.uint8)
-    ops.run(steps.clear, n, [flags])
-    ops.run(steps.mark_moved, v.size, [flags, parent, dt])
-    ops.run(steps.mark_moved, v.size, [flags, parent, mine])
-    ids = ops.download(compaction.nonzero(flags)).astype(np.int64)
-    roots = ops.download(compaction.select(parent, flags)).astype(np.int64)
-    return np.stack([ids, roots], 1)
+    k = pairs.shape[0]
+    if not k:
+        return np.zeros((0, 2), np.int32)
+    flat = ops.upload(_narrow(pairs).reshape(-1))
+    theirs, mine = ops.empty(k, np.int32), ops.empty(k, np.int32)
+    ops.run(steps.cut_labels, k, [theirs, mine, flat, labels])
+    parent = edge_components(ops.run, ops.empty, n, theirs, mine, k)
+    return _moved_pairs(ops, n, parent, [(theirs, k), (mine, k)])
 
 
-def final_gpu(ops, n: int, lo: int, hi: int, labels, ids: np.ndarray, roots: np.ndarray) -> np.ndarray:
-    """The owned vertices' labels (int32, host): label(v) through the merged (id -> root) map."""
+def join_gpu(ops, n: int, pairs: np.ndarray) -> np.ndarray:
+    """(id, root) int32 rows, ascending by id: every id of the (id, id) rows `pairs` whose set's
+    smallest id is another id, with that id (the union-find of `unionfind.union`, on the GPU)."""
+    from ..graph.components import edge_components
+    from . import steps
+
+    k = pairs.shape[0]
+    if not k:
+        return np.zeros((0, 2), np.int32)
+    flat = ops.upload(_narrow(pairs).reshape(-1))
+    a, b = ops.empty(k, np.int32), ops.empty(k, np.int32)
+    ops.run(steps.columns, k, [a, b, flat])
+    parent = edge_components(ops.run, ops.empty, n, a, b, k)
+    return _moved_pairs(ops, n, parent, [(a, k), (b, k)])
+
+
+def final_gpu(ops, n: int, lo: int, hi: int, labels, mapping: np.ndarray) -> np.ndarray:
+    """The owned vertices' labels (int32, host): label(v) through the merged (id, root) rows."""
     from ..graph import steps as graph_steps
     from . import steps
 
@@ -131,17 +165,19 @@ def final_gpu(ops, n: int, lo: int, hi: int, labels, ids: np.ndarray, roots: np.
         return np.zeros(0, np.int32)
     table = ops.empty(n, np.int32)
     ops.run(graph_steps.init, n, [table])
-    if ids.size:
-        ops.run(steps.assign, ids.size, [table, ops.upload(_narrow(ids)), ops.upload(_narrow(roots))])
+    if mapping.shape[0]:
+        ops.run(steps.assign_pairs, mapping.shape[0], [table, ops.upload(_narrow(mapping).reshape(-1))])
     out = ops.empty(hi - lo, np.int32)
     ops.run(steps.relabel, hi - lo, [out, table, labels, np.int64(lo)])
     return ops.download(out)
 
 
 # --- the same phases in NumPy (CPU workers, and the oracle) ----------------------------------
-def contract_numpy(labels: np.ndarray, v: np.ndarray, theirs: np.ndarray) -> np.ndarray:
+def contract_numpy(labels: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+    """`contract_gpu` in NumPy: (label, root) int64 rows from the (v, their label) rows `pairs`."""
     from ..graph.components import components_of_edges
 
+    v, theirs = pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64)
     if not v.size:
         return np.zeros((0, 2), np.int64)
     mine = labels[v].astype(np.int64)
@@ -190,8 +226,9 @@ def _global_indptr(n: int, lo: int, hi: int, rows: np.ndarray) -> np.ndarray:
 
 def _local(bname, n, lo, hi, kind, a, b, bounds):
     """(Runs on a worker.) The partition with its local labels, and its cut split by owner. A CSR
-    partition is (rows, indices); an edge partition is one (m, 2) array, range-checked here (on the
-    GPU, while its columns are split there)."""
+    partition is (rows, indices); an edge partition is a chunk of the edges (an (m, 2) array, or a
+    DataFrame chunk and its two columns), checked here and range-checked on the GPU while its
+    columns are split there."""
     from ..backend import resolve_backend
 
     be = resolve_backend(bname)
@@ -200,6 +237,7 @@ def _local(bname, n, lo, hi, kind, a, b, bounds):
         b = np.asarray(b)
         m = b.size
     else:
+        a = _check_edges(_chunk_edges(a, b))  # b: the columns of a DataFrame chunk
         m = a.shape[0]
     p = Partition(be.name, n, lo, hi, kind, a, b, m)
     if be.name == "cuda":
@@ -210,7 +248,7 @@ def _local(bname, n, lo, hi, kind, a, b, bounds):
             p.a, p.b = split_gpu(ops, n, a)
         p.labels = local_gpu(ops, n, kind, p.a, p.b, m)
         touched = [(p.b, m)] + ([(p.a, m)] if kind == "edges" else [])
-        v, lab = cut_gpu(ops, n, lo, hi, p.labels, touched)
+        rows = cut_gpu(ops, n, lo, hi, p.labels, touched)
     else:
         from ..graph.components import components_of_edges
 
@@ -226,9 +264,9 @@ def _local(bname, n, lo, hi, kind, a, b, bounds):
             flags[np.asarray(a)] = True
         flags[lo:hi] = False
         v = np.flatnonzero(flags)
-        lab = p.labels[v].astype(np.int64)
-    cuts = np.searchsorted(v, bounds)
-    return p, [np.stack([v[cuts[q]:cuts[q + 1]], lab[cuts[q]:cuts[q + 1]]], 1) for q in range(len(bounds) - 1)]
+        rows = np.stack([v, p.labels[v].astype(np.int64)], 1)
+    cuts = np.searchsorted(rows[:, 0], bounds)
+    return p, [rows[cuts[q]:cuts[q + 1]] for q in range(len(bounds) - 1)]
 
 
 def split_gpu(ops, n: int, e: np.ndarray):
@@ -246,30 +284,45 @@ def split_gpu(ops, n: int, e: np.ndarray):
     return src, dst
 
 
+def _rows(parts) -> np.ndarray:
+    """The non-empty (k, 2) row arrays of `parts` as one array (no copy when there is one)."""
+    parts = [x for x in parts if x.size]
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate(parts) if parts else np.zeros((0, 2), np.int64)
+
+
 def _contract(p: Partition, *incoming: np.ndarray) -> np.ndarray:
     """(Runs on the owner.) (label, root) pairs from the cut pairs other partitions sent here."""
-    pairs = [x for x in incoming if x.size]
-    v = np.concatenate([x[:, 0] for x in pairs]) if pairs else np.zeros(0, np.int64)
-    theirs = np.concatenate([x[:, 1] for x in pairs]) if pairs else np.zeros(0, np.int64)
+    pairs = _rows(incoming)
     ops = p.ops()
     if ops is None:
-        return contract_numpy(p.labels, v, theirs)
-    return contract_gpu(ops, p.n, p.labels, v, theirs)
+        return contract_numpy(p.labels, pairs)
+    return contract_gpu(ops, p.n, p.labels, pairs)
+
+
+def _join(bname, n: int, *shards: np.ndarray) -> np.ndarray:
+    """(Runs on a GPU worker.) Every (label, root) pair of the shards joined: (id, root) rows."""
+    from ..backend import resolve_backend
+
+    return join_gpu(Ops(resolve_backend(bname)), n, _rows(shards))
 
 
 def _final(p: Partition, mapping) -> np.ndarray:
-    """(Runs on the owner.) The owned vertices' global labels."""
-    ids, roots = mapping
+    """(Runs on the owner.) The owned vertices' global labels through the (id, root) rows
+    `mapping` (or the (ids, roots) of the CPU union-find)."""
     ops = p.ops()
     if ops is None:
+        ids, roots = mapping
         table = np.arange(p.n, dtype=np.int64)
         table[ids] = roots
         return table[p.labels[p.lo:p.hi]].astype(np.int32)
-    return final_gpu(ops, p.n, p.lo, p.hi, p.labels, ids, roots)
+    return final_gpu(ops, p.n, p.lo, p.hi, p.labels, mapping)
 
 
 def _count(x) -> int:
-    return int(sum(a.shape[0] for a in x)) if isinstance(x, list) else int(x.shape[0])
+    """Rows of a shard, or of a local result's cut (every piece it sends)."""
+    return int(sum(a.shape[0] for a in x[1])) if isinstance(x, tuple) else int(x.shape[0])
 
 
 # --- the call ------------------------------------------------------------------------------
@@ -290,7 +343,7 @@ def connected_components(indptr=None, indices=None, *, client=None, edges=None, 
     t0 = time.perf_counter()
     workers = cluster.workers_of(client)
     bname = cluster.backend_name(backend)
-    devices = cluster.devices(client, workers, bname)
+    asked = cluster.ask_devices(client, workers, bname)  # answered while the edges are placed
     if edges is not None:
         if indptr is not None or indices is not None:
             raise DispatchError("both a CSR and `edges` were given. Fix: pass one graph: (indptr, indices) or edges=.")
@@ -305,23 +358,27 @@ def connected_components(indptr=None, indices=None, *, client=None, edges=None, 
         if n is not None:
             raise DispatchError("n is read from indptr for a CSR. Fix: leave n out (it is for edges=).")
         specs, n, places = _csr_parts(indptr, indices, partitions, workers)
+    devices = cluster.checked_devices(asked)
     k = len(specs)
     bounds = np.array([s[2] for s in specs] + [specs[-1][3]], np.int64) if k else np.zeros(1, np.int64)
     locs = [cluster.submit(client, _local, bname, n, *spec[2:], bounds, worker=w, name="cc-local")
             for spec, w in zip(specs, places)]
     parts = [cluster.part(client, f, 0, w, "cc-partition") for f, w in zip(locs, places)]
-    cuts = [cluster.part(client, f, 1, w, "cc-cut") for f, w in zip(locs, places)]
-    to = [[cluster.submit(client, _pick, c, q, worker=w, name="cc-cut-to") for c, w in zip(cuts, places)]
+    to = [[cluster.submit(client, _pick, f, q, worker=w, name="cc-cut-to") for f, w in zip(locs, places)]
           for q in range(k)]
     shards = [cluster.submit(client, _contract, parts[q], *to[q], worker=places[q], name="cc-contract")
               for q in range(k)]
-    mapping, rounds = merge(client, shards, places, name="cc-merge")
+    if _on_gpus(devices):
+        mapping = cluster.submit(client, _join, bname, n, *shards, worker=places[0] if k else None, name="cc-join")
+        rounds = int(bool(shards))
+    else:
+        mapping, rounds = merge(client, shards, places, name="cc-merge")
     finals = [cluster.submit(client, _final, parts[q], mapping, worker=places[q], name="cc-final") for q in range(k)]
-    labels = np.concatenate([np.zeros(0, np.int32)] + client.gather(finals))
+    labels = np.concatenate([np.zeros(0, np.int32)] + client.gather(finals, direct=True))
     if not stats:
         return labels
-    cut = sum(client.gather([cluster.submit(client, _count, c, worker=w, name="cc-count")
-                             for c, w in zip(cuts, places)]))
+    cut = sum(client.gather([cluster.submit(client, _count, f, worker=w, name="cc-count")
+                             for f, w in zip(locs, places)]))
     merged = sum(client.gather([cluster.submit(client, _count, s, worker=w, name="cc-count")
                                 for s, w in zip(shards, places)]))
     ranges = [(int(s[2]), int(s[3])) for s in specs]
@@ -329,8 +386,13 @@ def connected_components(indptr=None, indices=None, *, client=None, edges=None, 
                                     extra={"owned_ranges": ranges})
 
 
-def _pick(cut: list, q: int) -> np.ndarray:
-    return cut[q]
+def _pick(local: tuple, q: int) -> np.ndarray:
+    """The cut rows a partition's local result sends to partition q."""
+    return local[1][q]
+
+
+def _on_gpus(devices: dict) -> bool:
+    return any(d["backend"] == "cuda" for d in devices.values())
 
 
 def _csr_parts(indptr, indices, partitions, workers):
@@ -398,14 +460,13 @@ def _edge_parts(client, edges, n, columns, workers):
         if edges.numblocks[1] != 1:
             edges = edges.rechunk({1: 2})
         parts = list(edges.to_delayed().ravel())
-    futures = client.compute(parts)  # already-computed chunks (persisted) are not computed again
-    chunks = [cluster.submit(client, _checked_chunk, f, columns, worker=None, name="cc-edges") for f in futures]
+    chunks = client.compute(parts)  # already-computed chunks (persisted) are not computed again
     cluster.distributed().wait(chunks)
     who = client.who_has(chunks)
     places = [(who.get(c.key) or [workers[i % len(workers)]])[0] for i, c in enumerate(chunks)]
     k = len(chunks)
     owned = np.linspace(0, n, k + 1).astype(np.int64)
-    specs = [(None, None, int(owned[p]), int(owned[p + 1]), "edges", chunks[p], None) for p in range(k)]
+    specs = [(None, None, int(owned[p]), int(owned[p + 1]), "edges", chunks[p], tuple(columns)) for p in range(k)]
     return specs, n, places
 
 
@@ -421,7 +482,3 @@ def _is_dask_edges(edges) -> bool:
     except ImportError:  # dask.dataframe needs pandas and pyarrow
         return False
     return isinstance(edges, ddf.DataFrame)
-
-
-def _checked_chunk(chunk, columns) -> np.ndarray:
-    return _check_edges(_chunk_edges(chunk, columns))

@@ -2,6 +2,8 @@
 imported only where a GPU or the CUDA simulator runs them)."""
 from __future__ import annotations
 
+from numba import uint64
+
 from ..egraph.kernels import signature
 
 
@@ -38,6 +40,34 @@ def mark_moved(i, flags, parent, ids):
     x = ids[i]
     if parent[x] != x:
         flags[x] = 1
+    return 0
+
+
+def pack_index(i, out, values):
+    """out[i] = (values[i], i) as one 64-bit word: i in the low half, so the word read back on
+    the host as two int32 is the row (i, values[i])."""
+    out[i] = (uint64(values[i]) << uint64(32)) | uint64(i)
+    return 0
+
+
+def cut_labels(i, theirs, mine, pairs, labels):
+    """theirs[i], mine[i] = the label the row i of the flat (v, label) pairs brought, this
+    partition's label of its v."""
+    theirs[i] = pairs[2 * i + 1]
+    mine[i] = labels[pairs[2 * i]]
+    return 0
+
+
+def columns(i, a, b, pairs):
+    """a[i], b[i] = the row i of the flat two-column pairs."""
+    a[i] = pairs[2 * i]
+    b[i] = pairs[2 * i + 1]
+    return 0
+
+
+def assign_pairs(i, table, pairs):
+    """table[id] = root for the row i of the flat (id, root) pairs."""
+    table[pairs[2 * i]] = pairs[2 * i + 1]
     return 0
 
 

@@ -87,7 +87,6 @@ def local_gpu(ops, n: int, kind: str, a, b, m: int):
 def _moved_pairs(ops, n: int, parent, columns) -> np.ndarray:
     """(id, root) int32 rows, ascending by id, of every id in the device id arrays `columns`
     ((ids, count) each) whose root in `parent` is another id: selected on the device, one read."""
-    from .. import compaction
     from . import steps
 
     flags = ops.empty(n, np.uint8)

@@ -368,6 +368,25 @@ def test_gpu_read_compacted_reports_the_needed_capacity_and_loses_nothing():
 
 
 @pytest.mark.gpu
+def test_gpu_read_compacted_from_several_threads_at_once_keeps_each_threads_records():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from numba import cuda
+
+    def reads(t: int) -> int:
+        x = np.arange(t * 1_000_000, t * 1_000_000 + 300_000 + 7 * t, dtype=np.int64)
+        flags = (x % (t + 2)) == 0
+        dx, df = cuda.to_device(x), cuda.to_device(flags)
+        for _ in range(25):
+            got = compaction.read_compacted(dx, df)
+            assert np.array_equal(got, x[flags]), t
+        return t
+
+    with ThreadPoolExecutor(4) as pool:
+        assert sorted(pool.map(reads, range(4))) == [0, 1, 2, 3]
+
+
+@pytest.mark.gpu
 def test_gpu_selector_owns_its_buffers_and_runs_on_a_given_stream():
     from numba import cuda
 

@@ -352,16 +352,17 @@ def nonzero(flags, *, stream=None):
                   _octs(flags, n))
 
 
-_STAGING: dict = {}
+_STAGING = threading.local()  # a thread's own: two threads reading back at once must not share one
 
 
 def _staging(nbytes: int):
-    """(pinned host buffer mapped into the device's address space, its device pointer), grown as needed."""
+    """(this thread's pinned host buffer mapped into the device's address space, its device
+    pointer), grown as needed."""
     from numba import cuda
 
-    buf = _STAGING.get("buf")
+    buf = getattr(_STAGING, "buf", None)
     if buf is None or buf.nbytes < nbytes:
-        buf = _STAGING["buf"] = cuda.mapped_array(max(nbytes, 1 << 16), np.uint8)  # the old one is freed
+        buf = _STAGING.buf = cuda.mapped_array(max(nbytes, 1 << 16), np.uint8)  # the old one is freed
     return buf, buf.device_ctypes_pointer.value
 
 

@@ -349,6 +349,45 @@ def test_upload_keeps_the_shape(backend):
     assert np.array_equal(backend.download(d), np.arange(12, dtype=np.uint32) + 1)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("nbytes", ["below", "at", "pieces"])
+def test_cuda_large_uploads_and_downloads_are_exact_and_in_stream_order(nbytes):
+    from vyre_numba.gpu import transfer
+
+    be = vn.get_backend("cuda")
+    size = {"below": transfer.STAGED_BYTES - 4, "at": transfer.STAGED_BYTES,
+            "pieces": 3 * transfer.PIECE + 4 * 1001}[nbytes]
+    x = np.random.default_rng(size).integers(0, 2**32, size // 4, dtype=np.uint64).astype(np.uint32)
+    x[-1] = 2**32 - 1
+    d = be.upload(x.reshape(-1, 1))
+    assert tuple(d.shape) == (x.size, 1)
+    x[:] = 7  # the upload has left the caller's memory
+    be.dispatch_resident(bump(), [d.reshape(-1)])
+    want = np.random.default_rng(size).integers(0, 2**32, size // 4, dtype=np.uint64).astype(np.uint32)
+    want[-1] = 2**32 - 1
+    assert np.array_equal(be.download(d).reshape(-1), want + np.uint32(1))  # u32 wraps at the maximum
+    assert np.array_equal(be.download(d, x.size - 3, 3).reshape(-1), (want + np.uint32(1))[-3:])
+    f = np.linspace(-1, 1, size // 8)
+    f[::97] = np.nan
+    assert np.array_equal(be.download(be.upload(f)), f, equal_nan=True)
+
+
+@pytest.mark.gpu
+def test_cuda_large_uploads_from_several_threads_at_once_stay_apart():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from vyre_numba.gpu import transfer
+
+    be = vn.get_backend("cuda")
+
+    def round_trip(t: int) -> bool:
+        x = np.full(transfer.PIECE // 4 * 2 + 333 * t, t, np.uint32)
+        return all(np.array_equal(be.download(be.upload(x)), x) for _ in range(3))
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(round_trip, range(4)))
+
+
 def test_reference_resident_failure_writes_nothing():
     backend = vn.get_backend("reference")
     y = np.full(8, 5, np.uint32)

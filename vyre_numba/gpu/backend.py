@@ -533,9 +533,15 @@ class CudaBackend(Backend):
 
     def upload(self, array: np.ndarray):
         """A device copy of a host array (a numba device array)."""
+        from . import transfer
+
         arr = check_upload(array)
         self._ensure_context()
-        d = self._cuda.to_device(arr, stream=self.stream)
+        if arr.nbytes >= transfer.STAGED_BYTES:
+            d = self._cuda.device_array(arr.shape, arr.dtype, stream=self.stream)
+            transfer.upload(self._drv, d.__cuda_array_interface__["data"][0], arr, self.stream_handle)
+        else:
+            d = self._cuda.to_device(arr, stream=self.stream)
         self._count(bytes_uploaded=arr.nbytes)
         return d
 
@@ -576,9 +582,14 @@ class CudaBackend(Backend):
     def download(self, buffer, offset: int = 0, count: int | None = None) -> np.ndarray:
         """Elements [offset, offset+count) of a contiguous device array, after the work issued before it."""
         ptr, nbytes, dtype = self.device_range(buffer, offset, count)
+        from . import transfer
+
         host = np.empty(nbytes // dtype.itemsize, dtype=dtype)
         self.synchronize()
-        if nbytes:
+        if nbytes >= transfer.STAGED_BYTES:
+            self._ensure_context()
+            transfer.download(self._drv, host, ptr, self.stream_handle)
+        elif nbytes:
             self._ensure_context()
             driver_check(self._drv.cuMemcpyDtoH(host.ctypes.data, ptr, nbytes), "reading back a buffer")
         self._count(bytes_read_back=nbytes)

@@ -42,23 +42,26 @@ SCRIPT = textwrap.dedent('''
                     touched = [(b, src[sl].size), (a, src[sl].size)]
                 m = touched[0][1]
                 labels = dc.local_gpu(ops, n, kind, a, b, m)
-                rows = dc.cut_gpu(ops, n, lo, hi, labels, touched)
-                assert rows.dtype == np.int32 and rows.shape[1] == 2, rows
+                msgs = dc.cut_gpu(ops, n, lo, hi, labels, touched, bounds)
                 host = labels.copy_to_host()
                 flagged = np.zeros(n, bool)
                 for ids, count in touched:
                     flagged[ids.copy_to_host()[:count]] = True
                 flagged[lo:hi] = False
-                assert np.array_equal(rows[:, 0], np.flatnonzero(flagged)), (name, kind, rows)
-                assert np.array_equal(rows[:, 1], host[rows[:, 0]]), (name, kind, rows)
-                at = np.searchsorted(rows[:, 0], bounds)
-                cuts.append([rows[at[q]:at[q + 1]] for q in range(k)])
+                twin = dc.cut_numpy(flagged, host, bounds)
+                for q in range(k):
+                    assert np.array_equal(msgs[q][0], twin[q][0]), (name, kind, q, msgs[q], twin[q])
+                    assert np.array_equal(msgs[q][1], twin[q][1]), (name, kind, q, msgs[q], twin[q])
+                    rows = dc.cut_rows(int(bounds[q]), int(bounds[q + 1] - bounds[q]), [msgs[q]])
+                    v = np.flatnonzero(flagged[bounds[q]:bounds[q + 1]]) + bounds[q]
+                    assert np.array_equal(rows, np.stack([v, host[v]], 1)), (name, kind, q, rows)
+                cuts.append(msgs)
                 parts.append((lo, hi, labels))
             shards = []
             for q, (lo, hi, labels) in enumerate(parts):
-                pairs = np.concatenate([c[q] for c in cuts])
-                shard = dc.contract_gpu(ops, n, labels, pairs)
-                twin = dc.contract_numpy(labels.copy_to_host(), pairs)
+                incoming = [c[q] for c in cuts]
+                shard = dc.contract_gpu(ops, n, lo, hi, labels, incoming)
+                twin = dc.contract_numpy(labels.copy_to_host(), dc.cut_rows(lo, hi - lo, incoming))
                 assert np.array_equal(shard, twin), (name, kind, shard, twin)
                 shards.append(shard)
             ids, roots = merged(shards)

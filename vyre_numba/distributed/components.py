@@ -5,7 +5,8 @@ the labels that cross partitions move.
    the components of its own edges (the single-GPU kernels on its worker's GPU; NumPy on CPU
    workers). A label is the smallest vertex id of its local component.
 2. Cut: for every vertex v that p's edges touch outside the range p owns, p sends (v, label_p(v))
-   to v's owner q.
+   to v's owner q, as a bitmask over q's range (which v) and the labels in order (about 4 bytes
+   a vertex, not 8).
 3. Contract: q joins label_p(v) with its own label_q(v), unions them among themselves (labels only
    join labels) and sends on (label, root) for each label that moved: as many pairs as local
    components meet at the cut, not as many as the cut has edges.
@@ -108,33 +109,66 @@ def _indexed(ops, n: int, values, flags) -> np.ndarray:
     return compaction.read_compacted(packed, flags).view(np.int32).reshape(-1, 2)
 
 
-def cut_gpu(ops, n: int, lo: int, hi: int, labels, touched) -> np.ndarray:
-    """(v, label(v)) int32 rows on the host, v ascending, for every vertex outside [lo, hi) that
-    one of the device id arrays `touched` ((ids, count) each) names."""
+def cut_gpu(ops, n: int, lo: int, hi: int, labels, touched, bounds) -> list:
+    """The cut as one message an owner: (bits, labels) for the owner of [bounds[q], bounds[q+1]),
+    where bit i of bits (uint8, lowest first) says vertex bounds[q] + i lies outside [lo, hi) and
+    one of the device id arrays `touched` ((ids, count) each) names it, and labels (int32) are
+    this partition's labels of those vertices in order: about half the bytes of (v, label) rows."""
+    from .. import compaction
     from . import steps
 
+    bounds = np.asarray(bounds, np.int64)
+    sizes = np.diff(bounds)
+    offs = np.concatenate([[0], np.cumsum(-(-sizes // 8))]).astype(np.int64)
     if n == 0:
-        return np.zeros((0, 2), np.int32)
+        return [(np.zeros(int(offs[q + 1] - offs[q]), np.uint8), np.zeros(0, np.int32)) for q in range(sizes.size)]
     flags = ops.empty(n, np.uint8)
     ops.run(steps.clear, n, [flags])
     for ids, count in touched:
         if count:
             ops.run(steps.mark_outside, count, [flags, ids, np.int64(lo), np.int64(hi)])
-    return _indexed(ops, n, labels, flags)
+    bits = ops.empty(max(int(offs[-1]), 1), np.uint8)
+    for q, size in enumerate(sizes):
+        if size:
+            ops.run(steps.pack_bits, int(offs[q + 1] - offs[q]),
+                    [bits[int(offs[q]):int(offs[q + 1])], flags, np.int64(bounds[q]), np.int64(size)])
+    kept = compaction.read_compacted(labels, flags)
+    host = ops.download(bits)
+    return _messages(host, offs, kept)
 
 
-def contract_gpu(ops, n: int, labels, pairs: np.ndarray) -> np.ndarray:
-    """(label, root) int32 rows for every label that joining the (v, their label) rows `pairs`
-    with this partition's label of v moved under a smaller one."""
+def _messages(bits: np.ndarray, offs: np.ndarray, kept: np.ndarray) -> list:
+    """Per owner q: its bytes of `bits` and its run of the kept labels (as many as its set bits)."""
+    counts = [int(np.bitwise_count(bits[offs[q]:offs[q + 1]]).sum()) for q in range(offs.size - 1)]
+    at = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return [(bits[offs[q]:offs[q + 1]], kept[at[q]:at[q + 1]]) for q in range(offs.size - 1)]
+
+
+def cut_rows(lo: int, size: int, messages) -> np.ndarray:
+    """The (v, their label) int64 rows the cut messages to the owner of [lo, lo + size) carry."""
+    rows = [np.stack([lo + np.flatnonzero(np.unpackbits(b, count=size, bitorder="little")),
+                      np.asarray(lab, np.int64)], 1) for b, lab in messages if len(lab)]
+    return np.concatenate(rows) if rows else np.zeros((0, 2), np.int64)
+
+
+def contract_gpu(ops, n: int, lo: int, hi: int, labels, messages) -> np.ndarray:
+    """(label, root) int32 rows for every label that joining the cut messages sent to the owner of
+    [lo, hi) (their labels of its vertices) with this partition's labels moved under a smaller one."""
+    from .. import compaction
     from ..graph.components import edge_components
     from . import steps
 
-    k = pairs.shape[0]
+    messages = [(b, lab) for b, lab in messages if len(lab)]
+    k = sum(len(lab) for _, lab in messages)
     if not k:
         return np.zeros((0, 2), np.int32)
-    flat = ops.upload(_narrow(pairs).reshape(-1))
-    theirs, mine = ops.empty(k, np.int32), ops.empty(k, np.int32)
-    ops.run(steps.cut_labels, k, [theirs, mine, flat, labels])
+    theirs = ops.upload(_narrow(np.concatenate([lab for _, lab in messages])))
+    mine, flags, at = ops.empty(k, np.int32), ops.empty(hi - lo, np.uint8), 0
+    for b, lab in messages:
+        ops.run(steps.unpack_bits, hi - lo, [flags, ops.upload(b)])
+        pos = compaction.nonzero(flags)
+        ops.run(steps.take_owned, len(lab), [mine, np.int64(at), labels, pos, np.int64(lo)])
+        at += len(lab)
     parent = edge_components(ops.run, ops.empty, n, theirs, mine, k)
     return _moved_pairs(ops, n, parent, [(theirs, k), (mine, k)])
 
@@ -173,7 +207,8 @@ def final_gpu(ops, n: int, lo: int, hi: int, labels, mapping: np.ndarray) -> np.
 
 # --- the same phases in NumPy (CPU workers, and the oracle) ----------------------------------
 def contract_numpy(labels: np.ndarray, pairs: np.ndarray) -> np.ndarray:
-    """`contract_gpu` in NumPy: (label, root) int64 rows from the (v, their label) rows `pairs`."""
+    """`contract_gpu` in NumPy: (label, root) int64 rows from the (v, their label) rows `pairs`
+    (`cut_rows` of the messages)."""
     from ..graph.components import components_of_edges
 
     v, theirs = pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64)
@@ -247,25 +282,30 @@ def _local(bname, n, lo, hi, kind, a, b, bounds):
             p.a, p.b = split_gpu(ops, n, a)
         p.labels = local_gpu(ops, n, kind, p.a, p.b, m)
         touched = [(p.b, m)] + ([(p.a, m)] if kind == "edges" else [])
-        rows = cut_gpu(ops, n, lo, hi, p.labels, touched)
-    else:
-        from ..graph.components import components_of_edges
+        return p, cut_gpu(ops, n, lo, hi, p.labels, touched, bounds)
+    from ..graph.components import components_of_edges
 
-        if kind == "edges":
-            e = _check_range(a, n)
-            p.a, p.b = a, b = e[:, 0], e[:, 1]
-        src = np.repeat(np.arange(n, dtype=np.int64), np.diff(a)) if kind == "csr" else np.asarray(a, np.int64)
-        labels, _ = components_of_edges(n, src, b.astype(np.int64))
-        p.labels = labels.astype(np.int32)
-        flags = np.zeros(n, bool)
-        flags[b] = True
-        if kind == "edges":
-            flags[np.asarray(a)] = True
-        flags[lo:hi] = False
-        v = np.flatnonzero(flags)
-        rows = np.stack([v, p.labels[v].astype(np.int64)], 1)
-    cuts = np.searchsorted(rows[:, 0], bounds)
-    return p, [rows[cuts[q]:cuts[q + 1]] for q in range(len(bounds) - 1)]
+    if kind == "edges":
+        e = _check_range(a, n)
+        p.a, p.b = a, b = e[:, 0], e[:, 1]
+    src = np.repeat(np.arange(n, dtype=np.int64), np.diff(a)) if kind == "csr" else np.asarray(a, np.int64)
+    labels, _ = components_of_edges(n, src, b.astype(np.int64))
+    p.labels = labels.astype(np.int32)
+    flags = np.zeros(n, bool)
+    flags[b] = True
+    if kind == "edges":
+        flags[np.asarray(a)] = True
+    flags[lo:hi] = False
+    return p, cut_numpy(flags, p.labels, bounds)
+
+
+def cut_numpy(flags: np.ndarray, labels: np.ndarray, bounds) -> list:
+    """`cut_gpu`'s messages from the host flags (bool, one a vertex) and labels."""
+    bounds = np.asarray(bounds, np.int64)
+    bits = [np.packbits(flags[bounds[q]:bounds[q + 1]], bitorder="little") for q in range(bounds.size - 1)]
+    offs = np.concatenate([[0], np.cumsum([b.size for b in bits])]).astype(np.int64)
+    kept = labels[np.flatnonzero(flags)].astype(np.int64)
+    return _messages(np.concatenate([np.zeros(0, np.uint8)] + bits), offs, kept)
 
 
 def split_gpu(ops, n: int, e: np.ndarray):
@@ -291,13 +331,12 @@ def _rows(parts) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros((0, 2), np.int64)
 
 
-def _contract(p: Partition, *incoming: np.ndarray) -> np.ndarray:
-    """(Runs on the owner.) (label, root) pairs from the cut pairs other partitions sent here."""
-    pairs = _rows(incoming)
+def _contract(p: Partition, *incoming) -> np.ndarray:
+    """(Runs on the owner.) (label, root) pairs from the cut messages other partitions sent here."""
     ops = p.ops()
     if ops is None:
-        return contract_numpy(p.labels, pairs)
-    return contract_gpu(ops, p.n, p.labels, pairs)
+        return contract_numpy(p.labels, cut_rows(p.lo, p.hi - p.lo, incoming))
+    return contract_gpu(ops, p.n, p.lo, p.hi, p.labels, incoming)
 
 
 def _join(bname, n: int, *shards: np.ndarray) -> np.ndarray:
@@ -320,8 +359,8 @@ def _final(p: Partition, mapping) -> np.ndarray:
 
 
 def _count(x) -> int:
-    """Rows of a shard, or of a local result's cut (every piece it sends)."""
-    return int(sum(a.shape[0] for a in x[1])) if isinstance(x, tuple) else int(x.shape[0])
+    """Rows of a shard, or the vertices of a local result's cut (every message it sends)."""
+    return int(sum(len(lab) for _, lab in x[1])) if isinstance(x, tuple) else int(x.shape[0])
 
 
 # --- the call ------------------------------------------------------------------------------
@@ -385,8 +424,8 @@ def connected_components(indptr=None, indices=None, *, client=None, edges=None, 
                                     extra={"owned_ranges": ranges})
 
 
-def _pick(local: tuple, q: int) -> np.ndarray:
-    """The cut rows a partition's local result sends to partition q."""
+def _pick(local: tuple, q: int) -> tuple:
+    """The cut message a partition's local result sends to partition q."""
     return local[1][q]
 
 

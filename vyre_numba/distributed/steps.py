@@ -50,11 +50,26 @@ def pack_index(i, out, values):
     return 0
 
 
-def cut_labels(i, theirs, mine, pairs, labels):
-    """theirs[i], mine[i] = the label the row i of the flat (v, label) pairs brought, this
-    partition's label of its v."""
-    theirs[i] = pairs[2 * i + 1]
-    mine[i] = labels[pairs[2 * i]]
+def pack_bits(j, bits, flags, lo, size):
+    """bits[j] = flags[lo + 8j .. lo + 8j + 7] (within size) as one byte, the first flag lowest."""
+    b = 0
+    for t in range(8):
+        i = 8 * j + t
+        if i < size and flags[lo + i] != 0:
+            b |= 1 << t
+    bits[j] = b
+    return 0
+
+
+def unpack_bits(i, flags, bits):
+    """flags[i] = bit i of the bytes `bits`, lowest first."""
+    flags[i] = (bits[i >> 3] >> (i & 7)) & 1
+    return 0
+
+
+def take_owned(i, out, at, labels, pos, lo):
+    """out[at + i] = labels[lo + pos[i]]: an owned vertex's label, by its position in the range."""
+    out[at + i] = labels[lo + pos[i]]
     return 0
 
 

@@ -10,8 +10,10 @@ the labels that cross partitions move.
 3. Contract: q joins label_p(v) with its own label_q(v), unions them among themselves (labels only
    join labels) and sends on (label, root) for each label that moved: as many pairs as local
    components meet at the cut, not as many as the cut has edges.
-4. Merge: the distributed union-find (`unionfind.merge`) reduces each partition's pairs to a forest
-   where they live, then joins the forests in one task: every label's set's smallest label.
+4. Merge: the (label, root) pairs of every owner are joined into one forest, each label under its
+   set's smallest label: on GPU workers by one task on a GPU (the same lock-free union-find as the
+   local components); on CPU workers by the distributed union-find (`unionfind.merge`: each
+   shard reduced to a forest where it lives, then one task joins the forests).
 5. Final: every owned vertex v takes the root of label_p(v) (or label_p(v) itself, when no pair
    names it: then its local component touches no other partition and is whole).
 
@@ -32,9 +34,9 @@ from .unionfind import merge
 
 @dataclass
 class DistributedStats:
-    """What a distributed call did: partitions, the workers and their devices, the union-find's
-    join rounds (1 where pairs crossed partitions: a reduction where each shard lives, then one
-    join), how many label pairs crossed the cut and were merged, and the wall time; `extra`
+    """What a distributed call did: partitions, the workers and their devices, the merge's join
+    rounds (1 where pairs crossed partitions, else 0), how many cut vertices carried a label to
+    their owner and how many label pairs were merged, and the wall time; `extra`
     holds `owned_ranges`, the vertex range [lo, hi) each partition owns."""
 
     partitions: int

@@ -86,12 +86,6 @@ def assign_pairs(i, table, pairs):
     return 0
 
 
-def take(i, out, values, ids):
-    """out[i] = values[ids[i]]."""
-    out[i] = values[ids[i]]
-    return 0
-
-
 def assign(i, table, ids, values):
     """table[ids[i]] = values[i]."""
     table[ids[i]] = values[i]

@@ -353,6 +353,7 @@ def nonzero(flags, *, stream=None):
 
 
 _STAGING = threading.local()  # a thread's own: two threads reading back at once must not share one
+STAGING_KEEP = 256 << 20
 
 
 def _staging(nbytes: int):
@@ -362,7 +363,12 @@ def _staging(nbytes: int):
 
     buf = getattr(_STAGING, "buf", None)
     if buf is None or buf.nbytes < nbytes:
-        buf = _STAGING.buf = cuda.mapped_array(max(nbytes, 1 << 16), np.uint8)  # the old one is freed
+        _STAGING.buf = None  # the old one is freed first
+        try:
+            buf = _STAGING.buf = cuda.mapped_array(max(nbytes, 1 << 16), np.uint8)
+        except Exception as e:  # the driver's out-of-memory, as numba raises it
+            raise DeviceError(f"read_compacted could not pin {nbytes} bytes of host memory for the records ({e}). "
+                              "Fix: pass capacity= (the most records you expect), or read in pieces.") from None
     return buf, buf.device_ctypes_pointer.value
 
 
@@ -442,4 +448,6 @@ def read_compacted(values, flags, *, capacity: int | None = None, stream=None) -
 
     out = np.empty(count, dt)
     copy_bytes(out.view(np.uint8), np.asarray(kept)[:count * dt.itemsize])  # on several threads when large
+    if getattr(_STAGING, "buf", None) is not None and _STAGING.buf.nbytes > STAGING_KEEP:
+        _STAGING.buf = None  # a thread keeps at most this much pinned between calls
     return out

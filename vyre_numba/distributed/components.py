@@ -35,7 +35,7 @@ from .unionfind import merge
 @dataclass
 class DistributedStats:
     """What a distributed call did: partitions, the workers and their devices, the merge's join
-    rounds (1 where pairs crossed partitions, else 0), how many cut vertices carried a label to
+    rounds (1: the owners' pairs are joined once; 0 without partitions), how many cut vertices carried a label to
     their owner and how many label pairs were merged, and the wall time; `extra`
     holds `owned_ranges`, the vertex range [lo, hi) each partition owns."""
 
@@ -97,25 +97,27 @@ def _moved_pairs(ops, n: int, parent, columns) -> np.ndarray:
     for ids, count in columns:
         if count:
             ops.run(steps.mark_moved, count, [flags, parent, ids])
-    return _indexed(ops, n, parent, flags)
+    return _indexed(ops, n, parent, flags, sum(count for _, count in columns))
 
 
-def _indexed(ops, n: int, values, flags) -> np.ndarray:
-    """(i, values[i]) int32 rows for every flagged i < n, ascending: packed into one 64-bit word an
-    item on the device so the rows come back in one selection and one synchronisation."""
+def _indexed(ops, n: int, values, flags, most: int) -> np.ndarray:
+    """(i, values[i]) int32 rows for every flagged i < n (at most `most` are), ascending: packed
+    into one 64-bit word an item on the device so the rows come back in one selection and one
+    synchronisation."""
     from .. import compaction
     from . import steps
 
     packed = ops.empty(n, np.uint64)
     ops.run(steps.pack_index, n, [packed, values])
-    return compaction.read_compacted(packed, flags).view(np.int32).reshape(-1, 2)
+    return compaction.read_compacted(packed, flags, capacity=min(n, most)).view(np.int32).reshape(-1, 2)
 
 
 def cut_gpu(ops, n: int, lo: int, hi: int, labels, touched, bounds) -> list:
     """The cut as one message an owner: (bits, labels) for the owner of [bounds[q], bounds[q+1]),
     where bit i of bits (uint8, lowest first) says vertex bounds[q] + i lies outside [lo, hi) and
     one of the device id arrays `touched` ((ids, count) each) names it, and labels (int32) are
-    this partition's labels of those vertices in order: about half the bytes of (v, label) rows."""
+    this partition's labels of those vertices in order: for a dense cut about half the bytes of
+    (v, label) rows (n / 8 bytes of bits at most, whatever the cut)."""
     from .. import compaction
     from . import steps
 
@@ -134,16 +136,18 @@ def cut_gpu(ops, n: int, lo: int, hi: int, labels, touched, bounds) -> list:
         if size:
             ops.run(steps.pack_bits, int(offs[q + 1] - offs[q]),
                     [bits[int(offs[q]):int(offs[q + 1])], flags, np.int64(bounds[q]), np.int64(size)])
-    kept = compaction.read_compacted(labels, flags)
+    kept = compaction.read_compacted(labels, flags, capacity=min(n, sum(count for _, count in touched)))
     host = ops.download(bits)
     return _messages(host, offs, kept)
 
 
 def _messages(bits: np.ndarray, offs: np.ndarray, kept: np.ndarray) -> list:
-    """Per owner q: its bytes of `bits` and its run of the kept labels (as many as its set bits)."""
+    """Per owner q: its bytes of `bits` and its run of the kept labels (as many as its set bits);
+    an owner none of whose vertices is cut gets two empty arrays."""
     counts = [int(np.bitwise_count(bits[offs[q]:offs[q + 1]]).sum()) for q in range(offs.size - 1)]
     at = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    return [(bits[offs[q]:offs[q + 1]], kept[at[q]:at[q + 1]]) for q in range(offs.size - 1)]
+    return [(bits[offs[q]:offs[q + 1]] if counts[q] else bits[:0], kept[at[q]:at[q + 1]])
+            for q in range(offs.size - 1)]
 
 
 def cut_rows(lo: int, size: int, messages) -> np.ndarray:

@@ -539,7 +539,8 @@ class CudaBackend(Backend):
         self._ensure_context()
         if arr.nbytes >= transfer.STAGED_BYTES:
             d = self._cuda.device_array(arr.shape, arr.dtype, stream=self.stream)
-            transfer.upload(self._drv, d.__cuda_array_interface__["data"][0], arr, self.stream_handle)
+            transfer.upload(self._drv, self._context_key(), d.__cuda_array_interface__["data"][0], arr,
+                            self.stream_handle)
         else:
             d = self._cuda.to_device(arr, stream=self.stream)
         self._count(bytes_uploaded=arr.nbytes)
@@ -588,7 +589,7 @@ class CudaBackend(Backend):
         self.synchronize()
         if nbytes >= transfer.STAGED_BYTES:
             self._ensure_context()
-            transfer.download(self._drv, host, ptr, self.stream_handle)
+            transfer.download(self._drv, self._context_key(), host, ptr, self.stream_handle)
         elif nbytes:
             self._ensure_context()
             driver_check(self._drv.cuMemcpyDtoH(host.ctypes.data, ptr, nbytes), "reading back a buffer")
@@ -611,6 +612,11 @@ class CudaBackend(Backend):
         from .cudagraph import CudaRecordedSequence
 
         return CudaRecordedSequence(self, steps, read)
+
+    def _context_key(self) -> int:
+        """This backend's context handle, as an int (what its staged copies are kept by)."""
+        h = self.context.handle
+        return int(getattr(h, "value", h) or 0)
 
     def _ensure_context(self) -> None:
         """Make this backend's context current in the calling thread (numba-cuda keeps contexts per

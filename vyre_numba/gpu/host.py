@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, Mapping
 
 import numpy as np
@@ -25,6 +25,7 @@ ALIGN = 256
 COPY_CHUNK = 4 << 20  # host copies of several such chunks are split over threads (smaller splits measured slower)
 DIRECT_BYTES = 384 << 10  # below this many bytes moved, staging's lower fixed cost wins (33 against 49 us at 48 KiB)
 _COPIERS: ThreadPoolExecutor | None = None
+_COPIERS_LOCK = threading.Lock()
 
 
 def copy_bytes(dst: np.ndarray, src: np.ndarray) -> None:
@@ -37,10 +38,12 @@ def copy_bytes(dst: np.ndarray, src: np.ndarray) -> None:
         dst[...] = src
         return
     global _COPIERS
-    if _COPIERS is None:
-        _COPIERS = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vyre-copy")
+    with _COPIERS_LOCK:
+        if _COPIERS is None:
+            _COPIERS = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vyre-copy")
     step = -(-n // parts // 4096) * 4096
     jobs = [_COPIERS.submit(dst.__setitem__, slice(a, a + step), src[a:a + step]) for a in range(0, n, step)]
+    wait(jobs)  # every part has stopped writing before this returns or raises
     for j in jobs:
         j.result()
 

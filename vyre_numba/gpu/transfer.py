@@ -3,9 +3,10 @@ host side of each piece is copied on several threads (`host.copy_bytes`) while t
 moves the piece before it. The driver's own pageable path stages on one thread (about 9 GB/s up
 and 3.5 GB/s down on an H100 host, against 54 GB/s from pinned memory).
 
-One pair of buffers a context, taken under a lock: copies from several threads take turns on the
-bus anyway. Every copy waits for its own pieces before it returns, so the caller's host memory may
-change (upload) or be read (download) as soon as the call returns."""
+One pair of buffers a context, taken under the context's lock: copies from several threads take
+turns on the bus anyway. Every copy waits for its own pieces before it returns or raises, so the
+caller's host memory may change (upload) or be read (download) as soon as the call returns, and
+no piece is in flight when the next copy takes the buffers."""
 from __future__ import annotations
 
 import threading
@@ -17,62 +18,74 @@ from .launch import driver_check as check
 
 STAGED_BYTES = 2 * COPY_CHUNK  # from this size on, the copy is staged (below it the driver's path is as fast)
 PIECE = 8 * COPY_CHUNK  # one buffer: a piece copied on up to eight threads
-_LOCK = threading.Lock()
-_BUFFERS: dict = {}  # context handle -> [pinned uint8 array, pinned uint8 array, event, event]
+_BUFFERS: dict = {}  # context handle -> [lock, pinned uint8 array, pinned uint8 array, event, event]
+_BUFFERS_LOCK = threading.Lock()
 
 
-def _buffers(drv) -> list:
-    """The current context's pair of pinned buffers and their events (made on first use)."""
-    err, ctx = drv.cuCtxGetCurrent()
-    check(err, "reading the current context")
-    bufs = _BUFFERS.get(int(ctx))
-    if bufs is None:
-        from numba import cuda
+def _buffers(drv, context: int) -> list:
+    """The context's lock, pair of pinned buffers and their events (made on first use; the
+    context is current)."""
+    with _BUFFERS_LOCK:
+        bufs = _BUFFERS.get(context)
+        if bufs is None:
+            from numba import cuda
 
-        events = []
-        for _ in range(2):
-            err, ev = drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING)
-            check(err, "creating a copy event")
-            events.append(ev)
-        bufs = _BUFFERS[int(ctx)] = [cuda.pinned_array(PIECE, np.uint8), cuda.pinned_array(PIECE, np.uint8), *events]
+            events = []
+            for _ in range(2):
+                err, ev = drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+                check(err, "creating a copy event")
+                events.append(ev)
+            bufs = _BUFFERS[context] = [threading.Lock(), cuda.pinned_array(PIECE, np.uint8),
+                                        cuda.pinned_array(PIECE, np.uint8), *events]
     return bufs
 
 
-def upload(drv, dst: int, src: np.ndarray, stream: int) -> None:
-    """Copy the bytes of the contiguous host array `src` to device address `dst`, in order on `stream`."""
+def _settle(drv, events) -> None:
+    """Wait for both buffers' last copies (so none is in flight when the lock is let go)."""
+    for ev in events:
+        check(drv.cuEventSynchronize(ev)[0], "waiting for a staged copy")
+
+
+def upload(drv, context: int, dst: int, src: np.ndarray, stream: int) -> None:
+    """Copy the bytes of the contiguous host array `src` to device address `dst`, in order on
+    `stream` (of the current context, whose handle is `context`)."""
     flat = src.reshape(-1).view(np.uint8)
-    with _LOCK:
-        bufs = _buffers(drv)
-        for i, at in enumerate(range(0, flat.size, PIECE)):
-            size = min(PIECE, flat.size - at)
-            buf, ev = bufs[i % 2], bufs[2 + i % 2]
-            check(drv.cuEventSynchronize(ev)[0], "waiting for a staging buffer")  # its last piece has left
-            copy_bytes(buf[:size], flat[at:at + size])
-            check(drv.cuMemcpyHtoDAsync(dst + at, buf.ctypes.data, size, stream)[0], "uploading a piece")
-            check(drv.cuEventRecord(ev, stream)[0], "recording a copy event")
-        for ev in bufs[2:]:
-            check(drv.cuEventSynchronize(ev)[0], "waiting for the upload")
+    lock, *bufs = _buffers(drv, context)
+    with lock:
+        try:
+            for i, at in enumerate(range(0, flat.size, PIECE)):
+                size = min(PIECE, flat.size - at)
+                buf, ev = bufs[i % 2], bufs[2 + i % 2]
+                check(drv.cuEventSynchronize(ev)[0], "waiting for a staging buffer")  # its last piece has left
+                copy_bytes(buf[:size], flat[at:at + size])
+                check(drv.cuMemcpyHtoDAsync(dst + at, buf.ctypes.data, size, stream)[0], "uploading a piece")
+                check(drv.cuEventRecord(ev, stream)[0], "recording a copy event")
+        finally:
+            _settle(drv, bufs[2:])
 
 
-def download(drv, dst: np.ndarray, src: int, stream: int) -> None:
+def download(drv, context: int, dst: np.ndarray, src: int, stream: int) -> None:
     """Copy the bytes at device address `src` into the contiguous host array `dst`, after the
-    work enqueued on `stream` before it."""
+    work enqueued on `stream` before it (`context` as for `upload`)."""
     flat = dst.reshape(-1).view(np.uint8)
     starts = list(range(0, flat.size, PIECE))
-    with _LOCK:
-        bufs = _buffers(drv)
+    lock, *bufs = _buffers(drv, context)
 
-        def enqueue(i: int) -> None:
-            at = starts[i]
-            size = min(PIECE, flat.size - at)
-            check(drv.cuMemcpyDtoHAsync(bufs[i % 2].ctypes.data, src + at, size, stream)[0], "reading back a piece")
-            check(drv.cuEventRecord(bufs[2 + i % 2], stream)[0], "recording a copy event")
+    def enqueue(i: int) -> None:
+        at = starts[i]
+        size = min(PIECE, flat.size - at)
+        check(drv.cuMemcpyDtoHAsync(bufs[i % 2].ctypes.data, src + at, size, stream)[0], "reading back a piece")
+        check(drv.cuEventRecord(bufs[2 + i % 2], stream)[0], "recording a copy event")
 
-        for i in range(min(2, len(starts))):
-            enqueue(i)
-        for i, at in enumerate(starts):
-            size = min(PIECE, flat.size - at)
-            check(drv.cuEventSynchronize(bufs[2 + i % 2])[0], "waiting for a piece")
-            copy_bytes(flat[at:at + size], bufs[i % 2][:size])
-            if i + 2 < len(starts):  # this buffer is free again
-                enqueue(i + 2)
+    with lock:
+        try:
+            for i in range(min(2, len(starts))):
+                enqueue(i)
+            for i, at in enumerate(starts):
+                size = min(PIECE, flat.size - at)
+                check(drv.cuEventSynchronize(bufs[2 + i % 2])[0], "waiting for a piece")
+                copy_bytes(flat[at:at + size], bufs[i % 2][:size])
+                if i + 2 < len(starts):  # this buffer is free again
+                    enqueue(i + 2)
+        finally:
+            _settle(drv, bufs[2:])

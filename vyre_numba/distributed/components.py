@@ -92,12 +92,21 @@ def _moved_pairs(ops, n: int, parent, columns) -> np.ndarray:
     ((ids, count) each) whose root in `parent` is another id: selected on the device, one read."""
     from . import steps
 
+    flags = _marked(ops, n, steps.mark_moved, columns, parent)
+    return _indexed(ops, n, parent, flags, sum(count for _, count in columns))
+
+
+def _marked(ops, n: int, step, columns, *args):
+    """n zeroed uint8 flags, then `step(i, flags, ids, *args)` over each device id array of
+    `columns` ((ids, count) each)."""
+    from . import steps
+
     flags = ops.empty(n, np.uint8)
     ops.run(steps.clear, n, [flags])
     for ids, count in columns:
         if count:
-            ops.run(steps.mark_moved, count, [flags, parent, ids])
-    return _indexed(ops, n, parent, flags, sum(count for _, count in columns))
+            ops.run(step, count, [flags, ids, *args])
+    return flags
 
 
 def _indexed(ops, n: int, values, flags, most: int) -> np.ndarray:
@@ -126,11 +135,7 @@ def cut_gpu(ops, n: int, lo: int, hi: int, labels, touched, bounds) -> list:
     offs = np.concatenate([[0], np.cumsum(-(-sizes // 8))]).astype(np.int64)
     if n == 0:
         return [(np.zeros(int(offs[q + 1] - offs[q]), np.uint8), np.zeros(0, np.int32)) for q in range(sizes.size)]
-    flags = ops.empty(n, np.uint8)
-    ops.run(steps.clear, n, [flags])
-    for ids, count in touched:
-        if count:
-            ops.run(steps.mark_outside, count, [flags, ids, np.int64(lo), np.int64(hi)])
+    flags = _marked(ops, n, steps.mark_outside, touched, np.int64(lo), np.int64(hi))
     bits = ops.empty(max(int(offs[-1]), 1), np.uint8)
     for q, size in enumerate(sizes):
         if size:

@@ -35,7 +35,7 @@ def mark_outside(i, flags, ids, lo, hi):
     return 0
 
 
-def mark_moved(i, flags, parent, ids):
+def mark_moved(i, flags, ids, parent):
     """Flag id ids[i] if it is not its own root."""
     x = ids[i]
     if parent[x] != x:

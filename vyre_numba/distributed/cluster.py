@@ -91,15 +91,12 @@ def backend_name(backend) -> str | None:
     return name
 
 
-def worker_device(bname: str | None, shared: str | None = None) -> dict:
-    """(Runs on a worker.) The backend this worker resolves, on the GPU which GPU it is, and
-    whether it sees the call's shared-memory directory `shared` (`exchange`)."""
+def worker_device(bname: str | None) -> dict:
+    """(Runs on a worker.) The backend this worker resolves and, on the GPU, which GPU it is."""
     from ..backend import resolve_backend
-    from .exchange import visible
 
     be = resolve_backend(bname)
-    info = {"backend": be.name, "host": socket.gethostname(), "pid": os.getpid(), "gpu": None,
-            "sees": visible(shared)}
+    info = {"backend": be.name, "host": socket.gethostname(), "pid": os.getpid(), "gpu": None}
     if be.name == "cuda":
         from numba import cuda
 
@@ -116,11 +113,9 @@ def devices(client, workers: list[str], bname: str | None) -> dict[str, dict]:
     return checked_devices(ask_devices(client, workers, bname))
 
 
-def ask_devices(client, workers: list[str], bname: str | None, shared: str | None = None) -> dict:
-    """The futures of `devices` (the caller goes on while the workers answer); each also says
-    whether it sees the shared-memory directory `shared`."""
-    return {w: client.submit(worker_device, bname, shared, workers=[w], pure=False, key=key("device"))
-            for w in workers}
+def ask_devices(client, workers: list[str], bname: str | None) -> dict:
+    """The futures of `devices` (the caller goes on while the workers answer)."""
+    return {w: client.submit(worker_device, bname, workers=[w], pure=False, key=key("device")) for w in workers}
 
 
 def checked_devices(asked: dict) -> dict[str, dict]:

@@ -29,7 +29,6 @@ import numpy as np
 
 from ..errors import DispatchError, host_memory
 from . import cluster
-from .exchange import Exchange, Sent, mapped, received, send, write_at
 from .unionfind import merge
 
 
@@ -38,9 +37,7 @@ class DistributedStats:
     """What a distributed call did: partitions, the workers and their devices, the merge's join
     rounds (1: the owners' pairs are joined once; 0 without partitions), how many cut vertices carried a label to
     their owner and how many label pairs were merged, and the wall time; `extra`
-    holds `owned_ranges`, the vertex range [lo, hi) each partition owns, and for connected
-    components `shared_memory` (whether the call's processes exchanged arrays through /dev/shm)
-    with the bytes of the cut and of the merged pairs that went that way."""
+    holds `owned_ranges`, the vertex range [lo, hi) each partition owns."""
 
     partitions: int
     workers: list
@@ -272,17 +269,11 @@ def _global_indptr(n: int, lo: int, hi: int, rows: np.ndarray) -> np.ndarray:
     return ip
 
 
-def _local(bname, n, lo, hi, kind, a, b, bounds, paths):
-    """(Runs on a worker.) The partition with its local labels, and its cut split by owner, each
-    message to owner q sent through the shared-memory directory paths[q] where there is one. A CSR
+def _local(bname, n, lo, hi, kind, a, b, bounds):
+    """(Runs on a worker.) The partition with its local labels, and its cut split by owner. A CSR
     partition is (rows, indices); an edge partition is a chunk of the edges (an (m, 2) array, or a
     DataFrame chunk and its two columns), checked here and range-checked on the GPU while its
     columns are split there."""
-    p, messages = _local_cut(bname, n, lo, hi, kind, a, b, bounds)
-    return p, [(send(path, bits), send(path, lab)) for (bits, lab), path in zip(messages, paths)]
-
-
-def _local_cut(bname, n, lo, hi, kind, a, b, bounds):
     from ..backend import resolve_backend
 
     be = resolve_backend(bname)
@@ -351,55 +342,43 @@ def _rows(parts) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros((0, 2), np.int64)
 
 
-def _contract(p: Partition, path, *incoming) -> np.ndarray:
-    """(Runs on the owner.) (label, root) pairs from the cut messages other partitions sent here,
-    sent on through the shared-memory directory `path` where there is one."""
-    incoming = [(received(bits), received(lab)) for bits, lab in incoming]
+def _contract(p: Partition, *incoming) -> np.ndarray:
+    """(Runs on the owner.) (label, root) pairs from the cut messages other partitions sent here."""
     ops = p.ops()
     if ops is None:
         return contract_numpy(p.labels, cut_rows(p.lo, p.hi - p.lo, incoming))
-    return send(path, contract_gpu(ops, p.n, p.lo, p.hi, p.labels, incoming))
+    return contract_gpu(ops, p.n, p.lo, p.hi, p.labels, incoming)
 
 
-def _join(bname, n: int, path, *shards: np.ndarray) -> np.ndarray:
+def _join(bname, n: int, *shards: np.ndarray) -> np.ndarray:
     """(Runs on a GPU worker.) Every (label, root) pair of the shards joined: (id, root) rows."""
     from ..backend import resolve_backend
 
-    return send(path, join_gpu(Ops(resolve_backend(bname)), n, _rows([received(s) for s in shards])))
+    return join_gpu(Ops(resolve_backend(bname)), n, _rows(shards))
 
 
-def _final(p: Partition, mapping, area: str | None):
+def _final(p: Partition, mapping) -> np.ndarray:
     """(Runs on the owner.) The owned vertices' global labels through the (id, root) rows
-    `mapping` (or the (ids, roots) of the CPU union-find): returned, or written into the
-    shared-memory file `area` at the owned range (then their count is returned)."""
+    `mapping` (or the (ids, roots) of the CPU union-find)."""
     ops = p.ops()
     if ops is None:
         ids, roots = mapping
         table = np.arange(p.n, dtype=np.int64)
         table[ids] = roots
-        labels = table[p.labels[p.lo:p.hi]].astype(np.int32)
-    else:
-        labels = final_gpu(ops, p.n, p.lo, p.hi, p.labels, received(mapping))
-    if area is None:
-        return labels
-    write_at(area, labels, 4 * p.lo)
-    return labels.size
+        return table[p.labels[p.lo:p.hi]].astype(np.int32)
+    return final_gpu(ops, p.n, p.lo, p.hi, p.labels, mapping)
 
 
-def _count(x) -> tuple[int, int]:
-    """Rows of a shard, or the vertices of a local result's cut (every message it sends), and how
-    many of their bytes went through shared memory."""
-    arrays = [a for message in x[1] for a in message] if isinstance(x, tuple) else [x]
-    rows = sum(lab.shape[0] for lab in arrays[1::2]) if isinstance(x, tuple) else x.shape[0]  # Sent has a shape
-    shared = sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a in arrays if isinstance(a, Sent))
-    return int(rows), int(shared)
+def _count(x) -> int:
+    """Rows of a shard, or the vertices of a local result's cut (every message it sends)."""
+    return int(sum(len(lab) for _, lab in x[1])) if isinstance(x, tuple) else int(x.shape[0])
 
 
 # --- the call ------------------------------------------------------------------------------
 @host_memory("distributed connected_components")
 def connected_components(indptr=None, indices=None, *, client=None, edges=None, n: int | None = None,
                          backend=None, partitions: int | None = None, columns=("src", "dst"),
-                         shared_memory: bool = True, stats: bool = False):
+                         stats: bool = False):
     """Component labels (int32, NumPy) of a graph spread over a Dask cluster, equal to the
     single-GPU `vyre_numba.graph.connected_components`: label[v] is the smallest vertex id in v's
     component, edges taken as undirected.
@@ -408,21 +387,12 @@ def connected_components(indptr=None, indices=None, *, client=None, edges=None, 
     one per worker), or `edges`: a Dask array of shape (m, 2) or a Dask DataFrame with the two
     `columns`, already spread over the workers (a partition per chunk; then `n`, the vertex count,
     is required). Each worker computes on its own GPU (`backend` None or "cuda"; one worker per GPU,
-    as dask_cuda.LocalCUDACluster starts them) or with NumPy (`backend="reference"`).
-    `shared_memory`: where the client and every worker share a host, hand the cut, the merged pairs
-    and the labels between processes through /dev/shm (`distributed.exchange`) rather than Dask's
-    comm; False sends everything through Dask. With `stats=True` returns (labels, DistributedStats)."""
-    if not isinstance(shared_memory, bool):
-        raise DispatchError(f"shared_memory is {shared_memory!r}. Fix: pass True or False.")
-    with Exchange(shared_memory) as ex:
-        return _components(client, indptr, indices, edges, n, backend, partitions, columns, ex, stats)
-
-
-def _components(client, indptr, indices, edges, n, backend, partitions, columns, ex: Exchange, stats: bool):
+    as dask_cuda.LocalCUDACluster starts them) or with NumPy (`backend="reference"`). With
+    `stats=True` returns (labels, DistributedStats)."""
     t0 = time.perf_counter()
     workers = cluster.workers_of(client)
     bname = cluster.backend_name(backend)
-    asked = cluster.ask_devices(client, workers, bname, ex.path)  # answered while the edges are placed
+    asked = cluster.ask_devices(client, workers, bname)  # answered while the edges are placed
     if edges is not None:
         if indptr is not None or indices is not None:
             raise DispatchError("both a CSR and `edges` were given. Fix: pass one graph: (indptr, indices) or edges=.")
@@ -438,44 +408,31 @@ def _components(client, indptr, indices, edges, n, backend, partitions, columns,
             raise DispatchError("n is read from indptr for a CSR. Fix: leave n out (it is for edges=).")
         specs, n, places = _csr_parts(indptr, indices, partitions, workers)
     devices = cluster.checked_devices(asked)
-    shm = ex.path if all(d["sees"] for d in devices.values()) else None
-
-    def path(src, dst):  # tasks of one worker hand over objects, not bytes
-        return shm if src != dst else None
-
     k = len(specs)
     bounds = np.array([s[2] for s in specs] + [specs[-1][3]], np.int64) if k else np.zeros(1, np.int64)
-    locs = [cluster.submit(client, _local, bname, n, *spec[2:], bounds, [path(w, v) for v in places],
-                           worker=w, name="cc-local") for spec, w in zip(specs, places)]
+    locs = [cluster.submit(client, _local, bname, n, *spec[2:], bounds, worker=w, name="cc-local")
+            for spec, w in zip(specs, places)]
     parts = [cluster.part(client, f, 0, w, "cc-partition") for f, w in zip(locs, places)]
     to = [[cluster.submit(client, _pick, f, q, worker=w, name="cc-cut-to") for f, w in zip(locs, places)]
           for q in range(k)]
-    gpus = _on_gpus(devices)
-    joiner = places[0] if k else None
-    shards = [cluster.submit(client, _contract, parts[q], path(places[q], joiner) if gpus else None, *to[q],
-                             worker=places[q], name="cc-contract") for q in range(k)]
-    if gpus:
-        spread = shm if any(w != joiner for w in places) else None
-        mapping = cluster.submit(client, _join, bname, n, spread, *shards, worker=joiner, name="cc-join")
+    shards = [cluster.submit(client, _contract, parts[q], *to[q], worker=places[q], name="cc-contract")
+              for q in range(k)]
+    if _on_gpus(devices):
+        mapping = cluster.submit(client, _join, bname, n, *shards, worker=places[0] if k else None, name="cc-join")
         rounds = int(bool(shards))
     else:
         mapping, rounds = merge(client, shards, places, name="cc-merge")
-    area = ex.area(4 * n) if shm else None
-    finals = [cluster.submit(client, _final, parts[q], mapping, area, worker=places[q], name="cc-final")
-              for q in range(k)]
-    got = client.gather(finals, direct=True)
-    labels = mapped(area, np.int32, (n,)) if area else np.concatenate([np.zeros(0, np.int32)] + got)
+    finals = [cluster.submit(client, _final, parts[q], mapping, worker=places[q], name="cc-final") for q in range(k)]
+    labels = np.concatenate([np.zeros(0, np.int32)] + client.gather(finals, direct=True))
     if not stats:
         return labels
-    cut = np.sum(client.gather([cluster.submit(client, _count, f, worker=w, name="cc-count")
-                                for f, w in zip(locs, places)]), 0, dtype=np.int64).reshape(2)
-    merged = np.sum(client.gather([cluster.submit(client, _count, s, worker=w, name="cc-count")
-                                   for s, w in zip(shards, places)]), 0, dtype=np.int64).reshape(2)
+    cut = sum(client.gather([cluster.submit(client, _count, f, worker=w, name="cc-count")
+                             for f, w in zip(locs, places)]))
+    merged = sum(client.gather([cluster.submit(client, _count, s, worker=w, name="cc-count")
+                                for s, w in zip(shards, places)]))
     ranges = [(int(s[2]), int(s[3])) for s in specs]
-    return labels, DistributedStats(k, workers, devices, rounds, int(cut[0]), int(merged[0]),
-                                    time.perf_counter() - t0,
-                                    extra={"owned_ranges": ranges, "shared_memory": shm is not None,
-                                           "shared_cut_bytes": int(cut[1]), "shared_pair_bytes": int(merged[1])})
+    return labels, DistributedStats(k, workers, devices, rounds, cut, merged, time.perf_counter() - t0,
+                                    extra={"owned_ranges": ranges})
 
 
 def _pick(local: tuple, q: int) -> tuple:

@@ -388,6 +388,37 @@ def test_cuda_large_uploads_from_several_threads_at_once_stay_apart():
         assert all(pool.map(round_trip, range(4)))
 
 
+@pytest.mark.gpu
+def test_cuda_backends_on_two_gpus_used_in_turn_by_one_thread_each_work_on_their_own():
+    """A thread that uses backend B (GPU 1) and then A (GPU 0) must run A's driver calls in A's
+    context: uploads, resident dispatches, host dispatches and downloads on both, alternating."""
+    from numba import cuda
+
+    from vyre_numba.gpu import CudaBackend
+    from vyre_numba.gpu import transfer
+
+    if len(cuda.gpus) < 2:
+        pytest.skip("needs two GPUs (run on the device's nvidia-h100-x2)")
+    a = vn.get_backend("cuda")
+    with cuda.gpus[1]:
+        b = CudaBackend()
+    assert a._ctx != b._ctx
+    drv = a._drv
+    for r in range(3):
+        for k, be in enumerate((b, a, b, a)):
+            for size in (1000 + k, transfer.STAGED_BYTES // 4 + 17):  # a direct copy and a staged one
+                x = np.arange(size, dtype=np.uint32) * np.uint32(r + k + 1)
+                buf = be.upload(x)
+                err, ordinal = drv.cuPointerGetAttribute(
+                    drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, buf.device_ctypes_pointer.value)
+                assert int(ordinal) == (1 if be is b else 0), (r, k, size)
+                out = be.empty(size, np.uint32)
+                be.dispatch_resident(affine(mul=3, add=r), [buf, out])
+                assert np.array_equal(be.download(out), x * np.uint32(3) + np.uint32(r))
+                (y,) = be.dispatch(affine(mul=5, add=k), [x])
+                assert np.array_equal(y, x * np.uint32(5) + np.uint32(k))
+
+
 def test_reference_resident_failure_writes_nothing():
     backend = vn.get_backend("reference")
     y = np.full(8, 5, np.uint32)

@@ -92,7 +92,17 @@ def backend_name(backend) -> str | None:
 
 
 def worker_device(bname: str | None) -> dict:
-    """(Runs on a worker.) The backend this worker resolves and, on the GPU, which GPU it is."""
+    """(Runs on a worker.) The backend this worker resolves and, on the GPU, which GPU it is (asked
+    once a process and name: a worker's device does not change while it lives)."""
+    if bname not in _DEVICE:
+        _DEVICE[bname] = _ask_device(bname)
+    return dict(_DEVICE[bname])
+
+
+_DEVICE: dict = {}
+
+
+def _ask_device(bname: str | None) -> dict:
     from ..backend import resolve_backend
 
     be = resolve_backend(bname)

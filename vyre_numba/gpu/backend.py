@@ -28,6 +28,8 @@ from .streams import StreamPool
 from .resident import BufferViews, Prepared
 from .tuning import TuneStore
 
+_CURRENT = threading.local()  # .context: the context a backend last made current in this thread
+
 
 @dataclass
 class CompiledKernel:
@@ -87,7 +89,7 @@ class CudaBackend(Backend):
         self._hot_base = [0, 0]
         self._hot_lock = threading.Lock()
         self._thread = threading.local()
-        self._thread.ready = True
+        self._ctx = self._context_key()
         self.streams = StreamPool(lambda: _new_stream(drv), destroy=lambda s: drv.cuStreamDestroy(s))
 
     # ---- compilation ----------------------------------------------------------------------------
@@ -484,7 +486,7 @@ class CudaBackend(Backend):
         object: CuPy, PyTorch) bound in binding order, writing outputs in place; nothing is copied.
         Pure outputs are zeroed first. The launch is enqueued on this backend's stream; call
         `synchronize()` (or `download`) to wait for it."""
-        if not getattr(self._thread, "ready", False):
+        if getattr(_CURRENT, "context", None) != self._ctx:
             self._ensure_context()
         try:
             prep = self._prepared.get((id(program), config, _tune_bucket(config, buffers)))
@@ -620,16 +622,20 @@ class CudaBackend(Backend):
 
     def _ensure_context(self) -> None:
         """Make this backend's context current in the calling thread (numba-cuda keeps contexts per
-        thread; raw driver calls need the right one current)."""
-        if getattr(self._thread, "ready", False):
+        thread; raw driver calls need the right one current). The driver is asked which context is
+        current (numba's `with cuda.gpus[i]` may have changed it); the answer is kept for the
+        resident dispatch, whose microseconds trust it, once for every backend of the thread, so
+        backends on two GPUs used in turn switch each time."""
+        drv = self._drv
+        err, current = drv.cuCtxGetCurrent()
+        if err == drv.CUresult.CUDA_SUCCESS and int(current) == self._ctx:
+            _CURRENT.context = self._ctx
             return
-        from cuda.bindings import driver as drv
-
         (err,) = drv.cuCtxSetCurrent(self.context.handle)
         if err != drv.CUresult.CUDA_SUCCESS:
             raise DeviceError(f"making the CUDA context current in this thread failed: {err.name}. "
                               "Fix: create the backend in the process that uses it, after selecting the device.")
-        self._thread.ready = True
+        _CURRENT.context = self._ctx
 
     def synchronize(self) -> None:
         """Wait for everything enqueued on this backend's stream; a kernel fault becomes DeviceError."""

@@ -389,34 +389,28 @@ def test_cuda_large_uploads_from_several_threads_at_once_stay_apart():
 
 
 @pytest.mark.gpu
-def test_cuda_backends_on_two_gpus_used_in_turn_by_one_thread_each_work_on_their_own():
-    """A thread that uses backend B (GPU 1) and then A (GPU 0) must run A's driver calls in A's
-    context: uploads, resident dispatches, host dispatches and downloads on both, alternating."""
+def test_cuda_a_backend_on_a_second_gpu_of_the_process_is_refused_and_the_first_still_works():
+    """numba-cuda places arrays and launches in the context it attached to the thread, so a second
+    GPU in one process would silently get the first one's arrays: refused, with the way out."""
     from numba import cuda
 
     from vyre_numba.gpu import CudaBackend
-    from vyre_numba.gpu import transfer
 
     if len(cuda.gpus) < 2:
         pytest.skip("needs two GPUs (run on the device's nvidia-h100-x2)")
     a = vn.get_backend("cuda")
-    with cuda.gpus[1]:
-        b = CudaBackend()
-    assert a._ctx != b._ctx
-    drv = a._drv
-    for r in range(3):
-        for k, be in enumerate((b, a, b, a)):
-            for size in (1000 + k, transfer.STAGED_BYTES // 4 + 17):  # a direct copy and a staged one
-                x = np.arange(size, dtype=np.uint32) * np.uint32(r + k + 1)
-                buf = be.upload(x)
-                err, ordinal = drv.cuPointerGetAttribute(
-                    drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, buf.device_ctypes_pointer.value)
-                assert int(ordinal) == (1 if be is b else 0), (r, k, size)
-                out = be.empty(size, np.uint32)
-                be.dispatch_resident(affine(mul=3, add=r), [buf, out])
-                assert np.array_equal(be.download(out), x * np.uint32(3) + np.uint32(r))
-                (y,) = be.dispatch(affine(mul=5, add=k), [x])
-                assert np.array_equal(y, x * np.uint32(5) + np.uint32(k))
+    first = cuda.get_current_device().id
+    other = 1 - first if first in (0, 1) else 0
+    with cuda.gpus[other]:
+        with pytest.raises(vn.VyreError) as e:
+            CudaBackend()
+    fix_in(e)
+    assert "one process per GPU" in str(e.value)
+    assert isinstance(CudaBackend(), CudaBackend)  # the same GPU again is fine
+    x = np.arange(1000, dtype=np.uint32)
+    out = a.empty(x.size, np.uint32)
+    a.dispatch_resident(affine(mul=3, add=2), [a.upload(x), out])
+    assert np.array_equal(a.download(out), x * np.uint32(3) + np.uint32(2))
 
 
 def test_reference_resident_failure_writes_nothing():

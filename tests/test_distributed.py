@@ -282,6 +282,24 @@ def test_a_cluster_without_workers_is_waited_for_then_refused(monkeypatch):
             connected_components(np.array([0, 1, 1]), np.array([0]), client=c, backend="reference")
 
 
+def test_workers_devices_are_asked_once_while_the_same_worker_processes_live():
+    indptr, indices = rmat(8, 4, seed=1)
+    want = components_one(indptr, indices, backend="reference")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as lc, \
+            distributed.Client(lc) as c:
+        def asked() -> int:
+            with distributed.get_task_stream(c) as ts:
+                assert np.array_equal(connected_components(indptr, indices, client=c, backend="reference"), want)
+            return sum(str(t["key"]).startswith("vyre-device") for t in ts.data)
+
+        assert asked() == 2
+        assert asked() == 0
+        c.restart()  # new worker processes: asked again
+        c.wait_for_workers(2)
+        assert asked() == 2
+        assert asked() == 0
+
+
 def test_the_union_find_gives_each_id_its_sets_smallest_id():
     """`unionfind.union`, `_forest` and `_joined` (what the workers and the join task run) against
     SciPy's components on random pairs: dense and sparse ids, negative ids, shards of any split."""

@@ -6,7 +6,9 @@ from __future__ import annotations
 import operator
 import os
 import socket
+import threading
 import uuid
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -71,8 +73,12 @@ WAIT_FOR_WORKERS = 10.0
 
 
 def _workers(client) -> list[str]:
+    return sorted(_worker_info(client))
+
+
+def _worker_info(client) -> dict:
     info = client.scheduler_info(n_workers=-1) if _takes_n_workers(client) else client.scheduler_info()
-    return sorted(info["workers"])
+    return info["workers"]
 
 
 def _takes_n_workers(client) -> bool:
@@ -92,17 +98,7 @@ def backend_name(backend) -> str | None:
 
 
 def worker_device(bname: str | None) -> dict:
-    """(Runs on a worker.) The backend this worker resolves and, on the GPU, which GPU it is (asked
-    once a process and name: a worker's device does not change while it lives)."""
-    if bname not in _DEVICE:
-        _DEVICE[bname] = _ask_device(bname)
-    return dict(_DEVICE[bname])
-
-
-_DEVICE: dict = {}
-
-
-def _ask_device(bname: str | None) -> dict:
+    """(Runs on a worker.) The backend this worker resolves and, on the GPU, which GPU it is."""
     from ..backend import resolve_backend
 
     be = resolve_backend(bname)
@@ -123,14 +119,39 @@ def devices(client, workers: list[str], bname: str | None) -> dict[str, dict]:
     return checked_devices(ask_devices(client, workers, bname))
 
 
-def ask_devices(client, workers: list[str], bname: str | None) -> dict:
-    """The futures of `devices` (the caller goes on while the workers answer)."""
-    return {w: client.submit(worker_device, bname, workers=[w], pure=False, key=key("device")) for w in workers}
+def ask_devices(client, workers: list[str], bname: str | None) -> "Asked":
+    """`devices` asked (the caller goes on while the workers answer); the answers of workers asked
+    before, while the same worker processes live (address and scratch directory: a restarted
+    worker has a new one), are not asked again."""
+    info = _worker_info(client)
+    lives = (client.id, bname, tuple((w, str(info.get(w, {}).get("local_directory"))) for w in workers))
+    with _KNOWN_LOCK:
+        known = _KNOWN.get(lives)
+    if known is not None:
+        return Asked(lives, {}, known)
+    return Asked(lives, {w: client.submit(worker_device, bname, workers=[w], pure=False, key=key("device"))
+                         for w in workers}, None)
 
 
-def checked_devices(asked: dict) -> dict[str, dict]:
-    """`devices` from the futures of `ask_devices`."""
-    infos = {w: f.result() for w, f in asked.items()}
+@dataclass
+class Asked:
+    """Workers' devices being asked (`futures`), or already known (`known`)."""
+
+    lives: tuple
+    futures: dict
+    known: dict | None
+
+
+_KNOWN: dict = {}  # Asked.lives -> the checked devices, oldest first
+_KNOWN_LOCK = threading.Lock()
+_KEEP = 16
+
+
+def checked_devices(asked: Asked) -> dict[str, dict]:
+    """`devices` from `ask_devices`."""
+    if asked.known is not None:
+        return {w: dict(i) for w, i in asked.known.items()}
+    infos = {w: f.result() for w, f in asked.futures.items()}
     kinds = {i["backend"] for i in infos.values()}
     if len(kinds) > 1:
         raise DispatchError(f"the workers resolve different backends {sorted(kinds)}. Fix: pass backend='cuda' "
@@ -143,7 +164,11 @@ def checked_devices(asked: dict) -> dict[str, dict]:
         if other != w:
             raise DispatchError(f"workers {other} and {w} both run on GPU {i['gpu']} of {i['host']}. Fix: start one "
                                 "worker per GPU with dask_cuda.LocalCUDACluster(), or pass backend='reference'.")
-    return infos
+    with _KNOWN_LOCK:
+        _KNOWN[asked.lives] = infos
+        while len(_KNOWN) > _KEEP:
+            _KNOWN.pop(next(iter(_KNOWN)))
+    return {w: dict(i) for w, i in infos.items()}
 
 
 def key(name: str) -> str:

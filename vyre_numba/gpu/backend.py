@@ -29,6 +29,24 @@ from .resident import BufferViews, Prepared
 from .tuning import TuneStore
 
 _CURRENT = threading.local()  # .context: the context a backend last made current in this thread
+_GPU: list = []  # the GPU (id, name) this process computes on, once a backend is made
+
+
+def _one_gpu_a_process(dev) -> None:
+    """Refuse a backend on a second GPU: numba-cuda allocates and launches in the context it
+    attached to the thread, so a backend on GPU 1 in a process already on GPU 0 would put its
+    arrays on GPU 0."""
+    with _GPU_LOCK:
+        if not _GPU:
+            _GPU.append((int(dev.id), dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)))
+        if _GPU[0][0] != int(dev.id):
+            raise DeviceError(f"this process computes on GPU {_GPU[0][0]} ({_GPU[0][1]}); a backend on GPU "
+                              f"{int(dev.id)} is refused: numba-cuda would place its arrays and launches on GPU "
+                              f"{_GPU[0][0]}. Fix: run one process per GPU (dask_cuda.LocalCUDACluster, or "
+                              "CUDA_VISIBLE_DEVICES=<gpu> python ...) and use vyre_numba.distributed across them.")
+
+
+_GPU_LOCK = threading.Lock()
 
 
 @dataclass
@@ -62,10 +80,12 @@ class CudaBackend(Backend):
     def __init__(self, *, ptx_cache_size: int = 512, module_cache_size: int = 128, host_plans: int = 32,
                  host_plan_bytes: int = 1 << 30):
         """Bind to the current device and context. Caches are bounded by the given entry counts;
-        host dispatch keeps the device buffers of at most `host_plans` shapes, `host_plan_bytes` in all."""
+        host dispatch keeps the device buffers of at most `host_plans` shapes, `host_plan_bytes` in all.
+        A process computes on one GPU: a backend on another GPU than the first one is refused."""
         from cuda.bindings import driver as drv
         from numba import cuda
 
+        _one_gpu_a_process(cuda.get_current_device())
         self._cuda, self._drv = cuda, drv
         self.caps: DeviceCaps = caps()
         self.context = cuda.current_context()

@@ -11,9 +11,8 @@ the labels that cross partitions move.
    join labels) and sends on (label, root) for each label that moved: as many pairs as local
    components meet at the cut, not as many as the cut has edges.
 4. Merge: the (label, root) pairs of every owner are joined into one forest, each label under its
-   set's smallest label: on GPU workers by a task on each worker's GPU (the same lock-free
-   union-find as the local components; every worker joins all the pairs, so only the pairs move
-   and the forest stays where the finals read it); on CPU workers by the distributed union-find (`unionfind.merge`: each
+   set's smallest label: on GPU workers by one task on a GPU (the same lock-free union-find as the
+   local components); on CPU workers by the distributed union-find (`unionfind.merge`: each
    shard reduced to a forest where it lives, then one task joins the forests).
 5. Final: every owned vertex v takes the root of label_p(v) (or label_p(v) itself, when no pair
    names it: then its local component touches no other partition and is whole).
@@ -418,19 +417,13 @@ def connected_components(indptr=None, indices=None, *, client=None, edges=None, 
           for q in range(k)]
     shards = [cluster.submit(client, _contract, parts[q], *to[q], worker=places[q], name="cc-contract")
               for q in range(k)]
-    if _on_gpus(devices):  # one join on every worker that owns a partition: the shards move, the mapping stays
-        joined = {w: cluster.submit(client, _join, bname, n, *shards, worker=w, name="cc-join")
-                  for w in dict.fromkeys(places)}
-        mappings = [joined[w] for w in places]
+    if _on_gpus(devices):
+        mapping = cluster.submit(client, _join, bname, n, *shards, worker=places[0] if k else None, name="cc-join")
         rounds = int(bool(shards))
     else:
         mapping, rounds = merge(client, shards, places, name="cc-merge")
-        mappings = [mapping] * k
-    finals = [cluster.submit(client, _final, parts[q], mappings[q], worker=places[q], name="cc-final")
-              for q in range(k)]
-    labels = np.empty(n, np.int32)
-    labels.fill(-1)  # its pages touched (np.zeros would not) while the workers finish, not after
-    np.concatenate([np.zeros(0, np.int32)] + client.gather(finals, direct=True), out=labels)
+    finals = [cluster.submit(client, _final, parts[q], mapping, worker=places[q], name="cc-final") for q in range(k)]
+    labels = np.concatenate([np.zeros(0, np.int32)] + client.gather(finals, direct=True))
     if not stats:
         return labels
     cut = sum(client.gather([cluster.submit(client, _count, f, worker=w, name="cc-count")

@@ -1,6 +1,6 @@
 """Where a device select's time goes (issue 11): the host cost of each piece at 2^20 (launches,
 the count, the pooled output, a bare synchronisation) and the device time of each kernel at 2^20,
-2^24 and 2^28 (the count eight flags a load writing the bitmap, the generic count, count and scan, scatter); then a
+2^24 and 2^28 (the count eight flags a load, the generic count, count and scan, scatter); then a
 select of 2^20 to 2^26 items by each path forced (one launch, three into room, count first) beside
 PyTorch, each call synchronised. A profile to read beside bench_compaction.py, which measures
 against the peers; run on a GPU machine:
@@ -103,9 +103,8 @@ def main() -> int:
             with compaction.Selector() as raw:  # counts added here are never scanned: a selector of its own
                 raw._grow(tiles)
                 counts = raw._args[0]
-                bits = raw._bits(n)[1]
                 count8 = device_us(lambda: raw._launch(kernels.count_bytes)(-(-tiles // kernels.GROUP), THREADS, f, q,
-                                                                            n, counts, bits))
+                                                                            n, counts))
                 count1 = device_us(lambda: raw._launch(kernels.count_kernel(nz))(tiles, THREADS, f, n, counts))
             offsets = device_us(lambda: sel.offsets(nz, f, n, q))
             scatter = device_us(lambda: sel.scatter(nz, f, n, w, ow, n))

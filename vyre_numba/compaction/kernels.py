@@ -220,30 +220,11 @@ def nonzero_bytes(w):
     return cuda.popc((((w & low) + low) | w) & uint64(0x8080808080808080))
 
 
-@cuda.jit(device=True)
-def nonzero_bits(w):
-    """A byte whose bit k says whether byte k of w is not zero."""
-    low = uint64(0x7F7F7F7F7F7F7F7F)
-    h = ((((w & low) + low) | w) & uint64(0x8080808080808080)) >> uint64(7)  # bit 8k: byte k
-    h |= h >> uint64(7)
-    h |= h >> uint64(14)
-    h |= h >> uint64(28)
-    return uint8(h & uint64(0xFF))
-
-
-@cuda.jit(device=True)
-def flag_bit(bits, i):
-    """Bit i of the bitmap `bits` (u32 words, item i at bit i % 32 of word i // 32)."""
-    return ((bits[i >> 5] >> uint32(i & 31)) & uint32(1)) != 0
-
-
 @cuda.jit
-def count_bytes(flags, octs, n, counts, bits):
+def count_bytes(flags, octs, n, counts):
     """count_kernel(flag_nonzero) for one-byte flags also seen as `octs` (n // 8 u64 words, same
-    memory), writing the flags as a bitmap too (`bits`: bytes, item i at bit i % 8 of byte i // 8,
-    zero past n), which the scatter then reads in place of the flags (`flag_bit`): an eighth of
-    the bytes. A block counts GROUP tiles, all their words in flight at once, eight flags a load;
-    tiles that reach past n are counted one flag at a time, their bits a warp's vote."""
+    memory): a block counts GROUP tiles, all their words in flight at once, eight flags a load;
+    tiles that reach past n are counted one flag at a time."""
     tid = cuda.threadIdx.x
     lane = tid % 32
     first = cuda.blockIdx.x * GROUP
@@ -255,25 +236,15 @@ def count_bytes(flags, octs, n, counts, bits):
         for g in range(GROUP):
             mine = int64(0)
             for r in range(OCTS):
-                w = words[g * OCTS + r]
-                mine += nonzero_bytes(w)
-                bits[(first + g) * (TILE // 8) + r * THREADS + tid] = nonzero_bits(w)
+                mine += nonzero_bytes(words[g * OCTS + r])
             add_count(counts, first + g, mine, lane)
     else:
-        votes = cuda.shared.array(THREADS, uint8)  # used by the simulator's vote only
         for tile in range(first, min(first + GROUP, (n + TILE - 1) // TILE)):
             mine = int64(0)
             for r in range(ITEMS):
                 i = tile * TILE + r * THREADS + tid
-                keep = i < n and flags[i] != 0
-                m = vote(keep, votes, tid)
-                if keep:
+                if i < n and flags[i] != 0:
                     mine += 1
-                if lane == 0:
-                    at = (i // 32) * 4  # the warp's 32 items start at a multiple of 32
-                    for k in range(4):
-                        if at + k < bits.shape[0]:
-                            bits[at + k] = uint8((m >> uint32(8 * k)) & uint32(0xFF))
             add_count(counts, tile, mine, lane)
 
 

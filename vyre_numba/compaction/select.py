@@ -117,8 +117,6 @@ class Selector:
         self._fused_args = None  # (sums, barrier, host count) as kernel arguments
         self.timeouts = 0  # one-launch selections given up at the grid barrier (and done again in three)
         self._fused_off_until = 0.0  # time.monotonic() before which `fused` declines (after a give-up)
-        self._bitmap = None  # (device u32 array, its view as bytes, as words) of the last byte-flag count
-        self._bitmap_of = None  # (flags, n) that bitmap holds
         self._closed = False
 
     def _grow(self, tiles: int) -> None:
@@ -147,7 +145,6 @@ class Selector:
     def close(self) -> None:
         """Release the device buffers (once; later calls do nothing)."""
         self._owned = self._ctl = self._host = self._args = self._bases = self._bar = self._sums = None
-        self._bitmap = self._bitmap_of = None
         self._launches = {}
         self._closed = True
 
@@ -170,12 +167,9 @@ class Selector:
         counts, offsets, sums, bases, zero, grand, ctl, host = self._args
         chunks = -(-tiles // kernels.SCAN_THREADS)
         self._host[0] = -1
-        self._bitmap_of = None
         try:
             if octs is not None:
-                bits = self._bits(n)
-                self._launch(kernels.count_bytes)(-(-tiles // kernels.GROUP), THREADS, src, octs, n, counts, bits[1])
-                self._bitmap_of = (src, n)
+                self._launch(kernels.count_bytes)(-(-tiles // kernels.GROUP), THREADS, src, octs, n, counts)
             else:
                 self._launch(kernels.count_kernel(flag_of))(tiles, THREADS, src, n, counts)
             self._launch(kernels.scan_chunks)(chunks, kernels.SCAN_THREADS, counts, tiles, offsets, sums, ctl, host)
@@ -187,28 +181,11 @@ class Selector:
             raise
         self._bases = bases if chunks > 1 else zero
 
-    def _bits(self, n: int) -> tuple:
-        """The bitmap of n flags (grown as needed; kept until `close`): the device array, and its
-        bytes and u32 words as kernel arguments."""
-        words = max(-(-n // 32), 1)
-        if self._bitmap is None or self._bitmap[0].shape[0] < words:
-            a = self._cuda.device_array(max(words, 2 * (self._bitmap[0].shape[0] if self._bitmap else 0)), np.uint32,
-                                        stream=self.stream)
-            self._bitmap = (a, a.view(np.uint8), a) if _SIM else (
-                a, RawArray(a.device_ctypes_pointer.value, (4 * a.shape[0],), np.uint8),
-                RawArray(a.device_ctypes_pointer.value, (a.shape[0],), np.uint32))
-        return self._bitmap
-
     def scatter(self, flag_of: Callable, src, n: int, words, out, capacity: int) -> None:
         """Enqueue writing the kept items (`words` None: their indices) into `out`, at most
-        `capacity` rows, after `offsets` of the same items (one-byte flags: read from the bitmap
-        that count wrote, an eighth of their bytes)."""
+        `capacity` rows, after `offsets` of the same items."""
         self._check_open()
-        kernels = _kernels()
-        if flag_of is kernels.flag_nonzero and self._bitmap_of is not None and self._bitmap_of[0] is src \
-                and self._bitmap_of[1] == n:
-            flag_of, src = kernels.flag_bit, self._bitmap[2]
-        kernel = kernels.scatter_kernel(flag_of, *_emit(words))
+        kernel = _kernels().scatter_kernel(flag_of, *_emit(words))
         self._launch(kernel)(-(-n // TILE), THREADS, src, n, out if words is None else words, out,
                              self._args[1], self._bases, capacity)
 

@@ -401,10 +401,40 @@ class _device_bytes:
         self._owner = self._address = None
 
 
+def _read_counted(sel: Selector, values, flags, n: int, dt: np.dtype, capacity: int | None) -> np.ndarray:
+    """`read_compacted` where room for every record would pin more than STAGING_KEEP bytes: the
+    count first (one wait), then the kept records selected into device memory of their size and
+    read back through the staged copy (`gpu.transfer`: two pinned pieces, pipelined)."""
+    from cuda.bindings import driver as drv
+
+    from ..gpu import transfer
+    from ..gpu.launch import driver_check
+    from ..gpu.numba_launch import stream_handle
+    from .kernels import flag_nonzero
+
+    octs = _octs(flags, n)
+    count = sel.count(flag_nonzero, flags, n, octs)
+    if capacity is not None and count > capacity:
+        raise CapacityError(f"{count} records are selected, more than capacity={capacity}. Fix: call again with "
+                            f"capacity >= {count} (or capacity=None); the inputs are unchanged.", needed=count)
+    out = np.empty(count, dt)
+    if count:
+        nbytes = count * dt.itemsize
+        with _device_bytes(sel, nbytes) as address:
+            sel.scatter(flag_nonzero, flags, n, _words(values, n, dt), _words(None, count, dt, address), count)
+            if nbytes >= transfer.STAGED_BYTES:
+                transfer.download(drv, int(drv.cuCtxGetCurrent()[1]), out, address, stream_handle(sel.stream))
+            else:
+                sel.stream.synchronize()
+                driver_check(drv.cuMemcpyDtoH(out.ctypes.data, address, nbytes)[0], "reading back the records")
+    return out
+
+
 def read_compacted(values, flags, *, capacity: int | None = None, stream=None) -> np.ndarray:
     """values[flags != 0] of device arrays, brought to the host: only the kept records cross the
     bus (selected on the device, then copied in long runs into pinned host memory, the count
-    read there too), with one synchronisation.
+    read there too), with one synchronisation; where room for every record would pin more than
+    STAGING_KEEP bytes, the count comes first and the records are read back in pinned pieces.
     Without a capacity the result always fits; with one, a result larger than `capacity` raises
     CapacityError naming the count needed, and nothing is lost (the inputs are untouched)."""
     n = _check_values(values)
@@ -432,6 +462,8 @@ def read_compacted(values, flags, *, capacity: int | None = None, stream=None) -
         sel.copy_kept(buf.view(np.uint64), dst.view(np.uint64), buf, dst, dt.itemsize, room)
         count = sel.total()
         kept = dst.copy_to_host()
+    elif nbytes > STAGING_KEEP:
+        return _read_counted(sel, values, flags, n, dt, capacity)
     else:
         kept, ptr = _staging(nbytes)
         with _device_bytes(sel, nbytes) as address:

@@ -643,9 +643,8 @@ class CudaBackend(Backend):
     def _ensure_context(self) -> None:
         """Make this backend's context current in the calling thread (numba-cuda keeps contexts per
         thread; raw driver calls need the right one current). The driver is asked which context is
-        current (numba's `with cuda.gpus[i]` may have changed it); the answer is kept for the
-        resident dispatch, whose microseconds trust it, once for every backend of the thread, so
-        backends on two GPUs used in turn switch each time."""
+        current (other code in the thread may have changed it); the answer is kept, once a thread,
+        for the resident dispatch, whose microseconds trust it."""
         drv = self._drv
         err, current = drv.cuCtxGetCurrent()
         if err == drv.CUresult.CUDA_SUCCESS and int(current) == self._ctx:

@@ -5,7 +5,8 @@
 
 CC: an RMAT graph (a=0.57, b=c=0.19) of 2^scale vertices and 2^log2m edges, generated on the
 workers' GPUs in one chunk per GPU and kept in the workers' host memory as a Dask array (the
-distributed call uploads, computes and returns the labels). One GPU without Dask: the same edges
+distributed call uploads, computes and returns the labels; also with gather=False, the labels
+left on the workers as a Dask array). One GPU without Dask: the same edges
 from host memory through the same single-GPU kernels (upload, components of the edge list,
 labels back). E-graph: the shared workload (`egraph_workload.py`) at N e-nodes, its rows cut into
 one partition per worker, against the single-GPU resident closure (with its upload). Scaling
@@ -109,6 +110,9 @@ def cc_case(scale: int, log2m: int, gpus: list[int], repeats: int) -> dict:
             connected_components(client=c, edges=edges, n=n)  # compile on every worker
             ms, (lab, st) = median_ms(lambda: connected_components(client=c, edges=edges, n=n, stats=True), repeats)
             row[f"dask_{g}gpu_ms"] = ms
+            left, kept = median_ms(lambda: connected_components(client=c, edges=edges, n=n, gather=False), repeats)
+            row[f"dask_{g}gpu_left_on_workers_ms"] = left
+            row[f"dask_{g}gpu_left_on_workers_equal"] = bool(np.array_equal(kept.compute(), lab))
             row[f"dask_{g}gpu_merge_rounds"] = st.merge_rounds
             row[f"dask_{g}gpu_cut_pairs"] = st.cut_pairs
             row[f"dask_{g}gpu_merged_pairs"] = st.merged_pairs
@@ -195,6 +199,8 @@ def main() -> int:
 
 
 def _ratios(r: dict, base: str = "one_gpu_no_dask_ms") -> None:
+    if "dask_2gpu_left_on_workers_ms" in r:
+        r["speedup_2gpu_over_1gpu_left_on_workers"] = r["dask_1gpu_left_on_workers_ms"] / r["dask_2gpu_left_on_workers_ms"]
     if "dask_1gpu_ms" in r:
         r["dask_overhead_1gpu"] = r["dask_1gpu_ms"] / r[base]
     if "dask_2gpu_ms" in r:

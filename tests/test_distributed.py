@@ -69,6 +69,27 @@ def test_components_of_structured_graphs(client):
     assert stats.cut_pairs == 3 and stats.merged_pairs == 3
 
 
+@pytest.mark.parametrize("partitions", [1, 3, 5])
+def test_components_left_on_the_workers_are_a_dask_array_of_the_same_labels(client, partitions):
+    indptr, indices = rmat(10, 8, seed=partitions)
+    want = components_one(indptr, indices, backend="reference")
+    got, stats = connected_components(indptr, indices, client=client, backend="reference", partitions=partitions,
+                                      gather=False, stats=True)
+    assert isinstance(got, da.Array) and got.dtype == np.int32 and got.shape == want.shape
+    assert got.chunks == ((tuple(hi - lo for lo, hi in stats.extra["owned_ranges"])),)
+    assert np.array_equal(got.compute(), want)
+    assert np.array_equal(got[5:700].compute(), want[5:700])  # a slice reads only its chunks
+    empty = connected_components(np.zeros(1, np.int64), np.zeros(0, np.int32), client=client, backend="reference",
+                                 gather=False)
+    assert isinstance(empty, da.Array) and empty.shape == (0,) and empty.compute().size == 0
+
+
+def test_a_worker_error_left_on_the_workers_is_raised_at_the_call(client):
+    e = da.from_array(np.array([[0, 1], [2, 9]]), chunks=(1, 2))
+    with pytest.raises(VyreError, match=r"outside 0..4.*Fix:"):
+        connected_components(client=client, edges=e, n=5, backend="reference", gather=False)
+
+
 def test_components_of_uneven_dask_array_chunks(client):
     rng = np.random.default_rng(3)
     n, m = 700, 900
@@ -202,6 +223,7 @@ def test_a_host_memory_error_becomes_a_vyre_error(client, monkeypatch):
     (lambda c: connected_components(client=c, edges=da.from_array(np.array([[0.5, 1.0]])), n=3,
                                     backend="reference"), "integer"),
     (lambda c: connected_components(np.array([0, 0]), np.zeros(0, np.int32), client=c, backend=3), "backend"),
+    (lambda c: connected_components(np.array([0, 0]), np.zeros(0, np.int32), client=c, gather=1), "Dask array"),
     (lambda c: congruence_closure(chain_pair(2), [(0, 1, 2)], client=c, backend="reference"), "(k, 2)"),
     (lambda c: congruence_closure(chain_pair(2), [(0, 99)], client=c, backend="reference"), "outside"),
     (lambda c: congruence_closure([(np.array([0]), np.array([0]), np.array([0, 1]), np.array([4]))], client=c,

@@ -61,6 +61,8 @@ def test_components_of_a_dask_array_of_edges(client):
     for chunks in ((m, 2), ((1000, 0, 4999, 1), (2,))):
         got = connected_components(client=client, edges=da.from_array(e, chunks=chunks).persist(), n=n)
         assert np.array_equal(got, want)
+        left = connected_components(client=client, edges=da.from_array(e, chunks=chunks).persist(), n=n, gather=False)
+        assert isinstance(left, da.Array) and np.array_equal(left.compute(), want)
 
 
 def test_closure_equals_the_single_gpu_closure(client):

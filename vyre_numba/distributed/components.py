@@ -378,7 +378,7 @@ def _count(x) -> int:
 @host_memory("distributed connected_components")
 def connected_components(indptr=None, indices=None, *, client=None, edges=None, n: int | None = None,
                          backend=None, partitions: int | None = None, columns=("src", "dst"),
-                         stats: bool = False):
+                         gather: bool = True, stats: bool = False):
     """Component labels (int32, NumPy) of a graph spread over a Dask cluster, equal to the
     single-GPU `vyre_numba.graph.connected_components`: label[v] is the smallest vertex id in v's
     component, edges taken as undirected.
@@ -387,8 +387,13 @@ def connected_components(indptr=None, indices=None, *, client=None, edges=None, 
     one per worker), or `edges`: a Dask array of shape (m, 2) or a Dask DataFrame with the two
     `columns`, already spread over the workers (a partition per chunk; then `n`, the vertex count,
     is required). Each worker computes on its own GPU (`backend` None or "cuda"; one worker per GPU,
-    as dask_cuda.LocalCUDACluster starts them) or with NumPy (`backend="reference"`). With
-    `stats=True` returns (labels, DistributedStats)."""
+    as dask_cuda.LocalCUDACluster starts them) or with NumPy (`backend="reference"`).
+    `gather=False` leaves the labels on the workers: a Dask array, one chunk per partition's owned
+    vertex range, computed (the call waits for it and raises what the workers raised) but not
+    brought to the client. With `stats=True` returns (labels, DistributedStats)."""
+    if not isinstance(gather, bool):
+        raise DispatchError(f"gather is {gather!r}. Fix: pass True (labels as a NumPy array) or False (a Dask "
+                            "array left on the workers).")
     t0 = time.perf_counter()
     workers = cluster.workers_of(client)
     bname = cluster.backend_name(backend)
@@ -423,7 +428,10 @@ def connected_components(indptr=None, indices=None, *, client=None, edges=None, 
     else:
         mapping, rounds = merge(client, shards, places, name="cc-merge")
     finals = [cluster.submit(client, _final, parts[q], mapping, worker=places[q], name="cc-final") for q in range(k)]
-    labels = np.concatenate([np.zeros(0, np.int32)] + client.gather(finals, direct=True))
+    if gather:
+        labels = np.concatenate([np.zeros(0, np.int32)] + client.gather(finals, direct=True))
+    else:
+        labels = _left_on_workers(finals, [(int(s[2]), int(s[3])) for s in specs])
     if not stats:
         return labels
     cut = sum(client.gather([cluster.submit(client, _count, f, worker=w, name="cc-count")
@@ -433,6 +441,22 @@ def connected_components(indptr=None, indices=None, *, client=None, edges=None, 
     ranges = [(int(s[2]), int(s[3])) for s in specs]
     return labels, DistributedStats(k, workers, devices, rounds, cut, merged, time.perf_counter() - t0,
                                     extra={"owned_ranges": ranges})
+
+
+def _left_on_workers(finals: list, ranges: list):
+    """The finals' labels as one Dask array over the workers' results (waited for: a worker's
+    error is raised here, at the call)."""
+    import dask
+    import dask.array as da
+
+    cluster.distributed().wait(finals)
+    for f in finals:
+        if f.status == "error":
+            f.result()  # raises the worker's exception
+    if not finals:
+        return da.zeros(0, dtype=np.int32, chunks=1)
+    return da.concatenate([da.from_delayed(dask.delayed(f), shape=(hi - lo,), dtype=np.int32)
+                           for f, (lo, hi) in zip(finals, ranges)])
 
 
 def _pick(local: tuple, q: int) -> tuple:

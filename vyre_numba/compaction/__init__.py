@@ -353,7 +353,7 @@ def nonzero(flags, *, stream=None):
 
 
 _STAGING = threading.local()  # a thread's own: two threads reading back at once must not share one
-STAGING_KEEP = 256 << 20
+STAGING_KEEP = 256 << 20  # the most a thread pins: larger readbacks count first (`_read_counted`)
 
 
 def _staging(nbytes: int):
@@ -414,9 +414,7 @@ def _read_counted(sel: Selector, values, flags, n: int, dt: np.dtype, capacity: 
 
     octs = _octs(flags, n)
     count = sel.count(flag_nonzero, flags, n, octs)
-    if capacity is not None and count > capacity:
-        raise CapacityError(f"{count} records are selected, more than capacity={capacity}. Fix: call again with "
-                            f"capacity >= {count} (or capacity=None); the inputs are unchanged.", needed=count)
+    _check_capacity(count, capacity)
     out = np.empty(count, dt)
     if count:
         nbytes = count * dt.itemsize
@@ -473,13 +471,15 @@ def read_compacted(values, flags, *, capacity: int | None = None, stream=None) -
                           RawArray(address, (nbytes,), np.uint8), RawArray(ptr, (nbytes,), np.uint8), dt.itemsize,
                           room)
             count = sel.total()
-    if capacity is not None and count > capacity:
-        raise CapacityError(f"{count} records are selected, more than capacity={capacity}. Fix: call again with "
-                            f"capacity >= {count} (or capacity=None); the inputs are unchanged.", needed=count)
+    _check_capacity(count, capacity)
     from ..gpu.host import copy_bytes
 
     out = np.empty(count, dt)
     copy_bytes(out.view(np.uint8), np.asarray(kept)[:count * dt.itemsize])  # on several threads when large
-    if getattr(_STAGING, "buf", None) is not None and _STAGING.buf.nbytes > STAGING_KEEP:
-        _STAGING.buf = None  # a thread keeps at most this much pinned between calls
     return out
+
+
+def _check_capacity(count: int, capacity: int | None) -> None:
+    if capacity is not None and count > capacity:
+        raise CapacityError(f"{count} records are selected, more than capacity={capacity}. Fix: call again with "
+                            f"capacity >= {count} (or capacity=None); the inputs are unchanged.", needed=count)

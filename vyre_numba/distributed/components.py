@@ -428,17 +428,17 @@ def connected_components(indptr=None, indices=None, *, client=None, edges=None, 
     else:
         mapping, rounds = merge(client, shards, places, name="cc-merge")
     finals = [cluster.submit(client, _final, parts[q], mapping, worker=places[q], name="cc-final") for q in range(k)]
+    ranges = [(int(s[2]), int(s[3])) for s in specs]
     if gather:
         labels = np.concatenate([np.zeros(0, np.int32)] + client.gather(finals, direct=True))
     else:
-        labels = _left_on_workers(finals, [(int(s[2]), int(s[3])) for s in specs])
+        labels = _left_on_workers(finals, ranges)
     if not stats:
         return labels
     cut = sum(client.gather([cluster.submit(client, _count, f, worker=w, name="cc-count")
                              for f, w in zip(locs, places)]))
     merged = sum(client.gather([cluster.submit(client, _count, s, worker=w, name="cc-count")
                                 for s, w in zip(shards, places)]))
-    ranges = [(int(s[2]), int(s[3])) for s in specs]
     return labels, DistributedStats(k, workers, devices, rounds, cut, merged, time.perf_counter() - t0,
                                     extra={"owned_ranges": ranges})
 

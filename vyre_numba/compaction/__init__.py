@@ -408,7 +408,6 @@ def _read_counted(sel: Selector, values, flags, n: int, dt: np.dtype, capacity: 
     from cuda.bindings import driver as drv
 
     from ..gpu import transfer
-    from ..gpu.launch import driver_check
     from ..gpu.numba_launch import stream_handle
     from .kernels import flag_nonzero
 
@@ -420,11 +419,7 @@ def _read_counted(sel: Selector, values, flags, n: int, dt: np.dtype, capacity: 
         nbytes = count * dt.itemsize
         with _device_bytes(sel, nbytes) as address:
             sel.scatter(flag_nonzero, flags, n, _words(values, n, dt), _words(None, count, dt, address), count)
-            if nbytes >= transfer.STAGED_BYTES:
-                transfer.download(drv, int(drv.cuCtxGetCurrent()[1]), out, address, stream_handle(sel.stream))
-            else:
-                sel.stream.synchronize()
-                driver_check(drv.cuMemcpyDtoH(out.ctypes.data, address, nbytes)[0], "reading back the records")
+            transfer.download(drv, int(drv.cuCtxGetCurrent()[1]), out, address, stream_handle(sel.stream))
     return out
 
 

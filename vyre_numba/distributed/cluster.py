@@ -43,9 +43,9 @@ def partition_count(partitions, k_workers: int) -> int:
     return int(k)
 
 
-def workers_of(client) -> list[str]:
-    """The addresses of the client's workers, sorted; an error if `client` is no Dask client or
-    has no workers."""
+def worker_table(client) -> dict[str, dict]:
+    """The scheduler's record of each of the client's workers, by address, sorted; an error if
+    `client` is no Dask client or has no workers."""
     dd = distributed()
     if client is None:
         raise DispatchError("no Dask client was given. Fix: pass client=Client(LocalCluster()) on CPUs, or "
@@ -56,24 +56,20 @@ def workers_of(client) -> list[str]:
                             "for one worker per GPU.")
     if client.status != "running":
         raise DispatchError(f"the Dask client is {client.status}. Fix: pass a running client (is the cluster up?).")
-    workers = _workers(client)
-    if not workers:  # a worker restarting (its nanny brings it back) leaves none for a moment
+    info = _worker_info(client)
+    if not info:  # a worker restarting (its nanny brings it back) leaves none for a moment
         try:
             client.wait_for_workers(1, timeout=WAIT_FOR_WORKERS)
         except (TimeoutError, OSError):
             pass
-        workers = _workers(client)
-    if not workers:
+        info = _worker_info(client)
+    if not info:
         raise DispatchError(f"the Dask cluster has no workers (none came within {WAIT_FOR_WORKERS} s). Fix: start "
                             "workers (or wait for them: client.wait_for_workers(n)).")
-    return workers
+    return {w: info[w] for w in sorted(info)}
 
 
 WAIT_FOR_WORKERS = 10.0
-
-
-def _workers(client) -> list[str]:
-    return sorted(_worker_info(client))
 
 
 def _worker_info(client) -> dict:
@@ -113,18 +109,19 @@ def worker_device(bname: str | None) -> dict:
     return info
 
 
-def devices(client, workers: list[str], bname: str | None) -> dict[str, dict]:
-    """Each worker's backend and GPU; an error if two workers of one host would share a GPU (they
-    would halve its memory and race for it) or the workers disagree on the backend."""
-    return checked_devices(ask_devices(client, workers, bname))
+def devices(client, table: dict[str, dict], bname: str | None) -> dict[str, dict]:
+    """Each worker's backend and GPU (`table`: `worker_table(client)`); an error if two workers of
+    one host would share a GPU (they would halve its memory and race for it) or the workers
+    disagree on the backend."""
+    return checked_devices(ask_devices(client, table, bname))
 
 
-def ask_devices(client, workers: list[str], bname: str | None) -> "Asked":
+def ask_devices(client, table: dict[str, dict], bname: str | None) -> "Asked":
     """`devices` asked (the caller goes on while the workers answer); the answers of workers asked
     before, while the same worker processes live (address and scratch directory: a restarted
     worker has a new one), are not asked again."""
-    info = _worker_info(client)
-    lives = (client.id, bname, tuple((w, str(info.get(w, {}).get("local_directory"))) for w in workers))
+    workers = list(table)
+    lives = (client.id, bname, tuple((w, str(table[w].get("local_directory"))) for w in workers))
     with _KNOWN_LOCK:
         known = _KNOWN.get(lives)
     if known is not None:

@@ -395,9 +395,10 @@ def connected_components(indptr=None, indices=None, *, client=None, edges=None, 
         raise DispatchError(f"gather is {gather!r}. Fix: pass True (labels as a NumPy array) or False (a Dask "
                             "array left on the workers).")
     t0 = time.perf_counter()
-    workers = cluster.workers_of(client)
+    table = cluster.worker_table(client)
+    workers = list(table)
     bname = cluster.backend_name(backend)
-    asked = cluster.ask_devices(client, workers, bname)  # answered while the edges are placed
+    asked = cluster.ask_devices(client, table, bname)  # answered while the edges are placed
     if edges is not None:
         if indptr is not None or indices is not None:
             raise DispatchError("both a CSR and `edges` were given. Fix: pass one graph: (indptr, indices) or edges=.")

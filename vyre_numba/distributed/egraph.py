@@ -349,9 +349,10 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
     tuple or an `EGraph`, cut into `partitions` row ranges (default: one per worker). `unions`: (k, 2)
     class ids merged first. `backend` as for `connected_components`."""
     t0 = time.perf_counter()
-    workers = cluster.workers_of(client)
+    table = cluster.worker_table(client)
+    workers = list(table)
     bname = cluster.backend_name(backend)
-    cluster.devices(client, workers, bname)
+    cluster.devices(client, table, bname)
     if max_rounds is not None and (not isinstance(max_rounds, (int, np.integer)) or isinstance(max_rounds, bool)
                                    or max_rounds < 1):
         raise DispatchError(f"max_rounds is {max_rounds!r}. Fix: pass a positive int, or None to run to the fixed point.")

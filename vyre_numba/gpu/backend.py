@@ -561,7 +561,7 @@ class CudaBackend(Backend):
         self._ensure_context()
         if arr.nbytes >= transfer.STAGED_BYTES:
             d = self._cuda.device_array(arr.shape, arr.dtype, stream=self.stream)
-            transfer.upload(self._drv, self._context_key(), d.__cuda_array_interface__["data"][0], arr,
+            transfer.upload(self._drv, self._ctx, d.__cuda_array_interface__["data"][0], arr,
                             self.stream_handle)
         else:
             d = self._cuda.to_device(arr, stream=self.stream)
@@ -609,12 +609,9 @@ class CudaBackend(Backend):
 
         host = np.empty(nbytes // dtype.itemsize, dtype=dtype)
         self.synchronize()
-        if nbytes >= transfer.STAGED_BYTES:
+        if nbytes:
             self._ensure_context()
-            transfer.download(self._drv, self._context_key(), host, ptr, self.stream_handle)
-        elif nbytes:
-            self._ensure_context()
-            driver_check(self._drv.cuMemcpyDtoH(host.ctypes.data, ptr, nbytes), "reading back a buffer")
+            transfer.download(self._drv, self._ctx, host, ptr, self.stream_handle)
         self._count(bytes_read_back=nbytes)
         return host
 

@@ -66,8 +66,14 @@ def upload(drv, context: int, dst: int, src: np.ndarray, stream: int) -> None:
 
 def download(drv, context: int, dst: np.ndarray, src: int, stream: int) -> None:
     """Copy the bytes at device address `src` into the contiguous host array `dst`, after the
-    work enqueued on `stream` before it (`context` as for `upload`)."""
+    work enqueued on `stream` before it (`context` as for `upload`): staged from STAGED_BYTES on,
+    the driver's own copy below (as fast there, and no buffer to take)."""
     flat = dst.reshape(-1).view(np.uint8)
+    if flat.size < STAGED_BYTES:
+        if flat.size:
+            check(drv.cuStreamSynchronize(stream)[0], "waiting for the work before a read-back")
+            check(drv.cuMemcpyDtoH(flat.ctypes.data, src, flat.size)[0], "reading back a buffer")
+        return
     starts = list(range(0, flat.size, PIECE))
     lock, *bufs = _buffers(drv, context)
 

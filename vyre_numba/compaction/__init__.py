@@ -21,8 +21,9 @@ from typing import Callable
 import numpy as np
 
 from ..errors import CapacityError, DeviceError, DispatchError, VyreError
-from ..gpu.numba_launch import RawArray
-from .select import Selector, nonzero_numpy, select_if_numpy, select_numpy, word_type
+from ..gpu import memory
+from ..gpu.numba_launch import RawArray, stream_handle
+from .select import Selector, _kernels, nonzero_numpy, select_if_numpy, select_numpy, word_type, word_view
 
 __all__ = ["select", "select_if", "nonzero", "read_compacted", "Selector", "select_numpy", "select_if_numpy",
            "nonzero_numpy"]
@@ -156,6 +157,17 @@ def _compiled(call: Callable, what: str):
 
 _SELECTORS: dict = {}
 _SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+_CUDA: list = []
+
+
+def _cuda():
+    """numba.cuda, imported on first use (an import statement in a call costs about a microsecond,
+    and a small select is a few tens of them)."""
+    if not _CUDA:
+        from numba import cuda
+
+        _CUDA.append(cuda)
+    return _CUDA[0]
 
 
 def _selector(stream) -> Selector:
@@ -182,12 +194,8 @@ def _address(a) -> int:
 def _words(a, n: int, dt: np.dtype, address: int | None = None):
     """The n items of device array `a` (or of the memory at `address`) as (n, w) unsigned words,
     for the kernel: a raw view on the GPU, Numba's view under the simulator."""
-    from .select import word_type, word_view
-
     if _SIM:
         return word_view(_dev(a), n)
-    from ..gpu.numba_launch import RawArray
-
     word, w = word_type(dt)
     return RawArray(_address(a) if address is None else address, (n, w), word)
 
@@ -217,10 +225,7 @@ def _exact(sel: Selector, flag_of, src, n: int, words, dt: np.dtype, octs=None):
     one launch into that room (`Selector.fused`); up to ROOM_BYTES (or where that launch gave up
     at its grid barrier): count, scan and scatter into the room, launched back to back; beyond
     it, the count first (one synchronisation), then the scatter into an output of that size."""
-    from numba import cuda
-
-    from ..gpu.numba_launch import stream_handle
-
+    cuda = _cuda()
     pooled = not _SIM and stream_handle(sel.stream) == 0
     size = n * dt.itemsize
     if size <= FUSED_BYTES:
@@ -241,23 +246,20 @@ def _exact(sel: Selector, flag_of, src, n: int, words, dt: np.dtype, octs=None):
         out = cuda.device_array(count, dt, stream=sel.stream)
         sel.scatter(flag_of, src, n, words, _words(out, count, dt), count)
         return out
-    from ..gpu.memory import pool_alloc, pool_free, pooled_array
-
-    address = pool_alloc(count * dt.itemsize)
+    address = memory.pool_alloc(count * dt.itemsize)
     try:
         sel.scatter(flag_of, src, n, words, _words(None, count, dt, address), count)
     except BaseException:
-        pool_free(address)
+        memory.pool_free(address)
         raise
-    return pooled_array(count, dt, address)
+    return memory.pooled_array(count, dt, address)
 
 
 def _in_room(sel: Selector, n: int, dt: np.dtype, pooled: bool, select: Callable):
     """The kept items that `select(out)` writes into `out`, room for all n items, returning their
     count (None where it gave up, or the room could not be had: then so does this); a result that would leave more than SLACK
     bytes and three quarters of that room unused is copied into an array of its size."""
-    from numba import cuda
-
+    cuda = _cuda()
     size = n * dt.itemsize
     if not pooled:
         try:
@@ -270,23 +272,21 @@ def _in_room(sel: Selector, n: int, dt: np.dtype, pooled: bool, select: Callable
         if 4 * count < n and size - count * dt.itemsize > SLACK:
             return _copied(out[:count], dt, sel.stream)
         return out[:count]
-    from ..gpu.memory import pool_alloc, pool_copy, pool_free, pooled_array
-
     try:
-        address = pool_alloc(size)
+        address = memory.pool_alloc(size)
     except DeviceError:  # no room for every item: the caller counts first
         return None
     try:
         count = select(_words(None, n, dt, address))
         if not count:
-            pool_free(address)
+            memory.pool_free(address)
             return None if count is None else cuda.device_array(0, dt)
         if 4 * count < n and size - count * dt.itemsize > SLACK:
-            address = pool_copy(address, count * dt.itemsize)
+            address = memory.pool_copy(address, count * dt.itemsize)
     except BaseException:
-        pool_free(address)
+        memory.pool_free(address)
         raise
-    return pooled_array(count, dt, address)
+    return memory.pooled_array(count, dt, address)
 
 
 def _copied(view, dt: np.dtype, stream):
@@ -300,11 +300,9 @@ def _copied(view, dt: np.dtype, stream):
 
 def _device_select(values, src, flag_of, n: int, stream, octs=None):
     """The kept values of a device select, as a device array of exactly their number."""
-    from numba import cuda
-
     dt = _dtype(values)
     if n == 0:
-        return cuda.device_array(0, dt)
+        return _cuda().device_array(0, dt)
     return _exact(_selector(stream), flag_of, src, n, _words(values, n, dt), dt, octs)
 
 
@@ -315,9 +313,7 @@ def select(values, flags, *, stream=None):
     _check_flags(flags, n)
     if not _on_device(values, flags):
         return select_numpy(values, flags)
-    from .kernels import flag_nonzero
-
-    return _device_select(values, _dev(flags) if _SIM else flags, flag_nonzero, n, stream, _octs(flags, n))
+    return _device_select(values, _dev(flags) if _SIM else flags, _kernels().flag_nonzero, n, stream, _octs(flags, n))
 
 
 def select_if(values, predicate: Callable, *, stream=None):
@@ -381,23 +377,15 @@ class _device_bytes:
         self._sel, self._nbytes, self._owner, self._address = sel, max(nbytes, 8), None, None
 
     def __enter__(self) -> int:
-        from ..gpu.numba_launch import stream_handle
-
         if stream_handle(self._sel.stream) == 0:
-            from ..gpu.memory import pool_alloc
-
-            self._address = pool_alloc(self._nbytes)
+            self._address = memory.pool_alloc(self._nbytes)
             return self._address
-        from numba import cuda
-
-        self._owner = cuda.device_array(self._nbytes, np.uint8, stream=self._sel.stream)
+        self._owner = _cuda().device_array(self._nbytes, np.uint8, stream=self._sel.stream)
         return _address(self._owner)
 
     def __exit__(self, *exc) -> None:
         if self._address is not None:
-            from ..gpu.memory import pool_free
-
-            pool_free(self._address)
+            memory.pool_free(self._address)
         self._owner = self._address = None
 
 
@@ -408,7 +396,6 @@ def _read_counted(sel: Selector, values, flags, n: int, dt: np.dtype, capacity: 
     from cuda.bindings import driver as drv
 
     from ..gpu import transfer
-    from ..gpu.numba_launch import stream_handle
     from .kernels import flag_nonzero
 
     octs = _octs(flags, n)

@@ -13,6 +13,19 @@ import numpy as np
 
 _POOLS: dict = {}
 _LOCK = threading.Lock()
+_DRIVER: list = []  # [cuda.bindings.driver, DeviceNDArray, MemoryPointer], imported on first use
+
+
+def _driver() -> list:
+    """[driver, DeviceNDArray, MemoryPointer]: an import statement in a call costs about a
+    microsecond, and a pooled array is a few of them."""
+    if not _DRIVER:
+        from cuda.bindings import driver
+        from numba.cuda.cudadrv.devicearray import DeviceNDArray
+        from numba.cuda.cudadrv.driver import MemoryPointer
+
+        _DRIVER[:] = [driver, DeviceNDArray, MemoryPointer]
+    return _DRIVER
 KEEP = 1 << 30  # freed bytes a pool holds for reuse past a synchronisation; more goes back to the device
 
 
@@ -47,8 +60,7 @@ def _pool(device_id: int):
 
 def pool_free(address: int) -> None:
     """Give memory from `pool_alloc` back to the pool (stream-ordered on the legacy default stream)."""
-    from cuda.bindings import driver as drv
-
+    drv = _driver()[0]
     drv.cuMemFreeAsync(drv.CUdeviceptr(address), drv.CUstream(0))  # at interpreter exit the context may be gone
 
 
@@ -58,8 +70,7 @@ _CONTEXT: list = []  # [driver handle, numba context, pool] of the context curre
 def _context() -> list:
     """[handle, numba context, pool] of the current context; Numba's current_context() costs
     microseconds, the driver's handle a fraction of one."""
-    from cuda.bindings import driver as drv
-
+    drv = _driver()[0]
     handle = int(drv.cuCtxGetCurrent()[1])
     if not _CONTEXT or _CONTEXT[0] != handle or handle == 0:
         from numba import cuda
@@ -72,8 +83,7 @@ def _context() -> list:
 def pool_alloc(nbytes: int) -> int:
     """The address of `nbytes` (at least 1) of device memory from the pool of the current
     device, ordered on the legacy default stream; owned by the caller (`pooled_array` or `pool_free`)."""
-    from cuda.bindings import driver as drv
-
+    drv = _driver()[0]
     err, ptr = drv.cuMemAllocFromPoolAsync(max(int(nbytes), 1), _context()[2], drv.CUstream(0))
     _check(err, f"allocating {nbytes} bytes on the device")
     return int(ptr)
@@ -82,8 +92,7 @@ def pool_alloc(nbytes: int) -> int:
 def pool_copy(address: int, nbytes: int) -> int:
     """A new pool allocation holding the first `nbytes` of the one at `address`, which is then
     given back (both stream-ordered on the legacy default stream)."""
-    from cuda.bindings import driver as drv
-
+    drv = _driver()[0]
     new = pool_alloc(nbytes)
     (err,) = drv.cuMemcpyDtoDAsync(drv.CUdeviceptr(new), drv.CUdeviceptr(address), max(int(nbytes), 1), drv.CUstream(0))
     if err:
@@ -97,10 +106,7 @@ def pooled_array(n: int, dtype, address: int | None = None) -> "object":
     """A 1-D numba device array of `n` items of `dtype` from the pool (at `address`, from
     `pool_alloc`, when given; it then owns that memory), ordered on the legacy default stream;
     freed (stream-ordered) when the array is garbage collected."""
-    from cuda.bindings import driver as drv
-    from numba.cuda.cudadrv.devicearray import DeviceNDArray
-    from numba.cuda.cudadrv.driver import MemoryPointer
-
+    drv, DeviceNDArray, MemoryPointer = _driver()
     dtype = np.dtype(dtype)
     size = max(int(n) * dtype.itemsize, 1)
     if address is None:

@@ -40,6 +40,14 @@ class SimOps:
     def upload(self, a):
         return cuda.to_device(np.ascontiguousarray(a))
 
+    def upload_in_pieces(self, a, each, piece: int = 6):
+        """`upload`, then `each(buffer, first, count)` over pieces of `piece` items (small, so
+        that a few edges already make several)."""
+        d = self.upload(a)
+        for first in range(0, d.size, piece):
+            each(d, first, min(piece, d.size - first))
+        return d
+
     def download(self, a) -> np.ndarray:
         return a.copy_to_host()
 

@@ -372,6 +372,39 @@ def test_cuda_large_uploads_and_downloads_are_exact_and_in_stream_order(nbytes):
     assert np.array_equal(be.download(be.upload(f)), f, equal_nan=True)
 
 
+def _double(i, a):
+    a[i] = a[i] * 2
+    return 0
+
+
+@pytest.mark.parametrize("size", ["empty", "one", "small", "pieces"])
+def test_upload_in_pieces_covers_the_array_in_order_and_work_on_a_piece_sees_it(backend, size):
+    """`each` runs once a piece is in place (on the GPU: enqueued behind its copy, while the host
+    stages the next), so a step over the piece doubles exactly what was uploaded."""
+    from vyre_numba import fixpoint
+    from vyre_numba.gpu import transfer
+
+    items = {"empty": 0, "one": 1, "small": 1001, "pieces": (2 * transfer.PIECE + 4 * 12345) // 4}[size]
+    if size == "pieces" and backend.name != "cuda":
+        items = 3 * 1024 * 1024
+    x = np.random.default_rng(items).integers(0, 2**30, items).astype(np.uint32)
+    seen = []
+
+    def each(buf, first, count):
+        seen.append((first, count))
+        fixpoint.for_each(_double, count, [buf[first:first + count]], backend=backend)
+
+    d = backend.upload_in_pieces(x, each)
+    got = backend.download(d)
+    assert np.array_equal(got, x * np.uint32(2))
+    assert sum(c for _, c in seen) == items and all(c > 0 for _, c in seen)
+    assert [f for f, _ in seen] == list(np.cumsum([0] + [c for _, c in seen])[:-1])
+    if backend.name == "cuda" and size == "pieces":
+        assert len(seen) == 3 and seen[0] == (0, transfer.PIECE // 4)  # staged: pieces of PIECE bytes
+    elif items:
+        assert len(seen) == 1  # below the staged size (or off the GPU): the whole array at once
+
+
 @pytest.mark.gpu
 def test_cuda_large_uploads_from_several_threads_at_once_stay_apart():
     from concurrent.futures import ThreadPoolExecutor

@@ -38,10 +38,13 @@ SCRIPT = textwrap.dedent('''
                     touched = [(b, d.size)]
                 else:
                     sl = slice(p * src.size // k, (p + 1) * src.size // k)
-                    a, b = dc.split_gpu(ops, n, np.stack([src[sl], dst[sl]], 1).astype(np.int64))
+                    a, b, linked = dc.split_linked(ops, n, np.stack([src[sl], dst[sl]], 1).astype(np.int64))
                     touched = [(b, src[sl].size), (a, src[sl].size)]
                 m = touched[0][1]
                 labels = dc.local_gpu(ops, n, kind, a, b, m)
+                if kind == "edges":  # linked piece by piece as they uploaded, the same labels as in one pass
+                    assert np.array_equal(linked.copy_to_host(), labels.copy_to_host()), (name, p)
+                    assert np.array_equal(a.copy_to_host()[:m], src[sl]) and np.array_equal(b.copy_to_host()[:m], dst[sl])
                 msgs = dc.cut_gpu(ops, n, lo, hi, labels, touched, bounds)
                 host = labels.copy_to_host()
                 flagged = np.zeros(n, bool)
@@ -72,7 +75,7 @@ SCRIPT = textwrap.dedent('''
             assert np.array_equal(got, want), (name, kind, got, want)
             print("ok", name, kind)
     try:
-        dc.split_gpu(ops, 5, np.array([[0, 1], [2, 5]], np.int64))
+        dc.split_linked(ops, 5, np.array([[0, 1], [2, 5], [3, 4], [1, 2]], np.int64))
     except Exception as e:
         assert type(e).__name__ == "DispatchError" and "vertex 5" in str(e) and "Fix:" in str(e), e
         print("ok split rejects vertex 5")

@@ -156,6 +156,15 @@ class Backend(abc.ABC):
         """A resident copy of a host array."""
         raise NotImplementedError(f"{self.name} backend has no resident buffers")
 
+    def upload_in_pieces(self, array: np.ndarray, each):
+        """`upload(array)`, calling `each(buffer, first, count)` once the elements [first, first +
+        count) of the flattened array are in place (in order, covering it), so that work on a piece
+        can start while later ones still travel (on the GPU; here, once for the whole array)."""
+        buffer = self.upload(array)
+        if np.size(array):
+            each(buffer, 0, int(np.size(array)))
+        return buffer
+
     def empty(self, n: int, dtype) -> object:
         """A resident buffer of `n` zeroed elements of NumPy dtype `dtype`."""
         raise NotImplementedError(f"{self.name} backend has no resident buffers")

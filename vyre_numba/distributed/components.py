@@ -69,6 +69,9 @@ class Ops:
     def upload(self, a):
         return self.be.upload(np.ascontiguousarray(a))
 
+    def upload_in_pieces(self, a, each):
+        return self.be.upload_in_pieces(np.ascontiguousarray(a), each)
+
     def download(self, a) -> np.ndarray:
         return self.be.download(a)
 
@@ -79,7 +82,8 @@ def _narrow(a: np.ndarray) -> np.ndarray:
 
 def local_gpu(ops, n: int, kind: str, a, b, m: int):
     """Labels (int32, device) of the partition's own components: `a`, `b` the device CSR (global
-    indptr of n + 1 offsets, indices) or edge list (src, dst) of m edges."""
+    indptr of n + 1 offsets, indices) or edge list (src, dst) of m edges (host edges are split and
+    linked as they upload: `split_linked`)."""
     from ..graph.components import afforest, edge_components
 
     if kind == "csr":
@@ -289,9 +293,9 @@ def _local(bname, n, lo, hi, kind, a, b, bounds):
         ops = Ops(be)
         if kind == "csr":
             p.a, p.b = be.upload(a), be.upload(_narrow(b))
+            p.labels = local_gpu(ops, n, kind, p.a, p.b, m)
         else:
-            p.a, p.b = split_gpu(ops, n, a)
-        p.labels = local_gpu(ops, n, kind, p.a, p.b, m)
+            p.a, p.b, p.labels = split_linked(ops, n, a)
         touched = [(p.b, m)] + ([(p.a, m)] if kind == "edges" else [])
         return p, cut_gpu(ops, n, lo, hi, p.labels, touched, bounds)
     from ..graph.components import components_of_edges
@@ -319,19 +323,33 @@ def cut_numpy(flags: np.ndarray, labels: np.ndarray, bounds) -> list:
     return _messages(np.concatenate([np.zeros(0, np.uint8)] + bits), offs, kept)
 
 
-def split_gpu(ops, n: int, e: np.ndarray):
-    """(src, dst) int32 device columns of the (m, 2) host edges, or a DispatchError if an edge
-    names a vertex outside 0..n-1 (checked on the device: one pass, one flag read back)."""
+def split_linked(ops, n: int, e: np.ndarray):
+    """(src, dst, labels): the (m, 2) host edges as int32 device columns and the labels of their
+    components (`local_gpu`), or a DispatchError if an edge names a vertex outside 0..n-1
+    (checked on the device, one flag read back). Each piece of the upload is split and its edges
+    linked as it lands, so the union-find runs while the host stages the pieces after it."""
+    from ..graph import steps as graph_steps
     from . import steps
 
     m = e.shape[0]
     src, dst = ops.empty(max(m, 1), np.int32), ops.empty(max(m, 1), np.int32)
+    parent = ops.empty(n, np.int32)
+    if n:
+        ops.run(graph_steps.init, n, [parent])
     if m:
         bad = ops.upload(np.zeros(1, np.int32))
-        ops.run(steps.split_edges, m, [src, dst, ops.upload(e.reshape(-1)), np.int64(n), bad])
+
+        def each(flat, first: int, count: int) -> None:  # items of the flat edges: 2 a row
+            lo, hi = first // 2, (first + count) // 2
+            piece = [src[lo:hi], dst[lo:hi]]
+            ops.run(steps.split_edges, hi - lo, [*piece, flat[2 * lo:2 * hi], np.int64(n), bad])
+            ops.run(graph_steps.link_edge, hi - lo, [parent, *piece])
+        ops.upload_in_pieces(e.reshape(-1), each)
         if int(ops.download(bad)[0]):
             _check_range(e, n)  # says which vertex, from the host copy
-    return src, dst
+    if n:
+        ops.run(graph_steps.compress, n, [parent])
+    return src, dst, parent
 
 
 def _rows(parts) -> np.ndarray:

@@ -46,9 +46,11 @@ def _settle(drv, events) -> None:
         check(drv.cuEventSynchronize(ev)[0], "waiting for a staged copy")
 
 
-def upload(drv, context: int, dst: int, src: np.ndarray, stream: int) -> None:
+def upload(drv, context: int, dst: int, src: np.ndarray, stream: int, each=None) -> None:
     """Copy the bytes of the contiguous host array `src` to device address `dst`, in order on
-    `stream` (of the current context, whose handle is `context`)."""
+    `stream` (of the current context, whose handle is `context`). `each(at, size)`, if given, is
+    called after each piece (bytes [at, at + size), PIECE bytes but the last) is enqueued: work it
+    enqueues on `stream` runs on that piece while the host stages the next ones."""
     flat = src.reshape(-1).view(np.uint8)
     lock, *bufs = _buffers(drv, context)
     with lock:
@@ -60,6 +62,8 @@ def upload(drv, context: int, dst: int, src: np.ndarray, stream: int) -> None:
                 copy_bytes(buf[:size], flat[at:at + size])
                 check(drv.cuMemcpyHtoDAsync(dst + at, buf.ctypes.data, size, stream)[0], "uploading a piece")
                 check(drv.cuEventRecord(ev, stream)[0], "recording a copy event")
+                if each is not None:
+                    each(at, size)
         finally:
             _settle(drv, bufs[2:])
 

@@ -2,8 +2,9 @@
 the labels that cross partitions move.
 
 1. Local: partition p (CSR rows [lo, hi), or a chunk of an edge list) labels the n vertices by
-   the components of its own edges (the single-GPU kernels on its worker's GPU; NumPy on CPU
-   workers). A label is the smallest vertex id of its local component.
+   the components of its own edges (the single-GPU kernels on its worker's GPU, an edge chunk
+   linked piece by piece as it uploads; NumPy on CPU workers). A label is the smallest vertex id
+   of its local component.
 2. Cut: for every vertex v that p's edges touch outside the range p owns, p sends (v, label_p(v))
    to v's owner q, as a bitmask over q's range (which v) and the labels in order (about 4 bytes
    a vertex, not 8).

@@ -405,6 +405,49 @@ def test_upload_in_pieces_covers_the_array_in_order_and_work_on_a_piece_sees_it(
         assert len(seen) == 1  # below the staged size (or off the GPU): the whole array at once
 
 
+def test_staging_buffers_taken_again_by_the_same_thread_are_refused_not_waited_for():
+    """(No GPU needed: the guard around a context's staging buffers.) The same thread taking them
+    twice would deadlock on the lock; another context's buffers, or the same ones after release, are fine."""
+    from vyre_numba import DispatchError
+    from vyre_numba.gpu import transfer
+
+    lock, other = threading.Lock(), threading.Lock()
+    with transfer._held(7, lock):
+        with pytest.raises(DispatchError, match="Fix:"):
+            with transfer._held(7, lock):
+                pass
+        with transfer._held(8, other):
+            assert other.locked()
+        assert lock.locked() and not other.locked()
+    assert not lock.locked()
+    with transfer._held(7, lock):
+        pass
+
+
+@pytest.mark.gpu
+def test_cuda_upload_in_pieces_refuses_a_large_copy_from_each_and_survives_an_error_in_each():
+    """A staged copy from inside `each` would wait for the upload's own staging buffers forever:
+    refused with a Fix. An error in `each` reaches the caller, and the buffers are free again."""
+    from vyre_numba import DispatchError
+    from vyre_numba.gpu import transfer
+
+    be = vn.get_backend("cuda")
+    x = np.arange(2 * transfer.PIECE // 4, dtype=np.uint32)
+    for inner in (lambda: be.upload(x), lambda buf=be.upload(x): be.download(buf)):
+        with pytest.raises(DispatchError, match="inside upload_in_pieces") as e:
+            be.upload_in_pieces(x, lambda buf, first, count: inner())
+        assert "Fix:" in str(e.value)
+    small = []
+    be.upload_in_pieces(x, lambda buf, first, count: small.append(be.download(be.upload(x[:4]))))
+    assert len(small) == 2 and all(np.array_equal(a, x[:4]) for a in small)  # small copies take no buffer
+
+    def fail(buf, first, count):
+        raise ValueError("from each")
+    with pytest.raises(ValueError, match="from each"):
+        be.upload_in_pieces(x, fail)
+    assert np.array_equal(be.download(be.upload(x)), x)  # nothing left holding the buffers
+
+
 @pytest.mark.gpu
 def test_cuda_large_uploads_from_several_threads_at_once_stay_apart():
     from concurrent.futures import ThreadPoolExecutor

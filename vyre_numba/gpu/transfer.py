@@ -13,6 +13,7 @@ import threading
 
 import numpy as np
 
+from ..errors import DispatchError
 from .host import COPY_CHUNK, copy_bytes
 from .launch import driver_check as check
 
@@ -20,6 +21,31 @@ STAGED_BYTES = 2 * COPY_CHUNK  # from this size on, the copy is staged (below it
 PIECE = 8 * COPY_CHUNK  # one buffer: a piece copied on up to eight threads
 _BUFFERS: dict = {}  # context handle -> [lock, pinned uint8 array, pinned uint8 array, event, event]
 _BUFFERS_LOCK = threading.Lock()
+_HOLDING = threading.local()  # the contexts whose buffers this thread holds (inside an upload's `each`)
+
+
+class _held:
+    """`with _held(context, lock)`: the context's buffers taken by this thread; taking them again
+    from inside (a staged copy started by an upload's `each`) would wait for itself forever, so
+    it is refused."""
+
+    def __init__(self, context: int, lock):
+        self.context, self.lock = context, lock
+
+    def __enter__(self) -> None:
+        held = getattr(_HOLDING, "contexts", None)
+        if held is None:
+            held = _HOLDING.contexts = set()
+        if self.context in held:
+            raise DispatchError("a copy of 8 MiB or more was started from inside upload_in_pieces' `each`, while "
+                                "the upload holds the staging buffers. Fix: make that copy before or after "
+                                "upload_in_pieces; `each` should only enqueue work on the piece.")
+        self.lock.acquire()
+        held.add(self.context)
+
+    def __exit__(self, *exc) -> None:
+        _HOLDING.contexts.discard(self.context)
+        self.lock.release()
 
 
 def _buffers(drv, context: int) -> list:
@@ -53,7 +79,7 @@ def upload(drv, context: int, dst: int, src: np.ndarray, stream: int, each=None)
     enqueues on `stream` runs on that piece while the host stages the next ones."""
     flat = src.reshape(-1).view(np.uint8)
     lock, *bufs = _buffers(drv, context)
-    with lock:
+    with _held(context, lock):
         try:
             for i, at in enumerate(range(0, flat.size, PIECE)):
                 size = min(PIECE, flat.size - at)
@@ -87,7 +113,7 @@ def download(drv, context: int, dst: np.ndarray, src: int, stream: int) -> None:
         check(drv.cuMemcpyDtoHAsync(bufs[i % 2].ctypes.data, src + at, size, stream)[0], "reading back a piece")
         check(drv.cuEventRecord(bufs[2 + i % 2], stream)[0], "recording a copy event")
 
-    with lock:
+    with _held(context, lock):
         try:
             for i in range(min(2, len(starts))):
                 enqueue(i)

@@ -405,6 +405,16 @@ def test_upload_in_pieces_covers_the_array_in_order_and_work_on_a_piece_sees_it(
         assert len(seen) == 1  # below the staged size (or off the GPU): the whole array at once
 
 
+def test_upload_in_pieces_refuses_what_it_cannot_call_or_copy_before_copying(backend):
+    from vyre_numba import DispatchError
+
+    for each in (None, 3, "f"):
+        with pytest.raises(DispatchError, match="each is a .*Fix:"):
+            backend.upload_in_pieces(np.arange(4, dtype=np.uint32), each)
+    with pytest.raises(DispatchError, match="Fix:"):
+        backend.upload_in_pieces(np.array(["a", "b"]), lambda buf, first, count: None)
+
+
 def test_staging_buffers_taken_again_by_the_same_thread_are_refused_not_waited_for():
     """(No GPU needed: the guard around a context's staging buffers.) The same thread taking them
     twice would deadlock on the lock; another context's buffers, or the same ones after release, are fine."""

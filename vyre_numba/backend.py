@@ -160,6 +160,7 @@ class Backend(abc.ABC):
         """`upload(array)`, calling `each(buffer, first, count)` once the elements [first, first +
         count) of the flattened array are in place (in order, covering it), so that work on a piece
         can start while later ones still travel (on the GPU; here, once for the whole array)."""
+        check_each(each)
         buffer = self.upload(array)
         if np.size(array):
             each(buffer, 0, int(np.size(array)))
@@ -530,6 +531,13 @@ def check_empty(n, dtype, what: str = "empty") -> tuple[int, np.dtype]:
         raise DispatchError(f"{what}: {dtype!r:.60} is not the storage dtype of a vyre type. Fix: pass one of "
                             f"{sorted({str(d) for d in STORAGE_DTYPES})}.")
     return int(n), dt
+
+
+def check_each(each) -> None:
+    """`each` of `upload_in_pieces`: something to call with (buffer, first, count)."""
+    if not callable(each):
+        raise DispatchError(f"upload_in_pieces: each is a {type(each).__name__}, not a function. Fix: pass a "
+                            "function each(buffer, first, count) that enqueues work on elements [first, first + count).")
 
 
 def check_upload(array) -> np.ndarray:

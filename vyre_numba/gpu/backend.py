@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from .. import checked, profiling
-from ..backend import Backend, Pending, Telemetry, check_empty, check_upload
+from ..backend import Backend, Pending, Telemetry, check_each, check_empty, check_upload
 from ..bindings import Binding, bind, check_config
 from ..config import DispatchConfig
 from ..display import Duration
@@ -576,6 +576,7 @@ class CudaBackend(Backend):
         from . import transfer
 
         arr = check_upload(array)
+        check_each(each)
         self._ensure_context()
         size = arr.dtype.itemsize
         if arr.nbytes < transfer.STAGED_BYTES:

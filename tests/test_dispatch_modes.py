@@ -415,6 +415,33 @@ def test_upload_in_pieces_refuses_what_it_cannot_call_or_copy_before_copying(bac
         backend.upload_in_pieces(np.array(["a", "b"]), lambda buf, first, count: None)
 
 
+def test_a_mapped_word_is_read_when_it_lands_or_after_the_stream_is_waited_for():
+    """(No GPU: a NumPy array stands in for mapped memory, a stream object for the stream.) Set
+    already: no wait. Never set in the bound: the stream is synchronised and looked at again."""
+    import time
+
+    from vyre_numba.gpu.mapped import watch
+
+    class Stream:
+        def __init__(self, words, lands):
+            self.words, self.lands, self.waits = words, lands, 0
+
+        def synchronize(self):
+            self.waits += 1
+            if self.lands is not None:
+                self.words[1] = self.lands
+
+    words = np.array([5, 7], np.int64)
+    s = Stream(words, None)
+    assert watch(words, 1, -1, s, 1.0) and s.waits == 0
+    words[1] = -1
+    t0 = time.perf_counter()
+    assert watch(words, 1, -1, s, 0.01) is False and s.waits == 1
+    assert time.perf_counter() - t0 >= 0.01
+    s = Stream(words, 3)
+    assert watch(words, 1, -1, s, 0.0) and s.waits == 1 and words[1] == 3
+
+
 def test_staging_buffers_taken_again_by_the_same_thread_are_refused_not_waited_for():
     """(No GPU needed: the guard around a context's staging buffers.) The same thread taking them
     twice would deadlock on the lock; another context's buffers, or the same ones after release, are fine."""

@@ -29,6 +29,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import DispatchError
+from ..gpu import mapped
 from ..gpu.numba_launch import NumbaLaunch, RawArray
 
 _SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
@@ -275,11 +276,9 @@ class Selector:
         """The kept count of the last `offsets`, `enqueue` or `fused` launch, read as soon as it is in
         mapped memory (a scatter may still run), within a bound past which the stream is
         synchronised (a negative count: a one-launch selection that gave up)."""
-        host, clock = self._host, time.perf_counter
-        deadline = clock() + POLL_SECONDS
-        while host[0] < 0 and clock() < deadline:
-            pass
-        return self.total() if host[0] < 0 else int(host[0])
+        mapped.watch(self._host, 0, -1, self.stream, POLL_SECONDS)
+        kept = int(self._host[0])
+        return kept if kept >= 0 else self.total()
 
     def run(self, flag_of: Callable, src, n: int, words, out, capacity: int, octs=None) -> int:
         """Select items 0..n-1 into `out` (at most `capacity` rows) and return how many were kept,

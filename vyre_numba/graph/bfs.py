@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 
 import numpy as np
 
@@ -229,8 +228,10 @@ class _HostWords:
     def __init__(self) -> None:
         from numba import cuda
 
+        from ..gpu.mapped import watch
         from ..gpu.numba_launch import RawArray
 
+        self._watch = watch
         if _SIM:
             self.words = self.device = cuda.to_device(np.zeros(2, np.int64))
         else:
@@ -253,18 +254,12 @@ class _HostWords:
         if _SIM:
             got = self.device.copy_to_host()
             return int(got[0]), int(got[1])
-        words, clock = self.words, time.perf_counter
-        deadline = clock() + self.WAIT_SECONDS
-        while words[1] == -1 and clock() < deadline:
-            pass
-        if words[1] == -1:
-            stream.synchronize()
-            if words[1] == -1:
-                from ..errors import DeviceError
+        if not self._watch(self.words, 1, -1, stream, self.WAIT_SECONDS):
+            from ..errors import DeviceError
 
-                raise DeviceError("a BFS count never arrived from the device. Fix: check the device is healthy "
-                                  "(nvidia-smi); after a kernel fault, restart the process.")
-        return int(words[0]), int(words[1])
+            raise DeviceError("a BFS count never arrived from the device. Fix: check the device is healthy "
+                              "(nvidia-smi); after a kernel fault, restart the process.")
+        return int(self.words[0]), int(self.words[1])
 
     def persistent(self, stream) -> tuple:
         """(cooperative launcher of `bfs_kernels.levels_on_device` on `stream`, its barrier state)."""

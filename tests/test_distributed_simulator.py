@@ -79,13 +79,18 @@ SCRIPT = textwrap.dedent('''
     except Exception as e:
         assert type(e).__name__ == "DispatchError" and "vertex 5" in str(e) and "Fix:" in str(e), e
         print("ok split rejects vertex 5")
+    try:  # no vertices: every edge is out of range, and nothing may be linked into the empty labels
+        dc.split_linked(ops, 0, np.array([[0, 1], [1, 0]], np.int64))
+    except Exception as e:
+        assert type(e).__name__ == "DispatchError" and "vertex 1" in str(e) and "Fix:" in str(e), e
+        print("ok split rejects the edges of a graph without vertices")
 ''')
 
 
 def test_distributed_components_phases_under_the_cuda_simulator():
     out = run_script(SCRIPT, 900)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.count("ok ") == 11
+    assert out.stdout.count("ok ") == 12
 
 
 EGRAPH_SCRIPT = textwrap.dedent('''

@@ -344,7 +344,8 @@ def split_linked(ops, n: int, e: np.ndarray):
             lo, hi = first // 2, (first + count) // 2
             piece = [src[lo:hi], dst[lo:hi]]
             ops.run(steps.split_edges, hi - lo, [*piece, flat[2 * lo:2 * hi], np.int64(n), bad])
-            ops.run(graph_steps.link_edge, hi - lo, [parent, *piece])
+            if n:  # with no vertices every edge is out of range (and the call raises): nothing to link
+                ops.run(graph_steps.link_edge, hi - lo, [parent, *piece])
         ops.upload_in_pieces(e.reshape(-1), each)
         if int(ops.download(bad)[0]):
             _check_range(e, n)  # says which vertex, from the host copy

@@ -82,3 +82,7 @@ def test_an_edge_out_of_range_is_refused_on_the_device(client):
     for bad in ([[0, 9]], [[-1, 0]]):
         with pytest.raises(VyreError, match=r"outside 0\.\.2.*Fix:"):
             connected_components(client=client, edges=da.from_array(np.array(bad, np.int64)), n=3)
+    with pytest.raises(VyreError, match="Fix:"):  # no vertices: every edge is out of range, and nothing is linked
+        connected_components(client=client, edges=da.from_array(np.array([[0, 1], [1, 0]], np.int64)), n=0)
+    labels = connected_components(client=client, edges=da.from_array(np.array([[0, 1], [2, 2]], np.int64)), n=3)
+    assert np.array_equal(labels, [0, 0, 2])  # the workers' GPUs are still well after the refusals

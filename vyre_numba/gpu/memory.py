@@ -132,7 +132,9 @@ def unzeroed(backend, n: int, dtype) -> "object":
     CUDA simulator's stand-ins)."""
     if getattr(backend, "name", None) != "cuda":
         return backend.empty(n, dtype)
-    return backend._cuda.device_array(int(n), dtype=dtype, stream=backend.stream)
+    from numba import cuda
+
+    return cuda.device_array(int(n), dtype=dtype, stream=backend.stream)
 
 
 def scratch(backend, n: int, dtype) -> "object":

@@ -14,6 +14,7 @@ value and returning a bool.
 """
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from typing import Callable
@@ -157,17 +158,13 @@ def _compiled(call: Callable, what: str):
 
 _SELECTORS: dict = {}
 _SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
-_CUDA: list = []
-
-
+@functools.cache
 def _cuda():
     """numba.cuda, imported on first use (an import statement in a call costs about a microsecond,
     and a small select is a few tens of them)."""
-    if not _CUDA:
-        from numba import cuda
+    from numba import cuda
 
-        _CUDA.append(cuda)
-    return _CUDA[0]
+    return cuda
 
 
 def _selector(stream) -> Selector:

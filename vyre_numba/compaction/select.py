@@ -21,6 +21,7 @@ memory; the kernels are in `kernels.py` (imported when a GPU or the CUDA simulat
 `select_numpy` and friends are the NumPy twins: the CPU implementation and the oracle."""
 from __future__ import annotations
 
+import functools
 import math
 import os
 import time
@@ -297,16 +298,12 @@ class Selector:
         return k
 
 
-_KERNELS_MODULE: list = []
-
-
+@functools.cache
 def _kernels():
     """The kernels module, imported on first use (an import statement costs a microsecond a call)."""
-    if not _KERNELS_MODULE:
-        from . import kernels
+    from . import kernels
 
-        _KERNELS_MODULE.append(kernels)
-    return _KERNELS_MODULE[0]
+    return kernels
 
 
 def _emit(words) -> tuple:

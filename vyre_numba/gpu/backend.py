@@ -555,38 +555,29 @@ class CudaBackend(Backend):
 
     def upload(self, array: np.ndarray):
         """A device copy of a host array (a numba device array)."""
-        from . import transfer
-
-        arr = check_upload(array)
-        self._ensure_context()
-        if arr.nbytes >= transfer.STAGED_BYTES:
-            d = self._cuda.device_array(arr.shape, arr.dtype, stream=self.stream)
-            transfer.upload(self._drv, self._ctx, d.__cuda_array_interface__["data"][0], arr,
-                            self.stream_handle)
-        else:
-            d = self._cuda.to_device(arr, stream=self.stream)
-        self._count(bytes_uploaded=arr.nbytes)
-        return d
+        return self._upload(check_upload(array), None)
 
     def upload_in_pieces(self, array: np.ndarray, each: Callable[[Any, int, int], None]):
         """`upload(array)`, calling `each(buffer, first, count)` once the elements [first, first +
         count) of the flattened array are enqueued (in order, covering it; pieces of transfer.PIECE
         bytes, or the whole array where it is small): work `each` enqueues on this backend's
         stream runs on a piece while the host stages the next ones."""
-        from . import transfer
-
         arr = check_upload(array)
         check_each(each)
+        return self._upload(arr, each)
+
+    def _upload(self, arr: np.ndarray, each):
+        from . import transfer
+
         self._ensure_context()
-        size = arr.dtype.itemsize
-        if arr.nbytes < transfer.STAGED_BYTES:
-            d = self._cuda.to_device(arr, stream=self.stream)
-            if arr.size:
-                each(d, 0, arr.size)
-        else:
-            d = self._cuda.device_array(arr.shape, arr.dtype, stream=self.stream)
+        if arr.nbytes >= transfer.STAGED_BYTES:
+            d, size = self._cuda.device_array(arr.shape, arr.dtype, stream=self.stream), arr.dtype.itemsize
             transfer.upload(self._drv, self._ctx, d.__cuda_array_interface__["data"][0], arr, self.stream_handle,
-                            lambda at, nbytes: each(d, at // size, nbytes // size))
+                            None if each is None else lambda at, nbytes: each(d, at // size, nbytes // size))
+        else:
+            d = self._cuda.to_device(arr, stream=self.stream)
+            if each is not None and arr.size:
+                each(d, 0, arr.size)
         self._count(bytes_uploaded=arr.nbytes)
         return d
 

@@ -7,25 +7,22 @@ default stream, so that every blocking stream's earlier work is ordered before t
 `trim()` gives the pool's idle memory back to the device."""
 from __future__ import annotations
 
+import functools
 import threading
 
 import numpy as np
 
 _POOLS: dict = {}
 _LOCK = threading.Lock()
-_DRIVER: list = []  # [cuda.bindings.driver, DeviceNDArray, MemoryPointer], imported on first use
+@functools.cache
+def _driver() -> tuple:
+    """(driver, DeviceNDArray, MemoryPointer), imported on first use: an import statement in a call
+    costs about a microsecond, and a pooled array is a few of them."""
+    from cuda.bindings import driver
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+    from numba.cuda.cudadrv.driver import MemoryPointer
 
-
-def _driver() -> list:
-    """[driver, DeviceNDArray, MemoryPointer]: an import statement in a call costs about a
-    microsecond, and a pooled array is a few of them."""
-    if not _DRIVER:
-        from cuda.bindings import driver
-        from numba.cuda.cudadrv.devicearray import DeviceNDArray
-        from numba.cuda.cudadrv.driver import MemoryPointer
-
-        _DRIVER[:] = [driver, DeviceNDArray, MemoryPointer]
-    return _DRIVER
+    return driver, DeviceNDArray, MemoryPointer
 KEEP = 1 << 30  # freed bytes a pool holds for reuse past a synchronisation; more goes back to the device
 
 

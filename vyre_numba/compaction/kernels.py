@@ -105,11 +105,11 @@ def load_flags(flag_of, src, n, first, tid, keep):
     that its loads are all in flight at once."""
     if first + TILE <= n:
         for r in range(ITEMS):
-            keep[r] = 1 if flag_of(src, first + r * THREADS + tid) else 0
+            keep[r] = 1 if flag_of(src, uint64(first + r * THREADS + tid)) else 0
     else:
         for r in range(ITEMS):
             i = first + r * THREADS + tid
-            keep[r] = 1 if i < n and flag_of(src, i) else 0
+            keep[r] = 1 if i < n and flag_of(src, uint64(i)) else 0
 
 
 if _SIM:
@@ -182,9 +182,9 @@ def copy_kept(src, dst, src8, dst8, ctl, itemsize, room):
     nbytes = min(ctl[2], room) * itemsize
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for w in range(start, nbytes // 8, stride):
-        dst[w] = src[w]
+        dst[uint64(w)] = src[uint64(w)]
     for b in range(nbytes // 8 * 8 + start, nbytes, stride):
-        dst8[b] = src8[b]
+        dst8[uint64(b)] = src8[uint64(b)]
 
 
 _KERNELS: dict = {}
@@ -232,7 +232,7 @@ def count_bytes(flags, octs, n, counts):
         words = cuda.local.array(GROUP_OCTS, uint64)
         for g in range(GROUP):
             for r in range(OCTS):
-                words[g * OCTS + r] = octs[(first + g) * (TILE // 8) + r * THREADS + tid]
+                words[g * OCTS + r] = octs[uint64((first + g) * (TILE // 8) + r * THREADS + tid)]
         for g in range(GROUP):
             mine = int64(0)
             for r in range(OCTS):
@@ -243,7 +243,7 @@ def count_bytes(flags, octs, n, counts):
             mine = int64(0)
             for r in range(ITEMS):
                 i = tile * TILE + r * THREADS + tid
-                if i < n and flags[i] != 0:
+                if i < n and flags[uint64(i)] != 0:
                     mine += 1
             add_count(counts, tile, mine, lane)
 
@@ -277,11 +277,11 @@ def tile_writer(flag_of: Callable, emit: Callable | None, word=np.uint64):
         if carry:
             if first + TILE <= n:
                 for r in range(ITEMS):
-                    values[r] = words[first + r * THREADS + tid, 0]
+                    values[r] = words[uint64(first + r * THREADS + tid), 0]
             else:
                 for r in range(ITEMS):
                     if keep[r]:
-                        values[r] = words[first + r * THREADS + tid, 0]
+                        values[r] = words[uint64(first + r * THREADS + tid), 0]
         for r in range(ITEMS):
             m = vote(keep[r] != 0, votes, tid)
             masks[r] = m
@@ -297,9 +297,9 @@ def tile_writer(flag_of: Callable, emit: Callable | None, word=np.uint64):
                 j = start + counts[r * WARPS + warp] + cuda.popc(m & ((uint32(1) << lane) - uint32(1)))
                 if j < capacity:
                     if carry:
-                        out[j, 0] = values[r]
+                        out[uint64(j), 0] = values[r]
                     else:
-                        put(out, j, words, first + r * THREADS + tid)
+                        put(out, uint64(j), words, uint64(first + r * THREADS + tid))
         if not counted:
             return 0
         if tid == THREADS - 1:  # the last (row, warp) slot's offset and count
@@ -394,7 +394,7 @@ def fused_kernel(flag_of: Callable, emit: Callable | None, word=np.uint64, by_by
         for t in range(t0, t1):
             if by_bytes and (t + 1) * TILE <= n:
                 for r in range(OCTS):
-                    mine += nonzero_bytes(octs[t * (TILE // 8) + r * THREADS + tid])
+                    mine += nonzero_bytes(octs[uint64(t * (TILE // 8) + r * THREADS + tid)])
             else:
                 load_flags(flag_of, src, n, t * TILE, tid, keep)
                 for r in range(ITEMS):

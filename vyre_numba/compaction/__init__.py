@@ -189,12 +189,12 @@ def _address(a) -> int:
 
 
 def _words(a, n: int, dt: np.dtype, address: int | None = None):
-    """The n items of device array `a` (or of the memory at `address`) as (n, w) unsigned words,
-    for the kernel: a raw view on the GPU, Numba's view under the simulator."""
+    """The n items of device array `a` (or of the memory at `address`) as unsigned words (`word_view`'s
+    shape), for the kernel: a raw view on the GPU, Numba's view under the simulator."""
     if _SIM:
         return word_view(_dev(a), n)
     word, w = word_type(dt)
-    return RawArray(_address(a) if address is None else address, (n, w), word)
+    return RawArray(_address(a) if address is None else address, (n,) if w == 1 else (n, w), word)
 
 
 def _octs(flags, n: int):
@@ -434,7 +434,7 @@ def read_compacted(values, flags, *, capacity: int | None = None, stream=None) -
 
         size = -(-max(nbytes, 8) // 8) * 8
         buf, dst = cuda.device_array(size, np.uint8), cuda.device_array(size, np.uint8)
-        out = buf[:nbytes].view(word).reshape(room, w)
+        out = buf[:nbytes].view(word) if w == 1 else buf[:nbytes].view(word).reshape(room, w)
         sel.enqueue(flag_nonzero, _dev(flags), n, _words(values, n, dt), out, room, _octs(flags, n))
         sel.copy_kept(buf.view(np.uint64), dst.view(np.uint64), buf, dst, dt.itemsize, room)
         count = sel.total()

@@ -33,14 +33,14 @@ def flag_nonzero(flags, i):
 
 
 @cuda.jit(device=True)
-def copy_words(out, j, words, i):  # records: several words an item
+def copy_words(out, j, words, i):  # records: several words an item, (n, w) arrays
     for w in range(words.shape[1]):
         out[j, w] = words[i, w]
 
 
 @cuda.jit(device=True)
-def write_index(out, j, words, i):
-    out[j, 0] = i
+def write_index(out, j, words, i):  # `out`: 1-D
+    out[j] = i
 
 
 if _SIM:
@@ -252,8 +252,8 @@ def tile_writer(flag_of: Callable, emit: Callable | None, word=np.uint64):
     """The device function `write_tile(src, n, words, out, first, start, capacity, votes, counts,
     tot, counted)` writing the kept items of the tile at `first` (one block) at `start` + their
     rank in it, and returning how many it kept where `counted` (else 0; `tot`: one shared int64).
-    `emit(out, j, words, i)` writes an item; `emit` None: `words` has one column of
-    `word`s, read with the flags (all of a tile's loads in flight at once) and copied to `out`.
+    `emit(out, j, words, i)` writes an item; `emit` None: `words` and `out` are 1-D arrays of
+    `word`s (an item a word), read with the flags (all of a tile's loads in flight at once).
 
     The block votes its items' flags warp by warp, scans the (row, warp) counts with warp 0, and
     writes the kept items at start + their row-and-warp's offset + the kept lanes before them (a
@@ -277,11 +277,11 @@ def tile_writer(flag_of: Callable, emit: Callable | None, word=np.uint64):
         if carry:
             if first + TILE <= n:
                 for r in range(ITEMS):
-                    values[r] = words[uint64(first + r * THREADS + tid), 0]
+                    values[r] = words[uint64(first + r * THREADS + tid)]
             else:
                 for r in range(ITEMS):
                     if keep[r]:
-                        values[r] = words[uint64(first + r * THREADS + tid), 0]
+                        values[r] = words[uint64(first + r * THREADS + tid)]
         for r in range(ITEMS):
             m = vote(keep[r] != 0, votes, tid)
             masks[r] = m
@@ -297,7 +297,7 @@ def tile_writer(flag_of: Callable, emit: Callable | None, word=np.uint64):
                 j = start + counts[r * WARPS + warp] + cuda.popc(m & ((uint32(1) << lane) - uint32(1)))
                 if j < capacity:
                     if carry:
-                        out[uint64(j), 0] = values[r]
+                        out[uint64(j)] = values[r]
                     else:
                         put(out, uint64(j), words, uint64(first + r * THREADS + tid))
         if not counted:

@@ -92,10 +92,11 @@ def word_type(dt: np.dtype) -> tuple[np.dtype, int]:
 
 
 def word_view(a, n: int):
-    """The 1-D device array `a` of n items (any 8- to 64-bit type or record) as an (n, w) array
-    of unsigned words (see `word_type`)."""
+    """The 1-D device array `a` of n items (any 8- to 64-bit type or record) as unsigned words
+    (see `word_type`): 1-D where an item is one word (so the kernels' addresses need no stride),
+    else an (n, w) array."""
     word, w = word_type(a.dtype)
-    return a.view(word).reshape(n, w)
+    return a.view(word) if w == 1 else a.view(word).reshape(n, w)
 
 
 class Selector:
@@ -311,7 +312,7 @@ def _emit(words) -> tuple:
     kernels = _kernels()
     if words is None:
         return kernels.write_index, np.uint64
-    if words.shape[1] == 1:  # one word an item: read with the flags
+    if len(words.shape) == 1:  # one word an item: read with the flags
         return None, _word_of(words)
     return kernels.copy_words, np.uint64
 

@@ -219,9 +219,8 @@ class DeviceEGraph:
             self._selector = compaction.Selector()
         if self._work is None or self._work.size < self.n:  # each row at most once; a view costs host time
             self._work = self._cuda.device_array(max(2 * self.n, 1024), np.int64)
-            self._work2 = self._work.reshape(self._work.size, 1)
         if self.n:
-            self._selector.enqueue(flag_nonzero, self.rowflag, self.n, None, self._work2, self.n)
+            self._selector.enqueue(flag_nonzero, self.rowflag, self.n, None, self._work, self.n)
         if inserted:
             self.ctl.copy_to_host(self._ctl_host, stream=self._selector.stream)
         clock.lap("worklist")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from vyre_numba.errors import CapacityError
+from vyre_numba.errors import CapacityError, DispatchError
 from vyre_numba.workqueue import QueueModel, WorkQueue
 from vyre_numba.workqueue import device as qd
 
@@ -75,12 +75,49 @@ def assert_host_push_drain_and_chunks(n: int) -> None:
         assert np.array_equal(q.drain().copy_to_host(), values[: n // 2])
 
 
+def assert_misuse_is_refused_and_changes_nothing() -> None:
+    with WorkQueue(8, np.uint32) as q:
+        q.push([7])
+        for bad in ([-1], [1.7], [[1, 2], [3, 4]], [True], np.array([2**40]), "abc", None, q.items):
+            try:
+                q.push(bad)
+            except DispatchError as e:
+                assert "Fix:" in str(e), e
+            else:
+                raise AssertionError(f"push({bad!r}) was accepted")
+        for call in (lambda: q.consume(lambda v, a: None, (), block=0), lambda: q.chunks(0),
+                     lambda: q.consume(lambda v, a: None, (), block=True)):
+            try:
+                call()
+            except DispatchError as e:
+                assert "Fix:" in str(e), e
+            else:
+                raise AssertionError("a bad block or chunk was accepted")
+        assert q.drain().copy_to_host().tolist() == [7]  # the refused pushes stored nothing
+    with WorkQueue(4, np.float32) as q:
+        try:
+            q.push([1e300])
+        except DispatchError:
+            pass
+        else:
+            raise AssertionError("an overflowing float was accepted")
+        q.push([0.1, 2**24])  # floats round as NumPy's do; integers that fit exactly are taken
+        assert q.drain().copy_to_host().tolist() == [np.float32(0.1), 2.0**24]
+    try:
+        WorkQueue(4, np.int32, stream="not a stream")
+    except DispatchError as e:
+        assert "Numba stream" in str(e)
+    else:
+        raise AssertionError("a bad stream was accepted")
+
+
 def main() -> None:
     for n, cap in ((0, 4), (1, 1), (37, 8), (40, 8), (100, 1000)):
         assert_backpressure_loses_nothing(n, cap)
     for n in (0, 1, 33):
         assert_consume_reads_the_count_on_the_device(n)
         assert_host_push_drain_and_chunks(n)
+    assert_misuse_is_refused_and_changes_nothing()
     print("queue ok")
 
 

@@ -29,6 +29,16 @@ def records(n: int, seed: int = 0) -> np.ndarray:
 
 # ---- host arrays: the NumPy twins --------------------------------------------------------------
 
+class Unhashable:
+    """A callable that cannot be hashed (it defines __eq__ without __hash__)."""
+
+    def __call__(self, v):
+        return v > 1
+
+    def __eq__(self, other):
+        return self is other
+
+
 def test_host_inputs_give_numpy_results_in_order():
     x = np.arange(10, dtype=np.int16)
     assert compaction.select(x, x % 3 == 0).tolist() == [0, 3, 6, 9]
@@ -38,6 +48,11 @@ def test_host_inputs_give_numpy_results_in_order():
     assert compaction.select_if(np.arange(5.0), lambda v: v >= 3).tolist() == [3.0, 4.0]
     assert np.array_equal(compaction.select(records(9), np.arange(9) > 4), records(9)[5:])
     assert compaction.select(np.zeros(0, np.float32), np.zeros(0, bool)).size == 0
+    flags = np.array([1, 0, 1, 1, 0], np.uint8)
+    values = np.arange(5, dtype=np.int32)
+    assert compaction.select_numpy(values, flags).tolist() == [0, 2, 3]
+    assert compaction.nonzero_numpy(flags).tolist() == [0, 2, 3]
+    assert compaction.select_if_numpy(values, lambda v: v > 2).tolist() == [3, 4]
 
 
 @pytest.mark.parametrize("call,fragment", [
@@ -62,6 +77,14 @@ def test_host_inputs_give_numpy_results_in_order():
     (lambda: compaction.select_if(records(3), lambda v: True), "record array"),
     (lambda: compaction.nonzero(np.ones(3, np.float64)), "not integers or bools"),
     (lambda: compaction.read_compacted(np.arange(3), np.ones(3, bool)), "host arrays"),
+    (lambda: compaction.select_if(np.arange(3), Unhashable()), "cannot be hashed"),
+    *[(lambda stream=stream: call(np.arange(3), np.ones(3, bool), stream=stream), "not a Numba stream")
+      for stream in ("junk", 5, object()) for call in (compaction.select, compaction.read_compacted)],
+    (lambda: compaction.nonzero(np.ones(3, bool), stream="junk"), "not a Numba stream"),
+    (lambda: compaction.select_numpy(np.arange(5), np.ones(3, bool)), "one flag per value"),
+    (lambda: compaction.nonzero_numpy(np.ones((2, 5), bool)), "not 1-D"),
+    (lambda: compaction.select_if_numpy(np.arange(3), lambda v: "yes"), "not a bool"),
+    (lambda: compaction.select_numpy(FakeDeviceArray(3), FakeDeviceArray(3)), "take host arrays"),
 ])
 def test_bad_inputs_raise_with_a_fix(call, fragment):
     with pytest.raises(DispatchError, match="Fix:") as e:

@@ -405,12 +405,44 @@ def test_upload_in_pieces_covers_the_array_in_order_and_work_on_a_piece_sees_it(
         assert len(seen) == 1  # below the staged size (or off the GPU): the whole array at once
 
 
+def test_ranged_downloads_take_any_integer_types_and_refuse_the_rest(backend):
+    from vyre_numba import DispatchError
+
+    d = backend.upload(np.arange(6, dtype=np.int32))
+    assert backend.download(d, np.uint64(1), np.int64(2)).tolist() == [1, 2]
+    assert backend.download(d, np.int8(4)).tolist() == [4, 5]
+    for offset, count in ((None, 1), (1.0, 1), (True, 1), (0, 2.0), (np.uint64(5), np.int64(2)), (-1, 1)):
+        with pytest.raises(DispatchError, match="Fix:"):
+            backend.download(d, offset, count)
+
+
+def test_a_masked_array_is_not_uploaded_without_its_mask(backend):
+    from vyre_numba import DispatchError
+
+    with pytest.raises(DispatchError, match="masked array.*Fix:"):
+        backend.upload(np.ma.array(np.arange(3), mask=[0, 1, 0]))
+
+
+def test_the_reference_backend_out_of_host_memory_says_so(monkeypatch):
+    from vyre_numba import get_backend, reference
+    from vyre_numba.errors import HostMemoryError
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError("Unable to allocate 32.0 GiB")
+
+    be = get_backend("reference")
+    monkeypatch.setattr(reference.np, "zeros", no_memory)
+    with pytest.raises(HostMemoryError, match="Fix:"):
+        be.empty(2**32 - 1, np.float64)
+
+
 def test_upload_in_pieces_refuses_what_it_cannot_call_or_copy_before_copying(backend):
     from vyre_numba import DispatchError
 
-    for each in (None, 3, "f"):
-        with pytest.raises(DispatchError, match="each is a .*Fix:"):
+    for each in (None, 3, "f", int, lambda buf: None, lambda buf, first, count, extra: None):
+        with pytest.raises(DispatchError, match="each.* (is a|cannot be called).*Fix:"):
             backend.upload_in_pieces(np.arange(4, dtype=np.uint32), each)
+    backend.upload_in_pieces(np.arange(4, dtype=np.uint32), lambda *args: None)  # takes any three
     with pytest.raises(DispatchError, match="Fix:"):
         backend.upload_in_pieces(np.array(["a", "b"]), lambda buf, first, count: None)
 

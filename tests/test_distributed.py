@@ -210,6 +210,22 @@ def test_a_host_memory_error_becomes_a_vyre_error(client, monkeypatch):
         connected_components(np.array([0, 1, 1]), np.array([0]), client=client, backend="reference")
 
 
+def _workload_rows(cut: str) -> tuple:
+    """The rows of a small workload e-graph with `eclass` one short, one long or as is."""
+    from vyre_numba.egraph import workload
+
+    (ec, op, off, ch), _ = workload.arithmetic(200, seed=3)
+    ec = {"short": ec[:-1], "long": np.r_[ec, 5], "as is": ec}[cut]
+    return ec, op, off, ch
+
+
+def test_an_egraph_whose_eclass_is_a_tuple_of_ids_is_one_egraph_not_partitions(client):
+    ec, op, off, ch = _workload_rows("as is")
+    whole = congruence_closure((ec, op, off, ch), client=client, backend="reference")
+    as_tuple = congruence_closure((tuple(ec.tolist()), op, off, ch), client=client, backend="reference")
+    assert np.array_equal(as_tuple.eclass, whole.eclass)
+
+
 @pytest.mark.parametrize("call, fix", [
     (lambda c: connected_components(np.array([0, 1]), np.array([0]), client=object()), "Client("),
     (lambda c: connected_components(client=c), "pass indptr"),
@@ -224,6 +240,10 @@ def test_a_host_memory_error_becomes_a_vyre_error(client, monkeypatch):
                                     backend="reference"), "integer"),
     (lambda c: connected_components(np.array([0, 0]), np.zeros(0, np.int32), client=c, backend=3), "backend"),
     (lambda c: connected_components(np.array([0, 0]), np.zeros(0, np.int32), client=c, gather=1), "Dask array"),
+    *[(lambda c, v=v: connected_components(np.array([0, 0]), np.zeros(0, np.int32), client=c, stats=v),
+       "DistributedStats") for v in ("no", 1, None)],
+    *[(lambda c, cut=cut: congruence_closure(_workload_rows(cut), client=c, backend="reference"), "equal length")
+      for cut in ("short", "long")],
     (lambda c: congruence_closure(chain_pair(2), [(0, 1, 2)], client=c, backend="reference"), "(k, 2)"),
     (lambda c: congruence_closure(chain_pair(2), [(0, 99)], client=c, backend="reference"), "outside"),
     (lambda c: congruence_closure([(np.array([0]), np.array([0]), np.array([0, 1]), np.array([4]))], client=c,

@@ -11,6 +11,7 @@ from scipy.sparse.csgraph import shortest_path
 
 import vyre_numba as vn
 from vyre_numba.errors import DispatchError
+from vyre_numba import graph
 from vyre_numba.graph import bfs
 
 from simulated import run_script
@@ -84,6 +85,12 @@ def test_numpy_bfs_matches_scipy_from_several_sources(name):
     (lambda a: bfs(a.indptr, a.indices.astype(np.float32), 0, backend="reference"), "Fix:"),
     (lambda a: bfs(a.indptr, a.indices, 0, backend="reference", symmetric="yes"), "symmetric='yes'"),
     (lambda a: bfs(np.zeros(1, np.int64), np.zeros(0, np.int64), 0, backend="reference"), "no vertices"),
+    (lambda a: bfs(a.indptr, np.ma.array(a.indices), 0, backend="reference"), "masked array"),
+    (lambda a: graph.bfs_numpy(graph.check_csr(a.indptr, a.indices), 500), "source=500"),
+    (lambda a: graph.bfs_numpy(graph.check_csr(a.indptr, a.indices), -1), "source=-1"),
+    (lambda a: graph.bfs_numpy((a.indptr, a.indices), 0), "check_csr(indptr, indices)"),
+    (lambda a: graph.bfs_many_numpy(graph.check_csr(a.indptr, a.indices), np.array([500])), "source 500"),
+    (lambda a: graph.components_numpy((a.indptr, a.indices)), "check_csr(indptr, indices)"),
 ])
 def test_bad_calls_raise_with_a_fix(call, fragment):
     with pytest.raises(DispatchError, match="Fix:") as e:

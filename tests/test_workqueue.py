@@ -36,6 +36,44 @@ def test_bad_queues_are_refused_before_any_device_work(kw, fragment):
     assert fragment in str(e.value)
 
 
+@pytest.mark.parametrize("dtype", [(np.int32, -1), None, [("a", object)], "foo"])
+def test_queues_of_types_that_cannot_be_queued_are_refused(dtype):
+    for make in (lambda: WorkQueue(8, dtype), lambda: QueueModel(8, dtype)):
+        with pytest.raises(DispatchError, match="Fix:"):
+            make()
+
+
+def test_a_queue_without_a_gpu_says_to_use_the_model(monkeypatch):
+    from numba import cuda
+
+    from vyre_numba.errors import BackendUnavailableError
+
+    monkeypatch.setattr(cuda, "is_available", lambda: False)
+    with pytest.raises(BackendUnavailableError, match="QueueModel"):
+        WorkQueue(4, np.int32)
+
+
+@pytest.mark.parametrize("dtype,value", [
+    (np.uint32, -1), (np.int32, 2**40), (np.int32, 1.7), (np.int32, True), (np.int32, "x"), (np.int32, None),
+    (np.float32, 1e300), (np.float32, 2**25 + 1), (np.int32, [1, 2]), (np.int32, np.nan),
+])
+def test_the_model_refuses_values_it_would_change_and_stays_as_it_was(dtype, value):
+    q = QueueModel(4, dtype)
+    assert q.push(3)
+    with pytest.raises(DispatchError, match="Fix:"):
+        q.push(value)
+    assert (q.size(), q.overflowed()) == (1, 0) and q.drain().tolist() == [3]
+
+
+def test_the_model_takes_values_that_convert_exactly():
+    q = QueueModel(4, np.float32)
+    assert q.push(0.1) and q.push(np.int64(2**24)) and q.push(np.uint8(7))
+    assert q.drain().tolist() == [np.float32(0.1), 2.0**24, 7.0]
+    q = QueueModel(2, np.uint8)
+    assert q.push(np.int64(255)) and q.push(0)
+    assert q.drain().tolist() == [255, 0]
+
+
 def test_queue_scenarios_under_the_cuda_simulator():
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     out = subprocess.run([sys.executable, str(HERE / "queue_exercise.py")], env=env, capture_output=True, text=True,
@@ -50,6 +88,14 @@ def test_gpu_backpressure_loses_nothing(n, capacity):
     import queue_exercise
 
     queue_exercise.assert_backpressure_loses_nothing(n, capacity)
+
+
+@pytest.mark.gpu
+def test_gpu_misuse_is_refused_and_changes_nothing():
+    sys.path.insert(0, str(HERE))
+    import queue_exercise
+
+    queue_exercise.assert_misuse_is_refused_and_changes_nothing()
 
 
 @pytest.mark.gpu

@@ -535,9 +535,37 @@ def check_empty(n, dtype, what: str = "empty") -> tuple[int, np.dtype]:
 
 def check_each(each) -> None:
     """`each` of `upload_in_pieces`: something to call with (buffer, first, count)."""
-    if not callable(each):
-        raise DispatchError(f"upload_in_pieces: each is a {type(each).__name__}, not a function. Fix: pass a "
-                            "function each(buffer, first, count) that enqueues work on elements [first, first + count).")
+    fix = "Fix: pass a function each(buffer, first, count) that enqueues work on elements [first, first + count)."
+    if not callable(each) or isinstance(each, type):
+        what = f"the class {each.__name__}" if isinstance(each, type) else type(each).__name__
+        raise DispatchError(f"upload_in_pieces: each is a {what}, not a function. {fix}")
+    import inspect
+
+    try:
+        signature = inspect.signature(each)
+    except (TypeError, ValueError):  # builtins and some callables say nothing: they are called as they are
+        return
+    try:
+        signature.bind(None, 0, 0)
+    except TypeError:
+        raise DispatchError(f"upload_in_pieces: each{signature} cannot be called with (buffer, first, count). "
+                            f"{fix}") from None
+
+
+def check_span(offset, count, size: int, what: str = "download") -> tuple[int, int]:
+    """(offset, count) of elements [offset, offset + count) of a buffer of `size`, checked: ints
+    (any integer type, taken as Python ints) inside the buffer; count None means to the end."""
+    for name, v in (("offset", offset), ("count", count)):
+        if (v is None and name == "offset") or (v is not None and (
+                isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)))):
+            raise DispatchError(f"{what}: {name}={v!r:.60} is not an int. Fix: pass a whole number of elements "
+                                "(offset=0 for the start, count=None for the rest).")
+    offset = int(offset)
+    count = size - offset if count is None else int(count)
+    if offset < 0 or count < 0 or offset + count > size:
+        raise DispatchError(f"{what}: elements [{offset}, {offset + count}) are outside the buffer's {size}. "
+                            "Fix: pass 0 <= offset and offset + count <= len(buffer).")
+    return offset, count
 
 
 def check_upload(array) -> np.ndarray:
@@ -545,6 +573,9 @@ def check_upload(array) -> np.ndarray:
     if hasattr(array, "__cuda_array_interface__") or hasattr(array, "copy_to_host"):
         raise DispatchError("upload: the array is already on the device. Fix: bind it directly in "
                             "dispatch_resident, or copy it with its library's own copy method.")
+    if isinstance(array, np.ma.MaskedArray):
+        raise DispatchError("upload: the array is a masked array; the upload would drop its mask. Fix: pass "
+                            "array.filled(value) or the unmasked values (array.compressed()).")
     try:
         arr = np.ascontiguousarray(array)
     except (TypeError, ValueError) as e:

@@ -23,8 +23,9 @@ import numpy as np
 
 from ..errors import CapacityError, DeviceError, DispatchError, VyreError
 from ..gpu import memory
-from ..gpu.numba_launch import RawArray, stream_handle
-from .select import Selector, _kernels, nonzero_numpy, select_if_numpy, select_numpy, word_type, word_view
+from ..gpu.numba_launch import RawArray, check_stream, stream_handle
+from .select import Selector, _kernels, word_type, word_view
+from .select import nonzero_numpy as _nonzero_numpy, select_if_numpy as _select_if_numpy, select_numpy as _select_numpy
 
 __all__ = ["select", "select_if", "nonzero", "read_compacted", "Selector", "select_numpy", "select_if_numpy",
            "nonzero_numpy"]
@@ -121,6 +122,51 @@ def _check_predicate(predicate) -> None:
     if not callable(predicate):
         raise DispatchError(f"predicate is a {type(predicate).__name__}, not a function. Fix: pass a function of "
                             "one value returning a bool, e.g. lambda v: v > 0.")
+    try:
+        hash(predicate)  # compiled predicates are kept by the function
+    except TypeError:
+        raise DispatchError(f"predicate is a {type(predicate).__name__} that cannot be hashed, so its compiled form "
+                            "cannot be kept. Fix: pass a plain function or lambda.") from None
+
+
+def _host_only(*arrays) -> None:
+    if _on_device(*arrays):
+        raise DispatchError("the NumPy twins take host arrays. Fix: call select / select_if / nonzero for device "
+                            "arrays.")
+
+
+def select_numpy(values, flags) -> np.ndarray:
+    """values[i] for every i with flags[i] != 0, in order (NumPy arrays; the CPU implementation)."""
+    n = _check_values(values)
+    _check_flags(flags, n)
+    _host_only(values, flags)
+    return _select_numpy(values, flags)
+
+
+def nonzero_numpy(flags) -> np.ndarray:
+    """The indices (int64) of the non-zero flags, in order (a NumPy array; the CPU implementation)."""
+    _check_flags(flags, None)
+    _host_only(flags)
+    return _nonzero_numpy(flags)
+
+
+def select_if_numpy(values, predicate: Callable) -> np.ndarray:
+    """values[i] for every i where predicate(values[i]) holds, in order (a NumPy array; the CPU
+    implementation, the predicate compiled by numba.njit)."""
+    _checked_if(values, predicate)
+    _host_only(values)
+    return _compiled(lambda: _select_if_numpy(values, predicate), "predicate")
+
+
+def _checked_if(values, predicate) -> int:
+    """The length of `values`, after checking them and the predicate for select_if."""
+    n = _check_values(values)
+    _check_predicate(predicate)
+    if _dtype(values).fields is not None:
+        raise DispatchError("select_if takes plain numbers; values is a record array. Fix: compute flags from its "
+                            "fields and call select(values, flags).")
+    _check_result(predicate, _dtype(values))
+    return n
 
 
 _RESULT_TYPES: dict = {}
@@ -308,22 +354,19 @@ def select(values, flags, *, stream=None):
     device array of exactly that length for device inputs."""
     n = _check_values(values)
     _check_flags(flags, n)
+    check_stream(stream)
     if not _on_device(values, flags):
-        return select_numpy(values, flags)
+        return _select_numpy(values, flags)
     return _device_select(values, _dev(flags) if _SIM else flags, _kernels().flag_nonzero, n, stream, _octs(flags, n))
 
 
 def select_if(values, predicate: Callable, *, stream=None):
     """values[i] for every i where predicate(values[i]) holds, in order (host in, NumPy out;
     device in, device out)."""
-    n = _check_values(values)
-    _check_predicate(predicate)
-    if _dtype(values).fields is not None:
-        raise DispatchError("select_if takes plain numbers; values is a record array. Fix: compute flags from its "
-                            "fields and call select(values, flags).")
-    _check_result(predicate, _dtype(values))
+    n = _checked_if(values, predicate)
+    check_stream(stream)
     if not _on_device(values):
-        return _compiled(lambda: select_if_numpy(values, predicate), "predicate")
+        return _compiled(lambda: _select_if_numpy(values, predicate), "predicate")
     from .kernels import predicate_flag
 
     v = _dev(values) if _SIM else values
@@ -333,8 +376,9 @@ def select_if(values, predicate: Callable, *, stream=None):
 def nonzero(flags, *, stream=None):
     """The indices (int64) of the non-zero flags, in order (host in, NumPy out; device in, device out)."""
     n = _check_flags(flags, None)
+    check_stream(stream)
     if not _on_device(flags):
-        return nonzero_numpy(flags)
+        return _nonzero_numpy(flags)
     from numba import cuda
 
     from .kernels import flag_nonzero
@@ -416,6 +460,7 @@ def read_compacted(values, flags, *, capacity: int | None = None, stream=None) -
     CapacityError naming the count needed, and nothing is lost (the inputs are untouched)."""
     n = _check_values(values)
     _check_flags(flags, n)
+    check_stream(stream)
     if not _on_device(values, flags):
         raise DispatchError("read_compacted brings device data to the host; values and flags are host arrays. "
                             "Fix: use select(values, flags) for host arrays.")

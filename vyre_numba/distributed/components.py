@@ -414,6 +414,9 @@ def connected_components(indptr=None, indices=None, *, client=None, edges=None, 
     if not isinstance(gather, bool):
         raise DispatchError(f"gather is {gather!r}. Fix: pass True (labels as a NumPy array) or False (a Dask "
                             "array left on the workers).")
+    if not isinstance(stats, bool):
+        raise DispatchError(f"stats is {stats!r:.60}. Fix: pass True (labels and a DistributedStats) or False "
+                            "(the labels alone).")
     t0 = time.perf_counter()
     table = cluster.worker_table(client)
     workers = list(table)

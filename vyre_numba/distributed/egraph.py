@@ -300,7 +300,7 @@ def _partitions(egraph_partitions, partitions, k_workers: int) -> list[tuple]:
     if isinstance(egraph_partitions, EGraph):
         rows = egraph_partitions.rows()
         whole = [(rows["eclass"], rows["op"], rows["children_offsets"], rows["children"])]
-    elif isinstance(egraph_partitions, tuple) and len(egraph_partitions) == 4 and not isinstance(egraph_partitions[0], tuple):
+    elif isinstance(egraph_partitions, tuple) and len(egraph_partitions) == 4 and _ids(egraph_partitions[0]):
         whole = [egraph_partitions]
     elif isinstance(egraph_partitions, (list, tuple)):
         if partitions is not None:
@@ -315,6 +315,7 @@ def _partitions(egraph_partitions, partitions, k_workers: int) -> list[tuple]:
         eclass, op, off, ch = whole[0]
         eclass = _ints(eclass, "eclass")
         op, off, ch = _rows(op, off, ch, None, "the e-graph's")
+        _same_length(eclass, op, "the e-graph")
         cuts = np.linspace(0, op.size, int(k) + 1).astype(np.int64)
         parts = []
         for i in range(int(k)):
@@ -330,11 +331,23 @@ def _partitions(egraph_partitions, partitions, k_workers: int) -> list[tuple]:
                                 "Fix: pass one such tuple of host arrays per partition.")
         eclass = _ints(t[0], f"partition {i} eclass")
         op, off, ch = _rows(t[1], t[2], t[3], None, f"partition {i}'s")
-        if eclass.size != op.size:
-            raise DispatchError(f"partition {i}: eclass has {eclass.size} entries and op {op.size}; there is one of "
-                                "each per e-node. Fix: pass arrays of equal length.")
+        _same_length(eclass, op, f"partition {i}")
         out.append((eclass, op, off, ch))
     return out
+
+
+def _ids(x) -> bool:
+    """Whether `x` is one array of class ids (not a tuple of partitions): an array, or a list or
+    tuple of numbers."""
+    if isinstance(x, (list, tuple)):
+        return all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in x)
+    return True
+
+
+def _same_length(eclass: np.ndarray, op: np.ndarray, what: str) -> None:
+    if eclass.size != op.size:
+        raise DispatchError(f"{what}: eclass has {eclass.size} entries and op {op.size}; there is one of each per "
+                            "e-node. Fix: pass arrays of equal length.")
 
 
 @host_memory("distributed congruence_closure")

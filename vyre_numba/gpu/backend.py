@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from .. import checked, profiling
-from ..backend import Backend, Pending, Telemetry, check_each, check_empty, check_upload
+from ..backend import Backend, Pending, Telemetry, check_each, check_empty, check_span, check_upload
 from ..bindings import Binding, bind, check_config
 from ..config import DispatchConfig
 from ..display import Duration
@@ -602,13 +602,7 @@ class CudaBackend(Backend):
             cai = self.views._from_dlpack(buffer, _DOWNLOAD, what)
         dtype = np.dtype(cai["typestr"])
         size = int(np.prod(cai["shape"])) if cai["shape"] else 1
-        for name, v in (("offset", offset), ("count", count)):
-            if v is not None and (isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer))):
-                raise DispatchError(f"{what}: {name}={v!r} is not an int. Fix: pass a whole number of elements.")
-        count = size - offset if count is None else int(count)
-        if offset < 0 or count < 0 or offset + count > size:
-            raise DispatchError(f"{what}(offset={offset}, count={count}) is outside the buffer's {size} elements. "
-                                "Fix: pass a range inside the buffer.")
+        offset, count = check_span(offset, count, size, what)
         strides = cai.get("strides")
         if strides is not None and size > 1 and tuple(strides) != tuple(
                 int(np.prod(cai["shape"][k + 1:])) * dtype.itemsize for k in range(len(cai["shape"]))):

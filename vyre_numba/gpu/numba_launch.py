@@ -117,6 +117,15 @@ def _performance_warnings() -> tuple:
     return (NumbaPerformanceWarning, cuda_warning)
 
 
+def check_stream(stream) -> None:
+    """A DispatchError unless `stream` is None or a Numba stream."""
+    if stream is not None and not (hasattr(stream, "handle") and hasattr(stream, "synchronize")):
+        from ..errors import DispatchError
+
+        raise DispatchError(f"stream is a {type(stream).__name__}, not a Numba stream. Fix: pass numba.cuda.stream() "
+                            "(or cuda.external_stream(ptr) for another library's stream), or None.")
+
+
 def stream_handle(stream) -> int:
     """The driver handle of a Numba stream as an int (0 for None or the legacy default stream)."""
     h = getattr(stream, "handle", None) if stream is not None else None

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import DispatchError
 from ..unique import unique
-from .csr import CSR, enqueue_check, resolve
+from .csr import CSR, checked_graph, enqueue_check, resolve
 
 _SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 HUB = 256  # see bfs_kernels.HUB
@@ -32,6 +32,7 @@ BETA = 24  # and back to top-down once the frontier holds fewer than n / BETA ve
 
 def bfs_numpy(g: CSR, source: int) -> np.ndarray:
     """Distances (int32, -1 unreachable) from `source` over the stored (directed) edges."""
+    source = _source(source, checked_graph(g, "bfs_numpy").n)
     dist = np.full(g.n, -1, np.int32)
     dist[source] = 0
     frontier = np.array([source], np.int64)

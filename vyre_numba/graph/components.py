@@ -15,12 +15,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import host_memory
-from .csr import CSR, check_device_csr, edges, resolve
+from .csr import CSR, check_device_csr, checked_graph, edges, resolve
 
 
 def components_numpy(g: CSR) -> tuple[np.ndarray, int]:
     """(labels, rounds) of the connected components of `g` (edges taken as undirected)."""
-    return components_of_edges(g.n, *edges(g))
+    return components_of_edges(checked_graph(g, "components_numpy").n, *edges(g))
 
 
 def components_of_edges(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, int]:

@@ -31,6 +31,9 @@ def _as_index_array(a, name: str) -> np.ndarray:
     if hasattr(a, "__cuda_array_interface__") or hasattr(a, "copy_to_host"):
         raise DispatchError(f"{name} is a device array, but this path takes host arrays. Fix: pass NumPy arrays "
                             "(or call the device path with device arrays for both indptr and indices).")
+    if isinstance(a, np.ma.MaskedArray):
+        raise DispatchError(f"{name} is a masked array; its mask would be ignored. Fix: pass a plain array "
+                            f"({name}.filled(...) or {name}.compressed(), whichever the graph means).")
     try:
         arr = np.asarray(a) if not isinstance(a, np.ndarray) else a
     except (ValueError, TypeError) as e:  # ragged nested lists, objects NumPy cannot hold
@@ -44,6 +47,13 @@ def _as_index_array(a, name: str) -> np.ndarray:
     if arr.ndim != 1:
         raise DispatchError(f"{name} has shape {arr.shape}, not 1-D. Fix: pass a flat array.")
     return arr
+
+
+def checked_graph(g, what: str) -> CSR:
+    """`g` if it is a CSR (from `check_csr`), else a DispatchError."""
+    if not isinstance(g, CSR):
+        raise DispatchError(f"{what} takes a CSR, not a {type(g).__name__}. Fix: pass check_csr(indptr, indices).")
+    return g
 
 
 def check_csr(indptr, indices) -> CSR:

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import DispatchError, host_memory
 from .bfs import BOTTOM_UP_ABOVE, TOP_DOWN_BELOW
-from .csr import CSR, _as_index_array, check_device_csr, resolve
+from .csr import CSR, _as_index_array, check_device_csr, checked_graph, resolve
 
 BATCH = 64  # sources a pass: the bits of one uint64 mask
 PIECE = 1024  # neighbours a warp takes of a vertex with more than this many (a hub is many warps' work)
@@ -22,7 +22,8 @@ PIECE = 1024  # neighbours a warp takes of a vertex with more than this many (a 
 def bfs_many_numpy(g: CSR, sources: np.ndarray) -> np.ndarray:
     """Distances (int32, (len(sources), n), -1 unreachable) from each source over the stored
     (directed) edges, bit-parallel as on the device."""
-    n = g.n
+    n = checked_graph(g, "bfs_many_numpy").n
+    sources = _sources(sources, n)
     dist = np.full((sources.size, n), -1, np.int32)
     src = np.repeat(np.arange(n, dtype=np.int64), np.diff(g.indptr))
     dst = g.indices.astype(np.int64)

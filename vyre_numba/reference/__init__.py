@@ -11,10 +11,10 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from .. import checked
-from ..backend import Backend, Pending, check_empty, check_upload
+from ..backend import Backend, Pending, check_empty, check_span, check_upload
 from ..bindings import Binding, bind
 from ..config import DispatchConfig
-from ..errors import DispatchError
+from ..errors import DispatchError, HostMemoryError
 from ..ir import Program
 from ..ir.program import Role
 from . import interpreter
@@ -104,25 +104,26 @@ class ReferenceBackend(Backend):
 
     def empty(self, n: int, dtype) -> np.ndarray:
         n, dt = check_empty(n, dtype)
-        return np.zeros(n, dt)
+        return _zeros(n, dt)
 
     def download(self, buffer, offset: int = 0, count: int | None = None) -> np.ndarray:
         if not isinstance(buffer, np.ndarray):
             raise DispatchError(f"download: a {type(buffer).__name__} is not a reference-backend buffer. "
                                 "Fix: pass an array made by upload / empty / allocate of this backend.")
-        for what, x in (("offset", offset), ("count", count)):
-            if x is not None and (isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer))):
-                raise DispatchError(f"download: {what}={x!r:.60} is not an int. Fix: pass element counts as ints.")
-        if offset is None:
-            raise DispatchError("download: offset=None. Fix: pass an int offset (0 for the start).")
         flat = buffer.reshape(-1)
-        end = flat.size if count is None else offset + count
-        if not 0 <= offset <= end <= flat.size:
-            raise DispatchError(f"download: elements [{offset}, {end}) are outside the buffer's {flat.size}. "
-                                "Fix: pass 0 <= offset and offset + count <= len(buffer).")
-        return flat[offset:end].copy()
+        offset, count = check_span(offset, count, flat.size)
+        return flat[offset:offset + count].copy()
 
 
+
+
+def _zeros(n: int, dt: np.dtype) -> np.ndarray:
+    try:
+        return np.zeros(n, dt)
+    except MemoryError:
+        raise HostMemoryError(f"empty({n}, {dt}): the host has no room for {n * dt.itemsize} bytes (the reference "
+                              "backend keeps buffers in host memory). Fix: ask for fewer elements, or split the "
+                              "work.") from None
 
 
 class ReferencePending(Pending):

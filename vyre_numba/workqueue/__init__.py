@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..errors import CapacityError, DispatchError
+from ..errors import BackendUnavailableError, CapacityError, DeviceError, DispatchError
 
 __all__ = ["WorkQueue", "QueueModel"]
 
@@ -27,14 +27,18 @@ class QueueModel:
     """The queue's semantics on the host: push returns False at capacity, drain empties."""
 
     def __init__(self, capacity: int, dtype):
-        self.items = np.zeros(_capacity(capacity), np.dtype(dtype))
+        self.items = np.zeros(_capacity(capacity), _dtype(dtype))
         self.tail = 0
 
     def push(self, value) -> bool:
-        """Append `value`; False (nothing stored) when the queue is full, as the device's push."""
+        """Append `value` (converted exactly to the queue's dtype, else a DispatchError and the queue
+        unchanged); False (nothing stored) when the queue is full, as the device's push."""
+        value = _values(value, self.items.dtype)
+        if value.size != 1:
+            raise DispatchError(f"push takes one value; got {value.size}. Fix: push them one at a time.")
         slot, self.tail = self.tail, self.tail + 1
         if slot < self.items.size:
-            self.items[slot] = value
+            self.items[slot] = value[0]
             return True
         return False
 
@@ -61,12 +65,67 @@ def _capacity(capacity) -> int:
 
 def _dtype(dtype) -> np.dtype:
     try:
-        dt = np.dtype(dtype)
-    except TypeError as e:
-        raise DispatchError(f"dtype={dtype!r} is not a NumPy type. Fix: pass e.g. np.int32.") from e
-    if dt.kind not in "iuf" and dt.fields is None:
-        raise DispatchError(f"dtype={dt} cannot be queued. Fix: pass a number type or a record dtype.")
+        dt = None if dtype is None else np.dtype(dtype)
+    except (TypeError, ValueError) as e:
+        raise DispatchError(f"dtype={dtype!r:.60} is not a NumPy type ({e}). Fix: pass e.g. np.int32.") from None
+    if dt is None or (dt.kind not in "iuf" and dt.fields is None) or dt.hasobject:
+        raise DispatchError(f"dtype={dtype!r:.60} cannot be queued. Fix: pass a number type (e.g. np.int32) or a "
+                            "record dtype of numbers.")
     return dt
+
+
+def _values(values, dt: np.dtype) -> np.ndarray:
+    """`values` (a number, a list or a 1-D host array) as a 1-D array of `dt`, or a DispatchError
+    where the conversion would change a value (a float to an integer, an integer out of range, a
+    bool, a rounded or overflowing float): nothing is coerced silently."""
+    if hasattr(values, "__cuda_array_interface__") or hasattr(values, "copy_to_host"):
+        raise DispatchError("push takes host values; these are on the device. Fix: push from device code "
+                            "(workqueue.device.push), or pass values.copy_to_host().")
+    if isinstance(values, np.ma.MaskedArray):
+        raise DispatchError("the values are a masked array; the mask would be ignored. Fix: pass "
+                            "values.compressed().")
+    try:
+        arr = np.asarray(values)
+    except (TypeError, ValueError) as e:
+        raise DispatchError(f"the values are not an array of numbers ({e}). Fix: pass a list or a 1-D array of "
+                            f"{dt}.") from None
+    if arr.ndim > 1:
+        raise DispatchError(f"the values have shape {arr.shape}, not 1-D. Fix: pass values.reshape(-1) if the "
+                            "order is the one you mean.")
+    arr = arr.reshape(-1)
+    if dt.fields is not None:
+        if arr.dtype != dt:
+            raise DispatchError(f"the values have dtype {arr.dtype}, not the queue's record dtype {dt}. Fix: pass an "
+                                "array of that dtype.")
+        return np.ascontiguousarray(arr)
+    if not arr.size:
+        return np.zeros(0, dt)
+    if arr.dtype.kind not in "iuf":
+        hint = f" (convert bools yourself: values.astype(np.{dt}))" if arr.dtype.kind == "b" else ""
+        raise DispatchError(f"the values have dtype {arr.dtype}, not numbers. Fix: pass numbers of the queue's dtype "
+                            f"{dt}{hint}.")
+    if dt.kind in "iu":
+        if arr.dtype.kind == "f":
+            raise DispatchError(f"the values are floats and the queue holds {dt}. Fix: round them yourself, e.g. "
+                                f"np.rint(values).astype(np.{dt}).")
+        info = np.iinfo(dt)
+        lo, hi = int(arr.min()), int(arr.max())
+        if lo < info.min or hi > info.max:
+            raise DispatchError(f"the value {lo if lo < info.min else hi} does not fit in {dt}. Fix: make the queue "
+                                "of a wider type, or push values in range.")
+        return arr.astype(dt)
+    with np.errstate(all="ignore"):
+        out = arr.astype(dt)
+        back = out.astype(arr.dtype)
+    if arr.dtype.kind == "f":  # floats round to the nearest of dt, as NumPy's; only overflow is refused
+        wrong = np.isfinite(arr) & ~np.isfinite(out)
+    else:  # integers must arrive exactly
+        wrong = back != arr
+    if wrong.any():
+        bad = arr[np.flatnonzero(wrong)[0]]
+        raise DispatchError(f"the value {bad} is not a {dt} (it would become {out[np.flatnonzero(wrong)[0]]}). "
+                            f"Fix: make the queue of a wider type, or convert the values yourself.")
+    return out
 
 
 class WorkQueue:
@@ -76,11 +135,30 @@ class WorkQueue:
     def __init__(self, capacity: int, dtype, *, stream=None):
         from numba import cuda
 
+        from ..gpu.numba_launch import check_stream
+
         self.capacity, self.dtype = _capacity(capacity), _dtype(dtype)
+        check_stream(stream)
+        self.items = self.state = None
         self._cuda = cuda
+        if not cuda.is_available():
+            raise BackendUnavailableError("WorkQueue lives on a CUDA GPU and none is usable here. Fix: run on a "
+                                          "machine with a GPU (or under NUMBA_ENABLE_CUDASIM=1), or use QueueModel, "
+                                          "its NumPy twin, on the CPU.")
         self.stream = stream if stream is not None else cuda.default_stream()
-        self.items = cuda.device_array(self.capacity, self.dtype, stream=self.stream)
+        try:
+            self.items = cuda.device_array(self.capacity, self.dtype, stream=self.stream)
+        except MemoryError:  # the CUDA simulator keeps device arrays in host memory
+            self._no_room()
+        except Exception as e:  # the driver's out-of-memory, as numba raises it
+            if "MEMORY" not in str(e).upper():
+                raise
+            self._no_room()
         self.state = cuda.to_device(np.zeros(2, np.uint64), stream=self.stream)
+
+    def _no_room(self) -> None:
+        raise DeviceError(f"WorkQueue({self.capacity}, {self.dtype}): no room for {self.capacity * self.dtype.itemsize} "
+                          "bytes on the device. Fix: make a smaller queue and drain it more often.") from None
 
     def __enter__(self) -> "WorkQueue":
         return self
@@ -117,8 +195,9 @@ class WorkQueue:
 
     def push(self, values) -> None:
         """Append host values after the filled items; CapacityError (naming the room needed, the
-        queue unchanged) where they do not fit."""
-        values = np.ascontiguousarray(values, dtype=self.dtype).reshape(-1)
+        queue unchanged) where they do not fit. Values convert to the queue's dtype only where
+        nothing is lost (floats round to the nearest float of a float queue); else DispatchError."""
+        values = _values(values, self.dtype)
         tail = self.size()
         if tail + values.size > self.capacity:
             raise CapacityError(f"{values.size} items do not fit after {tail} of {self.capacity}. Fix: drain the "
@@ -141,10 +220,14 @@ class WorkQueue:
         """The filled items, `chunk` at a time (device views, valid until the next push), then the
         queue emptied."""
         chunk = _capacity(chunk)
-        n = self.size()
-        for start in range(0, n, chunk):
-            yield self.items[start:min(n, start + chunk)]
-        self.reset()
+        self._live()
+
+        def pieces():
+            n = self.size()
+            for start in range(0, n, chunk):
+                yield self.items[start:min(n, start + chunk)]
+            self.reset()
+        return pieces()
 
     def consume(self, step: Callable, args: tuple = (), *, block: int = 256) -> None:
         """Run `step(value, args)` (a Numba device function; `args` a tuple of device arrays and
@@ -159,6 +242,9 @@ class WorkQueue:
         if not isinstance(args, tuple):
             raise DispatchError(f"args is a {type(args).__name__}, not a tuple. Fix: pass the step's extra "
                                 "arguments as a tuple, e.g. (labels,).")
+        if isinstance(block, (bool, np.bool_)) or not isinstance(block, (int, np.integer)) or not 1 <= block <= 1024:
+            raise DispatchError(f"block={block!r:.60} is not a block size. Fix: pass threads a block, an int from 1 "
+                                "to 1024 (256 is a good default).")
         from . import device
 
         sms = getattr(self._cuda.get_current_device(), "MULTIPROCESSOR_COUNT", 1)  # the simulator has none

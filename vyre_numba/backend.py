@@ -568,19 +568,25 @@ def check_span(offset, count, size: int, what: str = "download") -> tuple[int, i
     return offset, count
 
 
+def host_array(x, what: str, on_device: str, masked: str, other: str) -> np.ndarray:
+    """`x` as a NumPy array, or a DispatchError saying `what` is on the device, masked (its mask
+    would be lost) or not an array of numbers, ending in the matching Fix."""
+    if hasattr(x, "__cuda_array_interface__") or hasattr(x, "copy_to_host"):
+        raise DispatchError(f"{what} is on the device. Fix: {on_device}")
+    if isinstance(x, np.ma.MaskedArray):
+        raise DispatchError(f"{what} is a masked array, whose mask would be lost. Fix: {masked}")
+    try:
+        return np.asarray(x)
+    except (TypeError, ValueError) as e:
+        raise DispatchError(f"{what} is not an array of numbers ({e}). Fix: {other}") from None
+
+
 def check_upload(array) -> np.ndarray:
     """`array` as a contiguous host array of numbers (or bools) to copy to the device."""
-    if hasattr(array, "__cuda_array_interface__") or hasattr(array, "copy_to_host"):
-        raise DispatchError("upload: the array is already on the device. Fix: bind it directly in "
-                            "dispatch_resident, or copy it with its library's own copy method.")
-    if isinstance(array, np.ma.MaskedArray):
-        raise DispatchError("upload: the array is a masked array; the upload would drop its mask. Fix: pass "
-                            "array.filled(value) or the unmasked values (array.compressed()).")
-    try:
-        arr = np.ascontiguousarray(array)
-    except (TypeError, ValueError) as e:
-        raise DispatchError(f"upload: {type(array).__name__} is not an array of numbers ({e}). "
-                            "Fix: pass a NumPy array.") from None
+    arr = np.ascontiguousarray(host_array(
+        array, "upload: the array", "bind it directly in dispatch_resident, or copy it with its library's own "
+        "copy method.", "pass array.filled(value) or the unmasked values (array.compressed()).",
+        "pass a NumPy array."))
     if arr.dtype.kind not in "biuf":
         raise DispatchError(f"upload: the array holds {arr.dtype} values, not numbers. Fix: pass a NumPy array of "
                             "one of the vyre storage dtypes (uint8 ... float64).")

@@ -18,6 +18,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from ..backend import host_array
 from ..errors import BackendUnavailableError, CapacityError, DeviceError, DispatchError
 
 __all__ = ["WorkQueue", "QueueModel"]
@@ -78,17 +79,8 @@ def _values(values, dt: np.dtype) -> np.ndarray:
     """`values` (a number, a list or a 1-D host array) as a 1-D array of `dt`, or a DispatchError
     where the conversion would change a value (a float to an integer, an integer out of range, a
     bool, a rounded or overflowing float): nothing is coerced silently."""
-    if hasattr(values, "__cuda_array_interface__") or hasattr(values, "copy_to_host"):
-        raise DispatchError("push takes host values; these are on the device. Fix: push from device code "
-                            "(workqueue.device.push), or pass values.copy_to_host().")
-    if isinstance(values, np.ma.MaskedArray):
-        raise DispatchError("the values are a masked array; the mask would be ignored. Fix: pass "
-                            "values.compressed().")
-    try:
-        arr = np.asarray(values)
-    except (TypeError, ValueError) as e:
-        raise DispatchError(f"the values are not an array of numbers ({e}). Fix: pass a list or a 1-D array of "
-                            f"{dt}.") from None
+    arr = host_array(values, "push: the values", "push from device code (workqueue.device.push), or pass "
+                     "values.copy_to_host().", "pass values.compressed().", f"pass a list or a 1-D array of {dt}.")
     if arr.ndim > 1:
         raise DispatchError(f"the values have shape {arr.shape}, not 1-D. Fix: pass values.reshape(-1) if the "
                             "order is the one you mean.")

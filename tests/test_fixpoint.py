@@ -7,7 +7,7 @@ import pytest
 
 import vyre_numba as vn
 from numba import cuda
-from vyre_numba import fixpoint
+from vyre_numba import fixpoint, ir
 from vyre_numba.errors import BarrierTimeoutError, DispatchError, UnsupportedError
 
 
@@ -86,7 +86,8 @@ def test_for_each_is_one_round_without_a_result():
 @pytest.mark.parametrize("kw,fragment", [
     ({"n": -1}, "n=-1"), ({"n": True}, "n=True"), ({"n": 2**32}, "n=4294967296"),
     ({"max_rounds": 0}, "max_rounds=0"), ({"mode": "fast"}, "mode='fast'"), ({"mode": "cooperative"}, "needs a GPU"),
-    ({"timeout_s": -1}, "timeout_s=-1"), ({"args": "abc"}, "not a list"), ({"step": 5}, "not a function"),
+    ({"timeout_s": -1}, "timeout_s=-1"), ({"args": "abc"}, "not a list"), ({"step": 5}, "not a Python function"),
+    ({"step": np.sin}, "not a Python function"), ({"step": int}, "the class int"), ({"args": [[1, 2, 3]]}, "writes lost"),
     ({"step": lambda i, a: a.no_such_attribute}, "does not compile"), ({"backend": "nope"}, "no backend named"),
 ])
 def test_bad_arguments_raise_vyre_errors_with_a_fix(kw, fragment):
@@ -96,6 +97,48 @@ def test_bad_arguments_raise_vyre_errors_with_a_fix(kw, fragment):
     with pytest.raises(vn.VyreError, match="Fix:") as e:
         fixpoint.run(step, n, args, **({"backend": "reference"} | call))
     assert fragment in str(e.value)
+
+
+def _writes_then_strays(i, a):
+    a[i] = 1
+    return 0
+
+
+def _writes_then_divides(i, a):
+    a[i] = 7
+    return 1 // (i - 2)
+
+
+def _says_yes(i, a):
+    a[i] = 5
+    return "x"
+
+
+@pytest.mark.parametrize("step,n,fragment", [
+    (_writes_then_strays, 200_000, "outside an array"),  # without bounds checks this wrote past the array
+    (_writes_then_divides, 3, "divided by zero"),
+    (_says_yes, 3, "not a bool or an integer"),
+])
+def test_a_failing_cpu_step_raises_and_leaves_the_arrays_as_they_were(step, n, fragment):
+    a = np.arange(3, dtype=np.int64)
+    with pytest.raises(vn.VyreError, match="Fix:") as e:
+        fixpoint.run(step, n, [a], backend="reference")
+    assert fragment in str(e.value)
+    assert a.tolist() == [0, 1, 2]
+
+
+def test_a_program_step_past_its_work_budget_leaves_the_arrays_as_they_were(monkeypatch):
+    from vyre_numba.reference import interpreter
+
+    monkeypatch.setattr(interpreter, "work_budget", lambda: 1)
+    i = ir.var("i")
+    p = ir.Program([ir.BufferDecl.read_write("y", 0, "u32")], 64,
+                   [ir.let("i", ir.invocation_id(0)), ir.store("y", i, ir.lit(9, "u32")),
+                    ir.loop("k", 0, 1000, [ir.store("y", i, ir.lit(8, "u32"))])], name="nine")
+    y = np.arange(3, dtype=np.uint32)
+    with pytest.raises(vn.VyreError):
+        fixpoint.run(p, 3, [y], backend="reference")
+    assert y.tolist() == [0, 1, 2]
 
 
 # ---- the GPU -----------------------------------------------------------------------------------

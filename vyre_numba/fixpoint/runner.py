@@ -105,8 +105,8 @@ def _checked(step, n, args, backend, block):
         from ..ptx.emitter import check_step
 
         check_step(step)
-    elif not callable(step):
-        raise DispatchError(f"step is a {type(step).__name__}, not a function. Fix: pass a Python function "
+    elif not _python_function(step):
+        raise DispatchError(f"step is {_named(step)}, not a Python function. Fix: pass a function (def or lambda) "
                             "step(i, *args) that returns non-zero when it changed something, or a vyre Program.")
     n = _count(n, "n", 0, 2**32 - 1)
     block = _count(block, "block", 32, 1024)
@@ -118,6 +118,19 @@ def _checked(step, n, args, backend, block):
     if is_program:
         args = program_args(step, args, device=be.name == "cuda")
     return be, is_program, n, list(args), block
+
+
+def _python_function(step) -> bool:
+    """A plain Python function (what Numba compiles), or a Numba dispatcher of one."""
+    import types
+
+    if isinstance(step, types.FunctionType):
+        return True
+    return isinstance(getattr(step, "py_func", None), types.FunctionType)
+
+
+def _named(x) -> str:
+    return f"the class {x.__name__}" if isinstance(x, type) else f"a {type(x).__name__}"
 
 
 def program_args(program, args: Sequence[Any], *, device: bool) -> list:
@@ -178,12 +191,31 @@ def _run_program_cpu(program, n: int, arrays: list, max_rounds: int, progress: b
     wg = guarded.workgroup_size
     binding = Binding(guarded, {b.name: a for b, a in zip(program.bound_buffers, arrays)},
                       (max(1, -(-n // wg[0])), 1, 1), wg, DispatchConfig())
+
     def one_round() -> bool:
         changes: list = []
         interpreter.prepare(binding, interpreter.memory_budget(), interpreter.work_budget()).run(changes)
         return bool(changes)
 
-    return _cpu_rounds(one_round, max_rounds, progress)
+    with _restored_on_failure(arrays):
+        return _cpu_rounds(one_round, max_rounds, progress)
+
+
+class _restored_on_failure:
+    """`with _restored_on_failure(args)`: the NumPy arrays among `args` as they were, put back if
+    the block raises (a failed run leaves the caller's arrays unchanged)."""
+
+    def __init__(self, args):
+        self._saved = [(a, a.copy()) for a in args if isinstance(a, np.ndarray) and a.flags.writeable]
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, *exc) -> None:
+        if kind is not None:
+            for a, before in self._saved:
+                np.copyto(a, before)
+        self._saved = []
 
 
 def _cpu_rounds(one_round: Callable[[], bool], max_rounds: int, progress: bool | None) -> FixpointResult:
@@ -215,7 +247,7 @@ def _cpu_round(step: Callable) -> Callable:
     if fn is None:
         from numba import njit
 
-        inner = njit(step)
+        inner = njit(boundscheck=True)(getattr(step, "py_func", step))  # an index out of range raises, never corrupts
 
         @njit
         def one_round(n, args):
@@ -224,8 +256,8 @@ def _cpu_round(step: Callable) -> Callable:
                 if inner(np.uint32(i), *args):
                     changed = True
             return changed
-        fn = _CPU_ROUNDS[key] = one_round
-    return fn
+        fn = _CPU_ROUNDS[key] = (one_round, inner)
+    return fn[0]
 
 
 def _run_cpu(step: Callable, n: int, args: list, max_rounds: int, progress: bool | None) -> FixpointResult:
@@ -233,14 +265,42 @@ def _run_cpu(step: Callable, n: int, args: list, max_rounds: int, progress: bool
         if hasattr(a, "__cuda_array_interface__"):
             raise DispatchError(f"args[{k}] is a device array, but the reference backend runs on the CPU. "
                                 "Fix: pass NumPy arrays, or run on the cuda backend.")
+        if not isinstance(a, (np.ndarray, np.generic, int, float, complex)) or isinstance(a, np.ma.MaskedArray):
+            raise DispatchError(f"args[{k}] is {_named(a)}; the step takes arrays (updated in place) and numbers. "
+                                f"Fix: pass np.asarray(...) of it (a {type(a).__name__} would be copied, and the "
+                                "step's writes lost).")
     jitted = _cpu_round(step)
-    return _cpu_rounds(lambda: bool(_numba_call(jitted, n, tuple(args))), max_rounds, progress)
+
+    def one_round() -> bool:
+        changed = _numba_call(jitted, n, tuple(args))
+        _check_result(step)
+        return bool(changed)
+
+    with _restored_on_failure(args):
+        return _cpu_rounds(one_round, max_rounds, progress)
+
+
+def _check_result(step: Callable) -> None:
+    """Refuses a step whose result is not a bool or an integer (a string or a tuple would always
+    count as a change), as Numba typed it in the round just run."""
+    from numba import types
+
+    for sig in _CPU_ROUNDS[step][1].nopython_signatures:
+        if not isinstance(sig.return_type, (types.Boolean, types.Integer)):
+            raise DispatchError(f"the step returns {sig.return_type}, not a bool or an integer. Fix: return whether "
+                                "it changed something, e.g. `return 1` after a write and `return 0` otherwise.")
 
 
 def _numba_call(fn, *args):
     """Call a jitted function; Numba's typing errors become DispatchErrors that say what to fix."""
     try:
         return fn(*args)
+    except IndexError as e:  # bounds checked: the step indexed outside an array
+        raise DispatchError(f"the step indexed outside an array ({e}). Fix: check the step's indices against the "
+                            "arrays' lengths (n items run, i from 0 to n - 1); the arrays are as they were.") from None
+    except ZeroDivisionError as e:
+        raise DispatchError(f"the step divided by zero ({e}). Fix: guard the division in the step; the arrays are "
+                            "as they were.") from None
     except Exception as e:  # Numba raises many kinds; each means the step does not compile
         if isinstance(e, VyreError):
             raise

@@ -405,6 +405,19 @@ def test_upload_in_pieces_covers_the_array_in_order_and_work_on_a_piece_sees_it(
         assert len(seen) == 1  # below the staged size (or off the GPU): the whole array at once
 
 
+def test_a_sequence_that_fails_at_a_step_says_which_steps_ran(backend):
+    from vyre_numba import DispatchError
+
+    x = backend.upload(np.arange(5, dtype=np.uint32))
+    y = backend.allocate(affine(), "y", 5)
+    with pytest.raises(DispatchError, match=r"step 1 of the sequence \(steps 0 to 0 ran.*Fix:") as e:
+        backend.dispatch_sequence([(affine(), [x, y]), (affine(), [x])])
+    assert "nothing of step 1 ran" in str(e.value)
+    assert backend.download(y).tolist() == (np.arange(5) * 3 + 1).tolist()  # what step 0 wrote, as said
+    with pytest.raises(DispatchError, match=r"step 1 of the sequence"):
+        backend.dispatch_repeated([(affine(), [x, y])], [(affine(), [y])], 3)
+
+
 def test_ranged_downloads_take_any_integer_types_and_refuse_the_rest(backend):
     from vyre_numba import DispatchError
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import display
 from .config import DispatchConfig
-from .errors import DispatchError, UnsupportedError
+from .errors import DispatchError, UnsupportedError, VyreError
 from .ir import DataType, Program
 from .lru import LRUCache
 
@@ -318,9 +318,15 @@ class Backend(abc.ABC):
         steps = _iterable(steps, "steps")
         b = bar(progress, desc="steps", unit="step", total=total)
         try:
-            for step in steps:
-                step = as_step(step)
-                self.dispatch_resident(step.program, step.buffers, step.config)
+            for k, step in enumerate(steps):
+                try:
+                    step = as_step(step)
+                    self.dispatch_resident(step.program, step.buffers, step.config)
+                except VyreError as e:  # a dispatch is all or nothing, so what was written is the steps before
+                    if k and e.args:
+                        e.args = (f"step {k} of the sequence (steps 0 to {k - 1} ran and their writes stay; nothing "
+                                  f"of step {k} ran): {e.args[0]}", *e.args[1:])
+                    raise
                 if b is not None:
                     b.update(1)
         finally:

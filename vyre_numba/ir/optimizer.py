@@ -175,7 +175,10 @@ def _exprs(s: n.Node) -> tuple[n.Expr, ...]:
 
 
 def _with_exprs(s: n.Node, es: list[n.Expr]) -> n.Node:
-    """`s` with its own expressions replaced (nested statements unchanged)."""
+    """`s` with its own expressions replaced (nested statements unchanged); `s` itself where they are
+    the same objects."""
+    if all(a is b for a, b in zip(es, _exprs(s))):
+        return s
     match s:
         case n.Let(name=x):
             return n.Let(x, es[0])
@@ -200,6 +203,8 @@ def _bodies(s: n.Node) -> tuple[tuple[n.Node, ...], ...]:
 
 
 def _with_bodies(s: n.Node, bodies: list[tuple[n.Node, ...]]) -> n.Node:
+    if all(len(a) == len(b) and all(x is y for x, y in zip(a, b)) for a, b in zip(bodies, _bodies(s))):
+        return s
     match s:
         case n.If(cond=c):
             return n.If(c, bodies[0], bodies[1])
@@ -479,7 +484,7 @@ def _hoist_loop(ctx: _Context, loop: n.Loop) -> list[n.Node]:
         out = []
         for s in body:
             s = _with_exprs(s, [_transform(e, _rebuild, replace) for e in _exprs(s)])
-            if _bodies(s):
+            if _bodies(s) and not isinstance(s, n.Loop):  # a nested loop was hoisted first: what it kept varies here too
                 bodies = []
                 for b in _bodies(s):
                     bodies.append((yield stmts(b)))
@@ -488,7 +493,9 @@ def _hoist_loop(ctx: _Context, loop: n.Loop) -> list[n.Node]:
         return tuple(out)
 
     new_body = drive(stmts(loop.body))
-    return hoisted + [n.Loop(loop.var, loop.start, loop.end, new_body)]
+    new = n.Loop(loop.var, loop.start, loop.end, new_body)
+    ctx.scopes[id(new)] = (new, assigned, declared | {loop.var})  # hoisting moves no assignment or declaration
+    return hoisted + [new]
 
 
 # ---- common subexpressions --------------------------------------------------------------------

@@ -157,7 +157,8 @@ def test_a_large_batch_of_adds_matches_a_dict_model(backend, seed):
     g.rebuild()
     arity = rng.integers(0, 3, 3000)
     off = np.concatenate([[0], np.cumsum(arity)])
-    ch = rng.integers(0, 40, int(off[-1]))  # few distinct children: many duplicates, many existing rows
+    pool = np.unique(g.classes())[:40]  # classes with e-nodes (ids in the gaps of random_egraph's have none)
+    ch = pool[rng.integers(0, pool.size, int(off[-1]))]  # few distinct children: many duplicates, many existing rows
     op = rng.integers(0, 3, arity.size)
     canon = g.find(ch)
     existing = g.lookup(op, off, ch)
@@ -320,3 +321,172 @@ def test_deep_terms_need_no_recursion():
         t = ("f", t)
     g = EGraph.from_terms([t], backend="reference")
     assert g.n_nodes == 20001 and g.term_classes.tolist() == [20000]
+
+
+def test_children_name_classes_that_have_e_nodes():
+    with pytest.raises(DispatchError, match=r"class 1 \(row 1\), but no e-node is in class 1") as e:
+        EGraph.from_arrays([0, 2], [0, 1], [0, 0, 1], [1], backend="reference")  # class 1 has no row
+    assert "Fix:" in str(e.value)
+    # gaps in the class ids are fine where no child names them; the closure is the simple one's
+    r = rows([[], [], [0], [3]], [0, 1, 2, 2], [0, 3, 5, 5])
+    g, res = close(r, [(0, 3)])
+    assert np.array_equal(res.eclass, naive_closure(*r, [(0, 3)])) and g.n_classes == 6
+    with pytest.raises(DispatchError, match="no e-node is in class 1") as e:  # add checks the same
+        g.add([2], [0, 1], [1])
+    assert "Fix:" in str(e.value) and g.n_nodes == 4
+    g.union([[1, 3]])  # now class 1 is class 0's, which has rows
+    (new,) = g.add([2], [0, 1], [1])
+    assert g.find([new])[0] == res.eclass[2] and g.n_nodes == 4  # f(1) is f(0), already there
+    (h,) = g.add([1], [0, 1], [new])
+    assert h == 6 and g.n_nodes == 5 and g.add([1], [0, 1], [new])[0] == 6
+    t = EGraph.from_terms([("f", ("g", "a"), "a"), ("g", "b")], backend="reference")
+    assert t.n_nodes == 5 and congruence_closure(t, [t.lookup(["a", "b"], [0, 0, 0], [])]).classes_after == 3
+
+
+BAD_COUNTS = {
+    "table_capacity=True": lambda g: EGraph.from_arrays(*chain_pair(2), backend="reference", table_capacity=True),
+    "table_capacity=1.5": lambda g: EGraph.from_arrays(*chain_pair(2), backend="reference", table_capacity=1.5),
+    "table_capacity=0": lambda g: EGraph.from_arrays(*chain_pair(2), backend="reference", table_capacity=0),
+    "table_capacity=2**40": lambda g: EGraph.from_arrays(*chain_pair(2), backend="reference", table_capacity=2**40),
+    "rebuild max_rounds=True": lambda g: g.rebuild(max_rounds=True),
+    "rebuild max_rounds='2'": lambda g: g.rebuild(max_rounds="2"),
+    "closure max_rounds=True": lambda g: congruence_closure(g, [[0, 1]], max_rounds=True),
+    "closure max_rounds=0": lambda g: congruence_closure(g, [[0, 1]], max_rounds=0),
+    "structural capacity=True": lambda g: structural_equivalences(g, capacity=True),
+    "structural capacity=2.0": lambda g: structural_equivalences(g, capacity=2.0),
+    "graphviz limit=1.5": lambda g: g.to_graphviz(limit=1.5),
+    "graphviz limit=-1": lambda g: g.to_graphviz(limit=-1),
+    "graphviz limit=True": lambda g: g.to_graphviz(limit=True),
+}
+
+
+@pytest.mark.parametrize("case", BAD_COUNTS)
+def test_counts_are_ints_never_bools(case):
+    g = EGraph.from_arrays(*chain_pair(2), backend="reference")
+    with pytest.raises(DispatchError, match="Fix:"):
+        BAD_COUNTS[case](g)
+    assert g.find([1])[0] == 1  # nothing ran: the closure's unions were not made
+
+
+def test_counts_take_numpy_ints():
+    g = EGraph.from_arrays(*chain_pair(3), backend="reference", table_capacity=np.int64(8))
+    assert congruence_closure(g, [[0, 1]], max_rounds=np.int32(1)).rounds == 1
+    g.rebuild()
+    assert structural_equivalences(g, capacity=np.uint8(0)).shape[1] == 2
+
+
+BAD_CALLS = {
+    "ragged union": (lambda g: g.union([[0, 1], [2]]), "not a \\(k, 2\\) array"),
+    "union of shape (0, 3)": (lambda g: g.union(np.zeros((0, 3), np.int64)), "shape \\(0, 3\\)"),
+    "union of shape (3, 0)": (lambda g: g.union(np.zeros((3, 0), np.int64)), "shape \\(3, 0\\)"),
+    "ops=5": (lambda g: EGraph.from_arrays([0], [0], [0, 0], [], ops=5, backend="reference"), "list of operator"),
+    "ops a str": (lambda g: EGraph.from_arrays([0, 1], [0, 1], [0, 0, 0], [], ops="ab", backend="reference"),
+                  "list of operator"),
+    "ops not names": (lambda g: EGraph.from_arrays([0], [0], [0, 0], [], ops=[1], backend="reference"),
+                      "names are str"),
+    "ops twice": (lambda g: EGraph.from_arrays([0], [0], [0, 0], [], ops=["a", "a"], backend="reference"),
+                  "'a' twice"),
+    "structural of a str": (lambda g: structural_equivalences("x"), "egraph is a str"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_CALLS)
+def test_bad_arguments_say_how_to_fix_them(case):
+    call, match = BAD_CALLS[case]
+    g = EGraph.from_arrays(*chain_pair(2), backend="reference")
+    with pytest.raises(DispatchError, match=match) as e:
+        call(g)
+    assert "Fix:" in str(e.value)
+
+
+def test_empty_unions_are_no_unions():
+    g = EGraph.from_arrays(*chain_pair(2), backend="reference")
+    g.union([])
+    g.union(np.zeros((0, 2), np.int64))
+    assert not g._unioned and g.rebuild().unions == 0
+    assert EGraph.from_arrays([0], [0], [0, 0], [], ops=np.array(["a"]), backend="reference").ops == ["a"]
+
+
+@pytest.mark.parametrize("what", ["n_nodes", "n_classes", "to_serialized", "rebuild", "to_graphviz"])
+def test_a_closed_egraph_says_so(what):
+    g = EGraph.from_arrays(*chain_pair(2), backend="reference")
+    g.close()
+    with pytest.raises(DispatchError, match="this EGraph was closed. Fix:"):
+        x = getattr(g, what)
+        if callable(x):
+            x()
+
+
+def _deep_dict(depth: int) -> dict:
+    d: dict = {}
+    cur = d
+    for _ in range(depth):
+        cur["a"] = {}
+        cur = cur["a"]
+    return d
+
+
+def _node(**kw) -> dict:
+    return {"nodes": {"n": {"op": "a", "children": [], "eclass": "c", **kw}}}
+
+
+BAD_JSON = {
+    "deep text": ('{"nodes": {}, "x": ' + "[" * 100000 + "]" * 100000 + "}", "nests too deep"),
+    "deep dict": ({"nodes": {}, "x": _deep_dict(100000)}, "nests too deep"),
+    "children a number": (_node(children=5), "not a list of node ids"),
+    "children null": (_node(children=None), "not a list of node ids"),
+    "children a str": (_node(children="n"), "not a list of node ids"),
+    "children nested": (_node(children=[["n"]]), "not a list of node ids"),
+    "children a bool": (_node(children=[True]), "not a list of node ids"),
+    "op a number": (_node(op=5), "both are strings"),
+    "eclass a list": (_node(eclass=["c"]), "both are strings"),
+    "class_data a list": ({**_node(), "class_data": [1]}, "'class_data' is a list"),
+    "root_eclasses a number": ({**_node(), "root_eclasses": 5}, "'root_eclasses'"),
+    "root_eclasses nested": ({**_node(), "root_eclasses": [["c"]]}, "'root_eclasses'"),
+    "a set": ({**_node(), "class_data": {"c": {1, 2}}}, "JSON cannot write"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_JSON)
+def test_malformed_serialized_egraphs_are_refused(case):
+    data, match = BAD_JSON[case]
+    with pytest.raises(DispatchError, match=match) as e:
+        EGraph.from_serialized(data, backend="reference")
+    assert "Fix:" in str(e.value)
+
+
+def test_serialized_root_and_class_data_come_back():
+    data = {**_node(), "root_eclasses": ["c"], "class_data": {"c": {"type": "M"}}}
+    for given in (data, json.dumps(data)):
+        out = json.loads(EGraph.from_serialized(given, backend="reference").to_serialized())
+        assert out == data
+
+
+@pytest.mark.parametrize("kw", [dict(n=-5), dict(n=1.5), dict(n="8"), dict(n=True), dict(n=2**31),
+                                dict(n=64, seed="x"), dict(n=64, seed=-1), dict(n=64, seed=True)])
+def test_the_workload_refuses_bad_sizes_and_seeds(kw):
+    from vyre_numba.egraph import workload
+
+    with pytest.raises(DispatchError, match="Fix:"):
+        workload.arithmetic(**kw)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 5, 7, 8, 9, 64, 1000])
+def test_the_workload_is_valid_at_every_size(n):
+    from vyre_numba.egraph import workload
+
+    r, unions = workload.arithmetic(n)
+    g, res = close(r, unions)
+    assert g.n_nodes == n and np.array_equal(res.eclass, naive_closure(*r, unions))
+    if n >= 8:  # the shared benchmark's rows, draw for draw
+        *want, want_unions = workload_rows(n)
+        assert all(np.array_equal(a, b) for a, b in zip(r, want)) and np.array_equal(unions, want_unions)
+    assert np.array_equal(workload.arithmetic(n, seed=np.int64(2))[0][2], workload.arithmetic(n, seed=2)[0][2])
+
+
+def test_graphviz_limits():
+    pytest.importorskip("graphviz")
+    g = EGraph.from_arrays(*chain_pair(2), backend="reference")
+    boxes = [sum(' [label=' in line and '->' not in line for line in g.to_graphviz(limit=k).body)
+             for k in (0, 2, None)]
+    assert boxes == [0, 2, g.n_nodes]

@@ -18,8 +18,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import display
-from ..errors import DispatchError, host_memory
-from ..unique import count_distinct, unique_rows
+from ..errors import BackendUnavailableError, DispatchError, host_memory
+from ..unique import count_distinct, index_of, unique, unique_rows
 from .signature import signature_heads
 
 MAX_ID = 2**31 - 2
@@ -108,6 +108,49 @@ def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID) -> np.ndarray:
     return arr.astype(np.int64)
 
 
+def _count(value, name: str, fix: str, *, lo: int = 1, hi: int | None = None) -> int:
+    """`value` as an int in [lo, hi]: a Python or NumPy integer, never a bool or a float."""
+    if isinstance(value, (bool, np.bool_)):
+        raise DispatchError(f"{name} is {value!r}; a bool is not a count. Fix: {fix}")
+    if not isinstance(value, (int, np.integer)) or value < lo or (hi is not None and value > hi):
+        raise DispatchError(f"{name} is {value!r:.60}. Fix: {fix}")
+    return int(value)
+
+
+def _max_rounds(max_rounds) -> int | None:
+    if max_rounds is None:
+        return None
+    return _count(max_rounds, "max_rounds", "pass a positive int, or None to run to the fixed point.")
+
+
+def _op_names(ops) -> list[str] | None:
+    """`ops` as a list of distinct operator names (None stays None); names are never made from other values."""
+    if ops is None:
+        return None
+    if not isinstance(ops, (list, tuple, np.ndarray)) or (isinstance(ops, np.ndarray) and ops.ndim != 1):
+        raise DispatchError(f"ops is {ops!r:.60}; it is a list of operator names, one per operator id. "
+                            "Fix: pass e.g. ops=['Add', 'Mul'] (or None).")
+    bad = next((o for o in ops if not isinstance(o, str)), None)
+    if bad is not None:
+        raise DispatchError(f"ops holds {bad!r:.60} ({type(bad).__name__}); operator names are str. "
+                            "Fix: pass names, e.g. [str(o) for o in ops] if numbers are meant as names.")
+    names = [str(o) for o in ops]
+    if len(set(names)) != len(names):
+        dup = next(o for k, o in enumerate(names) if o in names[:k])
+        raise DispatchError(f"ops names {dup!r} twice; each name is one operator id. Fix: pass distinct names.")
+    return names
+
+
+def _missing_class(have: np.ndarray, children: np.ndarray) -> int | None:
+    """The position of the first child naming a class not in `have` (sorted class ids of the rows), or None."""
+    if children.size == 0:
+        return None
+    if have.size == 0:
+        return 0
+    bad = have[np.minimum(index_of(have, children), have.size - 1)] != children
+    return int(np.argmax(bad)) if bad.any() else None
+
+
 def _rows(op, children_offsets, children, n_classes: int | None, what: str):
     """(op, offsets, children) of a batch of e-nodes, checked."""
     op = _ints(op, f"{what} op")
@@ -143,18 +186,20 @@ class EGraph:
         if eclass.size != op.size:
             raise DispatchError(f"eclass has {eclass.size} entries and op {op.size}; there is one of each per e-node. "
                                 "Fix: pass arrays of equal length.")
-        n_classes = int(max(eclass.max(initial=-1), children.max(initial=-1))) + 1
-        if children.size and int(children.max()) > int(eclass.max(initial=-1)):
-            bad = int(children.max())
-            raise DispatchError(f"a child refers to class {bad}, but no e-node is in a class above "
-                                f"{int(eclass.max(initial=-1))}. Fix: children are e-class ids of e-nodes in the graph.")
-        if table_capacity is not None and (not isinstance(table_capacity, int) or table_capacity < 1):
-            raise DispatchError(f"table_capacity is {table_capacity!r}. Fix: pass a positive int (or None).")
-        if ops is not None:
-            ops = [str(o) for o in ops]
-            if op.size and int(op.max()) >= len(ops):
-                raise DispatchError(f"op holds {int(op.max())} but only {len(ops)} operator names were given. "
-                                    "Fix: pass one name per operator id.")
+        have = unique(eclass)
+        k = _missing_class(have, children)
+        if k is not None:
+            bad, row = int(children[k]), int(np.searchsorted(offsets, k, side="right")) - 1
+            raise DispatchError(f"a child refers to class {bad} (row {row}), but no e-node is in class {bad}. "
+                                "Fix: children are e-class ids of e-nodes in the graph (ids that eclass holds).")
+        n_classes = int(eclass.max(initial=-1)) + 1
+        if table_capacity is not None:
+            table_capacity = _count(table_capacity, "table_capacity", "pass a positive int up to 2**31 (or None: "
+                                    "the table starts at 4 slots a row and grows when full).", hi=2**31)
+        ops = _op_names(ops)
+        if ops is not None and op.size and int(op.max()) >= len(ops):
+            raise DispatchError(f"op holds {int(op.max())} but only {len(ops)} operator names were given. "
+                                "Fix: pass one name per operator id.")
         self.ops = ops
         self._be = _resolve(backend)
         self.backend = self._be.name
@@ -169,6 +214,8 @@ class EGraph:
             self._g = HostEGraph(eclass, op, offsets, children, n_classes, table_capacity)
         self._pending = True  # the rows have never been checked for congruence
         self._unioned = False  # unions made since the last rebuild: children may not be canonical
+        # the class ids given rows, where some id below n_classes has none (no child of `add` may name it)
+        self._with_rows = None if have.size == n_classes else have
 
     # --- constructors ----------------------------------------------------------------------
     @classmethod
@@ -211,12 +258,12 @@ class EGraph:
     @property
     def n_nodes(self) -> int:
         """The number of rows (e-nodes)."""
-        return self._g.n
+        return self._live().n
 
     @property
     def n_classes(self) -> int:
         """Class ids in use: one more than the largest (merged ids included)."""
-        return self._g.n_classes
+        return self._live().n_classes
 
     def _live(self):
         if self._g is None:
@@ -263,7 +310,11 @@ class EGraph:
         """A `graphviz.Digraph` drawing of the e-graph (at most `limit` e-nodes; None: all)."""
         from .view import to_graphviz
 
-        return to_graphviz(self, limit)
+        try:
+            return to_graphviz(self, limit)
+        except ImportError as e:
+            raise BackendUnavailableError(f"drawing an e-graph needs the graphviz package ({e}). "
+                                          "Fix: pip install graphviz.") from None
 
     # --- operations ------------------------------------------------------------------------
     def _ids(self, ids, name: str) -> np.ndarray:
@@ -273,11 +324,16 @@ class EGraph:
         """Merge the classes of each pair (a (k, 2) array of class ids). Congruence is restored by
         the next `rebuild()` (or by `add`, `lookup` and the closure, which rebuild first)."""
         g = self._live()
-        arr = np.asarray(pairs) if not hasattr(pairs, "__cuda_array_interface__") else pairs
-        if getattr(arr, "ndim", None) != 2 or arr.shape[1] != 2:
-            if getattr(arr, "size", None) == 0:
-                return
-            raise DispatchError(f"pairs has shape {getattr(arr, 'shape', None)}; union takes a (k, 2) array of class "
+        try:
+            arr = np.asarray(pairs) if not hasattr(pairs, "__cuda_array_interface__") else pairs
+        except (ValueError, TypeError) as e:  # ragged rows
+            raise DispatchError(f"pairs is not a (k, 2) array ({e}). Fix: pass pairs of class ids, "
+                                "np.stack([a, b], axis=1).") from None
+        shape = getattr(arr, "shape", None)
+        if shape == (0,):  # [] : no unions
+            return
+        if getattr(arr, "ndim", None) != 2 or shape[1] != 2:
+            raise DispatchError(f"pairs has shape {shape}; union takes a (k, 2) array of class "
                                 "ids. Fix: np.stack([a, b], axis=1).")
         a = self._ids(arr[:, 0], "pairs[:, 0]")
         b = self._ids(arr[:, 1], "pairs[:, 1]")
@@ -296,12 +352,11 @@ class EGraph:
         default) once the rebuild has run a second, True at once, False never."""
         from ..progress import bar
 
-        if max_rounds is not None and (not isinstance(max_rounds, int) or max_rounds < 1):
-            raise DispatchError(f"max_rounds is {max_rounds!r}. Fix: pass a positive int, or None to run to the "
-                                "fixed point.")
+        max_rounds = _max_rounds(max_rounds)
+        g = self._live()
         b = bar(progress, desc="e-graph rebuild", unit="round")
         try:
-            s = self._live().rebuild(max_rounds, None if b is None else lambda: b.update(1))
+            s = g.rebuild(max_rounds, None if b is None else lambda: b.update(1))
         finally:
             if b is not None:
                 b.close()
@@ -369,6 +424,7 @@ class EGraph:
                                 "Fix: use an operator id below that.")
         g = self._live()
         canon = g.find(children) if children.size else children
+        self._check_children(children, canon)
         out = g.lookup(op, offsets, canon)
         new = np.flatnonzero(out < 0)
         if new.size:
@@ -385,6 +441,22 @@ class EGraph:
             g.append(np.arange(base, base + fresh.size), op[fresh], f_off, f_children, base + fresh.size)
             self.rebuild()  # new rows go into the hash table (they are equal to no row, so nothing merges)
         return out
+
+    def _check_children(self, children: np.ndarray, canon: np.ndarray) -> None:
+        """Refuse a child whose class has no e-node (an id below n_classes that no row was given)."""
+        if self._with_rows is None or children.size == 0:
+            return
+        known = self._with_rows
+        odd = known[np.minimum(index_of(known, children), known.size - 1)] != children
+        odd &= children < known[-1]  # ids past the first rows' are classes that `add` made, each with a row
+        if odd.any():
+            live = unique(self._live().classes())  # a union may have joined the id to a class with rows
+            roots = canon[odd]
+            empty = live[np.minimum(index_of(live, roots), live.size - 1)] != roots
+            if empty.any():
+                bad = int(children[odd][np.argmax(empty)])
+                raise DispatchError(f"add: a child refers to class {bad}, but no e-node is in class {bad}. "
+                                    "Fix: children are e-class ids of e-nodes in the graph.")
 
 
 def _take_rows(offsets: np.ndarray, children: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -403,6 +475,7 @@ def congruence_closure(egraph: "EGraph", unions=None, *, backend=None, max_round
     (eclass, op, children_offsets, children) built on `backend`) and rebuild to the fixed point:
     the canonical class of every row, rounds, classes merged and per-phase times. `progress` as
     in `EGraph.rebuild`."""
+    max_rounds = _max_rounds(max_rounds)
     if not isinstance(egraph, EGraph):
         if not (isinstance(egraph, (tuple, list)) and len(egraph) == 4):
             raise DispatchError(f"egraph is a {type(egraph).__name__}. Fix: pass an EGraph or a tuple "
@@ -429,11 +502,14 @@ def structural_equivalences(egraph: "EGraph", *, capacity: int | None = None) ->
     for all of them (nothing is dropped). Raises if unions are pending (children not canonical)."""
     from .device import check_rebuilt
 
+    if not isinstance(egraph, EGraph):
+        raise DispatchError(f"egraph is a {type(egraph).__name__}. Fix: pass an EGraph (EGraph.from_arrays(...)).")
+    if capacity is not None:
+        capacity = _count(capacity, "capacity", "pass a non-negative int (or None).", lo=0)
     g = egraph._live()
     check_rebuilt(egraph._unioned, "structural_equivalences")
     cap = capacity if capacity is not None else max(16, g.n // 8)
-    if not isinstance(cap, int) or cap < 0:
-        raise DispatchError(f"capacity is {capacity!r}. Fix: pass a non-negative int (or None).")
+    cap = min(cap, max(g.n, 1))  # a row adds at most one pair: more room would go unused
     pairs, found = g.structural_pairs(cap)
     if found > cap:
         pairs, found = g.structural_pairs(found)

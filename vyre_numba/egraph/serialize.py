@@ -82,18 +82,44 @@ def rows_of_terms(terms: Sequence[Any]):
             np.array(roots, np.int64))
 
 
+def _bad(what: str) -> DispatchError:
+    return DispatchError(f"the serialized e-graph's {what}. Fix: pass egraph-serialize JSON: "
+                         "{'nodes': {id: {'op': str, 'children': [node id, ...], 'eclass': str}}, "
+                         "'root_eclasses': [class, ...], 'class_data': {class: {...}}}.")
+
+
+def _node_id(c) -> bool:
+    return isinstance(c, str) or (isinstance(c, int) and not isinstance(c, bool))
+
+
 def rows_of_serialized(data: "str | dict"):
     """(eclass, op, offsets, children, op names, what writing back needs) of egraph-serialize JSON."""
-    if isinstance(data, (str, bytes)):
-        try:
-            data = json.loads(data)
-        except ValueError as e:
-            raise DispatchError(f"the serialized e-graph is not JSON ({e}). Fix: pass egglog's "
-                                "serialize(...).to_json() text or the dict it decodes to.") from e
+    try:
+        if isinstance(data, (str, bytes)):
+            try:
+                data = json.loads(data)
+            except ValueError as e:
+                raise DispatchError(f"the serialized e-graph is not JSON ({e}). Fix: pass egglog's "
+                                    "serialize(...).to_json() text or the dict it decodes to.") from e
+        else:  # what to_serialized will write must be JSON: no sets, objects or tuple keys anywhere
+            try:
+                json.dumps(data)
+            except (TypeError, ValueError) as e:
+                raise DispatchError(f"the serialized e-graph holds a value JSON cannot write ({e}). Fix: pass "
+                                    "the dict json.loads gives for egraph-serialize JSON.") from None
+    except RecursionError:
+        raise DispatchError("the serialized e-graph nests too deep to read. Fix: pass egraph-serialize JSON, whose "
+                            "nodes, children and classes are at most a few levels deep.") from None
     nodes = data.get("nodes") if isinstance(data, dict) else None
     if not isinstance(nodes, dict):
         raise DispatchError("the serialized e-graph has no 'nodes' object. Fix: pass egraph-serialize JSON: "
                             "{'nodes': {id: {'op': ..., 'children': [...], 'eclass': ...}}, ...}.")
+    class_data = data.get("class_data", {})
+    if not isinstance(class_data, dict):
+        raise _bad(f"'class_data' is a {type(class_data).__name__}, not an object")
+    roots = data.get("root_eclasses", [])
+    if not isinstance(roots, list) or not all(isinstance(c, str) for c in roots):
+        raise _bad("'root_eclasses' is not a list of class names")
     classes: dict = {}
     ops: dict = {}
     ids = list(nodes)
@@ -103,9 +129,13 @@ def rows_of_serialized(data: "str | dict"):
         nd = nodes[nid]
         if not isinstance(nd, dict) or "op" not in nd or "eclass" not in nd:
             raise DispatchError(f"node {nid!r} lacks 'op' or 'eclass'. Fix: every node needs op, children and eclass.")
-        op_of.append(_op_id(ops, str(nd["op"])))
-        cls_of.append(classes.setdefault(str(nd["eclass"]), len(classes)))
         ch = nd.get("children", [])
+        if not isinstance(nd["op"], str) or not isinstance(nd["eclass"], str):
+            raise _bad(f"node {nid!r} has op {nd['op']!r:.40} and eclass {nd['eclass']!r:.40}; both are strings")
+        if not isinstance(ch, list) or not all(_node_id(c) for c in ch):
+            raise _bad(f"node {nid!r} has children {ch!r:.60}, not a list of node ids")
+        op_of.append(_op_id(ops, nd["op"]))
+        cls_of.append(classes.setdefault(nd["eclass"], len(classes)))
         missing = [c for c in ch if c not in where]
         if missing:
             raise DispatchError(f"node {nid!r} has child {missing[0]!r}, which is no node of the graph. Fix: children "
@@ -115,7 +145,7 @@ def rows_of_serialized(data: "str | dict"):
     kids = [[cls_of[where[c]] for c in ch] for ch in kid_nodes]
     offsets, children = _csr(kids)
     meta = dict(node_ids=ids, class_names=sorted(classes, key=classes.get), child_nodes=kid_nodes, extra=extra,
-                class_data=data.get("class_data", {}), root_eclasses=data.get("root_eclasses", []))
+                class_data=class_data, root_eclasses=roots)
     return (np.array(cls_of, np.int64), np.array(op_of, np.int64), offsets, children,
             sorted(ops, key=ops.get), meta)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from .. import display
+from .egraph import _count
 
 MAX_DRAWN = 300  # e-nodes drawn (or listed) at most; a larger e-graph shows a summary
 
@@ -26,6 +27,9 @@ def to_graphviz(egraph, limit: int | None = MAX_DRAWN):
     """A `graphviz.Digraph` of the e-graph: one cluster per e-class, one box per e-node, an edge
     from each e-node to each child's class (numbered where it has several). At most `limit`
     e-nodes (None: all)."""
+    if limit is not None:
+        limit = _count(limit, "limit", "pass how many e-nodes to draw at most, an int from 0, or None for all.", lo=0)
+    egraph._live()
     import graphviz
 
     listed = rows(egraph)[:limit] if limit is not None else rows(egraph)

@@ -5,15 +5,21 @@ from __future__ import annotations
 
 import numpy as np
 
+from .egraph import MAX_ID, _count
+
 OPS = ("Add", "Mul", "Sub", "Div", "Neg", "Sq")
 
 
 def arithmetic(n: int, *, seed: int = 1) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
     """((eclass, op, children_offsets, children), unions (U, 2)) for `EGraph.from_arrays` and
     `congruence_closure`: row k is e-class k; leaf k has operator 6 + k (a constant each), the
-    interior operators are 0..5 in the order of OPS."""
+    interior operators are 0..5 in the order of OPS. Below 8 e-nodes there is one leaf (the
+    benchmark's N/8 is none there, and its first interior node would have no earlier node to use)."""
+    n = _count(n, "n", f"pass how many e-nodes to make, an int from 0 to {MAX_ID + 1}.", lo=0, hi=MAX_ID + 1)
+    seed = _count(seed, "seed", "pass a non-negative int.", lo=0)
     rng = np.random.default_rng(seed)
-    leaves, interior, u = n // 8, n - n // 8, n // 64
+    leaves = max(n // 8, min(n, 1))
+    interior, u = n - leaves, n // 64
     k = np.arange(leaves, n, dtype=np.int64)
     opi = rng.integers(0, 6, size=interior)
     a = np.minimum(np.floor(rng.random(interior) * k).astype(np.int64), k - 1)

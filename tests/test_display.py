@@ -16,7 +16,7 @@ from vyre_numba import display, ir, ptx
 from vyre_numba.backend import TELEMETRY_KEYS, Pending, Telemetry
 from vyre_numba.display import PTX, Duration
 from vyre_numba.egraph import EGraph, congruence_closure
-from vyre_numba.errors import UnsupportedError
+from vyre_numba.errors import DispatchError, UnsupportedError
 from vyre_numba.fixpoint import FixpointResult
 from vyre_numba.reference import ReferenceBackend
 
@@ -174,6 +174,31 @@ def test_duration_stays_an_int():
     assert f"{d:,}" == "41,300" and json.dumps({"t": d}) == '{"t": 41300}'
     assert pickle.loads(pickle.dumps(d)) == d and type(pickle.loads(pickle.dumps(d))) is Duration
     assert Duration(2.6) == 3 and Duration.from_seconds(1.5) == 1_500_000_000 and d.seconds == 41.3e-6
+
+
+@pytest.mark.parametrize("call, why", [
+    (lambda: Duration(float("nan")), r"Duration\(nan\).*finite"), (lambda: Duration(float("inf")), r"Duration\(inf\)"),
+    (lambda: Duration(-float("inf")), r"Duration\(-inf\)"), (lambda: Duration(np.float32("nan")), r"finite"),
+    (lambda: Duration(10**400), r"finite"), (lambda: Duration.from_seconds(float("inf")), r"finite"),
+    (lambda: Duration.from_seconds(10**400), r"finite"), (lambda: Duration("5"), r"not a str"),
+    (lambda: Duration(None), r"not a NoneType"), (lambda: Duration.from_seconds("5"), r"not a str"),
+    (lambda: Duration([1]), r"not a list")])
+def test_a_duration_of_what_is_not_a_finite_number_is_refused_with_a_fix(call, why):
+    with pytest.raises(DispatchError, match=why + r".*Fix: .+"):
+        call()
+
+
+@pytest.mark.parametrize("name, v, text", [
+    ("device_ns", float("nan"), "nan ns"), ("device_ns", float("inf"), "inf ns"), ("seconds", -float("inf"), "-inf s"),
+    ("seconds", 1e300, "1e+300 s"), ("phase_ns", {"a": float("nan"), "b": 5}, "{a: nan ns, b: 5 ns}")])
+def test_reprs_show_nan_and_infinite_times_as_they_are(name, v, text):
+    assert display.value_text(name, v) == text  # a display shows what was measured rather than fail
+
+
+def test_record_html_shows_a_nan_phase():
+    r = FixpointResult(3, True, "cooperative", 41_300)
+    object.__setattr__(r, "device_ns", float("nan"))
+    assert "device_ns=nan ns" in repr(r) and "nan ns" in well_formed(r._repr_html_())
 
 
 def test_timed_dispatch_returns_a_duration():
@@ -378,6 +403,26 @@ def test_display_helpers_escape_everything():
     well_formed(h)
     capped = display.table(([k] for k in range(10)), ("k",), total=10, limit=3)
     assert capped.count("<tr>") == 4 and "7 more rows" in capped
+    assert "2 more rows" in display.table([[1]], total=np.int64(3))
+
+
+@pytest.mark.parametrize("call, why", [
+    (lambda: display.highlighted("x", "nolang"), r"no lexer named 'nolang'"),
+    (lambda: display.highlighted(None, "python"), r"must be str"), (lambda: display.highlighted("x", 3), r"must be str"),
+    (lambda: display.highlighted("x", "python", limit=0), r"limit=0"),
+    (lambda: display.highlighted("x", "python", limit=2.5), r"limit=2.5"),
+    (lambda: display.table(None), r"rows is NoneType"), (lambda: display.table(5), r"rows is int"),
+    (lambda: display.table([1, 2]), r"the row is int"), (lambda: display.table(["ab"]), r"the row is str"),
+    (lambda: display.table([[1]], "ab"), r"the header is str"), (lambda: display.table([[1]], 5), r"header is int"),
+    (lambda: display.table([[1]], limit=-1), r"limit=-1"), (lambda: display.table([[1]], limit=2.5), r"limit=2.5"),
+    (lambda: display.table([[1]], total="x"), r"total='x'"), (lambda: display.fields_table(None), r"pairs is NoneType"),
+    (lambda: display.fields_table([("a", 1, 2)]), r"not a \(name, value\) pair"),
+    (lambda: display.fields_table(["ab"]), r"'ab' is not a")])
+def test_display_helpers_refuse_what_they_cannot_show_with_a_fix(call, why):
+    if "lexer" in why:
+        pytest.importorskip("pygments")  # without it any language shows as plain text
+    with pytest.raises(DispatchError, match=why + r".*Fix: .+"):
+        call()
 
 
 PUBLIC_MODULES = ("vyre_numba", "vyre_numba.ir", "vyre_numba.ptx", "vyre_numba.fixpoint", "vyre_numba.compaction",

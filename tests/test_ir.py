@@ -212,10 +212,35 @@ def test_named_builders_match_generic_ones():
     lambda: ir.if_(ir.boolean(True), [ir.var("x")]),
     lambda: ir.block(ir.load("a", 0)),
     lambda: ir.cast(1, "f128"),
+    *[lambda f=f: f(ir.var("x")) for f in (lambda x: x ** 2, lambda x: 2 ** x, abs, round, int, float, len, list,
+                                           lambda x: x @ x, math.floor, math.ceil, math.trunc, lambda x: [1, 2][x])],
+    lambda: ir.Program([], {4, 16}, []),
+    lambda: ir.BufferDecl("a", 0, "read_write", "f32", 0, True, {4, 0}),
 ])
 def test_builder_errors_carry_fix(make):
     with pytest.raises(IRValidationError) as info:
         make()
+    assert_fix(str(info.value))
+
+
+def test_a_missing_buffer_is_a_key_error_and_a_vyre_error():
+    p = ir.Program([ir.BufferDecl.output("o", 0, "f32")], 1, [])
+    for kind in (KeyError, IRValidationError):
+        with pytest.raises(kind) as info:
+            p.buffer("nope")
+        assert_fix(str(info.value))
+
+
+@pytest.mark.parametrize("buffers,name,fragment", [
+    ([ir.BufferDecl(["a"], 0, "read_only", "f32")], "main", "not an identifier"),
+    ([], "_", "not one PTX can give a kernel"),
+    ([], "WARP_SZ", "not one PTX can give a kernel"),
+])
+def test_names_nothing_downstream_can_take_are_reported_by_validate(buffers, name, fragment):
+    p = ir.Program(buffers, 1, [], name=name)
+    with pytest.raises(IRValidationError) as info:
+        ir.check(p)
+    assert fragment in str(info.value)
     assert_fix(str(info.value))
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 import pytest
 
 from vyre_numba import ir
@@ -254,6 +256,17 @@ def test_unknown_target_and_old_assemble_target():
         ptx.emit(p, sm=61)
     with pytest.raises(UnsupportedError, match="Fix:"):
         ptx.assemble(ptx.emit(p, sm=70), sm=70)
+
+
+@pytest.mark.parametrize("options", [
+    {"workgroup": 0}, {"workgroup": (64,)}, {"workgroup": (0, 1, 1)}, {"workgroup": (2048, 1, 1)},
+    {"workgroup": "bogus"}, {"workgroup": {64, 1}}, {"cooperative": "yes"}, {"optimize": "no"},
+])
+def test_emit_options_are_checked(options):
+    p = ir.Program([ir.BufferDecl.output("o", 0, "u32")], 64, [ir.store("o", ir.gid(0), 1)])
+    with pytest.raises(UnsupportedError, match="Fix:"):
+        ptx.emit(p, **options)
+    assert str(ptx.emit(p, workgroup=(np.int64(32), 1, 1))) == str(ptx.emit(p, workgroup=(32, 1, 1)))
 
 
 def test_invalid_program_is_refused():

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from vyre_numba.errors import DispatchError
 from vyre_numba.unique import count_distinct, index_of, unique, unique_rows
 
 RNG = np.random.default_rng(7)
@@ -32,3 +33,27 @@ def test_index_of_is_searchsorted(size):
     keys = unique(RNG.integers(0, 1 << 20, 50_000))
     v = RNG.integers(-10, (1 << 20) + 10, size)
     assert np.array_equal(index_of(keys, v), np.searchsorted(keys, v))
+
+
+@pytest.mark.parametrize("call, why", [
+    (lambda: unique_rows(np.array([1, 2, 3])), r"shape \(3,\); it takes \(k, 2\)"),
+    (lambda: unique_rows(np.zeros(0, np.int64)), r"shape \(0,\)"),
+    (lambda: unique_rows([[1, 2, 3], [1, 2, 4]]), r"shape \(2, 3\)"),  # not [[1, 2]]: no column dropped
+    (lambda: unique_rows(np.zeros((2, 2, 2), np.int64)), r"shape \(2, 2, 2\)"),
+    (lambda: unique_rows([[.5, 1.5], [.25, 1.]]), r"float64"),  # not [[0, 1]]: nothing truncated
+    (lambda: unique(np.array([1, "a"], object)), r"object"),
+    (lambda: unique(np.array([2.5, np.nan])), r"float64"),
+    (lambda: unique(["b", "a"]), r"<U1"),
+    (lambda: count_distinct([[1], [2, 3]]), r"not an array"),
+    (lambda: index_of("abc", 1), r"keys are <U3"),
+    (lambda: index_of(np.arange(3), [0.5]), r"values are float64"),
+    (lambda: index_of(np.arange(4).reshape(2, 2), 1), r"keys have shape \(2, 2\)"),
+])
+def test_what_is_not_integers_or_pairs_is_refused_with_a_fix(call, why):
+    with pytest.raises(DispatchError, match=why + r".*Fix: .+"):
+        call()
+
+
+def test_empty_lists_and_scalars_are_fine():
+    assert unique([]).size == 0 and count_distinct(7) == 1 and unique_rows(np.zeros((0, 2), np.int8)).shape == (0, 2)
+    assert np.array_equal(index_of([1, 3, 5], 3), [1]) and np.array_equal(unique(np.array([True, False, True])), [0, 1])

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import numbers
+import operator
 from typing import Any, Iterable
+
+from .errors import DispatchError
 
 MAX_ROWS = 300  # table rows shown before the rest is summarised in a note
 MAX_LINES = 1_000  # lines of code highlighted before the rest is summarised in a note
@@ -27,6 +31,30 @@ def escape(x: Any) -> str:
     return x if isinstance(x, Html) else html.escape(str(x), quote=True)
 
 
+def _cells(x: Any, what: str) -> Iterable[Any]:
+    """`x` as an iterable of cells, or a DispatchError (a str would read as one cell per character)."""
+    try:
+        if isinstance(x, (str, bytes)):
+            raise TypeError
+        return iter(x)
+    except TypeError:
+        raise DispatchError(f"table: the {what} is {type(x).__name__} {x!r:.60}, not a sequence of cells. "
+                            f"Fix: pass the {what} as a list or tuple of values.") from None
+
+
+def _count(n: Any, what: str) -> int:
+    """`n` as a non-negative int, or a DispatchError."""
+    try:
+        if isinstance(n, bool):
+            raise TypeError
+        k = operator.index(n)
+    except TypeError:
+        k = -1
+    if k < 0:
+        raise DispatchError(f"table: {what}={n!r}. Fix: pass a non-negative int.")
+    return k
+
+
 def more(shown: int, total: int, what: str = "rows") -> str:
     """The note under a capped listing: how many were left out."""
     return f"... ({total - shown:,} more {what})" if total > shown else ""
@@ -36,16 +64,23 @@ def table(rows: Iterable[Iterable[Any]], header: Iterable[str] | None = None, *,
           note: Any = None, total: int | None = None, limit: int = MAX_ROWS) -> Html:
     """An HTML table of `rows`, at most `limit` of them; `total` (the row count, when `rows` is
     a lazy iterable) sizes the note on how many were left out."""
+    try:
+        rows = iter(rows)
+    except TypeError:
+        raise DispatchError(f"table: rows is {type(rows).__name__}, not an iterable of rows. "
+                            "Fix: pass a list (or generator) of rows, each a list or tuple of values.") from None
+    limit = _count(limit, "limit")
+    total = None if total is None else _count(total, "total")
     out = [f'<table style="{STYLE}">']
     if title is not None:
         out.append(f'<caption style="text-align:left;font-weight:bold">{escape(title)}</caption>')
     if header is not None:
-        out.append("<tr>" + "".join(f'<th style="{CELL}">{escape(h)}</th>' for h in header) + "</tr>")
+        out.append("<tr>" + "".join(f'<th style="{CELL}">{escape(h)}</th>' for h in _cells(header, "header")) + "</tr>")
     shown = 0
     for row in rows:
         if shown == limit:
             break
-        out.append("<tr>" + "".join(f'<td style="{CELL}">{escape(c)}</td>' for c in row) + "</tr>")
+        out.append("<tr>" + "".join(f'<td style="{CELL}">{escape(c)}</td>' for c in _cells(row, "row")) + "</tr>")
         shown += 1
     out.append("</table>")
     notes = [more(shown, total, "rows") if total is not None else "", escape(note) if note else ""]
@@ -55,12 +90,34 @@ def table(rows: Iterable[Iterable[Any]], header: Iterable[str] | None = None, *,
 
 def fields_table(pairs: Iterable[tuple[str, Any]], *, title: Any = None, note: Any = None) -> Html:
     """A two-column HTML table: name, value."""
-    return table(((Html(f"<b>{escape(k)}</b>"), v) for k, v in pairs), title=title, note=note)
+    try:
+        pairs = iter(pairs)
+    except TypeError:
+        raise DispatchError(f"fields_table: pairs is {type(pairs).__name__}, not an iterable of (name, value) "
+                            "pairs. Fix: pass a list of (name, value) tuples.") from None
+    return table((_field(p) for p in pairs), title=title, note=note)
+
+
+def _field(pair: Any) -> tuple[Html, Any]:
+    """A (name, value) pair as a row: the name in bold, the value."""
+    try:
+        if isinstance(pair, (str, bytes)):
+            raise TypeError
+        k, v = pair
+    except (TypeError, ValueError):
+        raise DispatchError(f"fields_table: {pair!r:.60} is not a (name, value) pair. "
+                            "Fix: pass a list of (name, value) tuples.") from None
+    return Html(f"<b>{escape(k)}</b>"), v
 
 
 def highlighted(text: str, language: str, *, limit: int = MAX_LINES) -> Html:
     """`text` as highlighted HTML (Pygments' lexer for `language`), or as plain escaped text
     where Pygments is missing; at most `limit` lines, then a note."""
+    if not isinstance(text, str) or not isinstance(language, str):
+        raise DispatchError(f"highlighted({type(text).__name__}, {language!r}): the text and the language name "
+                            "must be str. Fix: pass str(text) and a Pygments language name such as 'python'.")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise DispatchError(f"highlighted: limit={limit!r}. Fix: pass a positive int number of lines.")
     lines = text.split("\n", limit)
     rest = 0
     if len(lines) > limit:
@@ -71,9 +128,15 @@ def highlighted(text: str, language: str, *, limit: int = MAX_LINES) -> Html:
         from pygments import highlight
         from pygments.formatters import HtmlFormatter
         from pygments.lexers import get_lexer_by_name
+        from pygments.util import ClassNotFound
     except ImportError:
         return Html(f'<pre style="font-size:90%">{escape(text)}</pre>{note}')
-    body = highlight(text, get_lexer_by_name(language), HtmlFormatter(noclasses=True, nobackground=True))
+    try:
+        lexer = get_lexer_by_name(language)
+    except ClassNotFound:
+        raise DispatchError(f"highlighted: Pygments has no lexer named {language!r}. Fix: pass one of the names "
+                            "`pygments.lexers.get_all_lexers()` lists, such as 'python' or 'text'.") from None
+    body = highlight(text, lexer, HtmlFormatter(noclasses=True, nobackground=True))
     return Html(body + note)
 
 
@@ -100,19 +163,36 @@ def format_ns(ns: int) -> str:
 
 class Duration(int):
     """A time in nanoseconds: an int (arithmetic and comparisons as on any int) that reads as
-    `812 ns`, `41.3 us`, `2.75 ms` or `1.20 s`."""
+    `812 ns`, `41.3 us`, `2.75 ms` or `1.20 s`. Being an int, it holds no NaN or infinite time
+    (`time_text` shows those as `nan ns`, `inf ns`)."""
 
     __slots__ = ()
 
     def __new__(cls, ns: int | float = 0) -> "Duration":
-        return super().__new__(cls, round(ns))
+        try:
+            d = super().__new__(cls, round(ns))
+        except TypeError:
+            raise DispatchError(f"Duration({ns!r:.60}): a time is a number, not a {type(ns).__name__}. "
+                                "Fix: pass an int or float (nanoseconds; Duration.from_seconds for seconds).") from None
+        except (ValueError, OverflowError):
+            d = None
+        if d is None or not -1e300 < d < 1e300:  # within floats: `seconds` and the text divide it
+            raise DispatchError(f"Duration({ns!r:.60}): a Duration is a finite whole number of nanoseconds, which "
+                                "this is not. Fix: pass a finite time (and check what measured this one).")
+        return d
 
     @classmethod
     def from_seconds(cls, seconds: float) -> "Duration":
-        return cls(seconds * 1e9)
+        """`seconds` as a Duration."""
+        try:
+            ns = seconds * 10**9 if isinstance(seconds, int) else seconds * 1e9
+        except TypeError:
+            ns = seconds  # not a number: Duration says so
+        return cls(ns)
 
     @property
     def seconds(self) -> float:
+        """The time in seconds."""
         return int(self) / 1e9
 
     def __repr__(self) -> str:
@@ -164,16 +244,27 @@ def array_text(a: Any, items: int = 6) -> str:
     return f"{shape_text(a)} {values}"
 
 
+def time_text(t: Any, unit: str = "ns") -> str:
+    """A time in `unit` ("ns" or "s") as a Duration reads; a NaN or infinite one as `nan ns`, `inf s`
+    (a display shows what was measured rather than fail)."""
+    try:
+        return str(Duration(t) if unit == "ns" else Duration.from_seconds(t))
+    except DispatchError:
+        if isinstance(t, numbers.Real):
+            return f"{t} {unit}"
+        raise
+
+
 def value_text(name: str, v: Any) -> str:
     """A field value for reprs and tables: durations for `*_ns` and `seconds` fields, short arrays."""
     if v is None or isinstance(v, bool):
         return repr(v)
     if name == "seconds" and isinstance(v, (int, float)):
-        return str(Duration.from_seconds(v))
+        return time_text(v, "s")
     if name.endswith("_ns") and isinstance(v, (int, float)):
-        return str(Duration(v))
+        return time_text(v)
     if name.endswith("_ns") and isinstance(v, dict):
-        return "{" + ", ".join(f"{k}: {Duration(t)}" for k, t in v.items()) + "}"
+        return "{" + ", ".join(f"{k}: {time_text(t)}" for k, t in v.items()) + "}"
     if hasattr(v, "dtype") and hasattr(v, "shape"):
         return array_text(v)
     return repr(v)
@@ -198,6 +289,6 @@ def record_html(obj: Any, *, note: Any = None) -> Html:
     out = fields_table(pairs, title=type(obj).__name__, note=note)
     if phases and phases[1]:
         total = sum(phases[1].values()) or 1
-        out += table(((k, Duration(t), f"{100 * t / total:.1f}%") for k, t in phases[1].items()),
+        out += table(((k, time_text(t), f"{100 * t / total:.1f}%") for k, t in phases[1].items()),
                      ("phase", "time", "share"), title=phases[0])
     return Html(out)

@@ -14,6 +14,13 @@ class IRValidationError(VyreError):
         self.diagnostics = list(diagnostics)
 
 
+class UnknownBufferError(IRValidationError, KeyError):
+    """A buffer name a program does not declare (also a KeyError, as a lookup by name)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
 class BackendUnavailableError(VyreError):
     """The requested backend cannot run on this machine."""
 

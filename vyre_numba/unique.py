@@ -6,10 +6,28 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import DispatchError
+
+INTEGER_KINDS = "biu"  # bool, signed and unsigned ints: what sorts and compares exactly
+
+
+def _integers(a, where: str, what: str = "values") -> np.ndarray:
+    """`a` as an array, or a DispatchError where it holds anything but integers."""
+    try:
+        arr = np.asarray(a)
+    except (ValueError, TypeError) as e:
+        raise DispatchError(f"{where}: the {what} are not an array ({e}). "
+                            "Fix: pass a NumPy integer array (or equal-length lists of ints).") from None
+    if arr.dtype.kind not in INTEGER_KINDS and arr.size:  # [] is float64, and empty either way
+        raise DispatchError(f"{where}: the {what} are {arr.dtype} ({arr.dtype.kind!r} kind); these helpers "
+                            "handle integers only. Fix: pass an integer array (np.unique for other dtypes, "
+                            "or ids from np.unique(x, return_inverse=True)).")
+    return arr
+
 
 def unique(a: np.ndarray) -> np.ndarray:
     """The distinct values of `a` (flattened), ascending, in a's dtype."""
-    s = np.sort(np.asarray(a).reshape(-1))
+    s = np.sort(_integers(a, "unique").reshape(-1))
     if s.size < 2:
         return s
     keep = np.empty(s.size, bool)
@@ -25,7 +43,10 @@ def count_distinct(a: np.ndarray) -> int:
 
 def unique_rows(pairs: np.ndarray) -> np.ndarray:
     """The distinct rows of a (k, 2) integer array, in lexicographic order, in its dtype."""
-    p = np.asarray(pairs)
+    p = _integers(pairs, "unique_rows", "rows")
+    if p.ndim != 2 or p.shape[1] != 2:
+        raise DispatchError(f"unique_rows: the rows have shape {p.shape}; it takes (k, 2) pairs. "
+                            "Fix: pass a (k, 2) array (np.unique(a, axis=0) for other widths).")
     if p.shape[0] < 2:
         return p.copy()
     lo, hi = (int(p.min()), int(p.max()))
@@ -46,7 +67,11 @@ def unique_rows(pairs: np.ndarray) -> np.ndarray:
 def index_of(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
     """np.searchsorted(keys, values) for ascending `keys`: the values are looked up in sorted order
     and the answers put back (4x faster for millions of scattered values, which miss the cache)."""
-    v = np.asarray(values).reshape(-1)
+    keys = _integers(keys, "index_of", "keys")
+    if keys.ndim != 1:
+        raise DispatchError(f"index_of: the keys have shape {keys.shape}; they must be 1-D and ascending. "
+                            "Fix: pass unique(...) of the keys (or keys.ravel() where already sorted).")
+    v = _integers(values, "index_of").reshape(-1)
     if v.size < 4096:
         return np.searchsorted(keys, v)
     order = np.argsort(v)

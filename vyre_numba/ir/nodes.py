@@ -240,6 +240,26 @@ class Expr(_Structural):
             "with & | ~ or ir.logical_and / logical_or instead of Python `if`, `and`, `or`, `not`; "
             "compare two pieces of IR with a.equals(b), and key dicts or sets of IR by a.key().")
 
+    def _no_python(self, what: str, fix: str):
+        raise IRValidationError(f"an IR expression ({render_expr(self, 80)}) has no Python {what}: it is a value "
+                                f"on the device. Fix: {fix}")
+
+    def __pow__(self, o): self._no_python("power (**)", "multiply (x * x), or use ir.exp / ir.log for real powers.")
+    def __rpow__(self, o): self._no_python("power (**)", "multiply (x * x), or use ir.exp / ir.log for real powers.")
+    def __abs__(self): self._no_python("abs()", "use ir.abs_(x).")
+    def __round__(self, ndigits=None): self._no_python("round()", "use ir.round_(x) (or ir.floor / ir.ceil / ir.trunc).")
+    def __int__(self): self._no_python("int()", "cast on the device with x.cast('i32') (or another integer type).")
+    def __float__(self): self._no_python("float()", "cast on the device with x.cast('f32').")
+    def __complex__(self): self._no_python("complex()", "keep real and imaginary parts as two expressions.")
+    def __index__(self): self._no_python("index", "index a buffer with ir.load(name, index) or ir.store(...).")
+    def __len__(self): self._no_python("length", "an expression is one value per invocation; pass lengths as ints.")
+    def __matmul__(self, o): self._no_python("matrix product (@)", "write the sum of products with ir.loop.")
+    def __rmatmul__(self, o): self._no_python("matrix product (@)", "write the sum of products with ir.loop.")
+    def __floor__(self): self._no_python("math.floor()", "use ir.floor(x).")
+    def __ceil__(self): self._no_python("math.ceil()", "use ir.ceil(x).")
+    def __trunc__(self): self._no_python("math.trunc()", "use ir.trunc(x).")
+    def __iter__(self): self._no_python("iteration", "an expression is one value per invocation; loop with ir.loop.")
+
     def __str__(self) -> str:
         return render_expr(self)
 

@@ -9,7 +9,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from .. import display
-from ..errors import IRValidationError, UnsupportedError
+from ..errors import IRValidationError, UnknownBufferError, UnsupportedError
 from . import jsontext
 from . import nodes as n
 from .recursion import drive
@@ -75,7 +75,7 @@ class BufferDecl:
         object.__setattr__(self, "output", bool(self.output))
         r = self.output_byte_range
         if r is not None:
-            if isinstance(r, (str, bytes)) or not hasattr(r, "__len__") or len(r) != 2:
+            if isinstance(r, (str, bytes, set, frozenset, dict)) or not hasattr(r, "__len__") or len(r) != 2:
                 raise IRValidationError(f"{where}: output_byte_range={r!r} is not a (start, end) pair. "
                                         "Fix: pass two byte offsets, e.g. (0, 64).")
             object.__setattr__(self, "output_byte_range", tuple(_int(v, f"{where}: output_byte_range") for v in r))
@@ -159,7 +159,7 @@ def _norm_wg(ws) -> tuple[int, int, int]:
     bad = IRValidationError(f"workgroup_size {ws!r} is not 1 to 3 ints. Fix: pass e.g. 256 or (16, 16).")
     if _is_int(ws):
         return (int(ws), 1, 1)
-    if isinstance(ws, (str, bytes)) or not isinstance(ws, Iterable):
+    if isinstance(ws, (str, bytes, set, frozenset, dict)) or not isinstance(ws, Iterable):  # sets have no order
         raise bad
     ws = tuple(ws)
     if not 1 <= len(ws) <= 3 or not all(_is_int(v) for v in ws):
@@ -225,11 +225,12 @@ class Program:
 
     # ---- lookups --------------------------------------------------------------------------
     def buffer(self, name: str) -> BufferDecl:
-        """The declaration of the buffer called `name` (KeyError if there is none)."""
+        """The declaration of the buffer called `name` (UnknownBufferError, a KeyError, if there is none)."""
         for b in self.buffers:
             if b.name == name:
                 return b
-        raise KeyError(name)
+        raise UnknownBufferError(f"program {self.name!r} declares no buffer {name!r}. Fix: use one of "
+                                 f"{[b.name for b in self.buffers]}.")
 
     @property
     def bound_buffers(self) -> tuple[BufferDecl, ...]:

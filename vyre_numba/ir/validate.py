@@ -18,6 +18,7 @@ MAX_THREADS = 1024
 MAX_AXIS = (1024, 1024, 64)
 MAX_STATIC_SHARED_BYTES = 48 * 1024
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_PTX_NAMES_TAKEN = frozenset({"_", "WARP_SZ"})  # identifiers PTX refuses as an entry's name
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,8 @@ class _Checker:
     def __init__(self, buffers: tuple[BufferDecl, ...]):
         self.bufs: dict[str, BufferDecl] = {}
         for b in buffers:
-            self.bufs.setdefault(b.name, b)
+            if isinstance(b.name, str):  # other names are reported by validate, not hashed here
+                self.bufs.setdefault(b.name, b)
         self.diags: list[Diagnostic] = []
         self.vars: dict[str, list[tuple[DataType | None, bool]]] = {}  # name -> shadow stack
         self.scopes: list[list[str]] = [[]]
@@ -445,10 +447,11 @@ def _check_buffers(p: Program, err) -> None:
         where = f"buffers[{i}] ({b.name})"
         if not isinstance(b.name, str) or not _IDENT.match(b.name):
             err(where, f"buffer name {b.name!r} is not an identifier. Fix: use letters, digits and _.")
-        if b.name in names:
-            err(where, f"buffer name {b.name!r} is declared twice (also buffers[{names[b.name]}]). "
-                       "Fix: give every buffer a unique name.")
-        names.setdefault(b.name, i)
+        if isinstance(b.name, str):
+            if b.name in names:
+                err(where, f"buffer name {b.name!r} is declared twice (also buffers[{names[b.name]}]). "
+                           "Fix: give every buffer a unique name.")
+            names.setdefault(b.name, i)
         if b.count < 0:
             err(where, f"count {b.count!r} is negative. Fix: use 0 (sized at dispatch) or a positive count.")
         elif b.count >= 2**32:
@@ -505,6 +508,9 @@ def validate(program: Program) -> Diagnostics:
     if not isinstance(program.name, str) or not _IDENT.match(program.name):
         err("program", f"program name {program.name!r} is not an identifier (it names the kernel). "
                        "Fix: use letters, digits and _.")
+    elif program.name in _PTX_NAMES_TAKEN:
+        err("program", f"program name {program.name!r} is not one PTX can give a kernel (a lone _ or a name "
+                       "PTX predefines). Fix: choose another name, e.g. 'main'.")
     _check_buffers(program, err)
     ws = program.workgroup_size
     total = ws[0] * ws[1] * ws[2]

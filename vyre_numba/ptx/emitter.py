@@ -26,6 +26,7 @@ arithmetic operation); f64 in `.f64`.
 """
 from __future__ import annotations
 
+import numbers
 import struct
 from dataclasses import dataclass
 
@@ -105,6 +106,22 @@ GRID_STATE = "vyre_grid_state"  # the extra kernel parameter of programs with gr
 STEP_ITEM, STEP_CHANGED, STEP_DONE = "vyre_item", "vyre_changed", "$L_step_done"  # see emit_step
 GRID_BARRIER_DECL = ".extern .func (.param .b32 ok) vyre_grid_barrier(.param .b64 state, .param .b64 timeout_ns);"
 GRID_BARRIER_TIMEOUT_NS = 10_000_000_000  # a grid barrier waits at most this long (see grid_barrier.ptx)
+
+
+def _checked_workgroup(workgroup):
+    """`emit`'s workgroup: None (the program's own), "auto" (any, no .reqntid) or three ints 1..1024
+    whose product is at most 1024; else UnsupportedError."""
+    if workgroup is None or (isinstance(workgroup, str) and workgroup == "auto"):
+        return workgroup
+    fix = "Fix: pass None (the program's workgroup), 'auto', or three ints such as (256, 1, 1)."
+    if isinstance(workgroup, (str, bytes, set, frozenset, dict)) or not isinstance(workgroup, (tuple, list)):
+        raise UnsupportedError(f"workgroup={workgroup!r:.60} is not a workgroup shape. {fix}")
+    if len(workgroup) != 3 or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in workgroup):
+        raise UnsupportedError(f"workgroup={workgroup!r:.60} is not three ints. {fix}")
+    wg = tuple(int(v) for v in workgroup)
+    if min(wg) < 1 or wg[0] * wg[1] * wg[2] > 1024:
+        raise UnsupportedError(f"workgroup={wg} is not 1 to 1024 threads. {fix}")
+    return wg
 
 
 def _wg(program: Program, workgroup) -> tuple[int, int, int] | None:
@@ -815,6 +832,10 @@ def emit(program: Program, *, sm: int = 90, workgroup: tuple[int, int, int] | st
     ABI), of `program.optimized()` unless `optimize=False`. Raises IRValidationError for an
     invalid program and UnsupportedError for what the target cannot run."""
     ir.check(program)
+    workgroup = _checked_workgroup(workgroup)
+    for name, flag in (("cooperative", cooperative), ("optimize", optimize)):
+        if not isinstance(flag, bool):
+            raise UnsupportedError(f"{name}={flag!r:.60} is not a bool. Fix: pass True or False.")
     if sm not in PTX_VERSION:
         known = ", ".join(str(s) for s in PTX_VERSION)
         raise UnsupportedError(f"sm_{sm} is not a target the PTX emitter knows (known: {known}). "

@@ -259,7 +259,7 @@ def test_unknown_target_and_old_assemble_target():
 
 
 @pytest.mark.parametrize("options", [
-    {"workgroup": 0}, {"workgroup": (64,)}, {"workgroup": (0, 1, 1)}, {"workgroup": (2048, 1, 1)},
+    {"workgroup": 0}, {"workgroup": (64,)}, {"workgroup": (0, 1, 1)}, {"workgroup": (True, 1, 1)},
     {"workgroup": "bogus"}, {"workgroup": {64, 1}}, {"cooperative": "yes"}, {"optimize": "no"},
 ])
 def test_emit_options_are_checked(options):

@@ -153,13 +153,15 @@ def _classes_of_rows(eclass: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]
 
 
 def _missing_class(have: np.ndarray, present: np.ndarray | None, children: np.ndarray) -> int | None:
-    """The position of the first child naming a class no row is in (see `_classes_of_rows`), or None."""
+    """The position of a child naming a class no row is in (see `_classes_of_rows`), or None."""
     if children.size == 0:
         return None
     if have.size == 0:
         return 0
     if present is not None:
-        bad = (children >= present.size) | ~present[np.minimum(children, present.size - 1)]
+        if int(children.max()) >= present.size:
+            return int(np.argmax(children >= present.size))
+        bad = ~present[children]
     else:
         bad = have[np.minimum(index_of(have, children), have.size - 1)] != children
     return int(np.argmax(bad)) if bad.any() else None

@@ -525,7 +525,8 @@ def _cse_body(ctx: _Context, stmts, inherited: dict[n.StructuralKey, str]):
                 if ctx.shareable(x) and x.key() not in inherited:
                     k = sig(x)
                     count[k] += 1
-                    sample.setdefault(k, (x, dict(gen)))
+                    if k not in sample:  # the generations of what x reads (its parts read no more)
+                        sample[k] = (x, {v: gen[v] for v in ctx.facts(x)[2]})
                 elif ctx.shareable(x):
                     continue
                 stack.extend(x.children())

@@ -31,7 +31,7 @@ import time
 import numpy as np
 
 from ..egraph import ClosureResult, EGraph
-from ..egraph.egraph import _ints, _rows, _take_rows
+from ..egraph.egraph import _ints, _rows, _same_length, _take_rows
 from ..egraph.signature import signature_hash, signature_heads
 from ..errors import DispatchError, host_memory
 from ..unique import count_distinct, unique, unique_rows
@@ -342,12 +342,6 @@ def _ids(x) -> bool:
     if isinstance(x, (list, tuple)):
         return all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in x)
     return True
-
-
-def _same_length(eclass: np.ndarray, op: np.ndarray, what: str) -> None:
-    if eclass.size != op.size:
-        raise DispatchError(f"{what}: eclass has {eclass.size} entries and op {op.size}; there is one of each per "
-                            "e-node. Fix: pass arrays of equal length.")
 
 
 @host_memory("distributed congruence_closure")

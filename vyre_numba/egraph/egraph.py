@@ -141,6 +141,12 @@ def _op_names(ops) -> list[str] | None:
     return names
 
 
+def _same_length(eclass: np.ndarray, op: np.ndarray, what: str) -> None:
+    if eclass.size != op.size:
+        raise DispatchError(f"{what}: eclass has {eclass.size} entries and op {op.size}; there is one of each per "
+                            "e-node. Fix: pass arrays of equal length.")
+
+
 def _classes_of_rows(eclass: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     """(the class ids some row is in, ascending; a mark per id below the largest, or None): by
     marks where ids are dense (one pass, no sort: e-graphs of 2**24 rows are built often)."""
@@ -199,9 +205,7 @@ class EGraph:
         """The rows as given (see `from_arrays`)."""
         eclass = _ints(eclass, "eclass")
         op, offsets, children = _rows(op, children_offsets, children, None, "the e-graph's")
-        if eclass.size != op.size:
-            raise DispatchError(f"eclass has {eclass.size} entries and op {op.size}; there is one of each per e-node. "
-                                "Fix: pass arrays of equal length.")
+        _same_length(eclass, op, "the e-graph")
         have, present = _classes_of_rows(eclass)
         k = _missing_class(have, present, children)
         if k is not None:

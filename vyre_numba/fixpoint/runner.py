@@ -270,10 +270,13 @@ def _run_cpu(step: Callable, n: int, args: list, max_rounds: int, progress: bool
                                 f"Fix: pass np.asarray(...) of it (a {type(a).__name__} would be copied, and the "
                                 "step's writes lost).")
     jitted = _cpu_round(step)
+    checked: list = []
 
     def one_round() -> bool:
         changed = _numba_call(jitted, n, tuple(args))
-        _check_result(step)
+        if not checked:  # the step is typed by its first round
+            _check_result(step)
+            checked.append(True)
         return bool(changed)
 
     with _restored_on_failure(args):
@@ -282,7 +285,7 @@ def _run_cpu(step: Callable, n: int, args: list, max_rounds: int, progress: bool
 
 def _check_result(step: Callable) -> None:
     """Refuses a step whose result is not a bool or an integer (a string or a tuple would always
-    count as a change), as Numba typed it in the round just run."""
+    count as a change), as Numba typed it in the first round."""
     from numba import types
 
     for sig in _CPU_ROUNDS[step][1].nopython_signatures:

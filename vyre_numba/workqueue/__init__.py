@@ -108,14 +108,13 @@ def _values(values, dt: np.dtype) -> np.ndarray:
         return arr.astype(dt)
     with np.errstate(all="ignore"):
         out = arr.astype(dt)
-        back = out.astype(arr.dtype)
-    if arr.dtype.kind == "f":  # floats round to the nearest of dt, as NumPy's; only overflow is refused
-        wrong = np.isfinite(arr) & ~np.isfinite(out)
-    else:  # integers must arrive exactly
-        wrong = back != arr
+        if arr.dtype.kind == "f":  # floats round to the nearest of dt, as NumPy's; only overflow is refused
+            wrong = np.isfinite(arr) & ~np.isfinite(out)
+        else:  # integers must arrive exactly
+            wrong = out.astype(arr.dtype) != arr
     if wrong.any():
-        bad = arr[np.flatnonzero(wrong)[0]]
-        raise DispatchError(f"the value {bad} is not a {dt} (it would become {out[np.flatnonzero(wrong)[0]]}). "
+        k = int(np.argmax(wrong))
+        raise DispatchError(f"the value {arr[k]} is not a {dt} (it would become {out[k]}). "
                             f"Fix: make the queue of a wider type, or convert the values yourself.")
     return out
 

@@ -312,6 +312,60 @@ def test_gpu_one_launch_barrier_timeout_falls_back_to_three_launches():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES + [np.complex64, "datetime64[ns]"])
+@pytest.mark.parametrize("flag_type", [np.bool_, np.uint8, np.int32, np.uint64])
+def test_gpu_small_selections_take_one_packed_launch_and_match_the_twins(dtype, flag_type):
+    """Numba arrays on the default stream within FUSED_BYTES take `Selector.fused_at` (the launch
+    rewritten in place); every size from 8 up, odd offsets of the flags (no eight-flag loads), and
+    select, nonzero and select_if agree with the twins bit for bit."""
+    from numba import cuda
+
+    sel = compaction._selector(None)
+    taken, fused_at = [], sel.fused_at
+    sel.fused_at = lambda *args: taken.append(args[3]) or fused_at(*args)
+    try:
+        for n in (8, 9, 4095, 4097, 100_003):
+            x = sample(np.int64, n, n).view(np.uint8)[:n * np.dtype(dtype).itemsize].view(dtype)
+            flags = (np.random.default_rng(n).random(n + 1) < 0.4).astype(flag_type)
+            dx, dflags = cuda.to_device(x), cuda.to_device(flags)
+            for f, fl in ((dflags[:n], flags[:n]), (dflags[1:], flags[1:])):  # the second: not 8-byte aligned
+                del taken[:]
+                arrived = sel._arrived
+                got = compaction.select(dx, f)
+                assert taken == [n] and sel._arrived > arrived
+                assert got.dtype == x.dtype and got.copy_to_host().tobytes() == x[fl != 0].tobytes()
+                assert np.array_equal(compaction.nonzero(f).copy_to_host(), np.flatnonzero(fl)) and taken == [n, n]
+    finally:
+        del sel.fused_at
+    assert sel.timeouts == 0 and sum(plan is not None for plan in sel._plans.values()) >= 2
+
+
+@pytest.mark.gpu
+def test_gpu_small_path_declines_what_the_general_path_must_check_or_do():
+    """Strided views, other streams, tiny inputs, records and mismatched lengths go the general way:
+    results still equal the twins, and the mistakes still raise its errors."""
+    from numba import cuda
+
+    x = np.arange(1000, dtype=np.int32)
+    flags = (x % 7 == 0)
+    dx, df = cuda.to_device(x), cuda.to_device(flags)
+    with pytest.raises(DispatchError, match="not contiguous"):
+        compaction.select(dx[::2], df[::2])
+    with pytest.raises(DispatchError, match="has 999 elements"):
+        compaction.select(dx, df[1:])
+    with pytest.raises(DispatchError, match="not integers or bools"):
+        compaction.select(dx, cuda.to_device(flags.astype(np.float32)))
+    s = cuda.stream()
+    assert np.array_equal(compaction.select(dx, df, stream=s).copy_to_host(), x[flags])
+    assert np.array_equal(compaction.select(dx[:5], df[:5]).copy_to_host(), x[:5][flags[:5]])
+    rec = np.zeros(1000, [("a", np.int32), ("b", np.float64)])
+    rec["a"] = x
+    got = compaction.select(cuda.to_device(rec), df).copy_to_host()
+    assert got.tobytes() == rec[flags].tobytes()
+    assert np.array_equal(compaction.select_if(dx, lambda v: v % 5 == 1).copy_to_host(), x[x % 5 == 1])
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gpu_select_keeps_every_type_bit_for_bit(dtype):
     from numba import cuda

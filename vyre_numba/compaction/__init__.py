@@ -349,9 +349,79 @@ def _device_select(values, src, flag_of, n: int, stream, octs=None):
     return _exact(_selector(stream), flag_of, src, n, _words(values, n, dt), dt, octs)
 
 
+@functools.cache
+def _numba_array_type() -> type:
+    """Numba's DeviceNDArray class (the simulator's stand-in under it)."""
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    return DeviceNDArray
+
+
+_WORDS: dict = {}  # dtype -> its word type where an item is one word (else None)
+
+
+def _one_word(dt: np.dtype):
+    word = _WORDS.get(dt, False)
+    if word is False:
+        ok = dt.fields is None and dt.kind != "O" and dt.itemsize in (1, 2, 4, 8)
+        word = _WORDS[dt] = word_type(dt)[0] if ok else None
+    return word
+
+
+def _small(src, values, by_flags: bool, flag_of, dt: np.dtype):
+    """The kept items of a small selection in one launch (`Selector.fused_at`): the case that
+    dominates calls, whose time is all the host's. Taken for Numba device arrays, contiguous, of
+    one word an item, on the default stream, with room for every item within FUSED_BYTES; `src`
+    the flags (`by_flags`) or the values of a predicate, `values` the items (None: their indices,
+    of type `dt`). None for every other case, which the general path checks and selects: an input
+    taken here passes every check that path makes."""
+    dna = _numba_array_type()
+    if type(src) is not dna or (values is not None and type(values) is not dna):
+        return None
+    shape, st = src.shape, src.dtype
+    if len(shape) != 1 or (values is not None and values.shape != shape) or (by_flags and st.kind not in "biu"):
+        return None
+    n = shape[0]
+    word = _one_word(dt)
+    if word is None or _one_word(st) is None or n < 8 or n * dt.itemsize > FUSED_BYTES or \
+            src.strides[0] != st.itemsize or (values is not None and values.strides[0] != dt.itemsize):
+        return None
+    sel = _selector(None)
+    if sel._handle != 0:  # a per-thread default stream: outside the pool's ordering
+        return None
+    src_at = src.device_ctypes_pointer.value or 0
+    words = None if values is None else values.device_ctypes_pointer.value or 0
+    try:
+        address = memory.pool_alloc(n * dt.itemsize)
+    except DeviceError:
+        return None
+    try:
+        count = sel.fused_at(flag_of, src_at, st, n, by_flags and st.itemsize == 1 and src_at % 8 == 0, word,
+                             words, address)
+        if not count:
+            memory.pool_free(address)
+            return None if count is None else _cuda().device_array(0, dt)
+        if 4 * count < n and (n - count) * dt.itemsize > SLACK:
+            address = memory.pool_copy(address, count * dt.itemsize)
+    except BaseException:
+        memory.pool_free(address)
+        raise
+    return memory.pooled_array(count, dt, address)
+
+
+def _numba_pair(a, b, stream) -> bool:
+    """Whether `a` and `b` may be Numba device arrays for `_small` (told without importing numba)."""
+    return stream is None and not _SIM and getattr(a, "gpu_data", None) is not None and \
+        getattr(b, "gpu_data", None) is not None
+
+
 def select(values, flags, *, stream=None):
     """values[i] for every i with flags[i] != 0, in order: a NumPy array for host inputs, a
     device array of exactly that length for device inputs."""
+    if _numba_pair(values, flags, stream):
+        out = _small(flags, values, True, _kernels().flag_nonzero, values.dtype)
+        if out is not None:
+            return out
     n = _check_values(values)
     _check_flags(flags, n)
     check_stream(stream)
@@ -370,11 +440,20 @@ def select_if(values, predicate: Callable, *, stream=None):
     from .kernels import predicate_flag
 
     v = _dev(values) if _SIM else values
-    return _compiled(lambda: _device_select(values, v, predicate_flag(predicate), n, stream), "predicate")
+
+    def run():
+        flag_of = predicate_flag(predicate)
+        out = _small(values, values, False, flag_of, values.dtype) if _numba_pair(values, values, stream) else None
+        return out if out is not None else _device_select(values, v, flag_of, n, stream)
+    return _compiled(run, "predicate")
 
 
 def nonzero(flags, *, stream=None):
     """The indices (int64) of the non-zero flags, in order (host in, NumPy out; device in, device out)."""
+    if _numba_pair(flags, flags, stream):
+        out = _small(flags, None, True, _kernels().flag_nonzero, np.dtype(np.int64))
+        if out is not None:
+            return out
     n = _check_flags(flags, None)
     check_stream(stream)
     if not _on_device(flags):

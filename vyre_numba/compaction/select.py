@@ -31,7 +31,8 @@ import numpy as np
 
 from ..errors import DispatchError
 from ..gpu import mapped
-from ..gpu.numba_launch import NumbaLaunch, RawArray
+from ..gpu.launch import LaunchShape
+from ..gpu.numba_launch import NumbaLaunch, RawArray, stream_handle
 
 _SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
@@ -120,6 +121,8 @@ class Selector:
         self._fused_args = None  # (sums, barrier, host count) as kernel arguments
         self.timeouts = 0  # one-launch selections given up at the grid barrier (and done again in three)
         self._fused_off_until = 0.0  # time.monotonic() before which `fused` declines (after a give-up)
+        self._plans: dict = {}  # (one-launch kernel, source type) -> `fused_at`'s launch (see `_plan`)
+        self._handle = 0 if _SIM else stream_handle(self.stream)
         self._closed = False
 
     def _grow(self, tiles: int) -> None:
@@ -148,7 +151,7 @@ class Selector:
     def close(self) -> None:
         """Release the device buffers (once; later calls do nothing)."""
         self._owned = self._ctl = self._host = self._args = self._bases = self._bar = self._sums = None
-        self._launches = {}
+        self._launches, self._plans = {}, {}
         self._closed = True
 
     def _check_open(self) -> None:
@@ -218,10 +221,71 @@ class Selector:
             self._sums, self._fused_args = self._cuda.device_array(blocks, np.int64, stream=self.stream), None
             return self.fused(flag_of, src, n, words, out, octs)
         sums, bar, host = self._fused_args
+        return self._fused_launch(lambda: launch(blocks, THREADS, src, src if octs is None else octs, n,
+                                                 out if words is None else words, out, sums, bar,
+                                                 self._arrived + blocks, host), blocks)
+
+    def fused_at(self, flag_of: Callable, src: int, src_type, n: int, by_bytes: bool, word, words: int | None,
+                 out: int) -> int | None:
+        """`fused` of items and output of one word (`word`) each, named by device addresses: `src`
+        the flags (or the values of a predicate) of `src_type`, `words` the items (None: write
+        indices), `out` room for n. The launch's parameters are written in place of the last
+        call's, so a call costs the host a launch and a watch, not a packing of array arguments:
+        what small selections, bound by the host, are made of."""
+        self._check_open()
+        if time.monotonic() < self._fused_off_until:
+            return None
+        kernel = _kernels().fused_kernel(flag_of, *(_emit(None) if words is None else (None, np.dtype(word))),
+                                         by_bytes=by_bytes)
+        key = (kernel, np.dtype(src_type).str)
+        plan = self._plans.get(key)
+        if plan is None or plan[0] is not self._fused_args:
+            octs = RawArray(src, (n // 8,), np.uint64) if by_bytes else None
+            w = RawArray(words if words is not None else out, (n,), word)
+            kept = self.fused(flag_of, RawArray(src, (n,), src_type), n, None if words is None else w,
+                              RawArray(out, (n,), word), octs)
+            if kept is not None and self._fused_args is not None:
+                self._plans[key] = self._plan(kernel)
+            return kept
+        fused_args, launch, slots, shapes = plan
+        blocks = max(1, min(shapes[0], -(-n // TILE), FUSED_BLOCKS or shapes[0]))
+        if self._sums.shape[0] < blocks:
+            return self.fused(flag_of, RawArray(src, (n,), src_type), n,
+                              None if words is None else RawArray(words, (n,), word), RawArray(out, (n,), word),
+                              RawArray(src, (n // 8,), np.uint64) if by_bytes else None)
+        shaped = shapes.get(blocks)
+        if shaped is None:
+            shaped = shapes[blocks] = launch.reshaped(LaunchShape((blocks, 1, 1), (THREADS, 1, 1)))
+        values = launch.args.values
+        s, o, c, w, d, t = slots
+        octs = n // 8 if by_bytes else n
+        values[s + 2] = values[s + 5] = n
+        values[s + 4] = values[o + 4] = src
+        values[o + 2] = values[o + 5] = octs
+        values[c] = n
+        values[w + 2] = values[w + 5] = values[d + 2] = values[d + 5] = n
+        values[w + 4] = out if words is None else words
+        values[d + 4] = out
+        values[t] = self._arrived + blocks
+        return self._fused_launch(lambda: shaped.enqueue(self._handle), blocks)
+
+    def _plan(self, kernel) -> tuple | None:
+        """(the barrier state it is for, a launch of `kernel` with its own parameter block, the
+        first parameter slots of src, octs, n, words, out and target, {0: blocks that fit at once,
+        blocks: the launch of that many}) for `fused_at`, copied from the `fused` launch just made."""
+        detached = self._launch(kernel, cooperative=COOPERATIVE).detached()
+        if detached is None:
+            return None
+        launch, base = detached
+        return (self._fused_args, launch, (base[0], base[1], base[2], base[3], base[4], base[7]),
+                {0: self._resident[kernel]})
+
+    def _fused_launch(self, launch: Callable, blocks: int) -> int | None:
+        """Run `launch` (a one-launch selection of `blocks`) and return its kept count; None where a
+        block gave up at the grid barrier (then `timeouts` counts it and one launch backs off)."""
         self._host[0] = -1
         try:
-            launch(blocks, THREADS, src, src if octs is None else octs, n, out if words is None else words, out, sums,
-                   bar, self._arrived + blocks, host)
+            launch()
             self._arrived += blocks
             kept = self.watch()  # -2 (given up) only after the bound and a synchronisation
         except BaseException:  # interrupted: how far the barrier's count got is unknown, so it starts afresh

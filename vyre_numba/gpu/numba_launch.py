@@ -178,6 +178,18 @@ class NumbaLaunch:
         if not self._retain:  # raw arrays own nothing: keeping them costs nothing and saves packing them again
             self._last = [a if type(a) is RawArray else None for a in args]
 
+    def detached(self) -> tuple[KernelLaunch, list[int]] | None:
+        """(a copy of the last packed launch with a parameter block of its own, the first parameter
+        slot of each argument; an argument's slots are `_params`'), for a caller that rewrites
+        parameters in place (`KernelLaunch.args.values`) and enqueues it itself; None where the last
+        launch went through Numba."""
+        k = self._launch
+        if k is None or _SIM:
+            return None
+        copy = KernelLaunch(k._head[0], k.name, k.shape, 0, nparams=k.args.values.size, cooperative=self._cooperative)
+        copy.args.values[:] = k.args.values
+        return copy, list(self._slots)
+
     def resident_blocks(self, threads: int, *args: Any) -> int:
         """How many blocks of `threads` of the kernel compiled for `args` fit on the device at once
         (1 under the CUDA simulator, which runs blocks one after another)."""

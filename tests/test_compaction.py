@@ -321,6 +321,7 @@ def test_gpu_small_selections_take_one_packed_launch_and_match_the_twins(dtype, 
     from numba import cuda
 
     sel = compaction._selector(None)
+    timeouts = sel.timeouts
     taken, fused_at = [], sel.fused_at
     sel.fused_at = lambda *args: taken.append(args[3]) or fused_at(*args)
     try:
@@ -337,7 +338,34 @@ def test_gpu_small_selections_take_one_packed_launch_and_match_the_twins(dtype, 
                 assert np.array_equal(compaction.nonzero(f).copy_to_host(), np.flatnonzero(fl)) and taken == [n, n]
     finally:
         del sel.fused_at
-    assert sel.timeouts == 0 and sum(plan is not None for plan in sel._plans.values()) >= 2
+    assert sel.timeouts == timeouts and sum(again is not None for again in sel._relaunches.values()) >= 2
+
+
+@pytest.mark.gpu
+def test_gpu_three_launches_into_room_rewrite_their_last_launches(monkeypatch):
+    """Past FUSED_BYTES (here 0), count, scan and scatter are relaunched with their parameters
+    rewritten: the first call of a kind packs them (`enqueue`), later ones do not, across sizes of
+    one and of two scan levels (more than 1024 tiles) in any order, each equal to the twins."""
+    from numba import cuda
+
+    monkeypatch.setattr(compaction, "FUSED_BYTES", 0)
+    sel = compaction._selector(None)
+    packed, enqueue = [], sel.enqueue
+    sel.enqueue = lambda *args: packed.append(args[2]) or enqueue(*args)
+    try:
+        rng = np.random.default_rng(5)
+        for n in (TILE * 2048 + 1, 100, TILE * 1024 + 4097, 3 * TILE, TILE * 2048 + 1, 77):
+            x = rng.integers(-128, 127, n, dtype=np.int8)
+            flags = (rng.random(n) < 0.3).astype(np.uint8)
+            dx, df = cuda.to_device(x), cuda.to_device(flags)
+            del packed[:]
+            assert compaction.select(dx, df).copy_to_host().tobytes() == x[flags != 0].tobytes()
+            assert np.array_equal(compaction.nonzero(df).copy_to_host(), np.flatnonzero(flags))
+            assert np.array_equal(compaction.nonzero(df[1:]).copy_to_host(), np.flatnonzero(flags[1:]))
+            assert len(packed) <= 3  # at most the first call of each kind packs
+        assert not packed  # the last sizes: every kind had been packed before
+    finally:
+        del sel.enqueue
 
 
 @pytest.mark.gpu

@@ -369,12 +369,14 @@ def _one_word(dt: np.dtype):
 
 
 def _small(src, values, by_flags: bool, flag_of, dt: np.dtype):
-    """The kept items of a small selection in one launch (`Selector.fused_at`): the case that
-    dominates calls, whose time is all the host's. Taken for Numba device arrays, contiguous, of
-    one word an item, on the default stream, with room for every item within FUSED_BYTES; `src`
-    the flags (`by_flags`) or the values of a predicate, `values` the items (None: their indices,
-    of type `dt`). None for every other case, which the general path checks and selects: an input
-    taken here passes every check that path makes."""
+    """The kept items of a selection into room for every item, for the case that dominates calls:
+    Numba device arrays, contiguous, of one word an item, on the default stream, within
+    ROOM_BYTES. Within FUSED_BYTES in one launch (`Selector.fused_at`), else (or where that gave
+    up) count, scan and scatter (`Selector.enqueue_at`); both rewrite their last launch's
+    parameters, where the general path packs argument objects and checks what is known here.
+    `src`: the flags (`by_flags`) or the values of a predicate; `values`: the items (None: their
+    indices, of type `dt`). None for every other case, which the general path checks and
+    selects: an input taken here passes every check that path makes."""
     dna = _numba_array_type()
     if type(src) is not dna or (values is not None and type(values) is not dna):
         return None
@@ -382,8 +384,9 @@ def _small(src, values, by_flags: bool, flag_of, dt: np.dtype):
     if len(shape) != 1 or (values is not None and values.shape != shape) or (by_flags and st.kind not in "biu"):
         return None
     n = shape[0]
+    size = n * dt.itemsize
     word = _one_word(dt)
-    if word is None or _one_word(st) is None or n < 8 or n * dt.itemsize > FUSED_BYTES or \
+    if word is None or _one_word(st) is None or n < 8 or size > max(FUSED_BYTES, ROOM_BYTES) or \
             src.strides[0] != st.itemsize or (values is not None and values.strides[0] != dt.itemsize):
         return None
     sel = _selector(None)
@@ -391,16 +394,19 @@ def _small(src, values, by_flags: bool, flag_of, dt: np.dtype):
         return None
     src_at = src.device_ctypes_pointer.value or 0
     words = None if values is None else values.device_ctypes_pointer.value or 0
+    by_bytes = by_flags and st.itemsize == 1 and src_at % 8 == 0
     try:
-        address = memory.pool_alloc(n * dt.itemsize)
+        address = memory.pool_alloc(size)
     except DeviceError:
         return None
     try:
-        count = sel.fused_at(flag_of, src_at, st, n, by_flags and st.itemsize == 1 and src_at % 8 == 0, word,
-                             words, address)
+        count = sel.fused_at(flag_of, src_at, st, n, by_bytes, word, words, address) if size <= FUSED_BYTES else None
+        if count is None:
+            sel.enqueue_at(flag_of, src_at, st, n, by_bytes, word, words, address)
+            count = sel.watch()
         if not count:
             memory.pool_free(address)
-            return None if count is None else _cuda().device_array(0, dt)
+            return _cuda().device_array(0, dt)
         if 4 * count < n and (n - count) * dt.itemsize > SLACK:
             address = memory.pool_copy(address, count * dt.itemsize)
     except BaseException:

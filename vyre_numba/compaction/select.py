@@ -31,7 +31,6 @@ import numpy as np
 
 from ..errors import DispatchError
 from ..gpu import mapped
-from ..gpu.launch import LaunchShape
 from ..gpu.numba_launch import NumbaLaunch, RawArray, stream_handle
 
 _SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
@@ -113,6 +112,7 @@ class Selector:
         self._ctl = cuda.to_device(np.zeros(4, np.int64), stream=self.stream)  # [-, -, kept count, -]
         self._tiles = 0
         self._launches: dict = {}  # kernel -> NumbaLaunch on this stream
+        self._relaunches: dict = {}  # (kernel, use, source type) -> its last launch, for `fused_at` and `enqueue_at`
         self._grow(1024)
         self._bar = cuda.to_device(np.zeros(4, np.int64), stream=self.stream)  # see kernels.grid_wait
         self._arrived = 0  # the barrier's arrival count after every launch so far
@@ -121,7 +121,6 @@ class Selector:
         self._fused_args = None  # (sums, barrier, host count) as kernel arguments
         self.timeouts = 0  # one-launch selections given up at the grid barrier (and done again in three)
         self._fused_off_until = 0.0  # time.monotonic() before which `fused` declines (after a give-up)
-        self._plans: dict = {}  # (one-launch kernel, source type) -> `fused_at`'s launch (see `_plan`)
         self._handle = 0 if _SIM else stream_handle(self.stream)
         self._closed = False
 
@@ -139,6 +138,7 @@ class Selector:
                  cuda.device_array(1, np.int64, stream=stream),  # the grand total, from the chunks' scan
                  self._ctl, self._host)
         self._owned = owned
+        self._relaunches = {}
         self._args = owned if _SIM else tuple(RawArray(a.device_ctypes_pointer.value, a.shape, a.dtype) for a in owned)
         self._bases = self._args[4]
 
@@ -151,7 +151,7 @@ class Selector:
     def close(self) -> None:
         """Release the device buffers (once; later calls do nothing)."""
         self._owned = self._ctl = self._host = self._args = self._bases = self._bar = self._sums = None
-        self._launches, self._plans = {}, {}
+        self._launches, self._relaunches = {}, {}
         self._closed = True
 
     def _check_open(self) -> None:
@@ -219,6 +219,7 @@ class Selector:
         blocks = max(1, min(blocks, -(-n // TILE), FUSED_BLOCKS or blocks))
         if self._sums.shape[0] < blocks:
             self._sums, self._fused_args = self._cuda.device_array(blocks, np.int64, stream=self.stream), None
+            self._relaunches = {}
             return self.fused(flag_of, src, n, words, out, octs)
         sums, bar, host = self._fused_args
         return self._fused_launch(lambda: launch(blocks, THREADS, src, src if octs is None else octs, n,
@@ -227,58 +228,81 @@ class Selector:
 
     def fused_at(self, flag_of: Callable, src: int, src_type, n: int, by_bytes: bool, word, words: int | None,
                  out: int) -> int | None:
-        """`fused` of items and output of one word (`word`) each, named by device addresses: `src`
-        the flags (or the values of a predicate) of `src_type`, `words` the items (None: write
-        indices), `out` room for n. The launch's parameters are written in place of the last
-        call's, so a call costs the host a launch and a watch, not a packing of array arguments:
-        what small selections, bound by the host, are made of."""
+        """`fused` of items of one word (`word`) named by device addresses: `src` the n flags (or
+        the values of a predicate) of `src_type`, seen as n // 8 words where `by_bytes`; `words`
+        the items (None: write their indices); `out` room for n. The launch is the last one's with
+        those parameters rewritten (`Relaunch`), so a call costs the host a launch and a watch, not
+        the packing of argument objects: what a small selection's time is made of."""
         self._check_open()
         if time.monotonic() < self._fused_off_until:
             return None
-        kernel = _kernels().fused_kernel(flag_of, *(_emit(None) if words is None else (None, np.dtype(word))),
-                                         by_bytes=by_bytes)
-        key = (kernel, np.dtype(src_type).str)
-        plan = self._plans.get(key)
-        if plan is None or plan[0] is not self._fused_args:
-            octs = RawArray(src, (n // 8,), np.uint64) if by_bytes else None
-            w = RawArray(words if words is not None else out, (n,), word)
-            kept = self.fused(flag_of, RawArray(src, (n,), src_type), n, None if words is None else w,
-                              RawArray(out, (n,), word), octs)
-            if kept is not None and self._fused_args is not None:
-                self._plans[key] = self._plan(kernel)
-            return kept
-        fused_args, launch, slots, shapes = plan
-        blocks = max(1, min(shapes[0], -(-n // TILE), FUSED_BLOCKS or shapes[0]))
-        if self._sums.shape[0] < blocks:
-            return self.fused(flag_of, RawArray(src, (n,), src_type), n,
-                              None if words is None else RawArray(words, (n,), word), RawArray(out, (n,), word),
+        kernel = _kernels().fused_kernel(flag_of, *_emit_of(word, words), by_bytes=by_bytes)
+        key = (kernel, 0, np.dtype(src_type).str)
+        again = self._relaunches.get(key)
+        blocks = max(1, min(self._resident.get(kernel, 1), -(-n // TILE), FUSED_BLOCKS or n))
+        if again is None or self._sums.shape[0] < blocks:
+            kept = self.fused(flag_of, RawArray(src, (n,), src_type), n, _raw(words, n, word), RawArray(out, (n,), word),
                               RawArray(src, (n // 8,), np.uint64) if by_bytes else None)
-        shaped = shapes.get(blocks)
-        if shaped is None:
-            shaped = shapes[blocks] = launch.reshaped(LaunchShape((blocks, 1, 1), (THREADS, 1, 1)))
-        values = launch.args.values
-        s, o, c, w, d, t = slots
-        octs = n // 8 if by_bytes else n
-        values[s + 2] = values[s + 5] = n
-        values[s + 4] = values[o + 4] = src
-        values[o + 2] = values[o + 5] = octs
-        values[c] = n
-        values[w + 2] = values[w + 5] = values[d + 2] = values[d + 5] = n
-        values[w + 4] = out if words is None else words
-        values[d + 4] = out
-        values[t] = self._arrived + blocks
-        return self._fused_launch(lambda: shaped.enqueue(self._handle), blocks)
+            if kept is not None:
+                self._relaunches[key] = self._launch(kernel, cooperative=COOPERATIVE).detached()
+            return kept
+        again.array(0, src, n)
+        again.array(1, src, n // 8 if by_bytes else n)
+        again.scalar(2, n)
+        again.array(3, out if words is None else words, n)
+        again.array(4, out, n)
+        again.scalar(7, self._arrived + blocks)
+        return self._fused_launch(lambda: again(blocks, THREADS), blocks)
 
-    def _plan(self, kernel) -> tuple | None:
-        """(the barrier state it is for, a launch of `kernel` with its own parameter block, the
-        first parameter slots of src, octs, n, words, out and target, {0: blocks that fit at once,
-        blocks: the launch of that many}) for `fused_at`, copied from the `fused` launch just made."""
-        detached = self._launch(kernel, cooperative=COOPERATIVE).detached()
-        if detached is None:
-            return None
-        launch, base = detached
-        return (self._fused_args, launch, (base[0], base[1], base[2], base[3], base[4], base[7]),
-                {0: self._resident[kernel]})
+    def enqueue_at(self, flag_of: Callable, src: int, src_type, n: int, by_bytes: bool, word, words: int | None,
+                   out: int) -> None:
+        """`enqueue` (count, scan and scatter, n >= 1) into `out`, room for all n, of items named by
+        device addresses as in `fused_at`, each launch the last one's with its parameters
+        rewritten; the kept count is then `watch()`'s."""
+        self._check_open()
+        kernels = _kernels()
+        tiles = -(-n // TILE)
+        chunks = -(-tiles // kernels.SCAN_THREADS)
+        count = kernels.count_bytes if by_bytes else kernels.count_kernel(flag_of)
+        scatter = kernels.scatter_kernel(flag_of, *_emit_of(word, words))
+        st = np.dtype(src_type).str
+        used = [(count, 0), (kernels.scan_chunks, 0), (scatter, 0)] + ([(kernels.scan_chunks, 1)] if chunks > 1 else [])
+        again = [self._relaunches.get((k, use, st)) for k, use in used]
+        if tiles > self._tiles or None in again:
+            self.enqueue(flag_of, RawArray(src, (n,), src_type), n, _raw(words, n, word), RawArray(out, (n,), word), n,
+                         RawArray(src, (n // 8,), np.uint64) if by_bytes else None)
+            for k, use in used:
+                self._relaunches[(k, use, st)] = self._launch(k, use).detached()
+            return
+        counts, scan, put = again[:3]
+        self._host[0] = -1
+        try:
+            counts.array(0, src, n)
+            if by_bytes:
+                counts.array(1, src, n // 8)
+                counts.scalar(2, n)
+                counts(-(-tiles // kernels.GROUP), THREADS)
+            else:
+                counts.scalar(1, n)
+                counts(tiles, THREADS)
+            scan.scalar(1, tiles)
+            scan(chunks, kernels.SCAN_THREADS)
+            if chunks > 1:
+                again[3].scalar(1, chunks)
+                again[3](1, kernels.SCAN_THREADS)
+        except BaseException:  # counts added but not scanned (and so not cleared): fresh zeros
+            self._tiles = 0
+            self._grow(tiles)
+            raise
+        bases = self._args[3] if chunks > 1 else self._args[4]
+        self._bases = bases
+        put.array(0, src, n)
+        put.scalar(1, n)
+        put.array(2, out if words is None else words, n)
+        put.array(3, out, n)
+        put.array(5, bases._address, bases.shape[0])
+        put.scalar(6, n)
+        put(tiles, THREADS)
 
     def _fused_launch(self, launch: Callable, blocks: int) -> int | None:
         """Run `launch` (a one-launch selection of `blocks`) and return its kept count; None where a
@@ -302,7 +326,7 @@ class Selector:
     def _fresh_barrier(self) -> None:
         """A new, zeroed barrier state (the old one may still be in use by a launch)."""
         self._bar = self._cuda.to_device(np.zeros(4, np.int64), stream=self.stream)
-        self._fused_args, self._arrived = None, 0
+        self._fused_args, self._arrived, self._relaunches = None, 0, {}
 
     def enqueue(self, flag_of: Callable, src, n: int, words, out, capacity: int, octs=None) -> None:
         """Enqueue the selection of items 0..n-1 (where `flag_of(src, i)`) into `out`, at most
@@ -379,6 +403,16 @@ def _emit(words) -> tuple:
     if len(words.shape) == 1:  # one word an item: read with the flags
         return None, _word_of(words)
     return kernels.copy_words, np.uint64
+
+
+def _emit_of(word, words: int | None) -> tuple:
+    """`_emit` of items of one word `word` (`words` None: indices)."""
+    return _emit(None) if words is None else (None, np.dtype(word))
+
+
+def _raw(words: int | None, n: int, word):
+    """The n items of one word at device address `words` (None stays None: indices)."""
+    return None if words is None else RawArray(words, (n,), word)
 
 
 def _word_of(words) -> np.dtype:

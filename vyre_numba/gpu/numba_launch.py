@@ -178,17 +178,15 @@ class NumbaLaunch:
         if not self._retain:  # raw arrays own nothing: keeping them costs nothing and saves packing them again
             self._last = [a if type(a) is RawArray else None for a in args]
 
-    def detached(self) -> tuple[KernelLaunch, list[int]] | None:
-        """(a copy of the last packed launch with a parameter block of its own, the first parameter
-        slot of each argument; an argument's slots are `_params`'), for a caller that rewrites
-        parameters in place (`KernelLaunch.args.values`) and enqueues it itself; None where the last
-        launch went through Numba."""
+    def detached(self) -> "Relaunch | None":
+        """The last packed launch as a `Relaunch` with a parameter block of its own, or None where
+        the last launch went through Numba."""
         k = self._launch
         if k is None or _SIM:
             return None
         copy = KernelLaunch(k._head[0], k.name, k.shape, 0, nparams=k.args.values.size, cooperative=self._cooperative)
         copy.args.values[:] = k.args.values
-        return copy, list(self._slots)
+        return Relaunch(copy, self._slots, self._handle)
 
     def resident_blocks(self, threads: int, *args: Any) -> int:
         """How many blocks of `threads` of the kernel compiled for `args` fit on the device at once
@@ -221,6 +219,36 @@ class NumbaLaunch:
             self._launch.args.values[self._slots[i]:self._slots[i + 1]] = p
         self._last, self._kinds = list(args), [_kind(a) for a in args]
         return True
+
+
+class Relaunch:
+    """A packed launch of one kernel, launched again with some parameters rewritten in place: 1-D
+    C-contiguous arrays by address and length (their type and itemsize stay those packed), scalars
+    by value. For callers whose launches differ call to call only in those, where packing argument
+    objects would be most of a call's time."""
+
+    __slots__ = ("_launch", "_values", "_slots", "_shapes", "_handle")
+
+    def __init__(self, launch: KernelLaunch, slots: list, handle: int):
+        self._launch, self._values, self._slots, self._handle = launch, launch.args.values, slots, handle
+        self._shapes: dict = {}
+
+    def array(self, i: int, address: int, n: int) -> None:
+        """Argument i (a 1-D array) is now the n items at device `address`."""
+        v, s = self._values, self._slots[i]
+        v[s + 2] = v[s + 5] = n
+        v[s + 4] = address
+
+    def scalar(self, i: int, value: int) -> None:
+        """Argument i (an integer) is now `value`."""
+        self._values[self._slots[i]] = value & _MASK
+
+    def __call__(self, blocks: int, threads: int) -> None:
+        shaped = self._shapes.get((blocks, threads))
+        if shaped is None:
+            shaped = self._shapes[(blocks, threads)] = self._launch.reshaped(LaunchShape((blocks, 1, 1),
+                                                                                       (threads, 1, 1)))
+        shaped.enqueue(self._handle)
 
 
 _LAUNCHERS: dict = {}

@@ -152,12 +152,15 @@ else:
 
 
 @cuda.jit
-def scan_chunks(values, n, offsets, sums, ctl, host):
+def scan_chunks(values, n, offsets, sums, bases, ctl, host):
     """Block b: offsets[i] = values[b*SCAN_THREADS .. i) (exclusive, within its chunk of
-    SCAN_THREADS) and sums[b] = its chunk's total; the values read are cleared. A grid of one block has the grand total: it
-    also goes to ctl[2] (for device readers) and host[0] (mapped host memory)."""
+    SCAN_THREADS) and sums[b] = its chunk's total; the values read are cleared. The last block to
+    finish (a ticket in ctl[3], put back to 0 by it) scans the chunk totals (at most SCAN_THREADS)
+    into bases and puts the grand total in ctl[2] (for device readers) and host[0] (mapped host
+    memory): one launch for what would take a second one over the chunk totals."""
     tid = cuda.threadIdx.x
     scan = cuda.shared.array(SCAN_THREADS, int64)
+    last = cuda.shared.array(1, int32)
     i = cuda.blockIdx.x * SCAN_THREADS + tid
     v = int64(0)
     if i < n:
@@ -168,9 +171,20 @@ def scan_chunks(values, n, offsets, sums, ctl, host):
         offsets[i] = ex
     if tid == SCAN_THREADS - 1:
         sums[cuda.blockIdx.x] = ex + v
-        if cuda.gridDim.x == 1:
-            ctl[2] = ex + v
-            host[0] = ex + v
+        cuda.threadfence()
+        last[0] = 1 if cuda.atomic.add(ctl, 3, 1) == cuda.gridDim.x - 1 else 0
+    cuda.syncthreads()
+    if last[0]:  # every block's total is written (each fenced before its ticket)
+        chunks = cuda.gridDim.x
+        s = cuda.atomic.add(sums, tid, 0) if tid < chunks else int64(0)  # past this SM's cache
+        base = block_scan(scan, tid, s)
+        if tid < chunks:
+            bases[tid] = base
+        if tid == SCAN_THREADS - 1:
+            ctl[3] = 0
+            ctl[2] = base + s
+            cuda.threadfence_system()
+            host[0] = base + s
 
 
 @cuda.jit

@@ -1,7 +1,8 @@
 """Stream compaction in three launches: count the kept items of each tile, scan the tile counts
-(one block), then each tile ranks its items by warp votes and writes the kept ones at their
-places, in the original order. The flags are read twice, the values once; nothing waits on
-another block, so nothing spins and nothing can hang.
+(a block a chunk of 1024; the last block to finish, told by a ticket, scans the chunk totals), then
+each tile ranks its items by warp votes and writes the kept ones at their places, in the original
+order. The flags are read twice, the values once; nothing waits on another block, so nothing
+spins and nothing can hang.
 
 Or in one launch (`Selector.fused`), where the output has room for every item: a grid of no
 more blocks than fit on the GPU at once, each counting a run of whole tiles, waits at a grid
@@ -109,7 +110,7 @@ class Selector:
         self._cuda = cuda
         self.stream = stream if stream is not None else cuda.default_stream()
         self._host = cuda.mapped_array(1, np.int64)
-        self._ctl = cuda.to_device(np.zeros(4, np.int64), stream=self.stream)  # [-, -, kept count, -]
+        self._ctl = cuda.to_device(np.zeros(4, np.int64), stream=self.stream)  # [-, -, kept count, scan ticket]
         self._tiles = 0
         self._launches: dict = {}  # kernel -> NumbaLaunch on this stream
         self._relaunches: dict = {}  # (kernel, use, source type) -> its last launch, for `fused_at` and `enqueue_at`
@@ -132,15 +133,12 @@ class Selector:
         chunks = -(-self._tiles // SCAN_THREADS)
         owned = (cuda.to_device(np.zeros(self._tiles, np.int64), stream=stream),  # tile counts, zero between calls
                  cuda.device_array(self._tiles, np.int64, stream=stream),  # offsets within a chunk of tiles
-                 cuda.to_device(np.zeros(chunks, np.int64), stream=stream),  # chunk totals, cleared by their scan
+                 cuda.device_array(chunks, np.int64, stream=stream),  # chunk totals
                  cuda.device_array(chunks, np.int64, stream=stream),  # chunk offsets
-                 cuda.to_device(np.zeros(1, np.int64), stream=stream),  # the offset of a lone chunk
-                 cuda.device_array(1, np.int64, stream=stream),  # the grand total, from the chunks' scan
                  self._ctl, self._host)
         self._owned = owned
         self._relaunches = {}
         self._args = owned if _SIM else tuple(RawArray(a.device_ctypes_pointer.value, a.shape, a.dtype) for a in owned)
-        self._bases = self._args[4]
 
     def __enter__(self) -> "Selector":
         return self
@@ -150,7 +148,7 @@ class Selector:
 
     def close(self) -> None:
         """Release the device buffers (once; later calls do nothing)."""
-        self._owned = self._ctl = self._host = self._args = self._bases = self._bar = self._sums = None
+        self._owned = self._ctl = self._host = self._args = self._bar = self._sums = None
         self._launches, self._relaunches = {}, {}
         self._closed = True
 
@@ -170,22 +168,25 @@ class Selector:
         tiles = -(-n // TILE)
         if tiles > self._tiles:
             self._grow(tiles)
-        counts, offsets, sums, bases, zero, grand, ctl, host = self._args
-        chunks = -(-tiles // kernels.SCAN_THREADS)
+        counts, offsets, sums, bases, ctl, host = self._args
         self._host[0] = -1
         try:
             if octs is not None:
                 self._launch(kernels.count_bytes)(-(-tiles // kernels.GROUP), THREADS, src, octs, n, counts)
             else:
                 self._launch(kernels.count_kernel(flag_of))(tiles, THREADS, src, n, counts)
-            self._launch(kernels.scan_chunks)(chunks, kernels.SCAN_THREADS, counts, tiles, offsets, sums, ctl, host)
-            if chunks > 1:
-                self._launch(kernels.scan_chunks, 1)(1, kernels.SCAN_THREADS, sums, chunks, bases, grand, ctl, host)
-        except BaseException:  # counts added but not scanned (and so not cleared): fresh zeros
-            self._tiles = 0
-            self._grow(tiles)
+            self._launch(kernels.scan_chunks)(-(-tiles // kernels.SCAN_THREADS), kernels.SCAN_THREADS, counts, tiles,
+                                              offsets, sums, bases, ctl, host)
+        except BaseException:
+            self._afresh(tiles)
             raise
-        self._bases = bases if chunks > 1 else zero
+
+    def _afresh(self, tiles: int) -> None:
+        """Fresh zeroed tile counts and scan ticket, after launches that may have added counts but
+        not scanned them (which clears them)."""
+        self._ctl = self._cuda.to_device(np.zeros(4, np.int64), stream=self.stream)
+        self._tiles = 0
+        self._grow(tiles)
 
     def scatter(self, flag_of: Callable, src, n: int, words, out, capacity: int) -> None:
         """Enqueue writing the kept items (`words` None: their indices) into `out`, at most
@@ -193,7 +194,7 @@ class Selector:
         self._check_open()
         kernel = _kernels().scatter_kernel(flag_of, *_emit(words))
         self._launch(kernel)(-(-n // TILE), THREADS, src, n, out if words is None else words, out,
-                             self._args[1], self._bases, capacity)
+                             self._args[1], self._args[3], capacity)
 
     def fused(self, flag_of: Callable, src, n: int, words, out, octs=None) -> int | None:
         """Select items 0..n-1 (n >= 1) into `out`, which has room for all n (`words` None: their
@@ -262,11 +263,10 @@ class Selector:
         self._check_open()
         kernels = _kernels()
         tiles = -(-n // TILE)
-        chunks = -(-tiles // kernels.SCAN_THREADS)
         count = kernels.count_bytes if by_bytes else kernels.count_kernel(flag_of)
         scatter = kernels.scatter_kernel(flag_of, *_emit_of(word, words))
         st = np.dtype(src_type).str
-        used = [(count, 0), (kernels.scan_chunks, 0), (scatter, 0)] + ([(kernels.scan_chunks, 1)] if chunks > 1 else [])
+        used = ((count, 0), (kernels.scan_chunks, 0), (scatter, 0))
         again = [self._relaunches.get((k, use, st)) for k, use in used]
         if tiles > self._tiles or None in again:
             self.enqueue(flag_of, RawArray(src, (n,), src_type), n, _raw(words, n, word), RawArray(out, (n,), word), n,
@@ -274,7 +274,7 @@ class Selector:
             for k, use in used:
                 self._relaunches[(k, use, st)] = self._launch(k, use).detached()
             return
-        counts, scan, put = again[:3]
+        counts, scan, put = again
         self._host[0] = -1
         try:
             counts.array(0, src, n)
@@ -286,21 +286,14 @@ class Selector:
                 counts.scalar(1, n)
                 counts(tiles, THREADS)
             scan.scalar(1, tiles)
-            scan(chunks, kernels.SCAN_THREADS)
-            if chunks > 1:
-                again[3].scalar(1, chunks)
-                again[3](1, kernels.SCAN_THREADS)
-        except BaseException:  # counts added but not scanned (and so not cleared): fresh zeros
-            self._tiles = 0
-            self._grow(tiles)
+            scan(-(-tiles // kernels.SCAN_THREADS), kernels.SCAN_THREADS)
+        except BaseException:
+            self._afresh(tiles)
             raise
-        bases = self._args[3] if chunks > 1 else self._args[4]
-        self._bases = bases
         put.array(0, src, n)
         put.scalar(1, n)
         put.array(2, out if words is None else words, n)
         put.array(3, out, n)
-        put.array(5, bases._address, bases.shape[0])
         put.scalar(6, n)
         put(tiles, THREADS)
 
@@ -345,7 +338,7 @@ class Selector:
         self._check_open()
         kernels = _kernels()
         blocks = min(max(-(-room * itemsize // (8 * THREADS)), 1), 1024)
-        self._launch(kernels.copy_kept)(blocks, THREADS, src, dst, src8, dst8, self._args[6], itemsize, room)
+        self._launch(kernels.copy_kept)(blocks, THREADS, src, dst, src8, dst8, self._args[4], itemsize, room)
 
     def total(self) -> int:
         """The kept count of the last `offsets` or `enqueue`, after waiting for the stream."""

@@ -368,6 +368,47 @@ def test_gpu_three_launches_into_room_rewrite_their_last_launches(monkeypatch):
         del sel.enqueue
 
 
+def _pool_in_use() -> int:
+    from cuda.bindings import driver as drv
+
+    from vyre_numba.gpu import memory
+
+    pool = memory._context()[2]
+    err, used = drv.cuMemPoolGetAttribute(pool, drv.CUmemPool_attribute.CU_MEMPOOL_ATTR_USED_MEM_CURRENT)
+    assert not err
+    return int(used)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fused_bytes", [1 << 40, 0])
+def test_gpu_small_path_gives_its_room_back_once_on_failure(fused_bytes, monkeypatch):
+    """A failure while waiting for the count (after the output's owner was made) gives the room
+    back exactly once; so do empty results; the next call selects normally."""
+    import gc
+
+    from numba import cuda
+
+    monkeypatch.setattr(compaction, "FUSED_BYTES", fused_bytes)
+    x = np.arange(50_000, dtype=np.int32)
+    flags = x % 3 == 0
+    dx, df, none = cuda.to_device(x), cuda.to_device(flags), cuda.to_device(np.zeros(50_000, np.uint8))
+    compaction.select(dx, df)
+    cuda.synchronize()
+    gc.collect()
+    before = _pool_in_use()
+    sel = compaction._selector(None)
+    monkeypatch.setattr(sel, "watch", lambda: (_ for _ in ()).throw(RuntimeError("interrupted")))
+    with pytest.raises(RuntimeError, match="interrupted"):
+        compaction.select(dx, df)
+    monkeypatch.undo()
+    monkeypatch.setattr(compaction, "FUSED_BYTES", fused_bytes)
+    assert compaction.select(dx, none).shape == (0,)
+    cuda.synchronize()
+    gc.collect()
+    assert _pool_in_use() == before
+    assert np.array_equal(compaction.select(dx, df).copy_to_host(), x[flags])
+
+
 @pytest.mark.gpu
 def test_gpu_small_path_declines_what_the_general_path_must_check_or_do():
     """Strided views, other streams, tiny inputs, records and mismatched lengths go the general way:

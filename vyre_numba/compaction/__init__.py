@@ -256,7 +256,7 @@ def _octs(flags, n: int):
     return RawArray(address, (n // 8,), np.uint64)
 
 
-FUSED_BYTES = 1 << 23  # room for every item up to this size: selected in one launch (`Selector.fused`)
+FUSED_BYTES = 1 << 22  # room for every item up to this size: selected in one launch (`Selector.fused_at`)
 ROOM_BYTES = 1 << 28  # up to this size: three launches into room for every item, one wait at the end
 SLACK = 4 << 20  # a result in room for every item leaving more than this and 3/4 of it unused is copied to its size
 
@@ -399,20 +399,30 @@ def _small(src, values, by_flags: bool, flag_of, dt: np.dtype):
         address = memory.pool_alloc(size)
     except DeviceError:
         return None
+    owner = []  # the output's memory pointer, made while the GPU selects (the host would only wait)
+
+    def own() -> None:
+        owner.append(memory.owning_pointer(address, size))
     try:
-        count = sel.fused_at(flag_of, src_at, st, n, by_bytes, word, words, address) if size <= FUSED_BYTES else None
+        count = sel.fused_at(flag_of, src_at, st, n, by_bytes, word, words, address, own) if size <= FUSED_BYTES \
+            else None
         if count is None:
             sel.enqueue_at(flag_of, src_at, st, n, by_bytes, word, words, address)
+            if not owner:
+                own()
             count = sel.watch()
-        if not count:
-            memory.pool_free(address)
-            return _cuda().device_array(0, dt)
-        if 4 * count < n and (n - count) * dt.itemsize > SLACK:
-            address = memory.pool_copy(address, count * dt.itemsize)
     except BaseException:
-        memory.pool_free(address)
+        if owner:
+            owner[0].free()
+        else:
+            memory.pool_free(address)
         raise
-    return memory.pooled_array(count, dt, address)
+    if not count:
+        owner[0].free()
+        return _cuda().device_array(0, dt)
+    if 4 * count < n and (n - count) * dt.itemsize > SLACK:
+        return memory.pooled_array(count, dt, memory.pool_copy(address, count * dt.itemsize, free=owner[0].free))
+    return memory.pooled_array(count, dt, pointer=owner[0])
 
 
 def _numba_pair(a, b, stream) -> bool:

@@ -228,12 +228,13 @@ class Selector:
                                                  self._arrived + blocks, host), blocks)
 
     def fused_at(self, flag_of: Callable, src: int, src_type, n: int, by_bytes: bool, word, words: int | None,
-                 out: int) -> int | None:
+                 out: int, meanwhile: Callable | None = None) -> int | None:
         """`fused` of items of one word (`word`) named by device addresses: `src` the n flags (or
         the values of a predicate) of `src_type`, seen as n // 8 words where `by_bytes`; `words`
         the items (None: write their indices); `out` room for n. The launch is the last one's with
         those parameters rewritten (`Relaunch`), so a call costs the host a launch and a watch, not
-        the packing of argument objects: what a small selection's time is made of."""
+        the packing of argument objects: what a small selection's time is made of. `meanwhile()`
+        runs while the GPU selects, before the watch for the count."""
         self._check_open()
         if time.monotonic() < self._fused_off_until:
             return None
@@ -244,6 +245,8 @@ class Selector:
         if again is None or self._sums.shape[0] < blocks:
             kept = self.fused(flag_of, RawArray(src, (n,), src_type), n, _raw(words, n, word), RawArray(out, (n,), word),
                               RawArray(src, (n // 8,), np.uint64) if by_bytes else None)
+            if meanwhile is not None:
+                meanwhile()
             if kept is not None:
                 self._relaunches[key] = self._launch(kernel, cooperative=COOPERATIVE).detached()
             return kept
@@ -253,7 +256,7 @@ class Selector:
         again.array(3, out if words is None else words, n)
         again.array(4, out, n)
         again.scalar(7, self._arrived + blocks)
-        return self._fused_launch(lambda: again(blocks, THREADS), blocks)
+        return self._fused_launch(lambda: again(blocks, THREADS), blocks, meanwhile)
 
     def enqueue_at(self, flag_of: Callable, src: int, src_type, n: int, by_bytes: bool, word, words: int | None,
                    out: int) -> None:
@@ -297,13 +300,16 @@ class Selector:
         put.scalar(6, n)
         put(tiles, THREADS)
 
-    def _fused_launch(self, launch: Callable, blocks: int) -> int | None:
-        """Run `launch` (a one-launch selection of `blocks`) and return its kept count; None where a
-        block gave up at the grid barrier (then `timeouts` counts it and one launch backs off)."""
+    def _fused_launch(self, launch: Callable, blocks: int, meanwhile: Callable | None = None) -> int | None:
+        """Run `launch` (a one-launch selection of `blocks`), then `meanwhile()`, and return its kept
+        count; None where a block gave up at the grid barrier (then `timeouts` counts it and one
+        launch backs off)."""
         self._host[0] = -1
         try:
             launch()
             self._arrived += blocks
+            if meanwhile is not None:
+                meanwhile()
             kept = self.watch()  # -2 (given up) only after the bound and a synchronisation
         except BaseException:  # interrupted: how far the barrier's count got is unknown, so it starts afresh
             self._fresh_barrier()

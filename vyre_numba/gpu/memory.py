@@ -86,30 +86,42 @@ def pool_alloc(nbytes: int) -> int:
     return int(ptr)
 
 
-def pool_copy(address: int, nbytes: int) -> int:
+def pool_copy(address: int, nbytes: int, free=None) -> int:
     """A new pool allocation holding the first `nbytes` of the one at `address`, which is then
-    given back (both stream-ordered on the legacy default stream)."""
+    given back (`free()` where given: by its owner), both stream-ordered on the legacy default
+    stream."""
     drv = _driver()[0]
     new = pool_alloc(nbytes)
     (err,) = drv.cuMemcpyDtoDAsync(drv.CUdeviceptr(new), drv.CUdeviceptr(address), max(int(nbytes), 1), drv.CUstream(0))
     if err:
         pool_free(new)
         _check(err, f"copying {nbytes} bytes on the device")
-    pool_free(address)
+    if free is None:
+        pool_free(address)
+    else:
+        free()
     return new
 
 
-def pooled_array(n: int, dtype, address: int | None = None) -> "object":
+def owning_pointer(address: int, nbytes: int):
+    """A Numba MemoryPointer owning the pool memory of `nbytes` at `address` (from `pool_alloc`):
+    given back (stream-ordered) once when it is garbage collected or `free()`d."""
+    drv, _, MemoryPointer = _driver()
+    return MemoryPointer(_context()[1], drv.CUdeviceptr(address), max(int(nbytes), 1),
+                         finalizer=lambda: pool_free(address))
+
+
+def pooled_array(n: int, dtype, address: int | None = None, pointer=None) -> "object":
     """A 1-D numba device array of `n` items of `dtype` from the pool (at `address`, from
-    `pool_alloc`, when given; it then owns that memory), ordered on the legacy default stream;
-    freed (stream-ordered) when the array is garbage collected."""
-    drv, DeviceNDArray, MemoryPointer = _driver()
+    `pool_alloc`, when given; it then owns that memory; or in the memory `pointer` of
+    `owning_pointer` owns), ordered on the legacy default stream; freed (stream-ordered) when the
+    array is garbage collected."""
+    _, DeviceNDArray, _ = _driver()
     dtype = np.dtype(dtype)
-    size = max(int(n) * dtype.itemsize, 1)
-    if address is None:
-        address = pool_alloc(size)
-    mem = MemoryPointer(_context()[1], drv.CUdeviceptr(address), size, finalizer=lambda: pool_free(address))
-    return DeviceNDArray((int(n),), (dtype.itemsize,), dtype, gpu_data=mem)
+    if pointer is None:
+        size = max(int(n) * dtype.itemsize, 1)
+        pointer = owning_pointer(pool_alloc(size) if address is None else address, size)
+    return DeviceNDArray((int(n),), (dtype.itemsize,), dtype, gpu_data=pointer)
 
 
 def trim() -> None:

@@ -9,8 +9,11 @@ more blocks than fit on the GPU at once, each counting a run of whole tiles, wai
 barrier, adds up the runs before its own and writes its tiles from there. The barrier's wait is
 bounded: should a block wait too long (another stream's kernels holding the multiprocessors so
 that not every block got a place), it gives up and writes nothing, the call selects again in
-three launches, and the selector takes three launches for FUSED_BACKOFF seconds. Small selections are bound by the host's launches and waits, so
-one launch and one watch of mapped memory is what makes them fast.
+three launches, and the selector takes three launches for FUSED_BACKOFF seconds.
+
+Small selections are bound by the host: `fused_at` and `enqueue_at` take items by device address
+and launch the selector's last launches again with only the changed parameters rewritten
+(`Relaunch`), so a call costs the host its launches and one watch of mapped memory.
 
 A select with an exact output needs the kept count on the host before the output exists, so the
 count pass is paid anyway; given it, the tile offsets come from a scan instead of the decoupled

@@ -500,6 +500,35 @@ def test_gpu_read_compacted_brings_only_the_kept_records(n):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.int8, np.float32, np.uint64])
+def test_gpu_read_compacted_relaunches_across_capacities(dtype):
+    """Numba arrays of one word an item relaunch the selector's last launches (packed once): each
+    call's capacity, flags offset and size is its own, and every result equals the twin's."""
+    from numba import cuda
+
+    sel = compaction._selector(None)
+    packed, enqueue = [], sel.enqueue
+    sel.enqueue = lambda *args: packed.append(args[2]) or enqueue(*args)
+    try:
+        for n in (9, 5000, 3 * TILE + 7, 100, 200_000):
+            x = sample(dtype, n, n)
+            flags = (np.random.default_rng(n).random(n + 1) < 0.2).astype(np.uint8)
+            dx, df = cuda.to_device(x), cuda.to_device(flags)
+            for f, fl in ((df[:n], flags[:n]), (df[1:], flags[1:])):
+                want = x[fl != 0]
+                for capacity in (None, want.size, want.size + 3):
+                    got = compaction.read_compacted(dx, f, capacity=capacity)
+                    assert got.dtype == x.dtype and got.tobytes() == want.tobytes()
+                if want.size:
+                    with pytest.raises(CapacityError) as e:
+                        compaction.read_compacted(dx, f, capacity=want.size - 1)
+                    assert e.value.needed == want.size
+        assert len(packed) <= 2  # one kind of flags a launch each: aligned (eight a load) and not
+    finally:
+        del sel.enqueue
+
+
+@pytest.mark.gpu
 def test_gpu_read_compacted_reports_the_needed_capacity_and_loses_nothing():
     from numba import cuda
 

@@ -583,9 +583,15 @@ def read_compacted(values, flags, *, capacity: int | None = None, stream=None) -
         return _read_counted(sel, values, flags, n, dt, capacity)
     else:
         kept, ptr = _staging(nbytes)
+        dna = _numba_array_type()
         with _device_bytes(sel, nbytes) as address:
-            sel.enqueue(flag_nonzero, flags, n, _words(values, n, dt), _words(None, room, dt, address), room,
-                        _octs(flags, n))
+            if type(values) is dna and type(flags) is dna and w == 1 and n >= 8:  # the last launches, rewritten
+                at = flags.device_ctypes_pointer.value or 0
+                sel.enqueue_at(flag_nonzero, at, flags.dtype, n, flags.dtype.itemsize == 1 and at % 8 == 0, word,
+                               values.device_ctypes_pointer.value or 0, address, room)
+            else:
+                sel.enqueue(flag_nonzero, flags, n, _words(values, n, dt), _words(None, room, dt, address), room,
+                            _octs(flags, n))
             sel.copy_kept(RawArray(address, (nbytes // 8,), np.uint64), RawArray(ptr, (nbytes // 8,), np.uint64),
                           RawArray(address, (nbytes,), np.uint8), RawArray(ptr, (nbytes,), np.uint8), dt.itemsize,
                           room)

@@ -262,10 +262,10 @@ class Selector:
         return self._fused_launch(lambda: again(blocks, THREADS), blocks, meanwhile)
 
     def enqueue_at(self, flag_of: Callable, src: int, src_type, n: int, by_bytes: bool, word, words: int | None,
-                   out: int) -> None:
-        """`enqueue` (count, scan and scatter, n >= 1) into `out`, room for all n, of items named by
-        device addresses as in `fused_at`, each launch the last one's with its parameters
-        rewritten; the kept count is then `watch()`'s."""
+                   out: int, capacity: int | None = None) -> None:
+        """`enqueue` (count, scan and scatter, n >= 1) into `out`, room for `capacity` items (None:
+        all n), of items named by device addresses as in `fused_at`, each launch the last one's
+        with its parameters rewritten; the kept count is then `watch()`'s or `total()`'s."""
         self._check_open()
         kernels = _kernels()
         tiles = -(-n // TILE)
@@ -274,9 +274,10 @@ class Selector:
         st = np.dtype(src_type).str
         used = ((count, 0), (kernels.scan_chunks, 0), (scatter, 0))
         again = [self._relaunches.get((k, use, st)) for k, use in used]
+        room = n if capacity is None else capacity
         if tiles > self._tiles or None in again:
-            self.enqueue(flag_of, RawArray(src, (n,), src_type), n, _raw(words, n, word), RawArray(out, (n,), word), n,
-                         RawArray(src, (n // 8,), np.uint64) if by_bytes else None)
+            self.enqueue(flag_of, RawArray(src, (n,), src_type), n, _raw(words, n, word), RawArray(out, (room,), word),
+                         room, RawArray(src, (n // 8,), np.uint64) if by_bytes else None)
             for k, use in used:
                 self._relaunches[(k, use, st)] = self._launch(k, use).detached()
             return
@@ -298,9 +299,9 @@ class Selector:
             raise
         put.array(0, src, n)
         put.scalar(1, n)
-        put.array(2, out if words is None else words, n)
-        put.array(3, out, n)
-        put.scalar(6, n)
+        put.array(2, out if words is None else words, n if words is not None else room)
+        put.array(3, out, room)
+        put.scalar(6, room)
         put(tiles, THREADS)
 
     def _fused_launch(self, launch: Callable, blocks: int, meanwhile: Callable | None = None) -> int | None:

@@ -410,6 +410,31 @@ def test_gpu_small_path_gives_its_room_back_once_on_failure(fused_bytes, monkeyp
 
 
 @pytest.mark.gpu
+def test_gpu_selections_on_two_gpus_in_one_process_use_each_gpus_own_selector():
+    """A selector's buffers and relaunched kernels belong to one GPU: switching the current device
+    selects there with its own (every path: one launch, three, readback)."""
+    from numba import cuda
+
+    if len(cuda.gpus) < 2:
+        pytest.skip("needs two GPUs (run on the device's nvidia-h100-x2)")
+    x = np.arange(300_000, dtype=np.int32)
+    flags = x % 7 == 1
+    for _ in range(2):
+        for g in (0, 1):
+            with cuda.gpus[g]:
+                dx, df = cuda.to_device(x), cuda.to_device(flags)
+                for fused in (1 << 40, 0):
+                    compaction.FUSED_BYTES, before = fused, compaction.FUSED_BYTES
+                    try:
+                        assert np.array_equal(compaction.select(dx, df).copy_to_host(), x[flags])
+                        assert np.array_equal(compaction.nonzero(df).copy_to_host(), np.flatnonzero(flags))
+                    finally:
+                        compaction.FUSED_BYTES = before
+                assert np.array_equal(compaction.read_compacted(dx, df), x[flags])
+    assert len({key[2] for key in compaction._SELECTORS}) >= 2
+
+
+@pytest.mark.gpu
 def test_gpu_small_path_declines_what_the_general_path_must_check_or_do():
     """Strided views, other streams, tiny inputs, records and mismatched lengths go the general way:
     results still equal the twins, and the mistakes still raise its errors."""

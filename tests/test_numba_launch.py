@@ -26,6 +26,25 @@ def test_parameters_are_numbas_layout():
     assert _params(True) is None and _params("x") is None  # left to Numba
 
 
+def test_relaunch_rewrites_exactly_an_arrays_length_address_and_shape_and_a_scalar():
+    """A Relaunch's parameter block after `array` and `scalar` is what packing those arguments
+    afresh gives (Numba's layout), and nothing else moves."""
+    from vyre_numba.gpu.launch import KernelLaunch, LaunchShape
+    from vyre_numba.gpu.numba_launch import RawArray, Relaunch
+
+    args = [RawArray(4096, (5,), np.int32), 7, RawArray(8192, (9,), np.uint64)]
+    packed = [_params(a) for a in args]
+    slots = np.cumsum([0] + [len(p) for p in packed]).tolist()
+    launch = KernelLaunch(0, "k", LaunchShape((1, 1, 1), (1, 1, 1)), 0, nparams=slots[-1])
+    launch.args.values[:] = [v for p in packed for v in p]
+    again = Relaunch(launch, slots, 0)
+    again.array(0, 1 << 40, 123)
+    again.scalar(1, -2)
+    again.array(2, 64, 0)
+    want = [_params(RawArray(1 << 40, (123,), np.int32)), _params(np.int64(-2)), _params(RawArray(64, (0,), np.uint64))]
+    assert launch.args.values.tolist() == [v for p in want for v in p]
+
+
 @pytest.mark.gpu
 def test_gpu_numba_launch_matches_numbas_own_launch():
     from numba import cuda
@@ -81,3 +100,33 @@ def test_gpu_numba_launch_on_a_stream_keeps_nothing_without_retain():
     gone = weakref.ref(a)
     del a
     assert gone() is None  # the launch kept no reference to its last argument
+
+
+@pytest.mark.gpu
+def test_gpu_relaunch_with_rewritten_arrays_matches_numbas_own_launch():
+    from numba import cuda
+
+    from vyre_numba.gpu.numba_launch import NumbaLaunch, RawArray
+
+    @cuda.jit
+    def k(out, a, s):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = a[i] * s
+
+    fast = NumbaLaunch(k, retain=False)
+    n0 = 10
+    out0, a0 = cuda.device_array(n0, np.int64), cuda.to_device(np.arange(n0, dtype=np.int64))
+    fast(1, 32, RawArray(out0.device_ctypes_pointer.value, (n0,), np.int64),
+         RawArray(a0.device_ctypes_pointer.value, (n0,), np.int64), 2)
+    again = fast.detached()
+    for n, s in ((1000, 3), (5, -1), (70_000, 7)):
+        a = cuda.to_device(np.arange(n, dtype=np.int64))
+        want, got = cuda.device_array(n, np.int64), cuda.device_array(n, np.int64)
+        k[(n + 255) // 256, 256](want, a, s)
+        again.array(0, got.device_ctypes_pointer.value, n)
+        again.array(1, a.device_ctypes_pointer.value, n)
+        again.scalar(2, s)
+        again((n + 255) // 256, 256)
+        assert np.array_equal(got.copy_to_host(), want.copy_to_host())
+    assert np.array_equal(out0.copy_to_host(), np.arange(n0) * 2)  # the packed launch's own arrays untouched

@@ -214,10 +214,11 @@ def _cuda():
 
 
 def _selector(stream) -> Selector:
-    """The selector of this stream and thread: a selector's tile counts are written by every
-    call, so two threads (Dask workers run several) must never share one."""
+    """The selector of this stream, thread and context: a selector's tile counts are written by
+    every call, so two threads (Dask workers run several) must never share one, and its buffers
+    and kernels belong to the GPU that made them."""
     key = (0 if stream is None else int(stream.handle.value if hasattr(stream.handle, "value") else stream.handle or 0),
-           threading.get_ident())
+           threading.get_ident(), 0 if _SIM else memory._context()[0])
     s = _SELECTORS.get(key)
     if s is None:
         if len(_SELECTORS) >= 64:  # threads come and go; their selectors need not outlive them

@@ -256,9 +256,11 @@ _LAUNCHERS: dict = {}
 
 def launchers(stream):
     """`launch(kernel, blocks, threads, *args)` on `stream` through a `NumbaLaunch` a kernel, kept
-    per stream and thread (a launcher's packed arguments are written by every call): for the
+    per stream, thread and context (a launcher's packed arguments are written by every call): for the
     drivers that launch the same few Numba kernels many times a call."""
-    key = (stream_handle(stream), threading.get_ident())
+    from . import memory
+
+    key = (stream_handle(stream), threading.get_ident(), 0 if _SIM else memory._context()[0])  # kernels are a GPU's own
     table = _LAUNCHERS.get(key)
     if table is None:
         if len(_LAUNCHERS) >= 64:  # threads come and go

@@ -593,9 +593,7 @@ def read_compacted(values, flags, *, capacity: int | None = None, stream=None) -
             else:
                 sel.enqueue(flag_nonzero, flags, n, _words(values, n, dt), _words(None, room, dt, address), room,
                             _octs(flags, n))
-            sel.copy_kept(RawArray(address, (nbytes // 8,), np.uint64), RawArray(ptr, (nbytes // 8,), np.uint64),
-                          RawArray(address, (nbytes,), np.uint8), RawArray(ptr, (nbytes,), np.uint8), dt.itemsize,
-                          room)
+            sel.copy_kept_at(address, ptr, dt.itemsize, room)
             count = sel.total()
     _check_capacity(count, capacity)
     from ..gpu.host import copy_bytes

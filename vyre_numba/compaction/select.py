@@ -350,6 +350,24 @@ class Selector:
         blocks = min(max(-(-room * itemsize // (8 * THREADS)), 1), 1024)
         self._launch(kernels.copy_kept)(blocks, THREADS, src, dst, src8, dst8, self._args[4], itemsize, room)
 
+    def copy_kept_at(self, src: int, dst: int, itemsize: int, room: int) -> None:
+        """`copy_kept` of device memory at `src` to `dst`, `room * itemsize` bytes at most, the
+        last launch of it relaunched with these parameters rewritten (see `enqueue_at`)."""
+        self._check_open()
+        kernels = _kernels()
+        nbytes = room * itemsize
+        again = self._relaunches.get((kernels.copy_kept, 0, ""))
+        if again is None:
+            self.copy_kept(RawArray(src, (nbytes // 8,), np.uint64), RawArray(dst, (nbytes // 8,), np.uint64),
+                           RawArray(src, (nbytes,), np.uint8), RawArray(dst, (nbytes,), np.uint8), itemsize, room)
+            self._relaunches[(kernels.copy_kept, 0, "")] = self._launch(kernels.copy_kept).detached()
+            return
+        for i, (address, count) in enumerate(((src, nbytes // 8), (dst, nbytes // 8), (src, nbytes), (dst, nbytes))):
+            again.array(i, address, count)
+        again.scalar(5, itemsize)
+        again.scalar(6, room)
+        again(min(max(-(-nbytes // (8 * THREADS)), 1), 1024), THREADS)
+
     def total(self) -> int:
         """The kept count of the last `offsets` or `enqueue`, after waiting for the stream."""
         self._check_open()

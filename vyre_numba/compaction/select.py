@@ -164,9 +164,7 @@ class Selector:
         kept count lands in mapped host memory (`total()`) and on the device. `octs`: one-byte
         flags `src` (with flag_nonzero) seen as n // 8 u64 words, counted eight at a time."""
         self._check_open()
-        if n > MAX_ITEMS:
-            raise DispatchError(f"{n} items are more than one compaction takes ({MAX_ITEMS}). Fix: select in parts "
-                                "and concatenate.")
+        _check_items(n)
         kernels = _kernels()
         tiles = -(-n // TILE)
         if tiles > self._tiles:
@@ -267,6 +265,7 @@ class Selector:
         all n), of items named by device addresses as in `fused_at`, each launch the last one's
         with its parameters rewritten; the kept count is then `watch()`'s or `total()`'s."""
         self._check_open()
+        _check_items(n)
         kernels = _kernels()
         tiles = -(-n // TILE)
         count = kernels.count_bytes if by_bytes else kernels.count_kernel(flag_of)
@@ -406,6 +405,12 @@ class Selector:
             k = self._launches[(kernel, use)] = NumbaLaunch(kernel, self.stream, retain=False,
                                                             cooperative=cooperative)
         return k
+
+
+def _check_items(n: int) -> None:
+    if n > MAX_ITEMS:
+        raise DispatchError(f"{n} items are more than one compaction takes ({MAX_ITEMS}). Fix: select in parts "
+                            "and concatenate.")
 
 
 @functools.cache

@@ -435,6 +435,31 @@ def test_gpu_selections_on_two_gpus_in_one_process_use_each_gpus_own_selector():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("fused_bytes", [1 << 40, 0])
+def test_gpu_an_interrupted_watch_waits_for_its_launches_before_raising(fused_bytes, monkeypatch):
+    """Ctrl-C while waiting for the count: the launches are waited for (so a later call cannot read
+    their count as its own), the interruption reaches the caller, and the next call is right."""
+    from numba import cuda
+
+    from vyre_numba.gpu import mapped
+
+    monkeypatch.setattr(compaction, "FUSED_BYTES", fused_bytes)
+    x = np.arange(70_000, dtype=np.int32)
+    flags = x % 3 == 0
+    dx, df = cuda.to_device(x), cuda.to_device(flags)
+    compaction.select(dx, df)
+    sel = compaction._selector(None)
+    waited, synchronize = [], sel.stream.synchronize
+    monkeypatch.setattr(sel.stream, "synchronize", lambda: waited.append(1) or synchronize())
+    monkeypatch.setattr(mapped, "watch", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        compaction.select(dx, df)
+    assert waited
+    monkeypatch.undo()
+    assert np.array_equal(compaction.select(dx, df).copy_to_host(), x[flags])
+
+
+@pytest.mark.gpu
 def test_gpu_small_path_declines_what_the_general_path_must_check_or_do():
     """Strided views, other streams, tiny inputs, records and mismatched lengths go the general way:
     results still equal the twins, and the mistakes still raise its errors."""

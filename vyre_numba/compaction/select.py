@@ -121,7 +121,7 @@ class Selector:
         self._bar = cuda.to_device(np.zeros(4, np.int64), stream=self.stream)  # see kernels.grid_wait
         self._arrived = 0  # the barrier's arrival count after every launch so far
         self._sums = None  # a one-launch selection's kept items a block
-        self._resident: dict = {}  # one-launch kernel -> blocks that fit at once
+        self._resident: dict = {}  # (one-launch kernel, source type) -> blocks that fit at once
         self._fused_args = None  # (sums, barrier, host count) as kernel arguments
         self.timeouts = 0  # one-launch selections given up at the grid barrier (and done again in three)
         self._fused_off_until = 0.0  # time.monotonic() before which `fused` declines (after a give-up)
@@ -209,13 +209,14 @@ class Selector:
         kernels = _kernels()
         kernel = kernels.fused_kernel(flag_of, *_emit(words), by_bytes=octs is not None)
         launch = self._launch(kernel, cooperative=COOPERATIVE)
-        blocks = self._resident.get(kernel)
+        fit = (kernel, _type_of(src))
+        blocks = self._resident.get(fit)
         if blocks is None or self._fused_args is None:
             if self._sums is None:
                 self._sums = self._cuda.device_array(1024, np.int64, stream=self.stream)
             self._fused_args = (self._sums, self._bar, self._host) if _SIM else tuple(
                 RawArray(a.device_ctypes_pointer.value, a.shape, a.dtype) for a in (self._sums, self._bar, self._host))
-            blocks = self._resident[kernel] = launch.resident_blocks(
+            blocks = self._resident[fit] = launch.resident_blocks(
                 THREADS, src, src if octs is None else octs, n, out if words is None else words, out,
                 self._fused_args[0], self._fused_args[1], 0, self._fused_args[2])
         blocks = max(1, min(blocks, -(-n // TILE), FUSED_BLOCKS or blocks))
@@ -242,10 +243,11 @@ class Selector:
         kernel = _kernels().fused_kernel(flag_of, *_emit_of(word, words), by_bytes=by_bytes)
         key = (kernel, 0, np.dtype(src_type).str)
         again = self._relaunches.get(key)
-        blocks = max(1, min(self._resident.get(kernel, 1), -(-n // TILE), FUSED_BLOCKS or n))
+        fit = self._resident.get((kernel, np.dtype(src_type).str), 1)
+        blocks = max(1, min(fit, -(-n // TILE), FUSED_BLOCKS or n))
         if again is None or self._sums.shape[0] < blocks:
-            kept = self.fused(flag_of, RawArray(src, (n,), src_type), n, _raw(words, n, word), RawArray(out, (n,), word),
-                              RawArray(src, (n // 8,), np.uint64) if by_bytes else None)
+            kept = self.fused(flag_of, RawArray(src, (n,), src_type), n, _raw(words, n, word),
+                              RawArray(out, (n,), word), RawArray(src, (n // 8,), np.uint64) if by_bytes else None)
             if meanwhile is not None:
                 meanwhile()
             if kept is not None:
@@ -385,8 +387,16 @@ class Selector:
     def watch(self) -> int:
         """The kept count of the last `offsets`, `enqueue` or `fused` launch, read as soon as it is in
         mapped memory (a scatter may still run), within a bound past which the stream is
-        synchronised (a negative count: a one-launch selection that gave up)."""
-        mapped.watch(self._host, 0, -1, self.stream, POLL_SECONDS)
+        synchronised (a negative count: a one-launch selection that gave up). Interrupted, it waits
+        for the launches first, so that a later call never reads their count as its own."""
+        try:
+            mapped.watch(self._host, 0, -1, self.stream, POLL_SECONDS)
+        except BaseException:
+            try:
+                self.stream.synchronize()
+            except Exception:  # a fault of the launches: the interruption is what the caller hears of
+                pass
+            raise
         kept = int(self._host[0])
         return kept if kept >= 0 else self.total()
 
@@ -431,6 +441,12 @@ def _emit(words) -> tuple:
     return kernels.copy_words, np.uint64
 
 
+def _type_of(a) -> str:
+    """The element type (as `np.dtype.str`) of a kernel's array argument: a RawArray's or Numba's."""
+    kind = getattr(a, "kind", None)
+    return kind[0] if kind is not None else np.dtype(a.dtype).str
+
+
 def _emit_of(word, words: int | None) -> tuple:
     """`_emit` of items of one word `word` (`words` None: indices)."""
     return _emit(None) if words is None else (None, np.dtype(word))
@@ -443,5 +459,4 @@ def _raw(words: int | None, n: int, word):
 
 def _word_of(words) -> np.dtype:
     """The element type of a words array (a RawArray's or Numba's)."""
-    kind = getattr(words, "kind", None)
-    return np.dtype(kind[0]) if kind is not None else np.dtype(words.dtype)
+    return np.dtype(_type_of(words))

@@ -246,6 +246,8 @@ class Relaunch:
     def __call__(self, blocks: int, threads: int) -> None:
         shaped = self._shapes.get((blocks, threads))
         if shaped is None:
+            if len(self._shapes) >= 64:  # sizes vary call to call; keep the few recent ones
+                self._shapes.clear()
             shaped = self._shapes[(blocks, threads)] = self._launch.reshaped(LaunchShape((blocks, 1, 1),
                                                                                        (threads, 1, 1)))
         shaped.enqueue(self._handle)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vyre_numba.gpu.numba_launch import _params
+from vyre_numba.gpu.numba_launch import _params, overload_kind
 
 
 class _Fake:
@@ -43,6 +43,7 @@ def test_relaunch_rewrites_exactly_an_arrays_length_address_and_shape_and_a_scal
     again.array(2, 64, 0)
     want = [_params(RawArray(1 << 40, (123,), np.int32)), _params(np.int64(-2)), _params(RawArray(64, (0,), np.uint64))]
     assert launch.args.values.tolist() == [v for p in want for v in p]
+    assert overload_kind(args[0]) == (np.dtype(np.int32).str, 1, True)  # what Selector.fused_at keys residency by
 
 
 @pytest.mark.gpu

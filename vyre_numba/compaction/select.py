@@ -35,7 +35,7 @@ import numpy as np
 
 from ..errors import DispatchError
 from ..gpu import mapped
-from ..gpu.numba_launch import NumbaLaunch, RawArray, stream_handle
+from ..gpu.numba_launch import NumbaLaunch, RawArray, overload_kind, stream_handle
 
 _SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
@@ -209,7 +209,7 @@ class Selector:
         kernels = _kernels()
         kernel = kernels.fused_kernel(flag_of, *_emit(words), by_bytes=octs is not None)
         launch = self._launch(kernel, cooperative=COOPERATIVE)
-        fit = (kernel, _type_of(src))
+        fit = (kernel, overload_kind(src))
         blocks = self._resident.get(fit)
         if blocks is None or self._fused_args is None:
             if self._sums is None:
@@ -243,7 +243,7 @@ class Selector:
         kernel = _kernels().fused_kernel(flag_of, *_emit_of(word, words), by_bytes=by_bytes)
         key = (kernel, 0, np.dtype(src_type).str)
         again = self._relaunches.get(key)
-        fit = self._resident.get((kernel, np.dtype(src_type).str), 1)
+        fit = self._resident.get((kernel, (np.dtype(src_type).str, 1, True)), 1)  # as `fused` keeps a RawArray's
         blocks = max(1, min(fit, -(-n // TILE), FUSED_BLOCKS or n))
         if again is None or self._sums.shape[0] < blocks:
             kept = self.fused(flag_of, RawArray(src, (n,), src_type), n, _raw(words, n, word),
@@ -441,12 +441,6 @@ def _emit(words) -> tuple:
     return kernels.copy_words, np.uint64
 
 
-def _type_of(a) -> str:
-    """The element type (as `np.dtype.str`) of a kernel's array argument: a RawArray's or Numba's."""
-    kind = getattr(a, "kind", None)
-    return kind[0] if kind is not None else np.dtype(a.dtype).str
-
-
 def _emit_of(word, words: int | None) -> tuple:
     """`_emit` of items of one word `word` (`words` None: indices)."""
     return _emit(None) if words is None else (None, np.dtype(word))
@@ -459,4 +453,5 @@ def _raw(words: int | None, n: int, word):
 
 def _word_of(words) -> np.dtype:
     """The element type of a words array (a RawArray's or Numba's)."""
-    return np.dtype(_type_of(words))
+    kind = getattr(words, "kind", None)
+    return np.dtype(kind[0]) if kind is not None else np.dtype(words.dtype)

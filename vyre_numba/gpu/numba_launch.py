@@ -44,7 +44,7 @@ class RawArray:
                 "version": 3}
 
 
-def _kind(a) -> Any:
+def overload_kind(a) -> Any:
     """What decides the compiled overload: an array's element type, rank and contiguity; a
     scalar's type."""
     return _describe(a)[0]
@@ -57,7 +57,7 @@ def _params(a) -> list | None:
 
 
 def _describe(a) -> tuple[Any, list | None]:
-    """(`_kind(a)`, `_params(a)`) in one look at the array (a Numba array's interface dict
+    """(`overload_kind(a)`, `_params(a)`) in one look at the array (a Numba array's interface dict
     costs microseconds to build, so its attributes are read directly)."""
     if type(a) is RawArray:
         return a.kind, a.params
@@ -217,7 +217,7 @@ class NumbaLaunch:
                                     nparams=self._slots[-1], cooperative=self._cooperative)
         for i, p in enumerate(packed):
             self._launch.args.values[self._slots[i]:self._slots[i + 1]] = p
-        self._last, self._kinds = list(args), [_kind(a) for a in args]
+        self._last, self._kinds = list(args), [overload_kind(a) for a in args]
         return True
 
 

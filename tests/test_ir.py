@@ -94,6 +94,38 @@ def test_datatype_parse_accepts_datatype_and_rejects_unknown():
         assert "u8, u16, u32" in str(info.value)
 
 
+@pytest.mark.parametrize("call, fragment", [
+    (lambda: ir.wrap_int(1.5, D.I32), "takes an integer"),
+    (lambda: ir.wrap_int(True, D.U8), "takes an integer"),
+    (lambda: ir.wrap_int("7", D.U8), "takes an integer"),
+    (lambda: ir.wrap_int(3, D.F32), "takes an integer DataType"),
+    (lambda: ir.wrap_int(3, "u8"), "takes an integer DataType"),
+    (lambda: ir.float_to_bits("1.0", D.F32), "takes a number"),
+    (lambda: ir.float_to_bits(None, D.F32), "takes a number"),
+    (lambda: ir.float_to_bits(np.bool_(True), D.F32), "takes a number"),
+    (lambda: ir.float_to_bits(1.5, D.I32), "takes a float DataType"),
+    (lambda: ir.bits_to_float(2**40, D.F32), "not a 32-bit pattern"),
+    (lambda: ir.bits_to_float(-1, D.F16), "not a 16-bit pattern"),
+    (lambda: ir.bits_to_float(1.0, D.F32), "takes an integer"),
+    (lambda: ir.bits_to_float(1, D.U32), "takes a float DataType"),
+    (lambda: list(ir.walk(5)), "iterable of IR"),
+    (lambda: list(ir.walk([1, 2])), "item 0 is a int"),
+    (lambda: list(ir.walk("abc")), "iterable of IR"),
+])
+def test_bit_helpers_and_walk_refuse_what_they_cannot_take(call, fragment):
+    with pytest.raises(IRValidationError, match="Fix:") as e:
+        call()
+    assert fragment in str(e.value)
+
+
+def test_float_to_bits_takes_numpy_numbers_and_rounds_huge_ints_to_inf():
+    assert ir.float_to_bits(np.float16(1.0), D.F32) == 0x3F800000
+    assert ir.float_to_bits(np.int64(2), D.F64) == ir.float_to_bits(2.0, D.F64)
+    assert ir.float_to_bits(10**400, D.F32) == ir.float_to_bits(math.inf, D.F32)
+    assert ir.float_to_bits(-10**400, D.F64) == ir.float_to_bits(-math.inf, D.F64)
+    assert ir.wrap_int(np.uint64(2**64 - 1), D.I64) == -1
+
+
 def test_wrap_int_and_bit_helpers():
     assert ir.wrap_int(256, D.U8) == 0
     assert ir.wrap_int(-1, D.U32) == 2**32 - 1

@@ -434,7 +434,14 @@ def node_from_json(text: str) -> Any:
 
 def walk(body: Iterable[Any]) -> Iterable[Any]:
     """Every statement and expression in `body`, depth first, parents before children."""
+    if isinstance(body, (str, bytes)) or not hasattr(body, "__iter__"):
+        raise IRValidationError(f"walk takes an iterable of IR statements and expressions, not a "
+                                f"{type(body).__name__}. Fix: pass program.body (or a list of nodes).")
     stack = list(reversed(tuple(body)))
+    for i, x in enumerate(reversed(stack)):
+        if not isinstance(x, n._Structural):
+            raise IRValidationError(f"walk takes an iterable of IR statements and expressions; item {i} is a "
+                                    f"{type(x).__name__}. Fix: pass program.body (or a list of nodes).")
     while stack:
         x = stack.pop()
         yield x

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import enum
+import math
 import struct
 
 import numpy as np
@@ -146,8 +147,39 @@ def bf16_bits_to_f32(bits: np.ndarray | int) -> np.ndarray:
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
+def _typed(dtype, kind: str, what: str) -> "DataType":
+    """`dtype` if it is a DataType of `kind` ("float" or "int"), else an IRValidationError."""
+    if not isinstance(dtype, DataType) or not getattr(dtype, f"is_{kind}"):
+        from ..errors import IRValidationError
+
+        a, example, other = ("a float", "F32", "wrap_int for integer types") if kind == "float" else \
+            ("an integer", "U32", "float_to_bits for float types")
+        raise IRValidationError(f"{what} takes {a} DataType, not {dtype!r}. Fix: pass one (e.g. DataType.{example}), "
+                                f"or use {other}.")
+    return dtype
+
+
+def _number(value, what: str, integral: bool):
+    """`value` if it is an int (or, unless `integral`, a float), NumPy's included, and no bool."""
+    kinds = (int, np.integer) if integral else (int, float, np.integer, np.floating)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, kinds):
+        from ..errors import IRValidationError
+
+        want, fix = ("an integer", "int(x) of an integral x") if integral else ("a number", "a float or an int")
+        raise IRValidationError(f"{what} takes {want}, not {value!r} ({type(value).__name__}). Fix: pass {fix}; "
+                                "nothing is converted silently.")
+    return value
+
+
 def float_to_bits(value: float, dtype: DataType) -> int:
-    """Round a Python float to `dtype` (nearest even) and return its bit pattern."""
+    """Round a number to the float type `dtype` (nearest even; beyond its range: inf) and return
+    its bit pattern."""
+    _typed(dtype, "float", "float_to_bits")
+    value = _number(value, "float_to_bits", False)
+    try:
+        value = float(value)
+    except OverflowError:  # an int beyond every float: rounds to +-inf, as IEEE does (and as ir.lit)
+        value = math.inf if value > 0 else -math.inf
     if dtype is DataType.F64:
         return struct.unpack("<Q", struct.pack("<d", value))[0]
     if dtype is DataType.BF16:
@@ -159,7 +191,14 @@ def float_to_bits(value: float, dtype: DataType) -> int:
 
 
 def bits_to_float(bits: int, dtype: DataType) -> float:
-    """The float value of a bit pattern of `dtype`."""
+    """The float value of a bit pattern of the float type `dtype`."""
+    _typed(dtype, "float", "bits_to_float")
+    _number(bits, "bits_to_float", True)
+    if not 0 <= bits < 1 << dtype.bits:
+        from ..errors import IRValidationError
+
+        raise IRValidationError(f"bits_to_float: {bits} is not a {dtype.bits}-bit pattern. Fix: pass an int in "
+                                f"[0, 2**{dtype.bits}).")
     if dtype is DataType.BF16:
         return float(bf16_bits_to_f32(bits))
     arr = np.array([bits], dtype=_UINT_OF_BITS[dtype.bits])
@@ -167,9 +206,10 @@ def bits_to_float(bits: int, dtype: DataType) -> float:
 
 
 def wrap_int(value: int, dtype: DataType) -> int:
-    """Reduce an integer modulo 2^bits into the range of `dtype`."""
+    """Reduce an integer modulo 2^bits into the range of the integer type `dtype`."""
+    _typed(dtype, "int", "wrap_int")
     mask = (1 << dtype.bits) - 1
-    v = int(value) & mask
+    v = int(_number(value, "wrap_int", True)) & mask
     if dtype.is_signed and v >> (dtype.bits - 1):
         v -= 1 << dtype.bits
     return v

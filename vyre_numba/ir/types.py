@@ -7,6 +7,8 @@ import struct
 
 import numpy as np
 
+from ..errors import IRValidationError
+
 
 class DataType(enum.Enum):
     """A scalar element type. `bool` occupies one 32-bit word in a buffer; `bf16` is stored as its
@@ -105,8 +107,6 @@ class DataType(enum.Enum):
                 return _BY_NAME[dt.name]
             if dt is not None and getattr(value, "__name__", "") == "bfloat16" or str(dt) == "bfloat16":
                 return DataType.BF16
-        from ..errors import IRValidationError
-
         names = ", ".join(d.value for d in cls)
         raise IRValidationError(
             f"unknown data type {value!r}. Fix: use one of {names}, or a NumPy dtype of those "
@@ -150,8 +150,6 @@ def bf16_bits_to_f32(bits: np.ndarray | int) -> np.ndarray:
 def _typed(dtype, kind: str, what: str) -> "DataType":
     """`dtype` if it is a DataType of `kind` ("float" or "int"), else an IRValidationError."""
     if not isinstance(dtype, DataType) or not getattr(dtype, f"is_{kind}"):
-        from ..errors import IRValidationError
-
         a, example, other = ("a float", "F32", "wrap_int for integer types") if kind == "float" else \
             ("an integer", "U32", "float_to_bits for float types")
         raise IRValidationError(f"{what} takes {a} DataType, not {dtype!r}. Fix: pass one (e.g. DataType.{example}), "
@@ -163,8 +161,6 @@ def _number(value, what: str, integral: bool):
     """`value` if it is an int (or, unless `integral`, a float), NumPy's included, and no bool."""
     kinds = (int, np.integer) if integral else (int, float, np.integer, np.floating)
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, kinds):
-        from ..errors import IRValidationError
-
         want, fix = ("an integer", "int(x) of an integral x") if integral else ("a number", "a float or an int")
         raise IRValidationError(f"{what} takes {want}, not {value!r} ({type(value).__name__}). Fix: pass {fix}; "
                                 "nothing is converted silently.")
@@ -195,8 +191,6 @@ def bits_to_float(bits: int, dtype: DataType) -> float:
     _typed(dtype, "float", "bits_to_float")
     _number(bits, "bits_to_float", True)
     if not 0 <= bits < 1 << dtype.bits:
-        from ..errors import IRValidationError
-
         raise IRValidationError(f"bits_to_float: {bits} is not a {dtype.bits}-bit pattern. Fix: pass an int in "
                                 f"[0, 2**{dtype.bits}).")
     if dtype is DataType.BF16:

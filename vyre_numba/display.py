@@ -42,16 +42,16 @@ def _cells(x: Any, what: str) -> Iterable[Any]:
                             f"Fix: pass the {what} as a list or tuple of values.") from None
 
 
-def _count(n: Any, what: str) -> int:
-    """`n` as a non-negative int, or a DispatchError."""
+def _count(n: Any, what: str, where: str = "table", least: int = 0) -> int:
+    """`n` as an int of at least `least`, or a DispatchError naming `where` it was passed."""
     try:
         if isinstance(n, bool):
             raise TypeError
         k = operator.index(n)
     except TypeError:
-        k = -1
-    if k < 0:
-        raise DispatchError(f"table: {what}={n!r}. Fix: pass a non-negative int.")
+        k = least - 1
+    if k < least:
+        raise DispatchError(f"{where}: {what}={n!r}. Fix: pass an int of at least {least}.")
     return k
 
 
@@ -116,8 +116,7 @@ def highlighted(text: str, language: str, *, limit: int = MAX_LINES) -> Html:
     if not isinstance(text, str) or not isinstance(language, str):
         raise DispatchError(f"highlighted({type(text).__name__}, {language!r}): the text and the language name "
                             "must be str. Fix: pass str(text) and a Pygments language name such as 'python'.")
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise DispatchError(f"highlighted: limit={limit!r}. Fix: pass a positive int number of lines.")
+    limit = _count(limit, "limit", "highlighted", least=1)
     lines = text.split("\n", limit)
     rest = 0
     if len(lines) > limit:

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from vyre_numba import compaction
-from vyre_numba.compaction.select import TILE
-from vyre_numba.errors import CapacityError, DispatchError
+from vyre_numba.compaction.select import TILE, Selector
+from vyre_numba.errors import CapacityError, DeviceError, DispatchError
 
 RECORD = np.dtype([("id", "i4"), ("w", "f8"), ("tag", "u1")])
 
@@ -74,6 +74,7 @@ def test_host_inputs_give_numpy_results_in_order():
     (lambda: compaction.select_if(np.arange(3), np.isfinite), "does not compile"),
     (lambda: compaction.select_if(np.arange(3), 5), "not a function"),
     (lambda: compaction.select_if(np.arange(3), lambda v: v.no_such_attribute), "does not compile"),
+    (lambda: compaction.select_if(np.arange(3), lambda v: 1 // (v - v) > 0), "raised ZeroDivisionError"),
     (lambda: compaction.select_if(records(3), lambda v: True), "record array"),
     (lambda: compaction.nonzero(np.ones(3, np.float64)), "not integers or bools"),
     (lambda: compaction.read_compacted(np.arange(3), np.ones(3, bool)), "host arrays"),
@@ -90,6 +91,19 @@ def test_bad_inputs_raise_with_a_fix(call, fragment):
     with pytest.raises(DispatchError, match="Fix:") as e:
         call()
     assert fragment in str(e.value)
+
+
+def test_select_if_tells_a_driver_fault_from_a_predicate_that_does_not_compile(monkeypatch):
+    """Whatever fails while select_if runs is named for what it is: a fault of the driver is not
+    the predicate failing to compile, nor is an exception the predicate raises."""
+    from numba.cuda.cudadrv.driver import CudaAPIError
+
+    def fault(values, predicate):
+        raise CudaAPIError(700, "an illegal memory access was encountered")
+    monkeypatch.setattr(compaction, "_select_if_numpy", fault)
+    with pytest.raises(DeviceError, match="Fix:") as e:
+        compaction.select_if(np.arange(5), lambda v: v > 2)
+    assert "CudaAPIError" in str(e.value) and "compile" not in str(e.value)
 
 
 class FakeDeviceArray:
@@ -509,6 +523,21 @@ def test_gpu_records_and_predicates():
     assert np.array_equal(got, x[x > 0.5])  # NaN > 0.5 is false on both sides
     got = compaction.select_if(cuda.to_device(x), lambda v: v != v).copy_to_host()
     assert got.size == 1 and np.isnan(got[0])
+
+
+@pytest.mark.gpu
+def test_gpu_select_if_tells_a_driver_fault_from_a_predicate_that_does_not_compile(monkeypatch):
+    from numba import cuda
+    from numba.cuda.cudadrv.driver import CudaAPIError
+
+    def fault(*args, **kwargs):
+        raise CudaAPIError(700, "an illegal memory access was encountered")
+    for name in ("fused_at", "fused", "enqueue_at", "enqueue"):
+        monkeypatch.setattr(Selector, name, fault)
+    for n in (100, 100_000):
+        with pytest.raises(DeviceError, match="Fix:") as e:
+            compaction.select_if(cuda.to_device(np.arange(n)), lambda v: v > 3)
+        assert "CudaAPIError" in str(e.value) and "compile" not in str(e.value)
 
 
 @pytest.mark.gpu

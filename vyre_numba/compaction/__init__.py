@@ -192,14 +192,25 @@ def _check_result(predicate: Callable, dt: np.dtype) -> None:
 
 
 def _compiled(call: Callable, what: str):
+    """call(), where it compiles the user's `what` with Numba: a compile failure of it, a fault
+    of the driver and an exception it raises while running each end in their own VyreError."""
     try:
         return call()
     except VyreError:
         raise
-    except Exception as e:  # Numba raises many kinds; each means the predicate does not compile
+    except Exception as e:
+        from numba.core.errors import NumbaError
+
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise DispatchError(f"the {what} does not compile with Numba ({first}). Fix: write it in Numba's subset, "
-                            "taking one value and returning a bool.") from e
+        if isinstance(e, NumbaError) or type(e).__name__ in ("NvvmError", "NvvmSupportError", "LinkerError"):
+            raise DispatchError(f"the {what} does not compile with Numba ({first}). Fix: write it in Numba's subset, "
+                                "taking one value and returning a bool.") from e
+        if type(e).__module__.startswith(("numba.cuda.cudadrv", "cuda.")):
+            raise DeviceError(f"the GPU failed while selecting with the {what} ({type(e).__name__}: {first}). Fix: "
+                              "check the device's free memory and state (nvidia-smi); a fault here also means "
+                              "the context is lost: restart the process.") from e
+        raise DispatchError(f"the {what} raised {type(e).__name__} ({first}) while selecting. Fix: make it total "
+                            "over the values' type (no division by zero, no exceptions raised).") from e
 
 
 _SELECTORS: dict = {}

@@ -184,16 +184,17 @@ def _check_result(predicate: Callable, dt: np.dtype) -> None:
             dispatcher = njit(predicate)
             dispatcher.compile((from_dtype(dt),))
             return dispatcher.nopython_signatures[-1].return_type
-        result = _compiled(infer, "predicate")
+        result = _compiled(infer, "predicate", compiling=True)
         result = _RESULT_TYPES[key] = "ok" if isinstance(result, (types.Boolean, types.Integer)) else str(result)
     if result != "ok":
         raise DispatchError(f"the predicate returns {result} for {dt} values, not a bool. Fix: return a "
                             "comparison, e.g. lambda v: v > 0 (or bool(...) of an integer).")
 
 
-def _compiled(call: Callable, what: str):
-    """call(), where it compiles the user's `what` with Numba: a compile failure of it, a fault
-    of the driver and an exception it raises while running each end in their own VyreError."""
+def _compiled(call: Callable, what: str, compiling: bool = False):
+    """call(), where it compiles the user's `what` with Numba (and runs it, unless `compiling`):
+    a compile failure of it, a fault of the driver and an exception it raises while running each
+    end in their own VyreError."""
     try:
         return call()
     except VyreError:
@@ -202,7 +203,8 @@ def _compiled(call: Callable, what: str):
         from numba.core.errors import NumbaError
 
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        if isinstance(e, NumbaError) or type(e).__name__ in ("NvvmError", "NvvmSupportError", "LinkerError"):
+        if compiling or isinstance(e, NumbaError) or type(e).__name__ in ("NvvmError", "NvvmSupportError",
+                                                                           "LinkerError"):
             raise DispatchError(f"the {what} does not compile with Numba ({first}). Fix: write it in Numba's subset, "
                                 "taking one value and returning a bool.") from e
         if type(e).__module__.startswith(("numba.cuda.cudadrv", "cuda.")):

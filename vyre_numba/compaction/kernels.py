@@ -262,32 +262,31 @@ def count_bytes(flags, octs, n, counts):
             add_count(counts, tile, mine, lane)
 
 
-def tile_halves(flag_of: Callable, emit: Callable | None, word=np.uint64):
-    """The two halves of writing a tile's kept items (one block a tile), for kernels that put a
-    grid barrier between them with the tile held in registers:
-
-    - `rank(src, n, words, first, keep, masks, values, votes, counts, tot, counted)` loads the flags of
-      the tile at `first` (and, where `emit` is None, its words: `values`), votes them warp by
-      warp into `masks`, scans the (row, warp) counts in `counts` with warp 0, and returns the
-      tile's kept count where `counted` (else 0; `tot`: one shared int64);
-    - `put(words, out, first, start, capacity, masks, values, counts)` writes the kept items at
-      `start` + their (row, warp) offset + the kept lanes before them (a warp's kept items land
-      side by side), only places below `capacity`.
-
+def tile_writer(flag_of: Callable, emit: Callable | None, word=np.uint64):
+    """The device function `write_tile(src, n, words, out, first, start, capacity, votes, counts,
+    tot, counted)` writing the kept items of the tile at `first` (one block) at `start` + their
+    rank in it, and returning how many it kept where `counted` (else 0; `tot`: one shared int64).
     `emit(out, j, words, i)` writes an item; `emit` None: `words` and `out` are 1-D arrays of
     `word`s (an item a word), read with the flags (all of a tile's loads in flight at once).
-    `keep`, `masks` and `values` are the caller's local arrays (ITEMS of uint8, uint32, `word`)."""
-    key = ("halves", flag_of, emit, np.dtype(word).str)
+
+    The block votes its items' flags warp by warp, scans the (row, warp) counts with warp 0, and
+    writes the kept items at start + their row-and-warp's offset + the kept lanes before them (a
+    warp's kept items land side by side). Only places below `capacity` are written."""
+    key = ("tile", flag_of, emit, np.dtype(word).str)
     f = _KERNELS.get(key)
     if f is not None:
         return f
     carry = emit is None
-    emit_one = copy_words if carry else emit  # typed even where `carry` leaves it unused
+    put = copy_words if carry else emit  # typed even where `carry` leaves it unused
+    word_t = from_dtype(np.dtype(word))
 
     @cuda.jit(device=True)
-    def rank(src, n, words, first, keep, masks, values, votes, counts, tot, counted):
+    def write_tile(src, n, words, out, first, start, capacity, votes, counts, tot, counted):
         tid = cuda.threadIdx.x
         lane, warp = tid % 32, tid // 32
+        keep = cuda.local.array(ITEMS, uint8)
+        masks = cuda.local.array(ITEMS, uint32)
+        values = cuda.local.array(ITEMS, word_t)
         load_flags(flag_of, src, n, first, tid, keep)
         if carry:
             if first + TILE <= n:
@@ -306,18 +305,6 @@ def tile_halves(flag_of: Callable, emit: Callable | None, word=np.uint64):
         if warp == 0:
             scan_tile(counts, lane)
         cuda.syncthreads()
-        if not counted:
-            return 0
-        if tid == THREADS - 1:  # the last (row, warp) slot's offset and count
-            tot[0] = counts[SLOTS - 1] + cuda.popc(masks[ITEMS - 1])
-        cuda.syncthreads()
-        kept = tot[0]
-        return kept
-
-    @cuda.jit(device=True)
-    def put(words, out, first, start, capacity, masks, values, counts):
-        tid = cuda.threadIdx.x
-        lane, warp = tid % 32, tid // 32
         for r in range(ITEMS):
             m = masks[r]
             if (m >> lane) & 1:
@@ -326,33 +313,14 @@ def tile_halves(flag_of: Callable, emit: Callable | None, word=np.uint64):
                     if carry:
                         out[uint64(j)] = values[r]
                     else:
-                        emit_one(out, uint64(j), words, uint64(first + r * THREADS + tid))
-
-    _KERNELS[key] = rank, put
-    return rank, put
-
-
-def tile_writer(flag_of: Callable, emit: Callable | None, word=np.uint64):
-    """The device function `write_tile(src, n, words, out, first, start, capacity, votes, counts,
-    tot, counted)` writing the kept items of the tile at `first` (one block) at `start` + their
-    rank in it and returning how many it kept where `counted` (else 0): `tile_halves`' rank then
-    put (`votes`: THREADS shared uint8, `counts`: SLOTS shared int32, `tot`: one shared int64)."""
-    key = ("tile", flag_of, emit, np.dtype(word).str)
-    f = _KERNELS.get(key)
-    if f is not None:
-        return f
-    rank, put = tile_halves(flag_of, emit, word)
-    word_t = from_dtype(np.dtype(word))
-
-    @cuda.jit(device=True)
-    def write_tile(src, n, words, out, first, start, capacity, votes, counts, tot, counted):
-        keep = cuda.local.array(ITEMS, uint8)
-        masks = cuda.local.array(ITEMS, uint32)
-        values = cuda.local.array(ITEMS, word_t)
-        kept = rank(src, n, words, first, keep, masks, values, votes, counts, tot, counted)
-        put(words, out, first, start, capacity, masks, values, counts)
-        if counted:
-            cuda.syncthreads()  # before the next tile's vote overwrites counts and tot
+                        put(out, uint64(j), words, uint64(first + r * THREADS + tid))
+        if not counted:
+            return 0
+        if tid == THREADS - 1:  # the last (row, warp) slot's offset and count
+            tot[0] = counts[SLOTS - 1] + cuda.popc(masks[ITEMS - 1])
+        cuda.syncthreads()
+        kept = tot[0]
+        cuda.syncthreads()  # before the next tile's vote overwrites counts and tot
         return kept
 
     _KERNELS[key] = write_tile
@@ -414,18 +382,14 @@ def fused_kernel(flag_of: Callable, emit: Callable | None, word=np.uint64, by_by
     """The kernel selecting items 0..n-1 in one launch (of no more blocks than fit on the GPU at
     once): block b takes a run of whole tiles, counts its kept items (eight one-byte flags a load
     from `octs` where `by_bytes`) into sums[b], waits at a grid barrier, sums the runs before its
-    own, then writes its tiles in order from there (`tile_writer`). Where every block has one
-    tile, it ranks the tile before the barrier and keeps it in registers across it
-    (`tile_halves`), so nothing is read twice and no load waits after the barrier. The last block
-    to finish puts the kept count (or -2 where a block timed out at the barrier and wrote
-    nothing) in host[0], so a host that sees it there knows the whole selection is written."""
+    own, then writes its tiles in order from there (`tile_writer`). The last block to finish puts the kept count (or -2 where a
+    block timed out at the barrier and wrote nothing) in host[0], so a host that sees it there
+    knows the whole selection is written."""
     key = ("fused", flag_of, emit, np.dtype(word).str, by_bytes)
     k = _KERNELS.get(key)
     if k is not None:
         return k
     write_tile = tile_writer(flag_of, emit, word)
-    rank, put = tile_halves(flag_of, emit, word)
-    word_t = from_dtype(np.dtype(word))
 
     @cuda.jit
     def fused(src, octs, n, words, out, sums, bar, target, host):
@@ -440,24 +404,16 @@ def fused_kernel(flag_of: Callable, emit: Callable | None, word=np.uint64, by_by
         per = (tiles + blocks - 1) // blocks
         t0, t1 = min(b * per, tiles), min(b * per + per, tiles)
         keep = cuda.local.array(ITEMS, uint8)
-        masks = cuda.local.array(ITEMS, uint32)
-        values = cuda.local.array(ITEMS, word_t)
-        one = per == 1
-        if one:
-            run = int64(0)
-            if t0 < t1:
-                run = rank(src, n, words, t0 * TILE, keep, masks, values, votes, counts, tot, True)
-        else:
-            mine = int64(0)
-            for t in range(t0, t1):
-                if by_bytes and (t + 1) * TILE <= n:
-                    for r in range(OCTS):
-                        mine += nonzero_bytes(octs[uint64(t * (TILE // 8) + r * THREADS + tid)])
-                else:
-                    load_flags(flag_of, src, n, t * TILE, tid, keep)
-                    for r in range(ITEMS):
-                        mine += keep[r]
-            run = block_sum(red, tid, mine)
+        mine = int64(0)
+        for t in range(t0, t1):
+            if by_bytes and (t + 1) * TILE <= n:
+                for r in range(OCTS):
+                    mine += nonzero_bytes(octs[uint64(t * (TILE // 8) + r * THREADS + tid)])
+            else:
+                load_flags(flag_of, src, n, t * TILE, tid, keep)
+                for r in range(ITEMS):
+                    mine += keep[r]
+        run = block_sum(red, tid, mine)
         if tid == 0:
             sums[b] = run
         if grid_wait(bar, target, tid, ok, barrier.SPINS):
@@ -470,12 +426,8 @@ def fused_kernel(flag_of: Callable, emit: Callable | None, word=np.uint64, by_by
                     below += v
             start = block_sum(red, tid, below)
             grand = block_sum(red, tid, every)
-            if one:
-                if t0 < t1:
-                    put(words, out, t0 * TILE, start, n, masks, values, counts)
-            else:
-                for t in range(t0, t1):
-                    start += write_tile(src, n, words, out, t * TILE, start, n, votes, counts, tot, True)
+            for t in range(t0, t1):
+                start += write_tile(src, n, words, out, t * TILE, start, n, votes, counts, tot, True)
         else:
             grand = int64(-2)
         if tid == 0:

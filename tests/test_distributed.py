@@ -368,3 +368,46 @@ def test_the_union_find_gives_each_id_its_sets_smallest_id():
         got = uf._joined(*[uf._forest(s) for s in shards])
         assert np.array_equal(got[0], ids[moved]) and np.array_equal(got[1], roots[moved]), trial
     assert [a.size for a in uf._joined()] == [0, 0] and uf._forest(np.zeros((0, 2), np.int64)).shape == (0, 2)
+
+
+@pytest.mark.parametrize("buckets", [None, 7])
+def test_owners_keep_distinct_signatures_indexed_by_hash_across_rounds(monkeypatch, buckets):
+    """The owners' matching (`_match`) run round by round without a cluster, with the hashes
+    folded into 7 values (every row collides) or as they are: after every round each owner's kept
+    rows hold distinct signatures, their index lists them by ascending hash, and the classes
+    equal the single-process closure."""
+    from vyre_numba.distributed import egraph as de
+    from vyre_numba.distributed.unionfind import union
+    from vyre_numba.egraph.signature import signature_hash, signature_heads
+
+    if buckets:
+        monkeypatch.setattr(de, "signature_hash", lambda *a: signature_hash(*a) % np.uint64(buckets))
+    rng = np.random.default_rng(5)
+    for trial in range(4):
+        eclass, op, off, ch = random_egraph(rng, 300)
+        unions = rng.choice(np.unique(eclass), (20, 2))
+        parts = [(eclass[lo:hi], op[lo:hi], *_rows_of(off, ch, lo, hi)) for lo, hi in ((0, 90), (90, 90), (90, 300))]
+        k, nc = len(parts), int(eclass.max()) + 1
+        eps = [de.EPart(*p, np.arange(nc)) for p in parts]
+        kept = [de._no_kept()] * k
+        mapping = union(np.asarray(unions, np.int64))
+        delta, rounds = mapping, 0
+        while True:
+            out = [de._send(e, delta, k, rounds == 0) for e in eps]
+            eps = [o[0] for o in out]
+            m = [de._match(kept[o], delta, *[x[1][o] for x in out]) for o in range(k)]
+            kept = [x[0] for x in m]
+            for kp in kept:
+                assert np.array_equal(signature_heads(kp[0], kp[1], kp[2]), np.arange(kp[0].size))
+                assert np.array_equal(np.sort(kp[6]), np.arange(kp[0].size))
+                assert np.array_equal(kp[4][kp[6]], kp[5]) and np.all(kp[5][1:] >= kp[5][:-1])
+            new = union(np.concatenate([x[1] for x in m] + [de._pairs_of(mapping)]))
+            delta, mapping, rounds = de._delta(mapping, new), new, rounds + 1
+            if delta[0].size == 0:
+                break
+        want = closure_one(EGraph.from_arrays(eclass, op, off, ch, backend="reference"), unions).eclass
+        assert np.array_equal(np.concatenate([de._classes(e) for e in eps]), want), trial
+
+
+def _rows_of(off, ch, lo, hi):
+    return off[lo:hi + 1] - off[lo], ch[off[lo]:off[hi]]

@@ -108,7 +108,7 @@ EGRAPH_SCRIPT = textwrap.dedent('''
         nc = max(int(p[0].max(initial=-1)) for p in parts) + 1
         k = len(parts)
         eps = [de.DevicePart("cuda", *p, nc) if device else de.EPart(*p, np.arange(nc)) for p in parts]
-        kept = [de._EMPTY_ROWS] * k
+        kept = [de._no_kept()] * k
         mapping = merged([np.asarray(unions, np.int64).reshape(-1, 2)])
         delta, r, sent = mapping, 0, []
         while True:

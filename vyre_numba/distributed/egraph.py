@@ -167,6 +167,8 @@ def _apply_delta(cls: np.ndarray, delta) -> np.ndarray:
 def _concat(rows: list) -> tuple:
     """Rows (op, offsets, children, class, hash) of several batches as one batch."""
     rows = [r for r in rows if r[0].size] or [_EMPTY_ROWS]
+    if len(rows) == 1:  # rows are never written in place, so one batch is its own concatenation
+        return tuple(rows[0][:5])
     op = np.concatenate([r[0] for r in rows])
     sizes = np.concatenate([np.diff(r[1]) for r in rows])
     off = np.zeros(op.size + 1, np.int64)
@@ -209,45 +211,65 @@ def _send(p, delta, owners: int, first: bool) -> tuple:
     return q, [_subset(rows, np.flatnonzero(dest == o)) for o in range(owners)], int(dirty.size)
 
 
+_NO_KEPT = _EMPTY_ROWS + (np.zeros(0, np.uint64), np.zeros(0, np.int64))
+
+
+def _no_kept() -> tuple:
+    """An owner's kept signatures before the first round: rows (see `_match`) and their index."""
+    return _NO_KEPT
+
+
 def _match(kept: tuple, delta, *incoming: tuple) -> tuple:
-    """(the signatures kept after this round, (k, 2) class pairs to merge). Kept classes were
-    canonical a round ago: the delta makes them canonical now; the incoming ones already are."""
-    kept = kept[:3] + (_apply_delta(kept[3], delta),) + kept[4:]
+    """(the signatures kept after this round, (k, 2) class pairs to merge). `kept`: rows (op,
+    offsets, children, class, hash), one a distinct signature, then their hashes ascending and the
+    rows in that order (the index a round searches, so it never sorts what it kept). Kept classes
+    were canonical a round ago: the delta makes them canonical now; the incoming ones already are.
+
+    The incoming rows meet the kept rows sharing a hash with one of them; each group of equal
+    signatures pairs its smallest class with every other; a kept row (a group's first, since kept
+    signatures are distinct) takes its group's smallest class, and an incoming row whose signature
+    is new is kept."""
+    rows = kept[:3] + (_apply_delta(kept[3], delta),) + kept[4:5]
+    hs, order = kept[5], kept[6]
     new = _concat(list(incoming))
     if not new[0].size:
-        return kept, np.zeros((0, 2), np.int64)
-    rows = _concat([kept, new])
-    cls = rows[3]
-    touched = _sharing_a_hash(rows[4], kept[0].size)
-    sub = _subset(rows, touched)
-    head = signature_heads(sub[0], sub[1], sub[2], sub[4])
-    c = cls[touched]
+        return rows + (hs, order), np.zeros((0, 2), np.int64)
+    old = _rows_hashed(hs, order, new[4])
+    sub = _concat([_subset(rows, old), new])
+    head, by_hash = signature_heads(sub[0], sub[1], sub[2], sub[4], with_order=True)
+    c = sub[3]
     low = c.copy()
     np.minimum.at(low, head, c)
     a, b = low[head], c
     differ = a != b
     pairs = unique_rows(np.stack([a[differ], b[differ]], 1)) if differ.any() else np.zeros((0, 2), np.int64)
-    firsts = head == np.arange(head.size)
-    keep = np.ones(rows[0].size, bool)
-    keep[touched[~firsts]] = False
-    keep_rows = np.flatnonzero(keep)
-    out = _subset(rows, keep_rows)
-    cls_kept = cls[keep_rows]
-    at = np.searchsorted(touched, keep_rows)
-    is_head = (at < touched.size) & (touched[np.minimum(at, touched.size - 1)] == keep_rows)
-    cls_kept[is_head] = low[at[is_head]]
-    return (out[0], out[1], out[2], cls_kept, out[4]), pairs
+    first = head == np.arange(head.size)
+    cls = rows[3]
+    if old.size:
+        cls = cls.copy() if cls is kept[3] else cls  # never written in place: Dask may rerun a round
+        cls[old] = low[:old.size]
+    first[:old.size] = False
+    fresh = np.flatnonzero(first)
+    added = _subset(sub, fresh)
+    added = added[:3] + (low[fresh],) + added[4:]
+    out = _concat([rows[:3] + (cls,) + rows[4:], added])  # just `added` in the first round
+    rank = np.cumsum(first) - 1  # a fresh row's place among the added ones
+    ranked = rank[by_hash[first[by_hash]]]  # the added rows, ascending by hash
+    at = np.searchsorted(hs, added[4][ranked])
+    index = (np.insert(hs, at, added[4][ranked]), np.insert(order, at, ranked + rows[0].size))
+    return out + index, pairs
 
 
-def _sharing_a_hash(h: np.ndarray, first_new: int) -> np.ndarray:
-    """The rows (ascending) whose hash equals the hash of some row at or after `first_new`."""
-    order = np.argsort(h)
-    hs = h[order]
-    start = np.flatnonzero(np.r_[True, hs[1:] != hs[:-1]])
-    group = np.repeat(np.arange(start.size), np.diff(np.r_[start, h.size]))
-    has_new = np.zeros(start.size, bool)
-    has_new[group[order >= first_new]] = True
-    return np.sort(order[has_new[group]])
+def _rows_hashed(hs: np.ndarray, order: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """The rows (ascending, each once) whose hash is one of `wanted`, from the rows' hashes in
+    ascending order `hs` and the rows in that order."""
+    lo = np.searchsorted(hs, wanted, "left")
+    span = np.searchsorted(hs, wanted, "right") - lo
+    total = int(span.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    starts = np.cumsum(span) - span
+    return unique(order[np.repeat(lo - starts, span) + np.arange(total)])
 
 
 def _pairs_of(mapping) -> np.ndarray:
@@ -398,7 +420,7 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
     places = [workers[i % len(workers)] for i in range(k)]
     eps = [cluster.submit(client, _start, bname, *parts[i], n_classes, worker=places[i], name="eg-partition")
            for i in range(k)]
-    kept = [cluster.submit(client, lambda: _EMPTY_ROWS, worker=places[i], name="eg-kept") for i in range(k)]
+    kept = [cluster.submit(client, _no_kept, worker=places[i], name="eg-kept") for i in range(k)]
     mapping = cluster.submit(client, _no_mapping, worker=places[0], name="eg-mapping")
     if unions is not None:
         mapping, _ = merge(client, [cluster.submit(client, np.asarray, unions, worker=places[0], name="eg-unions")],

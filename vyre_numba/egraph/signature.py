@@ -52,15 +52,16 @@ def same_signature(op: np.ndarray, offsets: np.ndarray, children: np.ndarray, r:
 
 
 def signature_heads(op: np.ndarray, offsets: np.ndarray, children: np.ndarray,
-                    hashes: np.ndarray | None = None) -> np.ndarray:
+                    hashes: np.ndarray | None = None, with_order: bool = False):
     """head[r]: the first row (in row order) with the same operator and children as row r. Rows
     are grouped by hash (`hashes`, the rows' `signature_hash`, when already known) and each
     compared exactly with its group's first row, so a group of any size costs one comparison a
-    row; rows whose hash collided with another signature's are grouped exactly instead."""
+    row; rows whose hash collided with another signature's are grouped exactly instead.
+    `with_order`: (head, the rows in ascending order of hash), the order the grouping sorted."""
     n = op.size
     head = np.arange(n)
     if n < 2:
-        return head
+        return (head, np.arange(n)) if with_order else head
     h = signature_hash(op, offsets, children) if hashes is None else hashes
     order = np.argsort(h)  # not stable (4x faster): each group's first row is its smallest
     hs = h[order]
@@ -76,7 +77,7 @@ def signature_heads(op: np.ndarray, offsets: np.ndarray, children: np.ndarray,
         for r in np.sort(odd).tolist():  # a collided row may still equal an earlier collided row
             key = (int(op[r]), tuple(children[offsets[r]:offsets[r + 1]].tolist()))
             head[r] = seen.setdefault(key, r)
-    return head
+    return (head, order) if with_order else head
 
 
 def congruent_pairs(op: np.ndarray, offsets: np.ndarray, children: np.ndarray,

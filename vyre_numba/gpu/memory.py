@@ -61,20 +61,23 @@ def pool_free(address: int) -> None:
     drv.cuMemFreeAsync(drv.CUdeviceptr(address), drv.CUstream(0))  # at interpreter exit the context may be gone
 
 
-_CONTEXT: list = []  # [driver handle, numba context, pool] of the context current last time
+_CONTEXT: tuple = (0, None, None)  # (driver handle, numba context, pool) of the context current last time
 
 
-def _context() -> list:
-    """[handle, numba context, pool] of the current context; Numba's current_context() costs
-    microseconds, the driver's handle a fraction of one."""
+def _context() -> tuple:
+    """(handle, numba context, pool) of the current context; Numba's current_context() costs
+    microseconds, the driver's handle a fraction of one. A tuple replaced whole, so a thread on
+    another device never reads a mix of two contexts' entries."""
+    global _CONTEXT
     drv = _driver()[0]
     handle = int(drv.cuCtxGetCurrent()[1])
-    if not _CONTEXT or _CONTEXT[0] != handle or handle == 0:
+    last = _CONTEXT
+    if last[0] != handle or handle == 0:
         from numba import cuda
 
         ctx = cuda.current_context()
-        _CONTEXT[:] = [int(drv.cuCtxGetCurrent()[1]), ctx, _pool(ctx.device.id)]
-    return _CONTEXT
+        last = _CONTEXT = (int(drv.cuCtxGetCurrent()[1]), ctx, _pool(ctx.device.id))
+    return last
 
 
 def pool_alloc(nbytes: int) -> int:

@@ -409,5 +409,17 @@ def test_owners_keep_distinct_signatures_indexed_by_hash_across_rounds(monkeypat
         assert np.array_equal(np.concatenate([de._classes(e) for e in eps]), want), trial
 
 
+def test_an_owners_index_merges_like_numpy_insert():
+    from vyre_numba.distributed.egraph import _merged
+
+    rng = np.random.default_rng(3)
+    for trial in range(200):
+        a = np.sort(rng.integers(0, 40, int(rng.integers(0, 25)))).astype(np.uint64)
+        v = np.sort(rng.integers(0, 40, int(rng.integers(0, 25)))).astype(np.uint64)
+        at = np.searchsorted(a, v)
+        got = _merged(a, at, v)
+        assert got.dtype == a.dtype and np.array_equal(got, np.insert(a, at, v)), trial
+
+
 def _rows_of(off, ch, lo, hi):
     return off[lo:hi + 1] - off[lo], ch[off[lo]:off[hi]]

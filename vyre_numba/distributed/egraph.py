@@ -151,8 +151,16 @@ def _send_gpu(p: DevicePart, delta, owners: int, first: bool) -> tuple:
     off = np.zeros(dirty.size + 1, np.int64)
     np.cumsum(np.diff(p.offsets)[dirty], out=off[1:])
     rows = (op, off, ch, cl, hh)
-    dest = (hh % np.uint64(owners)).astype(np.int64)
-    return q, [_subset(rows, np.flatnonzero(dest == o)) for o in range(owners)], int(dirty.size)
+    return q, _by_owner(rows, owners), int(dirty.size)
+
+
+def _by_owner(rows: tuple, owners: int) -> list:
+    """The rows each owner receives: those whose hash is its number modulo the owners (one
+    owner: all of them, as they are)."""
+    if owners == 1:
+        return [rows]
+    dest = (rows[4] % np.uint64(owners)).astype(np.int64)
+    return [_subset(rows, np.flatnonzero(dest == o)) for o in range(owners)]
 
 
 def _apply_delta(cls: np.ndarray, delta) -> np.ndarray:
@@ -207,8 +215,7 @@ def _send(p, delta, owners: int, first: bool) -> tuple:
     op = p.op[dirty]
     h = signature_hash(op, off, ch)
     rows = (op, off, ch, canon[p.eclass[dirty]], h)
-    dest = (h % np.uint64(owners)).astype(np.int64)
-    return q, [_subset(rows, np.flatnonzero(dest == o)) for o in range(owners)], int(dirty.size)
+    return q, _by_owner(rows, owners), int(dirty.size)
 
 
 _NO_KEPT = _EMPTY_ROWS + (np.zeros(0, np.uint64), np.zeros(0, np.int64))
@@ -250,14 +257,27 @@ def _match(kept: tuple, delta, *incoming: tuple) -> tuple:
         cls[old] = low[:old.size]
     first[:old.size] = False
     fresh = np.flatnonzero(first)
-    added = _subset(sub, fresh)
+    added = sub if fresh.size == head.size else _subset(sub, fresh)  # every row new and distinct: as it is
     added = added[:3] + (low[fresh],) + added[4:]
     out = _concat([rows[:3] + (cls,) + rows[4:], added])  # just `added` in the first round
     rank = np.cumsum(first) - 1  # a fresh row's place among the added ones
     ranked = rank[by_hash[first[by_hash]]]  # the added rows, ascending by hash
     at = np.searchsorted(hs, added[4][ranked])
-    index = (np.insert(hs, at, added[4][ranked]), np.insert(order, at, ranked + rows[0].size))
-    return out + index, pairs
+    return out + (_merged(hs, at, added[4][ranked]), _merged(order, at, ranked + rows[0].size)), pairs
+
+
+def _merged(a: np.ndarray, at: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """`a` with values[i] placed before a[at[i]] (`at` ascending; equal places keep the values'
+    order): np.insert's result, without the sort it makes of the places."""
+    if not a.size:
+        return values.astype(a.dtype)
+    out = np.empty(a.size + values.size, a.dtype)
+    put = at + np.arange(values.size)
+    rest = np.ones(out.size, bool)
+    rest[put] = False
+    out[put] = values
+    out[rest] = a
+    return out
 
 
 def _rows_hashed(hs: np.ndarray, order: np.ndarray, wanted: np.ndarray) -> np.ndarray:

@@ -13,7 +13,7 @@ import pytest
 
 from vyre_numba import compaction
 from vyre_numba.compaction.select import TILE, Selector
-from vyre_numba.errors import CapacityError, DeviceError, DispatchError
+from vyre_numba.errors import CapacityError, DeviceError, DispatchError, HostMemoryError
 
 RECORD = np.dtype([("id", "i4"), ("w", "f8"), ("tag", "u1")])
 
@@ -93,17 +93,31 @@ def test_bad_inputs_raise_with_a_fix(call, fragment):
     assert fragment in str(e.value)
 
 
-def test_select_if_tells_a_driver_fault_from_a_predicate_that_does_not_compile(monkeypatch):
-    """Whatever fails while select_if runs is named for what it is: a fault of the driver is not
-    the predicate failing to compile, nor is an exception the predicate raises."""
-    from numba.cuda.cudadrv.driver import CudaAPIError
+def _failure(name: str, module: str) -> Exception:
+    return type(name, (Exception,), {"__module__": module})("ERROR_COMPILATION (9)")
 
-    def fault(values, predicate):
-        raise CudaAPIError(700, "an illegal memory access was encountered")
-    monkeypatch.setattr(compaction, "_select_if_numpy", fault)
-    with pytest.raises(DeviceError, match="Fix:") as e:
+
+@pytest.mark.parametrize("failure, error, fragment", [
+    (lambda: __import__("numba.cuda.cudadrv.driver", fromlist=["CudaAPIError"]).CudaAPIError(700, "illegal address"),
+     DeviceError, "GPU failed"),
+    (lambda: _failure("CudaAPIError", "numba.cuda.simulator.cudadrv.driver"), DeviceError, "GPU failed"),
+    (lambda: _failure("CUDAError", "cuda.core._utils.cuda_utils"), DeviceError, "GPU failed"),
+    (lambda: _failure("nvvmError", "cuda.bindings.nvvm"), DispatchError, "does not compile"),
+    (lambda: _failure("nvJitLinkError", "cuda.bindings.nvjitlink"), DispatchError, "does not compile"),
+    (lambda: _failure("NvrtcCompilationError", "numba.cuda.cudadrv.error"), DispatchError, "does not compile"),
+    (lambda: ZeroDivisionError("division by zero"), DispatchError, "raised ZeroDivisionError"),
+    (lambda: MemoryError(), HostMemoryError, "out of host memory"),
+])
+def test_select_if_names_what_failed(monkeypatch, failure, error, fragment):
+    """Whatever fails while select_if runs is named for what it is: a fault of the driver is not
+    the predicate failing to compile (NVVM, NVRTC or the linker), nor is an exception the
+    predicate raises, nor the host running out of memory."""
+    def fail(values, predicate):
+        raise failure()
+    monkeypatch.setattr(compaction, "_select_if_numpy", fail)
+    with pytest.raises(error, match="Fix:") as e:
         compaction.select_if(np.arange(5), lambda v: v > 2)
-    assert "CudaAPIError" in str(e.value) and "compile" not in str(e.value)
+    assert fragment in str(e.value) and (error is not DeviceError or "compile" not in str(e.value))
 
 
 class FakeDeviceArray:

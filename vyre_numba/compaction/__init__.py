@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import CapacityError, DeviceError, DispatchError, VyreError
+from ..errors import CapacityError, DeviceError, DispatchError, HostMemoryError, VyreError
 from ..gpu import memory
 from ..gpu.numba_launch import RawArray, check_stream, stream_handle
 from .select import Selector, _kernels, word_type, word_view
@@ -191,23 +191,31 @@ def _check_result(predicate: Callable, dt: np.dtype) -> None:
                             "comparison, e.g. lambda v: v > 0 (or bool(...) of an integer).")
 
 
+_COMPILE_ERRORS = {"NvvmError", "NvvmSupportError", "nvvmError", "nvJitLinkError", "LinkerError", "NvrtcError",
+                   "NvrtcCompilationError", "NvrtcSupportError"}  # NVVM, NVRTC and the linker, by name: their
+# classes move between numba-cuda and cuda-bindings releases
+_DRIVER_MODULES = ("numba.cuda.cudadrv", "numba.cuda.simulator", "cuda.")
+
+
 def _compiled(call: Callable, what: str, compiling: bool = False):
     """call(), where it compiles the user's `what` with Numba (and runs it, unless `compiling`):
-    a compile failure of it, a fault of the driver and an exception it raises while running each
-    end in their own VyreError."""
+    a compile failure of it, a fault of the driver, running out of host memory and an exception
+    it raises while running each end in their own VyreError."""
     try:
         return call()
     except VyreError:
         raise
+    except MemoryError as e:
+        raise HostMemoryError(f"selecting with the {what} ran out of host memory ({e}). Fix: select from fewer "
+                              "values at a time.") from None
     except Exception as e:
         from numba.core.errors import NumbaError
 
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        if compiling or isinstance(e, NumbaError) or type(e).__name__ in ("NvvmError", "NvvmSupportError",
-                                                                           "LinkerError"):
+        if compiling or isinstance(e, NumbaError) or type(e).__name__ in _COMPILE_ERRORS:
             raise DispatchError(f"the {what} does not compile with Numba ({first}). Fix: write it in Numba's subset, "
                                 "taking one value and returning a bool.") from e
-        if type(e).__module__.startswith(("numba.cuda.cudadrv", "cuda.")):
+        if type(e).__module__.startswith(_DRIVER_MODULES):
             raise DeviceError(f"the GPU failed while selecting with the {what} ({type(e).__name__}: {first}). Fix: "
                               "check the device's free memory and state (nvidia-smi); a fault here also means "
                               "the context is lost: restart the process.") from e

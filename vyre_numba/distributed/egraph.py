@@ -46,8 +46,16 @@ class EPart:
     """A partition of e-nodes on its worker: its rows as given and its copy of the canonical map.
     Never changed in place (a round makes a new one), so Dask may rerun any round's task."""
 
-    def __init__(self, eclass, op, offsets, children, canon):
+    def __init__(self, eclass, op, offsets, children, canon, row_of=None):
         self.eclass, self.op, self.offsets, self.children, self.canon = eclass, op, offsets, children, canon
+        self._row_of = row_of
+
+    @property
+    def row_of(self) -> np.ndarray:
+        """The row of each child (made once a partition, shared by the rounds' partitions)."""
+        if self._row_of is None:
+            self._row_of = np.repeat(np.arange(self.op.size), np.diff(self.offsets))
+        return self._row_of
 
 
 def _start(bname, eclass, op, offsets, children, n_classes: int):
@@ -200,15 +208,13 @@ def _send(p, delta, owners: int, first: bool) -> tuple:
         table = np.arange(canon.size, dtype=np.int64)
         table[ids] = roots
         canon = table[canon]
-    q = EPart(p.eclass, p.op, p.offsets, p.children, canon)
+    q = EPart(p.eclass, p.op, p.offsets, p.children, canon, p._row_of)
     n = p.op.size
     if first:
         dirty = np.arange(n)
     elif ids.size:
         moved = canon != p.canon
-        hit = moved[p.children]
-        row = np.repeat(np.arange(n), np.diff(p.offsets))
-        dirty = unique(row[hit])
+        dirty = unique(q.row_of[moved[p.children]])  # q's own: p is its task's input, never written
     else:
         dirty = np.zeros(0, np.int64)
     off, ch = _take_rows(p.offsets, canon[p.children] if p.children.size else p.children, dirty)

@@ -217,10 +217,14 @@ def _send(p, delta, owners: int, first: bool) -> tuple:
         dirty = unique(q.row_of[moved[p.children]])  # q's own: p is its task's input, never written
     else:
         dirty = np.zeros(0, np.int64)
-    off, ch = _take_rows(p.offsets, canon[p.children] if p.children.size else p.children, dirty)
-    op = p.op[dirty]
-    h = signature_hash(op, off, ch)
-    rows = (op, off, ch, canon[p.eclass[dirty]], h)
+    if first:  # every row, as it is
+        op, off, ch, cls = p.op, p.offsets, canon[p.children], canon[p.eclass]
+        h = signature_hash(op, off, ch, q.row_of)
+    else:
+        off, ch = _take_rows(p.offsets, canon[p.children] if p.children.size else p.children, dirty)
+        op, cls = p.op[dirty], canon[p.eclass[dirty]]
+        h = signature_hash(op, off, ch)
+    rows = (op, off, ch, cls, h)
     return q, _by_owner(rows, owners), int(dirty.size)
 
 

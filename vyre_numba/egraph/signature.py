@@ -20,17 +20,19 @@ def mix64(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
-def signature_hash(op: np.ndarray, offsets: np.ndarray, children: np.ndarray) -> np.ndarray:
-    """hash(op, arity, children in order) of every row, uint64; `children` must be canonical.
-    mix64((op << 32) ^ arity ^ SEED) xor-ed with mix64(child ^ (position << 32) ^ CHILD) of each
-    child, mixed again: ids and positions are below 2**32, so no part is another's in disguise."""
+def signature_hash(op: np.ndarray, offsets: np.ndarray, children: np.ndarray,
+                   row: np.ndarray | None = None) -> np.ndarray:
+    """hash(op, arity, children in order) of every row, uint64; `children` must be canonical
+    (`row`: the row of each child, where the caller has it). The hash: mix64((op << 32) ^ arity ^
+    SEED) xor-ed with mix64(child ^ (position << 32) ^ CHILD) of each child, mixed again: ids and
+    positions are below 2**32, so no part is another's in disguise."""
     n = op.size
     arity = np.diff(offsets).astype(np.uint64)
     with np.errstate(over="ignore"):
         h = mix64((op.astype(np.int64).astype(np.uint64) << np.uint64(32)) ^ arity ^ SEED)
         acc = np.zeros(n, np.uint64)
         if children.size:
-            row = np.repeat(np.arange(n), np.diff(offsets))
+            row = np.repeat(np.arange(n), np.diff(offsets)) if row is None else row
             pos = (np.arange(children.size, dtype=np.int64) - offsets[row]).astype(np.uint64)
             part = mix64(children.astype(np.int64).astype(np.uint64) ^ (pos << np.uint64(32)) ^ CHILD)
             np.bitwise_xor.at(acc, row, part)

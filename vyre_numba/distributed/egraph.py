@@ -9,7 +9,7 @@ A round:
 2. Match: every owner groups what it received with the signatures it kept from earlier rounds
    (exact comparison; a hash only chooses the owner and the candidates), and emits, for each group
    holding more than one class, its smallest class paired with each other one. It keeps one entry
-   a signature.
+   a signature, indexed by hash, so a round searches what it kept instead of sorting it again.
 3. Merge: the distributed union-find (each shard reduced where it lives, one task joining the
    reductions) joins those pairs with every merge made so far; the classes whose root changed are
    the next round's delta. No change: the fixed point.

@@ -209,22 +209,18 @@ def _send(p, delta, owners: int, first: bool) -> tuple:
         table[ids] = roots
         canon = table[canon]
     q = EPart(p.eclass, p.op, p.offsets, p.children, canon, p._row_of)
-    n = p.op.size
-    if first:
-        dirty = np.arange(n)
-    elif ids.size:
+    if first:  # every row, as it is
+        op, off, ch = p.op, p.offsets, canon[p.children]
+        rows = (op, off, ch, canon[p.eclass], signature_hash(op, off, ch, q.row_of))
+        return q, _by_owner(rows, owners), int(op.size)
+    if ids.size:
         moved = canon != p.canon
         dirty = unique(q.row_of[moved[p.children]])  # q's own: p is its task's input, never written
     else:
         dirty = np.zeros(0, np.int64)
-    if first:  # every row, as it is
-        op, off, ch, cls = p.op, p.offsets, canon[p.children], canon[p.eclass]
-        h = signature_hash(op, off, ch, q.row_of)
-    else:
-        off, ch = _take_rows(p.offsets, canon[p.children] if p.children.size else p.children, dirty)
-        op, cls = p.op[dirty], canon[p.eclass[dirty]]
-        h = signature_hash(op, off, ch)
-    rows = (op, off, ch, cls, h)
+    off, ch = _take_rows(p.offsets, canon[p.children] if p.children.size else p.children, dirty)
+    op = p.op[dirty]
+    rows = (op, off, ch, canon[p.eclass[dirty]], signature_hash(op, off, ch))
     return q, _by_owner(rows, owners), int(dirty.size)
 
 

@@ -97,3 +97,56 @@ def workload_rows(N: int):
     children = children[children >= 0]
     op = np.where(w["op"] >= 0, w["op"], 6 + np.arange(N)).astype(np.int64)
     return np.arange(N, dtype=np.int64), op, offsets, children, np.stack([w["ua"], w["ub"]], 1)
+
+
+def distributed_lockstep(parts, unions, moved: bool = False) -> tuple:
+    """The distributed closure's rounds without Dask, host (NumPy) and device partitions and owners
+    side by side, checked every round: the same rows sent, the same pairs found by each owner, the
+    same number of signatures kept, every kept row in the owner's table once. `moved`: every
+    owner's table and every batch for another partition's owner pickled and unpickled between
+    steps, as Dask moves them between workers. Returns (host classes, device classes, rounds in
+    which an owner's table grew, rounds in which an owner dropped rows equal to kept ones)."""
+    import pickle
+
+    from vyre_numba.distributed import egraph as de, egraph_device as dd
+    from vyre_numba.distributed.unionfind import _forest, _joined
+
+    def merged(shards):
+        return _joined(*[_forest(s) for s in shards])
+
+    def travel(x):
+        return pickle.loads(pickle.dumps(x)) if moved else x
+
+    nc = max(int(p[0].max(initial=-1)) for p in parts) + 1
+    k = len(parts)
+    hp = [de.EPart(*p, np.arange(nc)) for p in parts]
+    dp = [dd.DevicePart("cuda", *p, nc) for p in parts]
+    hk, dk = [de._no_kept()] * k, [dd.DeviceKept("cuda")] * k
+    mapping = merged([np.asarray(unions, np.int64).reshape(-1, 2)])
+    delta, r, grown, dropped = mapping, 0, 0, 0
+    while True:
+        ho = [de._send(e, delta, k, r == 0) for e in hp]
+        do = [de._send(e, delta, k, r == 0) for e in dp]
+        hp, dp = [o[0] for o in ho], [o[0] for o in do]
+        assert [o[2] for o in ho] == [o[2] for o in do], (r, [o[2] for o in ho], [o[2] for o in do])
+        hm, dm = [], []
+        for o in range(k):
+            got = [travel(x[1][o]) if i != o else x[1][o] for i, x in enumerate(do)]
+            assert sum(x[1][o][0].size for x in ho) == sum(b.n_rows for b in got), (r, o)
+            hm.append(de._match(hk[o], delta, *[x[1][o] for x in ho]))
+            dm.append(de._match(travel(dk[o]), delta, *got))
+            assert np.array_equal(hm[o][1], dm[o][1]), (r, o, hm[o][1], dm[o][1])
+            assert hm[o][0][0].size == dm[o][0].n, (r, o, hm[o][0][0].size, dm[o][0].n)
+            grown += dm[o][0].table.size > dk[o].table.size
+            dropped += sum(b.n_rows for b in got) > dm[o][0].n - dk[o].n
+            hold = dm[o][0].table.copy_to_host()
+            assert np.array_equal(np.sort(hold[hold >= 0]), np.arange(dm[o][0].n)), (r, o, hold)
+        hk, dk = [x[0] for x in hm], [x[0] for x in dm]
+        new = merged([x[1] for x in hm] + [de._pairs_of(mapping)])
+        delta = de._delta(mapping, new)
+        mapping = new
+        r += 1
+        if delta[0].size == 0:
+            host = np.concatenate([de._classes(e) for e in hp])
+            dev = np.concatenate([de._classes(e) for e in dp])
+            return host, dev, grown, dropped

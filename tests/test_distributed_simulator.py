@@ -95,50 +95,34 @@ def test_distributed_components_phases_under_the_cuda_simulator():
 
 EGRAPH_SCRIPT = textwrap.dedent('''
     import numpy as np
-    from egraph_cases import chain_pair, random_egraph, bucket
-    from vyre_numba.distributed import egraph as de
+    from egraph_cases import chain_pair, distributed_lockstep, random_egraph, bucket, rows
+    from vyre_numba.distributed import egraph as de, egraph_device as dd
     from vyre_numba.egraph import EGraph, congruence_closure
 
-    from simulated import SimOps, merged
+    from simulated import SimOps
 
     sim = SimOps()
-    de.DevicePart.ops = lambda self: sim
-
-    def closure(parts, unions, device):
-        nc = max(int(p[0].max(initial=-1)) for p in parts) + 1
-        k = len(parts)
-        eps = [de.DevicePart("cuda", *p, nc) if device else de.EPart(*p, np.arange(nc)) for p in parts]
-        kept = [de._no_kept()] * k
-        mapping = merged([np.asarray(unions, np.int64).reshape(-1, 2)])
-        delta, r, sent = mapping, 0, []
-        while True:
-            out = [de._send(e, delta, k, r == 0) for e in eps]
-            eps = [o[0] for o in out]
-            sent.append(sum(o[2] for o in out))
-            m = [de._match(kept[o], delta, *[x[1][o] for x in out]) for o in range(k)]
-            kept = [x[0] for x in m]
-            new = merged([x[1] for x in m] + [de._pairs_of(mapping)])
-            delta = de._delta(mapping, new)
-            mapping = new
-            r += 1
-            if delta[0].size == 0:
-                return np.concatenate([de._classes(e) for e in eps]), sent
+    dd._ops = lambda bname: sim
 
     rng = np.random.default_rng(3)
+    twice = rows([[], [], [0], [0], [1], [0], [1]], [1, 2, 3, 3, 3, 3, 3], [0, 1, 2, 3, 4, 5, 6])
     cases = [(random_egraph(rng, 24), [(2, 9), (4, 4)]), (chain_pair(4), [(0, 1)]), (bucket(8)[0], bucket(8)[1]),
-             (random_egraph(rng, 1), [])]
+             (random_egraph(rng, 1), []), (random_egraph(rng, 40, n_ops=2, max_arity=2, shared=0.4), [(1, 3), (5, 8)]),
+             (twice, []), (random_egraph(rng, 300, n_ops=2, max_arity=2, shared=0.1), rng.integers(0, 200, (20, 2)))]
+    grown = dropped = 0
     for i, (g, u) in enumerate(cases):
         want = congruence_closure(EGraph.from_arrays(*g, backend="reference"), u).eclass
-        parts = de._partitions(g, 3, 3)
-        host, sent_host = closure(parts, u, False)
-        dev, sent_dev = closure(parts, u, True)
-        assert np.array_equal(host, want) and np.array_equal(dev, want), (i, host, dev, want)
-        assert sent_host == sent_dev, (i, sent_host, sent_dev)  # the same rows found dirty each round
+        for k, moved in ((1, False), (3, False), (3, True)):
+            host, dev, gr, dr = distributed_lockstep(de._partitions(g, k, k), u, moved)
+            assert np.array_equal(host, want) and np.array_equal(dev, want), (i, k, moved, host, dev, want)
+            grown, dropped = grown + gr, dropped + dr
         print("ok egraph", i)
+    assert grown and dropped, (grown, dropped)  # the table grew, and rows equal to kept ones were dropped
+    print("ok egraph paths", grown, dropped)
 ''')
 
 
 def test_distributed_egraph_device_phases_under_the_cuda_simulator():
     out = run_script(EGRAPH_SCRIPT, 900)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.count("ok egraph") == 4
+    assert out.stdout.count("ok egraph") == 8

@@ -14,10 +14,10 @@ A round:
    reductions) joins those pairs with every merge made so far; the classes whose root changed are
    the next round's delta. No change: the fixed point.
 
-Where: on a GPU worker the partition (its rows and the canonical map) stays on the device, and
-step 1 runs there (the delta applied, the rows whose children moved found, canonicalised and
-hashed, then compacted), so only the rows sent leave the GPU; the owners' matching (step 2) runs
-with NumPy over what they received, on every backend. CPU workers run step 1 with NumPy too.
+Where: on a GPU worker both steps run on its device (`egraph_device.py`): the partition (its rows
+and the canonical map) stays there and step 1 finds, canonicalises and splits the rows whose
+children moved there; an owner keeps its signatures there as a hash table, and a batch sent to an
+owner on the same worker never leaves the GPU. CPU workers run both steps with NumPy.
 
 Invariants: every worker applies the same deltas, so all copies of the map are equal after step 1;
 a signature kept from an earlier round stays true (merging only makes more e-nodes equal), so old
@@ -36,6 +36,7 @@ from ..egraph.signature import signature_hash, signature_heads
 from ..errors import DispatchError, host_memory
 from ..unique import count_distinct, unique, unique_rows
 from . import cluster
+from .egraph_device import DeviceKept, DevicePart
 from .unionfind import merge
 
 _EMPTY_ROWS = (np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
@@ -66,100 +67,6 @@ def _start(bname, eclass, op, offsets, children, n_classes: int):
     if be.name == "cuda":
         return DevicePart(be.name, eclass, op, offsets, children, n_classes)
     return EPart(eclass, op, offsets, children, np.arange(n_classes, dtype=np.int64))
-
-
-class DevicePart:
-    """A partition resident on its worker's GPU: rows, the canonical map and a scratch table on
-    the device, the offsets also on the host (they never change). A round makes a new one with a
-    new map (the rows are shared), so Dask may rerun any round's task. Moved to another worker, it
-    travels as host arrays and is uploaded again there."""
-
-    _DEVICE = ("eclass", "op", "offsets_d", "children", "canon", "row_of")
-
-    def __init__(self, bname, eclass, op, offsets, children, n_classes, _from=None):
-        self.bname, self.offsets, self.n_classes = bname, offsets, n_classes
-        if _from is not None:
-            self.__dict__.update({k: getattr(_from, k) for k in self._DEVICE})
-            return
-        ops = self.ops()
-
-        def up(a):  # the device arrays hold at least one element; sizes come from the host offsets
-            return ops.upload(a.astype(np.int32) if a.size else np.zeros(1, np.int32))
-
-        self.eclass, self.op, self.children = up(eclass), up(op), up(children)
-        self.offsets_d = ops.upload(offsets)
-        self.row_of = up(np.repeat(np.arange(op.size, dtype=np.int32), np.diff(offsets)))
-        from ..graph import steps as graph_steps
-
-        self.canon = ops.empty(max(n_classes, 1), np.int32)
-        ops.run(graph_steps.init, n_classes, [self.canon])
-
-    def __getstate__(self):
-        d = dict(self.__dict__)
-        for k in self._DEVICE:
-            if not isinstance(d[k], np.ndarray):
-                d[k] = d[k].copy_to_host()
-        return d
-
-    def ops(self):
-        from ..backend import resolve_backend
-        from .components import Ops
-
-        be = resolve_backend(self.bname)
-        for k in self._DEVICE:
-            if isinstance(getattr(self, k, None), np.ndarray):
-                setattr(self, k, be.upload(getattr(self, k)))
-        return Ops(be)
-
-    @property
-    def n_rows(self) -> int:
-        return self.offsets.size - 1
-
-
-def _send_gpu(p: DevicePart, delta, owners: int, first: bool) -> tuple:
-    """`_send` on the device: the delta applied to the map, the rows whose children moved found,
-    canonicalised and hashed there; only those rows come to the host, to be sent on."""
-    from .. import compaction
-    from . import steps
-
-    ops = p.ops()
-    ids, roots = delta
-    canon = p.canon
-    n, nc, nch = p.n_rows, p.n_classes, int(p.offsets[-1])
-    if ids.size:
-        from ..graph import steps as graph_steps
-
-        table = ops.empty(max(nc, 1), np.int32)
-        ops.run(graph_steps.init, nc, [table])
-        ops.run(steps.assign, ids.size, [table, ops.upload(ids.astype(np.int32)), ops.upload(roots.astype(np.int32))])
-        canon = ops.empty(max(nc, 1), np.int32)
-        ops.run(steps.gather_map, nc, [canon, table, p.canon])
-    q = DevicePart(p.bname, None, None, p.offsets, None, nc, _from=p)
-    q.canon = canon
-    flags = ops.empty(max(n, 1), np.uint8)
-    if first:
-        ops.run(steps.fill_one, n, [flags])
-    elif ids.size:
-        ops.run(steps.dirty_rows, n, [flags, p.offsets_d, p.children, p.canon, canon])
-    else:
-        return q, [_EMPTY_ROWS] * owners, 0
-    chc = ops.empty(max(nch, 1), np.int32)
-    cls = ops.empty(max(n, 1), np.int32)
-    h = ops.empty(max(n, 1), np.uint64)
-    ops.run(steps.canon_rows, n, [chc, cls, p.offsets_d, p.children, p.eclass, canon])
-    ops.run(steps.row_hash, n, [h, p.op, p.offsets_d, chc])
-    cflags = ops.empty(max(nch, 1), np.uint8)
-    ops.run(steps.child_flags, nch, [cflags, p.row_of, flags])
-    f, cf = flags[:n], cflags[:nch]
-    dirty = ops.download(compaction.nonzero(f)).astype(np.int64)
-    op = ops.download(compaction.select(p.op[:n], f)).astype(np.int64)
-    ch = ops.download(compaction.select(chc[:nch], cf)).astype(np.int64)
-    cl = ops.download(compaction.select(cls[:n], f)).astype(np.int64)
-    hh = ops.download(compaction.select(h[:n], f))
-    off = np.zeros(dirty.size + 1, np.int64)
-    np.cumsum(np.diff(p.offsets)[dirty], out=off[1:])
-    rows = (op, off, ch, cl, hh)
-    return q, _by_owner(rows, owners), int(dirty.size)
 
 
 def _by_owner(rows: tuple, owners: int) -> list:
@@ -201,7 +108,9 @@ def _subset(rows: tuple, keep: np.ndarray) -> tuple:
 def _send(p, delta, owners: int, first: bool) -> tuple:
     """(the partition with the delta applied, rows to send to each owner, rows sent)."""
     if isinstance(p, DevicePart):
-        return _send_gpu(p, delta, owners, first)
+        from .egraph_device import send
+
+        return send(p, delta, owners, first)
     ids, roots = delta
     canon = p.canon
     if ids.size:
@@ -227,8 +136,13 @@ def _send(p, delta, owners: int, first: bool) -> tuple:
 _NO_KEPT = _EMPTY_ROWS + (np.zeros(0, np.uint64), np.zeros(0, np.int64))
 
 
-def _no_kept() -> tuple:
-    """An owner's kept signatures before the first round: rows (see `_match`) and their index."""
+def _no_kept(bname: str = "reference"):
+    """An owner's kept signatures before the first round: rows (see `_match`) and their index, or
+    on a GPU worker its table (`egraph_device.DeviceKept`)."""
+    from ..backend import resolve_backend
+
+    if resolve_backend(bname).name == "cuda":
+        return DeviceKept(bname)
     return _NO_KEPT
 
 
@@ -241,7 +155,11 @@ def _match(kept: tuple, delta, *incoming: tuple) -> tuple:
     The incoming rows meet the kept rows sharing a hash with one of them; each group of equal
     signatures pairs its smallest class with every other; a kept row (a group's first, since kept
     signatures are distinct) takes its group's smallest class, and an incoming row whose signature
-    is new is kept."""
+    is new is kept. On a GPU worker (`kept` a `DeviceKept`), `egraph_device.match` does it."""
+    if isinstance(kept, DeviceKept):
+        from .egraph_device import match
+
+        return match(kept, delta, *incoming)
     rows = kept[:3] + (_apply_delta(kept[3], delta),) + kept[4:5]
     hs, order = kept[5], kept[6]
     new = _concat(list(incoming))
@@ -446,7 +364,7 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
     places = [workers[i % len(workers)] for i in range(k)]
     eps = [cluster.submit(client, _start, bname, *parts[i], n_classes, worker=places[i], name="eg-partition")
            for i in range(k)]
-    kept = [cluster.submit(client, _no_kept, worker=places[i], name="eg-kept") for i in range(k)]
+    kept = [cluster.submit(client, _no_kept, bname, worker=places[i], name="eg-kept") for i in range(k)]
     mapping = cluster.submit(client, _no_mapping, worker=places[0], name="eg-mapping")
     if unions is not None:
         mapping, _ = merge(client, [cluster.submit(client, np.asarray, unions, worker=places[0], name="eg-unions")],

@@ -2,9 +2,12 @@
 imported only where a GPU or the CUDA simulator runs them)."""
 from __future__ import annotations
 
-from numba import uint64
+from numba import cuda, int32, int64, uint64
 
-from ..egraph.kernels import signature
+from ..egraph.kernels import same, signature
+
+EMPTY = -1  # an owner's table slot that holds no signature
+NOBODY = 0xFFFF  # a row sent to no owner (owners are numbered below 256)
 
 
 def clear(i, a):
@@ -134,7 +137,137 @@ def row_hash(r, h, op, off, chc):
     return 0
 
 
-def child_flags(j, cflags, row_of, flags):
-    """cflags[j] = flags of the row child j belongs to."""
-    cflags[j] = flags[row_of[j]]
+def owner_of(r, dest, flags, h, owners):
+    """dest[r]: the owner of row r's hash (hash modulo the owners) if the row is flagged, else NOBODY."""
+    dest[r] = uint64(h[r]) % uint64(owners) if flags[r] != 0 else NOBODY
+    return 0
+
+
+def put(i, out, a, at):
+    """out[at + i] = a[i]."""
+    out[at + i] = a[i]
+    return 0
+
+
+def put_offsets(i, out, off, row0, ch0):
+    """out[row0 + i] = off[i] + ch0: a batch's offsets after the rows and children already held."""
+    out[row0 + i] = off[i] + ch0
+    return 0
+
+
+def relabel_sorted(i, cls, ids, roots, m):
+    """cls[i] = roots[j] where ids[j] == cls[i] (ids[:m] ascending), else unchanged."""
+    c = cls[i]
+    lo = 0
+    hi = m
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if ids[mid] < c:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo < m and ids[lo] == c:
+        cls[i] = roots[lo]
+    return 0
+
+
+def insert_row(i, slot, table, op, off, ch, base):
+    """Row base + i into the table by its signature (linear probing): the first empty slot takes it,
+    unless a row with the same signature holds a slot on the way; slot[i] = the slot that holds
+    its signature (-1 if the table had none free, which its sizing rules out)."""
+    r = int32(base + i)
+    mask = table.size - 1
+    s = int64(signature(op, off, ch, r) & uint64(mask))
+    slot[i] = -1
+    for _ in range(table.size):
+        e = table[s]
+        if e == EMPTY:
+            e = cuda.atomic.cas(table, s, int32(EMPTY), r)
+            if e == EMPTY:
+                slot[i] = s
+                return 0
+        if same(op, off, ch, e, op, off, ch, r):
+            slot[i] = s
+            return 0
+        s = (s + 1) & mask
+    return 0
+
+
+def low_first(i, low, slot, table, cls):
+    """low[s] = the class of the row holding slot s, for the slot of row i's signature."""
+    s = slot[i]
+    low[s] = cls[table[s]]
+    return 0
+
+
+def low_min(i, low, slot, cls, base):
+    """low[s] = min(low[s], class of row base + i), s its signature's slot."""
+    cuda.atomic.min(low, slot[i], cls[base + i])
+    return 0
+
+
+def settle(i, pairs, count, low, slot, table, cls, base):
+    """Row base + i's pair (its group's smallest class, its class) if it holds no slot and its class
+    is another; the row holding its slot takes the smallest class (an exchange, so one row of the
+    group reports the pair the old class makes)."""
+    r = base + i
+    s = slot[i]
+    e = table[s]
+    lo = low[s]
+    if e != r and cls[r] != lo:
+        k = cuda.atomic.add(count, 0, 1)
+        if 2 * k + 1 < pairs.size:
+            pairs[2 * k] = lo
+            pairs[2 * k + 1] = cls[r]
+    old = cuda.atomic.exch(cls, e, lo)
+    if old != lo:
+        k = cuda.atomic.add(count, 0, 1)
+        if 2 * k + 1 < pairs.size:
+            pairs[2 * k] = lo
+            pairs[2 * k + 1] = old
+    return 0
+
+
+def holds_slot(i, flags, slot, table, base):
+    """flags[i] = 1 if row base + i holds its signature's slot (a new signature)."""
+    flags[i] = 1 if table[slot[i]] == base + i else 0
+    return 0
+
+
+def renumber(j, table, slot, kept, base):
+    """The slot of the j-th new signature (row base + kept[j] before the others were dropped) now
+    names row base + j."""
+    table[slot[kept[j]]] = base + j
+    return 0
+
+
+def set_to(i, a, v):
+    """a[i] = v."""
+    a[i] = v
+    return 0
+
+
+def take_row(j, op2, off2, ch2, cls2, op, off, ch, cls, where, base):
+    """Row base + where[j] (op, class, children) copied to row base + j of the compacted rows,
+    whose offsets off2 are already written."""
+    r = base + where[j]
+    t = base + j
+    op2[t] = op[r]
+    cls2[t] = cls[r]
+    a = off[r]
+    b = off2[t]
+    for k in range(off[r + 1] - a):
+        ch2[b + k] = ch[a + k]
+    return 0
+
+
+def gather_rows(i, op2, cls2, ch2, off2, op, cls, ch, off, rows):
+    """Row rows[i] (op, class, children) copied to row i of a batch whose offsets off2 are written."""
+    r = rows[i]
+    op2[i] = op[r]
+    cls2[i] = cls[r]
+    a = off[r]
+    b = off2[i]
+    for k in range(off[r + 1] - a):
+        ch2[b + k] = ch[a + k]
     return 0

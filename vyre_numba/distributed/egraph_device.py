@@ -1,0 +1,275 @@
+"""The distributed e-graph's rounds on a worker's GPU (see `egraph.py` for the round): a partition
+resident on the device, the rows it sends found and canonicalised there, and an owner's kept
+signatures held there as a hash table, so the match is a few passes over the rows received.
+
+An owner's table (open addressing, linear probing, one row id a slot) holds one row per distinct
+signature it was sent; the rows it holds are stored after one another (op, offsets, children,
+class). A round copies what it keeps, appends the rows received, inserts them (a row meeting an
+equal signature on its probe path holds no slot), takes each slot's smallest class, reports the
+pairs that makes, and keeps only the rows that took a slot.
+
+Invariants: the table is at most half full, so a probe always ends; equal signatures hash alike
+and claim only empty slots, so rows inserted at once meet at one slot; the rows kept are distinct
+signatures; nothing of a round's input is written (a round makes a new partition and a new table),
+so Dask may rerun any round's task. Pairs and counts, and the rows' host offsets, are all that
+cross to the host on an owner; a batch received from another worker crosses as host arrays."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import DispatchError
+from ..unique import unique_rows
+
+
+def _ops(bname: str):
+    from ..backend import resolve_backend
+    from .components import Ops
+
+    return Ops(resolve_backend(bname))
+
+
+class _Resident:
+    """Device arrays named in `_DEVICE` that travel as host arrays (pickled off the device) and are
+    uploaded again, lazily, where they land."""
+
+    _DEVICE: tuple = ()
+    bname: str
+
+    def __getstate__(self):
+        d = dict(self.__dict__)
+        for k in self._DEVICE:
+            if d.get(k) is not None and not isinstance(d[k], np.ndarray):
+                d[k] = d[k].copy_to_host()
+        return d
+
+    def ops(self):
+        ops = _ops(self.bname)
+        for k in self._DEVICE:
+            if isinstance(getattr(self, k, None), np.ndarray):
+                setattr(self, k, ops.upload(getattr(self, k)))
+        return ops
+
+
+class DevicePart(_Resident):
+    """A partition resident on its worker's GPU: rows, the canonical map and a scratch table on
+    the device, the offsets also on the host (they never change). A round makes a new one with a
+    new map (the rows are shared), so Dask may rerun any round's task. Moved to another worker, it
+    travels as host arrays and is uploaded again there."""
+
+    _DEVICE = ("eclass", "op", "offsets_d", "children", "canon")
+
+    def __init__(self, bname, eclass, op, offsets, children, n_classes, _from=None):
+        self.bname, self.offsets, self.n_classes = bname, offsets, n_classes
+        if _from is not None:
+            self.__dict__.update({k: getattr(_from, k) for k in self._DEVICE})
+            return
+        ops = self.ops()
+
+        def up(a):  # the device arrays hold at least one element; sizes come from the host offsets
+            return ops.upload(a.astype(np.int32) if a.size else np.zeros(1, np.int32))
+
+        self.eclass, self.op, self.children = up(eclass), up(op), up(children)
+        self.offsets_d = ops.upload(offsets)
+        from ..graph import steps as graph_steps
+
+        self.canon = ops.empty(max(n_classes, 1), np.int32)
+        ops.run(graph_steps.init, n_classes, [self.canon])
+
+    @property
+    def n_rows(self) -> int:
+        return self.offsets.size - 1
+
+
+class DeviceRows(_Resident):
+    """Rows sent to an owner: op, children and class on the device (int32), offsets on the host
+    (from 0) and, where the sender has them there, on the device (not sent between workers)."""
+
+    _DEVICE = ("op", "children", "eclass")
+
+    def __init__(self, bname, op, offsets, children, eclass, offsets_d=None):
+        self.bname, self.op, self.offsets, self.children, self.eclass = bname, op, offsets, children, eclass
+        self.offsets_d = offsets_d
+
+    def __getstate__(self):
+        d = super().__getstate__()
+        d["offsets_d"] = None
+        return d
+
+    def device_offsets(self, ops):
+        if self.offsets_d is None:
+            self.offsets_d = ops.upload(self.offsets)
+        return self.offsets_d
+
+    @property
+    def n_rows(self) -> int:
+        return self.offsets.size - 1
+
+
+def send(p: DevicePart, delta, owners: int, first: bool) -> tuple:
+    """(the partition with the delta applied, the rows each owner receives, rows sent): the delta
+    applied to the map, the rows whose children moved found, canonicalised and hashed, and split by
+    owner on the device. Each row's owner comes to the host (a byte or two a row), and the rows each
+    owner receives go back as a list, gathered on the device."""
+    from . import steps
+
+    ops = p.ops()
+    ids, roots = delta
+    canon = p.canon
+    n, nc, nch = p.n_rows, p.n_classes, int(p.offsets[-1])
+    if ids.size:
+        from ..graph import steps as graph_steps
+
+        table = ops.empty(max(nc, 1), np.int32)
+        ops.run(graph_steps.init, nc, [table])
+        ops.run(steps.assign, ids.size, [table, ops.upload(ids.astype(np.int32)), ops.upload(roots.astype(np.int32))])
+        canon = ops.empty(max(nc, 1), np.int32)
+        ops.run(steps.gather_map, nc, [canon, table, p.canon])
+    q = DevicePart(p.bname, None, None, p.offsets, None, nc, _from=p)
+    q.canon = canon
+    flags = ops.empty(max(n, 1), np.uint8)
+    if first:
+        ops.run(steps.fill_one, n, [flags])
+    elif ids.size:
+        ops.run(steps.dirty_rows, n, [flags, p.offsets_d, p.children, p.canon, canon])
+    else:
+        return q, [_no_rows(p.bname)] * owners, 0
+    chc = ops.empty(max(nch, 1), np.int32)
+    cls = ops.empty(max(n, 1), np.int32)
+    ops.run(steps.canon_rows, n, [chc, cls, p.offsets_d, p.children, p.eclass, canon])
+    if owners == 1:
+        dest = ops.download(flags)[:n]
+        wanted = [dest != 0]
+    else:
+        h = ops.empty(max(n, 1), np.uint64)
+        ops.run(steps.row_hash, n, [h, p.op, p.offsets_d, chc])
+        dest_d = ops.empty(max(n, 1), np.uint16)
+        ops.run(steps.owner_of, n, [dest_d, flags, h, owners])
+        dest = ops.download(dest_d)[:n]
+        wanted = [dest == o for o in range(owners)]
+    arity = np.diff(p.offsets)
+    out, sent = [], 0
+    for mine in wanted:
+        rows = np.flatnonzero(mine)
+        sent += rows.size
+        if rows.size == n:  # every row, as it is
+            out.append(DeviceRows(p.bname, p.op, p.offsets, chc, cls, p.offsets_d))
+            continue
+        if not rows.size:
+            out.append(_no_rows(p.bname))
+            continue
+        off = np.zeros(rows.size + 1, np.int64)
+        np.cumsum(arity[rows], out=off[1:])
+        off_d, m = ops.upload(off), rows.size
+        b_op, b_cls, b_ch = ops.empty(m, np.int32), ops.empty(m, np.int32), ops.empty(max(int(off[-1]), 1), np.int32)
+        ops.run(steps.gather_rows, m, [b_op, b_cls, b_ch, off_d, p.op, cls, chc, p.offsets_d,
+                                       ops.upload(rows.astype(np.int32))])
+        out.append(DeviceRows(p.bname, b_op, off, b_ch, b_cls, off_d))
+    return q, out, sent
+
+
+def _no_rows(bname: str) -> DeviceRows:
+    z = np.zeros(1, np.int32)
+    return DeviceRows(bname, z, np.zeros(1, np.int64), z, z)
+
+
+class DeviceKept(_Resident):
+    """An owner's kept signatures on its GPU: n distinct rows (op, offsets, children, class; class
+    canonical as of the round that made it) and the hash table of their signatures."""
+
+    _DEVICE = ("op", "offsets", "children", "eclass", "table")
+
+    def __init__(self, bname, op=None, offsets=None, children=None, eclass=None, table=None, n=0, nch=0):
+        self.bname, self.n, self.nch = bname, n, nch
+        if op is None:
+            z = np.zeros(1, np.int32)
+            op, offsets, children, eclass, table = z, np.zeros(1, np.int64), z, z, np.full(16, -1, np.int32)
+        self.op, self.offsets, self.children, self.eclass, self.table = op, offsets, children, eclass, table
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(4, int(n - 1).bit_length())
+
+
+def match(kept: DeviceKept, delta, *incoming) -> tuple:
+    """`egraph._match` on the owner's GPU: (the signatures kept after this round, (k, 2) int64 class
+    pairs to merge, unique rows)."""
+    from . import steps
+
+    ops = kept.ops()
+    ids, roots = delta
+    n, nch = kept.n, kept.nch
+    cls = ops.empty(max(n, 1), np.int32)
+    ops.run(steps.put, n, [cls, kept.eclass, 0])
+    if ids.size and n:
+        ops.run(steps.relabel_sorted, n, [cls, ops.upload(ids.astype(np.int32)), ops.upload(roots.astype(np.int32)),
+                                          ids.size])
+    batches = [b for b in incoming if b.n_rows]
+    if not batches:
+        return DeviceKept(kept.bname, kept.op, kept.offsets, kept.children, cls, kept.table, n, nch), \
+            np.zeros((0, 2), np.int64)
+    for b in batches:
+        b.ops()
+    m = sum(b.n_rows for b in batches)
+    mch = sum(int(b.offsets[-1]) for b in batches)
+    op, off = ops.empty(n + m, np.int32), ops.empty(n + m + 1, np.int64)
+    ch, c2 = ops.empty(max(nch + mch, 1), np.int32), ops.empty(n + m, np.int32)
+    ops.run(steps.put, n, [op, kept.op, 0])
+    ops.run(steps.put, n + 1, [off, kept.offsets, 0])
+    ops.run(steps.put, nch, [ch, kept.children, 0])
+    ops.run(steps.put, n, [c2, cls, 0])
+    row, at, host_off = n, nch, [np.zeros(1, np.int64)]
+    for b in batches:
+        k, kc = b.n_rows, int(b.offsets[-1])
+        ops.run(steps.put, k, [op, b.op, row])
+        ops.run(steps.put_offsets, k + 1, [off, b.device_offsets(ops), row, at])
+        ops.run(steps.put, kc, [ch, b.children, at])
+        ops.run(steps.put, k, [c2, b.eclass, row])
+        host_off.append(b.offsets[1:] + (at - nch))
+        row, at = row + k, at + kc
+    staged_off = np.concatenate(host_off)  # the received rows' offsets, from 0
+    table = kept.table
+    size = _pow2(2 * (n + m) + 2)
+    if table.size >= size:
+        new = ops.empty(table.size, np.int32)
+        ops.run(steps.put, table.size, [new, table, 0])
+    else:  # a larger table: the kept rows (distinct) inserted again
+        new = ops.empty(size, np.int32)
+        ops.run(steps.set_to, size, [new, np.int32(steps.EMPTY)])
+        if n:
+            ops.run(steps.insert_row, n, [ops.empty(n, np.int64), new, op, off, ch, 0])
+    table = new
+    slot = ops.empty(m, np.int64)
+    ops.run(steps.insert_row, m, [slot, table, op, off, ch, n])
+    low = ops.empty(table.size, np.int32)
+    ops.run(steps.low_first, m, [low, slot, table, c2])
+    ops.run(steps.low_min, m, [low, slot, c2, n])
+    pairs, count = ops.empty(4 * m, np.int32), ops.empty(1, np.int64)
+    ops.run(steps.settle, m, [pairs, count, low, slot, table, c2, n])
+    flags = ops.empty(m, np.uint8)
+    ops.run(steps.holds_slot, m, [flags, slot, table, n])
+    found = int(ops.download(count)[0])
+    if found > 2 * m:
+        raise DispatchError(f"an owner found {found} class pairs for {m} rows (at most 2 a row). Fix: none on "
+                            "your side; this is a defect, please report it.")
+    got = ops.download(pairs)[:2 * found].astype(np.int64).reshape(-1, 2)
+    held = ops.download(flags)[:m] != 0
+    fresh = np.flatnonzero(held)
+    if fresh.size == m:  # every row received is a new signature: the staged arrays are the kept ones
+        out = DeviceKept(kept.bname, op, off, ch, c2, table, n + m, nch + mch)
+    else:
+        arity = np.diff(staged_off)[fresh]
+        tail = np.zeros(fresh.size, np.int64)
+        np.cumsum(arity, out=tail)
+        k = fresh.size
+        op2, off2 = ops.empty(n + k, np.int32), ops.empty(n + k + 1, np.int64)
+        ch2, c3 = ops.empty(max(nch + int(tail[-1] if k else 0), 1), np.int32), ops.empty(max(n + k, 1), np.int32)
+        ops.run(steps.put, n + 1, [off2, off, 0])
+        ops.run(steps.put, k, [off2, ops.upload(tail + nch), n + 1])
+        ops.run(steps.put, n, [op2, op, 0])
+        ops.run(steps.put, nch, [ch2, ch, 0])
+        ops.run(steps.put, n, [c3, c2, 0])
+        where = ops.upload(fresh)
+        ops.run(steps.take_row, k, [op2, off2, ch2, c3, op, off, ch, c2, where, n])
+        ops.run(steps.renumber, k, [table, slot, where, n])
+        out = DeviceKept(kept.bname, op2, off2, ch2, c3, table, n + k, nch + int(tail[-1] if k else 0))
+    return out, unique_rows(got) if got.size else np.zeros((0, 2), np.int64)

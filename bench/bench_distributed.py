@@ -183,7 +183,7 @@ def main() -> int:
 
     gpus = [1, 2] if len(cuda.gpus) >= 2 else [1]
     cc_sizes = [(18, 22)] if a.quick else [(22, 26), (24, 28)]
-    eg_sizes = [14] if a.quick else [16, 20]
+    eg_sizes = [14] if a.quick else [16, 20, 24]
     res = {"device": caps().name, "gpus": len(cuda.gpus), "date": time.strftime("%Y-%m-%d"), "cc": {}, "egraph": {}}
     for scale, log2m in cc_sizes:
         r = res["cc"][f"2^{scale}/2^{log2m}"] = cc_case(scale, log2m, gpus, a.repeats)

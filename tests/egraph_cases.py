@@ -109,10 +109,7 @@ def distributed_lockstep(parts, unions, moved: bool = False) -> tuple:
     import pickle
 
     from vyre_numba.distributed import egraph as de, egraph_device as dd
-    from vyre_numba.distributed.unionfind import _forest, _joined
-
-    def merged(shards):
-        return _joined(*[_forest(s) for s in shards])
+    from vyre_numba.distributed.unionfind import _forest, advance, union
 
     def travel(x):
         return pickle.loads(pickle.dumps(x)) if moved else x
@@ -122,7 +119,7 @@ def distributed_lockstep(parts, unions, moved: bool = False) -> tuple:
     hp = [de.EPart(*p, np.arange(nc)) for p in parts]
     dp = [dd.DevicePart("cuda", *p, nc) for p in parts]
     hk, dk = [de._no_kept()] * k, [dd.DeviceKept("cuda")] * k
-    mapping = merged([np.asarray(unions, np.int64).reshape(-1, 2)])
+    mapping = union(np.asarray(unions, np.int64).reshape(-1, 2))
     delta, r, grown, dropped = mapping, 0, 0, 0
     while True:
         ho = [de._send(e, delta, k, r == 0) for e in hp]
@@ -142,9 +139,7 @@ def distributed_lockstep(parts, unions, moved: bool = False) -> tuple:
             hold = dm[o][0].table.copy_to_host()
             assert np.array_equal(np.sort(hold[hold >= 0]), np.arange(dm[o][0].n)), (r, o, hold)
         hk, dk = [x[0] for x in hm], [x[0] for x in dm]
-        new = merged([x[1] for x in hm] + [de._pairs_of(mapping)])
-        delta = de._delta(mapping, new)
-        mapping = new
+        mapping, delta = advance(mapping, *[_forest(x[1]) for x in hm])
         r += 1
         if delta[0].size == 0:
             host = np.concatenate([de._classes(e) for e in hp])

@@ -377,7 +377,7 @@ def test_owners_keep_distinct_signatures_indexed_by_hash_across_rounds(monkeypat
     rows hold distinct signatures, their index lists them by ascending hash, and the classes
     equal the single-process closure."""
     from vyre_numba.distributed import egraph as de
-    from vyre_numba.distributed.unionfind import union
+    from vyre_numba.distributed.unionfind import _forest, advance, union
     from vyre_numba.egraph.signature import signature_hash, signature_heads
 
     if buckets:
@@ -401,8 +401,8 @@ def test_owners_keep_distinct_signatures_indexed_by_hash_across_rounds(monkeypat
                 assert np.array_equal(signature_heads(kp[0], kp[1], kp[2]), np.arange(kp[0].size))
                 assert np.array_equal(np.sort(kp[6]), np.arange(kp[0].size))
                 assert np.array_equal(kp[4][kp[6]], kp[5]) and np.all(kp[5][1:] >= kp[5][:-1])
-            new = union(np.concatenate([x[1] for x in m] + [de._pairs_of(mapping)]))
-            delta, mapping, rounds = de._delta(mapping, new), new, rounds + 1
+            mapping, delta = advance(mapping, *[_forest(x[1]) for x in m])
+            rounds += 1
             if delta[0].size == 0:
                 break
         want = closure_one(EGraph.from_arrays(eclass, op, off, ch, backend="reference"), unions).eclass
@@ -410,7 +410,7 @@ def test_owners_keep_distinct_signatures_indexed_by_hash_across_rounds(monkeypat
 
 
 def test_an_owners_index_merges_like_numpy_insert():
-    from vyre_numba.distributed.egraph import _merged
+    from vyre_numba.unique import inserted as _merged
 
     rng = np.random.default_rng(3)
     for trial in range(200):
@@ -423,3 +423,27 @@ def test_an_owners_index_merges_like_numpy_insert():
 
 def _rows_of(off, ch, lo, hi):
     return off[lo:hi + 1] - off[lo], ch[off[lo]:off[hi]]
+
+
+def test_advancing_a_mapping_equals_joining_it_again():
+    """`unionfind.advance` (the e-graph's rounds) against the union-find of the old mapping's pairs
+    with the new ones: the same mapping, and as delta exactly the ids whose root changed."""
+    from vyre_numba.distributed import unionfind as uf
+
+    def changed(old, new):  # (ids, roots) of new whose root differs from old's (an id old lacks: its own root)
+        was = uf.roots_of(old, new[0])
+        return new[0][was != new[1]], new[1][was != new[1]]
+
+    rng = np.random.default_rng(17)
+    for trial in range(80):
+        span = int(rng.choice([6, 40, 1000, 2**40]))
+        old = uf.union(rng.integers(0, span, (int(rng.integers(0, 30)), 2)).astype(np.int64))
+        shards = [rng.integers(0, span, (int(rng.integers(0, 20)), 2)).astype(np.int64) for _ in range(int(rng.integers(0, 4)))]
+        forests = [uf._forest(s) for s in shards]
+        want = uf._joined(*forests, np.stack(old, 1).astype(np.int64))
+        got, delta = uf.advance(old, *forests)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), trial
+        wd = changed(old, want)
+        assert np.array_equal(delta[0], wd[0]) and np.array_equal(delta[1], wd[1]), trial
+    same, delta = uf.advance(old)
+    assert same is old and delta[0].size == 0

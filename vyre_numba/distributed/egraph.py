@@ -10,9 +10,9 @@ A round:
    (exact comparison; a hash only chooses the owner and the candidates), and emits, for each group
    holding more than one class, its smallest class paired with each other one. It keeps one entry
    a signature, indexed by hash, so a round searches what it kept instead of sorting it again.
-3. Merge: the distributed union-find (each shard reduced where it lives, one task joining the
-   reductions) joins those pairs with every merge made so far; the classes whose root changed are
-   the next round's delta. No change: the fixed point.
+3. Merge: each owner's pairs are reduced to a forest where they live, and one task joins the
+   forests' roots into the mapping of every merge made so far (`unionfind.advance`); the classes
+   whose root changed are the next round's delta. No change: the fixed point.
 
 Where: on a GPU worker both steps run on its device (`egraph_device.py`): the partition (its rows
 and the canonical map) stays there and step 1 finds, canonicalises and splits the rows whose
@@ -34,10 +34,10 @@ from ..egraph import ClosureResult, EGraph
 from ..egraph.egraph import _ints, _rows, _same_length, _take_rows
 from ..egraph.signature import signature_hash, signature_heads
 from ..errors import DispatchError, host_memory
-from ..unique import count_distinct, unique, unique_rows
+from ..unique import count_distinct, inserted, unique, unique_rows
 from . import cluster
 from .egraph_device import DeviceKept, DevicePart
-from .unionfind import merge
+from .unionfind import _forest, advance, merge, roots_of
 
 _EMPTY_ROWS = (np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
                np.zeros(0, np.uint64))
@@ -59,13 +59,24 @@ class EPart:
         return self._row_of
 
 
+def _shipped(part: tuple) -> tuple:
+    """A checked partition as it travels to its worker: ids (checked to fit) as int32, offsets as
+    int32 where they fit, so the task graph carries half the bytes."""
+    eclass, op, off, ch = part
+    narrow = off.dtype if off.size and off[-1] > np.iinfo(np.int32).max else np.int32
+    return eclass.astype(np.int32), op.astype(np.int32), off.astype(narrow), ch.astype(np.int32)
+
+
 def _start(bname, eclass, op, offsets, children, n_classes: int):
-    """(Runs on a worker.) The partition: on a GPU worker its rows and map go to the device."""
+    """(Runs on a worker.) The partition, from the rows as shipped (`_shipped`): on a GPU worker
+    its rows and map go to the device."""
     from ..backend import resolve_backend
 
     be = resolve_backend(bname)
+    offsets = offsets.astype(np.int64)
     if be.name == "cuda":
         return DevicePart(be.name, eclass, op, offsets, children, n_classes)
+    eclass, op, children = (a.astype(np.int64) for a in (eclass, op, children))
     return EPart(eclass, op, offsets, children, np.arange(n_classes, dtype=np.int64))
 
 
@@ -76,15 +87,6 @@ def _by_owner(rows: tuple, owners: int) -> list:
         return [rows]
     dest = (rows[4] % np.uint64(owners)).astype(np.int64)
     return [_subset(rows, np.flatnonzero(dest == o)) for o in range(owners)]
-
-
-def _apply_delta(cls: np.ndarray, delta) -> np.ndarray:
-    """Classes through the ids -> roots of a delta (ids sorted)."""
-    ids, roots = delta
-    if not ids.size or not cls.size:
-        return cls
-    at = np.minimum(np.searchsorted(ids, cls), ids.size - 1)
-    return np.where(ids[at] == cls, roots[at], cls)
 
 
 def _concat(rows: list) -> tuple:
@@ -160,7 +162,7 @@ def _match(kept: tuple, delta, *incoming: tuple) -> tuple:
         from .egraph_device import match
 
         return match(kept, delta, *incoming)
-    rows = kept[:3] + (_apply_delta(kept[3], delta),) + kept[4:5]
+    rows = kept[:3] + (roots_of(delta, kept[3]),) + kept[4:5]
     hs, order = kept[5], kept[6]
     new = _concat(list(incoming))
     if not new[0].size:
@@ -187,21 +189,7 @@ def _match(kept: tuple, delta, *incoming: tuple) -> tuple:
     rank = np.cumsum(first) - 1  # a fresh row's place among the added ones
     ranked = rank[by_hash[first[by_hash]]]  # the added rows, ascending by hash
     at = np.searchsorted(hs, added[4][ranked])
-    return out + (_merged(hs, at, added[4][ranked]), _merged(order, at, ranked + rows[0].size)), pairs
-
-
-def _merged(a: np.ndarray, at: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """`a` with values[i] placed before a[at[i]] (`at` ascending; equal places keep the values'
-    order): np.insert's result, without the sort it makes of the places."""
-    if not a.size:
-        return values.astype(a.dtype)
-    out = np.empty(a.size + values.size, a.dtype)
-    put = at + np.arange(values.size)
-    rest = np.ones(out.size, bool)
-    rest[put] = False
-    out[put] = values
-    out[rest] = a
-    return out
+    return out + (inserted(hs, at, added[4][ranked]), inserted(order, at, ranked + rows[0].size)), pairs
 
 
 def _rows_hashed(hs: np.ndarray, order: np.ndarray, wanted: np.ndarray) -> np.ndarray:
@@ -216,24 +204,6 @@ def _rows_hashed(hs: np.ndarray, order: np.ndarray, wanted: np.ndarray) -> np.nd
     return unique(order[np.repeat(lo - starts, span) + np.arange(total)])
 
 
-def _pairs_of(mapping) -> np.ndarray:
-    ids, roots = mapping
-    return np.stack([ids, roots], 1).astype(np.int64)
-
-
-def _delta(old, new) -> tuple:
-    """(ids, roots) of the ids whose root the new mapping changed."""
-    oi, orr = old
-    ni, nr = new
-    was = ni.copy()
-    at = np.searchsorted(oi, ni)
-    hit = at < oi.size
-    hit[hit] = oi[at[hit]] == ni[hit]
-    was[hit] = orr[at[hit]]
-    moved = was != nr
-    return ni[moved], nr[moved]
-
-
 def _size(x) -> int:
     return int(x[0].size)
 
@@ -241,7 +211,7 @@ def _size(x) -> int:
 def _classes(p) -> np.ndarray:
     if isinstance(p, DevicePart):
         ops = p.ops()
-        return ops.download(p.canon)[ops.download(p.eclass)[:p.n_rows]].astype(np.int64)
+        return ops.download(p.canon)[ops.download(p.eclass)[:p.n_rows]]  # int32: half the bytes to the client
     return p.canon[p.eclass]
 
 
@@ -283,11 +253,8 @@ def _partitions(egraph_partitions, partitions, k_workers: int) -> list[tuple]:
         op, off, ch = _rows(op, off, ch, None, "the e-graph's")
         _same_length(eclass, op, "the e-graph")
         cuts = np.linspace(0, op.size, int(k) + 1).astype(np.int64)
-        parts = []
-        for i in range(int(k)):
-            rows = np.arange(cuts[i], cuts[i + 1])
-            o, c = _take_rows(off, ch, rows)
-            parts.append((eclass[rows], op[rows], o, c))
+        return [(eclass[lo:hi], op[lo:hi], off[lo:hi + 1] - off[lo], ch[off[lo]:off[hi]])  # views but the offsets
+                for lo, hi in zip(cuts[:-1].tolist(), cuts[1:].tolist())]
     if not parts:
         raise DispatchError("no partitions were given. Fix: pass at least one (possibly empty) partition.")
     out = []
@@ -362,7 +329,7 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
         unions = pending if unions is None else np.concatenate([pending, unions])
     k = len(parts)
     places = [workers[i % len(workers)] for i in range(k)]
-    eps = [cluster.submit(client, _start, bname, *parts[i], n_classes, worker=places[i], name="eg-partition")
+    eps = [cluster.submit(client, _start, bname, *_shipped(parts[i]), n_classes, worker=places[i], name="eg-partition")
            for i in range(k)]
     kept = [cluster.submit(client, _no_kept, bname, worker=places[i], name="eg-kept") for i in range(k)]
     mapping = cluster.submit(client, _no_mapping, worker=places[0], name="eg-mapping")
@@ -385,10 +352,10 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
                                   worker=places[o], name="eg-match") for o in range(k)]
         kept = [cluster.part(client, m, 0, w, "eg-kept") for m, w in zip(matched, places)]
         pairs = [cluster.part(client, m, 1, w, "eg-pairs") for m, w in zip(matched, places)]
-        old = cluster.submit(client, _pairs_of, mapping, worker=places[0], name="eg-old")
-        new, _ = merge(client, pairs + [old], places + places[:1], name="eg-merge")
-        delta = cluster.submit(client, _delta, mapping, new, worker=places[0], name="eg-delta")
-        mapping = new
+        forests = [cluster.submit(client, _forest, x, worker=w, name="eg-forest") for x, w in zip(pairs, places)]
+        step = cluster.submit(client, advance, mapping, *forests, worker=places[0], name="eg-advance")
+        mapping = cluster.part(client, step, 0, places[0], "eg-mapping")
+        delta = cluster.part(client, step, 1, places[0], "eg-delta")
         rounds += 1
         if cluster.submit(client, _size, delta, worker=places[0], name="eg-size").result() == 0:
             converged = True

@@ -66,7 +66,7 @@ class DevicePart(_Resident):
         ops = self.ops()
 
         def up(a):  # the device arrays hold at least one element; sizes come from the host offsets
-            return ops.upload(a.astype(np.int32) if a.size else np.zeros(1, np.int32))
+            return ops.upload(a.astype(np.int32, copy=False) if a.size else np.zeros(1, np.int32))
 
         self.eclass, self.op, self.children = up(eclass), up(op), up(children)
         self.offsets_d = ops.upload(offsets)

@@ -101,11 +101,12 @@ def workload_rows(N: int):
 
 def distributed_lockstep(parts, unions, moved: bool = False) -> tuple:
     """The distributed closure's rounds without Dask, host (NumPy) and device partitions and owners
-    side by side, checked every round: the same rows sent, the same pairs found by each owner, the
-    same number of signatures kept, every kept row in the owner's table once. `moved`: every
+    side by side, checked every round: the same rows sent, the same pairs found by each owner, as
+    many signatures held as the host keeps, each in the owner's table once. `moved`: every
     owner's table and every batch for another partition's owner pickled and unpickled between
-    steps, as Dask moves them between workers. Returns (host classes, device classes, rounds in
-    which an owner's table grew, rounds in which an owner dropped rows equal to kept ones)."""
+    steps, as Dask moves them between workers. Returns (host classes, device classes, counts of
+    owner rounds in which the table grew, rows equal to held ones were received, and the rows
+    stored were compacted)."""
     import pickle
 
     from vyre_numba.distributed import egraph as de, egraph_device as dd
@@ -120,7 +121,7 @@ def distributed_lockstep(parts, unions, moved: bool = False) -> tuple:
     dp = [dd.DevicePart("cuda", *p, nc) for p in parts]
     hk, dk = [de._no_kept()] * k, [dd.DeviceKept("cuda")] * k
     mapping = union(np.asarray(unions, np.int64).reshape(-1, 2))
-    delta, r, grown, dropped = mapping, 0, 0, 0
+    delta, r, grown, dropped, compacted = mapping, 0, 0, 0, 0
     while True:
         ho = [de._send(e, delta, k, r == 0) for e in hp]
         do = [de._send(e, delta, k, r == 0) for e in dp]
@@ -129,19 +130,23 @@ def distributed_lockstep(parts, unions, moved: bool = False) -> tuple:
         hm, dm = [], []
         for o in range(k):
             got = [travel(x[1][o]) if i != o else x[1][o] for i, x in enumerate(do)]
-            assert sum(x[1][o][0].size for x in ho) == sum(b.n_rows for b in got), (r, o)
+            received = sum(b.n_rows for b in got)
+            assert sum(x[1][o][0].size for x in ho) == received, (r, o)
             hm.append(de._match(hk[o], delta, *[x[1][o] for x in ho]))
             dm.append(de._match(travel(dk[o]), delta, *got))
+            new = dm[o][0]
             assert np.array_equal(hm[o][1], dm[o][1]), (r, o, hm[o][1], dm[o][1])
-            assert hm[o][0][0].size == dm[o][0].n, (r, o, hm[o][0][0].size, dm[o][0].n)
-            grown += dm[o][0].table.size > dk[o].table.size
-            dropped += sum(b.n_rows for b in got) > dm[o][0].n - dk[o].n
-            hold = dm[o][0].table.copy_to_host()
-            assert np.array_equal(np.sort(hold[hold >= 0]), np.arange(dm[o][0].n)), (r, o, hold)
+            assert hm[o][0][0].size == new.live, (r, o, hm[o][0][0].size, new.live)
+            hold = new.table.copy_to_host()
+            hold = np.sort(hold[hold >= 0])
+            assert hold.size == new.live and np.unique(hold).size == hold.size and hold.max(initial=-1) < new.n, r
+            grown += new.table.size > dk[o].table.size
+            dropped += received > new.live - dk[o].live
+            compacted += new.n < dk[o].n + received
         hk, dk = [x[0] for x in hm], [x[0] for x in dm]
         mapping, delta = advance(mapping, *[_forest(x[1]) for x in hm])
         r += 1
         if delta[0].size == 0:
             host = np.concatenate([de._classes(e) for e in hp])
             dev = np.concatenate([de._classes(e) for e in dp])
-            return host, dev, grown, dropped
+            return host, dev, grown, dropped, compacted

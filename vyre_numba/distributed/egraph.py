@@ -249,8 +249,8 @@ def _partitions(egraph_partitions, partitions, k_workers: int) -> list[tuple]:
     if whole is not None:
         k = cluster.partition_count(partitions, k_workers)
         eclass, op, off, ch = whole[0]
-        eclass = _ints(eclass, "eclass")
-        op, off, ch = _rows(op, off, ch, None, "the e-graph's")
+        eclass = _ints(eclass, "eclass", copy=False)  # never written here: checked, cut and shipped
+        op, off, ch = _rows(op, off, ch, None, "the e-graph's", copy=False)
         _same_length(eclass, op, "the e-graph")
         cuts = np.linspace(0, op.size, int(k) + 1).astype(np.int64)
         return [(eclass[lo:hi], op[lo:hi], off[lo:hi + 1] - off[lo], ch[off[lo]:off[hi]])  # views but the offsets
@@ -262,8 +262,8 @@ def _partitions(egraph_partitions, partitions, k_workers: int) -> list[tuple]:
         if not (isinstance(t, (tuple, list)) and len(t) == 4):
             raise DispatchError(f"partition {i} is a {type(t).__name__}, not (eclass, op, children_offsets, children). "
                                 "Fix: pass one such tuple of host arrays per partition.")
-        eclass = _ints(t[0], f"partition {i} eclass")
-        op, off, ch = _rows(t[1], t[2], t[3], None, f"partition {i}'s")
+        eclass = _ints(t[0], f"partition {i} eclass", copy=False)
+        op, off, ch = _rows(t[1], t[2], t[3], None, f"partition {i}'s", copy=False)
         _same_length(eclass, op, f"partition {i}")
         out.append((eclass, op, off, ch))
     return out

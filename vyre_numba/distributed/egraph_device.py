@@ -60,8 +60,9 @@ class DevicePart(_Resident):
 
     def __init__(self, bname, eclass, op, offsets, children, n_classes, _from=None):
         self.bname, self.offsets, self.n_classes = bname, offsets, n_classes
+        self._arity = None
         if _from is not None:
-            self.__dict__.update({k: getattr(_from, k) for k in self._DEVICE})
+            self.__dict__.update({k: getattr(_from, k) for k in self._DEVICE + ("_arity",)})
             return
         ops = self.ops()
 
@@ -78,6 +79,13 @@ class DevicePart(_Resident):
     @property
     def n_rows(self) -> int:
         return self.offsets.size - 1
+
+    @property
+    def arity(self) -> np.ndarray:
+        """Each row's child count (host; made once a partition, shared by the rounds')."""
+        if self._arity is None:
+            self._arity = np.diff(self.offsets)
+        return self._arity
 
 
 class DeviceRows(_Resident):
@@ -136,29 +144,28 @@ def send(p: DevicePart, delta, owners: int, first: bool) -> tuple:
     chc = ops.empty(max(nch, 1), np.int32)
     cls = ops.empty(max(n, 1), np.int32)
     ops.run(steps.canon_rows, n, [chc, cls, p.offsets_d, p.children, p.eclass, canon])
-    if owners == 1:
-        dest = ops.download(flags)[:n]
-        wanted = [dest != 0]
+    if owners == 1:  # the first round sends every row
+        chosen = [None] if first else [np.flatnonzero(ops.download(flags)[:n])]
     else:
         h = ops.empty(max(n, 1), np.uint64)
         ops.run(steps.row_hash, n, [h, p.op, p.offsets_d, chc])
         dest_d = ops.empty(max(n, 1), np.uint16)
         ops.run(steps.owner_of, n, [dest_d, flags, h, owners])
         dest = ops.download(dest_d)[:n]
-        wanted = [dest == o for o in range(owners)]
-    arity = np.diff(p.offsets)
+        by_owner = np.argsort(dest, kind="stable")  # a radix sort of 16-bit keys: rows ascending within each owner
+        cuts = np.searchsorted(dest[by_owner], np.arange(owners + 1))
+        chosen = [by_owner[cuts[o]:cuts[o + 1]] for o in range(owners)]
     out, sent = [], 0
-    for mine in wanted:
-        rows = np.flatnonzero(mine)
-        sent += rows.size
-        if rows.size == n:  # every row, as it is
+    for rows in chosen:
+        sent += n if rows is None else rows.size
+        if rows is None or rows.size == n:  # every row, as it is
             out.append(DeviceRows(p.bname, p.op, p.offsets, chc, cls, p.offsets_d))
             continue
         if not rows.size:
             out.append(_no_rows(p.bname))
             continue
         off = np.zeros(rows.size + 1, np.int64)
-        np.cumsum(arity[rows], out=off[1:])
+        np.cumsum(p.arity[rows], out=off[1:])
         off_d, m = ops.upload(off), rows.size
         b_op, b_cls, b_ch = ops.empty(m, np.int32), ops.empty(m, np.int32), ops.empty(max(int(off[-1]), 1), np.int32)
         ops.run(steps.gather_rows, m, [b_op, b_cls, b_ch, off_d, p.op, cls, chc, p.offsets_d,
@@ -173,43 +180,77 @@ def _no_rows(bname: str) -> DeviceRows:
 
 
 class DeviceKept(_Resident):
-    """An owner's kept signatures on its GPU: n distinct rows (op, offsets, children, class; class
-    canonical as of the round that made it) and the hash table of their signatures."""
+    """An owner's kept signatures on its GPU: n stored rows (op, offsets, children, class) and the
+    hash table of their signatures. `live` of the rows hold a slot (distinct signatures, classes
+    canonical as of the round that made it); the others were received equal to one of them and
+    are left in place until they outweigh the live ones (`GARBAGE`), then dropped at once."""
 
     _DEVICE = ("op", "offsets", "children", "eclass", "table")
 
-    def __init__(self, bname, op=None, offsets=None, children=None, eclass=None, table=None, n=0, nch=0):
-        self.bname, self.n, self.nch = bname, n, nch
+    def __init__(self, bname, op=None, offsets=None, children=None, eclass=None, table=None, n=0, nch=0, live=0):
+        self.bname, self.n, self.nch, self.live = bname, n, nch, live
         if op is None:
             z = np.zeros(1, np.int32)
             op, offsets, children, eclass, table = z, np.zeros(1, np.int64), z, z, np.full(16, -1, np.int32)
         self.op, self.offsets, self.children, self.eclass, self.table = op, offsets, children, eclass, table
 
 
+GARBAGE = 0.5  # stored rows that hold no slot, as a fraction of those that do, before they are dropped
+
+
 def _pow2(n: int) -> int:
     return 1 << max(4, int(n - 1).bit_length())
 
 
+def _compacted(ops, kept: DeviceKept, cls, size: int) -> DeviceKept:
+    """The live rows of `kept` (classes `cls`) alone, in order, with a new table of `size` slots."""
+    from . import steps
+
+    n = kept.n
+    live = ops.empty(max(n, 1), np.uint8)
+    ops.run(steps.mark_live, kept.table.size, [live, kept.table])
+    rows = np.flatnonzero(ops.download(live)[:n])
+    off = np.zeros(rows.size + 1, np.int64)
+    np.cumsum(np.diff(ops.download(kept.offsets)[:n + 1])[rows], out=off[1:])
+    k, kch = rows.size, int(off[-1])
+    op, ch, c2, off_d = ops.empty(max(k, 1), np.int32), ops.empty(max(kch, 1), np.int32), \
+        ops.empty(max(k, 1), np.int32), ops.upload(off)
+    ops.run(steps.take_row, k, [op, off_d, ch, c2, kept.op, kept.offsets, kept.children, cls, ops.upload(rows), 0])
+    table = ops.empty(size, np.int32)
+    ops.run(steps.set_to, size, [table, np.int32(steps.EMPTY)])
+    ops.run(steps.insert_row, k, [ops.empty(max(k, 1), np.int64), table, op, off_d, ch, 0])
+    return DeviceKept(kept.bname, op, off_d, ch, c2, table, k, kch, k)
+
+
 def match(kept: DeviceKept, delta, *incoming) -> tuple:
     """`egraph._match` on the owner's GPU: (the signatures kept after this round, (k, 2) int64 class
-    pairs to merge, unique rows)."""
+    pairs to merge, unique rows). Only counts and the pairs come to the host."""
     from . import steps
 
     ops = kept.ops()
     ids, roots = delta
-    n, nch = kept.n, kept.nch
+    n = kept.n
     cls = ops.empty(max(n, 1), np.int32)
     ops.run(steps.put, n, [cls, kept.eclass, 0])
     if ids.size and n:
         ops.run(steps.relabel_sorted, n, [cls, ops.upload(ids.astype(np.int32)), ops.upload(roots.astype(np.int32)),
                                           ids.size])
     batches = [b for b in incoming if b.n_rows]
+    m = sum(b.n_rows for b in batches)
+    size = max(kept.table.size, _pow2(2 * (kept.live + m) + 2))  # at most half full after the round
+    if size > kept.table.size or n - kept.live > GARBAGE * max(kept.live, 1):
+        kept = _compacted(ops, kept, cls, size)
+        n, cls = kept.n, kept.eclass
+        table = kept.table
+    elif batches:
+        table = ops.empty(size, np.int32)
+        ops.run(steps.put, size, [table, kept.table, 0])
     if not batches:
-        return DeviceKept(kept.bname, kept.op, kept.offsets, kept.children, cls, kept.table, n, nch), \
+        return DeviceKept(kept.bname, kept.op, kept.offsets, kept.children, cls, kept.table, n, kept.nch, kept.live), \
             np.zeros((0, 2), np.int64)
     for b in batches:
         b.ops()
-    m = sum(b.n_rows for b in batches)
+    nch = kept.nch
     mch = sum(int(b.offsets[-1]) for b in batches)
     op, off = ops.empty(n + m, np.int32), ops.empty(n + m + 1, np.int64)
     ch, c2 = ops.empty(max(nch + mch, 1), np.int32), ops.empty(n + m, np.int32)
@@ -217,59 +258,26 @@ def match(kept: DeviceKept, delta, *incoming) -> tuple:
     ops.run(steps.put, n + 1, [off, kept.offsets, 0])
     ops.run(steps.put, nch, [ch, kept.children, 0])
     ops.run(steps.put, n, [c2, cls, 0])
-    row, at, host_off = n, nch, [np.zeros(1, np.int64)]
+    row, at = n, nch
     for b in batches:
         k, kc = b.n_rows, int(b.offsets[-1])
         ops.run(steps.put, k, [op, b.op, row])
         ops.run(steps.put_offsets, k + 1, [off, b.device_offsets(ops), row, at])
         ops.run(steps.put, kc, [ch, b.children, at])
         ops.run(steps.put, k, [c2, b.eclass, row])
-        host_off.append(b.offsets[1:] + (at - nch))
         row, at = row + k, at + kc
-    staged_off = np.concatenate(host_off)  # the received rows' offsets, from 0
-    table = kept.table
-    size = _pow2(2 * (n + m) + 2)
-    if table.size >= size:
-        new = ops.empty(table.size, np.int32)
-        ops.run(steps.put, table.size, [new, table, 0])
-    else:  # a larger table: the kept rows (distinct) inserted again
-        new = ops.empty(size, np.int32)
-        ops.run(steps.set_to, size, [new, np.int32(steps.EMPTY)])
-        if n:
-            ops.run(steps.insert_row, n, [ops.empty(n, np.int64), new, op, off, ch, 0])
-    table = new
     slot = ops.empty(m, np.int64)
     ops.run(steps.insert_row, m, [slot, table, op, off, ch, n])
     low = ops.empty(table.size, np.int32)
     ops.run(steps.low_first, m, [low, slot, table, c2])
     ops.run(steps.low_min, m, [low, slot, c2, n])
-    pairs, count = ops.empty(4 * m, np.int32), ops.empty(1, np.int64)
+    pairs, count = ops.empty(4 * m, np.int32), ops.empty(2, np.int64)
     ops.run(steps.settle, m, [pairs, count, low, slot, table, c2, n])
-    flags = ops.empty(m, np.uint8)
-    ops.run(steps.holds_slot, m, [flags, slot, table, n])
-    found = int(ops.download(count)[0])
+    ops.run(steps.count_held, m, [count, slot, table, n])
+    found, fresh = (int(x) for x in ops.download(count))
     if found > 2 * m:
         raise DispatchError(f"an owner found {found} class pairs for {m} rows (at most 2 a row). Fix: none on "
                             "your side; this is a defect, please report it.")
-    got = ops.download(pairs)[:2 * found].astype(np.int64).reshape(-1, 2)
-    held = ops.download(flags)[:m] != 0
-    fresh = np.flatnonzero(held)
-    if fresh.size == m:  # every row received is a new signature: the staged arrays are the kept ones
-        out = DeviceKept(kept.bname, op, off, ch, c2, table, n + m, nch + mch)
-    else:
-        arity = np.diff(staged_off)[fresh]
-        tail = np.zeros(fresh.size, np.int64)
-        np.cumsum(arity, out=tail)
-        k = fresh.size
-        op2, off2 = ops.empty(n + k, np.int32), ops.empty(n + k + 1, np.int64)
-        ch2, c3 = ops.empty(max(nch + int(tail[-1] if k else 0), 1), np.int32), ops.empty(max(n + k, 1), np.int32)
-        ops.run(steps.put, n + 1, [off2, off, 0])
-        ops.run(steps.put, k, [off2, ops.upload(tail + nch), n + 1])
-        ops.run(steps.put, n, [op2, op, 0])
-        ops.run(steps.put, nch, [ch2, ch, 0])
-        ops.run(steps.put, n, [c3, c2, 0])
-        where = ops.upload(fresh)
-        ops.run(steps.take_row, k, [op2, off2, ch2, c3, op, off, ch, c2, where, n])
-        ops.run(steps.renumber, k, [table, slot, where, n])
-        out = DeviceKept(kept.bname, op2, off2, ch2, c3, table, n + k, nch + int(tail[-1] if k else 0))
+    got = ops.download(pairs[:max(2 * found, 1)])[:2 * found].astype(np.int64).reshape(-1, 2)
+    out = DeviceKept(kept.bname, op, off, ch, c2, table, n + m, nch + mch, kept.live + fresh)
     return out, unique_rows(got) if got.size else np.zeros((0, 2), np.int64)

@@ -228,16 +228,18 @@ def settle(i, pairs, count, low, slot, table, cls, base):
     return 0
 
 
-def holds_slot(i, flags, slot, table, base):
-    """flags[i] = 1 if row base + i holds its signature's slot (a new signature)."""
-    flags[i] = 1 if table[slot[i]] == base + i else 0
+def count_held(i, count, slot, table, base):
+    """count[1] += 1 if row base + i holds its signature's slot (a new signature)."""
+    if table[slot[i]] == base + i:
+        cuda.atomic.add(count, 1, 1)
     return 0
 
 
-def renumber(j, table, slot, kept, base):
-    """The slot of the j-th new signature (row base + kept[j] before the others were dropped) now
-    names row base + j."""
-    table[slot[kept[j]]] = base + j
+def mark_live(s, live, table):
+    """live[e] = 1 for the row e that holds slot s, if any."""
+    e = table[s]
+    if e >= 0:
+        live[e] = 1
     return 0
 
 

@@ -250,6 +250,7 @@ def test_an_egraph_whose_eclass_is_a_tuple_of_ids_is_one_egraph_not_partitions(c
                                   backend="reference"), "children"),
     (lambda c: congruence_closure("graph", client=c, backend="reference"), "list of"),
     (lambda c: congruence_closure([], client=c, backend="reference"), "at least one"),
+    (lambda c: congruence_closure([chain_pair(1)] * 257, client=c, backend="reference"), "concatenate partitions"),
     (lambda c: congruence_closure(chain_pair(2), client=c, backend="reference", max_rounds=0), "positive int"),
     (lambda c: connected_components(np.array([0, 0]), np.zeros(0, np.int32)), "Client("),
     (lambda c: congruence_closure(chain_pair(2), [(0, 1)]), "Client("),

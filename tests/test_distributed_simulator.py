@@ -120,10 +120,21 @@ EGRAPH_SCRIPT = textwrap.dedent('''
         print("ok egraph", i)
     assert seen.all(), seen  # the table grew, rows equal to held ones came, stored rows were compacted
     print("ok egraph paths", seen)
+    g = random_egraph(rng, 40)
+    for name, value, words in (("MAX_ROWS", 20, "more partitions"), ("_pow2", lambda n: 16, "found no slot")):
+        saved = getattr(dd, name)
+        setattr(dd, name, value)  # an owner past the row limit; a table too small (what sizing rules out)
+        try:
+            distributed_lockstep(de._partitions(g, 1, 1), [])
+            raise AssertionError(name + " was not refused")
+        except Exception as e:
+            assert type(e).__name__ == "DispatchError" and words in str(e) and "Fix:" in str(e), e
+        setattr(dd, name, saved)
+        print("ok egraph refuses", name)
 ''')
 
 
 def test_distributed_egraph_device_phases_under_the_cuda_simulator():
     out = run_script(EGRAPH_SCRIPT, 900)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.count("ok egraph") == 8
+    assert out.stdout.count("ok egraph") == 10

@@ -12,7 +12,9 @@ RNG = np.random.default_rng(7)
 
 @pytest.mark.parametrize("a", [np.zeros(0, np.int64), np.array([5], np.int32), RNG.integers(-5, 5, 100),
                                RNG.integers(0, 2**40, 1000, dtype=np.uint64), RNG.integers(0, 1 << 24, 200_000),
-                               np.arange(10_000)[::-1].copy(), RNG.integers(0, 3, (40, 5))])
+                               np.arange(10_000)[::-1].copy(), RNG.integers(0, 3, (40, 5)),
+                               np.array([-100, 100, 45, -10], np.int8), np.array([True, False, True]),
+                               np.array([False, True, True]), np.array([70, 3, 70], np.uint8)])
 def test_unique_is_numpys(a):
     got = unique(a)
     assert got.dtype == a.dtype and np.array_equal(got, np.unique(a))

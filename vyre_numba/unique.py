@@ -40,11 +40,11 @@ def count_distinct(a: np.ndarray) -> int:
     """How many distinct values `a` holds (by marks where integers span little more than their
     count: one pass, no sort)."""
     a = _integers(a, "count_distinct").reshape(-1)
-    if a.size and a.dtype != np.uint64:
+    if a.size and a.dtype.kind in "iu" and a.dtype != np.uint64:
         lo, hi = int(a.min()), int(a.max())
         if hi - lo <= 8 * a.size + 1024:
             seen = np.zeros(hi - lo + 1, bool)
-            seen[a - lo if lo else a] = True
+            seen[np.subtract(a, lo, dtype=np.int64) if lo else a] = True  # int64: a narrow type would wrap
             return int(np.count_nonzero(seen))
     return int(unique(a).size)
 

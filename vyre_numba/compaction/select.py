@@ -116,7 +116,8 @@ class Selector:
         self._ctl = cuda.to_device(np.zeros(4, np.int64), stream=self.stream)  # [-, -, kept count, scan ticket]
         self._tiles = 0
         self._launches: dict = {}  # kernel -> NumbaLaunch on this stream
-        self._relaunches: dict = {}  # (kernel, use, source type) -> its last launch, for `fused_at` and `enqueue_at`
+        self._relaunches: dict = {}  # (kernel, use, source type) -> its last launch, for `enqueue_at` (and with
+        # its resident blocks, for `fused_at`)
         self._grow(1024)
         self._bar = cuda.to_device(np.zeros(4, np.int64), stream=self.stream)  # see kernels.grid_wait
         self._arrived = 0  # the barrier's arrival count after every launch so far
@@ -242,17 +243,19 @@ class Selector:
             return None
         kernel = _kernels().fused_kernel(flag_of, *_emit_of(word, words), by_bytes=by_bytes)
         key = (kernel, 0, np.dtype(src_type).str)
-        again = self._relaunches.get(key)
-        fit = self._resident.get((kernel, (np.dtype(src_type).str, 1, True)), 1)  # as `fused` keeps a RawArray's
-        blocks = max(1, min(fit, -(-n // TILE), FUSED_BLOCKS or n))
-        if again is None or self._sums.shape[0] < blocks:
-            kept = self.fused(flag_of, RawArray(src, (n,), src_type), n, _raw(words, n, word),
-                              RawArray(out, (n,), word), RawArray(src, (n // 8,), np.uint64) if by_bytes else None)
+        known = self._relaunches.get(key)  # (the launch, the resident blocks `fused` found for it)
+        blocks = max(1, min(known[1] if known else 1, -(-n // TILE), FUSED_BLOCKS or n))
+        if known is None or self._sums.shape[0] < blocks:
+            raw = RawArray(src, (n,), src_type)
+            kept = self.fused(flag_of, raw, n, _raw(words, n, word), RawArray(out, (n,), word),
+                              RawArray(src, (n // 8,), np.uint64) if by_bytes else None)
             if meanwhile is not None:
                 meanwhile()
             if kept is not None:
-                self._relaunches[key] = self._launch(kernel, cooperative=COOPERATIVE).detached()
+                self._relaunches[key] = (self._launch(kernel, cooperative=COOPERATIVE).detached(),
+                                         self._resident.get((kernel, overload_kind(raw)), 1))
             return kept
+        again = known[0]
         again.array(0, src, n)
         again.array(1, src, n // 8 if by_bytes else n)
         again.scalar(2, n)

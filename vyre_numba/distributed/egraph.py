@@ -257,6 +257,10 @@ def _partitions(egraph_partitions, partitions, k_workers: int) -> list[tuple]:
                 for lo, hi in zip(cuts[:-1].tolist(), cuts[1:].tolist())]
     if not parts:
         raise DispatchError("no partitions were given. Fix: pass at least one (possibly empty) partition.")
+    if len(parts) > cluster.MAX_PARTITIONS:
+        raise DispatchError(f"{len(parts)} partitions would exchange {len(parts)}*{len(parts)} messages a round (at "
+                            f"most {cluster.MAX_PARTITIONS} partitions). Fix: concatenate partitions; one per worker "
+                            "is what the algorithm is built for.")
     out = []
     for i, t in enumerate(parts):
         if not (isinstance(t, (tuple, list)) and len(t) == 4):

@@ -11,8 +11,9 @@ pairs that makes, and keeps only the rows that took a slot.
 Invariants: the table is at most half full, so a probe always ends; equal signatures hash alike
 and claim only empty slots, so rows inserted at once meet at one slot; the rows kept are distinct
 signatures; nothing of a round's input is written (a round makes a new partition and a new table),
-so Dask may rerun any round's task. Pairs and counts, and the rows' host offsets, are all that
-cross to the host on an owner; a batch received from another worker crosses as host arrays."""
+so Dask may rerun any round's task. On an owner only counts and the pairs cross to the host in a
+round (and a mark and an offset a row when it drops rows: rarely); a sender downloads each row's
+owner; a batch for an owner on another worker travels as host arrays."""
 from __future__ import annotations
 
 import numpy as np
@@ -196,6 +197,7 @@ class DeviceKept(_Resident):
 
 
 GARBAGE = 0.5  # stored rows that hold no slot, as a fraction of those that do, before they are dropped
+MAX_ROWS = 2**30  # rows an owner stores (int32 row ids; its table has twice as many slots as it holds)
 
 
 def _pow2(n: int) -> int:
@@ -237,6 +239,10 @@ def match(kept: DeviceKept, delta, *incoming) -> tuple:
                                           ids.size])
     batches = [b for b in incoming if b.n_rows]
     m = sum(b.n_rows for b in batches)
+    if n + m > MAX_ROWS:
+        raise DispatchError(f"an owner would store {n + m} e-nodes; row ids are int32 on the device (at most "
+                            f"{MAX_ROWS}). Fix: spread the e-graph over more partitions (partitions=...), one "
+                            "owner each.")
     size = max(kept.table.size, _pow2(2 * (kept.live + m) + 2))  # at most half full after the round
     if size > kept.table.size or n - kept.live > GARBAGE * max(kept.live, 1):
         kept = _compacted(ops, kept, cls, size)
@@ -271,13 +277,14 @@ def match(kept: DeviceKept, delta, *incoming) -> tuple:
     low = ops.empty(table.size, np.int32)
     ops.run(steps.low_first, m, [low, slot, table, c2])
     ops.run(steps.low_min, m, [low, slot, c2, n])
-    pairs, count = ops.empty(4 * m, np.int32), ops.empty(2, np.int64)
+    pairs, count = ops.empty(4 * m, np.int32), ops.empty(3, np.int64)
     ops.run(steps.settle, m, [pairs, count, low, slot, table, c2, n])
     ops.run(steps.count_held, m, [count, slot, table, n])
-    found, fresh = (int(x) for x in ops.download(count))
-    if found > 2 * m:
-        raise DispatchError(f"an owner found {found} class pairs for {m} rows (at most 2 a row). Fix: none on "
-                            "your side; this is a defect, please report it.")
+    found, fresh, lost = (int(x) for x in ops.download(count))
+    if found > 2 * m or lost:
+        raise DispatchError(f"an owner found {found} class pairs for {m} rows (at most 2 a row) and {lost} rows "
+                            f"found no slot in a table of {table.size}. Fix: none on your side; this is a defect, "
+                            "please report it.")
     got = ops.download(pairs[:max(2 * found, 1)])[:2 * found].astype(np.int64).reshape(-1, 2)
     out = DeviceKept(kept.bname, op, off, ch, c2, table, n + m, nch + mch, kept.live + fresh)
     return out, unique_rows(got) if got.size else np.zeros((0, 2), np.int64)

@@ -196,13 +196,15 @@ def insert_row(i, slot, table, op, off, ch, base):
 def low_first(i, low, slot, table, cls):
     """low[s] = the class of the row holding slot s, for the slot of row i's signature."""
     s = slot[i]
-    low[s] = cls[table[s]]
+    if s >= 0:
+        low[s] = cls[table[s]]
     return 0
 
 
 def low_min(i, low, slot, cls, base):
     """low[s] = min(low[s], class of row base + i), s its signature's slot."""
-    cuda.atomic.min(low, slot[i], cls[base + i])
+    if slot[i] >= 0:
+        cuda.atomic.min(low, slot[i], cls[base + i])
     return 0
 
 
@@ -212,6 +214,8 @@ def settle(i, pairs, count, low, slot, table, cls, base):
     group reports the pair the old class makes)."""
     r = base + i
     s = slot[i]
+    if s < 0:
+        return 0
     e = table[s]
     lo = low[s]
     if e != r and cls[r] != lo:
@@ -229,8 +233,12 @@ def settle(i, pairs, count, low, slot, table, cls, base):
 
 
 def count_held(i, count, slot, table, base):
-    """count[1] += 1 if row base + i holds its signature's slot (a new signature)."""
-    if table[slot[i]] == base + i:
+    """count[1] += 1 if row base + i holds its signature's slot (a new signature); count[2] += 1
+    if it found no slot (the table's sizing rules it out; the host checks)."""
+    s = slot[i]
+    if s < 0:
+        cuda.atomic.add(count, 2, 1)
+    elif table[s] == base + i:
         cuda.atomic.add(count, 1, 1)
     return 0
 

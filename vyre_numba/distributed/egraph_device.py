@@ -217,7 +217,8 @@ def _compacted(ops, kept: DeviceKept, cls, size: int) -> DeviceKept:
     k, kch = rows.size, int(off[-1])
     op, ch, c2, off_d = ops.empty(max(k, 1), np.int32), ops.empty(max(kch, 1), np.int32), \
         ops.empty(max(k, 1), np.int32), ops.upload(off)
-    ops.run(steps.take_row, k, [op, off_d, ch, c2, kept.op, kept.offsets, kept.children, cls, ops.upload(rows), 0])
+    ops.run(steps.gather_rows, k, [op, c2, ch, off_d, kept.op, cls, kept.children, kept.offsets,
+                                   ops.upload(rows.astype(np.int32))])
     table = ops.empty(size, np.int32)
     ops.run(steps.set_to, size, [table, np.int32(steps.EMPTY)])
     ops.run(steps.insert_row, k, [ops.empty(max(k, 1), np.int64), table, op, off_d, ch, 0])

@@ -257,20 +257,6 @@ def set_to(i, a, v):
     return 0
 
 
-def take_row(j, op2, off2, ch2, cls2, op, off, ch, cls, where, base):
-    """Row base + where[j] (op, class, children) copied to row base + j of the compacted rows,
-    whose offsets off2 are already written."""
-    r = base + where[j]
-    t = base + j
-    op2[t] = op[r]
-    cls2[t] = cls[r]
-    a = off[r]
-    b = off2[t]
-    for k in range(off[r + 1] - a):
-        ch2[b + k] = ch[a + k]
-    return 0
-
-
 def gather_rows(i, op2, cls2, ch2, off2, op, cls, ch, off, rows):
     """Row rows[i] (op, class, children) copied to row i of a batch whose offsets off2 are written."""
     r = rows[i]

@@ -52,8 +52,8 @@ class _Resident:
 
 
 class DevicePart(_Resident):
-    """A partition resident on its worker's GPU: rows, the canonical map and a scratch table on
-    the device, the offsets also on the host (they never change). A round makes a new one with a
+    """A partition resident on its worker's GPU: rows and the canonical map on the device, the
+    offsets also on the host (they never change). A round makes a new one with a
     new map (the rows are shared), so Dask may rerun any round's task. Moved to another worker, it
     travels as host arrays and is uploaded again there."""
 
@@ -114,6 +114,19 @@ class DeviceRows(_Resident):
         return self.offsets.size - 1
 
 
+def _through(ops, classes, n: int, delta):
+    """A new device array of the first n class ids of `classes`, each through the delta (ids -> roots,
+    ids ascending)."""
+    from . import steps
+
+    out = ops.empty(max(n, 1), np.int32)
+    ops.run(steps.put, n, [out, classes, 0])
+    if delta[0].size and n:
+        ops.run(steps.relabel_sorted, n, [out, ops.upload(delta[0].astype(np.int32)),
+                                          ops.upload(delta[1].astype(np.int32)), delta[0].size])
+    return out
+
+
 def send(p: DevicePart, delta, owners: int, first: bool) -> tuple:
     """(the partition with the delta applied, the rows each owner receives, rows sent): the delta
     applied to the map, the rows whose children moved found, canonicalised and hashed, and split by
@@ -122,23 +135,15 @@ def send(p: DevicePart, delta, owners: int, first: bool) -> tuple:
     from . import steps
 
     ops = p.ops()
-    ids, roots = delta
-    canon = p.canon
+    moved = delta[0].size
     n, nc, nch = p.n_rows, p.n_classes, int(p.offsets[-1])
-    if ids.size:
-        from ..graph import steps as graph_steps
-
-        table = ops.empty(max(nc, 1), np.int32)
-        ops.run(graph_steps.init, nc, [table])
-        ops.run(steps.assign, ids.size, [table, ops.upload(ids.astype(np.int32)), ops.upload(roots.astype(np.int32))])
-        canon = ops.empty(max(nc, 1), np.int32)
-        ops.run(steps.gather_map, nc, [canon, table, p.canon])
+    canon = _through(ops, p.canon, nc, delta) if moved else p.canon
     q = DevicePart(p.bname, None, None, p.offsets, None, nc, _from=p)
     q.canon = canon
     flags = ops.empty(max(n, 1), np.uint8)
     if first:
         ops.run(steps.fill_one, n, [flags])
-    elif ids.size:
+    elif moved:
         ops.run(steps.dirty_rows, n, [flags, p.offsets_d, p.children, p.canon, canon])
     else:
         return q, [_no_rows(p.bname)] * owners, 0
@@ -231,13 +236,8 @@ def match(kept: DeviceKept, delta, *incoming) -> tuple:
     from . import steps
 
     ops = kept.ops()
-    ids, roots = delta
     n = kept.n
-    cls = ops.empty(max(n, 1), np.int32)
-    ops.run(steps.put, n, [cls, kept.eclass, 0])
-    if ids.size and n:
-        ops.run(steps.relabel_sorted, n, [cls, ops.upload(ids.astype(np.int32)), ops.upload(roots.astype(np.int32)),
-                                          ids.size])
+    cls = _through(ops, kept.eclass, n, delta)
     batches = [b for b in incoming if b.n_rows]
     m = sum(b.n_rows for b in batches)
     if n + m > MAX_ROWS:

@@ -89,12 +89,6 @@ def assign_pairs(i, table, pairs):
     return 0
 
 
-def assign(i, table, ids, values):
-    """table[ids[i]] = values[i]."""
-    table[ids[i]] = values[i]
-    return 0
-
-
 def relabel(i, out, table, labels, lo):
     """out[i] = table[labels[lo + i]]: an owned vertex's final label through its local one."""
     out[i] = table[labels[lo + i]]
@@ -104,12 +98,6 @@ def relabel(i, out, table, labels, lo):
 def fill_one(i, a):
     """a[i] = 1."""
     a[i] = 1
-    return 0
-
-
-def gather_map(c, new, table, old):
-    """new[c] = table[old[c]]: a class's root through this round's merges."""
-    new[c] = table[old[c]]
     return 0
 
 

@@ -99,12 +99,20 @@ def workload_rows(N: int):
     return np.arange(N, dtype=np.int64), op, offsets, children, np.stack([w["ua"], w["ub"]], 1)
 
 
+def same_delta(host: tuple, device: tuple, r: int) -> None:
+    """The device mapping's delta (int32) names the host delta's ids and roots, in order."""
+    for h, d in zip(host, device):
+        assert d.dtype == np.int32 and np.array_equal(h, d), (r, host, device)
+
+
 def distributed_lockstep(parts, unions, moved: bool = False) -> tuple:
     """The distributed closure's rounds without Dask, host (NumPy) and device partitions and owners
     side by side, checked every round: the same rows sent, the same pairs found by each owner, as
     many signatures held as the host keeps, each in the owner's table once. `moved`: every
     owner's table and every batch for another partition's owner pickled and unpickled between
-    steps, as Dask moves them between workers. Returns (host classes, device classes, counts of
+    steps, as Dask moves them between workers. The device side joins its owners' pairs with its own
+    mapping (`egraph_device.forest` and `advance`), whose delta must equal the host's every round.
+    Returns (host classes, device classes, counts of
     owner rounds in which the table grew, rows equal to held ones were received, and the rows
     stored were compacted)."""
     import pickle
@@ -121,10 +129,12 @@ def distributed_lockstep(parts, unions, moved: bool = False) -> tuple:
     dp = [dd.DevicePart("cuda", *p, nc) for p in parts]
     hk, dk = [de._no_kept()] * k, [dd.DeviceKept("cuda")] * k
     mapping = union(np.asarray(unions, np.int64).reshape(-1, 2))
+    dmap, ddelta = dd.advance(dd.DeviceMapping("cuda", nc), np.asarray(unions, np.int64).reshape(-1, 2))
+    same_delta(mapping, ddelta, -1)
     delta, r, grown, dropped, compacted = mapping, 0, 0, 0, 0
     while True:
         ho = [de._send(e, delta, k, r == 0) for e in hp]
-        do = [de._send(e, delta, k, r == 0) for e in dp]
+        do = [de._send(e, ddelta, k, r == 0) for e in dp]
         hp, dp = [o[0] for o in ho], [o[0] for o in do]
         assert [o[2] for o in ho] == [o[2] for o in do], (r, [o[2] for o in ho], [o[2] for o in do])
         hm, dm = [], []
@@ -133,7 +143,7 @@ def distributed_lockstep(parts, unions, moved: bool = False) -> tuple:
             received = sum(b.n_rows for b in got)
             assert sum(x[1][o][0].size for x in ho) == received, (r, o)
             hm.append(de._match(hk[o], delta, *[x[1][o] for x in ho]))
-            dm.append(de._match(travel(dk[o]), delta, *got))
+            dm.append(de._match(travel(dk[o]), ddelta, *got))
             new = dm[o][0]
             assert np.array_equal(hm[o][1], dm[o][1]), (r, o, hm[o][1], dm[o][1])
             assert hm[o][0][0].size == new.live, (r, o, hm[o][0][0].size, new.live)
@@ -145,6 +155,8 @@ def distributed_lockstep(parts, unions, moved: bool = False) -> tuple:
             compacted += new.n < dk[o].n + received
         hk, dk = [x[0] for x in hm], [x[0] for x in dm]
         mapping, delta = advance(mapping, *[_forest(x[1]) for x in hm])
+        dmap, ddelta = dd.advance(travel(dmap), *[travel(dd.forest("cuda", nc, x[1])) for x in dm])
+        same_delta(delta, ddelta, r)
         r += 1
         if delta[0].size == 0:
             host = np.concatenate([de._classes(e) for e in hp])

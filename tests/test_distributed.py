@@ -173,6 +173,54 @@ def test_closure_of_given_partitions_with_an_empty_one(client):
                           want.eclass)
 
 
+def _cut(g, bounds):
+    """The rows [bounds[i], bounds[i+1]) of the e-graph g, as one partition each."""
+    out = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        off = g[2][lo:hi + 1] - g[2][lo]
+        out.append((g[0][lo:hi], g[1][lo:hi], off, g[3][g[2][lo]:g[2][hi]]))
+    return out
+
+
+def test_closure_of_partitions_already_on_the_workers_equals_the_single_process_closure(client):
+    import dask
+
+    rng = np.random.default_rng(5)
+    workers = sorted(client.scheduler_info()["workers"])
+    for trial in range(4):
+        g = random_egraph(rng, int(rng.integers(20, 200)))
+        u = rng.integers(0, g[0].max() + 1, (3, 2))
+        want = closure_one(EGraph.from_arrays(*g, backend="reference"), u)
+        n = g[1].size
+        parts = _cut(g, [0, n // 3, n // 3, n])  # one partition empty
+        futs = [client.scatter([p], workers=[workers[i % len(workers)]])[0] for i, p in enumerate(parts)]
+        mixed = [futs[0], parts[1], dask.delayed(tuple)(parts[2])]  # a future, host rows, a delayed
+        for given in (futs, mixed):
+            got = congruence_closure(given, u, client=client, backend="reference")
+            assert np.array_equal(got.eclass, want.eclass), trial
+            assert (got.merged, got.classes_before, got.classes_after, got.converged) == \
+                   (want.merged, want.classes_before, want.classes_after, True), trial
+        left = congruence_closure(futs, u, client=client, backend="reference", gather=False)
+        assert isinstance(left.eclass, da.Array) and left.eclass.chunks == ((n // 3, n - n // 3),)  # the empty one dropped
+        assert np.array_equal(left.eclass.compute(), want.eclass), trial
+        assert (left.classes_before, left.classes_after) == (want.classes_before, want.classes_after)
+    held = client.scatter([parts[0]], workers=[workers[1]], hash=False)[0]
+    assert congruence_closure([held], client=client, backend="reference").eclass.size == parts[0][0].size
+    assert client.who_has([held])[held.key] == (workers[1],)  # the rows stayed where they were
+
+
+def test_bad_partitions_on_the_workers_raise_vyre_errors_with_a_fix(client):
+    g = chain_pair(3)
+    bad = client.scatter([(g[0][:2], g[1], g[2], g[3]), "rows", (g[0], g[1], g[2], g[3] + 100)])
+    for given, fix in ((bad[:1], "equal length"), (bad[1:2], "(eclass, op, children_offsets, children)"),
+                       (bad[2:], "children are e-class ids")):
+        with pytest.raises(VyreError) as e:
+            congruence_closure(given, client=client, backend="reference")
+        assert fix in str(e.value) and "Fix:" in str(e.value), str(e.value)
+    with pytest.raises(VyreError, match="Fix:"):
+        congruence_closure(client.scatter([g]), client=client, backend="reference", gather="no")
+
+
 def test_max_rounds_reports_no_convergence(client):
     got = congruence_closure(chain_pair(10), [(0, 1)], client=client, backend="reference", max_rounds=2)
     assert got.rounds == 2 and not got.converged

@@ -467,9 +467,9 @@ def connected_components(indptr=None, indices=None, *, client=None, edges=None, 
                                     extra={"owned_ranges": ranges})
 
 
-def _left_on_workers(finals: list, ranges: list):
-    """The finals' labels as one Dask array over the workers' results (waited for: a worker's
-    error is raised here, at the call)."""
+def _left_on_workers(finals: list, ranges: list, dtype=np.int32):
+    """The finals' results (one 1-D array of `dtype` each, hi - lo long for its (lo, hi) of `ranges`)
+    as one Dask array over the workers (waited for: a worker's error is raised here, at the call)."""
     import dask
     import dask.array as da
 
@@ -478,8 +478,8 @@ def _left_on_workers(finals: list, ranges: list):
         if f.status == "error":
             f.result()  # raises the worker's exception
     if not finals:
-        return da.zeros(0, dtype=np.int32, chunks=1)
-    return da.concatenate([da.from_delayed(dask.delayed(f), shape=(hi - lo,), dtype=np.int32)
+        return da.zeros(0, dtype=dtype, chunks=1)
+    return da.concatenate([da.from_delayed(dask.delayed(f), shape=(hi - lo,), dtype=dtype)
                            for f, (lo, hi) in zip(finals, ranges)])
 
 

@@ -36,8 +36,8 @@ from ..egraph.signature import signature_hash, signature_heads
 from ..errors import DispatchError, host_memory
 from ..unique import count_distinct, inserted, unique, unique_rows
 from . import cluster
-from .egraph_device import DeviceKept, DevicePart
-from .unionfind import _forest, advance, merge, roots_of
+from .egraph_device import DeviceKept, DeviceMapping, DevicePart
+from .unionfind import _forest, advance, roots_of
 
 _EMPTY_ROWS = (np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
                np.zeros(0, np.uint64))
@@ -67,11 +67,12 @@ def _shipped(part: tuple) -> tuple:
     return eclass.astype(np.int32), op.astype(np.int32), off.astype(narrow), ch.astype(np.int32)
 
 
-def _start(bname, eclass, op, offsets, children, n_classes: int):
-    """(Runs on a worker.) The partition, from the rows as shipped (`_shipped`): on a GPU worker
+def _start(bname, shipped: tuple, n_classes: int):
+    """(Runs on a worker.) The partition, from its rows as shipped (`_shipped`): on a GPU worker
     its rows and map go to the device."""
     from ..backend import resolve_backend
 
+    eclass, op, offsets, children = shipped
     be = resolve_backend(bname)
     offsets = offsets.astype(np.int64)
     if be.name == "cuda":
@@ -215,8 +216,46 @@ def _classes(p) -> np.ndarray:
     return p.canon[p.eclass]
 
 
-def _no_mapping() -> tuple:
+def _no_mapping(bname, n_classes: int):
+    """The mapping before any merge: on a GPU worker every id's root on the device
+    (`egraph_device.DeviceMapping`), else (ids, roots) of the ids under another (none)."""
+    from ..backend import resolve_backend
+
+    if resolve_backend(bname).name == "cuda":
+        return DeviceMapping("cuda", n_classes)
     return np.zeros(0, np.int64), np.zeros(0, np.int64)
+
+
+def _advance(mapping, *forests: np.ndarray) -> tuple:
+    """`unionfind.advance`, on the mapping's GPU where it lives there."""
+    if isinstance(mapping, DeviceMapping):
+        from .egraph_device import advance as on_device
+
+        return on_device(mapping, *forests)
+    return advance(mapping, *forests)
+
+
+def _forest_of(bname, n_classes: int, pairs: np.ndarray) -> np.ndarray:
+    """An owner's class pairs reduced to (id, smallest id of its set) rows, on its GPU if it has one."""
+    from ..backend import resolve_backend
+
+    if pairs.size and resolve_backend(bname).name == "cuda":
+        from .egraph_device import forest
+
+        return forest("cuda", n_classes, pairs)
+    return _forest(pairs)
+
+
+def _marks(classes: np.ndarray, n_classes: int) -> np.ndarray:
+    """The class ids among `classes`, as bits (n_classes of them, packed, lowest first)."""
+    seen = np.zeros(n_classes, bool)
+    seen[classes] = True
+    return np.packbits(seen, bitorder="little")
+
+
+def _distinct(*marks: np.ndarray) -> int:
+    """How many class ids any of the partitions' `_marks` holds."""
+    return int(np.bitwise_count(np.bitwise_or.reduce(marks)).sum()) if marks else 0
 
 
 def _pending_unions(g) -> np.ndarray:
@@ -261,16 +300,39 @@ def _partitions(egraph_partitions, partitions, k_workers: int) -> list[tuple]:
         raise DispatchError(f"{len(parts)} partitions would exchange {len(parts)}*{len(parts)} messages a round (at "
                             f"most {cluster.MAX_PARTITIONS} partitions). Fix: concatenate partitions; one per worker "
                             "is what the algorithm is built for.")
-    out = []
-    for i, t in enumerate(parts):
-        if not (isinstance(t, (tuple, list)) and len(t) == 4):
-            raise DispatchError(f"partition {i} is a {type(t).__name__}, not (eclass, op, children_offsets, children). "
-                                "Fix: pass one such tuple of host arrays per partition.")
-        eclass = _ints(t[0], f"partition {i} eclass", copy=False)
-        op, off, ch = _rows(t[1], t[2], t[3], None, f"partition {i}'s", copy=False)
-        _same_length(eclass, op, f"partition {i}")
-        out.append((eclass, op, off, ch))
-    return out
+    return [t if _is_lazy(t) else _checked(t, i) for i, t in enumerate(parts)]
+
+
+def _is_lazy(t) -> bool:
+    """Whether a partition is a Dask future or delayed object (its rows on the workers)."""
+    try:
+        from dask.delayed import Delayed
+        from distributed import Future
+    except ImportError:
+        return False
+    return isinstance(t, (Future, Delayed))
+
+
+def _checked(t, i: int) -> tuple:
+    """Partition i as checked host rows (eclass, op, children_offsets, children); on a worker for
+    one given as a future."""
+    if not (isinstance(t, (tuple, list)) and len(t) == 4):
+        raise DispatchError(f"partition {i} is a {type(t).__name__}, not (eclass, op, children_offsets, children). "
+                            "Fix: pass one such tuple of host arrays per partition (or a Dask future of one).")
+    eclass = _ints(t[0], f"partition {i} eclass", copy=False)
+    op, off, ch = _rows(t[1], t[2], t[3], None, f"partition {i}'s", copy=False)
+    _same_length(eclass, op, f"partition {i}")
+    return eclass, op, off, ch
+
+
+def _checked_on_worker(t, i: int) -> tuple:
+    """(Runs where a future's partition lives.) The partition checked, as shipped."""
+    return _shipped(_checked(t, i))
+
+
+def _extent(p: tuple) -> tuple[int, int, int]:
+    """(largest class id of a partition's rows, largest child id, rows), -1 where it has none."""
+    return int(p[0].max(initial=-1)), int(p[3].max(initial=-1)), int(p[0].size)
 
 
 def _ids(x) -> bool:
@@ -278,72 +340,85 @@ def _ids(x) -> bool:
     tuple of numbers."""
     if isinstance(x, (list, tuple)):
         return all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in x)
-    return True
+    return not _is_lazy(x)
 
 
 @host_memory("distributed congruence_closure")
 def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=None, partitions: int | None = None,
-                       max_rounds: int | None = None) -> ClosureResult:
+                       max_rounds: int | None = None, gather: bool = True) -> ClosureResult:
     """Congruence closure of an e-graph whose e-nodes are spread over a Dask cluster: the same
     `ClosureResult` as `vyre_numba.egraph.congruence_closure` on the whole e-graph (`eclass` aligned
     with the partitions' rows in order, each the smallest id of its class).
 
-    `egraph_partitions`: a list of (eclass, op, children_offsets, children) host-array tuples, one per
-    partition (class ids global; children name classes some partition's rows are in), or one such
-    tuple or an `EGraph`, cut into `partitions` row ranges (default: one per worker). `unions`: (k, 2)
-    class ids merged first. `backend` as for `connected_components`."""
+    `egraph_partitions`: a list of partitions, one per item: (eclass, op, children_offsets, children)
+    host arrays, or a Dask future (or delayed) of such a tuple, whose rows stay on the worker that
+    holds them and are checked there (class ids global; children name classes some partition's rows
+    are in); or one such host tuple or an `EGraph`, cut into `partitions` row ranges (default: one
+    per worker). `unions`: (k, 2) class ids merged first. `backend` as for `connected_components`.
+    `gather=False` leaves `eclass` on the workers: a Dask array, one chunk per partition, computed
+    (the call waits for it and raises what the workers raised) but not brought to the client."""
+    if not isinstance(gather, bool):
+        raise DispatchError(f"gather is {gather!r:.60}. Fix: pass True (classes as a NumPy array) or False (a Dask "
+                            "array left on the workers).")
     t0 = time.perf_counter()
     table = cluster.worker_table(client)
     workers = list(table)
     bname = cluster.backend_name(backend)
-    cluster.devices(client, table, bname)
+    asked = cluster.ask_devices(client, table, bname)  # answered while the partitions are placed
     if max_rounds is not None and (not isinstance(max_rounds, (int, np.integer)) or isinstance(max_rounds, bool)
                                    or max_rounds < 1):
         raise DispatchError(f"max_rounds is {max_rounds!r}. Fix: pass a positive int, or None to run to the fixed point.")
     max_rounds = None if max_rounds is None else int(max_rounds)
-    parts = _partitions(egraph_partitions, partitions, len(workers))
+    given = _partitions(egraph_partitions, partitions, len(workers))
+    k = len(given)
+    lazy = [i for i, t in enumerate(given) if _is_lazy(t)]
+    places = [workers[i % len(workers)] for i in range(k)]
+    if lazy:
+        dd = cluster.distributed()
+        futs = [given[i] if isinstance(given[i], dd.Future) else client.compute(given[i]) for i in lazy]
+        dd.wait(futs)
+        who = client.who_has(futs)
+        for i, f in zip(lazy, futs):
+            places[i] = (who.get(f.key) or [places[i]])[0]
+            given[i] = cluster.submit(client, _checked_on_worker, f, i, worker=places[i], name="eg-checked")
+    shipped = [t if i in lazy else _shipped(t) for i, t in enumerate(given)]
+    extents = [None if i in lazy else _extent(t) for i, t in enumerate(given)]
+    if lazy:
+        for i, e in zip(lazy, client.gather([cluster.submit(client, _extent, shipped[i], worker=places[i],
+                                                            name="eg-extent") for i in lazy])):
+            extents[i] = e
+    devices = cluster.checked_devices(asked)
     pending = _pending_unions(egraph_partitions)
-    top = max([-1] + [int(p[0].max(initial=-1)) for p in parts])
+    top = max([-1] + [e[0] for e in extents])
     if isinstance(egraph_partitions, EGraph):
         top = max(top, egraph_partitions.n_classes - 1)  # ids merged away name no row but stay valid
-    used = max([-1] + [int(p[3].max(initial=-1)) for p in parts])
+    used = max([-1] + [e[1] for e in extents])
     if used > top:
         raise DispatchError(f"a child refers to class {used}, but no e-node is in a class above {top}. "
                             "Fix: children are e-class ids of e-nodes in some partition.")
     n_classes = top + 1
-    if unions is not None:
-        try:
-            u = np.asarray(unions)
-        except (ValueError, TypeError) as e:  # ragged rows
-            raise DispatchError(f"unions is not a (k, 2) array ({e}). Fix: pass pairs of class ids, "
-                                "np.stack([a, b], axis=1).") from None
-        if u.shape == (0,):
-            unions = None
-        elif u.ndim != 2 or u.shape[1] != 2:
-            raise DispatchError(f"unions has shape {u.shape}; it is a (k, 2) array of class ids. "
-                                "Fix: np.stack([a, b], axis=1).")
-        elif u.shape[0] == 0:
-            unions = None
-        elif top < 0:
-            raise DispatchError("unions were given for an e-graph with no e-nodes (no class ids exist). "
-                                "Fix: add e-nodes, or pass unions=None.")
-        else:
-            unions = np.stack([_ints(u[:, 0], "unions[:, 0]", hi=top), _ints(u[:, 1], "unions[:, 1]", hi=top)], 1)
+    unions = _checked_unions(unions, top)
     if pending.size:
         unions = pending if unions is None else np.concatenate([pending, unions])
-    k = len(parts)
-    places = [workers[i % len(workers)] for i in range(k)]
-    eps = [cluster.submit(client, _start, bname, *_shipped(parts[i]), n_classes, worker=places[i], name="eg-partition")
+    eps = [cluster.submit(client, _start, bname, shipped[i], n_classes, worker=places[i], name="eg-partition")
            for i in range(k)]
     kept = [cluster.submit(client, _no_kept, bname, worker=places[i], name="eg-kept") for i in range(k)]
-    mapping = cluster.submit(client, _no_mapping, worker=places[0], name="eg-mapping")
+    home = places[0] if k else None
+    mapping = cluster.submit(client, _no_mapping, bname, n_classes, worker=home, name="eg-mapping")
+    delta = np.zeros(0, np.int64), np.zeros(0, np.int64)
     if unions is not None:
-        mapping, _ = merge(client, [cluster.submit(client, np.asarray, unions, worker=places[0], name="eg-unions")],
-                           places[:1], name="eg-unions")
-    delta = mapping
+        step = cluster.submit(client, _advance, mapping, unions, worker=home, name="eg-unions")
+        mapping, delta = (cluster.part(client, step, j, home, "eg-mapping") for j in (0, 1))
+    if isinstance(egraph_partitions, EGraph):
+        before = count_distinct(egraph_partitions.classes())
+    elif lazy:
+        before = cluster.submit(client, _distinct, *[cluster.submit(client, _marks, s[0] if i not in lazy else
+                                                                    cluster.part(client, s, 0, places[i], "eg-eclass"),
+                                                                    n_classes, worker=places[i], name="eg-marks")
+                                                     for i, s in enumerate(shipped)], worker=home, name="eg-before")
+    else:
+        before = count_distinct(np.concatenate([np.zeros(0, np.int64)] + [p[0] for p in given]))
     rounds, converged = 0, False
-    before = count_distinct(egraph_partitions.classes() if isinstance(egraph_partitions, EGraph) else
-                            np.concatenate([p[0] for p in parts]))
     while True:
         if max_rounds is not None and rounds >= max_rounds:
             break
@@ -356,18 +431,46 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
                                   worker=places[o], name="eg-match") for o in range(k)]
         kept = [cluster.part(client, m, 0, w, "eg-kept") for m, w in zip(matched, places)]
         pairs = [cluster.part(client, m, 1, w, "eg-pairs") for m, w in zip(matched, places)]
-        forests = [cluster.submit(client, _forest, x, worker=w, name="eg-forest") for x, w in zip(pairs, places)]
-        step = cluster.submit(client, advance, mapping, *forests, worker=places[0], name="eg-advance")
-        mapping = cluster.part(client, step, 0, places[0], "eg-mapping")
-        delta = cluster.part(client, step, 1, places[0], "eg-delta")
+        forests = [cluster.submit(client, _forest_of, bname, n_classes, x, worker=w, name="eg-forest")
+                   for x, w in zip(pairs, places)]
+        step = cluster.submit(client, _advance, mapping, *forests, worker=home, name="eg-advance")
+        mapping, delta = (cluster.part(client, step, j, home, "eg-mapping") for j in (0, 1))
         rounds += 1
-        if cluster.submit(client, _size, delta, worker=places[0], name="eg-size").result() == 0:
+        if cluster.submit(client, _size, delta, worker=home, name="eg-size").result() == 0:
             converged = True
             break
     if not converged:  # the last delta was never applied to the partitions
         eps = [cluster.part(client, cluster.submit(client, _send, eps[i], delta, k, False, worker=places[i],
                                                    name="eg-send"), 0, places[i], "eg-partition") for i in range(k)]
-    eclass = np.concatenate([np.zeros(0, np.int64)] + client.gather(
-        [cluster.submit(client, _classes, e, worker=w, name="eg-classes") for e, w in zip(eps, places)]))
-    after = count_distinct(eclass)
+    finals = [cluster.submit(client, _classes, e, worker=w, name="eg-classes") for e, w in zip(eps, places)]
+    after = cluster.submit(client, _distinct, *[cluster.submit(client, _marks, f, n_classes, worker=w, name="eg-marks")
+                                                for f, w in zip(finals, places)], worker=home, name="eg-after")
+    if gather:
+        eclass = np.concatenate([np.zeros(0, np.int64)] + client.gather(finals, direct=True))
+    else:
+        from .components import _left_on_workers
+
+        dtype = np.int32 if any(d["backend"] == "cuda" for d in devices.values()) else np.int64
+        eclass = _left_on_workers(finals, [(0, e[2]) for e in extents], dtype)
+    before, after = (x if isinstance(x, int) else x.result() for x in (before, after))
     return ClosureResult(eclass, rounds, before - after, before, after, converged, 0, time.perf_counter() - t0, {})
+
+
+def _checked_unions(unions, top: int):
+    """`unions` as a checked (k, 2) int64 array of class ids up to `top`, or None for none."""
+    if unions is None:
+        return None
+    try:
+        u = np.asarray(unions)
+    except (ValueError, TypeError) as e:  # ragged rows
+        raise DispatchError(f"unions is not a (k, 2) array ({e}). Fix: pass pairs of class ids, "
+                            "np.stack([a, b], axis=1).") from None
+    if u.shape == (0,) or (u.ndim == 2 and u.shape[0] == 0 and u.shape[1] == 2):
+        return None
+    if u.ndim != 2 or u.shape[1] != 2:
+        raise DispatchError(f"unions has shape {u.shape}; it is a (k, 2) array of class ids. "
+                            "Fix: np.stack([a, b], axis=1).")
+    if top < 0:
+        raise DispatchError("unions were given for an e-graph with no e-nodes (no class ids exist). "
+                            "Fix: add e-nodes, or pass unions=None.")
+    return np.stack([_ints(u[:, 0], "unions[:, 0]", hi=top), _ints(u[:, 1], "unions[:, 1]", hi=top)], 1)

@@ -289,3 +289,57 @@ def match(kept: DeviceKept, delta, *incoming) -> tuple:
     got = ops.download(pairs[:max(2 * found, 1)])[:2 * found].astype(np.int64).reshape(-1, 2)
     out = DeviceKept(kept.bname, op, off, ch, c2, table, n + m, nch + mch, kept.live + fresh)
     return out, unique_rows(got) if got.size else np.zeros((0, 2), np.int64)
+
+
+class DeviceMapping(_Resident):
+    """Every merge of the rounds so far on a worker's GPU: the root (the smallest id of its class)
+    of each of the n class ids. A round makes a new one, so Dask may rerun any round's task."""
+
+    _DEVICE = ("root",)
+
+    def __init__(self, bname, n: int, root=None):
+        self.bname, self.n, self.root = bname, n, root
+        if root is None:
+            from ..graph import steps as graph_steps
+
+            ops = _ops(bname)
+            self.root = ops.empty(max(n, 1), np.int32)
+            ops.run(graph_steps.init, n, [self.root])
+
+
+def forest(bname, n: int, pairs: np.ndarray) -> np.ndarray:
+    """`unionfind._forest` on the worker's GPU: (id, root) int32 rows, ascending by id, for every id
+    of the (k, 2) class pairs whose set's smallest id (of n) is another id."""
+    from .components import join_gpu
+
+    return join_gpu(_ops(bname), n, pairs)
+
+
+def advance(mapping: DeviceMapping, *forests: np.ndarray) -> tuple:
+    """`unionfind.advance` on the mapping's GPU: (the mapping with the forests' (k, 2) pairs joined,
+    the delta: the ids whose root changed and their new roots, int32 host arrays ascending by id).
+    The pairs' roots are joined by the single-GPU union-find, then every id takes its root's root:
+    a few passes over the n ids, and only the delta comes to the host."""
+    from ..graph.components import edge_components
+    from . import steps
+    from .components import _indexed
+
+    forests = [f for f in forests if f.size]
+    if not forests:
+        return mapping, (np.zeros(0, np.int32), np.zeros(0, np.int32))
+    ops = mapping.ops()
+    n, old = mapping.n, mapping.root
+    pairs = np.concatenate(forests)
+    k = pairs.shape[0]
+    flat = ops.upload(pairs.astype(np.int32).reshape(-1))
+    a, b, ra, rb = (ops.empty(k, np.int32) for _ in range(4))
+    ops.run(steps.columns, k, [a, b, flat])
+    ops.run(steps.relabel, k, [ra, old, a, 0])
+    ops.run(steps.relabel, k, [rb, old, b, 0])
+    parent = edge_components(ops.run, ops.empty, n, ra, rb, k)
+    root = ops.empty(max(n, 1), np.int32)
+    ops.run(steps.relabel, n, [root, parent, old, 0])
+    flags = ops.empty(max(n, 1), np.uint8)
+    ops.run(steps.mark_changed, n, [flags, old, root])
+    rows = _indexed(ops, n, root, flags, n)
+    return DeviceMapping(mapping.bname, n, root), (np.ascontiguousarray(rows[:, 0]), np.ascontiguousarray(rows[:, 1]))

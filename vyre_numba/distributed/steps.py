@@ -95,6 +95,12 @@ def relabel(i, out, table, labels, lo):
     return 0
 
 
+def mark_changed(i, flags, old, new):
+    """flags[i] = 1 where old[i] and new[i] differ, else 0."""
+    flags[i] = 1 if old[i] != new[i] else 0
+    return 0
+
+
 def fill_one(i, a):
     """a[i] = 1."""
     a[i] = 1

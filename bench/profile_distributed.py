@@ -48,7 +48,7 @@ def main() -> int:
     from distributed import Client, get_task_stream
     from numba import cuda
 
-    from bench_distributed import rmat_chunk
+    from bench_distributed import cut_rows, rmat_chunk
     from bench_egraph import workload
     from vyre_numba.distributed import congruence_closure, connected_components
 
@@ -79,6 +79,13 @@ def main() -> int:
                     congruence_closure(rows, unions, client=c, backend="cuda")
                     wall = time.perf_counter() - t
                 res[f"egraph_{g}gpu"] = {"wall_ms": round(wall * 1e3, 1), "phases": phases(ts.data)}
+                held = [c.scatter([p], workers=[w], hash=False)[0] for p, w in zip(cut_rows(rows, g), workers)]
+                congruence_closure(held, unions, client=c, backend="cuda", gather=False)
+                with get_task_stream(c) as ts:
+                    t = time.perf_counter()
+                    congruence_closure(held, unions, client=c, backend="cuda", gather=False)
+                    wall = time.perf_counter() - t
+                res[f"egraph_{g}gpu_on_workers_left"] = {"wall_ms": round(wall * 1e3, 1), "phases": phases(ts.data)}
     text = json.dumps(res, indent=1)
     print(text)
     if a.json:

@@ -51,6 +51,17 @@ class SimOps:
     def download(self, a) -> np.ndarray:
         return a.copy_to_host()
 
+    def read_compacted(self, values, flags, capacity: int) -> np.ndarray:
+        """`compaction.read_compacted`'s NumPy twin (its kernels have simulator tests of their own,
+        and take seconds a call here): the flagged values, refused past `capacity`."""
+        from vyre_numba.errors import CapacityError
+
+        kept = values.copy_to_host()[flags.copy_to_host() != 0]
+        if kept.size > capacity:
+            raise CapacityError(f"{kept.size} records for a capacity of {capacity}. Fix: none (a test twin).",
+                                kept.size)
+        return kept
+
 
 class SimBackend:
     """The backend members the BFS drivers use (caps.sm_count, stream, empty, upload, download), over the

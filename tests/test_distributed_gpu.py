@@ -77,6 +77,24 @@ def test_closure_equals_the_single_gpu_closure(client):
             assert (got.merged, got.classes_after) == (want.merged, want.classes_after)
 
 
+def test_closure_of_partitions_on_the_workers_equals_the_single_gpu_closure(client):
+    from vyre_numba.distributed import egraph as de
+
+    w = workload_rows(1 << 13)
+    g, u = w[:4], w[4]
+    want = closure_one(EGraph.from_arrays(*g, backend="cuda"), u)
+    workers = sorted(client.scheduler_info()["workers"])
+    parts = de._partitions(g, 2 * len(workers), len(workers))
+    held = [client.scatter([p], workers=[workers[i % len(workers)]], hash=False)[0] for i, p in enumerate(parts)]
+    got = congruence_closure(held, u, client=client)
+    assert np.array_equal(got.eclass, want.eclass)
+    assert (got.merged, got.classes_before, got.classes_after) == (want.merged, want.classes_before,
+                                                                   want.classes_after)
+    left = congruence_closure(held, u, client=client, gather=False)
+    assert isinstance(left.eclass, da.Array) and left.eclass.dtype == np.int32
+    assert np.array_equal(left.eclass.compute(), want.eclass) and left.classes_after == want.classes_after
+
+
 def test_device_rounds_match_the_numpy_rounds_step_by_step(monkeypatch):
     """The GPU partitions and owners (no Dask) against the NumPy ones, round by round: rows sent,
     pairs found, signatures kept; with the tables and batches pickled as between workers."""

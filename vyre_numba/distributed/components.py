@@ -76,6 +76,12 @@ class Ops:
     def download(self, a) -> np.ndarray:
         return self.be.download(a)
 
+    def read_compacted(self, values, flags, capacity: int) -> np.ndarray:
+        """values[flags != 0] of device arrays, on the host (`compaction.read_compacted`)."""
+        from .. import compaction
+
+        return compaction.read_compacted(values, flags, capacity=capacity)
+
 
 def _narrow(a: np.ndarray) -> np.ndarray:
     return a.astype(np.int32, copy=False)
@@ -118,12 +124,11 @@ def _indexed(ops, n: int, values, flags, most: int) -> np.ndarray:
     """(i, values[i]) int32 rows for every flagged i < n (at most `most` are), ascending: packed
     into one 64-bit word an item on the device so the rows come back in one selection and one
     synchronisation."""
-    from .. import compaction
     from . import steps
 
     packed = ops.empty(n, np.uint64)
     ops.run(steps.pack_index, n, [packed, values])
-    return compaction.read_compacted(packed, flags, capacity=min(n, most)).view(np.int32).reshape(-1, 2)
+    return ops.read_compacted(packed, flags, min(n, most)).view(np.int32).reshape(-1, 2)
 
 
 def cut_gpu(ops, n: int, lo: int, hi: int, labels, touched, bounds) -> list:

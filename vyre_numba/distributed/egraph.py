@@ -14,10 +14,14 @@ A round:
    forests' roots into the mapping of every merge made so far (`unionfind.advance`); the classes
    whose root changed are the next round's delta. No change: the fixed point.
 
+Partitions given as Dask futures stay on the workers that hold them and are checked there; only
+their sizes and largest ids come to the client, and `gather=False` leaves the classes there too.
+
 Where: on a GPU worker both steps run on its device (`egraph_device.py`): the partition (its rows
 and the canonical map) stays there and step 1 finds, canonicalises and splits the rows whose
 children moved there; an owner keeps its signatures there as a hash table, and a batch sent to an
-owner on the same worker never leaves the GPU. CPU workers run both steps with NumPy.
+owner on the same worker never leaves the GPU; the mapping is a root per class id on the first
+worker's GPU, and the owners' forests are made on theirs. CPU workers run all steps with NumPy.
 
 Invariants: every worker applies the same deltas, so all copies of the map are equal after step 1;
 a signature kept from an earlier round stays true (merging only makes more e-nodes equal), so old

@@ -12,8 +12,8 @@ Invariants: the table is at most half full, so a probe always ends; equal signat
 and claim only empty slots, so rows inserted at once meet at one slot; the rows kept are distinct
 signatures; nothing of a round's input is written (a round makes a new partition and a new table),
 so Dask may rerun any round's task. On an owner only counts and the pairs cross to the host in a
-round (and a mark and an offset a row when it drops rows: rarely); a sender downloads each row's
-owner; a batch for an owner on another worker travels as host arrays."""
+round (and a mark and an offset a row when it drops rows: rarely); a sender downloads the row and
+child count of each row it sends; a batch for an owner on another worker travels as host arrays."""
 from __future__ import annotations
 
 import numpy as np
@@ -61,9 +61,8 @@ class DevicePart(_Resident):
 
     def __init__(self, bname, eclass, op, offsets, children, n_classes, _from=None):
         self.bname, self.offsets, self.n_classes = bname, offsets, n_classes
-        self._arity = None
         if _from is not None:
-            self.__dict__.update({k: getattr(_from, k) for k in self._DEVICE + ("_arity",)})
+            self.__dict__.update({k: getattr(_from, k) for k in self._DEVICE})
             return
         ops = self.ops()
 
@@ -80,13 +79,6 @@ class DevicePart(_Resident):
     @property
     def n_rows(self) -> int:
         return self.offsets.size - 1
-
-    @property
-    def arity(self) -> np.ndarray:
-        """Each row's child count (host; made once a partition, shared by the rounds')."""
-        if self._arity is None:
-            self._arity = np.diff(self.offsets)
-        return self._arity
 
 
 class DeviceRows(_Resident):
@@ -130,8 +122,9 @@ def _through(ops, classes, n: int, delta):
 def send(p: DevicePart, delta, owners: int, first: bool) -> tuple:
     """(the partition with the delta applied, the rows each owner receives, rows sent): the delta
     applied to the map, the rows whose children moved found, canonicalised and hashed, and split by
-    owner on the device. Each row's owner comes to the host (a byte or two a row), and the rows each
-    owner receives go back as a list, gathered on the device."""
+    owner on the device. Each owner's rows come to the host as (row, child count) pairs (8 bytes a
+    row sent: the batch's offsets are made there), and the rows each owner receives go back as a
+    list, gathered on the device."""
     from . import steps
 
     ops = p.ops()
@@ -140,7 +133,9 @@ def send(p: DevicePart, delta, owners: int, first: bool) -> tuple:
     canon = _through(ops, p.canon, nc, delta) if moved else p.canon
     q = DevicePart(p.bname, None, None, p.offsets, None, nc, _from=p)
     q.canon = canon
-    flags = ops.empty(max(n, 1), np.uint8)
+    if not n:
+        return q, [_no_rows(p.bname)] * owners, 0
+    flags = ops.empty(n, np.uint8)
     if first:
         ops.run(steps.fill_one, n, [flags])
     elif moved:
@@ -150,32 +145,36 @@ def send(p: DevicePart, delta, owners: int, first: bool) -> tuple:
     chc = ops.empty(max(nch, 1), np.int32)
     cls = ops.empty(max(n, 1), np.int32)
     ops.run(steps.canon_rows, n, [chc, cls, p.offsets_d, p.children, p.eclass, canon])
-    if owners == 1:  # the first round sends every row
-        chosen = [None] if first else [np.flatnonzero(ops.download(flags)[:n])]
+    if owners == 1 and first:  # every row, as it is
+        return q, [DeviceRows(p.bname, p.op, p.offsets, chc, cls, p.offsets_d)], n
+    if owners == 1:
+        marks = [flags]
     else:
-        h = ops.empty(max(n, 1), np.uint64)
+        h, dest = ops.empty(max(n, 1), np.uint64), ops.empty(max(n, 1), np.uint16)
         ops.run(steps.row_hash, n, [h, p.op, p.offsets_d, chc])
-        dest_d = ops.empty(max(n, 1), np.uint16)
-        ops.run(steps.owner_of, n, [dest_d, flags, h, owners])
-        dest = ops.download(dest_d)[:n]
-        by_owner = np.argsort(dest, kind="stable")  # a radix sort of 16-bit keys: rows ascending within each owner
-        cuts = np.searchsorted(dest[by_owner], np.arange(owners + 1))
-        chosen = [by_owner[cuts[o]:cuts[o + 1]] for o in range(owners)]
+        ops.run(steps.owner_of, n, [dest, flags, h, owners])
+        marks = [ops.empty(max(n, 1), np.uint8) for _ in range(owners)]
+        for o, sel in enumerate(marks):
+            ops.run(steps.mark_owner, n, [sel, dest, o])
+    packed = ops.empty(n, np.uint64)
+    ops.run(steps.pack_arity, n, [packed, p.offsets_d])
     out, sent = [], 0
-    for rows in chosen:
-        sent += n if rows is None else rows.size
-        if rows is None or rows.size == n:  # every row, as it is
+    for sel in marks:  # each owner's (row, child count) pairs, ascending by row: 8 bytes a row sent
+        chosen = ops.read_compacted(packed, sel[:n], n).view(np.int32).reshape(-1, 2)
+        m = chosen.shape[0]
+        sent += m
+        if m == n:  # every row, as it is
             out.append(DeviceRows(p.bname, p.op, p.offsets, chc, cls, p.offsets_d))
             continue
-        if not rows.size:
+        if not m:
             out.append(_no_rows(p.bname))
             continue
-        off = np.zeros(rows.size + 1, np.int64)
-        np.cumsum(p.arity[rows], out=off[1:])
-        off_d, m = ops.upload(off), rows.size
+        off = np.zeros(m + 1, np.int64)
+        np.cumsum(chosen[:, 1], out=off[1:])
+        off_d = ops.upload(off)
         b_op, b_cls, b_ch = ops.empty(m, np.int32), ops.empty(m, np.int32), ops.empty(max(int(off[-1]), 1), np.int32)
         ops.run(steps.gather_rows, m, [b_op, b_cls, b_ch, off_d, p.op, cls, chc, p.offsets_d,
-                                       ops.upload(rows.astype(np.int32))])
+                                       ops.upload(np.ascontiguousarray(chosen[:, 0]))])
         out.append(DeviceRows(p.bname, b_op, off, b_ch, b_cls, off_d))
     return q, out, sent
 

@@ -137,6 +137,18 @@ def owner_of(r, dest, flags, h, owners):
     return 0
 
 
+def mark_owner(r, sel, dest, o):
+    """sel[r] = 1 where row r goes to owner o, else 0."""
+    sel[r] = 1 if dest[r] == o else 0
+    return 0
+
+
+def pack_arity(r, out, off):
+    """out[r] = (r, row r's child count) as one 64-bit word, read back as two int32 (`pack_index`)."""
+    out[r] = (uint64(off[r + 1] - off[r]) << uint64(32)) | uint64(r)
+    return 0
+
+
 def put(i, out, a, at):
     """out[at + i] = a[i]."""
     out[at + i] = a[i]

@@ -111,7 +111,8 @@ def distributed_lockstep(parts, unions, moved: bool = False) -> tuple:
     many signatures held as the host keeps, each in the owner's table once. `moved`: every
     owner's table and every batch for another partition's owner pickled and unpickled between
     steps, as Dask moves them between workers. The device side joins its owners' pairs with its own
-    mapping (`egraph_device.forest` and `advance`), whose delta must equal the host's every round.
+    mapping (`egraph_device.forest` and `advance`), whose delta must equal the host's every round;
+    the classes present (`marks`) and after (`distinct_roots`) are counted on both sides.
     Returns (host classes, device classes, counts of
     owner rounds in which the table grew, rows equal to held ones were received, and the rows
     stored were compacted)."""
@@ -128,6 +129,9 @@ def distributed_lockstep(parts, unions, moved: bool = False) -> tuple:
     hp = [de.EPart(*p, np.arange(nc)) for p in parts]
     dp = [dd.DevicePart("cuda", *p, nc) for p in parts]
     hk, dk = [de._no_kept()] * k, [dd.DeviceKept("cuda")] * k
+    marks = [dd.marks(e) for e in dp]
+    for m, p in zip(marks, parts):
+        assert np.array_equal(m, de._marks(p[0], nc)), (m, p[0])
     mapping = union(np.asarray(unions, np.int64).reshape(-1, 2))
     dmap, ddelta = dd.advance(dd.DeviceMapping("cuda", nc), np.asarray(unions, np.int64).reshape(-1, 2))
     same_delta(mapping, ddelta, -1)
@@ -161,4 +165,6 @@ def distributed_lockstep(parts, unions, moved: bool = False) -> tuple:
         if delta[0].size == 0:
             host = np.concatenate([de._classes(e) for e in hp])
             dev = np.concatenate([de._classes(e) for e in dp])
+            after = np.unique(dev).size
+            assert dd.distinct_roots(dmap, np.bitwise_or.reduce(marks)) == after == de._after(mapping, *marks), r
             return host, dev, grown, dropped, compacted

@@ -239,10 +239,12 @@ def _advance(mapping, *forests: np.ndarray) -> tuple:
     return advance(mapping, *forests)
 
 
-def _forest_of(bname, n_classes: int, pairs: np.ndarray) -> np.ndarray:
-    """An owner's class pairs reduced to (id, smallest id of its set) rows, on its GPU if it has one."""
+def _forest_of(bname, n_classes: int, matched: tuple) -> np.ndarray:
+    """An owner's class pairs (`_match`'s) reduced to (id, smallest id of its set) rows, on its GPU
+    if it has one."""
     from ..backend import resolve_backend
 
+    pairs = matched[1]
     if pairs.size and resolve_backend(bname).name == "cuda":
         from .egraph_device import forest
 
@@ -257,9 +259,28 @@ def _marks(classes: np.ndarray, n_classes: int) -> np.ndarray:
     return np.packbits(seen, bitorder="little")
 
 
+def _marks_of(p, n_classes: int) -> np.ndarray:
+    """(Runs on a worker.) `_marks` of a partition's classes (on its GPU, if it has one)."""
+    if isinstance(p, DevicePart):
+        from .egraph_device import marks
+
+        return marks(p)
+    return _marks(p.eclass, n_classes)
+
+
 def _distinct(*marks: np.ndarray) -> int:
     """How many class ids any of the partitions' `_marks` holds."""
     return int(np.bitwise_count(np.bitwise_or.reduce(marks)).sum()) if marks else 0
+
+
+def _after(mapping, *marks: np.ndarray) -> int:
+    """How many classes the ids any partition's `_marks` holds are in after the mapping's merges."""
+    present = np.bitwise_or.reduce(marks) if marks else np.zeros(0, np.uint8)
+    if isinstance(mapping, DeviceMapping):
+        from .egraph_device import distinct_roots
+
+        return distinct_roots(mapping, present)
+    return count_distinct(roots_of(mapping, np.flatnonzero(np.unpackbits(present, bitorder="little"))))
 
 
 def _pending_unions(g) -> np.ndarray:
@@ -413,42 +434,47 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
     if unions is not None:
         step = cluster.submit(client, _advance, mapping, unions, worker=home, name="eg-unions")
         mapping, delta = (cluster.part(client, step, j, home, "eg-mapping") for j in (0, 1))
-    if isinstance(egraph_partitions, EGraph):
+    marks = [cluster.submit(client, _marks_of, e, n_classes, worker=w, name="eg-marks") for e, w in zip(eps, places)]
+    if isinstance(egraph_partitions, EGraph):  # its classes as the EGraph counts them: pending unions applied
         before = count_distinct(egraph_partitions.classes())
-    elif lazy:
-        before = cluster.submit(client, _distinct, *[cluster.submit(client, _marks, s[0] if i not in lazy else
-                                                                    cluster.part(client, s, 0, places[i], "eg-eclass"),
-                                                                    n_classes, worker=places[i], name="eg-marks")
-                                                     for i, s in enumerate(shipped)], worker=home, name="eg-before")
     else:
-        before = count_distinct(np.concatenate([np.zeros(0, np.int64)] + [p[0] for p in given]))
-    rounds, converged = 0, False
-    while True:
-        if max_rounds is not None and rounds >= max_rounds:
-            break
-        sent = [cluster.submit(client, _send, eps[i], delta, k, rounds == 0, worker=places[i], name="eg-send")
+        before = cluster.submit(client, _distinct, *marks, worker=home, name="eg-before")
+
+    def round_after(state: tuple, first: bool) -> tuple:
+        """A round's tasks: (partitions, kept signatures, mapping, delta) after it."""
+        eps, kept, mapping, delta = state
+        sent = [cluster.submit(client, _send, eps[i], delta, k, first, worker=places[i], name="eg-send")
                 for i in range(k)]
-        eps = [cluster.part(client, s, 0, w, "eg-partition") for s, w in zip(sent, places)]
         out = [cluster.part(client, s, 1, w, "eg-out") for s, w in zip(sent, places)]
         matched = [cluster.submit(client, _match, kept[o], delta,
                                   *[cluster.part(client, out[i], o, places[i], "eg-to") for i in range(k)],
                                   worker=places[o], name="eg-match") for o in range(k)]
-        kept = [cluster.part(client, m, 0, w, "eg-kept") for m, w in zip(matched, places)]
-        pairs = [cluster.part(client, m, 1, w, "eg-pairs") for m, w in zip(matched, places)]
-        forests = [cluster.submit(client, _forest_of, bname, n_classes, x, worker=w, name="eg-forest")
-                   for x, w in zip(pairs, places)]
+        forests = [cluster.submit(client, _forest_of, bname, n_classes, m, worker=w, name="eg-forest")
+                   for m, w in zip(matched, places)]
         step = cluster.submit(client, _advance, mapping, *forests, worker=home, name="eg-advance")
-        mapping, delta = (cluster.part(client, step, j, home, "eg-mapping") for j in (0, 1))
+        return ([cluster.part(client, s, 0, w, "eg-partition") for s, w in zip(sent, places)],
+                [cluster.part(client, m, 0, w, "eg-kept") for m, w in zip(matched, places)],
+                *(cluster.part(client, step, j, home, "eg-mapping") for j in (0, 1)))
+
+    # Round r + 1 is submitted before round r's delta is read, so the workers never wait for the
+    # client; after the fixed point it has nothing to do (no delta, no rows) and is dropped.
+    states, rounds, converged = [(eps, kept, mapping, delta)], 0, False
+    while max_rounds is None or rounds < max_rounds:
+        if len(states) == rounds + 1:
+            states.append(round_after(states[rounds], rounds == 0))
+        if max_rounds is None or rounds + 1 < max_rounds:
+            states.append(round_after(states[rounds + 1], False))
         rounds += 1
-        if cluster.submit(client, _size, delta, worker=home, name="eg-size").result() == 0:
+        if cluster.submit(client, _size, states[rounds][3], worker=home, name="eg-size").result() == 0:
             converged = True
             break
+    eps, _, mapping, delta = states[rounds]
+    del states
     if not converged:  # the last delta was never applied to the partitions
         eps = [cluster.part(client, cluster.submit(client, _send, eps[i], delta, k, False, worker=places[i],
                                                    name="eg-send"), 0, places[i], "eg-partition") for i in range(k)]
     finals = [cluster.submit(client, _classes, e, worker=w, name="eg-classes") for e, w in zip(eps, places)]
-    after = cluster.submit(client, _distinct, *[cluster.submit(client, _marks, f, n_classes, worker=w, name="eg-marks")
-                                                for f, w in zip(finals, places)], worker=home, name="eg-after")
+    after = cluster.submit(client, _after, mapping, *marks, worker=home, name="eg-after")
     if gather:
         eclass = np.concatenate([np.zeros(0, np.int64)] + client.gather(finals, direct=True))
     else:

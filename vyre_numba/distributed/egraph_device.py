@@ -83,7 +83,7 @@ class DevicePart(_Resident):
 
 class DeviceRows(_Resident):
     """Rows sent to an owner: op, children and class on the device (int32), offsets on the host
-    (from 0) and, where the sender has them there, on the device (not sent between workers)."""
+    (from 0; int32 where they fit) and, where the sender has them there, on the device (not sent between workers)."""
 
     _DEVICE = ("op", "children", "eclass")
 
@@ -169,8 +169,9 @@ def send(p: DevicePart, delta, owners: int, first: bool) -> tuple:
         if not m:
             out.append(_no_rows(p.bname))
             continue
-        off = np.zeros(m + 1, np.int64)
-        np.cumsum(chosen[:, 1], out=off[1:])
+        arity = chosen[:, 1]
+        off = np.zeros(m + 1, np.int32 if int(arity.sum(dtype=np.int64)) < 2**31 else np.int64)  # 4 bytes a row
+        np.cumsum(arity, out=off[1:])  # less to move where the batch crosses workers
         off_d = ops.upload(off)
         b_op, b_cls, b_ch = ops.empty(m, np.int32), ops.empty(m, np.int32), ops.empty(max(int(off[-1]), 1), np.int32)
         ops.run(steps.gather_rows, m, [b_op, b_cls, b_ch, off_d, p.op, cls, chc, p.offsets_d,
@@ -342,3 +343,38 @@ def advance(mapping: DeviceMapping, *forests: np.ndarray) -> tuple:
     ops.run(steps.mark_changed, n, [flags, old, root])
     rows = _indexed(ops, n, root, flags, n)
     return DeviceMapping(mapping.bname, n, root), (np.ascontiguousarray(rows[:, 0]), np.ascontiguousarray(rows[:, 1]))
+
+
+def _bits(ops, flags, n: int) -> np.ndarray:
+    """The n device flags as host bits, packed eight a byte, the first flag lowest."""
+    from . import steps
+
+    m = -(-n // 8)
+    bits = ops.empty(max(m, 1), np.uint8)
+    ops.run(steps.pack_bits, m, [bits, flags, 0, n])
+    return ops.download(bits)[:m]
+
+
+def marks(p: DevicePart) -> np.ndarray:
+    """The class ids the partition's rows are in, as bits (`egraph._marks`), marked on its GPU."""
+    from . import steps
+    from .components import _marked
+
+    if not p.n_classes:
+        return np.zeros(0, np.uint8)
+    ops = p.ops()
+    return _bits(ops, _marked(ops, p.n_classes, steps.mark_ids, [(p.eclass, p.n_rows)]), p.n_classes)
+
+
+def distinct_roots(mapping: DeviceMapping, present: np.ndarray) -> int:
+    """How many distinct roots the ids whose bit is set in `present` (`marks`) have, on the GPU."""
+    from . import steps
+
+    n = mapping.n
+    if not n:
+        return 0
+    ops = mapping.ops()
+    flags = ops.empty(n, np.uint8)
+    ops.run(steps.clear, n, [flags])
+    ops.run(steps.mark_roots, n, [flags, ops.upload(present), mapping.root])
+    return int(np.bitwise_count(_bits(ops, flags, n)).sum())

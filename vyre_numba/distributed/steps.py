@@ -38,6 +38,19 @@ def mark_outside(i, flags, ids, lo, hi):
     return 0
 
 
+def mark_ids(i, flags, ids):
+    """Flag id ids[i]."""
+    flags[ids[i]] = 1
+    return 0
+
+
+def mark_roots(i, flags, bits, root):
+    """Flag root[i] if bit i of the bytes `bits` (lowest first) is set."""
+    if (bits[i >> 3] >> (i & 7)) & 1:
+        flags[root[i]] = 1
+    return 0
+
+
 def mark_moved(i, flags, ids, parent):
     """Flag id ids[i] if it is not its own root."""
     x = ids[i]

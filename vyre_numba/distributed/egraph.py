@@ -72,16 +72,16 @@ def _shipped(part: tuple) -> tuple:
 
 
 def _start(bname, shipped: tuple, n_classes: int):
-    """(Runs on a worker.) The partition, from its rows as shipped (`_shipped`): on a GPU worker
-    its rows and map go to the device."""
+    """(Runs on a worker.) The partition, from its checked rows (`_shipped`, or as held there): on a
+    GPU worker its rows and map go to the device."""
     from ..backend import resolve_backend
 
     eclass, op, offsets, children = shipped
     be = resolve_backend(bname)
-    offsets = offsets.astype(np.int64)
+    offsets = np.asarray(offsets, np.int64)
     if be.name == "cuda":
         return DevicePart(be.name, eclass, op, offsets, children, n_classes)
-    eclass, op, children = (a.astype(np.int64) for a in (eclass, op, children))
+    eclass, op, children = (np.asarray(a, np.int64) for a in (eclass, op, children))  # never written
     return EPart(eclass, op, offsets, children, np.arange(n_classes, dtype=np.int64))
 
 
@@ -351,8 +351,9 @@ def _checked(t, i: int) -> tuple:
 
 
 def _checked_on_worker(t, i: int) -> tuple:
-    """(Runs where a future's partition lives.) The partition checked, as shipped."""
-    return _shipped(_checked(t, i))
+    """(Runs where a future's partition lives.) The partition checked (it travels no further:
+    not narrowed for shipping, so as given where its arrays are already int64)."""
+    return _checked(t, i)
 
 
 def _extent(p: tuple) -> tuple[int, int, int]:

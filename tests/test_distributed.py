@@ -240,6 +240,24 @@ def _frame(columns: dict):
     return dd.from_pandas(pd.DataFrame(columns), npartitions=1)
 
 
+class _OnAGpu:
+    """An (m, 2) edge chunk that says it lives on a GPU (the CUDA array interface), as a CuPy chunk
+    does, on a machine without one."""
+
+    shape, dtype, ndim = (2, 2), np.dtype(np.int32), 2
+    __cuda_array_interface__ = {"shape": (2, 2), "typestr": "<i4", "data": (0, False), "version": 3,
+                                "strides": None}
+
+
+def test_edges_on_a_gpu_are_refused_by_cpu_workers_with_a_fix(client):
+    import dask
+
+    edges = da.from_delayed(dask.delayed(_OnAGpu)(), shape=(2, 2), dtype=np.int32, meta=np.empty((0, 2), np.int32))
+    with pytest.raises(VyreError) as e:
+        connected_components(client=client, edges=edges, n=3, backend="reference")
+    assert "GPU array" in str(e.value) and "Fix:" in str(e.value)
+
+
 def test_dataframe_columns_of_different_integer_types_are_widened_not_promoted_to_float(client):
     edges = _frame({"src": np.array([0, 1, 3], np.uint64), "dst": np.array([1, 2, 4], np.int32)})
     got = connected_components(client=client, edges=edges, n=5, backend="reference")

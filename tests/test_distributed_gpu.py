@@ -65,6 +65,31 @@ def test_components_of_a_dask_array_of_edges(client):
         assert isinstance(left, da.Array) and np.array_equal(left.compute(), want)
 
 
+def test_components_of_edges_that_live_on_the_gpus(client):
+    cupy = pytest.importorskip("cupy")
+    import dask
+
+    rng = np.random.default_rng(4)
+    n, m = 6000, 9000
+    e = np.stack([rng.integers(0, n, m), rng.integers(0, n, m)], 1).astype(np.int32)
+    order = np.argsort(e[:, 0], kind="stable")
+    indptr = np.cumsum(np.concatenate([[0], np.bincount(e[:, 0], minlength=n)])).astype(np.int64)
+    want = components_one(indptr, e[order, 1], backend="cuda")
+    workers = sorted(client.scheduler_info()["workers"])
+    cuts = [0, 4000, 4000, m]  # one chunk empty
+    futs = [client.submit(cupy.asarray, e[lo:hi], workers=[workers[i % len(workers)]], pure=False)
+            for i, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:]))]
+    edges = da.concatenate([da.from_delayed(dask.delayed(f), shape=(hi - lo, 2), dtype=np.int32,
+                                            meta=cupy.empty((0, 2), np.int32))
+                            for f, (lo, hi) in zip(futs, zip(cuts[:-1], cuts[1:]))])
+    assert np.array_equal(connected_components(client=client, edges=edges, n=n), want)
+    bad = da.from_delayed(dask.delayed(client.submit(cupy.asarray, np.array([[0, 1], [2, n]], np.int64))),
+                          shape=(2, 2), dtype=np.int64, meta=cupy.empty((0, 2), np.int64))
+    with pytest.raises(Exception) as err:
+        connected_components(client=client, edges=bad, n=n)
+    assert type(err.value).__name__ == "DispatchError" and f"vertex {n}" in str(err.value)
+
+
 def test_closure_equals_the_single_gpu_closure(client):
     rng = np.random.default_rng(5)
     w = workload_rows(4096)

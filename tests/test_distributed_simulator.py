@@ -45,6 +45,9 @@ SCRIPT = textwrap.dedent('''
                 if kind == "edges":  # linked piece by piece as they uploaded, the same labels as in one pass
                     assert np.array_equal(linked.copy_to_host(), labels.copy_to_host()), (name, p)
                     assert np.array_equal(a.copy_to_host()[:m], src[sl]) and np.array_equal(b.copy_to_host()[:m], dst[sl])
+                    on_gpu = dc.split_linked(ops, n, ops.upload(np.stack([src[sl], dst[sl]], 1).astype(np.int32)))
+                    for x, y in zip(on_gpu, (a, b, linked)):  # a chunk already on the GPU: the same columns and labels
+                        assert np.array_equal(x.copy_to_host()[:m], y.copy_to_host()[:m]), (name, p)
                 msgs = dc.cut_gpu(ops, n, lo, hi, labels, touched, bounds)
                 host = labels.copy_to_host()
                 flagged = np.zeros(n, bool)
@@ -79,6 +82,11 @@ SCRIPT = textwrap.dedent('''
     except Exception as e:
         assert type(e).__name__ == "DispatchError" and "vertex 5" in str(e) and "Fix:" in str(e), e
         print("ok split rejects vertex 5")
+    try:
+        dc.split_linked(ops, 5, ops.upload(np.array([[0, 1], [2, 7], [3, 4]], np.int32)))
+    except Exception as e:
+        assert type(e).__name__ == "DispatchError" and "vertex 7" in str(e) and "Fix:" in str(e), e
+        print("ok split rejects vertex 7 of a chunk on the device")
     try:  # no vertices: every edge is out of range, and nothing may be linked into the empty labels
         dc.split_linked(ops, 0, np.array([[0, 1], [1, 0]], np.int64))
     except Exception as e:
@@ -90,7 +98,7 @@ SCRIPT = textwrap.dedent('''
 def test_distributed_components_phases_under_the_cuda_simulator():
     out = run_script(SCRIPT, 900)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.count("ok ") == 12
+    assert out.stdout.count("ok ") == 13
 
 
 EGRAPH_SCRIPT = textwrap.dedent('''

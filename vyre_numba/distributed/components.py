@@ -291,6 +291,9 @@ def _local(bname, n, lo, hi, kind, a, b, bounds):
         a = _global_indptr(n, lo, hi, np.asarray(a, np.int64))
         b = np.asarray(b)
         m = b.size
+    elif _on_a_gpu(a):
+        a = _device_edges(a, be.name)
+        m = a.shape[0]
     else:
         a = _check_edges(_chunk_edges(a, b))  # b: the columns of a DataFrame chunk
         m = a.shape[0]
@@ -329,11 +332,12 @@ def cut_numpy(flags: np.ndarray, labels: np.ndarray, bounds) -> list:
     return _messages(np.concatenate([np.zeros(0, np.uint8)] + bits), offs, kept)
 
 
-def split_linked(ops, n: int, e: np.ndarray):
-    """(src, dst, labels): the (m, 2) host edges as int32 device columns and the labels of their
+def split_linked(ops, n: int, e):
+    """(src, dst, labels): the (m, 2) edges as int32 device columns and the labels of their
     components (`local_gpu`), or a DispatchError if an edge names a vertex outside 0..n-1
-    (checked on the device, one flag read back). Each piece of the upload is split and its edges
-    linked as it lands, so the union-find runs while the host stages the pieces after it."""
+    (checked on the device, one flag read back). Host edges: each piece of the upload is split and
+    its edges linked as it lands, so the union-find runs while the host stages the pieces after
+    it. Edges already on this GPU (a device array) are split and linked where they are."""
     from ..graph import steps as graph_steps
     from . import steps
 
@@ -351,9 +355,14 @@ def split_linked(ops, n: int, e: np.ndarray):
             ops.run(steps.split_edges, hi - lo, [*piece, flat[2 * lo:2 * hi], np.int64(n), bad])
             if n:  # with no vertices every edge is out of range (and the call raises): nothing to link
                 ops.run(graph_steps.link_edge, hi - lo, [parent, *piece])
-        ops.upload_in_pieces(e.reshape(-1), each)
+        if isinstance(e, np.ndarray):
+            ops.upload_in_pieces(e.reshape(-1), each)
+        else:
+            ops.run(steps.split_rows, m, [src, dst, e, np.int64(n), bad])
+            if n:
+                ops.run(graph_steps.link_edge, m, [parent, src, dst])
         if int(ops.download(bad)[0]):
-            _check_range(e, n)  # says which vertex, from the host copy
+            _check_range(e if isinstance(e, np.ndarray) else e.copy_to_host(), n)  # says which vertex
     if n:
         ops.run(graph_steps.compress, n, [parent])
     return src, dst, parent
@@ -514,9 +523,35 @@ def _csr_parts(indptr, indices, partitions, workers):
     return [s[:7] for s in specs], g.n, [workers[p % len(workers)] for p in range(k)]
 
 
+def _on_a_gpu(chunk) -> bool:
+    return hasattr(chunk, "__cuda_array_interface__") and not isinstance(chunk, np.ndarray)
+
+
+def _device_edges(chunk, bname: str):
+    """An edge chunk that lives on this worker's GPU (CuPy, Numba: the CUDA array interface) as
+    a Numba device array, without a copy (the producer's stream is waited for), checked."""
+    cai = chunk.__cuda_array_interface__
+    dt, shape = np.dtype(cai["typestr"]), tuple(cai["shape"])
+    if bname != "cuda":
+        raise DispatchError("an edge chunk is a GPU array, but the workers compute with NumPy (the reference "
+                            "backend). Fix: pass backend='cuda' with one worker per GPU, or host chunks "
+                            "(edges.map_blocks(cupy.asnumpy)).")
+    if dt.kind not in "iu" or len(shape) != 2 or shape[1] != 2:
+        raise DispatchError(f"an edge chunk has shape {shape} and dtype {dt}; edges are (m, 2) integer rows "
+                            "(src, dst). Fix: pass edges.astype('int64') of shape (m, 2).")
+    from numba import cuda
+
+    return cuda.as_cuda_array(chunk)
+
+
 def _chunk_edges(chunk, columns) -> np.ndarray:
     if hasattr(chunk, "columns"):
-        cols = [np.asarray(chunk[c]) for c in columns]
+        try:
+            cols = [np.asarray(chunk[c]) for c in columns]
+        except TypeError as e:  # GPU DataFrames refuse a silent copy to the host
+            raise DispatchError(f"a DataFrame chunk's columns are not host arrays ({e}). Fix: pass a Dask array "
+                                "of (m, 2) edges (GPU arrays are read where they are), or host DataFrames "
+                                "(edges.to_backend('pandas')).") from None
         for c, a in zip(columns, cols):
             if a.dtype.kind not in "iu":
                 raise DispatchError(f"column {c!r} has dtype {a.dtype}; vertex ids are integers. Fix: "

@@ -30,6 +30,19 @@ def split_edges(i, src, dst, e, n, bad):
     return 0
 
 
+def split_rows(i, src, dst, e, n, bad):
+    """`split_edges` of an (m, 2) device array of edges (a chunk that lives on this GPU)."""
+    u = e[i, 0]
+    v = e[i, 1]
+    if u < 0 or u >= n or v < 0 or v >= n:
+        bad[0] = 1
+        u = 0
+        v = 0
+    src[i] = u
+    dst[i] = v
+    return 0
+
+
 def mark_outside(i, flags, ids, lo, hi):
     """Flag vertex ids[i] if it lies outside the owned range [lo, hi)."""
     v = ids[i]

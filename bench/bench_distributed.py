@@ -6,7 +6,8 @@
 CC: an RMAT graph (a=0.57, b=c=0.19) of 2^scale vertices and 2^log2m edges, generated on the
 workers' GPUs in one chunk per GPU and kept in the workers' host memory as a Dask array (the
 distributed call uploads, computes and returns the labels; also with gather=False, the labels
-left on the workers as a Dask array). One GPU without Dask: the same edges
+left on the workers as a Dask array); where CuPy is installed, also with the edges left on the
+GPUs that made them (a CuPy-backed Dask array: no upload). One GPU without Dask: the same edges
 from host memory through the same single-GPU kernels (upload, components of the edge list,
 labels back). E-graph: the shared workload (`egraph_workload.py`) at N e-nodes, its rows cut into
 one partition per worker: given as host rows (shipped with the call), then already on the
@@ -59,13 +60,19 @@ def _rmat_kernel():
     return rmat
 
 
-def rmat_chunk(scale: int, m: int, seed: int) -> np.ndarray:
-    """(Runs on a worker.) m RMAT edges as an (m, 2) int32 host array, generated on this GPU."""
+def rmat_chunk(scale: int, m: int, seed: int, on_gpu: bool = False):
+    """(Runs on a worker.) m RMAT edges as an (m, 2) int32 array generated on this GPU: a host
+    array, or (`on_gpu`) a CuPy array left there."""
     from numba import cuda
 
     out = cuda.device_array((m, 2), np.int32)
     if m:
         _rmat_kernel()[(m + 255) // 256, 256](out, scale, seed)
+    if on_gpu:
+        import cupy
+
+        cuda.synchronize()
+        return cupy.array(out)  # a copy CuPy owns (the Numba array's memory goes with it)
     return out.copy_to_host()
 
 
@@ -120,6 +127,21 @@ def cc_case(scale: int, log2m: int, gpus: list[int], repeats: int) -> dict:
             row[f"dask_{g}gpu_merged_pairs"] = st.merged_pairs
             row[f"dask_{g}gpu_devices"] = sorted({d["gpu"] for d in st.devices.values()})
             labels[g] = lab
+            try:
+                import cupy
+            except ImportError:
+                continue
+            futs = [c.submit(rmat_chunk, scale, sizes[i], 1000 + i, True, workers=[workers[i % g]], pure=False)
+                    for i in range(chunks)]
+            held = c.persist(da.concatenate([da.from_delayed(f, shape=(sizes[i], 2), dtype=np.int32,
+                                                             meta=cupy.empty((0, 2), np.int32))
+                                             for i, f in enumerate(futs)]))
+            connected_components(client=c, edges=held, n=n)
+            ms, lab = median_ms(lambda: connected_components(client=c, edges=held, n=n), repeats)
+            row[f"dask_{g}gpu_edges_on_gpus_ms"] = ms
+            row[f"dask_{g}gpu_edges_on_gpus_equal"] = bool(np.array_equal(lab, labels[g]))
+            left, _ = median_ms(lambda: connected_components(client=c, edges=held, n=n, gather=False), repeats)
+            row[f"dask_{g}gpu_edges_on_gpus_left_on_workers_ms"] = left
     whole = np.concatenate([rmat_chunk(scale, s, 1000 + i) for i, s in enumerate(sizes)])
     src, dst = np.ascontiguousarray(whole[:, 0]), np.ascontiguousarray(whole[:, 1])
     del whole
@@ -219,7 +241,7 @@ def main() -> int:
 
 
 def _ratios(r: dict, base: str = "one_gpu_no_dask_ms") -> None:
-    for how in ("on_workers", "left_on_workers"):
+    for how in ("on_workers", "left_on_workers", "edges_on_gpus", "edges_on_gpus_left_on_workers"):
         if f"dask_2gpu_{how}_ms" in r:
             r[f"speedup_2gpu_over_1gpu_{how}"] = r[f"dask_1gpu_{how}_ms"] / r[f"dask_2gpu_{how}_ms"]
     if "dask_1gpu_ms" in r:

@@ -51,13 +51,18 @@ def test_components_equal_the_single_gpu_labels(client, partitions):
         assert got.dtype == np.int32 and np.array_equal(got, want)
 
 
-def test_components_of_a_dask_array_of_edges(client):
-    rng = np.random.default_rng(9)
-    n, m = 5000, 6000
+def _edges_and_labels(rng, n: int, m: int) -> tuple:
+    """m random (src, dst) int32 rows over n vertices, and their single-GPU component labels."""
     e = np.stack([rng.integers(0, n, m), rng.integers(0, n, m)], 1).astype(np.int32)
     order = np.argsort(e[:, 0], kind="stable")
     indptr = np.cumsum(np.concatenate([[0], np.bincount(e[:, 0], minlength=n)])).astype(np.int64)
-    want = components_one(indptr, e[order, 1], backend="cuda")
+    return e, components_one(indptr, e[order, 1], backend="cuda")
+
+
+def test_components_of_a_dask_array_of_edges(client):
+    rng = np.random.default_rng(9)
+    n, m = 5000, 6000
+    e, want = _edges_and_labels(rng, n, m)
     for chunks in ((m, 2), ((1000, 0, 4999, 1), (2,))):
         got = connected_components(client=client, edges=da.from_array(e, chunks=chunks).persist(), n=n)
         assert np.array_equal(got, want)
@@ -71,10 +76,7 @@ def test_components_of_edges_that_live_on_the_gpus(client):
 
     rng = np.random.default_rng(4)
     n, m = 6000, 9000
-    e = np.stack([rng.integers(0, n, m), rng.integers(0, n, m)], 1).astype(np.int32)
-    order = np.argsort(e[:, 0], kind="stable")
-    indptr = np.cumsum(np.concatenate([[0], np.bincount(e[:, 0], minlength=n)])).astype(np.int64)
-    want = components_one(indptr, e[order, 1], backend="cuda")
+    e, want = _edges_and_labels(rng, n, m)
     workers = sorted(client.scheduler_info()["workers"])
     cuts = [0, 4000, 4000, m]  # one chunk empty
     futs = [client.submit(cupy.asarray, e[lo:hi], workers=[workers[i % len(workers)]], pure=False)

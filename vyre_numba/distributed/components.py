@@ -352,7 +352,8 @@ def split_linked(ops, n: int, e):
         def each(flat, first: int, count: int) -> None:  # items of the flat edges: 2 a row
             lo, hi = first // 2, (first + count) // 2
             piece = [src[lo:hi], dst[lo:hi]]
-            ops.run(steps.split_edges, hi - lo, [*piece, flat[2 * lo:2 * hi], np.int64(n), bad])
+            rows = flat[2 * lo:2 * hi].reshape(hi - lo, 2)
+            ops.run(steps.split_rows, hi - lo, [*piece, rows, np.int64(n), bad])
             if n:  # with no vertices every edge is out of range (and the call raises): nothing to link
                 ops.run(graph_steps.link_edge, hi - lo, [parent, *piece])
         if isinstance(e, np.ndarray):

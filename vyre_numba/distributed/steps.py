@@ -16,22 +16,9 @@ def clear(i, a):
     return 0
 
 
-def split_edges(i, src, dst, e, n, bad):
-    """src[i], dst[i] = the i-th (src, dst) row of the flat edges e; bad[0] = 1 if a vertex is
-    outside 0..n-1 (that edge then becomes a self-loop of vertex 0, and the call raises)."""
-    u = e[2 * i]
-    v = e[2 * i + 1]
-    if u < 0 or u >= n or v < 0 or v >= n:
-        bad[0] = 1
-        u = 0
-        v = 0
-    src[i] = u
-    dst[i] = v
-    return 0
-
-
 def split_rows(i, src, dst, e, n, bad):
-    """`split_edges` of an (m, 2) device array of edges (a chunk that lives on this GPU)."""
+    """src[i], dst[i] = row i of the (m, 2) edges e; bad[0] = 1 if a vertex is outside 0..n-1
+    (that edge then becomes a self-loop of vertex 0, and the call raises)."""
     u = e[i, 0]
     v = e[i, 1]
     if u < 0 or u >= n or v < 0 or v >= n:

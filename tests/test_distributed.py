@@ -209,6 +209,23 @@ def test_closure_of_partitions_already_on_the_workers_equals_the_single_process_
     assert client.who_has([held])[held.key] == (workers[1],)  # the rows stayed where they were
 
 
+def test_rounds_hold_a_bounded_number_of_partitions_on_the_workers(client, monkeypatch):
+    """A long closure keeps only the latest rounds' partitions on the workers, not every round's."""
+    from vyre_numba.distributed import cluster
+
+    held, submit = [], cluster.submit
+
+    def watching(c, fn, *args, name, **kw):
+        if name == "eg-size":  # a round's delta is about to be read: count what the client keeps
+            held.append(sum(str(key).startswith("vyre-eg-partition") for key in c.futures))
+        return submit(c, fn, *args, name=name, **kw)
+
+    monkeypatch.setattr(cluster, "submit", watching)
+    got = congruence_closure(chain_pair(20), [(0, 1)], client=client, backend="reference", partitions=2)
+    assert got.converged and got.rounds >= 15 and len(held) == got.rounds
+    assert max(held) <= 3 * 2, held  # two rounds' partitions (and one round's being made), whatever the round
+
+
 def test_bad_partitions_on_the_workers_raise_vyre_errors_with_a_fix(client):
     g = chain_pair(3)
     bad = client.scatter([(g[0][:2], g[1], g[2], g[3]), "rows", (g[0], g[1], g[2], g[3] + 100)])
@@ -219,6 +236,13 @@ def test_bad_partitions_on_the_workers_raise_vyre_errors_with_a_fix(client):
         assert fix in str(e.value) and "Fix:" in str(e.value), str(e.value)
     with pytest.raises(VyreError, match="Fix:"):
         congruence_closure(client.scatter([g]), client=client, backend="reference", gather="no")
+    gone = client.scatter([g], hash=False)[0]
+    client.cancel([gone])
+    with pytest.raises(VyreError) as e:
+        congruence_closure([gone], client=client, backend="reference")
+    assert "cancelled future" in str(e.value) and "Fix:" in str(e.value)
+    kept = congruence_closure(client.scatter([g], hash=False), client=client, backend="reference", gather=np.False_)
+    assert np.array_equal(kept.eclass.compute(), congruence_closure([g], client=client, backend="reference").eclass)
 
 
 def test_max_rounds_reports_no_convergence(client):

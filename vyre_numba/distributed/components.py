@@ -426,9 +426,10 @@ def connected_components(indptr=None, indices=None, *, client=None, edges=None, 
     `gather=False` leaves the labels on the workers: a Dask array, one chunk per partition's owned
     vertex range, computed (the call waits for it and raises what the workers raised) but not
     brought to the client. With `stats=True` returns (labels, DistributedStats)."""
-    if not isinstance(gather, bool):
+    if not isinstance(gather, (bool, np.bool_)):
         raise DispatchError(f"gather is {gather!r}. Fix: pass True (labels as a NumPy array) or False (a Dask "
                             "array left on the workers).")
+    gather = bool(gather)
     if not isinstance(stats, bool):
         raise DispatchError(f"stats is {stats!r:.60}. Fix: pass True (labels and a DistributedStats) or False "
                             "(the labels alone).")

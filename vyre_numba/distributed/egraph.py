@@ -381,11 +381,13 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
     holds them and are checked there (class ids global; children name classes some partition's rows
     are in); or one such host tuple or an `EGraph`, cut into `partitions` row ranges (default: one
     per worker). `unions`: (k, 2) class ids merged first. `backend` as for `connected_components`.
-    `gather=False` leaves `eclass` on the workers: a Dask array, one chunk per partition, computed
-    (the call waits for it and raises what the workers raised) but not brought to the client."""
-    if not isinstance(gather, bool):
+    `gather=False` leaves `eclass` on the workers: a Dask array, one chunk per partition (int32 on
+    GPU workers, as they hold it), computed (the call waits for it and raises what the workers
+    raised) but not brought to the client."""
+    if not isinstance(gather, (bool, np.bool_)):
         raise DispatchError(f"gather is {gather!r:.60}. Fix: pass True (classes as a NumPy array) or False (a Dask "
                             "array left on the workers).")
+    gather = bool(gather)
     t0 = time.perf_counter()
     table = cluster.worker_table(client)
     workers = list(table)
@@ -402,7 +404,16 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
     if lazy:
         dd = cluster.distributed()
         futs = [given[i] if isinstance(given[i], dd.Future) else client.compute(given[i]) for i in lazy]
-        dd.wait(futs)
+        try:
+            dd.wait(futs)
+        except Exception as e:  # a cancelled future ends the wait; which one is said below
+            if not isinstance(e, getattr(dd.client, "FuturesCancelledError", ())):
+                raise
+        for i, f in zip(lazy, futs):
+            if f.status in ("cancelled", "lost"):
+                raise DispatchError(f"partition {i} is a {f.status} future (its data is gone from the cluster). Fix: "
+                                    "keep a reference to the futures client.scatter or client.submit returned "
+                                    "until the call ends, and pass those.")
         who = client.who_has(futs)
         for i, f in zip(lazy, futs):
             places[i] = (who.get(f.key) or [places[i]])[0]
@@ -460,12 +471,14 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
     # Round r + 1 is submitted before round r's delta is read, so the workers never wait for the
     # client; after the fixed point it has nothing to do (no delta, no rows) and is dropped.
     states, rounds, converged = [(eps, kept, mapping, delta)], 0, False
+    del eps, kept, mapping  # held by states[0] alone, so Dask frees them once round 1 has them
     while max_rounds is None or rounds < max_rounds:
         if len(states) == rounds + 1:
             states.append(round_after(states[rounds], rounds == 0))
         if max_rounds is None or rounds + 1 < max_rounds:
             states.append(round_after(states[rounds + 1], False))
         rounds += 1
+        states[rounds - 1] = None  # only rounds r and r + 1 are read again: let Dask free the rest
         if cluster.submit(client, _size, states[rounds][3], worker=home, name="eg-size").result() == 0:
             converged = True
             break

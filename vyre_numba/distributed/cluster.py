@@ -183,3 +183,39 @@ def submit(client, fn: Callable, *args: Any, worker: str | None, name: str):
 def part(client, future, i: int, worker: str | None, name: str):
     """The i-th item of a task's tuple result, as a task beside it."""
     return submit(client, operator.getitem, future, i, worker=worker, name=name)
+
+
+def placed(client, items: list, fallback: list, what: str) -> tuple[list, list]:
+    """(futures, the worker holding each) of Dask futures or delayed objects (delayed ones are
+    computed; futures stay where they are, not copied): waited for, `fallback[i]` where Dask names
+    no holder; a cancelled or lost future is a DispatchError."""
+    dd = distributed()
+    futs = [x if isinstance(x, dd.Future) else client.compute(x) for x in items]
+    try:
+        dd.wait(futs)
+    except Exception as e:  # a cancelled future ends the wait; which one is said below
+        if not isinstance(e, getattr(dd.client, "FuturesCancelledError", ())):
+            raise
+    for i, f in enumerate(futs):
+        if f.status in ("cancelled", "lost"):
+            raise DispatchError(f"{what} {i} is a {f.status} future (its data is gone from the cluster). Fix: keep "
+                                "a reference to the futures client.scatter, client.submit or persist returned until "
+                                "the call ends, and pass those.")
+    who = client.who_has(futs)
+    return futs, [(who.get(f.key) or [w])[0] for f, w in zip(futs, fallback)]
+
+
+def left_on_workers(finals: list, ranges: list, dtype=np.int32):
+    """The finals' results (one 1-D array of `dtype` each, hi - lo long for its (lo, hi) of `ranges`)
+    as one Dask array over the workers (waited for: a worker's error is raised here, at the call)."""
+    import dask
+    import dask.array as da
+
+    distributed().wait(finals)
+    for f in finals:
+        if f.status == "error":
+            f.result()  # raises the worker's exception
+    if not finals:
+        return da.zeros(0, dtype=dtype, chunks=1)
+    return da.concatenate([da.from_delayed(dask.delayed(f), shape=(hi - lo,), dtype=dtype)
+                           for f, (lo, hi) in zip(finals, ranges)])

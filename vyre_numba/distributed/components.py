@@ -472,7 +472,7 @@ def connected_components(indptr=None, indices=None, *, client=None, edges=None, 
     if gather:
         labels = np.concatenate([np.zeros(0, np.int32)] + client.gather(finals, direct=True))
     else:
-        labels = _left_on_workers(finals, ranges)
+        labels = cluster.left_on_workers(finals, ranges)
     if not stats:
         return labels
     cut = sum(client.gather([cluster.submit(client, _count, f, worker=w, name="cc-count")
@@ -481,22 +481,6 @@ def connected_components(indptr=None, indices=None, *, client=None, edges=None, 
                                 for s, w in zip(shards, places)]))
     return labels, DistributedStats(k, workers, devices, rounds, cut, merged, time.perf_counter() - t0,
                                     extra={"owned_ranges": ranges})
-
-
-def _left_on_workers(finals: list, ranges: list, dtype=np.int32):
-    """The finals' results (one 1-D array of `dtype` each, hi - lo long for its (lo, hi) of `ranges`)
-    as one Dask array over the workers (waited for: a worker's error is raised here, at the call)."""
-    import dask
-    import dask.array as da
-
-    cluster.distributed().wait(finals)
-    for f in finals:
-        if f.status == "error":
-            f.result()  # raises the worker's exception
-    if not finals:
-        return da.zeros(0, dtype=dtype, chunks=1)
-    return da.concatenate([da.from_delayed(dask.delayed(f), shape=(hi - lo,), dtype=dtype)
-                           for f, (lo, hi) in zip(finals, ranges)])
 
 
 def _pick(local: tuple, q: int) -> tuple:
@@ -599,10 +583,8 @@ def _edge_parts(client, edges, n, columns, workers):
         if edges.numblocks[1] != 1:
             edges = edges.rechunk({1: 2})
         parts = list(edges.to_delayed().ravel())
-    chunks = client.compute(parts)  # already-computed chunks (persisted) are not computed again
-    cluster.distributed().wait(chunks)
-    who = client.who_has(chunks)
-    places = [(who.get(c.key) or [workers[i % len(workers)]])[0] for i, c in enumerate(chunks)]
+    chunks, places = cluster.placed(client, parts, [workers[i % len(workers)] for i in range(len(parts))],
+                                    "edge chunk")  # already-computed chunks (persisted) are not computed again
     k = len(chunks)
     owned = np.linspace(0, n, k + 1).astype(np.int64)
     specs = [(None, None, int(owned[p]), int(owned[p + 1]), "edges", chunks[p], tuple(columns)) for p in range(k)]

@@ -350,12 +350,6 @@ def _checked(t, i: int) -> tuple:
     return eclass, op, off, ch
 
 
-def _checked_on_worker(t, i: int) -> tuple:
-    """(Runs where a future's partition lives.) The partition checked (it travels no further:
-    not narrowed for shipping, so as given where its arrays are already int64)."""
-    return _checked(t, i)
-
-
 def _extent(p: tuple) -> tuple[int, int, int]:
     """(largest class id of a partition's rows, largest child id, rows), -1 where it has none."""
     return int(p[0].max(initial=-1)), int(p[3].max(initial=-1)), int(p[0].size)
@@ -402,22 +396,10 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
     lazy = [i for i, t in enumerate(given) if _is_lazy(t)]
     places = [workers[i % len(workers)] for i in range(k)]
     if lazy:
-        dd = cluster.distributed()
-        futs = [given[i] if isinstance(given[i], dd.Future) else client.compute(given[i]) for i in lazy]
-        try:
-            dd.wait(futs)
-        except Exception as e:  # a cancelled future ends the wait; which one is said below
-            if not isinstance(e, getattr(dd.client, "FuturesCancelledError", ())):
-                raise
-        for i, f in zip(lazy, futs):
-            if f.status in ("cancelled", "lost"):
-                raise DispatchError(f"partition {i} is a {f.status} future (its data is gone from the cluster). Fix: "
-                                    "keep a reference to the futures client.scatter or client.submit returned "
-                                    "until the call ends, and pass those.")
-        who = client.who_has(futs)
-        for i, f in zip(lazy, futs):
-            places[i] = (who.get(f.key) or [places[i]])[0]
-            given[i] = cluster.submit(client, _checked_on_worker, f, i, worker=places[i], name="eg-checked")
+        futs, where = cluster.placed(client, [given[i] for i in lazy], [places[i] for i in lazy], "partition")
+        for j, (i, f) in enumerate(zip(lazy, futs)):
+            places[i] = where[j]
+            given[i] = cluster.submit(client, _checked, f, i, worker=places[i], name="eg-checked")
     shipped = [t if i in lazy else _shipped(t) for i, t in enumerate(given)]
     extents = [None if i in lazy else _extent(t) for i, t in enumerate(given)]
     if lazy:
@@ -492,10 +474,8 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
     if gather:
         eclass = np.concatenate([np.zeros(0, np.int64)] + client.gather(finals, direct=True))
     else:
-        from .components import _left_on_workers
-
         dtype = np.int32 if any(d["backend"] == "cuda" for d in devices.values()) else np.int64
-        eclass = _left_on_workers(finals, [(0, e[2]) for e in extents], dtype)
+        eclass = cluster.left_on_workers(finals, [(0, e[2]) for e in extents], dtype)
     before, after = (x if isinstance(x, int) else x.result() for x in (before, after))
     return ClosureResult(eclass, rounds, before - after, before, after, converged, 0, time.perf_counter() - t0, {})
 

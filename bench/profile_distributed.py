@@ -66,12 +66,24 @@ def main() -> int:
             edges = c.persist(da.concatenate([da.from_delayed(f, shape=(sizes[i], 2), dtype=np.int32)
                                               for i, f in enumerate(futs)]))
             if a.only != "egraph":
-                connected_components(client=c, edges=edges, n=n)
-                with get_task_stream(c) as ts:
-                    t = time.perf_counter()
-                    connected_components(client=c, edges=edges, n=n)
-                    wall = time.perf_counter() - t
-                res[f"cc_{g}gpu"] = {"wall_ms": round(wall * 1e3, 1), "phases": phases(ts.data)}
+                cases = {f"cc_{g}gpu": (edges, True)}
+                try:
+                    import cupy
+                    on = [c.submit(rmat_chunk, a.scale, sizes[i], 1000 + i, True, workers=[workers[i % g]],
+                                   pure=False) for i in range(2)]
+                    cases[f"cc_{g}gpu_edges_on_gpus_left"] = (c.persist(da.concatenate([
+                        da.from_delayed(f, shape=(sizes[i], 2), dtype=np.int32, meta=cupy.empty((0, 2), np.int32))
+                        for i, f in enumerate(on)])), False)
+                except ImportError:
+                    pass
+                for name, (e, gather) in cases.items():
+                    connected_components(client=c, edges=e, n=n, gather=gather)
+                    with get_task_stream(c) as ts:
+                        t = time.perf_counter()
+                        _, st = connected_components(client=c, edges=e, n=n, gather=gather, stats=True)
+                        wall = time.perf_counter() - t
+                    res[name] = {"wall_ms": round(wall * 1e3, 1), "cut": st.cut_pairs, "merged": st.merged_pairs,
+                                 "phases": phases(ts.data)}
             if a.only != "cc":
                 congruence_closure(rows, unions, client=c, backend="cuda")
                 with get_task_stream(c) as ts:

@@ -210,17 +210,22 @@ def join_gpu(ops, n: int, pairs: np.ndarray) -> np.ndarray:
     return _moved_pairs(ops, n, parent, [(a, k), (b, k)])
 
 
-def final_gpu(ops, n: int, lo: int, hi: int, labels, mapping: np.ndarray) -> np.ndarray:
-    """The owned vertices' labels (int32, host): label(v) through the merged (id, root) rows."""
-    from ..graph import steps as graph_steps
+def settle_gpu(ops, n: int, lo: int, hi: int, labels, pairs: np.ndarray) -> np.ndarray:
+    """The owned vertices' global labels (int32, host): each local label through the union-find of
+    the (label, root) rows `pairs` (every owner's contraction), run on this GPU: the set's smallest
+    id. Every owner joins the same pairs, so no merged mapping has to travel back to the owners."""
+    from ..graph.components import edge_components
     from . import steps
 
     if hi == lo:
         return np.zeros(0, np.int32)
-    table = ops.empty(n, np.int32)
-    ops.run(graph_steps.init, n, [table])
-    if mapping.shape[0]:
-        ops.run(steps.assign_pairs, mapping.shape[0], [table, ops.upload(_narrow(mapping).reshape(-1))])
+    k = pairs.shape[0]
+    if not k:
+        return ops.download(labels[lo:hi])
+    flat = ops.upload(_narrow(pairs).reshape(-1))
+    a, b = ops.empty(k, np.int32), ops.empty(k, np.int32)
+    ops.run(steps.columns, k, [a, b, flat])
+    table = edge_components(ops.run, ops.empty, n, a, b, k)
     out = ops.empty(hi - lo, np.int32)
     ops.run(steps.relabel, hi - lo, [out, table, labels, np.int64(lo)])
     return ops.download(out)
@@ -385,23 +390,18 @@ def _contract(p: Partition, *incoming) -> np.ndarray:
     return contract_gpu(ops, p.n, p.lo, p.hi, p.labels, incoming)
 
 
-def _join(bname, n: int, *shards: np.ndarray) -> np.ndarray:
-    """(Runs on a GPU worker.) Every (label, root) pair of the shards joined: (id, root) rows."""
-    from ..backend import resolve_backend
-
-    return join_gpu(Ops(resolve_backend(bname)), n, _rows(shards))
+def _settle(p: Partition, *shards: np.ndarray) -> np.ndarray:
+    """(Runs on a GPU owner.) The owned vertices' global labels from every owner's shard."""
+    return settle_gpu(p.ops(), p.n, p.lo, p.hi, p.labels, _rows(shards))
 
 
 def _final(p: Partition, mapping) -> np.ndarray:
-    """(Runs on the owner.) The owned vertices' global labels through the (id, root) rows
-    `mapping` (or the (ids, roots) of the CPU union-find)."""
-    ops = p.ops()
-    if ops is None:
-        ids, roots = mapping
-        table = np.arange(p.n, dtype=np.int64)
-        table[ids] = roots
-        return table[p.labels[p.lo:p.hi]].astype(np.int32)
-    return final_gpu(ops, p.n, p.lo, p.hi, p.labels, mapping)
+    """(Runs on a CPU owner.) The owned vertices' global labels through the (ids, roots) of the
+    distributed union-find."""
+    ids, roots = mapping
+    table = np.arange(p.n, dtype=np.int64)
+    table[ids] = roots
+    return table[p.labels[p.lo:p.hi]].astype(np.int32)
 
 
 def _count(x) -> int:
@@ -462,12 +462,14 @@ def connected_components(indptr=None, indices=None, *, client=None, edges=None, 
           for q in range(k)]
     shards = [cluster.submit(client, _contract, parts[q], *to[q], worker=places[q], name="cc-contract")
               for q in range(k)]
-    if _on_gpus(devices):
-        mapping = cluster.submit(client, _join, bname, n, *shards, worker=places[0] if k else None, name="cc-join")
+    if _on_gpus(devices):  # each owner joins every shard on its GPU: one exchange, no mapping sent back
+        finals = [cluster.submit(client, _settle, parts[q], *shards, worker=places[q], name="cc-settle")
+                  for q in range(k)]
         rounds = int(bool(shards))
     else:
         mapping, rounds = merge(client, shards, places, name="cc-merge")
-    finals = [cluster.submit(client, _final, parts[q], mapping, worker=places[q], name="cc-final") for q in range(k)]
+        finals = [cluster.submit(client, _final, parts[q], mapping, worker=places[q], name="cc-final")
+                  for q in range(k)]
     ranges = [(int(s[2]), int(s[3])) for s in specs]
     if gather:
         labels = np.concatenate([np.zeros(0, np.int32)] + client.gather(finals, direct=True))

@@ -174,24 +174,26 @@ def cut_rows(lo: int, size: int, messages) -> np.ndarray:
 
 def contract_gpu(ops, n: int, lo: int, hi: int, labels, messages) -> np.ndarray:
     """(label, root) int32 rows for every label that joining the cut messages sent to the owner of
-    [lo, hi) (their labels of its vertices) with this partition's labels moved under a smaller one."""
+    [lo, hi) (their labels of its vertices) with this partition's labels moved under a smaller one.
+    Each message's labels are linked with the owner's where they land (no host concatenation)."""
     from .. import compaction
-    from ..graph.components import edge_components
+    from ..graph import steps as graph_steps
     from . import steps
 
     messages = [(b, lab) for b, lab in messages if len(lab)]
-    k = sum(len(lab) for _, lab in messages)
-    if not k:
+    if not messages:
         return np.zeros((0, 2), np.int32)
-    theirs = ops.upload(_narrow(np.concatenate([lab for _, lab in messages])))
-    mine, flags, at = ops.empty(k, np.int32), ops.empty(hi - lo, np.uint8), 0
+    parent, flags, columns = ops.empty(n, np.int32), ops.empty(hi - lo, np.uint8), []
+    ops.run(graph_steps.init, n, [parent])
     for b, lab in messages:
+        k = len(lab)
+        theirs, mine = ops.upload(_narrow(lab)), ops.empty(k, np.int32)
         ops.run(steps.unpack_bits, hi - lo, [flags, ops.upload(b)])
-        pos = compaction.nonzero(flags)
-        ops.run(steps.take_owned, len(lab), [mine, np.int64(at), labels, pos, np.int64(lo)])
-        at += len(lab)
-    parent = edge_components(ops.run, ops.empty, n, theirs, mine, k)
-    return _moved_pairs(ops, n, parent, [(theirs, k), (mine, k)])
+        ops.run(steps.take_owned, k, [mine, labels, compaction.nonzero(flags), np.int64(lo)])
+        ops.run(graph_steps.link_edge, k, [parent, theirs, mine])
+        columns += [(theirs, k), (mine, k)]
+    ops.run(graph_steps.compress, n, [parent])
+    return _moved_pairs(ops, n, parent, columns)
 
 
 def join_gpu(ops, n: int, pairs: np.ndarray) -> np.ndarray:
@@ -210,22 +212,29 @@ def join_gpu(ops, n: int, pairs: np.ndarray) -> np.ndarray:
     return _moved_pairs(ops, n, parent, [(a, k), (b, k)])
 
 
-def settle_gpu(ops, n: int, lo: int, hi: int, labels, pairs: np.ndarray) -> np.ndarray:
+def settle_gpu(ops, n: int, lo: int, hi: int, labels, shards) -> np.ndarray:
     """The owned vertices' global labels (int32, host): each local label through the union-find of
-    the (label, root) rows `pairs` (every owner's contraction), run on this GPU: the set's smallest
-    id. Every owner joins the same pairs, so no merged mapping has to travel back to the owners."""
-    from ..graph.components import edge_components
+    the (label, root) rows of every owner's contraction (`shards`), run on this GPU: the set's
+    smallest id. Every owner joins the same rows, so no merged mapping travels back to the owners;
+    each shard's rows are linked as its pieces land."""
+    from ..graph import steps as graph_steps
     from . import steps
 
     if hi == lo:
         return np.zeros(0, np.int32)
-    k = pairs.shape[0]
-    if not k:
+    shards = [s for s in shards if s.shape[0]]
+    if not shards:
         return ops.download(labels[lo:hi])
-    flat = ops.upload(_narrow(pairs).reshape(-1))
-    a, b = ops.empty(k, np.int32), ops.empty(k, np.int32)
-    ops.run(steps.columns, k, [a, b, flat])
-    table = edge_components(ops.run, ops.empty, n, a, b, k)
+    table = ops.empty(n, np.int32)
+    ops.run(graph_steps.init, n, [table])
+
+    def each(flat, first: int, count: int) -> None:  # items of the flat rows: 2 a row
+        a, b = first // 2, (first + count) // 2
+        if b > a:
+            ops.run(steps.link_pairs, b - a, [table, flat[2 * a:2 * b]])
+    for s in shards:
+        ops.upload_in_pieces(_narrow(s).reshape(-1), each)
+    ops.run(graph_steps.compress, n, [table])
     out = ops.empty(hi - lo, np.int32)
     ops.run(steps.relabel, hi - lo, [out, table, labels, np.int64(lo)])
     return ops.download(out)
@@ -374,14 +383,6 @@ def split_linked(ops, n: int, e):
     return src, dst, parent
 
 
-def _rows(parts) -> np.ndarray:
-    """The non-empty (k, 2) row arrays of `parts` as one array (no copy when there is one)."""
-    parts = [x for x in parts if x.size]
-    if len(parts) == 1:
-        return parts[0]
-    return np.concatenate(parts) if parts else np.zeros((0, 2), np.int64)
-
-
 def _contract(p: Partition, *incoming) -> np.ndarray:
     """(Runs on the owner.) (label, root) pairs from the cut messages other partitions sent here."""
     ops = p.ops()
@@ -392,7 +393,7 @@ def _contract(p: Partition, *incoming) -> np.ndarray:
 
 def _settle(p: Partition, *shards: np.ndarray) -> np.ndarray:
     """(Runs on a GPU owner.) The owned vertices' global labels from every owner's shard."""
-    return settle_gpu(p.ops(), p.n, p.lo, p.hi, p.labels, _rows(shards))
+    return settle_gpu(p.ops(), p.n, p.lo, p.hi, p.labels, shards)
 
 
 def _final(p: Partition, mapping) -> np.ndarray:

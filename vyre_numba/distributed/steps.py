@@ -5,6 +5,7 @@ from __future__ import annotations
 from numba import cuda, int32, int64, uint64
 
 from ..egraph.kernels import same, signature
+from ..unionfind import link
 
 EMPTY = -1  # an owner's table slot that holds no signature
 NOBODY = 0xFFFF  # a row sent to no owner (owners are numbered below 256)
@@ -83,9 +84,9 @@ def unpack_bits(i, flags, bits):
     return 0
 
 
-def take_owned(i, out, at, labels, pos, lo):
-    """out[at + i] = labels[lo + pos[i]]: an owned vertex's label, by its position in the range."""
-    out[at + i] = labels[lo + pos[i]]
+def take_owned(i, out, labels, pos, lo):
+    """out[i] = labels[lo + pos[i]]: an owned vertex's label, by its position in the range."""
+    out[i] = labels[lo + pos[i]]
     return 0
 
 
@@ -93,6 +94,12 @@ def columns(i, a, b, pairs):
     """a[i], b[i] = the row i of the flat two-column pairs."""
     a[i] = pairs[2 * i]
     b[i] = pairs[2 * i + 1]
+    return 0
+
+
+def link_pairs(i, parent, pairs):
+    """Join the trees of the ids of row i of the flat two-column pairs."""
+    link(parent, pairs[2 * i], pairs[2 * i + 1])
     return 0
 
 

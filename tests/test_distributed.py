@@ -59,6 +59,28 @@ def test_components_of_a_csr_equal_the_single_process_labels(client, name, parti
     assert {d["backend"] for d in stats.devices.values()} == {"reference"}
 
 
+@pytest.mark.parametrize("share", [0.0, 0.3, 0.9, 1.0])
+def test_cut_messages_carry_every_cut_label_and_send_a_common_one_once(share):
+    from vyre_numba.distributed import components as dc
+
+    rng = np.random.default_rng(int(share * 10))
+    n, bounds = 1000, np.array([0, 300, 650, 1000])
+    flags = rng.random(n) < 0.4
+    flags[300:650] = False  # the sender owns [300, 650)
+    labels = rng.integers(0, n, n).astype(np.int32)
+    labels[rng.random(n) < share] = 7  # a largest component's label, on `share` of the vertices
+    msgs = dc.cut_numpy(flags, labels, bounds)
+    v = np.flatnonzero(flags)
+    rows = np.concatenate([dc.cut_rows(int(bounds[q]), int(bounds[q + 1] - bounds[q]), [msgs[q]]) for q in range(3)])
+    assert np.array_equal(rows, np.stack([v, labels[v]], 1))
+    assert msgs[1][0].size == msgs[1][2].size == msgs[1][3].size == 0 and msgs[1][1] == -1  # nothing to itself
+    if share >= 0.9:
+        assert all(m[1] == 7 for q, m in enumerate(msgs) if q != 1)
+        assert sum(m[3].size for m in msgs) == int((labels[v] != 7).sum())  # the common label is not repeated
+    else:
+        assert all(m[1] == -1 for m in msgs) and sum(m[3].size for m in msgs) == v.size
+
+
 def test_components_of_structured_graphs(client):
     for indptr, indices in (grid(40, 30), rmat(10, 8, seed=5), csr(500, np.arange(499), np.arange(1, 500))):
         want = components_one(indptr, indices, backend="reference")

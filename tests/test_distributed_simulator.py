@@ -19,7 +19,9 @@ SCRIPT = textwrap.dedent('''
     rng = np.random.default_rng(0)
     cases = {"path": (40, np.arange(39), np.arange(1, 40)), "empty": (0, np.zeros(0, int), np.zeros(0, int)),
              "isolated": (5, np.zeros(0, int), np.zeros(0, int)), "star": (30, np.zeros(29, int), np.arange(1, 30)),
-             "random": (60, rng.integers(0, 60, 60), rng.integers(0, 60, 60))}
+             "random": (60, rng.integers(0, 60, 60), rng.integers(0, 60, 60)),
+             "matching": (40, np.arange(20), np.arange(20, 40))}  # every cut label differs: sent plain
+    encodings = set()
     for name, (n, src, dst) in cases.items():
         want, _ = components_of_edges(n, src.astype(np.int64), dst.astype(np.int64))
         for kind in ("csr", "edges"):
@@ -56,8 +58,11 @@ SCRIPT = textwrap.dedent('''
                 flagged[lo:hi] = False
                 twin = dc.cut_numpy(flagged, host, bounds)
                 for q in range(k):
-                    assert np.array_equal(msgs[q][0], twin[q][0]), (name, kind, q, msgs[q], twin[q])
-                    assert np.array_equal(msgs[q][1], twin[q][1]), (name, kind, q, msgs[q], twin[q])
+                    assert msgs[q][1] == twin[q][1], (name, kind, q, msgs[q], twin[q])
+                    for j in (0, 2, 3):
+                        assert np.array_equal(msgs[q][j], twin[q][j]), (name, kind, q, j, msgs[q], twin[q])
+                    if msgs[q][0].size:
+                        encodings.add(msgs[q][1] >= 0)
                     rows = dc.cut_rows(int(bounds[q]), int(bounds[q + 1] - bounds[q]), [msgs[q]])
                     v = np.flatnonzero(flagged[bounds[q]:bounds[q + 1]]) + bounds[q]
                     assert np.array_equal(rows, np.stack([v, host[v]], 1)), (name, kind, q, rows)
@@ -77,6 +82,8 @@ SCRIPT = textwrap.dedent('''
                                                             for lo, hi, labels in parts])
             assert np.array_equal(got, want), (name, kind, got, want)
             print("ok", name, kind)
+    assert encodings == {True, False}, encodings
+    print("ok cut labels sent both with a common label and plain")
     try:
         dc.split_linked(ops, 5, np.array([[0, 1], [2, 5], [3, 4], [1, 2]], np.int64))
     except Exception as e:
@@ -98,7 +105,7 @@ SCRIPT = textwrap.dedent('''
 def test_distributed_components_phases_under_the_cuda_simulator():
     out = run_script(SCRIPT, 900)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.count("ok ") == 13
+    assert out.stdout.count("ok ") == 16
 
 
 EGRAPH_SCRIPT = textwrap.dedent('''

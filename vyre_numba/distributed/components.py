@@ -132,62 +132,137 @@ def _indexed(ops, n: int, values, flags, most: int) -> np.ndarray:
 
 
 def cut_gpu(ops, n: int, lo: int, hi: int, labels, touched, bounds) -> list:
-    """The cut as one message an owner: (bits, labels) for the owner of [bounds[q], bounds[q+1]),
-    where bit i of bits (uint8, lowest first) says vertex bounds[q] + i lies outside [lo, hi) and
-    one of the device id arrays `touched` ((ids, count) each) names it, and labels (int32) are
-    this partition's labels of those vertices in order: for a dense cut about half the bytes of
-    (v, label) rows (n / 8 bytes of bits at most, whatever the cut)."""
+    """The cut as one message an owner (`_messages`): bit i of an owner's bits (uint8, lowest first)
+    says its vertex bounds[q] + i lies outside [lo, hi) and one of the device id arrays `touched`
+    ((ids, count) each) names it; the message carries this partition's labels of those vertices in
+    order. Where a common label is found (`_common`), only the others travel, marked by bits."""
     from .. import compaction
     from . import steps
 
     bounds = np.asarray(bounds, np.int64)
     sizes = np.diff(bounds)
-    offs = np.concatenate([[0], np.cumsum(-(-sizes // 8))]).astype(np.int64)
+    offs = _byte_offsets(sizes)
     if n == 0:
-        return [(np.zeros(int(offs[q + 1] - offs[q]), np.uint8), np.zeros(0, np.int32)) for q in range(sizes.size)]
+        return _messages(np.zeros(int(offs[-1]), np.uint8), offs, -1, None, np.zeros(0, np.int32))
     flags = _marked(ops, n, steps.mark_outside, touched, np.int64(lo), np.int64(hi))
     bits = ops.empty(max(int(offs[-1]), 1), np.uint8)
+    _packed(ops, bits, offs, flags, bounds[:-1], sizes)
+    host = ops.download(bits)[:int(offs[-1])]
+    counts = _counts(host, offs)
+    k = int(counts.sum())
+    if not k:
+        return _messages(host, offs, -1, None, np.zeros(0, np.int32))
+    kept = compaction.select(labels, flags)
+    at = _sampled(k)
+    sample = ops.empty(at.size, np.int32)
+    ops.run(steps.take, at.size, [sample, kept, ops.upload(at)])
+    common = _common(ops.download(sample))
+    if common < 0:
+        return _messages(host, offs, -1, None, ops.download(kept))
+    odd = ops.empty(k, np.uint8)
+    ops.run(steps.mark_unequal, k, [odd, kept, np.int32(common)])
+    ooffs = _byte_offsets(counts)
+    obits = ops.empty(max(int(ooffs[-1]), 1), np.uint8)
+    _packed(ops, obits, ooffs, odd, np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
+    others = compaction.read_compacted(kept, odd, capacity=k)
+    return _messages(host, offs, common, (ops.download(obits)[:int(ooffs[-1])], ooffs), others)
+
+
+SAMPLE = 1024  # cut labels sampled for a common one
+
+
+def _byte_offsets(sizes: np.ndarray) -> np.ndarray:
+    """Where each run of `sizes` bits starts in bytes, one byte-aligned run after another."""
+    return np.concatenate([[0], np.cumsum(-(-np.asarray(sizes, np.int64) // 8))]).astype(np.int64)
+
+
+def _packed(ops, bits, offs, flags, starts, sizes) -> None:
+    """Runs q of the device flags (`sizes[q]` from `starts[q]`) packed into bits[offs[q]:offs[q+1]]."""
+    from . import steps
+
     for q, size in enumerate(sizes):
         if size:
             ops.run(steps.pack_bits, int(offs[q + 1] - offs[q]),
-                    [bits[int(offs[q]):int(offs[q + 1])], flags, np.int64(bounds[q]), np.int64(size)])
-    kept = compaction.read_compacted(labels, flags, capacity=min(n, sum(count for _, count in touched)))
-    host = ops.download(bits)
-    return _messages(host, offs, kept)
+                    [bits[int(offs[q]):int(offs[q + 1])], flags, np.int64(starts[q]), np.int64(size)])
 
 
-def _messages(bits: np.ndarray, offs: np.ndarray, kept: np.ndarray) -> list:
-    """Per owner q: its bytes of `bits` and its run of the kept labels (as many as its set bits);
-    an owner none of whose vertices is cut gets two empty arrays."""
-    counts = [int(np.bitwise_count(bits[offs[q]:offs[q + 1]]).sum()) for q in range(offs.size - 1)]
-    at = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    return [(bits[offs[q]:offs[q + 1]] if counts[q] else bits[:0], kept[at[q]:at[q + 1]])
+def _counts(bits: np.ndarray, offs: np.ndarray) -> np.ndarray:
+    return np.array([int(np.bitwise_count(bits[offs[q]:offs[q + 1]]).sum()) for q in range(offs.size - 1)], np.int64)
+
+
+def _sampled(k: int) -> np.ndarray:
+    """The positions (int64) of the cut labels sampled out of k: evenly spread, at most SAMPLE."""
+    s = min(k, SAMPLE)
+    return np.arange(s, dtype=np.int64) * k // max(s, 1)
+
+
+def _common(sample: np.ndarray) -> int:
+    """The label at least half the sampled cut labels carry (the largest component's, on graphs
+    with one: most of a cut), or -1 where none does."""
+    if not sample.size:
+        return -1
+    values, counts = np.unique(sample, return_counts=True)
+    j = int(np.argmax(counts))
+    return int(values[j]) if 2 * int(counts[j]) >= sample.size else -1
+
+
+def _messages(bits: np.ndarray, offs: np.ndarray, common: int, odd, labels: np.ndarray) -> list:
+    """Per owner q: (its bytes of `bits`, common, odd bits, labels): without a common label (-1)
+    labels are its cut vertices' labels in order and odd bits are empty; with one, odd bit i (its
+    bytes of odd = (bits, offsets)) says its i-th cut vertex's label is the next of labels, the
+    others carry `common`. An owner none of whose vertices is cut gets -1 and empty arrays."""
+    counts = _counts(bits, offs)
+    runs = counts if common < 0 else _counts(*odd)
+    at = np.concatenate([[0], np.cumsum(runs)]).astype(np.int64)
+    none = np.zeros(0, np.uint8)
+    return [(bits[offs[q]:offs[q + 1]], common, odd[0][odd[1][q]:odd[1][q + 1]] if common >= 0 else none,
+             labels[at[q]:at[q + 1]]) if counts[q] else (none, -1, none, labels[:0])
             for q in range(offs.size - 1)]
+
+
+def labels_of(message) -> np.ndarray:
+    """The labels (int64) a cut message carries, one a set bit of its bits, in order."""
+    bits, common, odd, labels = message
+    if common < 0:
+        return np.asarray(labels, np.int64)
+    k = int(np.bitwise_count(bits).sum())
+    out = np.full(k, common, np.int64)
+    out[np.flatnonzero(np.unpackbits(odd, count=k, bitorder="little"))] = labels
+    return out
 
 
 def cut_rows(lo: int, size: int, messages) -> np.ndarray:
     """The (v, their label) int64 rows the cut messages to the owner of [lo, lo + size) carry."""
-    rows = [np.stack([lo + np.flatnonzero(np.unpackbits(b, count=size, bitorder="little")),
-                      np.asarray(lab, np.int64)], 1) for b, lab in messages if len(lab)]
+    rows = [np.stack([lo + np.flatnonzero(np.unpackbits(m[0], count=size, bitorder="little")), labels_of(m)], 1)
+            for m in messages if m[0].size]
     return np.concatenate(rows) if rows else np.zeros((0, 2), np.int64)
 
 
 def contract_gpu(ops, n: int, lo: int, hi: int, labels, messages) -> np.ndarray:
     """(label, root) int32 rows for every label that joining the cut messages sent to the owner of
     [lo, hi) (their labels of its vertices) with this partition's labels moved under a smaller one.
-    Each message's labels are linked with the owner's where they land (no host concatenation)."""
+    Each message's labels are made on the device and linked with the owner's where they land."""
     from .. import compaction
     from ..graph import steps as graph_steps
     from . import steps
 
-    messages = [(b, lab) for b, lab in messages if len(lab)]
+    messages = [m for m in messages if m[0].size and np.bitwise_count(m[0]).any()]
     if not messages:
         return np.zeros((0, 2), np.int32)
     parent, flags, columns = ops.empty(n, np.int32), ops.empty(hi - lo, np.uint8), []
     ops.run(graph_steps.init, n, [parent])
-    for b, lab in messages:
-        k = len(lab)
-        theirs, mine = ops.upload(_narrow(lab)), ops.empty(k, np.int32)
+    for b, common, odd, lab in messages:
+        k = int(np.bitwise_count(b).sum())
+        if common < 0:
+            theirs = ops.upload(_narrow(lab))
+        else:
+            theirs = ops.empty(k, np.int32)
+            ops.run(steps.set_to, k, [theirs, np.int32(common)])
+            if len(lab):
+                marks = ops.empty(k, np.uint8)
+                ops.run(steps.unpack_bits, k, [marks, ops.upload(odd)])
+                ops.run(steps.put_at, len(lab), [theirs, compaction.nonzero(marks), ops.upload(_narrow(lab))])
+        mine = ops.empty(k, np.int32)
         ops.run(steps.unpack_bits, hi - lo, [flags, ops.upload(b)])
         ops.run(steps.take_owned, k, [mine, labels, compaction.nonzero(flags), np.int64(lo)])
         ops.run(graph_steps.link_edge, k, [parent, theirs, mine])
@@ -341,9 +416,18 @@ def cut_numpy(flags: np.ndarray, labels: np.ndarray, bounds) -> list:
     """`cut_gpu`'s messages from the host flags (bool, one a vertex) and labels."""
     bounds = np.asarray(bounds, np.int64)
     bits = [np.packbits(flags[bounds[q]:bounds[q + 1]], bitorder="little") for q in range(bounds.size - 1)]
-    offs = np.concatenate([[0], np.cumsum([b.size for b in bits])]).astype(np.int64)
+    host = np.concatenate([np.zeros(0, np.uint8)] + bits)
+    offs = _byte_offsets(np.diff(bounds))
     kept = labels[np.flatnonzero(flags)].astype(np.int64)
-    return _messages(np.concatenate([np.zeros(0, np.uint8)] + bits), offs, kept)
+    common = _common(kept[_sampled(kept.size)])
+    if common < 0:
+        return _messages(host, offs, -1, None, kept)
+    counts = _counts(host, offs)
+    at = np.concatenate([[0], np.cumsum(counts)])
+    odd = kept != common
+    obits = [np.packbits(odd[at[q]:at[q + 1]], bitorder="little") for q in range(counts.size)]
+    return _messages(host, offs, common, (np.concatenate([np.zeros(0, np.uint8)] + obits), _byte_offsets(counts)),
+                     kept[odd])
 
 
 def split_linked(ops, n: int, e):
@@ -407,7 +491,7 @@ def _final(p: Partition, mapping) -> np.ndarray:
 
 def _count(x) -> int:
     """Rows of a shard, or the vertices of a local result's cut (every message it sends)."""
-    return int(sum(len(lab) for _, lab in x[1])) if isinstance(x, tuple) else int(x.shape[0])
+    return int(sum(np.bitwise_count(m[0]).sum() for m in x[1])) if isinstance(x, tuple) else int(x.shape[0])
 
 
 # --- the call ------------------------------------------------------------------------------

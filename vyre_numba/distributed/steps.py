@@ -34,7 +34,7 @@ def split_rows(i, src, dst, e, n, bad):
 def mark_outside(i, flags, ids, lo, hi):
     """Flag vertex ids[i] if it lies outside the owned range [lo, hi)."""
     v = ids[i]
-    if v < lo or v >= hi:
+    if (v < lo or v >= hi) and flags[v] == 0:  # a hub's byte is read many times, written once
         flags[v] = 1
     return 0
 
@@ -81,6 +81,24 @@ def pack_bits(j, bits, flags, lo, size):
 def unpack_bits(i, flags, bits):
     """flags[i] = bit i of the bytes `bits`, lowest first."""
     flags[i] = (bits[i >> 3] >> (i & 7)) & 1
+    return 0
+
+
+def take(i, out, a, at):
+    """out[i] = a[at[i]]."""
+    out[i] = a[at[i]]
+    return 0
+
+
+def mark_unequal(i, flags, a, v):
+    """flags[i] = 1 where a[i] is not v, else 0."""
+    flags[i] = 1 if a[i] != v else 0
+    return 0
+
+
+def put_at(i, out, at, a):
+    """out[at[i]] = a[i]."""
+    out[at[i]] = a[i]
     return 0
 
 

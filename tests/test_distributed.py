@@ -89,6 +89,19 @@ def test_components_of_structured_graphs(client):
         assert np.array_equal(got, want)
     # a path cut into 4 pieces meets itself at 3 places: the cut is tiny, the merge joins 4 labels
     assert stats.cut_pairs == 3 and stats.merged_pairs == 3
+    assert stats.extra["labels_sent"] == 3  # three cuts of one vertex: each label sent as it is
+
+
+def test_a_cut_whose_vertices_share_a_label_sends_it_once(client):
+    n = 2000  # one component: every cut vertex of a partition carries its smallest vertex
+    rng = np.random.default_rng(11)
+    src = np.concatenate([np.arange(n - 1), rng.integers(0, n, 3000)])
+    dst = np.concatenate([np.arange(1, n), rng.integers(0, n, 3000)])
+    indptr, indices = csr(n, np.concatenate([src, dst]), np.concatenate([dst, src]))
+    got, stats = connected_components(indptr, indices, client=client, backend="reference", partitions=3,
+                                      stats=True)
+    assert np.array_equal(got, np.zeros(n, np.int32))
+    assert stats.cut_pairs > 500 and stats.extra["labels_sent"] < stats.cut_pairs / 10, stats
 
 
 @pytest.mark.parametrize("partitions", [1, 3, 5])

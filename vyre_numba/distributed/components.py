@@ -38,7 +38,9 @@ class DistributedStats:
     """What a distributed call did: partitions, the workers and their devices, the merge's join
     rounds (1: the owners' pairs are joined once; 0 without partitions), how many cut vertices carried a label to
     their owner and how many label pairs were merged, and the wall time; `extra`
-    holds `owned_ranges`, the vertex range [lo, hi) each partition owns."""
+    holds `owned_ranges`, the vertex range [lo, hi) each partition owns, and (connected
+    components) `labels_sent`, the labels the cut's messages held (a label most cut vertices
+    share is sent once)."""
 
     partitions: int
     workers: list
@@ -490,8 +492,14 @@ def _final(p: Partition, mapping) -> np.ndarray:
 
 
 def _count(x) -> int:
-    """Rows of a shard, or the vertices of a local result's cut (every message it sends)."""
-    return int(sum(np.bitwise_count(m[0]).sum() for m in x[1])) if isinstance(x, tuple) else int(x.shape[0])
+    """Rows of a shard."""
+    return int(x.shape[0])
+
+
+def _cut_counts(local: tuple) -> tuple[int, int]:
+    """(vertices cut, labels sent) of a local result's messages."""
+    return (int(sum(np.bitwise_count(m[0]).sum() for m in local[1])),
+            int(sum(m[3].size + (m[1] >= 0) for m in local[1])))
 
 
 # --- the call ------------------------------------------------------------------------------
@@ -562,12 +570,12 @@ def connected_components(indptr=None, indices=None, *, client=None, edges=None, 
         labels = cluster.left_on_workers(finals, ranges)
     if not stats:
         return labels
-    cut = sum(client.gather([cluster.submit(client, _count, f, worker=w, name="cc-count")
-                             for f, w in zip(locs, places)]))
+    cut, sent = np.sum(client.gather([cluster.submit(client, _cut_counts, f, worker=w, name="cc-count")
+                                      for f, w in zip(locs, places)]), axis=0, dtype=np.int64).reshape(2)
     merged = sum(client.gather([cluster.submit(client, _count, s, worker=w, name="cc-count")
                                 for s, w in zip(shards, places)]))
-    return labels, DistributedStats(k, workers, devices, rounds, cut, merged, time.perf_counter() - t0,
-                                    extra={"owned_ranges": ranges})
+    return labels, DistributedStats(k, workers, devices, rounds, int(cut), merged, time.perf_counter() - t0,
+                                    extra={"owned_ranges": ranges, "labels_sent": int(sent)})
 
 
 def _pick(local: tuple, q: int) -> tuple:

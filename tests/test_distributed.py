@@ -64,9 +64,9 @@ def test_cut_messages_carry_every_cut_label_and_send_a_common_one_once(share):
     from vyre_numba.distributed import components as dc
 
     rng = np.random.default_rng(int(share * 10))
-    n, bounds = 1000, np.array([0, 300, 650, 1000])
+    n, bounds = 5000, np.array([0, 1500, 3250, 5000])  # a cut of about 1,300: more than dc.SAMPLE
     flags = rng.random(n) < 0.4
-    flags[300:650] = False  # the sender owns [300, 650)
+    flags[1500:3250] = False  # the sender owns [1500, 3250)
     labels = rng.integers(0, n, n).astype(np.int32)
     labels[rng.random(n) < share] = 7  # a largest component's label, on `share` of the vertices
     msgs = dc.cut_numpy(flags, labels, bounds)
@@ -79,6 +79,24 @@ def test_cut_messages_carry_every_cut_label_and_send_a_common_one_once(share):
         assert sum(m[3].size for m in msgs) == int((labels[v] != 7).sum())  # the common label is not repeated
     else:
         assert all(m[1] == -1 for m in msgs) and sum(m[3].size for m in msgs) == v.size
+    assert all(m[3].dtype == np.int32 for m in msgs)
+
+
+def test_an_owner_whose_cut_lacks_the_common_label_gets_its_labels_plain():
+    from vyre_numba.distributed import components as dc
+
+    rng = np.random.default_rng(5)
+    n, bounds = 5000, np.array([0, 3000, 3500, 5000])
+    flags = rng.random(n) < 0.4
+    flags[3000:3500] = False
+    labels = rng.integers(0, n, n).astype(np.int32)
+    labels[:3000] = 7  # two thirds of the cut carry 7, all of them owner 0's
+    msgs = dc.cut_numpy(flags, labels, bounds)
+    assert msgs[0][1] == 7 and msgs[0][3].size == 0
+    assert msgs[2][1] == -1 and msgs[2][2].size == 0 and msgs[2][3].size == int(flags[3500:].sum())
+    v = np.flatnonzero(flags)
+    rows = np.concatenate([dc.cut_rows(int(bounds[q]), int(bounds[q + 1] - bounds[q]), [msgs[q]]) for q in range(3)])
+    assert np.array_equal(rows, np.stack([v, labels[v]], 1))
 
 
 def test_components_of_structured_graphs(client):

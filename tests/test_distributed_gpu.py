@@ -142,6 +142,52 @@ def test_device_rounds_match_the_numpy_rounds_step_by_step(monkeypatch):
     assert seen.all(), seen  # the table grew, rows equal to held ones came, stored rows were compacted
 
 
+def test_cc_phases_on_the_gpu_match_numpy_on_cuts_larger_than_the_sample():
+    """Cut, contraction and settling on this GPU (no Dask) against their NumPy twins, with cuts of
+    tens of thousands of vertices: a giant component's label sent once, and an owner whose cut
+    vertices carry labels of their own getting them plain."""
+    from vyre_numba import get_backend
+    from vyre_numba.distributed import components as dc
+    from vyre_numba.graph.components import components_of_edges
+
+    ops = dc.Ops(get_backend("cuda"))
+    rng = np.random.default_rng(3)
+    n, k = 200_000, 3
+    bounds = np.linspace(0, n, k + 1).astype(np.int64)
+    giant = lambda m: rng.integers(0, 120_000, (m, 2))  # noqa: E731
+    pairs = np.stack([np.arange(140_000, 160_000, 2), np.arange(140_001, 160_001, 2)], 1)  # owner 2's own
+    chunks = [np.concatenate([giant(200_000), pairs]), giant(200_000), rng.integers(100_000, n, (50_000, 2))]
+    every = np.concatenate(chunks)
+    want, _ = components_of_edges(n, every[:, 0].astype(np.int64), every[:, 1].astype(np.int64))
+    parts, cuts, seen = [], [], set()
+    for p, e in enumerate(chunks):
+        lo, hi = int(bounds[p]), int(bounds[p + 1])
+        a, b, labels = dc.split_linked(ops, n, e.astype(np.int64))
+        msgs = dc.cut_gpu(ops, n, lo, hi, labels, [(b, e.shape[0]), (a, e.shape[0])], bounds)
+        flags = np.zeros(n, bool)
+        flags[e.reshape(-1)] = True
+        flags[lo:hi] = False
+        twin = dc.cut_numpy(flags, labels.copy_to_host(), bounds)
+        for q in range(k):
+            assert msgs[q][1] == twin[q][1], (p, q, msgs[q][1], twin[q][1])
+            for j in (0, 2, 3):
+                assert np.array_equal(msgs[q][j], twin[q][j]), (p, q, j)
+            if msgs[q][0].size:
+                seen.add((p, q, msgs[q][1] >= 0))
+        parts.append((lo, hi, labels))
+        cuts.append(msgs)
+    assert (0, 1, True) in seen and (0, 2, False) in seen, seen  # one sender: its common label, and plain
+    shards = []
+    for q, (lo, hi, labels) in enumerate(parts):
+        incoming = [c[q] for c in cuts]
+        shard = dc.contract_gpu(ops, n, lo, hi, labels, incoming)
+        twin = dc.contract_numpy(labels.copy_to_host(), dc.cut_rows(lo, hi - lo, incoming))
+        assert np.array_equal(shard, twin), q
+        shards.append(shard)
+    got = np.concatenate([dc.settle_gpu(ops, n, lo, hi, labels, shards) for lo, hi, labels in parts])
+    assert np.array_equal(got, want)
+
+
 def test_an_edge_out_of_range_is_refused_on_the_device(client):
     from vyre_numba import VyreError
 

@@ -6,17 +6,20 @@ the labels that cross partitions move.
    linked piece by piece as it uploads; NumPy on CPU workers). A label is the smallest vertex id
    of its local component.
 2. Cut: for every vertex v that p's edges touch outside the range p owns, p sends (v, label_p(v))
-   to v's owner q, as a bitmask over q's range (which v) and the labels in order (about 4 bytes
-   a vertex, not 8).
+   to v's owner q, as a bitmask over q's range (which v) and the labels in order. Where most of
+   the cut shares one label (its largest component's), that label goes once and a second
+   bitmask marks the vertices that carry another, whose labels alone follow.
 3. Contract: q joins label_p(v) with its own label_q(v), unions them among themselves (labels only
    join labels) and sends on (label, root) for each label that moved: as many pairs as local
    components meet at the cut, not as many as the cut has edges.
 4. Merge: the (label, root) pairs of every owner are joined into one forest, each label under its
-   set's smallest label: on GPU workers by one task on a GPU (the same lock-free union-find as the
-   local components); on CPU workers by the distributed union-find (`unionfind.merge`: each
-   shard reduced to a forest where it lives, then one task joins the forests).
+   set's smallest label: on GPU workers by every owner on its own GPU (the same lock-free
+   union-find as the local components), so no merged mapping travels back; on CPU workers by the
+   distributed union-find (`unionfind.merge`: each shard reduced to a forest where it lives, then
+   one task joins the forests).
 5. Final: every owned vertex v takes the root of label_p(v) (or label_p(v) itself, when no pair
-   names it: then its local component touches no other partition and is whole).
+   names it: then its local component touches no other partition and is whole); on GPU workers
+   in the same task as step 4.
 
 Every global component is a union of local ones, two of which meet exactly where a vertex lies in
 both partitions, which steps 2-3 turn into a pair; so the merged roots are the components, each
@@ -39,8 +42,8 @@ class DistributedStats:
     rounds (1: the owners' pairs are joined once; 0 without partitions), how many cut vertices carried a label to
     their owner and how many label pairs were merged, and the wall time; `extra`
     holds `owned_ranges`, the vertex range [lo, hi) each partition owns, and (connected
-    components) `labels_sent`, the labels the cut's messages held (a label most cut vertices
-    share is sent once)."""
+    components) `labels_sent`, the labels the cut's messages held (a label most of a message's
+    vertices share counts once a message)."""
 
     partitions: int
     workers: list
@@ -217,9 +220,14 @@ def _messages(bits: np.ndarray, offs: np.ndarray, common: int, odd, labels: np.n
     runs = counts if common < 0 else _counts(*odd)
     at = np.concatenate([[0], np.cumsum(runs)]).astype(np.int64)
     none = np.zeros(0, np.uint8)
-    return [(bits[offs[q]:offs[q + 1]], common, odd[0][odd[1][q]:odd[1][q + 1]] if common >= 0 else none,
+    out = []
+    for q in range(offs.size - 1):
+        m = (bits[offs[q]:offs[q + 1]], common, odd[0][odd[1][q]:odd[1][q + 1]] if common >= 0 else none,
              labels[at[q]:at[q + 1]]) if counts[q] else (none, -1, none, labels[:0])
-            for q in range(offs.size - 1)]
+        if m[1] >= 0 and 2 * runs[q] > counts[q]:  # most of this owner's cut carries another label
+            m = (m[0], -1, none, labels_of(m).astype(np.int32))
+        out.append(m)
+    return out
 
 
 def labels_of(message) -> np.ndarray:
@@ -420,7 +428,7 @@ def cut_numpy(flags: np.ndarray, labels: np.ndarray, bounds) -> list:
     bits = [np.packbits(flags[bounds[q]:bounds[q + 1]], bitorder="little") for q in range(bounds.size - 1)]
     host = np.concatenate([np.zeros(0, np.uint8)] + bits)
     offs = _byte_offsets(np.diff(bounds))
-    kept = labels[np.flatnonzero(flags)].astype(np.int64)
+    kept = labels[np.flatnonzero(flags)].astype(np.int32)
     common = _common(kept[_sampled(kept.size)])
     if common < 0:
         return _messages(host, offs, -1, None, kept)
@@ -570,11 +578,12 @@ def connected_components(indptr=None, indices=None, *, client=None, edges=None, 
         labels = cluster.left_on_workers(finals, ranges)
     if not stats:
         return labels
-    cut, sent = np.sum(client.gather([cluster.submit(client, _cut_counts, f, worker=w, name="cc-count")
-                                      for f, w in zip(locs, places)]), axis=0, dtype=np.int64).reshape(2)
+    counted = client.gather([cluster.submit(client, _cut_counts, f, worker=w, name="cc-count")
+                             for f, w in zip(locs, places)])
+    cut, sent = sum(c for c, _ in counted), sum(s for _, s in counted)
     merged = sum(client.gather([cluster.submit(client, _count, s, worker=w, name="cc-count")
                                 for s, w in zip(shards, places)]))
-    return labels, DistributedStats(k, workers, devices, rounds, int(cut), merged, time.perf_counter() - t0,
+    return labels, DistributedStats(k, workers, devices, rounds, cut, merged, time.perf_counter() - t0,
                                     extra={"owned_ranges": ranges, "labels_sent": int(sent)})
 
 

@@ -121,12 +121,6 @@ def link_pairs(i, parent, pairs):
     return 0
 
 
-def assign_pairs(i, table, pairs):
-    """table[id] = root for the row i of the flat (id, root) pairs."""
-    table[pairs[2 * i]] = pairs[2 * i + 1]
-    return 0
-
-
 def relabel(i, out, table, labels, lo):
     """out[i] = table[labels[lo + i]]: an owned vertex's final label through its local one."""
     out[i] = table[labels[lo + i]]

@@ -76,6 +76,22 @@ def rmat_chunk(scale: int, m: int, seed: int, on_gpu: bool = False):
     return out.copy_to_host()
 
 
+def rmat_edges(client, workers: list, scale: int, sizes: list, on_gpu: bool = False):
+    """A persisted Dask array of RMAT edges, chunk i (sizes[i] rows, seed 1000 + i) generated on
+    workers[i % len(workers)]: host chunks, or (`on_gpu`) CuPy chunks left on the GPUs."""
+    import dask.array as da
+
+    meta = {}
+    if on_gpu:
+        import cupy
+
+        meta = {"meta": cupy.empty((0, 2), np.int32)}
+    futs = [client.submit(rmat_chunk, scale, m, 1000 + i, on_gpu, workers=[workers[i % len(workers)]], pure=False)
+            for i, m in enumerate(sizes)]
+    return client.persist(da.concatenate([da.from_delayed(f, shape=(m, 2), dtype=np.int32, **meta)
+                                          for f, m in zip(futs, sizes)]))
+
+
 def median_ms(fn, repeats: int) -> tuple[float, object]:
     times, out = [], None
     for _ in range(repeats):
@@ -97,7 +113,6 @@ def single_gpu_cc(src: np.ndarray, dst: np.ndarray, n: int) -> np.ndarray:
 
 
 def cc_case(scale: int, log2m: int, gpus: list[int], repeats: int) -> dict:
-    import dask.array as da
     from dask_cuda import LocalCUDACluster
     from distributed import Client
 
@@ -112,10 +127,7 @@ def cc_case(scale: int, log2m: int, gpus: list[int], repeats: int) -> dict:
         with LocalCUDACluster(n_workers=g, CUDA_VISIBLE_DEVICES=list(range(g)), threads_per_worker=1,
                               dashboard_address=":0") as lc, Client(lc) as c:
             workers = sorted(c.scheduler_info()["workers"])
-            futs = [c.submit(rmat_chunk, scale, sizes[i], 1000 + i, workers=[workers[i % g]], pure=False)
-                    for i in range(chunks)]
-            edges = c.persist(da.concatenate([da.from_delayed(f, shape=(sizes[i], 2), dtype=np.int32)
-                                              for i, f in enumerate(futs)]))
+            edges = rmat_edges(c, workers, scale, sizes)
             connected_components(client=c, edges=edges, n=n)  # compile on every worker
             ms, (lab, st) = median_ms(lambda: connected_components(client=c, edges=edges, n=n, stats=True), repeats)
             row[f"dask_{g}gpu_ms"] = ms
@@ -128,14 +140,10 @@ def cc_case(scale: int, log2m: int, gpus: list[int], repeats: int) -> dict:
             row[f"dask_{g}gpu_devices"] = sorted({d["gpu"] for d in st.devices.values()})
             labels[g] = lab
             try:
-                import cupy
+                import cupy  # noqa: F401
             except ImportError:
                 continue
-            futs = [c.submit(rmat_chunk, scale, sizes[i], 1000 + i, True, workers=[workers[i % g]], pure=False)
-                    for i in range(chunks)]
-            held = c.persist(da.concatenate([da.from_delayed(f, shape=(sizes[i], 2), dtype=np.int32,
-                                                             meta=cupy.empty((0, 2), np.int32))
-                                             for i, f in enumerate(futs)]))
+            held = rmat_edges(c, workers, scale, sizes, on_gpu=True)
             connected_components(client=c, edges=held, n=n)
             ms, lab = median_ms(lambda: connected_components(client=c, edges=held, n=n), repeats)
             row[f"dask_{g}gpu_edges_on_gpus_ms"] = ms

@@ -14,8 +14,6 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
@@ -35,6 +33,19 @@ def phases(records: list) -> dict:
                 "to_ms": round((last[k] - t0) * 1e3, 1)} for k, d in sorted(out.items(), key=lambda kv: first[kv[0]])}
 
 
+def profiled(client, call) -> tuple[dict, object]:
+    """({wall_ms, phases}, its result) of `call()` run once more after a warm run, under Dask's task
+    stream."""
+    from distributed import get_task_stream
+
+    call()
+    with get_task_stream(client) as ts:
+        t = time.perf_counter()
+        out = call()
+        wall = time.perf_counter() - t
+    return {"wall_ms": round(wall * 1e3, 1), "phases": phases(ts.data)}, out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--scale", type=int, default=24)
@@ -43,12 +54,11 @@ def main() -> int:
     ap.add_argument("--only", choices=["cc", "egraph"], help="profile one workload")
     ap.add_argument("--json")
     a = ap.parse_args()
-    import dask.array as da
     from dask_cuda import LocalCUDACluster
-    from distributed import Client, get_task_stream
+    from distributed import Client
     from numba import cuda
 
-    from bench_distributed import cut_rows, rmat_chunk
+    from bench_distributed import cut_rows, rmat_edges
     from bench_egraph import workload
     from vyre_numba.distributed import congruence_closure, connected_components
 
@@ -61,43 +71,22 @@ def main() -> int:
         with LocalCUDACluster(n_workers=g, CUDA_VISIBLE_DEVICES=list(range(g)), threads_per_worker=1,
                               dashboard_address=":0") as lc, Client(lc) as c:
             workers = sorted(c.scheduler_info()["workers"])
-            futs = [c.submit(rmat_chunk, a.scale, sizes[i], 1000 + i, workers=[workers[i % g]], pure=False)
-                    for i in range(2)]
-            edges = c.persist(da.concatenate([da.from_delayed(f, shape=(sizes[i], 2), dtype=np.int32)
-                                              for i, f in enumerate(futs)]))
             if a.only != "egraph":
-                cases = {f"cc_{g}gpu": (edges, True)}
+                cases = {f"cc_{g}gpu": (rmat_edges(c, workers, a.scale, sizes), True)}
                 try:
-                    import cupy
-                    on = [c.submit(rmat_chunk, a.scale, sizes[i], 1000 + i, True, workers=[workers[i % g]],
-                                   pure=False) for i in range(2)]
-                    cases[f"cc_{g}gpu_edges_on_gpus_left"] = (c.persist(da.concatenate([
-                        da.from_delayed(f, shape=(sizes[i], 2), dtype=np.int32, meta=cupy.empty((0, 2), np.int32))
-                        for i, f in enumerate(on)])), False)
+                    import cupy  # noqa: F401
+                    cases[f"cc_{g}gpu_edges_on_gpus_left"] = (rmat_edges(c, workers, a.scale, sizes, True), False)
                 except ImportError:
                     pass
                 for name, (e, gather) in cases.items():
-                    connected_components(client=c, edges=e, n=n, gather=gather)
-                    with get_task_stream(c) as ts:
-                        t = time.perf_counter()
-                        _, st = connected_components(client=c, edges=e, n=n, gather=gather, stats=True)
-                        wall = time.perf_counter() - t
-                    res[name] = {"wall_ms": round(wall * 1e3, 1), "cut": st.cut_pairs, "merged": st.merged_pairs,
-                                 "phases": phases(ts.data)}
+                    res[name], st = profiled(c, lambda: connected_components(client=c, edges=e, n=n, gather=gather,
+                                                                             stats=True))
+                    res[name].update(cut=st[1].cut_pairs, merged=st[1].merged_pairs)
             if a.only != "cc":
-                congruence_closure(rows, unions, client=c, backend="cuda")
-                with get_task_stream(c) as ts:
-                    t = time.perf_counter()
-                    congruence_closure(rows, unions, client=c, backend="cuda")
-                    wall = time.perf_counter() - t
-                res[f"egraph_{g}gpu"] = {"wall_ms": round(wall * 1e3, 1), "phases": phases(ts.data)}
+                res[f"egraph_{g}gpu"], _ = profiled(c, lambda: congruence_closure(rows, unions, client=c, backend="cuda"))
                 held = [c.scatter([p], workers=[w], hash=False)[0] for p, w in zip(cut_rows(rows, g), workers)]
-                congruence_closure(held, unions, client=c, backend="cuda", gather=False)
-                with get_task_stream(c) as ts:
-                    t = time.perf_counter()
-                    congruence_closure(held, unions, client=c, backend="cuda", gather=False)
-                    wall = time.perf_counter() - t
-                res[f"egraph_{g}gpu_on_workers_left"] = {"wall_ms": round(wall * 1e3, 1), "phases": phases(ts.data)}
+                res[f"egraph_{g}gpu_on_workers_left"], _ = profiled(
+                    c, lambda: congruence_closure(held, unions, client=c, backend="cuda", gather=False))
     text = json.dumps(res, indent=1)
     print(text)
     if a.json:

@@ -486,6 +486,21 @@ def test_workers_devices_are_asked_once_while_the_same_worker_processes_live():
         assert asked() == 0
 
 
+def test_gpus_hand_over_device_arrays_only_on_one_host_where_each_sees_the_others():
+    from vyre_numba.distributed.cluster import shares_memory
+
+    def gpu(host, me, sees):
+        return {"backend": "cuda", "host": host, "gpu": me, "sees": sees}
+
+    both = ["GPU-a", "GPU-b"]
+    assert shares_memory({"w0": gpu("h", "GPU-a", both), "w1": gpu("h", "GPU-b", both)})
+    assert not shares_memory({"w0": gpu("h", "GPU-a", both)})  # one worker: nothing crosses
+    assert not shares_memory({"w0": gpu("h", "GPU-a", both), "w1": gpu("g", "GPU-b", both)})  # two hosts
+    assert not shares_memory({"w0": gpu("h", "GPU-a", ["GPU-a"]), "w1": gpu("h", "GPU-b", both)})  # a hidden GPU
+    cpu = {"backend": "reference", "host": "h", "gpu": None}
+    assert not shares_memory({"w0": cpu, "w1": dict(cpu)})
+
+
 def test_the_union_find_gives_each_id_its_sets_smallest_id():
     """`unionfind.union`, `_forest` and `_joined` (what the workers and the join task run) against
     SciPy's components on random pairs: dense and sparse ids, negative ids, shards of any split."""

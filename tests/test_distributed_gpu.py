@@ -122,6 +122,49 @@ def test_closure_of_partitions_on_the_workers_equals_the_single_gpu_closure(clie
     assert np.array_equal(left.eclass.compute(), want.eclass) and left.classes_after == want.classes_after
 
 
+def test_workers_of_one_host_hand_batches_over_from_gpu_to_gpu(client):
+    from numba import cuda
+
+    from vyre_numba.distributed import cluster
+
+    devices = cluster.devices(client, cluster.worker_table(client), "cuda")
+    assert cluster.shares_memory(devices) == (len(cuda.gpus) > 1)
+
+
+def test_a_shared_batch_lands_in_another_process_by_ipc(tmp_path):
+    """A batch of rows pickled as between workers of one host carries CUDA IPC handles, and another
+    process gets exactly its arrays; unshared, it carries host arrays."""
+    import pickle
+    import subprocess
+    import sys
+
+    from vyre_numba.distributed import egraph_device as dd
+
+    ops = dd._ops("cuda")
+    rng = np.random.default_rng(2)
+    op, cls = rng.integers(0, 9, 5000).astype(np.int32), rng.integers(0, 10**6, 5000).astype(np.int32)
+    off = np.concatenate([[0], np.cumsum(rng.integers(0, 4, 5000))]).astype(np.int32)
+    ch = rng.integers(0, 10**6, int(off[-1])).astype(np.int32)
+    for shared in (True, False):
+        rows = dd.DeviceRows("cuda", ops.upload(op), ops.upload(off), ops.upload(ch), ops.upload(cls), op.size,
+                             int(off[-1]), shared)
+        state = rows.__getstate__()
+        kinds = {type(state[k]) for k in dd.DeviceRows._DEVICE}
+        assert kinds == ({dd._Shared} if shared else {np.ndarray}), kinds
+        blob, out = tmp_path / f"rows{shared}.pkl", tmp_path / f"got{shared}.npz"
+        blob.write_bytes(pickle.dumps(rows))
+        code = ("import pickle, sys, numpy as np; r = pickle.loads(open(sys.argv[1], 'rb').read()); r.ops(); "
+                "np.savez(sys.argv[2], n=r.n_rows, nch=r.nch, **{k: getattr(r, k).copy_to_host() for k in "
+                "('op', 'offsets', 'children', 'eclass')})")
+        done = subprocess.run([sys.executable, "-c", code, str(blob), str(out)], capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr
+        got = np.load(out)
+        assert (int(got["n"]), int(got["nch"])) == (op.size, int(off[-1]))
+        for k, want in (("op", op), ("offsets", off), ("children", ch), ("eclass", cls)):
+            assert got[k].dtype == want.dtype and np.array_equal(got[k], want), (shared, k)
+
+
 def test_device_rounds_match_the_numpy_rounds_step_by_step(monkeypatch):
     """The GPU partitions and owners (no Dask) against the NumPy ones, round by round: rows sent,
     pairs found, signatures kept; with the tables and batches pickled as between workers."""

@@ -103,10 +103,25 @@ def worker_device(bname: str | None) -> dict:
         from numba import cuda
 
         dev = cuda.get_current_device()
-        uid = getattr(dev, "uuid", None)
-        info["gpu"] = str(uid) if uid is not None else f"pci {dev.PCI_BUS_ID}:{dev.PCI_DEVICE_ID}"
+        info["gpu"] = _gpu_id(dev)
         info["name"] = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
+        info["sees"] = sorted(_gpu_id(d) for d in cuda.gpus)
     return info
+
+
+def _gpu_id(dev) -> str:
+    uid = getattr(dev, "uuid", None)
+    return str(uid) if uid is not None else f"pci {dev.PCI_BUS_ID}:{dev.PCI_DEVICE_ID}"
+
+
+def shares_memory(devices: dict[str, dict]) -> bool:
+    """Whether the workers' GPUs can hand device arrays to one another through CUDA IPC: more than
+    one GPU worker, all on one host, each seeing every other worker's GPU."""
+    infos = list(devices.values())
+    if len(infos) < 2 or any(i.get("gpu") is None for i in infos) or len({i["host"] for i in infos}) != 1:
+        return False
+    gpus = {i["gpu"] for i in infos}
+    return all(gpus <= set(i.get("sees", ())) for i in infos)
 
 
 def devices(client, table: dict[str, dict], bname: str | None) -> dict[str, dict]:

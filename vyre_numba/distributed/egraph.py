@@ -20,7 +20,8 @@ their sizes and largest ids come to the client, and `gather=False` leaves the cl
 Where: on a GPU worker both steps run on its device (`egraph_device.py`): the partition (its rows
 and the canonical map) stays there and step 1 finds, canonicalises and splits the rows whose
 children moved there; an owner keeps its signatures there as a hash table, and a batch sent to an
-owner on the same worker never leaves the GPU; the mapping is a root per class id on the first
+owner on the same worker never leaves the GPU, and one for a worker of the same host goes from GPU
+to GPU (CUDA IPC); the mapping is a root per class id on the first
 worker's GPU, and the owners' forests are made on theirs. CPU workers run all steps with NumPy.
 
 Invariants: every worker applies the same deltas, so all copies of the map are equal after step 1;
@@ -112,12 +113,13 @@ def _subset(rows: tuple, keep: np.ndarray) -> tuple:
     return rows[0][keep], off, ch, rows[3][keep], rows[4][keep]
 
 
-def _send(p, delta, owners: int, first: bool) -> tuple:
-    """(the partition with the delta applied, rows to send to each owner, rows sent)."""
+def _send(p, delta, owners: int, first: bool, shared: bool = False) -> tuple:
+    """(the partition with the delta applied, rows to send to each owner, rows sent); `shared`: the
+    workers' GPUs hand each other device arrays (`cluster.shares_memory`)."""
     if isinstance(p, DevicePart):
         from .egraph_device import send
 
-        return send(p, delta, owners, first)
+        return send(p, delta, owners, first, shared)
     ids, roots = delta
     canon = p.canon
     if ids.size:
@@ -138,6 +140,13 @@ def _send(p, delta, owners: int, first: bool) -> tuple:
     op = p.op[dirty]
     rows = (op, off, ch, canon[p.eclass[dirty]], signature_hash(op, off, ch))
     return q, _by_owner(rows, owners), int(dirty.size)
+
+
+def _send_task(p, delta, owners: int, first: bool, shared: bool) -> tuple:
+    """`_send` as a task: (the partition, the rows for owner 0, ..., for owner `owners` - 1), each an
+    item Dask hands on alone."""
+    q, out, _ = _send(p, delta, owners, first, shared)
+    return (q, *out)
 
 
 _NO_KEPT = _EMPTY_ROWS + (np.zeros(0, np.uint64), np.zeros(0, np.int64))
@@ -215,8 +224,12 @@ def _size(x) -> int:
 
 def _classes(p) -> np.ndarray:
     if isinstance(p, DevicePart):
-        ops = p.ops()
-        return ops.download(p.canon)[ops.download(p.eclass)[:p.n_rows]]  # int32: half the bytes to the client
+        from .steps import relabel
+
+        ops, n = p.ops(), p.n_rows
+        out = ops.empty(max(n, 1), np.int32)  # int32: half the bytes to the client
+        ops.run(relabel, n, [out, p.canon, p.eclass, 0])
+        return ops.download(out)[:n]
     return p.canon[p.eclass]
 
 
@@ -237,6 +250,12 @@ def _advance(mapping, *forests: np.ndarray) -> tuple:
 
         return on_device(mapping, *forests)
     return advance(mapping, *forests)
+
+
+def _match_task(bname, n_classes: int, kept, delta, *incoming) -> tuple:
+    """`_match` and `_forest_of` as one task: (the signatures kept, the owner's forest)."""
+    matched = _match(kept, delta, *incoming)
+    return matched[0], _forest_of(bname, n_classes, matched)
 
 
 def _forest_of(bname, n_classes: int, matched: tuple) -> np.ndarray:
@@ -407,6 +426,7 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
                                                             name="eg-extent") for i in lazy])):
             extents[i] = e
     devices = cluster.checked_devices(asked)
+    shared = cluster.shares_memory(devices)
     pending = _pending_unions(egraph_partitions)
     top = max([-1] + [e[0] for e in extents])
     if isinstance(egraph_partitions, EGraph):
@@ -437,14 +457,12 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
     def round_after(state: tuple, first: bool) -> tuple:
         """A round's tasks: (partitions, kept signatures, mapping, delta) after it."""
         eps, kept, mapping, delta = state
-        sent = [cluster.submit(client, _send, eps[i], delta, k, first, worker=places[i], name="eg-send")
-                for i in range(k)]
-        out = [cluster.part(client, s, 1, w, "eg-out") for s, w in zip(sent, places)]
-        matched = [cluster.submit(client, _match, kept[o], delta,
-                                  *[cluster.part(client, out[i], o, places[i], "eg-to") for i in range(k)],
+        sent = [cluster.submit(client, _send_task, eps[i], delta, k, first, shared, worker=places[i],
+                               name="eg-send") for i in range(k)]
+        matched = [cluster.submit(client, _match_task, bname, n_classes, kept[o], delta,
+                                  *[cluster.part(client, sent[i], 1 + o, places[i], "eg-to") for i in range(k)],
                                   worker=places[o], name="eg-match") for o in range(k)]
-        forests = [cluster.submit(client, _forest_of, bname, n_classes, m, worker=w, name="eg-forest")
-                   for m, w in zip(matched, places)]
+        forests = [cluster.part(client, m, 1, w, "eg-forest") for m, w in zip(matched, places)]
         step = cluster.submit(client, _advance, mapping, *forests, worker=home, name="eg-advance")
         return ([cluster.part(client, s, 0, w, "eg-partition") for s, w in zip(sent, places)],
                 [cluster.part(client, m, 0, w, "eg-kept") for m, w in zip(matched, places)],

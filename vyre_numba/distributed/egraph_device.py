@@ -13,7 +13,8 @@ and claim only empty slots, so rows inserted at once meet at one slot; the rows 
 signatures; nothing of a round's input is written (a round makes a new partition and a new table),
 so Dask may rerun any round's task. On an owner only counts and the pairs cross to the host in a
 round (and a mark and an offset a row when it drops rows: rarely); a sender downloads the row and
-child count of each row it sends; a batch for an owner on another worker travels as host arrays."""
+child count of each row it sends; a batch for an owner on another worker goes from GPU to GPU
+where the workers share a host (CUDA IPC), else as host arrays."""
 from __future__ import annotations
 
 import numpy as np
@@ -31,17 +32,42 @@ def _ops(bname: str):
 
 class _Resident:
     """Device arrays named in `_DEVICE` that travel as host arrays (pickled off the device) and are
-    uploaded again, lazily, where they land."""
+    uploaded again, lazily, where they land; or, where `shared` is set (the workers' GPUs share one
+    host: `cluster.shares_memory`), as CUDA IPC handles, copied from the sender's GPU as they land."""
 
     _DEVICE: tuple = ()
     bname: str
+    shared: bool = False
 
     def __getstate__(self):
         d = dict(self.__dict__)
-        for k in self._DEVICE:
-            if d.get(k) is not None and not isinstance(d[k], np.ndarray):
-                d[k] = d[k].copy_to_host()
+        arrays = [k for k in self._DEVICE if d.get(k) is not None and not isinstance(d[k], np.ndarray)]
+        if self.shared and arrays:
+            from numba import cuda
+
+            cuda.synchronize()  # the arrays' writes are done before another process reads them
+        for k in arrays:
+            d[k] = _handle(d[k]) if self.shared else d[k].copy_to_host()
         return d
+
+    def __setstate__(self, d):
+        shared = [k for k, v in d.items() if isinstance(v, _Shared)]
+        if shared:
+            from numba import cuda
+
+            opened = []
+            try:
+                for k in shared:
+                    opened.append(d[k])
+                    d[k].copied()
+                cuda.synchronize()  # the copies are done before the handles close and their owner may free them
+            finally:
+                for h in opened:
+                    if h.src is not None:
+                        h.handle.close()
+            for k in shared:
+                d[k] = d[k].copy
+        self.__dict__.update(d)
 
     def ops(self):
         ops = _ops(self.bname)
@@ -49,6 +75,41 @@ class _Resident:
             if isinstance(getattr(self, k, None), np.ndarray):
                 setattr(self, k, ops.upload(getattr(self, k)))
         return ops
+
+
+class _Shared:
+    """A device array of another process on this host, by CUDA IPC handle: `copied()` opens it and
+    enqueues its `copy` into a new array of this process's GPU; the handle is closed after a
+    synchronisation. Taken while the sender holds the array: Dask keeps a task's result on its
+    worker until every task that reads it has run, and it lands (unpickled) before it counts as
+    held where it lands, so no other copy of it can be dropped in between."""
+
+    def __init__(self, handle):
+        self.handle, self.src, self.copy = handle, None, None
+
+    def copied(self) -> None:
+        from numba import cuda
+
+        try:
+            self.src = src = self.handle.open()
+        except Exception as e:  # noqa: BLE001 - the driver's refusal, whatever its type, is said below
+            from ..errors import DeviceError
+
+            raise DeviceError(f"a batch of e-nodes from another worker's GPU could not be opened here ({e}). Fix: "
+                              "run the workers on one host, each seeing every GPU (dask_cuda.LocalCUDACluster "
+                              "does), or pass backend='reference'.") from None
+        self.copy = cuda.device_array(src.shape, src.dtype)
+        if src.size:
+            self.copy.copy_to_device(src)
+
+
+def _handle(a):
+    """A `_Shared` for a device array, or its host copy where the driver gives no IPC handle (memory
+    from a stream-ordered pool)."""
+    try:
+        return _Shared(a.get_ipc_handle())
+    except Exception:  # noqa: BLE001 - any refusal means: send the bytes instead
+        return a.copy_to_host()
 
 
 class DevicePart(_Resident):
@@ -82,28 +143,14 @@ class DevicePart(_Resident):
 
 
 class DeviceRows(_Resident):
-    """Rows sent to an owner: op, children and class on the device (int32), offsets on the host
-    (from 0; int32 where they fit) and, where the sender has them there, on the device (not sent between workers)."""
+    """Rows sent to an owner: n rows (op, class, offsets from 0) and their nch children, on the
+    device (int32; offsets int32 where they fit)."""
 
-    _DEVICE = ("op", "children", "eclass")
+    _DEVICE = ("op", "offsets", "children", "eclass")
 
-    def __init__(self, bname, op, offsets, children, eclass, offsets_d=None):
+    def __init__(self, bname, op, offsets, children, eclass, n: int, nch: int, shared: bool = False):
         self.bname, self.op, self.offsets, self.children, self.eclass = bname, op, offsets, children, eclass
-        self.offsets_d = offsets_d
-
-    def __getstate__(self):
-        d = super().__getstate__()
-        d["offsets_d"] = None
-        return d
-
-    def device_offsets(self, ops):
-        if self.offsets_d is None:
-            self.offsets_d = ops.upload(self.offsets)
-        return self.offsets_d
-
-    @property
-    def n_rows(self) -> int:
-        return self.offsets.size - 1
+        self.n_rows, self.nch, self.shared = n, nch, shared
 
 
 def _through(ops, classes, n: int, delta):
@@ -119,12 +166,12 @@ def _through(ops, classes, n: int, delta):
     return out
 
 
-def send(p: DevicePart, delta, owners: int, first: bool) -> tuple:
+def send(p: DevicePart, delta, owners: int, first: bool, shared: bool = False) -> tuple:
     """(the partition with the delta applied, the rows each owner receives, rows sent): the delta
-    applied to the map, the rows whose children moved found, canonicalised and hashed, and split by
-    owner on the device. Each owner's rows come to the host as (row, child count) pairs (8 bytes a
-    row sent: the batch's offsets are made there), and the rows each owner receives go back as a
-    list, gathered on the device."""
+    applied to the map, the rows whose children moved found, canonicalised and hashed, split by
+    owner and gathered into one batch an owner, all on the device; only each batch's row and child
+    counts come to the host. `shared`: a batch crossing to another worker goes from GPU to GPU."""
+    from .. import compaction
     from . import steps
 
     ops = p.ops()
@@ -146,7 +193,7 @@ def send(p: DevicePart, delta, owners: int, first: bool) -> tuple:
     cls = ops.empty(max(n, 1), np.int32)
     ops.run(steps.canon_rows, n, [chc, cls, p.offsets_d, p.children, p.eclass, canon])
     if owners == 1 and first:  # every row, as it is
-        return q, [DeviceRows(p.bname, p.op, p.offsets, chc, cls, p.offsets_d)], n
+        return q, [DeviceRows(p.bname, p.op, p.offsets_d, chc, cls, n, nch)], n
     if owners == 1:
         marks = [flags]
     else:
@@ -156,33 +203,33 @@ def send(p: DevicePart, delta, owners: int, first: bool) -> tuple:
         marks = [ops.empty(max(n, 1), np.uint8) for _ in range(owners)]
         for o, sel in enumerate(marks):
             ops.run(steps.mark_owner, n, [sel, dest, o])
-    packed = ops.empty(n, np.uint64)
-    ops.run(steps.pack_arity, n, [packed, p.offsets_d])
+    kflags = ops.empty(max(nch, 1), np.uint8)
+    wide = np.int32 if nch < 2**31 else np.int64  # offsets of 4 bytes a row where they fit: less to move
     out, sent = [], 0
-    for sel in marks:  # each owner's (row, child count) pairs, ascending by row: 8 bytes a row sent
-        chosen = ops.read_compacted(packed, sel[:n], n).view(np.int32).reshape(-1, 2)
-        m = chosen.shape[0]
+    for sel in marks:
+        rows = compaction.nonzero(sel[:n])
+        m = int(rows.size)
         sent += m
         if m == n:  # every row, as it is
-            out.append(DeviceRows(p.bname, p.op, p.offsets, chc, cls, p.offsets_d))
+            out.append(DeviceRows(p.bname, p.op, p.offsets_d, chc, cls, n, nch))
             continue
         if not m:
             out.append(_no_rows(p.bname))
             continue
-        arity = chosen[:, 1]
-        off = np.zeros(m + 1, np.int32 if int(arity.sum(dtype=np.int64)) < 2**31 else np.int64)  # 4 bytes a row
-        np.cumsum(arity, out=off[1:])  # less to move where the batch crosses workers
-        off_d = ops.upload(off)
-        b_op, b_cls, b_ch = ops.empty(m, np.int32), ops.empty(m, np.int32), ops.empty(max(int(off[-1]), 1), np.int32)
-        ops.run(steps.gather_rows, m, [b_op, b_cls, b_ch, off_d, p.op, cls, chc, p.offsets_d,
-                                       ops.upload(np.ascontiguousarray(chosen[:, 0]))])
-        out.append(DeviceRows(p.bname, b_op, off, b_ch, b_cls, off_d))
+        ops.run(steps.mark_children, n, [kflags, sel, p.offsets_d])
+        kids = compaction.nonzero(kflags[:nch]) if nch else ops.empty(1, np.int64)
+        mc = int(kids.size) if nch else 0
+        off_d, b_op, b_cls = ops.empty(m + 1, wide), ops.empty(m, np.int32), ops.empty(m, np.int32)
+        b_ch = ops.empty(max(mc, 1), np.int32)
+        ops.run(steps.batch_offsets, m + 1, [off_d, kids, np.int64(mc), p.offsets_d, rows, np.int64(m)])
+        ops.run(steps.gather_rows, m, [b_op, b_cls, b_ch, off_d, p.op, cls, chc, p.offsets_d, rows])
+        out.append(DeviceRows(p.bname, b_op, off_d, b_ch, b_cls, m, mc, shared))
     return q, out, sent
 
 
 def _no_rows(bname: str) -> DeviceRows:
     z = np.zeros(1, np.int32)
-    return DeviceRows(bname, z, np.zeros(1, np.int64), z, z)
+    return DeviceRows(bname, z, np.zeros(1, np.int64), z, z, 0, 0)
 
 
 class DeviceKept(_Resident):
@@ -258,7 +305,7 @@ def match(kept: DeviceKept, delta, *incoming) -> tuple:
     for b in batches:
         b.ops()
     nch = kept.nch
-    mch = sum(int(b.offsets[-1]) for b in batches)
+    mch = sum(b.nch for b in batches)
     op, off = ops.empty(n + m, np.int32), ops.empty(n + m + 1, np.int64)
     ch, c2 = ops.empty(max(nch + mch, 1), np.int32), ops.empty(n + m, np.int32)
     ops.run(steps.put, n, [op, kept.op, 0])
@@ -267,9 +314,9 @@ def match(kept: DeviceKept, delta, *incoming) -> tuple:
     ops.run(steps.put, n, [c2, cls, 0])
     row, at = n, nch
     for b in batches:
-        k, kc = b.n_rows, int(b.offsets[-1])
+        k, kc = b.n_rows, b.nch
         ops.run(steps.put, k, [op, b.op, row])
-        ops.run(steps.put_offsets, k + 1, [off, b.device_offsets(ops), row, at])
+        ops.run(steps.put_offsets, k + 1, [off, b.offsets, row, at])
         ops.run(steps.put, kc, [ch, b.children, at])
         ops.run(steps.put, k, [c2, b.eclass, row])
         row, at = row + k, at + kc

@@ -175,9 +175,31 @@ def mark_owner(r, sel, dest, o):
     return 0
 
 
-def pack_arity(r, out, off):
-    """out[r] = (r, row r's child count) as one 64-bit word, read back as two int32 (`pack_index`)."""
-    out[r] = (uint64(off[r + 1] - off[r]) << uint64(32)) | uint64(r)
+def mark_children(r, kflags, sel, off):
+    """kflags[c] = sel[r] for each child c of row r."""
+    s = sel[r]
+    for c in range(off[r], off[r + 1]):
+        kflags[c] = s
+    return 0
+
+
+def batch_offsets(j, out, kids, mc, off, rows, m):
+    """out[j] (j < m): how many of the chosen children kids[:mc] (ascending) come before the first
+    child of row rows[j]; out[m] = mc. The offsets of a batch of the rows `rows`, whose children
+    are the chosen ones."""
+    if j == m:
+        out[j] = mc
+        return 0
+    start = off[rows[j]]
+    lo = int64(0)
+    hi = int64(mc)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if kids[mid] < start:
+            lo = mid + 1
+        else:
+            hi = mid
+    out[j] = lo
     return 0
 
 

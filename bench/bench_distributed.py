@@ -104,7 +104,7 @@ def median_ms(fn, repeats: int) -> tuple[float, object]:
 def single_gpu_cc(src: np.ndarray, dst: np.ndarray, n: int) -> np.ndarray:
     """Labels of the edge list (contiguous host columns) on this process's GPU, upload included."""
     from vyre_numba import get_backend
-    from vyre_numba.distributed.components import Ops
+    from vyre_numba.distributed.device import Ops
     from vyre_numba.graph.components import edge_components
 
     be = get_backend("cuda")

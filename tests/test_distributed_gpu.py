@@ -191,9 +191,10 @@ def test_cc_phases_on_the_gpu_match_numpy_on_cuts_larger_than_the_sample():
     vertices carry labels of their own getting them plain."""
     from vyre_numba import get_backend
     from vyre_numba.distributed import components as dc
+    from vyre_numba.distributed.device import Ops
     from vyre_numba.graph.components import components_of_edges
 
-    ops = dc.Ops(get_backend("cuda"))
+    ops = Ops(get_backend("cuda"))
     rng = np.random.default_rng(3)
     n, k = 200_000, 3
     bounds = np.linspace(0, n, k + 1).astype(np.int64)

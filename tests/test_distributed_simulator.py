@@ -10,7 +10,7 @@ from simulated import run_script
 SCRIPT = textwrap.dedent('''
     import numpy as np
     from numba import cuda
-    from vyre_numba.distributed import components as dc
+    from vyre_numba.distributed import components as dc, device
     from vyre_numba.graph.components import components_of_edges
 
     from simulated import SimOps, merged
@@ -76,7 +76,7 @@ SCRIPT = textwrap.dedent('''
                 assert np.array_equal(shard, twin), (name, kind, shard, twin)
                 shards.append(shard)
             ids, roots = merged(shards)
-            mapping = dc.join_gpu(ops, n, np.concatenate([np.zeros((0, 2), np.int32)] + shards))
+            mapping = device.join_gpu(ops, n, np.concatenate([np.zeros((0, 2), np.int32)] + shards))
             assert np.array_equal(mapping, np.stack([ids, roots], 1)), (name, kind, mapping, ids, roots)
             got = np.concatenate([np.zeros(0, np.int32)] + [dc.settle_gpu(ops, n, lo, hi, labels, shards)
                                                             for lo, hi, labels in parts])

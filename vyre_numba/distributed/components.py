@@ -33,6 +33,7 @@ import numpy as np
 
 from ..errors import DispatchError, host_memory
 from . import cluster
+from .device import Ops, marked, moved_pairs, narrow, packed
 from .unionfind import merge
 
 
@@ -56,42 +57,6 @@ class DistributedStats:
     extra: dict = field(default_factory=dict)
 
 
-# --- device operations of a worker ----------------------------------------------------------
-class Ops:
-    """A worker's device: `run(step, count, args)` over items, allocate, copy in and out. The GPU
-    (through the fixpoint runner's `for_each`) in production; the CUDA simulator's harness in CI."""
-
-    def __init__(self, backend):
-        self.be = backend
-
-    def run(self, step, count, args) -> None:
-        from .. import fixpoint
-
-        fixpoint.for_each(step, count, list(args), backend=self.be)
-
-    def empty(self, n, dtype):
-        return self.be.empty(n, dtype)
-
-    def upload(self, a):
-        return self.be.upload(np.ascontiguousarray(a))
-
-    def upload_in_pieces(self, a, each):
-        return self.be.upload_in_pieces(np.ascontiguousarray(a), each)
-
-    def download(self, a) -> np.ndarray:
-        return self.be.download(a)
-
-    def read_compacted(self, values, flags, capacity: int) -> np.ndarray:
-        """values[flags != 0] of device arrays, on the host (`compaction.read_compacted`)."""
-        from .. import compaction
-
-        return compaction.read_compacted(values, flags, capacity=capacity)
-
-
-def _narrow(a: np.ndarray) -> np.ndarray:
-    return a.astype(np.int32, copy=False)
-
-
 def local_gpu(ops, n: int, kind: str, a, b, m: int):
     """Labels (int32, device) of the partition's own components: `a`, `b` the device CSR (global
     indptr of n + 1 offsets, indices) or edge list (src, dst) of m edges (host edges are split and
@@ -101,39 +66,6 @@ def local_gpu(ops, n: int, kind: str, a, b, m: int):
     if kind == "csr":
         return afforest(ops.run, ops.empty, a, b, n, False)
     return edge_components(ops.run, ops.empty, n, a, b, m)
-
-
-def _moved_pairs(ops, n: int, parent, columns) -> np.ndarray:
-    """(id, root) int32 rows, ascending by id, of every id in the device id arrays `columns`
-    ((ids, count) each) whose root in `parent` is another id: selected on the device, one read."""
-    from . import steps
-
-    flags = _marked(ops, n, steps.mark_moved, columns, parent)
-    return _indexed(ops, n, parent, flags, sum(count for _, count in columns))
-
-
-def _marked(ops, n: int, step, columns, *args):
-    """n zeroed uint8 flags, then `step(i, flags, ids, *args)` over each device id array of
-    `columns` ((ids, count) each)."""
-    from . import steps
-
-    flags = ops.empty(n, np.uint8)
-    ops.run(steps.clear, n, [flags])
-    for ids, count in columns:
-        if count:
-            ops.run(step, count, [flags, ids, *args])
-    return flags
-
-
-def _indexed(ops, n: int, values, flags, most: int) -> np.ndarray:
-    """(i, values[i]) int32 rows for every flagged i < n (at most `most` are), ascending: packed
-    into one 64-bit word an item on the device so the rows come back in one selection and one
-    synchronisation."""
-    from . import steps
-
-    packed = ops.empty(n, np.uint64)
-    ops.run(steps.pack_index, n, [packed, values])
-    return ops.read_compacted(packed, flags, min(n, most)).view(np.int32).reshape(-1, 2)
 
 
 def cut_gpu(ops, n: int, lo: int, hi: int, labels, touched, bounds) -> list:
@@ -149,9 +81,9 @@ def cut_gpu(ops, n: int, lo: int, hi: int, labels, touched, bounds) -> list:
     offs = _byte_offsets(sizes)
     if n == 0:
         return _messages(np.zeros(int(offs[-1]), np.uint8), offs, -1, None, np.zeros(0, np.int32))
-    flags = _marked(ops, n, steps.mark_outside, touched, np.int64(lo), np.int64(hi))
+    flags = marked(ops, n, steps.mark_outside, touched, np.int64(lo), np.int64(hi))
     bits = ops.empty(max(int(offs[-1]), 1), np.uint8)
-    _packed(ops, bits, offs, flags, bounds[:-1], sizes)
+    packed(ops, bits, offs, flags, bounds[:-1], sizes)
     host = ops.download(bits)[:int(offs[-1])]
     counts = _counts(host, offs)
     k = int(counts.sum())
@@ -168,7 +100,7 @@ def cut_gpu(ops, n: int, lo: int, hi: int, labels, touched, bounds) -> list:
     ops.run(steps.mark_unequal, k, [odd, kept, np.int32(common)])
     ooffs = _byte_offsets(counts)
     obits = ops.empty(max(int(ooffs[-1]), 1), np.uint8)
-    _packed(ops, obits, ooffs, odd, np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
+    packed(ops, obits, ooffs, odd, np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
     others = compaction.read_compacted(kept, odd, capacity=k)
     return _messages(host, offs, common, (ops.download(obits)[:int(ooffs[-1])], ooffs), others)
 
@@ -179,16 +111,6 @@ SAMPLE = 1024  # cut labels sampled for a common one
 def _byte_offsets(sizes: np.ndarray) -> np.ndarray:
     """Where each run of `sizes` bits starts in bytes, one byte-aligned run after another."""
     return np.concatenate([[0], np.cumsum(-(-np.asarray(sizes, np.int64) // 8))]).astype(np.int64)
-
-
-def _packed(ops, bits, offs, flags, starts, sizes) -> None:
-    """Runs q of the device flags (`sizes[q]` from `starts[q]`) packed into bits[offs[q]:offs[q+1]]."""
-    from . import steps
-
-    for q, size in enumerate(sizes):
-        if size:
-            ops.run(steps.pack_bits, int(offs[q + 1] - offs[q]),
-                    [bits[int(offs[q]):int(offs[q + 1])], flags, np.int64(starts[q]), np.int64(size)])
 
 
 def _counts(bits: np.ndarray, offs: np.ndarray) -> np.ndarray:
@@ -264,37 +186,21 @@ def contract_gpu(ops, n: int, lo: int, hi: int, labels, messages) -> np.ndarray:
     for b, common, odd, lab in messages:
         k = int(np.bitwise_count(b).sum())
         if common < 0:
-            theirs = ops.upload(_narrow(lab))
+            theirs = ops.upload(narrow(lab))
         else:
             theirs = ops.empty(k, np.int32)
             ops.run(steps.set_to, k, [theirs, np.int32(common)])
             if len(lab):
                 marks = ops.empty(k, np.uint8)
                 ops.run(steps.unpack_bits, k, [marks, ops.upload(odd)])
-                ops.run(steps.put_at, len(lab), [theirs, compaction.nonzero(marks), ops.upload(_narrow(lab))])
+                ops.run(steps.put_at, len(lab), [theirs, compaction.nonzero(marks), ops.upload(narrow(lab))])
         mine = ops.empty(k, np.int32)
         ops.run(steps.unpack_bits, hi - lo, [flags, ops.upload(b)])
-        ops.run(steps.take_owned, k, [mine, labels, compaction.nonzero(flags), np.int64(lo)])
+        ops.run(steps.take, k, [mine, labels[lo:], compaction.nonzero(flags)])
         ops.run(graph_steps.link_edge, k, [parent, theirs, mine])
         columns += [(theirs, k), (mine, k)]
     ops.run(graph_steps.compress, n, [parent])
-    return _moved_pairs(ops, n, parent, columns)
-
-
-def join_gpu(ops, n: int, pairs: np.ndarray) -> np.ndarray:
-    """(id, root) int32 rows, ascending by id: every id of the (id, id) rows `pairs` whose set's
-    smallest id is another id, with that id (the union-find of `unionfind.union`, on the GPU)."""
-    from ..graph.components import edge_components
-    from . import steps
-
-    k = pairs.shape[0]
-    if not k:
-        return np.zeros((0, 2), np.int32)
-    flat = ops.upload(_narrow(pairs).reshape(-1))
-    a, b = ops.empty(k, np.int32), ops.empty(k, np.int32)
-    ops.run(steps.columns, k, [a, b, flat])
-    parent = edge_components(ops.run, ops.empty, n, a, b, k)
-    return _moved_pairs(ops, n, parent, [(a, k), (b, k)])
+    return moved_pairs(ops, n, parent, columns)
 
 
 def settle_gpu(ops, n: int, lo: int, hi: int, labels, shards) -> np.ndarray:
@@ -318,7 +224,7 @@ def settle_gpu(ops, n: int, lo: int, hi: int, labels, shards) -> np.ndarray:
         if b > a:
             ops.run(steps.link_pairs, b - a, [table, flat[2 * a:2 * b]])
     for s in shards:
-        ops.upload_in_pieces(_narrow(s).reshape(-1), each)
+        ops.upload_in_pieces(narrow(s).reshape(-1), each)
     ops.run(graph_steps.compress, n, [table])
     out = ops.empty(hi - lo, np.int32)
     ops.run(steps.relabel, hi - lo, [out, table, labels, np.int64(lo)])
@@ -400,7 +306,7 @@ def _local(bname, n, lo, hi, kind, a, b, bounds):
     if be.name == "cuda":
         ops = Ops(be)
         if kind == "csr":
-            p.a, p.b = be.upload(a), be.upload(_narrow(b))
+            p.a, p.b = be.upload(a), be.upload(narrow(b))
             p.labels = local_gpu(ops, n, kind, p.a, p.b, m)
         else:
             p.a, p.b, p.labels = split_linked(ops, n, a)

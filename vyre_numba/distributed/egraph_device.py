@@ -12,9 +12,9 @@ Invariants: the table is at most half full, so a probe always ends; equal signat
 and claim only empty slots, so rows inserted at once meet at one slot; the rows kept are distinct
 signatures; nothing of a round's input is written (a round makes a new partition and a new table),
 so Dask may rerun any round's task. On an owner only counts and the pairs cross to the host in a
-round (and a mark and an offset a row when it drops rows: rarely); a sender downloads the row and
-child count of each row it sends; a batch for an owner on another worker goes from GPU to GPU
-where the workers share a host (CUDA IPC), else as host arrays."""
+round (and a mark and an offset a row when it drops rows: rarely); a sender reads back only each
+batch's row and child counts; a batch for an owner on another worker goes from GPU to GPU where
+the workers share a host (CUDA IPC), else as host arrays."""
 from __future__ import annotations
 
 import numpy as np
@@ -25,7 +25,7 @@ from ..unique import unique_rows
 
 def _ops(bname: str):
     from ..backend import resolve_backend
-    from .components import Ops
+    from .device import Ops
 
     return Ops(resolve_backend(bname))
 
@@ -166,6 +166,19 @@ def _through(ops, classes, n: int, delta):
     return out
 
 
+def _moved(ops, canon, n: int, delta):
+    """A new device map of the n class ids: `canon` (each id's root) with each id of the delta
+    (ids -> roots) under its new root; the delta holds every id whose root changed, so no other
+    entry moves."""
+    from . import steps
+
+    out = ops.empty(max(n, 1), np.int32)
+    ops.run(steps.put, n, [out, canon, 0])
+    ops.run(steps.put_at, delta[0].size, [out, ops.upload(delta[0].astype(np.int32)),
+                                          ops.upload(delta[1].astype(np.int32))])
+    return out
+
+
 def send(p: DevicePart, delta, owners: int, first: bool, shared: bool = False) -> tuple:
     """(the partition with the delta applied, the rows each owner receives, rows sent): the delta
     applied to the map, the rows whose children moved found, canonicalised and hashed, split by
@@ -177,7 +190,7 @@ def send(p: DevicePart, delta, owners: int, first: bool, shared: bool = False) -
     ops = p.ops()
     moved = delta[0].size
     n, nc, nch = p.n_rows, p.n_classes, int(p.offsets[-1])
-    canon = _through(ops, p.canon, nc, delta) if moved else p.canon
+    canon = _moved(ops, p.canon, nc, delta) if moved else p.canon
     q = DevicePart(p.bname, None, None, p.offsets, None, nc, _from=p)
     q.canon = canon
     if not n:
@@ -357,7 +370,7 @@ class DeviceMapping(_Resident):
 def forest(bname, n: int, pairs: np.ndarray) -> np.ndarray:
     """`unionfind._forest` on the worker's GPU: (id, root) int32 rows, ascending by id, for every id
     of the (k, 2) class pairs whose set's smallest id (of n) is another id."""
-    from .components import join_gpu
+    from .device import join_gpu
 
     return join_gpu(_ops(bname), n, pairs)
 
@@ -369,7 +382,7 @@ def advance(mapping: DeviceMapping, *forests: np.ndarray) -> tuple:
     a few passes over the n ids, and only the delta comes to the host."""
     from ..graph.components import edge_components
     from . import steps
-    from .components import _indexed
+    from .device import indexed
 
     forests = [f for f in forests if f.size]
     if not forests:
@@ -388,29 +401,19 @@ def advance(mapping: DeviceMapping, *forests: np.ndarray) -> tuple:
     ops.run(steps.relabel, n, [root, parent, old, 0])
     flags = ops.empty(max(n, 1), np.uint8)
     ops.run(steps.mark_changed, n, [flags, old, root])
-    rows = _indexed(ops, n, root, flags, n)
+    rows = indexed(ops, n, root, flags, n)
     return DeviceMapping(mapping.bname, n, root), (np.ascontiguousarray(rows[:, 0]), np.ascontiguousarray(rows[:, 1]))
-
-
-def _bits(ops, flags, n: int) -> np.ndarray:
-    """The n device flags as host bits, packed eight a byte, the first flag lowest."""
-    from . import steps
-
-    m = -(-n // 8)
-    bits = ops.empty(max(m, 1), np.uint8)
-    ops.run(steps.pack_bits, m, [bits, flags, 0, n])
-    return ops.download(bits)[:m]
 
 
 def marks(p: DevicePart) -> np.ndarray:
     """The class ids the partition's rows are in, as bits (`egraph._marks`), marked on its GPU."""
     from . import steps
-    from .components import _marked
+    from .device import bits, marked
 
     if not p.n_classes:
         return np.zeros(0, np.uint8)
     ops = p.ops()
-    return _bits(ops, _marked(ops, p.n_classes, steps.mark_ids, [(p.eclass, p.n_rows)]), p.n_classes)
+    return bits(ops, marked(ops, p.n_classes, steps.mark_ids, [(p.eclass, p.n_rows)]), p.n_classes)
 
 
 def distinct_roots(mapping: DeviceMapping, present: np.ndarray) -> int:
@@ -424,4 +427,6 @@ def distinct_roots(mapping: DeviceMapping, present: np.ndarray) -> int:
     flags = ops.empty(n, np.uint8)
     ops.run(steps.clear, n, [flags])
     ops.run(steps.mark_roots, n, [flags, ops.upload(present), mapping.root])
-    return int(np.bitwise_count(_bits(ops, flags, n)).sum())
+    from .device import bits
+
+    return int(np.bitwise_count(bits(ops, flags, n)).sum())

@@ -102,12 +102,6 @@ def put_at(i, out, at, a):
     return 0
 
 
-def take_owned(i, out, labels, pos, lo):
-    """out[i] = labels[lo + pos[i]]: an owned vertex's label, by its position in the range."""
-    out[i] = labels[lo + pos[i]]
-    return 0
-
-
 def columns(i, a, b, pairs):
     """a[i], b[i] = the row i of the flat two-column pairs."""
     a[i] = pairs[2 * i]

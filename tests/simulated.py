@@ -51,6 +51,11 @@ class SimOps:
     def download(self, a) -> np.ndarray:
         return a.copy_to_host()
 
+    def nonzero(self, flags):
+        """`compaction.nonzero`'s NumPy twin, on the device (its kernels have simulator tests of
+        their own, and take seconds a call here)."""
+        return cuda.to_device(np.flatnonzero(flags.copy_to_host()).astype(np.int64))
+
     def read_compacted(self, values, flags, capacity: int) -> np.ndarray:
         """`compaction.read_compacted`'s NumPy twin (its kernels have simulator tests of their own,
         and take seconds a call here): the flagged values, refused past `capacity`."""

@@ -31,6 +31,13 @@ class Ops:
     def download(self, a) -> np.ndarray:
         return self.be.download(a)
 
+    def nonzero(self, flags):
+        """The indices (int64, a device array of their exact count) of the non-zero device flags
+        (`compaction.nonzero`)."""
+        from .. import compaction
+
+        return compaction.nonzero(flags)
+
     def read_compacted(self, values, flags, capacity: int) -> np.ndarray:
         """values[flags != 0] of device arrays, on the host (`compaction.read_compacted`)."""
         from .. import compaction
@@ -107,3 +114,16 @@ def bits(ops, flags, n: int) -> np.ndarray:
     out = ops.empty(max(m, 1), np.uint8)
     packed(ops, out, np.array([0, m], np.int64), flags, np.zeros(1, np.int64), np.array([n], np.int64))
     return ops.download(out)[:m]
+
+
+def summed(ops, a, n: int):
+    """The inclusive prefix sums of the first n items of the device array `a` (a new array of its
+    dtype; `a` is overwritten): log2(n) doubling passes, each an ordinary step over the items."""
+    from . import steps
+
+    out = ops.empty(max(n, 1), a.dtype)
+    d = 1
+    while d < n:
+        ops.run(steps.add_behind, n, [out, a, np.int64(d)])
+        a, out, d = out, a, 2 * d
+    return a

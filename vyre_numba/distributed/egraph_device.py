@@ -184,8 +184,8 @@ def send(p: DevicePart, delta, owners: int, first: bool, shared: bool = False) -
     applied to the map, the rows whose children moved found, canonicalised and hashed, split by
     owner and gathered into one batch an owner, all on the device; only each batch's row and child
     counts come to the host. `shared`: a batch crossing to another worker goes from GPU to GPU."""
-    from .. import compaction
     from . import steps
+    from .device import summed
 
     ops = p.ops()
     moved = delta[0].size
@@ -216,11 +216,10 @@ def send(p: DevicePart, delta, owners: int, first: bool, shared: bool = False) -
         marks = [ops.empty(max(n, 1), np.uint8) for _ in range(owners)]
         for o, sel in enumerate(marks):
             ops.run(steps.mark_owner, n, [sel, dest, o])
-    kflags = ops.empty(max(nch, 1), np.uint8)
     wide = np.int32 if nch < 2**31 else np.int64  # offsets of 4 bytes a row where they fit: less to move
     out, sent = [], 0
     for sel in marks:
-        rows = compaction.nonzero(sel[:n])
+        rows = ops.nonzero(sel[:n])
         m = int(rows.size)
         sent += m
         if m == n:  # every row, as it is
@@ -229,12 +228,11 @@ def send(p: DevicePart, delta, owners: int, first: bool, shared: bool = False) -
         if not m:
             out.append(_no_rows(p.bname))
             continue
-        ops.run(steps.mark_children, n, [kflags, sel, p.offsets_d])
-        kids = compaction.nonzero(kflags[:nch]) if nch else ops.empty(1, np.int64)
-        mc = int(kids.size) if nch else 0
-        off_d, b_op, b_cls = ops.empty(m + 1, wide), ops.empty(m, np.int32), ops.empty(m, np.int32)
-        b_ch = ops.empty(max(mc, 1), np.int32)
-        ops.run(steps.batch_offsets, m + 1, [off_d, kids, np.int64(mc), p.offsets_d, rows, np.int64(m)])
+        arity = ops.empty(m + 1, wide)
+        ops.run(steps.batch_arity, m, [arity, p.offsets_d, rows])
+        off_d = summed(ops, arity, m + 1)
+        mc = int(ops.download(off_d[m:m + 1])[0])
+        b_op, b_cls, b_ch = ops.empty(m, np.int32), ops.empty(m, np.int32), ops.empty(max(mc, 1), np.int32)
         ops.run(steps.gather_rows, m, [b_op, b_cls, b_ch, off_d, p.op, cls, chc, p.offsets_d, rows])
         out.append(DeviceRows(p.bname, b_op, off_d, b_ch, b_cls, m, mc, shared))
     return q, out, sent

@@ -169,31 +169,16 @@ def mark_owner(r, sel, dest, o):
     return 0
 
 
-def mark_children(r, kflags, sel, off):
-    """kflags[c] = sel[r] for each child c of row r."""
-    s = sel[r]
-    for c in range(off[r], off[r + 1]):
-        kflags[c] = s
+def batch_arity(j, out, off, rows):
+    """out[j + 1] = the child count of row rows[j] (out[0] is left 0): the batch's offsets once summed."""
+    r = rows[j]
+    out[j + 1] = off[r + 1] - off[r]
     return 0
 
 
-def batch_offsets(j, out, kids, mc, off, rows, m):
-    """out[j] (j < m): how many of the chosen children kids[:mc] (ascending) come before the first
-    child of row rows[j]; out[m] = mc. The offsets of a batch of the rows `rows`, whose children
-    are the chosen ones."""
-    if j == m:
-        out[j] = mc
-        return 0
-    start = off[rows[j]]
-    lo = int64(0)
-    hi = int64(mc)
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if kids[mid] < start:
-            lo = mid + 1
-        else:
-            hi = mid
-    out[j] = lo
+def add_behind(i, out, a, d):
+    """out[i] = a[i] + a[i - d] (a[i] where i < d): one doubling pass of a prefix sum."""
+    out[i] = a[i] + a[i - d] if i >= d else a[i]
     return 0
 
 

@@ -122,13 +122,28 @@ def test_closure_of_partitions_on_the_workers_equals_the_single_gpu_closure(clie
     assert np.array_equal(left.eclass.compute(), want.eclass) and left.classes_after == want.classes_after
 
 
+def _ipc_opened() -> int:
+    from vyre_numba.distributed.egraph_device import _Shared
+
+    return _Shared.opened
+
+
 def test_workers_of_one_host_hand_batches_over_from_gpu_to_gpu(client):
+    """Workers on one host share memory exactly when there are several GPUs, and then a closure's
+    batches for another worker land by IPC (the handles opened on the workers count up)."""
     from numba import cuda
 
     from vyre_numba.distributed import cluster
 
+    several = len(cuda.gpus) > 1
     devices = cluster.devices(client, cluster.worker_table(client), "cuda")
-    assert cluster.shares_memory(devices) == (len(cuda.gpus) > 1)
+    assert cluster.shares_memory(devices) == several
+    w = workload_rows(1 << 13)
+    want = closure_one(EGraph.from_arrays(*w[:4], backend="cuda"), w[4])
+    before = sum(client.run(_ipc_opened).values())
+    got = congruence_closure(w[:4], w[4], client=client)
+    assert np.array_equal(got.eclass, want.eclass)
+    assert (sum(client.run(_ipc_opened).values()) > before) == several
 
 
 def test_a_shared_batch_lands_in_another_process_by_ipc(tmp_path):
@@ -138,6 +153,7 @@ def test_a_shared_batch_lands_in_another_process_by_ipc(tmp_path):
     import subprocess
     import sys
 
+    from vyre_numba import VyreError
     from vyre_numba.distributed import egraph_device as dd
 
     ops = dd._ops("cuda")
@@ -151,6 +167,9 @@ def test_a_shared_batch_lands_in_another_process_by_ipc(tmp_path):
         state = rows.__getstate__()
         kinds = {type(state[k]) for k in dd.DeviceRows._DEVICE}
         assert kinds == ({dd._Shared} if shared else {np.ndarray}), kinds
+        if shared:  # read back where it was made (as after a spill to disk): refused, not read from freed memory
+            with pytest.raises(VyreError, match="read back in the worker that made it.*Fix:"):
+                pickle.loads(pickle.dumps(rows))
         blob, out = tmp_path / f"rows{shared}.pkl", tmp_path / f"got{shared}.npz"
         blob.write_bytes(pickle.dumps(rows))
         code = ("import pickle, sys, numpy as np; r = pickle.loads(open(sys.argv[1], 'rb').read()); r.ops(); "

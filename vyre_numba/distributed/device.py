@@ -117,8 +117,9 @@ def bits(ops, flags, n: int) -> np.ndarray:
 
 
 def summed(ops, a, n: int):
-    """The inclusive prefix sums of the first n items of the device array `a` (a new array of its
-    dtype; `a` is overwritten): log2(n) doubling passes, each an ordinary step over the items."""
+    """The inclusive prefix sums of the first n items of the device array `a`, in `a` or in a new
+    array of its dtype (`a` is overwritten either way): log2(n) doubling passes, each an ordinary
+    step over the items."""
     from . import steps
 
     out = ops.empty(max(n, 1), a.dtype)

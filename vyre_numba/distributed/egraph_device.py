@@ -55,18 +55,19 @@ class _Resident:
         if shared:
             from numba import cuda
 
-            opened = []
+            ops, opened = _ops(d["bname"]), []
             try:
                 for k in shared:
                     opened.append(d[k])
-                    d[k].copied()
-                cuda.synchronize()  # the copies are done before the handles close and their owner may free them
+                    d[k].copied(ops)
             finally:
+                cuda.synchronize()  # the copies are done before the handles close and their owner may free them
                 for h in opened:
                     if h.src is not None:
                         h.handle.close()
             for k in shared:
                 d[k] = d[k].copy
+            d["shared"] = False  # this copy is the receiver's own: pickled again, it goes as bytes
         self.__dict__.update(d)
 
     def ops(self):
@@ -84,21 +85,30 @@ class _Shared:
     worker until every task that reads it has run, and it lands (unpickled) before it counts as
     held where it lands, so no other copy of it can be dropped in between."""
 
+    opened = 0  # handles opened in this process (the tests read it on the workers)
+
     def __init__(self, handle):
-        self.handle, self.src, self.copy = handle, None, None
+        import os
 
-    def copied(self) -> None:
-        from numba import cuda
+        self.handle, self.src, self.copy, self.pid = handle, None, None, os.getpid()
 
+    def copied(self, ops) -> None:
+        import os
+
+        from ..errors import DeviceError
+
+        if os.getpid() == self.pid:  # Dask spilled a batch and read it back where it was made
+            raise DeviceError("a batch of e-nodes handed from GPU to GPU was read back in the worker that made it "
+                              "(spilled to disk?), whose arrays are gone. Fix: give the workers more memory before "
+                              "they spill (distributed.worker.memory.spill), or pass backend='reference'.")
         try:
             self.src = src = self.handle.open()
         except Exception as e:  # noqa: BLE001 - the driver's refusal, whatever its type, is said below
-            from ..errors import DeviceError
-
             raise DeviceError(f"a batch of e-nodes from another worker's GPU could not be opened here ({e}). Fix: "
                               "run the workers on one host, each seeing every GPU (dask_cuda.LocalCUDACluster "
                               "does), or pass backend='reference'.") from None
-        self.copy = cuda.device_array(src.shape, src.dtype)
+        _Shared.opened += 1
+        self.copy = ops.empty(src.size, src.dtype)  # on the worker's GPU, in its backend's context
         if src.size:
             self.copy.copy_to_device(src)
 
@@ -144,7 +154,7 @@ class DevicePart(_Resident):
 
 class DeviceRows(_Resident):
     """Rows sent to an owner: n rows (op, class, offsets from 0) and their nch children, on the
-    device (int32; offsets int32 where they fit)."""
+    device (int32; a batch's own offsets int32 where they fit, a whole partition's int64)."""
 
     _DEVICE = ("op", "offsets", "children", "eclass")
 
@@ -206,7 +216,7 @@ def send(p: DevicePart, delta, owners: int, first: bool, shared: bool = False) -
     cls = ops.empty(max(n, 1), np.int32)
     ops.run(steps.canon_rows, n, [chc, cls, p.offsets_d, p.children, p.eclass, canon])
     if owners == 1 and first:  # every row, as it is
-        return q, [DeviceRows(p.bname, p.op, p.offsets_d, chc, cls, n, nch)], n
+        return q, [DeviceRows(p.bname, p.op, p.offsets_d, chc, cls, n, nch, shared)], n
     if owners == 1:
         marks = [flags]
     else:
@@ -223,7 +233,7 @@ def send(p: DevicePart, delta, owners: int, first: bool, shared: bool = False) -
         m = int(rows.size)
         sent += m
         if m == n:  # every row, as it is
-            out.append(DeviceRows(p.bname, p.op, p.offsets_d, chc, cls, n, nch))
+            out.append(DeviceRows(p.bname, p.op, p.offsets_d, chc, cls, n, nch, shared))
             continue
         if not m:
             out.append(_no_rows(p.bname))

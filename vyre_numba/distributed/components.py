@@ -101,7 +101,7 @@ def cut_gpu(ops, n: int, lo: int, hi: int, labels, touched, bounds) -> list:
     ooffs = _byte_offsets(counts)
     obits = ops.empty(max(int(ooffs[-1]), 1), np.uint8)
     packed(ops, obits, ooffs, odd, np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
-    others = compaction.read_compacted(kept, odd, capacity=k)
+    others = ops.read_compacted(kept, odd, k)
     return _messages(host, offs, common, (ops.download(obits)[:int(ooffs[-1])], ooffs), others)
 
 
@@ -174,7 +174,6 @@ def contract_gpu(ops, n: int, lo: int, hi: int, labels, messages) -> np.ndarray:
     """(label, root) int32 rows for every label that joining the cut messages sent to the owner of
     [lo, hi) (their labels of its vertices) with this partition's labels moved under a smaller one.
     Each message's labels are made on the device and linked with the owner's where they land."""
-    from .. import compaction
     from ..graph import steps as graph_steps
     from . import steps
 
@@ -193,10 +192,10 @@ def contract_gpu(ops, n: int, lo: int, hi: int, labels, messages) -> np.ndarray:
             if len(lab):
                 marks = ops.empty(k, np.uint8)
                 ops.run(steps.unpack_bits, k, [marks, ops.upload(odd)])
-                ops.run(steps.put_at, len(lab), [theirs, compaction.nonzero(marks), ops.upload(narrow(lab))])
+                ops.run(steps.put_at, len(lab), [theirs, ops.nonzero(marks), ops.upload(narrow(lab))])
         mine = ops.empty(k, np.int32)
         ops.run(steps.unpack_bits, hi - lo, [flags, ops.upload(b)])
-        ops.run(steps.take, k, [mine, labels[lo:], compaction.nonzero(flags)])
+        ops.run(steps.take, k, [mine, labels[lo:], ops.nonzero(flags)])
         ops.run(graph_steps.link_edge, k, [parent, theirs, mine])
         columns += [(theirs, k), (mine, k)]
     ops.run(graph_steps.compress, n, [parent])

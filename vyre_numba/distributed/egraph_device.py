@@ -215,8 +215,11 @@ def send(p: DevicePart, delta, owners: int, first: bool, shared: bool = False) -
     chc = ops.empty(max(nch, 1), np.int32)
     cls = ops.empty(max(n, 1), np.int32)
     ops.run(steps.canon_rows, n, [chc, cls, p.offsets_d, p.children, p.eclass, canon])
-    if owners == 1 and first:  # every row, as it is
-        return q, [DeviceRows(p.bname, p.op, p.offsets_d, chc, cls, n, nch, shared)], n
+    def whole() -> DeviceRows:  # every row, as it is
+        return DeviceRows(p.bname, p.op, p.offsets_d, chc, cls, n, nch, shared)
+
+    if owners == 1 and first:
+        return q, [whole()], n
     if owners == 1:
         marks = [flags]
     else:
@@ -232,8 +235,8 @@ def send(p: DevicePart, delta, owners: int, first: bool, shared: bool = False) -
         rows = ops.nonzero(sel[:n])
         m = int(rows.size)
         sent += m
-        if m == n:  # every row, as it is
-            out.append(DeviceRows(p.bname, p.op, p.offsets_d, chc, cls, n, nch, shared))
+        if m == n:
+            out.append(whole())
             continue
         if not m:
             out.append(_no_rows(p.bname))

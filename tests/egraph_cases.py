@@ -99,27 +99,22 @@ def workload_rows(N: int):
     return np.arange(N, dtype=np.int64), op, offsets, children, np.stack([w["ua"], w["ub"]], 1)
 
 
-def same_delta(host: tuple, device: tuple, r: int) -> None:
-    """The device mapping's delta (int32) names the host delta's ids and roots, in order."""
-    for h, d in zip(host, device):
-        assert d.dtype == np.int32 and np.array_equal(h, d), (r, host, device)
-
-
 def distributed_lockstep(parts, unions, moved: bool = False) -> tuple:
     """The distributed closure's rounds without Dask, host (NumPy) and device partitions and owners
     side by side, checked every round: the same rows sent, the same pairs found by each owner, as
     many signatures held as the host keeps, each in the owner's table once. `moved`: every
     owner's table and every batch for another partition's owner pickled and unpickled between
-    steps, as Dask moves them between workers. The device side joins its owners' pairs with its own
-    mapping (`egraph_device.forest` and `advance`), whose delta must equal the host's every round;
-    the classes present (`marks`) and after (`distinct_roots`) are counted on both sides.
+    steps, as Dask moves them between workers. Each device owner reduces its pairs to a forest
+    (`egraph_device.forest`) that must equal the host's, and each device partition joins every
+    forest into its own map, which must equal the host partition's every round; the classes
+    present (`marks`) and after (`distinct_roots`) are counted on both sides.
     Returns (host classes, device classes, counts of
     owner rounds in which the table grew, rows equal to held ones were received, and the rows
     stored were compacted)."""
     import pickle
 
     from vyre_numba.distributed import egraph as de, egraph_device as dd
-    from vyre_numba.distributed.unionfind import _forest, advance, union
+    from vyre_numba.distributed.unionfind import _forest
 
     def travel(x):
         return pickle.loads(pickle.dumps(x)) if moved else x
@@ -132,22 +127,23 @@ def distributed_lockstep(parts, unions, moved: bool = False) -> tuple:
     marks = [dd.marks(e) for e in dp]
     for m, p in zip(marks, parts):
         assert np.array_equal(m, de._marks(p[0], nc)), (m, p[0])
-    mapping = union(np.asarray(unions, np.int64).reshape(-1, 2))
-    dmap, ddelta = dd.advance(dd.DeviceMapping("cuda", nc), np.asarray(unions, np.int64).reshape(-1, 2))
-    same_delta(mapping, ddelta, -1)
-    delta, r, grown, dropped, compacted = mapping, 0, 0, 0, 0
+    given = np.asarray(unions, np.int64).reshape(-1, 2)
+    hf, df = [given], [given.astype(np.int32)]
+    r, grown, dropped, compacted = 0, 0, 0, 0
     while True:
-        ho = [de._send(e, delta, k, r == 0) for e in hp]
-        do = [de._send(e, ddelta, k, r == 0) for e in dp]
+        ho = [de._send(e, hf, k, r == 0) for e in hp]
+        do = [de._send(e, [travel(f) for f in df], k, r == 0) for e in dp]
         hp, dp = [o[0] for o in ho], [o[0] for o in do]
         assert [o[2] for o in ho] == [o[2] for o in do], (r, [o[2] for o in ho], [o[2] for o in do])
+        for h, d in zip(hp, dp):
+            assert np.array_equal(h.canon, d.canon.copy_to_host()[:nc]), r
         hm, dm = [], []
         for o in range(k):
             got = [travel(x[1][o]) if i != o else x[1][o] for i, x in enumerate(do)]
             received = sum(b.n_rows for b in got)
             assert sum(x[1][o][0].size for x in ho) == received, (r, o)
-            hm.append(de._match(hk[o], delta, *[x[1][o] for x in ho]))
-            dm.append(de._match(travel(dk[o]), ddelta, *got))
+            hm.append(de._match(hk[o], hp[o], *[x[1][o] for x in ho]))
+            dm.append(de._match(travel(dk[o]), dp[o], *got))
             new = dm[o][0]
             assert np.array_equal(hm[o][1], dm[o][1]), (r, o, hm[o][1], dm[o][1])
             assert hm[o][0][0].size == new.live, (r, o, hm[o][0][0].size, new.live)
@@ -158,13 +154,14 @@ def distributed_lockstep(parts, unions, moved: bool = False) -> tuple:
             dropped += received > new.live - dk[o].live
             compacted += new.n < dk[o].n + received
         hk, dk = [x[0] for x in hm], [x[0] for x in dm]
-        mapping, delta = advance(mapping, *[_forest(x[1]) for x in hm])
-        dmap, ddelta = dd.advance(travel(dmap), *[travel(dd.forest("cuda", nc, x[1])) for x in dm])
-        same_delta(delta, ddelta, r)
+        hf = [_forest(x[1]) for x in hm]
+        df = [dd.forest("cuda", nc, x[1]) if x[1].size else np.zeros((0, 2), np.int32) for x in dm]
+        for h, d in zip(hf, df):
+            assert d.dtype == np.int32 and np.array_equal(h, d), (r, h, d)
         r += 1
-        if delta[0].size == 0:
+        if not any(f.size for f in hf):
             host = np.concatenate([de._classes(e) for e in hp])
             dev = np.concatenate([de._classes(e) for e in dp])
             after = np.unique(dev).size
-            assert dd.distinct_roots(dmap, np.bitwise_or.reduce(marks)) == after == de._after(mapping, *marks), r
+            assert dd.distinct_roots(dp[0], np.bitwise_or.reduce(marks)) == after == de._after(hp[0], *marks), r
             return host, dev, grown, dropped, compacted

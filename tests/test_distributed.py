@@ -536,7 +536,7 @@ def test_owners_keep_distinct_signatures_indexed_by_hash_across_rounds(monkeypat
     rows hold distinct signatures, their index lists them by ascending hash, and the classes
     equal the single-process closure."""
     from vyre_numba.distributed import egraph as de
-    from vyre_numba.distributed.unionfind import _forest, advance, union
+    from vyre_numba.distributed.unionfind import _forest
     from vyre_numba.egraph.signature import signature_hash, signature_heads
 
     if buckets:
@@ -549,20 +549,19 @@ def test_owners_keep_distinct_signatures_indexed_by_hash_across_rounds(monkeypat
         k, nc = len(parts), int(eclass.max()) + 1
         eps = [de.EPart(*p, np.arange(nc)) for p in parts]
         kept = [de._no_kept()] * k
-        mapping = union(np.asarray(unions, np.int64))
-        delta, rounds = mapping, 0
+        forests, rounds = [np.asarray(unions, np.int64)], 0
         while True:
-            out = [de._send(e, delta, k, rounds == 0) for e in eps]
+            out = [de._send(e, forests, k, rounds == 0) for e in eps]
             eps = [o[0] for o in out]
-            m = [de._match(kept[o], delta, *[x[1][o] for x in out]) for o in range(k)]
+            m = [de._match(kept[o], eps[o], *[x[1][o] for x in out]) for o in range(k)]
             kept = [x[0] for x in m]
             for kp in kept:
                 assert np.array_equal(signature_heads(kp[0], kp[1], kp[2]), np.arange(kp[0].size))
                 assert np.array_equal(np.sort(kp[6]), np.arange(kp[0].size))
                 assert np.array_equal(kp[4][kp[6]], kp[5]) and np.all(kp[5][1:] >= kp[5][:-1])
-            mapping, delta = advance(mapping, *[_forest(x[1]) for x in m])
+            forests = [_forest(x[1]) for x in m]
             rounds += 1
-            if delta[0].size == 0:
+            if not any(f.size for f in forests):
                 break
         want = closure_one(EGraph.from_arrays(eclass, op, off, ch, backend="reference"), unions).eclass
         assert np.array_equal(np.concatenate([de._classes(e) for e in eps]), want), trial
@@ -584,25 +583,29 @@ def _rows_of(off, ch, lo, hi):
     return off[lo:hi + 1] - off[lo], ch[off[lo]:off[hi]]
 
 
-def test_advancing_a_mapping_equals_joining_it_again():
-    """`unionfind.advance` (the e-graph's rounds) against the union-find of the old mapping's pairs
-    with the new ones: the same mapping, and as delta exactly the ids whose root changed."""
+def test_joining_forests_into_a_map_equals_joining_every_pair_again():
+    """`egraph._joined` (each partition's step 1) against the union-find of all pairs so far: the
+    same map after every round, the map itself returned where the pairs join nothing new, and
+    never written in place (Dask may rerun a round)."""
+    from vyre_numba.distributed import egraph as de
     from vyre_numba.distributed import unionfind as uf
 
-    def changed(old, new):  # (ids, roots) of new whose root differs from old's (an id old lacks: its own root)
-        was = uf.roots_of(old, new[0])
-        return new[0][was != new[1]], new[1][was != new[1]]
-
     rng = np.random.default_rng(17)
-    for trial in range(80):
-        span = int(rng.choice([6, 40, 1000, 2**40]))
-        old = uf.union(rng.integers(0, span, (int(rng.integers(0, 30)), 2)).astype(np.int64))
-        shards = [rng.integers(0, span, (int(rng.integers(0, 20)), 2)).astype(np.int64) for _ in range(int(rng.integers(0, 4)))]
-        forests = [uf._forest(s) for s in shards]
-        want = uf._joined(*forests, np.stack(old, 1).astype(np.int64))
-        got, delta = uf.advance(old, *forests)
-        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), trial
-        wd = changed(old, want)
-        assert np.array_equal(delta[0], wd[0]) and np.array_equal(delta[1], wd[1]), trial
-    same, delta = uf.advance(old)
-    assert same is old and delta[0].size == 0
+    for trial in range(60):
+        n = int(rng.choice([1, 6, 40, 1000]))
+        canon, seen = np.arange(n, dtype=np.int64), np.zeros((0, 2), np.int64)
+        for _ in range(int(rng.integers(1, 5))):
+            shards = [rng.integers(0, n, (int(rng.integers(0, 20)), 2)).astype(np.int64)
+                      for _ in range(int(rng.integers(0, 4)))]
+            forests = [uf._forest(canon[s]) for s in shards]  # owners pair canonical classes
+            before = canon.copy()
+            got = de._joined(canon, forests)
+            assert np.array_equal(canon, before), trial
+            seen = np.concatenate([seen, *shards])
+            ids, roots = uf.union(seen)
+            want = np.arange(n, dtype=np.int64)
+            want[ids] = roots
+            assert np.array_equal(got, want), trial
+            if np.array_equal(got, canon):
+                assert got is canon, trial
+            canon = got

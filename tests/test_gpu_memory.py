@@ -39,6 +39,39 @@ def test_gpu_pooled_arrays_hold_data_and_are_given_back():
     assert used_bytes(pool) == before
 
 
+def test_gpu_pooled_arrays_dropped_by_a_thread_without_a_context_are_given_back():
+    """A thread that never used the GPU (Dask's event loop dropping a task's result) frees a
+    pooled array in the context it came from."""
+    import threading
+
+    from numba import cuda
+
+    from vyre_numba.gpu.memory import _pool, pooled_array
+
+    pool = _pool(cuda.current_context().device.id)
+    gc.collect()
+    cuda.synchronize()
+    before = used_bytes(pool)
+    held = [pooled_array(1 << 20, np.int32) for _ in range(4)]
+    cuda.synchronize()
+    assert used_bytes(pool) >= before + 4 * (4 << 20)
+    seen = []
+
+    def drop():
+        from cuda.bindings import driver as drv
+
+        seen.append(int(drv.cuCtxGetCurrent()[1]))  # no context current in this thread
+        held.clear()
+        gc.collect()
+        seen.append(int(drv.cuCtxGetCurrent()[1]))  # and none left current by the frees
+
+    t = threading.Thread(target=drop)
+    t.start()
+    t.join()
+    cuda.synchronize()
+    assert seen == [0, 0] and used_bytes(pool) == before
+
+
 def test_gpu_select_outputs_come_from_the_pool_and_stay_correct_after_many_calls():
     from numba import cuda
 

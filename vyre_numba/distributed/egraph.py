@@ -2,17 +2,17 @@
 e-nodes brought together by the hash of their canonical signature.
 
 A round:
-1. Send: every worker applies the last round's class merges (id -> root, the delta) to its copy of
-   the canonical map, and sends each of its rows whose children changed class (all of them in the
-   first round) to the worker that owns its signature's hash, as (operator, canonical children,
-   canonical class, hash).
+1. Send: every partition joins the last round's forests (the class pairs every owner found, or the
+   unions given, in the first round) into its copy of the canonical map, and sends each of its rows
+   whose children changed class (all of them in the first round) to the worker that owns its
+   signature's hash, as (operator, canonical children, canonical class, hash).
 2. Match: every owner groups what it received with the signatures it kept from earlier rounds
    (exact comparison; a hash only chooses the owner and the candidates), and emits, for each group
    holding more than one class, its smallest class paired with each other one. It keeps one entry
    a signature, indexed by hash, so a round searches what it kept instead of sorting it again.
-3. Merge: each owner's pairs are reduced to a forest where they live, and one task joins the
-   forests' roots into the mapping of every merge made so far (`unionfind.advance`); the classes
-   whose root changed are the next round's delta. No change: the fixed point.
+3. Merge: each owner's pairs are reduced to a forest where they live; every partition joins all
+   the forests in the next round's step 1, so no task gathers them and no merge crosses to the
+   host. No pair anywhere: the fixed point.
 
 Partitions given as Dask futures stay on the workers that hold them and are checked there; only
 their sizes and largest ids come to the client, and `gather=False` leaves the classes there too.
@@ -21,10 +21,10 @@ Where: on a GPU worker both steps run on its device (`egraph_device.py`): the pa
 and the canonical map) stays there and step 1 finds, canonicalises and splits the rows whose
 children moved there; an owner keeps its signatures there as a hash table, and a batch sent to an
 owner on the same worker never leaves the GPU, and one for a worker of the same host goes from GPU
-to GPU (CUDA IPC); the mapping is a root per class id on the first
-worker's GPU, and the owners' forests are made on theirs. CPU workers run all steps with NumPy.
+to GPU (CUDA IPC); the owners' forests are made on their GPUs and joined into each partition's map
+on its own. CPU workers run all steps with NumPy.
 
-Invariants: every worker applies the same deltas, so all copies of the map are equal after step 1;
+Invariants: every partition joins the same forests, so all copies of the map are equal after step 1;
 a signature kept from an earlier round stays true (merging only makes more e-nodes equal), so old
 entries are never wrong, only redundant; every row whose canonical signature changed is sent again,
 so two e-nodes congruent at the end were compared at their owner; at the fixed point no group holds
@@ -41,8 +41,8 @@ from ..egraph.signature import signature_hash, signature_heads
 from ..errors import DispatchError, host_memory
 from ..unique import count_distinct, inserted, unique, unique_rows
 from . import cluster
-from .egraph_device import DeviceKept, DeviceMapping, DevicePart
-from .unionfind import _forest, advance, roots_of
+from .egraph_device import DeviceKept, DevicePart
+from .unionfind import _forest, union
 
 _EMPTY_ROWS = (np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
                np.zeros(0, np.uint64))
@@ -113,25 +113,38 @@ def _subset(rows: tuple, keep: np.ndarray) -> tuple:
     return rows[0][keep], off, ch, rows[3][keep], rows[4][keep]
 
 
-def _send(p, delta, owners: int, first: bool, shared: bool = False) -> tuple:
-    """(the partition with the delta applied, rows to send to each owner, rows sent); `shared`: the
+def _joined(canon: np.ndarray, forests) -> np.ndarray:
+    """`canon` (each class id's root) with the sets the (k, 2) class id pairs of `forests` make
+    joined, each id under its set's smallest root; `canon` itself where they move no id."""
+    pairs = [f for f in forests if f.size]
+    if not pairs:
+        return canon
+    pairs = np.concatenate(pairs).astype(np.int64, copy=False)
+    a, b = canon[pairs[:, 0]], canon[pairs[:, 1]]
+    differ = a != b
+    ids, roots = union(np.stack([a[differ], b[differ]], 1))
+    if not ids.size:
+        return canon
+    table = np.arange(canon.size, dtype=np.int64)
+    table[ids] = roots
+    return table[canon]
+
+
+def _send(p, forests, owners: int, first: bool, shared: bool = False) -> tuple:
+    """(the partition with the forests joined into its map, rows to send to each owner, rows sent);
+    `forests`: (k, 2) class id pairs (the owners' forests, or the unions given); `shared`: the
     workers' GPUs hand each other device arrays (`cluster.shares_memory`)."""
     if isinstance(p, DevicePart):
         from .egraph_device import send
 
-        return send(p, delta, owners, first, shared)
-    ids, roots = delta
-    canon = p.canon
-    if ids.size:
-        table = np.arange(canon.size, dtype=np.int64)
-        table[ids] = roots
-        canon = table[canon]
+        return send(p, forests, owners, first, shared)
+    canon = _joined(p.canon, forests)
     q = EPart(p.eclass, p.op, p.offsets, p.children, canon, p._row_of)
     if first:  # every row, as it is
         op, off, ch = p.op, p.offsets, canon[p.children]
         rows = (op, off, ch, canon[p.eclass], signature_hash(op, off, ch, q.row_of))
         return q, _by_owner(rows, owners), int(op.size)
-    if ids.size:
+    if canon is not p.canon:
         moved = canon != p.canon
         dirty = unique(q.row_of[moved[p.children]])  # q's own: p is its task's input, never written
     else:
@@ -142,10 +155,10 @@ def _send(p, delta, owners: int, first: bool, shared: bool = False) -> tuple:
     return q, _by_owner(rows, owners), int(dirty.size)
 
 
-def _send_task(p, delta, owners: int, first: bool, shared: bool) -> tuple:
+def _send_task(p, owners: int, first: bool, shared: bool, *forests) -> tuple:
     """`_send` as a task: (the partition, the rows for owner 0, ..., for owner `owners` - 1), each an
     item Dask hands on alone."""
-    q, out, _ = _send(p, delta, owners, first, shared)
+    q, out, _ = _send(p, forests, owners, first, shared)
     return (q, *out)
 
 
@@ -162,11 +175,12 @@ def _no_kept(bname: str = "reference"):
     return _NO_KEPT
 
 
-def _match(kept: tuple, delta, *incoming: tuple) -> tuple:
+def _match(kept: tuple, part, *incoming: tuple) -> tuple:
     """(the signatures kept after this round, (k, 2) class pairs to merge). `kept`: rows (op,
     offsets, children, class, hash), one a distinct signature, then their hashes ascending and the
     rows in that order (the index a round searches, so it never sorts what it kept). Kept classes
-    were canonical a round ago: the delta makes them canonical now; the incoming ones already are.
+    were canonical a round ago: the map of `part` (a partition on the owner's worker, this round's
+    step 1 done) makes them canonical now; the incoming ones already are.
 
     The incoming rows meet the kept rows sharing a hash with one of them; each group of equal
     signatures pairs its smallest class with every other; a kept row (a group's first, since kept
@@ -175,8 +189,8 @@ def _match(kept: tuple, delta, *incoming: tuple) -> tuple:
     if isinstance(kept, DeviceKept):
         from .egraph_device import match
 
-        return match(kept, delta, *incoming)
-    rows = kept[:3] + (roots_of(delta, kept[3]),) + kept[4:5]
+        return match(kept, part, *incoming)
+    rows = kept[:3] + (part.canon[kept[3]],) + kept[4:5]
     hs, order = kept[5], kept[6]
     new = _concat(list(incoming))
     if not new[0].size:
@@ -218,8 +232,8 @@ def _rows_hashed(hs: np.ndarray, order: np.ndarray, wanted: np.ndarray) -> np.nd
     return unique(order[np.repeat(lo - starts, span) + np.arange(total)])
 
 
-def _size(x) -> int:
-    return int(x[0].size)
+def _pairs(*forests: np.ndarray) -> int:
+    return sum(int(f.shape[0]) for f in forests)
 
 
 def _classes(p) -> np.ndarray:
@@ -227,34 +241,15 @@ def _classes(p) -> np.ndarray:
         from .steps import relabel
 
         ops, n = p.ops(), p.n_rows
-        out = ops.empty(max(n, 1), np.int32)  # int32: half the bytes to the client
+        out = ops.scratch(max(n, 1), np.int32)  # int32: half the bytes to the client
         ops.run(relabel, n, [out, p.canon, p.eclass, 0])
         return ops.download(out)[:n]
     return p.canon[p.eclass]
 
 
-def _no_mapping(bname, n_classes: int):
-    """The mapping before any merge: on a GPU worker every id's root on the device
-    (`egraph_device.DeviceMapping`), else (ids, roots) of the ids under another (none)."""
-    from ..backend import resolve_backend
-
-    if resolve_backend(bname).name == "cuda":
-        return DeviceMapping("cuda", n_classes)
-    return np.zeros(0, np.int64), np.zeros(0, np.int64)
-
-
-def _advance(mapping, *forests: np.ndarray) -> tuple:
-    """`unionfind.advance`, on the mapping's GPU where it lives there."""
-    if isinstance(mapping, DeviceMapping):
-        from .egraph_device import advance as on_device
-
-        return on_device(mapping, *forests)
-    return advance(mapping, *forests)
-
-
-def _match_task(bname, n_classes: int, kept, delta, *incoming) -> tuple:
+def _match_task(bname, n_classes: int, kept, part, *incoming) -> tuple:
     """`_match` and `_forest_of` as one task: (the signatures kept, the owner's forest)."""
-    matched = _match(kept, delta, *incoming)
+    matched = _match(kept, part, *incoming)
     return matched[0], _forest_of(bname, n_classes, matched)
 
 
@@ -292,14 +287,15 @@ def _distinct(*marks: np.ndarray) -> int:
     return int(np.bitwise_count(np.bitwise_or.reduce(marks)).sum()) if marks else 0
 
 
-def _after(mapping, *marks: np.ndarray) -> int:
-    """How many classes the ids any partition's `_marks` holds are in after the mapping's merges."""
+def _after(p, *marks: np.ndarray) -> int:
+    """How many classes the ids any partition's `_marks` holds are in under the map of the
+    partition `p` (every partition's is the same)."""
     present = np.bitwise_or.reduce(marks) if marks else np.zeros(0, np.uint8)
-    if isinstance(mapping, DeviceMapping):
+    if isinstance(p, DevicePart):
         from .egraph_device import distinct_roots
 
-        return distinct_roots(mapping, present)
-    return count_distinct(roots_of(mapping, np.flatnonzero(np.unpackbits(present, bitorder="little"))))
+        return distinct_roots(p, present)
+    return count_distinct(p.canon[np.flatnonzero(np.unpackbits(present, bitorder="little"))])
 
 
 def _pending_unions(g) -> np.ndarray:
@@ -442,12 +438,8 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
     eps = [cluster.submit(client, _start, bname, shipped[i], n_classes, worker=places[i], name="eg-partition")
            for i in range(k)]
     kept = [cluster.submit(client, _no_kept, bname, worker=places[i], name="eg-kept") for i in range(k)]
-    home = places[0] if k else None
-    mapping = cluster.submit(client, _no_mapping, bname, n_classes, worker=home, name="eg-mapping")
-    delta = np.zeros(0, np.int64), np.zeros(0, np.int64)
-    if unions is not None:
-        step = cluster.submit(client, _advance, mapping, unions, worker=home, name="eg-unions")
-        mapping, delta = (cluster.part(client, step, j, home, "eg-mapping") for j in (0, 1))
+    home = places[0]
+    forests = [] if unions is None else [cluster.submit(client, _narrowed, unions, worker=home, name="eg-unions")]
     marks = [cluster.submit(client, _marks_of, e, n_classes, worker=w, name="eg-marks") for e, w in zip(eps, places)]
     if isinstance(egraph_partitions, EGraph):  # its classes as the EGraph counts them: pending unions applied
         before = count_distinct(egraph_partitions.classes())
@@ -455,23 +447,21 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
         before = cluster.submit(client, _distinct, *marks, worker=home, name="eg-before")
 
     def round_after(state: tuple, first: bool) -> tuple:
-        """A round's tasks: (partitions, kept signatures, mapping, delta) after it."""
-        eps, kept, mapping, delta = state
-        sent = [cluster.submit(client, _send_task, eps[i], delta, k, first, shared, worker=places[i],
+        """A round's tasks: (partitions, kept signatures, forests) after it."""
+        eps, kept, forests = state
+        sent = [cluster.submit(client, _send_task, eps[i], k, first, shared, *forests, worker=places[i],
                                name="eg-send") for i in range(k)]
-        matched = [cluster.submit(client, _match_task, bname, n_classes, kept[o], delta,
+        parts = [cluster.part(client, s, 0, w, "eg-partition") for s, w in zip(sent, places)]
+        matched = [cluster.submit(client, _match_task, bname, n_classes, kept[o], parts[o],
                                   *[cluster.part(client, sent[i], 1 + o, places[i], "eg-to") for i in range(k)],
                                   worker=places[o], name="eg-match") for o in range(k)]
-        forests = [cluster.part(client, m, 1, w, "eg-forest") for m, w in zip(matched, places)]
-        step = cluster.submit(client, _advance, mapping, *forests, worker=home, name="eg-advance")
-        return ([cluster.part(client, s, 0, w, "eg-partition") for s, w in zip(sent, places)],
-                [cluster.part(client, m, 0, w, "eg-kept") for m, w in zip(matched, places)],
-                *(cluster.part(client, step, j, home, "eg-mapping") for j in (0, 1)))
+        return (parts, [cluster.part(client, m, 0, w, "eg-kept") for m, w in zip(matched, places)],
+                [cluster.part(client, m, 1, w, "eg-forest") for m, w in zip(matched, places)])
 
-    # Round r + 1 is submitted before round r's delta is read, so the workers never wait for the
-    # client; after the fixed point it has nothing to do (no delta, no rows) and is dropped.
-    states, rounds, converged = [(eps, kept, mapping, delta)], 0, False
-    del eps, kept, mapping  # held by states[0] alone, so Dask frees them once round 1 has them
+    # Round r + 1 is submitted before round r's pairs are counted, so the workers never wait for the
+    # client; after the fixed point it has nothing to do (no pairs, no rows) and is dropped.
+    states, rounds, converged = [(eps, kept, forests)], 0, False
+    del eps, kept, forests  # held by states[0] alone, so Dask frees them once round 1 has them
     while max_rounds is None or rounds < max_rounds:
         if len(states) == rounds + 1:
             states.append(round_after(states[rounds], rounds == 0))
@@ -479,16 +469,16 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
             states.append(round_after(states[rounds + 1], False))
         rounds += 1
         states[rounds - 1] = None  # only rounds r and r + 1 are read again: let Dask free the rest
-        if cluster.submit(client, _size, states[rounds][3], worker=home, name="eg-size").result() == 0:
+        if cluster.submit(client, _pairs, *states[rounds][2], worker=home, name="eg-size").result() == 0:
             converged = True
             break
-    eps, _, mapping, delta = states[rounds]
+    eps, _, forests = states[rounds]
     del states
-    if not converged:  # the last delta was never applied to the partitions
-        eps = [cluster.part(client, cluster.submit(client, _send, eps[i], delta, k, False, worker=places[i],
+    if not converged:  # the last pairs were never joined into the partitions' maps
+        eps = [cluster.part(client, cluster.submit(client, _send, eps[i], forests, k, False, worker=places[i],
                                                    name="eg-send"), 0, places[i], "eg-partition") for i in range(k)]
     finals = [cluster.submit(client, _classes, e, worker=w, name="eg-classes") for e, w in zip(eps, places)]
-    after = cluster.submit(client, _after, mapping, *marks, worker=home, name="eg-after")
+    after = cluster.submit(client, _after, eps[0], *marks, worker=home, name="eg-after")
     if gather:
         eclass = np.concatenate([np.zeros(0, np.int64)] + client.gather(finals, direct=True))
     else:
@@ -496,6 +486,11 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
         eclass = cluster.left_on_workers(finals, [(0, e[2]) for e in extents], dtype)
     before, after = (x if isinstance(x, int) else x.result() for x in (before, after))
     return ClosureResult(eclass, rounds, before - after, before, after, converged, 0, time.perf_counter() - t0, {})
+
+
+def _narrowed(pairs: np.ndarray) -> np.ndarray:
+    """(Runs on a worker.) Class id pairs as int32 where they fit: half the bytes to every worker."""
+    return pairs.astype(np.int32) if pairs.size and pairs.max() <= np.iinfo(np.int32).max else pairs
 
 
 def _checked_unions(unions, top: int):

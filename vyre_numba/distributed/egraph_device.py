@@ -108,7 +108,7 @@ class _Shared:
                               "run the workers on one host, each seeing every GPU (dask_cuda.LocalCUDACluster "
                               "does), or pass backend='reference'.") from None
         _Shared.opened += 1
-        self.copy = ops.empty(src.size, src.dtype)  # on the worker's GPU, in its backend's context
+        self.copy = ops.scratch(src.size, src.dtype)  # on the worker's GPU, in its backend's context
         if src.size:
             self.copy.copy_to_device(src)
 
@@ -163,49 +163,48 @@ class DeviceRows(_Resident):
         self.n_rows, self.nch, self.shared = n, nch, shared
 
 
-def _through(ops, classes, n: int, delta):
-    """A new device array of the first n class ids of `classes`, each through the delta (ids -> roots,
-    ids ascending)."""
+def _joined(ops, canon, n: int, forests):
+    """`egraph._joined` on the device: a new map of the n class ids, `canon` (each id's root) with
+    the sets of the forests' (k, 2) class id pairs joined (the single-GPU union-find over the pairs'
+    roots, then every id through its root's root); `canon` itself where no pair was given."""
+    from ..graph.components import edge_components
     from . import steps
+    from .device import narrow
 
-    out = ops.empty(max(n, 1), np.int32)
-    ops.run(steps.put, n, [out, classes, 0])
-    if delta[0].size and n:
-        ops.run(steps.relabel_sorted, n, [out, ops.upload(delta[0].astype(np.int32)),
-                                          ops.upload(delta[1].astype(np.int32)), delta[0].size])
+    pairs = [f for f in forests if f.size]
+    if not pairs or not n:
+        return canon
+    pairs = np.concatenate(pairs)
+    k = pairs.shape[0]
+    flat = ops.staged(narrow(pairs).reshape(-1))
+    a, b = ops.scratch(k, np.int32), ops.scratch(k, np.int32)
+    ops.run(steps.columns, k, [a, b, flat])
+    ops.run(steps.relabel, k, [a, canon, a, 0])  # each item read before it is written, by its own thread
+    ops.run(steps.relabel, k, [b, canon, b, 0])
+    parent = edge_components(ops.run, ops.scratch, n, a, b, k)
+    out = ops.scratch(n, np.int32)  # the pool's: never handed to another process (a partition stays put)
+    ops.run(steps.relabel, n, [out, parent, canon, 0])
     return out
 
 
-def _moved(ops, canon, n: int, delta):
-    """A new device map of the n class ids: `canon` (each id's root) with each id of the delta
-    (ids -> roots) under its new root; the delta holds every id whose root changed, so no other
-    entry moves."""
-    from . import steps
-
-    out = ops.empty(max(n, 1), np.int32)
-    ops.run(steps.put, n, [out, canon, 0])
-    ops.run(steps.put_at, delta[0].size, [out, ops.upload(delta[0].astype(np.int32)),
-                                          ops.upload(delta[1].astype(np.int32))])
-    return out
-
-
-def send(p: DevicePart, delta, owners: int, first: bool, shared: bool = False) -> tuple:
-    """(the partition with the delta applied, the rows each owner receives, rows sent): the delta
-    applied to the map, the rows whose children moved found, canonicalised and hashed, split by
-    owner and gathered into one batch an owner, all on the device; only each batch's row and child
-    counts come to the host. `shared`: a batch crossing to another worker goes from GPU to GPU."""
+def send(p: DevicePart, forests, owners: int, first: bool, shared: bool = False) -> tuple:
+    """(the partition with the forests joined into its map, the rows each owner receives, rows
+    sent): the pairs joined into the map, the rows whose children moved found, canonicalised and
+    hashed, split by owner and gathered into one batch an owner, all on the device; only each
+    batch's row and child counts come to the host. `shared`: a batch crossing to another worker
+    goes from GPU to GPU."""
     from . import steps
     from .device import summed
 
     ops = p.ops()
-    moved = delta[0].size
     n, nc, nch = p.n_rows, p.n_classes, int(p.offsets[-1])
-    canon = _moved(ops, p.canon, nc, delta) if moved else p.canon
+    canon = _joined(ops, p.canon, nc, forests)
+    moved = canon is not p.canon
     q = DevicePart(p.bname, None, None, p.offsets, None, nc, _from=p)
     q.canon = canon
     if not n:
         return q, [_no_rows(p.bname)] * owners, 0
-    flags = ops.empty(n, np.uint8)
+    flags = ops.scratch(n, np.uint8)
     if first:
         ops.run(steps.fill_one, n, [flags])
     elif moved:
@@ -223,10 +222,10 @@ def send(p: DevicePart, delta, owners: int, first: bool, shared: bool = False) -
     if owners == 1:
         marks = [flags]
     else:
-        h, dest = ops.empty(max(n, 1), np.uint64), ops.empty(max(n, 1), np.uint16)
+        h, dest = ops.scratch(n, np.uint64), ops.scratch(n, np.uint16)
         ops.run(steps.row_hash, n, [h, p.op, p.offsets_d, chc])
         ops.run(steps.owner_of, n, [dest, flags, h, owners])
-        marks = [ops.empty(max(n, 1), np.uint8) for _ in range(owners)]
+        marks = [ops.scratch(n, np.uint8) for _ in range(owners)]
         for o, sel in enumerate(marks):
             ops.run(steps.mark_owner, n, [sel, dest, o])
     wide = np.int32 if nch < 2**31 else np.int64  # offsets of 4 bytes a row where they fit: less to move
@@ -285,30 +284,34 @@ def _compacted(ops, kept: DeviceKept, cls, size: int) -> DeviceKept:
     from . import steps
 
     n = kept.n
-    live = ops.empty(max(n, 1), np.uint8)
+    live = ops.scratch(max(n, 1), np.uint8)
+    ops.run(steps.clear, n, [live])
     ops.run(steps.mark_live, kept.table.size, [live, kept.table])
     rows = np.flatnonzero(ops.download(live)[:n])
     off = np.zeros(rows.size + 1, np.int64)
     np.cumsum(np.diff(ops.download(kept.offsets)[:n + 1])[rows], out=off[1:])
     k, kch = rows.size, int(off[-1])
-    op, ch, c2, off_d = ops.empty(max(k, 1), np.int32), ops.empty(max(kch, 1), np.int32), \
-        ops.empty(max(k, 1), np.int32), ops.upload(off)
+    op, ch, c2, off_d = ops.scratch(max(k, 1), np.int32), ops.scratch(max(kch, 1), np.int32), \
+        ops.scratch(max(k, 1), np.int32), ops.staged(off)
     ops.run(steps.gather_rows, k, [op, c2, ch, off_d, kept.op, cls, kept.children, kept.offsets,
-                                   ops.upload(rows.astype(np.int32))])
-    table = ops.empty(size, np.int32)
+                                   ops.staged(rows.astype(np.int32))])
+    table = ops.scratch(size, np.int32)
     ops.run(steps.set_to, size, [table, np.int32(steps.EMPTY)])
-    ops.run(steps.insert_row, k, [ops.empty(max(k, 1), np.int64), table, op, off_d, ch, 0])
+    ops.run(steps.insert_row, k, [ops.scratch(max(k, 1), np.int64), table, op, off_d, ch, 0])
     return DeviceKept(kept.bname, op, off_d, ch, c2, table, k, kch, k)
 
 
-def match(kept: DeviceKept, delta, *incoming) -> tuple:
+def match(kept: DeviceKept, part: DevicePart, *incoming) -> tuple:
     """`egraph._match` on the owner's GPU: (the signatures kept after this round, (k, 2) int64 class
-    pairs to merge, unique rows). Only counts and the pairs come to the host."""
+    pairs to merge, unique rows), the kept classes made canonical by the map of `part` (a partition
+    on this GPU). Only counts and the pairs come to the host."""
     from . import steps
 
     ops = kept.ops()
+    part.ops()
     n = kept.n
-    cls = _through(ops, kept.eclass, n, delta)
+    cls = ops.scratch(max(n, 1), np.int32)
+    ops.run(steps.relabel, n, [cls, part.canon, kept.eclass, 0])
     batches = [b for b in incoming if b.n_rows]
     m = sum(b.n_rows for b in batches)
     if n + m > MAX_ROWS:
@@ -321,7 +324,7 @@ def match(kept: DeviceKept, delta, *incoming) -> tuple:
         n, cls = kept.n, kept.eclass
         table = kept.table
     elif batches:
-        table = ops.empty(size, np.int32)
+        table = ops.scratch(size, np.int32)
         ops.run(steps.put, size, [table, kept.table, 0])
     if not batches:
         return DeviceKept(kept.bname, kept.op, kept.offsets, kept.children, cls, kept.table, n, kept.nch, kept.live), \
@@ -330,8 +333,8 @@ def match(kept: DeviceKept, delta, *incoming) -> tuple:
         b.ops()
     nch = kept.nch
     mch = sum(b.nch for b in batches)
-    op, off = ops.empty(n + m, np.int32), ops.empty(n + m + 1, np.int64)
-    ch, c2 = ops.empty(max(nch + mch, 1), np.int32), ops.empty(n + m, np.int32)
+    op, off = ops.scratch(n + m, np.int32), ops.scratch(n + m + 1, np.int64)
+    ch, c2 = ops.scratch(max(nch + mch, 1), np.int32), ops.scratch(n + m, np.int32)
     ops.run(steps.put, n, [op, kept.op, 0])
     ops.run(steps.put, n + 1, [off, kept.offsets, 0])
     ops.run(steps.put, nch, [ch, kept.children, 0])
@@ -344,12 +347,13 @@ def match(kept: DeviceKept, delta, *incoming) -> tuple:
         ops.run(steps.put, kc, [ch, b.children, at])
         ops.run(steps.put, k, [c2, b.eclass, row])
         row, at = row + k, at + kc
-    slot = ops.empty(m, np.int64)
+    slot = ops.scratch(m, np.int64)
     ops.run(steps.insert_row, m, [slot, table, op, off, ch, n])
-    low = ops.empty(table.size, np.int32)
+    low = ops.scratch(table.size, np.int32)
     ops.run(steps.low_first, m, [low, slot, table, c2])
     ops.run(steps.low_min, m, [low, slot, c2, n])
-    pairs, count = ops.empty(4 * m, np.int32), ops.empty(3, np.int64)
+    pairs, count = ops.scratch(4 * m, np.int32), ops.scratch(3, np.int64)
+    ops.run(steps.clear, 3, [count])
     ops.run(steps.settle, m, [pairs, count, low, slot, table, c2, n])
     ops.run(steps.count_held, m, [count, slot, table, n])
     found, fresh, lost = (int(x) for x in ops.download(count))
@@ -362,58 +366,12 @@ def match(kept: DeviceKept, delta, *incoming) -> tuple:
     return out, unique_rows(got) if got.size else np.zeros((0, 2), np.int64)
 
 
-class DeviceMapping(_Resident):
-    """Every merge of the rounds so far on a worker's GPU: the root (the smallest id of its class)
-    of each of the n class ids. A round makes a new one, so Dask may rerun any round's task."""
-
-    _DEVICE = ("root",)
-
-    def __init__(self, bname, n: int, root=None):
-        self.bname, self.n, self.root = bname, n, root
-        if root is None:
-            from ..graph import steps as graph_steps
-
-            ops = _ops(bname)
-            self.root = ops.empty(max(n, 1), np.int32)
-            ops.run(graph_steps.init, n, [self.root])
-
-
 def forest(bname, n: int, pairs: np.ndarray) -> np.ndarray:
     """`unionfind._forest` on the worker's GPU: (id, root) int32 rows, ascending by id, for every id
     of the (k, 2) class pairs whose set's smallest id (of n) is another id."""
     from .device import join_gpu
 
     return join_gpu(_ops(bname), n, pairs)
-
-
-def advance(mapping: DeviceMapping, *forests: np.ndarray) -> tuple:
-    """`unionfind.advance` on the mapping's GPU: (the mapping with the forests' (k, 2) pairs joined,
-    the delta: the ids whose root changed and their new roots, int32 host arrays ascending by id).
-    The pairs' roots are joined by the single-GPU union-find, then every id takes its root's root:
-    a few passes over the n ids, and only the delta comes to the host."""
-    from ..graph.components import edge_components
-    from . import steps
-    from .device import indexed
-
-    forests = [f for f in forests if f.size]
-    if not forests:
-        return mapping, (np.zeros(0, np.int32), np.zeros(0, np.int32))
-    ops = mapping.ops()
-    n, old = mapping.n, mapping.root
-    pairs = np.concatenate(forests)
-    k = pairs.shape[0]
-    flat = ops.upload(pairs.astype(np.int32).reshape(-1))
-    a, b, ra, rb = (ops.empty(k, np.int32) for _ in range(4))
-    ops.run(steps.columns, k, [a, b, flat])
-    ops.run(steps.relabel, k, [ra, old, a, 0])
-    ops.run(steps.relabel, k, [rb, old, b, 0])
-    parent = edge_components(ops.run, ops.empty, n, ra, rb, k)
-    root = ops.empty(max(n, 1), np.int32)
-    ops.run(steps.relabel, n, [root, parent, old, 0])
-    flags = ops.empty(max(n, 1), np.uint8)
-    ops.run(steps.mark_changed, n, [flags, old, root])
-    rows = indexed(ops, n, root, flags, n)
-    return DeviceMapping(mapping.bname, n, root), (np.ascontiguousarray(rows[:, 0]), np.ascontiguousarray(rows[:, 1]))
 
 
 def marks(p: DevicePart) -> np.ndarray:
@@ -427,17 +385,18 @@ def marks(p: DevicePart) -> np.ndarray:
     return bits(ops, marked(ops, p.n_classes, steps.mark_ids, [(p.eclass, p.n_rows)]), p.n_classes)
 
 
-def distinct_roots(mapping: DeviceMapping, present: np.ndarray) -> int:
-    """How many distinct roots the ids whose bit is set in `present` (`marks`) have, on the GPU."""
+def distinct_roots(p: DevicePart, present: np.ndarray) -> int:
+    """How many distinct roots the ids whose bit is set in `present` (`marks`) have in the map of
+    the partition `p`, on its GPU."""
     from . import steps
 
-    n = mapping.n
+    n = p.n_classes
     if not n:
         return 0
-    ops = mapping.ops()
-    flags = ops.empty(n, np.uint8)
+    ops = p.ops()
+    flags = ops.scratch(n, np.uint8)
     ops.run(steps.clear, n, [flags])
-    ops.run(steps.mark_roots, n, [flags, ops.upload(present), mapping.root])
+    ops.run(steps.mark_roots, n, [flags, ops.staged(present), p.canon])
     from .device import bits
 
     return int(np.bitwise_count(bits(ops, flags, n)).sum())

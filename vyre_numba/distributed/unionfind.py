@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..unique import index_of, inserted, unique
+from ..unique import index_of, unique
 from .cluster import submit
 
 DENSE_SPAN = 1 << 26  # ids spanning fewer values than this and 32x their count (or 2**20, or 8x their count) are
@@ -94,40 +94,6 @@ def _forest(shard: np.ndarray) -> np.ndarray:
 def _joined(*forests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     forests = [f for f in forests if f.size]
     return union(np.concatenate(forests)) if forests else (np.zeros(0, np.int64), np.zeros(0, np.int64))
-
-
-def roots_of(mapping: tuple, x: np.ndarray) -> np.ndarray:
-    """The root of each id of `x` under `mapping` ((ids ascending, roots); an id it lacks is its
-    own root)."""
-    ids, roots = mapping
-    if not ids.size or not x.size:
-        return x
-    at = np.minimum(np.searchsorted(ids, x), ids.size - 1)
-    return np.where(ids[at] == x, roots[at], x)
-
-
-def advance(mapping: tuple, *forests: np.ndarray) -> tuple[tuple, tuple]:
-    """(the mapping after joining the forests' (k, 2) pairs into it, the delta: the ids whose root
-    that changed, with their new roots), both as (ids ascending, roots). Only the pairs' roots
-    are joined, so a round costs a pass over the mapping, not a union-find of it: a root of the
-    mapping is never one of its ids, so the roots the join moves are new ids of the mapping."""
-    ids, roots = mapping
-    none = np.zeros(0, np.int64), np.zeros(0, np.int64)
-    forests = [f for f in forests if f.size]
-    if not forests:
-        return mapping, none
-    pairs = np.concatenate(forests)
-    a, b = roots_of(mapping, pairs[:, 0]), roots_of(mapping, pairs[:, 1])
-    differ = a != b
-    joined = union(np.stack([a[differ], b[differ]], 1))
-    if not joined[0].size:
-        return mapping, none
-    new_roots = roots_of(joined, roots)
-    moved = new_roots != roots
-    at = np.searchsorted(ids, joined[0])
-    out = inserted(ids, at, joined[0]), inserted(new_roots, at, joined[1])
-    at = np.searchsorted(ids[moved], joined[0])
-    return out, (inserted(ids[moved], at, joined[0]), inserted(new_roots[moved], at, joined[1]))
 
 
 def merge(client, shards: list, places: list, *, name: str = "merge") -> tuple[object, int]:

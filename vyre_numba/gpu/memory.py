@@ -55,10 +55,20 @@ def _pool(device_id: int):
         return pool
 
 
-def pool_free(address: int) -> None:
-    """Give memory from `pool_alloc` back to the pool (stream-ordered on the legacy default stream)."""
+def pool_free(address: int, context: int = 0) -> None:
+    """Give memory from `pool_alloc` back to the pool (stream-ordered on the legacy default stream
+    of its context). `context`: the driver handle of the context it was allocated in, made current
+    for the free where this thread has another or none (an array dropped by a thread that never
+    used the GPU, such as Dask's event loop); 0: the current one."""
     drv = _driver()[0]
-    drv.cuMemFreeAsync(drv.CUdeviceptr(address), drv.CUstream(0))  # at interpreter exit the context may be gone
+    pushed = bool(context) and int(drv.cuCtxGetCurrent()[1]) != context
+    if pushed and drv.cuCtxPushCurrent(drv.CUcontext(context))[0]:
+        return  # at interpreter exit the context may be gone, and its memory with it
+    try:
+        drv.cuMemFreeAsync(drv.CUdeviceptr(address), drv.CUstream(0))
+    finally:
+        if pushed:
+            drv.cuCtxPopCurrent()
 
 
 _CONTEXT: tuple = (0, None, None)  # (driver handle, numba context, pool) of the context current last time
@@ -108,10 +118,12 @@ def pool_copy(address: int, nbytes: int, free=None) -> int:
 
 def owning_pointer(address: int, nbytes: int):
     """A Numba MemoryPointer owning the pool memory of `nbytes` at `address` (from `pool_alloc`):
-    given back (stream-ordered) once when it is garbage collected or `free()`d."""
+    given back (stream-ordered) once when it is garbage collected or `free()`d, in whichever
+    thread drops it."""
     drv, _, MemoryPointer = _driver()
-    return MemoryPointer(_context()[1], drv.CUdeviceptr(address), max(int(nbytes), 1),
-                         finalizer=lambda: pool_free(address))
+    handle, ctx, _ = _context()
+    return MemoryPointer(ctx, drv.CUdeviceptr(address), max(int(nbytes), 1),
+                         finalizer=lambda: pool_free(address, handle))
 
 
 def pooled_array(n: int, dtype, address: int | None = None, pointer=None) -> "object":

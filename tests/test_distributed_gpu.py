@@ -162,8 +162,8 @@ def test_a_shared_batch_lands_in_another_process_by_ipc(tmp_path):
     off = np.concatenate([[0], np.cumsum(rng.integers(0, 4, 5000))]).astype(np.int32)
     ch = rng.integers(0, 10**6, int(off[-1])).astype(np.int32)
     for shared in (True, False):
-        rows = dd.DeviceRows("cuda", ops.upload(op), ops.upload(off), ops.upload(ch), ops.upload(cls), op.size,
-                             int(off[-1]), shared)
+        rows = dd.DeviceRows.of(ops, "cuda", ops.upload(op), ops.upload(off), ops.upload(ch), ops.upload(cls), op.size,
+                                int(off[-1]), shared)
         state = rows.__getstate__()
         kinds = {type(state[k]) for k in dd.DeviceRows._DEVICE}
         assert kinds == ({dd._Shared} if shared else {np.ndarray}), kinds

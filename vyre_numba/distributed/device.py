@@ -131,17 +131,3 @@ def bits(ops, flags, n: int) -> np.ndarray:
     out = ops.scratch(max(m, 1), np.uint8)
     packed(ops, out, np.array([0, m], np.int64), flags, np.zeros(1, np.int64), np.array([n], np.int64))
     return ops.download(out)[:m]
-
-
-def summed(ops, a, n: int):
-    """The inclusive prefix sums of the first n items of the device array `a`, in `a` or in a new
-    array of its dtype (`a` is overwritten either way): log2(n) doubling passes, each an ordinary
-    step over the items."""
-    from . import steps
-
-    out = ops.empty(max(n, 1), a.dtype)
-    d = 1
-    while d < n:
-        ops.run(steps.add_behind, n, [out, a, np.int64(d)])
-        a, out, d = out, a, 2 * d
-    return a

@@ -41,6 +41,7 @@ class _Resident:
 
     def __getstate__(self):
         d = dict(self.__dict__)
+        d.pop("_views", None)  # views of device arrays, made again where it lands
         arrays = [k for k in self._DEVICE if d.get(k) is not None and not isinstance(d[k], np.ndarray)]
         if self.shared and arrays:
             from numba import cuda
@@ -153,14 +154,48 @@ class DevicePart(_Resident):
 
 
 class DeviceRows(_Resident):
-    """Rows sent to an owner: n rows (op, class, offsets from 0) and their nch children, on the
-    device (int32; a batch's own offsets int32 where they fit, a whole partition's int64)."""
+    """Rows sent to an owner: n rows (op, class, offsets from 0) and their nch children, in one
+    device buffer of int32 words, so a batch crossing to another worker's GPU is one IPC handle:
+    the n + 1 offsets first (int64 where `wide`), then op, class and children (at least one word,
+    so every view holds an element)."""
 
-    _DEVICE = ("op", "offsets", "children", "eclass")
+    _DEVICE = ("buf",)
 
-    def __init__(self, bname, op, offsets, children, eclass, n: int, nch: int, shared: bool = False):
-        self.bname, self.op, self.offsets, self.children, self.eclass = bname, op, offsets, children, eclass
-        self.n_rows, self.nch, self.shared = n, nch, shared
+    def __init__(self, bname, buf, n: int, nch: int, wide: bool = False, shared: bool = False):
+        self.bname, self.buf, self.n_rows, self.nch, self.wide, self.shared = bname, buf, n, nch, wide, shared
+
+    @staticmethod
+    def words(n: int, nch: int, wide: bool) -> int:
+        return (n + 1) * (2 if wide else 1) + 2 * n + max(nch, 1)
+
+    @classmethod
+    def empty(cls, ops, bname, n: int, nch: int, wide: bool, shared: bool) -> "DeviceRows":
+        """A batch of n rows and nch children to be written, in Numba's memory (which gives IPC handles)."""
+        return cls(bname, ops.empty(cls.words(n, nch, wide), np.int32), n, nch, wide, shared)
+
+    @classmethod
+    def of(cls, ops, bname, op, offsets, children, eclass, n: int, nch: int, shared: bool = False) -> "DeviceRows":
+        """A batch holding copies of the device arrays given (offsets int64 or int32)."""
+        from . import steps
+
+        b = cls.empty(ops, bname, n, nch, np.dtype(offsets.dtype) == np.int64, shared)
+        for dst, src, k in ((b.offsets, offsets, n + 1), (b.op, op, n), (b.eclass, eclass, n), (b.children, children, nch)):
+            ops.run(steps.put, k, [dst, src, 0])
+        return b
+
+    def _view(self, i: int):
+        views = self.__dict__.get("_views")
+        if views is None or views[0] is not self.buf:
+            n, w, buf = self.n_rows, 2 if self.wide else 1, self.buf
+            at = (n + 1) * w
+            off = buf[:at].view(np.int64) if self.wide else buf[:at]
+            views = self._views = (buf, off, buf[at:at + n], buf[at + n:at + 2 * n], buf[at + 2 * n:at + 2 * n + max(self.nch, 1)])
+        return views[i]
+
+    offsets = property(lambda self: self._view(1))
+    op = property(lambda self: self._view(2))
+    eclass = property(lambda self: self._view(3))
+    children = property(lambda self: self._view(4))
 
 
 def _joined(ops, canon, n: int, forests):
@@ -194,7 +229,6 @@ def send(p: DevicePart, forests, owners: int, first: bool, shared: bool = False)
     batch's row and child counts come to the host. `shared`: a batch crossing to another worker
     goes from GPU to GPU."""
     from . import steps
-    from .device import summed
 
     ops = p.ops()
     n, nc, nch = p.n_rows, p.n_classes, int(p.offsets[-1])
@@ -211,11 +245,12 @@ def send(p: DevicePart, forests, owners: int, first: bool, shared: bool = False)
         ops.run(steps.dirty_rows, n, [flags, p.offsets_d, p.children, p.canon, canon])
     else:
         return q, [_no_rows(p.bname)] * owners, 0
-    chc = ops.empty(max(nch, 1), np.int32)
-    cls = ops.empty(max(n, 1), np.int32)
+    chc = ops.scratch(max(nch, 1), np.int32)
+    cls = ops.scratch(n, np.int32)
     ops.run(steps.canon_rows, n, [chc, cls, p.offsets_d, p.children, p.eclass, canon])
+
     def whole() -> DeviceRows:  # every row, as it is
-        return DeviceRows(p.bname, p.op, p.offsets_d, chc, cls, n, nch, shared)
+        return DeviceRows.of(ops, p.bname, p.op, p.offsets_d, chc, cls, n, nch, shared)
 
     if owners == 1 and first:
         return q, [whole()], n
@@ -228,7 +263,8 @@ def send(p: DevicePart, forests, owners: int, first: bool, shared: bool = False)
         marks = [ops.scratch(n, np.uint8) for _ in range(owners)]
         for o, sel in enumerate(marks):
             ops.run(steps.mark_owner, n, [sel, dest, o])
-    wide = np.int32 if nch < 2**31 else np.int64  # offsets of 4 bytes a row where they fit: less to move
+    wide = nch >= 2**31  # offsets of 4 bytes a row where they fit: less to move
+    cflags = ops.scratch(max(nch, 1), np.uint8)
     out, sent = [], 0
     for sel in marks:
         rows = ops.nonzero(sel[:n])
@@ -240,19 +276,22 @@ def send(p: DevicePart, forests, owners: int, first: bool, shared: bool = False)
         if not m:
             out.append(_no_rows(p.bname))
             continue
-        arity = ops.empty(m + 1, wide)
-        ops.run(steps.batch_arity, m, [arity, p.offsets_d, rows])
-        off_d = summed(ops, arity, m + 1)
-        mc = int(ops.download(off_d[m:m + 1])[0])
-        b_op, b_cls, b_ch = ops.empty(m, np.int32), ops.empty(m, np.int32), ops.empty(max(mc, 1), np.int32)
-        ops.run(steps.gather_rows, m, [b_op, b_cls, b_ch, off_d, p.op, cls, chc, p.offsets_d, rows])
-        out.append(DeviceRows(p.bname, b_op, off_d, b_ch, b_cls, m, mc, shared))
+        mc, cidx = 0, rows  # the children chosen, by position (a stand-in where there are none)
+        if nch:
+            ops.run(steps.mark_children, n, [cflags, p.offsets_d, sel])
+            cidx = ops.nonzero(cflags[:nch])
+            mc = int(cidx.size)
+        b = DeviceRows.empty(ops, p.bname, m, mc, wide, shared)
+        ops.run(steps.batch_offsets, m + 1, [b.offsets, p.offsets_d, rows, cidx, m, mc])
+        ops.run(steps.gather_batch, m, [b.op, b.eclass, p.op, cls, rows])
+        if mc:
+            ops.run(steps.take, mc, [b.children, chc, cidx])
+        out.append(b)
     return q, out, sent
 
 
 def _no_rows(bname: str) -> DeviceRows:
-    z = np.zeros(1, np.int32)
-    return DeviceRows(bname, z, np.zeros(1, np.int64), z, z, 0, 0)
+    return DeviceRows(bname, np.zeros(DeviceRows.words(0, 0, False), np.int32), 0, 0)
 
 
 class DeviceKept(_Resident):

@@ -169,16 +169,38 @@ def mark_owner(r, sel, dest, o):
     return 0
 
 
-def batch_arity(j, out, off, rows):
-    """out[j + 1] = the child count of row rows[j] (out[0] is left 0): the batch's offsets once summed."""
-    r = rows[j]
-    out[j + 1] = off[r + 1] - off[r]
+def mark_children(r, cflags, off, sel):
+    """cflags[k] = sel[r] for every child k of row r."""
+    s = sel[r]
+    for k in range(off[r], off[r + 1]):
+        cflags[k] = s
     return 0
 
 
-def add_behind(i, out, a, d):
-    """out[i] = a[i] + a[i - d] (a[i] where i < d): one doubling pass of a prefix sum."""
-    out[i] = a[i] + a[i - d] if i >= d else a[i]
+def batch_offsets(j, out, off, rows, cidx, m, mc):
+    """out[j] = where row rows[j]'s children start in a batch of the children cidx[:mc] (their
+    positions, ascending: the count of those before its first child); out[m] = mc."""
+    if j == m:
+        out[j] = mc
+        return 0
+    first = off[rows[j]]
+    lo = 0
+    hi = mc
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if cidx[mid] < first:
+            lo = mid + 1
+        else:
+            hi = mid
+    out[j] = lo
+    return 0
+
+
+def gather_batch(i, op2, cls2, op, cls, rows):
+    """Row i of a batch: the op and class of row rows[i]."""
+    r = rows[i]
+    op2[i] = op[r]
+    cls2[i] = cls[r]
     return 0
 
 

@@ -609,3 +609,21 @@ def test_joining_forests_into_a_map_equals_joining_every_pair_again():
             if np.array_equal(got, canon):
                 assert got is canon, trial
             canon = got
+
+
+def test_a_checked_partition_carries_the_extent_its_check_found():
+    """`_checked` finds each partition's extent (largest class, largest child, rows) in its own
+    passes, and `_extent` returns that, equal to computing it again; after a pickle too (Dask may
+    move a checked partition)."""
+    import pickle
+
+    from vyre_numba.distributed import egraph as de
+
+    rng = np.random.default_rng(23)
+    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64))
+    leaves = (np.array([4, 2], np.int32), np.array([0, 1], np.int32), np.zeros(3, np.int64), np.zeros(0, np.int32))
+    parts = [empty, leaves] + [random_egraph(rng, int(rng.integers(1, 200))) for _ in range(20)]
+    for i, t in enumerate(parts):
+        c = de._checked(t, i)
+        want = (int(np.max(t[0], initial=-1)), int(np.max(t[3], initial=-1)), int(len(t[0])))
+        assert de._extent(c) == want == de._extent(tuple(c)) == de._extent(pickle.loads(pickle.dumps(c))), (i, want)

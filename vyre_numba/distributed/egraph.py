@@ -353,20 +353,32 @@ def _is_lazy(t) -> bool:
     return isinstance(t, (Future, Delayed))
 
 
+class _Checked(tuple):
+    """A partition's checked rows (eclass, op, children_offsets, children), with its `_extent`,
+    found by the check's own passes."""
+
+    extent: tuple
+
+
 def _checked(t, i: int) -> tuple:
     """Partition i as checked host rows (eclass, op, children_offsets, children); on a worker for
     one given as a future."""
     if not (isinstance(t, (tuple, list)) and len(t) == 4):
         raise DispatchError(f"partition {i} is a {type(t).__name__}, not (eclass, op, children_offsets, children). "
                             "Fix: pass one such tuple of host arrays per partition (or a Dask future of one).")
-    eclass = _ints(t[0], f"partition {i} eclass", copy=False)
-    op, off, ch = _rows(t[1], t[2], t[3], None, f"partition {i}'s", copy=False)
+    bounds: list = []
+    eclass = _ints(t[0], f"partition {i} eclass", copy=False, bounds=bounds)
+    op, off, ch = _rows(t[1], t[2], t[3], None, f"partition {i}'s", copy=False, bounds=bounds)
     _same_length(eclass, op, f"partition {i}")
-    return eclass, op, off, ch
+    out = _Checked((eclass, op, off, ch))
+    out.extent = tuple(-1 if b is None else b[1] for b in bounds) + (int(eclass.size),)
+    return out
 
 
 def _extent(p: tuple) -> tuple[int, int, int]:
     """(largest class id of a partition's rows, largest child id, rows), -1 where it has none."""
+    if isinstance(p, _Checked):
+        return p.extent
     return int(p[0].max(initial=-1)), int(p[3].max(initial=-1)), int(p[0].size)
 
 

@@ -136,10 +136,16 @@ class DevicePart(_Resident):
         if _from is not None:
             self.__dict__.update({k: getattr(_from, k) for k in self._DEVICE})
             return
+        from . import steps
+
         ops = self.ops()
 
-        def up(a):  # the device arrays hold at least one element; sizes come from the host offsets
-            return ops.upload(a.astype(np.int32, copy=False) if a.size else np.zeros(1, np.int32))
+        def up(a):  # int32 on the device, at least one element (sizes come from the host offsets)
+            if not a.size or a.dtype == np.int32:
+                return ops.upload(a if a.size else np.zeros(1, np.int32))
+            wide, out = ops.upload(a), ops.scratch(a.size, np.int32)
+            ops.run(steps.put, a.size, [out, wide, 0])  # narrowed on the device (ids are checked to fit): no host pass
+            return out
 
         self.eclass, self.op, self.children = up(eclass), up(op), up(children)
         self.offsets_d = ops.upload(offsets)

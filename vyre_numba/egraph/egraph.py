@@ -81,9 +81,10 @@ def _timings(result) -> None:
     object.__setattr__(result, "phase_ns", display.durations(result.phase_ns))
 
 
-def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID, copy: bool = True) -> np.ndarray:
+def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID, copy: bool = True, bounds: list | None = None) -> np.ndarray:
     """`a` as a 1-D int64 NumPy array, checked: integers only (no floats or bools), within [lo, hi];
-    `a` itself where it already is one and `copy` is off (for callers that never write it)."""
+    `a` itself where it already is one and `copy` is off (for callers that never write it).
+    `bounds`: (smallest, largest) is appended to it, None for an empty array."""
     if hasattr(a, "__cuda_array_interface__") and not isinstance(a, np.ndarray):
         raise DispatchError(f"{name} is a device array; e-graphs are built from host arrays (they are checked and "
                             f"indexed on the host first). Fix: pass a NumPy array (e.g. x.copy_to_host()).")
@@ -99,6 +100,7 @@ def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID, copy: bool = True) -> 
                                 "(ids are not converted, so a float id is never rounded silently).")
     if arr.ndim != 1:
         raise DispatchError(f"{name} has shape {arr.shape}; it must be 1-D. Fix: pass a flat array.")
+    low = high = None
     if arr.size:
         low, high = int(arr.min()), int(arr.max())
         if low < lo or high > hi:
@@ -106,6 +108,8 @@ def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID, copy: bool = True) -> 
             raise DispatchError(f"{name} holds {bad}, outside {lo}..{hi}. Fix: " + (
                 "renumber ids densely from 0 (np.unique(ids, return_inverse=True)); ids are int32 on the device."
                 if hi == MAX_ID else f"keep every value in {lo}..{hi}."))
+    if bounds is not None:
+        bounds.append(None if low is None else (low, high))
     return arr.astype(np.int64, copy=copy)
 
 
@@ -174,8 +178,10 @@ def _missing_class(have: np.ndarray, present: np.ndarray | None, children: np.nd
     return int(np.argmax(bad)) if bad.any() else None
 
 
-def _rows(op, children_offsets, children, n_classes: int | None, what: str, copy: bool = True):
-    """(op, offsets, children) of a batch of e-nodes, checked (`copy` as for `_ints`)."""
+def _rows(op, children_offsets, children, n_classes: int | None, what: str, copy: bool = True,
+          bounds: list | None = None):
+    """(op, offsets, children) of a batch of e-nodes, checked (`copy` as for `_ints`; `bounds`: the
+    children's, as `_ints` gives them)."""
     op = _ints(op, f"{what} op", copy=copy)
     offsets = _ints(children_offsets, f"{what} children_offsets", hi=2**62, copy=copy)
     if offsets.size != op.size + 1:
@@ -183,7 +189,7 @@ def _rows(op, children_offsets, children, n_classes: int | None, what: str, copy
                             f"{op.size + 1} (row r's children are children[offsets[r]:offsets[r+1]]). Fix: pass n+1 "
                             "offsets starting at 0.")
     children = _ints(children, f"{what} children", hi=MAX_ID if n_classes is None else max(n_classes - 1, -1),
-                     copy=copy)
+                     copy=copy, bounds=bounds)
     if offsets[0] != 0 or np.any(offsets[1:] < offsets[:-1]) or offsets[-1] != children.size:
         raise DispatchError(f"{what} children_offsets must start at 0, never decrease and end at len(children) "
                             f"= {children.size}; it starts at {offsets[0]} and ends at {offsets[-1]}. Fix: pass "

@@ -99,6 +99,20 @@ def workload_rows(N: int):
     return np.arange(N, dtype=np.int64), op, offsets, children, np.stack([w["ua"], w["ub"]], 1)
 
 
+def same_rows(host: tuple, batch, where) -> None:
+    """A device batch (`egraph_device.DeviceRows`) holds exactly the host rows (op, offsets,
+    children, class) a NumPy sender made for the same owner, in order."""
+    m, mc = host[0].size, host[2].size
+    assert (batch.n_rows, batch.nch) == (m, mc), (where, batch.n_rows, batch.nch, m, mc)
+    if not m:
+        return
+    batch.ops()
+    got = (batch.op.copy_to_host()[:m], batch.offsets.copy_to_host()[:m + 1], batch.children.copy_to_host()[:mc],
+           batch.eclass.copy_to_host()[:m])
+    for name, h, d in zip(("op", "offsets", "children", "class"), host[:4], got):
+        assert np.array_equal(h, d), (where, name, h, d)
+
+
 def distributed_lockstep(parts, unions, moved: bool = False) -> tuple:
     """The distributed closure's rounds without Dask, host (NumPy) and device partitions and owners
     side by side, checked every round: the same rows sent, the same pairs found by each owner, as
@@ -135,6 +149,9 @@ def distributed_lockstep(parts, unions, moved: bool = False) -> tuple:
         do = [de._send(e, [travel(f) for f in df], k, r == 0) for e in dp]
         hp, dp = [o[0] for o in ho], [o[0] for o in do]
         assert [o[2] for o in ho] == [o[2] for o in do], (r, [o[2] for o in ho], [o[2] for o in do])
+        for i in range(k):
+            for o in range(k):
+                same_rows(ho[i][1][o], do[i][1][o], (r, i, o))
         for h, d in zip(hp, dp):
             assert np.array_equal(h.canon, d.canon.copy_to_host()[:nc]), r
         hm, dm = [], []

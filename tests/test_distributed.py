@@ -299,10 +299,20 @@ def test_bad_partitions_on_the_workers_raise_vyre_errors_with_a_fix(client):
 
 
 def test_max_rounds_reports_no_convergence(client):
-    got = congruence_closure(chain_pair(10), [(0, 1)], client=client, backend="reference", max_rounds=2)
+    """Stopped short, the classes hold every merge the rounds made (the last round's pairs joined):
+    finer than the fixed point, coarser than the round before, and counted as they are."""
+    g = chain_pair(10)
+    final = congruence_closure(g, [(0, 1)], client=client, backend="reference")
+    got = congruence_closure(g, [(0, 1)], client=client, backend="reference", max_rounds=2)
     assert got.rounds == 2 and not got.converged
-    again = congruence_closure(chain_pair(10), [(0, 1)], client=client, backend="reference", max_rounds=np.int64(2))
+    again = congruence_closure(g, [(0, 1)], client=client, backend="reference", max_rounds=np.int64(2))
     assert again.rounds == 2 and np.array_equal(again.eclass, got.eclass)
+    one = congruence_closure(g, [(0, 1)], client=client, backend="reference", max_rounds=1)
+    for fine, coarse in ((one.eclass, got.eclass), (got.eclass, final.eclass)):
+        assert np.unique(fine).size > np.unique(coarse).size
+        assert np.array_equal(coarse[np.unique(fine, return_index=True)[1]][np.unique(fine, return_inverse=True)[1]],
+                              coarse)  # each finer class lies in one coarser class
+    assert got.classes_after == np.unique(got.eclass).size and got.merged == got.classes_before - got.classes_after
 
 
 def _bag(items):
@@ -597,7 +607,7 @@ def test_joining_forests_into_a_map_equals_joining_every_pair_again():
         for _ in range(int(rng.integers(1, 5))):
             shards = [rng.integers(0, n, (int(rng.integers(0, 20)), 2)).astype(np.int64)
                       for _ in range(int(rng.integers(0, 4)))]
-            forests = [uf._forest(canon[s]) for s in shards]  # owners pair canonical classes
+            forests = [uf._forest(canon[s] if j % 2 else s) for j, s in enumerate(shards)]  # and raw ids, as unions
             before = canon.copy()
             got = de._joined(canon, forests)
             assert np.array_equal(canon, before), trial

@@ -128,6 +128,18 @@ def _ipc_opened() -> int:
     return _Shared.opened
 
 
+def test_a_closure_stopped_short_equals_the_numpy_rounds_stopped_there(client):
+    """max_rounds on the GPUs: the classes after the last round's pairs are joined equal the NumPy
+    path's, stopped at the same round, on the same workers."""
+    rng = np.random.default_rng(8)
+    for g, u, rounds in ((chain_pair(10), [(0, 1)], 2), (random_egraph(rng, 3000, n_ops=2, max_arity=2, shared=0.2),
+                                                         rng.integers(0, 2000, (40, 2)), 1)):
+        got = congruence_closure(g, u, client=client, max_rounds=rounds)
+        want = congruence_closure(g, u, client=client, backend="reference", max_rounds=rounds)
+        assert got.rounds == want.rounds == rounds and np.array_equal(got.eclass, want.eclass)
+        assert (got.merged, got.classes_after, got.converged) == (want.merged, want.classes_after, want.converged)
+
+
 def test_workers_of_one_host_hand_batches_over_from_gpu_to_gpu(client):
     """Workers on one host share memory exactly when there are several GPUs, and then a closure's
     batches for another worker land by IPC (the handles opened on the workers count up)."""
@@ -161,16 +173,17 @@ def test_a_shared_batch_lands_in_another_process_by_ipc(tmp_path):
     op, cls = rng.integers(0, 9, 5000).astype(np.int32), rng.integers(0, 10**6, 5000).astype(np.int32)
     off = np.concatenate([[0], np.cumsum(rng.integers(0, 4, 5000))]).astype(np.int32)
     ch = rng.integers(0, 10**6, int(off[-1])).astype(np.int32)
-    for shared in (True, False):
+    for shared, wide in ((True, False), (False, False), (True, True)):  # wide: int64 offsets (past 2**31 children)
         rows = dd.DeviceRows.of(ops, "cuda", ops.upload(op), ops.upload(off), ops.upload(ch), ops.upload(cls), op.size,
-                                int(off[-1]), shared)
+                                int(off[-1]), shared, wide)
+        assert rows.offsets.dtype == (np.int64 if wide else np.int32)
         state = rows.__getstate__()
         kinds = {type(state[k]) for k in dd.DeviceRows._DEVICE}
         assert kinds == ({dd._Shared} if shared else {np.ndarray}), kinds
         if shared:  # read back where it was made (as after a spill to disk): refused, not read from freed memory
             with pytest.raises(VyreError, match="read back in the worker that made it.*Fix:"):
                 pickle.loads(pickle.dumps(rows))
-        blob, out = tmp_path / f"rows{shared}.pkl", tmp_path / f"got{shared}.npz"
+        blob, out = tmp_path / f"rows{shared}{wide}.pkl", tmp_path / f"got{shared}{wide}.npz"
         blob.write_bytes(pickle.dumps(rows))
         code = ("import pickle, sys, numpy as np; r = pickle.loads(open(sys.argv[1], 'rb').read()); r.ops(); "
                 "np.savez(sys.argv[2], n=r.n_rows, nch=r.nch, **{k: getattr(r, k).copy_to_host() for k in "
@@ -180,8 +193,8 @@ def test_a_shared_batch_lands_in_another_process_by_ipc(tmp_path):
         assert done.returncode == 0, done.stderr
         got = np.load(out)
         assert (int(got["n"]), int(got["nch"])) == (op.size, int(off[-1]))
-        for k, want in (("op", op), ("offsets", off), ("children", ch), ("eclass", cls)):
-            assert got[k].dtype == want.dtype and np.array_equal(got[k], want), (shared, k)
+        for k, want in (("op", op), ("offsets", off.astype(np.int64) if wide else off), ("children", ch), ("eclass", cls)):
+            assert got[k].dtype == want.dtype and np.array_equal(got[k], want), (shared, wide, k)
 
 
 def test_device_rounds_match_the_numpy_rounds_step_by_step(monkeypatch):

@@ -110,3 +110,28 @@ def test_gpu_release_memory_gives_the_pools_idle_memory_back():
     cuda.synchronize()
     be.release_memory()
     assert reserved_bytes(pool) <= used_bytes(pool) + (32 << 20)  # idle memory went back (up to a granule)
+
+
+def test_gpu_a_pool_allocation_first_flushes_numbas_pending_frees_when_memory_is_short():
+    """Memory Numba has dropped but not yet freed (its deferred deallocations) does not make a
+    pool allocation fail: on out-of-memory the pool flushes them and tries again, as Numba does."""
+    from numba import cuda
+
+    from vyre_numba.gpu.memory import pooled_array
+
+    ctx = cuda.current_context()
+    gc.collect()
+    cuda.synchronize()
+    free = ctx.get_memory_info()[0]
+    piece = (free - (3 << 30)) // 4
+    with ctx.memory_manager.deallocations.disable():  # dropped, not freed: held pending
+        held = [cuda.device_array(piece, np.uint8) for _ in range(4)]
+        del held
+        gc.collect()
+    assert ctx.get_memory_info()[0] < (4 << 30)  # the dropped arrays still hold the memory
+    big = pooled_array(2 * piece, np.uint8)  # more than is free until the pending frees are made
+    cuda.synchronize()
+    assert big.size == 2 * piece
+    del big
+    gc.collect()
+    cuda.synchronize()

@@ -31,6 +31,13 @@ class Ops:
 
         return scratch(self.be, n, dtype)
 
+    def unzeroed(self, n, dtype):
+        """A device array of n items, not zeroed, in Numba's memory (which gives IPC handles, and
+        no cap on the count): for arrays that may cross to another process's GPU."""
+        from ..gpu.memory import unzeroed
+
+        return unzeroed(self.be, n, dtype)
+
     def staged(self, a):
         """A `scratch` copy of the host array `a` on the device."""
         a = np.ascontiguousarray(a)

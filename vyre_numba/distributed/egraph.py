@@ -155,6 +155,16 @@ def _send(p, forests, owners: int, first: bool, shared: bool = False) -> tuple:
     return q, _by_owner(rows, owners), int(dirty.size)
 
 
+def _settled(p, forests):
+    """The partition with the forests joined into its map, nothing sent (the round `max_rounds`
+    stopped short of)."""
+    if isinstance(p, DevicePart):
+        from .egraph_device import settled
+
+        return settled(p, forests)
+    return EPart(p.eclass, p.op, p.offsets, p.children, _joined(p.canon, forests), p._row_of)
+
+
 def _send_task(p, owners: int, first: bool, shared: bool, *forests) -> tuple:
     """`_send` as a task: (the partition, the rows for owner 0, ..., for owner `owners` - 1), each an
     item Dask hands on alone."""
@@ -487,8 +497,7 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
     eps, _, forests = states[rounds]
     del states
     if not converged:  # the last pairs were never joined into the partitions' maps
-        eps = [cluster.part(client, cluster.submit(client, _send, eps[i], forests, k, False, worker=places[i],
-                                                   name="eg-send"), 0, places[i], "eg-partition") for i in range(k)]
+        eps = [cluster.submit(client, _settled, eps[i], forests, worker=places[i], name="eg-settle") for i in range(k)]
     finals = [cluster.submit(client, _classes, e, worker=w, name="eg-classes") for e, w in zip(eps, places)]
     after = cluster.submit(client, _after, eps[0], *marks, worker=home, name="eg-after")
     if gather:

@@ -176,15 +176,18 @@ class DeviceRows(_Resident):
 
     @classmethod
     def empty(cls, ops, bname, n: int, nch: int, wide: bool, shared: bool) -> "DeviceRows":
-        """A batch of n rows and nch children to be written, in Numba's memory (which gives IPC handles)."""
-        return cls(bname, ops.empty(cls.words(n, nch, wide), np.int32), n, nch, wide, shared)
+        """A batch of n rows and nch children to be written (every word read is), in Numba's memory,
+        which gives IPC handles."""
+        return cls(bname, ops.unzeroed(cls.words(n, nch, wide), np.int32), n, nch, wide, shared)
 
     @classmethod
-    def of(cls, ops, bname, op, offsets, children, eclass, n: int, nch: int, shared: bool = False) -> "DeviceRows":
-        """A batch holding copies of the device arrays given (offsets int64 or int32)."""
+    def of(cls, ops, bname, op, offsets, children, eclass, n: int, nch: int, shared: bool = False,
+           wide: bool | None = None) -> "DeviceRows":
+        """A batch holding copies of the device arrays given; its offsets int64 where `wide` (by
+        default: where nch needs it)."""
         from . import steps
 
-        b = cls.empty(ops, bname, n, nch, np.dtype(offsets.dtype) == np.int64, shared)
+        b = cls.empty(ops, bname, n, nch, nch >= 2**31 if wide is None else wide, shared)
         for dst, src, k in ((b.offsets, offsets, n + 1), (b.op, op, n), (b.eclass, eclass, n), (b.children, children, nch)):
             ops.run(steps.put, k, [dst, src, 0])
         return b
@@ -223,9 +226,16 @@ def _joined(ops, canon, n: int, forests):
     ops.run(steps.relabel, k, [a, canon, a, 0])  # each item read before it is written, by its own thread
     ops.run(steps.relabel, k, [b, canon, b, 0])
     parent = edge_components(ops.run, ops.scratch, n, a, b, k)
-    out = ops.scratch(n, np.int32)  # the pool's: never handed to another process (a partition stays put)
+    out = ops.scratch(n, np.int32)  # the pool's: a partition moved by Dask travels as bytes, never by IPC
     ops.run(steps.relabel, n, [out, parent, canon, 0])
     return out
+
+
+def settled(p: DevicePart, forests) -> DevicePart:
+    """`egraph._settled` on the partition's GPU: the forests joined into a new map, nothing sent."""
+    q = DevicePart(p.bname, None, None, p.offsets, None, p.n_classes, _from=p)
+    q.canon = _joined(p.ops(), p.canon, p.n_classes, forests)
+    return q
 
 
 def send(p: DevicePart, forests, owners: int, first: bool, shared: bool = False) -> tuple:
@@ -269,7 +279,7 @@ def send(p: DevicePart, forests, owners: int, first: bool, shared: bool = False)
         marks = [ops.scratch(n, np.uint8) for _ in range(owners)]
         for o, sel in enumerate(marks):
             ops.run(steps.mark_owner, n, [sel, dest, o])
-    wide = nch >= 2**31  # offsets of 4 bytes a row where they fit: less to move
+    wide = nch >= 2**31  # offsets of 4 bytes a row where they fit: less to move (`whole` narrows them too)
     cflags = ops.scratch(max(nch, 1), np.uint8)
     out, sent = [], 0
     for sel in marks:

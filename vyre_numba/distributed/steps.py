@@ -121,12 +121,6 @@ def relabel(i, out, table, labels, lo):
     return 0
 
 
-def mark_changed(i, flags, old, new):
-    """flags[i] = 1 where old[i] and new[i] differ, else 0."""
-    flags[i] = 1 if old[i] != new[i] else 0
-    return 0
-
-
 def fill_one(i, a):
     """a[i] = 1."""
     a[i] = 1
@@ -213,22 +207,6 @@ def put(i, out, a, at):
 def put_offsets(i, out, off, row0, ch0):
     """out[row0 + i] = off[i] + ch0: a batch's offsets after the rows and children already held."""
     out[row0 + i] = off[i] + ch0
-    return 0
-
-
-def relabel_sorted(i, cls, ids, roots, m):
-    """cls[i] = roots[j] where ids[j] == cls[i] (ids[:m] ascending), else unchanged."""
-    c = cls[i]
-    lo = 0
-    hi = m
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if ids[mid] < c:
-            lo = mid + 1
-        else:
-            hi = mid
-    if lo < m and ids[lo] == c:
-        cls[i] = roots[lo]
     return 0
 
 

@@ -61,7 +61,10 @@ def pool_free(address: int, context: int = 0) -> None:
     for the free where this thread has another or none (an array dropped by a thread that never
     used the GPU, such as Dask's event loop); 0: the current one."""
     drv = _driver()[0]
-    pushed = bool(context) and int(drv.cuCtxGetCurrent()[1]) != context
+    err, current = drv.cuCtxGetCurrent()
+    if err:
+        return  # at interpreter exit the driver may be gone, and the memory with it
+    pushed = bool(context) and int(current) != context
     if pushed and drv.cuCtxPushCurrent(drv.CUcontext(context))[0]:
         return  # at interpreter exit the context may be gone, and its memory with it
     try:
@@ -94,7 +97,14 @@ def pool_alloc(nbytes: int) -> int:
     """The address of `nbytes` (at least 1) of device memory from the pool of the current
     device, ordered on the legacy default stream; owned by the caller (`pooled_array` or `pool_free`)."""
     drv = _driver()[0]
-    err, ptr = drv.cuMemAllocFromPoolAsync(max(int(nbytes), 1), _context()[2], drv.CUstream(0))
+    handle, ctx, pool = _context()
+    err, ptr = drv.cuMemAllocFromPoolAsync(max(int(nbytes), 1), pool, drv.CUstream(0))
+    if err == drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY:  # Numba's pending frees may hold what is missing
+        for owner in (getattr(ctx, "memory_manager", None), ctx):
+            pending = getattr(owner, "deallocations", None)
+            if pending is not None:
+                pending.clear()
+        err, ptr = drv.cuMemAllocFromPoolAsync(max(int(nbytes), 1), pool, drv.CUstream(0))
     _check(err, f"allocating {nbytes} bytes on the device")
     return int(ptr)
 

@@ -75,10 +75,39 @@ def assert_host_push_drain_and_chunks(n: int) -> None:
         assert np.array_equal(q.drain().copy_to_host(), values[: n // 2])
 
 
+@cuda.jit
+def take_some(state, capacity, want, out):
+    """One claim of `want` items by one thread: out = (first index, how many)."""
+    if cuda.grid(1) == 0:
+        first, count = qd.take(state, capacity, want)
+        out[0], out[1] = first, count
+
+
+def assert_host_pushes_keep_the_device_counters() -> None:
+    """A host push moves only the tail: refused device pushes stay counted (an empty push changes
+    nothing) and items the device already claimed are not handed out again."""
+    values = cuda.to_device(np.arange(8, dtype=np.int64))
+    with WorkQueue(4, np.int64) as q:
+        produce[1, 64](values, cuda.to_device(np.zeros(8, np.uint8)), q.items, q.state)
+        assert q.overflowed() == 4
+        q.push([])
+        assert (q.size(), q.overflowed()) == (4, 4)
+    claim = cuda.to_device(np.zeros(2, np.int64))
+    with WorkQueue(8, np.int64) as q:
+        q.push([10, 11, 12])
+        take_some[1, 32](q.state, 8, 2, claim)
+        assert claim.copy_to_host().tolist() == [0, 2]
+        q.push([13])
+        take_some[1, 32](q.state, 8, 5, claim)
+        assert claim.copy_to_host().tolist() == [2, 2]  # 12 and 13, not 10 and 11 again
+        assert q.drain().copy_to_host().tolist() == [10, 11, 12, 13]
+
+
 def assert_misuse_is_refused_and_changes_nothing() -> None:
     with WorkQueue(8, np.uint32) as q:
         q.push([7])
-        for bad in ([-1], [1.7], [[1, 2], [3, 4]], [True], np.array([2**40]), "abc", None, q.items):
+        for bad in ([-1], [1.7], [[1, 2], [3, 4]], [True], [1, True], np.array([2**40]), [2**40, 1], "abc", None,
+                    q.items):
             try:
                 q.push(bad)
             except DispatchError as e:
@@ -95,12 +124,13 @@ def assert_misuse_is_refused_and_changes_nothing() -> None:
                 raise AssertionError("a bad block or chunk was accepted")
         assert q.drain().copy_to_host().tolist() == [7]  # the refused pushes stored nothing
     with WorkQueue(4, np.float32) as q:
-        try:
-            q.push([1e300])
-        except DispatchError:
-            pass
-        else:
-            raise AssertionError("an overflowing float was accepted")
+        for bad in ([1e300], [1, 2**64 - 1], [2**25 + 1]):  # a float overflowing; ints that would round
+            try:
+                q.push(bad)
+            except DispatchError:
+                pass
+            else:
+                raise AssertionError(f"push({bad!r}) to a float32 queue was accepted")
         q.push([0.1, 2**24])  # floats round as NumPy's do; integers that fit exactly are taken
         assert q.drain().copy_to_host().tolist() == [np.float32(0.1), 2.0**24]
     try:
@@ -118,6 +148,7 @@ def main() -> None:
         assert_consume_reads_the_count_on_the_device(n)
         assert_host_push_drain_and_chunks(n)
     assert_misuse_is_refused_and_changes_nothing()
+    assert_host_pushes_keep_the_device_counters()
     print("queue ok")
 
 

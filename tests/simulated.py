@@ -59,8 +59,9 @@ class SimOps:
             each(d, first, min(piece, d.size - first))
         return d
 
-    def download(self, a) -> np.ndarray:
-        return a.copy_to_host()
+    def download(self, a, offset: int = 0, count: int | None = None) -> np.ndarray:
+        host = a.copy_to_host()
+        return host[offset:] if count is None else host[offset:offset + count]
 
     def nonzero(self, flags):
         """`compaction.nonzero`'s NumPy twin, on the device (its kernels have simulator tests of
@@ -95,8 +96,9 @@ class SimBackend:
     def upload(self, a):
         return cuda.to_device(np.ascontiguousarray(a))
 
-    def download(self, a) -> np.ndarray:
-        return a.copy_to_host()
+    def download(self, a, offset: int = 0, count: int | None = None) -> np.ndarray:
+        host = a.copy_to_host()
+        return host[offset:] if count is None else host[offset:offset + count]
 
 
 def csr(n: int, src, dst, both: bool = True) -> tuple[np.ndarray, np.ndarray]:

@@ -55,6 +55,18 @@ def test_host_inputs_give_numpy_results_in_order():
     assert compaction.select_if_numpy(values, lambda v: v > 2).tolist() == [3, 4]
 
 
+def test_select_if_takes_numba_compiled_predicates_and_either_byte_order():
+    from numba import cuda, njit
+
+    x = np.arange(20, dtype=np.int32)
+    assert compaction.select_if(x, njit(lambda v: v > 16)).tolist() == [17, 18, 19]
+    assert compaction.select_if(x, cuda.jit(device=True)(lambda v: v % 7 == 0)).tolist() == [0, 7, 14]
+    big = x.astype(">i4")
+    got = compaction.select_if(big, lambda v: v > 17)
+    assert got.dtype == big.dtype and got.tolist() == [18, 19]
+    assert compaction.select_if_numpy(big, njit(lambda v: v < 2)).tolist() == [0, 1]
+
+
 @pytest.mark.parametrize("call,fragment", [
     (lambda: compaction.select(np.arange(3), np.ones(4, bool)), "one flag per value"),
     (lambda: compaction.select(np.arange(3), np.ones(3, np.float32)), "not integers or bools"),
@@ -76,6 +88,7 @@ def test_host_inputs_give_numpy_results_in_order():
     (lambda: compaction.select_if(np.arange(3), lambda v: v.no_such_attribute), "does not compile"),
     (lambda: compaction.select_if(np.arange(3), lambda v: 1 // (v - v) > 0), "raised ZeroDivisionError"),
     (lambda: compaction.select_if(records(3), lambda v: True), "record array"),
+    (lambda: compaction.select_if(np.arange(3, dtype=np.float16), lambda v: v > 1), "does not take float16"),
     (lambda: compaction.nonzero(np.ones(3, np.float64)), "not integers or bools"),
     (lambda: compaction.read_compacted(np.arange(3), np.ones(3, bool)), "host arrays"),
     (lambda: compaction.select_if(np.arange(3), Unhashable()), "cannot be hashed"),
@@ -166,6 +179,8 @@ SIMULATED = textwrap.dedent('''
         assert np.array_equal(got, np.flatnonzero(flags)), n
         got = compaction.select_if(cuda.to_device(vals), lambda v: v > 500).copy_to_host()
         assert np.array_equal(got, vals[vals > 500]), n
+        got = compaction.select_if(cuda.to_device(vals), cuda.jit(device=True)(lambda v: v < 100)).copy_to_host()
+        assert np.array_equal(got, vals[vals < 100]), n
         rec = np.zeros(n, rec_t)
         rec["a"], rec["b"], rec["c"] = vals, vals / 3, vals % 7
         got = compaction.select(cuda.to_device(rec), cuda.to_device(flags)).copy_to_host()

@@ -40,3 +40,33 @@ def test_afforest_steps_match_the_numpy_twin_under_the_cuda_simulator():
     out = run_script(SCRIPT, 600)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("ok ") == 18
+
+
+CHECK = textwrap.dedent('''
+    import numpy as np
+    from numba import cuda
+    from vyre_numba.errors import DispatchError
+    from vyre_numba.graph.csr import check_device_csr
+
+    from simulated import SimBackend
+
+    cases = [([0, 2, 1, 3], [0, 1, 2], "indptr decreases"),
+             ([0, 2**63 - 1, -2, 3], [0, 1, 2], "indptr decreases"),  # the difference wraps around to a rise
+             ([0, 1, 2], [0, 5], "indices are not vertices"), ([1, 2, 3], [0, 1], "indptr runs from 1 to 3")]
+    for indptr, indices, fragment in cases:
+        try:
+            check_device_csr(SimBackend(), cuda.to_device(np.array(indptr, np.int64)),
+                             cuda.to_device(np.array(indices, np.int32)), len(indptr) - 1)
+        except DispatchError as e:
+            assert fragment in str(e) and "Fix:" in str(e), e
+            print("refused", fragment)
+    assert check_device_csr(SimBackend(), cuda.to_device(np.array([0, 2, 2, 3], np.int64)),
+                            cuda.to_device(np.array([1, 2, 0], np.int32)), 3, hub=1) is True
+    print("ok")
+''')
+
+
+def test_the_device_csr_check_under_the_cuda_simulator():
+    out = run_script(CHECK, 300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("refused ") == 4 and out.stdout.rstrip().endswith("ok")

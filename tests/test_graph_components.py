@@ -107,6 +107,51 @@ def test_malformed_csr_is_refused_with_a_fix(indptr, indices, fragment):
     assert fragment in str(e.value)
 
 
+WRAPPING = [  # offsets that fall where np.diff, in the array's own type, wraps around to a rise
+    (np.array([0, 2**63 - 1, -2, 4, 4]), 1),
+    (np.array([0, 3, 2, 3, 4], np.uint32), 1),
+    (np.array([0, 127, -2, 4, 4], np.int8), 1),
+    (np.array([0, 0, 2, 1, 4], np.uint64), 2),
+]
+
+
+@pytest.mark.parametrize("indptr,vertex", WRAPPING)
+@pytest.mark.parametrize("call", ["components", "bfs", "bfs_many"])
+def test_offsets_that_fall_are_refused_in_every_index_type(indptr, vertex, call):
+    from vyre_numba.graph import bfs, bfs_many
+
+    indices = np.array([1, 2, 2, 0], indptr.dtype)
+    run = {"components": lambda: connected_components(indptr, indices, backend="reference"),
+           "bfs": lambda: bfs(indptr, indices, 0, backend="reference"),
+           "bfs_many": lambda: bfs_many(indptr, indices, [3], backend="reference")}[call]
+    before = indptr.copy()
+    with pytest.raises(DispatchError, match="Fix:") as e:
+        run()
+    assert f"indptr decreases at vertex {vertex}" in str(e.value)
+    assert np.array_equal(indptr, before)
+
+
+@pytest.mark.parametrize("g,fragment", [
+    (lambda CSR: CSR([0, 1], [0]), None),
+    (lambda CSR: CSR(np.array([0, 1]), np.array([5])), "indices[0] = 5 is not a vertex"),
+    (lambda CSR: CSR(np.array([0.0, 1.0]), np.array([0])), "indptr has dtype float64"),
+    (lambda CSR: CSR(np.array([0, 2, 1, 2]), np.array([1, 0])), "indptr decreases at vertex 1"),
+])
+def test_the_numpy_twins_check_a_csr_built_by_hand(g, fragment):
+    from vyre_numba.graph import CSR
+    from vyre_numba.graph.bfs import bfs_numpy
+    from vyre_numba.graph.multisource import bfs_many_numpy
+
+    g = g(CSR)
+    for twin in (lambda: components_numpy(g)[0], lambda: bfs_numpy(g, 0), lambda: bfs_many_numpy(g, [0])[0]):
+        if fragment is None:  # lists are arrays once checked: the one vertex is its own component, at distance 0
+            assert np.array_equal(twin(), [0])
+            continue
+        with pytest.raises(DispatchError, match="Fix:") as e:
+            twin()
+        assert fragment in str(e.value)
+
+
 # ---- the GPU ---------------------------------------------------------------------------------
 
 @pytest.mark.gpu
@@ -148,6 +193,7 @@ def test_gpu_component_phases_as_fixpoint_rounds_in_every_mode(mode, symmetric):
 @pytest.mark.gpu
 @pytest.mark.parametrize("indptr,indices,fragment", [
     ([0, 2, 1, 3], [0, 1, 2], "indptr decreases"),
+    ([0, 2**63 - 1, -2, 3], [0, 1, 2], "indptr decreases"),  # their difference wraps around to a rise
     ([0, 1, 2], [0, 5], "indices are not vertices"),
     ([1, 2, 3], [0, 1], "indptr runs from 1 to 3"),
 ])

@@ -27,7 +27,7 @@ def test_the_model_refuses_at_capacity_and_keeps_what_it_took():
 @pytest.mark.parametrize("kw,fragment", [
     ({"capacity": 0}, "capacity=0"), ({"capacity": True}, "capacity=True"), ({"capacity": 2.5}, "capacity=2.5"),
     ({"dtype": "not a type"}, "not a NumPy type"), ({"dtype": np.bool_}, "cannot be queued"),
-    ({"dtype": object}, "cannot be queued"),
+    ({"dtype": object}, "cannot be queued"), ({"capacity": 2**40}, "2**40 items or more"),
 ])
 def test_bad_queues_are_refused_before_any_device_work(kw, fragment):
     args = {"capacity": 8, "dtype": np.int32} | kw
@@ -36,7 +36,8 @@ def test_bad_queues_are_refused_before_any_device_work(kw, fragment):
     assert fragment in str(e.value)
 
 
-@pytest.mark.parametrize("dtype", [(np.int32, -1), None, [("a", object)], "foo"])
+@pytest.mark.parametrize("dtype", [(np.int32, -1), None, [("a", object)], "foo", np.dtype([]), [("a", "S2")],
+                                   np.longdouble, np.complex64])
 def test_queues_of_types_that_cannot_be_queued_are_refused(dtype):
     for make in (lambda: WorkQueue(8, dtype), lambda: QueueModel(8, dtype)):
         with pytest.raises(DispatchError, match="Fix:"):
@@ -55,7 +56,8 @@ def test_a_queue_without_a_gpu_says_to_use_the_model(monkeypatch):
 
 @pytest.mark.parametrize("dtype,value", [
     (np.uint32, -1), (np.int32, 2**40), (np.int32, 1.7), (np.int32, True), (np.int32, "x"), (np.int32, None),
-    (np.float32, 1e300), (np.float32, 2**25 + 1), (np.int32, [1, 2]), (np.int32, np.nan),
+    (np.float32, 1e300), (np.float32, 2**25 + 1), (np.int32, [1, 2]), (np.int32, np.nan), (np.float64, 2**64 - 1),
+    (np.uint64, 2**64),
 ])
 def test_the_model_refuses_values_it_would_change_and_stays_as_it_was(dtype, value):
     q = QueueModel(4, dtype)
@@ -96,6 +98,14 @@ def test_gpu_misuse_is_refused_and_changes_nothing():
     import queue_exercise
 
     queue_exercise.assert_misuse_is_refused_and_changes_nothing()
+
+
+@pytest.mark.gpu
+def test_gpu_host_pushes_keep_the_device_counters():
+    sys.path.insert(0, str(HERE))
+    import queue_exercise
+
+    queue_exercise.assert_host_pushes_keep_the_device_counters()
 
 
 @pytest.mark.gpu

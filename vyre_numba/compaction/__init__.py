@@ -153,20 +153,27 @@ def nonzero_numpy(flags) -> np.ndarray:
 def select_if_numpy(values, predicate: Callable) -> np.ndarray:
     """values[i] for every i where predicate(values[i]) holds, in order (a NumPy array; the CPU
     implementation, the predicate compiled by numba.njit)."""
-    _checked_if(values, predicate)
+    _, predicate = _checked_if(values, predicate)
     _host_only(values)
     return _compiled(lambda: _select_if_numpy(values, predicate), "predicate")
 
 
-def _checked_if(values, predicate) -> int:
-    """The length of `values`, after checking them and the predicate for select_if."""
+def _checked_if(values, predicate) -> tuple[int, Callable]:
+    """(the length of `values`, the predicate as a Python function), after checking both for
+    select_if. A Numba dispatcher (njit, cuda.jit(device=True)) stands for its Python function."""
     n = _check_values(values)
     _check_predicate(predicate)
-    if _dtype(values).fields is not None:
+    predicate = getattr(predicate, "py_func", predicate)
+    dt = _dtype(values)
+    if dt.fields is not None:
         raise DispatchError("select_if takes plain numbers; values is a record array. Fix: compute flags from its "
                             "fields and call select(values, flags).")
-    _check_result(predicate, _dtype(values))
-    return n
+    if dt == np.float16:
+        raise DispatchError("select_if does not take float16 values: its predicate is typed by Numba's CPU "
+                            "compiler, which has no float16. Fix: pass values.astype(np.float32), or compute flags "
+                            "yourself and call select(values, flags).")
+    _check_result(predicate, dt.newbyteorder("="))
+    return n, predicate
 
 
 _RESULT_TYPES: dict = {}
@@ -470,8 +477,9 @@ def select(values, flags, *, stream=None):
 
 def select_if(values, predicate: Callable, *, stream=None):
     """values[i] for every i where predicate(values[i]) holds, in order (host in, NumPy out;
-    device in, device out)."""
-    n = _checked_if(values, predicate)
+    device in, device out). The predicate is compiled once per function, as Numba compiles: globals
+    it reads are fixed at that first call (pass a new function to change them)."""
+    n, predicate = _checked_if(values, predicate)
     check_stream(stream)
     if not _on_device(values):
         return _compiled(lambda: _select_if_numpy(values, predicate), "predicate")

@@ -63,8 +63,9 @@ def nonzero_numpy(flags: np.ndarray) -> np.ndarray:
 
 def select_if_numpy(values: np.ndarray, predicate: Callable) -> np.ndarray:
     """values[i] for every i where predicate(values[i]) holds, in order (the predicate compiled by
-    numba.njit, as the GPU compiles it for the device)."""
-    return values[_cpu_mask(predicate)(values)]
+    numba.njit, as the GPU compiles it for the device; it reads the values in native byte order)."""
+    native = values if values.dtype.isnative else values.astype(values.dtype.newbyteorder("="))
+    return values[_cpu_mask(predicate)(native)]
 
 
 _CPU_MASKS: dict = {}

@@ -32,7 +32,8 @@ BETA = 24  # and back to top-down once the frontier holds fewer than n / BETA ve
 
 def bfs_numpy(g: CSR, source: int) -> np.ndarray:
     """Distances (int32, -1 unreachable) from `source` over the stored (directed) edges."""
-    source = _source(source, checked_graph(g, "bfs_numpy").n)
+    g = checked_graph(g, "bfs_numpy")
+    source = _source(source, g.n)
     dist = np.full(g.n, -1, np.int32)
     dist[source] = 0
     frontier = np.array([source], np.int64)

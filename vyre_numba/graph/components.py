@@ -20,7 +20,8 @@ from .csr import CSR, check_device_csr, checked_graph, edges, resolve
 
 def components_numpy(g: CSR) -> tuple[np.ndarray, int]:
     """(labels, rounds) of the connected components of `g` (edges taken as undirected)."""
-    return components_of_edges(checked_graph(g, "components_numpy").n, *edges(g))
+    g = checked_graph(g, "components_numpy")
+    return components_of_edges(g.n, *edges(g))
 
 
 def components_of_edges(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, int]:

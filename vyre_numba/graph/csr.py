@@ -50,10 +50,10 @@ def _as_index_array(a, name: str) -> np.ndarray:
 
 
 def checked_graph(g, what: str) -> CSR:
-    """`g` if it is a CSR (from `check_csr`), else a DispatchError."""
+    """`g` checked as `check_csr` checks (a CSR can be built by hand), else a DispatchError."""
     if not isinstance(g, CSR):
         raise DispatchError(f"{what} takes a CSR, not a {type(g).__name__}. Fix: pass check_csr(indptr, indices).")
-    return g
+    return check_csr(*g)
 
 
 def check_csr(indptr, indices) -> CSR:
@@ -72,9 +72,9 @@ def check_csr(indptr, indices) -> CSR:
     if indptr[0] != 0 or indptr[-1] != nnz:
         raise DispatchError(f"indptr runs from {int(indptr[0])} to {int(indptr[-1])}, but must run from 0 to "
                             f"len(indices) = {nnz}. Fix: pass the indptr that belongs to these indices.")
-    steps = np.diff(indptr)
-    if steps.size and int(steps.min()) < 0:
-        v = int(np.flatnonzero(steps < 0)[0])
+    falls = indptr[1:] < indptr[:-1]  # not np.diff, which wraps around in unsigned and narrow types
+    if falls.any():
+        v = int(np.argmax(falls))
         raise DispatchError(f"indptr decreases at vertex {v} ({int(indptr[v])} -> {int(indptr[v + 1])}); offsets "
                             "must never decrease. Fix: build the CSR with scipy.sparse.csr_matrix(...).indptr.")
     if nnz:

@@ -25,8 +25,9 @@ def check(indptr, indices, n, hub, bad):
     hubs = int64(0)
     i = first
     while i < n:
-        d = int64(indptr[i + 1]) - int64(indptr[i])
-        down += 1 if d < 0 else 0
+        lo, hi = int64(indptr[i]), int64(indptr[i + 1])
+        down += 1 if hi < lo else 0  # compared, not subtracted: the difference can wrap around
+        d = hi - lo
         hubs += 1 if d > hub else 0
         i += stride
     out = int64(0)

@@ -22,7 +22,8 @@ PIECE = 1024  # neighbours a warp takes of a vertex with more than this many (a 
 def bfs_many_numpy(g: CSR, sources: np.ndarray) -> np.ndarray:
     """Distances (int32, (len(sources), n), -1 unreachable) from each source over the stored
     (directed) edges, bit-parallel as on the device."""
-    n = checked_graph(g, "bfs_many_numpy").n
+    g = checked_graph(g, "bfs_many_numpy")
+    n = g.n
     sources = _sources(sources, n)
     dist = np.full((sources.size, n), -1, np.int32)
     src = np.repeat(np.arange(n, dtype=np.int64), np.diff(g.indptr))

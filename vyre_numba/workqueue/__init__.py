@@ -58,9 +58,12 @@ class QueueModel:
         return out
 
 
-def _capacity(capacity) -> int:
-    if isinstance(capacity, (bool, np.bool_)) or not isinstance(capacity, (int, np.integer)) or not 0 < capacity < 2**40:
-        raise DispatchError(f"capacity={capacity!r} is not a positive number of items. Fix: pass an int >= 1.")
+def _capacity(capacity, name: str = "capacity") -> int:
+    if isinstance(capacity, (bool, np.bool_)) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
+        raise DispatchError(f"{name}={capacity!r} is not a positive number of items. Fix: pass an int >= 1.")
+    if capacity >= 2**40:
+        raise DispatchError(f"{name}={int(capacity)} is 2**40 items or more, past what a queue holds. Fix: pass "
+                            "fewer items (drain more often).")
     return int(capacity)
 
 
@@ -69,9 +72,12 @@ def _dtype(dtype) -> np.dtype:
         dt = None if dtype is None else np.dtype(dtype)
     except (TypeError, ValueError) as e:
         raise DispatchError(f"dtype={dtype!r:.60} is not a NumPy type ({e}). Fix: pass e.g. np.int32.") from None
-    if dt is None or (dt.kind not in "iuf" and dt.fields is None) or dt.hasobject:
-        raise DispatchError(f"dtype={dtype!r:.60} cannot be queued. Fix: pass a number type (e.g. np.int32) or a "
-                            "record dtype of numbers.")
+    def number(t: np.dtype) -> bool:
+        return t.kind in "iuf" and t.itemsize <= 8
+    if dt is None or not (number(dt) if dt.fields is None else
+                          dt.itemsize and all(number(f[0]) for f in dt.fields.values())):
+        raise DispatchError(f"dtype={dtype!r:.60} cannot be queued. Fix: pass a number type of at most 64 bits (e.g. "
+                            "np.int32) or a record dtype whose fields are such numbers.")
     return dt
 
 
@@ -79,6 +85,8 @@ def _values(values, dt: np.dtype) -> np.ndarray:
     """`values` (a number, a list or a 1-D host array) as a 1-D array of `dt`, or a DispatchError
     where the conversion would change a value (a float to an integer, an integer out of range, a
     bool, a rounded or overflowing float): nothing is coerced silently."""
+    if isinstance(values, (int, list, tuple)) and not isinstance(values, bool):  # NumPy would read some as floats
+        values = _python_ints(values, dt)
     arr = host_array(values, "push: the values", "push from device code (workqueue.device.push), or pass "
                      "values.copy_to_host().", "pass values.compressed().", f"pass a list or a 1-D array of {dt}.")
     if arr.ndim > 1:
@@ -117,6 +125,27 @@ def _values(values, dt: np.dtype) -> np.ndarray:
         raise DispatchError(f"the value {arr[k]} is not a {dt} (it would become {out[k]}). "
                             f"Fix: make the queue of a wider type, or convert the values yourself.")
     return out
+
+
+def _python_ints(values, dt: np.dtype):
+    """Python ints as `dt` where each arrives exactly, else a DispatchError; anything else as it
+    was. (NumPy reads [1, 2**64 - 1] as floats, which would round before any check.)"""
+    items = [values] if isinstance(values, int) else values
+    bools = sum(isinstance(v, (bool, np.bool_)) for v in items)
+    if 0 < bools < len(items):
+        raise DispatchError("the values mix bools and numbers. Fix: convert the bools yourself (int(b)).")
+    if not items or dt.fields is not None or bools or not all(isinstance(v, (int, np.integer)) for v in items):
+        return values
+    for v in map(int, items):
+        try:
+            with np.errstate(over="ignore"):
+                same = int(dt.type(v)) == v
+        except (OverflowError, ValueError):  # out of an integer type's range; infinite as a float
+            same = False
+        if not same:
+            raise DispatchError(f"the value {v} is not exactly representable as {dt}. Fix: make the queue of a "
+                                "wider type, or push values in range.")
+    return np.array(items, dt)
 
 
 class WorkQueue:
@@ -190,13 +219,14 @@ class WorkQueue:
         nothing is lost (floats round to the nearest float of a float queue); else DispatchError."""
         values = _values(values, self.dtype)
         tail = self.size()
+        if not values.size:  # nothing to store; the tail, and so the overflow count, stays as it is
+            return
         if tail + values.size > self.capacity:
             raise CapacityError(f"{values.size} items do not fit after {tail} of {self.capacity}. Fix: drain the "
                                 f"queue first, or make one with capacity >= {tail + values.size}.",
                                 needed=tail + values.size)
-        if values.size:
-            self.items[tail:tail + values.size].copy_to_device(values, stream=self.stream)
-        self.state.copy_to_device(np.array([tail + values.size, 0], np.uint64), stream=self.stream)
+        self.items[tail:tail + values.size].copy_to_device(values, stream=self.stream)
+        self.state[:1].copy_to_device(np.array([tail + values.size], np.uint64), stream=self.stream)  # head kept
 
     def drain(self):
         """The filled items as a new device array (exactly their number), and the queue emptied."""
@@ -210,7 +240,7 @@ class WorkQueue:
     def chunks(self, chunk: int) -> Iterator:
         """The filled items, `chunk` at a time (device views, valid until the next push), then the
         queue emptied."""
-        chunk = _capacity(chunk)
+        chunk = _capacity(chunk, "chunk")
         self._live()
 
         def pieces():

@@ -432,6 +432,73 @@ def test_mistakes_raise_vyre_errors_with_a_fix(client, call, fix):
     assert fix in str(e.value) and "Fix:" in str(e.value)
 
 
+def _frame_of(rows, columns):
+    pd = pytest.importorskip("pandas")
+    dd = pytest.importorskip("dask.dataframe")
+    return dd.from_pandas(pd.DataFrame(rows, columns=columns), npartitions=1)
+
+
+def _boom():
+    raise ValueError("the user's producer failed")
+
+
+def _a_frame():
+    import pandas as pd
+
+    return pd.DataFrame([[0, 1]], columns=["src", "dst"])
+
+
+def _delayed(fn):
+    import dask
+
+    return dask.delayed(fn)()
+
+
+@pytest.mark.parametrize("call, fix", [
+    (lambda c: connected_components(client=c, edges=_frame({"src": [0, 1], "dst": [1, 2]}), n=3,
+                                    columns=("src", np.str_("src")), backend="reference"), "names one column twice"),
+    (lambda c: connected_components(client=c, edges=_frame_of([[0, 1]], [0, 1]), n=3, columns=(1, 1.0),
+                                    backend="reference"), "names one column twice"),
+    (lambda c: connected_components(client=c, edges=_frame({"src": [0, 1], "dst": [1, 2]}), n=3,
+                                    columns=(["src"], "dst"), backend="reference"), "has no column"),
+    (lambda c: connected_components(client=c, edges=_frame_of([[0, 1, 0]], ["src", "dst", "src"]), n=3,
+                                    backend="reference"), "more than one column named 'src'"),
+    (lambda c: connected_components(client=c, edges=_frame({"src": np.array([0, 2**63], np.uint64),
+                                                            "dst": [1, 2]}), n=3, backend="reference"),
+     "names vertex 9223372036854775808"),
+    (lambda c: connected_components(client=c, edges=da.from_array(np.array([[0, 1]])), n=0, backend="reference"),
+     "but n = 0"),
+    (lambda c: connected_components(client=c, edges=da.from_array(np.zeros((520, 2), np.int64), chunks=(2, 2)),
+                                    n=3, backend="reference"), "rechunk to fewer"),
+    (lambda c: connected_components(client=c, edges=da.from_delayed(_delayed(_a_frame), shape=(1, 2), dtype=np.int64),
+                                    n=3, backend="reference"), "but edges is a Dask array"),
+    (lambda c: connected_components(client=c, edges=da.from_delayed(_delayed(_boom), shape=(1, 2), dtype=np.int64),
+                                    n=3, backend="reference"), "raised ValueError: the user's producer failed"),
+    (lambda c: congruence_closure([_delayed(_boom)], client=c, backend="reference"), "partition 0 raised ValueError"),
+    (lambda c: congruence_closure([c.submit(_boom, pure=False)], client=c, backend="reference"), "raised ValueError"),
+    (lambda c: congruence_closure([c.scatter(chain_pair(1))], client=c, backend="reference"), "client.scatter([rows])"),
+    (lambda c: congruence_closure(list(chain_pair(1)), client=c, backend="reference"), "goes as a tuple"),
+    (lambda c: congruence_closure(([0.0, 1.0],) + chain_pair(1)[1:], client=c, backend="reference"), "float64"),
+])
+def test_more_mistakes_with_dataframes_futures_and_producers_raise_vyre_errors(client, call, fix):
+    with pytest.raises(VyreError) as e:
+        call(client)
+    assert fix in str(e.value) and "Fix:" in str(e.value)
+
+
+def test_futures_of_another_client_are_refused_with_a_fix(client):
+    with distributed.Client(client.scheduler.address) as other:
+        rows = other.scatter([chain_pair(1)])
+        with pytest.raises(VyreError, match="another client.*Fix:"):
+            congruence_closure(rows, client=client, backend="reference")
+
+
+def test_stats_takes_a_numpy_bool_as_gather_does(client):
+    labels, stats = connected_components(np.array([0, 1, 1]), np.array([0]), client=client, backend="reference",
+                                         stats=np.True_)
+    assert labels.tolist() == [0, 1] and stats is not None
+
+
 class _KillOnce(distributed.WorkerPlugin):
     """Ends its worker's process the first time (in the whole cluster) a task of the given phase
     finishes there: the worker dies holding that partition."""

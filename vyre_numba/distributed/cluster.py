@@ -89,7 +89,7 @@ def backend_name(backend) -> str | None:
         return backend
     name = getattr(backend, "name", None)
     if not isinstance(name, str):
-        raise DispatchError(f"backend is a {type(backend).__name__}. Fix: pass 'cuda', 'reference', a Backend or None.")
+        raise DispatchError(f"backend is {backend!r:.60} (a {type(backend).__name__}). Fix: pass 'cuda', 'reference', a Backend or None.")
     return name
 
 
@@ -205,6 +205,11 @@ def placed(client, items: list, fallback: list, what: str) -> tuple[list, list]:
     computed; futures stay where they are, not copied): waited for, `fallback[i]` where Dask names
     no holder; a cancelled or lost future is a DispatchError."""
     dd = distributed()
+    for i, x in enumerate(items):
+        if isinstance(x, dd.Future) and x.client is not client:
+            raise DispatchError(f"{what} {i} is a future of another client than the one passed. Fix: pass the client "
+                                "that made the futures (client.scatter, client.submit, persist), or make them with "
+                                "this one.")
     futs = [x if isinstance(x, dd.Future) else client.compute(x) for x in items]
     try:
         dd.wait(futs)
@@ -216,6 +221,10 @@ def placed(client, items: list, fallback: list, what: str) -> tuple[list, list]:
             raise DispatchError(f"{what} {i} is a {f.status} future (its data is gone from the cluster). Fix: keep "
                                 "a reference to the futures client.scatter, client.submit or persist returned until "
                                 "the call ends, and pass those.")
+        if f.status == "error":
+            e = f.exception()
+            raise DispatchError(f"computing {what} {i} raised {type(e).__name__}: {str(e)[:200]}. Fix: correct the "
+                                f"code that makes {what} {i} (its error is chained below).") from e
     who = client.who_has(futs)
     return futs, [(who.get(f.key) or [w])[0] for f, w in zip(futs, fallback)]
 

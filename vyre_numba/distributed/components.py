@@ -436,9 +436,10 @@ def connected_components(indptr=None, indices=None, *, client=None, edges=None, 
         raise DispatchError(f"gather is {gather!r}. Fix: pass True (labels as a NumPy array) or False (a Dask "
                             "array left on the workers).")
     gather = bool(gather)
-    if not isinstance(stats, bool):
+    if not isinstance(stats, (bool, np.bool_)):
         raise DispatchError(f"stats is {stats!r:.60}. Fix: pass True (labels and a DistributedStats) or False "
                             "(the labels alone).")
+    stats = bool(stats)
     t0 = time.perf_counter()
     table = cluster.worker_table(client)
     workers = list(table)
@@ -540,19 +541,38 @@ def _device_edges(chunk, bname: str):
 
 
 def _chunk_edges(chunk, columns) -> np.ndarray:
-    if hasattr(chunk, "columns"):
+    """A chunk of edges as an (m, 2) host array: a Dask array's block (`columns` None) or the two
+    `columns` of a DataFrame's partition, each an integer column."""
+    if columns is None or not hasattr(chunk, "columns"):
+        if hasattr(chunk, "columns"):
+            raise DispatchError("an edge chunk is a DataFrame, but edges is a Dask array. Fix: pass the Dask "
+                                "DataFrame itself as edges (with columns=), or a Dask array of (m, 2) blocks.")
+        return np.asarray(chunk)
+    cols = []
+    for c in columns:
+        if c not in chunk.columns:
+            raise DispatchError(f"a DataFrame partition has no column {c!r}, though the frame's metadata names it. "
+                                "Fix: make every partition hold the src and dst columns (check the function that "
+                                "builds them).")
+        col = chunk[c]
+        if hasattr(col, "columns"):
+            raise DispatchError(f"a DataFrame partition has more than one column named {c!r}. Fix: give the "
+                                "columns distinct names (edges.rename(columns=...)).")
         try:
-            cols = [np.asarray(chunk[c]) for c in columns]
+            a = np.asarray(col)
         except TypeError as e:  # GPU DataFrames refuse a silent copy to the host
             raise DispatchError(f"a DataFrame chunk's columns are not host arrays ({e}). Fix: pass a Dask array "
                                 "of (m, 2) edges (GPU arrays are read where they are), or host DataFrames "
                                 "(edges.to_backend('pandas')).") from None
-        for c, a in zip(columns, cols):
-            if a.dtype.kind not in "iu":
-                raise DispatchError(f"column {c!r} has dtype {a.dtype}; vertex ids are integers. Fix: "
-                                    f"edges[{c!r}].astype('int64') (or pass the right columns=).")
-        return np.stack([a.astype(np.int64, copy=False) for a in cols], 1)  # each column checked, then widened
-    return np.asarray(chunk)
+        if a.dtype.kind not in "iu":
+            raise DispatchError(f"column {c!r} has dtype {col.dtype} (read as {a.dtype}); vertex ids are integers, "
+                                f"none missing. Fix: edges[{c!r}].astype('int64') once no value is missing (or "
+                                "pass the right columns=).")
+        if a.dtype == np.uint64 and a.size and int(a.max()) >= 2**63:
+            raise DispatchError(f"column {c!r} names vertex {int(a.max())}, past every 32-bit vertex id. Fix: pass "
+                                "edges whose ids are below n, the vertex count.")
+        cols.append(a.astype(np.int64, copy=False))
+    return np.stack(cols, 1)  # each column checked, then widened
 
 
 def _check_edges(e: np.ndarray) -> np.ndarray:
@@ -565,7 +585,8 @@ def _check_edges(e: np.ndarray) -> np.ndarray:
 def _check_range(e: np.ndarray, n: int) -> np.ndarray:
     if e.size and (int(e.min()) < 0 or int(e.max()) >= n):
         bad = int(e.min()) if int(e.min()) < 0 else int(e.max())
-        raise DispatchError(f"an edge names vertex {bad}, outside 0..{n - 1}. Fix: pass n = the vertex count "
+        room = f"outside 0..{n - 1}" if n else "but n = 0: the graph has no vertices"
+        raise DispatchError(f"an edge names vertex {bad}, {room}. Fix: pass n = the vertex count "
                             "(one more than the largest id).")
     return e
 
@@ -580,24 +601,48 @@ def _edge_parts(client, edges, n, columns, workers):
         raise DispatchError(f"n = {n}; vertex ids are 32-bit. Fix: split the graph into pieces under 2**31 vertices.")
     n = int(n)
     if hasattr(edges, "columns"):
-        if not (isinstance(columns, (tuple, list)) and len(columns) == 2 and len(set(map(repr, columns))) == 2):
-            raise DispatchError(f"columns is {columns!r}. Fix: pass columns=(src, dst), the two column names.")
-        missing = [c for c in columns if c not in edges.columns]
-        if missing:
-            raise DispatchError(f"the DataFrame has no column(s) {missing}. Fix: pass columns=(src, dst) naming them.")
+        columns = _frame_columns(edges.columns, columns)
         parts = list(edges.to_delayed())
     else:
+        columns = None
         if edges.ndim != 2 or edges.shape[1] != 2:
             raise DispatchError(f"edges has shape {edges.shape}. Fix: pass (m, 2) rows of (src, dst).")
         if edges.numblocks[1] != 1:
             edges = edges.rechunk({1: 2})
         parts = list(edges.to_delayed().ravel())
+    if len(parts) > cluster.MAX_PARTITIONS:
+        raise DispatchError(f"edges has {len(parts)} chunks, and each is a partition, which would exchange "
+                            f"{len(parts)}*{len(parts)} messages a round (at most {cluster.MAX_PARTITIONS}). Fix: "
+                            "rechunk to fewer, larger chunks (edges.rechunk((m // workers, 2)) or "
+                            "edges.repartition(npartitions=workers)).")
     chunks, places = cluster.placed(client, parts, [workers[i % len(workers)] for i in range(len(parts))],
                                     "edge chunk")  # already-computed chunks (persisted) are not computed again
     k = len(chunks)
     owned = np.linspace(0, n, k + 1).astype(np.int64)
-    specs = [(None, None, int(owned[p]), int(owned[p + 1]), "edges", chunks[p], tuple(columns)) for p in range(k)]
+    specs = [(None, None, int(owned[p]), int(owned[p + 1]), "edges", chunks[p], columns) for p in range(k)]
     return specs, n, places
+
+
+def _frame_columns(names, columns) -> tuple:
+    """`columns` as the DataFrame's own labels of two distinct columns (as pandas resolves them:
+    'src' and np.str_('src') are one column), else a DispatchError."""
+    if not (isinstance(columns, (tuple, list)) and len(columns) == 2):
+        raise DispatchError(f"columns is {columns!r:.80}. Fix: pass columns=(src, dst), the two column names.")
+    where = []
+    for c in columns:
+        try:
+            loc = names.get_loc(c)
+        except Exception:  # KeyError for a missing name, TypeError or InvalidIndexError for an unhashable one
+            raise DispatchError(f"the DataFrame has no column {c!r:.60}; its columns are {list(names)[:10]}. Fix: "
+                                "pass columns=(src, dst) naming two of them.") from None
+        if not isinstance(loc, (int, np.integer)):
+            raise DispatchError(f"the DataFrame has more than one column named {c!r}. Fix: give the columns "
+                                "distinct names (edges.rename(columns=...)).")
+        where.append(int(loc))
+    if where[0] == where[1]:
+        raise DispatchError(f"columns={tuple(columns)!r} names one column twice. Fix: pass columns=(src, dst), two "
+                            "different columns.")
+    return tuple(names[i] for i in where)
 
 
 def _is_dask_edges(edges) -> bool:

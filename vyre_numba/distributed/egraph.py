@@ -374,8 +374,12 @@ def _checked(t, i: int) -> tuple:
     """Partition i as checked host rows (eclass, op, children_offsets, children); on a worker for
     one given as a future."""
     if not (isinstance(t, (tuple, list)) and len(t) == 4):
-        raise DispatchError(f"partition {i} is a {type(t).__name__}, not (eclass, op, children_offsets, children). "
+        one = " A list holds partitions: one e-graph goes as a tuple, not a list." if isinstance(t, np.ndarray) else ""
+        raise DispatchError(f"partition {i} is a {type(t).__name__}, not (eclass, op, children_offsets, children).{one} "
                             "Fix: pass one such tuple of host arrays per partition (or a Dask future of one).")
+    if any(_is_lazy(x) for x in t):
+        raise DispatchError(f"partition {i} is a tuple of Dask futures; a partition is one future of a whole tuple. "
+                            "Fix: pass client.scatter([rows]) (a list holding the tuple), or host arrays.")
     bounds: list = []
     eclass = _ints(t[0], f"partition {i} eclass", copy=False, bounds=bounds)
     op, off, ch = _rows(t[1], t[2], t[3], None, f"partition {i}'s", copy=False, bounds=bounds)
@@ -395,8 +399,8 @@ def _extent(p: tuple) -> tuple[int, int, int]:
 def _ids(x) -> bool:
     """Whether `x` is one array of class ids (not a tuple of partitions): an array, or a list or
     tuple of numbers."""
-    if isinstance(x, (list, tuple)):
-        return all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in x)
+    if isinstance(x, (list, tuple)):  # numbers of any type: the check of eclass then names a wrong one
+        return all(isinstance(v, (int, float, np.number, np.bool_)) for v in x)
     return not _is_lazy(x)
 
 

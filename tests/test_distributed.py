@@ -479,6 +479,8 @@ def _delayed(fn):
     (lambda c: congruence_closure([c.scatter(chain_pair(1))], client=c, backend="reference"), "client.scatter([rows])"),
     (lambda c: congruence_closure(list(chain_pair(1)), client=c, backend="reference"), "goes as a tuple"),
     (lambda c: congruence_closure(([0.0, 1.0],) + chain_pair(1)[1:], client=c, backend="reference"), "float64"),
+    (lambda c: congruence_closure(chain_pair(2), [(0, True)], client=c, backend="reference"), "mixes bools"),
+    (lambda c: connected_components([0, 1, 2, 2], [True, 0], client=c, backend="reference"), "mixes bools"),
 ])
 def test_more_mistakes_with_dataframes_futures_and_producers_raise_vyre_errors(client, call, fix):
     with pytest.raises(VyreError) as e:

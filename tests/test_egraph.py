@@ -387,6 +387,9 @@ BAD_CALLS = {
     "ops twice": (lambda g: EGraph.from_arrays([0], [0], [0, 0], [], ops=["a", "a"], backend="reference"),
                   "'a' twice"),
     "structural of a str": (lambda g: structural_equivalences("x"), "egraph is a str"),
+    "a bool among union ids": (lambda g: g.union([(0, True)]), "mixes bools"),
+    "a bool among eclass ids": (lambda g: EGraph.from_arrays([0, True], [0, 1], [0, 0, 0], [], backend="reference"),
+                                "mixes bools"),
 }
 
 

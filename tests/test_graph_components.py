@@ -100,6 +100,7 @@ def test_index_dtypes(dtype):
     ([], [], "indptr is empty"),
     ([[0, 1]], [0], "not 1-D"),
     ("abc", [0], "not an integer type"),
+    ([0, 1, 2, 2], [True, 0], "mixes bools and integers"),
 ])
 def test_malformed_csr_is_refused_with_a_fix(indptr, indices, fragment):
     with pytest.raises(DispatchError, match="Fix:") as e:

@@ -574,6 +574,24 @@ def check_span(offset, count, size: int, what: str = "download") -> tuple[int, i
     return offset, count
 
 
+def mixes_bools(x) -> bool:
+    """Whether the (nested) list or tuple `x` holds bools among other numbers, which np.asarray
+    reads as 0 and 1 without a word (a list of bools alone becomes a bool array, refused by dtype)."""
+    kinds: set = set()
+    todo, seen = [x], set()
+    while todo and len(kinds) < 2:
+        items = todo.pop()
+        if not isinstance(items, (list, tuple)) or id(items) in seen:
+            continue
+        seen.add(id(items))
+        for v in items:
+            if isinstance(v, (list, tuple)):
+                todo.append(v)
+            else:
+                kinds.add(isinstance(v, (bool, np.bool_)))
+    return len(kinds) == 2
+
+
 def host_array(x, what: str, on_device: str, masked: str, other: str) -> np.ndarray:
     """`x` as a NumPy array, or a DispatchError saying `what` is on the device, masked (its mask
     would be lost) or not an array of numbers, ending in the matching Fix."""

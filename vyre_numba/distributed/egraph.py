@@ -35,6 +35,7 @@ import time
 
 import numpy as np
 
+from ..backend import mixes_bools
 from ..egraph import ClosureResult, EGraph
 from ..egraph.egraph import _ints, _rows, _same_length, _take_rows
 from ..egraph.signature import signature_hash, signature_heads
@@ -523,6 +524,8 @@ def _checked_unions(unions, top: int):
     """`unions` as a checked (k, 2) int64 array of class ids up to `top`, or None for none."""
     if unions is None:
         return None
+    if mixes_bools(unions):
+        raise DispatchError("unions mixes bools and integers; a bool is not a class id. Fix: pass integers only.")
     try:
         u = np.asarray(unions)
     except (ValueError, TypeError) as e:  # ragged rows

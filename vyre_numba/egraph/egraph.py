@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import display
+from ..backend import mixes_bools
 from ..errors import BackendUnavailableError, DispatchError, host_memory
 from ..unique import count_distinct, index_of, unique, unique_rows
 from .signature import signature_heads
@@ -88,6 +89,8 @@ def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID, copy: bool = True, bou
     if hasattr(a, "__cuda_array_interface__") and not isinstance(a, np.ndarray):
         raise DispatchError(f"{name} is a device array; e-graphs are built from host arrays (they are checked and "
                             f"indexed on the host first). Fix: pass a NumPy array (e.g. x.copy_to_host()).")
+    if mixes_bools(a):
+        raise DispatchError(f"{name} mixes bools and integers; a bool is not an id. Fix: pass integers only.")
     try:
         arr = np.asarray(a)
     except Exception as e:  # ragged lists and the like
@@ -352,6 +355,8 @@ class EGraph:
         """Merge the classes of each pair (a (k, 2) array of class ids). Congruence is restored by
         the next `rebuild()` (or by `add`, `lookup` and the closure, which rebuild first)."""
         g = self._live()
+        if mixes_bools(pairs):
+            raise DispatchError("pairs mixes bools and integers; a bool is not a class id. Fix: pass integers only.")
         try:
             arr = np.asarray(pairs) if not hasattr(pairs, "__cuda_array_interface__") else pairs
         except (ValueError, TypeError) as e:  # ragged rows

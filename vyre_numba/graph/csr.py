@@ -7,6 +7,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..backend import mixes_bools
 from ..errors import DispatchError
 
 
@@ -34,6 +35,8 @@ def _as_index_array(a, name: str) -> np.ndarray:
     if isinstance(a, np.ma.MaskedArray):
         raise DispatchError(f"{name} is a masked array; its mask would be ignored. Fix: pass a plain array "
                             f"({name}.filled(...) or {name}.compressed(), whichever the graph means).")
+    if mixes_bools(a):
+        raise DispatchError(f"{name} mixes bools and integers; a bool is not a vertex id. Fix: pass integers only.")
     try:
         arr = np.asarray(a) if not isinstance(a, np.ndarray) else a
     except (ValueError, TypeError) as e:  # ragged nested lists, objects NumPy cannot hold

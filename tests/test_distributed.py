@@ -481,6 +481,7 @@ def _delayed(fn):
     (lambda c: congruence_closure(([0.0, 1.0],) + chain_pair(1)[1:], client=c, backend="reference"), "float64"),
     (lambda c: congruence_closure(chain_pair(2), [(0, True)], client=c, backend="reference"), "mixes bools"),
     (lambda c: connected_components([0, 1, 2, 2], [True, 0], client=c, backend="reference"), "mixes bools"),
+    (lambda c: connected_components(np.array([0, 1]), client=c, backend="reference"), "indices is missing"),
 ])
 def test_more_mistakes_with_dataframes_futures_and_producers_raise_vyre_errors(client, call, fix):
     with pytest.raises(VyreError) as e:

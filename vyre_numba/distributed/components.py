@@ -454,7 +454,9 @@ def connected_components(indptr=None, indices=None, *, client=None, edges=None, 
         specs, n, places = _edge_parts(client, edges, n, columns, workers)
     else:
         if indptr is None or indices is None:
-            raise DispatchError("no graph was given. Fix: pass indptr and indices (a host CSR), or edges= (a Dask "
+            what = "no graph was given" if indptr is None and indices is None else \
+                f"{'indices' if indices is None else 'indptr'} is missing (a CSR is two arrays)"
+            raise DispatchError(f"{what}. Fix: pass indptr and indices (a host CSR), or edges= (a Dask "
                                 "array of (src, dst) rows).")
         if n is not None:
             raise DispatchError("n is read from indptr for a CSR. Fix: leave n out (it is for edges=).")

@@ -248,6 +248,20 @@ def test_fixpoint_iterations_draw_on_the_work_budget():
     assert ReferenceBackend().dispatch(p, [x], DispatchConfig(fixpoint_iterations=50))[0].tolist() == [50] * 4
 
 
+def test_fixpoint_iterations_past_the_budget_are_refused_before_the_first():
+    import time
+
+    p = ir.Program([B.read_write("x", 0, "u32")], 4, [ir.store("x", ir.gid(0), ir.load("x", ir.gid(0)) + ir.u32(1))])
+    x = np.zeros(4, np.uint32)
+    t0 = time.perf_counter()
+    with pytest.raises(DispatchError, match="refused before the first") as e:
+        ReferenceBackend().dispatch(p, [x], DispatchConfig(fixpoint_iterations=2**31 - 1))
+    assert time.perf_counter() - t0 < 5 and x.tolist() == [0] * 4
+    assert_fix(str(e.value))
+    with pytest.raises(DispatchError, match="more than 2\\*\\*31 - 1.*Fix:"):
+        DispatchConfig(fixpoint_iterations=10**20)
+
+
 def test_work_budget_from_the_environment(monkeypatch):
     monkeypatch.setenv("VYRE_NUMBA_REFERENCE_WORK", "1e5")
     backend = ReferenceBackend()

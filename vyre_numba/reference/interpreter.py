@@ -943,6 +943,13 @@ class Launch:
         if chunks == 0 or b.invocations == 0:
             return
         iterations = b.config.fixpoint_iterations
+        need = budget.used + (iterations - 1) * (b.invocations + STATEMENT_UNITS * chunks) * max(p.body.cost, 1)
+        if need > budget.limit >= 0:  # a bound from below: refused now rather than after hours of iterations
+            raise DispatchError(
+                f"dispatch of {p.name!r} on the reference backend: {iterations} fixpoint iterations need at least "
+                f"{need:.3g} work units, over its work budget of {budget.limit:.3g}; refused before the first. Fix: "
+                f"dispatch fewer iterations, raise the budget with ReferenceBackend(work_budget=...) or ${WORK_ENV}, "
+                "or run on the cuda backend.")
         try:
             with np.errstate(all="ignore"):
                 for it in range(iterations):

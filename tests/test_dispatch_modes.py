@@ -9,6 +9,7 @@ import pytest
 
 import vyre_numba as vn
 from vyre_numba import DispatchConfig, ir
+from vyre_numba.errors import DispatchError
 
 BACKENDS = ["reference", pytest.param("cuda", marks=pytest.mark.gpu)]
 
@@ -103,6 +104,14 @@ def test_sequence_runs_steps_without_host_sync_and_reads_ranges(backend):
     steps = [(bump(), [dx])] * 10 + [(bump(), [dx], DispatchConfig(grid=1))]  # last step: only 64 elements
     a, b = backend.dispatch_sequence(steps, read=[(dx, 0, 4), (dx, n - 3, 3)])
     assert a.tolist() == [11] * 4 and b.tolist() == [10] * 3
+
+
+@pytest.mark.parametrize("entry", [([1, 2], 0, 1), ("dx",), (None, 0)])
+def test_a_read_entry_that_is_not_a_buffer_is_refused_before_any_step_runs(backend, entry):
+    dx = backend.upload(np.zeros(4, np.uint32))
+    with pytest.raises(DispatchError, match="not a resident buffer; nothing ran.*Fix:"):
+        backend.dispatch_sequence([(bump(), [dx])], read=[entry])
+    assert backend.download(dx).tolist() == [0] * 4
 
 
 def test_repeated_prefix_and_body(backend):

@@ -386,6 +386,10 @@ def test_operation_mistakes_raise_with_a_fix(operation, match):
     ("f32 x", "i32 y", "x * 2", "value stored into y must be i32, got f32"),
     ("f32 x", "f32 y", "t = 2; y = x * t", "different types f32 and u32"),
     ("i32 x", "i32 y", "x * 2.5", "literal 2.5 cannot be a i32"),
+    ("i32 x", "i32 y", "x + 2**32", "literal 4294967296 cannot be a i32"),  # folded exactly, not wrapped to 0
+    ("i32 x", "i32 y", "x + 2**31", "literal 2147483648 cannot be a i32"),
+    ("i64 x", "i64 y", "x - 2**63 * 2", "literal 18446744073709551616 cannot be a i64"),
+    ("u8 x", "u8 y", "x + 16 * 16", "literal 256 cannot be a u8"),
     ("f32 x", "f32 y", "x % 2", "mod is defined for integers only"),
     ("f32 x", "f32 y", "x << 1", "shl needs an integer type"),
     ("f32 x, f32 x", "f32 y", "x", "declared twice"),
@@ -578,3 +582,9 @@ def test_gpu_torch_tensors_in_torch_tensors_out(rng, case):
     for w, g in zip(want, got):
         assert isinstance(g, torch.Tensor) and g.is_cuda
         same_bits(g.cpu().numpy(), w)
+
+
+def test_constant_arithmetic_is_exact_where_it_fits():
+    x = np.arange(-3, 3, dtype=np.int32)
+    op = elementwise("i32 n", "i32 out", "n + 2**30 - (-2)**3 * 3 + 2**15 * 2**15 - 2**30", name="consts")
+    same_bits(op(x, backend="reference"), x + np.int32(2**30 + 24))

@@ -24,8 +24,10 @@ The operation string
   ``& | ^ ~ << >>`` (on conditions ``& | ~`` are logical), unary ``-`` and ``+``, comparisons (chains
   such as ``0 <= x < n`` too), ``and or not`` (both sides are always evaluated), ``a if c else b``
   (a select: both sides evaluated), and ``x ** k`` for an integer literal ``0 <= k <= 64``
-  (multiplications by squaring; each one rounds on floats). ``//`` is refused: Python's floor
-  division differs from the IR's ``div`` for negative and float operands.
+  (multiplications by squaring; each one rounds on floats). Integer literals joined by ``+ - * **``
+  are computed exactly first (``2**32`` is one literal, refused where it does not fit the type).
+  ``//`` is refused: Python's floor division differs from the IR's ``div`` for negative and float
+  operands.
 - Functions: ``min max`` (two or more arguments; with one NaN they return the other operand),
   ``abs sign sqrt rsqrt recip exp exp2 log log2 sin cos tan floor ceil round trunc isnan isinf
   isfinite popcount clz ctz reverse_bits absdiff mul_high saturating_add saturating_sub rotl rotr
@@ -276,6 +278,9 @@ class _Translator:
                     return ir.lit(v)
                 raise self.fail(node, f"the constant {v!r} is not a number", "use int, float, True or False literals")
             case ast.BinOp(op=op, left=a, right=b):
+                folded = _int_constant(node)
+                if folded is not None:  # exact, so a constant past the type is refused as its literal is
+                    return ir.lit(folded)
                 if isinstance(op, ast.FloorDiv):
                     raise self.fail(node, "`//` is not supported: Python's floor division differs from the IR's "
                                           "division for negative and float operands",
@@ -405,6 +410,28 @@ class _Translator:
         if len(args) != n:
             raise self.fail(node, f"{fname} takes {n} argument{'s' if n > 1 else ''}, got {len(args)}",
                             f"call {fname} with {n} argument{'s' if n > 1 else ''}")
+
+
+_FOLDED = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b}
+
+
+def _int_constant(node: ast.AST) -> int | None:
+    """The exact value of an expression of integer literals under + - * ** and unary minus, else
+    None (its operations would wrap in the operand type: 2**32 as i32 is 0)."""
+    match node:
+        case ast.Constant(value=v) if isinstance(v, int) and not isinstance(v, bool):
+            return v
+        case ast.UnaryOp(op=ast.USub(), operand=a):
+            v = _int_constant(a)
+            return None if v is None else -v
+        case ast.BinOp(op=ast.Pow(), left=a, right=ast.Constant(value=k)) if (
+                isinstance(k, int) and not isinstance(k, bool) and 0 <= k <= _MAX_POWER):
+            v = _int_constant(a)
+            return None if v is None or v.bit_length() * k > 4096 else v ** k  # past any type; kept small
+        case ast.BinOp(op=op, left=a, right=b) if type(op) in _FOLDED:
+            x, y = _int_constant(a), _int_constant(b)
+            return None if x is None or y is None else _FOLDED[type(op)](x, y)
+    return None
 
 
 def _one_like(x: ir.Expr) -> ir.Expr:

@@ -96,6 +96,14 @@ def test_cuda_backend_unavailable_says_why():
     assert vn.get_backend().name == "reference"
 
 
+def test_a_cuda_backend_made_directly_where_no_gpu_is_usable_says_why(monkeypatch):
+    from vyre_numba.gpu import backend as gpu_backend
+
+    monkeypatch.setattr(gpu_backend, "probe", lambda: "no CUDA driver or GPU was found. Fix: use the reference.")
+    with pytest.raises(vn.BackendUnavailableError, match="CudaBackend cannot start here: no CUDA driver.*Fix:"):
+        gpu_backend.CudaBackend()
+
+
 # ---- on the GPU ---------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -661,6 +661,7 @@ def _mutations():
     yield "expression as statement", m(lambda d: d.update(entry=[d["entry"][0]["value"]]))
     yield "bad workgroup", m(lambda d: d.update(workgroup_size=["x"]))
     yield "bad lit dtype", m(lambda d: d["entry"][0]["value"].update(dtype="q8"))
+    yield "unhashable kind", m(lambda d: d["entry"][0].update(k=[]))
 
 
 @pytest.mark.parametrize("label,text", list(_mutations()))
@@ -670,6 +671,15 @@ def test_malformed_json_raises_ir_validation_error_with_fix(label, text):
         return
     with pytest.raises(IRValidationError) as info:
         ir.Program.from_json(text)
+    assert_fix(str(info.value))
+
+
+@pytest.mark.parametrize("call", [lambda: ir.from_dict({"k": []}), lambda: ir.from_dict({"k": {}}),
+                                  lambda: ir.from_dict({"k": "Lit"}), lambda: ir.to_dict(5),
+                                  lambda: ir.to_dict(object()), lambda: ir.to_dict((ir.u32(1), "x"))])
+def test_node_documents_that_are_not_nodes_raise_with_a_fix(call):
+    with pytest.raises(IRValidationError) as info:
+        call()
     assert_fix(str(info.value))
 
 

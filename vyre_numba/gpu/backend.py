@@ -16,11 +16,11 @@ from ..backend import Backend, Pending, Telemetry, check_each, check_empty, chec
 from ..bindings import Binding, bind, check_config
 from ..config import DispatchConfig
 from ..display import Duration
-from ..errors import DeviceError, DispatchError, VyreError
+from ..errors import BackendUnavailableError, DeviceError, DispatchError, VyreError
 from ..ir import Program, check
 from ..lru import LRUCache
 from . import diskcache, tuning
-from .device import DeviceCaps, caps
+from .device import DeviceCaps, caps, probe
 from .diskcache import DiskCache, code_fingerprint
 from .host import HostPlan, plan_key
 from .launch import LaunchShape, driver_check, validate_cooperative, validate_launch
@@ -82,6 +82,9 @@ class CudaBackend(Backend):
         """Bind to the current device and context. Caches are bounded by the given entry counts;
         host dispatch keeps the device buffers of at most `host_plans` shapes, `host_plan_bytes` in all.
         A process computes on one GPU: a backend on another GPU than the first one is refused."""
+        why = probe()
+        if why is not None:  # as get_backend("cuda") says it, not the driver's own exception
+            raise BackendUnavailableError(f"CudaBackend cannot start here: {why}")
         from cuda.bindings import driver as drv
         from numba import cuda
 

@@ -392,6 +392,9 @@ def _to_shallow(x: Any) -> Any:
 def to_dict(x: Any) -> Any:
     """JSON-ready form of an expression or statement (or a tuple of them)."""
     items = x if isinstance(x, tuple) else (x,)
+    if not all(isinstance(v, n._Structural) for v in items):
+        raise IRValidationError(f"to_dict takes IR expressions and statements, not a {type(x).__name__}. Fix: pass a "
+                                "node or a tuple of nodes (a Program has its own program.to_dict()).")
     if all(not isinstance(v, n._Structural) or v._depth < _SHALLOW for v in items):
         return _to_shallow(x)
     return drive(_to(x))
@@ -405,7 +408,8 @@ def _from(d: Any):
         return tuple(out)
     if not isinstance(d, dict):
         return d
-    cls = _CLASSES.get(d.get("k"))
+    kind = d.get("k")
+    cls = _CLASSES.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise IRValidationError(f"unknown IR node kind {d.get('k')!r}. Fix: load a file written by Program.to_json().")
     kw = {}
@@ -418,8 +422,12 @@ def _from(d: Any):
 
 
 def from_dict(d: Any) -> Any:
-    """Inverse of `to_dict`."""
-    return drive(_from(d))
+    """Inverse of `to_dict`; IRValidationError with a Fix where `d` is not such a document."""
+    try:
+        return drive(_from(d))
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise IRValidationError(f"malformed IR node document ({type(e).__name__}: {e}). "
+                                "Fix: load a document written by ir.to_dict (or a file by Program.to_json()).") from e
 
 
 def node_to_json(x: Any) -> str:

@@ -108,6 +108,10 @@ def test_replay_resident_runs_the_kernels_over_its_own_buffers(backend):
         g.synchronize()
         assert g.replay_resident()[0].tolist() == (x + 12).tolist()
         assert g.replay([x])[0].tolist() == (x + 3).tolist()       # replay copies the inputs in again
+        for bad in ("no", None, 0):
+            with pytest.raises(DispatchError, match="is not a bool.*Fix:"):
+                g.replay_resident(read=bad)
+        assert g.replay_resident()[0].tolist() == (x + 15).tolist()  # the refused calls ran nothing
 
 
 def test_fixpoint_iterations_replay(backend):
@@ -170,6 +174,8 @@ def test_recorded_sequence_replays_the_steps(backend):
         assert second[1].tolist() == (np.arange(256) + 18).tolist()
         with pytest.raises(DispatchError, match="takes no inputs"):
             g.replay([np.zeros(3)])
+        with pytest.raises(DispatchError, match="is not a bool.*Fix:"):
+            g.replay_resident(read="no")
     plain = backend.upload(np.arange(256, dtype=np.uint32))
     out = backend.dispatch_sequence([(bump(), [plain])] * 18, read=[(plain,)])
     assert out[0].tolist() == second[1].tolist()

@@ -74,6 +74,14 @@ class RecordedGraph(abc.ABC):
             raise DispatchError("this recorded graph was closed. Fix: record a new one "
                                 "(backend.record_graph / record_sequence).")
 
+    @staticmethod
+    def _read_flag(read) -> bool:
+        """`replay_resident`'s `read`, a bool (a string such as "no" is not read as True)."""
+        if not isinstance(read, (bool, np.bool_)):
+            raise DispatchError(f"read={read!r:.60} is not a bool. Fix: pass read=True (read the outputs back) or "
+                                "read=False (leave them on the device).")
+        return bool(read)
+
     def _check_sequence_replay(self, inputs) -> None:
         """A recorded sequence replays open, and over the buffers bound at recording only."""
         self._check_open()
@@ -153,6 +161,7 @@ class Redispatch(RecordedGraph):
 
     def replay_resident(self, read: bool = True) -> list[np.ndarray]:
         self._check_open()
+        read = self._read_flag(read)
         self.backend.dispatch_resident(self.program, self.buffers, self.config)
         self.backend._count(graph_replays=1)
         if not read:
@@ -191,6 +200,7 @@ class Resequence(RecordedGraph):
         return self.backend.dispatch_sequence(self.steps, self.read)
 
     def replay_resident(self, read: bool = True) -> list[np.ndarray]:
+        read = self._read_flag(read)
         out = self.replay()
         return out if read else []
 

@@ -200,6 +200,7 @@ class CudaRecordedGraph(RecordedGraph):
         False, read the outputs back (else return [] at once: the work is still in flight until
         the next replay or `synchronize()`)."""
         self._check_open()
+        read = self._read_flag(read)
         with self._lock:
             return self._launch(self._kernels, self.plan.read_bytes if read else 0, read=read)
 
@@ -297,6 +298,7 @@ class CudaRecordedSequence(RecordedGraph):
             return [host[:n].view(dt).copy() for _, n, dt, host in self._reads]
 
     def replay_resident(self, read: bool = True) -> list[np.ndarray]:
+        read = self._read_flag(read)
         out = self.replay()
         return out if read else []
 

@@ -83,20 +83,39 @@ def test_for_each_is_one_round_without_a_result():
         fixpoint.for_each(relax, -1, [once, indptr, indices])
 
 
+def _raises(i, a, indptr, indices):
+    if i == 1:
+        a[i] = 5
+        raise ValueError("boom")
+    return 0
+
+
+async def _async_step(i, a, indptr, indices):
+    return 0
+
+
+def _generator_step(i, a, indptr, indices):
+    yield 0
+
+
 @pytest.mark.parametrize("kw,fragment", [
     ({"n": -1}, "n=-1"), ({"n": True}, "n=True"), ({"n": 2**32}, "n=4294967296"),
     ({"max_rounds": 0}, "max_rounds=0"), ({"mode": "fast"}, "mode='fast'"), ({"mode": "cooperative"}, "needs a GPU"),
     ({"timeout_s": -1}, "timeout_s=-1"), ({"args": "abc"}, "not a list"), ({"step": 5}, "not a Python function"),
     ({"step": np.sin}, "not a Python function"), ({"step": int}, "the class int"), ({"args": [[1, 2, 3]]}, "writes lost"),
     ({"step": lambda i, a: a.no_such_attribute}, "does not compile"), ({"backend": "nope"}, "no backend named"),
+    ({"step": _raises}, "the step raised ValueError (boom)"), ({"step": _async_step}, "async or generator"),
+    ({"step": _generator_step}, "async or generator"),
 ])
 def test_bad_arguments_raise_vyre_errors_with_a_fix(kw, fragment):
     call = {"step": relax, "n": 3, "args": [np.zeros(3, np.uint32), *path(3)]}
     call.update(kw)
     step, n, args = call.pop("step"), call.pop("n"), call.pop("args")
+    before = [np.array(x, copy=True) for x in args]
     with pytest.raises(vn.VyreError, match="Fix:") as e:
         fixpoint.run(step, n, args, **({"backend": "reference"} | call))
     assert fragment in str(e.value)
+    assert all(np.array_equal(x, y) for x, y in zip(args, before))
 
 
 def _writes_then_strays(i, a):

@@ -1,6 +1,8 @@
 """The fixpoint runner: argument checks, the CPU loop, and the three GPU modes."""
 from __future__ import annotations
 
+import inspect
+
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -108,6 +110,11 @@ def _checked(step, n, args, backend, block):
     elif not _python_function(step):
         raise DispatchError(f"step is {_named(step)}, not a Python function. Fix: pass a function (def or lambda) "
                             "step(i, *args) that returns non-zero when it changed something, or a vyre Program.")
+    elif inspect.iscoroutinefunction(step) or inspect.isgeneratorfunction(step) \
+            or inspect.isasyncgenfunction(step):
+        raise DispatchError(f"step is {_named(step)}, an async or generator function, which Numba would run as "
+                            "another function. Fix: pass a plain def step(i, *args) that returns non-zero when it "
+                            "changed something.")
     n = _count(n, "n", 0, 2**32 - 1)
     block = _count(block, "block", 32, 1024)
     if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
@@ -304,10 +311,15 @@ def _numba_call(fn, *args):
     except ZeroDivisionError as e:
         raise DispatchError(f"the step divided by zero ({e}). Fix: guard the division in the step; the arrays are "
                             "as they were.") from None
-    except Exception as e:  # Numba raises many kinds; each means the step does not compile
+    except Exception as e:  # Numba's errors mean the step does not compile; others, that the step raised them
+        from numba.core.errors import NumbaError
+
         if isinstance(e, VyreError):
             raise
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if not isinstance(e, (NumbaError, TypeError)):  # a `raise` in the compiled step, run
+            raise DispatchError(f"the step raised {type(e).__name__} ({first}). Fix: make the step total over its "
+                                "inputs (no exceptions raised); the arrays are as they were.") from e
         raise DispatchError(f"the step function does not compile with Numba ({first}). Fix: write it in Numba's "
                             "subset (array indexing, arithmetic, loops) taking (i, *args), and check the argument "
                             "types it is given.") from e

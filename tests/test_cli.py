@@ -107,6 +107,7 @@ def test_run_replaces_an_existing_output_file(saxpy_json, saxpy_inputs, tmp_path
     (["--grid", str(2**32)], "--grid"),
     (["--iterations", "0"], "--iterations 0"),
     (["--iterations", "-3"], "--iterations -3"),
+    (["--iterations", str(10**20)], "--iterations 100000000000000000000"),
 ])
 def test_run_argument_errors_exit_2_before_any_work(saxpy_json, tmp_path, capsys, dispatches, bad, fragment):
     bad = [b.replace("{tmp}", str(tmp_path)) for b in bad]
@@ -116,6 +117,18 @@ def test_run_argument_errors_exit_2_before_any_work(saxpy_json, tmp_path, capsys
     assert main(["run", str(saxpy_json), "--out", str(out), "--backend", "reference", *bad]) == 2
     assert_fix(one_error_line(capsys, fragment))
     assert dispatches == [] and not out.exists()
+
+
+def test_run_with_an_empty_out_exits_2_and_writes_nothing(saxpy_json, tmp_path, capsys, dispatches, monkeypatch):
+    np.save(tmp_path / "a.npy", np.float32([2]))
+    np.save(tmp_path / "x.npy", np.zeros(3, np.float32))
+    np.save(tmp_path / "y.npy", np.zeros(3, np.float32))
+    monkeypatch.chdir(tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    args = ["--input", "a=a.npy", "--input", "x=x.npy", "--input", "y=y.npy", "--backend", "reference"]
+    assert main(["run", str(saxpy_json), "--out", "", *args]) == 2
+    assert_fix(one_error_line(capsys, "--out is empty"))
+    assert dispatches == [] and sorted(p.name for p in tmp_path.iterdir()) == before
 
 
 def _save_npz(path):

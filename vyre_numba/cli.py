@@ -226,8 +226,11 @@ def _write(path: Path, write: Callable) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     """Run a program on the best backend with .npy inputs; write outputs as .npy files."""
     grid = _check_grid(args.grid)
-    if args.iterations < 1:
-        raise UsageError(f"--iterations {args.iterations} is not a positive count. Fix: pass --iterations 1 or more.")
+    if not 1 <= args.iterations <= 2**31 - 1:
+        raise UsageError(f"--iterations {args.iterations} is not a count from 1 to 2**31 - 1. Fix: pass --iterations "
+                         "1 or more, within that bound.")
+    if not args.out.strip():
+        raise UsageError("--out is empty. Fix: name a directory for the outputs, e.g. --out results.")
     files = _parse_input_args(args.input)
     program = _load_program(args.program)
     _check_input_names(program, files)

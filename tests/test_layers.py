@@ -96,3 +96,18 @@ def test_the_checker_sees_lazy_and_relative_imports():
     found = dict((t, ln) for ln, t in imported("registry", ROOT / "registry.py"))
     assert "reference" in found and "gpu" in found  # both lazy, inside factory functions
     assert any(t.startswith("ir") for _, t in imported("reference.interpreter", ROOT / "reference" / "interpreter.py"))
+
+
+def test_every_subpackage_is_reached_from_the_package_alone():
+    """`import vyre_numba as vn` then `vn.graph.bfs`: the subpackages load on first use, in a fresh
+    interpreter where nothing imported them before."""
+    import subprocess
+    import sys
+
+    names = list(vyre_numba._SUBPACKAGES)
+    script = ("import vyre_numba as vn\n"
+              f"for name in {names!r}:\n"
+              "    assert getattr(vn, name).__name__ == f'vyre_numba.{name}'\n"
+              "try:\n    vn.no_such_thing\nexcept AttributeError:\n    print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr

@@ -19,3 +19,16 @@ __all__ = ["ir", "Backend", "available_backends", "get_backend", "DispatchConfig
            "IRValidationError", "BackendUnavailableError", "DispatchError", "LaunchError",
            "UnsupportedError", "CompileError", "DeviceError", "BarrierTimeoutError", "CheckError", "CheckWarning", "BufferDecl", "DataType",
            "Program"]
+
+_SUBPACKAGES = ("compaction", "distributed", "egraph", "fixpoint", "graph", "megakernel", "profiling", "unionfind",
+                "workqueue")
+
+
+def __getattr__(name: str):
+    """`vn.graph`, `vn.fixpoint` and the other subpackages, imported on first use (so a notebook's
+    `import vyre_numba as vn` reaches them all without loading them all)."""
+    if name in _SUBPACKAGES:
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'vyre_numba' has no attribute {name!r}")

@@ -323,3 +323,9 @@ def test_gpu_refuses_host_arrays_for_a_program_step():
     backend = vn.get_backend("cuda")
     with pytest.raises(DispatchError, match="not a device array.*Fix:"):
         fixpoint.run(RELAX, 3, [np.zeros(3, np.uint32), *path(3)], backend=backend)
+
+
+def test_a_bool_buffer_given_a_bool_array_says_how_bools_are_stored():
+    p = ir.Program([B.read_write("x", 0, "bool")], 4, [ir.store("x", ir.gid(0), ir.lit(True))])
+    with pytest.raises(vn.VyreError, match="stored as uint32 words.*Fix: pass an array of dtype uint32"):
+        fixpoint.run(p, 4, [np.zeros(4, np.bool_)], backend="reference")

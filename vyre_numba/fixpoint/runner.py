@@ -165,8 +165,9 @@ def program_args(program, args: Sequence[Any], *, device: bool) -> list:
         dt = np.dtype(cai["typestr"]) if device else a.dtype
         size = int(np.prod(cai["shape"])) if device else a.size
         if dt != want:
-            raise DispatchError(f"{where} has dtype {dt}; the buffer is {b.dtype}. Fix: pass an array of dtype "
-                                f"{want} (a converted copy would not be updated in place).")
+            stored = f", stored as {want} words (0 or 1)" if want != np.dtype(dt) and b.dtype.value == "bool" else ""
+            raise DispatchError(f"{where} has dtype {dt}; the buffer is {b.dtype}{stored}. Fix: pass an array of "
+                                f"dtype {want} (a converted copy would not be updated in place).")
         contiguous = (cai.get("strides") is None or size <= 1 or tuple(cai["strides"]) == tuple(
             int(np.prod(cai["shape"][j + 1:])) * dt.itemsize for j in range(len(cai["shape"])))) if device \
             else a.flags.c_contiguous

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import display
 from .config import DispatchConfig
-from .errors import DispatchError, UnsupportedError, VyreError
+from .errors import DispatchError, UnsupportedError, VyreError, shown
 from .ir import DataType, Program
 from .lru import LRUCache
 
@@ -180,13 +180,13 @@ class Backend(abc.ABC):
     def allocate(self, program: Program, name: str, n: int | None = None):
         """A zeroed resident buffer for `program`'s buffer `name` (`n` elements, or its static count)."""
         if not isinstance(program, Program):
-            raise DispatchError(f"allocate: {program!r:.60} is not an ir.Program. Fix: pass the program whose "
+            raise DispatchError(f"allocate: {shown(program, 60)} is not an ir.Program. Fix: pass the program whose "
                                 "buffer this is.")
         if not isinstance(name, str):
-            raise DispatchError(f"allocate: the buffer name {name!r:.60} is not a str. Fix: pass one of "
+            raise DispatchError(f"allocate: the buffer name {shown(name, 60)} is not a str. Fix: pass one of "
                                 f"{[b.name for b in program.buffers]}.")
         if n is not None and (isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer))):
-            raise DispatchError(f"allocate({name!r}, n={n!r:.60}): n is not an int. Fix: pass a number of elements.")
+            raise DispatchError(f"allocate({name!r}, n={shown(n, 60)}): n is not an int. Fix: pass a number of elements.")
         try:
             decl = program.buffer(name)
         except KeyError:
@@ -465,7 +465,7 @@ def as_step(step) -> Step:
         return step
     if isinstance(step, (tuple, list)) and len(step) in (2, 3) and isinstance(step[0], Program):
         return Step(*step)
-    raise DispatchError(f"{step!r:.80} is not a step of a resident sequence. "
+    raise DispatchError(f"{shown(step, 80)} is not a step of a resident sequence. "
                         "Fix: pass Step(program, buffers[, config]) or a (program, buffers[, config]) tuple.")
 
 
@@ -482,20 +482,20 @@ def _iterable(x, what: str):
         return iter(x)
     except TypeError:
         wanted = {"read": "(buffer, offset, count) ranges", "keep": "resident buffers"}.get(what, "steps")
-        raise DispatchError(f"{what}={x!r:.60} is not iterable. Fix: pass a list of {wanted}.") from None
+        raise DispatchError(f"{what}={shown(x, 60)} is not iterable. Fix: pass a list of {wanted}.") from None
 
 
 def _read(r) -> tuple:
     """A read entry as (buffer, offset, count or None), checked before anything runs: ints (not
     bools) inside the buffer where its length can be read."""
     if not (isinstance(r, (tuple, list)) and 1 <= len(r) <= 3):
-        raise DispatchError(f"read entry {r!r:.60} is not a (buffer[, offset[, count]]) tuple. "
+        raise DispatchError(f"read entry {shown(r, 60)} is not a (buffer[, offset[, count]]) tuple. "
                             "Fix: pass read=[(buffer, offset, count), ...].")
     buf, off, cnt = (r[0], 0, None) if len(r) == 1 else (r[0], r[1], None) if len(r) == 2 else tuple(r)
     for what, x in (("offset", off), ("count", cnt)):
         if (x is not None or what == "offset") and (isinstance(x, (bool, np.bool_))
                                                     or not isinstance(x, (int, np.integer))):
-            raise DispatchError(f"read entry: {what}={x!r:.60} is not an int. Fix: pass element offsets and counts "
+            raise DispatchError(f"read entry: {what}={shown(x, 60)} is not an int. Fix: pass element offsets and counts "
                                 "as ints (count None for the rest of the buffer).")
     if not (isinstance(buf, np.ndarray) or hasattr(buf, "__cuda_array_interface__")):
         raise DispatchError(f"read entry: the buffer is a {type(buf).__name__}, not a resident buffer; nothing ran. "
@@ -530,14 +530,14 @@ def check_empty(n, dtype, what: str = "empty") -> tuple[int, np.dtype]:
     """(n, dtype) of a new resident buffer, checked: a whole number of elements below 2**32 and
     the storage dtype of a vyre type."""
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or not 0 <= n < 2**32:
-        raise DispatchError(f"{what}(n={n!r:.60}): n is not a number of elements from 0 to 2**32 - 1. "
+        raise DispatchError(f"{what}(n={shown(n, 60)}): n is not a number of elements from 0 to 2**32 - 1. "
                             "Fix: pass a whole number of elements (lengths are u32).")
     try:
         dt = np.dtype(dtype)
     except (TypeError, ValueError):
         dt = None
     if dt is None or dt not in STORAGE_DTYPES:
-        raise DispatchError(f"{what}: {dtype!r:.60} is not the storage dtype of a vyre type. Fix: pass one of "
+        raise DispatchError(f"{what}: {shown(dtype, 60)} is not the storage dtype of a vyre type. Fix: pass one of "
                             f"{sorted({str(d) for d in STORAGE_DTYPES})}.")
     return int(n), dt
 
@@ -567,7 +567,7 @@ def check_span(offset, count, size: int, what: str = "download") -> tuple[int, i
     for name, v in (("offset", offset), ("count", count)):
         if (v is None and name == "offset") or (v is not None and (
                 isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)))):
-            raise DispatchError(f"{what}: {name}={v!r:.60} is not an int. Fix: pass a whole number of elements "
+            raise DispatchError(f"{what}: {name}={shown(v, 60)} is not an int. Fix: pass a whole number of elements "
                                 "(offset=0 for the start, count=None for the rest).")
     offset = int(offset)
     count = size - offset if count is None else int(count)

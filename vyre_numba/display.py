@@ -12,7 +12,7 @@ import numbers
 import operator
 from typing import Any, Iterable
 
-from .errors import DispatchError
+from .errors import DispatchError, shown
 
 MAX_ROWS = 300  # table rows shown before the rest is summarised in a note
 MAX_LINES = 1_000  # lines of code highlighted before the rest is summarised in a note
@@ -38,7 +38,7 @@ def _cells(x: Any, what: str) -> Iterable[Any]:
             raise TypeError
         return iter(x)
     except TypeError:
-        raise DispatchError(f"table: the {what} is {type(x).__name__} {x!r:.60}, not a sequence of cells. "
+        raise DispatchError(f"table: the {what} is {type(x).__name__} {shown(x, 60)}, not a sequence of cells. "
                             f"Fix: pass the {what} as a list or tuple of values.") from None
 
 
@@ -105,7 +105,7 @@ def _field(pair: Any) -> tuple[Html, Any]:
             raise TypeError
         k, v = pair
     except (TypeError, ValueError):
-        raise DispatchError(f"fields_table: {pair!r:.60} is not a (name, value) pair. "
+        raise DispatchError(f"fields_table: {shown(pair, 60)} is not a (name, value) pair. "
                             "Fix: pass a list of (name, value) tuples.") from None
     return Html(f"<b>{escape(k)}</b>"), v
 
@@ -171,12 +171,12 @@ class Duration(int):
         try:
             d = super().__new__(cls, round(ns))
         except TypeError:
-            raise DispatchError(f"Duration({ns!r:.60}): a time is a number, not a {type(ns).__name__}. "
+            raise DispatchError(f"Duration({shown(ns, 60)}): a time is a number, not a {type(ns).__name__}. "
                                 "Fix: pass an int or float (nanoseconds; Duration.from_seconds for seconds).") from None
         except (ValueError, OverflowError):
             d = None
         if d is None or not -1e300 < d < 1e300:  # within floats: `seconds` and the text divide it
-            raise DispatchError(f"Duration({ns!r:.60}): a Duration is a finite whole number of nanoseconds, which "
+            raise DispatchError(f"Duration({shown(ns, 60)}): a Duration is a finite whole number of nanoseconds, which "
                                 "this is not. Fix: pass a finite time (and check what measured this one).")
         return d
 

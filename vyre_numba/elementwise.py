@@ -88,7 +88,7 @@ from . import ir
 from .backend import Backend
 from .bindings import as_host_array
 from .config import DispatchConfig
-from .errors import DispatchError, IRValidationError, VyreError
+from .errors import DispatchError, IRValidationError, VyreError, shown
 from .ir import DataType
 from .registry import get_backend
 
@@ -138,7 +138,7 @@ def _params(spec, what: str, kernel: str) -> list[tuple[str, DataType]]:
         elif isinstance(spec, (list, tuple)) and all(isinstance(p, str) for p in spec):
             parts = [p.strip() for p in spec]
         else:
-            raise IRValidationError(f"{where} {spec!r:.80} is not a declaration. Fix: pass a string such as "
+            raise IRValidationError(f"{where} {shown(spec, 80)} is not a declaration. Fix: pass a string such as "
                                     "'f32 a, f32 x' (type then name, comma-separated), or a dict {'a': 'f32'}.")
         items = []
         for p in parts:
@@ -191,7 +191,7 @@ class _Translator:
     def fail(self, node: ast.AST | None, why: str, fix: str) -> IRValidationError:
         seg = ast.get_source_segment(self.source, node) if node is not None else None
         at = f" in `{seg}`" if seg and seg.strip() != self.source.strip() else ""
-        return IRValidationError(f"elementwise {self.kernel!r}: {why}{at} (operation: {self.source!r:.200}). "
+        return IRValidationError(f"elementwise {self.kernel!r}: {why}{at} (operation: {shown(self.source, 200)}). "
                                  f"Fix: {fix}.")
 
     def translate(self) -> None:
@@ -202,7 +202,7 @@ class _Translator:
         try:
             tree = ast.parse(text, mode="exec")
         except SyntaxError as e:
-            raise IRValidationError(f"elementwise {self.kernel!r}: the operation {text!r:.200} is not valid Python "
+            raise IRValidationError(f"elementwise {self.kernel!r}: the operation {shown(text, 200)} is not valid Python "
                                     f"syntax ({e.msg} at column {e.offset}). Fix: write an expression such as "
                                     "'a * x + y', or assignments 'out = ...; out2 = ...'.") from None
         except (RecursionError, MemoryError, ValueError) as e:
@@ -539,7 +539,7 @@ class Elementwise:
 
     def __init__(self, inputs, outputs, operation: Operation, name: str = "elementwise", *, workgroup: int = 256):
         if not isinstance(name, str) or not _IDENT.match(name) or keyword.iskeyword(name):
-            raise IRValidationError(f"elementwise: name={name!r:.60} is not an identifier (it names the kernel). "
+            raise IRValidationError(f"elementwise: name={shown(name, 60)} is not an identifier (it names the kernel). "
                                     "Fix: use letters, digits and _, e.g. name='saxpy'.")
         self.name = name
         if isinstance(workgroup, (bool, np.bool_)) or not isinstance(workgroup, (int, np.integer)) \
@@ -854,7 +854,7 @@ def _backend(backend, where: str) -> Backend:
         return get_backend(backend)
     if isinstance(backend, Backend):
         return backend
-    raise DispatchError(f"{where}: backend={backend!r:.60} is not a backend. Fix: pass a name ('cuda', 'reference'), "
+    raise DispatchError(f"{where}: backend={shown(backend, 60)} is not a backend. Fix: pass a name ('cuda', 'reference'), "
                         "a Backend from vyre_numba.get_backend(...), or None for the best one here.")
 
 

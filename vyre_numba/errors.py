@@ -96,3 +96,17 @@ def host_memory(what: str):
                                       "(np.unique(ids, return_inverse=True)), or split the input.") from None
         return call
     return wrap
+
+
+def shown(x, width: int = 60) -> str:
+    """repr(x) for an error message: about `width` characters at most, whatever `x` is (a list
+    nested 100,000 deep, a huge list, an object whose repr raises), never an exception itself."""
+    import reprlib
+
+    r = reprlib.Repr()
+    r.maxlevel, r.maxstring, r.maxother, r.maxlong = 3, width, width, width
+    try:
+        text = r.repr(x)
+    except Exception:  # a user's __repr__ that raises, or recurses without end
+        text = f"<a {type(x).__name__}>"
+    return text if len(text) <= width else text[:max(width - 3, 1)] + "..."

@@ -12,7 +12,7 @@ import numpy as np
 from . import display
 from .bindings import Binding, bind, check_config
 from .config import DispatchConfig
-from .errors import DispatchError
+from .errors import DispatchError, shown
 from .ir import Program
 
 
@@ -78,7 +78,7 @@ class RecordedGraph(abc.ABC):
     def _read_flag(read) -> bool:
         """`replay_resident`'s `read`, a bool (a string such as "no" is not read as True)."""
         if not isinstance(read, (bool, np.bool_)):
-            raise DispatchError(f"read={read!r:.60} is not a bool. Fix: pass read=True (read the outputs back) or "
+            raise DispatchError(f"read={shown(read, 60)} is not a bool. Fix: pass read=True (read the outputs back) or "
                                 "read=False (leave them on the device).")
         return bool(read)
 

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import BackendUnavailableError, DispatchError
+from ..errors import BackendUnavailableError, DispatchError, shown
 
 INSTALL = "Fix: pip install 'vyre-numba[dask]' (dask, distributed; dask-cuda for one worker per GPU)."
 
@@ -89,7 +89,7 @@ def backend_name(backend) -> str | None:
         return backend
     name = getattr(backend, "name", None)
     if not isinstance(name, str):
-        raise DispatchError(f"backend is {backend!r:.60} (a {type(backend).__name__}). Fix: pass 'cuda', 'reference', a Backend or None.")
+        raise DispatchError(f"backend is {shown(backend, 60)} (a {type(backend).__name__}). Fix: pass 'cuda', 'reference', a Backend or None.")
     return name
 
 

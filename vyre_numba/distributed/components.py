@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import DispatchError, host_memory
+from ..errors import DispatchError, host_memory, shown
 from . import cluster
 from .device import Ops, marked, moved_pairs, narrow, packed
 from .unionfind import merge
@@ -437,7 +437,7 @@ def connected_components(indptr=None, indices=None, *, client=None, edges=None, 
                             "array left on the workers).")
     gather = bool(gather)
     if not isinstance(stats, (bool, np.bool_)):
-        raise DispatchError(f"stats is {stats!r:.60}. Fix: pass True (labels and a DistributedStats) or False "
+        raise DispatchError(f"stats is {shown(stats, 60)}. Fix: pass True (labels and a DistributedStats) or False "
                             "(the labels alone).")
     stats = bool(stats)
     t0 = time.perf_counter()
@@ -629,13 +629,13 @@ def _frame_columns(names, columns) -> tuple:
     """`columns` as the DataFrame's own labels of two distinct columns (as pandas resolves them:
     'src' and np.str_('src') are one column), else a DispatchError."""
     if not (isinstance(columns, (tuple, list)) and len(columns) == 2):
-        raise DispatchError(f"columns is {columns!r:.80}. Fix: pass columns=(src, dst), the two column names.")
+        raise DispatchError(f"columns is {shown(columns, 80)}. Fix: pass columns=(src, dst), the two column names.")
     where = []
     for c in columns:
         try:
             loc = names.get_loc(c)
         except Exception:  # KeyError for a missing name, TypeError or InvalidIndexError for an unhashable one
-            raise DispatchError(f"the DataFrame has no column {c!r:.60}; its columns are {list(names)[:10]}. Fix: "
+            raise DispatchError(f"the DataFrame has no column {shown(c, 60)}; its columns are {list(names)[:10]}. Fix: "
                                 "pass columns=(src, dst) naming two of them.") from None
         if not isinstance(loc, (int, np.integer)):
             raise DispatchError(f"the DataFrame has more than one column named {c!r}. Fix: give the columns "

@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import display
 from ..backend import mixes_bools
-from ..errors import BackendUnavailableError, DispatchError, host_memory
+from ..errors import BackendUnavailableError, DispatchError, host_memory, shown
 from ..unique import count_distinct, index_of, unique, unique_rows
 from .signature import signature_heads
 
@@ -121,7 +121,7 @@ def _count(value, name: str, fix: str, *, lo: int = 1, hi: int | None = None) ->
     if isinstance(value, (bool, np.bool_)):
         raise DispatchError(f"{name} is {value!r}; a bool is not a count. Fix: {fix}")
     if not isinstance(value, (int, np.integer)) or value < lo or (hi is not None and value > hi):
-        raise DispatchError(f"{name} is {value!r:.60}. Fix: {fix}")
+        raise DispatchError(f"{name} is {shown(value, 60)}. Fix: {fix}")
     return int(value)
 
 
@@ -136,11 +136,11 @@ def _op_names(ops) -> list[str] | None:
     if ops is None:
         return None
     if not isinstance(ops, (list, tuple, np.ndarray)) or (isinstance(ops, np.ndarray) and ops.ndim != 1):
-        raise DispatchError(f"ops is {ops!r:.60}; it is a list of operator names, one per operator id. "
+        raise DispatchError(f"ops is {shown(ops, 60)}; it is a list of operator names, one per operator id. "
                             "Fix: pass e.g. ops=['Add', 'Mul'] (or None).")
     bad = next((o for o in ops if not isinstance(o, str)), None)
     if bad is not None:
-        raise DispatchError(f"ops holds {bad!r:.60} ({type(bad).__name__}); operator names are str. "
+        raise DispatchError(f"ops holds {shown(bad, 60)} ({type(bad).__name__}); operator names are str. "
                             "Fix: pass names, e.g. [str(o) for o in ops] if numbers are meant as names.")
     names = [str(o) for o in ops]
     if len(set(names)) != len(names):

@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import DispatchError
+from ..errors import DispatchError, shown
 from ..unique import unique
 
 
@@ -37,7 +37,7 @@ def rows_of_terms(terms: Sequence[Any]):
 
     def leaf_name(t) -> str:
         if isinstance(t, bool) or not isinstance(t, (str, int, float, np.integer, np.floating)):
-            raise DispatchError(f"a term is a {type(t).__name__} ({t!r:.60}). Fix: a term is a tuple (op, child, ...) "
+            raise DispatchError(f"a term is a {type(t).__name__} ({shown(t, 60)}). Fix: a term is a tuple (op, child, ...) "
                                 "with a str op, or a leaf str, int or float.")
         return str(t)
 
@@ -131,9 +131,9 @@ def rows_of_serialized(data: "str | dict"):
             raise DispatchError(f"node {nid!r} lacks 'op' or 'eclass'. Fix: every node needs op, children and eclass.")
         ch = nd.get("children", [])
         if not isinstance(nd["op"], str) or not isinstance(nd["eclass"], str):
-            raise _bad(f"node {nid!r} has op {nd['op']!r:.40} and eclass {nd['eclass']!r:.40}; both are strings")
+            raise _bad(f"node {nid!r} has op {shown(nd['op'], 40)} and eclass {shown(nd['eclass'], 40)}; both are strings")
         if not isinstance(ch, list) or not all(_node_id(c) for c in ch):
-            raise _bad(f"node {nid!r} has children {ch!r:.60}, not a list of node ids")
+            raise _bad(f"node {nid!r} has children {shown(ch, 60)}, not a list of node ids")
         op_of.append(_op_id(ops, nd["op"]))
         cls_of.append(classes.setdefault(nd["eclass"], len(classes)))
         missing = [c for c in ch if c not in where]

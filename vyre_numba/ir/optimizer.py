@@ -27,7 +27,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..errors import CompileError, IRValidationError
+from ..errors import CompileError, IRValidationError, shown
 from . import nodes as n
 from . import ops
 from .program import Program, walk
@@ -49,12 +49,12 @@ def optimize(program: Program, passes: Sequence[str] | None = None) -> Program:
     check(program)
     passes = DEFAULT if passes is None else passes
     if not isinstance(passes, (list, tuple)):  # a set or dict has no order, and passes run in order
-        raise IRValidationError(f"passes={passes!r:.60} is not a list of pass names. Fix: pass e.g. "
+        raise IRValidationError(f"passes={shown(passes, 60)} is not a list of pass names. Fix: pass e.g. "
                                 f"passes=['fold', 'dce'] (names: {', '.join(PASSES)}), or None for the default.")
     passes = tuple(passes)
     for p in passes:
         if not isinstance(p, str) or p not in PASSES:
-            raise IRValidationError(f"unknown optimization pass {p!r:.60}. Fix: use names from {', '.join(PASSES)}.")
+            raise IRValidationError(f"unknown optimization pass {shown(p, 60)}. Fix: use names from {', '.join(PASSES)}.")
     ctx = _Context(program)
     entry = program.entry
     for p in passes:

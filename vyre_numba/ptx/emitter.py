@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from .. import ir
 from .. import display
 from ..display import PTX
-from ..errors import UnsupportedError
+from ..errors import UnsupportedError, shown
 from ..ir import DataType as D
 from ..ir import nodes as n
 from ..ir.program import Access, BufferDecl, Program, walk
@@ -115,9 +115,9 @@ def _checked_workgroup(workgroup):
         return workgroup
     fix = "Fix: pass None (the program's workgroup), 'auto', or three ints such as (256, 1, 1)."
     if isinstance(workgroup, (str, bytes, set, frozenset, dict)) or not isinstance(workgroup, (tuple, list)):
-        raise UnsupportedError(f"workgroup={workgroup!r:.60} is not a workgroup shape. {fix}")
+        raise UnsupportedError(f"workgroup={shown(workgroup, 60)} is not a workgroup shape. {fix}")
     if len(workgroup) != 3 or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in workgroup):
-        raise UnsupportedError(f"workgroup={workgroup!r:.60} is not three ints. {fix}")
+        raise UnsupportedError(f"workgroup={shown(workgroup, 60)} is not three ints. {fix}")
     wg = tuple(int(v) for v in workgroup)
     if min(wg) < 1:
         raise UnsupportedError(f"workgroup={wg} has an axis below 1. {fix}")
@@ -835,7 +835,7 @@ def emit(program: Program, *, sm: int = 90, workgroup: tuple[int, int, int] | st
     workgroup = _checked_workgroup(workgroup)
     for name, flag in (("cooperative", cooperative), ("optimize", optimize)):
         if not isinstance(flag, bool):
-            raise UnsupportedError(f"{name}={flag!r:.60} is not a bool. Fix: pass True or False.")
+            raise UnsupportedError(f"{name}={shown(flag, 60)} is not a bool. Fix: pass True or False.")
     if sm not in PTX_VERSION:
         known = ", ".join(str(s) for s in PTX_VERSION)
         raise UnsupportedError(f"sm_{sm} is not a target the PTX emitter knows (known: {known}). "

@@ -19,7 +19,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from ..backend import host_array
-from ..errors import BackendUnavailableError, CapacityError, DeviceError, DispatchError
+from ..errors import BackendUnavailableError, CapacityError, DeviceError, DispatchError, shown
 
 __all__ = ["WorkQueue", "QueueModel"]
 
@@ -71,12 +71,12 @@ def _dtype(dtype) -> np.dtype:
     try:
         dt = None if dtype is None else np.dtype(dtype)
     except (TypeError, ValueError) as e:
-        raise DispatchError(f"dtype={dtype!r:.60} is not a NumPy type ({e}). Fix: pass e.g. np.int32.") from None
+        raise DispatchError(f"dtype={shown(dtype, 60)} is not a NumPy type ({e}). Fix: pass e.g. np.int32.") from None
     def number(t: np.dtype) -> bool:
         return t.kind in "iuf" and t.itemsize <= 8
     if dt is None or not (number(dt) if dt.fields is None else
                           dt.itemsize and all(number(f[0]) for f in dt.fields.values())):
-        raise DispatchError(f"dtype={dtype!r:.60} cannot be queued. Fix: pass a number type of at most 64 bits (e.g. "
+        raise DispatchError(f"dtype={shown(dtype, 60)} cannot be queued. Fix: pass a number type of at most 64 bits (e.g. "
                             "np.int32) or a record dtype whose fields are such numbers.")
     return dt
 
@@ -264,7 +264,7 @@ class WorkQueue:
             raise DispatchError(f"args is a {type(args).__name__}, not a tuple. Fix: pass the step's extra "
                                 "arguments as a tuple, e.g. (labels,).")
         if isinstance(block, (bool, np.bool_)) or not isinstance(block, (int, np.integer)) or not 1 <= block <= 1024:
-            raise DispatchError(f"block={block!r:.60} is not a block size. Fix: pass threads a block, an int from 1 "
+            raise DispatchError(f"block={shown(block, 60)} is not a block size. Fix: pass threads a block, an int from 1 "
                                 "to 1024 (256 is a good default).")
         from . import device
 

@@ -127,3 +127,35 @@ def test_get_backend_raises_only_vyre_errors():
         if name is None:
             continue
         assert_only_vyre_errors(vn.get_backend, name)
+
+
+class _ReprRaises:
+    def __repr__(self):
+        raise ValueError("a repr that fails")
+
+
+def _nested(depth: int) -> list:
+    x: list = []
+    for _ in range(depth):
+        x = [x]
+    return x
+
+
+@pytest.mark.parametrize("value", [_nested(100_000), _ReprRaises(), list(range(1_000_000)), "x" * 10_000])
+def test_any_value_in_a_message_is_shown_short_and_never_raises(value):
+    """A wrong argument of any shape (nested past the recursion limit, huge, with a failing repr)
+    gives a VyreError with a short message, not a RecursionError or the repr's own error."""
+    from vyre_numba import fixpoint
+    from vyre_numba.egraph import EGraph, workload
+    from vyre_numba.errors import VyreError, shown
+    from vyre_numba.graph import bfs
+
+    assert len(shown(value)) <= 80
+    g = EGraph.from_arrays([0, 1], [0, 1], [0, 0, 0], [], backend="reference")
+    for call in (lambda: g.rebuild(max_rounds=value), lambda: g.rebuild(progress=value),
+                 lambda: workload.arithmetic(value), lambda: bfs([0, 1, 1], [0], 0, symmetric=value),
+                 lambda: fixpoint.run(lambda i, a: 0, 1, [np.zeros(1)], max_rounds=value, backend="reference"),
+                 lambda: vn.DispatchConfig(fixpoint_iterations=value)):
+        with pytest.raises(VyreError) as e:
+            call()
+        assert "Fix:" in str(e.value) and len(str(e.value)) < 1000

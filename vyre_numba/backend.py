@@ -186,21 +186,22 @@ class Backend(abc.ABC):
             raise DispatchError(f"allocate: the buffer name {shown(name, 60)} is not a str. Fix: pass one of "
                                 f"{[b.name for b in program.buffers]}.")
         if n is not None and (isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer))):
-            raise DispatchError(f"allocate({name!r}, n={shown(n, 60)}): n is not an int. Fix: pass a number of elements.")
+            raise DispatchError(f"allocate({shown(name)}, n={shown(n, 60)}): n is not an int. Fix: pass a number of "
+                                "elements.")
         try:
             decl = program.buffer(name)
         except KeyError:
-            raise DispatchError(f"{program.name!r} has no buffer {name!r} (buffers: "
+            raise DispatchError(f"{program.name!r} has no buffer {shown(name)} (buffers: "
                                 f"{[b.name for b in program.buffers]}). Fix: use one of those names.") from None
         if decl.is_shared:
-            raise DispatchError(f"{name!r} is a workgroup buffer; it lives in shared memory during a launch. "
+            raise DispatchError(f"{shown(name)} is a workgroup buffer; it lives in shared memory during a launch. "
                                 "Fix: allocate only bound (non-workgroup) buffers.")
         count = decl.count if n is None else n
         if not isinstance(count, (int, np.integer)) or count < 0 or (n is None and not decl.count):
-            raise DispatchError(f"allocate({name!r}) needs an element count: the buffer is declared with "
+            raise DispatchError(f"allocate({shown(name)}) needs an element count: the buffer is declared with "
                                 f"count={decl.count}. Fix: pass n=number of elements.")
         if decl.count and count < decl.count:
-            raise DispatchError(f"allocate({name!r}, {count}) is smaller than the declared {decl.count} elements. "
+            raise DispatchError(f"allocate({shown(name)}, {count}) is smaller than the declared {decl.count} elements. "
                                 f"Fix: allocate at least {decl.count}.")
         return self.empty(int(count), decl.dtype.storage)
 
@@ -231,7 +232,7 @@ class Backend(abc.ABC):
         in the buffers read back, and in every buffer except the scratch ones (written only inside
         one fused kernel and not in `read`), whose contents it leaves unspecified."""
         if not isinstance(fuse, (bool, np.bool_)):
-            raise DispatchError(f"fuse={fuse!r} is not a bool. Fix: pass fuse=True or fuse=False.")
+            raise DispatchError(f"fuse={shown(fuse)} is not a bool. Fix: pass fuse=True or fuse=False.")
         if fuse:
             reads = [_read(r) for r in _iterable(read, "read")]
             plan = self.fuse(list(_iterable(steps, "steps")), reads)
@@ -339,7 +340,7 @@ class Backend(abc.ABC):
         """`prefix` once, then `body` `repeat` times, then the reads. The steps are generated one
         at a time, so `repeat` costs no memory. `progress` as in `dispatch_sequence`."""
         if isinstance(repeat, (bool, np.bool_)) or not isinstance(repeat, (int, np.integer)) or repeat < 0:
-            raise DispatchError(f"repeat={repeat!r} is not a non-negative int. Fix: pass 0 or more "
+            raise DispatchError(f"repeat={shown(repeat)} is not a non-negative int. Fix: pass 0 or more "
                                 "(a Python or NumPy integer).")
         body = [as_step(s) for s in _iterable(body, "body")]
         steps: Iterator = itertools.chain(_iterable(prefix, "prefix"),
@@ -495,8 +496,8 @@ def _read(r) -> tuple:
     for what, x in (("offset", off), ("count", cnt)):
         if (x is not None or what == "offset") and (isinstance(x, (bool, np.bool_))
                                                     or not isinstance(x, (int, np.integer))):
-            raise DispatchError(f"read entry: {what}={shown(x, 60)} is not an int. Fix: pass element offsets and counts "
-                                "as ints (count None for the rest of the buffer).")
+            raise DispatchError(f"read entry: {what}={shown(x, 60)} is not an int. Fix: pass element offsets and "
+                                "counts as ints (count None for the rest of the buffer).")
     if not (isinstance(buf, np.ndarray) or hasattr(buf, "__cuda_array_interface__")):
         raise DispatchError(f"read entry: the buffer is a {type(buf).__name__}, not a resident buffer; nothing ran. "
                             "Fix: name a buffer the steps use, as backend.upload or backend.empty returned it.")

@@ -8,7 +8,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .config import DispatchConfig
-from .errors import DispatchError, LaunchError
+from .errors import DispatchError, LaunchError, shown
 from .ir import BufferDecl, DataType, Program, bf16_bits_to_f32, check, f32_to_bf16_bits
 from .ir.program import Role
 
@@ -369,7 +369,7 @@ def _output_counts(program: Program, arrays: Mapping[str, np.ndarray], sizes, wh
             size = sizes[b.name]
             if (isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)) or not 0 <= size < 2**32
                     or (b.count and size != b.count)):
-                raise DispatchError(f"{where}: sizes[{b.name!r}]={size!r} is not a valid element count"
+                raise DispatchError(f"{where}: sizes[{b.name!r}]={shown(size)} is not a valid element count"
                                     f"{f' (declared {b.count})' if b.count else ''}. Fix: pass an int from 0 to "
                                     "2**32 - 1 (lengths are u32).")
         elif b.count:

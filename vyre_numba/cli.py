@@ -31,7 +31,7 @@ import numpy as np
 
 from . import ir
 from .config import MAX_AXIS, DispatchConfig
-from .errors import VyreError
+from .errors import VyreError, shown
 from .registry import available_backends, get_backend, unavailable_reason
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -81,9 +81,9 @@ def _load_program(path: str) -> ir.Program:
         text = Path(path).read_bytes().decode("utf-8")
     except (OSError, ValueError) as e:
         if isinstance(e, UnicodeDecodeError):
-            raise UsageError(f"program {path!r} is not UTF-8 text (byte {e.start}). "
+            raise UsageError(f"program {shown(path)} is not UTF-8 text (byte {e.start}). "
                              "Fix: pass the path of a file written by Program.to_json().") from e
-        raise UsageError(f"cannot read program {path!r}: {getattr(e, 'strerror', None) or e}. "
+        raise UsageError(f"cannot read program {shown(path)}: {getattr(e, 'strerror', None) or e}. "
                          "Fix: pass the path of a file written by Program.to_json().") from e
     return ir.check(ir.Program.from_json(text))
 
@@ -103,9 +103,9 @@ def _parse_input_args(items: Iterable[str] | None) -> dict[str, str]:
     for item in items or ():
         name, sep, file = item.partition("=")
         if not sep or not name or not file:
-            raise UsageError(f"--input {item!r} is not NAME=FILE.npy. Fix: write e.g. --input a=a.npy.")
+            raise UsageError(f"--input {shown(item)} is not NAME=FILE.npy. Fix: write e.g. --input a=a.npy.")
         if name in pairs:
-            raise UsageError(f"--input {name!r} is given twice ({pairs[name]!r} and {file!r}). "
+            raise UsageError(f"--input {shown(name)} is given twice ({pairs[name]!r} and {shown(file)}). "
                              f"Fix: pass --input {name}=FILE once.")
         pairs[name] = file
     return pairs
@@ -137,17 +137,17 @@ def _load_input(name: str, file: str) -> np.ndarray:
     try:
         st = path.stat()
     except (OSError, ValueError) as e:
-        raise UsageError(f"cannot load {file!r} for input {name!r}: {getattr(e, 'strerror', None) or e}. "
+        raise UsageError(f"cannot load {shown(file)} for input {shown(name)}: {getattr(e, 'strerror', None) or e}. "
                          "Fix: pass the path of an existing, readable .npy file.") from e
     if not stat.S_ISREG(st.st_mode):
-        raise UsageError(f"cannot load {file!r} for input {name!r}: not a regular file. "
+        raise UsageError(f"cannot load {shown(file)} for input {shown(name)}: not a regular file. "
                          "Fix: pass the path of a .npy file saved with numpy.save.")
     if path.suffix.lower() == ".npz":
         raise _npz_error(name, file)
     try:
         value = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-        raise UsageError(f"cannot load {file!r} for input {name!r}: not a .npy array ({_one_line(e)}). "
+        raise UsageError(f"cannot load {shown(file)} for input {shown(name)}: not a .npy array ({_one_line(e)}). "
                          "Fix: pass a .npy file saved with numpy.save (object arrays are not accepted).") from e
     if not isinstance(value, np.ndarray):  # np.load opens any zip as an archive, whatever its name
         close = getattr(value, "close", None)

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import DispatchError
+from .errors import DispatchError, shown
 
 # Invocation ids are u32 in the IR, so no axis can usefully exceed this.
 MAX_AXIS = 2**32 - 1
@@ -28,15 +28,15 @@ def _dims(value: object, what: str, low: int) -> tuple[int, int, int] | None:
         axes = ()
     lowest = "non-negative" if low == 0 else "positive"
     if not 1 <= len(axes) <= 3 or not all(_is_int(v) for v in axes):
-        raise DispatchError(f"{what}={value!r} is not an int or a tuple of 1 to 3 {lowest} ints "
+        raise DispatchError(f"{what}={shown(value)} is not an int or a tuple of 1 to 3 {lowest} ints "
                             f"(bool, float and str are refused). Fix: pass e.g. {what}=64 or {what}=(8, 8).")
     dims = tuple(int(v) for v in axes)
     if any(d < 0 for d in dims):
-        raise DispatchError(f"{what}={value!r} has a negative axis. Fix: pass {lowest} ints, e.g. {what}=(8, 8).")
+        raise DispatchError(f"{what}={shown(value)} has a negative axis. Fix: pass {lowest} ints, e.g. {what}=(8, 8).")
     if any(d < low for d in dims):
-        raise DispatchError(f"{what}={value!r} has an empty axis. Fix: every axis needs >= {low} thread.")
+        raise DispatchError(f"{what}={shown(value)} has an empty axis. Fix: every axis needs >= {low} thread.")
     if any(d > MAX_AXIS for d in dims):
-        raise DispatchError(f"{what}={value!r} has an axis over 2**32 - 1 (invocation ids are u32). "
+        raise DispatchError(f"{what}={shown(value)} has an axis over 2**32 - 1 (invocation ids are u32). "
                             f"Fix: split the work into several dispatches.")
     return dims + (1,) * (3 - len(dims))
 
@@ -79,14 +79,15 @@ class DispatchConfig:
         wg = self.workgroup
         if isinstance(wg, str):
             if wg not in ("auto", "tune"):
-                raise DispatchError(f"workgroup={wg!r} is not 'auto', 'tune' or ints. Fix: pass workgroup='auto', "
+                raise DispatchError(f"workgroup={shown(wg)} is not 'auto', 'tune' or ints. Fix: pass workgroup='auto', "
                                     "'tune', an int such as 256, or a tuple such as (8, 8).")
             object.__setattr__(self, "workgroup", str(wg))
         else:
             object.__setattr__(self, "workgroup", _dims(wg, "workgroup", 1))
         it = self.fixpoint_iterations
         if not _is_int(it) or it < 1:
-            raise DispatchError(f"fixpoint_iterations={it!r} is not a positive int. Fix: pass an int of 1 or more.")
+            raise DispatchError(f"fixpoint_iterations={shown(it)} is not a positive int. Fix: pass an int of 1 or "
+                                "more.")
         if it > 2**31 - 1:
             raise DispatchError(f"fixpoint_iterations={it} is more than 2**31 - 1. Fix: pass a smaller count (a "
                                 "program that runs until nothing changes belongs in vyre_numba.fixpoint.run, "
@@ -94,11 +95,12 @@ class DispatchConfig:
         object.__setattr__(self, "fixpoint_iterations", int(it))
         co = self.cooperative
         if not isinstance(co, (bool, np.bool_)):
-            raise DispatchError(f"cooperative={co!r} is not a bool. Fix: pass cooperative=True or cooperative=False.")
+            raise DispatchError(f"cooperative={shown(co)} is not a bool. Fix: pass cooperative=True or "
+                                "cooperative=False.")
         object.__setattr__(self, "cooperative", bool(co))
         label = self.label
         if label is not None and (not isinstance(label, str) or not label.strip()):
-            raise DispatchError(f"label={label!r} is not a non-blank str. "
+            raise DispatchError(f"label={shown(label)} is not a non-blank str. "
                                 "Fix: pass a name such as label='step1', or leave label=None.")
         if label is not None:
             object.__setattr__(self, "label", str(label))

@@ -51,7 +51,7 @@ def _count(n: Any, what: str, where: str = "table", least: int = 0) -> int:
     except TypeError:
         k = least - 1
     if k < least:
-        raise DispatchError(f"{where}: {what}={n!r}. Fix: pass an int of at least {least}.")
+        raise DispatchError(f"{where}: {what}={shown(n)}. Fix: pass an int of at least {least}.")
     return k
 
 
@@ -114,7 +114,7 @@ def highlighted(text: str, language: str, *, limit: int = MAX_LINES) -> Html:
     """`text` as highlighted HTML (Pygments' lexer for `language`), or as plain escaped text
     where Pygments is missing; at most `limit` lines, then a note."""
     if not isinstance(text, str) or not isinstance(language, str):
-        raise DispatchError(f"highlighted({type(text).__name__}, {language!r}): the text and the language name "
+        raise DispatchError(f"highlighted({type(text).__name__}, {shown(language)}): the text and the language name "
                             "must be str. Fix: pass str(text) and a Pygments language name such as 'python'.")
     limit = _count(limit, "limit", "highlighted", least=1)
     lines = text.split("\n", limit)
@@ -133,7 +133,7 @@ def highlighted(text: str, language: str, *, limit: int = MAX_LINES) -> Html:
     try:
         lexer = get_lexer_by_name(language)
     except ClassNotFound:
-        raise DispatchError(f"highlighted: Pygments has no lexer named {language!r}. Fix: pass one of the names "
+        raise DispatchError(f"highlighted: Pygments has no lexer named {shown(language)}. Fix: pass one of the names "
                             "`pygments.lexers.get_all_lexers()` lists, such as 'python' or 'text'.") from None
     body = highlight(text, lexer, HtmlFormatter(noclasses=True, nobackground=True))
     return Html(body + note)

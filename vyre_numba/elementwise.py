@@ -146,31 +146,31 @@ def _params(spec, what: str, kernel: str) -> list[tuple[str, DataType]]:
             if len(words) != 2:
                 extra = (" ('raw' and other CuPy modifiers are not supported: every parameter is elementwise or a "
                          "scalar)" if words and words[0] == "raw" else "")
-                raise IRValidationError(f"{where}: {p!r} is not 'type name'{extra}. Fix: declare each parameter as "
-                                        "its vyre type then its name, e.g. 'f32 a, i32 n'.")
+                raise IRValidationError(f"{where}: {shown(p)} is not 'type name'{extra}. Fix: declare each parameter "
+                                        "as its vyre type then its name, e.g. 'f32 a, i32 n'.")
             items.append((words[1], words[0]))
     out: list[tuple[str, DataType]] = []
     for name, t in items:
         if not isinstance(name, str) or not _IDENT.match(name) or keyword.iskeyword(name):
-            raise IRValidationError(f"{where}: {name!r} is not a usable parameter name. Fix: use an identifier "
+            raise IRValidationError(f"{where}: {shown(name)} is not a usable parameter name. Fix: use an identifier "
                                     "(letters, digits and _, not a Python keyword).")
         if name in FUNCTIONS or name in ("True", "False", "None"):
-            raise IRValidationError(f"{where}: the parameter {name!r} would hide the function or constant of that "
+            raise IRValidationError(f"{where}: the parameter {shown(name)} would hide the function or constant of that "
                                     "name in the operation. Fix: rename the parameter.")
         try:
             dt = DataType.parse(t)
         except IRValidationError:
             generic = isinstance(t, str) and len(t) <= 2 and t[:1].isupper()
             raise IRValidationError(
-                f"{where}: {name!r} has the type {t!r}, which is not a vyre type"
+                f"{where}: {shown(name)} has the type {shown(t)}, which is not a vyre type"
                 f"{' (generic types such as T are not supported)' if generic else ''}. Fix: declare one of "
                 f"{', '.join(d.value for d in DataType)} (or a NumPy name such as float32).") from None
         out.append((name, dt))
     seen: set[str] = set()
     for name, _ in out:
         if name in seen:
-            raise IRValidationError(f"{where}: the parameter {name!r} is declared twice. Fix: give every parameter "
-                                    "its own name.")
+            raise IRValidationError(f"{where}: the parameter {shown(name)} is declared twice. Fix: give every "
+                                    "parameter its own name.")
         seen.add(name)
     return out
 
@@ -202,8 +202,8 @@ class _Translator:
         try:
             tree = ast.parse(text, mode="exec")
         except SyntaxError as e:
-            raise IRValidationError(f"elementwise {self.kernel!r}: the operation {shown(text, 200)} is not valid Python "
-                                    f"syntax ({e.msg} at column {e.offset}). Fix: write an expression such as "
+            raise IRValidationError(f"elementwise {self.kernel!r}: the operation {shown(text, 200)} is not valid "
+                                    f"Python syntax ({e.msg} at column {e.offset}). Fix: write an expression such as "
                                     "'a * x + y', or assignments 'out = ...; out2 = ...'.") from None
         except (RecursionError, MemoryError, ValueError) as e:
             raise IRValidationError(f"elementwise {self.kernel!r}: the operation could not be parsed "
@@ -235,7 +235,7 @@ class _Translator:
             elif isinstance(st, ast.AugAssign) and isinstance(st.target, ast.Name) and type(st.op) in _BINOPS:
                 target = st.target.id
                 if target not in assigned:
-                    raise self.fail(st, f"{target!r} is updated before it is assigned",
+                    raise self.fail(st, f"{shown(target)} is updated before it is assigned",
                                     f"assign it first: '{target} = ...'" if target not in self.env else
                                     "inputs are read-only: assign a new name (an output or a temporary)")
                 value = _BINOPS[type(st.op)](self.env[target], self.expr(st.value))
@@ -246,10 +246,10 @@ class _Translator:
                 raise self.fail(st, f"{type(st).__name__} statements are not supported",
                                 "write 'name = expression' statements separated by ';' or new lines")
             if target in self.inputs:
-                raise self.fail(st, f"the input {target!r} is assigned; inputs are read-only",
+                raise self.fail(st, f"the input {shown(target)} is assigned; inputs are read-only",
                                 "assign a new name: an output, or a temporary")
             if target in FUNCTIONS:
-                raise self.fail(st, f"{target!r} is the name of a function", "use another temporary name")
+                raise self.fail(st, f"{shown(target)} is the name of a function", "use another temporary name")
             var = assigned.get(target)
             if var is None:
                 var = assigned[target] = ("o_" if target in self.outputs else "t_") + target
@@ -276,7 +276,8 @@ class _Translator:
             case ast.Constant(value=v):
                 if isinstance(v, bool) or (isinstance(v, (int, float)) and not isinstance(v, complex)):
                     return ir.lit(v)
-                raise self.fail(node, f"the constant {v!r} is not a number", "use int, float, True or False literals")
+                raise self.fail(node, f"the constant {shown(v)} is not a number", "use int, float, True or False "
+                                                                                  "literals")
             case ast.BinOp(op=op, left=a, right=b):
                 folded = _int_constant(node)
                 if folded is not None:  # exact, so a constant past the type is refused as its literal is
@@ -338,15 +339,15 @@ class _Translator:
         if hit is not None:
             return hit
         if name in FUNCTIONS:
-            raise self.fail(node, f"the function {name!r} is used without a call", f"call it: {name}(...)")
+            raise self.fail(node, f"the function {shown(name)} is used without a call", f"call it: {name}(...)")
         if name in self.outputs:
-            raise self.fail(node, f"the output {name!r} is read before it is assigned",
+            raise self.fail(node, f"the output {shown(name)} is read before it is assigned",
                             f"assign it first ('{name} = ...'); outputs start with no value")
         known = sorted(self.env)
         close = difflib.get_close_matches(name, known + list(FUNCTIONS), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise self.fail(node, f"the name {name!r} is not an input or an assigned name{hint}",
-                        f"use the inputs {self.inputs} or names assigned before, or declare {name!r} as an input")
+        raise self.fail(node, f"the name {shown(name)} is not an input or an assigned name{hint}",
+                        f"use the inputs {self.inputs} or names assigned before, or declare {shown(name)} as an input")
 
     def power(self, node: ast.AST, base: ast.AST, exponent: ast.AST) -> ir.Expr:
         k = exponent.value if isinstance(exponent, ast.Constant) else None
@@ -400,10 +401,10 @@ class _Translator:
                 out = _VARIADIC[fname](out, self.expr(a))
             return out
         if fname in self.env:
-            raise self.fail(node, f"{fname!r} is a value, not a function", "remove the call parentheses")
+            raise self.fail(node, f"{shown(fname)} is a value, not a function", "remove the call parentheses")
         close = difflib.get_close_matches(fname, FUNCTIONS, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise self.fail(node, f"{fname!r} is not a function an elementwise operation may call{hint}",
+        raise self.fail(node, f"{shown(fname)} is not a function an elementwise operation may call{hint}",
                         f"use one of {', '.join(FUNCTIONS)}")
 
     def arity(self, node: ast.AST, fname: str, args: list, n: int) -> None:
@@ -464,7 +465,8 @@ def _classify(name: str, x, where: str) -> _Arg:
     if isinstance(x, (bool, int, float, np.generic)) and not isinstance(x, (complex, np.complexfloating)):
         return _Arg(name, None, True, None, x)
     if isinstance(x, np.ma.MaskedArray):
-        raise DispatchError(f"{where}: {name!r} is a masked array; its mask would be lost. Fix: pass x.filled(value).")
+        raise DispatchError(f"{where}: {shown(name)} is a masked array; its mask would be lost. Fix: pass "
+                            "x.filled(value).")
     if isinstance(x, np.ndarray):
         if x.ndim == 0:
             return _Arg(name, None, True, None, x)
@@ -475,8 +477,8 @@ def _classify(name: str, x, where: str) -> _Arg:
         if t.is_cuda:
             return _Arg(name, "torch", t.dim() == 0, tuple(t.shape), t)
         if t.device.type != "cpu":
-            raise DispatchError(f"{where}: {name!r} is a PyTorch tensor on {t.device}. Fix: move it to the CPU or a "
-                                "CUDA device (x.cpu() / x.cuda()).")
+            raise DispatchError(f"{where}: {shown(name)} is a PyTorch tensor on {t.device}. Fix: move it to the CPU "
+                                "or a CUDA device (x.cpu() / x.cuda()).")
         host = t.numpy()
         return _Arg(name, None, True, None, host) if host.ndim == 0 else _Arg(name, "torch_cpu", False, host.shape,
                                                                               host)
@@ -485,10 +487,10 @@ def _classify(name: str, x, where: str) -> _Arg:
         shape = tuple(int(d) for d in (x.shape if hasattr(x, "shape") else x.__cuda_array_interface__["shape"]))
         return _Arg(name, kind, len(shape) == 0, shape, x)
     if isinstance(x, (list, tuple)):
-        raise DispatchError(f"{where}: {name!r} is a {type(x).__name__}, not an array. Fix: pass "
+        raise DispatchError(f"{where}: {shown(name)} is a {type(x).__name__}, not an array. Fix: pass "
                             "np.asarray(x, dtype=...) with the declared type's dtype.")
-    raise DispatchError(f"{where}: {name!r} is a {type(x).__name__}, which is neither a number nor an array. Fix: pass "
-                        "a Python/NumPy scalar, a NumPy array or a CUDA array (numba, CuPy, PyTorch).")
+    raise DispatchError(f"{where}: {shown(name)} is a {type(x).__name__}, which is neither a number nor an array. "
+                        "Fix: pass a Python/NumPy scalar, a NumPy array or a CUDA array (numba, CuPy, PyTorch).")
 
 
 def _dlpack_on_cuda(x) -> bool:
@@ -544,19 +546,19 @@ class Elementwise:
         self.name = name
         if isinstance(workgroup, (bool, np.bool_)) or not isinstance(workgroup, (int, np.integer)) \
                 or not 1 <= workgroup <= 1024:
-            raise IRValidationError(f"elementwise {name!r}: workgroup={workgroup!r} is not an int from 1 to 1024. "
-                                    "Fix: pass e.g. workgroup=256.")
+            raise IRValidationError(f"elementwise {shown(name)}: workgroup={shown(workgroup)} is not an int from 1 to "
+                                    "1024. Fix: pass e.g. workgroup=256.")
         self.workgroup = int(workgroup)
         self.inputs = _params(inputs, "inputs", name)
         self.outputs = _params(outputs, "outputs", name)
         if not self.outputs:
-            raise IRValidationError(f"elementwise {name!r}: no outputs are declared. Fix: declare at least one, "
+            raise IRValidationError(f"elementwise {shown(name)}: no outputs are declared. Fix: declare at least one, "
                                     "e.g. 'f32 out'.")
         both = sorted({n for n, _ in self.inputs} & {n for n, _ in self.outputs})
         if both:
-            raise IRValidationError(f"elementwise {name!r}: {both} are declared as both inputs and outputs. Fix: give "
-                                    "the outputs their own names (outputs are written, never read; for an update in "
-                                    "place assign the result: y[...] = k(a, x, y)).")
+            raise IRValidationError(f"elementwise {shown(name)}: {both} are declared as both inputs and outputs. Fix: "
+                                    "give the outputs their own names (outputs are written, never read; for an update "
+                                    "in place assign the result: y[...] = k(a, x, y)).")
         self.operation = operation
         self._in_names = [n for n, _ in self.inputs]
         self._out_names = [n for n, _ in self.outputs]
@@ -608,7 +610,7 @@ class Elementwise:
             try:
                 stmts.append(ir.store(name, ir.var(_INDEX), v))
             except IRValidationError as e:
-                raise IRValidationError(f"elementwise {self.name!r}: the value for output {name!r} is not an IR "
+                raise IRValidationError(f"elementwise {self.name!r}: the value for output {shown(name)} is not an IR "
                                         f"expression: {e}") from None
             texts.append(f"{name} = {stmts[-1].value}")
         return stmts, texts
@@ -673,9 +675,9 @@ class Elementwise:
         for k, v in named.items():
             if k not in names:
                 hint = " (outputs go in out=)" if k in self._out_names else ""
-                raise DispatchError(f"{where}: {k!r} is not an input{hint}. Fix: name one of {names}.")
+                raise DispatchError(f"{where}: {shown(k)} is not an input{hint}. Fix: name one of {names}.")
             if k in values:
-                raise DispatchError(f"{where}: {k!r} is given twice (by position and by name). Fix: give it once.")
+                raise DispatchError(f"{where}: {shown(k)} is given twice (by position and by name). Fix: give it once.")
             values[k] = v
         missing = [n for n in names if n not in values]
         if missing:
@@ -740,11 +742,11 @@ class Elementwise:
         for (name, dt), o in zip(self.outputs, given):
             a = _classify(name, o, where + " out=")
             if a.kind is None:
-                raise DispatchError(f"{where}: out= for {name!r} is a scalar or 0-d array, not an array to write. "
+                raise DispatchError(f"{where}: out= for {shown(name)} is a scalar or 0-d array, not an array to write. "
                                     "Fix: pass an array of the inputs' shape (np.empty(shape, dtype)), or leave out= "
                                     "out.")
             if a.kind == "numpy" and not o.flags.writeable:
-                raise DispatchError(f"{where}: out= for {name!r} is read-only. Fix: pass a writeable array.")
+                raise DispatchError(f"{where}: out= for {shown(name)} is read-only. Fix: pass a writeable array.")
             a.scalar = False
             args.append(a)
         return args
@@ -761,9 +763,9 @@ class Elementwise:
             return as_host_array(decl, a.value, where)
         except DispatchError:
             v = a.value.item() if isinstance(a.value, (np.ndarray, np.generic)) else a.value
-            raise DispatchError(f"{where}: the scalar {a.name!r} = {v!r} is not exactly a {dt} value. Fix: pass "
-                                f"np.{dt.storage}({v!r}) to round it explicitly, or declare {a.name!r} with a type "
-                                "that holds it.") from None
+            raise DispatchError(f"{where}: the scalar {a.name!r} = {shown(v)} is not exactly a {dt} value. Fix: pass "
+                                f"np.{dt.storage}({shown(v)}) to round it explicitly, or declare {a.name!r} with a "
+                                "type that holds it.") from None
 
     def _run_host(self, be: Backend, program: ir.Program, ins: list[_Arg], outs: list[_Arg], shape: tuple, n: int,
                   where: str) -> list[np.ndarray]:
@@ -854,8 +856,8 @@ def _backend(backend, where: str) -> Backend:
         return get_backend(backend)
     if isinstance(backend, Backend):
         return backend
-    raise DispatchError(f"{where}: backend={shown(backend, 60)} is not a backend. Fix: pass a name ('cuda', 'reference'), "
-                        "a Backend from vyre_numba.get_backend(...), or None for the best one here.")
+    raise DispatchError(f"{where}: backend={shown(backend, 60)} is not a backend. Fix: pass a name ('cuda', "
+                        "'reference'), a Backend from vyre_numba.get_backend(...), or None for the best one here.")
 
 
 def _allocate(be: Backend, kind: str, shape: tuple, n: int, dt: DataType, ins: list[_Arg], where: str):

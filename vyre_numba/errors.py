@@ -98,7 +98,7 @@ def host_memory(what: str):
     return wrap
 
 
-def shown(x, width: int = 60) -> str:
+def shown(x, width: int = 80) -> str:
     """repr(x) for an error message: about `width` characters at most, whatever `x` is (a list
     nested 100,000 deep, a huge list, an object whose repr raises), never an exception itself."""
     import reprlib

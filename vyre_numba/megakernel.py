@@ -15,7 +15,7 @@ import numpy as np
 from . import display
 from .backend import Step, _elements, _iterable, _overlap, _read, _shape, _storage, as_step
 from .config import DispatchConfig
-from .errors import DispatchError, VyreError
+from .errors import DispatchError, VyreError, shown
 from .ir import Program
 from .ir import nodes as n
 from .ir.program import Access, BufferDecl, Role
@@ -271,7 +271,7 @@ class Megakernel:
 
 def _whole(value, name: str, lo: int, hi: int) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
-        raise DispatchError(f"{name}={value!r} is not an int in [{lo}, {hi}]. Fix: pass a whole number in range.")
+        raise DispatchError(f"{name}={shown(value)} is not an int in [{lo}, {hi}]. Fix: pass a whole number in range.")
     return int(value)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 
-from .errors import DispatchError
+from .errors import DispatchError, shown
 
 DELAY_S = 1.0
 ENV = "VYRE_NUMBA_PROGRESS"
@@ -19,8 +19,8 @@ def bar(progress: bool | None, *, desc: str, unit: str, total: int | None = None
     """A bar for `progress` (see the module docstring) with tqdm's `update(n)` and `close()`, or
     None when there is none to show."""
     if progress is not None and not isinstance(progress, bool):
-        raise DispatchError(f"progress={progress!r} is not True, False or None. Fix: pass True (always show a bar), "
-                            f"False (never) or None (only once the work has run {DELAY_S:g} s).")
+        raise DispatchError(f"progress={shown(progress)} is not True, False or None. Fix: pass True (always show a "
+                            f"bar), False (never) or None (only once the work has run {DELAY_S:g} s).")
     if progress is False or (progress is None and os.environ.get(ENV, "").strip() in ("0", "false", "off")):
         return None
     if progress is None:

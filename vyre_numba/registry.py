@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 from .backend import Backend
-from .errors import BackendUnavailableError
+from .errors import BackendUnavailableError, shown
 
 _FACTORIES: dict[str, Callable[[], Backend]] = {}
 _PROBES: dict[str, Callable[[], str | None]] = {}
@@ -39,12 +39,12 @@ def get_backend(name: str | None = None) -> Backend:
     if name is None:
         name = available_backends()[0]
     if not isinstance(name, str) or name not in _PROBES:
-        raise BackendUnavailableError(f"no backend named {name!r}. Fix: use one of {', '.join(sorted(_PROBES))}, "
+        raise BackendUnavailableError(f"no backend named {shown(name)}. Fix: use one of {', '.join(sorted(_PROBES))}, "
                                       "or None for the best one here.")
     if name not in _INSTANCES:
         why = unavailable_reason(name)
         if why is not None:
-            raise BackendUnavailableError(f"backend {name!r} is unavailable: {why}")
+            raise BackendUnavailableError(f"backend {shown(name)} is unavailable: {why}")
         _INSTANCES[name] = _FACTORIES[name]()
     return _INSTANCES[name]
 

@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import CapacityError, DeviceError, DispatchError, HostMemoryError, VyreError
+from ..errors import CapacityError, DeviceError, DispatchError, HostMemoryError, VyreError, shown
 from ..gpu import memory
 from ..gpu.numba_launch import RawArray, check_stream, stream_handle
 from .select import Selector, _kernels, word_type, word_view
@@ -591,7 +591,7 @@ def read_compacted(values, flags, *, capacity: int | None = None, stream=None) -
                             "Fix: use select(values, flags) for host arrays.")
     if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer))
                                  or capacity < 0):
-        raise DispatchError(f"capacity={capacity!r} is not a count of records. Fix: pass an int >= 0 or None.")
+        raise DispatchError(f"capacity={shown(capacity)} is not a count of records. Fix: pass an int >= 0 or None.")
     from .kernels import flag_nonzero
 
     dt = _dtype(values)

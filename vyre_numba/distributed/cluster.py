@@ -35,7 +35,7 @@ def partition_count(partitions, k_workers: int) -> int:
     """The number of partitions to cut the input into: `partitions`, or one per worker."""
     k = k_workers if partitions is None else partitions
     if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
-        raise DispatchError(f"partitions is {partitions!r}. Fix: pass a positive int (or None: one per worker).")
+        raise DispatchError(f"partitions is {shown(partitions)}. Fix: pass a positive int (or None: one per worker).")
     if k > MAX_PARTITIONS:
         raise DispatchError(f"partitions={k} would exchange {k}*{k} messages a round (at most {MAX_PARTITIONS} "
                             f"partitions). Fix: pass partitions <= {MAX_PARTITIONS}; one per worker (the default) is "
@@ -89,7 +89,8 @@ def backend_name(backend) -> str | None:
         return backend
     name = getattr(backend, "name", None)
     if not isinstance(name, str):
-        raise DispatchError(f"backend is {shown(backend, 60)} (a {type(backend).__name__}). Fix: pass 'cuda', 'reference', a Backend or None.")
+        raise DispatchError(f"backend is {shown(backend, 60)} (a {type(backend).__name__}). Fix: pass 'cuda', "
+                            "'reference', a Backend or None.")
     return name
 
 

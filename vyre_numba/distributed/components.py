@@ -433,7 +433,7 @@ def connected_components(indptr=None, indices=None, *, client=None, edges=None, 
     vertex range, computed (the call waits for it and raises what the workers raised) but not
     brought to the client. With `stats=True` returns (labels, DistributedStats)."""
     if not isinstance(gather, (bool, np.bool_)):
-        raise DispatchError(f"gather is {gather!r}. Fix: pass True (labels as a NumPy array) or False (a Dask "
+        raise DispatchError(f"gather is {shown(gather)}. Fix: pass True (labels as a NumPy array) or False (a Dask "
                             "array left on the workers).")
     gather = bool(gather)
     if not isinstance(stats, (bool, np.bool_)):
@@ -553,12 +553,12 @@ def _chunk_edges(chunk, columns) -> np.ndarray:
     cols = []
     for c in columns:
         if c not in chunk.columns:
-            raise DispatchError(f"a DataFrame partition has no column {c!r}, though the frame's metadata names it. "
-                                "Fix: make every partition hold the src and dst columns (check the function that "
+            raise DispatchError(f"a DataFrame partition has no column {shown(c)}, though the frame's metadata names "
+                                "it. Fix: make every partition hold the src and dst columns (check the function that "
                                 "builds them).")
         col = chunk[c]
         if hasattr(col, "columns"):
-            raise DispatchError(f"a DataFrame partition has more than one column named {c!r}. Fix: give the "
+            raise DispatchError(f"a DataFrame partition has more than one column named {shown(c)}. Fix: give the "
                                 "columns distinct names (edges.rename(columns=...)).")
         try:
             a = np.asarray(col)
@@ -567,12 +567,12 @@ def _chunk_edges(chunk, columns) -> np.ndarray:
                                 "of (m, 2) edges (GPU arrays are read where they are), or host DataFrames "
                                 "(edges.to_backend('pandas')).") from None
         if a.dtype.kind not in "iu":
-            raise DispatchError(f"column {c!r} has dtype {col.dtype} (read as {a.dtype}); vertex ids are integers, "
-                                f"none missing. Fix: edges[{c!r}].astype('int64') once no value is missing (or "
-                                "pass the right columns=).")
+            raise DispatchError(f"column {shown(c)} has dtype {col.dtype} (read as {a.dtype}); vertex ids are "
+                                f"integers, none missing. Fix: edges[{shown(c)}].astype('int64') once no value is "
+                                "missing (or pass the right columns=).")
         if a.dtype == np.uint64 and a.size and int(a.max()) >= 2**63:
-            raise DispatchError(f"column {c!r} names vertex {int(a.max())}, past every 32-bit vertex id. Fix: pass "
-                                "edges whose ids are below n, the vertex count.")
+            raise DispatchError(f"column {shown(c)} names vertex {int(a.max())}, past every 32-bit vertex id. Fix: "
+                                "pass edges whose ids are below n, the vertex count.")
         cols.append(a.astype(np.int64, copy=False))
     return np.stack(cols, 1)  # each column checked, then widened
 
@@ -598,7 +598,7 @@ def _edge_parts(client, edges, n, columns, workers):
         raise DispatchError(f"edges is a {type(edges).__name__}. Fix: pass a Dask array of shape (m, 2) or a Dask "
                             "DataFrame with the src and dst columns (dask.array.from_array(e, chunks=(k, 2))).")
     if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0:
-        raise DispatchError(f"n is {n!r}. Fix: pass n, the vertex count (one more than the largest vertex id).")
+        raise DispatchError(f"n is {shown(n)}. Fix: pass n, the vertex count (one more than the largest vertex id).")
     if n >= 2**31:
         raise DispatchError(f"n = {n}; vertex ids are 32-bit. Fix: split the graph into pieces under 2**31 vertices.")
     n = int(n)
@@ -638,7 +638,7 @@ def _frame_columns(names, columns) -> tuple:
             raise DispatchError(f"the DataFrame has no column {shown(c, 60)}; its columns are {list(names)[:10]}. Fix: "
                                 "pass columns=(src, dst) naming two of them.") from None
         if not isinstance(loc, (int, np.integer)):
-            raise DispatchError(f"the DataFrame has more than one column named {c!r}. Fix: give the columns "
+            raise DispatchError(f"the DataFrame has more than one column named {shown(c)}. Fix: give the columns "
                                 "distinct names (edges.rename(columns=...)).")
         where.append(int(loc))
     if where[0] == where[1]:

@@ -422,8 +422,8 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
     GPU workers, as they hold it), computed (the call waits for it and raises what the workers
     raised) but not brought to the client."""
     if not isinstance(gather, (bool, np.bool_)):
-        raise DispatchError(f"gather is {shown(gather, 60)}. Fix: pass True (classes as a NumPy array) or False (a Dask "
-                            "array left on the workers).")
+        raise DispatchError(f"gather is {shown(gather, 60)}. Fix: pass True (classes as a NumPy array) or False (a "
+                            "Dask array left on the workers).")
     gather = bool(gather)
     t0 = time.perf_counter()
     table = cluster.worker_table(client)
@@ -432,7 +432,8 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
     asked = cluster.ask_devices(client, table, bname)  # answered while the partitions are placed
     if max_rounds is not None and (not isinstance(max_rounds, (int, np.integer)) or isinstance(max_rounds, bool)
                                    or max_rounds < 1):
-        raise DispatchError(f"max_rounds is {max_rounds!r}. Fix: pass a positive int, or None to run to the fixed point.")
+        raise DispatchError(f"max_rounds is {shown(max_rounds)}. Fix: pass a positive int, or None to run to the "
+                            "fixed point.")
     max_rounds = None if max_rounds is None else int(max_rounds)
     given = _partitions(egraph_partitions, partitions, len(workers))
     k = len(given)

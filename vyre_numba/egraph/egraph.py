@@ -119,7 +119,7 @@ def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID, copy: bool = True, bou
 def _count(value, name: str, fix: str, *, lo: int = 1, hi: int | None = None) -> int:
     """`value` as an int in [lo, hi]: a Python or NumPy integer, never a bool or a float."""
     if isinstance(value, (bool, np.bool_)):
-        raise DispatchError(f"{name} is {value!r}; a bool is not a count. Fix: {fix}")
+        raise DispatchError(f"{name} is {shown(value)}; a bool is not a count. Fix: {fix}")
     if not isinstance(value, (int, np.integer)) or value < lo or (hi is not None and value > hi):
         raise DispatchError(f"{name} is {shown(value, 60)}. Fix: {fix}")
     return int(value)
@@ -145,7 +145,7 @@ def _op_names(ops) -> list[str] | None:
     names = [str(o) for o in ops]
     if len(set(names)) != len(names):
         dup = next(o for k, o in enumerate(names) if o in names[:k])
-        raise DispatchError(f"ops names {dup!r} twice; each name is one operator id. Fix: pass distinct names.")
+        raise DispatchError(f"ops names {shown(dup)} twice; each name is one operator id. Fix: pass distinct names.")
     return names
 
 

@@ -37,8 +37,8 @@ def rows_of_terms(terms: Sequence[Any]):
 
     def leaf_name(t) -> str:
         if isinstance(t, bool) or not isinstance(t, (str, int, float, np.integer, np.floating)):
-            raise DispatchError(f"a term is a {type(t).__name__} ({shown(t, 60)}). Fix: a term is a tuple (op, child, ...) "
-                                "with a str op, or a leaf str, int or float.")
+            raise DispatchError(f"a term is a {type(t).__name__} ({shown(t, 60)}). Fix: a term is a tuple (op, child, "
+                                "...) with a str op, or a leaf str, int or float.")
         return str(t)
 
     def node(name: str, children: list[int]) -> int:
@@ -128,18 +128,20 @@ def rows_of_serialized(data: "str | dict"):
     for nid in ids:
         nd = nodes[nid]
         if not isinstance(nd, dict) or "op" not in nd or "eclass" not in nd:
-            raise DispatchError(f"node {nid!r} lacks 'op' or 'eclass'. Fix: every node needs op, children and eclass.")
+            raise DispatchError(f"node {shown(nid)} lacks 'op' or 'eclass'. Fix: every node needs op, children and "
+                                "eclass.")
         ch = nd.get("children", [])
         if not isinstance(nd["op"], str) or not isinstance(nd["eclass"], str):
-            raise _bad(f"node {nid!r} has op {shown(nd['op'], 40)} and eclass {shown(nd['eclass'], 40)}; both are strings")
+            raise _bad(f"node {shown(nid)} has op {shown(nd['op'], 40)} and eclass {shown(nd['eclass'], 40)}; both "
+                       "are strings")
         if not isinstance(ch, list) or not all(_node_id(c) for c in ch):
-            raise _bad(f"node {nid!r} has children {shown(ch, 60)}, not a list of node ids")
+            raise _bad(f"node {shown(nid)} has children {shown(ch, 60)}, not a list of node ids")
         op_of.append(_op_id(ops, nd["op"]))
         cls_of.append(classes.setdefault(nd["eclass"], len(classes)))
         missing = [c for c in ch if c not in where]
         if missing:
-            raise DispatchError(f"node {nid!r} has child {missing[0]!r}, which is no node of the graph. Fix: children "
-                                "are node ids present in 'nodes'.")
+            raise DispatchError(f"node {shown(nid)} has child {missing[0]!r}, which is no node of the graph. Fix: "
+                                "children are node ids present in 'nodes'.")
         kid_nodes.append(list(ch))
         extra.append({k: v for k, v in nd.items() if k not in ("op", "children", "eclass")})
     kids = [[cls_of[where[c]] for c in ch] for ch in kid_nodes]

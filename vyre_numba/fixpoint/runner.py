@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from .. import display
-from ..errors import BarrierTimeoutError, DispatchError, UnsupportedError, VyreError
+from ..errors import BarrierTimeoutError, DispatchError, UnsupportedError, VyreError, shown
 
 if TYPE_CHECKING:
     from ..ir import Program
@@ -41,7 +41,7 @@ class FixpointResult:
 
 def _count(value, name: str, lo: int, hi: int) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
-        raise DispatchError(f"{name}={value!r} is not an int in [{lo}, {hi}]. Fix: pass a whole number in range.")
+        raise DispatchError(f"{name}={shown(value)} is not an int in [{lo}, {hi}]. Fix: pass a whole number in range.")
     return int(value)
 
 
@@ -64,16 +64,16 @@ def run(step: "Callable | Program", n: int, args: Sequence[Any] = (), *, max_rou
     True at once, False never (see `vyre_numba.progress`)."""
     max_rounds = _count(max_rounds, "max_rounds", 1, 2**31 - 1)
     if not isinstance(mode, str) or mode not in MODES:
-        raise DispatchError(f"mode={mode!r} is not one of {', '.join(MODES)}. Fix: pass one of those.")
+        raise DispatchError(f"mode={shown(mode)} is not one of {', '.join(MODES)}. Fix: pass one of those.")
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < 1e6:
-        raise DispatchError(f"timeout_s={timeout_s!r} is not a positive number of seconds. Fix: pass e.g. 10.0.")
+        raise DispatchError(f"timeout_s={shown(timeout_s)} is not a positive number of seconds. Fix: pass e.g. 10.0.")
     be, is_program, n, args, block = _checked(step, n, args, backend, block)
     if be.name == "cuda":
         from . import device
 
         return device.run(be, step, n, args, max_rounds, mode, block, int(timeout_s * 1e9), progress)
     if mode not in ("auto", "relaunch"):
-        raise UnsupportedError(f"mode={mode!r} needs a GPU; the {be.name} backend runs rounds on the CPU. "
+        raise UnsupportedError(f"mode={shown(mode)} needs a GPU; the {be.name} backend runs rounds on the CPU. "
                                "Fix: use mode='auto' (it picks what the backend can do).")
     if is_program:
         return _run_program_cpu(step, n, args, max_rounds, progress)

@@ -16,7 +16,7 @@ from ..backend import Backend, Pending, Telemetry, check_each, check_empty, chec
 from ..bindings import Binding, bind, check_config
 from ..config import DispatchConfig
 from ..display import Duration
-from ..errors import BackendUnavailableError, DeviceError, DispatchError, VyreError
+from ..errors import BackendUnavailableError, DeviceError, DispatchError, VyreError, shown
 from ..ir import Program, check
 from ..lru import LRUCache
 from . import diskcache, tuning
@@ -178,7 +178,7 @@ class CudaBackend(Backend):
             attrs = kernel.attributes
             shared, max_threads = attrs.shared_size_bytes, attrs.max_threads_per_block
         except Exception as e:
-            raise DeviceError(f"loading kernel {name!r} failed ({type(e).__name__}: {e}). "
+            raise DeviceError(f"loading kernel {shown(name)} failed ({type(e).__name__}: {e}). "
                               "Fix: check the driver supports this GPU's toolkit version.") from e
         return CompiledKernel(name, ptx, code, kernel, shared, max_threads)
 
@@ -838,16 +838,17 @@ def check_grid_state(drv, ptr: int, kernel: str) -> None:
         from ..ptx.emitter import GRID_BARRIER_TIMEOUT_NS
 
         raise BarrierTimeoutError(
-            f"kernel {kernel!r}: a grid barrier waited more than {GRID_BARRIER_TIMEOUT_NS / 1e9:g} s for the other "
-            "workgroups and gave up; the kernel left early, so its outputs hold partial results. Fix: make every "
-            "invocation reach each barrier('grid') (not inside divergent control flow or after an early return).")
+            f"kernel {shown(kernel)}: a grid barrier waited more than {GRID_BARRIER_TIMEOUT_NS / 1e9:g} s for the "
+            "other workgroups and gave up; the kernel left early, so its outputs hold partial results. Fix: make "
+            "every invocation reach each barrier('grid') (not inside divergent control flow or after an early "
+            "return).")
 
 
 def _sync(drv, stream: int, kernel: str, shape: LaunchShape) -> None:
     """Wait for `stream`; a fault in its work becomes DeviceError naming the kernel."""
     (err,) = drv.cuStreamSynchronize(stream)
     if err != drv.CUresult.CUDA_SUCCESS:
-        raise DeviceError(f"kernel {kernel!r} with {shape} failed: {err.name}. Fix: a fault inside a kernel "
+        raise DeviceError(f"kernel {shown(kernel)} with {shape} failed: {err.name}. Fix: a fault inside a kernel "
                           "poisons the CUDA context; restart the process.")
 
 

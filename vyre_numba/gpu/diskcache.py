@@ -20,7 +20,7 @@ import threading
 from functools import lru_cache
 from pathlib import Path
 
-from ..errors import VyreError
+from ..errors import VyreError, shown
 
 MAGIC = b"VYRECUB1"
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
@@ -40,7 +40,7 @@ def enabled() -> bool:
         return True
     if value in _OFF:
         return False
-    raise VyreError(f"VYRE_NUMBA_CACHE={raw!r} is not a recognised setting (on: {', '.join(_ON)}; "
+    raise VyreError(f"VYRE_NUMBA_CACHE={shown(raw)} is not a recognised setting (on: {', '.join(_ON)}; "
                     f"off: {', '.join(_OFF)}). Fix: set VYRE_NUMBA_CACHE to one of those, or unset it.")
 
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import DeviceError, LaunchError
+from ..errors import DeviceError, LaunchError, shown
 from .device import DeviceCaps
 
 
@@ -49,12 +49,12 @@ def validate_launch(caps: DeviceCaps, shape: LaunchShape, *, kernel: str, max_th
 def validate_cooperative(caps: DeviceCaps, shape: LaunchShape, blocks_per_sm: int, *, kernel: str) -> None:
     """Raise LaunchError unless every workgroup of `shape` can be resident at once."""
     if not caps.cooperative_launch:
-        raise LaunchError(f"kernel {kernel!r}: this device does not support cooperative launches. "
+        raise LaunchError(f"kernel {shown(kernel)}: this device does not support cooperative launches. "
                           "Fix: drop cooperative=True and grid barriers, or use another GPU.")
     total = shape.grid[0] * shape.grid[1] * shape.grid[2]
     limit = blocks_per_sm * caps.sm_count
     if total > limit:
-        raise LaunchError(f"kernel {kernel!r} with {shape}: a cooperative launch needs all {total} workgroups "
+        raise LaunchError(f"kernel {shown(kernel)} with {shape}: a cooperative launch needs all {total} workgroups "
                           f"resident at once, but only {limit} fit ({blocks_per_sm} per SM x {caps.sm_count} SMs). "
                           f"Fix: launch at most {limit} workgroups and loop over the data inside the program.")
 

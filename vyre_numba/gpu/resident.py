@@ -10,7 +10,7 @@ import numpy as np
 
 from ..bindings import check_resident, launch_geometry
 from ..config import DispatchConfig
-from ..errors import DispatchError
+from ..errors import DispatchError, shown
 from ..ir import Program
 from ..ir.program import Role
 from .launch import KernelLaunch, LaunchShape
@@ -36,7 +36,7 @@ class BufferViews:
         else:
             ptr, size, have, fin, readonly = self._inspect(buf, decl, kernel)
             if readonly and decl.access.writable:
-                raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} is a read-only array but the "
+                raise DispatchError(f"dispatch_resident of {shown(kernel)}: {decl.name!r} is a read-only array but the "
                                     "program may write it. Fix: pass a writable array (or declare it read-only).")
             if fin is not None:
                 ref = weakref.ref(buf, lambda _, key=id(buf), views=self._views: views.pop(key, None))
@@ -44,13 +44,13 @@ class BufferViews:
                     self._views.clear()
                 self._views[id(buf)] = (ref, ptr, size, have, fin)
         if have is not dtype and have != dtype:
-            raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} is declared {decl.dtype} but the "
+            raise DispatchError(f"dispatch_resident of {shown(kernel)}: {decl.name!r} is declared {decl.dtype} but the "
                                 f"array holds {have}. Fix: allocate it with dtype {dtype}.")
         if fin is not None and not fin.alive:
-            raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} was freed. "
+            raise DispatchError(f"dispatch_resident of {shown(kernel)}: {decl.name!r} was freed. "
                                 "Fix: allocate a new buffer (backend.allocate / backend.upload).")
         if size < decl.count:
-            raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} is declared with {decl.count} "
+            raise DispatchError(f"dispatch_resident of {shown(kernel)}: {decl.name!r} is declared with {decl.count} "
                                 f"elements but the device array has {size}. Fix: allocate at least {decl.count}.")
         return ptr, size, fin
 
@@ -59,9 +59,9 @@ class BufferViews:
             cai = buf.__cuda_array_interface__
         except AttributeError:
             if not hasattr(buf, "__dlpack__"):
-                raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} is a {type(buf).__name__}, not "
-                                    "a device array. Fix: pass numba.cuda.to_device(x) (or a CuPy/PyTorch/JAX CUDA "
-                                    "array); use dispatch() for host arrays.") from None
+                raise DispatchError(f"dispatch_resident of {shown(kernel)}: {decl.name!r} is a {type(buf).__name__}, "
+                                    "not a device array. Fix: pass numba.cuda.to_device(x) (or a CuPy/PyTorch/JAX "
+                                    "CUDA array); use dispatch() for host arrays.") from None
             cai = self._from_dlpack(buf, decl, kernel)
         dtype = np.dtype(cai["typestr"])
         shape = tuple(cai["shape"])
@@ -73,11 +73,11 @@ class BufferViews:
             expect = dtype.itemsize
             for dim, st in zip(reversed(shape), reversed(strides)):
                 if dim > 1 and st != expect:
-                    raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} is a non-contiguous view "
+                    raise DispatchError(f"dispatch_resident of {shown(kernel)}: {decl.name!r} is a non-contiguous view "
                                         f"(strides {strides}). {_STRIDE_HINT}")
                 expect *= dim
         if size >= 2**32:
-            raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} has {size} elements; lengths are "
+            raise DispatchError(f"dispatch_resident of {shown(kernel)}: {decl.name!r} has {size} elements; lengths are "
                                 "u32. Fix: split the data into dispatches of fewer than 2**32 elements.")
         ptr = (cai["data"][0] or 0) if size else 0
         readonly = bool(cai["data"][1])
@@ -90,18 +90,18 @@ class BufferViews:
                 fin = getattr(owner, "_finalizer", None)
                 ctx = getattr(gd, "context", None)
             except ReferenceError:  # numba's view proxies die with the memory they point to
-                raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} was freed. "
+                raise DispatchError(f"dispatch_resident of {shown(kernel)}: {decl.name!r} was freed. "
                                     "Fix: allocate a new buffer (backend.allocate / backend.upload).") from None
             if ctx is not None and getattr(ctx, "handle", None) != self.backend.context.handle:
-                raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} belongs to another CUDA context "
-                                    f"({ctx}). Fix: create it on this backend's device, or copy it over.")
+                raise DispatchError(f"dispatch_resident of {shown(kernel)}: {decl.name!r} belongs to another CUDA "
+                                    f"context ({ctx}). Fix: create it on this backend's device, or copy it over.")
         elif ptr:
             dev = self.backend.pointer_device(ptr)
             here = self.backend.context.device.id
             if dev != here:
                 where = "is not device memory" if dev is None else f"is on device {dev}"
-                raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} {where}, but this backend runs "
-                                    f"on device {here}. Fix: move the array to that device.")
+                raise DispatchError(f"dispatch_resident of {shown(kernel)}: {decl.name!r} {where}, but this backend "
+                                    f"runs on device {here}. Fix: move the array to that device.")
         return ptr, size, dtype, fin, readonly
 
     def _wait_for(self, stream) -> None:
@@ -123,16 +123,16 @@ class BufferViews:
         try:  # DLPack: -1 asks for no synchronisation (0 would be ambiguous)
             view = StridedMemoryView.from_dlpack(buf, stream_ptr=self.backend.stream_handle or -1)
         except Exception as e:  # the exporter refuses: say why, in our terms
-            raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} ({type(buf).__name__}) could not be "
-                                f"viewed through DLPack ({type(e).__name__}: {e}). Fix: pass a CUDA array (numba, "
-                                "CuPy, PyTorch) or use dispatch() for host arrays.") from e
+            raise DispatchError(f"dispatch_resident of {shown(kernel)}: {decl.name!r} ({type(buf).__name__}) could "
+                                f"not be viewed through DLPack ({type(e).__name__}: {e}). Fix: pass a CUDA array "
+                                "(numba, CuPy, PyTorch) or use dispatch() for host arrays.") from e
         if not view.is_device_accessible:
-            raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} lives in host memory. "
+            raise DispatchError(f"dispatch_resident of {shown(kernel)}: {decl.name!r} lives in host memory. "
                                 "Fix: move it to the GPU first, or use dispatch() for host arrays.")
         here = self.backend.context.device.id
         if view.device_id != here:
-            raise DispatchError(f"dispatch_resident of {kernel!r}: {decl.name!r} is on device {view.device_id}, but "
-                                f"this backend runs on device {here}. Fix: move the array to that device.")
+            raise DispatchError(f"dispatch_resident of {shown(kernel)}: {decl.name!r} is on device {view.device_id}, "
+                                f"but this backend runs on device {here}. Fix: move the array to that device.")
         itemsize = np.dtype(view.dtype).itemsize
         strides = None if view.strides is None else tuple(st * itemsize for st in view.strides)
         return {"typestr": np.dtype(view.dtype).str, "shape": tuple(view.shape), "strides": strides,
@@ -246,9 +246,9 @@ class Prepared:
                 b0, b1 = spans[j]
                 if a0 < b1 and b0 < a1 and (self.writable[i] or self.writable[j]):
                     da, db = self.bound[i].name, self.bound[j].name
-                    raise DispatchError(f"dispatch_resident of {self.program.name!r}: {da!r} and {db!r} share device "
-                                        "memory and one of them is written, a race. Fix: bind distinct buffers "
-                                        "(copy one of them first).")
+                    raise DispatchError(f"dispatch_resident of {self.program.name!r}: {shown(da)} and {shown(db)} "
+                                        "share device memory and one of them is written, a race. Fix: bind distinct "
+                                        "buffers (copy one of them first).")
 
 
 __all__ = ["BufferViews", "Prepared"]

@@ -14,7 +14,7 @@ import threading
 
 import numpy as np
 
-from ..errors import DispatchError
+from ..errors import DispatchError, shown
 from ..unique import unique
 from .csr import CSR, checked_graph, enqueue_check, resolve
 
@@ -52,7 +52,7 @@ def bfs_numpy(g: CSR, source: int) -> np.ndarray:
 
 def _source(source, n: int) -> int:
     if isinstance(source, (bool, np.bool_)) or not isinstance(source, (int, np.integer)) or not 0 <= source < n:
-        raise DispatchError(f"source={source!r} is not a vertex of this {n}-vertex graph. Fix: pass an int "
+        raise DispatchError(f"source={shown(source)} is not a vertex of this {n}-vertex graph. Fix: pass an int "
                             f"0 <= source < {n}.")
     return int(source)
 

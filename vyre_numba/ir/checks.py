@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import shown
 from . import nodes as n
 from .program import Access, BufferDecl, Program, walk
 from .recursion import drive
@@ -55,8 +56,8 @@ def instrument(program: Program, workgroup: tuple[int, int, int] | None = None) 
     taken = {x.name for x in walk(program.entry) if isinstance(x, (n.Let, n.Var))}
     if any(t.startswith(PREFIX) for t in taken) or {COUNTS, FIRST} & {b.name for b in program.buffers}:
         from ..errors import IRValidationError
-        raise IRValidationError(f"names starting with {PREFIX!r} or the buffers {COUNTS!r}/{FIRST!r} are checked "
-                                "dispatch's own. Fix: rename them.")
+        raise IRValidationError(f"names starting with {shown(PREFIX)} or the buffers {shown(COUNTS)}/{shown(FIRST)} "
+                                "are checked dispatch's own. Fix: rename them.")
     w = _Instrumenter(program, wg)
     entry = (n.Let(w.linear.name, w.invocation),) + drive(w.body(program.entry))
     nb = max((b.binding for b in program.bound_buffers), default=-1)

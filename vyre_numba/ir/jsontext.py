@@ -11,7 +11,7 @@ from json.decoder import scanstring
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
-from ..errors import IRValidationError
+from ..errors import IRValidationError, shown
 
 
 def _scalar(x: Any) -> str:
@@ -27,7 +27,7 @@ def _scalar(x: Any) -> str:
         return int.__repr__(x)
     if isinstance(x, float):
         return json.dumps(x)
-    raise IRValidationError(f"{type(x).__name__} {x!r} has no JSON form. Fix: IR documents hold only "
+    raise IRValidationError(f"{type(x).__name__} {shown(x)} has no JSON form. Fix: IR documents hold only "
                             "dicts, lists, strings, ints, bools and None.")
 
 
@@ -67,7 +67,7 @@ def dumps(obj: Any, indent: int | None = None) -> str:
             for i in range(len(keys) - 1, -1, -1):
                 k = keys[i]
                 if not isinstance(k, str):
-                    raise IRValidationError(f"JSON object key {k!r} is not a string. Fix: use string keys.")
+                    raise IRValidationError(f"JSON object key {shown(k)} is not a string. Fix: use string keys.")
                 stack.append(("v", x[k], level + 1))
                 stack.append(("t", (sep if i else "") + nl + encode_basestring_ascii(k) + colon))
         elif isinstance(x, (list, tuple)):
@@ -196,7 +196,7 @@ def loads(text: str | bytes) -> Any:
                     result, pos, done = value, pos + len(word), True
                     break
             else:
-                raise fail(pos, f"unexpected character {c!r}")
+                raise fail(pos, f"unexpected character {shown(c)}")
 
 
 def _key(text: str, pos: int, frame: list, fail) -> int:

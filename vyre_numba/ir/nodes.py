@@ -16,7 +16,7 @@ from typing import Any, Iterable, Union
 
 import numpy as np
 
-from ..errors import IRValidationError
+from ..errors import IRValidationError, shown
 from .recursion import drive
 from .types import DataType, bits_to_float, float_to_bits
 
@@ -115,7 +115,7 @@ def _field(node, name: str, kind: str, v):
             v = _body(v)
     elif kind == "str":
         if not isinstance(v, str):
-            raise _fail(f"{type(node).__name__}.{name} is {v!r}, not a str. Fix: build IR with the ir.* "
+            raise _fail(f"{type(node).__name__}.{name} is {shown(v)}, not a str. Fix: build IR with the ir.* "
                         "functions, which name buffers, variables and operations with strings.")
     elif kind == "dtype":
         if not isinstance(v, DataType):
@@ -123,7 +123,7 @@ def _field(node, name: str, kind: str, v):
     elif kind in ("int", "bool"):
         ok = isinstance(v, bool) if kind == "bool" else isinstance(v, int) and not isinstance(v, bool)
         if not ok:
-            raise _fail(f"{type(node).__name__}.{name} is {v!r}, not {'a bool' if kind == 'bool' else 'an int'}. "
+            raise _fail(f"{type(node).__name__}.{name} is {shown(v)}, not {'a bool' if kind == 'bool' else 'an int'}. "
                         "Fix: build IR with the ir.* functions.")
     object.__setattr__(node, name, v)
     return v
@@ -495,7 +495,7 @@ def _e(x: ExprLike) -> Expr:
             dt = None
         if dt is not None:
             return lit(x, dt)
-    raise _fail(f"{x!r} ({type(x).__name__}) is not an IR expression. "
+    raise _fail(f"{shown(x)} ({type(x).__name__}) is not an IR expression. "
                 "Fix: pass an ir expression, a Python int/float/bool, or a NumPy scalar.")
 
 
@@ -539,7 +539,7 @@ def _choice(value, options: tuple[str, ...], what: str) -> str:
 
 def _name(n, what: str) -> str:
     if not isinstance(n, str) or not n:
-        raise _fail(f"{what} name {n!r} is not a non-empty string. Fix: name it with a str.")
+        raise _fail(f"{what} name {shown(n)} is not a non-empty string. Fix: name it with a str.")
     return n
 
 
@@ -563,12 +563,12 @@ def lit(value: int | float | bool, dtype: DataType | str | None = None) -> Lit:
     dt = DataType.parse(dtype)
     v = _number(value)
     if v is None:
-        raise _fail(f"literal {value!r} ({type(value).__name__}) is not a number. "
+        raise _fail(f"literal {shown(value)} ({type(value).__name__}) is not a number. "
                     f"Fix: pass a Python or NumPy int, float or bool for {dt}.")
     if dt.is_bool or isinstance(v, bool):
         if not (dt.is_bool and isinstance(v, bool)):
             fix = "pass True or False" if dt.is_bool else f"pass a number, or ir.select(cond, 1, 0) for a {dt} from a bool"
-            raise _fail(f"literal {value!r} is not a {dt} value. Fix: {fix}.")
+            raise _fail(f"literal {shown(value)} is not a {dt} value. Fix: {fix}.")
         return Lit(dt, int(v))
     if dt.is_float:
         try:
@@ -578,11 +578,11 @@ def lit(value: int | float | bool, dtype: DataType | str | None = None) -> Lit:
         return Lit(dt, float_to_bits(fv, dt))
     if isinstance(v, float):
         if not v.is_integer():
-            raise _fail(f"literal {value!r} is not an integer but the type is {dt}. "
+            raise _fail(f"literal {shown(value)} is not an integer but the type is {dt}. "
                         f"Fix: pass an int, or use a float type.")
         v = int(v)
     if not (dt.min <= v <= dt.max):
-        raise _fail(f"literal {value!r} does not fit {dt} (range {dt.min}..{dt.max}). "
+        raise _fail(f"literal {shown(value)} does not fit {dt} (range {dt.min}..{dt.max}). "
                     f"Fix: use a wider type or a value in range.")
     return Lit(dt, v)
 
@@ -622,7 +622,7 @@ def buf_len(buffer: str) -> BufLen:
 
 def _axis(axis: int) -> int:
     if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)) or axis not in (0, 1, 2):
-        raise _fail(f"axis {axis!r} is not 0, 1 or 2. Fix: use axis 0 (x), 1 (y) or 2 (z).")
+        raise _fail(f"axis {shown(axis)} is not 0, 1 or 2. Fix: use axis 0 (x), 1 (y) or 2 (z).")
     return int(axis)
 
 

@@ -9,7 +9,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from .. import display
-from ..errors import IRValidationError, UnknownBufferError, UnsupportedError
+from ..errors import IRValidationError, UnknownBufferError, UnsupportedError, shown
 from . import jsontext
 from . import nodes as n
 from .recursion import drive
@@ -76,7 +76,7 @@ class BufferDecl:
         r = self.output_byte_range
         if r is not None:
             if isinstance(r, (str, bytes, set, frozenset, dict)) or not hasattr(r, "__len__") or len(r) != 2:
-                raise IRValidationError(f"{where}: output_byte_range={r!r} is not a (start, end) pair. "
+                raise IRValidationError(f"{where}: output_byte_range={shown(r)} is not a (start, end) pair. "
                                         "Fix: pass two byte offsets, e.g. (0, 64).")
             object.__setattr__(self, "output_byte_range", tuple(_int(v, f"{where}: output_byte_range") for v in r))
         a = self.access
@@ -150,7 +150,7 @@ def _is_int(v) -> bool:
 def _int(v, what: str) -> int:
     """`v` as a plain int; bools, floats and other types are refused."""
     if not _is_int(v):
-        raise IRValidationError(f"{what} is {v!r} ({type(v).__name__}), not an int. Fix: pass a whole number "
+        raise IRValidationError(f"{what} is {shown(v)} ({type(v).__name__}), not an int. Fix: pass a whole number "
                                 "(a Python or NumPy int; True/False are not numbers here).")
     return int(v)
 
@@ -183,12 +183,12 @@ class Program:
         from .validate import resolve_literals
 
         if isinstance(buffers, (str, bytes, BufferDecl)) or not isinstance(buffers, Iterable):
-            raise IRValidationError(f"buffers={buffers!r} is not a list of BufferDecl. "
+            raise IRValidationError(f"buffers={shown(buffers)} is not a list of BufferDecl. "
                                     "Fix: pass a list, e.g. [ir.BufferDecl.read('x', 0, 'f32'), ...].")
         bufs = tuple(buffers)
         for b in bufs:
             if not isinstance(b, BufferDecl):
-                raise IRValidationError(f"{b!r} is not a BufferDecl. "
+                raise IRValidationError(f"{shown(b)} is not a BufferDecl. "
                                         "Fix: declare buffers with ir.BufferDecl.read / output / ...")
         object.__setattr__(self, "buffers", bufs)
         bound = [b for b in bufs if not b.is_shared]
@@ -229,7 +229,7 @@ class Program:
         for b in self.buffers:
             if b.name == name:
                 return b
-        raise UnknownBufferError(f"program {self.name!r} declares no buffer {name!r}. Fix: use one of "
+        raise UnknownBufferError(f"program {self.name!r} declares no buffer {shown(name)}. Fix: use one of "
                                  f"{[b.name for b in self.buffers]}.")
 
     @property
@@ -415,7 +415,7 @@ def _from(d: Any):
     kw = {}
     for name in cls._kinds:
         if name not in d:
-            raise IRValidationError(f"IR node {d['k']} lacks its field {name!r}. "
+            raise IRValidationError(f"IR node {d['k']} lacks its field {shown(name)}. "
                                     "Fix: load a file written by Program.to_json().")
         kw[name] = yield _from(d[name])
     return cls(**kw)

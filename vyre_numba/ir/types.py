@@ -7,7 +7,7 @@ import struct
 
 import numpy as np
 
-from ..errors import IRValidationError
+from ..errors import IRValidationError, shown
 
 
 class DataType(enum.Enum):
@@ -109,7 +109,7 @@ class DataType(enum.Enum):
                 return DataType.BF16
         names = ", ".join(d.value for d in cls)
         raise IRValidationError(
-            f"unknown data type {value!r}. Fix: use one of {names}, or a NumPy dtype of those "
+            f"unknown data type {shown(value)}. Fix: use one of {names}, or a NumPy dtype of those "
             "(np.float32, 'uint8', ...)."
         )
 
@@ -152,7 +152,8 @@ def _typed(dtype, kind: str, what: str) -> "DataType":
     if not isinstance(dtype, DataType) or not getattr(dtype, f"is_{kind}"):
         a, example, other = ("a float", "F32", "wrap_int for integer types") if kind == "float" else \
             ("an integer", "U32", "float_to_bits for float types")
-        raise IRValidationError(f"{what} takes {a} DataType, not {dtype!r}. Fix: pass one (e.g. DataType.{example}), "
+        raise IRValidationError(f"{what} takes {a} DataType, not {shown(dtype)}. Fix: pass one (e.g. "
+                                f"DataType.{example}), "
                                 f"or use {other}.")
     return dtype
 
@@ -162,7 +163,7 @@ def _number(value, what: str, integral: bool):
     kinds = (int, np.integer) if integral else (int, float, np.integer, np.floating)
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, kinds):
         want, fix = ("an integer", "int(x) of an integral x") if integral else ("a number", "a float or an int")
-        raise IRValidationError(f"{what} takes {want}, not {value!r} ({type(value).__name__}). Fix: pass {fix}; "
+        raise IRValidationError(f"{what} takes {want}, not {shown(value)} ({type(value).__name__}). Fix: pass {fix}; "
                                 "nothing is converted silently.")
     return value
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 
 from ..display import PTX
+from ..errors import shown
 from ..ir import program as _program
 
 _LAZY = {"emit": "emitter", "abi": "emitter", "KernelABI": "emitter", "KernelParam": "emitter",
@@ -22,7 +23,7 @@ __all__ = ["PTX", *_LAZY]
 
 def __getattr__(name: str):
     if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        raise AttributeError(f"module {shown(__name__)} has no attribute {shown(name)}")
     module = importlib.import_module(f"{__name__}.{_LAZY[name] or name}")
     value = module if _LAZY[name] is None else getattr(module, name)
     globals()[name] = value

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..errors import UnsupportedError
+from ..errors import UnsupportedError, shown
 from ..ir import Access, Program
 
 
@@ -34,8 +34,8 @@ class DeviceProfile:
         for f in self.__dataclass_fields__:
             v = getattr(self, f)
             if f != "name" and (isinstance(v, bool) or not isinstance(v, int) or v < (0 if f.startswith("reserved") else 1)):
-                raise UnsupportedError(f"DeviceProfile {self.name!r}: {f}={v!r} is not a positive int. Fix: give every "
-                                       "limit as a positive int (reserved_shared_per_block may be 0).")
+                raise UnsupportedError(f"DeviceProfile {self.name!r}: {f}={shown(v)} is not a positive int. Fix: give "
+                                       "every limit as a positive int (reserved_shared_per_block may be 0).")
 
 
 KIB = 1024
@@ -56,7 +56,7 @@ def profile(name: str) -> DeviceProfile:
     """The profile of a named GPU (case-insensitive: "h100", "A100", ...)."""
     key = name.strip().lower() if isinstance(name, str) else None
     if key not in PROFILES:
-        raise UnsupportedError(f"no profile for a device named {name!r}. Fix: pass one of {', '.join(PROFILES)} "
+        raise UnsupportedError(f"no profile for a device named {shown(name)}. Fix: pass one of {', '.join(PROFILES)} "
                                "(or --sm with the compute capability, which checks no device limits).")
     return PROFILES[key]
 

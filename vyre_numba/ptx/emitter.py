@@ -485,7 +485,7 @@ class _Emitter:
         for scope in reversed(self.scopes):
             if name in scope:
                 return scope[name]
-        raise UnsupportedError(f"variable {name!r} is not defined. Fix: run ir.check(program).")
+        raise UnsupportedError(f"variable {shown(name)} is not defined. Fix: run ir.check(program).")
 
     def lit(self, e: n.Lit, env: _Env) -> str:
         dt = e.dtype

@@ -14,7 +14,7 @@ from .. import checked
 from ..backend import Backend, Pending, check_empty, check_span, check_upload
 from ..bindings import Binding, bind
 from ..config import DispatchConfig
-from ..errors import DispatchError, HostMemoryError
+from ..errors import DispatchError, HostMemoryError, shown
 from ..ir import Program
 from ..ir.program import Role
 from . import interpreter
@@ -145,7 +145,7 @@ class ReferencePending(Pending):
     def wait(self, timeout: float | None = None) -> bool:
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)
                                     or not timeout >= 0):
-            raise DispatchError(f"wait(timeout={timeout!r}): the timeout is not a non-negative number of seconds. "
+            raise DispatchError(f"wait(timeout={shown(timeout)}): the timeout is not a non-negative number of seconds. "
                                 "Fix: pass seconds as an int or float, or None to wait until done.")
         return self._event.wait(None if timeout is None else float(timeout))
 

@@ -26,7 +26,7 @@ from typing import Callable, Iterator, NamedTuple
 import numpy as np
 
 from ..bindings import Binding
-from ..errors import DispatchError
+from ..errors import DispatchError, shown
 from ..ir import DataType, Program, drive, result_type
 from ..ir import nodes as n
 from ..ir.program import walk
@@ -89,11 +89,11 @@ def _budget(value: int | None, env: str, default: int, what: str) -> int:
             return default
         parsed = _parse_amount(text)
         if parsed is None:
-            raise DispatchError(f"{env}={text!r} is not a positive {what}. Fix: set it to a number such as "
+            raise DispatchError(f"{env}={shown(text)} is not a positive {what}. Fix: set it to a number such as "
                                 f"{'2G or 2147483648' if env == MEMORY_ENV else '1e11'}, or unset it for the default.")
         return parsed
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise DispatchError(f"{what}={value!r} is not a positive int. Fix: pass a positive number of "
+        raise DispatchError(f"{what}={shown(value)} is not a positive int. Fix: pass a positive number of "
                             f"{'bytes' if env == MEMORY_ENV else 'work units'}, or None for the default.")
     return int(value)
 
@@ -498,7 +498,7 @@ def _barrier(r: _Run, m, scope: str) -> None:
     if bad.size:
         k = int(bad[0])
         where = f"workgroup {r.geo.first + k}" if scope == "workgroup" else "the grid"
-        raise r.fail(f"barrier({scope!r})", f"was reached by {act[k]} of the {run[k]} running invocations "
+        raise r.fail(f"barrier({shown(scope)})", f"was reached by {act[k]} of the {run[k]} running invocations "
                                             f"of {where} (divergent control flow)",
                      f"place the barrier where every invocation of the {scope} that has not returned reaches "
                      "it: outside if branches and loops whose condition or trip count differs between "
@@ -845,7 +845,7 @@ class Plan:
             case n.SubgroupAdd():
                 f, rm, scratch = _subgroup_add, True, _SCRATCH_SUBGROUP
             case _:
-                raise TypeError(f"unknown expression {e!r}")  # unreachable for validated programs
+                raise TypeError(f"unknown expression {shown(e)}")  # unreachable for validated programs
         return f, rm, result_type(e, tys, buffer=buffer), scratch
 
     # ---- statements --------------------------------------------------------------------------
@@ -899,7 +899,7 @@ class Plan:
             case n.Block(body=body):
                 b = yield self._body(body, Where(where, ".block"), ctx)
                 return _Stmt(b.enter, b.may_return, 1 + b.height, b.cost)
-        raise TypeError(f"unknown statement {s!r}")  # unreachable for validated programs
+        raise TypeError(f"unknown statement {shown(s)}")  # unreachable for validated programs
 
 
 _PLANS: LRUCache[Plan] = LRUCache(256)

@@ -60,7 +60,7 @@ class QueueModel:
 
 def _capacity(capacity, name: str = "capacity") -> int:
     if isinstance(capacity, (bool, np.bool_)) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
-        raise DispatchError(f"{name}={capacity!r} is not a positive number of items. Fix: pass an int >= 1.")
+        raise DispatchError(f"{name}={shown(capacity)} is not a positive number of items. Fix: pass an int >= 1.")
     if capacity >= 2**40:
         raise DispatchError(f"{name}={int(capacity)} is 2**40 items or more, past what a queue holds. Fix: pass "
                             "fewer items (drain more often).")
@@ -76,8 +76,8 @@ def _dtype(dtype) -> np.dtype:
         return t.kind in "iuf" and t.itemsize <= 8
     if dt is None or not (number(dt) if dt.fields is None else
                           dt.itemsize and all(number(f[0]) for f in dt.fields.values())):
-        raise DispatchError(f"dtype={shown(dtype, 60)} cannot be queued. Fix: pass a number type of at most 64 bits (e.g. "
-                            "np.int32) or a record dtype whose fields are such numbers.")
+        raise DispatchError(f"dtype={shown(dtype, 60)} cannot be queued. Fix: pass a number type of at most 64 bits "
+                            "(e.g. np.int32) or a record dtype whose fields are such numbers.")
     return dt
 
 
@@ -264,8 +264,8 @@ class WorkQueue:
             raise DispatchError(f"args is a {type(args).__name__}, not a tuple. Fix: pass the step's extra "
                                 "arguments as a tuple, e.g. (labels,).")
         if isinstance(block, (bool, np.bool_)) or not isinstance(block, (int, np.integer)) or not 1 <= block <= 1024:
-            raise DispatchError(f"block={shown(block, 60)} is not a block size. Fix: pass threads a block, an int from 1 "
-                                "to 1024 (256 is a good default).")
+            raise DispatchError(f"block={shown(block, 60)} is not a block size. Fix: pass threads a block, an int "
+                                "from 1 to 1024 (256 is a good default).")
         from . import device
 
         sms = getattr(self._cuda.get_current_device(), "MULTIPROCESSOR_COUNT", 1)  # the simulator has none

@@ -493,3 +493,113 @@ def test_graphviz_limits():
     boxes = [sum(' [label=' in line and '->' not in line for line in g.to_graphviz(limit=k).body)
              for k in (0, 2, None)]
     assert boxes == [0, 2, g.n_nodes]
+
+
+# ---- found by a red-team: names, orders of work, messages ----------------------------------------
+
+def test_names_made_for_new_rows_and_classes_never_take_a_name_read_in():
+    g = EGraph.from_serialized({"nodes": {"n2": {"op": "a", "children": [], "eclass": "c2"},
+                                          "q": {"op": "b", "children": [], "eclass": "y"}}}, backend="reference")
+    g.add(["f"], [0, 1], [0])  # row 2 in class 2: "n2" and "c2" are the file's already
+    out = json.loads(g.to_serialized())
+    assert len(out["nodes"]) == 3 and out["nodes"]["n2"] == {"op": "a", "children": [], "eclass": "c2"}
+    new = [v for k, v in out["nodes"].items() if k not in ("n2", "q")]
+    assert new[0]["children"] == ["n2"] and new[0]["eclass"] not in ("c2", "y")
+    back = EGraph.from_serialized(out, backend="reference")
+    assert (back.n_nodes, len(set(back.classes().tolist()))) == (3, 3)
+
+
+def test_int_node_ids_round_trip_as_the_strings_json_writes():
+    g = EGraph.from_serialized({"nodes": {1: {"op": "a", "eclass": "c"}, 2: {"op": "f", "children": [1],
+                                                                            "eclass": "d"}}}, backend="reference")
+    again = EGraph.from_serialized(g.to_serialized(), backend="reference")
+    assert again.n_nodes == 2 and json.loads(again.to_serialized()) == json.loads(g.to_serialized())
+
+
+@pytest.mark.parametrize("data, fragment", [
+    ({"nodes": {1: {"op": "a", "eclass": "c"}, "1": {"op": "f", "eclass": "d"}}}, "an int and a string"),
+    ({"nodes": {"a": {"op": "a", "eclass": "c"}}, "root_eclasses": ["zz"]}, "root class 'zz' is the class of no"),
+])
+def test_serialized_ids_that_cannot_round_trip_are_refused(data, fragment):
+    with pytest.raises(DispatchError, match="Fix:") as e:
+        EGraph.from_serialized(data, backend="reference")
+    assert fragment in str(e.value)
+
+
+def test_one_term_where_a_list_of_terms_belongs_is_refused():
+    with pytest.raises(DispatchError, match="terms is one term.*Fix: pass \\[term\\]"):
+        EGraph.from_terms(("Add", 1, 2), backend="reference")
+    assert EGraph.from_terms([("Add", 1, 2)], backend="reference").n_nodes == 3
+    assert EGraph.from_terms((("Add", 1, 2), "x"), backend="reference").n_nodes == 4  # a tuple of terms is fine
+
+
+def test_a_refused_closure_leaves_the_egraph_as_it_was():
+    g = EGraph.from_arrays([0, 1, 2, 3], [0, 1, 2, 2], [0, 0, 0, 1, 2], [0, 1], backend="reference")
+    with pytest.raises(DispatchError, match="progress='x'.*Fix:"):
+        congruence_closure(g, [[0, 1]], progress="x")
+    g.backend = "elsewhere"  # as an EGraph built on another backend names it
+    with pytest.raises(DispatchError, match="lives on 'elsewhere'.*Fix:"):
+        congruence_closure(g, [[0, 1]], backend="reference")
+    g.backend = "reference"
+    assert g.find([0, 1]).tolist() == [0, 1]  # the unions were never applied
+    with pytest.raises(VyreError, match="no backend named 'bogus'"):
+        congruence_closure(g, [[0, 1]], backend="bogus")
+    assert congruence_closure(g, [[0, 1]], backend="reference").classes_after == 2
+
+
+def test_a_refused_add_or_lookup_does_not_rebuild_first():
+    g = EGraph.from_arrays([0, 1, 2, 3], [0, 1, 2, 2], [0, 0, 0, 1, 2], [0, 1], backend="reference")
+    g.union([[0, 1]])
+    for call in (lambda: g.add([2], [0, 1], [7]), lambda: g.lookup([2], [0, 1], [7])):
+        with pytest.raises(DispatchError, match="outside 0..3"):
+            call()
+        assert g._pending  # the unions still wait for a rebuild the caller asked for
+    assert g.lookup([2], [0, 1], [0]).tolist() == [2]
+
+
+@pytest.mark.parametrize("call, fragment", [
+    (lambda g: g.find([0]), "has none yet"), (lambda g: g.union([[0, 0]]), "has none yet"),
+])
+def test_ids_of_an_egraph_without_classes_say_so(call, fragment):
+    g = EGraph.from_arrays([], [], [0], [], backend="reference")
+    with pytest.raises(DispatchError, match="Fix:") as e:
+        call(g)
+    assert fragment in str(e.value) and "0..-1" not in str(e.value)
+    assert g.find([]).size == 0
+
+
+@pytest.mark.parametrize("eclass, fragment", [
+    ([0, 2**64], "integers beyond 64 bits"),
+    (np.ma.MaskedArray([0, 1], mask=[0, 1]), "masked array"),
+])
+def test_ids_numpy_would_misread_are_refused(eclass, fragment):
+    with pytest.raises(DispatchError, match="Fix:") as e:
+        EGraph.from_arrays(eclass, [0, 0], [0, 0, 0], [], backend="reference")
+    assert fragment in str(e.value)
+
+
+def test_a_closure_of_a_tuple_of_the_wrong_length_says_its_length():
+    with pytest.raises(DispatchError, match="tuple of 3 items.*Fix:"):
+        congruence_closure(([0], [0], [0, 0]), backend="reference")
+
+
+def test_operator_names_are_text_in_the_drawing():
+    pytest.importorskip("graphviz")
+    g = EGraph.from_arrays([0, 1], [0, 1], [0, 0, 0], [], ops=['a"b\\', "x\\l"], backend="reference")
+    source = g.to_graphviz().source
+    assert 'label="a\\"b\\\\"' in source and 'label="x\\\\l"' in source
+
+
+def test_running_out_of_host_memory_while_building_is_a_vyre_error(monkeypatch):
+    from vyre_numba.egraph import host, workload
+    from vyre_numba.errors import HostMemoryError
+
+    def no_memory(*a, **k):
+        raise MemoryError("Unable to allocate 16.0 GiB")
+
+    monkeypatch.setattr(host, "HostEGraph", no_memory)
+    with pytest.raises(HostMemoryError, match="building the e-graph.*Fix:"):
+        EGraph.from_arrays([0], [0], [0, 0], [], backend="reference")
+    monkeypatch.setattr(workload, "_arithmetic", no_memory)
+    with pytest.raises(HostMemoryError, match="Fix: make fewer e-nodes"):
+        workload.arithmetic(100)

@@ -15,12 +15,18 @@ DELAY_S = 1.0
 ENV = "VYRE_NUMBA_PROGRESS"
 
 
-def bar(progress: bool | None, *, desc: str, unit: str, total: int | None = None):
-    """A bar for `progress` (see the module docstring) with tqdm's `update(n)` and `close()`, or
-    None when there is none to show."""
+def check_progress(progress) -> None:
+    """A DispatchError unless `progress` is True, False or None (checked before work that a late
+    refusal would leave half done)."""
     if progress is not None and not isinstance(progress, bool):
         raise DispatchError(f"progress={shown(progress)} is not True, False or None. Fix: pass True (always show a "
                             f"bar), False (never) or None (only once the work has run {DELAY_S:g} s).")
+
+
+def bar(progress: bool | None, *, desc: str, unit: str, total: int | None = None):
+    """A bar for `progress` (see the module docstring) with tqdm's `update(n)` and `close()`, or
+    None when there is none to show."""
+    check_progress(progress)
     if progress is False or (progress is None and os.environ.get(ENV, "").strip() in ("0", "false", "off")):
         return None
     if progress is None:

@@ -95,6 +95,12 @@ def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID, copy: bool = True, bou
         arr = np.asarray(a)
     except Exception as e:  # ragged lists and the like
         raise DispatchError(f"{name} is not an array of integers ({e}). Fix: pass a 1-D NumPy integer array.") from e
+    if isinstance(a, np.ma.MaskedArray):
+        raise DispatchError(f"{name} is a masked array, whose mask would be ignored. Fix: pass {name}.compressed() or "
+                            f"{name}.filled(...), whichever the ids mean.")
+    if arr.dtype == object and arr.size and all(isinstance(v, int) for v in arr.ravel().tolist()):
+        raise DispatchError(f"{name} holds integers beyond 64 bits (such as {shown(max(arr.ravel().tolist()))}). "
+                            "Fix: ids are 32-bit: renumber them densely from 0.")
     if arr.dtype.kind not in "iu" or arr.dtype == np.bool_:
         if arr.size == 0 and arr.dtype.kind == "f":  # [] comes in as float64
             arr = arr.astype(np.int64)
@@ -211,6 +217,7 @@ class EGraph:
     `from_arrays`, `from_terms` or `from_serialized`; release its device memory with `close()` or
     `with`. Operations are batched: pass arrays, get arrays."""
 
+    @host_memory("building the e-graph")
     def __init__(self, eclass, op, children_offsets, children, *, ops: Sequence[str] | None = None,
                  backend=None, table_capacity: int | None = None, _meta: dict | None = None):
         """The rows as given (see `from_arrays`)."""
@@ -349,7 +356,12 @@ class EGraph:
 
     # --- operations ------------------------------------------------------------------------
     def _ids(self, ids, name: str) -> np.ndarray:
-        return _ints(ids, name, hi=max(self.n_classes - 1, -1))
+        if self.n_classes == 0:  # no range to name: "outside 0..-1" would say nothing
+            arr = _ints(ids, name)
+            if arr.size:
+                raise DispatchError(f"{name} names class ids, but this e-graph has none yet. Fix: add e-nodes first.")
+            return arr
+        return _ints(ids, name, hi=self.n_classes - 1)
 
     def union(self, pairs) -> None:
         """Merge the classes of each pair (a (k, 2) array of class ids). Congruence is restored by
@@ -406,9 +418,9 @@ class EGraph:
         """The class of the e-node equal to each given one (children canonicalised first), or -1.
         Rebuilds first if unions are pending: equality is only meaningful on canonical children.
         `op` as in `add` (a name the e-graph has never seen finds nothing)."""
-        self._rebuilt()
         op, _ = self._op_ids(op, "lookup")
         op, offsets, children = _rows(op, children_offsets, children, self.n_classes, "lookup")
+        self._rebuilt()  # after the checks: a refused call leaves an unconverged e-graph as it was
         return self._live().lookup(op, offsets, children)
 
     def _op_ids(self, op, what: str) -> tuple[Any, list[str]]:
@@ -450,11 +462,11 @@ class EGraph:
         return self._add(op, children_offsets, children)
 
     def _add(self, op, children_offsets, children) -> np.ndarray:
-        self._rebuilt()
         op, offsets, children = _rows(op, children_offsets, children, self.n_classes, "add")
         if self.ops is not None and op.size and int(op.max()) >= len(self.ops):
             raise DispatchError(f"op holds {int(op.max())}, but the e-graph names {len(self.ops)} operators. "
                                 "Fix: use an operator id below that.")
+        self._rebuilt()  # after the checks: a refused call leaves an unconverged e-graph as it was
         g = self._live()
         canon = g.find(children) if children.size else children
         self._check_children(children, canon)
@@ -508,12 +520,23 @@ def congruence_closure(egraph: "EGraph", unions=None, *, backend=None, max_round
     (eclass, op, children_offsets, children) built on `backend`) and rebuild to the fixed point:
     the canonical class of every row, rounds, classes merged and per-phase times. `progress` as
     in `EGraph.rebuild`."""
+    from ..progress import check_progress
+
     max_rounds = _max_rounds(max_rounds)
+    check_progress(progress)  # before the unions change the e-graph
     if not isinstance(egraph, EGraph):
         if not (isinstance(egraph, (tuple, list)) and len(egraph) == 4):
-            raise DispatchError(f"egraph is a {type(egraph).__name__}. Fix: pass an EGraph or a tuple "
-                                "(eclass, op, children_offsets, children).")
+            items = f" of {len(egraph)} items" if isinstance(egraph, (tuple, list)) else ""
+            raise DispatchError(f"egraph is a {type(egraph).__name__}{items}. Fix: pass an EGraph or a tuple of four "
+                                "arrays (eclass, op, children_offsets, children).")
         egraph = EGraph.from_arrays(*egraph, backend=backend)
+    elif backend is not None:
+        from ..backend import resolve_backend
+
+        name = resolve_backend(backend).name
+        if name != egraph.backend:
+            raise DispatchError(f"backend={shown(backend)}, but this EGraph lives on {egraph.backend!r} and computes "
+                                "there. Fix: leave backend out for an EGraph (or build it on that backend).")
     before = _class_count(egraph)
     if unions is not None:
         egraph.union(unions)

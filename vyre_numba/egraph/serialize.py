@@ -29,6 +29,9 @@ def rows_of_terms(terms: Sequence[Any]):
     if isinstance(terms, (str, bytes)) or not isinstance(terms, Sequence):
         raise DispatchError(f"terms is a {type(terms).__name__}; from_terms takes a list of terms. Fix: pass "
                             "[term, ...] where a term is (op, child, ...) or a leaf (str, int, float).")
+    if isinstance(terms, tuple) and terms and isinstance(terms[0], str):
+        raise DispatchError(f"terms is one term, ({shown(terms[0])}, ...); from_terms takes a list of terms. Fix: "
+                            "pass [term], a list holding it.")
     ops: dict = {}
     memo: dict = {}  # (op id, children classes) -> class
     op_of: list[int] = []
@@ -123,6 +126,8 @@ def rows_of_serialized(data: "str | dict"):
     classes: dict = {}
     ops: dict = {}
     ids = list(nodes)
+    if len({str(i) for i in ids}) < len(ids):  # JSON writes every id as a string: 1 and "1" would be one node
+        raise _bad("node ids include an int and a string of the same text (such as 1 and '1')")
     where = {nid: k for k, nid in enumerate(ids)}
     op_of, cls_of, kid_nodes, extra = [], [], [], []
     for nid in ids:
@@ -144,6 +149,9 @@ def rows_of_serialized(data: "str | dict"):
                                 "children are node ids present in 'nodes'.")
         kid_nodes.append(list(ch))
         extra.append({k: v for k, v in nd.items() if k not in ("op", "children", "eclass")})
+    unknown = [c for c in roots if c not in classes]
+    if unknown:
+        raise _bad(f"root class {shown(unknown[0])} is the class of no node")
     kids = [[cls_of[where[c]] for c in ch] for ch in kid_nodes]
     offsets, children = _csr(kids)
     meta = dict(node_ids=ids, class_names=sorted(classes, key=classes.get), child_nodes=kid_nodes, extra=extra,
@@ -161,11 +169,25 @@ def serialized_of_rows(rows: dict, ops: Sequence[str] | None, meta: dict | None)
     names = meta.get("class_names", [])
     node_ids = meta.get("node_ids", [])
 
+    taken = {"class": set(names), "node": {str(i) for i in node_ids}}
+    made: dict = {}
+
+    def fresh(kind: str, base: str) -> str:
+        """`base`, or `base_k` for the first k that no name read in (or made before) has."""
+        name = made.get((kind, base))
+        if name is None:
+            name, k = base, 1
+            while name in taken[kind]:
+                name, k = f"{base}_{k}", k + 1
+            taken[kind].add(name)
+            made[(kind, base)] = name
+        return name
+
     def class_name(c: int) -> str:
-        return names[c] if c < len(names) else f"c{c}"
+        return names[c] if c < len(names) else fresh("class", f"c{c}")
 
     def node_id(r: int) -> str:
-        return node_ids[r] if r < len(node_ids) else f"n{r}"
+        return str(node_ids[r]) if r < len(node_ids) else fresh("node", f"n{r}")
 
     canon = parent[eclass]
     first_row = {}
@@ -174,7 +196,7 @@ def serialized_of_rows(rows: dict, ops: Sequence[str] | None, meta: dict | None)
     out_nodes = {}
     for r in range(n):
         if r < len(meta.get("child_nodes", [])):
-            kids = list(meta["child_nodes"][r])
+            kids = [str(c) for c in meta["child_nodes"][r]]
         else:
             kids = [node_id(first_row[int(parent[c])]) for c in children[offsets[r]:offsets[r + 1]]]
         nd = {"op": ops[op[r]] if ops is not None else str(int(op[r])), "children": kids,

@@ -45,7 +45,7 @@ def to_graphviz(egraph, limit: int | None = MAX_DRAWN):
         with dot.subgraph(name=f"cluster_{c}") as sub:
             sub.attr(label=f"class {c}", style="dashed,rounded", color="gray", fontcolor="gray")
             for r in rs:
-                sub.node(f"n{r}", listed[r][1])
+                sub.node(f"n{r}", graphviz.escape(listed[r][1]))  # an operator named 'x\\l' is text, not an escape
     for r, (c, _, kids) in enumerate(listed):
         for k, child in enumerate(kids):
             if child not in members:  # a class whose e-nodes are past the limit

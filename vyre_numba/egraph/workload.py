@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import HostMemoryError
 from .egraph import MAX_ID, _count
 
 OPS = ("Add", "Mul", "Sub", "Div", "Neg", "Sq")
@@ -17,6 +18,14 @@ def arithmetic(n: int, *, seed: int = 1) -> tuple[tuple[np.ndarray, ...], np.nda
     benchmark's N/8 is none there, and its first interior node would have no earlier node to use)."""
     n = _count(n, "n", f"pass how many e-nodes to make, an int from 0 to {MAX_ID + 1}.", lo=0, hi=MAX_ID + 1)
     seed = _count(seed, "seed", "pass a non-negative int.", lo=0)
+    try:
+        return _arithmetic(n, seed)
+    except MemoryError as e:
+        raise HostMemoryError(f"the workload of {n} e-nodes ran out of host memory ({e}). Fix: make fewer "
+                              "e-nodes.") from None
+
+
+def _arithmetic(n: int, seed: int) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
     rng = np.random.default_rng(seed)
     leaves = max(n // 8, min(n, 1))
     interior, u = n - leaves, n // 64

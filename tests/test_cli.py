@@ -537,3 +537,13 @@ def test_invalid_program_json_is_reported(tmp_path, capsys):
     assert_fix(one_error_line(capsys, "IRValidationError"))
     assert not (tmp_path / "x.ptx").exists()
     assert isinstance(ir.Program.from_json(demo_program().to_json()), ir.Program)
+
+
+def test_python_dash_m_runs_the_same_command():
+    import subprocess
+    import sys
+
+    ok = subprocess.run([sys.executable, "-m", "vyre_numba", "--help"], capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0 and "info,run,emit,demo,bench" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", "vyre_numba", "run"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "required" in bad.stderr and "Traceback" not in bad.stderr

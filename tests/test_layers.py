@@ -22,7 +22,7 @@ LAYERS = [
     ("egraph",),
     ("graph",),
     ("distributed",),
-    ("registry", "cli", "testing", "elementwise", "__init__"),
+    ("registry", "cli", "testing", "elementwise", "__init__", "__main__"),
 ]
 
 

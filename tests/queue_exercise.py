@@ -101,6 +101,12 @@ def assert_host_pushes_keep_the_device_counters() -> None:
         take_some[1, 32](q.state, 8, 5, claim)
         assert claim.copy_to_host().tolist() == [2, 2]  # 12 and 13, not 10 and 11 again
         assert q.drain().copy_to_host().tolist() == [10, 11, 12, 13]
+        q.push([20, 21])
+        take_some[1, 32](q.state, 8, 4, claim)  # claims past the two left: the head runs past the tail
+        assert claim.copy_to_host().tolist() == [0, 2]
+        q.push([22, 23, 24])
+        take_some[1, 32](q.state, 8, 4, claim)
+        assert claim.copy_to_host().tolist() == [2, 3]  # every new item, none skipped
 
 
 def assert_misuse_is_refused_and_changes_nothing() -> None:

@@ -89,6 +89,7 @@ def test_select_if_takes_numba_compiled_predicates_and_either_byte_order():
     (lambda: compaction.select_if(np.arange(3), lambda v: 1 // (v - v) > 0), "raised ZeroDivisionError"),
     (lambda: compaction.select_if(records(3), lambda v: True), "record array"),
     (lambda: compaction.select_if(np.arange(3, dtype=np.float16), lambda v: v > 1), "does not take float16"),
+    (lambda: compaction.select_if(np.arange(3, dtype=">f2"), lambda v: v > 1), "does not take float16"),
     (lambda: compaction.nonzero(np.ones(3, np.float64)), "not integers or bools"),
     (lambda: compaction.read_compacted(np.arange(3), np.ones(3, bool)), "host arrays"),
     (lambda: compaction.select_if(np.arange(3), Unhashable()), "cannot be hashed"),

@@ -106,6 +106,17 @@ def test_sequence_runs_steps_without_host_sync_and_reads_ranges(backend):
     assert a.tolist() == [11] * 4 and b.tolist() == [10] * 3
 
 
+def test_a_read_entry_of_a_dlpack_only_array_is_left_to_the_download_to_check():
+    from vyre_numba.backend import _read
+
+    class DLPackOnly:
+        def __dlpack__(self, stream=None):
+            raise NotImplementedError
+
+    buf = DLPackOnly()
+    assert _read((buf, 1, 2)) == (buf, 1, 2)
+
+
 @pytest.mark.parametrize("entry", [([1, 2], 0, 1), ("dx",), (None, 0)])
 def test_a_read_entry_that_is_not_a_buffer_is_refused_before_any_step_runs(backend, entry):
     dx = backend.upload(np.zeros(4, np.uint32))

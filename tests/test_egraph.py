@@ -509,6 +509,14 @@ def test_names_made_for_new_rows_and_classes_never_take_a_name_read_in():
     assert (back.n_nodes, len(set(back.classes().tolist()))) == (3, 3)
 
 
+def test_a_made_class_name_never_takes_a_name_of_the_class_data():
+    g = EGraph.from_serialized({"nodes": {"a": {"op": "x", "children": [], "eclass": "c0"}},
+                                "class_data": {"c1": {"stale": True}}}, backend="reference")
+    g.add(["f"], [0, 1], [0])  # class 1: "c1" names class data of a class with no node
+    out = json.loads(g.to_serialized())
+    assert [v["eclass"] for v in out["nodes"].values()] == ["c0", "c1_1"] and "c1" not in out["class_data"]
+
+
 def test_int_node_ids_round_trip_as_the_strings_json_writes():
     g = EGraph.from_serialized({"nodes": {1: {"op": "a", "eclass": "c"}, 2: {"op": "f", "children": [1],
                                                                             "eclass": "d"}}}, backend="reference")

@@ -584,6 +584,20 @@ def test_gpu_torch_tensors_in_torch_tensors_out(rng, case):
         same_bits(g.cpu().numpy(), w)
 
 
+@pytest.mark.parametrize("operation, want", [
+    ("n + -(2**31)", lambda x: x + np.int32(-2**31)), ("n + -2147483648", lambda x: x + np.int32(-2**31)),
+    ("-8 + n", lambda x: x - np.int32(8)),
+])
+def test_the_smallest_value_of_a_type_is_a_constant_that_fits(operation, want):
+    x = np.arange(-3, 3, dtype=np.int32)
+    same_bits(elementwise("i32 n", "i32 out", operation, name="smallest")(x, backend="reference"), want(x))
+
+
+def test_a_constant_wider_than_every_type_is_refused_without_printing_it():
+    raises(IRValidationError, elementwise, "i32 n", "i32 out", "n + (2**63)**64 * (2**63)**64",
+           match="wider than 128 bits")
+
+
 def test_constant_arithmetic_is_exact_where_it_fits():
     x = np.arange(-3, 3, dtype=np.int32)
     op = elementwise("i32 n", "i32 out", "n + 2**30 - (-2)**3 * 3 + 2**15 * 2**15 - 2**30", name="consts")

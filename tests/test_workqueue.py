@@ -44,6 +44,13 @@ def test_queues_of_types_that_cannot_be_queued_are_refused(dtype):
             make()
 
 
+@pytest.mark.parametrize("dtype", [[("flag", "?"), ("v", "i4")], [("a", [("x", "i4")]), ("b", "f8")],
+                                   [("a", "i4", (3,))], np.float16])
+def test_records_of_bools_nested_records_and_subarrays_can_be_queued(dtype):
+    q = QueueModel(2, dtype)
+    assert q.items.dtype == np.dtype(dtype)
+
+
 def test_a_queue_without_a_gpu_says_to_use_the_model(monkeypatch):
     from numba import cuda
 

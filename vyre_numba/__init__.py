@@ -20,8 +20,8 @@ __all__ = ["ir", "Backend", "available_backends", "get_backend", "DispatchConfig
            "UnsupportedError", "CompileError", "DeviceError", "BarrierTimeoutError", "CheckError", "CheckWarning", "BufferDecl", "DataType",
            "Program"]
 
-_SUBPACKAGES = ("compaction", "distributed", "egraph", "fixpoint", "graph", "megakernel", "profiling", "unionfind",
-                "workqueue")
+_SUBPACKAGES = ("compaction", "distributed", "egraph", "fixpoint", "gpu", "graph", "megakernel", "profiling",
+                "reference", "unionfind", "workqueue")
 
 
 def __getattr__(name: str):

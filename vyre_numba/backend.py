@@ -498,12 +498,13 @@ def _read(r) -> tuple:
                                                     or not isinstance(x, (int, np.integer))):
             raise DispatchError(f"read entry: {what}={shown(x, 60)} is not an int. Fix: pass element offsets and "
                                 "counts as ints (count None for the rest of the buffer).")
-    if not (isinstance(buf, np.ndarray) or hasattr(buf, "__cuda_array_interface__")):
+    sized = isinstance(buf, np.ndarray) or hasattr(buf, "__cuda_array_interface__")
+    if not (sized or hasattr(buf, "__dlpack__")):
         raise DispatchError(f"read entry: the buffer is a {type(buf).__name__}, not a resident buffer; nothing ran. "
                             "Fix: name a buffer the steps use, as backend.upload or backend.empty returned it.")
-    size = _elements(buf)
+    size = _elements(buf) if sized else None  # a DLPack-only array: download checks its range
     end = size if cnt is None else int(off) + int(cnt)
-    if not 0 <= off <= end <= size:
+    if size is not None and not 0 <= off <= end <= size:
         raise DispatchError(f"read entry: elements [{off}, {end}) are outside the buffer's {size}. Fix: pass "
                             "0 <= offset and offset + count <= the buffer's length.")
     return buf, int(off), None if cnt is None else int(cnt)

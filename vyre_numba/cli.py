@@ -105,7 +105,7 @@ def _parse_input_args(items: Iterable[str] | None) -> dict[str, str]:
         if not sep or not name or not file:
             raise UsageError(f"--input {shown(item)} is not NAME=FILE.npy. Fix: write e.g. --input a=a.npy.")
         if name in pairs:
-            raise UsageError(f"--input {shown(name)} is given twice ({pairs[name]!r} and {shown(file)}). "
+            raise UsageError(f"--input {shown(name)} is given twice ({shown(pairs[name])} and {shown(file)}). "
                              f"Fix: pass --input {name}=FILE once.")
         pairs[name] = file
     return pairs
@@ -127,7 +127,7 @@ def _check_input_names(program: ir.Program, names: Iterable[str]) -> None:
 
 
 def _npz_error(name: str, file: str) -> UsageError:
-    return UsageError(f"cannot load {file!r} for input {name!r}: it is a .npz archive, but each input takes "
+    return UsageError(f"cannot load {shown(file)} for input {shown(name)}: it is a .npz archive, but each input takes "
                       f"one array. Fix: save each array on its own with numpy.save and pass --input {name}=FILE.npy.")
 
 

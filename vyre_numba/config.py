@@ -105,13 +105,13 @@ class DispatchConfig:
         if label is not None:
             object.__setattr__(self, "label", str(label))
         if not isinstance(self.optimize, (bool, np.bool_)):
-            raise DispatchError(f"optimize={self.optimize!r} is not a bool. Fix: pass optimize=True or optimize=False.")
+            raise DispatchError(f"optimize={shown(self.optimize)} is not a bool. Fix: pass optimize=True or optimize=False.")
         object.__setattr__(self, "optimize", bool(self.optimize))
         c = self.checked
         if isinstance(c, (bool, np.bool_)):
             c = "warn" if c else False
         if c is not False and (not isinstance(c, str) or c not in ("warn", "raise")):
-            raise DispatchError(f"checked={self.checked!r} is not True, False, 'warn' or 'raise'. Fix: pass "
+            raise DispatchError(f"checked={shown(self.checked)} is not True, False, 'warn' or 'raise'. Fix: pass "
                                 "checked=True (warn about what the checks find) or checked='raise'.")
         object.__setattr__(self, "checked", c)
 

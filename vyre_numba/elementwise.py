@@ -25,7 +25,9 @@ The operation string
   such as ``0 <= x < n`` too), ``and or not`` (both sides are always evaluated), ``a if c else b``
   (a select: both sides evaluated), and ``x ** k`` for an integer literal ``0 <= k <= 64``
   (multiplications by squaring; each one rounds on floats). Integer literals joined by ``+ - * **``
-  are computed exactly first (``2**32`` is one literal, refused where it does not fit the type).
+  and unary ``-`` are computed exactly first, as one literal: ``2**32`` is refused where it does not
+  fit the type, ``-(2**31)`` is i32's smallest value, and ``x * (2**24 + 2)`` multiplies by 16777218
+  also on f32 (no rounding between the literals).
   ``//`` is refused: Python's floor division differs from the IR's ``div`` for negative and float
   operands.
 - Functions: ``min max`` (two or more arguments; with one NaN they return the other operand),
@@ -279,7 +281,7 @@ class _Translator:
                 raise self.fail(node, f"the constant {shown(v)} is not a number", "use int, float, True or False "
                                                                                   "literals")
             case ast.BinOp(op=op, left=a, right=b):
-                folded = _int_constant(node)
+                folded = self.folded(node)
                 if folded is not None:  # exact, so a constant past the type is refused as its literal is
                     return ir.lit(folded)
                 if isinstance(op, ast.FloorDiv):
@@ -294,6 +296,9 @@ class _Translator:
                     raise self.fail(node, f"the operator {type(op).__name__} is not supported", f"use {_ALLOWED}")
                 return fn(self.expr(a), self.expr(b))
             case ast.UnaryOp(op=op, operand=a):
+                folded = self.folded(node)
+                if folded is not None:  # -(2**31) is i32's smallest value, not a negated 2**31
+                    return ir.lit(folded)
                 x = self.expr(a)
                 if isinstance(op, ast.USub):
                     return ir.neg(x)
@@ -348,6 +353,14 @@ class _Translator:
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise self.fail(node, f"the name {shown(name)} is not an input or an assigned name{hint}",
                         f"use the inputs {self.inputs} or names assigned before, or declare {shown(name)} as an input")
+
+    def folded(self, node: ast.AST) -> int | None:
+        """`_int_constant(node)`, refused where it is wider than any type (not a number to print)."""
+        try:
+            return _int_constant(node)
+        except OverflowError:
+            raise self.fail(node, f"the constant is wider than {_FOLD_BITS} bits, past every type",
+                            "write a constant that fits the operation's type") from None
 
     def power(self, node: ast.AST, base: ast.AST, exponent: ast.AST) -> ir.Expr:
         k = exponent.value if isinstance(exponent, ast.Constant) else None
@@ -416,23 +429,33 @@ class _Translator:
 _FOLDED = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b}
 
 
+_FOLD_BITS = 128  # wider than every type: a folded constant past it is refused, not built
+
+
 def _int_constant(node: ast.AST) -> int | None:
     """The exact value of an expression of integer literals under + - * ** and unary minus, else
-    None (its operations would wrap in the operand type: 2**32 as i32 is 0)."""
+    None (its operations would wrap in the operand type: 2**32 as i32 is 0); OverflowError past
+    _FOLD_BITS bits."""
     match node:
         case ast.Constant(value=v) if isinstance(v, int) and not isinstance(v, bool):
-            return v
+            pass
         case ast.UnaryOp(op=ast.USub(), operand=a):
             v = _int_constant(a)
-            return None if v is None else -v
+            v = None if v is None else -v
         case ast.BinOp(op=ast.Pow(), left=a, right=ast.Constant(value=k)) if (
                 isinstance(k, int) and not isinstance(k, bool) and 0 <= k <= _MAX_POWER):
             v = _int_constant(a)
-            return None if v is None or v.bit_length() * k > 4096 else v ** k  # past any type; kept small
+            if v is not None and v.bit_length() * k > _FOLD_BITS and abs(v) > 1:
+                raise OverflowError
+            v = None if v is None else v ** k
         case ast.BinOp(op=op, left=a, right=b) if type(op) in _FOLDED:
             x, y = _int_constant(a), _int_constant(b)
-            return None if x is None or y is None else _FOLDED[type(op)](x, y)
-    return None
+            v = None if x is None or y is None else _FOLDED[type(op)](x, y)
+        case _:
+            v = None
+    if v is not None and v.bit_length() > _FOLD_BITS:
+        raise OverflowError
+    return v
 
 
 def _one_like(x: ir.Expr) -> ir.Expr:

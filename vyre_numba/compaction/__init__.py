@@ -168,7 +168,7 @@ def _checked_if(values, predicate) -> tuple[int, Callable]:
     if dt.fields is not None:
         raise DispatchError("select_if takes plain numbers; values is a record array. Fix: compute flags from its "
                             "fields and call select(values, flags).")
-    if dt == np.float16:
+    if dt.newbyteorder("=") == np.float16:
         raise DispatchError("select_if does not take float16 values: its predicate is typed by Numba's CPU "
                             "compiler, which has no float16. Fix: pass values.astype(np.float32), or compute flags "
                             "yourself and call select(values, flags).")

@@ -642,7 +642,7 @@ def _frame_columns(names, columns) -> tuple:
                                 "distinct names (edges.rename(columns=...)).")
         where.append(int(loc))
     if where[0] == where[1]:
-        raise DispatchError(f"columns={tuple(columns)!r} names one column twice. Fix: pass columns=(src, dst), two "
+        raise DispatchError(f"columns={shown(tuple(columns))} names one column twice. Fix: pass columns=(src, dst), two "
                             "different columns.")
     return tuple(names[i] for i in where)
 

@@ -417,7 +417,8 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
     holds them and are checked there (class ids global; children name classes some partition's rows
     are in: a child above every partition's classes is refused, but one naming an id below them that
     no row has is not, unlike `EGraph`, and stays a class of its own); or one such host tuple or an
-    `EGraph`, cut into `partitions` row ranges (default: one per worker). `unions`: (k, 2) class ids merged first. `backend` as for `connected_components`.
+    `EGraph`, cut into `partitions` row ranges (default: one per worker). `unions`: (k, 2) class
+    ids merged first. `backend` as for `connected_components`.
     `gather=False` leaves `eclass` on the workers: a Dask array, one chunk per partition (int32 on
     GPU workers, as they hold it), computed (the call waits for it and raises what the workers
     raised) but not brought to the client."""

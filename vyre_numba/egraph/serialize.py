@@ -30,8 +30,8 @@ def rows_of_terms(terms: Sequence[Any]):
         raise DispatchError(f"terms is a {type(terms).__name__}; from_terms takes a list of terms. Fix: pass "
                             "[term, ...] where a term is (op, child, ...) or a leaf (str, int, float).")
     if isinstance(terms, tuple) and terms and isinstance(terms[0], str):
-        raise DispatchError(f"terms is one term, ({shown(terms[0])}, ...); from_terms takes a list of terms. Fix: "
-                            "pass [term], a list holding it.")
+        raise DispatchError(f"terms is one term, ({shown(terms[0])}, ...): a tuple starting with a str is a term; "
+                            "from_terms takes a list of terms. Fix: pass [term] (or a list of several terms).")
     ops: dict = {}
     memo: dict = {}  # (op id, children classes) -> class
     op_of: list[int] = []
@@ -61,7 +61,7 @@ def rows_of_terms(terms: Sequence[Any]):
             t, expanded = stack.pop()
             if isinstance(t, tuple):
                 if not t or not isinstance(t[0], str):
-                    raise DispatchError(f"a term tuple starts with {t[0] if t else 'nothing'!r}, not an operator "
+                    raise DispatchError(f"a term tuple starts with {shown(t[0]) if t else 'nothing'}, not an operator "
                                         "name. Fix: write terms as ('Add', x, y).")
                 if id(t) in done and not expanded:
                     out.append(done[id(t)])
@@ -145,7 +145,7 @@ def rows_of_serialized(data: "str | dict"):
         cls_of.append(classes.setdefault(nd["eclass"], len(classes)))
         missing = [c for c in ch if c not in where]
         if missing:
-            raise DispatchError(f"node {shown(nid)} has child {missing[0]!r}, which is no node of the graph. Fix: "
+            raise DispatchError(f"node {shown(nid)} has child {shown(missing[0])}, which is no node of the graph. Fix: "
                                 "children are node ids present in 'nodes'.")
         kid_nodes.append(list(ch))
         extra.append({k: v for k, v in nd.items() if k not in ("op", "children", "eclass")})
@@ -169,7 +169,7 @@ def serialized_of_rows(rows: dict, ops: Sequence[str] | None, meta: dict | None)
     names = meta.get("class_names", [])
     node_ids = meta.get("node_ids", [])
 
-    taken = {"class": set(names), "node": {str(i) for i in node_ids}}
+    taken = {"class": set(names) | set(meta.get("class_data", {})), "node": {str(i) for i in node_ids}}
     made: dict = {}
 
     def fresh(kind: str, base: str) -> str:

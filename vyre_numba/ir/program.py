@@ -64,14 +64,14 @@ class BufferDecl:
                 object.__setattr__(self, "access", Access(self.access))
             except (ValueError, TypeError):
                 names = ", ".join(a.value for a in Access)
-                raise IRValidationError(f"{where}: access {self.access!r} is not one of {names}. Fix: use the "
+                raise IRValidationError(f"{where}: access {shown(self.access)} is not one of {names}. Fix: use the "
                                         "constructors BufferDecl.read / read_write / output / uniform / workgroup.") from None
         object.__setattr__(self, "dtype", DataType.parse(self.dtype))
         object.__setattr__(self, "count", _int(self.count, f"{where}: count"))
         if self.binding is not None:
             object.__setattr__(self, "binding", _int(self.binding, f"{where}: binding"))
         if not isinstance(self.output, (bool, np.bool_)):
-            raise IRValidationError(f"{where}: output={self.output!r} is not a bool. Fix: pass True or False.")
+            raise IRValidationError(f"{where}: output={shown(self.output)} is not a bool. Fix: pass True or False.")
         object.__setattr__(self, "output", bool(self.output))
         r = self.output_byte_range
         if r is not None:
@@ -156,14 +156,15 @@ def _int(v, what: str) -> int:
 
 
 def _norm_wg(ws) -> tuple[int, int, int]:
-    bad = IRValidationError(f"workgroup_size {ws!r} is not 1 to 3 ints. Fix: pass e.g. 256 or (16, 16).")
+    def bad() -> IRValidationError:  # built only when raised: no repr of a valid size on every call
+        return IRValidationError(f"workgroup_size {shown(ws)} is not 1 to 3 ints. Fix: pass e.g. 256 or (16, 16).")
     if _is_int(ws):
         return (int(ws), 1, 1)
     if isinstance(ws, (str, bytes, set, frozenset, dict)) or not isinstance(ws, Iterable):  # sets have no order
-        raise bad
+        raise bad()
     ws = tuple(ws)
     if not 1 <= len(ws) <= 3 or not all(_is_int(v) for v in ws):
-        raise bad
+        raise bad()
     return tuple(int(v) for v in ws) + (1,) * (3 - len(ws))
 
 
@@ -277,7 +278,7 @@ class Program:
     def from_dict(cls, d: dict) -> "Program":
         """The program of a `to_dict` document; IRValidationError with a Fix if it is not one."""
         if not isinstance(d, dict) or d.get("format") != FORMAT:
-            raise IRValidationError(f"not a {FORMAT} document (format={d.get('format') if isinstance(d, dict) else None!r}). "
+            raise IRValidationError(f"not a {FORMAT} document (format={shown(d.get('format') if isinstance(d, dict) else None)}). "
                                     "Fix: load a file written by Program.to_json().")
         try:
             bufs = [BufferDecl(b["name"], b["binding"], b["access"], b["dtype"], b["count"], b["output"],
@@ -411,7 +412,7 @@ def _from(d: Any):
     kind = d.get("k")
     cls = _CLASSES.get(kind) if isinstance(kind, str) else None
     if cls is None:
-        raise IRValidationError(f"unknown IR node kind {d.get('k')!r}. Fix: load a file written by Program.to_json().")
+        raise IRValidationError(f"unknown IR node kind {shown(d.get('k'))}. Fix: load a file written by Program.to_json().")
     kw = {}
     for name in cls._kinds:
         if name not in d:

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 
 from .. import display
-from ..errors import IRValidationError
+from ..errors import IRValidationError, shown
 from . import nodes as n
 from .program import Access, BufferDecl, Program
 from .recursion import drive
@@ -74,9 +74,9 @@ def _bad_literal(lit: n.Lit) -> str | None:
     """Why `lit` (e.g. built directly or read from JSON) holds no value of its type, or None."""
     dt, raw = lit.dtype, lit.raw
     if not isinstance(dt, DataType):
-        return f"has type {dt!r}, which is not a DataType"
+        return f"has type {shown(dt)}, which is not a DataType"
     if not isinstance(raw, int) or isinstance(raw, bool):
-        return f"holds {raw!r}, which is not an int"
+        return f"holds {shown(raw)}, which is not an int"
     if dt.is_float:
         ok = 0 <= raw < 1 << dt.bits
     elif dt.is_bool:
@@ -243,7 +243,7 @@ class _Checker:
         target = want if want is not None else default_weak_type(e)
         strong = None if target is None else _strong(e, target)
         if strong is None:
-            self.err(where, f"literal {e.value!r} cannot be a {target}. "
+            self.err(where, f"literal {shown(e.value)} cannot be a {target}. "
                             f"Fix: write a literal that fits, e.g. ir.lit(value, 'type'), or ir.cast.")
             return e, None
         return strong, strong.dtype

@@ -58,7 +58,7 @@ def _read(name: str) -> tuple[tuple[str, ...], str]:
     path = template_dir() / f"{name}.ptx"
     if not path.is_file():
         raise VyreError(f"no PTX template named {shown(name)} (available: {', '.join(names())}). "
-                        "Fix: use one of the available names or add ptx_templates/{name}.ptx.")
+                        f"Fix: use one of the available names or add ptx_templates/{name}.ptx.")
     lines = path.read_text().splitlines()
     header_end = 0
     while header_end < len(lines) and lines[header_end].startswith("//"):

@@ -72,10 +72,13 @@ def _dtype(dtype) -> np.dtype:
         dt = None if dtype is None else np.dtype(dtype)
     except (TypeError, ValueError) as e:
         raise DispatchError(f"dtype={shown(dtype, 60)} is not a NumPy type ({e}). Fix: pass e.g. np.int32.") from None
-    def number(t: np.dtype) -> bool:
-        return t.kind in "iuf" and t.itemsize <= 8
-    if dt is None or not (number(dt) if dt.fields is None else
-                          dt.itemsize and all(number(f[0]) for f in dt.fields.values())):
+    def field(t: np.dtype) -> bool:  # a record's field: a number, a bool, a nested record or a subarray of them
+        if t.subdtype is not None:
+            return field(t.subdtype[0])
+        if t.fields is not None:
+            return bool(t.itemsize) and all(field(f[0]) for f in t.fields.values())
+        return t.kind in "biuf" and t.itemsize <= 8
+    if dt is None or not ((dt.kind in "iuf" and dt.itemsize <= 8) if dt.fields is None else field(dt)):
         raise DispatchError(f"dtype={shown(dtype, 60)} cannot be queued. Fix: pass a number type of at most 64 bits "
                             "(e.g. np.int32) or a record dtype whose fields are such numbers.")
     return dt
@@ -194,11 +197,15 @@ class WorkQueue:
         if self.items is None:
             raise DispatchError("this WorkQueue was closed. Fix: make a new one.")
 
-    def _tail(self) -> int:
+    def _words(self) -> tuple[int, int]:
+        """(tail, head) as the device has them (one synchronisation)."""
         self._live()
         words = self.state.copy_to_host(stream=self.stream)
         self.stream.synchronize()
-        return int(words[0])
+        return int(words[0]), int(words[1])
+
+    def _tail(self) -> int:
+        return self._words()[0]
 
     def size(self) -> int:
         """Filled items (one synchronisation)."""
@@ -218,7 +225,8 @@ class WorkQueue:
         queue unchanged) where they do not fit. Values convert to the queue's dtype only where
         nothing is lost (floats round to the nearest float of a float queue); else DispatchError."""
         values = _values(values, self.dtype)
-        tail = self.size()
+        tail, head = self._words()
+        tail = min(tail, self.capacity)
         if not values.size:  # nothing to store; the tail, and so the overflow count, stays as it is
             return
         if tail + values.size > self.capacity:
@@ -226,7 +234,9 @@ class WorkQueue:
                                 f"queue first, or make one with capacity >= {tail + values.size}.",
                                 needed=tail + values.size)
         self.items[tail:tail + values.size].copy_to_device(values, stream=self.stream)
-        self.state[:1].copy_to_device(np.array([tail + values.size], np.uint64), stream=self.stream)  # head kept
+        # the head stays (claimed items are not handed out again), but not past the old tail: a claim
+        # of more than were left moved it there, and the new items start at the old tail
+        self.state.copy_to_device(np.array([tail + values.size, min(head, tail)], np.uint64), stream=self.stream)
 
     def drain(self):
         """The filled items as a new device array (exactly their number), and the queue emptied."""

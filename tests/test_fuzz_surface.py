@@ -159,3 +159,53 @@ def test_any_value_in_a_message_is_shown_short_and_never_raises(value):
         with pytest.raises(VyreError) as e:
             call()
         assert "Fix:" in str(e.value) and len(str(e.value)) < 1000
+
+
+_SPECIAL = {"nested 5000 deep": lambda: _nested(5000), "repr raises": _ReprRaises, "bools among ints": lambda: [True, 0, 1]}
+
+
+def _calls_with(value, arity: int, fn) -> list[tuple]:
+    """Argument lists with `value` in each position (None elsewhere), and in all at once."""
+    n = max(required(fn), 1)
+    lists = [[value] * max(n, arity)]
+    for p in range(max(n, arity)):
+        lists.append([value if i == p else None for i in range(max(n, arity))])
+    return lists
+
+
+@pytest.mark.parametrize("special", list(_SPECIAL))
+def test_values_hypothesis_cannot_show_get_only_vyre_errors_from_every_builder_and_method(special):
+    """Values whose repr recurses past the limit or raises (which the generated fuzz cannot carry,
+    as hypothesis prints its examples) and lists that mix bools with ints, at every position of
+    every IR builder and reference backend method."""
+    from vyre_numba.errors import shown
+
+    from vyre_numba import compaction, fixpoint, graph
+    from vyre_numba.egraph import EGraph, congruence_closure, structural_equivalences, workload
+    from vyre_numba.elementwise import elementwise
+    from vyre_numba.workqueue import QueueModel
+
+    value = _SPECIAL[special]()
+    backend = vn.get_backend("reference")
+    model = QueueModel(4, np.int32)
+    egraph = EGraph.from_arrays([0, 1], [0, 1], [0, 0, 0], [], backend="reference")
+    targets = list(IR_BUILDERS) + [(getattr(backend, m), k) for m, k in BACKEND_METHODS] + [
+        (compaction.select, 2), (compaction.select_if, 2), (compaction.nonzero, 1), (compaction.read_compacted, 2),
+        (QueueModel, 2), (model.push, 1), (graph.check_csr, 2), (graph.bfs, 3), (graph.connected_components, 2),
+        (graph.bfs_many, 3), (EGraph.from_arrays, 4), (EGraph.from_terms, 1), (EGraph.from_serialized, 1),
+        (congruence_closure, 2), (structural_equivalences, 1), (workload.arithmetic, 1), (egraph.union, 1),
+        (egraph.find, 1), (egraph.add, 3), (egraph.lookup, 3), (fixpoint.run, 3),
+        (elementwise, 3), (vn.get_backend, 1)]
+    wrong = []
+    for fn, arity in targets:
+        for k, args in enumerate(_calls_with(value, arity, fn)):
+            name = f"{getattr(fn, '__qualname__', fn)} (argument list {k})"
+            try:
+                fn(*args)
+            except VyreError as e:
+                text = str(e)
+                if "Fix:" not in text or len(text) > 4000:
+                    wrong.append(f"{name}: {shown(text, 200)}")
+            except Exception as e:  # noqa: BLE001 - the point of the test
+                wrong.append(f"{name} raised {type(e).__name__}: {shown(str(e), 150)}")
+    assert not wrong, "\n".join(wrong)

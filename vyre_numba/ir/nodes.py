@@ -510,7 +510,7 @@ def _body(stmts) -> tuple[Node, ...]:
     if stmts is None:
         return ()
     if not isinstance(stmts, (list, tuple)):
-        raise _fail(f"{_short(repr(stmts))} ({type(stmts).__name__}) is not an IR statement or a list of them. "
+        raise _fail(f"{shown(stmts)} ({type(stmts).__name__}) is not an IR statement or a list of them. "
                     + _NOT_A_STATEMENT)
     out: list[Node] = []
     stack = [iter(stmts)]
@@ -523,7 +523,7 @@ def _body(stmts) -> tuple[Node, ...]:
         elif isinstance(s, (list, tuple)):
             stack.append(iter(s))
         else:
-            raise _fail(f"{_short(repr(s))} is not an IR statement. " + _NOT_A_STATEMENT)
+            raise _fail(f"{shown(s)} is not an IR statement. " + _NOT_A_STATEMENT)
     return tuple(out)
 
 
@@ -533,7 +533,7 @@ _END = object()
 def _choice(value, options: tuple[str, ...], what: str) -> str:
     """`value` if it is one of the names in `options`, else an IRValidationError listing them."""
     if not isinstance(value, str) or value not in options:
-        raise _fail(f"unknown {what} {_short(repr(value))}. Fix: use one of {', '.join(options)}.")
+        raise _fail(f"unknown {what} {shown(value)}. Fix: use one of {', '.join(options)}.")
     return value
 
 

@@ -58,11 +58,11 @@ class BufferDecl:
     output_byte_range: tuple[int, int] | None = None
 
     def __post_init__(self):
-        where = f"BufferDecl {self.name!r}"
+        where = f"BufferDecl {shown(self.name)}"
         if not isinstance(self.access, Access):
             try:
                 object.__setattr__(self, "access", Access(self.access))
-            except (ValueError, TypeError):
+            except (ValueError, TypeError, RecursionError):  # Enum's own message reprs the value
                 names = ", ".join(a.value for a in Access)
                 raise IRValidationError(f"{where}: access {shown(self.access)} is not one of {names}. Fix: use the "
                                         "constructors BufferDecl.read / read_write / output / uniform / workgroup.") from None

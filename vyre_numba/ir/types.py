@@ -101,7 +101,7 @@ class DataType(enum.Enum):
         elif value is not None and not isinstance(value, (bool, int, float)):
             try:
                 dt = np.dtype(value)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, RecursionError):  # a list nested past the limit recurses in NumPy
                 dt = None
             if dt is not None and dt.name in _BY_NAME and dt.byteorder in "=|<":
                 return _BY_NAME[dt.name]

@@ -141,8 +141,8 @@ class _Checker:
         b = self.bufs.get(name)
         if b is None:
             known = ", ".join(self.bufs) or "none"
-            self.err(where, f"buffer {name!r} is not declared (declared: {known}). "
-                            f"Fix: add a BufferDecl named {name!r} to the program or correct the name.")
+            self.err(where, f"buffer {shown(name)} is not declared (declared: {known}). "
+                            f"Fix: add a BufferDecl named {shown(name)} to the program or correct the name.")
         return b
 
     def want(self, got: DataType | None, want: DataType, where, what: str) -> None:
@@ -184,8 +184,8 @@ class _Checker:
             case n.Var(name):
                 found = self.lookup(name)
                 if found is None:
-                    self.err(where, f"variable {name!r} is not defined here. Fix: declare it with "
-                                    f"ir.let({name!r}, ...) before this use, in this block or an enclosing one.")
+                    self.err(where, f"variable {shown(name)} is not defined here. Fix: declare it with "
+                                    f"ir.let({shown(name)}, ...) before this use, in this block or an enclosing one.")
                     return e, None
                 return e, found[0]
             case n.Load(buf, index):
@@ -230,13 +230,13 @@ class _Checker:
                 v, tv = yield self.expr(value, where, want)
                 ok = self.kind(tv, "int32", where, "subgroup_add")
                 return n.SubgroupAdd(v), tv if ok else None
-        self.err(where, f"{e!r} is not an IR expression. Fix: build expressions with the ir.* functions.")
+        self.err(where, f"{shown(e)} is not an IR expression. Fix: build expressions with the ir.* functions.")
         return e, None
 
     def literal(self, e: n.Lit, where, want: DataType | None):
         bad = _bad_literal(e)
         if bad is not None:
-            self.err(where, f"literal {e!r} {bad}. Fix: build literals with ir.lit(value, 'type').")
+            self.err(where, f"literal {shown(e)} {bad}. Fix: build literals with ir.lit(value, 'type').")
             return e, (e.dtype if not e.weak else None)
         if not e.weak:
             return e, e.dtype
@@ -261,7 +261,7 @@ class _Checker:
     def binop(self, e: n.BinOp, where, want):
         op = e.op
         if op not in n.BINOPS:
-            self.err(where, f"unknown binary op {op!r}. Fix: use one of {', '.join(n.BINOPS)}.")
+            self.err(where, f"unknown binary op {shown(op)}. Fix: use one of {', '.join(n.BINOPS)}.")
             return e, None
         if op in n.LOGIC_BINOPS:
             (a, ta), (b, tb) = yield self.pair(e.a, e.b, where, D.BOOL)
@@ -291,7 +291,7 @@ class _Checker:
     def unop(self, e: n.UnOp, where, want):
         op = e.op
         if op not in n.UNOPS:
-            self.err(where, f"unknown unary op {op!r}. Fix: use one of {', '.join(n.UNOPS)}.")
+            self.err(where, f"unknown unary op {shown(op)}. Fix: use one of {', '.join(n.UNOPS)}.")
             return e, None
         if op == "not":
             a, ta = yield self.expr(e.a, where, D.BOOL)
@@ -331,13 +331,13 @@ class _Checker:
         b = self.buffer(e.buffer, where)
         t = b.dtype if b else None
         if e.op not in n.ATOMIC_OPS:
-            self.err(where, f"unknown atomic op {e.op!r}. Fix: use one of {', '.join(n.ATOMIC_OPS)}.")
+            self.err(where, f"unknown atomic op {shown(e.op)}. Fix: use one of {', '.join(n.ATOMIC_OPS)}.")
         if b is not None:
             if not b.access.writable:
-                self.err(where, f"atomic on {b.access.value} buffer {b.name!r}. "
-                                f"Fix: declare {b.name!r} read_write (BufferDecl.read_write) to update it.")
+                self.err(where, f"atomic on {b.access.value} buffer {shown(b.name)}. "
+                                f"Fix: declare {shown(b.name)} read_write (BufferDecl.read_write) to update it.")
             if t not in ATOMIC_TYPES:
-                self.err(where, f"atomics need a u32, i32, u64 or i64 buffer; {b.name!r} is {t}. "
+                self.err(where, f"atomics need a u32, i32, u64 or i64 buffer; {shown(b.name)} is {t}. "
                                 "Fix: use a 32/64-bit integer buffer (floats: encode as ordered integers).")
         idx, ti = yield self.expr(e.index, where, D.U32)
         self.want(ti, D.U32, where, f"index of atomic on {e.buffer}")
@@ -367,10 +367,10 @@ class _Checker:
 
     def declare(self, name: str, t, mutable: bool, where) -> None:
         if not isinstance(name, str) or not _IDENT.match(name):
-            self.err(where, f"variable name {name!r} is not an identifier. Fix: use letters, digits and _.")
+            self.err(where, f"variable name {shown(name)} is not an identifier. Fix: use letters, digits and _.")
         elif self.lookup(name) is not None:
-            self.err(where, f"variable {name!r} is already defined in an enclosing scope. "
-                            f"Fix: use ir.assign({name!r}, ...) to update it, or pick a new name.")
+            self.err(where, f"variable {shown(name)} is already defined in an enclosing scope. "
+                            f"Fix: use ir.assign({shown(name)}, ...) to update it, or pick a new name.")
         self.vars.setdefault(name, []).append((t, mutable))
         self.scopes[-1].append(name)
 
@@ -383,23 +383,23 @@ class _Checker:
             case n.Assign(name, value):
                 found = self.lookup(name)
                 if found is None:
-                    self.err(where, f"assignment to undeclared variable {name!r}. "
-                                    f"Fix: declare it first with ir.let({name!r}, initial_value).")
+                    self.err(where, f"assignment to undeclared variable {shown(name)}. "
+                                    f"Fix: declare it first with ir.let({shown(name)}, initial_value).")
                     v, _ = yield self.expr(value, where)
                     return n.Assign(name, v)
                 t, mutable = found
                 if not mutable:
-                    self.err(where, f"loop variable {name!r} is read-only. "
+                    self.err(where, f"loop variable {shown(name)} is read-only. "
                                     "Fix: copy it into a new variable with ir.let and change that.")
                 v, tv = yield self.expr(value, where, t)
                 if t is not None:
-                    self.want(tv, t, where, f"value assigned to {name!r}")
+                    self.want(tv, t, where, f"value assigned to {shown(name)}")
                 return n.Assign(name, v)
             case n.Store(buf, index, value):
                 b = self.buffer(buf, where)
                 if b is not None and not b.access.writable:
-                    self.err(where, f"store into {b.access.value} buffer {b.name!r}. "
-                                    f"Fix: declare {b.name!r} with BufferDecl.output or read_write.")
+                    self.err(where, f"store into {b.access.value} buffer {shown(b.name)}. "
+                                    f"Fix: declare {shown(b.name)} with BufferDecl.output or read_write.")
                 idx, ti = yield self.expr(index, where, D.U32)
                 self.want(ti, D.U32, where, f"index of store {buf}[...]")
                 v, tv = yield self.expr(value, where, b.dtype if b else None)
@@ -415,8 +415,8 @@ class _Checker:
             case n.Loop(var, start, end, body):
                 start, t0 = yield self.expr(start, where, D.U32)
                 end, t1 = yield self.expr(end, where, D.U32)
-                self.want(t0, D.U32, where, f"loop start of {var!r}")
-                self.want(t1, D.U32, where, f"loop end of {var!r}")
+                self.want(t0, D.U32, where, f"loop start of {shown(var)}")
+                self.want(t1, D.U32, where, f"loop end of {shown(var)}")
                 self.open_scope()
                 self.declare(var, D.U32, False, where)
                 body = yield self.body(body, Where(where, ".body"), new_scope=False)
@@ -424,13 +424,13 @@ class _Checker:
                 return n.Loop(var, start, end, body)
             case n.Barrier(scope):
                 if scope not in n.BARRIER_SCOPES:
-                    self.err(where, f"barrier scope {scope!r} is unknown. Fix: use 'workgroup' or 'grid'.")
+                    self.err(where, f"barrier scope {shown(scope)} is unknown. Fix: use 'workgroup' or 'grid'.")
                 return s
             case n.Return():
                 return s
             case n.Block(body):
                 return n.Block((yield self.body(body, Where(where, ".block"))))
-        self.err(where, f"{s!r} is not an IR statement. Fix: build statements with the ir.* functions.")
+        self.err(where, f"{shown(s)} is not an IR statement. Fix: build statements with the ir.* functions.")
         return s
 
 
@@ -446,14 +446,14 @@ def _check_buffers(p: Program, err) -> None:
     for i, b in enumerate(p.buffers):
         where = f"buffers[{i}] ({b.name})"
         if not isinstance(b.name, str) or not _IDENT.match(b.name):
-            err(where, f"buffer name {b.name!r} is not an identifier. Fix: use letters, digits and _.")
+            err(where, f"buffer name {shown(b.name)} is not an identifier. Fix: use letters, digits and _.")
         if isinstance(b.name, str):
             if b.name in names:
-                err(where, f"buffer name {b.name!r} is declared twice (also buffers[{names[b.name]}]). "
+                err(where, f"buffer name {shown(b.name)} is declared twice (also buffers[{names[b.name]}]). "
                            "Fix: give every buffer a unique name.")
             names.setdefault(b.name, i)
         if b.count < 0:
-            err(where, f"count {b.count!r} is negative. Fix: use 0 (sized at dispatch) or a positive count.")
+            err(where, f"count {shown(b.count)} is negative. Fix: use 0 (sized at dispatch) or a positive count.")
         elif b.count >= 2**32:
             err(where, f"count {b.count} is 2**32 or more, but buffer lengths are u32. "
                        "Fix: split the data into buffers of fewer than 2**32 elements.")
@@ -461,20 +461,20 @@ def _check_buffers(p: Program, err) -> None:
             if b.binding is not None:
                 err(where, "workgroup buffers take no binding slot. Fix: declare it with BufferDecl.workgroup(name, count, dtype).")
             if not isinstance(b.count, int) or b.count <= 0:
-                err(where, f"workgroup buffer {b.name!r} needs a static count > 0. Fix: BufferDecl.workgroup({b.name!r}, 256, dtype).")
+                err(where, f"workgroup buffer {shown(b.name)} needs a static count > 0. Fix: BufferDecl.workgroup({shown(b.name)}, 256, dtype).")
             else:
                 shared_bytes += b.count * b.dtype.nbytes
             if b.output:
                 err(where, "a workgroup buffer cannot be an output. Fix: copy results into an output buffer.")
             continue
         if not isinstance(b.binding, int) or isinstance(b.binding, bool) or b.binding < 0:
-            err(where, f"binding {b.binding!r} is not a non-negative int. Fix: number bindings 0, 1, 2, ...")
+            err(where, f"binding {shown(b.binding)} is not a non-negative int. Fix: number bindings 0, 1, 2, ...")
         elif b.binding in slots:
-            err(where, f"binding {b.binding} is used by {slots[b.binding]!r} too. Fix: give every buffer its own slot.")
+            err(where, f"binding {b.binding} is used by {shown(slots[b.binding])} too. Fix: give every buffer its own slot.")
         else:
             slots[b.binding] = b.name
         if b.output and b.access in (Access.READ_ONLY, Access.UNIFORM):
-            err(where, f"{b.access.value} buffer {b.name!r} is flagged output but cannot be written. "
+            err(where, f"{b.access.value} buffer {shown(b.name)} is flagged output but cannot be written. "
                        "Fix: use BufferDecl.output or BufferDecl.read_write.")
         if b.output_byte_range is not None:
             lo_hi = b.output_byte_range
@@ -506,10 +506,10 @@ def validate(program: Program) -> Diagnostics:
     diags: list[Diagnostic] = []
     err = lambda where, msg: diags.append(Diagnostic(where, msg))  # noqa: E731
     if not isinstance(program.name, str) or not _IDENT.match(program.name):
-        err("program", f"program name {program.name!r} is not an identifier (it names the kernel). "
+        err("program", f"program name {shown(program.name)} is not an identifier (it names the kernel). "
                        "Fix: use letters, digits and _.")
     elif program.name in _PTX_NAMES_TAKEN:
-        err("program", f"program name {program.name!r} is not one PTX can give a kernel (a lone _ or a name "
+        err("program", f"program name {shown(program.name)} is not one PTX can give a kernel (a lone _ or a name "
                        "PTX predefines). Fix: choose another name, e.g. 'main'.")
     _check_buffers(program, err)
     ws = program.workgroup_size
@@ -529,7 +529,7 @@ def check(program: Program) -> Program:
     diags = validate(program)
     if diags:
         text = "\n  ".join(str(d) for d in diags)
-        raise IRValidationError(f"program {program.name!r} is invalid ({len(diags)} problem"
+        raise IRValidationError(f"program {shown(program.name)} is invalid ({len(diags)} problem"
                                 f"{'s' if len(diags) > 1 else ''}):\n  {text}", diags)
     object.__setattr__(program, "_valid", True)
     return program

@@ -109,6 +109,32 @@ def assert_host_pushes_keep_the_device_counters() -> None:
         assert claim.copy_to_host().tolist() == [2, 3]  # every new item, none skipped
 
 
+def assert_a_closed_queue_refuses_everything() -> None:
+    """Close between two chunks, and copies of any kind: VyreErrors, never raw ones."""
+    import copy
+    import pickle
+
+    q = WorkQueue(8, np.int32)
+    q.push([1, 2, 3])
+    pieces = q.chunks(2)
+    next(pieces)
+    for make_copy in (copy.copy, copy.deepcopy, pickle.dumps):
+        try:
+            make_copy(q)
+        except DispatchError as e:
+            assert "cannot be copied" in str(e) and "Fix:" in str(e)
+        else:
+            raise AssertionError("a WorkQueue was copied: two owners of its device arrays")
+    q.close()
+    for call in (lambda: next(pieces), q.size, q.drain, lambda: q.push([1]), q.reset):
+        try:
+            call()
+        except DispatchError as e:
+            assert "closed" in str(e) and "Fix:" in str(e)
+        else:
+            raise AssertionError("a closed queue was used")
+
+
 def assert_misuse_is_refused_and_changes_nothing() -> None:
     with WorkQueue(8, np.uint32) as q:
         q.push([7])
@@ -155,6 +181,7 @@ def main() -> None:
         assert_host_push_drain_and_chunks(n)
     assert_misuse_is_refused_and_changes_nothing()
     assert_host_pushes_keep_the_device_counters()
+    assert_a_closed_queue_refuses_everything()
     print("queue ok")
 
 

@@ -217,12 +217,14 @@ SIMULATED = textwrap.dedent('''
     sel.close()
     for call in (lambda: sel.total(), lambda: sel.enqueue(flag_nonzero, None, 0, None, None, 0),
                  lambda: sel.scatter(flag_nonzero, None, 5, None, None, 5),
-                 lambda: sel.fused(flag_nonzero, None, 5, None, None)):
+                 lambda: sel.fused(flag_nonzero, None, 5, None, None), lambda: sel.watch(),
+                 lambda: sel.count(flag_nonzero, None, 0), lambda: compaction.Selector(stream="not a stream"),
+                 lambda: __import__("copy").copy(compaction.Selector())):
         try:
             call()
-            raise AssertionError("a closed selector ran")
+            raise AssertionError("a closed selector ran (or a bad stream or a copy was taken)")
         except DispatchError as e:
-            assert "closed" in str(e) and "Fix:" in str(e)
+            assert any(w in str(e) for w in ("closed", "not a Numba stream", "cannot be copied")) and "Fix:" in str(e)
     print("ok reused")
 
     # outputs up to FUSED_BYTES take one launch, up to ROOM_BYTES three into room for every item,

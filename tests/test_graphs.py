@@ -316,3 +316,21 @@ def test_cuda_graph_buffers_are_device_arrays_for_replay_resident():
         g.buffers["x"].copy_to_device(np.arange(64, dtype=np.uint32))
         cuda.synchronize()
         assert g.replay_resident()[0].tolist() == (np.arange(64) * 3 + 1).tolist()
+
+
+def test_owners_refuse_copies_that_would_release_what_they_hold_twice(backend):
+    import copy
+    import pickle
+
+    from vyre_numba.egraph import EGraph
+
+    x = backend.upload(np.arange(8, dtype=np.uint32))
+    owners = [backend.record_graph(bump(), [np.arange(8, dtype=np.uint32)]),
+              backend.record_sequence([(bump(), [x])], read=[(x,)]),
+              backend.megakernel([(bump(), [x])], read=[(x,)]),
+              EGraph.from_terms(["a", ("f", "a")], backend="reference")]
+    for owner in owners:
+        for make_copy in (copy.copy, copy.deepcopy, pickle.dumps):
+            with pytest.raises(DispatchError, match="cannot be copied or pickled.*Fix:"):
+                make_copy(owner)
+        owner.close()

@@ -22,6 +22,7 @@ from .ir.program import Access, BufferDecl, Role
 from .ir.persistent import STATS
 from .ir.types import DataType
 from .lru import LRUCache
+from .owned import Unshared
 
 PLANS = 64  # megakernel plans a backend keeps (programs and decisions; never the buffers)
 MAX_UNROLL = 64  # a step's fixpoint_iterations becomes that many stages, up to this many
@@ -63,7 +64,7 @@ class _Plan:
     workgroups: int = 0
 
 
-class Megakernel:
+class Megakernel(Unshared):
     """A planned megakernel over resident buffers: `mode` ("megakernel", or "graph" where it fell
     back, `reason` saying why), `program` (the persistent program), `barriers` (grid barriers a
     round), `groups` (step indices each stage runs), `boundaries` (why each barrier stayed),

@@ -14,9 +14,10 @@ from .bindings import Binding, bind, check_config
 from .config import DispatchConfig
 from .errors import DispatchError, shown
 from .ir import Program
+from .owned import Unshared
 
 
-class RecordedGraph(abc.ABC):
+class RecordedGraph(Unshared, abc.ABC):
     """A dispatch or a resident sequence captured once and replayed. It owns what it captured
     (on the GPU: the graph, its stream, device and pinned buffers), released exactly once by
     `close()`, by leaving a `with` block, or when the object is collected."""

@@ -36,6 +36,7 @@ import numpy as np
 from ..errors import DispatchError
 from ..gpu import mapped
 from ..gpu.numba_launch import NumbaLaunch, RawArray, overload_kind, stream_handle
+from ..owned import Unshared
 
 _SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
@@ -104,13 +105,16 @@ def word_view(a, n: int):
     return a.view(word) if w == 1 else a.view(word).reshape(n, w)
 
 
-class Selector:
+class Selector(Unshared):
     """The tile counts and offsets of compactions on one stream, and the kept count in mapped host
     memory; reused across calls, released by `close()` (or `with`). One call at a time."""
 
     def __init__(self, stream=None):
         from numba import cuda
 
+        from ..gpu.numba_launch import check_stream
+
+        check_stream(stream)  # before anything is allocated on it
         self._cuda = cuda
         self.stream = stream if stream is not None else cuda.default_stream()
         self._host = cuda.mapped_array(1, np.int64)
@@ -383,6 +387,7 @@ class Selector:
         """How many of items 0..n-1 are kept; `scatter` may follow. The count is read as soon as
         the scan writes it to mapped memory (a driver synchronisation costs several microseconds
         more), within a bound past which the stream is synchronised (and any error raised)."""
+        self._check_open()
         if n == 0:
             return 0
         self.offsets(flag_of, src, n, octs)
@@ -393,6 +398,7 @@ class Selector:
         mapped memory (a scatter may still run), within a bound past which the stream is
         synchronised (a negative count: a one-launch selection that gave up). Interrupted, it waits
         for the launches first, so that a later call never reads their count as its own."""
+        self._check_open()
         try:
             mapped.watch(self._host, 0, -1, self.stream, POLL_SECONDS)
         except BaseException:

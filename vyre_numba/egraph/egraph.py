@@ -20,6 +20,7 @@ import numpy as np
 from .. import display
 from ..backend import mixes_bools
 from ..errors import BackendUnavailableError, DispatchError, host_memory, shown
+from ..owned import Unshared
 from ..unique import count_distinct, index_of, unique, unique_rows
 from .signature import signature_heads
 
@@ -212,7 +213,7 @@ def _resolve(backend):
     return resolve_backend(backend)
 
 
-class EGraph:
+class EGraph(Unshared):
     """A columnar e-graph (see the module docstring for the layout). Build one with
     `from_arrays`, `from_terms` or `from_serialized`; release its device memory with `close()` or
     `with`. Operations are batched: pass arrays, get arrays."""

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..backend import host_array
 from ..errors import BackendUnavailableError, CapacityError, DeviceError, DispatchError, shown
+from ..owned import Unshared
 
 __all__ = ["WorkQueue", "QueueModel"]
 
@@ -151,7 +152,7 @@ def _python_ints(values, dt: np.dtype):
     return np.array(items, dt)
 
 
-class WorkQueue:
+class WorkQueue(Unshared):
     """A device-resident queue of `capacity` items of `dtype` on `stream` (numba's default stream
     unless given); owns its two device arrays until `close()` (or `with`, or the finaliser)."""
 
@@ -193,14 +194,18 @@ class WorkQueue:
         """Release the device arrays (once; later calls do nothing)."""
         self.items = self.state = None
 
-    def _live(self) -> None:
-        if self.items is None:
+    def _live(self) -> tuple:
+        """(items, state) of an open queue, taken once: a close from another thread mid-call then
+        leaves this call its arrays, never half of them."""
+        items, state = self.items, self.state
+        if items is None or state is None:
             raise DispatchError("this WorkQueue was closed. Fix: make a new one.")
+        return items, state
 
     def _words(self) -> tuple[int, int]:
         """(tail, head) as the device has them (one synchronisation)."""
-        self._live()
-        words = self.state.copy_to_host(stream=self.stream)
+        _, state = self._live()
+        words = state.copy_to_host(stream=self.stream)
         self.stream.synchronize()
         return int(words[0]), int(words[1])
 
@@ -217,14 +222,15 @@ class WorkQueue:
 
     def reset(self) -> None:
         """Empty the queue (enqueued on its stream)."""
-        self._live()
-        self.state.copy_to_device(np.zeros(2, np.uint64), stream=self.stream)
+        _, state = self._live()
+        state.copy_to_device(np.zeros(2, np.uint64), stream=self.stream)
 
     def push(self, values) -> None:
         """Append host values after the filled items; CapacityError (naming the room needed, the
         queue unchanged) where they do not fit. Values convert to the queue's dtype only where
         nothing is lost (floats round to the nearest float of a float queue); else DispatchError."""
         values = _values(values, self.dtype)
+        items, state = self._live()
         tail, head = self._words()
         tail = min(tail, self.capacity)
         if not values.size:  # nothing to store; the tail, and so the overflow count, stays as it is
@@ -233,17 +239,18 @@ class WorkQueue:
             raise CapacityError(f"{values.size} items do not fit after {tail} of {self.capacity}. Fix: drain the "
                                 f"queue first, or make one with capacity >= {tail + values.size}.",
                                 needed=tail + values.size)
-        self.items[tail:tail + values.size].copy_to_device(values, stream=self.stream)
+        items[tail:tail + values.size].copy_to_device(values, stream=self.stream)
         # the head stays (claimed items are not handed out again), but not past the old tail: a claim
         # of more than were left moved it there, and the new items start at the old tail
-        self.state.copy_to_device(np.array([tail + values.size, min(head, tail)], np.uint64), stream=self.stream)
+        state.copy_to_device(np.array([tail + values.size, min(head, tail)], np.uint64), stream=self.stream)
 
     def drain(self):
         """The filled items as a new device array (exactly their number), and the queue emptied."""
+        items, _ = self._live()
         n = self.size()
         out = self._cuda.device_array(n, self.dtype, stream=self.stream)
         if n:
-            out.copy_to_device(self.items[:n], stream=self.stream)
+            out.copy_to_device(items[:n], stream=self.stream)
         self.reset()
         return out
 
@@ -256,7 +263,8 @@ class WorkQueue:
         def pieces():
             n = self.size()
             for start in range(0, n, chunk):
-                yield self.items[start:min(n, start + chunk)]
+                items, _ = self._live()  # closed between two pieces: refused, not a raw error
+                yield items[start:min(n, start + chunk)]
             self.reset()
         return pieces()
 
@@ -266,7 +274,7 @@ class WorkQueue:
         the device; enqueued on the queue's stream, nothing read back."""
         from ..gpu.numba_launch import launch_quietly
 
-        self._live()
+        items, state = self._live()
         if not callable(step):
             raise DispatchError(f"step is a {type(step).__name__}, not a function. Fix: pass a function "
                                 "step(value, args) that Numba compiles.")
@@ -281,7 +289,7 @@ class WorkQueue:
         sms = getattr(self._cuda.get_current_device(), "MULTIPROCESSOR_COUNT", 1)  # the simulator has none
         grid = max(1, min(sms * 8, -(-self.capacity // block)))
         try:
-            launch_quietly(device.consumer(step), grid, block, self.stream, self.items, self.state, self.capacity, args)
+            launch_quietly(device.consumer(step), grid, block, self.stream, items, state, self.capacity, args)
         except DispatchError:
             raise
         except Exception as e:  # Numba raises many kinds; each means the step does not compile

@@ -547,3 +547,24 @@ def test_python_dash_m_runs_the_same_command():
     assert ok.returncode == 0 and "info,run,emit,demo,bench" in ok.stdout
     bad = subprocess.run([sys.executable, "-m", "vyre_numba", "run"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "required" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_outputs_get_the_modes_a_plain_open_gives(saxpy_json, tmp_path):
+    import os
+    import stat
+
+    out = tmp_path / "k.ptx"
+    old = os.umask(0o022)
+    try:
+        assert main(["emit", str(saxpy_json), "-o", str(out)]) == 0
+    finally:
+        os.umask(old)
+    for path in (out, out.with_name(out.name + ".json")):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+
+
+def test_bench_with_an_empty_dir_exits_2_and_runs_nothing(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "--dir", ""]) == 2
+    assert_fix(one_error_line(capsys, "--dir is empty"))
+    assert list(tmp_path.iterdir()) == []

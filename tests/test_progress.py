@@ -58,6 +58,22 @@ def test_the_environment_switches_the_automatic_bars_off(bars, monkeypatch):
     assert progress.bar(True, desc="x", unit="u") is not None
 
 
+
+@pytest.mark.parametrize("value, automatic", [("0", False), ("OFF", False), ("No", False), ("false", False),
+                                              ("1", True), ("Yes", True), ("", True), (" on ", True)])
+def test_the_environment_is_read_in_any_case(monkeypatch, value, automatic):
+    monkeypatch.setenv(progress.ENV, value)
+    assert progress._automatic() is automatic
+
+
+def test_an_environment_value_that_is_not_a_setting_is_refused(monkeypatch):
+    from vyre_numba.errors import VyreError
+
+    monkeypatch.setenv(progress.ENV, "garbage")
+    with pytest.raises(VyreError, match="VYRE_NUMBA_PROGRESS='garbage' is not a setting.*Fix:"):
+        progress.bar(None, desc="x", unit="round")
+    assert progress.bar(False, desc="x", unit="round") is None  # an explicit choice needs no setting
+
 @pytest.mark.parametrize("bad", [1, "yes", 0.5])
 def test_a_progress_that_is_not_a_bool_or_none_is_refused(bad):
     with pytest.raises(VyreError, match="Fix:"):

@@ -20,6 +20,7 @@ from .ir import Program
 from .ir.checks import COUNTS, FIRST, KINDS, Site, instrument
 
 NONE = np.uint64(2**64 - 1)
+MESSAGE_FINDINGS = 20  # a CheckError names this many sites; its report holds every one
 FIXES = {"load": "bound the index (e.g. ir.if_(i < ir.buf_len(name), ...)) or size the buffer so every index fits",
          "store": "bound the index or size the output (sizes={...}) so every index fits",
          "atomic": "bound the atomic's index or size its buffer so every index fits",
@@ -67,7 +68,10 @@ class CheckReport:
         if self.ok:
             return f"checked dispatch of {self.program!r}: {self.sites} sites checked, nothing found."
         kinds = list(dict.fromkeys(f.kind for f in self.findings))
-        return (f"checked dispatch of {self.program!r} found:\n" + "\n".join(f"  - {f}" for f in self.findings)
+        listed = [f"  - {f}" for f in self.findings[:MESSAGE_FINDINGS]]
+        if len(self.findings) > MESSAGE_FINDINGS:  # the report's .findings keeps every one
+            listed.append(f"  ... and {len(self.findings) - MESSAGE_FINDINGS} more sites (report.findings lists all)")
+        return (f"checked dispatch of {self.program!r} found:\n" + "\n".join(listed)
                 + "\nFix: " + "; ".join(FIXES[k] for k in kinds) + ".")
 
     def __str__(self) -> str:

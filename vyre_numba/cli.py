@@ -208,6 +208,9 @@ def _write(path: Path, write: Callable) -> None:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             write(f)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as open() would make it: mkstemp's 0600 is for the temporary name
         os.replace(tmp, path)
         tmp = None
     except OSError as e:
@@ -458,6 +461,8 @@ def _closure_ok(g, res, nodes, unions, against_twin: bool) -> bool:
 
 def _bench_dir(given: str | None) -> Path:
     """The benchmark folder: `--dir`, else ./bench, else the source checkout's bench/."""
+    if given is not None and not given.strip():  # "" is not "not given": it would fall back to the checkout's
+        raise UsageError("--dir is empty. Fix: name the bench/ folder, e.g. --dir bench, or leave --dir out.")
     places = [Path(given)] if given else [Path.cwd() / "bench", Path(__file__).resolve().parents[1] / "bench"]
     for d in places:
         if (d / "suite.py").is_file():

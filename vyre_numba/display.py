@@ -95,7 +95,8 @@ def fields_table(pairs: Iterable[tuple[str, Any]], *, title: Any = None, note: A
     except TypeError:
         raise DispatchError(f"fields_table: pairs is {type(pairs).__name__}, not an iterable of (name, value) "
                             "pairs. Fix: pass a list of (name, value) tuples.") from None
-    return table((_field(p) for p in pairs), title=title, note=note)
+    rows = [_field(p) for p in pairs]
+    return table(rows, title=title, note=note, total=len(rows))  # past the limit: a note says how many more
 
 
 def _field(pair: Any) -> tuple[Html, Any]:

@@ -9,10 +9,22 @@ from __future__ import annotations
 import os
 import time
 
-from .errors import DispatchError, shown
+from .errors import DispatchError, VyreError, shown
 
 DELAY_S = 1.0
 ENV = "VYRE_NUMBA_PROGRESS"
+
+
+_OFF, _ON = ("0", "false", "off", "no"), ("", "1", "true", "on", "yes")
+
+
+def _automatic() -> bool:
+    """Whether $VYRE_NUMBA_PROGRESS leaves the automatic bars on (any case; unknown values refused)."""
+    value = os.environ.get(ENV, "").strip().lower()
+    if value not in _OFF + _ON:
+        raise VyreError(f"${ENV}={shown(os.environ.get(ENV))} is not a setting. Fix: set it to 0 (no automatic "
+                        "progress bars) or 1 (bars once work has run a second), or unset it.")
+    return value in _ON
 
 
 def check_progress(progress) -> None:
@@ -27,7 +39,7 @@ def bar(progress: bool | None, *, desc: str, unit: str, total: int | None = None
     """A bar for `progress` (see the module docstring) with tqdm's `update(n)` and `close()`, or
     None when there is none to show."""
     check_progress(progress)
-    if progress is False or (progress is None and os.environ.get(ENV, "").strip() in ("0", "false", "off")):
+    if progress is False or (progress is None and not _automatic()):
         return None
     if progress is None:
         return Deferred(desc, unit, total)

@@ -9,7 +9,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from .. import display
-from ..errors import IRValidationError, UnknownBufferError, UnsupportedError, shown
+from ..errors import IRValidationError, UnknownBufferError, UnsupportedError, VyreError, shown
 from . import jsontext
 from . import nodes as n
 from .recursion import drive
@@ -317,9 +317,15 @@ class Program:
     def __repr__(self) -> str:
         return "\n".join(self._head() + n.render_short(self.entry, 1, 120, 20) + ["}"])
 
-    def _head(self) -> list[str]:
+    def _name(self) -> str:
+        """The name as a display shows it: as written, unless it is not a short string."""
+        return self.name if isinstance(self.name, str) and len(self.name) <= 80 else shown(self.name)
+
+    def _head(self, buffers: int = 20) -> list[str]:
         x, y, z = self.workgroup_size
-        return [f"program {self.name} workgroup({x}, {y}, {z}) {{"] + ["    " + str(b) for b in self.buffers]
+        more = [f"    ... and {len(self.buffers) - buffers} more buffers"] if len(self.buffers) > buffers else []
+        return ([f"program {self._name()} workgroup({x}, {y}, {z}) {{"]
+                + ["    " + str(b) for b in self.buffers[:buffers]] + more)
 
     def _repr_html_(self) -> str:
         x, y, z = self.workgroup_size
@@ -330,9 +336,13 @@ class Program:
         lines = n.render_body(self.entry, 0, 200, cap + 1)
         text = "\n".join(lines[:cap])
         more = display.more(cap, n.line_count(self.entry), "lines") if len(lines) > cap else ""
-        return (f"<div><b>program {display.escape(self.name)}</b> workgroup ({x}, {y}, {z})</div>{bufs}"
+        try:
+            digest = f"digest {self.digest()}"
+        except VyreError as e:  # an invalid name has no JSON form: show the program, and why
+            digest = f"no digest: {str(e).split('. Fix:')[0]}"
+        return (f"<div><b>program {display.escape(self._name())}</b> workgroup ({x}, {y}, {z})</div>{bufs}"
                 f"{display.highlighted(text, 'rust')}{f'<div><small>{more}</small></div>' if more else ''}"
-                f"<div><small>digest {self.digest()}</small></div>")
+                f"<div><small>{display.escape(digest)}</small></div>")
 
     def ptx(self, sm: int | None = None, **options: Any) -> "display.PTX":
         """This program's PTX text for target `sm_<sm>` (sm_90 unless given), shown highlighted in

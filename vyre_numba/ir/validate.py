@@ -44,6 +44,8 @@ class Diagnostics(list):
                              total=len(self))
 
 
+MESSAGE_PROBLEMS = 20  # a check error names this many problems; .diagnostics holds every one
+
 def default_weak_type(lit: n.Lit) -> DataType | None:
     """Type a weak literal takes without context: u32, else i32, i64, u64 for ints; f32 for floats."""
     if lit.dtype.is_float:
@@ -528,7 +530,10 @@ def check(program: Program) -> Program:
         return program
     diags = validate(program)
     if diags:
-        text = "\n  ".join(str(d) for d in diags)
+        shown_diags = [str(d) for d in diags[:MESSAGE_PROBLEMS]]
+        if len(diags) > MESSAGE_PROBLEMS:  # all of them stay in .diagnostics
+            shown_diags.append(f"... and {len(diags) - MESSAGE_PROBLEMS} more (the error's .diagnostics lists all)")
+        text = "\n  ".join(shown_diags)
         raise IRValidationError(f"program {shown(program.name)} is invalid ({len(diags)} problem"
                                 f"{'s' if len(diags) > 1 else ''}):\n  {text}", diags)
     object.__setattr__(program, "_valid", True)

@@ -568,3 +568,10 @@ def test_bench_with_an_empty_dir_exits_2_and_runs_nothing(capsys, tmp_path, monk
     assert main(["bench", "--dir", ""]) == 2
     assert_fix(one_error_line(capsys, "--dir is empty"))
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("text", ["def run(:\n", "x = 1\n"])
+def test_bench_of_a_folder_whose_suite_is_not_one_exits_2(tmp_path, capsys, text):
+    (tmp_path / "suite.py").write_text(text)
+    assert main(["bench", "--dir", str(tmp_path)]) == 2
+    assert_fix(one_error_line(capsys, "suite.py"))

@@ -334,3 +334,4 @@ def test_owners_refuse_copies_that_would_release_what_they_hold_twice(backend):
             with pytest.raises(DispatchError, match="cannot be copied or pickled.*Fix:"):
                 make_copy(owner)
         owner.close()
+        assert "closed" in repr(owner), repr(owner)

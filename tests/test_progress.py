@@ -13,8 +13,11 @@ class FakeBar:
     made: list = []
 
     def __init__(self, **kw):
-        self.kw, self.n, self.closed = kw, kw.get("initial", 0), False
+        self.kw, self.n, self.closed, self.total = kw, kw.get("initial", 0), False, kw.get("total")
         FakeBar.made.append(self)
+
+    def refresh(self):
+        pass
 
     def update(self, n=1):
         self.n += n
@@ -92,6 +95,9 @@ def test_fixpoint_rounds_show_on_a_bar_when_asked(bars):
     x = np.zeros(4, np.int64)
     r = fixpoint.run(step, 4, [x], max_rounds=100, backend="reference", progress=True)
     assert r.rounds == 6 and bars and bars[0].n == 6 and bars[0].closed
+    assert bars[0].total == 6  # the fixed point came before max_rounds: the bar ends full, not at 6 %
+    r = fixpoint.run(step, 4, [np.zeros(4, np.int64)], max_rounds=3, backend="reference", progress=True)
+    assert not r.converged and bars[1].n == 3 and bars[1].total == 3
 
 
 def test_a_quick_fixpoint_shows_nothing_by_default(bars):

@@ -483,7 +483,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
                          "Fix: pip install 'vyre-numba[notebook]'.") from None
     spec = importlib.util.spec_from_file_location("vyre_bench_suite", here / "suite.py")
     suite = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(suite)
+    try:
+        spec.loader.exec_module(suite)
+    except Exception as e:  # the folder's own code: the user's to mend, not a bug of this command
+        raise UsageError(f"{here / 'suite.py'} does not load ({type(e).__name__}: {shown(str(e), 120)}). Fix: "
+                         "point --dir at a vyre-numba bench/ folder, or mend that file.") from None
+    if not (callable(getattr(suite, "run", None)) and callable(getattr(suite, "report", None))):
+        raise UsageError(f"{here / 'suite.py'} has no run() and report(); it is not the benchmark suite. Fix: point "
+                         "--dir at a vyre-numba bench/ folder.")
     res = suite.run(args.quick, progress=not args.no_progress, here=here)
     md, plots = suite.report(res, args.quick, here=here)
     for name, r in res.items():

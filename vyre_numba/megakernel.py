@@ -119,10 +119,11 @@ class Megakernel(Unshared):
     workgroups = property(lambda self: self._p.workgroups, doc="Workgroups of the persistent launch.")
 
     def __repr__(self) -> str:
+        closed = ", closed" if self.closed else ""
         if self.mode != "megakernel":
-            return f"<Megakernel falling back to {self.mode}: {self.reason}>"
+            return f"<Megakernel falling back to {self.mode}: {self.reason}{closed}>"
         return (f"<Megakernel: {len(self.groups)} stages from {sum(map(len, self.groups))} steps, "
-                f"{self.barriers} grid barriers a round, {self.workgroups} workgroups>")
+                f"{self.barriers} grid barriers a round, {self.workgroups} workgroups{closed}>")
 
     # ---- running -----------------------------------------------------------------------------
     def run(self) -> MegakernelResult:

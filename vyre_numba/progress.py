@@ -75,6 +75,15 @@ class Deferred:
             self.shown.close()
 
 
+def finished(bar) -> None:
+    """Ends a bar whose work stopped before its total (a fixed point before max_rounds) at 100%,
+    its total then the count done, instead of leaving it at a few percent."""
+    shown = getattr(bar, "shown", bar)
+    if shown is not None and getattr(shown, "total", None) and shown.n < shown.total:
+        shown.total = shown.n
+        shown.refresh()
+
+
 def automatic(progress: bool | None) -> bool:
     """Whether `progress` asks for a bar only if the work turns out long (so callers need not
     split their work into pieces small enough to update a bar often)."""

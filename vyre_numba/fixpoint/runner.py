@@ -10,6 +10,7 @@ import numpy as np
 
 from .. import display
 from ..errors import BarrierTimeoutError, DispatchError, UnsupportedError, VyreError, shown
+from ..progress import finished
 
 if TYPE_CHECKING:
     from ..ir import Program
@@ -241,6 +242,8 @@ def _cpu_rounds(one_round: Callable[[], bool], max_rounds: int, progress: bool |
                 break
     finally:
         if bar is not None:
+            if converged:
+                finished(bar)
             bar.close()
     return FixpointResult(rounds, converged, "relaunch", None)
 

@@ -184,6 +184,10 @@ class WorkQueue(Unshared):
         raise DeviceError(f"WorkQueue({self.capacity}, {self.dtype}): no room for {self.capacity * self.dtype.itemsize} "
                           "bytes on the device. Fix: make a smaller queue and drain it more often.") from None
 
+    def __repr__(self) -> str:
+        state = "closed" if self.items is None else "open"
+        return f"<WorkQueue of {self.capacity} {self.dtype} items, {state}>"  # no read of the device's count
+
     def __enter__(self) -> "WorkQueue":
         return self
 

@@ -28,6 +28,19 @@ class CSR(NamedTuple):
         return self.indices.size
 
 
+class _Checked(CSR):
+    """A CSR that `check_csr` made: taken as it is by `checked_graph` (a CSR built by hand is
+    checked there). `_replace` gives a plain CSR, which is checked again."""
+
+    __slots__ = ()
+
+    def _replace(self, **changes) -> CSR:
+        return CSR(*self)._replace(**changes)
+
+    def __repr__(self) -> str:
+        return repr(CSR(*self))
+
+
 def _as_index_array(a, name: str) -> np.ndarray:
     if hasattr(a, "__cuda_array_interface__") or hasattr(a, "copy_to_host"):
         raise DispatchError(f"{name} is a device array, but this path takes host arrays. Fix: pass NumPy arrays "
@@ -53,10 +66,11 @@ def _as_index_array(a, name: str) -> np.ndarray:
 
 
 def checked_graph(g, what: str) -> CSR:
-    """`g` checked as `check_csr` checks (a CSR can be built by hand), else a DispatchError."""
+    """`g` checked as `check_csr` checks (once: one it made is taken as it is; a CSR built by hand
+    is checked here), else a DispatchError."""
     if not isinstance(g, CSR):
         raise DispatchError(f"{what} takes a CSR, not a {type(g).__name__}. Fix: pass check_csr(indptr, indices).")
-    return check_csr(*g)
+    return g if isinstance(g, _Checked) else check_csr(*g)
 
 
 def check_csr(indptr, indices) -> CSR:
@@ -86,7 +100,7 @@ def check_csr(indptr, indices) -> CSR:
             bad = int(np.flatnonzero((indices < 0) | (indices >= n))[0])
             raise DispatchError(f"indices[{bad}] = {int(indices[bad])} is not a vertex of this {n}-vertex graph. "
                                 "Fix: every index must satisfy 0 <= v < len(indptr) - 1.")
-    return CSR(indptr.astype(np.int64, copy=False), indices.astype(np.int64, copy=False))
+    return _Checked(indptr.astype(np.int64, copy=False), indices.astype(np.int64, copy=False))
 
 
 def edges(g: CSR) -> tuple[np.ndarray, np.ndarray]:

@@ -1,6 +1,9 @@
 """Every error a user can cause is one of these. Messages end with an actionable `Fix: ...`."""
 from __future__ import annotations
 
+import functools
+import reprlib
+
 
 class VyreError(Exception):
     """Base of all vyre-numba errors."""
@@ -83,7 +86,6 @@ class HostMemoryError(DispatchError):
 def host_memory(what: str):
     """Decorator: a MemoryError inside `what` (here or raised on a Dask worker) becomes a
     HostMemoryError that says what sizes the arrays and how to shrink them."""
-    import functools
 
     def wrap(fn):
         @functools.wraps(fn)
@@ -101,12 +103,16 @@ def host_memory(what: str):
 def shown(x, width: int = 80) -> str:
     """repr(x) for an error message: about `width` characters at most, whatever `x` is (a list
     nested 100,000 deep, a huge list, an object whose repr raises), never an exception itself."""
-    import reprlib
-
-    r = reprlib.Repr()
-    r.maxlevel, r.maxstring, r.maxother, r.maxlong = 3, width, width, width
     try:
-        text = r.repr(x)
+        text = _widths(width).repr(x)
     except Exception:  # a user's __repr__ that raises, or recurses without end
         text = f"<a {type(x).__name__}>"
     return text if len(text) <= width else text[:max(width - 3, 1)] + "..."
+
+
+@functools.lru_cache(maxsize=None)  # a handful of widths, each made once
+def _widths(width: int) -> reprlib.Repr:
+    """A Repr shortening strings, ints and other values to `width` characters."""
+    r = reprlib.Repr()
+    r.maxlevel, r.maxstring, r.maxother, r.maxlong = 3, width, width, width
+    return r

@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..backend import host_array
+from ..backend import host_array, mixes_bools
 from ..errors import BackendUnavailableError, CapacityError, DeviceError, DispatchError, shown
 from ..owned import Unshared
 
@@ -134,11 +134,11 @@ def _values(values, dt: np.dtype) -> np.ndarray:
 def _python_ints(values, dt: np.dtype):
     """Python ints as `dt` where each arrives exactly, else a DispatchError; anything else as it
     was. (NumPy reads [1, 2**64 - 1] as floats, which would round before any check.)"""
-    items = [values] if isinstance(values, int) else values
-    bools = sum(isinstance(v, (bool, np.bool_)) for v in items)
-    if 0 < bools < len(items):
+    if mixes_bools(values):
         raise DispatchError("the values mix bools and numbers. Fix: convert the bools yourself (int(b)).")
-    if not items or dt.fields is not None or bools or not all(isinstance(v, (int, np.integer)) for v in items):
+    items = [values] if isinstance(values, int) else values
+    if not items or dt.fields is not None or not all(
+            isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in items):
         return values
     for v in map(int, items):
         try:

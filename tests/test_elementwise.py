@@ -20,7 +20,8 @@ from conftest import assert_fix
 R = "reference"
 
 
-def same_bits(got, want, ulp: int = 0) -> None:
+def assert_same_bits(got, want, ulp: int = 0) -> None:
+    """Assert `got` has `want`'s dtype, shape and bits (within `ulp` units in the last place)."""
     got, want = np.asarray(got), np.asarray(want)
     assert got.dtype == want.dtype, (got.dtype, want.dtype)
     assert got.shape == want.shape, (got.shape, want.shape)
@@ -46,7 +47,7 @@ def test_saxpy_matches_numpy_bit_for_bit(rng, n):
     a, x, y = np.float32(1.7), f32(rng, n, nan=True), f32(rng, n)
     got = saxpy(a, x, y, backend=R)
     assert isinstance(got, np.ndarray) and got.dtype == np.float32 and got.shape == (n,)
-    same_bits(got, a * x + y)  # two f32 roundings, no fused multiply-add
+    assert_same_bits(got, a * x + y)  # two f32 roundings, no fused multiply-add
 
 
 def test_the_program_is_the_one_written_by_hand(rng):
@@ -60,7 +61,7 @@ def test_the_program_is_the_one_written_by_hand(rng):
         name="saxpy")
     x, y = f32(rng, 1000, nan=True), f32(rng, 1000)
     (want,) = vn.get_backend(R).dispatch(hand, [np.float32([-3.25]), x, y])
-    same_bits(saxpy(np.float32(-3.25), x, y, backend=R), want)
+    assert_same_bits(saxpy(np.float32(-3.25), x, y, backend=R), want)
     p = saxpy.program(np.float32(1), x, y)
     assert [(b.name, b.access.value, str(b.dtype), b.count) for b in p.bound_buffers] == [
         ("a", "uniform", "f32", 1), ("x", "read_only", "f32", 0), ("y", "read_only", "f32", 0),
@@ -93,35 +94,35 @@ def test_scalars_broadcast_in_every_form(rng):
     x = f32(rng, 300)
     want = np.float32(2.5) * x
     for a in (2.5, np.float32(2.5), np.float64(2.5), np.array(2.5, np.float32), np.array(2.5), 5 / 2):
-        same_bits(k(a, x, backend=R), want)
+        assert_same_bits(k(a, x, backend=R), want)
     ints = elementwise("i64 n, i64 x", "i64 y", "n + x")
-    same_bits(ints(2**40, np.arange(5, dtype=np.int64), backend=R), 2**40 + np.arange(5, dtype=np.int64))
+    assert_same_bits(ints(2**40, np.arange(5, dtype=np.int64), backend=R), 2**40 + np.arange(5, dtype=np.int64))
     flag = elementwise("bool b, i32 x", "i32 y", "x if b else -x")
-    same_bits(flag(True, np.int32([1, 2]), backend=R), np.int32([1, 2]))
-    same_bits(flag(False, np.int32([1, 2]), backend=R), np.int32([-1, -2]))
+    assert_same_bits(flag(True, np.int32([1, 2]), backend=R), np.int32([1, 2]))
+    assert_same_bits(flag(False, np.int32([1, 2]), backend=R), np.int32([-1, -2]))
 
 
 def test_inputs_by_name():
     k = elementwise("f32 a, f32 x", "f32 y", "a - x")
     x = np.float32([1, 2])
-    same_bits(k(x=x, a=np.float32(10), backend=R), np.float32([9, 8]))
-    same_bits(k(np.float32(10), x=x, backend=R), np.float32([9, 8]))
+    assert_same_bits(k(x=x, a=np.float32(10), backend=R), np.float32([9, 8]))
+    assert_same_bits(k(np.float32(10), x=x, backend=R), np.float32([9, 8]))
 
 
 def test_several_outputs_as_a_tuple_and_as_assignments(rng):
     a = rng.integers(-2**31, 2**31, 999, dtype=np.int64).astype(np.int32)
     b = rng.integers(-2**31, 2**31, 999, dtype=np.int64).astype(np.int32)
     s, d = elementwise("i32 a, i32 b", "i32 s, i32 d", "a + b, a - b")(a, b, backend=R)
-    same_bits(s, a + b)
-    same_bits(d, a - b)
+    assert_same_bits(s, a + b)
+    assert_same_bits(d, a - b)
     k = elementwise("f32 x, f32 y", "f32 h, bool big, f32 t2",
                     "t = x * x + y * y\nh = sqrt(t); big = t > 100 and not isnan(t)\nt2 = t; t2 += 1")
     x, y = f32(rng, 500, nan=True), f32(rng, 500)
     h, big, t2 = k(x, y, backend=R)
     t = x * x + y * y
-    same_bits(h, np.sqrt(t))
-    same_bits(big, ((t > 100) & ~np.isnan(t)).astype(np.uint32))  # bool outputs are 32-bit words
-    same_bits(t2, t + np.float32(1))
+    assert_same_bits(h, np.sqrt(t))
+    assert_same_bits(big, ((t > 100) & ~np.isnan(t)).astype(np.uint32))  # bool outputs are 32-bit words
+    assert_same_bits(t2, t + np.float32(1))
 
 
 def test_empty_arrays_give_empty_outputs():
@@ -138,9 +139,9 @@ def test_shapes_are_kept_and_non_contiguous_host_inputs_are_read(rng):
     k = elementwise("f32 x, f32 y", "f32 z", "x - y")
     x = f32(rng, 24).reshape(2, 3, 4)
     y = f32(rng, 24).reshape(2, 3, 4)
-    same_bits(k(x, y, backend=R), x - y)
+    assert_same_bits(k(x, y, backend=R), x - y)
     xt, yt = x.transpose(2, 0, 1), y.transpose(2, 0, 1)
-    same_bits(k(xt, yt, backend=R), xt - yt)
+    assert_same_bits(k(xt, yt, backend=R), xt - yt)
 
 
 def test_workgroup_size_and_lengths_not_a_multiple_of_it(rng):
@@ -148,17 +149,17 @@ def test_workgroup_size_and_lengths_not_a_multiple_of_it(rng):
     assert k.program().workgroup_size == (64, 1, 1)
     for n in (1, 63, 64, 65, 1000):
         x = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
-        same_bits(k(x, backend=R), x * np.uint32(3) + np.uint32(1))
+        assert_same_bits(k(x, backend=R), x * np.uint32(3) + np.uint32(1))
 
 
 def test_nan_and_infinities_pass_through(rng):
     k = elementwise("f32 x", "f32 y, f32 lo, f32 hi, bool nan", "x * 2 + 1, min(x, 0.5), max(x, -0.5, 0.25), isnan(x)")
     x = np.float32([np.nan, np.inf, -np.inf, 1.0, -1.0, 0.0, 3.0])
     y, lo, hi, nan = k(x, backend=R)
-    same_bits(y, x * 2 + 1)
-    same_bits(lo, np.fmin(x, np.float32(0.5)))  # with one NaN, the other operand
-    same_bits(hi, np.fmax(np.fmax(x, np.float32(-0.5)), np.float32(0.25)))
-    same_bits(nan, np.isnan(x).astype(np.uint32))
+    assert_same_bits(y, x * 2 + 1)
+    assert_same_bits(lo, np.fmin(x, np.float32(0.5)))  # with one NaN, the other operand
+    assert_same_bits(hi, np.fmax(np.fmax(x, np.float32(-0.5)), np.float32(0.25)))
+    assert_same_bits(nan, np.isnan(x).astype(np.uint32))
 
 
 def test_integers_wrap_and_divide_as_c(rng):
@@ -166,13 +167,13 @@ def test_integers_wrap_and_divide_as_c(rng):
     a = np.int32([2**31 - 1, -2**31, 7, -7, 7, -7, 5, 1])
     b = np.int32([2, -1, 2, 2, -2, 0, 0, 33])
     p, q, r, s = k(a, b, backend=R)
-    same_bits(p, a * b)  # NumPy int32 arrays wrap too
-    same_bits(q, np.int32([2**30 - 1, -2**31, 3, -3, -3, 0, 0, 0]))  # truncates; / 0 gives 0; MIN / -1 = MIN
-    same_bits(r, np.int32([1, 0, 1, -1, 1, 0, 0, 1]))  # sign of the dividend; % 0 gives 0
+    assert_same_bits(p, a * b)  # NumPy int32 arrays wrap too
+    assert_same_bits(q, np.int32([2**30 - 1, -2**31, 3, -3, -3, 0, 0, 0]))  # truncates; / 0 gives 0; MIN / -1 = MIN
+    assert_same_bits(r, np.int32([1, 0, 1, -1, 1, 0, 0, 1]))  # sign of the dividend; % 0 gives 0
     wide = (a.astype(np.int64) << (b & 31).astype(np.int64)) & 0xFFFFFFFF  # amounts masked to 31, then wrapped
-    same_bits(s, wide.astype(np.uint32).view(np.int32))
+    assert_same_bits(s, wide.astype(np.uint32).view(np.int32))
     u8 = elementwise("u8 x, u8 y", "u8 z", "x + y")
-    same_bits(u8(np.uint8([250, 3]), np.uint8([10, 4]), backend=R), np.uint8([4, 7]))
+    assert_same_bits(u8(np.uint8([250, 3]), np.uint8([10, 4]), backend=R), np.uint8([4, 7]))
 
 
 def test_casts_powers_selects_and_comparisons(rng):
@@ -181,11 +182,11 @@ def test_casts_powers_selects_and_comparisons(rng):
     x = np.float32([np.nan, 3e9, -3e9, 2.7, -2.7, 0.0, 11.0, 5.5])
     n = np.int32([1, 2, 3, 4, 5, 6, 7, 8])
     t, c, p, s, inside = k(x, n, backend=R)
-    same_bits(t, np.int32([0, 2**31 - 1, -2**31, 2, -2, 0, 11, 5]))  # truncating, saturating; NaN gives 0
-    same_bits(c, n.astype(np.float32) + x)
-    same_bits(p, x * (x * x) + np.float32(1))  # by squaring: x * (x * x)
-    same_bits(s, np.where((x >= 0) & (x < 10), x, -x))
-    same_bits(inside, (((x > 0) & ~(n > 5)) | (n == 7)).astype(np.uint32))
+    assert_same_bits(t, np.int32([0, 2**31 - 1, -2**31, 2, -2, 0, 11, 5]))  # truncating, saturating; NaN gives 0
+    assert_same_bits(c, n.astype(np.float32) + x)
+    assert_same_bits(p, x * (x * x) + np.float32(1))  # by squaring: x * (x * x)
+    assert_same_bits(s, np.where((x >= 0) & (x < 10), x, -x))
+    assert_same_bits(inside, (((x > 0) & ~(n > 5)) | (n == 7)).astype(np.uint32))
 
 
 def test_functions_match_the_reference_semantics(rng):
@@ -194,19 +195,19 @@ def test_functions_match_the_reference_semantics(rng):
     k = elementwise("f32 x, f32 y", "f32 a, f32 b, f32 c, f32 d, f32 e",
                     "abs(x), fma(x, y, 1.5), where(x < y, x, y), floor(x) + ceil(y) - trunc(x), round(x)")
     a, b, c, d, e = k(x, y, backend=R)
-    same_bits(a, np.abs(x))
+    assert_same_bits(a, np.abs(x))
     want_fma = (x.astype(np.float64) * y.astype(np.float64) + 1.5).astype(np.float32)  # exact in f64, rounded once
-    same_bits(b, want_fma)
-    same_bits(c, np.where(x < y, x, y))
+    assert_same_bits(b, want_fma)
+    assert_same_bits(c, np.where(x < y, x, y))
     with np.errstate(invalid="ignore"):  # inf - inf
-        same_bits(d, np.floor(x) + np.ceil(y) - np.trunc(x))
-    same_bits(e, np.round(x))  # half to even
+        assert_same_bits(d, np.floor(x) + np.ceil(y) - np.trunc(x))
+    assert_same_bits(e, np.round(x))  # half to even
     bits = elementwise("u32 v", "u32 p, u32 z, u32 r", "popcount(v), clz(v), rotl(v, u32(4))")
     v = np.uint32([0, 1, 0xF0000001])
     p, z, r = bits(v, backend=R)
-    same_bits(p, np.uint32([0, 1, 5]))
-    same_bits(z, np.uint32([32, 31, 0]))
-    same_bits(r, np.uint32([0, 16, 0x1F]))
+    assert_same_bits(p, np.uint32([0, 1, 5]))
+    assert_same_bits(z, np.uint32([32, 31, 0]))
+    assert_same_bits(r, np.uint32([0, 16, 0x1F]))
 
 
 def test_out_arrays_are_filled_and_returned(rng):
@@ -215,24 +216,24 @@ def test_out_arrays_are_filled_and_returned(rng):
     y, z = np.full(10, 7, np.float32), np.full(10, 7, np.float32)
     got = k(x, out=(y, z), backend=R)
     assert got[0] is y and got[1] is z
-    same_bits(y, x + 1)
-    same_bits(z, x - 1)
+    assert_same_bits(y, x + 1)
+    assert_same_bits(z, x - 1)
     one = elementwise("f32 x", "f32 y", "x * 2")
     o = np.empty(10, np.float32)
     assert one(x, out=o, backend=R) is o
-    same_bits(o, x * 2)
+    assert_same_bits(o, x * 2)
     fill = elementwise("f32 v", "f32 y", "v")
     o = np.zeros((2, 2), np.float32)
     fill(np.float32(4), out=o, backend=R)
-    same_bits(o, np.full((2, 2), 4, np.float32))
+    assert_same_bits(o, np.full((2, 2), 4, np.float32))
 
 
 def test_the_default_backend_is_used_when_none_is_named():
     if vn.get_backend().name != "reference":
         pytest.skip("checks the CPU default")
     k = elementwise("f32 x", "f32 y", "x * 2")
-    same_bits(k(np.float32([1, 2])), np.float32([2, 4]))
-    same_bits(k(np.float32([1, 2]), backend=ReferenceBackend()), np.float32([2, 4]))
+    assert_same_bits(k(np.float32([1, 2])), np.float32([2, 4]))
+    assert_same_bits(k(np.float32([1, 2]), backend=ReferenceBackend()), np.float32([2, 4]))
 
 
 def test_torch_cpu_tensors_in_give_tensors_out():
@@ -301,8 +302,8 @@ def test_device_arrays_in_give_device_arrays_out(rng):
     x, y = f32(rng, 300, nan=True), f32(rng, 300)
     out, pos = k(np.float32(3), FakeDeviceArray(x), FakeDeviceArray(y), backend=be)
     assert isinstance(out, FakeDeviceArray) and isinstance(pos, FakeDeviceArray)
-    same_bits(out.copy_to_host(), np.float32(3) * x + y)
-    same_bits(pos.copy_to_host(), (x > 0).astype(np.uint32))
+    assert_same_bits(out.copy_to_host(), np.float32(3) * x + y)
+    assert_same_bits(pos.copy_to_host(), (x > 0).astype(np.uint32))
     k(np.float32(3), FakeDeviceArray(x), FakeDeviceArray(y), backend=be)
     assert be.uploads == 1 and be.launches == 2  # the scalar's one-element buffer is uploaded once
     k(np.float32(4), FakeDeviceArray(x), FakeDeviceArray(y), backend=be)
@@ -311,7 +312,7 @@ def test_device_arrays_in_give_device_arrays_out(rng):
     assert two_d[0].shape == (3, 100)
     foreign = k(np.float32(3), ForeignDeviceArray(x), ForeignDeviceArray(y), backend=be)
     assert isinstance(foreign[0], FakeDeviceArray)  # other CUDA arrays in: the backend's (numba) arrays out
-    same_bits(foreign[0].copy_to_host(), out.copy_to_host())
+    assert_same_bits(foreign[0].copy_to_host(), out.copy_to_host())
 
 
 def test_device_out_arrays_device_scalars_and_empty_device_arrays(rng):
@@ -320,7 +321,7 @@ def test_device_out_arrays_device_scalars_and_empty_device_arrays(rng):
     x = f32(rng, 50)
     o = FakeDeviceArray(np.zeros(50, np.float32))
     assert k(FakeDeviceArray(np.array(2, np.float32)), FakeDeviceArray(x), out=o, backend=be) is o
-    same_bits(o.host, np.float32(2) * x)
+    assert_same_bits(o.host, np.float32(2) * x)
     assert be.uploads == 0
     launches = be.launches
     e = k(2.0, FakeDeviceArray(np.zeros(0, np.float32)), backend=be)
@@ -505,7 +506,7 @@ def test_gpu_numpy_arrays_match_the_reference(rng, case, n):
     want, got = run_case(CASES[case], rng, n, "cuda")
     for w, g in zip(want, got):
         assert isinstance(g, np.ndarray)
-        same_bits(g, w)
+        assert_same_bits(g, w)
 
 
 @pytest.mark.gpu
@@ -517,7 +518,7 @@ def test_gpu_numba_device_arrays_stay_on_the_device(rng, case, n):
     want, got = run_case(CASES[case], rng, n, "cuda", cuda.to_device)
     for w, g in zip(want, got):
         assert cuda.is_cuda_array(g) and hasattr(g, "copy_to_host")
-        same_bits(g.copy_to_host(), w)
+        assert_same_bits(g.copy_to_host(), w)
 
 
 @pytest.mark.gpu
@@ -527,7 +528,7 @@ def test_gpu_transcendentals_within_the_ulp_budget(rng):
     for convert in (lambda a: a, cuda.to_device):
         want, got = run_case(TRANSCENDENTAL, rng, 10_000, "cuda", convert)
         for w, g in zip(want, got):
-            same_bits(g if isinstance(g, np.ndarray) else g.copy_to_host(), w, ulp=4)
+            assert_same_bits(g if isinstance(g, np.ndarray) else g.copy_to_host(), w, ulp=4)
 
 
 @pytest.mark.gpu
@@ -542,15 +543,15 @@ def test_gpu_scalars_out_arrays_and_shapes(rng):
         got = k(a, dx, backend="cuda")
         assert got[0].shape == (60, 100)
         for w, g in zip(want, got):
-            same_bits(g.copy_to_host(), w)
+            assert_same_bits(g.copy_to_host(), w)
     outs = (cuda.device_array((60, 100), np.float32), cuda.device_array((60, 100), np.float32))
     assert k(2.5, dx, out=outs, backend="cuda") is outs
     for w, g in zip(want, outs):
-        same_bits(g.copy_to_host(), w)
+        assert_same_bits(g.copy_to_host(), w)
     host = (np.empty((60, 100), np.float32), np.empty((60, 100), np.float32))
     k(2.5, x, out=host, backend="cuda")
     for w, g in zip(want, host):
-        same_bits(g, w)
+        assert_same_bits(g, w)
     with pytest.raises(DispatchError, match="share device memory"):
         k(2.5, dx, out=(dx, outs[1]), backend="cuda")
     with pytest.raises(DispatchError, match="different kinds"):
@@ -566,10 +567,10 @@ def test_gpu_cupy_arrays_in_cupy_arrays_out(rng, case):
     want, got = run_case(CASES[case], rng, 5000, "cuda", cupy.asarray)
     for w, g in zip(want, got):
         assert isinstance(g, cupy.ndarray)
-        same_bits(cupy.asnumpy(g), w)
+        assert_same_bits(cupy.asnumpy(g), w)
     with cupy.cuda.Stream(non_blocking=True):  # results are visible on CuPy's current stream
         want, got = run_case(CASES[0], rng, 100_003, "cuda", cupy.asarray)
-        same_bits(cupy.asnumpy(got[0] * 1), want[0])
+        assert_same_bits(cupy.asnumpy(got[0] * 1), want[0])
 
 
 @pytest.mark.gpu
@@ -581,7 +582,7 @@ def test_gpu_torch_tensors_in_torch_tensors_out(rng, case):
     want, got = run_case(CASES[case], rng, 5000, "cuda", lambda a: torch.from_numpy(np.ascontiguousarray(a)).cuda())
     for w, g in zip(want, got):
         assert isinstance(g, torch.Tensor) and g.is_cuda
-        same_bits(g.cpu().numpy(), w)
+        assert_same_bits(g.cpu().numpy(), w)
 
 
 @pytest.mark.parametrize("operation, want", [
@@ -590,7 +591,7 @@ def test_gpu_torch_tensors_in_torch_tensors_out(rng, case):
 ])
 def test_the_smallest_value_of_a_type_is_a_constant_that_fits(operation, want):
     x = np.arange(-3, 3, dtype=np.int32)
-    same_bits(elementwise("i32 n", "i32 out", operation, name="smallest")(x, backend="reference"), want(x))
+    assert_same_bits(elementwise("i32 n", "i32 out", operation, name="smallest")(x, backend="reference"), want(x))
 
 
 def test_a_constant_wider_than_every_type_is_refused_without_printing_it():
@@ -601,4 +602,4 @@ def test_a_constant_wider_than_every_type_is_refused_without_printing_it():
 def test_constant_arithmetic_is_exact_where_it_fits():
     x = np.arange(-3, 3, dtype=np.int32)
     op = elementwise("i32 n", "i32 out", "n + 2**30 - (-2)**3 * 3 + 2**15 * 2**15 - 2**30", name="consts")
-    same_bits(op(x, backend="reference"), x + np.int32(2**30 + 24))
+    assert_same_bits(op(x, backend="reference"), x + np.int32(2**30 + 24))

@@ -22,7 +22,7 @@ SOME = settings(max_examples=250, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
-def same_results(program: ir.Program, inputs, config, passes=None) -> ir.Program:
+def assert_same_results(program: ir.Program, inputs, config, passes=None) -> ir.Program:
     """Assert the optimized program gives the reference's bits for `program` (or the same error)."""
     opt = optimize(program, passes)
     assert ir.validate(opt) == [], f"{program}\n->\n{opt}"
@@ -43,7 +43,7 @@ def same_results(program: ir.Program, inputs, config, passes=None) -> ir.Program
 @MANY
 @given(S.programs_with_inputs(max_depth=3, max_stmts=5, transcendentals=True))
 def test_generated_programs_give_the_same_bits_after_the_default_passes(case):
-    same_results(*case)
+    assert_same_results(*case)
 
 
 @st.composite
@@ -99,7 +99,7 @@ def redundant_programs(draw):
 @MANY
 @given(redundant_programs())
 def test_programs_full_of_repeated_values_give_the_same_bits(case):
-    opt = same_results(*case)
+    opt = assert_same_results(*case)
     assert opt.depth <= case[0].depth + 1
 
 
@@ -127,13 +127,13 @@ def test_every_identity_the_folder_uses_holds_for_every_special_value(t):
         p = ir.Program([B.read("x", 0, t), B.output("y", 1, t)], 32, [ir.store("y", ir.gid(0), e)], name="identity")
         opt = optimize(p, ["fold"])
         assert "x[invocation_id.x]" == str(opt.entry[0].value), (op, side, str(opt.entry[0]))
-        same_results(p, [raw], None, ["fold"])
+        assert_same_results(p, [raw], None, ["fold"])
 
 
 @SOME
 @given(S.programs_with_inputs(max_depth=2, max_stmts=4), st.lists(st.sampled_from(PASSES), min_size=1, max_size=6))
 def test_every_pass_alone_and_in_any_order_keeps_the_bits(case, passes):
-    same_results(*case, passes=passes)
+    assert_same_results(*case, passes=passes)
 
 
 @SOME
@@ -141,7 +141,7 @@ def test_every_pass_alone_and_in_any_order_keeps_the_bits(case, passes):
 def test_optimizing_twice_keeps_the_bits_and_the_program_valid(case):
     program, inputs, config = case
     once = optimize(program)
-    same_results(once, inputs, config)
+    assert_same_results(once, inputs, config)
 
 
 # ---- each pass does what it says ----------------------------------------------------------------
@@ -243,7 +243,7 @@ def test_hoist_moves_only_what_the_loop_does_not_change():
     lines = text(opt).splitlines()
     assert lines[2] == "let _v0 = (x[0u32] * 3u32)" and lines[3].startswith("for k in")
     assert "s = (s + _v0)" in text(opt) and "(m * 2u32)" in text(opt) and "(y[0u32] + 1u32)" in text(opt)
-    same_results(p, [np.arange(20, dtype=np.uint32)], None)
+    assert_same_results(p, [np.arange(20, dtype=np.uint32)], None)
 
 
 def test_cse_shares_pure_values_and_respects_assignments():
@@ -259,7 +259,7 @@ def test_cse_shares_pure_values_and_respects_assignments():
     t = text(opt)
     assert "a = (a + 1u32)" in t and t.count("(a * 7u32)") == 2, t
     assert t.count("x[i]") == 1 and t.count("* _v") == 1, t
-    same_results(p, [np.arange(200, dtype=np.uint32)], None)
+    assert_same_results(p, [np.arange(200, dtype=np.uint32)], None)
 
 
 def test_cse_never_shares_loads_of_written_buffers_atomics_or_subgroup_values():
@@ -272,7 +272,7 @@ def test_cse_never_shares_loads_of_written_buffers_atomics_or_subgroup_values():
     opt = optimize(p, ["cse"])
     t = text(opt)
     assert t.count("(y[i] + 1u32)") == 2 and t.count("atomic_add") == 2 and t.count("subgroup_add") == 2, t
-    same_results(p, [np.arange(64, dtype=np.uint32)], None)
+    assert_same_results(p, [np.arange(64, dtype=np.uint32)], None)
 
 
 def test_cse_passes_values_into_nested_blocks_only_while_they_hold():
@@ -286,7 +286,7 @@ def test_cse_passes_values_into_nested_blocks_only_while_they_hold():
     opt = optimize(p, ["cse"])
     t = text(opt)
     assert "y[i] = v" in t and "y[i] = ((x[i] * 5u32) + k)" in t and "y[i] = (_v0 * 6u32)" in t and "w = 0u32" in t, t
-    same_results(p, [np.arange(64, dtype=np.uint32)], None)
+    assert_same_results(p, [np.arange(64, dtype=np.uint32)], None)
 
 
 def test_programs_nested_deeper_than_the_recursion_limit_optimize():
@@ -299,7 +299,7 @@ def test_programs_nested_deeper_than_the_recursion_limit_optimize():
         inner = [ir.if_(i < 100, inner)]
     opt = optimize(prog(body + inner))
     assert "y[i] = 5u32" in str(opt) and opt.depth < 4_000
-    same_results(prog(body + inner), [np.arange(70, dtype=np.uint32)], None)
+    assert_same_results(prog(body + inner), [np.arange(70, dtype=np.uint32)], None)
 
 
 def test_bad_arguments_say_how_to_fix_them():

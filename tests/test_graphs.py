@@ -108,10 +108,11 @@ def test_replay_resident_runs_the_kernels_over_its_own_buffers(backend):
         g.synchronize()
         assert g.replay_resident()[0].tolist() == (x + 12).tolist()
         assert g.replay([x])[0].tolist() == (x + 3).tolist()       # replay copies the inputs in again
+        assert g.replay_resident()[0].tolist() == (x + 6).tolist()  # ... into the buffers replay_resident runs over
         for bad in ("no", None, 0):
             with pytest.raises(DispatchError, match="is not a bool.*Fix:"):
                 g.replay_resident(read=bad)
-        assert g.replay_resident()[0].tolist() == (x + 15).tolist()  # the refused calls ran nothing
+        assert g.replay_resident()[0].tolist() == (x + 9).tolist()  # the refused calls ran nothing
 
 
 def test_fixpoint_iterations_replay(backend):
@@ -179,6 +180,24 @@ def test_recorded_sequence_replays_the_steps(backend):
     plain = backend.upload(np.arange(256, dtype=np.uint32))
     out = backend.dispatch_sequence([(bump(), [plain])] * 18, read=[(plain,)])
     assert out[0].tolist() == second[1].tolist()
+
+
+def test_a_reference_replay_that_fails_leaves_the_buffers_as_they_were(monkeypatch):
+    backend = vn.get_backend("reference")
+    x = np.arange(50, dtype=np.uint32)
+    with backend.record_graph(bump(), [x], DispatchConfig(fixpoint_iterations=2)) as g:
+        g.replay_resident()
+        before = {k: v.copy() for k, v in g.buffers.items()}
+
+        def fails(*args, **kwargs):
+            raise DispatchError("the run failed. Fix: none needed, the test made it fail.")
+
+        monkeypatch.setattr(backend, "dispatch_resident", fails)
+        with pytest.raises(DispatchError, match="the run failed"):
+            g.replay([x + 100])
+        assert all(np.array_equal(g.buffers[k], v) for k, v in before.items())
+        monkeypatch.undo()
+        assert g.replay_resident()[0].tolist() == (x + 4).tolist()
 
 
 def test_closed_graph_refuses_and_closes_once(backend):

@@ -26,8 +26,9 @@ class RecordedGraph(Unshared, abc.ABC):
 
     @abc.abstractmethod
     def replay(self, inputs: Sequence | Mapping | None = None) -> list[np.ndarray]:
-        """Run again; for a recorded dispatch, on new host inputs of the recorded sizes and dtypes
-        (the outputs come back as new arrays); for a recorded sequence, the reads."""
+        """Run again; for a recorded dispatch, on new host inputs of the recorded sizes and dtypes,
+        written into `buffers` (the outputs come back as new arrays, and `buffers` keep this run's
+        state for `replay_resident`); for a recorded sequence, the reads."""
 
     @abc.abstractmethod
     def replay_resident(self, read: bool = True) -> list[np.ndarray]:
@@ -156,9 +157,17 @@ class Redispatch(RecordedGraph):
         check_replay_dtypes(self.program, self._dtypes, inputs)
         now = bind(self.program, inputs, self.config, self._sizes_for_outputs())
         check_replay_sizes(self.binding, now)
-        self.backend._count(graph_replays=1)
-        return self.backend.dispatch(self.program, {d.name: now.arrays[d.name] for d in self.program.inputs},
-                                     self.config, sizes=self._sizes_for_outputs())
+        # as on the GPU, the inputs go into the recording's own buffers, so a replay_resident after
+        # this continues from the state this replay leaves; a replay that fails puts them back
+        saved = {d.name: self.buffers[d.name].copy() for d in self.program.bound_buffers}
+        try:
+            for d in self.program.inputs:
+                self.buffers[d.name][...] = now.arrays[d.name].reshape(-1)
+            return self.replay_resident()
+        except BaseException:
+            for name, was in saved.items():
+                self.buffers[name][...] = was
+            raise
 
     def replay_resident(self, read: bool = True) -> list[np.ndarray]:
         self._check_open()

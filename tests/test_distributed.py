@@ -298,6 +298,25 @@ def test_bad_partitions_on_the_workers_raise_vyre_errors_with_a_fix(client):
     assert np.array_equal(kept.eclass.compute(), congruence_closure([g], client=client, backend="reference").eclass)
 
 
+def test_a_child_naming_a_class_no_enode_is_in_is_refused_as_egraph_refuses_it(client):
+    # class 2 has no e-node, but 3 does: the child below the largest class is checked across partitions
+    rows = [(np.array([0, 1]), np.array([0, 0]), np.array([0, 0, 0]), np.zeros(0, np.int64)),
+            (np.array([3]), np.array([1]), np.array([0, 1]), np.array([2]))]
+    with pytest.raises(VyreError, match="children"):
+        EGraph.from_arrays(np.array([0, 1, 3]), np.array([0, 0, 1]), np.array([0, 0, 0, 1]), np.array([2]),
+                           backend="reference")
+    workers = sorted(client.scheduler_info()["workers"])
+    held = [client.scatter([p], workers=[workers[i % len(workers)]], hash=False)[0] for i, p in enumerate(rows)]
+    for given in (rows, held, [rows[1], held[0]]):
+        for gather in (True, False):
+            with pytest.raises(VyreError) as e:
+                congruence_closure(given, client=client, backend="reference", gather=gather)
+            assert "refers to class 2" in str(e.value) and "Fix:" in str(e.value), str(e.value)
+    fixed = (np.array([3, 2]), np.array([1, 0]), np.array([0, 1, 1]), np.array([2]))  # the child's class given a row
+    got = congruence_closure([rows[0], fixed], client=client, backend="reference")
+    assert got.eclass.tolist() == [0, 0, 3, 0]  # the three leaves of op 0 are congruent
+
+
 def test_max_rounds_reports_no_convergence(client):
     """Stopped short, the classes hold every merge the rounds made (the last round's pairs joined):
     finer than the fixed point, coarser than the round before, and counted as they are."""

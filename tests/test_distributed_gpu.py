@@ -122,6 +122,23 @@ def test_closure_of_partitions_on_the_workers_equals_the_single_gpu_closure(clie
     assert np.array_equal(left.eclass.compute(), want.eclass) and left.classes_after == want.classes_after
 
 
+def test_a_child_naming_a_class_no_enode_is_in_is_refused_on_the_gpus(client):
+    from vyre_numba import VyreError
+
+    rng = np.random.default_rng(8)
+    g = random_egraph(rng, 300)
+    eclass, op, off, ch = (np.asarray(a).copy() for a in g)
+    gone = int(ch[-1])
+    keep = eclass != gone  # the rows of one class that a child names removed, their children too
+    lens = np.diff(off)[keep]
+    kids = np.concatenate([ch[off[i]:off[i + 1]] for i in np.flatnonzero(keep)])
+    bad = (eclass[keep], op[keep], np.concatenate([[0], np.cumsum(lens)]).astype(np.int64), kids)
+    assert (bad[0] == gone).sum() == 0 and (bad[3] == gone).any() and gone < bad[0].max()
+    for partitions in (None, 3):
+        with pytest.raises(VyreError, match=f"refers to class {gone}.*Fix:"):
+            congruence_closure(bad, client=client, partitions=partitions)
+
+
 def _ipc_opened() -> int:
     from vyre_numba.distributed.egraph_device import _Shared
 

@@ -284,13 +284,26 @@ def _marks(classes: np.ndarray, n_classes: int) -> np.ndarray:
     return np.packbits(seen, bitorder="little")
 
 
-def _marks_of(p, n_classes: int) -> np.ndarray:
-    """(Runs on a worker.) `_marks` of a partition's classes (on its GPU, if it has one)."""
+def _marks_of(p, n_classes: int, children: bool = False) -> np.ndarray:
+    """(Runs on a worker.) `_marks` of a partition's classes, or with `children` of the ids its
+    children name (on its GPU, if it has one)."""
     if isinstance(p, DevicePart):
         from .egraph_device import marks
 
-        return marks(p)
-    return _marks(p.eclass, n_classes)
+        return marks(p, children)
+    return _marks(p.children if children else p.eclass, n_classes)
+
+
+def _unclassed(k: int, *marks: np.ndarray) -> int:
+    """The smallest id some partition's children name (the last `k` of `marks`) but no
+    partition's rows are in (the first `k`), or -1."""
+    if not k:
+        return -1
+    missing = np.bitwise_or.reduce(marks[k:]) & ~np.bitwise_or.reduce(marks[:k])
+    at = np.flatnonzero(missing)
+    if not at.size:
+        return -1
+    return int(at[0]) * 8 + int(np.flatnonzero(np.unpackbits(missing[at[:1]], bitorder="little"))[0])
 
 
 def _distinct(*marks: np.ndarray) -> int:
@@ -415,8 +428,8 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
     `egraph_partitions`: a list of partitions, one per item: (eclass, op, children_offsets, children)
     host arrays, or a Dask future (or delayed) of such a tuple, whose rows stay on the worker that
     holds them and are checked there (class ids global; children name classes some partition's rows
-    are in: a child above every partition's classes is refused, but one naming an id below them that
-    no row has is not, unlike `EGraph`, and stays a class of its own); or one such host tuple or an
+    are in, as `EGraph` requires: a child naming a class no row is in is refused, after the rounds
+    when it is below the largest class and before them when above); or one such host tuple or an
     `EGraph`, cut into `partitions` row ranges (default: one per worker). `unions`: (k, 2) class
     ids merged first. `backend` as for `connected_components`.
     `gather=False` leaves `eclass` on the workers: a Dask array, one chunk per partition (int32 on
@@ -472,9 +485,15 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
     forests = [] if unions is None else [cluster.submit(client, _narrowed, unions, worker=home, name="eg-unions")]
     marks = [cluster.submit(client, _marks_of, e, n_classes, worker=w, name="eg-marks") for e, w in zip(eps, places)]
     if isinstance(egraph_partitions, EGraph):  # its classes as the EGraph counts them: pending unions applied
-        before = count_distinct(egraph_partitions.classes())
+        before, unclassed = count_distinct(egraph_partitions.classes()), -1  # the EGraph checked its children
     else:
         before = cluster.submit(client, _distinct, *marks, worker=home, name="eg-before")
+        # checked beside the rounds (ids are in range, so a child naming no class cannot fault a
+        # kernel) and raised before anything is returned
+        named = [cluster.submit(client, _marks_of, e, n_classes, True, worker=w, name="eg-named")
+                 for e, w in zip(eps, places)]
+        unclassed = cluster.submit(client, _unclassed, k, *marks, *named, worker=home, name="eg-unclassed")
+        del named
 
     def round_after(state: tuple, first: bool) -> tuple:
         """A round's tasks: (partitions, kept signatures, forests) after it."""
@@ -513,7 +532,11 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
     else:
         dtype = np.int32 if any(d["backend"] == "cuda" for d in devices.values()) else np.int64
         eclass = cluster.left_on_workers(finals, [(0, e[2]) for e in extents], dtype)
-    before, after = (x if isinstance(x, int) else x.result() for x in (before, after))
+    before, after, unclassed = (x if isinstance(x, int) else x.result() for x in (before, after, unclassed))
+    if unclassed >= 0:
+        raise DispatchError(f"a child refers to class {unclassed}, but no e-node of any partition is in it. Fix: "
+                            "children are e-class ids of e-nodes in some partition (add the e-node, or renumber "
+                            "the classes).")
     return ClosureResult(eclass, rounds, before - after, before, after, converged, 0, time.perf_counter() - t0, {})
 
 

@@ -429,15 +429,17 @@ def forest(bname, n: int, pairs: np.ndarray) -> np.ndarray:
     return join_gpu(_ops(bname), n, pairs)
 
 
-def marks(p: DevicePart) -> np.ndarray:
-    """The class ids the partition's rows are in, as bits (`egraph._marks`), marked on its GPU."""
+def marks(p: DevicePart, children: bool = False) -> np.ndarray:
+    """The class ids the partition's rows are in (or, with `children`, the ids its children name),
+    as bits (`egraph._marks`), marked on its GPU."""
     from . import steps
     from .device import bits, marked
 
     if not p.n_classes:
         return np.zeros(0, np.uint8)
     ops = p.ops()
-    return bits(ops, marked(ops, p.n_classes, steps.mark_ids, [(p.eclass, p.n_rows)]), p.n_classes)
+    column = (p.children, int(p.offsets[-1])) if children else (p.eclass, p.n_rows)
+    return bits(ops, marked(ops, p.n_classes, steps.mark_ids, [column]), p.n_classes)
 
 
 def distinct_roots(p: DevicePart, present: np.ndarray) -> int:

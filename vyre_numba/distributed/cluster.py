@@ -189,11 +189,12 @@ def key(name: str) -> str:
     return f"vyre-{name}-{uuid.uuid4().hex}"
 
 
-def submit(client, fn: Callable, *args: Any, worker: str | None, name: str):
+def submit(client, fn: Callable, *args: Any, worker: str | None, name: str, priority: int = 0):
     """`fn(*args)` as a task, preferably on `worker` (where its partition lives), elsewhere when that
-    worker is gone: Dask then recomputes what it held from the tasks that made it."""
+    worker is gone: Dask then recomputes what it held from the tasks that made it. A worker runs
+    the ready task of highest `priority` first."""
     where = {} if worker is None else {"workers": [worker], "allow_other_workers": True}
-    return client.submit(fn, *args, pure=False, key=key(name), **where)
+    return client.submit(fn, *args, pure=False, key=key(name), priority=priority, **where)
 
 
 def part(client, future, i: int, worker: str | None, name: str):

@@ -488,11 +488,12 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
         before, unclassed = count_distinct(egraph_partitions.classes()), -1  # the EGraph checked its children
     else:
         before = cluster.submit(client, _distinct, *marks, worker=home, name="eg-before")
-        # checked beside the rounds (ids are in range, so a child naming no class cannot fault a
-        # kernel) and raised before anything is returned
-        named = [cluster.submit(client, _marks_of, e, n_classes, True, worker=w, name="eg-named")
+        # checked beside the rounds, when a worker has nothing of theirs to run (ids are in range, so
+        # a child naming no class cannot fault a kernel), and raised before anything is returned
+        named = [cluster.submit(client, _marks_of, e, n_classes, True, worker=w, name="eg-named", priority=-1)
                  for e, w in zip(eps, places)]
-        unclassed = cluster.submit(client, _unclassed, k, *marks, *named, worker=home, name="eg-unclassed")
+        unclassed = cluster.submit(client, _unclassed, k, *marks, *named, worker=home, name="eg-unclassed",
+                                   priority=-1)
         del named
 
     def round_after(state: tuple, first: bool) -> tuple:

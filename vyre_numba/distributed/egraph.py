@@ -285,36 +285,37 @@ def _marks(classes: np.ndarray, n_classes: int) -> np.ndarray:
 
 
 def _marks_of(p, n_classes: int, children: bool = False) -> np.ndarray:
-    """(Runs on a worker.) `_marks` of a partition's classes, or with `children` of the ids its
-    children name (on its GPU, if it has one)."""
+    """(Runs on a worker.) `_marks` of a partition's classes, with `children` stacked over those of
+    the ids its children name ((2, bytes)); on its GPU, if it has one."""
     if isinstance(p, DevicePart):
         from .egraph_device import marks
 
-        return marks(p, children)
-    return _marks(p.children if children else p.eclass, n_classes)
+        got = [marks(p)] + ([marks(p, True)] if children else [])
+    else:
+        got = [_marks(p.eclass, n_classes)] + ([_marks(p.children, n_classes)] if children else [])
+    return np.stack(got)
 
 
-def _unclassed(k: int, *marks: np.ndarray) -> int:
-    """The smallest id some partition's children name (the last `k` of `marks`) but no
-    partition's rows are in (the first `k`), or -1."""
-    if not k:
-        return -1
-    missing = np.bitwise_or.reduce(marks[k:]) & ~np.bitwise_or.reduce(marks[:k])
+def _present(marks) -> np.ndarray:
+    """The ids any partition's rows are in, as bits, from the partitions' `_marks_of`."""
+    return np.bitwise_or.reduce([np.atleast_2d(m)[0] for m in marks]) if marks else np.zeros(0, np.uint8)
+
+
+def _census(*marks: np.ndarray) -> tuple[int, int]:
+    """(how many class ids any partition's rows are in, the smallest id some partition's children
+    name but no partition's rows are in or -1), from the partitions' `_marks_of` with children."""
+    present = _present(marks)
+    missing = np.bitwise_or.reduce([m[1] for m in marks]) & ~present if marks else present
     at = np.flatnonzero(missing)
-    if not at.size:
-        return -1
-    return int(at[0]) * 8 + int(np.flatnonzero(np.unpackbits(missing[at[:1]], bitorder="little"))[0])
-
-
-def _distinct(*marks: np.ndarray) -> int:
-    """How many class ids any of the partitions' `_marks` holds."""
-    return int(np.bitwise_count(np.bitwise_or.reduce(marks)).sum()) if marks else 0
+    first = -1 if not at.size else int(at[0]) * 8 + int(np.flatnonzero(np.unpackbits(missing[at[:1]],
+                                                                                     bitorder="little"))[0])
+    return int(np.bitwise_count(present).sum()), first
 
 
 def _after(p, *marks: np.ndarray) -> int:
-    """How many classes the ids any partition's `_marks` holds are in under the map of the
-    partition `p` (every partition's is the same)."""
-    present = np.bitwise_or.reduce(marks) if marks else np.zeros(0, np.uint8)
+    """How many classes the ids any partition's rows are in (`_marks_of`) are in under the map of
+    the partition `p` (every partition's is the same)."""
+    present = _present(marks)
     if isinstance(p, DevicePart):
         from .egraph_device import distinct_roots
 
@@ -483,18 +484,16 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
     kept = [cluster.submit(client, _no_kept, bname, worker=places[i], name="eg-kept") for i in range(k)]
     home = places[0]
     forests = [] if unions is None else [cluster.submit(client, _narrowed, unions, worker=home, name="eg-unions")]
-    marks = [cluster.submit(client, _marks_of, e, n_classes, worker=w, name="eg-marks") for e, w in zip(eps, places)]
-    if isinstance(egraph_partitions, EGraph):  # its classes as the EGraph counts them: pending unions applied
-        before, unclassed = count_distinct(egraph_partitions.classes()), -1  # the EGraph checked its children
+    # An EGraph checked its children; other rows' children are checked here, beside the rounds, when a
+    # worker has nothing of theirs to run (ids are in range, so a child naming no class cannot fault
+    # a kernel), and a child naming a class no e-node is in is raised before anything is returned.
+    given_egraph = isinstance(egraph_partitions, EGraph)
+    marks = [cluster.submit(client, _marks_of, e, n_classes, not given_egraph, worker=w, name="eg-marks", priority=-1)
+             for e, w in zip(eps, places)]
+    if given_egraph:  # its classes as the EGraph counts them: pending unions applied
+        census = (count_distinct(egraph_partitions.classes()), -1)
     else:
-        before = cluster.submit(client, _distinct, *marks, worker=home, name="eg-before")
-        # checked beside the rounds, when a worker has nothing of theirs to run (ids are in range, so
-        # a child naming no class cannot fault a kernel), and raised before anything is returned
-        named = [cluster.submit(client, _marks_of, e, n_classes, True, worker=w, name="eg-named", priority=-1)
-                 for e, w in zip(eps, places)]
-        unclassed = cluster.submit(client, _unclassed, k, *marks, *named, worker=home, name="eg-unclassed",
-                                   priority=-1)
-        del named
+        census = cluster.submit(client, _census, *marks, worker=home, name="eg-census", priority=-1)
 
     def round_after(state: tuple, first: bool) -> tuple:
         """A round's tasks: (partitions, kept signatures, forests) after it."""
@@ -533,7 +532,7 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
     else:
         dtype = np.int32 if any(d["backend"] == "cuda" for d in devices.values()) else np.int64
         eclass = cluster.left_on_workers(finals, [(0, e[2]) for e in extents], dtype)
-    before, after, unclassed = (x if isinstance(x, int) else x.result() for x in (before, after, unclassed))
+    (before, unclassed), after = (x if isinstance(x, tuple) else x.result() for x in (census, after))
     if unclassed >= 0:
         raise DispatchError(f"a child refers to class {unclassed}, but no e-node of any partition is in it. Fix: "
                             "children are e-class ids of e-nodes in some partition (add the e-node, or renumber "

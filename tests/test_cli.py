@@ -510,12 +510,14 @@ def test_demo_refuses_a_bad_element_count(capsys, n):
     ["emit", "p.json"],
     ["nonsense"],
 ])
-def test_argparse_errors_still_exit_2(capsys, argv):
+def test_argparse_errors_still_exit_2_with_a_fix(capsys, argv):
     with pytest.raises(SystemExit) as info:
         main(argv)
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert "error:" in err and "Traceback" not in err
+    assert err.rstrip().endswith("--help` for the commands and arguments it takes."), err
+    assert "Fix: see `vyre-numba" in err
 
 
 def test_console_script_entry_point():

@@ -503,9 +503,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return EXIT_FAILURE if failed else EXIT_OK
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors end in a fix as every other error does."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message.rstrip('.')}. Fix: see `{self.prog} --help` for the "
+                              "commands and arguments it takes.\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `vyre-numba` command."""
-    parser = argparse.ArgumentParser(prog="vyre-numba", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog="vyre-numba", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("info", help=cmd_info.__doc__).set_defaults(fn=cmd_info)
     run = sub.add_parser("run", help=cmd_run.__doc__)

@@ -679,3 +679,15 @@ def test_refused_resident_dispatch_writes_nothing(name):
         backend.dispatch_resident(p, [x, x])
     assert backend.download(y).tolist() == [7] * 64
     assert backend.download(x).tolist() == list(range(64))
+
+
+def test_a_backend_copies_as_itself_and_pickles_by_name(backend):
+    import copy
+    import pickle
+
+    assert copy.copy(backend) is backend and copy.deepcopy({"b": backend})["b"] is backend
+    assert pickle.loads(pickle.dumps(backend)) is backend  # in another process: that process's backend of the name
+    made = type(backend)()
+    assert copy.copy(made) is made
+    with pytest.raises(DispatchError, match=f"made directly.*Fix: pass the backend's name \\('{backend.name}'\\)"):
+        pickle.dumps(made)

@@ -139,6 +139,23 @@ class Backend(abc.ABC):
 
     name: str = "abstract"
 
+    def __copy__(self) -> "Backend":
+        return self  # a handle on this process's device and caches, not a value: a copy is the same backend
+
+    def __deepcopy__(self, memo) -> "Backend":
+        return self
+
+    def __reduce__(self):
+        """Pickled by name: unpickled, it is the process's own backend of that name (its device,
+        its caches), as `get_backend(name)` gives."""
+        if _SHARED is not None and _SHARED(self):
+            return (resolve_backend, (self.name,))
+        from .errors import DispatchError
+
+        raise DispatchError(f"this {type(self).__name__} was made directly, not by get_backend({self.name!r}), so "
+                            "another process has no backend to stand for it. Fix: pass the backend's name "
+                            f"({self.name!r}) or vyre_numba.get_backend({self.name!r}), which pickle by name.")
+
     @abc.abstractmethod
     def dispatch(self, program: Program, inputs: Sequence | Mapping | None = None,
                  config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None
@@ -511,6 +528,7 @@ def _read(r) -> tuple:
 
 
 _RESOLVER = None  # set by vyre_numba.registry (the bottom layer) when the package is imported
+_SHARED = None  # likewise: whether a backend is the one get_backend gives for its name
 
 
 def resolve_backend(backend: "Backend | str | None" = None) -> Backend:

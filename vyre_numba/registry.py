@@ -80,6 +80,7 @@ def _install() -> None:
     from . import backend
 
     backend._RESOLVER = get_backend
+    backend._SHARED = lambda b: _INSTANCES.get(b.name) is b
 
 
 _install()

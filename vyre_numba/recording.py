@@ -5,6 +5,7 @@ reference backend (so notebooks run anywhere) and is the oracle for the CUDA one
 from __future__ import annotations
 
 import abc
+import threading
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -150,6 +151,7 @@ class Redispatch(RecordedGraph):
         self._dtypes = input_dtypes(program, sample_inputs)
         self._sizes = {b.name: self.binding.sizes[b.name] for b in program.outputs}
         self.buffers = {d.name: backend.upload(self.binding.arrays[d.name]) for d in program.bound_buffers}
+        self._lock = threading.RLock()  # a close from another thread waits for the replay in flight
         backend._count(graph_recordings=1)
 
     def replay(self, inputs: Sequence | Mapping | None = None) -> list[np.ndarray]:
@@ -159,24 +161,28 @@ class Redispatch(RecordedGraph):
         check_replay_sizes(self.binding, now)
         # as on the GPU, the inputs go into the recording's own buffers, so a replay_resident after
         # this continues from the state this replay leaves; a replay that fails puts them back
-        saved = {d.name: self.buffers[d.name].copy() for d in self.program.bound_buffers}
-        try:
-            for d in self.program.inputs:
-                self.buffers[d.name][...] = now.arrays[d.name].reshape(-1)
-            return self.replay_resident()
-        except BaseException:
-            for name, was in saved.items():
-                self.buffers[name][...] = was
-            raise
+        with self._lock:
+            self._check_open()
+            saved = {d.name: self.buffers[d.name].copy() for d in self.program.bound_buffers}
+            try:
+                for d in self.program.inputs:
+                    self.buffers[d.name][...] = now.arrays[d.name].reshape(-1)
+                return self.replay_resident()
+            except BaseException:
+                for name, was in saved.items():
+                    self.buffers[name][...] = was
+                raise
 
     def replay_resident(self, read: bool = True) -> list[np.ndarray]:
         self._check_open()
         read = self._read_flag(read)
-        self.backend.dispatch_resident(self.program, self.buffers, self.config)
-        self.backend._count(graph_replays=1)
-        if not read:
-            return []
-        return [_declared(d, self.backend.download(self.buffers[d.name])) for d in self.program.outputs]
+        with self._lock:
+            self._check_open()
+            self.backend.dispatch_resident(self.program, self.buffers, self.config)
+            self.backend._count(graph_replays=1)
+            if not read:
+                return []
+            return [_declared(d, self.backend.download(self.buffers[d.name])) for d in self.program.outputs]
 
     def _sizes_for_outputs(self) -> dict[str, int]:
         from .ir.program import Role
@@ -184,8 +190,9 @@ class Redispatch(RecordedGraph):
         return {d.name: self._sizes[d.name] for d in self.program.outputs if d.role is Role.OUTPUT}
 
     def close(self) -> None:
-        self.closed = True
-        self.buffers = {}
+        with self._lock:
+            self.closed = True
+            self.buffers = {}
 
 
 class Resequence(RecordedGraph):
@@ -202,12 +209,15 @@ class Resequence(RecordedGraph):
             refuse(s.config, "record_sequence")
         self.read = [_read(r) for r in _iterable(read, "read")]
         self.buffers = [s.buffers for s in self.steps]  # held, so they outlive the recording's use
+        self._lock = threading.Lock()
         backend._count(graph_recordings=1)
 
     def replay(self, inputs: Sequence | Mapping | None = None) -> list[np.ndarray]:
         self._check_sequence_replay(inputs)
-        self.backend._count(graph_replays=1)
-        return self.backend.dispatch_sequence(self.steps, self.read)
+        with self._lock:
+            self._check_open()
+            self.backend._count(graph_replays=1)
+            return self.backend.dispatch_sequence(self.steps, self.read)
 
     def replay_resident(self, read: bool = True) -> list[np.ndarray]:
         read = self._read_flag(read)
@@ -215,8 +225,9 @@ class Resequence(RecordedGraph):
         return out if read else []
 
     def close(self) -> None:
-        self.closed = True
-        self.steps, self.buffers = [], []
+        with self._lock:
+            self.closed = True
+            self.steps, self.buffers = [], []
 
 
 def _declared(decl, arr: np.ndarray) -> np.ndarray:

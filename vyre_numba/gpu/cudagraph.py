@@ -192,6 +192,7 @@ class CudaRecordedGraph(RecordedGraph):
             check_replay_sizes(self.binding, now)
             arrays = now.arrays
         with self._lock:
+            self._check_open()  # again: another thread may have closed it since
             moved = self.plan.stage_in(self._set, arrays)
             return self._launch(self._full, moved + self.plan.read_bytes)
 
@@ -202,11 +203,14 @@ class CudaRecordedGraph(RecordedGraph):
         self._check_open()
         read = self._read_flag(read)
         with self._lock:
+            self._check_open()
             return self._launch(self._kernels, self.plan.read_bytes if read else 0, read=read)
 
     def synchronize(self) -> None:
-        """Wait for the replays issued so far."""
-        _wait(self.backend._drv, self._owned.stream, f"the graph of {self.program.name!r}")
+        """Wait for the replays issued so far (closed, there are none: close waited for them)."""
+        with self._lock:
+            if not self.closed:
+                _wait(self.backend._drv, self._owned.stream, f"the graph of {self.program.name!r}")
 
     def _launch(self, graph, moved: int, read: bool = True) -> list[np.ndarray]:
         drv = self.backend._drv
@@ -226,9 +230,10 @@ class CudaRecordedGraph(RecordedGraph):
         return self.plan.collect(self._set)
 
     def close(self) -> None:
-        self.closed = True
-        self.buffers, self._set = {}, None
-        self._finalizer()
+        with self._lock:  # after any replay in flight on another thread, never under it
+            self.closed = True
+            self.buffers, self._set = {}, None
+            self._finalizer()
 
 
 class CudaRecordedSequence(RecordedGraph):
@@ -285,6 +290,7 @@ class CudaRecordedSequence(RecordedGraph):
         """Run the whole sequence again; returns the reads as new arrays."""
         self._check_sequence_replay(inputs)
         with self._lock:
+            self._check_open()  # again: another thread may have closed it since
             drv, stream = self.backend._drv, self._owned.stream
             # work already enqueued on the backend's stream (uploads, dispatches) comes first
             driver_check(drv.cuEventRecord(self._after, self.backend.stream_handle), "ordering the replay")
@@ -303,8 +309,9 @@ class CudaRecordedSequence(RecordedGraph):
         return out if read else []
 
     def close(self) -> None:
-        self.closed = True
-        self._finalizer()
+        with self._lock:
+            self.closed = True
+            self._finalizer()
 
 
 def _wait(drv, stream: int, what: str) -> None:

@@ -137,6 +137,18 @@ def test_launches_of_different_sizes_do_not_fuse():
     assert len(plan.groups) == 2 and "launches differ" in str(plan.boundaries[0])
 
 
+def test_a_long_sequence_shows_a_bounded_repr_and_error():
+    be = vn.get_backend("reference")
+    a, b = _pipeline(be, 64, [False])[0], _pipeline(be, 65, [False])[0]
+    plan = be.fuse((a + b) * 100)
+    assert len(plan.groups) == 200 and len(plan.boundaries) == 199
+    text = repr(plan)
+    assert len(text) < 2000 and text.startswith("Fusion(200 kernels from 200 steps") and "194 more in .boundaries" in text
+    with pytest.raises(DispatchError) as e:
+        plan.program
+    assert len(str(e.value)) < 2000 and "194 more in .boundaries" in str(e.value) and "Fix:" in str(e.value)
+
+
 def test_bad_calls_say_how_to_fix_them():
     be = vn.get_backend("reference")
     with pytest.raises(DispatchError, match="no steps.*Fix:"):

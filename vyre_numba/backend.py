@@ -421,14 +421,20 @@ class Fusion:
     def program(self) -> Program:
         """The one fused program, when every step fused into it."""
         if len(self.steps) != 1:
-            why = "; ".join(str(b) for b in self.boundaries)
+            why = self._why()
             raise DispatchError(f"the steps fused into {len(self.steps)} kernels, not one ({why}). Fix: read "
                                 "`.steps` (and `.boundaries` for why each boundary stayed).")
         return self.steps[0].program
 
+    def _why(self, most: int = 5) -> str:
+        """The first `most` boundaries, and how many more there are."""
+        more = len(self.boundaries) - most
+        return "; ".join([str(b) for b in self.boundaries[:most]] + ([f"{more} more in .boundaries"] if more > 0 else []))
+
     def __repr__(self) -> str:
-        return (f"Fusion({len(self.groups)} kernels from {sum(map(len, self.groups))} steps: {self.groups}"
-                + "".join(f"; {b}" for b in self.boundaries) + ")")
+        why = self._why()
+        return (f"Fusion({len(self.groups)} kernels from {sum(map(len, self.groups))} steps: {shown(self.groups, 200)}"
+                + (f"; {why}" if why else "") + ")")
 
 
 def _storage(buffer) -> tuple:

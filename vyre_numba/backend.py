@@ -13,7 +13,7 @@ import numpy as np
 
 from . import display
 from .config import DispatchConfig
-from .errors import DispatchError, UnsupportedError, VyreError, shown
+from .errors import DispatchError, UnsupportedError, VyreError, flag, shown
 from .ir import DataType, Program
 from .lru import LRUCache
 
@@ -248,9 +248,7 @@ class Backend(abc.ABC):
         False never. `fuse=True` runs `self.fuse(steps, read)`'s kernels instead: the same results
         in the buffers read back, and in every buffer except the scratch ones (written only inside
         one fused kernel and not in `read`), whose contents it leaves unspecified."""
-        if not isinstance(fuse, (bool, np.bool_)):
-            raise DispatchError(f"fuse={shown(fuse)} is not a bool. Fix: pass fuse=True or fuse=False.")
-        if fuse:
+        if flag(fuse, "fuse", "pass fuse=True or fuse=False."):
             reads = [_read(r) for r in _iterable(read, "read")]
             plan = self.fuse(list(_iterable(steps, "steps")), reads)
             return self._sequence(plan.steps, reads, progress, len(plan.steps))

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import DispatchError, shown
+from .errors import DispatchError, flag, shown
 
 # Invocation ids are u32 in the IR, so no axis can usefully exceed this.
 MAX_AXIS = 2**32 - 1
@@ -93,11 +93,8 @@ class DispatchConfig:
                                 "program that runs until nothing changes belongs in vyre_numba.fixpoint.run, "
                                 "which stops at the fixed point).")
         object.__setattr__(self, "fixpoint_iterations", int(it))
-        co = self.cooperative
-        if not isinstance(co, (bool, np.bool_)):
-            raise DispatchError(f"cooperative={shown(co)} is not a bool. Fix: pass cooperative=True or "
-                                "cooperative=False.")
-        object.__setattr__(self, "cooperative", bool(co))
+        object.__setattr__(self, "cooperative", flag(self.cooperative, "cooperative",
+                                                     "pass cooperative=True or cooperative=False."))
         label = self.label
         if label is not None and (not isinstance(label, str) or not label.strip()):
             raise DispatchError(f"label={shown(label)} is not a non-blank str. "

@@ -4,6 +4,8 @@ from __future__ import annotations
 import functools
 import reprlib
 
+import numpy as np
+
 
 class VyreError(Exception):
     """Base of all vyre-numba errors."""
@@ -26,6 +28,14 @@ class UnknownBufferError(IRValidationError, KeyError):
 
 class BackendUnavailableError(VyreError):
     """The requested backend cannot run on this machine."""
+
+
+def flag(value, name: str, fix: str) -> bool:
+    """`value` as a bool where it is one (Python's or NumPy's); anything else, such as the string
+    "no" that `if` would read as True, is a DispatchError saying `name` and ending in `Fix: fix`."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise DispatchError(f"{name}={shown(value, 60)} is not a bool. Fix: {fix}")
 
 
 class DispatchError(VyreError):

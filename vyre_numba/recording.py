@@ -13,7 +13,7 @@ import numpy as np
 from . import display
 from .bindings import Binding, bind, check_config
 from .config import DispatchConfig
-from .errors import DispatchError, shown
+from .errors import DispatchError, flag
 from .ir import Program
 from .owned import Unshared
 
@@ -80,10 +80,7 @@ class RecordedGraph(Unshared, abc.ABC):
     @staticmethod
     def _read_flag(read) -> bool:
         """`replay_resident`'s `read`, a bool (a string such as "no" is not read as True)."""
-        if not isinstance(read, (bool, np.bool_)):
-            raise DispatchError(f"read={shown(read, 60)} is not a bool. Fix: pass read=True (read the outputs back) or "
-                                "read=False (leave them on the device).")
-        return bool(read)
+        return flag(read, "read", "pass read=True (read the outputs back) or read=False (leave them on the device).")
 
     def _check_sequence_replay(self, inputs) -> None:
         """A recorded sequence replays open, and over the buffers bound at recording only."""

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import DispatchError, host_memory, shown
+from ..errors import DispatchError, flag, host_memory, shown
 from . import cluster
 from .device import Ops, marked, moved_pairs, narrow, packed
 from .unionfind import merge
@@ -432,14 +432,8 @@ def connected_components(indptr=None, indices=None, *, client=None, edges=None, 
     `gather=False` leaves the labels on the workers: a Dask array, one chunk per partition's owned
     vertex range, computed (the call waits for it and raises what the workers raised) but not
     brought to the client. With `stats=True` returns (labels, DistributedStats)."""
-    if not isinstance(gather, (bool, np.bool_)):
-        raise DispatchError(f"gather is {shown(gather)}. Fix: pass True (labels as a NumPy array) or False (a Dask "
-                            "array left on the workers).")
-    gather = bool(gather)
-    if not isinstance(stats, (bool, np.bool_)):
-        raise DispatchError(f"stats is {shown(stats, 60)}. Fix: pass True (labels and a DistributedStats) or False "
-                            "(the labels alone).")
-    stats = bool(stats)
+    gather = flag(gather, "gather", "pass True (labels as a NumPy array) or False (a Dask array left on the workers).")
+    stats = flag(stats, "stats", "pass True (labels and a DistributedStats) or False (the labels alone).")
     t0 = time.perf_counter()
     table = cluster.worker_table(client)
     workers = list(table)

@@ -39,7 +39,7 @@ from ..backend import mixes_bools
 from ..egraph import ClosureResult, EGraph
 from ..egraph.egraph import _ints, _rows, _same_length, _take_rows
 from ..egraph.signature import signature_hash, signature_heads
-from ..errors import DispatchError, host_memory, shown
+from ..errors import DispatchError, flag, host_memory, shown
 from ..unique import count_distinct, inserted, unique, unique_rows
 from . import cluster
 from .egraph_device import DeviceKept, DevicePart
@@ -436,10 +436,7 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
     `gather=False` leaves `eclass` on the workers: a Dask array, one chunk per partition (int32 on
     GPU workers, as they hold it), computed (the call waits for it and raises what the workers
     raised) but not brought to the client."""
-    if not isinstance(gather, (bool, np.bool_)):
-        raise DispatchError(f"gather is {shown(gather, 60)}. Fix: pass True (classes as a NumPy array) or False (a "
-                            "Dask array left on the workers).")
-    gather = bool(gather)
+    gather = flag(gather, "gather", "pass True (classes as a NumPy array) or False (a Dask array left on the workers).")
     t0 = time.perf_counter()
     table = cluster.worker_table(client)
     workers = list(table)

@@ -8,7 +8,7 @@ from typing import Callable
 import numpy as np
 
 from ..backend import mixes_bools
-from ..errors import DispatchError, shown
+from ..errors import DispatchError, flag
 
 
 class CSR(NamedTuple):
@@ -150,9 +150,7 @@ def resolve(indptr, indices, backend, symmetric) -> tuple:
     `symmetric` a bool, host CSRs checked here (device ones by the caller, on the device)."""
     from ..backend import resolve_backend
 
-    if not isinstance(symmetric, (bool, np.bool_)):
-        raise DispatchError(f"symmetric={shown(symmetric)} is not a bool. Fix: pass True only for a CSR that stores "
-                            "every edge both ways.")
+    flag(symmetric, "symmetric", "pass True only for a CSR that stores every edge both ways.")
     on_device = [hasattr(a, "__cuda_array_interface__") for a in (indptr, indices)]
     if on_device[0] != on_device[1]:
         raise DispatchError("indptr and indices are not both on the device or both on the host. "

@@ -110,6 +110,25 @@ def test_grid_barriers_stand_only_where_fusion_keeps_a_boundary():
     assert np.array_equal(r.outputs[0], want)
 
 
+@pytest.mark.parametrize("name", ["reference", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_buffer_kept_is_stored_as_the_sequence_leaves_it(name):
+    """y is written only inside the one fused stage and not read back: scratch, unless kept."""
+    be = vn.get_backend(name)
+    i = ir.gid()
+    bump = ir.Program([B.read_write("x", 0, "u32")], 64,
+                      [ir.if_(i < ir.buf_len("x"), [ir.store("x", i, ir.load("x", i) + 1)])], name="bump")
+    affine = ir.Program([B.read("x", 0, "u32"), B.output("y", 1, "u32")], 64,
+                        [ir.if_(i < ir.buf_len("y"), [ir.store("y", i, ir.load("x", i) * 3 + 1)])], name="affine")
+    start = np.arange(100, dtype=np.uint32)
+    x, y = be.upload(start), be.upload(np.full(100, 7, np.uint32))
+    with be.megakernel([(bump, [x]), (affine, [x, y])], [(x,)], keep=[y]) as mk:
+        assert mk.mode == "megakernel" and mk.groups == [[0, 1]]
+        assert np.array_equal(mk.run().outputs[0], start + 1)
+    assert np.array_equal(be.download(y), (start + 1) * 3 + 1)
+    with pytest.raises(DispatchError, match="keep=.*Fix:"):
+        be.megakernel([(bump, [x])], keep=5)
+
+
 def test_without_a_flag_the_rounds_run_exactly_max_rounds_times():
     be = vn.get_backend("reference")
     steps, (x, y, z, w) = _pipeline(be, 300)

@@ -309,7 +309,7 @@ class Backend(abc.ABC):
         return Fusion(out, groups, boundaries)
 
     def megakernel(self, steps: Iterable[Step | tuple], read: Iterable[Read] = (), *, until=None,
-                   max_rounds: int = 1, workgroups: int | None = None) -> "Megakernel":
+                   max_rounds: int = 1, workgroups: int | None = None, keep: Iterable = ()) -> "Megakernel":
         """The resident sequence `steps` planned as one persistent cooperative kernel: fused groups
         (`fuse`) as stages with a grid barrier only where a boundary stayed. `run()` runs it
         `max_rounds` times, or with `until` (a resident integer buffer some step sets nonzero when
@@ -317,10 +317,12 @@ class Backend(abc.ABC):
         `max_rounds` rounds, all on the device, then reads `read`. Where the steps cannot be one
         program or its grid cannot be co-resident, it replays the unfused kernels as a recorded
         graph and its `reason` says why. `workgroups`: the persistent grid (default: as many as fit
-        co-resident, at most as many as the largest step needs)."""
+        co-resident, at most as many as the largest step needs). As in `fuse`, with one round a
+        buffer written only inside one stage and not in `read`, `keep` or `until` is scratch, its
+        contents afterwards unspecified; every other buffer ends as the sequence leaves it."""
         from .megakernel import Megakernel
 
-        return Megakernel(self, steps, read, until=until, max_rounds=max_rounds, workgroups=workgroups)
+        return Megakernel(self, steps, read, until=until, max_rounds=max_rounds, workgroups=workgroups, keep=keep)
 
     def cooperative_workgroups(self, program: Program) -> int:
         """How many workgroups of `program` one cooperative launch can hold at once. The reference

@@ -74,7 +74,7 @@ class Megakernel(Unshared):
     closed = False
 
     def __init__(self, backend, steps: Iterable, read: Iterable = (), *, until=None, max_rounds: int = 1,
-                 workgroups: int | None = None):
+                 workgroups: int | None = None, keep: Iterable = ()):
         from .bindings import check_resident
         from .ir import check
 
@@ -83,6 +83,7 @@ class Megakernel(Unshared):
         if not self.steps:
             raise DispatchError("no steps for a megakernel. Fix: pass at least one Step(program, buffers[, config]).")
         self.read = [_read(r) for r in _iterable(read, "read")]
+        self._keep = frozenset(_storage(b) for b in _iterable(keep, "keep"))
         self.max_rounds = _whole(max_rounds, "max_rounds", 1, MAX_ROUNDS - 1)
         if workgroups is not None:
             workgroups = _whole(workgroups, "workgroups", 1, 1 << 20)
@@ -98,7 +99,7 @@ class Megakernel(Unshared):
         self.until = until
         flag = None if until is None else self._flag(until, bound)
         key = (tuple((s.program.digest(), tuple(_storage(b) for b in bs), s.config) for s, bs in zip(self.steps, bound)),
-               tuple(_storage(r[0]) + r[1:] for r in self.read), flag, self.max_rounds, workgroups)
+               tuple(_storage(r[0]) + r[1:] for r in self.read), flag, self.max_rounds, workgroups, self._keep)
         plans = backend.__dict__.setdefault("_megakernel_plans", LRUCache(PLANS))
         plan = plans.get(key)
         backend._count(**{"megakernel_plan_hits" if plan is not None else "megakernel_plan_misses": 1})
@@ -248,7 +249,7 @@ class Megakernel(Unshared):
         if why is not None:
             return _Plan("graph", why, [[k] for k in range(len(self.steps))], [])
         groups, boundaries = fusion.plan(shapes)
-        kept = {_storage(r[0]) for r in self.read} | ({flag} if flag is not None else set())
+        kept = {_storage(r[0]) for r in self.read} | set(self._keep) | ({flag} if flag is not None else set())
         scratch = []
         for group in groups:
             others = {k for j, sh in enumerate(shapes) if j not in group for k in sh.storage} | kept

@@ -249,6 +249,22 @@ def test_a_close_from_another_thread_waits_for_the_replay_in_flight(backend, seq
         g.replay_resident()
 
 
+def test_a_sequence_is_checked_when_recorded_and_keeps_the_buffers_it_was_given(backend):
+    x = backend.upload(np.arange(8, dtype=np.uint32))
+    bad = backend.upload(np.zeros(8, np.float32))
+    for steps, why in (([(bump(), [x]), (bump(), [bad])], "declared u32"), ([(bump(), [x]), (bump(), [])], "Fix:"),
+                       ([(bump(), [x, x])], "Fix:")):
+        with pytest.raises(DispatchError, match=why):
+            backend.record_sequence(steps, read=[(x,)])
+    assert backend.download(x).tolist() == list(range(8))  # nothing ran
+    y = backend.upload(np.zeros(8, dtype=np.uint32))
+    bufs = [x]
+    with backend.record_sequence([(bump(), bufs)], read=[(x,)]) as g:
+        bufs[0] = y  # the caller's list changes after the recording: the recording does not
+        assert g.replay()[0].tolist() == list(range(1, 9))
+    assert backend.download(y).tolist() == [0] * 8
+
+
 def test_telemetry_counts_recordings_and_replays(backend):
     backend.reset_telemetry()
     with backend.record_graph(affine(), [np.zeros(10, np.uint32)]) as g:

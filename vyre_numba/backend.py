@@ -324,6 +324,10 @@ class Backend(abc.ABC):
 
         return Megakernel(self, steps, read, until=until, max_rounds=max_rounds, workgroups=workgroups, keep=keep)
 
+    def _check_step(self, step: Step) -> None:
+        """What a resident dispatch of `step` would refuse, refused now without running it (where
+        the backend can tell; the GPU's recordings check as they capture)."""
+
     def cooperative_workgroups(self, program: Program) -> int:
         """How many workgroups of `program` one cooperative launch can hold at once. The reference
         backend runs any grid in lockstep and answers a fixed number, so persistent programs loop."""

@@ -13,7 +13,7 @@ import numpy as np
 from . import display
 from .bindings import Binding, bind, check_config
 from .config import DispatchConfig
-from .errors import DispatchError, flag
+from .errors import DispatchError, VyreError, flag
 from .ir import Program
 from .owned import Unshared
 
@@ -201,9 +201,15 @@ class Resequence(RecordedGraph):
         self.backend = backend
         from .checked import refuse
 
-        self.steps = [as_step(s) for s in _iterable(steps, "steps")]
-        for s in self.steps:
+        self.steps = [_pinned(as_step(s)) for s in _iterable(steps, "steps")]
+        for k, s in enumerate(self.steps):
             refuse(s.config, "record_sequence")
+            try:  # what a replay would refuse, refused now, as the GPU's recording does
+                backend._check_step(s)
+            except VyreError as e:
+                if e.args:
+                    e.args = (f"record_sequence, step {k}: {e.args[0]}", *e.args[1:])
+                raise
         self.read = [_read(r) for r in _iterable(read, "read")]
         self.buffers = [s.buffers for s in self.steps]  # held, so they outlive the recording's use
         self._lock = threading.Lock()
@@ -225,6 +231,18 @@ class Resequence(RecordedGraph):
         with self._lock:
             self.closed = True
             self.steps, self.buffers = [], []
+
+
+def _pinned(step):
+    """The step with its buffers as they are now: a later change to the caller's list or dict
+    does not change the recording (the GPU's captures the buffers' addresses)."""
+    from collections.abc import Mapping
+
+    from .backend import Step
+
+    bufs = step.buffers
+    bufs = dict(bufs) if isinstance(bufs, Mapping) else tuple(bufs) if isinstance(bufs, (list, tuple)) else bufs
+    return Step(step.program, bufs, step.config)
 
 
 def _declared(decl, arr: np.ndarray) -> np.ndarray:

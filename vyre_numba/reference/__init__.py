@@ -99,6 +99,12 @@ class ReferenceBackend(Backend):
         else:
             self._count(resident_dispatches=1)
 
+    def _check_step(self, step) -> None:
+        from .resident import check_step
+
+        if not checked.wanted(step.config):
+            check_step(step.program, step.buffers, step.config, memory=self.memory_budget, work=self.work_budget)
+
     def upload(self, array: np.ndarray) -> np.ndarray:
         return np.array(check_upload(array), copy=True, order="C")
 

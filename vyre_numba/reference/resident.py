@@ -20,6 +20,28 @@ def dispatch_resident(program: Program, buffers: Sequence | Mapping, config: Dis
     memory and work budgets (None: the configured ones). All or nothing: when a check fails
     nothing is written, and when the program fails while running every buffer it writes is put
     back as it was (at the cost of one copy of those buffers)."""
+    launch, arrays, touched, decls = _checked(program, buffers, config, memory, work)
+    saved = [(arrays[name], arrays[name].copy()) for name in touched]
+    try:
+        for d in decls:
+            if d.role is Role.OUTPUT:
+                arrays[d.name][...] = 0
+        launch.run()
+    except BaseException:
+        for arr, before in saved:
+            arr[...] = before
+        raise
+
+
+def check_step(program: Program, buffers: Sequence | Mapping, config: DispatchConfig | None = None, *,
+               memory: int | None = None, work: int | None = None) -> None:
+    """What `dispatch_resident` would refuse of this step, refused now; nothing runs."""
+    _checked(program, buffers, config, memory, work)
+
+
+def _checked(program: Program, buffers, config, memory, work) -> tuple:
+    """(the prepared launch, the arrays by name, the names it writes, the declarations) of a
+    resident dispatch, after every check."""
     check(program)
     config = check_config(config)
     where = f"dispatch_resident of {program.name!r}"
@@ -55,13 +77,4 @@ def dispatch_resident(program: Program, buffers: Sequence | Mapping, config: Dis
     touched = [d.name for d in decls if d.role is Role.OUTPUT or d.name in written]
     launch = prepare(binding, memory_budget(memory), work_budget(work),
                      reserved=sum(arrays[name].nbytes for name in touched))
-    saved = [(arrays[name], arrays[name].copy()) for name in touched]
-    try:
-        for d in decls:
-            if d.role is Role.OUTPUT:
-                arrays[d.name][...] = 0
-        launch.run()
-    except BaseException:
-        for arr, before in saved:
-            arr[...] = before
-        raise
+    return launch, arrays, touched, decls

@@ -438,6 +438,23 @@ def test_a_sequence_that_fails_at_a_step_says_which_steps_ran(backend):
         backend.dispatch_repeated([(affine(), [x, y])], [(affine(), [y])], 3)
 
 
+def test_a_fused_sequence_that_fails_names_the_callers_steps(backend):
+    x = backend.upload(np.arange(8, dtype=np.uint32))
+    w = backend.upload(np.zeros(1000, np.uint32))
+    z = backend.upload(np.zeros(8, np.float32))
+    with pytest.raises(DispatchError) as e:  # steps 0 and 1 fuse; 2 runs alone (another size); 3 fails
+        backend.dispatch_sequence([(bump(), [x]), (bump(), [x]), (bump(), [w]), (bump(), [z])], fuse=True)
+    assert str(e.value).startswith("step 3 of the sequence (steps 0 to 2 ran and their writes stay; step 3 did "
+                                   "not run)") and "Fix:" in str(e.value), str(e.value)
+    assert backend.download(x)[:2].tolist() == [2, 3] and backend.download(w)[0] == 1
+    with pytest.raises(DispatchError) as e:
+        backend.dispatch_sequence([(bump(), [w]), (bump(), [x]), (bump(), [x]), (bump(), [z])], fuse=True)
+    assert str(e.value).startswith("steps 1 to 3, fused into one kernel, of the sequence (steps 0 to 0 ran and "
+                                   "their writes stay; steps 1 to 3 did not run)"), str(e.value)
+    assert backend.download(w)[0] == 2 and backend.download(x)[:2].tolist() == [2, 3]
+    assert backend.dispatch_sequence([], [(x, 0, 2)], fuse=True)[0].tolist() == [2, 3]  # nothing to fuse: the reads
+
+
 def test_ranged_downloads_take_any_integer_types_and_refuse_the_rest(backend):
     from vyre_numba import DispatchError
 

@@ -250,8 +250,11 @@ class Backend(abc.ABC):
         one fused kernel and not in `read`), whose contents it leaves unspecified."""
         if flag(fuse, "fuse", "pass fuse=True or fuse=False."):
             reads = [_read(r) for r in _iterable(read, "read")]
-            plan = self.fuse(list(_iterable(steps, "steps")), reads)
-            return self._sequence(plan.steps, reads, progress, len(plan.steps))
+            steps = list(_iterable(steps, "steps"))
+            if not steps:  # nothing to fuse: the reads, as without fusion
+                return self._sequence([], reads, progress, 0)
+            plan = self.fuse(steps, reads)
+            return self._sequence(plan.steps, reads, progress, len(plan.steps), plan.groups)
         return self._sequence(steps, read, progress, _length(steps))
 
     def fuse(self, steps: Iterable[Step | tuple], read: Iterable[Read] = (), *, keep: Iterable = ()) -> "Fusion":
@@ -333,7 +336,10 @@ class Backend(abc.ABC):
         backend runs any grid in lockstep and answers a fixed number, so persistent programs loop."""
         return REFERENCE_COOPERATIVE_WORKGROUPS
 
-    def _sequence(self, steps, read, progress: bool | None, total: int | None) -> list[np.ndarray]:
+    def _sequence(self, steps, read, progress: bool | None, total: int | None,
+                  groups: list | None = None) -> list[np.ndarray]:
+        """Run `steps` then read `read`; `groups`: the caller's step indices each of `steps` runs
+        (a fused sequence's), so a failure names the caller's steps."""
         from .progress import bar
 
         reads = [_read(r) for r in _iterable(read, "read")]
@@ -345,9 +351,8 @@ class Backend(abc.ABC):
                     step = as_step(step)
                     self.dispatch_resident(step.program, step.buffers, step.config)
                 except VyreError as e:  # a dispatch is all or nothing, so what was written is the steps before
-                    if k and e.args:
-                        e.args = (f"step {k} of the sequence (steps 0 to {k - 1} ran and their writes stay; nothing "
-                                  f"of step {k} ran): {e.args[0]}", *e.args[1:])
+                    if e.args and (k or groups is not None):
+                        e.args = (f"{_failed_at(k, groups)}: {e.args[0]}", *e.args[1:])
                     raise
                 if b is not None:
                     b.update(1)
@@ -485,6 +490,18 @@ def _shape(step: Step, buffers: list):
         if grid[1:] == (1, 1) and tuple(wg[1:]) == (1, 1):
             invocations = grid[0] * wg[0]
     return StepShape(program, storage, sizes, invocations, tuple(wg))
+
+
+def _failed_at(k: int, groups: list | None) -> str:
+    """Which of the caller's steps ran when the k-th kernel of a sequence failed."""
+    if groups is None:
+        return f"step {k} of the sequence (steps 0 to {k - 1} ran and their writes stay; nothing of step {k} ran)"
+    mine = groups[k]
+    which = f"step {mine[0]}" if len(mine) == 1 else f"steps {mine[0]} to {mine[-1]}"
+    where = f"{which}{'' if len(mine) == 1 else ', fused into one kernel,'} of the sequence"
+    if not mine[0]:
+        return f"{where} (nothing ran)"
+    return f"{where} (steps 0 to {mine[0] - 1} ran and their writes stay; {which} did not run)"
 
 
 def as_step(step) -> Step:

@@ -249,6 +249,40 @@ def test_a_fallback_repeats_to_convergence_too(name):
     assert "co-resident" in r.reason
 
 
+@pytest.mark.parametrize("name", ["reference", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("workgroups", [None, 10**5])  # a megakernel; one falling back to a recorded graph
+def test_a_close_from_another_thread_waits_for_the_run_in_flight(name, workgroups):
+    import threading
+
+    be = vn.get_backend(name)
+    steps, (x, y, z, w) = _pipeline(be, 1000)
+    want = ((np.arange(1000, dtype=np.uint32)[::-1] * 2 + 1) ** 2).astype(np.uint32)
+    mk = be.megakernel(steps, [(w,)], workgroups=workgroups)
+    assert (mk.mode == "megakernel") == (workgroups is None)
+    outcomes, go = [], threading.Event()
+
+    def running():
+        go.wait()
+        for _ in range(50):
+            try:
+                out = mk.run().outputs[0]
+            except DispatchError as e:
+                outcomes.append("closed" if "megakernel was closed" in str(e) else e)
+                return
+            outcomes.append(bool(np.array_equal(out, want)))
+
+    threads = [threading.Thread(target=running) for _ in range(3)]
+    for t in threads:
+        t.start()
+    go.set()
+    mk.close()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads)
+    assert all(o is True or o == "closed" for o in outcomes), [o for o in outcomes if o is not True][:3]
+    assert mk._graph is None  # nothing recorded after the close
+
+
 def test_a_plan_is_made_once_per_sequence_and_counted():
     be = vn.get_backend("reference")
     steps, (x, y, z, w) = _pipeline(be, 64)

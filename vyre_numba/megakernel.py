@@ -6,6 +6,7 @@ instead (or, where even recording is refused, as a plain sequence)."""
 from __future__ import annotations
 
 import dataclasses
+import threading
 import weakref
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -108,6 +109,7 @@ class Megakernel(Unshared):
         self._p = plan
         self._bound = bound
         self._graph = self._stats = self._launch = None
+        self._lock = threading.RLock()  # a close from another thread waits for the run in flight
         self._finalizer = weakref.finalize(self, _release, [None])
 
     # ---- what it is --------------------------------------------------------------------------
@@ -130,8 +132,12 @@ class Megakernel(Unshared):
     def run(self) -> MegakernelResult:
         """Run the sequence (until the flag stays zero, at most `max_rounds` rounds, with `until`;
         else exactly `max_rounds` times) and read back `read`."""
-        if self.closed:
-            raise DispatchError("this megakernel was closed. Fix: plan a new one with backend.megakernel(...).")
+        with self._lock:
+            if self.closed:
+                raise DispatchError("this megakernel was closed. Fix: plan a new one with backend.megakernel(...).")
+            return self._run()
+
+    def _run(self) -> MegakernelResult:
         b = self.backend
         timer = getattr(b, "device_timer", None)
         if self.mode == "megakernel":
@@ -188,10 +194,11 @@ class Megakernel(Unshared):
 
     def close(self) -> None:
         """Release the recorded fallback graph and the counters (once; later calls do nothing)."""
-        if not self.closed:
-            self.closed = True
-            self._finalizer()
-            self._graph = self._stats = self._launch = None
+        with self._lock:
+            if not self.closed:
+                self.closed = True
+                self._finalizer()
+                self._graph = self._stats = self._launch = None
 
     def __enter__(self) -> "Megakernel":
         return self

@@ -200,6 +200,28 @@ def test_a_reference_replay_that_fails_leaves_the_buffers_as_they_were(monkeypat
         assert g.replay_resident()[0].tolist() == (x + 4).tolist()
 
 
+def test_the_reference_running_out_of_host_memory_says_so_with_a_fix(monkeypatch):
+    from vyre_numba.errors import HostMemoryError
+    from vyre_numba.reference import resident
+
+    backend = vn.get_backend("reference")
+    x = np.arange(50, dtype=np.uint32)
+    with backend.record_graph(bump(), [x]) as g:
+        before = {k: v.copy() for k, v in g.buffers.items()}
+
+        def no_room(*args, **kwargs):
+            raise MemoryError()
+
+        monkeypatch.setattr(resident, "dispatch_resident", no_room)
+        for call in (lambda: g.replay([x + 5]), g.replay_resident, lambda: backend.dispatch_resident(bump(), [x])):
+            with pytest.raises(HostMemoryError, match="host memory.*Fix:"):
+                call()
+        assert all(np.array_equal(g.buffers[k], v) for k, v in before.items())
+        monkeypatch.setattr(np, "array", no_room)
+        with pytest.raises(HostMemoryError, match="upload ran out of host memory.*Fix:"):
+            backend.upload(x)
+
+
 def test_closed_graph_refuses_and_closes_once(backend):
     g = backend.record_graph(affine(), [np.zeros(10, np.uint32)])
     g.close()

@@ -93,9 +93,18 @@ class HostMemoryError(DispatchError):
     """The host ran out of memory for arrays sized by the inputs (usually by the largest id)."""
 
 
-def host_memory(what: str):
+BY_IDS = ("Arrays are sized by the largest vertex or class id, not by how many are used. Fix: renumber ids densely "
+          "from 0 (np.unique(ids, return_inverse=True)), or split the input.")
+
+
+IN_HOST_MEMORY = ("The reference backend keeps every buffer, and a copy of each it writes (to undo a failed "
+                  "run), in host memory. Fix: work on less data at a time, or run on the GPU backend.")
+
+
+def host_memory(what: str, why: str = BY_IDS):
     """Decorator: a MemoryError inside `what` (here or raised on a Dask worker) becomes a
-    HostMemoryError that says what sizes the arrays and how to shrink them."""
+    HostMemoryError that says, in `why`, what sizes the arrays and how to shrink them (the
+    default: a graph algorithm's arrays, sized by the largest id)."""
 
     def wrap(fn):
         @functools.wraps(fn)
@@ -103,9 +112,7 @@ def host_memory(what: str):
             try:
                 return fn(*args, **kwargs)
             except MemoryError as e:
-                raise HostMemoryError(f"{what} ran out of host memory ({e}). Arrays are sized by the largest vertex "
-                                      "or class id, not by how many are used. Fix: renumber ids densely from 0 "
-                                      "(np.unique(ids, return_inverse=True)), or split the input.") from None
+                raise HostMemoryError(f"{what} ran out of host memory ({e}). {why}") from None
         return call
     return wrap
 

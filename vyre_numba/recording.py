@@ -13,7 +13,7 @@ import numpy as np
 from . import display
 from .bindings import Binding, bind, check_config
 from .config import DispatchConfig
-from .errors import DispatchError, VyreError, flag
+from .errors import IN_HOST_MEMORY, DispatchError, VyreError, flag, host_memory
 from .ir import Program
 from .owned import Unshared
 
@@ -138,6 +138,7 @@ def check_replay_sizes(recorded: Binding, now: Binding) -> None:
 class Redispatch(RecordedGraph):
     """A recorded dispatch that replays by dispatching again: the reference backend's graphs."""
 
+    @host_memory("record_graph", IN_HOST_MEMORY)
     def __init__(self, backend, program: Program, sample_inputs: Sequence | Mapping | None,
                  config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None):
         from .checked import refuse
@@ -151,6 +152,7 @@ class Redispatch(RecordedGraph):
         self._lock = threading.RLock()  # a close from another thread waits for the replay in flight
         backend._count(graph_recordings=1)
 
+    @host_memory("replay", IN_HOST_MEMORY)
     def replay(self, inputs: Sequence | Mapping | None = None) -> list[np.ndarray]:
         self._check_open()
         check_replay_dtypes(self.program, self._dtypes, inputs)
@@ -160,7 +162,8 @@ class Redispatch(RecordedGraph):
         # this continues from the state this replay leaves; a replay that fails puts them back
         with self._lock:
             self._check_open()
-            saved = {d.name: self.buffers[d.name].copy() for d in self.program.bound_buffers}
+            # a failed run puts back what it wrote; what was copied in is put back here
+            saved = {d.name: self.buffers[d.name].copy() for d in self.program.inputs}
             try:
                 for d in self.program.inputs:
                     self.buffers[d.name][...] = now.arrays[d.name].reshape(-1)
@@ -170,6 +173,7 @@ class Redispatch(RecordedGraph):
                     self.buffers[name][...] = was
                 raise
 
+    @host_memory("replay_resident", IN_HOST_MEMORY)
     def replay_resident(self, read: bool = True) -> list[np.ndarray]:
         self._check_open()
         read = self._read_flag(read)

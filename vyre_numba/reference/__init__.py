@@ -14,7 +14,7 @@ from .. import checked
 from ..backend import Backend, Pending, check_empty, check_span, check_upload
 from ..bindings import Binding, bind
 from ..config import DispatchConfig
-from ..errors import DispatchError, HostMemoryError, shown
+from ..errors import IN_HOST_MEMORY, DispatchError, HostMemoryError, host_memory, shown
 from ..ir import Program
 from ..ir.program import Role
 from . import interpreter
@@ -85,6 +85,7 @@ class ReferenceBackend(Backend):
             self._count(dispatches=1)
 
     # resident buffers are plain NumPy arrays, updated in place
+    @host_memory("dispatch_resident", IN_HOST_MEMORY)
     def dispatch_resident(self, program: Program, buffers: Sequence | Mapping,
                           config: DispatchConfig | None = None) -> None:
         """Run `program` in place on NumPy arrays; all or nothing (a failure restores every
@@ -105,6 +106,7 @@ class ReferenceBackend(Backend):
         if not checked.wanted(step.config):
             check_step(step.program, step.buffers, step.config, memory=self.memory_budget, work=self.work_budget)
 
+    @host_memory("upload", IN_HOST_MEMORY)
     def upload(self, array: np.ndarray) -> np.ndarray:
         return np.array(check_upload(array), copy=True, order="C")
 
@@ -112,6 +114,7 @@ class ReferenceBackend(Backend):
         n, dt = check_empty(n, dtype)
         return _zeros(n, dt)
 
+    @host_memory("download", IN_HOST_MEMORY)
     def download(self, buffer, offset: int = 0, count: int | None = None) -> np.ndarray:
         if not isinstance(buffer, np.ndarray):
             raise DispatchError(f"download: a {type(buffer).__name__} is not a reference-backend buffer. "

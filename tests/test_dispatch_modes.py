@@ -708,3 +708,29 @@ def test_a_backend_copies_as_itself_and_pickles_by_name(backend):
     assert copy.copy(made) is made
     with pytest.raises(DispatchError, match=f"made directly.*Fix: pass the backend's name \\('{backend.name}'\\)"):
         pickle.dumps(made)
+
+
+def test_write_puts_host_values_into_a_resident_buffer_in_order_with_the_work(backend):
+    x = backend.upload(np.arange(10, dtype=np.uint32))
+    backend.write(x, [100, 101], 3)
+    backend.dispatch_resident(bump(), [x])  # runs after the write
+    backend.write(x, np.array([7], np.int64))  # after the dispatch: converted exactly
+    assert backend.download(x).tolist() == [7, 2, 3, 101, 102, 6, 7, 8, 9, 10]
+    values = np.full(4, 5, np.uint32)
+    backend.write(x, values, 6)
+    values[:] = 9  # the caller may change its array once write returns
+    assert backend.download(x, 6, 4).tolist() == [5] * 4
+    backend.write(x, [])  # nothing
+    f = backend.upload(np.zeros(3, np.float32))
+    backend.write(f, np.array([np.nan, -0.0, 2.5], np.float32))
+    got = backend.download(f)
+    assert np.isnan(got[0]) and np.signbit(got[1]) and got[2] == 2.5
+    for values, offset, why in (([1.5], 0, "do not all convert exactly"), ([-1], 0, "do not all convert exactly"),
+                                ([1, 2], 9, "need 11 elements, but the buffer has 10"), ([1], -1, "offset"),
+                                ([1], True, "offset"), ([[1, 2]], 0, "shape"), (["a"], 0, "Fix:")):
+        with pytest.raises(DispatchError, match=why) as e:
+            backend.write(x, values, offset)
+        assert "Fix:" in str(e.value)
+    assert backend.download(x).tolist() == [7, 2, 3, 101, 102, 6, 5, 5, 5, 5]  # the refused writes wrote nothing
+    with pytest.raises(DispatchError, match="Fix:"):
+        backend.write(np.zeros(3, np.uint32) if backend.name == "cuda" else [1, 2, 3], [1])

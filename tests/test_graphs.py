@@ -287,6 +287,21 @@ def test_a_sequence_is_checked_when_recorded_and_keeps_the_buffers_it_was_given(
     assert backend.download(y).tolist() == [0] * 8
 
 
+def test_a_recordings_buffers_cannot_be_replaced_only_written(backend):
+    x = np.arange(10, dtype=np.uint32)
+    with backend.record_graph(affine(), [x]) as g:
+        for change in (lambda: g.buffers.__setitem__("x", backend.upload(x)), lambda: g.buffers.__delitem__("x"),
+                       lambda: setattr(g, "buffers", None)):
+            with pytest.raises(DispatchError, match="Fix: write"):
+                change()
+        assert sorted(g.buffers) == ["x", "y"] and len(g.buffers) == 2
+        backend.write(g.buffers["x"], np.full(10, 2, np.uint32))
+        assert g.replay_resident()[0].tolist() == [7] * 10
+    buf = backend.upload(x)
+    with backend.record_sequence([(bump(), [buf])], read=[(buf,)]) as s:
+        assert len(s.buffers) == 1 and s.buffers[0][0] is buf
+
+
 def test_telemetry_counts_recordings_and_replays(backend):
     backend.reset_telemetry()
     with backend.record_graph(affine(), [np.zeros(10, np.uint32)]) as g:

@@ -187,6 +187,13 @@ class Backend(abc.ABC):
         """A resident buffer of `n` zeroed elements of NumPy dtype `dtype`."""
         raise NotImplementedError(f"{self.name} backend has no resident buffers")
 
+    def write(self, buffer, values, offset: int = 0) -> None:
+        """Copy host `values` into elements [offset, offset + len(values)) of the resident buffer
+        `buffer`, in order with the work issued before and after it (on the GPU, enqueued on the
+        backend's stream; `values` may change once it returns). Values convert into the buffer's
+        dtype only where every one converts exactly."""
+        raise UnsupportedError(f"the {self.name} backend has no write. Fix: upload the values into a new buffer.")
+
     def download(self, buffer, offset: int = 0, count: int | None = None) -> np.ndarray:
         """Elements [offset, offset+count) of a resident buffer, as a host array (waits for pending work)."""
         raise NotImplementedError(f"{self.name} backend has no resident buffers")
@@ -653,6 +660,27 @@ def host_array(x, what: str, on_device: str, masked: str, other: str) -> np.ndar
         return np.asarray(x)
     except (TypeError, ValueError) as e:
         raise DispatchError(f"{what} is not an array of numbers ({e}). Fix: {other}") from None
+
+
+def check_write(dtype: np.dtype, size: int, values, offset) -> tuple[np.ndarray, int]:
+    """(the values as a flat array of `dtype`, converted exactly, and the offset) of a write into a
+    buffer of `size` elements of `dtype`, checked: they fit from `offset` on."""
+    from .bindings import as_host_array
+    from .ir import BufferDecl
+
+    if isinstance(offset, (bool, np.bool_)) or not isinstance(offset, (int, np.integer)) or offset < 0:
+        raise DispatchError(f"write: offset={shown(offset, 60)} is not an element index. Fix: pass an int from 0.")
+    try:
+        kind = DataType.parse(dtype)
+    except VyreError:
+        raise DispatchError(f"write: the buffer holds {dtype}, not a vyre storage dtype. Fix: write into buffers "
+                            "made by upload, empty or allocate.") from None
+    arr = as_host_array(BufferDecl.read("buffer", 0, kind), values, "write")
+    if int(offset) + arr.size > size:
+        raise DispatchError(f"write: {arr.size} values from element {int(offset)} need {int(offset) + arr.size} "
+                            f"elements, but the buffer has {size}. Fix: write fewer values, from an earlier offset, or "
+                            "into a larger buffer.")
+    return arr, int(offset)
 
 
 def check_upload(array) -> np.ndarray:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import abc
 import threading
+from collections.abc import Mapping as MappingABC
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -24,6 +25,19 @@ class RecordedGraph(Unshared, abc.ABC):
     `close()`, by leaving a `with` block, or when the object is collected."""
 
     closed: bool = False
+    _buffers: Any = None
+
+    @property
+    def buffers(self):
+        """The buffers the recording runs over, by name (for a sequence, each step's): read-only,
+        so write new data into the arrays themselves."""
+        return self._buffers
+
+    @buffers.setter
+    def buffers(self, value) -> None:
+        raise DispatchError("a recording's buffers are the ones it captured and cannot be replaced. Fix: write into "
+                            "them (backend.write(g.buffers['x'], values)), or record again over new "
+                            "buffers.")
 
     @abc.abstractmethod
     def replay(self, inputs: Sequence | Mapping | None = None) -> list[np.ndarray]:
@@ -57,7 +71,7 @@ class RecordedGraph(Unshared, abc.ABC):
                 f"sequence of {len(steps)} step{'s' if len(steps) != 1 else ''}" if steps else "sequence")
         out = [("records", what), ("backend", getattr(backend, "name", "?")), ("state", "closed" if self.closed else "open")]
         buffers = getattr(self, "buffers", None)
-        if isinstance(buffers, dict) and buffers:
+        if isinstance(buffers, MappingABC) and buffers:
             out.append(("buffers", ", ".join(f"{k}: {display.shape_text(v)}" for k, v in buffers.items()
                                              if hasattr(v, "dtype"))))
         launches = getattr(self, "launches", None)
@@ -87,7 +101,8 @@ class RecordedGraph(Unshared, abc.ABC):
         self._check_open()
         if inputs is not None:
             raise DispatchError("a recorded sequence runs over the resident buffers bound at recording and "
-                                "takes no inputs. Fix: write new data into those buffers, then call replay().")
+                                "takes no inputs. Fix: write new data into those buffers (backend.write(buffer, values)), then call "
+                                "replay().")
 
 
 def input_dtypes(program: Program, inputs: Sequence | Mapping | None) -> dict[str, str]:
@@ -148,7 +163,7 @@ class Redispatch(RecordedGraph):
         self.binding = bind(program, sample_inputs, self.config, sizes)
         self._dtypes = input_dtypes(program, sample_inputs)
         self._sizes = {b.name: self.binding.sizes[b.name] for b in program.outputs}
-        self.buffers = {d.name: backend.upload(self.binding.arrays[d.name]) for d in program.bound_buffers}
+        self._buffers = Frozen({d.name: backend.upload(self.binding.arrays[d.name]) for d in program.bound_buffers})
         self._lock = threading.RLock()  # a close from another thread waits for the replay in flight
         backend._count(graph_recordings=1)
 
@@ -193,7 +208,7 @@ class Redispatch(RecordedGraph):
     def close(self) -> None:
         with self._lock:
             self.closed = True
-            self.buffers = {}
+            self._buffers = Frozen({})
 
 
 class Resequence(RecordedGraph):
@@ -215,7 +230,7 @@ class Resequence(RecordedGraph):
                     e.args = (f"record_sequence, step {k}: {e.args[0]}", *e.args[1:])
                 raise
         self.read = [_read(r) for r in _iterable(read, "read")]
-        self.buffers = [s.buffers for s in self.steps]  # held, so they outlive the recording's use
+        self._buffers = tuple(s.buffers for s in self.steps)  # held, so they outlive the recording's use
         self._lock = threading.Lock()
         backend._count(graph_recordings=1)
 
@@ -234,7 +249,32 @@ class Resequence(RecordedGraph):
     def close(self) -> None:
         with self._lock:
             self.closed = True
-            self.steps, self.buffers = [], []
+            self.steps, self._buffers = [], ()
+
+
+class Frozen(MappingABC):
+    """A read-only mapping of a recording's buffers by name."""
+
+    def __init__(self, items: Mapping) -> None:
+        self._items = dict(items)
+
+    def __getitem__(self, name):
+        return self._items[name]
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return repr(self._items)
+
+    def _refuse(self, *args):
+        raise DispatchError("a recording's buffers are the ones it captured; the mapping cannot change. Fix: write "
+                            "into the arrays themselves (backend.write(g.buffers['x'], values)).")
+
+    __setitem__ = __delitem__ = _refuse
 
 
 def _pinned(step):

@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from .. import checked, profiling
-from ..backend import Backend, Pending, Telemetry, check_each, check_empty, check_span, check_upload
+from ..backend import Backend, Pending, Telemetry, check_each, check_empty, check_span, check_upload, check_write
 from ..bindings import Binding, bind, check_config
 from ..config import DispatchConfig
 from ..display import Duration
@@ -611,6 +611,19 @@ class CudaBackend(Backend):
                 int(np.prod(cai["shape"][k + 1:])) * dtype.itemsize for k in range(len(cai["shape"]))):
             raise DispatchError(f"{what} needs a contiguous device array. Fix: pass a contiguous copy.")
         return (cai["data"][0] or 0) + int(offset) * dtype.itemsize, count * dtype.itemsize, dtype
+
+    def write(self, buffer, values, offset: int = 0) -> None:
+        """Copy host `values` into elements [offset, offset + len(values)) of a contiguous device
+        array, enqueued on this backend's stream after the work issued before it (staged, so
+        `values` may change once it returns); converted exactly into its dtype."""
+        from . import transfer
+
+        ptr, nbytes, dtype = self.device_range(buffer, 0, None, "write")
+        arr, offset = check_write(dtype, nbytes // dtype.itemsize, values, offset)
+        if arr.size:
+            self._ensure_context()
+            transfer.upload(self._drv, self._ctx, ptr + offset * dtype.itemsize, arr, self.stream_handle)
+        self._count(bytes_uploaded=arr.nbytes)
 
     def download(self, buffer, offset: int = 0, count: int | None = None) -> np.ndarray:
         """Elements [offset, offset+count) of a contiguous device array, after the work issued before it."""

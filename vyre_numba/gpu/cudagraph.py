@@ -15,7 +15,7 @@ from ..bindings import Binding, bind, check_resident
 from ..config import DispatchConfig
 from ..errors import CompileError, DeviceError, UnsupportedError, VyreError
 from ..ir import Program, check
-from ..recording import RecordedGraph, check_replay_dtypes, check_replay_sizes, input_dtypes
+from ..recording import Frozen, RecordedGraph, check_replay_dtypes, check_replay_sizes, input_dtypes
 from .backend import _repeat
 from .host import HostPlan
 from .launch import driver_check
@@ -135,8 +135,8 @@ class CudaRecordedGraph(RecordedGraph):
             owned.stream = stream = _stream(backend)
             self._set = bufs = plan.take()
             owned.device.append(bufs)
-            self.buffers = {d.name: bufs.device[plan.offsets[i]:plan.offsets[i] + plan.nbytes[i]].view(d.dtype.storage)
-                            for i, d in enumerate(plan.bound)}
+            self._buffers = Frozen({d.name: bufs.device[plan.offsets[i]:plan.offsets[i] + plan.nbytes[i]]
+                                    .view(d.dtype.storage) for i, d in enumerate(plan.bound)})
             if plan.cooperative:
                 self._check_cooperative_capture(plan)
             what = f"kernel {plan.kernel.name!r}"
@@ -152,7 +152,7 @@ class CudaRecordedGraph(RecordedGraph):
                              "uploading the sample inputs")
             driver_check(drv.cuStreamSynchronize(stream), "uploading the sample inputs")
         except BaseException as e:
-            self._set, self.buffers = None, {}
+            self._set, self._buffers = None, Frozen({})
             owned.release()
             if isinstance(e, VyreError) or not isinstance(e, Exception):
                 raise
@@ -232,7 +232,7 @@ class CudaRecordedGraph(RecordedGraph):
     def close(self) -> None:
         with self._lock:  # after any replay in flight on another thread, never under it
             self.closed = True
-            self.buffers, self._set = {}, None
+            self._buffers, self._set = Frozen({}), None
             self._finalizer()
 
 
@@ -247,6 +247,7 @@ class CudaRecordedSequence(RecordedGraph):
         for st in steps:
             checked.refuse(st.config, "record_sequence")
         reads = [_read(r) for r in _iterable(read, "read")]
+        self._buffers = tuple(st.buffers for st in steps)
         preps = []
         for st in steps:  # compile and check everything before capturing anything
             check(st.program)
@@ -311,6 +312,7 @@ class CudaRecordedSequence(RecordedGraph):
     def close(self) -> None:
         with self._lock:
             self.closed = True
+            self._buffers = ()
             self._finalizer()
 
 

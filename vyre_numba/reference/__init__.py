@@ -11,7 +11,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from .. import checked
-from ..backend import Backend, Pending, check_empty, check_span, check_upload
+from ..backend import Backend, Pending, check_empty, check_span, check_upload, check_write
 from ..bindings import Binding, bind
 from ..config import DispatchConfig
 from ..errors import IN_HOST_MEMORY, DispatchError, HostMemoryError, host_memory, shown
@@ -113,6 +113,18 @@ class ReferenceBackend(Backend):
     def empty(self, n: int, dtype) -> np.ndarray:
         n, dt = check_empty(n, dtype)
         return _zeros(n, dt)
+
+    @host_memory("write", IN_HOST_MEMORY)
+    def write(self, buffer, values, offset: int = 0) -> None:
+        if not isinstance(buffer, np.ndarray) or isinstance(buffer, np.matrix):
+            raise DispatchError(f"write: a {type(buffer).__name__} is not a reference-backend buffer. Fix: pass an "
+                                "array made by upload / empty / allocate of this backend.")
+        if not buffer.flags.c_contiguous or not buffer.flags.writeable:
+            raise DispatchError("write: the buffer is a non-contiguous or read-only view. Fix: write into a buffer "
+                                "made by upload / empty / allocate (or a contiguous slice of one).")
+        arr, offset = check_write(buffer.dtype, buffer.size, values, offset)
+        buffer.reshape(-1)[offset:offset + arr.size] = arr
+        self._count(bytes_uploaded=arr.nbytes)
 
     @host_memory("download", IN_HOST_MEMORY)
     def download(self, buffer, offset: int = 0, count: int | None = None) -> np.ndarray:

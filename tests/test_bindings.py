@@ -402,7 +402,8 @@ def test_bad_sizes(sizes, fragment):
 
 def test_sizes_must_match_a_declared_count():
     p = ir.Program([B.output("y", 0, "u32", 4)], 64, [])
-    with pytest.raises(DispatchError, match=r"sizes\['y'\]=5 is not a valid element count \(declared 4\)"):
+    with pytest.raises(DispatchError, match=r"sizes\['y'\]=5 is not a valid element count \(declared 4\)\. "
+                                            r"Fix: pass 4, the count it is declared with, or leave 'y' out of sizes"):
         bind(p, [], sizes={"y": 5})
     assert bind(p, [], sizes={"y": np.int64(4)}).arrays["y"].shape == (4,)
 

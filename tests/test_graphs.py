@@ -99,6 +99,21 @@ def test_replay_takes_the_sample_dtype_it_was_recorded_with(backend):
             g.replay([np.full(10, 2, np.float64)])
 
 
+def test_a_replay_refusing_a_dtype_says_when_the_sample_had_none(backend):
+    with backend.record_graph(affine(), [[0] * 10]) as g:
+        with pytest.raises(DispatchError, match="recorded from values without a dtype.*Fix:"):
+            g.replay([np.arange(10)])
+        assert g.replay([list(range(10))])[0].tolist() == [k * 3 + 1 for k in range(10)]
+
+    class Odd:  # a dtype property that raises: the value is bound (and refused) as dispatch would
+        @property
+        def dtype(self):
+            raise RuntimeError("no dtype here")
+
+    with pytest.raises(DispatchError, match="Fix:"):
+        backend.record_graph(affine(), [Odd()])
+
+
 def test_replay_resident_runs_the_kernels_over_its_own_buffers(backend):
     x = np.arange(300, dtype=np.uint32)
     with backend.record_graph(bump(), [x], DispatchConfig(fixpoint_iterations=3)) as g:

@@ -369,9 +369,10 @@ def _output_counts(program: Program, arrays: Mapping[str, np.ndarray], sizes, wh
             size = sizes[b.name]
             if (isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)) or not 0 <= size < 2**32
                     or (b.count and size != b.count)):
+                fix = (f"pass {b.count}, the count it is declared with, or leave {b.name!r} out of sizes" if b.count
+                       else "pass an int from 0 to 2**32 - 1 (lengths are u32)")
                 raise DispatchError(f"{where}: sizes[{b.name!r}]={shown(size)} is not a valid element count"
-                                    f"{f' (declared {b.count})' if b.count else ''}. Fix: pass an int from 0 to "
-                                    "2**32 - 1 (lengths are u32).")
+                                    f"{f' (declared {b.count})' if b.count else ''}. Fix: {fix}.")
         elif b.count:
             size = b.count
         elif default is not None:

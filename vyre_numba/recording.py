@@ -120,7 +120,10 @@ def input_dtypes(program: Program, inputs: Sequence | Mapping | None) -> dict[st
             return {}
     out = {}
     for k, v in items:
-        dt = getattr(v, "dtype", None)
+        try:
+            dt = getattr(v, "dtype", None)
+        except Exception:  # a property that raises: no dtype to record; binding the value says what is wrong
+            dt = None
         if dt is not None:
             try:
                 out[k] = np.dtype(dt).str
@@ -136,8 +139,11 @@ def check_replay_dtypes(program: Program, recorded: Mapping[str, str], inputs: S
     own = {d.name: np.dtype(d.dtype.storage).str for d in program.inputs}
     diff = {k: (recorded.get(k, own[k]), v) for k, v in now.items() if v not in (recorded.get(k), own[k])}
     if diff:
+        untyped = sorted(k for k in diff if k not in recorded)
+        why = (f" ({', '.join(map(repr, untyped))} recorded from values without a dtype, such as a list: a replay "
+               "takes the buffer's own dtype there)" if untyped else "")
         raise DispatchError(f"replay of {program.name!r}: input dtypes differ from the recording's "
-                            f"(recorded, given): {diff}. Fix: pass arrays of the recorded dtypes, or record "
+                            f"(recorded, given): {diff}{why}. Fix: pass arrays of the recorded dtypes, or record "
                             "a new graph for these with backend.record_graph(program, inputs, config).")
 
 

@@ -10,6 +10,7 @@ import pytest
 
 import vyre_numba as vn
 from program_table import CASES
+from races import assert_close_waits_for_users
 from test_program_table import compare
 from vyre_numba import DispatchConfig, ir
 from vyre_numba.errors import DispatchError, UnsupportedError
@@ -252,35 +253,18 @@ def test_closed_graph_refuses_and_closes_once(backend):
 def test_a_close_from_another_thread_waits_for_the_replay_in_flight(backend, sequence):
     """Replays racing a close either finish with the right result or are refused as closed; none
     runs over released buffers, and synchronize after the close has nothing to wait for."""
-    import threading
-
     x = np.arange(4096, dtype=np.uint32)
     if sequence:
         buf = backend.upload(x)
         g = backend.record_sequence([(bump(), [buf])], read=[(buf,)])
     else:
         g = backend.record_graph(affine(), [x])
-    outcomes, go = [], threading.Event()
 
-    def replaying():
-        go.wait()
-        for _ in range(200):
-            try:
-                out = g.replay_resident() if sequence else g.replay([x])
-            except DispatchError as e:
-                outcomes.append("closed" if "closed" in str(e) else e)
-                return
-            outcomes.append(bool(sequence or np.array_equal(out[0], x * 3 + 1)))
+    def use() -> bool:
+        out = g.replay_resident() if sequence else g.replay([x])
+        return sequence or np.array_equal(out[0], x * 3 + 1)  # a sequence's bumps depend on the interleaving
 
-    threads = [threading.Thread(target=replaying) for _ in range(3)]
-    for t in threads:
-        t.start()
-    go.set()
-    g.close()
-    for t in threads:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads)
-    assert all(o is True or o == "closed" for o in outcomes), [o for o in outcomes if o is not True][:3]
+    assert_close_waits_for_users(use, g.close, "closed", uses=200)
     g.synchronize()
     with pytest.raises(DispatchError, match="closed"):
         g.replay_resident()

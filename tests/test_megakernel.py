@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import vyre_numba as vn
+from races import assert_close_waits_for_users
 from test_fusion import random_sequence
 from vyre_numba import DispatchConfig, ir
 from vyre_numba.errors import DispatchError
@@ -252,34 +253,12 @@ def test_a_fallback_repeats_to_convergence_too(name):
 @pytest.mark.parametrize("name", ["reference", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("workgroups", [None, 10**5])  # a megakernel; one falling back to a recorded graph
 def test_a_close_from_another_thread_waits_for_the_run_in_flight(name, workgroups):
-    import threading
-
     be = vn.get_backend(name)
     steps, (x, y, z, w) = _pipeline(be, 1000)
     want = ((np.arange(1000, dtype=np.uint32)[::-1] * 2 + 1) ** 2).astype(np.uint32)
     mk = be.megakernel(steps, [(w,)], workgroups=workgroups)
     assert (mk.mode == "megakernel") == (workgroups is None)
-    outcomes, go = [], threading.Event()
-
-    def running():
-        go.wait()
-        for _ in range(50):
-            try:
-                out = mk.run().outputs[0]
-            except DispatchError as e:
-                outcomes.append("closed" if "megakernel was closed" in str(e) else e)
-                return
-            outcomes.append(bool(np.array_equal(out, want)))
-
-    threads = [threading.Thread(target=running) for _ in range(3)]
-    for t in threads:
-        t.start()
-    go.set()
-    mk.close()
-    for t in threads:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads)
-    assert all(o is True or o == "closed" for o in outcomes), [o for o in outcomes if o is not True][:3]
+    assert_close_waits_for_users(lambda: np.array_equal(mk.run().outputs[0], want), mk.close, "megakernel was closed")
     assert mk._graph is None  # nothing recorded after the close
 
 

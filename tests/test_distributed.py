@@ -317,6 +317,34 @@ def test_a_child_naming_a_class_no_enode_is_in_is_refused_as_egraph_refuses_it(c
     assert got.eclass.tolist() == [0, 0, 3, 0]  # the three leaves of op 0 are congruent
 
 
+def test_ids_numpy_promotes_when_mixed_are_read_as_the_integers_they_are(client):
+    g = chain_pair(3)
+    want = congruence_closure(g, [(0, 1)], client=client, backend="reference")
+    for unions in ([np.array([0, 1], np.uint64)], [(np.uint64(0), np.int64(1))], np.array([[0, 1]], object)):
+        got = congruence_closure(g, unions, client=client, backend="reference")
+        assert np.array_equal(got.eclass, want.eclass), unions
+    as_objects = (np.array(g[0].tolist(), object),) + tuple(g[1:])
+    assert np.array_equal(congruence_closure(as_objects, [(0, 1)], client=client, backend="reference").eclass,
+                          want.eclass)
+    with pytest.raises(VyreError, match="beyond 64 bits.*Fix:"):
+        congruence_closure(g, [(0, 2**70)], client=client, backend="reference")
+
+
+def test_a_future_cancelled_while_the_call_runs_is_a_vyre_error(client, monkeypatch):
+    from distributed.client import FutureCancelledError
+
+    from vyre_numba.distributed import cluster
+
+    def cancelled(*args, **kwargs):
+        raise FutureCancelledError("vyre-eg-extent-0", "lost dependencies")
+
+    monkeypatch.setattr(cluster, "checked_devices", cancelled)
+    for call in (lambda: congruence_closure(chain_pair(2), client=client, backend="reference"),
+                 lambda: connected_components(np.array([0, 1, 1]), np.array([0]), client=client, backend="reference")):
+        with pytest.raises(VyreError, match="cancelled while it ran.*Fix: keep a reference.*hash=False"):
+            call()
+
+
 def test_max_rounds_reports_no_convergence(client):
     """Stopped short, the classes hold every merge the rounds made (the last round's pairs joined):
     finer than the fixed point, coarser than the round before, and counted as they are."""
@@ -421,6 +449,7 @@ def test_an_egraph_whose_eclass_is_a_tuple_of_ids_is_one_egraph_not_partitions(c
     (lambda c: congruence_closure([(np.array([0]), np.array([0]), np.array([0, 1]), np.array([4]))], client=c,
                                   backend="reference"), "children"),
     (lambda c: congruence_closure("graph", client=c, backend="reference"), "list of"),
+    (lambda c: congruence_closure(chain_pair(2)[:3], client=c, backend="reference"), "tuple of 3 arrays; one e-graph"),
     (lambda c: congruence_closure([], client=c, backend="reference"), "at least one"),
     (lambda c: congruence_closure([chain_pair(1)] * 257, client=c, backend="reference"), "concatenate partitions"),
     (lambda c: congruence_closure(chain_pair(2), client=c, backend="reference", max_rounds=0), "positive int"),

@@ -402,6 +402,16 @@ def test_bad_arguments_say_how_to_fix_them(case):
     assert "Fix:" in str(e.value)
 
 
+def test_ids_numpy_promotes_when_mixed_are_taken_as_the_integers_they_are():
+    g = EGraph.from_arrays(*chain_pair(3), backend="reference")
+    g.union([np.array([0, 1], np.uint64), np.array([2, 3])])  # NumPy reads the two rows as float64
+    g.union(np.array([[4, 5]], object))
+    assert g.find([1, 3, 5]).tolist() == [0, 2, 4]
+    for bad in ([(1.5, 2)], [(0, 2**70)]):
+        with pytest.raises(DispatchError, match="Fix:"):
+            g.union(bad)
+
+
 def test_empty_unions_are_no_unions():
     g = EGraph.from_arrays(*chain_pair(2), backend="reference")
     g.union([])

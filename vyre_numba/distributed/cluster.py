@@ -31,6 +31,29 @@ def distributed():
 MAX_PARTITIONS = 256  # the cut sends a message from every partition to every other: k * k tasks
 
 
+def cancelled_as_errors(what: str):
+    """Decorator: a Dask future cancelled while `what` runs (Dask drops a scattered key that
+    another `scatter` of the same data, hashed to the same key, released) is a DispatchError
+    with the fix, not distributed's own CancelledError."""
+    import functools
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:
+                if type(e).__name__ not in ("FutureCancelledError", "CancelledError"):
+                    raise
+                raise DispatchError(f"{what}: a Dask future it needed was cancelled while it ran ({type(e).__name__}: "
+                                    f"{shown(str(e), 200)}). Fix: keep a reference to every future passed until the "
+                                    "call returns, and scatter the partitions with client.scatter(..., hash=False) "
+                                    "(hashed keys are shared, so another scatter of the same data can release "
+                                    "them).") from None
+        return call
+    return wrap
+
+
 def partition_count(partitions, k_workers: int) -> int:
     """The number of partitions to cut the input into: `partitions`, or one per worker."""
     k = k_workers if partitions is None else partitions

@@ -416,6 +416,7 @@ def _cut_counts(local: tuple) -> tuple[int, int]:
 
 
 # --- the call ------------------------------------------------------------------------------
+@cluster.cancelled_as_errors("distributed connected_components")
 @host_memory("distributed connected_components")
 def connected_components(indptr=None, indices=None, *, client=None, edges=None, n: int | None = None,
                          backend=None, partitions: int | None = None, columns=("src", "dst"),

@@ -37,7 +37,7 @@ import numpy as np
 
 from ..backend import mixes_bools
 from ..egraph import ClosureResult, EGraph
-from ..egraph.egraph import _ints, _rows, _same_length, _take_rows
+from ..egraph.egraph import _as_ints, _ints, _rows, _same_length, _take_rows
 from ..egraph.signature import signature_hash, signature_heads
 from ..errors import DispatchError, flag, host_memory, shown
 from ..unique import count_distinct, inserted, unique, unique_rows
@@ -342,6 +342,11 @@ def _partitions(egraph_partitions, partitions, k_workers: int) -> list[tuple]:
         whole = [(rows["eclass"], rows["op"], rows["children_offsets"], rows["children"])]
     elif isinstance(egraph_partitions, tuple) and len(egraph_partitions) == 4 and _ids(egraph_partitions[0]):
         whole = [egraph_partitions]
+    elif (isinstance(egraph_partitions, tuple) and egraph_partitions
+          and all(isinstance(x, np.ndarray) for x in egraph_partitions)):
+        raise DispatchError(f"egraph_partitions is a tuple of {len(egraph_partitions)} arrays; one e-graph is a tuple "
+                            "of 4. Fix: pass (eclass, op, children_offsets, children), or a list of such tuples, "
+                            "one per partition.")
     elif isinstance(egraph_partitions, (list, tuple)):
         if partitions is not None:
             raise DispatchError("partitions= splits one e-graph; these are already partitions. Fix: leave it out.")
@@ -389,7 +394,8 @@ def _checked(t, i: int) -> tuple:
     """Partition i as checked host rows (eclass, op, children_offsets, children); on a worker for
     one given as a future."""
     if not (isinstance(t, (tuple, list)) and len(t) == 4):
-        one = " A list holds partitions: one e-graph goes as a tuple, not a list." if isinstance(t, np.ndarray) else ""
+        one = (" A list holds partitions: one e-graph goes as a tuple, not a list." if isinstance(t, np.ndarray) and
+               i == 0 else "")
         raise DispatchError(f"partition {i} is a {type(t).__name__}, not (eclass, op, children_offsets, children).{one} "
                             "Fix: pass one such tuple of host arrays per partition (or a Dask future of one).")
     if any(_is_lazy(x) for x in t):
@@ -419,6 +425,7 @@ def _ids(x) -> bool:
     return not _is_lazy(x)
 
 
+@cluster.cancelled_as_errors("distributed congruence_closure")
 @host_memory("distributed congruence_closure")
 def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=None, partitions: int | None = None,
                        max_rounds: int | None = None, gather: bool = True) -> ClosureResult:
@@ -431,7 +438,9 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
     holds them and are checked there (class ids global; children name classes some partition's rows
     are in, as `EGraph` requires: a child naming a class no row is in is refused, after the rounds
     when it is below the largest class and before them when above); or one such host tuple or an
-    `EGraph`, cut into `partitions` row ranges (default: one per worker). `unions`: (k, 2) class
+    `EGraph`, cut into `partitions` row ranges (default: one per worker; a round exchanges a batch
+    between every two partitions, so partitions beyond the workers add k * k Dask tasks a round
+    and no speed). `unions`: (k, 2) class
     ids merged first. `backend` as for `connected_components`.
     `gather=False` leaves `eclass` on the workers: a Dask array, one chunk per partition (int32 on
     GPU workers, as they hold it), computed (the call waits for it and raises what the workers
@@ -553,6 +562,7 @@ def _checked_unions(unions, top: int):
     except (ValueError, TypeError) as e:  # ragged rows
         raise DispatchError(f"unions is not a (k, 2) array ({e}). Fix: pass pairs of class ids, "
                             "np.stack([a, b], axis=1).") from None
+    u = _as_ints(unions, u, "unions")
     if u.shape == (0,) or (u.ndim == 2 and u.shape[0] == 0 and u.shape[1] == 2):
         return None
     if u.ndim != 2 or u.shape[1] != 2:

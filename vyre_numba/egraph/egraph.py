@@ -83,6 +83,34 @@ def _timings(result) -> None:
     object.__setattr__(result, "phase_ns", display.durations(result.phase_ns))
 
 
+def _int_items(a, name: str) -> np.ndarray | None:
+    """`a` as int64 where every item is an integer (of any Python or NumPy type; NumPy reads a
+    mix of uint64 and int64, or Python ints past int64, as float or object), else None."""
+    try:
+        obj = np.array(a, dtype=object)
+    except Exception:
+        return None
+    flat = obj.ravel().tolist()
+    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in flat):
+        return None
+    ints = [int(v) for v in flat]
+    if min(ints) < -(2**63) or max(ints) >= 2**63:
+        big = max(ints, key=abs)
+        raise DispatchError(f"{name} holds integers beyond 64 bits (such as {shown(big)}). Fix: ids are 32-bit: "
+                            "renumber them densely from 0.")
+    return np.array(ints, np.int64).reshape(obj.shape)
+
+
+def _as_ints(given, arr: np.ndarray, name: str) -> np.ndarray:
+    """`arr` (NumPy's reading of `given`) as int64 where `given` is a list or tuple of integers
+    that NumPy promoted to float or object (a mix of uint64 and int64), else `arr` as it is."""
+    if arr.size and (arr.dtype == object or arr.dtype.kind == "f") and isinstance(given, (list, tuple)):
+        ints = _int_items(given, name)
+        if ints is not None:
+            return ints
+    return arr
+
+
 def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID, copy: bool = True, bounds: list | None = None) -> np.ndarray:
     """`a` as a 1-D int64 NumPy array, checked: integers only (no floats or bools), within [lo, hi];
     `a` itself where it already is one and `copy` is off (for callers that never write it).
@@ -99,9 +127,10 @@ def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID, copy: bool = True, bou
     if isinstance(a, np.ma.MaskedArray):
         raise DispatchError(f"{name} is a masked array, whose mask would be ignored. Fix: pass {name}.compressed() or "
                             f"{name}.filled(...), whichever the ids mean.")
-    if arr.dtype == object and arr.size and all(isinstance(v, int) for v in arr.ravel().tolist()):
-        raise DispatchError(f"{name} holds integers beyond 64 bits (such as {shown(max(arr.ravel().tolist()))}). "
-                            "Fix: ids are 32-bit: renumber them densely from 0.")
+    if arr.dtype == object and arr.size:  # Python ints (past int64, or not): exact, or refused
+        ints = _int_items(a, name)
+        arr = ints if ints is not None else arr
+    arr = _as_ints(a, arr, name)
     if arr.dtype.kind not in "iu" or arr.dtype == np.bool_:
         if arr.size == 0 and arr.dtype.kind == "f":  # [] comes in as float64
             arr = arr.astype(np.int64)
@@ -375,6 +404,7 @@ class EGraph(Unshared):
         except (ValueError, TypeError) as e:  # ragged rows
             raise DispatchError(f"pairs is not a (k, 2) array ({e}). Fix: pass pairs of class ids, "
                                 "np.stack([a, b], axis=1).") from None
+        arr = _as_ints(pairs, arr, "pairs") if isinstance(arr, np.ndarray) else arr
         shape = getattr(arr, "shape", None)
         if shape == (0,):  # [] : no unions
             return

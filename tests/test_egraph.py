@@ -407,9 +407,10 @@ def test_ids_numpy_promotes_when_mixed_are_taken_as_the_integers_they_are():
     g.union([np.array([0, 1], np.uint64), np.array([2, 3])])  # NumPy reads the two rows as float64
     g.union(np.array([[4, 5]], object))
     assert g.find([1, 3, 5]).tolist() == [0, 2, 4]
-    for bad in ([(1.5, 2)], [(0, 2**70)]):
+    for bad in ([(1.5, 2)], [(0, 2**70)], np.ma.masked_array([[0, 7]], mask=[[False, True]])):
         with pytest.raises(DispatchError, match="Fix:"):
             g.union(bad)
+    assert g.find([7]).tolist() == [7]  # the masked pair merged nothing
 
 
 def test_empty_unions_are_no_unions():

@@ -557,6 +557,9 @@ def _checked_unions(unions, top: int):
         return None
     if mixes_bools(unions):
         raise DispatchError("unions mixes bools and integers; a bool is not a class id. Fix: pass integers only.")
+    if isinstance(unions, np.ma.MaskedArray):
+        raise DispatchError("unions is a masked array, whose mask would be ignored. Fix: pass the pairs to merge "
+                            "without the masked ones (unions[~unions.mask.any(axis=1)].data).")
     try:
         u = np.asarray(unions)
     except (ValueError, TypeError) as e:  # ragged rows

@@ -399,6 +399,9 @@ class EGraph(Unshared):
         g = self._live()
         if mixes_bools(pairs):
             raise DispatchError("pairs mixes bools and integers; a bool is not a class id. Fix: pass integers only.")
+        if isinstance(pairs, np.ma.MaskedArray):
+            raise DispatchError("pairs is a masked array, whose mask would be ignored. Fix: pass the pairs to merge "
+                                "without the masked ones (pairs[~pairs.mask.any(axis=1)].data).")
         try:
             arr = np.asarray(pairs) if not hasattr(pairs, "__cuda_array_interface__") else pairs
         except (ValueError, TypeError) as e:  # ragged rows

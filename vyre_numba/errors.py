@@ -101,20 +101,29 @@ IN_HOST_MEMORY = ("The reference backend keeps every buffer, and a copy of each 
                   "run), in host memory. Fix: work on less data at a time, or run on the GPU backend.")
 
 
-def host_memory(what: str, why: str = BY_IDS):
-    """Decorator: a MemoryError inside `what` (here or raised on a Dask worker) becomes a
-    HostMemoryError that says, in `why`, what sizes the arrays and how to shrink them (the
-    default: a graph algorithm's arrays, sized by the largest id)."""
+def converting(matches, error):
+    """Decorator: an exception inside the function for which `matches(e)` holds is raised as
+    `error(e)`, a VyreError, instead (the original left out of the traceback)."""
 
     def wrap(fn):
         @functools.wraps(fn)
         def call(*args, **kwargs):
             try:
                 return fn(*args, **kwargs)
-            except MemoryError as e:
-                raise HostMemoryError(f"{what} ran out of host memory ({e}). {why}") from None
+            except Exception as e:
+                if not matches(e):
+                    raise
+                raise error(e) from None
         return call
     return wrap
+
+
+def host_memory(what: str, why: str = BY_IDS):
+    """Decorator: a MemoryError inside `what` (here or raised on a Dask worker) becomes a
+    HostMemoryError that says, in `why`, what sizes the arrays and how to shrink them (the
+    default: a graph algorithm's arrays, sized by the largest id)."""
+    return converting(lambda e: isinstance(e, MemoryError),
+                      lambda e: HostMemoryError(f"{what} ran out of host memory ({e}). {why}"))
 
 
 def shown(x, width: int = 80) -> str:

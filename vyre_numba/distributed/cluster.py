@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import BackendUnavailableError, DispatchError, shown
+from ..errors import BackendUnavailableError, DispatchError, converting, shown
 
 INSTALL = "Fix: pip install 'vyre-numba[dask]' (dask, distributed; dask-cuda for one worker per GPU)."
 
@@ -35,23 +35,12 @@ def cancelled_as_errors(what: str):
     """Decorator: a Dask future cancelled while `what` runs (Dask drops a scattered key that
     another `scatter` of the same data, hashed to the same key, released) is a DispatchError
     with the fix, not distributed's own CancelledError."""
-    import functools
-
-    def wrap(fn):
-        @functools.wraps(fn)
-        def call(*args, **kwargs):
-            try:
-                return fn(*args, **kwargs)
-            except Exception as e:
-                if type(e).__name__ not in ("FutureCancelledError", "CancelledError"):
-                    raise
-                raise DispatchError(f"{what}: a Dask future it needed was cancelled while it ran ({type(e).__name__}: "
-                                    f"{shown(str(e), 200)}). Fix: keep a reference to every future passed until the "
-                                    "call returns, and scatter the partitions with client.scatter(..., hash=False) "
-                                    "(hashed keys are shared, so another scatter of the same data can release "
-                                    "them).") from None
-        return call
-    return wrap
+    return converting(
+        lambda e: type(e).__name__ in ("FutureCancelledError", "CancelledError"),
+        lambda e: DispatchError(f"{what}: a Dask future it needed was cancelled while it ran ({type(e).__name__}: "
+                                f"{shown(str(e), 200)}). Fix: keep a reference to every future passed until the call "
+                                "returns, and scatter the partitions with client.scatter(..., hash=False) (hashed "
+                                "keys are shared, so another scatter of the same data can release them)."))
 
 
 def partition_count(partitions, k_workers: int) -> int:

@@ -734,3 +734,12 @@ def test_write_puts_host_values_into_a_resident_buffer_in_order_with_the_work(ba
     assert backend.download(x).tolist() == [7, 2, 3, 101, 102, 6, 5, 5, 5, 5]  # the refused writes wrote nothing
     with pytest.raises(DispatchError, match="Fix:"):
         backend.write(np.zeros(3, np.uint32) if backend.name == "cuda" else [1, 2, 3], [1])
+    big = backend.upload(np.arange(3, dtype=">i4"))  # uploaded in this machine's byte order, so write takes it
+    backend.write(big, [9], 2)
+    assert backend.download(big).tolist() == [0, 1, 9] and backend.download(big).dtype == np.int32
+    if np.dtype(np.longdouble).itemsize > 8:  # where long double is wider than float64
+        with pytest.raises(DispatchError, match="which no kernel reads. Fix: convert it to float64 or float32"):
+            backend.upload(np.zeros(2, np.longdouble))
+    if backend.name == "reference":
+        with pytest.raises(DispatchError, match="MaskedArray is not a reference-backend buffer.*Fix:"):
+            backend.write(np.ma.array(np.arange(3, dtype=np.int32), mask=[0, 1, 0]), [1])

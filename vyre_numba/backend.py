@@ -191,7 +191,8 @@ class Backend(abc.ABC):
         """Copy host `values` into elements [offset, offset + len(values)) of the resident buffer
         `buffer`, in order with the work issued before and after it (on the GPU, enqueued on the
         backend's stream; `values` may change once it returns). Values convert into the buffer's
-        dtype only where every one converts exactly."""
+        storage dtype only where every one converts exactly: a bool or bf16 buffer holds its
+        storage words (uint32 0/1, bf16 bits as uint16), so write those."""
         raise UnsupportedError(f"the {self.name} backend has no write. Fix: upload the values into a new buffer.")
 
     def download(self, buffer, offset: int = 0, count: int | None = None) -> np.ndarray:
@@ -670,12 +671,14 @@ def check_write(dtype: np.dtype, size: int, values, offset) -> tuple[np.ndarray,
 
     if isinstance(offset, (bool, np.bool_)) or not isinstance(offset, (int, np.integer)) or offset < 0:
         raise DispatchError(f"write: offset={shown(offset, 60)} is not an element index. Fix: pass an int from 0.")
-    try:
-        kind = DataType.parse(dtype)
-    except VyreError:
-        raise DispatchError(f"write: the buffer holds {dtype}, not a vyre storage dtype. Fix: write into buffers "
-                            "made by upload, empty or allocate.") from None
-    arr = as_host_array(BufferDecl.read("buffer", 0, kind), values, "write")
+    if dtype not in STORAGE_DTYPES:
+        raise DispatchError(f"write: the buffer holds {dtype}, not one of the vyre storage dtypes "
+                            f"{sorted({str(d) for d in STORAGE_DTYPES})}. Fix: write into a buffer of one of them "
+                            "(backend.empty(n, dtype), or upload an array of that dtype).")
+    if hasattr(values, "__cuda_array_interface__") or hasattr(values, "copy_to_host"):
+        raise DispatchError("write: the values are a GPU array; write copies host values. Fix: pass a NumPy array "
+                            "(values.copy_to_host(), or values.get() for CuPy).")
+    arr = as_host_array(BufferDecl.read("buffer", 0, DataType.parse(dtype)), values, "write")
     if int(offset) + arr.size > size:
         raise DispatchError(f"write: {arr.size} values from element {int(offset)} need {int(offset) + arr.size} "
                             f"elements, but the buffer has {size}. Fix: write fewer values, from an earlier offset, or "
@@ -692,6 +695,11 @@ def check_upload(array) -> np.ndarray:
     if arr.dtype.kind not in "biuf":
         raise DispatchError(f"upload: the array holds {arr.dtype} values, not numbers. Fix: pass a NumPy array of "
                             "one of the vyre storage dtypes (uint8 ... float64).")
+    if not arr.dtype.isnative:  # the same values in this machine's byte order: what kernels and write read
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    if arr.dtype.kind == "f" and arr.dtype not in STORAGE_DTYPES:
+        raise DispatchError(f"upload: the array holds {arr.dtype} values, which no kernel reads. Fix: convert it "
+                            "to float64 or float32 first (x.astype(np.float64)), rounding as you mean to.")
     if arr.size >= 2**32:
         raise DispatchError(f"upload: {arr.size} elements is 2**32 or more; lengths are u32. Fix: split the data.")
     return arr

@@ -116,7 +116,7 @@ class ReferenceBackend(Backend):
 
     @host_memory("write", IN_HOST_MEMORY)
     def write(self, buffer, values, offset: int = 0) -> None:
-        if not isinstance(buffer, np.ndarray) or isinstance(buffer, np.matrix):
+        if type(buffer) is not np.ndarray:  # a matrix, a masked array (whose mask would be lost), ...
             raise DispatchError(f"write: a {type(buffer).__name__} is not a reference-backend buffer. Fix: pass an "
                                 "array made by upload / empty / allocate of this backend.")
         if not buffer.flags.c_contiguous or not buffer.flags.writeable:

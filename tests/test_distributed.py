@@ -450,6 +450,8 @@ def test_an_egraph_whose_eclass_is_a_tuple_of_ids_is_one_egraph_not_partitions(c
                                   backend="reference"), "children"),
     (lambda c: congruence_closure("graph", client=c, backend="reference"), "list of"),
     (lambda c: congruence_closure(chain_pair(2)[:3], client=c, backend="reference"), "tuple of 3 arrays; one e-graph"),
+    (lambda c: congruence_closure((EGraph.from_arrays(*chain_pair(2), backend="reference"),) + chain_pair(2)[1:],
+                                  client=c, backend="reference"), "an EGraph goes alone"),
     (lambda c: congruence_closure(chain_pair(2), np.ma.masked_array([[0, 1]], mask=[[0, 1]]), client=c,
                                   backend="reference"), "masked array"),
     (lambda c: congruence_closure([], client=c, backend="reference"), "at least one"),

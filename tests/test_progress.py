@@ -38,6 +38,8 @@ def test_false_gives_no_bar_and_true_one_at_once(bars):
     assert progress.bar(False, desc="x", unit="u") is None and not bars
     b = progress.bar(True, desc="x", unit="u", total=3)
     assert bars == [b] and b.kw["total"] == 3
+    assert progress.bar(np.False_, desc="x", unit="u") is None and len(bars) == 1  # NumPy's bools as Python's
+    assert progress.bar(np.True_, desc="x", unit="u") is bars[1]
 
 
 def test_the_default_shows_a_bar_only_once_the_work_is_long(bars, monkeypatch):

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import time
 
+import numpy as np
+
 from .errors import DispatchError, VyreError, shown
 
 DELAY_S = 1.0
@@ -27,18 +29,19 @@ def _automatic() -> bool:
     return value in _ON
 
 
-def check_progress(progress) -> None:
-    """A DispatchError unless `progress` is True, False or None (checked before work that a late
-    refusal would leave half done)."""
-    if progress is not None and not isinstance(progress, bool):
+def check_progress(progress) -> bool | None:
+    """`progress` as True, False or None (NumPy's bools read as Python's), else a DispatchError
+    (checked before work that a late refusal would leave half done)."""
+    if progress is not None and not isinstance(progress, (bool, np.bool_)):
         raise DispatchError(f"progress={shown(progress)} is not True, False or None. Fix: pass True (always show a "
                             f"bar), False (never) or None (only once the work has run {DELAY_S:g} s).")
+    return None if progress is None else bool(progress)
 
 
 def bar(progress: bool | None, *, desc: str, unit: str, total: int | None = None):
     """A bar for `progress` (see the module docstring) with tqdm's `update(n)` and `close()`, or
     None when there is none to show."""
-    check_progress(progress)
+    progress = check_progress(progress)
     if progress is False or (progress is None and not _automatic()):
         return None
     if progress is None:

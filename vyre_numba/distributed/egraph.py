@@ -393,6 +393,9 @@ class _Checked(tuple):
 def _checked(t, i: int) -> tuple:
     """Partition i as checked host rows (eclass, op, children_offsets, children); on a worker for
     one given as a future."""
+    if isinstance(t, EGraph):
+        raise DispatchError(f"partition {i} is an EGraph; an EGraph goes alone, not in a list or tuple. Fix: pass the "
+                            "EGraph itself (it is cut into partitions=k row ranges), or one rows tuple per partition.")
     if not (isinstance(t, (tuple, list)) and len(t) == 4):
         one = (" A list holds partitions: one e-graph goes as a tuple, not a list." if isinstance(t, np.ndarray) and
                i == 0 else "")
@@ -422,7 +425,7 @@ def _ids(x) -> bool:
     tuple of numbers."""
     if isinstance(x, (list, tuple)):  # numbers of any type: the check of eclass then names a wrong one
         return all(isinstance(v, (int, float, np.number, np.bool_)) for v in x)
-    return not _is_lazy(x)
+    return not _is_lazy(x) and not isinstance(x, EGraph)
 
 
 @cluster.cancelled_as_errors("distributed congruence_closure")

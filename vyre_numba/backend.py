@@ -150,8 +150,6 @@ class Backend(abc.ABC):
         its caches), as `get_backend(name)` gives."""
         if _SHARED is not None and _SHARED(self):
             return (resolve_backend, (self.name,))
-        from .errors import DispatchError
-
         raise DispatchError(f"this {type(self).__name__} was made directly, not by get_backend({self.name!r}), so "
                             "another process has no backend to stand for it. Fix: pass the backend's name "
                             f"({self.name!r}) or vyre_numba.get_backend({self.name!r}), which pickle by name.")
@@ -671,6 +669,7 @@ def check_write(dtype: np.dtype, size: int, values, offset) -> tuple[np.ndarray,
 
     if isinstance(offset, (bool, np.bool_)) or not isinstance(offset, (int, np.integer)) or offset < 0:
         raise DispatchError(f"write: offset={shown(offset, 60)} is not an element index. Fix: pass an int from 0.")
+    offset = int(offset)
     if dtype not in STORAGE_DTYPES:
         raise DispatchError(f"write: the buffer holds {dtype}, not one of the vyre storage dtypes "
                             f"{sorted({str(d) for d in STORAGE_DTYPES})}. Fix: write into a buffer of one of them "
@@ -679,11 +678,11 @@ def check_write(dtype: np.dtype, size: int, values, offset) -> tuple[np.ndarray,
         raise DispatchError("write: the values are a GPU array; write copies host values. Fix: pass a NumPy array "
                             "(values.copy_to_host(), or values.get() for CuPy).")
     arr = as_host_array(BufferDecl.read("buffer", 0, DataType.parse(dtype)), values, "write")
-    if int(offset) + arr.size > size:
-        raise DispatchError(f"write: {arr.size} values from element {int(offset)} need {int(offset) + arr.size} "
+    if offset + arr.size > size:
+        raise DispatchError(f"write: {arr.size} values from element {offset} need {offset + arr.size} "
                             f"elements, but the buffer has {size}. Fix: write fewer values, from an earlier offset, or "
                             "into a larger buffer.")
-    return arr, int(offset)
+    return arr, offset
 
 
 def check_upload(array) -> np.ndarray:

@@ -5,6 +5,7 @@ reference backend (so notebooks run anywhere) and is the oracle for the CUDA one
 from __future__ import annotations
 
 import abc
+import contextlib
 import threading
 from collections.abc import Mapping as MappingABC
 from typing import Any, Iterable, Mapping, Sequence
@@ -85,6 +86,14 @@ class RecordedGraph(Unshared, abc.ABC):
 
     def _repr_html_(self) -> str:
         return display.fields_table(self._summary(), title=type(self).__name__)
+
+    @contextlib.contextmanager
+    def _open(self):
+        """The recording's lock, held while it is used, refused once closed: a close from another
+        thread waits for the call in flight."""
+        with self._lock:
+            self._check_open()
+            yield
 
     def _check_open(self) -> None:
         if self.closed:
@@ -181,8 +190,7 @@ class Redispatch(RecordedGraph):
         check_replay_sizes(self.binding, now)
         # as on the GPU, the inputs go into the recording's own buffers, so a replay_resident after
         # this continues from the state this replay leaves; a replay that fails puts them back
-        with self._lock:
-            self._check_open()
+        with self._open():
             # a failed run puts back what it wrote; what was copied in is put back here
             saved = {d.name: self.buffers[d.name].copy() for d in self.program.inputs}
             try:
@@ -196,10 +204,8 @@ class Redispatch(RecordedGraph):
 
     @host_memory("replay_resident", IN_HOST_MEMORY)
     def replay_resident(self, read: bool = True) -> list[np.ndarray]:
-        self._check_open()
         read = self._read_flag(read)
-        with self._lock:
-            self._check_open()
+        with self._open():
             self.backend.dispatch_resident(self.program, self.buffers, self.config)
             self.backend._count(graph_replays=1)
             if not read:
@@ -242,8 +248,7 @@ class Resequence(RecordedGraph):
 
     def replay(self, inputs: Sequence | Mapping | None = None) -> list[np.ndarray]:
         self._check_sequence_replay(inputs)
-        with self._lock:
-            self._check_open()
+        with self._open():
             self.backend._count(graph_replays=1)
             return self.backend.dispatch_sequence(self.steps, self.read)
 
@@ -286,12 +291,10 @@ class Frozen(MappingABC):
 def _pinned(step):
     """The step with its buffers as they are now: a later change to the caller's list or dict
     does not change the recording (the GPU's captures the buffers' addresses)."""
-    from collections.abc import Mapping
-
     from .backend import Step
 
     bufs = step.buffers
-    bufs = dict(bufs) if isinstance(bufs, Mapping) else tuple(bufs) if isinstance(bufs, (list, tuple)) else bufs
+    bufs = dict(bufs) if isinstance(bufs, MappingABC) else tuple(bufs) if isinstance(bufs, (list, tuple)) else bufs
     return Step(step.program, bufs, step.config)
 
 

@@ -102,9 +102,10 @@ def _int_items(a, name: str) -> np.ndarray | None:
 
 
 def _as_ints(given, arr: np.ndarray, name: str) -> np.ndarray:
-    """`arr` (NumPy's reading of `given`) as int64 where `given` is a list or tuple of integers
-    that NumPy promoted to float or object (a mix of uint64 and int64), else `arr` as it is."""
-    if arr.size and (arr.dtype == object or arr.dtype.kind == "f") and isinstance(given, (list, tuple)):
+    """`arr` (NumPy's reading of `given`) as int64 where it holds integers as objects (Python ints,
+    exact or refused past 64 bits), or `given` is a list or tuple of integers NumPy promoted to
+    float (a mix of uint64 and int64); else `arr` as it is."""
+    if arr.size and (arr.dtype == object or (arr.dtype.kind == "f" and isinstance(given, (list, tuple)))):
         ints = _int_items(given, name)
         if ints is not None:
             return ints
@@ -127,9 +128,6 @@ def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID, copy: bool = True, bou
     if isinstance(a, np.ma.MaskedArray):
         raise DispatchError(f"{name} is a masked array, whose mask would be ignored. Fix: pass {name}.compressed() or "
                             f"{name}.filled(...), whichever the ids mean.")
-    if arr.dtype == object and arr.size:  # Python ints (past int64, or not): exact, or refused
-        ints = _int_items(a, name)
-        arr = ints if ints is not None else arr
     arr = _as_ints(a, arr, name)
     if arr.dtype.kind not in "iu" or arr.dtype == np.bool_:
         if arr.size == 0 and arr.dtype.kind == "f":  # [] comes in as float64

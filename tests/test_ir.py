@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import assert_fix
+import vyre_numba as vn
 from vyre_numba import ir
 from vyre_numba.errors import IRValidationError
 from vyre_numba.ir import DataType as D
@@ -375,6 +376,59 @@ def test_huge_int_float_literal_rounds_to_infinity():
     assert ir.bf16(2**200).value == math.inf
     p = f32_prog(ir.store("out", 0, -10**400))
     assert ir.validate(p) == [] and p.entry[0].value.equals(ir.f32(-math.inf))
+
+
+@pytest.mark.parametrize("dt", [D.F16, D.BF16, D.F32, D.F64])
+@pytest.mark.parametrize("v", [2**60 + 2**36 + 1, -(2**60 + 2**36 + 1), 2**53 + 1, 2**24 + 1, 2**24 + 3, 2049, 2051,
+                               2**64 - 1, 2**63 + 2**39 + 1, 2**127 * 3 + 1, 2**128 - 2**103, 2**128 - 2**103 - 1])
+def test_int_literals_into_floats_round_once_as_cast_does(dt, v):
+    """Regression: ir.f32(2**60 + 2**36 + 1) went int -> f64 -> f32 (a tie at f32 after the first
+    rounding, so 2**60 instead of the nearest 2**60 + 2**37). The literal is what cast gives."""
+    exact = ir.float_to_bits(v, dt)
+    assert ir.lit(v, dt).raw == exact
+    if -2**63 <= v < 2**64:
+        src = D.U64 if v >= 0 else D.I64
+        run = vn.get_backend("reference").dispatch(ir.Program(
+            [B.read("x", 0, src), B.output("y", 1, dt, 1)], 1, [ir.store("y", 0, ir.cast(ir.load("x", 0), dt))]),
+            [np.array([v], src.storage)])[0]
+        assert int(run.view(np.dtype(f"u{dt.bits // 8}"))[0]) == exact
+    if dt is not D.BF16 and v > 0 and math.isfinite(ir.lit(v, dt).value):  # bf16 is through f32, as cast
+        from fractions import Fraction
+        err = abs(Fraction(ir.lit(v, dt).value) - v)
+        for k in (1, -1):  # no neighbour is nearer
+            near = ir.bits_to_float(exact + k, dt)
+            assert not math.isfinite(near) or err <= abs(Fraction(near) - v)
+
+
+def test_int_literal_f32_rounds_to_the_nearest_and_so_does_a_weak_one():
+    v = 2**60 + 2**36 + 1
+    assert ir.f32(v).value == 2**60 + 2**37 and ir.float_to_bits(v, D.F32) == 0x5D800001
+    p = f32_prog(ir.store("out", 0, ir.load("a", 0) + v))
+    assert ir.validate(p) == [] and p.entry[0].value.b.equals(ir.f32(2**60 + 2**37))
+
+
+def test_long_double_literals_are_taken_at_their_exact_value():
+    """Regression: np.longdouble went through float(): ir.u64(np.longdouble(2**60 + 1)) stored 2**60,
+    ir.u64(np.longdouble(2**64 - 1)) was refused and a fraction was taken as an int."""
+    ld = np.longdouble
+    if np.finfo(ld).nmant <= 52:
+        pytest.skip("long double is a float64 here")
+    assert ir.u64(ld(2**60 + 1)).raw == 2**60 + 1 and ir.i64(ld(-(2**62) - 1)).raw == -(2**62) - 1
+    assert ir.u64(ld(2**64 - 1)).raw == 2**64 - 1
+    for bad, dt in ((ld(3) + ld(2) ** -60, "u32"), (ld("inf"), "i64"), (ld("nan"), "u8")):
+        with pytest.raises(IRValidationError, match="not an integer") as info:
+            ir.lit(bad, dt)
+        assert_fix(str(info.value))
+    with pytest.raises(IRValidationError, match="does not fit u64"):
+        ir.u64(ld(2**64))
+    # into floats: rounded once from the exact value (f64 first would make a tie at f32 here)
+    assert ir.f32(ld(1) + ld(2) ** -24 + ld(2) ** -60).raw == 0x3F800001
+    assert ir.f32(ld(1) + ld(2) ** -24).raw == 0x3F800000
+    assert ir.f64(ld(1) / 3).value == 1 / 3
+    assert ir.f16(ld(1) + ld(2) ** -11 + ld(2) ** -60).raw == 0x3C01
+    # without a type it has none of its own: the message says how to give one
+    with pytest.raises(IRValidationError, match="is a NumPy float128, which no IR type holds.*Fix: .*ir.lit"):
+        ir.var("x") + ld(2)
 
 
 def test_nan_and_negative_zero_literals_compare_and_hash_as_ir():

@@ -8,6 +8,7 @@ import numpy as np
 
 import pytest
 
+import vyre_numba as vn
 from vyre_numba import ir
 from vyre_numba.errors import CompileError, UnsupportedError, VyreError
 from vyre_numba import ptx
@@ -382,3 +383,20 @@ def test_a_grid_barrier_after_a_return_still_needs_a_cooperative_launch():
     with pytest.raises(UnsupportedError, match="cooperative=True"):
         ptx.emit(p, sm=90)
     assert ".entry dead_gb" in ptx.emit(p, sm=90, cooperative=True)
+
+
+@pytest.mark.parametrize("dt, v", [(D.F32, 2**60 + 2**36 + 1), (D.F16, 2051), (D.BF16, 2**60 + 2**36 + 1),
+                                   (D.F64, 2**60 + 1)])
+def test_int_literals_into_floats_print_the_bits_the_reference_stores(dt, v):
+    """The immediate is the literal rounded once (not through f64: 2**60 + 2**36 + 1 is 2**60 + 2**37
+    as f32), the value the reference stores, weak or typed."""
+    p = ir.Program([ir.BufferDecl.output("out", 0, dt, 2)], 1,
+                   [ir.store("out", 0, v), ir.store("out", 1, ir.lit(-v, dt))], name="lit")
+    (ref,) = vn.get_backend("reference").dispatch(p, [])
+    bits = [int(b) for b in ref.view(f"u{dt.bits // 8}")]
+    assert bits == [ir.float_to_bits(v, dt), ir.float_to_bits(-v, dt)]
+    text = assemble_all(p)
+    for b in bits:
+        imm = f"0d{b:016X}" if dt is D.F64 else f"0f{b:08X}" if dt is D.F32 else \
+            "0f%08X" % np.float32(ir.bits_to_float(b, dt)).view(np.uint32)
+        assert imm in text, imm

@@ -495,6 +495,10 @@ def _e(x: ExprLike) -> Expr:
             dt = None
         if dt is not None:
             return lit(x, dt)
+        if x.dtype.kind == "f":
+            raise _fail(f"{shown(x)} is a NumPy {x.dtype}, which no IR type holds, so it has no type of its own. "
+                        "Fix: say which type it is to be: ir.lit(x, 'f64') rounds it once to f64; an integral value "
+                        "can be an integer type exactly (ir.lit(x, 'u64')).")
     raise _fail(f"{shown(x)} ({type(x).__name__}) is not an IR expression. "
                 "Fix: pass an ir expression, a Python int/float/bool, or a NumPy scalar.")
 
@@ -543,12 +547,15 @@ def _name(n, what: str) -> str:
     return n
 
 
-def _number(value) -> int | float | bool | None:
-    """A Python int, float or bool (NumPy scalars converted exactly), or None if not a number."""
+def _number(value) -> int | float | bool | np.longdouble | None:
+    """A Python int, float or bool (NumPy scalars converted exactly; a long double wider than a
+    float stays one), or None if not a number."""
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     if isinstance(value, (int, np.integer)):
         return int(value)
+    if isinstance(value, np.floating) and value.dtype.itemsize > 8:
+        return value
     if isinstance(value, (float, np.floating)):
         return float(value)  # exact: every NumPy float up to f64 is a Python float
     return None
@@ -557,7 +564,8 @@ def _number(value) -> int | float | bool | None:
 def lit(value: int | float | bool, dtype: DataType | str | None = None) -> Lit:
     """A literal of `dtype` (a DataType, its name, or a NumPy dtype); without one, a weak literal
     typed by its context. The value must fit the type exactly: an int in range, an integral float
-    for an integer type, True/False for bool. NumPy scalars are taken at their exact value."""
+    for an integer type, True/False for bool. NumPy scalars (long doubles too) are taken at their
+    exact value; a float type's literal is that value rounded once to the type."""
     if dtype is None:
         return _e(value)  # type: ignore[return-value]
     dt = DataType.parse(dtype)
@@ -571,16 +579,12 @@ def lit(value: int | float | bool, dtype: DataType | str | None = None) -> Lit:
             raise _fail(f"literal {shown(value)} is not a {dt} value. Fix: {fix}.")
         return Lit(dt, int(v))
     if dt.is_float:
-        try:
-            fv = float(v)
-        except OverflowError:  # an int beyond every float: rounds to +-inf, as IEEE does
-            fv = math.inf if v > 0 else -math.inf
-        return Lit(dt, float_to_bits(fv, dt))
-    if isinstance(v, float):
+        return Lit(dt, float_to_bits(v, dt))
+    if not isinstance(v, int):
         if not v.is_integer():
             raise _fail(f"literal {shown(value)} is not an integer but the type is {dt}. "
                         f"Fix: pass an int, or use a float type.")
-        v = int(v)
+        v = int(v)  # exact, a long double's too
     if not (dt.min <= v <= dt.max):
         raise _fail(f"literal {shown(value)} does not fit {dt} (range {dt.min}..{dt.max}). "
                     f"Fix: use a wider type or a value in range.")

@@ -170,21 +170,51 @@ def _number(value, what: str, integral: bool):
 
 def float_to_bits(value: float, dtype: DataType) -> int:
     """Round a number to the float type `dtype` (nearest even; beyond its range: inf) and return
-    its bit pattern."""
+    its bit pattern. Ints and long doubles are rounded once, from their exact value (into bf16
+    through f32, as `cast` does)."""
     _typed(dtype, "float", "float_to_bits")
     value = _number(value, "float_to_bits", False)
-    try:
-        value = float(value)
-    except OverflowError:  # an int beyond every float: rounds to +-inf, as IEEE does (and as ir.lit)
-        value = math.inf if value > 0 else -math.inf
     if dtype is DataType.F64:
-        return struct.unpack("<Q", struct.pack("<d", value))[0]
+        wide = _nearest_f64(value)
+    else:  # to odd at f64 (53 bits >= 24 + 2), so the one rounding to the type below is exact
+        wide = _odd_f64(value)
+    if dtype is DataType.F64:
+        return struct.unpack("<Q", struct.pack("<d", wide))[0]
     if dtype is DataType.BF16:
         with np.errstate(over="ignore"):
-            return int(f32_to_bf16_bits(np.float32(value)))
+            return int(f32_to_bf16_bits(np.float32(wide)))
     with np.errstate(over="ignore"):
-        arr = np.array([value], dtype=dtype.storage)
+        arr = np.array([wide], dtype=dtype.storage)
     return int(arr.view(_UINT_OF_BITS[dtype.bits])[0])
+
+
+def _nearest_f64(value) -> float:
+    """`value` (an int or float, NumPy's included) rounded once to a Python float."""
+    if isinstance(value, (int, np.integer)):
+        try:
+            return float(int(value))
+        except OverflowError:  # an int beyond every float: rounds to +-inf, as IEEE does (and as ir.lit)
+            return math.inf if value > 0 else -math.inf
+    with np.errstate(over="ignore"):
+        return float(np.float64(value))
+
+
+def _odd_f64(value) -> float:
+    """`value` rounded to f64 to odd: the nearest f64, stepped to its odd neighbour toward
+    `value` where it is inexact and even, so rounding it again to a narrower type rounds once."""
+    f = _nearest_f64(value)
+    if not math.isfinite(f):
+        return f
+    if isinstance(value, (int, np.integer)):
+        value = int(value)
+        gap = value - int(f)
+    elif isinstance(value, np.floating) and value.dtype.itemsize > 8:
+        gap = value - np.longdouble(f)
+    else:
+        return f  # already an f64
+    if gap and not struct.unpack("<Q", struct.pack("<d", f))[0] & 1:
+        f = math.nextafter(f, math.inf if gap > 0 else -math.inf)
+    return f
 
 
 def bits_to_float(bits: int, dtype: DataType) -> float:

@@ -373,6 +373,9 @@ def raises(exc, fn, *args, match: str | None = None, **kw):
     ("x, x", "2 value"),
     ("x is x", "comparison Is"),
     ("x @ x", "operator MatMult"),
+    ("y = x; y @= x", "operator MatMult"),
+    ("y = x; y //= 2", "`//` is not supported"),  # the operator is named, not 'AugAssign statements'
+    ("y = x; y **= 0.5", "integer literal exponent"),
     ("x * 2; y = 1", "bare expression"),
     ("z += x; y = z", "updated before it is assigned"),
     ("(" * 250 + "x" + ")" * 250, "nest|syntax|parsed"),
@@ -391,6 +394,14 @@ def test_operation_mistakes_raise_with_a_fix(operation, match):
     ("i32 x", "i32 y", "x + 2**31", "literal 2147483648 cannot be a i32"),
     ("i64 x", "i64 y", "x - 2**63 * 2", "literal 18446744073709551616 cannot be a i64"),
     ("u8 x", "u8 y", "x + 16 * 16", "literal 256 cannot be a u8"),
+    # shifts and bitwise operations of constants fold as + - * do: exactly, then refused past the type
+    ("u32 x", "u32 y", "x | (1 << 32)", "literal 4294967296 cannot be a u32"),  # was x | 1 (count masked)
+    ("u8 x", "u8 y", "x + (16 << 4)", "literal 256 cannot be a u8"),  # was x + 0 (wrapped)
+    ("u32 x", "u32 y", "x & ~0", "literal -1 cannot be a u32"),  # as x & -1 is
+    ("i32 x", "i32 y", "x ^ (1 << 31)", "literal 2147483648 cannot be a i32"),
+    ("u64 x", "u64 y", "x + (3 << 63 | 1)", "literal 27670116110564327425 cannot be a u64"),
+    ("u32 x", "u32 y", "x + (1 << -1)", "negative count"),
+    ("u32 x", "u32 y", "x + (1 << 10**9)", "wider than 128 bits"),
     ("f32 x", "f32 y", "x % 2", "mod is defined for integers only"),
     ("f32 x", "f32 y", "x << 1", "shl needs an integer type"),
     ("f32 x, f32 x", "f32 y", "x", "declared twice"),
@@ -603,3 +614,50 @@ def test_constant_arithmetic_is_exact_where_it_fits():
     x = np.arange(-3, 3, dtype=np.int32)
     op = elementwise("i32 n", "i32 out", "n + 2**30 - (-2)**3 * 3 + 2**15 * 2**15 - 2**30", name="consts")
     assert_same_bits(op(x, backend="reference"), x + np.int32(2**30 + 24))
+
+
+def test_constant_shifts_and_bitwise_operations_fold_exactly_where_they_fit():
+    x = np.arange(4, dtype=np.uint32)
+    op = elementwise("u32 n", "u32 out", "n + (1 << 31) + (0xF0 & 0x3C | 1 ^ 3) + (-1 >> 5) * 0 + (2**40 >> 20)",
+                     name="bits")
+    assert_same_bits(op(x, backend=R), x + np.uint32(2**31 + (0xF0 & 0x3C | 1 ^ 3) + 2**20))
+    # a folded literal is exact: also in a float type, rounded once there
+    assert_same_bits(elementwise("f32 x", "f32 y", "x * (1 << 4) + (3 & 1)")(np.ones(2, np.float32), backend=R),
+                     np.full(2, 17, np.float32))
+    # division and remainder stay in the type: 7 / 2 is 3 on integers, 3.5 on floats
+    assert_same_bits(elementwise("i32 n", "i32 out", "n + 7 / 2 + -7 % 2")(np.zeros(1, np.int32), backend=R),
+                     np.array([3 - 1], np.int32))
+    assert_same_bits(elementwise("f32 x", "f32 y", "x + 7 / 2")(np.zeros(1, np.float32), backend=R),
+                     np.array([3.5], np.float32))
+
+
+def test_augmented_assignments_take_every_operator_of_the_operation_string():
+    x = np.arange(-3, 4, dtype=np.int32)
+    op = elementwise("i32 a", "i32 y", "y = a; y **= 3; y += 1; y <<= 1; y ^= a; y %= 5", name="aug")
+    assert_same_bits(op(x, backend=R), np.fmod(((x ** 3 + 1) << 1) ^ x, 5).astype(np.int32))
+
+
+def test_an_int_literal_in_a_float_operation_is_rounded_once():
+    v = 2**60 + 2**36 + 1  # through f64 first, a tie at f32 rounded to 2**60; the nearest f32 is 2**60 + 2**37
+    y = elementwise("f32 x", "f32 y", f"x + {v}")(np.zeros(1, np.float32), backend=R)
+    assert y[0] == np.float32(np.uint64(v)) == 2**60 + 2**37
+
+
+@pytest.mark.parametrize("decl, value, fix", [
+    ("u8", 256, "from 0 to 255"), ("u8", -1, "from 0 to 255"), ("u8", float("nan"), "from 0 to 255"),
+    ("u8", 2.5, "round or truncate"), ("i32", float("inf"), "from -2147483648"), ("bool", 2, "True or False"),
+    ("f32", True, "the number 1"), ("f32", 1e300, "magnitude at most 3.40282e\\+38"),
+    ("f16", 1e6, "magnitude at most 65504"), ("f32", 0.1, "np.float32\\(0.10000000149011612\\)"),
+    ("f32", 2**60 + 2**36 + 1, "np.float32\\(1.1529216420458004e\\+18\\)"),
+    ("f16", 0.1, "np.float16\\(0.0999755859375\\)"), ("bf16", 0.1, "np.float32\\(0.10009765625\\)"),
+])
+def test_a_scalar_that_is_not_of_its_type_gets_a_fix_that_runs(decl, value, fix):
+    """Regression: the Fix said np.uint8(256) (NumPy refuses it), np.uint8(nan) (not code) and
+    np.float32(1e300) (inf); now it gives code that runs and gives a value of the type, or a range."""
+    k = elementwise(f"{decl} a, f32 x", "f32 y", "f32(a) + x")
+    x = np.zeros(1, np.float32)
+    text = raises(DispatchError, k, value, x, backend=R, match="Fix: .*" + fix)
+    code = text.rsplit("Fix: pass its nearest ", 1)
+    if len(code) == 2:  # the suggested value binds as it is
+        arg = eval(code[1].split(", ", 1)[1].rsplit(", or declare", 1)[0], {"np": np})
+        k(arg, x, backend=R)

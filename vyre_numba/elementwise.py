@@ -24,12 +24,18 @@ The operation string
   ``& | ^ ~ << >>`` (on conditions ``& | ~`` are logical), unary ``-`` and ``+``, comparisons (chains
   such as ``0 <= x < n`` too), ``and or not`` (both sides are always evaluated), ``a if c else b``
   (a select: both sides evaluated), and ``x ** k`` for an integer literal ``0 <= k <= 64``
-  (multiplications by squaring; each one rounds on floats). Integer literals joined by ``+ - * **``
-  and unary ``-`` are computed exactly first, as one literal: ``2**32`` is refused where it does not
-  fit the type, ``-(2**31)`` is i32's smallest value, and ``x * (2**24 + 2)`` multiplies by 16777218
-  also on f32 (no rounding between the literals).
+  (multiplications by squaring; each one rounds on floats). Integer literals joined by
+  ``+ - * ** & | ^ << >>`` and unary ``- + ~`` are computed first, exactly and with Python's integer
+  semantics, as one literal, which must then fit the operation's type: ``2**32`` and ``1 << 32`` are
+  refused on u32 (not wrapped, not masked), ``16 << 4`` on u8, ``~0`` (-1) on unsigned types;
+  ``-(2**31)`` is i32's smallest value, and ``x * (2**24 + 2)`` multiplies by 16777218 also on f32
+  (no rounding between the literals). ``/`` and ``%`` of literals are not folded: they are computed
+  in the operation's type (``7 / 2`` is 3 on integers, 3.5 on floats). A literal in a float type is
+  rounded once to it.
   ``//`` is refused: Python's floor division differs from the IR's ``div`` for negative and float
   operands.
+- Assignments ``y = ...`` and augmented ones ``y += x`` with any of the operators above (``y **= 2``
+  included) on a name assigned before.
 - Functions: ``min max`` (two or more arguments; with one NaN they return the other operand),
   ``abs sign sqrt rsqrt recip exp exp2 log log2 sin cos tan floor ceil round trunc isnan isinf
   isfinite popcount clz ctz reverse_bits absdiff mul_high saturating_add saturating_sub rotl rotr
@@ -234,13 +240,15 @@ class _Translator:
         for st in body:
             if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
                 target, value = st.targets[0].id, self.expr(st.value)
-            elif isinstance(st, ast.AugAssign) and isinstance(st.target, ast.Name) and type(st.op) in _BINOPS:
+            elif isinstance(st, ast.AugAssign) and isinstance(st.target, ast.Name):
                 target = st.target.id
                 if target not in assigned:
                     raise self.fail(st, f"{shown(target)} is updated before it is assigned",
                                     f"assign it first: '{target} = ...'" if target not in self.env else
                                     "inputs are read-only: assign a new name (an output or a temporary)")
-                value = _BINOPS[type(st.op)](self.env[target], self.expr(st.value))
+                # `y op= v` is `y = y op v`, so every operator reads (or is refused) as it does there
+                read = ast.copy_location(ast.Name(target, ast.Load()), st.target)
+                value = self.expr(ast.copy_location(ast.BinOp(read, st.op, st.value), st))
             elif isinstance(st, ast.Expr):
                 raise self.fail(st, "a bare expression among assignments computes nothing",
                                 "assign it to an output ('out = ...'), or give a single expression for the output")
@@ -293,7 +301,8 @@ class _Translator:
                     return self.power(node, a, b)
                 fn = _BINOPS.get(type(op))
                 if fn is None:
-                    raise self.fail(node, f"the operator {type(op).__name__} is not supported", f"use {_ALLOWED}")
+                    name = "MatMult (`@`)" if isinstance(op, ast.MatMult) else type(op).__name__
+                    raise self.fail(node, f"the operator {name} is not supported", f"use {_ALLOWED}")
                 return fn(self.expr(a), self.expr(b))
             case ast.UnaryOp(op=op, operand=a):
                 folded = self.folded(node)
@@ -355,12 +364,16 @@ class _Translator:
                         f"use the inputs {self.inputs} or names assigned before, or declare {shown(name)} as an input")
 
     def folded(self, node: ast.AST) -> int | None:
-        """`_int_constant(node)`, refused where it is wider than any type (not a number to print)."""
+        """`_int_constant(node)`, refused where it is wider than any type (not a number to print) or
+        shifts by a negative count."""
         try:
             return _int_constant(node)
         except OverflowError:
             raise self.fail(node, f"the constant is wider than {_FOLD_BITS} bits, past every type",
                             "write a constant that fits the operation's type") from None
+        except ValueError:
+            raise self.fail(node, "a constant is shifted by a negative count (Python refuses it; the IR would mask "
+                                  "the count to the type's width)", "shift by a count from 0 up") from None
 
     def power(self, node: ast.AST, base: ast.AST, exponent: ast.AST) -> ir.Expr:
         k = exponent.value if isinstance(exponent, ast.Constant) else None
@@ -426,28 +439,42 @@ class _Translator:
                             f"call {fname} with {n} argument{'s' if n > 1 else ''}")
 
 
-_FOLDED = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b}
+_FOLDED = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+           ast.BitAnd: lambda a, b: a & b, ast.BitOr: lambda a, b: a | b, ast.BitXor: lambda a, b: a ^ b}
 
 
 _FOLD_BITS = 128  # wider than every type: a folded constant past it is refused, not built
 
 
 def _int_constant(node: ast.AST) -> int | None:
-    """The exact value of an expression of integer literals under + - * ** and unary minus, else
-    None (its operations would wrap in the operand type: 2**32 as i32 is 0); OverflowError past
-    _FOLD_BITS bits."""
+    """The exact value, as a Python int, of an expression of integer literals under + - * ** & | ^
+    << >> and unary - + ~, else None (a division or remainder, whose result depends on the type: 7 / 2
+    is 3 or 3.5); OverflowError past _FOLD_BITS bits, ValueError for a negative shift count."""
     match node:
         case ast.Constant(value=v) if isinstance(v, int) and not isinstance(v, bool):
             pass
-        case ast.UnaryOp(op=ast.USub(), operand=a):
+        case ast.UnaryOp(op=ast.USub() | ast.UAdd() | ast.Invert() as op, operand=a):
             v = _int_constant(a)
-            v = None if v is None else -v
+            if v is not None:
+                v = -v if isinstance(op, ast.USub) else ~v if isinstance(op, ast.Invert) else v
         case ast.BinOp(op=ast.Pow(), left=a, right=ast.Constant(value=k)) if (
                 isinstance(k, int) and not isinstance(k, bool) and 0 <= k <= _MAX_POWER):
             v = _int_constant(a)
             if v is not None and v.bit_length() * k > _FOLD_BITS and abs(v) > 1:
                 raise OverflowError
             v = None if v is None else v ** k
+        case ast.BinOp(op=ast.LShift() | ast.RShift() as op, left=a, right=b):
+            x, y = _int_constant(a), _int_constant(b)
+            if x is None or y is None:
+                v = None
+            elif y < 0:
+                raise ValueError
+            elif isinstance(op, ast.RShift):
+                v = x >> min(y, _FOLD_BITS + 1)
+            elif x and x.bit_length() + y > _FOLD_BITS:  # refused before Python builds a huge int
+                raise OverflowError
+            else:
+                v = x << y
         case ast.BinOp(op=op, left=a, right=b) if type(op) in _FOLDED:
             x, y = _int_constant(a), _int_constant(b)
             v = None if x is None or y is None else _FOLDED[type(op)](x, y)
@@ -786,9 +813,8 @@ class Elementwise:
             return as_host_array(decl, a.value, where)
         except DispatchError:
             v = a.value.item() if isinstance(a.value, (np.ndarray, np.generic)) else a.value
-            raise DispatchError(f"{where}: the scalar {a.name!r} = {shown(v)} is not exactly a {dt} value. Fix: pass "
-                                f"np.{dt.storage}({shown(v)}) to round it explicitly, or declare {a.name!r} with a "
-                                "type that holds it.") from None
+            raise DispatchError(f"{where}: the scalar {a.name!r} = {shown(v)} is not exactly a {dt} value. Fix: "
+                                f"{_scalar_fix(v, dt)}, or declare {a.name!r} with a type that holds it.") from None
 
     def _run_host(self, be: Backend, program: ir.Program, ins: list[_Arg], outs: list[_Arg], shape: tuple, n: int,
                   where: str) -> list[np.ndarray]:
@@ -868,6 +894,25 @@ class Elementwise:
         op = self.operation if isinstance(self.operation, str) else getattr(self.operation, "__name__", "function")
         return (f"<elementwise {self.name}({_signature(self.inputs)}) -> ({_signature(self.outputs)}): "
                 f"{op!s:.80}>")
+
+
+def _scalar_fix(v, dt: DataType) -> str:
+    """What to pass for a scalar `v` that is not exactly a `dt` value: code that runs and gives a
+    `dt` value, never one NumPy refuses (np.uint8(256)) or rounds to inf (np.float32(1e300))."""
+    if dt.is_bool:
+        return "pass True or False (or the integers 0 and 1)"
+    if isinstance(v, (bool, np.bool_)):
+        return f"pass the number {int(v)} rather than the bool {v}"
+    number = isinstance(v, (int, float, np.integer, np.floating))
+    if dt.is_int:
+        rounding = (" (round or truncate it first, as you mean to)" if number and np.isfinite(v)
+                    and dt.min <= v <= dt.max else "")
+        return f"pass a whole number from {dt.min} to {dt.max}, {dt}'s range{rounding}"
+    nearest = ir.lit(v, dt).value if number else None
+    if nearest is None or not np.isfinite(nearest):
+        return f"pass a number of magnitude at most {float(dt.max):.6g}, {dt}'s largest"
+    store = "float32" if dt is DataType.BF16 else np.dtype(dt.storage).name  # bf16 takes f32s it holds exactly
+    return f"pass its nearest {dt} value, np.{store}({nearest!r})"
 
 
 def _signature(params: list[tuple[str, DataType]]) -> str:

@@ -541,6 +541,15 @@ def test_invalid_program_json_is_reported(tmp_path, capsys):
     assert isinstance(ir.Program.from_json(demo_program().to_json()), ir.Program)
 
 
+def test_a_program_json_with_a_huge_integer_is_an_invalid_program(tmp_path, capsys):
+    """Regression: an int of 5000 digits raised Python's ValueError, reported as an internal error."""
+    bad = tmp_path / "huge.json"
+    bad.write_text(demo_program().to_json().replace('"count":0', '"count":' + "9" * 5000, 1))
+    assert '"count":9999' in bad.read_text()
+    assert main(["emit", str(bad), "-o", str(tmp_path / "x.ptx")]) == 2
+    assert_fix(one_error_line(capsys, "IRValidationError", "digits"))
+
+
 def test_python_dash_m_runs_the_same_command():
     import subprocess
     import sys

@@ -716,6 +716,9 @@ def _mutations():
     yield "bad workgroup", m(lambda d: d.update(workgroup_size=["x"]))
     yield "bad lit dtype", m(lambda d: d["entry"][0]["value"].update(dtype="q8"))
     yield "unhashable kind", m(lambda d: d["entry"][0].update(k=[]))
+    # an int past Python's digit limit for text (a raw ValueError before)
+    yield "5000-digit count", json.dumps(good).replace('"count": 0', '"count": ' + "9" * 5000)
+    yield "5000-digit raw, nested past the C decoder", "[" * 3000 + "9" * 5000 + "]" * 3000
 
 
 @pytest.mark.parametrize("label,text", list(_mutations()))

@@ -106,6 +106,8 @@ def _breaks(indent: int | None, level: int) -> tuple[str, str]:
 _WS = re.compile(r"[ \t\n\r]*")
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?")
 _WORDS = {"true": True, "false": False, "null": None}
+_HUGE = ("program JSON holds an integer of thousands of digits, past any IR value (u64's largest has 20). "
+         "Fix: check the file is the one Program.to_json() wrote; a count or a literal has at most 20 digits.")
 
 
 def loads(text: str | bytes) -> Any:
@@ -131,6 +133,8 @@ def loads(text: str | bytes) -> Any:
     except json.JSONDecodeError as e:
         raise IRValidationError(f"program JSON does not parse: {e.msg} at line {e.lineno}, char {e.pos}. "
                                 "Fix: check the file is complete JSON written by Program.to_json().") from None
+    except ValueError:  # Python's limit on the digits of an int read from text
+        raise IRValidationError(_HUGE) from None
     # Each open container is [container, key waiting for its value (objects), expecting a value].
     stack: list[list] = []
     pos = _WS.match(text, 0).end()
@@ -188,7 +192,10 @@ def loads(text: str | bytes) -> Any:
             m = _NUMBER.match(text, pos)
             if m:
                 s = m.group(0)
-                result = float(s) if m.group(1) or m.group(2) else int(s)
+                try:
+                    result = float(s) if m.group(1) or m.group(2) else int(s)
+                except ValueError:
+                    raise IRValidationError(_HUGE) from None
                 pos, done = m.end(), True
                 continue
             for word, value in _WORDS.items():

@@ -112,11 +112,18 @@ def test_datatype_parse_accepts_datatype_and_rejects_unknown():
     (lambda: list(ir.walk(5)), "iterable of IR"),
     (lambda: list(ir.walk([1, 2])), "item 0 is a int"),
     (lambda: list(ir.walk("abc")), "iterable of IR"),
+    (lambda: ir.walk(5), "iterable of IR"),  # at the call, not once the result is iterated
+    (lambda: ir.walk(f32_prog()), "not a Program. Fix: pass program.entry"),  # Program has no .body
 ])
 def test_bit_helpers_and_walk_refuse_what_they_cannot_take(call, fragment):
     with pytest.raises(IRValidationError, match="Fix:") as e:
         call()
     assert fragment in str(e.value)
+
+
+def test_the_walk_fix_names_an_attribute_a_program_has():
+    p = f32_prog(ir.store("out", 0, 1.0))
+    assert [type(x).__name__ for x in ir.walk(p.entry)] == ["Store", "Lit", "Lit"]
 
 
 def test_float_to_bits_takes_numpy_numbers_and_rounds_huge_ints_to_inf():

@@ -4,7 +4,7 @@ from __future__ import annotations
 import enum
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
@@ -451,16 +451,22 @@ def node_from_json(text: str) -> Any:
     return from_dict(jsontext.loads(text))
 
 
-def walk(body: Iterable[Any]) -> Iterable[Any]:
-    """Every statement and expression in `body`, depth first, parents before children."""
+def walk(body: Iterable[Any]) -> Iterator[Any]:
+    """Every statement and expression in `body` (e.g. `program.entry`), depth first, parents before
+    children. A `body` that is not an iterable of IR nodes is refused here, at the call."""
+    fix = "Fix: pass program.entry (or a list of statements and expressions)."
     if isinstance(body, (str, bytes)) or not hasattr(body, "__iter__"):
         raise IRValidationError(f"walk takes an iterable of IR statements and expressions, not a "
-                                f"{type(body).__name__}. Fix: pass program.body (or a list of nodes).")
+                                f"{type(body).__name__}. {fix}")
     stack = list(reversed(tuple(body)))
     for i, x in enumerate(reversed(stack)):
         if not isinstance(x, n._Structural):
             raise IRValidationError(f"walk takes an iterable of IR statements and expressions; item {i} is a "
-                                    f"{type(x).__name__}. Fix: pass program.body (or a list of nodes).")
+                                    f"{type(x).__name__}. {fix}")
+    return _walk(stack)
+
+
+def _walk(stack: list) -> Iterator[Any]:
     while stack:
         x = stack.pop()
         yield x

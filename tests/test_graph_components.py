@@ -9,7 +9,7 @@ import vyre_numba as vn
 from scipy.sparse.csgraph import connected_components as scipy_cc
 
 from vyre_numba.errors import DispatchError
-from vyre_numba.graph import check_csr, components_numpy, connected_components
+from vyre_numba.graph import bfs_many_numpy, bfs_numpy, check_csr, components_numpy, connected_components
 
 
 def csr(n: int, src, dst) -> sp.csr_matrix:
@@ -151,6 +151,104 @@ def test_the_numpy_twins_check_a_csr_built_by_hand(g, fragment):
         with pytest.raises(DispatchError, match="Fix:") as e:
             twin()
         assert fragment in str(e.value)
+
+
+
+TWINS = {"components_numpy": lambda g: components_numpy(g)[0], "bfs_numpy": lambda g: bfs_numpy(g, 0),
+         "bfs_many_numpy": lambda g: bfs_many_numpy(g, [0])[0]}
+
+
+@pytest.mark.parametrize("twin", TWINS)
+@pytest.mark.parametrize("change,fragment", [
+    (lambda ip, ix: ix.__setitem__(0, -1), "indices[0] = -1 is not a vertex"),  # would wrap to the last vertex
+    (lambda ip, ix: ix.__setitem__(0, 7), "indices[0] = 7 is not a vertex"),
+    (lambda ip, ix: ip.__setitem__(3, 1), "indptr runs from 0 to 1"),
+    (lambda ip, ix: ip.__setitem__(2, 0), "indptr decreases at vertex 1"),
+])
+def test_a_checked_csr_whose_arrays_changed_since_is_checked_again(twin, change, fragment):
+    """check_csr holds int64 arrays without copying them (a copy would double a big graph's
+    memory), so the twins check the CSR they are given every time."""
+    indptr, indices = np.array([0, 1, 2, 2]), np.array([1, 2])
+    g = check_csr(indptr, indices)
+    assert TWINS[twin](g).tolist() == ([0, 0, 0] if twin == "components_numpy" else [0, 1, 2])
+    change(indptr, indices)
+    with pytest.raises(DispatchError, match="Fix:") as e:
+        TWINS[twin](g)
+    assert fragment in str(e.value)
+
+
+@pytest.mark.parametrize("twin", TWINS)
+@pytest.mark.parametrize("make", [lambda g, ip, ix: g._make([ip, ix]), lambda g, ip, ix: g._replace(indices=ix),
+                                  lambda g, ip, ix: type(g)(ip, ix)])
+def test_a_csr_made_from_a_checked_one_is_checked(twin, make):
+    g = check_csr([0, 1, 2, 2], [1, 2])
+    for bad, fragment in ((np.array([1, 9]), "indices[1] = 9"), (np.array([1, -3]), "indices[1] = -3")):
+        with pytest.raises(DispatchError, match="Fix:") as e:
+            TWINS[twin](make(g, np.array([0, 1, 2, 2]), bad))
+        assert fragment in str(e.value)
+
+
+@pytest.mark.parametrize("g,n,nnz", [((np.array([0, 1, 1]), np.array([0])), 2, 1), (([0, 1], [0]), 1, 1),
+                                     (((0, 2), [0, 0]), 1, 2)])
+def test_a_csr_of_arrays_or_lists_has_its_sizes(g, n, nnz):
+    from vyre_numba.graph import CSR
+
+    assert (CSR(*g).n, CSR(*g).nnz) == (n, nnz)
+
+
+@pytest.mark.parametrize("g,size,fragment", [((5, [0]), "n", "indptr is a int"),
+                                             (([0, 1], [[0], [1, 2]]), "nnz", "indices is a list"),
+                                             ((np.zeros((2, 2)), [0]), "n", "indptr is of shape (2, 2)")])
+def test_the_sizes_of_a_csr_of_anything_else_say_how_to_build_one(g, size, fragment):
+    from vyre_numba.graph import CSR
+
+    with pytest.raises(DispatchError, match="Fix: build the graph with check_csr") as e:
+        getattr(CSR(*g), size)
+    assert fragment in str(e.value)
+
+
+@pytest.mark.parametrize("call", ["bfs", "bfs_numpy", "components_numpy", "bfs_many_numpy", "connected_components"])
+def test_running_out_of_host_memory_is_a_vyre_error_with_a_fix(call, monkeypatch):
+    from vyre_numba.errors import HostMemoryError
+    from vyre_numba.graph import bfs
+
+    def no_room(*args, **kwargs):
+        raise MemoryError("Unable to allocate 8.00 GiB")
+
+    indptr, indices = np.array([0, 1, 2, 2]), np.array([1, 2])
+    monkeypatch.setattr(np, "full", no_room)  # the distances
+    monkeypatch.setattr(np, "arange", no_room)  # the components' parents
+    run = {"bfs": lambda: bfs(indptr, indices, 0, backend="reference"),
+           "connected_components": lambda: connected_components(indptr, indices, backend="reference"),
+           "bfs_numpy": lambda: bfs_numpy(check_csr(indptr, indices), 0),
+           "components_numpy": lambda: components_numpy(check_csr(indptr, indices)),
+           "bfs_many_numpy": lambda: bfs_many_numpy(check_csr(indptr, indices), [0])}[call]
+    with pytest.raises(HostMemoryError, match=f"^{call} ran out of host memory.*Fix: renumber ids densely"):
+        run()
+
+
+@pytest.mark.parametrize("indptr,indices,source", [
+    ([0, 1, 2, 2], [1, np.uint64(2)], 0), ([np.uint64(0), 1, 2, 2], [1, 2], 0), ((0, 1, 2, 2), (1, 2), np.uint64(0)),
+    (np.array([0, 1, 2, 2], object), np.array([1, 2], object), 0),
+])
+def test_lists_of_integers_numpy_reads_as_floats_or_objects_are_integers(indptr, indices, source):
+    """NumPy reads a list mixing uint64 and int64 as float64, and Python ints past 64 bits as objects."""
+    from vyre_numba.graph import bfs, bfs_many
+
+    assert bfs(indptr, indices, source, backend="reference").tolist() == [0, 1, 2]
+    assert bfs_many(indptr, indices, [np.uint64(0), 1], backend="reference").tolist() == [[0, 1, 2], [-1, 0, 1]]
+    assert connected_components(indptr, indices, backend="reference").tolist() == [0, 0, 0]
+
+
+@pytest.mark.parametrize("where", ["indptr", "indices", "sources"])
+def test_integers_past_64_bits_are_out_of_range_not_objects(where):
+    from vyre_numba.graph import bfs_many
+
+    args = {"indptr": [0, 1, 2, 2], "indices": [1, 2], "sources": [0]}
+    args[where] = args[where] + [2**64]
+    with pytest.raises(DispatchError, match=f"{where} holds integers beyond 64 bits.*Fix:") as e:
+        bfs_many(args["indptr"], args["indices"], args["sources"], backend="reference")
+    assert "object" not in str(e.value)
 
 
 # ---- the GPU ---------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import threading
 
 import numpy as np
 
-from ..errors import DispatchError, shown
+from ..errors import DispatchError, host_memory, shown
 from ..unique import unique
 from .csr import CSR, checked_graph, enqueue_check, resolve
 
@@ -30,10 +30,15 @@ ALPHA = 14  # bfs: bottom-up once the frontier's edges exceed the unexplored edg
 BETA = 24  # and back to top-down once the frontier holds fewer than n / BETA vertices
 
 
+@host_memory("bfs_numpy")
 def bfs_numpy(g: CSR, source: int) -> np.ndarray:
     """Distances (int32, -1 unreachable) from `source` over the stored (directed) edges."""
     g = checked_graph(g, "bfs_numpy")
-    source = _source(source, g.n)
+    return _bfs_numpy(g, _source(source, g.n))
+
+
+def _bfs_numpy(g: CSR, source: int) -> np.ndarray:
+    """`bfs_numpy` of a CSR and source just checked."""
     dist = np.full(g.n, -1, np.int32)
     dist[source] = 0
     frontier = np.array([source], np.int64)
@@ -57,6 +62,7 @@ def _source(source, n: int) -> int:
     return int(source)
 
 
+@host_memory("bfs")
 def bfs(indptr, indices, source: int, *, backend=None, symmetric: bool = False):
     """Distances (int32) from `source` along the stored edges of the CSR graph `(indptr,
     indices)`, -1 for vertices it cannot reach: NumPy out for host arrays (computed on the GPU
@@ -70,7 +76,7 @@ def bfs(indptr, indices, source: int, *, backend=None, symmetric: bool = False):
     if on_device:
         return _bfs_gpu(be, indptr, indices, n, source, bool(symmetric), hubs=enqueue_check(be, indptr, indices, n, HUB))
     if be.name != "cuda":
-        return bfs_numpy(g, source)
+        return _bfs_numpy(g, source)
     ix = g.indices.astype(np.int32) if g.nnz < 2**31 and g.n < 2**31 else g.indices
     hubs = bool(g.n) and int(np.diff(g.indptr).max()) > HUB
     return be.download(_bfs_gpu(be, be.upload(g.indptr), be.upload(ix), g.n, source, bool(symmetric), hubs=hubs))

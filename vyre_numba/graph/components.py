@@ -18,6 +18,7 @@ from ..errors import host_memory
 from .csr import CSR, check_device_csr, checked_graph, edges, resolve
 
 
+@host_memory("components_numpy")
 def components_numpy(g: CSR) -> tuple[np.ndarray, int]:
     """(labels, rounds) of the connected components of `g` (edges taken as undirected)."""
     g = checked_graph(g, "components_numpy")
@@ -61,7 +62,7 @@ def connected_components(indptr, indices, *, backend=None, symmetric: bool = Fal
         check_device_csr(be, indptr, indices, n)
         return _components_gpu(be, indptr, indices, n, symmetric)
     if be.name != "cuda":
-        labels, _ = components_numpy(g)
+        labels, _ = components_of_edges(g.n, *edges(g))
         return labels.astype(np.int32)
     narrow = g.nnz < 2**31 and g.n < 2**31
     ip = be.upload(g.indptr)

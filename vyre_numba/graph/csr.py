@@ -1,4 +1,4 @@
-"""Graphs in compressed sparse row form (`indptr`, `indices`), checked once at the door."""
+"""Graphs in compressed sparse row form (`indptr`, `indices`), checked by every call that takes one."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -8,11 +8,13 @@ from typing import Callable
 import numpy as np
 
 from ..backend import mixes_bools
+from ..egraph.egraph import _as_ints
 from ..errors import DispatchError, flag
 
 
 class CSR(NamedTuple):
-    """A checked CSR graph on the host: vertex v's neighbours are indices[indptr[v]:indptr[v+1]]."""
+    """A CSR graph on the host: vertex v's neighbours are indices[indptr[v]:indptr[v+1]]. The
+    algorithms check one each time they are given it (its arrays may have changed since)."""
 
     indptr: np.ndarray
     indices: np.ndarray
@@ -20,25 +22,25 @@ class CSR(NamedTuple):
     @property
     def n(self) -> int:
         """The number of vertices."""
-        return self.indptr.size - 1
+        return _length(self.indptr, "indptr") - 1
 
     @property
     def nnz(self) -> int:
         """The number of stored entries (directed edges)."""
-        return self.indices.size
+        return _length(self.indices, "indices")
 
 
-class _Checked(CSR):
-    """A CSR that `check_csr` made: taken as it is by `checked_graph` (a CSR built by hand is
-    checked there). `_replace` gives a plain CSR, which is checked again."""
-
-    __slots__ = ()
-
-    def _replace(self, **changes) -> CSR:
-        return CSR(*self)._replace(**changes)
-
-    def __repr__(self) -> str:
-        return repr(CSR(*self))
+def _length(a, name: str) -> int:
+    """The length of the flat array or list `a`, else a DispatchError."""
+    try:
+        shape = np.shape(a)
+    except (ValueError, TypeError):  # ragged nested lists
+        shape = None
+    if shape is None or len(shape) != 1:
+        what = f"of shape {shape}" if shape else f"a {type(a).__name__}"
+        raise DispatchError(f"the CSR's {name} is {what}, not a flat array. Fix: build the graph with "
+                            "check_csr(indptr, indices).")
+    return int(shape[0])
 
 
 def _as_index_array(a, name: str) -> np.ndarray:
@@ -55,6 +57,7 @@ def _as_index_array(a, name: str) -> np.ndarray:
     except (ValueError, TypeError) as e:  # ragged nested lists, objects NumPy cannot hold
         raise DispatchError(f"{name} is not an array of integers ({e}). Fix: pass a flat list or "
                             f"np.asarray({name}, dtype=np.int64).") from None
+    arr = _as_ints(a, arr, name)  # integers NumPy read as floats (uint64 with int64) or objects (past 64 bits)
     if arr.size == 0 and arr.dtype.kind == "f" and not isinstance(a, np.ndarray):  # `[]` reads as float64
         arr = arr.astype(np.int64)
     if arr.dtype == object or arr.dtype.kind not in "iu" or arr.dtype == np.bool_:
@@ -66,17 +69,19 @@ def _as_index_array(a, name: str) -> np.ndarray:
 
 
 def checked_graph(g, what: str) -> CSR:
-    """`g` checked as `check_csr` checks (once: one it made is taken as it is; a CSR built by hand
-    is checked here), else a DispatchError."""
+    """`g` checked as `check_csr` checks, else a DispatchError. Every time: a CSR's arrays may be
+    the caller's, changed since an earlier check (a copy would double the graph's memory; this
+    check is a few vectorised passes, less than the algorithm's own)."""
     if not isinstance(g, CSR):
         raise DispatchError(f"{what} takes a CSR, not a {type(g).__name__}. Fix: pass check_csr(indptr, indices).")
-    return g if isinstance(g, _Checked) else check_csr(*g)
+    return check_csr(*g)
 
 
 def check_csr(indptr, indices) -> CSR:
     """`(indptr, indices)` as a CSR graph, or a DispatchError saying what is wrong and how to fix it:
     integer 1-D arrays, indptr starting at 0, never decreasing and ending at len(indices), every
-    index a vertex (0 <= v < len(indptr) - 1), fewer than 2**31 vertices and entries."""
+    index a vertex (0 <= v < len(indptr) - 1), fewer than 2**31 vertices and entries. int64
+    arrays are held as they are, not copied: the CSR sees later changes to them."""
     indptr = _as_index_array(indptr, "indptr")
     indices = _as_index_array(indices, "indices")
     if indptr.size == 0:
@@ -100,7 +105,7 @@ def check_csr(indptr, indices) -> CSR:
             bad = int(np.flatnonzero((indices < 0) | (indices >= n))[0])
             raise DispatchError(f"indices[{bad}] = {int(indices[bad])} is not a vertex of this {n}-vertex graph. "
                                 "Fix: every index must satisfy 0 <= v < len(indptr) - 1.")
-    return _Checked(indptr.astype(np.int64, copy=False), indices.astype(np.int64, copy=False))
+    return CSR(indptr.astype(np.int64, copy=False), indices.astype(np.int64, copy=False))
 
 
 def edges(g: CSR) -> tuple[np.ndarray, np.ndarray]:

@@ -19,12 +19,17 @@ BATCH = 64  # sources a pass: the bits of one uint64 mask
 PIECE = 1024  # neighbours a warp takes of a vertex with more than this many (a hub is many warps' work)
 
 
+@host_memory("bfs_many_numpy")
 def bfs_many_numpy(g: CSR, sources: np.ndarray) -> np.ndarray:
     """Distances (int32, (len(sources), n), -1 unreachable) from each source over the stored
     (directed) edges, bit-parallel as on the device."""
     g = checked_graph(g, "bfs_many_numpy")
+    return _bfs_many_numpy(g, _sources(sources, g.n))
+
+
+def _bfs_many_numpy(g: CSR, sources: np.ndarray) -> np.ndarray:
+    """`bfs_many_numpy` of a CSR and sources just checked."""
     n = g.n
-    sources = _sources(sources, n)
     dist = np.full((sources.size, n), -1, np.int32)
     src = np.repeat(np.arange(n, dtype=np.int64), np.diff(g.indptr))
     dst = g.indices.astype(np.int64)
@@ -83,7 +88,7 @@ def bfs_many(indptr, indices, sources, *, backend=None, symmetric: bool = False)
         check_device_csr(be, indptr, indices, n)
         return _bfs_many_gpu(be, indptr, indices, n, s, bool(symmetric))
     if be.name != "cuda":
-        return bfs_many_numpy(g, s)
+        return _bfs_many_numpy(g, s)
     ix = g.indices.astype(np.int32) if g.nnz < 2**31 else g.indices
     dist = _bfs_many_gpu(be, be.upload(g.indptr), be.upload(ix), n, s, bool(symmetric))
     return be.download(dist).reshape(s.size, n)

@@ -473,6 +473,28 @@ def test_a_masked_array_is_not_uploaded_without_its_mask(backend):
         backend.upload(np.ma.array(np.arange(3), mask=[0, 1, 0]))
 
 
+@pytest.mark.parametrize("values, why", [
+    ([2**64 - 1, -1], "NumPy reads it as 1.8446744073709552e\\+19"), ([2**53 + 1, 0.5], "NumPy reads it as 9007199254740992"),
+    ([7, True], "not bools"), ([[1, 2], [3, True]], "not bools"), ([[2**53 + 1], [0.5]], "mixes types"),
+    ([np.uint64(2**64 - 1), np.int64(-1)], "mixes types")])
+def test_upload_and_write_refuse_lists_numpy_reads_only_by_rounding_as_dispatch_does(backend, values, why):
+    """Regression: upload([2**53 + 1, 0.5]) rounded element 0 and upload([7, True]) counted True as 1
+    without a word, where dispatch refuses those lists."""
+    with pytest.raises(DispatchError, match=f"upload: .*{why}.*Fix: "):
+        backend.upload(values)
+    buf = backend.upload(np.zeros(4, np.uint64 if not isinstance(values[0], list) else np.float64))
+    with pytest.raises(DispatchError, match="Fix: "):
+        backend.write(buf, values)
+    assert backend.download(buf).tolist() == [0, 0, 0, 0]
+
+
+def test_upload_takes_the_lists_numpy_reads_exactly(backend):
+    for values, dtype in (([2**64 - 1, 0], np.uint64), ([True, False], np.bool_), ([1.5, 2], np.float64),
+                          ([[1, 2], [3, 4]], np.int64), ((5,), np.int64), ([-1, 2**62], np.int64)):
+        got = backend.download(backend.upload(values))
+        assert got.dtype == dtype and got.reshape(-1).tolist() == np.asarray(values, dtype).reshape(-1).tolist()
+
+
 def test_the_reference_backend_out_of_host_memory_says_so(monkeypatch):
     from vyre_numba import get_backend, reference
     from vyre_numba.errors import HostMemoryError

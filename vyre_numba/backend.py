@@ -685,6 +685,34 @@ def check_write(dtype: np.dtype, size: int, values, offset) -> tuple[np.ndarray,
     return arr, offset
 
 
+def _listed(values: list | tuple, arr: np.ndarray) -> np.ndarray:
+    """`arr`, NumPy's reading of the (nested) list `values`, where it holds exactly the listed values,
+    checked as dispatch checks a list: bools among numbers and integers rounded to a common float
+    type (`[2**53 + 1, 0.5]`) are refused."""
+    from .bindings import _check_elements
+    from .ir import BufferDecl
+
+    try:
+        dt = DataType.parse(arr.dtype)
+    except VyreError:
+        return arr  # not a vyre type (long double): refused below
+    flat, todo = [], [iter(values)]
+    while todo:  # NumPy read the nesting as regular, so the leaves are the elements in order
+        v = next(todo[-1], _END)
+        if v is _END:
+            todo.pop()
+        elif isinstance(v, (list, tuple)):
+            todo.append(iter(v))
+        elif isinstance(v, np.ndarray) and v.ndim:
+            todo.append(iter(v.reshape(-1)))
+        else:
+            flat.append(v)
+    return _check_elements(BufferDecl.read("array", 0, dt), flat, arr.reshape(-1), "upload").reshape(arr.shape)
+
+
+_END = object()
+
+
 def check_upload(array) -> np.ndarray:
     """`array` as a contiguous host array of numbers (or bools) to copy to the device."""
     arr = np.ascontiguousarray(host_array(
@@ -694,6 +722,8 @@ def check_upload(array) -> np.ndarray:
     if arr.dtype.kind not in "biuf":
         raise DispatchError(f"upload: the array holds {arr.dtype} values, not numbers. Fix: pass a NumPy array of "
                             "one of the vyre storage dtypes (uint8 ... float64).")
+    if isinstance(array, (list, tuple)) and arr.size:
+        arr = _listed(array, arr)
     if not arr.dtype.isnative:  # the same values in this machine's byte order: what kernels and write read
         arr = arr.astype(arr.dtype.newbyteorder("="))
     if arr.dtype.kind == "f" and arr.dtype not in STORAGE_DTYPES:

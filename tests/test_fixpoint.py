@@ -105,7 +105,8 @@ def _generator_step(i, a, indptr, indices):
     ({"step": np.sin}, "not a Python function"), ({"step": int}, "the class int"), ({"args": [[1, 2, 3]]}, "writes lost"),
     ({"step": lambda i, a: a.no_such_attribute}, "does not compile"), ({"backend": "nope"}, "no backend named"),
     ({"step": _raises}, "the step raised ValueError (boom)"), ({"step": _async_step}, "async or generator"),
-    ({"step": _generator_step}, "async or generator"),
+    ({"step": _generator_step}, "async or generator"), ({"timeout_s": np.True_}, "timeout_s=np.True_"),
+    ({"timeout_s": float("nan")}, "timeout_s=nan"), ({"timeout_s": np.float32(-1)}, "timeout_s=np.float32(-1.0)"),
 ])
 def test_bad_arguments_raise_vyre_errors_with_a_fix(kw, fragment):
     call = {"step": relax, "n": 3, "args": [np.zeros(3, np.uint32), *path(3)]}
@@ -116,6 +117,64 @@ def test_bad_arguments_raise_vyre_errors_with_a_fix(kw, fragment):
         fixpoint.run(step, n, args, **({"backend": "reference"} | call))
     assert fragment in str(e.value)
     assert all(np.array_equal(x, y) for x, y in zip(args, before))
+
+
+@pytest.mark.parametrize("timeout_s", [5, 2.5, np.float32(5), np.float64(5), np.int64(5), np.uint8(5)])
+def test_a_timeout_of_any_real_number_type_is_taken(timeout_s):
+    a = np.zeros(3, np.uint32)
+    assert fixpoint.run(relax, 3, [a, *path(3)], timeout_s=timeout_s).converged
+
+
+def _zero_like(i, a):
+    return a[i] * 0  # the array's type: a float for float arrays, an int for int arrays
+
+
+def test_the_result_type_is_checked_for_this_calls_arguments_only():
+    """Numba keeps one compilation of the step for each argument types; an earlier call's float
+    result does not refuse a later call whose step returns an integer, nor the other way round."""
+    assert fixpoint.run(_zero_like, 3, [np.ones(3, np.int64)]).converged
+    with pytest.raises(DispatchError, match="returns float64.*Fix:"):
+        fixpoint.run(_zero_like, 3, [np.ones(3)])
+    assert fixpoint.run(_zero_like, 3, [np.ones(3, np.int64)]).converged
+    assert fixpoint.run(_zero_like, 3, [np.ones(3, np.int32)]).converged
+    with pytest.raises(DispatchError, match="returns float64.*Fix:"):  # float32 * 0, as Numba types it
+        fixpoint.run(_zero_like, 3, [np.ones(3, np.float32)])
+
+
+def _writes_the_first(i, a, b):
+    a[i] = 1
+    return 0
+
+
+@pytest.mark.parametrize("frozen,fragment", [((0,), "args[0] is read-only, but the step writes it"),
+                                             ((0, 1), "args[0], args[1] are read-only, and the step writes one")])
+def test_a_read_only_array_the_step_writes_is_named_as_such(frozen, fragment):
+    args = [np.zeros(3), np.zeros(3)]
+    for k in frozen:
+        args[k].flags.writeable = False
+    with pytest.raises(DispatchError, match="Fix: pass a writable array") as e:
+        fixpoint.run(_writes_the_first, 3, args)
+    assert fragment in str(e.value)
+    b = np.zeros(3)
+    b.flags.writeable = False
+    assert fixpoint.run(_writes_the_first, 3, [np.zeros(3), b]).converged  # only read: taken
+
+
+def test_no_host_memory_for_the_undo_copies_is_a_vyre_error_with_a_fix(monkeypatch):
+    from vyre_numba.errors import HostMemoryError
+    from vyre_numba.fixpoint import runner
+
+    def no_room(*args, **kwargs):
+        raise MemoryError("Unable to allocate 2.00 GiB")
+
+    monkeypatch.setattr(runner, "_restored_on_failure", no_room)
+    p = ir.Program([ir.BufferDecl.read_write("y", 0, "u32")], 64,
+                   [ir.store("y", ir.invocation_id(0), ir.lit(9, "u32"))], name="nine")
+    for call in (lambda: fixpoint.run(relax, 3, [np.zeros(3, np.uint32), *path(3)]),
+                 lambda: fixpoint.for_each(relax, 3, [np.zeros(3, np.uint32), *path(3)]),
+                 lambda: fixpoint.run(p, 3, [np.zeros(3, np.uint32)], backend="reference")):
+        with pytest.raises(HostMemoryError, match="fixpoint run ran out of host memory.*Fix: work on less data"):
+            call()
 
 
 def _writes_then_strays(i, a):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import numbers
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from .. import display
-from ..errors import BarrierTimeoutError, DispatchError, UnsupportedError, VyreError, shown
+from ..errors import IN_HOST_MEMORY, BarrierTimeoutError, DispatchError, UnsupportedError, VyreError, host_memory, shown
 from ..progress import finished
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ def run(step: "Callable | Program", n: int, args: Sequence[Any] = (), *, max_rou
     max_rounds = _count(max_rounds, "max_rounds", 1, 2**31 - 1)
     if not isinstance(mode, str) or mode not in MODES:
         raise DispatchError(f"mode={shown(mode)} is not one of {', '.join(MODES)}. Fix: pass one of those.")
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < 1e6:
+    if isinstance(timeout_s, (bool, np.bool_)) or not isinstance(timeout_s, numbers.Real) or not 0 < timeout_s < 1e6:
         raise DispatchError(f"timeout_s={shown(timeout_s)} is not a positive number of seconds. Fix: pass e.g. 10.0.")
     be, is_program, n, args, block = _checked(step, n, args, backend, block)
     if be.name == "cuda":
@@ -191,6 +192,7 @@ def _guarded(program, n: int):
                       [ir.if_(ir.invocation_id(0) < ir.lit(n, "u32"), list(program.entry))], name=program.name)
 
 
+@host_memory("the fixpoint run", IN_HOST_MEMORY)
 def _run_program_cpu(program, n: int, arrays: list, max_rounds: int, progress: bool | None) -> FixpointResult:
     from ..bindings import Binding
     from ..config import DispatchConfig
@@ -271,6 +273,7 @@ def _cpu_round(step: Callable) -> Callable:
     return fn[0]
 
 
+@host_memory("the fixpoint run", IN_HOST_MEMORY)
 def _run_cpu(step: Callable, n: int, args: list, max_rounds: int, progress: bool | None) -> FixpointResult:
     for k, a in enumerate(args):
         if hasattr(a, "__cuda_array_interface__"):
@@ -284,9 +287,9 @@ def _run_cpu(step: Callable, n: int, args: list, max_rounds: int, progress: bool
     checked: list = []
 
     def one_round() -> bool:
-        changed = _numba_call(jitted, n, tuple(args))
+        changed = _numba_call(jitted, n, tuple(args), args=args)
         if not checked:  # the step is typed by its first round
-            _check_result(step)
+            _check_result(step, args)
             checked.append(True)
         return bool(changed)
 
@@ -294,21 +297,27 @@ def _run_cpu(step: Callable, n: int, args: list, max_rounds: int, progress: bool
         return _cpu_rounds(one_round, max_rounds, progress)
 
 
-def _check_result(step: Callable) -> None:
+def _check_result(step: Callable, args: list) -> None:
     """Refuses a step whose result is not a bool or an integer (a string or a tuple would always
-    count as a change), as Numba typed it in the first round."""
-    from numba import types
+    count as a change), as Numba typed it in the first round for these arguments (the same step
+    may be compiled for others, with other results)."""
+    from numba import typeof, types
 
-    for sig in _CPU_ROUNDS[step][1].nopython_signatures:
-        if not isinstance(sig.return_type, (types.Boolean, types.Integer)):
-            raise DispatchError(f"the step returns {sig.return_type}, not a bool or an integer. Fix: return whether "
+    inner = _CPU_ROUNDS[step][1]
+    cres = inner.overloads.get((types.uint32, *(typeof(a) for a in args)))
+    returns = [cres.signature.return_type] if cres is not None else \
+        [sig.return_type for sig in inner.nopython_signatures]  # not found by its types: every signature so far
+    for r in returns:
+        if not isinstance(r, (types.Boolean, types.Integer)):
+            raise DispatchError(f"the step returns {r}, not a bool or an integer. Fix: return whether "
                                 "it changed something, e.g. `return 1` after a write and `return 0` otherwise.")
 
 
-def _numba_call(fn, *args):
-    """Call a jitted function; Numba's typing errors become DispatchErrors that say what to fix."""
+def _numba_call(fn, *call, args: list = ()):
+    """Call a jitted function; Numba's typing errors become DispatchErrors that say what to fix
+    (`args`: the step's arguments, named in the error where one of them is the cause)."""
     try:
-        return fn(*args)
+        return fn(*call)
     except IndexError as e:  # bounds checked: the step indexed outside an array
         raise DispatchError(f"the step indexed outside an array ({e}). Fix: check the step's indices against the "
                             "arrays' lengths (n items run, i from 0 to n - 1); the arrays are as they were.") from None
@@ -324,6 +333,12 @@ def _numba_call(fn, *args):
         if not isinstance(e, (NumbaError, TypeError)):  # a `raise` in the compiled step, run
             raise DispatchError(f"the step raised {type(e).__name__} ({first}). Fix: make the step total over its "
                                 "inputs (no exceptions raised); the arrays are as they were.") from e
+        frozen = [f"args[{k}]" for k, a in enumerate(args) if isinstance(a, np.ndarray) and not a.flags.writeable]
+        if frozen and "readonly array" in str(e):
+            which = f"{frozen[0]} is read-only, but the step writes it" if len(frozen) == 1 else \
+                f"{', '.join(frozen)} are read-only, and the step writes one of them"
+            raise DispatchError(f"{which}. Fix: pass a writable array (np.array(x) is a writable copy; the step's "
+                                "writes then go to the copy).") from e
         raise DispatchError(f"the step function does not compile with Numba ({first}). Fix: write it in Numba's "
                             "subset (array indexing, arithmetic, loops) taking (i, *args), and check the argument "
                             "types it is given.") from e

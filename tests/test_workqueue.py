@@ -83,6 +83,99 @@ def test_the_model_takes_values_that_convert_exactly():
     assert q.drain().tolist() == [255, 0]
 
 
+def test_the_model_loses_no_push_from_several_threads():
+    q = QueueModel(8 * 500, np.int32)
+
+    def worker(t):
+        for j in range(500):
+            assert q.push(t * 1000 + j)
+
+    _threads(worker, 8)
+    want = [t * 1000 + j for t in range(8) for j in range(500)]
+    assert (q.overflowed(), sorted(q.drain().tolist())) == (0, want)
+
+
+def _threads(worker, k: int) -> None:
+    """Run worker(t) for t < k on k threads at once, switching often (as on a busy host)."""
+    import threading
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(k)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def test_a_model_too_large_for_host_memory_is_a_vyre_error_with_a_fix(monkeypatch):
+    from vyre_numba.errors import HostMemoryError
+
+    def no_room(*args, **kwargs):
+        raise MemoryError("Unable to allocate 512. GiB")
+
+    monkeypatch.setattr(np, "zeros", no_room)
+    with pytest.raises(HostMemoryError, match="QueueModel ran out of host memory.*Fix: make a smaller queue"):
+        QueueModel(2**36, np.int64)
+
+
+THREADED = """
+import sys, threading
+import numpy as np
+from vyre_numba.errors import DispatchError
+from vyre_numba.workqueue import WorkQueue
+from test_workqueue import _threads
+
+q = WorkQueue(8 * 60, np.int32)
+def worker(t):
+    for j in range(60):
+        q.push([t * 1000 + j])
+_threads(worker, 8)
+got = q.drain().copy_to_host()
+assert q.overflowed() == 0 and sorted(got.tolist()) == [t * 1000 + j for t in range(8) for j in range(60)], got
+print("pushes ok")
+
+def worker(t):  # pushes and drains at once: every item comes out of one drain, exactly once
+    for j in range(60):
+        q.push([t * 1000 + j])
+        if j % 7 == 0:
+            out.append(q.drain().copy_to_host())
+out = []
+_threads(worker, 8)
+out.append(q.drain().copy_to_host())
+assert sorted(np.concatenate(out).tolist()) == [t * 1000 + j for t in range(8) for j in range(60)]
+print("drains ok")
+
+q.push([1, 2, 3, 4, 5])
+pieces = []
+for c in q.chunks(2):
+    pieces.append(c.copy_to_host().tolist())
+    if len(pieces) == 1:
+        q.push([6, 7])  # pushed while the chunks are handed out: stays queued
+assert pieces == [[1, 2], [3, 4], [5]] and q.drain().copy_to_host().tolist() == [6, 7], pieces
+q.push([1, 2])
+assert [c.copy_to_host().tolist() for c in q.chunks(2**40)] == [[1, 2]] and q.size() == 0
+try:
+    q.chunks(0)
+except DispatchError as e:
+    assert str(e).startswith("chunk=0 is not a positive number of items") and "capacity" not in str(e), e
+    print("chunks ok")
+"""
+
+
+def test_host_calls_from_several_threads_lose_nothing_under_the_cuda_simulator():
+    """push reads the tail and writes after it; without the queue's lock two threads wrote the
+    same slots. chunks hands out the items there when it starts and keeps those pushed after."""
+    from simulated import run_script
+
+    out = run_script(THREADED, 600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.split() == ["pushes", "ok", "drains", "ok", "chunks", "ok"], out.stdout
+
+
 def test_queue_scenarios_under_the_cuda_simulator():
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     out = subprocess.run([sys.executable, str(HERE / "queue_exercise.py")], env=env, capture_output=True, text=True,

@@ -14,23 +14,28 @@ time, `consume(step)` runs a persistent grid-stride kernel over it with no host 
 """
 from __future__ import annotations
 
+import threading
 from typing import Callable, Iterator
 
 import numpy as np
 
 from ..backend import host_array, mixes_bools
-from ..errors import BackendUnavailableError, CapacityError, DeviceError, DispatchError, shown
+from ..errors import BackendUnavailableError, CapacityError, DeviceError, DispatchError, host_memory, shown
 from ..owned import Unshared
 
 __all__ = ["WorkQueue", "QueueModel"]
 
 
 class QueueModel:
-    """The queue's semantics on the host: push returns False at capacity, drain empties."""
+    """The queue's semantics on the host: push returns False at capacity, drain empties. Safe to
+    push and drain from several threads."""
 
+    @host_memory("QueueModel", "It holds its capacity's items in host memory at once. Fix: make a smaller queue "
+                               "and drain it more often.")
     def __init__(self, capacity: int, dtype):
         self.items = np.zeros(_capacity(capacity), _dtype(dtype))
         self.tail = 0
+        self._lock = threading.Lock()
 
     def push(self, value) -> bool:
         """Append `value` (converted exactly to the queue's dtype, else a DispatchError and the queue
@@ -38,10 +43,11 @@ class QueueModel:
         value = _values(value, self.items.dtype)
         if value.size != 1:
             raise DispatchError(f"push takes one value; got {value.size}. Fix: push them one at a time.")
-        slot, self.tail = self.tail, self.tail + 1
-        if slot < self.items.size:
-            self.items[slot] = value[0]
-            return True
+        with self._lock:
+            slot, self.tail = self.tail, self.tail + 1
+            if slot < self.items.size:
+                self.items[slot] = value[0]
+                return True
         return False
 
     def size(self) -> int:
@@ -54,18 +60,24 @@ class QueueModel:
 
     def drain(self) -> np.ndarray:
         """The filled items, in push order; the queue is empty afterwards."""
-        out = self.items[:self.size()].copy()
-        self.tail = 0
+        with self._lock:
+            out = self.items[:self.size()].copy()
+            self.tail = 0
         return out
 
 
-def _capacity(capacity, name: str = "capacity") -> int:
-    if isinstance(capacity, (bool, np.bool_)) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
-        raise DispatchError(f"{name}={shown(capacity)} is not a positive number of items. Fix: pass an int >= 1.")
+def _items(count, name: str) -> int:
+    if isinstance(count, (bool, np.bool_)) or not isinstance(count, (int, np.integer)) or count < 1:
+        raise DispatchError(f"{name}={shown(count)} is not a positive number of items. Fix: pass an int >= 1.")
+    return int(count)
+
+
+def _capacity(capacity) -> int:
+    capacity = _items(capacity, "capacity")
     if capacity >= 2**40:
-        raise DispatchError(f"{name}={int(capacity)} is 2**40 items or more, past what a queue holds. Fix: pass "
+        raise DispatchError(f"capacity={capacity} is 2**40 items or more, past what a queue holds. Fix: pass "
                             "fewer items (drain more often).")
-    return int(capacity)
+    return capacity
 
 
 def _dtype(dtype) -> np.dtype:
@@ -154,7 +166,8 @@ def _python_ints(values, dt: np.dtype):
 
 class WorkQueue(Unshared):
     """A device-resident queue of `capacity` items of `dtype` on `stream` (numba's default stream
-    unless given); owns its two device arrays until `close()` (or `with`, or the finaliser)."""
+    unless given); owns its two device arrays until `close()` (or `with`, or the finaliser). Its
+    host calls are safe from several threads."""
 
     def __init__(self, capacity: int, dtype, *, stream=None):
         from numba import cuda
@@ -165,6 +178,7 @@ class WorkQueue(Unshared):
         check_stream(stream)
         self.items = self.state = None
         self._cuda = cuda
+        self._lock = threading.RLock()  # a push reads the tail, then writes after it: two at once would share slots
         if not cuda.is_available():
             raise BackendUnavailableError("WorkQueue lives on a CUDA GPU and none is usable here. Fix: run on a "
                                           "machine with a GPU (or under NUMBA_ENABLE_CUDASIM=1), or use QueueModel, "
@@ -196,7 +210,8 @@ class WorkQueue(Unshared):
 
     def close(self) -> None:
         """Release the device arrays (once; later calls do nothing)."""
-        self.items = self.state = None
+        with self._lock:
+            self.items = self.state = None
 
     def _live(self) -> tuple:
         """(items, state) of an open queue, taken once: a close from another thread mid-call then
@@ -226,42 +241,45 @@ class WorkQueue(Unshared):
 
     def reset(self) -> None:
         """Empty the queue (enqueued on its stream)."""
-        _, state = self._live()
-        state.copy_to_device(np.zeros(2, np.uint64), stream=self.stream)
+        with self._lock:
+            _, state = self._live()
+            state.copy_to_device(np.zeros(2, np.uint64), stream=self.stream)
 
     def push(self, values) -> None:
         """Append host values after the filled items; CapacityError (naming the room needed, the
         queue unchanged) where they do not fit. Values convert to the queue's dtype only where
         nothing is lost (floats round to the nearest float of a float queue); else DispatchError."""
         values = _values(values, self.dtype)
-        items, state = self._live()
-        tail, head = self._words()
-        tail = min(tail, self.capacity)
-        if not values.size:  # nothing to store; the tail, and so the overflow count, stays as it is
-            return
-        if tail + values.size > self.capacity:
-            raise CapacityError(f"{values.size} items do not fit after {tail} of {self.capacity}. Fix: drain the "
-                                f"queue first, or make one with capacity >= {tail + values.size}.",
-                                needed=tail + values.size)
-        items[tail:tail + values.size].copy_to_device(values, stream=self.stream)
-        # the head stays (claimed items are not handed out again), but not past the old tail: a claim
-        # of more than were left moved it there, and the new items start at the old tail
-        state.copy_to_device(np.array([tail + values.size, min(head, tail)], np.uint64), stream=self.stream)
+        with self._lock:
+            items, state = self._live()
+            tail, head = self._words()
+            tail = min(tail, self.capacity)
+            if not values.size:  # nothing to store; the tail, and so the overflow count, stays as it is
+                return
+            if tail + values.size > self.capacity:
+                raise CapacityError(f"{values.size} items do not fit after {tail} of {self.capacity}. Fix: drain the "
+                                    f"queue first, or make one with capacity >= {tail + values.size}.",
+                                    needed=tail + values.size)
+            items[tail:tail + values.size].copy_to_device(values, stream=self.stream)
+            # the head stays (claimed items are not handed out again), but not past the old tail: a claim
+            # of more than were left moved it there, and the new items start at the old tail
+            state.copy_to_device(np.array([tail + values.size, min(head, tail)], np.uint64), stream=self.stream)
 
     def drain(self):
         """The filled items as a new device array (exactly their number), and the queue emptied."""
-        items, _ = self._live()
-        n = self.size()
-        out = self._cuda.device_array(n, self.dtype, stream=self.stream)
-        if n:
-            out.copy_to_device(items[:n], stream=self.stream)
-        self.reset()
+        with self._lock:
+            items, _ = self._live()
+            n = self.size()
+            out = self._cuda.device_array(n, self.dtype, stream=self.stream)
+            if n:
+                out.copy_to_device(items[:n], stream=self.stream)
+            self.reset()
         return out
 
     def chunks(self, chunk: int) -> Iterator:
-        """The filled items, `chunk` at a time (device views, valid until the next push), then the
-        queue emptied."""
-        chunk = _capacity(chunk, "chunk")
+        """The items filled when the iteration starts, `chunk` at a time (device views, valid until
+        the iteration ends), then the queue emptied of them: items pushed meanwhile stay queued."""
+        chunk = _items(chunk, "chunk")
         self._live()
 
         def pieces():
@@ -269,8 +287,19 @@ class WorkQueue(Unshared):
             for start in range(0, n, chunk):
                 items, _ = self._live()  # closed between two pieces: refused, not a raw error
                 yield items[start:min(n, start + chunk)]
-            self.reset()
+            self._drop_first(n)
         return pieces()
+
+    def _drop_first(self, n: int) -> None:
+        """Empty the queue of its first n items, moving any after them to the front."""
+        with self._lock:
+            items, state = self._live()
+            rest = min(self._tail(), self.capacity) - n
+            if rest > 0:
+                kept = self._cuda.device_array(rest, self.dtype, stream=self.stream)
+                kept.copy_to_device(items[n:n + rest], stream=self.stream)
+                items[:rest].copy_to_device(kept, stream=self.stream)
+            state.copy_to_device(np.array([max(rest, 0), 0], np.uint64), stream=self.stream)
 
     def consume(self, step: Callable, args: tuple = (), *, block: int = 256) -> None:
         """Run `step(value, args)` (a Numba device function; `args` a tuple of device arrays and

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import textwrap
 
+import numpy as np
+import pytest
+
 from simulated import run_script
 
 SCRIPT = textwrap.dedent('''
@@ -70,3 +73,57 @@ def test_the_device_csr_check_under_the_cuda_simulator():
     out = run_script(CHECK, 300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("refused ") == 4 and out.stdout.rstrip().endswith("ok")
+
+
+@pytest.mark.parametrize("name,args", [("find", (1,)), ("root", (1,)), ("link", (1, 2))])
+def test_the_union_find_called_from_host_code_says_it_runs_on_the_device(name, args):
+    from vyre_numba import unionfind
+    from vyre_numba.errors import DispatchError
+
+    parent = np.arange(4, dtype=np.int32)
+    with pytest.raises(DispatchError, match=f"unionfind.{name} is a CUDA device function.*Fix:.*connected_components"):
+        getattr(unionfind, name)(parent, *args)
+    assert parent.tolist() == [0, 1, 2, 3]
+
+
+UNION_FIND = textwrap.dedent('''
+    import numpy as np
+    from numba import cuda
+    from vyre_numba import unionfind as uf
+    from vyre_numba.errors import DispatchError
+
+    @cuda.jit
+    def join(parent, u, v, hooked):
+        i = cuda.grid(1)
+        if i < u.size:
+            hooked[i] = uf.link(parent, u[i], v[i])
+
+    @cuda.jit
+    def roots(parent, out, found):
+        i = cuda.grid(1)
+        if i < parent.size:
+            out[i] = uf.root(parent, i)
+            found[i] = uf.find(parent, i)
+
+    u, v = np.array([3, 5, 1, 7], np.int32), np.array([4, 4, 0, 6], np.int32)
+    parent = cuda.to_device(np.arange(8, dtype=np.int32))
+    hooked = cuda.to_device(np.zeros(4, np.int32))
+    join[1, 32](parent, cuda.to_device(u), cuda.to_device(v), hooked)
+    out, found = cuda.to_device(np.zeros(8, np.int32)), cuda.to_device(np.zeros(8, np.int32))
+    roots[1, 32](parent, out, found)
+    assert hooked.copy_to_host().tolist() == [1, 1, 1, 1], hooked.copy_to_host()
+    assert out.copy_to_host().tolist() == found.copy_to_host().tolist() == [0, 0, 2, 3, 3, 3, 6, 6]
+    print("kernels ok")
+    for name, args in (("find", (1,)), ("root", (1,)), ("link", (1, 2))):
+        try:
+            getattr(uf, name)(np.arange(4, dtype=np.int32), *args)
+        except DispatchError as e:
+            assert "device function" in str(e) and "Fix:" in str(e), e
+            print("refused", name)
+''')
+
+
+def test_the_union_find_runs_in_kernels_and_refuses_host_calls_under_the_cuda_simulator():
+    out = run_script(UNION_FIND, 300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.split() == ["kernels", "ok", "refused", "find", "refused", "root", "refused", "link"], out.stdout

@@ -8,10 +8,47 @@ that stores every node's root must not halve paths beside itself, or a stale gra
 stored over a root another thread had just written."""
 from __future__ import annotations
 
+import os
+
 from numba import cuda
 
+from .errors import DispatchError
 
-@cuda.jit(device=True)
+_SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+
+
+class _DeviceFunction(type(cuda.jit(device=True)(lambda: 0))):  # Numba's device functions, or the simulator's
+    """A device function that host code may not call: kernels compile a call to it as to any other
+    (Numba types it by its class; `__call__` is never reached), and the CUDA simulator, which runs
+    kernels as Python, calls it inside them."""
+
+    def __call__(self, *args, **kwargs):
+        if _in_simulated_kernel():
+            return super().__call__(*args, **kwargs)
+        name = getattr(self, "__name__", "this function")
+        raise DispatchError(f"unionfind.{name} is a CUDA device function: only code running on the GPU (a "
+                            "@cuda.jit kernel, or a fixpoint step) can call it, on device arrays. Fix: call it from "
+                            "such code; on the host, vyre_numba.graph.connected_components (or components_numpy) "
+                            "gives the components of a graph.")
+
+
+def _in_simulated_kernel() -> bool:
+    """Whether the CUDA simulator is running a kernel now (it calls device functions as Python)."""
+    if not _SIM:
+        return False
+    from numba.cuda.simulator import kernel
+
+    return getattr(kernel, "_get_kernel_context", lambda: True)() is not None  # unknown: let the simulator decide
+
+
+def _device_only(fn) -> _DeviceFunction:
+    """`fn` as a device function that refuses host calls (Numba's own, under another class)."""
+    d = cuda.jit(device=True)(fn)
+    d.__class__ = _DeviceFunction
+    return d
+
+
+@_device_only
 def find(parent, x):
     """x's root, halving the path on the way."""
     while parent[x] != x:
@@ -21,7 +58,7 @@ def find(parent, x):
     return x
 
 
-@cuda.jit(device=True)
+@_device_only
 def root(parent, x):
     """x's root, read without writing."""
     p = parent[x]
@@ -31,7 +68,7 @@ def root(parent, x):
     return x
 
 
-@cuda.jit(device=True)
+@_device_only
 def link(parent, u, v):
     """Join the trees of u and v; 1 if this call hooked a root, 0 if they already shared one. A
     compare-and-swap hooks the larger root under the smaller and succeeds only on a root; when

@@ -132,6 +132,38 @@ def test_repeated_prefix_and_body(backend):
     assert np.array_equal(y, (np.arange(100, dtype=np.uint32) + 5) * 3 + 1)
 
 
+@pytest.mark.parametrize("repeat", [2**32 + 1, 2**63, np.uint64(2**64 - 1), 10**30])
+def test_repeat_past_its_maximum_is_refused_before_anything_runs(backend, repeat):
+    """Regression: repeat=2**63 passed the check, then itertools.repeat raised OverflowError."""
+    from vyre_numba.backend import MAX_REPEAT
+
+    dx = backend.upload(np.arange(4, dtype=np.uint32))
+    with pytest.raises(vn.DispatchError, match="MAX_REPEAT = 2\\*\\*32.*Fix: "):
+        backend.dispatch_repeated([(bump(), [dx])], [(bump(), [dx])], repeat)
+    assert MAX_REPEAT == 2**32 and backend.download(dx).tolist() == [0, 1, 2, 3]  # the prefix did not run
+    (x,) = backend.dispatch_repeated([(bump(), [dx])], [], MAX_REPEAT, read=[(dx,)])  # an empty body: no spinning
+    assert x.tolist() == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("n, message", [
+    (-1, r"allocate\('y', n=-1\): n is negative\. Fix: "),
+    (np.int64(-5), r"allocate\('y', n=-5\): n is negative"),
+    (2**40, r"allocate\('y', n=1099511627776\): 1099511627776 elements is 2\*\*32 or more.*Fix: split"),
+    (2.0, r"allocate\('y', n=2.0\): n is not an int"),
+])
+def test_allocate_says_what_is_wrong_with_n_in_the_call_made(backend, n, message):
+    """Regression: n=-1 said 'needs an element count ... pass n=' though n was passed, and n=2**40
+    blamed `empty(n=...)`, a call the user never made."""
+    with pytest.raises(vn.DispatchError, match=message):
+        backend.allocate(affine(), "y", n)
+    static = ir.Program([ir.BufferDecl.read("x", 0, "u32", 4), ir.BufferDecl.output("y", 1, "u32", 4)], 4, [])
+    with pytest.raises(vn.DispatchError, match=r"allocate\('x', n=2\) is smaller than the declared 4"):
+        backend.allocate(static, "x", 2)
+    assert backend.download(backend.allocate(static, "x")).tolist() == [0] * 4
+    with pytest.raises(vn.DispatchError, match=r"allocate\('y'\) needs an element count.*Fix: pass n="):
+        backend.allocate(affine(), "y")
+
+
 def test_resident_errors(backend):
     dx = backend.upload(np.arange(10, dtype=np.uint32))
     dy = backend.allocate(affine(), "y", 10)

@@ -264,6 +264,18 @@ def test_reference_telemetry_reports_the_documented_keys():
     assert set(b.telemetry()) == set(TELEMETRY_KEYS)
 
 
+def test_an_unknown_telemetry_counter_is_a_vyre_error_and_still_a_missing_key():
+    """Regression: telemetry()['dispatch'] raised a bare KeyError."""
+    from vyre_numba.errors import UnknownNameError
+
+    t = ReferenceBackend().telemetry()
+    with pytest.raises(UnknownNameError, match=r"no counter 'dispatch' \(did you mean 'dispatches'\?\).*Fix: "):
+        t["dispatch"]
+    with pytest.raises(KeyError):
+        t["dispatches[never]"]
+    assert "dispatch" not in t and t.get("dispatches[never]", 0) == 0 and t["dispatches"] == 0
+
+
 def test_telemetry_to_frame_needs_pandas(monkeypatch):
     monkeypatch.setitem(sys.modules, "pandas", None)
     with pytest.raises(UnsupportedError, match=r"pandas.*Fix: pip install pandas"):

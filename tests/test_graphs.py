@@ -301,6 +301,19 @@ def test_a_recordings_buffers_cannot_be_replaced_only_written(backend):
         assert len(s.buffers) == 1 and s.buffers[0][0] is buf
 
 
+def test_an_unknown_or_closed_recordings_buffer_is_a_vyre_error_naming_the_buffers(backend):
+    """Regression: g.buffers['X'] and any name after close() raised a bare KeyError."""
+    from vyre_numba.errors import UnknownBufferError
+
+    g = backend.record_graph(affine(), [np.arange(10, dtype=np.uint32)])
+    with pytest.raises(UnknownBufferError, match=r"no buffer 'X'; its buffers are \['x', 'y'\]\. Fix: "):
+        g.buffers["X"]
+    assert "X" not in g.buffers and g.buffers.get("X") is None and "x" in g.buffers  # still a mapping
+    g.close()
+    with pytest.raises(KeyError, match="no buffer 'x'; it holds none: it is closed.*Fix: record again"):
+        g.buffers["x"]
+
+
 def test_telemetry_counts_recordings_and_replays(backend):
     backend.reset_telemetry()
     with backend.record_graph(affine(), [np.zeros(10, np.uint32)]) as g:

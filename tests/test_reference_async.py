@@ -80,6 +80,16 @@ def test_mistakes_in_the_arguments_raise_at_the_call():
     assert_fix(str(e.value))
 
 
+@pytest.mark.parametrize("timeout", [float("inf"), 1e300, 2**64, 10**19, np.float64("inf"), 10**400])
+def test_an_endless_or_huge_timeout_waits_without_a_limit(timeout):
+    """Regression: wait(inf), wait(1e300) and wait(2**64) raised OverflowError from threading."""
+    pending = ReferenceBackend().dispatch_async(spin(5), [np.zeros(4, np.uint32)])
+    assert pending.wait(timeout) is True and pending.done()
+    for bad in (-1, float("nan"), True, "1"):
+        with pytest.raises(DispatchError, match="timeout.*Fix: "):
+            pending.wait(bad)
+
+
 def test_failures_while_running_come_out_of_result():
     p = ir.Program([B.output("out", 0, "u32", 64)], 32, [
         ir.if_(ir.lid(0) < 3, [ir.barrier()]), ir.store("out", ir.gid(0), 1)])

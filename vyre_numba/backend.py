@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import abc
 import itertools
+import numbers
 import threading
 import time
 from collections import Counter
@@ -13,7 +14,7 @@ import numpy as np
 
 from . import display
 from .config import DispatchConfig
-from .errors import DispatchError, UnsupportedError, VyreError, flag, shown
+from .errors import DispatchError, UnknownNameError, UnsupportedError, VyreError, flag, shown
 from .ir import DataType, Program
 from .lru import LRUCache
 
@@ -38,6 +39,7 @@ TELEMETRY_KEYS = (
     "timed_dispatches", "timed_ns", "ptx_cache_hits", "ptx_cache_misses", "module_cache_hits",
     "module_cache_misses", "disk_cache_hits", "disk_cache_misses", "fusion_plan_hits", "fusion_plan_misses",
     "workgroups_tuned", "megakernel_plan_hits", "megakernel_plan_misses", "megakernel_runs", "megakernel_fallbacks")
+MAX_REPEAT = 2**32  # dispatch_repeated's most repetitions: hours of back-to-back launches at the least
 REFERENCE_COOPERATIVE_WORKGROUPS = 8  # the persistent grid of a megakernel on the reference backend
 FUSION_PLANS = 256  # fusion plans a backend keeps (programs and group structure; never the buffers)
 
@@ -52,6 +54,15 @@ class Telemetry(dict):
         for k, v in list(self.items()):
             if k.endswith("_ns"):
                 self[k] = display.Duration(v)
+
+    def __missing__(self, key):
+        import difflib
+
+        close = difflib.get_close_matches(str(key), list(self), n=1) if isinstance(key, str) else []
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UnknownNameError(f"telemetry has no counter {shown(key, 60)}{hint}. Fix: use one of TELEMETRY_KEYS or "
+                               "'dispatches[<label>]' for a label dispatched since the last reset; "
+                               "telemetry().get(name, 0) reads a counter that may be absent.")
 
     def to_frame(self):
         """The counters as a pandas DataFrame (index: counter, column: value)."""
@@ -110,6 +121,17 @@ class Pending(abc.ABC):
         return False
 
 
+def wait_seconds(timeout) -> float | None:
+    """`Pending.wait`'s timeout as seconds to wait, or None for no limit (None, inf, or longer than a
+    thread can be told to wait, threading.TIMEOUT_MAX: days); anything else is a DispatchError."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, (bool, np.bool_)) or not isinstance(timeout, numbers.Real) or not timeout >= 0:
+        raise DispatchError(f"wait(timeout={shown(timeout)}): the timeout is not a non-negative number of seconds. "
+                            "Fix: pass seconds as an int or float, or None to wait until done.")
+    return None if timeout >= threading.TIMEOUT_MAX else float(timeout)
+
+
 class Completed(Pending):
     """A dispatch that finished when it was issued (what `Backend.dispatch_async` returns by default)."""
 
@@ -120,6 +142,7 @@ class Completed(Pending):
         return True
 
     def wait(self, timeout: float | None = None) -> bool:
+        wait_seconds(timeout)
         return True
 
     def result(self) -> list[np.ndarray]:
@@ -219,14 +242,15 @@ class Backend(abc.ABC):
         if decl.is_shared:
             raise DispatchError(f"{shown(name)} is a workgroup buffer; it lives in shared memory during a launch. "
                                 "Fix: allocate only bound (non-workgroup) buffers.")
-        count = decl.count if n is None else n
-        if not isinstance(count, (int, np.integer)) or count < 0 or (n is None and not decl.count):
+        if n is None and not decl.count:
             raise DispatchError(f"allocate({shown(name)}) needs an element count: the buffer is declared with "
-                                f"count={decl.count}. Fix: pass n=number of elements.")
+                                f"count=0 (sized at dispatch). Fix: pass n=number of elements.")
+        count, storage = check_empty(decl.count if n is None else n, decl.dtype.storage,
+                                     f"allocate({shown(name)}{'' if n is None else f', n={int(n)}'})")
         if decl.count and count < decl.count:
-            raise DispatchError(f"allocate({shown(name)}, {count}) is smaller than the declared {decl.count} elements. "
-                                f"Fix: allocate at least {decl.count}.")
-        return self.empty(int(count), decl.dtype.storage)
+            raise DispatchError(f"allocate({shown(name)}, n={count}) is smaller than the declared {decl.count} "
+                                f"elements. Fix: allocate at least {decl.count}.")
+        return self.empty(count, storage)
 
     def dispatch_async(self, program: Program, inputs: Sequence | Mapping | None = None,
                        config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None
@@ -369,14 +393,20 @@ class Backend(abc.ABC):
 
     def dispatch_repeated(self, prefix: Iterable[Step | tuple], body: Iterable[Step | tuple], repeat: int,
                           read: Iterable[Read] = (), *, progress: bool | None = None) -> list[np.ndarray]:
-        """`prefix` once, then `body` `repeat` times, then the reads. The steps are generated one
-        at a time, so `repeat` costs no memory. `progress` as in `dispatch_sequence`."""
+        """`prefix` once, then `body` `repeat` times (at most `MAX_REPEAT`, 2**32), then the reads.
+        The steps are generated one at a time, so `repeat` costs no memory. `progress` as in
+        `dispatch_sequence`."""
         if isinstance(repeat, (bool, np.bool_)) or not isinstance(repeat, (int, np.integer)) or repeat < 0:
             raise DispatchError(f"repeat={shown(repeat)} is not a non-negative int. Fix: pass 0 or more "
                                 "(a Python or NumPy integer).")
+        if repeat > MAX_REPEAT:
+            raise DispatchError(f"repeat={shown(repeat)} is more than MAX_REPEAT = 2**32 repetitions (hours of "
+                                "launches at the least). Fix: repeat at most 2**32 times per call; for work until a "
+                                "condition holds, use backend.megakernel(..., until=...) or vyre_numba.fixpoint.")
         body = [as_step(s) for s in _iterable(body, "body")]
+        repeat = int(repeat) if body else 0  # an empty body repeated is nothing, however often
         steps: Iterator = itertools.chain(_iterable(prefix, "prefix"),
-                                          itertools.chain.from_iterable(itertools.repeat(body, int(repeat))))
+                                          itertools.chain.from_iterable(itertools.repeat(body, repeat)))
         first = _length(prefix)
         total = None if first is None else first + len(body) * int(repeat)
         return self._sequence(steps, read, progress, total)
@@ -579,18 +609,23 @@ def resolve_backend(backend: "Backend | str | None" = None) -> Backend:
 STORAGE_DTYPES = frozenset(d.storage for d in DataType)
 
 
-def check_empty(n, dtype, what: str = "empty") -> tuple[int, np.dtype]:
+def check_empty(n, dtype, call: str | None = None) -> tuple[int, np.dtype]:
     """(n, dtype) of a new resident buffer, checked: a whole number of elements below 2**32 and
-    the storage dtype of a vyre type."""
-    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or not 0 <= n < 2**32:
-        raise DispatchError(f"{what}(n={shown(n, 60)}): n is not a number of elements from 0 to 2**32 - 1. "
-                            "Fix: pass a whole number of elements (lengths are u32).")
+    the storage dtype of a vyre type. `call` names the call in messages (default `empty(n=...)`)."""
+    call = call or f"empty(n={shown(n, 60)})"
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+        raise DispatchError(f"{call}: n is not an int. Fix: pass a whole number of elements (lengths are u32).")
+    if n < 0:
+        raise DispatchError(f"{call}: n is negative. Fix: pass a number of elements from 0 to 2**32 - 1.")
+    if n >= 2**32:
+        raise DispatchError(f"{call}: {int(n)} elements is 2**32 or more; lengths and indices are u32. Fix: split the "
+                            "data into buffers of fewer than 2**32 elements.")
     try:
         dt = np.dtype(dtype)
     except (TypeError, ValueError):
         dt = None
     if dt is None or dt not in STORAGE_DTYPES:
-        raise DispatchError(f"{what}: {shown(dtype, 60)} is not the storage dtype of a vyre type. Fix: pass one of "
+        raise DispatchError(f"{call}: {shown(dtype, 60)} is not the storage dtype of a vyre type. Fix: pass one of "
                             f"{sorted({str(d) for d in STORAGE_DTYPES})}.")
     return int(n), dt
 

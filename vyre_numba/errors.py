@@ -26,6 +26,14 @@ class UnknownBufferError(IRValidationError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class UnknownNameError(VyreError, KeyError):
+    """A name a read-only mapping does not hold, such as a telemetry counter (also a KeyError, so
+    `in` and `.get` read it as a missing key)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
 class BackendUnavailableError(VyreError):
     """The requested backend cannot run on this machine."""
 

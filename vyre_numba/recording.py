@@ -15,7 +15,7 @@ import numpy as np
 from . import display
 from .bindings import Binding, bind, check_config
 from .config import DispatchConfig
-from .errors import IN_HOST_MEMORY, DispatchError, VyreError, flag, host_memory
+from .errors import IN_HOST_MEMORY, DispatchError, UnknownBufferError, VyreError, flag, host_memory, shown
 from .ir import Program
 from .owned import Unshared
 
@@ -270,7 +270,17 @@ class Frozen(MappingABC):
         self._items = dict(items)
 
     def __getitem__(self, name):
-        return self._items[name]
+        try:
+            return self._items[name]
+        except (KeyError, TypeError):  # TypeError: an unhashable name
+            pass
+        if self._items:
+            names = f"its buffers are {sorted(self._items)}"
+            fix = f"use one of those names (g.buffers[{next(iter(self._items))!r}])"
+        else:
+            names = "it holds none: it is closed, or its program binds no buffers"
+            fix = "record again (backend.record_graph / record_sequence) to have buffers to read"
+        raise UnknownBufferError(f"the recording has no buffer {shown(name, 60)}; {names}. Fix: {fix}.")
 
     def __iter__(self):
         return iter(self._items)

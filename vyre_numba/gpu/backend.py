@@ -12,7 +12,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from .. import checked, profiling
-from ..backend import Backend, Pending, Telemetry, check_each, check_empty, check_span, check_upload, check_write
+from ..backend import (Backend, Pending, Telemetry, check_each, check_empty, check_span, check_upload, check_write,
+                       wait_seconds)
 from ..bindings import Binding, bind, check_config
 from ..config import DispatchConfig
 from ..display import Duration
@@ -744,6 +745,7 @@ class CudaPending(Pending):
         return err != self.backend._drv.CUresult.CUDA_ERROR_NOT_READY  # an error: done, result() says what
 
     def wait(self, timeout: float | None = None) -> bool:
+        timeout = wait_seconds(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = 1e-5
         while not self.done():

@@ -3,7 +3,6 @@ the CPU fallback. See docs/semantics.md for what it computes and interpreter.py 
 from __future__ import annotations
 
 import collections
-import numbers
 import os
 import threading
 from typing import Callable, Mapping, Sequence
@@ -11,10 +10,10 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from .. import checked
-from ..backend import Backend, Pending, check_empty, check_span, check_upload, check_write
+from ..backend import Backend, Pending, check_empty, check_span, check_upload, check_write, wait_seconds
 from ..bindings import Binding, bind
 from ..config import DispatchConfig
-from ..errors import IN_HOST_MEMORY, DispatchError, HostMemoryError, host_memory, shown
+from ..errors import IN_HOST_MEMORY, DispatchError, HostMemoryError, host_memory
 from ..ir import Program
 from ..ir.program import Role
 from . import interpreter
@@ -164,11 +163,7 @@ class ReferencePending(Pending):
         return self._event.is_set()
 
     def wait(self, timeout: float | None = None) -> bool:
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)
-                                    or not timeout >= 0):
-            raise DispatchError(f"wait(timeout={shown(timeout)}): the timeout is not a non-negative number of seconds. "
-                                "Fix: pass seconds as an int or float, or None to wait until done.")
-        return self._event.wait(None if timeout is None else float(timeout))
+        return self._event.wait(wait_seconds(timeout))
 
     def result(self) -> list[np.ndarray]:
         self._event.wait()

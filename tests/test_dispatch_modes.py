@@ -797,3 +797,20 @@ def test_write_puts_host_values_into_a_resident_buffer_in_order_with_the_work(ba
     if backend.name == "reference":
         with pytest.raises(DispatchError, match="MaskedArray is not a reference-backend buffer.*Fix:"):
             backend.write(np.ma.array(np.arange(3, dtype=np.int32), mask=[0, 1, 0]), [1])
+
+
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.matrix's own
+@pytest.mark.parametrize("make", [lambda a: np.ma.array(a, mask=[True, False, False]), lambda a: np.ma.array(a),
+                                  lambda a: np.asmatrix(a)])
+def test_a_resident_dispatch_refuses_what_write_refuses_as_a_buffer(make):
+    """Regression: dispatch_resident on a masked array computed on the hidden values and dropped the mask."""
+    from vyre_numba.reference import ReferenceBackend
+
+    backend = ReferenceBackend()
+    x = make(np.array([1000, 2, 3], np.uint32))
+    y = np.zeros(3, np.uint32)
+    for call in (lambda: backend.dispatch_resident(affine(), [x, y]), lambda: backend.write(x, [1]),
+                 lambda: backend.dispatch_sequence([(affine(), [x, y])])):
+        with pytest.raises(DispatchError, match=f"{type(x).__name__} is not a reference-backend buffer.*Fix: "):
+            call()
+    assert y.tolist() == [0, 0, 0] and np.asarray(x).tolist() in ([1000, 2, 3], [[1000, 2, 3]])

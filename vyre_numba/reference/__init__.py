@@ -18,6 +18,7 @@ from ..ir import Program
 from ..ir.program import Role
 from . import interpreter
 from .interpreter import MAX_INVOCATIONS, Budget, execute, plan, prepare
+from .resident import check_buffer
 
 __all__ = ["ReferenceBackend", "ReferencePending", "execute", "run", "plan", "MAX_INVOCATIONS"]
 
@@ -115,9 +116,7 @@ class ReferenceBackend(Backend):
 
     @host_memory("write", IN_HOST_MEMORY)
     def write(self, buffer, values, offset: int = 0) -> None:
-        if type(buffer) is not np.ndarray:  # a matrix, a masked array (whose mask would be lost), ...
-            raise DispatchError(f"write: a {type(buffer).__name__} is not a reference-backend buffer. Fix: pass an "
-                                "array made by upload / empty / allocate of this backend.")
+        check_buffer(buffer, "write")
         if not buffer.flags.c_contiguous or not buffer.flags.writeable:
             raise DispatchError("write: the buffer is a non-contiguous or read-only view. Fix: write into a buffer "
                                 "made by upload / empty / allocate (or a contiguous slice of one).")

@@ -33,6 +33,18 @@ def dispatch_resident(program: Program, buffers: Sequence | Mapping, config: Dis
         raise
 
 
+def check_buffer(buf, what: str) -> None:
+    """Refuse `buf` (`what` in the message) unless it is a reference-backend buffer: a NumPy array
+    itself, not a subclass whose meaning a kernel would lose (a masked array's mask, a matrix's shape)."""
+    if type(buf) is np.ndarray:
+        return
+    how = ("backend.upload(x.filled(value)), with the value the program should see where x is masked"
+           if isinstance(buf, np.ma.MaskedArray) else "backend.upload(np.asarray(m).ravel())"
+           if isinstance(buf, np.matrix) else "backend.upload(x) or backend.allocate / empty")
+    raise DispatchError(f"{what}: a {type(buf).__name__} is not a reference-backend buffer (a NumPy array made "
+                        f"by upload / empty / allocate of this backend). Fix: make one with {how}.")
+
+
 def check_step(program: Program, buffers: Sequence | Mapping, config: DispatchConfig | None = None, *,
                memory: int | None = None, work: int | None = None) -> None:
     """What `dispatch_resident` would refuse of this step, refused now; nothing runs."""
@@ -47,10 +59,7 @@ def _checked(program: Program, buffers, config, memory, work) -> tuple:
     where = f"dispatch_resident of {program.name!r}"
     arrays: dict[str, np.ndarray] = {}
     for decl, buf in zip(program.bound_buffers, check_resident(program, buffers)):
-        if not isinstance(buf, np.ndarray) or isinstance(buf, np.matrix):
-            raise DispatchError(f"{where}: {decl.name!r} is a {type(buf).__name__}; the reference backend's resident "
-                                "buffers are NumPy arrays. Fix: create it with backend.upload(x) or backend.allocate "
-                                "(for a np.matrix, backend.upload(np.asarray(m).ravel())).")
+        check_buffer(buf, f"{where}: {decl.name!r}")
         if buf.dtype != decl.dtype.storage:
             raise DispatchError(f"{where}: {decl.name!r} is declared {decl.dtype} but the array holds {buf.dtype}. "
                                 f"Fix: allocate it with dtype {decl.dtype.storage}.")

@@ -182,7 +182,10 @@ def test_duration_stays_an_int():
     (lambda: Duration(10**400), r"finite"), (lambda: Duration.from_seconds(float("inf")), r"finite"),
     (lambda: Duration.from_seconds(10**400), r"finite"), (lambda: Duration("5"), r"not a str"),
     (lambda: Duration(None), r"not a NoneType"), (lambda: Duration.from_seconds("5"), r"not a str"),
-    (lambda: Duration([1]), r"not a list")])
+    (lambda: Duration([1]), r"not a list"), (lambda: Duration(True), r"Duration\(True\).*not a bool"),
+    (lambda: Duration(np.bool_(False)), r"not a bool"), (lambda: Duration.from_seconds(True), r"not a bool"),
+    (lambda: display.format_ns(float("nan")), r"finite"), (lambda: display.format_ns(10**400), r"finite"),
+    (lambda: display.format_ns("5"), r"not a str"), (lambda: display.time_text(5, "ms"), r"unit 'ms' is not")])
 def test_a_duration_of_what_is_not_a_finite_number_is_refused_with_a_fix(call, why):
     with pytest.raises(DispatchError, match=why + r".*Fix: .+"):
         call()
@@ -193,6 +196,18 @@ def test_a_duration_of_what_is_not_a_finite_number_is_refused_with_a_fix(call, w
     ("seconds", 1e300, "1e+300 s"), ("phase_ns", {"a": float("nan"), "b": 5}, "{a: nan ns, b: 5 ns}")])
 def test_reprs_show_nan_and_infinite_times_as_they_are(name, v, text):
     assert display.value_text(name, v) == text  # a display shows what was measured rather than fail
+
+
+def test_time_helpers_read_each_unit_as_what_it_is():
+    """Regression: time_text(5, "ms") read 5 ms as 5 seconds; format_ns(nan) gave 'nan s'."""
+    assert display.time_text(5) == "5 ns" and display.time_text(5, "s") == "5.00 s"
+    assert display.format_ns(41_300) == "41.3 us" == str(Duration(41_300))
+
+
+def test_highlighted_takes_any_line_limit():
+    """Regression: limit=10**30 passed the check, then str.split raised OverflowError."""
+    assert "more lines" not in display.highlighted("a\nb", "text", limit=10**30)
+    assert "(1 more lines)" in display.highlighted("a\nb", "text", limit=1)
 
 
 def test_record_html_shows_a_nan_phase():

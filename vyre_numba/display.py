@@ -118,7 +118,7 @@ def highlighted(text: str, language: str, *, limit: int = MAX_LINES) -> Html:
         raise DispatchError(f"highlighted({type(text).__name__}, {shown(language)}): the text and the language name "
                             "must be str. Fix: pass str(text) and a Pygments language name such as 'python'.")
     limit = _count(limit, "limit", "highlighted", least=1)
-    lines = text.split("\n", limit)
+    lines = text.split("\n", min(limit, len(text)))  # a text has at most len(text) breaks; str.split takes a C size
     rest = 0
     if len(lines) > limit:
         rest = lines.pop().count("\n") + 1
@@ -150,7 +150,12 @@ def head(text: str, lines: int) -> str:
 
 
 def format_ns(ns: int) -> str:
-    """A nanosecond count for people: `812 ns`, `41.3 us`, `2.75 ms`, `1.20 s`."""
+    """A nanosecond count for people: `812 ns`, `41.3 us`, `2.75 ms`, `1.20 s` (as a `Duration`
+    reads; what no Duration holds, such as NaN, is refused as Duration refuses it)."""
+    return str(Duration(ns))
+
+
+def _text(ns: int) -> str:
     if -1000 < ns < 1000:
         return f"{ns} ns"
     for scale, unit in ((1e3, "us"), (1e6, "ms"), (1e9, "s")):
@@ -169,6 +174,7 @@ class Duration(int):
     __slots__ = ()
 
     def __new__(cls, ns: int | float = 0) -> "Duration":
+        _no_bool(ns, "Duration")
         try:
             d = super().__new__(cls, round(ns))
         except TypeError:
@@ -184,6 +190,7 @@ class Duration(int):
     @classmethod
     def from_seconds(cls, seconds: float) -> "Duration":
         """`seconds` as a Duration."""
+        _no_bool(seconds, "Duration.from_seconds")
         try:
             ns = seconds * 10**9 if isinstance(seconds, int) else seconds * 1e9
         except TypeError:
@@ -196,12 +203,18 @@ class Duration(int):
         return int(self) / 1e9
 
     def __repr__(self) -> str:
-        return format_ns(int(self))
+        return _text(int(self))
 
     __str__ = __repr__
 
     def __reduce__(self):
         return Duration, (int(self),)
+
+
+def _no_bool(x: Any, what: str) -> None:
+    if isinstance(x, bool) or type(x).__name__ == "bool_":  # NumPy's bool, without importing NumPy here
+        raise DispatchError(f"{what}({x}): a time is a number, not a bool. Fix: pass an int or float (nanoseconds; "
+                            "Duration.from_seconds for seconds).")
 
 
 def duration(ns: int | None) -> Duration | None:
@@ -247,6 +260,9 @@ def array_text(a: Any, items: int = 6) -> str:
 def time_text(t: Any, unit: str = "ns") -> str:
     """A time in `unit` ("ns" or "s") as a Duration reads; a NaN or infinite one as `nan ns`, `inf s`
     (a display shows what was measured rather than fail)."""
+    if unit not in ("ns", "s"):
+        raise DispatchError(f"time_text: unit {shown(unit)} is not 'ns' or 's'. Fix: pass the time in nanoseconds "
+                            "(unit='ns') or seconds (unit='s').")
     try:
         return str(Duration(t) if unit == "ns" else Duration.from_seconds(t))
     except DispatchError:

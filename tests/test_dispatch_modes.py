@@ -810,7 +810,7 @@ def test_a_resident_dispatch_refuses_what_write_refuses_as_a_buffer(make):
     x = make(np.array([1000, 2, 3], np.uint32))
     y = np.zeros(3, np.uint32)
     for call in (lambda: backend.dispatch_resident(affine(), [x, y]), lambda: backend.write(x, [1]),
-                 lambda: backend.dispatch_sequence([(affine(), [x, y])])):
+                 lambda: backend.dispatch_sequence([(affine(), [x, y])]), lambda: backend.download(x)):
         with pytest.raises(DispatchError, match=f"{type(x).__name__} is not a reference-backend buffer.*Fix: "):
             call()
     assert y.tolist() == [0, 0, 0] and np.asarray(x).tolist() in ([1000, 2, 3], [[1000, 2, 3]])

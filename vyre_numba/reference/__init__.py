@@ -126,9 +126,7 @@ class ReferenceBackend(Backend):
 
     @host_memory("download", IN_HOST_MEMORY)
     def download(self, buffer, offset: int = 0, count: int | None = None) -> np.ndarray:
-        if not isinstance(buffer, np.ndarray):
-            raise DispatchError(f"download: a {type(buffer).__name__} is not a reference-backend buffer. "
-                                "Fix: pass an array made by upload / empty / allocate of this backend.")
+        check_buffer(buffer, "download")
         flat = buffer.reshape(-1)
         offset, count = check_span(offset, count, flat.size)
         return flat[offset:offset + count].copy()

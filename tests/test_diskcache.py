@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from vyre_numba import VyreError
+from vyre_numba.errors import SettingError
 from vyre_numba.gpu import diskcache
 from vyre_numba.gpu.diskcache import MAGIC, DiskCache
 
@@ -78,7 +78,7 @@ def test_switch_from_environment(monkeypatch, value, on):
 @pytest.mark.parametrize("value", ["2", "disable", "maybe", "yes please", "-1", "none", "nope"])
 def test_unknown_switch_value_is_an_error_not_ignored(monkeypatch, value):
     monkeypatch.setenv("VYRE_NUMBA_CACHE", value)
-    with pytest.raises(VyreError) as info:
+    with pytest.raises(SettingError) as info:  # a subclass, never the base class itself
         diskcache.enabled()
     msg = str(info.value)
     assert "VYRE_NUMBA_CACHE" in msg and repr(value) in msg

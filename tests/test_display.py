@@ -184,6 +184,8 @@ def test_duration_stays_an_int():
     (lambda: Duration(None), r"not a NoneType"), (lambda: Duration.from_seconds("5"), r"not a str"),
     (lambda: Duration([1]), r"not a list"), (lambda: Duration(True), r"Duration\(True\).*not a bool"),
     (lambda: Duration(np.bool_(False)), r"not a bool"), (lambda: Duration.from_seconds(True), r"not a bool"),
+    (lambda: Duration.from_seconds(np.True_), r"not a bool"), (lambda: display.time_text(True), r"not a bool"),
+    (lambda: display.time_text(np.True_, "s"), r"not a bool"), (lambda: display.format_ns(np.False_), r"not a bool"),
     (lambda: display.format_ns(float("nan")), r"finite"), (lambda: display.format_ns(10**400), r"finite"),
     (lambda: display.format_ns("5"), r"not a str"), (lambda: display.time_text(5, "ms"), r"unit 'ms' is not")])
 def test_a_duration_of_what_is_not_a_finite_number_is_refused_with_a_fix(call, why):
@@ -422,6 +424,25 @@ def test_all_lists_only_the_api():
         assert dir(module) == sorted(module.__all__)
     assert "drive" not in ir.__all__ and "Program" in ir.__all__ and "importlib" not in dir(ptx)
     assert {"emit", "assemble", "abi", "PTX"} <= set(ptx.__all__)
+
+
+def test_no_error_is_the_base_class_and_no_bool_is_found_by_its_type_name():
+    """The package raises VyreError's subclasses only (`except DispatchError` and the like catch
+    each); NumPy 2's bool is named `bool`, so a check by the name `bool_` misses it."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(vn.__file__).parent
+    bare, by_name = [], []
+    for path in root.rglob("*.py"):
+        text = path.read_text()
+        if "bool_\"" in text or "bool_'" in text:
+            by_name.append(str(path))
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and \
+                    getattr(node.exc.func, "id", getattr(node.exc.func, "attr", None)) == "VyreError":
+                bare.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert not bare and not by_name, (bare, by_name)
 
 
 def test_display_helpers_escape_everything():

@@ -72,10 +72,12 @@ def test_the_environment_is_read_in_any_case(monkeypatch, value, automatic):
 
 
 def test_an_environment_value_that_is_not_a_setting_is_refused(monkeypatch):
-    from vyre_numba.errors import VyreError
+    """Regression: the error was the VyreError base class itself, which no except clause but the
+    broadest names."""
+    from vyre_numba.errors import SettingError
 
     monkeypatch.setenv(progress.ENV, "garbage")
-    with pytest.raises(VyreError, match="VYRE_NUMBA_PROGRESS='garbage' is not a setting.*Fix:"):
+    with pytest.raises(SettingError, match="VYRE_NUMBA_PROGRESS='garbage' is not a setting.*Fix:"):
         progress.bar(None, desc="x", unit="round")
     assert progress.bar(False, desc="x", unit="round") is None  # an explicit choice needs no setting
 

@@ -10,7 +10,7 @@ import pytest
 
 import vyre_numba as vn
 from vyre_numba import ir
-from vyre_numba.errors import CompileError, UnsupportedError, VyreError
+from vyre_numba.errors import CompileError, TemplateError, UnsupportedError, VyreError
 from vyre_numba import ptx
 from vyre_numba.ir import DataType as D
 
@@ -345,11 +345,11 @@ def test_every_template_loads_and_assembles(name):
 
 
 def test_template_parameter_errors():
-    with pytest.raises(VyreError, match="missing entry.*Fix:"):
+    with pytest.raises(TemplateError, match="missing entry.*Fix:"):
         ptx.templates.load("fill_u32", version="7.0", target="sm_80")
-    with pytest.raises(VyreError, match="unknown bogus.*Fix:"):
+    with pytest.raises(TemplateError, match="unknown bogus.*Fix:"):
         ptx.templates.load("fill_u32", version="7.0", target="sm_80", entry="k", bogus=1)
-    with pytest.raises(VyreError, match="Fix:"):
+    with pytest.raises(TemplateError, match="Fix:"):
         ptx.templates.load("no_such_template")
 
 

@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import itertools
 import numbers
 import operator
 from typing import Any, Iterable
+
+import numpy as np
 
 from .errors import DispatchError, shown
 
 MAX_ROWS = 300  # table rows shown before the rest is summarised in a note
 MAX_LINES = 1_000  # lines of code highlighted before the rest is summarised in a note
+COUNTED = 10_000  # rows of a lazy table counted past its limit for the note, before it says only "more"
 STYLE = "border-collapse:collapse;font-family:monospace;font-size:90%"
 CELL = "text-align:left;vertical-align:top"
 
@@ -212,7 +216,7 @@ class Duration(int):
 
 
 def _no_bool(x: Any, what: str) -> None:
-    if isinstance(x, bool) or type(x).__name__ == "bool_":  # NumPy's bool, without importing NumPy here
+    if isinstance(x, (bool, np.bool_)):
         raise DispatchError(f"{what}({x}): a time is a number, not a bool. Fix: pass an int or float (nanoseconds; "
                             "Duration.from_seconds for seconds).")
 
@@ -266,7 +270,7 @@ def time_text(t: Any, unit: str = "ns") -> str:
     try:
         return str(Duration(t) if unit == "ns" else Duration.from_seconds(t))
     except DispatchError:
-        if isinstance(t, numbers.Real):
+        if isinstance(t, numbers.Real) and not isinstance(t, (bool, np.bool_)):
             return f"{t} {unit}"
         raise
 

@@ -38,6 +38,16 @@ class BackendUnavailableError(VyreError):
     """The requested backend cannot run on this machine."""
 
 
+class SettingError(VyreError):
+    """An environment variable vyre-numba reads (VYRE_NUMBA_PROGRESS, VYRE_NUMBA_CACHE) holds a
+    value it does not recognise."""
+
+
+class TemplateError(VyreError):
+    """A hand-written PTX template (`ptx.templates`) is missing, its header does not declare its
+    parameters, or it is loaded with other parameters than its header declares."""
+
+
 def flag(value, name: str, fix: str) -> bool:
     """`value` as a bool where it is one (Python's or NumPy's); anything else, such as the string
     "no" that `if` would read as True, is a DispatchError saying `name` and ending in `Fix: fix`."""

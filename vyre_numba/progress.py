@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from .errors import DispatchError, VyreError, shown
+from .errors import DispatchError, SettingError, shown
 
 DELAY_S = 1.0
 ENV = "VYRE_NUMBA_PROGRESS"
@@ -24,7 +24,7 @@ def _automatic() -> bool:
     """Whether $VYRE_NUMBA_PROGRESS leaves the automatic bars on (any case; unknown values refused)."""
     value = os.environ.get(ENV, "").strip().lower()
     if value not in _OFF + _ON:
-        raise VyreError(f"${ENV}={shown(os.environ.get(ENV))} is not a setting. Fix: set it to 0 (no automatic "
+        raise SettingError(f"${ENV}={shown(os.environ.get(ENV))} is not a setting. Fix: set it to 0 (no automatic "
                         "progress bars) or 1 (bars once work has run a second), or unset it.")
     return value in _ON
 

@@ -9,7 +9,7 @@ entries (by last use) go first.
     VYRE_NUMBA_CACHE_DIR   where entries live (default: ~/.cache/vyre-numba)
     VYRE_NUMBA_CACHE       0/off/false/no/disabled switch the disk cache off; 1/on/true/yes/enabled
                            or unset (or empty) leave it on; case and surrounding blanks are
-                           ignored; any other value raises VyreError
+                           ignored; any other value raises SettingError
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import threading
 from functools import lru_cache
 from pathlib import Path
 
-from ..errors import VyreError, shown
+from ..errors import SettingError, shown
 
 MAGIC = b"VYRECUB1"
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
@@ -31,7 +31,7 @@ _ON = ("1", "on", "true", "yes", "enabled")
 
 
 def enabled() -> bool:
-    """Whether the disk cache is on, from VYRE_NUMBA_CACHE; an unrecognised value raises VyreError."""
+    """Whether the disk cache is on, from VYRE_NUMBA_CACHE; an unrecognised value raises SettingError."""
     raw = os.environ.get("VYRE_NUMBA_CACHE")
     if raw is None:
         return True
@@ -40,7 +40,7 @@ def enabled() -> bool:
         return True
     if value in _OFF:
         return False
-    raise VyreError(f"VYRE_NUMBA_CACHE={shown(raw)} is not a recognised setting (on: {', '.join(_ON)}; "
+    raise SettingError(f"VYRE_NUMBA_CACHE={shown(raw)} is not a recognised setting (on: {', '.join(_ON)}; "
                     f"off: {', '.join(_OFF)}). Fix: set VYRE_NUMBA_CACHE to one of those, or unset it.")
 
 

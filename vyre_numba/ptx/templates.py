@@ -4,7 +4,7 @@
 Each template is a `.ptx` file that starts with a comment header; one header line reads
 `// params: a, b, c` and lists every `${name}` placeholder the body uses. `load(name, **params)`
 substitutes them (string.Template syntax; `$$` is a literal `$`) and returns the text without the
-header. Missing or unknown parameters raise `VyreError`.
+header. Missing or unknown parameters raise `TemplateError`.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import sysconfig
 from pathlib import Path
 
 from ..display import PTX
-from ..errors import VyreError, shown
+from ..errors import TemplateError, shown
 
 _PARAMS_LINE = re.compile(r"^//\s*params:\s*(.*)$")
 
@@ -44,7 +44,7 @@ def template_dir() -> Path:
         if d.is_dir() and any(d.glob("*.ptx")):
             return d
     tried = ", ".join(str(d) for d in _candidates())
-    raise VyreError(f"no PTX template folder found (looked in {tried}). "
+    raise TemplateError(f"no PTX template folder found (looked in {tried}). "
                     "Fix: reinstall vyre-numba (`pip install .`) so ptx_templates ships with it.")
 
 
@@ -57,7 +57,7 @@ def names() -> list[str]:
 def _read(name: str) -> tuple[tuple[str, ...], str]:
     path = template_dir() / f"{name}.ptx"
     if not path.is_file():
-        raise VyreError(f"no PTX template named {shown(name)} (available: {', '.join(names())}). "
+        raise TemplateError(f"no PTX template named {shown(name)} (available: {', '.join(names())}). "
                         f"Fix: use one of the available names or add ptx_templates/{name}.ptx.")
     lines = path.read_text().splitlines()
     header_end = 0
@@ -69,7 +69,7 @@ def _read(name: str) -> tuple[tuple[str, ...], str]:
         if m:
             declared = tuple(p.strip() for p in m.group(1).split(",") if p.strip())
     if declared is None:
-        raise VyreError(f"PTX template {shown(name)} has no `// params: ...` header line. "
+        raise TemplateError(f"PTX template {shown(name)} has no `// params: ...` header line. "
                         "Fix: list the template's ${...} placeholders in its comment header.")
     return declared, "\n".join(lines[header_end:]) + "\n"
 
@@ -90,10 +90,10 @@ def load(name: str, **params: object) -> PTX:
             parts.append(f"missing {', '.join(missing)}")
         if unknown:
             parts.append(f"unknown {', '.join(unknown)}")
-        raise VyreError(f"PTX template {shown(name)}: {'; '.join(parts)} parameter(s). "
+        raise TemplateError(f"PTX template {shown(name)}: {'; '.join(parts)} parameter(s). "
                         f"Fix: pass exactly {', '.join(declared)}.")
     try:
         return PTX(string.Template(body).substitute({k: str(v) for k, v in params.items()}))
     except (KeyError, ValueError) as e:
-        raise VyreError(f"PTX template {shown(name)} uses a placeholder its header does not declare ({e}). "
+        raise TemplateError(f"PTX template {shown(name)} uses a placeholder its header does not declare ({e}). "
                         "Fix: add it to the template's `// params:` line.") from e

@@ -337,6 +337,20 @@ def test_pending_shows_its_state():
     assert repr(Busy()) == "<Busy running>" and "running" in well_formed(Busy()._repr_html_())
 
 
+def test_a_pending_marks_where_its_repr_cuts_the_failure():
+    """Regression: the failure was cut at 200 characters mid-word with no mark."""
+    class Failed(Pending):
+        def __init__(self, message): self._error = DispatchError(message)
+        def done(self): return True
+        def wait(self, timeout=None): return True
+        def result(self): raise self._error
+
+    r = repr(Failed("word " * 100 + "Fix: do this."))
+    assert r.endswith("...>") and len(r) == len("<Failed failed: >") + 200
+    assert repr(Failed("short. Fix: x.")) == "<Failed failed: DispatchError: short. Fix: x.>"
+    assert repr(Failed("one\ntwo\nthree")) == "<Failed failed: DispatchError: one ... (2 more lines)>"
+
+
 def test_recorded_graph_shows_what_it_records():
     b = ReferenceBackend()
     g = b.record_graph(scale(), [np.ones(8, np.float32)])

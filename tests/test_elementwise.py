@@ -89,6 +89,16 @@ def test_programs_are_cached_per_signature_and_show_their_ptx():
     assert "scale(f32 a, f32 x) -> (f32 y)" in repr(k)
 
 
+def test_a_long_operation_shows_where_the_repr_cuts_it():
+    """Regression: the operation was cut at 80 characters with no mark, so a constant 12345 read
+    as 1234."""
+    op = "a * x" + " + x" * 17 + " + 12345"
+    r = repr(elementwise("f32 a, f32 x", "f32 out", op, name="k"))
+    shown_op = r.split("): ", 1)[1][:-1]
+    assert len(shown_op) == 80 and shown_op.endswith("...") and op.startswith(shown_op[:-3])
+    assert repr(elementwise("f32 a, f32 x", "f32 out", "a * x", name="k")).endswith(": a * x>")
+
+
 def test_scalars_broadcast_in_every_form(rng):
     k = elementwise("f32 a, f32 x", "f32 y", "a * x")
     x = f32(rng, 300)

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import display
 from .config import DispatchConfig
-from .errors import DispatchError, UnknownNameError, UnsupportedError, VyreError, flag, shown
+from .errors import DispatchError, UnknownNameError, UnsupportedError, VyreError, clip, flag, shown
 from .ir import DataType, Program
 from .lru import LRUCache
 
@@ -96,7 +96,8 @@ class Pending(abc.ABC):
 
     def __repr__(self) -> str:
         state, detail = self._state()
-        return f"<{type(self).__name__} {state}{': ' + display.head(detail, 1)[:200] if detail else ''}>"
+        detail = clip(display.head(detail, 1).replace("\n", " "), 200)  # one line, with a note of any more
+        return f"<{type(self).__name__} {state}{': ' + detail if detail else ''}>"
 
     def _repr_html_(self) -> str:
         state, detail = self._state()

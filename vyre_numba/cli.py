@@ -31,7 +31,7 @@ import numpy as np
 
 from . import ir
 from .config import MAX_AXIS, DispatchConfig
-from .errors import VyreError, shown
+from .errors import VyreError, clip, shown
 from .registry import available_backends, get_backend, unavailable_reason
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -595,7 +595,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:
         if _debug():
             traceback.print_exc()
-        print(f"error: internal error, a bug in vyre-numba: {type(e).__name__}: {_one_line(e)[:500]}. "
+        print(f"error: internal error, a bug in vyre-numba: {type(e).__name__}: {clip(_one_line(e), 500)}. "
               f"Fix: please report it with the command line; run with {DEBUG_ENV}=1 for the traceback.",
               file=sys.stderr)
         return EXIT_FAILURE

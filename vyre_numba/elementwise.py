@@ -96,7 +96,7 @@ from . import ir
 from .backend import Backend
 from .bindings import as_host_array
 from .config import DispatchConfig
-from .errors import DispatchError, IRValidationError, VyreError, shown
+from .errors import DispatchError, IRValidationError, VyreError, clip, shown
 from .ir import DataType
 from .registry import get_backend
 
@@ -893,7 +893,7 @@ class Elementwise:
     def __repr__(self) -> str:
         op = self.operation if isinstance(self.operation, str) else getattr(self.operation, "__name__", "function")
         return (f"<elementwise {self.name}({_signature(self.inputs)}) -> ({_signature(self.outputs)}): "
-                f"{op!s:.80}>")
+                f"{clip(str(op), 80)}>")
 
 
 def _scalar_fix(v, dt: DataType) -> str:

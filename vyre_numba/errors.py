@@ -151,6 +151,12 @@ def shown(x, width: int = 80) -> str:
         text = _widths(width).repr(x)
     except Exception:  # a user's __repr__ that raises, or recurses without end
         text = f"<a {type(x).__name__}>"
+    return clip(text, width)
+
+
+def clip(text: str, width: int) -> str:
+    """`text` if it has at most `width` characters, else its start and "..." (`width` in all), so
+    a cut is never mistaken for the whole."""
     return text if len(text) <= width else text[:max(width - 3, 1)] + "..."
 
 

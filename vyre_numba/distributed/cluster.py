@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import BackendUnavailableError, DispatchError, converting, shown
+from ..errors import BackendUnavailableError, DispatchError, clip, converting, shown
 
 INSTALL = "Fix: pip install 'vyre-numba[dask]' (dask, distributed; dask-cuda for one worker per GPU)."
 
@@ -237,7 +237,7 @@ def placed(client, items: list, fallback: list, what: str) -> tuple[list, list]:
                                 "the call ends, and pass those.")
         if f.status == "error":
             e = f.exception()
-            raise DispatchError(f"computing {what} {i} raised {type(e).__name__}: {str(e)[:200]}. Fix: correct the "
+            raise DispatchError(f"computing {what} {i} raised {type(e).__name__}: {clip(str(e), 200)}. Fix: correct the "
                                 f"code that makes {what} {i} (its error is chained below).") from e
     who = client.who_has(futs)
     return futs, [(who.get(f.key) or [w])[0] for f, w in zip(futs, fallback)]

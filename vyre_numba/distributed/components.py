@@ -630,7 +630,7 @@ def _frame_columns(names, columns) -> tuple:
         try:
             loc = names.get_loc(c)
         except Exception:  # KeyError for a missing name, TypeError or InvalidIndexError for an unhashable one
-            raise DispatchError(f"the DataFrame has no column {shown(c, 60)}; its columns are {list(names)[:10]}. Fix: "
+            raise DispatchError(f"the DataFrame has no column {shown(c, 60)}; its columns are {shown(list(names), 200)}. Fix: "
                                 "pass columns=(src, dst) naming two of them.") from None
         if not isinstance(loc, (int, np.integer)):
             raise DispatchError(f"the DataFrame has more than one column named {shown(c)}. Fix: give the columns "

@@ -193,6 +193,21 @@ def test_a_clean_dispatch_warns_nothing_and_reports_ok():
     assert be.dispatch_timed(p, [np.ones(3, np.float32)], WARN)[0][0].tolist() == [2.0] * 3
 
 
+def test_a_report_of_many_findings_has_a_bounded_repr():
+    """Regression: the dataclass repr listed every finding (2,000 sites: 640 KB of text/plain in a
+    notebook); it lists as many as the message does and says how many more."""
+    be = vn.get_backend("reference")
+    i = ir.var("i")
+    body = [ir.let("i", ir.gid(0))] + [ir.store("y", i, ir.load("x", i + 20 + k)) for k in range(100)]  # 200 sites
+    p = ir.Program([B.read("x", 0, "f32"), B.output("y", 1, "f32")], 64, body, name="many")
+    with pytest.raises(CheckError) as info:
+        be.dispatch(p, [np.zeros(10, np.float32)], RAISE)
+    report = info.value.report
+    r = repr(report)
+    assert len(report.findings) == 200 and r.startswith("CheckReport(program='many', sites=")
+    assert r.count("Finding(") == 20 and r.endswith("... (180 more findings)))") and len(r) < 10_000
+
+
 def test_unchecked_dispatch_carries_no_checks():
     cuda_ptx = ir.Program([B.read("x", 0, "u32"), B.output("y", 1, "u32")], 64,
                           [ir.store("y", ir.gid(), ir.load("x", ir.gid() + 1))], name="plain").ptx()

@@ -206,6 +206,15 @@ def test_time_helpers_read_each_unit_as_what_it_is():
     assert display.format_ns(41_300) == "41.3 us" == str(Duration(41_300))
 
 
+def test_head_counts_lines_as_it_is_given_them():
+    """Regression: head(text, -1) cut a line off and said "(1 more lines)" of three."""
+    assert display.head("a\nb\nc", 1) == "a\n... (2 more lines)" and display.head("a\nb", 2) == "a\nb"
+    assert display.head("a\nb", 0) == "... (2 more lines)" and display.head("a", 10**30) == "a"
+    for bad in (-1, 1.5, None, True):
+        with pytest.raises(DispatchError, match=r"head: lines=.*Fix: .+"):
+            display.head("a\nb\nc", bad)
+
+
 def test_highlighted_takes_any_line_limit():
     """Regression: limit=10**30 passed the check, then str.split raised OverflowError."""
     assert "more lines" not in display.highlighted("a\nb", "text", limit=10**30)
@@ -235,6 +244,21 @@ def test_ptx_is_a_str_that_reads_and_renders():
     h = well_formed(text._repr_html_())
     assert "sm_90" in h and "<span" in h  # highlighted by Pygments' PTX lexer
     assert pickle.loads(pickle.dumps(text)) == text
+
+
+def test_ptx_html_without_a_ptx_lexer_is_escaped_text(monkeypatch):
+    """Regression: with Pygments before 2.16 (no PTX lexer) PTX's _repr_html_ raised a DispatchError
+    telling the user to pass another lexer name; a display shows the code instead."""
+    lexers = pytest.importorskip("pygments.lexers")
+    from pygments.util import ClassNotFound
+
+    def older(name, **kw):
+        raise ClassNotFound(f"no lexer for alias {name!r} found")
+
+    monkeypatch.setattr(lexers, "get_lexer_by_name", older)
+    h = well_formed(PTX("// <a>\n.target sm_90\n" + "nop;\n" * 1500)._repr_html_())
+    assert h.startswith("<pre") and "&lt;a&gt;" in h and ".target sm_90" in h and "<span" not in h
+    assert "(503 more lines)" in h
 
 
 def test_ptx_repr_is_bounded():
@@ -468,8 +492,29 @@ def test_display_helpers_escape_everything():
     assert "2 more rows" in display.table([[1]], total=np.int64(3))
 
 
+@pytest.mark.parametrize("rows, note", [
+    (lambda: [[k] for k in range(500)], "... (200 more rows)"), (lambda: ([k] for k in range(500)), "... (200 more rows)"),
+    (lambda: _Lazy(10**12), "... (999,999,999,700 more rows)"), (lambda: ([k] for k in range(300 + display.COUNTED)), "... (10,000 more rows)"),
+    (lambda: ([k] for k in range(301 + display.COUNTED)), "... (more than 10,000 more rows)"),
+    (lambda: ([k] for k in range(300)), ""), (lambda: [[k] for k in range(300)], "")])
+def test_a_table_without_a_total_says_how_many_rows_it_left_out(rows, note):
+    """Regression: without total= the rows past the limit (300) were dropped without a note."""
+    h = display.table(rows())
+    assert h.count("<tr>") == 300 and (note in h if note else "more rows" not in h)
+
+
+class _Lazy:
+    """A sized sequence of rows made as they are read (its length is not read through)."""
+
+    def __init__(self, n): self.n = n
+    def __len__(self): return self.n
+    def __getitem__(self, k):
+        if k >= self.n:
+            raise IndexError
+        return [k]
+
+
 @pytest.mark.parametrize("call, why", [
-    (lambda: display.highlighted("x", "nolang"), r"no lexer named 'nolang'"),
     (lambda: display.highlighted(None, "python"), r"must be str"), (lambda: display.highlighted("x", 3), r"must be str"),
     (lambda: display.highlighted("x", "python", limit=0), r"limit=0"),
     (lambda: display.highlighted("x", "python", limit=2.5), r"limit=2.5"),
@@ -481,8 +526,6 @@ def test_display_helpers_escape_everything():
     (lambda: display.fields_table([("a", 1, 2)]), r"not a \(name, value\) pair"),
     (lambda: display.fields_table(["ab"]), r"'ab' is not a")])
 def test_display_helpers_refuse_what_they_cannot_show_with_a_fix(call, why):
-    if "lexer" in why:
-        pytest.importorskip("pygments")  # without it any language shows as plain text
     with pytest.raises(DispatchError, match=why + r".*Fix: .+"):
         call()
 

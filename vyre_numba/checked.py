@@ -15,7 +15,7 @@ import numpy as np
 
 from . import display
 from .config import DispatchConfig
-from .errors import CheckError, CheckWarning, UnsupportedError
+from .errors import CheckError, CheckWarning, UnsupportedError, shown
 from .ir import Program
 from .ir.checks import COUNTS, FIRST, KINDS, Site, instrument
 
@@ -76,6 +76,12 @@ class CheckReport:
 
     def __str__(self) -> str:
         return self.message()
+
+    def __repr__(self) -> str:
+        listed = [repr(f) for f in self.findings[:MESSAGE_FINDINGS]]
+        if len(self.findings) > MESSAGE_FINDINGS:  # the report's .findings keeps every one
+            listed.append(display.more(MESSAGE_FINDINGS, len(self.findings), "findings"))
+        return f"CheckReport(program={shown(self.program)}, sites={self.sites}, findings=({', '.join(listed)}))"
 
     def _repr_html_(self) -> str:
         rows = [(f.kind, f"{f.count} {KINDS[f.kind]} ({f.what}) in {f.where}; first invocation {f.invocation}"

@@ -2,7 +2,11 @@
 (`_repr_html_`). HTML tables, highlighted code, nanosecond durations and PTX text.
 
 Every value put into HTML is escaped, except `Html` strings, which are markup already. Pygments
-highlights code where it is installed; without it code shows as plain escaped text.
+highlights code where it is installed and has a lexer for the language; otherwise code shows as
+plain escaped text.
+
+`Duration` and `PTX` are public (calls return them); the functions are the package's own helpers
+for its reprs and HTML, checked for what the package passes them.
 """
 from __future__ import annotations
 
@@ -66,8 +70,14 @@ def more(shown: int, total: int, what: str = "rows") -> str:
 
 def table(rows: Iterable[Iterable[Any]], header: Iterable[str] | None = None, *, title: Any = None,
           note: Any = None, total: int | None = None, limit: int = MAX_ROWS) -> Html:
-    """An HTML table of `rows`, at most `limit` of them; `total` (the row count, when `rows` is
-    a lazy iterable) sizes the note on how many were left out."""
+    """An HTML table of `rows`, at most `limit` of them, then a note on how many were left out:
+    `total` rows in all where given, else as many as `rows` has (a lazy iterable's rest counted
+    up to COUNTED more, past that the note says only that there are more)."""
+    if total is None and hasattr(rows, "__len__") and not isinstance(rows, (str, bytes)):
+        try:
+            total = len(rows)
+        except TypeError:  # a __len__ that refuses (an unsized view): counted as it is read
+            pass
     try:
         rows = iter(rows)
     except TypeError:
@@ -80,14 +90,20 @@ def table(rows: Iterable[Iterable[Any]], header: Iterable[str] | None = None, *,
         out.append(f'<caption style="text-align:left;font-weight:bold">{escape(title)}</caption>')
     if header is not None:
         out.append("<tr>" + "".join(f'<th style="{CELL}">{escape(h)}</th>' for h in _cells(header, "header")) + "</tr>")
-    shown = 0
+    shown, cut = 0, False
     for row in rows:
         if shown == limit:
+            cut = True
             break
         out.append("<tr>" + "".join(f'<td style="{CELL}">{escape(c)}</td>' for c in _cells(row, "row")) + "</tr>")
         shown += 1
     out.append("</table>")
-    notes = [more(shown, total, "rows") if total is not None else "", escape(note) if note else ""]
+    if total is None and cut:  # the row read past the limit, and up to COUNTED more
+        rest = 1 + sum(1 for _ in itertools.islice(rows, COUNTED))
+        left = f"... ({rest:,} more rows)" if rest <= COUNTED else f"... (more than {COUNTED:,} more rows)"
+    else:
+        left = more(shown, total, "rows") if total is not None else ""
+    notes = [left, escape(note) if note else ""]
     out += [f"<div><small>{n}</small></div>" for n in notes if n]
     return Html("".join(out))
 
@@ -117,7 +133,8 @@ def _field(pair: Any) -> tuple[Html, Any]:
 
 def highlighted(text: str, language: str, *, limit: int = MAX_LINES) -> Html:
     """`text` as highlighted HTML (Pygments' lexer for `language`), or as plain escaped text
-    where Pygments is missing; at most `limit` lines, then a note."""
+    where Pygments is missing or has no such lexer (its PTX lexer is new in 2.16); at most
+    `limit` lines, then a note."""
     if not isinstance(text, str) or not isinstance(language, str):
         raise DispatchError(f"highlighted({type(text).__name__}, {shown(language)}): the text and the language name "
                             "must be str. Fix: pass str(text) and a Pygments language name such as 'python'.")
@@ -137,16 +154,16 @@ def highlighted(text: str, language: str, *, limit: int = MAX_LINES) -> Html:
         return Html(f'<pre style="font-size:90%">{escape(text)}</pre>{note}')
     try:
         lexer = get_lexer_by_name(language)
-    except ClassNotFound:
-        raise DispatchError(f"highlighted: Pygments has no lexer named {shown(language)}. Fix: pass one of the names "
-                            "`pygments.lexers.get_all_lexers()` lists, such as 'python' or 'text'.") from None
+    except ClassNotFound:  # a display shows the code rather than fail
+        return Html(f'<pre style="font-size:90%">{escape(text)}</pre>{note}')
     body = highlight(text, lexer, HtmlFormatter(noclasses=True, nobackground=True))
     return Html(body + note)
 
 
 def head(text: str, lines: int) -> str:
     """The first `lines` lines of `text`, then a line saying how many more there are."""
-    parts = text.split("\n", lines)
+    lines = _count(lines, "lines", "head")
+    parts = text.split("\n", min(lines, len(text)))  # str.split takes a C size
     if len(parts) <= lines:
         return text
     rest = parts.pop().count("\n") + 1
@@ -254,8 +271,6 @@ def shape_text(a: Any) -> str:
 
 def array_text(a: Any, items: int = 6) -> str:
     """A short description of an array: `int64[1000] [0 0 1 ... 997 998 999]`."""
-    import numpy as np
-
     a = np.asarray(a)
     values = np.array2string(a.ravel(), threshold=items, edgeitems=items // 2, max_line_width=10**6)
     return f"{shape_text(a)} {values}"

@@ -142,3 +142,25 @@ def test_sequences_count_their_steps(bars):
     assert out.tolist() == [5] * 10 and bars[0].n == 5 and bars[0].kw["total"] == 5 and bars[0].closed
     be.dispatch_sequence(iter([(p, [x])] * 3), progress=True)
     assert bars[1].n == 3 and bars[1].kw["total"] is None
+
+
+def test_a_fused_sequence_counts_the_callers_steps(bars):
+    """Regression: fuse=True sized and advanced the bar labelled 'steps' by the fused kernels (four
+    steps read 2/2)."""
+    from vyre_numba import get_backend, ir
+
+    i = ir.var("i")
+
+    def step(name, f, neighbour=False):
+        src = ir.load("a", i + 1) if neighbour else ir.load("a", i)
+        return ir.Program([ir.BufferDecl.read("a", 0, "f32"), ir.BufferDecl.output("b", 1, "f32")], 64,
+                          [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("b"), [ir.store("b", i, f(src))])], name=name)
+
+    be = get_backend("reference")
+    bufs = [be.upload(np.linspace(0, 1, 100, dtype=np.float32))] + [be.empty(100, np.float32) for _ in range(4)]
+    steps = [(step("double", lambda v: v * 2.0), bufs[0:2]), (step("shift", lambda v: v + 1.0), bufs[1:3]),
+             (step("smooth", lambda v: v * 0.5, True), bufs[2:4]), (step("square", lambda v: v * v), bufs[3:5])]
+    assert len(be.fuse(steps, [(bufs[4], 0, 4)]).steps) == 2
+    for fuse in (False, True):
+        be.dispatch_sequence(steps, read=[(bufs[4], 0, 4)], progress=True, fuse=fuse)
+        assert bars[-1].kw["unit"] == "step" and bars[-1].kw["total"] == 4 and bars[-1].n == 4 and bars[-1].closed

@@ -285,7 +285,7 @@ class Backend(abc.ABC):
             if not steps:  # nothing to fuse: the reads, as without fusion
                 return self._sequence([], reads, progress, 0)
             plan = self.fuse(steps, reads)
-            return self._sequence(plan.steps, reads, progress, len(plan.steps), plan.groups)
+            return self._sequence(plan.steps, reads, progress, len(steps), plan.groups)
         return self._sequence(steps, read, progress, _length(steps))
 
     def fuse(self, steps: Iterable[Step | tuple], read: Iterable[Read] = (), *, keep: Iterable = ()) -> "Fusion":
@@ -370,7 +370,8 @@ class Backend(abc.ABC):
     def _sequence(self, steps, read, progress: bool | None, total: int | None,
                   groups: list | None = None) -> list[np.ndarray]:
         """Run `steps` then read `read`; `groups`: the caller's step indices each of `steps` runs
-        (a fused sequence's), so a failure names the caller's steps."""
+        (a fused sequence's), so a failure names the caller's steps and the bar (of `total`
+        steps) counts them."""
         from .progress import bar
 
         reads = [_read(r) for r in _iterable(read, "read")]
@@ -386,7 +387,7 @@ class Backend(abc.ABC):
                         e.args = (f"{_failed_at(k, groups)}: {e.args[0]}", *e.args[1:])
                     raise
                 if b is not None:
-                    b.update(1)
+                    b.update(1 if groups is None else len(groups[k]))
         finally:
             if b is not None:
                 b.close()

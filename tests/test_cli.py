@@ -481,6 +481,7 @@ def test_demo_runs_on_the_reference_backend(capsys):
     assert main(["demo", "--backend", "reference", "-n", "5000"]) == 0
     out = capsys.readouterr().out
     assert "bit-identical to the reference interpreter: True" in out and "Fix:" in out
+    assert "compiling" not in out and "nothing compiles" in out  # the reference interprets
     assert "PTX for sm_90" in out and "ld.global" in out  # emitted even without a GPU: no step skipped
     table = [row for row in out[out.index("\nstep "):].splitlines()[2:] if row.strip()]
     assert [row.split()[0] for row in table] == ["saxpy", "a", "components", "components", "e-graph"]
@@ -491,7 +492,7 @@ def test_demo_runs_on_the_reference_backend(capsys):
 def test_gpu_demo_runs_every_step_on_the_gpu(capsys):
     assert main(["demo", "--backend", "cuda", "-n", "100000"]) == 0
     out = capsys.readouterr().out
-    assert "on the GPU" in out and "equal to the NumPy twin: True" in out
+    assert "on the GPU" in out and "equal to the NumPy twin: True" in out and "(includes compiling)" in out
     assert all(row.endswith(" ok") for row in out[out.index("\nstep "):].splitlines()[2:] if row.strip())
 
 

@@ -445,6 +445,28 @@ def test_egraph_html_is_a_table_without_graphviz(monkeypatch):
     assert ">2, 4<" in h  # add's children: the two mul classes
 
 
+def test_an_egraph_shows_how_many_classes_it_has():
+    """Regression: after a rebuild merged ten classes into four, the repr read '10 class ids' and
+    the HTML of a small e-graph had no class count."""
+    terms = ["a", "2", ("*", "a", "2"), ("/", ("*", "a", "2"), "2"), "1", ("<<", "a", "1"),
+             ("/", ("<<", "a", "1"), "2"), ("/", "2", "2"), ("*", "a", ("/", "2", "2")), ("*", "a", "1")]
+    g = EGraph.from_terms(terms, backend="reference")
+    c = {t: int(k) for t, k in zip(terms, g.term_classes)}
+    assert repr(g) == "EGraph(10 e-nodes, 10 classes, backend='reference', rebuild pending)"
+    g.union(np.array([[c[("*", "a", "2")], c[("<<", "a", "1")]], [c[("/", "2", "2")], c["1"]],
+                      [c[("*", "a", "1")], c["a"]], [c[("/", ("*", "a", "2"), "2")], c[("*", "a", ("/", "2", "2"))]]]))
+    g.rebuild()
+    assert np.unique(g.classes()).size == 4
+    assert repr(g) == "EGraph(10 e-nodes, 4 classes, backend='reference')"
+    h = well_formed(g._repr_html_())
+    assert "<b>classes</b></td><td style=\"text-align:left;vertical-align:top\">4<" in h and ">class ids<" in h
+    assert repr(EGraph.from_arrays([], [], [0], [], backend="reference")).startswith("EGraph(0 e-nodes, 0 classes")
+    big = EGraph.from_terms([("f", str(k)) for k in range(400)], backend="reference")
+    assert repr(big) == "EGraph(800 e-nodes, 800 class ids, backend='reference', rebuild pending)"  # not counted
+    g.close()
+    assert repr(g) == "EGraph(closed)"
+
+
 def test_large_egraphs_show_a_summary():
     terms = [("f", str(k)) for k in range(400)]
     g = EGraph.from_terms(terms)

@@ -360,10 +360,9 @@ class EGraph(Unshared):
         self.close()
 
     def __repr__(self) -> str:
-        if self._g is None:
-            return "EGraph(closed)"
-        return (f"EGraph({self.n_nodes} e-nodes, {self.n_classes} class ids, backend={self.backend!r}"
-                f"{', rebuild pending' if self._pending else ''})")
+        from .view import text
+
+        return text(self)
 
     def _repr_html_(self) -> str:
         """The e-classes as boxes holding their e-nodes, edges to the children's classes (Graphviz

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import display
+from ..unique import count_distinct
 from .egraph import _count
 
 MAX_DRAWN = 300  # e-nodes drawn (or listed) at most; a larger e-graph shows a summary
@@ -26,17 +27,31 @@ def rows(egraph, limit: int | None = None) -> list[tuple[int, str, tuple[int, ..
              tuple(int(k) for k in kids[off[i]:off[i + 1]])) for i in range(n)]
 
 
-def _census(egraph) -> tuple[int, list[tuple[str, int]]]:
-    """(how many classes the rows are in, the ten most used operators with their counts), counted
-    in NumPy (a Python pass over a million rows takes seconds)."""
+def text(egraph) -> str:
+    """The e-graph's repr: its e-nodes, its classes where it has at most MAX_DRAWN e-nodes (counted
+    as the HTML counts them), else its class ids (a count of its classes would read every row)."""
+    if egraph._g is None:
+        return "EGraph(closed)"
+    n = egraph.n_nodes
+    classes = f"{_classes(egraph):,} classes" if n <= MAX_DRAWN else f"{egraph.n_classes:,} class ids"
+    return f"EGraph({n:,} e-nodes, {classes}, backend={egraph.backend!r}{', rebuild pending' if egraph._pending else ''})"
+
+
+def _classes(egraph) -> int:
+    """How many classes the rows are in now (as `congruence_closure` counts them)."""
+    return count_distinct(egraph.classes()) if egraph.n_nodes else 0
+
+
+def _operators(egraph) -> list[tuple[str, int]]:
+    """The ten most used operators with their counts, counted in NumPy (a Python pass over a
+    million rows takes seconds)."""
     r = egraph._host_rows()
     if not r["op"].size:
-        return 0, []
-    classes = int(np.unique(egraph._live().find(r["eclass"])).size)
+        return []
     counts = np.bincount(r["op"])
     top = np.argsort(-counts, kind="stable")[:10]
     ops = egraph.ops
-    return classes, [(ops[int(o)] if ops is not None else str(int(o)), int(counts[o])) for o in top if counts[o]]
+    return [(ops[int(o)] if ops is not None else str(int(o)), int(counts[o])) for o in top if counts[o]]
 
 
 def to_graphviz(egraph, limit: int | None = MAX_DRAWN):
@@ -78,12 +93,11 @@ def html(egraph) -> str:
     if egraph._g is None:
         return "<div>EGraph (closed)</div>"
     n = egraph.n_nodes
-    summary = [("e-nodes", f"{n:,}"), ("class ids", f"{egraph.n_classes:,}"), ("backend", egraph.backend),
-               ("state", "rebuild pending" if egraph._pending else "rebuilt")]
+    summary = [("e-nodes", f"{n:,}"), ("classes", f"{_classes(egraph):,}"), ("class ids", f"{egraph.n_classes:,}"),
+               ("backend", egraph.backend), ("state", "rebuild pending" if egraph._pending else "rebuilt")]
     if n > MAX_DRAWN:
-        classes, ops = _census(egraph)
-        head = display.fields_table(summary + [("classes", f"{classes:,}"),
-                                               ("most used operators", ", ".join(f"{o} ({k:,})" for o, k in ops))],
+        ops = _operators(egraph)
+        head = display.fields_table(summary + [("most used operators", ", ".join(f"{o} ({k:,})" for o, k in ops))],
                                     title="EGraph",
                                     note=f"{n:,} e-nodes: more than the {MAX_DRAWN} drawn here; "
                                          "egraph.to_graphviz(limit=None) draws them all.")

@@ -120,6 +120,15 @@ def test_program_html_shows_buffers_body_and_digest():
         assert text in h, text
 
 
+def test_program_html_shows_an_output_byte_range_as_the_text_does():
+    """Regression: the HTML's buffer table left out the range the text form shows."""
+    i = ir.var("i")
+    p = ir.Program([B.read("x", 0, "u32"), B.output("y", 1, "u32", output_byte_range=(8, 64))], 64,
+                   [ir.let("i", ir.gid(0)), ir.store("y", i, ir.load("x", i))], name="ranged")
+    assert "y: u32[] bytes 8..64" in str(p) and ">output bytes 8..64<" in well_formed(p._repr_html_())
+    assert "bytes" not in scale()._repr_html_().split("<pre")[0]
+
+
 def test_program_html_escapes_names():
     p = scale(name="<script>alert(1)</script>", buf="<b>x</b>")
     h = well_formed(p._repr_html_())
@@ -400,6 +409,18 @@ def test_fixpoint_result_shows_durations():
     cpu = FixpointResult(2, False, "relaunch")
     assert cpu.device_ns is None and repr(cpu).endswith("device_ns=None)")
     assert r == FixpointResult(3, True, "cooperative", 41_300)
+
+
+def test_a_megakernel_result_shows_its_reads_short():
+    """Regression: its repr printed each read in full, up to NumPy's 1,000 elements."""
+    from vyre_numba.megakernel import MegakernelResult
+
+    r = MegakernelResult([np.arange(2000, dtype=np.uint32), np.zeros(3, np.float32)], 3, True, "graph")
+    assert repr(r).startswith("MegakernelResult(outputs=[uint32[2000] [   0    1    2 ... 1997 1998 1999], "
+                              "float32[3] [0. 0. 0.]], rounds=3")
+    many = repr(MegakernelResult([np.zeros(1, np.uint8)] * 20, 1, None, "sequence"))
+    assert many.count("uint8[1]") == 8 and "... (12 more arrays)]" in many and len(many) < 400
+    assert "uint32[2000]" in well_formed(r._repr_html_())
 
 
 def test_rebuild_stats_and_closure_results_show_phases():

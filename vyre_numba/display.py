@@ -23,6 +23,7 @@ from .errors import DispatchError, shown
 
 MAX_ROWS = 300  # table rows shown before the rest is summarised in a note
 MAX_LINES = 1_000  # lines of code highlighted before the rest is summarised in a note
+ARRAYS = 8  # arrays of a list field shown (each short) before the rest is counted
 COUNTED = 10_000  # rows of a lazy table counted past its limit for the note, before it says only "more"
 STYLE = "border-collapse:collapse;font-family:monospace;font-size:90%"
 CELL = "text-align:left;vertical-align:top"
@@ -302,6 +303,9 @@ def value_text(name: str, v: Any) -> str:
         return "{" + ", ".join(f"{k}: {time_text(t)}" for k, t in v.items()) + "}"
     if hasattr(v, "dtype") and hasattr(v, "shape"):
         return array_text(v)
+    if isinstance(v, (list, tuple)) and v and all(hasattr(a, "dtype") and hasattr(a, "shape") for a in v):
+        listed = [array_text(a) for a in v[:ARRAYS]] + ([more(ARRAYS, len(v), "arrays")] if len(v) > ARRAYS else [])
+        return ("[{}]" if isinstance(v, list) else "({})").format(", ".join(listed))
     return repr(v)
 
 

@@ -128,8 +128,12 @@ class BufferDecl:
     def __str__(self) -> str:
         size = f"[{self.count}]" if self.count else "[]"
         slot = "" if self.binding is None else f"@{self.binding} "
-        rng = f" bytes {self.output_byte_range[0]}..{self.output_byte_range[1]}" if self.output_byte_range else ""
-        return f"{slot}{self.access.value} {self.name}: {self.dtype}{size}{rng}"
+        return f"{slot}{self.access.value} {self.name}: {self.dtype}{size}{self._range()}"
+
+    def _range(self) -> str:
+        """` bytes start..end` where only that range of an output is read back, else nothing."""
+        r = self.output_byte_range
+        return f" bytes {r[0]}..{r[1]}" if r else ""
 
 
 def _output(cls, name: str, binding: int, dtype, count: int = 0,
@@ -330,7 +334,7 @@ class Program:
     def _repr_html_(self) -> str:
         x, y, z = self.workgroup_size
         bufs = display.table(((b.name, "" if b.binding is None else b.binding, b.access.value, b.dtype,
-                               b.count or "at dispatch", b.role.value) for b in self.buffers),
+                               b.count or "at dispatch", b.role.value + b._range()) for b in self.buffers),
                              ("name", "binding", "access", "type", "count", "role"), total=len(self.buffers))
         cap = 500
         lines = n.render_body(self.entry, 0, 200, cap + 1)

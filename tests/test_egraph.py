@@ -622,3 +622,138 @@ def test_running_out_of_host_memory_while_building_is_a_vyre_error(monkeypatch):
     monkeypatch.setattr(workload, "_arithmetic", no_memory)
     with pytest.raises(HostMemoryError, match="Fix: make fewer e-nodes"):
         workload.arithmetic(100)
+
+
+# ---- found by a second red-team: threads, typed leaves, serialized copies and names ---------------
+
+def test_threads_adding_to_one_egraph_get_one_class_per_distinct_node():
+    import sys
+    import threading
+
+    g = EGraph.from_arrays([0], [0], [0, 0], [], backend="reference")
+    threads, per = 6, 60
+    got, errors, go = {}, [], threading.Event()
+
+    def work(t):
+        go.wait()
+        try:
+            got[t] = [int(g.add([1 + t * per + k], [0, 0], [])[0]) for k in range(per)]
+            got[t] += [int(g.add([1 + t * per], [0, 0], [])[0])]  # added already: its class again
+        except Exception as e:  # any error is a failure of the lock
+            errors.append(e)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads often, inside an add
+    try:
+        workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+        for w in workers:
+            w.start()
+        go.set()
+        for w in workers:
+            w.join(timeout=120)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors[:3]
+    classes = [c for t in range(threads) for c in got[t][:-1]]
+    assert len(set(classes)) == threads * per and all(got[t][-1] == got[t][0] for t in range(threads))
+    assert g.n_nodes == g.n_classes == threads * per + 1
+    r = g.rows()
+    assert np.array_equal(r["eclass"], np.arange(g.n_nodes)) and r["children_offsets"].size == g.n_nodes + 1
+
+
+def test_a_close_from_another_thread_waits_for_the_call_in_flight():
+    from races import assert_close_waits_for_users
+
+    g = EGraph.from_arrays(*chain_pair(30), backend="reference")
+    want = naive_closure(*chain_pair(30), [(0, 1)])
+    g.union([[0, 1]])
+
+    def use():
+        return np.array_equal(congruence_closure(g).eclass, want)
+    assert_close_waits_for_users(use, g.close, "EGraph was closed")
+
+
+@pytest.mark.parametrize("terms, same", [
+    ([1, "1"], False), ([("Add", 1, 2), ("Add", "1", "2")], False), ([np.float32(0.1), 0.1], False),
+    ([1, 1.0], False), ([1, np.int64(1)], True), ([np.uint8(7), 7], True),
+    ([0.0, -0.0], True), ([float("nan"), np.float64("nan")], True), ([np.float32(0.5), 0.5], True),
+    (["x", ("x",)], True),
+])
+def test_leaves_are_typed_literals(terms, same):
+    g = EGraph.from_terms(terms, backend="reference")
+    a, b = g.term_classes.tolist()
+    assert (a == b) is same, g.ops
+    assert len(set(g.ops)) == len(g.ops)
+
+
+def test_a_number_named_as_a_str_leaf_gets_its_type_in_its_name():
+    g = EGraph.from_terms([("Add", 1, "1"), 2, 2.0], backend="reference")
+    assert g.ops == ["1:int", "1", "Add", "2", "2.0"]
+    assert EGraph.from_terms([1, 2.5, "a"], backend="reference").ops == ["1", "2.5", "a"]  # names as they were
+
+
+@pytest.mark.parametrize("leaf, fragment", [(10**5000, "too many digits"), (np.longdouble(1) / 3, "wider than"),
+                                            (True, "a bool"), (None, "NoneType")],
+                         ids=["huge int", "longdouble", "bool", "None"])
+def test_leaves_that_cannot_be_named_exactly_are_refused(leaf, fragment):
+    with pytest.raises(DispatchError, match="Fix:") as e:
+        EGraph.from_terms([("f", leaf)], backend="reference")
+    assert fragment in str(e.value)
+
+
+@pytest.mark.parametrize("key", [1.0, True, None])
+def test_node_ids_json_would_rename_are_refused(key):
+    data = {"nodes": {key: {"op": "x", "children": [], "eclass": "A"},
+                      "f": {"op": "f", "children": [], "eclass": "F"}}}
+    with pytest.raises(DispatchError, match="node id .* node ids are strings.*Fix:"):
+        EGraph.from_serialized(data, backend="reference")
+
+
+def test_a_serialized_dict_is_copied_when_read():
+    data = {"nodes": {"a": {"op": "x", "children": [], "eclass": "A", "cost": [1]}},
+            "root_eclasses": ["A"], "class_data": {"A": {"type": "Int"}}}
+    g = EGraph.from_serialized(data, backend="reference")
+    before = g.to_serialized()
+    data["class_data"]["A"]["type"] = "changed"
+    data["class_data"]["B"] = {}
+    data["root_eclasses"].append("ZZZ")
+    data["nodes"]["a"]["cost"].append(999)
+    assert g.to_serialized() == before
+
+
+def test_merged_classes_keep_their_data_and_roots_keep_their_order():
+    data = {"nodes": {"a": {"op": "x", "children": [], "eclass": "A"},
+                      "b": {"op": "y", "children": [], "eclass": "B"},
+                      "c": {"op": "z", "children": [], "eclass": "C"}},
+            "root_eclasses": ["C", "B", "A"],
+            "class_data": {"A": {"type": "Int"}, "B": {"type": "Int", "note": "keep me"}, "gone": {}}}
+    g = EGraph.from_serialized(data, backend="reference")
+    g.union([[0, 1]])
+    g.rebuild()
+    out = json.loads(g.to_serialized())
+    assert [n["eclass"] for n in out["nodes"].values()] == ["A", "A", "C"]
+    assert out["class_data"] == {"A": {"type": "Int"}, "B": {"type": "Int", "note": "keep me"}}  # "gone": no node's
+    assert out["root_eclasses"] == ["C", "A"]  # B is A's now: each once, in the order read
+    again = json.loads(EGraph.from_serialized(out, backend="reference").to_serialized())
+    assert again["root_eclasses"] == ["C", "A"]
+
+
+@pytest.mark.parametrize("limit", [-1, 1.5, "3", True])
+def test_a_listing_limit_is_checked(limit):
+    from vyre_numba.egraph import view
+
+    g = EGraph.from_arrays([0, 1], [0, 1], [0, 0, 1], [0], backend="reference")
+    with pytest.raises(DispatchError, match="limit.*Fix:"):
+        view.rows(g, limit)
+    assert len(view.rows(g, 1)) == 1 and len(view.rows(g, None)) == 2
+
+
+@pytest.mark.parametrize("call, fragment", [
+    (lambda: EGraph.from_arrays([np.uint64(2**63), np.int64(0)], [0, 0], [0, 0, 0], [], backend="reference"),
+     r"eclass holds an integer past int64 \(such as 9223372036854775808\).*Fix: renumber ids"),
+    (lambda: EGraph.from_arrays([0], [0], [0, 2**63], [], backend="reference"),
+     "children_offsets holds an integer past int64.*Fix: children_offsets are positions in children"),
+])
+def test_integers_past_int64_are_named_for_what_they_are(call, fragment):
+    with pytest.raises(DispatchError, match=fragment):
+        call()

@@ -12,8 +12,10 @@ them (`parent`) records which are merged. Ids are below 2**31 - 1 (they are int3
 """
 from __future__ import annotations
 
+import functools
+import threading
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -83,9 +85,13 @@ def _timings(result) -> None:
     object.__setattr__(result, "phase_ns", display.durations(result.phase_ns))
 
 
-def _int_items(a, name: str) -> np.ndarray | None:
+IDS_FIX = "renumber ids densely from 0 (np.unique(ids, return_inverse=True)); ids are int32 on the device."
+
+
+def _int_items(a, name: str, fix: str = IDS_FIX) -> np.ndarray | None:
     """`a` as int64 where every item is an integer (of any Python or NumPy type; NumPy reads a
-    mix of uint64 and int64, or Python ints past int64, as float or object), else None."""
+    mix of uint64 and int64, or Python ints past int64, as float or object), else None; one
+    outside int64 is refused, the message ending in `Fix: fix`."""
     try:
         obj = np.array(a, dtype=object)
     except Exception:
@@ -96,26 +102,29 @@ def _int_items(a, name: str) -> np.ndarray | None:
     ints = [int(v) for v in flat]
     if min(ints) < -(2**63) or max(ints) >= 2**63:
         big = max(ints, key=abs)
-        raise DispatchError(f"{name} holds integers beyond 64 bits (such as {shown(big)}). Fix: ids are 32-bit: "
-                            "renumber them densely from 0.")
+        what = "integers beyond 64 bits" if big >= 2**64 or big < -(2**63) else "an integer past int64"
+        raise DispatchError(f"{name} holds {what} (such as {shown(big)}); its integers are read as int64. "
+                            f"Fix: {fix}")
     return np.array(ints, np.int64).reshape(obj.shape)
 
 
-def _as_ints(given, arr: np.ndarray, name: str) -> np.ndarray:
+def _as_ints(given, arr: np.ndarray, name: str, fix: str = IDS_FIX) -> np.ndarray:
     """`arr` (NumPy's reading of `given`) as int64 where it holds integers as objects (Python ints,
-    exact or refused past 64 bits), or `given` is a list or tuple of integers NumPy promoted to
-    float (a mix of uint64 and int64); else `arr` as it is."""
+    exact or refused past int64 with `Fix: fix`), or `given` is a list or tuple of integers NumPy
+    promoted to float (a mix of uint64 and int64); else `arr` as it is."""
     if arr.size and (arr.dtype == object or (arr.dtype.kind == "f" and isinstance(given, (list, tuple)))):
-        ints = _int_items(given, name)
+        ints = _int_items(given, name, fix)
         if ints is not None:
             return ints
     return arr
 
 
-def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID, copy: bool = True, bounds: list | None = None) -> np.ndarray:
+def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID, copy: bool = True, bounds: list | None = None,
+          fix: str | None = None) -> np.ndarray:
     """`a` as a 1-D int64 NumPy array, checked: integers only (no floats or bools), within [lo, hi];
     `a` itself where it already is one and `copy` is off (for callers that never write it).
-    `bounds`: (smallest, largest) is appended to it, None for an empty array."""
+    `bounds`: (smallest, largest) is appended to it, None for an empty array. `fix`: what a
+    value out of range is told (by default: renumber ids, or keep within lo..hi)."""
     if hasattr(a, "__cuda_array_interface__") and not isinstance(a, np.ndarray):
         raise DispatchError(f"{name} is a device array; e-graphs are built from host arrays (they are checked and "
                             f"indexed on the host first). Fix: pass a NumPy array (e.g. x.copy_to_host()).")
@@ -128,7 +137,8 @@ def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID, copy: bool = True, bou
     if isinstance(a, np.ma.MaskedArray):
         raise DispatchError(f"{name} is a masked array, whose mask would be ignored. Fix: pass {name}.compressed() or "
                             f"{name}.filled(...), whichever the ids mean.")
-    arr = _as_ints(a, arr, name)
+    fix = fix or (IDS_FIX if hi == MAX_ID else f"keep every value in {lo}..{hi}.")
+    arr = _as_ints(a, arr, name, fix)
     if arr.dtype.kind not in "iu" or arr.dtype == np.bool_:
         if arr.size == 0 and arr.dtype.kind == "f":  # [] comes in as float64
             arr = arr.astype(np.int64)
@@ -142,9 +152,7 @@ def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID, copy: bool = True, bou
         low, high = int(arr.min()), int(arr.max())
         if low < lo or high > hi:
             bad = low if low < lo else high
-            raise DispatchError(f"{name} holds {bad}, outside {lo}..{hi}. Fix: " + (
-                "renumber ids densely from 0 (np.unique(ids, return_inverse=True)); ids are int32 on the device."
-                if hi == MAX_ID else f"keep every value in {lo}..{hi}."))
+            raise DispatchError(f"{name} holds {bad}, outside {lo}..{hi}. Fix: {fix}")
     if bounds is not None:
         bounds.append(None if low is None else (low, high))
     return arr.astype(np.int64, copy=copy)
@@ -220,7 +228,8 @@ def _rows(op, children_offsets, children, n_classes: int | None, what: str, copy
     """(op, offsets, children) of a batch of e-nodes, checked (`copy` as for `_ints`; `bounds`: the
     children's, as `_ints` gives them)."""
     op = _ints(op, f"{what} op", copy=copy)
-    offsets = _ints(children_offsets, f"{what} children_offsets", hi=2**62, copy=copy)
+    offsets = _ints(children_offsets, f"{what} children_offsets", hi=2**62, copy=copy,
+                    fix="children_offsets are positions in children: pass np.concatenate([[0], np.cumsum(arities)]).")
     if offsets.size != op.size + 1:
         raise DispatchError(f"{what} children_offsets has {offsets.size} entries for {op.size} e-nodes; it needs "
                             f"{op.size + 1} (row r's children are children[offsets[r]:offsets[r+1]]). Fix: pass n+1 "
@@ -232,6 +241,16 @@ def _rows(op, children_offsets, children, n_classes: int | None, what: str, copy
                             f"= {children.size}; it starts at {offsets[0]} and ends at {offsets[-1]}. Fix: pass "
                             "np.concatenate([[0], np.cumsum(arities)]).")
     return op, offsets, children
+
+
+def _serial(method: Callable) -> Callable:
+    """The method run under the e-graph's lock: one call at a time, so threads sharing an e-graph
+    never interleave the steps of an add (look up, number, append) or read rows half appended."""
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return call
 
 
 def _resolve(backend):
@@ -249,6 +268,7 @@ class EGraph(Unshared):
     def __init__(self, eclass, op, children_offsets, children, *, ops: Sequence[str] | None = None,
                  backend=None, table_capacity: int | None = None, _meta: dict | None = None):
         """The rows as given (see `from_arrays`)."""
+        self._lock = threading.RLock()  # public calls one at a time (`_serial`); a close waits for the call in flight
         eclass = _ints(eclass, "eclass")
         op, offsets, children = _rows(op, children_offsets, children, None, "the e-graph's")
         _same_length(eclass, op, "the e-graph")
@@ -296,7 +316,11 @@ class EGraph(Unshared):
     def from_terms(cls, terms: Sequence[Any], *, backend=None) -> "EGraph":
         """An e-graph of Python terms, hash-consed: a term is a tuple (operator, child terms...) or
         a leaf (a str, int or float, an operator without children). Equal subterms share a class;
-        `egraph.term_classes` lists the class of each given term."""
+        `egraph.term_classes` lists the class of each given term. Leaves are typed, as egglog's
+        literals are: a str is an operator name; an int (Python or NumPy) and a float are literals
+        equal where their type and value are (1 and np.int64(1) are one leaf; 1.0 and "1" are
+        others; 0.0 and -0.0 one leaf, and every NaN one). A number is named by its text in `ops`,
+        its type appended where a str has that text ("1:int" beside "1")."""
         from .serialize import rows_of_terms
 
         eclass, op, offsets, children, ops, roots = rows_of_terms(terms)
@@ -307,15 +331,20 @@ class EGraph(Unshared):
     @classmethod
     def from_serialized(cls, data: "str | dict", *, backend=None) -> "EGraph":
         """An e-graph from egraph-serialize JSON (what egglog's `serialize(...).to_json()` writes):
-        one row per node, in the file's order, its e-class and children looked up by name."""
+        one row per node, in the file's order, its e-class and children looked up by name. Node
+        ids are strings (or ints, written back as the strings JSON makes of them). A dict given is
+        copied: changing it later does not change the e-graph."""
         from .serialize import rows_of_serialized
 
         eclass, op, offsets, children, ops, meta = rows_of_serialized(data)
         return cls(eclass, op, offsets, children, ops=ops, backend=backend, _meta=meta)
 
+    @_serial
     def to_serialized(self) -> str:
-        """egraph-serialize JSON of the e-graph as it is now (after a rebuild, merged nodes share
-        their class's canonical name)."""
+        """egraph-serialize JSON of the e-graph as it is now: after a rebuild, merged nodes share
+        their class's canonical name; `class_data` keeps each class's data read in under its name,
+        merged classes' too (nothing is lost); `root_eclasses` names each root's class as it is
+        now, in the order read, each once."""
         from .serialize import serialized_of_rows
 
         return serialized_of_rows(self._host_rows(), self.ops, self._meta)
@@ -339,16 +368,19 @@ class EGraph(Unshared):
     def _host_rows(self) -> dict[str, np.ndarray]:
         return self._live().download()
 
+    @_serial
     def rows(self) -> dict[str, np.ndarray]:
         """Host copies of the rows as they are now: `eclass`, `op`, `children_offsets`, `children`
         (the arguments of `from_arrays`; after a rebuild, children are canonical)."""
         r = self._host_rows()
         return {"eclass": r["eclass"], "op": r["op"], "children_offsets": r["offsets"], "children": r["children"]}
 
+    @_serial
     def classes(self) -> np.ndarray:
         """The canonical class of every row (the smallest id in its class), as a NumPy array."""
         return self._live().classes()
 
+    @_serial
     def close(self) -> None:
         """Release the e-graph's device memory (once; later calls do nothing)."""
         self._g = None
@@ -359,11 +391,13 @@ class EGraph(Unshared):
     def __exit__(self, *exc) -> None:
         self.close()
 
+    @_serial
     def __repr__(self) -> str:
         from .view import text
 
         return text(self)
 
+    @_serial
     def _repr_html_(self) -> str:
         """The e-classes as boxes holding their e-nodes, edges to the children's classes (Graphviz
         SVG where `graphviz` is installed, a table otherwise); a summary past a few hundred e-nodes."""
@@ -371,6 +405,7 @@ class EGraph(Unshared):
 
         return html(self)
 
+    @_serial
     def to_graphviz(self, limit: int | None = 300):
         """A `graphviz.Digraph` drawing of the e-graph (at most `limit` e-nodes; None: all)."""
         from .view import to_graphviz
@@ -390,6 +425,7 @@ class EGraph(Unshared):
             return arr
         return _ints(ids, name, hi=self.n_classes - 1)
 
+    @_serial
     def union(self, pairs) -> None:
         """Merge the classes of each pair (a (k, 2) array of class ids). Congruence is restored by
         the next `rebuild()` (or by `add`, `lookup` and the closure, which rebuild first)."""
@@ -417,10 +453,12 @@ class EGraph(Unshared):
         if a.size:
             self._pending = self._unioned = True
 
+    @_serial
     def find(self, ids) -> np.ndarray:
         """The canonical id (smallest in its class) of each class id; valid at any time."""
         return self._live().find(self._ids(ids, "ids"))
 
+    @_serial
     def rebuild(self, *, max_rounds: int | None = None, progress: bool | None = None) -> RebuildStats:
         """Restore the invariants: every child canonical, no two rows with equal (operator,
         canonical children) in different classes. Incremental on the GPU: a round revisits only the
@@ -445,6 +483,7 @@ class EGraph(Unshared):
         if self._pending:
             self.rebuild()
 
+    @_serial
     def lookup(self, op, children_offsets, children) -> np.ndarray:
         """The class of the e-node equal to each given one (children canonicalised first), or -1.
         Rebuilds first if unions are pending: equality is only meaningful on canonical children.
@@ -476,6 +515,7 @@ class EGraph(Unshared):
                 new.append(x)
         return np.array([index[x] for x in names], np.int64), new
 
+    @_serial
     def add(self, op, children_offsets, children) -> np.ndarray:
         """Add e-nodes (children: existing class ids) and return their classes, hash-consed: an
         e-node equal to an existing one (after canonicalising children), or to an earlier one of
@@ -568,11 +608,12 @@ def congruence_closure(egraph: "EGraph", unions=None, *, backend=None, max_round
         if name != egraph.backend:
             raise DispatchError(f"backend={shown(backend)}, but this EGraph lives on {egraph.backend!r} and computes "
                                 "there. Fix: leave backend out for an EGraph (or build it on that backend).")
-    before = _class_count(egraph)
-    if unions is not None:
-        egraph.union(unions)
-    s = egraph.rebuild(max_rounds=max_rounds, progress=progress)
-    eclass = egraph.classes()
+    with egraph._lock:  # the unions, the rebuild and the classes read, with no other thread's call between
+        before = _class_count(egraph)
+        if unions is not None:
+            egraph.union(unions)
+        s = egraph.rebuild(max_rounds=max_rounds, progress=progress)
+        eclass = egraph.classes()
     after = count_distinct(eclass)
     return ClosureResult(eclass, s.rounds, before - after, before, after, s.converged, s.device_ns, s.seconds,
                          s.phase_ns)
@@ -593,12 +634,13 @@ def structural_equivalences(egraph: "EGraph", *, capacity: int | None = None) ->
         raise DispatchError(f"egraph is a {type(egraph).__name__}. Fix: pass an EGraph (EGraph.from_arrays(...)).")
     if capacity is not None:
         capacity = _count(capacity, "capacity", "pass a non-negative int (or None).", lo=0)
-    g = egraph._live()
-    check_rebuilt(egraph._unioned, "structural_equivalences")
-    cap = capacity if capacity is not None else max(16, g.n // 8)
-    cap = min(cap, max(g.n, 1))  # a row adds at most one pair: more room would go unused
-    pairs, found = g.structural_pairs(cap)
-    if found > cap:
-        pairs, found = g.structural_pairs(found)
+    with egraph._lock:
+        g = egraph._live()
+        check_rebuilt(egraph._unioned, "structural_equivalences")
+        cap = capacity if capacity is not None else max(16, g.n // 8)
+        cap = min(cap, max(g.n, 1))  # a row adds at most one pair: more room would go unused
+        pairs, found = g.structural_pairs(cap)
+        if found > cap:
+            pairs, found = g.structural_pairs(found)
     pairs = pairs[:found]
     return unique_rows(pairs) if pairs.size else pairs.reshape(0, 2).astype(np.int64)

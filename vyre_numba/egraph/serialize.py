@@ -3,6 +3,7 @@ exports: `nodes` maps node ids to {op, children: [node ids], eclass: class name,
 `class_data` maps class names to their data, `root_eclasses` lists class names)."""
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any, Sequence
 
@@ -12,8 +13,50 @@ from ..errors import DispatchError, shown
 from ..unique import unique
 
 
-def _op_id(ops: dict, name: str) -> int:
+def _op_id(ops: dict, name) -> int:
     return ops.setdefault(name, len(ops))
+
+
+def _leaf_key(t):
+    """A leaf's operator key: a str is its text (an operator without children); a number is a
+    typed literal, ("int", value) or ("float", value), as egglog's i64 and f64 are: 1, np.int64(1)
+    one leaf, 1.0 another, "1" a third. Floats compare by value (0.0 and -0.0 are one leaf, as they
+    are equal); every NaN is one leaf, so that hash-consing finds a NaN again."""
+    if isinstance(t, str):
+        return t
+    if isinstance(t, bool) or not isinstance(t, (int, float, np.integer, np.floating)):
+        raise DispatchError(f"a term is a {type(t).__name__} ({shown(t, 60)}). Fix: a term is a tuple (op, child, "
+                            "...) with a str op, or a leaf str, int or float.")
+    if isinstance(t, (int, np.integer)):
+        return ("int", int(t))
+    if isinstance(t, np.floating) and np.dtype(type(t)).itemsize > 8:
+        raise DispatchError(f"a leaf is a {type(t).__name__} ({shown(t, 60)}), wider than a float: two leaves of it "
+                            "could read as one float. Fix: pass float(x), or a str naming it exactly.")
+    v = float(t)
+    return ("float", "nan" if v != v else v)
+
+
+def _leaf_names(keys: list) -> list[str]:
+    """The operator names of keys in id order: a str's own text, a number's text (str of an int,
+    repr of a float); a number whose text is also a str leaf's or an operator's gets its type
+    appended (`1:int` beside "1"), so names stay distinct."""
+    taken = {k for k in keys if isinstance(k, str)}
+    names = []
+    for k in keys:
+        if isinstance(k, str):
+            names.append(k)
+            continue
+        kind, v = k
+        try:
+            name = str(v) if kind == "int" else repr(float(v))
+        except ValueError:  # an int past Python's limit on digits written (sys.get_int_max_str_digits)
+            raise DispatchError(f"an int leaf has too many digits to name ({v.bit_length()} bits). Fix: pass it as "
+                                "a str (e.g. hex(x)), which names the leaf exactly.") from None
+        while name in taken:
+            name += f":{kind}"
+        taken.add(name)
+        names.append(name)
+    return names
 
 
 def _csr(rows_children: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -38,13 +81,7 @@ def rows_of_terms(terms: Sequence[Any]):
     kids: list[list[int]] = []
     done: dict = {}  # id(term tuple) -> class, for terms shared by reference
 
-    def leaf_name(t) -> str:
-        if isinstance(t, bool) or not isinstance(t, (str, int, float, np.integer, np.floating)):
-            raise DispatchError(f"a term is a {type(t).__name__} ({shown(t, 60)}). Fix: a term is a tuple (op, child, "
-                                "...) with a str op, or a leaf str, int or float.")
-        return str(t)
-
-    def node(name: str, children: list[int]) -> int:
+    def node(name, children: list[int]) -> int:
         key = (_op_id(ops, name), tuple(children))
         c = memo.get(key)
         if c is None:
@@ -76,11 +113,11 @@ def rows_of_terms(terms: Sequence[Any]):
                     stack.append((t, True))
                     stack.extend((child, False) for child in reversed(t[1:]))
             else:
-                out.append(node(leaf_name(t), []))
+                out.append(node(_leaf_key(t), []))
         roots.append(out[0])
     done.clear()
     offsets, children = _csr(kids)
-    names = sorted(ops, key=ops.get)
+    names = _leaf_names(sorted(ops, key=ops.get))
     return (np.arange(len(op_of), dtype=np.int64), np.array(op_of, np.int64), offsets, children, names,
             np.array(roots, np.int64))
 
@@ -126,6 +163,9 @@ def rows_of_serialized(data: "str | dict"):
     classes: dict = {}
     ops: dict = {}
     ids = list(nodes)
+    odd = [i for i in ids if not _node_id(i)]
+    if odd:  # 1.0 or True would match a child 1 as a key, but JSON writes them "1.0" and "true"
+        raise _bad(f"node id {shown(odd[0], 40)} is a {type(odd[0]).__name__}; node ids are strings (or ints)")
     if len({str(i) for i in ids}) < len(ids):  # JSON writes every id as a string: 1 and "1" would be one node
         raise _bad("node ids include an int and a string of the same text (such as 1 and '1')")
     where = {nid: k for k, nid in enumerate(ids)}
@@ -148,20 +188,23 @@ def rows_of_serialized(data: "str | dict"):
             raise DispatchError(f"node {shown(nid)} has child {shown(missing[0])}, which is no node of the graph. Fix: "
                                 "children are node ids present in 'nodes'.")
         kid_nodes.append(list(ch))
-        extra.append({k: v for k, v in nd.items() if k not in ("op", "children", "eclass")})
+        extra.append({k: copy.deepcopy(v) for k, v in nd.items() if k not in ("op", "children", "eclass")})
     unknown = [c for c in roots if c not in classes]
     if unknown:
         raise _bad(f"root class {shown(unknown[0])} is the class of no node")
     kids = [[cls_of[where[c]] for c in ch] for ch in kid_nodes]
     offsets, children = _csr(kids)
     meta = dict(node_ids=ids, class_names=sorted(classes, key=classes.get), child_nodes=kid_nodes, extra=extra,
-                class_data=class_data, root_eclasses=roots)
+                class_data=copy.deepcopy(class_data), root_eclasses=list(roots))  # copies: the caller's dict stays theirs
     return (np.array(cls_of, np.int64), np.array(op_of, np.int64), offsets, children,
             sorted(ops, key=ops.get), meta)
 
 
 def serialized_of_rows(rows: dict, ops: Sequence[str] | None, meta: dict | None) -> str:
-    """egraph-serialize JSON of the rows; each class is named by its canonical id's name."""
+    """egraph-serialize JSON of the rows; each class is named by its canonical id's name. Class
+    data read in is kept under the name it was read with for every class some node was in, a
+    class merged into another included (nothing it held is lost; data for a name no node had is
+    dropped); the roots are their classes' canonical names, in the order read, each once."""
     parent, eclass, op = rows["parent"], rows["eclass"], rows["op"]
     offsets, children = rows["offsets"], rows["children"]
     n = op.size
@@ -204,8 +247,8 @@ def serialized_of_rows(rows: dict, ops: Sequence[str] | None, meta: dict | None)
         if r < len(meta.get("extra", [])):
             nd.update(meta["extra"][r])
         out_nodes[node_id(r)] = nd
-    live = {class_name(int(c)) for c in unique(canon)}
+    live = {class_name(int(c)) for c in unique(canon)} | set(names)
     where = {nm: k for k, nm in enumerate(names)}
     class_data = {k: v for k, v in meta.get("class_data", {}).items() if k in live}
-    roots = sorted({class_name(int(parent[where[c]])) for c in meta.get("root_eclasses", []) if c in where})
+    roots = list(dict.fromkeys(class_name(int(parent[where[c]])) for c in meta.get("root_eclasses", []) if c in where))
     return json.dumps({"nodes": out_nodes, "root_eclasses": roots, "class_data": class_data})

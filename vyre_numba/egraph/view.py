@@ -12,16 +12,25 @@ from .egraph import _count
 MAX_DRAWN = 300  # e-nodes drawn (or listed) at most; a larger e-graph shows a summary
 
 
+def _limit(limit) -> int | None:
+    """`limit` checked: how many e-nodes to show at most, an int from 0, or None for all."""
+    if limit is None:
+        return None
+    return _count(limit, "limit", "pass how many e-nodes to show at most, an int from 0, or None for all.", lo=0)
+
+
 def rows(egraph, limit: int | None = None) -> list[tuple[int, str, tuple[int, ...]]]:
     """(canonical class, operator name, canonical child classes) of every row (the first `limit`
     rows; None: all), in row order."""
-    g = egraph._live()
-    r = egraph._host_rows()
-    n = r["op"].size if limit is None else min(limit, r["op"].size)
-    off = r["offsets"][:n + 1]
-    cls = g.find(r["eclass"][:n]) if n else r["eclass"][:0]
-    kids = r["children"][:int(off[-1])]
-    kids = g.find(kids) if kids.size else kids
+    limit = _limit(limit)
+    with egraph._lock:  # the rows and their classes as of one moment
+        g = egraph._live()
+        r = egraph._host_rows()
+        n = r["op"].size if limit is None else min(limit, r["op"].size)
+        off = r["offsets"][:n + 1]
+        cls = g.find(r["eclass"][:n]) if n else r["eclass"][:0]
+        kids = r["children"][:int(off[-1])]
+        kids = g.find(kids) if kids.size else kids
     ops = egraph.ops
     return [(int(cls[i]), ops[int(r["op"][i])] if ops is not None else str(int(r["op"][i])),
              tuple(int(k) for k in kids[off[i]:off[i + 1]])) for i in range(n)]
@@ -58,8 +67,7 @@ def to_graphviz(egraph, limit: int | None = MAX_DRAWN):
     """A `graphviz.Digraph` of the e-graph: one cluster per e-class, one box per e-node, an edge
     from each e-node to each child's class (numbered where it has several). At most `limit`
     e-nodes (None: all)."""
-    if limit is not None:
-        limit = _count(limit, "limit", "pass how many e-nodes to draw at most, an int from 0, or None for all.", lo=0)
+    limit = _limit(limit)
     egraph._live()
     import graphviz
 

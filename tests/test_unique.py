@@ -59,3 +59,55 @@ def test_what_is_not_integers_or_pairs_is_refused_with_a_fix(call, why):
 def test_empty_lists_and_scalars_are_fine():
     assert unique([]).size == 0 and count_distinct(7) == 1 and unique_rows(np.zeros((0, 2), np.int8)).shape == (0, 2)
     assert np.array_equal(index_of([1, 3, 5], 3), [1]) and np.array_equal(unique(np.array([True, False, True])), [0, 1])
+
+
+# ---- found by a red-team: mixed signedness, masks, the insert helper ---------------------------
+
+@pytest.mark.parametrize("keys, values", [
+    (np.array([2**53, 2**53 + 1, 2**53 + 2], np.uint64), np.array([2**53 + 1, -1, 2**53 + 3, 0], np.int64)),
+    (np.array([-5, 2**53, 2**53 + 1, 2**63 - 1], np.int64), np.array([2**53 + 1, 2**63, 2**64 - 1, 0], np.uint64)),
+    (np.array([-5, 3], np.int32), np.array([2**63, 3], np.uint64)),
+    (np.array([0, 2**64 - 1], np.uint64), np.array([-128, 127], np.int8)),
+])
+@pytest.mark.parametrize("repeat", [1, 2000])  # small batches and the sorted path
+def test_index_of_mixed_signedness_is_exact(keys, values, repeat):
+    v = np.tile(values, repeat)
+    want = [sum(int(k) < int(x) for k in keys) for x in v.tolist()]  # Python ints: exact
+    assert index_of(keys, v).tolist() == want
+
+
+@pytest.mark.parametrize("call", [lambda m: unique(m), lambda m: count_distinct(m), lambda m: index_of(m, [1]),
+                                  lambda m: index_of([1, 2], m), lambda m: unique_rows(m.reshape(-1, 2))])
+def test_masked_arrays_are_refused(call):
+    m = np.ma.array([1, 2, 3, 4], mask=[0, 1, 0, 0])
+    with pytest.raises(DispatchError, match="masked array.*Fix: pass x.compressed"):
+        call(m)
+
+
+def test_inserted_is_numpys_insert_for_ascending_places():
+    from vyre_numba.unique import inserted
+
+    a = np.array([1, 5, 9], np.int64)
+    for at, v in (([0, 0, 3], [7, 8, 9]), ([], []), ([1, 2], [4, 6]), ([3], [2**40])):
+        got = inserted(a, np.array(at, np.intp), np.array(v, np.int64))
+        assert got.dtype == a.dtype and np.array_equal(got, np.insert(a, at, v))
+    assert inserted([1, 2], [0], [5]).tolist() == [5, 1, 2]  # lists, as the other helpers take them
+    assert np.array_equal(inserted(np.zeros(0, np.uint8), [0, 0], np.array([3, 4], np.uint8)), [3, 4])
+
+
+@pytest.mark.parametrize("a, at, v, fragment", [
+    (np.array([1, 2, 3]), [7], [8], "ascend within 0..3"),
+    (np.array([1, 2, 3]), [-1], [8], "ascend within 0..3"),
+    (np.array([1, 2, 3]), [2, 0], [8, 9], "ascend"),
+    (np.array([1, 2]), [0], np.array([5.7]), "float64"),
+    (np.array([1, 2], np.uint8), [0], [300], "do not fit"),
+    (np.array([1, 2], np.uint8), [0], [-1], "do not fit"),
+    (np.array([1, 2]), [0, 1], [5], "one place for each value"),
+    (np.array([[1, 2]]), [0], [5], "1-D"),
+])
+def test_inserted_refuses_what_np_insert_would_read_otherwise(a, at, v, fragment):
+    from vyre_numba.unique import inserted
+
+    with pytest.raises(DispatchError, match="Fix:") as e:
+        inserted(a, at, v)
+    assert fragment in str(e.value)

@@ -12,7 +12,10 @@ INTEGER_KINDS = "biu"  # bool, signed and unsigned ints: what sorts and compares
 
 
 def _integers(a, where: str, what: str = "values") -> np.ndarray:
-    """`a` as an array, or a DispatchError where it holds anything but integers."""
+    """`a` as an array, or a DispatchError where it holds anything but integers or is masked."""
+    if isinstance(a, np.ma.MaskedArray):
+        raise DispatchError(f"{where}: the {what} are a masked array, whose mask would be ignored. Fix: pass "
+                            "x.compressed() or x.filled(...), whichever the values mean.")
     try:
         arr = np.asarray(a)
     except (ValueError, TypeError) as e:
@@ -80,17 +83,48 @@ def index_of(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
         raise DispatchError(f"index_of: the keys have shape {keys.shape}; they must be 1-D and ascending. "
                             "Fix: pass unique(...) of the keys (or keys.ravel() where already sorted).")
     v = _integers(values, "index_of").reshape(-1)
+    keys, v, past = _comparable(keys, v)
     if v.size < 4096:
-        return np.searchsorted(keys, v)
-    order = np.argsort(v)
-    out = np.empty(v.size, np.intp)
-    out[order] = np.searchsorted(keys, v[order])
+        out = np.searchsorted(keys, v)
+    else:
+        order = np.argsort(v)
+        out = np.empty(v.size, np.intp)
+        out[order] = np.searchsorted(keys, v[order])
+    if past is not None:
+        out[past] = keys.size
     return out
 
 
+def _comparable(keys: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(keys, values, values past every key or None) in one integer type, where NumPy would compare
+    uint64 with a signed type as float64 (and round past 2**53): a negative value is below every
+    uint64 key, so it is looked up as 0; a uint64 value past int64 is above every signed key."""
+    if np.result_type(keys.dtype, v.dtype).kind != "f":
+        return keys, v, None
+    if keys.dtype.kind == "u":
+        return keys, np.maximum(v, 0).astype(np.uint64), None
+    past = v > np.iinfo(np.int64).max
+    return keys.astype(np.int64, copy=False), np.where(past, 0, v).astype(np.int64), past
+
+
 def inserted(a: np.ndarray, at: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """`a` with values[i] placed before a[at[i]] (`at` ascending; equal places keep the values'
-    order): np.insert's result, without the sort it makes of the places."""
+    """`a` with values[i] placed before a[at[i]] (`at` ascending, each in 0..len(a); equal places
+    keep the values' order): np.insert's result, without the sort it makes of the places. 1-D
+    integer arrays; the values must fit a's type exactly."""
+    a = _integers(a, "inserted", "array")
+    at = _integers(at, "inserted", "places")
+    values = _integers(values, "inserted")
+    if a.ndim != 1 or at.shape != (values.size,) or values.ndim != 1:
+        raise DispatchError(f"inserted: the array, places and values have shapes {a.shape}, {at.shape} and "
+                            f"{values.shape}. Fix: pass 1-D arrays, one place for each value.")
+    if at.size and (int(at.min()) < 0 or int(at.max()) > a.size or np.any(at[1:] < at[:-1])):
+        raise DispatchError(f"inserted: the places must ascend within 0..{a.size} (the array's length). Fix: "
+                            "pass np.searchsorted(a, values) of ascending values, or np.insert for other places.")
+    if values.size and not np.can_cast(values.dtype, a.dtype):
+        lo, hi = (np.iinfo(a.dtype).min, np.iinfo(a.dtype).max) if a.dtype.kind in "iu" else (0, 1)
+        if int(values.min()) < lo or int(values.max()) > hi:
+            raise DispatchError(f"inserted: the values ({values.dtype}) do not fit the array's {a.dtype}. Fix: "
+                                "pass values of its type, or widen the array first.")
     if not a.size:
         return values.astype(a.dtype)
     out = np.empty(a.size + values.size, a.dtype)

@@ -67,6 +67,16 @@ def test_select_if_takes_numba_compiled_predicates_and_either_byte_order():
     assert compaction.select_if_numpy(big, njit(lambda v: v < 2)).tolist() == [0, 1]
 
 
+def _raises_for_some(v):
+    if v > 1:
+        raise ValueError("too big")
+    return v > 0
+
+
+def _always_raises(v):
+    raise ValueError("boom")
+
+
 @pytest.mark.parametrize("call,fragment", [
     (lambda: compaction.select(np.arange(3), np.ones(4, bool)), "one flag per value"),
     (lambda: compaction.select(np.arange(3), np.ones(3, np.float32)), "not integers or bools"),
@@ -86,7 +96,10 @@ def test_select_if_takes_numba_compiled_predicates_and_either_byte_order():
     (lambda: compaction.select_if(np.arange(3), np.isfinite), "does not compile"),
     (lambda: compaction.select_if(np.arange(3), 5), "not a function"),
     (lambda: compaction.select_if(np.arange(3), lambda v: v.no_such_attribute), "does not compile"),
-    (lambda: compaction.select_if(np.arange(3), lambda v: 1 // (v - v) > 0), "raised ZeroDivisionError"),
+    (lambda: compaction.select_if(np.arange(3), _raises_for_some), "raised ValueError"),
+    (lambda: compaction.select_if(np.arange(3), _always_raises), "raises an exception for every int64 value"),
+    (lambda: compaction.select(np.zeros(2, [("a", object)]), np.ones(2, bool)), "8- to 64-bit"),
+    (lambda: compaction.select(np.zeros(2, [("a", "i4"), ("b", [("c", object)])]), np.ones(2, bool)), "8- to 64-bit"),
     (lambda: compaction.select_if(records(3), lambda v: True), "record array"),
     (lambda: compaction.select_if(np.arange(3, dtype=np.float16), lambda v: v > 1), "does not take float16"),
     (lambda: compaction.select_if(np.arange(3, dtype=">f2"), lambda v: v > 1), "does not take float16"),
@@ -132,6 +145,51 @@ def test_select_if_names_what_failed(monkeypatch, failure, error, fragment):
     with pytest.raises(error, match="Fix:") as e:
         compaction.select_if(np.arange(5), lambda v: v > 2)
     assert fragment in str(e.value) and (error is not DeviceError or "compile" not in str(e.value))
+
+
+DIVIDING = [lambda v: 1 // (v - v) > 0, lambda v: 10 % (v - v) == 0, lambda v: 7 // v == 0,
+            lambda v: -(7 % v) == 0]
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint16, np.int32, np.int64, np.uint64])
+@pytest.mark.parametrize("k", range(len(DIVIDING)))
+def test_select_if_divides_by_zero_as_numpy_does(dtype, k):
+    """Integer division by zero in a predicate is 0, as in NumPy and on the device (numba-cuda
+    compiles with NumPy's error model; the CPU twin now does too), not a refusal on one side."""
+    predicate = DIVIDING[k]
+    values = np.arange(0, 9).astype(dtype)
+    with np.errstate(all="ignore"):
+        want = values[np.array([bool(predicate(v)) for v in values])]  # NumPy's scalars
+    assert np.array_equal(compaction.select_if(values, predicate), want)
+    assert np.array_equal(compaction.select_if_numpy(values, predicate), want)
+
+
+def test_select_if_float_division_by_zero_is_inf_or_nan():
+    x = np.array([0.0, 1.0, -2.0])
+    assert compaction.select_if(x, lambda v: 1.0 / (v - v) > 0).tolist() == [0.0, 1.0, -2.0]  # inf
+    assert compaction.select_if(x, lambda v: (v - v) / (v - v) == 0).tolist() == []  # nan
+
+
+def test_compiled_predicates_are_bounded_and_an_evicted_one_compiles_again(monkeypatch):
+    import gc
+    import weakref
+
+    select = sys.modules["vyre_numba.compaction.select"]  # the module: compaction.select is the function
+    monkeypatch.setattr(select._CPU_MASKS, "capacity", 3)
+    monkeypatch.setattr(compaction._RESULT_TYPES, "capacity", 3)
+    x = np.arange(10, dtype=np.int32)
+    first = eval("lambda v: v > 7")
+    refs = [weakref.ref(first)]
+    assert compaction.select_if(x, first).tolist() == [8, 9]
+    for k in range(12):
+        p = eval(f"lambda v: v > {k}")
+        refs.append(weakref.ref(p))
+        assert compaction.select_if(x, p).tolist() == list(range(k + 1, 10))
+        del p
+    gc.collect()
+    assert len(select._CPU_MASKS) <= 3 and len(compaction._RESULT_TYPES) <= 3
+    assert sum(r() is not None for r in refs[1:]) <= 3
+    assert compaction.select_if(x, first).tolist() == [8, 9]  # evicted, compiled again
 
 
 class FakeDeviceArray:
@@ -255,6 +313,45 @@ SIMULATED = textwrap.dedent('''
     assert sel.timeouts == 1 and sel._arrived == 1
     print("ok one launch")
 ''')
+
+
+PREDICATES_SIMULATED = textwrap.dedent('''
+    import warnings
+    import numpy as np
+    from numba import cuda
+    from vyre_numba import compaction
+    import sys
+    from vyre_numba.compaction import kernels
+    select = sys.modules["vyre_numba.compaction.select"]
+    warnings.simplefilter("ignore")  # NumPy's scalars warn on division by zero
+    vals = np.arange(-3, 6, dtype=np.int32)
+    for predicate in (lambda v: 1 // (v - v) > 0, lambda v: 10 % (v - v) == 0, lambda v: 7 // v == 0,
+                      lambda v: 1.0 / (v - v) > 0):
+        host = compaction.select_if(vals, predicate)
+        device = compaction.select_if(cuda.to_device(vals), predicate).copy_to_host()
+        assert np.array_equal(host, device), (host, device)
+    print("ok divided")
+    kernels._PREDICATES.capacity = select._CPU_MASKS.capacity = compaction._RESULT_TYPES.capacity = 2
+    kernels._KERNELS.capacity = 6
+    select.LAUNCHES_KEPT = 3
+    first = eval("lambda v: v > 3")
+    dv = cuda.to_device(vals)
+    for k in range(8):
+        p = eval(f"lambda v: v > {k - 3}")
+        assert np.array_equal(compaction.select_if(dv, p).copy_to_host(), vals[vals > k - 3])
+    assert len(kernels._PREDICATES) <= 2 and len(kernels._KERNELS) <= 6
+    assert len(compaction._selector(None)._launches) <= 3
+    assert np.array_equal(compaction.select_if(dv, first).copy_to_host(), [4, 5])  # compiled again
+    print("ok bounded")
+''')
+
+
+def test_select_if_agrees_with_its_twin_and_stays_bounded_under_the_cuda_simulator():
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    out = subprocess.run([sys.executable, "-c", PREDICATES_SIMULATED], env=env, capture_output=True, text=True,
+                         timeout=900)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("ok ") == 2
 
 
 def test_kernels_match_the_twins_under_the_cuda_simulator():

@@ -11,6 +11,14 @@ exactly the kept length, computed on the GPU (see `select.py` for the design).
 Values may be any 8- to 64-bit type or a record (structured) dtype; flags any integer or bool
 type, non-zero meaning keep; the predicate of `select_if` a function Numba compiles, taking one
 value and returning a bool.
+
+A predicate's arithmetic follows NumPy's error model on the host and the device alike (numba-cuda
+compiles device code with it, and the CPU twin is compiled with it too): an integer divided by
+zero (`//`, `%`) is 0, a float one inf or nan, so `select_if(x, lambda v: 10 % (v - v) == 0)` keeps
+every item on both. A predicate that raises an exception itself is refused on the host
+(`DispatchError` "raised ..."), and one that raises for every value before it runs anywhere;
+numba-cuda does not report exceptions raised in device code, so on the GPU make the predicate
+return False instead of raising.
 """
 from __future__ import annotations
 
@@ -24,7 +32,8 @@ import numpy as np
 from ..errors import CapacityError, DeviceError, DispatchError, HostMemoryError, VyreError, shown
 from ..gpu import memory
 from ..gpu.numba_launch import RawArray, check_stream, stream_handle
-from .select import Selector, _kernels, word_type, word_view
+from ..lru import LRUCache
+from .select import PREDICATES_KEPT, Selector, _kernels, word_type, word_view
 from .select import nonzero_numpy as _nonzero_numpy, select_if_numpy as _select_if_numpy, select_numpy as _select_numpy
 
 __all__ = ["select", "select_if", "nonzero", "read_compacted", "Selector", "select_numpy", "select_if_numpy",
@@ -93,7 +102,7 @@ def _check_values(a, name: str = "values"):
     shape = tuple(a.shape)
     if len(shape) != 1:
         raise DispatchError(f"{name} has shape {shape}, not 1-D. Fix: pass a flat array (x.reshape(-1)).")
-    if dt.kind == "O" or dt.itemsize == 0 or dt.itemsize > 64 or (dt.fields is None and dt.itemsize not in (1, 2, 4, 8)):
+    if dt.hasobject or dt.itemsize == 0 or dt.itemsize > 64 or (dt.fields is None and dt.itemsize not in (1, 2, 4, 8)):
         raise DispatchError(f"{name} has dtype {dt}; compaction takes 8- to 64-bit numbers and records of at most "
                             "64 bytes. Fix: pass such an array (an index array can select anything else).")
     if isinstance(a, np.ndarray):
@@ -176,7 +185,7 @@ def _checked_if(values, predicate) -> tuple[int, Callable]:
     return n, predicate
 
 
-_RESULT_TYPES: dict = {}
+_RESULT_TYPES: LRUCache = LRUCache(4 * PREDICATES_KEPT)  # (predicate, dtype) -> "ok" or what is wrong
 
 
 def _check_result(predicate: Callable, dt: np.dtype) -> None:
@@ -188,14 +197,33 @@ def _check_result(predicate: Callable, dt: np.dtype) -> None:
         from numba import from_dtype, njit, types
 
         def infer():
-            dispatcher = njit(predicate)
+            dispatcher = njit(predicate, error_model="numpy")
             dispatcher.compile((from_dtype(dt),))
             return dispatcher.nopython_signatures[-1].return_type
         result = _compiled(infer, "predicate", compiling=True)
-        result = _RESULT_TYPES[key] = "ok" if isinstance(result, (types.Boolean, types.Integer)) else str(result)
+        if isinstance(result, (types.Boolean, types.Integer)):
+            result = "ok"
+        elif isinstance(result, types.NoneType) and not _returns(predicate):
+            result = "raises"  # Numba types a function that never returns as returning none
+        else:
+            result = f"returns {result}"
+        _RESULT_TYPES.put(key, result)
+    if result == "raises":
+        raise DispatchError(f"the predicate raises an exception for every {dt} value (it has no return). Fix: "
+                            "return a comparison, e.g. lambda v: v > 0, and False for values it should not keep.")
     if result != "ok":
-        raise DispatchError(f"the predicate returns {result} for {dt} values, not a bool. Fix: return a "
+        raise DispatchError(f"the predicate {result} for {dt} values, not a bool. Fix: return a "
                             "comparison, e.g. lambda v: v > 0 (or bool(...) of an integer).")
+
+
+def _returns(predicate: Callable) -> bool:
+    """Whether the predicate's code returns anywhere (a body that only raises has no return)."""
+    import dis
+
+    try:
+        return any(i.opname.startswith("RETURN") for i in dis.get_instructions(predicate))
+    except TypeError:  # no Python code to read: say what Numba found
+        return True
 
 
 _COMPILE_ERRORS = {"NvvmError", "NvvmSupportError", "nvvmError", "nvJitLinkError", "LinkerError", "NvrtcError",
@@ -478,7 +506,9 @@ def select(values, flags, *, stream=None):
 def select_if(values, predicate: Callable, *, stream=None):
     """values[i] for every i where predicate(values[i]) holds, in order (host in, NumPy out;
     device in, device out). The predicate is compiled once per function, as Numba compiles: globals
-    it reads are fixed at that first call (pass a new function to change them)."""
+    it reads are fixed at that first call (pass a new function to change them); the last
+    PREDICATES_KEPT functions stay compiled. Its arithmetic is NumPy's on both (see the module
+    docstring): an integer divided by zero is 0."""
     n, predicate = _checked_if(values, predicate)
     check_stream(stream)
     if not _on_device(values):

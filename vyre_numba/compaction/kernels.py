@@ -12,9 +12,10 @@ from typing import Callable
 import numpy as np
 from numba import cuda, from_dtype, int32, int64, uint8, uint32, uint64
 
+from ..lru import LRUCache
 from ..workqueue import barrier
 from ..workqueue.barrier import FAILED, FINISHED, grid_wait
-from .select import ITEMS, THREADS, TILE
+from .select import ITEMS, PREDICATES_KEPT, THREADS, TILE
 
 WARPS = THREADS // 32
 SLOTS = ITEMS * WARPS  # (item row, warp) counts of a tile
@@ -201,7 +202,8 @@ def copy_kept(src, dst, src8, dst8, ctl, itemsize, room):
         dst8[uint64(b)] = src8[uint64(b)]
 
 
-_KERNELS: dict = {}
+_KERNELS: LRUCache = LRUCache(8 * PREDICATES_KEPT)  # kernels and device functions by (kind, flag, ...): bounded, as
+# select_if brings a flag function per predicate
 
 
 def count_kernel(flag_of: Callable):
@@ -222,8 +224,7 @@ def count_kernel(flag_of: Callable):
             mine += keep[r]
         add_count(counts, cuda.blockIdx.x, mine, tid % 32)
 
-    _KERNELS[("count", flag_of)] = count
-    return count
+    return _KERNELS.put(("count", flag_of), count)
 
 
 @cuda.jit(device=True)
@@ -323,8 +324,7 @@ def tile_writer(flag_of: Callable, emit: Callable | None, word=np.uint64):
         cuda.syncthreads()  # before the next tile's vote overwrites counts and tot
         return kept
 
-    _KERNELS[key] = write_tile
-    return write_tile
+    return _KERNELS.put(key, write_tile)
 
 
 def scatter_kernel(flag_of: Callable, emit: Callable | None, word=np.uint64):
@@ -345,8 +345,7 @@ def scatter_kernel(flag_of: Callable, emit: Callable | None, word=np.uint64):
         start = offsets[cuda.blockIdx.x] + bases[cuda.blockIdx.x // SCAN_THREADS]
         write_tile(src, n, words, out, cuda.blockIdx.x * TILE, start, capacity, votes, counts, tot, False)
 
-    _KERNELS[key] = scatter
-    return scatter
+    return _KERNELS.put(key, scatter)
 
 
 # ---- one launch: count, grid barrier, offsets, scatter ----------------------------------------
@@ -436,21 +435,21 @@ def fused_kernel(flag_of: Callable, emit: Callable | None, word=np.uint64, by_by
                 cuda.threadfence()
                 host[0] = grand if cuda.atomic.add(bar, FAILED, 0) == 0 else int64(-2)
 
-    _KERNELS[key] = fused
-    return fused
+    return _KERNELS.put(key, fused)
 
 
-_PREDICATES: dict = {}
+_PREDICATES: LRUCache = LRUCache(PREDICATES_KEPT)
 
 
 def predicate_flag(predicate: Callable) -> Callable:
-    """The flag function of select_if: predicate(values[i])."""
-    fn = _PREDICATES.get(predicate)
-    if fn is None:
-        pred = cuda.jit(device=True)(predicate)
+    """The flag function of select_if: predicate(values[i]). debug=False pins NumPy's error model
+    (numba-cuda's without debug; NUMBA_CUDA_DEBUGINFO would switch it to Python's), the one the
+    CPU twin compiles with: an integer divided by zero is 0 on both."""
+    def build():
+        pred = cuda.jit(device=True, debug=False)(predicate)
 
         @cuda.jit(device=True)
         def flag_predicate(values, i):
             return bool(pred(values[i]))
-        fn = _PREDICATES[predicate] = flag_predicate
-    return fn
+        return flag_predicate
+    return _PREDICATES.get_or_build(predicate, build)

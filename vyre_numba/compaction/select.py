@@ -36,6 +36,7 @@ import numpy as np
 from ..errors import DispatchError
 from ..gpu import mapped
 from ..gpu.numba_launch import NumbaLaunch, RawArray, overload_kind, stream_handle
+from ..lru import LRUCache
 from ..owned import Unshared
 
 _SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
@@ -46,6 +47,7 @@ MAX_ITEMS = TILE * 1024 * 1024  # tile counts scanned in two levels of 1024
 POLL_SECONDS = 200e-6  # how long `count` watches for the count before it waits on the stream
 FUSED_BLOCKS = None  # at most this many blocks in a one-launch selection (None: all that fit at once)
 FUSED_BACKOFF = 10.0  # seconds a selector takes three launches after a one-launch selection gave up
+LAUNCHES_KEPT = 256  # kernels a selector keeps a launcher of (every new predicate brings a few)
 COOPERATIVE = False  # launch one-launch selections cooperatively (the driver then guarantees every block a
 # place at once, but the launch call costs the host ~20 us more than a plain one on an H100 machine)
 
@@ -64,29 +66,34 @@ def nonzero_numpy(flags: np.ndarray) -> np.ndarray:
 
 def select_if_numpy(values: np.ndarray, predicate: Callable) -> np.ndarray:
     """values[i] for every i where predicate(values[i]) holds, in order (the predicate compiled by
-    numba.njit, as the GPU compiles it for the device; it reads the values in native byte order)."""
+    numba.njit with NumPy's error model, as the GPU compiles it for the device: an integer
+    divided by zero is 0, a float inf or nan; it reads the values in native byte order)."""
     native = values if values.dtype.isnative else values.astype(values.dtype.newbyteorder("="))
     return values[_cpu_mask(predicate)(native)]
 
 
-_CPU_MASKS: dict = {}
+PREDICATES_KEPT = 64  # compiled predicates kept (each cache below): a loop making a new lambda a call frees the old
+_CPU_MASKS: LRUCache = LRUCache(PREDICATES_KEPT)
 
 
 def _cpu_mask(predicate: Callable) -> Callable:
-    fn = _CPU_MASKS.get(predicate)
-    if fn is None:
-        from numba import njit
+    return _CPU_MASKS.get_or_build(predicate, lambda: _mask_of(predicate))
 
-        pred = njit(predicate)
 
-        @njit
-        def mask(values):
-            out = np.empty(values.size, np.bool_)
-            for i in range(values.size):
-                out[i] = bool(pred(values[i]))
-            return out
-        fn = _CPU_MASKS[predicate] = mask
-    return fn
+def _mask_of(predicate: Callable) -> Callable:
+    """The compiled mask of predicate over an array. error_model="numpy": division by zero gives
+    NumPy's result, as it does on the device (numba-cuda compiles with that model), not an error."""
+    from numba import njit
+
+    pred = njit(predicate, error_model="numpy")
+
+    @njit(error_model="numpy")
+    def mask(values):
+        out = np.empty(values.size, np.bool_)
+        for i in range(values.size):
+            out[i] = bool(pred(values[i]))
+        return out
+    return mask
 
 
 # ---- the host object ---------------------------------------------------------------------------
@@ -422,6 +429,8 @@ class Selector(Unshared):
         own packed arguments and geometry)."""
         k = self._launches.get((kernel, use))
         if k is None:  # retain=False: callers' arrays stay theirs
+            if len(self._launches) >= LAUNCHES_KEPT:  # select_if of ever new predicates: start afresh
+                self._launches, self._relaunches, self._resident = {}, {}, {}
             k = self._launches[(kernel, use)] = NumbaLaunch(kernel, self.stream, retain=False,
                                                             cooperative=cooperative)
         return k

@@ -521,10 +521,29 @@ def test_upload_and_write_refuse_lists_numpy_reads_only_by_rounding_as_dispatch_
 
 
 def test_upload_takes_the_lists_numpy_reads_exactly(backend):
+    import array
+
+    big = np.arange(1 << 20, dtype=np.float32)
     for values, dtype in (([2**64 - 1, 0], np.uint64), ([True, False], np.bool_), ([1.5, 2], np.float64),
-                          ([[1, 2], [3, 4]], np.int64), ((5,), np.int64), ([-1, 2**62], np.int64)):
+                          ([[1, 2], [3, 4]], np.int64), ((5,), np.int64), ([-1, 2**62], np.int64),
+                          ([range(3), range(3)], np.int64), ([array.array("i", [1, 2]), array.array("i", [3, 4])], np.int32),
+                          ([np.array([1, 2], np.int32), [3, 4]], np.int64), ([big, big + 1], np.float32),
+                          ([np.array([2**31 - 1], np.int32), np.array([0.5], np.float32)], np.float64),
+                          ([[2**64 - 1, 0], [1, 2]], np.uint64)):
         got = backend.download(backend.upload(values))
-        assert got.dtype == dtype and got.reshape(-1).tolist() == np.asarray(values, dtype).reshape(-1).tolist()
+        want = np.concatenate([np.asarray(v, dtype).reshape(-1) for v in values]) if dtype != np.uint64 or \
+            not isinstance(values[0], list) else np.asarray(values, dtype).reshape(-1)
+        assert got.dtype == dtype and got.reshape(-1).tolist() == want.tolist(), values
+
+
+@pytest.mark.parametrize("values, why", [
+    ([[2**53 + 1, 0], np.array([0.5, 1.5])], "9007199254740993"),  # NumPy rounds the list row to float64
+    ([np.array([2**53 + 1]), np.array([0.5])], "9007199254740993"),  # int64 to float64: NumPy's 'safe', not exact
+    ([np.array([True, False]), np.array([1, 2])], "take numbers, not bools"),
+    ([[True, 2], [3, 4]], "take numbers, not bools")])
+def test_upload_checks_the_arrays_inside_a_list_as_exactly_as_its_numbers(backend, values, why):
+    with pytest.raises(DispatchError, match=f"upload: .*{why}.*Fix: "):
+        backend.upload(values)
 
 
 def test_the_reference_backend_out_of_host_memory_says_so(monkeypatch):

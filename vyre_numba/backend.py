@@ -667,6 +667,37 @@ def check_span(offset, count, size: int, what: str = "download") -> tuple[int, i
     return offset, count
 
 
+def int_items(a, name: str, fix: str) -> np.ndarray | None:
+    """`a` as int64 where every item is an integer (of any Python or NumPy type; NumPy reads a
+    mix of uint64 and int64, or Python ints past int64, as float or object), else None; one
+    outside int64 is refused, the message ending in `Fix: fix`."""
+    try:
+        obj = np.array(a, dtype=object)
+    except Exception:
+        return None
+    flat = obj.ravel().tolist()
+    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in flat):
+        return None
+    ints = [int(v) for v in flat]
+    if min(ints) < -(2**63) or max(ints) >= 2**63:
+        big = max(ints, key=abs)
+        what = "integers beyond 64 bits" if big >= 2**64 or big < -(2**63) else "an integer past int64"
+        raise DispatchError(f"{name} holds {what} (such as {shown(big)}); its integers are read as int64. "
+                            f"Fix: {fix}")
+    return np.array(ints, np.int64).reshape(obj.shape)
+
+
+def as_ints(given, arr: np.ndarray, name: str, fix: str) -> np.ndarray:
+    """`arr` (NumPy's reading of `given`) as int64 where it holds integers as objects (Python ints,
+    exact or refused past int64 with `Fix: fix`), or `given` is a list or tuple of integers NumPy
+    promoted to float (a mix of uint64 and int64); else `arr` as it is."""
+    if arr.size and (arr.dtype == object or (arr.dtype.kind == "f" and isinstance(given, (list, tuple)))):
+        ints = int_items(given, name, fix)
+        if ints is not None:
+            return ints
+    return arr
+
+
 def mixes_bools(x) -> bool:
     """Whether the (nested) list or tuple `x` holds bools among other numbers, which np.asarray
     reads as 0 and 1 without a word (a list of bools alone becomes a bool array, refused by dtype)."""
@@ -725,29 +756,58 @@ def check_write(dtype: np.dtype, size: int, values, offset) -> tuple[np.ndarray,
 def _listed(values: list | tuple, arr: np.ndarray) -> np.ndarray:
     """`arr`, NumPy's reading of the (nested) list `values`, where it holds exactly the listed values,
     checked as dispatch checks a list: bools among numbers and integers rounded to a common float
-    type (`[2**53 + 1, 0.5]`) are refused."""
+    type (`[2**53 + 1, 0.5]`) are refused. Arrays (and other array-likes) in the list are checked
+    whole where their dtype casts to `arr`'s safely, element by element otherwise."""
     from .bindings import _check_elements
     from .ir import BufferDecl
 
     try:
-        dt = DataType.parse(arr.dtype)
+        b = BufferDecl.read("array", 0, DataType.parse(arr.dtype))
     except VyreError:
         return arr  # not a vyre type (long double): refused below
-    flat, todo = [], [iter(values)]
-    while todo:  # NumPy read the nesting as regular, so the leaves are the elements in order
-        v = next(todo[-1], _END)
+    if arr.ndim == 1:  # NumPy read it flat, so its elements are the scalars
+        return _check_elements(b, values, arr, "upload")
+    flat, scalars, places, mixed, at = arr.reshape(-1), [], [], False, 0
+    todo = [(iter(values), 1)]  # NumPy read the nesting as regular: an item at depth d has shape arr.shape[d:]
+    while todo:
+        items, depth = todo[-1]
+        v = next(items, _END)
         if v is _END:
             todo.pop()
-        elif isinstance(v, (list, tuple)):
-            todo.append(iter(v))
-        elif isinstance(v, np.ndarray) and v.ndim:
-            todo.append(iter(v.reshape(-1)))
-        else:
-            flat.append(v)
-    return _check_elements(BufferDecl.read("array", 0, dt), flat, arr.reshape(-1), "upload").reshape(arr.shape)
+        elif isinstance(v, (list, tuple)) and depth < arr.ndim - 1:
+            todo.append((iter(v), depth + 1))
+        elif isinstance(v, (list, tuple)) and depth == arr.ndim - 1:  # a row of scalars
+            scalars.extend(v)
+            places.extend(range(at, at + len(v)))
+            at += len(v)
+        elif depth == arr.ndim:
+            scalars.append(v)
+            places.append(at)
+            at += 1
+        else:  # an array-like (ndarray, range, array.array ...) standing for arr.shape[depth:]
+            a, mixed = np.asarray(v), True
+            if not _exact_cast(a.dtype, arr.dtype):
+                scalars.extend(a.reshape(-1).tolist())  # checked one by one, and named where refused
+                places.extend(range(at, at + a.size))
+            at += a.size
+    if not mixed:
+        return _check_elements(b, scalars, flat, "upload").reshape(arr.shape)
+    if scalars:
+        _check_elements(b, scalars, flat[places], "upload", widen=False)
+    return arr
 
 
 _END = object()
+
+
+def _exact_cast(src: np.dtype, dst: np.dtype) -> bool:
+    """Whether every value of dtype `src` is a value of `dtype` dst (bools only of bools; NumPy's
+    'safe' casting takes int64 to float64, which rounds past 2**53)."""
+    if src.kind == "b" or dst.kind == "b":
+        return src.kind == dst.kind
+    if src.kind in "iu" and dst.kind == "f":
+        return src.itemsize * 8 - (src.kind == "i") <= np.finfo(dst).nmant + 1
+    return src.kind in "iuf" and np.can_cast(src, dst, "safe")
 
 
 def check_upload(array) -> np.ndarray:

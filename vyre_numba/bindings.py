@@ -123,16 +123,19 @@ def _host_values(b: BufferDecl, value, where: str) -> np.ndarray:
     return arr
 
 
-def _check_elements(b: BufferDecl, values: list | tuple, arr: np.ndarray, where: str) -> np.ndarray:
+def _check_elements(b: BufferDecl, values: list | tuple, arr: np.ndarray, where: str,
+                    widen: bool = True) -> np.ndarray:
     """`arr`, NumPy's reading of the list `values`, where it holds exactly the listed values; else a
     DispatchError for what the reading changed: bools counted as numbers (`[True, 2]`), integers rounded
-    to a common float type (`[2**53 + 1, 0.5]`, `[np.uint64(2**64 - 1), np.int64(-1)]`)."""
+    to a common float type (`[2**53 + 1, 0.5]`, `[np.uint64(2**64 - 1), np.int64(-1)]`). `widen`: a
+    list of non-negative ints NumPy read as floats is read as uint64 instead (False where `values`
+    are only some of an array's elements)."""
     types = set(map(type, values))
     kind = arr.dtype.kind
-    if values and types <= {int} and kind == "f" and min(values) >= 0:
+    if widen and values and types <= {int} and kind == "f" and min(values) >= 0:
         # NumPy reads [2**64 - 1, 0] as float64 (no common type of uint64 and int64): uint64 holds them all
         arr, kind = np.array(values, dtype=np.uint64), "u"
-    if types <= {bool, np.bool_} or (types <= {int} and kind in "iu") or (types <= {float} and kind == "f"):
+    if (types <= {bool, np.bool_} and kind == "b") or (types <= {int} and kind in "iu") or (types <= {float} and kind == "f"):
         return arr  # NumPy reads these exactly
     if len(types) == 1 and issubclass(t := next(iter(types)), np.generic) and np.dtype(t) == arr.dtype:
         return arr  # NumPy scalars of one type

@@ -407,7 +407,7 @@ def test_operation_mistakes_raise_with_a_fix(operation, match):
     # shifts and bitwise operations of constants fold as + - * do: exactly, then refused past the type
     ("u32 x", "u32 y", "x | (1 << 32)", "literal 4294967296 cannot be a u32"),  # was x | 1 (count masked)
     ("u8 x", "u8 y", "x + (16 << 4)", "literal 256 cannot be a u8"),  # was x + 0 (wrapped)
-    ("u32 x", "u32 y", "x & ~0", "literal -1 cannot be a u32"),  # as x & -1 is
+    ("u32 x", "u32 y", "x & -1", "literal -1 cannot be a u32"),
     ("i32 x", "i32 y", "x ^ (1 << 31)", "literal 2147483648 cannot be a i32"),
     ("u64 x", "u64 y", "x + (3 << 63 | 1)", "literal 27670116110564327425 cannot be a u64"),
     ("u32 x", "u32 y", "x + (1 << -1)", "negative count"),
@@ -639,6 +639,13 @@ def test_constant_shifts_and_bitwise_operations_fold_exactly_where_they_fit():
                      np.array([3 - 1], np.int32))
     assert_same_bits(elementwise("f32 x", "f32 y", "x + 7 / 2")(np.zeros(1, np.float32), backend=R),
                      np.array([3.5], np.float32))
+    # ~ stays in the type too: the masks of unsigned code read as they do in C
+    x8 = np.array([0xFFFFFFFF, 13, 8], np.uint32)
+    masks = elementwise("u32 x", "u32 y", "(x & ~7) + (x ^ ~0) * 0 + (x & ~(1 << 3)) * 0 + (~0 - x) * 0")
+    assert_same_bits(masks(x8, backend=R), x8 & np.uint32(~7 & 0xFFFFFFFF))
+    assert_same_bits(elementwise("u32 x", "u32 y", "x ^ ~0")(x8, backend=R), ~x8)
+    assert_same_bits(elementwise("u8 x", "u8 y", "x & ~1")(np.array([255, 3], np.uint8), backend=R),
+                     np.array([254, 2], np.uint8))
 
 
 def test_augmented_assignments_take_every_operator_of_the_operation_string():
@@ -655,6 +662,7 @@ def test_an_int_literal_in_a_float_operation_is_rounded_once():
 
 @pytest.mark.parametrize("decl, value, fix", [
     ("u8", 256, "from 0 to 255"), ("u8", -1, "from 0 to 255"), ("u8", float("nan"), "from 0 to 255"),
+    ("u8", 2**64, "from 0 to 255"), ("i32", -10**400, "from -2147483648"),  # past what np.isfinite takes
     ("u8", 2.5, "round or truncate"), ("i32", float("inf"), "from -2147483648"), ("bool", 2, "True or False"),
     ("f32", True, "the number 1"), ("f32", 1e300, "magnitude at most 3.40282e\\+38"),
     ("f16", 1e6, "magnitude at most 65504"), ("f32", 0.1, "np.float32\\(0.10000000149011612\\)"),

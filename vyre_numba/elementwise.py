@@ -25,12 +25,12 @@ The operation string
   such as ``0 <= x < n`` too), ``and or not`` (both sides are always evaluated), ``a if c else b``
   (a select: both sides evaluated), and ``x ** k`` for an integer literal ``0 <= k <= 64``
   (multiplications by squaring; each one rounds on floats). Integer literals joined by
-  ``+ - * ** & | ^ << >>`` and unary ``- + ~`` are computed first, exactly and with Python's integer
+  ``+ - * ** & | ^ << >>`` and unary ``- +`` are computed first, exactly and with Python's integer
   semantics, as one literal, which must then fit the operation's type: ``2**32`` and ``1 << 32`` are
-  refused on u32 (not wrapped, not masked), ``16 << 4`` on u8, ``~0`` (-1) on unsigned types;
-  ``-(2**31)`` is i32's smallest value, and ``x * (2**24 + 2)`` multiplies by 16777218 also on f32
-  (no rounding between the literals). ``/`` and ``%`` of literals are not folded: they are computed
-  in the operation's type (``7 / 2`` is 3 on integers, 3.5 on floats). A literal in a float type is
+  refused on u32 (not wrapped, not masked), ``16 << 4`` on u8; ``-(2**31)`` is i32's smallest value,
+  and ``x * (2**24 + 2)`` multiplies by 16777218 also on f32 (no rounding between the literals).
+  ``/``, ``%`` and ``~`` of literals are not folded: they are computed in the operation's type
+  (``7 / 2`` is 3 on integers, 3.5 on floats; ``x & ~7`` on u32 clears x's three low bits). A literal in a float type is
   rounded once to it.
   ``//`` is refused: Python's floor division differs from the IR's ``div`` for negative and float
   operands.
@@ -448,15 +448,16 @@ _FOLD_BITS = 128  # wider than every type: a folded constant past it is refused,
 
 def _int_constant(node: ast.AST) -> int | None:
     """The exact value, as a Python int, of an expression of integer literals under + - * ** & | ^
-    << >> and unary - + ~, else None (a division or remainder, whose result depends on the type: 7 / 2
-    is 3 or 3.5); OverflowError past _FOLD_BITS bits, ValueError for a negative shift count."""
+    << >> and unary - +, else None (a division, remainder or ~, whose result depends on the type:
+    7 / 2 is 3 or 3.5, ~7 is 0xFFFFFFF8 in u32); OverflowError past _FOLD_BITS bits, ValueError for
+    a negative shift count."""
     match node:
         case ast.Constant(value=v) if isinstance(v, int) and not isinstance(v, bool):
             pass
-        case ast.UnaryOp(op=ast.USub() | ast.UAdd() | ast.Invert() as op, operand=a):
+        case ast.UnaryOp(op=ast.USub() | ast.UAdd() as op, operand=a):
             v = _int_constant(a)
-            if v is not None:
-                v = -v if isinstance(op, ast.USub) else ~v if isinstance(op, ast.Invert) else v
+            if v is not None and isinstance(op, ast.USub):
+                v = -v
         case ast.BinOp(op=ast.Pow(), left=a, right=ast.Constant(value=k)) if (
                 isinstance(k, int) and not isinstance(k, bool) and 0 <= k <= _MAX_POWER):
             v = _int_constant(a)
@@ -905,7 +906,8 @@ def _scalar_fix(v, dt: DataType) -> str:
         return f"pass the number {int(v)} rather than the bool {v}"
     number = isinstance(v, (int, float, np.integer, np.floating))
     if dt.is_int:
-        rounding = (" (round or truncate it first, as you mean to)" if number and np.isfinite(v)
+        whole = isinstance(v, (int, np.integer))  # np.isfinite cannot take ints past 64 bits
+        rounding = (" (round or truncate it first, as you mean to)" if number and (whole or np.isfinite(v))
                     and dt.min <= v <= dt.max else "")
         return f"pass a whole number from {dt.min} to {dt.max}, {dt}'s range{rounding}"
     nearest = ir.lit(v, dt).value if number else None

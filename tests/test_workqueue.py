@@ -158,6 +158,34 @@ for c in q.chunks(2):
 assert pieces == [[1, 2], [3, 4], [5]] and q.drain().copy_to_host().tolist() == [6, 7], pieces
 q.push([1, 2])
 assert [c.copy_to_host().tolist() for c in q.chunks(2**40)] == [[1, 2]] and q.size() == 0
+q.push([1, 2, 3, 4, 5])
+it = q.chunks(2)
+assert next(it).copy_to_host().tolist() == [1, 2]
+assert q.drain().copy_to_host().tolist() == [1, 2, 3, 4, 5]  # drained mid-iteration: the rest went with it
+q.push([9])
+try:
+    next(it)
+except DispatchError as e:
+    assert "drained or reset while chunks" in str(e) and "Fix:" in str(e), e
+else:
+    raise AssertionError("chunks went on after a drain")
+assert q.drain().copy_to_host().tolist() == [9]  # pushed after the drain: kept, not dropped by the old iteration
+
+import time
+from numba import cuda
+from queue_exercise import add_to
+total = cuda.to_device(np.zeros(1, np.int64))
+q.push([5, 6])
+ran = []
+q._lock.acquire()  # as a host push holds it between reading the state and writing it back
+th = threading.Thread(target=lambda: (q.consume(add_to, (total,)), ran.append(1)))
+th.start()
+time.sleep(0.5)
+assert not ran, "consume launched while another call held the queue"
+q._lock.release()
+th.join()
+assert ran and total.copy_to_host().tolist() == [11]
+print("consume ok")
 try:
     q.chunks(0)
 except DispatchError as e:
@@ -173,7 +201,8 @@ def test_host_calls_from_several_threads_lose_nothing_under_the_cuda_simulator()
 
     out = run_script(THREADED, 600)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.split() == ["pushes", "ok", "drains", "ok", "chunks", "ok"], out.stdout
+    assert out.stdout.split() == ["pushes", "ok", "drains", "ok", "consume", "ok", "chunks", "ok"], out.stdout
+
 
 
 def test_queue_scenarios_under_the_cuda_simulator():

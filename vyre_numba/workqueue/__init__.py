@@ -179,6 +179,8 @@ class WorkQueue(Unshared):
         self.items = self.state = None
         self._cuda = cuda
         self._lock = threading.RLock()  # a push reads the tail, then writes after it: two at once would share slots
+        self._emptied = 0  # how many times reset (or drain) emptied the queue: a chunks iteration's items
+        # are gone, and not to be dropped again, once it moved
         if not cuda.is_available():
             raise BackendUnavailableError("WorkQueue lives on a CUDA GPU and none is usable here. Fix: run on a "
                                           "machine with a GPU (or under NUMBA_ENABLE_CUDASIM=1), or use QueueModel, "
@@ -244,6 +246,7 @@ class WorkQueue(Unshared):
         with self._lock:
             _, state = self._live()
             state.copy_to_device(np.zeros(2, np.uint64), stream=self.stream)
+            self._emptied += 1
 
     def push(self, values) -> None:
         """Append host values after the filled items; CapacityError (naming the room needed, the
@@ -283,17 +286,25 @@ class WorkQueue(Unshared):
         self._live()
 
         def pieces():
-            n = self.size()
+            with self._lock:
+                n, emptied = self.size(), self._emptied
             for start in range(0, n, chunk):
                 items, _ = self._live()  # closed between two pieces: refused, not a raw error
+                if self._emptied != emptied:
+                    raise DispatchError("the queue was drained or reset while chunks handed out its items, so the "
+                                        "rest are gone (or overwritten by later pushes). Fix: finish (or drop) the "
+                                        "chunks iteration before drain() or reset().")
                 yield items[start:min(n, start + chunk)]
-            self._drop_first(n)
+            self._drop_first(n, emptied)
         return pieces()
 
-    def _drop_first(self, n: int) -> None:
-        """Empty the queue of its first n items, moving any after them to the front."""
+    def _drop_first(self, n: int, emptied: int) -> None:
+        """Empty the queue of its first n items, moving any after them to the front; nothing where it
+        was emptied since `emptied` was read (those n went then, and what it holds now came after)."""
         with self._lock:
             items, state = self._live()
+            if self._emptied != emptied:
+                return
             rest = min(self._tail(), self.capacity) - n
             if rest > 0:
                 kept = self._cuda.device_array(rest, self.dtype, stream=self.stream)
@@ -322,7 +333,8 @@ class WorkQueue(Unshared):
         sms = getattr(self._cuda.get_current_device(), "MULTIPROCESSOR_COUNT", 1)  # the simulator has none
         grid = max(1, min(sms * 8, -(-self.capacity // block)))
         try:
-            launch_quietly(device.consumer(step), grid, block, self.stream, items, state, self.capacity, args)
+            with self._lock:  # a host push reads the state and writes it back: not across this kernel
+                launch_quietly(device.consumer(step), grid, block, self.stream, items, state, self.capacity, args)
         except DispatchError:
             raise
         except Exception as e:  # Numba raises many kinds; each means the step does not compile

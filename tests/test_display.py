@@ -7,6 +7,7 @@ import html.parser
 import json
 import pickle
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -484,6 +485,22 @@ def test_an_egraph_shows_how_many_classes_it_has():
     assert repr(EGraph.from_arrays([], [], [0], [], backend="reference")).startswith("EGraph(0 e-nodes, 0 classes")
     big = EGraph.from_terms([("f", str(k)) for k in range(400)], backend="reference")
     assert repr(big) == "EGraph(800 e-nodes, 800 class ids, backend='reference', rebuild pending)"  # not counted
+    held = threading.Event()
+
+    def hold():  # another thread's call in flight: the repr does not wait for it
+        with g._lock:
+            held.set()
+            release.wait(10)
+    release = threading.Event()
+    th = threading.Thread(target=hold)
+    th.start()
+    held.wait(10)
+    try:
+        assert repr(g) == "EGraph(busy: another thread's call is running, backend='reference')"
+    finally:
+        release.set()
+        th.join()
+    assert repr(g) == "EGraph(10 e-nodes, 4 classes, backend='reference')"
     g.close()
     assert repr(g) == "EGraph(closed)"
 

@@ -35,9 +35,9 @@ import time
 
 import numpy as np
 
-from ..backend import mixes_bools
+from ..backend import as_ints, mixes_bools
 from ..egraph import ClosureResult, EGraph
-from ..egraph.egraph import _as_ints, _ints, _rows, _same_length, _take_rows
+from ..egraph.egraph import IDS_FIX, _ints, _rows, _same_length, _take_rows
 from ..egraph.signature import signature_hash, signature_heads
 from ..errors import DispatchError, flag, host_memory, shown
 from ..unique import count_distinct, inserted, unique, unique_rows
@@ -568,7 +568,7 @@ def _checked_unions(unions, top: int):
     except (ValueError, TypeError) as e:  # ragged rows
         raise DispatchError(f"unions is not a (k, 2) array ({e}). Fix: pass pairs of class ids, "
                             "np.stack([a, b], axis=1).") from None
-    u = _as_ints(unions, u, "unions")
+    u = as_ints(unions, u, "unions", IDS_FIX)
     if u.shape == (0,) or (u.ndim == 2 and u.shape[0] == 0 and u.shape[1] == 2):
         return None
     if u.ndim != 2 or u.shape[1] != 2:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .. import display
-from ..backend import mixes_bools
+from ..backend import as_ints, mixes_bools
 from ..errors import BackendUnavailableError, DispatchError, host_memory, shown
 from ..owned import Unshared
 from ..unique import count_distinct, index_of, unique, unique_rows
@@ -88,37 +88,6 @@ def _timings(result) -> None:
 IDS_FIX = "renumber ids densely from 0 (np.unique(ids, return_inverse=True)); ids are int32 on the device."
 
 
-def _int_items(a, name: str, fix: str = IDS_FIX) -> np.ndarray | None:
-    """`a` as int64 where every item is an integer (of any Python or NumPy type; NumPy reads a
-    mix of uint64 and int64, or Python ints past int64, as float or object), else None; one
-    outside int64 is refused, the message ending in `Fix: fix`."""
-    try:
-        obj = np.array(a, dtype=object)
-    except Exception:
-        return None
-    flat = obj.ravel().tolist()
-    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in flat):
-        return None
-    ints = [int(v) for v in flat]
-    if min(ints) < -(2**63) or max(ints) >= 2**63:
-        big = max(ints, key=abs)
-        what = "integers beyond 64 bits" if big >= 2**64 or big < -(2**63) else "an integer past int64"
-        raise DispatchError(f"{name} holds {what} (such as {shown(big)}); its integers are read as int64. "
-                            f"Fix: {fix}")
-    return np.array(ints, np.int64).reshape(obj.shape)
-
-
-def _as_ints(given, arr: np.ndarray, name: str, fix: str = IDS_FIX) -> np.ndarray:
-    """`arr` (NumPy's reading of `given`) as int64 where it holds integers as objects (Python ints,
-    exact or refused past int64 with `Fix: fix`), or `given` is a list or tuple of integers NumPy
-    promoted to float (a mix of uint64 and int64); else `arr` as it is."""
-    if arr.size and (arr.dtype == object or (arr.dtype.kind == "f" and isinstance(given, (list, tuple)))):
-        ints = _int_items(given, name, fix)
-        if ints is not None:
-            return ints
-    return arr
-
-
 def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID, copy: bool = True, bounds: list | None = None,
           fix: str | None = None) -> np.ndarray:
     """`a` as a 1-D int64 NumPy array, checked: integers only (no floats or bools), within [lo, hi];
@@ -138,7 +107,7 @@ def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID, copy: bool = True, bou
         raise DispatchError(f"{name} is a masked array, whose mask would be ignored. Fix: pass {name}.compressed() or "
                             f"{name}.filled(...), whichever the ids mean.")
     fix = fix or (IDS_FIX if hi == MAX_ID else f"keep every value in {lo}..{hi}.")
-    arr = _as_ints(a, arr, name, fix)
+    arr = as_ints(a, arr, name, fix)
     if arr.dtype.kind not in "iu" or arr.dtype == np.bool_:
         if arr.size == 0 and arr.dtype.kind == "f":  # [] comes in as float64
             arr = arr.astype(np.int64)
@@ -391,11 +360,15 @@ class EGraph(Unshared):
     def __exit__(self, *exc) -> None:
         self.close()
 
-    @_serial
     def __repr__(self) -> str:
         from .view import text
 
-        return text(self)
+        if not self._lock.acquire(blocking=False):  # a debugger's or variable viewer's repr must not wait
+            return f"EGraph(busy: another thread's call is running, backend={self.backend!r})"
+        try:
+            return text(self)
+        finally:
+            self._lock.release()
 
     @_serial
     def _repr_html_(self) -> str:
@@ -440,7 +413,7 @@ class EGraph(Unshared):
         except (ValueError, TypeError) as e:  # ragged rows
             raise DispatchError(f"pairs is not a (k, 2) array ({e}). Fix: pass pairs of class ids, "
                                 "np.stack([a, b], axis=1).") from None
-        arr = _as_ints(pairs, arr, "pairs") if isinstance(arr, np.ndarray) else arr
+        arr = as_ints(pairs, arr, "pairs", IDS_FIX) if isinstance(arr, np.ndarray) else arr
         shape = getattr(arr, "shape", None)
         if shape == (0,):  # [] : no unions
             return

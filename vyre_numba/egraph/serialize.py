@@ -134,6 +134,7 @@ def _node_id(c) -> bool:
 
 def rows_of_serialized(data: "str | dict"):
     """(eclass, op, offsets, children, op names, what writing back needs) of egraph-serialize JSON."""
+    given = not isinstance(data, (str, bytes))  # a dict of the caller's, whose values must not be shared
     try:
         if isinstance(data, (str, bytes)):
             try:
@@ -188,14 +189,15 @@ def rows_of_serialized(data: "str | dict"):
             raise DispatchError(f"node {shown(nid)} has child {shown(missing[0])}, which is no node of the graph. Fix: "
                                 "children are node ids present in 'nodes'.")
         kid_nodes.append(list(ch))
-        extra.append({k: copy.deepcopy(v) for k, v in nd.items() if k not in ("op", "children", "eclass")})
+        extra.append({k: copy.deepcopy(v) if given else v for k, v in nd.items()
+                      if k not in ("op", "children", "eclass")})
     unknown = [c for c in roots if c not in classes]
     if unknown:
         raise _bad(f"root class {shown(unknown[0])} is the class of no node")
     kids = [[cls_of[where[c]] for c in ch] for ch in kid_nodes]
     offsets, children = _csr(kids)
     meta = dict(node_ids=ids, class_names=sorted(classes, key=classes.get), child_nodes=kid_nodes, extra=extra,
-                class_data=copy.deepcopy(class_data), root_eclasses=list(roots))  # copies: the caller's dict stays theirs
+                class_data=copy.deepcopy(class_data) if given else class_data, root_eclasses=list(roots))
     return (np.array(cls_of, np.int64), np.array(op_of, np.int64), offsets, children,
             sorted(ops, key=ops.get), meta)
 

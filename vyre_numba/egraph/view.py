@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import display
+from ..errors import VyreError
 from ..unique import count_distinct
 from .egraph import _count
 
@@ -42,7 +43,10 @@ def text(egraph) -> str:
     if egraph._g is None:
         return "EGraph(closed)"
     n = egraph.n_nodes
-    classes = f"{_classes(egraph):,} classes" if n <= MAX_DRAWN else f"{egraph.n_classes:,} class ids"
+    try:
+        classes = f"{_classes(egraph):,} classes" if n <= MAX_DRAWN else f"{egraph.n_classes:,} class ids"
+    except VyreError:  # the device could not be read (a failed context): the repr still shows what it can
+        classes = f"{egraph.n_classes:,} class ids"
     return f"EGraph({n:,} e-nodes, {classes}, backend={egraph.backend!r}{', rebuild pending' if egraph._pending else ''})"
 
 

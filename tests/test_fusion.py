@@ -278,3 +278,26 @@ def test_a_buffer_read_before_it_is_written_carries_its_data_and_atomic_stores_s
     assert len(plan.steps) == 1
     be.dispatch_sequence(plan.steps)
     assert be.download(c).tolist() == list(range(1, 33)) and be.download(out).tolist() == [5] * 32
+
+
+def test_guards_declaring_the_same_variable_stay_apart_and_the_sequence_fuses():
+    be = vn.get_backend("reference")
+    i = ir.var("i")
+    p0 = ir.Program([B.read("a", 0, "u32"), B.read_write("y", 1, "u32"), B.read_write("z", 2, "u32")], 32,
+                    [ir.let("i", ir.gid(0)),
+                     ir.if_(i < ir.buf_len("y"), [ir.let("t", ir.load("a", i) + 1), ir.store("y", i, ir.var("t"))]),
+                     ir.if_(i < ir.buf_len("y"), [ir.let("t", ir.load("a", i) + 2), ir.store("z", i, ir.var("t"))])],
+                    name="p0")
+    p1 = ir.Program([B.read("y", 0, "u32"), B.read_write("w", 1, "u32")], 32,
+                    [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("w"), [ir.store("w", i, ir.load("y", i) * 2)])],
+                    name="p1")
+    runs = []
+    for fuse in (False, True):
+        a = be.upload(np.arange(8, dtype=np.uint32))
+        y, z, w = (be.empty(8, np.uint32) for _ in range(3))
+        runs.append([o.tolist() for o in be.dispatch_sequence([(p0, [a, y, z]), (p1, [y, w])],
+                                                              [(y, 0, 8), (z, 0, 8), (w, 0, 8)], fuse=fuse)])
+    assert runs[0] == runs[1] == [list(range(1, 9)), list(range(2, 10)), list(range(2, 17, 2))]
+    a = be.upload(np.arange(8, dtype=np.uint32))
+    y, z, w = (be.empty(8, np.uint32) for _ in range(3))
+    assert be.megakernel([(p0, [a, y, z]), (p1, [y, w])], [(w, 0, 8)]).run().outputs[0].tolist() == list(range(2, 17, 2))

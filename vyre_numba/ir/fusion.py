@@ -314,17 +314,27 @@ def _specialize(s: n.Node, sizes: dict[str, int]) -> n.Node:
 
 def _merge_guards(stmts: list[n.Node]) -> list[n.Node]:
     """Adjacent ifs on the same condition of the invocation index and literals only (the steps'
-    bounds guards) as one if: the condition cannot change between them."""
+    bounds guards) as one if: the condition cannot change between them. Ifs stay apart where a
+    variable of the second would redeclare one the first's branch declares."""
     out: list[n.Node] = []
     for s in stmts:
         prev = out[-1] if out else None
         if (isinstance(s, n.If) and isinstance(prev, n.If) and prev.cond.equals(s.cond)
                 and all(isinstance(x, (n.Var, n.Lit, n.BinOp, n.UnOp, n.Cast)) and
-                        (not isinstance(x, n.Var) or x.name == INDEX) for x in walk((s.cond,)))):
+                        (not isinstance(x, n.Var) or x.name == INDEX) for x in walk((s.cond,)))
+                and not _redeclares(prev.then, s.then) and not _redeclares(prev.otherwise, s.otherwise)):
             out[-1] = n.If(s.cond, prev.then + s.then, prev.otherwise + s.otherwise)
         else:
             out.append(s)
     return out
+
+
+def _redeclares(first, second) -> bool:
+    """Whether `second`, placed after `first` in one block, declares a name that `first` declares
+    at the block's top level (the validator refuses that)."""
+    top = {x.name for x in first if isinstance(x, n.Let)}
+    return any(isinstance(x, n.Let) and x.name in top or isinstance(x, n.Loop) and x.var in top
+               for x in walk(tuple(second)))
 
 
 def _guarded(body: list[n.Node], name: str, size: int) -> bool:

@@ -301,3 +301,26 @@ def test_guards_declaring_the_same_variable_stay_apart_and_the_sequence_fuses():
     a = be.upload(np.arange(8, dtype=np.uint32))
     y, z, w = (be.empty(8, np.uint32) for _ in range(3))
     assert be.megakernel([(p0, [a, y, z]), (p1, [y, w])], [(w, 0, 8)]).run().outputs[0].tolist() == list(range(2, 17, 2))
+
+
+def test_a_fused_sequences_failure_says_scratch_buffers_hold_unspecified_contents():
+    from vyre_numba.reference import ReferenceBackend
+
+    be = ReferenceBackend(work_budget=100_000)
+    i = ir.var("i")
+    p0 = ir.Program([B.read("a", 0, "u32"), B.read_write("t", 1, "u32")], 32,
+                    [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("t"), [ir.store("t", i, ir.load("a", i) + 1)])], name="p0")
+    p1 = ir.Program([B.read("t", 0, "u32"), B.read_write("y", 1, "u32")], 32,
+                    [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("y"), [ir.store("y", i, ir.load("t", i) * 2)])], name="p1")
+    busy = ir.Program([B.read("y", 0, "u32"), B.read_write("z", 1, "u32")], 32,
+                      [ir.let("i", ir.gid(0)), ir.loop("k", 0, ir.load("y", 0) * 100000, [ir.store("z", i, ir.var("k"))])],
+                      name="busy")
+    for fuse in (False, True):
+        a = be.upload(np.arange(8, dtype=np.uint32))
+        t, y, z = be.upload(np.full(8, 99, np.uint32)), be.empty(8, np.uint32), be.empty(8, np.uint32)
+        with pytest.raises(DispatchError) as e:
+            be.dispatch_sequence([(p0, [a, t]), (p1, [t, y]), (busy, [y, z])], [(z,)], fuse=fuse)
+        scratch = "buffers fusion kept as scratch in them (written only inside a fused kernel, not read back or kept) hold unspecified contents"
+        assert (scratch in str(e.value)) == fuse
+        assert "steps 0 to 1 ran and their writes stay" in str(e.value)
+        assert be.download(y).tolist() == list(range(2, 17, 2))

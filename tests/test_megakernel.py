@@ -419,3 +419,26 @@ def test_steps_are_checked_as_their_own_dispatch_would_check_them():
     same = ir.Program(inc.buffers, 32, inc.entry, name="same")
     with be.megakernel([(inc, [x, y], DispatchConfig(workgroup=32)), (same, [x, y])]) as mk:
         assert mk.mode == "megakernel", mk.reason
+
+
+def test_a_fallback_failure_names_the_callers_step_and_the_rounds_that_completed():
+    from vyre_numba.reference import ReferenceBackend
+
+    be = ReferenceBackend(work_budget=50_000)
+    i = ir.gid(0)
+    inc = ir.Program([B.read_write("x", 0, "u32"), B.read_write("flag", 1, "u32")], 32,
+                     [ir.if_(i < ir.buf_len("x"), [ir.store("x", i, ir.load("x", i) + 1), ir.store("flag", 0, 1)])],
+                     name="inc")
+    busy = ir.Program([B.read("x", 0, "u32"), B.read_write("y", 1, "u32")], 64,
+                      [ir.if_(i < ir.buf_len("y"), [ir.loop("k", 0, ir.load("x", 0) * 5, [ir.store("y", i, ir.var("k"))])])],
+                      name="busy")
+    x, f, y = be.upload(np.zeros(4, np.uint32)), be.empty(1, np.uint32), be.empty(4, np.uint32)
+    mk = be.megakernel([(inc, [x, f]), (busy, [x, y])], [(x,), (y,)], until=f, max_rounds=100)
+    assert mk.mode == "graph"
+    with pytest.raises(vn.VyreError) as e:
+        mk.run()
+    assert str(e.value).startswith("round 5 of the megakernel's graph fallback, step 1 (rounds 1 to 4 completed and "
+                                   "their writes stay; the flag `until` was cleared; step 0 of round 5 ran and its "
+                                   "writes stay; nothing of step 1 ran): dispatch of 'busy'")
+    assert be.download(x).tolist() == [5] * 4 and be.download(y).tolist() == [19] * 4
+    assert be.telemetry()["graph_replays"] == 4

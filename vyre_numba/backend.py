@@ -383,6 +383,8 @@ class Backend(abc.ABC):
                     step = as_step(step)
                     self.dispatch_resident(step.program, step.buffers, step.config)
                 except VyreError as e:  # a dispatch is all or nothing, so what was written is the steps before
+                    if not hasattr(e, "sequence_step"):
+                        e.sequence_step = (k, e.args[0] if e.args else "")
                     if e.args and (k or groups is not None):
                         e.args = (f"{_failed_at(k, groups)}: {e.args[0]}", *e.args[1:])
                     raise
@@ -539,7 +541,9 @@ def _failed_at(k: int, groups: list | None) -> str:
     where = f"{which}{'' if len(mine) == 1 else ', fused into one kernel,'} of the sequence"
     if not mine[0]:
         return f"{where} (nothing ran)"
-    return f"{where} (steps 0 to {mine[0] - 1} ran and their writes stay; {which} did not run)"
+    scratch = ("; buffers fusion kept as scratch in them (written only inside a fused kernel, not read back "
+               "or kept) hold unspecified contents" if any(len(g) > 1 for g in groups[:k]) else "")
+    return f"{where} (steps 0 to {mine[0] - 1} ran and their writes stay{scratch}; {which} did not run)"
 
 
 def as_step(step) -> Step:

@@ -184,10 +184,30 @@ class Megakernel(Unshared):
                 self._p = dataclasses.replace(self._p, mode="sequence", reason=f"{self._p.reason}; and recording "
                                               f"the fallback graph failed ({e})")
         for r in range(1, self.max_rounds + 1):
-            out = self._graph.replay() if self._graph is not None else b.dispatch_sequence(steps, flag_read)
+            try:
+                out = self._graph.replay() if self._graph is not None else b.dispatch_sequence(steps, flag_read)
+            except VyreError as e:
+                if e.args:
+                    e.args = (f"{self._failed_round(r, e)}: {getattr(e, 'sequence_step', (0, e.args[0]))[1]}",
+                              *e.args[1:])
+                raise
             if self.until is not None and not np.any(out[0]):
                 return r, True
         return self.max_rounds, (False if self.until is not None else None)
+
+    def _failed_round(self, r: int, e: VyreError) -> str:
+        """Where round `r` of the fallback failed with `e`, in the caller's steps and rounds."""
+        done = f"rounds 1 to {r - 1} completed and their writes stay" if r > 1 else "no earlier round ran"
+        where = f"round {r} of the megakernel's {self.mode} fallback"
+        if not hasattr(e, "sequence_step"):
+            return f"{where} failed ({done}; what that round wrote is unknown)"
+        k = e.sequence_step[0] - (self.until is not None)
+        if k < 0:
+            return f"{where}, clearing the flag `until` ({done}; nothing of round {r} ran)"
+        ran = ["the flag `until` was cleared"] if self.until is not None else []
+        ran += [f"step 0 of round {r} ran and its writes stay"] if k == 1 else \
+            [f"steps 0 to {k - 1} of round {r} ran and their writes stay"] if k else []
+        return f"{where}, step {k} ({'; '.join([done] + ran)}; nothing of step {k} ran)"
 
     def _reads(self) -> list[np.ndarray]:
         return [self.backend.download(buf, off, cnt) for buf, off, cnt in self.read]

@@ -249,8 +249,9 @@ class Resequence(RecordedGraph):
     def replay(self, inputs: Sequence | Mapping | None = None) -> list[np.ndarray]:
         self._check_sequence_replay(inputs)
         with self._open():
+            out = self.backend.dispatch_sequence(self.steps, self.read)
             self.backend._count(graph_replays=1)
-            return self.backend.dispatch_sequence(self.steps, self.read)
+            return out
 
     def replay_resident(self, read: bool = True) -> list[np.ndarray]:
         read = self._read_flag(read)

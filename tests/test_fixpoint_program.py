@@ -329,3 +329,41 @@ def test_a_bool_buffer_given_a_bool_array_says_how_bools_are_stored():
     p = ir.Program([B.read_write("x", 0, "bool")], 4, [ir.store("x", ir.gid(0), ir.lit(True))])
     with pytest.raises(vn.VyreError, match="stored as uint32 words.*Fix: pass an array of dtype uint32"):
         fixpoint.run(p, 4, [np.zeros(4, np.bool_)], backend="reference")
+
+
+def test_program_rounds_use_the_reference_backends_budgets():
+    from vyre_numba.reference import ReferenceBackend
+
+    i = ir.invocation_id(0)
+    p = ir.Program([B.read_write("x", 0, "u32"), B.read("n", 1, "u32")], 32,
+                   [ir.loop("k", 0, ir.load("n", 0), [ir.store("x", i, ir.load("x", i) + 1)])], name="busy")
+    x, n = np.zeros(4, np.uint32), np.array([10**6], np.uint32)
+    for call in (lambda be: fixpoint.run(p, 4, [x, n], max_rounds=1, backend=be, progress=False),
+                 lambda be: fixpoint.for_each(p, 4, [x, n], backend=be)):
+        with pytest.raises(DispatchError, match="ran out of its work budget of 1e\\+05 units"):
+            call(ReferenceBackend(work_budget=10**5))
+        assert x.tolist() == [0] * 4
+
+
+def test_arrays_sharing_memory_with_a_written_buffer_are_refused_before_anything_runs():
+    i = ir.invocation_id(0)
+    shift = ir.Program([B.read("src", 0, "u32"), B.read_write("dst", 1, "u32")], 32,
+                       [ir.store("dst", i, ir.load("src", i) + 1)], name="shift")
+    z, x = np.zeros(8, np.uint32), np.zeros(4, np.uint32)
+    for args in ([z[0:4], z[1:5]], [x, x]):
+        for call in (fixpoint.run, fixpoint.for_each):
+            with pytest.raises(DispatchError, match="'src' and 'dst' share memory and one of them is written, a race. "
+                                                    "Fix: bind distinct buffers"):
+                call(shift, 4, args)
+    assert not z.any() and not x.any()
+    both = ir.Program([B.read("a", 0, "u32"), B.read("b", 1, "u32"), B.read_write("out", 2, "u32")], 32,
+                      [ir.store("out", i, ir.load("a", i) + ir.load("b", i))], name="both")
+    out = np.zeros(4, np.uint32)
+    fixpoint.run(both, 4, [z[:4], z[:4], out], max_rounds=1)  # two reads of one array race with nothing
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, 1e6, float("inf"), float("nan")])
+def test_timeout_outside_its_range_says_the_range(timeout):
+    p = ir.Program([B.read_write("x", 0, "u32")], 32, [ir.store("x", ir.invocation_id(0), 1)], name="one")
+    with pytest.raises(DispatchError, match=r"is not a number of seconds with 0 < timeout_s < 1e6\. Fix:"):
+        fixpoint.run(p, 4, [np.zeros(4, np.uint32)], timeout_s=timeout)

@@ -60,7 +60,7 @@ def run(step: "Callable | Program", n: int, args: Sequence[Any] = (), *, max_rou
     overwrote. Arrays are device arrays on the GPU and NumPy arrays on the reference backend.
     `mode="auto"` runs one round (`max_rounds=1`) as a plain launch, more as a cooperative kernel
     where the device can launch one and the grid fits, else as a graph's while loop where the
-    driver builds one, else one launch a round (`FixpointResult.mode` says which ran). `timeout_s` bounds each grid barrier's wait in
+    driver builds one, else one launch a round (`FixpointResult.mode` says which ran). `timeout_s` (seconds, 0 < timeout_s < 1e6) bounds each grid barrier's wait in
     cooperative mode (a stuck barrier raises BarrierTimeoutError instead of hanging the GPU);
     `progress` shows a tqdm bar of rounds: None (the default) once the run has taken a second,
     True at once, False never (see `vyre_numba.progress`)."""
@@ -68,7 +68,8 @@ def run(step: "Callable | Program", n: int, args: Sequence[Any] = (), *, max_rou
     if not isinstance(mode, str) or mode not in MODES:
         raise DispatchError(f"mode={shown(mode)} is not one of {', '.join(MODES)}. Fix: pass one of those.")
     if isinstance(timeout_s, (bool, np.bool_)) or not isinstance(timeout_s, numbers.Real) or not 0 < timeout_s < 1e6:
-        raise DispatchError(f"timeout_s={shown(timeout_s)} is not a positive number of seconds. Fix: pass e.g. 10.0.")
+        raise DispatchError(f"timeout_s={shown(timeout_s)} is not a number of seconds with 0 < timeout_s < 1e6. "
+                            "Fix: pass e.g. 10.0.")
     be, is_program, n, args, block = _checked(step, n, args, backend, block)
     if be.name == "cuda":
         from . import device
@@ -78,7 +79,7 @@ def run(step: "Callable | Program", n: int, args: Sequence[Any] = (), *, max_rou
         raise UnsupportedError(f"mode={shown(mode)} needs a GPU; the {be.name} backend runs rounds on the CPU. "
                                "Fix: use mode='auto' (it picks what the backend can do).")
     if is_program:
-        return _run_program_cpu(step, n, args, max_rounds, progress)
+        return _run_program_cpu(step, n, args, max_rounds, progress, be)
     return _run_cpu(step, n, args, max_rounds, progress)
 
 
@@ -94,7 +95,7 @@ def for_each(step: "Callable | Program", n: int, args: Sequence[Any] = (), *, ba
 
         device.for_each(be, step, n, args, block)
     elif is_program:
-        _run_program_cpu(step, n, args, 1, False)
+        _run_program_cpu(step, n, args, 1, False, be)
     else:
         _run_cpu(step, n, args, 1, False)
 
@@ -146,6 +147,7 @@ def program_args(program, args: Sequence[Any], *, device: bool) -> list:
     """The arrays of a Program step, one per bound buffer, checked: the buffer's dtype exactly (they
     are updated in place, so nothing is converted), contiguous, fewer than 2**32 elements, the
     declared count where there is one; NumPy arrays flattened."""
+    from ..backend import _overlap, _storage
     from ..ir import Access
 
     bufs = program.bound_buffers
@@ -181,6 +183,13 @@ def program_args(program, args: Sequence[Any], *, device: bool) -> list:
         if not device and b.access in (Access.READ_WRITE, Access.WRITE_ONLY) and not a.flags.writeable:
             raise DispatchError(f"{where} is read-only, but the step writes the buffer. Fix: pass a writable array.")
         out.append(a if device else a.reshape(-1))
+    spans = [_storage(a) for a in out]
+    for i, a in enumerate(bufs):
+        for j in range(i + 1, len(bufs)):
+            if (a.access.writable or bufs[j].access.writable) and _overlap(spans[i], spans[j]):
+                raise DispatchError(f"fixpoint step {program.name!r}: {a.name!r} and {bufs[j].name!r} share memory "
+                                    "and one of them is written, a race. Fix: bind distinct buffers (copy one of "
+                                    "them first).")
     return out
 
 
@@ -193,7 +202,8 @@ def _guarded(program, n: int):
 
 
 @host_memory("the fixpoint run", IN_HOST_MEMORY)
-def _run_program_cpu(program, n: int, arrays: list, max_rounds: int, progress: bool | None) -> FixpointResult:
+def _run_program_cpu(program, n: int, arrays: list, max_rounds: int, progress: bool | None,
+                     backend) -> FixpointResult:
     from ..bindings import Binding
     from ..config import DispatchConfig
     from ..reference import interpreter
@@ -203,9 +213,12 @@ def _run_program_cpu(program, n: int, arrays: list, max_rounds: int, progress: b
     binding = Binding(guarded, {b.name: a for b, a in zip(program.bound_buffers, arrays)},
                       (max(1, -(-n // wg[0])), 1, 1), wg, DispatchConfig())
 
+    memory = interpreter.memory_budget(getattr(backend, "memory_budget", None))
+    work = interpreter.work_budget(getattr(backend, "work_budget", None))
+
     def one_round() -> bool:
         changes: list = []
-        interpreter.prepare(binding, interpreter.memory_budget(), interpreter.work_budget()).run(changes)
+        interpreter.prepare(binding, memory, work).run(changes)
         return bool(changes)
 
     with _restored_on_failure(arrays):

@@ -400,3 +400,22 @@ def test_int_literals_into_floats_print_the_bits_the_reference_stores(dt, v):
         imm = f"0d{b:016X}" if dt is D.F64 else f"0f{b:08X}" if dt is D.F32 else \
             "0f%08X" % np.float32(ir.bits_to_float(b, dt)).view(np.uint32)
         assert imm in text, imm
+
+
+@pytest.mark.parametrize("name", [["grid_barrier"], {}, None, "a" * 5000, "../ptx_templates/grid_barrier",
+                                  "/etc/passwd", "grid_barrier.ptx"])
+def test_a_template_name_that_is_not_one_of_the_templates_is_refused(name):
+    for call in (lambda: ptx.templates.load(name, version="7.8", target="sm_90"),
+                 lambda: ptx.templates.params(name)):
+        with pytest.raises(TemplateError, match=r"Fix: use one of .*grid_barrier.*module"):
+            call()
+
+
+@pytest.mark.parametrize("args", [dict(version=None), dict(version=7.8), dict(version="7.8; ret"),
+                                  dict(target=12), dict(target="sm_90\n.entry x"), dict(entry=None),
+                                  dict(entry=True), dict(entry=-1), dict(entry=b"k")])
+def test_template_parameter_values_are_checked(args):
+    full = dict(version="7.8", target="sm_90", entry="fill_u32") | args
+    with pytest.raises(TemplateError, match=f"{next(iter(args))}=.*Fix: pass"):
+        ptx.templates.load("fill_u32", **full)
+    assert ".target sm_90a" in ptx.templates.load("fill_u32", version="7.8", target="sm_90a", entry="k")

@@ -74,14 +74,43 @@ def _read(name: str) -> tuple[tuple[str, ...], str]:
     return declared, "\n".join(lines[header_end:]) + "\n"
 
 
+def _known(name: object) -> str:
+    """`name` when it names an available template; else TemplateError listing them."""
+    if not isinstance(name, str) or name not in names():
+        raise TemplateError(f"no PTX template named {shown(name, 80)}. Fix: use one of {', '.join(names())} "
+                            "(ptx.templates.names()).")
+    return name
+
+
+_FORMATS = {"version": (re.compile(r"\d{1,2}\.\d{1,2}"), "a PTX ISA version string such as '7.8'"),
+            "target": (re.compile(r"sm_\d{2,3}[a-z]?"), "a target string such as 'sm_90'")}
+
+
+def _value(name: str, param: str, value: object) -> str:
+    """`value` as the text substituted for `param`; TemplateError where it has no place there."""
+    fmt = _FORMATS.get(param)
+    if fmt is not None:
+        if not isinstance(value, str) or not fmt[0].fullmatch(value):
+            raise TemplateError(f"PTX template {shown(name)}: {param}={shown(value, 80)} is not {fmt[1]}. "
+                                f"Fix: pass {fmt[1]}.")
+        return value
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31:
+        return str(value)
+    raise TemplateError(f"PTX template {shown(name)}: {param}={shown(value, 80)} is a {type(value).__name__}, not "
+                        "PTX text or a count. Fix: pass a str (or an int from 0 to 2**31 - 1).")
+
+
 def params(name: str) -> tuple[str, ...]:
     """The parameters template `name` declares in its header, in order."""
-    return _read(name)[0]
+    return _read(_known(name))[0]
 
 
 def load(name: str, **params: object) -> PTX:
-    """Template `name` with every `${param}` replaced by `str(params[param])`."""
-    declared, body = _read(name)
+    """Template `name` with every `${param}` replaced by `params[param]`: PTX text (a str), a count
+    (an int from 0 to 2**31 - 1), and for `version` and `target` strings such as '7.8' and 'sm_90'."""
+    declared, body = _read(_known(name))
     missing = [p for p in declared if p not in params]
     unknown = [p for p in params if p not in declared]
     if missing or unknown:
@@ -92,8 +121,9 @@ def load(name: str, **params: object) -> PTX:
             parts.append(f"unknown {', '.join(unknown)}")
         raise TemplateError(f"PTX template {shown(name)}: {'; '.join(parts)} parameter(s). "
                         f"Fix: pass exactly {', '.join(declared)}.")
+    values = {k: _value(name, k, v) for k, v in params.items()}
     try:
-        return PTX(string.Template(body).substitute({k: str(v) for k, v in params.items()}))
+        return PTX(string.Template(body).substitute(values))
     except (KeyError, ValueError) as e:
         raise TemplateError(f"PTX template {shown(name)} uses a placeholder its header does not declare ({e}). "
                         "Fix: add it to the template's `// params:` line.") from e

@@ -476,8 +476,10 @@ def test_a_fused_sequence_that_fails_names_the_callers_steps(backend):
     z = backend.upload(np.zeros(8, np.float32))
     with pytest.raises(DispatchError) as e:  # steps 0 and 1 fuse; 2 runs alone (another size); 3 fails
         backend.dispatch_sequence([(bump(), [x]), (bump(), [x]), (bump(), [w]), (bump(), [z])], fuse=True)
-    assert str(e.value).startswith("step 3 of the sequence (steps 0 to 2 ran and their writes stay; step 3 did "
-                                   "not run)") and "Fix:" in str(e.value), str(e.value)
+    assert str(e.value).startswith("step 3 of the sequence (steps 0 to 2 ran and their writes stay; buffers fusion "
+                                   "kept as scratch in them (written only inside a fused kernel, not read back or "
+                                   "kept) hold unspecified contents; step 3 did not run)") and "Fix:" in str(e.value), \
+        str(e.value)
     assert backend.download(x)[:2].tolist() == [2, 3] and backend.download(w)[0] == 1
     with pytest.raises(DispatchError) as e:
         backend.dispatch_sequence([(bump(), [w]), (bump(), [x]), (bump(), [x]), (bump(), [z])], fuse=True)
@@ -833,3 +835,40 @@ def test_a_resident_dispatch_refuses_what_write_refuses_as_a_buffer(make):
         with pytest.raises(DispatchError, match=f"{type(x).__name__} is not a reference-backend buffer.*Fix: "):
             call()
     assert y.tolist() == [0, 0, 0] and np.asarray(x).tolist() in ([1000, 2, 3], [[1000, 2, 3]])
+
+
+def test_transfers_and_fused_steps_labels_are_counted(backend):
+    B = ir.BufferDecl
+    i = ir.var("i")
+    backend.reset_telemetry()
+    buf = backend.upload(np.zeros(1000, np.uint32))
+    backend.write(buf, np.ones(10, np.uint32))
+    backend.download(buf, 0, 500)
+    t = backend.telemetry()
+    assert (t["bytes_uploaded"], t["bytes_read_back"]) == (4040, 2000)
+    p0 = ir.Program([B.read("a", 0, "u32"), B.read_write("y", 1, "u32")], 32,
+                    [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("y"), [ir.store("y", i, ir.load("a", i) + 1)])], name="p0")
+    p1 = ir.Program([B.read("y", 0, "u32"), B.read_write("z", 1, "u32")], 32,
+                    [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("z"), [ir.store("z", i, ir.load("y", i) * 2)])], name="p1")
+    for fuse in (False, True):
+        backend.reset_telemetry()
+        a, y, z = backend.upload(np.arange(8, dtype=np.uint32)), backend.empty(8, np.uint32), backend.empty(8, np.uint32)
+        steps = [(p0, [a, y], DispatchConfig(label="first")), (p1, [y, z], DispatchConfig(label="second"))]
+        assert backend.dispatch_sequence(steps, [(z,)], fuse=fuse)[0].tolist() == list(range(2, 17, 2))
+        t = backend.telemetry()
+        assert (t["dispatches[first]"], t["dispatches[second]"]) == (1, 1)
+
+
+def test_a_recorded_sequence_counts_only_replays_that_ran():
+    from vyre_numba.reference import ReferenceBackend
+
+    be = ReferenceBackend(work_budget=10**5)
+    busy = ir.Program([ir.BufferDecl.read_write("x", 0, "u32")], 32,
+                      [ir.loop("k", 0, ir.load("x", 0), [ir.store("x", 1, ir.var("k"))])], name="busy")
+    x = be.upload(np.array([3, 0], np.uint32))
+    g = be.record_sequence([(busy, [x])])
+    g.replay()
+    be.write(x, [10**6])
+    with pytest.raises(DispatchError, match="work budget"):
+        g.replay()
+    assert be.telemetry()["graph_replays"] == 1

@@ -285,7 +285,9 @@ class Backend(abc.ABC):
             if not steps:  # nothing to fuse: the reads, as without fusion
                 return self._sequence([], reads, progress, 0)
             plan = self.fuse(steps, reads)
-            return self._sequence(plan.steps, reads, progress, len(steps), plan.groups)
+            labels = [[] if len(g) == 1 else [c.label for j in g if (c := as_step(steps[j]).config) and c.label]
+                      for g in plan.groups]
+            return self._sequence(plan.steps, reads, progress, len(steps), plan.groups, labels)
         return self._sequence(steps, read, progress, _length(steps))
 
     def fuse(self, steps: Iterable[Step | tuple], read: Iterable[Read] = (), *, keep: Iterable = ()) -> "Fusion":
@@ -368,10 +370,11 @@ class Backend(abc.ABC):
         return REFERENCE_COOPERATIVE_WORKGROUPS
 
     def _sequence(self, steps, read, progress: bool | None, total: int | None,
-                  groups: list | None = None) -> list[np.ndarray]:
+                  groups: list | None = None, labels: list | None = None) -> list[np.ndarray]:
         """Run `steps` then read `read`; `groups`: the caller's step indices each of `steps` runs
         (a fused sequence's), so a failure names the caller's steps and the bar (of `total`
-        steps) counts them."""
+        steps) counts them; `labels`: the labels of the caller's steps fused into each of `steps`,
+        each counted in `dispatches[label]` once its kernel ran."""
         from .progress import bar
 
         reads = [_read(r) for r in _iterable(read, "read")]
@@ -388,6 +391,8 @@ class Backend(abc.ABC):
                     if e.args and (k or groups is not None):
                         e.args = (f"{_failed_at(k, groups)}: {e.args[0]}", *e.args[1:])
                     raise
+                if labels and labels[k]:
+                    self._count(**Counter(f"dispatches[{x}]" for x in labels[k]))
                 if b is not None:
                     b.update(1 if groups is None else len(groups[k]))
         finally:

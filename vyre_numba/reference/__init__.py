@@ -108,7 +108,9 @@ class ReferenceBackend(Backend):
 
     @host_memory("upload", IN_HOST_MEMORY)
     def upload(self, array: np.ndarray) -> np.ndarray:
-        return np.array(check_upload(array), copy=True, order="C")
+        out = np.array(check_upload(array), copy=True, order="C")
+        self._count(bytes_uploaded=out.nbytes)
+        return out
 
     def empty(self, n: int, dtype) -> np.ndarray:
         n, dt = check_empty(n, dtype)
@@ -129,7 +131,9 @@ class ReferenceBackend(Backend):
         check_buffer(buffer, "download")
         flat = buffer.reshape(-1)
         offset, count = check_span(offset, count, flat.size)
-        return flat[offset:offset + count].copy()
+        out = flat[offset:offset + count].copy()
+        self._count(bytes_read_back=out.nbytes)
+        return out
 
 
 

@@ -534,6 +534,13 @@ def _delayed(fn):
     (lambda c: congruence_closure(chain_pair(2), [(0, True)], client=c, backend="reference"), "mixes bools"),
     (lambda c: connected_components([0, 1, 2, 2], [True, 0], client=c, backend="reference"), "mixes bools"),
     (lambda c: connected_components(np.array([0, 1]), client=c, backend="reference"), "indices is missing"),
+    (lambda c: connected_components(client=c, edges=da.from_array(np.ma.masked_array([[0, 1], [2, 3]],
+                                                                                     mask=[[0, 0], [1, 1]])),
+                                    n=4, backend="reference"), "masked array"),  # its mask was dropped
+    (lambda c: connected_components(client=c, edges=da.from_array(np.array([[0, 1]])), n=3, columns=5,
+                                    backend="reference"), "but edges is not a DataFrame"),  # was ignored
+    (lambda c: connected_components(np.array([0, 1, 1]), np.array([0]), client=c, columns=("x", "y"),
+                                    backend="reference"), "leave it out for a CSR"),
 ])
 def test_more_mistakes_with_dataframes_futures_and_producers_raise_vyre_errors(client, call, fix):
     with pytest.raises(VyreError) as e:
@@ -546,6 +553,56 @@ def test_futures_of_another_client_are_refused_with_a_fix(client):
         rows = other.scatter([chain_pair(1)])
         with pytest.raises(VyreError, match="another client.*Fix:"):
             congruence_closure(rows, client=client, backend="reference")
+
+
+def test_a_collection_persisted_with_another_client_is_refused_as_such(client):
+    """Regression: it read as 'edge chunk 0 is a cancelled future ... keep a reference', which the
+    user did."""
+    with distributed.Client(client.scheduler.address) as other:
+        edges = other.persist(da.from_array(np.array([[0, 1], [1, 2]]), chunks=(1, 2)))
+        with pytest.raises(VyreError, match="persisted .*with another client.*Fix:"):
+            connected_components(client=client, edges=edges, n=3, backend="reference")
+
+
+def test_a_failed_call_leaves_none_of_its_futures_on_the_cluster(client):
+    """Regression: the exception the client keeps for the failed task held the call's frames, so
+    every future it made (partitions, cut messages) stayed on the workers, about 13 a failure."""
+    import gc
+    import time
+
+    def held() -> int:
+        return client.run_on_scheduler(lambda dask_scheduler: sum(
+            ts.state == "memory" and ts.key.startswith("vyre-") for ts in dask_scheduler.tasks.values()))
+    before = held()
+    for _ in range(2):
+        with pytest.raises(VyreError, match="names vertex 9"):
+            connected_components(edges=da.from_array(np.array([[0, 9], [1, 2]]), chunks=(1, 2)), n=3, client=client,
+                                 backend="reference")
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while held() > before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert held() <= before
+
+
+def test_an_asynchronous_client_is_refused_with_a_fix():
+    """Regression: the call never awaited the client's coroutines and said the cluster had no
+    workers. (A stand-in client: a real asynchronous one closed in this process can cut the
+    module's client off its scheduler.)"""
+    class Asynchronous(distributed.Client):
+        def __init__(self):
+            self.status = "running"
+
+        asynchronous = True
+
+        def close(self, *args, **kwargs):
+            pass
+
+        def __del__(self):
+            pass
+
+    with pytest.raises(VyreError, match="asynchronous.*Fix:"):
+        connected_components(np.array([0, 1, 1]), np.array([1]), client=Asynchronous(), backend="reference")
 
 
 def test_stats_takes_a_numpy_bool_as_gather_does(client):

@@ -3,6 +3,7 @@ runs, what each worker computes on (its own GPU, or the reference backend on CPU
 named tasks that Dask may retry on another worker when one dies."""
 from __future__ import annotations
 
+import functools
 import operator
 import os
 import socket
@@ -43,6 +44,39 @@ def cancelled_as_errors(what: str):
                                 "keys are shared, so another scatter of the same data can release them)."))
 
 
+def releasing(fn: Callable) -> Callable:
+    """Decorator: a failed distributed call leaves none of its futures alive. The client keeps a
+    failed task's exception, and raised through the call it takes the call's frames into its
+    traceback, with the futures they hold: those would stay on the workers for the client's life.
+    So the error's tracebacks (its causes' too) are dropped and it is raised again from here.
+    (Cancelling the futures instead trips an assertion in Dask's scheduler, which then drops the
+    client's connection.)"""
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except BaseException as e:
+            seen, todo = set(), [e]
+            while todo:
+                x = todo.pop()
+                if x is not None and id(x) not in seen:
+                    seen.add(id(x))
+                    x.__traceback__ = None
+                    todo += [x.__cause__, x.__context__]
+            raise e
+    return call
+
+
+def own_futures(client, collection, what: str) -> None:
+    """A DispatchError where the Dask collection `collection` (persisted: its chunks are futures)
+    holds futures of another client than `client`: computing it there would find its keys gone
+    and read as a cancelled future."""
+    for f in distributed().futures_of(collection):
+        if f.client is not client:
+            raise DispatchError(f"{what} was persisted (or scattered) with another client than the one passed. Fix: "
+                                "pass the client that persisted it, or persist it with this one (client.persist).")
+
+
 def partition_count(partitions, k_workers: int) -> int:
     """The number of partitions to cut the input into: `partitions`, or one per worker."""
     k = k_workers if partitions is None else partitions
@@ -68,6 +102,10 @@ def worker_table(client) -> dict[str, dict]:
                             "for one worker per GPU.")
     if client.status != "running":
         raise DispatchError(f"the Dask client is {client.status}. Fix: pass a running client (is the cluster up?).")
+    if getattr(client, "asynchronous", False):
+        raise DispatchError("the Dask client is asynchronous; these calls block until the cluster is done. Fix: pass "
+                            "a Client made without asynchronous=True (from async code, run the call in a thread: "
+                            "await asyncio.to_thread(connected_components, ..., client=client)).")
     info = _worker_info(client)
     if not info:  # a worker restarting (its nanny brings it back) leaves none for a moment
         try:
@@ -224,6 +262,8 @@ def placed(client, items: list, fallback: list, what: str) -> tuple[list, list]:
             raise DispatchError(f"{what} {i} is a future of another client than the one passed. Fix: pass the client "
                                 "that made the futures (client.scatter, client.submit, persist), or make them with "
                                 "this one.")
+        if not isinstance(x, dd.Future):
+            own_futures(client, x, f"{what} {i}")
     futs = [x if isinstance(x, dd.Future) else client.compute(x) for x in items]
     try:
         dd.wait(futs)

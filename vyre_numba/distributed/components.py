@@ -416,6 +416,7 @@ def _cut_counts(local: tuple) -> tuple[int, int]:
 
 
 # --- the call ------------------------------------------------------------------------------
+@cluster.releasing
 @cluster.cancelled_as_errors("distributed connected_components")
 @host_memory("distributed connected_components")
 def connected_components(indptr=None, indices=None, *, client=None, edges=None, n: int | None = None,
@@ -436,25 +437,14 @@ def connected_components(indptr=None, indices=None, *, client=None, edges=None, 
     gather = flag(gather, "gather", "pass True (labels as a NumPy array) or False (a Dask array left on the workers).")
     stats = flag(stats, "stats", "pass True (labels and a DistributedStats) or False (the labels alone).")
     t0 = time.perf_counter()
+    _check_graph_arguments(indptr, indices, edges, n, partitions, columns)  # before a task is submitted
     table = cluster.worker_table(client)
     workers = list(table)
     bname = cluster.backend_name(backend)
     asked = cluster.ask_devices(client, table, bname)  # answered while the edges are placed
     if edges is not None:
-        if indptr is not None or indices is not None:
-            raise DispatchError("both a CSR and `edges` were given. Fix: pass one graph: (indptr, indices) or edges=.")
-        if partitions is not None:
-            raise DispatchError("partitions= cuts a CSR; edges= are partitioned by their chunks. Fix: leave "
-                                "partitions out and rechunk the edges (edges.rechunk((m // k, 2))) for k partitions.")
         specs, n, places = _edge_parts(client, edges, n, columns, workers)
     else:
-        if indptr is None or indices is None:
-            what = "no graph was given" if indptr is None and indices is None else \
-                f"{'indices' if indices is None else 'indptr'} is missing (a CSR is two arrays)"
-            raise DispatchError(f"{what}. Fix: pass indptr and indices (a host CSR), or edges= (a Dask "
-                                "array of (src, dst) rows).")
-        if n is not None:
-            raise DispatchError("n is read from indptr for a CSR. Fix: leave n out (it is for edges=).")
         specs, n, places = _csr_parts(indptr, indices, partitions, workers)
     devices = cluster.checked_devices(asked)
     k = len(specs)
@@ -488,6 +478,29 @@ def connected_components(indptr=None, indices=None, *, client=None, edges=None, 
                                 for s, w in zip(shards, places)]))
     return labels, DistributedStats(k, workers, devices, rounds, cut, merged, time.perf_counter() - t0,
                                     extra={"owned_ranges": ranges, "labels_sent": int(sent)})
+
+
+def _check_graph_arguments(indptr, indices, edges, n, partitions, columns) -> None:
+    """A DispatchError where the arguments do not name one graph of one kind (a CSR, or edges=)."""
+    if edges is not None:
+        if indptr is not None or indices is not None:
+            raise DispatchError("both a CSR and `edges` were given. Fix: pass one graph: (indptr, indices) or edges=.")
+        if partitions is not None:
+            raise DispatchError("partitions= cuts a CSR; edges= are partitioned by their chunks. Fix: leave "
+                                "partitions out and rechunk the edges (edges.rechunk((m // k, 2))) for k partitions.")
+        if not hasattr(edges, "columns") and not _default_columns(columns):
+            raise DispatchError(f"columns={shown(columns, 60)} names DataFrame columns, but edges is not a DataFrame. "
+                                "Fix: leave columns out for a Dask array of (src, dst) rows.")
+        return
+    if indptr is None or indices is None:
+        what = "no graph was given" if indptr is None and indices is None else \
+            f"{'indices' if indices is None else 'indptr'} is missing (a CSR is two arrays)"
+        raise DispatchError(f"{what}. Fix: pass indptr and indices (a host CSR), or edges= (a Dask "
+                            "array of (src, dst) rows).")
+    if n is not None:
+        raise DispatchError("n is read from indptr for a CSR. Fix: leave n out (it is for edges=).")
+    if not _default_columns(columns):
+        raise DispatchError("columns= names the columns of an edges= DataFrame. Fix: leave it out for a CSR.")
 
 
 def _pick(local: tuple, q: int) -> tuple:
@@ -544,6 +557,10 @@ def _chunk_edges(chunk, columns) -> np.ndarray:
         if hasattr(chunk, "columns"):
             raise DispatchError("an edge chunk is a DataFrame, but edges is a Dask array. Fix: pass the Dask "
                                 "DataFrame itself as edges (with columns=), or a Dask array of (m, 2) blocks.")
+        if isinstance(chunk, np.ma.MaskedArray):
+            raise DispatchError("an edge chunk is a masked array; its mask would be ignored and the masked edges "
+                                "joined. Fix: drop the masked rows first (edges[~mask.any(1)]), or pass the chunks' "
+                                "data without masks.")
         return np.asarray(chunk)
     cols = []
     for c in columns:
@@ -597,6 +614,7 @@ def _edge_parts(client, edges, n, columns, workers):
     if n >= 2**31:
         raise DispatchError(f"n = {n}; vertex ids are 32-bit. Fix: split the graph into pieces under 2**31 vertices.")
     n = int(n)
+    cluster.own_futures(client, edges, "edges")
     if hasattr(edges, "columns"):
         columns = _frame_columns(edges.columns, columns)
         parts = list(edges.to_delayed())
@@ -618,6 +636,12 @@ def _edge_parts(client, edges, n, columns, workers):
     owned = np.linspace(0, n, k + 1).astype(np.int64)
     specs = [(None, None, int(owned[p]), int(owned[p + 1]), "edges", chunks[p], columns) for p in range(k)]
     return specs, n, places
+
+
+def _default_columns(columns) -> bool:
+    """Whether `columns` is the default ("src", "dst"), which a graph that is no DataFrame ignores."""
+    return isinstance(columns, (tuple, list)) and len(columns) == 2 and all(
+        isinstance(c, str) for c in columns) and tuple(columns) == ("src", "dst")
 
 
 def _frame_columns(names, columns) -> tuple:

@@ -428,6 +428,7 @@ def _ids(x) -> bool:
     return not _is_lazy(x) and not isinstance(x, EGraph)
 
 
+@cluster.releasing
 @cluster.cancelled_as_errors("distributed congruence_closure")
 @host_memory("distributed congruence_closure")
 def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=None, partitions: int | None = None,

@@ -281,11 +281,11 @@ class Backend(abc.ABC):
         one fused kernel and not in `read`), whose contents it leaves unspecified."""
         if flag(fuse, "fuse", "pass fuse=True or fuse=False."):
             reads = [_read(r) for r in _iterable(read, "read")]
-            steps = list(_iterable(steps, "steps"))
+            steps = [as_step(s) for s in _iterable(steps, "steps")]  # as fuse converts them, once
             if not steps:  # nothing to fuse: the reads, as without fusion
                 return self._sequence([], reads, progress, 0)
             plan = self.fuse(steps, reads)
-            labels = [[] if len(g) == 1 else [c.label for j in g if (c := as_step(steps[j]).config) and c.label]
+            labels = [[] if len(g) == 1 else [c.label for j in g if (c := steps[j].config) and c.label]
                       for g in plan.groups]
             return self._sequence(plan.steps, reads, progress, len(steps), plan.groups, labels)
         return self._sequence(steps, read, progress, _length(steps))
@@ -417,7 +417,7 @@ class Backend(abc.ABC):
         steps: Iterator = itertools.chain(_iterable(prefix, "prefix"),
                                           itertools.chain.from_iterable(itertools.repeat(body, repeat)))
         first = _length(prefix)
-        total = None if first is None else first + len(body) * int(repeat)
+        total = None if first is None else first + len(body) * repeat
         return self._sequence(steps, read, progress, total)
 
     # ---- telemetry ---------------------------------------------------------------------------

@@ -467,3 +467,14 @@ def check_resident(program: Program, buffers, what: str = "dispatch_resident") -
                             f"in binding order, got {len(buffers)}. Fix: pass one resident buffer per "
                             "non-workgroup buffer, outputs included.")
     return buffers
+
+
+def check_unaliased(decls, shares, where: str) -> None:
+    """A DispatchError where two of the buffers `decls` share memory (`shares(i, j)`) and one of
+    them is written: a race."""
+    for i, a in enumerate(decls):
+        for j in range(i + 1, len(decls)):
+            b = decls[j]
+            if (a.access.writable or b.access.writable) and shares(i, j):
+                raise DispatchError(f"{where}: {a.name!r} and {b.name!r} share memory and one of them is written, "
+                                    "a race. Fix: bind distinct buffers (copy one of them first).")

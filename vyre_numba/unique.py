@@ -125,6 +125,12 @@ def inserted(a: np.ndarray, at: np.ndarray, values: np.ndarray) -> np.ndarray:
         if int(values.min()) < lo or int(values.max()) > hi:
             raise DispatchError(f"inserted: the values ({values.dtype}) do not fit the array's {a.dtype}. Fix: "
                                 "pass values of its type, or widen the array first.")
+    return _inserted(a, at, values)
+
+
+def _inserted(a: np.ndarray, at: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """`inserted` of arguments already known to be what it checks (the distributed closure's own,
+    a round's whole-array passes fewer)."""
     if not a.size:
         return values.astype(a.dtype)
     out = np.empty(a.size + values.size, a.dtype)

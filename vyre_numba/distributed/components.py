@@ -640,8 +640,8 @@ def _edge_parts(client, edges, n, columns, workers):
 
 def _default_columns(columns) -> bool:
     """Whether `columns` is the default ("src", "dst"), which a graph that is no DataFrame ignores."""
-    return isinstance(columns, (tuple, list)) and len(columns) == 2 and all(
-        isinstance(c, str) for c in columns) and tuple(columns) == ("src", "dst")
+    return isinstance(columns, (tuple, list)) and all(isinstance(c, str) for c in columns) and \
+        tuple(columns) == ("src", "dst")
 
 
 def _frame_columns(names, columns) -> tuple:

@@ -40,7 +40,7 @@ from ..egraph import ClosureResult, EGraph
 from ..egraph.egraph import IDS_FIX, _ints, _rows, _same_length, _take_rows
 from ..egraph.signature import signature_hash, signature_heads
 from ..errors import DispatchError, flag, host_memory, shown
-from ..unique import count_distinct, inserted, unique, unique_rows
+from ..unique import _inserted, count_distinct, unique, unique_rows
 from . import cluster
 from .egraph_device import DeviceKept, DevicePart
 from .unionfind import _forest, union
@@ -228,7 +228,7 @@ def _match(kept: tuple, part, *incoming: tuple) -> tuple:
     rank = np.cumsum(first) - 1  # a fresh row's place among the added ones
     ranked = rank[by_hash[first[by_hash]]]  # the added rows, ascending by hash
     at = np.searchsorted(hs, added[4][ranked])
-    return out + (inserted(hs, at, added[4][ranked]), inserted(order, at, ranked + rows[0].size)), pairs
+    return out + (_inserted(hs, at, added[4][ranked]), _inserted(order, at, ranked + rows[0].size)), pairs
 
 
 def _rows_hashed(hs: np.ndarray, order: np.ndarray, wanted: np.ndarray) -> np.ndarray:

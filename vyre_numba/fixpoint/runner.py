@@ -148,6 +148,7 @@ def program_args(program, args: Sequence[Any], *, device: bool) -> list:
     are updated in place, so nothing is converted), contiguous, fewer than 2**32 elements, the
     declared count where there is one; NumPy arrays flattened."""
     from ..backend import _overlap, _storage
+    from ..bindings import check_unaliased
     from ..ir import Access
 
     bufs = program.bound_buffers
@@ -184,12 +185,7 @@ def program_args(program, args: Sequence[Any], *, device: bool) -> list:
             raise DispatchError(f"{where} is read-only, but the step writes the buffer. Fix: pass a writable array.")
         out.append(a if device else a.reshape(-1))
     spans = [_storage(a) for a in out]
-    for i, a in enumerate(bufs):
-        for j in range(i + 1, len(bufs)):
-            if (a.access.writable or bufs[j].access.writable) and _overlap(spans[i], spans[j]):
-                raise DispatchError(f"fixpoint step {program.name!r}: {a.name!r} and {bufs[j].name!r} share memory "
-                                    "and one of them is written, a race. Fix: bind distinct buffers (copy one of "
-                                    "them first).")
+    check_unaliased(bufs, lambda i, j: _overlap(spans[i], spans[j]), f"fixpoint step {program.name!r}")
     return out
 
 
@@ -300,7 +296,7 @@ def _run_cpu(step: Callable, n: int, args: list, max_rounds: int, progress: bool
     checked: list = []
 
     def one_round() -> bool:
-        changed = _numba_call(jitted, n, tuple(args), args=args)
+        changed = _numba_call(jitted, n, args)
         if not checked:  # the step is typed by its first round
             _check_result(step, args)
             checked.append(True)
@@ -326,11 +322,11 @@ def _check_result(step: Callable, args: list) -> None:
                                 "it changed something, e.g. `return 1` after a write and `return 0` otherwise.")
 
 
-def _numba_call(fn, *call, args: list = ()):
-    """Call a jitted function; Numba's typing errors become DispatchErrors that say what to fix
-    (`args`: the step's arguments, named in the error where one of them is the cause)."""
+def _numba_call(fn, n: int, args: list):
+    """fn(n, tuple(args)), a jitted step; Numba's typing errors become DispatchErrors that say what
+    to fix (naming the argument where one of them is the cause)."""
     try:
-        return fn(*call)
+        return fn(n, tuple(args))
     except IndexError as e:  # bounds checked: the step indexed outside an array
         raise DispatchError(f"the step indexed outside an array ({e}). Fix: check the step's indices against the "
                             "arrays' lengths (n items run, i from 0 to n - 1); the arrays are as they were.") from None

@@ -175,11 +175,8 @@ def float_to_bits(value: float, dtype: DataType) -> int:
     _typed(dtype, "float", "float_to_bits")
     value = _number(value, "float_to_bits", False)
     if dtype is DataType.F64:
-        wide = _nearest_f64(value)
-    else:  # to odd at f64 (53 bits >= 24 + 2), so the one rounding to the type below is exact
-        wide = _odd_f64(value)
-    if dtype is DataType.F64:
-        return struct.unpack("<Q", struct.pack("<d", wide))[0]
+        return struct.unpack("<Q", struct.pack("<d", _nearest_f64(value)))[0]
+    wide = _odd_f64(value)  # to odd at f64 (53 bits >= 24 + 2), so the one rounding to the type below is exact
     if dtype is DataType.BF16:
         with np.errstate(over="ignore"):
             return int(f32_to_bf16_bits(np.float32(wide)))

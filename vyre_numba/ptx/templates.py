@@ -55,11 +55,10 @@ def names() -> list[str]:
 
 @functools.lru_cache(maxsize=None)
 def _read(name: str) -> tuple[tuple[str, ...], str]:
-    path = template_dir() / f"{name}.ptx"
-    if not path.is_file():
-        raise TemplateError(f"no PTX template named {shown(name)} (available: {', '.join(names())}). "
-                        f"Fix: use one of the available names or add ptx_templates/{name}.ptx.")
-    lines = path.read_text().splitlines()
+    if name not in names():  # checked once a name: reads are cached
+        raise TemplateError(f"no PTX template named {shown(name, 80)}. Fix: use one of {', '.join(names())} "
+                            "(ptx.templates.names()).")
+    lines = (template_dir() / f"{name}.ptx").read_text().splitlines()
     header_end = 0
     while header_end < len(lines) and lines[header_end].startswith("//"):
         header_end += 1
@@ -75,8 +74,9 @@ def _read(name: str) -> tuple[tuple[str, ...], str]:
 
 
 def _known(name: object) -> str:
-    """`name` when it names an available template; else TemplateError listing them."""
-    if not isinstance(name, str) or name not in names():
+    """`name` when it can name a template (a str: `_read` checks which, once a name); else
+    TemplateError listing them."""
+    if not isinstance(name, str):
         raise TemplateError(f"no PTX template named {shown(name, 80)}. Fix: use one of {', '.join(names())} "
                             "(ptx.templates.names()).")
     return name

@@ -6,7 +6,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..bindings import Binding, check_config, check_resident, launch_geometry
+from ..bindings import Binding, check_config, check_resident, check_unaliased, launch_geometry
 from ..config import DispatchConfig  # noqa: F401  (type hints)
 from ..errors import DispatchError
 from ..ir import Program, check
@@ -75,11 +75,7 @@ def _checked(program: Program, buffers, config, memory, work) -> tuple:
                                 f"Fix: allocate at least {decl.count}.")
         arrays[decl.name] = buf.reshape(-1)
     decls = program.bound_buffers
-    for i, a in enumerate(decls):
-        for b in decls[i + 1:]:
-            if (a.access.writable or b.access.writable) and np.shares_memory(arrays[a.name], arrays[b.name]):
-                raise DispatchError(f"{where}: {a.name!r} and {b.name!r} share memory and one of them is written, "
-                                    "a race. Fix: bind distinct buffers (copy one of them first).")
+    check_unaliased(decls, lambda i, j: np.shares_memory(arrays[decls[i].name], arrays[decls[j].name]), where)
     grid, wg = launch_geometry(program, config, {name: a.size for name, a in arrays.items()})
     binding = Binding(program, arrays, grid, wg, config)
     written = plan(program).written

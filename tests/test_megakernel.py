@@ -213,6 +213,21 @@ def test_rounds_to_convergence_on_the_gpu_match_numpy(n, seg_len, workgroups):
     assert (again.rounds, again.converged) == (1, True) and r.device_ns > 0
 
 
+@pytest.mark.parametrize("name", ["reference", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_converged_round_ends_the_launch_however_large_max_rounds_is(name):
+    """The rounds after convergence are not spun through: with max_rounds at its largest (2**31 - 1)
+    the launch still ends once the flag stays zero (before, every invocation looped to max_rounds)."""
+    be = vn.get_backend(name)
+    top = vn.megakernel.MAX_ROUNDS - 1
+    mk, r, again, want, rounds, converged = run_relabel(be, 3000, 50, top)
+    assert mk.mode == "megakernel" and converged and rounds < 60
+    assert any(isinstance(x, ir.nodes.Return) for x in ir.walk(mk.program.entry))
+    assert np.array_equal(r.outputs[0], want) and (r.rounds, r.converged) == (rounds, True)
+    assert (again.rounds, again.converged) == (1, True)
+    if name == "cuda":
+        assert r.device_ns < 1e9, r.device_ns  # looping to 2**31 took seconds
+
+
 def test_steps_that_cannot_share_a_launch_fall_back_to_graph_replay_and_say_why():
     be = vn.get_backend("reference")
     steps, (x, y, z, w) = _pipeline(be, 100)

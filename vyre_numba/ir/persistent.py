@@ -13,7 +13,9 @@ is zeroed (as its dispatch would) after every earlier access to it and before th
 grid barrier between; the change flag is cleared by one invocation at the start of a round, a grid
 barrier orders that before the stages' stores, another orders their stores before every
 invocation reads it, and a third orders those reads before the next round's clearing (so the flag
-keeps what the last round set, as after running the steps)."""
+keeps what the last round set, as after running the steps); every invocation reads the same flag,
+so a converged round returns everywhere at once (no barrier is left waiting, and no empty rounds
+are spun through to `max_rounds`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -124,16 +126,14 @@ def build(shapes: list[StepShape], groups: list[list[int]], scratch: list[set], 
         f = decls[flag]
         zero = n.lit(False if f["dtype"] is DataType.BOOL else 0, f["dtype"])
         clear = n.If(first, (n.Store(f["name"], n.lit(0, U32), zero),))
+        def stats(rounds, converged):
+            return n.If(first, (n.Store("_stats", n.lit(0, U32), rounds), n.Store("_stats", n.lit(1, U32), n.lit(converged, U32))))
         step = [clear, barrier] + one_round + [
             barrier, n.Let("_changed", n.BinOp("ne", n.Load(f["name"], n.lit(0, U32)), zero)), barrier,
-            n.Assign("_rounds", n.BinOp("add", n.Var("_rounds"), n.lit(1, U32))),
-            n.If(n.UnOp("not", n.Var("_changed")), (n.Assign("_go", n.lit(0, U32)),))]
+            n.If(n.UnOp("not", n.Var("_changed")),
+                 (stats(n.BinOp("add", n.Var("_round"), n.lit(1, U32)), 1), n.Return()))]
         barriers += 3
-        body += [n.Let("_go", n.lit(1, U32)), n.Let("_rounds", n.lit(0, U32)),
-                 n.Loop("_round", n.lit(0, U32), n.lit(max_rounds, U32),
-                        (n.If(n.BinOp("ne", n.Var("_go"), n.lit(0, U32)), tuple(step)),)),
-                 n.If(first, (n.Store("_stats", n.lit(0, U32), n.Var("_rounds")),
-                              n.Store("_stats", n.lit(1, U32), n.Cast(U32, n.BinOp("eq", n.Var("_go"), n.lit(0, U32))))))]
+        body += [n.Loop("_round", n.lit(0, U32), n.lit(max_rounds, U32), tuple(step)), stats(n.lit(max_rounds, U32), 0)]
         keys.append(STATS)
     buffers = [BufferDecl(d["name"], i, Access.READ_WRITE if d["write"] else Access.READ_ONLY, d["dtype"], d["size"])
                for i, d in enumerate(v for k, v in decls.items() if k[0] != "shared")]

@@ -9,13 +9,14 @@ from .backend import Backend
 from .registry import available_backends, get_backend
 from .elementwise import elementwise
 from .config import DispatchConfig
-from .errors import (BackendUnavailableError, BarrierTimeoutError, CheckError, CheckWarning, CompileError,
-                     DeviceError, DispatchError, IRValidationError, LaunchError, UnsupportedError, VyreError)
+from .errors import (ArgumentError, BackendUnavailableError, BarrierTimeoutError, CheckError, CheckWarning,
+                     CompileError, DeviceError, DispatchError, IRValidationError, LaunchError, UnsupportedError,
+                     VyreError)
 from .ir import BufferDecl, DataType, Program
 
 from .version import __version__
 
-__all__ = ["ir", "Backend", "available_backends", "get_backend", "DispatchConfig", "VyreError",
+__all__ = ["ir", "Backend", "available_backends", "get_backend", "DispatchConfig", "VyreError", "ArgumentError",
            "IRValidationError", "BackendUnavailableError", "DispatchError", "LaunchError",
            "UnsupportedError", "CompileError", "DeviceError", "BarrierTimeoutError", "CheckError", "CheckWarning", "BufferDecl", "DataType",
            "Program"]
@@ -32,3 +33,7 @@ def __getattr__(name: str):
 
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'vyre_numba' has no attribute {name!r}")
+
+from .errors import check_calls as _check_calls
+
+_check_calls(globals(), [*__all__, "elementwise"])

@@ -96,7 +96,7 @@ from . import ir
 from .backend import Backend
 from .bindings import as_host_array
 from .config import DispatchConfig
-from .errors import DispatchError, IRValidationError, VyreError, clip, shown
+from .errors import DispatchError, IRValidationError, VyreError, check_calls, clip, shown
 from .ir import DataType
 from .registry import get_backend
 
@@ -991,3 +991,5 @@ def elementwise(inputs: str | Sequence[str] | Mapping[str, Any], outputs: str | 
 elementwise.FUNCTIONS = FUNCTIONS  # type: ignore[attr-defined]
 elementwise.Elementwise = Elementwise  # type: ignore[attr-defined]
 elementwise.__doc__ = f"{elementwise.__doc__}\n\n{__doc__}"
+
+check_calls(globals(), ["Elementwise"])

@@ -1,8 +1,12 @@
 """Every error a user can cause is one of these. Messages end with an actionable `Fix: ...`."""
 from __future__ import annotations
 
+import difflib
 import functools
+import inspect
 import reprlib
+import sys
+import types
 
 import numpy as np
 
@@ -58,6 +62,98 @@ def flag(value, name: str, fix: str) -> bool:
 
 class DispatchError(VyreError):
     """Inputs, outputs or configuration of a dispatch are wrong."""
+
+
+class ArgumentError(VyreError, TypeError):
+    """A call's arguments do not fit the parameters of the public function or method called: a
+    misspelt keyword, one argument too many or a required one missing (also a TypeError, which
+    Python raises for the same mistake)."""
+
+
+def check_calls(namespace: dict, names) -> None:
+    """Makes every function named in `names` (looked up and replaced in `namespace`, a package's
+    globals) and every public method of every class named there raise ArgumentError, naming the
+    parameters and the nearest one to a misspelt keyword, where a call's arguments do not fit."""
+    for name in names:
+        obj = namespace.get(name)
+        if _function(obj):
+            namespace[name] = checked = _checked(obj)
+            home = sys.modules.get(obj.__module__)  # where pickle looks it up
+            if home is not None and getattr(home, obj.__qualname__, None) is obj:
+                setattr(home, obj.__qualname__, checked)
+        elif isinstance(obj, type) and _ours(obj):
+            for cls in obj.__mro__:
+                if _ours(cls):
+                    _check_methods(cls)
+
+
+def _function(obj) -> bool:
+    """A Python function, or a decorator's wrapper of one (such as functools.lru_cache's)."""
+    if isinstance(obj, types.FunctionType):
+        return True
+    return (not isinstance(obj, type) and callable(obj) and hasattr(obj, "__wrapped__")
+            and isinstance(inspect.unwrap(obj), types.FunctionType))
+
+
+def _ours(cls: type) -> bool:
+    return (cls.__module__.startswith("vyre_numba") and not issubclass(cls, BaseException)
+            and "_vyre_checked" not in cls.__dict__)
+
+
+def _check_methods(cls: type) -> None:
+    for name, attr in list(vars(cls).items()):
+        if name.startswith("_") and name not in ("__init__", "__call__"):
+            continue
+        if isinstance(attr, (classmethod, staticmethod)) and _function(attr.__func__):
+            setattr(cls, name, type(attr)(_checked(attr.__func__)))
+        elif _function(attr):
+            setattr(cls, name, _checked(attr))
+    cls._vyre_checked = True
+
+
+def _checked(fn):
+    if getattr(fn, "_vyre_checked", False):
+        return fn
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        __tracebackhide__ = True  # noqa: F841 (IPython and pytest leave this frame out of tracebacks)
+        try:
+            return fn(*args, **kwargs)
+        except TypeError as e:
+            if isinstance(e, VyreError) or (why := _unfit(fn, args, kwargs)) is None:
+                raise
+            raise ArgumentError(why) from None
+    call._vyre_checked = True
+    return call
+
+
+def _unfit(fn, args: tuple, kwargs: dict) -> str | None:
+    """Why `fn(*args, **kwargs)` cannot bind, with the fix; None where it binds (the TypeError came
+    from inside)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    try:
+        sig.bind(*args, **kwargs)
+        return None
+    except TypeError as e:
+        why = str(e)
+    params = list(sig.parameters.values())
+    method = "." in fn.__qualname__ and params and params[0].name in ("self", "cls")
+    shown_sig = sig.replace(parameters=[p.replace(annotation=p.empty) for p in params[1 if method else 0:]],
+                            return_annotation=sig.empty)
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    hints = []
+    if not any(p.kind is p.VAR_KEYWORD for p in params):
+        for k in kwargs:
+            if k not in names:
+                near = difflib.get_close_matches(k, names, 1, 0.6)
+                hints.append(f"`{k}` is no parameter" + (f" (did you mean `{near[0]}`?)" if near else ""))
+    hint = "; ".join(hints) + "; " if hints else ""
+    name = fn.__qualname__.replace(".__init__", "").replace(".__call__", "")
+    return f"{name}(): {why}. Fix: {hint}call it as {name}{clip(str(shown_sig), 400)}."
 
 
 class LaunchError(DispatchError):

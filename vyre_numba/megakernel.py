@@ -16,7 +16,7 @@ import numpy as np
 from . import display
 from .backend import Step, _elements, _iterable, _overlap, _read, _shape, _storage, as_step
 from .config import DispatchConfig
-from .errors import DispatchError, VyreError, shown
+from .errors import DispatchError, VyreError, check_calls, shown
 from .ir import Program
 from .ir import nodes as n
 from .ir.program import Access, BufferDecl, Role
@@ -329,3 +329,5 @@ def _clear_program(dtype: DataType) -> Program:
         _CLEARS[dtype] = Program([BufferDecl("flag", 0, Access.READ_WRITE, dtype)], (1, 1, 1),
                                  [n.Store("flag", n.lit(0, DataType.U32), zero)], name="clear_flag")
     return _CLEARS[dtype]
+
+check_calls(globals(), ["Megakernel", "MegakernelResult"])

@@ -15,7 +15,7 @@ import numpy as np
 from . import display
 from .bindings import Binding, bind, check_config
 from .config import DispatchConfig
-from .errors import IN_HOST_MEMORY, DispatchError, UnknownBufferError, VyreError, flag, host_memory, shown
+from .errors import IN_HOST_MEMORY, DispatchError, UnknownBufferError, VyreError, check_calls, flag, host_memory, shown
 from .ir import Program
 from .owned import Unshared
 
@@ -313,3 +313,5 @@ def _declared(decl, arr: np.ndarray) -> np.ndarray:
     from .bindings import output_view
 
     return output_view(decl, arr)
+
+check_calls(globals(), ["Redispatch", "Resequence"])

@@ -666,3 +666,7 @@ def _check_capacity(count: int, capacity: int | None) -> None:
     if capacity is not None and count > capacity:
         raise CapacityError(f"{count} records are selected, more than capacity={capacity}. Fix: call again with "
                             f"capacity >= {count} (or capacity=None); the inputs are unchanged.", needed=count)
+
+from ..errors import check_calls as _check_calls  # noqa: E402
+
+_check_calls(globals(), __all__)

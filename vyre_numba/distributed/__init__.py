@@ -16,3 +16,7 @@ from .components import DistributedStats, connected_components
 from .egraph import congruence_closure
 
 __all__ = ["connected_components", "congruence_closure", "DistributedStats"]
+
+from ..errors import check_calls as _check_calls  # noqa: E402
+
+_check_calls(globals(), __all__)

@@ -14,3 +14,7 @@ from __future__ import annotations
 from .egraph import ClosureResult, EGraph, RebuildStats, congruence_closure, structural_equivalences
 
 __all__ = ["EGraph", "RebuildStats", "ClosureResult", "congruence_closure", "structural_equivalences"]
+
+from ..errors import check_calls as _check_calls  # noqa: E402
+
+_check_calls(globals(), __all__)

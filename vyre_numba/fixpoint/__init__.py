@@ -28,3 +28,7 @@ run the items in order, compiled with `numba.njit`: the CPU implementation and t
 from .runner import MODES, FixpointResult, for_each, run
 
 __all__ = ["run", "for_each", "FixpointResult", "MODES"]
+
+from ..errors import check_calls as _check_calls  # noqa: E402
+
+_check_calls(globals(), __all__)

@@ -17,7 +17,7 @@ from ..backend import (Backend, Pending, Telemetry, check_each, check_empty, che
 from ..bindings import Binding, bind, check_config
 from ..config import DispatchConfig
 from ..display import Duration
-from ..errors import BackendUnavailableError, DeviceError, DispatchError, VyreError, shown
+from ..errors import BackendUnavailableError, DeviceError, DispatchError, VyreError, check_calls, shown
 from ..ir import Program, check
 from ..lru import LRUCache
 from . import diskcache, tuning
@@ -928,3 +928,5 @@ def _largest_input(inputs, sizes) -> int:
         except Exception:
             pass
     return out
+
+check_calls(globals(), ["CudaPending"])

@@ -13,7 +13,7 @@ from .. import checked
 from ..backend import _iterable, _read, as_step
 from ..bindings import Binding, bind, check_resident
 from ..config import DispatchConfig
-from ..errors import CompileError, DeviceError, UnsupportedError, VyreError
+from ..errors import CompileError, DeviceError, UnsupportedError, VyreError, check_calls
 from ..ir import Program, check
 from ..recording import Frozen, RecordedGraph, check_replay_dtypes, check_replay_sizes, input_dtypes
 from .backend import _repeat
@@ -395,3 +395,5 @@ class WhileGraph:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+check_calls(globals(), ["CudaRecordedGraph", "CudaRecordedSequence"])

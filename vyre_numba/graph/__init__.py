@@ -7,3 +7,7 @@ from .multisource import bfs_many, bfs_many_numpy, reachable_many
 
 __all__ = ["connected_components", "components_numpy", "bfs", "bfs_numpy", "bfs_many", "bfs_many_numpy",
            "reachable_many", "check_csr", "CSR"]
+
+from ..errors import check_calls as _check_calls  # noqa: E402
+
+_check_calls(globals(), __all__)

@@ -56,3 +56,7 @@ __all__ = [
 
 def __dir__() -> list[str]:
     return sorted(__all__)
+
+from ..errors import check_calls as _check_calls  # noqa: E402
+
+_check_calls(globals(), __all__)

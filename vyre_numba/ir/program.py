@@ -348,14 +348,16 @@ class Program:
                 f"{display.highlighted(text, 'rust')}{f'<div><small>{more}</small></div>' if more else ''}"
                 f"<div><small>{display.escape(digest)}</small></div>")
 
-    def ptx(self, sm: int | None = None, **options: Any) -> "display.PTX":
+    def ptx(self, sm: int | None = None, *, workgroup: "tuple[int, int, int] | str | None" = None,
+            cooperative: bool = False, optimize: bool = True) -> "display.PTX":
         """This program's PTX text for target `sm_<sm>` (sm_90 unless given), shown highlighted in
-        Jupyter: the optimized program's, as the CUDA backend compiles it; `options` are those of
-        `vyre_numba.ptx.emit` (workgroup, cooperative, optimize)."""
+        Jupyter: the optimized program's, as the CUDA backend compiles it; the keywords are those of
+        `vyre_numba.ptx.emit`."""
         if PTX_RENDERER is None:
             raise UnsupportedError("no PTX emitter is loaded. Fix: import vyre_numba (the package), which loads "
                                    "it, or call vyre_numba.ptx.emit(program) directly.")
-        return PTX_RENDERER(self, **({} if sm is None else {"sm": sm}), **options)
+        return PTX_RENDERER(self, **({} if sm is None else {"sm": sm}), workgroup=workgroup, cooperative=cooperative,
+                            optimize=optimize)
 
 
 def _buf_to_dict(b: BufferDecl) -> dict:

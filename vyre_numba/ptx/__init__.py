@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 
 from ..display import PTX
-from ..errors import shown
+from ..errors import check_calls, shown
 from ..ir import program as _program
 
 _LAZY = {"emit": "emitter", "abi": "emitter", "KernelABI": "emitter", "KernelParam": "emitter",
@@ -25,9 +25,9 @@ def __getattr__(name: str):
     if name not in _LAZY:
         raise AttributeError(f"module {shown(__name__)} has no attribute {shown(name)}")
     module = importlib.import_module(f"{__name__}.{_LAZY[name] or name}")
-    value = module if _LAZY[name] is None else getattr(module, name)
-    globals()[name] = value
-    return value
+    globals()[name] = module if _LAZY[name] is None else getattr(module, name)
+    check_calls(globals(), [name])
+    return globals()[name]
 
 
 def __dir__() -> list[str]:

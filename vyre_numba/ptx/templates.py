@@ -17,7 +17,7 @@ import sysconfig
 from pathlib import Path
 
 from ..display import PTX
-from ..errors import TemplateError, shown
+from ..errors import TemplateError, check_calls, shown
 
 _PARAMS_LINE = re.compile(r"^//\s*params:\s*(.*)$")
 
@@ -127,3 +127,6 @@ def load(name: str, **params: object) -> PTX:
     except (KeyError, ValueError) as e:
         raise TemplateError(f"PTX template {shown(name)} uses a placeholder its header does not declare ({e}). "
                         "Fix: add it to the template's `// params:` line.") from e
+
+
+check_calls(globals(), ["template_dir", "names", "params", "load"])

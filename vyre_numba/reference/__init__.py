@@ -223,3 +223,7 @@ def run_binding(binding: Binding) -> list[np.ndarray]:
     """Execute an already bound dispatch in place and return its outputs."""
     execute(binding)
     return binding.results()
+
+from ..errors import check_calls as _check_calls  # noqa: E402
+
+_check_calls(globals(), __all__)

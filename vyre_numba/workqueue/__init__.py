@@ -341,3 +341,7 @@ class WorkQueue(Unshared):
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise DispatchError(f"the step does not compile with Numba ({first}). Fix: write step(value, args) in "
                                 "Numba's CUDA subset.") from e
+
+from ..errors import check_calls as _check_calls  # noqa: E402
+
+_check_calls(globals(), __all__)

@@ -1,0 +1,135 @@
+"""A call whose arguments do not fit a public function or method (a misspelt keyword, one too
+many, one missing) raises ArgumentError, a VyreError naming the parameters, not Python's TypeError."""
+from __future__ import annotations
+
+import importlib
+import inspect
+import pickle
+from unittest import mock
+
+import numpy as np
+import pytest
+
+import vyre_numba as vn
+from vyre_numba.errors import ArgumentError, VyreError, check_calls
+
+PACKAGES = ["vyre_numba", "vyre_numba.ir", "vyre_numba.ptx", "vyre_numba.compaction", "vyre_numba.graph",
+            "vyre_numba.fixpoint", "vyre_numba.egraph", "vyre_numba.workqueue", "vyre_numba.distributed",
+            "vyre_numba.reference"]
+CLASSES = ["vyre_numba.megakernel:Megakernel", "vyre_numba.megakernel:MegakernelResult",
+           "vyre_numba.recording:Redispatch", "vyre_numba.recording:Resequence",
+           "vyre_numba.elementwise:Elementwise", "vyre_numba.gpu:CudaBackend",
+           "vyre_numba.gpu.cudagraph:CudaRecordedGraph", "vyre_numba.gpu.cudagraph:CudaRecordedSequence",
+           "vyre_numba.gpu.backend:CudaPending"]
+TEMPLATES = ["template_dir", "names", "params", "load"]
+
+
+def public_callables():
+    """(name, callable, arguments that take the place of self) of every public function and
+    method the packages export."""
+    found = {}
+    classes = []
+    for name in PACKAGES:
+        mod = importlib.import_module(name)
+        exported = [*mod.__all__, "elementwise"] if name == "vyre_numba" else mod.__all__
+        for attr in exported:
+            obj = getattr(mod, attr)
+            if inspect.ismodule(obj):
+                continue
+            if inspect.isfunction(obj):
+                found[f"{name}.{attr}"] = (obj, ())
+            elif isinstance(obj, type):
+                classes.append(obj)
+    for attr in TEMPLATES:
+        found[f"vyre_numba.ptx.templates.{attr}"] = (getattr(vn.ptx.templates, attr), ())
+    for spec in CLASSES:
+        mod, attr = spec.split(":")
+        classes.append(getattr(importlib.import_module(mod), attr))
+    for cls in classes:
+        if not cls.__module__.startswith("vyre_numba") or issubclass(cls, BaseException):
+            continue
+        for klass in cls.__mro__:
+            if not klass.__module__.startswith("vyre_numba"):
+                continue
+            for attr, raw in vars(klass).items():
+                if attr.startswith("_") and attr not in ("__init__", "__call__"):
+                    continue
+                if isinstance(raw, (classmethod, staticmethod)):
+                    found[f"{klass.__qualname__}.{attr}"] = (getattr(cls, attr), ())
+                elif inspect.isfunction(raw):
+                    found[f"{klass.__qualname__}.{attr}"] = (raw, (mock.MagicMock(),))  # stands for self
+    return found
+
+
+CALLABLES = public_callables()
+INC = vn.elementwise("u32 x", "u32 y", "y = x + 1")
+X = np.arange(3, dtype=np.uint32)
+ANY_KEYWORD_ARGS = {"Elementwise.__call__": (INC, X), "Elementwise.program": (INC, X), "Elementwise.ptx": (INC, X),
+                    "vyre_numba.ptx.templates.load": ("grid_barrier",)}  # what a call needs beside the keywords
+
+
+def test_the_public_surface_is_large_and_every_part_of_it_is_checked():
+    assert len(CALLABLES) > 250
+    unchecked = [name for name, (fn, _) in CALLABLES.items() if not getattr(fn, "_vyre_checked", False)]
+    assert not unchecked, unchecked
+
+
+@pytest.mark.parametrize("name", sorted(CALLABLES))
+def test_an_unknown_keyword_is_an_argument_error_naming_the_parameters(name):
+    fn, self_ = CALLABLES[name]
+    sig = inspect.signature(fn)
+    if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        with pytest.raises(VyreError, match="Fix: "):  # the function names the keywords it takes itself
+            fn(*ANY_KEYWORD_ARGS[name], no_such_keyword=1)
+        return
+    with pytest.raises(ArgumentError, match=r"`no_such_keyword` is no parameter.*Fix:|Fix: `no_such_keyword`") as e:
+        fn(*self_, no_such_keyword=1)
+    assert str(e.value).rstrip(".").endswith(")") and "call it as" in str(e.value)
+    assert isinstance(e.value, TypeError) and isinstance(e.value, VyreError)
+
+
+def test_the_message_names_the_nearest_parameter_and_the_call():
+    with pytest.raises(ArgumentError) as e:
+        vn.compaction.select(np.arange(4), flgs=np.ones(4, bool))
+    assert "did you mean `flags`?" in str(e.value)
+    assert "call it as select(values, flags, *, stream=None)" in str(e.value)
+    be = vn.get_backend("reference")
+    with pytest.raises(ArgumentError, match=r"ReferenceBackend.upload\(\): got an unexpected keyword argument 'dtyp'"):
+        be.upload(np.arange(3), dtyp=np.int32)
+    with pytest.raises(ArgumentError, match=r"missing a required argument: 'program'.*dispatch\(program, inputs=None"):
+        be.dispatch()
+    with pytest.raises(ArgumentError, match=r"too many positional arguments"):
+        vn.ir.load("a", 0, 1)
+    with pytest.raises(ArgumentError, match=r"did you mean `name`"):
+        vn.ir.Program([], 64, [], nam="x")
+    with pytest.raises(ArgumentError, match=r"did you mean `count`"):
+        vn.ir.BufferDecl.read("a", 0, "u32", cnt=3)
+
+
+def test_a_type_error_raised_inside_the_function_is_left_as_it_was():
+    def inner(a, *, b=1):
+        raise TypeError("from inside")
+
+    def forwarding(*args, **kwargs):  # as a decorator's wrapper: the inner call binds, or fails inside
+        return inner(*args, **kwargs)
+
+    forwarding.__wrapped__ = inner
+    space = {"inner": inner, "forwarding": forwarding}
+    check_calls(space, ["inner", "forwarding"])
+    for fn in (space["inner"], space["forwarding"]):
+        with pytest.raises(TypeError, match="from inside") as e:
+            fn(1, b=2)
+        assert not isinstance(e.value, VyreError)
+        with pytest.raises(ArgumentError, match="did you mean `b`"):
+            fn(1, bb=2)
+
+
+def test_checked_functions_keep_their_name_signature_docs_and_pickle_by_reference():
+    f = vn.compaction.select
+    assert f.__name__ == "select" and "values" in inspect.signature(f).parameters and f.__doc__
+    assert pickle.loads(pickle.dumps(f)) is f
+    assert pickle.loads(pickle.dumps(vn.graph.bfs)) is vn.graph.bfs
+    m = vn.get_backend("reference").upload
+    assert m.__name__ == "upload" and inspect.signature(m).parameters.keys() == {"array"}
+    check_calls({"select": f}, ["select"])  # checking twice does not wrap twice
+    assert vn.compaction.select is f

@@ -458,6 +458,10 @@ def test_emit_output_paths_that_cannot_be_written(saxpy_json, tmp_path, capsys):
     assert main(["emit", str(saxpy_json), "-o", str(tmp_path / "k.ptx")]) == 2
     assert_fix(one_error_line(capsys, "k.ptx.json", "is a directory"))
     assert not (tmp_path / "k.ptx").exists()
+    for directory in ("kernels/", "kernels/.", ".", "kernels/.."):  # a directory, maybe not there yet: no file "kernels"
+        assert main(["emit", str(saxpy_json), "-o", f"{tmp_path}/{directory}"]) == 2
+        assert_fix(one_error_line(capsys, "names a directory"))
+        assert not (tmp_path / "kernels").exists()
 
 
 def test_emit_oserror_while_writing_is_one_line(saxpy_json, tmp_path, capsys, monkeypatch):

@@ -85,6 +85,41 @@ def test_lru_cache_counts_and_evicts():
     assert c.stats() == {"hits": 2, "misses": 3, "entries": 2, "capacity": 2}
 
 
+def test_lru_cache_releases_every_value_it_drops_even_when_one_release_fails():
+    released = []
+
+    def release(v):
+        released.append(v)
+        if v == 1:
+            raise RuntimeError("release 1 failed")
+
+    c = LRUCache(10, on_evict=release)
+    for k in range(4):
+        c.put(k, k)
+    with pytest.raises(RuntimeError, match="release 1 failed"):
+        c.clear()
+    assert released == [0, 1, 2, 3] and len(c) == 0
+    released.clear()
+    w = LRUCache(10, on_evict=release, max_weight=10, weight=lambda v: 1 if v < 10 else 10)
+    for k in range(4):
+        w.put(k, k)
+    with pytest.raises(RuntimeError, match="release 1 failed"):
+        w.put("big", 10)  # evicts 0..3 to make room
+    assert released == [0, 1, 2, 3] and list(w.values()) == [10]
+    for bad in (0, -1, 1.5, True, None):
+        with pytest.raises(vn.DispatchError, match="Fix: give a positive int"):
+            LRUCache(bad)
+
+
+@pytest.mark.parametrize("size", ["ptx_cache_size", "module_cache_size", "host_plans", "host_plan_bytes"])
+@pytest.mark.parametrize("bad", [0, -1, 2.0, True, None, "8"])
+def test_cuda_backend_cache_bounds_are_checked_before_the_gpu_is_touched(size, bad):
+    from vyre_numba.gpu import CudaBackend
+
+    with pytest.raises(vn.DispatchError, match=f"CudaBackend\\({size}=.*Fix: "):
+        CudaBackend(**{size: bad})
+
+
 def test_cuda_backend_unavailable_says_why():
     why = vn.registry.unavailable_reason("cuda")
     if why is None:

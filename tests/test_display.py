@@ -184,6 +184,10 @@ def test_duration_stays_an_int():
     assert f"{d:,}" == "41,300" and json.dumps({"t": d}) == '{"t": 41300}'
     assert pickle.loads(pickle.dumps(d)) == d and type(pickle.loads(pickle.dumps(d))) is Duration
     assert Duration(2.6) == 3 and Duration.from_seconds(1.5) == 1_500_000_000 and d.seconds == 41.3e-6
+    # NumPy scalars: seconds times 1e9 in f64, not in the scalar's own type (f16 overflowed, f32 rounded)
+    assert Duration.from_seconds(np.float16(0.5)) == 500_000_000
+    assert Duration.from_seconds(np.float32(1.1)) == round(float(np.float32(1.1)) * 1e9) == 1_100_000_024
+    assert Duration.from_seconds(np.int64(2)) == 2_000_000_000 and Duration.from_seconds(np.uint8(3)) == 3 * 10**9
 
 
 @pytest.mark.parametrize("call, why", [

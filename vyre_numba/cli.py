@@ -297,6 +297,9 @@ def cmd_emit(args: argparse.Namespace) -> int:
         print(report.summary())
         if report.problems:
             raise LaunchError(f"{program.name!r} does not fit {device.name}: " + " ".join(report.problems))
+    if os.path.basename(args.output) in ("", ".", ".."):
+        raise UsageError(f"-o {args.output}: names a directory, not the file to write. "
+                         "Fix: give a file name, such as kernels/inc.ptx.")
     out = Path(args.output)
     man_path = out.with_name(out.name + ".json") if out.name else out
     created = _prepare_dir(out.parent, "-o", [out, man_path])

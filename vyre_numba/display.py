@@ -214,7 +214,8 @@ class Duration(int):
         """`seconds` as a Duration."""
         _no_bool(seconds, "Duration.from_seconds")
         try:
-            ns = seconds * 10**9 if isinstance(seconds, int) else seconds * 1e9
+            ns = (int(seconds) * 10**9 if isinstance(seconds, (int, np.integer)) else
+                  float(seconds) * 1e9 if isinstance(seconds, np.floating) else seconds * 1e9)  # not in f16's range
         except TypeError:
             ns = seconds  # not a number: Duration says so
         return cls(ns)

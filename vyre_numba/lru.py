@@ -5,6 +5,8 @@ import threading
 from collections import OrderedDict
 from typing import Callable, Generic, Hashable, TypeVar
 
+from .errors import DispatchError, shown
+
 V = TypeVar("V")
 
 
@@ -14,6 +16,8 @@ class LRUCache(Generic[V]):
 
     def __init__(self, capacity: int, on_evict: Callable[[V], None] | None = None, *,
                  max_weight: int | None = None, weight: Callable[[V], int] | None = None):
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise DispatchError(f"a cache of capacity {shown(capacity)} holds nothing. Fix: give a positive int.")
         self.capacity = capacity
         self.on_evict = on_evict
         self.max_weight, self.weight = max_weight, weight
@@ -47,9 +51,7 @@ class LRUCache(Generic[V]):
                 self._data[key] = value
                 self.weight_total += self.weight(value) if self.weight else 0
                 evicted += self._trim()
-        for v in evicted:
-            if self.on_evict:
-                self.on_evict(v)
+        self._release(evicted)
         return value
 
     def _trim(self) -> list:
@@ -92,6 +94,16 @@ class LRUCache(Generic[V]):
             values = list(self._data.values())
             self._data.clear()
             self.weight_total = 0
+        self._release(values)
+
+    def _release(self, values: list) -> None:
+        """`on_evict` for every value, even after one raises (the first error is raised after)."""
+        failed = None
         for v in values:
-            if self.on_evict:
-                self.on_evict(v)
+            try:
+                if self.on_evict:
+                    self.on_evict(v)
+            except BaseException as e:  # noqa: B902 (released all the same, then raised)
+                failed = failed or e
+        if failed is not None:
+            raise failed

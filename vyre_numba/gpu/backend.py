@@ -83,6 +83,11 @@ class CudaBackend(Backend):
         """Bind to the current device and context. Caches are bounded by the given entry counts;
         host dispatch keeps the device buffers of at most `host_plans` shapes, `host_plan_bytes` in all.
         A process computes on one GPU: a backend on another GPU than the first one is refused."""
+        for name, value in (("ptx_cache_size", ptx_cache_size), ("module_cache_size", module_cache_size),
+                            ("host_plans", host_plans), ("host_plan_bytes", host_plan_bytes)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise DispatchError(f"CudaBackend({name}={shown(value)}): a bound of the backend's caches must be a "
+                                    "positive int. Fix: pass one, or leave the default.")
         why = probe()
         if why is not None:  # as get_backend("cuda") says it, not the driver's own exception
             raise BackendUnavailableError(f"CudaBackend cannot start here: {why}")
@@ -95,9 +100,9 @@ class CudaBackend(Backend):
         self.context = cuda.current_context()
         self.stream = cuda.stream()
         self.stream_handle = int(self.stream.handle) if self.stream.handle else 0
-        self.ptx_cache: LRUCache[str] = LRUCache(ptx_cache_size)
-        self.module_cache: LRUCache[CompiledKernel] = LRUCache(module_cache_size, on_evict=self._unload)
-        self.host_plans: LRUCache[HostPlan] = LRUCache(host_plans, on_evict=HostPlan.retire,
+        self.ptx_cache: LRUCache[str] = LRUCache(int(ptx_cache_size))
+        self.module_cache: LRUCache[CompiledKernel] = LRUCache(int(module_cache_size), on_evict=self._unload)
+        self.host_plans: LRUCache[HostPlan] = LRUCache(int(host_plans), on_evict=HostPlan.retire,
                                                        max_weight=host_plan_bytes,
                                                        weight=lambda plan: plan.device_bytes)
         self.linked_modules: LRUCache[dict] = LRUCache(64)

@@ -298,7 +298,67 @@ def test_a_recordings_buffers_cannot_be_replaced_only_written(backend):
         assert g.replay_resident()[0].tolist() == [7] * 10
     buf = backend.upload(x)
     with backend.record_sequence([(bump(), [buf])], read=[(buf,)]) as s:
-        assert len(s.buffers) == 1 and s.buffers[0][0] is buf
+        assert len(s.buffers) == 1 and s.buffers[0]["x"] is buf
+
+
+def test_a_sequences_buffers_are_each_steps_by_name_and_read_only(backend):
+    """Regression: a recorded sequence's buffers were the caller's lists and dicts as given, so
+    s.buffers['x'] was a raw TypeError and s.buffers[0]['x'] = y was accepted, and the reference
+    replay then ran over y while a CUDA graph keeps the captured buffers (the backends diverged)."""
+    from vyre_numba.errors import UnknownBufferError
+
+    x = backend.upload(np.arange(8, dtype=np.uint32))
+    y = backend.upload(np.zeros(8, dtype=np.uint32))
+    given = {"x": x}
+    with backend.record_sequence([(bump(), given), (affine(), [x, y])], read=[(x,), (y,)]) as s:
+        given["x"] = y  # the caller's dict changes after the recording: the recording does not
+        assert len(s.buffers) == 2 and s.buffers[0]["x"] is x
+        assert dict(s.buffers[1]) == {"x": x, "y": y} and list(s.buffers[1]) == ["x", "y"]
+        assert s.buffers[-1]["y"] is y and s.buffers[:1][0]["x"] is x
+        for change in (lambda: s.buffers[0].__setitem__("x", y), lambda: s.buffers[1].__delitem__("y"),
+                       lambda: setattr(s, "buffers", ())):
+            with pytest.raises(DispatchError, match="Fix: write"):
+                change()
+        with pytest.raises(UnknownBufferError, match=r"one mapping per step.*steps 0, 1 bind 'x'\. Fix: s\.buffers\[0\]\['x'\]"):
+            s.buffers["x"]
+        with pytest.raises(UnknownBufferError, match=r"not by 'z'; no step binds it; they bind \[\['x'\], \['x', 'y'\]\]"):
+            s.buffers["z"]
+        with pytest.raises(UnknownBufferError, match=r"s\.buffers\[1\] .*no buffer 'z'; its buffers are \['x', 'y'\]\. Fix:"):
+            s.buffers[1]["z"]
+        out = s.replay()
+        assert out[0].tolist() == list(range(1, 9)) and out[1].tolist() == [3 * v + 1 for v in range(1, 9)]
+        assert backend.download(y).tolist() == out[1].tolist()  # affine wrote y, bump never ran over it
+    with pytest.raises(UnknownBufferError, match="it holds none: it is closed.*Fix: record again"):
+        s.buffers["x"]
+    assert len(s.buffers) == 0
+
+
+def test_the_cuda_sequence_pins_each_steps_buffers_by_name_before_capturing(monkeypatch):
+    """The CUDA recording shares the reference one's pinning (runs on the CPU: a fake driver that
+    fails at the first stream, after the buffers are pinned)."""
+    import types
+
+    from vyre_numba.gpu import cudagraph
+
+    calls = []
+    fake = types.SimpleNamespace(_drv=types.SimpleNamespace(), _cuda=None, release_memory=lambda: None,
+                                 _ensure_context=lambda: None,
+                                 _prepare=lambda program, config, buffers: calls.append(buffers))
+    x, y = object(), object()
+    given = {"x": x}
+    seq = object.__new__(cudagraph.CudaRecordedSequence)
+    with pytest.raises(vn.DeviceError, match="recording the sequence failed"):
+        seq.__init__(fake, [(bump(), given), (affine(), (x, y))])
+    given["x"] = y
+    assert calls[0] is given  # compiled for the buffers as given
+    assert isinstance(seq.buffers, cudagraph.StepBuffers) and seq.buffers[0]["x"] is x
+    assert dict(seq.buffers[1]) == {"x": x, "y": y}
+    with pytest.raises(DispatchError, match="Fix: write"):
+        seq.buffers[0]["x"] = y
+    with pytest.raises(vn.VyreError, match=r"Fix: s\.buffers\[0\]\['x'\]"):
+        seq.buffers["x"]
+    with pytest.raises(DispatchError, match=r"expected 2 buffers.*Fix:"):
+        object.__new__(cudagraph.CudaRecordedSequence).__init__(fake, [(affine(), [x])])
 
 
 def test_an_unknown_or_closed_recordings_buffer_is_a_vyre_error_naming_the_buffers(backend):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import operator
 import threading
 from collections.abc import Mapping as MappingABC
 from typing import Any, Iterable, Mapping, Sequence
@@ -13,7 +14,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from . import display
-from .bindings import Binding, bind, check_config
+from .bindings import Binding, bind, check_config, check_resident
 from .config import DispatchConfig
 from .errors import IN_HOST_MEMORY, DispatchError, UnknownBufferError, VyreError, check_calls, flag, host_memory, shown
 from .ir import Program
@@ -232,7 +233,7 @@ class Resequence(RecordedGraph):
         self.backend = backend
         from .checked import refuse
 
-        self.steps = [_pinned(as_step(s)) for s in _iterable(steps, "steps")]
+        self.steps = [as_step(s) for s in _iterable(steps, "steps")]
         for k, s in enumerate(self.steps):
             refuse(s.config, "record_sequence")
             try:  # what a replay would refuse, refused now, as the GPU's recording does
@@ -242,7 +243,7 @@ class Resequence(RecordedGraph):
                     e.args = (f"record_sequence, step {k}: {e.args[0]}", *e.args[1:])
                 raise
         self.read = [_read(r) for r in _iterable(read, "read")]
-        self._buffers = tuple(s.buffers for s in self.steps)  # held, so they outlive the recording's use
+        self.steps, self._buffers = pinned_steps(self.steps)  # held, so they outlive the recording's use
         self._lock = threading.Lock()
         backend._count(graph_recordings=1)
 
@@ -261,14 +262,16 @@ class Resequence(RecordedGraph):
     def close(self) -> None:
         with self._lock:
             self.closed = True
-            self.steps, self._buffers = [], ()
+            self.steps, self._buffers = [], StepBuffers()
 
 
 class Frozen(MappingABC):
-    """A read-only mapping of a recording's buffers by name."""
+    """A read-only mapping of a recording's buffers by name (`where`: how a lookup is written, for
+    its errors: "g.buffers", or "s.buffers[k]" for step k of a sequence)."""
 
-    def __init__(self, items: Mapping) -> None:
+    def __init__(self, items: Mapping, where: str = "g.buffers") -> None:
         self._items = dict(items)
+        self._where = where
 
     def __getitem__(self, name):
         try:
@@ -277,11 +280,12 @@ class Frozen(MappingABC):
             pass
         if self._items:
             names = f"its buffers are {sorted(self._items)}"
-            fix = f"use one of those names (g.buffers[{next(iter(self._items))!r}])"
+            fix = f"use one of those names ({self._where}[{next(iter(self._items))!r}])"
         else:
             names = "it holds none: it is closed, or its program binds no buffers"
             fix = "record again (backend.record_graph / record_sequence) to have buffers to read"
-        raise UnknownBufferError(f"the recording has no buffer {shown(name, 60)}; {names}. Fix: {fix}.")
+        whose = "the recording" if self._where == "g.buffers" else f"{self._where} (a step of the recording)"
+        raise UnknownBufferError(f"{whose} has no buffer {shown(name, 60)}; {names}. Fix: {fix}.")
 
     def __iter__(self):
         return iter(self._items)
@@ -294,19 +298,46 @@ class Frozen(MappingABC):
 
     def _refuse(self, *args):
         raise DispatchError("a recording's buffers are the ones it captured; the mapping cannot change. Fix: write "
-                            "into the arrays themselves (backend.write(g.buffers['x'], values)).")
+                            f"into the arrays themselves (backend.write({self._where}['x'], values)).")
 
     __setitem__ = __delitem__ = _refuse
 
 
-def _pinned(step):
-    """The step with its buffers as they are now: a later change to the caller's list or dict
-    does not change the recording (the GPU's captures the buffers' addresses)."""
+class StepBuffers(tuple):
+    """A recorded sequence's buffers: for each step, in order, a read-only mapping (`Frozen`) of
+    the buffers it runs over by name, so `s.buffers[k]['x']`."""
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return StepBuffers(super().__getitem__(k))
+        try:
+            k = operator.index(k)
+        except TypeError:
+            pass
+        else:
+            return super().__getitem__(k)
+        steps = [i for i, f in enumerate(self) if isinstance(k, str) and k in f]
+        if steps:
+            where = f"step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))} bind{'s' if len(steps) == 1 else ''} {k!r}"
+            fix = f"s.buffers[{steps[0]}][{k!r}]"
+        else:
+            where = (f"no step binds it; they bind {[sorted(f) for f in self]}" if self else
+                     "it holds none: it is closed, or it has no steps")
+            fix = "s.buffers[k]['name'], with a name step k binds" if self else "record again to have buffers to read"
+        raise UnknownBufferError(f"a recorded sequence's buffers are one mapping per step, indexed by the step's "
+                                 f"number, not by {shown(k, 60)}; {where}. Fix: {fix}.")
+
+
+def pinned_steps(steps: Sequence, what: str = "record_sequence") -> tuple[list, StepBuffers]:
+    """The steps of a recording with each one's buffers fixed by name as they are now (a later
+    change to the caller's list or dict does not change the recording: a CUDA graph captured the
+    buffers' addresses), and those read-only mappings, one per step (its `buffers`)."""
     from .backend import Step
 
-    bufs = step.buffers
-    bufs = dict(bufs) if isinstance(bufs, MappingABC) else tuple(bufs) if isinstance(bufs, (list, tuple)) else bufs
-    return Step(step.program, bufs, step.config)
+    frozen = StepBuffers(
+        Frozen(dict(zip((d.name for d in st.program.bound_buffers), check_resident(st.program, st.buffers, what))),
+               f"s.buffers[{k}]") for k, st in enumerate(steps))
+    return [Step(st.program, f, st.config) for st, f in zip(steps, frozen)], frozen
 
 
 def _declared(decl, arr: np.ndarray) -> np.ndarray:

@@ -15,7 +15,8 @@ from ..bindings import Binding, bind, check_resident
 from ..config import DispatchConfig
 from ..errors import CompileError, DeviceError, UnsupportedError, VyreError, check_calls
 from ..ir import Program, check
-from ..recording import Frozen, RecordedGraph, check_replay_dtypes, check_replay_sizes, input_dtypes
+from ..recording import (Frozen, RecordedGraph, StepBuffers, check_replay_dtypes, check_replay_sizes, input_dtypes,
+                         pinned_steps)
 from .backend import _repeat
 from .host import HostPlan
 from .launch import driver_check
@@ -244,11 +245,11 @@ class CudaRecordedSequence(RecordedGraph):
         for st in steps:
             checked.refuse(st.config, "record_sequence")
         reads = [_read(r) for r in _iterable(read, "read")]
-        self._buffers = tuple(st.buffers for st in steps)
         preps = []
         for st in steps:  # compile and check everything before capturing anything
             check(st.program)
             preps.append(backend._prepare(st.program, st.config, st.buffers))
+        steps, self._buffers = pinned_steps(steps)
         self._owned = owned = _Owned(backend)
         self._finalizer = weakref.finalize(self, owned.release)
         drv, cuda = backend._drv, backend._cuda
@@ -308,7 +309,7 @@ class CudaRecordedSequence(RecordedGraph):
     def close(self) -> None:
         with self._lock:
             self.closed = True
-            self._buffers = ()
+            self._buffers = StepBuffers()
             self._finalizer()
 
 

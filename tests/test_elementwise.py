@@ -679,3 +679,33 @@ def test_a_scalar_that_is_not_of_its_type_gets_a_fix_that_runs(decl, value, fix)
     if len(code) == 2:  # the suggested value binds as it is
         arg = eval(code[1].split(", ", 1)[1].rsplit(", or declare", 1)[0], {"np": np})
         k(arg, x, backend=R)
+
+
+def _saxpy_expressions(a, x, y):
+    """A top-level operation function: pickle finds it by its name."""
+    return a * x + y
+
+
+def test_a_kernel_copies_and_pickles_as_its_description(rng):
+    """Regression: copy.deepcopy and pickle raised the raw "TypeError: cannot pickle
+    '_thread.lock'", and copy.copy shared the original's lock and caches. A kernel is a
+    description: its copies are made again from it, caches of their own; a function that pickle
+    cannot store is refused with a fix."""
+    import copy
+    import pickle
+
+    x, y = f32(rng, 100), f32(rng, 100)
+    want = (np.float32(2) * x + y).astype(np.float32)
+    for op in ("a * x + y", _saxpy_expressions, lambda a, x, y: a * x + y):
+        k = elementwise({"a": "f32", "x": np.float32, "y": "float32"}, "f32 out", op, name="saxpy", workgroup=64)
+        copies = [copy.copy(k), copy.deepcopy(k)]
+        if not getattr(op, "__name__", "") == "<lambda>":
+            copies.append(pickle.loads(pickle.dumps(k)))
+        for c in copies:
+            assert type(c) is type(k) and c is not k and c._lock is not k._lock and c._scalars is not k._scalars
+            assert (c.name, c.inputs, c.outputs, c.workgroup, c.operation) == (k.name, k.inputs, k.outputs, 64, op)
+            assert c.program().digest() == k.program().digest() and c.config == k.config
+            assert_same_bits(c(np.float32(2), x, y, backend=R), want)
+    text = raises(DispatchError, pickle.dumps, k, match=r"elementwise 'saxpy' cannot be pickled: its operation, "
+                  r"the function '.*<lambda>', cannot .*Fix: pass the operation as a string")
+    assert_fix(text)

@@ -896,6 +896,34 @@ class Elementwise:
         return (f"<elementwise {self.name}({_signature(self.inputs)}) -> ({_signature(self.outputs)}): "
                 f"{clip(str(op), 80)}>")
 
+    # ---- copies and pickles: a kernel is its description (declarations, operation, name,
+    # workgroup), made again from it, so a copy never shares the lock and caches (uploaded scalars)
+    def _description(self) -> tuple:
+        return ({n: dt.value for n, dt in self.inputs}, {n: dt.value for n, dt in self.outputs}, self.operation,
+                self.name)
+
+    def __copy__(self) -> "Elementwise":
+        return type(self)(*self._description(), workgroup=self.workgroup)
+
+    def __deepcopy__(self, memo: dict) -> "Elementwise":
+        return self.__copy__()  # the description holds nothing mutable; a function stays itself, as deepcopy keeps it
+
+    def __reduce_ex__(self, protocol):
+        import functools
+        import pickle
+
+        if not isinstance(self.operation, str):
+            try:
+                pickle.dumps(self.operation, protocol)
+            except Exception as e:  # pickle says PicklingError, AttributeError or TypeError, by Python version
+                raise DispatchError(
+                    f"elementwise {self.name!r} cannot be pickled: its operation, the function "
+                    f"{getattr(self.operation, '__qualname__', type(self.operation).__name__)!r}, cannot "
+                    f"({type(e).__name__}: {clip(str(e), 120)}). Fix: pass the operation as a string, or define "
+                    "the function at the top level of a module (pickle stores a function by its importable "
+                    "name: a lambda or a function made inside another has none).") from None
+        return functools.partial(type(self), workgroup=self.workgroup), self._description()
+
 
 def _scalar_fix(v, dt: DataType) -> str:
     """What to pass for a scalar `v` that is not exactly a `dt` value: code that runs and gives a

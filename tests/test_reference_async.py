@@ -178,3 +178,27 @@ def test_concurrent_reference_dispatches_are_all_counted(busy_switching):
         t.join()
     assert not errors
     assert counted(backend) == {"dispatches": 1200, "dispatches[even]": 600, "resident_dispatches": 1200}
+
+
+def test_a_pending_refuses_copies_and_pickles_with_a_fix():
+    """Regression: copy.deepcopy and pickle raised the raw "TypeError: cannot pickle
+    '_thread.lock'", and copy.copy gave a second handle that never learnt the outcome (only the
+    original is finished by the worker): result() on it returned None."""
+    import copy
+    import pickle
+
+    backend = ReferenceBackend()
+    running = backend.dispatch_async(spin(2**32 - 1), [np.zeros(4, np.uint32)])
+    finished = backend.dispatch_async(spin(3), [np.zeros(4, np.uint32)])
+    try:
+        finished.wait()
+        for pending in (running, finished):
+            for make_copy in (copy.copy, copy.deepcopy, pickle.dumps):
+                with pytest.raises(DispatchError, match="in flight.*cannot be copied or pickled. Fix: copy or pickle "
+                                                        r"its outputs, pending\.result\(\)") as e:
+                    make_copy(pending)
+                assert_fix(str(e.value))
+        assert finished.result()[0].tolist() == [3] * 4
+        assert pickle.loads(pickle.dumps(finished.result()))[0].tolist() == [3] * 4  # what the fix says works
+    finally:
+        running.cancel()

@@ -207,10 +207,11 @@ def fuse_group(shapes: list[StepShape], group: list[int], scratch: set) -> tuple
                 registers.remove(key)
             else:
                 body = forwarded
-        # written buffers are read_write: the zeroing of outputs is in the body, where each step did it
+        # written buffers are read_write: the zeroing of outputs is in the body, where each step did it;
+        # one the steps declare writable but none stores to is read here only, so it is no output either
         access = (Access.UNIFORM if d["uniform"] and not d["write"] else Access.READ_WRITE if d["write"]
                   else Access.READ_ONLY)
-        buffers.append(BufferDecl(d["name"], len(buffers), access, d["dtype"], d["size"], d["output"]))
+        buffers.append(BufferDecl(d["name"], len(buffers), access, d["dtype"], d["size"], d["output"] and d["write"]))
     program = Program(buffers, shapes[group[0]].workgroup, body,
                       name=("fused_" + "_".join(shapes[k].program.name for k in group))[:120])
     return program, list(decls)

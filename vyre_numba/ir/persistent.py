@@ -124,6 +124,7 @@ def build(shapes: list[StepShape], groups: list[list[int]], scratch: list[set], 
         barriers += 0 if max_rounds == 1 else 1
     else:  # clear, barrier, the stages, barrier, everyone reads the flag, barrier (before the next clear)
         f = decls[flag]
+        f["write"] = True  # the program clears it, whether or not a stage stores to it
         zero = n.lit(False if f["dtype"] is DataType.BOOL else 0, f["dtype"])
         clear = n.If(first, (n.Store(f["name"], n.lit(0, U32), zero),))
         def stats(rounds, converged):

@@ -371,3 +371,63 @@ def test_fixpoint_templates_link_with_a_numba_step(sm):
         linker = OfflineLinker(sm)
         device._module(linker, step, *device._arg_kinds(args))
         assert linker.cubin[:4] == b"\x7fELF"
+
+
+class _Held:
+    """Something large a step references (a function attribute, as decorators add)."""
+
+
+def _raise_to(k: int):
+    """A new step function per call, closing over k: raises every item to k."""
+    def step(i, a):
+        if a[i] < k:
+            a[i] = k
+            return 1
+        return 0
+    step.held = _Held()
+    return step
+
+
+def test_cpu_steps_are_compiled_into_a_bounded_cache_that_lets_old_ones_go(monkeypatch):
+    """Regression: runner._CPU_ROUNDS was a plain dict keeping every step function ever run (a
+    lambda made per call, a re-run notebook cell), its Numba compilation and all it references,
+    forever. It is an LRU cache keyed by the function itself, so a function collected and a new
+    one made at its id (here ids are reused: each step is dropped before the next is made) never
+    finds the old one's compilation."""
+    import gc
+    import weakref
+
+    from vyre_numba.fixpoint import runner
+    from vyre_numba.lru import LRUCache
+
+    assert isinstance(runner._CPU_ROUNDS, LRUCache) and runner._CPU_ROUNDS.capacity == runner.STEP_CACHE <= 64
+    monkeypatch.setattr(runner, "_CPU_ROUNDS", LRUCache(3))
+    held = []
+    for k in range(1, 9):
+        step = _raise_to(k)
+        held.append(weakref.ref(step.held))
+        a = np.zeros(5, np.int64)
+        assert fixpoint.run(step, 5, [a]) == fixpoint.FixpointResult(2, True, "relaunch")
+        assert a.tolist() == [k] * 5 and len(runner._CPU_ROUNDS) <= 3 and step in runner._CPU_ROUNDS
+        fixpoint.for_each(step, 5, [b := np.full(5, -1, np.int64)])
+        assert b.tolist() == [k] * 5 and runner._CPU_ROUNDS.stats()["hits"] == k  # compiled once per step
+        del step
+    gc.collect()
+    assert sum(r() is not None for r in held) <= 3  # only what the cache still holds is alive
+
+
+def test_gpu_step_ptx_is_kept_in_a_bounded_cache(monkeypatch):
+    """Regression: device._STEPS (the GPU's compiled steps, PTX by step function) was a plain dict
+    keeping every step function forever (runs on the CPU: Numba compiles PTX without a GPU)."""
+    from offline_link import InterfaceArray as DeviceArray
+    from vyre_numba.fixpoint import device, runner
+    from vyre_numba.lru import LRUCache
+
+    assert isinstance(device._STEPS, LRUCache) and device._STEPS.capacity == runner.STEP_CACHE
+    monkeypatch.setattr(device, "_STEPS", LRUCache(2))
+    kinds, _ = device._arg_kinds([DeviceArray(np.int64)])
+    for k in (1234567, 1234568, 1234569):
+        step = _raise_to(k)
+        ptx = device._step_ptx(step, kinds, (8, 0))
+        assert str(k) in ptx and device._step_ptx(step, kinds, (8, 0)) is ptx and len(device._STEPS) <= 2
+        del step

@@ -17,7 +17,8 @@ from ..ir import Program
 from ..lru import LRUCache
 from ..ptx import templates
 from ..ptx.emitter import PTX_VERSION
-from .runner import _CONVERGED, _CTL_WORDS, _ERROR, _ROUNDS, FixpointResult, _bar, chunks, raise_barrier_timeout
+from .runner import (_CONVERGED, _CTL_WORDS, _ERROR, _ROUNDS, STEP_CACHE, FixpointResult, _bar, chunks,
+                     raise_barrier_timeout)
 
 STEP_NAME = "vyre_fixpoint_step"
 ENTRIES = ("vyre_fixpoint_coop", "vyre_fixpoint_round", "vyre_fixpoint_check")
@@ -81,7 +82,7 @@ def _arg_kinds(args: list) -> tuple[list, list[tuple[str, Any]]]:
     return kinds, params
 
 
-_STEPS: dict = {}
+_STEPS: LRUCache = LRUCache(STEP_CACHE)  # (step, signature, cc) -> PTX; holds the step, so bounded as the CPU's
 
 
 def _step_ptx(step: Callable, kinds: list, cc: tuple[int, int]) -> str:
@@ -96,7 +97,7 @@ def _step_ptx(step: Callable, kinds: list, cc: tuple[int, int]) -> str:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise DispatchError(f"the step function does not compile for the GPU ({first}). Fix: write it in Numba's "
                                 "CUDA subset taking (i, *args) and returning an int or bool.") from e
-        _STEPS[key] = ptx
+        ptx = _STEPS.put(key, ptx)
     return ptx
 
 
@@ -112,7 +113,7 @@ def _program_params(program, arrays: list) -> list[tuple[str, Any]]:
             [("b32", math.prod(cai["shape"])) for cai in cais])
 
 
-_SOURCES: LRUCache = LRUCache(64)  # (step, argument types, sm) -> (cache key, PTX sources)
+_SOURCES: LRUCache = LRUCache(STEP_CACHE)  # (step, argument types, sm) -> (cache key, PTX sources)
 
 
 def _module(backend, step, kinds: list, params: list) -> dict:

@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import display
 from ..errors import IN_HOST_MEMORY, BarrierTimeoutError, DispatchError, UnsupportedError, VyreError, host_memory, shown
+from ..lru import LRUCache
 from ..progress import finished
 
 if TYPE_CHECKING:
@@ -259,14 +260,21 @@ def _cpu_rounds(one_round: Callable[[], bool], max_rounds: int, progress: bool |
     return FixpointResult(rounds, converged, "relaunch", None)
 
 
-_CPU_ROUNDS: dict = {}
+# Compiled steps kept, least recently used first out: each entry holds its step function and all it
+# references (closure, attributes, globals) and its Numba compilation, so a step made anew per call
+# or per re-run notebook cell must not be kept forever. Keyed by the function itself, held by the
+# entry: a collected function's id, reused by a new one, can never find its entry. As many as the
+# GPU's fixpoint modules (device._SOURCES): more than the package's own phases use in one session,
+# whose steps would otherwise be compiled again in turn.
+STEP_CACHE = 64
+_CPU_ROUNDS: LRUCache = LRUCache(STEP_CACHE)  # step function -> (jitted round, jitted step)
 
 
-def _cpu_round(step: Callable) -> Callable:
-    """A jitted round `(n, args) -> changed` calling the jitted step for every item in order."""
-    key = step
-    fn = _CPU_ROUNDS.get(key)
-    if fn is None:
+def _cpu_round(step: Callable) -> tuple[Callable, Callable]:
+    """(a jitted round `(n, args) -> changed` calling the jitted step for every item in order,
+    the jitted step)."""
+
+    def build() -> tuple[Callable, Callable]:
         from numba import njit
 
         inner = njit(boundscheck=True)(getattr(step, "py_func", step))  # an index out of range raises, never corrupts
@@ -278,8 +286,8 @@ def _cpu_round(step: Callable) -> Callable:
                 if inner(np.uint32(i), *args):
                     changed = True
             return changed
-        fn = _CPU_ROUNDS[key] = (one_round, inner)
-    return fn[0]
+        return one_round, inner
+    return _CPU_ROUNDS.get_or_build(step, build)
 
 
 @host_memory("the fixpoint run", IN_HOST_MEMORY)
@@ -292,13 +300,13 @@ def _run_cpu(step: Callable, n: int, args: list, max_rounds: int, progress: bool
             raise DispatchError(f"args[{k}] is {_named(a)}; the step takes arrays (updated in place) and numbers. "
                                 f"Fix: pass np.asarray(...) of it (a {type(a).__name__} would be copied, and the "
                                 "step's writes lost).")
-    jitted = _cpu_round(step)
+    jitted, inner = _cpu_round(step)
     checked: list = []
 
     def one_round() -> bool:
         changed = _numba_call(jitted, n, args)
         if not checked:  # the step is typed by its first round
-            _check_result(step, args)
+            _check_result(inner, args)
             checked.append(True)
         return bool(changed)
 
@@ -306,13 +314,12 @@ def _run_cpu(step: Callable, n: int, args: list, max_rounds: int, progress: bool
         return _cpu_rounds(one_round, max_rounds, progress)
 
 
-def _check_result(step: Callable, args: list) -> None:
-    """Refuses a step whose result is not a bool or an integer (a string or a tuple would always
-    count as a change), as Numba typed it in the first round for these arguments (the same step
-    may be compiled for others, with other results)."""
+def _check_result(inner, args: list) -> None:
+    """Refuses a step (`inner`, its jitted function) whose result is not a bool or an integer (a
+    string or a tuple would always count as a change), as Numba typed it in the first round for
+    these arguments (the same step may be compiled for others, with other results)."""
     from numba import typeof, types
 
-    inner = _CPU_ROUNDS[step][1]
     cres = inner.overloads.get((types.uint32, *(typeof(a) for a in args)))
     returns = [cres.signature.return_type] if cres is not None else \
         [sig.return_type for sig in inner.nopython_signatures]  # not found by its types: every signature so far

@@ -319,11 +319,14 @@ def test_a_sequences_buffers_are_each_steps_by_name_and_read_only(backend):
                        lambda: setattr(s, "buffers", ())):
             with pytest.raises(DispatchError, match="Fix: write"):
                 change()
-        with pytest.raises(UnknownBufferError, match=r"one mapping per step.*steps 0, 1 bind 'x'\. Fix: s\.buffers\[0\]\['x'\]"):
+        with pytest.raises(UnknownBufferError,
+                           match=r"one mapping per step.*steps 0, 1 bind 'x'\. Fix: s\.buffers\[0\]\['x'\]"):
             s.buffers["x"]
-        with pytest.raises(UnknownBufferError, match=r"not by 'z'; no step binds it; they bind \[\['x'\], \['x', 'y'\]\]"):
+        with pytest.raises(UnknownBufferError,
+                           match=r"not by 'z'; no step binds it; they bind \[\['x'\], \['x', 'y'\]\]"):
             s.buffers["z"]
-        with pytest.raises(UnknownBufferError, match=r"s\.buffers\[1\] .*no buffer 'z'; its buffers are \['x', 'y'\]\. Fix:"):
+        with pytest.raises(UnknownBufferError,
+                           match=r"s\.buffers\[1\] .*no buffer 'z'; its buffers are \['x', 'y'\]\. Fix:"):
             s.buffers[1]["z"]
         out = s.replay()
         assert out[0].tolist() == list(range(1, 9)) and out[1].tolist() == [3 * v + 1 for v in range(1, 9)]

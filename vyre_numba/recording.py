@@ -318,7 +318,8 @@ class StepBuffers(tuple):
             return super().__getitem__(k)
         steps = [i for i, f in enumerate(self) if isinstance(k, str) and k in f]
         if steps:
-            where = f"step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))} bind{'s' if len(steps) == 1 else ''} {k!r}"
+            one = len(steps) == 1
+            where = f"step{'' if one else 's'} {', '.join(map(str, steps))} bind{'s' if one else ''} {k!r}"
             fix = f"s.buffers[{steps[0]}][{k!r}]"
         else:
             where = (f"no step binds it; they bind {[sorted(f) for f in self]}" if self else

@@ -470,19 +470,42 @@ def test_a_sequence_that_fails_at_a_step_says_which_steps_ran(backend):
         backend.dispatch_repeated([(affine(), [x, y])], [(affine(), [y])], 3)
 
 
-def test_a_fused_sequence_that_fails_names_the_callers_steps(backend):
+def test_a_fused_sequence_refuses_a_step_its_own_dispatch_refuses_before_any_runs(backend):
     x = backend.upload(np.arange(8, dtype=np.uint32))
     w = backend.upload(np.zeros(1000, np.uint32))
     z = backend.upload(np.zeros(8, np.float32))
+    for steps in ([(bump(), [x]), (bump(), [x]), (bump(), [w]), (bump(), [z])],
+                  [(bump(), [w]), (bump(), [x]), (bump(), [x]), (bump(), [z])]):
+        with pytest.raises(DispatchError) as e:
+            backend.dispatch_sequence(steps, fuse=True)
+        assert str(e.value).startswith("step 3 of the sequence to fuse, checked before anything runs (nothing ran): "
+                                       "dispatch_resident of 'bump': 'x' is declared u32") and "Fix:" in str(e.value)
+        assert backend.download(x)[:2].tolist() == [0, 1] and backend.download(w)[0] == 0
+    assert backend.dispatch_sequence([], [(x, 0, 2)], fuse=True)[0].tolist() == [0, 1]  # nothing to fuse: the reads
+
+
+def test_a_fused_sequence_that_fails_names_the_callers_steps():
+    from vyre_numba.reference import ReferenceBackend
+
+    backend = ReferenceBackend(work_budget=100_000)  # a step that runs out of it passes every check first
+    i = ir.var("i")
+    busy = ir.Program([ir.BufferDecl.read_write("x", 0, "u32")], 64,
+                      [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("x"), [
+                          ir.loop("k", 0, 10_000, [ir.store("x", i, ir.load("x", i) + 1)])])], name="busy")
+    x = backend.upload(np.arange(8, dtype=np.uint32))
+    w = backend.upload(np.zeros(1000, np.uint32))
+    z = backend.upload(np.zeros(8, np.uint32))
     with pytest.raises(DispatchError) as e:  # steps 0 and 1 fuse; 2 runs alone (another size); 3 fails
-        backend.dispatch_sequence([(bump(), [x]), (bump(), [x]), (bump(), [w]), (bump(), [z])], fuse=True)
+        backend.dispatch_sequence([(bump(), [x]), (bump(), [x]), (bump(), [w]), (busy, [z])], fuse=True)
     assert str(e.value).startswith("step 3 of the sequence (steps 0 to 2 ran and their writes stay; buffers fusion "
                                    "kept as scratch in them (written only inside a fused kernel, not read back or "
                                    "kept) hold unspecified contents; step 3 did not run)") and "Fix:" in str(e.value), \
         str(e.value)
     assert backend.download(x)[:2].tolist() == [2, 3] and backend.download(w)[0] == 1
+    assert backend.download(z).tolist() == [0] * 8
+    fused_busy = ir.Program([ir.BufferDecl.read_write("x", 0, "u32")], 64, busy.entry, name="busy2")
     with pytest.raises(DispatchError) as e:
-        backend.dispatch_sequence([(bump(), [w]), (bump(), [x]), (bump(), [x]), (bump(), [z])], fuse=True)
+        backend.dispatch_sequence([(bump(), [w]), (bump(), [x]), (bump(), [x]), (fused_busy, [x])], fuse=True)
     assert str(e.value).startswith("steps 1 to 3, fused into one kernel, of the sequence (steps 0 to 0 ran and "
                                    "their writes stay; steps 1 to 3 did not run)"), str(e.value)
     assert backend.download(w)[0] == 2 and backend.download(x)[:2].tolist() == [2, 3]

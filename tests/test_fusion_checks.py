@@ -103,3 +103,105 @@ def test_a_fused_program_declares_an_unwritten_buffer_read_only_and_no_output():
     u = program.buffer("u")
     assert (u.access, u.output) == (ir.Access.READ_ONLY, False)
     ir.validate(program)
+
+
+def _readonly(a):
+    a.flags.writeable = False
+    return a
+
+
+def _strided(be, n):
+    return be.upload(np.zeros(2 * n, np.uint32))[::2]
+
+
+# (what is wrong, the buffer bound to `x` of `inc`, declared read_write with 16 elements, or to `u`,
+# declared read_write by `peek` that never stores it)
+BAD = {
+    "shorter than declared": ("x", lambda be: be.upload(np.zeros(8, np.uint32))),
+    "read-only written": ("x", lambda be: _readonly(be.upload(np.zeros(16, np.uint32)))),
+    "read-only declared writable, never stored": ("u", lambda be: _readonly(be.upload(np.zeros(16, np.uint32)))),
+    "another dtype": ("x", lambda be: be.upload(np.zeros(16, np.int32))),
+    "non-contiguous": ("x", lambda be: _strided(be, 16)),
+}
+
+
+def checked_steps(be, which: str):
+    i = ir.gid(0)
+    inc = ir.Program([B.read_write("x", 0, "u32", 16), B.read_write("u", 1, "u32")], 4,
+                     [ir.if_(i < 16, [ir.store("x", i, ir.load("x", i) + ir.load("u", i) + 1)])], name="inc")
+    peek = ir.Program([B.read("x", 0, "u32"), B.read_write("u", 1, "u32"), B.read_write("f", 2, "u32")], 4,
+                      [ir.if_(i < 16, [ir.store("f", ir.lit(0, "u32"), ir.load("x", i) * 0 + ir.load("u", i) * 0)])],
+                      name="peek")
+    name, make = BAD[which]
+    x = make(be) if name == "x" else be.upload(np.zeros(16, np.uint32))
+    u = make(be) if name == "u" else be.upload(np.zeros(16, np.uint32))
+    f = be.upload(np.zeros(1, np.uint32))
+    return [(inc, [x, u]), (inc, [x, u]), (peek, [x, u, f])], [x, u, f]
+
+
+@pytest.mark.parametrize("which", list(BAD))
+@pytest.mark.parametrize("mode", ["fuse", "megakernel", "until"])
+def test_fused_sequences_and_megakernels_refuse_what_each_steps_own_dispatch_refuses(which, mode):
+    be = vn.get_backend("reference")
+    steps, bufs = checked_steps(be, which)
+    with pytest.raises(DispatchError) as own:
+        be.dispatch_sequence(steps)
+    steps, bufs = checked_steps(be, which)
+    before = [b.copy() for b in bufs]
+    with pytest.raises(DispatchError) as fused:
+        if mode == "fuse":
+            be.dispatch_sequence(steps, [(bufs[0],)], fuse=True)
+        else:
+            be.megakernel(steps, [(bufs[0],)], until=bufs[2] if mode == "until" else None, max_rounds=3).run()
+    text = str(fused.value)
+    assert "(nothing ran)" in text and text.endswith(str(own.value).split(": ", 1)[-1]), (text, str(own.value))
+    assert "Fix:" in text
+    for b, was in zip(bufs, before):
+        np.testing.assert_array_equal(b, was)
+
+
+class _Device:
+    """A stand-in for a device array: only its `__cuda_array_interface__`, as a GPU backend reads it."""
+
+    def __init__(self, shape, typestr="<u4", strides=None, readonly=False):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "strides": strides,
+                                         "data": (0x10000, readonly), "version": 3}
+
+
+@pytest.mark.parametrize("buf, match", [
+    (_Device((16,)), None), (_Device((4, 4)), None), (_Device((16,), strides=(4,)), None),
+    (_Device((8,)), "declared with 16 elements but has 8"),
+    (_Device((16,), "<i4"), "declared u32 but the array holds int32"),
+    (_Device((16,), strides=(8,)), "non-contiguous"),
+    (_Device((4, 4), strides=(4, 16)), "non-contiguous"),
+    (_Device((16,), readonly=True), "read-only"),
+    (_Device((2**32,)), "lengths are u32"),
+])
+def test_the_host_checks_every_backend_shares_read_device_arrays_as_a_gpu_dispatch_does(buf, match):
+    from vyre_numba.backend import Backend, Step
+
+    inc = ir.Program([B.read_write("x", 0, "u32", 16)], 4, [ir.store("x", ir.gid(0), 1)], name="inc")
+    if match is None:
+        Backend._check_step(None, Step(inc, [buf]))
+    else:
+        with pytest.raises(DispatchError, match=f"{match}.*Fix:"):
+            Backend._check_step(None, Step(inc, [buf]))
+
+
+@pytest.mark.parametrize("which", list(BAD))
+def test_the_shared_host_checks_refuse_what_the_reference_dispatch_refuses(which):
+    from vyre_numba.backend import Backend, Step
+
+    be = vn.get_backend("reference")
+    steps, _ = checked_steps(be, which)
+    for program, buffers in steps:
+        try:
+            be._check_step(Step(program, buffers))
+        except DispatchError as e:
+            with pytest.raises(DispatchError) as shared:
+                Backend._check_step(be, Step(program, buffers))
+            name = BAD[which][0]
+            assert f"'{name}'" in str(shared.value) and f"'{name}'" in str(e), (str(shared.value), str(e))
+            assert "Fix:" in str(shared.value)
+        else:
+            Backend._check_step(be, Step(program, buffers))

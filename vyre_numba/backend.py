@@ -313,6 +313,7 @@ class Backend(abc.ABC):
                                     "or None.")
             bound.append(buffers)
             shapes.append(_shape(s, buffers))
+            check_step(self, k, Step(s.program, buffers, s.config), "sequence to fuse")
         kept = {_storage(b) for b in [_read(r)[0] for r in _iterable(read, "read")] + list(_iterable(keep, "keep"))}
         key = (tuple((s.program.digest(), sh.storage, sh.sizes, s.config) for s, sh in zip(steps, shapes)),
                frozenset(kept))
@@ -361,8 +362,13 @@ class Backend(abc.ABC):
         return Megakernel(self, steps, read, until=until, max_rounds=max_rounds, workgroups=workgroups, keep=keep)
 
     def _check_step(self, step: Step) -> None:
-        """What a resident dispatch of `step` would refuse, refused now without running it (where
-        the backend can tell; the GPU's recordings check as they capture)."""
+        """What a resident dispatch of `step` would refuse, refused now without running it: here
+        what every backend's dispatch checks of the bound buffers against the step's declarations
+        (`check_bound`); a backend that can tell more checks more (the reference backend, all its
+        dispatch checks; the GPU's recordings check as they capture)."""
+        from .bindings import check_resident
+
+        check_bound(step.program, check_resident(step.program, step.buffers))
 
     def cooperative_workgroups(self, program: Program) -> int:
         """How many workgroups of `program` one cooperative launch can hold at once. The reference
@@ -535,6 +541,57 @@ def _shape(step: Step, buffers: list):
         if grid[1:] == (1, 1) and tuple(wg[1:]) == (1, 1):
             invocations = grid[0] * wg[0]
     return StepShape(program, storage, sizes, invocations, tuple(wg))
+
+
+def check_step(backend: "Backend", k: int, step: Step, what: str) -> None:
+    """Refuse step `k` of a fused sequence or megakernel (`what` in the message) where its own
+    resident dispatch would refuse it (`backend._check_step`): fusion declares each buffer at its
+    bound size, so the kernel that runs cannot see what the step declared."""
+    try:
+        backend._check_step(step)
+    except VyreError as e:
+        if e.args:
+            e.args = (f"step {k} of the {what}, checked before anything runs (nothing ran): {e.args[0]}",
+                      *e.args[1:])
+        raise
+
+
+def check_bound(program: Program, buffers: list) -> None:
+    """Refuse what every backend's resident dispatch of `program` refuses of its bound `buffers`
+    (binding order) against their declarations, from what the host can see of them: the storage
+    dtype, a contiguous layout, fewer than 2**32 elements, at least the declared count, and a
+    writable array where the program may write. NumPy arrays and `__cuda_array_interface__` arrays
+    are checked; anything else is left to the dispatch."""
+    where = f"dispatch_resident of {program.name!r}"
+    for decl, buf in zip(program.bound_buffers, buffers):
+        cai = getattr(buf, "__cuda_array_interface__", None)
+        if cai is not None:
+            dtype, shape, readonly = np.dtype(cai["typestr"]), tuple(cai["shape"]), bool(cai["data"][1])
+            strides = cai.get("strides")
+        elif isinstance(buf, np.ndarray):
+            dtype, shape, readonly = buf.dtype, buf.shape, not buf.flags.writeable
+            strides = None if buf.flags.c_contiguous else buf.strides
+        else:
+            continue
+        size = int(np.prod(shape, dtype=object))
+        if dtype != decl.dtype.storage:
+            raise DispatchError(f"{where}: {decl.name!r} is declared {decl.dtype} but the array holds {dtype}. "
+                                f"Fix: allocate it with dtype {decl.dtype.storage}.")
+        expect = dtype.itemsize
+        for dim, stride in zip(reversed(shape), reversed(strides or ())):
+            if size > 1 and dim > 1 and stride != expect:
+                raise DispatchError(f"{where}: {decl.name!r} is a non-contiguous view (strides {tuple(strides)}). "
+                                    "Fix: pass a contiguous copy (np.ascontiguousarray(x), cupy.ascontiguousarray).")
+            expect *= dim
+        if size >= 2**32:
+            raise DispatchError(f"{where}: {decl.name!r} has {size} elements; lengths are u32. Fix: split the data "
+                                "into dispatches of fewer than 2**32 elements.")
+        if decl.count and size < decl.count:
+            raise DispatchError(f"{where}: {decl.name!r} is declared with {decl.count} elements but has {size}. "
+                                f"Fix: allocate at least {decl.count}.")
+        if readonly and decl.access.writable:
+            raise DispatchError(f"{where}: {decl.name!r} is a read-only array but the program may write it. "
+                                "Fix: pass a writable array (or declare it read-only).")
 
 
 def _failed_at(k: int, groups: list | None) -> str:

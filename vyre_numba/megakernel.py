@@ -14,7 +14,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from . import display
-from .backend import Step, _elements, _iterable, _overlap, _read, _shape, _storage, as_step
+from .backend import Step, _elements, _iterable, _overlap, _read, _shape, _storage, as_step, check_step
 from .config import DispatchConfig
 from .errors import DispatchError, VyreError, check_calls, shown
 from .ir import Program
@@ -97,6 +97,7 @@ class Megakernel(Unshared):
                                     "or None.")
             check(s.program)  # the step as written: what its own dispatch would refuse, refused here
             bound.append(check_resident(s.program, s.buffers, "megakernel"))
+            check_step(backend, k, Step(s.program, bound[-1], s.config), "megakernel")
         self.until = until
         flag = None if until is None else self._flag(until, bound)
         key = (tuple((s.program.digest(), tuple(_storage(b) for b in bs), s.config) for s, bs in zip(self.steps, bound)),

@@ -4,6 +4,8 @@ grid barriers stand only where fusion keeps a boundary; rounds run to convergenc
 sequences that cannot be one program, or grids that cannot be co-resident, fall back and say why."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -457,3 +459,52 @@ def test_a_fallback_failure_names_the_callers_step_and_the_rounds_that_completed
                                    "writes stay; nothing of step 1 ran): dispatch of 'busy'")
     assert be.download(x).tolist() == [5] * 4 and be.download(y).tolist() == [19] * 4
     assert be.telemetry()["graph_replays"] == 4
+
+
+@pytest.mark.parametrize("until, max_rounds, loops, when", [
+    (True, 1000, 1, r"at the start of round 4 of at most 1000 \(after 3 rounds\)"),  # charging the round loop
+    (True, 1000, 20, r"within one of its at most 1000 rounds"),  # inside a stage: which round is not known
+    (False, 1000, 1, r"within one of its at most 1000 rounds"),
+    (True, 1, 200, r"within its one round"),
+    (False, 1, 200, r"within its one round"),
+])
+def test_a_megakernel_out_of_the_work_budget_says_so_in_the_callers_terms_and_writes_nothing(
+        until, max_rounds, loops, when):
+    from vyre_numba.reference import ReferenceBackend
+
+    be = ReferenceBackend(work_budget=100_000)
+    i = ir.gid(0)
+    p = ir.Program([B.read_write("x", 0, "u32"), B.read_write("flag", 1, "u32")], 32,
+                   [ir.if_(i < ir.buf_len("x"), [ir.loop("k", 0, loops, [ir.store("x", i, ir.load("x", i) + 1)]),
+                                                 ir.store("flag", 0, 1)])], name="busy")
+    q = ir.Program(p.buffers, 32, p.entry, name="again")
+    x, f = be.upload(np.arange(64, dtype=np.uint32)), be.upload(np.array([7], np.uint32))
+    with be.megakernel([(p, [x, f]), (q, [x, f])], [(x,)], until=f if until else None, max_rounds=max_rounds) as mk:
+        assert mk.mode == "megakernel", mk.reason
+        with pytest.raises(DispatchError) as e:
+            mk.run()
+    text = str(e.value)
+    assert re.match(f"the megakernel of steps 'busy', 'again' ran out of the reference backend's work budget "
+                    rf"of 1e\+05 units {when}\. The megakernel is one dispatch", text), text
+    for said in ["every buffer is as it was before run()", "ReferenceBackend(work_budget=...)", "a budget of its own"] + \
+            ([f"smaller max_rounds (now {max_rounds})"] if max_rounds > 1 else []):
+        assert said in text, (said, text)
+    assert ("smaller max_rounds" in text) == (max_rounds > 1), text
+    assert "Fix:" in text and "'_round'" not in text and "_g0" not in text and "trip count" not in text, text
+    assert be.download(x).tolist() == list(range(64)) and be.download(f).tolist() == [7]
+
+
+def test_a_megakernel_launch_failing_otherwise_names_the_megakernel_and_its_steps(monkeypatch):
+    be = vn.get_backend("reference")
+    x = be.upload(np.zeros(8, np.uint32))
+    i = ir.gid(0)
+    p = ir.Program([B.read_write("x", 0, "u32")], 4, [ir.if_(i < 8, [ir.store("x", i, 1)])], name="one")
+
+    def refuse(*args, **kwargs):
+        raise DispatchError("launch refused. Fix: something.")
+
+    with be.megakernel([(p, [x])]) as mk:
+        monkeypatch.setattr(be, "dispatch_resident", refuse)
+        with pytest.raises(DispatchError, match=r"^the megakernel of step 'one' \(one persistent launch of the "
+                                                r"generated program 'megakernel_one'\): launch refused\. Fix:"):
+            mk.run()

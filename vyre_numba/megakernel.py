@@ -6,6 +6,7 @@ instead (or, where even recording is refused, as a plain sequence)."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import threading
 import weakref
 from dataclasses import dataclass
@@ -132,7 +133,9 @@ class Megakernel(Unshared):
     # ---- running -----------------------------------------------------------------------------
     def run(self) -> MegakernelResult:
         """Run the sequence (until the flag stays zero, at most `max_rounds` rounds, with `until`;
-        else exactly `max_rounds` times) and read back `read`."""
+        else exactly `max_rounds` times) and read back `read`. As a megakernel it is one dispatch:
+        on the reference backend one work budget covers every round (a fallback's dispatches have
+        one each)."""
         with self._lock:
             if self.closed:
                 raise DispatchError("this megakernel was closed. Fix: plan a new one with backend.megakernel(...).")
@@ -151,12 +154,17 @@ class Megakernel(Unshared):
                                 DispatchConfig(grid=(p.workgroups, 1, 1), cooperative=True))
             buffers, config = self._launch
             ns = None
-            if timer is not None:
-                with timer() as t:
+            try:
+                if timer is not None:
+                    with timer() as t:
+                        b.dispatch_resident(p.program, buffers, config)
+                    ns = t.ns
+                else:
                     b.dispatch_resident(p.program, buffers, config)
-                ns = t.ns
-            else:
-                b.dispatch_resident(p.program, buffers, config)
+            except VyreError as e:
+                if e.args:
+                    e.args = (self._failed_launch(str(e.args[0])), *e.args[1:])
+                raise
             if self.until is None:
                 b.synchronize()  # and a grid barrier that timed out becomes BarrierTimeoutError
             if self.until is not None:  # download synchronises and checks the barriers too
@@ -209,6 +217,33 @@ class Megakernel(Unshared):
         ran += [f"step 0 of round {r} ran and its writes stay"] if k == 1 else \
             [f"steps 0 to {k - 1} of round {r} ran and their writes stay"] if k else []
         return f"{where}, step {k} ({'; '.join([done] + ran)}; nothing of step {k} ran)"
+
+    def _failed_launch(self, message: str) -> str:
+        """The message of the persistent launch's failure `message`, in the caller's terms: the
+        generated program's loops are no loops the caller wrote."""
+        names = list(dict.fromkeys(s.program.name for s in self.steps))
+        what = (f"the megakernel of step{'s' if len(names) > 1 else ''} {', '.join(map(repr, names[:8]))}"
+                f"{f' and {len(names) - 8} more' if len(names) > 8 else ''}")
+        budget = re.search(r"ran out of its work budget of (\S+) units", message)
+        if budget is None:
+            return f"{what} (one persistent launch of the generated program {self.program.name!r}): {message}"
+        rounds = re.search(r"the loop over '_round' at [^,]*, iteration (\d+) of (\d+)", message)
+        if rounds is not None:
+            r = int(rounds.group(1))
+            when = (f"at the start of round {r} of at most {self.max_rounds} (after {r - 1} rounds)"
+                    if r > 1 else "at the start of its first round")
+        elif self.max_rounds == 1:
+            when = "within its one round"
+        else:
+            when = f"within one of its at most {self.max_rounds} rounds"
+        env = re.search(r"\$(\w+)", message)
+        return (f"{what} ran out of the {self.backend.name} backend's work budget of {budget.group(1)} units {when}. "
+                "The megakernel is one dispatch, so one budget covers every step of every round; the backend undid the "
+                "dispatch, so every buffer is as it was before run() (nothing of any round stays). Fix: "
+                f"{f'pass a smaller max_rounds (now {self.max_rounds}), ' if self.max_rounds > 1 else ''}raise the budget with "
+                f"{type(self.backend).__name__}(work_budget=...){f' or ${env.group(1)}' if env else ''}, or run the "
+                "steps as separate dispatches (dispatch_sequence for each round, or dispatch_repeated), where each "
+                "dispatch has a budget of its own (as in a megakernel's graph fallback).")
 
     def _reads(self) -> list[np.ndarray]:
         return [self.backend.download(buf, off, cnt) for buf, off, cnt in self.read]

@@ -9,7 +9,7 @@ import pytest
 
 import vyre_numba as vn
 from vyre_numba import DispatchConfig, ir
-from vyre_numba.errors import DispatchError
+from vyre_numba.errors import DispatchError, UnknownNameError
 
 BACKENDS = ["reference", pytest.param("cuda", marks=pytest.mark.gpu)]
 
@@ -895,3 +895,46 @@ def test_a_recorded_sequence_counts_only_replays_that_ran():
     with pytest.raises(DispatchError, match="work budget"):
         g.replay()
     assert be.telemetry()["graph_replays"] == 1
+
+
+@pytest.mark.parametrize("key", [["dispatches"], {}, set(), bytearray(b"x")])
+def test_telemetry_refuses_a_key_that_cannot_name_a_counter_as_it_refuses_a_missing_one(key):
+    t = vn.get_backend("reference").telemetry()
+    for read in (lambda: t[key], lambda: t.get(key), lambda: t.get(key, 0)):
+        with pytest.raises(UnknownNameError, match="has no counter.*Fix:"):
+            read()
+    with pytest.raises(UnknownNameError, match="Fix:"):
+        t["no such counter"]
+    assert t.get("no such counter", 0) == 0 and t["dispatches"] == t.get("dispatches") >= 0
+
+
+class _Len(list):
+    """A list whose __len__ answers `length`, which len() refuses (negative, or past sys.maxsize)."""
+
+    def __init__(self, items, length):
+        super().__init__(items)
+        self.length = length
+
+    def __len__(self):
+        return self.length
+
+
+@pytest.mark.parametrize("length", [-1, 2**70])
+@pytest.mark.parametrize("where", ["steps", "fused steps", "prefix", "body step", "read entry", "step",
+                                   "megakernel step"])
+def test_a_collection_whose_len_fails_is_refused_with_a_fix(backend, where, length):
+    x = backend.upload(np.arange(4, dtype=np.uint32))
+    step = (bump(), [x])
+    bad = _Len(step, length)
+    calls = {
+        "steps": lambda: backend.dispatch_sequence(_Len([step], length)),
+        "fused steps": lambda: backend.dispatch_sequence(_Len([step, step], length), fuse=True),
+        "prefix": lambda: backend.dispatch_repeated(_Len([step], length), [step], 2),
+        "body step": lambda: backend.dispatch_repeated([], [bad], 2),
+        "read entry": lambda: backend.dispatch_sequence([step], [_Len([x], length)]),
+        "step": lambda: backend.dispatch_sequence([bad]),
+        "megakernel step": lambda: backend.megakernel([bad]),
+    }
+    with pytest.raises(DispatchError, match=r"len\(\) of the _Len given fails.*Fix:"):
+        calls[where]()
+    assert backend.download(x).tolist() == [0, 1, 2, 3]

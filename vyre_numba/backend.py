@@ -64,6 +64,21 @@ class Telemetry(dict):
                                "'dispatches[<label>]' for a label dispatched since the last reset; "
                                "telemetry().get(name, 0) reads a counter that may be absent.")
 
+    def __getitem__(self, key):
+        """The counter named `key`; UnknownNameError (with the names to use) for any other key."""
+        try:
+            return super().__getitem__(key)
+        except TypeError:  # unhashable: no counter's name, so missing like any other
+            self.__missing__(key)
+
+    def get(self, key, default=None):
+        """The counter named `key`, or `default` where it is absent; UnknownNameError for a key
+        that cannot name a counter (unhashable)."""
+        try:
+            return super().get(key, default)
+        except TypeError:
+            self.__missing__(key)
+
     def to_frame(self):
         """The counters as a pandas DataFrame (index: counter, column: value)."""
         try:
@@ -279,6 +294,7 @@ class Backend(abc.ABC):
         False never. `fuse=True` runs `self.fuse(steps, read)`'s kernels instead: the same results
         in the buffers read back, and in every buffer except the scratch ones (written only inside
         one fused kernel and not in `read`), whose contents it leaves unspecified."""
+        total = _length(steps, "steps")
         if flag(fuse, "fuse", "pass fuse=True or fuse=False."):
             reads = [_read(r) for r in _iterable(read, "read")]
             steps = [as_step(s) for s in _iterable(steps, "steps")]  # as fuse converts them, once
@@ -288,7 +304,7 @@ class Backend(abc.ABC):
             labels = [[] if len(g) == 1 else [c.label for j in g if (c := steps[j].config) and c.label]
                       for g in plan.groups]
             return self._sequence(plan.steps, reads, progress, len(steps), plan.groups, labels)
-        return self._sequence(steps, read, progress, _length(steps))
+        return self._sequence(steps, read, progress, total)
 
     def fuse(self, steps: Iterable[Step | tuple], read: Iterable[Read] = (), *, keep: Iterable = ()) -> "Fusion":
         """The resident sequence `steps` with adjacent steps that depend on each other only at the
@@ -422,7 +438,7 @@ class Backend(abc.ABC):
         repeat = int(repeat) if body else 0  # an empty body repeated is nothing, however often
         steps: Iterator = itertools.chain(_iterable(prefix, "prefix"),
                                           itertools.chain.from_iterable(itertools.repeat(body, repeat)))
-        first = _length(prefix)
+        first = _length(prefix, "prefix")
         total = None if first is None else first + len(body) * repeat
         return self._sequence(steps, read, progress, total)
 
@@ -612,18 +628,22 @@ def as_step(step) -> Step:
     """`step` as a Step: a Step already, or a (program, buffers[, config]) tuple or list."""
     if isinstance(step, Step):
         return step
-    if isinstance(step, (tuple, list)) and len(step) in (2, 3) and isinstance(step[0], Program):
-        return Step(*step)
+    if isinstance(step, (tuple, list)) and _length(step, "a step") in (2, 3) and isinstance(step[0], Program):
+        return Step(*(step[k] for k in range(len(step))))
     raise DispatchError(f"{shown(step, 80)} is not a step of a resident sequence. "
                         "Fix: pass Step(program, buffers[, config]) or a (program, buffers[, config]) tuple.")
 
 
-def _length(x) -> int | None:
-    """len(x) for sized collections, None for iterators and anything unsized (a 0-d array)."""
+def _length(x, what: str) -> int | None:
+    """len(x) for sized collections, None for iterators and anything unsized (a 0-d array); a
+    DispatchError naming `what` where its `__len__` gives no length (negative, or past sys.maxsize)."""
     try:
         return len(x)
     except TypeError:
         return None
+    except (ValueError, OverflowError) as e:
+        raise DispatchError(f"{what}: len() of the {type(x).__name__} given fails ({e}). Fix: pass a plain list or "
+                            "tuple, or give the collection a __len__ that returns its number of items.") from None
 
 
 def _iterable(x, what: str):
@@ -637,10 +657,11 @@ def _iterable(x, what: str):
 def _read(r) -> tuple:
     """A read entry as (buffer, offset, count or None), checked before anything runs: ints (not
     bools) inside the buffer where its length can be read."""
-    if not (isinstance(r, (tuple, list)) and 1 <= len(r) <= 3):
+    size = _length(r, "read entry") if isinstance(r, (tuple, list)) else None
+    if size is None or not 1 <= size <= 3:
         raise DispatchError(f"read entry {shown(r, 60)} is not a (buffer[, offset[, count]]) tuple. "
                             "Fix: pass read=[(buffer, offset, count), ...].")
-    buf, off, cnt = (r[0], 0, None) if len(r) == 1 else (r[0], r[1], None) if len(r) == 2 else tuple(r)
+    buf, off, cnt = (r[0], 0, None) if size == 1 else (r[0], r[1], None) if size == 2 else (r[0], r[1], r[2])
     for what, x in (("offset", off), ("count", cnt)):
         if (x is not None or what == "offset") and (isinstance(x, (bool, np.bool_))
                                                     or not isinstance(x, (int, np.integer))):

@@ -64,14 +64,14 @@ class Telemetry(dict):
                                "'dispatches[<label>]' for a label dispatched since the last reset; "
                                "telemetry().get(name, 0) reads a counter that may be absent.")
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: object) -> int:
         """The counter named `key`; UnknownNameError (with the names to use) for any other key."""
         try:
             return super().__getitem__(key)
         except TypeError:  # unhashable: no counter's name, so missing like any other
             self.__missing__(key)
 
-    def get(self, key, default=None):
+    def get(self, key: object, default: object = None) -> object:
         """The counter named `key`, or `default` where it is absent; UnknownNameError for a key
         that cannot name a counter (unhashable)."""
         try:
@@ -311,7 +311,8 @@ class Backend(abc.ABC):
         same index merged into one kernel each (`ir.fusion` says when): `Fusion.steps` to run,
         `.boundaries` saying why each remaining boundary stayed, `.program` when all fused into
         one. Buffers written only inside a fused kernel, not in `read` (ranges as for
-        `dispatch_sequence`) and not in `keep` are scratch: values kept in registers, never stored."""
+        `dispatch_sequence`) and not in `keep` are scratch: values kept in registers, never stored.
+        Every step is checked first as its own resident dispatch would check it."""
         from .bindings import check_resident
         from .ir import check, fusion
 

@@ -111,6 +111,18 @@ def test_lru_cache_releases_every_value_it_drops_even_when_one_release_fails():
             LRUCache(bad)
 
 
+def test_a_cuda_pending_refuses_copies_and_pickles_as_the_reference_one_does():
+    import copy
+    import pickle
+
+    from vyre_numba.gpu.backend import CudaPending
+
+    pending = CudaPending.__new__(CudaPending)  # no GPU here: the refusal comes before any state is read
+    for make_copy in (copy.copy, copy.deepcopy, pickle.dumps):
+        with pytest.raises(vn.DispatchError, match="in flight and cannot be copied or pickled. Fix: copy or pickle"):
+            make_copy(pending)
+
+
 @pytest.mark.parametrize("size", ["ptx_cache_size", "module_cache_size", "host_plans", "host_plan_bytes"])
 @pytest.mark.parametrize("bad", [0, -1, 2.0, True, None, "8"])
 def test_cuda_backend_cache_bounds_are_checked_before_the_gpu_is_touched(size, bad):

@@ -938,3 +938,11 @@ def test_a_collection_whose_len_fails_is_refused_with_a_fix(backend, where, leng
     with pytest.raises(DispatchError, match=r"len\(\) of the _Len given fails.*Fix:"):
         calls[where]()
     assert backend.download(x).tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("length", [-1, 2**70])
+def test_dispatch_inputs_whose_len_fails_are_refused_with_a_fix(backend, length):
+    p = ir.Program([ir.BufferDecl.read("a", 0, "u32"), ir.BufferDecl.output("o", 1, "u32")], 32,
+                   [ir.if_(ir.gid(0) < ir.buf_len("a"), [ir.store("o", ir.gid(0), ir.load("a", ir.gid(0)))])])
+    with pytest.raises(DispatchError, match=r"len\(\) of the _Len of inputs fails.*Fix: pass a plain list"):
+        backend.dispatch(p, _Len([np.arange(4, dtype=np.uint32)], length))

@@ -14,6 +14,7 @@ import numpy as np
 
 from . import display
 from .config import DispatchConfig
+from .owned import Unshared
 from .errors import DispatchError, UnknownNameError, UnsupportedError, VyreError, clip, flag, shown
 from .ir import DataType, Program
 from .lru import LRUCache
@@ -135,6 +136,15 @@ class Pending(abc.ABC):
         """Ask the dispatch to stop early; `result()` then raises. True if the request was taken
         (the dispatch had not finished and this backend can stop it), else False."""
         return False
+
+
+class InFlight(Unshared, Pending):
+    """A dispatch in flight (on a worker thread or a stream): copy, deepcopy and pickle refuse it, as
+    a copy could never finish (only this one is told the outcome)."""
+
+    def _unshared(self) -> DispatchError:
+        return DispatchError(f"this {type(self).__name__} is a handle to a dispatch in flight and cannot be copied or "
+                             "pickled. Fix: copy or pickle its outputs, pending.result(), instead.")
 
 
 def wait_seconds(timeout) -> float | None:

@@ -313,7 +313,11 @@ def bind(program: Program, inputs: Sequence | Mapping | None, config: DispatchCo
             raise DispatchError(f"{where}: missing inputs {missing}. Fix: pass an array for each of them.")
         values = [inputs[n] for n in names]
     elif isinstance(inputs, (list, tuple)):
-        values = list(inputs)
+        try:
+            values = list(inputs)
+        except (ValueError, OverflowError) as e:  # a subclass whose __len__ answers -1 or past sys.maxsize
+            raise DispatchError(f"{where}: len() of the {type(inputs).__name__} of inputs fails ({e}). Fix: pass a "
+                                "plain list or tuple.") from None
         if len(values) != len(decls):
             raise DispatchError(f"{where}: expected {len(decls)} input(s) {names} in binding "
                                 f"order, got {len(values)}. Fix: pass one array per input buffer (outputs are "

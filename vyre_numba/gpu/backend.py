@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from .. import checked, profiling
-from ..backend import (Backend, Pending, Telemetry, check_each, check_empty, check_span, check_upload, check_write,
+from ..backend import (Backend, InFlight, Telemetry, check_each, check_empty, check_span, check_upload, check_write,
                        wait_seconds)
 from ..bindings import Binding, bind, check_config
 from ..config import DispatchConfig
@@ -730,8 +730,8 @@ class CudaBackend(Backend):
                 "streams": self.streams.created}
 
 
-class CudaPending(Pending):
-    """A host dispatch in flight on its own stream."""
+class CudaPending(InFlight):
+    """A host dispatch in flight on its own stream (copy, deepcopy and pickle refuse it)."""
 
     def __init__(self, backend: CudaBackend, plan: HostPlan):
         self.backend, self.plan = backend, plan

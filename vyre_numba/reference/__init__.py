@@ -10,13 +10,12 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from .. import checked
-from ..backend import Backend, Pending, check_empty, check_span, check_upload, check_write, wait_seconds
+from ..backend import Backend, InFlight, check_empty, check_span, check_upload, check_write, wait_seconds
 from ..bindings import Binding, bind
 from ..config import DispatchConfig
 from ..errors import IN_HOST_MEMORY, DispatchError, HostMemoryError, host_memory
 from ..ir import Program
 from ..ir.program import Role
-from ..owned import Unshared
 from . import interpreter
 from .interpreter import MAX_INVOCATIONS, Budget, execute, plan, prepare
 from .resident import check_buffer
@@ -148,14 +147,9 @@ def _zeros(n: int, dt: np.dtype) -> np.ndarray:
                               "work.") from None
 
 
-class ReferencePending(Unshared, Pending):
+class ReferencePending(InFlight):
     """A reference dispatch running on a worker thread: a handle to work in flight, which copy,
     deepcopy and pickle refuse (a copy could never finish: only this one is told the outcome)."""
-
-    def _unshared(self) -> DispatchError:
-        return DispatchError(f"this {type(self).__name__} is a handle to a dispatch in flight on a worker thread and "
-                             "cannot be copied or pickled. Fix: copy or pickle its outputs, pending.result(), "
-                             "instead.")
 
     def __init__(self, budget: Budget):
         self._budget = budget

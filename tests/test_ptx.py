@@ -419,3 +419,23 @@ def test_template_parameter_values_are_checked(args):
     with pytest.raises(TemplateError, match=f"{next(iter(args))}=.*Fix: pass"):
         ptx.templates.load("fill_u32", **full)
     assert ".target sm_90a" in ptx.templates.load("fill_u32", version="7.8", target="sm_90a", entry="k")
+
+
+def test_ptx_helpers_refuse_arguments_of_the_wrong_kind_with_a_fix():
+    i = ir.gid(0)
+    p = ir.Program([ir.BufferDecl.read_write("x", 0, "u32")], 32,
+                   [ir.if_(i < ir.buf_len("x"), [ir.store("x", i, ir.load("x", i) + 1)])], name="inc")
+    text = ptx.emit(p, sm=90)
+    bad = [(lambda: ptx.assemble(text.encode(), sm=90), "must be text"), (lambda: ptx.assemble(None, sm=90), "must be text"),
+           (lambda: ptx.assemble([text, 5], sm=90), "must be text"), (lambda: ptx.assemble([], sm=90), "must be text"),
+           (lambda: ptx.assemble(text, sm="90"), "targets are ints"), (lambda: ptx.assemble(text, sm=90.0), "targets are ints"),
+           (lambda: ptx.assemble(text, sm=True), "targets are ints"), (lambda: ptx.link_sources(None), "must be text"),
+           (lambda: ptx.abi("inc"), "abi takes a Program"), (lambda: ptx.emit(p, sm=90.0), "targets are ints"),
+           (lambda: p.ptx(90.0), "targets are ints"), (lambda: ptx.emit(p, sm="90"), "targets are ints"),
+           (lambda: ptx.emit(p, sm=91), "sm_91 is not a target"), (lambda: ptx.emit(p, cooperative="yes"), "not a bool")]
+    for call, why in bad:
+        with pytest.raises(vn.UnsupportedError, match=f"{why}.*Fix: "):
+            call()
+    # NumPy ints and bools are the ints and bools they hold
+    assert ptx.emit(p, sm=np.int64(90), cooperative=np.False_, optimize=np.True_) == text
+    assert ptx.link_sources((text,))[0] == text

@@ -1,10 +1,11 @@
 """PTX -> cubin through nvJitLink (cuda.core's `Linker`), linking the math modules kernels call."""
 from __future__ import annotations
 
+import numbers
 import re
 from typing import Sequence
 
-from ..errors import CompileError, UnsupportedError
+from ..errors import CompileError, UnsupportedError, shown
 from . import mathlib, templates
 
 MIN_ASSEMBLE_SM = 75
@@ -16,7 +17,17 @@ _INPUT = re.compile(r"\(([^()]+\.ptx)\)")
 def link_sources(kernel_ptx: str | Sequence[str]) -> list[str]:
     """The given PTX module(s) followed by the math modules (see `mathlib`) their `.extern .func`
     declarations name, each once."""
-    sources = [kernel_ptx] if isinstance(kernel_ptx, str) else list(kernel_ptx)
+    sources = [kernel_ptx] if isinstance(kernel_ptx, str) else None
+    if sources is None and isinstance(kernel_ptx, (list, tuple)) and all(isinstance(s, str) for s in kernel_ptx):
+        sources = list(kernel_ptx)
+    if not sources:
+        listed = isinstance(kernel_ptx, (list, tuple))
+        odd = next((s for s in kernel_ptx if not isinstance(s, str)), None) if listed else None
+        got = (f"a {type(kernel_ptx).__name__} holding a {type(odd).__name__}" if odd is not None else
+               f"an empty {type(kernel_ptx).__name__}" if listed else
+               f"a {type(kernel_ptx).__name__}")
+        raise UnsupportedError(f"PTX to link must be text (a str) or a non-empty list of str; got {got}. "
+                               "Fix: pass what ptx.emit returns (bytes: .decode() them first).")
     needed: list[str] = []
     for src in sources:
         for name in _EXTERN.findall(src):
@@ -52,6 +63,10 @@ def _quote(log: str, sources: list[str], names: list[str]) -> str:
 def assemble(ptx_sources: str | Sequence[str], *, sm: int) -> bytes:
     """Link PTX text (one module or several) and the math modules it calls into a cubin for
     `sm_<sm>`; raises CompileError with nvJitLink's log and the offending PTX lines."""
+    if isinstance(sm, bool) or not isinstance(sm, numbers.Integral):
+        raise UnsupportedError(f"sm={shown(sm, 60)} is not a target: targets are ints, 90 for sm_90. Fix: pass sm= an "
+                               "int, e.g. the device's compute capability.")
+    sm = int(sm)
     if sm < MIN_ASSEMBLE_SM:
         raise UnsupportedError(f"nvJitLink from CUDA 13 cannot assemble for sm_{sm}. "
                                f"Fix: assemble for sm_{MIN_ASSEMBLE_SM} or newer (emit still writes "

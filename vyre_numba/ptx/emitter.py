@@ -30,6 +30,8 @@ import numbers
 import struct
 from dataclasses import dataclass
 
+import numpy as np
+
 from .. import ir
 from .. import display
 from ..display import PTX
@@ -138,6 +140,8 @@ def _shared_layout(program: Program) -> list[tuple[BufferDecl, int]]:
 def abi(program: Program, *, workgroup: tuple[int, int, int] | str | None = None) -> KernelABI:
     """The launch interface of `emit(program, workgroup=workgroup)`. Programs with grid barriers
     take one more parameter, the grid barrier's state (12 zeroed bytes, see grid_barrier.ptx)."""
+    if not isinstance(program, Program):
+        raise UnsupportedError(f"abi takes a Program, not {shown(program, 60)}. Fix: pass the ir.Program to emit.")
     bound = program.bound_buffers
     ps = tuple(KernelParam(f"{b.name}_ptr", ".u64", b.name, "ptr") for b in bound) + tuple(
         KernelParam(f"{b.name}_len", ".u32", b.name, "len") for b in bound)
@@ -834,12 +838,9 @@ def emit(program: Program, *, sm: int = 90, workgroup: tuple[int, int, int] | st
     ir.check(program)
     workgroup = _checked_workgroup(workgroup)
     for name, flag in (("cooperative", cooperative), ("optimize", optimize)):
-        if not isinstance(flag, bool):
+        if not isinstance(flag, (bool, np.bool_)):
             raise UnsupportedError(f"{name}={shown(flag, 60)} is not a bool. Fix: pass True or False.")
-    if sm not in PTX_VERSION:
-        known = ", ".join(str(s) for s in PTX_VERSION)
-        raise UnsupportedError(f"sm_{sm} is not a target the PTX emitter knows (known: {known}). "
-                               "Fix: pass sm= one of those, e.g. the device's compute capability.")
+    cooperative, optimize, sm = bool(cooperative), bool(optimize), target(sm)
     if "grid_sync" in program.capabilities and not cooperative:  # as written: dispatch refuses it so too
         raise UnsupportedError(f"program {program.name!r} has barrier('grid'), which needs every workgroup "
                                "resident at once. Fix: dispatch it with DispatchConfig(cooperative=True).")
@@ -877,6 +878,16 @@ def emit_step(program: Program, *, sm: int = 90, name: str = "vyre_fixpoint_step
     that runs the body for one item (invocation_id(0) is the item) and returns 1 when one of its
     stores or atomics to a buffer changed the bits it overwrote."""
     check_step(program)
-    if sm not in PTX_VERSION:
-        raise UnsupportedError(f"sm_{sm} is not a target the PTX emitter knows. Fix: pass the device's compute capability.")
-    return _Emitter(program, sm, None, False, step=name).render()
+    return _Emitter(program, target(sm), None, False, step=name).render()
+
+
+def target(sm) -> int:
+    """`sm` as one of the targets the emitter knows (an int such as 90 for sm_90); else UnsupportedError."""
+    known = ", ".join(str(s) for s in PTX_VERSION)
+    if isinstance(sm, (bool, np.bool_)) or not isinstance(sm, (int, np.integer)):
+        raise UnsupportedError(f"sm={shown(sm, 60)} is not a target: targets are ints, 90 for sm_90 (known: {known}). "
+                               "Fix: pass sm= one of those ints, e.g. the device's compute capability.")
+    if int(sm) not in PTX_VERSION:
+        raise UnsupportedError(f"sm_{int(sm)} is not a target the PTX emitter knows (known: {known}). "
+                               "Fix: pass sm= one of those, e.g. the device's compute capability.")
+    return int(sm)

@@ -874,3 +874,16 @@ def test_str_of_expressions_and_statements():
     assert str(ir.cast(x, "u16")) == "u16(x)"
     assert str(ir.let("y", x)) == "let y = x"
     assert str(ir.if_(x.eq(1), [ir.return_()])) == "if (x == 1) {\n    return\n}"
+
+
+def test_a_numpy_float64_scalar_keeps_its_type_as_other_numpy_scalars_do():
+    """Regression: np.float64 is a subclass of float, so it became a weak literal and was rounded
+    silently into an f32 expression, while np.float32 into f64 and np.int64 into u32 were refused."""
+    x = ir.load("x", 0)
+    f32 = ir.Program([B.read_write("x", 0, "f32")], 1, [ir.store("x", 0, x * np.float64(0.1))])
+    with pytest.raises(vn.IRValidationError, match="different types f32 and f64"):
+        ir.check(f32)
+    assert not ir.lit(np.float64(0.1)).weak and ir.lit(np.float64(0.1)).dtype is D.F64 and ir.lit(0.1).weak
+    f64 = ir.Program([B.read_write("x", 0, "f64")], 1, [ir.store("x", 0, x * np.float64(0.1))])
+    out = vn.get_backend("reference").dispatch(f64, [np.array([3.0])])[0]
+    assert out[0] == 3.0 * 0.1

@@ -486,7 +486,7 @@ def _e(x: ExprLike) -> Expr:
         return Lit(DataType.BOOL, int(bool(x)))
     if isinstance(x, int):
         return Lit(DataType.I64, int(x), weak=True)
-    if isinstance(x, float):
+    if isinstance(x, float) and not isinstance(x, np.generic):  # np.float64 is a float too, and keeps its type
         return Lit(DataType.F64, float_to_bits(x, DataType.F64), weak=True)
     if isinstance(x, np.generic):  # a NumPy scalar keeps its type
         try:

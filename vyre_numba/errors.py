@@ -64,6 +64,14 @@ class DispatchError(VyreError):
     """Inputs, outputs or configuration of a dispatch are wrong."""
 
 
+def whole(value, name: str, lo: int, hi: int) -> int:
+    """`value` as an int in [lo, hi] where it is a Python or NumPy integer (never a bool); anything
+    else is a DispatchError naming `name` and the range."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
+        raise DispatchError(f"{name}={shown(value)} is not an int in [{lo}, {hi}]. Fix: pass a whole number in range.")
+    return int(value)
+
+
 class ArgumentError(VyreError, TypeError):
     """A call's arguments do not fit the parameters of the public function or method called: a
     misspelt keyword, one argument too many or a required one missing (also a TypeError, which

@@ -17,7 +17,7 @@ import numpy as np
 from . import display
 from .backend import Step, _elements, _iterable, _overlap, _read, _shape, _storage, as_step, check_step
 from .config import DispatchConfig
-from .errors import DispatchError, VyreError, check_calls, shown
+from .errors import DispatchError, VyreError, check_calls, whole
 from .ir import Program
 from .ir import nodes as n
 from .ir.program import Access, BufferDecl, Role
@@ -86,9 +86,9 @@ class Megakernel(Unshared):
             raise DispatchError("no steps for a megakernel. Fix: pass at least one Step(program, buffers[, config]).")
         self.read = [_read(r) for r in _iterable(read, "read")]
         self._keep = frozenset(_storage(b) for b in _iterable(keep, "keep"))
-        self.max_rounds = _whole(max_rounds, "max_rounds", 1, MAX_ROUNDS - 1)
+        self.max_rounds = whole(max_rounds, "max_rounds", 1, MAX_ROUNDS - 1)
         if workgroups is not None:
-            workgroups = _whole(workgroups, "workgroups", 1, 1 << 20)
+            workgroups = whole(workgroups, "workgroups", 1, 1 << 20)
         bound = []
         for k, s in enumerate(self.steps):
             if not isinstance(s.program, Program):
@@ -333,12 +333,6 @@ class Megakernel(Unshared):
                          boundaries)
         grid = min(workgroups or fit, max(needed, 1))
         return _Plan("megakernel", None, groups, boundaries, built.program, built.keys, built.barriers, grid)
-
-
-def _whole(value, name: str, lo: int, hi: int) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
-        raise DispatchError(f"{name}={shown(value)} is not an int in [{lo}, {hi}]. Fix: pass a whole number in range.")
-    return int(value)
 
 
 def _release(held: list) -> None:

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from .. import display
-from ..errors import IN_HOST_MEMORY, BarrierTimeoutError, DispatchError, UnsupportedError, VyreError, host_memory, shown
+from ..errors import (IN_HOST_MEMORY, BarrierTimeoutError, DispatchError, UnsupportedError, VyreError, host_memory, shown,
+                      whole)
 from ..lru import LRUCache
 from ..progress import finished
 
@@ -42,12 +43,6 @@ class FixpointResult:
         return display.record_html(self)
 
 
-def _count(value, name: str, lo: int, hi: int) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
-        raise DispatchError(f"{name}={shown(value)} is not an int in [{lo}, {hi}]. Fix: pass a whole number in range.")
-    return int(value)
-
-
 def run(step: "Callable | Program", n: int, args: Sequence[Any] = (), *, max_rounds: int = 10_000,
         mode: str = "auto", backend=None, block: int = 256, timeout_s: float = 10.0,
         progress: bool | None = None) -> FixpointResult:
@@ -65,7 +60,7 @@ def run(step: "Callable | Program", n: int, args: Sequence[Any] = (), *, max_rou
     cooperative mode (a stuck barrier raises BarrierTimeoutError instead of hanging the GPU);
     `progress` shows a tqdm bar of rounds: None (the default) once the run has taken a second,
     True at once, False never (see `vyre_numba.progress`)."""
-    max_rounds = _count(max_rounds, "max_rounds", 1, 2**31 - 1)
+    max_rounds = whole(max_rounds, "max_rounds", 1, 2**31 - 1)
     if not isinstance(mode, str) or mode not in MODES:
         raise DispatchError(f"mode={shown(mode)} is not one of {', '.join(MODES)}. Fix: pass one of those.")
     if isinstance(timeout_s, (bool, np.bool_)) or not isinstance(timeout_s, numbers.Real) or not 0 < timeout_s < 1e6:
@@ -119,8 +114,8 @@ def _checked(step, n, args, backend, block):
         raise DispatchError(f"step is {_named(step)}, an async or generator function, which Numba would run as "
                             "another function. Fix: pass a plain def step(i, *args) that returns non-zero when it "
                             "changed something.")
-    n = _count(n, "n", 0, 2**32 - 1)
-    block = _count(block, "block", 32, 1024)
+    n = whole(n, "n", 0, 2**32 - 1)
+    block = whole(block, "block", 32, 1024)
     if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
         raise DispatchError(f"args is a {type(args).__name__}, not a list. Fix: pass the step's arguments as a list.")
     if backend is None:  # device arrays run on the GPU, host arrays on the CPU

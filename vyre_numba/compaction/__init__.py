@@ -33,7 +33,7 @@ from ..errors import CapacityError, DeviceError, DispatchError, HostMemoryError,
 from ..gpu import memory
 from ..gpu.numba_launch import RawArray, check_stream, stream_handle
 from ..lru import LRUCache
-from .select import PREDICATES_KEPT, Selector, _kernels, word_type, word_view
+from .select import PREDICATES_KEPT, Selector, _kernels, cpu_predicate, word_type, word_view
 from .select import nonzero_numpy as _nonzero_numpy, select_if_numpy as _select_if_numpy, select_numpy as _select_numpy
 
 __all__ = ["select", "select_if", "nonzero", "read_compacted", "Selector", "select_numpy", "select_if_numpy",
@@ -194,10 +194,10 @@ def _check_result(predicate: Callable, dt: np.dtype) -> None:
     key = (predicate, dt)
     result = _RESULT_TYPES.get(key)
     if result is None:
-        from numba import from_dtype, njit, types
+        from numba import from_dtype, types
 
         def infer():
-            dispatcher = njit(predicate, error_model="numpy")
+            dispatcher = cpu_predicate(predicate)
             dispatcher.compile((from_dtype(dt),))
             return dispatcher.nopython_signatures[-1].return_type
         result = _compiled(infer, "predicate", compiling=True)

@@ -76,13 +76,19 @@ PREDICATES_KEPT = 64  # compiled predicates kept (each cache below): a loop maki
 _CPU_MASKS: LRUCache = LRUCache(PREDICATES_KEPT)
 
 
+def cpu_predicate(predicate: Callable) -> Callable:
+    """predicate compiled for the host: the one dispatcher the mask calls, also used to check the
+    result type. error_model="numpy": division by zero gives NumPy's result, as it does on the
+    device (numba-cuda compiles with that model), not an error."""
+    return _CPU_MASKS.get_or_build(predicate, lambda: _mask_of(predicate))[1]
+
+
 def _cpu_mask(predicate: Callable) -> Callable:
-    return _CPU_MASKS.get_or_build(predicate, lambda: _mask_of(predicate))
+    return _CPU_MASKS.get_or_build(predicate, lambda: _mask_of(predicate))[0]
 
 
-def _mask_of(predicate: Callable) -> Callable:
-    """The compiled mask of predicate over an array. error_model="numpy": division by zero gives
-    NumPy's result, as it does on the device (numba-cuda compiles with that model), not an error."""
+def _mask_of(predicate: Callable) -> tuple[Callable, Callable]:
+    """The compiled mask of predicate over an array, and the compiled predicate."""
     from numba import njit
 
     pred = njit(predicate, error_model="numpy")
@@ -93,7 +99,7 @@ def _mask_of(predicate: Callable) -> Callable:
         for i in range(values.size):
             out[i] = bool(pred(values[i]))
         return out
-    return mask
+    return mask, pred
 
 
 # ---- the host object ---------------------------------------------------------------------------

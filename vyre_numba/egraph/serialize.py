@@ -10,7 +10,6 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import DispatchError, shown
-from ..unique import unique
 
 
 def _op_id(ops: dict, name) -> int:
@@ -249,8 +248,7 @@ def serialized_of_rows(rows: dict, ops: Sequence[str] | None, meta: dict | None)
         if r < len(meta.get("extra", [])):
             nd.update(meta["extra"][r])
         out_nodes[node_id(r)] = nd
-    live = {class_name(int(c)) for c in unique(canon)} | set(names)
     where = {nm: k for k, nm in enumerate(names)}
-    class_data = {k: v for k, v in meta.get("class_data", {}).items() if k in live}
+    class_data = {k: v for k, v in meta.get("class_data", {}).items() if k in where}  # fresh names never take a key
     roots = list(dict.fromkeys(class_name(int(parent[where[c]])) for c in meta.get("root_eclasses", []) if c in where))
     return json.dumps({"nodes": out_nodes, "root_eclasses": roots, "class_data": class_data})

@@ -7,8 +7,7 @@ import numpy as np
 
 from .. import display
 from ..errors import VyreError
-from ..unique import count_distinct
-from .egraph import _count
+from .egraph import _class_count, _count
 
 MAX_DRAWN = 300  # e-nodes drawn (or listed) at most; a larger e-graph shows a summary
 
@@ -52,7 +51,7 @@ def text(egraph) -> str:
 
 def _classes(egraph) -> int:
     """How many classes the rows are in now (as `congruence_closure` counts them)."""
-    return count_distinct(egraph.classes()) if egraph.n_nodes else 0
+    return _class_count(egraph) if egraph.n_nodes else 0
 
 
 def _operators(egraph) -> list[tuple[str, int]]:

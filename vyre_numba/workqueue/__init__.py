@@ -305,7 +305,7 @@ class WorkQueue(Unshared):
             items, state = self._live()
             if self._emptied != emptied:
                 return
-            rest = min(self._tail(), self.capacity) - n
+            rest = self.size() - n
             if rest > 0:
                 kept = self._cuda.device_array(rest, self.dtype, stream=self.stream)
                 kept.copy_to_device(items[n:n + rest], stream=self.stream)

@@ -131,5 +131,6 @@ def test_checked_functions_keep_their_name_signature_docs_and_pickle_by_referenc
     assert pickle.loads(pickle.dumps(vn.graph.bfs)) is vn.graph.bfs
     m = vn.get_backend("reference").upload
     assert m.__name__ == "upload" and inspect.signature(m).parameters.keys() == {"array"}
+    assert vn.ptx.templates.template_dir.cache_info().maxsize == 1  # an lru_cache keeps its controls
     check_calls({"select": f}, ["select"])  # checking twice does not wrap twice
     assert vn.compaction.select is f

@@ -712,20 +712,22 @@ STORAGE_DTYPES = frozenset(d.storage for d in DataType)
 def check_empty(n, dtype, call: str | None = None) -> tuple[int, np.dtype]:
     """(n, dtype) of a new resident buffer, checked: a whole number of elements below 2**32 and
     the storage dtype of a vyre type. `call` names the call in messages (default `empty(n=...)`)."""
-    call = call or f"empty(n={shown(n, 60)})"
+    def name() -> str:  # made only for a message: shown() costs about a microsecond
+        return call or f"empty(n={shown(n, 60)})"
+
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
-        raise DispatchError(f"{call}: n is not an int. Fix: pass a whole number of elements (lengths are u32).")
+        raise DispatchError(f"{name()}: n is not an int. Fix: pass a whole number of elements (lengths are u32).")
     if n < 0:
-        raise DispatchError(f"{call}: n is negative. Fix: pass a number of elements from 0 to 2**32 - 1.")
+        raise DispatchError(f"{name()}: n is negative. Fix: pass a number of elements from 0 to 2**32 - 1.")
     if n >= 2**32:
-        raise DispatchError(f"{call}: {int(n)} elements is 2**32 or more; lengths and indices are u32. Fix: split the "
+        raise DispatchError(f"{name()}: {int(n)} elements is 2**32 or more; lengths and indices are u32. Fix: split the "
                             "data into buffers of fewer than 2**32 elements.")
     try:
         dt = np.dtype(dtype)
     except (TypeError, ValueError):
         dt = None
     if dt is None or dt not in STORAGE_DTYPES:
-        raise DispatchError(f"{call}: {shown(dtype, 60)} is not the storage dtype of a vyre type. Fix: pass one of "
+        raise DispatchError(f"{name()}: {shown(dtype, 60)} is not the storage dtype of a vyre type. Fix: pass one of "
                             f"{sorted({str(d) for d in STORAGE_DTYPES})}.")
     return int(n), dt
 

@@ -132,6 +132,9 @@ def _checked(fn):
             if isinstance(e, VyreError) or (why := _unfit(fn, args, kwargs)) is None:
                 raise
             raise ArgumentError(why) from None
+    for attr in ("cache_clear", "cache_info", "cache_parameters"):  # functools.lru_cache's controls
+        if hasattr(fn, attr):
+            setattr(call, attr, getattr(fn, attr))
     call._vyre_checked = True
     return call
 

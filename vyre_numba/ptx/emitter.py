@@ -883,11 +883,12 @@ def emit_step(program: Program, *, sm: int = 90, name: str = "vyre_fixpoint_step
 
 def target(sm) -> int:
     """`sm` as one of the targets the emitter knows (an int such as 90 for sm_90); else UnsupportedError."""
-    known = ", ".join(str(s) for s in PTX_VERSION)
     if isinstance(sm, (bool, np.bool_)) or not isinstance(sm, (int, np.integer)):
-        raise UnsupportedError(f"sm={shown(sm, 60)} is not a target: targets are ints, 90 for sm_90 (known: {known}). "
-                               "Fix: pass sm= one of those ints, e.g. the device's compute capability.")
+        raise UnsupportedError(f"sm={shown(sm, 60)} is not a target: targets are ints, 90 for sm_90 (known: "
+                               f"{', '.join(map(str, PTX_VERSION))}). Fix: pass sm= one of those ints, e.g. the "
+                               "device's compute capability.")
     if int(sm) not in PTX_VERSION:
-        raise UnsupportedError(f"sm_{int(sm)} is not a target the PTX emitter knows (known: {known}). "
+        raise UnsupportedError(f"sm_{int(sm)} is not a target the PTX emitter knows (known: "
+                               f"{', '.join(map(str, PTX_VERSION))}). "
                                "Fix: pass sm= one of those, e.g. the device's compute capability.")
     return int(sm)

@@ -323,24 +323,13 @@ class Backend(abc.ABC):
         one. Buffers written only inside a fused kernel, not in `read` (ranges as for
         `dispatch_sequence`) and not in `keep` are scratch: values kept in registers, never stored.
         Every step is checked first as its own resident dispatch would check it."""
-        from .bindings import check_resident
-        from .ir import check, fusion
+        from .ir import fusion
 
         steps = [as_step(s) for s in _iterable(steps, "steps")]
         if not steps:
             raise DispatchError("no steps to fuse. Fix: pass at least one Step(program, buffers[, config]).")
-        shapes, bound = [], []
-        for k, s in enumerate(steps):
-            if not isinstance(s.program, Program):
-                raise DispatchError(f"step {k}'s program is a {type(s.program).__name__}. Fix: pass an ir.Program.")
-            check(s.program)
-            buffers = check_resident(s.program, s.buffers, "fuse")
-            if s.config is not None and not isinstance(s.config, DispatchConfig):
-                raise DispatchError(f"step {k}'s config is a {type(s.config).__name__}. Fix: pass a DispatchConfig "
-                                    "or None.")
-            bound.append(buffers)
-            shapes.append(_shape(s, buffers))
-            check_step(self, k, Step(s.program, buffers, s.config), "sequence to fuse")
+        bound = checked_steps(self, steps, "fuse", "sequence to fuse")
+        shapes = [_shape(s, buffers) for s, buffers in zip(steps, bound)]
         kept = {_storage(b) for b in [_read(r)[0] for r in _iterable(read, "read")] + list(_iterable(keep, "keep"))}
         key = (tuple((s.program.digest(), sh.storage, sh.sizes, s.config) for s, sh in zip(steps, shapes)),
                frozenset(kept))
@@ -570,17 +559,31 @@ def _shape(step: Step, buffers: list):
     return StepShape(program, storage, sizes, invocations, tuple(wg))
 
 
-def check_step(backend: "Backend", k: int, step: Step, what: str) -> None:
-    """Refuse step `k` of a fused sequence or megakernel (`what` in the message) where its own
-    resident dispatch would refuse it (`backend._check_step`): fusion declares each buffer at its
-    bound size, so the kernel that runs cannot see what the step declared."""
-    try:
-        backend._check_step(step)
-    except VyreError as e:
-        if e.args:
-            e.args = (f"step {k} of the {what}, checked before anything runs (nothing ran): {e.args[0]}",
-                      *e.args[1:])
-        raise
+def checked_steps(backend: "Backend", steps: list, call: str, what: str) -> list[list]:
+    """The bound buffers of each step of a fused sequence or megakernel (`what` in messages, `call`
+    naming the caller to `check_resident`), each step refused first where its own resident dispatch
+    would refuse it (`backend._check_step`): fusion declares each buffer at its bound size, so the
+    kernel that runs cannot see what the step declared."""
+    from .bindings import check_resident
+    from .ir import check
+
+    bound = []
+    for k, s in enumerate(steps):
+        if not isinstance(s.program, Program):
+            raise DispatchError(f"step {k}'s program is a {type(s.program).__name__}. Fix: pass an ir.Program.")
+        if s.config is not None and not isinstance(s.config, DispatchConfig):
+            raise DispatchError(f"step {k}'s config is a {type(s.config).__name__}. Fix: pass a DispatchConfig "
+                                "or None.")
+        check(s.program)  # the step as written: what its own dispatch would refuse, refused here
+        bound.append(check_resident(s.program, s.buffers, call))
+        try:
+            backend._check_step(Step(s.program, bound[-1], s.config))
+        except VyreError as e:
+            if e.args:
+                e.args = (f"step {k} of the {what}, checked before anything runs (nothing ran): {e.args[0]}",
+                          *e.args[1:])
+            raise
+    return bound
 
 
 def check_bound(program: Program, buffers: list) -> None:

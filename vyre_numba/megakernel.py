@@ -15,7 +15,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from . import display
-from .backend import Step, _elements, _iterable, _overlap, _read, _shape, _storage, as_step, check_step
+from .backend import Step, _elements, _iterable, _overlap, _read, _shape, _storage, as_step, checked_steps
 from .config import DispatchConfig
 from .errors import DispatchError, VyreError, check_calls, whole
 from .ir import Program
@@ -77,9 +77,6 @@ class Megakernel(Unshared):
 
     def __init__(self, backend, steps: Iterable, read: Iterable = (), *, until=None, max_rounds: int = 1,
                  workgroups: int | None = None, keep: Iterable = ()):
-        from .bindings import check_resident
-        from .ir import check
-
         self.backend = backend
         self.steps = [as_step(s) for s in _iterable(steps, "steps")]
         if not self.steps:
@@ -89,16 +86,7 @@ class Megakernel(Unshared):
         self.max_rounds = whole(max_rounds, "max_rounds", 1, MAX_ROUNDS - 1)
         if workgroups is not None:
             workgroups = whole(workgroups, "workgroups", 1, 1 << 20)
-        bound = []
-        for k, s in enumerate(self.steps):
-            if not isinstance(s.program, Program):
-                raise DispatchError(f"step {k}'s program is a {type(s.program).__name__}. Fix: pass an ir.Program.")
-            if s.config is not None and not isinstance(s.config, DispatchConfig):
-                raise DispatchError(f"step {k}'s config is a {type(s.config).__name__}. Fix: pass a DispatchConfig "
-                                    "or None.")
-            check(s.program)  # the step as written: what its own dispatch would refuse, refused here
-            bound.append(check_resident(s.program, s.buffers, "megakernel"))
-            check_step(backend, k, Step(s.program, bound[-1], s.config), "megakernel")
+        bound = checked_steps(backend, self.steps, "megakernel", "megakernel")
         self.until = until
         flag = None if until is None else self._flag(until, bound)
         key = (tuple((s.program.digest(), tuple(_storage(b) for b in bs), s.config) for s, bs in zip(self.steps, bound)),

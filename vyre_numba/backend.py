@@ -15,7 +15,7 @@ import numpy as np
 from . import display
 from .config import DispatchConfig
 from .owned import Unshared
-from .errors import DispatchError, UnknownNameError, UnsupportedError, VyreError, clip, flag, shown
+from .errors import DispatchError, UnknownNameError, UnsupportedError, VyreError, clip, did_you_mean, flag, shown
 from .ir import DataType, Program
 from .lru import LRUCache
 
@@ -57,11 +57,7 @@ class Telemetry(dict):
                 self[k] = display.Duration(v)
 
     def __missing__(self, key):
-        import difflib
-
-        close = difflib.get_close_matches(str(key), list(self), n=1) if isinstance(key, str) else []
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise UnknownNameError(f"telemetry has no counter {shown(key, 60)}{hint}. Fix: use one of TELEMETRY_KEYS or "
+        raise UnknownNameError(f"telemetry has no counter {shown(key, 60)}{did_you_mean(key, self)}. Fix: use one of TELEMETRY_KEYS or "
                                "'dispatches[<label>]' for a label dispatched since the last reset; "
                                "telemetry().get(name, 0) reads a counter that may be absent.")
 

@@ -82,7 +82,6 @@ is created), `DispatchError` for the arguments of a call.
 from __future__ import annotations
 
 import ast
-import difflib
 import keyword
 import re
 import textwrap
@@ -96,7 +95,7 @@ from . import ir
 from .backend import Backend
 from .bindings import as_host_array
 from .config import DispatchConfig
-from .errors import DispatchError, IRValidationError, VyreError, check_calls, clip, shown
+from .errors import DispatchError, IRValidationError, VyreError, check_calls, clip, did_you_mean, shown
 from .ir import DataType
 from .registry import get_backend
 
@@ -358,9 +357,8 @@ class _Translator:
             raise self.fail(node, f"the output {shown(name)} is read before it is assigned",
                             f"assign it first ('{name} = ...'); outputs start with no value")
         known = sorted(self.env)
-        close = difflib.get_close_matches(name, known + list(FUNCTIONS), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise self.fail(node, f"the name {shown(name)} is not an input or an assigned name{hint}",
+        raise self.fail(node, f"the name {shown(name)} is not an input or an assigned name"
+                              f"{did_you_mean(name, known + list(FUNCTIONS))}",
                         f"use the inputs {self.inputs} or names assigned before, or declare {shown(name)} as an input")
 
     def folded(self, node: ast.AST) -> int | None:
@@ -428,9 +426,8 @@ class _Translator:
             return out
         if fname in self.env:
             raise self.fail(node, f"{shown(fname)} is a value, not a function", "remove the call parentheses")
-        close = difflib.get_close_matches(fname, FUNCTIONS, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise self.fail(node, f"{shown(fname)} is not a function an elementwise operation may call{hint}",
+        raise self.fail(node, f"{shown(fname)} is not a function an elementwise operation may call"
+                              f"{did_you_mean(fname, FUNCTIONS)}",
                         f"use one of {', '.join(FUNCTIONS)}")
 
     def arity(self, node: ast.AST, fname: str, args: list, n: int) -> None:

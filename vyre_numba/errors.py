@@ -23,19 +23,20 @@ class IRValidationError(VyreError):
         self.diagnostics = list(diagnostics)
 
 
-class UnknownBufferError(IRValidationError, KeyError):
+class _Lookup(KeyError):
+    """A KeyError whose message reads as written (KeyError would quote it)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class UnknownBufferError(IRValidationError, _Lookup):
     """A buffer name a program does not declare (also a KeyError, as a lookup by name)."""
 
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0]) if self.args else ""
 
-
-class UnknownNameError(VyreError, KeyError):
+class UnknownNameError(VyreError, _Lookup):
     """A name a read-only mapping does not hold, such as a telemetry counter (also a KeyError, so
     `in` and `.get` read it as a missing key)."""
-
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0]) if self.args else ""
 
 
 class BackendUnavailableError(VyreError):
@@ -249,6 +250,12 @@ def host_memory(what: str, why: str = BY_IDS):
     default: a graph algorithm's arrays, sized by the largest id)."""
     return converting(lambda e: isinstance(e, MemoryError),
                       lambda e: HostMemoryError(f"{what} ran out of host memory ({e}). {why}"))
+
+
+def did_you_mean(name, names) -> str:
+    """" (did you mean 'x'?)" naming the one of `names` nearest to `name`, or "" where none is near."""
+    close = difflib.get_close_matches(name, list(names), n=1) if isinstance(name, str) else []
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def shown(x, width: int = 80) -> str:

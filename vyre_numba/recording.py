@@ -287,6 +287,12 @@ class Frozen(MappingABC):
         whose = "the recording" if self._where == "g.buffers" else f"{self._where} (a step of the recording)"
         raise UnknownBufferError(f"{whose} has no buffer {shown(name, 60)}; {names}. Fix: {fix}.")
 
+    def __contains__(self, name) -> bool:  # without building __getitem__'s message for a miss
+        try:
+            return name in self._items
+        except TypeError:
+            return False
+
     def __iter__(self):
         return iter(self._items)
 
@@ -335,10 +341,10 @@ def pinned_steps(steps: Sequence, what: str = "record_sequence") -> tuple[list, 
     buffers' addresses), and those read-only mappings, one per step (its `buffers`)."""
     from .backend import Step
 
-    frozen = StepBuffers(
-        Frozen(dict(zip((d.name for d in st.program.bound_buffers), check_resident(st.program, st.buffers, what))),
-               f"s.buffers[{k}]") for k, st in enumerate(steps))
-    return [Step(st.program, f, st.config) for st, f in zip(steps, frozen)], frozen
+    bound = [tuple(check_resident(st.program, st.buffers, what)) for st in steps]
+    frozen = StepBuffers(Frozen(dict(zip((d.name for d in st.program.bound_buffers), b)), f"s.buffers[{k}]")
+                         for k, (st, b) in enumerate(zip(steps, bound)))
+    return [Step(st.program, b, st.config) for st, b in zip(steps, bound)], frozen  # replays bind the tuples
 
 
 def _declared(decl, arr: np.ndarray) -> np.ndarray:

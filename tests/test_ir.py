@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 import subprocess
 import sys
@@ -369,20 +370,45 @@ def test_float_literals_round_to_nearest_even():
     # the value reads back as the rounded number
     assert ir.f32(0.1).value == float(np.float32(0.1)) != 0.1
     assert ir.f16(65519.0).value == 65504.0
-    assert ir.f16(65520.0).value == math.inf  # past max + half an ulp: overflows to inf
+    assert ir.f16(65519.0).value == 65504.0  # within half an ulp of the largest finite: rounds to it
     assert ir.f16(2**-24).raw == 1  # smallest subnormal kept
     assert ir.f32(1e-45).raw == 1
     assert ir.bf16(1e-40).raw != 0  # bf16 subnormal kept
 
 
-def test_huge_int_float_literal_rounds_to_infinity():
-    """Regression: ir.f32(10**400) and a weak 10**400 in a float context raised OverflowError."""
-    assert ir.f32(10**400).value == math.inf and ir.f64(-10**400).value == -math.inf
-    assert ir.f64(2**1024 - 2**970).value == math.inf      # halfway past max: ties to even = inf
-    assert ir.f64(2**1024 - 2**971).value == D.F64.max
-    assert ir.bf16(2**200).value == math.inf
-    p = f32_prog(ir.store("out", 0, -10**400))
-    assert ir.validate(p) == [] and p.entry[0].value.equals(ir.f32(-math.inf))
+def test_huge_int_float_literal_rounds_to_infinity_only_when_asked():
+    """Regression: ir.f32(10**400) and a weak 10**400 in a float context raised OverflowError. A
+    finite literal past its float type's largest finite is now refused with a fix (it became inf
+    silently, while binding such a value to a buffer was refused); an explicit cast still
+    overflows to inf, as IEEE conversion does."""
+    for make, value in ((ir.f32, 10**400), (ir.f64, -10**400), (ir.f64, 2**1024 - 2**970), (ir.bf16, 2**200),
+                        (ir.f16, 65520.0), (ir.f16, -1e6), (ir.f32, 1e39)):
+        with pytest.raises(IRValidationError, match=r"past the largest finite .*Fix: write -?math\.inf"):
+            make(value)
+    assert ir.f64(2**1024 - 2**971).value == D.F64.max  # below the halfway point: the largest finite
+    assert ir.f32(math.inf).value == math.inf and ir.f16(-math.inf).value == -math.inf  # infinities as written
+    assert math.isnan(ir.f16(math.nan).value)
+    for value, shown in ((-10**400, r"-1000*\.\.\.0* "), (1e40, r"1e\+40 ")):
+        (d,) = ir.validate(f32_prog(ir.store("out", 0, ir.load("a", 0) + value)))
+        assert re.match(f"literal {shown}cannot be a f32 \\(past its largest finite", d.message) and "math.inf" in d.message
+        with pytest.raises(IRValidationError, match="cannot be a f32"):
+            vn.get_backend("reference").dispatch(f32_prog(ir.store("out", 0, value)), [np.zeros(1, np.float32)])
+    p = f32_prog(ir.store("out", 0, ir.cast(ir.f64(1e40), "f32")))  # overflow asked for: a cast
+    assert vn.get_backend("reference").dispatch(p, [np.zeros(1, np.float32)])[0][0] == np.inf
+
+
+def test_a_weak_literal_cast_starts_from_its_exact_value():
+    """Regression: ir.cast(0.1, 'f64') was 0.1 rounded to f32 (the weak default) and widened, and
+    ir.cast(16777217.0, 'i64') went through f32 to 16777216."""
+    p = ir.Program([B.output("d", 0, "f64", 2), B.output("i", 1, "i64", 1), B.output("h", 2, "f16", 1)], 1,
+                   [ir.store("d", 0, ir.cast(0.1, "f64")), ir.store("d", 1, ir.cast(2**53 + 1, "f64")),
+                    ir.store("i", 0, ir.cast(16777217.0, "i64")), ir.store("h", 0, ir.cast(0.1, "f16"))])
+    d, i, h = vn.get_backend("reference").dispatch(p, [])
+    assert d.tolist() == [0.1, float(2**53)] and i[0] == 16777217 and h[0] == np.float16(0.1)
+    (d,) = ir.validate(ir.Program([B.output("h", 0, "f16", 1)], 1, [ir.store("h", 0, ir.cast(1e5, "f16"))]))
+    assert "cannot be a f16 (past its largest finite" in d.message
+    assert ir.Program([B.output("u", 0, "u8", 1)], 1, [ir.store("u", 0, ir.cast(300, "u8"))]).entry[0].value.a.dtype \
+        is D.U32  # an int that does not fit the target keeps the default type, and the cast wraps it
 
 
 @pytest.mark.parametrize("dt", [D.F16, D.BF16, D.F32, D.F64])
@@ -392,14 +418,18 @@ def test_int_literals_into_floats_round_once_as_cast_does(dt, v):
     """Regression: ir.f32(2**60 + 2**36 + 1) went int -> f64 -> f32 (a tie at f32 after the first
     rounding, so 2**60 instead of the nearest 2**60 + 2**37). The literal is what cast gives."""
     exact = ir.float_to_bits(v, dt)
-    assert ir.lit(v, dt).raw == exact
+    if ir.bits_to_float(exact, dt) in (math.inf, -math.inf):  # past the largest finite: refused, as cast is asked
+        with pytest.raises(IRValidationError, match="past the largest finite"):
+            ir.lit(v, dt)
+    else:
+        assert ir.lit(v, dt).raw == exact
     if -2**63 <= v < 2**64:
         src = D.U64 if v >= 0 else D.I64
         run = vn.get_backend("reference").dispatch(ir.Program(
             [B.read("x", 0, src), B.output("y", 1, dt, 1)], 1, [ir.store("y", 0, ir.cast(ir.load("x", 0), dt))]),
             [np.array([v], src.storage)])[0]
         assert int(run.view(np.dtype(f"u{dt.bits // 8}"))[0]) == exact
-    if dt is not D.BF16 and v > 0 and math.isfinite(ir.lit(v, dt).value):  # bf16 is through f32, as cast
+    if dt is not D.BF16 and v > 0 and math.isfinite(ir.bits_to_float(exact, dt)):  # bf16 is through f32, as cast
         from fractions import Fraction
         err = abs(Fraction(ir.lit(v, dt).value) - v)
         for k in (1, -1):  # no neighbour is nearer

@@ -935,7 +935,10 @@ def _scalar_fix(v, dt: DataType) -> str:
         rounding = (" (round or truncate it first, as you mean to)" if number and (whole or np.isfinite(v))
                     and dt.min <= v <= dt.max else "")
         return f"pass a whole number from {dt.min} to {dt.max}, {dt}'s range{rounding}"
-    nearest = ir.lit(v, dt).value if number else None
+    try:
+        nearest = ir.lit(v, dt).value if number else None
+    except IRValidationError:  # past the type's largest finite
+        nearest = None
     if nearest is None or not np.isfinite(nearest):
         return f"pass a number of magnitude at most {float(dt.max):.6g}, {dt}'s largest"
     store = "float32" if dt is DataType.BF16 else np.dtype(dt.storage).name  # bf16 takes f32s it holds exactly

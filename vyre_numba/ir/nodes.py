@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import IRValidationError, shown
 from .recursion import drive
-from .types import DataType, bits_to_float, float_to_bits
+from .types import DataType, bits_to_float, float_to_bits, overflows
 
 # Operation tables: the single source of the IR's operation names.
 ARITH_BINOPS = ("add", "sub", "mul", "div", "mod", "min", "max", "absdiff")
@@ -579,7 +579,12 @@ def lit(value: int | float | bool, dtype: DataType | str | None = None) -> Lit:
             raise _fail(f"literal {shown(value)} is not a {dt} value. Fix: {fix}.")
         return Lit(dt, int(v))
     if dt.is_float:
-        return Lit(dt, float_to_bits(v, dt))
+        bits = float_to_bits(v, dt)
+        if overflows(v, bits, dt):
+            raise _fail(f"literal {shown(value)} is past the largest finite {dt} ({dt.max!r}): it would round to "
+                        f"{'-' if v < 0 else ''}inf. Fix: write {'-' if v < 0 else ''}math.inf for an infinity, use a "
+                        f"wider type, or ir.cast a wider literal to {dt} to overflow on purpose.")
+        return Lit(dt, bits)
     if not isinstance(v, int):
         if not v.is_integer():
             raise _fail(f"literal {shown(value)} is not an integer but the type is {dt}. "

@@ -185,6 +185,12 @@ def float_to_bits(value: float, dtype: DataType) -> int:
     return int(arr.view(_UINT_OF_BITS[dtype.bits])[0])
 
 
+def overflows(value, bits: int, dtype: DataType) -> bool:
+    """Whether the finite number `value` became an infinity `bits` when rounded to float type `dtype`."""
+    finite = isinstance(value, (int, np.integer)) or bool(np.isfinite(value))
+    return finite and bits & ~(1 << (dtype.bits - 1)) == float_to_bits(math.inf, dtype)
+
+
 def _nearest_f64(value) -> float:
     """`value` (an int or float, NumPy's included) rounded once to a Python float."""
     if isinstance(value, (int, np.integer)):

@@ -10,7 +10,7 @@ from ..errors import IRValidationError, shown
 from . import nodes as n
 from .program import Access, BufferDecl, Program
 from .recursion import drive
-from .types import DataType, float_to_bits
+from .types import DataType, float_to_bits, overflows
 
 D = DataType
 ATOMIC_TYPES = (D.U32, D.I32, D.U64, D.I64)
@@ -61,15 +61,29 @@ def _strong(lit: n.Lit, dt: DataType) -> n.Lit | None:
     """The weak literal as a literal of `dt`, or None if it cannot be one exactly enough."""
     if dt.is_bool:
         return None
-    if lit.dtype.is_float:
-        if not dt.is_float:
-            return None
-        return n.Lit(dt, float_to_bits(lit.value, dt))
     if dt.is_float:
-        return n.lit(lit.raw, dt)  # as ir.lit(value, dt): ints beyond every float round to +-inf
+        value = lit.value if lit.dtype.is_float else lit.raw  # an int rounded once from its exact value
+        bits = float_to_bits(value, dt)
+        return None if overflows(value, bits, dt) else n.Lit(dt, bits)
+    if lit.dtype.is_float:
+        return None
     if not dt.min <= lit.raw <= dt.max:
         return None
     return n.Lit(dt, lit.raw)
+
+
+def _cast_operand(a: n.Expr, dtype: DataType) -> DataType | None:
+    """The type a weak literal cast to `dtype` takes, so that the cast starts from its exact value:
+    a float becomes `dtype` itself (rounded once) or, cast to an integer or bool, f64 (which
+    holds every Python float); an int becomes `dtype` where it fits or is a float type (rounded
+    once), else takes the default."""
+    if not (isinstance(a, n.Lit) and a.weak) or not isinstance(dtype, DataType):
+        return None
+    if a.dtype.is_float:
+        return dtype if dtype.is_float else D.F64
+    if dtype.is_float or (not dtype.is_bool and dtype.min <= a.raw <= dtype.max):
+        return dtype
+    return None
 
 
 def _bad_literal(lit: n.Lit) -> str | None:
@@ -213,7 +227,7 @@ class _Checker:
                 (a, ta), (b, tb) = yield self.pair(a, b, where, want)
                 return n.Select(c, a, b), self.same(ta, tb, where, "select")
             case n.Cast(dtype, a):
-                a, _ = yield self.expr(a, where, None)
+                a, _ = yield self.expr(a, where, _cast_operand(a, dtype))
                 return n.Cast(dtype, a), dtype
             case n.Fma():
                 return (yield self.fma(e, where, want))
@@ -245,8 +259,11 @@ class _Checker:
         target = want if want is not None else default_weak_type(e)
         strong = None if target is None else _strong(e, target)
         if strong is None:
-            self.err(where, f"literal {shown(e.value)} cannot be a {target}. "
-                            f"Fix: write a literal that fits, e.g. ir.lit(value, 'type'), or ir.cast.")
+            why = f" (past its largest finite, {target.max!r}, so it would round to an infinity)" \
+                if target is not None and target.is_float else ""
+            self.err(where, f"literal {shown(e.value)} cannot be a {target}{why}. "
+                            f"Fix: write a literal that fits, e.g. ir.lit(value, 'type'), math.inf for an infinity, "
+                            f"or ir.cast.")
             return e, None
         return strong, strong.dtype
 

@@ -220,6 +220,29 @@ def test_time_helpers_read_each_unit_as_what_it_is():
     assert display.format_ns(41_300) == "41.3 us" == str(Duration(41_300))
 
 
+def test_seconds_of_every_number_type_convert_to_the_nanosecond_they_mean():
+    """Regression: Duration.from_seconds(Decimal("1.5")) was 2 ns, and time_text(Decimal("1.5"), "s")
+    showed it: `* 1e9` raised TypeError for a Decimal and the fallback passed the seconds on as
+    nanoseconds. Ints, Fractions and Decimals convert exactly; what is no number is refused."""
+    from decimal import Decimal
+    from fractions import Fraction
+
+    assert Duration.from_seconds(Decimal("1.5")) == 1_500_000_000 == Duration.from_seconds(Fraction(3, 2))
+    assert Duration.from_seconds(Decimal("2")) == 2 * 10**9 and display.time_text(Decimal("1.5"), "s") == "1.50 s"
+    exact = 12_345_678_123_456_789  # ns past 2**53: a float in between would round it
+    assert Duration.from_seconds(Decimal("12345678.123456789")) == exact == Duration.from_seconds(Fraction(exact, 10**9))
+    assert Duration.from_seconds(Decimal("-1.0000000025")) == -1_000_000_002  # to the nearest, ties to even
+    assert Duration.from_seconds(np.uint64(2**64 - 1)) == (2**64 - 1) * 10**9  # as a Python int: no wrapping
+    assert Duration.from_seconds(np.array(1.5)) == 1_500_000_000 and Duration(Decimal("2.5")) == 2
+    assert display.time_text(Decimal("NaN"), "s") == "NaN s" and display.time_text(Decimal("-Infinity")) == "-Infinity ns"
+    for bad, why in ((Decimal("NaN"), "finite"), (Decimal("1e999999999"), "finite"), (1 + 2j, "not a complex"),
+                     (np.array("1"), "not a str_"), (np.array(True), "not a bool"), (Fraction(10**400), "finite")):
+        with pytest.raises(DispatchError, match=why + r".*Fix: .+"):
+            Duration.from_seconds(bad)
+    with pytest.raises(DispatchError, match=r"finite.*Fix: .+"):
+        Duration(Decimal("-1e999999999"))  # refused at once: round() would build a billion-digit int
+
+
 def test_head_counts_lines_as_it_is_given_them():
     """Regression: head(text, -1) cut a line off and said "(1 more lines)" of three."""
     assert display.head("a\nb\nc", 1) == "a\n... (2 more lines)" and display.head("a\nb", 2) == "a\nb"

@@ -15,6 +15,8 @@ import html
 import itertools
 import numbers
 import operator
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any, Iterable
 
 import numpy as np
@@ -197,8 +199,9 @@ class Duration(int):
 
     def __new__(cls, ns: int | float = 0) -> "Duration":
         _no_bool(ns, "Duration")
-        try:
-            d = super().__new__(cls, round(ns))
+        try:  # a Decimal NaN or one past the range is refused before round(), which raises or takes minutes
+            d = (None if isinstance(ns, Decimal) and not (ns.is_finite() and ns.adjusted() < 300)
+                 else super().__new__(cls, round(ns)))
         except TypeError:
             raise DispatchError(f"Duration({shown(ns, 60)}): a time is a number, not a {type(ns).__name__}. "
                                 "Fix: pass an int or float (nanoseconds; Duration.from_seconds for seconds).") from None
@@ -211,13 +214,24 @@ class Duration(int):
 
     @classmethod
     def from_seconds(cls, seconds: float) -> "Duration":
-        """`seconds` as a Duration."""
+        """`seconds` (an int, float, Fraction, Decimal or NumPy number) as a Duration, to the nearest
+        nanosecond; ints, Fractions and Decimals exactly."""
+        if isinstance(seconds, np.ndarray) and seconds.ndim == 0:
+            seconds = seconds[()]
         _no_bool(seconds, "Duration.from_seconds")
-        try:
-            ns = (int(seconds) * 10**9 if isinstance(seconds, (int, np.integer)) else
-                  float(seconds) * 1e9 if isinstance(seconds, np.floating) else seconds * 1e9)  # not in f16's range
-        except TypeError:
-            ns = seconds  # not a number: Duration says so
+        if isinstance(seconds, Decimal):  # the exponent moved: exact, where `* 1e9` raises and `* 10**9` rounds
+            sign, digits, exp = seconds.as_tuple()
+            ns = Decimal((sign, digits, exp + 9)) if seconds.is_finite() else seconds  # NaN and inf in any unit
+        elif isinstance(seconds, numbers.Integral):  # NumPy ints too, as Python ints (no wrapping)
+            ns = int(seconds) * 10**9
+        elif isinstance(seconds, numbers.Rational):
+            ns = Fraction(int(seconds.numerator), int(seconds.denominator)) * 10**9
+        elif isinstance(seconds, numbers.Real):  # NumPy floats in f64, not their own type (f16 overflows)
+            ns = float(seconds) * 1e9
+        else:
+            raise DispatchError(f"Duration.from_seconds({shown(seconds, 60)}): a time is a number, not a "
+                                f"{type(seconds).__name__}. Fix: pass the seconds as an int, float, Fraction or "
+                                "Decimal.")
         return cls(ns)
 
     @property
@@ -287,7 +301,7 @@ def time_text(t: Any, unit: str = "ns") -> str:
     try:
         return str(Duration(t) if unit == "ns" else Duration.from_seconds(t))
     except DispatchError:
-        if isinstance(t, numbers.Real) and not isinstance(t, (bool, np.bool_)):
+        if isinstance(t, (numbers.Real, Decimal)) and not isinstance(t, (bool, np.bool_)):
             return f"{t} {unit}"
         raise
 

@@ -285,6 +285,28 @@ SIMULATED = textwrap.dedent('''
             assert any(w in str(e) for w in ("closed", "not a Numba stream", "cannot be copied")) and "Fix:" in str(e)
     print("ok reused")
 
+    # a Selector's own calls refuse what its kernels would fail on or run past, and say how to fix it
+    sel = compaction.Selector()
+    src, idx = cuda.to_device(np.ones(10, np.uint8)), cuda.device_array(10, np.uint64)
+    for call, fragment in ((lambda: sel.total(), "no count"),
+                           (lambda: sel.run(len, src, 10, None, idx, 10), "not a Numba device function"),
+                           (lambda: sel.run(flag_nonzero, src, -1, None, idx, 10), "not a count of items"),
+                           (lambda: sel.run(flag_nonzero, src, 11, None, idx, 10), "src has 10 rows"),
+                           (lambda: sel.run(flag_nonzero, src, 10, None, idx[:4], 10), "out has 4 rows"),
+                           (lambda: sel.run(flag_nonzero, np.ones(10), 10, None, idx, 10), "not a device array"),
+                           (lambda: sel.run(flag_nonzero, src, 10, None, cuda.device_array(10, np.float64), 10),
+                            "8-byte integer indices"),
+                           (lambda: sel.run(flag_nonzero, src, 10, None, idx, 2.5), "not a count of rows")):
+        try:
+            call()
+            raise AssertionError(f"{fragment}: ran")
+        except DispatchError as e:
+            assert fragment in str(e) and "Fix:" in str(e), e
+    assert sel.run(flag_nonzero, src, 10, None, cuda.device_array(10, np.int64), 10) == 10  # int64 indices serve
+    assert sel.total() == 10
+    sel.close()
+    print("ok checked")
+
     # outputs up to FUSED_BYTES take one launch, up to ROOM_BYTES three into room for every item,
     # larger ones count first; a result that leaves most of its room unused is copied to its size
     from vyre_numba.workqueue import barrier
@@ -358,7 +380,7 @@ def test_kernels_match_the_twins_under_the_cuda_simulator():
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     out = subprocess.run([sys.executable, "-c", SIMULATED], env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.count("ok ") == 8
+    assert out.stdout.count("ok ") == 9
 
 
 # ---- the GPU ------------------------------------------------------------------------------------

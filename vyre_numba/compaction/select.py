@@ -33,7 +33,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import DispatchError
+from ..errors import DispatchError, VyreError, clip, shown
 from ..gpu import mapped
 from ..gpu.numba_launch import NumbaLaunch, RawArray, overload_kind, stream_handle
 from ..lru import LRUCache
@@ -183,7 +183,7 @@ class Selector(Unshared):
         kept count lands in mapped host memory (`total()`) and on the device. `octs`: one-byte
         flags `src` (with flag_nonzero) seen as n // 8 u64 words, counted eight at a time."""
         self._check_open()
-        _check_items(n)
+        _check_call("offsets", flag_of, src, n)
         kernels = _kernels()
         tiles = -(-n // TILE)
         if tiles > self._tiles:
@@ -197,8 +197,9 @@ class Selector(Unshared):
                 self._launch(kernels.count_kernel(flag_of))(tiles, THREADS, src, n, counts)
             self._launch(kernels.scan_chunks)(-(-tiles // kernels.SCAN_THREADS), kernels.SCAN_THREADS, counts, tiles,
                                               offsets, sums, bases, ctl, host)
-        except BaseException:
+        except BaseException as e:
             self._afresh(tiles)
+            _unrunnable(e, flag_of, src)
             raise
 
     def _afresh(self, tiles: int) -> None:
@@ -212,9 +213,14 @@ class Selector(Unshared):
         """Enqueue writing the kept items (`words` None: their indices) into `out`, at most
         `capacity` rows, after `offsets` of the same items."""
         self._check_open()
-        kernel = _kernels().scatter_kernel(flag_of, *_emit(words))
-        self._launch(kernel)(-(-n // TILE), THREADS, src, n, out if words is None else words, out,
-                             self._args[1], self._args[3], capacity)
+        _check_call("scatter", flag_of, src, n, words, out, capacity)
+        try:
+            kernel = _kernels().scatter_kernel(flag_of, *_emit(words))
+            self._launch(kernel)(-(-n // TILE), THREADS, src, n, out if words is None else words, out,
+                                 self._args[1], self._args[3], capacity)
+        except Exception as e:
+            _unrunnable(e, flag_of, src)
+            raise
 
     def fused(self, flag_of: Callable, src, n: int, words, out, octs=None) -> int | None:
         """Select items 0..n-1 (n >= 1) into `out`, which has room for all n (`words` None: their
@@ -223,6 +229,7 @@ class Selector(Unshared):
         from mapped host memory, where the launch's last block puts it once everything is
         written: watched for POLL_SECONDS, then waited for on the stream."""
         self._check_open()
+        _check_call("fused", flag_of, src, n, words, out, n)
         if time.monotonic() < self._fused_off_until:
             return None
         kernels = _kernels()
@@ -394,7 +401,11 @@ class Selector(Unshared):
         """The kept count of the last `offsets` or `enqueue`, after waiting for the stream."""
         self._check_open()
         self.stream.synchronize()
-        return int(self._host[0])
+        kept = int(self._host[0])
+        if kept == -1:
+            raise DispatchError("this Selector has no count: no selection was made on it, or the last one failed "
+                                "(its error said why). Fix: call run, count or enqueue (again) before total().")
+        return kept
 
     def count(self, flag_of: Callable, src, n: int, octs=None) -> int:
         """How many of items 0..n-1 are kept; `scatter` may follow. The count is read as soon as
@@ -421,7 +432,10 @@ class Selector(Unshared):
                 pass
             raise
         kept = int(self._host[0])
-        return kept if kept >= 0 else self.total()
+        if kept < 0:  # past the bound, or a one-launch selection gave up: the stream decides
+            self.stream.synchronize()
+            kept = int(self._host[0])
+        return kept
 
     def run(self, flag_of: Callable, src, n: int, words, out, capacity: int, octs=None) -> int:
         """Select items 0..n-1 into `out` (at most `capacity` rows) and return how many were kept,
@@ -440,6 +454,65 @@ class Selector(Unshared):
             k = self._launches[(kernel, use)] = NumbaLaunch(kernel, self.stream, retain=False,
                                                             cooperative=cooperative)
         return k
+
+
+def _is_device_function(f) -> bool:
+    """Whether `f` is a Numba CUDA device function (or the simulator's stand-in for one)."""
+    options = getattr(f, "targetoptions", None)
+    return bool(options.get("device")) if isinstance(options, dict) else getattr(f, "_device", False) is True
+
+
+def _rows(a) -> int | None:
+    """Rows of a device array (a RawArray's or a Numba array's first axis), None for anything else."""
+    if isinstance(a, np.ndarray):  # host memory: the kernels would read it as an address
+        return None
+    shape = getattr(a, "shape", None)
+    return shape[0] if isinstance(shape, tuple) and shape and isinstance(shape[0], (int, np.integer)) else None
+
+
+def _check_call(what: str, flag_of, src, n, words=None, out=None, capacity=None) -> None:
+    """Refuse arguments of Selector.`what` that the kernels would fail on or run past."""
+    where = f"Selector.{what}"
+    if not _is_device_function(flag_of):
+        raise DispatchError(f"{where}: flag_of={shown(flag_of, 60)} is not a Numba device function. Fix: pass a "
+                            "function decorated with @cuda.jit(device=True) taking (src, i) and returning whether "
+                            "item i is kept, such as compaction.kernels.flag_nonzero for non-zero flags.")
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise DispatchError(f"{where}: n={shown(n, 40)} is not a count of items. Fix: pass a non-negative int.")
+    _check_items(n)
+    for name, a, need in (("src", src, n), ("words", words, n), ("out", out, capacity)):
+        if a is None and name != "src" and (name == "words" or need is None):
+            continue
+        rows = _rows(a)
+        if rows is None:
+            raise DispatchError(f"{where}: {name}={shown(a, 60)} is not a device array. Fix: pass a Numba device "
+                                "array (cuda.to_device, cuda.device_array).")
+        if need is not None and rows < need:
+            raise DispatchError(f"{where}: {name} has {rows} rows, fewer than the {need} it is used for. Fix: pass "
+                                f"a larger {name}, or a smaller {'capacity' if name == 'out' else 'n'}.")
+    if capacity is not None and (isinstance(capacity, (bool, np.bool_)) or not isinstance(capacity, (int, np.integer))
+                                 or capacity < 0):
+        raise DispatchError(f"{where}: capacity={shown(capacity, 40)} is not a count of rows. Fix: pass a "
+                            "non-negative int, at most out's rows.")
+    if out is not None:
+        got = (_word_of(out), tuple(out.shape[1:]))
+        fits = (got[0].kind in "iu" and got[0].itemsize == 8 and not got[1]) if words is None else \
+            got == (_word_of(words), tuple(words.shape[1:]))
+        if not fits:
+            raise DispatchError(f"{where}: out holds {got[0]} rows of shape {got[1]}, but the kernel writes "
+                                + ("8-byte integer indices" if words is None else
+                                   f"{_word_of(words)} rows of shape {tuple(words.shape[1:])} (the words)")
+                                + ". Fix: make out like words (word_view of both), or uint64 (int64) for indices.")
+
+
+def _unrunnable(e: BaseException, flag_of, src) -> None:
+    """Raise a DispatchError from `e` where flag_of did not compile (Numba) or run (the simulator) for src."""
+    from numba.core.errors import NumbaError
+
+    if isinstance(e, (NumbaError, TypeError)) and not isinstance(e, VyreError):
+        raise DispatchError(f"flag_of {getattr(flag_of, '__name__', shown(flag_of, 40))!r} cannot run as "
+                            f"flag_of(src, i) on this src ({type(e).__name__}: {clip(str(e), 200)}). Fix: make it take "
+                            "(src, i), i an int64 below n, and return a bool.") from e
 
 
 def _check_items(n: int) -> None:

@@ -45,6 +45,7 @@ def test_index_of_is_searchsorted(size):
     (lambda: unique_rows([[.5, 1.5], [.25, 1.]]), r"float64"),  # not [[0, 1]]: nothing truncated
     (lambda: unique(np.array([1, "a"], object)), r"object"),
     (lambda: unique(np.array([2.5, np.nan])), r"float64"),
+    (lambda: unique([1, 2.5]), r"values are float64"),  # not "ints": a float among them
     (lambda: unique(["b", "a"]), r"<U1"),
     (lambda: count_distinct([[1], [2, 3]]), r"not an array"),
     (lambda: index_of("abc", 1), r"keys are <U3"),
@@ -111,3 +112,35 @@ def test_inserted_refuses_what_np_insert_would_read_otherwise(a, at, v, fragment
     with pytest.raises(DispatchError, match="Fix:") as e:
         inserted(a, at, v)
     assert fragment in str(e.value)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64])
+def test_inserted_takes_places_of_every_integer_type(dtype):
+    """Regression: uint64 places raised a raw IndexError (uint64 + the int64 offsets is float64)."""
+    from vyre_numba.unique import inserted
+
+    a = np.array([1, 2, 3], np.int64)
+    assert inserted(a, np.array([1, 3], dtype), np.array([9, 8])).tolist() == np.insert(a, [1, 3], [9, 8]).tolist()
+
+
+def test_inserted_refuses_bool_places():
+    """Regression: bool places were read as 0 and 1, where np.insert reads them as a mask."""
+    from vyre_numba.unique import inserted
+
+    with pytest.raises(DispatchError, match=r"places are bools.*Fix: pass integer places"):
+        inserted(np.array([1, 2, 3]), np.array([True]), np.array([9]))
+
+
+@pytest.mark.parametrize("call, why", [
+    (lambda: unique([1, 2, 2**64 - 1]), r"ints from 1 to 18446744073709551615, which NumPy reads as float64.*"
+                                        r"uint64 holds them all\). Fix: pass np.array\(values, dtype=np.uint64\)"),
+    (lambda: count_distinct([1, -1, 2**63]), r"ints from -1 to 9223372036854775808.*none holds them all\). Fix: "),
+    (lambda: unique([[1, 2**70], [2, 3]]), r"ints from 1 to 1180591620717411303424, which NumPy reads as object"),
+    (lambda: index_of([1, 2], [np.uint64(2**64 - 1), np.int64(-1)]), r"values are ints from -1 to"),
+    (lambda: unique_rows([[1, 2**64 - 1]]), r"rows are ints from 1 to"),
+])
+def test_ints_numpy_reads_as_no_integer_type_are_named_as_ints(call, why):
+    """Regression: a list of ints that NumPy reads as float64 or object ([1, 2, 2**64 - 1],
+    [1, -1, 2**63]) was refused as "the values are float64"; the user passed only ints."""
+    with pytest.raises(DispatchError, match=why):
+        call()

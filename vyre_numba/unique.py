@@ -22,10 +22,35 @@ def _integers(a, where: str, what: str = "values") -> np.ndarray:
         raise DispatchError(f"{where}: the {what} are not an array ({e}). "
                             "Fix: pass a NumPy integer array (or equal-length lists of ints).") from None
     if arr.dtype.kind not in INTEGER_KINDS and arr.size:  # [] is float64, and empty either way
+        ints = _python_ints(a, arr)
+        if ints is not None:
+            lo, hi = ints
+            held = lo >= 0 and hi < 2**64
+            raise DispatchError(
+                f"{where}: the {what} are {f'ints from {lo} to {hi}' if lo < hi else f'the int {lo}'}, which NumPy "
+                f"reads as {arr.dtype}: it infers no one integer type for them "
+                f"({'uint64 holds them all' if held else 'and none holds them all'}). Fix: "
+                + ("pass np.array(values, dtype=np.uint64)." if held else "keep them within int64's range or "
+                   "uint64's (offset them), which these helpers compare; np.unique(np.array(values, dtype=object)) "
+                   "compares Python ints of any size."))
         raise DispatchError(f"{where}: the {what} are {arr.dtype} ({arr.dtype.kind!r} kind); these helpers "
                             "handle integers only. Fix: pass an integer array (np.unique for other dtypes, "
                             "or ids from np.unique(x, return_inverse=True)).")
     return arr
+
+
+def _python_ints(a, arr: np.ndarray) -> tuple[int, int] | None:
+    """(least, greatest) where `a`, which NumPy read as `arr`, is lists of ints only, else None."""
+    if isinstance(a, np.ndarray) or arr.dtype.kind not in "fO":
+        return None
+    try:
+        flat = np.asarray(a, dtype=object).reshape(-1).tolist()
+    except (ValueError, TypeError):
+        return None
+    if len(flat) != arr.size or not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+                                        for v in flat):
+        return None
+    return int(min(flat)), int(max(flat))
 
 
 def unique(a: np.ndarray) -> np.ndarray:
@@ -117,6 +142,9 @@ def inserted(a: np.ndarray, at: np.ndarray, values: np.ndarray) -> np.ndarray:
     if a.ndim != 1 or at.shape != (values.size,) or values.ndim != 1:
         raise DispatchError(f"inserted: the array, places and values have shapes {a.shape}, {at.shape} and "
                             f"{values.shape}. Fix: pass 1-D arrays, one place for each value.")
+    if at.dtype.kind == "b":
+        raise DispatchError("inserted: the places are bools, which np.insert reads as a mask and this helper would "
+                            "read as 0 and 1. Fix: pass integer places (np.flatnonzero(mask) where they are a mask).")
     if at.size and (int(at.min()) < 0 or int(at.max()) > a.size or np.any(at[1:] < at[:-1])):
         raise DispatchError(f"inserted: the places must ascend within 0..{a.size} (the array's length). Fix: "
                             "pass np.searchsorted(a, values) of ascending values, or np.insert for other places.")
@@ -134,7 +162,7 @@ def _inserted(a: np.ndarray, at: np.ndarray, values: np.ndarray) -> np.ndarray:
     if not a.size:
         return values.astype(a.dtype)
     out = np.empty(a.size + values.size, a.dtype)
-    put = at + np.arange(values.size)
+    put = at.astype(np.intp, copy=False) + np.arange(values.size)  # uint64 + int64 would be float64
     rest = np.ones(out.size, bool)
     rest[put] = False
     out[put] = values

@@ -162,9 +162,9 @@ def _save_truncated_zip(path):
 @pytest.mark.parametrize("name, make, fragment", [
     ("x.npz", _save_npz, ".npz archive"),
     ("x.npy", _save_npz, ".npz archive"),
-    ("x.npy", _save_text, "not a .npy array"),
-    ("x.npy", _save_object_array, "not a .npy array"),
-    ("x.npy", _save_empty, "not a .npy array"),
+    ("x.npy", _save_text, "not a .npy file (it does not begin with the .npy signature)"),
+    ("x.npy", _save_object_array, "holds Python objects (dtype object)"),
+    ("x.npy", _save_empty, "not a .npy file (it is empty)"),
     ("x.npy", _save_truncated_npy, "not a .npy array"),
     ("x.npy", _save_truncated_zip, "not a .npy array"),
     ("missing.npy", None, "No such file"),
@@ -560,7 +560,8 @@ def test_python_dash_m_runs_the_same_command():
     import sys
 
     ok = subprocess.run([sys.executable, "-m", "vyre_numba", "--help"], capture_output=True, text=True, timeout=300)
-    assert ok.returncode == 0 and "info,run,emit,demo,bench" in ok.stdout
+    assert ok.returncode == 0 and "COMMAND" in ok.stdout
+    assert all(f"\n    {cmd} " in ok.stdout for cmd in ("info", "run", "emit", "demo", "bench")), ok.stdout
     bad = subprocess.run([sys.executable, "-m", "vyre_numba", "run"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "required" in bad.stderr and "Traceback" not in bad.stderr
 
@@ -591,3 +592,344 @@ def test_bench_of_a_folder_whose_suite_is_not_one_exits_2(tmp_path, capsys, text
     (tmp_path / "suite.py").write_text(text)
     assert main(["bench", "--dir", str(tmp_path)]) == 2
     assert_fix(one_error_line(capsys, "suite.py"))
+
+
+# ---- outputs that are not plain new files, and outputs that are inputs -----------------------------
+
+def _special_files(tmp_path):
+    """Name -> maker of each kind of special file this machine lets a test make in `tmp_path`."""
+    import socket
+    import stat
+
+    def sock(path):
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(path))
+        s.close()
+
+    makers = {"FIFO (named pipe)": os.mkfifo, "socket": sock}
+    if os.geteuid() == 0:  # a private node with /dev/null's numbers, never the system's
+        makers["character device"] = lambda p: os.mknod(p, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    return makers
+
+
+@pytest.mark.parametrize("which", ["code", "manifest"])
+def test_emit_refuses_special_files_and_leaves_them_as_they_were(saxpy_json, tmp_path, capsys, monkeypatch, which):
+    """Regression: `emit -o` renamed a regular file over a FIFO, a device node (the real /dev/null, run
+    as root) or a socket, and said "wrote"; /dev/full "succeeded"."""
+    import stat
+
+    import vyre_numba.ptx.emitter as emitter
+
+    monkeypatch.setattr(emitter, "emit", lambda *a, **k: pytest.fail("emitted before refusing the output"))
+    for kind, make in _special_files(tmp_path).items():
+        out = tmp_path / f"{kind[:4]}.ptx"
+        special = out if which == "code" else out.with_name(out.name + ".json")
+        make(special)
+        before = os.lstat(special)
+        assert main(["emit", str(saxpy_json), "-o", str(out)]) == 2, kind
+        assert_fix(one_error_line(capsys, str(special), f"is a {kind}, not a regular file"))
+        after = os.lstat(special)
+        assert stat.S_IFMT(after.st_mode) == stat.S_IFMT(before.st_mode) and after.st_ino == before.st_ino, kind
+        assert not os.path.lexists(out if which == "manifest" else out.with_name(out.name + ".json"))
+
+
+def test_run_refuses_a_special_file_where_an_output_goes(saxpy_json, saxpy_inputs, tmp_path, capsys, dispatches):
+    """Regression: `run --out DIR` renamed DIR/y.npy over a FIFO or device node there."""
+    import stat
+
+    for kind, make in _special_files(tmp_path).items():
+        out = tmp_path / kind[:4]
+        out.mkdir()
+        make(out / "y.npy")
+        assert main(["run", str(saxpy_json), "--out", str(out), "--backend", "reference", *saxpy_inputs]) == 2
+        assert_fix(one_error_line(capsys, "y.npy", f"is a {kind}, not a regular file"))
+        assert not stat.S_ISREG(os.lstat(out / "y.npy").st_mode)
+    assert dispatches == []
+
+
+def test_an_output_that_is_a_symbolic_link_writes_the_file_it_leads_to(saxpy_json, saxpy_inputs, tmp_path):
+    """Regression: an output path that was a symbolic link was replaced by a regular file, and the file
+    it led to was never written."""
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "k.ptx"
+    link.symlink_to(real / "k.ptx")  # not there yet: made through the link
+    assert main(["emit", str(saxpy_json), "-o", str(link)]) == 0
+    assert link.is_symlink() and b".entry saxpy(" in (real / "k.ptx").read_bytes()
+    (real / "k.ptx").write_text("old")  # there now: replaced through the link
+    assert main(["emit", str(saxpy_json), "-o", str(link)]) == 0
+    assert link.is_symlink() and b".entry saxpy(" in (real / "k.ptx").read_bytes()
+    assert no_temporaries(real) and no_temporaries(tmp_path)
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "y.npy").symlink_to(real / "y.npy")
+    assert main(["run", str(saxpy_json), "--out", str(out), "--backend", "reference", *saxpy_inputs]) == 0
+    assert (out / "y.npy").is_symlink() and np.load(real / "y.npy").shape == (5,)
+
+
+def test_symbolic_links_that_lead_nowhere_writable_are_refused(saxpy_json, tmp_path, capsys):
+    """Regression: a dangling or looping symbolic link given as the output was replaced by a regular file."""
+    dangling = tmp_path / "d.ptx"
+    dangling.symlink_to(tmp_path / "missing" / "k.ptx")
+    loop = tmp_path / "loop.ptx"
+    loop.symlink_to(loop)
+    assert main(["emit", str(saxpy_json), "-o", str(dangling)]) == 2
+    assert_fix(one_error_line(capsys, "d.ptx", "symbolic link", "cannot be written"))
+    assert main(["emit", str(saxpy_json), "-o", str(loop)]) == 2
+    assert_fix(one_error_line(capsys, "loop.ptx", "symbolic link loop"))
+    assert dangling.is_symlink() and loop.is_symlink() and not (tmp_path / "missing").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.ptx", "loop.ptx", "saxpy.json"]
+
+
+def test_a_replaced_output_keeps_its_mode(saxpy_json, tmp_path):
+    """Regression: an existing output file was replaced by one with the umask's mode, as if new."""
+    import stat
+
+    out = tmp_path / "k.ptx"
+    out.write_text("old")
+    out.chmod(0o600)
+    assert main(["emit", str(saxpy_json), "-o", str(out)]) == 0
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600 and b".entry saxpy(" in out.read_bytes()
+
+
+def test_a_write_error_into_an_output_is_exit_1_with_a_fix(saxpy_json, tmp_path, capsys, monkeypatch):
+    """Regression guard: a full disk while writing (ENOSPC at close) is an error with a Fix, and no file
+    or temporary is left."""
+    import vyre_numba.cli as cli
+
+    real = cli.os.fdopen
+
+    class Full:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self.f
+
+        def __exit__(self, *exc):
+            self.f.close()
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cli.os, "fdopen", lambda *a, **k: Full(real(*a, **k)))
+    assert main(["emit", str(saxpy_json), "-o", str(tmp_path / "k.ptx")]) == 1
+    assert_fix(one_error_line(capsys, "cannot write", "k.ptx", "No space left on device"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["saxpy.json"]
+
+
+@pytest.mark.parametrize("output, clobbered", [("saxpy", "the manifest"), ("saxpy.json", "the code"),
+                                               ("alias.json", "the code"), ("hard.json", "the code"),
+                                               ("alias", "the manifest")])
+def test_emit_refuses_to_write_over_its_program(saxpy_json, tmp_path, capsys, monkeypatch, output, clobbered):
+    """Regression: `emit saxpy.json -o saxpy` wrote the manifest over the program saxpy.json (and
+    `-o saxpy.json` wrote PTX over it), so the next emit had no program to read."""
+    import vyre_numba.ptx.emitter as emitter
+
+    (tmp_path / "alias.json").symlink_to(saxpy_json)
+    os.link(saxpy_json, tmp_path / "hard.json")
+    monkeypatch.setattr(emitter, "emit", lambda *a, **k: pytest.fail("emitted before refusing the output"))
+    monkeypatch.chdir(tmp_path)
+    program = saxpy_json.read_bytes()
+    assert main(["emit", "saxpy.json", "-o", output]) == 2
+    assert_fix(one_error_line(capsys, f"-o {output}: {clobbered} would be written", "the program (saxpy.json)"))
+    assert saxpy_json.read_bytes() == program
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["alias.json", "hard.json", "saxpy.json"]
+
+
+def test_emit_refuses_code_and_manifest_that_are_one_file(saxpy_json, tmp_path, capsys):
+    """Regression: when FILE.json was a link to FILE, the manifest was written over the code."""
+    (tmp_path / "k.ptx.json").symlink_to(tmp_path / "k.ptx")
+    assert main(["emit", str(saxpy_json), "-o", str(tmp_path / "k.ptx")]) == 2
+    assert_fix(one_error_line(capsys, "are one file"))
+    assert not (tmp_path / "k.ptx").exists()
+
+
+def test_run_refuses_to_write_over_an_input(saxpy_json, saxpy_inputs, tmp_path, capsys, dispatches):
+    """Regression: `run --out DIR` where DIR held an input named like an output (y.npy) wrote the
+    result over that input."""
+    before = (tmp_path / "y.npy").read_bytes()
+    assert main(["run", str(saxpy_json), "--out", str(tmp_path), "--backend", "reference", *saxpy_inputs]) == 2
+    assert_fix(one_error_line(capsys, "output 'y' would be written to", "the file of --input y"))
+    assert dispatches == [] and (tmp_path / "y.npy").read_bytes() == before
+    renamed = tmp_path / "prog"
+    renamed.mkdir()
+    (renamed / "y.npy").symlink_to(saxpy_json)  # the program, reached through a link
+    assert main(["run", str(saxpy_json), "--out", str(renamed), "--backend", "reference", *saxpy_inputs]) == 2
+    assert_fix(one_error_line(capsys, "which is the program"))
+    assert dispatches == [] and ir.Program.from_json(saxpy_json.read_text()).name == "saxpy"
+
+
+# ---- standard output that cannot be written --------------------------------------------------------
+
+class _FullStdout:
+    """A standard output on a full disk: every write or flush fails with ENOSPC."""
+
+    def write(self, text):
+        raise OSError(28, "No space left on device")
+
+    flush = write
+
+
+@pytest.mark.parametrize("argv", [["info"], ["--help"], ["--version"], ["run", "--help"]])
+def test_a_full_standard_output_is_a_write_error(capsys, monkeypatch, argv):
+    """Regression: `info > /dev/full` was reported as "internal error, a bug in vyre-numba", and
+    `--help > /dev/full` exited 0 having written nothing."""
+    monkeypatch.setattr(sys, "stdout", _FullStdout())
+    assert main(argv) == 1
+    assert_fix(one_error_line(capsys, "cannot write to standard output: No space left on device"))
+    assert isinstance(sys.stdout, _FullStdout)  # given back as it was
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+@pytest.mark.parametrize("argv", [["info"], ["--help"]])
+def test_console_script_into_dev_full_says_so_and_exits_1(argv):
+    """Regression: the same through a real full device, with nothing more said at interpreter exit."""
+    with open("/dev/full", "w") as full:
+        out = subprocess.run([sys.executable, "-m", "vyre_numba", *argv], stdout=full, stderr=subprocess.PIPE,
+                             text=True, timeout=120)
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith("error: cannot write to standard output"), out.stderr
+    assert "Fix:" in out.stderr
+
+
+# ---- run options the library's fixes ask for --------------------------------------------------------
+
+def _grid_program():
+    i = ir.var("i")
+    return ir.Program([ir.BufferDecl.read_write("y", 0, "u32")], 64,
+                      [ir.let("i", ir.gid(0)),
+                       ir.if_(i < ir.buf_len("y"), [ir.store("y", i, ir.load("y", i) + ir.lit(1, "u32"))]),
+                       ir.barrier("grid"),
+                       ir.if_(i < ir.buf_len("y"), [ir.store("y", i, ir.load("y", i) * ir.lit(2, "u32"))])],
+                      name="gridp")
+
+
+def _sized_program(**kw):
+    """y[i] = i over an output-only y of no declared count (and no input to size it from)."""
+    i = ir.var("i")
+    return ir.Program([ir.BufferDecl.output("y", 0, "u32", **kw)], 64,
+                      [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("y"), [ir.store("y", i, i)])], name="noin")
+
+
+def test_run_cooperative_runs_a_grid_barrier_program(tmp_path, capsys, dispatches):
+    """Regression: a program with barrier('grid') could not be run from the command line; its error
+    said to use DispatchConfig(cooperative=True), which `run` had no option for."""
+    src = tmp_path / "grid.json"
+    src.write_text(_grid_program().to_json())
+    np.save(tmp_path / "u.npy", np.arange(10, dtype=np.uint32))
+    args = ["run", str(src), "--input", f"y={tmp_path / 'u.npy'}", "--out", str(tmp_path / "o"), "--backend",
+            "reference"]
+    assert main(args) == 2
+    line = one_error_line(capsys, "barrier('grid')")
+    assert "pass --cooperative" in line.split("Fix:")[1] and "DispatchConfig" not in line
+    assert dispatches == [] and not (tmp_path / "o").exists()
+    assert main(args + ["--cooperative"]) == 0
+    assert np.array_equal(np.load(tmp_path / "o" / "y.npy"), (np.arange(10) + 1) * 2)
+
+
+def test_run_size_sizes_an_output_with_no_count(tmp_path, capsys, dispatches):
+    """Regression: an output-only buffer of count 0 with no input could not be run; the error said
+    to pass sizes={'y': n}, which `run` took no option for."""
+    src = tmp_path / "noin.json"
+    src.write_text(_sized_program().to_json())
+    args = ["run", str(src), "--out", str(tmp_path / "o"), "--backend", "reference"]
+    assert main(args) == 2
+    line = one_error_line(capsys, "'y'", "no input to take its size from")
+    assert "--size y=N" in line.split("Fix:")[1] and "sizes=" not in line
+    assert dispatches == []
+    assert main(args + ["--size", "y=7"]) == 0
+    assert np.array_equal(np.load(tmp_path / "o" / "y.npy"), np.arange(7))
+    assert main(args + ["--size", "y=0"]) == 0 and np.load(tmp_path / "o" / "y.npy").size == 0
+
+
+@pytest.mark.parametrize("program, size, fragment", [
+    ("noin", "y", "is not NAME=N"),
+    ("noin", "y=-1", "is not NAME=N"),
+    ("noin", "y=1.5", "is not NAME=N"),
+    ("noin", "y=+5", "is not NAME=N"),
+    ("noin", f"y={2**32}", "is not NAME=N"),
+    ("noin", "=5", "is not NAME=N"),
+    ("noin", "z=5", "'z' is not an output-only buffer of 'noin'"),
+    ("saxpy", "y=5", "'y' is not an output-only buffer of 'saxpy'"),
+    ("counted", "y=5", "declared with 8 elements"),
+    ("ranged", "y=5", "ends past its 5 elements"),
+])
+def test_run_size_mistakes_exit_2_before_any_work(tmp_path, capsys, dispatches, program, size, fragment):
+    """Regression: no --size option existed; its mistakes are each one line with a fix in its own terms."""
+    prog = {"noin": _sized_program(), "saxpy": demo_program(), "counted": _sized_program(count=8),
+            "ranged": _sized_program(output_byte_range=(0, 40))}[program]
+    src = tmp_path / "p.json"
+    src.write_text(prog.to_json())
+    ins = []
+    if program == "saxpy":
+        for name in "axy":
+            np.save(tmp_path / f"{name}.npy", np.ones(1 if name == "a" else 5, np.float32))
+            ins += ["--input", f"{name}={tmp_path / (name + '.npy')}"]
+    out = tmp_path / "o"
+    assert main(["run", str(src), "--out", str(out), "--backend", "reference", "--size", size, *ins]) == 2
+    line = one_error_line(capsys, fragment)
+    assert_fix(line)
+    assert "sizes=" not in line and "DispatchConfig" not in line
+    assert dispatches == [] and not out.exists()
+
+
+def test_run_size_given_twice_is_refused(tmp_path, capsys, dispatches):
+    src = tmp_path / "p.json"
+    src.write_text(_sized_program().to_json())
+    assert main(["run", str(src), "--out", str(tmp_path / "o"), "--size", "y=1", "--size", "y=2"]) == 2
+    assert_fix(one_error_line(capsys, "--size 'y' is given twice"))
+    assert dispatches == []
+
+
+def test_run_of_an_unavailable_backend_names_the_option(saxpy_json, saxpy_inputs, tmp_path, capsys, monkeypatch):
+    """Regression: `run --backend cuda` without a GPU said "use get_backend('reference')", a Python call."""
+    import vyre_numba.cli as cli
+
+    reason = "no CUDA driver or GPU was found. Fix: run on a machine with an NVIDIA GPU, or use get_backend('reference')."
+    monkeypatch.setattr(cli, "unavailable_reason", lambda name: reason if name == "cuda" else None)
+    assert main(["run", str(saxpy_json), "--out", str(tmp_path / "o"), "--backend", "cuda", *saxpy_inputs]) == 2
+    line = one_error_line(capsys, "--backend cuda is unavailable here")
+    assert "--backend reference" in line.split("Fix:")[1] and "get_backend" not in line
+    assert main(["demo", "--backend", "cuda"]) == 2
+    assert "get_backend" not in one_error_line(capsys, "--backend cuda")
+    assert main(["info"]) == 0
+    assert "get_backend" not in capsys.readouterr().out
+
+
+# ---- usage messages ------------------------------------------------------------------------------------
+
+def test_no_command_says_so_without_argparse_internals(capsys):
+    """Regression: no command said "the following arguments are required: cmd" (argparse's dest name)."""
+    with pytest.raises(SystemExit) as info:
+        main([])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "no command given" in err and "info, run, emit, demo and bench" in err and "cmd" not in err, err
+    assert "Fix: see `vyre-numba --help`" in err
+
+
+def test_version_prints_the_package_version(capsys):
+    """Regression: there was no --version (it said "the following arguments are required: cmd")."""
+    from vyre_numba.version import __version__
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"vyre-numba {__version__}"
+
+
+def test_run_out_that_is_a_file_says_the_path_is_a_file(saxpy_json, saxpy_inputs, tmp_path, capsys):
+    """Regression: `--out FILE` said "Fix: choose a path whose parents are directories"; its parents are."""
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["run", str(saxpy_json), "--out", str(blocker), "--backend", "reference", *saxpy_inputs]) == 2
+    line = one_error_line(capsys, f"{blocker} is a regular file, not a directory")
+    assert "parents" not in line and "name a directory for the outputs" in line.split("Fix:")[1]
+
+
+def test_an_input_that_is_not_npy_gives_no_pickle_advice(saxpy_json, saxpy_inputs, tmp_path, capsys):
+    """Regression: a text file given as --input passed on NumPy's "pickled data ... allow_pickle" advice."""
+    (tmp_path / "notes.npy").write_text("hello\n")
+    args = [a if not a.startswith("x=") else f"x={tmp_path / 'notes.npy'}" for a in saxpy_inputs]
+    assert main(["run", str(saxpy_json), "--out", str(tmp_path / "o"), *args]) == 2
+    line = one_error_line(capsys, "not a .npy file")
+    assert "pickle" not in line.lower()

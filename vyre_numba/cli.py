@@ -8,7 +8,9 @@ see its traceback).
 
 Output locations: `run --out DIR` and the directory of `emit -o FILE` are created, with their
 parents, when missing (and removed again if the command then fails before writing); files
-are written atomically, so an interrupted command never leaves half a file.
+are written atomically, so an interrupted command never leaves half a file. An output that is a
+symbolic link writes the file it leads to; one that is a device, FIFO or socket, or that is a file
+the command reads (the program, an input), is refused before any work.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import importlib
 import json
 import os
 import platform
+import re
 import stat
 import sys
 import tempfile
@@ -46,6 +49,39 @@ class OutputError(VyreError):
     """Writing a result failed after every check passed (a full disk, say); exits with status 1."""
 
 
+class _StdoutError(OutputError):
+    """Standard output cannot be written (a closed pipe is not one: it ends quietly)."""
+
+
+class _Stdout:
+    """sys.stdout while a command runs: its write failures become _StdoutError, told apart from
+    every other OSError (and not swallowed, as argparse swallows them while printing help)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+    def _guarded(self, fn, *args):
+        try:
+            return fn(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise _StdoutError(f"cannot write to standard output: {e.strerror or e}. Fix: send it somewhere "
+                               "writable (free space there, or redirect it to another file), then run again.") from e
+
+    def write(self, text):
+        return self._guarded(self._stream.write, text)
+
+    def writelines(self, lines):
+        return self._guarded(self._stream.writelines, lines)
+
+    def flush(self):
+        return self._guarded(self._stream.flush)
+
+
 def _version(dist: str) -> str:
     try:
         return metadata.version(dist)
@@ -63,7 +99,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     print("backends:")
     for name in ("cuda", "reference"):
         why = unavailable_reason(name)
-        print(f"  {name:10s} {'available' if why is None else 'unavailable: ' + why}")
+        print(f"  {name:10s} {'available' if why is None else 'unavailable: ' + _in_cli_terms(why)}")
     if unavailable_reason("cuda") is None:
         from .gpu import caps
 
@@ -74,6 +110,19 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 # ---- checks ------------------------------------------------------------------------------------
+
+def _in_cli_terms(text: str) -> str:
+    """A library message whose Fix names the Python call, with the command-line option instead."""
+    return text.replace("get_backend('reference')", "--backend reference")
+
+
+def _backend(name: str | None):
+    """The `--backend` named (the best one here when None); an unusable one is a UsageError."""
+    why = None if name is None else unavailable_reason(name)
+    if why is not None:
+        raise UsageError(f"--backend {name} is unavailable here: {_in_cli_terms(why)}")
+    return get_backend(name)
+
 
 def _load_program(path: str) -> ir.Program:
     """The valid program stored (as Program.to_json()) at `path`."""
@@ -111,6 +160,57 @@ def _parse_input_args(items: Iterable[str] | None) -> dict[str, str]:
     return pairs
 
 
+def _parse_size_args(items: Iterable[str] | None) -> dict[str, int]:
+    """`--size NAME=N` arguments by name; malformed, out-of-range or repeated ones are refused."""
+    sizes: dict[str, int] = {}
+    for item in items or ():
+        name, sep, n = item.partition("=")
+        if not sep or not name or not re.fullmatch(r"[0-9]+", n) or int(n) >= 2**32:
+            raise UsageError(f"--size {shown(item)} is not NAME=N with N an element count from 0 to 2**32-1. "
+                             "Fix: write e.g. --size y=1000.")
+        if name in sizes:
+            raise UsageError(f"--size {shown(name)} is given twice. Fix: pass --size {name}=N once.")
+        sizes[name] = int(n)
+    return sizes
+
+
+def _check_sizes(program: ir.Program, sizes: dict[str, int]) -> None:
+    """`--size` names only output-only buffers, agrees with their declared counts, and sizes every
+    output-only buffer that has neither a count nor an input to take its size from."""
+    pure = [b for b in program.outputs if b.role is ir.Role.OUTPUT]
+    for name, n in sizes.items():
+        decl = next((b for b in pure if b.name == name), None)
+        if decl is None:
+            fix = (f"size only those: {', '.join(b.name for b in pure)}" if pure else
+                   "drop --size; this program has none (the others take their inputs' sizes)")
+            raise UsageError(f"--size {shown(name)} is not an output-only buffer of {program.name!r} (those: "
+                             f"{[b.name for b in pure]}). Fix: {fix}.")
+        if decl.count and n != decl.count:
+            raise UsageError(f"--size {name}={n}, but {name!r} is declared with {decl.count} elements. "
+                             f"Fix: drop --size {name}, or pass --size {name}={decl.count}.")
+    if not program.inputs:
+        for b in pure:
+            if not b.count and b.name not in sizes:
+                raise UsageError(f"output {b.name!r} of {program.name!r} has no declared count, and the program has "
+                                 f"no input to take its size from. Fix: pass --size {b.name}=N, its element count.")
+
+
+def _check_byte_ranges(program: ir.Program, inputs: dict[str, np.ndarray], sizes: dict[str, int]) -> None:
+    """Every output_byte_range ends within its buffer at the sizes this run gives it."""
+    default = max((a.size for a in inputs.values()), default=0)
+    for b in program.outputs:
+        r = b.output_byte_range
+        if r is None or b.count:  # a declared count is the program's to agree with (checked when it loads)
+            continue
+        n = inputs[b.name].size if b.name in inputs else sizes.get(b.name, default)
+        need = -(-r[1] // b.dtype.nbytes)
+        if n < need:
+            fix = (f"pass an --input {b.name} of at least {need} elements" if b.name in inputs else
+                   f"pass --size {b.name}={need} or more")
+            raise UsageError(f"output {b.name!r} of {program.name!r} has output_byte_range {r}, which ends past its "
+                             f"{n} elements ({n * b.dtype.nbytes} bytes) in this run. Fix: {fix}.")
+
+
 def _check_input_names(program: ir.Program, names: Iterable[str]) -> None:
     wanted = [b.name for b in program.inputs]
     given = set(names)
@@ -145,10 +245,18 @@ def _load_input(name: str, file: str) -> np.ndarray:
     if path.suffix.lower() == ".npz":
         raise _npz_error(name, file)
     try:
+        with open(path, "rb") as f:
+            head = f.read(6)
+        if head[:4] != b"PK\x03\x04" and head != b"\x93NUMPY":  # np.load would try it as a pickle
+            raise UsageError(f"cannot load {shown(file)} for input {shown(name)}: not a .npy file ("
+                             f"{'it is empty' if not head else 'it does not begin with the .npy signature'}). "
+                             "Fix: pass a .npy file saved with numpy.save.")
         value = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-        raise UsageError(f"cannot load {shown(file)} for input {shown(name)}: not a .npy array ({_one_line(e)}). "
-                         "Fix: pass a .npy file saved with numpy.save (object arrays are not accepted).") from e
+        why = ("it holds Python objects (dtype object), which no buffer can hold" if "allow_pickle" in str(e) else
+               _one_line(e))
+        raise UsageError(f"cannot load {shown(file)} for input {shown(name)}: not a .npy array ({why}). "
+                         "Fix: pass a .npy file of numbers saved with numpy.save.") from e
     if not isinstance(value, np.ndarray):  # np.load opens any zip as an archive, whatever its name
         close = getattr(value, "close", None)
         if close is not None:
@@ -157,10 +265,38 @@ def _load_input(name: str, file: str) -> np.ndarray:
     return value
 
 
-def _prepare_dir(directory: Path, flag: str, targets: Iterable[Path]) -> list[Path]:
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link loop"))
+
+
+def _kind(mode: int) -> str:
+    return next((kind for test, kind in _KINDS if test(mode)), "a regular file")
+
+
+def _target(path: Path) -> tuple[Path, os.stat_result | None]:
+    """Where writing `path` lands (for a symbolic link, the file it leads to), and that file's lstat
+    (None while it does not exist)."""
+    real = Path(os.path.realpath(path)) if os.path.islink(path) else path
+    try:
+        return real, os.lstat(real)
+    except FileNotFoundError:
+        return real, None
+
+
+def _identity(path: Path | str) -> tuple:
+    """What tells two paths to one file apart: device and inode when it exists, else the resolved path."""
+    try:
+        st = os.stat(path)
+        return st.st_dev, st.st_ino
+    except (OSError, ValueError):
+        return (os.path.realpath(path),)
+
+
+def _prepare_dir(directory: Path, flag: str, arg: str, targets: dict[str, Path], reads: dict[str, str]) -> list[Path]:
     """Create `directory` (with parents) if missing and prove it writable; return the directories
-    created, deepest last. Each of `targets` must not be an existing directory."""
-    shown = str(directory)
+    created, deepest last. Each of `targets` (by what it holds) must be a regular file or not there
+    yet (a symbolic link to one, or to a writable place, is followed), no two the same file, and
+    none a file of `reads` (by what it is) that the command reads."""
     created: list[Path] = []
     try:
         existing = directory
@@ -168,29 +304,64 @@ def _prepare_dir(directory: Path, flag: str, targets: Iterable[Path]) -> list[Pa
             created.insert(0, existing)
             existing = existing.parent
         if not existing.is_dir():
-            raise UsageError(f"{flag} {shown}: {existing} is not a directory. "
-                             "Fix: choose a path whose parents are directories.")
+            kind = _kind(os.stat(existing).st_mode) if os.path.exists(existing) else "a broken symbolic link"
+            if existing == directory:
+                fix = ("name a directory for the outputs (a missing one is created), e.g. --out results"
+                       if flag == "--out" else "put the file in a directory, e.g. -o kernels/k.ptx")
+                raise UsageError(f"{flag} {arg}: {existing} is {kind}, not a directory. Fix: {fix}.")
+            raise UsageError(f"{flag} {arg}: {existing} is {kind}, not a directory, so {directory} cannot be made "
+                             "there. Fix: choose a path whose parents are directories.")
         for i, d in enumerate(created):
             try:
                 d.mkdir()
             except BaseException:
                 del created[i:]
                 raise
-        fd, probe = tempfile.mkstemp(dir=directory, prefix=".vyre-numba-probe-")
-        os.close(fd)
-        os.unlink(probe)
-        for t in targets:
-            if t.is_dir():
-                raise UsageError(f"{flag}: {t} is a directory, so the result cannot be written there. "
+        _probe(directory)
+        seen: dict[tuple, Path] = {}
+        for what, t in targets.items():
+            real, st = _target(t)
+            via = f" (a symbolic link to {real})" if real != t else ""
+            if st is not None and stat.S_ISDIR(st.st_mode):
+                raise UsageError(f"{flag}: {t}{via} is a directory, so the result cannot be written there. "
                                  "Fix: choose another file name, or remove that directory.")
+            if st is not None and not stat.S_ISREG(st.st_mode):
+                raise UsageError(f"{flag}: {t}{via} is {_kind(st.st_mode)}, not a regular file; results are written "
+                                 "whole to a new file renamed into place, which would replace it. Fix: give the "
+                                 "path of a regular file, or of one not there yet.")
+            if via and _identity(real.parent) != _identity(directory):
+                try:
+                    _probe(real.parent)
+                except OSError as e:
+                    raise UsageError(f"{flag}: {t}{via} cannot be written ({e.strerror or e}). Fix: point the link "
+                                     "into a directory you can write to, or give another path.") from None
+            key = _identity(real)
+            for read, path in reads.items():
+                if key == _identity(path):
+                    fix = ("choose another output name, e.g. -o kernels/k.ptx (the manifest goes to that name with "
+                           ".json added)" if flag == "-o" else f"choose another --out directory, or copy {path} "
+                           "elsewhere and read that")
+                    raise UsageError(f"{flag} {arg}: {what} would be written to {t}{via}, which is {read} "
+                                     f"({path}) and would be overwritten. Fix: {fix}.")
+            if key in seen:
+                raise UsageError(f"{flag} {arg}: {seen[key]} and {t}{via} are one file, and both are written. "
+                                 "Fix: remove that symbolic link, or choose another output name.")
+            seen[key] = t
     except (OSError, ValueError) as e:
         _remove_dirs(created)
-        raise UsageError(f"{flag} {shown}: cannot write there ({getattr(e, 'strerror', None) or e}). "
+        raise UsageError(f"{flag} {arg}: cannot write there ({getattr(e, 'strerror', None) or e}). "
                          "Fix: choose a directory you can write to.") from e
     except BaseException:
         _remove_dirs(created)
         raise
     return created
+
+
+def _probe(directory: Path) -> None:
+    """Raise OSError unless a file can be made in `directory`."""
+    fd, probe = tempfile.mkstemp(dir=directory, prefix=".vyre-numba-probe-")
+    os.close(fd)
+    os.unlink(probe)
 
 
 def _remove_dirs(created: list[Path]) -> None:
@@ -202,16 +373,22 @@ def _remove_dirs(created: list[Path]) -> None:
 
 
 def _write(path: Path, write: Callable) -> None:
-    """Write `path` atomically through `write(file)`: the old file, or none, survives any failure."""
+    """Write `path` (for a symbolic link, the file it leads to) atomically through `write(file)`: the
+    old file, or none, survives any failure; an existing file keeps its mode."""
     tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        real, st = _target(path)
+        if st is not None and not stat.S_ISREG(st.st_mode):  # it changed since _prepare_dir looked
+            raise OutputError(f"cannot write {path}: it is now {_kind(st.st_mode)}, not a regular file. Fix: "
+                              "give the path of a regular file, or of one not there yet, then run again.")
+        fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             write(f)
         umask = os.umask(0)
         os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # as open() would make it: mkstemp's 0600 is for the temporary name
-        os.replace(tmp, path)
+        # as open() would leave it: mkstemp's 0600 is for the temporary name
+        os.chmod(tmp, stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~umask)
+        os.replace(tmp, real)
         tmp = None
     except OSError as e:
         raise OutputError(f"cannot write {path}: {e.strerror or e}. "
@@ -235,24 +412,32 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.out.strip():
         raise UsageError("--out is empty. Fix: name a directory for the outputs, e.g. --out results.")
     files = _parse_input_args(args.input)
+    sizes = _parse_size_args(args.size)
     program = _load_program(args.program)
     _check_input_names(program, files)
+    _check_sizes(program, sizes)
+    if "grid_sync" in program.capabilities and not args.cooperative:
+        raise UsageError(f"program {program.name!r} has barrier('grid'), which needs every workgroup resident at once. "
+                         "Fix: pass --cooperative (on a GPU the grid must then fit on the device at once).")
     inputs = {name: _load_input(name, file) for name, file in files.items()}
-    backend = get_backend(args.backend)
-    config = DispatchConfig(grid=grid, fixpoint_iterations=args.iterations)
+    _check_byte_ranges(program, inputs, sizes)
+    backend = _backend(args.backend)
+    config = DispatchConfig(grid=grid, fixpoint_iterations=args.iterations, cooperative=args.cooperative)
     out_dir = Path(args.out)
-    targets = {b.name: out_dir / f"{b.name}.npy" for b in program.outputs}
-    created = _prepare_dir(out_dir, "--out", targets.values())
+    targets = {f"output {b.name!r}": out_dir / f"{b.name}.npy" for b in program.outputs}
+    reads = {"the program": args.program, **{f"the file of --input {n}": f for n, f in files.items()}}
+    created = _prepare_dir(out_dir, "--out", args.out, targets, reads)
     try:
         t0 = time.perf_counter()
-        outputs = backend.dispatch(program, inputs, config)
+        outputs = backend.dispatch(program, inputs, config, sizes=sizes)
         dt = time.perf_counter() - t0
     except BaseException:
         _remove_dirs(created)
         raise
     for decl, arr in zip(program.outputs, outputs):
-        _write(targets[decl.name], lambda f, arr=arr: np.save(f, arr))
-        print(f"{decl.name}: {arr.size} x {decl.dtype} -> {targets[decl.name]}")
+        path = out_dir / f"{decl.name}.npy"
+        _write(path, lambda f, arr=arr: np.save(f, arr))
+        print(f"{decl.name}: {arr.size} x {decl.dtype} -> {path}")
     print(f"ran {program.name!r} on {backend.name} in {dt * 1e3:.2f} ms")
     return EXIT_OK
 
@@ -302,7 +487,8 @@ def cmd_emit(args: argparse.Namespace) -> int:
                          "Fix: give a file name, such as kernels/inc.ptx.")
     out = Path(args.output)
     man_path = out.with_name(out.name + ".json") if out.name else out
-    created = _prepare_dir(out.parent, "-o", [out, man_path])
+    created = _prepare_dir(out.parent, "-o", args.output, {"the code": out, "the manifest": man_path},
+                           {"the program": args.program})
     try:
         text = emit(program, sm=args.sm, cooperative=args.cooperative)
         code = assemble(text, sm=args.sm) if args.cubin else text.encode()
@@ -360,7 +546,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     n = args.n
     if not 1 <= n <= MAX_AXIS:
         raise UsageError(f"-n {n} is not an element count from 1 to 2**32-1. Fix: pass e.g. -n 1000000.")
-    backend = get_backend(args.backend)
+    backend = _backend(args.backend)
     gpu = backend.name == "cuda"
     where = "the GPU" if gpu else "the CPU: no usable GPU here, so every step runs the NumPy reference backend"
     print(f"vyre-numba demo on the {backend.name!r} backend, on {where} "
@@ -518,8 +704,11 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `vyre-numba` command."""
+    from . import __version__
+
     parser = _Parser(prog="vyre-numba", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="cmd", required=True)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="cmd", metavar="COMMAND", title="commands")
     sub.add_parser("info", help=cmd_info.__doc__).set_defaults(fn=cmd_info)
     run = sub.add_parser("run", help=cmd_run.__doc__)
     run.add_argument("program")
@@ -529,6 +718,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", choices=["cuda", "reference"])
     run.add_argument("--grid", type=int, nargs="+", metavar="N", help="1 to 3 workgroup counts (0 is an empty launch)")
     run.add_argument("--iterations", type=int, default=1, help="times to run the program (>= 1)")
+    run.add_argument("--size", action="append", metavar="NAME=N",
+                     help="element count of an output-only buffer declared without one (default: the largest input's)")
+    run.add_argument("--cooperative", action="store_true",
+                     help="launch every workgroup resident at once (what barrier('grid') needs)")
     run.set_defaults(fn=cmd_run)
     emit = sub.add_parser("emit", help=cmd_emit.__doc__)
     emit.add_argument("program")
@@ -565,8 +758,25 @@ def _one_line(text: object) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the `vyre-numba` command with `argv` (default: sys.argv[1:]) and return its exit status."""
+    stdout = sys.stdout
+    if stdout is not None:
+        sys.stdout = _Stdout(stdout)
     try:
-        args = build_parser().parse_args(argv)
+        return _main(argv)
+    finally:
+        sys.stdout = stdout
+
+
+def _main(argv: list[str] | None) -> int:
+    try:
+        parser = build_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit:
+            sys.stdout.flush()  # --help and --version only filled the buffer: a failure to write shows here
+            raise
+        if getattr(args, "fn", None) is None:
+            parser.error("no command given; the commands are info, run, emit, demo and bench")
         status = args.fn(args)
         sys.stdout.flush()  # a closed pipe shows here, inside the handlers, not at interpreter exit
         return status
@@ -575,6 +785,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except OutputError as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)
+        if isinstance(e, _StdoutError):
+            _silence_stdout()
         return EXIT_FAILURE
     except VyreError as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
@@ -587,14 +799,8 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print("error: out of host memory. Fix: use smaller inputs (for demo, a smaller -n).", file=sys.stderr)
         return EXIT_FAILURE
-    except BrokenPipeError:
-        try:  # stdout's reader went away (`| head`): stop writing there, including at exit
-            out_fd = sys.stdout.fileno()
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, out_fd)
-            os.close(devnull)
-        except (OSError, ValueError, AttributeError):
-            pass
+    except BrokenPipeError:  # stdout's reader went away (`| head`): end quietly
+        _silence_stdout()
         return EXIT_FAILURE
     except Exception as e:
         if _debug():
@@ -603,6 +809,17 @@ def main(argv: list[str] | None = None) -> int:
               f"Fix: please report it with the command line; run with {DEBUG_ENV}=1 for the traceback.",
               file=sys.stderr)
         return EXIT_FAILURE
+
+
+def _silence_stdout() -> None:
+    """Point standard output at the null device, so what is still buffered for it fails no more at exit."""
+    try:
+        out_fd = sys.stdout.fileno()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, out_fd)
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 if __name__ == "__main__":

@@ -422,7 +422,7 @@ def test_operation_mistakes_raise_with_a_fix(operation, match):
     ("raw f32 x", "f32 y", "x", "'raw'"),
     ("f32", "f32 y", "1", "not 'type name'"),
     ("f32 min", "f32 y", "min", "would hide the function"),
-    ("f32 for", "f32 y", "1", "not a usable parameter name"),
+    ("f32 for", "f32 y", "1", "is a Python keyword"),
     ("f32 x", "", "x", "no outputs"),
     (42, "f32 y", "1", "not a declaration"),
     ("f32 x", "f32 y", 42, "neither a string nor a function"),
@@ -709,3 +709,117 @@ def test_a_kernel_copies_and_pickles_as_its_description(rng):
     text = raises(DispatchError, pickle.dumps, k, match=r"elementwise 'saxpy' cannot be pickled: its operation, "
                   r"the function '.*<lambda>', cannot .*Fix: pass the operation as a string")
     assert_fix(text)
+
+
+# ---- names: every identifier class either works in every role or is refused with its reason ----------
+
+def one_fix(text: str) -> str:
+    """`text`, asserted to end in exactly one Fix sentence."""
+    assert text.count("Fix:") == 1, text
+    return text
+
+
+def builds_and_runs(inputs: str, outputs: str, operation, want) -> None:
+    """The kernel computes `want` (from x = [0, 1, 2, 3] f32) on the reference backend and its PTX assembles."""
+    from vyre_numba.ptx import assemble
+
+    k = elementwise(inputs, outputs, operation, name="names")
+    assert_same_bits(k(np.arange(4, dtype=np.float32), backend=R), want)
+    assert assemble(k.ptx(sm=90), sm=90)[:4] == b"\x7fELF"
+
+
+NAMES = ["_", "__x", "_t", "__class__", "WARP_SZ", "warp_sz", "idx", "v_x", "t_t", "o_y", "u_cebb", "x_ptr", "y_len",
+         "vyre_grid_state", "mov", "reg", "param", "entry", "PM_EVENT_MASK", "n" * 1000]
+
+
+@pytest.mark.parametrize("name", NAMES, ids=lambda s: s[:12])
+def test_special_names_work_as_inputs_outputs_and_temporaries(name):
+    """Regression: names PTX reserves, that start with _ or look like the kernel's own variables
+    (idx, v_x, t_t, o_y) and very long names compute as any other name in every role."""
+    x = np.arange(4, dtype=np.float32)
+    builds_and_runs(f"f32 {name}", "f32 y", f"{name} * 2", x * 2)
+    builds_and_runs("f32 x", f"f32 {name}", "x * 2", x * 2)
+    builds_and_runs("f32 x", "f32 y", f"{name} = x * 2; {name} += x; y = {name} + 1", x * 3 + 1)
+
+
+@pytest.mark.parametrize("name", ["λ", "π_2", "café", "Δt", "变量"])
+def test_non_ascii_temporaries_are_renamed_inside(name):
+    """Regression: a non-ASCII temporary (a Python identifier the IR, with ASCII variable names,
+    refuses) was reported as 'the operation does not type-check' with two Fix clauses."""
+    x = np.arange(4, dtype=np.float32)
+    builds_and_runs("f32 x", "f32 y", f"{name} = x * 2; y = {name} + x", x * 3)
+    builds_and_runs("f32 x", "f32 y, f32 z", f"{name} = x * 2; y = {name}; z = {name} + 1; {name} = x",
+                    np.stack([x * 2, x * 2 + 1]))
+
+
+def test_names_that_are_one_name_in_nfkc_form_are_one_name():
+    """Python reads identifiers in NFKC form (ﬁ is fi); messages say so where the spelling differs."""
+    x = np.arange(4, dtype=np.float32)
+    builds_and_runs("f32 x", "f32 y", "ﬁ = x * 2; y = fi + x", x * 3)
+    builds_and_runs("f32 x", "f32 y", "ｔ = x; y = t", x)  # a full-width t
+    text = one_fix(raises(IRValidationError, elementwise, "f32 fi", "f32 y", "ﬁ = fi * 2; y = fi",
+                          match=r"the input 'fi' \(written ﬁ; Python reads identifiers in NFKC form\) is assigned"))
+    assert "in `ﬁ = fi * 2`" in text
+    one_fix(raises(IRValidationError, elementwise, "f32 x", "f32 y", "y = x; ｙ += ｚ",
+                   match=r"'z' \(written ｚ; Python reads"))
+
+
+@pytest.mark.parametrize("name, match, fix", [
+    ("λ", r"'λ' is not ASCII", "ASCII letters"),
+    ("ﬁ", r"'ﬁ' is not ASCII \(Python reads it as 'fi'\)", "ASCII letters"),
+    ("for", "'for' is a Python keyword", "rename"),
+    ("2x", "'2x' is not an identifier", "letters, digits and _"),
+    ("%tid", "'%tid' is not an identifier", "letters, digits and _"),
+    ("a b", "'a b' is not an identifier", "letters, digits and _"),
+    ("", "'' is not an identifier", "letters, digits and _"),
+])
+def test_parameter_names_the_kernel_cannot_take_are_refused_with_their_reason(name, match, fix):
+    for inputs, outputs, op in [({name: "f32"}, "f32 y", "1.0"), ("f32 x", {name: "f32"}, "x")]:
+        one_fix(raises(IRValidationError, elementwise, inputs, outputs, op, match=f"{match}.*Fix: .*{fix}"))
+
+
+@pytest.mark.parametrize("name, match", [
+    ("_", r"name='_' is not one PTX can give a kernel"), ("WARP_SZ", r"name='WARP_SZ' is not one PTX can give"),
+    ("λ", "name='λ' is not ASCII"), ("ﬁx", r"name='ﬁx' is not ASCII \(Python reads it as 'fix'\)"),
+    ("a-b", "name='a-b' is not an identifier"), (None, "name=None is a NoneType, not a str"),
+])
+def test_kernel_names_ptx_cannot_take_are_refused_with_their_reason(name, match):
+    """Regression: name='_' and name='WARP_SZ' were reported as 'the operation does not type-check',
+    with the validator's Fix and the type-check's Fix both in the message."""
+    text = one_fix(raises(IRValidationError, elementwise, "f32 x", "f32 y", "x", name=name, match=match))
+    assert "type-check" not in text
+
+
+def test_kernel_names_that_are_keywords_or_long_are_taken():
+    """A kernel's name is no Python name: a keyword, a PTX opcode or 1000 characters name it as well."""
+    from vyre_numba.ptx import assemble
+
+    x = np.arange(4, dtype=np.float32)
+    for name in ("for", "None", "mov", "k" * 1000, "__init__"):
+        k = elementwise("f32 x", "f32 y", "x + 1", name=name)
+        assert_same_bits(k(x, backend=R), x + 1)
+        assert assemble(k.ptx(sm=90), sm=90)[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("inputs, outputs, operation, match", [
+    ("f32 x, i32 n", "f32 y", "x * n", "different types f32 and i32"),
+    ("f32 x", "i32 y", "x * 2", "value stored into y must be i32"),
+    ("i32 x", "i32 y", "x * 2.5", "literal 2.5 cannot be a i32"),
+    ("f32 x", "f32 y", "x % 2", "mod is defined for integers only"),
+    ("f32 x, i32 n", "f32 y", "t = x * n; y = t + n", "different types f32 and i32"),
+    ("f32 x, i32 n", "f32 y", lambda x, n: x * n, "different types f32 and i32"),
+])
+def test_type_check_messages_end_in_one_fix(inputs, outputs, operation, match):
+    """Regression: each line carried the validator's Fix and the message one more."""
+    text = one_fix(raises(IRValidationError, elementwise, inputs, outputs, operation, match=match))
+    assert "does not type-check" in text
+
+
+@pytest.mark.parametrize("var", ["idx", "v_y", "t_x", "o_y", "zz"])
+def test_an_operation_function_reading_a_variable_it_was_not_given_is_refused(var):
+    """Regression: ir.var('idx') read the kernel's own element index and ir.var('zz') was reported
+    as a type-check failure whose Fix said to declare it with ir.let."""
+    text = one_fix(raises(IRValidationError, elementwise, "f32 x", "f32 y", lambda x: x + ir.cast(ir.var(var), "f32"),
+                          match=f"reads the variable '{var}', which is not one of its arguments"))
+    assert "type-check" not in text
+

@@ -18,7 +18,9 @@ The operation string
   (``"a + b, a - b"``), or assignments separated by ``;`` or new lines
   (``"t = a * b; s = t + c; d = t - c"``): every output is assigned, other names are temporaries.
 - Names: the inputs, temporaries and outputs assigned before; numbers (weak literals, typed by
-  their context as in the IR: ``x * 2`` on f32 multiplies by 2.0f), ``True`` and ``False``.
+  their context as in the IR: ``x * 2`` on f32 multiplies by 2.0f), ``True`` and ``False``. A
+  temporary may be any Python identifier (``λ``, ``_``), read in NFKC form as Python reads it (``ﬁ`` is
+  ``fi``); inputs, outputs and the kernel's ``name`` name PTX symbols, so they are ASCII identifiers.
 - Operators with the IR's semantics (C-like, as CuPy's C operations): ``+ - * /`` (``/`` truncates
   toward zero on integers), ``%`` (integers only: the C remainder, sign of the dividend),
   ``& | ^ ~ << >>`` (on conditions ``& | ~`` are logical), unary ``-`` and ``+``, comparisons (chains
@@ -83,9 +85,11 @@ from __future__ import annotations
 
 import ast
 import keyword
+import numbers
 import re
 import textwrap
 import threading
+import unicodedata
 import weakref
 from typing import Any, Callable, Mapping, Sequence
 
@@ -158,9 +162,13 @@ def _params(spec, what: str, kernel: str) -> list[tuple[str, DataType]]:
             items.append((words[1], words[0]))
     out: list[tuple[str, DataType]] = []
     for name, t in items:
-        if not isinstance(name, str) or not _IDENT.match(name) or keyword.iskeyword(name):
-            raise IRValidationError(f"{where}: {shown(name)} is not a usable parameter name. Fix: use an identifier "
-                                    "(letters, digits and _, not a Python keyword).")
+        why = _not_a_name(name)
+        if why:
+            raise IRValidationError(f"{where}: {shown(name)} {why}, so it cannot name a parameter (a buffer of the "
+                                    "kernel). Fix: use ASCII letters, digits and _, not starting with a digit.")
+        if keyword.iskeyword(name):
+            raise IRValidationError(f"{where}: {shown(name)} is a Python keyword, which the operation could not name. "
+                                    f"Fix: rename the parameter, e.g. {name + '_'!r}.")
         if name in FUNCTIONS or name in ("True", "False", "None"):
             raise IRValidationError(f"{where}: the parameter {shown(name)} would hide the function or constant of that "
                                     "name in the operation. Fix: rename the parameter.")
@@ -180,6 +188,18 @@ def _params(spec, what: str, kernel: str) -> list[tuple[str, DataType]]:
                                     "parameter its own name.")
         seen.add(name)
     return out
+
+
+def _not_a_name(name) -> str | None:
+    """Why `name` cannot name a kernel or a buffer (PTX and the IR take ASCII identifiers only), or None."""
+    if not isinstance(name, str):
+        return f"is a {type(name).__name__}, not a str"
+    if _IDENT.match(name):
+        return None
+    if not name.isidentifier():
+        return "is not an identifier"
+    plain = unicodedata.normalize("NFKC", name)
+    return f"is not ASCII{f' (Python reads it as {plain!r})' if _IDENT.match(plain) else ''}"
 
 
 # ---- the operation string -----------------------------------------------------------------------
@@ -238,11 +258,13 @@ class _Translator:
         last: dict[str, str] = {}  # name -> the source of its last assignment
         for st in body:
             if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
-                target, value = st.targets[0].id, self.expr(st.value)
+                node = st.targets[0]
+                target, value = node.id, self.expr(st.value)
             elif isinstance(st, ast.AugAssign) and isinstance(st.target, ast.Name):
-                target = st.target.id
+                node = st.target
+                target = node.id
                 if target not in assigned:
-                    raise self.fail(st, f"{shown(target)} is updated before it is assigned",
+                    raise self.fail(st, f"{self.said(node)} is updated before it is assigned",
                                     f"assign it first: '{target} = ...'" if target not in self.env else
                                     "inputs are read-only: assign a new name (an output or a temporary)")
                 # `y op= v` is `y = y op v`, so every operator reads (or is refused) as it does there
@@ -255,13 +277,14 @@ class _Translator:
                 raise self.fail(st, f"{type(st).__name__} statements are not supported",
                                 "write 'name = expression' statements separated by ';' or new lines")
             if target in self.inputs:
-                raise self.fail(st, f"the input {shown(target)} is assigned; inputs are read-only",
+                raise self.fail(st, f"the input {self.said(node)} is assigned; inputs are read-only",
                                 "assign a new name: an output, or a temporary")
             if target in FUNCTIONS:
-                raise self.fail(st, f"{shown(target)} is the name of a function", "use another temporary name")
+                raise self.fail(st, f"{self.said(node)} is the name of a function", "use another temporary name")
             var = assigned.get(target)
-            if var is None:
-                var = assigned[target] = ("o_" if target in self.outputs else "t_") + target
+            if var is None:  # IR variable names are ASCII: other temporaries are spelt by their UTF-8 bytes
+                var = assigned[target] = ("o_" + target if target in self.outputs else "t_" + target
+                                          if target.isascii() else "u_" + target.encode().hex())
                 self.stmts.append(ir.let(var, value))
             else:
                 self.stmts.append(ir.assign(var, value))
@@ -347,17 +370,24 @@ class _Translator:
                 raise self.fail(node, "a tuple is not a value", "give one expression per output at the top level only")
         raise self.fail(node, f"{type(node).__name__} is not supported in an elementwise operation", f"use {_ALLOWED}")
 
-    def name(self, node: ast.AST, name: str) -> ir.Expr:
+    def said(self, node: ast.Name) -> str:
+        """The name `node` reads, and how the operation spells it where that differs (Python reads
+        identifiers in NFKC form: `ﬁ` is `fi`)."""
+        seg = ast.get_source_segment(self.source, node)
+        return shown(node.id) + (f" (written {seg}; Python reads identifiers in NFKC form)" if seg and seg != node.id
+                                 else "")
+
+    def name(self, node: ast.Name, name: str) -> ir.Expr:
         hit = self.env.get(name)
         if hit is not None:
             return hit
         if name in FUNCTIONS:
-            raise self.fail(node, f"the function {shown(name)} is used without a call", f"call it: {name}(...)")
+            raise self.fail(node, f"the function {self.said(node)} is used without a call", f"call it: {name}(...)")
         if name in self.outputs:
-            raise self.fail(node, f"the output {shown(name)} is read before it is assigned",
+            raise self.fail(node, f"the output {self.said(node)} is read before it is assigned",
                             f"assign it first ('{name} = ...'); outputs start with no value")
         known = sorted(self.env)
-        raise self.fail(node, f"the name {shown(name)} is not an input or an assigned name"
+        raise self.fail(node, f"the name {self.said(node)} is not an input or an assigned name"
                               f"{did_you_mean(name, known + list(FUNCTIONS))}",
                         f"use the inputs {self.inputs} or names assigned before, or declare {shown(name)} as an input")
 
@@ -588,9 +618,10 @@ class Elementwise:
     """
 
     def __init__(self, inputs, outputs, operation: Operation, name: str = "elementwise", *, workgroup: int = 256):
-        if not isinstance(name, str) or not _IDENT.match(name) or keyword.iskeyword(name):
-            raise IRValidationError(f"elementwise: name={shown(name, 60)} is not an identifier (it names the kernel). "
-                                    "Fix: use letters, digits and _, e.g. name='saxpy'.")
+        why = _not_a_name(name)
+        if why:
+            raise IRValidationError(f"elementwise: name={shown(name, 60)} {why}, so it cannot name the kernel. Fix: "
+                                    "use ASCII letters, digits and _, not starting with a digit, e.g. name='saxpy'.")
         self.name = name
         if isinstance(workgroup, (bool, np.bool_)) or not isinstance(workgroup, (int, np.integer)) \
                 or not 1 <= workgroup <= 1024:
@@ -661,6 +692,12 @@ class Elementwise:
                 raise IRValidationError(f"elementwise {self.name!r}: the value for output {shown(name)} is not an IR "
                                         f"expression: {e}") from None
             texts.append(f"{name} = {stmts[-1].value}")
+            free = sorted({x.name for x in ir.walk([stmts[-1].value]) if isinstance(x, ir.Var)} - {a.name for a in args})
+            if free:  # the kernel's own variables (idx, ...) are no business of the function's
+                raise IRValidationError(f"elementwise {self.name!r}: the value for output {shown(name)} reads the "
+                                        f"variable {shown(free[0])}, which is not one of its arguments (the "
+                                        f"operation function's only variables are the inputs it is given, "
+                                        f"{self._in_names}). Fix: build the value from the arguments and literals.")
         return stmts, texts
 
     def _build(self, scalars: tuple[bool, ...]) -> ir.Program:
@@ -674,18 +711,32 @@ class Elementwise:
         program = ir.Program(bufs, self.workgroup, entry, name=self.name)
         diags = ir.validate(program)
         if diags:
-            lines = []
-            for d in diags:
-                m = re.match(r"entry\[1\]\.then\[(\d+)\]", d.where)
-                k = int(m.group(1)) - len(loads) if m else -1
-                where = f"in `{self._texts[k]}`" if 0 <= k < len(self._texts) else d.where
-                lines.append(f"{where}: {d.message}")
-            raise IRValidationError(
-                f"elementwise {self.name!r}: the operation does not type-check "
-                f"(inputs: {_signature(self.inputs)}; outputs: {_signature(self.outputs)}):\n  " + "\n  ".join(lines)
-                + "\nFix: give both operands of each operation and each output one type; in an operation string convert "
-                  "with the type's name, e.g. f32(n), i32(x) (there is no implicit conversion).", diags)
+            raise self._invalid(diags, len(loads))
         return program
+
+    def _invalid(self, diags: list, nloads: int) -> IRValidationError:
+        """One error for the problems `ir.validate` found in a built program: the kernel's name where
+        PTX cannot take it, else the statements of the operation with their problems, and one Fix."""
+        lines = []
+        for d in diags:
+            cause, _, hint = d.message.partition(" Fix: ")
+            cause, hint = cause.rstrip("."), hint.rstrip(".")
+            if d.where == "program":
+                why = cause.removeprefix(f"program name {shown(self.name)} ")
+                return IRValidationError(f"elementwise: name={shown(self.name, 60)} "
+                                         f"{why if why != cause else 'cannot name a kernel: ' + cause}. Fix: choose "
+                                         "another name, e.g. name='saxpy'.", diags)
+            m = re.match(r"entry\[1\]\.then\[(\d+)\]", d.where)
+            k = int(m.group(1)) - nloads if m else -1
+            where = f"in `{self._texts[k]}`" if 0 <= k < len(self._texts) else d.where
+            lines.append(f"{where}: {cause}{'; ' + hint if hint else ''}")
+        fix = ("give both operands of each operation and each output one type, converting with the type's name, e.g. "
+               "f32(n), i32(x)" if isinstance(self.operation, str) else "return values of the outputs' types, built from "
+               "the arguments with operators and vyre_numba.ir functions, converting with ir.cast")
+        return IRValidationError(
+            f"elementwise {self.name!r}: the operation does not type-check (inputs: {_signature(self.inputs)}; "
+            f"outputs: {_signature(self.outputs)}):\n  " + "\n  ".join(lines)
+            + f"\nFix: {fix} (there is no implicit conversion).", diags)
 
     def program(self, *args, **named) -> ir.Program:
         """The vyre Program a call with these inputs runs (which inputs are scalars decides it);

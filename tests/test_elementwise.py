@@ -451,8 +451,10 @@ def test_call_mistakes_raise_with_a_fix():
         (dict(args=(2.0, x, np.ones(4, np.float64))), "declared f32 .* holds float64"),
         (dict(args=(2.0, x, np.ones(4, bool))), "holds bool"),
         (dict(args=(0.1, x, x)), "not exactly a f32 value.*np.float32"),
-        (dict(args=(True, x, x)), "not exactly a f32 value"),
-        (dict(args=(1 + 2j, x, x)), "neither a number nor an array"),
+        (dict(args=(True, x, x)), "'a' = True is a bool, not a f32 value.*Fix: pass the number 1"),
+        (dict(args=(np.array(False), x, x)), "'a' = False is a bool, not a f32 value.*Fix: pass the number 0"),
+        (dict(args=(1 + 2j, x, x)), "complex .*no complex types"),
+        (dict(args=(None, x, x)), "NoneType, which is neither a number nor an array"),
         (dict(args=(2.0, x, x), out=np.empty(3, np.float32)), "out= array 'out' has shape"),
         (dict(args=(2.0, x, x), out=np.empty(4, np.float64)), "out= array 'out' is declared f32"),
         (dict(args=(2.0, x, x), out=x), "shares memory"),
@@ -823,3 +825,95 @@ def test_an_operation_function_reading_a_variable_it_was_not_given_is_refused(va
                           match=f"reads the variable '{var}', which is not one of its arguments"))
     assert "type-check" not in text
 
+
+# ---- scalar arguments of every NumPy kind --------------------------------------------------------
+
+SCALAR_KINDS = [  # (value, what the message says, what its Fix says)
+    (np.array(5, dtype=object), r"a 0-d object array \(holding the int 5\)", r"a.item\(\).*np.asarray\(a, dtype=np"),
+    (np.array(2.5, dtype=object), r"a 0-d object array \(holding the float 2.5\)", r"np.asarray\(a, dtype=np"),
+    (np.array(None, dtype=object), r"a 0-d object array \(holding the NoneType None\)", r"a Python int or float"),
+    (np.array(1 + 2j), r"complex \(1\+2j\); vyre has no complex types", r"a.real"),
+    (np.complex64(1), r"complex \(1\+0j\); vyre has no complex types", r"a.real"),
+    (1 + 2j, r"complex \(1\+2j\); vyre has no complex types", r"a.real"),
+    (np.clongdouble(1), r"complex .*vyre has no complex types", r"a.real"),
+    (np.array(np.datetime64("2020-01-02")), r"a date \(datetime64\[D\]\); vyre has no date or time types",
+     r"a.astype\(np.int64\).*days since 1970-01-01"),
+    (np.datetime64(5, "s"), r"a date \(datetime64\[s\]\)", r"seconds since 1970-01-01"),
+    (np.timedelta64(3, "ms"), r"a time span \(timedelta64\[ms\]\)", r"a.astype\(np.int64\).*milliseconds"),
+    (np.array("5"), r"a string \('5'\); vyre takes numbers", r"the number it spells"),
+    (np.str_("5"), r"a string \('5'\)", r"the number it spells"),
+    (np.array(b"5"), r"bytes \(b'5'\); vyre takes numbers", r"the number it spells"),
+    (np.zeros((), dtype=[("v", "f4")]), r"a record \(fields 'v'\)", r"one field, a\['v'\]"),
+    (np.zeros(1, dtype=[("v", "f4"), ("w", "i4")])[0], r"a record \(fields 'v', 'w'\)", r"one field, a\['v'\]"),
+    (np.array(b"\x00\x00\x80\x3f", dtype="V4"), r"raw bytes \(void, 4 bytes\)", r"the number its bytes hold"),
+    (np.void(b"\x01\x02"), r"raw bytes \(void, 2 bytes\)", r"the number its bytes hold"),
+]
+
+
+@pytest.mark.parametrize("decl", ["f32", "i64", "bool"])
+@pytest.mark.parametrize("value, what, fix", SCALAR_KINDS, ids=lambda v: type(v).__name__ if not isinstance(v, str)
+                         else None)
+def test_scalars_that_are_no_number_are_refused_with_their_kind(decl, value, what, fix):
+    """Regression: np.array(5, dtype=object) was 'not exactly a f32 value' with a Fix to pass
+    np.float32(5.0), dates 'not exactly a f32 value' with a Fix about magnitudes, NumPy complex
+    scalars 'neither a number nor an array'."""
+    k = elementwise(f"{decl} a, {decl} x", f"{decl} y", "a if True else x")
+    x = np.zeros(2, {"f32": np.float32, "i64": np.int64, "bool": np.uint32}[decl])
+    text = one_fix(raises(DispatchError, k, value, x, backend=R, match=f"the scalar 'a' is {what}.*Fix: .*{fix}"))
+    assert "not exactly" not in text
+    raises(DispatchError, k.program, value, x, match=f"the scalar 'a' is {what}")
+    raises(DispatchError, k, value, FakeDeviceArray(x), backend=FakeDeviceBackend(), match=f"the scalar 'a' is {what}")
+
+
+def test_the_fixes_for_scalars_of_other_kinds_run():
+    x = np.zeros(2, np.int64)
+    k = elementwise("i64 a, i64 x", "i64 y", "a + x")
+    assert_same_bits(k(np.asarray(np.array(5, dtype=object), dtype=np.int64), x, backend=R), x + 5)
+    assert_same_bits(k(np.array(5, dtype=object).item(), x, backend=R), x + 5)
+    day = np.array(np.datetime64("2020-01-02"))
+    assert_same_bits(k(day.astype(np.int64), x, backend=R), x + 18263)
+    assert_same_bits(k(np.timedelta64(3, "ms").astype(np.int64), x, backend=R), x + 3)
+    rec = np.zeros((), dtype=[("v", "i8")])
+    assert_same_bits(k(rec["v"], x, backend=R), x)
+    f = elementwise("f32 a, f32 x", "f32 y", "a + x")
+    xf = np.zeros(2, np.float32)
+    assert_same_bits(f(np.array(b"\x00\x00\x80\x3f", dtype="V4").view(np.float32), xf, backend=R), xf + 1)
+    assert_same_bits(f(np.array(1 + 2j).real, xf, backend=R), xf + 1)
+
+
+@pytest.mark.parametrize("value, match", [
+    (__import__("decimal").Decimal("2.5"), r"'a' is a Decimal, a number type elementwise does not take"),
+    (__import__("fractions").Fraction(1, 2), r"'a' is a Fraction, a number type elementwise does not take"),
+])
+def test_number_types_numpy_reads_as_objects_are_named(value, match):
+    k = elementwise("f32 a, f32 x", "f32 y", "a + x")
+    one_fix(raises(DispatchError, k, value, np.zeros(2, np.float32), backend=R, match=match + ".*Fix: .*float\\(a\\)"))
+
+
+def test_python_ints_past_64_bits_bind_where_the_type_holds_them_exactly():
+    """Regression: 2**70 (an object to NumPy) was 'not exactly a f32 value' with a Fix to pass
+    np.float32(1.1805916207174113e+21), the same value."""
+    for decl, dtype in [("f32", np.float32), ("f64", np.float64), ("bf16", np.uint16)]:
+        k = elementwise(f"{decl} a, {decl} x", f"{decl} y", "a if True else x")
+        x = np.zeros(2, dtype)
+        got = k(2**70, x, backend=R)
+        want = np.float32(2**70).view(np.uint32) >> 16 if decl == "bf16" else dtype(2**70)
+        assert (got == want).all(), (decl, got)
+        raises(DispatchError, k, -(2**70) - 1, x, backend=R, match="not exactly a .* value")
+    k = elementwise("f64 a, f64 x", "f64 y", "a + x")
+    raises(DispatchError, k, 2**1100, np.zeros(1), backend=R, match="not exactly a f64 value.*magnitude at most")
+    raises(DispatchError, elementwise("i64 a, i64 x", "i64 y", "a + x"), 2**70, np.zeros(1, np.int64), backend=R,
+           match="not exactly a i64 value.*from -9223372036854775808")
+
+
+@pytest.mark.parametrize("array, fix", [
+    (np.array([1 + 2j]), r"a.real"),
+    (np.array(["2020-01-01"], dtype="datetime64[D]"), r"a.astype\(np.int64\).*days since 1970-01-01"),
+    (np.array([3], dtype="timedelta64[s]"), r"a.astype\(np.int64\).*seconds"),
+    (np.zeros(1, dtype=[("v", "f4")]), r"one field, a\['v'\]"),
+    (np.array([5], dtype=object), r"a.astype\(np.float32\)"),
+    (np.array(["5"]), r"a.astype\(np.float32\)"),
+])
+def test_arrays_of_other_kinds_get_a_fix_for_their_kind(array, fix):
+    k = elementwise("f32 a, f32 x", "f32 y", "a + x")
+    one_fix(raises(DispatchError, k, array, np.zeros(1, np.float32), backend=R, match=f"holds .*Fix: .*{fix}"))

@@ -61,7 +61,9 @@ Calling the kernel
   ``bf16`` -> uint16 raw bits). A dtype that differs is a `DispatchError`: nothing is converted.
 - Scalars (Python or NumPy numbers, 0-d arrays) are broadcast: they bind as a uniform buffer of one
   element. A Python/NumPy scalar must convert exactly to the declared type (``0.1`` is not an f32
-  value; pass ``np.float32(0.1)``); a 0-d device array must have the declared dtype.
+  value; pass ``np.float32(0.1)``; Python ints of any size are numbers too); a 0-d device array must have
+  the declared dtype. Complex numbers, dates and time spans, strings, records and 0-d object arrays are
+  refused, each with what to pass instead (``x.real``, ``x.astype(np.int64)``, ``x.item()`` ...).
 - Array kind in = array kind out: NumPy in, NumPy out (PyTorch CPU tensors in, tensors out);
   numba device arrays in, numba device arrays out, with no copy to the host; CuPy arrays in, CuPy
   arrays out; PyTorch CUDA tensors in, CUDA tensors out; other ``__cuda_array_interface__`` or
@@ -538,16 +540,17 @@ class _Arg:
         return self.kind is not None and self.kind not in _HOST_KINDS
 
 
-def _classify(name: str, x, where: str) -> _Arg:
-    """What `x` is: a host scalar (kind None), a host array, or a device array."""
-    if isinstance(x, (bool, int, float, np.generic)) and not isinstance(x, (complex, np.complexfloating)):
-        return _Arg(name, None, True, None, x)
+def _classify(name: str, x, where: str, dt: DataType | None = None) -> _Arg:
+    """What `x` is: a host scalar (kind None), a host array, or a device array. A host scalar for
+    an input of type `dt` that is no number (an object, complex, a date, text, a record) is refused."""
+    if isinstance(x, (bool, int, float, complex, np.generic)):
+        return _scalar_arg(name, x, where, dt)
     if isinstance(x, np.ma.MaskedArray):
         raise DispatchError(f"{where}: {shown(name)} is a masked array; its mask would be lost. Fix: pass "
                             "x.filled(value).")
     if isinstance(x, np.ndarray):
         if x.ndim == 0:
-            return _Arg(name, None, True, None, x)
+            return _scalar_arg(name, x, where, dt)
         return _Arg(name, "numpy", False, x.shape, x)
     module = type(x).__module__.split(".")[0]
     if module == "torch" and hasattr(x, "is_cuda"):
@@ -558,7 +561,7 @@ def _classify(name: str, x, where: str) -> _Arg:
             raise DispatchError(f"{where}: {shown(name)} is a PyTorch tensor on {t.device}. Fix: move it to the CPU "
                                 "or a CUDA device (x.cpu() / x.cuda()).")
         host = t.numpy()
-        return _Arg(name, None, True, None, host) if host.ndim == 0 else _Arg(name, "torch_cpu", False, host.shape,
+        return _scalar_arg(name, host, where, dt) if host.ndim == 0 else _Arg(name, "torch_cpu", False, host.shape,
                                                                               host)
     if hasattr(x, "__cuda_array_interface__") or _dlpack_on_cuda(x):
         kind = "cupy" if module == "cupy" else "numba" if hasattr(x, "copy_to_host") else "cuda"
@@ -567,8 +570,65 @@ def _classify(name: str, x, where: str) -> _Arg:
     if isinstance(x, (list, tuple)):
         raise DispatchError(f"{where}: {shown(name)} is a {type(x).__name__}, not an array. Fix: pass "
                             "np.asarray(x, dtype=...) with the declared type's dtype.")
+    if isinstance(x, numbers.Number):  # Decimal, Fraction: NumPy would hold them as objects
+        raise DispatchError(f"{where}: {shown(name)} is a {type(x).__name__}, a number type elementwise does not take "
+                            "(it takes Python bool, int and float, NumPy numbers and arrays). Fix: pass "
+                            f"float({name}) or int({name}) where that is its exact value.")
     raise DispatchError(f"{where}: {shown(name)} is a {type(x).__name__}, which is neither a number nor an array. "
                         "Fix: pass a Python/NumPy scalar, a NumPy array or a CUDA array (numba, CuPy, PyTorch).")
+
+
+def _scalar_arg(name: str, x, where: str, dt: DataType | None) -> _Arg:
+    """`x`, a Python or NumPy scalar or a 0-d array, as a host scalar argument where it is a number."""
+    kind = "c" if isinstance(x, complex) else "i" if isinstance(x, (bool, int, float)) else x.dtype.kind
+    if dt is None or kind in "biuf":
+        return _Arg(name, None, True, None, x)
+    if kind == "O":
+        inner = x.item()
+        number = isinstance(inner, (bool, int, float, np.bool_, np.integer, np.floating))
+        what = (f"a 0-d object array (holding the {type(inner).__name__} {shown(inner, 60)}), not a number of a NumPy "
+                "type")
+        fix = (f"pass the number itself, {name}.item(), or np.asarray({name}, dtype=np.{_numpy_name(dt)})" if number
+               else f"pass a Python int or float for it, or np.asarray({name}, dtype=np.{_numpy_name(dt)}) where "
+                    "NumPy can convert it")
+    elif kind in "US":
+        text = str(x) if kind == "U" else bytes(x)
+        what = f"{'a string' if kind == 'U' else 'bytes'} ({shown(text, 60)}); vyre takes numbers"
+        fix = f"pass the number it spells, {'float' if dt.is_float else 'int'}({name})"
+    else:
+        what, fix = _kind_fix(name, np.asarray(x).dtype, dt, x)
+    raise DispatchError(f"{where}: the scalar {name!r} is {what}. Fix: {fix}.")
+
+
+_UNITS = {"Y": "years", "M": "months", "W": "weeks", "D": "days", "h": "hours", "m": "minutes", "s": "seconds",
+          "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds", "ps": "picoseconds",
+          "fs": "femtoseconds", "as": "attoseconds"}
+
+
+def _kind_fix(x: str, have: np.dtype, dt: DataType, value=None) -> tuple[str, str]:
+    """What values of `have`, a complex, date, time-span or record dtype, are and how to pass them for
+    `x`, declared `dt`: (what, fix)."""
+    if have.kind == "c":
+        return (f"complex{'' if value is None else f' {complex(value)}'}; vyre has no complex types",
+                f"pass its real part, {x}.real (and its imaginary part, {x}.imag, as another input where it matters)")
+    if have.kind in "Mm":
+        unit = _UNITS.get(np.datetime_data(have)[0], "units")
+        what = f"{'a date' if have.kind == 'M' else 'a time span'} ({have}); vyre has no date or time types"
+        count = f"its count of {unit}{' since 1970-01-01' if have.kind == 'M' else ''}"
+        declare = "" if dt is DataType.I64 else f", and declare {x!r} i64"
+        return what, f"pass {x}.astype(np.int64), {count}{declare}"
+    if have.names:
+        field = have.names[0]
+        return (f"a record (fields {', '.join(map(repr, have.names))}); vyre takes numbers",
+                f"pass one field, {x}[{field!r}] ({have.fields[field][0]})")
+    store = _numpy_name(dt)
+    return (f"raw bytes (void, {have.itemsize} bytes); vyre takes numbers",
+            f"pass the number its bytes hold as a NumPy number, e.g. {x}.view(np.{store}) where they are one {store}")
+
+
+def _numpy_name(dt: DataType) -> str:
+    """The NumPy type to pass a scalar of `dt` as (bf16 takes the float32s it holds exactly)."""
+    return "bool_" if dt.is_bool else "float32" if dt is DataType.BF16 else np.dtype(dt.storage).name
 
 
 def _dlpack_on_cuda(x) -> bool:
@@ -604,6 +664,9 @@ def _dtype_fix(x: str, dt: DataType, have: np.dtype) -> str:
                 f"({x}.astype(np.{dt.storage})), or declare {x!r} bool and pass {x}.astype(np.uint32)")
     if have.name in _CASTS and have.byteorder in "=|":
         return f"convert it explicitly ({x}.astype(np.{dt.storage})), or declare {x!r} as {_CASTS[have.name]}"
+    if have.kind in "cMmV":
+        what, fix = _kind_fix(x, have, dt)
+        return f"{what.rpartition('; ')[2]}: {fix}"
     return f"convert it explicitly ({x}.astype(np.{dt.storage}))"
 
 
@@ -743,7 +806,8 @@ class Elementwise:
         with no inputs, the one for all arrays."""
         if args or named:
             values = self._arguments(args, named, "program")
-            key = tuple(_classify(n, v, f"{self.name}.program(...)").scalar for n, v in zip(self._in_names, values))
+            key = tuple(_classify(n, v, f"{self.name}.program(...)", dt).scalar
+                        for (n, dt), v in zip(self.inputs, values))
         else:
             key = (False,) * len(self.inputs)
         return self._program_for(key)
@@ -789,7 +853,7 @@ class Elementwise:
         where = f"{self.name}(...)"
         values = self._arguments(args, named, "call")
         be = _backend(backend, where)
-        ins = [_classify(n, v, where) for n, v in zip(self._in_names, values)]
+        ins = [_classify(n, v, where, dt) for (n, dt), v in zip(self.inputs, values)]
         outs = self._outs(out, where)
         arrays = [a for a in ins + outs if not (a.scalar and a.kind is None)]
         kinds = sorted({a.kind for a in arrays}, key=str)
@@ -858,12 +922,20 @@ class Elementwise:
     def _scalar_host(self, a: _Arg, dt: DataType, where: str) -> np.ndarray:
         """A host scalar as one element of `dt`, converted only where exact."""
         decl = ir.BufferDecl.uniform(a.name, 0, dt, 1)
+        v = a.value
+        if type(v) is int and dt.is_float and not -2**63 <= v < 2**64:  # NumPy would read it as an object
+            try:
+                if float(v) == v:
+                    v = float(v)
+            except OverflowError:  # past every float: refused below
+                pass
         try:
-            return as_host_array(decl, a.value, where)
+            return as_host_array(decl, v, where)
         except DispatchError:
             v = a.value.item() if isinstance(a.value, (np.ndarray, np.generic)) else a.value
-            raise DispatchError(f"{where}: the scalar {a.name!r} = {shown(v)} is not exactly a {dt} value. Fix: "
-                                f"{_scalar_fix(v, dt)}, or declare {a.name!r} with a type that holds it.") from None
+            why = f"is a bool, not a {dt} value" if isinstance(v, bool) else f"is not exactly a {dt} value"
+            raise DispatchError(f"{where}: the scalar {a.name!r} = {shown(v)} {why}. Fix: {_scalar_fix(v, dt)}, or "
+                                f"declare {a.name!r} with a type that holds it.") from None
 
     def _run_host(self, be: Backend, program: ir.Program, ins: list[_Arg], outs: list[_Arg], shape: tuple, n: int,
                   where: str) -> list[np.ndarray]:
@@ -992,8 +1064,7 @@ def _scalar_fix(v, dt: DataType) -> str:
         nearest = None
     if nearest is None or not np.isfinite(nearest):
         return f"pass a number of magnitude at most {float(dt.max):.6g}, {dt}'s largest"
-    store = "float32" if dt is DataType.BF16 else np.dtype(dt.storage).name  # bf16 takes f32s it holds exactly
-    return f"pass its nearest {dt} value, np.{store}({nearest!r})"
+    return f"pass its nearest {dt} value, np.{_numpy_name(dt)}({nearest!r})"
 
 
 def _signature(params: list[tuple[str, DataType]]) -> str:

@@ -755,7 +755,8 @@ class Elementwise:
                 raise IRValidationError(f"elementwise {self.name!r}: the value for output {shown(name)} is not an IR "
                                         f"expression: {e}") from None
             texts.append(f"{name} = {stmts[-1].value}")
-            free = sorted({x.name for x in ir.walk([stmts[-1].value]) if isinstance(x, ir.Var)} - {a.name for a in args})
+            free = sorted({x.name for x in ir.walk([stmts[-1].value]) if isinstance(x, ir.Var)}
+                          - {a.name for a in args})
             if free:  # the kernel's own variables (idx, ...) are no business of the function's
                 raise IRValidationError(f"elementwise {self.name!r}: the value for output {shown(name)} reads the "
                                         f"variable {shown(free[0])}, which is not one of its arguments (the "
@@ -793,9 +794,9 @@ class Elementwise:
             k = int(m.group(1)) - nloads if m else -1
             where = f"in `{self._texts[k]}`" if 0 <= k < len(self._texts) else d.where
             lines.append(f"{where}: {cause}{'; ' + hint if hint else ''}")
-        fix = ("give both operands of each operation and each output one type, converting with the type's name, e.g. "
-               "f32(n), i32(x)" if isinstance(self.operation, str) else "return values of the outputs' types, built from "
-               "the arguments with operators and vyre_numba.ir functions, converting with ir.cast")
+        fix = ("give both operands of each operation and each output one type, converting with the type's name, "
+               "e.g. f32(n), i32(x)" if isinstance(self.operation, str) else "return values of the outputs' types, "
+               "built from the arguments with operators and vyre_numba.ir functions, converting with ir.cast")
         return IRValidationError(
             f"elementwise {self.name!r}: the operation does not type-check (inputs: {_signature(self.inputs)}; "
             f"outputs: {_signature(self.outputs)}):\n  " + "\n  ".join(lines)

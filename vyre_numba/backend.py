@@ -15,7 +15,8 @@ import numpy as np
 from . import display
 from .config import DispatchConfig
 from .owned import Unshared
-from .errors import DispatchError, UnknownNameError, UnsupportedError, VyreError, clip, did_you_mean, flag, shown
+from .errors import (DispatchError, UnknownNameError, UnsupportedError, VyreError, check_calls, clip, did_you_mean,
+                     flag, shown)
 from .ir import DataType, Program
 from .lru import LRUCache
 
@@ -45,16 +46,23 @@ REFERENCE_COOPERATIVE_WORKGROUPS = 8  # the persistent grid of a megakernel on t
 FUSION_PLANS = 256  # fusion plans a backend keeps (programs and group structure; never the buffers)
 
 
+class _Absent:
+    def __repr__(self) -> str:
+        return "<no default>"
+
+
+_ABSENT = _Absent()  # Telemetry.pop given no default
+
+
 class Telemetry(dict):
-    """A backend's counters by name (a dict of ints; `*_ns` values are `Duration`s), shown in
-    Jupyter as a table; `to_frame()` gives a pandas DataFrame."""
+    """A backend's counters by name (a dict of str to ints; `*_ns` values are `Duration`s), shown in
+    Jupyter as a table; `to_frame()` gives a pandas DataFrame. Every way of storing a counter
+    checks it: a str name and an int value (Python or NumPy, never a bool)."""
 
     def __init__(self, counters: Mapping[str, int] = ()):
-        super().__init__({k: 0 for k in TELEMETRY_KEYS})
+        super().__init__()
+        self.update(dict.fromkeys(TELEMETRY_KEYS, 0))
         self.update(counters)
-        for k, v in list(self.items()):
-            if k.endswith("_ns"):
-                self[k] = display.Duration(v)
 
     def __missing__(self, key):
         raise UnknownNameError(f"telemetry has no counter {shown(key, 60)}{did_you_mean(key, self)}. Fix: use one of TELEMETRY_KEYS or "
@@ -76,6 +84,57 @@ class Telemetry(dict):
         except TypeError:
             self.__missing__(key)
 
+    def __contains__(self, key: object) -> bool:
+        try:
+            return super().__contains__(key)
+        except TypeError:
+            self.__missing__(key)
+
+    def __setitem__(self, key: str, value: int) -> None:
+        if not isinstance(key, str):
+            raise DispatchError(f"telemetry: {shown(key, 60)} ({type(key).__name__}) cannot name a counter; counters "
+                                "are named by str. Fix: use one of TELEMETRY_KEYS or 'dispatches[<label>]'.")
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise DispatchError(f"telemetry: counter {shown(key, 60)} = {shown(value, 60)} ({type(value).__name__}) is "
+                                "not an int. Fix: store whole counts (nanoseconds for `*_ns`); keep other values in a "
+                                "dict of your own.")
+        super().__setitem__(key, display.Duration(value) if key.endswith("_ns") else int(value))
+
+    def __delitem__(self, key: object) -> None:
+        self[key]  # noqa: B018 - a missing or unhashable name is refused as a lookup is
+        super().__delitem__(key)
+
+    def pop(self, key: object, default: object = _ABSENT) -> object:
+        """Remove the counter named `key` and return it (`default` where it is absent, if given)."""
+        if default is not _ABSENT and key not in self:
+            return default
+        value = self[key]
+        super().__delitem__(key)
+        return value
+
+    def setdefault(self, key: str, default: int = 0) -> int:
+        """The counter named `key`, first set to `default` (an int) where it is absent."""
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def update(self, counters: Mapping[str, int] | Iterable = (), /, **more: int) -> None:
+        """Store each (name, int) of `counters` (a mapping or pairs) and of `more`, checked."""
+        if hasattr(counters, "keys"):  # as dict.update reads a mapping
+            pairs = [(k, counters[k]) for k in counters.keys()]
+        else:
+            try:
+                pairs = [(k, v) for k, v in counters]
+            except (TypeError, ValueError):
+                raise DispatchError(f"telemetry counters {shown(counters, 60)} are not a mapping or (name, int) pairs. "
+                                    "Fix: pass a dict of counter names to ints.") from None
+        for k, v in pairs + list(more.items()):
+            self[k] = v
+
+    def __ior__(self, counters: Mapping[str, int] | Iterable) -> "Telemetry":
+        self.update(counters)
+        return self
+
     def to_frame(self):
         """The counters as a pandas DataFrame (index: counter, column: value)."""
         try:
@@ -86,8 +145,15 @@ class Telemetry(dict):
         return pd.DataFrame({"value": [int(v) for v in self.values()]}, index=pd.Index(list(self), name="counter"))
 
     def _repr_html_(self) -> str:
-        return display.table(((k, v if isinstance(v, display.Duration) else f"{v:,}") for k, v in self.items()),
-                             ("counter", "value"), total=len(self))
+        return display.table(((k, _counter_text(v)) for k, v in self.items()), ("counter", "value"), total=len(self))
+
+
+def _counter_text(v) -> object:
+    """A counter's table cell: a Duration as it reads, an int with thousands separators, and a value
+    stored past the checks (dict.__setitem__) as shown, so the table never fails."""
+    if isinstance(v, display.Duration):
+        return v
+    return f"{v:,}" if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) else shown(v, 60)
 
 
 class Pending(abc.ABC):
@@ -928,3 +994,6 @@ def check_upload(array) -> np.ndarray:
     if arr.size >= 2**32:
         raise DispatchError(f"upload: {arr.size} elements is 2**32 or more; lengths are u32. Fix: split the data.")
     return arr
+
+
+check_calls(globals(), ["Telemetry"])

@@ -1,0 +1,55 @@
+"""Telemetry refuses what it cannot take with a VyreError."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import vyre_numba as vn
+from vyre_numba import ir
+from vyre_numba.backend import TELEMETRY_KEYS, Telemetry
+from vyre_numba.display import Duration
+from vyre_numba.errors import DispatchError, UnknownNameError
+
+B = ir.BufferDecl
+BACKENDS = ["reference", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    return vn.get_backend(request.param)
+
+
+def add(amount: int, name: str = "add", workgroup: int = 32) -> ir.Program:
+    """x[i] += amount over u32."""
+    i = ir.gid(0)
+    return ir.Program([B.read_write("x", 0, "u32")], workgroup,
+                      [ir.if_(i < ir.buf_len("x"), [ir.store("x", i, ir.load("x", i) + amount)])], name=name)
+
+
+# ---- telemetry -----------------------------------------------------------------------------------
+
+def test_telemetry_refuses_unhashable_names_and_non_int_counts_with_a_vyre_error():
+    """Regression: `[] in t` and t.setdefault([]) raised a raw TypeError; a float stored in a counter
+    made _repr_html_ raise a raw ValueError."""
+    t = vn.get_backend("reference").telemetry()
+    for call in (lambda: [] in t, lambda: t.setdefault([]), lambda: t.pop({}), lambda: t.pop([], 0),
+                 lambda: t.get([]), lambda: t[[1]]):
+        with pytest.raises(UnknownNameError, match="Fix:"):
+            call()
+    for call in (lambda: t.__setitem__("mine", 1.5), lambda: t.__setitem__("mine", True),
+                 lambda: t.__setitem__(3, 1), lambda: t.setdefault("mine", "x"), lambda: t.update({"mine": None}),
+                 lambda: t.update(mine=2.0), lambda: t.update(5), lambda: t.__ior__({"mine": [1]}),
+                 lambda: Telemetry({"dispatches": 0.5})):
+        with pytest.raises(DispatchError, match="Fix:"):
+            call()
+    assert "mine" not in t and t.setdefault("mine", np.int64(3)) == 3 and type(t["mine"]) is int
+    t["late_ns"] = 1500
+    t |= {"dispatches": np.uint8(2)}
+    assert isinstance(t["late_ns"], Duration) and t["dispatches"] == 2 and t.pop("mine") == 3
+    assert t.pop("mine", None) is None and "mine" not in t
+    with pytest.raises(UnknownNameError):
+        del t["never"]
+    dict.__setitem__(t, "forced", 1.5)  # past every check: still shown
+    html = t._repr_html_()
+    assert "forced" in html and "1.5<" in html and "1.50 us" in html
+    assert set(TELEMETRY_KEYS) <= set(t)

@@ -1,4 +1,4 @@
-"""Telemetry refuses what it cannot take with a VyreError."""
+"""A recorded sequence's step buffers and telemetry refuse what they cannot take with a VyreError."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +8,8 @@ import vyre_numba as vn
 from vyre_numba import ir
 from vyre_numba.backend import TELEMETRY_KEYS, Telemetry
 from vyre_numba.display import Duration
-from vyre_numba.errors import DispatchError, UnknownNameError
+from vyre_numba.errors import DispatchError, UnknownNameError, VyreError
+from vyre_numba.recording import UnknownStepError
 
 B = ir.BufferDecl
 BACKENDS = ["reference", pytest.param("cuda", marks=pytest.mark.gpu)]
@@ -24,6 +25,24 @@ def add(amount: int, name: str = "add", workgroup: int = 32) -> ir.Program:
     i = ir.gid(0)
     return ir.Program([B.read_write("x", 0, "u32")], workgroup,
                       [ir.if_(i < ir.buf_len("x"), [ir.store("x", i, ir.load("x", i) + amount)])], name=name)
+
+
+# ---- a recorded sequence's step buffers -----------------------------------------------------------
+
+def test_step_buffers_past_the_end_or_closed_are_a_vyre_error_and_an_index_error(backend):
+    """Regression: s.buffers[5] and, once closed, s.buffers[0] raised a raw IndexError."""
+    x = backend.upload(np.zeros(4, np.uint32))
+    s = backend.record_sequence([(add(1), [x]), (add(10), [x])])
+    assert s.buffers[-1]["x"] is x and s.buffers[1]["x"] is x and len(s.buffers[:1]) == 1
+    for k in (2, -3, np.int64(5), 2**100):
+        with pytest.raises(UnknownStepError, match=r"no step .*it has 2 steps, numbered 0 to 1 .*Fix: index a step "
+                                                   r"from 0 to 1\.") as e:
+            s.buffers[k]
+        assert isinstance(e.value, IndexError) and isinstance(e.value, VyreError)
+    assert [f["x"] is x for f in s.buffers] == [True, True]
+    s.close()
+    with pytest.raises(IndexError, match=r"it holds none: it is closed.*Fix: record again"):
+        s.buffers[0]
 
 
 # ---- telemetry -----------------------------------------------------------------------------------

@@ -309,6 +309,11 @@ class Frozen(MappingABC):
     __setitem__ = __delitem__ = _refuse
 
 
+class UnknownStepError(DispatchError, IndexError):
+    """A step number a recorded sequence's `buffers` does not have (also an IndexError, as a tuple's
+    index out of range is, so `except IndexError` keeps working)."""
+
+
 class StepBuffers(tuple):
     """A recorded sequence's buffers: for each step, in order, a read-only mapping (`Frozen`) of
     the buffers it runs over by name, so `s.buffers[k]['x']`."""
@@ -321,7 +326,12 @@ class StepBuffers(tuple):
         except TypeError:
             pass
         else:
-            return super().__getitem__(k)
+            if -len(self) <= k < len(self):
+                return super().__getitem__(k)
+            held = (f"it has {len(self)} steps, numbered 0 to {len(self) - 1} (or -{len(self)} to -1 from the end)"
+                    if self else "it holds none: it is closed, or it has no steps")
+            fix = f"index a step from 0 to {len(self) - 1}" if self else "record again to have buffers to read"
+            raise UnknownStepError(f"a recorded sequence's buffers have no step {shown(k, 60)}; {held}. Fix: {fix}.")
         steps = [i for i, f in enumerate(self) if isinstance(k, str) and k in f]
         if steps:
             one = len(steps) == 1

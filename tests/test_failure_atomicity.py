@@ -1,4 +1,6 @@
-"""A recorded sequence's step buffers and telemetry refuse what they cannot take with a VyreError."""
+"""Ranges to read back that cannot be read are refused before any step of a sequence, repeated
+sequence, megakernel or recorded sequence runs. Recorded sequences' step buffers and telemetry
+refuse what they cannot take with a VyreError."""
 from __future__ import annotations
 
 import numpy as np
@@ -25,6 +27,56 @@ def add(amount: int, name: str = "add", workgroup: int = 32) -> ir.Program:
     i = ir.gid(0)
     return ir.Program([B.read_write("x", 0, "u32")], workgroup,
                       [ir.if_(i < ir.buf_len("x"), [ir.store("x", i, ir.load("x", i) + amount)])], name=name)
+
+
+# ---- ranges to read back are checked before anything runs ---------------------------------------
+
+class DLPackOnly:
+    """Something with `__dlpack__` and nothing else to size it by."""
+
+    def __dlpack__(self, stream=None):
+        raise AssertionError("never read")
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+def unreadable(backend, tmp_path, x) -> list:
+    mapped = np.memmap(tmp_path / "m.bin", np.uint32, "w+", shape=(4,))
+    return [[(mapped, 0, 4)], [(DLPackOnly(), 0, 1)], [(x, 3, 10)], [(x, -1, 1)], [([1, 2], 0, 1)],
+            [(x, 0, 4), ("x", 0, 1)]]
+
+
+@pytest.mark.parametrize("call", ["sequence", "fused", "repeated", "megakernel", "record_sequence"])
+def test_a_read_that_cannot_be_read_is_refused_before_any_step_runs(backend, tmp_path, call):
+    """Regression: a memmap or DLPack-only object in read= was refused by the download after
+    every step had run (their writes stayed; the message did not say so)."""
+    x = backend.upload(np.zeros(4, np.uint32))
+    steps = [(add(1), [x]), (add(10), [x])]
+    for read in unreadable(backend, tmp_path, x):
+        with pytest.raises(DispatchError) as e:
+            if call == "sequence":
+                backend.dispatch_sequence(steps, read)
+            elif call == "fused":
+                backend.dispatch_sequence(steps, read, fuse=True)
+            elif call == "repeated":
+                backend.dispatch_repeated(steps[:1], steps[1:], 3, read)
+            elif call == "megakernel":
+                backend.megakernel(steps, read, max_rounds=2).run()
+            else:
+                backend.record_sequence(steps, read).replay()
+        text = str(e.value)
+        assert "nothing ran" in text and "Fix:" in text, text
+        assert backend.download(x).tolist() == [0] * 4, (read, text)
+
+
+def test_read_entries_are_named_by_their_place():
+    be = vn.get_backend("reference")
+    x = be.upload(np.zeros(4, np.uint32))
+    with pytest.raises(DispatchError, match=r"^read entry 1, checked before anything runs \(nothing ran\): download: "
+                                            r"a DLPackOnly is not a reference-backend buffer.*Fix:"):
+        be.dispatch_sequence([(add(1), [x])], [(x,), (DLPackOnly(), 0, 1)])
+    assert be.download(x).tolist() == [0] * 4
 
 
 # ---- a recorded sequence's step buffers -----------------------------------------------------------

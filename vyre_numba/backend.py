@@ -365,10 +365,11 @@ class Backend(abc.ABC):
         of steps enqueued, None (the default) once the run has taken a second, True at once,
         False never. `fuse=True` runs `self.fuse(steps, read)`'s kernels instead: the same results
         in the buffers read back, and in every buffer except the scratch ones (written only inside
-        one fused kernel and not in `read`), whose contents it leaves unspecified."""
+        one fused kernel and not in `read`), whose contents it leaves unspecified. The ranges in
+        `read` are checked before any step runs."""
         total = _length(steps, "steps")
         if flag(fuse, "fuse", "pass fuse=True or fuse=False."):
-            reads = [_read(r) for r in _iterable(read, "read")]
+            reads = self._reads(read)
             steps = [as_step(s) for s in _iterable(steps, "steps")]  # as fuse converts them, once
             if not steps:  # nothing to fuse: the reads, as without fusion
                 return self._sequence([], reads, progress, 0)
@@ -461,7 +462,7 @@ class Backend(abc.ABC):
         each counted in `dispatches[label]` once its kernel ran."""
         from .progress import bar
 
-        reads = [_read(r) for r in _iterable(read, "read")]
+        reads = self._reads(read)
         steps = _iterable(steps, "steps")
         b = bar(progress, desc="steps", unit="step", total=total)
         try:
@@ -483,6 +484,31 @@ class Backend(abc.ABC):
             if b is not None:
                 b.close()
         return [self.download(buf, off, cnt) for buf, off, cnt in reads]
+
+    def _reads(self, read: Iterable[Read]) -> list[tuple]:
+        """`read`'s entries as (buffer, offset, count), each refused now where `download` would refuse
+        it once the steps had run."""
+        reads = []
+        for k, r in enumerate(_iterable(read, "read")):
+            try:
+                reads.append(_read(r))
+                self._check_read(*reads[-1])
+            except VyreError as e:
+                if e.args:
+                    why = str(e.args[0]).removeprefix("read entry: ")
+                    e.args = (f"read entry {k}, checked before anything runs (nothing ran): {why}", *e.args[1:])
+                raise
+        return reads
+
+    def _check_read(self, buffer, offset: int, count: int | None) -> None:
+        """What `download(buffer, offset, count)` would refuse, refused without reading: a device
+        backend's `device_range` (its download's own check; the download itself would wait for the
+        work issued), else a download of none of the elements."""
+        device_range = getattr(self, "device_range", None)
+        if device_range is not None:
+            device_range(buffer, offset, count, "download")
+        else:
+            self.download(buffer, offset, 0)
 
     def dispatch_repeated(self, prefix: Iterable[Step | tuple], body: Iterable[Step | tuple], repeat: int,
                           read: Iterable[Read] = (), *, progress: bool | None = None) -> list[np.ndarray]:

@@ -15,7 +15,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from . import display
-from .backend import Step, _elements, _iterable, _overlap, _read, _shape, _storage, as_step, checked_steps
+from .backend import Step, _elements, _iterable, _overlap, _shape, _storage, as_step, checked_steps
 from .config import DispatchConfig
 from .errors import DispatchError, VyreError, check_calls, whole
 from .ir import Program
@@ -81,7 +81,7 @@ class Megakernel(Unshared):
         self.steps = [as_step(s) for s in _iterable(steps, "steps")]
         if not self.steps:
             raise DispatchError("no steps for a megakernel. Fix: pass at least one Step(program, buffers[, config]).")
-        self.read = [_read(r) for r in _iterable(read, "read")]
+        self.read = backend._reads(read)
         self._keep = frozenset(_storage(b) for b in _iterable(keep, "keep"))
         self.max_rounds = whole(max_rounds, "max_rounds", 1, MAX_ROUNDS - 1)
         if workgroups is not None:

@@ -228,7 +228,7 @@ class Resequence(RecordedGraph):
     """A recorded resident sequence that replays by running it again."""
 
     def __init__(self, backend, steps: Iterable, read: Iterable = ()):
-        from .backend import _iterable, _read, as_step
+        from .backend import _iterable, as_step
 
         self.backend = backend
         from .checked import refuse
@@ -242,7 +242,7 @@ class Resequence(RecordedGraph):
                 if e.args:
                     e.args = (f"record_sequence, step {k}: {e.args[0]}", *e.args[1:])
                 raise
-        self.read = [_read(r) for r in _iterable(read, "read")]
+        self.read = backend._reads(read)
         self.steps, self._buffers = pinned_steps(self.steps)  # held, so they outlive the recording's use
         self._lock = threading.Lock()
         backend._count(graph_recordings=1)

@@ -15,8 +15,8 @@ import numpy as np
 from . import display
 from .config import DispatchConfig
 from .owned import Unshared
-from .errors import (DispatchError, UnknownNameError, UnsupportedError, VyreError, check_calls, clip, did_you_mean,
-                     flag, shown)
+from .errors import (CheckError, CheckWarning, DispatchError, UnknownNameError, UnsupportedError, VyreError,
+                     check_calls, clip, did_you_mean, flag, shown)
 from .ir import DataType, Program
 from .lru import LRUCache
 
@@ -366,7 +366,9 @@ class Backend(abc.ABC):
         False never. `fuse=True` runs `self.fuse(steps, read)`'s kernels instead: the same results
         in the buffers read back, and in every buffer except the scratch ones (written only inside
         one fused kernel and not in `read`), whose contents it leaves unspecified. The ranges in
-        `read` are checked before any step runs."""
+        `read` are checked before any step runs. Stopped part way (a step refused or failing, its
+        check raising, a KeyboardInterrupt), the exception says which steps ran, their writes
+        staying: a VyreError in its message, anything else in a note; its `steps_ran` counts them."""
         total = _length(steps, "steps")
         if flag(fuse, "fuse", "pass fuse=True or fuse=False."):
             reads = self._reads(read)
@@ -465,25 +467,25 @@ class Backend(abc.ABC):
         reads = self._reads(read)
         steps = _iterable(steps, "steps")
         b = bar(progress, desc="steps", unit="step", total=total)
+        done, at = 0, BEFORE  # kernels whose dispatch returned; where kernel `done` stands (None: reading back)
         try:
             for k, step in enumerate(steps):
-                try:
-                    step = as_step(step)
-                    self.dispatch_resident(step.program, step.buffers, step.config)
-                except VyreError as e:  # a dispatch is all or nothing, so what was written is the steps before
-                    if not hasattr(e, "sequence_step"):
-                        e.sequence_step = (k, e.args[0] if e.args else "")
-                    if e.args and (k or groups is not None):
-                        e.args = (f"{_failed_at(k, groups)}: {e.args[0]}", *e.args[1:])
-                    raise
+                step = as_step(step)
+                at = UNDER_WAY
+                self.dispatch_resident(step.program, step.buffers, step.config)
+                done, at = k + 1, BEFORE
                 if labels and labels[k]:
                     self._count(**Counter(f"dispatches[{x}]" for x in labels[k]))
                 if b is not None:
                     b.update(1 if groups is None else len(groups[k]))
+            at = None
+            return [self.download(buf, off, cnt) for buf, off, cnt in reads]
+        except BaseException as e:
+            _stopped(self, e, done, at, groups, step if at is UNDER_WAY else None)
+            raise
         finally:
             if b is not None:
                 b.close()
-        return [self.download(buf, off, cnt) for buf, off, cnt in reads]
 
     def _reads(self, read: Iterable[Read]) -> list[tuple]:
         """`read`'s entries as (buffer, offset, count), each refused now where `download` would refuse
@@ -712,18 +714,76 @@ def check_bound(program: Program, buffers: list) -> None:
                                 "Fix: pass a writable array (or declare it read-only).")
 
 
-def _failed_at(k: int, groups: list | None) -> str:
-    """Which of the caller's steps ran when the k-th kernel of a sequence failed."""
-    if groups is None:
-        return f"step {k} of the sequence (steps 0 to {k - 1} ran and their writes stay; nothing of step {k} ran)"
-    mine = groups[k]
-    which = f"step {mine[0]}" if len(mine) == 1 else f"steps {mine[0]} to {mine[-1]}"
-    where = f"{which}{'' if len(mine) == 1 else ', fused into one kernel,'} of the sequence"
+# Where a resident sequence stood at the kernel it was stopped at: before its dispatch began, refused
+# by it (a failed dispatch is all or nothing: none of it ran), checked (it ran to completion, then
+# its check raised CheckError or a CheckWarning), or under way (stopped by something else inside it).
+BEFORE, REFUSED, CHECKED, UNDER_WAY = "before", "refused", "checked", "under way"
+SEQUENCE_NOTE = "Sequence stopped "  # how the note a sequence adds to an exception begins
+
+
+def _stopped(backend: Backend, e: BaseException, k: int, at: str | None, groups: list | None, step) -> None:
+    """Say on `e`, raised by a resident sequence at its k-th kernel (`step`, where `at` is UNDER_WAY;
+    `at` None: reading back, every kernel ran), what ran: `e.steps_ran` counts the caller's steps that
+    ran, their writes staying, and `e.sequence_step` is (the caller's step it stopped at, the message);
+    a VyreError's message starts with where it stopped, any other exception gets a note saying so."""
+    if hasattr(e, "steps_ran"):  # said already, by a sequence inside this one
+        return
+    ran = k if groups is None else sum(map(len, groups[:k]))  # the caller's steps before kernel k
+    if at is UNDER_WAY and isinstance(e, (CheckError, CheckWarning)):
+        at = CHECKED  # checked steps never fuse: kernel k is the caller's step `ran`
+    elif at is UNDER_WAY and isinstance(e, VyreError):
+        at = REFUSED
+    e.steps_ran = ran + 1 if at is CHECKED else ran
+    e.sequence_step, e._sequence_at = (ran, e.args[0] if e.args else ""), at
+    if at is None or (at is BEFORE and not isinstance(e, VyreError)):  # no step k to name: there may be none
+        ok = f"steps 0 to {ran - 1} ran and their writes stay{_scratch(groups, k)}" if ran else "no step ran"
+        e.add_note(f"{SEQUENCE_NOTE}reading back the ranges in `read` ({ok})." if at is None else
+                   f"{SEQUENCE_NOTE}after step {ran - 1} of the sequence ({ok}; nothing after them ran)." if ran else
+                   f"{SEQUENCE_NOTE}before its first step (nothing ran).")
+        return
+    mine = [k] if groups is None else groups[k]
+    where = _failed_at(k, groups, _fate(mine, at, groups is not None, backend, step))
+    if not isinstance(e, VyreError):
+        e.add_note(f"{SEQUENCE_NOTE}at {where}.")
+    elif e.args and (k or groups is not None or at is CHECKED):
+        e.args = (f"{where}: {e.args[0]}", *e.args[1:])
+
+
+def _failed_at(k: int, groups: list | None, fate: str) -> str:
+    """Which of the caller's steps a sequence was stopped at, at its k-th kernel, and what ran:
+    the steps before it, and `fate`, what became of its own."""
+    mine = [k] if groups is None else groups[k]
+    where = f"{_which(mine)}{'' if len(mine) == 1 else ', fused into one kernel,'} of the sequence"
     if not mine[0]:
-        return f"{where} (nothing ran)"
-    scratch = ("; buffers fusion kept as scratch in them (written only inside a fused kernel, not read back "
-               "or kept) hold unspecified contents" if any(len(g) > 1 for g in groups[:k]) else "")
-    return f"{where} (steps 0 to {mine[0] - 1} ran and their writes stay{scratch}; {which} did not run)"
+        return f"{where} ({fate})"
+    return f"{where} (steps 0 to {mine[0] - 1} ran and their writes stay{_scratch(groups, k)}; {fate})"
+
+
+def _which(mine: list) -> str:
+    return f"step {mine[0]}" if len(mine) == 1 else f"steps {mine[0]} to {mine[-1]}"
+
+
+def _scratch(groups: list | None, k: int) -> str:
+    """What a fused sequence's first k kernels left in their scratch buffers, where any fused steps."""
+    return ("; buffers fusion kept as scratch in them (written only inside a fused kernel, not read back or kept) "
+            "hold unspecified contents" if groups and any(len(g) > 1 for g in groups[:k]) else "")
+
+
+def _fate(mine: list, at: str, fused: bool = False, backend: Backend | None = None, step=None) -> str:
+    """What became of the caller's steps `mine` (one kernel) where a sequence stopped at them (`at` as
+    in `_stopped`; `step`, the kernel, names the buffers it writes where it was under way)."""
+    which = _which(mine)
+    if at is CHECKED:
+        return f"{which} ran to completion and its writes stay, then its check raised"
+    if at is not UNDER_WAY:
+        return f"nothing of {which} ran" if not fused else f"{which} did not run" if mine[0] else "nothing ran"
+    was = f"{which} {'was' if len(mine) == 1 else 'were'} under way"
+    if backend is not None and backend.name == "reference":
+        return (f"{was}: a dispatch on the reference backend is all or nothing, so either all of its writes stay or "
+                "none do")
+    written = [d.name for d in step.program.bound_buffers if d.access.writable or d.is_output] if step else []
+    return (f"{was}: the buffers it writes{f' ({shown(written, 200)})' if written else ''} may hold some or all of its "
+            "work (its kernel may have been launched)")
 
 
 def as_step(step) -> Step:

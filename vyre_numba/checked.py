@@ -64,14 +64,17 @@ class CheckReport:
     def ok(self) -> bool:
         return not self.findings
 
-    def message(self) -> str:
+    def message(self, resident: bool = False) -> str:
+        """What was found and each kind's fix; `resident`: said of a resident dispatch, which ran to
+        completion with its writes kept in its buffers."""
         if self.ok:
             return f"checked dispatch of {self.program!r}: {self.sites} sites checked, nothing found."
         kinds = list(dict.fromkeys(f.kind for f in self.findings))
         listed = [f"  - {f}" for f in self.findings[:MESSAGE_FINDINGS]]
         if len(self.findings) > MESSAGE_FINDINGS:  # the report's .findings keeps every one
             listed.append(f"  ... and {len(self.findings) - MESSAGE_FINDINGS} more sites (report.findings lists all)")
-        return (f"checked dispatch of {self.program!r} found:\n" + "\n".join(listed)
+        kept = " (it ran to completion: its buffers keep everything it wrote)" if resident else ""
+        return (f"checked dispatch of {self.program!r}{kept} found:\n" + "\n".join(listed)
                 + "\nFix: " + "; ".join(FIXES[k] for k in kinds) + ".")
 
     def __str__(self) -> str:
@@ -188,9 +191,10 @@ def _report(backend, program: Program, config: DispatchConfig, sites: list[Site]
     backend.last_check = report
     if report.ok:
         return
+    message = report.message(resident=outputs is None)
     if config.checked == "raise":
-        raise CheckError(report.message(), report, outputs)
-    warnings.warn(CheckWarning(report.message(), report), stacklevel=4)
+        raise CheckError(message, report, outputs)
+    warnings.warn(CheckWarning(message, report), stacklevel=4)
 
 
 def _input_values(program: Program, inputs) -> list:

@@ -15,7 +15,8 @@ from typing import Any, Iterable
 import numpy as np
 
 from . import display
-from .backend import Step, _elements, _iterable, _overlap, _shape, _storage, as_step, checked_steps
+from .backend import (BEFORE, SEQUENCE_NOTE, UNDER_WAY, Step, _elements, _fate, _iterable, _overlap, _shape,
+                      _storage, as_step, checked_steps)
 from .config import DispatchConfig
 from .errors import DispatchError, VyreError, check_calls, whole
 from .ir import Program
@@ -123,7 +124,8 @@ class Megakernel(Unshared):
         """Run the sequence (until the flag stays zero, at most `max_rounds` rounds, with `until`;
         else exactly `max_rounds` times) and read back `read`. As a megakernel it is one dispatch:
         on the reference backend one work budget covers every round (a fallback's dispatches have
-        one each)."""
+        one each). An exception out of a fallback's rounds says which rounds and steps ran (a
+        VyreError in its message, anything else in a note; `rounds_ran`, `steps_ran`)."""
         with self._lock:
             if self.closed:
                 raise DispatchError("this megakernel was closed. Fix: plan a new one with backend.megakernel(...).")
@@ -180,31 +182,64 @@ class Megakernel(Unshared):
             except VyreError as e:  # a step the driver will not capture: run the plain sequence
                 self._p = dataclasses.replace(self._p, mode="sequence", reason=f"{self._p.reason}; and recording "
                                               f"the fallback graph failed ({e})")
-        for r in range(1, self.max_rounds + 1):
-            try:
+        r, under_way = 0, False  # rounds begun; whether round r is under way
+        try:
+            for r in range(1, self.max_rounds + 1):
+                under_way = True
                 out = self._graph.replay() if self._graph is not None else b.dispatch_sequence(steps, flag_read)
-            except VyreError as e:
-                if e.args:
-                    e.args = (f"{self._failed_round(r, e)}: {getattr(e, 'sequence_step', (0, e.args[0]))[1]}",
-                              *e.args[1:])
-                raise
-            if self.until is not None and not np.any(out[0]):
-                return r, True
+                under_way = False
+                if self.until is not None and not np.any(out[0]):
+                    return r, True
+        except BaseException as e:
+            self._stopped(r, under_way, e)
+            raise
         return self.max_rounds, (False if self.until is not None else None)
 
-    def _failed_round(self, r: int, e: VyreError) -> str:
-        """Where round `r` of the fallback failed with `e`, in the caller's steps and rounds."""
+    def _stopped(self, r: int, under_way: bool, e: BaseException) -> None:
+        """Say on `e`, raised in the fallback's round `r` (`under_way`, else after it), what ran in the
+        caller's steps and rounds: `e.rounds_ran` counts the rounds that completed, `e.steps_ran` the
+        steps of the next that ran (where known), their writes staying; a VyreError's message starts
+        with it, any other exception gets a note in place of the sequence's own."""
+        e.rounds_ran = r - 1 if under_way else r
+        cleared = self.until is not None  # the sequence's step 0 clears the flag: the caller's steps follow
+        k, at = getattr(e, "sequence_step", (0, None))[0] - cleared, getattr(e, "_sequence_at", None)
+        if hasattr(e, "steps_ran"):
+            e.steps_ran = max(e.steps_ran - cleared, 0)
+        where = self._failed_round(r, under_way, k, at, hasattr(e, "sequence_step"))
+        if isinstance(e, VyreError):
+            if e.args:
+                e.args = (f"{where}: {getattr(e, 'sequence_step', (0, e.args[0]))[1]}", *e.args[1:])
+            return
+        if hasattr(e, "__notes__"):
+            e.__notes__ = [note for note in e.__notes__ if not note.startswith(SEQUENCE_NOTE)]
+        e.add_note(f"Stopped in {where}.")
+
+    def _failed_round(self, r: int, under_way: bool, k: int, at: str | None, known: bool) -> str:
+        """Where the fallback stopped, in the caller's steps and rounds: in round `r` (`under_way`, else
+        after it) at the caller's step `k` (-1: clearing the flag `until`), which stood `at` as
+        `backend._stopped` says (None: the round's steps ran, its flag was being read); `known`:
+        whether the sequence said where (a recorded graph on the GPU does not)."""
+        fallback = f"the megakernel's {self.mode} fallback"
+        if not under_way:
+            return (f"{fallback}, after round {r} (rounds 1 to {r} completed and their writes stay)" if r else
+                    f"{fallback}, before its first round (nothing ran)")
         done = f"rounds 1 to {r - 1} completed and their writes stay" if r > 1 else "no earlier round ran"
-        where = f"round {r} of the megakernel's {self.mode} fallback"
-        if not hasattr(e, "sequence_step"):
-            return f"{where} failed ({done}; what that round wrote is unknown)"
-        k = e.sequence_step[0] - (self.until is not None)
+        where = f"round {r} of {fallback}"
+        if not known:
+            return f"{where} ({done}; what round {r} wrote is unknown)"
         if k < 0:
-            return f"{where}, clearing the flag `until` ({done}; nothing of round {r} ran)"
+            fate = "the flag `until` was being cleared" if at is UNDER_WAY else f"nothing of round {r} ran"
+            return f"{where}, clearing the flag `until` ({done}; {fate})"
         ran = ["the flag `until` was cleared"] if self.until is not None else []
         ran += [f"step 0 of round {r} ran and its writes stay"] if k == 1 else \
             [f"steps 0 to {k - 1} of round {r} ran and their writes stay"] if k else []
-        return f"{where}, step {k} ({'; '.join([done] + ran)}; nothing of step {k} ran)"
+        if at is None or at is BEFORE:  # between steps: there may be no step k
+            what = ("reading its flag `until`" if at is None and self.until is not None else
+                    f"after step {k - 1}" if k else "after clearing the flag `until`")
+            return (f"{where}, {what} ({'; '.join([done] + ran + ['nothing after them ran'])})" if ran else
+                    f"{where} ({done}; nothing of round {r} ran)")
+        fate = _fate([k], at, backend=self.backend, step=self.steps[k])
+        return f"{where}, step {k} ({'; '.join([done] + ran + [fate])})"
 
     def _failed_launch(self, message: str) -> str:
         """The message of the persistent launch's failure `message`, in the caller's terms: the

@@ -628,7 +628,7 @@ def _kind_fix(x: str, have: np.dtype, dt: DataType, value=None) -> tuple[str, st
 
 def _numpy_name(dt: DataType) -> str:
     """The NumPy type to pass a scalar of `dt` as (bf16 takes the float32s it holds exactly)."""
-    return "bool_" if dt.is_bool else "float32" if dt is DataType.BF16 else np.dtype(dt.storage).name
+    return "bool" if dt.is_bool else "float32" if dt is DataType.BF16 else np.dtype(dt.storage).name
 
 
 def _dlpack_on_cuda(x) -> bool:

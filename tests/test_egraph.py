@@ -757,3 +757,177 @@ def test_a_listing_limit_is_checked(limit):
 def test_integers_past_int64_are_named_for_what_they_are(call, fragment):
     with pytest.raises(DispatchError, match=fragment):
         call()
+
+
+# ---- found by a red-team of failure atomicity: interrupted and refused calls -----------------------
+
+def interrupt_at(k: int, call, within: str = "") -> bool | None:
+    """call() with a KeyboardInterrupt raised at its k-th event in vyre_numba's code (under `within`,
+    a folder of it): a function's call or return, or a line, where a Ctrl-C lands. True if it
+    was interrupted, None if it finished first (it has fewer events)."""
+    import inspect
+    import os
+    import sys
+
+    import vyre_numba
+
+    root = os.path.join(os.path.dirname(vyre_numba.__file__), within)
+    seen = 0
+
+    def trace(frame, event, arg):
+        nonlocal seen
+        if not frame.f_code.co_filename.startswith(root) or frame.f_code.co_flags & inspect.CO_GENERATOR:
+            return None  # generators: closed early by any() and the like, where an exception is ignored
+        seen += 1
+        if seen == k:
+            raise KeyboardInterrupt
+        return trace
+
+    old = sys.gettrace()
+    sys.settrace(trace)
+    try:
+        call()
+    except KeyboardInterrupt:
+        return True
+    finally:
+        sys.settrace(old)
+    assert seen < k, f"event {k} raised, and the call went on"
+    return None
+
+
+def on(g: EGraph, device: bool) -> EGraph:
+    """`g` (built on the reference backend, not yet rebuilt) with its rows on the device, where asked
+    (the CUDA simulator stands in for a GPU)."""
+    if device:
+        from vyre_numba.egraph.device import DeviceEGraph
+
+        h = g._g
+        g._g = DeviceEGraph(h.eclass, h.op, h.offsets, h.children, h.n_classes)
+    return g
+
+
+def assert_sound(g: EGraph) -> None:
+    """`g` is an e-graph a finished call could have left: rows of matching lengths, every operator
+    named, each id's find a root, each row's class the root of its class id, and a rebuild pending
+    wherever a union or a row may not be filed yet (checked by the calls that follow)."""
+    r = g.rows()
+    n = g.n_nodes
+    assert r["eclass"].size == r["op"].size == n and r["children_offsets"].size == n + 1
+    assert r["children_offsets"][-1] == r["children"].size
+    assert g.ops is None or r["op"].max(initial=-1) < len(g.ops)
+    roots = g.find(np.arange(g.n_classes))
+    assert np.array_equal(g.find(roots), roots) and np.all(roots <= np.arange(g.n_classes))
+    assert np.array_equal(g.classes(), roots[r["eclass"]])
+
+
+def final(g: EGraph, got, rebuild: bool = True) -> tuple:
+    """What `g` holds, after a rebuild where asked, with the results `got` of the calls made."""
+    if rebuild:
+        g.rebuild()
+    r = g.rows()
+    return (list(g.ops or ()), [np.asarray(x).tolist() for x in got], g.classes().tolist(),
+            g.find(np.arange(g.n_classes)).tolist(), *(r[k].tolist() for k in sorted(r)))
+
+
+def check_interrupted_adds(device: bool = False, within: str = "", every: int = 1) -> int:
+    """An add interrupted at every `every`-th event, then done again, and a new operator added after
+    it: the same e-graph as with no interruption. The events interrupted."""
+    def fresh():
+        g = on(EGraph.from_terms([("g", "a"), ("g", "b"), ("f", "a", "b")], backend="reference"), device)
+        g.rebuild()
+        a, b = (int(x) for x in g.lookup(["a", "b"], [0, 0, 0], []))
+        g.union([[a, b]])  # pending: the add rebuilds first
+        return g, a, b
+
+    def add(g, a, b):
+        return g.add(["h", "h", "g"], [0, 1, 2, 3], [a, b, a])  # h(a) = h(b) after the rebuild; g(a) exists
+
+    def after(g, a, b):
+        return [add(g, a, b), g.add(["k"], [0, 1], [a]), g.lookup(["h", "k", "g"], [0, 1, 2, 3], [a, a, b])]
+
+    g, a, b = fresh()
+    want = final(g, after(g, a, b))
+    assert len(set(want[1][2])) == 3 and want[0][-2:] == ["h", "k"]
+    k = 0
+    while True:
+        k += every
+        g, a, b = fresh()
+        if not interrupt_at(k, lambda: add(g, a, b), within):
+            return k // every
+        assert_sound(g)
+        assert final(g, after(g, a, b)) == want, k
+
+
+def check_interrupted_unions(device: bool = False, within: str = "", every: int = 1) -> int:
+    """A union and then a rebuild, each interrupted at every `every`-th event: the e-graph is sound
+    right after (a rebuild pending unless it is as before the call or as after the rebuild), and
+    once the call is done again it is the e-graph of no interruption. The events interrupted."""
+    pairs = [[1, 0], [2, 1], [3, 2], [5, 4]]  # a chain: linking them takes several rounds of pointer jumping
+
+    def fresh():
+        g = on(EGraph.from_arrays(*chain_pair(4), backend="reference"), device)
+        g.rebuild()
+        return g
+
+    g = fresh()
+    before = final(g, [], rebuild=False)
+    g.union(pairs)
+    want = final(g, [])
+    assert len(set(want[2])) < g.n_nodes
+    k, done = 0, [False, False]
+    while not all(done):
+        k += every
+        for second in (False, True):
+            if done[second]:
+                continue
+            g = fresh()
+            if second:
+                g.union(pairs)
+            call = g.rebuild if second else (lambda: g.union(pairs))
+            if not interrupt_at(k, call, within):
+                done[second] = True
+                continue
+            assert_sound(g)
+            if "rebuild pending" not in repr(g):
+                assert final(g, [], rebuild=False) in (before, want), (k, second)
+            if not second:
+                g.union(pairs)
+            assert final(g, []) == want, (k, second)
+    return k // every
+
+
+def test_an_interrupted_add_keeps_every_row_it_added_named():
+    """Regression: a Ctrl-C (any exception) in add after its rows went in rolled back their new
+    operator names but kept the rows, so the next new name took the same id and was hash-consed
+    onto them (k(a) answered with the class of h(a), which no lookup found any more)."""
+    assert check_interrupted_adds() > 100
+
+
+def test_an_interrupted_union_or_rebuild_leaves_a_sound_egraph():
+    """Regression: a Ctrl-C inside a union (or a rebuild's unions) left the union-find half linked:
+    find gave ids that were not roots, and the next union could split a class; a union stopped
+    after its merges did not mark the rebuild pending."""
+    assert check_interrupted_unions() > 50
+
+
+def test_a_refused_add_leaves_pending_unions_pending():
+    """Regression: add rebuilt before checking its children, so an add refused for a child of no
+    e-node had already applied the pending unions."""
+    g = EGraph.from_arrays([0, 2, 3], [0, 1, 1], [0, 0, 1, 2], [0, 0], backend="reference")  # class 1 has no row
+    g.rebuild()
+    g.union([[2, 3]])
+    before = final(g, [], rebuild=False)
+    with pytest.raises(DispatchError, match="no e-node is in class 1") as e:
+        g.add([1], [0, 1], [1])
+    assert "Fix:" in str(e.value) and "rebuild pending" in repr(g)
+    assert final(g, [], rebuild=False) == before
+    (new,) = g.add([1], [0, 1], [0])  # g(0), in class 2 and 3 alike: the add rebuilds first
+    assert "rebuild pending" not in repr(g) and g.find([new])[0] == g.find([2])[0] and g.n_nodes == 3
+
+
+@pytest.mark.gpu
+def test_gpu_an_interrupted_add_union_or_rebuild_on_the_device_leaves_a_sound_egraph():
+    """The two regressions above with the rows on the GPU (DeviceEGraph), interrupted at every
+    fifth event of the e-graph's code."""
+    assert check_interrupted_adds(device=True, within="egraph", every=5) > 20
+    assert check_interrupted_unions(device=True, within="egraph", every=5) > 20

@@ -17,10 +17,12 @@ from .signature import congruent_pairs
 
 
 def union_numpy(parent: np.ndarray, a: np.ndarray, b: np.ndarray) -> int:
-    """Merge the classes of a[k] and b[k] in the compressed union-find `parent` (in place); the
-    number of merges (classes that stopped being roots)."""
+    """Merge the classes of a[k] and b[k] in the compressed union-find `parent` (in place, in one
+    write at the end: an interrupted call leaves it as it was, still compressed); the number of
+    merges (classes that stopped being roots)."""
     merged = 0
     a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+    out, parent = parent, parent.copy()
     while a.size:
         ra, rb = parent[a], parent[b]
         lo, hi = np.minimum(ra, rb), np.maximum(ra, rb)
@@ -36,6 +38,7 @@ def union_numpy(parent: np.ndarray, a: np.ndarray, b: np.ndarray) -> int:
             parent[:] = grand
         merged += before - int(np.count_nonzero(parent == np.arange(parent.size)))
         a, b = a[join], b[join]
+    out[:] = parent
     return merged
 
 

@@ -68,6 +68,9 @@ class _PhaseClock:
         self._free.extend(done.values())
 
 
+_APPENDED = ("op", "cls", "ch", "off", "slot", "rowflag", "parent", "canon", "uses_off", "uses", "n", "n_classes", "nch")
+
+
 class DeviceEGraph:
     """The device arrays of an e-graph (rows, union-find, hash table, flags) and its rebuild.
     `table_capacity` (a power of two, at least 2 slots a row by default) is grown when full."""
@@ -92,28 +95,30 @@ class DeviceEGraph:
         self._selector = None  # the worklist's compaction, made on first use
         self._launches: dict = {}  # kernel name -> NumbaLaunch, owned by this e-graph
         self.nch = int(children.size)
-        self._set_uses()
+        self.uses_off, self.uses = self._uses(self.off, self.ch, self.n, self.n_classes, self.nch)
         self.capacity = _pow2(max(table_capacity or 4 * self.n, 2))  # rows fill a quarter; tombstones the next
         self.table = cuda.to_device(np.full(self.capacity, -1, np.int32))
         self.used = 0
+        self._stale = False  # a rebuild stopped part way: rows may be out of the table, counts unread
 
-    def _set_uses(self) -> None:
-        """The rows using each class id (`uses[uses_off[c]:uses_off[c + 1]]`), from the children as
-        stored now: any member of a class serves, since compress flags a class id's rows whenever
-        its root changes. A counting sort: counts and scatter on the device, the scan on the host."""
+    def _uses(self, off, ch, n: int, n_classes: int, nch: int) -> tuple:
+        """(uses_off, uses): the rows using each class id (`uses[uses_off[c]:uses_off[c + 1]]`), from
+        the children `ch` as stored: any member of a class serves, since compress flags a class id's
+        rows whenever its root changes. A counting sort: counts and scatter on the device, the scan
+        on the host."""
         from . import kernels
 
         cuda = self._cuda
-        counts = cuda.to_device(np.zeros(max(self.n_classes, 1), np.int32))
-        if self.n:
-            launch_quietly(kernels.count_uses, _blocks(self.n), THREADS, None, self.off, self.ch, counts)
-        uses_off = np.zeros(self.n_classes + 1, np.int64)
-        np.cumsum(counts.copy_to_host()[:self.n_classes], out=uses_off[1:])
-        self.uses_off = cuda.to_device(uses_off)
-        self.uses = cuda.device_array(max(self.nch, 1), np.int32)
-        if self.n:
-            cursor = cuda.to_device(uses_off[:-1].copy() if self.n_classes else np.zeros(1, np.int64))
-            launch_quietly(kernels.index_uses, _blocks(self.n), THREADS, None, self.off, self.ch, cursor, self.uses)
+        counts = cuda.to_device(np.zeros(max(n_classes, 1), np.int32))
+        if n:
+            launch_quietly(kernels.count_uses, _blocks(n), THREADS, None, off, ch, counts)
+        uses_off = np.zeros(n_classes + 1, np.int64)
+        np.cumsum(counts.copy_to_host()[:n_classes], out=uses_off[1:])
+        uses = cuda.device_array(max(nch, 1), np.int32)
+        if n:
+            cursor = cuda.to_device(uses_off[:-1].copy() if n_classes else np.zeros(1, np.int64))
+            launch_quietly(kernels.index_uses, _blocks(n), THREADS, None, off, ch, cursor, uses)
+        return cuda.to_device(uses_off), uses
 
     # --- small operations -------------------------------------------------------------------
     def union(self, a: np.ndarray, b: np.ndarray) -> None:
@@ -146,16 +151,25 @@ class DeviceEGraph:
                                                  self.off, self.ch, self.cls, self.canon, self.table, out)
         return out.copy_to_host().astype(np.int64)
 
+    def _roots(self) -> np.ndarray:
+        """Every class id's root, on the host: unions link roots alone, so until a rebuild compresses
+        it, `parent` may point at a root's former self."""
+        parent = self.parent.copy_to_host()[:self.n_classes].astype(np.int64)
+        while True:
+            grand = parent[parent]
+            if np.array_equal(grand, parent):
+                return parent
+            parent = grand
+
     def classes(self) -> np.ndarray:
-        return self.parent.copy_to_host().astype(np.int64)[self.cls.copy_to_host()]
+        return self._roots()[self.cls.copy_to_host()[:self.n]]
 
     def download(self) -> dict[str, np.ndarray]:
-        """Host copies of the rows and the union-find."""
+        """Host copies of the rows and the union-find (compressed: each id's parent is its root)."""
         ch = self.ch.copy_to_host()
         off = self.off.copy_to_host()
         return dict(eclass=self.cls.copy_to_host().astype(np.int64), op=self.op.copy_to_host(),
-                    offsets=off, children=ch[:off[-1]].astype(np.int64),
-                    parent=self.parent.copy_to_host().astype(np.int64))
+                    offsets=off, children=ch[:off[-1]].astype(np.int64), parent=self._roots())
 
     def append(self, eclass: np.ndarray, op: np.ndarray, offsets: np.ndarray, children: np.ndarray,
                n_classes: int) -> None:
@@ -171,17 +185,15 @@ class DeviceEGraph:
                 out[n_old:n_old + new.size].copy_to_device(np.ascontiguousarray(new, dev.dtype))
             return out
 
-        k, n = op.size, self.n
-        self.op = grow(self.op, n, op)
-        self.cls = grow(self.cls, n, eclass)
-        self.ch = grow(self.ch, self.nch, children)
-        self.off = grow(self.off, n + 1, self.nch + offsets[1:])
-        self.slot = grow(self.slot, n, np.full(k, -1, np.int32))
-        self.rowflag = grow(self.rowflag, n, np.ones(k, np.uint8))
+        k, n, nch = op.size, self.n, self.nch + int(children.size)
         ids = np.arange(self.n_classes, n_classes, dtype=np.int32)
-        self.parent, self.canon = grow(self.parent, self.n_classes, ids), grow(self.canon, self.n_classes, ids)
-        self.n, self.n_classes, self.nch = n + k, n_classes, self.nch + int(children.size)
-        self._set_uses()
+        grown = (grow(self.op, n, op), grow(self.cls, n, eclass), grow(self.ch, self.nch, children),
+                 grow(self.off, n + 1, self.nch + offsets[1:]), grow(self.slot, n, np.full(k, -1, np.int32)),
+                 grow(self.rowflag, n, np.ones(k, np.uint8)), grow(self.parent, self.n_classes, ids),
+                 grow(self.canon, self.n_classes, ids))
+        uses = self._uses(grown[3], grown[2], n + k, n_classes, nch)
+        # one call into C: an interruption (Ctrl-C) lands before it or after it, never between two fields
+        vars(self).update(zip(_APPENDED, (*grown, *uses, n + k, n_classes, nch), strict=True))
 
     # --- rebuild ---------------------------------------------------------------------------
     def _k(self, name: str):
@@ -201,8 +213,7 @@ class DeviceEGraph:
     def _clear_table(self, capacity: int) -> None:
         """An empty table of `capacity` slots, every row flagged to go into it."""
         if capacity != self.capacity:
-            self.table = self._cuda.device_array(capacity, np.int32)
-            self.capacity = capacity
+            self.table, self.capacity = self._cuda.device_array(capacity, np.int32), capacity
         self._fill(self.table, np.int32(-1))
         self._fill(self.slot, np.int32(-1))
         self._fill(self.rowflag, np.uint8(1))
@@ -238,6 +249,10 @@ class DeviceEGraph:
         clock = _PhaseClock(cuda)
         unions, rounds, touched, converged, regrown, inserted = 0, 0, 0, False, 0, False
         t_all = time.perf_counter()
+        if self._stale:  # the last one stopped part way (Ctrl-C, an error): every row is filed afresh
+            self._selector = None  # it may have stopped inside a compaction, too
+            self._clear_table(self.capacity)
+        self._stale = True
         clock.start()
         self._compress(clock)  # unions made since the last rebuild flag their parents
         while True:
@@ -277,6 +292,7 @@ class DeviceEGraph:
         clock.lap("compress")
         cuda.synchronize()
         clock.collect()
+        self._stale = False
         return dict(rounds=rounds, unions=unions, nodes_touched=touched, converged=converged,
                     seconds=time.perf_counter() - t_all, device_ns=sum(clock.ns.values()), phase_ns=clock.ns,
                     table_capacity=self.capacity, table_regrown=regrown)

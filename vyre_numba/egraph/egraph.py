@@ -422,9 +422,9 @@ class EGraph(Unshared):
                                 "ids. Fix: np.stack([a, b], axis=1).")
         a = self._ids(arr[:, 0], "pairs[:, 0]")
         b = self._ids(arr[:, 1], "pairs[:, 1]")
-        g.union(a, b)
-        if a.size:
+        if a.size:  # marked first: an interrupted union may have merged some classes
             self._pending = self._unioned = True
+        g.union(a, b)
 
     @_serial
     def find(self, ids) -> np.ndarray:
@@ -442,6 +442,7 @@ class EGraph(Unshared):
         max_rounds = _max_rounds(max_rounds)
         g = self._live()
         b = bar(progress, desc="e-graph rebuild", unit="round")
+        self._pending = self._unioned = True  # until it finishes: an interrupted rebuild leaves rows to visit again
         try:
             s = g.rebuild(max_rounds, None if b is None else lambda: b.update(1))
         finally:
@@ -494,41 +495,52 @@ class EGraph(Unshared):
         e-node equal to an existing one (after canonicalising children), or to an earlier one of
         the batch, returns that one's class and adds no row. Rebuilds first if unions are pending.
         `op` holds operator ids or, where the e-graph names its operators, names: a new name
-        becomes a new operator (appended to `ops`)."""
+        becomes a new operator (appended to `ops`). A refused add changes nothing (pending unions
+        stay pending); an interrupted one either added nothing or added its rows with their names."""
         op, new_ops = self._op_ids(op, "add")
-        if new_ops:  # named only once the e-nodes are in: a failed add leaves the names as they were
-            self.ops.extend(new_ops)
-            try:
-                return self._add(op, children_offsets, children)
-            except BaseException:
-                del self.ops[len(self.ops) - len(new_ops):]
-                raise
-        return self._add(op, children_offsets, children)
-
-    def _add(self, op, children_offsets, children) -> np.ndarray:
         op, offsets, children = _rows(op, children_offsets, children, self.n_classes, "add")
-        if self.ops is not None and op.size and int(op.max()) >= len(self.ops):
+        if self.ops is not None and op.size and int(op.max()) >= len(self.ops) + len(new_ops):
             raise DispatchError(f"op holds {int(op.max())}, but the e-graph names {len(self.ops)} operators. "
                                 "Fix: use an operator id below that.")
-        self._rebuilt()  # after the checks: a refused call leaves an unconverged e-graph as it was
         g = self._live()
-        canon = g.find(children) if children.size else children
+        canon = g.find(children) if children.size else children  # exact before a rebuild too
         self._check_children(children, canon)
+        base = self.n_classes
+        if self._pending:
+            if base + op.size - 1 > MAX_ID:  # which e-nodes exist is known only after the rebuild: bound them now
+                most = int(np.count_nonzero(signature_heads(op, offsets, canon) == np.arange(op.size)))
+                _check_id_limit(base, most, "up to ", " Call rebuild() first (then only e-nodes not in the e-graph "
+                                                      "count), or split the graph.")
+            self.rebuild()
+            canon = g.find(children) if children.size else children
         out = g.lookup(op, offsets, canon)
         new = np.flatnonzero(out < 0)
-        if new.size:
-            base = self.n_classes
-            n_off, n_children = _take_rows(offsets, canon, new)
-            head = signature_heads(op[new], n_off, n_children)  # equal e-nodes of the batch: one row
-            first = head == np.arange(new.size)
-            if base + int(first.sum()) - 1 > MAX_ID:
-                raise DispatchError(f"adding {int(first.sum())} classes passes the id limit {MAX_ID}. "
-                                    "Fix: split the graph.")
-            out[new] = base + (np.cumsum(first) - 1)[head]
-            fresh = new[first]
-            f_off, f_children = _take_rows(offsets, canon, fresh)
+        if not new.size:
+            return out
+        n_off, n_children = _take_rows(offsets, canon, new)
+        head = signature_heads(op[new], n_off, n_children)  # equal e-nodes of the batch: one row
+        first = head == np.arange(new.size)
+        _check_id_limit(base, int(first.sum()))
+        out[new] = base + (np.cumsum(first) - 1)[head]
+        fresh = new[first]
+        f_off, f_children = _take_rows(offsets, canon, fresh)
+        rows, names = g.n, len(self.ops) if self.ops is not None else 0
+        self._pending = True  # from here on: the next query files the new rows for hash-consing
+        try:  # names before rows: a name without a row is harmless, a row without its name is not
+            if new_ops:
+                self.ops.extend(new_ops)
             g.append(np.arange(base, base + fresh.size), op[fresh], f_off, f_children, base + fresh.size)
+        except BaseException:
+            if g.n == rows and new_ops:  # the rows never went in
+                del self.ops[names:]
+            raise
+        try:
             self.rebuild()  # new rows go into the hash table (they are equal to no row, so nothing merges)
+        except BaseException as e:
+            e.add_note(f"add: its {fresh.size} new e-node(s) were added, with their operator names; only the "
+                       "rebuild that files them for hash-consing stopped, and the next add, lookup or rebuild "
+                       "runs it.")
+            raise
         return out
 
     def _check_children(self, children: np.ndarray, canon: np.ndarray) -> None:
@@ -546,6 +558,11 @@ class EGraph(Unshared):
                 bad = int(children[odd][np.argmax(empty)])
                 raise DispatchError(f"add: a child refers to class {bad}, but no e-node is in class {bad}. "
                                     "Fix: children are e-class ids of e-nodes in the graph.")
+
+
+def _check_id_limit(base: int, count: int, what: str = "", fix: str = " Split the graph.") -> None:
+    if base + count - 1 > MAX_ID:
+        raise DispatchError(f"adding {what}{count} classes passes the id limit {MAX_ID}; nothing was added. Fix:{fix}")
 
 
 def _take_rows(offsets: np.ndarray, children: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -70,13 +70,13 @@ class HostEGraph:
 
     def append(self, eclass: np.ndarray, op: np.ndarray, offsets: np.ndarray, children: np.ndarray,
                n_classes: int) -> None:
-        self.eclass = np.concatenate([self.eclass, eclass])
-        self.op = np.concatenate([self.op, op])
-        self.offsets = np.concatenate([self.offsets[:-1], self.offsets[-1] + offsets])
-        self.children = np.concatenate([self.children, children])
-        self.parent = np.concatenate([self.parent, np.arange(self.n_classes, n_classes)])
-        self.n, self.n_classes = self.op.size, n_classes
-        self._memo = None
+        grown = (np.concatenate([self.eclass, eclass]), np.concatenate([self.op, op]),
+                 np.concatenate([self.offsets[:-1], self.offsets[-1] + offsets]),
+                 np.concatenate([self.children, children]),
+                 np.concatenate([self.parent, np.arange(self.n_classes, n_classes)]))
+        # one assignment, no call in it: an interruption (Ctrl-C) lands before it or after it
+        self.eclass, self.op, self.offsets, self.children, self.parent, self.n, self.n_classes, self._memo = (
+            *grown, grown[1].size, n_classes, None)
 
     def structural_pairs(self, capacity: int) -> tuple[np.ndarray, int]:
         pairs = structural_pairs(self.op, self.offsets, self.children, self.eclass)

@@ -928,6 +928,6 @@ def test_a_refused_add_leaves_pending_unions_pending():
 @pytest.mark.gpu
 def test_gpu_an_interrupted_add_union_or_rebuild_on_the_device_leaves_a_sound_egraph():
     """The two regressions above with the rows on the GPU (DeviceEGraph), interrupted at every
-    fifth event of the e-graph's code."""
-    assert check_interrupted_adds(device=True, within="egraph", every=5) > 20
-    assert check_interrupted_unions(device=True, within="egraph", every=5) > 20
+    25th event of the e-graph's code (each interruption rebuilds a fresh e-graph on the device)."""
+    assert check_interrupted_adds(device=True, within="egraph", every=25) > 10
+    assert check_interrupted_unions(device=True, within="egraph", every=25) > 10

@@ -10,7 +10,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from .. import checked
-from ..backend import _iterable, _read, as_step
+from ..backend import _iterable, as_step
 from ..bindings import Binding, bind, check_resident
 from ..config import DispatchConfig
 from ..errors import CompileError, DeviceError, UnsupportedError, VyreError, check_calls
@@ -244,7 +244,7 @@ class CudaRecordedSequence(RecordedGraph):
         steps = [as_step(s) for s in _iterable(steps, "steps")]
         for st in steps:
             checked.refuse(st.config, "record_sequence")
-        reads = [_read(r) for r in _iterable(read, "read")]
+        reads = backend._reads(read)  # each checked as its download would check it, before anything runs
         preps = []
         for st in steps:  # compile and check everything before capturing anything
             check(st.program)

@@ -464,6 +464,8 @@ def _is_device_function(f) -> bool:
 
 def _rows(a) -> int | None:
     """Rows of a device array (a RawArray's or a Numba array's first axis), None for anything else."""
+    if type(a) is RawArray:
+        return a.shape[0]
     if isinstance(a, np.ndarray):  # host memory: the kernels would read it as an address
         return None
     shape = getattr(a, "shape", None)
@@ -472,6 +474,28 @@ def _rows(a) -> int | None:
 
 def _check_call(what: str, flag_of, src, n, words=None, out=None, capacity=None) -> None:
     """Refuse arguments of Selector.`what` that the kernels would fail on or run past."""
+    if not (_is_device_function(flag_of) and _fits(src, n, words, out, capacity)):  # the common case stays cheap
+        _refuse_call(what, flag_of, src, n, words, out, capacity)
+
+
+def _fits(src, n, words, out, capacity) -> bool:
+    """Whether the arguments are plainly fine: int counts, device arrays of enough rows, out of the word written."""
+    if type(n) is not int or not 0 <= n <= MAX_ITEMS or not (capacity is None or type(capacity) is int and capacity >= 0):
+        return False
+    for a, need in ((src, n), (words, n), (out, capacity or 0)):
+        rows = -1 if a is None and a is not src else _rows(a)
+        if rows is None or (rows >= 0 and rows < need):
+            return False
+    if out is None:
+        return True
+    w = _word_of(out)
+    if words is None:
+        return w.kind in "iu" and w.itemsize == 8 and len(out.shape) == 1
+    return w == _word_of(words) and out.shape[1:] == words.shape[1:]
+
+
+def _refuse_call(what: str, flag_of, src, n, words, out, capacity) -> None:
+    """Raise what is wrong with the arguments of Selector.`what` (return where nothing is)."""
     where = f"Selector.{what}"
     if not _is_device_function(flag_of):
         raise DispatchError(f"{where}: flag_of={shown(flag_of, 60)} is not a Numba device function. Fix: pass a "
@@ -551,5 +575,7 @@ def _raw(words: int | None, n: int, word):
 
 def _word_of(words) -> np.dtype:
     """The element type of a words array (a RawArray's or Numba's)."""
+    if type(words) is RawArray:
+        return words._dtype
     kind = getattr(words, "kind", None)
     return np.dtype(kind[0]) if kind is not None else np.dtype(words.dtype)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from egraph_cases import bucket, chain_pair, naive_closure, random_egraph, rows, workload_rows
+from interrupts import interrupted
 from vyre_numba.egraph import EGraph, congruence_closure, structural_equivalences
 from vyre_numba.errors import DispatchError, VyreError
 
@@ -761,39 +762,6 @@ def test_integers_past_int64_are_named_for_what_they_are(call, fragment):
 
 # ---- found by a red-team of failure atomicity: interrupted and refused calls -----------------------
 
-def interrupt_at(k: int, call, within: str = "") -> bool | None:
-    """call() with a KeyboardInterrupt raised at its k-th event in vyre_numba's code (under `within`,
-    a folder of it): a function's call or return, or a line, where a Ctrl-C lands. True if it
-    was interrupted, None if it finished first (it has fewer events)."""
-    import inspect
-    import os
-    import sys
-
-    import vyre_numba
-
-    root = os.path.join(os.path.dirname(vyre_numba.__file__), within)
-    seen = 0
-
-    def trace(frame, event, arg):
-        nonlocal seen
-        if not frame.f_code.co_filename.startswith(root) or frame.f_code.co_flags & inspect.CO_GENERATOR:
-            return None  # generators: closed early by any() and the like, where an exception is ignored
-        seen += 1
-        if seen == k:
-            raise KeyboardInterrupt
-        return trace
-
-    old = sys.gettrace()
-    sys.settrace(trace)
-    try:
-        call()
-    except KeyboardInterrupt:
-        return True
-    finally:
-        sys.settrace(old)
-    assert seen < k, f"event {k} raised, and the call went on"
-    return None
-
 
 def on(g: EGraph, device: bool) -> EGraph:
     """`g` (built on the reference backend, not yet rebuilt) with its rows on the device, where asked
@@ -852,7 +820,7 @@ def check_interrupted_adds(device: bool = False, within: str = "", every: int = 
     while True:
         k += every
         g, a, b = fresh()
-        if not interrupt_at(k, lambda: add(g, a, b), within):
+        if not interrupted(k, lambda: add(g, a, b), within):
             return k // every
         assert_sound(g)
         assert final(g, after(g, a, b)) == want, k
@@ -884,7 +852,7 @@ def check_interrupted_unions(device: bool = False, within: str = "", every: int 
             if second:
                 g.union(pairs)
             call = g.rebuild if second else (lambda: g.union(pairs))
-            if not interrupt_at(k, call, within):
+            if not interrupted(k, call, within):
                 done[second] = True
                 continue
             assert_sound(g)

@@ -5,10 +5,6 @@ buffers agree with; ranges to read back that cannot be read are refused before a
 Recorded sequences' step buffers and telemetry refuse what they cannot take with a VyreError."""
 from __future__ import annotations
 
-import inspect
-import linecache
-import os
-import sys
 import warnings
 
 import numpy as np
@@ -20,6 +16,8 @@ from vyre_numba.backend import SEQUENCE_NOTE, TELEMETRY_KEYS, Telemetry
 from vyre_numba.display import Duration
 from vyre_numba.errors import CheckError, CheckWarning, DispatchError, UnknownNameError, VyreError
 from vyre_numba.recording import UnknownStepError
+
+from interrupts import interrupted
 
 B = ir.BufferDecl
 RAISE, WARN = DispatchConfig(checked="raise"), DispatchConfig(checked=True)
@@ -132,38 +130,6 @@ def test_a_megakernel_fallback_stopped_by_a_check_says_that_step_ran(backend, un
 
 
 # ---- interrupts carry what ran -----------------------------------------------------------------
-
-def interrupted(k: int, call) -> KeyboardInterrupt | None:
-    """call() with a KeyboardInterrupt raised at its k-th event (a call, line or return) in
-    vyre_numba's code, where a Ctrl-C lands; the interrupt, or None where the call finished first.
-    The line of a `with` statement is left out: its event as the block ends comes before __exit__,
-    where an exception would leave a lock held (CPython's own hazard, not what is tested here)."""
-    root = os.path.dirname(vn.__file__)
-    seen = 0
-
-    def trace(frame, event, arg):
-        nonlocal seen
-        code = frame.f_code
-        if not code.co_filename.startswith(root) or code.co_flags & inspect.CO_GENERATOR:
-            return None  # generators: closed early by any() and the like, where an exception is ignored
-        if event == "line" and linecache.getline(code.co_filename, frame.f_lineno).lstrip().startswith("with "):
-            return trace
-        seen += 1
-        if seen == k:
-            raise KeyboardInterrupt
-        return trace
-
-    old = sys.gettrace()
-    sys.settrace(trace)
-    try:
-        call()
-    except KeyboardInterrupt as e:
-        return e
-    finally:
-        sys.settrace(old)
-    assert seen < k, f"event {k} raised, and the call went on"
-    return None
-
 
 def check_every_interrupt(run, state, after, every: int) -> int:
     """Interrupt `run()` at every `every`-th event until it finishes: each interrupt's `steps_ran`

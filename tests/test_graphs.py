@@ -345,7 +345,7 @@ def test_the_cuda_sequence_pins_each_steps_buffers_by_name_before_capturing(monk
 
     calls = []
     fake = types.SimpleNamespace(_drv=types.SimpleNamespace(), _cuda=None, release_memory=lambda: None,
-                                 _ensure_context=lambda: None,
+                                 _ensure_context=lambda: None, _reads=list,
                                  _prepare=lambda program, config, buffers: calls.append(buffers))
     x, y = object(), object()
     given = {"x": x}

@@ -131,6 +131,7 @@ class Selector(Unshared):
         self._cuda = cuda
         self.stream = stream if stream is not None else cuda.default_stream()
         self._host = cuda.mapped_array(1, np.int64)
+        self._host[0] = -1  # no count yet: total() says so
         self._ctl = cuda.to_device(np.zeros(4, np.int64), stream=self.stream)  # [-, -, kept count, scan ticket]
         self._tiles = 0
         self._launches: dict = {}  # kernel -> NumbaLaunch on this stream

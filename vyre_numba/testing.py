@@ -1,7 +1,9 @@
 """Test support: a pytest plugin (`-p vyre_numba.testing`) that skips `gpu`-marked tests, with the
-reason, where the CUDA backend cannot run, and turns the automatic progress bars off (a bar that
+reason, where the CUDA backend cannot run, turns the automatic progress bars off (a bar that
 appears when a cell happens to run past a second would make notebook outputs depend on the
-machine's speed); and helpers to compare results as the semantics define."""
+machine's speed) and, where VYRE_FAILURE_LOG names a file, appends each failure's report to it as
+it happens (a run cut by a time limit keeps them); and helpers to compare results as the
+semantics define."""
 from __future__ import annotations
 
 import os
@@ -13,6 +15,16 @@ def pytest_configure(config) -> None:
     from .progress import ENV
 
     os.environ.setdefault(ENV, "0")  # inherited by the notebook kernels nbval starts
+
+
+FAILURE_LOG = "VYRE_FAILURE_LOG"
+
+
+def pytest_runtest_logreport(report) -> None:
+    path = os.environ.get(FAILURE_LOG)
+    if path and report.failed:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(f"==== {report.nodeid} ({report.when})\n{report.longreprtext}\n")
 
 
 def pytest_collection_modifyitems(config, items) -> None:

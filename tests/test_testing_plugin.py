@@ -1,0 +1,37 @@
+"""The pytest plugin `vyre_numba.testing`: failures logged as they happen, for runs a time limit cuts."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+
+def test_each_failure_is_appended_to_the_failure_log_as_it_happens(tmp_path):
+    (tmp_path / "test_sample.py").write_text(textwrap.dedent("""
+        def test_passes():
+            assert True
+
+        def test_fails():
+            assert 1 == 2, "the sample's own failure"
+    """))
+    log = tmp_path / "failures.log"
+    env = dict(os.environ, VYRE_FAILURE_LOG=str(log))
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-o", "addopts=", "-p", "vyre_numba.testing",
+                          "-p", "no:cacheprovider", "-p", "no:nbval", "test_sample.py"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1, run.stdout + run.stderr
+    text = log.read_text()
+    assert "==== test_sample.py::test_fails (call)" in text
+    assert "the sample's own failure" in text
+    assert "test_passes" not in text
+
+
+def test_nothing_is_logged_without_the_variable(tmp_path):
+    (tmp_path / "test_sample.py").write_text("def test_fails():\n    assert False\n")
+    env = {k: v for k, v in os.environ.items() if k != "VYRE_FAILURE_LOG"}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-o", "addopts=", "-p", "vyre_numba.testing",
+                          "-p", "no:cacheprovider", "-p", "no:nbval", "test_sample.py"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["test_sample.py"]

@@ -721,7 +721,7 @@ def one_fix(text: str) -> str:
     return text
 
 
-def builds_and_runs(inputs: str, outputs: str, operation, want) -> None:
+def assert_builds_and_runs(inputs: str, outputs: str, operation, want) -> None:
     """The kernel computes `want` (from x = [0, 1, 2, 3] f32) on the reference backend and its PTX assembles."""
     from vyre_numba.ptx import assemble
 
@@ -739,9 +739,9 @@ def test_special_names_work_as_inputs_outputs_and_temporaries(name):
     """Regression: names PTX reserves, that start with _ or look like the kernel's own variables
     (idx, v_x, t_t, o_y) and very long names compute as any other name in every role."""
     x = np.arange(4, dtype=np.float32)
-    builds_and_runs(f"f32 {name}", "f32 y", f"{name} * 2", x * 2)
-    builds_and_runs("f32 x", f"f32 {name}", "x * 2", x * 2)
-    builds_and_runs("f32 x", "f32 y", f"{name} = x * 2; {name} += x; y = {name} + 1", x * 3 + 1)
+    assert_builds_and_runs(f"f32 {name}", "f32 y", f"{name} * 2", x * 2)
+    assert_builds_and_runs("f32 x", f"f32 {name}", "x * 2", x * 2)
+    assert_builds_and_runs("f32 x", "f32 y", f"{name} = x * 2; {name} += x; y = {name} + 1", x * 3 + 1)
 
 
 @pytest.mark.parametrize("name", ["λ", "π_2", "café", "Δt", "变量"])
@@ -749,16 +749,16 @@ def test_non_ascii_temporaries_are_renamed_inside(name):
     """Regression: a non-ASCII temporary (a Python identifier the IR, with ASCII variable names,
     refuses) was reported as 'the operation does not type-check' with two Fix clauses."""
     x = np.arange(4, dtype=np.float32)
-    builds_and_runs("f32 x", "f32 y", f"{name} = x * 2; y = {name} + x", x * 3)
-    builds_and_runs("f32 x", "f32 y, f32 z", f"{name} = x * 2; y = {name}; z = {name} + 1; {name} = x",
+    assert_builds_and_runs("f32 x", "f32 y", f"{name} = x * 2; y = {name} + x", x * 3)
+    assert_builds_and_runs("f32 x", "f32 y, f32 z", f"{name} = x * 2; y = {name}; z = {name} + 1; {name} = x",
                     np.stack([x * 2, x * 2 + 1]))
 
 
 def test_names_that_are_one_name_in_nfkc_form_are_one_name():
     """Python reads identifiers in NFKC form (ﬁ is fi); messages say so where the spelling differs."""
     x = np.arange(4, dtype=np.float32)
-    builds_and_runs("f32 x", "f32 y", "ﬁ = x * 2; y = fi + x", x * 3)
-    builds_and_runs("f32 x", "f32 y", "ｔ = x; y = t", x)  # a full-width t
+    assert_builds_and_runs("f32 x", "f32 y", "ﬁ = x * 2; y = fi + x", x * 3)
+    assert_builds_and_runs("f32 x", "f32 y", "ｔ = x; y = t", x)  # a full-width t
     text = one_fix(raises(IRValidationError, elementwise, "f32 fi", "f32 y", "ﬁ = fi * 2; y = fi",
                           match=r"the input 'fi' \(written ﬁ; Python reads identifiers in NFKC form\) is assigned"))
     assert "in `ﬁ = fi * 2`" in text

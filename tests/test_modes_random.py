@@ -62,15 +62,6 @@ def run_mode(backend, mode: str, program: ir.Program, inputs: list, config: Disp
     return backend.megakernel([Step(program, bufs, config)], read, max_rounds=2).run().outputs
 
 
-def _comparable(program: ir.Program, inputs: list, config, ref):
-    """(config, sizes of the outputs) where the reference dispatches the sample, else None."""
-    try:
-        expect = ref.dispatch(program, inputs, config)
-    except vn.VyreError:
-        return None  # not a valid dispatch (the reference says why)
-    return {b.name: int(np.size(e)) for b, e in zip(program.outputs, expect)}, expect
-
-
 def _same(program: ir.Program, got: list, want: list, what: str, sample) -> None:
     assert len(got) == len(want), what
     transcendental = any(isinstance(x, ir.UnOp) and x.op in ir.TRANSCENDENTAL_UNOPS for x in ir.walk(program.entry))
@@ -83,9 +74,25 @@ def _same(program: ir.Program, got: list, want: list, what: str, sample) -> None
                                f"{program}\ninputs={sample[1]}\nconfig={sample[2]}")
 
 
-def _settings(examples: int):
-    return settings(max_examples=examples, deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+def for_random_programs(check, examples: int, least: int) -> None:
+    """check(sample, sizes of the outputs, the reference's outputs) for `examples` random programs the
+    reference dispatches (the rest are no valid dispatch; the reference says why), at least `least`."""
+    ref, checked = vn.get_backend("reference"), []
+
+    @settings(max_examples=examples, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(strategies.programs_with_inputs())
+    def run(sample):
+        program, inputs, config = sample
+        try:
+            once = ref.dispatch(program, inputs, config)
+        except vn.VyreError:
+            return
+        check(sample, {b.name: int(np.size(o)) for b, o in zip(program.outputs, once)}, once)
+        checked.append(1)
+
+    run()
+    assert len(checked) >= least, f"only {len(checked)} random programs were comparable"
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -93,16 +100,9 @@ def test_every_mode_of_the_reference_matches_its_plain_dispatch(mode):
     """The sequences run the program twice (two steps, two rounds; a graph replays twice), so their
     reference is two host dispatches, the second on the first's read_write results."""
     ref = vn.get_backend("reference")
-    checked = []
 
-    @_settings(int(os.environ.get("VYRE_MODE_EXAMPLES", "25")))
-    @given(strategies.programs_with_inputs())
-    def run(sample):
+    def check(sample, sizes, once):
         program, inputs, config = sample
-        known = _comparable(program, inputs, config, ref)
-        if known is None:
-            return
-        sizes, once = known
         got = run_mode(ref, mode, program, inputs, config, sizes)
         if mode in ("async", "timed", "resident"):
             want = once
@@ -110,10 +110,8 @@ def test_every_mode_of_the_reference_matches_its_plain_dispatch(mode):
             again = ref.dispatch(program, _after(program, inputs, once), config)
             want = (once + again) if mode == "graph" else again  # pure outputs start from zero each run
         _same(program, got, want, f"reference {mode}", sample)
-        checked.append(1)
 
-    run()
-    assert len(checked) >= 10, f"only {len(checked)} random programs were comparable"
+    for_random_programs(check, int(os.environ.get("VYRE_MODE_EXAMPLES", "25")), 10)
 
 
 def _after(program: ir.Program, inputs: list, outputs: list) -> list:
@@ -126,20 +124,10 @@ def _after(program: ir.Program, inputs: list, outputs: list) -> list:
 @pytest.mark.parametrize("mode", MODES)
 def test_random_programs_match_the_reference_in_every_mode(mode):
     cuda, ref = vn.get_backend("cuda"), vn.get_backend("reference")
-    checked = []
 
-    @_settings(int(os.environ.get("VYRE_GPU_MODE_EXAMPLES", "40")))
-    @given(strategies.programs_with_inputs())
-    def run(sample):
+    def check(sample, sizes, _):
         program, inputs, config = sample
-        known = _comparable(program, inputs, config, ref)
-        if known is None:
-            return
-        sizes, _ = known
         want = run_mode(ref, mode, program, inputs, config, sizes)
-        got = run_mode(cuda, mode, program, inputs, config, sizes)
-        _same(program, got, want, f"cuda {mode}", sample)
-        checked.append(1)
+        _same(program, run_mode(cuda, mode, program, inputs, config, sizes), want, f"cuda {mode}", sample)
 
-    run()
-    assert len(checked) >= 20, f"only {len(checked)} random programs were comparable"
+    for_random_programs(check, int(os.environ.get("VYRE_GPU_MODE_EXAMPLES", "40")), 20)

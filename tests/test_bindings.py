@@ -190,6 +190,25 @@ def test_inexact_conversions_are_refused(dtype, value, fragments):
         assert fragment in text, text
 
 
+def test_pandas_missing_values_are_refused_not_read_as_nan():
+    pd = pytest.importorskip("pandas")
+    be = vn.get_backend("reference")
+    gappy = [pd.Series([1, None, 3], dtype="Int64"), pd.Series([1.5, None, 3], dtype="Float32"),
+             pd.array([1, None, 3], dtype="Int64"), pd.Index(pd.array([1.0, None, 3.0], dtype="Float64")),
+             pd.Series(pd.Categorical([1.0, None, 3.0]))]
+    for value in gappy:
+        assert "1 missing value(s) (the first at position 1)" in refused("f32", value)
+        buf = be.upload(np.zeros(3, np.float32))
+        with pytest.raises(DispatchError, match=r"missing value.*Fix: pass x\.fillna"):
+            be.write(buf, value)
+        assert not be.download(buf).any()
+        with pytest.raises(DispatchError, match=r"upload: .*missing value.*Fix: pass x\.fillna"):
+            be.upload(value)
+    # a NaN of a NumPy-dtype Series is a value, and a nullable one without gaps binds as its numbers
+    assert np.isnan(bound("f32", pd.Series([1.0, np.nan]))[1])
+    assert bound("u32", pd.Series([1, 2], dtype="Int64")).tolist() == [1, 2]
+
+
 def test_gpu_arrays_are_refused():
     class FakeDeviceArray:
         __cuda_array_interface__ = {"shape": (2,), "typestr": "<u4", "data": (0, False), "version": 3}

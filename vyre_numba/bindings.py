@@ -96,6 +96,11 @@ def _host_values(b: BufferDecl, value, where: str) -> np.ndarray:
                                 f"first at flat index {int(masked[0])}), which have no value to bind. Fix: pass "
                                 "x.filled(value) with the value the program should see.")
         value = value.data
+    gap = first_missing(value)
+    if gap is not None:
+        raise DispatchError(f"{where}: {b.name!r} is a pandas {type(value).__name__} with {gap[1]} missing value(s) "
+                            f"(the first at position {gap[0]}), which have no value to bind (NumPy reads them as NaN "
+                            f"or None). Fix: pass x.fillna(value).to_numpy() with the value the program should see.")
     if isinstance(value, np.ndarray):
         arr = value if type(value) is np.ndarray else value.view(np.ndarray)
     else:
@@ -121,6 +126,17 @@ def _host_values(b: BufferDecl, value, where: str) -> np.ndarray:
     if arr.ndim == 1 and isinstance(value, (list, tuple)):
         arr = _check_elements(b, value, arr, where)
     return arr
+
+
+def first_missing(value) -> tuple[int, int] | None:
+    """(position of the first, count) of the missing values (pd.NA, NaT) of a pandas object whose
+    dtype is pandas' own (nullable, Arrow, categorical), which NumPy reads as NaN; else None (a NaN of a
+    NumPy-dtype Series is a value)."""
+    if not type(value).__module__.startswith("pandas") or isinstance(getattr(value, "dtype", np.dtype(int)), np.dtype) \
+            or not callable(getattr(value, "isna", None)):
+        return None
+    gaps = np.flatnonzero(np.asarray(value.isna()))
+    return (int(gaps[0]), int(gaps.size)) if gaps.size else None
 
 
 def _check_elements(b: BufferDecl, values: list | tuple, arr: np.ndarray, where: str,

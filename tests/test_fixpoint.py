@@ -160,6 +160,24 @@ def test_a_read_only_array_the_step_writes_is_named_as_such(frozen, fragment):
     assert fixpoint.run(_writes_the_first, 3, [np.zeros(3), b]).converged  # only read: taken
 
 
+def test_a_big_endian_array_is_refused_even_after_the_step_compiled_for_native_ones():
+    indptr, indices = path(5)
+    cpu_labels(5, np.arange(5, dtype=np.int64), indptr, indices)  # Numba would now read a '>i8' array as '<i8'
+    swapped = np.arange(5, dtype=">i8")[::-1].copy()
+    with pytest.raises(DispatchError, match=r"args\[0\] has dtype >i8, not in this machine's byte order.*Fix:"):
+        fixpoint.run(relax, 5, [swapped, indptr, indices])
+    with pytest.raises(DispatchError, match=r"args\[0\] has dtype >i8"):
+        fixpoint.for_each(relax, 5, [swapped, indptr, indices])
+    assert swapped.tolist() == [4, 3, 2, 1, 0]
+
+
+def test_float16_arguments_are_refused_as_such_not_as_an_exception_the_step_raised():
+    for args in ([np.ones(3, np.float16), np.zeros(3)], [np.zeros(3), np.float16(1)]):
+        with pytest.raises(DispatchError, match=r"holds float16, which Numba's CPU compiler does not take.*Fix: ") as e:
+            fixpoint.run(_writes_the_first, 3, args)
+        assert "raised" not in str(e.value)
+
+
 def test_no_host_memory_for_the_undo_copies_is_a_vyre_error_with_a_fix(monkeypatch):
     from vyre_numba.errors import HostMemoryError
     from vyre_numba.fixpoint import runner

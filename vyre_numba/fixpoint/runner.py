@@ -295,6 +295,14 @@ def _run_cpu(step: Callable, n: int, args: list, max_rounds: int, progress: bool
             raise DispatchError(f"args[{k}] is {_named(a)}; the step takes arrays (updated in place) and numbers. "
                                 f"Fix: pass np.asarray(...) of it (a {type(a).__name__} would be copied, and the "
                                 "step's writes lost).")
+        if isinstance(a, np.ndarray) and not a.dtype.isnative:  # Numba would read a tuple's such array as native
+            raise DispatchError(f"args[{k}] has dtype {a.dtype.str}, not in this machine's byte order, which Numba "
+                                "cannot compile a step for. Fix: pass x = x.astype(x.dtype.newbyteorder('=')) and read "
+                                "the results from that array (it is updated in place).")
+        if isinstance(a, (np.ndarray, np.generic)) and a.dtype == np.float16:  # it would be "the step raised"
+            raise DispatchError(f"args[{k}] holds float16, which Numba's CPU compiler does not take (the reference "
+                                "backend runs the step with it). Fix: pass a float32 copy (x.astype(np.float32)) and "
+                                "round the results back, or run on the cuda backend.")
     jitted, inner = _cpu_round(step)
     checked: list = []
 

@@ -1,6 +1,7 @@
 """Every error a user can cause is one of these. Messages end with an actionable `Fix: ...`."""
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import inspect
@@ -79,10 +80,42 @@ class ArgumentError(VyreError, TypeError):
     Python raises for the same mistake)."""
 
 
+class ImmutableError(VyreError, dataclasses.FrozenInstanceError):
+    """A field set or deleted on an immutable value, such as a DispatchConfig, an IR node or a
+    result (also dataclasses.FrozenInstanceError, an AttributeError, which Python raises for the
+    same mistake)."""
+
+
+def _refuse_change(self, name: str, value=None) -> None:
+    """__setattr__ and __delattr__ of an immutable dataclass: the change refused, with the fix."""
+    __tracebackhide__ = True  # noqa: F841
+    cls = type(self).__name__
+    fields = [f.name for f in dataclasses.fields(self) if not f.name.startswith("_")]
+    if name in fields:
+        raise ImmutableError(f"{cls} is immutable: its field {name!r} cannot be changed. Fix: make a changed copy, "
+                             f"dataclasses.replace(x, {name}=...), and use that.")
+    raise ImmutableError(f"{cls} is immutable and takes no attributes of its own ({shown(name)} is none of its fields "
+                         f"{fields}{did_you_mean(name, fields)}). Fix: keep your own values in a variable or dict, or "
+                         "make a changed copy with dataclasses.replace(x, field=...).")
+
+
+_refuse_change._vyre_immutable = True
+
+
+def immutable(*classes: type) -> None:
+    """Makes each frozen dataclass among `classes` refuse a change of a field with ImmutableError
+    (`check_calls` does this for the classes it checks)."""
+    for cls in classes:
+        params = vars(cls).get("__dataclass_params__")
+        if params is not None and params.frozen:
+            cls.__setattr__ = cls.__delattr__ = _refuse_change
+
+
 def check_calls(namespace: dict, names) -> None:
     """Makes every function named in `names` (looked up and replaced in `namespace`, a package's
     globals) and every public method of every class named there raise ArgumentError, naming the
-    parameters and the nearest one to a misspelt keyword, where a call's arguments do not fit."""
+    parameters and the nearest one to a misspelt keyword, where a call's arguments do not fit; and
+    every frozen dataclass among those classes refuse a change of a field with ImmutableError."""
     for name in names:
         obj = namespace.get(name)
         if _function(obj):
@@ -110,6 +143,7 @@ def _ours(cls: type) -> bool:
 
 
 def _check_methods(cls: type) -> None:
+    immutable(cls)
     for name, attr in list(vars(cls).items()):
         if name.startswith("_") and name not in ("__init__", "__call__"):
             continue

@@ -6,6 +6,7 @@ from .launch import ArgBlock, KernelLaunch, LaunchShape, validate_cooperative, v
 __all__ = ["CudaBackend", "CompiledKernel", "DeviceCaps", "ArgBlock", "KernelLaunch", "LaunchShape",
            "caps", "probe", "validate_launch", "validate_cooperative"]
 
-from ..errors import check_calls as _check_calls  # noqa: E402
+from ..errors import check_calls as _check_calls, immutable as _immutable  # noqa: E402
 
-_check_calls(globals(), ["CudaBackend", "caps", "probe"])
+_check_calls(globals(), ["CudaBackend", "caps", "probe"])  # the launch path's helpers stay unwrapped: it is hot
+_immutable(DeviceCaps, LaunchShape)

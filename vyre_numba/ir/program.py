@@ -181,7 +181,7 @@ class Program:
     workgroup_size: tuple[int, int, int]
     entry: tuple[n.Node, ...]
     name: str = "main"
-    _digest: str | None = field(default=None, compare=False, repr=False)
+    _digest: str | None = field(default=None, compare=False, repr=False, init=False)
 
     def __init__(self, buffers: Iterable[BufferDecl], workgroup_size: int | Iterable[int],
                  entry: Iterable[n.Node] | n.Node, name: str = "main"):

@@ -1,0 +1,67 @@
+"""Immutable values (DispatchConfig, IR nodes and programs, results): a change refused with
+ImmutableError (a VyreError and dataclasses' FrozenInstanceError) saying how to make a changed copy,
+and that copy works."""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+
+import pytest
+
+import vyre_numba as vn
+from vyre_numba import DispatchConfig, ir
+from vyre_numba.errors import ImmutableError
+from vyre_numba.gpu.launch import LaunchShape
+
+
+def _public_frozen_classes() -> set[type]:
+    found = set()
+    names = [m.name for m in pkgutil.walk_packages(vn.__path__, "vyre_numba.")
+             if not m.name.endswith(("__main__", ".cli"))]
+    for name in ["vyre_numba"] + names:
+        try:
+            mod = importlib.import_module(name)
+        except vn.VyreError:  # a module that needs what this machine lacks (a GPU, Dask)
+            continue
+        for attr in getattr(mod, "__all__", ()):
+            obj = getattr(mod, attr, None)
+            if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__dataclass_params__.frozen:
+                found.add(obj)
+    return found
+
+
+def test_every_public_frozen_dataclass_refuses_changes_with_a_fix():
+    classes = _public_frozen_classes()
+    assert {DispatchConfig, ir.Program, ir.BufferDecl, ir.Var, ir.Let} <= classes
+    lacking = [c.__qualname__ for c in classes if not getattr(c.__setattr__, "_vyre_immutable", False)
+               or not getattr(c.__delattr__, "_vyre_immutable", False)]
+    assert not lacking, lacking
+
+
+def _values():
+    prog = ir.Program([ir.BufferDecl.read("x", 0, "u32")], 64, [ir.let("i", ir.gid(0))], name="p")
+    return [(DispatchConfig(grid=2), "grid", (3, 1, 1)), (ir.BufferDecl.read("x", 0, "u32"), "name", "y"),
+            (prog, "name", "q"), (ir.var("i"), "name", "j"), (ir.let("i", ir.gid(0)), "name", "k"),
+            (ir.var("i") + 1, "op", "sub"), (LaunchShape((1, 1, 1), (32, 1, 1)), "grid", (2, 1, 1))]
+
+
+@pytest.mark.parametrize("value, field, new", _values(), ids=lambda v: type(v).__name__ if not isinstance(v, (str, int, tuple)) else "")
+def test_setting_or_deleting_a_field_says_how_to_make_a_changed_copy_and_that_copy_works(value, field, new):
+    before = getattr(value, field)
+    with pytest.raises(ImmutableError, match=rf"{type(value).__name__} is immutable: its field '{field}'.*Fix: .*"
+                                             rf"dataclasses.replace\(x, {field}=\.\.\.\)") as e:
+        setattr(value, field, new)
+    assert isinstance(e.value, dataclasses.FrozenInstanceError) and isinstance(e.value, AttributeError)
+    with pytest.raises(ImmutableError, match="Fix:"):
+        delattr(value, field)
+    assert getattr(value, field) == before
+    changed = dataclasses.replace(value, **{field: new})
+    assert getattr(changed, field) == new and type(changed) is type(value)
+
+
+def test_a_new_attribute_is_refused_naming_the_nearest_field():
+    config = DispatchConfig()
+    with pytest.raises(ImmutableError, match=r"'gird' is none of its fields .*did you mean 'grid'.*Fix:"):
+        config.gird = 4
+    assert not hasattr(config, "gird")

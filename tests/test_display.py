@@ -201,7 +201,9 @@ def test_duration_stays_an_int():
     (lambda: Duration.from_seconds(np.True_), r"not a bool"), (lambda: display.time_text(True), r"not a bool"),
     (lambda: display.time_text(np.True_, "s"), r"not a bool"), (lambda: display.format_ns(np.False_), r"not a bool"),
     (lambda: display.format_ns(float("nan")), r"finite"), (lambda: display.format_ns(10**400), r"finite"),
-    (lambda: display.format_ns("5"), r"not a str"), (lambda: display.time_text(5, "ms"), r"unit 'ms' is not")])
+    (lambda: display.format_ns("5"), r"not a str"), (lambda: display.time_text(5, "ms"), r"unit 'ms' is not"),
+    (lambda: Duration.from_seconds(np.timedelta64(1, "s")), r"a time span is not a number of seconds"),
+    (lambda: Duration.from_seconds(np.timedelta64(5, "ns")), r"from_seconds\(np.timedelta64\(5,'ns'\)\): a time span")])
 def test_a_duration_of_what_is_not_a_finite_number_is_refused_with_a_fix(call, why):
     with pytest.raises(DispatchError, match=why + r".*Fix: .+"):
         call()

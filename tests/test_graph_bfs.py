@@ -80,6 +80,8 @@ def test_numpy_bfs_matches_scipy_from_several_sources(name):
     (lambda a: bfs(a.indptr, a.indices, 500, backend="reference"), "source=500"),
     (lambda a: bfs(a.indptr, a.indices, True, backend="reference"), "source=True"),
     (lambda a: bfs(a.indptr, a.indices, 1.0, backend="reference"), "source=1.0"),
+    (lambda a: bfs(a.indptr, a.indices, np.timedelta64(1, "s"), backend="reference"), "source=np.timedelta64(1,'s')"),
+    (lambda a: bfs(a.indptr, a.indices, np.array([1]), backend="reference"), "source=array([1])"),
     (lambda a: bfs(a.indptr[::-1].copy(), a.indices, 0, backend="reference"), "Fix:"),
     (lambda a: bfs(a.indptr, a.indices + 1000, 0, backend="reference"), "Fix:"),
     (lambda a: bfs(a.indptr, a.indices.astype(np.float32), 0, backend="reference"), "Fix:"),
@@ -96,6 +98,14 @@ def test_bad_calls_raise_with_a_fix(call, fragment):
     with pytest.raises(DispatchError, match="Fix:") as e:
         call(GRAPHS["random directed"])
     assert fragment in str(e.value)
+
+
+def test_a_0d_integer_array_is_a_source_as_bfs_many_takes_one():
+    a = GRAPHS["random directed"]
+    assert np.array_equal(bfs(a.indptr, a.indices, np.array(3), backend="reference"),
+                          bfs(a.indptr, a.indices, 3, backend="reference"))
+    assert np.array_equal(graph.bfs_numpy(graph.check_csr(a.indptr, a.indices), np.array(np.uint8(3))),
+                          bfs(a.indptr, a.indices, 3, backend="reference"))
 
 
 SIMULATED = textwrap.dedent('''

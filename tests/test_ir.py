@@ -444,6 +444,17 @@ def test_int_literal_f32_rounds_to_the_nearest_and_so_does_a_weak_one():
     assert ir.validate(p) == [] and p.entry[0].value.b.equals(ir.f32(2**60 + 2**37))
 
 
+def test_time_spans_are_no_literals_though_numpy_counts_them_among_its_integers():
+    """Regression: ir.i64(np.timedelta64(5, "m")) raised a raw TypeError and ir.i64(np.timedelta64(5,
+    "ns")) was 5, its unit dropped; wrap_int and float_to_bits did the same."""
+    for span in (np.timedelta64(5, "ns"), np.timedelta64(5, "m"), np.timedelta64(1, "s")):
+        for make in (lambda: ir.i64(span), lambda: ir.f32(span), lambda: ir.lit(span, "u32"),
+                     lambda: ir.wrap_int(span, D.I32), lambda: ir.float_to_bits(span, D.F32)):
+            with pytest.raises(IRValidationError, match="timedelta64") as info:
+                make()
+            assert_fix(str(info.value))
+
+
 def test_long_double_literals_are_taken_at_their_exact_value():
     """Regression: np.longdouble went through float(): ir.u64(np.longdouble(2**60 + 1)) stored 2**60,
     ir.u64(np.longdouble(2**64 - 1)) was refused and a fraction was taken as an int."""

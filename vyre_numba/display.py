@@ -219,6 +219,9 @@ class Duration(int):
         if isinstance(seconds, np.ndarray) and seconds.ndim == 0:
             seconds = seconds[()]
         _no_bool(seconds, "Duration.from_seconds")
+        if isinstance(seconds, (np.timedelta64, np.datetime64)):  # NumPy counts a timedelta64 among its integers
+            raise DispatchError(f"Duration.from_seconds({shown(seconds, 60)}): a time span is not a number of seconds. "
+                                "Fix: pass Duration(int(span / np.timedelta64(1, 'ns'))) for a span.")
         if isinstance(seconds, Decimal):  # the exponent moved: exact, where `* 1e9` raises and `* 10**9` rounds
             sign, digits, exp = seconds.as_tuple()
             ns = Decimal((sign, digits, exp + 9)) if seconds.is_finite() else seconds  # NaN and inf in any unit

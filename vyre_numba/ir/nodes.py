@@ -552,6 +552,8 @@ def _number(value) -> int | float | bool | np.longdouble | None:
     float stays one), or None if not a number."""
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
+    if isinstance(value, np.timedelta64):  # one of NumPy's integers, whose int() drops the unit (or raises)
+        return None
     if isinstance(value, (int, np.integer)):
         return int(value)
     if isinstance(value, np.floating) and value.dtype.itemsize > 8:

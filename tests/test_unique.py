@@ -51,6 +51,8 @@ def test_index_of_is_searchsorted(size):
     (lambda: index_of("abc", 1), r"keys are <U3"),
     (lambda: index_of(np.arange(3), [0.5]), r"values are float64"),
     (lambda: index_of(np.arange(4).reshape(2, 2), 1), r"keys have shape \(2, 2\)"),
+    (lambda: index_of([5, 3, 1], [3]), r"keys are not ascending \(keys\[1\] = 3 < keys\[0\] = 5\)"),  # it said 0
+    (lambda: index_of(np.array([1, 3, 2], ">i4"), [2]), r"keys\[2\] = 2 < keys\[1\] = 3"),
 ])
 def test_what_is_not_integers_or_pairs_is_refused_with_a_fix(call, why):
     with pytest.raises(DispatchError, match=why + r".*Fix: .+"):

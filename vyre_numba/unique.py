@@ -107,6 +107,10 @@ def index_of(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
     if keys.ndim != 1:
         raise DispatchError(f"index_of: the keys have shape {keys.shape}; they must be 1-D and ascending. "
                             "Fix: pass unique(...) of the keys (or keys.ravel() where already sorted).")
+    if keys.size > 1 and np.any(keys[1:] < keys[:-1]):  # searchsorted would answer wrongly, without a word
+        k = int(np.argmax(keys[1:] < keys[:-1]))
+        raise DispatchError(f"index_of: the keys are not ascending (keys[{k + 1}] = {keys[k + 1]} < keys[{k}] = "
+                            f"{keys[k]}). Fix: pass unique(keys), or np.sort(keys) with the order it was sorted by.")
     v = _integers(values, "index_of").reshape(-1)
     keys, v, past = _comparable(keys, v)
     if v.size < 4096:

@@ -128,6 +128,18 @@ def test_operators_by_name_and_new_operators(backend):
         unnamed.add(["f"], [0, 0], [])
 
 
+def test_operator_names_from_a_pandas_column_and_a_bare_name():
+    pd = pytest.importorskip("pandas")
+    g = EGraph.from_terms([("+", "a", "b")], backend="reference")
+    a, b = (int(c) for c in g.lookup(pd.Series(["a", "b"]), [0, 0, 0], []))  # was "op has dtype object"
+    assert g.lookup(pd.Series(["+"]), [0, 2], [a, b])[0] == g.term_classes[0]
+    (times,) = g.add(pd.Series(["*"], dtype="string"), [0, 2], [a, b])
+    assert g.ops[-1] == "*" and g.add(pd.Series([g.ops.index("*")]), [0, 2], [a, b])[0] == times
+    for call in (g.add, g.lookup):
+        with pytest.raises(DispatchError, match=r"op is the str '\+'; .*Fix: pass a list, e\.g\. \['\+'\]"):
+            call("+", [0, 2], [a, b])
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_add_hash_conses_and_lookup_finds(backend):
     g = EGraph.from_terms([("g", ("f", "a")), ("g", ("f", "b"))], backend=backend)

@@ -472,8 +472,15 @@ class EGraph(Unshared):
         names its operators, names; a new name gets the next id (no row has it yet)."""
         if hasattr(op, "__cuda_array_interface__"):
             return op, []
-        names = op if isinstance(op, (list, tuple)) else (op.tolist() if isinstance(op, np.ndarray) and op.dtype.kind in "UO"
-                                                          else None)
+        if isinstance(op, (str, np.str_)):
+            raise DispatchError(f"{what} op is the str {shown(op, 60)}; op holds one operator (a name or an id) per "
+                                f"e-node. Fix: pass a list, e.g. [{shown(op, 60)}].")
+        try:  # a pandas column of names too, as NumPy reads it
+            arr = op if isinstance(op, (list, tuple, np.ndarray)) else np.asarray(op)
+        except Exception:  # not an array: _rows says what it takes
+            arr = None
+        names = op if isinstance(op, (list, tuple)) else (
+            arr.tolist() if isinstance(arr, np.ndarray) and arr.ndim == 1 and arr.dtype.kind in "UO" else None)
         if names is None or not any(isinstance(x, str) for x in names):
             return op, []
         if not all(isinstance(x, str) for x in names):

@@ -15,7 +15,7 @@ import numpy as np
 from . import display
 from .config import DispatchConfig
 from .owned import Unshared
-from .errors import (CheckError, CheckWarning, DispatchError, UnknownNameError, UnsupportedError, VyreError,
+from .errors import (INTEGERS, CheckError, CheckWarning, DispatchError, UnknownNameError, UnsupportedError, VyreError,
                      check_calls, clip, did_you_mean, flag, shown)
 from .ir import DataType, Program
 from .lru import LRUCache
@@ -94,7 +94,7 @@ class Telemetry(dict):
         if not isinstance(key, str):
             raise DispatchError(f"telemetry: {shown(key, 60)} ({type(key).__name__}) cannot name a counter; counters "
                                 "are named by str. Fix: use one of TELEMETRY_KEYS or 'dispatches[<label>]'.")
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, INTEGERS):
             raise DispatchError(f"telemetry: counter {shown(key, 60)} = {shown(value, 60)} ({type(value).__name__}) is "
                                 "not an int. Fix: store whole counts (nanoseconds for `*_ns`); keep other values in a "
                                 "dict of your own.")
@@ -153,7 +153,7 @@ def _counter_text(v) -> object:
     stored past the checks (dict.__setitem__) as shown, so the table never fails."""
     if isinstance(v, display.Duration):
         return v
-    return f"{v:,}" if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) else shown(v, 60)
+    return f"{v:,}" if isinstance(v, INTEGERS) and not isinstance(v, (bool, np.bool_)) else shown(v, 60)
 
 
 class Pending(abc.ABC):
@@ -319,7 +319,7 @@ class Backend(abc.ABC):
         if not isinstance(name, str):
             raise DispatchError(f"allocate: the buffer name {shown(name, 60)} is not a str. Fix: pass one of "
                                 f"{[b.name for b in program.buffers]}.")
-        if n is not None and (isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer))):
+        if n is not None and (isinstance(n, (bool, np.bool_)) or not isinstance(n, INTEGERS)):
             raise DispatchError(f"allocate({shown(name)}, n={shown(n, 60)}): n is not an int. Fix: pass a number of "
                                 "elements.")
         try:
@@ -517,7 +517,7 @@ class Backend(abc.ABC):
         """`prefix` once, then `body` `repeat` times (at most `MAX_REPEAT`, 2**32), then the reads.
         The steps are generated one at a time, so `repeat` costs no memory. `progress` as in
         `dispatch_sequence`."""
-        if isinstance(repeat, (bool, np.bool_)) or not isinstance(repeat, (int, np.integer)) or repeat < 0:
+        if isinstance(repeat, (bool, np.bool_)) or not isinstance(repeat, INTEGERS) or repeat < 0:
             raise DispatchError(f"repeat={shown(repeat)} is not a non-negative int. Fix: pass 0 or more "
                                 "(a Python or NumPy integer).")
         if repeat > MAX_REPEAT:
@@ -826,7 +826,7 @@ def _read(r) -> tuple:
     buf, off, cnt = (r[0], 0, None) if size == 1 else (r[0], r[1], None) if size == 2 else (r[0], r[1], r[2])
     for what, x in (("offset", off), ("count", cnt)):
         if (x is not None or what == "offset") and (isinstance(x, (bool, np.bool_))
-                                                    or not isinstance(x, (int, np.integer))):
+                                                    or not isinstance(x, INTEGERS)):
             raise DispatchError(f"read entry: {what}={shown(x, 60)} is not an int. Fix: pass element offsets and "
                                 "counts as ints (count None for the rest of the buffer).")
     sized = isinstance(buf, np.ndarray) or hasattr(buf, "__cuda_array_interface__")
@@ -866,7 +866,7 @@ def check_empty(n, dtype, call: str | None = None) -> tuple[int, np.dtype]:
     def name() -> str:  # made only for a message: shown() costs about a microsecond
         return call or f"empty(n={shown(n, 60)})"
 
-    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, INTEGERS):
         raise DispatchError(f"{name()}: n is not an int. Fix: pass a whole number of elements (lengths are u32).")
     if n < 0:
         raise DispatchError(f"{name()}: n is negative. Fix: pass a number of elements from 0 to 2**32 - 1.")
@@ -907,7 +907,7 @@ def check_span(offset, count, size: int, what: str = "download") -> tuple[int, i
     (any integer type, taken as Python ints) inside the buffer; count None means to the end."""
     for name, v in (("offset", offset), ("count", count)):
         if (v is None and name == "offset") or (v is not None and (
-                isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)))):
+                isinstance(v, (bool, np.bool_)) or not isinstance(v, INTEGERS))):
             raise DispatchError(f"{what}: {name}={shown(v, 60)} is not an int. Fix: pass a whole number of elements "
                                 "(offset=0 for the start, count=None for the rest).")
     offset = int(offset)
@@ -927,7 +927,7 @@ def int_items(a, name: str, fix: str) -> np.ndarray | None:
     except Exception:
         return None
     flat = obj.ravel().tolist()
-    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in flat):
+    if not all(isinstance(v, INTEGERS) and not isinstance(v, (bool, np.bool_)) for v in flat):
         return None
     ints = [int(v) for v in flat]
     if min(ints) < -(2**63) or max(ints) >= 2**63:
@@ -993,7 +993,7 @@ def check_write(dtype: np.dtype, size: int, values, offset) -> tuple[np.ndarray,
     from .bindings import as_host_array
     from .ir import BufferDecl
 
-    if isinstance(offset, (bool, np.bool_)) or not isinstance(offset, (int, np.integer)) or offset < 0:
+    if isinstance(offset, (bool, np.bool_)) or not isinstance(offset, INTEGERS) or offset < 0:
         raise DispatchError(f"write: offset={shown(offset, 60)} is not an element index. Fix: pass an int from 0.")
     offset = int(offset)
     if dtype not in STORAGE_DTYPES:

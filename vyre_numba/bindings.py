@@ -8,7 +8,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .config import DispatchConfig
-from .errors import DispatchError, LaunchError, shown
+from .errors import INTEGERS, DispatchError, LaunchError, shown
 from .ir import BufferDecl, DataType, Program, bf16_bits_to_f32, check, f32_to_bf16_bits
 from .ir.program import Role
 
@@ -390,7 +390,7 @@ def _output_counts(program: Program, arrays: Mapping[str, np.ndarray], sizes, wh
     for b in pure:
         if b.name in sizes:
             size = sizes[b.name]
-            if (isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)) or not 0 <= size < 2**32
+            if (isinstance(size, (bool, np.bool_)) or not isinstance(size, INTEGERS) or not 0 <= size < 2**32
                     or (b.count and size != b.count)):
                 fix = (f"pass {b.count}, the count it is declared with, or leave {b.name!r} out of sizes" if b.count
                        else "pass an int from 0 to 2**32 - 1 (lengths are u32)")

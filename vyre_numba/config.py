@@ -5,14 +5,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import DispatchError, flag, shown
+from .errors import INTEGERS, DispatchError, flag, shown
 
 # Invocation ids are u32 in the IR, so no axis can usefully exceed this.
 MAX_AXIS = 2**32 - 1
 
 
 def _is_int(value: object) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+    return isinstance(value, INTEGERS) and not isinstance(value, bool)
 
 
 def _dims(value: object, what: str, low: int) -> tuple[int, int, int] | None:

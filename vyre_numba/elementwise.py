@@ -101,7 +101,7 @@ from . import ir
 from .backend import Backend
 from .bindings import as_host_array
 from .config import DispatchConfig
-from .errors import DispatchError, IRValidationError, VyreError, check_calls, clip, did_you_mean, shown
+from .errors import INTEGERS, DispatchError, IRValidationError, VyreError, check_calls, clip, did_you_mean, shown
 from .ir import DataType
 from .registry import get_backend
 
@@ -585,7 +585,7 @@ def _scalar_arg(name: str, x, where: str, dt: DataType | None) -> _Arg:
         return _Arg(name, None, True, None, x)
     if kind == "O":
         inner = x.item()
-        number = isinstance(inner, (bool, int, float, np.bool_, np.integer, np.floating))
+        number = isinstance(inner, (bool, *INTEGERS, float, np.bool_, np.floating))
         what = (f"a 0-d object array (holding the {type(inner).__name__} {shown(inner, 60)}), not a number of a NumPy "
                 "type")
         fix = (f"pass the number itself, {name}.item(), or np.asarray({name}, dtype=np.{_numpy_name(dt)})" if number
@@ -686,7 +686,7 @@ class Elementwise:
             raise IRValidationError(f"elementwise: name={shown(name, 60)} {why}, so it cannot name the kernel. Fix: "
                                     "use ASCII letters, digits and _, not starting with a digit, e.g. name='saxpy'.")
         self.name = name
-        if isinstance(workgroup, (bool, np.bool_)) or not isinstance(workgroup, (int, np.integer)) \
+        if isinstance(workgroup, (bool, np.bool_)) or not isinstance(workgroup, INTEGERS) \
                 or not 1 <= workgroup <= 1024:
             raise IRValidationError(f"elementwise {shown(name)}: workgroup={shown(workgroup)} is not an int from 1 to "
                                     "1024. Fix: pass e.g. workgroup=256.")
@@ -1053,9 +1053,9 @@ def _scalar_fix(v, dt: DataType) -> str:
         return "pass True or False (or the integers 0 and 1)"
     if isinstance(v, (bool, np.bool_)):
         return f"pass the number {int(v)} rather than the bool {v}"
-    number = isinstance(v, (int, float, np.integer, np.floating))
+    number = isinstance(v, (*INTEGERS, float, np.floating))
     if dt.is_int:
-        whole = isinstance(v, (int, np.integer))  # np.isfinite cannot take ints past 64 bits
+        whole = isinstance(v, INTEGERS)  # np.isfinite cannot take ints past 64 bits
         rounding = (" (round or truncate it first, as you mean to)" if number and (whole or np.isfinite(v))
                     and dt.min <= v <= dt.max else "")
         return f"pass a whole number from {dt.min} to {dt.max}, {dt}'s range{rounding}"

@@ -12,6 +12,12 @@ import types
 import numpy as np
 
 
+# Python's and NumPy's integer types, less np.timedelta64 (NumPy counts a time span among its integers;
+# taken as a count, its unit would be dropped without a word)
+INTEGERS = (int,) + tuple(t for k in (np.signedinteger, np.unsignedinteger) for t in k.__subclasses__()
+                          if t is not np.timedelta64)
+
+
 class VyreError(Exception):
     """Base of all vyre-numba errors."""
 
@@ -69,7 +75,7 @@ class DispatchError(VyreError):
 def whole(value, name: str, lo: int, hi: int) -> int:
     """`value` as an int in [lo, hi] where it is a Python or NumPy integer (never a bool); anything
     else is a DispatchError naming `name` and the range."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, INTEGERS) or not lo <= value <= hi:
         raise DispatchError(f"{name}={shown(value)} is not an int in [{lo}, {hi}]. Fix: pass a whole number in range.")
     return int(value)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import DispatchError
+from .errors import INTEGERS, DispatchError
 
 INTEGER_KINDS = "biu"  # bool, signed and unsigned ints: what sorts and compares exactly
 
@@ -47,7 +47,7 @@ def _python_ints(a, arr: np.ndarray) -> tuple[int, int] | None:
         flat = np.asarray(a, dtype=object).reshape(-1).tolist()
     except (ValueError, TypeError):
         return None
-    if len(flat) != arr.size or not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+    if len(flat) != arr.size or not all(isinstance(v, INTEGERS) and not isinstance(v, (bool, np.bool_))
                                         for v in flat):
         return None
     return int(min(flat)), int(max(flat))

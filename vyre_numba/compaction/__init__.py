@@ -29,7 +29,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import CapacityError, DeviceError, DispatchError, HostMemoryError, VyreError, shown
+from ..errors import INTEGERS, CapacityError, DeviceError, DispatchError, HostMemoryError, VyreError, shown
 from ..gpu import memory
 from ..gpu.numba_launch import RawArray, check_stream, stream_handle
 from ..lru import LRUCache
@@ -619,7 +619,7 @@ def read_compacted(values, flags, *, capacity: int | None = None, stream=None) -
     if not _on_device(values, flags):
         raise DispatchError("read_compacted brings device data to the host; values and flags are host arrays. "
                             "Fix: use select(values, flags) for host arrays.")
-    if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer))
+    if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, INTEGERS)
                                  or capacity < 0):
         raise DispatchError(f"capacity={shown(capacity)} is not a count of records. Fix: pass an int >= 0 or None.")
     from .kernels import flag_nonzero

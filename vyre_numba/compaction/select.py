@@ -33,7 +33,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import DispatchError, VyreError, clip, shown
+from ..errors import INTEGERS, DispatchError, VyreError, clip, shown
 from ..gpu import mapped
 from ..gpu.numba_launch import NumbaLaunch, RawArray, overload_kind, stream_handle
 from ..lru import LRUCache
@@ -470,7 +470,7 @@ def _rows(a) -> int | None:
     if isinstance(a, np.ndarray):  # host memory: the kernels would read it as an address
         return None
     shape = getattr(a, "shape", None)
-    return shape[0] if isinstance(shape, tuple) and shape and isinstance(shape[0], (int, np.integer)) else None
+    return shape[0] if isinstance(shape, tuple) and shape and isinstance(shape[0], INTEGERS) else None
 
 
 def _check_call(what: str, flag_of, src, n, words=None, out=None, capacity=None) -> None:
@@ -502,7 +502,7 @@ def _refuse_call(what: str, flag_of, src, n, words, out, capacity) -> None:
         raise DispatchError(f"{where}: flag_of={shown(flag_of, 60)} is not a Numba device function. Fix: pass a "
                             "function decorated with @cuda.jit(device=True) taking (src, i) and returning whether "
                             "item i is kept, such as compaction.kernels.flag_nonzero for non-zero flags.")
-    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 0:
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, INTEGERS) or n < 0:
         raise DispatchError(f"{where}: n={shown(n, 40)} is not a count of items. Fix: pass a non-negative int.")
     _check_items(n)
     for name, a, need in (("src", src, n), ("words", words, n), ("out", out, capacity)):
@@ -515,7 +515,7 @@ def _refuse_call(what: str, flag_of, src, n, words, out, capacity) -> None:
         if need is not None and rows < need:
             raise DispatchError(f"{where}: {name} has {rows} rows, fewer than the {need} it is used for. Fix: pass "
                                 f"a larger {name}, or a smaller {'capacity' if name == 'out' else 'n'}.")
-    if capacity is not None and (isinstance(capacity, (bool, np.bool_)) or not isinstance(capacity, (int, np.integer))
+    if capacity is not None and (isinstance(capacity, (bool, np.bool_)) or not isinstance(capacity, INTEGERS)
                                  or capacity < 0):
         raise DispatchError(f"{where}: capacity={shown(capacity, 40)} is not a count of rows. Fix: pass a "
                             "non-negative int, at most out's rows.")

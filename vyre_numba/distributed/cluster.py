@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import BackendUnavailableError, DispatchError, clip, converting, shown
+from ..errors import INTEGERS, BackendUnavailableError, DispatchError, clip, converting, shown
 
 INSTALL = "Fix: pip install 'vyre-numba[dask]' (dask, distributed; dask-cuda for one worker per GPU)."
 
@@ -80,7 +80,7 @@ def own_futures(client, collection, what: str) -> None:
 def partition_count(partitions, k_workers: int) -> int:
     """The number of partitions to cut the input into: `partitions`, or one per worker."""
     k = k_workers if partitions is None else partitions
-    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
+    if not isinstance(k, INTEGERS) or isinstance(k, bool) or k < 1:
         raise DispatchError(f"partitions is {shown(partitions)}. Fix: pass a positive int (or None: one per worker).")
     if k > MAX_PARTITIONS:
         raise DispatchError(f"partitions={k} would exchange {k}*{k} messages a round (at most {MAX_PARTITIONS} "

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import DispatchError, flag, host_memory, shown
+from ..errors import INTEGERS, DispatchError, flag, host_memory, shown
 from . import cluster
 from .device import Ops, marked, moved_pairs, narrow, packed
 from .unionfind import merge
@@ -609,7 +609,7 @@ def _edge_parts(client, edges, n, columns, workers):
     if not _is_dask_edges(edges):
         raise DispatchError(f"edges is a {type(edges).__name__}. Fix: pass a Dask array of shape (m, 2) or a Dask "
                             "DataFrame with the src and dst columns (dask.array.from_array(e, chunks=(k, 2))).")
-    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0:
+    if not isinstance(n, INTEGERS) or isinstance(n, bool) or n < 0:
         raise DispatchError(f"n is {shown(n)}. Fix: pass n, the vertex count (one more than the largest vertex id).")
     if n >= 2**31:
         raise DispatchError(f"n = {n}; vertex ids are 32-bit. Fix: split the graph into pieces under 2**31 vertices.")
@@ -656,7 +656,7 @@ def _frame_columns(names, columns) -> tuple:
         except Exception:  # KeyError for a missing name, TypeError or InvalidIndexError for an unhashable one
             raise DispatchError(f"the DataFrame has no column {shown(c, 60)}; its columns are {shown(list(names), 200)}. Fix: "
                                 "pass columns=(src, dst) naming two of them.") from None
-        if not isinstance(loc, (int, np.integer)):
+        if not isinstance(loc, INTEGERS):
             raise DispatchError(f"the DataFrame has more than one column named {shown(c)}. Fix: give the columns "
                                 "distinct names (edges.rename(columns=...)).")
         where.append(int(loc))

@@ -39,7 +39,7 @@ from ..backend import as_ints, mixes_bools
 from ..egraph import ClosureResult, EGraph
 from ..egraph.egraph import IDS_FIX, _ints, _rows, _same_length, _take_rows
 from ..egraph.signature import signature_hash, signature_heads
-from ..errors import DispatchError, flag, host_memory, shown
+from ..errors import INTEGERS, DispatchError, flag, host_memory, shown
 from ..unique import _inserted, count_distinct, unique, unique_rows
 from . import cluster
 from .egraph_device import DeviceKept, DevicePart
@@ -455,7 +455,7 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
     workers = list(table)
     bname = cluster.backend_name(backend)
     asked = cluster.ask_devices(client, table, bname)  # answered while the partitions are placed
-    if max_rounds is not None and (not isinstance(max_rounds, (int, np.integer)) or isinstance(max_rounds, bool)
+    if max_rounds is not None and (not isinstance(max_rounds, INTEGERS) or isinstance(max_rounds, bool)
                                    or max_rounds < 1):
         raise DispatchError(f"max_rounds is {shown(max_rounds)}. Fix: pass a positive int, or None to run to the "
                             "fixed point.")

@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import display
 from ..backend import as_ints, mixes_bools
-from ..errors import BackendUnavailableError, DispatchError, host_memory, shown
+from ..errors import INTEGERS, BackendUnavailableError, DispatchError, host_memory, shown
 from ..owned import Unshared
 from ..unique import count_distinct, index_of, unique, unique_rows
 from .signature import signature_heads
@@ -131,7 +131,7 @@ def _count(value, name: str, fix: str, *, lo: int = 1, hi: int | None = None) ->
     """`value` as an int in [lo, hi]: a Python or NumPy integer, never a bool or a float."""
     if isinstance(value, (bool, np.bool_)):
         raise DispatchError(f"{name} is {shown(value)}; a bool is not a count. Fix: {fix}")
-    if not isinstance(value, (int, np.integer)) or value < lo or (hi is not None and value > hi):
+    if not isinstance(value, INTEGERS) or value < lo or (hi is not None and value > hi):
         raise DispatchError(f"{name} is {shown(value, 60)}. Fix: {fix}")
     return int(value)
 

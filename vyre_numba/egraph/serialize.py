@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import DispatchError, shown
+from ..errors import INTEGERS, DispatchError, shown
 
 
 def _op_id(ops: dict, name) -> int:
@@ -23,10 +23,10 @@ def _leaf_key(t):
     are equal); every NaN is one leaf, so that hash-consing finds a NaN again."""
     if isinstance(t, str):
         return t
-    if isinstance(t, bool) or not isinstance(t, (int, float, np.integer, np.floating)):
+    if isinstance(t, bool) or not isinstance(t, (*INTEGERS, float, np.floating)):
         raise DispatchError(f"a term is a {type(t).__name__} ({shown(t, 60)}). Fix: a term is a tuple (op, child, "
                             "...) with a str op, or a leaf str, int or float.")
-    if isinstance(t, (int, np.integer)):
+    if isinstance(t, INTEGERS):
         return ("int", int(t))
     if isinstance(t, np.floating) and np.dtype(type(t)).itemsize > 8:
         raise DispatchError(f"a leaf is a {type(t).__name__} ({shown(t, 60)}), wider than a float: two leaves of it "

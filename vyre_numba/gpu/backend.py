@@ -17,7 +17,7 @@ from ..backend import (Backend, InFlight, Telemetry, check_each, check_empty, ch
 from ..bindings import Binding, bind, check_config
 from ..config import DispatchConfig
 from ..display import Duration
-from ..errors import BackendUnavailableError, DeviceError, DispatchError, VyreError, check_calls, shown
+from ..errors import INTEGERS, BackendUnavailableError, DeviceError, DispatchError, VyreError, check_calls, shown
 from ..ir import Program, check
 from ..lru import LRUCache
 from . import diskcache, tuning
@@ -85,7 +85,7 @@ class CudaBackend(Backend):
         A process computes on one GPU: a backend on another GPU than the first one is refused."""
         for name, value in (("ptx_cache_size", ptx_cache_size), ("module_cache_size", module_cache_size),
                             ("host_plans", host_plans), ("host_plan_bytes", host_plan_bytes)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, INTEGERS) or value < 1:
                 raise DispatchError(f"CudaBackend({name}={shown(value)}): a bound of the backend's caches must be a "
                                     "positive int. Fix: pass one, or leave the default.")
         why = probe()
@@ -923,7 +923,7 @@ def _largest_input(inputs, sizes) -> int:
         values = list(inputs.values()) if isinstance(inputs, Mapping) else \
             [] if inputs is None else list(inputs) if isinstance(inputs, (list, tuple)) else []
         out = max([int(v) for v in (sizes.values() if isinstance(sizes, Mapping) else ())
-                   if isinstance(v, (int, np.integer))] + [0])
+                   if isinstance(v, INTEGERS)] + [0])
     except Exception:
         return 0
     for a in values:

@@ -14,7 +14,7 @@ import threading
 
 import numpy as np
 
-from ..errors import DispatchError, host_memory, shown
+from ..errors import INTEGERS, DispatchError, host_memory, shown
 from ..unique import unique
 from .csr import CSR, checked_graph, enqueue_check, resolve
 
@@ -58,7 +58,7 @@ def _bfs_numpy(g: CSR, source: int) -> np.ndarray:
 def _source(source, n: int) -> int:
     if isinstance(source, np.ndarray) and source.shape == ():  # a 0-d array, as bfs_many takes one
         source = source[()]
-    if isinstance(source, (bool, np.bool_, np.timedelta64)) or not isinstance(source, (int, np.integer)) \
+    if isinstance(source, (bool, np.bool_, np.timedelta64)) or not isinstance(source, INTEGERS) \
             or not 0 <= source < n:  # NumPy counts a timedelta64 among its integers
         raise DispatchError(f"source={shown(source)} is not a vertex of this {n}-vertex graph. Fix: pass an int "
                             f"0 <= source < {n}.")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import DispatchError, host_memory
+from ..errors import INTEGERS, DispatchError, host_memory
 from .bfs import BOTTOM_UP_ABOVE, TOP_DOWN_BELOW
 from .csr import CSR, _as_index_array, check_device_csr, checked_graph, resolve
 
@@ -61,7 +61,7 @@ def _sources(sources, n: int) -> np.ndarray:
     if isinstance(sources, np.ma.MaskedArray):
         raise DispatchError("sources is a masked array; its mask would be ignored. Fix: pass the unmasked "
                             "vertices, sources.compressed().")
-    if isinstance(sources, (int, np.integer, np.ndarray)) and np.ndim(sources) == 0:  # one source
+    if isinstance(sources, (*INTEGERS, np.ndarray)) and np.ndim(sources) == 0:  # one source
         sources = np.reshape(sources, 1)
     s = _as_index_array(sources, "sources")
     if s.size and n == 0:

@@ -16,7 +16,7 @@ from typing import Any, Iterable, Union
 
 import numpy as np
 
-from ..errors import IRValidationError, shown
+from ..errors import INTEGERS, IRValidationError, shown
 from .recursion import drive
 from .types import DataType, bits_to_float, float_to_bits, overflows
 
@@ -554,7 +554,7 @@ def _number(value) -> int | float | bool | np.longdouble | None:
         return bool(value)
     if isinstance(value, np.timedelta64):  # one of NumPy's integers, whose int() drops the unit (or raises)
         return None
-    if isinstance(value, (int, np.integer)):
+    if isinstance(value, INTEGERS):
         return int(value)
     if isinstance(value, np.floating) and value.dtype.itemsize > 8:
         return value
@@ -632,7 +632,7 @@ def buf_len(buffer: str) -> BufLen:
 
 
 def _axis(axis: int) -> int:
-    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)) or axis not in (0, 1, 2):
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, INTEGERS) or axis not in (0, 1, 2):
         raise _fail(f"axis {shown(axis)} is not 0, 1 or 2. Fix: use axis 0 (x), 1 (y) or 2 (z).")
     return int(axis)
 

@@ -9,7 +9,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from .. import display
-from ..errors import IRValidationError, UnknownBufferError, UnsupportedError, VyreError, shown
+from ..errors import INTEGERS, IRValidationError, UnknownBufferError, UnsupportedError, VyreError, shown
 from . import jsontext
 from . import nodes as n
 from .recursion import drive
@@ -148,7 +148,7 @@ BufferDecl.output = classmethod(_output)  # type: ignore[assignment]
 
 
 def _is_int(v) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+    return isinstance(v, INTEGERS) and not isinstance(v, (bool, np.bool_))
 
 
 def _int(v, what: str) -> int:

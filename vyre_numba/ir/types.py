@@ -7,7 +7,7 @@ import struct
 
 import numpy as np
 
-from ..errors import IRValidationError, shown
+from ..errors import INTEGERS, IRValidationError, shown
 
 
 class DataType(enum.Enum):
@@ -160,7 +160,7 @@ def _typed(dtype, kind: str, what: str) -> "DataType":
 
 def _number(value, what: str, integral: bool):
     """`value` if it is an int (or, unless `integral`, a float), NumPy's included, and no bool."""
-    kinds = (int, np.integer) if integral else (int, float, np.integer, np.floating)
+    kinds = INTEGERS if integral else (*INTEGERS, float, np.floating)
     if isinstance(value, (bool, np.bool_, np.timedelta64)) or not isinstance(value, kinds):  # a span is no number
         want, fix = ("an integer", "int(x) of an integral x") if integral else ("a number", "a float or an int")
         raise IRValidationError(f"{what} takes {want}, not {shown(value)} ({type(value).__name__}). Fix: pass {fix}; "
@@ -187,13 +187,13 @@ def float_to_bits(value: float, dtype: DataType) -> int:
 
 def overflows(value, bits: int, dtype: DataType) -> bool:
     """Whether the finite number `value` became an infinity `bits` when rounded to float type `dtype`."""
-    finite = isinstance(value, (int, np.integer)) or bool(np.isfinite(value))
+    finite = isinstance(value, INTEGERS) or bool(np.isfinite(value))
     return finite and bits & ~(1 << (dtype.bits - 1)) == float_to_bits(math.inf, dtype)
 
 
 def _nearest_f64(value) -> float:
     """`value` (an int or float, NumPy's included) rounded once to a Python float."""
-    if isinstance(value, (int, np.integer)):
+    if isinstance(value, INTEGERS):
         try:
             return float(int(value))
         except OverflowError:  # an int beyond every float: rounds to +-inf, as IEEE does (and as ir.lit)
@@ -208,7 +208,7 @@ def _odd_f64(value) -> float:
     f = _nearest_f64(value)
     if not math.isfinite(f):
         return f
-    if isinstance(value, (int, np.integer)):
+    if isinstance(value, INTEGERS):
         value = int(value)
         gap = value - int(f)
     elif isinstance(value, np.floating) and value.dtype.itemsize > 8:

@@ -35,7 +35,7 @@ import numpy as np
 from .. import ir
 from .. import display
 from ..display import PTX
-from ..errors import UnsupportedError, shown
+from ..errors import INTEGERS, UnsupportedError, shown
 from ..ir import DataType as D
 from ..ir import nodes as n
 from ..ir.program import Access, BufferDecl, Program, walk
@@ -883,7 +883,7 @@ def emit_step(program: Program, *, sm: int = 90, name: str = "vyre_fixpoint_step
 
 def target(sm) -> int:
     """`sm` as one of the targets the emitter knows (an int such as 90 for sm_90); else UnsupportedError."""
-    if isinstance(sm, (bool, np.bool_)) or not isinstance(sm, (int, np.integer)):
+    if isinstance(sm, (bool, np.bool_)) or not isinstance(sm, INTEGERS):
         raise UnsupportedError(f"sm={shown(sm, 60)} is not a target: targets are ints, 90 for sm_90 (known: "
                                f"{', '.join(map(str, PTX_VERSION))}). Fix: pass sm= one of those ints, e.g. the "
                                "device's compute capability.")

@@ -26,7 +26,7 @@ from typing import Callable, Iterator, NamedTuple
 import numpy as np
 
 from ..bindings import Binding
-from ..errors import DispatchError, shown
+from ..errors import INTEGERS, DispatchError, shown
 from ..ir import DataType, Program, drive, result_type
 from ..ir import nodes as n
 from ..ir.program import walk
@@ -92,7 +92,7 @@ def _budget(value: int | None, env: str, default: int, what: str) -> int:
             raise DispatchError(f"{env}={shown(text)} is not a positive {what}. Fix: set it to a number such as "
                                 f"{'2G or 2147483648' if env == MEMORY_ENV else '1e11'}, or unset it for the default.")
         return parsed
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, INTEGERS) or value < 1:
         raise DispatchError(f"{what}={shown(value)} is not a positive int. Fix: pass a positive number of "
                             f"{'bytes' if env == MEMORY_ENV else 'work units'}, or None for the default.")
     return int(value)

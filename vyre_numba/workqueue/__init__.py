@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from ..backend import host_array, mixes_bools
-from ..errors import BackendUnavailableError, CapacityError, DeviceError, DispatchError, host_memory, shown
+from ..errors import INTEGERS, BackendUnavailableError, CapacityError, DeviceError, DispatchError, host_memory, shown
 from ..owned import Unshared
 
 __all__ = ["WorkQueue", "QueueModel"]
@@ -67,7 +67,7 @@ class QueueModel:
 
 
 def _items(count, name: str) -> int:
-    if isinstance(count, (bool, np.bool_)) or not isinstance(count, (int, np.integer)) or count < 1:
+    if isinstance(count, (bool, np.bool_)) or not isinstance(count, INTEGERS) or count < 1:
         raise DispatchError(f"{name}={shown(count)} is not a positive number of items. Fix: pass an int >= 1.")
     return int(count)
 
@@ -150,7 +150,7 @@ def _python_ints(values, dt: np.dtype):
         raise DispatchError("the values mix bools and numbers. Fix: convert the bools yourself (int(b)).")
     items = [values] if isinstance(values, int) else values
     if not items or dt.fields is not None or not all(
-            isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in items):
+            isinstance(v, INTEGERS) and not isinstance(v, (bool, np.bool_)) for v in items):
         return values
     for v in map(int, items):
         try:
@@ -325,7 +325,7 @@ class WorkQueue(Unshared):
         if not isinstance(args, tuple):
             raise DispatchError(f"args is a {type(args).__name__}, not a tuple. Fix: pass the step's extra "
                                 "arguments as a tuple, e.g. (labels,).")
-        if isinstance(block, (bool, np.bool_)) or not isinstance(block, (int, np.integer)) or not 1 <= block <= 1024:
+        if isinstance(block, (bool, np.bool_)) or not isinstance(block, INTEGERS) or not 1 <= block <= 1024:
             raise DispatchError(f"block={shown(block, 60)} is not a block size. Fix: pass threads a block, an int "
                                 "from 1 to 1024 (256 is a good default).")
         from . import device

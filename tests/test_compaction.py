@@ -55,6 +55,19 @@ def test_host_inputs_give_numpy_results_in_order():
     assert compaction.select_if_numpy(values, lambda v: v > 2).tolist() == [3, 4]
 
 
+def test_read_compacted_of_host_arrays_is_the_numpy_twins_with_the_same_capacity_rule():
+    """Code written for device arrays runs unchanged on host ones (a notebook on a laptop)."""
+    values, flags = records(50), (np.arange(50) % 3 == 0)
+    values_before, flags_before = values.copy(), flags.copy()
+    assert np.array_equal(compaction.read_compacted(values, flags), values[flags])
+    assert np.array_equal(compaction.read_compacted(values, flags, capacity=17), values[flags])
+    with pytest.raises(CapacityError, match="17 records are selected, more than capacity=16. Fix:") as e:
+        compaction.read_compacted(values, flags, capacity=16)
+    assert e.value.needed == 17
+    assert np.array_equal(values, values_before) and np.array_equal(flags, flags_before)
+    assert compaction.read_compacted(np.zeros(0, np.int32), np.zeros(0, bool)).dtype == np.int32
+
+
 def test_select_if_takes_numba_compiled_predicates_and_either_byte_order():
     from numba import cuda, njit
 
@@ -104,7 +117,10 @@ def _always_raises(v):
     (lambda: compaction.select_if(np.arange(3, dtype=np.float16), lambda v: v > 1), "does not take float16"),
     (lambda: compaction.select_if(np.arange(3, dtype=">f2"), lambda v: v > 1), "does not take float16"),
     (lambda: compaction.nonzero(np.ones(3, np.float64)), "not integers or bools"),
-    (lambda: compaction.read_compacted(np.arange(3), np.ones(3, bool)), "host arrays"),
+    (lambda: compaction.read_compacted(np.arange(3), np.ones(3, bool), capacity=-1), "not a count of records"),
+    (lambda: compaction.read_compacted(np.arange(3), np.ones(3, bool), capacity=True), "not a count of records"),
+    (lambda: compaction.read_compacted(np.arange(3), np.ones(3, bool), capacity=np.timedelta64(3)),
+     "not a count of records"),
     (lambda: compaction.select_if(np.arange(3), Unhashable()), "cannot be hashed"),
     *[(lambda stream=stream: call(np.arange(3), np.ones(3, bool), stream=stream), "not a Numba stream")
       for stream in ("junk", 5, object()) for call in (compaction.select, compaction.read_compacted)],

@@ -3,7 +3,7 @@
     kept = compaction.select(values, flags)          # values[flags != 0]
     big = compaction.select_if(values, lambda v: v > 10)
     where = compaction.nonzero(flags)                # int64 indices
-    host = compaction.read_compacted(values, flags)  # only the kept records cross to the host
+    host = compaction.read_compacted(values, flags)  # only the kept records cross to the host (a NumPy array)
 
 Host arrays give NumPy results (computed by the NumPy twins, with no GPU involved); device
 arrays (numba, CuPy, PyTorch: anything with `__cuda_array_interface__`) give device arrays of
@@ -612,16 +612,18 @@ def read_compacted(values, flags, *, capacity: int | None = None, stream=None) -
     read there too), with one synchronisation; where room for every record would pin more than
     STAGING_KEEP bytes, the count comes first and the records are read back in pinned pieces.
     Without a capacity the result always fits; with one, a result larger than `capacity` raises
-    CapacityError naming the count needed, and nothing is lost (the inputs are untouched)."""
+    CapacityError naming the count needed, and nothing is lost (the inputs are untouched). Host
+    arrays give the same result from the NumPy twin, so code written for both runs unchanged."""
     n = _check_values(values)
     _check_flags(flags, n)
     check_stream(stream)
-    if not _on_device(values, flags):
-        raise DispatchError("read_compacted brings device data to the host; values and flags are host arrays. "
-                            "Fix: use select(values, flags) for host arrays.")
-    if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, INTEGERS)
+    if capacity is not None and (isinstance(capacity, (bool, np.bool_)) or not isinstance(capacity, INTEGERS)
                                  or capacity < 0):
         raise DispatchError(f"capacity={shown(capacity)} is not a count of records. Fix: pass an int >= 0 or None.")
+    if not _on_device(values, flags):  # already on the host: the NumPy twin, with the same capacity rule
+        kept = _select_numpy(values, flags)
+        _check_capacity(kept.size, capacity)
+        return kept
     from .kernels import flag_nonzero
 
     dt = _dtype(values)

@@ -186,6 +186,39 @@ def test_select_if_float_division_by_zero_is_inf_or_nan():
     assert compaction.select_if(x, lambda v: (v - v) / (v - v) == 0).tolist() == []  # nan
 
 
+def test_a_lambda_written_anew_each_call_compiles_once_and_a_changed_value_compiles_afresh(monkeypatch):
+    select = sys.modules["vyre_numba.compaction.select"]
+    built = []
+    mask_of = select._mask_of
+    monkeypatch.setattr(select, "_mask_of", lambda p: built.append(p) or mask_of(p))
+    x = np.arange(10, dtype=np.int32)
+    for _ in range(3):  # a loop, or a notebook cell run again
+        assert compaction.select_if(x, lambda v: v > 6).tolist() == [7, 8, 9]
+    assert len(built) == 1
+
+    def above(limit):
+        return lambda v: v > limit
+    assert [compaction.select_if(x, above(k)).size for k in (7, 2, 7, 2)] == [2, 7, 2, 7]
+    assert len(built) == 3  # one each for 7 and 2: a value read is part of what is compiled
+    assert select.predicate_key(above(1)) != select.predicate_key(above(1.0))  # so is its type
+    assert select.predicate_key(lambda v, t=3: v > t) != select.predicate_key(lambda v, t=4: v > t)
+
+    global _LIMIT
+    _LIMIT = 3
+    below = eval("lambda v: v < _LIMIT", globals())
+    assert compaction.select_if(x, below).tolist() == [0, 1, 2]
+    _LIMIT = 5
+    assert compaction.select_if(x, below).tolist() == [0, 1, 2, 3, 4]  # the global it names changed
+
+    table = np.array([4])
+    reads_array = lambda v: v < table[0]  # noqa: E731 (an array does not hash: kept by the function)
+    assert select.predicate_key(reads_array) is reads_array
+    assert compaction.select_if(x, reads_array).tolist() == [0, 1, 2, 3]
+
+
+_LIMIT = 0
+
+
 def test_compiled_predicates_are_bounded_and_an_evicted_one_compiles_again(monkeypatch):
     import gc
     import weakref

@@ -33,7 +33,7 @@ from ..errors import INTEGERS, CapacityError, DeviceError, DispatchError, HostMe
 from ..gpu import memory
 from ..gpu.numba_launch import RawArray, check_stream, stream_handle
 from ..lru import LRUCache
-from .select import PREDICATES_KEPT, Selector, _kernels, cpu_predicate, word_type, word_view
+from .select import PREDICATES_KEPT, Selector, _kernels, cpu_predicate, predicate_key, word_type, word_view
 from .select import nonzero_numpy as _nonzero_numpy, select_if_numpy as _select_if_numpy, select_numpy as _select_numpy
 
 __all__ = ["select", "select_if", "nonzero", "read_compacted", "Selector", "select_numpy", "select_if_numpy",
@@ -191,7 +191,7 @@ _RESULT_TYPES: LRUCache = LRUCache(4 * PREDICATES_KEPT)  # (predicate, dtype) ->
 def _check_result(predicate: Callable, dt: np.dtype) -> None:
     """Refuses a predicate whose result is not a bool or an integer (a tuple or a string is
     always true, a float is true for NaN): the result type as Numba infers it for dt."""
-    key = (predicate, dt)
+    key = (predicate_key(predicate), dt)
     result = _RESULT_TYPES.get(key)
     if result is None:
         from numba import from_dtype, types
@@ -505,10 +505,12 @@ def select(values, flags, *, stream=None):
 
 def select_if(values, predicate: Callable, *, stream=None):
     """values[i] for every i where predicate(values[i]) holds, in order (host in, NumPy out;
-    device in, device out). The predicate is compiled once per function, as Numba compiles: globals
-    it reads are fixed at that first call (pass a new function to change them); the last
-    PREDICATES_KEPT functions stay compiled. Its arithmetic is NumPy's on both (see the module
-    docstring): an integer divided by zero is 0."""
+    device in, device out). The predicate is compiled once for its code and the values it reads
+    (closure, defaults, the globals it names): a lambda written anew every call compiles once, and
+    a changed threshold compiles afresh. Where it reads something that does not hash (an array),
+    it is compiled once per function object, and Numba fixes the globals it reads at that first
+    call (pass a new function to change them). The last PREDICATES_KEPT stay compiled. Its
+    arithmetic is NumPy's on both (see the module docstring): an integer divided by zero is 0."""
     n, predicate = _checked_if(values, predicate)
     check_stream(stream)
     if not _on_device(values):

@@ -15,7 +15,7 @@ from numba import cuda, from_dtype, int32, int64, uint8, uint32, uint64
 from ..lru import LRUCache
 from ..workqueue import barrier
 from ..workqueue.barrier import FAILED, FINISHED, grid_wait
-from .select import ITEMS, PREDICATES_KEPT, THREADS, TILE
+from .select import ITEMS, PREDICATES_KEPT, THREADS, TILE, predicate_key
 
 WARPS = THREADS // 32
 SLOTS = ITEMS * WARPS  # (item row, warp) counts of a tile
@@ -452,4 +452,4 @@ def predicate_flag(predicate: Callable) -> Callable:
         def flag_predicate(values, i):
             return bool(pred(values[i]))
         return flag_predicate
-    return _PREDICATES.get_or_build(predicate, build)
+    return _PREDICATES.get_or_build(predicate_key(predicate), build)

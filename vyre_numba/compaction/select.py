@@ -76,15 +76,41 @@ PREDICATES_KEPT = 64  # compiled predicates kept (each cache below): a loop maki
 _CPU_MASKS: LRUCache = LRUCache(PREDICATES_KEPT)
 
 
+def predicate_key(predicate: Callable):
+    """What a compiled predicate is kept by: its code and the values it reads (closure cells,
+    defaults and the globals it names, each with its type), where all of them hash, so that a
+    lambda written anew each call (in a loop, a notebook cell run again) compiles once and a
+    changed threshold compiles afresh; else the function itself, whose globals Numba fixes at
+    its first compilation."""
+    code = getattr(predicate, "__code__", None)
+    if code is None:
+        return predicate
+    try:
+        scope = predicate.__globals__
+        read = [c.cell_contents for c in predicate.__closure__ or ()] + list(predicate.__defaults__ or ())
+        read += [(name, scope[name]) for name in _names(code) if name in scope]
+        key = (code, tuple((type(v), v) for v in read), tuple(sorted((predicate.__kwdefaults__ or {}).items())))
+        hash(key)
+    except (TypeError, ValueError, AttributeError):  # an array, a list, an empty cell: the function itself
+        return predicate
+    return key
+
+
+@functools.lru_cache(maxsize=256)
+def _names(code) -> tuple[str, ...]:
+    """The global names `code` and the functions defined in it may read."""
+    return code.co_names + tuple(n for c in code.co_consts if hasattr(c, "co_names") for n in _names(c))
+
+
 def cpu_predicate(predicate: Callable) -> Callable:
     """predicate compiled for the host: the one dispatcher the mask calls, also used to check the
     result type. error_model="numpy": division by zero gives NumPy's result, as it does on the
     device (numba-cuda compiles with that model), not an error."""
-    return _CPU_MASKS.get_or_build(predicate, lambda: _mask_of(predicate))[1]
+    return _CPU_MASKS.get_or_build(predicate_key(predicate), lambda: _mask_of(predicate))[1]
 
 
 def _cpu_mask(predicate: Callable) -> Callable:
-    return _CPU_MASKS.get_or_build(predicate, lambda: _mask_of(predicate))[0]
+    return _CPU_MASKS.get_or_build(predicate_key(predicate), lambda: _mask_of(predicate))[0]
 
 
 def _mask_of(predicate: Callable) -> tuple[Callable, Callable]:

@@ -9,7 +9,8 @@ drains, and a full queue pushes back instead of losing items.
 A push at capacity stores nothing and returns False on the device; the producer keeps its item
 and pushes it again after a drain (`overflowed()` says how many pushes were refused). Drain
 strategies are explicit: `drain()` takes the whole queue, `chunks(k)` hands it out k items at a
-time, `consume(step)` runs a persistent grid-stride kernel over it with no host read in between.
+time, `consume(step)` runs a persistent grid-stride kernel over it with no host read in between
+and leaves the items queued.
 `QueueModel` is the NumPy twin of the device semantics: the CPU implementation and the oracle.
 """
 from __future__ import annotations
@@ -315,7 +316,8 @@ class WorkQueue(Unshared):
     def consume(self, step: Callable, args: tuple = (), *, block: int = 256) -> None:
         """Run `step(value, args)` (a Numba device function; `args` a tuple of device arrays and
         numbers) for every filled item, in a persistent grid-stride kernel that reads the count on
-        the device; enqueued on the queue's stream, nothing read back."""
+        the device; enqueued on the queue's stream, nothing read back. The items stay queued
+        (`drain()` or `reset()` empties the queue)."""
         from ..gpu.numba_launch import launch_quietly
 
         items, state = self._live()

@@ -74,7 +74,7 @@ _CONSUMERS: dict = {}
 
 
 def consumer(step):
-    """A persistent grid-stride kernel `(items, state, capacity, *args)` calling `step(value, *args)`
+    """A persistent grid-stride kernel `(items, state, capacity, args)` calling `step(value, args)`
     for every filled item, with the count read on the device (no host read before it runs)."""
     key = step
     k = _CONSUMERS.get(key)

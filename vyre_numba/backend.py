@@ -434,10 +434,11 @@ class Backend(abc.ABC):
         it changed something; cleared before every round) until a round leaves it zero, at most
         `max_rounds` rounds, all on the device, then reads `read`. Where the steps cannot be one
         program or its grid cannot be co-resident, it replays the unfused kernels as a recorded
-        graph and its `reason` says why. `workgroups`: the persistent grid (default: as many as fit
-        co-resident, at most as many as the largest step needs). As in `fuse`, with one round a
-        buffer written only inside one stage and not in `read`, `keep` or `until` is scratch, its
-        contents afterwards unspecified; every other buffer ends as the sequence leaves it."""
+        graph (dispatches them where recording fails) and its `reason` says why. `workgroups`: the
+        persistent grid (default: as many as fit co-resident, at most as many as the largest step
+        needs). As in `fuse`, with one round a buffer written only inside one stage and not in
+        `read`, `keep` or `until` is scratch, its contents afterwards unspecified; every other
+        buffer ends as the sequence leaves it."""
         from .megakernel import Megakernel
 
         return Megakernel(self, steps, read, until=until, max_rounds=max_rounds, workgroups=workgroups, keep=keep)

@@ -69,10 +69,11 @@ class _Plan:
 
 class Megakernel(Unshared):
     """A planned megakernel over resident buffers: `mode` ("megakernel", or "graph" where it fell
-    back, `reason` saying why), `program` (the persistent program), `barriers` (grid barriers a
-    round), `groups` (step indices each stage runs), `boundaries` (why each barrier stayed),
-    `workgroups` (the co-resident grid). `run()` runs it. It owns its recorded graph and counters,
-    released once by `close()`, a `with` block, or collection."""
+    back, "sequence" where recording that graph failed too; `reason` saying why), `program` (the
+    persistent program), `barriers` (grid barriers a round), `groups` (step indices each stage
+    runs), `boundaries` (why each barrier stayed), `workgroups` (the co-resident grid). `run()`
+    runs it. It owns its recorded graph and counters, released once by `close()`, a `with` block,
+    or collection."""
 
     closed = False
 
@@ -104,7 +105,8 @@ class Megakernel(Unshared):
         self._finalizer = weakref.finalize(self, _release, [None])
 
     # ---- what it is --------------------------------------------------------------------------
-    mode = property(lambda self: self._p.mode, doc="\"megakernel\", or \"graph\" where it fell back.")
+    mode = property(lambda self: self._p.mode, doc="\"megakernel\", or \"graph\" where it fell back (\"sequence\" where "
+                    "recording that graph failed too).")
     reason = property(lambda self: self._p.reason, doc="Why it fell back (None when it did not).")
     program = property(lambda self: self._p.program, doc="The persistent program (None where it fell back).")
     barriers = property(lambda self: self._p.barriers, doc="Grid barriers one round runs.")

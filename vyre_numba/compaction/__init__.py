@@ -132,7 +132,7 @@ def _check_predicate(predicate) -> None:
         raise DispatchError(f"predicate is a {type(predicate).__name__}, not a function. Fix: pass a function of "
                             "one value returning a bool, e.g. lambda v: v > 0.")
     try:
-        hash(predicate)  # compiled predicates are kept by the function
+        hash(predicate)  # a compiled predicate may be kept by the function itself (`select.predicate_key`)
     except TypeError:
         raise DispatchError(f"predicate is a {type(predicate).__name__} that cannot be hashed, so its compiled form "
                             "cannot be kept. Fix: pass a plain function or lambda.") from None

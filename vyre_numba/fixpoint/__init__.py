@@ -16,14 +16,16 @@ the emitter's `emit_step`) placed in the hand-written templates of `ptx_template
 - "graph": a CUDA graph whose while node repeats a round kernel and a check kernel that ends the
   loop on the device: no co-residency needed, no host round trip.
 - "relaunch": a launch per round and the round's flag read back each time.
-- "auto": cooperative where the device supports it, else graph, else relaunch.
+- "auto": cooperative where the device supports it, else graph, else relaunch (one round,
+  `max_rounds=1`: a plain launch).
 
 `for_each(step, n, args)` runs one round without waiting for it or reading anything back: the
 building block of one-pass device phases (connected components is a pipeline of them).
 
 Items run in parallel on the GPU, so a step must give the same fixpoint whatever order items run
 in (monotone updates such as atomic minima do). On the reference backend (NumPy arrays) rounds
-run the items in order, compiled with `numba.njit`: the CPU implementation and the oracle.
+run the items in order, compiled with `numba.njit` (a Program step on the reference interpreter,
+all items in lockstep): the CPU implementation and the oracle.
 """
 from .runner import MODES, FixpointResult, for_each, run
 

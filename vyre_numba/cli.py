@@ -1,10 +1,10 @@
 """The `vyre-numba` command: info, run, emit, demo, bench.
 
 Every argument and path is checked before any work starts. A mistake prints one line,
-`error: ... Fix: ...`, to stderr and exits with status 2 (argparse's own errors exit 2 too); a
-failure to write after the checks passed exits 1; Ctrl-C prints one line and exits 130; an
-unexpected exception is reported in one line as a bug and exits 1 (set VYRE_NUMBA_DEBUG=1 to
-see its traceback).
+`error: ... Fix: ...`, to stderr (an invalid program: a line more for each problem, each with its
+Fix) and exits with status 2 (argparse's own errors exit 2 too); a failure to write after the
+checks passed exits 1; Ctrl-C prints one line and exits 130; an unexpected exception is
+reported in one line as a bug and exits 1 (set VYRE_NUMBA_DEBUG=1 to see its traceback).
 
 Output locations: `run --out DIR` and the directory of `emit -o FILE` are created, with their
 parents, when missing (and removed again if the command then fails before writing); files

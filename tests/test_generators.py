@@ -48,11 +48,24 @@ def test_grid_has_the_expected_edges_and_keep_removes_some():
     assert grid(0, 0)[0].tolist() == [0] and grid(1, 1)[1].size == 0
 
 
-@pytest.mark.parametrize("call", [lambda: rmat(-1, 10), lambda: rmat(31, 10), lambda: rmat(4, -1),
-                                  lambda: grid(-1, 3), lambda: grid(3, 3, keep=1.5)])
+@pytest.mark.parametrize("call", [
+    lambda: rmat(-1, 10), lambda: rmat(31, 10), lambda: rmat(4, -1), lambda: grid(-1, 3), lambda: grid(3, 3, keep=1.5),
+    lambda: rmat(3.5, 10), lambda: rmat("3", 10), lambda: rmat(True, 4), lambda: rmat(3, 10.0),
+    lambda: rmat(np.timedelta64(3), 10), lambda: rmat(3, 10, seed="x"), lambda: rmat(3, 10, seed=-1),
+    lambda: grid(np.timedelta64(3), 3), lambda: grid(3, True), lambda: grid(3, 3, keep="x"),
+    lambda: grid(3, 3, keep=float("nan")), lambda: grid(3, 3, seed=1.5),
+    lambda: from_edges(-1, [], []), lambda: from_edges(2.0, [0], [1]), lambda: from_edges(2, [0, 1], [1]),
+    lambda: from_edges(2, [0], [2]), lambda: from_edges(2, [-1], [0]), lambda: from_edges(2, [0.0], [1.0]),
+    lambda: from_edges(2, [[0]], [[1]])])
 def test_bad_sizes_raise_with_a_fix(call):
     with pytest.raises(VyreError, match="Fix:"):
         call()
+
+
+def test_numpy_integers_and_empty_edge_lists_are_taken():
+    assert np.array_equal(rmat(np.int64(4), np.uint32(50), seed=np.int32(2))[1], rmat(4, 50, seed=2)[1])
+    assert np.array_equal(grid(np.int16(3), 2, keep=np.float32(0.5), seed=np.uint8(1))[1], grid(3, 2, keep=0.5, seed=1)[1])
+    assert from_edges(3, [], [])[0].tolist() == [0, 0, 0, 0]
 
 
 @pytest.mark.parametrize("n", [0, 8, 64, 1000, 1 << 14])

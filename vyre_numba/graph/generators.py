@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import DispatchError
+from ..errors import INTEGERS, DispatchError, host_memory, shown, whole
+
+_SHRINK = "The graph is built in host memory at once. Fix: generate a smaller graph (fewer vertices or edges)."
 
 
+@host_memory("from_edges", _SHRINK)
 def from_edges(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(indptr int64, indices int32) of the graph on n vertices with edges src[k] -- dst[k], stored
     both ways, each vertex's neighbours sorted and listed once (self-loops kept)."""
+    n = whole(n, "from_edges: n", 0, 2**31 - 1)
+    src, dst = _ends(src, "src", n), _ends(dst, "dst", n)
+    if src.size != dst.size:
+        raise DispatchError(f"from_edges: src has {src.size} ends and dst {dst.size}. Fix: pass one dst per src.")
     s = np.concatenate([src, dst]).astype(np.int64)
     d = np.concatenate([dst, src]).astype(np.int64)
     order = np.lexsort((d, s))
@@ -22,12 +29,30 @@ def from_edges(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np
     return indptr, d.astype(np.int32)
 
 
+def _ends(a, name: str, n: int) -> np.ndarray:
+    """Edge ends as a 1-D int64 array of vertices below n."""
+    a = np.asarray(a)
+    if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
+        raise DispatchError(f"from_edges: {name} is a {a.dtype} array of shape {a.shape}, not a 1-D array of vertex "
+                            "ids. Fix: pass integer arrays of the edges' ends.")
+    if a.size and (int(a.min()) < 0 or int(a.max()) >= n):
+        raise DispatchError(f"from_edges: {name} holds vertex {int(a.min()) if int(a.min()) < 0 else int(a.max())}, "
+                            f"outside 0..{n - 1}. Fix: pass n larger than every vertex id.")
+    return a.astype(np.int64, copy=False)
+
+
+def _seed(seed) -> int:
+    return whole(seed, "seed", 0, 2**63 - 1)
+
+
+@host_memory("rmat", _SHRINK)
 def rmat(scale: int, edges: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """A symmetric R-MAT graph (a=0.57, b=c=0.19) on 2**scale vertices from `edges` draws."""
-    if not 0 <= scale <= 30 or edges < 0:
-        raise DispatchError(f"rmat(scale={scale}, edges={edges}): scale must be 0..30 and edges >= 0. "
-                            "Fix: pass e.g. rmat(16, 1 << 20).")
-    rng = np.random.default_rng(seed)
+    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, INTEGERS) or not 0 <= scale <= 30 or \
+            isinstance(edges, (bool, np.bool_)) or not isinstance(edges, INTEGERS) or edges < 0:
+        raise DispatchError(f"rmat(scale={shown(scale)}, edges={shown(edges)}): scale must be an int 0..30 and edges "
+                            "an int >= 0. Fix: pass e.g. rmat(16, 1 << 20).")
+    rng = np.random.default_rng(_seed(seed))
     src = np.zeros(edges, np.int64)
     dst = np.zeros(edges, np.int64)
     for bit in range(scale):
@@ -37,17 +62,21 @@ def rmat(scale: int, edges: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarr
     return from_edges(1 << scale, src, dst)
 
 
+@host_memory("grid", _SHRINK)
 def grid(width: int, height: int, *, keep: float = 1.0, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """A width x height grid (vertex y * width + x joined to its right and lower neighbours); with
     keep < 1 each edge survives with that probability, which splits it into many components like a
     road map with closed roads."""
-    if width < 0 or height < 0 or not 0.0 <= keep <= 1.0:
-        raise DispatchError(f"grid({width}, {height}, keep={keep}): sizes must be >= 0 and keep in [0, 1]. "
-                            "Fix: pass e.g. grid(256, 256, keep=0.6).")
+    sizes = all(not isinstance(v, (bool, np.bool_)) and isinstance(v, INTEGERS) and v >= 0 for v in (width, height))
+    real = not isinstance(keep, (bool, np.bool_)) and isinstance(keep, (*INTEGERS, float, np.floating))
+    if not sizes or not real or not 0.0 <= keep <= 1.0:
+        raise DispatchError(f"grid({shown(width)}, {shown(height)}, keep={shown(keep)}): sizes must be ints >= 0 and "
+                            "keep a number in [0, 1]. Fix: pass e.g. grid(256, 256, keep=0.6).")
+    _seed(seed)
     v = np.arange(width * height, dtype=np.int64).reshape(height, width)
     src = np.concatenate([v[:, :-1].ravel(), v[:-1, :].ravel()])
     dst = np.concatenate([v[:, 1:].ravel(), v[1:, :].ravel()])
     if keep < 1.0:
-        mask = np.random.default_rng(seed).random(src.size) < keep
+        mask = np.random.default_rng(int(seed)).random(src.size) < keep
         src, dst = src[mask], dst[mask]
     return from_edges(width * height, src, dst)

@@ -65,3 +65,14 @@ def test_a_new_attribute_is_refused_naming_the_nearest_field():
     with pytest.raises(ImmutableError, match=r"'gird' is none of its fields .*did you mean 'grid'.*Fix:"):
         config.gird = 4
     assert not hasattr(config, "gird")
+
+
+def test_a_step_refuses_a_change_and_says_how_to_make_a_changed_one():
+    from vyre_numba.backend import Step
+
+    step = Step(ir.Program([], 1, []), [])
+    with pytest.raises(ImmutableError, match=r"Step is immutable: 'config' cannot be set. Fix: .*_replace\(config="):
+        step.config = DispatchConfig(grid=2)
+    with pytest.raises(ImmutableError, match="none of .*Fix:"):
+        step.label = "x"
+    assert step.config is None and step._replace(config=DispatchConfig(grid=2)).config.grid == (2, 1, 1)

@@ -15,8 +15,8 @@ import numpy as np
 from . import display
 from .config import DispatchConfig
 from .owned import Unshared
-from .errors import (INTEGERS, CheckError, CheckWarning, DispatchError, UnknownNameError, UnsupportedError, VyreError,
-                     check_calls, clip, did_you_mean, flag, shown)
+from .errors import (INTEGERS, CheckError, CheckWarning, DispatchError, ImmutableError, UnknownNameError,
+                     UnsupportedError, VyreError, check_calls, clip, did_you_mean, flag, shown)
 from .ir import DataType, Program
 from .lru import LRUCache
 
@@ -27,6 +27,12 @@ class Step(NamedTuple):
     program: Program
     buffers: Sequence | Mapping
     config: DispatchConfig | None = None
+
+    def __setattr__(self, name: str, value) -> None:
+        raise ImmutableError(f"Step is immutable: {shown(name)} cannot be set. Fix: make a changed copy, "
+                             f"step._replace({name}=...), and use that." if name in self._fields else
+                             f"Step takes no attributes of its own ({shown(name)} is none of {list(self._fields)}). "
+                             "Fix: keep your own values in a variable or dict.")
 
 
 Read = tuple  # (buffer, offset, count): a range of a resident buffer to bring back to the host

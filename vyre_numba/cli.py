@@ -711,7 +711,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="cmd", metavar="COMMAND", title="commands")
     sub.add_parser("info", help=cmd_info.__doc__).set_defaults(fn=cmd_info)
     run = sub.add_parser("run", help=cmd_run.__doc__)
-    run.add_argument("program")
+    run.add_argument("program", help="a JSON file holding the program (the text of Program.to_json())")
     run.add_argument("--input", action="append", metavar="NAME=FILE.npy",
                      help="one .npy array per input buffer, each name once")
     run.add_argument("--out", required=True, metavar="DIR", help="directory for NAME.npy outputs (created if missing)")
@@ -724,7 +724,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="launch every workgroup resident at once (what barrier('grid') needs)")
     run.set_defaults(fn=cmd_run)
     emit = sub.add_parser("emit", help=cmd_emit.__doc__)
-    emit.add_argument("program")
+    emit.add_argument("program", help="a JSON file holding the program (the text of Program.to_json())")
     emit.add_argument("--sm", type=int, default=None, help="target compute capability, e.g. 80 or 90 (default 90, "
                       "or the --device's)")
     emit.add_argument("--device", default=None, metavar="NAME",

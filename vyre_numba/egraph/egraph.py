@@ -56,8 +56,9 @@ class RebuildStats:
 @dataclass(frozen=True, repr=False)
 class ClosureResult:
     """Congruence closure of an e-graph: `eclass` (the canonical class of each row, the smallest id
-    in its class, aligned with the rows), rounds, classes merged, classes before and after, and the
-    rebuild's device nanoseconds in all and per phase, and its host seconds."""
+    in its class, aligned with the rows), rounds, classes merged, classes before and after, whether
+    it reached the fixed point within its rounds (`converged`), and the rebuild's device
+    nanoseconds in all and per phase, and its host seconds."""
 
     eclass: np.ndarray
     rounds: int

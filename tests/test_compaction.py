@@ -216,6 +216,31 @@ def test_a_lambda_written_anew_each_call_compiles_once_and_a_changed_value_compi
     assert compaction.select_if(x, reads_array).tolist() == [0, 1, 2, 3]
 
 
+def test_a_predicate_reading_a_module_attribute_or_a_signed_zero_compiles_afresh_when_it_changes():
+    import types
+
+    cfg = types.ModuleType("cfg")  # a settings module: Numba fixes cfg.limit at compilation
+
+    def above():
+        return lambda v: v > cfg.limit
+    x = np.arange(10, dtype=np.int32)
+    for limit in (5, 7, 5):
+        cfg.limit = limit
+        assert compaction.select_if(x, above()).tolist() == list(range(limit + 1, 10))
+
+    def over(t):
+        return lambda v: v / t[0] > 0
+    y = np.array([1.0, 2.0])
+    assert compaction.select_if(y, over((0.0,))).tolist() == [1.0, 2.0]  # +inf
+    assert compaction.select_if(y, over((-0.0,))).tolist() == []  # -0.0 == 0.0 and hashes alike: -inf
+
+    def exact(k):
+        return lambda v: v + k[0] == v
+    z = np.array([1e8], np.float32)  # 1e8 + 1 is 1e8 in float32 arithmetic, not in float64
+    assert compaction.select_if(z, exact((np.float32(1),))).tolist() == [1e8]
+    assert compaction.select_if(z, exact((np.float64(1),))).tolist() == []  # equal, but read as another type
+
+
 _LIMIT = 0
 
 

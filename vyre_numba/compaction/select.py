@@ -29,6 +29,7 @@ import functools
 import math
 import os
 import time
+import types
 from typing import Callable
 
 import numpy as np
@@ -78,22 +79,35 @@ _CPU_MASKS: LRUCache = LRUCache(PREDICATES_KEPT)
 
 def predicate_key(predicate: Callable):
     """What a compiled predicate is kept by: its code and the values it reads (closure cells,
-    defaults and the globals it names, each with its type), where all of them hash, so that a
-    lambda written anew each call (in a loop, a notebook cell run again) compiles once and a
-    changed threshold compiles afresh; else the function itself, whose globals Numba fixes at
-    its first compilation."""
+    defaults, the globals and module attributes it names, each with its type, a tuple's items'
+    too), where all of them hash, so that a lambda written anew each call (in a loop, a notebook
+    cell run again) compiles once and a changed threshold compiles afresh; else the function
+    itself, whose globals Numba fixes at its first compilation."""
     code = getattr(predicate, "__code__", None)
     if code is None:
         return predicate
     try:
-        scope = predicate.__globals__
-        read = [c.cell_contents for c in predicate.__closure__ or ()] + list(predicate.__defaults__ or ())
-        read += [(name, scope[name]) for name in _names(code) if name in scope]
-        key = (code, tuple((type(v), v) for v in read), tuple(sorted((predicate.__kwdefaults__ or {}).items())))
+        scope, names = predicate.__globals__, _names(code)
+        values = [c.cell_contents for c in predicate.__closure__ or ()] + list(predicate.__defaults__ or ())
+        named = [(name, scope[name]) for name in names if name in scope]
+        modules = [v for v in values + [v for _, v in named] if isinstance(v, types.ModuleType)]
+        for m in modules:  # cfg.limit: Numba fixes a module's attributes at compilation too
+            named += [(name, vars(m)[name]) for name in names if name in vars(m)]
+            modules += [v for _, v in named if isinstance(v, types.ModuleType) and v not in modules]
+        read = values + named
+        key = (code, tuple(map(_typed, read)), tuple(sorted((predicate.__kwdefaults__ or {}).items())))
         hash(key)
     except (TypeError, ValueError, AttributeError):  # an array, a list, an empty cell: the function itself
         return predicate
     return key
+
+
+def _typed(v):
+    """v with its type, and its items' within a tuple, and a float's repr: equal values Numba
+    compiles differently (1 and 1.0, float32 and float64, 0.0 and -0.0) differ here."""
+    if isinstance(v, tuple):
+        return type(v), tuple(map(_typed, v))
+    return (type(v), v, repr(v)) if isinstance(v, (float, complex, np.inexact)) else (type(v), v)
 
 
 @functools.lru_cache(maxsize=256)

@@ -66,6 +66,11 @@ def test_numpy_integers_and_empty_edge_lists_are_taken():
     assert np.array_equal(rmat(np.int64(4), np.uint32(50), seed=np.int32(2))[1], rmat(4, 50, seed=2)[1])
     assert np.array_equal(grid(np.int16(3), 2, keep=np.float32(0.5), seed=np.uint8(1))[1], grid(3, 2, keep=0.5, seed=1)[1])
     assert from_edges(3, [], [])[0].tolist() == [0, 0, 0, 0]
+    # sizes in narrow NumPy types: width * height and 1 << scale are computed past their range
+    assert np.array_equal(grid(np.uint8(16), np.uint8(16))[1], grid(16, 16)[1])
+    assert np.array_equal(grid(np.int16(200), np.int16(200))[0], grid(200, 200)[0])
+    assert np.array_equal(rmat(np.uint8(10), 100, seed=1)[0], rmat(10, 100, seed=1)[0])
+    assert np.array_equal(rmat(np.int8(7), 100, seed=1)[0], rmat(7, 100, seed=1)[0])
 
 
 @pytest.mark.parametrize("n", [0, 8, 64, 1000, 1 << 14])

@@ -52,6 +52,7 @@ def rmat(scale: int, edges: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarr
             isinstance(edges, (bool, np.bool_)) or not isinstance(edges, INTEGERS) or edges < 0:
         raise DispatchError(f"rmat(scale={shown(scale)}, edges={shown(edges)}): scale must be an int 0..30 and edges "
                             "an int >= 0. Fix: pass e.g. rmat(16, 1 << 20).")
+    scale, edges = int(scale), int(edges)  # 1 << np.uint8(10) would wrap to 0
     rng = np.random.default_rng(_seed(seed))
     src = np.zeros(edges, np.int64)
     dst = np.zeros(edges, np.int64)
@@ -73,6 +74,7 @@ def grid(width: int, height: int, *, keep: float = 1.0, seed: int = 0) -> tuple[
         raise DispatchError(f"grid({shown(width)}, {shown(height)}, keep={shown(keep)}): sizes must be ints >= 0 and "
                             "keep a number in [0, 1]. Fix: pass e.g. grid(256, 256, keep=0.6).")
     _seed(seed)
+    width, height = int(width), int(height)  # np.uint8(16) * np.uint8(16) would wrap to 0
     v = np.arange(width * height, dtype=np.int64).reshape(height, width)
     src = np.concatenate([v[:, :-1].ravel(), v[:-1, :].ravel()])
     dst = np.concatenate([v[:, 1:].ravel(), v[1:, :].ravel()])

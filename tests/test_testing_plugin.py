@@ -27,6 +27,17 @@ def test_each_failure_is_appended_to_the_failure_log_as_it_happens(tmp_path):
     assert "test_passes" not in text
 
 
+def test_the_log_folder_is_made_and_an_unwritable_log_does_not_end_the_run(tmp_path):
+    (tmp_path / "test_sample.py").write_text("def test_fails():\n    assert False\n\ndef test_passes():\n    pass\n")
+    for log, written in ((tmp_path / "new" / "folder" / "failures.log", True), (tmp_path / "test_sample.py" / "x", False)):
+        env = dict(os.environ, VYRE_FAILURE_LOG=str(log))
+        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-o", "addopts=", "-p", "vyre_numba.testing",
+                              "-p", "no:cacheprovider", "-p", "no:nbval", "test_sample.py"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 1 and "1 failed, 1 passed" in run.stdout, run.stdout + run.stderr
+        assert log.exists() is written
+
+
 def test_nothing_is_logged_without_the_variable(tmp_path):
     (tmp_path / "test_sample.py").write_text("def test_fails():\n    assert False\n")
     env = {k: v for k, v in os.environ.items() if k != "VYRE_FAILURE_LOG"}

@@ -23,8 +23,15 @@ FAILURE_LOG = "VYRE_FAILURE_LOG"
 def pytest_runtest_logreport(report) -> None:
     path = os.environ.get(FAILURE_LOG)
     if path and report.failed:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(f"==== {report.nodeid} ({report.when})\n{report.longreprtext}\n")
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(f"==== {report.nodeid} ({report.when})\n{report.longreprtext}\n")
+        except OSError as e:  # the log is an aid: a path that cannot be written must not end the run
+            import warnings
+
+            warnings.warn(f"{FAILURE_LOG}={path!r} cannot be written ({e}); failures are reported as usual.",
+                          stacklevel=1)
 
 
 def pytest_collection_modifyitems(config, items) -> None:

@@ -506,11 +506,12 @@ def select(values, flags, *, stream=None):
 def select_if(values, predicate: Callable, *, stream=None):
     """values[i] for every i where predicate(values[i]) holds, in order (host in, NumPy out;
     device in, device out). The predicate is compiled once for its code and the values it reads
-    (closure, defaults, the globals it names): a lambda written anew every call compiles once, and
-    a changed threshold compiles afresh. Where it reads something that does not hash (an array),
-    it is compiled once per function object, and Numba fixes the globals it reads at that first
-    call (pass a new function to change them). The last PREDICATES_KEPT stay compiled. Its
-    arithmetic is NumPy's on both (see the module docstring): an integer divided by zero is 0."""
+    (closure, defaults, the globals and module attributes it names, such as `cfg.limit`): a lambda
+    written anew every call compiles once, and a changed threshold compiles afresh. Where it reads
+    something that does not hash (an array), it is compiled once per function object, and Numba
+    fixes the globals it reads at that first call (pass a new function to change them). The last
+    PREDICATES_KEPT stay compiled. Its arithmetic is NumPy's on both (see the module docstring):
+    an integer divided by zero is 0."""
     n, predicate = _checked_if(values, predicate)
     check_stream(stream)
     if not _on_device(values):

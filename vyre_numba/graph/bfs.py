@@ -58,8 +58,7 @@ def _bfs_numpy(g: CSR, source: int) -> np.ndarray:
 def _source(source, n: int) -> int:
     if isinstance(source, np.ndarray) and source.shape == ():  # a 0-d array, as bfs_many takes one
         source = source[()]
-    if isinstance(source, (bool, np.bool_, np.timedelta64)) or not isinstance(source, INTEGERS) \
-            or not 0 <= source < n:  # NumPy counts a timedelta64 among its integers
+    if isinstance(source, (bool, np.bool_)) or not isinstance(source, INTEGERS) or not 0 <= source < n:
         raise DispatchError(f"source={shown(source)} is not a vertex of this {n}-vertex graph. Fix: pass an int "
                             f"0 <= source < {n}.")
     return int(source)

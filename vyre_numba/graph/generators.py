@@ -35,25 +35,18 @@ def _ends(a, name: str, n: int) -> np.ndarray:
     if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
         raise DispatchError(f"from_edges: {name} is a {a.dtype} array of shape {a.shape}, not a 1-D array of vertex "
                             "ids. Fix: pass integer arrays of the edges' ends.")
-    if a.size and (int(a.min()) < 0 or int(a.max()) >= n):
-        raise DispatchError(f"from_edges: {name} holds vertex {int(a.min()) if int(a.min()) < 0 else int(a.max())}, "
-                            f"outside 0..{n - 1}. Fix: pass n larger than every vertex id.")
+    lo, hi = (int(a.min()), int(a.max())) if a.size else (0, -1)
+    if lo < 0 or hi >= n:
+        raise DispatchError(f"from_edges: {name} holds vertex {lo if lo < 0 else hi}, outside 0..{n - 1}. Fix: pass n "
+                            "larger than every vertex id.")
     return a.astype(np.int64, copy=False)
-
-
-def _seed(seed) -> int:
-    return whole(seed, "seed", 0, 2**63 - 1)
 
 
 @host_memory("rmat", _SHRINK)
 def rmat(scale: int, edges: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """A symmetric R-MAT graph (a=0.57, b=c=0.19) on 2**scale vertices from `edges` draws."""
-    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, INTEGERS) or not 0 <= scale <= 30 or \
-            isinstance(edges, (bool, np.bool_)) or not isinstance(edges, INTEGERS) or edges < 0:
-        raise DispatchError(f"rmat(scale={shown(scale)}, edges={shown(edges)}): scale must be an int 0..30 and edges "
-                            "an int >= 0. Fix: pass e.g. rmat(16, 1 << 20).")
-    scale, edges = int(scale), int(edges)  # 1 << np.uint8(10) would wrap to 0
-    rng = np.random.default_rng(_seed(seed))
+    scale, edges = whole(scale, "rmat: scale", 0, 30), whole(edges, "rmat: edges", 0, 2**63 - 1)  # Python ints:
+    rng = np.random.default_rng(whole(seed, "rmat: seed", 0, 2**63 - 1))  # 1 << np.uint8(10) would wrap to 0
     src = np.zeros(edges, np.int64)
     dst = np.zeros(edges, np.int64)
     for bit in range(scale):
@@ -68,17 +61,15 @@ def grid(width: int, height: int, *, keep: float = 1.0, seed: int = 0) -> tuple[
     """A width x height grid (vertex y * width + x joined to its right and lower neighbours); with
     keep < 1 each edge survives with that probability, which splits it into many components like a
     road map with closed roads."""
-    sizes = all(not isinstance(v, (bool, np.bool_)) and isinstance(v, INTEGERS) and v >= 0 for v in (width, height))
-    real = not isinstance(keep, (bool, np.bool_)) and isinstance(keep, (*INTEGERS, float, np.floating))
-    if not sizes or not real or not 0.0 <= keep <= 1.0:
-        raise DispatchError(f"grid({shown(width)}, {shown(height)}, keep={shown(keep)}): sizes must be ints >= 0 and "
-                            "keep a number in [0, 1]. Fix: pass e.g. grid(256, 256, keep=0.6).")
-    _seed(seed)
-    width, height = int(width), int(height)  # np.uint8(16) * np.uint8(16) would wrap to 0
+    width = whole(width, "grid: width", 0, 2**31 - 1)  # Python ints: np.uint8(16) * np.uint8(16) would wrap to 0
+    height = whole(height, "grid: height", 0, 2**31 - 1)
+    seed = whole(seed, "grid: seed", 0, 2**63 - 1)
+    if isinstance(keep, (bool, np.bool_)) or not isinstance(keep, (*INTEGERS, float, np.floating)) or not 0 <= keep <= 1:
+        raise DispatchError(f"grid: keep={shown(keep)} is not a number in [0, 1]. Fix: pass e.g. grid(256, 256, keep=0.6).")
     v = np.arange(width * height, dtype=np.int64).reshape(height, width)
     src = np.concatenate([v[:, :-1].ravel(), v[:-1, :].ravel()])
     dst = np.concatenate([v[:, 1:].ravel(), v[1:, :].ravel()])
     if keep < 1.0:
-        mask = np.random.default_rng(int(seed)).random(src.size) < keep
+        mask = np.random.default_rng(seed).random(src.size) < keep
         src, dst = src[mask], dst[mask]
     return from_edges(width * height, src, dst)

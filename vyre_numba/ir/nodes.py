@@ -552,9 +552,7 @@ def _number(value) -> int | float | bool | np.longdouble | None:
     float stays one), or None if not a number."""
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
-    if isinstance(value, np.timedelta64):  # one of NumPy's integers, whose int() drops the unit (or raises)
-        return None
-    if isinstance(value, INTEGERS):
+    if isinstance(value, INTEGERS):  # not np.timedelta64, whose int() drops the unit
         return int(value)
     if isinstance(value, np.floating) and value.dtype.itemsize > 8:
         return value

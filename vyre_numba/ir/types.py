@@ -161,7 +161,7 @@ def _typed(dtype, kind: str, what: str) -> "DataType":
 def _number(value, what: str, integral: bool):
     """`value` if it is an int (or, unless `integral`, a float), NumPy's included, and no bool."""
     kinds = INTEGERS if integral else (*INTEGERS, float, np.floating)
-    if isinstance(value, (bool, np.bool_, np.timedelta64)) or not isinstance(value, kinds):  # a span is no number
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, kinds):  # INTEGERS holds no time span
         want, fix = ("an integer", "int(x) of an integral x") if integral else ("a number", "a float or an int")
         raise IRValidationError(f"{what} takes {want}, not {shown(value)} ({type(value).__name__}). Fix: pass {fix}; "
                                 "nothing is converted silently.")

@@ -981,13 +981,9 @@ def host_array(x, what: str, on_device: str, masked: str, other: str) -> np.ndar
         raise DispatchError(f"{what} is on the device. Fix: {on_device}")
     if isinstance(x, np.ma.MaskedArray):
         raise DispatchError(f"{what} is a masked array, whose mask would be lost. Fix: {masked}")
-    from .bindings import first_missing
+    from .bindings import refuse_missing
 
-    gap = first_missing(x)
-    if gap is not None:
-        raise DispatchError(f"{what} is a pandas {type(x).__name__} with {gap[1]} missing value(s) (the first at "
-                            f"position {gap[0]}), which NumPy would read as NaN. Fix: pass x.fillna(value).to_numpy() "
-                            "with the value meant.")
+    refuse_missing(x, what)
     try:
         return np.asarray(x)
     except (TypeError, ValueError) as e:

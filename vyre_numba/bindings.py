@@ -96,11 +96,7 @@ def _host_values(b: BufferDecl, value, where: str) -> np.ndarray:
                                 f"first at flat index {int(masked[0])}), which have no value to bind. Fix: pass "
                                 "x.filled(value) with the value the program should see.")
         value = value.data
-    gap = first_missing(value)
-    if gap is not None:
-        raise DispatchError(f"{where}: {b.name!r} is a pandas {type(value).__name__} with {gap[1]} missing value(s) "
-                            f"(the first at position {gap[0]}), which have no value to bind (NumPy reads them as NaN "
-                            f"or None). Fix: pass x.fillna(value).to_numpy() with the value the program should see.")
+    refuse_missing(value, f"{where}: {b.name!r}")
     if isinstance(value, np.ndarray):
         arr = value if type(value) is np.ndarray else value.view(np.ndarray)
     else:
@@ -128,15 +124,18 @@ def _host_values(b: BufferDecl, value, where: str) -> np.ndarray:
     return arr
 
 
-def first_missing(value) -> tuple[int, int] | None:
-    """(position of the first, count) of the missing values (pd.NA, NaT) of a pandas object whose
-    dtype is pandas' own (nullable, Arrow, categorical), which NumPy reads as NaN; else None (a NaN of a
-    NumPy-dtype Series is a value)."""
+def refuse_missing(value, what: str) -> None:
+    """A DispatchError, saying `what` it is, where `value` is a pandas object of pandas' own dtype
+    (nullable, Arrow, categorical) holding missing values (pd.NA, NaT), which NumPy reads as NaN
+    or None (a NaN of a NumPy-dtype Series is a value)."""
     if not type(value).__module__.startswith("pandas") or isinstance(getattr(value, "dtype", np.dtype(int)), np.dtype) \
             or not callable(getattr(value, "isna", None)):
-        return None
+        return
     gaps = np.flatnonzero(np.asarray(value.isna()))
-    return (int(gaps[0]), int(gaps.size)) if gaps.size else None
+    if gaps.size:
+        raise DispatchError(f"{what} is a pandas {type(value).__name__} with {gaps.size} missing value(s) (the first at "
+                            f"position {int(gaps[0])}), which have no value (NumPy reads them as NaN or None). Fix: "
+                            "pass x.fillna(value).to_numpy() with the value meant.")
 
 
 def _check_elements(b: BufferDecl, values: list | tuple, arr: np.ndarray, where: str,

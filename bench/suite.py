@@ -3,12 +3,19 @@ vyre-numba and its peers in one run on the same data), collect their JSON, draw 
 write a generated section for this device at the top of RESULTS.md.
 
     python bench/suite.py [--quick]          # the same as `vyre-numba bench [--quick]`
+    python bench/suite.py --only bfs,compaction --save DIR   # run some now, keep their outcomes
+    python bench/suite.py --report DIR [DIR ...]             # write the section from kept outcomes
+
+Saving and reporting apart lets a suite longer than one session's time limit on a GPU machine run
+in parts (each part's outcomes saved there) and its section be written where the repository is,
+under the device name the parts were measured on; matplotlib is needed only where it is written.
 
 The section sits between `<!-- bench: DEVICE -->` and `<!-- /bench: DEVICE -->`: a later run on
 the same device replaces it, other devices' sections and the notes written by hand stay. A
 benchmark that cannot run here (no GPU) says why in the section; nothing is left out silently."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -47,17 +54,69 @@ def run_one(script: Path, quick: bool, out: Path) -> dict:
     return {"json": json.loads(out.read_text()), "output": text}
 
 
-def run(quick: bool = False, progress: bool = True, here: Path = HERE) -> dict[str, dict]:
-    """Every benchmark's outcome by script stem (see `run_one`)."""
-    from tqdm.auto import tqdm
+def chosen(found: list[Path], only: str | None) -> list[Path]:
+    """The scripts named in `only` (comma-separated, with or without `bench_` and `.py`), all when
+    None; a name that matches no script is refused with the names there are."""
+    if only is None:
+        return found
+    stems = {s.stem: s for s in found}
+    names = [n.strip().removesuffix(".py") for n in only.split(",") if n.strip()]
+    wanted = [n if n.startswith("bench_") else f"bench_{n}" for n in names]
+    unknown = [n for n in wanted if n not in stems]
+    if unknown or not wanted:
+        raise SystemExit(f"--only {only!r}: no benchmark {', '.join(unknown) or '(none named)'}. Fix: name some of "
+                         f"{', '.join(k.removeprefix('bench_') for k in stems)}, separated by commas.")
+    return [stems[n] for n in dict.fromkeys(wanted)]
 
-    found = scripts(here)
+
+def run(quick: bool = False, progress: bool = True, here: Path = HERE, only: str | None = None,
+        save: Path | None = None) -> dict[str, dict]:
+    """Every benchmark's outcome by script stem (see `run_one`); with `save`, each outcome is also
+    written there as it comes, with the device and the sizes it was measured at."""
+    found = chosen(scripts(here), only)
+    if progress:
+        from tqdm.auto import tqdm
+    else:
+        def tqdm(items, **_):
+            return contextlib.nullcontext(_Bar(items))
     res = {}
-    with tempfile.TemporaryDirectory() as tmp, tqdm(found, desc="benchmarks", unit="bench", disable=not progress) as bar:
+    device = device_name() if save is not None else None
+    if save is not None:
+        save.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp, tqdm(found, desc="benchmarks", unit="bench") as bar:
         for s in bar:
             bar.set_postfix_str(s.stem)
             res[s.stem] = run_one(s, quick, Path(tmp) / f"{s.stem}.json")
+            if save is not None:
+                record = {"device": device, "quick": quick, "date": time.strftime("%Y-%m-%d"), "at": time.time(),
+                          "outcome": res[s.stem]}
+                (save / f"{s.stem}.outcome.json").write_text(json.dumps(record, indent=1))
     return res
+
+
+class _Bar(list):
+    """The one method of a tqdm bar that `run` calls, for runs without one."""
+
+    def set_postfix_str(self, _text: str) -> None:
+        pass
+
+
+def kept(folders: list[Path]) -> tuple[dict[str, dict], str, bool, str]:
+    """The outcomes saved by `run(save=...)` in `folders`: (outcomes by script stem, device, quick,
+    date of the last part). Parts measured on different devices or at different sizes do not make
+    one section and are refused; a later part's outcome of the same script replaces an earlier."""
+    parts = [p for d in folders for p in Path(d).glob("bench_*.outcome.json")]
+    if not parts:
+        raise SystemExit(f"no saved outcomes (bench_*.outcome.json) in {', '.join(map(str, folders))}. Fix: run "
+                         "`python bench/suite.py --save DIR` on the GPU machine first and name DIR here.")
+    loaded = sorted(((p, json.loads(p.read_text())) for p in parts), key=lambda pk: pk[1]["at"])
+    for key in ("device", "quick"):
+        seen = {str(k[key]) for _, k in loaded}
+        if len(seen) > 1:
+            raise SystemExit(f"the saved outcomes differ in {key} ({', '.join(sorted(seen))}); one section holds one "
+                             "device's runs at one size. Fix: report each device's (or each --quick's) folders apart.")
+    res = {p.name.removesuffix(".outcome.json"): k["outcome"] for p, k in loaded}
+    return dict(sorted(res.items())), loaded[0][1]["device"], bool(loaded[0][1]["quick"]), max(k["date"] for _, k in loaded)
 
 
 def device_name() -> str:
@@ -221,14 +280,16 @@ def write_section(results_md: Path, device: str, body: str) -> None:
     results_md.write_text(text)
 
 
-def report(res: dict, quick: bool, here: Path = HERE) -> tuple[Path, list[Path]]:
-    """Write the plots and RESULTS.md's section for this device; (RESULTS.md, plot paths)."""
-    device = device_name()
+def report(res: dict, quick: bool, here: Path = HERE, device: str | None = None,
+           date: str | None = None) -> tuple[Path, list[Path]]:
+    """Write the plots and RESULTS.md's section for `device` (this machine's when None); (RESULTS.md,
+    plot paths)."""
+    device = device or device_name()
     plot_dir = here / "plots" / slug(device)
     plot_dir.mkdir(parents=True, exist_ok=True)
     plots = [p for p, draw in ((plot_dir / "overhead.png", plot_overhead), (plot_dir / "throughput.png", plot_throughput))
              if draw(res, p)]
-    date = time.strftime("%Y-%m-%d")
+    date = date or time.strftime("%Y-%m-%d")
     body = [f"## {date} — {device} (`vyre-numba bench{' --quick' if quick else ''}`, generated)", ""]
     body += summary_lines(res)
     if plots:
@@ -247,9 +308,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="smaller sizes, for a first look")
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--only", metavar="NAMES", help="only these benchmarks, e.g. bfs,compaction")
+    ap.add_argument("--save", metavar="DIR", type=Path, help="keep each outcome in DIR; write no section")
+    ap.add_argument("--report", metavar="DIR", type=Path, nargs="+", help="write the section from outcomes kept "
+                    "by --save in these folders; run nothing")
     a = ap.parse_args(argv)
-    res = run(a.quick, progress=not a.no_progress)
-    md, plots = report(res, a.quick)
+    if a.report:
+        res, device, quick, date = kept(a.report)
+        md, plots = report(res, quick, device=device, date=date)
+    else:
+        res = run(a.quick, progress=not a.no_progress, only=a.only, save=a.save)
+        if a.save is not None:
+            print(f"saved {len(res)} outcomes in {a.save}")
+            return 1 if any("failed" in r for r in res.values()) else 0
+        md, plots = report(res, a.quick)
     failed = [k for k, r in res.items() if "failed" in r]
     print(f"wrote {md} and {', '.join(str(p) for p in plots) or 'no plots (no GPU benchmark ran)'}")
     for k in failed:

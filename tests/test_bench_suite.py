@@ -126,3 +126,54 @@ def test_every_benchmark_takes_the_arguments_the_suite_passes():
             continue
         assert '"--json"' in text, script.name
         assert '"--quick"' in text or script.name in suite.QUICK_ARGS, script.name
+
+
+def test_only_runs_the_named_benchmarks_and_refuses_unknown_names(tmp_path):
+    for name in ("bench_a.py", "bench_b.py", "bench_c.py"):
+        (tmp_path / name).write_text("print('skipped: here')\n")
+    found = suite.scripts(tmp_path)
+    assert [s.stem for s in suite.chosen(found, "c, bench_a.py")] == ["bench_c", "bench_a"]
+    assert suite.chosen(found, None) == found
+    with pytest.raises(SystemExit, match=r"no benchmark bench_z\. Fix: name some of a, b, c"):
+        suite.chosen(found, "a,z")
+    with pytest.raises(SystemExit, match="none named"):
+        suite.chosen(found, " , ")
+
+
+def test_parts_saved_apart_make_one_section_for_the_device_they_ran_on(tmp_path, monkeypatch):
+    """A suite run in two parts (--only ... --save DIR) is reported later (--report DIR DIR) under the
+    device the parts were measured on, not the machine that writes the section."""
+    pytest.importorskip("matplotlib")
+    here = tmp_path / "bench"
+    here.mkdir()
+    (here / "bench_a.py").write_text("import sys, json\nout = sys.argv[sys.argv.index('--json') + 1]\n"
+                                     "open(out, 'w').write(json.dumps({'x': 1}))\nprint('(a) part one line')\n")
+    (here / "bench_b.py").write_text("print('skipped: needs two GPUs')\n")
+    monkeypatch.setattr(suite, "device_name", lambda: "Test GPU 9000")
+    one = suite.run(here=here, progress=False, only="a", save=tmp_path / "p1")
+    two = suite.run(here=here, progress=False, only="b", save=tmp_path / "p2")
+    assert set(one) == {"bench_a"} and set(two) == {"bench_b"}
+    monkeypatch.setattr(suite, "device_name", lambda: "CPU only (the writing machine)")
+    res, device, quick, date = suite.kept([tmp_path / "p1", tmp_path / "p2"])
+    assert device == "Test GPU 9000" and quick is False and set(res) == {"bench_a", "bench_b"}
+    md, _ = suite.report(res, quick, here=here, device=device, date=date)
+    text = md.read_text()
+    assert "<!-- bench: Test GPU 9000 -->" in text and "CPU only" not in text
+    assert "(a) part one line" in text and "not run here (needs two GPUs): `bench_b.py`" in text
+
+
+def test_saved_parts_of_different_devices_or_sizes_are_refused(tmp_path, monkeypatch):
+    here = tmp_path / "bench"
+    here.mkdir()
+    (here / "bench_a.py").write_text("print('skipped: here')\n")
+    monkeypatch.setattr(suite, "device_name", lambda: "GPU A")
+    suite.run(here=here, progress=False, save=tmp_path / "a")
+    monkeypatch.setattr(suite, "device_name", lambda: "GPU B")
+    suite.run(here=here, progress=False, save=tmp_path / "b")
+    with pytest.raises(SystemExit, match=r"differ in device \(GPU A, GPU B\).*Fix:"):
+        suite.kept([tmp_path / "a", tmp_path / "b"])
+    suite.run(True, here=here, progress=False, save=tmp_path / "q")
+    with pytest.raises(SystemExit, match="differ in quick"):
+        suite.kept([tmp_path / "b", tmp_path / "q"])
+    with pytest.raises(SystemExit, match="no saved outcomes.*Fix:"):
+        suite.kept([tmp_path / "empty"])

@@ -166,12 +166,16 @@ CHILD = textwrap.dedent("""
                    [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("x"), [ir.store("x", i, ir.load("x", i) * 7 + 3)])],
                    name="disk_probe")
     b = vn.get_backend("cuda")
+    from vyre_numba.ir import optimizer
+    optimize, runs = optimizer.optimize, []
+    optimizer.optimize = lambda *a, **k: runs.append(1) or optimize(*a, **k)
     t0 = time.perf_counter()
     b.kernel(p)
     dt = time.perf_counter() - t0
+    optimizer.optimize = optimize
     (x,) = b.dispatch(p, [np.arange(100, dtype=np.uint32)])
     assert np.array_equal(x, np.arange(100, dtype=np.uint32) * 7 + 3)
-    print(json.dumps({"seconds": dt, **b.telemetry()}))
+    print(json.dumps({"seconds": dt, "optimizer_runs": len(runs), **b.telemetry()}))
 """)
 
 
@@ -184,5 +188,26 @@ def test_second_process_loads_from_disk_without_emitting(tmp_path):
         assert out.returncode == 0, out.stderr[-3000:]
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
     first, second = runs
-    assert first["disk_cache_misses"] == 1 and first["ptx_cache_misses"] == 1
+    assert first["disk_cache_misses"] == 1 and first["ptx_cache_misses"] == 1 and first["optimizer_runs"] == 1
     assert second["disk_cache_hits"] == 1 and second["ptx_cache_misses"] == 0, second
+    assert second["optimizer_runs"] == 0, "a kernel found on disk needs no optimization"
+
+
+def test_kernels_are_kept_by_the_program_as_written_and_whether_it_is_optimized():
+    """The kernel key names the program as written (so a disk hit skips the optimizer), and
+    optimize=False, which compiles different code, is another kernel."""
+    from vyre_numba import DispatchConfig, ir
+    from vyre_numba.gpu.backend import _kernel_key
+
+    def program(name="k"):
+        i = ir.var("i")
+        return ir.Program([ir.BufferDecl.read_write("x", 0, "u32")], 64,
+                          [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("x"), [ir.store("x", i, ir.load("x", i) + 1)])],
+                          name=name)
+
+    on, off = DispatchConfig(), DispatchConfig(optimize=False)
+    assert _kernel_key(program(), on, 90) == _kernel_key(program(), on, 90)
+    assert _kernel_key(program(), on, 90)[0] == program().digest()
+    assert _kernel_key(program(), on, 90) != _kernel_key(program(), off, 90)
+    assert _kernel_key(program(), on, 90) != _kernel_key(program(), on, 80)
+    assert _kernel_key(program(), on, 90) != _kernel_key(program("other"), on, 90)

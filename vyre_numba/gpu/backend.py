@@ -140,7 +140,7 @@ class CudaBackend(Backend):
         """The loaded kernel of `program` for this device: from memory, else from the disk cache,
         else emitted and assembled (and stored on disk)."""
         config = config or DispatchConfig()
-        key = (_compiled(program, config).digest(), config.key(), self.caps.sm)
+        key = _kernel_key(program, config, self.caps.sm)
         return self.module_cache.get_or_build(key, lambda: self._build(program, config, key))
 
     def programmatic_kernel(self, program: Program, config: DispatchConfig) -> CompiledKernel | None:
@@ -151,7 +151,7 @@ class CudaBackend(Backend):
             return None
         from .launch import programmatic_ptx
 
-        key = (_compiled(program, config).digest(), config.key(), self.caps.sm, "programmatic")
+        key = _kernel_key(program, config, self.caps.sm) + ("programmatic",)
         return self.module_cache.get_or_build(key, lambda: self._build(program, config, key, programmatic_ptx))
 
     def _build(self, program: Program, config: DispatchConfig, key: tuple, edit=None) -> CompiledKernel:
@@ -904,6 +904,13 @@ def _toolchain_versions() -> tuple:
         jit = ("unknown",)
     _, drv = driver.cuDriverGetVersion()
     return (drv, jit, code_fingerprint())
+
+
+def _kernel_key(program: Program, config: DispatchConfig, sm: int) -> tuple:
+    """What a loaded kernel is kept by, in memory and (with the toolchain) on disk: the program as
+    written, not its optimized form, so that a kernel found on disk costs no optimization (the
+    optimizer's code is in the toolchain's fingerprint)."""
+    return (program.digest(), config.key(), bool(config.optimize), sm)
 
 
 def _compiled(program: Program, config: DispatchConfig) -> Program:

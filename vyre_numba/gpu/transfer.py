@@ -19,7 +19,7 @@ from .launch import driver_check as check
 
 STAGED_BYTES = 2 * COPY_CHUNK  # from this size on, the copy is staged (below it the driver's path is as fast)
 SMALL_BYTES = 1 << 20  # reads below this go through a pinned buffer of their own: on an H200 host a read of
-#                        4 bytes took 26-28 us so against 28-31 pageable, of 64 KiB 46-50 against 54-59
+#                        4 bytes took 26-28 us against 28-31 pageable, of 64 KiB 46-50 against 54-59
 _SMALL: dict = {}  # context handle -> [lock, pinned uint8 array of SMALL_BYTES]
 PIECE = 8 * COPY_CHUNK  # one buffer: a piece copied on up to eight threads
 _BUFFERS: dict = {}  # context handle -> [lock, pinned uint8 array, pinned uint8 array, event, event]

@@ -48,10 +48,10 @@ def run_one(script: Path, quick: bool, out: Path) -> dict:
     text = (p.stdout + p.stderr).strip()
     skipped = [line for line in p.stdout.splitlines() if line.startswith("skipped:")]
     if p.returncode == 0 and skipped and not out.exists():
-        return {"skipped": skipped[0][len("skipped:"):].strip(), "output": text}
+        return {"skipped": skipped[0][len("skipped:"):].strip(), "output": p.stdout.strip(), "stderr": p.stderr.strip()}
     if p.returncode != 0 or not out.exists():
         return {"failed": "\n".join(text.splitlines()[-12:]) or f"exit status {p.returncode}", "output": text}
-    return {"json": json.loads(out.read_text()), "output": text}
+    return {"json": json.loads(out.read_text()), "output": p.stdout.strip(), "stderr": p.stderr.strip()}
 
 
 def chosen(found: list[Path], only: str | None) -> list[Path]:
@@ -255,14 +255,29 @@ def summary_lines(res: dict) -> list[str]:
     out, skipped = [], {}
     for name, r in res.items():
         if "json" in r:
-            lines = [ln for ln in r["output"].splitlines() if ln.strip() and not ln.lstrip().startswith(("{", "/"))
-                     and "Warning" not in ln and "warn(" not in ln]
+            lines = [ln for ln in _without_warnings(r["output"].splitlines()) if ln.strip()
+                     and not ln.lstrip().startswith(("{", "/"))]
             out.append(f"- `{name}.py`:" + "".join(f"\n  - {ln.strip()}" for ln in lines))
         elif "skipped" in r:
             skipped.setdefault(r["skipped"], []).append(f"`{name}.py`")
         else:
             out.append(f"- `{name}.py`: FAILED:\n\n  ```\n  " + r["failed"].replace("\n", "\n  ") + "\n  ```")
     out += [f"- not run here ({why}): {', '.join(names)}" for why, names in skipped.items()]
+    return out
+
+
+def _without_warnings(lines: list[str]) -> list[str]:
+    """`lines` less Python's warnings (of outputs kept with their stderr): each from its
+    `...Warning: ...` line through the source line that raised it (`warn(...`), where that comes
+    within a few lines, else the warning's own line."""
+    out, k = [], 0
+    while k < len(lines):
+        if re.search(r"\w+Warning\b", lines[k]):
+            ends = [j for j in range(k + 1, min(k + 12, len(lines))) if lines[j].lstrip().startswith(("warn(", "warnings.warn("))]
+            k = (ends[0] if ends else k) + 1
+            continue
+        out.append(lines[k])
+        k += 1
     return out
 
 

@@ -177,3 +177,25 @@ def test_saved_parts_of_different_devices_or_sizes_are_refused(tmp_path, monkeyp
         suite.kept([tmp_path / "b", tmp_path / "q"])
     with pytest.raises(SystemExit, match="no saved outcomes.*Fix:"):
         suite.kept([tmp_path / "empty"])
+
+
+def test_summary_leaves_out_python_warnings_with_their_continuation_lines():
+    output = ("(a) first figure\n"
+              "/site/distributed/client.py:3429: UserWarning: Sending large graph of size 17.83 MiB.\n"
+              "This may cause some slowdown.\n"
+              "Consider loading the data with Dask directly\n"
+              "  warnings.warn(\n"
+              "(b) second figure\n"
+              "/site/numba/dispatcher.py:748: NumbaPerformanceWarning: Grid size 16\n"
+              "(c) third figure\n")
+    text = "\n".join(suite.summary_lines({"bench_x": {"json": {}, "output": output}}))
+    assert "(a) first figure" in text and "(b) second figure" in text and "(c) third figure" in text
+    assert "slowdown" not in text and "Dask" not in text and "Grid size" not in text and "warn" not in text
+
+
+def test_a_script_that_runs_keeps_its_warnings_out_of_its_output(tmp_path):
+    s = tmp_path / "bench_x.py"
+    s.write_text("import sys, json, warnings\nout = sys.argv[sys.argv.index('--json') + 1]\n"
+                 "open(out, 'w').write('{}')\nwarnings.warn('noisy\\nsecond line')\nprint('(a) figure')\n")
+    r = suite.run_one(s, False, tmp_path / "x.json")
+    assert r["output"] == "(a) figure" and "second line" in r["stderr"]

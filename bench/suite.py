@@ -9,6 +9,7 @@ write a generated section for this device at the top of RESULTS.md.
 Saving and reporting apart lets a suite longer than one session's time limit on a GPU machine run
 in parts (each part's outcomes saved there) and its section be written where the repository is,
 under the device name the parts were measured on; matplotlib is needed only where it is written.
+The parts together must hold every benchmark here, once measured on one device at one size.
 
 The section sits between `<!-- bench: DEVICE -->` and `<!-- /bench: DEVICE -->`: a later run on
 the same device replaces it, other devices' sections and the notes written by hand stay. A
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import subprocess
@@ -80,9 +82,13 @@ def run(quick: bool = False, progress: bool = True, here: Path = HERE, only: str
         def tqdm(items, **_):
             return contextlib.nullcontext(_Bar(items))
     res = {}
-    device = device_name() if save is not None else None
     if save is not None:
-        save.mkdir(parents=True, exist_ok=True)
+        try:
+            save.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise SystemExit(f"--save {save}: cannot make that folder ({e.strerror}). Fix: name a folder, new or "
+                             "existing, where this user may write.") from None
+        device = device_name_apart()
     with tempfile.TemporaryDirectory() as tmp, tqdm(found, desc="benchmarks", unit="bench") as bar:
         for s in bar:
             bar.set_postfix_str(s.stem)
@@ -90,8 +96,25 @@ def run(quick: bool = False, progress: bool = True, here: Path = HERE, only: str
             if save is not None:
                 record = {"device": device, "quick": quick, "date": time.strftime("%Y-%m-%d"), "at": time.time(),
                           "outcome": res[s.stem]}
-                (save / f"{s.stem}.outcome.json").write_text(json.dumps(record, indent=1))
+                part = save / f"{s.stem}.outcome.json"
+                part.with_suffix(".tmp").write_text(json.dumps(record, indent=1))
+                os.replace(part.with_suffix(".tmp"), part)  # a run cut short leaves whole outcomes only
     return res
+
+
+def device_name_apart() -> str:
+    """`device_name()` as a child process finds it: the suite then holds no GPU context of its own
+    while its benchmarks run (one would take memory from them, and no benchmark could run at all on
+    a GPU in exclusive-process mode)."""
+    code = ("import sys, importlib.util as u; sys.path.insert(0, sys.argv[1]); "
+            "s = u.spec_from_file_location('suite', sys.argv[2]); m = u.module_from_spec(s); s.loader.exec_module(m); "
+            "print(m.device_name())")
+    p = subprocess.run([sys.executable, "-c", code, str(HERE.parent), str(Path(__file__).resolve())],
+                       capture_output=True, text=True, timeout=TIMEOUT_S)
+    if p.returncode != 0 or not p.stdout.strip():
+        raise SystemExit(f"cannot name this machine's device: {(p.stdout + p.stderr).strip()[-600:]}. Fix: run "
+                         "`vyre-numba info` to see why, and mend that first.")
+    return p.stdout.strip().splitlines()[-1]
 
 
 class _Bar(list):
@@ -101,22 +124,57 @@ class _Bar(list):
         pass
 
 
-def kept(folders: list[Path]) -> tuple[dict[str, dict], str, bool, str]:
+def kept(folders: list[Path], here: Path = HERE) -> tuple[dict[str, dict], str, bool, str]:
     """The outcomes saved by `run(save=...)` in `folders`: (outcomes by script stem, device, quick,
     date of the last part). Parts measured on different devices or at different sizes do not make
-    one section and are refused; a later part's outcome of the same script replaces an earlier."""
-    parts = [p for d in folders for p in Path(d).glob("bench_*.outcome.json")]
-    if not parts:
-        raise SystemExit(f"no saved outcomes (bench_*.outcome.json) in {', '.join(map(str, folders))}. Fix: run "
-                         "`python bench/suite.py --save DIR` on the GPU machine first and name DIR here.")
-    loaded = sorted(((p, json.loads(p.read_text())) for p in parts), key=lambda pk: pk[1]["at"])
+    one section and are refused, and so are parts that leave out a benchmark of `here` or hold one
+    it does not have; a later part's outcome of the same script replaces an earlier."""
+    empty = [str(d) for d in folders if not any(Path(d).glob("bench_*.outcome.json"))]
+    if empty or not folders:
+        raise SystemExit(f"no saved outcomes (bench_*.outcome.json) in {', '.join(empty) or '(no folder named)'}. "
+                         "Fix: run `python bench/suite.py --only NAMES --save DIR` on the GPU machine first and name "
+                         "only such folders here.")
+    parts = dict.fromkeys(p.resolve() for d in folders for p in sorted(Path(d).glob("bench_*.outcome.json")))
+    loaded = sorted(((p, _saved(p)) for p in parts), key=lambda pk: pk[1]["at"])
     for key in ("device", "quick"):
         seen = {str(k[key]) for _, k in loaded}
         if len(seen) > 1:
             raise SystemExit(f"the saved outcomes differ in {key} ({', '.join(sorted(seen))}); one section holds one "
                              "device's runs at one size. Fix: report each device's (or each --quick's) folders apart.")
     res = {p.name.removesuffix(".outcome.json"): k["outcome"] for p, k in loaded}
-    return dict(sorted(res.items())), loaded[0][1]["device"], bool(loaded[0][1]["quick"]), max(k["date"] for _, k in loaded)
+    stems = {s.stem for s in scripts(here)}
+    if set(res) != stems:
+        lacking, extra = sorted(stems - set(res)), sorted(set(res) - stems)
+        says = ([f"lack {', '.join(lacking)}"] * bool(lacking)
+                + [f"hold {', '.join(extra)} (not in {here})"] * bool(extra))
+        raise SystemExit(f"the saved outcomes {' and '.join(says)}; a section holds the whole suite. Fix: run the "
+                         f"rest with `--only {','.join(n.removeprefix('bench_') for n in lacking) or '...'} --save DIR` "
+                         "and name DIR too, "
+                         "or remove the outcomes of benchmarks that are gone.")
+    return dict(sorted(res.items())), loaded[0][1]["device"], loaded[0][1]["quick"], max(k["date"] for _, k in loaded)
+
+
+def _saved(path: Path) -> dict:
+    """One outcome file written by `run(save=...)`, refused unless it has the shape `run` writes."""
+    try:
+        k = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        k, why = None, f"{type(e).__name__}: {e}"
+    else:
+        o = k.get("outcome") if isinstance(k, dict) else None
+        kinds = [w for w in ("json", "skipped", "failed") if isinstance(o, dict) and w in o]
+        why = ("not a JSON object" if not isinstance(k, dict) else
+               "device is not a name" if not (isinstance(k.get("device"), str) and k["device"].strip()) else
+               "quick is not true or false" if not isinstance(k.get("quick"), bool) else
+               "date is not YYYY-MM-DD" if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", str(k.get("date"))) else
+               "at is not a time" if not (type(k.get("at")) in (int, float) and math.isfinite(k["at"])) else
+               "outcome is not one of json, skipped or failed" if len(kinds) != 1 else
+               "outcome's text is not text" if not isinstance(o.get("output" if "json" in kinds else kinds[0]), str)
+               else None)
+    if why:
+        raise SystemExit(f"{path} is not an outcome saved by --save ({why}). Fix: run that benchmark again with "
+                         "`--only NAME --save DIR`, or remove the file.")
+    return k
 
 
 def device_name() -> str:
@@ -266,15 +324,24 @@ def summary_lines(res: dict) -> list[str]:
     return out
 
 
+_WARNING = re.compile(r":\d+: \w*Warning: ")  # Python's `FILE:LINE: CATEGORY: message` header
+
+
 def _without_warnings(lines: list[str]) -> list[str]:
     """`lines` less Python's warnings (of outputs kept with their stderr): each from its
-    `...Warning: ...` line through the source line that raised it (`warn(...`), where that comes
-    within a few lines, else the warning's own line."""
+    `FILE:LINE: ...Warning: ...` line through the source line that raised it (`warn(...`), where that
+    comes within a few lines and before the next warning, else the warning's own line."""
     out, k = [], 0
     while k < len(lines):
-        if re.search(r"\w+Warning\b", lines[k]):
-            ends = [j for j in range(k + 1, min(k + 12, len(lines))) if lines[j].lstrip().startswith(("warn(", "warnings.warn("))]
-            k = (ends[0] if ends else k) + 1
+        if _WARNING.search(lines[k]):
+            end = k
+            for j in range(k + 1, min(k + 12, len(lines))):
+                if _WARNING.search(lines[j]):
+                    break
+                if lines[j].lstrip().startswith(("warn(", "warnings.warn(")):
+                    end = j
+                    break
+            k = end + 1
             continue
         out.append(lines[k])
         k += 1
@@ -317,6 +384,14 @@ def report(res: dict, quick: bool, here: Path = HERE, device: str | None = None,
     return md, plots
 
 
+def _folder(text: str) -> Path:
+    import argparse
+
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty folder name. Fix: name the folder, e.g. /tmp/bench-parts.")
+    return Path(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -324,11 +399,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="smaller sizes, for a first look")
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--only", metavar="NAMES", help="only these benchmarks, e.g. bfs,compaction")
-    ap.add_argument("--save", metavar="DIR", type=Path, help="keep each outcome in DIR; write no section")
-    ap.add_argument("--report", metavar="DIR", type=Path, nargs="+", help="write the section from outcomes kept "
+    ap.add_argument("--save", metavar="DIR", type=_folder, help="keep each outcome in DIR; write no section")
+    ap.add_argument("--report", metavar="DIR", type=_folder, nargs="+", help="write the section from outcomes kept "
                     "by --save in these folders; run nothing")
     a = ap.parse_args(argv)
-    if a.report:
+    clash = [f"--{n}" for n in ("only", "save", "quick") if a.report is not None and getattr(a, n) not in (None, False)]
+    if clash:
+        raise SystemExit(f"--report writes the section from outcomes already saved, at the sizes they were measured "
+                         f"at; it runs nothing, so {', '.join(clash)} would do nothing. Fix: run with --save first, "
+                         "then --report DIR ... alone.")
+    if a.only is not None and a.save is None:
+        raise SystemExit(f"--only {a.only!r} without --save would replace this device's section of the whole suite "
+                         "with a part of it. Fix: add --save DIR and write the section later with --report DIR ..., "
+                         "or run that bench_NAME.py by itself.")
+    if a.report is not None:
         res, device, quick, date = kept(a.report)
         md, plots = report(res, quick, device=device, date=date)
     else:

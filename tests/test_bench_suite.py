@@ -149,12 +149,15 @@ def test_parts_saved_apart_make_one_section_for_the_device_they_ran_on(tmp_path,
     (here / "bench_a.py").write_text("import sys, json\nout = sys.argv[sys.argv.index('--json') + 1]\n"
                                      "open(out, 'w').write(json.dumps({'x': 1}))\nprint('(a) part one line')\n")
     (here / "bench_b.py").write_text("print('skipped: needs two GPUs')\n")
-    monkeypatch.setattr(suite, "device_name", lambda: "Test GPU 9000")
+    monkeypatch.setattr(suite, "device_name_apart", lambda: "Test GPU 9000")
     one = suite.run(here=here, progress=False, only="a", save=tmp_path / "p1")
     two = suite.run(here=here, progress=False, only="b", save=tmp_path / "p2")
     assert set(one) == {"bench_a"} and set(two) == {"bench_b"}
+    assert not list((tmp_path / "p1").glob("*.tmp"))
     monkeypatch.setattr(suite, "device_name", lambda: "CPU only (the writing machine)")
-    res, device, quick, date = suite.kept([tmp_path / "p1", tmp_path / "p2"])
+    with pytest.raises(SystemExit, match=r"lack bench_b; a section holds the whole suite\. Fix: .*--only b --save"):
+        suite.kept([tmp_path / "p1"], here=here)
+    res, device, quick, date = suite.kept([tmp_path / "p1", tmp_path / "p2"], here=here)
     assert device == "Test GPU 9000" and quick is False and set(res) == {"bench_a", "bench_b"}
     md, _ = suite.report(res, quick, here=here, device=device, date=date)
     text = md.read_text()
@@ -166,17 +169,101 @@ def test_saved_parts_of_different_devices_or_sizes_are_refused(tmp_path, monkeyp
     here = tmp_path / "bench"
     here.mkdir()
     (here / "bench_a.py").write_text("print('skipped: here')\n")
-    monkeypatch.setattr(suite, "device_name", lambda: "GPU A")
+    monkeypatch.setattr(suite, "device_name_apart", lambda: "GPU A")
     suite.run(here=here, progress=False, save=tmp_path / "a")
-    monkeypatch.setattr(suite, "device_name", lambda: "GPU B")
+    monkeypatch.setattr(suite, "device_name_apart", lambda: "GPU B")
     suite.run(here=here, progress=False, save=tmp_path / "b")
     with pytest.raises(SystemExit, match=r"differ in device \(GPU A, GPU B\).*Fix:"):
-        suite.kept([tmp_path / "a", tmp_path / "b"])
+        suite.kept([tmp_path / "a", tmp_path / "b"], here=here)
     suite.run(True, here=here, progress=False, save=tmp_path / "q")
     with pytest.raises(SystemExit, match="differ in quick"):
-        suite.kept([tmp_path / "b", tmp_path / "q"])
+        suite.kept([tmp_path / "b", tmp_path / "q"], here=here)
     with pytest.raises(SystemExit, match="no saved outcomes.*Fix:"):
-        suite.kept([tmp_path / "empty"])
+        suite.kept([tmp_path / "empty"], here=here)
+    with pytest.raises(SystemExit, match=r"no saved outcomes .* in \S*typo\. Fix:"):
+        suite.kept([tmp_path / "b", tmp_path / "typo"], here=here)
+    assert suite.kept([tmp_path / "b", tmp_path / "b"], here=here)[1] == "GPU B"
+    (here / "bench_gone.py").write_text("")
+    (here / "bench_a.py").rename(here / "bench_c.py")
+    with pytest.raises(SystemExit, match=r"lack bench_c, bench_gone and hold bench_a \(not in .*Fix:"):
+        suite.kept([tmp_path / "b"], here=here)
+
+
+def _outcome(**changes):
+    record = {"device": "GPU A", "quick": False, "date": "2026-12-02", "at": 1.5,
+              "outcome": {"json": {"x": 1}, "output": "(a) figure", "stderr": ""}}
+    return json.dumps({**record, **changes})
+
+
+@pytest.mark.parametrize("text, why", [
+    ('{"device": "GPU A", "qu', "JSONDecodeError"),
+    ("[1, 2]", "not a JSON object"),
+    (_outcome(device=None), "device is not a name"),
+    (_outcome(quick="yes"), "quick is not true or false"),
+    (_outcome(date="yesterday"), "date is not YYYY-MM-DD"),
+    (_outcome(at="noon"), "at is not a time"),
+    (_outcome(at=float("nan")), "at is not a time"),
+    (_outcome(outcome={"json": {}}), "outcome's text is not text"),
+    (_outcome(outcome={"skipped": "x", "failed": "y"}), "outcome is not one of"),
+    (_outcome(outcome=[]), "outcome is not one of"),
+])
+def test_a_broken_or_hand_edited_outcome_is_refused_naming_the_file(tmp_path, text, why):
+    (tmp_path / "bench_a.py").write_text("")
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "bench_a.outcome.json").write_text(text)
+    with pytest.raises(SystemExit, match=rf"bench_a\.outcome\.json is not an outcome saved by --save \({why}.*Fix: "):
+        suite.kept([tmp_path / "p"], here=tmp_path)
+    (tmp_path / "p" / "bench_a.outcome.json").write_text(_outcome())
+    assert suite.kept([tmp_path / "p"], here=tmp_path)[0] == {"bench_a": json.loads(_outcome())["outcome"]}
+    missing = json.loads(_outcome())
+    del missing["at"]
+    (tmp_path / "p" / "bench_a.outcome.json").write_text(json.dumps(missing))
+    with pytest.raises(SystemExit, match=r"at is not a time"):
+        suite.kept([tmp_path / "p"], here=tmp_path)
+
+
+def test_a_later_part_replaces_an_earlier_of_the_same_benchmark_whatever_the_folder_order(tmp_path):
+    (tmp_path / "bench_a.py").write_text("")
+    for name, at in (("new", 9.0), ("old", 2.0)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "bench_a.outcome.json").write_text(_outcome(at=at, date=f"2026-12-0{int(at)}",
+                                                                       outcome={"skipped": name}))
+    for order in (["new", "old"], ["old", "new"]):
+        res, _, _, date = suite.kept([tmp_path / n for n in order], here=tmp_path)
+        assert res == {"bench_a": {"skipped": "new"}} and date == "2026-12-09"
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--report", "x", "--save", "y"], "--save would do nothing"),
+    (["--report", "x", "--only", "a"], "--only would do nothing"),
+    (["--report", "x", "--quick"], "--quick would do nothing"),
+    (["--only", "bfs"], "without --save would replace"),
+])
+def test_options_that_would_do_nothing_or_overwrite_the_section_are_refused(argv, says, monkeypatch):
+    monkeypatch.setattr(suite, "run", lambda *a, **k: pytest.fail("ran"))
+    monkeypatch.setattr(suite, "report", lambda *a, **k: pytest.fail("wrote a section"))
+    with pytest.raises(SystemExit, match=rf"{says}.*Fix: "):
+        suite.main(argv)
+
+
+def test_an_empty_folder_name_is_a_usage_error(capsys):
+    for argv in (["--save", "", "--only", "bfs"], ["--report", " "]):
+        with pytest.raises(SystemExit) as e:
+            suite.main(argv)
+        assert e.value.code == 2 and "empty folder name. Fix:" in capsys.readouterr().err
+
+
+def test_save_into_a_file_is_refused_before_any_benchmark_runs(tmp_path, monkeypatch):
+    (tmp_path / "bench_a.py").write_text("raise SystemExit('ran')")
+    (tmp_path / "f").write_text("")
+    monkeypatch.setattr(suite, "run_one", lambda *a: pytest.fail("ran"))
+    with pytest.raises(SystemExit, match=r"--save .*f: cannot make that folder.*Fix: "):
+        suite.run(here=tmp_path, progress=False, save=tmp_path / "f")
+
+
+def test_the_device_of_saved_parts_is_named_by_a_child_process():
+    """So that the suite itself holds no GPU context while its benchmarks run."""
+    assert suite.device_name_apart() == suite.device_name()
 
 
 def test_summary_leaves_out_python_warnings_with_their_continuation_lines():
@@ -191,6 +278,12 @@ def test_summary_leaves_out_python_warnings_with_their_continuation_lines():
     text = "\n".join(suite.summary_lines({"bench_x": {"json": {}, "output": output}}))
     assert "(a) first figure" in text and "(b) second figure" in text and "(c) third figure" in text
     assert "slowdown" not in text and "Dask" not in text and "Grid size" not in text and "warn" not in text
+
+
+def test_the_warning_filter_keeps_benchmark_lines_that_are_not_warnings():
+    lines = ["x.py:1: UserWarning: first", "  f(x)", "(b) figure", "y.py:2: UserWarning: second", "  warnings.warn(",
+             "(c) 0 RuntimeWarning raised", "(d) figure"]
+    assert suite._without_warnings(lines) == ["  f(x)", "(b) figure", "(c) 0 RuntimeWarning raised", "(d) figure"]
 
 
 def test_a_script_that_runs_keeps_its_warnings_out_of_its_output(tmp_path):

@@ -156,6 +156,26 @@ def test_fingerprint_is_stable():
     assert len(diskcache.code_fingerprint()) == 16
 
 
+def test_fingerprint_follows_numpy_and_the_launch_edits(monkeypatch):
+    """The optimizer folds constants through NumPy, and programmatic kernels are PTX edited by
+    gpu/launch.py: a change to either is another cubin, never one served from disk."""
+    import numpy
+    from pathlib import Path
+
+    before = diskcache.code_fingerprint()
+    diskcache.code_fingerprint.cache_clear()
+    monkeypatch.setattr(numpy, "__version__", numpy.__version__ + ".other")
+    assert diskcache.code_fingerprint() != before
+    monkeypatch.undo()
+    diskcache.code_fingerprint.cache_clear()
+    read = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: read(self) + (b"#" if self.name == "launch.py" else b""))
+    assert diskcache.code_fingerprint() != before
+    monkeypatch.undo()
+    diskcache.code_fingerprint.cache_clear()
+    assert diskcache.code_fingerprint() == before
+
+
 CHILD = textwrap.dedent("""
     import json, sys, time
     import numpy as np

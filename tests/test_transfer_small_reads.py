@@ -94,3 +94,44 @@ def test_small_reads_from_several_threads_on_their_own_streams_each_get_their_ow
     for t in threads:
         t.join()
     assert not errors and all(got) and drv.copies == 40
+
+
+def test_where_pinned_memory_is_refused_small_reads_take_the_pageable_path(monkeypatch):
+    monkeypatch.setitem(transfer._SMALL, CONTEXT, None)  # what _small_buffer keeps when pinning failed
+    src = np.arange(64, dtype=np.uint8)
+    dst = np.zeros(64, np.uint8)
+    drv = Driver()
+    drv.cuMemcpyDtoH = lambda d, s, n: (ctypes.memmove(d, s, n), (OK,))[1]
+    transfer.download(drv, CONTEXT, dst, src.ctypes.data, stream=7)
+    assert np.array_equal(dst, src) and not drv.queues
+
+
+def test_a_small_buffer_that_cannot_be_pinned_is_remembered_as_none(monkeypatch):
+    from numba import cuda
+
+    def refuse(*a, **k):
+        raise MemoryError("no pinned memory")
+
+    monkeypatch.setattr(cuda, "pinned_array", refuse)
+    monkeypatch.delitem(transfer._SMALL, CONTEXT + 1, raising=False)
+    assert transfer._small_buffer(CONTEXT + 1) is None and transfer._SMALL[CONTEXT + 1] is None
+    monkeypatch.delitem(transfer._SMALL, CONTEXT + 1)
+
+
+def test_an_interrupted_small_read_waits_for_its_copy_before_letting_the_buffer_go(small):
+    """A KeyboardInterrupt after the copy was enqueued: the stream is synchronized before the lock
+    is released, so the copy cannot land in the buffer while another read holds it."""
+    drv = Driver()
+    enqueue = drv.cuMemcpyDtoHAsync
+
+    def interrupted(*args):
+        enqueue(*args)
+        raise KeyboardInterrupt
+
+    drv.cuMemcpyDtoHAsync = interrupted
+    src = np.arange(32, dtype=np.uint8)
+    with pytest.raises(KeyboardInterrupt):
+        transfer.download(drv, CONTEXT, np.zeros(32, np.uint8), src.ctypes.data, stream=7)
+    assert not drv.queues and drv.copies == 1  # the copy landed before the call gave up
+    assert small[0].acquire(blocking=False)
+    small[0].release()

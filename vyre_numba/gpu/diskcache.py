@@ -54,14 +54,18 @@ def default_dir() -> Path:
 
 @lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """Hash of the sources that decide what PTX a program becomes (emitter and templates)."""
+    """Hash of what decides the PTX a program becomes: the IR, optimizer, emitter and templates,
+    the launch edits (`programmatic_ptx`), and NumPy's version (the optimizer folds constants
+    through NumPy's functions)."""
+    import numpy
+
     from ..version import __version__
 
     from ..ptx.templates import template_dir
 
     root = Path(__file__).resolve().parents[1]
-    h = hashlib.sha256(__version__.encode())
-    files = (sorted((root / "ptx").glob("*.py")) + sorted((root / "ir").glob("*.py"))
+    h = hashlib.sha256(f"{__version__} numpy {numpy.__version__}".encode())
+    files = (sorted((root / "ptx").glob("*.py")) + sorted((root / "ir").glob("*.py")) + [root / "gpu" / "launch.py"]
              + sorted(template_dir().glob("*.ptx")))
     for f in files:
         h.update(f.name.encode())

@@ -6,7 +6,11 @@ and 3.5 GB/s down on an H100 host, against 54 GB/s from pinned memory).
 One pair of buffers a context, taken under the context's lock: copies from several threads take
 turns on the bus anyway. Every copy waits for its own pieces before it returns or raises, so the
 caller's host memory may change (upload) or be read (download) as soon as the call returns, and
-no piece is in flight when the next copy takes the buffers."""
+no piece is in flight when the next copy takes the buffers. Reads below SMALL_BYTES have a small
+pinned buffer a context of their own, for latency rather than bandwidth.
+
+The buffers live as long as the process (one set a context handle); a context destroyed and
+another made at the same handle would find them stale, so a process keeps its contexts."""
 from __future__ import annotations
 
 import threading
@@ -99,8 +103,9 @@ def upload(drv, context: int, dst: int, src: np.ndarray, stream: int, each=None)
 
 def download(drv, context: int, dst: np.ndarray, src: int, stream: int) -> None:
     """Copy the bytes at device address `src` into the contiguous host array `dst`, after the
-    work enqueued on `stream` before it (`context` as for `upload`): staged from STAGED_BYTES on,
-    the driver's own copy below (as fast there, and no buffer to take)."""
+    work enqueued on `stream` before it (`context` as for `upload`): below SMALL_BYTES through the
+    context's small pinned buffer, staged from STAGED_BYTES on, the driver's own copy between
+    (as fast there, and no buffer to take)."""
     flat = dst.reshape(-1).view(np.uint8)
     if flat.size < SMALL_BYTES:
         if flat.size:
@@ -133,18 +138,35 @@ def download(drv, context: int, dst: np.ndarray, src: int, stream: int) -> None:
             _settle(drv, bufs[2:])
 
 
+def _small_buffer(context: int) -> list | None:
+    """The context's [lock, pinned buffer of SMALL_BYTES] for small reads, made on first use; None
+    where pinned memory was refused (its reads then take the driver's pageable path)."""
+    with _BUFFERS_LOCK:
+        if context not in _SMALL:
+            try:
+                from numba import cuda
+
+                _SMALL[context] = [threading.Lock(), cuda.pinned_array(SMALL_BYTES, np.uint8)]
+            except Exception:  # out of pinned memory: a slower read, not a failed one
+                _SMALL[context] = None
+        return _SMALL[context]
+
+
 def _small_download(drv, context: int, flat: np.ndarray, src: int, stream: int) -> None:
     """A read of fewer than SMALL_BYTES: copied on `stream` into the context's small pinned buffer
     (its own lock, so a read from inside an upload's `each` does not wait for that upload), then
-    out of it once the stream reaches it."""
-    with _BUFFERS_LOCK:
-        small = _SMALL.get(context)
-        if small is None:
-            from numba import cuda
-
-            small = _SMALL[context] = [threading.Lock(), cuda.pinned_array(SMALL_BYTES, np.uint8)]
+    out of it once the stream reaches it. The stream is waited for even when the copy's call is
+    interrupted, so no copy is in flight into the buffer once its lock is let go."""
+    small = _small_buffer(context)
+    if small is None:
+        check(drv.cuStreamSynchronize(stream)[0], "waiting for the work before a read-back")
+        check(drv.cuMemcpyDtoH(flat.ctypes.data, src, flat.size)[0], "reading back a buffer")
+        return
     lock, buf = small
     with lock:
-        check(drv.cuMemcpyDtoHAsync(buf.ctypes.data, src, flat.size, stream)[0], "reading back a buffer")
-        check(drv.cuStreamSynchronize(stream)[0], "waiting for a read-back")
+        try:
+            check(drv.cuMemcpyDtoHAsync(buf.ctypes.data, src, flat.size, stream)[0], "reading back a buffer")
+        finally:
+            (err,) = drv.cuStreamSynchronize(stream)
+        check(err, "waiting for a read-back")
         flat[:] = buf[:flat.size]

@@ -107,6 +107,19 @@ def test_empty_and_single_node_graphs(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_the_arrays_given_are_the_callers_a_change_to_them_later_changes_nothing(backend):
+    """The e-graph keeps checked copies of its rows: the caller's int64 arrays, changed after
+    from_arrays, neither change its classes nor are changed by its rebuild."""
+    eclass, op, offsets, children = (np.array(a, np.int64) for a in ([0, 1, 2, 3], [0, 1, 2, 2], [0, 0, 0, 1, 2], [0, 1]))
+    given = [a.copy() for a in (eclass, op, offsets, children)]
+    g = EGraph.from_arrays(eclass, op, offsets, children, backend=backend)
+    op[:2] = 0  # leaves a and b made one operator: 0 and 1 (then f(0) and f(1)) would merge if the e-graph read it
+    res = congruence_closure(g, np.zeros((0, 2), np.int64))
+    assert np.array_equal(res.eclass, [0, 1, 2, 3])
+    assert all(np.array_equal(a, b) for a, b in zip((eclass, offsets, children), (given[0], given[2], given[3])))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_operators_by_name_and_new_operators(backend):
     g = EGraph.from_terms([("+", "a", "b")], backend=backend)
     a, b = (int(c) for c in g.lookup(["a", "b"], [0, 0, 0], []))

@@ -11,8 +11,10 @@ from .signature import same_signature, signature_hash, structural_pairs
 class HostEGraph:
     def __init__(self, eclass: np.ndarray, op: np.ndarray, offsets: np.ndarray, children: np.ndarray,
                  n_classes: int, table_capacity: int | None = None):
-        self.eclass, self.op = eclass.astype(np.int64), op.astype(np.int64)
-        self.offsets, self.children = offsets.astype(np.int64), children.astype(np.int64)
+        """The rows given, kept as they are where they are int64 already: the e-graph passes its own
+        checked copies, never the caller's arrays."""
+        self.eclass, self.op = eclass.astype(np.int64, copy=False), op.astype(np.int64, copy=False)
+        self.offsets, self.children = offsets.astype(np.int64, copy=False), children.astype(np.int64, copy=False)
         self.parent = np.arange(n_classes, dtype=np.int64)
         self.n, self.n_classes = op.size, n_classes
         self._memo = None  # (sorted signature hashes, their rows), made after a rebuild

@@ -18,6 +18,7 @@ class HostEGraph:
         self.parent = np.arange(n_classes, dtype=np.int64)
         self.n, self.n_classes = op.size, n_classes
         self._memo = None  # (sorted signature hashes, their rows), made after a rebuild
+        self._index = None  # a converged rebuild's signature index, kept while only unions follow it
 
     def union(self, a: np.ndarray, b: np.ndarray) -> None:
         union_numpy(self.parent, a, b)
@@ -28,7 +29,10 @@ class HostEGraph:
 
     def rebuild(self, max_rounds: int | None = None, on_round=None) -> dict:
         self._memo = None
-        stats = rebuild_numpy(self.parent, self.op, self.offsets, self.children, self.eclass, max_rounds, on_round)
+        index, self._index = self._index, None  # a rebuild stopped part way leaves none
+        stats = rebuild_numpy(self.parent, self.op, self.offsets, self.children, self.eclass, max_rounds, on_round,
+                              index)
+        self._index = stats.pop("index")
         stats["device_ns"] = int(stats["seconds"] * 1e9)  # the CPU is this backend's device
         stats["phase_ns"] = {"rebuild": stats["device_ns"]}
         return stats
@@ -77,8 +81,8 @@ class HostEGraph:
                  np.concatenate([self.children, children]),
                  np.concatenate([self.parent, np.arange(self.n_classes, n_classes)]))
         # one assignment, no call in it: an interruption (Ctrl-C) lands before it or after it
-        self.eclass, self.op, self.offsets, self.children, self.parent, self.n, self.n_classes, self._memo = (
-            *grown, grown[1].size, n_classes, None)
+        self.eclass, self.op, self.offsets, self.children, self.parent, self.n, self.n_classes, self._memo, \
+            self._index = (*grown, grown[1].size, n_classes, None, None)
 
     def structural_pairs(self, capacity: int) -> tuple[np.ndarray, int]:
         pairs = structural_pairs(self.op, self.offsets, self.children, self.eclass)

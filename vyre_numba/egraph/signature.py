@@ -41,11 +41,11 @@ def signature_hash(op: np.ndarray, offsets: np.ndarray, children: np.ndarray,
 
 def same_signature(op: np.ndarray, offsets: np.ndarray, children: np.ndarray, r: np.ndarray, s: np.ndarray) -> np.ndarray:
     """Whether rows r[k] and s[k] have the same operator and the same children in order (exact)."""
-    ar = np.diff(offsets)
-    same = (op[r] == op[s]) & (ar[r] == ar[s])
+    ar_r = offsets[r + 1] - offsets[r]
+    same = (op[r] == op[s]) & (ar_r == offsets[s + 1] - offsets[s])
     k = np.flatnonzero(same)
     if k.size:
-        width = ar[r[k]]
+        width = ar_r[k]
         pair = np.repeat(np.arange(k.size), width)
         pos = np.arange(pair.size) - np.repeat(np.cumsum(width) - width, width)
         differ = children[offsets[r[k]][pair] + pos] != children[offsets[s[k]][pair] + pos]

@@ -15,7 +15,6 @@ import threading
 import numpy as np
 
 from ..errors import INTEGERS, DispatchError, host_memory, shown
-from ..unique import unique
 from .csr import CSR, checked_graph, enqueue_check, resolve
 
 _SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
@@ -42,16 +41,19 @@ def _bfs_numpy(g: CSR, source: int) -> np.ndarray:
     dist = np.full(g.n, -1, np.int32)
     dist[source] = 0
     frontier = np.array([source], np.int64)
+    first = np.empty(g.n, np.int64)  # where a vertex last appears among a level's new neighbours
     level = 0
     while frontier.size:
         lo, hi = g.indptr[frontier], g.indptr[frontier + 1]
         counts = hi - lo
         offsets = np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
-        nbrs = unique(g.indices[offsets].astype(np.int64))
+        nbrs = g.indices[offsets]
         nbrs = nbrs[dist[nbrs] == -1]
         level += 1
         dist[nbrs] = level
-        frontier = nbrs
+        at = np.arange(nbrs.size)
+        first[nbrs] = at
+        frontier = nbrs[first[nbrs] == at].astype(np.int64)  # each vertex once, without a sort
     return dist
 
 

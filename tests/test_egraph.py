@@ -127,14 +127,14 @@ def test_hash_collisions_never_merge_and_never_hide_a_merge(monkeypatch, buckets
     """With a hash that sends every signature to one of `buckets` values, grouping falls back on
     the exact comparison: the partition, lookups and structural pairs stay those of the simple
     closure (a collision never merges two classes, and never hides two equal signatures)."""
-    from vyre_numba.egraph import host, signature
+    from vyre_numba.egraph import closure_numpy, host, signature
 
     real = signature.signature_hash
 
-    def weak(op, offsets, children):
-        return real(op, offsets, children) % np.uint64(buckets)
-    monkeypatch.setattr(signature, "signature_hash", weak)
-    monkeypatch.setattr(host, "signature_hash", weak)
+    def weak(*args):
+        return real(*args) % np.uint64(buckets)
+    for module in (signature, host, closure_numpy):  # every hash the rebuild and lookups take
+        monkeypatch.setattr(module, "signature_hash", weak)
     for seed in range(4):
         rng = np.random.default_rng(100 + seed)
         r = random_egraph(rng, 200, n_ops=2)

@@ -38,6 +38,8 @@ class HostEGraph:
         return stats
 
     def lookup(self, op: np.ndarray, offsets: np.ndarray, children: np.ndarray) -> np.ndarray:
+        if self._memo is None and self._index is not None:  # a converged rebuild's: rows by hash, children canonical
+            self._memo = (self._index[2], self._index[1])
         if self._memo is None:
             h = signature_hash(self.op, self.offsets, self.children)
             order = np.argsort(h, kind="stable")
@@ -80,9 +82,10 @@ class HostEGraph:
                  np.concatenate([self.offsets[:-1], self.offsets[-1] + offsets]),
                  np.concatenate([self.children, children]),
                  np.concatenate([self.parent, np.arange(self.n_classes, n_classes)]))
-        # one assignment, no call in it: an interruption (Ctrl-C) lands before it or after it
-        self.eclass, self.op, self.offsets, self.children, self.parent, self.n, self.n_classes, self._memo, \
-            self._index = (*grown, grown[1].size, n_classes, None, None)
+        self._index = None  # first: a Ctrl-C between the two leaves no index of fewer rows
+        # one assignment, no call in it and on one line: an interruption (Ctrl-C) lands before it or after it
+        self.eclass, self.op, self.offsets, self.children, self.parent, self.n, self.n_classes, self._memo = (
+            *grown, grown[1].size, n_classes, None)
 
     def structural_pairs(self, capacity: int) -> tuple[np.ndarray, int]:
         pairs = structural_pairs(self.op, self.offsets, self.children, self.eclass)

@@ -19,7 +19,7 @@ SCRIPT = textwrap.dedent('''
     def both(r, unions, **kw):
         out = []
         for G in (HostEGraph, DeviceEGraph):
-            g = G(*r, int(max(r[0].max(initial=-1), r[3].max(initial=-1))) + 1, **kw)
+            g = G(*[a.copy() for a in r], int(max(r[0].max(initial=-1), r[3].max(initial=-1))) + 1, **kw)  # a HostEGraph owns its rows
             g.rebuild()
             u = np.asarray(unions, np.int64).reshape(-1, 2)
             g.union(u[:, 0], u[:, 1])
@@ -51,7 +51,7 @@ SCRIPT = textwrap.dedent('''
 
     r = rows([[], []] + [[0]] * 7 + [[1]] * 3, [1, 2] + [0] * 10)
     for G in (HostEGraph, DeviceEGraph):
-        g = G(*r, 12)
+        g = G(*[a.copy() for a in r], 12)
         pairs, found = g.structural_pairs(1)
         assert found >= 8 and len(pairs) == 1, (found, pairs)
         pairs, found2 = g.structural_pairs(found)

@@ -27,25 +27,27 @@ def components_numpy(g: CSR) -> tuple[np.ndarray, int]:
 
 def components_of_edges(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, int]:
     """(labels, rounds) of the components of n vertices joined by the edges (src[i], dst[i])."""
-    parent = np.arange(n, dtype=np.int64)
+    it = np.int32 if n < 2**31 else np.int64  # half the memory traffic where ids fit
+    parent = np.arange(n, dtype=it)
     keep = src != dst
-    src, dst = src[keep], dst[keep]
+    lo, hi = np.minimum(src[keep], dst[keep]).astype(it), np.maximum(src[keep], dst[keep]).astype(it)
     rounds = 0
-    while src.size:
+    while lo.size:  # each edge as (smaller, larger) root of its ends: the same components
         rounds += 1
-        pu, pv = parent[src], parent[dst]
-        lo, hi = np.minimum(pu, pv), np.maximum(pu, pv)
-        join = lo != hi
-        if not join.any():
-            break
-        np.minimum.at(parent, hi[join], lo[join])
+        if rounds > 1:  # in the first, every vertex is its own root
+            pu, pv = parent[lo], parent[hi]
+            lo, hi = np.minimum(pu, pv), np.maximum(pu, pv)
+            join = lo != hi
+            if not join.any():
+                break
+            lo, hi = lo[join], hi[join]  # edges already inside one tree stay so
+        np.minimum.at(parent, hi, lo)
         while True:  # pointer jumping until every vertex points at a root
             grand = parent[parent]
             if np.array_equal(grand, parent):
                 break
             parent = grand
-        src, dst = src[join], dst[join]  # edges already inside one tree stay so
-    return parent, rounds
+    return parent.astype(np.int64), rounds
 
 
 @host_memory("connected_components")

@@ -16,7 +16,6 @@ the same device replaces it, other devices' sections and the notes written by ha
 benchmark that cannot run here (no GPU) says why in the section; nothing is left out silently."""
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -75,12 +74,9 @@ def run(quick: bool = False, progress: bool = True, here: Path = HERE, only: str
         save: Path | None = None) -> dict[str, dict]:
     """Every benchmark's outcome by script stem (see `run_one`); with `save`, each outcome is also
     written there as it comes, with the device and the sizes it was measured at."""
+    from tqdm.auto import tqdm
+
     found = chosen(scripts(here), only)
-    if progress:
-        from tqdm.auto import tqdm
-    else:
-        def tqdm(items, **_):
-            return contextlib.nullcontext(_Bar(items))
     res = {}
     if save is not None:
         try:
@@ -89,7 +85,7 @@ def run(quick: bool = False, progress: bool = True, here: Path = HERE, only: str
             raise SystemExit(f"--save {save}: cannot make that folder ({e.strerror}). Fix: name a folder, new or "
                              "existing, where this user may write.") from None
         device = device_name_apart()
-    with tempfile.TemporaryDirectory() as tmp, tqdm(found, desc="benchmarks", unit="bench") as bar:
+    with tempfile.TemporaryDirectory() as tmp, tqdm(found, desc="benchmarks", unit="bench", disable=not progress) as bar:
         for s in bar:
             bar.set_postfix_str(s.stem)
             res[s.stem] = run_one(s, quick, Path(tmp) / f"{s.stem}.json")
@@ -115,13 +111,6 @@ def device_name_apart() -> str:
         raise SystemExit(f"cannot name this machine's device: {(p.stdout + p.stderr).strip()[-600:]}. Fix: run "
                          "`vyre-numba info` to see why, and mend that first.")
     return p.stdout.strip().splitlines()[-1]
-
-
-class _Bar(list):
-    """The one method of a tqdm bar that `run` calls, for runs without one."""
-
-    def set_postfix_str(self, _text: str) -> None:
-        pass
 
 
 def kept(folders: list[Path], here: Path = HERE) -> tuple[dict[str, dict], str, bool, str]:

@@ -119,14 +119,15 @@ def _worklist_round(op, offsets, children, hashes, order, hs, work) -> tuple:
     width = offsets[work + 1] - offsets[work]
     slots = np.repeat(offsets[work] - np.cumsum(width) + width, width) + np.arange(int(width.sum()))
     sub = np.concatenate([[0], np.cumsum(width)])
-    hashes[work] = signature_hash(op[work], sub, children[slots], np.repeat(np.arange(work.size), width))
+    fresh = signature_hash(op[work], sub, children[slots], np.repeat(np.arange(work.size), width))
+    hashes[work] = fresh
     moved = np.zeros(op.size, bool)
     moved[work] = True
     keep = ~moved[order]
-    new = work[np.argsort(hashes[work], kind="stable")]
-    at = np.searchsorted(hs[keep], hashes[new])
-    order, hs = np.insert(order[keep], at, new), np.insert(hs[keep], at, hashes[new])
-    keys = np.unique(hashes[work])
+    by = np.argsort(fresh, kind="stable")
+    at = np.searchsorted(hs[keep], fresh[by])
+    order, hs = np.insert(order[keep], at, work[by]), np.insert(hs[keep], at, fresh[by])
+    keys = np.unique(fresh)
     lo, hi = np.searchsorted(hs, keys, "left"), np.searchsorted(hs, keys, "right")
     size = hi - lo
     members = order[np.repeat(lo - np.cumsum(size) + size, size) + np.arange(int(size.sum()))]

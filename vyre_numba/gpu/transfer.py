@@ -112,8 +112,7 @@ def download(drv, context: int, dst: np.ndarray, src: int, stream: int) -> None:
             _small_download(drv, context, flat, src, stream)
         return
     if flat.size < STAGED_BYTES:
-        check(drv.cuStreamSynchronize(stream)[0], "waiting for the work before a read-back")
-        check(drv.cuMemcpyDtoH(flat.ctypes.data, src, flat.size)[0], "reading back a buffer")
+        _pageable_download(drv, flat, src, stream)
         return
     starts = list(range(0, flat.size, PIECE))
     lock, *bufs = _buffers(drv, context)
@@ -159,8 +158,7 @@ def _small_download(drv, context: int, flat: np.ndarray, src: int, stream: int) 
     interrupted, so no copy is in flight into the buffer once its lock is let go."""
     small = _small_buffer(context)
     if small is None:
-        check(drv.cuStreamSynchronize(stream)[0], "waiting for the work before a read-back")
-        check(drv.cuMemcpyDtoH(flat.ctypes.data, src, flat.size)[0], "reading back a buffer")
+        _pageable_download(drv, flat, src, stream)
         return
     lock, buf = small
     with lock:
@@ -170,3 +168,9 @@ def _small_download(drv, context: int, flat: np.ndarray, src: int, stream: int) 
             (err,) = drv.cuStreamSynchronize(stream)
         check(err, "waiting for a read-back")
         flat[:] = buf[:flat.size]
+
+
+def _pageable_download(drv, flat: np.ndarray, src: int, stream: int) -> None:
+    """The driver's own copy into `flat`, once the work on `stream` before it is done."""
+    check(drv.cuStreamSynchronize(stream)[0], "waiting for the work before a read-back")
+    check(drv.cuMemcpyDtoH(flat.ctypes.data, src, flat.size)[0], "reading back a buffer")

@@ -725,7 +725,7 @@ def test_gpu_small_path_declines_what_the_general_path_must_check_or_do():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_gpu_select_keeps_every_type_bit_for_bit(dtype):
+def test_gpu_select_keeps_every_type_bit_for_bit(dtype, launches):
     from numba import cuda
 
     n = 50_001
@@ -737,7 +737,8 @@ def test_gpu_select_keeps_every_type_bit_for_bit(dtype):
 
 
 @pytest.mark.gpu
-def test_gpu_records_and_predicates():
+def test_gpu_records_and_predicates(launches):
+    """Records (several words an item: the count-first path scatters them unpacked) and predicates, by every path."""
     from numba import cuda
 
     r = records(30_000)

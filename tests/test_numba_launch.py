@@ -131,3 +131,32 @@ def test_gpu_relaunch_with_rewritten_arrays_matches_numbas_own_launch():
         again((n + 255) // 256, 256)
         assert np.array_equal(got.copy_to_host(), want.copy_to_host())
     assert np.array_equal(out0.copy_to_host(), np.arange(n0) * 2)  # the packed launch's own arrays untouched
+
+
+@pytest.mark.gpu
+def test_gpu_packed_launch_runs_only_when_called_and_with_its_rewritten_output():
+    from numba import cuda
+
+    from vyre_numba.gpu.numba_launch import NumbaLaunch, RawArray
+
+    @cuda.jit
+    def k(out, a, s):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = a[i] * s
+
+    launch = NumbaLaunch(k, retain=False)
+    n = 5000
+    a = cuda.to_device(np.arange(n, dtype=np.int64))
+    stand_in = cuda.to_device(np.full(n, -1, np.int64))
+    put = launch.packed(RawArray(stand_in.device_ctypes_pointer.value, (n,), np.int64), a, 3)
+    assert put is not None
+    cuda.synchronize()
+    assert (stand_in.copy_to_host() == -1).all()  # packed, not launched
+    out = cuda.device_array(n, np.int64)
+    put.array(0, out.device_ctypes_pointer.value, n)
+    put((n + 255) // 256, 256)
+    assert np.array_equal(out.copy_to_host(), 3 * np.arange(n))
+    assert (stand_in.copy_to_host() == -1).all()
+    launch(-(-n // 256), 256, stand_in, a, 2)  # the launcher itself still launches what it is given
+    assert np.array_equal(stand_in.copy_to_host(), 2 * np.arange(n))

@@ -339,7 +339,9 @@ def _exact(sel: Selector, flag_of, src, n: int, words, dt: np.dtype, octs=None):
         out = _in_room(sel, n, dt, pooled, three)
         if out is not None:
             return out
-    count = sel.count(flag_of, src, n, octs)
+    sel.offsets(flag_of, src, n, octs)
+    put = sel.scatter_later(flag_of, src, n, words, word_type(dt)[0]) if pooled else None  # while the GPU counts
+    count = sel.watch()
     if count == 0:
         return cuda.device_array(0, dt)
     if not pooled:
@@ -348,7 +350,10 @@ def _exact(sel: Selector, flag_of, src, n: int, words, dt: np.dtype, octs=None):
         return out
     address = memory.pool_alloc(count * dt.itemsize)
     try:
-        sel.scatter(flag_of, src, n, words, _words(None, count, dt, address), count)
+        if put is not None:
+            put(address, count)
+        else:
+            sel.scatter(flag_of, src, n, words, _words(None, count, dt, address), count)
     except BaseException:
         memory.pool_free(address)
         raise

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..errors import INTEGERS, DispatchError, VyreError, clip, shown
 from ..gpu import mapped
-from ..gpu.numba_launch import NumbaLaunch, RawArray, overload_kind, stream_handle
+from ..gpu.numba_launch import NumbaLaunch, RawArray, _params, overload_kind, stream_handle
 from ..lru import LRUCache
 from ..owned import Unshared
 
@@ -262,6 +262,50 @@ class Selector(Unshared):
         except Exception as e:
             _unrunnable(e, flag_of, src)
             raise
+
+    def scatter_later(self, flag_of: Callable, src, n: int, words, word) -> Callable[[int, int], None] | None:
+        """`scatter` of items 0..n-1 (after `offsets` of them) made ready now and enqueued by the
+        returned `put(address, capacity)` into `capacity` items of `word` (one word an item, or
+        the indices where `words` is None) at device `address`: so that once a count read on the
+        host sizes the output, rewriting two parameters and one launch are all that stand between
+        them. The launch is kept and rewritten call to call (`Relaunch`), as `enqueue_at`'s are.
+        None under the CUDA simulator and for inputs that are not 1-D contiguous arrays of one
+        word an item (then `scatter` it is)."""
+        self._check_open()
+        if _SIM:
+            return None
+        _check_call("scatter", flag_of, src, n, words)
+        kernel = _kernels().scatter_kernel(flag_of, *_emit(words))
+        kinds = (overload_kind(src), None if words is None else overload_kind(words))
+        if any(k is not None and (type(k) is not tuple or k[1:] != (1, True)) for k in kinds):
+            return None
+        key = (kernel, 1, kinds)
+        again = self._relaunches.get(key)
+        if again is None:
+            room = RawArray(0, (n,), word)  # a stand-in of the output's type, rewritten by put
+            try:
+                again = self._launch(kernel, 1).packed(src, n, room if words is None else words, room,
+                                                       self._args[1], self._args[3], n)
+            except Exception as e:
+                _unrunnable(e, flag_of, src)
+                raise
+            if again is None:
+                return None
+            self._relaunches[key] = again
+        else:
+            again.array(0, _address_of(src), n)
+            again.scalar(1, n)
+            if words is not None:
+                again.array(2, _address_of(words), n)
+        tiles = -(-n // TILE)
+
+        def put(address: int, capacity: int) -> None:
+            if words is None:
+                again.array(2, address, capacity)
+            again.array(3, address, capacity)
+            again.scalar(6, capacity)
+            again(tiles, THREADS)
+        return put
 
     def fused(self, flag_of: Callable, src, n: int, words, out, octs=None) -> int | None:
         """Select items 0..n-1 (n >= 1) into `out`, which has room for all n (`words` None: their
@@ -495,6 +539,12 @@ class Selector(Unshared):
             k = self._launches[(kernel, use)] = NumbaLaunch(kernel, self.stream, retain=False,
                                                             cooperative=cooperative)
         return k
+
+
+def _address_of(a) -> int:
+    """The device address of a 1-D array a kernel was packed for (a RawArray, Numba's, or one with
+    __cuda_array_interface__)."""
+    return _params(a)[4]
 
 
 def _is_device_function(f) -> bool:

@@ -153,30 +153,42 @@ class NumbaLaunch:
     def __call__(self, blocks: int, threads: int, *args: Any) -> None:
         if blocks < 1:
             return
-        launch, last = self._launch, self._last
-        if launch is None or _SIM or len(args) != len(last):
-            if _SIM or not self._prepare(args):
-                self._numba(blocks, threads, args)
-                return
-            launch = self._launch
-        else:
-            values, slots, kinds = launch.args.values, self._slots, self._kinds
-            for i, a in enumerate(args):
-                if a is not last[i]:
-                    kind, params = _describe(a)
-                    if kind != kinds[i] or params is None:  # another overload of the kernel
-                        if not self._prepare(args):
-                            self._numba(blocks, threads, args)
-                            return
-                        launch = self._launch
-                        break
-                    values[slots[i]:slots[i + 1]] = params
-                    last[i] = a
+        if not self._pack(args):
+            self._numba(blocks, threads, args)
+            return
+        launch = self._launch
         if launch.shape.grid[0] != blocks or launch.shape.block[0] != threads:
             launch = self._launch = launch.reshaped(LaunchShape((blocks, 1, 1), (threads, 1, 1)))
         launch.enqueue(self._handle)
         if not self._retain:  # raw arrays own nothing: keeping them costs nothing and saves packing them again
             self._last = [a if type(a) is RawArray else None for a in args]
+
+    def _pack(self, args: tuple) -> bool:
+        """Pack `args` into the parameter block (only those not passed last time); False where
+        the launch must go through Numba (the simulator, or an argument kind not packed here)."""
+        launch, last = self._launch, self._last
+        if launch is None or _SIM or len(args) != len(last):
+            return not _SIM and self._prepare(args)
+        values, slots, kinds = launch.args.values, self._slots, self._kinds
+        for i, a in enumerate(args):
+            if a is not last[i]:
+                kind, params = _describe(a)
+                if kind != kinds[i] or params is None:  # another overload of the kernel
+                    return self._prepare(args)
+                values[slots[i]:slots[i + 1]] = params
+                last[i] = a
+        return True
+
+    def packed(self, *args: Any) -> "Relaunch | None":
+        """The launch of these arguments packed (compiled first where need be) but not enqueued,
+        as a `Relaunch` of its own: for a caller that learns the last of its parameters (an
+        output's address) only when the launch must go, and packs the rest before. None under
+        the CUDA simulator or for argument kinds not packed here."""
+        if not self._pack(args):
+            return None
+        if not self._retain:
+            self._last = [a if type(a) is RawArray else None for a in args]
+        return self.detached()
 
     def detached(self) -> "Relaunch | None":
         """The last packed launch as a `Relaunch` with a parameter block of its own, or None where

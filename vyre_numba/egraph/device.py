@@ -81,23 +81,29 @@ class DeviceEGraph:
 
         self._cuda = cuda
         self.n, self.n_classes = op.size, n_classes
-        self.op = cuda.to_device(op.astype(np.int32))
-        self.off = cuda.to_device(offsets.astype(np.int64))
-        self.ch = cuda.to_device(children.astype(np.int32) if children.size else np.zeros(1, np.int32))
-        self.cls = cuda.to_device(eclass.astype(np.int32))
-        ids = np.arange(n_classes, dtype=np.int32)
-        self.parent, self.canon = cuda.to_device(ids), cuda.to_device(ids)
-        self.rowflag = cuda.to_device(np.ones(self.n, np.uint8))  # every row is new to the table
-        self.slot = cuda.to_device(np.full(self.n, -1, np.int32))
+        self._launches: dict = {}  # kernel name -> NumbaLaunch, owned by this e-graph
+        self.op = cuda.to_device(np.ascontiguousarray(op, np.int32))  # no host copy where the type is right
+        self.off = cuda.to_device(np.ascontiguousarray(offsets, np.int64))
+        self.ch = cuda.to_device(np.ascontiguousarray(children, np.int32) if children.size else np.zeros(1, np.int32))
+        self.cls = cuda.to_device(np.ascontiguousarray(eclass, np.int32))
+        self.parent = cuda.to_device(np.arange(n_classes, dtype=np.int32))
+        self.canon = cuda.device_array(n_classes, np.int32)
+        if n_classes:
+            self.canon.copy_to_device(self.parent)
+        # filled on the device: the table alone is 16 bytes a row, which the host need not write nor send
+        self.rowflag = cuda.device_array(self.n, np.uint8)
+        self._fill(self.rowflag, np.uint8(1))  # every row is new to the table
+        self.slot = cuda.device_array(self.n, np.int32)
+        self._fill(self.slot, np.int32(-1))
         self.ctl = cuda.to_device(np.zeros(4, np.int64))
         self._ctl_host = cuda.pinned_array(4, np.int64)
         self._work = None  # the round's row list, room for every row
         self._selector = None  # the worklist's compaction, made on first use
-        self._launches: dict = {}  # kernel name -> NumbaLaunch, owned by this e-graph
         self.nch = int(children.size)
         self.uses_off, self.uses = self._uses(self.off, self.ch, self.n, self.n_classes, self.nch)
         self.capacity = _pow2(max(table_capacity or 4 * self.n, 2))  # rows fill a quarter; tombstones the next
-        self.table = cuda.to_device(np.full(self.capacity, -1, np.int32))
+        self.table = cuda.device_array(self.capacity, np.int32)
+        self._fill(self.table, np.int32(-1))
         self.used = 0
         self._stale = False  # a rebuild stopped part way: rows may be out of the table, counts unread
 

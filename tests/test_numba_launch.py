@@ -103,18 +103,25 @@ def test_gpu_numba_launch_on_a_stream_keeps_nothing_without_retain():
     assert gone() is None  # the launch kept no reference to its last argument
 
 
-@pytest.mark.gpu
-def test_gpu_relaunch_with_rewritten_arrays_matches_numbas_own_launch():
+def _scaled_kernel():
+    """A kernel writing out[i] = a[i] * s."""
     from numba import cuda
-
-    from vyre_numba.gpu.numba_launch import NumbaLaunch, RawArray
 
     @cuda.jit
     def k(out, a, s):
         i = cuda.grid(1)
         if i < out.size:
             out[i] = a[i] * s
+    return k
 
+
+@pytest.mark.gpu
+def test_gpu_relaunch_with_rewritten_arrays_matches_numbas_own_launch():
+    from numba import cuda
+
+    from vyre_numba.gpu.numba_launch import NumbaLaunch, RawArray
+
+    k = _scaled_kernel()
     fast = NumbaLaunch(k, retain=False)
     n0 = 10
     out0, a0 = cuda.device_array(n0, np.int64), cuda.to_device(np.arange(n0, dtype=np.int64))
@@ -139,12 +146,7 @@ def test_gpu_packed_launch_runs_only_when_called_and_with_its_rewritten_output()
 
     from vyre_numba.gpu.numba_launch import NumbaLaunch, RawArray
 
-    @cuda.jit
-    def k(out, a, s):
-        i = cuda.grid(1)
-        if i < out.size:
-            out[i] = a[i] * s
-
+    k = _scaled_kernel()
     launch = NumbaLaunch(k, retain=False)
     n = 5000
     a = cuda.to_device(np.arange(n, dtype=np.int64))

@@ -85,3 +85,27 @@ def test_the_workload_is_the_shared_benchmarks(n):
     kids = [[c for c in (a, b) if c >= 0] for a, b in zip(w["a"], w["b"])]
     assert [ch[off[k]:off[k + 1]].tolist() for k in range(n)] == kids
     assert np.array_equal(unions, np.stack([w["ua"], w["ub"]], 1))
+
+
+@pytest.mark.parametrize("call", [
+    lambda: from_edges(3, [[0], [1, 2]], [1, 2]),  # ragged: NumPy's ValueError
+    lambda: from_edges(3, [True, 0], [1, 2]),  # True read as vertex 1
+    lambda: from_edges(3, np.ma.array([0, 1], mask=[0, 1]), [1, 2]),  # the mask dropped: edge 1 -- 2 made
+    lambda: from_edges(3, [0, 2**64 - 1], [1, 2]),  # NumPy reads these as float64
+    lambda: grid(2**31 - 1, 2**31 - 1),  # NumPy's "array is too big"
+    lambda: grid(2**16, 2**15),  # 2**31 vertices: past 32-bit ids, refused before anything is allocated
+    lambda: rmat(3, 2**62)])
+def test_odd_edge_lists_and_sizes_past_memory_raise_with_a_fix(call):
+    with pytest.raises(VyreError, match="Fix:"):
+        call()
+
+
+def test_generators_name_their_parameters_for_a_misspelt_keyword():
+    from vyre_numba.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match="did you mean `keep`"):
+        grid(3, 3, kep=0.5)
+    with pytest.raises(ArgumentError, match="did you mean `seed`"):
+        rmat(3, 10, sed=1)
+    with pytest.raises(ArgumentError, match="did you mean `seed`"):
+        arithmetic(8, sed=1)

@@ -285,11 +285,16 @@ def converting(matches, error):
 
 
 def host_memory(what: str, why: str = BY_IDS):
-    """Decorator: a MemoryError inside `what` (here or raised on a Dask worker) becomes a
-    HostMemoryError that says, in `why`, what sizes the arrays and how to shrink them (the
-    default: a graph algorithm's arrays, sized by the largest id)."""
-    return converting(lambda e: isinstance(e, MemoryError),
-                      lambda e: HostMemoryError(f"{what} ran out of host memory ({e}). {why}"))
+    """Decorator: a MemoryError inside `what` (here or raised on a Dask worker), or NumPy's
+    ValueError for an array past the address space, becomes a HostMemoryError that says, in
+    `why`, what sizes the arrays and how to shrink them (the default: a graph algorithm's
+    arrays, sized by the largest id)."""
+    return converting(_out_of_memory, lambda e: HostMemoryError(f"{what} ran out of host memory ({e}). {why}"))
+
+
+def _out_of_memory(e: BaseException) -> bool:
+    """A MemoryError, or the ValueError NumPy raises for an array whose bytes no address holds."""
+    return isinstance(e, MemoryError) or (isinstance(e, ValueError) and str(e).startswith("array is too big"))
 
 
 def did_you_mean(name, names) -> str:

@@ -8,6 +8,8 @@ import numpy as np
 from ..errors import HostMemoryError
 from .egraph import MAX_ID, _count
 
+__all__ = ["arithmetic"]
+
 OPS = ("Add", "Mul", "Sub", "Div", "Neg", "Sq")
 
 
@@ -41,3 +43,8 @@ def _arithmetic(n: int, seed: int) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
     children = np.stack([a, b], 1).ravel()
     op = np.concatenate([6 + np.arange(leaves, dtype=np.int64), opi.astype(np.int64)])
     return (np.arange(n, dtype=np.int64), op, offsets, children[children >= 0]), unions
+
+
+from ..errors import check_calls as _check_calls  # noqa: E402
+
+_check_calls(globals(), __all__)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import INTEGERS, DispatchError, host_memory, shown, whole
+from .csr import _as_index_array
+
+__all__ = ["from_edges", "rmat", "grid"]
 
 _SHRINK = "The graph is built in host memory at once. Fix: generate a smaller graph (fewer vertices or edges)."
 
@@ -30,11 +33,9 @@ def from_edges(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np
 
 
 def _ends(a, name: str, n: int) -> np.ndarray:
-    """Edge ends as a 1-D int64 array of vertices below n."""
-    a = np.asarray(a)
-    if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
-        raise DispatchError(f"from_edges: {name} is a {a.dtype} array of shape {a.shape}, not a 1-D array of vertex "
-                            "ids. Fix: pass integer arrays of the edges' ends.")
+    """Edge ends as a 1-D int64 array of vertices below n (checked as a CSR's indices are: no
+    masked arrays, bools, floats or ragged lists)."""
+    a = _as_index_array(a, name)
     lo, hi = (int(a.min()), int(a.max())) if a.size else (0, -1)
     if lo < 0 or hi >= n:
         raise DispatchError(f"from_edges: {name} holds vertex {lo if lo < 0 else hi}, outside 0..{n - 1}. Fix: pass n "
@@ -66,6 +67,9 @@ def grid(width: int, height: int, *, keep: float = 1.0, seed: int = 0) -> tuple[
     seed = whole(seed, "grid: seed", 0, 2**63 - 1)
     if isinstance(keep, (bool, np.bool_)) or not isinstance(keep, (*INTEGERS, float, np.floating)) or not 0 <= keep <= 1:
         raise DispatchError(f"grid: keep={shown(keep)} is not a number in [0, 1]. Fix: pass e.g. grid(256, 256, keep=0.6).")
+    if width * height > 2**31 - 1:
+        raise DispatchError(f"grid: {width} x {height} is {width * height:,} vertices, past 2**31 - 1 (vertex ids are "
+                            "32-bit). Fix: pass a smaller width or height.")
     v = np.arange(width * height, dtype=np.int64).reshape(height, width)
     src = np.concatenate([v[:, :-1].ravel(), v[:-1, :].ravel()])
     dst = np.concatenate([v[:, 1:].ravel(), v[1:, :].ravel()])
@@ -73,3 +77,8 @@ def grid(width: int, height: int, *, keep: float = 1.0, seed: int = 0) -> tuple[
         mask = np.random.default_rng(seed).random(src.size) < keep
         src, dst = src[mask], dst[mask]
     return from_edges(width * height, src, dst)
+
+
+from ..errors import check_calls as _check_calls  # noqa: E402
+
+_check_calls(globals(), __all__)

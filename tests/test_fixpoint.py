@@ -449,3 +449,20 @@ def test_gpu_step_ptx_is_kept_in_a_bounded_cache(monkeypatch):
         ptx = device._step_ptx(step, kinds, (8, 0))
         assert str(k) in ptx and device._step_ptx(step, kinds, (8, 0)) is ptx and len(device._STEPS) <= 2
         del step
+
+
+def _below(i, a, limit):
+    if a[i] < limit:
+        a[i] += 1
+        return 1
+    return 0
+
+
+def test_python_ints_past_int64_are_taken_as_numba_reads_them_whatever_ran_before():
+    a = np.zeros(3, np.uint64)
+    fixpoint.run(_below, 3, [a, 2])  # compiled for an int64 limit: Numba then refused 2**63 (OverflowError)
+    assert fixpoint.run(_below, 3, [a, 2**63], max_rounds=2).rounds == 2 and a.tolist() == [4, 4, 4]
+    for limit in (2**64, -2**63 - 1):
+        with pytest.raises(DispatchError, match=r"args\[1\] = .* is past 64 bits.*Fix: ") as e:
+            fixpoint.run(_below, 3, [a, limit])
+        assert "raised" not in str(e.value) and a.tolist() == [4, 4, 4]

@@ -303,6 +303,11 @@ def _run_cpu(step: Callable, n: int, args: list, max_rounds: int, progress: bool
             raise DispatchError(f"args[{k}] holds float16, which Numba's CPU compiler does not take (the reference "
                                 "backend runs the step with it). Fix: pass a float32 copy (x.astype(np.float32)) and "
                                 "round the results back, or run on the cuda backend.")
+        if type(a) is int and not -2**63 <= a < 2**64:
+            raise DispatchError(f"args[{k}] = {shown(a)} is past 64 bits; the step takes int64 or uint64 numbers. "
+                                "Fix: pass a float (float(x)), or keep the value within int64 or uint64.")
+    # Numba reads an int past int64 as uint64, but only while no int64 compilation could take it
+    args = [np.uint64(a) if type(a) is int and a >= 2**63 else a for a in args]
     jitted, inner = _cpu_round(step)
     checked: list = []
 

@@ -7,7 +7,7 @@ import pytest
 
 import vyre_numba as vn
 from numba import cuda
-from vyre_numba import fixpoint, ir
+from vyre_numba import fixpoint, ir, unionfind
 from vyre_numba.errors import BarrierTimeoutError, DispatchError, UnsupportedError
 
 
@@ -466,3 +466,30 @@ def test_python_ints_past_int64_are_taken_as_numba_reads_them_whatever_ran_befor
         with pytest.raises(DispatchError, match=r"args\[1\] = .* is past 64 bits.*Fix: ") as e:
             fixpoint.run(_below, 3, [a, limit])
         assert "raised" not in str(e.value) and a.tolist() == [4, 4, 4]
+
+
+def _links(i, parent, u, v):
+    return unionfind.link(parent, u[i], v[i])
+
+
+def _imports(i, a):
+    import math
+
+    a[i] = math.floor(a[i])
+    return 0
+
+
+@pytest.mark.parametrize("step", [atomic_hook, _links])
+def test_a_cpu_step_calling_cuda_device_code_is_told_so_not_that_it_raised(step):
+    args = [np.arange(4, dtype=np.int32)] + ([np.array([0, 2]), np.array([1, 3])] if step is _links else [])
+    with pytest.raises(DispatchError, match=r"CUDA device code.*Fix: run it on the cuda backend") as e:
+        fixpoint.run(step, 2, args, backend="reference")
+    assert "raised" not in str(e.value) and args[0].tolist() == [0, 1, 2, 3]
+
+
+def test_a_step_that_does_not_compile_is_told_numbas_reason_not_its_pipeline_stage():
+    with pytest.raises(DispatchError, match=r"does not compile with Numba \(Unknown attribute 'no_such_attribute'"):
+        fixpoint.run(lambda i, a: a.no_such_attribute, 3, [np.zeros(3)], backend="reference")
+    with pytest.raises(DispatchError, match=r"does not compile with Numba \(Use of unsupported opcode") as e:
+        fixpoint.run(_imports, 3, [np.zeros(3)], backend="reference")  # it was "the step raised ..."
+    assert "raised" not in str(e.value)

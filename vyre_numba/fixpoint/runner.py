@@ -353,8 +353,19 @@ def _numba_call(fn, n: int, args: list):
 
         if isinstance(e, VyreError):
             raise
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        if not isinstance(e, (NumbaError, TypeError)):  # a `raise` in the compiled step, run
+        numba_error = isinstance(e, (NumbaError, TypeError)) or type(e).__module__ == "numba.core.errors"  # and
+        # UnsupportedBytecodeError (an import in the step), which is no NumbaError
+        text = str(e)
+        if type(e).__module__.startswith("numba.cuda") or (numba_error and ("numba.cuda" in text or "CUDA" in text)):
+            raise DispatchError("the step calls CUDA device code (numba.cuda, vyre_numba.unionfind), which runs only "
+                                "on the GPU; the reference backend compiles the step for the CPU. Fix: run it on the "
+                                "cuda backend with device arrays, or write it without CUDA calls (on the CPU items run "
+                                "one at a time, so plain reads and writes need no atomics); the arrays are as they "
+                                "were.") from e
+        lines = [line.strip() for line in text.splitlines() if line.strip()]  # the reason, past Numba's stages
+        first = next((line for line in lines if not line.startswith("Failed in ")), lines[0]) if lines else \
+            type(e).__name__
+        if not numba_error:  # a `raise` in the compiled step, run
             raise DispatchError(f"the step raised {type(e).__name__} ({first}). Fix: make the step total over its "
                                 "inputs (no exceptions raised); the arrays are as they were.") from e
         frozen = [f"args[{k}]" for k, a in enumerate(args) if isinstance(a, np.ndarray) and not a.flags.writeable]

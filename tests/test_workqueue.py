@@ -74,6 +74,13 @@ def test_the_model_refuses_values_it_would_change_and_stays_as_it_was(dtype, val
     assert (q.size(), q.overflowed()) == (1, 0) and q.drain().tolist() == [3]
 
 
+def test_a_value_past_the_queue_type_is_shown_shortened_in_the_refusal():
+    for dtype in (np.float32, np.int64):
+        with pytest.raises(DispatchError, match=r"the value 1071508607186267.*\.\.\..*Fix:") as e:
+            QueueModel(2, dtype).push(2**1000)
+        assert len(str(e.value)) < 300
+
+
 def test_the_model_takes_values_that_convert_exactly():
     q = QueueModel(4, np.float32)
     assert q.push(0.1) and q.push(np.int64(2**24)) and q.push(np.uint8(7))

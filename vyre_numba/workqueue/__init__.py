@@ -160,7 +160,7 @@ def _python_ints(values, dt: np.dtype):
         except (OverflowError, ValueError):  # out of an integer type's range; infinite as a float
             same = False
         if not same:
-            raise DispatchError(f"the value {v} is not exactly representable as {dt}. Fix: make the queue of a "
+            raise DispatchError(f"the value {shown(v)} is not exactly representable as {dt}. Fix: make the queue of a "
                                 "wider type, or push values in range.")
     return np.array(items, dt)
 

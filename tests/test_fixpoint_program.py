@@ -207,6 +207,17 @@ def test_bad_program_arrays_raise_with_a_fix(args, fragment):
     assert fragment in str(e.value)
 
 
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+def test_a_masked_array_is_refused_and_array_subclasses_are_updated_in_place():
+    labels = np.ma.array(np.arange(3, dtype=np.uint32), mask=[0, 1, 0])
+    with pytest.raises(DispatchError, match="masked array.*Fix:"):  # the step would read the masked values
+        fixpoint.run(RELAX, 3, [labels, *path(3)])
+    assert labels.data.tolist() == [0, 1, 2]
+    for labels in (np.matrix(np.arange(3, dtype=np.uint32)), np.arange(3, dtype=np.uint32).view(np.recarray)):
+        assert fixpoint.run(RELAX, 3, [labels, *path(3)]).converged  # a matrix stayed 2-D: a raw IndexError
+        assert np.asarray(labels).tolist() in ([0, 0, 0], [[0, 0, 0]])
+
+
 def test_a_read_only_array_for_a_written_buffer_is_refused():
     labels = np.zeros(3, np.uint32)
     labels.flags.writeable = False

@@ -163,6 +163,9 @@ def program_args(program, args: Sequence[Any], *, device: bool) -> list:
         if not device and not isinstance(a, np.ndarray):
             raise DispatchError(f"{where} is a {type(a).__name__}, not a NumPy array. Fix: pass a NumPy array "
                                 f"of dtype {want} (it is updated in place), or run on the cuda backend.")
+        if not device and isinstance(a, np.ma.MaskedArray):
+            raise DispatchError(f"{where} is a masked array, whose mask the step would not see (it reads and writes "
+                                "the masked values too). Fix: pass x.data (updated in place), or x.filled(...).")
         dt = np.dtype(cai["typestr"]) if device else a.dtype
         size = int(np.prod(cai["shape"])) if device else a.size
         if dt != want:
@@ -179,7 +182,7 @@ def program_args(program, args: Sequence[Any], *, device: bool) -> list:
                                 f"{b.count if b.count else 'fewer than 2**32'}. Fix: pass an array of that size.")
         if not device and b.access in (Access.READ_WRITE, Access.WRITE_ONLY) and not a.flags.writeable:
             raise DispatchError(f"{where} is read-only, but the step writes the buffer. Fix: pass a writable array.")
-        out.append(a if device else a.reshape(-1))
+        out.append(a if device else np.asarray(a).reshape(-1))  # a view: a matrix's reshape(-1) stays 2-D
     spans = [_storage(a) for a in out]
     check_unaliased(bufs, lambda i, j: _overlap(spans[i], spans[j]), f"fixpoint step {program.name!r}")
     return out

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..errors import INTEGERS, DispatchError, VyreError, clip, shown
 from ..gpu import mapped
-from ..gpu.numba_launch import NumbaLaunch, RawArray, _params, overload_kind, stream_handle
+from ..gpu.numba_launch import NumbaLaunch, RawArray, _describe, overload_kind, stream_handle
 from ..lru import LRUCache
 from ..owned import Unshared
 
@@ -175,6 +175,7 @@ class Selector(Unshared):
         self._ctl = cuda.to_device(np.zeros(4, np.int64), stream=self.stream)  # [-, -, kept count, scan ticket]
         self._tiles = 0
         self._launches: dict = {}  # kernel -> NumbaLaunch on this stream
+        self._plans: dict = {}  # what `fused_at`/`enqueue_at` launch for their arguments' kinds (see `_plan`)
         self._relaunches: dict = {}  # (kernel, use, source type) -> its last launch, for `enqueue_at` (and with
         # its resident blocks, for `fused_at`)
         self._grow(1024)
@@ -212,7 +213,7 @@ class Selector(Unshared):
     def close(self) -> None:
         """Release the device buffers (once; later calls do nothing)."""
         self._owned = self._ctl = self._host = self._args = self._bar = self._sums = None
-        self._launches, self._relaunches = {}, {}
+        self._launches, self._relaunches, self._plans = {}, {}, {}
         self._closed = True
 
     def _check_open(self) -> None:
@@ -276,7 +277,8 @@ class Selector(Unshared):
             return None
         _check_call("scatter", flag_of, src, n, words)
         kernel = _kernels().scatter_kernel(flag_of, *_emit(words))
-        kinds = (overload_kind(src), None if words is None else overload_kind(words))
+        (src_kind, src_params), (words_kind, words_params) = _describe(src), _describe(words)
+        kinds = (src_kind, None if words is None else words_kind)
         if any(k is not None and (type(k) is not tuple or k[1:] != (1, True)) for k in kinds):
             return None
         key = (kernel, 1, kinds)
@@ -293,17 +295,11 @@ class Selector(Unshared):
                 return None
             self._relaunches[key] = again
         else:
-            again.array(0, _address_of(src), n)
-            again.scalar(1, n)
-            if words is not None:
-                again.array(2, _address_of(words), n)
+            _scatter_from(again, src_params[4], n, None if words is None else words_params[4])
         tiles = -(-n // TILE)
 
         def put(address: int, capacity: int) -> None:
-            if words is None:
-                again.array(2, address, capacity)
-            again.array(3, address, capacity)
-            again.scalar(6, capacity)
+            _scatter_into(again, address, capacity, words is None)
             again(tiles, THREADS)
         return put
 
@@ -351,8 +347,9 @@ class Selector(Unshared):
         self._check_open()
         if time.monotonic() < self._fused_off_until:
             return None
-        kernel = _kernels().fused_kernel(flag_of, *_emit_of(word, words), by_bytes=by_bytes)
-        key = (kernel, 0, np.dtype(src_type).str)
+        key = self._plan(("fused", flag_of, src_type, by_bytes, word, words is None), lambda: (
+            _kernels().fused_kernel(flag_of, *_emit_of(word, words), by_bytes=by_bytes), 0, np.dtype(src_type).str))
+        kernel = key[0]
         known = self._relaunches.get(key)  # (the launch, the resident blocks `fused` found for it)
         blocks = max(1, min(known[1] if known else 1, -(-n // TILE), FUSED_BLOCKS or n))
         if known is None or self._sums.shape[0] < blocks:
@@ -383,17 +380,17 @@ class Selector(Unshared):
         _check_items(n)
         kernels = _kernels()
         tiles = -(-n // TILE)
-        count = kernels.count_bytes if by_bytes else kernels.count_kernel(flag_of)
-        scatter = kernels.scatter_kernel(flag_of, *_emit_of(word, words))
-        st = np.dtype(src_type).str
-        used = ((count, 0), (kernels.scan_chunks, 0), (scatter, 0))
-        again = [self._relaunches.get((k, use, st)) for k, use in used]
+        used = self._plan(("three", flag_of, src_type, by_bytes, word, words is None), lambda: tuple(
+            (k, 0, np.dtype(src_type).str) for k in (kernels.count_bytes if by_bytes else kernels.count_kernel(flag_of),
+                                                    kernels.scan_chunks,
+                                                    kernels.scatter_kernel(flag_of, *_emit_of(word, words)))))
+        again = [self._relaunches.get(key) for key in used]
         room = n if capacity is None else capacity
         if tiles > self._tiles or None in again:
             self.enqueue(flag_of, RawArray(src, (n,), src_type), n, _raw(words, n, word), RawArray(out, (room,), word),
                          room, RawArray(src, (n // 8,), np.uint64) if by_bytes else None)
-            for k, use in used:
-                self._relaunches[(k, use, st)] = self._launch(k, use).detached()
+            for key in used:
+                self._relaunches[key] = self._launch(key[0], key[1]).detached()
             return
         counts, scan, put = again
         self._host[0] = -1
@@ -411,11 +408,8 @@ class Selector(Unshared):
         except BaseException:
             self._afresh(tiles)
             raise
-        put.array(0, src, n)
-        put.scalar(1, n)
-        put.array(2, out if words is None else words, n if words is not None else room)
-        put.array(3, out, room)
-        put.scalar(6, room)
+        _scatter_from(put, src, n, words)
+        _scatter_into(put, out, room, words is None)
         put(tiles, THREADS)
 
     def _fused_launch(self, launch: Callable, blocks: int, meanwhile: Callable | None = None) -> int | None:
@@ -529,6 +523,17 @@ class Selector(Unshared):
         self.enqueue(flag_of, src, n, words, out, capacity, octs)
         return self.total()
 
+    def _plan(self, kinds: tuple, build: Callable):
+        """What `build()` gives for these argument kinds (the kernels and relaunch keys of
+        `fused_at` or `enqueue_at`), kept: their lookup costs microseconds, a dict look a fraction
+        of one, on the path that small selections take."""
+        plan = self._plans.get(kinds)
+        if plan is None:
+            if len(self._plans) >= LAUNCHES_KEPT:  # select_if of ever new predicates
+                self._plans = {}
+            plan = self._plans[kinds] = build()
+        return plan
+
     def _launch(self, kernel, use: int = 0, cooperative: bool = False) -> NumbaLaunch:
         """The launcher of `kernel` (`use` tells apart two uses of one kernel, so each keeps its
         own packed arguments and geometry)."""
@@ -541,10 +546,22 @@ class Selector(Unshared):
         return k
 
 
-def _address_of(a) -> int:
-    """The device address of a 1-D array a kernel was packed for (a RawArray, Numba's, or one with
-    __cuda_array_interface__)."""
-    return _params(a)[4]
+def _scatter_from(again, src: int, n: int, words: int | None) -> None:
+    """Rewrite a scatter's launch (`again`, a Relaunch) to take items 0..n-1 of the flags (or
+    predicate values) at device address `src` and of the items at `words` (None: their indices)."""
+    again.array(0, src, n)
+    again.scalar(1, n)
+    if words is not None:
+        again.array(2, words, n)
+
+
+def _scatter_into(again, out: int, room: int, indices: bool) -> None:
+    """Rewrite a scatter's launch to write at most `room` items at device address `out` (and,
+    writing `indices`, to read nothing else as its items)."""
+    if indices:
+        again.array(2, out, room)
+    again.array(3, out, room)
+    again.scalar(6, room)
 
 
 def _is_device_function(f) -> bool:

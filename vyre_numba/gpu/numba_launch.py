@@ -160,8 +160,7 @@ class NumbaLaunch:
         if launch.shape.grid[0] != blocks or launch.shape.block[0] != threads:
             launch = self._launch = launch.reshaped(LaunchShape((blocks, 1, 1), (threads, 1, 1)))
         launch.enqueue(self._handle)
-        if not self._retain:  # raw arrays own nothing: keeping them costs nothing and saves packing them again
-            self._last = [a if type(a) is RawArray else None for a in args]
+        self._forget(args)
 
     def _pack(self, args: tuple) -> bool:
         """Pack `args` into the parameter block (only those not passed last time); False where
@@ -186,9 +185,14 @@ class NumbaLaunch:
         the CUDA simulator or for argument kinds not packed here."""
         if not self._pack(args):
             return None
+        self._forget(args)
+        return self.detached()
+
+    def _forget(self, args: tuple) -> None:
+        """Without `retain`, keep none of `args` but raw arrays (they own nothing: keeping them
+        costs nothing and saves packing them again)."""
         if not self._retain:
             self._last = [a if type(a) is RawArray else None for a in args]
-        return self.detached()
 
     def detached(self) -> "Relaunch | None":
         """The last packed launch as a `Relaunch` with a parameter block of its own, or None where

@@ -21,7 +21,7 @@ def used_bytes(pool) -> int:
 def test_gpu_pooled_arrays_hold_data_and_are_given_back():
     from numba import cuda
 
-    from vyre_numba.gpu.memory import _pool, pooled_array
+    from vyre_numba.gpu.memory import _pool, pooled_array, trim
 
     a = pooled_array(1000, np.float64)
     a.copy_to_device(np.arange(1000, dtype=np.float64))
@@ -29,6 +29,7 @@ def test_gpu_pooled_arrays_hold_data_and_are_given_back():
     pool = _pool(cuda.current_context().device.id)
     del a
     gc.collect()
+    trim()  # the spares too
     cuda.synchronize()
     before = used_bytes(pool)
     for k in range(2000):
@@ -36,7 +37,30 @@ def test_gpu_pooled_arrays_hold_data_and_are_given_back():
         del b
     gc.collect()
     cuda.synchronize()
+    assert used_bytes(pool) > before  # the last few freed are kept as spares
+    trim()
+    cuda.synchronize()
     assert used_bytes(pool) == before
+
+
+def test_gpu_a_spare_is_reused_only_once_its_array_is_dropped():
+    from numba import cuda
+
+    from vyre_numba.gpu.memory import pooled_array
+
+    a = pooled_array(4096, np.int32)
+    a.copy_to_device(np.full(4096, 7, np.int32))
+    address = a.device_ctypes_pointer.value
+    b = pooled_array(4096, np.int32)  # a still held: not its memory
+    assert b.device_ctypes_pointer.value != address
+    b.copy_to_device(np.full(4096, 9, np.int32))
+    del a
+    gc.collect()
+    c = pooled_array(4096, np.int32)  # a's memory, now a spare
+    assert c.device_ctypes_pointer.value == address
+    c.copy_to_device(np.arange(4096, dtype=np.int32))
+    cuda.synchronize()
+    assert np.array_equal(b.copy_to_host(), np.full(4096, 9)) and np.array_equal(c.copy_to_host(), np.arange(4096))
 
 
 def test_gpu_pooled_arrays_dropped_by_a_thread_without_a_context_are_given_back():
@@ -46,15 +70,16 @@ def test_gpu_pooled_arrays_dropped_by_a_thread_without_a_context_are_given_back(
 
     from numba import cuda
 
-    from vyre_numba.gpu.memory import _pool, pooled_array
+    from vyre_numba.gpu.memory import SPARES, _pool, pooled_array, trim
 
     pool = _pool(cuda.current_context().device.id)
     gc.collect()
+    trim()
     cuda.synchronize()
     before = used_bytes(pool)
-    held = [pooled_array(1 << 20, np.int32) for _ in range(4)]
+    held = [pooled_array(1 << 20, np.int32) for _ in range(SPARES + 4)]  # more than are kept: some go to the pool
     cuda.synchronize()
-    assert used_bytes(pool) >= before + 4 * (4 << 20)
+    assert used_bytes(pool) >= before + (SPARES + 4) * (4 << 20)
     seen = []
 
     def drop():
@@ -69,7 +94,10 @@ def test_gpu_pooled_arrays_dropped_by_a_thread_without_a_context_are_given_back(
     t.start()
     t.join()
     cuda.synchronize()
-    assert seen == [0, 0] and used_bytes(pool) == before
+    assert seen == [0, 0] and used_bytes(pool) == before + SPARES * (4 << 20)
+    trim()
+    cuda.synchronize()
+    assert used_bytes(pool) == before
 
 
 def test_gpu_select_outputs_come_from_the_pool_and_stay_correct_after_many_calls():

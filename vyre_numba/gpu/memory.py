@@ -93,20 +93,80 @@ def _context() -> tuple:
     return last
 
 
+SPARES = 4  # freed pooled arrays kept for the next allocation of their size (see `_reuse`)
+SPARE_BYTES = 1 << 26  # the largest kept
+_SPARE: list = []  # (context handle, bytes, address), oldest first
+_SPARE_LOCK = threading.RLock()  # a finalizer may free an array in the thread that holds it
+_STREAM0: list = []  # the legacy stream's CUstream, made once
+
+
 def pool_alloc(nbytes: int) -> int:
     """The address of `nbytes` (at least 1) of device memory from the pool of the current
     device, ordered on the legacy default stream; owned by the caller (`pooled_array` or `pool_free`)."""
     drv = _driver()[0]
     handle, ctx, pool = _context()
-    err, ptr = drv.cuMemAllocFromPoolAsync(max(int(nbytes), 1), pool, drv.CUstream(0))
-    if err == drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY:  # Numba's pending frees may hold what is missing
+    size = max(int(nbytes), 1)
+    if _SPARE:
+        address = _reuse(handle, size)
+        if address:
+            return address
+    stream = _STREAM0[0] if _STREAM0 else _stream0()
+    err, ptr = drv.cuMemAllocFromPoolAsync(size, pool, stream)
+    if err == drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY:  # Numba's pending frees and our spares may hold what is missing
         for owner in (getattr(ctx, "memory_manager", None), ctx):
             pending = getattr(owner, "deallocations", None)
             if pending is not None:
                 pending.clear()
-        err, ptr = drv.cuMemAllocFromPoolAsync(max(int(nbytes), 1), pool, drv.CUstream(0))
+        _free_spares()
+        err, ptr = drv.cuMemAllocFromPoolAsync(size, pool, stream)
     _check(err, f"allocating {nbytes} bytes on the device")
     return int(ptr)
+
+
+def _stream0():
+    _STREAM0[:] = [_driver()[0].CUstream(0)]
+    return _STREAM0[0]
+
+
+def _reuse(context: int, nbytes: int) -> int:
+    """The address of a spare of exactly `nbytes` in `context`, taken from the spares, or 0.
+    Spares are pooled arrays freed while no more than SPARES smaller than SPARE_BYTES were kept:
+    the next allocation of the same size takes one back without the driver (an allocation and a
+    free cost several microseconds of host time each, most of a small selection's). Safe as the
+    pool is: a spare was freed and is taken on the legacy stream, whose later work follows the
+    work of every blocking stream enqueued before."""
+    with _SPARE_LOCK:  # nothing in here allocates a tracked object, so no collection frees an array midway
+        for i in range(len(_SPARE)):
+            entry = _SPARE[i]
+            if entry[1] == nbytes and entry[0] == context:
+                _SPARE.pop(i)
+                return entry[2]
+    return 0
+
+
+def _release(address: int, nbytes: int, context: int) -> None:
+    """Free a pooled array of `nbytes` at most (see `owning_pointer`): kept as a spare for the
+    next allocation of that size where it is small enough, the oldest spare beyond SPARES going
+    back to the pool."""
+    if nbytes > SPARE_BYTES:
+        pool_free(address, context)
+        return
+    entry = (context, nbytes, address)  # made outside the lock: a collection it starts may free arrays
+    with _SPARE_LOCK:
+        _SPARE.append(entry)
+        old = _SPARE.pop(0) if len(_SPARE) > SPARES else None
+    if old is not None:
+        pool_free(old[2], old[0])
+
+
+def _free_spares() -> None:
+    """Give every spare back to its pool."""
+    spares: list = []
+    with _SPARE_LOCK:
+        spares.extend(_SPARE)
+        _SPARE.clear()
+    for context, _, address in spares:
+        pool_free(address, context)
 
 
 def pool_copy(address: int, nbytes: int, free=None) -> int:
@@ -127,13 +187,13 @@ def pool_copy(address: int, nbytes: int, free=None) -> int:
 
 
 def owning_pointer(address: int, nbytes: int):
-    """A Numba MemoryPointer owning the pool memory of `nbytes` at `address` (from `pool_alloc`):
-    given back (stream-ordered) once when it is garbage collected or `free()`d, in whichever
-    thread drops it."""
+    """A Numba MemoryPointer owning the pool memory of `nbytes` (at most what `pool_alloc` gave)
+    at `address`: given back (stream-ordered) once when it is garbage collected or `free()`d, in
+    whichever thread drops it."""
     drv, _, MemoryPointer = _driver()
     handle, ctx, _ = _context()
-    return MemoryPointer(ctx, drv.CUdeviceptr(address), max(int(nbytes), 1),
-                         finalizer=lambda: pool_free(address, handle))
+    size = max(int(nbytes), 1)
+    return MemoryPointer(ctx, drv.CUdeviceptr(address), size, finalizer=lambda: _release(address, size, handle))
 
 
 def pooled_array(n: int, dtype, address: int | None = None, pointer=None) -> "object":
@@ -153,6 +213,7 @@ def trim() -> None:
     """Give every pool's idle memory back to the device (memory in use stays)."""
     from cuda.bindings import driver as drv
 
+    _free_spares()
     with _LOCK:
         pools = list(_POOLS.values())
     for pool in pools:

@@ -237,6 +237,31 @@ def test_gpu_misuse_is_refused_and_changes_nothing():
 
 
 @pytest.mark.gpu
+def test_gpu_queue_arrays_name_their_stream_to_other_libraries_without_a_warning():
+    """Through __cuda_array_interface__: no stream for a queue on the default stream (numba-cuda's
+    int() of the default stream object warns and gives 0, which the interface disallows), the
+    queue's own stream otherwise."""
+    import warnings
+
+    from numba import cuda
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with WorkQueue(8, np.int32) as q:
+            q.push(np.arange(3, dtype=np.int32))
+            assert q.items.__cuda_array_interface__["stream"] is None
+            out = q.drain()
+            assert out.__cuda_array_interface__["stream"] is None and out.copy_to_host().tolist() == [0, 1, 2]
+        s = cuda.stream()
+        with WorkQueue(8, np.int32, stream=s) as q:
+            q.push(np.arange(2, dtype=np.int32))
+            out = q.drain()
+            assert out.__cuda_array_interface__["stream"] == int(s)
+            s.synchronize()
+            assert out.copy_to_host().tolist() == [0, 1]
+
+
+@pytest.mark.gpu
 def test_gpu_host_pushes_keep_the_device_counters():
     sys.path.insert(0, str(HERE))
     import queue_exercise

@@ -977,7 +977,7 @@ def mixes_bools(x) -> bool:
 def host_array(x, what: str, on_device: str, masked: str, other: str) -> np.ndarray:
     """`x` as a NumPy array, or a DispatchError saying `what` is on the device, masked (its mask
     would be lost) or not an array of numbers, ending in the matching Fix."""
-    if hasattr(x, "__cuda_array_interface__") or hasattr(x, "copy_to_host"):
+    if hasattr(x, "copy_to_host") or hasattr(x, "__cuda_array_interface__"):  # Numba's first: its interface costs more
         raise DispatchError(f"{what} is on the device. Fix: {on_device}")
     if isinstance(x, np.ma.MaskedArray):
         raise DispatchError(f"{what} is a masked array, whose mask would be lost. Fix: {masked}")

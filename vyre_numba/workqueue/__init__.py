@@ -187,15 +187,17 @@ class WorkQueue(Unshared):
                                           "machine with a GPU (or under NUMBA_ENABLE_CUDASIM=1), or use QueueModel, "
                                           "its NumPy twin, on the CPU.")
         self.stream = stream if stream is not None else cuda.default_stream()
+        self._bound = 0 if stream is None else stream  # what its arrays name as their stream to other libraries:
+        # none for the default (numba-cuda's int() of it warns and gives 0, which the array interface disallows)
         try:
-            self.items = cuda.device_array(self.capacity, self.dtype, stream=self.stream)
+            self.items = cuda.device_array(self.capacity, self.dtype, stream=self._bound)
         except MemoryError:  # the CUDA simulator keeps device arrays in host memory
             self._no_room()
         except Exception as e:  # the driver's out-of-memory, as numba raises it
             if "MEMORY" not in str(e).upper():
                 raise
             self._no_room()
-        self.state = cuda.to_device(np.zeros(2, np.uint64), stream=self.stream)
+        self.state = cuda.to_device(np.zeros(2, np.uint64), stream=self._bound)
 
     def _no_room(self) -> None:
         raise DeviceError(f"WorkQueue({self.capacity}, {self.dtype}): no room for {self.capacity * self.dtype.itemsize} "
@@ -274,7 +276,7 @@ class WorkQueue(Unshared):
         with self._lock:
             items, _ = self._live()
             n = self.size()
-            out = self._cuda.device_array(n, self.dtype, stream=self.stream)
+            out = self._cuda.device_array(n, self.dtype, stream=self._bound)
             if n:
                 out.copy_to_device(items[:n], stream=self.stream)
             self.reset()

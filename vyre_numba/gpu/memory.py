@@ -3,8 +3,9 @@ release threshold that keeps up to KEEP bytes of freed memory for reuse): an all
 costs about a microsecond, where Numba's `device_array` costs tens (cuMemAlloc, and deferred frees
 that synchronise the context in batches). For outputs whose size is known only after a count on
 the device (compaction) and for a call's own scratch arrays, allocated and freed on the legacy
-default stream, so that every blocking stream's earlier work is ordered before the free.
-`trim()` gives the pool's idle memory back to the device."""
+default stream, so that every blocking stream's earlier work is ordered before the free. The last
+few small arrays freed are kept as spares for the next allocation of their size (`_reuse`), which
+then costs no driver call. `trim()` gives the spares and the pool's idle memory back to the device."""
 from __future__ import annotations
 
 import functools

@@ -194,6 +194,7 @@ def test_duration_stays_an_int():
     (lambda: Duration(float("nan")), r"Duration\(nan\).*finite"), (lambda: Duration(float("inf")), r"Duration\(inf\)"),
     (lambda: Duration(-float("inf")), r"Duration\(-inf\)"), (lambda: Duration(np.float32("nan")), r"finite"),
     (lambda: Duration(10**400), r"finite"), (lambda: Duration.from_seconds(float("inf")), r"finite"),
+    (lambda: Duration.from_seconds(1e300), r"from_seconds\(1e\+300\).*finite"),
     (lambda: Duration.from_seconds(10**400), r"finite"), (lambda: Duration("5"), r"not a str"),
     (lambda: Duration(None), r"not a NoneType"), (lambda: Duration.from_seconds("5"), r"not a str"),
     (lambda: Duration([1]), r"not a list"), (lambda: Duration(True), r"Duration\(True\).*not a bool"),

@@ -178,6 +178,19 @@ def test_float16_arguments_are_refused_as_such_not_as_an_exception_the_step_rais
         assert "raised" not in str(e.value)
 
 
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+def test_an_np_matrix_is_refused_as_such_not_as_an_exception_the_step_raised():
+    indptr, indices = path(3)
+    labels = np.matrix(np.arange(3, dtype=np.int64))
+    for call in (fixpoint.run, fixpoint.for_each):
+        with pytest.raises(DispatchError, match=r"args\[0\] is an np.matrix.*Fix: pass np.asarray\(m\)") as e:
+            call(relax, 3, [labels, indptr, indices])
+        assert "raised" not in str(e.value)
+    assert labels.tolist() == [[0, 1, 2]]
+    labels = np.asarray(labels).ravel()
+    assert fixpoint.run(relax, 3, [labels, indptr, indices]).converged and labels.tolist() == [0, 0, 0]
+
+
 def test_no_host_memory_for_the_undo_copies_is_a_vyre_error_with_a_fix(monkeypatch):
     from vyre_numba.errors import HostMemoryError
     from vyre_numba.fixpoint import runner

@@ -298,6 +298,10 @@ def _run_cpu(step: Callable, n: int, args: list, max_rounds: int, progress: bool
             raise DispatchError(f"args[{k}] is {_named(a)}; the step takes arrays (updated in place) and numbers. "
                                 f"Fix: pass np.asarray(...) of it (a {type(a).__name__} would be copied, and the "
                                 "step's writes lost).")
+        if isinstance(a, np.matrix):  # Numba cannot type it, and in Python m[i] is a row, not an item
+            raise DispatchError(f"args[{k}] is an np.matrix, whose m[i] is a whole row (the step would see "
+                                "matrices where it indexes items). Fix: pass np.asarray(m) (a 2-D view, updated in "
+                                "place), or np.asarray(m).ravel() for its items in one row.")
         if isinstance(a, np.ndarray) and not a.dtype.isnative:  # Numba would read a tuple's such array as native
             raise DispatchError(f"args[{k}] has dtype {a.dtype.str}, not in this machine's byte order, which Numba "
                                 "cannot compile a step for. Fix: pass x = x.astype(x.dtype.newbyteorder('=')) and read "

@@ -347,12 +347,13 @@ class Selector(Unshared):
         self._check_open()
         if time.monotonic() < self._fused_off_until:
             return None
-        key = self._plan(("fused", flag_of, src_type, by_bytes, word, words is None), lambda: (
-            _kernels().fused_kernel(flag_of, *_emit_of(word, words), by_bytes=by_bytes), 0, np.dtype(src_type).str))
-        kernel = key[0]
-        known = self._relaunches.get(key)  # (the launch, the resident blocks `fused` found for it)
+        kinds = ("fused", flag_of, src_type, by_bytes, word, words is None)
+        key = self._plans.get(kinds)
+        known = None if key is None else self._relaunches.get(key)  # (the launch, the resident blocks `fused` found)
         blocks = max(1, min(known[1] if known else 1, -(-n // TILE), FUSED_BLOCKS or n))
-        if known is None or self._sums.shape[0] < blocks:
+        if known is None or self._sums.shape[0] < blocks:  # the kernel looked up afresh: the one `fused` launches
+            kernel = _kernels().fused_kernel(flag_of, *_emit_of(word, words), by_bytes=by_bytes)
+            key = (kernel, 0, np.dtype(src_type).str)
             raw = RawArray(src, (n,), src_type)
             kept = self.fused(flag_of, raw, n, _raw(words, n, word), RawArray(out, (n,), word),
                               RawArray(src, (n // 8,), np.uint64) if by_bytes else None)
@@ -361,6 +362,7 @@ class Selector(Unshared):
             if kept is not None:
                 self._relaunches[key] = (self._launch(kernel, cooperative=COOPERATIVE).detached(),
                                          self._resident.get((kernel, overload_kind(raw)), 1))
+                self._plan(kinds, key)
             return kept
         again = known[0]
         again.array(0, src, n)
@@ -380,17 +382,19 @@ class Selector(Unshared):
         _check_items(n)
         kernels = _kernels()
         tiles = -(-n // TILE)
-        used = self._plan(("three", flag_of, src_type, by_bytes, word, words is None), lambda: tuple(
-            (k, 0, np.dtype(src_type).str) for k in (kernels.count_bytes if by_bytes else kernels.count_kernel(flag_of),
-                                                    kernels.scan_chunks,
-                                                    kernels.scatter_kernel(flag_of, *_emit_of(word, words)))))
-        again = [self._relaunches.get(key) for key in used]
+        kinds = ("three", flag_of, src_type, by_bytes, word, words is None)
+        used = self._plans.get(kinds)
+        again = [None] if used is None else [self._relaunches.get(key) for key in used]
         room = n if capacity is None else capacity
-        if tiles > self._tiles or None in again:
+        if tiles > self._tiles or None in again:  # the kernels looked up afresh: the ones `enqueue` launches
+            st = np.dtype(src_type).str
+            used = tuple((k, 0, st) for k in (kernels.count_bytes if by_bytes else kernels.count_kernel(flag_of),
+                                              kernels.scan_chunks, kernels.scatter_kernel(flag_of, *_emit_of(word, words))))
             self.enqueue(flag_of, RawArray(src, (n,), src_type), n, _raw(words, n, word), RawArray(out, (room,), word),
                          room, RawArray(src, (n // 8,), np.uint64) if by_bytes else None)
             for key in used:
                 self._relaunches[key] = self._launch(key[0], key[1]).detached()
+            self._plan(kinds, used)
             return
         counts, scan, put = again
         self._host[0] = -1
@@ -523,16 +527,15 @@ class Selector(Unshared):
         self.enqueue(flag_of, src, n, words, out, capacity, octs)
         return self.total()
 
-    def _plan(self, kinds: tuple, build: Callable):
-        """What `build()` gives for these argument kinds (the kernels and relaunch keys of
-        `fused_at` or `enqueue_at`), kept: their lookup costs microseconds, a dict look a fraction
-        of one, on the path that small selections take."""
-        plan = self._plans.get(kinds)
-        if plan is None:
-            if len(self._plans) >= LAUNCHES_KEPT:  # select_if of ever new predicates
-                self._plans = {}
-            plan = self._plans[kinds] = build()
-        return plan
+    def _plan(self, kinds: tuple, keys) -> None:
+        """Keep the relaunch keys (kernel, use, source type) that `fused_at` or `enqueue_at` just
+        stored launches under for these argument kinds, so that the next call finds its launches
+        by one dict look: the kernels' lookup costs microseconds on the path small selections
+        take. Only a call that launched those kernels keeps them, so a key never names a kernel
+        other than the one its launch was packed for (the kernel caches may since have made anew)."""
+        if len(self._plans) >= LAUNCHES_KEPT:  # select_if of ever new predicates
+            self._plans = {}
+        self._plans[kinds] = keys
 
     def _launch(self, kernel, use: int = 0, cooperative: bool = False) -> NumbaLaunch:
         """The launcher of `kernel` (`use` tells apart two uses of one kernel, so each keeps its

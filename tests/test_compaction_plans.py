@@ -1,0 +1,138 @@
+"""Selector.fused_at / enqueue_at keep, per argument kinds, the keys of the launches they stored
+(`_plan`), and relaunch those launches on later calls. Their kernels come from caches that may
+make a kernel anew (an LRU of compiled kernels): a launch stored after such a change must be the
+new kernel's, the one actually launched, never the old one's with another kernel's packing. With
+stand-ins for the kernels, the launches and the selection itself (the paths need a GPU)."""
+from __future__ import annotations
+
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from vyre_numba.compaction.select import Selector
+
+select_module = sys.modules["vyre_numba.compaction.select"]
+
+
+class Kernel:
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class Launched:
+    """A stored launch (`Relaunch`'s part used here): records each launch as its kernel's name."""
+
+    def __init__(self, kernel, log: list):
+        self.kernel, self.log = kernel, log
+
+    def array(self, i, address, n):
+        pass
+
+    def scalar(self, i, value):
+        pass
+
+    def __call__(self, blocks, threads):
+        self.log.append(("again", self.kernel.name))
+
+
+class Kernels(types.SimpleNamespace):
+    """The kernel caches: `generation` bumps make every kernel anew, as an evicted entry is."""
+
+    GROUP, SCAN_THREADS = 8, 1024
+
+    def __init__(self):
+        super().__init__(generation=0, made={})
+        self.scan_chunks = Kernel("scan")
+        self.count_bytes = Kernel("count8")
+
+    def _kernel(self, what):
+        return self.made.setdefault((what, self.generation), Kernel(f"{what}{self.generation}"))
+
+    def fused_kernel(self, flag_of, emit, word, by_bytes=False):
+        return self._kernel("fused")
+
+    def count_kernel(self, flag_of):
+        return self._kernel("count")
+
+    def scatter_kernel(self, flag_of, emit, word):
+        return self._kernel("scatter")
+
+
+@pytest.fixture
+def selector(monkeypatch):
+    kernels = Kernels()
+    monkeypatch.setattr(select_module, "_kernels", lambda: kernels)
+    log: list = []
+    sel = Selector.__new__(Selector)
+    sel._closed, sel._plans, sel._relaunches, sel._resident = False, {}, {}, {}
+    sel._fused_off_until, sel._arrived, sel._tiles = 0.0, 0, 1 << 20
+    sel._sums, sel._host = np.zeros(1024, np.int64), np.zeros(1, np.int64)
+    launchers: dict = {}
+
+    class Launcher:  # NumbaLaunch: detached() is the launch it made last
+        def __init__(self, kernel):
+            self.kernel = kernel
+
+        def detached(self):
+            return Launched(self.kernel, log)
+
+    sel._launch = lambda kernel, use=0, cooperative=False: launchers.setdefault(kernel, Launcher(kernel))
+
+    def fused(flag_of, src, n, words, out, octs=None):  # as the real one: looks its kernel up, launches it
+        log.append(("first", kernels.fused_kernel(flag_of, None, np.uint32).name))
+        return 5
+
+    def enqueue(flag_of, src, n, words, out, capacity, octs=None):
+        log.append(("first", kernels.count_kernel(flag_of).name, kernels.scatter_kernel(flag_of, None, np.uint32).name))
+
+    sel.fused, sel.enqueue = fused, enqueue
+    sel._fused_launch = lambda launch, blocks, meanwhile=None: (launch(), 5)[1]
+    return sel, kernels, log
+
+
+def fused_at(sel):
+    return sel.fused_at("flag", 0x1000, np.dtype(np.uint8), 4096, False, np.dtype(np.uint32), 0x2000, 0x3000)
+
+
+def enqueue_at(sel):
+    sel.enqueue_at("flag", 0x1000, np.dtype(np.uint8), 1 << 16, False, np.dtype(np.uint32), 0x2000, 0x3000)
+
+
+def test_a_one_launch_selection_is_relaunched_by_its_plan_and_stored_anew_for_a_new_kernel(selector):
+    sel, kernels, log = selector
+    assert fused_at(sel) == 5 and fused_at(sel) == 5
+    assert log == [("first", "fused0"), ("again", "fused0")]
+    kernels.generation += 1  # the kernel cache made the kernel anew
+    assert fused_at(sel) == 5  # the plan's launch is still valid: the old kernel, packed for itself
+    sel._relaunches = {}  # as a new barrier or larger tile counts make it
+    log.clear()
+    fused_at(sel)
+    fused_at(sel)
+    assert log == [("first", "fused1"), ("again", "fused1")]  # not fused0's launch with fused1's arguments
+    assert sel._plans[("fused", "flag", np.dtype(np.uint8), False, np.dtype(np.uint32), False)][0].name == "fused1"
+
+
+def test_three_launches_are_relaunched_by_their_plan_and_stored_anew_for_new_kernels(selector):
+    sel, kernels, log = selector
+    enqueue_at(sel)
+    enqueue_at(sel)
+    assert log == [("first", "count0", "scatter0"), ("again", "count0"), ("again", "scan"), ("again", "scatter0")]
+    kernels.generation += 1
+    sel._relaunches = {}
+    log.clear()
+    enqueue_at(sel)
+    enqueue_at(sel)
+    assert log == [("first", "count1", "scatter1"), ("again", "count1"), ("again", "scan"), ("again", "scatter1")]
+
+
+def test_plans_are_bounded(selector, monkeypatch):
+    sel, _, _ = selector
+    monkeypatch.setattr(select_module, "LAUNCHES_KEPT", 4)
+    for k in range(10):
+        sel.fused_at(f"flag{k}", 0x1000, np.dtype(np.uint8), 4096, False, np.dtype(np.uint32), 0x2000, 0x3000)
+    assert 1 <= len(sel._plans) <= 4

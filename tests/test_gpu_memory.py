@@ -46,17 +46,21 @@ def test_gpu_pooled_arrays_hold_data_and_are_given_back():
 def test_gpu_a_spare_is_reused_only_once_its_array_is_dropped():
     from numba import cuda
 
-    from vyre_numba.gpu.memory import pooled_array
+    from vyre_numba.gpu.memory import pool_alloc, pooled_array
 
-    a = pooled_array(4096, np.int32)
+    def legacy():  # an array whose first use is on the legacy stream: it may be a spare
+        return pooled_array(4096, np.int32, pool_alloc(4096 * 4, spare=True))
+
+    a = legacy()
     a.copy_to_device(np.full(4096, 7, np.int32))
     address = a.device_ctypes_pointer.value
-    b = pooled_array(4096, np.int32)  # a still held: not its memory
+    b = legacy()  # a still held: not its memory
     assert b.device_ctypes_pointer.value != address
     b.copy_to_device(np.full(4096, 9, np.int32))
     del a
     gc.collect()
-    c = pooled_array(4096, np.int32)  # a's memory, now a spare
+    assert pooled_array(4096, np.int32).device_ctypes_pointer.value != address  # scratch for any stream: the pool's
+    c = legacy()  # a's memory, now a spare
     assert c.device_ctypes_pointer.value == address
     c.copy_to_device(np.arange(4096, dtype=np.int32))
     cuda.synchronize()

@@ -348,7 +348,7 @@ def _exact(sel: Selector, flag_of, src, n: int, words, dt: np.dtype, octs=None):
         out = cuda.device_array(count, dt, stream=sel.stream)
         sel.scatter(flag_of, src, n, words, _words(out, count, dt), count)
         return out
-    address = memory.pool_alloc(count * dt.itemsize)
+    address = memory.pool_alloc(count * dt.itemsize, spare=True)  # first written by the scatter, on the legacy stream
     try:
         if put is not None:
             put(address, count)
@@ -378,7 +378,7 @@ def _in_room(sel: Selector, n: int, dt: np.dtype, pooled: bool, select: Callable
             return _copied(out[:count], dt, sel.stream)
         return out[:count]
     try:
-        address = memory.pool_alloc(size)
+        address = memory.pool_alloc(size, spare=True)  # `pooled`: the selection runs on the legacy stream
     except DeviceError:  # no room for every item: the caller counts first
         return None
     try:
@@ -387,11 +387,11 @@ def _in_room(sel: Selector, n: int, dt: np.dtype, pooled: bool, select: Callable
             memory.pool_free(address)
             return None if count is None else cuda.device_array(0, dt)
         if 4 * count < n and size - count * dt.itemsize > SLACK:
-            address = memory.pool_copy(address, count * dt.itemsize)
+            address, size = memory.pool_copy(address, count * dt.itemsize), count * dt.itemsize
     except BaseException:
         memory.pool_free(address)
         raise
-    return memory.pooled_array(count, dt, address)
+    return memory.pooled_array(count, dt, pointer=memory.owning_pointer(address, size))  # owning all it has
 
 
 def _copied(view, dt: np.dtype, stream):
@@ -458,7 +458,7 @@ def _small(src, values, by_flags: bool, flag_of, dt: np.dtype):
     words = None if values is None else values.device_ctypes_pointer.value or 0
     by_bytes = by_flags and st.itemsize == 1 and src_at % 8 == 0
     try:
-        address = memory.pool_alloc(size)
+        address = memory.pool_alloc(size, spare=True)  # on the legacy stream (the selector's handle is 0)
     except DeviceError:
         return None
     owner = []  # the output's memory pointer, made while the GPU selects (the host would only wait)

@@ -4,8 +4,8 @@ costs about a microsecond, where Numba's `device_array` costs tens (cuMemAlloc, 
 that synchronise the context in batches). For outputs whose size is known only after a count on
 the device (compaction) and for a call's own scratch arrays, allocated and freed on the legacy
 default stream, so that every blocking stream's earlier work is ordered before the free. The last
-few small arrays freed are kept as spares for the next allocation of their size (`_reuse`), which
-then costs no driver call. `trim()` gives the spares and the pool's idle memory back to the device."""
+few small arrays freed are kept as spares for the next allocation of their size made for use on
+the legacy stream (`_reuse`), which then costs no driver call. `trim()` gives the spares and the pool's idle memory back to the device."""
 from __future__ import annotations
 
 import functools
@@ -101,13 +101,15 @@ _SPARE_LOCK = threading.RLock()  # a finalizer may free an array in the thread t
 _STREAM0: list = []  # the legacy stream's CUstream, made once
 
 
-def pool_alloc(nbytes: int) -> int:
+def pool_alloc(nbytes: int, *, spare: bool = False) -> int:
     """The address of `nbytes` (at least 1) of device memory from the pool of the current
-    device, ordered on the legacy default stream; owned by the caller (`pooled_array` or `pool_free`)."""
+    device, ordered on the legacy default stream; owned by the caller (`pooled_array` or `pool_free`).
+    `spare`: the caller's first use of it is on the legacy default stream, so it may be a spare
+    (see `_reuse`)."""
     drv = _driver()[0]
     handle, ctx, pool = _context()
     size = max(int(nbytes), 1)
-    if _SPARE:
+    if spare and _SPARE:
         address = _reuse(handle, size)
         if address:
             return address
@@ -133,9 +135,11 @@ def _reuse(context: int, nbytes: int) -> int:
     """The address of a spare of exactly `nbytes` in `context`, taken from the spares, or 0.
     Spares are pooled arrays freed while no more than SPARES smaller than SPARE_BYTES were kept:
     the next allocation of the same size takes one back without the driver (an allocation and a
-    free cost several microseconds of host time each, most of a small selection's). Safe as the
-    pool is: a spare was freed and is taken on the legacy stream, whose later work follows the
-    work of every blocking stream enqueued before."""
+    free cost several microseconds of host time each, most of a small selection's). Nothing is
+    enqueued when a spare is freed or taken, so only callers whose first use is on the legacy
+    default stream take spares (`pool_alloc(spare=True)`): that work waits for all the work that
+    blocking streams enqueued before it, the previous owner's included, as the pool's free would
+    have made it. A call's scratch used on another stream comes from the pool."""
     with _SPARE_LOCK:  # nothing in here allocates a tracked object, so no collection frees an array midway
         for i in range(len(_SPARE)):
             entry = _SPARE[i]
@@ -175,7 +179,7 @@ def pool_copy(address: int, nbytes: int, free=None) -> int:
     given back (`free()` where given: by its owner), both stream-ordered on the legacy default
     stream."""
     drv = _driver()[0]
-    new = pool_alloc(nbytes)
+    new = pool_alloc(nbytes, spare=True)  # first written by the copy below, on the legacy stream
     (err,) = drv.cuMemcpyDtoDAsync(drv.CUdeviceptr(new), drv.CUdeviceptr(address), max(int(nbytes), 1), drv.CUstream(0))
     if err:
         pool_free(new)
@@ -188,9 +192,9 @@ def pool_copy(address: int, nbytes: int, free=None) -> int:
 
 
 def owning_pointer(address: int, nbytes: int):
-    """A Numba MemoryPointer owning the pool memory of `nbytes` (at most what `pool_alloc` gave)
-    at `address`: given back (stream-ordered) once when it is garbage collected or `free()`d, in
-    whichever thread drops it."""
+    """A Numba MemoryPointer owning the pool memory of `nbytes` (what `pool_alloc` gave: a spare
+    is taken by that size) at `address`: given back (stream-ordered) once when it is garbage
+    collected or `free()`d, in whichever thread drops it."""
     drv, _, MemoryPointer = _driver()
     handle, ctx, _ = _context()
     size = max(int(nbytes), 1)

@@ -69,7 +69,6 @@ def drv(monkeypatch):
     monkeypatch.setattr(memory, "_driver", lambda: (d, None, Pointer))
     monkeypatch.setattr(memory, "_context", lambda: (d.current, None, "pool"))
     monkeypatch.setattr(memory, "_SPARE", [])
-    monkeypatch.setattr(memory, "_STREAM0", [])
     return d
 
 

@@ -239,8 +239,8 @@ class Duration(int):
             return cls(ns)
         except DispatchError:  # told of the nanoseconds (`Duration(inf)` for 1e300 s): told of the seconds instead
             raise DispatchError(f"Duration.from_seconds({shown(seconds, 60)}): a Duration is a finite whole number "
-                                "of nanoseconds of magnitude below 1e300 (1e291 seconds), which this is not. Fix: pass a finite "
-                                "time (and check what measured this one).") from None
+                                "of nanoseconds of magnitude below 1e300 (1e291 seconds), which this is not. "
+                                "Fix: pass a finite time (and check what measured this one).") from None
 
     @property
     def seconds(self) -> float:

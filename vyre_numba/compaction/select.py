@@ -388,8 +388,9 @@ class Selector(Unshared):
         room = n if capacity is None else capacity
         if tiles > self._tiles or None in again:  # the kernels looked up afresh: the ones `enqueue` launches
             st = np.dtype(src_type).str
-            used = tuple((k, 0, st) for k in (kernels.count_bytes if by_bytes else kernels.count_kernel(flag_of),
-                                              kernels.scan_chunks, kernels.scatter_kernel(flag_of, *_emit_of(word, words))))
+            count = kernels.count_bytes if by_bytes else kernels.count_kernel(flag_of)
+            scatter = kernels.scatter_kernel(flag_of, *_emit_of(word, words))
+            used = tuple((k, 0, st) for k in (count, kernels.scan_chunks, scatter))
             self.enqueue(flag_of, RawArray(src, (n,), src_type), n, _raw(words, n, word), RawArray(out, (room,), word),
                          room, RawArray(src, (n // 8,), np.uint64) if by_bytes else None)
             for key in used:

@@ -5,7 +5,8 @@ that synchronise the context in batches). For outputs whose size is known only a
 the device (compaction) and for a call's own scratch arrays, allocated and freed on the legacy
 default stream, so that every blocking stream's earlier work is ordered before the free. The last
 few small arrays freed are kept as spares for the next allocation of their size made for use on
-the legacy stream (`_reuse`), which then costs no driver call. `trim()` gives the spares and the pool's idle memory back to the device."""
+the legacy stream (`_reuse`), which then costs no driver call. `trim()` gives the spares and the
+pool's idle memory back to the device."""
 from __future__ import annotations
 
 import functools
@@ -98,7 +99,6 @@ SPARES = 4  # freed pooled arrays kept for the next allocation of their size (se
 SPARE_BYTES = 1 << 26  # the largest kept
 _SPARE: list = []  # (context handle, bytes, address), oldest first
 _SPARE_LOCK = threading.RLock()  # a finalizer may free an array in the thread that holds it
-_STREAM0: list = []  # the legacy stream's CUstream, made once
 
 
 def pool_alloc(nbytes: int, *, spare: bool = False) -> int:
@@ -113,7 +113,7 @@ def pool_alloc(nbytes: int, *, spare: bool = False) -> int:
         address = _reuse(handle, size)
         if address:
             return address
-    stream = _STREAM0[0] if _STREAM0 else _stream0()
+    stream = drv.CUstream(0)
     err, ptr = drv.cuMemAllocFromPoolAsync(size, pool, stream)
     if err == drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY:  # Numba's pending frees and our spares may hold what is missing
         for owner in (getattr(ctx, "memory_manager", None), ctx):
@@ -124,11 +124,6 @@ def pool_alloc(nbytes: int, *, spare: bool = False) -> int:
         err, ptr = drv.cuMemAllocFromPoolAsync(size, pool, stream)
     _check(err, f"allocating {nbytes} bytes on the device")
     return int(ptr)
-
-
-def _stream0():
-    _STREAM0[:] = [_driver()[0].CUstream(0)]
-    return _STREAM0[0]
 
 
 def _reuse(context: int, nbytes: int) -> int:
@@ -150,8 +145,8 @@ def _reuse(context: int, nbytes: int) -> int:
 
 
 def _release(address: int, nbytes: int, context: int) -> None:
-    """Free a pooled array of `nbytes` at most (see `owning_pointer`): kept as a spare for the
-    next allocation of that size where it is small enough, the oldest spare beyond SPARES going
+    """Free a pooled array of `nbytes` (see `owning_pointer`): kept as a spare for the next
+    allocation of that size where it is small enough, the oldest spare beyond SPARES going
     back to the pool."""
     if nbytes > SPARE_BYTES:
         pool_free(address, context)

@@ -175,6 +175,51 @@ def assert_misuse_is_refused_and_changes_nothing() -> None:
         raise AssertionError("a bad stream was accepted")
 
 
+def assert_consumers_are_kept_by_code_and_bounded() -> None:
+    """A step function written anew each call (same code, same values read) compiles once; the
+    kept consumers are bounded, an evicted one compiled again when used."""
+    from vyre_numba.lru import LRUCache
+
+    total = cuda.to_device(np.zeros(1, np.int64))
+    with WorkQueue(4, np.int64) as q:
+        q.push(np.array([1, 2], np.int64))
+        before = len(qd._CONSUMERS.values())
+        for _ in range(3):
+            def step(value, args):
+                cuda.atomic.add(args[0], 0, value)
+            q.consume(step, (total,))
+        assert len(qd._CONSUMERS.values()) == before + 1 and int(total.copy_to_host()[0]) == 9
+        kept, qd._CONSUMERS = qd._CONSUMERS, LRUCache(2)
+        try:
+            for k in range(4):
+                scope: dict = {"cuda": cuda}
+                exec(f"def step(value, args):\n    cuda.atomic.add(args[0], 0, value * {k + 1})", scope)
+                q.consume(scope["step"], (total,))
+                assert len(qd._CONSUMERS.values()) <= 2
+            assert int(total.copy_to_host()[0]) == 9 + 3 * (1 + 2 + 3 + 4)
+        finally:
+            qd._CONSUMERS = kept
+
+
+def assert_records_and_streams_queue() -> None:
+    """A record queue drains and hands out chunks field for field; a queue on a stream of its own
+    works as one on the default stream."""
+    rec = np.dtype([("a", np.int32), ("b", np.float64)])
+    values = np.array([(1, 2.5), (-3, np.inf), (7, -0.0)], rec)
+    with WorkQueue(4, rec) as q:
+        q.push(values)
+        assert [c.copy_to_host().tobytes() for c in q.chunks(2)] == [values[:2].tobytes(), values[2:].tobytes()]
+        q.push(values[1:])
+        got = q.drain().copy_to_host()
+        assert got.dtype == rec and got.tobytes() == values[1:].tobytes()
+    s = cuda.stream()
+    with WorkQueue(4, np.int32, stream=s) as q:
+        q.push(np.array([5, 6], np.int32))
+        out = q.drain()
+        s.synchronize()
+        assert out.copy_to_host().tolist() == [5, 6]
+
+
 def main() -> None:
     for n, cap in ((0, 4), (1, 1), (37, 8), (40, 8), (100, 1000)):
         assert_backpressure_loses_nothing(n, cap)
@@ -184,6 +229,8 @@ def main() -> None:
     assert_misuse_is_refused_and_changes_nothing()
     assert_host_pushes_keep_the_device_counters()
     assert_a_closed_queue_refuses_everything()
+    assert_consumers_are_kept_by_code_and_bounded()
+    assert_records_and_streams_queue()
     print("queue ok")
 
 

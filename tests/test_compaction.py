@@ -68,6 +68,30 @@ def test_read_compacted_of_host_arrays_is_the_numpy_twins_with_the_same_capacity
     assert compaction.read_compacted(np.zeros(0, np.int32), np.zeros(0, bool)).dtype == np.int32
 
 
+def test_every_backend_reads_compacted_records_of_its_buffers():
+    """backend.read_compacted: the reference backend's buffers are host arrays (the twin, the
+    capacity rule, the bytes read back counted); a device array given to it is refused."""
+    from vyre_numba import get_backend
+
+    b = get_backend("reference")
+    b.reset_telemetry()
+    values, flags = np.arange(40, dtype=np.float64) - 20.5, np.arange(40) % 4 == 1
+    buf = b.upload(values)
+    assert b.read_compacted(buf, b.upload(flags.astype(np.uint8))).tolist() == values[flags].tolist()
+    with pytest.raises(CapacityError, match="10 records are selected, more than capacity=9. Fix:") as e:
+        b.read_compacted(buf, flags, capacity=9)
+    assert e.value.needed == 10 and buf.tobytes() == values.tobytes()
+    r = records(40)
+    assert b.read_compacted(r, flags, capacity=10).tobytes() == r[flags].tobytes()  # host records as they are
+    assert b.telemetry()["bytes_read_back"] == values[flags].nbytes + r[flags].nbytes
+
+    class OnDevice:  # what a CuPy or PyTorch array shows
+        __cuda_array_interface__ = {"shape": (40,), "typestr": "<i4", "data": (0, False), "version": 3}
+        shape, dtype = (40,), np.dtype(np.int32)
+    with pytest.raises(DispatchError, match="reference backend takes its buffers, host .* Fix:"):
+        b.read_compacted(OnDevice(), flags)
+
+
 def test_select_if_takes_numba_compiled_predicates_and_either_byte_order():
     from numba import cuda, njit
 
@@ -78,6 +102,40 @@ def test_select_if_takes_numba_compiled_predicates_and_either_byte_order():
     got = compaction.select_if(big, lambda v: v > 17)
     assert got.dtype == big.dtype and got.tolist() == [18, 19]
     assert compaction.select_if_numpy(big, njit(lambda v: v < 2)).tolist() == [0, 1]
+
+
+def test_predicates_with_defaults_are_typed_as_called_with_one_value():
+    """A default argument (the usual way to fix a loop variable in a lambda) is filled in as a
+    call of one value fills it; the result's type is still checked; keyword-only arguments are
+    outside Numba's subset and say so."""
+    x = np.arange(6.0)
+    for t in (1, 3):
+        assert compaction.select_if(x, lambda v, t=t: v > t).tolist() == x[x > t].tolist()
+        assert compaction.select_if_numpy(x.astype(np.int16), lambda v, t=t: v > t).tolist() == list(range(t + 1, 6))
+    with pytest.raises(DispatchError, match="returns float64 for float64 values, not a bool. Fix:"):
+        compaction.select_if(x, lambda v, t=0.5: v + t)
+    with pytest.raises(DispatchError, match="does not compile with Numba.*Fix:"):
+        compaction.select_if(x, lambda v, *, t=0.5: v > t)
+
+
+def test_a_predicate_reading_a_deeply_nested_tuple_is_a_vyre_error():
+    """Its key (the values it reads) cannot be built within the interpreter's depth: it is kept by
+    the function itself, and what Numba makes of the tuple ends in a DispatchError, never a raw
+    RecursionError."""
+    deep: tuple = ()
+    for _ in range(1000):
+        deep = (deep, 1)
+    select = sys.modules["vyre_numba.compaction.select"]
+
+    def reads_deep(v):
+        return v > 0 and len(deep) >= 0
+    assert select.predicate_key(reads_deep) is reads_deep
+    try:
+        got = compaction.select_if(np.arange(3.0), reads_deep)
+    except DispatchError as e:
+        assert "Fix:" in str(e)
+    else:
+        assert got.tolist() == [1.0, 2.0]
 
 
 def _raises_for_some(v):
@@ -439,6 +497,13 @@ PREDICATES_SIMULATED = textwrap.dedent('''
     assert len(compaction._selector(None)._launches) <= 3
     assert np.array_equal(compaction.select_if(dv, first).copy_to_host(), [4, 5])  # compiled again
     print("ok bounded")
+    s = cuda.stream()  # the simulator's streams have no handle: still streams
+    df = cuda.to_device(vals % 2 == 0)
+    assert np.array_equal(compaction.select(dv, df, stream=s).copy_to_host(), vals[vals % 2 == 0])
+    assert np.array_equal(compaction.nonzero(df, stream=s).copy_to_host(), np.flatnonzero(vals % 2 == 0))
+    assert np.array_equal(compaction.read_compacted(dv, df, stream=s), vals[vals % 2 == 0])
+    assert np.array_equal(compaction.select_if(dv, lambda v, t=2: v > t, stream=s).copy_to_host(), vals[vals > 2])
+    print("ok streams")
 ''')
 
 
@@ -447,7 +512,7 @@ def test_select_if_agrees_with_its_twin_and_stays_bounded_under_the_cuda_simulat
     out = subprocess.run([sys.executable, "-c", PREDICATES_SIMULATED], env=env, capture_output=True, text=True,
                          timeout=900)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.count("ok ") == 2
+    assert out.stdout.count("ok ") == 3
 
 
 def test_kernels_match_the_twins_under_the_cuda_simulator():
@@ -607,6 +672,69 @@ def test_gpu_three_launches_into_room_rewrite_their_last_launches(monkeypatch):
         del sel.enqueue
 
 
+@pytest.mark.gpu
+def test_gpu_count_first_selections_rewrite_their_last_launches(monkeypatch):
+    """Past ROOM_BYTES (here 0), Numba arrays count first through `Selector.offsets_at`: count and
+    scan relaunched, the count read, the scatter relaunched into an output of exactly that size.
+    The first call of a kind packs, later ones do not, across sizes of one and of two scan levels
+    in any order, empty results included; select, nonzero and select_if equal the twins."""
+    from numba import cuda
+
+    monkeypatch.setattr(compaction, "FUSED_BYTES", 0)
+    monkeypatch.setattr(compaction, "ROOM_BYTES", 0)
+    sel = compaction._selector(None)
+    packed, counted, offsets, offsets_at = [], [], sel.offsets, sel.offsets_at
+    sel.offsets = lambda *args: packed.append(args[2]) or offsets(*args)
+    sel.offsets_at = lambda *args: counted.append(args[3]) or offsets_at(*args)
+    try:
+        rng = np.random.default_rng(9)
+        for n in (TILE * 2048 + 1, 100, TILE * 1024 + 4097, 3 * TILE, TILE * 2048 + 1, 77):
+            x = rng.integers(-2**31, 2**31 - 1, n, dtype=np.int32)
+            flags = (rng.random(n) < 0.3).astype(np.uint8)
+            dx, df = cuda.to_device(x), cuda.to_device(flags)
+            del packed[:], counted[:]
+            got = compaction.select(dx, df)
+            assert got.shape == (int(flags.sum()),) and got.copy_to_host().tobytes() == x[flags != 0].tobytes()
+            assert np.array_equal(compaction.nonzero(df).copy_to_host(), np.flatnonzero(flags))
+            assert np.array_equal(compaction.nonzero(df[1:]).copy_to_host(), np.flatnonzero(flags[1:]))
+            assert np.array_equal(compaction.select_if(dx, lambda v: v % 3 == 1).copy_to_host(), x[x % 3 == 1])
+            assert compaction.select(dx, cuda.to_device(np.zeros(n, np.uint8))).shape == (0,)
+            assert counted == [n] * 5 and len(packed) <= 4  # at most the first call of each kind packs
+        assert not packed  # the last sizes: every kind had been packed before
+    finally:
+        del sel.offsets, sel.offsets_at
+
+
+@pytest.mark.gpu
+def test_gpu_where_room_for_every_item_is_refused_the_small_path_counts_first(monkeypatch):
+    """Within ROOM_BYTES, an allocation of room for every item that fails (the device full)
+    makes the call count first into an output of the kept items' size; the result is the twins'."""
+    from numba import cuda
+
+    from vyre_numba.gpu import memory
+
+    monkeypatch.setattr(compaction, "FUSED_BYTES", 1 << 40)
+    n = 300_001
+    x = np.arange(n, dtype=np.int64)
+    flags = x % 5 == 2
+    dx, df = cuda.to_device(x), cuda.to_device(flags)
+    sel = compaction._selector(None)
+    counted, offsets_at, pool_alloc = [], sel.offsets_at, memory.pool_alloc
+
+    def refuse_room(nbytes, **kw):
+        if nbytes == n * 8:
+            raise DeviceError("out of memory (a stand-in). Fix: none needed.")
+        return pool_alloc(nbytes, **kw)
+    monkeypatch.setattr(memory, "pool_alloc", refuse_room)
+    sel.offsets_at = lambda *args: counted.append(args[3]) or offsets_at(*args)
+    try:
+        assert np.array_equal(compaction.select(dx, df).copy_to_host(), x[flags])
+        assert np.array_equal(compaction.nonzero(df).copy_to_host(), np.flatnonzero(flags))
+        assert counted == [n, n]
+    finally:
+        del sel.offsets_at
+
+
 def _pool_in_use() -> int:
     from cuda.bindings import driver as drv
 
@@ -619,15 +747,17 @@ def _pool_in_use() -> int:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fused_bytes", [1 << 40, 0])
-def test_gpu_small_path_gives_its_room_back_once_on_failure(fused_bytes, monkeypatch):
+@pytest.mark.parametrize("fused_bytes,room_bytes", [(1 << 40, 1 << 28), (0, 1 << 28), (0, 0)])
+def test_gpu_small_path_gives_its_room_back_once_on_failure(fused_bytes, room_bytes, monkeypatch):
     """A failure while waiting for the count (after the output's owner was made) gives the room
-    back exactly once; so do empty results; the next call selects normally."""
+    back exactly once; so do empty results; the next call selects normally (counting first, no
+    output exists while the count is awaited)."""
     import gc
 
     from numba import cuda
 
     monkeypatch.setattr(compaction, "FUSED_BYTES", fused_bytes)
+    monkeypatch.setattr(compaction, "ROOM_BYTES", room_bytes)
     x = np.arange(50_000, dtype=np.int32)
     flags = x % 3 == 0
     dx, df, none = cuda.to_device(x), cuda.to_device(flags), cuda.to_device(np.zeros(50_000, np.uint8))
@@ -641,6 +771,7 @@ def test_gpu_small_path_gives_its_room_back_once_on_failure(fused_bytes, monkeyp
         compaction.select(dx, df)
     monkeypatch.undo()
     monkeypatch.setattr(compaction, "FUSED_BYTES", fused_bytes)
+    monkeypatch.setattr(compaction, "ROOM_BYTES", room_bytes)
     assert compaction.select(dx, none).shape == (0,)
     cuda.synchronize()
     gc.collect()
@@ -737,6 +868,28 @@ def test_gpu_select_keeps_every_type_bit_for_bit(dtype, launches):
 
 
 @pytest.mark.gpu
+def test_gpu_the_cuda_backend_reads_compacted_records_of_its_buffers():
+    """backend.read_compacted on the CUDA backend's stream: its resident buffers (just uploaded on
+    that stream), records and plain numbers, the capacity rule, host arrays as the twin."""
+    from vyre_numba import get_backend
+
+    from numba import cuda
+
+    b = get_backend("cuda")
+    b.reset_telemetry()
+    for values in (records(70_001), sample(np.int64, 70_001, 4)):
+        flags = (np.arange(values.size) % 7 == 3).astype(np.uint8)
+        dv = b.upload(values) if values.dtype.fields is None else cuda.to_device(values, stream=b.stream)
+        df = b.upload(flags)
+        assert b.read_compacted(dv, df).tobytes() == values[flags != 0].tobytes()
+        with pytest.raises(CapacityError) as e:
+            b.read_compacted(dv, df, capacity=100)
+        assert e.value.needed == int(flags.sum()) and dv.copy_to_host(stream=b.stream).tobytes() == values.tobytes()
+        assert b.read_compacted(values, flags).tobytes() == values[flags != 0].tobytes()
+    assert b.telemetry()["bytes_read_back"] >= 2 * 10_000 * 8
+
+
+@pytest.mark.gpu
 def test_gpu_records_and_predicates(launches):
     """Records (several words an item: the count-first path scatters them unpacked) and predicates, by every path."""
     from numba import cuda
@@ -749,6 +902,9 @@ def test_gpu_records_and_predicates(launches):
     assert np.array_equal(got, x[x > 0.5])  # NaN > 0.5 is false on both sides
     got = compaction.select_if(cuda.to_device(x), lambda v: v != v).copy_to_host()
     assert got.size == 1 and np.isnan(got[0])
+    for t in (0.25, 0.75):  # a default argument, filled in on the device as on the host
+        got = compaction.select_if(cuda.to_device(x), lambda v, t=t: v > t).copy_to_host()
+        assert np.array_equal(got, x[x > t])
 
 
 @pytest.mark.gpu

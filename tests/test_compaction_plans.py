@@ -1,8 +1,9 @@
-"""Selector.fused_at / enqueue_at keep, per argument kinds, the keys of the launches they stored
-(`_plan`), and relaunch those launches on later calls. Their kernels come from caches that may
-make a kernel anew (an LRU of compiled kernels): a launch stored after such a change must be the
-new kernel's, the one actually launched, never the old one's with another kernel's packing. With
-stand-ins for the kernels, the launches and the selection itself (the paths need a GPU)."""
+"""Selector.fused_at / offsets_at (and enqueue_at, which is offsets_at's put at once) keep, per
+argument kinds, the keys of the launches they stored (`_plan`), and relaunch those launches on
+later calls. Their kernels come from caches that may make a kernel anew (an LRU of compiled
+kernels): a launch stored after such a change must be the new kernel's, the one actually
+launched, never the old one's with another kernel's packing. With stand-ins for the kernels, the
+launches and the selection itself (the paths need a GPU)."""
 from __future__ import annotations
 
 import sys
@@ -25,16 +26,17 @@ class Kernel:
 
 
 class Launched:
-    """A stored launch (`Relaunch`'s part used here): records each launch as its kernel's name."""
+    """A stored launch (`Relaunch`'s part used here): records each launch as its kernel's name,
+    and the parameters rewritten since the last launch."""
 
     def __init__(self, kernel, log: list):
-        self.kernel, self.log = kernel, log
+        self.kernel, self.log, self.rewritten = kernel, log, {}
 
     def array(self, i, address, n):
-        pass
+        self.rewritten[i] = (address, n)
 
     def scalar(self, i, value):
-        pass
+        self.rewritten[i] = value
 
     def __call__(self, blocks, threads):
         self.log.append(("again", self.kernel.name))
@@ -87,10 +89,13 @@ def selector(monkeypatch):
         log.append(("first", kernels.fused_kernel(flag_of, None, np.uint32).name))
         return 5
 
-    def enqueue(flag_of, src, n, words, out, capacity, octs=None):
-        log.append(("first", kernels.count_kernel(flag_of).name, kernels.scatter_kernel(flag_of, None, np.uint32).name))
+    def offsets(flag_of, src, n, octs=None):
+        log.append(("first", kernels.count_kernel(flag_of).name))
 
-    sel.fused, sel.enqueue = fused, enqueue
+    def scatter(flag_of, src, n, words, out, capacity):
+        log.append(("first", kernels.scatter_kernel(flag_of, None, np.uint32).name, out.shape[0]))
+
+    sel.fused, sel.offsets, sel.scatter = fused, offsets, scatter
     sel._fused_launch = lambda launch, blocks, meanwhile=None: (launch(), 5)[1]
     return sel, kernels, log
 
@@ -121,13 +126,42 @@ def test_three_launches_are_relaunched_by_their_plan_and_stored_anew_for_new_ker
     sel, kernels, log = selector
     enqueue_at(sel)
     enqueue_at(sel)
-    assert log == [("first", "count0", "scatter0"), ("again", "count0"), ("again", "scan"), ("again", "scatter0")]
+    assert log == [("first", "count0"), ("first", "scatter0", 1 << 16),
+                   ("again", "count0"), ("again", "scan"), ("again", "scatter0")]
     kernels.generation += 1
     sel._relaunches = {}
     log.clear()
     enqueue_at(sel)
     enqueue_at(sel)
-    assert log == [("first", "count1", "scatter1"), ("again", "count1"), ("again", "scan"), ("again", "scatter1")]
+    assert log == [("first", "count1"), ("first", "scatter1", 1 << 16),
+                   ("again", "count1"), ("again", "scan"), ("again", "scatter1")]
+
+
+def offsets_at(sel, n=1 << 16):
+    return sel.offsets_at("flag", 0x1000, np.dtype(np.uint8), n, False, np.dtype(np.uint32), 0x2000)
+
+
+def test_a_count_first_selection_scatters_only_when_put_and_plans_only_then(selector):
+    """offsets_at launches count and scan; its put (called once the count sized the output)
+    launches the scatter into that output. A call whose put never came (nothing kept) stores no
+    plan, so the next call packs again; once put, later calls relaunch all three, the scatter
+    rewritten to the new output and its capacity."""
+    sel, kernels, log = selector
+    put = offsets_at(sel)
+    assert log == [("first", "count0")] and not sel._plans  # the scatter waits for its output
+    log.clear()
+    put = offsets_at(sel)  # the last call was never put: packed afresh
+    assert log == [("first", "count0")]
+    put(0x5000, 77)
+    assert log[-1] == ("first", "scatter0", 77) and sel._plans
+    log.clear()
+    put = offsets_at(sel, 1000)
+    assert log == [("again", "count0"), ("again", "scan")]  # the scatter not yet
+    put(0x6000, 12)
+    assert log[-1] == ("again", "scatter0")
+    scatter = sel._relaunches[sel._plans[("three", "flag", np.dtype(np.uint8), False, np.dtype(np.uint32), False)][2]]
+    assert scatter.rewritten[0] == (0x1000, 1000) and scatter.rewritten[2] == (0x2000, 1000)  # its items
+    assert scatter.rewritten[3] == (0x6000, 12) and scatter.rewritten[6] == 12  # its output and capacity
 
 
 def test_plans_are_bounded(selector, monkeypatch):

@@ -90,6 +90,24 @@ def test_the_model_takes_values_that_convert_exactly():
     assert q.drain().tolist() == [255, 0]
 
 
+def test_copies_and_pickles_of_the_model_are_independent_queues():
+    """A copy shares nothing with the original (a shared items array would let the copy's pushes
+    overwrite the original's items); a pickle round trip keeps the items and the overflow count."""
+    import copy
+    import pickle
+
+    q = QueueModel(2, np.int32)
+    q.push(1)
+    for c in (copy.copy(q), copy.deepcopy(q), pickle.loads(pickle.dumps(q))):
+        assert c.drain().tolist() == [1]
+        c.push(99)
+        assert c.push(7) and not c.push(8) and c.overflowed() == 1
+    q.push(2)
+    assert not q.push(3)
+    back = pickle.loads(pickle.dumps(q))
+    assert back.overflowed() == 1 and back.drain().tolist() == [1, 2] and q.drain().tolist() == [1, 2]
+
+
 def test_the_model_loses_no_push_from_several_threads():
     q = QueueModel(8 * 500, np.int32)
 
@@ -259,6 +277,15 @@ def test_gpu_queue_arrays_name_their_stream_to_other_libraries_without_a_warning
             assert out.__cuda_array_interface__["stream"] == int(s)
             s.synchronize()
             assert out.copy_to_host().tolist() == [0, 1]
+
+
+@pytest.mark.gpu
+def test_gpu_consumers_records_and_streams():
+    sys.path.insert(0, str(HERE))
+    import queue_exercise
+
+    queue_exercise.assert_consumers_are_kept_by_code_and_bounded()
+    queue_exercise.assert_records_and_streams_queue()
 
 
 @pytest.mark.gpu

@@ -314,6 +314,20 @@ class Backend(abc.ABC):
         """Elements [offset, offset+count) of a resident buffer, as a host array (waits for pending work)."""
         raise NotImplementedError(f"{self.name} backend has no resident buffers")
 
+    def read_compacted(self, values, flags, *, capacity: int | None = None) -> np.ndarray:
+        """values[flags != 0] as a NumPy array: of this backend's buffers (1-D, flags of any
+        integer or bool type), only the kept records cross to the host, with their count read in
+        the same synchronisation (`vyre_numba.compaction.read_compacted` on this backend's
+        stream); host arrays give the NumPy twin's result on every backend. More than `capacity`
+        kept records raise CapacityError naming the count needed (`.needed`), the inputs untouched."""
+        if _COMPACT_READER is None:
+            from .errors import BackendUnavailableError
+
+            raise BackendUnavailableError("no compaction is loaded. Fix: import vyre_numba (the package) first.")
+        out = _COMPACT_READER(self, values, flags, capacity)
+        self._count(bytes_read_back=out.nbytes)
+        return out
+
     def synchronize(self) -> None:
         """Wait for all work this backend has issued."""
 
@@ -850,6 +864,7 @@ def _read(r) -> tuple:
 
 _RESOLVER = None  # set by vyre_numba.registry (the bottom layer) when the package is imported
 _SHARED = None  # likewise: whether a backend is the one get_backend gives for its name
+_COMPACT_READER = None  # likewise: (backend, values, flags, capacity) -> the kept records (compaction is above)
 
 
 def resolve_backend(backend: "Backend | str | None" = None) -> Backend:

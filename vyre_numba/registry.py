@@ -81,6 +81,13 @@ def _install() -> None:
 
     backend._RESOLVER = get_backend
     backend._SHARED = lambda b: _INSTANCES.get(b.name) is b
+    backend._COMPACT_READER = _read_compacted
+
+
+def _read_compacted(b: Backend, values, flags, capacity):
+    from .compaction import read_on
+
+    return read_on(b, values, flags, capacity)
 
 
 _install()

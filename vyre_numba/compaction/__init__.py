@@ -33,7 +33,7 @@ from ..errors import INTEGERS, CapacityError, DeviceError, DispatchError, HostMe
 from ..gpu import memory
 from ..gpu.numba_launch import RawArray, check_stream, stream_handle
 from ..lru import LRUCache
-from .select import PREDICATES_KEPT, Selector, _kernels, cpu_predicate, predicate_key, word_type, word_view
+from .select import PREDICATES_KEPT, Selector, _kernels, cpu_masks, predicate_key, word_type, word_view
 from .select import nonzero_numpy as _nonzero_numpy, select_if_numpy as _select_if_numpy, select_numpy as _select_numpy
 
 __all__ = ["select", "select_if", "nonzero", "read_compacted", "Selector", "select_numpy", "select_if_numpy",
@@ -196,10 +196,11 @@ def _check_result(predicate: Callable, dt: np.dtype) -> None:
     if result is None:
         from numba import from_dtype, types
 
-        def infer():
-            dispatcher = cpu_predicate(predicate)
-            dispatcher.compile((from_dtype(dt),))
-            return dispatcher.nopython_signatures[-1].return_type
+        def infer():  # typed as the mask calls it, pred(values[i]), so that its defaults fill the rest
+            mask, dispatcher = cpu_masks(predicate)
+            value = from_dtype(dt)
+            mask.compile((types.Array(value, 1, "C"),))
+            return next(s.return_type for s in dispatcher.nopython_signatures if s.args[0] == value)
         result = _compiled(infer, "predicate", compiling=True)
         if isinstance(result, (types.Boolean, types.Integer)):
             result = "ok"
@@ -273,8 +274,8 @@ def _selector(stream) -> Selector:
     """The selector of this stream, thread and context: a selector's tile counts are written by
     every call, so two threads (Dask workers run several) must never share one, and its buffers
     and kernels belong to the GPU that made them."""
-    key = (0 if stream is None else int(stream.handle.value if hasattr(stream.handle, "value") else stream.handle or 0),
-           threading.get_ident(), 0 if _SIM else memory._context()[0])
+    key = (0 if stream is None else id(stream) if _SIM else stream_handle(stream), threading.get_ident(),
+           0 if _SIM else memory._context()[0])
     s = _SELECTORS.get(key)
     if s is None:
         if len(_SELECTORS) >= 64:  # threads come and go; their selectors need not outlive them
@@ -431,14 +432,15 @@ def _one_word(dt: np.dtype):
 
 
 def _small(src, values, by_flags: bool, flag_of, dt: np.dtype):
-    """The kept items of a selection into room for every item, for the case that dominates calls:
-    Numba device arrays, contiguous, of one word an item, on the default stream, within
-    ROOM_BYTES. Within FUSED_BYTES in one launch (`Selector.fused_at`), else (or where that gave
-    up) count, scan and scatter (`Selector.enqueue_at`); both rewrite their last launch's
-    parameters, where the general path packs argument objects and checks what is known here.
-    `src`: the flags (`by_flags`) or the values of a predicate; `values`: the items (None: their
-    indices, of type `dt`). None for every other case, which the general path checks and
-    selects: an input taken here passes every check that path makes."""
+    """The kept items of a selection of the kind that dominates calls: Numba device arrays,
+    contiguous, of one word an item, on the default stream. Within FUSED_BYTES in one launch
+    (`Selector.fused_at`), within ROOM_BYTES (or where that gave up) count, scan and scatter into
+    room for every item (`Selector.enqueue_at`), beyond it (or where that room could not be had)
+    the count first (`_counted_at`); all rewrite their last launches' parameters, where the general
+    path packs argument objects and checks what is known here. `src`: the flags (`by_flags`) or
+    the values of a predicate; `values`: the items (None: their indices, of type `dt`). None for
+    every other case, which the general path checks and selects: an input taken here passes every
+    check that path makes."""
     dna = _numba_array_type()
     if type(src) is not dna or (values is not None and type(values) is not dna):
         return None
@@ -448,8 +450,8 @@ def _small(src, values, by_flags: bool, flag_of, dt: np.dtype):
     n = shape[0]
     size = n * dt.itemsize
     word = _one_word(dt)
-    if word is None or _one_word(st) is None or n < 8 or size > max(FUSED_BYTES, ROOM_BYTES) or \
-            src.strides[0] != st.itemsize or (values is not None and values.strides[0] != dt.itemsize):
+    if word is None or _one_word(st) is None or n < 8 or src.strides[0] != st.itemsize or \
+            (values is not None and values.strides[0] != dt.itemsize):
         return None
     sel = _selector(None)
     if sel._handle != 0:  # a per-thread default stream: outside the pool's ordering
@@ -457,10 +459,12 @@ def _small(src, values, by_flags: bool, flag_of, dt: np.dtype):
     src_at = src.device_ctypes_pointer.value or 0
     words = None if values is None else values.device_ctypes_pointer.value or 0
     by_bytes = by_flags and st.itemsize == 1 and src_at % 8 == 0
+    if size > max(FUSED_BYTES, ROOM_BYTES):
+        return _counted_at(sel, flag_of, src_at, st, n, by_bytes, word, words, dt)
     try:
         address = memory.pool_alloc(size, spare=True)  # on the legacy stream (the selector's handle is 0)
-    except DeviceError:
-        return None
+    except DeviceError:  # no room for every item
+        return _counted_at(sel, flag_of, src_at, st, n, by_bytes, word, words, dt)
     owner = []  # the output's memory pointer, made while the GPU selects (the host would only wait)
 
     def own() -> None:
@@ -485,6 +489,24 @@ def _small(src, values, by_flags: bool, flag_of, dt: np.dtype):
     if 4 * count < n and (n - count) * dt.itemsize > SLACK:
         return memory.pooled_array(count, dt, memory.pool_copy(address, count * dt.itemsize, free=owner[0].free))
     return memory.pooled_array(count, dt, pointer=owner[0])
+
+
+def _counted_at(sel: Selector, flag_of, src: int, src_type, n: int, by_bytes: bool, word, words: int | None,
+                dt: np.dtype):
+    """`_small`'s selection into an output of exactly the kept items: count and scan, the count
+    read from mapped memory, the output allocated, the scatter (made ready while the GPU counted)
+    launched into it. The GPU idles only between the count and the scatter."""
+    put = sel.offsets_at(flag_of, src, src_type, n, by_bytes, word, words)
+    count = sel.watch()
+    if count == 0:
+        return _cuda().device_array(0, dt)
+    address = memory.pool_alloc(count * dt.itemsize, spare=True)  # first written by the scatter, on the legacy stream
+    try:
+        put(address, count)
+    except BaseException:
+        memory.pool_free(address)
+        raise
+    return memory.pooled_array(count, dt, address)
 
 
 def _numba_pair(a, b, stream) -> bool:
@@ -670,6 +692,17 @@ def read_compacted(values, flags, *, capacity: int | None = None, stream=None) -
     out = np.empty(count, dt)
     copy_bytes(out.view(np.uint8), np.asarray(kept)[:count * dt.itemsize])  # on several threads when large
     return out
+
+
+def read_on(backend, values, flags, capacity: int | None = None) -> np.ndarray:
+    """`backend.read_compacted(values, flags, capacity=...)`: `read_compacted` on the CUDA
+    backend's stream; the reference backend's buffers are host arrays, so it refuses device ones."""
+    stream = getattr(backend, "stream", None) if backend.name == "cuda" else None
+    if stream is None and backend.name != "cuda" and any(_is_device(a) for a in (values, flags)):
+        raise DispatchError(f"read_compacted on the {backend.name} backend takes its buffers, host (NumPy) arrays; "
+                            "a device array was given. Fix: pass host arrays (x.copy_to_host()), or call it on "
+                            "get_backend('cuda').")
+    return read_compacted(values, flags, capacity=capacity, stream=stream)
 
 
 def _check_capacity(count: int, capacity: int | None) -> None:

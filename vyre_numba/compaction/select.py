@@ -11,7 +11,8 @@ bounded: should a block wait too long (another stream's kernels holding the mult
 that not every block got a place), it gives up and writes nothing, the call selects again in
 three launches, and the selector takes three launches for FUSED_BACKOFF seconds.
 
-Small selections are bound by the host: `fused_at` and `enqueue_at` take items by device address
+Selections of Numba arrays are bound by the host up to tens of MB, and the count's wait leaves
+the GPU idle at any size: `fused_at`, `enqueue_at` and `offsets_at` take items by device address
 and launch the selector's last launches again with only the changed parameters rewritten
 (`Relaunch`), so a call costs the host its launches and one watch of mapped memory.
 
@@ -97,8 +98,8 @@ def predicate_key(predicate: Callable):
         read = values + named
         key = (code, tuple(map(_typed, read)), tuple(sorted((predicate.__kwdefaults__ or {}).items())))
         hash(key)
-    except (TypeError, ValueError, AttributeError):  # an array, a list, an empty cell: the function itself
-        return predicate
+    except (TypeError, ValueError, AttributeError, RecursionError):  # an array, a list, an empty cell, a
+        return predicate  # tuple nested past the interpreter's depth: the function itself
     return key
 
 
@@ -116,15 +117,16 @@ def _names(code) -> tuple[str, ...]:
     return code.co_names + tuple(n for c in code.co_consts if hasattr(c, "co_names") for n in _names(c))
 
 
-def cpu_predicate(predicate: Callable) -> Callable:
-    """predicate compiled for the host: the one dispatcher the mask calls, also used to check the
-    result type. error_model="numpy": division by zero gives NumPy's result, as it does on the
-    device (numba-cuda compiles with that model), not an error."""
-    return _CPU_MASKS.get_or_build(predicate_key(predicate), lambda: _mask_of(predicate))[1]
+def cpu_masks(predicate: Callable) -> tuple[Callable, Callable]:
+    """(the mask of predicate over an array, predicate itself) compiled for the host: the one
+    dispatcher the mask calls also tells the result type. error_model="numpy": division by zero
+    gives NumPy's result, as it does on the device (numba-cuda compiles with that model), not an
+    error."""
+    return _CPU_MASKS.get_or_build(predicate_key(predicate), lambda: _mask_of(predicate))
 
 
 def _cpu_mask(predicate: Callable) -> Callable:
-    return _CPU_MASKS.get_or_build(predicate_key(predicate), lambda: _mask_of(predicate))[0]
+    return cpu_masks(predicate)[0]
 
 
 def _mask_of(predicate: Callable) -> tuple[Callable, Callable]:
@@ -378,6 +380,15 @@ class Selector(Unshared):
         """`enqueue` (count, scan and scatter, n >= 1) into `out`, room for `capacity` items (None:
         all n), of items named by device addresses as in `fused_at`, each launch the last one's
         with its parameters rewritten; the kept count is then `watch()`'s or `total()`'s."""
+        self.offsets_at(flag_of, src, src_type, n, by_bytes, word, words)(out, n if capacity is None else capacity)
+
+    def offsets_at(self, flag_of: Callable, src: int, src_type, n: int, by_bytes: bool, word,
+                   words: int | None) -> Callable[[int, int], None]:
+        """`offsets` (count and scan, n >= 1) of items named by device addresses as in `fused_at`,
+        returning `put(out, capacity)`, which enqueues their scatter into room for `capacity` items
+        at device address `out` (so a count read on the host can size it first). Each launch is
+        the last one's of these argument kinds with its parameters rewritten (`Relaunch`); the
+        first call of a kind packs them (`offsets`, then `scatter` in its put)."""
         self._check_open()
         _check_items(n)
         kernels = _kernels()
@@ -385,18 +396,20 @@ class Selector(Unshared):
         kinds = ("three", flag_of, src_type, by_bytes, word, words is None)
         used = self._plans.get(kinds)
         again = [None] if used is None else [self._relaunches.get(key) for key in used]
-        room = n if capacity is None else capacity
-        if tiles > self._tiles or None in again:  # the kernels looked up afresh: the ones `enqueue` launches
+        if tiles > self._tiles or None in again:  # the kernels looked up afresh: the ones `offsets`/`scatter` launch
             st = np.dtype(src_type).str
             count = kernels.count_bytes if by_bytes else kernels.count_kernel(flag_of)
             scatter = kernels.scatter_kernel(flag_of, *_emit_of(word, words))
-            used = tuple((k, 0, st) for k in (count, kernels.scan_chunks, scatter))
-            self.enqueue(flag_of, RawArray(src, (n,), src_type), n, _raw(words, n, word), RawArray(out, (room,), word),
-                         room, RawArray(src, (n // 8,), np.uint64) if by_bytes else None)
-            for key in used:
-                self._relaunches[key] = self._launch(key[0], key[1]).detached()
-            self._plan(kinds, used)
-            return
+            keys = tuple((k, 0, st) for k in (count, kernels.scan_chunks, scatter))
+            raw = RawArray(src, (n,), src_type)
+            self.offsets(flag_of, raw, n, RawArray(src, (n // 8,), np.uint64) if by_bytes else None)
+
+            def first(out: int, capacity: int) -> None:
+                self.scatter(flag_of, raw, n, _raw(words, n, word), RawArray(out, (capacity,), word), capacity)
+                for key in keys:
+                    self._relaunches[key] = self._launch(key[0], key[1]).detached()
+                self._plan(kinds, keys)
+            return first
         counts, scan, put = again
         self._host[0] = -1
         try:
@@ -414,8 +427,11 @@ class Selector(Unshared):
             self._afresh(tiles)
             raise
         _scatter_from(put, src, n, words)
-        _scatter_into(put, out, room, words is None)
-        put(tiles, THREADS)
+
+        def later(out: int, capacity: int) -> None:
+            _scatter_into(put, out, capacity, words is None)
+            put(tiles, THREADS)
+        return later
 
     def _fused_launch(self, launch: Callable, blocks: int, meanwhile: Callable | None = None) -> int | None:
         """Run `launch` (a one-launch selection of `blocks`), then `meanwhile()`, and return its kept
@@ -529,7 +545,7 @@ class Selector(Unshared):
         return self.total()
 
     def _plan(self, kinds: tuple, keys) -> None:
-        """Keep the relaunch keys (kernel, use, source type) that `fused_at` or `enqueue_at` just
+        """Keep the relaunch keys (kernel, use, source type) that `fused_at` or `offsets_at` just
         stored launches under for these argument kinds, so that the next call finds its launches
         by one dict look: the kernels' lookup costs microseconds on the path small selections
         take. Only a call that launched those kernels keeps them, so a key never names a kernel

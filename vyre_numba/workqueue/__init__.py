@@ -15,6 +15,7 @@ and leaves the items queued.
 """
 from __future__ import annotations
 
+import os
 import threading
 from typing import Callable, Iterator
 
@@ -25,6 +26,7 @@ from ..errors import INTEGERS, BackendUnavailableError, CapacityError, DeviceErr
 from ..owned import Unshared
 
 __all__ = ["WorkQueue", "QueueModel"]
+_SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 
 class QueueModel:
@@ -37,6 +39,23 @@ class QueueModel:
         self.items = np.zeros(_capacity(capacity), _dtype(dtype))
         self.tail = 0
         self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        with self._lock:
+            return {"items": self.items.copy(), "tail": self.tail}
+
+    def __setstate__(self, state: dict) -> None:
+        self.items, self.tail, self._lock = state["items"], state["tail"], threading.Lock()
+
+    def __copy__(self) -> "QueueModel":
+        """An independent queue holding the same items (a queue's items are its own: a copy that
+        shared them would overwrite the original's)."""
+        new = QueueModel.__new__(QueueModel)
+        new.__setstate__(self.__getstate__())
+        return new
+
+    def __deepcopy__(self, memo: dict) -> "QueueModel":
+        return self.__copy__()
 
     def push(self, value) -> bool:
         """Append `value` (converted exactly to the queue's dtype, else a DispatchError and the queue
@@ -276,9 +295,12 @@ class WorkQueue(Unshared):
         with self._lock:
             items, _ = self._live()
             n = self.size()
-            out = self._cuda.device_array(n, self.dtype, stream=self._bound)
-            if n:
-                out.copy_to_device(items[:n], stream=self.stream)
+            if _SIM and self.dtype.fields is not None:  # the simulator's device copy loses a record's fields
+                out = self._cuda.to_device(items[:n].copy_to_host())
+            else:
+                out = self._cuda.device_array(n, self.dtype, stream=self._bound)
+                if n:
+                    out.copy_to_device(items[:n], stream=self.stream)
             self.reset()
         return out
 

@@ -12,6 +12,9 @@ import os
 
 from numba import cuda, int64, uint32, uint64
 
+from ..compaction.select import PREDICATES_KEPT, predicate_key
+from ..lru import LRUCache
+
 TAIL, HEAD = 0, 1
 
 
@@ -70,24 +73,25 @@ def take(state, capacity, want):
     return first, min(int64(want), filled - first)
 
 
-_CONSUMERS: dict = {}
+_CONSUMERS: LRUCache = LRUCache(PREDICATES_KEPT)  # a loop passing a new step function a call frees the old
 
 
 def consumer(step):
     """A persistent grid-stride kernel `(items, state, capacity, args)` calling `step(value, args)`
-    for every filled item, with the count read on the device (no host read before it runs)."""
-    key = step
-    k = _CONSUMERS.get(key)
-    if k is None:
-        fn = cuda.jit(device=True)(step) if not hasattr(step, "targetoptions") else step
+    for every filled item, with the count read on the device (no host read before it runs). Kept
+    by the step's code and the values it reads, as `select_if`'s predicates are (`predicate_key`)."""
+    return _CONSUMERS.get_or_build(predicate_key(step), lambda: _consumer(step))
 
-        @cuda.jit
-        def consume(items, state, capacity, args):
-            filled = min(int64(state[TAIL]), int64(capacity))
-            i = int64(cuda.grid(1))
-            stride = int64(cuda.gridsize(1))
-            while i < filled:
-                fn(items[i], args)
-                i += stride
-        k = _CONSUMERS[key] = consume
-    return k
+
+def _consumer(step):
+    fn = cuda.jit(device=True)(step) if not hasattr(step, "targetoptions") else step
+
+    @cuda.jit
+    def consume(items, state, capacity, args):
+        filled = min(int64(state[TAIL]), int64(capacity))
+        i = int64(cuda.grid(1))
+        stride = int64(cuda.gridsize(1))
+        while i < filled:
+            fn(items[i], args)
+            i += stride
+    return consume

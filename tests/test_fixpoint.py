@@ -481,6 +481,36 @@ def test_python_ints_past_int64_are_taken_as_numba_reads_them_whatever_ran_befor
         assert "raised" not in str(e.value) and a.tolist() == [4, 4, 4]
 
 
+def test_step_scalars_are_typed_for_the_gpu_as_the_cpu_reads_them():
+    """The cuda backend's step parameters: an int from 2**63 up is a uint64 (as the CPU's step
+    reads it), past 64 bits or a long double is refused with a fix (they wrapped silently to
+    what fits, and a long double reached the user as Numba's error)."""
+    from numba import types
+
+    from vyre_numba.fixpoint.device import _arg_kinds
+
+    assert _arg_kinds([5, -2**63, 2**63, 2**64 - 1])[0] == [types.int64, types.int64, types.uint64, types.uint64]
+    for bad, said in ((2**64 + 5, "past 64 bits"), (-2**63 - 1, "past 64 bits"), (2**70, "past 64 bits"),
+                      (np.longdouble(1), "scalar"), (np.float16(1), "scalar")):
+        with pytest.raises(DispatchError, match=f"args\\[0\\].*{said}.*Fix: "):
+            _arg_kinds([bad])
+
+
+@pytest.mark.gpu
+def test_gpu_scalars_from_2_63_up_reach_the_step_as_on_the_cpu():
+    from numba import cuda
+
+    for limit in (2**63 + 2, 2**64 - 1):
+        host = np.full(3, limit - 2, np.uint64)
+        assert fixpoint.run(_below, 3, [host, limit], max_rounds=5, backend="reference").converged
+        a = cuda.to_device(np.full(3, limit - 2, np.uint64))
+        assert fixpoint.run(_below, 3, [a, limit], max_rounds=5, backend="cuda").converged
+        assert a.copy_to_host().tolist() == host.tolist() == [limit] * 3
+    with pytest.raises(DispatchError, match="past 64 bits.*Fix:"):
+        fixpoint.run(_below, 3, [a, 2**64 + 5], backend="cuda")
+    assert a.copy_to_host().tolist() == [2**64 - 1] * 3
+
+
 def _links(i, parent, u, v):
     return unionfind.link(parent, u[i], v[i])
 

@@ -76,3 +76,61 @@ def test_a_step_refuses_a_change_and_says_how_to_make_a_changed_one():
     with pytest.raises(ImmutableError, match="none of .*Fix:"):
         step.label = "x"
     assert step.config is None and step._replace(config=DispatchConfig(grid=2)).config.grid == (2, 1, 1)
+
+
+def _public_named_tuples() -> set[type]:
+    found = set()
+    names = [m.name for m in pkgutil.walk_packages(vn.__path__, "vyre_numba.")
+             if not m.name.endswith(("__main__", ".cli"))]
+    for name in ["vyre_numba"] + names:
+        try:
+            mod = importlib.import_module(name)
+        except vn.VyreError:
+            continue
+        for attr in getattr(mod, "__all__", ()):
+            obj = getattr(mod, attr, None)
+            if isinstance(obj, type) and issubclass(obj, tuple) and hasattr(obj, "_fields"):
+                found.add(obj)
+    return found
+
+
+def test_public_named_tuples_refuse_bad_calls_changes_and_unknown_fields_with_a_fix():
+    """Named tuples are made by __new__, which the argument checks wrap as they wrap __init__: a
+    call that does not fit is an ArgumentError, a change an ImmutableError, an unknown field given
+    to _replace an ArgumentError (they were raw TypeError, AttributeError and ValueError)."""
+    import copy
+    import pickle
+
+    import numpy as np
+
+    from vyre_numba.backend import Step
+    from vyre_numba.errors import ArgumentError
+    from vyre_numba.graph import CSR
+
+    classes = _public_named_tuples() | {Step}
+    assert CSR in classes
+    for cls in classes:
+        with pytest.raises(ArgumentError, match=rf"{cls.__name__}\(\): .*Fix: call it as {cls.__name__}\("):
+            cls()
+        with pytest.raises(ArgumentError, match="Fix:"):
+            cls(*range(len(cls._fields) + 1))
+        value = cls(*range(len(cls._fields)))
+        with pytest.raises(ImmutableError, match="Fix:"):
+            setattr(value, cls._fields[0], 5)
+        with pytest.raises(ImmutableError, match="Fix:"):
+            delattr(value, cls._fields[0])
+        with pytest.raises(ArgumentError, match=r"_replace\(\): 'nope' is none of its fields.*Fix:"):
+            value._replace(nope=1)
+        assert value._replace(**{cls._fields[0]: 9})[0] == 9 and tuple(value) == tuple(range(len(cls._fields)))
+        assert pickle.loads(pickle.dumps(value)) == value == copy.deepcopy(value) == cls._make(value)
+    with pytest.raises(ArgumentError, match="did you mean `indices`"):
+        CSR(indptr=np.zeros(1, np.int64), indces=np.zeros(0, np.int64))
+
+
+def test_phase_times_that_are_not_a_dict_are_refused_with_a_fix():
+    from vyre_numba.egraph import RebuildStats
+    from vyre_numba.errors import DispatchError
+
+    with pytest.raises(DispatchError, match="not a dict of names to nanoseconds. Fix:"):
+        RebuildStats(1, 1, 1, True, 1, 1.0, phase_ns=5)
+    assert RebuildStats(1, 1, 1, True, 1, 1.0, phase_ns={"a": 5}).phase_ns == {"a": 5}

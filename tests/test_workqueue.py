@@ -28,6 +28,8 @@ def test_the_model_refuses_at_capacity_and_keeps_what_it_took():
     ({"capacity": 0}, "capacity=0"), ({"capacity": True}, "capacity=True"), ({"capacity": 2.5}, "capacity=2.5"),
     ({"dtype": "not a type"}, "not a NumPy type"), ({"dtype": np.bool_}, "cannot be queued"),
     ({"dtype": object}, "cannot be queued"), ({"capacity": 2**40}, "2**40 items or more"),
+    ({"dtype": ">i4"}, "not in this machine's byte order"),
+    ({"dtype": [("a", "<u2"), ("b", ">f8")]}, "not in this machine's byte order"),
 ])
 def test_bad_queues_are_refused_before_any_device_work(kw, fragment):
     args = {"capacity": 8, "dtype": np.int32} | kw

@@ -1107,4 +1107,4 @@ def check_upload(array) -> np.ndarray:
     return arr
 
 
-check_calls(globals(), ["Telemetry"])
+check_calls(globals(), ["Telemetry", "Step"])

@@ -269,6 +269,9 @@ def duration(ns: int | None) -> Duration | None:
 
 def durations(ns: dict) -> dict:
     """A copy of `{name: nanoseconds}` with Duration values."""
+    if not isinstance(ns, dict):
+        raise DispatchError(f"phase times are {shown(ns, 60)}, a {type(ns).__name__}, not a dict of names to "
+                            "nanoseconds. Fix: pass {'phase': ns, ...} (or {} for none).")
     return {k: Duration(v) for k, v in ns.items()}
 
 

@@ -93,16 +93,35 @@ class ImmutableError(VyreError, dataclasses.FrozenInstanceError):
 
 
 def _refuse_change(self, name: str, value=None) -> None:
-    """__setattr__ and __delattr__ of an immutable dataclass: the change refused, with the fix."""
+    """__setattr__ and __delattr__ of an immutable dataclass or named tuple: the change refused,
+    with the fix."""
     __tracebackhide__ = True  # noqa: F841
     cls = type(self).__name__
-    fields = [f.name for f in dataclasses.fields(self) if not f.name.startswith("_")]
+    if isinstance(self, tuple):
+        fields, copy = list(self._fields), "x._replace({}=...)"
+    else:
+        fields, copy = [f.name for f in dataclasses.fields(self) if not f.name.startswith("_")], \
+            "dataclasses.replace(x, {}=...)"
     if name in fields:
         raise ImmutableError(f"{cls} is immutable: its field {name!r} cannot be changed. Fix: make a changed copy, "
-                             f"dataclasses.replace(x, {name}=...), and use that.")
+                             f"{copy.format(name)}, and use that.")
     raise ImmutableError(f"{cls} is immutable and takes no attributes of its own ({shown(name)} is none of its fields "
                          f"{fields}{did_you_mean(name, fields)}). Fix: keep your own values in a variable or dict, or "
-                         "make a changed copy with dataclasses.replace(x, field=...).")
+                         f"make a changed copy with {copy.format('field')}.")
+
+
+def _replacing(replace):
+    """A named tuple's _replace, refusing a field it does not have with ArgumentError (it raised
+    ValueError)."""
+    @functools.wraps(replace)
+    def call(self, /, **changes):
+        unknown = [k for k in changes if k not in self._fields]
+        if unknown:
+            raise ArgumentError(f"{type(self).__name__}._replace(): {shown(unknown[0])} is none of its fields "
+                                f"{list(self._fields)}{did_you_mean(unknown[0], list(self._fields))}. Fix: replace "
+                                "only those fields.")
+        return replace(self, **changes)
+    return call
 
 
 _refuse_change._vyre_immutable = True
@@ -115,6 +134,11 @@ def immutable(*classes: type) -> None:
         params = vars(cls).get("__dataclass_params__")
         if params is not None and params.frozen:
             cls.__setattr__ = cls.__delattr__ = _refuse_change
+        elif issubclass(cls, tuple) and hasattr(cls, "_fields") and "_vyre_checked" not in vars(cls):
+            if "__setattr__" not in vars(cls):  # a named tuple's own refusal stays
+                cls.__setattr__ = _refuse_change
+            cls.__delattr__ = _refuse_change
+            cls._replace = _replacing(cls._replace)
 
 
 def check_calls(namespace: dict, names) -> None:
@@ -151,7 +175,7 @@ def _ours(cls: type) -> bool:
 def _check_methods(cls: type) -> None:
     immutable(cls)
     for name, attr in list(vars(cls).items()):
-        if name.startswith("_") and name not in ("__init__", "__call__"):
+        if name.startswith("_") and name not in ("__init__", "__call__", "__new__"):
             continue
         if isinstance(attr, (classmethod, staticmethod)) and _function(attr.__func__):
             setattr(cls, name, type(attr)(_checked(attr.__func__)))
@@ -193,7 +217,7 @@ def _unfit(fn, args: tuple, kwargs: dict) -> str | None:
     except TypeError as e:
         why = str(e)
     params = list(sig.parameters.values())
-    method = "." in fn.__qualname__ and params and params[0].name in ("self", "cls")
+    method = "." in fn.__qualname__ and params and params[0].name in ("self", "cls", "_cls")
     shown_sig = sig.replace(parameters=[p.replace(annotation=p.empty) for p in params[1 if method else 0:]],
                             return_annotation=sig.empty)
     names = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
@@ -204,7 +228,7 @@ def _unfit(fn, args: tuple, kwargs: dict) -> str | None:
                 near = difflib.get_close_matches(k, names, 1, 0.6)
                 hints.append(f"`{k}` is no parameter" + (f" (did you mean `{near[0]}`?)" if near else ""))
     hint = "; ".join(hints) + "; " if hints else ""
-    name = fn.__qualname__.replace(".__init__", "").replace(".__call__", "")
+    name = fn.__qualname__.replace(".__init__", "").replace(".__call__", "").replace(".__new__", "")
     return f"{name}(): {why}. Fix: {hint}call it as {name}{clip(str(shown_sig), 400)}."
 
 

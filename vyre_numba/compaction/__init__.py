@@ -543,6 +543,10 @@ def select_if(values, predicate: Callable, *, stream=None):
     check_stream(stream)
     if not _on_device(values):
         return _compiled(lambda: _select_if_numpy(values, predicate), "predicate")
+    if not _dtype(values).isnative:
+        raise DispatchError(f"values on the device are {_dtype(values)}, not in this machine's byte order: Numba's "
+                            "kernels cannot read them. Fix: compute flags yourself and call select(values, flags), "
+                            "or select_if from a native copy.")
     from .kernels import predicate_flag
 
     v = _dev(values) if _SIM else values

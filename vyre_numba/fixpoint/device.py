@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import DispatchError, UnsupportedError
+from ..errors import DispatchError, UnsupportedError, shown
 from ..gpu.launch import KernelLaunch, LaunchShape, validate_cooperative
 from ..ir import Program
 from ..lru import LRUCache
@@ -66,12 +66,15 @@ def _arg_kinds(args: list) -> tuple[list, list[tuple[str, Any]]]:
             kinds.append(types.boolean)
             params.append(("b32", int(a)))  # Numba passes a bool parameter as a byte in a b32 slot
         elif isinstance(a, np.generic) and a.dtype.kind in "iuf":
-            if a.dtype.itemsize < 4:
+            if not 4 <= a.dtype.itemsize <= 8:
                 raise DispatchError(f"args[{k}] is a {a.dtype} scalar. Fix: pass 32- or 64-bit scalars.")
             kinds.append(from_dtype(a.dtype))
             params.append(("b64" if a.dtype.itemsize == 8 else "b32", a))  # floats travel as their bits
         elif isinstance(a, int):
-            kinds.append(types.int64)
+            if not -2**63 <= a < 2**64:
+                raise DispatchError(f"args[{k}] = {shown(a)} is past 64 bits; the step takes int64 or uint64 numbers. "
+                                    "Fix: pass a float (float(x)), or keep the value within int64 or uint64.")
+            kinds.append(types.int64 if a < 2**63 else types.uint64)  # as the CPU's step reads it
             params.append(("b64", a))
         elif isinstance(a, float):
             kinds.append(types.float64)

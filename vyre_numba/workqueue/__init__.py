@@ -195,6 +195,9 @@ class WorkQueue(Unshared):
         from ..gpu.numba_launch import check_stream
 
         self.capacity, self.dtype = _capacity(capacity), _dtype(dtype)
+        if not self.dtype.isnative:
+            raise DispatchError(f"dtype={self.dtype} is not in this machine's byte order: Numba's kernels cannot read "
+                                f"such an array. Fix: pass {self.dtype.newbyteorder('=')} (push converts the values).")
         check_stream(stream)
         self.items = self.state = None
         self._cuda = cuda

@@ -15,7 +15,8 @@ from vyre_numba.errors import ImmutableError
 from vyre_numba.gpu.launch import LaunchShape
 
 
-def _public_frozen_classes() -> set[type]:
+def _public_classes(kind) -> set[type]:
+    """The classes in any module's __all__ for which `kind(cls)` holds."""
     found = set()
     names = [m.name for m in pkgutil.walk_packages(vn.__path__, "vyre_numba.")
              if not m.name.endswith(("__main__", ".cli"))]
@@ -26,9 +27,13 @@ def _public_frozen_classes() -> set[type]:
             continue
         for attr in getattr(mod, "__all__", ()):
             obj = getattr(mod, attr, None)
-            if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__dataclass_params__.frozen:
+            if isinstance(obj, type) and kind(obj):
                 found.add(obj)
     return found
+
+
+def _public_frozen_classes() -> set[type]:
+    return _public_classes(lambda c: dataclasses.is_dataclass(c) and c.__dataclass_params__.frozen)
 
 
 def test_every_public_frozen_dataclass_refuses_changes_with_a_fix():
@@ -79,19 +84,7 @@ def test_a_step_refuses_a_change_and_says_how_to_make_a_changed_one():
 
 
 def _public_named_tuples() -> set[type]:
-    found = set()
-    names = [m.name for m in pkgutil.walk_packages(vn.__path__, "vyre_numba.")
-             if not m.name.endswith(("__main__", ".cli"))]
-    for name in ["vyre_numba"] + names:
-        try:
-            mod = importlib.import_module(name)
-        except vn.VyreError:
-            continue
-        for attr in getattr(mod, "__all__", ()):
-            obj = getattr(mod, attr, None)
-            if isinstance(obj, type) and issubclass(obj, tuple) and hasattr(obj, "_fields"):
-                found.add(obj)
-    return found
+    return _public_classes(lambda c: issubclass(c, tuple) and hasattr(c, "_fields"))
 
 
 def test_public_named_tuples_refuse_bad_calls_changes_and_unknown_fields_with_a_fix():

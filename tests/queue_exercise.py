@@ -181,24 +181,24 @@ def assert_consumers_are_kept_by_code_and_bounded() -> None:
     from vyre_numba.lru import LRUCache
 
     total = cuda.to_device(np.zeros(1, np.int64))
-    with WorkQueue(4, np.int64) as q:
-        q.push(np.array([1, 2], np.int64))
-        before = len(qd._CONSUMERS.values())
-        for _ in range(3):
-            def step(value, args):
-                cuda.atomic.add(args[0], 0, value)
-            q.consume(step, (total,))
-        assert len(qd._CONSUMERS.values()) == before + 1 and int(total.copy_to_host()[0]) == 9
-        kept, qd._CONSUMERS = qd._CONSUMERS, LRUCache(2)
-        try:
+    kept, qd._CONSUMERS = qd._CONSUMERS, LRUCache(8)
+    try:
+        with WorkQueue(4, np.int64) as q:
+            q.push(np.array([1, 2], np.int64))
+            for _ in range(3):
+                def step(value, args):
+                    cuda.atomic.add(args[0], 0, value)
+                q.consume(step, (total,))
+            assert len(qd._CONSUMERS.values()) == 1 and int(total.copy_to_host()[0]) == 9
+            qd._CONSUMERS = LRUCache(2)
             for k in range(4):
                 scope: dict = {"cuda": cuda}
                 exec(f"def step(value, args):\n    cuda.atomic.add(args[0], 0, value * {k + 1})", scope)
                 q.consume(scope["step"], (total,))
                 assert len(qd._CONSUMERS.values()) <= 2
             assert int(total.copy_to_host()[0]) == 9 + 3 * (1 + 2 + 3 + 4)
-        finally:
-            qd._CONSUMERS = kept
+    finally:
+        qd._CONSUMERS = kept
 
 
 def assert_records_and_streams_queue() -> None:

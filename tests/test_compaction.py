@@ -116,6 +116,9 @@ def test_predicates_with_defaults_are_typed_as_called_with_one_value():
         compaction.select_if(x, lambda v, t=0.5: v + t)
     with pytest.raises(DispatchError, match="does not compile with Numba.*Fix:"):
         compaction.select_if(x, lambda v, *, t=0.5: v > t)
+    assert compaction.select_if(x, lambda *v: v[0] > 2).tolist() == [3.0, 4.0, 5.0]  # one value, as a tuple
+    with pytest.raises(DispatchError, match="Fix:"):
+        compaction.select_if(x, lambda *v: v[0] + 0.5)
 
 
 def test_a_predicate_reading_a_deeply_nested_tuple_is_a_vyre_error():
@@ -503,6 +506,16 @@ PREDICATES_SIMULATED = textwrap.dedent('''
     assert np.array_equal(compaction.nonzero(df, stream=s).copy_to_host(), np.flatnonzero(vals % 2 == 0))
     assert np.array_equal(compaction.read_compacted(dv, df, stream=s), vals[vals % 2 == 0])
     assert np.array_equal(compaction.select_if(dv, lambda v, t=2: v > t, stream=s).copy_to_host(), vals[vals > 2])
+    try:
+        compaction.select(dv, df, stream=dv)
+        raise AssertionError("a device array was taken for a stream")
+    except compaction.DispatchError as e:
+        assert "not a Numba stream" in str(e), e
+    swapped = (vals % 3 == 0).astype(">i4")  # flags of the other byte order: non-zero all the same
+    for f in (cuda.to_device(swapped), cuda.to_device(swapped.astype(">u2"))):
+        assert np.array_equal(compaction.select(dv, f).copy_to_host(), vals[swapped != 0])
+        assert np.array_equal(compaction.nonzero(f).copy_to_host(), np.flatnonzero(swapped))
+        assert np.array_equal(compaction.read_compacted(dv, f), vals[swapped != 0])
     print("ok streams")
 ''')
 
@@ -772,6 +785,17 @@ def test_gpu_small_path_gives_its_room_back_once_on_failure(fused_bytes, room_by
     monkeypatch.undo()
     monkeypatch.setattr(compaction, "FUSED_BYTES", fused_bytes)
     monkeypatch.setattr(compaction, "ROOM_BYTES", room_bytes)
+    if room_bytes == 0:  # counting first: a scatter that fails after the output was allocated gives it back
+        offsets_at = sel.offsets_at
+
+        def failing(*args):
+            offsets_at(*args)
+            return lambda out, capacity: (_ for _ in ()).throw(RuntimeError("scatter refused"))
+        monkeypatch.setattr(sel, "offsets_at", failing)
+        with pytest.raises(RuntimeError, match="scatter refused"):
+            compaction.select(dx, df)
+        monkeypatch.setattr(sel, "offsets_at", offsets_at)
+        cuda.synchronize()
     assert compaction.select(dx, none).shape == (0,)
     cuda.synchronize()
     gc.collect()
@@ -847,6 +871,10 @@ def test_gpu_small_path_declines_what_the_general_path_must_check_or_do():
     s = cuda.stream()
     assert np.array_equal(compaction.select(dx, df, stream=s).copy_to_host(), x[flags])
     assert np.array_equal(compaction.select(dx[:5], df[:5]).copy_to_host(), x[:5][flags[:5]])
+    swapped = cuda.to_device(flags.astype(">u4"))  # not in this machine's byte order: viewed as native
+    assert np.array_equal(compaction.select(dx, swapped).copy_to_host(), x[flags])
+    assert np.array_equal(compaction.nonzero(swapped).copy_to_host(), np.flatnonzero(flags))
+    assert np.array_equal(compaction.read_compacted(dx, swapped), x[flags])
     rec = np.zeros(1000, [("a", np.int32), ("b", np.float64)])
     rec["a"] = x
     got = compaction.select(cuda.to_device(rec), df).copy_to_host()

@@ -139,6 +139,8 @@ def immutable(*classes: type) -> None:
                 cls.__setattr__ = _refuse_change
             cls.__delattr__ = _refuse_change
             cls._replace = _replacing(cls._replace)
+            if hasattr(cls, "__replace__"):  # copy.replace (Python 3.13)
+                cls.__replace__ = _replacing(cls.__replace__)
 
 
 def check_calls(namespace: dict, names) -> None:

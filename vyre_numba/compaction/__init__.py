@@ -200,7 +200,12 @@ def _check_result(predicate: Callable, dt: np.dtype) -> None:
             mask, dispatcher = cpu_masks(predicate)
             value = from_dtype(dt)
             mask.compile((types.Array(value, 1, "C"),))
-            return next(s.return_type for s in dispatcher.nopython_signatures if s.args[0] == value)
+            for s in dispatcher.nopython_signatures:
+                first = s.args[0] if s.args else None  # lambda v: takes the value, lambda *v: a tuple of it
+                if first == value or isinstance(first, types.BaseTuple) and tuple(first.types) == (value,):
+                    return s.return_type
+            raise DispatchError(f"the predicate could not be typed for one {dt} value. Fix: write it taking one "
+                                "value, e.g. lambda v: v > 0.")
         result = _compiled(infer, "predicate", compiling=True)
         if isinstance(result, (types.Boolean, types.Integer)):
             result = "ok"
@@ -299,6 +304,13 @@ def _words(a, n: int, dt: np.dtype, address: int | None = None):
         return word_view(_dev(a), n)
     word, w = word_type(dt)
     return RawArray(_address(a) if address is None else address, (n,) if w == 1 else (n, w), word)
+
+
+def _native(flags):
+    """Device flags in this machine's byte order, a view (whether a flag is non-zero does not depend
+    on it, and Numba's kernels read no other)."""
+    dt = _dtype(flags)
+    return flags if dt.isnative else _dev(flags).view(dt.newbyteorder("="))
 
 
 def _octs(flags, n: int):
@@ -445,7 +457,8 @@ def _small(src, values, by_flags: bool, flag_of, dt: np.dtype):
     if type(src) is not dna or (values is not None and type(values) is not dna):
         return None
     shape, st = src.shape, src.dtype
-    if len(shape) != 1 or (values is not None and values.shape != shape) or (by_flags and st.kind not in "biu"):
+    if len(shape) != 1 or (values is not None and values.shape != shape) or (by_flags and st.kind not in "biu") or \
+            not st.isnative:  # byte-swapped flags: the general path views them as native
         return None
     n = shape[0]
     size = n * dt.itemsize
@@ -459,11 +472,13 @@ def _small(src, values, by_flags: bool, flag_of, dt: np.dtype):
     src_at = src.device_ctypes_pointer.value or 0
     words = None if values is None else values.device_ctypes_pointer.value or 0
     by_bytes = by_flags and st.itemsize == 1 and src_at % 8 == 0
-    if size > max(FUSED_BYTES, ROOM_BYTES):
-        return _counted_at(sel, flag_of, src_at, st, n, by_bytes, word, words, dt)
-    try:
-        address = memory.pool_alloc(size, spare=True)  # on the legacy stream (the selector's handle is 0)
-    except DeviceError:  # no room for every item
+    address = 0
+    if size <= max(FUSED_BYTES, ROOM_BYTES):
+        try:
+            address = memory.pool_alloc(size, spare=True)  # on the legacy stream (the selector's handle is 0)
+        except DeviceError:  # no room for every item: counted first, below (not while this error is handled)
+            pass
+    if not address:
         return _counted_at(sel, flag_of, src_at, st, n, by_bytes, word, words, dt)
     owner = []  # the output's memory pointer, made while the GPU selects (the host would only wait)
 
@@ -527,6 +542,7 @@ def select(values, flags, *, stream=None):
     check_stream(stream)
     if not _on_device(values, flags):
         return _select_numpy(values, flags)
+    flags = _native(flags)
     return _device_select(values, _dev(flags) if _SIM else flags, _kernels().flag_nonzero, n, stream, _octs(flags, n))
 
 
@@ -568,6 +584,7 @@ def nonzero(flags, *, stream=None):
     check_stream(stream)
     if not _on_device(flags):
         return _nonzero_numpy(flags)
+    flags = _native(flags)
     from numba import cuda
 
     from .kernels import flag_nonzero
@@ -660,6 +677,7 @@ def read_compacted(values, flags, *, capacity: int | None = None, stream=None) -
         return kept
     from .kernels import flag_nonzero
 
+    flags = _native(flags)
     dt = _dtype(values)
     room = n if capacity is None else min(int(capacity), n)
     if n == 0:

@@ -644,6 +644,13 @@ class CudaBackend(Backend):
         self._count(bytes_read_back=nbytes)
         return host
 
+    def read_compacted(self, values, flags, *, capacity: int | None = None) -> np.ndarray:
+        """`Backend.read_compacted`, after the work issued before it (as `download`), in this
+        backend's context."""
+        self.synchronize()
+        self._ensure_context()
+        return super().read_compacted(values, flags, capacity=capacity)
+
     # ---- graphs -----------------------------------------------------------------------------------
     def record_graph(self, program: Program, sample_inputs: Sequence | Mapping | None = None,
                      config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None):

@@ -120,7 +120,7 @@ def _performance_warnings() -> tuple:
 def check_stream(stream) -> None:
     """A DispatchError unless `stream` is None or a Numba stream (the CUDA simulator's have no handle)."""
     if stream is not None and not (hasattr(stream, "handle") and hasattr(stream, "synchronize")) and \
-            not (_SIM and type(stream).__module__.startswith("numba.cuda.simulator")):
+            not (_SIM and type(stream).__module__ == "numba.cuda.simulator.api" and type(stream).__name__ == "stream"):
         from ..errors import DispatchError
 
         raise DispatchError(f"stream is a {type(stream).__name__}, not a Numba stream. Fix: pass numba.cuda.stream() "

@@ -749,10 +749,15 @@ def test_gpu_where_room_for_every_item_is_refused_the_small_path_counts_first(mo
 
 
 def _pool_in_use() -> int:
+    """The pool's bytes in use by live allocations: spares (freed arrays kept for reuse) given back
+    first, since a failure path may give a spare it took to the pool rather than to the spares."""
     from cuda.bindings import driver as drv
+    from numba import cuda
 
     from vyre_numba.gpu import memory
 
+    memory._free_spares()
+    cuda.synchronize()
     pool = memory._context()[2]
     err, used = drv.cuMemPoolGetAttribute(pool, drv.CUmemPool_attribute.CU_MEMPOOL_ATTR_USED_MEM_CURRENT)
     assert not err

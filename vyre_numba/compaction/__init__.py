@@ -361,12 +361,18 @@ def _exact(sel: Selector, flag_of, src, n: int, words, dt: np.dtype, octs=None):
         out = cuda.device_array(count, dt, stream=sel.stream)
         sel.scatter(flag_of, src, n, words, _words(out, count, dt), count)
         return out
-    address = memory.pool_alloc(count * dt.itemsize, spare=True)  # first written by the scatter, on the legacy stream
+    if put is None:
+        def put(address: int, capacity: int) -> None:
+            sel.scatter(flag_of, src, n, words, _words(None, capacity, dt, address), capacity)
+    return _pooled_exactly(count, dt, put)
+
+
+def _pooled_exactly(count: int, dt: np.dtype, put: Callable[[int, int], None]):
+    """A pooled device array of exactly `count` (>= 1) items of `dt`, which `put(address, count)`
+    enqueues writing on the legacy stream; its memory given back where `put` fails."""
+    address = memory.pool_alloc(count * dt.itemsize, spare=True)  # first written by `put`, on the legacy stream
     try:
-        if put is not None:
-            put(address, count)
-        else:
-            sel.scatter(flag_of, src, n, words, _words(None, count, dt, address), count)
+        put(address, count)
     except BaseException:
         memory.pool_free(address)
         raise
@@ -513,15 +519,7 @@ def _counted_at(sel: Selector, flag_of, src: int, src_type, n: int, by_bytes: bo
     launched into it. The GPU idles only between the count and the scatter."""
     put = sel.offsets_at(flag_of, src, src_type, n, by_bytes, word, words)
     count = sel.watch()
-    if count == 0:
-        return _cuda().device_array(0, dt)
-    address = memory.pool_alloc(count * dt.itemsize, spare=True)  # first written by the scatter, on the legacy stream
-    try:
-        put(address, count)
-    except BaseException:
-        memory.pool_free(address)
-        raise
-    return memory.pooled_array(count, dt, address)
+    return _pooled_exactly(count, dt, put) if count else _cuda().device_array(0, dt)
 
 
 def _numba_pair(a, b, stream) -> bool:
@@ -719,12 +717,13 @@ def read_compacted(values, flags, *, capacity: int | None = None, stream=None) -
 def read_on(backend, values, flags, capacity: int | None = None) -> np.ndarray:
     """`backend.read_compacted(values, flags, capacity=...)`: `read_compacted` on the CUDA
     backend's stream; the reference backend's buffers are host arrays, so it refuses device ones."""
-    stream = getattr(backend, "stream", None) if backend.name == "cuda" else None
-    if stream is None and backend.name != "cuda" and any(_is_device(a) for a in (values, flags)):
+    if backend.name == "cuda":
+        return read_compacted(values, flags, capacity=capacity, stream=backend.stream)
+    if any(_is_device(a) for a in (values, flags)):
         raise DispatchError(f"read_compacted on the {backend.name} backend takes its buffers, host (NumPy) arrays; "
                             "a device array was given. Fix: pass host arrays (x.copy_to_host()), or call it on "
                             "get_backend('cuda').")
-    return read_compacted(values, flags, capacity=capacity, stream=stream)
+    return read_compacted(values, flags, capacity=capacity)
 
 
 def _check_capacity(count: int, capacity: int | None) -> None:

@@ -341,6 +341,16 @@ def record_repr(obj: Any) -> str:
     return f"{type(obj).__name__}({parts})"
 
 
+class Shown:
+    """A dataclass (made with repr=False) shown by `record_repr` as text and by `record_html` in Jupyter."""
+
+    def __repr__(self) -> str:
+        return record_repr(self)
+
+    def _repr_html_(self) -> str:
+        return record_html(self)
+
+
 def record_html(obj: Any, *, note: Any = None) -> Html:
     """An HTML table of a dataclass's fields; `*_ns` dicts (per-phase times) become a table of
     their own with each phase's share."""

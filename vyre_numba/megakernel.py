@@ -32,8 +32,8 @@ MAX_UNROLL = 64  # a step's fixpoint_iterations becomes that many stages, up to 
 MAX_ROUNDS = 1 << 31
 
 
-@dataclass(frozen=True)
-class MegakernelResult:
+@dataclass(frozen=True, repr=False)
+class MegakernelResult(display.Shown):
     """A run: the reads, rounds run, whether the last round left the flag zero (None without
     `until`), the mode that ran ("megakernel", "graph" or "sequence"), why it was not a megakernel
     (None when it was), and device nanoseconds (a `Duration`; None on the CPU)."""
@@ -47,12 +47,6 @@ class MegakernelResult:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "device_ns", display.duration(self.device_ns))
-
-    def __repr__(self) -> str:
-        return display.record_repr(self)
-
-    def _repr_html_(self) -> str:
-        return display.record_html(self)
 
 
 @dataclass(frozen=True)

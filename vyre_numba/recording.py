@@ -106,14 +106,6 @@ class RecordedGraph(Unshared, abc.ABC):
         """`replay_resident`'s `read`, a bool (a string such as "no" is not read as True)."""
         return flag(read, "read", "pass read=True (read the outputs back) or read=False (leave them on the device).")
 
-    def _check_sequence_replay(self, inputs) -> None:
-        """A recorded sequence replays open, and over the buffers bound at recording only."""
-        self._check_open()
-        if inputs is not None:
-            raise DispatchError("a recorded sequence runs over the resident buffers bound at recording and "
-                                "takes no inputs. Fix: write new data into those buffers (backend.write(buffer, values)), then call "
-                                "replay().")
-
 
 def input_dtypes(program: Program, inputs: Sequence | Mapping | None) -> dict[str, str]:
     """The dtype (as text) of each given input that has one (arrays, tensors, NumPy scalars), by
@@ -224,7 +216,25 @@ class Redispatch(RecordedGraph):
             self._buffers = Frozen({})
 
 
-class Resequence(RecordedGraph):
+class RecordedSequence(RecordedGraph):
+    """A recorded resident sequence: replay() runs its steps over the buffers bound at recording
+    and returns its reads, so replay_resident is replay with the reads kept or dropped."""
+
+    def replay_resident(self, read: bool = True) -> list[np.ndarray]:
+        read = self._read_flag(read)
+        out = self.replay()
+        return out if read else []
+
+    def _check_sequence_replay(self, inputs) -> None:
+        """A recorded sequence replays open, and over the buffers bound at recording only."""
+        self._check_open()
+        if inputs is not None:
+            raise DispatchError("a recorded sequence runs over the resident buffers bound at recording and "
+                                "takes no inputs. Fix: write new data into those buffers (backend.write(buffer, values)), then call "
+                                "replay().")
+
+
+class Resequence(RecordedSequence):
     """A recorded resident sequence that replays by running it again."""
 
     def __init__(self, backend, steps: Iterable, read: Iterable = ()):
@@ -253,11 +263,6 @@ class Resequence(RecordedGraph):
             out = self.backend.dispatch_sequence(self.steps, self.read)
             self.backend._count(graph_replays=1)
             return out
-
-    def replay_resident(self, read: bool = True) -> list[np.ndarray]:
-        read = self._read_flag(read)
-        out = self.replay()
-        return out if read else []
 
     def close(self) -> None:
         with self._lock:

@@ -30,7 +30,7 @@ MAX_ID = 2**31 - 2
 
 
 @dataclass(frozen=True, repr=False)
-class RebuildStats:
+class RebuildStats(display.Shown):
     """What a rebuild did: rounds run, classes merged, rows (re)hashed in all, whether it reached
     the fixed point, device nanoseconds in all and per phase (CUDA events on the GPU; on the
     reference backend the CPU is the device, timed by the host clock) and host seconds in all."""
@@ -46,15 +46,9 @@ class RebuildStats:
     def __post_init__(self) -> None:
         _timings(self)
 
-    def __repr__(self) -> str:
-        return display.record_repr(self)
-
-    def _repr_html_(self) -> str:
-        return display.record_html(self)
-
 
 @dataclass(frozen=True, repr=False)
-class ClosureResult:
+class ClosureResult(display.Shown):
     """Congruence closure of an e-graph: `eclass` (the canonical class of each row, the smallest id
     in its class, aligned with the rows), rounds, classes merged, classes before and after, whether
     it reached the fixed point within its rounds (`converged`), and the rebuild's device
@@ -72,12 +66,6 @@ class ClosureResult:
 
     def __post_init__(self) -> None:
         _timings(self)
-
-    def __repr__(self) -> str:
-        return display.record_repr(self)
-
-    def _repr_html_(self) -> str:
-        return display.record_html(self)
 
 
 def _timings(result) -> None:

@@ -24,7 +24,7 @@ _ROUNDS, _CONVERGED, _ERROR = 6, 7, 2
 
 
 @dataclass(frozen=True, repr=False)
-class FixpointResult:
+class FixpointResult(display.Shown):
     """How a run ended: rounds run, whether the last round changed nothing (False means it
     stopped at max_rounds), the mode that ran, and device nanoseconds (a `Duration`; None on the CPU)."""
 
@@ -35,12 +35,6 @@ class FixpointResult:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "device_ns", display.duration(self.device_ns))
-
-    def __repr__(self) -> str:
-        return display.record_repr(self)
-
-    def _repr_html_(self) -> str:
-        return display.record_html(self)
 
 
 def run(step: "Callable | Program", n: int, args: Sequence[Any] = (), *, max_rounds: int = 10_000,

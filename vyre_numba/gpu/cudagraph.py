@@ -15,7 +15,7 @@ from ..bindings import Binding, bind, check_resident
 from ..config import DispatchConfig
 from ..errors import CompileError, DeviceError, UnsupportedError, VyreError, check_calls
 from ..ir import Program, check
-from ..recording import (Frozen, RecordedGraph, StepBuffers, check_replay_dtypes, check_replay_sizes, input_dtypes,
+from ..recording import (Frozen, RecordedGraph, RecordedSequence, StepBuffers, check_replay_dtypes, check_replay_sizes, input_dtypes,
                          pinned_steps)
 from .backend import _repeat
 from .host import HostPlan
@@ -234,7 +234,7 @@ class CudaRecordedGraph(RecordedGraph):
             self._finalizer()
 
 
-class CudaRecordedSequence(RecordedGraph):
+class CudaRecordedSequence(RecordedSequence):
     """A resident sequence as a CUDA graph: every step's memsets and launches over the resident
     buffers given at recording (held alive by this object), then the reads into pinned buffers."""
 
@@ -300,11 +300,6 @@ class CudaRecordedSequence(RecordedGraph):
             _wait(drv, stream, "the recorded sequence")
             self.backend._count(graph_replays=1, kernel_launches=self.launches, sync_points=1)
             return [host[:n].view(dt).copy() for _, n, dt, host in self._reads]
-
-    def replay_resident(self, read: bool = True) -> list[np.ndarray]:
-        read = self._read_flag(read)
-        out = self.replay()
-        return out if read else []
 
     def close(self) -> None:
         with self._lock:

@@ -488,6 +488,24 @@ def test_a_sequence_that_fails_at_a_step_says_which_steps_ran(backend):
         backend.dispatch_repeated([(affine(), [x, y])], [(affine(), [y])], 3)
 
 
+def test_one_step_passed_as_the_steps_is_refused_with_the_list_it_should_be(backend):
+    """Regression: the Fix said to pass a (program, buffers) tuple, which the caller had done."""
+    from vyre_numba import DispatchError
+    from vyre_numba.backend import Step
+
+    x = backend.upload(np.arange(5, dtype=np.uint32))
+    y = backend.allocate(affine(), "y", 5)
+    for one in ((affine(), [x, y]), [affine(), [x, y]], Step(affine(), [x, y])):
+        for call in (lambda: backend.dispatch_sequence(one), lambda: backend.record_sequence(one),
+                     lambda: backend.dispatch_repeated([], one, 2), lambda: backend.dispatch_repeated(one, [], 2)):
+            with pytest.raises(DispatchError, match=r"is one step \(Program 'affine' and its buffers\), not a list of "
+                                                    r"steps\. Fix: pass a list of steps, e\.g\. (steps|body|prefix)="):
+                call()
+    assert backend.download(y).tolist() == [0] * 5  # nothing ran
+    backend.dispatch_sequence([(affine(), [x, y])])  # as the fix says
+    assert backend.download(y).tolist() == (np.arange(5) * 3 + 1).tolist()
+
+
 def test_a_fused_sequence_refuses_a_step_its_own_dispatch_refuses_before_any_runs(backend):
     x = backend.upload(np.arange(8, dtype=np.uint32))
     w = backend.upload(np.zeros(1000, np.uint32))

@@ -817,6 +817,31 @@ def test_type_check_messages_end_in_one_fix(inputs, outputs, operation, match):
     assert "does not type-check" in text
 
 
+@pytest.mark.parametrize("inputs, outputs, operation, fix", [
+    ("u8 a", "u8 out", "a + 300", "write a literal that u8 holds (0 to 255), or declare a wider type"),
+    ("f16 x", "f16 out", "x * 100000.0", "write a literal that f16 holds (at most 65504.0 in size)"),
+    ("u8 a", "u8 out", "a + u8(300)", "wrap on purpose by converting a typed value: u8(i64(300))"),
+    ("i32 a", "i32 out", "a + i32(2**31)", "i32(i64(2147483648))"),
+])
+def test_a_literal_that_does_not_fit_gets_its_own_fix_and_the_fix_runs(inputs, outputs, operation, fix):
+    """Regression: the Fix was the typing rule ("convert with the type's name, e.g. u8(x)"), and
+    following it for `a + 300` gave `a + u8(300)`, which wrapped silently to 44."""
+    text = one_fix(raises(IRValidationError, elementwise, inputs, outputs, operation))
+    assert text.rsplit("Fix:", 1)[1].strip().startswith(fix) or fix in text.rsplit("Fix:", 1)[1]
+    assert "one type" not in text
+    if "(i64(" in fix:  # the wrap the fix names is what runs
+        wrapped = operation.replace("(300)", "(i64(300))").replace("(2**31)", "(i64(2**31))")
+        dt = np.uint8 if "u8" in inputs else np.int32
+        got = elementwise(inputs, outputs, wrapped)(np.zeros(1, dt), backend=R)
+        assert got[0] == (np.array([300, 2**31]).astype(dt)[0 if dt is np.uint8 else 1])
+
+
+def test_one_problem_met_twice_in_a_statement_is_said_once():
+    """Regression: `x[i] = i` with `i` undeclared listed two identical problems."""
+    p = ir.Program([ir.BufferDecl.output("o", 0, "u32")], 64, [ir.store("o", ir.var("i"), ir.var("i"))])
+    assert len(ir.validate(p)) == 1
+
+
 @pytest.mark.parametrize("var", ["idx", "v_y", "t_x", "o_y", "zz"])
 def test_an_operation_function_reading_a_variable_it_was_not_given_is_refused(var):
     """Regression: ir.var('idx') read the kernel's own element index and ir.var('zz') was reported

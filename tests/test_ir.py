@@ -407,8 +407,22 @@ def test_a_weak_literal_cast_starts_from_its_exact_value():
     assert d.tolist() == [0.1, float(2**53)] and i[0] == 16777217 and h[0] == np.float16(0.1)
     (d,) = ir.validate(ir.Program([B.output("h", 0, "f16", 1)], 1, [ir.store("h", 0, ir.cast(1e5, "f16"))]))
     assert "cannot be a f16 (past its largest finite" in d.message
-    assert ir.Program([B.output("u", 0, "u8", 1)], 1, [ir.store("u", 0, ir.cast(300, "u8"))]).entry[0].value.a.dtype \
-        is D.U32  # an int that does not fit the target keeps the default type, and the cast wraps it
+
+
+
+@pytest.mark.parametrize("value, dtype, wraps", [(300, "u8", 44), (-1, "u32", 2**32 - 1), (2**31, "i32", -2**31),
+                                                 (2**64 - 1, "i64", -1), (-129, "i8", 127)])
+def test_a_weak_int_literal_cast_to_a_type_that_cannot_hold_it_is_refused(value, dtype, wraps):
+    """ir.cast(300, 'u8') wrapped silently to 44 (the literal took the default type first); NumPy 2
+    refuses np.uint8(300) too. The error names the wrapped value, and a typed value wraps on purpose."""
+    (d,) = ir.validate(ir.Program([B.output("u", 0, dtype, 1)], 1, [ir.store("u", 0, ir.cast(value, dtype))]))
+    assert f"would wrap to {wraps}. Fix:" in d.message and f"ir.cast(ir.{'u64' if value > 2**63 else 'i64'}(" in d.message
+    typed = ir.u64(value) if value >= 2**63 else ir.i64(value)
+    p = ir.Program([B.output("u", 0, dtype, 1)], 1, [ir.store("u", 0, ir.cast(typed, dtype))])
+    assert vn.get_backend("reference").dispatch(p, [])[0][0] == wraps
+    edge = D.parse(dtype).max if value > 0 else D.parse(dtype).min  # the last value that fits is taken as it is
+    p = ir.Program([B.output("u", 0, dtype, 1)], 1, [ir.store("u", 0, ir.cast(edge, dtype))])
+    assert vn.get_backend("reference").dispatch(p, [])[0][0] == edge
 
 
 @pytest.mark.parametrize("dt", [D.F16, D.BF16, D.F32, D.F64])

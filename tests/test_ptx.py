@@ -290,6 +290,15 @@ def test_compile_error_quotes_log_and_line():
     assert msg.rstrip().splitlines()[-1].startswith("Fix:") or "Fix:" in msg.splitlines()[-1]
 
 
+def test_assembling_what_is_not_ptx_says_what_to_pass():
+    """Regression: the Fix pointed at a quoted line where none was quoted."""
+    with pytest.raises(CompileError) as err:
+        ptx.assemble("garbage", sm=90)
+    msg = str(err.value)
+    assert "Offending PTX" not in msg and "quoted line" not in msg
+    assert "Fix: pass a whole PTX module (.version, .target and .address_size" in msg
+
+
 def test_emit_is_deterministic_and_config_sensitive():
     p = control_program()
     a, b = ptx.emit(p), ptx.emit(p)

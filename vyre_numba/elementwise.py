@@ -42,7 +42,9 @@ The operation string
   ``abs sign sqrt rsqrt recip exp exp2 log log2 sin cos tan floor ceil round trunc isnan isinf
   isfinite popcount clz ctz reverse_bits absdiff mul_high saturating_add saturating_sub rotl rotr
   fma select where`` (``where(c, a, b)`` is ``select``), and conversions by a type's name:
-  ``f32(x)``, ``i32(n)``, ``u8(v)``, ``float64(x)``, ``bool(n)`` ... or ``cast(x, "f32")``.
+  ``f32(x)``, ``i32(n)``, ``u8(v)``, ``float64(x)``, ``bool(n)`` ... or ``cast(x, "f32")``; a literal
+  converted must fit (``u8(300)`` is refused, as NumPy refuses ``np.uint8(300)``), and a typed value
+  wraps on purpose (``u8(i64(300))`` is 44).
   There is no implicit conversion: operands of one operation have one type.
 
 The operation as a function
@@ -780,8 +782,9 @@ class Elementwise:
 
     def _invalid(self, diags: list, nloads: int) -> IRValidationError:
         """One error for the problems `ir.validate` found in a built program: the kernel's name where
-        PTX cannot take it, else the statements of the operation with their problems, and one Fix."""
-        lines = []
+        PTX cannot take it, else the statements of the operation with their problems, and one Fix:
+        the typing rule where an operation's types differ, else the problems' own fixes."""
+        lines, fixes, typing = [], [], False
         for d in diags:
             cause, _, hint = d.message.partition(" Fix: ")
             cause, hint = cause.rstrip("."), hint.rstrip(".")
@@ -793,14 +796,23 @@ class Elementwise:
             m = re.match(r"entry\[1\]\.then\[(\d+)\]", d.where)
             k = int(m.group(1)) - nloads if m else -1
             where = f"in `{self._texts[k]}`" if 0 <= k < len(self._texts) else d.where
-            lines.append(f"{where}: {cause}{'; ' + hint if hint else ''}")
-        fix = ("give both operands of each operation and each output one type, converting with the type's name, "
-               "e.g. f32(n), i32(x)" if isinstance(self.operation, str) else "return values of the outputs' types, "
-               "built from the arguments with operators and vyre_numba.ir functions, converting with ir.cast")
+            typing |= "different types" in cause or hint.startswith("convert explicitly")
+            own = _text_fix(cause, hint) if isinstance(self.operation, str) else hint
+            lines.append((f"{where}: {cause}", hint))
+            if own and own not in fixes:
+                fixes.append(own)
+        if typing or not fixes:
+            shown_lines = [f"{w}{'; ' + h if h else ''}" for w, h in lines]
+            fix = ("give both operands of each operation and each output one type, converting with the type's "
+                   "name, e.g. f32(n), i32(x)" if isinstance(self.operation, str) else "return values of the "
+                   "outputs' types, built from the arguments with operators and vyre_numba.ir functions, converting "
+                   "with ir.cast") + " (there is no implicit conversion)"
+        else:
+            shown_lines, fix = [w for w, _ in lines], "; ".join(fixes)
         return IRValidationError(
             f"elementwise {self.name!r}: the operation does not type-check (inputs: {_signature(self.inputs)}; "
-            f"outputs: {_signature(self.outputs)}):\n  " + "\n  ".join(lines)
-            + f"\nFix: {fix} (there is no implicit conversion).", diags)
+            f"outputs: {_signature(self.outputs)}):\n  " + "\n  ".join(dict.fromkeys(shown_lines))
+            + f"\nFix: {fix}.", diags)
 
     def program(self, *args, **named) -> ir.Program:
         """The vyre Program a call with these inputs runs (which inputs are scalars decides it);
@@ -1066,6 +1078,21 @@ def _scalar_fix(v, dt: DataType) -> str:
     if nearest is None or not np.isfinite(nearest):
         return f"pass a number of magnitude at most {float(dt.max):.6g}, {dt}'s largest"
     return f"pass its nearest {dt} value, np.{_numpy_name(dt)}({nearest!r})"
+
+
+def _text_fix(cause: str, hint: str) -> str:
+    """A validator's fix said in the operation's own text, where it names the IR's functions."""
+    m = re.match(r"literal (.+?) cannot be a (\w+)", cause)
+    if m:
+        t = DataType.parse(m.group(2))
+        if t.is_float:
+            return f"write a literal that {t} holds (at most {t.max!r} in size), or declare a wider float type"
+        return f"write a literal that {t} holds ({t.min} to {t.max}), or declare a wider type"
+    m = re.match(r"cast of the literal (-?\d+) to (\w+)", cause)
+    if m:
+        return (f"write a literal that {m.group(2)} holds, or wrap on purpose by converting a typed value: "
+                f"{m.group(2)}({'u64' if int(m.group(1)) > DataType.I64.max else 'i64'}({m.group(1)}))")
+    return hint
 
 
 def _signature(params: list[tuple[str, DataType]]) -> str:

@@ -543,7 +543,8 @@ def _choice(value, options: tuple[str, ...], what: str) -> str:
 
 def _name(n, what: str) -> str:
     if not isinstance(n, str) or not n:
-        raise _fail(f"{what} name {shown(n)} is not a non-empty string. Fix: name it with a str.")
+        raise _fail(f"{what} name {shown(n)} is not a non-empty string. Fix: "
+                    f"{'give it a name' if isinstance(n, str) else 'name it with a str'}, e.g. 'x' or 'out_1'.")
     return n
 
 

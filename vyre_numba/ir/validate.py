@@ -86,6 +86,12 @@ def _cast_operand(a: n.Expr, dtype: DataType) -> DataType | None:
     return None
 
 
+def _wrapped_literal(a: n.Expr, dtype) -> bool:
+    """Whether `a` is a weak integer literal that an integer `dtype` cannot hold (a cast would wrap it)."""
+    return isinstance(a, n.Lit) and a.weak and not a.dtype.is_float and isinstance(dtype, DataType) and \
+        dtype.is_int and not dtype.min <= a.raw <= dtype.max
+
+
 def _bad_literal(lit: n.Lit) -> str | None:
     """Why `lit` (e.g. built directly or read from JSON) holds no value of its type, or None."""
     dt, raw = lit.dtype, lit.raw
@@ -227,6 +233,14 @@ class _Checker:
                 (a, ta), (b, tb) = yield self.pair(a, b, where, want)
                 return n.Select(c, a, b), self.same(ta, tb, where, "select")
             case n.Cast(dtype, a):
+                if _wrapped_literal(a, dtype):  # NumPy 2 refuses np.uint8(300) too
+                    wraps = (a.raw - dtype.min) % (1 << dtype.bits) + dtype.min
+                    self.err(where, f"cast of the literal {a.raw} to {dtype}, which holds {dtype.min} to "
+                                    f"{dtype.max}: it would wrap to {wraps}. Fix: write a literal in that range "
+                                    f"(or {wraps} itself where the wrapped value is meant), or cast a typed value "
+                                    f"to wrap on purpose (e.g. ir.cast(ir.{'u64' if a.raw > D.I64.max else 'i64'}({a.raw}), "
+                                    f"'{dtype}')).")
+                    return e, dtype
                 a, _ = yield self.expr(a, where, _cast_operand(a, dtype))
                 return n.Cast(dtype, a), dtype
             case n.Fma():
@@ -538,7 +552,7 @@ def validate(program: Program) -> Diagnostics:
                               "in all. Fix: use e.g. 256 or (16, 16); cover more data with more workgroups.")
     checker = _Checker(program.buffers)
     drive(checker.body(program.entry, Where(None, "entry"), new_scope=False))
-    return Diagnostics(diags + checker.diags)
+    return Diagnostics(dict.fromkeys(diags + checker.diags))  # one problem met twice (x[i] = i, i unknown) once
 
 
 def check(program: Program) -> Program:

@@ -91,6 +91,9 @@ def assemble(ptx_sources: str | Sequence[str], *, sm: int) -> bytes:
                 pass
         quoted = _quote(log, sources, names)
         where = f"\nOffending PTX:\n{quoted}" if quoted else ""
+        fix = "correct the PTX at the quoted line" if quoted else ("pass a whole PTX module (.version, .target and "
+                                                                   ".address_size, then its entries, as Program.ptx() "
+                                                                   "writes)")
         raise CompileError(f"nvJitLink failed to assemble PTX for sm_{sm}:\n{log.strip()}{where}\n"
-                           "Fix: correct the PTX at the quoted line (for emitted PTX, report the "
-                           "program and this message as an emitter bug).") from e
+                           f"Fix: {fix} (for emitted PTX, report the program and this message as an emitter "
+                           "bug).") from e

@@ -378,6 +378,61 @@ def test_rebuild_stats_and_max_rounds(backend):
     assert np.array_equal(g.classes(), naive_closure(*r, [(0, 1)]))
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_nodes_touched_counts_the_rows_each_round_hashed(backend):
+    """Regression (a test audit): only upper bounds were checked, so a rebuild that reported no
+    work at all passed. Rows a, b, f(a), f(b), g(f(a)), g(f(b)) and union(a, b): the NumPy twin's
+    first round hashes all 6 rows (never checked), merging f(a) = f(b); the second only g(f(b)),
+    whose child changed class, merging the g rows; the third finds nothing left to hash."""
+    g = EGraph.from_arrays([0, 1, 2, 3, 4, 5], [0, 3, 1, 1, 2, 2], [0, 0, 0, 1, 2, 3, 4], [0, 1, 2, 3],
+                           backend=backend)
+    g.union([[0, 1]])
+    s = g.rebuild()
+    assert s.converged and s.unions == 2 and np.array_equal(g.classes(), [0, 0, 2, 2, 4, 4])
+    if backend == "reference":
+        assert (s.rounds, s.nodes_touched) == (3, 7)
+    else:  # the GPU's worklist starts from the parents the union flagged: it rehashes at least f(b) and g(f(b))
+        assert 2 <= s.nodes_touched <= 2 * 6 and s.rounds >= 2
+    idle = g.rebuild()  # nothing changed since: no row to hash again
+    assert idle.converged and idle.unions == 0 and idle.nodes_touched == 0
+
+
+def test_ids_far_sparser_than_the_rows_are_refused_before_memory_goes_on_them():
+    """Regression (a red-team): two e-nodes in classes 0 and 300,000,000 built a 2.3 GiB union-find
+    (seconds per union, which copies it); one in class 2**31 - 2 took 17 GB."""
+    for ids in ([0, 300_000_000], [2**31 - 2]):
+        n = len(ids)
+        with pytest.raises(DispatchError, match=r"ids this sparse cost memory for nothing\. Fix: renumber ids densely"):
+            EGraph.from_arrays(ids, [0] * n, [0] * (n + 1), [], backend="reference")
+        _, dense = np.unique(ids, return_inverse=True)  # the fix
+        assert EGraph.from_arrays(dense, [0] * n, [0] * (n + 1), [], backend="reference").n_classes == n
+    g = EGraph.from_arrays([0, 5, 1 << 20], [0, 1, 2], [0, 0, 0, 0], [], backend="reference")  # sparse, but small
+    assert g.n_classes == (1 << 20) + 1
+
+
+@pytest.mark.parametrize("n_classes", [0, 1])
+def test_children_outside_the_classes_there_are_say_to_add_them_first(n_classes):
+    """Regression (a red-team): on an empty e-graph the Fix was "keep every value in 0..-1"."""
+    g = EGraph.from_arrays(list(range(n_classes)), [0] * n_classes, [0] * (n_classes + 1), [], backend="reference")
+    for call in (lambda: g.add([1], [0, 1], [3]), lambda: g.lookup([1], [0, 1], [3])):
+        with pytest.raises(DispatchError, match="children name classes already in the e-graph") as e:
+            call()
+        assert ("none yet" in str(e.value)) == (n_classes == 0) and "0..-1" not in str(e.value)
+        assert "Fix: add the leaves" in str(e.value) if n_classes == 0 else "Fix: keep every child in 0..0" in str(e.value)
+    assert g.n_nodes == n_classes  # nothing was added
+
+
+@pytest.mark.parametrize("bad", ['{"nodes": {"a": {"op": "x", "eclass": "c", "cost": 1e999}}}',
+                                 '{"nodes": {"a": {"op": "x", "eclass": "c", "cost": NaN}}}',
+                                 {"nodes": {"a": {"op": "x", "eclass": "c", "cost": float("-inf")}}}])
+def test_serialized_numbers_json_cannot_hold_are_refused(bad):
+    """Regression (a red-team): 1e999 read as inf and to_serialized() wrote `Infinity`, which is not JSON."""
+    with pytest.raises(DispatchError, match="NaN or an infinity.*Fix: replace it with a finite number"):
+        EGraph.from_serialized(bad, backend="reference")
+    fine = EGraph.from_serialized('{"nodes": {"a": {"op": "x", "eclass": "c", "cost": 1.5}}}', backend="reference")
+    assert json.loads(fine.to_serialized())["nodes"]["a"]["cost"] == 1.5
+
+
 def test_serialized_round_trip_and_the_format():
     g = EGraph.from_terms([("Add", 1, 2), ("Add", 3, 2)], backend="reference")
     text = g.to_serialized()

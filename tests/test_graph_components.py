@@ -81,7 +81,7 @@ def test_hooking_converges_in_few_rounds(name):
     assert rounds <= 20, rounds
 
 
-@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint32])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint32, np.uint64])
 def test_index_dtypes(dtype):
     a = GRAPHS["random_sparse"]
     labels = connected_components(a.indptr.astype(dtype), a.indices.astype(dtype))
@@ -196,6 +196,36 @@ def test_a_csr_of_arrays_or_lists_has_its_sizes(g, n, nnz):
     assert (CSR(*g).n, CSR(*g).nnz) == (n, nnz)
 
 
+@pytest.mark.parametrize("call", [
+    lambda A: connected_components(A, A.indices, backend="reference"), lambda A: check_csr(A, A.indices),
+    lambda A: vn.graph.bfs(A, A.indices, 0, backend="reference"),
+    lambda A: vn.graph.bfs_many(A.indptr, A.indices, A, backend="reference")])
+def test_a_scipy_sparse_matrix_passed_whole_says_to_pass_its_arrays(call):
+    """Regression (a red-team): the Fix was np.asarray(indptr, dtype=np.int64), which raises a
+    TypeError on a sparse matrix."""
+    A = sp.csr_array(np.eye(3))
+    with pytest.raises(DispatchError, match=r"is a csr_array \(a whole sparse graph\), not an array of integers\. "
+                                            r"Fix: pass (its two arrays, e\.g\. bfs\(A\.indptr, A\.indices|the source)"):
+        call(A)
+    assert np.array_equal(connected_components(A.indptr, A.indices, backend="reference"), [0, 1, 2])  # the fix
+    with pytest.raises(DispatchError, match=r"takes a CSR, not a csr_array\. Fix: pass check_csr\(A\.indptr, A\.indices\)"):
+        bfs_numpy(A, 0)
+    assert bfs_numpy(check_csr(A.indptr, A.indices), 0).tolist() == [0, -1, -1]
+
+
+def test_a_graph_without_vertices_has_no_source_and_a_csr_without_offsets_no_size():
+    """Regression (a red-team): bfs_numpy on the empty graph said "pass an int 0 <= source < 0",
+    and CSR.n of an empty indptr was -1."""
+    from vyre_numba.graph import CSR
+
+    for call in (lambda: bfs_numpy(check_csr([0], []), 0), lambda: vn.graph.bfs([0], [], 0, backend="reference")):
+        with pytest.raises(DispatchError, match="the graph has no vertices, so no source. Fix: pass a graph with at "
+                                                "least one vertex"):
+            call()
+    with pytest.raises(DispatchError, match=r"indptr is empty.*Fix: build the graph with check_csr"):
+        CSR(np.array([], np.int64), np.array([], np.int64)).n
+
+
 @pytest.mark.parametrize("g,size,fragment", [((5, [0]), "n", "indptr is a int"),
                                              (([0, 1], [[0], [1, 2]]), "nnz", "indices is a list"),
                                              ((np.zeros((2, 2)), [0]), "n", "indptr is of shape (2, 2)")])
@@ -267,6 +297,20 @@ def test_gpu_components_equal_scipy_from_host_and_device_arrays(name):
     assert hasattr(dev, "__cuda_array_interface__") and np.array_equal(backend.download(dev), want)
     sym = (a + a.T).tocsr()  # the same components, stored both ways: each pair hooked once
     assert np.array_equal(connected_components(sym.indptr, sym.indices, backend="cuda", symmetric=True), want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ptr_dt", [np.int32, np.int64, np.uint32, np.uint64])
+@pytest.mark.parametrize("idx_dt", [np.int32, np.int64, np.uint32, np.uint64])
+def test_gpu_components_of_device_arrays_of_every_index_type(ptr_dt, idx_dt):
+    """Regression (a red-team): uint64 indices beside the int64 vertex typed as a float in the
+    Afforest steps, which then did not compile (and blamed a step the caller never wrote)."""
+    backend = vn.get_backend("cuda")
+    a = GRAPHS["random_sparse"]
+    for g, symmetric in ((a, False), ((a + a.T).tocsr(), True)):  # symmetric: the voted `rest` step too
+        dev = connected_components(backend.upload(g.indptr.astype(ptr_dt)), backend.upload(g.indices.astype(idx_dt)),
+                                   symmetric=symmetric)
+        assert np.array_equal(backend.download(dev), expected(a))
 
 
 @pytest.mark.gpu

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from vyre_numba.errors import DispatchError
-from vyre_numba.unique import count_distinct, index_of, unique, unique_rows
+from vyre_numba.unique import count_distinct, index_of, inserted, unique, unique_rows
 
 RNG = np.random.default_rng(7)
 
@@ -61,7 +61,26 @@ def test_what_is_not_integers_or_pairs_is_refused_with_a_fix(call, why):
 
 def test_empty_lists_and_scalars_are_fine():
     assert unique([]).size == 0 and count_distinct(7) == 1 and unique_rows(np.zeros((0, 2), np.int8)).shape == (0, 2)
-    assert np.array_equal(index_of([1, 3, 5], 3), [1]) and np.array_equal(unique(np.array([True, False, True])), [0, 1])
+    assert index_of([1, 3, 5], 3) == 1 and np.ndim(index_of([1, 3, 5], 3)) == 0 and np.array_equal(unique(np.array([True, False, True])), [0, 1])
+
+
+def test_empty_lists_give_integer_arrays_and_index_of_keeps_the_values_shape():
+    """Regression (a red-team): `[]` read as float64 made inserted([], [0], [5]) float64, and
+    index_of flattened what np.searchsorted answers in the values' own shape."""
+    assert inserted([], [0], [5]).dtype == np.int64 and unique([]).dtype == np.int64
+    assert np.array_equal(inserted([], [0], [5]), [5])
+    for values in ([[1], [3]], 3, np.arange(6).reshape(2, 3), np.arange(5000).reshape(50, 100) % 7):
+        want = np.searchsorted([1, 3], values)
+        got = index_of([1, 3], values)
+        assert np.shape(got) == np.shape(want) and np.array_equal(got, want)
+
+
+def test_an_object_array_of_python_ints_says_how_to_pass_it():
+    with pytest.raises(DispatchError, match=r"Python ints in an object array.*Fix: pass np.asarray\(x, dtype=np.int64\)"):
+        unique(np.array([3, 1, 3], dtype=object))
+    assert np.array_equal(unique(np.asarray(np.array([3, 1, 3], dtype=object), dtype=np.int64)), [1, 3])  # the fix
+    with pytest.raises(DispatchError, match=r"uint64 holds them all\). Fix: pass np.array\(values, dtype=np.uint64\)"):
+        unique(np.array([3, 2**64 - 1], dtype=object))
 
 
 # ---- found by a red-team: mixed signedness, masks, the insert helper ---------------------------

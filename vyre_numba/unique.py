@@ -21,10 +21,15 @@ def _integers(a, where: str, what: str = "values") -> np.ndarray:
     except (ValueError, TypeError) as e:
         raise DispatchError(f"{where}: the {what} are not an array ({e}). "
                             "Fix: pass a NumPy integer array (or equal-length lists of ints).") from None
-    if arr.dtype.kind not in INTEGER_KINDS and arr.size:  # [] is float64, and empty either way
+    if arr.size == 0 and arr.dtype.kind == "f" and not isinstance(a, np.ndarray):  # [] reads as float64
+        return arr.astype(np.int64)
+    if arr.dtype.kind not in INTEGER_KINDS and arr.size:
         ints = _python_ints(a, arr)
         if ints is not None:
             lo, hi = ints
+            if isinstance(a, np.ndarray) and -2**63 <= lo and hi < 2**63:
+                raise DispatchError(f"{where}: the {what} are Python ints in an object array; these helpers compare "
+                                    "fixed-width integers. Fix: pass np.asarray(x, dtype=np.int64).")
             held = lo >= 0 and hi < 2**64
             raise DispatchError(
                 f"{where}: the {what} are {f'ints from {lo} to {hi}' if lo < hi else f'the int {lo}'}, which NumPy "
@@ -41,7 +46,7 @@ def _integers(a, where: str, what: str = "values") -> np.ndarray:
 
 def _python_ints(a, arr: np.ndarray) -> tuple[int, int] | None:
     """(least, greatest) where `a`, which NumPy read as `arr`, is lists of ints only, else None."""
-    if isinstance(a, np.ndarray) or arr.dtype.kind not in "fO":
+    if (isinstance(a, np.ndarray) and a.dtype != object) or arr.dtype.kind not in "fO":
         return None
     try:
         flat = np.asarray(a, dtype=object).reshape(-1).tolist()
@@ -101,8 +106,8 @@ def unique_rows(pairs: np.ndarray) -> np.ndarray:
 
 
 def index_of(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """np.searchsorted(keys, values) for ascending `keys`: the values are looked up in sorted order
-    and the answers put back (4x faster for millions of scattered values, which miss the cache)."""
+    """np.searchsorted(keys, values) for ascending `keys` (of the values' shape; a scalar for one
+    value): the values are looked up in sorted order and the answers put back (4x faster for millions of scattered values, which miss the cache)."""
     keys = _integers(keys, "index_of", "keys")
     if keys.ndim != 1:
         raise DispatchError(f"index_of: the keys have shape {keys.shape}; they must be 1-D and ascending. "
@@ -111,7 +116,8 @@ def index_of(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
         k = int(np.argmax(keys[1:] < keys[:-1]))
         raise DispatchError(f"index_of: the keys are not ascending (keys[{k + 1}] = {keys[k + 1]} < keys[{k}] = "
                             f"{keys[k]}). Fix: pass unique(keys), or np.sort(keys) with the order it was sorted by.")
-    v = _integers(values, "index_of").reshape(-1)
+    v = _integers(values, "index_of")
+    shape, v = v.shape, v.reshape(-1)
     keys, v, past = _comparable(keys, v)
     if v.size < 4096:
         out = np.searchsorted(keys, v)
@@ -121,7 +127,7 @@ def index_of(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
         out[order] = np.searchsorted(keys, v[order])
     if past is not None:
         out[past] = keys.size
-    return out
+    return out.reshape(shape)[()] if not shape else out.reshape(shape)
 
 
 def _comparable(keys: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:

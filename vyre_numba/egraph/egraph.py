@@ -74,15 +74,16 @@ def _timings(result) -> None:
     object.__setattr__(result, "phase_ns", display.durations(result.phase_ns))
 
 
+SPARSE_IDS = 16  # class ids may outnumber the rows this many times (past a MiB's worth): else renumber them
 IDS_FIX = "renumber ids densely from 0 (np.unique(ids, return_inverse=True)); ids are int32 on the device."
 
 
 def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID, copy: bool = True, bounds: list | None = None,
-          fix: str | None = None) -> np.ndarray:
+          fix: str | None = None, why: str | None = None) -> np.ndarray:
     """`a` as a 1-D int64 NumPy array, checked: integers only (no floats or bools), within [lo, hi];
     `a` itself where it already is one and `copy` is off (for callers that never write it).
     `bounds`: (smallest, largest) is appended to it, None for an empty array. `fix`: what a
-    value out of range is told (by default: renumber ids, or keep within lo..hi)."""
+    value out of range is told (by default: renumber ids, or keep within lo..hi), after `why`."""
     if hasattr(a, "__cuda_array_interface__") and not isinstance(a, np.ndarray):
         raise DispatchError(f"{name} is a device array; e-graphs are built from host arrays (they are checked and "
                             f"indexed on the host first). Fix: pass a NumPy array (e.g. x.copy_to_host()).")
@@ -110,7 +111,8 @@ def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID, copy: bool = True, bou
         low, high = int(arr.min()), int(arr.max())
         if low < lo or high > hi:
             bad = low if low < lo else high
-            raise DispatchError(f"{name} holds {bad}, outside {lo}..{hi}. Fix: {fix}")
+            where = f"outside {lo}..{hi}" if hi >= lo else "where no value is valid"
+            raise DispatchError(f"{name} holds {bad}, {where}{'; ' + why if why else ''}. Fix: {fix}")
     if bounds is not None:
         bounds.append(None if low is None else (low, high))
     return arr.astype(np.int64, copy=copy)
@@ -192,8 +194,15 @@ def _rows(op, children_offsets, children, n_classes: int | None, what: str, copy
         raise DispatchError(f"{what} children_offsets has {offsets.size} entries for {op.size} e-nodes; it needs "
                             f"{op.size + 1} (row r's children are children[offsets[r]:offsets[r+1]]). Fix: pass n+1 "
                             "offsets starting at 0.")
+    why = fix = None
+    if n_classes is not None:
+        why = ("children name classes already in the e-graph, and it has none yet" if n_classes == 0 else
+               "children name classes already in the e-graph; a batch's own e-nodes get their ids when added")
+        fix = ("add the leaves (e-nodes without children) first, then the e-nodes over them in a later call."
+               if n_classes == 0 else f"keep every child in 0..{n_classes - 1}, adding a child's e-node in an "
+               "earlier call.")
     children = _ints(children, f"{what} children", hi=MAX_ID if n_classes is None else max(n_classes - 1, -1),
-                     copy=copy, bounds=bounds)
+                     copy=copy, bounds=bounds, fix=fix, why=why)
     if offsets[0] != 0 or np.any(offsets[1:] < offsets[:-1]) or offsets[-1] != children.size:
         raise DispatchError(f"{what} children_offsets must start at 0, never decrease and end at len(children) "
                             f"= {children.size}; it starts at {offsets[0]} and ends at {offsets[-1]}. Fix: pass "
@@ -237,6 +246,10 @@ class EGraph(Unshared):
             raise DispatchError(f"a child refers to class {bad} (row {row}), but no e-node is in class {bad}. "
                                 "Fix: children are e-class ids of e-nodes in the graph (ids that eclass holds).")
         n_classes = int(eclass.max(initial=-1)) + 1
+        if n_classes > SPARSE_IDS * op.size + (1 << 20):  # the union-find keeps an entry for every id below the largest
+            raise DispatchError(f"eclass holds ids up to {n_classes - 1} for {op.size} e-nodes; the union-find keeps "
+                                f"an entry for every id below the largest ({n_classes * 8 / 2**20:,.0f} MiB here), so "
+                                f"ids this sparse cost memory for nothing. Fix: {IDS_FIX}")
         if table_capacity is not None:
             table_capacity = _count(table_capacity, "table_capacity", "pass a positive int up to 2**31 (or None: "
                                     "the table starts at 4 slots a row and grows when full).", hi=2**31)

@@ -147,6 +147,12 @@ def rows_of_serialized(data: "str | dict"):
             except (TypeError, ValueError) as e:
                 raise DispatchError(f"the serialized e-graph holds a value JSON cannot write ({e}). Fix: pass "
                                     "the dict json.loads gives for egraph-serialize JSON.") from None
+        try:  # NaN and infinities (Python reads 1e999 as inf) would be written back as text JSON has not
+            json.dumps(data, allow_nan=False)
+        except ValueError:
+            raise DispatchError("the serialized e-graph holds a NaN or an infinity (a number such as 1e999 reads as "
+                                "inf), which JSON cannot hold, so to_serialized() could not write it back. Fix: "
+                                "replace it with a finite number (or a string) before reading.") from None
     except RecursionError:
         raise DispatchError("the serialized e-graph nests too deep to read. Fix: pass egraph-serialize JSON, whose "
                             "nodes, children and classes are at most a few levels deep.") from None

@@ -58,6 +58,8 @@ def _bfs_numpy(g: CSR, source: int) -> np.ndarray:
 
 
 def _source(source, n: int) -> int:
+    if n < 1:
+        raise DispatchError("the graph has no vertices, so no source. Fix: pass a graph with at least one vertex.")
     if isinstance(source, np.ndarray) and source.shape == ():  # a 0-d array, as bfs_many takes one
         source = source[()]
     if isinstance(source, (bool, np.bool_)) or not isinstance(source, INTEGERS) or not 0 <= source < n:
@@ -74,8 +76,6 @@ def bfs(indptr, indices, source: int, *, backend=None, symmetric: bool = False):
     arrays. `symmetric=True` promises every edge is stored both ways, which lets large frontiers
     be searched bottom-up; it is not checked."""
     be, g, n, on_device = resolve(indptr, indices, backend, symmetric)
-    if n < 1:
-        raise DispatchError("the graph has no vertices, so no source. Fix: pass a graph with at least one vertex.")
     source = _source(source, n)
     if on_device:
         return _bfs_gpu(be, indptr, indices, n, source, bool(symmetric), hubs=enqueue_check(be, indptr, indices, n, HUB))

@@ -21,7 +21,11 @@ class CSR(NamedTuple):
     @property
     def n(self) -> int:
         """The number of vertices."""
-        return _length(self.indptr, "indptr") - 1
+        n = _length(self.indptr, "indptr") - 1
+        if n < 0:
+            raise DispatchError("the CSR's indptr is empty; a CSR graph of n vertices has n + 1 offsets. Fix: build "
+                                "the graph with check_csr(indptr, indices) (indptr [0] for the empty graph).")
+        return n
 
     @property
     def nnz(self) -> int:
@@ -43,6 +47,12 @@ def _length(a, name: str) -> int:
 
 
 def _as_index_array(a, name: str) -> np.ndarray:
+    if hasattr(a, "indptr") and hasattr(a, "indices") and not isinstance(a, np.ndarray):  # scipy.sparse, a CSR
+        fix = ("pass the source vertices as a list or NumPy array of ints" if name == "sources" else
+               "pass its two arrays, e.g. bfs(A.indptr, A.indices, source) for a CSR matrix A (A.tocsr() first for "
+               "another sparse format)")
+        raise DispatchError(f"{name} is a {type(a).__name__} (a whole sparse graph), not an array of integers. "
+                            f"Fix: {fix}.")
     if hasattr(a, "__cuda_array_interface__") or hasattr(a, "copy_to_host"):
         raise DispatchError(f"{name} is a device array, but this path takes host arrays. Fix: pass NumPy arrays "
                             "(or call the device path with device arrays for both indptr and indices).")
@@ -76,7 +86,8 @@ def checked_graph(g, what: str) -> CSR:
     large graph costs more than it did when a checked CSR was trusted (3.6 ms against 0.3 ms on
     2 M vertices): the price of never indexing with arrays that changed."""
     if not isinstance(g, CSR):
-        raise DispatchError(f"{what} takes a CSR, not a {type(g).__name__}. Fix: pass check_csr(indptr, indices).")
+        args = "A.indptr, A.indices" if hasattr(g, "indptr") and hasattr(g, "indices") else "indptr, indices"
+        raise DispatchError(f"{what} takes a CSR, not a {type(g).__name__}. Fix: pass check_csr({args}).")
     return check_csr(*g)
 
 

@@ -28,30 +28,37 @@ def bfs_many_numpy(g: CSR, sources: np.ndarray) -> np.ndarray:
 
 
 def _bfs_many_numpy(g: CSR, sources: np.ndarray) -> np.ndarray:
-    """`bfs_many_numpy` of a CSR and sources just checked."""
+    """`bfs_many_numpy` of a CSR and sources just checked: a level costs its frontier's edges (the
+    frontier is the vertices reached at the last level, each with the bits of the sources that
+    reached it then), not a pass over every vertex."""
     n = g.n
     dist = np.full((sources.size, n), -1, np.int32)
-    src = np.repeat(np.arange(n, dtype=np.int64), np.diff(g.indptr))
-    dst = g.indices.astype(np.int64)
+    indptr, indices = g.indptr.astype(np.int64, copy=False), g.indices.astype(np.int64, copy=False)
     for start in range(0, sources.size, BATCH):
-        batch = sources[start:start + BATCH]
-        bits = np.uint64(1) << np.arange(batch.size, dtype=np.uint64)
+        batch = sources[start:start + BATCH].astype(np.int64, copy=False)
         seen = np.zeros(n, np.uint64)
-        np.bitwise_or.at(seen, batch, bits)
-        frontier = seen.copy()
+        np.bitwise_or.at(seen, batch, np.uint64(1) << np.arange(batch.size, dtype=np.uint64))
         dist[start + np.arange(batch.size), batch] = 0
-        level = 0
-        while frontier.any():
+        at = np.flatnonzero(seen)
+        bits, level = seen[at], 0
+        while at.size:
             level += 1
-            offer = frontier[src]
-            live = offer != 0
-            nxt = np.zeros(n, np.uint64)
-            np.bitwise_or.at(nxt, dst[live], offer[live])
-            new = nxt & ~seen
-            seen |= new
-            frontier = new
-            for j in range(batch.size):
-                dist[start + j, ((new >> np.uint64(j)) & np.uint64(1)).astype(bool)] = level
+            lo, counts = indptr[at], indptr[at + 1] - indptr[at]
+            ends = np.cumsum(counts)
+            pos = np.repeat(lo - (ends - counts), counts) + np.arange(ends[-1] if ends.size else 0)
+            order = np.argsort(indices[pos], kind="stable")
+            nbrs, offer = indices[pos][order], np.repeat(bits, counts)[order]
+            if not nbrs.size:
+                break
+            heads = np.flatnonzero(np.r_[True, nbrs[1:] != nbrs[:-1]])
+            at, bits = nbrs[heads], np.bitwise_or.reduceat(offer, heads)
+            bits &= ~seen[at]
+            keep = bits != 0
+            at, bits = at[keep], bits[keep]
+            seen[at] |= bits
+            rows, cols = np.nonzero(np.unpackbits(bits.astype("<u8").view(np.uint8).reshape(-1, 8), axis=1,
+                                                  bitorder="little")[:, :batch.size])
+            dist[start + cols, at[rows]] = level
     return dist
 
 

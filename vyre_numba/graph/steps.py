@@ -22,13 +22,13 @@ def sample(v, parent, indptr, indices, r):
     """Link v with its r-th stored neighbour, if it has one (Afforest's neighbour sampling)."""
     k = indptr[v] + r
     if k < indptr[v + 1]:
-        link(parent, v, indices[k])
+        link(parent, v, int64(indices[k]))  # int64: Numba types a uint64 beside an int64 as a float
     return 0
 
 
 def link_edge(i, parent, src, dst):
     """Join the trees of edge i's ends (components of an edge list)."""
-    link(parent, src[i], dst[i])
+    link(parent, int64(src[i]), int64(dst[i]))
     return 0
 
 
@@ -71,7 +71,7 @@ def rest(v, parent, indptr, indices, skip, votes):
     if giant >= 0 and root(parent, v) == giant:  # read only: after `compress`, one step away
         return 0
     for k in range(indptr[v] + skip, indptr[v + 1]):
-        link(parent, v, indices[k])
+        link(parent, v, int64(indices[k]))
     return 0
 
 

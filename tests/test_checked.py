@@ -208,6 +208,18 @@ def test_a_report_of_many_findings_has_a_bounded_repr():
     assert r.count("Finding(") == 20 and r.endswith("... (180 more findings)))") and len(r) < 10_000
 
 
+def test_sites_that_read_alike_are_one_line_of_the_message():
+    """Regression (a red-team): x[i] + x[i] past x's end gave two identical lines."""
+    i = ir.gid(0)
+    p = ir.Program([ir.BufferDecl.read("x", 0, "u32"), ir.BufferDecl.output("y", 1, "u32")], 64,
+                   [ir.store("y", i, ir.load("x", i) + ir.load("x", i))], name="dbl")
+    with pytest.raises(vn.CheckError) as e:
+        vn.get_backend("reference").dispatch(p, [np.ones(8, np.uint32)], DispatchConfig(checked="raise"), sizes={"y": 64})
+    text = str(e.value)
+    assert len(e.value.report.findings) == 2 and text.count("56 out-of-bounds loads") == 1
+    assert "(at 2 sites alike)" in text and text.rstrip().splitlines()[-1].startswith("Fix: bound the index")
+
+
 def test_unchecked_dispatch_carries_no_checks():
     cuda_ptx = ir.Program([B.read("x", 0, "u32"), B.output("y", 1, "u32")], 64,
                           [ir.store("y", ir.gid(), ir.load("x", ir.gid() + 1))], name="plain").ptx()

@@ -22,7 +22,7 @@ from .ir.checks import COUNTS, FIRST, KINDS, Site, instrument
 NONE = np.uint64(2**64 - 1)
 MESSAGE_FINDINGS = 20  # a CheckError names this many sites; its report holds every one
 FIXES = {"load": "bound the index (e.g. ir.if_(i < ir.buf_len(name), ...)) or size the buffer so every index fits",
-         "store": "bound the index or size the output (sizes={...}) so every index fits",
+         "store": "bound the stored index as well, or size the output (sizes={...}) so every index fits",
          "atomic": "bound the atomic's index or size its buffer so every index fits",
          "div": "make divisors nonzero (e.g. ir.select(d == 0, 1, d)) or guard the division",
          "mod": "make divisors nonzero or guard the modulo",
@@ -70,9 +70,13 @@ class CheckReport:
         if self.ok:
             return f"checked dispatch of {self.program!r}: {self.sites} sites checked, nothing found."
         kinds = list(dict.fromkeys(f.kind for f in self.findings))
-        listed = [f"  - {f}" for f in self.findings[:MESSAGE_FINDINGS]]
-        if len(self.findings) > MESSAGE_FINDINGS:  # the report's .findings keeps every one
-            listed.append(f"  ... and {len(self.findings) - MESSAGE_FINDINGS} more sites (report.findings lists all)")
+        alike: dict[str, int] = {}  # sites that read the same (x[i] + x[i]) are one line
+        for f in self.findings:
+            alike[str(f)] = alike.get(str(f), 0) + 1
+        listed = [f"  - {text}" + (f" (at {k} sites alike)" if k > 1 else "") for text, k in alike.items()]
+        if len(listed) > MESSAGE_FINDINGS:  # the report's .findings keeps every one
+            listed = listed[:MESSAGE_FINDINGS] + [f"  ... and {len(listed) - MESSAGE_FINDINGS} more sites "
+                                                  "(report.findings lists all)"]
         kept = " (it ran to completion: its buffers keep everything it wrote)" if resident else ""
         return (f"checked dispatch of {self.program!r}{kept} found:\n" + "\n".join(listed)
                 + "\nFix: " + "; ".join(FIXES[k] for k in kinds) + ".")

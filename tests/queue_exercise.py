@@ -23,6 +23,12 @@ def add_to(value, args):
     cuda.atomic.add(args[0], 0, value)
 
 
+def add_and_count(value, args):
+    """args[0][0] += value, args[0][1] += 1: the sum and the number of the items consumed."""
+    cuda.atomic.add(args[0], 0, value)
+    cuda.atomic.add(args[0], 1, 1)
+
+
 def assert_backpressure_loses_nothing(n: int, capacity: int) -> None:
     values = (np.arange(n, dtype=np.int64) * 7 + 3)
     done = cuda.to_device(np.zeros(n, np.uint8))
@@ -109,6 +115,80 @@ def assert_host_pushes_keep_the_device_counters() -> None:
         assert claim.copy_to_host().tolist() == [2, 3]  # every new item, none skipped
 
 
+@cuda.jit
+def size_of(state, capacity, out):
+    """The device's count of filled items (`device.size`), by one thread."""
+    if cuda.grid(1) == 0:
+        out[0] = qd.size(state, capacity)
+
+
+def assert_an_overflowed_queue_counts_only_its_capacity() -> None:
+    """Device pushes refused at capacity still count in the tail (the overflow count); everything
+    that reads the count reads no more than the capacity: `size` on the device and the host,
+    `take`, `consume` and a host push, until a drain empties the queue and it fills (and
+    overflows) again. Which pushes win is the device's order, so the items taken are checked
+    against the producer's marks and the counts against QueueModel."""
+    cap = 4
+    values = np.arange(1, 11, dtype=np.int64) * 10
+    model = QueueModel(cap, np.int64)
+    assert [model.push(v) for v in values] == [True] * cap + [False] * (values.size - cap)
+    done, dv = cuda.to_device(np.zeros(values.size, np.uint8)), cuda.to_device(values)
+    count, claim = cuda.to_device(np.full(1, -1, np.int64)), cuda.to_device(np.zeros(2, np.int64))
+    total = cuda.to_device(np.zeros(2, np.int64))
+    with WorkQueue(cap, np.int64) as q:
+        size_of[1, 32](q.state, cap, count)
+        assert count.copy_to_host().tolist() == [0]
+        produce[1, 64](dv, done, q.items, q.state)  # ten pushes into room for four
+        first = values[done.copy_to_host() == 1]
+        assert first.size == cap and (q.size(), q.overflowed()) == (model.size(), model.overflowed()) == (4, 6)
+        size_of[1, 32](q.state, cap, count)
+        assert count.copy_to_host().tolist() == [4]  # not the 10 pushes tried
+        q.consume(add_and_count, (total,))
+        assert total.copy_to_host().tolist() == [int(first.sum()), 4]  # the four filled items, nothing past them
+        try:
+            q.push([99])
+        except CapacityError as e:
+            assert e.needed == 5 and str(e).startswith("1 items do not fit after 4 of 4. Fix:"), e
+        else:
+            raise AssertionError("a push into a full (overflowed) queue was accepted")
+        q.push([])
+        assert (q.size(), q.overflowed()) == (4, 6)  # the refused and the empty push changed nothing
+        for want, expected in ((3, [0, 3]), (3, [3, 1]), (3, [6, 0])):  # the third finds none left
+            take_some[1, 32](q.state, cap, want, claim)
+            assert claim.copy_to_host().tolist() == expected, (want, expected)
+        got = q.drain().copy_to_host()
+        assert sorted(got.tolist()) == sorted(first.tolist()) and (q.size(), q.overflowed()) == (0, 0)
+
+        q.push([5, 6])  # room again: two from the host, then the six refused pushed again, four refused anew
+        produce[1, 64](dv, done, q.items, q.state)
+        model.drain()
+        assert model.push(5) and model.push(6)
+        assert [model.push(v) for v in np.setdiff1d(values, first)] == [True, True, False, False, False, False]
+        marks = done.copy_to_host()
+        second = np.setdiff1d(values[marks == 1], first)
+        assert marks.sum() == 6 and second.size == 2
+        assert (q.size(), q.overflowed()) == (model.size(), model.overflowed()) == (4, 4)
+        size_of[1, 32](q.state, cap, count)
+        assert count.copy_to_host().tolist() == [4]
+        total.copy_to_device(np.zeros(2, np.int64))
+        q.consume(add_and_count, (total,))
+        assert total.copy_to_host().tolist() == [5 + 6 + int(second.sum()), 4]
+        try:
+            q.push([1, 2])
+        except CapacityError as e:
+            assert e.needed == 6 and str(e).startswith("2 items do not fit after 4 of 4. Fix:"), e
+        else:
+            raise AssertionError("a push into a full (overflowed) queue was accepted")
+        take_some[1, 32](q.state, cap, 8, claim)
+        assert claim.copy_to_host().tolist() == [0, 4]  # every filled item, not the 8 pushes tried
+        got = q.drain().copy_to_host()
+        assert got[:2].tolist() == [5, 6] and sorted(got[2:].tolist()) == sorted(second.tolist())
+        q.push([7])  # after the drain: stored at the front, the counts those of one item
+        size_of[1, 32](q.state, cap, count)
+        assert count.copy_to_host().tolist() == [1] and (q.size(), q.overflowed()) == (1, 0)
+        assert q.drain().copy_to_host().tolist() == [7]
+
+
 def assert_a_closed_queue_refuses_everything() -> None:
     """Close between two chunks, and copies of any kind: VyreErrors, never raw ones."""
     import copy
@@ -158,11 +238,16 @@ def assert_misuse_is_refused_and_changes_nothing() -> None:
                 raise AssertionError("a bad block or chunk was accepted")
         assert q.drain().copy_to_host().tolist() == [7]  # the refused pushes stored nothing
     with WorkQueue(4, np.float32) as q:
-        for bad in ([1e300], [1, 2**64 - 1], [2**25 + 1]):  # a float overflowing; ints that would round
+        for bad, why in (([1e300], "the value 1e+300 is not a float32 (it would become inf). Fix: make the queue "
+                                   "of a wider type"),  # a float overflowing; ints that would round
+                         ([1, 2**64 - 1], "the value 18446744073709551615 is not exactly representable as float32. "
+                                          "Fix: make the queue of a wider type"),
+                         ([2**25 + 1], "the value 33554433 is not exactly representable as float32. Fix: make the "
+                                       "queue of a wider type")):
             try:
                 q.push(bad)
-            except DispatchError:
-                pass
+            except DispatchError as e:
+                assert str(e).startswith(why), e
             else:
                 raise AssertionError(f"push({bad!r}) to a float32 queue was accepted")
         q.push([0.1, 2**24])  # floats round as NumPy's do; integers that fit exactly are taken
@@ -228,6 +313,7 @@ def main() -> None:
         assert_host_push_drain_and_chunks(n)
     assert_misuse_is_refused_and_changes_nothing()
     assert_host_pushes_keep_the_device_counters()
+    assert_an_overflowed_queue_counts_only_its_capacity()
     assert_a_closed_queue_refuses_everything()
     assert_consumers_are_kept_by_code_and_bounded()
     assert_records_and_streams_queue()

@@ -133,12 +133,24 @@ def test_a_predicate_reading_a_deeply_nested_tuple_is_a_vyre_error():
     def reads_deep(v):
         return v > 0 and len(deep) >= 0
     assert select.predicate_key(reads_deep) is reads_deep
-    try:
-        got = compaction.select_if(np.arange(3.0), reads_deep)
-    except DispatchError as e:
-        assert "Fix:" in str(e)
-    else:
-        assert got.tolist() == [1.0, 2.0]
+    with pytest.raises(DispatchError, match=r"the predicate does not compile with Numba \(maximum recursion depth "
+                                            r"exceeded.*\)\. Fix: write it in Numba's subset"):
+        compaction.select_if(np.arange(3.0), reads_deep)
+
+
+def test_the_result_type_is_checked_for_each_value_type():
+    """A predicate whose result is a bool (or an integer) for one value type may return a float for
+    another: its result type is checked for each value type it is called with, not once for the
+    predicate. (v * 1 is an integer for integers, allowed; a float for floats, true for NaN.)"""
+    def times_one(v):
+        return v * 1
+    assert compaction.select_if(np.arange(4), times_one).tolist() == [1, 2, 3]
+    with pytest.raises(DispatchError, match=r"the predicate returns float64 for float64 values, not a bool\. Fix:"):
+        compaction.select_if(np.array([0.0, 0.5, np.nan]), times_one)
+    with pytest.raises(DispatchError, match=r"returns float64 for float32 values, not a bool\. Fix:"):  # Numba's typing
+        compaction.select_if_numpy(np.array([0.0, 0.5, np.nan], np.float32), times_one)
+    assert compaction.select_if(np.arange(4, dtype=np.int16), times_one).tolist() == [1, 2, 3]  # ints still served
+    assert compaction.select_if(np.arange(4), times_one).tolist() == [1, 2, 3]
 
 
 def _raises_for_some(v):
@@ -451,10 +463,18 @@ SIMULATED = textwrap.dedent('''
     for fused_bytes, room, slack in ((0, 0, 4 << 20), (0, 1 << 26, 4 << 20), (0, 1 << 26, 0), (1 << 26, 0, 4 << 20),
                                      (1 << 26, 0, 0)):
         compaction.FUSED_BYTES, compaction.ROOM_BYTES, compaction.SLACK = fused_bytes, room, slack
-        assert np.array_equal(compaction.select(dv, df).copy_to_host(), vals[flags])
+        got = compaction.select(dv, df)
+        assert np.array_equal(got.copy_to_host(), vals[flags])
+        # a simulated device array's _ary is a NumPy array: a view into the room has the room (n items)
+        # as its base; an exact output (counted first) or a copy has none
+        in_room = bool(fused_bytes or room)
+        base = got._ary.base  # 40% kept: in the room, never copied, whatever the slack
+        assert (base.shape == (n,)) if in_room else (base is None), (fused_bytes, room, slack)
         sparse = cuda.to_device(np.arange(n) % 97 == 3)
         got = compaction.nonzero(sparse)
         assert np.array_equal(got.copy_to_host(), np.flatnonzero(np.arange(n) % 97 == 3))
+        base = got._ary.base  # 1% kept: copied out of the room where that leaves more than SLACK bytes unused
+        assert (base.shape == (n,)) if in_room and slack else (base is None), (fused_bytes, room, slack)
     # a block that waits too long at the grid barrier gives up, and the call selects again in three
     # launches; so do the selector's calls for FUSED_BACKOFF seconds, then one launch again
     barrier.SPINS = 3

@@ -12,7 +12,7 @@ import types
 import numpy as np
 import pytest
 
-from vyre_numba.compaction.select import Selector
+from vyre_numba.compaction.select import THREADS, TILE, Selector
 
 select_module = sys.modules["vyre_numba.compaction.select"]
 
@@ -30,7 +30,7 @@ class Launched:
     and the parameters rewritten since the last launch."""
 
     def __init__(self, kernel, log: list):
-        self.kernel, self.log, self.rewritten = kernel, log, {}
+        self.kernel, self.log, self.rewritten, self.grid = kernel, log, {}, None
 
     def array(self, i, address, n):
         self.rewritten[i] = (address, n)
@@ -40,6 +40,7 @@ class Launched:
 
     def __call__(self, blocks, threads):
         self.log.append(("again", self.kernel.name))
+        self.grid = (blocks, threads)
 
 
 class Kernels(types.SimpleNamespace):
@@ -51,6 +52,7 @@ class Kernels(types.SimpleNamespace):
         super().__init__(generation=0, made={})
         self.scan_chunks = Kernel("scan")
         self.count_bytes = Kernel("count8")
+        self.write_index = Kernel("write_index")  # the emit of a selection writing indices
 
     def _kernel(self, what):
         return self.made.setdefault((what, self.generation), Kernel(f"{what}{self.generation}"))
@@ -162,6 +164,54 @@ def test_a_count_first_selection_scatters_only_when_put_and_plans_only_then(sele
     scatter = sel._relaunches[sel._plans[("three", "flag", np.dtype(np.uint8), False, np.dtype(np.uint32), False)][2]]
     assert scatter.rewritten[0] == (0x1000, 1000) and scatter.rewritten[2] == (0x2000, 1000)  # its items
     assert scatter.rewritten[3] == (0x6000, 12) and scatter.rewritten[6] == 12  # its output and capacity
+
+
+@pytest.mark.parametrize("by_bytes,words,word", [(False, 0x2000, np.uint32), (True, None, np.uint64)])
+def test_a_one_launch_relaunch_rewrites_every_parameter_to_the_new_call(selector, by_bytes, words, word):
+    """Every parameter of the stored launch that names this call's items is rewritten: the flags
+    (seen as n // 8 words where by bytes), their count, the items (the output itself where it
+    writes indices), the output, and the barrier's target (the blocks arrived before plus this
+    launch's)."""
+    sel, _, log = selector
+    word = np.dtype(word)
+    kinds = ("fused", "flag", np.dtype(np.uint8), by_bytes, word, words is None)
+    assert sel.fused_at("flag", 0x1000, np.dtype(np.uint8), 4096, by_bytes, word, words, 0x3000) == 5
+    key = sel._plans[kinds]
+    launch = sel._relaunches[key][0]
+    sel._relaunches[key] = (launch, 6)  # six blocks resident at once
+    for n, src, items, out, arrived, blocks in ((5 * TILE + 16, 0x11000, 0x12000, 0x13000, 40, 6),
+                                                (2 * TILE + 8, 0x21000, 0x22000, 0x23000, 7, 3)):
+        sel._arrived = arrived
+        log.clear()
+        assert sel.fused_at("flag", src, np.dtype(np.uint8), n, by_bytes, word, None if words is None else items,
+                            out) == 5
+        assert log == [("again", "fused0")]
+        assert launch.rewritten == {0: (src, n), 1: (src, n // 8 if by_bytes else n), 2: n,
+                                    3: (out if words is None else items, n), 4: (out, n), 7: arrived + blocks}
+        assert launch.grid == (blocks, THREADS)
+
+
+@pytest.mark.parametrize("by_bytes", [False, True])
+def test_count_and_scan_relaunches_rewrite_every_parameter_to_the_new_call(selector, by_bytes):
+    """The count's flags (and, by bytes, their words) and count of items, and the scan's count of
+    tiles, are this call's, and so are their grids; then the scatter's items and output."""
+    sel, _, log = selector
+    sel.offsets_at("flag", 0x1000, np.dtype(np.uint8), 1 << 16, by_bytes, np.dtype(np.uint32), 0x2000)(0x5000, 77)
+    counts, scan, scatter = (sel._relaunches[key] for key in
+                             sel._plans[("three", "flag", np.dtype(np.uint8), by_bytes, np.dtype(np.uint32), False)])
+    assert (counts.kernel.name, scan.kernel.name, scatter.kernel.name) == ("count8" if by_bytes else "count0",
+                                                                          "scan", "scatter0")
+    for n, src, items, out, capacity, tiles in ((5 * TILE + 16, 0x11000, 0x12000, 0x13000, 33, 6),
+                                                (2000 * TILE + 8, 0x21000, 0x22000, 0x23000, 44, 2001)):
+        log.clear()
+        put = sel.offsets_at("flag", src, np.dtype(np.uint8), n, by_bytes, np.dtype(np.uint32), items)
+        assert [name for _, name in log] == [counts.kernel.name, "scan"]
+        assert counts.rewritten == ({0: (src, n), 1: (src, n // 8), 2: n} if by_bytes else {0: (src, n), 1: n})
+        assert counts.grid == ((-(-tiles // 8), THREADS) if by_bytes else (tiles, THREADS))
+        assert scan.rewritten == {1: tiles} and scan.grid == (-(-tiles // 1024), 1024)
+        put(out, capacity)
+        assert log[-1] == ("again", "scatter0")
+        assert scatter.rewritten == {0: (src, n), 1: n, 2: (items, n), 3: (out, capacity), 6: capacity}
 
 
 def test_plans_are_bounded(selector, monkeypatch):

@@ -244,7 +244,8 @@ def test_a_program_step_past_its_work_budget_leaves_the_arrays_as_they_were():
                    [ir.let("i", ir.invocation_id(0)), ir.store("y", i, ir.lit(9, "u32")),
                     ir.loop("k", 0, 1000, [ir.store("y", i, ir.lit(8, "u32"))])], name="nine")
     y = np.arange(3, dtype=np.uint32)
-    with pytest.raises(vn.VyreError):
+    with pytest.raises(DispatchError, match=r"dispatch of 'nine' on the reference backend ran out of its work budget "
+                                            r"of 1 units at the loop over 'k'.*\. Fix: bound the loop's trip count"):
         fixpoint.run(p, 3, [y], backend=ReferenceBackend(work_budget=1))
     assert y.tolist() == [0, 1, 2]
 

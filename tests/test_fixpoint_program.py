@@ -369,8 +369,17 @@ def test_arrays_sharing_memory_with_a_written_buffer_are_refused_before_anything
     assert not z.any() and not x.any()
     both = ir.Program([B.read("a", 0, "u32"), B.read("b", 1, "u32"), B.read_write("out", 2, "u32")], 32,
                       [ir.store("out", i, ir.load("a", i) + ir.load("b", i))], name="both")
+    z[:] = np.arange(1, 9) * 3
     out = np.zeros(4, np.uint32)
-    fixpoint.run(both, 4, [z[:4], z[:4], out], max_rounds=1)  # two reads of one array race with nothing
+    # two reads of one array (or of overlapping parts of it) race with nothing: they run, and read it
+    r = fixpoint.run(both, 4, [z[:4], z[:4], out], max_rounds=1)
+    assert (r.rounds, r.converged) == (1, False)  # the round changed out
+    assert out.tolist() == [6, 12, 18, 24] and z.tolist() == [3, 6, 9, 12, 15, 18, 21, 24]
+    r = fixpoint.run(both, 4, [z[:4], z[1:5], out], max_rounds=1)
+    assert (r.rounds, r.converged) == (1, False)
+    assert out.tolist() == [9, 15, 21, 27] and z.tolist() == [3, 6, 9, 12, 15, 18, 21, 24]
+    r = fixpoint.run(both, 4, [z[:4], z[1:5], out], max_rounds=3)
+    assert (r.rounds, r.converged) == (1, True) and out.tolist() == [9, 15, 21, 27]  # a quiet round
 
 
 @pytest.mark.parametrize("timeout", [0, -1.0, 1e6, float("inf"), float("nan")])

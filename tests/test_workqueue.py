@@ -3,6 +3,7 @@ the CUDA simulator (CI) and on the GPU, and a fixpoint step that pushes."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -38,11 +39,17 @@ def test_bad_queues_are_refused_before_any_device_work(kw, fragment):
     assert fragment in str(e.value)
 
 
-@pytest.mark.parametrize("dtype", [(np.int32, -1), None, [("a", object)], "foo", np.dtype([]), [("a", "S2")],
-                                   np.longdouble, np.complex64])
-def test_queues_of_types_that_cannot_be_queued_are_refused(dtype):
+NOT_A_TYPE = r"is not a NumPy type \(.+\)\. Fix: pass e\.g\. np\.int32\.$"
+NOT_QUEUED = (r"cannot be queued\. Fix: pass a number type of at most 64 bits \(e\.g\. np\.int32\) or a record dtype "
+              r"whose fields are such numbers\.$")
+
+
+@pytest.mark.parametrize("dtype,why", [((np.int32, -1), NOT_A_TYPE), (None, NOT_QUEUED), ([("a", object)], NOT_QUEUED),
+                                       ("foo", NOT_A_TYPE), (np.dtype([]), NOT_QUEUED), ([("a", "S2")], NOT_QUEUED),
+                                       (np.longdouble, NOT_QUEUED), (np.complex64, NOT_QUEUED)])
+def test_queues_of_types_that_cannot_be_queued_are_refused(dtype, why):
     for make in (lambda: WorkQueue(8, dtype), lambda: QueueModel(8, dtype)):
-        with pytest.raises(DispatchError, match="Fix:"):
+        with pytest.raises(DispatchError, match="^" + re.escape(f"dtype={dtype!r} ") + why):
             make()
 
 
@@ -296,6 +303,14 @@ def test_gpu_host_pushes_keep_the_device_counters():
     import queue_exercise
 
     queue_exercise.assert_host_pushes_keep_the_device_counters()
+
+
+@pytest.mark.gpu
+def test_gpu_an_overflowed_queue_counts_only_its_capacity():
+    sys.path.insert(0, str(HERE))
+    import queue_exercise
+
+    queue_exercise.assert_an_overflowed_queue_counts_only_its_capacity()
 
 
 @pytest.mark.gpu

@@ -830,8 +830,9 @@ def _length(x, what: str) -> int | None:
 
 
 def _iterable(x, what: str):
-    if what in ("steps", "body", "prefix") and (isinstance(x, Step) or (isinstance(x, (tuple, list)) and 2 <= len(x) <= 3
-                                                              and isinstance(x[0], Program))):
+    if what in ("steps", "body", "prefix") and (isinstance(x, Step) or (isinstance(x, (tuple, list)) and
+                                                              2 <= (_length(x, what) or 0) <= 3 and
+                                                              isinstance(x[0], Program))):
         raise DispatchError(f"{what} is one step ({type(x[0] if not isinstance(x, Step) else x.program).__name__} "
                             f"{x.program.name if isinstance(x, Step) else x[0].name!r} and its buffers), not a list "
                             f"of steps. Fix: pass a list of steps, e.g. {what}=[(program, buffers)].")

@@ -822,6 +822,8 @@ def test_type_check_messages_end_in_one_fix(inputs, outputs, operation, match):
     ("f16 x", "f16 out", "x * 100000.0", "write a literal that f16 holds (at most 65504.0 in size)"),
     ("u8 a", "u8 out", "a + u8(300)", "wrap on purpose by converting a typed value: u8(i64(300))"),
     ("i32 a", "i32 out", "a + i32(2**31)", "i32(i64(2147483648))"),
+    ("u8 a", "u8 out", "a + u8(300.0)", "saturate on purpose by converting a typed value: u8(f64(300.0))"),
+    ("u8 a", "u8 out", "a + u8(-1.0)", "saturate on purpose by converting a typed value: u8(f64(-1.0))"),
 ])
 def test_a_literal_that_does_not_fit_gets_its_own_fix_and_the_fix_runs(inputs, outputs, operation, fix):
     """Regression: the Fix was the typing rule ("convert with the type's name, e.g. u8(x)"), and
@@ -829,11 +831,23 @@ def test_a_literal_that_does_not_fit_gets_its_own_fix_and_the_fix_runs(inputs, o
     text = one_fix(raises(IRValidationError, elementwise, inputs, outputs, operation))
     assert text.rsplit("Fix:", 1)[1].strip().startswith(fix) or fix in text.rsplit("Fix:", 1)[1]
     assert "one type" not in text
+    if "(f64(" in fix:  # the saturation the fix names is what runs
+        got = elementwise(inputs, outputs, operation.replace("u8(", "u8(f64(").replace(")", "))"))(
+            np.zeros(1, np.uint8), backend=R)
+        assert got[0] == (255 if "300" in operation else 0)
     if "(i64(" in fix:  # the wrap the fix names is what runs
         wrapped = operation.replace("(300)", "(i64(300))").replace("(2**31)", "(i64(2**31))")
         dt = np.uint8 if "u8" in inputs else np.int32
         got = elementwise(inputs, outputs, wrapped)(np.zeros(1, dt), backend=R)
         assert got[0] == (np.array([300, 2**31]).astype(dt)[0 if dt is np.uint8 else 1])
+
+
+def test_a_negative_float_literal_is_a_literal_as_a_negative_int_is():
+    """-1.0 was neg(1.0): the same value, but not a literal, so u8(-1.0) escaped the cast check."""
+    x = np.array([1.5, -2.0], np.float32)
+    assert_same_bits(elementwise("f32 x", "f32 y", "x * -1.5 + +2.0")(x, backend=R), x * np.float32(-1.5) + 2)
+    assert elementwise("f32 x", "f32 y", "x * -1.5").program().entry[1].then[1].value.b.raw == \
+        ir.f32(-1.5).raw
 
 
 def test_one_problem_met_twice_in_a_statement_is_said_once():

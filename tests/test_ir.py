@@ -425,6 +425,22 @@ def test_a_weak_int_literal_cast_to_a_type_that_cannot_hold_it_is_refused(value,
     assert vn.get_backend("reference").dispatch(p, [])[0][0] == edge
 
 
+@pytest.mark.parametrize("value, dtype, becomes", [(300.0, "u8", 255), (-1.0, "u8", 0), (1e10, "i32", 2**31 - 1),
+                                                   (-1e300, "i64", -2**63), (math.inf, "u16", 65535),
+                                                   (math.nan, "i32", 0)])
+def test_a_weak_float_literal_cast_to_an_integer_type_that_cannot_hold_it_is_refused(value, dtype, becomes):
+    """Regression (a red-team): ir.cast(300.0, 'u8') saturated silently to 255 while ir.cast(300, 'u8')
+    was refused; NumPy 2 refuses np.uint8(300.0) too. The error names what the cast would give,
+    and casting a typed value gives exactly that; a value that fits (3.7 -> 3) is taken."""
+    p = ir.Program([B.output("u", 0, dtype, 1)], 1, [ir.store("u", 0, ir.cast(value, dtype))])
+    (d,) = ir.validate(p)
+    assert f"it would {'become' if math.isnan(value) else 'saturate to'} {becomes}. Fix:" in d.message
+    typed = ir.Program([B.output("u", 0, dtype, 1)], 1, [ir.store("u", 0, ir.cast(ir.f64(value), dtype))])
+    assert vn.get_backend("reference").dispatch(typed, [])[0][0] == becomes
+    fits = ir.Program([B.output("u", 0, dtype, 1)], 1, [ir.store("u", 0, ir.cast(3.7, dtype))])
+    assert vn.get_backend("reference").dispatch(fits, [])[0][0] == 3
+
+
 @pytest.mark.parametrize("dt", [D.F16, D.BF16, D.F32, D.F64])
 @pytest.mark.parametrize("v", [2**60 + 2**36 + 1, -(2**60 + 2**36 + 1), 2**53 + 1, 2**24 + 1, 2**24 + 3, 2049, 2051,
                                2**64 - 1, 2**63 + 2**39 + 1, 2**127 * 3 + 1, 2**128 - 2**103, 2**128 - 2**103 - 1])

@@ -33,7 +33,7 @@ The operation string
   and ``x * (2**24 + 2)`` multiplies by 16777218 also on f32 (no rounding between the literals).
   ``/``, ``%`` and ``~`` of literals are not folded: they are computed in the operation's type
   (``7 / 2`` is 3 on integers, 3.5 on floats; ``x & ~7`` on u32 clears x's three low bits). A literal in a float type is
-  rounded once to it.
+  rounded once to it (bf16 through f32, as ``cast`` and PyTorch round).
   ``//`` is refused: Python's floor division differs from the IR's ``div`` for negative and float
   operands.
 - Assignments ``y = ...`` and augmented ones ``y += x`` with any of the operators above (``y **= 2``
@@ -43,8 +43,8 @@ The operation string
   isfinite popcount clz ctz reverse_bits absdiff mul_high saturating_add saturating_sub rotl rotr
   fma select where`` (``where(c, a, b)`` is ``select``), and conversions by a type's name:
   ``f32(x)``, ``i32(n)``, ``u8(v)``, ``float64(x)``, ``bool(n)`` ... or ``cast(x, "f32")``; a literal
-  converted must fit (``u8(300)`` is refused, as NumPy refuses ``np.uint8(300)``), and a typed value
-  wraps on purpose (``u8(i64(300))`` is 44).
+  converted must fit (``u8(300)`` and ``u8(300.0)`` are refused, as NumPy refuses ``np.uint8(300)``),
+  and a typed value converts on purpose (``u8(i64(300))`` wraps to 44, ``u8(f64(300.0))`` saturates to 255).
   There is no implicit conversion: operands of one operation have one type.
 
 The operation as a function
@@ -334,6 +334,8 @@ class _Translator:
                 folded = self.folded(node)
                 if folded is not None:  # -(2**31) is i32's smallest value, not a negated 2**31
                     return ir.lit(folded)
+                if isinstance(op, (ast.USub, ast.UAdd)) and isinstance(a, ast.Constant) and type(a.value) is float:
+                    return ir.lit(-a.value if isinstance(op, ast.USub) else a.value)  # -1.0 is a literal, as -1 is
                 x = self.expr(a)
                 if isinstance(op, ast.USub):
                     return ir.neg(x)
@@ -1088,10 +1090,12 @@ def _text_fix(cause: str, hint: str) -> str:
         if t.is_float:
             return f"write a literal that {t} holds (at most {t.max!r} in size), or declare a wider float type"
         return f"write a literal that {t} holds ({t.min} to {t.max}), or declare a wider type"
-    m = re.match(r"cast of the literal (-?\d+) to (\w+)", cause)
+    m = re.match(r"cast of the literal (\S+) to (\w+), .*it would (wrap|saturate|become)", cause)
     if m:
-        return (f"write a literal that {m.group(2)} holds, or wrap on purpose by converting a typed value: "
-                f"{m.group(2)}({'u64' if int(m.group(1)) > DataType.I64.max else 'i64'}({m.group(1)}))")
+        text, t, how = m.groups()
+        typed = "f64" if not re.fullmatch(r"-?\d+", text) else "u64" if int(text) > DataType.I64.max else "i64"
+        return (f"write a literal that {t} holds, or {'wrap' if how == 'wrap' else 'saturate'} on purpose by "
+                f"converting a typed value: {t}({typed}({text}))")
     return hint
 
 

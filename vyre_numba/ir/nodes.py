@@ -566,7 +566,8 @@ def lit(value: int | float | bool, dtype: DataType | str | None = None) -> Lit:
     """A literal of `dtype` (a DataType, its name, or a NumPy dtype); without one, a weak literal
     typed by its context. The value must fit the type exactly: an int in range, an integral float
     for an integer type, True/False for bool. NumPy scalars (long doubles too) are taken at their
-    exact value; a float type's literal is that value rounded once to the type."""
+    exact value; a float type's literal is that value rounded once to the type (bf16: to f32
+    first, then to bf16, as `cast` does and as PyTorch makes one)."""
     if dtype is None:
         return _e(value)  # type: ignore[return-value]
     dt = DataType.parse(dtype)

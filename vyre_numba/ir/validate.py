@@ -2,6 +2,7 @@
 construction) and collects diagnostics (in `validate`)."""
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -86,10 +87,24 @@ def _cast_operand(a: n.Expr, dtype: DataType) -> DataType | None:
     return None
 
 
-def _wrapped_literal(a: n.Expr, dtype) -> bool:
-    """Whether `a` is a weak integer literal that an integer `dtype` cannot hold (a cast would wrap it)."""
-    return isinstance(a, n.Lit) and a.weak and not a.dtype.is_float and isinstance(dtype, DataType) and \
-        dtype.is_int and not dtype.min <= a.raw <= dtype.max
+def _cast_literal(a: n.Expr, dtype) -> tuple[str, int, str, str] | None:
+    """Where `a` is a weak literal that the integer `dtype` cannot hold (NumPy 2 refuses np.uint8(300)
+    and np.uint8(300.0) too): (the literal, what a cast makes of it, how, the typed literal that
+    casts so on purpose); else None."""
+    if not (isinstance(a, n.Lit) and a.weak and isinstance(dtype, DataType) and dtype.is_int):
+        return None
+    if a.dtype.is_float:
+        v = a.value
+        if math.isnan(v):
+            return "NaN", 0, "become", "ir.f64(math.nan)"
+        if not math.isinf(v) and dtype.min <= math.trunc(v) <= dtype.max:
+            return None
+        text = repr(v) if not math.isinf(v) else "-math.inf" if v < 0 else "math.inf"
+        return repr(v), dtype.max if v > 0 else dtype.min, "saturate to", f"ir.f64({text})"
+    if dtype.min <= a.raw <= dtype.max:
+        return None
+    typed = f"ir.{'u64' if a.raw > D.I64.max else 'i64'}({a.raw})"
+    return str(a.raw), (a.raw - dtype.min) % (1 << dtype.bits) + dtype.min, "wrap to", typed
 
 
 def _bad_literal(lit: n.Lit) -> str | None:
@@ -233,12 +248,13 @@ class _Checker:
                 (a, ta), (b, tb) = yield self.pair(a, b, where, want)
                 return n.Select(c, a, b), self.same(ta, tb, where, "select")
             case n.Cast(dtype, a):
-                if _wrapped_literal(a, dtype):  # NumPy 2 refuses np.uint8(300) too
-                    wraps = (a.raw - dtype.min) % (1 << dtype.bits) + dtype.min
-                    self.err(where, f"cast of the literal {a.raw} to {dtype}, which holds {dtype.min} to "
-                                    f"{dtype.max}: it would wrap to {wraps}. Fix: write a literal in that range "
-                                    f"(or {wraps} itself where the wrapped value is meant), or cast a typed value "
-                                    f"to wrap on purpose (e.g. ir.cast(ir.{'u64' if a.raw > D.I64.max else 'i64'}({a.raw}), "
+                bad = _cast_literal(a, dtype)
+                if bad is not None:
+                    text, becomes, how, typed = bad
+                    meant = {"wrap to": "the wrapped value", "saturate to": "the nearest value it holds"}.get(how, "0")
+                    self.err(where, f"cast of the literal {text} to {dtype}, which holds {dtype.min} to {dtype.max}: "
+                                    f"it would {how} {becomes}. Fix: write a literal in that range ({becomes} itself "
+                                    f"where {meant} is meant), or cast a typed value (e.g. ir.cast({typed}, "
                                     f"'{dtype}')).")
                     return e, dtype
                 a, _ = yield self.expr(a, where, _cast_operand(a, dtype))

@@ -850,6 +850,15 @@ def test_a_negative_float_literal_is_a_literal_as_a_negative_int_is():
         ir.f32(-1.5).raw
 
 
+def test_a_power_of_literals_past_the_exponent_limit_is_folded_where_it_fits():
+    """Regression (a red-team): `a * 2**100` on f64 was refused ("`**` takes an exponent from 0 to
+    64"), the limit of a variable's power, though the folded constant is an f64."""
+    x = np.array([1.0, -3.0])
+    assert_same_bits(elementwise("f64 a", "f64 o", "a * 2**100")(x, backend=R), x * 2.0**100)
+    raises(IRValidationError, elementwise, "f64 a", "f64 o", "a * 2**128", match="wider than 128 bits")
+    raises(IRValidationError, elementwise, "f64 a", "f64 o", "a ** 65", match="exponent from 0 to 64")
+
+
 def test_one_problem_met_twice_in_a_statement_is_said_once():
     """Regression: `x[i] = i` with `i` undeclared listed two identical problems."""
     p = ir.Program([ir.BufferDecl.output("o", 0, "u32")], 64, [ir.store("o", ir.var("i"), ir.var("i"))])

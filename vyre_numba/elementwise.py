@@ -492,11 +492,13 @@ def _int_constant(node: ast.AST) -> int | None:
             if v is not None and isinstance(op, ast.USub):
                 v = -v
         case ast.BinOp(op=ast.Pow(), left=a, right=ast.Constant(value=k)) if (
-                isinstance(k, int) and not isinstance(k, bool) and 0 <= k <= _MAX_POWER):
+                isinstance(k, int) and not isinstance(k, bool) and k >= 0):  # 2**100 is a constant of f64
             v = _int_constant(a)
-            if v is not None and v.bit_length() * k > _FOLD_BITS and abs(v) > 1:
+            if v is not None and abs(v) > 1 and (v.bit_length() - 1) * k >= _FOLD_BITS:  # at least that wide
                 raise OverflowError
             v = None if v is None else v ** k
+            if v is not None and v.bit_length() > _FOLD_BITS:
+                raise OverflowError
         case ast.BinOp(op=ast.LShift() | ast.RShift() as op, left=a, right=b):
             x, y = _int_constant(a), _int_constant(b)
             if x is None or y is None:

@@ -488,6 +488,36 @@ def test_a_sequence_that_fails_at_a_step_says_which_steps_ran(backend):
         backend.dispatch_repeated([(affine(), [x, y])], [(affine(), [y])], 3)
 
 
+def test_a_sequence_refused_at_its_first_step_says_so_as_at_any_other(backend):
+    """Regression (a red-team): step 0's error carried no "step 0 of the sequence" (only later
+    steps said where the sequence stopped), though the docstring promises it."""
+    from vyre_numba import DispatchError
+
+    x = backend.upload(np.arange(5, dtype=np.uint32))
+    y = backend.allocate(affine(), "y", 5)
+    for call in (lambda: backend.dispatch_sequence([(affine(), [x]), (affine(), [x, y])]),
+                 lambda: backend.dispatch_repeated([], [(affine(), [x])], 2)):
+        with pytest.raises(DispatchError, match=r"^step 0 of the sequence \(nothing of step 0 ran\): .*Fix:") as e:
+            call()
+        assert e.value.steps_ran == 0
+    assert backend.download(y).tolist() == [0] * 5
+
+
+def test_one_buffer_passed_as_keep_or_read_is_refused_with_the_list_it_should_be(backend):
+    """Regression (a red-team): keep=x iterated the buffer's items ("uint32 is not a resident buffer")."""
+    from vyre_numba import DispatchError
+
+    x = backend.upload(np.arange(5, dtype=np.uint32))
+    y = backend.allocate(affine(), "y", 5)
+    with pytest.raises(DispatchError, match=r"^keep is one buffer, not a list\. Fix: pass keep=\[buffer\]\.$"):
+        backend.megakernel([(affine(), [x, y])], [(y,)], keep=y)
+    with pytest.raises(DispatchError, match=r"^read is one buffer, not a list\. Fix: pass read=\[buffer\]"):
+        backend.dispatch_sequence([(affine(), [x, y])], read=y)
+    assert backend.download(y).tolist() == [0] * 5  # nothing ran
+    assert backend.megakernel([(affine(), [x, y])], [(y,)], keep=[y]).run().outputs[0].tolist() == \
+        (np.arange(5) * 3 + 1).tolist()
+
+
 def test_one_step_passed_as_the_steps_is_refused_with_the_list_it_should_be(backend):
     """Regression: the Fix said to pass a (program, buffers) tuple, which the caller had done."""
     from vyre_numba import DispatchError

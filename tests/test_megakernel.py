@@ -508,3 +508,19 @@ def test_a_megakernel_launch_failing_otherwise_names_the_megakernel_and_its_step
         with pytest.raises(DispatchError, match=r"^the megakernel of step 'one' \(one persistent launch of the "
                                                 r"generated program 'megakernel_one'\): launch refused\. Fix:"):
             mk.run()
+
+
+def test_results_compare_by_identity_not_by_their_arrays():
+    """Regression (a red-team): == and hash() of a MegakernelResult raised raw ValueError and
+    TypeError (its outputs are arrays); FixpointResult compared fine."""
+    import copy
+
+    backend = vn.get_backend("reference")
+    x = backend.upload(np.arange(4, dtype=np.uint32))
+    p = ir.Program([ir.BufferDecl.read_write("x", 0, "u32")], 64,
+                   [ir.if_(ir.gid(0) < ir.buf_len("x"), [ir.store("x", ir.gid(0), ir.load("x", ir.gid(0)) + 1)])],
+                   name="inc")
+    r = backend.megakernel([(p, [x])], [(x,)]).run()
+    twin = copy.deepcopy(r)
+    assert r == r and r != twin and hash(r) == hash(r) and len({r, twin}) == 2
+    assert np.array_equal(twin.outputs[0], r.outputs[0]) and twin.rounds == r.rounds  # compare the fields

@@ -766,7 +766,7 @@ def _stopped(backend: Backend, e: BaseException, k: int, at: str | None, groups:
     where = _failed_at(k, groups, _fate(mine, at, groups is not None, backend, step))
     if not isinstance(e, VyreError):
         e.add_note(f"{SEQUENCE_NOTE}at {where}.")
-    elif e.args and (k or groups is not None or at is CHECKED):
+    elif e.args:
         e.args = (f"{where}: {e.args[0]}", *e.args[1:])
 
 
@@ -830,6 +830,10 @@ def _length(x, what: str) -> int | None:
 
 
 def _iterable(x, what: str):
+    if what in ("keep", "read") and (hasattr(x, "__cuda_array_interface__") or isinstance(x, np.ndarray) or
+                                     hasattr(x, "copy_to_host")):
+        raise DispatchError(f"{what} is one buffer, not a list. Fix: pass {what}=[buffer]"
+                            f"{' (or [(buffer, offset, count)] for a range)' if what == 'read' else ''}.")
     if what in ("steps", "body", "prefix") and (isinstance(x, Step) or (isinstance(x, (tuple, list)) and
                                                               2 <= (_length(x, what) or 0) <= 3 and
                                                               isinstance(x[0], Program))):

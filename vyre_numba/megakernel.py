@@ -32,7 +32,7 @@ MAX_UNROLL = 64  # a step's fixpoint_iterations becomes that many stages, up to 
 MAX_ROUNDS = 1 << 31
 
 
-@dataclass(frozen=True, repr=False)
+@dataclass(frozen=True, repr=False, eq=False)  # outputs are arrays: compared by identity, as arrays are not
 class MegakernelResult(display.Shown):
     """A run: the reads, rounds run, whether the last round left the flag zero (None without
     `until`), the mode that ran ("megakernel", "graph" or "sequence"), why it was not a megakernel

@@ -178,16 +178,17 @@ class Megakernel(Unshared):
             except VyreError as e:  # a step the driver will not capture: run the plain sequence
                 self._p = dataclasses.replace(self._p, mode="sequence", reason=f"{self._p.reason}; and recording "
                                               f"the fallback graph failed ({e})")
-        r, under_way = 0, False  # rounds begun; whether round r is under way
+        done, under_way = 0, False  # rounds completed; whether the next is under way (set in one statement
+        # each, so that an interrupt between two lines never finds a round counted that has not run)
         try:
             for r in range(1, self.max_rounds + 1):
                 under_way = True
                 out = self._graph.replay() if self._graph is not None else b.dispatch_sequence(steps, flag_read)
-                under_way = False
+                done, under_way = r, False
                 if self.until is not None and not np.any(out[0]):
                     return r, True
         except BaseException as e:
-            self._stopped(r, under_way, e)
+            self._stopped(done + 1 if under_way else done, under_way, e)
             raise
         return self.max_rounds, (False if self.until is not None else None)
 

@@ -11,7 +11,7 @@ from ..errors import IRValidationError, shown
 from . import nodes as n
 from .program import Access, BufferDecl, Program
 from .recursion import drive
-from .types import DataType, float_to_bits, overflows
+from .types import DataType, float_to_bits, overflows, wrap_int
 
 D = DataType
 ATOMIC_TYPES = (D.U32, D.I32, D.U64, D.I64)
@@ -104,7 +104,7 @@ def _cast_literal(a: n.Expr, dtype) -> tuple[str, int, str, str] | None:
     if dtype.min <= a.raw <= dtype.max:
         return None
     typed = f"ir.{'u64' if a.raw > D.I64.max else 'i64'}({a.raw})"
-    return str(a.raw), (a.raw - dtype.min) % (1 << dtype.bits) + dtype.min, "wrap to", typed
+    return str(a.raw), wrap_int(a.raw, dtype), "wrap to", typed
 
 
 def _bad_literal(lit: n.Lit) -> str | None:

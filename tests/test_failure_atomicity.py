@@ -176,9 +176,9 @@ def test_an_interrupted_sequence_says_which_steps_ran_wherever_it_lands():
         return 111 if n is None else [0, 1, 11, 111][n]
 
     after.steps = 3
-    assert check_every_interrupt(lambda: be.dispatch_sequence(steps, [(x,)]), state, after, 7) > 20
+    assert check_every_interrupt(lambda: be.dispatch_sequence(steps, [(x,)]), state, after, 1) > 100
     assert check_every_interrupt(lambda: be.dispatch_repeated(steps[:1], steps[1:2], 2), state,
-                                 _repeated_after, 9) > 20
+                                 _repeated_after, 1) > 100
 
 
 def _repeated_after(n):
@@ -292,7 +292,7 @@ def test_an_interrupted_megakernel_fallback_says_which_rounds_and_steps_ran():
         seen = 0
         k = 0
         while True:
-            k += 5
+            k += 1
             be.write(x, np.zeros(4, np.uint32))
             e = interrupted(k, mk.run)
             if e is None:

@@ -165,6 +165,21 @@ def test_weak_literal_that_cannot_take_its_type():
     assert_only(prog(ir.store("c", 0, C0 + -1)), "entry[0]", "literal -1 cannot be a u32")
     assert_only(prog(ir.if_(ir.lit(1), [])), "entry[0]", "literal 1 cannot be a bool")
     assert_only(prog(ir.store("c", 0, 0.5)), "entry[0]", "literal 0.5 cannot be a u32")
+    d = assert_only(prog(ir.store("c", 0, C0 + -1)), "entry[0]", "literal -1 cannot be a u32")
+    assert d.facts == {"problem": "literal", "value": -1, "dtype": ir.DataType.U32}
+
+
+def test_an_untyped_literal_beyond_every_integer_type_says_so():
+    """Regression: it said 'literal ... cannot be a None'."""
+    d = assert_only(prog(ir.let("t", ir.lit(2**70)), ir.store("c", 0, C0)), "entry[0]",
+                    f"literal {2**70} is beyond every integer type (u64 holds up to {2**64 - 1})")
+    assert "None" not in d.message and d.facts == {"problem": "literal", "value": 2**70, "dtype": None}
+
+
+def test_a_literal_cast_that_would_wrap_names_its_facts():
+    d = assert_only(prog(ir.store("c", 0, ir.cast(ir.lit(2**33), "u32"))), "entry[0]",
+                    f"cast of the literal {2**33} to u32")
+    assert d.facts == {"problem": "literal cast", "text": str(2**33), "dtype": ir.DataType.U32, "how": "wrap to"}
 
 
 @pytest.mark.parametrize("lit,fragment", [

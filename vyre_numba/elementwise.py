@@ -801,7 +801,7 @@ class Elementwise:
             k = int(m.group(1)) - nloads if m else -1
             where = f"in `{self._texts[k]}`" if 0 <= k < len(self._texts) else d.where
             typing |= "different types" in cause or hint.startswith("convert explicitly")
-            own = _text_fix(cause, hint) if isinstance(self.operation, str) else hint
+            own = _text_fix(d.facts, hint) if isinstance(self.operation, str) else hint
             lines.append((f"{where}: {cause}", hint))
             if own and own not in fixes:
                 fixes.append(own)
@@ -1084,19 +1084,18 @@ def _scalar_fix(v, dt: DataType) -> str:
     return f"pass its nearest {dt} value, np.{_numpy_name(dt)}({nearest!r})"
 
 
-def _text_fix(cause: str, hint: str) -> str:
+def _text_fix(facts, hint: str) -> str:
     """A validator's fix said in the operation's own text, where it names the IR's functions."""
-    m = re.match(r"literal (.+?) cannot be a (\w+)", cause)
-    if m:
-        t = DataType.parse(m.group(2))
+    kind = facts.get("problem") if facts else None
+    t = facts.get("dtype") if facts else None
+    if kind == "literal" and t is not None:
         if t.is_float:
             return f"write a literal that {t} holds (at most {t.max!r} in size), or declare a wider float type"
         return f"write a literal that {t} holds ({t.min} to {t.max}), or declare a wider type"
-    m = re.match(r"cast of the literal (\S+) to (\w+), .*it would (wrap|saturate|become)", cause)
-    if m:
-        text, t, how = m.groups()
+    if kind == "literal cast":
+        text, how = facts["text"], facts["how"]
         typed = "f64" if not re.fullmatch(r"-?\d+", text) else "u64" if int(text) > DataType.I64.max else "i64"
-        return (f"write a literal that {t} holds, or {'wrap' if how == 'wrap' else 'saturate'} on purpose by "
+        return (f"write a literal that {t} holds, or {'wrap' if how == 'wrap to' else 'saturate'} on purpose by "
                 f"converting a typed value: {t}({typed}({text}))")
     return hint
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from .. import display
 from ..errors import IRValidationError, shown
@@ -24,10 +26,13 @@ _PTX_NAMES_TAKEN = frozenset({"_", "WARP_SZ"})  # identifiers PTX refuses as an 
 
 @dataclass(frozen=True)
 class Diagnostic:
-    """One problem: `where` locates it (e.g. `entry[2].then[0]`), `message` ends with `Fix: ...`."""
+    """One problem: `where` locates it (e.g. `entry[2].then[0]`), `message` ends with `Fix: ...`;
+    `facts` names what a tool building programs may restate in its own words (e.g. a literal's
+    `value` and the `dtype` it cannot be)."""
 
     where: str
     message: str
+    facts: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"{self.where}: {self.message}"
@@ -160,8 +165,8 @@ class _Checker:
         self.scopes: list[list[str]] = [[]]
 
     # ---- helpers ----------------------------------------------------------------------------
-    def err(self, where, msg: str) -> None:
-        self.diags.append(Diagnostic(str(where), msg))
+    def err(self, where, msg: str, **facts) -> None:
+        self.diags.append(Diagnostic(str(where), msg, facts or None))
 
     def lookup(self, name: str):
         found = self.vars.get(name)
@@ -255,7 +260,7 @@ class _Checker:
                     self.err(where, f"cast of the literal {text} to {dtype}, which holds {dtype.min} to {dtype.max}: "
                                     f"it would {how} {becomes}. Fix: write a literal in that range ({becomes} itself "
                                     f"where {meant} is meant), or cast a typed value (e.g. ir.cast({typed}, "
-                                    f"'{dtype}')).")
+                                    f"'{dtype}')).", problem="literal cast", text=text, dtype=dtype, how=how)
                     return e, dtype
                 a, _ = yield self.expr(a, where, _cast_operand(a, dtype))
                 return n.Cast(dtype, a), dtype
@@ -289,11 +294,17 @@ class _Checker:
         target = want if want is not None else default_weak_type(e)
         strong = None if target is None else _strong(e, target)
         if strong is None:
+            if target is None:
+                self.err(where, f"literal {shown(e.value)} is beyond every integer type (u64 holds up to "
+                                f"{D.U64.max}). Fix: write a literal that fits a type, e.g. ir.lit(value, 'u64'), "
+                                "or a float literal where a float is meant.", problem="literal", value=e.value,
+                         dtype=None)
+                return e, None
             why = f" (past its largest finite, {target.max!r}, so it would round to an infinity)" \
-                if target is not None and target.is_float else ""
+                if target.is_float else ""
             self.err(where, f"literal {shown(e.value)} cannot be a {target}{why}. "
                             f"Fix: write a literal that fits, e.g. ir.lit(value, 'type'), math.inf for an infinity, "
-                            f"or ir.cast.")
+                            f"or ir.cast.", problem="literal", value=e.value, dtype=target)
             return e, None
         return strong, strong.dtype
 

@@ -89,11 +89,37 @@ def test_datatype_ranges_match_numpy():
 
 def test_datatype_parse_accepts_datatype_and_rejects_unknown():
     assert D.parse(D.F32) is D.F32
-    for bad in ("float", "U32", "", "i128", None, 32):
+    for bad in ("", "i128", "i3", None, 32):
         with pytest.raises(IRValidationError) as info:
             D.parse(bad)
         assert_fix(str(info.value))
         assert "u8, u16, u32" in str(info.value)
+
+
+@pytest.mark.parametrize("name, fix", [
+    ("float", "'float' names different widths in C, in NumPy and on different platforms, so say which: 'f32' or 'f64'"),
+    ("int", "say which: 'i32' or 'i64'"),
+    ("intp", "say which: 'i32' or 'i64'"),
+    ("U32", "write 'u32' (type names are lower case, without spaces)"),
+    (" f32", "write 'f32'"),
+    (">i4", "vyre buffers hold little-endian values: use 'i32', and convert a big-endian array with "
+            "a.astype(a.dtype.newbyteorder('<'))"),
+    (np.dtype(">f8"), "is big-endian; vyre buffers hold little-endian values. Fix: use 'f64'"),
+])
+def test_datatype_parse_says_what_to_write_for_a_name_it_refuses(name, fix):
+    with pytest.raises(IRValidationError) as info:
+        D.parse(name)
+    assert fix in str(info.value)
+    assert_fix(str(info.value))
+
+
+@pytest.mark.parametrize("name, want", [
+    ("i4", D.I32), ("<f8", D.F64), ("=u2", D.U16), ("u1", D.U8), (">u1", D.U8), ("f2", D.F16), ("half", D.F16),
+    ("single", D.F32), ("double", D.F64), ("intc", D.I32), ("longlong", D.I64), ("?", D.BOOL), ("b1", D.BOOL),
+])
+def test_datatype_parse_takes_numpys_sized_codes_and_fixed_aliases(name, want):
+    """A string NumPy reads as one width on every platform names that type, as np.dtype(name) does."""
+    assert D.parse(name) is want and D.parse(np.dtype(name)) is want
 
 
 @pytest.mark.parametrize("call, fragment", [

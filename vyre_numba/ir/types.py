@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 import struct
 
 import numpy as np
@@ -95,10 +96,11 @@ class DataType(enum.Enum):
         if isinstance(value, DataType):
             return value
         if isinstance(value, str):
-            hit = _BY_NAME.get(value)
+            hit = _BY_NAME.get(value) or _by_code(value)
             if hit is not None:
                 return hit
-        elif value is not None and not isinstance(value, (bool, int, float)):
+            raise IRValidationError(f"unknown data type {shown(value)}. Fix: {_name_fix(value)}.")
+        if value is not None and not isinstance(value, (bool, int, float)):
             try:
                 dt = np.dtype(value)
             except (TypeError, ValueError, RecursionError):  # a list nested past the limit recurses in NumPy
@@ -107,11 +109,49 @@ class DataType(enum.Enum):
                 return _BY_NAME[dt.name]
             if dt is not None and getattr(value, "__name__", "") == "bfloat16" or str(dt) == "bfloat16":
                 return DataType.BF16
-        names = ", ".join(d.value for d in cls)
-        raise IRValidationError(
-            f"unknown data type {shown(value)}. Fix: use one of {names}, or a NumPy dtype of those "
-            "(np.float32, 'uint8', ...)."
-        )
+            if dt is not None and dt.name in _BY_NAME:
+                raise IRValidationError(
+                    f"data type {shown(value)} is big-endian; vyre buffers hold little-endian values. Fix: use "
+                    f"{_BY_NAME[dt.name].value!r}, and convert such an array with "
+                    f"a.astype(a.dtype.newbyteorder('<')).")
+        raise IRValidationError(f"unknown data type {shown(value)}. Fix: use one of {_NAMES}, or a NumPy dtype "
+                                "of those (np.float32, 'uint8', ...).")
+
+
+_NAMES = ", ".join(d.value for d in DataType)
+_CODE = re.compile(r"([<=|>]?)([iuf][1248])\Z")  # NumPy's sized codes: 'i4', '<f8', 'u1'; one width everywhere
+_ALIASES = {"half": "f16", "single": "f32", "double": "f64", "short": "i16", "ushort": "u16", "ubyte": "u8",
+            "intc": "i32", "uintc": "u32", "longlong": "i64", "ulonglong": "u64", "?": "bool", "b1": "bool"}
+_AMBIGUOUS = {"int": ("i32", "i64"), "float": ("f32", "f64"), "uint": ("u32", "u64"), "long": ("i32", "i64"),
+              "ulong": ("u32", "u64"), "char": ("i8", "u8"), "byte": ("i8", "u8"), "intp": ("i32", "i64"),
+              "uintp": ("u32", "u64"), "int_": ("i32", "i64"), "uint_": ("u32", "u64"), "float_": ("f32", "f64")}
+
+
+def _by_code(text: str) -> "DataType | None":
+    """The type a NumPy sized code or unambiguous alias names ('i4', '<f8', 'double'), or None."""
+    if text in _ALIASES:
+        return _BY_NAME[_ALIASES[text]]
+    m = _CODE.match(text)
+    return _BY_NAME[np.dtype(m.group(2)).name] if m and (m.group(1) != ">" or m.group(2)[1] == "1") else None
+
+
+def _name_fix(text: str) -> str:
+    """What to write instead of an unknown type name."""
+    key = text.strip().lower()
+    if key in _AMBIGUOUS:
+        meant = _AMBIGUOUS[key]
+        if len(meant) > 1:
+            return (f"{text!r} names different widths in C, in NumPy and on different platforms, so say which: "
+                    f"{' or '.join(repr(m) for m in meant)}")
+        return f"write {meant[0]!r}"
+    m = _CODE.match(key)
+    if m and m.group(1) == ">":
+        return (f"vyre buffers hold little-endian values: use {_BY_NAME[np.dtype(m.group(2)).name].value!r}, and "
+                "convert a big-endian array with a.astype(a.dtype.newbyteorder('<'))")
+    hit = _BY_NAME.get(key) or _by_code(key)
+    if hit is not None:
+        return f"write {hit.value!r} (type names are lower case, without spaces)"
+    return f"use one of {_NAMES}, or a NumPy dtype of those (np.float32, 'uint8', 'i4', ...)"
 
 
 _INTS = frozenset(DataType(n) for n in ("u8", "u16", "u32", "u64", "i8", "i16", "i32", "i64"))

@@ -411,7 +411,7 @@ def test_operation_mistakes_raise_with_a_fix(operation, match):
     ("i32 x", "i32 y", "x ^ (1 << 31)", "literal 2147483648 cannot be a i32"),
     ("u64 x", "u64 y", "x + (3 << 63 | 1)", "literal 27670116110564327425 cannot be a u64"),
     ("u32 x", "u32 y", "x + (1 << -1)", "negative count"),
-    ("u32 x", "u32 y", "x + (1 << 10**9)", "wider than 128 bits"),
+    ("u32 x", "u32 y", "x + (1 << 10**9)", "wider than 1088 bits"),
     ("f32 x", "f32 y", "x % 2", "mod is defined for integers only"),
     ("f32 x", "f32 y", "x << 1", "shl needs an integer type"),
     ("f32 x, f32 x", "f32 y", "x", "declared twice"),
@@ -619,7 +619,7 @@ def test_the_smallest_value_of_a_type_is_a_constant_that_fits(operation, want):
 
 def test_a_constant_wider_than_every_type_is_refused_without_printing_it():
     raises(IRValidationError, elementwise, "i32 n", "i32 out", "n + (2**63)**64 * (2**63)**64",
-           match="wider than 128 bits")
+           match="wider than 1088 bits")
 
 
 def test_constant_arithmetic_is_exact_where_it_fits():
@@ -855,7 +855,10 @@ def test_a_power_of_literals_past_the_exponent_limit_is_folded_where_it_fits():
     64"), the limit of a variable's power, though the folded constant is an f64."""
     x = np.array([1.0, -3.0])
     assert_same_bits(elementwise("f64 a", "f64 o", "a * 2**100")(x, backend=R), x * 2.0**100)
-    raises(IRValidationError, elementwise, "f64 a", "f64 o", "a * 2**128", match="wider than 128 bits")
+    assert_same_bits(elementwise("f64 a", "f64 o", "a * 3**81 + 2**1023")(x, backend=R), x * float(3**81) + 2.0**1023)
+    raises(IRValidationError, elementwise, "f64 a", "f64 o", "a * 2**1024", match="cannot be a f64 .past its largest")
+    raises(IRValidationError, elementwise, "f32 a", "f32 o", "a * 2**128", match="cannot be a f32 .past its largest")
+    raises(IRValidationError, elementwise, "f64 a", "f64 o", "a * 2**1100", match="wider than 1088 bits")
     raises(IRValidationError, elementwise, "f64 a", "f64 o", "a ** 65", match="exponent from 0 to 64")
 
 

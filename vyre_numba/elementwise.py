@@ -403,7 +403,8 @@ class _Translator:
         try:
             return _int_constant(node)
         except OverflowError:
-            raise self.fail(node, f"the constant is wider than {_FOLD_BITS} bits, past every type",
+            raise self.fail(node, f"the constant is wider than {_FOLD_BITS} bits, past every type (f64's largest "
+                                  "finite is under 2**1024)",
                             "write a constant that fits the operation's type") from None
         except ValueError:
             raise self.fail(node, "a constant is shifted by a negative count (Python refuses it; the IR would mask "
@@ -476,7 +477,7 @@ _FOLDED = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: l
            ast.BitAnd: lambda a, b: a & b, ast.BitOr: lambda a, b: a | b, ast.BitXor: lambda a, b: a ^ b}
 
 
-_FOLD_BITS = 128  # wider than every type: a folded constant past it is refused, not built
+_FOLD_BITS = 1088  # past f64's largest finite (under 2**1024), so past every type: refused, not built
 
 
 def _int_constant(node: ast.AST) -> int | None:

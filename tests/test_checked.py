@@ -4,6 +4,7 @@ backend, warnings or errors as asked, and nothing added to unchecked dispatches.
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 
 import numpy as np
@@ -83,6 +84,22 @@ def test_every_kind_of_problem_is_counted_with_its_first_invocation():
     plain = be.dispatch(problems(), inputs())
     for a, b in zip(outs, plain):
         assert np.array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+def test_every_checked_dispatch_that_finds_a_problem_warns_at_the_callers_line():
+    """Regression: the warning was attributed to a line of vyre_numba, so Python's once-per-line
+    rule showed only the first: a loop's later dispatches, or a re-run cell, warned of nothing."""
+    be = vn.get_backend("reference")
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("default")
+        for _ in range(3):
+            be.dispatch(problems(), inputs(), WARN); line = sys._getframe().f_lineno  # noqa: E702
+    assert not be.last_check.ok
+    assert [(w.filename, w.lineno, w.category) for w in got] == [(__file__, line, CheckWarning)] * 3
+
+
+def test_last_check_is_none_before_any_checked_dispatch():
+    assert type(vn.get_backend("reference"))().last_check is None
 
 
 def report_bits(report):

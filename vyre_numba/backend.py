@@ -255,6 +255,7 @@ class Backend(abc.ABC):
     """
 
     name: str = "abstract"
+    last_check = None  # the CheckReport of the last checked dispatch (DispatchConfig(checked=...)); None before one
 
     def __copy__(self) -> "Backend":
         return self  # a handle on this process's device and caches, not a value: a copy is the same backend

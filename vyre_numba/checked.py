@@ -7,7 +7,6 @@ counts on the GPU equal the reference backend's."""
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -15,7 +14,7 @@ import numpy as np
 
 from . import display
 from .config import DispatchConfig
-from .errors import CheckError, CheckWarning, UnsupportedError, shown
+from .errors import CheckError, CheckWarning, UnsupportedError, shown, warn_user
 from .ir import Program
 from .ir.checks import COUNTS, FIRST, KINDS, Site, instrument
 
@@ -198,7 +197,7 @@ def _report(backend, program: Program, config: DispatchConfig, sites: list[Site]
     message = report.message(resident=outputs is None)
     if config.checked == "raise":
         raise CheckError(message, report, outputs)
-    warnings.warn(CheckWarning(message, report), stacklevel=4)
+    warn_user(CheckWarning(message, report))
 
 
 def _input_values(program: Program, inputs) -> list:

@@ -281,6 +281,22 @@ class CheckWarning(UserWarning):
         self.report = report
 
 
+def warn_user(warning: Warning) -> None:
+    """Issue `warning` at the first line outside vyre_numba (the user's call), every time: a fresh
+    registry, since Python's once-per-line registry would hide a re-run cell's or a loop's later
+    findings; the user's warning filters ('ignore', 'error', 'once') apply as ever."""
+    import os
+    import warnings
+
+    root = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(root):
+        frame = frame.f_back
+    g = frame.f_globals
+    warnings.warn_explicit(warning, type(warning), frame.f_code.co_filename, frame.f_lineno,
+                           module=g.get("__name__", "<unknown>"), registry={}, module_globals=g)
+
+
 class HostMemoryError(DispatchError):
     """The host ran out of memory for arrays sized by the inputs (usually by the largest id)."""
 

@@ -99,7 +99,8 @@ def test_fixpoint_rounds_show_on_a_bar_when_asked(bars):
     x = np.zeros(4, np.int64)
     r = fixpoint.run(step, 4, [x], max_rounds=100, backend="reference", progress=True)
     assert r.rounds == 6 and bars and bars[0].n == 6 and bars[0].closed
-    assert bars[0].total == 6  # the fixed point came before max_rounds: the bar ends full, not at 6 %
+    assert bars[0].kw["total"] is None  # max_rounds is a cap: out of it the bar sat near 0 % with an ETA of hours
+    assert bars[0].total == 6  # ended full
     r = fixpoint.run(step, 4, [np.zeros(4, np.int64)], max_rounds=3, backend="reference", progress=True)
     assert not r.converged and bars[1].n == 3 and bars[1].total == 3
 
@@ -164,3 +165,18 @@ def test_a_fused_sequence_counts_the_callers_steps(bars):
     for fuse in (False, True):
         be.dispatch_sequence(steps, read=[(bufs[4], 0, 4)], progress=True, fuse=fuse)
         assert bars[-1].kw["unit"] == "step" and bars[-1].kw["total"] == 4 and bars[-1].n == 4 and bars[-1].closed
+
+
+def test_a_bad_setting_refuses_a_closure_before_its_unions_change_the_egraph(monkeypatch):
+    """Regression: congruence_closure checked its `progress` argument first but read the setting
+    only in the rebuild, after the unions were in: it raised with the e-graph changed."""
+    from vyre_numba import egraph
+    from vyre_numba.errors import SettingError
+
+    g = egraph.EGraph.from_arrays(np.arange(3), np.arange(3, dtype=np.int32), np.zeros(4, np.int64), np.zeros(0, np.int64),
+                                  backend="reference")
+    g.rebuild()
+    monkeypatch.setenv(progress.ENV, "2")
+    with pytest.raises(SettingError, match="Fix:"):
+        egraph.congruence_closure(g, [[0, 1]])
+    assert g.find([0, 1, 2]).tolist() == [0, 1, 2] and "pending" not in repr(g)

@@ -30,12 +30,16 @@ def _automatic() -> bool:
 
 
 def check_progress(progress) -> bool | None:
-    """`progress` as True, False or None (NumPy's bools read as Python's), else a DispatchError
-    (checked before work that a late refusal would leave half done)."""
-    if progress is not None and not isinstance(progress, (bool, np.bool_)):
+    """`progress` as True, False or None (NumPy's bools read as Python's), else a DispatchError;
+    for None, $VYRE_NUMBA_PROGRESS is read too (a SettingError): checked before work that a late
+    refusal would leave half done."""
+    if progress is None:
+        _automatic()
+        return None
+    if not isinstance(progress, (bool, np.bool_)):
         raise DispatchError(f"progress={shown(progress)} is not True, False or None. Fix: pass True (always show a "
                             f"bar), False (never) or None (only once the work has run {DELAY_S:g} s).")
-    return None if progress is None else bool(progress)
+    return bool(progress)
 
 
 def bar(progress: bool | None, *, desc: str, unit: str, total: int | None = None):
@@ -79,10 +83,10 @@ class Deferred:
 
 
 def finished(bar) -> None:
-    """Ends a bar whose work stopped before its total (a fixed point before max_rounds) at 100%,
-    its total then the count done, instead of leaving it at a few percent."""
+    """Ends a bar of work whose length was not known (a fixed point's rounds) full: its total then
+    the count done."""
     shown = getattr(bar, "shown", bar)
-    if shown is not None and getattr(shown, "total", None) and shown.n < shown.total:
+    if shown is not None and shown.n and (getattr(shown, "total", None) is None or shown.n < shown.total):
         shown.total = shown.n
         shown.refresh()
 

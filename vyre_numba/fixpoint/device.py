@@ -17,7 +17,7 @@ from ..ir import Program
 from ..lru import LRUCache
 from ..ptx import templates
 from ..ptx.emitter import PTX_VERSION
-from .runner import (_CONVERGED, _CTL_WORDS, _ERROR, _ROUNDS, STEP_CACHE, FixpointResult, _bar, chunks,
+from .runner import (_CONVERGED, _CTL_WORDS, _ERROR, _ROUNDS, STEP_CACHE, FixpointResult, _bar, chunks, finished,
                      raise_barrier_timeout)
 
 STEP_NAME = "vyre_fixpoint_step"
@@ -172,7 +172,7 @@ def run(backend, step: Callable, n: int, args: list, max_rounds: int, mode: str,
     order = [mode] if mode != "auto" else _auto_order(backend.caps, max_rounds)
     ctl = _take_ctl(backend)
     ctl_ptr = ctl.__cuda_array_interface__["data"][0]
-    bar = _bar(progress, max_rounds)
+    bar = _bar(progress)
     try:
         for mode in order:
             sizes = chunks(progress if bar is not None else False, max_rounds)
@@ -190,6 +190,8 @@ def run(backend, step: Callable, n: int, args: list, max_rounds: int, mode: str,
             except _NotHere:  # raised before any round ran: "auto" moves on to the next mode
                 if mode == order[-1]:
                     raise
+        if bar is not None:
+            finished(bar)
     finally:
         if bar is not None:
             bar.close()

@@ -233,7 +233,7 @@ class _restored_on_failure:
 
 def _cpu_rounds(one_round: Callable[[], bool], max_rounds: int, progress: bool | None) -> FixpointResult:
     """Call `one_round()` (True when the round changed something) until a quiet round or max_rounds."""
-    bar = _bar(progress, max_rounds)
+    bar = _bar(progress)
     rounds, converged = 0, False
     try:
         while rounds < max_rounds:
@@ -246,7 +246,7 @@ def _cpu_rounds(one_round: Callable[[], bool], max_rounds: int, progress: bool |
                 break
     finally:
         if bar is not None:
-            if converged:
+            if converged or rounds == max_rounds:  # ended, not stopped by an error
                 finished(bar)
             bar.close()
     return FixpointResult(rounds, converged, "relaunch", None)
@@ -380,10 +380,12 @@ def _numba_call(fn, n: int, args: list):
                             "types it is given.") from e
 
 
-def _bar(progress: bool | None, total: int):
+def _bar(progress: bool | None):
+    """A bar of rounds with no total: max_rounds is a cap, not the expected count (a bar out of it
+    would sit near 0 % with an ETA of hours for a run about to converge)."""
     from ..progress import bar
 
-    return bar(progress, total=total, desc="fixpoint rounds", unit="round")
+    return bar(progress, desc="fixpoint rounds", unit="round")
 
 
 def chunks(progress: bool | None, max_rounds: int):

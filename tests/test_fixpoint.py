@@ -72,6 +72,33 @@ def test_nothing_to_do_converges_in_one_round():
     assert (r.rounds, r.converged) == (1, True)
 
 
+LIMIT = 5
+
+
+def up_to_limit(i, x):
+    if x[i] < LIMIT:
+        x[i] += 1
+        return 1
+    return 0
+
+
+@pytest.mark.parametrize("name", ["reference", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_step_reads_the_global_it_names_as_it_is_now(name):
+    """Regression (a red-team): the compiled step was kept by the function, and Numba fixes a
+    global at compilation: a notebook that changed a threshold got the old threshold's fixpoint."""
+    global LIMIT
+    be = vn.get_backend(name)
+    try:
+        for limit in (5, 10, 5):
+            LIMIT = limit
+            x = be.upload(np.zeros(3, np.int64))
+            r = fixpoint.run(up_to_limit, 3, [x], backend=be)
+            fixpoint.for_each(up_to_limit, 3, [x], backend=be)  # a fixed point: one more round changes nothing
+            assert r.converged and r.rounds == limit + 1 and be.download(x).tolist() == [limit] * 3
+    finally:
+        LIMIT = 5
+
+
 def test_for_each_is_one_round_without_a_result():
     n = 10
     indptr, indices = path(n)
@@ -423,9 +450,9 @@ def _raise_to(k: int):
 def test_cpu_steps_are_compiled_into_a_bounded_cache_that_lets_old_ones_go(monkeypatch):
     """Regression: runner._CPU_ROUNDS was a plain dict keeping every step function ever run (a
     lambda made per call, a re-run notebook cell), its Numba compilation and all it references,
-    forever. It is an LRU cache keyed by the function itself, so a function collected and a new
-    one made at its id (here ids are reused: each step is dropped before the next is made) never
-    finds the old one's compilation."""
+    forever. It is an LRU cache keyed by the step's code and the values it reads, so a function
+    collected and a new one made at its id (here ids are reused: each step is dropped before the
+    next is made) finds the old one's compilation only where it would compute the same."""
     import gc
     import weakref
 
@@ -440,7 +467,7 @@ def test_cpu_steps_are_compiled_into_a_bounded_cache_that_lets_old_ones_go(monke
         held.append(weakref.ref(step.held))
         a = np.zeros(5, np.int64)
         assert fixpoint.run(step, 5, [a]) == fixpoint.FixpointResult(2, True, "relaunch")
-        assert a.tolist() == [k] * 5 and len(runner._CPU_ROUNDS) <= 3 and step in runner._CPU_ROUNDS
+        assert a.tolist() == [k] * 5 and len(runner._CPU_ROUNDS) <= 3 and runner.predicate_key(step) in runner._CPU_ROUNDS
         fixpoint.for_each(step, 5, [b := np.full(5, -1, np.int64)])
         assert b.tolist() == [k] * 5 and runner._CPU_ROUNDS.stats()["hits"] == k  # compiled once per step
         del step

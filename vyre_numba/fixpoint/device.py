@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import DispatchError, UnsupportedError, shown
 from ..gpu.launch import KernelLaunch, LaunchShape, validate_cooperative
 from ..ir import Program
+from ..compaction.select import predicate_key
 from ..lru import LRUCache
 from ..ptx import templates
 from ..ptx.emitter import PTX_VERSION
@@ -85,13 +86,13 @@ def _arg_kinds(args: list) -> tuple[list, list[tuple[str, Any]]]:
     return kinds, params
 
 
-_STEPS: LRUCache = LRUCache(STEP_CACHE)  # (step, signature, cc) -> PTX; holds the step, so bounded as the CPU's
+_STEPS: LRUCache = LRUCache(STEP_CACHE)  # (predicate_key(step), signature, cc) -> PTX; holds the step, so bounded as the CPU's
 
 
 def _step_ptx(step: Callable, kinds: list, cc: tuple[int, int]) -> str:
     from numba import cuda, types
     sig = types.int32(types.uint32, *kinds)
-    key = (step, str(sig), cc)
+    key = (predicate_key(step), str(sig), cc)
     ptx = _STEPS.get(key)
     if ptx is None:
         try:
@@ -121,7 +122,7 @@ _SOURCES: LRUCache = LRUCache(STEP_CACHE)  # (step, argument types, sm) -> (cach
 
 def _module(backend, step, kinds: list, params: list) -> dict:
     sm = backend.caps.sm
-    cheap = (("program", step.digest()) if isinstance(step, Program) else step, tuple(kinds),
+    cheap = (("program", step.digest()) if isinstance(step, Program) else predicate_key(step), tuple(kinds),
              tuple(c for c, _ in params), sm)
     known = _SOURCES.get(cheap)
     if known is None:

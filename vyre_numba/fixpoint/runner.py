@@ -12,6 +12,7 @@ import numpy as np
 from .. import display
 from ..errors import (IN_HOST_MEMORY, BarrierTimeoutError, DispatchError, UnsupportedError, VyreError, host_memory, shown,
                       whole)
+from ..compaction.select import predicate_key
 from ..lru import LRUCache
 from ..progress import finished
 
@@ -254,8 +255,9 @@ def _cpu_rounds(one_round: Callable[[], bool], max_rounds: int, progress: bool |
 
 # Compiled steps kept, least recently used first out: each entry holds its step function and all it
 # references (closure, attributes, globals) and its Numba compilation, so a step made anew per call
-# or per re-run notebook cell must not be kept forever. Keyed by the function itself, held by the
-# entry: a collected function's id, reused by a new one, can never find its entry. As many as the
+# or per re-run notebook cell must not be kept forever. Keyed by the step's code and the values it
+# reads (`compaction.select.predicate_key`): Numba fixes a global at compilation, so a changed
+# threshold must compile afresh, and a step written anew with the same code and values need not. As many as the
 # GPU's fixpoint modules (device._SOURCES): more than the package's own phases use in one session,
 # whose steps would otherwise be compiled again in turn.
 STEP_CACHE = 64
@@ -279,7 +281,7 @@ def _cpu_round(step: Callable) -> tuple[Callable, Callable]:
                     changed = True
             return changed
         return one_round, inner
-    return _CPU_ROUNDS.get_or_build(step, build)
+    return _CPU_ROUNDS.get_or_build(predicate_key(getattr(step, "py_func", step)), build)
 
 
 @host_memory("the fixpoint run", IN_HOST_MEMORY)

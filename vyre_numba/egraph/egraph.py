@@ -257,7 +257,7 @@ class EGraph(Unshared):
         if ops is not None and op.size and int(op.max()) >= len(ops):
             raise DispatchError(f"op holds {int(op.max())} but only {len(ops)} operator names were given. "
                                 "Fix: pass one name per operator id.")
-        self.ops = ops
+        self._ops = ops  # the e-graph's own: rows name operators by index, so `ops` hands out a tuple
         self._be = _resolve(backend)
         self.backend = self._be.name
         self._meta = _meta
@@ -275,6 +275,12 @@ class EGraph(Unshared):
         self._with_rows = None if have.size == n_classes else have
 
     # --- constructors ----------------------------------------------------------------------
+    @property
+    def ops(self) -> tuple[str, ...] | None:
+        """The operator names, by operator id (a tuple: the rows name operators by index, so the
+        names are the e-graph's to keep; `add` appends new ones), or None where ops are ids only."""
+        return None if self._ops is None else tuple(self._ops)
+
     @classmethod
     def from_arrays(cls, eclass, op, children_offsets, children, *, ops: Sequence[str] | None = None,
                     backend=None, table_capacity: int | None = None) -> "EGraph":
@@ -318,7 +324,7 @@ class EGraph(Unshared):
         now, in the order read, each once."""
         from .serialize import serialized_of_rows
 
-        return serialized_of_rows(self._host_rows(), self.ops, self._meta)
+        return serialized_of_rows(self._host_rows(), self._ops, self._meta)
 
     # --- state -----------------------------------------------------------------------------
     @property
@@ -487,14 +493,14 @@ class EGraph(Unshared):
             return op, []
         if not all(isinstance(x, str) for x in names):
             raise DispatchError(f"{what} op mixes operator names and ids. Fix: pass all names or all ids.")
-        if self.ops is None:
+        if self._ops is None:
             raise DispatchError(f"{what} op holds names, but this e-graph has no operator names. Fix: pass operator "
                                 "ids, or build the e-graph with names (from_terms, from_serialized, or ops=[...]).")
-        index = {name: i for i, name in enumerate(self.ops)}
+        index = {name: i for i, name in enumerate(self._ops)}
         new: list[str] = []
         for x in names:
             if x not in index:
-                index[x] = len(self.ops) + len(new)
+                index[x] = len(self._ops) + len(new)
                 new.append(x)
         return np.array([index[x] for x in names], np.int64), new
 
@@ -508,8 +514,8 @@ class EGraph(Unshared):
         stay pending); an interrupted one either added nothing or added its rows with their names."""
         op, new_ops = self._op_ids(op, "add")
         op, offsets, children = _rows(op, children_offsets, children, self.n_classes, "add")
-        if self.ops is not None and op.size and int(op.max()) >= len(self.ops) + len(new_ops):
-            raise DispatchError(f"op holds {int(op.max())}, but the e-graph names {len(self.ops)} operators. "
+        if self._ops is not None and op.size and int(op.max()) >= len(self._ops) + len(new_ops):
+            raise DispatchError(f"op holds {int(op.max())}, but the e-graph names {len(self._ops)} operators. "
                                 "Fix: use an operator id below that.")
         g = self._live()
         canon = g.find(children) if children.size else children  # exact before a rebuild too
@@ -533,15 +539,15 @@ class EGraph(Unshared):
         out[new] = base + (np.cumsum(first) - 1)[head]
         fresh = new[first]
         f_off, f_children = _take_rows(offsets, canon, fresh)
-        rows, names = g.n, len(self.ops) if self.ops is not None else 0
+        rows, names = g.n, len(self._ops) if self._ops is not None else 0
         self._pending = True  # from here on: the next query files the new rows for hash-consing
         try:  # names before rows: a name without a row is harmless, a row without its name is not
             if new_ops:
-                self.ops.extend(new_ops)
+                self._ops.extend(new_ops)
             g.append(np.arange(base, base + fresh.size), op[fresh], f_off, f_children, base + fresh.size)
         except BaseException:
             if g.n == rows and new_ops:  # the rows never went in
-                del self.ops[names:]
+                del self._ops[names:]
             raise
         try:
             self.rebuild()  # new rows go into the hash table (they are equal to no row, so nothing merges)

@@ -98,6 +98,22 @@ def test_every_checked_dispatch_that_finds_a_problem_warns_at_the_callers_line()
     assert [(w.filename, w.lineno, w.category) for w in got] == [(__file__, line, CheckWarning)] * 3
 
 
+def test_a_checked_dispatch_warns_from_python_c_and_stdin():
+    """Regression (a red-team): warning at the caller's line fetched its source through
+    `__main__`'s loader, which raised ImportError under `python -c` and a piped script."""
+    import subprocess
+
+    code = ("import numpy as np, vyre_numba as vn\nfrom vyre_numba import ir, DispatchConfig\n"
+            "i = ir.var('i')\np = ir.Program([ir.BufferDecl.read('x', 0, 'f32'), ir.BufferDecl.output('y', 1, 'f32')],"
+            " 64, [ir.let('i', ir.gid(0)), ir.if_(i < ir.buf_len('y'), [ir.store('y', i, ir.load('x', i + 2))])])\n"
+            "out = vn.get_backend('reference').dispatch(p, [np.ones(10, np.float32)], DispatchConfig(checked=True))\n"
+            "print('returned', out[0].size)\n")
+    for args, stdin in (([sys.executable, "-c", code], None), ([sys.executable, "-"], code)):
+        r = subprocess.run(args, input=stdin, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and "returned 10" in r.stdout, r.stderr
+        assert "CheckWarning: " in r.stderr and "out-of-bounds loads" in r.stderr, r.stderr
+
+
 def test_last_check_is_none_before_any_checked_dispatch():
     assert type(vn.get_backend("reference"))().last_check is None
 

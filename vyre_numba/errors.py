@@ -294,7 +294,8 @@ def warn_user(warning: Warning) -> None:
         frame = frame.f_back
     g = frame.f_globals
     warnings.warn_explicit(warning, type(warning), frame.f_code.co_filename, frame.f_lineno,
-                           module=g.get("__name__", "<unknown>"), registry={}, module_globals=g)
+                           module=g.get("__name__", "<unknown>"), registry={})  # no module_globals: in a REPL
+    # its loader raises ImportError fetching the source line
 
 
 class HostMemoryError(DispatchError):

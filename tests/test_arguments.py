@@ -15,7 +15,8 @@ from vyre_numba.errors import ArgumentError, VyreError, check_calls
 
 PACKAGES = ["vyre_numba", "vyre_numba.ir", "vyre_numba.ptx", "vyre_numba.compaction", "vyre_numba.graph",
             "vyre_numba.fixpoint", "vyre_numba.egraph", "vyre_numba.workqueue", "vyre_numba.distributed",
-            "vyre_numba.reference", "vyre_numba.graph.generators", "vyre_numba.egraph.workload"]
+            "vyre_numba.reference", "vyre_numba.graph.generators", "vyre_numba.egraph.workload", "vyre_numba.unique",
+            "vyre_numba.testing"]
 CLASSES = ["vyre_numba.megakernel:Megakernel", "vyre_numba.megakernel:MegakernelResult",
            "vyre_numba.recording:Redispatch", "vyre_numba.recording:Resequence",
            "vyre_numba.elementwise:Elementwise", "vyre_numba.gpu:CudaBackend",

@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vyre_numba.errors import DispatchError
+from vyre_numba.errors import DispatchError, VyreError
+from vyre_numba.testing import mismatches, ordered_bits
 from vyre_numba.unique import count_distinct, index_of, inserted, unique, unique_rows
 
 RNG = np.random.default_rng(7)
@@ -53,6 +54,7 @@ def test_index_of_is_searchsorted(size):
     (lambda: index_of(np.arange(4).reshape(2, 2), 1), r"keys have shape \(2, 2\)"),
     (lambda: index_of([5, 3, 1], [3]), r"keys are not ascending \(keys\[1\] = 3 < keys\[0\] = 5\)"),  # it said 0
     (lambda: index_of(np.array([1, 3, 2], ">i4"), [2]), r"keys\[2\] = 2 < keys\[1\] = 3"),
+    (lambda: unique(np.zeros(0)), r"values are float64"),  # refused as a longer float array is
 ])
 def test_what_is_not_integers_or_pairs_is_refused_with_a_fix(call, why):
     with pytest.raises(DispatchError, match=why + r".*Fix: .+"):
@@ -126,6 +128,8 @@ def test_inserted_is_numpys_insert_for_ascending_places():
     (np.array([1, 2], np.uint8), [0], [-1], "do not fit"),
     (np.array([1, 2]), [0, 1], [5], "one place for each value"),
     (np.array([[1, 2]]), [0], [5], "1-D"),
+    (np.array([1, 3, 5]), [1], np.array([True]), "a bool is not a number here"),  # was inserted as 1
+    (np.array([True, False]), [1], np.array([1]), "a bool is not a number here"),  # was inserted as True
 ])
 def test_inserted_refuses_what_np_insert_would_read_otherwise(a, at, v, fragment):
     from vyre_numba.unique import inserted
@@ -165,3 +169,26 @@ def test_ints_numpy_reads_as_no_integer_type_are_named_as_ints(call, why):
     [1, -1, 2**63]) was refused as "the values are float64"; the user passed only ints."""
     with pytest.raises(DispatchError, match=why):
         call()
+
+
+@pytest.mark.parametrize("call, fragment", [
+    (lambda: mismatches(np.float32([1.0, 2.0]), np.float64([1.0, 2.0])), "float bits compare only within one type"),
+    (lambda: mismatches(np.float32([1.0]), np.float32([1.0]), ulp=-1), "ulp=-1 is not a count"),
+    (lambda: mismatches(np.float32([1.0]), np.float32([1.0]), ulp=True), "ulp=True is not a count"),
+    (lambda: mismatches([1.0], [1.0]), "got is a list"),
+    (lambda: mismatches(np.float32([1.0]), np.array(["a"])), "expected is a <U1 array"),
+    (lambda: mismatches(np.float32([1.0]), np.float32([1.0]), bf16=True), "takes the raw bits as uint16"),
+    (lambda: ordered_bits(np.array([1], np.uint8)), "not a uint8 array"),
+])
+def test_the_comparison_helpers_refuse_what_they_cannot_compare(call, fragment):
+    """Regression (a red-team): equal float32 and float64 values all 'mismatched' (bits of two
+    widths), a negative ulp was taken, a list or a uint8 array raised AttributeError / KeyError."""
+    with pytest.raises(VyreError, match="Fix:") as e:
+        call()
+    assert fragment in str(e.value)
+
+
+def test_the_comparison_helpers_compare_ints_of_two_types_by_value():
+    assert mismatches(np.int32([1, 2, -3]), np.int64([1, 3, -3])).tolist() == [1]
+    assert mismatches(np.float32([np.nan, 1.0]), np.float32([np.nan, np.nextafter(1, 2, dtype=np.float32)]),
+                      ulp=1).tolist() == []

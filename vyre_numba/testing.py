@@ -10,6 +10,10 @@ import os
 
 import numpy as np
 
+from .errors import INTEGERS, ArgumentError, shown
+
+__all__ = ["ordered_bits", "mismatches"]  # and the pytest hooks, found by pytest itself
+
 
 def pytest_configure(config) -> None:
     from .progress import ENV
@@ -52,14 +56,40 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 def ordered_bits(a: np.ndarray) -> np.ndarray:
     """Float bit patterns mapped to integers that order like the floats (for ULP distances)."""
-    bits = {2: np.int16, 4: np.int32, 8: np.int64}[a.dtype.itemsize]
+    if not isinstance(a, np.ndarray) or a.dtype.kind != "f" or a.dtype.itemsize not in _SIGNED:
+        raise ArgumentError(f"ordered_bits takes a float16, float32 or float64 array, not {_what(a)}. Fix: pass "
+                            "a float array (bf16 bits widened with ir.bf16_bits_to_f32 first).")
+    bits = _SIGNED[a.dtype.itemsize]
     i = a.view(bits).astype(np.int64)
     return np.where(i < 0, np.int64(np.iinfo(bits).min) - i, i)
 
 
+_SIGNED = {2: np.int16, 4: np.int32, 8: np.int64}
+
+
+def _what(a) -> str:
+    return f"a {a.dtype} array" if isinstance(a, np.ndarray) else f"a {type(a).__name__}"
+
+
 def mismatches(got: np.ndarray, expected: np.ndarray, *, ulp: int = 0, bf16: bool = False) -> np.ndarray:
     """Indices where `got` differs from `expected`: integers exactly; floats bit for bit (or within
-    `ulp` units in the last place), every NaN equal to every NaN. bf16 arrays hold raw uint16 bits."""
+    `ulp` units in the last place), every NaN equal to every NaN. bf16 arrays hold raw uint16 bits.
+    Floats compare only with floats of their width (bits of different widths are not comparable),
+    and AssertionError says the shapes differ."""
+    for name, a in (("got", got), ("expected", expected)):
+        if not isinstance(a, np.ndarray) or a.dtype.kind not in "biuf":
+            raise ArgumentError(f"mismatches: {name} is {_what(a)}. Fix: pass NumPy arrays of numbers "
+                                "(np.asarray(x), x.copy_to_host() for a device array).")
+    if isinstance(ulp, (bool, np.bool_)) or not isinstance(ulp, INTEGERS) or ulp < 0:
+        raise ArgumentError(f"mismatches: ulp={shown(ulp)} is not a count of units in the last place. Fix: pass an "
+                            "int >= 0 (0: bit for bit).")
+    if bf16 and not (got.dtype == expected.dtype == np.uint16):
+        raise ArgumentError(f"mismatches: bf16=True takes the raw bits as uint16 arrays, not {got.dtype} and "
+                            f"{expected.dtype}. Fix: pass the bf16 buffers' uint16 bits, or bf16=False for floats.")
+    if not bf16 and "f" in (got.dtype.kind + expected.dtype.kind) and got.dtype != expected.dtype:
+        raise ArgumentError(f"mismatches: got is {got.dtype} and expected {expected.dtype}; float bits compare only "
+                            "within one type. Fix: convert one to the other's type (expected.astype(got.dtype)) "
+                            "where that is the comparison meant.")
     if got.shape != expected.shape:
         raise AssertionError(f"shape {got.shape} != expected {expected.shape}")
     if bf16:
@@ -74,3 +104,8 @@ def mismatches(got: np.ndarray, expected: np.ndarray, *, ulp: int = 0, bf16: boo
         dist = dist >> 16
     bad = (dist > ulp) & ~(nan_g & nan_e) | (nan_g != nan_e)
     return np.flatnonzero(bad)
+
+
+from .errors import check_calls as _check_calls  # noqa: E402
+
+_check_calls(globals(), __all__)

@@ -8,6 +8,8 @@ import numpy as np
 
 from .errors import INTEGERS, DispatchError
 
+__all__ = ["unique", "count_distinct", "unique_rows", "index_of", "inserted"]
+
 INTEGER_KINDS = "biu"  # bool, signed and unsigned ints: what sorts and compares exactly
 
 
@@ -23,7 +25,7 @@ def _integers(a, where: str, what: str = "values") -> np.ndarray:
                             "Fix: pass a NumPy integer array (or equal-length lists of ints).") from None
     if arr.size == 0 and arr.dtype.kind == "f" and not isinstance(a, np.ndarray):  # [] reads as float64
         return arr.astype(np.int64)
-    if arr.dtype.kind not in INTEGER_KINDS and arr.size:
+    if arr.dtype.kind not in INTEGER_KINDS and (arr.size or isinstance(a, np.ndarray)):  # an empty float array too
         ints = _python_ints(a, arr)
         if ints is not None:
             lo, hi = ints
@@ -158,6 +160,9 @@ def inserted(a: np.ndarray, at: np.ndarray, values: np.ndarray) -> np.ndarray:
     if at.size and (int(at.min()) < 0 or int(at.max()) > a.size or np.any(at[1:] < at[:-1])):
         raise DispatchError(f"inserted: the places must ascend within 0..{a.size} (the array's length). Fix: "
                             "pass np.searchsorted(a, values) of ascending values, or np.insert for other places.")
+    if values.size and (values.dtype.kind == "b") != (a.dtype.kind == "b"):
+        raise DispatchError(f"inserted: the values are {values.dtype} and the array {a.dtype}; a bool is not a number "
+                            "here. Fix: pass values of the array's type (x.astype(a.dtype) where 0 and 1 are meant).")
     if values.size and not np.can_cast(values.dtype, a.dtype):
         lo, hi = (np.iinfo(a.dtype).min, np.iinfo(a.dtype).max) if a.dtype.kind in "iu" else (0, 1)
         if int(values.min()) < lo or int(values.max()) > hi:
@@ -178,3 +183,8 @@ def _inserted(a: np.ndarray, at: np.ndarray, values: np.ndarray) -> np.ndarray:
     out[put] = values
     out[rest] = a
     return out
+
+
+from .errors import check_calls as _check_calls  # noqa: E402
+
+_check_calls(globals(), __all__)

@@ -410,6 +410,8 @@ def test_operation_mistakes_raise_with_a_fix(operation, match):
     ("u32 x", "u32 y", "x & -1", "literal -1 cannot be a u32"),
     ("i32 x", "i32 y", "x ^ (1 << 31)", "literal 2147483648 cannot be a i32"),
     ("u64 x", "u64 y", "x + (3 << 63 | 1)", "literal 27670116110564327425 cannot be a u64"),
+    ("bool a", "bool o", "a == 2", "literal 2 cannot be a bool(.|\n)*Fix: write True or False"),  # was ValueError
+    ("bool a", "bool o", "select(a, True, 2)", "literal 2 cannot be a bool"),
     ("u32 x", "u32 y", "x + (1 << -1)", "negative count"),
     ("u32 x", "u32 y", "x + (1 << 10**9)", "wider than 1088 bits"),
     ("f32 x", "f32 y", "x % 2", "mod is defined for integers only"),

@@ -78,6 +78,7 @@ def test_datatype_properties(name):
 
 
 def test_datatype_ranges_match_numpy():
+    assert (D.BOOL.min, D.BOOL.max) == (False, True)  # were a raw ValueError (np.finfo of its u32 storage)
     for d in D:
         if d.is_int:
             info = np.iinfo(d.storage)

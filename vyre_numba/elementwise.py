@@ -1090,6 +1090,8 @@ def _text_fix(facts, hint: str) -> str:
     kind = facts.get("problem") if facts else None
     t = facts.get("dtype") if facts else None
     if kind == "literal" and t is not None:
+        if t.is_bool:
+            return "write True or False for a bool, or compare to make one (x != 0)"
         if t.is_float:
             return f"write a literal that {t} holds (at most {t.max!r} in size), or declare a wider float type"
         return f"write a literal that {t} holds ({t.min} to {t.max}), or declare a wider type"

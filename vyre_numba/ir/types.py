@@ -72,7 +72,9 @@ class DataType(enum.Enum):
 
     @property
     def min(self) -> int | float:
-        """Smallest value (integers) or most negative finite value (floats)."""
+        """Smallest value (integers; False for bool) or most negative finite value (floats)."""
+        if self.is_bool:
+            return False
         if self.is_int:
             return -(1 << (self.bits - 1)) if self.is_signed else 0
         if self is DataType.BF16:
@@ -81,7 +83,9 @@ class DataType(enum.Enum):
 
     @property
     def max(self) -> int | float:
-        """Largest value (integers) or largest finite value (floats)."""
+        """Largest value (integers; True for bool) or largest finite value (floats)."""
+        if self.is_bool:
+            return True
         if self.is_int:
             return (1 << (self.bits - 1)) - 1 if self.is_signed else (1 << self.bits) - 1
         if self is DataType.BF16:

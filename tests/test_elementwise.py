@@ -784,6 +784,7 @@ def test_parameter_names_the_kernel_cannot_take_are_refused_with_their_reason(na
 
 @pytest.mark.parametrize("name, match", [
     ("_", r"name='_' is not one PTX can give a kernel"), ("WARP_SZ", r"name='WARP_SZ' is not one PTX can give"),
+    ("vyre_math_exp_f32", r"name='vyre_math_exp_f32' begins with vyre_"),
     ("λ", "name='λ' is not ASCII"), ("ﬁx", r"name='ﬁx' is not ASCII \(Python reads it as 'fix'\)"),
     ("a-b", "name='a-b' is not an identifier"), (None, "name=None is a NoneType, not a str"),
 ])

@@ -303,6 +303,8 @@ def test_a_missing_buffer_is_a_key_error_and_a_vyre_error():
     ([ir.BufferDecl(["a"], 0, "read_only", "f32")], "main", "not an identifier"),
     ([], "_", "not one PTX can give a kernel"),
     ([], "WARP_SZ", "not one PTX can give a kernel"),
+    ([], "vyre_math_sin_f32", "begins with vyre_, which names the functions the kernels link"),  # a red-team:
+    ([], "vyre_grid_barrier", "Fix: choose another name, e.g. 'grid_barrier'"),  # it failed in assembly
 ])
 def test_names_nothing_downstream_can_take_are_reported_by_validate(buffers, name, fragment):
     p = ir.Program(buffers, 1, [], name=name)

@@ -571,6 +571,10 @@ def validate(program: Program) -> Diagnostics:
     elif program.name in _PTX_NAMES_TAKEN:
         err("program", f"program name {shown(program.name)} is not one PTX can give a kernel (a lone _ or a name "
                        "PTX predefines). Fix: choose another name, e.g. 'main'.")
+    elif program.name.startswith("vyre_"):
+        err("program", f"program name {shown(program.name)} begins with vyre_, which names the functions the "
+                       "kernels link (vyre_math_sin_f32, vyre_grid_barrier, ...). Fix: choose another name, e.g. "
+                       f"{program.name.removeprefix('vyre_') or 'main'!r}.")
     _check_buffers(program, err)
     ws = program.workgroup_size
     total = ws[0] * ws[1] * ws[2]

@@ -410,6 +410,8 @@ def test_operation_mistakes_raise_with_a_fix(operation, match):
     ("u32 x", "u32 y", "x & -1", "literal -1 cannot be a u32"),
     ("i32 x", "i32 y", "x ^ (1 << 31)", "literal 2147483648 cannot be a i32"),
     ("u64 x", "u64 y", "x + (3 << 63 | 1)", "literal 27670116110564327425 cannot be a u64"),
+    ("f32 a", "f32 o", "a * 1e400", "the literal 1e400 is past every float type(.|\n)*Fix: write inf for an infinity"),
+    ("i32 a", "i32 o", "a + inf", "literal inf cannot be a i32"),
     ("bool a", "bool o", "a == 2", "literal 2 cannot be a bool(.|\n)*Fix: write True or False"),  # was ValueError
     ("bool a", "bool o", "select(a, True, 2)", "literal 2 cannot be a bool"),
     ("u32 x", "u32 y", "x + (1 << -1)", "negative count"),
@@ -971,3 +973,13 @@ def test_python_ints_past_64_bits_bind_where_the_type_holds_them_exactly():
 def test_arrays_of_other_kinds_get_a_fix_for_their_kind(array, fix):
     k = elementwise("f32 a, f32 x", "f32 y", "a + x")
     one_fix(raises(DispatchError, k, array, np.zeros(1, np.float32), backend=R, match=f"holds .*Fix: .*{fix}"))
+
+
+def test_inf_and_nan_are_float_literals_unless_the_operation_names_them():
+    """Regression (a red-team): `a * 1e400` silently multiplied by an infinity (Python reads the
+    literal as one), and an infinity had no spelling but that."""
+    x = np.array([1.5, -2.0, np.nan], np.float32)
+    got = elementwise("f32 a", "f32 o", "o = select(isnan(a), -inf, min(a, inf) * 0 + nan)")(x, backend=R)
+    assert np.isnan(got[:2]).all() and got[2] == -np.inf
+    assert elementwise("f32 a, f32 inf", "f32 o", "a + inf")(x, np.float32(1), backend=R)[0] == 2.5  # an input
+    assert elementwise("f32 a", "f32 o", "nan = a * 2; o = nan")(x, backend=R)[1] == -4.0  # a temporary

@@ -18,7 +18,9 @@ The operation string
   (``"a + b, a - b"``), or assignments separated by ``;`` or new lines
   (``"t = a * b; s = t + c; d = t - c"``): every output is assigned, other names are temporaries.
 - Names: the inputs, temporaries and outputs assigned before; numbers (weak literals, typed by
-  their context as in the IR: ``x * 2`` on f32 multiplies by 2.0f), ``True`` and ``False``. A
+  their context as in the IR: ``x * 2`` on f32 multiplies by 2.0f), ``True`` and ``False``, ``inf``
+  and ``nan`` (float literals, unless an input or temporary takes the name; a literal past f64's
+  range, such as ``1e400``, is refused rather than read as an infinity). A
   temporary may be any Python identifier (``λ``, ``_``), read in NFKC form as Python reads it (``ﬁ`` is
   ``fi``); inputs, outputs and the kernel's ``name`` name PTX symbols, so they are ASCII identifiers.
 - Operators with the IR's semantics (C-like, as CuPy's C operations): ``+ - * /`` (``/`` truncates
@@ -89,6 +91,7 @@ from __future__ import annotations
 
 import ast
 import keyword
+import math
 import numbers
 import re
 import textwrap
@@ -310,6 +313,10 @@ class _Translator:
             case ast.Name(id=name):
                 return self.name(node, name)
             case ast.Constant(value=v):
+                if isinstance(v, float) and math.isinf(v):  # Python read a literal past f64 as an infinity
+                    raise self.fail(node, f"the literal {ast.get_source_segment(self.source, node)} is past every float type (f64's "
+                                          f"largest finite is {DataType.F64.max!r})",
+                                    "write inf for an infinity, or a finite literal")
                 if isinstance(v, bool) or (isinstance(v, (int, float)) and not isinstance(v, complex)):
                     return ir.lit(v)
                 raise self.fail(node, f"the constant {shown(v)} is not a number", "use int, float, True or False "
@@ -389,6 +396,8 @@ class _Translator:
             return hit
         if name in FUNCTIONS:
             raise self.fail(node, f"the function {self.said(node)} is used without a call", f"call it: {name}(...)")
+        if name in _FLOAT_NAMES:  # after the inputs and assigned names, which may take these names
+            return ir.lit(_FLOAT_NAMES[name])
         if name in self.outputs:
             raise self.fail(node, f"the output {self.said(node)} is read before it is assigned",
                             f"assign it first ('{name} = ...'); outputs start with no value")
@@ -476,6 +485,8 @@ class _Translator:
 _FOLDED = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
            ast.BitAnd: lambda a, b: a & b, ast.BitOr: lambda a, b: a | b, ast.BitXor: lambda a, b: a ^ b}
 
+
+_FLOAT_NAMES = {"inf": math.inf, "nan": math.nan}  # float literals by name, in the operation's float type
 
 _FOLD_BITS = 1088  # past f64's largest finite (under 2**1024), so past every type: refused, not built
 

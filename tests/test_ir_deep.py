@@ -83,3 +83,29 @@ def test_past_the_depth_limit_construction_says_so():
     with pytest.raises(IRValidationError, match="levels deep.*Fix:"):
         for _ in range(ir.MAX_DEPTH + 1):
             stmt = ir.block(stmt)
+
+
+def test_deep_steps_fuse_and_run_as_a_megakernel():
+    """Regression (a red-team): fusion and the megakernel's plan recursed once per nesting level
+    (a RecursionError past about 450 nested ifs), and a fused sequence's dead-store pass walked
+    every nested if once per level above it (minutes at 10,000)."""
+    import numpy as np
+
+    import vyre_numba as vn
+
+    be = vn.get_backend("reference")
+    i = ir.var("i")
+    body = [ir.store("o", i, ir.load("t", i) * 2)]
+    for k in range(DEPTH):
+        body = [ir.if_(i < ir.u32(DEPTH + 64 - k), body)]
+    s0 = ir.Program([B.read("a", 0, "u32"), B.output("t", 1, "u32")], 64,
+                    [ir.let("i", ir.gid(0)), ir.store("t", i, ir.load("a", i) + 1)], name="s0")
+    s1 = ir.Program([B.read("t", 0, "u32"), B.output("o", 1, "u32")], 64, [ir.let("i", ir.gid(0))] + body,
+                    name="s1")
+    a, t, o = be.upload(np.arange(64, dtype=np.uint32)), be.empty(64, np.uint32), be.empty(64, np.uint32)
+    want = (np.arange(64, dtype=np.uint32) + 1) * 2
+    (got,) = be.dispatch_sequence([(s0, [a, t]), (s1, [t, o])], read=[(o,)], fuse=True, progress=False)
+    assert np.array_equal(got, want)
+    be.write(o, np.zeros(64, np.uint32))
+    with be.megakernel([(s0, [a, t]), (s1, [t, o])], read=[(o,)]) as mk:
+        assert np.array_equal(mk.run().outputs[0], want)

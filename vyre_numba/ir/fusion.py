@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from . import nodes as n
 from .optimizer import _bodies, _exprs, _rebuild, _transform, _with_bodies, _with_exprs
 from .program import Access, BufferDecl, Program, Role, walk
+from .recursion import drive
 from .types import DataType
 
 OWN = n.Builtin("invocation_id", 0)
@@ -217,6 +218,25 @@ def fuse_group(shapes: list[StepShape], group: list[int], scratch: set) -> tuple
     return program, list(decls)
 
 
+def map_statements(stmts, each) -> list[n.Node]:
+    """`each(s)` of every statement (None drops it), the bodies of what it returns mapped the same
+    way, at any depth (an explicit stack: deep IR never meets the recursion limit)."""
+    def block(stmts):
+        out = []
+        for s in stmts:
+            t = each(s)
+            if t is None:
+                continue
+            if _bodies(t):
+                bodies = []
+                for b in _bodies(t):
+                    bodies.append(tuple((yield block(b))))
+                t = _with_bodies(t, bodies)
+            out.append(t)
+        return out
+    return drive(block(stmts))
+
+
 def _rename(stmts, buffers: dict[str, str], own: set[str], prefix: str) -> list[n.Node]:
     """The statements with buffers renamed, own-index variables read as INDEX (their lets
     dropped) and every other variable prefixed."""
@@ -234,24 +254,21 @@ def _rename(stmts, buffers: dict[str, str], own: set[str], prefix: str) -> list[
             return _rebuild(x, kids)
         return _transform(e, node)
 
-    out = []
-    for s in stmts:
+    def one(s):
         if isinstance(s, n.Let) and s.name in own:
-            continue
+            return None
         t = _with_exprs(s, [expr(e) for e in _exprs(s)])
         match t:
             case n.Let(name=v, value=e):
-                t = n.Let(prefix + v, e)
+                return n.Let(prefix + v, e)
             case n.Assign(name=v, value=e):
-                t = n.Assign(prefix + v, e)
+                return n.Assign(prefix + v, e)
             case n.Store(buffer=b, index=i, value=e):
-                t = n.Store(buffers.get(b, b), i, e)
+                return n.Store(buffers.get(b, b), i, e)
             case n.Loop(var=v, start=a, end=b, body=body):
-                t = n.Loop(prefix + v, a, b, body)
-        if _bodies(t):
-            t = _with_bodies(t, [tuple(_rename(b, buffers, own, prefix)) for b in _bodies(t)])
-        out.append(t)
-    return out
+                return n.Loop(prefix + v, a, b, body)
+        return t
+    return map_statements(stmts, one)
 
 
 def _atomic_on(body, name: str) -> bool:
@@ -273,7 +290,7 @@ def _forward(body: list[n.Node], name: str, dtype: DataType) -> tuple[list[n.Nod
             return _rebuild(x, kids)
         return _transform(e, node)
 
-    def block(stmts, written: bool) -> tuple[list[n.Node], bool]:
+    def block(stmts, written: bool):  # a walk for drive: (statements, whether every path wrote it)
         out = []
         for s in stmts:
             t = _with_exprs(s, [expr(e, written) for e in _exprs(s)])
@@ -282,19 +299,19 @@ def _forward(body: list[n.Node], name: str, dtype: DataType) -> tuple[list[n.Nod
                 written = True
                 continue
             if isinstance(t, n.If):
-                then, w1 = block(t.then, written)
-                other, w2 = block(t.otherwise, written)
+                then, w1 = yield block(t.then, written)
+                other, w2 = yield block(t.otherwise, written)
                 t, written = n.If(t.cond, tuple(then), tuple(other)), w1 and w2
             elif isinstance(t, n.Loop):
-                inner, _ = block(t.body, written)
+                inner, _ = yield block(t.body, written)
                 t = n.Loop(t.var, t.start, t.end, tuple(inner))
             elif isinstance(t, n.Block):
-                inner, written = block(t.body, written)
+                inner, written = yield block(t.body, written)
                 t = n.Block(tuple(inner))
             out.append(t)
         return out, written
 
-    out, _ = block(body[1:], False)
+    out, _ = drive(block(body[1:], False))
     return [body[0], n.Let(reg, n.lit(False if dtype is DataType.BOOL else 0, dtype))] + out, early[0]
 
 
@@ -307,10 +324,7 @@ def _specialize(s: n.Node, sizes: dict[str, int]) -> n.Node:
             return _rebuild(x, kids)
         return _transform(e, node)
 
-    t = _with_exprs(s, [expr(e) for e in _exprs(s)])
-    if _bodies(t):
-        t = _with_bodies(t, [tuple(_specialize(c, sizes) for c in b) for b in _bodies(t)])
-    return t
+    return map_statements([s], lambda t: _with_exprs(t, [expr(e) for e in _exprs(t)]))[0]
 
 
 def _merge_guards(stmts: list[n.Node]) -> list[n.Node]:
@@ -363,12 +377,27 @@ def _guarded(body: list[n.Node], name: str, size: int) -> bool:
 def _dead_stores(stmts: list[n.Node]) -> list[n.Node]:
     """Drop a store of buf[_i] that a later store of buf[_i] in the same block overwrites with
     nothing in between reading buf (an output's zeroing, then the step's own store)."""
+    return drive(_dead_stores_in(stmts))[0]
+
+
+def _reads(nodes) -> set[str]:
+    return {x.buffer for x in walk(nodes) if isinstance(x, (n.Load, n.Atomic, n.BufLen))}
+
+
+def _dead_stores_in(stmts):
+    """A walk for drive: (the statements without their dead stores, the buffers they read); an if's
+    reads are its branches' (returned up, so nested ifs are walked once, not once per level)."""
     out: list = []
     pending: dict[str, int] = {}
+    read: set[str] = set()
     for s in stmts:
         if isinstance(s, n.If):
-            s = n.If(s.cond, tuple(_dead_stores(list(s.then))), tuple(_dead_stores(list(s.otherwise))))
-        reads = {x.buffer for x in walk((s,)) if isinstance(x, (n.Load, n.Atomic, n.BufLen))}
+            then, r1 = yield _dead_stores_in(list(s.then))
+            other, r2 = yield _dead_stores_in(list(s.otherwise))
+            s, reads = n.If(s.cond, tuple(then), tuple(other)), r1 | r2 | _reads((s.cond,))
+        else:
+            reads = _reads((s,))
+        read |= reads
         for b in reads:
             pending.pop(b, None)
         if isinstance(s, n.Store) and isinstance(s.index, n.Var) and s.index.name == INDEX:
@@ -380,4 +409,4 @@ def _dead_stores(stmts: list[n.Node]) -> list[n.Node]:
         elif not isinstance(s, (n.Let, n.Assign)):
             pending.clear()  # a nested or other statement may store conditionally: keep what came before
         out.append(s)
-    return [s for s in out if s is not None]
+    return [s for s in out if s is not None], read

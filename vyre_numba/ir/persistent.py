@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import nodes as n
-from .fusion import StepShape, fuse_group, _rename
-from .optimizer import _bodies, _exprs, _rebuild, _transform, _with_bodies, _with_exprs
+from .fusion import StepShape, fuse_group, map_statements, _rename
+from .optimizer import _exprs, _rebuild, _transform, _with_exprs
 from .program import Access, BufferDecl, Program, Role, walk
 from .types import DataType
 
@@ -202,10 +202,4 @@ def _at(stmts, idx: str, wg: int, invocations: int) -> list[n.Node]:
             return _rebuild(x, kids)
         return _transform(e, node)
 
-    out = []
-    for s in stmts:
-        t = _with_exprs(s, [expr(e) for e in _exprs(s)])
-        if _bodies(t):
-            t = _with_bodies(t, [tuple(_at(b, idx, wg, invocations)) for b in _bodies(t)])
-        out.append(t)
-    return out
+    return map_statements(stmts, lambda s: _with_exprs(s, [expr(e) for e in _exprs(s)]))

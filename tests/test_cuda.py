@@ -411,3 +411,54 @@ def test_auto_workgroup_picks_the_best_occupancy_and_keeps_results(cuda_backend,
             assert mismatches(g, r).size == 0
     assert picks["auto_heavy"][1] > picks["auto_light"][1], picks  # the two really differ in register pressure
     assert cuda_backend.auto_workgroup(shaped) == shaped.workgroup_size
+
+
+def _counters():
+    """Programs whose invocations past the largest output write or not (a red-team: an unguarded
+    atomic counter counted the launch, whose size "auto" changed)."""
+    B, i = ir.BufferDecl, ir.var("i")
+    return {
+        "unguarded counter": (ir.Program([B.read_write("c", 0, "u32", count=1)], 64,
+                                         [ir.let("old", ir.atomic_add("c", 0, 1))], name="count_all"), True),
+        "guarded by an input": (ir.Program([B.read("x", 0, "u32"), B.read_write("c", 1, "u32", count=4)], 64,
+                                           [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("x"), [
+                                               ir.let("o", ir.atomic_add("c", ir.load("x", i) % 4, 1))])],
+                                           name="histogram_past"), True),
+        "store past its own index": (ir.Program([B.read("x", 0, "u32"), B.output("y", 1, "u32")], 64,
+                                                [ir.let("i", ir.gid(0)), ir.store("y", i + 1, ir.load("x", i))],
+                                                name="shift_store"), True),
+        "guarded by the output": (ir.Program([B.read("x", 0, "u32"), B.read_write("c", 1, "u32")], 64,
+                                             [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("c"), [
+                                                 ir.let("o", ir.atomic_add("c", ir.load("x", i) % 4, 1))])],
+                                             name="histogram"), False),
+        "returned past the output": (ir.Program([B.read("x", 0, "u32"), B.read_write("c", 1, "u32")], 64,
+                                                [ir.let("i", ir.gid(0)), ir.if_(i >= ir.buf_len("c"), [ir.return_()]),
+                                                 ir.let("o", ir.atomic_add("c", ir.load("x", i) % 4, 1))],
+                                                name="histogram_return"), False),
+        "stores at its own index": (ir.Program([B.read("x", 0, "u32"), B.output("y", 1, "u32")], 64,
+                                               [ir.store("y", ir.gid(0), ir.load("x", ir.gid(0)) * 2)],
+                                               name="double"), False),
+    }
+
+
+@pytest.mark.parametrize("case", list(_counters()))
+def test_programs_whose_invocations_past_the_end_write_keep_their_workgroup(case):
+    from vyre_numba.gpu.backend import _shape_dependent
+
+    program, dependent = _counters()[case]
+    assert _shape_dependent(program) is dependent
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", list(_counters()))
+@pytest.mark.parametrize("config", [DispatchConfig(workgroup="auto"), DispatchConfig(workgroup="tune"),
+                                    DispatchConfig(workgroup="auto", grid=3)])
+def test_auto_and_tuned_workgroups_give_the_references_counts(cuda_backend, ref, case, config):
+    program, _ = _counters()[case]
+    x = np.arange(1000, dtype=np.uint32)
+    inputs = [np.zeros(1, np.uint32)] if case == "unguarded counter" else \
+        [x, np.zeros(4, np.uint32)] if case == "guarded by an input" else [x] if "store" in case else [x, np.zeros(700, np.uint32)]
+    want = ref.dispatch(program, inputs, config)
+    got = cuda_backend.dispatch(program, inputs, config)
+    for g, w in zip(got, want):
+        assert np.array_equal(g, w), (case, g[:8], w[:8])

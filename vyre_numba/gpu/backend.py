@@ -299,7 +299,9 @@ class CudaBackend(Backend):
         """`config` checked, with "auto" and "tune" replaced by the workgroup they choose (a tuned one
         for the size of `inputs` and `sizes`, the dispatch's buffers)."""
         config = check_config(config)
-        if config.workgroup == "auto":
+        if config.workgroup in ("auto", "tune") and config.grid is not None:  # the grid counts declared workgroups
+            config = dataclasses.replace(config, workgroup=program.workgroup_size)
+        elif config.workgroup == "auto":
             config = dataclasses.replace(config, workgroup=self.auto_workgroup(program))
         elif config.workgroup == "tune":
             largest = _largest_input(inputs, sizes)
@@ -816,6 +818,9 @@ _DOWNLOAD = type("_Decl", (), {"name": "buffer"})()
 
 
 def _shape_dependent(program: Program) -> bool:
+    """Whether the program's results may depend on its workgroup size: it reads ids other than the
+    invocation's, synchronises or shares within a workgroup, or an invocation past the largest
+    output (whose number depends on the size, the launch being whole workgroups) may write."""
     from .. import ir
 
     if any(b.is_shared for b in program.buffers):
@@ -825,7 +830,53 @@ def _shape_dependent(program: Program) -> bool:
             return True
         if isinstance(x, (ir.Barrier, ir.SubgroupAdd, ir.SubgroupBallot, ir.SubgroupShuffle)):
             return True
+    return _writes_past_the_end(program)
+
+
+def _writes_past_the_end(program: Program) -> bool:
+    """Whether an invocation past the largest output may store or update an atomic: a write not
+    at the invocation's own index, outside `if id < buf_len(output)` (or after
+    `if id >= buf_len(output): return`). Such an invocation's store at its own index lies past
+    every output, so it is dropped whatever the launch."""
+    from .. import ir
+    from ..ir.optimizer import _bodies, _exprs
+
+    nodes = list(ir.walk(program.entry))
+    bound = {x.name for x in nodes if isinstance(x, ir.Let) and _own_id(x.value, ())}
+    bound -= {x.name for x in nodes if isinstance(x, ir.Assign) or isinstance(x, ir.Let) and not _own_id(x.value, ())}
+    bound -= {x.var for x in nodes if isinstance(x, ir.Loop)}
+    outputs = {b.name for b in program.outputs}
+
+    def guard(c, op: str, flipped: str) -> bool:
+        return isinstance(c, ir.BinOp) and (
+            c.op == op and _own_id(c.a, bound) and isinstance(c.b, ir.BufLen) and c.b.buffer in outputs or
+            c.op == flipped and _own_id(c.b, bound) and isinstance(c.a, ir.BufLen) and c.a.buffer in outputs)
+
+    stack = [(list(program.entry), False)]
+    while stack:
+        stmts, safe = stack.pop()
+        for s in stmts:
+            if safe:
+                break
+            if isinstance(s, ir.Store) and not _own_id(s.index, bound):
+                return True
+            if any(isinstance(x, ir.Atomic) and not _own_id(x.index, bound) for e in _exprs(s) for x in ir.walk((e,))):
+                return True
+            if isinstance(s, ir.If) and guard(s.cond, "ge", "le") and s.then and isinstance(s.then[-1], ir.Return) \
+                    and not s.otherwise:
+                safe = True  # what follows runs only below the output's end
+            inner = guard(s.cond, "lt", "gt") if isinstance(s, ir.If) else False
+            for k, body in enumerate(_bodies(s)):
+                stack.append((list(body), inner and k == 0))
     return False
+
+
+def _own_id(e, names) -> bool:
+    """Whether `e` is the invocation's x id (or a variable bound to it once and never changed)."""
+    from .. import ir
+
+    return (isinstance(e, ir.Builtin) and e.name == "invocation_id" and e.axis == 0) or \
+        (isinstance(e, ir.Var) and e.name in names)
 
 
 def _repeat(inputs, names: list[str], key: tuple) -> dict[str, np.ndarray] | None:

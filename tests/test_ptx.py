@@ -259,6 +259,27 @@ def test_unknown_target_and_old_assemble_target():
         ptx.assemble(ptx.emit(p, sm=70), sm=70)
 
 
+def test_assembling_for_an_sm_below_the_ptx_target_says_which_to_use():
+    """Regression (a red-team): it said to correct the PTX or report an emitter bug."""
+    p = ir.Program([ir.BufferDecl.output("o", 0, "u32")], 64, [ir.store("o", ir.gid(0), 1)])
+    with pytest.raises(CompileError, match=r"targets sm_90, past sm_80\. Fix: assemble with sm=90 or higher"):
+        ptx.assemble(ptx.emit(p, sm=90), sm=80)
+    assert ptx.assemble(ptx.emit(p, sm=110), sm=110)  # CUDA 13's name for sm_101
+
+
+def test_an_sm_the_linker_does_not_know_is_said_so(monkeypatch):
+    import cuda.core
+
+    def unsupported(*objs, options=None):
+        raise RuntimeError("ERROR_UNSUPPORTED_ARCH (17)")  # what CUDA 13's nvJitLink answers for sm_101
+
+    monkeypatch.setattr(cuda.core, "Linker", unsupported)
+    p = ir.Program([ir.BufferDecl.output("o", 0, "u32")], 64, [ir.store("o", ir.gid(0), 1)])
+    with pytest.raises(CompileError, match=r"does not know sm_101 .CUDA 13 renamed sm_101 to sm_110.\. Fix: "
+                                           r"assemble for an sm it knows"):
+        ptx.assemble(ptx.emit(p, sm=101), sm=101)
+
+
 @pytest.mark.parametrize("options", [
     {"workgroup": 0}, {"workgroup": (64,)}, {"workgroup": (0, 1, 1)}, {"workgroup": (True, 1, 1)},
     {"workgroup": "bogus"}, {"workgroup": {64, 1}}, {"cooperative": "yes"}, {"optimize": "no"},

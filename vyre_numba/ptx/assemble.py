@@ -89,6 +89,16 @@ def assemble(ptx_sources: str | Sequence[str], *, sm: int) -> bytes:
                     log += "\n" + extra
             except Exception:
                 pass
+        if "UNSUPPORTED_ARCH" in log:
+            raise CompileError(f"nvJitLink failed to assemble PTX for sm_{sm}:\n{log.strip()}\nThis nvJitLink does "
+                               f"not know sm_{sm} (CUDA 13 renamed sm_101 to sm_110). Fix: assemble for an sm it knows "
+                               "(the GPU's own: vyre_numba.get_backend('cuda').caps.sm), or install the nvJitLink of "
+                               "a CUDA that has it.") from e
+        target = re.search(r"\.target\s+sm_(\d+)", "".join(sources))
+        if target and int(target.group(1)) > sm:
+            raise CompileError(f"nvJitLink failed to assemble PTX for sm_{sm}:\n{log.strip()}\nThe PTX targets "
+                               f"sm_{target.group(1)}, past sm_{sm}. Fix: assemble with sm={target.group(1)} or "
+                               f"higher, or emit the PTX for sm_{sm} (program.ptx({sm})).") from e
         quoted = _quote(log, sources, names)
         where = f"\nOffending PTX:\n{quoted}" if quoted else ""
         fix = "correct the PTX at the quoted line" if quoted else ("pass a whole PTX module (.version, .target and "

@@ -45,7 +45,7 @@ from . import templates
 
 # Lowest PTX ISA that knows each target (everything the emitter writes exists in all of them).
 PTX_VERSION = {70: "6.0", 72: "6.1", 75: "6.3", 80: "7.0", 86: "7.1", 87: "7.4", 89: "7.8",
-               90: "7.8", 100: "8.6", 101: "8.6", 103: "8.8", 120: "8.7", 121: "8.8"}
+               90: "7.8", 100: "8.6", 101: "8.6", 103: "8.8", 110: "9.0", 120: "8.7", 121: "8.8"}
 
 # Register class of each type, and the banks: prefix and PTX register type.
 RCLASS = {D.BOOL: "pred", D.F16: "f32", D.BF16: "f32", D.F32: "f32", D.F64: "f64",

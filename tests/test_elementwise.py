@@ -983,3 +983,13 @@ def test_inf_and_nan_are_float_literals_unless_the_operation_names_them():
     assert np.isnan(got[:2]).all() and got[2] == -np.inf
     assert elementwise("f32 a, f32 inf", "f32 o", "a + inf")(x, np.float32(1), backend=R)[0] == 2.5  # an input
     assert elementwise("f32 a", "f32 o", "nan = a * 2; o = nan")(x, backend=R)[1] == -4.0  # a temporary
+
+
+@pytest.mark.parametrize("scalar", [1, np.int64(3)])
+def test_an_int_scalar_for_a_bf16_input_is_refused_as_ambiguous_not_as_inexact(scalar):
+    """Regression (a red-team): 1 was refused as 'not exactly a bf16 value', which it is."""
+    k = elementwise("bf16 s, bf16 x", "bf16 o", "s * x", name="kb")
+    with pytest.raises(DispatchError, match=r"is an int, which a bf16 input could read as a value or as raw bfloat16 "
+                                            r"bits\. Fix: pass \d\.0 \(a float\)"):
+        k(scalar, np.array([16256], np.uint16), backend=R)
+    assert k(float(scalar), np.array([16256], np.uint16), backend=R).tolist() == [ir.f32_to_bf16_bits(float(scalar))]

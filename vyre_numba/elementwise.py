@@ -962,6 +962,10 @@ class Elementwise:
             return as_host_array(decl, v, where)
         except DispatchError:
             v = a.value.item() if isinstance(a.value, (np.ndarray, np.generic)) else a.value
+            if dt is DataType.BF16 and isinstance(v, int) and not isinstance(v, bool):
+                raise DispatchError(f"{where}: the scalar {a.name!r} = {v} is an int, which a bf16 input could read "
+                                    f"as a value or as raw bfloat16 bits. Fix: pass {float(v)!r} (a float) for the "
+                                    "value, or np.uint16(bits) for raw bits.") from None
             why = f"is a bool, not a {dt} value" if isinstance(v, bool) else f"is not exactly a {dt} value"
             raise DispatchError(f"{where}: the scalar {a.name!r} = {shown(v)} {why}. Fix: {_scalar_fix(v, dt)}, or "
                                 f"declare {a.name!r} with a type that holds it.") from None

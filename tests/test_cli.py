@@ -352,6 +352,32 @@ def test_debug_variable_shows_the_traceback_of_a_bug(saxpy_json, saxpy_inputs, t
     assert err.strip().splitlines()[-1].startswith("error: internal error")
 
 
+@pytest.mark.parametrize("value, shown, warned", [("false", False, False), ("OFF", False, False), ("no", False, False),
+                                                   ("0", False, False), ("yes", True, False), ("maybe", True, True)])
+def test_the_debug_variable_reads_false_as_off(saxpy_json, saxpy_inputs, tmp_path, capsys, monkeypatch, value, shown,
+                                              warned):
+    """Regression (a red-team): anything but '' and '0' turned tracebacks on, 'false' too."""
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setenv("VYRE_NUMBA_DEBUG", value)
+    monkeypatch.setattr(get_backend("reference"), "dispatch", broken)
+    assert main(["run", str(saxpy_json), "--out", str(tmp_path / "o"), "--backend", "reference", *saxpy_inputs]) == 1
+    err = capsys.readouterr().err
+    assert ("Traceback" in err) is shown and ("is not a setting; read as on" in err) is warned
+
+
+def test_info_says_a_reference_backend_with_a_bad_setting_is_unusable(capsys, monkeypatch):
+    """Regression (a red-team): info said 'available' and named it the default, while get_backend
+    refused it."""
+    monkeypatch.setenv("VYRE_NUMBA_REFERENCE_MEMORY", "abc")
+    monkeypatch.setattr("vyre_numba.registry._INSTANCES", {})
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "reference  unavailable: $VYRE_NUMBA_REFERENCE_MEMORY='abc' is not a whole positive" in out
+    assert "default backend: none usable" in out or "default backend: cuda" in out
+
+
 @pytest.mark.parametrize("cubin", [False, True])
 def test_emit_writes_code_and_abi_manifest(saxpy_json, tmp_path, cubin):
     out = tmp_path / ("k.cubin" if cubin else "k.ptx")

@@ -193,12 +193,23 @@ def test_memory_budget_from_the_environment(monkeypatch):
 
 
 @pytest.mark.parametrize("env, value", [("VYRE_NUMBA_REFERENCE_MEMORY", "lots"), ("VYRE_NUMBA_REFERENCE_MEMORY", "0"),
-                                        ("VYRE_NUMBA_REFERENCE_WORK", "-5")])
+                                        ("VYRE_NUMBA_REFERENCE_WORK", "-5"),
+                                        ("VYRE_NUMBA_REFERENCE_MEMORY", "1.5"),  # was a 1-byte budget
+                                        ("VYRE_NUMBA_REFERENCE_MEMORY", "1.9K")])  # was 1945 (1945.6 cut)
 def test_bad_budgets_in_the_environment_are_refused(monkeypatch, env, value):
+    from vyre_numba.errors import SettingError
+
     monkeypatch.setenv(env, value)
-    with pytest.raises(DispatchError, match=env) as e:
+    with pytest.raises(SettingError, match=env) as e:  # a setting's error, as every environment variable's
         ReferenceBackend()
     assert_fix(str(e.value))
+
+
+def test_budgets_in_the_environment_are_read_exactly(monkeypatch):
+    monkeypatch.setenv("VYRE_NUMBA_REFERENCE_MEMORY", "9007199254740993")  # was read through a float: ...992
+    assert ReferenceBackend().memory_budget == 2**53 + 1
+    monkeypatch.setenv("VYRE_NUMBA_REFERENCE_MEMORY", "1.5K")
+    assert ReferenceBackend().memory_budget == 1536
 
 
 @pytest.mark.parametrize("kw", [{"memory_budget": 0}, {"memory_budget": 1.5}, {"work_budget": True},

@@ -97,15 +97,23 @@ def cmd_info(args: argparse.Namespace) -> int:
     for dist in ("numpy", "numba", "numba-cuda", "llvmlite", "cuda-core", "cuda-bindings", "nvidia-nvjitlink"):
         print(f"  {dist:18s} {_version(dist)}")
     print("backends:")
+    usable = []
     for name in ("cuda", "reference"):
         why = unavailable_reason(name)
+        if why is None and name == "reference":  # its settings are read as it is made: a bad one makes it unusable
+            try:
+                get_backend(name)
+            except VyreError as e:
+                why = str(e)
+        if why is None:
+            usable.append(name)
         print(f"  {name:10s} {'available' if why is None else 'unavailable: ' + _in_cli_terms(why)}")
     if unavailable_reason("cuda") is None:
         from .gpu import caps
 
         c = caps()
         print(f"GPU: {c.name}, sm_{c.sm}, {c.sm_count} SMs, cooperative launch: {c.cooperative_launch}")
-    print(f"default backend: {available_backends()[0]}")
+    print(f"default backend: {available_backends()[0] if usable else 'none usable (see above)'}")
     return EXIT_OK
 
 
@@ -749,7 +757,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _debug() -> bool:
-    return os.environ.get(DEBUG_ENV, "").strip() not in ("", "0")
+    """Whether $VYRE_NUMBA_DEBUG asks for tracebacks: 1/true/yes/on (any case); 0/false/no/off or
+    unset for none; anything else is said on stderr and read as on (a debugging aid should not
+    hide the error it was set to show)."""
+    value = os.environ.get(DEBUG_ENV, "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value not in ("1", "true", "yes", "on"):
+        print(f"warning: ${DEBUG_ENV}={value!r} is not a setting; read as on (set it to 1 or 0).", file=sys.stderr)
+    return True
 
 
 def _one_line(text: object) -> str:

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import os
 import re
+from fractions import Fraction
 from functools import partial
 from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
 
 from ..bindings import Binding
-from ..errors import INTEGERS, DispatchError, shown
+from ..errors import INTEGERS, DispatchError, SettingError, shown
 from ..ir import DataType, Program, drive, result_type
 from ..ir import nodes as n
 from ..ir.program import walk
@@ -74,11 +75,13 @@ _SCALE = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
 def _parse_amount(text: str) -> int | None:
+    """The whole positive amount `text` says ('2G', '1.5K', '1e11'), exactly; else None (a
+    fraction of a unit, such as '1.5' bytes, is no amount)."""
     match = _SIZE.match(text)
     if not match:
         return None
-    value = float(match.group(1)) * _SCALE[match.group(2).lower()]
-    return int(value) if 1 <= value < 2 ** 63 else None
+    value = Fraction(match.group(1)) * _SCALE[match.group(2).lower()]
+    return int(value) if value.denominator == 1 and 1 <= value < 2 ** 63 else None
 
 
 def _budget(value: int | None, env: str, default: int, what: str) -> int:
@@ -89,8 +92,9 @@ def _budget(value: int | None, env: str, default: int, what: str) -> int:
             return default
         parsed = _parse_amount(text)
         if parsed is None:
-            raise DispatchError(f"{env}={shown(text)} is not a positive {what}. Fix: set it to a number such as "
-                                f"{'2G or 2147483648' if env == MEMORY_ENV else '1e11'}, or unset it for the default.")
+            raise SettingError(f"${env}={shown(text)} is not a whole positive {what}. Fix: set it to a number such "
+                               f"as {'2G or 2147483648' if env == MEMORY_ENV else '1e11'}, or unset it for the "
+                               "default.")
         return parsed
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, INTEGERS) or value < 1:
         raise DispatchError(f"{what}={shown(value)} is not a positive int. Fix: pass a positive number of "

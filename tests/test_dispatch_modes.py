@@ -1012,3 +1012,27 @@ def test_dispatch_inputs_whose_len_fails_are_refused_with_a_fix(backend, length)
                    [ir.if_(ir.gid(0) < ir.buf_len("a"), [ir.store("o", ir.gid(0), ir.load("a", ir.gid(0)))])])
     with pytest.raises(DispatchError, match=r"len\(\) of the _Len of inputs fails.*Fix: pass a plain list"):
         backend.dispatch(p, _Len([np.arange(4, dtype=np.uint32)], length))
+
+
+def test_empty_takes_vyre_types_as_their_storage(backend):
+    """Regression (a red-team): empty(n, DataType.F32) and empty(n, 'f32') were refused as 'not a
+    vyre type'."""
+    for t, want in ((vn.DataType.F32, np.float32), ("f32", np.float32), ("bf16", np.uint16), ("bool", np.uint32),
+                    (np.int8, np.int8)):
+        assert backend.download(backend.empty(3, t)).dtype == want
+    with pytest.raises(vn.VyreError, match=r"or a vyre type \('f32', 'bool'"):
+        backend.empty(3, np.bool_)  # NumPy's one-byte bools are no vyre storage: said, not made uint32
+
+
+def test_a_numpy_bool_array_for_a_bool_buffer_says_how_bools_are_stored(backend):
+    """Regression (a red-team): it said "'m' is declared bool but the array holds bool"."""
+    i = ir.var("i")
+    p = ir.Program([ir.BufferDecl.read("m", 0, "bool"), ir.BufferDecl.output("o", 1, "u32")], 64,
+                   [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("o"), [
+                       ir.store("o", i, ir.select(ir.load("m", i), ir.u32(1), ir.u32(0)))])])
+    m, o = backend.upload(np.array([True, False, True])), backend.empty(3, np.uint32)
+    with pytest.raises(vn.VyreError, match=r"'m' is declared bool \(stored as uint32: 0 or 1 in one word each\) but "
+                                           r"the array holds bool\. Fix: upload x\.astype\(np\.uint32\)"):
+        backend.dispatch_resident(p, [m, o])
+    backend.dispatch_resident(p, [backend.upload(np.array([1, 0, 1], np.uint32)), o])
+    assert backend.download(o).tolist() == [1, 0, 1]

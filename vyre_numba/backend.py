@@ -891,6 +891,7 @@ def resolve_backend(backend: "Backend | str | None" = None) -> Backend:
 
 
 STORAGE_DTYPES = frozenset(d.storage for d in DataType)
+_VYRE_NAMES = frozenset(d.value for d in DataType)
 
 
 def check_empty(n, dtype, call: str | None = None) -> tuple[int, np.dtype]:
@@ -906,13 +907,14 @@ def check_empty(n, dtype, call: str | None = None) -> tuple[int, np.dtype]:
     if n >= 2**32:
         raise DispatchError(f"{name()}: {int(n)} elements is 2**32 or more; lengths and indices are u32. Fix: split the "
                             "data into buffers of fewer than 2**32 elements.")
-    try:
-        dt = np.dtype(dtype)
+    try:  # a vyre type (DataType.BF16, "bf16", "bool") is its storage: bf16's raw bits, bool's u32 words
+        dt = DataType.parse(dtype).storage if isinstance(dtype, DataType) or dtype in _VYRE_NAMES else np.dtype(dtype)
     except (TypeError, ValueError):
         dt = None
     if dt is None or dt not in STORAGE_DTYPES:
         raise DispatchError(f"{name()}: {shown(dtype, 60)} is not the storage dtype of a vyre type. Fix: pass one of "
-                            f"{sorted({str(d) for d in STORAGE_DTYPES})}.")
+                            f"{sorted({str(d) for d in STORAGE_DTYPES})}, or a vyre type ('f32', 'bool', 'bf16', "
+                            "DataType.F32).")
     return int(n), dt
 
 

@@ -405,6 +405,16 @@ def _output_counts(program: Program, arrays: Mapping[str, np.ndarray], sizes, wh
         counts[b.name] = int(size)
     return counts
 
+def storage_mismatch(where: str, decl, have) -> DispatchError:
+    """The error for a resident buffer of dtype `have` bound to `decl`, whose storage differs."""
+    said = f"{decl.dtype} (stored as {decl.dtype.storage}: 0 or 1 in one word each)" if decl.dtype is DataType.BOOL \
+        else f"{decl.dtype} (stored as its raw bits, uint16)" if decl.dtype is DataType.BF16 else str(decl.dtype)
+    fix = f"upload x.astype(np.{decl.dtype.storage})" if decl.dtype is DataType.BOOL else \
+        "upload ir.f32_to_bf16_bits(x)" if decl.dtype is DataType.BF16 else f"allocate it with dtype {decl.dtype.storage}"
+    return DispatchError(f"{where}: {decl.name!r} is declared {said} but the array holds {np.dtype(have)}. Fix: {fix} "
+                         f"(or backend.allocate(program, {decl.name!r}, n)).")
+
+
 
 def launch_geometry(program: Program, config: DispatchConfig, sizes: Mapping[str, int]) -> tuple[tuple, tuple]:
     """(grid, workgroup) of a dispatch whose bound buffers have element counts `sizes` (by name):

@@ -8,7 +8,7 @@ import weakref
 
 import numpy as np
 
-from ..bindings import check_resident, launch_geometry
+from ..bindings import check_resident, launch_geometry, storage_mismatch
 from ..config import DispatchConfig
 from ..errors import DispatchError, shown
 from ..ir import Program
@@ -44,8 +44,7 @@ class BufferViews:
                     self._views.clear()
                 self._views[id(buf)] = (ref, ptr, size, have, fin)
         if have is not dtype and have != dtype:
-            raise DispatchError(f"dispatch_resident of {shown(kernel)}: {decl.name!r} is declared {decl.dtype} but the "
-                                f"array holds {have}. Fix: allocate it with dtype {dtype}.")
+            raise storage_mismatch(f"dispatch_resident of {shown(kernel)}", decl, have)
         if fin is not None and not fin.alive:
             raise DispatchError(f"dispatch_resident of {shown(kernel)}: {decl.name!r} was freed. "
                                 "Fix: allocate a new buffer (backend.allocate / backend.upload).")

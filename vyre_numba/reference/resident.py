@@ -6,7 +6,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..bindings import Binding, check_config, check_resident, check_unaliased, launch_geometry
+from ..bindings import Binding, check_config, check_resident, check_unaliased, launch_geometry, storage_mismatch
 from ..config import DispatchConfig  # noqa: F401  (type hints)
 from ..errors import DispatchError
 from ..ir import Program, check
@@ -61,8 +61,7 @@ def _checked(program: Program, buffers, config, memory, work) -> tuple:
     for decl, buf in zip(program.bound_buffers, check_resident(program, buffers)):
         check_buffer(buf, f"{where}: {decl.name!r}")
         if buf.dtype != decl.dtype.storage:
-            raise DispatchError(f"{where}: {decl.name!r} is declared {decl.dtype} but the array holds {buf.dtype}. "
-                                f"Fix: allocate it with dtype {decl.dtype.storage}.")
+            raise storage_mismatch(where, decl, buf.dtype)
         if not buf.flags.c_contiguous:
             raise DispatchError(f"{where}: {decl.name!r} is a non-contiguous view. Fix: pass np.ascontiguousarray(x).")
         if decl.is_output and not buf.flags.writeable:

@@ -329,8 +329,9 @@ class Megakernel(Unshared):
         if why is None:
             shapes = [_shape(Step(p, bound[k], c), bound[k]) for p, k, c in unrolled]
             why = persistent.why_not(shapes) if shapes else "no step runs (every fixpoint_iterations is 0)"
-        if why is not None:
-            return _Plan("graph", why, [[k] for k in range(len(self.steps))], [])
+        if why is not None:  # a checked step reads its counts back after its launch: no graph records that
+            checked = any((s.config or DispatchConfig()).checked for s in self.steps)
+            return _Plan("sequence" if checked else "graph", why, [[k] for k in range(len(self.steps))], [])
         groups, boundaries = fusion.plan(shapes)
         kept = {_storage(r[0]) for r in self.read} | set(self._keep) | ({flag} if flag is not None else set())
         scratch = []

@@ -306,7 +306,8 @@ def summary_lines(res: dict) -> list[str]:
                      and not ln.lstrip().startswith(("{", "/"))]
             out.append(f"- `{name}.py`:" + "".join(f"\n  - {ln.strip()}" for ln in lines))
         elif "skipped" in r:
-            skipped.setdefault(r["skipped"], []).append(f"`{name}.py`")
+            why = r["skipped"].split(" Fix: ")[0].rstrip(".")  # the reason; a Fix names calls the section's reader has not
+            skipped.setdefault(why, []).append(f"`{name}.py`")
         else:
             out.append(f"- `{name}.py`: FAILED:\n\n  ```\n  " + r["failed"].replace("\n", "\n  ") + "\n  ```")
     out += [f"- not run here ({why}): {', '.join(names)}" for why, names in skipped.items()]

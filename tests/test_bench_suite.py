@@ -76,6 +76,9 @@ def test_summary_groups_the_benchmarks_that_could_not_run():
     text = "\n".join(lines)
     assert "not run here (no GPU): `bench_a.py`, `bench_b.py`" in text
     assert "(a) 2x faster" in text and "raw" not in text and "FAILED" in text and "ValueError" in text
+    reason = "no CUDA driver or GPU was found. Fix: run on a machine with an NVIDIA GPU, or use get_backend('reference')."
+    text = "\n".join(suite.summary_lines({"bench_a": {"skipped": reason}}))
+    assert text == "- not run here (no CUDA driver or GPU was found): `bench_a.py`"  # no Python call to make
 
 
 def test_plots_are_drawn_from_the_benchmarks_json(tmp_path):

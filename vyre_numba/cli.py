@@ -692,7 +692,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     res = suite.run(args.quick, progress=not args.no_progress, here=here)
     md, plots = suite.report(res, args.quick, here=here)
     for name, r in res.items():
-        state = "ok" if "json" in r else ("not run: " + r["skipped"]) if "skipped" in r else "FAILED"
+        state = "ok" if "json" in r else ("not run: " + r["skipped"].split(" Fix: ")[0]) if "skipped" in r else "FAILED"
         print(f"  {name:18s} {state}")
     print(f"wrote {md}" + "".join(f"\n      {p}" for p in plots))
     failed = [k for k, r in res.items() if "failed" in r]

@@ -613,3 +613,20 @@ def test_an_automatic_grid_over_the_limits_is_a_launch_error():
 
 def test_every_error_here_is_a_vyre_error():
     assert issubclass(DispatchError, VyreError) and issubclass(LaunchError, VyreError)
+
+
+@pytest.mark.parametrize("declared, n, fragment", [(0, 2**32, "has 4294967296 elements; lengths and indices are u32"),
+                                                   (1, 2**31, "is declared with 1 elements, got 2147483648")])
+def test_an_arrays_size_is_refused_before_it_is_converted(monkeypatch, declared, n, fragment):
+    """Regression (a red-team): a strided view of 2**32 elements was copied whole (4 GiB and more)
+    before the size limit refused it; under a memory limit the error said to pass a contiguous array."""
+    from vyre_numba import bindings
+
+    def converted(*args, **kwargs):
+        raise AssertionError("converted before its size was checked")
+
+    monkeypatch.setattr(bindings, "as_host_array", converted)
+    p = ir.Program([ir.BufferDecl.read("x", 0, "f32", declared), ir.BufferDecl.output("y", 1, "f32", 4)], 4,
+                   [ir.store("y", 0, ir.load("x", 0))])
+    with pytest.raises(DispatchError, match=fragment):
+        bindings.bind(p, [np.broadcast_to(np.float64(1), (n,))])

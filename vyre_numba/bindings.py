@@ -297,6 +297,15 @@ def check_config(config) -> DispatchConfig:
 _DEFAULT = DispatchConfig()
 
 
+def _check_size(b: BufferDecl, size: int, where: str) -> None:
+    if b.count and size != b.count:
+        raise DispatchError(f"{where}: {b.name!r} is declared with {b.count} elements, got {size}. "
+                            f"Fix: pass exactly {b.count} elements or declare count=0.")
+    if size >= 2**32:
+        raise DispatchError(f"{where}: {b.name!r} has {size} elements; lengths and indices are u32. "
+                            "Fix: split the data into dispatches of fewer than 2**32 elements.")
+
+
 def bind(program: Program, inputs: Sequence | Mapping | None, config: DispatchConfig | None = None,
          sizes: Mapping[str, int] | None = None, *, copy_inputs: bool = True,
          allocate_outputs: bool = True) -> Binding:
@@ -344,13 +353,10 @@ def bind(program: Program, inputs: Sequence | Mapping | None, config: DispatchCo
     arrays: dict[str, np.ndarray] = {}
     for b, v in zip(decls, values):
         try:
+            if isinstance(v, np.ndarray) and v.ndim == 1:  # sizes first: a strided view is copied to convert it
+                _check_size(b, v.size, where)
             arr = as_host_array(b, v, where)
-            if b.count and arr.size != b.count:
-                raise DispatchError(f"{where}: {b.name!r} is declared with {b.count} elements, got {arr.size}. "
-                                    f"Fix: pass exactly {b.count} elements or declare count=0.")
-            if arr.size >= 2**32:
-                raise DispatchError(f"{where}: {b.name!r} has {arr.size} elements; lengths and indices are u32. "
-                                    "Fix: split the data into dispatches of fewer than 2**32 elements.")
+            _check_size(b, arr.size, where)
             arrays[b.name] = arr.copy() if (b.role is Role.INOUT and copy_inputs) else arr
         except MemoryError:
             raise DispatchError(f"{where}: no host memory to convert or copy input {b.name!r}. Fix: pass a "

@@ -208,7 +208,8 @@ def assert_a_closed_queue_refuses_everything() -> None:
     assert repr(q) == "<WorkQueue of 8 int32 items, open>"
     q.close()
     assert repr(q) == "<WorkQueue of 8 int32 items, closed>"
-    for call in (lambda: next(pieces), q.size, q.drain, lambda: q.push([1]), q.reset):
+    for call in (lambda: next(pieces), q.size, q.drain, lambda: q.push([1]), q.reset, lambda: q.items,
+                 lambda: q.state):  # the arrays a kernel is given: they were None, which fails inside Numba
         try:
             call()
         except DispatchError as e:

@@ -324,3 +324,15 @@ def test_a_fused_sequences_failure_says_scratch_buffers_hold_unspecified_content
         assert (scratch in str(e.value)) == fuse
         assert "steps 0 to 1 ran and their writes stay" in str(e.value)
         assert be.download(y).tolist() == list(range(2, 17, 2))
+
+
+def test_reprs_count_in_the_singular_where_there_is_one():
+    be = vn.get_backend("reference")
+    a = _pipeline(be, 64, [False])[0]
+    assert repr(be.fuse(a[:1])).startswith("Fusion(1 kernel from 1 step: ")
+    x = be.upload(np.zeros(64, np.uint32))
+    i = ir.gid()
+    inc = ir.Program([B.read_write("x", 0, "u32")], 64, [ir.if_(i < ir.buf_len("x"), [
+        ir.store("x", i, ir.load("x", i) + 1)])], name="inc")
+    with be.megakernel([(inc, [x])], max_rounds=1) as mk:
+        assert repr(mk) == "<Megakernel: 1 stage from 1 step, 0 grid barriers a round, 1 workgroup>"

@@ -621,7 +621,8 @@ class Fusion:
 
     def __repr__(self) -> str:
         why = self._why()
-        return (f"Fusion({len(self.groups)} kernels from {sum(map(len, self.groups))} steps: {shown(self.groups, 200)}"
+        return (f"Fusion({display.counted(len(self.groups), 'kernel')} from "
+                f"{display.counted(sum(map(len, self.groups)), 'step')}: {shown(self.groups, 200)}"
                 + (f"; {why}" if why else "") + ")")
 
 

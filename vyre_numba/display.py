@@ -66,6 +66,11 @@ def _count(n: Any, what: str, where: str = "table", least: int = 0) -> int:
     return k
 
 
+def counted(n: int, what: str) -> str:
+    """`n` and `what`, plural unless n is 1: "1 kernel", "3 kernels"."""
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
+
+
 def more(shown: int, total: int, what: str = "rows") -> str:
     """The note under a capped listing: how many were left out."""
     return f"... ({total - shown:,} more {what})" if total > shown else ""

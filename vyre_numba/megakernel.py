@@ -112,8 +112,9 @@ class Megakernel(Unshared):
         closed = ", closed" if self.closed else ""
         if self.mode != "megakernel":
             return f"<Megakernel falling back to {self.mode}: {self.reason}{closed}>"
-        return (f"<Megakernel: {len(self.groups)} stages from {sum(map(len, self.groups))} steps, "
-                f"{self.barriers} grid barriers a round, {self.workgroups} workgroups{closed}>")
+        c = display.counted
+        return (f"<Megakernel: {c(len(self.groups), 'stage')} from {c(sum(map(len, self.groups)), 'step')}, "
+                f"{c(self.barriers, 'grid barrier')} a round, {c(self.workgroups, 'workgroup')}{closed}>")
 
     # ---- running -----------------------------------------------------------------------------
     def run(self) -> MegakernelResult:

@@ -40,6 +40,11 @@ class QueueModel:
         self.tail = 0
         self._lock = threading.Lock()
 
+    def __repr__(self) -> str:
+        refused = self.overflowed()
+        return (f"<QueueModel of {self.items.size} {self.items.dtype} items, {self.size()} filled"
+                + (f", {refused} refused" if refused else "") + ">")
+
     def __getstate__(self) -> dict:
         with self._lock:
             return {"items": self.items.copy(), "tail": self.tail}
@@ -199,7 +204,7 @@ class WorkQueue(Unshared):
             raise DispatchError(f"dtype={self.dtype} is not in this machine's byte order: Numba's kernels cannot read "
                                 f"such an array. Fix: pass {self.dtype.newbyteorder('=')} (push converts the values).")
         check_stream(stream)
-        self.items = self.state = None
+        self._dev_items = self._dev_state = None
         self._cuda = cuda
         self._lock = threading.RLock()  # a push reads the tail, then writes after it: two at once would share slots
         self._emptied = 0  # how many times reset (or drain) emptied the queue: a chunks iteration's items
@@ -212,21 +217,21 @@ class WorkQueue(Unshared):
         self._bound = 0 if stream is None else stream  # what its arrays name as their stream to other libraries:
         # none for the default (numba-cuda's int() of it warns and gives 0, which the array interface disallows)
         try:
-            self.items = cuda.device_array(self.capacity, self.dtype, stream=self._bound)
+            self._dev_items = cuda.device_array(self.capacity, self.dtype, stream=self._bound)
         except MemoryError:  # the CUDA simulator keeps device arrays in host memory
             self._no_room()
         except Exception as e:  # the driver's out-of-memory, as numba raises it
             if "MEMORY" not in str(e).upper():
                 raise
             self._no_room()
-        self.state = cuda.to_device(np.zeros(2, np.uint64), stream=self._bound)
+        self._dev_state = cuda.to_device(np.zeros(2, np.uint64), stream=self._bound)
 
     def _no_room(self) -> None:
         raise DeviceError(f"WorkQueue({self.capacity}, {self.dtype}): no room for {self.capacity * self.dtype.itemsize} "
                           "bytes on the device. Fix: make a smaller queue and drain it more often.") from None
 
     def __repr__(self) -> str:
-        state = "closed" if self.items is None else "open"
+        state = "closed" if self._dev_items is None else "open"
         return f"<WorkQueue of {self.capacity} {self.dtype} items, {state}>"  # no read of the device's count
 
     def __enter__(self) -> "WorkQueue":
@@ -238,12 +243,23 @@ class WorkQueue(Unshared):
     def close(self) -> None:
         """Release the device arrays (once; later calls do nothing)."""
         with self._lock:
-            self.items = self.state = None
+            self._dev_items = self._dev_state = None
+
+    @property
+    def items(self):
+        """The device array of the items (for the device helpers in `workqueue.device`); a
+        DispatchError once the queue is closed (a kernel given None would fail inside Numba)."""
+        return self._live()[0]
+
+    @property
+    def state(self):
+        """The device array of the tail and head words (for the device helpers); as `items`."""
+        return self._live()[1]
 
     def _live(self) -> tuple:
         """(items, state) of an open queue, taken once: a close from another thread mid-call then
         leaves this call its arrays, never half of them."""
-        items, state = self.items, self.state
+        items, state = self._dev_items, self._dev_state
         if items is None or state is None:
             raise DispatchError("this WorkQueue was closed. Fix: make a new one.")
         return items, state

@@ -352,3 +352,36 @@ def test_gpu_fixpoint_steps_push_with_backpressure(mode):
             if not r.converged and sum(g.size for g in got) == n:
                 break
     assert np.array_equal(np.sort(np.concatenate(got)), np.arange(n))
+
+
+RAISING_STEP = """
+import numpy as np
+from numba import cuda
+from vyre_numba.errors import DispatchError
+from vyre_numba.workqueue import WorkQueue
+
+def past_the_end(v, args):
+    args[0][v + 100] = 1
+
+out = cuda.to_device(np.zeros(4, np.int64))
+with WorkQueue(8, np.int64) as q:
+    q.push([1, 2])
+    try:
+        q.consume(past_the_end, (out,))
+    except DispatchError as e:
+        assert str(e).startswith("the step raised IndexError while it ran") and "Fix:" in str(e), e
+        assert "does not compile" not in str(e), e
+    else:
+        raise AssertionError("no error")
+    assert q.size() == 2
+print("raising ok")
+"""
+
+
+def test_a_step_that_raises_as_it_runs_is_not_said_not_to_compile_under_the_cuda_simulator():
+    """Regression (a red-team): an IndexError raised by a step the simulator ran was reported as
+    'the step does not compile with Numba'."""
+    from simulated import run_script
+
+    out = run_script(RAISING_STEP, 300)
+    assert out.returncode == 0 and out.stdout.split() == ["raising", "ok"], out.stdout + out.stderr

@@ -382,8 +382,14 @@ class WorkQueue(Unshared):
                 launch_quietly(device.consumer(step), grid, block, self.stream, items, state, self.capacity, args)
         except DispatchError:
             raise
-        except Exception as e:  # Numba raises many kinds; each means the step does not compile
+        except Exception as e:  # Numba's errors say the step does not compile; others it raised running
+            from numba.core.errors import NumbaError  # (under the CUDA simulator, which runs it as Python)
+
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            if not isinstance(e, NumbaError):
+                raise DispatchError(f"the step raised {type(e).__name__} while it ran ({first}); the queue's items "
+                                    "stay queued, and the step's writes to args for the items it had run on stay. "
+                                    "Fix: correct the step (indices within its arrays), then consume again.") from e
             raise DispatchError(f"the step does not compile with Numba ({first}). Fix: write step(value, args) in "
                                 "Numba's CUDA subset.") from e
 

@@ -556,6 +556,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise UsageError(f"-n {n} is not an element count from 1 to 2**32-1. Fix: pass e.g. -n 1000000.")
     backend = _backend(args.backend)
     gpu = backend.name == "cuda"
+    if not gpu:
+        from .reference import MAX_INVOCATIONS
+
+        if n > MAX_INVOCATIONS:  # said before any step runs, not at the third
+            raise UsageError(f"-n {n} is more than the reference backend runs in one launch ({MAX_INVOCATIONS}). "
+                             f"Fix: pass -n {MAX_INVOCATIONS} or less here, or run on a GPU.")
     where = "the GPU" if gpu else "the CPU: no usable GPU here, so every step runs the NumPy reference backend"
     print(f"vyre-numba demo on the {backend.name!r} backend, on {where} "
           f"(available: {', '.join(available_backends())})\n")

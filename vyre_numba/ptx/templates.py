@@ -1,5 +1,5 @@
-"""Hand-written PTX templates (the top-level `ptx_templates/` folder, installed as
-`vyre_numba/ptx_templates`).
+"""Hand-written PTX templates (the top-level `ptx_templates/` folder, installed as data files
+under `<prefix>/share/vyre-numba/ptx_templates`).
 
 Each template is a `.ptx` file that starts with a comment header; one header line reads
 `// params: a, b, c` and lists every `${name}` placeholder the body uses. `load(name, **params)`

@@ -400,3 +400,19 @@ def test_plans_and_geometries_live_in_lru_caches():
     assert backend.dispatch(p, [])[0].tolist() == [42] * 8
     assert interpreter._PLANS.hits == hits + 1
     assert interpreter._PLANS.stats()["capacity"] == 256 and interpreter._GEOMETRIES.stats()["capacity"] == 4
+
+
+def test_a_launch_past_the_invocation_limit_is_refused_before_its_outputs_are_allocated():
+    """Regression (a red-team): sizes={'out': 2**32 - 1} allocated 16 GiB of outputs before the
+    limit refused the launch (under a memory limit: 'no host memory', not the limit)."""
+    import tracemalloc
+
+    p = ir.Program([B.output("out", 0, "f32")], 64, [ir.store("out", ir.gid(0), 1.0)])
+    tracemalloc.start()
+    try:
+        with pytest.raises(DispatchError, match="over the CPU interpreter's limit of 268435456") as e:
+            ReferenceBackend().dispatch(p, [], sizes={"out": 2**32 - 1})
+        assert tracemalloc.get_traced_memory()[1] < 2**26
+    finally:
+        tracemalloc.stop()
+    assert_fix(str(e.value))

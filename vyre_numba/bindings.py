@@ -308,7 +308,7 @@ def _check_size(b: BufferDecl, size: int, where: str) -> None:
 
 def bind(program: Program, inputs: Sequence | Mapping | None, config: DispatchConfig | None = None,
          sizes: Mapping[str, int] | None = None, *, copy_inputs: bool = True,
-         allocate_outputs: bool = True) -> Binding:
+         allocate_outputs: bool = True, before_outputs=None) -> Binding:
     """Check `inputs` against `program` and build the buffers of one dispatch.
 
     inputs: the input-role buffers (read_only, uniform, read_write) in binding order, or a dict by name;
@@ -317,7 +317,8 @@ def bind(program: Program, inputs: Sequence | Mapping | None, config: DispatchCo
     largest input's length. read_write buffers are copied unless copy_inputs is False; pure
     outputs get zeroed host arrays unless allocate_outputs is False (a device backend that makes
     its own needs only their sizes). Every mistake raises a DispatchError (LaunchError for the
-    launch geometry) before anything is allocated for the outputs.
+    launch geometry) before anything is allocated for the outputs; `before_outputs(binding)`, a
+    backend's own check of the launch, runs then too (its binding has no outputs yet).
     """
     check(program)
     config = check_config(config)
@@ -364,6 +365,8 @@ def bind(program: Program, inputs: Sequence | Mapping | None, config: DispatchCo
                                 "or dispatch less data at a time.") from None
     counts = _output_counts(program, arrays, sizes, where)
     grid, wg = launch_geometry(program, config, counts)
+    if before_outputs is not None:
+        before_outputs(Binding(program, arrays, grid, wg, config, counts))
     if allocate_outputs:
         for b in program.outputs:
             if b.role is Role.OUTPUT:

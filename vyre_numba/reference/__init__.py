@@ -17,7 +17,7 @@ from ..errors import IN_HOST_MEMORY, DispatchError, HostMemoryError, host_memory
 from ..ir import Program
 from ..ir.program import Role
 from . import interpreter
-from .interpreter import MAX_INVOCATIONS, Budget, execute, plan, prepare
+from .interpreter import MAX_INVOCATIONS, Budget, check_launch, execute, plan, prepare
 from .resident import check_buffer
 
 __all__ = ["ReferenceBackend", "ReferencePending", "execute", "run", "plan", "MAX_INVOCATIONS"]
@@ -47,7 +47,7 @@ class ReferenceBackend(Backend):
                  ) -> list[np.ndarray]:
         if checked.wanted(config):
             return checked.dispatch(self, program, inputs, config, sizes)
-        binding = bind(program, inputs, config, sizes)
+        binding = bind(program, inputs, config, sizes, before_outputs=check_launch)
         prepare(binding, self.memory_budget, self.work_budget).run()
         self._counted(binding.config)
         return binding.results()
@@ -61,7 +61,7 @@ class ReferenceBackend(Backend):
         dispatch runs here, at once."""
         if checked.wanted(config):
             return checked.dispatch_now(self, program, inputs, config, sizes)
-        binding = bind(program, inputs, config, sizes)
+        binding = bind(program, inputs, config, sizes, before_outputs=check_launch)
         for d in program.inputs:
             if d.role is not Role.INOUT:  # read_write inputs were copied by bind already
                 binding.arrays[d.name] = binding.arrays[d.name].copy()

@@ -114,6 +114,15 @@ def test_a_checked_dispatch_warns_from_python_c_and_stdin():
         assert "CheckWarning: " in r.stderr and "out-of-bounds loads" in r.stderr, r.stderr
 
 
+def test_a_once_filter_shows_a_checked_dispatchs_warning_once():
+    be = vn.get_backend("reference")
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("once")
+        for _ in range(3):
+            be.dispatch(problems(), inputs(), WARN)
+    assert [w.category for w in got] == [CheckWarning]
+
+
 def test_last_check_is_none_before_any_checked_dispatch():
     assert type(vn.get_backend("reference"))().last_check is None
 

@@ -1022,6 +1022,9 @@ def test_empty_takes_vyre_types_as_their_storage(backend):
         assert backend.download(backend.empty(3, t)).dtype == want
     with pytest.raises(vn.VyreError, match=r"or a vyre type \('f32', 'bool'"):
         backend.empty(3, np.bool_)  # NumPy's one-byte bools are no vyre storage: said, not made uint32
+    for clash, small, big in (("u8", "uint8", "uint64"), ("i8", "int8", "int64")):  # vyre's 8 bits, NumPy's 8 bytes
+        with pytest.raises(vn.VyreError, match=f"Fix: say which: '{small}' or '{big}'"):
+            backend.empty(3, clash)
 
 
 def test_a_numpy_bool_array_for_a_bool_buffer_says_how_bools_are_stored(backend):

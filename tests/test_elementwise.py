@@ -411,6 +411,9 @@ def test_operation_mistakes_raise_with_a_fix(operation, match):
     ("i32 x", "i32 y", "x ^ (1 << 31)", "literal 2147483648 cannot be a i32"),
     ("u64 x", "u64 y", "x + (3 << 63 | 1)", "literal 27670116110564327425 cannot be a u64"),
     ("f32 a", "f32 o", "a * 1e400", "the literal 1e400 is past every float type(.|\n)*Fix: write inf for an infinity"),
+    ("f32 a", "f32 o", "a * -1e400", "the literal 1e400 is past every float type"),  # the sign skipped the check
+    ("f32 a", "f32 o", "a * +(1e400)", "the literal 1e400 is past every float type"),
+    ("f32 a", "f32 inf", "inf = inf + a", "the output 'inf' is read before it is assigned"),  # not the literal
     ("i32 a", "i32 o", "a + inf", "literal inf cannot be a i32"),
     ("bool a", "bool o", "a == 2", "literal 2 cannot be a bool(.|\n)*Fix: write True or False"),  # was ValueError
     ("bool a", "bool o", "select(a, True, 2)", "literal 2 cannot be a bool"),

@@ -195,7 +195,9 @@ def test_memory_budget_from_the_environment(monkeypatch):
 @pytest.mark.parametrize("env, value", [("VYRE_NUMBA_REFERENCE_MEMORY", "lots"), ("VYRE_NUMBA_REFERENCE_MEMORY", "0"),
                                         ("VYRE_NUMBA_REFERENCE_WORK", "-5"),
                                         ("VYRE_NUMBA_REFERENCE_MEMORY", "1.5"),  # was a 1-byte budget
-                                        ("VYRE_NUMBA_REFERENCE_MEMORY", "1.9K")])  # was 1945 (1945.6 cut)
+                                        ("VYRE_NUMBA_REFERENCE_MEMORY", "1.9K"),  # was 1945 (1945.6 cut)
+                                        ("VYRE_NUMBA_REFERENCE_WORK", "9" * 5000),  # a raw ValueError (int digits)
+                                        ("VYRE_NUMBA_REFERENCE_WORK", "1e30000000")])  # 45 s of big-number work
 def test_bad_budgets_in_the_environment_are_refused(monkeypatch, env, value):
     from vyre_numba.errors import SettingError
 

@@ -55,6 +55,7 @@ def test_index_of_is_searchsorted(size):
     (lambda: index_of([5, 3, 1], [3]), r"keys are not ascending \(keys\[1\] = 3 < keys\[0\] = 5\)"),  # it said 0
     (lambda: index_of(np.array([1, 3, 2], ">i4"), [2]), r"keys\[2\] = 2 < keys\[1\] = 3"),
     (lambda: unique(np.zeros(0)), r"values are float64"),  # refused as a longer float array is
+    (lambda: unique(np.array([], dtype=object)), r"values are object"),  # was a raw ValueError from min()
 ])
 def test_what_is_not_integers_or_pairs_is_refused_with_a_fix(call, why):
     with pytest.raises(DispatchError, match=why + r".*Fix: .+"):

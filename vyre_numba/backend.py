@@ -908,6 +908,10 @@ def check_empty(n, dtype, call: str | None = None) -> tuple[int, np.dtype]:
     if n >= 2**32:
         raise DispatchError(f"{name()}: {int(n)} elements is 2**32 or more; lengths and indices are u32. Fix: split the "
                             "data into buffers of fewer than 2**32 elements.")
+    if isinstance(dtype, str) and dtype in ("i8", "u8"):
+        small, big = ("int8", "int64") if dtype == "i8" else ("uint8", "uint64")
+        raise DispatchError(f"{name()}: {dtype!r} is vyre's 8-bit integer but NumPy's 8-byte one. Fix: say which: "
+                            f"{small!r} or {big!r} (np.{small} or np.{big}).")
     try:  # a vyre type (DataType.BF16, "bf16", "bool") is its storage: bf16's raw bits, bool's u32 words
         dt = DataType.parse(dtype).storage if isinstance(dtype, DataType) or dtype in _VYRE_NAMES else np.dtype(dtype)
     except (TypeError, ValueError):

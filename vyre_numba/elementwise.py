@@ -342,6 +342,7 @@ class _Translator:
                 if folded is not None:  # -(2**31) is i32's smallest value, not a negated 2**31
                     return ir.lit(folded)
                 if isinstance(op, (ast.USub, ast.UAdd)) and isinstance(a, ast.Constant) and type(a.value) is float:
+                    self.expr(a)  # its checks (1e400 is no float literal)
                     return ir.lit(-a.value if isinstance(op, ast.USub) else a.value)  # -1.0 is a literal, as -1 is
                 x = self.expr(a)
                 if isinstance(op, ast.USub):
@@ -396,11 +397,11 @@ class _Translator:
             return hit
         if name in FUNCTIONS:
             raise self.fail(node, f"the function {self.said(node)} is used without a call", f"call it: {name}(...)")
-        if name in _FLOAT_NAMES:  # after the inputs and assigned names, which may take these names
-            return ir.lit(_FLOAT_NAMES[name])
         if name in self.outputs:
             raise self.fail(node, f"the output {self.said(node)} is read before it is assigned",
                             f"assign it first ('{name} = ...'); outputs start with no value")
+        if name in _FLOAT_NAMES:  # after the inputs, outputs and assigned names, which may take these names
+            return ir.lit(_FLOAT_NAMES[name])
         known = sorted(self.env)
         raise self.fail(node, f"the name {self.said(node)} is not an input or an assigned name"
                               f"{did_you_mean(name, known + list(FUNCTIONS))}",
@@ -962,7 +963,7 @@ class Elementwise:
             return as_host_array(decl, v, where)
         except DispatchError:
             v = a.value.item() if isinstance(a.value, (np.ndarray, np.generic)) else a.value
-            if dt is DataType.BF16 and isinstance(v, int) and not isinstance(v, bool):
+            if dt is DataType.BF16 and isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**16:
                 raise DispatchError(f"{where}: the scalar {a.name!r} = {v} is an int, which a bf16 input could read "
                                     f"as a value or as raw bfloat16 bits. Fix: pass {float(v)!r} (a float) for the "
                                     "value, or np.uint16(bits) for raw bits.") from None

@@ -282,7 +282,7 @@ class CheckWarning(UserWarning):
 
 
 def warn_user(warning: Warning) -> None:
-    """Issue `warning` at the first line outside vyre_numba (the user's call), every time: a fresh
+    """Issue `warning` at the first line outside vyre_numba (the user's call), every time: no
     registry, since Python's once-per-line registry would hide a re-run cell's or a loop's later
     findings; the user's warning filters ('ignore', 'error', 'once') apply as ever."""
     import os
@@ -294,7 +294,7 @@ def warn_user(warning: Warning) -> None:
         frame = frame.f_back
     g = frame.f_globals
     warnings.warn_explicit(warning, type(warning), frame.f_code.co_filename, frame.f_lineno,
-                           module=g.get("__name__", "<unknown>"), registry={})  # no module_globals: in a REPL
+                           module=g.get("__name__", "<unknown>"), registry=None)  # no module_globals: in a REPL
     # its loader raises ImportError fetching the source line
 
 

@@ -54,7 +54,7 @@ def _python_ints(a, arr: np.ndarray) -> tuple[int, int] | None:
         flat = np.asarray(a, dtype=object).reshape(-1).tolist()
     except (ValueError, TypeError):
         return None
-    if len(flat) != arr.size or not all(isinstance(v, INTEGERS) and not isinstance(v, (bool, np.bool_))
+    if not flat or len(flat) != arr.size or not all(isinstance(v, INTEGERS) and not isinstance(v, (bool, np.bool_))
                                         for v in flat):
         return None
     return int(min(flat)), int(max(flat))

@@ -92,7 +92,7 @@ _STEPS: LRUCache = LRUCache(STEP_CACHE)  # (predicate_key(step), signature, cc) 
 def _step_ptx(step: Callable, kinds: list, cc: tuple[int, int]) -> str:
     from numba import cuda, types
     sig = types.int32(types.uint32, *kinds)
-    key = (predicate_key(step), str(sig), cc)
+    key = (predicate_key(getattr(step, "py_func", step)), str(sig), cc)  # an njit step: its Python code
     ptx = _STEPS.get(key)
     if ptx is None:
         try:
@@ -122,7 +122,8 @@ _SOURCES: LRUCache = LRUCache(STEP_CACHE)  # (step, argument types, sm) -> (cach
 
 def _module(backend, step, kinds: list, params: list) -> dict:
     sm = backend.caps.sm
-    cheap = (("program", step.digest()) if isinstance(step, Program) else predicate_key(step), tuple(kinds),
+    cheap = (("program", step.digest()) if isinstance(step, Program) else predicate_key(getattr(step, "py_func", step)),
+             tuple(kinds),
              tuple(c for c, _ in params), sm)
     known = _SOURCES.get(cheap)
     if known is None:

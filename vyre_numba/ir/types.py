@@ -123,7 +123,8 @@ class DataType(enum.Enum):
 
 
 _NAMES = ", ".join(d.value for d in DataType)
-_CODE = re.compile(r"([<=|>]?)([iuf][1248])\Z")  # NumPy's sized codes: 'i4', '<f8', 'u1'; one width everywhere
+_CODE = re.compile(r"([<=|>]?)([iu][124]|f[248])\Z")  # NumPy's sized codes: 'i4', '<f8', 'u1'; one width everywhere
+_CLASH = re.compile(r"[<=|>]([iu])8\Z")  # NumPy's 8-byte ints, spelt as vyre's 8-bit 'i8'/'u8' but for a prefix
 _ALIASES = {"half": "f16", "single": "f32", "double": "f64", "short": "i16", "ushort": "u16", "ubyte": "u8",
             "intc": "i32", "uintc": "u32", "longlong": "i64", "ulonglong": "u64", "?": "bool", "b1": "bool"}
 _AMBIGUOUS = {"int": ("i32", "i64"), "float": ("f32", "f64"), "uint": ("u32", "u64"), "long": ("i32", "i64"),
@@ -148,6 +149,11 @@ def _name_fix(text: str) -> str:
             return (f"{text!r} names different widths in C, in NumPy and on different platforms, so say which: "
                     f"{' or '.join(repr(m) for m in meant)}")
         return f"write {meant[0]!r}"
+    clash = _CLASH.match(key)
+    if clash:
+        k = clash.group(1)
+        return (f"{text!r} is NumPy's 8-byte {'signed' if k == 'i' else 'unsigned'} integer, while vyre's {k}8 is 8 "
+                f"bits: say which, {k}64 or {k}8")
     m = _CODE.match(key)
     if m and m.group(1) == ">":
         return (f"vyre buffers hold little-endian values: use {_BY_NAME[np.dtype(m.group(2)).name].value!r}, and "

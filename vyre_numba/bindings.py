@@ -420,8 +420,7 @@ def storage_mismatch(where: str, decl, have) -> DispatchError:
         else f"{decl.dtype} (stored as its raw bits, uint16)" if decl.dtype is DataType.BF16 else str(decl.dtype)
     fix = f"upload x.astype(np.{decl.dtype.storage})" if decl.dtype is DataType.BOOL else \
         "upload ir.f32_to_bf16_bits(x)" if decl.dtype is DataType.BF16 else f"allocate it with dtype {decl.dtype.storage}"
-    return DispatchError(f"{where}: {decl.name!r} is declared {said} but the array holds {np.dtype(have)}. Fix: {fix} "
-                         f"(or backend.allocate(program, {decl.name!r}, n)).")
+    return DispatchError(f"{where}: {decl.name!r} is declared {said} but the array holds {np.dtype(have)}. Fix: {fix}.")
 
 
 

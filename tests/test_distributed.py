@@ -816,3 +816,13 @@ def test_a_checked_partition_carries_the_extent_its_check_found():
         c = de._checked(t, i)
         want = (int(np.max(t[0], initial=-1)), int(np.max(t[3], initial=-1)), int(len(t[0])))
         assert de._extent(c) == want == de._extent(tuple(c)) == de._extent(pickle.loads(pickle.dumps(c))), (i, want)
+
+
+def test_sparse_class_ids_are_refused_as_the_single_process_call_refuses_them(client):
+    """Regression (a red-team): eclass [0, 2**24] for 2 e-nodes ran, every partition allocating by
+    the largest id (849 MiB here; about 100 GiB at ids near 2**31)."""
+    rows = (np.array([0, 2**24], np.int64), np.array([0, 1], np.int32), np.zeros(3, np.int64), np.zeros(0, np.int64))
+    with pytest.raises(VyreError, match="ids this sparse cost memory for nothing.*Fix:"):
+        closure_one(rows, backend="reference")
+    with pytest.raises(VyreError, match="ids this sparse cost memory for nothing.*Fix:"):
+        congruence_closure([rows], client=client, backend="reference")

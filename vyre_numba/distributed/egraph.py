@@ -37,7 +37,7 @@ import numpy as np
 
 from ..backend import as_ints, mixes_bools
 from ..egraph import ClosureResult, EGraph
-from ..egraph.egraph import IDS_FIX, _ints, _rows, _same_length, _take_rows
+from ..egraph.egraph import IDS_FIX, SPARSE_IDS, _ints, _rows, _same_length, _take_rows
 from ..egraph.signature import signature_hash, signature_heads
 from ..errors import INTEGERS, DispatchError, flag, host_memory, shown
 from ..unique import _inserted, count_distinct, unique, unique_rows
@@ -486,6 +486,11 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
         raise DispatchError(f"a child refers to class {used}, but no e-node is in a class above {top}. "
                             "Fix: children are e-class ids of e-nodes in some partition.")
     n_classes = top + 1
+    rows = sum(e[2] for e in extents)
+    if not isinstance(egraph_partitions, EGraph) and n_classes > SPARSE_IDS * rows + (1 << 20):  # as EGraph refuses: memory by the largest id
+        raise DispatchError(f"eclass holds ids up to {top} for {rows} e-nodes; every partition keeps an entry for "
+                            f"every id below the largest ({n_classes * 8 / 2**20:,.0f} MiB each here), so ids this "
+                            f"sparse cost memory for nothing. Fix: {IDS_FIX}")
     unions = _checked_unions(unions, top)
     if pending.size:
         unions = pending if unions is None else np.concatenate([pending, unions])

@@ -319,6 +319,21 @@ def test_float_change_flag_is_refused():
         be.megakernel([(p, [f])], until=f)
 
 
+@pytest.mark.parametrize("view", [np.int32, np.float32])
+def test_a_change_flag_seen_through_another_type_is_refused(view):
+    """Regression (a red-team): until=f.view(...) was taken, ran as a megakernel and failed in the
+    fallback (a generated program refused it), so whether it ran hung on the device's plan."""
+    be = vn.get_backend("reference")
+    i = ir.gid()
+    p = ir.Program([B.read_write("f", 0, "u32")], 32, [ir.if_(i < 1, [ir.store("f", 0, 0)])], name="f")
+    f = be.upload(np.ones(1, np.uint32))
+    with pytest.raises(DispatchError, match=f"until= is a {np.dtype(view)} view of `f` of step 0, a u32 buffer.*Fix: "
+                                            "pass the buffer the step binds itself"):
+        be.megakernel([(p, [f])], until=f.view(view))
+    with be.megakernel([(p, [f])], until=f, max_rounds=3) as mk:
+        assert mk.run().converged
+
+
 def test_megakernel_programs_assemble_for_every_target_without_a_gpu():
     from vyre_numba import ptx
 

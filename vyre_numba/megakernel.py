@@ -303,6 +303,10 @@ class Megakernel(Unshared):
         if decl.dtype.is_float:
             raise DispatchError(f"until= is `{name}` of step {k}, a {decl.dtype.value} buffer. Fix: use an integer "
                                 "or bool change flag.")
+        have = getattr(until, "dtype", None)
+        if have is None or np.dtype(have) != decl.dtype.storage:  # a view in another type reads the flag's bits so
+            raise DispatchError(f"until= is a {have} view of `{name}` of step {k}, a {decl.dtype.value} buffer "
+                                f"(stored as {decl.dtype.storage}). Fix: pass the buffer the step binds itself.")
         self._until_dtype = decl.dtype
         return key
 

@@ -325,6 +325,9 @@ def test_a_sequences_buffers_are_each_steps_by_name_and_read_only(backend):
         with pytest.raises(UnknownBufferError,
                            match=r"not by 'z'; no step binds it; they bind \[\['x'\], \['x', 'y'\]\]"):
             s.buffers["z"]
+        for flag in (True, np.True_):  # True read as step 1 (a bool is no step number anywhere else)
+            with pytest.raises(UnknownBufferError, match=r"indexed by the step's number, not by (np\.)?True"):
+                s.buffers[flag]
         with pytest.raises(UnknownBufferError,
                            match=r"s\.buffers\[1\] .*no buffer 'z'; its buffers are \['x', 'y'\]\. Fix:"):
             s.buffers[1]["z"]

@@ -327,6 +327,8 @@ class StepBuffers(tuple):
         if isinstance(k, slice):
             return StepBuffers(super().__getitem__(k))
         try:
+            if isinstance(k, (bool, np.bool_)):  # a bool is no step number: said as any other key that is none
+                raise TypeError
             k = operator.index(k)
         except TypeError:
             pass

@@ -523,3 +523,26 @@ def test_owners_refuse_copies_that_would_release_what_they_hold_twice(backend):
                 make_copy(owner)
         owner.close()
         assert "closed" in repr(owner), repr(owner)
+
+
+def test_a_reference_replay_refuses_a_read_only_buffer_and_keeps_a_completed_run_whole(monkeypatch):
+    """Regressions (a red-team): a recording's buffer made read-only gave a raw ValueError; a replay
+    interrupted while reading back put its inputs back but kept the run's outputs (x before, y after)."""
+    be = vn.get_backend("reference")
+    g = be.record_graph(affine(), [np.zeros(8, np.uint32)])
+    g.buffers["x"].flags.writeable = False
+    with pytest.raises(DispatchError, match="'x' was made read-only.*Fix:"):
+        g.replay([np.ones(8, np.uint32)])
+    g.buffers["x"].flags.writeable = True
+    real = be.download
+
+    def interrupted(buf):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(be, "download", interrupted)
+    with pytest.raises(KeyboardInterrupt) as e:
+        g.replay([np.full(8, 5, np.uint32)])
+    monkeypatch.setattr(be, "download", real)
+    assert "the run completed, and its inputs and results stay" in "".join(getattr(e.value, "__notes__", []))
+    assert g.buffers["x"].tolist() == [5] * 8 and g.buffers["y"].tolist() == [16] * 8  # one state, not half of two
+    g.close()

@@ -185,14 +185,25 @@ class Redispatch(RecordedGraph):
         # this continues from the state this replay leaves; a replay that fails puts them back
         with self._open():
             # a failed run puts back what it wrote; what was copied in is put back here
+            for d in self.program.inputs:
+                if isinstance(self.buffers[d.name], np.ndarray) and not self.buffers[d.name].flags.writeable:
+                    raise DispatchError(f"replay: the recording's buffer {d.name!r} was made read-only, so the inputs "
+                                        "cannot go in. Fix: leave the recording's own buffers writable (read them, "
+                                        "or copy them, rather than change their flags).")
             saved = {d.name: self.buffers[d.name].copy() for d in self.program.inputs}
             try:
                 for d in self.program.inputs:
                     self.buffers[d.name][...] = now.arrays[d.name].reshape(-1)
-                return self.replay_resident()
+                self.replay_resident(read=False)
             except BaseException:
                 for name, was in saved.items():
                     self.buffers[name][...] = was
+                raise
+            try:
+                return [_declared(d, self.backend.download(self.buffers[d.name])) for d in self.program.outputs]
+            except BaseException as e:  # the run is done: its inputs and results stay together, as they are
+                e.add_note("replay: the run completed, and its inputs and results stay in the recording's buffers "
+                           "(.buffers); only reading the results back stopped.")
                 raise
 
     @host_memory("replay_resident", IN_HOST_MEMORY)

@@ -539,3 +539,24 @@ def test_results_compare_by_identity_not_by_their_arrays():
     twin = copy.deepcopy(r)
     assert r == r and r != twin and hash(r) == hash(r) and len({r, twin}) == 2
     assert np.array_equal(twin.outputs[0], r.outputs[0]) and twin.rounds == r.rounds  # compare the fields
+
+
+def test_an_interrupt_in_the_readback_says_every_round_ran(monkeypatch):
+    """Regression (a red-team): it carried no note and no rounds_ran, though all rounds ran."""
+    be = vn.get_backend("reference")
+    i = ir.gid()
+    p = ir.Program([B.read_write("x", 0, "u32")], 32, [ir.if_(i < ir.buf_len("x"), [
+        ir.store("x", i, ir.load("x", i) + 1)])], name="inc")
+    x = be.upload(np.zeros(4, np.uint32))
+    with be.megakernel([(p, [x])], [(x,)], max_rounds=3) as mk:
+        real = be.download
+
+        def interrupted(buf, *args, **kwargs):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(be, "download", interrupted)
+        with pytest.raises(KeyboardInterrupt) as e:
+            mk.run()
+        monkeypatch.setattr(be, "download", real)
+    assert e.value.rounds_ran == 3 and "after all 3 round(s) ran; their writes stay" in "".join(e.value.__notes__)
+    assert be.download(x).tolist() == [3] * 4

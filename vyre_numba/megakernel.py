@@ -160,10 +160,20 @@ class Megakernel(Unshared):
             else:
                 rounds, converged = self.max_rounds, None
             b._count(megakernel_runs=1)
-            return MegakernelResult(self._reads(), rounds, converged, "megakernel", None, ns)
+            return MegakernelResult(self._read_after(rounds), rounds, converged, "megakernel", None, ns)
         b._count(megakernel_fallbacks=1)
         rounds, converged = self._fallback_rounds()
-        return MegakernelResult(self._reads(), rounds, converged, self.mode, self.reason)
+        return MegakernelResult(self._read_after(rounds), rounds, converged, self.mode, self.reason)
+
+    def _read_after(self, rounds: int) -> list:
+        """`_reads()`, an exception out of it noted with the rounds that ran (all of them)."""
+        try:
+            return self._reads()
+        except BaseException as e:
+            e.add_note(f"Stopped in reading back `read`, after all {rounds} round(s) ran; their writes stay.")
+            if not hasattr(e, "rounds_ran"):
+                e.rounds_ran = rounds
+            raise
 
     def _fallback_rounds(self) -> tuple[int, bool | None]:
         b = self.backend

@@ -49,7 +49,8 @@ class DispatchConfig:
         None covers the largest output buffer along x.
     workgroup: overrides the program's workgroup size (an int or a tuple of 1 to 3 ints >= 1);
         "auto" lets the CUDA backend choose by occupancy; "tune" times the candidate sizes once per
-        (program, device, size bucket) and remembers the fastest on disk (`gpu.tuning`).
+        (program, device, size bucket) and remembers the fastest on disk (`gpu.tuning`); both keep
+        the declared size for programs whose results depend on it, and with an explicit `grid`.
     fixpoint_iterations: run the program this many times (an int >= 1) over the same buffers.
     cooperative: True to launch so every workgroup is co-resident (needed by grid barriers).
     label: None or a non-blank name for telemetry (a `dispatches[label]` counter) and profiles

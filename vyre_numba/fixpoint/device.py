@@ -86,7 +86,9 @@ def _arg_kinds(args: list) -> tuple[list, list[tuple[str, Any]]]:
     return kinds, params
 
 
-_STEPS: LRUCache = LRUCache(STEP_CACHE)  # (predicate_key(step), signature, cc) -> PTX; holds the step, so bounded as the CPU's
+# (predicate_key(step), signature, cc) -> PTX; the key holds the step's code and the values it reads, so
+# it is bounded as the CPU's cache is
+_STEPS: LRUCache = LRUCache(STEP_CACHE)
 
 
 def _step_ptx(step: Callable, kinds: list, cc: tuple[int, int]) -> str:

@@ -244,8 +244,9 @@ class CudaBackend(Backend):
         one nearest 256 threads: as many threads resident, in fewer blocks for the block scheduler to
         start; 64-thread blocks ran a streaming f32 add over 2^24 items 2.1x slower on an H100),
         cached per program. Programs whose results depend on the workgroup shape (local or
-        workgroup ids, workgroup buffers, barriers, subgroups) or that declare a 2-D/3-D shape keep
-        their own workgroup size."""
+        workgroup ids, workgroup buffers, barriers, subgroups, or a write an invocation past the
+        largest output could make: `_shape_dependent`) or that declare a 2-D/3-D shape keep their
+        own workgroup size."""
         key = program.digest()
         if key not in self._auto:
             choice = program.workgroup_size

@@ -90,10 +90,11 @@ def assemble(ptx_sources: str | Sequence[str], *, sm: int) -> bytes:
             except Exception:
                 pass
         if "UNSUPPORTED_ARCH" in log:
+            renamed = " (CUDA 13 renamed sm_101 to sm_110)" if sm == 101 else ""
             raise CompileError(f"nvJitLink failed to assemble PTX for sm_{sm}:\n{log.strip()}\nThis nvJitLink does "
-                               f"not know sm_{sm}{' (CUDA 13 renamed sm_101 to sm_110)' if sm == 101 else ''}. Fix: assemble for an sm it knows "
-                               "(the GPU's own: vyre_numba.get_backend('cuda').caps.sm), or install the nvJitLink of "
-                               "a CUDA that has it.") from e
+                               f"not know sm_{sm}{renamed}. Fix: assemble for an sm it knows (the GPU's own: "
+                               "vyre_numba.get_backend('cuda').caps.sm), or install the nvJitLink of a CUDA that has "
+                               "it.") from e
         target = re.search(r"\.target\s+sm_(\d+)", "".join(sources))
         if target and int(target.group(1)) > sm:
             raise CompileError(f"nvJitLink failed to assemble PTX for sm_{sm}:\n{log.strip()}\nThe PTX targets "

@@ -414,14 +414,16 @@ def _output_counts(program: Program, arrays: Mapping[str, np.ndarray], sizes, wh
         counts[b.name] = int(size)
     return counts
 
+
 def storage_mismatch(where: str, decl, have) -> DispatchError:
     """The error for a resident buffer of dtype `have` bound to `decl`, whose storage differs."""
-    said = f"{decl.dtype} (stored as {decl.dtype.storage}: 0 or 1 in one word each)" if decl.dtype is DataType.BOOL \
-        else f"{decl.dtype} (stored as its raw bits, uint16)" if decl.dtype is DataType.BF16 else str(decl.dtype)
-    fix = f"upload x.astype(np.{decl.dtype.storage})" if decl.dtype is DataType.BOOL else \
-        "upload ir.f32_to_bf16_bits(x)" if decl.dtype is DataType.BF16 else f"allocate it with dtype {decl.dtype.storage}"
-    return DispatchError(f"{where}: {decl.name!r} is declared {said} but the array holds {np.dtype(have)}. Fix: {fix}.")
+    said, fix = _STORED.get(decl.dtype, ("", f"allocate it with dtype {decl.dtype.storage}"))
+    return DispatchError(f"{where}: {decl.name!r} is declared {decl.dtype}{said} but the array holds "
+                         f"{np.dtype(have)}. Fix: {fix}.")
 
+
+_STORED = {DataType.BOOL: (" (stored as uint32: 0 or 1 in one word each)", "upload x.astype(np.uint32)"),
+           DataType.BF16: (" (stored as its raw bits, uint16)", "upload ir.f32_to_bf16_bits(x)")}
 
 
 def launch_geometry(program: Program, config: DispatchConfig, sizes: Mapping[str, int]) -> tuple[tuple, tuple]:

@@ -314,8 +314,9 @@ class _Translator:
                 return self.name(node, name)
             case ast.Constant(value=v):
                 if isinstance(v, float) and math.isinf(v):  # Python read a literal past f64 as an infinity
-                    raise self.fail(node, f"the literal {ast.get_source_segment(self.source, node)} is past every float type (f64's "
-                                          f"largest finite is {DataType.F64.max!r})",
+                    text = ast.get_source_segment(self.source, node)
+                    raise self.fail(node, f"the literal {text} is past every float type (f64's largest finite is "
+                                          f"{DataType.F64.max!r})",
                                     "write inf for an infinity, or a finite literal")
                 if isinstance(v, bool) or (isinstance(v, (int, float)) and not isinstance(v, complex)):
                     return ir.lit(v)

@@ -487,7 +487,7 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
                             "Fix: children are e-class ids of e-nodes in some partition.")
     n_classes = top + 1
     rows = sum(e[2] for e in extents)
-    if not isinstance(egraph_partitions, EGraph) and n_classes > SPARSE_IDS * rows + (1 << 20):  # as EGraph refuses: memory by the largest id
+    if not isinstance(egraph_partitions, EGraph) and n_classes > SPARSE_IDS * rows + (1 << 20):  # as EGraph refuses
         raise DispatchError(f"eclass holds ids up to {top} for {rows} e-nodes; every partition keeps an entry for "
                             f"every id below the largest ({n_classes * 8 / 2**20:,.0f} MiB each here), so ids this "
                             f"sparse cost memory for nothing. Fix: {IDS_FIX}")

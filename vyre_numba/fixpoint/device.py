@@ -14,12 +14,11 @@ import numpy as np
 from ..errors import DispatchError, UnsupportedError, shown
 from ..gpu.launch import KernelLaunch, LaunchShape, validate_cooperative
 from ..ir import Program
-from ..compaction.select import predicate_key
 from ..lru import LRUCache
 from ..ptx import templates
 from ..ptx.emitter import PTX_VERSION
 from .runner import (_CONVERGED, _CTL_WORDS, _ERROR, _ROUNDS, STEP_CACHE, FixpointResult, _bar, chunks, finished,
-                     raise_barrier_timeout)
+                     raise_barrier_timeout, step_key)
 
 STEP_NAME = "vyre_fixpoint_step"
 ENTRIES = ("vyre_fixpoint_coop", "vyre_fixpoint_round", "vyre_fixpoint_check")
@@ -86,15 +85,13 @@ def _arg_kinds(args: list) -> tuple[list, list[tuple[str, Any]]]:
     return kinds, params
 
 
-# (predicate_key(step), signature, cc) -> PTX; the key holds the step's code and the values it reads, so
-# it is bounded as the CPU's cache is
-_STEPS: LRUCache = LRUCache(STEP_CACHE)
+_STEPS: LRUCache = LRUCache(STEP_CACHE)  # (step_key(step), signature, cc) -> PTX; bounded as the CPU's
 
 
 def _step_ptx(step: Callable, kinds: list, cc: tuple[int, int]) -> str:
     from numba import cuda, types
     sig = types.int32(types.uint32, *kinds)
-    key = (predicate_key(getattr(step, "py_func", step)), str(sig), cc)  # an njit step: its Python code
+    key = (step_key(step), str(sig), cc)
     ptx = _STEPS.get(key)
     if ptx is None:
         try:
@@ -124,8 +121,7 @@ _SOURCES: LRUCache = LRUCache(STEP_CACHE)  # (step, argument types, sm) -> (cach
 
 def _module(backend, step, kinds: list, params: list) -> dict:
     sm = backend.caps.sm
-    cheap = (("program", step.digest()) if isinstance(step, Program) else predicate_key(getattr(step, "py_func", step)),
-             tuple(kinds),
+    cheap = (("program", step.digest()) if isinstance(step, Program) else step_key(step), tuple(kinds),
              tuple(c for c, _ in params), sm)
     known = _SOURCES.get(cheap)
     if known is None:

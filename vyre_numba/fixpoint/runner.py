@@ -255,11 +255,11 @@ def _cpu_rounds(one_round: Callable[[], bool], max_rounds: int, progress: bool |
 
 # Compiled steps kept, least recently used first out: each entry holds its step function and all it
 # references (closure, attributes, globals) and its Numba compilation, so a step made anew per call
-# or per re-run notebook cell must not be kept forever. Keyed by the step's code and the values it
-# reads (`compaction.select.predicate_key`): Numba fixes a global at compilation, so a changed
-# threshold must compile afresh, and a step written anew with the same code and values need not. As many as the
-# GPU's fixpoint modules (device._SOURCES): more than the package's own phases use in one session,
-# whose steps would otherwise be compiled again in turn.
+# or per re-run notebook cell must not be kept forever. Keyed by `step_key`, the step's code and the
+# values it reads: Numba fixes a global at compilation, so a changed threshold must compile afresh,
+# and a step written anew with the same code and values need not. As many as the GPU's fixpoint
+# modules (device._SOURCES): more than the package's own phases use in one session, whose steps
+# would otherwise be compiled again in turn.
 STEP_CACHE = 64
 _CPU_ROUNDS: LRUCache = LRUCache(STEP_CACHE)  # step function -> (jitted round, jitted step)
 
@@ -281,7 +281,13 @@ def _cpu_round(step: Callable) -> tuple[Callable, Callable]:
                     changed = True
             return changed
         return one_round, inner
-    return _CPU_ROUNDS.get_or_build(predicate_key(getattr(step, "py_func", step)), build)
+    return _CPU_ROUNDS.get_or_build(step_key(step), build)
+
+
+def step_key(step: Callable):
+    """What a compiled step is kept by: its Python code and the values it reads (an njit step's
+    too), so that a changed global compiles afresh."""
+    return predicate_key(getattr(step, "py_func", step))
 
 
 @host_memory("the fixpoint run", IN_HOST_MEMORY)

@@ -110,6 +110,7 @@ class CudaBackend(Backend):
         self._toolchain = _toolchain_versions()
         self._prepared: dict[tuple, tuple] = {}
         self._auto: dict[str, tuple[int, int, int]] = {}
+        self._fixed: dict[str, bool] = {}  # program digest -> whether it keeps its declared workgroup size
         self.tune_store = TuneStore()
         self._retired: list[CompiledKernel] = []
         self.views = BufferViews(self)
@@ -250,7 +251,7 @@ class CudaBackend(Backend):
         key = program.digest()
         if key not in self._auto:
             choice = program.workgroup_size
-            if program.workgroup_size[1:] == (1, 1) and not _shape_dependent(program):
+            if not self._keeps_its_workgroup(program):
                 k = self.kernel(program, DispatchConfig(workgroup="auto"))
                 limit = min(k.max_threads, self.caps.max_threads_per_block)
                 per_sm = self.caps.max_threads_per_sm
@@ -260,11 +261,20 @@ class CudaBackend(Backend):
             self._auto[key] = choice
         return self._auto[key]
 
+    def _keeps_its_workgroup(self, program: Program) -> bool:
+        """Whether "auto" and "tune" leave `program` its declared size (a 2-D/3-D shape, or results
+        that depend on it), per program: a "tune" dispatch asks on every call."""
+        key = program.digest()
+        fixed = self._fixed.get(key)
+        if fixed is None:
+            fixed = self._fixed[key] = program.workgroup_size[1:] != (1, 1) or _shape_dependent(program)
+        return fixed
+
     def tuned_workgroup(self, program: Program, config: DispatchConfig, largest: int) -> tuple[int, int, int]:
         """The fastest 1-D block size for `program` at dispatches whose largest buffer has about
         `largest` elements (`gpu.tuning`): remembered, else timed now on zero-filled scratch
         buffers. Programs `auto_workgroup` leaves alone keep their own workgroup size here too."""
-        if program.workgroup_size[1:] != (1, 1) or _shape_dependent(program):
+        if self._keeps_its_workgroup(program):
             return program.workgroup_size
         key = ("tune", program.digest(), self.caps.name, self.caps.sm, tuning.bucket(largest), config.optimize)
         wg = self.tune_store.get(key)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import nodes as n
-from .optimizer import _bodies, _exprs, _rebuild, _transform, _with_bodies, _with_exprs
+from .optimizer import _bodies, _exprs, _rebuild, _transform, _with_exprs, map_statements
 from .program import Access, BufferDecl, Program, Role, walk
 from .recursion import drive
 from .types import DataType
@@ -216,25 +216,6 @@ def fuse_group(shapes: list[StepShape], group: list[int], scratch: set) -> tuple
     program = Program(buffers, shapes[group[0]].workgroup, body,
                       name=("fused_" + "_".join(shapes[k].program.name for k in group))[:120])
     return program, list(decls)
-
-
-def map_statements(stmts, each) -> list[n.Node]:
-    """`each(s)` of every statement (None drops it), the bodies of what it returns mapped the same
-    way, at any depth (an explicit stack: deep IR never meets the recursion limit)."""
-    def block(stmts):
-        out = []
-        for s in stmts:
-            t = each(s)
-            if t is None:
-                continue
-            if _bodies(t):
-                bodies = []
-                for b in _bodies(t):
-                    bodies.append(tuple((yield block(b))))
-                t = _with_bodies(t, bodies)
-            out.append(t)
-        return out
-    return drive(block(stmts))
 
 
 def _rename(stmts, buffers: dict[str, str], own: set[str], prefix: str) -> list[n.Node]:

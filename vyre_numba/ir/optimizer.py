@@ -215,6 +215,25 @@ def _with_bodies(s: n.Node, bodies: list[tuple[n.Node, ...]]) -> n.Node:
     return s
 
 
+def map_statements(stmts, each) -> list[n.Node]:
+    """`each(s)` of every statement (None drops it), the bodies of what it returns mapped the same
+    way, at any depth (an explicit stack: deep IR never meets the recursion limit)."""
+    def block(stmts):
+        out = []
+        for s in stmts:
+            t = each(s)
+            if t is None:
+                continue
+            if _bodies(t):
+                bodies = []
+                for b in _bodies(t):
+                    bodies.append(tuple((yield block(b))))
+                t = _with_bodies(t, bodies)
+            out.append(t)
+        return out
+    return drive(block(stmts))
+
+
 def _changed(ctx: "_Context", stmts: Iterable[n.Node]) -> tuple[frozenset, frozenset]:
     """(variables assigned, variables declared: lets and loop variables) anywhere in `stmts`,
     from each statement's facts, computed once per statement object (so nested walks stay linear)."""

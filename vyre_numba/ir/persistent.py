@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import nodes as n
-from .fusion import StepShape, fuse_group, map_statements, _rename
-from .optimizer import _exprs, _rebuild, _transform, _with_exprs
+from .fusion import StepShape, fuse_group, _rename
+from .optimizer import _exprs, _rebuild, _transform, _with_exprs, map_statements
 from .program import Access, BufferDecl, Program, Role, walk
 from .types import DataType
 

@@ -273,8 +273,17 @@ def test_a_lambda_written_anew_each_call_compiles_once_and_a_changed_value_compi
         return lambda v: v > limit
     assert [compaction.select_if(x, above(k)).size for k in (7, 2, 7, 2)] == [2, 7, 2, 7]
     assert len(built) == 3  # one each for 7 and 2: a value read is part of what is compiled
+    for _ in range(3):  # a NaN read is found again, though it is unequal to itself
+        assert compaction.select_if(x, above(float("nan"))).size == 0
+    assert len(built) == 4
     assert select.predicate_key(above(1)) != select.predicate_key(above(1.0))  # so is its type
     assert select.predicate_key(lambda v, t=3: v > t) != select.predicate_key(lambda v, t=4: v > t)
+    assert select.predicate_key(lambda v, *, t=1: v > t) != select.predicate_key(lambda v, *, t=1.0: v > t)
+    nan = float("nan")  # unequal to itself, so a key holding it as a value would never be found again
+    assert select.predicate_key(above(nan)) == select.predicate_key(above(float("nan")))
+    assert select.predicate_key(above(np.float32(nan))) != select.predicate_key(above(nan))
+    other_nan = np.frombuffer(np.uint64(0x7FF8000000000001).tobytes(), np.float64)[0]  # another payload
+    assert select.predicate_key(above(float(other_nan))) != select.predicate_key(above(nan))
 
     global _LIMIT
     _LIMIT = 3

@@ -96,7 +96,8 @@ def predicate_key(predicate: Callable):
             named += [(name, vars(m)[name]) for name in names if name in vars(m)]
             modules += [v for _, v in named if isinstance(v, types.ModuleType) and v not in modules]
         read = values + named
-        key = (code, tuple(map(_typed, read)), tuple(sorted((predicate.__kwdefaults__ or {}).items())))
+        keywords = sorted((name, _typed(v)) for name, v in (predicate.__kwdefaults__ or {}).items())
+        key = (code, tuple(map(_typed, read)), tuple(keywords))
         hash(key)
     except (TypeError, ValueError, AttributeError, RecursionError):  # an array, a list, an empty cell, a
         return predicate  # tuple nested past the interpreter's depth: the function itself
@@ -104,11 +105,12 @@ def predicate_key(predicate: Callable):
 
 
 def _typed(v):
-    """v with its type, and its items' within a tuple, and a float's repr: equal values Numba
-    compiles differently (1 and 1.0, float32 and float64, 0.0 and -0.0) differ here."""
+    """v with its type, and its items' within a tuple, and a float by its bits: equal values Numba
+    compiles differently (1 and 1.0, float32 and float64, 0.0 and -0.0) differ here, and a NaN,
+    unequal to itself, still finds its compiled predicate."""
     if isinstance(v, tuple):
         return type(v), tuple(map(_typed, v))
-    return (type(v), v, repr(v)) if isinstance(v, (float, complex, np.inexact)) else (type(v), v)
+    return (type(v), np.asarray(v).tobytes()) if isinstance(v, (float, complex, np.inexact)) else (type(v), v)
 
 
 @functools.lru_cache(maxsize=256)

@@ -100,6 +100,10 @@ def test_the_model_takes_values_that_convert_exactly():
     assert q.drain().tolist() == [255, 0]
 
 
+class Labelled(QueueModel):  # a subclass: it and its own attributes survive every kind of copy
+    pass
+
+
 def test_copies_and_pickles_of_the_model_are_independent_queues():
     """A copy shares nothing with the original (a shared items array would let the copy's pushes
     overwrite the original's items); a pickle round trip keeps the items and the overflow count."""
@@ -116,6 +120,13 @@ def test_copies_and_pickles_of_the_model_are_independent_queues():
     assert not q.push(3)
     back = pickle.loads(pickle.dumps(q))
     assert back.overflowed() == 1 and back.drain().tolist() == [1, 2] and q.drain().tolist() == [1, 2]
+
+    s = Labelled(2, np.int32)
+    s.label, s.log = "frontier", [1]
+    s.push(5)
+    for c in (copy.copy(s), copy.deepcopy(s), pickle.loads(pickle.dumps(s))):
+        assert type(c) is Labelled and c.label == "frontier" and c.log == [1] and c.drain().tolist() == [5]
+    assert copy.deepcopy(s).log is not s.log and s.size() == 1
 
 
 def test_the_model_loses_no_push_from_several_threads():
@@ -201,10 +212,22 @@ q.push([9])
 try:
     next(it)
 except DispatchError as e:
-    assert "drained or reset while chunks" in str(e) and "Fix:" in str(e), e
+    assert "drained, reset or emptied by another chunks iteration" in str(e) and "Fix:" in str(e), e
 else:
     raise AssertionError("chunks went on after a drain")
 assert q.drain().copy_to_host().tolist() == [9]  # pushed after the drain: kept, not dropped by the old iteration
+q.push([1, 2, 3, 4])
+a, b = q.chunks(2), q.chunks(2)  # two iterations over the same items: the first to finish empties them
+got = [next(a).copy_to_host().tolist(), next(b).copy_to_host().tolist()]
+got += [c.copy_to_host().tolist() for c in a]
+q.push([5, 6, 7])  # after a dropped its four: b's views now hold these
+try:
+    next(b)
+except DispatchError as e:
+    assert "another chunks iteration" in str(e) and "Fix:" in str(e), e
+else:
+    raise AssertionError("a second chunks iteration went on over items the first emptied")
+assert got == [[1, 2], [1, 2], [3, 4]] and q.drain().copy_to_host().tolist() == [5, 6, 7], got
 
 import time
 from numba import cuda

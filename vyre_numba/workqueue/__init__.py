@@ -15,6 +15,7 @@ and leaves the items queued.
 """
 from __future__ import annotations
 
+import copy
 import os
 import threading
 from typing import Callable, Iterator
@@ -47,23 +48,30 @@ class QueueModel:
 
     def __getstate__(self) -> dict:
         with self._lock:
-            return {"items": self.items.copy(), "tail": self.tail}
+            state = {k: v for k, v in self.__dict__.items() if k != "_lock"}
+            state["items"] = self.items.copy()
+            return state
 
     def __setstate__(self, state: dict) -> None:
-        self.items, self.tail, self._lock = state["items"], state["tail"], threading.Lock()
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def __copy__(self) -> "QueueModel":
-        """An independent queue holding the same items (a queue's items are its own: a copy that
-        shared them would overwrite the original's)."""
-        new = QueueModel.__new__(QueueModel)
+        """An independent queue (of the same class) holding the same items (a queue's items are its
+        own: a copy that shared them would overwrite the original's)."""
+        new = type(self).__new__(type(self))
         new.__setstate__(self.__getstate__())
         return new
 
     def __deepcopy__(self, memo: dict) -> "QueueModel":
-        return self.__copy__()
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        new.__setstate__(copy.deepcopy(self.__getstate__(), memo))
+        return new
 
     def push(self, value) -> bool:
-        """Append `value` (converted exactly to the queue's dtype, else a DispatchError and the queue
+        """Append `value` (converted to the queue's dtype as `WorkQueue.push` does: integers exactly,
+        floats rounded to the nearest of a float queue; else a DispatchError and the queue
         unchanged); False (nothing stored) when the queue is full, as the device's push."""
         value = _values(value, self.items.dtype)
         if value.size != 1:
@@ -207,7 +215,7 @@ class WorkQueue(Unshared):
         self._dev_items = self._dev_state = None
         self._cuda = cuda
         self._lock = threading.RLock()  # a push reads the tail, then writes after it: two at once would share slots
-        self._emptied = 0  # how many times reset (or drain) emptied the queue: a chunks iteration's items
+        self._emptied = 0  # how many times reset, drain or a chunks iteration emptied the queue: an iteration's items
         # are gone, and not to be dropped again, once it moved
         if not cuda.is_available():
             raise BackendUnavailableError("WorkQueue lives on a CUDA GPU and none is usable here. Fix: run on a "
@@ -325,7 +333,8 @@ class WorkQueue(Unshared):
 
     def chunks(self, chunk: int) -> Iterator:
         """The items filled when the iteration starts, `chunk` at a time (device views, valid until
-        the iteration ends), then the queue emptied of them: items pushed meanwhile stay queued."""
+        the iteration ends), then the queue emptied of them: items pushed meanwhile stay queued. An
+        iteration whose items another emptied first (drain, reset, another chunks) raises DispatchError."""
         chunk = _items(chunk, "chunk")
         self._live()
 
@@ -335,9 +344,10 @@ class WorkQueue(Unshared):
             for start in range(0, n, chunk):
                 items, _ = self._live()  # closed between two pieces: refused, not a raw error
                 if self._emptied != emptied:
-                    raise DispatchError("the queue was drained or reset while chunks handed out its items, so the "
-                                        "rest are gone (or overwritten by later pushes). Fix: finish (or drop) the "
-                                        "chunks iteration before drain() or reset().")
+                    raise DispatchError("the queue was drained, reset or emptied by another chunks iteration while "
+                                        "this one handed out its items, so the rest are gone (or overwritten by later "
+                                        "pushes). Fix: finish (or drop) one chunks iteration before drain(), reset() "
+                                        "or another chunks() hands out the same items.")
                 yield items[start:min(n, start + chunk)]
             self._drop_first(n, emptied)
         return pieces()
@@ -355,6 +365,7 @@ class WorkQueue(Unshared):
                 kept.copy_to_device(items[n:n + rest], stream=self.stream)
                 items[:rest].copy_to_device(kept, stream=self.stream)
             state.copy_to_device(np.array([max(rest, 0), 0], np.uint64), stream=self.stream)
+            self._emptied += 1  # the items moved: another iteration's views no longer hold its items
 
     def consume(self, step: Callable, args: tuple = (), *, block: int = 256) -> None:
         """Run `step(value, args)` (a Numba device function; `args` a tuple of device arrays and

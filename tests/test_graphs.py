@@ -4,6 +4,7 @@ dispatch of the same inputs, bit for bit, and ownership must hold on every path.
 from __future__ import annotations
 
 import gc
+import weakref
 
 import numpy as np
 import pytest
@@ -545,4 +546,31 @@ def test_a_reference_replay_refuses_a_read_only_buffer_and_keeps_a_completed_run
     monkeypatch.setattr(be, "download", real)
     assert "the run completed, and its inputs and results stay" in "".join(getattr(e.value, "__notes__", []))
     assert g.buffers["x"].tolist() == [5] * 8 and g.buffers["y"].tolist() == [16] * 8  # one state, not half of two
+    real_count = type(be)._count
+
+    def count(self, **kw):  # an interrupt after the run, before the replay is counted
+        if "graph_replays" in kw:
+            raise KeyboardInterrupt
+        return real_count(self, **kw)
+
+    monkeypatch.setattr(type(be), "_count", count)
+    with pytest.raises(KeyboardInterrupt) as e:
+        g.replay([np.full(8, 7, np.uint32)])
+    monkeypatch.setattr(type(be), "_count", real_count)
+    assert "the run completed" in "".join(getattr(e.value, "__notes__", []))
+    assert g.buffers["x"].tolist() == [7] * 8 and g.buffers["y"].tolist() == [22] * 8
     g.close()
+
+
+def test_a_closed_reference_recording_lets_go_of_its_data():
+    """Regression (a red-team): a recording kept its sample binding's arrays (a copy of every
+    written buffer and the caller's inputs) after close, and twice the data while open."""
+    be = vn.get_backend("reference")
+    x = np.zeros(8, np.uint32)
+    g = be.record_graph(affine(), [x])
+    assert g.binding.arrays == {} and g.binding.sizes["x"] == 8
+    probe = weakref.ref(g.buffers["x"])
+    assert g.replay([np.ones(8, np.uint32)])[0].tolist() == [4] * 8
+    g.close()
+    gc.collect()
+    assert probe() is None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import dataclasses
 import operator
 import threading
 from collections.abc import Mapping as MappingABC
@@ -168,10 +169,11 @@ class Redispatch(RecordedGraph):
 
         refuse(config, "record_graph")
         self.backend, self.program, self.config = backend, program, check_config(config)
-        self.binding = bind(program, sample_inputs, self.config, sizes)
+        binding = bind(program, sample_inputs, self.config, sizes)
         self._dtypes = input_dtypes(program, sample_inputs)
-        self._sizes = {b.name: self.binding.sizes[b.name] for b in program.outputs}
-        self._buffers = Frozen({d.name: backend.upload(self.binding.arrays[d.name]) for d in program.bound_buffers})
+        self._sizes = {b.name: binding.sizes[b.name] for b in program.outputs}
+        self._buffers = Frozen({d.name: backend.upload(binding.arrays[d.name]) for d in program.bound_buffers})
+        self.binding = dataclasses.replace(binding, arrays={})  # its sizes, for replays; the arrays went up
         self._lock = threading.RLock()  # a close from another thread waits for the replay in flight
         backend._count(graph_recordings=1)
 
@@ -194,12 +196,13 @@ class Redispatch(RecordedGraph):
             try:
                 for d in self.program.inputs:
                     self.buffers[d.name][...] = now.arrays[d.name].reshape(-1)
-                self.replay_resident(read=False)
+                self.backend.dispatch_resident(self.program, self.buffers, self.config)
             except BaseException:
                 for name, was in saved.items():
                     self.buffers[name][...] = was
                 raise
             try:
+                self.backend._count(graph_replays=1)
                 return [_declared(d, self.backend.download(self.buffers[d.name])) for d in self.program.outputs]
             except BaseException as e:  # the run is done: its inputs and results stay together, as they are
                 e.add_note("replay: the run completed, and its inputs and results stay in the recording's buffers "

@@ -560,3 +560,29 @@ def test_an_interrupt_in_the_readback_says_every_round_ran(monkeypatch):
         monkeypatch.setattr(be, "download", real)
     assert e.value.rounds_ran == 3 and "after all 3 round(s) ran; their writes stay" in "".join(e.value.__notes__)
     assert be.download(x).tolist() == [3] * 4
+
+
+def test_an_interrupt_while_waiting_for_the_persistent_launch_says_it_went_ahead(monkeypatch):
+    """Regression (a red-team): an interrupt in the wait for the launch (its synchronisation, or
+    the round counters' read) came out bare, though every round it runs writes the buffers."""
+    be = vn.get_backend("reference")
+    i = ir.var("i")
+    u = lambda v: ir.lit(v, "u32")  # noqa: E731
+    inc = ir.Program([B.read_write("y", 0, "u32"), B.read_write("flag", 1, "u32")], 64,
+                     [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("y"), [ir.if_(ir.load("y", i) < u(5), [
+                         ir.store("y", i, ir.load("y", i) + u(1)), ir.store("flag", u(0), u(1))])])], name="inc")
+    for until in (True, False):
+        y, flag = be.upload(np.zeros(4, np.uint32)), be.upload(np.zeros(1, np.uint32))
+        with be.megakernel([(inc, [y, flag])], [(y, 0, 4)], until=flag if until else None, max_rounds=8) as mk:
+            assert mk.mode == "megakernel", mk.reason
+            if until:
+                real = type(be).download
+                monkeypatch.setattr(type(be), "download", lambda self, buf, *a, **k: (
+                    (_ for _ in ()).throw(KeyboardInterrupt) if buf is mk._stats else real(self, buf, *a, **k)))
+            else:
+                monkeypatch.setattr(type(be), "synchronize", lambda self: (_ for _ in ()).throw(KeyboardInterrupt))
+            with pytest.raises(KeyboardInterrupt) as e:
+                mk.run()
+            monkeypatch.undo()
+        assert "waiting for the persistent launch, which was issued" in "".join(e.value.__notes__)
+        assert be.download(y).tolist() == [5] * 4  # the rounds ran and their writes stayed

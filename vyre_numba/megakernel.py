@@ -152,13 +152,19 @@ class Megakernel(Unshared):
                 if e.args:
                     e.args = (self._failed_launch(str(e.args[0])), *e.args[1:])
                 raise
-            if self.until is None:
-                b.synchronize()  # and a grid barrier that timed out becomes BarrierTimeoutError
-            if self.until is not None:  # download synchronises and checks the barriers too
-                rounds, done = (int(v) for v in b.download(self._stats))
-                converged = bool(done)
-            else:
-                rounds, converged = self.max_rounds, None
+            try:
+                if self.until is None:
+                    b.synchronize()  # and a grid barrier that timed out becomes BarrierTimeoutError
+                    rounds, converged = self.max_rounds, None
+                else:  # download synchronises and checks the barriers too
+                    rounds, done = (int(v) for v in b.download(self._stats))
+                    converged = bool(done)
+            except BaseException as e:
+                if not isinstance(e, VyreError):  # an interrupt while the host waits: the launch went ahead
+                    e.add_note("Stopped while waiting for the persistent launch, which was issued and goes on (or "
+                               "went) to its end on the device; the rounds it runs write the caller's buffers, and "
+                               "how many ran is not known here.")
+                raise
             b._count(megakernel_runs=1)
             return MegakernelResult(self._read_after(rounds), rounds, converged, "megakernel", None, ns)
         b._count(megakernel_fallbacks=1)

@@ -527,6 +527,7 @@ def test_an_egraph_shows_how_many_classes_it_has():
     held.wait(10)
     try:
         assert repr(g) == "EGraph(busy: another thread's call is running, backend='reference')"
+        assert g._repr_html_() == "<pre>EGraph(busy: another thread&#x27;s call is running, backend=&#x27;reference&#x27;)</pre>"
     finally:
         release.set()
         th.join()

@@ -378,13 +378,19 @@ class EGraph(Unshared):
         finally:
             self._lock.release()
 
-    @_serial
     def _repr_html_(self) -> str:
         """The e-classes as boxes holding their e-nodes, edges to the children's classes (Graphviz
         SVG where `graphviz` is installed, a table otherwise); a summary past a few hundred e-nodes."""
+        import html as escape
+
         from .view import html
 
-        return html(self)
+        if not self._lock.acquire(blocking=False):  # Jupyter's display must not freeze behind a rebuild
+            return f"<pre>{escape.escape(repr(self))}</pre>"
+        try:
+            return html(self)
+        finally:
+            self._lock.release()
 
     @_serial
     def to_graphviz(self, limit: int | None = 300):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+import traceback
 
 import numpy as np
 import pytest
@@ -95,9 +96,27 @@ def test_failures_while_running_come_out_of_result():
         ir.if_(ir.lid(0) < 3, [ir.barrier()]), ir.store("out", ir.gid(0), 1)])
     pending = ReferenceBackend().dispatch_async(p, [])
     assert pending.wait(60) is True and pending.done()
-    for _ in range(2):
-        with pytest.raises(DispatchError, match="barrier"):
+    depths = []
+    for _ in range(3):  # the same error each time, its traceback not growing by each caller's frames
+        with pytest.raises(DispatchError, match="barrier") as e:
             pending.result()
+        depths.append(len(traceback.extract_tb(e.value.__traceback__)))
+    assert depths[0] == depths[1] == depths[2], depths
+
+
+def test_a_completed_pending_raises_its_error_with_the_same_traceback_each_time():
+    from vyre_numba.backend import Completed
+
+    try:
+        raise DispatchError("it failed. Fix: nothing.")
+    except DispatchError as e:
+        done = Completed(error=e)
+    depths = []
+    for _ in range(3):
+        with pytest.raises(DispatchError) as e:
+            done.result()
+        depths.append(len(traceback.extract_tb(e.value.__traceback__)))
+    assert depths[0] == depths[1] == depths[2], depths
 
 
 def test_many_in_flight_dispatches_all_complete():

@@ -231,6 +231,7 @@ class Completed(Pending):
 
     def __init__(self, outputs: list[np.ndarray] | None = None, error: BaseException | None = None):
         self._outputs, self._error = outputs, error
+        self._traceback = None if error is None else error.__traceback__  # raised afresh from it each time
 
     def done(self) -> bool:
         return True
@@ -240,8 +241,8 @@ class Completed(Pending):
         return True
 
     def result(self) -> list[np.ndarray]:
-        if self._error is not None:
-            raise self._error
+        if self._error is not None:  # from its own traceback: one raised again grows by the caller's frames
+            raise self._error.with_traceback(self._traceback)
         return self._outputs
 
 

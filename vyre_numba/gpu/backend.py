@@ -792,9 +792,10 @@ class CudaPending(InFlight):
                     self.release(failed=False)
                 except BaseException as e:
                     self._error = e if isinstance(e, VyreError) else self.backend._host_failure(e, self.plan)
+                    self._traceback = self._error.__traceback__
                     self.release(failed=True)
-            if self._error is not None:
-                raise self._error
+            if self._error is not None:  # from its own traceback: one raised again grows by the caller's frames
+                raise self._error.with_traceback(self._traceback)
             return self._result
 
     def device_ns(self) -> Duration:

@@ -159,6 +159,7 @@ class ReferencePending(InFlight):
 
     def _finish(self, outputs: list[np.ndarray] | None, error: BaseException | None) -> None:
         self._outputs, self._error = outputs, error
+        self._traceback = None if error is None else error.__traceback__
         self._event.set()
 
     def done(self) -> bool:
@@ -169,8 +170,8 @@ class ReferencePending(InFlight):
 
     def result(self) -> list[np.ndarray]:
         self._event.wait()
-        if self._error is not None:
-            raise self._error
+        if self._error is not None:  # from its own traceback: one raised again grows by the caller's frames
+            raise self._error.with_traceback(self._traceback)
         return self._outputs
 
     def cancel(self) -> bool:

@@ -366,6 +366,7 @@ def raises(exc, fn, *args, match: str | None = None, **kw):
     ("x ** x", "integer literal exponent"),
     ("x ** 65", "integer literal exponent"),
     ("x +", "not valid Python syntax"),
+    ("x + \ud800", r"not valid text at position 4 \('\\ud800'\).*Fix: remove it"),
     ("", "empty"),
     ("'text'", "not a number"),
     ("sqrt", "used without a call"),
@@ -868,6 +869,45 @@ def test_a_power_of_literals_past_the_exponent_limit_is_folded_where_it_fits():
     raises(IRValidationError, elementwise, "f32 a", "f32 o", "a * 2**128", match="cannot be a f32 .past its largest")
     raises(IRValidationError, elementwise, "f64 a", "f64 o", "a * 2**1100", match="wider than 1088 bits")
     raises(IRValidationError, elementwise, "f64 a", "f64 o", "a ** 65", match="exponent from 0 to 64")
+
+
+def test_a_power_reads_its_base_and_squares_as_variables_not_copied_trees():
+    """Regression (a red-team): `square * square` copied its operand as a tree, so
+    `((a ** 64) ** 64) ** 64` was 2 MB of IR that ran for 30 s on four elements, and `(a + 1) ** 4`
+    added 1 four times."""
+    x = np.float32([0.5, 0.99, 1.0, 1.001, -1.0])
+    k = elementwise("f32 a", "f32 y", "((a ** 64) ** 64) ** 64")
+    assert len(str(k.program(x))) < 2000
+    want = x.copy()
+    for _ in range(18):  # 64 ** 3 = 2 ** 18: eighteen squarings, each rounded in f32
+        want = want * want
+    assert_same_bits(k(x, backend=R), want)
+    p = elementwise("f32 a", "f32 y", "(a + 1) ** 5").program(x)
+    adds = [e for e in ir.walk(p.entry) if isinstance(e, ir.BinOp) and e.op == "add"]
+    assert len(adds) == 1, str(p)
+    b = x + np.float32(1)
+    assert_same_bits(elementwise("f32 a", "f32 y", "(a + 1) ** 5")(x, backend=R), b * ((b * b) * (b * b)))
+    raises(IRValidationError, elementwise, "f32 a, i32 n", "f32 y", "y = (a + n) ** 3", match=r"in `\(a \+ n\) \*\* 3`")
+
+
+def test_a_long_operation_splits_its_source_into_lines_once(monkeypatch):
+    """Regression (a red-team): each statement's text was cut from the source by
+    ast.get_source_segment, which splits the whole source each call: 4,000 statements took 30 s."""
+    import sys
+
+    ew = sys.modules["vyre_numba.elementwise"]  # the package's `elementwise` is the function
+
+    splits = []
+    real = ew._LINES
+
+    class Counted:
+        def split(self, text):
+            splits.append(1)
+            return real.split(text)
+    monkeypatch.setattr(ew, "_LINES", Counted())
+    op = "\n".join(["t = a"] + ["t = t + a"] * 300 + ["y = t"])
+    assert_same_bits(elementwise("f32 a", "f32 y", op)(np.float32([1, 2]), backend=R), np.float32([301, 602]))
+    assert len(splits) == 1
 
 
 def test_one_problem_met_twice_in_a_statement_is_said_once():

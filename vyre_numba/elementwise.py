@@ -113,6 +113,7 @@ from .registry import get_backend
 __all__ = ["elementwise", "Elementwise", "FUNCTIONS"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_LINES = re.compile(r"(?<=\n)|(?<=\r)(?!\n)")  # where Python's parser ends a line (not at \f, \v, ...)
 _INDEX = "idx"  # the invocation's element; parameters live in variables prefixed v_ / t_ / o_
 
 # ---- the functions an operation string may call ------------------------------------------------
@@ -220,13 +221,28 @@ class _Translator:
         self.env: dict[str, ir.Expr] = {n: ir.var(f"v_{n}") for n in inputs}  # what each name reads
         self.stmts: list[ir.Node] = []  # user statements (lets/assigns), then the stores
         self.texts: list[str] = []  # the source of each statement, for messages
+        self._lines: tuple[str, list[bytes]] | None = None  # (the source, its lines) for segment()
 
     # messages
     def fail(self, node: ast.AST | None, why: str, fix: str) -> IRValidationError:
-        seg = ast.get_source_segment(self.source, node) if node is not None else None
+        seg = self.segment(node) if node is not None else None
         at = f" in `{seg}`" if seg and seg.strip() != self.source.strip() else ""
         return IRValidationError(f"elementwise {self.kernel!r}: {why}{at} (operation: {shown(self.source, 200)}). "
                                  f"Fix: {fix}.")
+
+    def segment(self, node: ast.AST) -> str | None:
+        """The source text of `node`, as `ast.get_source_segment` gives it, from lines split once
+        (that function splits the whole source on each call: quadratic in a long operation)."""
+        start, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+        col, end_col = getattr(node, "col_offset", None), getattr(node, "end_col_offset", None)
+        if None in (start, end, col, end_col):
+            return None
+        if self._lines is None or self._lines[0] is not self.source:  # offsets count UTF-8 bytes
+            self._lines = (self.source, [line.encode() for line in _LINES.split(self.source)])
+        lines = self._lines[1]
+        if start == end:
+            return lines[start - 1][col:end_col].decode()
+        return b"".join([lines[start - 1][col:], *lines[start:end - 1], lines[end - 1][:end_col]]).decode()
 
     def translate(self) -> None:
         text = textwrap.dedent(self.source).strip()
@@ -239,6 +255,12 @@ class _Translator:
             raise IRValidationError(f"elementwise {self.kernel!r}: the operation {shown(text, 200)} is not valid "
                                     f"Python syntax ({e.msg} at column {e.offset}). Fix: write an expression such as "
                                     "'a * x + y', or assignments 'out = ...; out2 = ...'.") from None
+        except UnicodeError as e:  # a lone surrogate, say: Python cannot read the text as source
+            at = getattr(e, "start", None)
+            where = f" at position {at} ({shown(text[at:at + 1])})" if isinstance(at, int) else ""
+            raise IRValidationError(f"elementwise {self.kernel!r}: the operation holds a character that is not "
+                                    f"valid text{where}. Fix: remove it (a lone surrogate such as '\\ud800' is half of "
+                                    "a character).") from None
         except (RecursionError, MemoryError, ValueError) as e:
             raise IRValidationError(f"elementwise {self.kernel!r}: the operation could not be parsed "
                                     f"({type(e).__name__}). Fix: write a shorter, less deeply nested expression, "
@@ -259,7 +281,7 @@ class _Translator:
                                        "assign each: 'out1 = ...; out2 = ...'")
             for name, e in zip(self.outputs, exprs):
                 self.stmts.append(ir.store(name, ir.var(_INDEX), self.expr(e)))
-                self.texts.append(f"{name} = {ast.get_source_segment(self.source, e)}")
+                self.texts.append(f"{name} = {self.segment(e)}")
             return
         assigned: dict[str, str] = {}  # name -> variable
         last: dict[str, str] = {}  # name -> the source of its last assignment
@@ -295,7 +317,7 @@ class _Translator:
                 self.stmts.append(ir.let(var, value))
             else:
                 self.stmts.append(ir.assign(var, value))
-            text = ast.get_source_segment(self.source, st) or target
+            text = self.segment(st) or target
             self.texts.append(text)
             last[target] = text
             self.env[target] = ir.var(var)
@@ -314,7 +336,7 @@ class _Translator:
                 return self.name(node, name)
             case ast.Constant(value=v):
                 if isinstance(v, float) and math.isinf(v):  # Python read a literal past f64 as an infinity
-                    text = ast.get_source_segment(self.source, node)
+                    text = self.segment(node)
                     raise self.fail(node, f"the literal {text} is past every float type (f64's largest finite is "
                                           f"{DataType.F64.max!r})",
                                     "write inf for an infinity, or a finite literal")
@@ -388,7 +410,7 @@ class _Translator:
     def said(self, node: ast.Name) -> str:
         """The name `node` reads, and how the operation spells it where that differs (Python reads
         identifiers in NFKC form: `ﬁ` is `fi`)."""
-        seg = ast.get_source_segment(self.source, node)
+        seg = self.segment(node)
         return shown(node.id) + (f" (written {seg}; Python reads identifiers in NFKC form)" if seg and seg != node.id
                                  else "")
 
@@ -429,14 +451,22 @@ class _Translator:
         x = self.expr(base)
         if k == 0:
             return _one_like(x)
+        text = self.segment(node) or "**"
+
+        def named(e: ir.Expr) -> ir.Expr:  # a value read twice is a variable, not a copied tree: (x ** 64) ** 64
+            if isinstance(e, (ir.Var, ir.Lit)):  # would otherwise be 4,096 copies of x, walked and run each time
+                return e
+            self.stmts.append(ir.let(f"p_{len(self.stmts)}", e))
+            self.texts.append(text)
+            return ir.var(self.stmts[-1].name)
         result = None
-        square = x
+        square = named(x) if k > 1 else x
         while k:  # square and multiply: the same operations on every backend
             if k & 1:
                 result = square if result is None else result * square
             k >>= 1
             if k:
-                square = square * square
+                square = named(square * square)
         return result
 
     def call(self, node: ast.Call) -> ir.Expr:

@@ -169,6 +169,26 @@ def test_float_to_bits_takes_numpy_numbers_and_rounds_huge_ints_to_inf():
     assert ir.wrap_int(np.uint64(2**64 - 1), D.I64) == -1
 
 
+def test_the_bf16_helpers_take_numbers_and_bit_patterns_only():
+    """Regression (a red-team): floats became bit patterns (0.5 -> 0), ints past 16 bits wrapped,
+    a bool was bit 1, "1.5" was parsed, and inf, strings and objects raised raw errors."""
+    assert ir.bf16_bits_to_f32(np.uint16([0x3F80, 0xC000])).tolist() == [1.0, -2.0]
+    assert ir.bf16_bits_to_f32([0, 0xFFFF]).dtype == np.float32 and float(ir.bf16_bits_to_f32(0x3F80)) == 1.0
+    assert ir.f32_to_bf16_bits([1.0, 2, np.float16(-2)]).tolist() == [0x3F80, 0x4000, 0xC000]
+    assert ir.f32_to_bf16_bits(np.float64(1e300)).tolist() == 0x7F80  # past f32: an infinity, as the cast
+    # f64 values go through f32 first, as a cast to bf16 does (docs/semantics.md)
+    assert int(ir.f32_to_bf16_bits(1 + 2**-8 + 2**-30)) == ir.float_to_bits(1 + 2**-8 + 2**-30, D.BF16) == 0x3F80
+    for bad in (np.array([0.5, 1.7]), 1.0, [True], "1", b"1", object(), None, [1, [2]], 1j):
+        with pytest.raises(IRValidationError, match="bf16_bits_to_f32 takes bit patterns.*Fix:"):
+            ir.bf16_bits_to_f32(bad)
+    for bad in ([70000], -1, 2**70):
+        with pytest.raises(IRValidationError, match="bf16_bits_to_f32.*(16-bit pattern|takes bit patterns).*Fix:"):
+            ir.bf16_bits_to_f32(bad)
+    for bad in ("1.5", [True], np.bool_(True), object(), None, 1j, np.array(["a"])):
+        with pytest.raises(IRValidationError, match="f32_to_bf16_bits takes numbers.*Fix:"):
+            ir.f32_to_bf16_bits(bad)
+
+
 def test_wrap_int_and_bit_helpers():
     assert ir.wrap_int(256, D.U8) == 0
     assert ir.wrap_int(-1, D.U32) == 2**32 - 1

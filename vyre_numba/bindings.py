@@ -9,7 +9,8 @@ import numpy as np
 
 from .config import DispatchConfig
 from .errors import INTEGERS, DispatchError, LaunchError, shown
-from .ir import BufferDecl, DataType, Program, bf16_bits_to_f32, check, f32_to_bf16_bits
+from .ir import BufferDecl, DataType, Program, check
+from .ir.types import _bf16_to_f32, _f32_to_bf16
 from .ir.program import Role
 
 
@@ -224,8 +225,8 @@ def _exact(b: BufferDecl, arr: np.ndarray, value, where: str) -> np.ndarray:
                            "as uint16; other integers could mean either",
                            "pass np.asarray(x, np.float32) for values, or np.asarray(x, np.uint16) for raw bits")
         with np.errstate(over="ignore", invalid="ignore"):
-            bits = f32_to_bf16_bits(arr.astype(np.float32))
-        ok = _same_values(bf16_bits_to_f32(bits), arr)
+            bits = _f32_to_bf16(arr.astype(np.float32))
+        ok = _same_values(_bf16_to_f32(bits), arr)
         return _convert(b, arr, value, where, ok, "bf16 holds 8 significant bits and this value is not one of its "
                         "values", converted=bits, fix="pass values bf16 represents exactly, or round them yourself "
                         "to raw bits with vyre_numba.ir.f32_to_bf16_bits(x)")

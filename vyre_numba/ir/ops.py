@@ -12,7 +12,7 @@ from typing import Callable
 
 import numpy as np
 
-from .types import DataType, bf16_bits_to_f32, f32_to_bf16_bits
+from .types import DataType, _bf16_to_f32, _f32_to_bf16
 
 D = DataType
 UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
@@ -45,7 +45,7 @@ def narrow(x32: np.ndarray, t: DataType) -> np.ndarray:
 def literal(raw: int, t: DataType) -> np.ndarray:
     """A read-only (1,) value array from an IR literal's raw field."""
     if t is D.BF16:
-        a = bf16_bits_to_f32(np.array([raw], np.uint16))
+        a = _bf16_to_f32(np.array([raw], np.uint16))
     elif t.is_float:
         a = np.array([raw], UINT[t.bits]).view(t.storage)
     elif t is D.BOOL:
@@ -61,7 +61,7 @@ def from_storage(x: np.ndarray, t: DataType) -> np.ndarray:
     if t is D.BOOL:
         return x != 0
     if t is D.BF16:
-        return bf16_bits_to_f32(x)
+        return _bf16_to_f32(x)
     return x
 
 
@@ -70,7 +70,7 @@ def to_storage(x: np.ndarray, t: DataType) -> np.ndarray:
     if t is D.BOOL:
         return x.astype(np.uint32)
     if t is D.BF16:
-        return f32_to_bf16_bits(x)
+        return _f32_to_bf16(x)
     return x
 
 

@@ -32,7 +32,7 @@ from . import nodes as n
 from . import ops
 from .program import Program, walk
 from .recursion import drive
-from .types import DataType, f32_to_bf16_bits, float_to_bits
+from .types import DataType, _f32_to_bf16, float_to_bits
 
 D = DataType
 PASSES = ("fold", "dce", "hoist", "cse")
@@ -345,7 +345,7 @@ def _evaluate(x: n.Expr, kids: list[n.Lit], tys: tuple[DataType, ...], t: DataTy
     if t is D.BOOL:
         return n.Lit(t, int(bool(r[0])))
     if t is D.BF16:
-        return n.Lit(t, int(f32_to_bf16_bits(r)[0]))
+        return n.Lit(t, int(_f32_to_bf16(r)[0]))
     if t.is_float:
         return n.Lit(t, int(r.view(ops.UINT[t.bits])[0]))
     return n.Lit(t, int(r[0]))

@@ -185,8 +185,46 @@ _UINT_OF_BITS = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 
 
 def f32_to_bf16_bits(x: np.ndarray | float) -> np.ndarray:
-    """Round float32 values to bfloat16 (round to nearest even) and return their 16 bits.
-    NaN stays NaN (quietened)."""
+    """The bfloat16 bit patterns (uint16) of numbers: each rounded to f32, then to bfloat16 (nearest
+    even both times, as `cast` to bf16 does); NaN stays NaN (quietened). Takes int and float
+    values (scalars, lists, arrays); anything else is an IRValidationError."""
+    arr = _real_array(x, "f32_to_bf16_bits", "numbers (ints or floats)", "fiu")
+    with np.errstate(over="ignore"):  # past f32's range: an infinity, as the cast gives
+        return _f32_to_bf16(arr.astype(np.float32))
+
+
+def bf16_bits_to_f32(bits: np.ndarray | int) -> np.ndarray:
+    """The float32 values (exact) of bfloat16 bit patterns: ints from 0 to 0xFFFF (scalars, lists,
+    arrays); anything else is an IRValidationError."""
+    arr = _real_array(bits, "bf16_bits_to_f32", "bit patterns (ints)", "iu")
+    if arr.dtype != np.uint16 and arr.size and (int(arr.min()) < 0 or int(arr.max()) > 0xFFFF):
+        bad = arr.min() if int(arr.min()) < 0 else arr.max()
+        raise IRValidationError(f"bf16_bits_to_f32: {int(bad)} is not a 16-bit pattern. Fix: pass ints from 0 to "
+                                "0xFFFF (the raw bits of bfloat16 values, e.g. a uint16 array).")
+    return _bf16_to_f32(arr)
+
+
+def _real_array(x, what: str, want: str, kinds: str) -> np.ndarray:
+    """`x` as an array whose dtype kind is in `kinds`, else an IRValidationError: no bool, string,
+    object or complex value is read as a number."""
+    if isinstance(x, (str, bytes)):
+        arr = None
+    else:
+        try:
+            arr = np.asarray(x)
+        except (TypeError, ValueError, OverflowError):  # a ragged list, an int past 64 bits
+            arr = None
+    if arr is None or arr.dtype.kind not in kinds or arr.dtype.fields is not None:
+        got = type(x).__name__ if arr is None else str(arr.dtype)
+        hint = " (convert floats holding bit patterns yourself: x.astype(np.uint16))" if arr is not None and \
+            arr.dtype.kind == "f" else ""
+        raise IRValidationError(f"{what} takes {want}, not {shown(x, 60)} ({got}). Fix: pass "
+                                f"{'ints or floats' if 'f' in kinds else 'ints'}{hint}; nothing is converted silently.")
+    return arr
+
+
+def _f32_to_bf16(x) -> np.ndarray:
+    """`f32_to_bf16_bits` unchecked, for values already float32 (or exactly so)."""
     u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
     rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
     nan = np.isnan(np.asarray(x, dtype=np.float32))
@@ -194,8 +232,8 @@ def f32_to_bf16_bits(x: np.ndarray | float) -> np.ndarray:
     return out.astype(np.uint16)
 
 
-def bf16_bits_to_f32(bits: np.ndarray | int) -> np.ndarray:
-    """Widen bfloat16 bit patterns to float32 (exact)."""
+def _bf16_to_f32(bits) -> np.ndarray:
+    """`bf16_bits_to_f32` unchecked, for bit patterns already in range."""
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
@@ -231,7 +269,7 @@ def float_to_bits(value: float, dtype: DataType) -> int:
     wide = _odd_f64(value)  # to odd at f64 (53 bits >= 24 + 2), so the one rounding to the type below is exact
     if dtype is DataType.BF16:
         with np.errstate(over="ignore"):
-            return int(f32_to_bf16_bits(np.float32(wide)))
+            return int(_f32_to_bf16(np.float32(wide)))
     with np.errstate(over="ignore"):
         arr = np.array([wide], dtype=dtype.storage)
     return int(arr.view(_UINT_OF_BITS[dtype.bits])[0])
@@ -280,7 +318,7 @@ def bits_to_float(bits: int, dtype: DataType) -> float:
         raise IRValidationError(f"bits_to_float: {bits} is not a {dtype.bits}-bit pattern. Fix: pass an int in "
                                 f"[0, 2**{dtype.bits}).")
     if dtype is DataType.BF16:
-        return float(bf16_bits_to_f32(bits))
+        return float(_bf16_to_f32(bits))
     arr = np.array([bits], dtype=_UINT_OF_BITS[dtype.bits])
     return float(arr.view(dtype.storage)[0])
 

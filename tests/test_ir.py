@@ -732,7 +732,9 @@ def test_program_workgroup_size_normalised():
     assert ir.Program([], (8, 8), []).workgroup_size == (8, 8, 1)
     assert ir.Program([], [4, 4, 4], []).workgroup_size == (4, 4, 4)
     assert ir.Program([], np.int64(8), []).workgroup_size == (8, 1, 1)  # NumPy ints are ints
-    for bad in ((), (1, 2, 3, 4), (8.0,), ("8",), True, (8, False), 8.0, None, "64"):
+    assert ir.Program([], np.array(8), []).workgroup_size == (8, 1, 1)  # and a 0-d int array its one int
+    for bad in ((), (1, 2, 3, 4), (8.0,), ("8",), True, (8, False), 8.0, None, "64", np.array(8.0), np.array("8"),
+                np.array(True)):
         with pytest.raises(IRValidationError) as info:
             ir.Program([], bad, [])
         assert_fix(str(info.value))

@@ -160,13 +160,20 @@ def _int(v, what: str) -> int:
 
 
 def _norm_wg(ws) -> tuple[int, int, int]:
+    given = ws
+
     def bad() -> IRValidationError:  # built only when raised: no repr of a valid size on every call
-        return IRValidationError(f"workgroup_size {shown(ws)} is not 1 to 3 ints. Fix: pass e.g. 256 or (16, 16).")
+        return IRValidationError(f"workgroup_size {shown(given)} is not 1 to 3 ints. Fix: pass e.g. 256 or (16, 16).")
+    if isinstance(ws, np.ndarray) and ws.ndim == 0 and ws.dtype.kind in "iu":  # a 0-d array is its one int
+        ws = ws.item()
     if _is_int(ws):
         return (int(ws), 1, 1)
     if isinstance(ws, (str, bytes, set, frozenset, dict)) or not isinstance(ws, Iterable):  # sets have no order
         raise bad()
-    ws = tuple(ws)
+    try:
+        ws = tuple(ws)
+    except (TypeError, ValueError):  # a 0-d array of another kind, an iterable that fails
+        raise bad() from None
     if not 1 <= len(ws) <= 3 or not all(_is_int(v) for v in ws):
         raise bad()
     return tuple(int(v) for v in ws) + (1,) * (3 - len(ws))

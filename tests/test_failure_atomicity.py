@@ -421,8 +421,10 @@ def test_telemetry_refuses_unhashable_names_and_non_int_counts_with_a_vyre_error
     """Regression: `[] in t` and t.setdefault([]) raised a raw TypeError; a float stored in a counter
     made _repr_html_ raise a raw ValueError."""
     t = vn.get_backend("reference").telemetry()
+    odd = memoryview(bytearray(b"a"))  # its hash raises ValueError, not TypeError (as np.timedelta64(3)'s)
     for call in (lambda: [] in t, lambda: t.setdefault([]), lambda: t.pop({}), lambda: t.pop([], 0),
-                 lambda: t.get([]), lambda: t[[1]]):
+                 lambda: t.get([]), lambda: t[[1]], lambda: odd in t, lambda: t[odd], lambda: t.get(odd),
+                 lambda: t.pop(odd), lambda: np.timedelta64(3) in t):
         with pytest.raises(UnknownNameError, match="Fix:"):
             call()
     for call in (lambda: t.__setitem__("mine", 1.5), lambda: t.__setitem__("mine", True),

@@ -727,6 +727,14 @@ def test_program_is_immutable(scale_program):
     assert len(q.buffers) == 1 and len(q.entry) == 1  # later edits of the lists do not leak in
 
 
+def test_structurally_equal_refuses_what_is_not_ir():
+    """Regression (a red-team): two arrays reached `x != y` and raised NumPy's raw ValueError."""
+    assert ir.structurally_equal(ir.var("a") + 1, ir.var("a") + 1) and not ir.structurally_equal(ir.u32(1), ir.u32(2))
+    for a, b in ((np.arange(2), np.arange(2)), ((ir.u32(1), [1]), (ir.u32(1), [1])), (object(), object())):
+        with pytest.raises(IRValidationError, match="structurally_equal takes IR nodes.*Fix:"):
+            ir.structurally_equal(a, b)
+
+
 def test_program_workgroup_size_normalised():
     assert ir.Program([], 64, []).workgroup_size == (64, 1, 1)
     assert ir.Program([], (8, 8), []).workgroup_size == (8, 8, 1)

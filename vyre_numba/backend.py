@@ -79,21 +79,21 @@ class Telemetry(dict):
         """The counter named `key`; UnknownNameError (with the names to use) for any other key."""
         try:
             return super().__getitem__(key)
-        except TypeError:  # unhashable: no counter's name, so missing like any other
-            self.__missing__(key)
+        except (TypeError, ValueError):  # unhashable (a writable memoryview's hash is a ValueError): no
+            self.__missing__(key)  # counter's name, so missing like any other
 
     def get(self, key: object, default: object = None) -> object:
         """The counter named `key`, or `default` where it is absent; UnknownNameError for a key
         that cannot name a counter (unhashable)."""
         try:
             return super().get(key, default)
-        except TypeError:
+        except (TypeError, ValueError):
             self.__missing__(key)
 
     def __contains__(self, key: object) -> bool:
         try:
             return super().__contains__(key)
-        except TypeError:
+        except (TypeError, ValueError):
             self.__missing__(key)
 
     def __setitem__(self, key: str, value: int) -> None:

@@ -147,6 +147,9 @@ class StructuralKey:
         return f"key({self.node!r})"
 
 
+_LEAVES = (str, int, float, np.integer, DataType, type(None))  # what a node's non-IR fields hold
+
+
 def structurally_equal(a: Any, b: Any) -> bool:
     """Whether two pieces of IR (nodes, or tuples of them) are the same structure."""
     stack = [(a, b)]
@@ -164,6 +167,9 @@ def structurally_equal(a: Any, b: Any) -> bool:
             if len(x) != len(y):
                 return False
             stack.extend(zip(x, y))
+        elif not isinstance(x, _LEAVES):
+            raise IRValidationError(f"structurally_equal takes IR nodes (or tuples of them), not {shown(x, 60)} "
+                                    f"({type(x).__name__}). Fix: compare IR; compare other values with ==.")
         elif x != y:
             return False
     return True

@@ -469,3 +469,18 @@ def test_ptx_helpers_refuse_arguments_of_the_wrong_kind_with_a_fix():
     # NumPy ints and bools are the ints and bools they hold
     assert ptx.emit(p, sm=np.int64(90), cooperative=np.False_, optimize=np.True_) == text
     assert ptx.link_sources((text,))[0] == text
+
+
+def test_assemble_stays_the_function_whatever_was_imported_first():
+    """Regression (a docs audit): the assembler's module was named `assemble` too, so once
+    `ptx.devices.check` (or `import vyre_numba.ptx.assemble`) imported it first, `ptx.assemble`
+    was the module and the documented call raised a raw TypeError (the CUDA backend's too)."""
+    import subprocess
+    import sys
+
+    script = ("from vyre_numba import ptx\nfrom vyre_numba.ptx import devices\nfrom vyre_numba.cli import demo_program\n"
+              "devices.check(demo_program(), 'h100')\nimport vyre_numba.ptx.assembler\n"
+              "from vyre_numba.ptx import assemble\nassert callable(ptx.assemble) and assemble is ptx.assemble\n"
+              "assert ptx.assemble(ptx.emit(demo_program(), sm=90), sm=90)[:4] == b'\\x7fELF'\nprint('ok')\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.split() == ["ok"], out.stdout + out.stderr

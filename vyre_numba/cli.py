@@ -452,14 +452,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_emit(args: argparse.Namespace) -> int:
     """Write a program's PTX (or assembled cubin) and a JSON manifest of its kernel ABI."""
-    from . import ptx
+    from .ptx.assembler import MIN_ASSEMBLE_SM as min_sm, assemble
     from .ptx.emitter import PTX_VERSION, abi, emit
-
-    # `ptx.assemble` is both a lazy function and a submodule: touch the lazy name first, so this
-    # import finds the submodule loaded and does not rebind the package's `assemble` to it.
-    getattr(ptx, "assemble")
-    assembler = importlib.import_module(".ptx.assemble", __package__)
-    assemble, min_sm = assembler.assemble, assembler.MIN_ASSEMBLE_SM
 
     device = None
     if args.device is not None:

@@ -15,7 +15,7 @@ from ..errors import check_calls, shown
 from ..ir import program as _program
 
 _LAZY = {"emit": "emitter", "abi": "emitter", "KernelABI": "emitter", "KernelParam": "emitter",
-         "PTX_VERSION": "emitter", "assemble": "assemble", "link_sources": "assemble",
+         "PTX_VERSION": "emitter", "assemble": "assembler", "link_sources": "assembler",
          "templates": None, "mathlib": None}
 
 __all__ = ["PTX", *_LAZY]

@@ -101,7 +101,7 @@ def resources(ptx_text: str, sm: int) -> tuple[int, int, int]:
     as ptxas reports them through nvJitLink."""
     from cuda.core import Linker, LinkerOptions, ObjectCode
 
-    from .assemble import link_sources
+    from .assembler import link_sources
 
     objs = [ObjectCode.from_ptx(s.encode(), name=f"module{i}.ptx") for i, s in enumerate(link_sources(ptx_text))]
     linker = Linker(*objs, options=LinkerOptions(arch=f"sm_{sm}", verbose=True))
@@ -123,7 +123,7 @@ def check(program: Program, device: str | DeviceProfile, *, workgroup: tuple | N
     cooperative launch of `grid` workgroups, whether they fit at once."""
     from ..config import DispatchConfig
     from ..errors import DispatchError
-    from .assemble import MIN_ASSEMBLE_SM
+    from .assembler import MIN_ASSEMBLE_SM
     from .emitter import emit
 
     if not isinstance(program, Program):

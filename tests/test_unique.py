@@ -193,3 +193,14 @@ def test_the_comparison_helpers_compare_ints_of_two_types_by_value():
     assert mismatches(np.int32([1, 2, -3]), np.int64([1, 3, -3])).tolist() == [1]
     assert mismatches(np.float32([np.nan, 1.0]), np.float32([np.nan, np.nextafter(1, 2, dtype=np.float32)]),
                       ulp=1).tolist() == []
+
+
+def test_mismatches_tells_the_signed_zeros_apart_bit_for_bit():
+    """Regression (a docs audit): -0.0 and +0.0 both ordered to 0, so a backend giving +0 for
+    min(-0, +0) passed a bit-for-bit check; within an ulp they stay 0 apart."""
+    for t in (np.float16, np.float32, np.float64):
+        got, want = np.array([-0.0, 0.0, 0.0, -0.0, np.nan], t), np.array([0.0, -0.0, 0.0, -0.0, -np.nan], t)
+        assert mismatches(got, want).tolist() == [0, 1]
+        assert mismatches(got, want, ulp=1).tolist() == []
+    zeros = np.uint16([0x8000, 0x0000])  # bf16's -0 and +0
+    assert mismatches(zeros, zeros[::-1].copy(), bf16=True).tolist() == [0, 1]

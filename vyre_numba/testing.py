@@ -72,8 +72,9 @@ def _what(a) -> str:
 
 
 def mismatches(got: np.ndarray, expected: np.ndarray, *, ulp: int = 0, bf16: bool = False) -> np.ndarray:
-    """Indices where `got` differs from `expected`: integers exactly; floats bit for bit (or within
-    `ulp` units in the last place), every NaN equal to every NaN. bf16 arrays hold raw uint16 bits.
+    """Indices where `got` differs from `expected`: integers exactly; floats bit for bit, so -0.0
+    differs from +0.0 (or within `ulp` units in the last place, the two zeros 0 apart), every NaN
+    equal to every NaN. bf16 arrays hold raw uint16 bits.
     Floats compare only with floats of their width (bits of different widths are not comparable),
     and AssertionError says the shapes differ."""
     for name, a in (("got", got), ("expected", expected)):
@@ -103,6 +104,8 @@ def mismatches(got: np.ndarray, expected: np.ndarray, *, ulp: int = 0, bf16: boo
     if bf16:  # widened bf16 values step by 2**16 in the f32 ordering
         dist = dist >> 16
     bad = (dist > ulp) & ~(nan_g & nan_e) | (nan_g != nan_e)
+    if ulp == 0:  # the ordering puts both zeros at 0: bit for bit, their signs differ
+        bad |= (np.signbit(got) != np.signbit(expected)) & ~(nan_g & nan_e)
     return np.flatnonzero(bad)
 
 

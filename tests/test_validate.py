@@ -658,3 +658,18 @@ def test_bind_missing_size_source():
 def test_bind_rejects_non_config():
     assert_error_with_fix(DispatchError, lambda: bind(two_in_one_out(), [[1.0], [1]], config={"grid": 1}),
                           "config is a dict, not a DispatchConfig")
+
+
+def test_an_error_naming_the_first_problems_of_many_ends_in_a_fix():
+    """Regression (a docs audit): past the problems a message shows, its last line said how many
+    more there were and no Fix."""
+    from vyre_numba.ir.validate import MESSAGE_PROBLEMS
+
+    k = MESSAGE_PROBLEMS + 5
+    p = ir.Program([ir.BufferDecl.output("y", 0, "u32")], 64, [ir.store(f"nope{j}", 0, 1) for j in range(k)],
+                   name="many")
+    with pytest.raises(IRValidationError) as e:
+        ir.check(p)
+    assert len(e.value.diagnostics) == k and str(e.value).count("\n  ") == MESSAGE_PROBLEMS + 1
+    assert str(e.value).endswith("... and 5 more, listed in the error's .diagnostics. Fix: correct the problems above "
+                                 "and those, then check again."), str(e.value)[-300:]

@@ -61,6 +61,7 @@ class CheckReport:
 
     @property
     def ok(self) -> bool:
+        """Whether no site was hit."""
         return not self.findings
 
     def message(self, resident: bool = False) -> str:

@@ -723,7 +723,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--input", action="append", metavar="NAME=FILE.npy",
                      help="one .npy array per input buffer, each name once")
     run.add_argument("--out", required=True, metavar="DIR", help="directory for NAME.npy outputs (created if missing)")
-    run.add_argument("--backend", choices=["cuda", "reference"])
+    run.add_argument("--backend", choices=["cuda", "reference"],
+                     help="where to run (default: the best usable here, cuda where a GPU is)")
     run.add_argument("--grid", type=int, nargs="+", metavar="N", help="1 to 3 workgroup counts (0 is an empty launch)")
     run.add_argument("--iterations", type=int, default=1, help="times to run the program (>= 1)")
     run.add_argument("--size", action="append", metavar="NAME=N",
@@ -738,15 +739,17 @@ def build_parser() -> argparse.ArgumentParser:
     emit.add_argument("--device", default=None, metavar="NAME",
                       help="check registers, shared memory and the workgroup against a named GPU's limits without it "
                            "(h100, h200, a100, a10, l4, l40s, rtx4090, t4, v100); sets --sm")
-    emit.add_argument("--cubin", action="store_true")
+    emit.add_argument("--cubin", action="store_true",
+                      help="assemble a cubin with nvJitLink (no GPU needed) instead of writing PTX text")
     emit.add_argument("--cooperative", action="store_true",
                       help="emit for a cooperative launch (what barrier('grid') needs)")
     emit.add_argument("-o", "--output", required=True, metavar="FILE",
                       help="PTX or cubin file (its directory is created if missing); FILE.json gets the manifest")
     emit.set_defaults(fn=cmd_emit)
     demo = sub.add_parser("demo", help=cmd_demo.__doc__)
-    demo.add_argument("--backend", choices=["cuda", "reference"])
-    demo.add_argument("-n", type=int, default=1 << 20, help="elements (>= 1)")
+    demo.add_argument("--backend", choices=["cuda", "reference"],
+                      help="where to run (default: the best usable here, cuda where a GPU is)")
+    demo.add_argument("-n", type=int, default=1 << 20, help="elements (>= 1; default 1048576)")
     demo.set_defaults(fn=cmd_demo)
     bench = sub.add_parser("bench", help=cmd_bench.__doc__)
     bench.add_argument("--quick", action="store_true", help="smaller sizes, for a first look")

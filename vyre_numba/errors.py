@@ -51,8 +51,8 @@ class BackendUnavailableError(VyreError):
 
 
 class SettingError(VyreError):
-    """An environment variable vyre-numba reads (VYRE_NUMBA_PROGRESS, VYRE_NUMBA_CACHE) holds a
-    value it does not recognise."""
+    """An environment variable vyre-numba reads (VYRE_NUMBA_PROGRESS, VYRE_NUMBA_CACHE,
+    VYRE_NUMBA_REFERENCE_MEMORY, VYRE_NUMBA_REFERENCE_WORK) holds a value it does not recognise."""
 
 
 class TemplateError(VyreError):

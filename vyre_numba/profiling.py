@@ -19,4 +19,5 @@ def range(name: str):  # noqa: A001 - mirrors nvtx.annotate's role
 
 
 def available() -> bool:
+    """Whether NVTX ranges are marked (the `nvtx` package is installed)."""
     return _nvtx is not None

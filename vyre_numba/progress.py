@@ -70,6 +70,7 @@ class Deferred:
         self.start, self.shown = time.perf_counter(), None
 
     def update(self, n: int = 1) -> None:
+        """Count `n` more done, showing the bar once DELAY_S has passed."""
         if self.shown is not None:
             self.shown.update(n)
             return
@@ -78,6 +79,7 @@ class Deferred:
             self.shown = _tqdm(desc=self.desc, unit=self.unit, total=self.total, initial=self.n, leave=False)
 
     def close(self) -> None:
+        """Close the bar, where one is shown."""
         if self.shown is not None:
             self.shown.close()
 

@@ -107,7 +107,7 @@ def unique_rows(pairs: np.ndarray) -> np.ndarray:
     return s[keep]
 
 
-def index_of(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+def index_of(keys: np.ndarray, values: np.ndarray) -> np.ndarray | np.int64:
     """np.searchsorted(keys, values) for ascending `keys` (of the values' shape; a scalar for one
     value): the values are looked up in sorted order and the answers put back (4x faster for millions of scattered values, which miss the cache)."""
     keys = _integers(keys, "index_of", "keys")

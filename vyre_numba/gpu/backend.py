@@ -66,10 +66,12 @@ class CompiledKernel:
 
     @property
     def handle(self):
+        """The driver's CUfunction of the kernel."""
         return self.kernel.handle
 
     @property
     def registers(self) -> int:
+        """Registers a thread of the kernel uses."""
         return self.kernel.attributes.num_regs
 
 

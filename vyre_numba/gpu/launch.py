@@ -11,12 +11,15 @@ from .device import DeviceCaps
 
 @dataclass(frozen=True)
 class LaunchShape:
+    """A launch's geometry: workgroups in the grid, threads in a block, dynamic shared bytes."""
+
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared_bytes: int = 0
 
     @property
     def empty(self) -> bool:
+        """Whether the grid has no workgroups (nothing to launch)."""
         return 0 in self.grid
 
     def __str__(self) -> str:
@@ -157,6 +160,7 @@ class KernelLaunch:
         return times
 
     def failed(self, err) -> None:
+        """Raise the DeviceError of a launch the driver refused with `err`."""
         raise DeviceError(f"launching kernel {self.name!r} with {self.shape} failed: {err.name}. "
                           "Fix: check the launch geometry and that the device is healthy (nvidia-smi); "
                           "a previous kernel fault poisons the context until the process restarts.")

@@ -298,11 +298,15 @@ class Lit(Expr):
 
 @_node(name="str")
 class Var(Expr):
+    """The value of the variable `name` (a let, a loop variable)."""
+
     name: str
 
 
 @_node(buffer="str", index="expr")
 class Load(Expr):
+    """Element `index` of `buffer` (0 out of bounds)."""
+
     buffer: str
     index: Expr
 
@@ -323,6 +327,8 @@ class Builtin(Expr):
 
 @_node(op="str", a="expr", b="expr")
 class BinOp(Expr):
+    """`a op b` (op: add, sub, mul, div, lt, bitand, shl, ...; BINOPS lists them)."""
+
     op: str
     a: Expr
     b: Expr
@@ -330,12 +336,16 @@ class BinOp(Expr):
 
 @_node(op="str", a="expr")
 class UnOp(Expr):
+    """`op a` (op: neg, not, sqrt, exp, popcount, ...; UNOPS lists them)."""
+
     op: str
     a: Expr
 
 
 @_node(cond="expr", a="expr", b="expr")
 class Select(Expr):
+    """`a` where `cond` is true, else `b` (both evaluated)."""
+
     cond: Expr
     a: Expr
     b: Expr
@@ -343,6 +353,8 @@ class Select(Expr):
 
 @_node(dtype="dtype", a="expr")
 class Cast(Expr):
+    """`a` converted to `dtype` (the rules of docs/semantics.md)."""
+
     dtype: DataType
     a: Expr
 
@@ -367,20 +379,23 @@ class Atomic(Expr):
 
 @_node(cond="expr")
 class SubgroupBallot(Expr):
-    """u32 mask of the active lanes of this subgroup whose `cond` is true."""
+    """u32 mask of the lanes of this subgroup whose `cond` is true (defined in subgroup-uniform control
+    flow only, where every existing lane takes part)."""
     cond: Expr
 
 
 @_node(value="expr", lane="expr")
 class SubgroupShuffle(Expr):
-    """`value` as held by lane `lane` of this subgroup; 0 when that lane is absent or inactive."""
+    """`value` as held by lane `lane` of this subgroup; 0 where `lane` >= 32 or that lane does not
+    exist (defined in subgroup-uniform control flow only)."""
     value: Expr
     lane: Expr
 
 
 @_node(value="expr")
 class SubgroupAdd(Expr):
-    """Wrapping sum of a 32-bit integer `value` over the active lanes of this subgroup."""
+    """Wrapping sum of a 32-bit integer `value` over the existing lanes of this subgroup (defined in
+    subgroup-uniform control flow only)."""
     value: Expr
 
 
@@ -432,18 +447,24 @@ class Node(_Structural):
 
 @_node(name="str", value="expr")
 class Let(Node):
+    """Declare the variable `name` in the current block, holding `value`."""
+
     name: str
     value: Expr
 
 
 @_node(name="str", value="expr")
 class Assign(Node):
+    """Set the declared variable `name` to `value`."""
+
     name: str
     value: Expr
 
 
 @_node(buffer="str", index="expr", value="expr")
 class Store(Node):
+    """Write `value` to element `index` of `buffer` (nothing out of bounds)."""
+
     buffer: str
     index: Expr
     value: Expr
@@ -451,6 +472,8 @@ class Store(Node):
 
 @_node(cond="expr", then="body", otherwise="body")
 class If(Node):
+    """Run `then` where `cond` is true, else `otherwise`."""
+
     cond: Expr
     then: tuple[Node, ...]
     otherwise: tuple[Node, ...] = ()
@@ -467,16 +490,22 @@ class Loop(Node):
 
 @_node(scope="str")
 class Barrier(Node):
+    """Wait for the invocations of the workgroup, or of the grid (`scope`)."""
+
     scope: str = "workgroup"
 
 
 @_node()
 class Return(Node):
+    """End the invocation."""
+
     pass
 
 
 @_node(body="body")
 class Block(Node):
+    """`body` in a scope of its own."""
+
     body: tuple[Node, ...]
 
 
@@ -789,7 +818,8 @@ def if_(cond: ExprLike, then: Iterable[Node] | Node, else_: Iterable[Node] | Nod
 
 
 def loop(var: str, start: ExprLike, end: ExprLike, body: Iterable[Node] | Node) -> Loop:
-    """Run `body` with `var` = start, start+1, ..., end-1 (bounds evaluated once; `var` is read-only)."""
+    """Run `body` with `var` = start, start+1, ..., end-1 (u32 bounds, evaluated once; `var` is a
+    read-only u32)."""
     return Loop(_name(var, "loop variable"), _e(start), _e(end), _body(body))
 
 

@@ -594,7 +594,8 @@ def check(program: Program) -> Program:
     if diags:
         shown_diags = [str(d) for d in diags[:MESSAGE_PROBLEMS]]
         if len(diags) > MESSAGE_PROBLEMS:  # all of them stay in .diagnostics
-            shown_diags.append(f"... and {len(diags) - MESSAGE_PROBLEMS} more (the error's .diagnostics lists all)")
+            shown_diags.append(f"... and {len(diags) - MESSAGE_PROBLEMS} more, listed in the error's .diagnostics. Fix: "
+                               "correct the problems above and those, then check again.")
         text = "\n  ".join(shown_diags)
         raise IRValidationError(f"program {shown(program.name)} is invalid ({len(diags)} problem"
                                 f"{'s' if len(diags) > 1 else ''}):\n  {text}", diags)

@@ -1163,3 +1163,38 @@ def test_gpu_large_selects_in_many_tiles_stay_in_order(log_n):
         for _ in range(3):  # repeated calls reuse the status words by epoch
             assert np.array_equal(compaction.select(dx, df).copy_to_host(), x[flags])
         assert np.array_equal(compaction.nonzero(df).copy_to_host(), np.flatnonzero(flags))
+
+
+@pytest.mark.gpu
+def test_gpu_a_scatter_made_ready_refuses_to_run_once_its_selector_closed():
+    """Regression (a red-team): `scatter_later`'s put and `offsets_at`'s later kept launches over
+    the selector's tile buffers and ran them after close, over freed memory."""
+    from numba import cuda
+
+    from vyre_numba.compaction.kernels import flag_nonzero
+
+    n = 3 * TILE + 5
+    flags = cuda.to_device((np.arange(n) % 3 == 0).astype(np.uint8))
+    word = compaction.word_type(np.dtype(np.int64))[0]
+    sel = Selector()
+    sel.offsets(flag_nonzero, flags, n)
+    put = sel.scatter_later(flag_nonzero, flags, n, None, word)
+    assert put is not None and sel.watch() == (n + 2) // 3
+    out = cuda.device_array(n, np.int64)
+    put(out.device_ctypes_pointer.value, n)  # open: it runs
+    assert np.array_equal(out.copy_to_host()[:(n + 2) // 3], np.arange(0, n, 3))
+    sel.close()
+    with pytest.raises(DispatchError, match="this Selector was closed.*Fix:"):
+        put(out.device_ctypes_pointer.value, n)
+    sel = Selector()
+    address = flags.device_ctypes_pointer.value
+    for _ in range(2):  # the first call packs its launches; the second returns `later`, which relaunches them
+        later = sel.offsets_at(flag_nonzero, address, np.uint8, n, False, word, None)
+        assert sel.watch() == (n + 2) // 3
+        later(out.device_ctypes_pointer.value, n)
+    assert np.array_equal(out.copy_to_host()[:(n + 2) // 3], np.arange(0, n, 3))
+    later = sel.offsets_at(flag_nonzero, address, np.uint8, n, False, word, None)
+    sel.watch()
+    sel.close()
+    with pytest.raises(DispatchError, match="this Selector was closed.*Fix:"):
+        later(out.device_ctypes_pointer.value, n)

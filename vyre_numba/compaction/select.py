@@ -208,6 +208,9 @@ class Selector(Unshared):
         self._relaunches = {}
         self._args = owned if _SIM else tuple(RawArray(a.device_ctypes_pointer.value, a.shape, a.dtype) for a in owned)
 
+    def __repr__(self) -> str:
+        return f"<Selector on {self.stream!r}, {'closed' if self._closed else f'{self._tiles} tiles'}>"
+
     def __enter__(self) -> "Selector":
         return self
 
@@ -303,6 +306,7 @@ class Selector(Unshared):
         tiles = -(-n // TILE)
 
         def put(address: int, capacity: int) -> None:
+            self._check_open()  # closed meanwhile: its launch reads buffers that are gone
             _scatter_into(again, address, capacity, words is None)
             again(tiles, THREADS)
         return put
@@ -431,6 +435,7 @@ class Selector(Unshared):
         _scatter_from(put, src, n, words)
 
         def later(out: int, capacity: int) -> None:
+            self._check_open()  # closed meanwhile: its launch reads buffers that are gone
             _scatter_into(put, out, capacity, words is None)
             put(tiles, THREADS)
         return later

@@ -120,10 +120,15 @@ UNION_FIND = textwrap.dedent('''
         except DispatchError as e:
             assert "device function" in str(e) and "Fix:" in str(e), e
             print("refused", name)
+    import pickle
+    assert all(pickle.loads(pickle.dumps(getattr(uf, name))) is getattr(uf, name) for name in ("find", "root", "link"))
+    print("pickled")
 ''')
 
 
 def test_the_union_find_runs_in_kernels_and_refuses_host_calls_under_the_cuda_simulator():
+    """And pickles as the module's functions (regression, a red-team: a raw PicklingError there)."""
     out = run_script(UNION_FIND, 300)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.split() == ["kernels", "ok", "refused", "find", "refused", "root", "refused", "link"], out.stdout
+    assert out.stdout.split() == ["kernels", "ok", "refused", "find", "refused", "root", "refused", "link",
+                                  "pickled"], out.stdout

@@ -31,6 +31,15 @@ class _DeviceFunction(type(cuda.jit(device=True)(lambda: 0))):  # Numba's device
                             "such code; on the host, vyre_numba.graph.connected_components (or components_numpy) "
                             "gives the components of a graph.")
 
+    if _SIM:
+        def __reduce__(self):  # the simulator's wrapper is not the module's function by its name: pickle
+            return _named, (self.__name__,)  # it as the module attribute it is (Numba's pickles itself)
+
+
+def _named(name: str) -> "_DeviceFunction":
+    """The module's device function `name` (what an unpickled one is)."""
+    return globals()[name]
+
 
 def _in_simulated_kernel() -> bool:
     """Whether the CUDA simulator is running a kernel now (it calls device functions as Python)."""

@@ -209,24 +209,25 @@ it = q.chunks(2)
 assert next(it).copy_to_host().tolist() == [1, 2]
 assert q.drain().copy_to_host().tolist() == [1, 2, 3, 4, 5]  # drained mid-iteration: the rest went with it
 q.push([9])
-try:
-    next(it)
-except DispatchError as e:
-    assert "drained, reset or emptied by another chunks iteration" in str(e) and "Fix:" in str(e), e
-else:
-    raise AssertionError("chunks went on after a drain")
+
+
+def refused(it, fragment, what):
+    try:
+        next(it)
+    except DispatchError as e:
+        assert fragment in str(e) and "Fix:" in str(e), e
+    else:
+        raise AssertionError(what)
+
+
+refused(it, "drained, reset or emptied by another chunks iteration", "chunks went on after a drain")
 assert q.drain().copy_to_host().tolist() == [9]  # pushed after the drain: kept, not dropped by the old iteration
 q.push([1, 2, 3, 4])
 a, b = q.chunks(2), q.chunks(2)  # two iterations over the same items: the first to finish empties them
 got = [next(a).copy_to_host().tolist(), next(b).copy_to_host().tolist()]
 got += [c.copy_to_host().tolist() for c in a]
 q.push([5, 6, 7])  # after a dropped its four: b's views now hold these
-try:
-    next(b)
-except DispatchError as e:
-    assert "another chunks iteration" in str(e) and "Fix:" in str(e), e
-else:
-    raise AssertionError("a second chunks iteration went on over items the first emptied")
+refused(b, "another chunks iteration", "a second chunks iteration went on over items the first emptied")
 assert got == [[1, 2], [1, 2], [3, 4]] and q.drain().copy_to_host().tolist() == [5, 6, 7], got
 
 import time

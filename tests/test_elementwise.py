@@ -888,6 +888,32 @@ def test_a_power_reads_its_base_and_squares_as_variables_not_copied_trees():
     b = x + np.float32(1)
     assert_same_bits(elementwise("f32 a", "f32 y", "(a + 1) ** 5")(x, backend=R), b * ((b * b) * (b * b)))
     raises(IRValidationError, elementwise, "f32 a, i32 n", "f32 y", "y = (a + n) ** 3", match=r"in `\(a \+ n\) \*\* 3`")
+    # a base of bare literals stays an expression, typed by the operation around it (a variable
+    # would fix its type first: f32 * u32); one copied past a limit is refused with a Fix
+    assert_same_bits(elementwise("f32 a", "f32 y", "a * min(1, 2) ** 2")(x, backend=R), x)
+    assert_same_bits(elementwise("f32 a", "f32 y", "a * abs(-2) ** 2")(x, backend=R), x * np.float32(4))
+    assert_same_bits(elementwise("i32 a", "i32 y", "a * (3 % 2 + 1) ** 3")(np.int32([1, -2]), backend=R),
+                     np.int32([8, -16]))
+    raises(IRValidationError, elementwise, "f32 a", "f32 y", "a * ((min(1, 2) ** 64) ** 64)",
+           match=r"bare literals copies it.*Fix: give the literals a type")
+
+
+def test_a_chained_comparison_reads_its_middle_operands_as_variables():
+    """Regression (a review): `a < b < c` read `b` twice as a tree, so chains nested in chains
+    doubled a level: 218 characters made 2.5 MB of IR that ran for 34 s on two elements."""
+    e = "(a > 0)"
+    for _ in range(16):
+        e = f"(b == {e} == b)"
+    a, b = np.float32([0.5, 2.0, -3.0]), np.uint32([1, 0, 1])
+    k = elementwise("f32 a, bool b", "f32 y", f"y = where({e}, a, -a)")
+    assert len(str(k.program(a, b))) < 5000
+    inner = a > 0  # each level: b == inner == b, i.e. (b == inner) & (inner == b)
+    for _ in range(16):
+        inner = (b.astype(bool) == inner)
+    assert_same_bits(k(a, b, backend=R), np.where(inner, a, -a))
+    c = elementwise("f32 a, f32 b", "bool y", "0 < a + b < 1")
+    assert sum(isinstance(s, ir.Let) for s in ir.walk(c.program(a, a).entry)) == 4  # idx, two inputs, a + b
+    assert_same_bits(c(np.float32([0.2, 0.5, -1]), np.float32([0.1, 0.6, 0.5]), backend=R), np.uint32([1, 0, 0]))
 
 
 def test_a_long_operation_splits_its_source_into_lines_once(monkeypatch):

@@ -90,6 +90,7 @@ is created), `DispatchError` for the arguments of a call.
 from __future__ import annotations
 
 import ast
+import functools
 import keyword
 import math
 import numbers
@@ -114,6 +115,14 @@ __all__ = ["elementwise", "Elementwise", "FUNCTIONS"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _LINES = re.compile(r"(?<=\n)|(?<=\r)(?!\n)")  # where Python's parser ends a line (not at \f, \v, ...)
+_MAX_COPIED = 4096  # nodes a power may copy of a base only bare literals make (it cannot be a variable)
+
+
+def _weak_only(e: ir.Expr) -> bool:
+    """Whether only bare (weak) literals make `e`, so that its type comes from the operation around it."""
+    return not any(isinstance(x, (ir.Var, ir.Cast)) or (isinstance(x, ir.Lit) and not x.weak) for x in ir.walk([e]))
+
+
 _INDEX = "idx"  # the invocation's element; parameters live in variables prefixed v_ / t_ / o_
 
 # ---- the functions an operation string may call ------------------------------------------------
@@ -389,6 +398,8 @@ class _Translator:
                         raise self.fail(node, f"the comparison {type(op).__name__} is not supported",
                                         "compare with < <= > >= == !=")
                     b = self.expr(r)
+                    if r is not rights[-1]:  # read again by the next comparison: a variable, not a copied tree
+                        b = self.named(b, node)
                     c = fn(a, b)
                     out = c if out is None else ir.logical_and(out, c)
                     a = b
@@ -451,14 +462,11 @@ class _Translator:
         x = self.expr(base)
         if k == 0:
             return _one_like(x)
-        text = self.segment(node) or "**"
-
-        def named(e: ir.Expr) -> ir.Expr:  # a value read twice is a variable, not a copied tree: (x ** 64) ** 64
-            if isinstance(e, (ir.Var, ir.Lit)):  # would otherwise be 4,096 copies of x, walked and run each time
-                return e
-            self.stmts.append(ir.let(f"p_{len(self.stmts)}", e))
-            self.texts.append(text)
-            return ir.var(self.stmts[-1].name)
+        if k > 1 and _weak_only(x) and sum(1 for _ in ir.walk([x])) * k > _MAX_COPIED:
+            raise self.fail(node, "a power of an expression of bare literals copies it once a multiplication (a "
+                                  "variable would fix its type before the operation gives it one)",
+                            "give the literals a type, e.g. f32(...) or i32(...), or fold it yourself")
+        named = functools.partial(self.named, node=node)
         result = None
         square = named(x) if k > 1 else x
         while k:  # square and multiply: the same operations on every backend
@@ -468,6 +476,17 @@ class _Translator:
             if k:
                 square = named(square * square)
         return result
+
+    def named(self, e: ir.Expr, node: ast.AST) -> ir.Expr:
+        """`e`, to be read more than once, as a variable (so that a tree read twice a level is not
+        copied: (x ** 64) ** 64 would be 4,096 copies of x, each walked and run); as itself where
+        it is a leaf, or where only bare literals make it (a variable would fix their type before
+        the operation around it gives them one)."""
+        if isinstance(e, (ir.Var, ir.Lit)) or _weak_only(e):
+            return e
+        self.stmts.append(ir.let(f"p_{len(self.stmts)}", e))
+        self.texts.append(self.segment(node) or "")
+        return ir.var(self.stmts[-1].name)
 
     def call(self, node: ast.Call) -> ir.Expr:
         if not isinstance(node.func, ast.Name):
@@ -1094,7 +1113,6 @@ class Elementwise:
         return self.__copy__()  # the description holds nothing mutable; a function stays itself, as deepcopy keeps it
 
     def __reduce_ex__(self, protocol):
-        import functools
         import pickle
 
         if not isinstance(self.operation, str):

@@ -586,3 +586,18 @@ def test_an_interrupt_while_waiting_for_the_persistent_launch_says_it_went_ahead
             monkeypatch.undo()
         assert "waiting for the persistent launch, which was issued" in "".join(e.value.__notes__)
         assert be.download(y).tolist() == [5] * 4  # the rounds ran and their writes stayed
+
+    import contextlib
+
+    @contextlib.contextmanager
+    def waits_then_interrupted():  # the GPU's device timer: its exit waits for the launch to end
+        yield
+        raise KeyboardInterrupt
+
+    y, flag = be.upload(np.zeros(4, np.uint32)), be.upload(np.zeros(1, np.uint32))
+    with be.megakernel([(inc, [y, flag])], [(y, 0, 4)], until=flag, max_rounds=8) as mk:
+        monkeypatch.setattr(be, "device_timer", waits_then_interrupted, raising=False)
+        with pytest.raises(KeyboardInterrupt) as e:
+            mk.run()
+        monkeypatch.undo()
+    assert "waiting for the persistent launch, which was issued" in "".join(e.value.__notes__)

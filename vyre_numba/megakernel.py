@@ -140,19 +140,21 @@ class Megakernel(Unshared):
                 self._launch = ([self._stats if k == STATS else by_key[k] for k in p.keys],
                                 DispatchConfig(grid=(p.workgroups, 1, 1), cooperative=True))
             buffers, config = self._launch
-            ns = None
+            ns, issued = None, False
             try:
-                if timer is not None:
-                    with timer() as t:
+                try:
+                    if timer is not None:
+                        with timer() as t:  # whose exit waits for the launch to end
+                            b.dispatch_resident(p.program, buffers, config)
+                            issued = True
+                        ns = t.ns
+                    else:
                         b.dispatch_resident(p.program, buffers, config)
-                    ns = t.ns
-                else:
-                    b.dispatch_resident(p.program, buffers, config)
-            except VyreError as e:
-                if e.args:
-                    e.args = (self._failed_launch(str(e.args[0])), *e.args[1:])
-                raise
-            try:
+                        issued = True
+                except VyreError as e:
+                    if e.args:
+                        e.args = (self._failed_launch(str(e.args[0])), *e.args[1:])
+                    raise
                 if self.until is None:
                     b.synchronize()  # and a grid barrier that timed out becomes BarrierTimeoutError
                     rounds, converged = self.max_rounds, None
@@ -160,7 +162,7 @@ class Megakernel(Unshared):
                     rounds, done = (int(v) for v in b.download(self._stats))
                     converged = bool(done)
             except BaseException as e:
-                if not isinstance(e, VyreError):  # an interrupt while the host waits: the launch went ahead
+                if issued and not isinstance(e, Exception):  # an interrupt while the host waits
                     e.add_note("Stopped while waiting for the persistent launch, which was issued and goes on (or "
                                "went) to its end on the device; the rounds it runs write the caller's buffers, and "
                                "how many ran is not known here.")

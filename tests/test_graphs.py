@@ -332,6 +332,13 @@ def test_a_sequences_buffers_are_each_steps_by_name_and_read_only(backend):
         with pytest.raises(UnknownBufferError,
                            match=r"s\.buffers\[1\] .*no buffer 'z'; its buffers are \['x', 'y'\]\. Fix:"):
             s.buffers[1]["z"]
+        odd = memoryview(bytearray(b"x"))  # its hash raises ValueError, not TypeError
+        for lookup in (lambda: s.buffers[1][odd], lambda: s.buffers[1].get(odd, 0), lambda: s.buffers[odd]):
+            try:
+                assert lookup() == 0
+            except UnknownBufferError as e:
+                assert "Fix:" in str(e)
+        assert odd not in s.buffers[1]
         out = s.replay()
         assert out[0].tolist() == list(range(1, 9)) and out[1].tolist() == [3 * v + 1 for v in range(1, 9)]
         assert backend.download(y).tolist() == out[1].tolist()  # affine wrote y, bump never ran over it

@@ -295,7 +295,7 @@ class Frozen(MappingABC):
     def __getitem__(self, name):
         try:
             return self._items[name]
-        except (KeyError, TypeError):  # TypeError: an unhashable name
+        except (KeyError, TypeError, ValueError):  # an unhashable name (a writable memoryview's hash: ValueError)
             pass
         if self._items:
             names = f"its buffers are {sorted(self._items)}"
@@ -309,7 +309,7 @@ class Frozen(MappingABC):
     def __contains__(self, name) -> bool:  # without building __getitem__'s message for a miss
         try:
             return name in self._items
-        except TypeError:
+        except (TypeError, ValueError):
             return False
 
     def __iter__(self):

@@ -569,6 +569,22 @@ def test_a_reference_replay_refuses_a_read_only_buffer_and_keeps_a_completed_run
     g.close()
 
 
+@pytest.mark.gpu
+def test_gpu_a_recording_keeps_no_reference_to_the_callers_sample():
+    """Regression (a review): the CUDA recording kept its sample binding, whose arrays are the
+    caller's inputs (bound without a copy), for its whole life and after close."""
+    be = vn.get_backend("cuda")
+    x = np.zeros(8, np.uint32)
+    probe = weakref.ref(x)
+    g = be.record_graph(affine(), [x])
+    assert g.binding.arrays == {} and g.binding.sizes["x"] == 8
+    del x
+    gc.collect()
+    assert probe() is None
+    assert g.replay([np.ones(8, np.uint32)])[0].tolist() == [4] * 8
+    g.close()
+
+
 def test_a_closed_reference_recording_lets_go_of_its_data():
     """Regression (a red-team): a recording kept its sample binding's arrays (a copy of every
     written buffer and the caller's inputs) after close, and twice the data while open."""

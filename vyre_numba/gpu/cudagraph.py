@@ -3,6 +3,7 @@ cuda.core's `GraphBuilder` (the copies, memsets and launches are the same driver
 dispatch makes, enqueued on the capturing stream), uploaded, and replayed with one graph launch."""
 from __future__ import annotations
 
+import dataclasses
 import threading
 import weakref
 from typing import Iterable, Mapping, Sequence
@@ -164,6 +165,7 @@ class CudaRecordedGraph(RecordedGraph):
         self._lock = threading.Lock()
         self._names = [d.name for d in program.inputs]
         self._fast_key = plan.fast_key(b)
+        self.binding = dataclasses.replace(b, arrays={})  # its sizes, for replays: not the caller's sample
         backend._count(graph_recordings=1)
 
     def _check_cooperative_capture(self, plan: HostPlan) -> None:

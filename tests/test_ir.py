@@ -176,6 +176,7 @@ def test_the_bf16_helpers_take_numbers_and_bit_patterns_only():
     assert ir.bf16_bits_to_f32([0, 0xFFFF]).dtype == np.float32 and float(ir.bf16_bits_to_f32(0x3F80)) == 1.0
     assert ir.f32_to_bf16_bits([1.0, 2, np.float16(-2)]).tolist() == [0x3F80, 0x4000, 0xC000]
     assert ir.f32_to_bf16_bits(np.float64(1e300)).tolist() == 0x7F80  # past f32: an infinity, as the cast
+    assert ir.bf16_bits_to_f32([]).dtype == np.float32 and ir.f32_to_bf16_bits(()).dtype == np.uint16
     # f64 values go through f32 first, as a cast to bf16 does (docs/semantics.md)
     assert int(ir.f32_to_bf16_bits(1 + 2**-8 + 2**-30)) == ir.float_to_bits(1 + 2**-8 + 2**-30, D.BF16) == 0x3F80
     for bad in (np.array([0.5, 1.7]), 1.0, [True], "1", b"1", object(), None, [1, [2]], 1j):

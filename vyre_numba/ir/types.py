@@ -214,10 +214,14 @@ def _real_array(x, what: str, want: str, kinds: str) -> np.ndarray:
             arr = np.asarray(x)
         except (TypeError, ValueError, OverflowError):  # a ragged list, an int past 64 bits
             arr = None
+    if arr is not None and not arr.size and not isinstance(x, np.ndarray):  # [] reads as float64: no values
+        return arr.astype(np.uint16 if "f" not in kinds else np.float32)
     if arr is None or arr.dtype.kind not in kinds or arr.dtype.fields is not None:
-        got = type(x).__name__ if arr is None else str(arr.dtype)
+        got = type(x).__name__ if arr is None else "ints past 64 bits or mixed values" if arr.dtype.kind == "O" \
+            else str(arr.dtype)
         hint = " (convert floats holding bit patterns yourself: x.astype(np.uint16))" if arr is not None and \
-            arr.dtype.kind == "f" else ""
+            arr.dtype.kind == "f" else " of at most 64 bits (float(x) rounds a wider int)" if arr is not None and \
+            arr.dtype.kind == "O" and "f" in kinds else ""
         raise IRValidationError(f"{what} takes {want}, not {shown(x, 60)} ({got}). Fix: pass "
                                 f"{'ints or floats' if 'f' in kinds else 'ints'}{hint}; nothing is converted silently.")
     return arr

@@ -357,7 +357,7 @@ class WorkQueue(Unshared):
         was emptied since `emptied` was read (those n went then, and what it holds now came after)."""
         with self._lock:
             items, state = self._live()
-            if self._emptied != emptied:
+            if self._emptied != emptied or n == 0:  # emptied since, or nothing was handed out
                 return
             rest = self.size() - n
             if rest > 0:

@@ -204,10 +204,17 @@ def test_closure_of_an_egraph_keeps_its_unions_rebuilt_or_pending(client):
             if trial % 2:
                 e.rebuild()  # merged before the call, or (even trials) still pending
         want = closure_one(want_g, then)
+        snapshot = got_g.classes()
         got = congruence_closure(got_g, then, client=client, backend="reference")
         assert np.array_equal(got.eclass, want.eclass), trial
         assert (got.merged, got.classes_before, got.classes_after) == (want.merged, want.classes_before,
                                                                        want.classes_after), trial
+        # the EGraph given is read, not changed (the single-process call changes its own); the
+        # docstring's one line applies the result to it
+        assert np.array_equal(got_g.classes(), snapshot), trial
+        got_g.union(np.stack([got_g.classes(), got.eclass], axis=1))
+        got_g.rebuild()
+        assert np.array_equal(got_g.classes(), want_g.classes()), trial
 
 
 def test_closure_of_given_partitions_with_an_empty_one(client):

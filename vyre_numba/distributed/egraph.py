@@ -448,7 +448,10 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
     ids merged first. `backend` as for `connected_components`.
     `gather=False` leaves `eclass` on the workers: a Dask array, one chunk per partition (int32 on
     GPU workers, as they hold it), computed (the call waits for it and raises what the workers
-    raised) but not brought to the client."""
+    raised) but not brought to the client.
+
+    An `EGraph` given is read, not changed (the single-process call changes its own); to give it
+    the classes found: `g.union(np.stack([g.classes(), result.eclass], axis=1)); g.rebuild()`."""
     gather = flag(gather, "gather", "pass True (classes as a NumPy array) or False (a Dask array left on the workers).")
     t0 = time.perf_counter()
     table = cluster.worker_table(client)

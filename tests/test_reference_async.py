@@ -221,3 +221,17 @@ def test_a_pending_refuses_copies_and_pickles_with_a_fix():
         assert pickle.loads(pickle.dumps(finished.result()))[0].tolist() == [3] * 4  # what the fix says works
     finally:
         running.cancel()
+
+
+def test_threads_asking_for_a_backend_first_at_once_get_one():
+    """Regression (a red-team): get_backend made a backend per thread that asked before any was
+    stored (8 of 8 in a fresh process), so telemetry counted one thread's dispatches only."""
+    import subprocess
+
+    script = ("import threading, vyre_numba as vn\nseen, go = [], threading.Barrier(8)\n"
+              "def ask():\n    go.wait()\n    seen.append(vn.get_backend('reference'))\n"
+              "ts = [threading.Thread(target=ask) for _ in range(8)]\n[t.start() for t in ts]\n[t.join() for t in ts]\n"
+              "print(len(seen), len({id(b) for b in seen}))\n")
+    for _ in range(3):
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0 and out.stdout.split() == ["8", "1"], out.stdout + out.stderr

@@ -2,6 +2,7 @@
 "reference" otherwise; `register` adds a backend."""
 from __future__ import annotations
 
+import threading
 from typing import Callable
 
 from .backend import Backend
@@ -10,6 +11,8 @@ from .errors import BackendUnavailableError, shown
 _FACTORIES: dict[str, Callable[[], Backend]] = {}
 _PROBES: dict[str, Callable[[], str | None]] = {}
 _INSTANCES: dict[str, Backend] = {}
+_MAKING = threading.RLock()  # one backend a name, though several threads ask first at once (RLock: a factory
+# may itself ask for a backend)
 PREFERENCE = ("cuda", "reference")
 
 
@@ -41,12 +44,16 @@ def get_backend(name: str | None = None) -> Backend:
     if not isinstance(name, str) or name not in _PROBES:
         raise BackendUnavailableError(f"no backend named {shown(name)}. Fix: use one of {', '.join(sorted(_PROBES))}, "
                                       "or None for the best one here.")
-    if name not in _INSTANCES:
-        why = unavailable_reason(name)
-        if why is not None:
-            raise BackendUnavailableError(f"backend {shown(name)} is unavailable: {why}")
-        _INSTANCES[name] = _FACTORIES[name]()
-    return _INSTANCES[name]
+    made = _INSTANCES.get(name)
+    if made is not None:
+        return made
+    with _MAKING:
+        if name not in _INSTANCES:
+            why = unavailable_reason(name)
+            if why is not None:
+                raise BackendUnavailableError(f"backend {shown(name)} is unavailable: {why}")
+            _INSTANCES[name] = _FACTORIES[name]()
+        return _INSTANCES[name]
 
 
 def _reference() -> Backend:

@@ -50,6 +50,25 @@ def test_wait_times_out_while_it_runs_and_cancel_stops_it():
     assert backend.telemetry().get("dispatches", 0) == 0
 
 
+def test_a_dispatch_cancelled_while_queued_never_runs_and_says_so():
+    """Regression (a red-team): cancel() of a queued dispatch returned True, yet it ran when a worker
+    came free (the budget was first checked inside a loop) and result() gave its outputs."""
+    from vyre_numba.reference import _POOL
+
+    backend = ReferenceBackend()
+    busy = [backend.dispatch_async(spin(2**32 - 1), [np.zeros(4, np.uint32)]) for _ in range(_POOL.size)]
+    short = ir.Program([B.output("y", 0, "u32", 32)], 32, [ir.store("y", ir.gid(0), ir.u32(7))], name="short")
+    queued = backend.dispatch_async(short, [])
+    assert queued.cancel() is True
+    for p in busy:
+        p.cancel()
+    assert queued.wait(60)
+    with pytest.raises(DispatchError, match="'short' on the reference backend was cancelled, at its start") as e:
+        queued.result()
+    assert_fix(str(e.value))
+    assert backend.telemetry().get("dispatches", 0) == 0
+
+
 def test_results_and_done_after_it_finishes():
     backend = ReferenceBackend()
     a = np.arange(4, dtype=np.uint32)

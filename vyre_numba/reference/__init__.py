@@ -69,8 +69,11 @@ class ReferenceBackend(Backend):
         pending = ReferencePending(launch.budget)
 
         def job() -> None:
-            try:
+            try:  # cancelled while queued, or after the last check of a run: result() says so all the same
+                launch.budget.check(binding.program.name, "its start")
                 launch.run()
+                if launch.budget.cancelled:
+                    launch.budget.check(binding.program.name, "its end")
                 self._counted(binding.config)
                 pending._finish(binding.results(), None)
             except BaseException as e:  # noqa: BLE001 - handed to the caller by result()

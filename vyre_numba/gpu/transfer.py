@@ -48,11 +48,17 @@ class _held:
                                 "the upload holds the staging buffers. Fix: make that copy before or after "
                                 "upload_in_pieces; `each` should only enqueue work on the piece.")
         self.lock.acquire()
-        held.add(self.context)
+        try:  # an interrupt here must not leave the process's staging lock taken
+            held.add(self.context)
+        except BaseException:
+            self.lock.release()
+            raise
 
     def __exit__(self, *exc) -> None:
-        _HOLDING.contexts.discard(self.context)
-        self.lock.release()
+        try:
+            _HOLDING.contexts.discard(self.context)
+        finally:
+            self.lock.release()
 
 
 def _buffers(drv, context: int) -> list:

@@ -215,6 +215,7 @@ class WorkQueue(Unshared):
         self._dev_items = self._dev_state = None
         self._cuda = cuda
         self._lock = threading.RLock()  # a push reads the tail, then writes after it: two at once would share slots
+        self._iterating = False  # a chunks iteration is handing out items (one at a time)
         self._emptied = 0  # how many times reset, drain or a chunks iteration emptied the queue: an iteration's items
         # are gone, and not to be dropped again, once it moved
         if not cuda.is_available():
@@ -333,32 +334,44 @@ class WorkQueue(Unshared):
 
     def chunks(self, chunk: int) -> Iterator:
         """The items filled when the iteration starts, `chunk` at a time (device views, valid until
-        the iteration ends), then the queue emptied of them: items pushed meanwhile stay queued. An
-        iteration whose items another emptied first (drain, reset, another chunks) raises DispatchError."""
+        the iteration ends), then the queue emptied of them: items pushed meanwhile stay queued. One
+        iteration at a time (a second, before the first ends, raises DispatchError); one whose items
+        a drain or reset took meanwhile raises DispatchError at its next piece or its end."""
         chunk = _items(chunk, "chunk")
         self._live()
 
         def pieces():
             with self._lock:
+                if self._iterating:
+                    raise DispatchError("another chunks iteration is handing out this queue's items; two would hand "
+                                        "out the same ones. Fix: finish (or drop) it first: one consumer iterates "
+                                        "chunks at a time (drain() gives each caller its own items).")
+                self._iterating = True
                 n, emptied = self.size(), self._emptied
-            for start in range(0, n, chunk):
-                items, _ = self._live()  # closed between two pieces: refused, not a raw error
-                if self._emptied != emptied:
-                    raise DispatchError("the queue was drained, reset or emptied by another chunks iteration while "
-                                        "this one handed out its items, so the rest are gone (or overwritten by later "
-                                        "pushes). Fix: finish (or drop) one chunks iteration before drain(), reset() "
-                                        "or another chunks() hands out the same items.")
-                yield items[start:min(n, start + chunk)]
-            self._drop_first(n, emptied)
+            try:
+                for start in range(0, n, chunk):
+                    items, _ = self._live()  # closed between two pieces: refused, not a raw error
+                    self._check_not_emptied(emptied)
+                    yield items[start:min(n, start + chunk)]
+                self._drop_first(n, emptied)
+            finally:
+                self._iterating = False
         return pieces()
+
+    def _check_not_emptied(self, emptied: int) -> None:
+        if self._emptied != emptied:
+            raise DispatchError("the queue was drained or reset while chunks handed out its items, so they went "
+                                "there too (and the views may show later pushes). Fix: finish (or drop) the chunks "
+                                "iteration before drain() or reset().")
 
     def _drop_first(self, n: int, emptied: int) -> None:
         """Empty the queue of its first n items, moving any after them to the front; nothing where it
         was emptied since `emptied` was read (those n went then, and what it holds now came after)."""
         with self._lock:
             items, state = self._live()
-            if self._emptied != emptied or n == 0:  # emptied since, or nothing was handed out
+            if n == 0:
                 return
+            self._check_not_emptied(emptied)  # its items went with a drain or reset as well: say so
             rest = self.size() - n
             if rest > 0:
                 kept = self._cuda.device_array(rest, self.dtype, stream=self.stream)

@@ -298,6 +298,30 @@ def test_a_lambda_written_anew_each_call_compiles_once_and_a_changed_value_compi
     assert compaction.select_if(x, reads_array).tolist() == [0, 1, 2, 3]
 
 
+def test_a_global_changed_while_a_predicate_compiles_never_poisons_its_cache(monkeypatch):
+    """Regression (a red-team): the key was read before Numba compiled, and Numba reads the global
+    when it compiles: another thread's change in between stored code for the new value under the
+    old key, and every later call with the old value used it. The snapshot compiled is the key's."""
+    global _RACED
+    select = sys.modules["vyre_numba.compaction.select"]
+    _RACED = 3
+    x = np.arange(10, dtype=np.int32)
+    below = eval("lambda v: v < _RACED", globals())
+    real = select._mask_of
+
+    def racing(fn):
+        global _RACED
+        _RACED = 9  # another thread, while this one compiles
+        return real(fn)
+    monkeypatch.setattr(select, "_mask_of", racing)
+    assert compaction.select_if(x, below).tolist() in ([0, 1, 2], list(range(9)))  # one value or the other
+    monkeypatch.setattr(select, "_mask_of", real)
+    _RACED = 3
+    assert compaction.select_if(x, below).tolist() == [0, 1, 2]
+    _RACED = 9
+    assert compaction.select_if(x, below).size == 9
+
+
 def test_a_predicate_reading_a_module_attribute_or_a_signed_zero_compiles_afresh_when_it_changes():
     import types
 

@@ -15,7 +15,7 @@ from numba import cuda, from_dtype, int32, int64, uint8, uint32, uint64
 from ..lru import LRUCache
 from ..workqueue import barrier
 from ..workqueue.barrier import FAILED, FINISHED, grid_wait
-from .select import ITEMS, PREDICATES_KEPT, THREADS, TILE, predicate_key
+from .select import ITEMS, PREDICATES_KEPT, THREADS, TILE, kept_compiled
 
 WARPS = THREADS // 32
 SLOTS = ITEMS * WARPS  # (item row, warp) counts of a tile
@@ -445,11 +445,11 @@ def predicate_flag(predicate: Callable) -> Callable:
     """The flag function of select_if: predicate(values[i]). debug=False pins NumPy's error model
     (numba-cuda's without debug; NUMBA_CUDA_DEBUGINFO would switch it to Python's), the one the
     CPU twin compiles with: an integer divided by zero is 0 on both."""
-    def build():
-        pred = cuda.jit(device=True, debug=False)(predicate)
+    def build(fn: Callable):
+        pred = cuda.jit(device=True, debug=False)(fn)
 
         @cuda.jit(device=True)
         def flag_predicate(values, i):
             return bool(pred(values[i]))
         return flag_predicate
-    return _PREDICATES.get_or_build(predicate_key(predicate), build)
+    return kept_compiled(_PREDICATES, predicate, build)

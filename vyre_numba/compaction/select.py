@@ -31,7 +31,7 @@ import math
 import os
 import time
 import types
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -104,6 +104,37 @@ def predicate_key(predicate: Callable):
     return key
 
 
+def snapshot(fn: Callable) -> Callable:
+    """A copy of the plain function `fn` that reads a snapshot of its globals and closure cells;
+    anything else (a Numba dispatcher, a builtin) as it is. Numba reads a function's globals when
+    it compiles it: compiling the copy compiles the values `predicate_key(copy)` names, though
+    another thread changes a global meanwhile."""
+    if not isinstance(fn, types.FunctionType):
+        return fn
+    try:
+        cells = tuple(types.CellType(c.cell_contents) for c in fn.__closure__ or ())
+    except ValueError:  # an empty cell: nothing to read yet
+        return fn
+    copy = types.FunctionType(fn.__code__, dict(fn.__globals__), fn.__name__, fn.__defaults__, cells or None)
+    copy.__kwdefaults__ = dict(fn.__kwdefaults__) if fn.__kwdefaults__ else None
+    copy.__qualname__, copy.__module__, copy.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
+    return copy
+
+
+def kept_compiled(cache: LRUCache, fn: Callable, build: Callable[[Callable], Any]) -> Any:
+    """`cache`'s value for `fn` by `predicate_key`, else `build(snapshot(fn))` kept by the snapshot's
+    key: what is compiled and what it is kept by name the same values."""
+    key = predicate_key(fn)
+    found = cache.get(key)
+    if found is not None:
+        return found
+    if key is fn:  # kept by the function itself: Numba fixes its globals at its first compilation
+        return cache.put(key, build(fn))
+    snap = snapshot(fn)
+    snap_key = predicate_key(snap)
+    return cache.put(key if snap_key is snap else snap_key, build(snap))
+
+
 def _typed(v):
     """v with its type, and its items' within a tuple, and a float by its bits: equal values Numba
     compiles differently (1 and 1.0, float32 and float64, 0.0 and -0.0) differ here, and a NaN,
@@ -124,7 +155,7 @@ def cpu_masks(predicate: Callable) -> tuple[Callable, Callable]:
     dispatcher the mask calls also tells the result type. error_model="numpy": division by zero
     gives NumPy's result, as it does on the device (numba-cuda compiles with that model), not an
     error."""
-    return _CPU_MASKS.get_or_build(predicate_key(predicate), lambda: _mask_of(predicate))
+    return kept_compiled(_CPU_MASKS, predicate, _mask_of)
 
 
 def _cpu_mask(predicate: Callable) -> Callable:

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..compaction.select import snapshot
 from ..errors import DispatchError, UnsupportedError, shown
 from ..gpu.launch import KernelLaunch, LaunchShape, validate_cooperative
 from ..ir import Program
@@ -121,11 +122,14 @@ _SOURCES: LRUCache = LRUCache(STEP_CACHE)  # (step, argument types, sm) -> (cach
 
 def _module(backend, step, kinds: list, params: list) -> dict:
     sm = backend.caps.sm
-    cheap = (("program", step.digest()) if isinstance(step, Program) else step_key(step), tuple(kinds),
-             tuple(c for c, _ in params), sm)
-    known = _SOURCES.get(cheap)
-    if known is None:
-        known = _SOURCES.put(cheap, _sources(step, kinds, params, sm, tuple(backend.caps.compute_capability)))
+
+    def cheap(step) -> tuple:
+        return (("program", step.digest()) if isinstance(step, Program) else step_key(step), tuple(kinds),
+                tuple(c for c, _ in params), sm)
+    known = _SOURCES.get(cheap(step))
+    if known is None:  # compiled from a snapshot of what the step reads, kept by the snapshot's key
+        snap = step if isinstance(step, Program) else snapshot(step)
+        known = _SOURCES.put(cheap(snap), _sources(snap, kinds, params, sm, tuple(backend.caps.compute_capability)))
     return backend.load_linked(known[0], known[1], ENTRIES)
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from .. import display
 from ..errors import (IN_HOST_MEMORY, BarrierTimeoutError, DispatchError, UnsupportedError, VyreError, host_memory, shown,
                       whole)
-from ..compaction.select import predicate_key
+from ..compaction.select import kept_compiled, predicate_key
 from ..lru import LRUCache
 from ..progress import finished
 
@@ -268,10 +268,10 @@ def _cpu_round(step: Callable) -> tuple[Callable, Callable]:
     """(a jitted round `(n, args) -> changed` calling the jitted step for every item in order,
     the jitted step)."""
 
-    def build() -> tuple[Callable, Callable]:
+    def build(fn: Callable) -> tuple[Callable, Callable]:
         from numba import njit
 
-        inner = njit(boundscheck=True)(getattr(step, "py_func", step))  # an index out of range raises, never corrupts
+        inner = njit(boundscheck=True)(fn)  # an index out of range raises, never corrupts
 
         @njit
         def one_round(n, args):
@@ -281,7 +281,7 @@ def _cpu_round(step: Callable) -> tuple[Callable, Callable]:
                     changed = True
             return changed
         return one_round, inner
-    return _CPU_ROUNDS.get_or_build(step_key(step), build)
+    return kept_compiled(_CPU_ROUNDS, getattr(step, "py_func", step), build)  # keyed as step_key(step)
 
 
 def step_key(step: Callable):

@@ -12,7 +12,7 @@ import os
 
 from numba import cuda, int64, uint32, uint64
 
-from ..compaction.select import PREDICATES_KEPT, predicate_key
+from ..compaction.select import PREDICATES_KEPT, kept_compiled
 from ..lru import LRUCache
 
 TAIL, HEAD = 0, 1
@@ -80,7 +80,7 @@ def consumer(step):
     """A persistent grid-stride kernel `(items, state, capacity, args)` calling `step(value, args)`
     for every filled item, with the count read on the device (no host read before it runs). Kept
     by the step's code and the values it reads, as `select_if`'s predicates are (`predicate_key`)."""
-    return _CONSUMERS.get_or_build(predicate_key(step), lambda: _consumer(step))
+    return kept_compiled(_CONSUMERS, step, _consumer)
 
 
 def _consumer(step):

@@ -116,6 +116,10 @@ def test_predicates_with_defaults_are_typed_as_called_with_one_value():
         compaction.select_if(x, lambda v, t=0.5: v + t)
     with pytest.raises(DispatchError, match="does not compile with Numba.*Fix:"):
         compaction.select_if(x, lambda v, *, t=0.5: v > t)
+    with pytest.raises(DispatchError, match=r"does not compile with Numba \(Unknown attribute 'nope' of type float64\)"
+                       ) as e:  # Numba's reason, not its pipeline stage, and no chain of its frames under it
+        compaction.select_if(x, lambda v: v.nope > 3)
+    assert e.value.__cause__ is None and e.value.__suppress_context__
     assert compaction.select_if(x, lambda *v: v[0] > 2).tolist() == [3.0, 4.0, 5.0]  # one value, as a tuple
     with pytest.raises(DispatchError, match="Fix:"):
         compaction.select_if(x, lambda *v: v[0] + 0.5)

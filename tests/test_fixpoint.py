@@ -564,3 +564,10 @@ def test_a_step_that_does_not_compile_is_told_numbas_reason_not_its_pipeline_sta
     with pytest.raises(DispatchError, match=r"does not compile with Numba \(Use of unsupported opcode") as e:
         fixpoint.run(_imports, 3, [np.zeros(3)], backend="reference")  # it was "the step raised ..."
     assert "raised" not in str(e.value)
+    assert e.value.__cause__ is None and e.value.__suppress_context__  # no chain of Numba's frames under it
+
+    def writes_text(i, a):
+        a[i] = "text"
+    with pytest.raises(DispatchError, match=r"\(No implementation of function .*setitem.* found for signature: "
+                                            r">>> setitem\(array\(float64"):
+        fixpoint.run(writes_text, 3, [np.zeros(3)], backend="reference")

@@ -346,6 +346,24 @@ def did_you_mean(name, names) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+_NUMBA_NOISE = ("Failed in ", "During: ", "File \"", "^", "Enable logging", "For more information",
+                "This error may have been", "raised from", "<source missing")
+
+
+def numba_reason(e: BaseException, width: int = 300) -> str:
+    """The reason in a Numba compile error's text, past its stage headers, source listings and
+    "During:" lines (`Unknown attribute 'x' of type float32`; `No implementation of function ...
+    found for signature: >>> setitem(...)`), clipped to `width`: what a message names."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    useful = [line for line in lines if not line.startswith(_NUMBA_NOISE)]
+    if not useful:
+        return clip(lines[0], width) if lines else type(e).__name__
+    text = useful[0]
+    if text.endswith(":") and len(useful) > 1:  # "... found for signature:" and the signature
+        text = f"{text} {useful[1]}"
+    return clip(text, width)
+
+
 def shown(x, width: int = 80) -> str:
     """repr(x) for an error message: about `width` characters at most, whatever `x` is (a list
     nested 100,000 deep, a huge list, an object whose repr raises), never an exception itself."""

@@ -29,7 +29,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import INTEGERS, CapacityError, DeviceError, DispatchError, HostMemoryError, VyreError, shown
+from ..errors import (INTEGERS, CapacityError, DeviceError, DispatchError, HostMemoryError, VyreError, numba_reason,
+                      shown)
 from ..gpu import memory
 from ..gpu.numba_launch import RawArray, check_stream, stream_handle
 from ..lru import LRUCache
@@ -253,9 +254,9 @@ def _compiled(call: Callable, what: str, compiling: bool = False):
         from numba.core.errors import NumbaError
 
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        if compiling or isinstance(e, NumbaError) or type(e).__name__ in _COMPILE_ERRORS:
-            raise DispatchError(f"the {what} does not compile with Numba ({first}). Fix: write it in Numba's subset, "
-                                "taking one value and returning a bool.") from e
+        if compiling or isinstance(e, NumbaError) or type(e).__name__ in _COMPILE_ERRORS:  # Numba's own
+            raise DispatchError(f"the {what} does not compile with Numba ({numba_reason(e)}). Fix: write it in "  # frames
+                                "Numba's subset, taking one value and returning a bool.") from None  # say nothing more
         if type(e).__module__.startswith(_DRIVER_MODULES):
             raise DeviceError(f"the GPU failed while selecting with the {what} ({type(e).__name__}: {first}). Fix: "
                               "check the device's free memory and state (nvidia-smi); a fault here also means "

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..compaction.select import snapshot
-from ..errors import DispatchError, UnsupportedError, shown
+from ..errors import DispatchError, UnsupportedError, numba_reason, shown
 from ..gpu.launch import KernelLaunch, LaunchShape, validate_cooperative
 from ..ir import Program
 from ..lru import LRUCache
@@ -98,9 +98,8 @@ def _step_ptx(step: Callable, kinds: list, cc: tuple[int, int]) -> str:
         try:
             ptx, _ = cuda.compile_ptx(step, sig, device=True, abi="c", abi_info={"abi_name": STEP_NAME}, cc=cc)
         except Exception as e:  # Numba raises many kinds; each means the step does not compile
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise DispatchError(f"the step function does not compile for the GPU ({first}). Fix: write it in Numba's "
-                                "CUDA subset taking (i, *args) and returning an int or bool.") from e
+            raise DispatchError(f"the step function does not compile for the GPU ({numba_reason(e)}). Fix: write it "
+                                "in Numba's CUDA subset taking (i, *args) and returning an int or bool.") from None
         ptx = _STEPS.put(key, ptx)
     return ptx
 

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from .. import display
-from ..errors import (IN_HOST_MEMORY, BarrierTimeoutError, DispatchError, UnsupportedError, VyreError, host_memory, shown,
-                      whole)
+from ..errors import (IN_HOST_MEMORY, BarrierTimeoutError, DispatchError, UnsupportedError, VyreError, host_memory,
+                      numba_reason, shown, whole)
 from ..compaction.select import kept_compiled, predicate_key
 from ..lru import LRUCache
 from ..progress import finished
@@ -383,9 +383,9 @@ def _numba_call(fn, n: int, args: list):
                 f"{', '.join(frozen)} are read-only, and the step writes one of them"
             raise DispatchError(f"{which}. Fix: pass a writable array (np.array(x) is a writable copy; the step's "
                                 "writes then go to the copy).") from e
-        raise DispatchError(f"the step function does not compile with Numba ({first}). Fix: write it in Numba's "
-                            "subset (array indexing, arithmetic, loops) taking (i, *args), and check the argument "
-                            "types it is given.") from e
+        raise DispatchError(f"the step function does not compile with Numba ({numba_reason(e)}). Fix: write it in "
+                            "Numba's subset (array indexing, arithmetic, loops) taking (i, *args), and check the "
+                            "argument types it is given.") from None  # Numba's frames say nothing more
 
 
 def _bar(progress: bool | None):

@@ -23,7 +23,8 @@ from typing import Callable, Iterator
 import numpy as np
 
 from ..backend import host_array, mixes_bools
-from ..errors import INTEGERS, BackendUnavailableError, CapacityError, DeviceError, DispatchError, host_memory, shown
+from ..errors import (INTEGERS, BackendUnavailableError, CapacityError, DeviceError, DispatchError, host_memory,
+                      numba_reason, shown)
 from ..owned import Unshared
 
 __all__ = ["WorkQueue", "QueueModel"]
@@ -414,8 +415,8 @@ class WorkQueue(Unshared):
                 raise DispatchError(f"the step raised {type(e).__name__} while it ran ({first}); the queue's items "
                                     "stay queued, and the step's writes to args for the items it had run on stay. "
                                     "Fix: correct the step (indices within its arrays), then consume again.") from e
-            raise DispatchError(f"the step does not compile with Numba ({first}). Fix: write step(value, args) in "
-                                "Numba's CUDA subset.") from e
+            raise DispatchError(f"the step does not compile with Numba ({numba_reason(e)}). Fix: write step(value, "
+                                "args) in Numba's CUDA subset.") from None  # Numba's frames say nothing more
 
 from ..errors import check_calls as _check_calls  # noqa: E402
 

@@ -121,6 +121,17 @@ def test_program_html_shows_buffers_body_and_digest():
         assert text in h, text
 
 
+def test_a_large_programs_html_leaves_a_digest_not_yet_made():
+    """Regression (a Jupyter audit): the first display of a program of 10^5 statements made its
+    digest, seconds of JSON; one already made is shown."""
+    from vyre_numba.ir import program as prog
+
+    p = ir.Program([ir.BufferDecl.output("y", 0, "u32")], 64,
+                   [ir.store("y", ir.gid(0), ir.u32(k)) for k in range(prog._DIGEST_SHOWN)], name="big")
+    assert "digest: program.digest() (not made" in well_formed(p._repr_html_()) and p._digest is None
+    assert p.digest() in p._repr_html_()
+
+
 def test_program_html_shows_an_output_byte_range_as_the_text_does():
     """Regression: the HTML's buffer table left out the range the text form shows."""
     i = ir.var("i")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
@@ -179,6 +180,9 @@ def _norm_wg(ws) -> tuple[int, int, int]:
     return tuple(int(v) for v in ws) + (1,) * (3 - len(ws))
 
 
+_DIGEST_SHOWN = 20_000  # IR nodes past which a display leaves a digest not yet made to program.digest()
+
+
 @dataclass(frozen=True, eq=True, init=False)
 class Program:
     """A vyre program: buffers, the workgroup shape, and the statement body every invocation runs.
@@ -347,8 +351,11 @@ class Program:
         lines = n.render_body(self.entry, 0, 200, cap + 1)
         text = "\n".join(lines[:cap])
         more = display.more(cap, n.line_count(self.entry), "lines") if len(lines) > cap else ""
-        try:
-            digest = f"digest {self.digest()}"
+        try:  # a display must be quick: a large program's digest (seconds at 10^5 nodes) only once made
+            big = self._digest is None and sum(1 for _ in itertools.islice(walk(self.entry), _DIGEST_SHOWN)) \
+                >= _DIGEST_SHOWN
+            digest = "digest: program.digest() (not made for the display of a program this large)" if big else \
+                f"digest {self.digest()}"
         except VyreError as e:  # an invalid name has no JSON form: show the program, and why
             digest = f"no digest: {str(e).split('. Fix:')[0]}"
         return (f"<div><b>program {display.escape(self._name())}</b> workgroup ({x}, {y}, {z})</div>{bufs}"

@@ -105,6 +105,25 @@ def test_fixpoint_rounds_show_on_a_bar_when_asked(bars):
     assert not r.converged and bars[1].n == 3 and bars[1].total == 3
 
 
+def test_a_bar_of_unknown_length_stopped_by_an_error_goes_rather_than_look_finished(bars):
+    """Regression (a Jupyter audit): an interrupted fixpoint's bar of rounds closed as tqdm closes a
+    bar without a total, green and full in a notebook, as if the run had finished."""
+    from vyre_numba import fixpoint
+
+    def step(i, x):
+        x[i] += 1
+        if x[i] == 3:
+            x[i + 10] = 1  # out of range: stops the run
+        return 1
+
+    with pytest.raises(VyreError):
+        fixpoint.run(step, 4, [np.zeros(4, np.int64)], max_rounds=100, backend="reference", progress=True)
+    assert bars[0].closed and bars[0].leave is False and bars[0].total is None
+    known = FakeBar(total=5)
+    progress.stopped(known)  # a bar of known length keeps its place (tqdm paints a short one red)
+    assert known.closed and not hasattr(known, "leave")
+
+
 def test_a_quick_fixpoint_shows_nothing_by_default(bars):
     from vyre_numba import fixpoint
 

@@ -93,6 +93,15 @@ def finished(bar) -> None:
         shown.refresh()
 
 
+def stopped(bar) -> None:
+    """Close a bar whose work stopped on an error or an interrupt: one of known length turns red
+    (tqdm's own), one of unknown length goes (a closed bar of unknown length looks finished)."""
+    shown = getattr(bar, "shown", bar)
+    if shown is not None and getattr(shown, "total", None) is None:
+        shown.leave = False
+    bar.close()
+
+
 def automatic(progress: bool | None) -> bool:
     """Whether `progress` asks for a bar only if the work turns out long (so callers need not
     split their work into pieces small enough to update a bar often)."""

@@ -457,11 +457,16 @@ class EGraph(Unshared):
         g = self._live()
         b = bar(progress, desc="e-graph rebuild", unit="round")
         self._pending = self._unioned = True  # until it finishes: an interrupted rebuild leaves rows to visit again
+        from ..progress import stopped
+
         try:
             s = g.rebuild(max_rounds, None if b is None else lambda: b.update(1))
-        finally:
-            if b is not None:
-                b.close()
+        except BaseException:
+            if b is not None:  # red, or gone where its length was unknown: not finished-looking
+                stopped(b)
+            raise
+        if b is not None:
+            b.close()
         self._pending = self._unioned = not s["converged"]
         return RebuildStats(s["rounds"], s["unions"], s["nodes_touched"], s["converged"], s["device_ns"],
                             s["seconds"], s["phase_ns"])

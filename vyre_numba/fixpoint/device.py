@@ -19,7 +19,7 @@ from ..lru import LRUCache
 from ..ptx import templates
 from ..ptx.emitter import PTX_VERSION
 from .runner import (_CONVERGED, _CTL_WORDS, _ERROR, _ROUNDS, STEP_CACHE, FixpointResult, _bar, chunks, finished,
-                     raise_barrier_timeout, step_key)
+                     raise_barrier_timeout, step_key, stopped)
 
 STEP_NAME = "vyre_fixpoint_step"
 ENTRIES = ("vyre_fixpoint_coop", "vyre_fixpoint_round", "vyre_fixpoint_check")
@@ -195,9 +195,11 @@ def run(backend, step: Callable, n: int, args: list, max_rounds: int, mode: str,
                     raise
         if bar is not None:
             finished(bar)
-    finally:
-        if bar is not None:
             bar.close()
+            bar = None
+    finally:
+        if bar is not None:  # stopped by an error or an interrupt
+            stopped(bar)
         _give_ctl(backend, ctl)
     return FixpointResult(rounds, converged, mode, ns)
 

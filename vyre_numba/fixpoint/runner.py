@@ -14,7 +14,7 @@ from ..errors import (IN_HOST_MEMORY, BarrierTimeoutError, DispatchError, Unsupp
                       numba_reason, shown, whole)
 from ..compaction.select import kept_compiled, predicate_key
 from ..lru import LRUCache
-from ..progress import finished
+from ..progress import finished, stopped
 
 if TYPE_CHECKING:
     from ..ir import Program
@@ -249,7 +249,9 @@ def _cpu_rounds(one_round: Callable[[], bool], max_rounds: int, progress: bool |
         if bar is not None:
             if converged or rounds == max_rounds:  # ended, not stopped by an error
                 finished(bar)
-            bar.close()
+                bar.close()
+            else:
+                stopped(bar)
     return FixpointResult(rounds, converged, "relaunch", None)
 
 

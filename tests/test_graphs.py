@@ -332,6 +332,7 @@ def test_a_sequences_buffers_are_each_steps_by_name_and_read_only(backend):
         with pytest.raises(UnknownBufferError,
                            match=r"s\.buffers\[1\] .*no buffer 'z'; its buffers are \['x', 'y'\]\. Fix:"):
             s.buffers[1]["z"]
+        assert repr(s.buffers) == "({'x': uint32[8]}, {'x': uint32[8], 'y': uint32[8]})"  # not their values
         odd = memoryview(bytearray(b"x"))  # its hash raises ValueError, not TypeError
         for lookup in (lambda: s.buffers[1][odd], lambda: s.buffers[1].get(odd, 0), lambda: s.buffers[odd]):
             try:

@@ -318,8 +318,10 @@ class Frozen(MappingABC):
     def __len__(self) -> int:
         return len(self._items)
 
-    def __repr__(self) -> str:
-        return repr(self._items)
+    def __repr__(self) -> str:  # each buffer's type and shape: its values are a wall of numbers in a notebook
+        items = [f"{k!r}: {display.shape_text(v)}" for k, v in list(self._items.items())[:20]]
+        more = [f"... {len(self._items) - 20} more"] if len(self._items) > 20 else []
+        return "{" + ", ".join(items + more) + "}"
 
     def _refuse(self, *args):
         raise DispatchError("a recording's buffers are the ones it captured; the mapping cannot change. Fix: write "

@@ -326,6 +326,18 @@ def test_a_global_changed_while_a_predicate_compiles_never_poisons_its_cache(mon
     assert compaction.select_if(x, below).size == 9
 
 
+def test_a_snapshot_holds_only_what_the_predicate_reads():
+    """Regression (a review): the snapshot copied the whole module namespace (a notebook's), so a
+    compiled predicate kept every deleted global alive, large arrays included."""
+    select = sys.modules["vyre_numba.compaction.select"]
+    below = eval("lambda v: v < _RACED", globals())
+    snap = select.snapshot(below)
+    assert set(snap.__globals__) <= {"_RACED", "__builtins__", "__name__"} and "np" not in snap.__globals__
+    assert select.predicate_key(snap) == select.predicate_key(below)
+    reads_np = lambda v: v < np.zeros(1)[0]  # noqa: E731 (reads np: kept, with its name only)
+    assert set(select.snapshot(reads_np).__globals__) == {"np", "__builtins__", "__name__"}
+
+
 def test_a_predicate_reading_a_module_attribute_or_a_signed_zero_compiles_afresh_when_it_changes():
     import types
 

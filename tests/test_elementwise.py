@@ -895,7 +895,7 @@ def test_a_power_reads_its_base_and_squares_as_variables_not_copied_trees():
     assert_same_bits(elementwise("i32 a", "i32 y", "a * (3 % 2 + 1) ** 3")(np.int32([1, -2]), backend=R),
                      np.int32([8, -16]))
     raises(IRValidationError, elementwise, "f32 a", "f32 y", "a * ((min(1, 2) ** 64) ** 64)",
-           match=r"bare literals copies it.*Fix: give the literals a type")
+           match=r"bare literals read more than once.*Fix: give the literals a type")
 
 
 def test_a_chained_comparison_reads_its_middle_operands_as_variables():
@@ -914,6 +914,14 @@ def test_a_chained_comparison_reads_its_middle_operands_as_variables():
     c = elementwise("f32 a, f32 b", "bool y", "0 < a + b < 1")
     assert sum(isinstance(s, ir.Let) for s in ir.walk(c.program(a, a).entry)) == 4  # idx, two inputs, a + b
     assert_same_bits(c(np.float32([0.2, 0.5, -1]), np.float32([0.1, 0.6, 0.5]), backend=R), np.uint32([1, 0, 0]))
+    # a middle whose value is bare literals stays an expression, typed by the comparison (a variable
+    # would fix a default type: f32 against u32); copied past a limit, it is refused with a Fix
+    w = elementwise("f32 a, bool c", "bool y", "a < where(c, 1, 2) < 3")
+    assert_same_bits(w(np.float32([0.5, 2, -3]), np.uint32([1, 0, 1]), backend=R), np.uint32([1, 0, 1]))
+    e = "1"
+    for _ in range(12):
+        e = f"where(0 < {e} < 2, 1, 0)"
+    raises(IRValidationError, elementwise, "f32 a", "f32 y", f"a * {e}", match=r"bare literals read more than once.*Fix:")
 
 
 def test_a_long_operation_splits_its_source_into_lines_once(monkeypatch):

@@ -254,3 +254,24 @@ def test_threads_asking_for_a_backend_first_at_once_get_one():
     for _ in range(3):
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
         assert out.returncode == 0 and out.stdout.split() == ["8", "1"], out.stdout + out.stderr
+
+
+def test_a_factory_asking_for_another_backend_on_another_thread_does_not_deadlock(monkeypatch):
+    """Regression (a review): one lock for every name, held while a factory ran, hung a factory
+    that waited for another thread's get_backend."""
+    from vyre_numba import registry
+
+    got = []
+
+    def factory():
+        t = threading.Thread(target=lambda: got.append(registry.get_backend("reference")))
+        t.start()
+        t.join(10)
+        return ReferenceBackend()
+    monkeypatch.setitem(registry._FACTORIES, "other", factory)
+    monkeypatch.setitem(registry._PROBES, "other", lambda: None)
+    monkeypatch.delitem(registry._INSTANCES, "other", raising=False)
+    try:
+        assert isinstance(registry.get_backend("other"), ReferenceBackend) and len(got) == 1
+    finally:
+        registry._INSTANCES.pop("other", None)

@@ -91,6 +91,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import itertools
 import keyword
 import math
 import numbers
@@ -109,6 +110,7 @@ from .bindings import as_host_array
 from .config import DispatchConfig
 from .errors import INTEGERS, DispatchError, IRValidationError, VyreError, check_calls, clip, did_you_mean, shown
 from .ir import DataType
+from .ir import nodes as n_
 from .registry import get_backend
 
 __all__ = ["elementwise", "Elementwise", "FUNCTIONS"]
@@ -118,9 +120,36 @@ _LINES = re.compile(r"(?<=\n)|(?<=\r)(?!\n)")  # where Python's parser ends a li
 _MAX_COPIED = 4096  # nodes a power may copy of a base only bare literals make (it cannot be a variable)
 
 
+_TYPED = (ir.Var, ir.Cast, ir.Load, ir.BufLen, ir.Builtin, ir.Atomic)  # of a type their own
+_BOOLEAN = set(n_.CMP_BINOPS) | set(n_.LOGIC_BINOPS) | set(n_.FLOAT_PRED_UNOPS) | set(n_.BOOL_UNOPS)
+
+
 def _weak_only(e: ir.Expr) -> bool:
-    """Whether only bare (weak) literals make `e`, so that its type comes from the operation around it."""
-    return not any(isinstance(x, (ir.Var, ir.Cast)) or (isinstance(x, ir.Lit) and not x.weak) for x in ir.walk([e]))
+    """Whether `e`'s type comes from the operation around it, as a bare literal's does: made of
+    bare literals where it gives its value (`min(1, 2)`, `where(c, 1, 2)`: the condition's type is
+    no matter), so that a variable holding it would fix a default type first. Unknown nodes
+    count as weak (left as expressions, as they were)."""
+    weak: dict[int, bool] = {}
+    stack = [(e, False)]
+    while stack:
+        x, done = stack.pop()
+        if id(x) in weak:
+            continue
+        if isinstance(x, ir.Lit):
+            weak[id(x)] = x.weak
+        elif isinstance(x, _TYPED) or (isinstance(x, (ir.BinOp, ir.UnOp)) and x.op in _BOOLEAN):
+            weak[id(x)] = False
+        else:
+            kids = [x.a, x.b] if isinstance(x, (ir.BinOp, ir.Select)) else [x.a] if isinstance(x, ir.UnOp) else \
+                [x.a, x.b, x.c] if isinstance(x, ir.Fma) else None
+            if kids is None:
+                weak[id(x)] = True
+            elif done:
+                weak[id(x)] = all(weak[id(k)] for k in kids)
+            else:
+                stack.append((x, True))
+                stack.extend((k, False) for k in kids)
+    return weak[id(e)]
 
 
 _INDEX = "idx"  # the invocation's element; parameters live in variables prefixed v_ / t_ / o_
@@ -399,6 +428,7 @@ class _Translator:
                                         "compare with < <= > >= == !=")
                     b = self.expr(r)
                     if r is not rights[-1]:  # read again by the next comparison: a variable, not a copied tree
+                        self.copy_limit(b, 2, node)
                         b = self.named(b, node)
                     c = fn(a, b)
                     out = c if out is None else ir.logical_and(out, c)
@@ -462,10 +492,8 @@ class _Translator:
         x = self.expr(base)
         if k == 0:
             return _one_like(x)
-        if k > 1 and _weak_only(x) and sum(1 for _ in ir.walk([x])) * k > _MAX_COPIED:
-            raise self.fail(node, "a power of an expression of bare literals copies it once a multiplication (a "
-                                  "variable would fix its type before the operation gives it one)",
-                            "give the literals a type, e.g. f32(...) or i32(...), or fold it yourself")
+        if k > 1:
+            self.copy_limit(x, k, node)
         named = functools.partial(self.named, node=node)
         result = None
         square = named(x) if k > 1 else x
@@ -476,6 +504,14 @@ class _Translator:
             if k:
                 square = named(square * square)
         return result
+
+    def copy_limit(self, e: ir.Expr, copies: int, node: ast.AST) -> None:
+        """Refuse `e` read `copies` times where it must be copied (its type is the context's: see
+        `named`) and the copies would pass _MAX_COPIED nodes (nested, they multiply)."""
+        if _weak_only(e) and sum(1 for _ in itertools.islice(ir.walk([e]), _MAX_COPIED)) * copies > _MAX_COPIED:
+            raise self.fail(node, "an expression of bare literals read more than once is copied each time (a variable "
+                                  "would fix its type before the operation gives it one), past a limit here",
+                            "give the literals a type, e.g. f32(...) or i32(...), or fold it yourself")
 
     def named(self, e: ir.Expr, node: ast.AST) -> ir.Expr:
         """`e`, to be read more than once, as a variable (so that a tree read twice a level is not

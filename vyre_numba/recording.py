@@ -319,7 +319,9 @@ class Frozen(MappingABC):
         return len(self._items)
 
     def __repr__(self) -> str:  # each buffer's type and shape: its values are a wall of numbers in a notebook
-        items = [f"{k!r}: {display.shape_text(v)}" for k, v in list(self._items.items())[:20]]
+        def kind(v) -> str:  # a buffer given by its __cuda_array_interface__ alone has no dtype or shape
+            return display.shape_text(v) if hasattr(v, "dtype") and hasattr(v, "shape") else type(v).__name__
+        items = [f"{k!r}: {kind(v)}" for k, v in list(self._items.items())[:20]]
         more = [f"... {len(self._items) - 20} more"] if len(self._items) > 20 else []
         return "{" + ", ".join(items + more) + "}"
 

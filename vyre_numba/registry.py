@@ -11,8 +11,8 @@ from .errors import BackendUnavailableError, shown
 _FACTORIES: dict[str, Callable[[], Backend]] = {}
 _PROBES: dict[str, Callable[[], str | None]] = {}
 _INSTANCES: dict[str, Backend] = {}
-_MAKING = threading.RLock()  # one backend a name, though several threads ask first at once (RLock: a factory
-# may itself ask for a backend)
+_MAKING: dict[str, threading.RLock] = {}  # a lock a name: one backend a name, though several threads ask first
+_LOCKS = threading.Lock()  # at once (a lock a name, and an RLock: a factory may ask for a backend, itself or another)
 PREFERENCE = ("cuda", "reference")
 
 
@@ -47,7 +47,9 @@ def get_backend(name: str | None = None) -> Backend:
     made = _INSTANCES.get(name)
     if made is not None:
         return made
-    with _MAKING:
+    with _LOCKS:
+        making = _MAKING.setdefault(name, threading.RLock())
+    with making:
         if name not in _INSTANCES:
             why = unavailable_reason(name)
             if why is not None:

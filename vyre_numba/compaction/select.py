@@ -115,7 +115,10 @@ def snapshot(fn: Callable) -> Callable:
         cells = tuple(types.CellType(c.cell_contents) for c in fn.__closure__ or ())
     except ValueError:  # an empty cell: nothing to read yet
         return fn
-    copy = types.FunctionType(fn.__code__, dict(fn.__globals__), fn.__name__, fn.__defaults__, cells or None)
+    scope = fn.__globals__  # only the names the code reads: a copy of a notebook's whole namespace would
+    read = {name: scope[name] for name in _names(fn.__code__) if name in scope}  # keep its deleted arrays alive
+    read.update({k: scope[k] for k in ("__builtins__", "__name__") if k in scope})
+    copy = types.FunctionType(fn.__code__, read, fn.__name__, fn.__defaults__, cells or None)
     copy.__kwdefaults__ = dict(fn.__kwdefaults__) if fn.__kwdefaults__ else None
     copy.__qualname__, copy.__module__, copy.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
     return copy

@@ -127,7 +127,8 @@ def _module(backend, step, kinds: list, params: list) -> dict:
                 tuple(c for c, _ in params), sm)
     known = _SOURCES.get(cheap(step))
     if known is None:  # compiled from a snapshot of what the step reads, kept by the snapshot's key
-        snap = step if isinstance(step, Program) else snapshot(step)
+        unkeyed = not isinstance(step, Program) and step_key(step) is getattr(step, "py_func", step)
+        snap = step if isinstance(step, Program) or unkeyed else snapshot(step)  # kept by itself: as it is
         known = _SOURCES.put(cheap(snap), _sources(snap, kinds, params, sm, tuple(backend.caps.compute_capability)))
     return backend.load_linked(known[0], known[1], ENTRIES)
 

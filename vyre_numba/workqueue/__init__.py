@@ -347,8 +347,8 @@ class WorkQueue(Unshared):
                     raise DispatchError("another chunks iteration is handing out this queue's items; two would hand "
                                         "out the same ones. Fix: finish (or drop) it first: one consumer iterates "
                                         "chunks at a time (drain() gives each caller its own items).")
-                self._iterating = True
-                n, emptied = self.size(), self._emptied
+                n, emptied = self.size(), self._emptied  # waits on the stream: before the flag, which only
+                self._iterating = True  # the finally below clears
             try:
                 for start in range(0, n, chunk):
                     items, _ = self._live()  # closed between two pieces: refused, not a raw error

@@ -205,6 +205,15 @@ class Pending(abc.ABC):
         (the dispatch had not finished and this backend can stop it), else False."""
         return False
 
+    def _fail(self, error: BaseException | None) -> None:
+        """Keep `error` (None: none) for `result()` with the traceback it has now."""
+        self._error, self._traceback = error, None if error is None else error.__traceback__
+
+    def _raise_kept(self) -> None:
+        """Raise the kept error from its own traceback: raised again as it is, it would grow by each
+        caller's frames (and keep their locals alive)."""
+        raise self._error.with_traceback(self._traceback)
+
 
 class InFlight(Unshared, Pending):
     """A dispatch in flight (on a worker thread or a stream): copy, deepcopy and pickle refuse it, as
@@ -230,8 +239,8 @@ class Completed(Pending):
     """A dispatch that finished when it was issued (what `Backend.dispatch_async` returns by default)."""
 
     def __init__(self, outputs: list[np.ndarray] | None = None, error: BaseException | None = None):
-        self._outputs, self._error = outputs, error
-        self._traceback = None if error is None else error.__traceback__  # raised afresh from it each time
+        self._outputs = outputs
+        self._fail(error)
 
     def done(self) -> bool:
         return True
@@ -241,8 +250,8 @@ class Completed(Pending):
         return True
 
     def result(self) -> list[np.ndarray]:
-        if self._error is not None:  # from its own traceback: one raised again grows by the caller's frames
-            raise self._error.with_traceback(self._traceback)
+        if self._error is not None:
+            self._raise_kept()
         return self._outputs
 
 

@@ -793,11 +793,10 @@ class CudaPending(InFlight):
                         self._result = self.plan.collect(self.buffers)
                     self.release(failed=False)
                 except BaseException as e:
-                    self._error = e if isinstance(e, VyreError) else self.backend._host_failure(e, self.plan)
-                    self._traceback = self._error.__traceback__
+                    self._fail(e if isinstance(e, VyreError) else self.backend._host_failure(e, self.plan))
                     self.release(failed=True)
-            if self._error is not None:  # from its own traceback: one raised again grows by the caller's frames
-                raise self._error.with_traceback(self._traceback)
+            if self._error is not None:
+                self._raise_kept()
             return self._result
 
     def device_ns(self) -> Duration:

@@ -161,8 +161,8 @@ class ReferencePending(InFlight):
         self._error: BaseException | None = None
 
     def _finish(self, outputs: list[np.ndarray] | None, error: BaseException | None) -> None:
-        self._outputs, self._error = outputs, error
-        self._traceback = None if error is None else error.__traceback__
+        self._outputs = outputs
+        self._fail(error)
         self._event.set()
 
     def done(self) -> bool:
@@ -173,8 +173,8 @@ class ReferencePending(InFlight):
 
     def result(self) -> list[np.ndarray]:
         self._event.wait()
-        if self._error is not None:  # from its own traceback: one raised again grows by the caller's frames
-            raise self._error.with_traceback(self._traceback)
+        if self._error is not None:
+            self._raise_kept()
         return self._outputs
 
     def cancel(self) -> bool:

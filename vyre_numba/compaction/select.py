@@ -131,11 +131,15 @@ def kept_compiled(cache: LRUCache, fn: Callable, build: Callable[[Callable], Any
     found = cache.get(key)
     if found is not None:
         return found
-    if key is fn:  # kept by the function itself: Numba fixes its globals at its first compilation
-        return cache.put(key, build(fn))
-    snap = snapshot(fn)
-    snap_key = predicate_key(snap)
-    return cache.put(key if snap_key is snap else snap_key, build(snap))
+    target = to_compile(fn)
+    target_key = predicate_key(target)
+    return cache.put(key if target_key is target else target_key, build(target))
+
+
+def to_compile(fn: Callable) -> Callable:
+    """What to compile for `fn`: its snapshot, or `fn` itself where `predicate_key` keeps it by
+    itself (what it reads does not hash; Numba fixes its globals at its first compilation)."""
+    return fn if predicate_key(fn) is fn else snapshot(fn)
 
 
 def _typed(v):

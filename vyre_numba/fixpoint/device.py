@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..compaction.select import snapshot
+from ..compaction.select import to_compile
 from ..errors import DispatchError, UnsupportedError, numba_reason, shown
 from ..gpu.launch import KernelLaunch, LaunchShape, validate_cooperative
 from ..ir import Program
@@ -127,8 +127,7 @@ def _module(backend, step, kinds: list, params: list) -> dict:
                 tuple(c for c, _ in params), sm)
     known = _SOURCES.get(cheap(step))
     if known is None:  # compiled from a snapshot of what the step reads, kept by the snapshot's key
-        unkeyed = not isinstance(step, Program) and step_key(step) is getattr(step, "py_func", step)
-        snap = step if isinstance(step, Program) or unkeyed else snapshot(step)  # kept by itself: as it is
+        snap = step if isinstance(step, Program) else to_compile(step)
         known = _SOURCES.put(cheap(snap), _sources(snap, kinds, params, sm, tuple(backend.caps.compute_capability)))
     return backend.load_linked(known[0], known[1], ENTRIES)
 

@@ -368,15 +368,20 @@ class EGraph(Unshared):
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def _unless_busy(self, show: Callable, busy: Callable[[str], str]) -> str:
+        """`show(self)` under the lock, or at once `busy(text)` saying so where another thread's call
+        holds it: a debugger's repr or Jupyter's display must not wait behind a rebuild."""
+        if not self._lock.acquire(blocking=False):
+            return busy(f"EGraph(busy: another thread's call is running, backend={self.backend!r})")
+        try:
+            return show(self)
+        finally:
+            self._lock.release()
+
     def __repr__(self) -> str:
         from .view import text
 
-        if not self._lock.acquire(blocking=False):  # a debugger's or variable viewer's repr must not wait
-            return f"EGraph(busy: another thread's call is running, backend={self.backend!r})"
-        try:
-            return text(self)
-        finally:
-            self._lock.release()
+        return self._unless_busy(text, str)
 
     def _repr_html_(self) -> str:
         """The e-classes as boxes holding their e-nodes, edges to the children's classes (Graphviz
@@ -385,12 +390,7 @@ class EGraph(Unshared):
 
         from .view import html
 
-        if not self._lock.acquire(blocking=False):  # Jupyter's display must not freeze behind a rebuild
-            return f"<pre>{escape.escape(repr(self))}</pre>"
-        try:
-            return html(self)
-        finally:
-            self._lock.release()
+        return self._unless_busy(html, lambda text: f"<pre>{escape.escape(text)}</pre>")
 
     @_serial
     def to_graphviz(self, limit: int | None = 300):

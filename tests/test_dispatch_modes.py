@@ -259,6 +259,40 @@ def test_concurrent_dispatches_from_threads(backend):
     assert not errors and len(results) == 8, errors
 
 
+def test_resident_dispatches_of_ended_threads_stay_counted(backend):
+    """Each thread counts its own resident dispatches; threads that have ended are folded into
+    one count as new ones come (a pool's turnover kept one list a thread), and none is lost."""
+    backend.reset_telemetry()
+    p = bump()
+    errors: list = []
+
+    def work() -> None:
+        try:
+            dx = backend.upload(np.zeros(70, np.uint32))
+            for _ in range(5):
+                backend.dispatch_resident(p, [dx])
+            assert backend.download(dx).tolist() == [5] * 70
+        except Exception as e:  # reported below
+            errors.append(repr(e))
+
+    waves = []
+    for wave in range(3):
+        threads = [threading.Thread(target=work) for _ in range(6)]
+        waves.append(threads)
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    assert not errors, errors
+    assert backend.telemetry()["resident_dispatches"] == 90
+    if backend.name == "cuda":
+        kept = {id(t) for t, _ in backend._hot}
+        assert not kept & {id(t) for t in waves[0] + waves[1]}  # ended before the last wave came
+        backend.reset_telemetry()
+        work()
+        assert backend.telemetry()["resident_dispatches"] == 5 and not errors
+
+
 @pytest.mark.gpu
 def test_cuda_host_dispatch_allocates_nothing_after_warmup():
     backend = vn.get_backend("cuda")

@@ -117,7 +117,8 @@ class CudaBackend(Backend):
         self._retired: list[CompiledKernel] = []
         self.views = BufferViews(self)
         self._grid_states: dict[int, str] = {}  # grid-barrier states launched since the last sync
-        self._hot: list[list[int]] = []  # per-thread [resident dispatches, launches], summed by telemetry()
+        self._hot: list[tuple[threading.Thread, list[int]]] = []  # live threads' [resident dispatches, launches]
+        self._hot_ended = [0, 0]  # the counts of threads that have ended, folded in as new threads come
         self._hot_base = [0, 0]
         self._hot_lock = threading.Lock()
         self._thread = threading.local()
@@ -547,10 +548,19 @@ class CudaBackend(Backend):
             self._count(**{f"dispatches[{prep.label}]": 1})
 
     def _hot_counter(self) -> list[int]:
-        """This thread's resident-dispatch counters (one writer each, so exact without a lock)."""
+        """This thread's resident-dispatch counters (one writer each, so exact without a lock); the
+        counters of threads that have ended are folded into one, so a pool's turnover keeps no list."""
         hot = self._thread.hot = [0, 0]
         with self._hot_lock:
-            self._hot.append(hot)
+            live = []
+            for thread, counts in self._hot:
+                if thread.is_alive():
+                    live.append((thread, counts))
+                else:
+                    self._hot_ended[0] += counts[0]
+                    self._hot_ended[1] += counts[1]
+            live.append((threading.current_thread(), hot))
+            self._hot = live
         return hot
 
     def _prepare(self, program: Program, config: DispatchConfig | None, buffers=None) -> Prepared:
@@ -724,7 +734,8 @@ class CudaBackend(Backend):
 
     def _hot_totals(self) -> list[int]:
         with self._hot_lock:
-            return [sum(h[0] for h in self._hot), sum(h[1] for h in self._hot)]
+            return [self._hot_ended[0] + sum(h[0] for _, h in self._hot),
+                    self._hot_ended[1] + sum(h[1] for _, h in self._hot)]
 
     def telemetry(self) -> Telemetry:
         t = super().telemetry()

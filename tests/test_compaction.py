@@ -1238,3 +1238,43 @@ def test_gpu_a_scatter_made_ready_refuses_to_run_once_its_selector_closed():
     sel.close()
     with pytest.raises(DispatchError, match="this Selector was closed.*Fix:"):
         later(out.device_ctypes_pointer.value, n)
+
+
+@pytest.mark.gpu
+def test_gpu_a_scatter_made_ready_refuses_to_run_after_a_later_selection():
+    """Regression: a scatter made ready (`scatter_later`'s put, `offsets_at`'s later or first) and
+    run after another selection on the same Selector read that selection's offsets, or, where it
+    grew the Selector, offsets in buffers freed by the growth."""
+    from numba import cuda
+
+    from vyre_numba.compaction.kernels import flag_nonzero
+
+    n = 3 * TILE + 5
+    flags = cuda.to_device((np.arange(n) % 3 == 0).astype(np.uint8))
+    big = cuda.to_device(np.ones(2048 * TILE + 1, np.uint8))  # more tiles than a new Selector has
+    word = compaction.word_type(np.dtype(np.int64))[0]
+    out = cuda.device_array(n, np.int64)
+    before = np.full(n, -7, np.int64)
+    with Selector() as sel:
+        sel.offsets(flag_nonzero, flags, n)
+        put = sel.scatter_later(flag_nonzero, flags, n, None, word)
+        assert sel.watch() == (n + 2) // 3
+        for later_selection in (lambda: sel.count(flag_nonzero, flags, n),
+                                lambda: sel.count(flag_nonzero, big, big.shape[0])):  # the second grows it
+            later_selection()
+            out.copy_to_device(before)
+            with pytest.raises(DispatchError, match="made ready for a selection that a later one.*Fix:"):
+                put(out.device_ctypes_pointer.value, n)
+            assert np.array_equal(out.copy_to_host(), before)  # nothing was written
+        address = flags.device_ctypes_pointer.value
+        for _ in range(2):  # the first call gives `first` (packs), the second `later` (relaunches)
+            ready = sel.offsets_at(flag_nonzero, address, np.uint8, n, False, word, None)
+            sel.watch()
+            sel.count(flag_nonzero, big, big.shape[0])
+            with pytest.raises(DispatchError, match="made ready for a selection that a later one.*Fix:"):
+                ready(out.device_ctypes_pointer.value, n)
+            assert np.array_equal(out.copy_to_host(), before)
+        ready = sel.offsets_at(flag_nonzero, address, np.uint8, n, False, word, None)  # made ready again, it runs
+        assert sel.watch() == (n + 2) // 3
+        ready(out.device_ctypes_pointer.value, n)
+        assert np.array_equal(out.copy_to_host()[:(n + 2) // 3], np.arange(0, n, 3))

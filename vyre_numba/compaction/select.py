@@ -214,6 +214,7 @@ class Selector(Unshared):
         self.stream = stream if stream is not None else cuda.default_stream()
         self._host = cuda.mapped_array(1, np.int64)
         self._host[0] = -1  # no count yet: total() says so
+        self._selections = 0  # selections begun: a scatter made ready for one refuses to run after the next
         self._ctl = cuda.to_device(np.zeros(4, np.int64), stream=self.stream)  # [-, -, kept count, scan ticket]
         self._tiles = 0
         self._launches: dict = {}  # kernel -> NumbaLaunch on this stream
@@ -265,6 +266,21 @@ class Selector(Unshared):
         if self._closed:
             raise DispatchError("this Selector was closed. Fix: make a new one.")
 
+    def _begin(self) -> None:
+        """A new selection: no count until it lands, and scatters made ready for the last one void."""
+        self._host[0] = -1
+        self._selections += 1
+
+    def _check_ready(self, made: int) -> None:
+        """A scatter made ready at selection `made` may still run: the Selector is open and no
+        selection has since rewritten (or, growing, freed) the offsets it reads."""
+        self._check_open()
+        if self._selections != made:
+            raise DispatchError("this scatter was made ready for a selection that a later one on the same Selector "
+                                "has replaced: it would read that selection's offsets (or buffers freed when it "
+                                "grew). Fix: enqueue a scatter before the next selection on its Selector, or make "
+                                "it ready again after that selection.")
+
     def offsets(self, flag_of: Callable, src, n: int, octs=None) -> None:
         """Enqueue the tile counts and their scan for items 0..n-1 kept where `flag_of(src, i)`; the
         kept count lands in mapped host memory (`total()`) and on the device. `octs`: one-byte
@@ -276,7 +292,7 @@ class Selector(Unshared):
         if tiles > self._tiles:
             self._grow(tiles)
         counts, offsets, sums, bases, ctl, host = self._args
-        self._host[0] = -1
+        self._begin()
         try:
             if octs is not None:
                 self._launch(kernels.count_bytes)(-(-tiles // kernels.GROUP), THREADS, src, octs, n, counts)
@@ -342,9 +358,10 @@ class Selector(Unshared):
         else:
             _scatter_from(again, src_params[4], n, None if words is None else words_params[4])
         tiles = -(-n // TILE)
+        made = self._selections
 
         def put(address: int, capacity: int) -> None:
-            self._check_open()  # closed meanwhile: its launch reads buffers that are gone
+            self._check_ready(made)
             _scatter_into(again, address, capacity, words is None)
             again(tiles, THREADS)
         return put
@@ -447,15 +464,17 @@ class Selector(Unshared):
             keys = tuple((k, 0, st) for k in (count, kernels.scan_chunks, scatter))
             raw = RawArray(src, (n,), src_type)
             self.offsets(flag_of, raw, n, RawArray(src, (n // 8,), np.uint64) if by_bytes else None)
+            made = self._selections
 
             def first(out: int, capacity: int) -> None:
+                self._check_ready(made)
                 self.scatter(flag_of, raw, n, _raw(words, n, word), RawArray(out, (capacity,), word), capacity)
                 for key in keys:
                     self._relaunches[key] = self._launch(key[0], key[1]).detached()
                 self._plan(kinds, keys)
             return first
         counts, scan, put = again
-        self._host[0] = -1
+        self._begin()
         try:
             counts.array(0, src, n)
             if by_bytes:
@@ -471,9 +490,10 @@ class Selector(Unshared):
             self._afresh(tiles)
             raise
         _scatter_from(put, src, n, words)
+        made = self._selections
 
         def later(out: int, capacity: int) -> None:
-            self._check_open()  # closed meanwhile: its launch reads buffers that are gone
+            self._check_ready(made)
             _scatter_into(put, out, capacity, words is None)
             put(tiles, THREADS)
         return later
@@ -482,7 +502,7 @@ class Selector(Unshared):
         """Run `launch` (a one-launch selection of `blocks`), then `meanwhile()`, and return its kept
         count; None where a block gave up at the grid barrier (then `timeouts` counts it and one
         launch backs off)."""
-        self._host[0] = -1
+        self._begin()
         try:
             launch()
             self._arrived += blocks
@@ -514,6 +534,7 @@ class Selector(Unshared):
             self.offsets(flag_of, src, n, octs)
             self.scatter(flag_of, src, n, words, out, capacity)
         else:
+            self._begin()
             self._host[0] = 0
 
     def copy_kept(self, src, dst, src8, dst8, itemsize: int, room: int) -> None:

@@ -512,6 +512,9 @@ def test_dispatch_config_normalises():
     assert DispatchConfig(grid=0).grid == (0, 1, 1)
     assert DispatchConfig(workgroup=(8, 8)).key() == ((8, 8, 1), False)
     assert DispatchConfig(grid=(2, 3, 4), fixpoint_iterations=3, cooperative=True, label="x").fixpoint_iterations == 3
+    # integer arrays of up to one axis, as Program takes a workgroup size (a 0-d one was refused)
+    c = DispatchConfig(grid=np.array(4), workgroup=np.array([8, 8], np.uint16))
+    assert c.grid == (4, 1, 1) and c.workgroup == (8, 8, 1) and all(type(v) is int for v in c.grid + c.workgroup)
 
 
 @pytest.mark.parametrize("kw,fragment", [
@@ -524,6 +527,10 @@ def test_dispatch_config_normalises():
     (dict(grid=(True, 1)), "grid=(True, 1)"),
     (dict(grid=True), "grid=True"),
     (dict(grid=(1, -2)), "grid=(1, -2)"),
+    (dict(grid=np.array(-1)), "grid=array(-1) has a negative axis"),
+    (dict(grid=np.array([2.0])), "grid=array([2.])"),
+    (dict(grid=np.array([[2]])), "grid=array([[2]])"),
+    (dict(workgroup=np.array([1, 2, 3, 4])), "workgroup=array([1, 2, 3, 4])"),
     (dict(workgroup=(0,)), "has an empty axis"),
     (dict(workgroup=(8, 0, 1)), "has an empty axis"),
     (dict(workgroup="fast"), "workgroup='fast'"),

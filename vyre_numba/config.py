@@ -16,10 +16,14 @@ def _is_int(value: object) -> bool:
 
 
 def _dims(value: object, what: str, low: int) -> tuple[int, int, int] | None:
-    """`value` (None, an int, or a tuple/list of 1 to 3 ints, NumPy ints included) as a plain-int
+    """`value` (None, an int, or a tuple/list of 1 to 3 ints, NumPy ints and integer arrays of
+    up to one axis included) as a plain-int
     3-tuple padded with 1s; every axis in [low, MAX_AXIS]."""
     if value is None:
         return None
+    given = value
+    if isinstance(value, np.ndarray) and value.dtype.kind in "iu" and value.ndim <= 1:  # as Program takes them
+        value = value.item() if value.ndim == 0 else tuple(value.tolist())
     if _is_int(value):
         axes: tuple = (value,)
     elif isinstance(value, (tuple, list)):
@@ -28,15 +32,15 @@ def _dims(value: object, what: str, low: int) -> tuple[int, int, int] | None:
         axes = ()
     lowest = "non-negative" if low == 0 else "positive"
     if not 1 <= len(axes) <= 3 or not all(_is_int(v) for v in axes):
-        raise DispatchError(f"{what}={shown(value)} is not an int or a tuple of 1 to 3 {lowest} ints "
+        raise DispatchError(f"{what}={shown(given)} is not an int or a tuple of 1 to 3 {lowest} ints "
                             f"(bool, float and str are refused). Fix: pass e.g. {what}=64 or {what}=(8, 8).")
     dims = tuple(int(v) for v in axes)
     if any(d < 0 for d in dims):
-        raise DispatchError(f"{what}={shown(value)} has a negative axis. Fix: pass {lowest} ints, e.g. {what}=(8, 8).")
+        raise DispatchError(f"{what}={shown(given)} has a negative axis. Fix: pass {lowest} ints, e.g. {what}=(8, 8).")
     if any(d < low for d in dims):
-        raise DispatchError(f"{what}={shown(value)} has an empty axis. Fix: every axis needs >= {low} thread.")
+        raise DispatchError(f"{what}={shown(given)} has an empty axis. Fix: every axis needs >= {low} thread.")
     if any(d > MAX_AXIS for d in dims):
-        raise DispatchError(f"{what}={shown(value)} has an axis over 2**32 - 1 (invocation ids are u32). "
+        raise DispatchError(f"{what}={shown(given)} has an axis over 2**32 - 1 (invocation ids are u32). "
                             f"Fix: split the work into several dispatches.")
     return dims + (1,) * (3 - len(dims))
 

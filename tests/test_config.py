@@ -21,7 +21,7 @@ BAD = [
     ("grid", (True, 1)), ("grid", (1, np.bool_(True))), ("grid", np.bool_(False)), ("grid", 1.0),
     ("grid", (1.5,)), ("grid", np.float32(2)), ("grid", "8"), ("grid", b"8"), ("grid", ()), ("grid", []),
     ("grid", (1, 2, 3, 4)), ("grid", [1, 2, 3, 4]), ("grid", (None,)), ("grid", ((1, 2),)), ("grid", [[1]]),
-    ("grid", {1, 2}), ("grid", range(3)), ("grid", np.array([8, 8])), ("grid", 2**32), ("grid", (1, 2**64)),
+    ("grid", {1, 2}), ("grid", range(3)), ("grid", np.array([[8, 8]])), ("grid", np.array([8.0])), ("grid", 2**32), ("grid", (1, 2**64)),
     ("grid", object()), ("grid", 1 + 2j),
     # workgroup: axes >= 1; "auto" is the only string
     ("workgroup", 0), ("workgroup", (8, 0)), ("workgroup", (np.uint8(0),)), ("workgroup", -1),

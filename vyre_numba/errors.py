@@ -195,15 +195,59 @@ def _checked(fn):
         __tracebackhide__ = True  # noqa: F841 (IPython and pytest leave this frame out of tracebacks)
         try:
             return fn(*args, **kwargs)
+        except VyreError as e:
+            if not _kept_whole(e):
+                e.__traceback__ = _callers_frames(e.__traceback__)
+            raise
         except TypeError as e:
-            if isinstance(e, VyreError) or (why := _unfit(fn, args, kwargs)) is None:
+            if (why := _unfit(fn, args, kwargs)) is None:
                 raise
-            raise ArgumentError(why) from None
+            try:
+                raise ArgumentError(why) from None
+            except ArgumentError as a:
+                if not _kept_whole(a):
+                    a.__traceback__ = _callers_frames(a.__traceback__)
+                raise
     for attr in ("cache_clear", "cache_info", "cache_parameters"):  # functools.lru_cache's controls
         if hasattr(fn, attr):
             setattr(call, attr, getattr(fn, attr))
     call._vyre_checked = True
     return call
+
+
+def _own_frame(namespace: dict) -> bool:
+    """Whether a frame with these globals runs vyre-numba's own code."""
+    name = namespace.get("__name__") or ""
+    return name == "vyre_numba" or name.startswith("vyre_numba.")
+
+
+def _callers_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """`tb` less vyre-numba's own frames: a mistake's error points at the caller's line (and at
+    any of the caller's functions it passed through, such as a step or a callback), as a builtin's
+    does, not at the checks that found it."""
+    kept = []
+    while tb is not None:
+        if not _own_frame(tb.tb_frame.f_globals):
+            kept.append(tb)
+        tb = tb.tb_next
+    out = None
+    for t in reversed(kept):
+        out = types.TracebackType(out, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return out
+
+
+def _kept_whole(e: VyreError) -> bool:
+    """Whether `e`, leaving a public call (the caller of `_kept_whole`'s caller), keeps every
+    frame: a failure of the toolchain or the device, a call from vyre-numba's own code (the error
+    is still inside), or $VYRE_NUMBA_DEBUG set."""
+    return isinstance(e, _INTERNALS_SHOWN) or _own_frame(sys._getframe(2).f_globals) or _debugging()
+
+
+def _debugging() -> bool:
+    """$VYRE_NUMBA_DEBUG set (1/true/yes/on): errors keep vyre-numba's frames in their tracebacks."""
+    import os
+
+    return os.environ.get("VYRE_NUMBA_DEBUG", "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 def _unfit(fn, args: tuple, kwargs: dict) -> str | None:
@@ -386,3 +430,7 @@ def _widths(width: int) -> reprlib.Repr:
     r = reprlib.Repr()
     r.maxlevel, r.maxstring, r.maxother, r.maxlong = 3, width, width, width
     return r
+
+
+# failures of the toolchain or the device, not of a call's arguments: their tracebacks keep every frame
+_INTERNALS_SHOWN = (CompileError, DeviceError, TemplateError)

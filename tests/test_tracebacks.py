@@ -1,0 +1,102 @@
+"""A mistake's error points at the caller's line: the traceback of a VyreError raised out of a
+public call keeps the caller's frames (its callbacks included) and none of vyre-numba's own,
+as a builtin's does; failures of the toolchain or the device, and $VYRE_NUMBA_DEBUG, keep them all."""
+from __future__ import annotations
+
+import traceback
+
+import numpy as np
+import pytest
+
+from vyre_numba import compaction, get_backend, graph, ir
+from vyre_numba.config import DispatchConfig
+from vyre_numba.errors import ArgumentError, DispatchError, IRValidationError, TemplateError, VyreError
+
+
+def saxpy() -> ir.Program:
+    i = ir.var("i")
+    return ir.Program([ir.BufferDecl.read("x", 0, "f32"), ir.BufferDecl.output("y", 1, "f32")], 64,
+                      [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("y"), [ir.store("y", i, ir.load("x", i))])],
+                      name="p")
+
+
+def frames(error: BaseException) -> list[str]:
+    """The functions of the traceback, each as module:function."""
+    out = []
+    for fs, _ in traceback.walk_tb(error.__traceback__):
+        out.append(f"{fs.f_globals.get('__name__')}:{fs.f_code.co_name}")
+    return out
+
+
+def ours(names: list[str]) -> list[str]:
+    return [n for n in names if n.split(":")[0].split(".")[0] == "vyre_numba"]
+
+
+MISTAKES = {
+    "dispatch of too many arrays": (DispatchError, lambda be: be.dispatch(saxpy(), [np.ones(3, np.float32)] * 3)),
+    "a value f32 cannot hold": (DispatchError, lambda be: be.dispatch(saxpy(), [np.array([2**40 + 1])])),
+    "a negative grid": (DispatchError, lambda be: DispatchConfig(grid=-1)),
+    "an unknown type": (IRValidationError, lambda be: ir.Program([ir.BufferDecl.read("x", 0, "f99")], 64, [])),
+    "a store to a read buffer": (IRValidationError, lambda be: ir.check(
+        ir.Program([ir.BufferDecl.read("x", 0, "f32")], 64, [ir.store("x", 0, 1.0)]))),
+    "flags of another length": (DispatchError, lambda be: compaction.select(np.arange(4), np.ones(3, bool))),
+    "a source past the graph": (DispatchError, lambda be: graph.bfs(np.array([0, 1, 2]), np.array([1, 0]), 7)),
+    "a misspelt keyword": (ArgumentError, lambda be: graph.bfs(np.array([0, 1, 2]), np.array([1, 0]), 0, backnd=be)),
+    "an object array": (DispatchError, lambda be: be.upload(np.array([object()]))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MISTAKES))
+def test_a_mistake_points_at_the_callers_line_only(name):
+    kind, mistake = MISTAKES[name]
+    with pytest.raises(kind, match="Fix:") as e:
+        mistake(get_backend("reference"))
+    names = frames(e.value)
+    assert not ours(names), names
+    assert names and names[-1].endswith(":<lambda>"), names  # the line that made the mistake is the last shown
+
+
+def test_a_callbacks_frames_stay_between_the_caller_and_the_mistake():
+    be = get_backend("reference")
+
+    def each(buffer, first, count):
+        DispatchConfig(grid=(1, -2))  # the callback's own mistake
+
+    with pytest.raises(DispatchError, match="negative axis") as e:
+        be.upload_in_pieces(np.arange(5, dtype=np.uint32), each)
+    names = frames(e.value)
+    assert not ours(names), names
+    assert [n.split(":")[1] for n in names] == [
+        "test_a_callbacks_frames_stay_between_the_caller_and_the_mistake", "each"], names
+
+
+def test_debugging_keeps_every_frame(monkeypatch):
+    monkeypatch.setenv("VYRE_NUMBA_DEBUG", "1")
+    with pytest.raises(DispatchError) as e:
+        compaction.select(np.arange(4), np.ones(3, bool))
+    assert ours(frames(e.value))  # the checks that found it, for a bug report
+    monkeypatch.setenv("VYRE_NUMBA_DEBUG", "0")
+    with pytest.raises(DispatchError) as e:
+        compaction.select(np.arange(4), np.ones(3, bool))
+    assert not ours(frames(e.value))
+
+
+def test_toolchain_failures_keep_every_frame():
+    from vyre_numba.ptx import templates
+
+    with pytest.raises(TemplateError) as e:
+        templates.load("no_such_template")
+    assert ours(frames(e.value)), frames(e.value)
+
+
+def test_errors_caught_inside_the_package_keep_their_frames_until_they_leave_it():
+    """The trimming happens only where a public call returns to code outside vyre-numba: an
+    error one of its functions raises to another keeps its frames while inside (so the caller
+    inside can still tell where it came from)."""
+    from vyre_numba.errors import _own_frame
+
+    assert _own_frame({"__name__": "vyre_numba"}) and _own_frame({"__name__": "vyre_numba.ir.nodes"})
+    assert not _own_frame({"__name__": "vyre_numba_extra"}) and not _own_frame({"__name__": "__main__"})
+    assert not _own_frame({})
+    with pytest.raises(VyreError):
+        ir.check(ir.Program([ir.BufferDecl.read("x", 0, "f32")], 64, [ir.store("x", 0, 1.0)]))

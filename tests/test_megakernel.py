@@ -216,6 +216,27 @@ def test_rounds_to_convergence_on_the_gpu_match_numpy(n, seg_len, workgroups):
 
 
 @pytest.mark.parametrize("name", ["reference", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_until_without_max_rounds_runs_to_convergence_and_without_until_once(name):
+    """Regression (an API review): max_rounds defaulted to 1, so `until=` without it ran one round
+    and returned converged=False, a half-finished result that looked like an answer."""
+    be = vn.get_backend(name)
+    seg = (np.arange(900) // 45).astype(np.uint32)
+    labels = np.random.default_rng(3).permutation(900).astype(np.uint32)
+    steps, lab, flag = relabel_steps(be, seg, labels)
+    with be.megakernel(steps, [(lab,)], until=flag) as mk:
+        assert mk.max_rounds == vn.megakernel.UNTIL_ROUNDS == 10_000
+        r = mk.run()
+    want, rounds, converged = relabel_numpy(seg, labels, 10_000)
+    assert converged and rounds > 2 and (r.rounds, r.converged) == (rounds, True)
+    assert np.array_equal(r.outputs[0], want)
+    steps, lab, flag = relabel_steps(be, seg, labels)
+    with be.megakernel(steps, [(lab,)]) as mk:
+        r = mk.run()
+    assert mk.max_rounds == 1 and (r.rounds, r.converged) == (1, None)
+    assert np.array_equal(r.outputs[0], relabel_numpy(seg, labels, 1)[0])
+
+
+@pytest.mark.parametrize("name", ["reference", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_a_converged_round_ends_the_launch_however_large_max_rounds_is(name):
     """The rounds after convergence are not spun through: with max_rounds at its largest (2**31 - 1)
     the launch still ends once the flag stays zero (before, every invocation looped to max_rounds)."""

@@ -458,12 +458,14 @@ class Backend(abc.ABC):
         return Fusion(out, groups, boundaries)
 
     def megakernel(self, steps: Iterable[Step | tuple], read: Iterable[Read] = (), *, until=None,
-                   max_rounds: int = 1, workgroups: int | None = None, keep: Iterable = ()) -> "Megakernel":
+                   max_rounds: int | None = None, workgroups: int | None = None,
+                   keep: Iterable = ()) -> "Megakernel":
         """The resident sequence `steps` planned as one persistent cooperative kernel: fused groups
         (`fuse`) as stages with a grid barrier only where a boundary stayed. `run()` runs it
-        `max_rounds` times, or with `until` (a resident integer buffer some step sets nonzero when
-        it changed something; cleared before every round) until a round leaves it zero, at most
-        `max_rounds` rounds, all on the device, then reads `read`. Where the steps cannot be one
+        `max_rounds` times (default once), or with `until` (a resident integer buffer some step
+        sets nonzero when it changed something; cleared before every round) until a round leaves
+        it zero, at most `max_rounds` rounds (default 10,000, as `fixpoint.run`'s), all on the
+        device, then reads `read`. Where the steps cannot be one
         program or its grid cannot be co-resident, it replays the unfused kernels as a recorded
         graph (dispatches them where recording fails) and its `reason` says why. `workgroups`: the
         persistent grid (default: as many as fit co-resident, at most as many as the largest step

@@ -30,6 +30,7 @@ from .owned import Unshared
 PLANS = 64  # megakernel plans a backend keeps (programs and decisions; never the buffers)
 MAX_UNROLL = 64  # a step's fixpoint_iterations becomes that many stages, up to this many
 MAX_ROUNDS = 1 << 31
+UNTIL_ROUNDS = 10_000  # max_rounds with `until` where none is given, as fixpoint.run's
 
 
 @dataclass(frozen=True, repr=False, eq=False)  # outputs are arrays: compared by identity, as arrays are not
@@ -71,7 +72,7 @@ class Megakernel(Unshared):
 
     closed = False
 
-    def __init__(self, backend, steps: Iterable, read: Iterable = (), *, until=None, max_rounds: int = 1,
+    def __init__(self, backend, steps: Iterable, read: Iterable = (), *, until=None, max_rounds: int | None = None,
                  workgroups: int | None = None, keep: Iterable = ()):
         self.backend = backend
         self.steps = [as_step(s) for s in _iterable(steps, "steps")]
@@ -79,6 +80,8 @@ class Megakernel(Unshared):
             raise DispatchError("no steps for a megakernel. Fix: pass at least one Step(program, buffers[, config]).")
         self.read = backend._reads(read)
         self._keep = frozenset(_storage(b) for b in _iterable(keep, "keep"))
+        if max_rounds is None:  # one round, or to convergence: one round of `until` would stop half done
+            max_rounds = 1 if until is None else UNTIL_ROUNDS
         self.max_rounds = whole(max_rounds, "max_rounds", 1, MAX_ROUNDS - 1)
         if workgroups is not None:
             workgroups = whole(workgroups, "workgroups", 1, 1 << 20)

@@ -9,20 +9,24 @@ from .backend import Backend
 from .registry import available_backends, get_backend
 from .elementwise import elementwise
 from .config import DispatchConfig
-from .errors import (ArgumentError, BackendUnavailableError, BarrierTimeoutError, CheckError, CheckWarning,
-                     CompileError, DeviceError, DispatchError, IRValidationError, LaunchError, UnsupportedError,
-                     VyreError)
+from .errors import (ArgumentError, BackendUnavailableError, BarrierTimeoutError, CapacityError, CheckError,
+                     CheckWarning, CompileError, DeviceError, DispatchError, HostMemoryError, ImmutableError,
+                     IRValidationError, LaunchError, SettingError, TemplateError, UnknownBufferError,
+                     UnknownNameError, UnsupportedError, VyreError)
 from .ir import BufferDecl, DataType, Program
 
 from .version import __version__
 
-__all__ = ["ir", "Backend", "available_backends", "get_backend", "DispatchConfig", "VyreError", "ArgumentError",
-           "IRValidationError", "BackendUnavailableError", "DispatchError", "LaunchError",
-           "UnsupportedError", "CompileError", "DeviceError", "BarrierTimeoutError", "CheckError", "CheckWarning", "BufferDecl", "DataType",
-           "Program"]
+__all__ = ["ir", "Backend", "available_backends", "get_backend", "DispatchConfig", "elementwise", "BufferDecl",
+           "DataType", "Program",
+           # every error a user can meet, so that `except vn.CapacityError` works where it is raised
+           "VyreError", "ArgumentError", "IRValidationError", "UnknownBufferError", "UnknownNameError",
+           "BackendUnavailableError", "SettingError", "TemplateError", "DispatchError", "LaunchError", "CapacityError",
+           "CheckError", "HostMemoryError", "ImmutableError", "UnsupportedError", "CompileError", "DeviceError",
+           "BarrierTimeoutError", "CheckWarning"]
 
 _SUBPACKAGES = ("compaction", "distributed", "egraph", "fixpoint", "gpu", "graph", "megakernel", "profiling",
-                "reference", "unionfind", "workqueue")
+                "recording", "reference", "testing", "unionfind", "unique", "workqueue")
 
 
 def __getattr__(name: str):
@@ -34,6 +38,11 @@ def __getattr__(name: str):
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'vyre_numba' has no attribute {name!r}")
 
+
+def __dir__() -> list[str]:
+    """What `vn.<TAB>` offers: the names here and the subpackages not yet imported."""
+    return sorted({*globals(), *_SUBPACKAGES})
+
 from .errors import check_calls as _check_calls
 
-_check_calls(globals(), [*__all__, "elementwise"])
+_check_calls(globals(), __all__)

@@ -12,6 +12,11 @@ import types
 import numpy as np
 
 
+__all__ = ["VyreError", "IRValidationError", "UnknownBufferError", "UnknownNameError", "BackendUnavailableError",
+           "SettingError", "TemplateError", "DispatchError", "ArgumentError", "ImmutableError", "LaunchError",
+           "UnsupportedError", "CompileError", "DeviceError", "BarrierTimeoutError", "CapacityError", "CheckError",
+           "CheckWarning", "HostMemoryError"]
+
 # Python's and NumPy's integer types, less np.timedelta64 (NumPy counts a time span among its integers;
 # taken as a count, its unit would be dropped without a word)
 INTEGERS = (int,) + tuple(t for k in (np.signedinteger, np.unsignedinteger) for t in k.__subclasses__()

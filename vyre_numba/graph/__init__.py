@@ -1,5 +1,6 @@
 """Flagship graph algorithms built on the device phases: connected components, BFS and many BFS
 queries at once."""
+from . import generators  # noqa: F401  (NumPy only: `vn.graph.generators` without an import of its own)
 from .bfs import bfs, bfs_numpy
 from .components import components_numpy, connected_components
 from .csr import CSR, check_csr

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import vyre_numba as vn
 from vyre_numba.errors import DispatchError
 from vyre_numba.workqueue import QueueModel, WorkQueue
 from vyre_numba.workqueue.device import push
@@ -28,9 +29,9 @@ def test_the_model_refuses_at_capacity_and_keeps_what_it_took():
 
 @pytest.mark.parametrize("kw,fragment", [
     ({"capacity": 0}, "capacity=0"), ({"capacity": True}, "capacity=True"), ({"capacity": 2.5}, "capacity=2.5"),
-    ({"dtype": "not a type"}, "not a NumPy type"), ({"dtype": np.bool_}, "cannot be queued"),
+    ({"dtype": "not a type"}, "unknown data type 'not a type'"), ({"dtype": np.bool_}, "cannot be queued"),
     ({"dtype": object}, "cannot be queued"), ({"capacity": 2**40}, "2**40 items or more"),
-    ({"dtype": ">i4"}, "not in this machine's byte order"),
+    ({"dtype": ">i4"}, "vyre buffers hold little-endian values: use 'i32'"), ({"dtype": np.dtype(">i4")}, "byte order"),
     ({"dtype": [("a", "<u2"), ("b", ">f8")]}, "not in this machine's byte order"),
 ])
 def test_bad_queues_are_refused_before_any_device_work(kw, fragment):
@@ -46,12 +47,25 @@ NOT_QUEUED = (r"cannot be queued\. Fix: pass a number type of at most 64 bits \(
 
 
 @pytest.mark.parametrize("dtype,why", [((np.int32, -1), NOT_A_TYPE), (None, NOT_QUEUED), ([("a", object)], NOT_QUEUED),
-                                       ("foo", NOT_A_TYPE), (np.dtype([]), NOT_QUEUED), ([("a", "S2")], NOT_QUEUED),
-                                       (np.longdouble, NOT_QUEUED), (np.complex64, NOT_QUEUED)])
+                                       ("foo", r"unknown data type 'foo'\. Fix: use one of u8, "), (np.dtype([]), NOT_QUEUED),
+                                       ([("a", "S2")], NOT_QUEUED), (np.longdouble, NOT_QUEUED),
+                                       (np.complex64, NOT_QUEUED), ("bool", NOT_QUEUED), (vn.DataType.BOOL, NOT_QUEUED),
+                                       # names as wherever a type is taken: 'u8' is 8 bits to vyre, 8 bytes to NumPy
+                                       ("u8", r"'u8' is vyre's 8-bit integer but NumPy's 8-byte one\. Fix: say which"),
+                                       ("int", r"unknown data type 'int'\. Fix: .*say which: 'i32' or 'i64'"),
+                                       ])
 def test_queues_of_types_that_cannot_be_queued_are_refused(dtype, why):
     for make in (lambda: WorkQueue(8, dtype), lambda: QueueModel(8, dtype)):
-        with pytest.raises(DispatchError, match="^" + re.escape(f"dtype={dtype!r} ") + why):
+        with pytest.raises(DispatchError, match="^" + re.escape(f"dtype={dtype!r}") + ":? " + why):
             make()
+
+
+def test_queue_types_are_named_as_wherever_a_type_is_taken():
+    """Regression (an API review): QueueModel(4, "u8") made a uint64 queue (NumPy's 'u8'), while
+    empty(n, "u8") refuses the clash; "u32" and DataType.U32 were refused."""
+    for given, want in (("u32", np.uint32), (vn.DataType.U32, np.uint32), ("i4", np.int32), ("uint64", np.uint64),
+                        ("f16", np.float16), ("bf16", np.uint16), (np.int8, np.int8), ("i4,f8", np.dtype("i4,f8"))):
+        assert QueueModel(3, given).items.dtype == want
 
 
 @pytest.mark.parametrize("dtype", [[("flag", "?"), ("v", "i4")], [("a", [("x", "i4")]), ("b", "f8")],

@@ -15,7 +15,7 @@ import numpy as np
 from . import display
 from .config import DispatchConfig
 from .owned import Unshared
-from .errors import (INTEGERS, CheckError, CheckWarning, DispatchError, ImmutableError, UnknownNameError,
+from .errors import (INTEGERS, CheckError, CheckWarning, DispatchError, ImmutableError, IRValidationError, UnknownNameError,
                      UnsupportedError, VyreError, check_calls, clip, did_you_mean, flag, shown)
 from .ir import DataType, Program
 from .lru import LRUCache
@@ -904,7 +904,6 @@ def resolve_backend(backend: "Backend | str | None" = None) -> Backend:
 
 
 STORAGE_DTYPES = frozenset(d.storage for d in DataType)
-_VYRE_NAMES = frozenset(d.value for d in DataType)
 
 
 def check_empty(n, dtype, call: str | None = None) -> tuple[int, np.dtype]:
@@ -924,10 +923,16 @@ def check_empty(n, dtype, call: str | None = None) -> tuple[int, np.dtype]:
         small, big = ("int8", "int64") if dtype == "i8" else ("uint8", "uint64")
         raise DispatchError(f"{name()}: {dtype!r} is vyre's 8-bit integer but NumPy's 8-byte one. Fix: say which: "
                             f"{small!r} or {big!r} (np.{small} or np.{big}).")
-    try:  # a vyre type (DataType.BF16, "bf16", "bool") is its storage: bf16's raw bits, bool's u32 words
-        dt = DataType.parse(dtype).storage if isinstance(dtype, DataType) or dtype in _VYRE_NAMES else np.dtype(dtype)
-    except (TypeError, ValueError):
-        dt = None
+    if isinstance(dtype, str) and dtype not in ("?", "b1"):  # a name reads as wherever a type is taken ("int"
+        try:  # is refused, not int64); NumPy's codes of its one-byte bools are refused as np.bool_ is
+            dt = DataType.parse(dtype).storage
+        except IRValidationError as e:
+            raise DispatchError(f"{name()}: {e}") from None
+    else:
+        try:  # a vyre type (DataType.BF16, DataType.BOOL) is its storage: bf16's raw bits, bool's u32 words
+            dt = dtype.storage if isinstance(dtype, DataType) else np.dtype(dtype)
+        except (TypeError, ValueError, RecursionError):
+            dt = None
     if dt is None or dt not in STORAGE_DTYPES:
         raise DispatchError(f"{name()}: {shown(dtype, 60)} is not the storage dtype of a vyre type. Fix: pass one of "
                             f"{sorted({str(d) for d in STORAGE_DTYPES})}, or a vyre type ('f32', 'bool', 'bf16', "

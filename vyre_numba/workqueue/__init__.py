@@ -22,7 +22,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..backend import host_array, mixes_bools
+from ..backend import check_empty, host_array, mixes_bools
+from ..ir import DataType
 from ..errors import (INTEGERS, BackendUnavailableError, CapacityError, DeviceError, DispatchError, host_memory,
                       numba_reason, shown)
 from ..owned import Unshared
@@ -115,10 +116,19 @@ def _capacity(capacity) -> int:
 
 
 def _dtype(dtype) -> np.dtype:
+    """The items' dtype: a number type named as wherever a type is taken ('u32', DataType.I64,
+    np.float32; "int" and the 'u8' that is 8 bits to vyre and 8 bytes to NumPy refused as in
+    `empty`), or a record dtype of such numbers."""
+    given = dtype
+    if dtype is DataType.BOOL:
+        dtype = np.bool_  # refused below as every bool is
+    if isinstance(dtype, DataType) or (
+            isinstance(dtype, str) and "," not in dtype and dtype not in ("bool", "?", "b1")):  # bools are no numbers
+        return check_empty(1, dtype, call=f"dtype={shown(given, 60)}")[1]
     try:
         dt = None if dtype is None else np.dtype(dtype)
-    except (TypeError, ValueError) as e:
-        raise DispatchError(f"dtype={shown(dtype, 60)} is not a NumPy type ({e}). Fix: pass e.g. np.int32.") from None
+    except (TypeError, ValueError, RecursionError) as e:
+        raise DispatchError(f"dtype={shown(given, 60)} is not a NumPy type ({e}). Fix: pass e.g. np.int32.") from None
     def field(t: np.dtype) -> bool:  # a record's field: a number, a bool, a nested record or a subarray of them
         if t.subdtype is not None:
             return field(t.subdtype[0])
@@ -126,7 +136,7 @@ def _dtype(dtype) -> np.dtype:
             return bool(t.itemsize) and all(field(f[0]) for f in t.fields.values())
         return t.kind in "biuf" and t.itemsize <= 8
     if dt is None or not ((dt.kind in "iuf" and dt.itemsize <= 8) if dt.fields is None else field(dt)):
-        raise DispatchError(f"dtype={shown(dtype, 60)} cannot be queued. Fix: pass a number type of at most 64 bits "
+        raise DispatchError(f"dtype={shown(given, 60)} cannot be queued. Fix: pass a number type of at most 64 bits "
                             "(e.g. np.int32) or a record dtype whose fields are such numbers.")
     return dt
 

@@ -58,6 +58,8 @@ def assert_consume_reads_the_count_on_the_device(n: int) -> None:
         q.consume(add_to, (total,))
         assert int(total.copy_to_host()[0]) == int(values.sum())
         assert q.size() == n  # consuming does not take the items
+        q.consume(add_to, [total])  # a list, as fixpoint.run takes its args, reaches the step as a tuple
+        assert int(total.copy_to_host()[0]) == 2 * int(values.sum())
 
 
 def assert_host_push_drain_and_chunks(n: int) -> None:
@@ -230,7 +232,8 @@ def assert_misuse_is_refused_and_changes_nothing() -> None:
             else:
                 raise AssertionError(f"push({bad!r}) was accepted")
         for call in (lambda: q.consume(lambda v, a: None, (), block=0), lambda: q.chunks(0),
-                     lambda: q.consume(lambda v, a: None, (), block=True)):
+                     lambda: q.consume(lambda v, a: None, (), block=True),
+                     lambda: q.consume(lambda v, a: None, np.zeros(2))):
             try:
                 call()
             except DispatchError as e:

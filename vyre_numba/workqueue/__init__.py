@@ -391,9 +391,9 @@ class WorkQueue(Unshared):
             state.copy_to_device(np.array([max(rest, 0), 0], np.uint64), stream=self.stream)
             self._emptied += 1  # the items moved: another iteration's views no longer hold its items
 
-    def consume(self, step: Callable, args: tuple = (), *, block: int = 256) -> None:
-        """Run `step(value, args)` (a Numba device function; `args` a tuple of device arrays and
-        numbers) for every filled item, in a persistent grid-stride kernel that reads the count on
+    def consume(self, step: Callable, args: tuple | list = (), *, block: int = 256) -> None:
+        """Run `step(value, args)` (a Numba device function; `args` a tuple, or a list given to it
+        as a tuple, of device arrays and numbers) for every filled item, in a persistent grid-stride kernel that reads the count on
         the device; enqueued on the queue's stream, nothing read back. The items stay queued
         (`drain()` or `reset()` empties the queue)."""
         from ..gpu.numba_launch import launch_quietly
@@ -402,9 +402,11 @@ class WorkQueue(Unshared):
         if not callable(step):
             raise DispatchError(f"step is a {type(step).__name__}, not a function. Fix: pass a function "
                                 "step(value, args) that Numba compiles.")
+        if isinstance(args, list):  # as fixpoint.run takes its args; the step gets a tuple either way
+            args = tuple(args)
         if not isinstance(args, tuple):
             raise DispatchError(f"args is a {type(args).__name__}, not a tuple. Fix: pass the step's extra "
-                                "arguments as a tuple, e.g. (labels,).")
+                                "arguments as a tuple or a list, e.g. (labels,).")
         if isinstance(block, (bool, np.bool_)) or not isinstance(block, INTEGERS) or not 1 <= block <= 1024:
             raise DispatchError(f"block={shown(block, 60)} is not a block size. Fix: pass threads a block, an int "
                                 "from 1 to 1024 (256 is a good default).")

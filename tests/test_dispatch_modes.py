@@ -104,6 +104,11 @@ def test_sequence_runs_steps_without_host_sync_and_reads_ranges(backend):
     steps = [(bump(), [dx])] * 10 + [(bump(), [dx], DispatchConfig(grid=1))]  # last step: only 64 elements
     a, b = backend.dispatch_sequence(steps, read=[(dx, 0, 4), (dx, n - 3, 3)])
     assert a.tolist() == [11] * 4 and b.tolist() == [10] * 3
+    whole, = backend.dispatch_sequence([], read=[dx])  # a bare buffer is (buffer,): all of it
+    assert whole.tolist() == [11] * 64 + [10] * (n - 64)
+    for bad in (5, "dx", [dx, 0, 1, 2]):
+        with pytest.raises(DispatchError, match="is not a buffer or a .buffer.*Fix: pass read=.buffer, "):
+            backend.dispatch_sequence([], read=[bad])
 
 
 def test_a_read_entry_of_a_dlpack_only_array_is_left_to_the_download_to_check():

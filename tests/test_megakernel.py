@@ -320,7 +320,7 @@ def test_bad_calls_say_how_to_fix_them():
            lambda: be.megakernel(steps, until=be.empty(1, np.float32)),
            lambda: be.megakernel(steps, max_rounds=0), lambda: be.megakernel(steps, max_rounds=True),
            lambda: be.megakernel(steps, workgroups=0), lambda: be.megakernel([("nope", [x])]),
-           lambda: be.megakernel([(steps[0][0], [x, y], "fast")]), lambda: be.megakernel(steps, read=[w])]
+           lambda: be.megakernel([(steps[0][0], [x, y], "fast")]), lambda: be.megakernel(steps, read=[(w, -1)]), lambda: be.megakernel(steps, read=[5])]
     for call in bad:
         with pytest.raises(DispatchError, match="Fix:"):
             call()

@@ -35,7 +35,8 @@ class Step(NamedTuple):
                              "Fix: keep your own values in a variable or dict.")
 
 
-Read = tuple  # (buffer, offset, count): a range of a resident buffer to bring back to the host
+Read = tuple  # (buffer, offset, count), (buffer, offset) or (buffer,), or the bare buffer: a range of a resident
+#                buffer to bring back to the host
 
 _TELEMETRY_LOCK = threading.Lock()  # counters are updated from dispatching threads and workers
 
@@ -863,11 +864,14 @@ def _iterable(x, what: str):
 
 def _read(r) -> tuple:
     """A read entry as (buffer, offset, count or None), checked before anything runs: ints (not
-    bools) inside the buffer where its length can be read."""
+    bools) inside the buffer where its length can be read. A bare buffer is (buffer,): all of it."""
+    if not isinstance(r, (tuple, list)) and (isinstance(r, np.ndarray) or hasattr(r, "__cuda_array_interface__")
+                                             or hasattr(r, "__dlpack__")):
+        r = (r,)
     size = _length(r, "read entry") if isinstance(r, (tuple, list)) else None
     if size is None or not 1 <= size <= 3:
-        raise DispatchError(f"read entry {shown(r, 60)} is not a (buffer[, offset[, count]]) tuple. "
-                            "Fix: pass read=[(buffer, offset, count), ...].")
+        raise DispatchError(f"read entry {shown(r, 60)} is not a buffer or a (buffer[, offset[, count]]) tuple. "
+                            "Fix: pass read=[buffer, (buffer, offset, count), ...].")
     buf, off, cnt = (r[0], 0, None) if size == 1 else (r[0], r[1], None) if size == 2 else (r[0], r[1], r[2])
     for what, x in (("offset", off), ("count", cnt)):
         if (x is not None or what == "offset") and (isinstance(x, (bool, np.bool_))

@@ -119,6 +119,19 @@ def test_inputs_by_name():
     assert_same_bits(k(np.float32(10), x=x, backend=R), np.float32([9, 8]))
 
 
+def test_inputs_named_like_the_calls_keywords_are_refused_and_self_is_taken():
+    """Regression (an API review): an input named `out` or `backend` was made, then k(out=x) said
+    the input was missing; k(self=x) raised "multiple values for argument 'self'"."""
+    for name in ("out", "backend"):
+        one_fix(raises(IRValidationError, elementwise, f"f32 {name}, f32 y", "f32 z", f"{name} + y",
+                       match=f"the input '{name}' is named like a keyword of the kernel's calls.*Fix: rename it"))
+    k = elementwise("f32 self, f32 sm", "f32 out", "self - sm")  # an output may be `out`; `self` is no keyword
+    x = np.float32([1, 2])
+    assert_same_bits(k(self=x, sm=np.float32(1), backend=R), np.float32([0, 1]))
+    assert k.program(self=x, sm=np.float32(1)).name == k.program(x, np.float32(1)).name
+    assert ".entry" in k.ptx(x, np.float32(1), sm=80)
+
+
 def test_several_outputs_as_a_tuple_and_as_assignments(rng):
     a = rng.integers(-2**31, 2**31, 999, dtype=np.int64).astype(np.int32)
     b = rng.integers(-2**31, 2**31, 999, dtype=np.int64).astype(np.int32)

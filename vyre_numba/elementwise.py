@@ -184,6 +184,9 @@ Operation = str | Callable[..., Any]
 
 # ---- declarations -------------------------------------------------------------------------------
 
+_CALL_KEYWORDS = ("out", "backend")  # what a kernel's call takes besides its inputs
+
+
 def _params(spec, what: str, kernel: str) -> list[tuple[str, DataType]]:
     """[(name, type)] from "f32 a, i32 n", a list of "type name" strings, or a dict name -> type."""
     where = f"elementwise {kernel!r}: {what}"
@@ -801,6 +804,11 @@ class Elementwise:
         if not self.outputs:
             raise IRValidationError(f"elementwise {shown(name)}: no outputs are declared. Fix: declare at least one, "
                                     "e.g. 'f32 out'.")
+        taken = [n for n, _ in self.inputs if n in _CALL_KEYWORDS]
+        if taken:
+            raise IRValidationError(f"elementwise {shown(name)}: the input {taken[0]!r} is named like a keyword of the "
+                                    f"kernel's calls ({', '.join(_CALL_KEYWORDS)}), so it could not be passed by name. "
+                                    f"Fix: rename it, e.g. {taken[0] + '_'!r}.")
         both = sorted({n for n, _ in self.inputs} & {n for n, _ in self.outputs})
         if both:
             raise IRValidationError(f"elementwise {shown(name)}: {both} are declared as both inputs and outputs. Fix: "
@@ -917,7 +925,7 @@ class Elementwise:
             f"outputs: {_signature(self.outputs)}):\n  " + "\n  ".join(dict.fromkeys(shown_lines))
             + f"\nFix: {fix}.", diags)
 
-    def program(self, *args, **named) -> ir.Program:
+    def program(self, /, *args, **named) -> ir.Program:
         """The vyre Program a call with these inputs runs (which inputs are scalars decides it);
         with no inputs, the one for all arrays."""
         if args or named:
@@ -937,7 +945,7 @@ class Elementwise:
                     hit = self._programs[key] = self._build(key)
         return hit
 
-    def ptx(self, *args, sm: int = 90, **named) -> str:
+    def ptx(self, /, *args, sm: int = 90, **named) -> str:
         """The PTX text of `program(*args)` for sm_`sm` (no GPU needed)."""
         from .ptx import emit
 
@@ -963,7 +971,7 @@ class Elementwise:
             raise DispatchError(f"{where}: missing input(s) {missing}. Fix: pass a value for each of {names}.")
         return [values[n] for n in names]
 
-    def __call__(self, *args, out=None, backend: Backend | str | None = None, **named):
+    def __call__(self, /, *args, out=None, backend: Backend | str | None = None, **named):
         """Run the kernel on `args` (one per input, by position or name) and return the output
         (a tuple of outputs when there are several). See the module docstring."""
         where = f"{self.name}(...)"

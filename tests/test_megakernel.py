@@ -498,9 +498,9 @@ def test_a_fallback_failure_names_the_callers_step_and_the_rounds_that_completed
 
 
 @pytest.mark.parametrize("until, max_rounds, loops, when", [
-    (True, 1000, 1, r"at the start of round 4 of at most 1000 \(after 3 rounds\)"),  # charging the round loop
-    (True, 1000, 20, r"within one of its at most 1000 rounds"),  # inside a stage: which round is not known
-    (False, 1000, 1, r"within one of its at most 1000 rounds"),
+    (True, 1000, 1, r"within one of its at most 1000 rounds"),  # inside a stage: which round is not known
+    (True, 1000, 20, r"within one of its at most 1000 rounds"),
+    (False, 1000, 1, r"at the start of round 5 of at most 1000 \(after 4 rounds\)"),  # charging the round loop
     (True, 1, 200, r"within its one round"),
     (False, 1, 200, r"within its one round"),
 ])
@@ -622,3 +622,20 @@ def test_an_interrupt_while_waiting_for_the_persistent_launch_says_it_went_ahead
             mk.run()
         monkeypatch.undo()
     assert "waiting for the persistent launch, which was issued" in "".join(e.value.__notes__)
+
+
+@pytest.mark.parametrize("invocations, stride, want", [
+    (2**32 - 1, 2**31, [0, 2**31]), (2**32 - 1, 2**32 - 1, [0]), (2**32 - 1, 3 * 2**30, [0, 3 * 2**30]),
+    (7, 3, [0, 3, 6]), (6, 3, [0, 3]), (0, 5, []), (1, 2**31, [0])])
+def test_a_grid_stride_loop_covers_every_index_below_2_to_the_32(invocations, stride, want):
+    """Regression (a red-team): the trips were (invocations + stride - 1) / stride in u32, which
+    wrapped for an output of nearly 2**32 elements (a megakernel zeroes pure outputs in such a
+    loop): 0 trips, the output never zeroed. Run by one invocation with the stride given."""
+    from vyre_numba.ir.persistent import _stride_loop
+
+    body = [ir.let("_stride", ir.u32(stride)),
+            *_stride_loop("t", invocations, [ir.let("c", ir.atomic_add("out", 0, ir.u32(1))),
+                                               ir.store("out", ir.var("c") + 1, ir.var("t_idx"))])]
+    p = ir.Program([B.read_write("out", 0, "u32")], 1, body, name="strides")
+    (out,) = vn.get_backend("reference").dispatch(p, [np.zeros(8, np.uint32)], DispatchConfig(grid=1))
+    assert out[0] == len(want) and sorted(out[1:1 + out[0]].tolist()) == want

@@ -163,14 +163,17 @@ def _declare(decls: dict, key, b: BufferDecl, shapes: list[StepShape]) -> str:
 
 
 def _stride_loop(tag: str, invocations: int, body: list[n.Node]) -> list[n.Node]:
-    """`body` for _i = gid, gid + stride, ... below `invocations` (`tag_idx` holds _i)."""
-    j = f"{tag}_j"
-    trips = n.BinOp("div", n.BinOp("add", n.lit(invocations, U32), n.BinOp("sub", n.Var("_stride"), n.lit(1, U32))),
-                    n.Var("_stride"))
-    idx = n.BinOp("add", n.Builtin("invocation_id", 0), n.BinOp("mul", n.Var(j), n.Var("_stride")))
+    """`body` for _i = gid, gid + stride, ... below `invocations` (`tag_idx` holds _i). No sum
+    here passes 2**32 for any `invocations` below it (a zeroed output may be that long): the trips
+    are (invocations - 1) / stride + 1, and an index is taken only where gid < invocations - j * stride."""
+    j, off = f"{tag}_j", f"{tag}_off"
+    trips = n.lit(0, U32) if invocations == 0 else n.BinOp(
+        "add", n.BinOp("div", n.lit(invocations - 1, U32), n.Var("_stride")), n.lit(1, U32))
+    gid = n.Builtin("invocation_id", 0)
     return [n.Loop(j, n.lit(0, U32), trips,
-                   (n.Let(f"{tag}_idx", idx),
-                    n.If(n.BinOp("lt", n.Var(f"{tag}_idx"), n.lit(invocations, U32)), tuple(body))))]
+                   (n.Let(off, n.BinOp("mul", n.Var(j), n.Var("_stride"))),
+                    n.If(n.BinOp("lt", gid, n.BinOp("sub", n.lit(invocations, U32), n.Var(off))),
+                         (n.Let(f"{tag}_idx", n.BinOp("add", gid, n.Var(off))), *body))))]
 
 
 def _zeroing(tag: str, buffer: str, size: int, dtype: DataType) -> n.Node:

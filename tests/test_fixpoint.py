@@ -127,6 +127,8 @@ def _generator_step(i, a, indptr, indices):
 
 @pytest.mark.parametrize("kw,fragment", [
     ({"n": -1}, "n=-1"), ({"n": True}, "n=True"), ({"n": 2**32}, "n=4294967296"),
+    # the GPU's 32-bit grid-stride loops wrapped past 2**32 - stride (items ran twice, or forever): refused alike
+    ({"n": 2**31}, "n=2147483648 is 2**31 or more"), ({"n": np.uint32(2**32 - 1)}, "n=4294967295 is 2**31 or more"),
     ({"max_rounds": 0}, "max_rounds=0"), ({"mode": "fast"}, "mode='fast'"), ({"mode": "cooperative"}, "needs a GPU"),
     ({"timeout_s": -1}, "timeout_s=-1"), ({"args": "abc"}, "not a list"), ({"step": 5}, "not a Python function"),
     ({"step": np.sin}, "not a Python function"), ({"step": int}, "the class int"), ({"args": [[1, 2, 3]]}, "writes lost"),

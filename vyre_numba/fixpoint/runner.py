@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from .. import display
-from ..errors import (IN_HOST_MEMORY, BarrierTimeoutError, DispatchError, UnsupportedError, VyreError, host_memory,
+from ..errors import (IN_HOST_MEMORY, INTEGERS, BarrierTimeoutError, DispatchError, UnsupportedError, VyreError, host_memory,
                       numba_reason, shown, whole)
 from ..compaction.select import kept_compiled, predicate_key
 from ..lru import LRUCache
@@ -41,8 +41,10 @@ class FixpointResult(display.Shown):
 def run(step: "Callable | Program", n: int, args: Sequence[Any] = (), *, max_rounds: int = 10_000,
         mode: str = "auto", backend=None, block: int = 256, timeout_s: float = 10.0,
         progress: bool | None = None) -> FixpointResult:
-    """Run the step for every item i < n, round after round, until a round that changed nothing,
-    or `max_rounds`; the arrays in `args` are updated in place.
+    """Run the step for every item i < n (n below 2**31), round after round, until a round that
+    changed nothing, or `max_rounds`; the arrays in `args` are updated in place. `backend`: None
+    runs on the GPU where an array of `args` is a device array, else on the reference backend
+    (the arrays say where the data is; nothing is copied between host and device).
 
     The step is either a Numba-compilable function `step(i, *args)` returning non-zero when it
     changed something (`args`: arrays and scalars), or a vyre `Program` run once per item with
@@ -51,7 +53,8 @@ def run(step: "Callable | Program", n: int, args: Sequence[Any] = (), *, max_rou
     overwrote. Arrays are device arrays on the GPU and NumPy arrays on the reference backend.
     `mode="auto"` runs one round (`max_rounds=1`) as a plain launch, more as a cooperative kernel
     where the device can launch one and the grid fits, else as a graph's while loop where the
-    driver builds one, else one launch a round (`FixpointResult.mode` says which ran). `timeout_s` (seconds, 0 < timeout_s < 1e6) bounds each grid barrier's wait in
+    driver builds one, else one launch a round (`FixpointResult.mode` says which ran). `timeout_s`
+    (seconds, 0 < timeout_s < 1e6) bounds each grid barrier's wait in
     cooperative mode (a stuck barrier raises BarrierTimeoutError instead of hanging the GPU);
     `progress` shows a tqdm bar of rounds: None (the default) once the run has taken a second,
     True at once, False never (see `vyre_numba.progress`)."""
@@ -65,7 +68,7 @@ def run(step: "Callable | Program", n: int, args: Sequence[Any] = (), *, max_rou
     if be.name == "cuda":
         from . import device
 
-        return device.run(be, step, n, args, max_rounds, mode, block, int(timeout_s * 1e9), progress)
+        return device.run(be, step, n, args, max_rounds, mode, block, max(1, int(timeout_s * 1e9)), progress)
     if mode not in ("auto", "relaunch"):
         raise UnsupportedError(f"mode={shown(mode)} needs a GPU; the {be.name} backend runs rounds on the CPU. "
                                "Fix: use mode='auto' (it picks what the backend can do).")
@@ -109,7 +112,11 @@ def _checked(step, n, args, backend, block):
         raise DispatchError(f"step is {_named(step)}, an async or generator function, which Numba would run as "
                             "another function. Fix: pass a plain def step(i, *args) that returns non-zero when it "
                             "changed something.")
-    n = whole(n, "n", 0, 2**32 - 1)
+    if not isinstance(n, (bool, np.bool_)) and isinstance(n, INTEGERS) and 2**31 <= n < 2**32:
+        raise DispatchError(f"n={int(n)} is 2**31 or more: the GPU's grid-stride loops count items in 32 bits, so "
+                            "the last strides would wrap (and every backend takes the same n). Fix: run the items "
+                            "in parts below 2**31 (the step's i offset by each part's start).")
+    n = whole(n, "n", 0, 2**31 - 1)
     block = whole(block, "block", 32, 1024)
     if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
         raise DispatchError(f"args is a {type(args).__name__}, not a list. Fix: pass the step's arguments as a list.")

@@ -351,6 +351,29 @@ def test_gpu_malformed_device_csr_is_refused_with_a_fix(indptr, indices, fragmen
         connected_components(backend.upload(np.array([0.0, 1.0])), backend.upload(np.array([0], np.int32)))
 
 
+class _Claims:
+    """A device array's interface claiming `size` int64 elements at a null address: checks that read
+    only the shape must refuse it before anything reads its memory."""
+
+    def __init__(self, size: int):
+        self.__cuda_array_interface__ = {"shape": (size,), "typestr": "<i8", "data": (0, False), "version": 3,
+                                         "strides": None}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n, nnz", [(2**31, 5), (5, 2**31), (2**32 + 5, 1)])
+def test_gpu_device_csrs_of_2_to_the_31_vertices_or_entries_are_refused_as_host_ones_are(n, nnz):
+    """Regression (a red-team): host CSRs were refused at 2**31 vertices or entries, device ones not:
+    the kernels keep vertex ids in int32 and n in a u32 parameter (n = 2**32 + 5 ran 5 items)."""
+    from vyre_numba.graph import bfs, bfs_many
+
+    for call in (lambda: connected_components(_Claims(n + 1), _Claims(nnz)),
+                 lambda: bfs(_Claims(n + 1), _Claims(nnz), 0), lambda: bfs_many(_Claims(n + 1), _Claims(nnz), [0])):
+        with pytest.raises(DispatchError, match=f"the graph has {n} vertices and {nnz} entries; vertex ids and "
+                                                "offsets are 32-bit.*Fix: split the graph"):
+            call()
+
+
 @pytest.mark.gpu
 def test_gpu_components_of_many_random_symmetric_graphs():
     """Many small components (the largest-tree skip picks a small tree): the case that failed once

@@ -102,9 +102,7 @@ def check_csr(indptr, indices) -> CSR:
         raise DispatchError("indptr is empty; a CSR graph of n vertices has n + 1 offsets. "
                             "Fix: pass np.zeros(1, np.int64) for the empty graph.")
     n, nnz = indptr.size - 1, indices.size
-    if n >= 2**31 or nnz >= 2**31:
-        raise DispatchError(f"the graph has {n} vertices and {nnz} entries; vertex ids and offsets are 32-bit. "
-                            "Fix: split the graph into pieces of fewer than 2**31 vertices and entries.")
+    _check_size(n, nnz)
     if indptr[0] != 0 or indptr[-1] != nnz:
         raise DispatchError(f"indptr runs from {int(indptr[0])} to {int(indptr[-1])}, but must run from 0 to "
                             f"len(indices) = {nnz}. Fix: pass the indptr that belongs to these indices.")
@@ -182,11 +180,18 @@ def resolve(indptr, indices, backend, symmetric) -> tuple:
         raise DispatchError(f"the CSR is on the device but backend {be.name!r} runs on the CPU. "
                             "Fix: pass backend='cuda' (or None), or host arrays.")
     n = _device_index_array(indptr, "indptr") - 1
-    _device_index_array(indices, "indices")
+    nnz = _device_index_array(indices, "indices")
     if n < 0:
         raise DispatchError("indptr is empty; a CSR graph of n vertices has n + 1 offsets. "
                             "Fix: pass a one-element indptr [0] for the empty graph.")
+    _check_size(n, nnz)  # as on the host: the kernels keep vertex ids and counts in 32 bits
     return be, None, n, True
+
+
+def _check_size(n: int, nnz: int) -> None:
+    if n >= 2**31 or nnz >= 2**31:
+        raise DispatchError(f"the graph has {n} vertices and {nnz} entries; vertex ids and offsets are 32-bit. "
+                            "Fix: split the graph into pieces of fewer than 2**31 vertices and entries.")
 
 
 def _device_index_array(a, name: str) -> int:

@@ -1131,3 +1131,22 @@ def test_gpu_an_interrupted_add_union_or_rebuild_on_the_device_leaves_a_sound_eg
     25th event of the e-graph's code (each interruption rebuilds a fresh e-graph on the device)."""
     assert check_interrupted_adds(device=True, within="egraph", every=25) > 10
     assert check_interrupted_unions(device=True, within="egraph", every=25) > 10
+
+
+def test_more_rows_than_the_table_can_address_are_refused_and_nothing_is_added(monkeypatch):
+    """Regression (a red-team): class ids were bounded but rows were not, while the device keeps
+    row ids and hash-table slots (4 a row) in int32: past 2**29 rows slots wrapped negative."""
+    from vyre_numba.egraph import egraph as module
+
+    assert module.MAX_ROWS == 2**29 - 1
+    monkeypatch.setattr(module, "MAX_ROWS", 4)
+    with pytest.raises(DispatchError, match=r"5 e-nodes \(rows\) pass the e-graph's limit.*Fix: split the e-graph"):
+        EGraph.from_arrays(np.arange(5), np.zeros(5, np.int64), np.zeros(6, np.int64), np.zeros(0, np.int64),
+                           backend="reference")
+    g = EGraph.from_arrays(np.arange(3), np.arange(3), np.zeros(4, np.int64), np.zeros(0, np.int64),
+                           backend="reference")
+    assert g.add([7], [0, 1], [0]).tolist() == [3]  # the fourth row fits
+    with pytest.raises(DispatchError, match=r"6 e-nodes \(rows\) pass the e-graph's limit.*nothing was added"):
+        g.add([8, 9], [0, 1, 2], [1, 2])
+    assert (g.n_nodes, g.n_classes) == (4, 4)
+    assert g.add([7], [0, 1], [0]).tolist() == [3]  # an existing e-node adds no row: still answered

@@ -8,7 +8,8 @@ Layout, one row per e-node, rows in the order given:
     children[offsets[r]:offsets[r+1]]   the row's children, e-class ids, in order
 
 Class ids are 0 .. n_classes-1 (one more than the largest id given or added); a union-find over
-them (`parent`) records which are merged. Ids are below 2**31 - 1 (they are int32 on the device).
+them (`parent`) records which are merged. Ids are below 2**31 - 1 (they are int32 on the device),
+and an e-graph holds fewer than 2**29 rows (its hash table keeps 4 int32-addressed slots a row).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from ..unique import count_distinct, index_of, unique, unique_rows
 from .signature import signature_heads
 
 MAX_ID = 2**31 - 2
+MAX_ROWS = 2**29 - 1  # the device's hash table keeps 4 slots a row, addressed by int32 slot ids
 
 
 @dataclass(frozen=True, repr=False)
@@ -239,6 +241,7 @@ class EGraph(Unshared):
         eclass = _ints(eclass, "eclass")
         op, offsets, children = _rows(op, children_offsets, children, None, "the e-graph's")
         _same_length(eclass, op, "the e-graph")
+        _check_row_limit(0, op.size)
         have, present = _classes_of_rows(eclass)
         k = _missing_class(have, present, children)
         if k is not None:
@@ -547,6 +550,7 @@ class EGraph(Unshared):
         head = signature_heads(op[new], n_off, n_children)  # equal e-nodes of the batch: one row
         first = head == np.arange(new.size)
         _check_id_limit(base, int(first.sum()))
+        _check_row_limit(g.n, int(first.sum()))
         out[new] = base + (np.cumsum(first) - 1)[head]
         fresh = new[first]
         f_off, f_children = _take_rows(offsets, canon, fresh)
@@ -589,6 +593,13 @@ class EGraph(Unshared):
 def _check_id_limit(base: int, count: int, what: str = "", fix: str = " Split the graph.") -> None:
     if base + count - 1 > MAX_ID:
         raise DispatchError(f"adding {what}{count} classes passes the id limit {MAX_ID}; nothing was added. Fix:{fix}")
+
+
+def _check_row_limit(rows: int, count: int) -> None:
+    if rows + count > MAX_ROWS:
+        raise DispatchError(f"{rows + count} e-nodes (rows) pass the e-graph's limit of 2**29 - 1: its hash table "
+                            "keeps 4 slots a row, addressed by 32-bit slot ids on the device; nothing was added. "
+                            "Fix: split the e-graph (distributed.congruence_closure works on partitions).")
 
 
 def _take_rows(offsets: np.ndarray, children: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -114,6 +114,30 @@ UNION_FIND = textwrap.dedent('''
     assert hooked.copy_to_host().tolist() == [1, 1, 1, 1], hooked.copy_to_host()
     assert out.copy_to_host().tolist() == found.copy_to_host().tolist() == [0, 0, 2, 3, 3, 3, 6, 6]
     print("kernels ok")
+    # no forest (a cycle 1 -> 2 -> 3 -> 1 beside a root 0): every walk is bounded, -1 said (it spun for ever)
+    @cuda.jit
+    def reads(parent, out):
+        i = cuda.grid(1)
+        if i < parent.size:
+            out[i] = uf.root(parent, i)
+
+    @cuda.jit
+    def halves(parent, x, out):  # one thread: find halves the path, so what it meets of a cycle depends on order
+        if cuda.grid(1) == 0:
+            out[0] = uf.find(parent, x)
+
+    out = cuda.to_device(np.zeros(4, np.int32))
+    reads[1, 32](cuda.to_device(np.array([0, 2, 3, 1], np.int32)), out)
+    assert out.copy_to_host().tolist() == [0, -1, -1, -1], out.copy_to_host()
+    for x in range(1, 4):
+        long_cycle = cuda.to_device(np.roll(np.arange(1000, dtype=np.int32), -1))  # i -> i + 1, 999 -> 0
+        halves[1, 1](long_cycle, x, out)
+        assert -1 <= out.copy_to_host()[0] < 1000  # it ends (a cycle halved may close into a root)
+    hooked = cuda.to_device(np.zeros(1, np.int32))
+    join[1, 32](cuda.to_device(np.array([0, 2, 3, 1], np.int32)), cuda.to_device(np.array([0], np.int32)),
+                cuda.to_device(np.array([2], np.int32)), hooked)
+    assert hooked.copy_to_host().tolist() == [-1]
+    print("cycles ok")
     for name, args in (("find", (1,)), ("root", (1,)), ("link", (1, 2))):
         try:
             getattr(uf, name)(np.arange(4, dtype=np.int32), *args)
@@ -130,5 +154,5 @@ def test_the_union_find_runs_in_kernels_and_refuses_host_calls_under_the_cuda_si
     """And pickles as the module's functions (regression, a red-team: a raw PicklingError there)."""
     out = run_script(UNION_FIND, 300)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.split() == ["kernels", "ok", "refused", "find", "refused", "root", "refused", "link",
+    assert out.stdout.split() == ["kernels", "ok", "cycles", "ok", "refused", "find", "refused", "root", "refused", "link",
                                   "pickled"], out.stdout

@@ -5,7 +5,9 @@ Invariants: parent[x] <= x always (a root is hooked only under a smaller root), 
 root is its smallest member; path halving points a node at its grandparent, an ancestor, so trees
 never split; `link` returns only once both ends share a root. `root` reads without writing: a pass
 that stores every node's root must not halve paths beside itself, or a stale grandparent could be
-stored over a root another thread had just written."""
+stored over a root another thread had just written. Every walk is bounded by the array's length,
+so a parent array with a cycle (no forest: a permutation passed by mistake) gives -1, not a GPU
+that spins for ever."""
 from __future__ import annotations
 
 import os
@@ -59,32 +61,38 @@ def _device_only(fn) -> _DeviceFunction:
 
 @_device_only
 def find(parent, x):
-    """x's root, halving the path on the way."""
-    while parent[x] != x:
+    """x's root, halving the path on the way; -1 where `parent` is no forest (a walk of more steps
+    than it has entries met a cycle, which would otherwise spin on the GPU for ever)."""
+    for _ in range(parent.shape[0]):
         nxt = parent[x]
+        if nxt == x:
+            return x
         parent[x] = parent[nxt]
         x = nxt
-    return x
+    return -1
 
 
 @_device_only
 def root(parent, x):
-    """x's root, read without writing."""
-    p = parent[x]
-    while p != x:
-        x = p
+    """x's root, read without writing; -1 where `parent` is no forest (as `find`)."""
+    for _ in range(parent.shape[0]):
         p = parent[x]
-    return x
+        if p == x:
+            return x
+        x = p
+    return -1
 
 
 @_device_only
 def link(parent, u, v):
     """Join the trees of u and v; 1 if this call hooked a root, 0 if they already shared one. A
     compare-and-swap hooks the larger root under the smaller and succeeds only on a root; when
-    another thread hooked it first, try again from the new roots."""
+    another thread hooked it first, try again from the new roots. -1 where `parent` is no forest."""
     ru = find(parent, u)
     rv = find(parent, v)
     while ru != rv:
+        if ru < 0 or rv < 0:
+            return -1
         lo = min(ru, rv)
         hi = max(ru, rv)
         if cuda.atomic.cas(parent, hi, hi, lo) == hi:

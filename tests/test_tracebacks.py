@@ -100,3 +100,22 @@ def test_errors_caught_inside_the_package_keep_their_frames_until_they_leave_it(
     assert not _own_frame({})
     with pytest.raises(VyreError):
         ir.check(ir.Program([ir.BufferDecl.read("x", 0, "f32")], 64, [ir.store("x", 0, 1.0)]))
+
+
+def test_host_memory_run_out_in_any_public_call_is_a_host_memory_error():
+    """Regression (a red-team): twelve calls (unique.*, check_csr, EGraph batches, host compaction)
+    let NumPy's raw MemoryError out. Every public call now turns one its own checks did not name
+    into a HostMemoryError with a fix, pointing at the caller's line. Stride-0 arrays claim 2**40
+    elements at no cost; copying one asks for terabytes (calls that scan them first take minutes)."""
+    from numpy.lib.stride_tricks import as_strided
+
+    from vyre_numba import unique
+    from vyre_numba.errors import HostMemoryError
+
+    def lying(n):
+        return as_strided(np.zeros(1, np.int64), shape=(n,), strides=(0,))
+
+    for call in (lambda: unique.unique(lying(2**40)), lambda: unique.index_of(np.array([0]), lying(2**40))):
+        with pytest.raises(HostMemoryError, match=r"ran out of host memory.*Fix: ") as e:
+            call()
+        assert not ours(frames(e.value)) and e.value.__cause__ is None and e.value.__suppress_context__

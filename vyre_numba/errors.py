@@ -201,18 +201,19 @@ def _checked(fn):
         try:
             return fn(*args, **kwargs)
         except VyreError as e:
-            if not _kept_whole(e):
+            if not _kept_whole(e, sys._getframe(1)):
                 e.__traceback__ = _callers_frames(e.__traceback__)
             raise
-        except TypeError as e:
-            if (why := _unfit(fn, args, kwargs)) is None:
+        except (TypeError, MemoryError, ValueError) as e:
+            error = _translated(fn, e, args, kwargs)
+            if error is None:
                 raise
-            try:
-                raise ArgumentError(why) from None
-            except ArgumentError as a:
-                if not _kept_whole(a):
-                    a.__traceback__ = _callers_frames(a.__traceback__)
-                raise
+        try:  # raised here, past the handler, so that Python's error is no context of it
+            raise error from None
+        except VyreError as e:
+            if not _kept_whole(e, sys._getframe(1)):
+                e.__traceback__ = _callers_frames(e.__traceback__)
+            raise
     for attr in ("cache_clear", "cache_info", "cache_parameters"):  # functools.lru_cache's controls
         if hasattr(fn, attr):
             setattr(call, attr, getattr(fn, attr))
@@ -241,11 +242,25 @@ def _callers_frames(tb: types.TracebackType | None) -> types.TracebackType | Non
     return out
 
 
-def _kept_whole(e: VyreError) -> bool:
-    """Whether `e`, leaving a public call (the caller of `_kept_whole`'s caller), keeps every
-    frame: a failure of the toolchain or the device, a call from vyre-numba's own code (the error
-    is still inside), or $VYRE_NUMBA_DEBUG set."""
-    return isinstance(e, _INTERNALS_SHOWN) or _own_frame(sys._getframe(2).f_globals) or _debugging()
+def _kept_whole(e: VyreError, caller: types.FrameType) -> bool:
+    """Whether `e`, leaving a public call for `caller`, keeps every frame: a failure of the
+    toolchain or the device, a call from vyre-numba's own code (the error is still inside), or
+    $VYRE_NUMBA_DEBUG set."""
+    return isinstance(e, _INTERNALS_SHOWN) or _own_frame(caller.f_globals) or _debugging()
+
+
+def _translated(fn, e: BaseException, args: tuple, kwargs: dict) -> "VyreError | None":
+    """The VyreError that Python's `e`, leaving public `fn`, stands for: arguments that do not fit
+    its parameters (ArgumentError), or host memory run out where no closer check said what sized
+    it (HostMemoryError); None where `e` is neither (it leaves as it is)."""
+    if isinstance(e, TypeError):
+        why = _unfit(fn, args, kwargs)
+        return None if why is None else ArgumentError(why)
+    if _out_of_memory(e):
+        name = fn.__qualname__.replace(".__init__", "").replace(".__call__", "")
+        return HostMemoryError(f"{name}() ran out of host memory ({e}). Fix: pass less data at a time, or free "
+                               "host memory first (del the arrays no longer needed).")
+    return None
 
 
 def _debugging() -> bool:

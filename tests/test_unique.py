@@ -204,3 +204,21 @@ def test_mismatches_tells_the_signed_zeros_apart_bit_for_bit():
         assert mismatches(got, want, ulp=1).tolist() == []
     zeros = np.uint16([0x8000, 0x0000])  # bf16's -0 and +0
     assert mismatches(zeros, zeros[::-1].copy(), bf16=True).tolist() == [0, 1]
+
+
+def test_mismatches_compares_values_whatever_byte_order_they_are_kept_in():
+    """Regression (a red-team): ordered_bits read a big-endian float's bytes natively, so with
+    ulp=1, 1.0 against 4.0 matched and two values 1 ulp apart did not."""
+    from vyre_numba.testing import ordered_bits
+
+    for t in (np.float16, np.float32, np.float64):
+        big = np.dtype(t).newbyteorder(">")
+        one, four = np.array([1.0], big), np.array([4.0], big)
+        step = np.nextafter(np.array([1.0], t), np.array([2.0], t)).astype(big)
+        assert mismatches(one, four, ulp=1).tolist() == [0]
+        assert mismatches(one, step, ulp=1).tolist() == [] and mismatches(one, step).tolist() == [0]
+        assert mismatches(one, np.array([1.0], t)).tolist() == []  # one value, two byte orders
+        assert ordered_bits(np.array([1.0, -2.0], big)).tolist() == ordered_bits(np.array([1.0, -2.0], t)).tolist()
+    assert mismatches(np.array([5, 6], ">i4"), np.int64([5, 7])).tolist() == [1]
+    bits = np.array([0x3F80, 0x8000], ">u2")  # bf16's 1.0 and -0.0, big-endian
+    assert mismatches(bits, np.uint16([0x3F80, 0x0000]), bf16=True).tolist() == [1]

@@ -60,11 +60,16 @@ def ordered_bits(a: np.ndarray) -> np.ndarray:
         raise ArgumentError(f"ordered_bits takes a float16, float32 or float64 array, not {_what(a)}. Fix: pass "
                             "a float array (bf16 bits widened with ir.bf16_bits_to_f32 first).")
     bits = _SIGNED[a.dtype.itemsize]
-    i = a.view(bits).astype(np.int64)
+    i = _native(a).view(bits).astype(np.int64)  # a big-endian array's bytes read natively would be others
     return np.where(i < 0, np.int64(np.iinfo(bits).min) - i, i)
 
 
 _SIGNED = {2: np.int16, 4: np.int32, 8: np.int64}
+
+
+def _native(a: np.ndarray) -> np.ndarray:
+    """`a` in the machine's byte order (the same values; a copy only where it was not)."""
+    return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
 
 
 def _what(a) -> str:
@@ -81,6 +86,7 @@ def mismatches(got: np.ndarray, expected: np.ndarray, *, ulp: int = 0, bf16: boo
         if not isinstance(a, np.ndarray) or a.dtype.kind not in "biuf":
             raise ArgumentError(f"mismatches: {name} is {_what(a)}. Fix: pass NumPy arrays of numbers "
                                 "(np.asarray(x), x.copy_to_host() for a device array).")
+    got, expected = _native(got), _native(expected)  # values compare, whatever order their bytes are kept in
     if isinstance(ulp, (bool, np.bool_)) or not isinstance(ulp, INTEGERS) or ulp < 0:
         raise ArgumentError(f"mismatches: ulp={shown(ulp)} is not a count of units in the last place. Fix: pass an "
                             "int >= 0 (0: bit for bit).")

@@ -98,6 +98,18 @@ def test_the_model_refuses_values_it_would_change_and_stays_as_it_was(dtype, val
     assert (q.size(), q.overflowed()) == (1, 0) and q.drain().tolist() == [3]
 
 
+@pytest.mark.parametrize("dtype,values", [(np.float64, [2**53 + 1, 0.5]), (np.float32, [16777217, 0.5]),
+                                          (np.float32, (0.25, 2**25 + 1))])
+def test_an_int_beside_floats_in_a_list_is_refused_where_it_would_round(dtype, values):
+    """Regression (a red-team): alone such an int was refused, beside a float NumPy read the list as
+    float64 first and it rounded without a word (upload and write refuse it)."""
+    from vyre_numba.workqueue import _values  # what WorkQueue.push and QueueModel.push convert with
+
+    with pytest.raises(DispatchError, match=r"is not exactly representable as float.*Fix:"):
+        _values(values, np.dtype(dtype))
+    assert _values([3, 0.5], np.dtype(dtype)).tolist() == [3.0, 0.5]
+
+
 def test_a_value_past_the_queue_type_is_shown_shortened_in_the_refusal():
     for dtype in (np.float32, np.int64):
         with pytest.raises(DispatchError, match=r"the value 1071508607186267.*\.\.\..*Fix:") as e:

@@ -188,15 +188,16 @@ def _values(values, dt: np.dtype) -> np.ndarray:
 
 
 def _python_ints(values, dt: np.dtype):
-    """Python ints as `dt` where each arrives exactly, else a DispatchError; anything else as it
-    was. (NumPy reads [1, 2**64 - 1] as floats, which would round before any check.)"""
+    """Python ints as `dt` where each arrives exactly, else a DispatchError (a list's ints checked
+    so beside its floats too); anything else as it was. (NumPy reads [1, 2**64 - 1] as floats,
+    which would round before any check.)"""
     if mixes_bools(values):
         raise DispatchError("the values mix bools and numbers. Fix: convert the bools yourself (int(b)).")
     items = [values] if isinstance(values, int) else values
-    if not items or dt.fields is not None or not all(
-            isinstance(v, INTEGERS) and not isinstance(v, (bool, np.bool_)) for v in items):
+    if not items or dt.fields is not None:
         return values
-    for v in map(int, items):
+    ints = [v for v in items if isinstance(v, INTEGERS) and not isinstance(v, (bool, np.bool_))]
+    for v in map(int, ints):  # beside floats too: [2**53 + 1, 0.5] would round as NumPy reads it
         try:
             with np.errstate(over="ignore"):
                 same = int(dt.type(v)) == v
@@ -205,7 +206,7 @@ def _python_ints(values, dt: np.dtype):
         if not same:
             raise DispatchError(f"the value {shown(v)} is not exactly representable as {dt}. Fix: make the queue of a "
                                 "wider type, or push values in range.")
-    return np.array(items, dt)
+    return np.array(items, dt) if len(ints) == len(items) else values
 
 
 class WorkQueue(Unshared):

@@ -598,3 +598,20 @@ def test_a_closed_reference_recording_lets_go_of_its_data():
     g.close()
     gc.collect()
     assert probe() is None
+
+
+def test_recordings_of_more_launches_than_a_graph_should_hold_are_refused_before_any_capture(backend):
+    """Regression (a red-team): fixpoint_iterations up to 2**31 - 1 were captured on the GPU one
+    launch and one graph node each, twice: billions of driver calls before anything was refused."""
+    from vyre_numba.errors import LaunchError
+    from vyre_numba.recording import MAX_RECORDED_LAUNCHES
+
+    x = np.arange(10, dtype=np.uint32)
+    many = DispatchConfig(fixpoint_iterations=MAX_RECORDED_LAUNCHES + 1)
+    with pytest.raises(LaunchError, match=rf"record_graph of 'bump'.*make {MAX_RECORDED_LAUNCHES + 1}.*Fix: record "
+                                          rf"at most {MAX_RECORDED_LAUNCHES} launches"):
+        backend.record_graph(bump(), [x], many)
+    with pytest.raises(LaunchError, match=r"record_sequence: .*make 65538.*Fix:"):
+        backend.record_sequence([(bump(), [backend.upload(x)], DispatchConfig(fixpoint_iterations=2**15 + 1))] * 2)
+    with backend.record_graph(bump(), [x], DispatchConfig(fixpoint_iterations=3)) as g:  # within it: recorded
+        assert g.replay([x])[0].tolist() == (x + 3).tolist()

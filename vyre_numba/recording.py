@@ -17,7 +17,7 @@ import numpy as np
 from . import display
 from .bindings import Binding, bind, check_config, check_resident
 from .config import DispatchConfig
-from .errors import IN_HOST_MEMORY, DispatchError, UnknownBufferError, VyreError, check_calls, flag, host_memory, shown
+from .errors import IN_HOST_MEMORY, DispatchError, LaunchError, UnknownBufferError, VyreError, check_calls, flag, host_memory, shown
 from .ir import Program
 from .owned import Unshared
 
@@ -159,6 +159,19 @@ def check_replay_sizes(recorded: Binding, now: Binding) -> None:
                             "backend.record_graph(program, inputs, config).")
 
 
+MAX_RECORDED_LAUNCHES = 1 << 16  # fixpoint iterations one recorded graph holds (on the GPU a node and a capture
+#                                  call each; every backend refuses more alike)
+
+
+def check_recorded_launches(what: str, launches: int) -> None:
+    """A recording of `launches` kernel launches (`what` names it), refused past MAX_RECORDED_LAUNCHES."""
+    if launches > MAX_RECORDED_LAUNCHES:
+        raise LaunchError(f"{what}: a recorded graph keeps one node a launch, and its fixpoint_iterations make "
+                          f"{launches}. Fix: record at most {MAX_RECORDED_LAUNCHES} launches and replay the graph "
+                          "repeatedly, or run to convergence on the device with fixpoint.run or "
+                          "backend.megakernel(..., until=...).")
+
+
 class Redispatch(RecordedGraph):
     """A recorded dispatch that replays by dispatching again: the reference backend's graphs."""
 
@@ -169,6 +182,7 @@ class Redispatch(RecordedGraph):
 
         refuse(config, "record_graph")
         self.backend, self.program, self.config = backend, program, check_config(config)
+        check_recorded_launches(f"record_graph of {program.name!r}", self.config.fixpoint_iterations)
         binding = bind(program, sample_inputs, self.config, sizes)
         self._dtypes = input_dtypes(program, sample_inputs)
         self._sizes = {b.name: binding.sizes[b.name] for b in program.outputs}
@@ -376,6 +390,7 @@ def pinned_steps(steps: Sequence, what: str = "record_sequence") -> tuple[list, 
     buffers' addresses), and those read-only mappings, one per step (its `buffers`)."""
     from .backend import Step
 
+    check_recorded_launches(what, sum(st.config.fixpoint_iterations if st.config is not None else 1 for st in steps))
     bound = [tuple(check_resident(st.program, st.buffers, what)) for st in steps]
     frozen = StepBuffers(Frozen(dict(zip((d.name for d in st.program.bound_buffers), b)), f"s.buffers[{k}]")
                          for k, (st, b) in enumerate(zip(steps, bound)))

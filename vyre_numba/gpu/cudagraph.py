@@ -16,8 +16,8 @@ from ..bindings import Binding, bind, check_resident
 from ..config import DispatchConfig
 from ..errors import CompileError, DeviceError, UnsupportedError, VyreError, check_calls
 from ..ir import Program, check
-from ..recording import (Frozen, RecordedGraph, RecordedSequence, StepBuffers, check_replay_dtypes, check_replay_sizes, input_dtypes,
-                         pinned_steps)
+from ..recording import (Frozen, RecordedGraph, RecordedSequence, StepBuffers, check_recorded_launches,
+                         check_replay_dtypes, check_replay_sizes, input_dtypes, pinned_steps)
 from .backend import _repeat
 from .host import HostPlan
 from .launch import driver_check
@@ -119,6 +119,7 @@ class CudaRecordedGraph(RecordedGraph):
         b = bind(program, sample_inputs, backend._resolve(program, config, sample_inputs, sizes), sizes,
                  copy_inputs=False, allocate_outputs=False)
         self.config, self.binding = b.config, b
+        check_recorded_launches(f"record_graph of {program.name!r}", b.config.fixpoint_iterations)
         self._dtypes = input_dtypes(program, sample_inputs)
         # a graph of many short kernels pays each one's launch latency; programmatic dependent launch
         # lets the next start launching while the one before ends (each waits for it on entry)

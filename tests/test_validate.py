@@ -394,6 +394,12 @@ def test_binding_not_a_non_negative_int(binding):
     assert_only(bufs_only(B("a", binding, "read_only", "u32")), "buffers[0] (a)", f"binding {binding!r} is not a non-negative int")
 
 
+@pytest.mark.parametrize("binding", [2**32, 2**64, 10**30])
+def test_a_binding_past_u32_is_refused(binding):
+    assert_only(bufs_only(B("a", binding, "read_only", "u32")), "buffers[0] (a)", "binding slots are u32")
+    assert ir.validate(bufs_only(B("a", 2**32 - 1, "read_only", "u32"))) == []
+
+
 def test_binding_used_twice():
     assert_only(bufs_only(B.read("a", 3, "u32"), B.output("b", 3, "u32")), "buffers[1] (b)", "binding 3 is used by 'a' too")
 
@@ -430,8 +436,12 @@ def test_output_byte_range_not_whole_elements(rng):
 def test_output_byte_range_past_end():
     assert_only(bufs_only(B.read_write("o", 0, "u64", 2, output_byte_range=(0, 24))), "buffers[0] (o)",
          "output_byte_range end 24 is past the buffer's 16 bytes")
-    # count=0 (sized at dispatch): any end is accepted statically
+    # count=0 (sized at dispatch): any end a buffer can have is accepted statically; past u32 lengths none can
     assert ir.validate(bufs_only(B.output("o", 0, "u64", 0, output_byte_range=(0, 24)))) == []
+    assert ir.validate(bufs_only(B.output("o", 0, "u64", 0, output_byte_range=(0, (2**32 - 1) * 8)))) == []
+    for end in ((2**32) * 8, 2**64):
+        assert_only(bufs_only(B.read_write("o", 0, "u64", 0, output_byte_range=(0, end))), "buffers[0] (o)",
+                    f"output_byte_range end {end} is past any buffer's bytes (lengths are u32")
     assert ir.validate(bufs_only(B.output("o", 0, "u64", 2, output_byte_range=(8, 16)))) == []
 
 

@@ -529,6 +529,9 @@ def _check_buffers(p: Program, err) -> None:
             continue
         if not isinstance(b.binding, int) or isinstance(b.binding, bool) or b.binding < 0:
             err(where, f"binding {shown(b.binding)} is not a non-negative int. Fix: number bindings 0, 1, 2, ...")
+        elif b.binding >= 2**32:
+            err(where, f"binding {shown(b.binding)} is 2**32 or more; binding slots are u32. Fix: number bindings 0, 1, "
+                       "2, ...")
         elif b.binding in slots:
             err(where, f"binding {b.binding} is used by {shown(slots[b.binding])} too. Fix: give every buffer its own slot.")
         else:
@@ -545,6 +548,10 @@ def _check_buffers(p: Program, err) -> None:
             elif lo_hi[0] % b.dtype.nbytes or lo_hi[1] % b.dtype.nbytes:
                 err(where, f"output_byte_range {lo_hi} is not a multiple of the {b.dtype.nbytes}-byte element. "
                            "Fix: use whole-element byte offsets.")
+            elif lo_hi[1] > (2**32 - 1) * b.dtype.nbytes:
+                err(where, f"output_byte_range end {lo_hi[1]} is past any buffer's bytes (lengths are u32: at most "
+                           f"{(2**32 - 1) * b.dtype.nbytes} bytes of {b.dtype.value}). Fix: pass byte offsets within "
+                           "the buffer.")
             elif b.count and lo_hi[1] > b.count * b.dtype.nbytes:
                 err(where, f"output_byte_range end {lo_hi[1]} is past the buffer's {b.count * b.dtype.nbytes} bytes. "
                            "Fix: shrink the range or grow the buffer.")

@@ -27,6 +27,8 @@ from .ir.types import DataType
 from .lru import LRUCache
 from .owned import Unshared
 
+__all__ = ["Megakernel", "MegakernelResult", "MAX_ROUNDS", "UNTIL_ROUNDS"]
+
 PLANS = 64  # megakernel plans a backend keeps (programs and decisions; never the buffers)
 MAX_UNROLL = 64  # a step's fixpoint_iterations becomes that many stages, up to this many
 MAX_ROUNDS = 1 << 31

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import contextlib
 
+__all__ = ["DOMAIN", "available"]  # and `range`, called as profiling.range(...): a star import would hide the builtin
+
 try:
     import nvtx as _nvtx
 except ImportError:  # optional: without it a range costs one attribute lookup

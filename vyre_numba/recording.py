@@ -21,6 +21,9 @@ from .errors import IN_HOST_MEMORY, DispatchError, LaunchError, UnknownBufferErr
 from .ir import Program
 from .owned import Unshared
 
+__all__ = ["RecordedGraph", "RecordedSequence", "Frozen", "StepBuffers", "UnknownStepError",
+           "MAX_RECORDED_LAUNCHES"]
+
 
 class RecordedGraph(Unshared, abc.ABC):
     """A dispatch or a resident sequence captured once and replayed. It owns what it captured

@@ -16,6 +16,8 @@ from numba import cuda
 
 from .errors import DispatchError
 
+__all__ = ["find", "root", "link"]
+
 _SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 

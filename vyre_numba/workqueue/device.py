@@ -15,6 +15,8 @@ from numba import cuda, int64, uint32, uint64
 from ..compaction.select import PREDICATES_KEPT, kept_compiled
 from ..lru import LRUCache
 
+__all__ = ["push", "size", "take", "consumer"]
+
 TAIL, HEAD = 0, 1
 
 

@@ -429,7 +429,7 @@ def test_a_pending_marks_where_its_repr_cuts_the_failure():
 def test_recorded_graph_shows_what_it_records():
     b = ReferenceBackend()
     g = b.record_graph(scale(), [np.ones(8, np.float32)])
-    assert repr(g) == "<Redispatch: dispatch of 'scale' on reference, open>"
+    assert repr(g) == "<RecordedGraph: dispatch of 'scale' on reference, open>"  # the documented type
     h = well_formed(g._repr_html_())
     assert "scale" in h and "float32[8]" in h and "open" in h
     g.close()
@@ -437,7 +437,7 @@ def test_recorded_graph_shows_what_it_records():
     x = b.upload(np.ones(8, np.float32))
     y = b.empty(8, np.float32)
     s = b.record_sequence([(scale(), [x, y]), (scale(), [y, x])], read=[(x,)])
-    assert repr(s) == "<Resequence: sequence of 2 steps on reference, open>"
+    assert repr(s) == "<RecordedSequence: sequence of 2 steps on reference, open>"
     well_formed(s._repr_html_())
 
 

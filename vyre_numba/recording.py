@@ -85,12 +85,16 @@ class RecordedGraph(Unshared, abc.ABC):
             out.append(("kernel launches per replay", launches))
         return out
 
+    def _kind(self) -> str:
+        """The documented type it is (each backend's class is its own)."""
+        return "RecordedSequence" if isinstance(self, RecordedSequence) else "RecordedGraph"
+
     def __repr__(self) -> str:
         fields = dict(self._summary())
-        return f"<{type(self).__name__}: {fields['records']} on {fields['backend']}, {fields['state']}>"
+        return f"<{self._kind()}: {fields['records']} on {fields['backend']}, {fields['state']}>"
 
     def _repr_html_(self) -> str:
-        return display.fields_table(self._summary(), title=type(self).__name__)
+        return display.fields_table(self._summary(), title=self._kind())
 
     @contextlib.contextmanager
     def _open(self):

@@ -1078,3 +1078,18 @@ def test_a_numpy_bool_array_for_a_bool_buffer_says_how_bools_are_stored(backend)
         backend.dispatch_resident(p, [m, o])
     backend.dispatch_resident(p, [backend.upload(np.array([1, 0, 1], np.uint32)), o])
     assert backend.download(o).tolist() == [1, 0, 1]
+
+
+def test_release_memory_and_device_timer_are_on_every_backend(backend):
+    """Regression (an API review): both were CUDA's alone, so a notebook calling them on a GPU
+    failed with AttributeError on a laptop."""
+    backend.release_memory()
+    dx = backend.upload(np.zeros(1000, np.uint32))
+    with backend.device_timer() as t:
+        backend.dispatch_resident(bump(), [dx])
+    assert t.ns > 0 and backend.download(dx).tolist() == [1] * 1000 and f"{t.ns:,} ns" in repr(t)
+    backend.release_memory()
+    if backend.name == "reference":
+        with pytest.raises(DispatchError, match="no streams.*Fix: leave stream out"):
+            with backend.device_timer(stream=1):
+                pass

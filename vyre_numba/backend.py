@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import abc
+import contextlib
 import itertools
 import numbers
 import threading
@@ -256,6 +257,15 @@ class Completed(Pending):
         return self._outputs
 
 
+class Timer:
+    """The result of `device_timer`: nanoseconds, set when the block is left."""
+
+    ns: int = 0
+
+    def __repr__(self) -> str:
+        return f"<Timer: {self.ns:,} ns>"
+
+
 class Backend(abc.ABC):
     """Runs vyre programs. Every backend gives the same results as the reference backend.
 
@@ -342,6 +352,23 @@ class Backend(abc.ABC):
 
     def synchronize(self) -> None:
         """Wait for all work this backend has issued."""
+
+    def release_memory(self) -> None:
+        """Give back now the memory this backend keeps for reuse (on the GPU: device memory dropped
+        since the last call, and the memory pool's idle memory). The reference backend keeps none."""
+
+    @contextlib.contextmanager
+    def device_timer(self, stream: int | None = None) -> Iterator["Timer"]:
+        """`with backend.device_timer() as t:` times the work issued inside the block and sets `t.ns`
+        on leaving it, once that work is done: on the GPU with CUDA events on `stream` (this
+        backend's by default); here, where work runs as it is called, with the host's clock."""
+        if stream is not None:
+            raise DispatchError(f"device_timer(stream={shown(stream, 40)}): the {self.name} backend has no streams. "
+                                "Fix: leave stream out (None).")
+        timer = Timer()
+        start = time.perf_counter_ns()
+        yield timer
+        timer.ns = time.perf_counter_ns() - start
 
     def allocate(self, program: Program, name: str, n: int | None = None):
         """A zeroed resident buffer for `program`'s buffer `name` (`n` elements, or its static count)."""

@@ -189,8 +189,8 @@ class Redispatch(RecordedGraph):
 
         refuse(config, "record_graph")
         self.backend, self.program, self.config = backend, program, check_config(config)
-        check_recorded_launches(f"record_graph of {program.name!r}", self.config.fixpoint_iterations)
         binding = bind(program, sample_inputs, self.config, sizes)
+        check_recorded_launches(f"record_graph of {program.name!r}", self.config.fixpoint_iterations)
         self._dtypes = input_dtypes(program, sample_inputs)
         self._sizes = {b.name: binding.sizes[b.name] for b in program.outputs}
         self._buffers = Frozen({d.name: backend.upload(binding.arrays[d.name]) for d in program.bound_buffers})

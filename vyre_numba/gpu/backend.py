@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from .. import checked, profiling
-from ..backend import (Backend, InFlight, Telemetry, check_each, check_empty, check_span, check_upload, check_write,
+from ..backend import (Backend, InFlight, Telemetry, Timer, check_each, check_empty, check_span, check_upload, check_write,
                        wait_seconds)
 from ..bindings import Binding, bind, check_config
 from ..config import DispatchConfig
@@ -487,7 +487,7 @@ class CudaBackend(Backend):
             start, end = spare.pop()
         except IndexError:
             start, end = _event(drv, True), _event(drv, True)
-        timer = _Timer()
+        timer = Timer()
         ok = False
         try:
             driver_check(drv.cuEventRecord(start, s), "recording an event")
@@ -912,12 +912,6 @@ def _repeat(inputs, names: list[str], key: tuple) -> dict[str, np.ndarray] | Non
         if type(a) is not np.ndarray or a.dtype != dt or a.size != n or a.ndim != 1 or not a.flags.c_contiguous:
             return None
     return dict(zip(names, inputs))
-
-
-class _Timer:
-    """The result of `device_timer`: device nanoseconds, set when the block is left."""
-
-    ns: int = 0
 
 
 class _Lease:

@@ -99,6 +99,23 @@ def test_an_owner_whose_cut_lacks_the_common_label_gets_its_labels_plain():
     assert np.array_equal(rows, np.stack([v, labels[v]], 1))
 
 
+def test_without_client_the_default_client_is_used_as_dask_does(client, monkeypatch):
+    """Regression (an API review): client=None was the default and always raised."""
+    assert distributed.default_client() is client
+    indptr, indices = random_graph(np.random.default_rng(7), 300, 400)
+    want = components_one(indptr, indices, backend="reference")
+    assert np.array_equal(connected_components(indptr, indices, backend="reference"), want)
+    got = congruence_closure([chain_pair(4)], [(0, 1)], backend="reference")
+    assert np.array_equal(got.eclass, closure_one(chain_pair(4), [(0, 1)], backend="reference").eclass)
+
+    def none():
+        raise ValueError("No clients found")
+
+    monkeypatch.setattr(distributed, "default_client", none)
+    with pytest.raises(VyreError, match=r"no Dask client was given and none is running.*Fix: make one"):
+        connected_components(indptr, indices, backend="reference")
+
+
 def test_components_of_structured_graphs(client):
     for indptr, indices in (grid(40, 30), rmat(10, 8, seed=5), csr(500, np.arange(499), np.arange(1, 500))):
         want = components_one(indptr, indices, backend="reference")

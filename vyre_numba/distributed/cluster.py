@@ -89,6 +89,19 @@ def partition_count(partitions, k_workers: int) -> int:
     return int(k)
 
 
+def client_or_default(client):
+    """`client`, or where it is None Dask's default client (the one made last in this process, as
+    Dask's own calls take it); a DispatchError where there is none."""
+    if client is not None:
+        return client
+    try:
+        return distributed().default_client()
+    except ValueError:
+        raise DispatchError("no Dask client was given and none is running in this process. Fix: make one "
+                            "(Client(LocalCluster()) on CPUs, Client(dask_cuda.LocalCUDACluster()) for one worker "
+                            "per GPU), or pass client=.") from None
+
+
 def worker_table(client) -> dict[str, dict]:
     """The scheduler's record of each of the client's workers, by address, sorted; an error if
     `client` is no Dask client or has no workers."""

@@ -433,11 +433,13 @@ def connected_components(indptr=None, indices=None, *, client=None, edges=None, 
     as dask_cuda.LocalCUDACluster starts them) or with NumPy (`backend="reference"`).
     `gather=False` leaves the labels on the workers: a Dask array, one chunk per partition's owned
     vertex range, computed (the call waits for it and raises what the workers raised) but not
-    brought to the client. With `stats=True` returns (labels, DistributedStats)."""
+    brought to the client. With `stats=True` returns (labels, DistributedStats). `client`: the
+    dask.distributed Client whose workers compute (None: Dask's default, the one made last)."""
     gather = flag(gather, "gather", "pass True (labels as a NumPy array) or False (a Dask array left on the workers).")
     stats = flag(stats, "stats", "pass True (labels and a DistributedStats) or False (the labels alone).")
     t0 = time.perf_counter()
     _check_graph_arguments(indptr, indices, edges, n, partitions, columns)  # before a task is submitted
+    client = cluster.client_or_default(client)
     table = cluster.worker_table(client)
     workers = list(table)
     bname = cluster.backend_name(backend)

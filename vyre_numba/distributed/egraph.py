@@ -445,7 +445,7 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
     `EGraph`, cut into `partitions` row ranges (default: one per worker; a round exchanges a batch
     between every two partitions, so partitions beyond the workers add k * k Dask tasks a round
     and no speed). `unions`: (k, 2) class
-    ids merged first. `backend` as for `connected_components`.
+    ids merged first. `backend` and `client` as for `connected_components`.
     `gather=False` leaves `eclass` on the workers: a Dask array, one chunk per partition (int32 on
     GPU workers, as they hold it), computed (the call waits for it and raises what the workers
     raised) but not brought to the client.
@@ -454,6 +454,7 @@ def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=N
     the classes found: `g.union(np.stack([g.classes(), result.eclass], axis=1)); g.rebuild()`."""
     gather = flag(gather, "gather", "pass True (classes as a NumPy array) or False (a Dask array left on the workers).")
     t0 = time.perf_counter()
+    client = cluster.client_or_default(client)
     table = cluster.worker_table(client)
     workers = list(table)
     bname = cluster.backend_name(backend)

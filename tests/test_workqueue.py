@@ -441,3 +441,13 @@ def test_a_step_that_raises_as_it_runs_is_not_said_not_to_compile_under_the_cuda
 
     out = run_script(RAISING_STEP, 300)
     assert out.returncode == 0 and out.stdout.split() == ["raising", "ok"], out.stdout + out.stderr
+
+
+def test_the_model_has_the_queues_capacity_dtype_length_and_reset():
+    """Regression (an API review): the twin had no capacity, dtype or reset, so code written for a
+    WorkQueue could not run on the model in a notebook without a GPU."""
+    q = QueueModel(3, "u32")
+    assert (q.capacity, q.dtype, len(q)) == (3, np.uint32, 0)
+    assert [q.push(v) for v in (1, 2, 3, 4)] == [True, True, True, False] and (len(q), q.overflowed()) == (3, 1)
+    q.reset()
+    assert (len(q), q.overflowed(), q.drain().tolist()) == (0, 0, []) and q.push(9) and q.drain().tolist() == [9]

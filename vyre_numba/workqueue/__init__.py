@@ -85,6 +85,24 @@ class QueueModel:
                 return True
         return False
 
+    @property
+    def capacity(self) -> int:
+        """How many items it holds at most (as `WorkQueue.capacity`)."""
+        return self.items.size
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The items' dtype (as `WorkQueue.dtype`)."""
+        return self.items.dtype
+
+    def __len__(self) -> int:
+        return self.size()
+
+    def reset(self) -> None:
+        """Empty the queue, its overflow count too (as `WorkQueue.reset`)."""
+        with self._lock:
+            self.tail = 0
+
     def size(self) -> int:
         """The number of filled slots."""
         return min(self.tail, self.items.size)

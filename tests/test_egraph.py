@@ -1150,3 +1150,17 @@ def test_more_rows_than_the_table_can_address_are_refused_and_nothing_is_added(m
         g.add([8, 9], [0, 1, 2], [1, 2])
     assert (g.n_nodes, g.n_classes) == (4, 4)
     assert g.add([7], [0, 1], [0]).tolist() == [3]  # an existing e-node adds no row: still answered
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_find_of_one_id_answers_one_id(backend):
+    """Regression (an API review): find(3) said "ids has shape ()", where unique.index_of answers a
+    scalar with one."""
+    g = EGraph.from_terms([("f", "a"), ("g", "a"), "b"], backend=backend)
+    a, b = g.find(1), g.find(np.int64(2))
+    g.union([[0, 2]])
+    assert g.find(2) == 0 and np.ndim(g.find(2)) == 0 and g.find([2]).tolist() == [0]
+    for bad in (True, -1, 10**6, 1.0):
+        with pytest.raises(DispatchError, match="Fix:"):
+            g.find(bad)
+    assert (a, b) == (1, 2)

@@ -444,8 +444,11 @@ class EGraph(Unshared):
         g.union(a, b)
 
     @_serial
-    def find(self, ids) -> np.ndarray:
-        """The canonical id (smallest in its class) of each class id; valid at any time."""
+    def find(self, ids) -> "np.ndarray | np.int64":
+        """The canonical id (smallest in its class) of each class id, or of one id given alone (as
+        `unique.index_of` answers a scalar with one); valid at any time."""
+        if isinstance(ids, INTEGERS) and not isinstance(ids, (bool, np.bool_)):
+            return self._live().find(self._ids([ids], "ids"))[0]
         return self._live().find(self._ids(ids, "ids"))
 
     @_serial

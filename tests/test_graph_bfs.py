@@ -111,6 +111,9 @@ def test_a_0d_integer_array_is_a_source_as_bfs_many_takes_one():
                           bfs(a.indptr, a.indices, 3, backend="reference"))
     assert np.array_equal(graph.bfs_numpy(graph.check_csr(a.indptr, a.indices), np.array(np.uint8(3))),
                           bfs(a.indptr, a.indices, 3, backend="reference"))
+    for many in (np.array([3]), [3], (3, 4)):  # said to be many, not "not a vertex"
+        with pytest.raises(DispatchError, match=r"not one vertex\. Fix: pass one int .*bfs_many takes many"):
+            bfs(a.indptr, a.indices, many, backend="reference")
 
 
 SIMULATED = textwrap.dedent('''

@@ -120,7 +120,7 @@ def test_datatype_parse_says_what_to_write_for_a_name_it_refuses(name, fix):
 
 @pytest.mark.parametrize("name, want", [
     ("i4", D.I32), ("<f8", D.F64), ("i8", D.I8), ("u8", D.U8), ("=u2", D.U16), ("u1", D.U8), (">u1", D.U8), ("f2", D.F16), ("half", D.F16),
-    ("single", D.F32), ("double", D.F64), ("intc", D.I32), ("longlong", D.I64), ("?", D.BOOL), ("b1", D.BOOL),
+    ("single", D.F32), ("double", D.F64), ("intc", D.I32), ("longlong", D.I64), ("?", D.BOOL), ("b1", D.BOOL), ("|b1", D.BOOL),
 ])
 def test_datatype_parse_takes_numpys_sized_codes_and_fixed_aliases(name, want):
     """A string NumPy reads as one width on every platform names that type, as np.dtype(name) does,

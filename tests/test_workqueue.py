@@ -443,6 +443,13 @@ def test_a_step_that_raises_as_it_runs_is_not_said_not_to_compile_under_the_cuda
     assert out.returncode == 0 and out.stdout.split() == ["raising", "ok"], out.stdout + out.stderr
 
 
+def test_an_empty_push_into_a_record_queue_stores_nothing():
+    """Regression (a red-team): push([]) into a record queue was refused as float64 values."""
+    from vyre_numba.workqueue import _values
+
+    assert _values([], np.dtype("i4,f8")).dtype == np.dtype("i4,f8") and _values((), np.dtype("i4,f8")).size == 0
+
+
 def test_the_model_has_the_queues_capacity_dtype_length_and_reset():
     """Regression (an API review): the twin had no capacity, dtype or reset, so code written for a
     WorkQueue could not run on the model in a notebook without a GPU."""

@@ -954,7 +954,7 @@ def check_empty(n, dtype, call: str | None = None) -> tuple[int, np.dtype]:
         small, big = ("int8", "int64") if dtype == "i8" else ("uint8", "uint64")
         raise DispatchError(f"{name()}: {dtype!r} is vyre's 8-bit integer but NumPy's 8-byte one. Fix: say which: "
                             f"{small!r} or {big!r} (np.{small} or np.{big}).")
-    if isinstance(dtype, str) and dtype not in ("?", "b1"):  # a name reads as wherever a type is taken ("int"
+    if isinstance(dtype, str) and dtype not in ("?", "b1", "|b1"):  # a name reads as wherever a type is taken ("int"
         try:  # is refused, not int64); NumPy's codes of its one-byte bools are refused as np.bool_ is
             dt = DataType.parse(dtype).storage
         except IRValidationError as e:

@@ -62,6 +62,9 @@ def _source(source, n: int) -> int:
         raise DispatchError("the graph has no vertices, so no source. Fix: pass a graph with at least one vertex.")
     if isinstance(source, np.ndarray) and source.shape == ():  # a 0-d array, as bfs_many takes one
         source = source[()]
+    elif isinstance(source, (np.ndarray, list, tuple)):
+        raise DispatchError(f"source={shown(source)} is {'an array' if isinstance(source, np.ndarray) else 'a list'}"
+                            f", not one vertex. Fix: pass one int 0 <= source < {n} (bfs_many takes many sources).")
     if isinstance(source, (bool, np.bool_)) or not isinstance(source, INTEGERS) or not 0 <= source < n:
         raise DispatchError(f"source={shown(source)} is not a vertex of this {n}-vertex graph. Fix: pass an int "
                             f"0 <= source < {n}.")

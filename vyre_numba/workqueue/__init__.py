@@ -141,7 +141,7 @@ def _dtype(dtype) -> np.dtype:
     if dtype is DataType.BOOL:
         dtype = np.bool_  # refused below as every bool is
     if isinstance(dtype, DataType) or (
-            isinstance(dtype, str) and "," not in dtype and dtype not in ("bool", "?", "b1")):  # bools are no numbers
+            isinstance(dtype, str) and "," not in dtype and dtype not in ("bool", "?", "b1", "|b1")):  # bools: no numbers
         return check_empty(1, dtype, call=f"dtype={shown(given, 60)}")[1]
     try:
         dt = None if dtype is None else np.dtype(dtype)
@@ -172,6 +172,8 @@ def _values(values, dt: np.dtype) -> np.ndarray:
                             "order is the one you mean.")
     arr = arr.reshape(-1)
     if dt.fields is not None:
+        if not arr.size:  # nothing to push: its type says nothing (an empty list reads as float64)
+            return np.zeros(0, dt)
         if arr.dtype != dt:
             raise DispatchError(f"the values have dtype {arr.dtype}, not the queue's record dtype {dt}. Fix: pass an "
                                 "array of that dtype.")

@@ -87,9 +87,15 @@ def test_numpy_workgroup_keys_equal_plain_ones():
     assert DispatchConfig(cooperative=np.bool_(True)).key() == DispatchConfig(cooperative=True).key()
 
 
-def test_positional_arguments_are_checked_too():
-    with pytest.raises(DispatchError):
+def test_fields_are_given_by_keyword():
+    """An API review: DispatchConfig(None, 64, 1, True) read as well as any call of four unnamed
+    values; fields are keyword-only, and positional ones an ArgumentError naming them."""
+    from vyre_numba.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match=r"Fix: .*call it as DispatchConfig\(\*, grid="):
         DispatchConfig(None, None, 1, "no")
+    with pytest.raises(DispatchError):
+        DispatchConfig(cooperative="no")
 
 
 leaf = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True),
@@ -128,7 +134,8 @@ def test_arbitrary_values_give_a_valid_config_or_a_dispatch_error(field, value):
 @given(grid=anything, workgroup=anything, iterations=anything, cooperative=anything, label=anything)
 def test_arbitrary_values_in_every_field_at_once(grid, workgroup, iterations, cooperative, label):
     try:
-        config = DispatchConfig(grid, workgroup, iterations, cooperative, label)
+        config = DispatchConfig(grid=grid, workgroup=workgroup, fixpoint_iterations=iterations,
+                                cooperative=cooperative, label=label)
     except DispatchError as e:
         assert_fix(str(e))
         return

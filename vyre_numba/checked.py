@@ -64,7 +64,7 @@ class CheckReport:
         """Whether no site was hit."""
         return not self.findings
 
-    def message(self, resident: bool = False) -> str:
+    def message(self, *, resident: bool = False) -> str:
         """What was found and each kind's fix; `resident`: said of a resident dispatch, which ran to
         completion with its writes kept in its buffers."""
         if self.ok:

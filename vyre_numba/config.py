@@ -45,7 +45,7 @@ def _dims(value: object, what: str, low: int) -> tuple[int, int, int] | None:
     return dims + (1,) * (3 - len(dims))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DispatchConfig:
     """How to launch a program.
 

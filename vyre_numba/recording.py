@@ -52,7 +52,7 @@ class RecordedGraph(Unshared, abc.ABC):
         state for `replay_resident`); for a recorded sequence, the reads."""
 
     @abc.abstractmethod
-    def replay_resident(self, read: bool = True) -> list[np.ndarray]:
+    def replay_resident(self, *, read: bool = True) -> list[np.ndarray]:
         """Run only the kernels over the buffers bound at recording (`buffers`), then, unless
         `read` is False, the declared readback: the outputs of a dispatch, the reads of a sequence."""
 
@@ -231,7 +231,7 @@ class Redispatch(RecordedGraph):
                 raise
 
     @host_memory("replay_resident", IN_HOST_MEMORY)
-    def replay_resident(self, read: bool = True) -> list[np.ndarray]:
+    def replay_resident(self, *, read: bool = True) -> list[np.ndarray]:
         read = self._read_flag(read)
         with self._open():
             self.backend.dispatch_resident(self.program, self.buffers, self.config)
@@ -255,7 +255,7 @@ class RecordedSequence(RecordedGraph):
     """A recorded resident sequence: replay() runs its steps over the buffers bound at recording
     and returns its reads, so replay_resident is replay with the reads kept or dropped."""
 
-    def replay_resident(self, read: bool = True) -> list[np.ndarray]:
+    def replay_resident(self, *, read: bool = True) -> list[np.ndarray]:
         read = self._read_flag(read)
         out = self.replay()
         return out if read else []

@@ -199,7 +199,7 @@ class CudaRecordedGraph(RecordedGraph):
             moved = self.plan.stage_in(self._set, arrays)
             return self._launch(self._full, moved + self.plan.read_bytes)
 
-    def replay_resident(self, read: bool = True) -> list[np.ndarray]:
+    def replay_resident(self, *, read: bool = True) -> list[np.ndarray]:
         """Replay only the kernels over `buffers` (as they are now), then, unless `read` is
         False, read the outputs back (else return [] at once: the work is still in flight until
         the next replay or `synchronize()`)."""

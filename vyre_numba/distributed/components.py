@@ -26,6 +26,8 @@ both partitions, which steps 2-3 turn into a pair; so the merged roots are the c
 rooted at its smallest id, the labels the single-GPU call gives."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import time
 from dataclasses import dataclass, field
 
@@ -35,6 +37,9 @@ from ..errors import INTEGERS, DispatchError, flag, host_memory, shown
 from . import cluster
 from .device import Ops, marked, moved_pairs, narrow, packed
 from .unionfind import merge
+
+if TYPE_CHECKING:
+    from ..backend import Backend
 
 
 @dataclass
@@ -420,7 +425,7 @@ def _cut_counts(local: tuple) -> tuple[int, int]:
 @cluster.cancelled_as_errors("distributed connected_components")
 @host_memory("distributed connected_components")
 def connected_components(indptr=None, indices=None, *, client=None, edges=None, n: int | None = None,
-                         backend=None, partitions: int | None = None, columns=("src", "dst"),
+                         backend: "Backend | str | None" = None, partitions: int | None = None, columns=("src", "dst"),
                          gather: bool = True, stats: bool = False):
     """Component labels (int32, NumPy) of a graph spread over a Dask cluster, equal to the
     single-GPU `vyre_numba.graph.connected_components`: label[v] is the smallest vertex id in v's

@@ -31,6 +31,8 @@ so two e-nodes congruent at the end were compared at their owner; at the fixed p
 two classes, which is the single-GPU rebuild's invariant."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import time
 
 import numpy as np
@@ -44,6 +46,9 @@ from ..unique import _inserted, count_distinct, unique, unique_rows
 from . import cluster
 from .egraph_device import DeviceKept, DevicePart
 from .unionfind import _forest, union
+
+if TYPE_CHECKING:
+    from ..backend import Backend
 
 _EMPTY_ROWS = (np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
                np.zeros(0, np.uint64))
@@ -431,8 +436,9 @@ def _ids(x) -> bool:
 @cluster.releasing
 @cluster.cancelled_as_errors("distributed congruence_closure")
 @host_memory("distributed congruence_closure")
-def congruence_closure(egraph_partitions, unions=None, *, client=None, backend=None, partitions: int | None = None,
-                       max_rounds: int | None = None, gather: bool = True) -> ClosureResult:
+def congruence_closure(egraph_partitions, unions=None, *, client=None, backend: "Backend | str | None" = None,
+                       partitions: int | None = None, max_rounds: int | None = None,
+                       gather: bool = True) -> ClosureResult:
     """Congruence closure of an e-graph whose e-nodes are spread over a Dask cluster: the same
     `ClosureResult` as `vyre_numba.egraph.congruence_closure` on the whole e-graph (`eclass` aligned
     with the partitions' rows in order, each the smallest id of its class).

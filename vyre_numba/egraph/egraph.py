@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from ..errors import INTEGERS, BackendUnavailableError, DispatchError, host_memo
 from ..owned import Unshared
 from ..unique import count_distinct, index_of, unique, unique_rows
 from .signature import signature_heads
+
+if TYPE_CHECKING:
+    from ..backend import Backend
 
 MAX_ID = 2**31 - 2
 MAX_ROWS = 2**29 - 1  # the device's hash table keeps 4 slots a row, addressed by int32 slot ids
@@ -235,7 +238,7 @@ class EGraph(Unshared):
 
     @host_memory("building the e-graph")
     def __init__(self, eclass, op, children_offsets, children, *, ops: Sequence[str] | None = None,
-                 backend=None, table_capacity: int | None = None, _meta: dict | None = None):
+                 backend: "Backend | str | None" = None, table_capacity: int | None = None, _meta: dict | None = None):
         """The rows as given (see `from_arrays`)."""
         self._lock = threading.RLock()  # public calls one at a time (`_serial`); a close waits for the call in flight
         eclass = _ints(eclass, "eclass")
@@ -286,14 +289,14 @@ class EGraph(Unshared):
 
     @classmethod
     def from_arrays(cls, eclass, op, children_offsets, children, *, ops: Sequence[str] | None = None,
-                    backend=None, table_capacity: int | None = None) -> "EGraph":
+                    backend: "Backend | str | None" = None, table_capacity: int | None = None) -> "EGraph":
         """An e-graph of the given rows, kept in the given order: row r is an e-node in class
         eclass[r] with operator op[r] and children (class ids) children[children_offsets[r]:
         children_offsets[r+1]]. Congruent rows are merged by the first `rebuild()`."""
         return cls(eclass, op, children_offsets, children, ops=ops, backend=backend, table_capacity=table_capacity)
 
     @classmethod
-    def from_terms(cls, terms: Sequence[Any], *, backend=None) -> "EGraph":
+    def from_terms(cls, terms: Sequence[Any], *, backend: "Backend | str | None" = None) -> "EGraph":
         """An e-graph of Python terms, hash-consed: a term is a tuple (operator, child terms...) or
         a leaf (a str, int or float, an operator without children). Equal subterms share a class;
         `egraph.term_classes` lists the class of each given term. Leaves are typed, as egglog's
@@ -309,7 +312,7 @@ class EGraph(Unshared):
         return g
 
     @classmethod
-    def from_serialized(cls, data: "str | dict", *, backend=None) -> "EGraph":
+    def from_serialized(cls, data: "str | dict", *, backend: "Backend | str | None" = None) -> "EGraph":
         """An e-graph from egraph-serialize JSON (what egglog's `serialize(...).to_json()` writes):
         one row per node, in the file's order, its e-class and children looked up by name. Node
         ids are strings (or ints, written back as the strings JSON makes of them). A dict given is
@@ -615,8 +618,8 @@ def _take_rows(offsets: np.ndarray, children: np.ndarray, rows: np.ndarray) -> t
 
 
 @host_memory("congruence_closure")
-def congruence_closure(egraph: "EGraph", unions=None, *, backend=None, max_rounds: int | None = None,
-                       progress: bool | None = None) -> ClosureResult:
+def congruence_closure(egraph: "EGraph", unions=None, *, backend: "Backend | str | None" = None,
+                       max_rounds: int | None = None, progress: bool | None = None) -> ClosureResult:
     """Apply `unions` ((k, 2) class ids) to `egraph` (an EGraph, changed in place, or a tuple
     (eclass, op, children_offsets, children) built on `backend`) and rebuild to the fixed point:
     the canonical class of every row, rounds, classes merged and per-phase times. `progress` as

@@ -18,6 +18,7 @@ from ..progress import finished, stopped
 
 if TYPE_CHECKING:
     from ..ir import Program
+    from ..backend import Backend
 
 MODES = ("auto", "cooperative", "graph", "relaunch")
 _CTL_WORDS = 8  # see ptx_templates/fixpoint.ptx
@@ -39,7 +40,7 @@ class FixpointResult(display.Shown):
 
 
 def run(step: "Callable | Program", n: int, args: Sequence[Any] = (), *, max_rounds: int = 10_000,
-        mode: str = "auto", backend=None, block: int = 256, timeout_s: float = 10.0,
+        mode: str = "auto", backend: "Backend | str | None" = None, block: int = 256, timeout_s: float = 10.0,
         progress: bool | None = None) -> FixpointResult:
     """Run the step for every item i < n (n below 2**31), round after round, until a round that
     changed nothing, or `max_rounds`; the arrays in `args` are updated in place. `backend`: None
@@ -77,7 +78,7 @@ def run(step: "Callable | Program", n: int, args: Sequence[Any] = (), *, max_rou
     return _run_cpu(step, n, args, max_rounds, progress)
 
 
-def for_each(step: "Callable | Program", n: int, args: Sequence[Any] = (), *, backend=None,
+def for_each(step: "Callable | Program", n: int, args: Sequence[Any] = (), *, backend: "Backend | str | None" = None,
              block: int = 256) -> None:
     """Run the step once for every item i < n: one round of `run`, without waiting for it or
     reading back whether it changed anything. On the GPU the round is enqueued on the backend's

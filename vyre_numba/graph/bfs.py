@@ -9,6 +9,8 @@ host reads two counts a level (the frontier's vertices and edges), which the lev
 puts in mapped host memory. `bfs_numpy` is the CPU implementation and the oracle."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import os
 import threading
 
@@ -16,6 +18,9 @@ import numpy as np
 
 from ..errors import INTEGERS, DispatchError, host_memory, shown
 from .csr import CSR, checked_graph, enqueue_check, resolve
+
+if TYPE_CHECKING:
+    from ..backend import Backend
 
 _SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 HUB = 256  # see bfs_kernels.HUB
@@ -72,7 +77,7 @@ def _source(source, n: int) -> int:
 
 
 @host_memory("bfs")
-def bfs(indptr, indices, source: int, *, backend=None, symmetric: bool = False):
+def bfs(indptr, indices, source: int, *, backend: "Backend | str | None" = None, symmetric: bool = False):
     """Distances (int32) from `source` along the stored edges of the CSR graph `(indptr,
     indices)`, -1 for vertices it cannot reach: NumPy out for host arrays (computed on the GPU
     when `backend` is "cuda", or is None and a GPU is usable), a device array out for device

@@ -12,10 +12,15 @@ as its smallest id.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..errors import host_memory
 from .csr import CSR, check_device_csr, checked_graph, edges, resolve
+
+if TYPE_CHECKING:
+    from ..backend import Backend
 
 
 @host_memory("components_numpy")
@@ -51,7 +56,7 @@ def components_of_edges(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.nd
 
 
 @host_memory("connected_components")
-def connected_components(indptr, indices, *, backend=None, symmetric: bool = False):
+def connected_components(indptr, indices, *, backend: "Backend | str | None" = None, symmetric: bool = False):
     """Component labels (int32) of the graph `(indptr, indices)` in CSR form, edges taken as
     undirected: label[v] is the smallest vertex id in v's component. Host arrays give a NumPy
     result (computed on the GPU when `backend` is "cuda", or is None and a GPU is usable); device

@@ -9,11 +9,16 @@ which are its next frontier, and those sources' distances there are the level. T
 one count a level. `bfs_many_numpy` is the CPU implementation and the oracle."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..errors import INTEGERS, DispatchError, host_memory
 from .bfs import BOTTOM_UP_ABOVE, TOP_DOWN_BELOW
 from .csr import CSR, _as_index_array, check_device_csr, checked_graph, resolve
+
+if TYPE_CHECKING:
+    from ..backend import Backend
 
 BATCH = 64  # sources a pass: the bits of one uint64 mask
 PIECE = 1024  # neighbours a warp takes of a vertex with more than this many (a hub is many warps' work)
@@ -80,7 +85,7 @@ def _sources(sources, n: int) -> np.ndarray:
 
 
 @host_memory("bfs_many")
-def bfs_many(indptr, indices, sources, *, backend=None, symmetric: bool = False):
+def bfs_many(indptr, indices, sources, *, backend: "Backend | str | None" = None, symmetric: bool = False):
     """Distances (int32, shape (len(sources), n)) from each of `sources` along the stored edges of
     the CSR graph `(indptr, indices)`, -1 where a source cannot reach: row i is `bfs(indptr,
     indices, sources[i])`. Sources are searched 64 at a time in one traversal. Host arrays give a
@@ -102,7 +107,7 @@ def bfs_many(indptr, indices, sources, *, backend=None, symmetric: bool = False)
 
 
 @host_memory("reachable_many")
-def reachable_many(indptr, indices, sources, *, backend=None, symmetric: bool = False):
+def reachable_many(indptr, indices, sources, *, backend: "Backend | str | None" = None, symmetric: bool = False):
     """Whether each of `sources` reaches each vertex (bool, shape (len(sources), n)): `bfs_many(...)
     >= 0`, on the device for device arrays."""
     dist = bfs_many(indptr, indices, sources, backend=backend, symmetric=symmetric)

@@ -189,6 +189,18 @@ def test_a_read_only_array_the_step_writes_is_named_as_such(frozen, fragment):
     assert fixpoint.run(_writes_the_first, 3, [np.zeros(3), b]).converged  # only read: taken
 
 
+def test_a_big_endian_record_field_and_long_doubles_are_named():
+    """Regression (a red-team): a record with a big-endian field was named '|V4' (its dtype.str),
+    and a long double got Numba's "non-precise type pyobject"."""
+    with pytest.raises(DispatchError, match=r"args\[0\] has dtype \[\('x', '>i4'\)\], not in this machine's byte order"):
+        fixpoint.run(lambda i, a: 0, 1, [np.zeros(2, [("x", ">i4")])], backend="reference")
+    for bad in (np.longdouble(1), np.zeros(2, np.longdouble), np.clongdouble(1)):
+        if np.dtype(bad.dtype).itemsize <= (8 if bad.dtype.kind == "f" else 16):
+            continue  # a platform whose long double is a double: nothing to refuse
+        with pytest.raises(DispatchError, match=r"args\[1\] holds (float|complex)\d+, which Numba does not compile.*Fix:"):
+            fixpoint.run(lambda i, a, x: 0, 1, [np.zeros(2), bad], backend="reference")
+
+
 def test_a_big_endian_array_is_refused_even_after_the_step_compiled_for_native_ones():
     indptr, indices = path(5)
     cpu_labels(5, np.arange(5, dtype=np.int64), indptr, indices)  # Numba would now read a '>i8' array as '<i8'

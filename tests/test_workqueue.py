@@ -50,6 +50,8 @@ NOT_QUEUED = (r"cannot be queued\. Fix: pass a number type of at most 64 bits \(
                                        ("foo", r"unknown data type 'foo'\. Fix: use one of u8, "), (np.dtype([]), NOT_QUEUED),
                                        ([("a", "S2")], NOT_QUEUED), (np.longdouble, NOT_QUEUED),
                                        (np.complex64, NOT_QUEUED), ("bool", NOT_QUEUED), (vn.DataType.BOOL, NOT_QUEUED),
+                                       # the model refuses what the queue refuses (it took a big-endian dtype object)
+                                       (np.dtype(">i4"), "is not in this machine's byte order"),
                                        # names as wherever a type is taken: 'u8' is 8 bits to vyre, 8 bytes to NumPy
                                        ("u8", r"'u8' is vyre's 8-bit integer but NumPy's 8-byte one\. Fix: say which"),
                                        ("int", r"unknown data type 'int'\. Fix: .*say which: 'i32' or 'i64'"),

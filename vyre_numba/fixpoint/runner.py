@@ -315,13 +315,18 @@ def _run_cpu(step: Callable, n: int, args: list, max_rounds: int, progress: bool
                                 "matrices where it indexes items). Fix: pass np.asarray(m) (a 2-D view, updated in "
                                 "place), or np.asarray(m).ravel() for its items in one row.")
         if isinstance(a, np.ndarray) and not a.dtype.isnative:  # Numba would read a tuple's such array as native
-            raise DispatchError(f"args[{k}] has dtype {a.dtype.str}, not in this machine's byte order, which Numba "
+            shown_dt = a.dtype if a.dtype.fields is not None else a.dtype.str  # a record's str ('|V4') hides its fields
+            raise DispatchError(f"args[{k}] has dtype {shown_dt}, not in this machine's byte order, which Numba "
                                 "cannot compile a step for. Fix: pass x = x.astype(x.dtype.newbyteorder('=')) and read "
                                 "the results from that array (it is updated in place).")
         if isinstance(a, (np.ndarray, np.generic)) and a.dtype == np.float16:  # it would be "the step raised"
             raise DispatchError(f"args[{k}] holds float16, which Numba's CPU compiler does not take (the reference "
                                 "backend runs the step with it). Fix: pass a float32 copy (x.astype(np.float32)) and "
                                 "round the results back, or run on the cuda backend.")
+        if isinstance(a, (np.ndarray, np.generic)) and a.dtype.kind in "fc" and a.dtype.itemsize > 8 + 8 * (
+                a.dtype.kind == "c"):  # long doubles: Numba's "non-precise type pyobject" said nothing of them
+            raise DispatchError(f"args[{k}] holds {a.dtype}, which Numba does not compile. Fix: pass float(x) or "
+                                "x.astype(np.float64) (complex(x), x.astype(np.complex128) for complex ones).")
         if type(a) is int and not -2**63 <= a < 2**64:
             raise DispatchError(f"args[{k}] = {shown(a)} is past 64 bits; the step takes int64 or uint64 numbers. "
                                 "Fix: pass a float (float(x)), or keep the value within int64 or uint64.")

@@ -156,6 +156,10 @@ def _dtype(dtype) -> np.dtype:
     if dt is None or not ((dt.kind in "iuf" and dt.itemsize <= 8) if dt.fields is None else field(dt)):
         raise DispatchError(f"dtype={shown(given, 60)} cannot be queued. Fix: pass a number type of at most 64 bits "
                             "(e.g. np.int32) or a record dtype whose fields are such numbers.")
+    if not dt.isnative:  # the model refuses it too: it is the twin of a queue device code reads
+        raise DispatchError(f"dtype={shown(given, 60)} is not in this machine's byte order: Numba's kernels "
+                            "cannot read such an "
+                            f"array. Fix: pass {dt.newbyteorder('=')} (push converts the values).")
     return dt
 
 
@@ -240,9 +244,6 @@ class WorkQueue(Unshared):
         from ..gpu.numba_launch import check_stream
 
         self.capacity, self.dtype = _capacity(capacity), _dtype(dtype)
-        if not self.dtype.isnative:
-            raise DispatchError(f"dtype={self.dtype} is not in this machine's byte order: Numba's kernels cannot read "
-                                f"such an array. Fix: pass {self.dtype.newbyteorder('=')} (push converts the values).")
         check_stream(stream)
         self._dev_items = self._dev_state = None
         self._cuda = cuda

@@ -146,7 +146,7 @@ def test_every_error_class_is_exported_where_users_look_for_it():
 
     public = {name for name, obj in vars(errors).items() if _inspect.isclass(obj) and not name.startswith("_")
               and obj.__module__ == errors.__name__ and issubclass(obj, (VyreError, Warning))}
-    assert public == set(errors.__all__) and len(public) == 19
+    assert public == set(errors.__all__) and len(public) == 20
     assert public <= set(vn.__all__) and all(getattr(vn, name) is getattr(errors, name) for name in public)
     assert "elementwise" in vn.__all__ and callable(vn.elementwise)
 
@@ -157,3 +157,18 @@ def test_tab_completion_lists_the_subpackages_before_they_are_imported():
         assert sub in names, sub
         assert importlib.import_module(f"vyre_numba.{sub}") is getattr(vn, sub)
     assert hasattr(vn.graph, "generators") and callable(vn.graph.generators.grid)
+
+
+def test_every_error_pickles_whole():
+    """Regression (a review): CapacityError and CheckError did not unpickle (Exception's pickling
+    passes the message alone), so one raised on a Dask worker could not reach the client."""
+    import pickle
+
+    from vyre_numba import errors
+
+    for name in errors.__all__:
+        cls = getattr(errors, name)
+        extra = {"CapacityError": (7,), "CheckError": ({"sites": 1}, [1, 2])}.get(name, ())
+        e = cls("it failed. Fix: nothing.", *extra)
+        back = pickle.loads(pickle.dumps(e))
+        assert type(back) is cls and str(back) == str(e) and back.__dict__ == e.__dict__, name

@@ -13,6 +13,7 @@ import pytest
 
 from conftest import assert_fix
 from vyre_numba import get_backend, ir
+from vyre_numba.errors import HostMemoryError
 from vyre_numba.cli import demo_program, main
 
 
@@ -310,6 +311,8 @@ def test_run_interrupted_during_the_dispatch_exits_130(saxpy_json, saxpy_inputs,
     (RuntimeError("boom\nsecond line"), 1, "a bug in vyre-numba: RuntimeError: boom second line"),
     (KeyError("k"), 1, "KeyError"),
     (MemoryError(), 1, "out of host memory"),
+    # the work ran out of memory, no usage was wrong: 1, not the usage status 2 every other VyreError gets
+    (HostMemoryError("unique() ran out of host memory. Fix: pass less."), 1, "HostMemoryError: unique() ran out"),
 ])
 def test_run_unexpected_exception_is_one_line(saxpy_json, saxpy_inputs, tmp_path, capsys, monkeypatch,
                                               exc, status, fragment):

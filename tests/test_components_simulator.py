@@ -137,6 +137,9 @@ UNION_FIND = textwrap.dedent('''
     join[1, 32](cuda.to_device(np.array([0, 2, 3, 1], np.int32)), cuda.to_device(np.array([0], np.int32)),
                 cuda.to_device(np.array([2], np.int32)), hooked)
     assert hooked.copy_to_host().tolist() == [-1]
+    join[1, 1](cuda.to_device(np.roll(np.arange(8, dtype=np.int32), -1)), cuda.to_device(np.array([0], np.int32)),
+               cuda.to_device(np.array([3], np.int32)), hooked)  # both walks -1: equal, yet no tree is shared
+    assert hooked.copy_to_host().tolist() == [-1], hooked.copy_to_host()
     print("cycles ok")
     for name, args in (("find", (1,)), ("root", (1,)), ("link", (1, 2))):
         try:

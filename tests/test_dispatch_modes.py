@@ -109,6 +109,9 @@ def test_sequence_runs_steps_without_host_sync_and_reads_ranges(backend):
     for bad in (5, "dx", [dx, 0, 1, 2]):
         with pytest.raises(DispatchError, match="is not a buffer or a .buffer.*Fix: pass read=.buffer, "):
             backend.dispatch_sequence([], read=[bad])
+    for one in ((dx, 0, 2), (dx, 5)):  # a range given without its list
+        with pytest.raises(DispatchError, match=r"is one range, not a list of them\. Fix: pass read=\[\(buffer"):
+            backend.dispatch_sequence([], read=one)
 
 
 def test_a_read_entry_of_a_dlpack_only_array_is_left_to_the_download_to_check():
@@ -1090,6 +1093,6 @@ def test_release_memory_and_device_timer_are_on_every_backend(backend):
     assert t.ns > 0 and backend.download(dx).tolist() == [1] * 1000 and f"{t.ns:,} ns" in repr(t)
     backend.release_memory()
     if backend.name == "reference":
-        with pytest.raises(DispatchError, match="no streams.*Fix: leave stream out"):
-            with backend.device_timer(stream=1):
-                pass
+        with pytest.raises(DispatchError, match="no streams.*Fix: leave stream out") as e:
+            backend.device_timer(stream=1)  # refused at the call, not when the block is entered
+        assert e.traceback[-1].name == "test_release_memory_and_device_timer_are_on_every_backend"

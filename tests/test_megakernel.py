@@ -229,6 +229,7 @@ def test_until_without_max_rounds_runs_to_convergence_and_without_until_once(nam
     want, rounds, converged = relabel_numpy(seg, labels, 10_000)
     assert converged and rounds > 2 and (r.rounds, r.converged) == (rounds, True)
     assert np.array_equal(r.outputs[0], want)
+    assert (r.device_ns is None) == (name == "reference")  # no device clock on the CPU (a host time is no device's)
     steps, lab, flag = relabel_steps(be, seg, labels)
     with be.megakernel(steps, [(lab,)]) as mk:
         r = mk.run()

@@ -90,16 +90,23 @@ def test_toolchain_failures_keep_every_frame():
 
 
 def test_errors_caught_inside_the_package_keep_their_frames_until_they_leave_it():
-    """The trimming happens only where a public call returns to code outside vyre-numba: an
-    error one of its functions raises to another keeps its frames while inside (so the caller
-    inside can still tell where it came from)."""
+    """The trimming happens only where a public call returns to code outside vyre-numba: an error
+    one of its public functions raises to another of its functions keeps its frames (the caller
+    inside can still tell where it came from). The caller here is code run as a vyre_numba module."""
     from vyre_numba.errors import _own_frame
 
     assert _own_frame({"__name__": "vyre_numba"}) and _own_frame({"__name__": "vyre_numba.ir.nodes"})
     assert not _own_frame({"__name__": "vyre_numba_extra"}) and not _own_frame({"__name__": "__main__"})
     assert not _own_frame({})
-    with pytest.raises(VyreError):
-        ir.check(ir.Program([ir.BufferDecl.read("x", 0, "f32")], 64, [ir.store("x", 0, 1.0)]))
+    inside = {"__name__": "vyre_numba._probe"}
+    exec("def probe(np, compaction):\n"
+         "    try:\n"
+         "        compaction.select(np.arange(4), np.ones(3, bool))\n"
+         "    except Exception as e:\n"
+         "        return e\n", inside)
+    error = inside["probe"](np, compaction)
+    assert isinstance(error, DispatchError)
+    assert "vyre_numba.compaction:_check_flags" in frames(error), frames(error)  # the check that found it
 
 
 def test_host_memory_run_out_in_any_public_call_is_a_host_memory_error():
@@ -119,3 +126,40 @@ def test_host_memory_run_out_in_any_public_call_is_a_host_memory_error():
         with pytest.raises(HostMemoryError, match=r"ran out of host memory.*Fix: ") as e:
             call()
         assert not ours(frames(e.value)) and e.value.__cause__ is None and e.value.__suppress_context__
+
+
+def test_host_memory_run_out_keeps_the_closest_message_and_a_callbacks_own_error():
+    """Regression (a review): the public-call wrapper also translated MemoryErrors passing between
+    vyre-numba's own calls (a closer check's message, such as "renumber ids densely", was lost),
+    and a MemoryError of the caller's own callback was blamed on the call; and a HostMemoryError
+    was no MemoryError, so `except MemoryError` stopped catching the calls it translated."""
+    from numpy.lib.stride_tricks import as_strided
+
+    from vyre_numba import unique
+    from vyre_numba.errors import HostMemoryError
+
+    lying = as_strided(np.zeros(1, np.int64), shape=(2**40,), strides=(0,))
+    with pytest.raises(MemoryError) as e:  # as it was caught before the translation
+        unique.unique(lying)
+    assert isinstance(e.value, HostMemoryError)
+
+    def each(buffer, first, count):
+        np.zeros(2**44, np.int64)  # the callback's own: 128 TiB
+
+    with pytest.raises(MemoryError) as e:
+        get_backend("reference").upload_in_pieces(np.arange(5, dtype=np.uint32), each)
+    assert not isinstance(e.value, VyreError)  # theirs, not the call's
+    assert "each" in [name.split(":")[1] for name in frames(e.value)]
+
+
+def test_debugging_keeps_where_a_translated_error_was_raised(monkeypatch):
+    from numpy.lib.stride_tricks import as_strided
+
+    from vyre_numba import unique
+    from vyre_numba.errors import HostMemoryError
+
+    monkeypatch.setenv("VYRE_NUMBA_DEBUG", "1")
+    with pytest.raises(HostMemoryError) as e:
+        unique.unique(as_strided(np.zeros(1, np.int64), shape=(2**40,), strides=(0,)))
+    assert isinstance(e.value.__cause__, MemoryError)  # NumPy's, with its traceback into vyre_numba.unique
+    assert any(name.startswith("vyre_numba.unique:") for name in frames(e.value.__cause__))

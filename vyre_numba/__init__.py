@@ -12,7 +12,7 @@ from .config import DispatchConfig
 from .errors import (ArgumentError, BackendUnavailableError, BarrierTimeoutError, CapacityError, CheckError,
                      CheckWarning, CompileError, DeviceError, DispatchError, HostMemoryError, ImmutableError,
                      IRValidationError, LaunchError, SettingError, TemplateError, UnknownBufferError,
-                     UnknownNameError, UnsupportedError, VyreError)
+                     UnknownNameError, UnknownStepError, UnsupportedError, VyreError)
 from .ir import BufferDecl, DataType, Program
 
 from .version import __version__
@@ -23,7 +23,7 @@ __all__ = ["ir", "Backend", "available_backends", "get_backend", "DispatchConfig
            "VyreError", "ArgumentError", "IRValidationError", "UnknownBufferError", "UnknownNameError",
            "BackendUnavailableError", "SettingError", "TemplateError", "DispatchError", "LaunchError", "CapacityError",
            "CheckError", "HostMemoryError", "ImmutableError", "UnsupportedError", "CompileError", "DeviceError",
-           "BarrierTimeoutError", "CheckWarning"]
+           "BarrierTimeoutError", "CheckWarning", "UnknownStepError"]
 
 _SUBPACKAGES = ("compaction", "distributed", "egraph", "fixpoint", "gpu", "graph", "megakernel", "profiling",
                 "recording", "reference", "testing", "unionfind", "unique", "workqueue")
@@ -41,7 +41,7 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     """What `vn.<TAB>` offers: the names here and the subpackages not yet imported."""
-    return sorted({*globals(), *_SUBPACKAGES})
+    return sorted({*(k for k in globals() if not k.startswith("_")), *_SUBPACKAGES} - {"annotations", "importlib"})
 
 from .errors import check_calls as _check_calls
 

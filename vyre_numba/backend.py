@@ -276,6 +276,7 @@ class Backend(abc.ABC):
     """
 
     name: str = "abstract"
+    device_clock: bool = False  # whether device_timer reads a device's clock (else the host's)
     last_check = None  # the CheckReport of the last checked dispatch (DispatchConfig(checked=...)); None before one
 
     def __copy__(self) -> "Backend":
@@ -357,14 +358,17 @@ class Backend(abc.ABC):
         """Give back now the memory this backend keeps for reuse (on the GPU: device memory dropped
         since the last call, and the memory pool's idle memory). The reference backend keeps none."""
 
-    @contextlib.contextmanager
-    def device_timer(self, stream: int | None = None) -> Iterator["Timer"]:
+    def device_timer(self, stream: int | None = None) -> contextlib.AbstractContextManager["Timer"]:
         """`with backend.device_timer() as t:` times the work issued inside the block and sets `t.ns`
         on leaving it, once that work is done: on the GPU with CUDA events on `stream` (this
         backend's by default); here, where work runs as it is called, with the host's clock."""
         if stream is not None:
             raise DispatchError(f"device_timer(stream={shown(stream, 40)}): the {self.name} backend has no streams. "
                                 "Fix: leave stream out (None).")
+        return self._host_timer()
+
+    @contextlib.contextmanager
+    def _host_timer(self) -> Iterator["Timer"]:
         timer = Timer()
         start = time.perf_counter_ns()
         yield timer
@@ -552,6 +556,10 @@ class Backend(abc.ABC):
     def _reads(self, read: Iterable[Read]) -> list[tuple]:
         """`read`'s entries as (buffer, offset, count), each refused now where `download` would refuse
         it once the steps had run."""
+        if isinstance(read, tuple) and 2 <= len(read) <= 3 and _is_buffer(read[0]) and all(
+                isinstance(x, INTEGERS) or x is None for x in read[1:]):  # one range, not a list of them
+            raise DispatchError(f"read={shown(read, 60)} is one range, not a list of them. Fix: pass "
+                                "read=[(buffer, offset, count)].")
         reads = []
         for k, r in enumerate(_iterable(read, "read")):
             try:
@@ -889,11 +897,16 @@ def _iterable(x, what: str):
         raise DispatchError(f"{what}={shown(x, 60)} is not iterable. Fix: pass a list of {wanted}.") from None
 
 
+def _is_buffer(r) -> bool:
+    """Whether `r` is an array a read entry may name (not a tuple or list of one)."""
+    return not isinstance(r, (tuple, list)) and (isinstance(r, np.ndarray) or hasattr(r, "__cuda_array_interface__")
+                                                 or hasattr(r, "__dlpack__"))
+
+
 def _read(r) -> tuple:
     """A read entry as (buffer, offset, count or None), checked before anything runs: ints (not
     bools) inside the buffer where its length can be read. A bare buffer is (buffer,): all of it."""
-    if not isinstance(r, (tuple, list)) and (isinstance(r, np.ndarray) or hasattr(r, "__cuda_array_interface__")
-                                             or hasattr(r, "__dlpack__")):
+    if _is_buffer(r):
         r = (r,)
     size = _length(r, "read entry") if isinstance(r, (tuple, list)) else None
     if size is None or not 1 <= size <= 3:

@@ -8,7 +8,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .config import DispatchConfig
-from .errors import INTEGERS, DispatchError, LaunchError, shown
+from .errors import INTEGERS, DispatchError, HostMemoryError, LaunchError, shown
 from .ir import BufferDecl, DataType, Program, check
 from .ir.types import _bf16_to_f32, _f32_to_bf16
 from .ir.program import Role
@@ -361,7 +361,7 @@ def bind(program: Program, inputs: Sequence | Mapping | None, config: DispatchCo
             _check_size(b, arr.size, where)
             arrays[b.name] = arr.copy() if (b.role is Role.INOUT and copy_inputs) else arr
         except MemoryError:
-            raise DispatchError(f"{where}: no host memory to convert or copy input {b.name!r}. Fix: pass a "
+            raise HostMemoryError(f"{where}: no host memory to convert or copy input {b.name!r}. Fix: pass a "
                                 f"contiguous 1-D array of {b.dtype.storage} (bound without a copy when read-only), "
                                 "or dispatch less data at a time.") from None
     counts = _output_counts(program, arrays, sizes, where)
@@ -374,7 +374,7 @@ def bind(program: Program, inputs: Sequence | Mapping | None, config: DispatchCo
                 try:
                     arrays[b.name] = np.zeros(counts[b.name], dtype=b.dtype.storage)
                 except MemoryError:
-                    raise DispatchError(f"{where}: no host memory for output {b.name!r} "
+                    raise HostMemoryError(f"{where}: no host memory for output {b.name!r} "
                                         f"({counts[b.name] * b.dtype.nbytes} bytes). Fix: dispatch less data at a "
                                         "time.") from None
     return Binding(program, arrays, grid, wg, config, counts)

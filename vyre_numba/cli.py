@@ -807,17 +807,19 @@ def _main(argv: list[str] | None) -> int:
         if isinstance(e, _StdoutError):
             _silence_stdout()
         return EXIT_FAILURE
+    except MemoryError as e:  # a HostMemoryError too: the work ran out of memory, no usage was wrong
+        if _debug():
+            traceback.print_exc()
+        said = f"{type(e).__name__}: {e}" if isinstance(e, VyreError) else "out of host memory. Fix: use smaller " \
+            "inputs (for demo, a smaller -n)."
+        print(f"error: {said}", file=sys.stderr)
+        return EXIT_FAILURE
     except VyreError as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("error: interrupted (Ctrl-C); no file is left half-written.", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except MemoryError:
-        if _debug():
-            traceback.print_exc()
-        print("error: out of host memory. Fix: use smaller inputs (for demo, a smaller -n).", file=sys.stderr)
-        return EXIT_FAILURE
     except BrokenPipeError:  # stdout's reader went away (`| head`): end quietly
         _silence_stdout()
         return EXIT_FAILURE

@@ -184,7 +184,7 @@ Operation = str | Callable[..., Any]
 
 # ---- declarations -------------------------------------------------------------------------------
 
-_CALL_KEYWORDS = ("out", "backend")  # what a kernel's call takes besides its inputs
+_CALL_KEYWORDS = ("out", "backend", "sm")  # what k(...) and k.ptx(...) take besides the inputs
 
 
 def _params(spec, what: str, kernel: str) -> list[tuple[str, DataType]]:

@@ -15,7 +15,7 @@ import numpy as np
 __all__ = ["VyreError", "IRValidationError", "UnknownBufferError", "UnknownNameError", "BackendUnavailableError",
            "SettingError", "TemplateError", "DispatchError", "ArgumentError", "ImmutableError", "LaunchError",
            "UnsupportedError", "CompileError", "DeviceError", "BarrierTimeoutError", "CapacityError", "CheckError",
-           "CheckWarning", "HostMemoryError"]
+           "CheckWarning", "HostMemoryError", "UnknownStepError"]
 
 # Python's and NumPy's integer types, less np.timedelta64 (NumPy counts a time span among its integers;
 # taken as a count, its unit would be dropped without a word)
@@ -205,11 +205,12 @@ def _checked(fn):
                 e.__traceback__ = _callers_frames(e.__traceback__)
             raise
         except (TypeError, MemoryError, ValueError) as e:
-            error = _translated(fn, e, args, kwargs)
+            error = _translated(fn, e, args, kwargs, sys._getframe(1))
             if error is None:
                 raise
+            cause = e if _debugging() else None  # debugging: where Python's error was raised stays in view
         try:  # raised here, past the handler, so that Python's error is no context of it
-            raise error from None
+            raise error from cause
         except VyreError as e:
             if not _kept_whole(e, sys._getframe(1)):
                 e.__traceback__ = _callers_frames(e.__traceback__)
@@ -249,18 +250,32 @@ def _kept_whole(e: VyreError, caller: types.FrameType) -> bool:
     return isinstance(e, _INTERNALS_SHOWN) or _own_frame(caller.f_globals) or _debugging()
 
 
-def _translated(fn, e: BaseException, args: tuple, kwargs: dict) -> "VyreError | None":
-    """The VyreError that Python's `e`, leaving public `fn`, stands for: arguments that do not fit
-    its parameters (ArgumentError), or host memory run out where no closer check said what sized
-    it (HostMemoryError); None where `e` is neither (it leaves as it is)."""
+def _translated(fn, e: BaseException, args: tuple, kwargs: dict, caller: types.FrameType) -> "VyreError | None":
+    """The VyreError that Python's `e`, leaving public `fn` for `caller`, stands for: arguments that
+    do not fit its parameters (ArgumentError), or host memory that vyre-numba's own code ran out of
+    where no closer check said what sized it (HostMemoryError; a call from inside the package leaves
+    it to that closer check, and a MemoryError of the caller's own callback stays theirs); None
+    where `e` is none of these (it leaves as it is)."""
     if isinstance(e, TypeError):
         why = _unfit(fn, args, kwargs)
         return None if why is None else ArgumentError(why)
-    if _out_of_memory(e):
+    if _out_of_memory(e) and not _own_frame(caller.f_globals) and _raised_by_us(e.__traceback__):
         name = fn.__qualname__.replace(".__init__", "").replace(".__call__", "")
         return HostMemoryError(f"{name}() ran out of host memory ({e}). Fix: pass less data at a time, or free "
                                "host memory first (del the arrays no longer needed).")
     return None
+
+
+def _raised_by_us(tb: types.TracebackType | None) -> bool:
+    """Whether the innermost frame of `tb` that is not NumPy's own runs vyre-numba's code (not a
+    callback of the caller's that the package called)."""
+    last = None
+    while tb is not None:
+        name = tb.tb_frame.f_globals.get("__name__") or ""
+        if name != "numpy" and not name.startswith("numpy."):
+            last = tb.tb_frame.f_globals
+        tb = tb.tb_next
+    return last is not None and _own_frame(last)
 
 
 def _debugging() -> bool:
@@ -326,6 +341,9 @@ class CapacityError(DispatchError):
         super().__init__(message)
         self.needed = needed
 
+    def __reduce__(self):  # pickled whole (a Dask worker's error travels so): Exception's takes args alone
+        return type(self), (*self.args[:1], self.needed), self.__dict__
+
 
 class CheckError(DispatchError):
     """A checked dispatch (`DispatchConfig(checked="raise")`) found out-of-bounds accesses, division
@@ -335,6 +353,9 @@ class CheckError(DispatchError):
     def __init__(self, message: str, report, outputs=None):
         super().__init__(message)
         self.report, self.outputs = report, outputs
+
+    def __reduce__(self):
+        return type(self), (*self.args[:1], self.report, self.outputs), self.__dict__
 
 
 class CheckWarning(UserWarning):
@@ -362,8 +383,14 @@ def warn_user(warning: Warning) -> None:
     # its loader raises ImportError fetching the source line
 
 
-class HostMemoryError(DispatchError):
-    """The host ran out of memory for arrays sized by the inputs (usually by the largest id)."""
+class UnknownStepError(DispatchError, IndexError):
+    """A step number a recorded sequence's `buffers` does not have (also an IndexError, as a tuple's
+    index out of range is, so `except IndexError` keeps working)."""
+
+
+class HostMemoryError(DispatchError, MemoryError):
+    """The host ran out of memory for arrays sized by the inputs (usually by the largest id); also
+    a MemoryError, so `except MemoryError` around a call still catches it."""
 
 
 BY_IDS = ("Arrays are sized by the largest vertex or class id, not by how many are used. Fix: renumber ids densely "
@@ -401,6 +428,8 @@ def host_memory(what: str, why: str = BY_IDS):
 
 def _out_of_memory(e: BaseException) -> bool:
     """A MemoryError, or the ValueError NumPy raises for an array whose bytes no address holds."""
+    if isinstance(e, VyreError):  # a HostMemoryError already says what ran out: kept as it is
+        return False
     return isinstance(e, MemoryError) or (isinstance(e, ValueError) and str(e).startswith("array is too big"))
 
 

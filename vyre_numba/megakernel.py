@@ -135,7 +135,7 @@ class Megakernel(Unshared):
 
     def _run(self) -> MegakernelResult:
         b = self.backend
-        timer = getattr(b, "device_timer", None)
+        timer = b.device_timer if getattr(b, "device_clock", False) else None  # device_ns: None on the CPU
         if self.mode == "megakernel":
             p = self._p
             if self._launch is None:  # the bound buffers in the program's order, found once

@@ -17,7 +17,8 @@ import numpy as np
 from . import display
 from .bindings import Binding, bind, check_config, check_resident
 from .config import DispatchConfig
-from .errors import IN_HOST_MEMORY, DispatchError, LaunchError, UnknownBufferError, VyreError, check_calls, flag, host_memory, shown
+from .errors import (IN_HOST_MEMORY, DispatchError, LaunchError, UnknownBufferError, UnknownStepError, VyreError,
+                     check_calls, flag, host_memory, shown)
 from .ir import Program
 from .owned import Unshared
 
@@ -351,11 +352,6 @@ class Frozen(MappingABC):
                             f"into the arrays themselves (backend.write({self._where}['x'], values)).")
 
     __setitem__ = __delitem__ = _refuse
-
-
-class UnknownStepError(DispatchError, IndexError):
-    """A step number a recorded sequence's `buffers` does not have (also an IndexError, as a tuple's
-    index out of range is, so `except IndexError` keeps working)."""
 
 
 class StepBuffers(tuple):

@@ -92,6 +92,8 @@ def link(parent, u, v):
     another thread hooked it first, try again from the new roots. -1 where `parent` is no forest."""
     ru = find(parent, u)
     rv = find(parent, v)
+    if ru < 0 or rv < 0:  # both -1 would compare equal: "already one tree"
+        return -1
     while ru != rv:
         if ru < 0 or rv < 0:
             return -1

@@ -327,7 +327,8 @@ class DeviceKept(_Resident):
 
 
 GARBAGE = 0.5  # stored rows that hold no slot, as a fraction of those that do, before they are dropped
-MAX_ROWS = 2**30  # rows an owner stores (int32 row ids; its table has twice as many slots as it holds)
+MAX_ROWS = 2**29 - 1  # rows an owner stores, as an EGraph (int32 row ids; its table, up to twice as many slots
+#                      as it holds rounded up to a power of two, stays below the 2**31 items a device pass takes)
 
 
 def _pow2(n: int) -> int:

@@ -79,6 +79,7 @@ class CudaBackend(Backend):
     """Runs programs on the current CUDA device. Results equal the reference backend's."""
 
     name = "cuda"
+    device_clock = True
 
     def __init__(self, *, ptx_cache_size: int = 512, module_cache_size: int = 128, host_plans: int = 32,
                  host_plan_bytes: int = 1 << 30):

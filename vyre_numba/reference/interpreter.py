@@ -27,7 +27,7 @@ from typing import Callable, Iterator, NamedTuple
 import numpy as np
 
 from ..bindings import Binding
-from ..errors import INTEGERS, DispatchError, SettingError, shown
+from ..errors import INTEGERS, DispatchError, HostMemoryError, SettingError, shown
 from ..ir import DataType, Program, drive, result_type
 from ..ir import nodes as n
 from ..ir.program import walk
@@ -975,7 +975,7 @@ class Launch:
                         p.run(_Run(p, b.arrays, geo, budget, changes))
                         del geo  # before the next chunk's geometry is built
         except MemoryError as e:
-            raise DispatchError(f"{_where(b)}: out of host memory ({e}). Fix: dispatch less data at a time, or "
+            raise HostMemoryError(f"{_where(b)}: out of host memory ({e}). Fix: dispatch less data at a time, or "
                                 f"lower the reference backend's memory budget (${MEMORY_ENV}, now {self.memory} "
                                 "bytes) so that it runs in smaller chunks.") from e
 

@@ -73,7 +73,7 @@ def selector(monkeypatch):
     monkeypatch.setattr(select_module, "_kernels", lambda: kernels)
     log: list = []
     sel = Selector.__new__(Selector)
-    sel._closed, sel._plans, sel._relaunches, sel._resident = False, {}, {}, {}
+    sel._closed, sel._plans, sel._relaunches, sel._resident, sel._selections = False, {}, {}, {}, 0
     sel._fused_off_until, sel._arrived, sel._tiles = 0.0, 0, 1 << 20
     sel._sums, sel._host = np.zeros(1024, np.int64), np.zeros(1, np.int64)
     launchers: dict = {}

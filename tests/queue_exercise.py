@@ -207,9 +207,9 @@ def assert_a_closed_queue_refuses_everything() -> None:
             assert "cannot be copied" in str(e) and "Fix:" in str(e)
         else:
             raise AssertionError("a WorkQueue was copied: two owners of its device arrays")
-    assert repr(q) == "<WorkQueue of 8 int32 items, open>"
+    assert repr(q) == "<WorkQueue: room for 8 int32 items, open>"
     q.close()
-    assert repr(q) == "<WorkQueue of 8 int32 items, closed>"
+    assert repr(q) == "<WorkQueue: room for 8 int32 items, closed>"
     for call in (lambda: next(pieces), q.size, q.drain, lambda: q.push([1]), q.reset, lambda: q.items,
                  lambda: q.state):  # the arrays a kernel is given: they were None, which fails inside Numba
         try:

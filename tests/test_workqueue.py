@@ -22,9 +22,9 @@ HERE = Path(__file__).resolve().parent
 def test_the_model_refuses_at_capacity_and_keeps_what_it_took():
     q = QueueModel(3, np.int32)
     assert [q.push(v) for v in (5, 6, 7, 8, 9)] == [True, True, True, False, False]
-    assert (q.size(), q.overflowed()) == (3, 2) and repr(q) == "<QueueModel of 3 int32 items, 3 filled, 2 refused>"
+    assert (q.size(), q.overflowed()) == (3, 2) and repr(q) == "<QueueModel: room for 3 int32 items, 3 filled, 2 refused>"
     assert q.drain().tolist() == [5, 6, 7] and q.size() == 0 and q.push(1)
-    assert repr(q) == "<QueueModel of 3 int32 items, 1 filled>"
+    assert repr(q) == "<QueueModel: room for 3 int32 items, 1 filled>"
 
 
 @pytest.mark.parametrize("kw,fragment", [

@@ -45,7 +45,7 @@ class QueueModel:
 
     def __repr__(self) -> str:
         refused = self.overflowed()
-        return (f"<QueueModel of {self.items.size} {self.items.dtype} items, {self.size()} filled"
+        return (f"<QueueModel: room for {self.items.size} {self.items.dtype} items, {self.size()} filled"
                 + (f", {refused} refused" if refused else "") + ">")
 
     def __getstate__(self) -> dict:
@@ -274,7 +274,7 @@ class WorkQueue(Unshared):
 
     def __repr__(self) -> str:
         state = "closed" if self._dev_items is None else "open"
-        return f"<WorkQueue of {self.capacity} {self.dtype} items, {state}>"  # no read of the device's count
+        return f"<WorkQueue: room for {self.capacity} {self.dtype} items, {state}>"  # no read of the device's count
 
     def __enter__(self) -> "WorkQueue":
         return self

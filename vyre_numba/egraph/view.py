@@ -19,13 +19,13 @@ def _limit(limit) -> int | None:
     return _count(limit, "limit", "pass how many e-nodes to show at most, an int from 0, or None for all.", lo=0)
 
 
-def rows(egraph, limit: int | None = None) -> list[tuple[int, str, tuple[int, ...]]]:
+def rows(egraph, limit: int | None = None, host: dict | None = None) -> list[tuple[int, str, tuple[int, ...]]]:
     """(canonical class, operator name, canonical child classes) of every row (the first `limit`
-    rows; None: all), in row order."""
+    rows; None: all), in row order; `host`: the rows already downloaded (under the e-graph's lock)."""
     limit = _limit(limit)
     with egraph._lock:  # the rows and their classes as of one moment
         g = egraph._live()
-        r = egraph._host_rows()
+        r = egraph._host_rows() if host is None else host
         n = r["op"].size if limit is None else min(limit, r["op"].size)
         off = r["offsets"][:n + 1]
         cls = g.find(r["eclass"][:n]) if n else r["eclass"][:0]
@@ -54,10 +54,9 @@ def _classes(egraph) -> int:
     return _class_count(egraph) if egraph.n_nodes else 0
 
 
-def _operators(egraph) -> list[tuple[str, int]]:
-    """The ten most used operators with their counts, counted in NumPy (a Python pass over a
-    million rows takes seconds)."""
-    r = egraph._host_rows()
+def _operators(egraph, r: dict) -> list[tuple[str, int]]:
+    """The ten most used operators of the rows `r` with their counts, counted in NumPy (a Python
+    pass over a million rows takes seconds)."""
     if not r["op"].size:
         return []
     counts = np.bincount(r["op"])
@@ -107,12 +106,15 @@ def html(egraph) -> str:
     summary = [("e-nodes", f"{n:,}"), ("classes", f"{_classes(egraph):,}"), ("class ids", f"{egraph.n_classes:,}"),
                ("backend", egraph.backend), ("state", "rebuild pending" if egraph._pending else "rebuilt")]
     if n > MAX_DRAWN:
-        ops = _operators(egraph)
+        with egraph._lock:  # the rows downloaded once, for the counts and the table
+            host = egraph._host_rows()
+            ops = _operators(egraph, host)
+            listed = rows(egraph, MAX_DRAWN, host)
         head = display.fields_table(summary + [("most used operators", ", ".join(f"{o} ({k:,})" for o, k in ops))],
                                     title="EGraph",
                                     note=f"{n:,} e-nodes: more than the {MAX_DRAWN} drawn here; "
                                          "egraph.to_graphviz(limit=None) draws them all.")
-        return head + _table(rows(egraph, MAX_DRAWN), n)
+        return head + _table(listed, n)
     head = display.fields_table(summary, title="EGraph")
     try:
         svg = to_graphviz(egraph).pipe(format="svg", encoding="utf-8")

@@ -172,3 +172,17 @@ def test_every_error_pickles_whole():
         e = cls("it failed. Fix: nothing.", *extra)
         back = pickle.loads(pickle.dumps(e))
         assert type(back) is cls and str(back) == str(e) and back.__dict__ == e.__dict__, name
+
+
+def test_every_public_signature_resolves_its_type_hints():
+    """Regression (a review): annotations naming Backend (imported only for type checkers) made
+    typing.get_type_hints raise NameError for 13 public calls, and with it typeguard or pydantic."""
+    import typing
+
+    unresolved = {}
+    for name, (fn, _) in CALLABLES.items():
+        try:
+            typing.get_type_hints(getattr(fn, "__func__", fn))
+        except Exception as e:  # noqa: BLE001 - listed below
+            unresolved[name] = f"{type(e).__name__}: {e}"
+    assert not unresolved, unresolved

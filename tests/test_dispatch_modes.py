@@ -109,7 +109,7 @@ def test_sequence_runs_steps_without_host_sync_and_reads_ranges(backend):
     for bad in (5, "dx", [dx, 0, 1, 2]):
         with pytest.raises(DispatchError, match="is not a buffer or a .buffer.*Fix: pass read=.buffer, "):
             backend.dispatch_sequence([], read=[bad])
-    for one in ((dx, 0, 2), (dx, 5)):  # a range given without its list
+    for one in ((dx, 0, 2), (dx, 5), [dx, 0, 2]):  # a range given without its list
         with pytest.raises(DispatchError, match=r"is one range, not a list of them\. Fix: pass read=\[\(buffer"):
             backend.dispatch_sequence([], read=one)
 

@@ -1160,6 +1160,7 @@ def test_find_of_one_id_answers_one_id(backend):
     a, b = g.find(1), g.find(np.int64(2))
     g.union([[0, 2]])
     assert g.find(2) == 0 and np.ndim(g.find(2)) == 0 and g.find([2]).tolist() == [0]
+    assert g.find(np.array(2)) == 0 and np.ndim(g.find(np.array(np.uint8(2)))) == 0
     for bad in (True, -1, 10**6, 1.0):
         with pytest.raises(DispatchError, match="Fix:"):
             g.find(bad)

@@ -619,6 +619,7 @@ def test_an_interrupt_while_waiting_for_the_persistent_launch_says_it_went_ahead
     y, flag = be.upload(np.zeros(4, np.uint32)), be.upload(np.zeros(1, np.uint32))
     with be.megakernel([(inc, [y, flag])], [(y, 0, 4)], until=flag, max_rounds=8) as mk:
         monkeypatch.setattr(be, "device_timer", waits_then_interrupted, raising=False)
+        monkeypatch.setattr(be, "device_clock", True, raising=False)  # the megakernel reads only a device clock
         with pytest.raises(KeyboardInterrupt) as e:
             mk.run()
         monkeypatch.undo()

@@ -163,3 +163,31 @@ def test_debugging_keeps_where_a_translated_error_was_raised(monkeypatch):
         unique.unique(as_strided(np.zeros(1, np.int64), shape=(2**40,), strides=(0,)))
     assert isinstance(e.value.__cause__, MemoryError)  # NumPy's, with its traceback into vyre_numba.unique
     assert any(name.startswith("vyre_numba.unique:") for name in frames(e.value.__cause__))
+
+
+def test_a_closer_checks_memory_message_is_kept_and_a_librarys_frames_are_no_callback(monkeypatch):
+    """A MemoryError passing between vyre-numba's own calls is left to the closer check (here
+    EGraph's "renumber ids densely"), not translated by the inner call's wrapper; and one raised in
+    a library the package called (the standard library's json here) is the package's, not a callback
+    of the caller's: a HostMemoryError, not a raw MemoryError."""
+    import vyre_numba.unique as U
+    from vyre_numba.egraph import EGraph
+    from vyre_numba.errors import HostMemoryError
+
+    numpy_like = {"__name__": "numpy._probe"}
+    exec("def boom(*a, **k):\n    raise MemoryError('np.sort ran out')\n", numpy_like)
+    monkeypatch.setattr(U, "_integers", numpy_like["boom"])
+    with pytest.raises(HostMemoryError, match="building the e-graph ran out.*renumber ids densely"):
+        EGraph.from_arrays(np.array([0, 10**9]), np.array([0, 1]), np.zeros(3, np.int64), np.zeros(0, np.int64),
+                           backend="reference")
+    monkeypatch.undo()
+
+    import json
+
+    library = {"__name__": "json.decoder"}
+    code = compile("def loads(*a, **k):\n    raise MemoryError('no room to parse')\n", json.decoder.__file__, "exec")
+    exec(code, library)  # a frame whose code is the standard library's
+    monkeypatch.setattr(json, "loads", library["loads"])
+    with pytest.raises(HostMemoryError, match=r"Program.from_json\(\) ran out of host memory.*Fix:") as e:
+        ir.Program.from_json('{"nodes": []}')
+    assert not ours(frames(e.value))

@@ -452,11 +452,11 @@ def test_an_empty_push_into_a_record_queue_stores_nothing():
     assert _values([], np.dtype("i4,f8")).dtype == np.dtype("i4,f8") and _values((), np.dtype("i4,f8")).size == 0
 
 
-def test_the_model_has_the_queues_capacity_dtype_length_and_reset():
+def test_the_model_has_the_queues_capacity_dtype_and_reset():
     """Regression (an API review): the twin had no capacity, dtype or reset, so code written for a
     WorkQueue could not run on the model in a notebook without a GPU."""
     q = QueueModel(3, "u32")
-    assert (q.capacity, q.dtype, len(q)) == (3, np.uint32, 0)
-    assert [q.push(v) for v in (1, 2, 3, 4)] == [True, True, True, False] and (len(q), q.overflowed()) == (3, 1)
+    assert (q.capacity, q.dtype, q.size()) == (3, np.uint32, 0)
+    assert [q.push(v) for v in (1, 2, 3, 4)] == [True, True, True, False] and (q.size(), q.overflowed()) == (3, 1)
     q.reset()
-    assert (len(q), q.overflowed(), q.drain().tolist()) == (0, 0, []) and q.push(9) and q.drain().tolist() == [9]
+    assert (q.size(), q.overflowed(), q.drain().tolist()) == (0, 0, []) and q.push(9) and q.drain().tolist() == [9]

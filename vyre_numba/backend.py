@@ -556,7 +556,7 @@ class Backend(abc.ABC):
     def _reads(self, read: Iterable[Read]) -> list[tuple]:
         """`read`'s entries as (buffer, offset, count), each refused now where `download` would refuse
         it once the steps had run."""
-        if isinstance(read, tuple) and 2 <= len(read) <= 3 and _is_buffer(read[0]) and all(
+        if isinstance(read, (tuple, list)) and 2 <= len(read) <= 3 and _is_buffer(read[0]) and all(
                 isinstance(x, INTEGERS) or x is None for x in read[1:]):  # one range, not a list of them
             raise DispatchError(f"read={shown(read, 60)} is one range, not a list of them. Fix: pass "
                                 "read=[(buffer, offset, count)].")
@@ -1187,3 +1187,5 @@ def check_upload(array) -> np.ndarray:
 
 
 check_calls(globals(), ["Telemetry", "Step"])
+
+from .megakernel import Megakernel  # noqa: E402,F401  (Backend.megakernel's annotation names it; it imports this module)

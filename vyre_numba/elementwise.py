@@ -222,6 +222,8 @@ def _params(spec, what: str, kernel: str) -> list[tuple[str, DataType]]:
             raise IRValidationError(f"{where}: the parameter {shown(name)} would hide the function or constant of that "
                                     "name in the operation. Fix: rename the parameter.")
         try:
+            if isinstance(t, str) and len(t) == 1 and t.isupper():  # CuPy's generic placeholders (T, I, B, ...),
+                raise IRValidationError(t)  # not NumPy's one-letter codes, in a declaration of CuPy's form
             dt = DataType.parse(t)
         except IRValidationError:
             generic = isinstance(t, str) and len(t) <= 2 and t[:1].isupper()

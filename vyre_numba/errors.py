@@ -267,15 +267,24 @@ def _translated(fn, e: BaseException, args: tuple, kwargs: dict, caller: types.F
 
 
 def _raised_by_us(tb: types.TracebackType | None) -> bool:
-    """Whether the innermost frame of `tb` that is not NumPy's own runs vyre-numba's code (not a
-    callback of the caller's that the package called)."""
+    """Whether the innermost frame of `tb` that is not a library's (NumPy's, the standard library's,
+    an installed package's) runs vyre-numba's code, not a callback of the caller's it called."""
     last = None
     while tb is not None:
-        name = tb.tb_frame.f_globals.get("__name__") or ""
-        if name != "numpy" and not name.startswith("numpy."):
-            last = tb.tb_frame.f_globals
+        g = tb.tb_frame.f_globals
+        if _own_frame(g) or not tb.tb_frame.f_code.co_filename.startswith(_library_paths()):
+            last = g
         tb = tb.tb_next
     return last is not None and _own_frame(last)
+
+
+@functools.lru_cache(maxsize=1)
+def _library_paths() -> tuple[str, ...]:
+    """Where the standard library and installed packages live (their frames are nobody's callback)."""
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    return tuple(sorted({paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}))
 
 
 def _debugging() -> bool:

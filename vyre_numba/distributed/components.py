@@ -26,8 +26,6 @@ both partitions, which steps 2-3 turn into a pair; so the merged roots are the c
 rooted at its smallest id, the labels the single-GPU call gives."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import time
 from dataclasses import dataclass, field
 
@@ -38,8 +36,7 @@ from . import cluster
 from .device import Ops, marked, moved_pairs, narrow, packed
 from .unionfind import merge
 
-if TYPE_CHECKING:
-    from ..backend import Backend
+from ..backend import Backend  # noqa: F401  (the annotations name it: typing.get_type_hints reads them)
 
 
 @dataclass

@@ -31,8 +31,6 @@ so two e-nodes congruent at the end were compared at their owner; at the fixed p
 two classes, which is the single-GPU rebuild's invariant."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import time
 
 import numpy as np
@@ -47,8 +45,7 @@ from . import cluster
 from .egraph_device import DeviceKept, DevicePart
 from .unionfind import _forest, union
 
-if TYPE_CHECKING:
-    from ..backend import Backend
+from ..backend import Backend  # noqa: F401  (the annotations name it: typing.get_type_hints reads them)
 
 _EMPTY_ROWS = (np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
                np.zeros(0, np.uint64))

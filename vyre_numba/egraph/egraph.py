@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -27,8 +27,7 @@ from ..owned import Unshared
 from ..unique import count_distinct, index_of, unique, unique_rows
 from .signature import signature_heads
 
-if TYPE_CHECKING:
-    from ..backend import Backend
+from ..backend import Backend  # noqa: F401  (the annotations name it: typing.get_type_hints reads them)
 
 MAX_ID = 2**31 - 2
 MAX_ROWS = 2**29 - 1  # the device's hash table keeps 4 slots a row, addressed by int32 slot ids
@@ -450,8 +449,9 @@ class EGraph(Unshared):
     def find(self, ids) -> "np.ndarray | np.int64":
         """The canonical id (smallest in its class) of each class id, or of one id given alone (as
         `unique.index_of` answers a scalar with one); valid at any time."""
-        if isinstance(ids, INTEGERS) and not isinstance(ids, (bool, np.bool_)):
-            return self._live().find(self._ids([ids], "ids"))[0]
+        if (isinstance(ids, INTEGERS) or isinstance(ids, np.ndarray) and ids.ndim == 0 and ids.dtype.kind in "iu") \
+                and not isinstance(ids, (bool, np.bool_)):  # one id, a 0-d array too (as bfs takes a source)
+            return self._live().find(self._ids([int(ids)], "ids"))[0]
         return self._live().find(self._ids(ids, "ids"))
 
     @_serial

@@ -5,7 +5,7 @@ import inspect
 import numbers
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -16,9 +16,8 @@ from ..compaction.select import kept_compiled, predicate_key
 from ..lru import LRUCache
 from ..progress import finished, stopped
 
-if TYPE_CHECKING:
-    from ..ir import Program
-    from ..backend import Backend
+from ..ir import Program
+from ..backend import Backend  # noqa: F401  (the annotations name it: typing.get_type_hints reads them)
 
 MODES = ("auto", "cooperative", "graph", "relaunch")
 _CTL_WORDS = 8  # see ptx_templates/fixpoint.ptx

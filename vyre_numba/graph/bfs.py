@@ -9,8 +9,6 @@ host reads two counts a level (the frontier's vertices and edges), which the lev
 puts in mapped host memory. `bfs_numpy` is the CPU implementation and the oracle."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import os
 import threading
 
@@ -19,8 +17,7 @@ import numpy as np
 from ..errors import INTEGERS, DispatchError, host_memory, shown
 from .csr import CSR, checked_graph, enqueue_check, resolve
 
-if TYPE_CHECKING:
-    from ..backend import Backend
+from ..backend import Backend  # noqa: F401  (the annotations name it: typing.get_type_hints reads them)
 
 _SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 HUB = 256  # see bfs_kernels.HUB
@@ -68,7 +65,7 @@ def _source(source, n: int) -> int:
     if isinstance(source, np.ndarray) and source.shape == ():  # a 0-d array, as bfs_many takes one
         source = source[()]
     elif isinstance(source, (np.ndarray, list, tuple)):
-        raise DispatchError(f"source={shown(source)} is {'an array' if isinstance(source, np.ndarray) else 'a list'}"
+        raise DispatchError(f"source={shown(source)} is {'an array' if isinstance(source, np.ndarray) else 'a ' + type(source).__name__}"
                             f", not one vertex. Fix: pass one int 0 <= source < {n} (bfs_many takes many sources).")
     if isinstance(source, (bool, np.bool_)) or not isinstance(source, INTEGERS) or not 0 <= source < n:
         raise DispatchError(f"source={shown(source)} is not a vertex of this {n}-vertex graph. Fix: pass an int "

@@ -12,15 +12,12 @@ as its smallest id.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from ..errors import host_memory
 from .csr import CSR, check_device_csr, checked_graph, edges, resolve
 
-if TYPE_CHECKING:
-    from ..backend import Backend
+from ..backend import Backend  # noqa: F401  (the annotations name it: typing.get_type_hints reads them)
 
 
 @host_memory("components_numpy")

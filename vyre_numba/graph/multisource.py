@@ -9,16 +9,13 @@ which are its next frontier, and those sources' distances there are the level. T
 one count a level. `bfs_many_numpy` is the CPU implementation and the oracle."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from ..errors import INTEGERS, DispatchError, host_memory
 from .bfs import BOTTOM_UP_ABOVE, TOP_DOWN_BELOW
 from .csr import CSR, _as_index_array, check_device_csr, checked_graph, resolve
 
-if TYPE_CHECKING:
-    from ..backend import Backend
+from ..backend import Backend  # noqa: F401  (the annotations name it: typing.get_type_hints reads them)
 
 BATCH = 64  # sources a pass: the bits of one uint64 mask
 PIECE = 1024  # neighbours a warp takes of a vertex with more than this many (a hub is many warps' work)

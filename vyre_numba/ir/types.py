@@ -96,9 +96,9 @@ class DataType(enum.Enum):
     def parse(cls, value: "DataType | str | np.dtype | type") -> "DataType":
         """The DataType named by `value`: a DataType, its short name ("u32", "f32", ...), a NumPy
         dtype, scalar type or dtype name (np.float32, np.dtype("uint8"), "float32", np.bool_),
-        NumPy's sized codes and the aliases of one width everywhere ("i4", "<f8", "double"), or
-        "bfloat16" (stored as raw uint16 bits). Names of two widths ("float", "int", "<i8" against
-        vyre's 8-bit "i8") are refused with the choice to make."""
+        NumPy's sized codes, one-letter codes and the aliases of one width everywhere ("i4", "<f8",
+        "f", "B", "double"), or "bfloat16" (stored as raw uint16 bits). Names of two widths ("float",
+        "int", C's long "l", "<i8" against vyre's 8-bit "i8") are refused with the choice to make."""
         if isinstance(value, DataType):
             return value
         if isinstance(value, str):

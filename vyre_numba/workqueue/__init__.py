@@ -95,9 +95,6 @@ class QueueModel:
         """The items' dtype (as `WorkQueue.dtype`)."""
         return self.items.dtype
 
-    def __len__(self) -> int:
-        return self.size()
-
     def reset(self) -> None:
         """Empty the queue, its overflow count too (as `WorkQueue.reset`)."""
         with self._lock:
@@ -108,7 +105,7 @@ class QueueModel:
         return min(self.tail, self.items.size)
 
     def overflowed(self) -> int:
-        """How many pushes found the queue full since the last drain."""
+        """How many pushes found the queue full since the last drain or reset."""
         return max(0, self.tail - self.items.size)
 
     def drain(self) -> np.ndarray:

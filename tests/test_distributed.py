@@ -481,8 +481,7 @@ def test_an_egraph_whose_eclass_is_a_tuple_of_ids_is_one_egraph_not_partitions(c
     (lambda c: congruence_closure([], client=c, backend="reference"), "at least one"),
     (lambda c: congruence_closure([chain_pair(1)] * 257, client=c, backend="reference"), "concatenate partitions"),
     (lambda c: congruence_closure(chain_pair(2), client=c, backend="reference", max_rounds=0), "positive int"),
-    (lambda c: connected_components(np.array([0, 0]), np.zeros(0, np.int32)), "Client("),
-    (lambda c: congruence_closure(chain_pair(2), [(0, 1)]), "Client("),
+    # no client= takes Dask's default client now: test_without_client_the_default_client_is_used_as_dask_does
     (lambda c: connected_components([0, [1, 2]], [1], client=c, backend="reference"), "flat list"),
     *[(lambda c, k=k: connected_components(np.array([0, 1, 1]), np.array([0]), client=c, backend="reference",
                                           partitions=k), "partitions <= 256") for k in (257, 10**12, 2**63, 2**70)],

@@ -401,6 +401,11 @@ class HostMemoryError(DispatchError, MemoryError):
     """The host ran out of memory for arrays sized by the inputs (usually by the largest id); also
     a MemoryError, so `except MemoryError` around a call still catches it."""
 
+    def __new__(cls, *args, **kwargs):
+        # MemoryError's own __new__ is unsafe for a class whose first base is another exception; tblib
+        # (which Dask uses to bring a worker's error back) unpickles by calling cls.__new__(cls)
+        return Exception.__new__(cls, *args)
+
 
 BY_IDS = ("Arrays are sized by the largest vertex or class id, not by how many are used. Fix: renumber ids densely "
           "from 0 (np.unique(ids, return_inverse=True)), or split the input.")

@@ -948,6 +948,7 @@ def resolve_backend(backend: "Backend | str | None" = None) -> Backend:
 
 
 STORAGE_DTYPES = frozenset(d.storage for d in DataType)
+NUMPY_BOOL_CODES = ("?", "b1", "|b1")  # NumPy's one-byte bools, which DataType.parse reads as vyre's u32-word bool
 
 
 def check_empty(n, dtype, call: str | None = None) -> tuple[int, np.dtype]:
@@ -967,7 +968,7 @@ def check_empty(n, dtype, call: str | None = None) -> tuple[int, np.dtype]:
         small, big = ("int8", "int64") if dtype == "i8" else ("uint8", "uint64")
         raise DispatchError(f"{name()}: {dtype!r} is vyre's 8-bit integer but NumPy's 8-byte one. Fix: say which: "
                             f"{small!r} or {big!r} (np.{small} or np.{big}).")
-    if isinstance(dtype, str) and dtype not in ("?", "b1", "|b1"):  # a name reads as wherever a type is taken ("int"
+    if isinstance(dtype, str) and dtype not in NUMPY_BOOL_CODES:  # a name reads as wherever a type is taken ("int"
         try:  # is refused, not int64); NumPy's codes of its one-byte bools are refused as np.bool_ is
             dt = DataType.parse(dtype).storage
         except IRValidationError as e:

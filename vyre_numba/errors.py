@@ -201,8 +201,7 @@ def _checked(fn):
         try:
             return fn(*args, **kwargs)
         except VyreError as e:
-            if not _kept_whole(e, sys._getframe(1)):
-                e.__traceback__ = _callers_frames(e.__traceback__)
+            _leaving(e, sys._getframe(1))
             raise
         except (TypeError, MemoryError, ValueError) as e:
             error = _translated(fn, e, args, kwargs, sys._getframe(1))
@@ -212,8 +211,7 @@ def _checked(fn):
         try:  # raised here, past the handler, so that Python's error is no context of it
             raise error from cause
         except VyreError as e:
-            if not _kept_whole(e, sys._getframe(1)):
-                e.__traceback__ = _callers_frames(e.__traceback__)
+            _leaving(e, sys._getframe(1))
             raise
     for attr in ("cache_clear", "cache_info", "cache_parameters"):  # functools.lru_cache's controls
         if hasattr(fn, attr):
@@ -241,6 +239,13 @@ def _callers_frames(tb: types.TracebackType | None) -> types.TracebackType | Non
     for t in reversed(kept):
         out = types.TracebackType(out, t.tb_frame, t.tb_lasti, t.tb_lineno)
     return out
+
+
+def _leaving(e: VyreError, caller: types.FrameType) -> None:
+    """`e` as it leaves a public call for `caller`: its traceback less vyre-numba's frames, unless
+    it keeps them whole."""
+    if not _kept_whole(e, caller):
+        e.__traceback__ = _callers_frames(e.__traceback__)
 
 
 def _kept_whole(e: VyreError, caller: types.FrameType) -> bool:

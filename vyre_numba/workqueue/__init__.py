@@ -22,7 +22,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..backend import check_empty, host_array, mixes_bools
+from ..backend import NUMPY_BOOL_CODES, check_empty, host_array, mixes_bools
 from ..ir import DataType
 from ..errors import (INTEGERS, BackendUnavailableError, CapacityError, DeviceError, DispatchError, host_memory,
                       numba_reason, shown)
@@ -138,7 +138,7 @@ def _dtype(dtype) -> np.dtype:
     if dtype is DataType.BOOL:
         dtype = np.bool_  # refused below as every bool is
     if isinstance(dtype, DataType) or (
-            isinstance(dtype, str) and "," not in dtype and dtype not in ("bool", "?", "b1", "|b1")):  # bools: no numbers
+            isinstance(dtype, str) and "," not in dtype and dtype not in ("bool", *NUMPY_BOOL_CODES)):  # bools: no numbers
         return check_empty(1, dtype, call=f"dtype={shown(given, 60)}")[1]
     try:
         dt = None if dtype is None else np.dtype(dtype)

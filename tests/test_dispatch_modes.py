@@ -51,6 +51,33 @@ def test_async_matches_dispatch(backend):
     assert np.array_equal(pending.result()[0], y), "result() is repeatable"
 
 
+def test_result_with_a_timeout_raises_while_it_runs(backend):
+    """result(timeout=) raises ResultTimeoutError (a TimeoutError) while the dispatch runs, which
+    goes on to the right answer: 2**27 steps of a 32-bit LCG (about 0.3 s on a GPU; the reference
+    backend's is cancelled)."""
+    trips, a, c = 2**27, 1664525, 1013904223
+    program = ir.Program([ir.BufferDecl.read_write("x", 0, "u32")], 1, [
+        ir.let("s", ir.load("x", 0)),
+        ir.loop("j", ir.u32(0), ir.u32(trips), ir.assign("s", ir.var("s") * ir.u32(a) + ir.u32(c))),
+        ir.store("x", 0, ir.var("s"))], name="lcg")
+    pending = backend.dispatch_async(program, [np.array([7], np.uint32)])
+    with pytest.raises(vn.ResultTimeoutError, match="still running") as e:
+        pending.result(timeout=0)
+    assert isinstance(e.value, TimeoutError)
+    fix_in(e)
+    if backend.name == "reference":
+        assert pending.cancel()
+        with pytest.raises(DispatchError, match="cancelled"):
+            pending.result()
+        return
+    mul, add, x = a, c, 7  # x -> x * a + c composed `trips` times, by squaring
+    for bit in range(trips.bit_length()):
+        if trips >> bit & 1:
+            x = (x * mul + add) % 2**32
+        mul, add = mul * mul % 2**32, (add * mul + add) % 2**32
+    assert pending.result(timeout=120)[0].tolist() == [x]
+
+
 def test_async_error_surfaces_at_issue_or_result(backend):
     with pytest.raises(vn.DispatchError) as e:
         backend.dispatch_async(affine(), [np.arange(10, dtype=np.float32) + 0.5]).result()

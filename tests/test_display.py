@@ -407,7 +407,7 @@ def test_pending_shows_its_state():
     class Busy(Pending):
         def done(self): return False
         def wait(self, timeout=None): return False
-        def result(self): raise AssertionError
+        def _collect(self): raise AssertionError
 
     assert repr(Busy()) == "<Busy running>" and "running" in well_formed(Busy()._repr_html_())
 
@@ -418,7 +418,7 @@ def test_a_pending_marks_where_its_repr_cuts_the_failure():
         def __init__(self, message): self._error = DispatchError(message)
         def done(self): return True
         def wait(self, timeout=None): return True
-        def result(self): raise self._error
+        def _collect(self): raise self._error
 
     r = repr(Failed("word " * 100 + "Fix: do this."))
     assert r.endswith("...>") and len(r) == len("<Failed failed: >") + 200

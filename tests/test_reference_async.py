@@ -50,6 +50,32 @@ def test_wait_times_out_while_it_runs_and_cancel_stops_it():
     assert backend.telemetry().get("dispatches", 0) == 0
 
 
+def test_result_with_a_timeout_raises_a_timeout_error_and_can_be_asked_again():
+    """result(timeout=) as concurrent.futures has it: a TimeoutError while the dispatch runs, which
+    goes on running; the outputs once it ends."""
+    from vyre_numba import ResultTimeoutError
+
+    pending = ReferenceBackend().dispatch_async(spin(2**32 - 1), [np.zeros(4, np.uint32)])
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError) as e:
+        pending.result(timeout=0.2)
+    assert 0.19 <= time.monotonic() - t0 < 10
+    assert isinstance(e.value, ResultTimeoutError) and isinstance(e.value, DispatchError)
+    assert "still running" in str(e.value)
+    assert_fix(str(e.value))
+    assert not pending.done()
+    for bad in (-1, float("nan"), True, "1"):
+        with pytest.raises(DispatchError, match=r"result\(timeout=.*Fix: "):
+            pending.result(timeout=bad)
+    pending.cancel()
+    with pytest.raises(DispatchError, match="cancelled"):
+        pending.result(timeout=60)
+    done = ReferenceBackend().dispatch_async(spin(5), [np.arange(4, dtype=np.uint32)])
+    assert done.result(timeout=60)[0].tolist() == [5, 6, 7, 8]
+    assert done.result(0)[0].tolist() == [5, 6, 7, 8]
+    assert Backend.dispatch_async(ReferenceBackend(), spin(5), [np.zeros(4, np.uint32)]).result(timeout=0)[0][0] == 5
+
+
 def test_a_dispatch_cancelled_while_queued_never_runs_and_says_so():
     """Regression (a red-team): cancel() of a queued dispatch returned True, yet it ran when a worker
     came free (the budget was first checked inside a loop) and result() gave its outputs."""

@@ -11,8 +11,8 @@ from .elementwise import elementwise
 from .config import DispatchConfig
 from .errors import (ArgumentError, BackendUnavailableError, BarrierTimeoutError, CapacityError, CheckError,
                      CheckWarning, CompileError, DeviceError, DispatchError, HostMemoryError, ImmutableError,
-                     IRValidationError, LaunchError, SettingError, TemplateError, UnknownBufferError,
-                     UnknownNameError, UnknownStepError, UnsupportedError, VyreError)
+                     IRValidationError, LaunchError, ResultTimeoutError, SettingError, TemplateError,
+                     UnknownBufferError, UnknownNameError, UnknownStepError, UnsupportedError, VyreError)
 from .ir import BufferDecl, DataType, Program
 
 from .version import __version__
@@ -23,7 +23,7 @@ __all__ = ["ir", "Backend", "available_backends", "get_backend", "DispatchConfig
            "VyreError", "ArgumentError", "IRValidationError", "UnknownBufferError", "UnknownNameError",
            "BackendUnavailableError", "SettingError", "TemplateError", "DispatchError", "LaunchError", "CapacityError",
            "CheckError", "HostMemoryError", "ImmutableError", "UnsupportedError", "CompileError", "DeviceError",
-           "BarrierTimeoutError", "CheckWarning", "UnknownStepError"]
+           "BarrierTimeoutError", "CheckWarning", "UnknownStepError", "ResultTimeoutError"]
 
 _SUBPACKAGES = ("compaction", "distributed", "egraph", "fixpoint", "gpu", "graph", "megakernel", "profiling",
                 "recording", "reference", "testing", "unionfind", "unique", "workqueue")

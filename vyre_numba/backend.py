@@ -16,8 +16,8 @@ import numpy as np
 from . import display
 from .config import DispatchConfig
 from .owned import Unshared
-from .errors import (INTEGERS, CheckError, CheckWarning, DispatchError, ImmutableError, IRValidationError, UnknownNameError,
-                     UnsupportedError, VyreError, check_calls, clip, did_you_mean, flag, shown)
+from .errors import (INTEGERS, CheckError, CheckWarning, DispatchError, ImmutableError, IRValidationError,
+                     ResultTimeoutError, UnknownNameError, UnsupportedError, VyreError, check_calls, clip, did_you_mean, flag, shown)
 from .ir import DataType, Program
 from .lru import LRUCache
 
@@ -198,9 +198,19 @@ class Pending(abc.ABC):
     def wait(self, timeout: float | None = None) -> bool:
         """Block until done or `timeout` seconds pass; True if done."""
 
+    def result(self, timeout: float | None = None) -> list[np.ndarray]:
+        """The outputs in binding order, waiting for them at most `timeout` seconds (None: until
+        done); raises the dispatch's error, or ResultTimeoutError (a TimeoutError, as
+        concurrent.futures raises) while it is still running, after which it can be asked again."""
+        if timeout is not None and not self.wait(wait_seconds(timeout, "result")):
+            raise ResultTimeoutError(f"the dispatch was still running after result(timeout={timeout!r}) waited; it runs "
+                                     "on. Fix: call result() again later (or with a longer timeout, or none), or "
+                                     "cancel() it.")
+        return self._collect()
+
     @abc.abstractmethod
-    def result(self) -> list[np.ndarray]:
-        """The outputs in binding order (waits if needed; raises the dispatch's error)."""
+    def _collect(self) -> list[np.ndarray]:
+        """The outputs, waiting for them; raises the dispatch's error."""
 
     def cancel(self) -> bool:
         """Ask the dispatch to stop early; `result()` then raises. True if the request was taken
@@ -226,13 +236,13 @@ class InFlight(Unshared, Pending):
                              "pickled. Fix: copy or pickle its outputs, pending.result(), instead.")
 
 
-def wait_seconds(timeout) -> float | None:
+def wait_seconds(timeout, call: str = "wait") -> float | None:
     """`Pending.wait`'s timeout as seconds to wait, or None for no limit (None, inf, or longer than a
     thread can be told to wait, threading.TIMEOUT_MAX: days); anything else is a DispatchError."""
     if timeout is None:
         return None
     if isinstance(timeout, (bool, np.bool_)) or not isinstance(timeout, numbers.Real) or not timeout >= 0:
-        raise DispatchError(f"wait(timeout={shown(timeout)}): the timeout is not a non-negative number of seconds. "
+        raise DispatchError(f"{call}(timeout={shown(timeout)}): the timeout is not a non-negative number of seconds. "
                             "Fix: pass seconds as an int or float, or None to wait until done.")
     return None if timeout >= threading.TIMEOUT_MAX else float(timeout)
 
@@ -251,7 +261,7 @@ class Completed(Pending):
         wait_seconds(timeout)
         return True
 
-    def result(self) -> list[np.ndarray]:
+    def _collect(self) -> list[np.ndarray]:
         if self._error is not None:
             self._raise_kept()
         return self._outputs

@@ -15,7 +15,7 @@ import numpy as np
 __all__ = ["VyreError", "IRValidationError", "UnknownBufferError", "UnknownNameError", "BackendUnavailableError",
            "SettingError", "TemplateError", "DispatchError", "ArgumentError", "ImmutableError", "LaunchError",
            "UnsupportedError", "CompileError", "DeviceError", "BarrierTimeoutError", "CapacityError", "CheckError",
-           "CheckWarning", "HostMemoryError", "UnknownStepError"]
+           "CheckWarning", "HostMemoryError", "UnknownStepError", "ResultTimeoutError"]
 
 # Python's and NumPy's integer types, less np.timedelta64 (NumPy counts a time span among its integers;
 # taken as a count, its unit would be dropped without a word)
@@ -400,6 +400,11 @@ def warn_user(warning: Warning) -> None:
 class UnknownStepError(DispatchError, IndexError):
     """A step number a recorded sequence's `buffers` does not have (also an IndexError, as a tuple's
     index out of range is, so `except IndexError` keeps working)."""
+
+
+class ResultTimeoutError(DispatchError, TimeoutError):
+    """`Pending.result(timeout=...)` waited and the dispatch still runs (also a TimeoutError, as
+    concurrent.futures raises, so `except TimeoutError` catches it)."""
 
 
 class HostMemoryError(DispatchError, MemoryError):

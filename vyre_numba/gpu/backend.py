@@ -794,7 +794,7 @@ class CudaPending(InFlight):
             delay = min(delay * 2, 1e-3)
         return True
 
-    def result(self) -> list[np.ndarray]:
+    def _collect(self) -> list[np.ndarray]:
         with self._lock:
             if self._result is None and self._error is None:
                 try:

@@ -171,7 +171,7 @@ class ReferencePending(InFlight):
     def wait(self, timeout: float | None = None) -> bool:
         return self._event.wait(wait_seconds(timeout))
 
-    def result(self) -> list[np.ndarray]:
+    def _collect(self) -> list[np.ndarray]:
         self._event.wait()
         if self._error is not None:
             self._raise_kept()

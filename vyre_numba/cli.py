@@ -34,11 +34,11 @@ import numpy as np
 
 from . import ir
 from .config import MAX_AXIS, DispatchConfig
-from .errors import VyreError, clip, shown
+from . import errors
+from .errors import DEBUG_ENV, DEBUG_OFF, DEBUG_ON, VyreError, clip, shown
 from .registry import available_backends, get_backend, unavailable_reason
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-DEBUG_ENV = "VYRE_NUMBA_DEBUG"
 
 
 class UsageError(VyreError):
@@ -764,11 +764,9 @@ def _debug() -> bool:
     unset for none; anything else is said on stderr and read as on (a debugging aid should not
     hide the error it was set to show)."""
     value = os.environ.get(DEBUG_ENV, "").strip().lower()
-    if value in ("", "0", "false", "no", "off"):
-        return False
-    if value not in ("1", "true", "yes", "on"):
+    if value not in DEBUG_OFF + DEBUG_ON:
         print(f"warning: ${DEBUG_ENV}={value!r} is not a setting; read as on (set it to 1 or 0).", file=sys.stderr)
-    return True
+    return errors._debugging()
 
 
 def _one_line(text: object) -> str:

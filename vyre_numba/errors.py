@@ -292,11 +292,16 @@ def _library_paths() -> tuple[str, ...]:
     return tuple(sorted({paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}))
 
 
+DEBUG_ENV = "VYRE_NUMBA_DEBUG"
+DEBUG_OFF, DEBUG_ON = ("", "0", "false", "no", "off"), ("1", "true", "yes", "on")
+
+
 def _debugging() -> bool:
-    """$VYRE_NUMBA_DEBUG set (1/true/yes/on): errors keep vyre-numba's frames in their tracebacks."""
+    """$VYRE_NUMBA_DEBUG set (1/true/yes/on, any case; another value too, as a debugging aid should
+    not hide what it was set to show): errors keep vyre-numba's frames in their tracebacks."""
     import os
 
-    return os.environ.get("VYRE_NUMBA_DEBUG", "").strip().lower() not in ("", "0", "false", "no", "off")
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in DEBUG_OFF
 
 
 def _unfit(fn, args: tuple, kwargs: dict) -> str | None:

@@ -40,6 +40,34 @@ def test_if_else_divergent_with_assign_in_branches():
     assert run(p, [a])[0].tolist() == exp
 
 
+@pytest.mark.parametrize("dtype", ["u8", "i16", "u32", "i64", "f32", "f64"])
+@pytest.mark.parametrize("n", [1, 63, 64, 65, 1000])
+def test_a_masked_store_at_the_invocation_id_writes_only_where_the_mask_holds(dtype, n):
+    """A store at invocation_id(0) under a mask (the bounds guard of a ragged size, or any
+    condition) writes the lanes in the mask and leaves every other element's bits as they were
+    (NaN payloads too); the store through the mask in place must match a per-element model."""
+    rng = np.random.default_rng(n)
+    nd = ir.DataType.parse(dtype).storage
+    if nd.kind == "f":
+        bits = np.dtype(f"u{nd.itemsize}")
+        x = rng.integers(0, np.iinfo(bits).max, n, dtype=bits, endpoint=True).view(nd)
+        old = rng.integers(0, np.iinfo(bits).max, n + 5, dtype=bits, endpoint=True).view(nd)
+    else:
+        x = rng.integers(np.iinfo(nd).min, np.iinfo(nd).max, n, dtype=nd, endpoint=True)
+        old = rng.integers(np.iinfo(nd).min, np.iinfo(nd).max, n + 5, dtype=nd, endpoint=True)
+    keep = rng.integers(0, 3, n).astype(np.uint32)
+    p = P([B.read("x", 0, dtype), B.read("k", 1, "u32"), B.read_write("out", 2, dtype)], 64, [
+        ir.let("i", ir.gid(0)),
+        ir.if_(i < ir.buf_len("x"), ir.if_(ir.load("k", i).ne(0), ir.store("out", i, ir.load("x", i))))])
+    (out,) = ReferenceBackend().dispatch(p, [x, keep, old.copy()])
+    want = old.copy()
+    for j in range(n):
+        if keep[j]:
+            want[j] = x[j]
+    u = np.dtype(f"u{nd.itemsize}")
+    assert out.view(u).tolist() == want.view(u).tolist()
+
+
 def test_uniform_condition_takes_one_branch_for_everyone():
     p = P([B.read("a", 0, "u32"), B.output("out", 1, "u32")], 32, [
         ir.if_(ir.load("a", 0).eq(5), ir.store("out", ir.gid(0), 1), ir.store("out", ir.gid(0), 2))])

@@ -327,11 +327,15 @@ def _store(r: _Run, decl, idx: np.ndarray, value: np.ndarray, m) -> None:
         pos = np.flatnonzero(act)
         if pos.size and _changes(arr[_full(eff, r.n)[pos]], _full(v, r.n)[pos]):
             r.changes.append(True)
-    if idx is r.iota and eff is idx and m is None:
+    if idx is r.iota and eff is idx:  # this chunk's invocation ids: a contiguous slice, masked in place
         lo = r.base
         k = min(r.n, arr.size - lo)
         if k > 0:
-            arr[lo:lo + k] = v[:k] if v.shape[0] != 1 else v
+            src = v[:k] if v.shape[0] != 1 else v
+            if m is None:
+                arr[lo:lo + k] = src
+            else:
+                np.copyto(arr[lo:lo + k], src, where=_full(m, r.n)[:k])
         return
     inb = idx < bound
     act = _full(inb, r.n) if m is None else inb & m

@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from ..unique import unique
 from .signature import same_signature, signature_hash, signature_heads
 
 
@@ -38,7 +39,7 @@ def _union(parent: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[int, np.nd
         join = lo != hi
         if not join.any():
             break
-        roots = np.unique(hi[join])  # each to go under a smaller id, perhaps another of them
+        roots = unique(hi[join])  # each to go under a smaller id, perhaps another of them
         under = np.zeros(parent.size, bool)
         under[roots] = True
         moved = np.flatnonzero(under[parent])  # the ids whose root is one of them, the roots too
@@ -53,7 +54,7 @@ def _union(parent: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[int, np.nd
         changed.append(moved)
         a, b = a[join], b[join]
     out[:] = parent
-    return merged, np.unique(np.concatenate(changed))
+    return merged, unique(np.concatenate(changed))
 
 
 def rebuild_numpy(parent: np.ndarray, op: np.ndarray, offsets: np.ndarray, children: np.ndarray,
@@ -84,7 +85,7 @@ def rebuild_numpy(parent: np.ndarray, op: np.ndarray, offsets: np.ndarray, child
             touched += op.size
         else:
             children[stale] = parent[children[stale]]
-            work = np.unique(row_of[stale])
+            work = unique(row_of[stale])
             order, hs, ra, rb = _worklist_round(op, offsets, children, hashes, order, hs, work)
             touched += work.size
         a, b = parent[eclass[ra]], parent[eclass[rb]]
@@ -127,7 +128,7 @@ def _worklist_round(op, offsets, children, hashes, order, hs, work) -> tuple:
     by = np.argsort(fresh, kind="stable")
     at = np.searchsorted(hs[keep], fresh[by])
     order, hs = np.insert(order[keep], at, work[by]), np.insert(hs[keep], at, fresh[by])
-    keys = np.unique(fresh)
+    keys = unique(fresh)
     lo, hi = np.searchsorted(hs, keys, "left"), np.searchsorted(hs, keys, "right")
     size = hi - lo
     members = order[np.repeat(lo - np.cumsum(size) + size, size) + np.arange(int(size.sum()))]

@@ -67,7 +67,7 @@ def top_down_few(indptr, indices, dist, level, items, state, capacity, out_items
     nxt = int32(level + 1)
     for i in range(filled):
         u = items[i]
-        k = indptr[u] + int64(cuda.grid(1))
+        k = int64(indptr[u]) + int64(cuda.grid(1))
         hi = indptr[u + 1]
         while k < hi:
             visit(dist, indices[k], nxt, out_items, out_state)
@@ -218,7 +218,7 @@ def levels_on_device(indptr, indices, dist, queues, states, first, level, n, lim
                 for t in range(cuda.blockDim.x):
                     h = hubs[t]
                     if h >= 0:
-                        k = indptr[h] + tid
+                        k = int64(indptr[h]) + tid
                         while k < indptr[h + 1]:
                             visit(dist, indices[k], nxt, items, state)
                             k += cuda.blockDim.x

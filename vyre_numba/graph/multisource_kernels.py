@@ -168,7 +168,7 @@ def push(indptr, indices, n, seen, frontier, nxt, limit):
     while v < n:
         f = frontier[v]
         if f != uint64(0) and indptr[v + 1] - indptr[v] <= limit:
-            offer_range(indices, indptr[v] + lane, indptr[v + 1], f, seen, nxt)
+            offer_range(indices, int64(indptr[v]) + lane, indptr[v + 1], f, seen, nxt)
         v += warps
 
 
@@ -184,7 +184,7 @@ def pull(indptr, indices, n, everyone, seen, frontier, nxt, limit):
     while u < n:
         want = everyone & ~seen[u]
         if want != uint64(0) and indptr[u + 1] - indptr[u] <= limit:
-            gather(nxt, u, masks_of(indices, indptr[u] + lane, indptr[u + 1], frontier) & want)
+            gather(nxt, u, masks_of(indices, int64(indptr[u]) + lane, indptr[u + 1], frontier) & want)
         u += warps
 
 

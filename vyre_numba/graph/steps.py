@@ -20,9 +20,9 @@ def init(v, parent):
 
 def sample(v, parent, indptr, indices, r):
     """Link v with its r-th stored neighbour, if it has one (Afforest's neighbour sampling)."""
-    k = indptr[v] + r
+    k = int64(indptr[v]) + r  # int64: a uint64 beside a signed int reads as a float under the simulator
     if k < indptr[v + 1]:
-        link(parent, v, int64(indices[k]))  # int64: Numba types a uint64 beside an int64 as a float
+        link(parent, v, int64(indices[k]))
     return 0
 
 
@@ -70,7 +70,7 @@ def rest(v, parent, indptr, indices, skip, votes):
     giant = giant_root(votes)
     if giant >= 0 and root(parent, v) == giant:  # read only: after `compress`, one step away
         return 0
-    for k in range(indptr[v] + skip, indptr[v + 1]):
+    for k in range(int64(indptr[v]) + skip, int64(indptr[v + 1])):
         link(parent, v, int64(indices[k]))
     return 0
 

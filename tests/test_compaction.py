@@ -39,6 +39,18 @@ class Unhashable:
         return self is other
 
 
+def test_a_selector_without_a_gpu_says_what_runs_on_the_cpu(monkeypatch):
+    """Regression (a red-team): Selector() on a machine without a GPU raised Numba's CudaSupportError."""
+    from numba import cuda
+
+    from vyre_numba.errors import BackendUnavailableError
+
+    monkeypatch.setattr(cuda, "is_available", lambda: False)
+    with pytest.raises(BackendUnavailableError, match="host arrays on the CPU") as e:
+        compaction.Selector()
+    assert str(e.value).rstrip().split("Fix: ")[1]
+
+
 def test_host_inputs_give_numpy_results_in_order():
     x = np.arange(10, dtype=np.int16)
     assert compaction.select(x, x % 3 == 0).tolist() == [0, 3, 6, 9]

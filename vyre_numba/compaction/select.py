@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import INTEGERS, DispatchError, VyreError, clip, shown
+from ..errors import INTEGERS, BackendUnavailableError, DispatchError, VyreError, clip, shown
 from ..gpu import mapped
 from ..gpu.numba_launch import NumbaLaunch, RawArray, _describe, overload_kind, stream_handle
 from ..lru import LRUCache
@@ -210,6 +210,10 @@ class Selector(Unshared):
         from ..gpu.numba_launch import check_stream
 
         check_stream(stream)  # before anything is allocated on it
+        if not cuda.is_available():
+            raise BackendUnavailableError("a Selector keeps its counts on a CUDA GPU and none is usable here. Fix: "
+                                          "run on a machine with a GPU (or under NUMBA_ENABLE_CUDASIM=1); select, "
+                                          "nonzero and read_compacted take host arrays on the CPU.")
         self._cuda = cuda
         self.stream = stream if stream is not None else cuda.default_stream()
         self._host = cuda.mapped_array(1, np.int64)

@@ -123,6 +123,7 @@ def test_nan_stays_nan_in_every_float_type():
     ("f32", [1e300], ["declared f32", "element 0: np.float64(1e+300)", "approximately or not at all"]),
     ("f32", np.zeros((2, 3), np.float32), ["has shape (2, 3)", "x.reshape(-1)"]),
     ("f32", np.zeros((3, 1), np.float32), ["has shape (3, 1)"]),
+    ("f32", np.asarray([[1.0, 2.0]], np.float32).view(np.matrix), ["has shape (1, 2)", "np.asarray(x).reshape(-1)"]),
     ("u32", [[1], [2]], ["has shape (2, 1)"]),
     # integers
     ("u8", [256], ["element 0: np.int64(256)", "integers from 0 to 255"]),
@@ -630,3 +631,28 @@ def test_an_arrays_size_is_refused_before_it_is_converted(monkeypatch, declared,
                    [ir.store("y", 0, ir.load("x", 0))])
     with pytest.raises(DispatchError, match=fragment):
         bindings.bind(p, [np.broadcast_to(np.float64(1), (n,))])
+
+
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
+def test_a_matrix_refused_anywhere_is_passed_by_doing_what_the_fix_says():
+    """Regression (a red-team): the Fix said x.reshape(-1), which keeps an np.matrix 2-D, so doing
+    what it said gave the same error again (dispatch, compaction, graphs)."""
+    import re
+
+    from vyre_numba import compaction, get_backend
+    from vyre_numba.graph import connected_components
+
+    m = np.matrix([1.0, 2.0, 3.0], np.float32)
+    p = ir.Program([B.read("a", 0, "f32"), B.output("o", 1, "f32")], 64,
+                   [ir.if_(ir.gid(0) < ir.buf_len("a"), ir.store("o", ir.gid(0), ir.load("a", ir.gid(0))))])
+    graph = (np.matrix([0, 1, 2]), np.array([1, 0]))
+    for call, redo in (
+            (lambda x: get_backend("reference").dispatch(p, [x], sizes={"o": 3}), None),
+            (lambda x: compaction.select(x, np.array([1, 0, 1], np.uint8)), None),
+            (lambda x: connected_components(x, graph[1], backend="reference"), graph[0])):
+        given = m if redo is None else redo
+        with pytest.raises(DispatchError) as e:
+            call(given)
+        fix = re.search(r"np\.asarray\((\w+)\)\.reshape\(-1\)", str(e.value))
+        assert fix, str(e.value)
+        call(np.asarray(given).reshape(-1))  # passes

@@ -90,7 +90,7 @@ def test_a_queue_without_a_gpu_says_to_use_the_model(monkeypatch):
 @pytest.mark.parametrize("dtype,value", [
     (np.uint32, -1), (np.int32, 2**40), (np.int32, 1.7), (np.int32, True), (np.int32, "x"), (np.int32, None),
     (np.float32, 1e300), (np.float32, 2**25 + 1), (np.int32, [1, 2]), (np.int32, np.nan), (np.float64, 2**64 - 1),
-    (np.uint64, 2**64),
+    (np.uint64, 2**64), (np.int8, np.int64(128)), (np.uint8, np.int16(-1)), (np.int32, np.zeros((2, 2))),
 ])
 def test_the_model_refuses_values_it_would_change_and_stays_as_it_was(dtype, value):
     q = QueueModel(4, dtype)
@@ -126,6 +126,30 @@ def test_the_model_takes_values_that_convert_exactly():
     q = QueueModel(2, np.uint8)
     assert q.push(np.int64(255)) and q.push(0)
     assert q.drain().tolist() == [255, 0]
+
+
+def test_the_model_takes_ints_at_the_edges_of_its_type_exactly():
+    """The one-int path (no array checks) stores every int in range, as the general one does."""
+    for dtype in (np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64):
+        info = np.iinfo(dtype)
+        q = QueueModel(6, dtype)
+        for v in (int(info.min), int(info.max), np.int64(0) if info.min < 0 else np.uint64(1), dtype(7),
+                  np.uint8(100), 5):
+            assert q.push(v)
+        got = q.drain()
+        assert got.dtype == dtype and got.tolist() == [info.min, info.max, 0 if info.min < 0 else 1, 7, 100, 5]
+
+
+def test_many_values_given_to_the_model_say_to_push_them_one_at_a_time():
+    """Regression (a red-team): a 2-D array's Fix said values.reshape(-1), which push refused next."""
+    q = QueueModel(8, np.float32)
+    with pytest.raises(DispatchError, match=r"push takes one value; got 4 \(shape \(2, 2\)\)\. Fix: push them one at a time"):
+        q.push(np.zeros((2, 2)))
+    with pytest.raises(DispatchError, match="push takes one value; got 3"):
+        q.push([1, 2, 3])
+    for v in np.asarray(np.ones((2, 2))).reshape(-1):  # what the Fix says
+        assert q.push(v)
+    assert q.size() == 4
 
 
 class Labelled(QueueModel):  # a subclass: it and its own attributes survive every kind of copy

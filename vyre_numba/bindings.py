@@ -8,7 +8,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .config import DispatchConfig
-from .errors import INTEGERS, DispatchError, HostMemoryError, LaunchError, shown
+from .errors import INTEGERS, DispatchError, HostMemoryError, LaunchError, flat_fix, shown
 from .ir import BufferDecl, DataType, Program, check
 from .ir.types import _bf16_to_f32, _f32_to_bf16
 from .ir.program import Role
@@ -74,7 +74,7 @@ def as_host_array(b: BufferDecl, value, where: str) -> np.ndarray:
         arr = arr.reshape(1)
     elif arr.ndim > 1:
         raise DispatchError(f"{where}: {b.name!r} has shape {arr.shape}, but buffers are flat (1-D). "
-                            f"Fix: pass x.reshape(-1) (row-major) if the flat layout is what the program indexes.")
+                            f"Fix: pass {flat_fix(value)} (row-major) if the flat layout is what the program indexes.")
     if arr.dtype == want:
         out = arr
     elif arr.size == 0:

@@ -486,6 +486,11 @@ def numba_reason(e: BaseException, width: int = 300) -> str:
     return clip(text, width)
 
 
+def flat_fix(x, name: str = "x") -> str:
+    """How to pass `x` (named `name`) flat, for a Fix: an np.matrix's reshape(-1) is 2-D still."""
+    return f"np.asarray({name}).reshape(-1)" if isinstance(x, np.matrix) else f"{name}.reshape(-1)"
+
+
 def shown(x, width: int = 80) -> str:
     """repr(x) for an error message: about `width` characters at most, whatever `x` is (a list
     nested 100,000 deep, a huge list, an object whose repr raises), never an exception itself."""

@@ -29,8 +29,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import (INTEGERS, CapacityError, DeviceError, DispatchError, HostMemoryError, VyreError, numba_reason,
-                      shown)
+from ..errors import (INTEGERS, CapacityError, DeviceError, DispatchError, HostMemoryError, VyreError, flat_fix,
+                      numba_reason, shown)
 from ..gpu import memory
 from ..gpu.numba_launch import RawArray, check_stream, stream_handle
 from ..lru import LRUCache
@@ -102,7 +102,7 @@ def _check_values(a, name: str = "values"):
     dt = _dtype(a)
     shape = tuple(a.shape)
     if len(shape) != 1:
-        raise DispatchError(f"{name} has shape {shape}, not 1-D. Fix: pass a flat array (x.reshape(-1)).")
+        raise DispatchError(f"{name} has shape {shape}, not 1-D. Fix: pass a flat array ({flat_fix(a, name)}).")
     if dt.hasobject or dt.itemsize == 0 or dt.itemsize > 64 or (dt.fields is None and dt.itemsize not in (1, 2, 4, 8)):
         raise DispatchError(f"{name} has dtype {dt}; compaction takes 8- to 64-bit numbers and records of at most "
                             "64 bytes. Fix: pass such an array (an index array can select anything else).")

@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import display
 from ..backend import as_ints, mixes_bools
-from ..errors import INTEGERS, BackendUnavailableError, DispatchError, host_memory, shown
+from ..errors import INTEGERS, BackendUnavailableError, DispatchError, flat_fix, host_memory, shown
 from ..owned import Unshared
 from ..unique import count_distinct, index_of, unique, unique_rows
 from .signature import signature_heads
@@ -109,7 +109,8 @@ def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID, copy: bool = True, bou
             raise DispatchError(f"{name} has dtype {arr.dtype}; it must hold integers. Fix: pass an integer array "
                                 "(ids are not converted, so a float id is never rounded silently).")
     if arr.ndim != 1:
-        raise DispatchError(f"{name} has shape {arr.shape}; it must be 1-D. Fix: pass a flat array.")
+        raise DispatchError(f"{name} has shape {arr.shape}; it must be 1-D. Fix: pass a flat array "
+                            f"({flat_fix(a, name)}).")
     low = high = None
     if arr.size:
         low, high = int(arr.min()), int(arr.max())

@@ -8,7 +8,7 @@ from typing import Callable
 import numpy as np
 
 from ..backend import as_ints, mixes_bools
-from ..errors import DispatchError, flag
+from ..errors import DispatchError, flag, flat_fix
 
 
 class CSR(NamedTuple):
@@ -75,7 +75,7 @@ def _as_index_array(a, name: str) -> np.ndarray:
         raise DispatchError(f"{name} has dtype {arr.dtype}, not an integer type. Fix: pass "
                             f"np.asarray({name}, dtype=np.int64) (or int32).")
     if arr.ndim != 1:
-        raise DispatchError(f"{name} has shape {arr.shape}, not 1-D. Fix: pass a flat array.")
+        raise DispatchError(f"{name} has shape {arr.shape}, not 1-D. Fix: pass a flat array ({flat_fix(a, name)}).")
     return arr
 
 
@@ -201,5 +201,6 @@ def _device_index_array(a, name: str) -> int:
         raise DispatchError(f"{name} on the device has dtype {dt}, not a 32- or 64-bit integer. "
                             f"Fix: convert it (e.g. {name}.astype('int64')) before the call.")
     if len(cai["shape"]) != 1:
-        raise DispatchError(f"{name} has shape {tuple(cai['shape'])}, not 1-D. Fix: pass a flat array.")
+        raise DispatchError(f"{name} has shape {tuple(cai['shape'])}, not 1-D. Fix: pass a flat array "
+                            f"({name}.reshape(-1)).")
     return int(cai["shape"][0])

@@ -24,8 +24,8 @@ import numpy as np
 
 from ..backend import NUMPY_BOOL_CODES, check_empty, host_array, mixes_bools
 from ..ir import DataType
-from ..errors import (INTEGERS, BackendUnavailableError, CapacityError, DeviceError, DispatchError, host_memory,
-                      numba_reason, shown)
+from ..errors import (INTEGERS, BackendUnavailableError, CapacityError, DeviceError, DispatchError, flat_fix,
+                      host_memory, numba_reason, shown)
 from ..owned import Unshared
 
 __all__ = ["WorkQueue", "QueueModel"]
@@ -75,9 +75,12 @@ class QueueModel:
         """Append `value` (converted to the queue's dtype as `WorkQueue.push` does: integers exactly,
         floats rounded to the nearest of a float queue; else a DispatchError and the queue
         unchanged); False (nothing stored) when the queue is full, as the device's push."""
-        value = _values(value, self.items.dtype)
-        if value.size != 1:
-            raise DispatchError(f"push takes one value; got {value.size}. Fix: push them one at a time.")
+        dt = self.items.dtype
+        if dt.kind in "iu" and isinstance(value, INTEGERS) and not isinstance(value, (bool, np.bool_)) \
+                and _int_range(dt)[0] <= value <= _int_range(dt)[1]:
+            value = (int(value),)  # the common case, an int in range, without the array checks
+        else:
+            value = _values(value, dt, one=True)
         with self._lock:
             slot, self.tail = self.tail, self.tail + 1
             if slot < self.items.size:
@@ -160,7 +163,12 @@ def _dtype(dtype) -> np.dtype:
     return dt
 
 
-def _values(values, dt: np.dtype) -> np.ndarray:
+def _int_range(dt: np.dtype) -> tuple[int, int]:
+    info = np.iinfo(dt)
+    return int(info.min), int(info.max)
+
+
+def _values(values, dt: np.dtype, *, one: bool = False) -> np.ndarray:
     """`values` (a number, a list or a 1-D host array) as a 1-D array of `dt`, or a DispatchError
     where the conversion would change a value (a float to an integer, an integer out of range, a
     bool, a rounded or overflowing float): nothing is coerced silently."""
@@ -168,9 +176,12 @@ def _values(values, dt: np.dtype) -> np.ndarray:
         values = _python_ints(values, dt)
     arr = host_array(values, "push: the values", "push from device code (workqueue.device.push), or pass "
                      "values.copy_to_host().", "pass values.compressed().", f"pass a list or a 1-D array of {dt}.")
+    if one and arr.size != 1:
+        raise DispatchError(f"push takes one value; got {arr.size}{f' (shape {arr.shape})' if arr.ndim > 1 else ''}. "
+                            "Fix: push them one at a time (for v in np.asarray(values).reshape(-1): q.push(v)).")
     if arr.ndim > 1:
-        raise DispatchError(f"the values have shape {arr.shape}, not 1-D. Fix: pass values.reshape(-1) if the "
-                            "order is the one you mean.")
+        raise DispatchError(f"the values have shape {arr.shape}, not 1-D. Fix: pass "
+                            f"{flat_fix(values, 'values')} if the order is the one you mean.")
     arr = arr.reshape(-1)
     if dt.fields is not None:
         if not arr.size:  # nothing to push: its type says nothing (an empty list reads as float64)

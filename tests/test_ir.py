@@ -139,16 +139,17 @@ def test_datatype_parse_takes_numpys_sized_codes_and_fixed_aliases(name, want):
     (lambda: ir.wrap_int(1.5, D.I32), "takes an integer"),
     (lambda: ir.wrap_int(True, D.U8), "takes an integer"),
     (lambda: ir.wrap_int("7", D.U8), "takes an integer"),
-    (lambda: ir.wrap_int(3, D.F32), "takes an integer DataType"),
-    (lambda: ir.wrap_int(3, "u8"), "takes an integer DataType"),
+    (lambda: ir.wrap_int(3, D.F32), "takes an integer type, and f32 is not one"),
+    (lambda: ir.wrap_int(3, "float32"), "takes an integer type, and f32 is not one"),
+    (lambda: ir.wrap_int(3, "u9"), "unknown data type 'u9'"),
     (lambda: ir.float_to_bits("1.0", D.F32), "takes a number"),
     (lambda: ir.float_to_bits(None, D.F32), "takes a number"),
     (lambda: ir.float_to_bits(np.bool_(True), D.F32), "takes a number"),
-    (lambda: ir.float_to_bits(1.5, D.I32), "takes a float DataType"),
+    (lambda: ir.float_to_bits(1.5, D.I32), "takes a float type, and i32 is not one"),
     (lambda: ir.bits_to_float(2**40, D.F32), "not a 32-bit pattern"),
     (lambda: ir.bits_to_float(-1, D.F16), "not a 16-bit pattern"),
     (lambda: ir.bits_to_float(1.0, D.F32), "takes an integer"),
-    (lambda: ir.bits_to_float(1, D.U32), "takes a float DataType"),
+    (lambda: ir.bits_to_float(1, D.U32), "takes a float type"),
     (lambda: list(ir.walk(5)), "iterable of IR"),
     (lambda: list(ir.walk([1, 2])), "item 0 is a int"),
     (lambda: list(ir.walk("abc")), "iterable of IR"),
@@ -1030,3 +1031,12 @@ def test_a_numpy_float64_scalar_keeps_its_type_as_other_numpy_scalars_do():
     f64 = ir.Program([B.read_write("x", 0, "f64")], 1, [ir.store("x", 0, x * np.float64(0.1))])
     out = vn.get_backend("reference").dispatch(f64, [np.array([3.0])])[0]
     assert out[0] == 3.0 * 0.1
+
+
+def test_bit_helpers_take_a_type_by_any_name_the_ir_takes():
+    """Regression (a red-team): wrap_int(3, "i32") was refused as if i32 were no integer type."""
+    for name in ("i32", np.int32, np.dtype("int32"), "int32", D.I32):
+        assert ir.wrap_int(2**31, name) == -2**31
+    for name in ("f32", np.float32, "float32", D.F32):
+        assert ir.float_to_bits(1.0, name) == 0x3F800000 and ir.bits_to_float(0x3F800000, name) == 1.0
+    assert ir.float_to_bits(1.0, "bf16") == 0x3F80

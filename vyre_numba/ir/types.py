@@ -246,12 +246,13 @@ def _bf16_to_f32(bits) -> np.ndarray:
 
 
 def _typed(dtype, kind: str, what: str) -> "DataType":
-    """`dtype` if it is a DataType of `kind` ("float" or "int"), else an IRValidationError."""
-    if not isinstance(dtype, DataType) or not getattr(dtype, f"is_{kind}"):
-        a, example, other = ("a float", "F32", "wrap_int for integer types") if kind == "float" else \
-            ("an integer", "U32", "float_to_bits for float types")
-        raise IRValidationError(f"{what} takes {a} DataType, not {shown(dtype)}. Fix: pass one (e.g. "
-                                f"DataType.{example}), "
+    """`dtype` (a DataType, or anything DataType.parse takes) as a DataType of `kind` ("float" or
+    "int"), else an IRValidationError."""
+    dtype = DataType.parse(dtype)
+    if not getattr(dtype, f"is_{kind}"):
+        a, example, other = ("a float", "f32", "wrap_int for integer types") if kind == "float" else \
+            ("an integer", "u32", "float_to_bits for float types")
+        raise IRValidationError(f"{what} takes {a} type, and {dtype} is not one. Fix: pass one (e.g. {example!r}), "
                                 f"or use {other}.")
     return dtype
 
@@ -266,11 +267,11 @@ def _number(value, what: str, integral: bool):
     return value
 
 
-def float_to_bits(value: float, dtype: DataType) -> int:
+def float_to_bits(value: float, dtype: "DataType | str") -> int:
     """Round a number to the float type `dtype` (nearest even; beyond its range: inf) and return
     its bit pattern. Ints and long doubles are rounded once, from their exact value (into bf16
     through f32, as `cast` does)."""
-    _typed(dtype, "float", "float_to_bits")
+    dtype = _typed(dtype, "float", "float_to_bits")
     value = _number(value, "float_to_bits", False)
     if dtype is DataType.F64:
         return struct.unpack("<Q", struct.pack("<d", _nearest_f64(value)))[0]
@@ -318,9 +319,9 @@ def _odd_f64(value) -> float:
     return f
 
 
-def bits_to_float(bits: int, dtype: DataType) -> float:
+def bits_to_float(bits: int, dtype: "DataType | str") -> float:
     """The float value of a bit pattern of the float type `dtype`."""
-    _typed(dtype, "float", "bits_to_float")
+    dtype = _typed(dtype, "float", "bits_to_float")
     _number(bits, "bits_to_float", True)
     if not 0 <= bits < 1 << dtype.bits:
         raise IRValidationError(f"bits_to_float: {bits} is not a {dtype.bits}-bit pattern. Fix: pass an int in "
@@ -331,9 +332,9 @@ def bits_to_float(bits: int, dtype: DataType) -> float:
     return float(arr.view(dtype.storage)[0])
 
 
-def wrap_int(value: int, dtype: DataType) -> int:
+def wrap_int(value: int, dtype: "DataType | str") -> int:
     """Reduce an integer modulo 2^bits into the range of the integer type `dtype`."""
-    _typed(dtype, "int", "wrap_int")
+    dtype = _typed(dtype, "int", "wrap_int")
     mask = (1 << dtype.bits) - 1
     v = int(_number(value, "wrap_int", True)) & mask
     if dtype.is_signed and v >> (dtype.bits - 1):

@@ -196,21 +196,33 @@ def test_a_csr_of_arrays_or_lists_has_its_sizes(g, n, nnz):
     assert (CSR(*g).n, CSR(*g).nnz) == (n, nnz)
 
 
-@pytest.mark.parametrize("call", [
-    lambda A: connected_components(A, A.indices, backend="reference"), lambda A: check_csr(A, A.indices),
-    lambda A: vn.graph.bfs(A, A.indices, 0, backend="reference"),
-    lambda A: vn.graph.bfs_many(A.indptr, A.indices, A, backend="reference")])
-def test_a_scipy_sparse_matrix_passed_whole_says_to_pass_its_arrays(call):
-    """Regression (a red-team): the Fix was np.asarray(indptr, dtype=np.int64), which raises a
-    TypeError on a sparse matrix."""
-    A = sp.csr_array(np.eye(3))
-    with pytest.raises(DispatchError, match=r"is a csr_array \(a whole sparse graph\), not an array of integers\. "
-                                            r"Fix: pass (its two arrays, e\.g\. bfs\(A\.indptr, A\.indices|the source)"):
-        call(A)
-    assert np.array_equal(connected_components(A.indptr, A.indices, backend="reference"), [0, 1, 2])  # the fix
+@pytest.mark.parametrize("name, call", [
+    ("connected_components", lambda A, *r: connected_components(*r, backend="reference")),
+    ("check_csr", lambda A, *r: check_csr(*r)),
+    ("bfs", lambda A, *r: vn.graph.bfs(*r, 0, backend="reference")),
+    ("bfs_many", lambda A, *r: vn.graph.bfs_many(*r, [0], backend="reference")),
+    ("reachable_many", lambda A, *r: vn.graph.reachable_many(*r, [0], backend="reference"))])
+@pytest.mark.parametrize("kind", ["csr_array", "csr_matrix", "coo_matrix", "csc_array", "lil_matrix"])
+def test_a_scipy_sparse_matrix_passed_whole_says_how_to_call_the_same_function_with_its_arrays(name, call, kind):
+    """Regressions (red-teams): the Fix was np.asarray(indptr, dtype=np.int64), which raises a
+    TypeError on a sparse matrix; then it named bfs whatever was called, and a COO matrix was
+    'dtype object'. Doing what the Fix says runs."""
+    import re
+
+    A = getattr(sp, kind)(np.array([[0, 1, 0], [1, 0, 0], [0, 0, 0]]))
+    with pytest.raises(DispatchError, match=rf"indptr is a {kind} \(a whole sparse graph\), not an array of integers\. "
+                                            rf"Fix: .*{name}\(A\.indptr, A\.indices") as e:
+        call(A, A, None)
+    if "A = A.tocsr()" in str(e.value):
+        A = A.tocsr()
+    else:
+        assert kind.startswith("csr"), str(e.value)
+    assert re.search(r"Fix: .*\(A\.indptr, A\.indices", str(e.value))
+    call(A, A.indptr, A.indices)  # the fix
+    with pytest.raises(DispatchError, match="sources is a csr_array.*Fix: pass the source vertices"):
+        vn.graph.bfs_many(A.indptr, A.indices, sp.csr_array(np.eye(3)), backend="reference")
     with pytest.raises(DispatchError, match=r"takes a CSR, not a csr_array\. Fix: pass check_csr\(A\.indptr, A\.indices\)"):
-        bfs_numpy(A, 0)
-    assert bfs_numpy(check_csr(A.indptr, A.indices), 0).tolist() == [0, -1, -1]
+        bfs_numpy(sp.csr_array(np.eye(3)), 0)
 
 
 def test_a_graph_without_vertices_has_no_source_and_a_csr_without_offsets_no_size():

@@ -80,7 +80,7 @@ def bfs(indptr, indices, source: int, *, backend: "Backend | str | None" = None,
     when `backend` is "cuda", or is None and a GPU is usable), a device array out for device
     arrays. `symmetric=True` promises every edge is stored both ways, which lets large frontiers
     be searched bottom-up; it is not checked."""
-    be, g, n, on_device = resolve(indptr, indices, backend, symmetric)
+    be, g, n, on_device = resolve(indptr, indices, backend, symmetric, "bfs(A.indptr, A.indices, source)")
     source = _source(source, n)
     if on_device:
         return _bfs_gpu(be, indptr, indices, n, source, bool(symmetric), hubs=enqueue_check(be, indptr, indices, n, HUB))

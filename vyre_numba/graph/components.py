@@ -61,7 +61,7 @@ def connected_components(indptr, indices, *, backend: "Backend | str | None" = N
     promises every edge is stored both ways (as scipy's undirected graphs are), so the GPU can skip
     the largest component's edges, seen from their other ends; it is not checked, and a CSR that
     is not symmetric then gets wrong labels."""
-    be, g, n, on_device = resolve(indptr, indices, backend, symmetric)
+    be, g, n, on_device = resolve(indptr, indices, backend, symmetric, "connected_components(A.indptr, A.indices)")
     if on_device:
         check_device_csr(be, indptr, indices, n)
         return _components_gpu(be, indptr, indices, n, symmetric)

@@ -46,11 +46,20 @@ def _length(a, name: str) -> int:
     return int(shape[0])
 
 
-def _as_index_array(a, name: str) -> np.ndarray:
-    if hasattr(a, "indptr") and hasattr(a, "indices") and not isinstance(a, np.ndarray):  # scipy.sparse, a CSR
-        fix = ("pass the source vertices as a list or NumPy array of ints" if name == "sources" else
-               "pass its two arrays, e.g. bfs(A.indptr, A.indices, source) for a CSR matrix A (A.tocsr() first for "
-               "another sparse format)")
+CHECK_CSR = "check_csr(A.indptr, A.indices)"
+
+
+def _as_index_array(a, name: str, call: str = CHECK_CSR) -> np.ndarray:
+    """`a` as a 1-D host integer array, else a DispatchError; `call`: the call the user made, with
+    a sparse matrix A's arrays, for the Fix where `a` is a whole sparse graph."""
+    if not isinstance(a, np.ndarray) and (hasattr(a, "indptr") and hasattr(a, "indices")
+                                          or type(a).__module__.startswith("scipy.sparse")):  # a SciPy matrix, a CSR
+        if name == "sources":
+            fix = "pass the source vertices as a list or NumPy array of ints"
+        elif getattr(a, "format", "csr") == "csr":
+            fix = f"pass its two arrays: {call}"
+        else:  # a CSC's arrays are its transpose's; COO, LIL and the rest have none
+            fix = f"make it a CSR matrix and pass its two arrays: A = A.tocsr(), then {call}"
         raise DispatchError(f"{name} is a {type(a).__name__} (a whole sparse graph), not an array of integers. "
                             f"Fix: {fix}.")
     if hasattr(a, "__cuda_array_interface__") or hasattr(a, "copy_to_host"):
@@ -96,8 +105,12 @@ def check_csr(indptr, indices) -> CSR:
     integer 1-D arrays, indptr starting at 0, never decreasing and ending at len(indices), every
     index a vertex (0 <= v < len(indptr) - 1), fewer than 2**31 vertices and entries. int64
     arrays are held as they are, not copied: the CSR sees later changes to them."""
-    indptr = _as_index_array(indptr, "indptr")
-    indices = _as_index_array(indices, "indices")
+    return _check_csr(indptr, indices)
+
+
+def _check_csr(indptr, indices, call: str = CHECK_CSR) -> CSR:
+    indptr = _as_index_array(indptr, "indptr", call)
+    indices = _as_index_array(indices, "indices", call)
     if indptr.size == 0:
         raise DispatchError("indptr is empty; a CSR graph of n vertices has n + 1 offsets. "
                             "Fix: pass np.zeros(1, np.int64) for the empty graph.")
@@ -161,10 +174,11 @@ def enqueue_check(backend, indptr, indices, n: int, hub: int = 256) -> Callable[
     return result
 
 
-def resolve(indptr, indices, backend, symmetric) -> tuple:
+def resolve(indptr, indices, backend, symmetric, call: str) -> tuple:
     """(backend, CSR on the host or None, vertex count, on the device) of a graph algorithm's CSR
     arguments: both arrays on the host or both on the device (then the backend must be the GPU),
-    `symmetric` a bool, host CSRs checked here (device ones by the caller, on the device)."""
+    `symmetric` a bool, host CSRs checked here (device ones by the caller, on the device); `call`
+    the algorithm's call with a sparse matrix A's arrays, for a Fix."""
     from ..backend import resolve_backend
 
     flag(symmetric, "symmetric", "pass True only for a CSR that stores every edge both ways.")
@@ -174,7 +188,7 @@ def resolve(indptr, indices, backend, symmetric) -> tuple:
                             "Fix: pass both as NumPy arrays or both as device arrays.")
     be = resolve_backend(backend)
     if not on_device[0]:
-        g = check_csr(indptr, indices)
+        g = _check_csr(indptr, indices, call)
         return be, g, g.n, False
     if be.name != "cuda":
         raise DispatchError(f"the CSR is on the device but backend {be.name!r} runs on the CPU. "

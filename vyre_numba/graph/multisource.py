@@ -88,7 +88,11 @@ def bfs_many(indptr, indices, sources, *, backend: "Backend | str | None" = None
     indices, sources[i])`. Sources are searched 64 at a time in one traversal. Host arrays give a
     NumPy result (computed on the GPU when `backend` is "cuda", or is None and a GPU is usable);
     device arrays give a device array. `symmetric=True` as for `bfs` (bottom-up levels)."""
-    be, g, n, on_device = resolve(indptr, indices, backend, symmetric)
+    return _bfs_many(indptr, indices, sources, backend, symmetric, "bfs_many(A.indptr, A.indices, sources)")
+
+
+def _bfs_many(indptr, indices, sources, backend, symmetric, call: str):
+    be, g, n, on_device = resolve(indptr, indices, backend, symmetric, call)
     s = _sources(sources, n)
     if n * s.size >= 2**34:  # 64 GiB of int32 distances
         raise DispatchError(f"{s.size} sources x {n} vertices is {s.size * n:,} distances ({s.size * n * 4 / 2**30:.0f} "
@@ -107,7 +111,7 @@ def bfs_many(indptr, indices, sources, *, backend: "Backend | str | None" = None
 def reachable_many(indptr, indices, sources, *, backend: "Backend | str | None" = None, symmetric: bool = False):
     """Whether each of `sources` reaches each vertex (bool, shape (len(sources), n)): `bfs_many(...)
     >= 0`, on the device for device arrays."""
-    dist = bfs_many(indptr, indices, sources, backend=backend, symmetric=symmetric)
+    dist = _bfs_many(indptr, indices, sources, backend, symmetric, "reachable_many(A.indptr, A.indices, sources)")
     if isinstance(dist, np.ndarray):
         return dist >= 0
     from ..backend import resolve_backend

@@ -1083,3 +1083,21 @@ def test_an_int_scalar_for_a_bf16_input_is_refused_as_ambiguous_not_as_inexact(s
                                             r"bits\. Fix: pass \d\.0 \(a float\)"):
         k(scalar, np.array([16256], np.uint16), backend=R)
     assert k(float(scalar), np.array([16256], np.uint16), backend=R).tolist() == [ir.f32_to_bf16_bits(float(scalar))]
+
+
+def test_fixes_of_the_operation_text_are_written_in_the_text_and_work_when_followed():
+    """Regressions (a red-team): `%` on floats said to use ir.trunc, which the text cannot call;
+    only scalars said np.full(n, value), whose float64 the kernel then refused."""
+    with pytest.raises(IRValidationError, match=r"Fix: for floats compute a - b \* trunc\(a / b\)"):
+        vn.elementwise("f32 x", "f32 y", "x % 2")
+    rem = vn.elementwise("f32 x", "f32 y", "x - 2 * trunc(x / 2)")
+    assert rem(np.array([-3, 5, 4.5], np.float32), backend="reference").tolist() == [-1, 1, 0.5]
+    with pytest.raises(IRValidationError, match=r"Fix: convert it by a type's name \(i32\(x\), f32\(x\)\) to an integer"):
+        vn.elementwise("f32 x", "f32 y", "x & 1")
+    assert vn.elementwise("f32 x", "f32 y", "f32(i32(x) & 1)")(np.array([3, 4], np.float32),
+                                                                backend="reference").tolist() == [1, 0]
+    add = vn.elementwise("f32 a, f32 b", "f32 y", "a + b")
+    with pytest.raises(vn.DispatchError, match=r"np\.full\(n, a, dtype=np\.float32\)") as e:
+        add(2.0, 3.0, backend="reference")
+    assert "Fix:" in str(e.value)
+    assert add(np.full(3, 2.0, dtype=np.float32), 3.0, backend="reference").tolist() == [5, 5, 5]

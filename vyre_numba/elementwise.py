@@ -991,9 +991,11 @@ class Elementwise:
                                 "bring device data to the host, numba.cuda.to_device(x) sends it.")
         shaped = [a for a in ins if not a.scalar] or [a for a in outs]
         if not shaped:
+            name, dt = self.inputs[0]
+            like = "bool" if dt.is_bool else np.dtype(dt.storage).name  # bf16: its bit patterns
             raise DispatchError(f"{where}: every input is a scalar, so nothing says how many elements to compute. "
-                                "Fix: pass at least one input as an array (np.full(n, value)), or pass out= arrays "
-                                "to fill.")
+                                f"Fix: pass at least one input as an array (for {name!r}, np.full(n, {name}, "
+                                f"dtype=np.{like})), or pass out= arrays to fill.")
         shape = shaped[0].shape
         for a in ins + outs:
             if not a.scalar:
@@ -1211,7 +1213,9 @@ def _text_fix(facts, hint: str) -> str:
         typed = "f64" if not re.fullmatch(r"-?\d+", text) else "u64" if int(text) > DataType.I64.max else "i64"
         return (f"write a literal that {t} holds, or {'wrap' if how == 'wrap to' else 'saturate'} on purpose by "
                 f"converting a typed value: {t}({typed}({text}))")
-    return hint
+    hint = hint.replace("ir.cast it to", "convert it by a type's name (i32(x), f32(x)) to")
+    return re.sub(r"\bir\.(\w+)\(", lambda m: m.group(1).rstrip("_") + "(" if m.group(1).rstrip("_") in FUNCTIONS
+                  else m.group(0), hint)  # the IR's functions as the operation's text calls them
 
 
 def _signature(params: list[tuple[str, DataType]]) -> str:

@@ -210,7 +210,7 @@ class _Checker:
         if not good:
             words = {"int": "an integer type", "float": "a float type", "num": "a numeric (non-bool) type",
                      "bool": "bool", "int32": "u32 or i32"}[ok]
-            fix = {"int": "ir.cast it to an integer type, or use the float form of this operation",
+            fix = {"int": "ir.cast it to an integer type (its value: this operation has no float form)",
                    "float": "ir.cast it to f32 or f64 first",
                    "num": "ir.select(cond, 1, 0) turns a bool into a number",
                    "bool": "compare it, e.g. x != 0",

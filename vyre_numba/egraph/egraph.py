@@ -420,8 +420,9 @@ class EGraph(Unshared):
 
     @_serial
     def union(self, pairs) -> None:
-        """Merge the classes of each pair (a (k, 2) array of class ids). Congruence is restored by
-        the next `rebuild()` (or by `add`, `lookup` and the closure, which rebuild first)."""
+        """Merge the classes of each pair (a (k, 2) array of class ids, each in 0..n_classes - 1, an
+        empty class's too). Congruence is restored by the next `rebuild()` (or by `add`, `lookup`
+        and the closure, which rebuild first)."""
         g = self._live()
         if mixes_bools(pairs):
             raise DispatchError("pairs mixes bools and integers; a bool is not a class id. Fix: pass integers only.")

@@ -73,8 +73,12 @@ class Telemetry(dict):
         self.update(counters)
 
     def __missing__(self, key):
-        raise UnknownNameError(f"telemetry has no counter {shown(key, 60)}{did_you_mean(key, self)}. Fix: use one of TELEMETRY_KEYS or "
-                               "'dispatches[<label>]' for a label dispatched since the last reset; "
+        if not isinstance(key, str):
+            raise UnknownNameError(f"telemetry has no counter {shown(key, 60)} ({type(key).__name__}): counters are "
+                                   "named by str. Fix: use a name that list(backend.telemetry()) shows.")
+        raise UnknownNameError(f"telemetry has no counter {shown(key, 60)}{did_you_mean(key, self)}. Fix: use a name "
+                               "that list(backend.telemetry()) shows (vyre_numba.backend.TELEMETRY_KEYS, and "
+                               "'dispatches[<label>]' for each label dispatched since the last reset); "
                                "telemetry().get(name, 0) reads a counter that may be absent.")
 
     def __getitem__(self, key: object) -> int:
@@ -101,7 +105,7 @@ class Telemetry(dict):
     def __setitem__(self, key: str, value: int) -> None:
         if not isinstance(key, str):
             raise DispatchError(f"telemetry: {shown(key, 60)} ({type(key).__name__}) cannot name a counter; counters "
-                                "are named by str. Fix: use one of TELEMETRY_KEYS or 'dispatches[<label>]'.")
+                                "are named by str. Fix: use a name that list(backend.telemetry()) shows.")
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, INTEGERS):
             raise DispatchError(f"telemetry: counter {shown(key, 60)} = {shown(value, 60)} ({type(value).__name__}) is "
                                 "not an int. Fix: store whole counts (nanoseconds for `*_ns`); keep other values in a "

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import vyre_numba as vn
+from vyre_numba import ir
 from vyre_numba.errors import ArgumentError, VyreError, check_calls
 
 PACKAGES = ["vyre_numba", "vyre_numba.ir", "vyre_numba.ptx", "vyre_numba.compaction", "vyre_numba.graph",
@@ -188,3 +189,21 @@ def test_every_public_signature_resolves_its_type_hints():
         except Exception as e:  # noqa: BLE001 - listed below
             unresolved[name] = f"{type(e).__name__}: {e}"
     assert not unresolved, unresolved
+
+
+def test_a_method_of_an_internal_class_is_named_by_the_public_class_users_know():
+    """Regression (a red-team): the reference backend's recordings said Redispatch.replay_resident()
+    and 'this Redispatch owns', a class no doc names (users hold a RecordedGraph)."""
+    import copy
+
+    be = vn.get_backend("reference")
+    g = be.record_graph(ir.Program([ir.BufferDecl.read_write("x", 0, "u32")], 64, []), [np.zeros(4, np.uint32)])
+    with pytest.raises(ArgumentError, match=r"^RecordedGraph\.replay_resident\(\): .*call it as "
+                                            r"RecordedGraph\.replay_resident\(\*, read=True\)") as e:
+        g.replay_resident([1])
+    assert "Redispatch" not in str(e.value)
+    with pytest.raises(vn.DispatchError, match="this RecordedGraph owns what it holds"):
+        copy.copy(g)
+    g.close()
+    with pytest.raises(ArgumentError, match=r"^ReferenceBackend\.dispatch\(\): got an unexpected keyword"):
+        be.dispatch(None, [], bogus=1)

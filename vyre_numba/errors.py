@@ -304,6 +304,15 @@ def _debugging() -> bool:
     return os.environ.get(DEBUG_ENV, "").strip().lower() not in DEBUG_OFF
 
 
+def public_name(cls: type) -> str:
+    """The name users know `cls` by: its own where its module exports it, else that of the nearest
+    base its module exports (RecordedGraph for the reference backend's Redispatch)."""
+    for c in cls.__mro__:
+        if c.__name__ in getattr(sys.modules.get(c.__module__), "__all__", ()):
+            return c.__name__
+    return cls.__name__
+
+
 def _unfit(fn, args: tuple, kwargs: dict) -> str | None:
     """Why `fn(*args, **kwargs)` cannot bind, with the fix; None where it binds (the TypeError came
     from inside)."""
@@ -328,7 +337,11 @@ def _unfit(fn, args: tuple, kwargs: dict) -> str | None:
                 near = difflib.get_close_matches(k, names, 1, 0.6)
                 hints.append(f"`{k}` is no parameter" + (f" (did you mean `{near[0]}`?)" if near else ""))
     hint = "; ".join(hints) + "; " if hints else ""
-    name = fn.__qualname__.replace(".__init__", "").replace(".__call__", "").replace(".__new__", "")
+    name = fn.__qualname__
+    if method and args and "." in name and not isinstance(args[0], type):  # as its class is known: Redispatch's
+        name = f"{public_name(type(args[0]))}.{fn.__name__}"  # replay is RecordedGraph.replay
+    name = name.replace(".__init__", "").replace(".__call__", "").replace(".__new__", "")
+    why = why.replace(f"{fn.__qualname__}()", f"{name}()")
     return f"{name}(): {why}. Fix: {hint}call it as {name}{clip(str(shown_sig), 400)}."
 
 

@@ -1,7 +1,7 @@
 """Objects that own resources (device memory, graphs, streams, host tables) and release them once."""
 from __future__ import annotations
 
-from .errors import DispatchError
+from .errors import DispatchError, public_name
 
 
 class Unshared:
@@ -9,7 +9,7 @@ class Unshared:
     resources, and whichever closed first would free them under the other."""
 
     def _unshared(self) -> DispatchError:
-        return DispatchError(f"this {type(self).__name__} owns what it holds (device or host memory, a graph, a "
+        return DispatchError(f"this {public_name(type(self))} owns what it holds (device or host memory, a graph, a "
                              "stream) and cannot be copied or pickled: two owners would release it twice. Fix: "
                              "make another one from the same inputs.")
 

@@ -431,8 +431,11 @@ def test_sizes_must_match_a_declared_count():
 def test_resident_dicts_with_bad_keys():
     backend = vn.get_backend("reference")
     p = ir.Program([B.output("y", 0, "u32", 4)], 64, [])
-    with pytest.raises(DispatchError, match=r"missing buffers \['y'\], unknown 1, None.*Fix:"):
+    with pytest.raises(DispatchError, match=r"missing buffers \['y'\]; no buffer is named 1, None\. Fix: .*and drop "
+                                            r"1, None \(its names: \['y'\]\)"):
         backend.dispatch_resident(p, {1: np.zeros(4, np.uint32), None: np.zeros(4, np.uint32)})
+    with pytest.raises(DispatchError, match=r"dispatch_resident of 'main': no buffer is named 'z'\. Fix: .*drop 'z'"):
+        backend.dispatch_resident(p, {"y": np.zeros(4, np.uint32), "z": np.zeros(4, np.uint32)})
 
 
 # ---------------------------------------------------------------------------------------------------

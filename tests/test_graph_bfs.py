@@ -78,8 +78,8 @@ def test_numpy_bfs_matches_scipy_from_several_sources(name):
 @pytest.mark.parametrize("call,fragment", [
     (lambda a: bfs(a.indptr, a.indices, -1, backend="reference"), "source=-1"),
     (lambda a: bfs(a.indptr, a.indices, 500, backend="reference"), "source=500"),
-    (lambda a: bfs(a.indptr, a.indices, True, backend="reference"), "source=True"),
-    (lambda a: bfs(a.indptr, a.indices, 1.0, backend="reference"), "source=1.0"),
+    (lambda a: bfs(a.indptr, a.indices, True, backend="reference"), "source=True is a bool, not an int naming"),
+    (lambda a: bfs(a.indptr, a.indices, 1.0, backend="reference"), "source=1.0 is a float, not an int naming"),
     (lambda a: bfs(a.indptr, a.indices, np.timedelta64(1, "s"), backend="reference"), "source=np.timedelta64(1,'s')"),
     (lambda a: bfs(a.indptr, a.indices, np.array([1]), backend="reference"), "source=array([1])"),
     (lambda a: bfs(a.indptr[::-1].copy(), a.indices, 0, backend="reference"),  # reversed: its ends are wrong

@@ -494,9 +494,11 @@ def check_resident(program: Program, buffers, what: str = "dispatch_resident") -
         missing = [d.name for d in bound if d.name not in buffers]
         unknown = sorted(repr(k) for k in buffers if k not in {d.name for d in bound})
         if missing or unknown:
-            raise DispatchError(f"{what} of {program.name!r}: missing buffers {missing}, unknown "
-                                f"{', '.join(unknown) or 'none'}. "
-                                "Fix: pass one resident buffer for every non-workgroup buffer, outputs included.")
+            said = ([f"missing buffers {missing}"] if missing else []) + ([f"no buffer is named {', '.join(unknown)}"]
+                                                                          if unknown else [])
+            fix = ("pass one resident buffer for every non-workgroup buffer, outputs included"
+                   + (f", and drop {', '.join(unknown)} (its names: {[d.name for d in bound]})" if unknown else ""))
+            raise DispatchError(f"{what} of {program.name!r}: {'; '.join(said)}. Fix: {fix}.")
         return [buffers[d.name] for d in bound]
     if not isinstance(buffers, (list, tuple)):
         raise DispatchError(f"{what} of {program.name!r}: buffers is a {type(buffers).__name__}, not a list or dict. "

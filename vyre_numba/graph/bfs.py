@@ -67,7 +67,10 @@ def _source(source, n: int) -> int:
     elif isinstance(source, (np.ndarray, list, tuple)):
         raise DispatchError(f"source={shown(source)} is {'an array' if isinstance(source, np.ndarray) else 'a ' + type(source).__name__}"
                             f", not one vertex. Fix: pass one int 0 <= source < {n} (bfs_many takes many sources).")
-    if isinstance(source, (bool, np.bool_)) or not isinstance(source, INTEGERS) or not 0 <= source < n:
+    if isinstance(source, (bool, np.bool_)) or not isinstance(source, INTEGERS):
+        raise DispatchError(f"source={shown(source)} is a {type(source).__name__}, not an int naming a vertex. Fix: "
+                            f"pass an int 0 <= source < {n}.")
+    if not 0 <= source < n:
         raise DispatchError(f"source={shown(source)} is not a vertex of this {n}-vertex graph. Fix: pass an int "
                             f"0 <= source < {n}.")
     return int(source)

@@ -21,6 +21,7 @@ MAX_THREADS = 1024
 MAX_AXIS = (1024, 1024, 64)
 MAX_STATIC_SHARED_BYTES = 48 * 1024
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+IDENT_FIX = "use ASCII letters, digits and _, starting with a letter or _ (e.g. x1, not 1x)."
 _PTX_NAMES_TAKEN = frozenset({"_", "WARP_SZ"})  # identifiers PTX refuses as an entry's name
 
 
@@ -427,7 +428,7 @@ class _Checker:
 
     def declare(self, name: str, t, mutable: bool, where) -> None:
         if not isinstance(name, str) or not _IDENT.match(name):
-            self.err(where, f"variable name {shown(name)} is not an identifier. Fix: use letters, digits and _.")
+            self.err(where, f"variable name {shown(name)} is not an identifier. Fix: {IDENT_FIX}")
         elif self.lookup(name) is not None:
             self.err(where, f"variable {shown(name)} is already defined in an enclosing scope. "
                             f"Fix: use ir.assign({shown(name)}, ...) to update it, or pick a new name.")
@@ -506,7 +507,7 @@ def _check_buffers(p: Program, err) -> None:
     for i, b in enumerate(p.buffers):
         where = f"buffers[{i}] ({b.name})"
         if not isinstance(b.name, str) or not _IDENT.match(b.name):
-            err(where, f"buffer name {shown(b.name)} is not an identifier. Fix: use letters, digits and _.")
+            err(where, f"buffer name {shown(b.name)} is not an identifier. Fix: {IDENT_FIX}")
         if isinstance(b.name, str):
             if b.name in names:
                 err(where, f"buffer name {shown(b.name)} is declared twice (also buffers[{names[b.name]}]). "
@@ -574,7 +575,7 @@ def validate(program: Program) -> Diagnostics:
     err = lambda where, msg: diags.append(Diagnostic(where, msg))  # noqa: E731
     if not isinstance(program.name, str) or not _IDENT.match(program.name):
         err("program", f"program name {shown(program.name)} is not an identifier (it names the kernel). "
-                       "Fix: use letters, digits and _.")
+                       f"Fix: {IDENT_FIX}")
     elif program.name in _PTX_NAMES_TAKEN:
         err("program", f"program name {shown(program.name)} is not one PTX can give a kernel (a lone _ or a name "
                        "PTX predefines). Fix: choose another name, e.g. 'main'.")

@@ -57,7 +57,7 @@ def profile(name: str) -> DeviceProfile:
     key = name.strip().lower() if isinstance(name, str) else None
     if key not in PROFILES:
         raise UnsupportedError(f"no profile for a device named {shown(name)}. Fix: pass one of {', '.join(PROFILES)} "
-                               "(or --sm with the compute capability, which checks no device limits).")
+                               "(or, for another GPU, a DeviceProfile of its limits).")
     return PROFILES[key]
 
 

@@ -144,7 +144,8 @@ class Budget:
         raise DispatchError(
             f"{where} ran out of its work budget of {self.limit:.3g} units at {what}. Fix: bound the loop's "
             f"trip count (its end is evaluated once, on entry), dispatch fewer invocations or iterations, "
-            f"raise the budget with ReferenceBackend(work_budget=...) or ${WORK_ENV}, or run on the cuda backend.")
+            f"raise the budget with vyre_numba.reference.ReferenceBackend(work_budget=...) or ${WORK_ENV}, "
+            "or run on the cuda backend.")
 
 
 # ---- launch geometry ---------------------------------------------------------------------------
@@ -957,8 +958,8 @@ class Launch:
             raise DispatchError(
                 f"dispatch of {p.name!r} on the reference backend: {iterations} fixpoint iterations need at least "
                 f"{need:.3g} work units, over its work budget of {budget.limit:.3g}; refused before the first. Fix: "
-                f"dispatch fewer iterations, raise the budget with ReferenceBackend(work_budget=...) or ${WORK_ENV}, "
-                "or run on the cuda backend.")
+                "dispatch fewer iterations, raise the budget with "
+                f"vyre_numba.reference.ReferenceBackend(work_budget=...) or ${WORK_ENV}, or run on the cuda backend.")
         try:
             with np.errstate(all="ignore"):
                 for it in range(iterations):
@@ -999,8 +1000,8 @@ def prepare(binding: Binding, memory: int, work: int | Budget, reserved: int = 0
     if per_wg * total <= room:
         return Launch(binding, p, total, total, budget, memory)
     chunk = max(room, 0) // per_wg
-    fix = (f"raise the budget with ReferenceBackend(memory_budget=...) or ${MEMORY_ENV} (now {memory} bytes), "
-           "or dispatch less data at a time")
+    fix = ("raise the budget with vyre_numba.reference.ReferenceBackend(memory_budget=...) or "
+           f"${MEMORY_ENV} (now {memory} bytes), or dispatch less data at a time")
     held = f", besides the {reserved} bytes of copies it keeps to undo a failed dispatch," if reserved else ""
     if p.grid_barrier:
         raise DispatchError(f"{_where(binding)}: the program has a grid barrier, so all {total} workgroups run at "

@@ -174,7 +174,7 @@ def _values(values, dt: np.dtype, *, one: bool = False) -> np.ndarray:
     bool, a rounded or overflowing float): nothing is coerced silently."""
     if isinstance(values, (int, list, tuple)) and not isinstance(values, bool):  # NumPy would read some as floats
         values = _python_ints(values, dt)
-    arr = host_array(values, "push: the values", "push from device code (workqueue.device.push), or pass "
+    arr = host_array(values, "push: the values argument", "push from device code (workqueue.device.push), or pass "
                      "values.copy_to_host().", "pass values.compressed().", f"pass a list or a 1-D array of {dt}.")
     if one and arr.size != 1:
         raise DispatchError(f"push takes one value; got {arr.size}{f' (shape {arr.shape})' if arr.ndim > 1 else ''}. "

@@ -193,7 +193,7 @@ def _values(values, dt: np.dtype, *, one: bool = False) -> np.ndarray:
     if not arr.size:
         return np.zeros(0, dt)
     if arr.dtype.kind not in "iuf":
-        hint = f" (convert bools yourself: values.astype(np.{dt}))" if arr.dtype.kind == "b" else ""
+        hint = f" (convert bools yourself: np.asarray(values).astype(np.{dt}))" if arr.dtype.kind == "b" else ""
         raise DispatchError(f"the values have dtype {arr.dtype}, not numbers. Fix: pass numbers of the queue's dtype "
                             f"{dt}{hint}.")
     if dt.kind in "iu":

@@ -56,14 +56,19 @@ COOPERATIVE = False  # launch one-launch selections cooperatively (the driver th
 
 # ---- the NumPy twins ---------------------------------------------------------------------------
 
+def _kept(flags) -> np.ndarray:
+    f = np.asarray(flags)
+    return f if f.dtype == np.bool_ else f != 0  # bool flags as they are: no mask of their size again
+
+
 def select_numpy(values: np.ndarray, flags: np.ndarray) -> np.ndarray:
     """values[i] for every i with flags[i] != 0, in order."""
-    return values[np.asarray(flags) != 0]
+    return values[_kept(flags)]
 
 
 def nonzero_numpy(flags: np.ndarray) -> np.ndarray:
     """The indices (int64) of the non-zero flags, in order."""
-    return np.flatnonzero(np.asarray(flags) != 0).astype(np.int64)
+    return np.flatnonzero(_kept(flags)).astype(np.int64, copy=False)
 
 
 def select_if_numpy(values: np.ndarray, predicate: Callable) -> np.ndarray:

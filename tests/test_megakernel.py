@@ -193,11 +193,13 @@ def run_relabel(be, n, seg_len, max_rounds, seed=0, workgroups=None):
     return mk, r, again, want, rounds, converged
 
 
+@pytest.mark.parametrize("workgroups", [None, 2])  # 2: every round loops over its items (grid-stride)
 @pytest.mark.parametrize("max_rounds", [200, 7])
-def test_rounds_repeat_on_the_device_until_the_flag_stays_zero(max_rounds):
+def test_rounds_repeat_on_the_device_until_the_flag_stays_zero(max_rounds, workgroups):
     be = vn.get_backend("reference")
-    mk, r, again, want, rounds, converged = run_relabel(be, 1500, 40, max_rounds)
+    mk, r, again, want, rounds, converged = run_relabel(be, 1500, 40, max_rounds, workgroups=workgroups)
     assert mk.mode == "megakernel" and mk.barriers == 4  # find | take, then three around the flag
+    assert mk.workgroups == (2 if workgroups else -(-1500 // mk.program.workgroup_size[0]))
     assert np.array_equal(r.outputs[0], want)
     assert (r.rounds, r.converged) == (rounds, converged) and converged == (max_rounds == 200)
     if converged:

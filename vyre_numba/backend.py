@@ -50,7 +50,8 @@ TELEMETRY_KEYS = (
     "module_cache_misses", "disk_cache_hits", "disk_cache_misses", "fusion_plan_hits", "fusion_plan_misses",
     "workgroups_tuned", "megakernel_plan_hits", "megakernel_plan_misses", "megakernel_runs", "megakernel_fallbacks")
 MAX_REPEAT = 2**32  # dispatch_repeated's most repetitions: hours of back-to-back launches at the least
-REFERENCE_COOPERATIVE_WORKGROUPS = 8  # the persistent grid of a megakernel on the reference backend
+REFERENCE_COOPERATIVE_WORKGROUPS = 1024  # the persistent grid of a megakernel on the reference backend (in
+# lockstep any grid fits; wide enough that a round over 2**20 items is 4 trips of its grid-stride loop, not 512)
 FUSION_PLANS = 256  # fusion plans a backend keeps (programs and group structure; never the buffers)
 
 

@@ -2,6 +2,7 @@
 CUDA simulator, and a clear error for every bad call."""
 from __future__ import annotations
 
+import importlib
 import textwrap
 
 import numpy as np
@@ -67,8 +68,17 @@ def expected(a, source):
     return np.where(np.isinf(d), -1, d).astype(np.int32)
 
 
+@pytest.mark.parametrize("small", [(0, 0), (4, 8), None, (10**9, 10**9)])  # NumPy levels only, tiny Python
+# levels, the defaults, Python levels only
 @pytest.mark.parametrize("name", GRAPHS)
-def test_numpy_bfs_matches_scipy_from_several_sources(name):
+def test_numpy_bfs_matches_scipy_from_several_sources(name, small, monkeypatch):
+    """bfs_numpy expands small levels in a Python loop and large ones with NumPy, switching either
+    way between levels: the distances are SciPy's whichever expands which level."""
+    module = importlib.import_module("vyre_numba.graph.bfs")  # the package exports the function as bfs
+
+    if small is not None:
+        monkeypatch.setattr(module, "SCALAR_VERTICES", small[0])
+        monkeypatch.setattr(module, "SCALAR_EDGES", small[1])
     a = GRAPHS[name]
     for source in {0, a.shape[0] // 2, a.shape[0] - 1}:
         got = bfs(a.indptr, a.indices, source, backend="reference")

@@ -29,6 +29,7 @@ BOTTOM_UP_ABOVE = 1 / 20  # bfs_many: bottom-up while the frontier holds more th
 TOP_DOWN_BELOW = 1 / 50  # and back below this share
 ALPHA = 14  # bfs: bottom-up once the frontier's edges exceed the unexplored edges / ALPHA (Beamer et al.)
 BETA = 24  # and back to top-down once the frontier holds fewer than n / BETA vertices
+SCALAR_VERTICES, SCALAR_EDGES = 64, 256  # bfs_numpy: a level this small is expanded by a Python loop
 
 
 @host_memory("bfs_numpy")
@@ -39,23 +40,42 @@ def bfs_numpy(g: CSR, source: int) -> np.ndarray:
 
 
 def _bfs_numpy(g: CSR, source: int) -> np.ndarray:
-    """`bfs_numpy` of a CSR and source just checked."""
+    """`bfs_numpy` of a CSR and source just checked. Small levels (at most SCALAR_VERTICES vertices
+    reaching at most SCALAR_EDGES edges: paths, roads, meshes' thin ends) are expanded by a Python
+    loop, a few microseconds a level; larger ones by NumPy, whose dozen calls cost ~20 us a level."""
     dist = np.full(g.n, -1, np.int32)
     dist[source] = 0
-    frontier = np.array([source], np.int64)
-    first = np.empty(g.n, np.int64)  # where a vertex last appears among a level's new neighbours
+    indptr, indices = g.indptr, g.indices
+    frontier: "list[int] | np.ndarray" = [source]  # a list while levels are small
+    first = None  # where a vertex last appears among a level's new neighbours (NumPy levels)
     level = 0
-    while frontier.size:
-        lo, hi = g.indptr[frontier], g.indptr[frontier + 1]
+    while len(frontier):
+        level += 1
+        if isinstance(frontier, list):
+            spans = [(int(indptr[u]), int(indptr[u + 1])) for u in frontier]
+            if sum(b - a for a, b in spans) <= SCALAR_EDGES:
+                nxt = []
+                for a, b in spans:
+                    for v in indices[a:b].tolist():
+                        if dist[v] < 0:
+                            dist[v] = level
+                            nxt.append(v)
+                frontier = nxt if len(nxt) <= SCALAR_VERTICES else np.array(nxt, np.int64)
+                continue
+            frontier = np.array(frontier, np.int64)
+        lo, hi = indptr[frontier], indptr[frontier + 1]
         counts = hi - lo
         offsets = np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
-        nbrs = g.indices[offsets]
+        nbrs = indices[offsets]
         nbrs = nbrs[dist[nbrs] == -1]
-        level += 1
         dist[nbrs] = level
+        if first is None:
+            first = np.empty(g.n, np.int64)
         at = np.arange(nbrs.size)
         first[nbrs] = at
         frontier = nbrs[first[nbrs] == at].astype(np.int64)  # each vertex once, without a sort
+        if frontier.size <= SCALAR_VERTICES:
+            frontier = frontier.tolist()
     return dist
 
 

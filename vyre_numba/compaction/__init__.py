@@ -553,7 +553,9 @@ def select_if(values, predicate: Callable, *, stream=None):
     something that does not hash (an array), it is compiled once per function object, and Numba
     fixes the globals it reads at that first call (pass a new function to change them). The last
     PREDICATES_KEPT stay compiled. Its arithmetic is NumPy's on both (see the module docstring):
-    an integer divided by zero is 0."""
+    an integer divided by zero is 0. Under the CUDA simulator the predicate runs as Python on
+    NumPy scalars, whose integer promotion differs from Numba's compiled one (int8 * int8 wraps in
+    int8 there, uint64 + int64 is a float): check such predicates on a GPU or the host."""
     n, predicate = _checked_if(values, predicate)
     check_stream(stream)
     if not _on_device(values):

@@ -69,8 +69,10 @@ GRAPHS = {
 def test_components_equal_scipy(name):
     a = GRAPHS[name]
     labels = connected_components(a.indptr, a.indices)
-    assert labels.shape == (a.shape[0],)
+    assert labels.shape == (a.shape[0],) and labels.dtype == np.int32
     assert np.array_equal(labels, expected(a))
+    twin, _ = components_numpy(check_csr(a.indptr, a.indices))
+    assert twin.dtype == np.int32 and twin.tobytes() == labels.tobytes()  # the oracle, to the byte
 
 
 @pytest.mark.parametrize("name", ["path_backward", "grid", "rmat"])

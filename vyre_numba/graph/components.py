@@ -22,13 +22,15 @@ from ..backend import Backend  # noqa: F401  (the annotations name it: typing.ge
 
 @host_memory("components_numpy")
 def components_numpy(g: CSR) -> tuple[np.ndarray, int]:
-    """(labels, rounds) of the connected components of `g` (edges taken as undirected)."""
+    """(labels, rounds) of the connected components of `g` (edges taken as undirected): each
+    vertex's label is the smallest vertex of its component, int32 as `connected_components` gives."""
     g = checked_graph(g, "components_numpy")
-    return components_of_edges(g.n, *edges(g))
+    return components_of_edges(g.n, *edges(g), dtype=np.int32)
 
 
-def components_of_edges(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, int]:
-    """(labels, rounds) of the components of n vertices joined by the edges (src[i], dst[i])."""
+def components_of_edges(n: int, src: np.ndarray, dst: np.ndarray, dtype=np.int64) -> tuple[np.ndarray, int]:
+    """(labels of `dtype`, rounds) of the components of n vertices joined by the edges (src[i],
+    dst[i])."""
     it = np.int32 if n < 2**31 else np.int64  # half the memory traffic where ids fit
     parent = np.arange(n, dtype=it)
     keep = src != dst
@@ -49,7 +51,7 @@ def components_of_edges(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.nd
             if np.array_equal(grand, parent):
                 break
             parent = grand
-    return parent.astype(np.int64), rounds
+    return parent.astype(dtype, copy=False), rounds
 
 
 @host_memory("connected_components")
@@ -66,8 +68,7 @@ def connected_components(indptr, indices, *, backend: "Backend | str | None" = N
         check_device_csr(be, indptr, indices, n)
         return _components_gpu(be, indptr, indices, n, symmetric)
     if be.name != "cuda":
-        labels, _ = components_of_edges(g.n, *edges(g))
-        return labels.astype(np.int32)
+        return components_of_edges(g.n, *edges(g), dtype=np.int32)[0]
     narrow = g.nnz < 2**31 and g.n < 2**31
     ip = be.upload(g.indptr)
     ix = be.upload(g.indices.astype(np.int32) if narrow else g.indices)

@@ -50,8 +50,7 @@ TELEMETRY_KEYS = (
     "module_cache_misses", "disk_cache_hits", "disk_cache_misses", "fusion_plan_hits", "fusion_plan_misses",
     "workgroups_tuned", "megakernel_plan_hits", "megakernel_plan_misses", "megakernel_runs", "megakernel_fallbacks")
 MAX_REPEAT = 2**32  # dispatch_repeated's most repetitions: hours of back-to-back launches at the least
-REFERENCE_COOPERATIVE_WORKGROUPS = 1024  # the persistent grid of a megakernel on the reference backend (in
-# lockstep any grid fits; wide enough that a round over 2**20 items is 4 trips of its grid-stride loop, not 512)
+COOPERATIVE_WORKGROUPS = 8  # the persistent grid of a megakernel on a backend that cannot say how many fit
 FUSION_PLANS = 256  # fusion plans a backend keeps (programs and group structure; never the buffers)
 
 
@@ -533,9 +532,9 @@ class Backend(abc.ABC):
         check_bound(step.program, check_resident(step.program, step.buffers))
 
     def cooperative_workgroups(self, program: Program) -> int:
-        """How many workgroups of `program` one cooperative launch can hold at once. The reference
-        backend runs any grid in lockstep and answers a fixed number, so persistent programs loop."""
-        return REFERENCE_COOPERATIVE_WORKGROUPS
+        """How many workgroups of `program` one cooperative launch can hold at once (a backend that
+        cannot say answers COOPERATIVE_WORKGROUPS, and persistent programs loop)."""
+        return COOPERATIVE_WORKGROUPS
 
     def _sequence(self, steps, read, progress: bool | None, total: int | None,
                   groups: list | None = None, labels: list | None = None) -> list[np.ndarray]:

@@ -23,6 +23,9 @@ from .resident import check_buffer
 __all__ = ["ReferenceBackend", "ReferencePending", "execute", "run", "plan", "MAX_INVOCATIONS"]
 
 
+COOPERATIVE_LANES = 1 << 15  # a megakernel's persistent grid here: about this many invocations (see below)
+
+
 class ReferenceBackend(Backend):
     """Runs programs on the CPU with the exact NumPy interpreter.
 
@@ -41,6 +44,15 @@ class ReferenceBackend(Backend):
     def __init__(self, *, memory_budget: int | None = None, work_budget: int | None = None):
         self.memory_budget = interpreter.memory_budget(memory_budget)
         self.work_budget = interpreter.work_budget(work_budget)
+
+    def cooperative_workgroups(self, program: Program) -> int:
+        """How many workgroups of `program` a megakernel's persistent grid holds here: in lockstep
+        any grid is co-resident, so as many as COOPERATIVE_LANES invocations (wider, its vectors
+        leave the cache and a round is slower) in half the memory budget (the rest for the copies
+        that undo a failed run); 0 where not one workgroup fits."""
+        wg = tuple(program.workgroup_size)
+        per_wg = max(interpreter.plan(program).workgroup_bytes(wg), 1)
+        return min(max(COOPERATIVE_LANES // (wg[0] * wg[1] * wg[2]), 1), self.memory_budget // 2 // per_wg)
 
     def dispatch(self, program: Program, inputs: Sequence | Mapping | None = None,
                  config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None

@@ -1101,3 +1101,14 @@ def test_fixes_of_the_operation_text_are_written_in_the_text_and_work_when_follo
         add(2.0, 3.0, backend="reference")
     assert "Fix:" in str(e.value)
     assert add(np.full(3, 2.0, dtype=np.float32), 3.0, backend="reference").tolist() == [5, 5, 5]
+    # every type's Fix, followed literally (bf16 by its bits: np.full(n, 1.5, dtype=np.uint16) truncated to 1)
+    import re
+
+    for t, a, b, want in (("bf16", 1.5, 2.0, 3.5), ("bool", True, False, 1), ("i8", -3, 2, -1), ("f64", 0.5, 2.0, 2.5)):
+        k = vn.elementwise(f"{t} a, {t} b", f"{t} y", "a | b" if t == "bool" else "a + b")
+        with pytest.raises(vn.DispatchError, match="every input is a scalar") as e:
+            k(a, b, backend="reference")
+        fix = re.search(r"for 'a', (.*)\), or pass out=", str(e.value)).group(1)
+        got = k(eval(fix, {"np": np, "ir": ir, "n": 3, "a": a}), b, backend="reference")
+        got = ir.bf16_bits_to_f32(got) if t == "bf16" else got
+        assert got.tolist() == [want] * 3, (t, fix, got)

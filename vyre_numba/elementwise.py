@@ -992,10 +992,11 @@ class Elementwise:
         shaped = [a for a in ins if not a.scalar] or [a for a in outs]
         if not shaped:
             name, dt = self.inputs[0]
-            like = "bool" if dt.is_bool else np.dtype(dt.storage).name  # bf16: its bit patterns
+            full = (f"ir.f32_to_bf16_bits(np.full(n, {name}, dtype=np.float32))" if dt is DataType.BF16 else
+                    f"np.full(n, {name}, dtype=np.{np.dtype(dt.storage).name})")  # bool: 32-bit words
             raise DispatchError(f"{where}: every input is a scalar, so nothing says how many elements to compute. "
-                                f"Fix: pass at least one input as an array (for {name!r}, np.full(n, {name}, "
-                                f"dtype=np.{like})), or pass out= arrays to fill.")
+                                f"Fix: pass at least one input as an array (for {name!r}, {full}), or pass out= "
+                                "arrays to fill.")
         shape = shaped[0].shape
         for a in ins + outs:
             if not a.scalar:

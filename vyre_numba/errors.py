@@ -500,7 +500,9 @@ def numba_reason(e: BaseException, width: int = 300) -> str:
 
 
 def flat_fix(x, name: str = "x") -> str:
-    """How to pass `x` (named `name`) flat, for a Fix: an np.matrix's reshape(-1) is 2-D still."""
+    """How to pass `x` (named `name`, where that is a Python name) flat, for a Fix: an np.matrix's
+    reshape(-1) is 2-D still."""
+    name = name if name.isidentifier() else "x"
     return f"np.asarray({name}).reshape(-1)" if isinstance(x, np.matrix) else f"{name}.reshape(-1)"
 
 

@@ -436,6 +436,10 @@ def test_resident_dicts_with_bad_keys():
         backend.dispatch_resident(p, {1: np.zeros(4, np.uint32), None: np.zeros(4, np.uint32)})
     with pytest.raises(DispatchError, match=r"dispatch_resident of 'main': no buffer is named 'z'\. Fix: .*drop 'z'"):
         backend.dispatch_resident(p, {"y": np.zeros(4, np.uint32), "z": np.zeros(4, np.uint32)})
+    q = ir.Program([B.output("y", 0, "u32", 4), B.workgroup("t", 4, "u32")], 64, [])
+    with pytest.raises(DispatchError, match=r"no buffer is named 'z'; 't' is a workgroup buffer \(made for each "
+                                            r"workgroup, never bound\)\. Fix: .*drop 't', 'z'"):
+        backend.dispatch_resident(q, {"y": np.zeros(4, np.uint32), "t": np.zeros(4, np.uint32), "z": 1})
 
 
 # ---------------------------------------------------------------------------------------------------

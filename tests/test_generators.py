@@ -109,3 +109,15 @@ def test_generators_name_their_parameters_for_a_misspelt_keyword():
         rmat(3, 10, sed=1)
     with pytest.raises(ArgumentError, match="did you mean `seed`"):
         arithmetic(8, sed=1)
+
+
+def test_a_sparse_matrix_given_as_edge_ends_is_told_to_pass_its_rows_and_columns():
+    """Regression (a review): from_edges was told to call check_csr(A.indptr, A.indices), another
+    function that builds no graph from edges."""
+    A = sp.coo_matrix(np.array([[0, 1], [1, 0]]))
+    with pytest.raises(VyreError, match=r"src is a coo_matrix .*Fix: pass its edges' ends: A = A\.tocoo\(\), "
+                                            r"then from_edges\(A\.shape\[0\], A\.row, A\.col\)"):
+        from_edges(2, A, A)
+    A = A.tocoo()
+    indptr, indices = from_edges(A.shape[0], A.row, A.col)  # what the Fix says
+    assert indptr.tolist() == [0, 1, 2] and indices.tolist() == [1, 0]

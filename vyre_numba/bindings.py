@@ -494,8 +494,12 @@ def check_resident(program: Program, buffers, what: str = "dispatch_resident") -
         missing = [d.name for d in bound if d.name not in buffers]
         unknown = sorted(repr(k) for k in buffers if k not in {d.name for d in bound})
         if missing or unknown:
-            said = ([f"missing buffers {missing}"] if missing else []) + ([f"no buffer is named {', '.join(unknown)}"]
-                                                                          if unknown else [])
+            local = {repr(b.name) for b in program.buffers if b.is_shared}  # declared, but never bound
+            stray = [name for name in unknown if name not in local]
+            said = ([f"missing buffers {missing}"] if missing else []) + ([f"no buffer is named {', '.join(stray)}"]
+                                                                          if stray else [])
+            said += [f"{name} is a workgroup buffer (made for each workgroup, never bound)" for name in unknown
+                     if name in local]
             fix = ("pass one resident buffer for every non-workgroup buffer, outputs included"
                    + (f", and drop {', '.join(unknown)} (its names: {[d.name for d in bound]})" if unknown else ""))
             raise DispatchError(f"{what} of {program.name!r}: {'; '.join(said)}. Fix: {fix}.")

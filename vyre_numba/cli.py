@@ -462,7 +462,7 @@ def cmd_emit(args: argparse.Namespace) -> int:
         try:
             device = profile(args.device)
         except VyreError as e:  # the Python call's fix, said with this command's options
-            raise UsageError(str(e).replace("(or, for another GPU, a DeviceProfile of its limits)",
+            raise UsageError(str(e).replace("(or, for another GPU, give check() a DeviceProfile of its limits)",
                                             "(or --sm with the compute capability, which checks no device limits)"))
         if args.sm is not None and args.sm != device.sm:
             raise UsageError(f"--sm {args.sm} and --device {args.device} (sm_{device.sm}) disagree. Fix: pass one of them.")

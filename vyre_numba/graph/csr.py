@@ -53,9 +53,12 @@ def _as_index_array(a, name: str, call: str = CHECK_CSR) -> np.ndarray:
     """`a` as a 1-D host integer array, else a DispatchError; `call`: the call the user made, with
     a sparse matrix A's arrays, for the Fix where `a` is a whole sparse graph."""
     if not isinstance(a, np.ndarray) and (hasattr(a, "indptr") and hasattr(a, "indices")
-                                          or type(a).__module__.startswith("scipy.sparse")):  # a SciPy matrix, a CSR
+                                          or type(a).__module__.startswith("scipy.sparse")
+                                          and isinstance(getattr(a, "format", None), str)):  # a SciPy matrix, a CSR
         if name == "sources":
             fix = "pass the source vertices as a list or NumPy array of ints"
+        elif name in ("src", "dst"):  # from_edges
+            fix = "pass its edges' ends: A = A.tocoo(), then from_edges(A.shape[0], A.row, A.col)"
         elif getattr(a, "format", "csr") == "csr":
             fix = f"pass its two arrays: {call}"
         else:  # a CSC's arrays are its transpose's; COO, LIL and the rest have none

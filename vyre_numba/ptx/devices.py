@@ -57,7 +57,7 @@ def profile(name: str) -> DeviceProfile:
     key = name.strip().lower() if isinstance(name, str) else None
     if key not in PROFILES:
         raise UnsupportedError(f"no profile for a device named {shown(name)}. Fix: pass one of {', '.join(PROFILES)} "
-                               "(or, for another GPU, a DeviceProfile of its limits).")
+                               "(or, for another GPU, give check() a DeviceProfile of its limits).")
     return PROFILES[key]
 
 

@@ -308,6 +308,8 @@ def public_name(cls: type) -> str:
     """The name users know `cls` by: its own where its module exports it, else that of the nearest
     base its module exports (RecordedGraph for the reference backend's Redispatch)."""
     for c in cls.__mro__:
+        if not c.__module__.startswith("vyre_numba"):  # Enum, object: nobody's name for ours
+            break
         if c.__name__ in getattr(sys.modules.get(c.__module__), "__all__", ()):
             return c.__name__
     return cls.__name__

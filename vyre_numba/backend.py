@@ -17,8 +17,10 @@ from . import display
 from .config import DispatchConfig
 from .owned import Unshared
 from .errors import (INTEGERS, CheckError, CheckWarning, DispatchError, ImmutableError, IRValidationError,
-                     ResultTimeoutError, UnknownNameError, UnsupportedError, VyreError, check_calls, clip, did_you_mean, flag, shown)
+                     ResultTimeoutError, UnknownNameError, UnsupportedError, VyreError, check_calls, clip, did_you_mean,
+                     flag, shown)
 from .ir import DataType, Program
+from .ir.types import NUMPY_BOOL_CODES
 from .lru import LRUCache
 
 
@@ -207,8 +209,8 @@ class Pending(abc.ABC):
         done); raises the dispatch's error, or ResultTimeoutError (a TimeoutError, as
         concurrent.futures raises) while it is still running, after which it can be asked again."""
         if timeout is not None and not self.wait(wait_seconds(timeout, "result")):
-            raise ResultTimeoutError(f"the dispatch was still running after result(timeout={timeout!r}) waited; it runs "
-                                     "on. Fix: call result() again later (or with a longer timeout, or none), or "
+            raise ResultTimeoutError(f"the dispatch was still running after result(timeout={timeout!r}) waited; "
+                                     "it runs on. Fix: call result() again later (or with a longer timeout, or none), or "
                                      "cancel() it.")
         return self._collect()
 
@@ -962,7 +964,6 @@ def resolve_backend(backend: "Backend | str | None" = None) -> Backend:
 
 
 STORAGE_DTYPES = frozenset(d.storage for d in DataType)
-NUMPY_BOOL_CODES = ("?", "b1", "|b1")  # NumPy's one-byte bools, which DataType.parse reads as vyre's u32-word bool
 
 
 def check_empty(n, dtype, call: str | None = None) -> tuple[int, np.dtype]:

@@ -457,13 +457,13 @@ def cmd_emit(args: argparse.Namespace) -> int:
 
     device = None
     if args.device is not None:
-        from .ptx.devices import profile
+        from .ptx.devices import OTHER_GPU, profile
 
         try:
             device = profile(args.device)
         except VyreError as e:  # the Python call's fix, said with this command's options
-            raise UsageError(str(e).replace("(or, for another GPU, give check() a DeviceProfile of its limits)",
-                                            "(or --sm with the compute capability, which checks no device limits)"))
+            raise UsageError(str(e).replace(OTHER_GPU, "(or --sm with the compute capability, which checks no "
+                                            "device limits)"))
         if args.sm is not None and args.sm != device.sm:
             raise UsageError(f"--sm {args.sm} and --device {args.device} (sm_{device.sm}) disagree. Fix: pass one of them.")
         args.sm = device.sm

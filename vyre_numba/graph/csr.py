@@ -49,16 +49,15 @@ def _length(a, name: str) -> int:
 CHECK_CSR = "check_csr(A.indptr, A.indices)"
 
 
-def _as_index_array(a, name: str, call: str = CHECK_CSR) -> np.ndarray:
-    """`a` as a 1-D host integer array, else a DispatchError; `call`: the call the user made, with
-    a sparse matrix A's arrays, for the Fix where `a` is a whole sparse graph."""
+def _as_index_array(a, name: str, call: str = CHECK_CSR, whole: str | None = None) -> np.ndarray:
+    """`a` as a 1-D host integer array, else a DispatchError. Where `a` is a whole sparse graph,
+    the Fix is `whole` where given, else to make `call` (the user's call, with a sparse matrix A's
+    arrays)."""
     if not isinstance(a, np.ndarray) and (hasattr(a, "indptr") and hasattr(a, "indices")
                                           or type(a).__module__.startswith("scipy.sparse")
                                           and isinstance(getattr(a, "format", None), str)):  # a SciPy matrix, a CSR
-        if name == "sources":
-            fix = "pass the source vertices as a list or NumPy array of ints"
-        elif name in ("src", "dst"):  # from_edges
-            fix = "pass its edges' ends: A = A.tocoo(), then from_edges(A.shape[0], A.row, A.col)"
+        if whole is not None:
+            fix = whole
         elif getattr(a, "format", "csr") == "csr":
             fix = f"pass its two arrays: {call}"
         else:  # a CSC's arrays are its transpose's; COO, LIL and the rest have none

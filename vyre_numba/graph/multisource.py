@@ -72,7 +72,7 @@ def _sources(sources, n: int) -> np.ndarray:
                             "vertices, sources.compressed().")
     if isinstance(sources, (*INTEGERS, np.ndarray)) and np.ndim(sources) == 0:  # one source
         sources = np.reshape(sources, 1)
-    s = _as_index_array(sources, "sources")
+    s = _as_index_array(sources, "sources", whole="pass the source vertices as a list or NumPy array of ints")
     if s.size and n == 0:
         raise DispatchError("the graph has no vertices, so no sources. Fix: pass a graph with vertices, or sources=[].")
     if s.size and (int(s.min()) < 0 or int(s.max()) >= n):

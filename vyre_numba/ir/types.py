@@ -127,12 +127,15 @@ class DataType(enum.Enum):
 _NAMES = ", ".join(d.value for d in DataType)
 _CODE = re.compile(r"([<=|>]?)([iu][124]|f[248])\Z")  # NumPy's sized codes: 'i4', '<f8', 'u1'; one width everywhere
 _CLASH = re.compile(r"[<=|>]([iu])8\Z")  # NumPy's 8-byte ints, spelt as vyre's 8-bit 'i8'/'u8' but for a prefix
+NUMPY_BOOL_CODES = ("?", "b1", "|b1")  # NumPy's one-byte bools, read as vyre's bool (a u32 word)
 _ALIASES = {"half": "f16", "single": "f32", "double": "f64", "short": "i16", "ushort": "u16", "ubyte": "u8",
-            "intc": "i32", "uintc": "u32", "longlong": "i64", "ulonglong": "u64", "?": "bool", "b1": "bool", "|b1": "bool",
+            "intc": "i32", "uintc": "u32", "longlong": "i64", "ulonglong": "u64",
+            **dict.fromkeys(NUMPY_BOOL_CODES, "bool"),
             # NumPy's one-letter codes of one width everywhere ('l' and 'L', C's long, are ambiguous below)
             "b": "i8", "B": "u8", "h": "i16", "H": "u16", "i": "i32", "I": "u32", "q": "i64", "Q": "u64",
             "e": "f16", "f": "f32", "d": "f64"}
-_AMBIGUOUS = {"l": ("i32", "i64"), "L": ("u32", "u64"), "int": ("i32", "i64"), "float": ("f32", "f64"), "uint": ("u32", "u64"), "long": ("i32", "i64"),
+_AMBIGUOUS = {"l": ("i32", "i64"), "L": ("u32", "u64"), "int": ("i32", "i64"), "float": ("f32", "f64"),
+              "uint": ("u32", "u64"), "long": ("i32", "i64"),
               "ulong": ("u32", "u64"), "char": ("i8", "u8"), "byte": ("i8", "u8"), "intp": ("i32", "i64"),
               "uintp": ("u32", "u64"), "int_": ("i32", "i64"), "uint_": ("u32", "u64"), "float_": ("f32", "f64")}
 

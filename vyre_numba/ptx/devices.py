@@ -52,12 +52,15 @@ PROFILES = {p.name: p for p in (
 )}
 
 
+OTHER_GPU = "(or, for another GPU, give check() a DeviceProfile of its limits)"  # the CLI says --sm instead
+
+
 def profile(name: str) -> DeviceProfile:
     """The profile of a named GPU (case-insensitive: "h100", "A100", ...)."""
     key = name.strip().lower() if isinstance(name, str) else None
     if key not in PROFILES:
         raise UnsupportedError(f"no profile for a device named {shown(name)}. Fix: pass one of {', '.join(PROFILES)} "
-                               "(or, for another GPU, give check() a DeviceProfile of its limits).")
+                               f"{OTHER_GPU}.")
     return PROFILES[key]
 
 

@@ -16,14 +16,16 @@ and leaves the items queued.
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import threading
 from typing import Callable, Iterator
 
 import numpy as np
 
-from ..backend import NUMPY_BOOL_CODES, check_empty, host_array, mixes_bools
+from ..backend import check_empty, host_array, mixes_bools
 from ..ir import DataType
+from ..ir.types import NUMPY_BOOL_CODES
 from ..errors import (INTEGERS, BackendUnavailableError, CapacityError, DeviceError, DispatchError, flat_fix,
                       host_memory, numba_reason, shown)
 from ..owned import Unshared
@@ -76,8 +78,8 @@ class QueueModel:
         floats rounded to the nearest of a float queue; else a DispatchError and the queue
         unchanged); False (nothing stored) when the queue is full, as the device's push."""
         dt = self.items.dtype
-        if dt.kind in "iu" and isinstance(value, INTEGERS) and not isinstance(value, (bool, np.bool_)) \
-                and _int_range(dt)[0] <= value <= _int_range(dt)[1]:
+        lo, hi = _int_range(dt) if dt.kind in "iu" else (1, 0)
+        if isinstance(value, INTEGERS) and not isinstance(value, (bool, np.bool_)) and lo <= value <= hi:
             value = (int(value),)  # the common case, an int in range, without the array checks
         else:
             value = _values(value, dt, one=True)
@@ -163,6 +165,7 @@ def _dtype(dtype) -> np.dtype:
     return dt
 
 
+@functools.lru_cache(maxsize=None)  # a few integer dtypes; read on every push
 def _int_range(dt: np.dtype) -> tuple[int, int]:
     info = np.iinfo(dt)
     return int(info.min), int(info.max)

@@ -20,6 +20,30 @@ def close(rows_, unions=(), backend="reference", **kw):
     return g, congruence_closure(g, np.array(unions, np.int64).reshape(-1, 2))
 
 
+def few_hashes(monkeypatch, m: int) -> None:
+    """Make the host's signature hashes take m values, so that most groups collide and are settled
+    exactly: the rows' hash and the one-row hash of the scalar rounds alike."""
+    from vyre_numba.egraph import signature
+
+    monkeypatch.setattr(signature, "mix64", lambda x: x % np.uint64(m))
+    monkeypatch.setattr(signature, "mix64_int", lambda x: x % m)
+
+
+ROUNDS = {"vector": (-1, 8), "scalar": (10**9, 0), "scalar, scanned": (10**9, 10**9), "mixed": (2, 1)}
+
+
+@pytest.fixture(params=list(ROUNDS))
+def rounds(request, monkeypatch):
+    """The NumPy rebuild's later rounds all on arrays, all in Python on point lookups (with the slots
+    sorted by class from the start, or found by scanning), or switching between them."""
+    from vyre_numba.egraph import closure_numpy
+
+    slots, after = ROUNDS[request.param]
+    monkeypatch.setattr(closure_numpy, "SCALAR_SLOTS", slots)
+    monkeypatch.setattr(closure_numpy, "CSR_AFTER", after)
+    return request.param
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("seed", range(12))
 def test_random_egraphs_match_the_simple_closure(backend, seed):
@@ -36,15 +60,14 @@ def test_random_egraphs_match_the_simple_closure(backend, seed):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("seed", range(8))
-def test_rebuilds_after_unions_and_adds_match_the_simple_closure_of_everything_so_far(backend, seed, monkeypatch):
+def test_rebuilds_after_unions_and_adds_match_the_simple_closure_of_everything_so_far(backend, seed, rounds,
+                                                                                      monkeypatch):
     """Unions, rebuilds and adds on one e-graph (on the CPU a rebuild after a converged one revisits
     only rows whose children changed class; an add, a stopped or an interrupted rebuild starts
     afresh), each rebuild's classes against the simple closure of the rows and every union made
     so far; with seed odd the hash collides often, so groups are settled exactly."""
-    from vyre_numba.egraph import signature
-
     if seed % 2 and backend == "reference":
-        monkeypatch.setattr(signature, "mix64", lambda x: x % np.uint64(3))
+        few_hashes(monkeypatch, 3)
     rng = np.random.default_rng(100 + seed)
     g = EGraph.from_arrays(*random_egraph(rng, int(rng.integers(20, 200)), n_ops=2, max_arity=2), backend=backend)
     made = np.zeros((0, 2), np.int64)
@@ -94,12 +117,11 @@ def test_the_numpy_union_find_against_a_simple_one(seed):
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_the_worklist_rebuild_is_the_full_scan_round_for_round(seed, monkeypatch):
+def test_the_worklist_rebuild_is_the_full_scan_round_for_round(seed, rounds, monkeypatch):
     """rebuild_numpy with the index of the last converged rebuild kept (as the reference e-graph
     keeps it), after unions and stops at max_rounds, against a rebuild that canonicalises and
     regroups every row each round: the same rounds, unions, convergence, union-find and rows, and
     the index kept is the rows' hashes in order; with seed odd most hashes collide."""
-    from vyre_numba.egraph import signature
     from vyre_numba.egraph.closure_numpy import rebuild_numpy, union_numpy
     from vyre_numba.egraph.signature import congruent_pairs, signature_hash
 
@@ -116,7 +138,7 @@ def test_the_worklist_rebuild_is_the_full_scan_round_for_round(seed, monkeypatch
         return rounds, unions, False
 
     if seed % 2:
-        monkeypatch.setattr(signature, "mix64", lambda x: x % np.uint64(3))
+        few_hashes(monkeypatch, 3)
     rng = np.random.default_rng(300 + seed)
     for case in range(30):
         e, op, offsets, children = random_egraph(rng, int(rng.integers(1, 150)), n_ops=int(rng.integers(1, 3)),
@@ -141,16 +163,63 @@ def test_the_worklist_rebuild_is_the_full_scan_round_for_round(seed, monkeypatch
                 assert np.array_equal(np.sort(order), np.arange(op.size)), (case, step)
 
 
+def test_one_rows_hash_is_the_hash_of_the_rows():
+    """The scalar rounds' hash of one row (Python ints) has the bits of the rows' hash, for ids up to
+    2**32 - 1, operators past 2**31 and every arity up to 4."""
+    from vyre_numba.egraph.signature import row_hash, signature_hash
+
+    rng = np.random.default_rng(5)
+    arity = rng.integers(0, 5, 400)
+    offsets = np.r_[0, np.cumsum(arity)]
+    children = rng.integers(0, 2**32, int(offsets[-1]))
+    children[:20] = [0, 2**32 - 1] * 10
+    op = rng.integers(0, 2**33, arity.size)
+    want = signature_hash(op, offsets, children)
+    got = [row_hash(int(op[r]), tuple(children[offsets[r]:offsets[r + 1]].tolist())) for r in range(op.size)]
+    assert got == want.tolist()
+
+
+@pytest.mark.parametrize("depth", [1, 50, 3000])
+def test_a_deep_chain_takes_a_round_a_level_each_costing_its_worklist(depth, monkeypatch):
+    """f^k(a) and f^k(b) for k <= depth, union(a, b): depth + 1 rounds, a round of one row for each
+    level past the first. Those are scalar rounds: no hash of all rows again, no union over every
+    id (found by counting the calls that would make a round cost every row)."""
+    from vyre_numba.egraph import closure_numpy
+
+    calls = {"signature_hash": 0, "_union": 0}
+
+    def counted(name):
+        real = getattr(closure_numpy, name)
+
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+        monkeypatch.setattr(closure_numpy, name, call)
+    n = 2 + 2 * depth
+    op = np.r_[0, 1, np.full(2 * depth, 2)]
+    offsets = np.r_[0, 0, 0, np.arange(1, 2 * depth + 1)]
+    children = np.empty(2 * depth, np.int64)  # f(a) in row 2, f(b) in row 3, f(f(a)) in row 4, ...
+    children[0::2], children[1::2] = np.r_[0, np.arange(2, 2 * depth, 2)], np.r_[1, np.arange(3, 2 * depth, 2)]
+    rows = (np.arange(n), op, offsets, children)
+    g = EGraph.from_arrays(*rows, backend="reference")
+    g.union([[0, 1]])
+    for name in calls:
+        counted(name)
+    s = g.rebuild()
+    assert s.converged and s.rounds == depth + 1 and s.unions == depth
+    assert s.nodes_touched == n + depth - 1  # every row, then f^k(b) as f^(k-1)(b) joins f^(k-1)(a)
+    assert np.array_equal(g.classes(), naive_closure(*rows, [(0, 1)]))
+    assert calls == {"signature_hash": 1, "_union": 1}, calls  # the first round's, over every row
+
+
 @pytest.mark.parametrize("collide", [False, True])
-def test_a_rebuild_interrupted_anywhere_then_more_unions_give_the_simple_closure(collide, monkeypatch):
+def test_a_rebuild_interrupted_anywhere_then_more_unions_give_the_simple_closure(collide, rounds, monkeypatch):
     """A converged rebuild (its index kept), unions, a rebuild interrupted at every event, then
     more unions, a rebuild stopped after a round and a full one: after each interruption the
     union-find lies between the unions made and their closure, and at the end the classes are
     the simple closure's (an interrupted rebuild drops the index it was given, half updated)."""
-    from vyre_numba.egraph import signature
-
     if collide:
-        monkeypatch.setattr(signature, "mix64", lambda x: x % np.uint64(2))
+        few_hashes(monkeypatch, 2)
     rng = np.random.default_rng(8)
     r = random_egraph(rng, 40, n_ops=2, max_arity=2)
     n = int(r[0].max()) + 1
@@ -219,12 +288,13 @@ def test_hash_collisions_never_merge_and_never_hide_a_merge(monkeypatch, buckets
     closure (a collision never merges two classes, and never hides two equal signatures)."""
     from vyre_numba.egraph import closure_numpy, host, signature
 
-    real = signature.signature_hash
+    real, real_row = signature.signature_hash, signature.row_hash
 
     def weak(*args):
         return real(*args) % np.uint64(buckets)
     for module in (signature, host, closure_numpy):  # every hash the rebuild and lookups take
         monkeypatch.setattr(module, "signature_hash", weak)
+    monkeypatch.setattr(signature, "row_hash", lambda *args: real_row(*args) % buckets)  # the scalar rounds'
     for seed in range(4):
         rng = np.random.default_rng(100 + seed)
         r = random_egraph(rng, 200, n_ops=2)

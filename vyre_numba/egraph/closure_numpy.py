@@ -4,7 +4,9 @@ One loop: canonicalise the rows (children and class through the union-find), gro
 signature, union the classes of congruent rows, repeat until a round unions nothing. The first
 round hashes and sorts every row; later rounds revisit only the worklist, the rows a child of which
 changed class in the last union, and group each of them with the rows of its hash, whose order is
-kept sorted by moving the worklist's rows to their new hashes (no sort of every row again).
+kept sorted by moving the worklist's rows to their new hashes (no sort of every row again). A
+round of a few stale slots runs in Python on point lookups (`_PointRounds`), so that a congruence
+chain of depth d, d rounds of a row or two, costs its rows and not d times every row.
 
 Invariants: `parent` is always fully compressed (parent[x] is x's root, the smallest id of its
 class), so canonicalising is one gather; unions only hook a larger root under a smaller one. After
@@ -18,6 +20,7 @@ import time
 import numpy as np
 
 from ..unique import unique
+from . import signature
 from .signature import same_signature, signature_hash, signature_heads
 
 
@@ -57,6 +60,10 @@ def _union(parent: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[int, np.nd
     return merged, unique(np.concatenate(changed))
 
 
+SCALAR_SLOTS = 128  # a later round with at most this many stale child slots runs in Python (`_PointRounds`)
+CSR_AFTER = 8  # scalar rounds that scan every child slot for the stale ones before the slots are sorted by class
+
+
 def rebuild_numpy(parent: np.ndarray, op: np.ndarray, offsets: np.ndarray, children: np.ndarray,
                   eclass: np.ndarray, max_rounds: int | None = None, on_round=None, index: tuple | None = None
                   ) -> dict:
@@ -77,7 +84,25 @@ def rebuild_numpy(parent: np.ndarray, op: np.ndarray, offsets: np.ndarray, child
     else:
         hashes, order, hs = index
         stale = np.flatnonzero(parent[children] != children)  # child slots whose class merged since
+    point = None  # the scalar rounds' state while they run (their unions reach `parent` when they close)
     while max_rounds is None or rounds < max_rounds:
+        if stale is not None and stale.size <= SCALAR_SLOTS:
+            if point is None:
+                point = _PointRounds(parent, op, offsets, children, eclass, row_of, hashes, order, hs)
+            work, pairs = point.round(stale)
+            touched += work
+            rounds += 1
+            if on_round is not None:
+                on_round()
+            if not pairs:
+                converged = True
+                break
+            merged, stale = point.union(pairs)
+            unions += merged
+            continue
+        if point is not None:
+            order, hs = point.close()
+            point = None
         if stale is None:
             hashes = signature_hash(op, offsets, children, row_of)
             ra, order = signature_heads(op, offsets, children, hashes, with_order=True)
@@ -102,11 +127,31 @@ def rebuild_numpy(parent: np.ndarray, op: np.ndarray, offsets: np.ndarray, child
         mark = np.zeros(parent.size, bool)
         mark[changed] = True
         stale = np.flatnonzero(mark[children])
+    if point is not None:
+        order, hs = point.close()
     if not converged and stale is not None:  # the last round's unions are applied: the rows are made canonical
         children[stale] = parent[children[stale]]
     eclass[:] = parent[eclass]
     return dict(rounds=rounds, unions=int(unions), nodes_touched=int(touched), converged=converged,
                 seconds=time.perf_counter() - t0, index=(hashes, order, hs) if converged and hashes is not None else None)
+
+
+def _rehash(op, offsets, children, work: np.ndarray) -> np.ndarray:
+    """The signature hashes of rows `work` (their children canonical)."""
+    width = offsets[work + 1] - offsets[work]
+    slots = np.repeat(offsets[work] - np.cumsum(width) + width, width) + np.arange(int(width.sum()))
+    sub = np.concatenate([[0], np.cumsum(width)])
+    return signature_hash(op[work], sub, children[slots], np.repeat(np.arange(work.size), width))
+
+
+def _move(order, hs, rows: np.ndarray, fresh: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(order, hs) with `rows` (distinct) moved to their hashes `fresh`, kept in ascending order."""
+    moved = np.zeros(order.size, bool)
+    moved[rows] = True
+    keep = ~moved[order]
+    by = np.argsort(fresh, kind="stable")
+    at = np.searchsorted(hs[keep], fresh[by])
+    return np.insert(order[keep], at, rows[by]), np.insert(hs[keep], at, fresh[by])
 
 
 def _worklist_round(op, offsets, children, hashes, order, hs, work) -> tuple:
@@ -117,17 +162,9 @@ def _worklist_round(op, offsets, children, hashes, order, hs, work) -> tuple:
     empty = np.zeros(0, np.int64)
     if work.size == 0:
         return order, hs, empty, empty
-    width = offsets[work + 1] - offsets[work]
-    slots = np.repeat(offsets[work] - np.cumsum(width) + width, width) + np.arange(int(width.sum()))
-    sub = np.concatenate([[0], np.cumsum(width)])
-    fresh = signature_hash(op[work], sub, children[slots], np.repeat(np.arange(work.size), width))
+    fresh = _rehash(op, offsets, children, work)
     hashes[work] = fresh
-    moved = np.zeros(op.size, bool)
-    moved[work] = True
-    keep = ~moved[order]
-    by = np.argsort(fresh, kind="stable")
-    at = np.searchsorted(hs[keep], fresh[by])
-    order, hs = np.insert(order[keep], at, work[by]), np.insert(hs[keep], at, fresh[by])
+    order, hs = _move(order, hs, work, fresh)
     keys = unique(fresh)
     lo, hi = np.searchsorted(hs, keys, "left"), np.searchsorted(hs, keys, "right")
     size = hi - lo
@@ -143,3 +180,120 @@ def _worklist_round(op, offsets, children, hashes, order, hs, work) -> tuple:
             ra.append(np.array([seen.setdefault(key, r)]))
             rb.append(np.array([r]))
     return order, hs, np.concatenate(ra), np.concatenate(rb)
+
+
+class _PointRounds:
+    """Later rounds of a few stale slots each, run in Python on point lookups so that a round costs
+    its worklist, not every row (a congruence chain of depth d takes d rounds).
+
+    Invariants while they run: `parent` is as they found it (compressed); their unions link roots
+    in `up` (a root to a smaller id of its class), and `close()` writes them into `parent` in one
+    assignment, so an interruption leaves `parent` before or after all of them. Every child slot
+    off the stale list holds a root. The rows rehashed since the sorted index (`order`, `hs`) was
+    made are found by hash in `moved`, and their index entries are void. Once `uses` is made, the
+    slots holding root r are uses' run of r and the runs in `extra[r]`."""
+
+    def __init__(self, parent, op, offsets, children, eclass, row_of, hashes, order, hs):
+        self.parent, self.op, self.offsets, self.children, self.eclass = parent, op, offsets, children, eclass
+        self.row_of, self.hashes, self.order, self.hs = row_of, hashes, order, hs
+        self.up: dict = {}  # root -> the smaller id it was linked under
+        self.moved: dict = {}  # hash -> the rehashed rows that have it now
+        self.rehashed: set = set()
+        self.scans = 0  # rounds whose stale slots were found by scanning every slot
+        self.uses = None  # (the slots sorted by the root they hold, those roots), made after CSR_AFTER scans
+        self.extra: dict = {}  # root -> runs of slots that came to hold it since `uses` was made
+
+    def find(self, x: int) -> int:
+        up = self.up
+        root = int(self.parent[x])
+        path = []
+        while root in up:
+            path.append(root)
+            root = up[root]
+        for r in path[:-1]:
+            up[r] = root
+        return root
+
+    def signature(self, r: int) -> tuple:
+        return int(self.op[r]), tuple(self.children[self.offsets[r]:self.offsets[r + 1]].tolist())
+
+    def round(self, stale: np.ndarray) -> tuple[int, list]:
+        """Canonicalise the stale slots, rehash their rows and group each with the rows of its hash:
+        (the rows hashed, [(row, row)] of congruent rows in different classes)."""
+        children, find = self.children, self.find
+        for s in stale.tolist():
+            children[s] = find(int(children[s]))
+        if self.uses is None and self.scans >= CSR_AFTER:  # every slot holds a root now
+            by = np.argsort(children, kind="stable")
+            self.uses, self.extra = (by, children[by]), {}
+        work = sorted(set(self.row_of[stale].tolist()))
+        if not work:
+            return 0, []
+        rows = np.array(work, np.int64)
+        sigs = [self.signature(r) for r in work]
+        fresh = [signature.row_hash(*sig) for sig in sigs]
+        old = self.hashes[rows].tolist()
+        self.hashes[rows] = fresh
+        for r, was, h in zip(work, old, fresh):
+            if r in self.rehashed:
+                self.moved[was].discard(r)
+            self.rehashed.add(r)
+            self.moved.setdefault(h, set()).add(r)
+        doing, seen, pairs = set(work), {}, []
+        for r, h, sig in zip(work, fresh, sigs):
+            rep = seen.get(sig)
+            if rep is None:  # rows off the worklist with one signature share a class already: one stands for all
+                rep = self._resident(h, sig, doing)
+                rep = seen[sig] = r if rep is None else rep
+            if rep != r and find(int(self.eclass[rep])) != find(int(self.eclass[r])):
+                pairs.append((rep, r))
+        return len(work), pairs
+
+    def _resident(self, h: int, sig: tuple, doing: set) -> int | None:
+        """A row off the worklist with hash h and signature `sig`, or None."""
+        key = np.uint64(h)  # a Python int past int64 would make searchsorted convert every hash
+        lo, hi = self.hs.searchsorted(key, "left"), self.hs.searchsorted(key, "right")
+        for j in range(int(lo), int(hi)):
+            q = int(self.order[j])
+            if q not in self.rehashed and q not in doing and self.signature(q) == sig:
+                return q
+        for q in self.moved.get(h, ()):
+            if q not in doing and self.signature(q) == sig:
+                return q
+        return None
+
+    def union(self, pairs: list) -> tuple[int, np.ndarray]:
+        """Merge the classes of the rows paired (the larger root under the smaller): (merges, the
+        child slots now stale)."""
+        hooked = []
+        for x, y in pairs:
+            a, b = self.find(int(self.eclass[x])), self.find(int(self.eclass[y]))
+            if a != b:
+                self.up[max(a, b)] = min(a, b)
+                hooked.append((max(a, b), min(a, b)))
+        if self.uses is None:
+            self.scans += 1
+            mark = np.zeros(self.parent.size, bool)
+            mark[[hi for hi, _ in hooked]] = True
+            return len(hooked), np.flatnonzero(mark[self.children])
+        by, held = self.uses
+        runs = []
+        for hi, lo in hooked:  # in the order hooked: a root hooked after taking another's runs passes them on
+            mine = [by[np.searchsorted(held, hi, "left"):np.searchsorted(held, hi, "right")]] + self.extra.pop(hi, [])
+            runs += mine
+            self.extra.setdefault(lo, []).extend(mine)
+        return len(hooked), unique(np.concatenate(runs)) if runs else np.zeros(0, np.int64)
+
+    def close(self) -> tuple[np.ndarray, np.ndarray]:
+        """Write the unions into `parent` (compressed, in one assignment) and return (order, hs) with
+        the rehashed rows moved to their hashes."""
+        if self.up:
+            links = np.array(list(self.up), np.int64)
+            to = np.arange(self.parent.size)
+            to[links] = [self.find(int(r)) for r in links.tolist()]
+            self.parent[:] = to[self.parent]
+            self.up = {}
+        if not self.rehashed:
+            return self.order, self.hs
+        rows = np.array(sorted(self.rehashed), np.int64)
+        return _move(self.order, self.hs, rows, self.hashes[rows])

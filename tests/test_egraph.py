@@ -1180,6 +1180,31 @@ def test_an_interrupted_union_or_rebuild_leaves_a_sound_egraph():
     assert check_interrupted_unions() > 50
 
 
+@pytest.mark.parametrize("shape", ["shared child", "chains"])
+def test_a_rebuild_interrupted_anywhere_loses_no_merge_and_names_no_class_ahead_of_find(shape, rounds):
+    """Regression (a differential fuzzer): the scalar rounds wrote a slot's new class into the rows
+    before their unions reached the union-find. A Ctrl-C between left h(0, 2) beside h(0, 3), no
+    longer congruent, so the next rebuild converged with classes 2 and 3 apart; and rows named
+    classes that find did not. Interrupted at every event of the e-graph's code: every child still
+    names the class its first id has, and a rebuild after gives the closure."""
+    rows_ = {"shared child": (np.arange(4), np.array([0, 1, 2, 2]), np.array([0, 0, 0, 2, 4]), np.array([0, 3, 1, 3])),
+             "chains": chain_pair(3)}[shape]
+    want = naive_closure(*rows_, [(0, 1)])
+    k = 0
+    while True:
+        k += 1
+        g = EGraph.from_arrays(*rows_, backend="reference")
+        g.rebuild()
+        g.union([[0, 1]])
+        if not interrupted(k, g.rebuild, "egraph"):
+            break
+        assert_sound(g)
+        assert np.array_equal(g.find(g.rows()["children"]), g.find(rows_[3])), k
+        g.rebuild()
+        assert np.array_equal(g.classes(), want), k
+    assert k > 20
+
+
 def test_a_refused_add_leaves_pending_unions_pending():
     """Regression: add rebuilt before checking its children, so an add refused for a child of no
     e-node had already applied the pending unions."""

@@ -186,12 +186,13 @@ class _PointRounds:
     """Later rounds of a few stale slots each, run in Python on point lookups so that a round costs
     its worklist, not every row (a congruence chain of depth d takes d rounds).
 
-    Invariants while they run: `parent` is as they found it (compressed); their unions link roots
-    in `up` (a root to a smaller id of its class), and `close()` writes them into `parent` in one
-    assignment, so an interruption leaves `parent` before or after all of them. Every child slot
-    off the stale list holds a root. The rows rehashed since the sorted index (`order`, `hs`) was
-    made are found by hash in `moved`, and their index entries are void. Once `uses` is made, the
-    slots holding root r are uses' run of r and the runs in `extra[r]`."""
+    Invariants while they run: `parent` and `children` are as they found them; their unions link
+    roots in `up` (a root to a smaller id of its class), a slot's class is `find` of the id it
+    holds, and `close()` writes the unions into `parent` in one assignment and then the classes
+    into `children` in another, so an interruption leaves the rows as a round of arrays would
+    (children that are never ahead of `parent`). The rows rehashed since the sorted index (`order`,
+    `hs`) was made are found by hash in `moved`, and their index entries are void. Once `uses` is
+    made, the slots of root r's class are uses' run of r and the runs in `extra[r]`."""
 
     def __init__(self, parent, op, offsets, children, eclass, row_of, hashes, order, hs):
         self.parent, self.op, self.offsets, self.children, self.eclass = parent, op, offsets, children, eclass
@@ -200,8 +201,8 @@ class _PointRounds:
         self.moved: dict = {}  # hash -> the rehashed rows that have it now
         self.rehashed: set = set()
         self.scans = 0  # rounds whose stale slots were found by scanning every slot
-        self.uses = None  # (the slots sorted by the root they hold, those roots), made after CSR_AFTER scans
-        self.extra: dict = {}  # root -> runs of slots that came to hold it since `uses` was made
+        self.uses = None  # (the slots sorted by their class's root, those roots), made after CSR_AFTER scans
+        self.extra: dict = {}  # root -> runs of slots whose class joined its class since `uses` was made
 
     def find(self, x: int) -> int:
         up = self.up
@@ -214,18 +215,24 @@ class _PointRounds:
             up[r] = root
         return root
 
+    def roots(self) -> np.ndarray:
+        """Every id's root through the links made so far (the union-find written out)."""
+        to = np.arange(self.parent.size)
+        if self.up:
+            links = np.fromiter(self.up, np.int64, len(self.up))
+            to[links] = [self.find(r) for r in links.tolist()]
+        return to[self.parent]
+
     def signature(self, r: int) -> tuple:
-        return int(self.op[r]), tuple(self.children[self.offsets[r]:self.offsets[r + 1]].tolist())
+        return int(self.op[r]), tuple(map(self.find, self.children[self.offsets[r]:self.offsets[r + 1]].tolist()))
 
     def round(self, stale: np.ndarray) -> tuple[int, list]:
-        """Canonicalise the stale slots, rehash their rows and group each with the rows of its hash:
-        (the rows hashed, [(row, row)] of congruent rows in different classes)."""
-        children, find = self.children, self.find
-        for s in stale.tolist():
-            children[s] = find(int(children[s]))
-        if self.uses is None and self.scans >= CSR_AFTER:  # every slot holds a root now
-            by = np.argsort(children, kind="stable")
-            self.uses, self.extra = (by, children[by]), {}
+        """Rehash the rows of the stale slots and group each with the rows of its hash: (the rows
+        hashed, [(row, row)] of congruent rows in different classes)."""
+        if self.uses is None and self.scans >= CSR_AFTER:
+            held = self.roots()[self.children]
+            by = np.argsort(held, kind="stable")
+            self.uses, self.extra = (by, held[by]), {}
         work = sorted(set(self.row_of[stale].tolist()))
         if not work:
             return 0, []
@@ -239,7 +246,7 @@ class _PointRounds:
                 self.moved[was].discard(r)
             self.rehashed.add(r)
             self.moved.setdefault(h, set()).add(r)
-        doing, seen, pairs = set(work), {}, []
+        doing, seen, pairs, find = set(work), {}, [], self.find
         for r, h, sig in zip(work, fresh, sigs):
             rep = seen.get(sig)
             if rep is None:  # rows off the worklist with one signature share a class already: one stands for all
@@ -264,35 +271,34 @@ class _PointRounds:
 
     def union(self, pairs: list) -> tuple[int, np.ndarray]:
         """Merge the classes of the rows paired (the larger root under the smaller): (merges, the
-        child slots now stale)."""
+        child slots whose class changed)."""
+        held = self.roots()[self.children] if self.uses is None else None  # each slot's class before
         hooked = []
         for x, y in pairs:
             a, b = self.find(int(self.eclass[x])), self.find(int(self.eclass[y]))
             if a != b:
                 self.up[max(a, b)] = min(a, b)
                 hooked.append((max(a, b), min(a, b)))
-        if self.uses is None:
+        if held is not None:
             self.scans += 1
             mark = np.zeros(self.parent.size, bool)
             mark[[hi for hi, _ in hooked]] = True
-            return len(hooked), np.flatnonzero(mark[self.children])
-        by, held = self.uses
+            return len(hooked), np.flatnonzero(mark[held])
+        by, roots = self.uses
         runs = []
         for hi, lo in hooked:  # in the order hooked: a root hooked after taking another's runs passes them on
-            mine = [by[np.searchsorted(held, hi, "left"):np.searchsorted(held, hi, "right")]] + self.extra.pop(hi, [])
+            mine = [by[roots.searchsorted(hi, "left"):roots.searchsorted(hi, "right")]] + self.extra.pop(hi, [])
             runs += mine
             self.extra.setdefault(lo, []).extend(mine)
         return len(hooked), unique(np.concatenate(runs)) if runs else np.zeros(0, np.int64)
 
     def close(self) -> tuple[np.ndarray, np.ndarray]:
-        """Write the unions into `parent` (compressed, in one assignment) and return (order, hs) with
-        the rehashed rows moved to their hashes."""
+        """Write the unions into `parent` (compressed) and the classes into `children`, and return
+        (order, hs) with the rehashed rows moved to their hashes."""
         if self.up:
-            links = np.array(list(self.up), np.int64)
-            to = np.arange(self.parent.size)
-            to[links] = [self.find(int(r)) for r in links.tolist()]
-            self.parent[:] = to[self.parent]
+            self.parent[:] = self.roots()
             self.up = {}
+        self.children[:] = self.parent[self.children]
         if not self.rehashed:
             return self.order, self.hs
         rows = np.array(sorted(self.rehashed), np.int64)

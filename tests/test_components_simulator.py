@@ -123,7 +123,8 @@ UNION_FIND = textwrap.dedent('''
     assert hooked.copy_to_host().tolist() == [1, 1, 1, 1], hooked.copy_to_host()
     assert out.copy_to_host().tolist() == found.copy_to_host().tolist() == [0, 0, 2, 3, 3, 3, 6, 6]
     print("kernels ok")
-    # no forest (a cycle 1 -> 2 -> 3 -> 1 beside a root 0): every walk is bounded, -1 said (it spun for ever)
+    # no forest (a cycle 1 -> 2 -> 3 -> 1 beside a root 0): -1 said (it spun for ever), and nothing written
+    # (regression, a docstring audit: find halved a cycle into a tree and link hooked a made-up root)
     @cuda.jit
     def reads(parent, out):
         i = cuda.grid(1)
@@ -131,24 +132,28 @@ UNION_FIND = textwrap.dedent('''
             out[i] = uf.root(parent, i)
 
     @cuda.jit
-    def halves(parent, x, out):  # one thread: find halves the path, so what it meets of a cycle depends on order
+    def halves(parent, x, out):  # one thread: what find meets of a cycle does not depend on other threads
         if cuda.grid(1) == 0:
             out[0] = uf.find(parent, x)
 
     out = cuda.to_device(np.zeros(4, np.int32))
     reads[1, 32](cuda.to_device(np.array([0, 2, 3, 1], np.int32)), out)
     assert out.copy_to_host().tolist() == [0, -1, -1, -1], out.copy_to_host()
-    for x in range(1, 4):
-        long_cycle = cuda.to_device(np.roll(np.arange(1000, dtype=np.int32), -1))  # i -> i + 1, 999 -> 0
-        halves[1, 1](long_cycle, x, out)
-        assert -1 <= out.copy_to_host()[0] < 1000  # it ends (a cycle halved may close into a root)
+    for cycle, xs in ((np.roll(np.arange(1000), -1), (1, 2, 3)), (np.roll(np.arange(1000), 1), (1, 2, 3)),
+                      ([1, 0], (0, 1)), ([0, 2, 3, 1], (1, 2, 3)), ([0, 0, 3, 1], (2,))):
+        cycle = np.asarray(cycle, np.int32)  # i -> i + 1 (999 -> 0), i -> i - 1 (0 -> 999), a 2-cycle, ...
+        for x in xs:  # the last: no cycle, but 2 -> 3 is above its index (3 -> 1 -> 0 is a fine walk)
+            kept = cuda.to_device(cycle)
+            halves[1, 1](kept, x, out)
+            after = kept.copy_to_host()  # halved only where the walk kept the invariant, before the cycle
+            assert out.copy_to_host()[0] == -1 and np.all((after == cycle) | (after <= np.arange(after.size))), x
+            halves[1, 1](kept, x, out)
+            assert out.copy_to_host()[0] == -1, (cycle[:4], x)  # and again: the cycle is still there
     hooked = cuda.to_device(np.zeros(1, np.int32))
-    join[1, 32](cuda.to_device(np.array([0, 2, 3, 1], np.int32)), cuda.to_device(np.array([0], np.int32)),
-                cuda.to_device(np.array([2], np.int32)), hooked)
-    assert hooked.copy_to_host().tolist() == [-1]
-    join[1, 1](cuda.to_device(np.roll(np.arange(8, dtype=np.int32), -1)), cuda.to_device(np.array([0], np.int32)),
-               cuda.to_device(np.array([3], np.int32)), hooked)  # both walks -1: equal, yet no tree is shared
-    assert hooked.copy_to_host().tolist() == [-1], hooked.copy_to_host()
+    for cycle, u, v in (([0, 2, 3, 1], 0, 2), ([1, 0, 2], 0, 2), (np.roll(np.arange(8), -1), 0, 3)):
+        kept = cuda.to_device(np.asarray(cycle, np.int32))  # the last: both walks -1, equal, yet no tree shared
+        join[1, 1](kept, cuda.to_device(np.array([u], np.int32)), cuda.to_device(np.array([v], np.int32)), hooked)
+        assert hooked.copy_to_host().tolist() == [-1] and kept.copy_to_host().tolist() == list(cycle), cycle
     print("cycles ok")
     for name, args in (("find", (1,)), ("root", (1,)), ("link", (1, 2))):
         try:

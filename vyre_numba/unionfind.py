@@ -5,9 +5,11 @@ Invariants: parent[x] <= x always (a root is hooked only under a smaller root), 
 root is its smallest member; path halving points a node at its grandparent, an ancestor, so trees
 never split; `link` returns only once both ends share a root. `root` reads without writing: a pass
 that stores every node's root must not halve paths beside itself, or a stale grandparent could be
-stored over a root another thread had just written. Every walk is bounded by the array's length,
-so a parent array with a cycle (no forest: a permutation passed by mistake) gives -1, not a GPU
-that spins for ever."""
+stored over a root another thread had just written. A walk that meets an entry above its index
+stops there and gives -1, having halved only the steps before it: that entry breaks the
+invariant, as every cycle does (a permutation passed by mistake), which would otherwise spin on
+the GPU for ever or be halved into a forest of made-up roots. Every walk is bounded by the
+array's length besides."""
 from __future__ import annotations
 
 import os
@@ -63,24 +65,29 @@ def _device_only(fn) -> _DeviceFunction:
 
 @_device_only
 def find(parent, x):
-    """x's root, halving the path on the way; -1 where `parent` is no forest (a walk of more steps
-    than it has entries met a cycle, which would otherwise spin on the GPU for ever)."""
+    """x's root, halving the path on the way; -1 where the walk meets an entry above its index (no
+    forest of the invariant's kind: a cycle), before halving past it."""
     for _ in range(parent.shape[0]):
         nxt = parent[x]
         if nxt == x:
             return x
-        parent[x] = parent[nxt]
+        up = parent[nxt]
+        if nxt > x or up > nxt:
+            return -1
+        parent[x] = up
         x = nxt
     return -1
 
 
 @_device_only
 def root(parent, x):
-    """x's root, read without writing; -1 where `parent` is no forest (as `find`)."""
+    """x's root, read without writing; -1 where the walk meets an entry above its index (as `find`)."""
     for _ in range(parent.shape[0]):
         p = parent[x]
         if p == x:
             return x
+        if p > x:
+            return -1
         x = p
     return -1
 
@@ -89,7 +96,8 @@ def root(parent, x):
 def link(parent, u, v):
     """Join the trees of u and v; 1 if this call hooked a root, 0 if they already shared one. A
     compare-and-swap hooks the larger root under the smaller and succeeds only on a root; when
-    another thread hooked it first, try again from the new roots. -1 where `parent` is no forest."""
+    another thread hooked it first, try again from the new roots. -1 where a walk met an entry
+above its index (as `find`): then nothing is hooked."""
     ru = find(parent, u)
     rv = find(parent, v)
     if ru < 0 or rv < 0:  # both -1 would compare equal: "already one tree"

@@ -331,3 +331,25 @@ def test_found_by_red_team():
         return time.perf_counter() - t0
     small, large = instrument_s(500), instrument_s(2000)
     assert large < 10 * small + 0.5, (small, large)  # 4x the depth: linear, not 16x
+
+
+@pytest.mark.parametrize("resident", [False, True])
+def test_a_store_past_a_read_write_buffer_is_told_a_fix_that_works_there(resident):
+    """Regression (a docstring audit): the store's Fix said to size the output with sizes={...},
+    which a read_write buffer, or any resident dispatch, does not take. Following the Fix given,
+    a longer array, stops the finding."""
+    be = vn.get_backend("reference")
+    i = ir.gid()
+    p = ir.Program([B.read_write("a", 0, "u32")], 32, [ir.store("a", i + 1, 7)], name="shift")
+    one = DispatchConfig(checked="raise", grid=1)  # 32 invocations, storing at 1..32
+    for n, found in ((32, True), (33, False)):
+        a = np.zeros(n, np.uint32)
+        try:
+            if resident:
+                be.dispatch_resident(p, [be.upload(a)], one)
+            else:
+                be.dispatch(p, [a], one)
+        except CheckError as e:
+            assert found and "pass a longer array" in str(e) and "size the output" not in str(e), str(e)
+        else:
+            assert not found

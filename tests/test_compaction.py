@@ -190,7 +190,7 @@ def _always_raises(v):
     (lambda: compaction.select(np.arange(2), [True, False]), "flags is a list"),
     (lambda: compaction.select(np.arange(2), None), "flags is a NoneType"),
     (lambda: compaction.nonzero((1, 0)), "np.asarray(flags)"),
-    (lambda: compaction.nonzero(3), "flags is a int"),
+    (lambda: compaction.nonzero(3), "flags is an int"),
     (lambda: compaction.select(np.arange(2), np.ma.MaskedArray([1, 0], mask=[1, 0])), "ignore its mask"),
     (lambda: compaction.select_if(np.arange(3), lambda v: (v, v)), "returns UniTuple"),
     (lambda: compaction.select_if(np.arange(3), lambda v: "yes"), "not a bool"),

@@ -240,7 +240,7 @@ def test_a_graph_without_vertices_has_no_source_and_a_csr_without_offsets_no_siz
         CSR(np.array([], np.int64), np.array([], np.int64)).n
 
 
-@pytest.mark.parametrize("g,size,fragment", [((5, [0]), "n", "indptr is a int"),
+@pytest.mark.parametrize("g,size,fragment", [((5, [0]), "n", "indptr is an int"),
                                              (([0, 1], [[0], [1, 2]]), "nnz", "indices is a list"),
                                              ((np.zeros((2, 2)), [0]), "n", "indptr is of shape (2, 2)")])
 def test_the_sizes_of_a_csr_of_anything_else_say_how_to_build_one(g, size, fragment):

@@ -151,7 +151,7 @@ def test_datatype_parse_takes_numpys_sized_codes_and_fixed_aliases(name, want):
     (lambda: ir.bits_to_float(1.0, D.F32), "takes an integer"),
     (lambda: ir.bits_to_float(1, D.U32), "takes a float type"),
     (lambda: list(ir.walk(5)), "iterable of IR"),
-    (lambda: list(ir.walk([1, 2])), "item 0 is a int"),
+    (lambda: list(ir.walk([1, 2])), "item 0 is an int"),
     (lambda: list(ir.walk("abc")), "iterable of IR"),
     (lambda: ir.walk(5), "iterable of IR"),  # at the call, not once the result is iterated
     (lambda: ir.walk(f32_prog()), "not a Program. Fix: pass program.entry"),  # Program has no .body

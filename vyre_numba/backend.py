@@ -17,8 +17,8 @@ from . import display
 from .config import DispatchConfig
 from .owned import Unshared
 from .errors import (INTEGERS, CheckError, CheckWarning, DispatchError, ImmutableError, IRValidationError,
-                     ResultTimeoutError, UnknownNameError, UnsupportedError, VyreError, check_calls, clip, did_you_mean,
-                     flag, shown)
+                     ResultTimeoutError, UnknownNameError, UnsupportedError, VyreError, a_type, check_calls, clip,
+                     did_you_mean, flag, shown)
 from .ir import DataType, Program
 from .ir.types import NUMPY_BOOL_CODES
 from .lru import LRUCache
@@ -337,8 +337,10 @@ class Backend(abc.ABC):
             each(buffer, 0, int(np.size(array)))
         return buffer
 
-    def empty(self, n: int, dtype) -> object:
-        """A resident buffer of `n` zeroed elements of NumPy dtype `dtype`."""
+    def empty(self, n: int, dtype: np.dtype | type | str) -> object:
+        """A resident buffer of `n` zeroed elements of `dtype`: a vyre type's storage dtype (a NumPy
+        number type, not bool), or a vyre type, which gives its storage ("bool" uint32 words of 0
+        or 1, "bf16" uint16 bits)."""
         raise NotImplementedError(f"{self.name} backend has no resident buffers")
 
     def write(self, buffer, values, offset: int = 0) -> None:
@@ -509,7 +511,8 @@ class Backend(abc.ABC):
                    max_rounds: int | None = None, workgroups: int | None = None,
                    keep: Iterable = ()) -> "Megakernel":
         """The resident sequence `steps` planned as one persistent cooperative kernel: fused groups
-        (`fuse`) as stages with a grid barrier only where a boundary stayed. `run()` runs it
+        (`fuse`) as stages with a grid barrier between stages only where a boundary stayed (and
+        where outputs are zeroed, between rounds and around `until`'s flag). `run()` runs it
         `max_rounds` times (default once), or with `until` (a resident integer buffer some step
         sets nonzero when it changed something; cleared before every round) until a round leaves
         it zero, at most `max_rounds` rounds (default 10,000, as `fixpoint.run`'s), all on the
@@ -747,9 +750,9 @@ def checked_steps(backend: "Backend", steps: list, call: str, what: str) -> list
     bound = []
     for k, s in enumerate(steps):
         if not isinstance(s.program, Program):
-            raise DispatchError(f"step {k}'s program is a {type(s.program).__name__}. Fix: pass an ir.Program.")
+            raise DispatchError(f"step {k}'s program is {a_type(s.program)}. Fix: pass an ir.Program.")
         if s.config is not None and not isinstance(s.config, DispatchConfig):
-            raise DispatchError(f"step {k}'s config is a {type(s.config).__name__}. Fix: pass a DispatchConfig "
+            raise DispatchError(f"step {k}'s config is {a_type(s.config)}. Fix: pass a DispatchConfig "
                                 "or None.")
         check(s.program)  # the step as written: what its own dispatch would refuse, refused here
         bound.append(check_resident(s.program, s.buffers, call))
@@ -936,7 +939,7 @@ def _read(r) -> tuple:
                                 "counts as ints (count None for the rest of the buffer).")
     sized = isinstance(buf, np.ndarray) or hasattr(buf, "__cuda_array_interface__")
     if not (sized or hasattr(buf, "__dlpack__")):
-        raise DispatchError(f"read entry: the buffer is a {type(buf).__name__}, not a resident buffer; nothing ran. "
+        raise DispatchError(f"read entry: the buffer is {a_type(buf)}, not a resident buffer; nothing ran. "
                             "Fix: name a buffer the steps use, as backend.upload or backend.empty returned it.")
     size = _elements(buf) if sized else None  # a DLPack-only array: download checks its range
     end = size if cnt is None else int(off) + int(cnt)
@@ -1004,8 +1007,8 @@ def check_each(each) -> None:
     """`each` of `upload_in_pieces`: something to call with (buffer, first, count)."""
     fix = "Fix: pass a function each(buffer, first, count) that enqueues work on elements [first, first + count)."
     if not callable(each) or isinstance(each, type):
-        what = f"the class {each.__name__}" if isinstance(each, type) else type(each).__name__
-        raise DispatchError(f"upload_in_pieces: each is a {what}, not a function. {fix}")
+        what = f"the class {each.__name__}" if isinstance(each, type) else a_type(each)
+        raise DispatchError(f"upload_in_pieces: each is {what}, not a function. {fix}")
     import inspect
 
     try:

@@ -8,7 +8,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .config import DispatchConfig
-from .errors import INTEGERS, DispatchError, HostMemoryError, LaunchError, flat_fix, shown
+from .errors import INTEGERS, DispatchError, HostMemoryError, LaunchError, a_type, flat_fix, shown
 from .ir import BufferDecl, DataType, Program, check
 from .ir.types import _bf16_to_f32, _f32_to_bf16
 from .ir.program import Role
@@ -290,7 +290,7 @@ def check_config(config) -> DispatchConfig:
     if config is None:
         return _DEFAULT
     if not isinstance(config, DispatchConfig):
-        raise DispatchError(f"config is a {type(config).__name__}, not a DispatchConfig. "
+        raise DispatchError(f"config is {a_type(config)}, not a DispatchConfig. "
                             "Fix: pass vyre_numba.DispatchConfig(grid=..., ...).")
     return config
 
@@ -349,7 +349,7 @@ def bind(program: Program, inputs: Sequence | Mapping | None, config: DispatchCo
                                 f"order, got {len(values)}. Fix: pass one array per input buffer (outputs are "
                                 "created for you), or a dict by name.")
     else:
-        raise DispatchError(f"{where}: inputs is a {type(inputs).__name__}, not a list or dict of arrays. Fix: pass "
+        raise DispatchError(f"{where}: inputs is {a_type(inputs)}, not a list or dict of arrays. Fix: pass "
                             f"[x, ...] in binding order ({names}) or {{'name': x, ...}}"
                             f"{' (a single array goes in a list: [x])' if isinstance(inputs, np.ndarray) else ''}.")
     arrays: dict[str, np.ndarray] = {}
@@ -386,7 +386,7 @@ def _output_counts(program: Program, arrays: Mapping[str, np.ndarray], sizes, wh
     if sizes is None:
         sizes = {}
     if not isinstance(sizes, Mapping):
-        raise DispatchError(f"{where}: sizes is a {type(sizes).__name__}, not a dict. "
+        raise DispatchError(f"{where}: sizes is {a_type(sizes)}, not a dict. "
                             "Fix: pass sizes={'output_name': element_count}.")
     pure = [b for b in program.outputs if b.role is Role.OUTPUT]
     unknown = sorted(repr(k) for k in sizes if k not in {b.name for b in pure})
@@ -505,7 +505,7 @@ def check_resident(program: Program, buffers, what: str = "dispatch_resident") -
             raise DispatchError(f"{what} of {program.name!r}: {'; '.join(said)}. Fix: {fix}.")
         return [buffers[d.name] for d in bound]
     if not isinstance(buffers, (list, tuple)):
-        raise DispatchError(f"{what} of {program.name!r}: buffers is a {type(buffers).__name__}, not a list or dict. "
+        raise DispatchError(f"{what} of {program.name!r}: buffers is {a_type(buffers)}, not a list or dict. "
                             f"Fix: pass [buffer, ...] in binding order ({[d.name for d in bound]}) or a dict by name.")
     buffers = list(buffers)
     if len(buffers) != len(bound):

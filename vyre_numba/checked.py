@@ -21,7 +21,9 @@ from .ir.checks import COUNTS, FIRST, KINDS, Site, instrument
 NONE = np.uint64(2**64 - 1)
 MESSAGE_FINDINGS = 20  # a CheckError names this many sites; its report holds every one
 FIXES = {"load": "bound the index (e.g. ir.if_(i < ir.buf_len(name), ...)) or size the buffer so every index fits",
-         "store": "bound the stored index as well, or size the output (sizes={...}) so every index fits",
+         "store": "bound the stored index as well (e.g. ir.if_(i < ir.buf_len(name), ...)), or make the buffer long "
+                  "enough for every index (pass a longer array; an output-only buffer of a host dispatch is sized by "
+                  "sizes={...})",
          "atomic": "bound the atomic's index or size its buffer so every index fits",
          "div": "make divisors nonzero (e.g. ir.select(d == 0, 1, d)) or guard the division",
          "mod": "make divisors nonzero or guard the modulo",

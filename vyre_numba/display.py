@@ -21,7 +21,9 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .errors import DispatchError, shown
+from .errors import DispatchError, a_type, shown
+
+__all__ = ["Duration", "PTX"]  # what calls return; the rest are the package's helpers for its reprs and HTML
 
 MAX_ROWS = 300  # table rows shown before the rest is summarised in a note
 MAX_LINES = 1_000  # lines of code highlighted before the rest is summarised in a note
@@ -208,7 +210,7 @@ class Duration(int):
             d = (None if isinstance(ns, Decimal) and not (ns.is_finite() and ns.adjusted() < 300)
                  else super().__new__(cls, round(ns)))
         except TypeError:
-            raise DispatchError(f"Duration({shown(ns, 60)}): a time is a number, not a {type(ns).__name__}. "
+            raise DispatchError(f"Duration({shown(ns, 60)}): a time is a number, not {a_type(ns)}. "
                                 "Fix: pass an int or float (nanoseconds; Duration.from_seconds for seconds).") from None
         except (ValueError, OverflowError):
             d = None
@@ -237,8 +239,8 @@ class Duration(int):
         elif isinstance(seconds, numbers.Real):  # NumPy floats in f64, not their own type (f16 overflows)
             ns = float(seconds) * 1e9
         else:
-            raise DispatchError(f"Duration.from_seconds({shown(seconds, 60)}): a time is a number, not a "
-                                f"{type(seconds).__name__}. Fix: pass the seconds as an int, float, Fraction or "
+            raise DispatchError(f"Duration.from_seconds({shown(seconds, 60)}): a time is a number, not "
+                                f"{a_type(seconds)}. Fix: pass the seconds as an int, float, Fraction or "
                                 "Decimal.")
         try:
             return cls(ns)
@@ -275,7 +277,7 @@ def duration(ns: int | None) -> Duration | None:
 def durations(ns: dict) -> dict:
     """A copy of `{name: nanoseconds}` with Duration values."""
     if not isinstance(ns, dict):
-        raise DispatchError(f"phase times are {shown(ns, 60)}, a {type(ns).__name__}, not a dict of names to "
+        raise DispatchError(f"phase times are {shown(ns, 60)}, {a_type(ns)}, not a dict of names to "
                             "nanoseconds. Fix: pass {'phase': ns, ...} (or {} for none).")
     return {k: Duration(v) for k, v in ns.items()}
 

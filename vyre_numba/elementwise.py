@@ -108,7 +108,8 @@ from . import ir
 from .backend import Backend
 from .bindings import as_host_array
 from .config import DispatchConfig
-from .errors import INTEGERS, DispatchError, IRValidationError, VyreError, check_calls, clip, did_you_mean, shown
+from .errors import (INTEGERS, DispatchError, IRValidationError, VyreError, a_type, check_calls, clip, did_you_mean,
+                     shown)
 from .ir import DataType
 from .ir import nodes as n_
 from .registry import get_backend
@@ -244,7 +245,7 @@ def _params(spec, what: str, kernel: str) -> list[tuple[str, DataType]]:
 def _not_a_name(name) -> str | None:
     """Why `name` cannot name a kernel or a buffer (PTX and the IR take ASCII identifiers only), or None."""
     if not isinstance(name, str):
-        return f"is a {type(name).__name__}, not a str"
+        return f"is {a_type(name)}, not a str"
     if _IDENT.match(name):
         return None
     if not name.isidentifier():
@@ -678,13 +679,13 @@ def _classify(name: str, x, where: str, dt: DataType | None = None) -> _Arg:
         shape = tuple(int(d) for d in (x.shape if hasattr(x, "shape") else x.__cuda_array_interface__["shape"]))
         return _Arg(name, kind, len(shape) == 0, shape, x)
     if isinstance(x, (list, tuple)):
-        raise DispatchError(f"{where}: {shown(name)} is a {type(x).__name__}, not an array. Fix: pass "
+        raise DispatchError(f"{where}: {shown(name)} is {a_type(x)}, not an array. Fix: pass "
                             "np.asarray(x, dtype=...) with the declared type's dtype.")
     if isinstance(x, numbers.Number):  # Decimal, Fraction: NumPy would hold them as objects
-        raise DispatchError(f"{where}: {shown(name)} is a {type(x).__name__}, a number type elementwise does not take "
+        raise DispatchError(f"{where}: {shown(name)} is {a_type(x)}, a number type elementwise does not take "
                             "(it takes Python bool, int and float, NumPy numbers and arrays). Fix: pass "
                             f"float({name}) or int({name}) where that is its exact value.")
-    raise DispatchError(f"{where}: {shown(name)} is a {type(x).__name__}, which is neither a number nor an array. "
+    raise DispatchError(f"{where}: {shown(name)} is {a_type(x)}, which is neither a number nor an array. "
                         "Fix: pass a Python/NumPy scalar, a NumPy array or a CUDA array (numba, CuPy, PyTorch).")
 
 

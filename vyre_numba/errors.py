@@ -508,13 +508,19 @@ def flat_fix(x, name: str = "x") -> str:
     return f"np.asarray({name}).reshape(-1)" if isinstance(x, np.matrix) else f"{name}.reshape(-1)"
 
 
+def a_type(x) -> str:
+    """x's type's name with its article, for a message: "an int", "a list"."""
+    name = type(x).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+
+
 def shown(x, width: int = 80) -> str:
     """repr(x) for an error message: about `width` characters at most, whatever `x` is (a list
     nested 100,000 deep, a huge list, an object whose repr raises), never an exception itself."""
     try:
         text = _widths(width).repr(x)
     except Exception:  # a user's __repr__ that raises, or recurses without end
-        text = f"<a {type(x).__name__}>"
+        text = f"<{a_type(x)}>"
     return clip(text, width)
 
 

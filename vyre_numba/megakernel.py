@@ -31,7 +31,7 @@ __all__ = ["Megakernel", "MegakernelResult", "MAX_ROUNDS", "UNTIL_ROUNDS"]
 
 PLANS = 64  # megakernel plans a backend keeps (programs and decisions; never the buffers)
 MAX_UNROLL = 64  # a step's fixpoint_iterations becomes that many stages, up to this many
-MAX_ROUNDS = 1 << 31
+MAX_ROUNDS = (1 << 31) - 1  # the largest max_rounds (the device counts rounds in 32 bits)
 UNTIL_ROUNDS = 10_000  # max_rounds with `until` where none is given, as fixpoint.run's
 
 
@@ -67,10 +67,12 @@ class _Plan:
 class Megakernel(Unshared):
     """A planned megakernel over resident buffers: `mode` ("megakernel", or "graph" where it fell
     back, "sequence" where recording that graph failed too; `reason` saying why), `program` (the
-    persistent program), `barriers` (grid barriers a round), `groups` (step indices each stage
-    runs), `boundaries` (why each barrier stayed), `workgroups` (the co-resident grid). `run()`
-    runs it. It owns its recorded graph and counters, released once by `close()`, a `with` block,
-    or collection."""
+    persistent program), `barriers` (grid barriers a round: one where each boundary between
+    stages stayed, one after outputs are zeroed, one between rounds, or with `until` three: after
+    its flag is cleared, after the stages, after the flag is read), `groups` (step indices each
+    stage runs), `boundaries` (why each boundary between stages stayed), `workgroups` (the
+    co-resident grid). `run()` runs it. It owns its recorded graph and counters, released once by
+    `close()`, a `with` block, or collection."""
 
     closed = False
 
@@ -84,7 +86,7 @@ class Megakernel(Unshared):
         self._keep = frozenset(_storage(b) for b in _iterable(keep, "keep"))
         if max_rounds is None:  # one round, or to convergence: one round of `until` would stop half done
             max_rounds = 1 if until is None else UNTIL_ROUNDS
-        self.max_rounds = whole(max_rounds, "max_rounds", 1, MAX_ROUNDS - 1)
+        self.max_rounds = whole(max_rounds, "max_rounds", 1, MAX_ROUNDS)
         if workgroups is not None:
             workgroups = whole(workgroups, "workgroups", 1, 1 << 20)
         bound = checked_steps(backend, self.steps, "megakernel", "megakernel")
@@ -108,7 +110,7 @@ class Megakernel(Unshared):
                     "recording that graph failed too).")
     reason = property(lambda self: self._p.reason, doc="Why it fell back (None when it did not).")
     program = property(lambda self: self._p.program, doc="The persistent program (None where it fell back).")
-    barriers = property(lambda self: self._p.barriers, doc="Grid barriers one round runs.")
+    barriers = property(lambda self: self._p.barriers, doc="Grid barriers one round runs (see the class).")
     groups = property(lambda self: self._p.groups, doc="The (unrolled) step indices each stage runs.")
     boundaries = property(lambda self: self._p.boundaries, doc="Why each grid barrier between stages stayed.")
     workgroups = property(lambda self: self._p.workgroups, doc="Workgroups of the persistent launch.")

@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from .errors import INTEGERS, ArgumentError, shown
+from .errors import INTEGERS, ArgumentError, a_type, shown
 
 __all__ = ["ordered_bits", "mismatches"]  # and the pytest hooks, found by pytest itself
 
@@ -73,7 +73,7 @@ def _native(a: np.ndarray) -> np.ndarray:
 
 
 def _what(a) -> str:
-    return f"a {a.dtype} array" if isinstance(a, np.ndarray) else f"a {type(a).__name__}"
+    return f"a {a.dtype} array" if isinstance(a, np.ndarray) else f"{a_type(a)}"
 
 
 def mismatches(got: np.ndarray, expected: np.ndarray, *, ulp: int = 0, bf16: bool = False) -> np.ndarray:

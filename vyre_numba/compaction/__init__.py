@@ -29,7 +29,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import (INTEGERS, CapacityError, DeviceError, DispatchError, HostMemoryError, VyreError, flat_fix,
+from ..errors import (INTEGERS, CapacityError, DeviceError, DispatchError, HostMemoryError, VyreError, a_type, flat_fix,
                       numba_reason, shown)
 from ..gpu import memory
 from ..gpu.numba_launch import RawArray, check_stream, stream_handle
@@ -94,7 +94,7 @@ def _check_values(a, name: str = "values"):
         hint = {"Series": f"{name}.to_numpy()", "Index": f"{name}.to_numpy()", "Array": f"{name}.compute()",
                 "Tensor": f"{name}.numpy()", "list": f"np.asarray({name})",
                 "tuple": f"np.asarray({name})"}.get(type(a).__name__, "np.asarray(...)")
-        raise DispatchError(f"{name} is a {type(a).__name__}, not a NumPy or device array. Fix: pass a NumPy array "
+        raise DispatchError(f"{name} is {a_type(a)}, not a NumPy or device array. Fix: pass a NumPy array "
                             f"(e.g. {hint}) or a device array (numba, CuPy, PyTorch).")
     if isinstance(a, np.ma.MaskedArray):
         raise DispatchError(f"{name} is a masked array; compaction would ignore its mask. Fix: pass "
@@ -130,12 +130,12 @@ def _check_flags(flags, n: int | None) -> int:
 
 def _check_predicate(predicate) -> None:
     if not callable(predicate):
-        raise DispatchError(f"predicate is a {type(predicate).__name__}, not a function. Fix: pass a function of "
+        raise DispatchError(f"predicate is {a_type(predicate)}, not a function. Fix: pass a function of "
                             "one value returning a bool, e.g. lambda v: v > 0.")
     try:
         hash(predicate)  # a compiled predicate may be kept by the function itself (`select.predicate_key`)
     except TypeError:
-        raise DispatchError(f"predicate is a {type(predicate).__name__} that cannot be hashed, so its compiled form "
+        raise DispatchError(f"predicate is {a_type(predicate)} that cannot be hashed, so its compiled form "
                             "cannot be kept. Fix: pass a plain function or lambda.") from None
 
 

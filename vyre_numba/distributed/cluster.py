@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import INTEGERS, BackendUnavailableError, DispatchError, clip, converting, shown
+from ..errors import INTEGERS, BackendUnavailableError, DispatchError, a_type, clip, converting, shown
 
 INSTALL = "Fix: pip install 'vyre-numba[dask]' (dask, distributed; dask-cuda for one worker per GPU)."
 
@@ -110,7 +110,7 @@ def worker_table(client) -> dict[str, dict]:
         raise DispatchError("no Dask client was given. Fix: pass client=Client(LocalCluster()) on CPUs, or "
                             "client=Client(dask_cuda.LocalCUDACluster()) for one worker per GPU.")
     if not isinstance(client, dd.Client):
-        raise DispatchError(f"client is a {type(client).__name__}, not a dask.distributed.Client. Fix: pass "
+        raise DispatchError(f"client is {a_type(client)}, not a dask.distributed.Client. Fix: pass "
                             "client=Client(LocalCluster()) on CPUs, or client=Client(dask_cuda.LocalCUDACluster()) "
                             "for one worker per GPU.")
     if client.status != "running":
@@ -152,7 +152,7 @@ def backend_name(backend) -> str | None:
         return backend
     name = getattr(backend, "name", None)
     if not isinstance(name, str):
-        raise DispatchError(f"backend is {shown(backend, 60)} (a {type(backend).__name__}). Fix: pass 'cuda', "
+        raise DispatchError(f"backend is {shown(backend, 60)} ({a_type(backend)}). Fix: pass 'cuda', "
                             "'reference', a Backend or None.")
     return name
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import INTEGERS, DispatchError, flag, host_memory, shown
+from ..errors import INTEGERS, DispatchError, a_type, flag, host_memory, shown
 from . import cluster
 from .device import Ops, marked, moved_pairs, narrow, packed
 from .unionfind import merge
@@ -611,7 +611,7 @@ def _check_range(e: np.ndarray, n: int) -> np.ndarray:
 
 def _edge_parts(client, edges, n, columns, workers):
     if not _is_dask_edges(edges):
-        raise DispatchError(f"edges is a {type(edges).__name__}. Fix: pass a Dask array of shape (m, 2) or a Dask "
+        raise DispatchError(f"edges is {a_type(edges)}. Fix: pass a Dask array of shape (m, 2) or a Dask "
                             "DataFrame with the src and dst columns (dask.array.from_array(e, chunks=(k, 2))).")
     if not isinstance(n, INTEGERS) or isinstance(n, bool) or n < 0:
         raise DispatchError(f"n is {shown(n)}. Fix: pass n, the vertex count (one more than the largest vertex id).")

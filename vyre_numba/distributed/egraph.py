@@ -39,7 +39,7 @@ from ..backend import as_ints, mixes_bools
 from ..egraph import ClosureResult, EGraph
 from ..egraph.egraph import IDS_FIX, SPARSE_IDS, _ints, _rows, _same_length, _take_rows
 from ..egraph.signature import signature_hash, signature_heads
-from ..errors import INTEGERS, DispatchError, flag, host_memory, shown
+from ..errors import INTEGERS, DispatchError, a_type, flag, host_memory, shown
 from ..unique import _inserted, count_distinct, unique, unique_rows
 from . import cluster
 from .egraph_device import DeviceKept, DevicePart
@@ -355,7 +355,7 @@ def _partitions(egraph_partitions, partitions, k_workers: int) -> list[tuple]:
         whole = None
         parts = list(egraph_partitions)
     else:
-        raise DispatchError(f"egraph_partitions is a {type(egraph_partitions).__name__}. Fix: pass a list of "
+        raise DispatchError(f"egraph_partitions is {a_type(egraph_partitions)}. Fix: pass a list of "
                             "(eclass, op, children_offsets, children) tuples, one per partition, or an EGraph.")
     if whole is not None:
         k = cluster.partition_count(partitions, k_workers)
@@ -401,7 +401,7 @@ def _checked(t, i: int) -> tuple:
     if not (isinstance(t, (tuple, list)) and len(t) == 4):
         one = (" A list holds partitions: one e-graph goes as a tuple, not a list." if isinstance(t, np.ndarray) and
                i == 0 else "")
-        raise DispatchError(f"partition {i} is a {type(t).__name__}, not (eclass, op, children_offsets, children).{one} "
+        raise DispatchError(f"partition {i} is {a_type(t)}, not (eclass, op, children_offsets, children).{one} "
                             "Fix: pass one such tuple of host arrays per partition (or a Dask future of one).")
     if any(_is_lazy(x) for x in t):
         raise DispatchError(f"partition {i} is a tuple of Dask futures; a partition is one future of a whole tuple. "

@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import display
 from ..backend import as_ints, mixes_bools
-from ..errors import INTEGERS, BackendUnavailableError, DispatchError, flat_fix, host_memory, shown
+from ..errors import INTEGERS, BackendUnavailableError, DispatchError, a_type, flat_fix, host_memory, shown
 from ..owned import Unshared
 from ..unique import count_distinct, index_of, unique, unique_rows
 from .signature import signature_heads
@@ -238,7 +238,7 @@ class EGraph(Unshared):
 
     @host_memory("building the e-graph")
     def __init__(self, eclass, op, children_offsets, children, *, ops: Sequence[str] | None = None,
-                 backend: "Backend | str | None" = None, table_capacity: int | None = None, _meta: dict | None = None):
+                 backend: "Backend | str | None" = None, table_capacity: int | None = None):
         """The rows as given (see `from_arrays`)."""
         self._lock = threading.RLock()  # public calls one at a time (`_serial`); a close waits for the call in flight
         eclass = _ints(eclass, "eclass")
@@ -266,7 +266,7 @@ class EGraph(Unshared):
         self._ops = ops  # the e-graph's own: rows name operators by index, so `ops` hands out a tuple
         self._be = _resolve(backend)
         self.backend = self._be.name
-        self._meta = _meta
+        self._meta = None  # what egraph-serialize JSON held besides the rows (`from_serialized` keeps it)
         if self.backend == "cuda":
             from .device import DeviceEGraph
 
@@ -320,7 +320,9 @@ class EGraph(Unshared):
         from .serialize import rows_of_serialized
 
         eclass, op, offsets, children, ops, meta = rows_of_serialized(data)
-        return cls(eclass, op, offsets, children, ops=ops, backend=backend, _meta=meta)
+        g = cls(eclass, op, offsets, children, ops=ops, backend=backend)
+        g._meta = meta
+        return g
 
     @_serial
     def to_serialized(self) -> str:
@@ -633,7 +635,7 @@ def congruence_closure(egraph: "EGraph", unions=None, *, backend: "Backend | str
     if not isinstance(egraph, EGraph):
         if not (isinstance(egraph, (tuple, list)) and len(egraph) == 4):
             items = f" of {len(egraph)} items" if isinstance(egraph, (tuple, list)) else ""
-            raise DispatchError(f"egraph is a {type(egraph).__name__}{items}. Fix: pass an EGraph or a tuple of four "
+            raise DispatchError(f"egraph is {a_type(egraph)}{items}. Fix: pass an EGraph or a tuple of four "
                                 "arrays (eclass, op, children_offsets, children).")
         egraph = EGraph.from_arrays(*egraph, backend=backend)
     elif backend is not None:
@@ -666,7 +668,7 @@ def structural_equivalences(egraph: "EGraph", *, capacity: int | None = None) ->
     from .device import check_rebuilt
 
     if not isinstance(egraph, EGraph):
-        raise DispatchError(f"egraph is a {type(egraph).__name__}. Fix: pass an EGraph (EGraph.from_arrays(...)).")
+        raise DispatchError(f"egraph is {a_type(egraph)}. Fix: pass an EGraph (EGraph.from_arrays(...)).")
     if capacity is not None:
         capacity = _count(capacity, "capacity", "pass a non-negative int (or None).", lo=0)
     with egraph._lock:

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import INTEGERS, DispatchError, shown
+from ..errors import INTEGERS, DispatchError, a_type, shown
 
 
 def _op_id(ops: dict, name) -> int:
@@ -24,12 +24,12 @@ def _leaf_key(t):
     if isinstance(t, str):
         return t
     if isinstance(t, bool) or not isinstance(t, (*INTEGERS, float, np.floating)):
-        raise DispatchError(f"a term is a {type(t).__name__} ({shown(t, 60)}). Fix: a term is a tuple (op, child, "
+        raise DispatchError(f"a term is {a_type(t)} ({shown(t, 60)}). Fix: a term is a tuple (op, child, "
                             "...) with a str op, or a leaf str, int or float.")
     if isinstance(t, INTEGERS):
         return ("int", int(t))
     if isinstance(t, np.floating) and np.dtype(type(t)).itemsize > 8:
-        raise DispatchError(f"a leaf is a {type(t).__name__} ({shown(t, 60)}), wider than a float: two leaves of it "
+        raise DispatchError(f"a leaf is {a_type(t)} ({shown(t, 60)}), wider than a float: two leaves of it "
                             "could read as one float. Fix: pass float(x), or a str naming it exactly.")
     v = float(t)
     return ("float", "nan" if v != v else v)
@@ -69,7 +69,7 @@ def rows_of_terms(terms: Sequence[Any]):
     """(eclass, op, offsets, children, op names, class of each term) of hash-consed terms. Walked
     with an explicit stack, so a term of any depth is fine."""
     if isinstance(terms, (str, bytes)) or not isinstance(terms, Sequence):
-        raise DispatchError(f"terms is a {type(terms).__name__}; from_terms takes a list of terms. Fix: pass "
+        raise DispatchError(f"terms is {a_type(terms)}; from_terms takes a list of terms. Fix: pass "
                             "[term, ...] where a term is (op, child, ...) or a leaf (str, int, float).")
     if isinstance(terms, tuple) and terms and isinstance(terms[0], str):
         raise DispatchError(f"terms is one term, ({shown(terms[0])}, ...): a tuple starting with a str is a term; "
@@ -162,7 +162,7 @@ def rows_of_serialized(data: "str | dict"):
                             "{'nodes': {id: {'op': ..., 'children': [...], 'eclass': ...}}, ...}.")
     class_data = data.get("class_data", {})
     if not isinstance(class_data, dict):
-        raise _bad(f"'class_data' is a {type(class_data).__name__}, not an object")
+        raise _bad(f"'class_data' is {a_type(class_data)}, not an object")
     roots = data.get("root_eclasses", [])
     if not isinstance(roots, list) or not all(isinstance(c, str) for c in roots):
         raise _bad("'root_eclasses' is not a list of class names")
@@ -171,7 +171,7 @@ def rows_of_serialized(data: "str | dict"):
     ids = list(nodes)
     odd = [i for i in ids if not _node_id(i)]
     if odd:  # 1.0 or True would match a child 1 as a key, but JSON writes them "1.0" and "true"
-        raise _bad(f"node id {shown(odd[0], 40)} is a {type(odd[0]).__name__}; node ids are strings (or ints)")
+        raise _bad(f"node id {shown(odd[0], 40)} is {a_type(odd[0])}; node ids are strings (or ints)")
     if len({str(i) for i in ids}) < len(ids):  # JSON writes every id as a string: 1 and "1" would be one node
         raise _bad("node ids include an int and a string of the same text (such as 1 and '1')")
     where = {nid: k for k, nid in enumerate(ids)}

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..compaction.select import to_compile
-from ..errors import DispatchError, UnsupportedError, numba_reason, shown
+from ..errors import DispatchError, UnsupportedError, a_type, numba_reason, shown
 from ..gpu.launch import KernelLaunch, LaunchShape, validate_cooperative
 from ..ir import Program
 from ..lru import LRUCache
@@ -81,7 +81,7 @@ def _arg_kinds(args: list) -> tuple[list, list[tuple[str, Any]]]:
             kinds.append(types.float64)
             params.append(("b64", a))
         else:
-            raise DispatchError(f"args[{k}] is a {type(a).__name__}; the step takes device arrays and numbers. "
+            raise DispatchError(f"args[{k}] is {a_type(a)}; the step takes device arrays and numbers. "
                                 "Fix: pass device arrays (numba, CuPy, PyTorch) or int/float scalars.")
     return kinds, params
 

@@ -10,8 +10,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .. import display
-from ..errors import (IN_HOST_MEMORY, INTEGERS, BarrierTimeoutError, DispatchError, UnsupportedError, VyreError, host_memory,
-                      numba_reason, shown, whole)
+from ..errors import (INTEGERS, IN_HOST_MEMORY, BarrierTimeoutError, DispatchError, UnsupportedError, VyreError, a_type,
+                      host_memory, numba_reason, shown, whole)
 from ..compaction.select import kept_compiled, predicate_key
 from ..lru import LRUCache
 from ..progress import finished, stopped
@@ -119,7 +119,7 @@ def _checked(step, n, args, backend, block):
     n = whole(n, "n", 0, 2**31 - 1)
     block = whole(block, "block", 32, 1024)
     if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
-        raise DispatchError(f"args is a {type(args).__name__}, not a list. Fix: pass the step's arguments as a list.")
+        raise DispatchError(f"args is {a_type(args)}, not a list. Fix: pass the step's arguments as a list.")
     if backend is None:  # device arrays run on the GPU, host arrays on the CPU
         backend = "cuda" if any(hasattr(a, "__cuda_array_interface__") for a in args) else "reference"
     be = resolve_backend(backend)
@@ -138,7 +138,7 @@ def _python_function(step) -> bool:
 
 
 def _named(x) -> str:
-    return f"the class {x.__name__}" if isinstance(x, type) else f"a {type(x).__name__}"
+    return f"the class {x.__name__}" if isinstance(x, type) else f"{a_type(x)}"
 
 
 def program_args(program, args: Sequence[Any], *, device: bool) -> list:
@@ -160,10 +160,10 @@ def program_args(program, args: Sequence[Any], *, device: bool) -> list:
         where = f"the array for buffer {b.name!r} of step {program.name!r}"
         cai = getattr(a, "__cuda_array_interface__", None)
         if device and cai is None:
-            raise DispatchError(f"{where} is a {type(a).__name__}, not a device array. Fix: upload it first "
+            raise DispatchError(f"{where} is {a_type(a)}, not a device array. Fix: upload it first "
                                 "(backend.upload(x)) and pass the device array; it is updated in place.")
         if not device and not isinstance(a, np.ndarray):
-            raise DispatchError(f"{where} is a {type(a).__name__}, not a NumPy array. Fix: pass a NumPy array "
+            raise DispatchError(f"{where} is {a_type(a)}, not a NumPy array. Fix: pass a NumPy array "
                                 f"of dtype {want} (it is updated in place), or run on the cuda backend.")
         if not device and isinstance(a, np.ma.MaskedArray):
             raise DispatchError(f"{where} is a masked array, whose mask the step would not see (it reads and writes "
@@ -307,7 +307,7 @@ def _run_cpu(step: Callable, n: int, args: list, max_rounds: int, progress: bool
                                 "Fix: pass NumPy arrays, or run on the cuda backend.")
         if not isinstance(a, (np.ndarray, np.generic, int, float, complex)) or isinstance(a, np.ma.MaskedArray):
             raise DispatchError(f"args[{k}] is {_named(a)}; the step takes arrays (updated in place) and numbers. "
-                                f"Fix: pass np.asarray(...) of it (a {type(a).__name__} would be copied, and the "
+                                f"Fix: pass np.asarray(...) of it ({a_type(a)} would be copied, and the "
                                 "step's writes lost).")
         if isinstance(a, np.matrix):  # Numba cannot type it, and in Python m[i] is a row, not an item
             raise DispatchError(f"args[{k}] is an np.matrix, whose m[i] is a whole row (the step would see "

@@ -17,7 +17,8 @@ from ..backend import (Backend, InFlight, Telemetry, Timer, check_each, check_em
 from ..bindings import Binding, bind, check_config
 from ..config import DispatchConfig
 from ..display import Duration
-from ..errors import INTEGERS, BackendUnavailableError, DeviceError, DispatchError, VyreError, check_calls, shown
+from ..errors import (INTEGERS, BackendUnavailableError, DeviceError, DispatchError, VyreError, a_type, check_calls,
+                      shown)
 from ..ir import Program, check
 from ..lru import LRUCache
 from . import diskcache, tuning
@@ -632,7 +633,7 @@ class CudaBackend(Backend):
             cai = buffer.__cuda_array_interface__
         except AttributeError:
             if not hasattr(buffer, "__dlpack__"):
-                raise DispatchError(f"{what}: a {type(buffer).__name__} is not a device array. "
+                raise DispatchError(f"{what}: {a_type(buffer)} is not a device array. "
                                     "Fix: pass a numba/CuPy/PyTorch CUDA array.") from None
             cai = self.views._from_dlpack(buffer, _DOWNLOAD, what)
         dtype = np.dtype(cai["typestr"])

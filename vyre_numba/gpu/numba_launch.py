@@ -121,9 +121,9 @@ def check_stream(stream) -> None:
     """A DispatchError unless `stream` is None or a Numba stream (the CUDA simulator's have no handle)."""
     if stream is not None and not (hasattr(stream, "handle") and hasattr(stream, "synchronize")) and \
             not (_SIM and type(stream).__module__ == "numba.cuda.simulator.api" and type(stream).__name__ == "stream"):
-        from ..errors import DispatchError
+        from ..errors import DispatchError, a_type
 
-        raise DispatchError(f"stream is a {type(stream).__name__}, not a Numba stream. Fix: pass numba.cuda.stream() "
+        raise DispatchError(f"stream is {a_type(stream)}, not a Numba stream. Fix: pass numba.cuda.stream() "
                             "(or cuda.external_stream(ptr) for another library's stream), or None.")
 
 

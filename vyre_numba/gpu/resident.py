@@ -10,7 +10,7 @@ import numpy as np
 
 from ..bindings import check_resident, launch_geometry, storage_mismatch
 from ..config import DispatchConfig
-from ..errors import DispatchError, shown
+from ..errors import DispatchError, a_type, shown
 from ..ir import Program
 from ..ir.program import Role
 from .launch import KernelLaunch, LaunchShape
@@ -58,7 +58,7 @@ class BufferViews:
             cai = buf.__cuda_array_interface__
         except AttributeError:
             if not hasattr(buf, "__dlpack__"):
-                raise DispatchError(f"dispatch_resident of {shown(kernel)}: {decl.name!r} is a {type(buf).__name__}, "
+                raise DispatchError(f"dispatch_resident of {shown(kernel)}: {decl.name!r} is {a_type(buf)}, "
                                     "not a device array. Fix: pass numba.cuda.to_device(x) (or a CuPy/PyTorch/JAX "
                                     "CUDA array); use dispatch() for host arrays.") from None
             cai = self._from_dlpack(buf, decl, kernel)

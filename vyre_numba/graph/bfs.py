@@ -14,7 +14,7 @@ import threading
 
 import numpy as np
 
-from ..errors import INTEGERS, DispatchError, host_memory, shown
+from ..errors import INTEGERS, DispatchError, a_type, host_memory, shown
 from .csr import CSR, checked_graph, enqueue_check, resolve
 
 from ..backend import Backend  # noqa: F401  (the annotations name it: typing.get_type_hints reads them)
@@ -85,10 +85,10 @@ def _source(source, n: int) -> int:
     if isinstance(source, np.ndarray) and source.shape == ():  # a 0-d array, as bfs_many takes one
         source = source[()]
     elif isinstance(source, (np.ndarray, list, tuple)):
-        raise DispatchError(f"source={shown(source)} is {'an array' if isinstance(source, np.ndarray) else 'a ' + type(source).__name__}"
+        raise DispatchError(f"source={shown(source)} is {'an array' if isinstance(source, np.ndarray) else a_type(source)}"
                             f", not one vertex. Fix: pass one int 0 <= source < {n} (bfs_many takes many sources).")
     if isinstance(source, (bool, np.bool_)) or not isinstance(source, INTEGERS):
-        raise DispatchError(f"source={shown(source)} is a {type(source).__name__}, not an int naming a vertex. Fix: "
+        raise DispatchError(f"source={shown(source)} is {a_type(source)}, not an int naming a vertex. Fix: "
                             f"pass an int 0 <= source < {n}.")
     if not 0 <= source < n:
         raise DispatchError(f"source={shown(source)} is not a vertex of this {n}-vertex graph. Fix: pass an int "

@@ -8,7 +8,7 @@ from typing import Callable
 import numpy as np
 
 from ..backend import as_ints, mixes_bools
-from ..errors import DispatchError, flag, flat_fix
+from ..errors import DispatchError, a_type, flag, flat_fix
 
 
 class CSR(NamedTuple):
@@ -40,7 +40,7 @@ def _length(a, name: str) -> int:
     except (ValueError, TypeError):  # ragged nested lists
         shape = None
     if shape is None or len(shape) != 1:
-        what = f"of shape {shape}" if shape else f"a {type(a).__name__}"
+        what = f"of shape {shape}" if shape else f"{a_type(a)}"
         raise DispatchError(f"the CSR's {name} is {what}, not a flat array. Fix: build the graph with "
                             "check_csr(indptr, indices).")
     return int(shape[0])
@@ -62,7 +62,7 @@ def _as_index_array(a, name: str, call: str = CHECK_CSR, whole: str | None = Non
             fix = f"pass its two arrays: {call}"
         else:  # a CSC's arrays are its transpose's; COO, LIL and the rest have none
             fix = f"make it a CSR matrix and pass its two arrays: A = A.tocsr(), then {call}"
-        raise DispatchError(f"{name} is a {type(a).__name__} (a whole sparse graph), not an array of integers. "
+        raise DispatchError(f"{name} is {a_type(a)} (a whole sparse graph), not an array of integers. "
                             f"Fix: {fix}.")
     if hasattr(a, "__cuda_array_interface__") or hasattr(a, "copy_to_host"):
         raise DispatchError(f"{name} is a device array, but this path takes host arrays. Fix: pass NumPy arrays "
@@ -98,7 +98,7 @@ def checked_graph(g, what: str) -> CSR:
     2 M vertices): the price of never indexing with arrays that changed."""
     if not isinstance(g, CSR):
         args = "A.indptr, A.indices" if hasattr(g, "indptr") and hasattr(g, "indices") else "indptr, indices"
-        raise DispatchError(f"{what} takes a CSR, not a {type(g).__name__}. Fix: pass check_csr({args}).")
+        raise DispatchError(f"{what} takes a CSR, not {a_type(g)}. Fix: pass check_csr({args}).")
     return check_csr(*g)
 
 

@@ -10,7 +10,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from .. import display
-from ..errors import INTEGERS, IRValidationError, UnknownBufferError, UnsupportedError, VyreError, shown
+from ..errors import INTEGERS, IRValidationError, UnknownBufferError, UnsupportedError, VyreError, a_type, shown
 from . import jsontext
 from . import nodes as n
 from .recursion import drive
@@ -424,7 +424,7 @@ def to_dict(x: Any) -> Any:
     """JSON-ready form of an expression or statement (or a tuple of them)."""
     items = x if isinstance(x, tuple) else (x,)
     if not all(isinstance(v, n._Structural) for v in items):
-        raise IRValidationError(f"to_dict takes IR expressions and statements, not a {type(x).__name__}. Fix: pass a "
+        raise IRValidationError(f"to_dict takes IR expressions and statements, not {a_type(x)}. Fix: pass a "
                                 "node or a tuple of nodes (a Program has its own program.to_dict()).")
     if all(not isinstance(v, n._Structural) or v._depth < _SHALLOW for v in items):
         return _to_shallow(x)
@@ -476,13 +476,13 @@ def walk(body: Iterable[Any]) -> Iterator[Any]:
     children. A `body` that is not an iterable of IR nodes is refused here, at the call."""
     fix = "Fix: pass program.entry (or a list of statements and expressions)."
     if isinstance(body, (str, bytes)) or not hasattr(body, "__iter__"):
-        raise IRValidationError(f"walk takes an iterable of IR statements and expressions, not a "
-                                f"{type(body).__name__}. {fix}")
+        raise IRValidationError(f"walk takes an iterable of IR statements and expressions, not "
+                                f"{a_type(body)}. {fix}")
     stack = list(reversed(tuple(body)))
     for i, x in enumerate(reversed(stack)):
         if not isinstance(x, n._Structural):
-            raise IRValidationError(f"walk takes an iterable of IR statements and expressions; item {i} is a "
-                                    f"{type(x).__name__}. {fix}")
+            raise IRValidationError(f"walk takes an iterable of IR statements and expressions; item {i} is "
+                                    f"{a_type(x)}. {fix}")
     return _walk(stack)
 
 

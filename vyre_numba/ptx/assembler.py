@@ -5,7 +5,7 @@ import numbers
 import re
 from typing import Sequence
 
-from ..errors import CompileError, UnsupportedError, shown
+from ..errors import CompileError, UnsupportedError, a_type, shown
 from . import mathlib, templates
 
 MIN_ASSEMBLE_SM = 75
@@ -23,9 +23,9 @@ def link_sources(kernel_ptx: str | Sequence[str]) -> list[str]:
     if not sources:
         listed = isinstance(kernel_ptx, (list, tuple))
         odd = next((s for s in kernel_ptx if not isinstance(s, str)), None) if listed else None
-        got = (f"a {type(kernel_ptx).__name__} holding a {type(odd).__name__}" if odd is not None else
+        got = (f"{a_type(kernel_ptx)} holding {a_type(odd)}" if odd is not None else
                f"an empty {type(kernel_ptx).__name__}" if listed else
-               f"a {type(kernel_ptx).__name__}")
+               f"{a_type(kernel_ptx)}")
         raise UnsupportedError(f"PTX to link must be text (a str) or a non-empty list of str; got {got}. "
                                "Fix: pass what ptx.emit returns (bytes: .decode() them first).")
     needed: list[str] = []

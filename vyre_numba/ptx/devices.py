@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..errors import UnsupportedError, shown
+from ..errors import UnsupportedError, a_type, shown
 from ..ir import Access, Program
 
 
@@ -130,7 +130,7 @@ def check(program: Program, device: str | DeviceProfile, *, workgroup: tuple | N
     from .emitter import emit
 
     if not isinstance(program, Program):
-        raise DispatchError(f"program is a {type(program).__name__}. Fix: pass an ir.Program.")
+        raise DispatchError(f"program is {a_type(program)}. Fix: pass an ir.Program.")
     d = device if isinstance(device, DeviceProfile) else profile(device)
     launch = DispatchConfig(workgroup=None if workgroup in ("auto", "tune") else workgroup, grid=grid,
                             cooperative=cooperative)  # the same checks as a dispatch's

@@ -17,7 +17,7 @@ import sysconfig
 from pathlib import Path
 
 from ..display import PTX
-from ..errors import TemplateError, check_calls, shown
+from ..errors import TemplateError, a_type, check_calls, shown
 
 _PARAMS_LINE = re.compile(r"^//\s*params:\s*(.*)$")
 
@@ -98,7 +98,7 @@ def _value(name: str, param: str, value: object) -> str:
         return value
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31:
         return str(value)
-    raise TemplateError(f"PTX template {shown(name)}: {param}={shown(value, 80)} is a {type(value).__name__}, not "
+    raise TemplateError(f"PTX template {shown(name)}: {param}={shown(value, 80)} is {a_type(value)}, not "
                         "PTX text or a count. Fix: pass a str (or an int from 0 to 2**31 - 1).")
 
 

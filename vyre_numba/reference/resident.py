@@ -8,7 +8,7 @@ import numpy as np
 
 from ..bindings import Binding, check_config, check_resident, check_unaliased, launch_geometry, storage_mismatch
 from ..config import DispatchConfig  # noqa: F401  (type hints)
-from ..errors import DispatchError
+from ..errors import DispatchError, a_type
 from ..ir import Program, check
 from ..ir.program import Role
 from .interpreter import memory_budget, plan, prepare, work_budget
@@ -41,7 +41,7 @@ def check_buffer(buf, what: str) -> None:
     how = ("backend.upload(x.filled(value)), with the value the program should see where x is masked"
            if isinstance(buf, np.ma.MaskedArray) else "backend.upload(np.asarray(m).ravel())"
            if isinstance(buf, np.matrix) else "backend.upload(x) or backend.allocate / empty")
-    raise DispatchError(f"{what}: a {type(buf).__name__} is not a reference-backend buffer (a NumPy array made "
+    raise DispatchError(f"{what}: {a_type(buf)} is not a reference-backend buffer (a NumPy array made "
                         f"by upload / empty / allocate of this backend). Fix: make one with {how}.")
 
 

@@ -26,7 +26,7 @@ import numpy as np
 from ..backend import check_empty, host_array, mixes_bools
 from ..ir import DataType
 from ..ir.types import NUMPY_BOOL_CODES
-from ..errors import (INTEGERS, BackendUnavailableError, CapacityError, DeviceError, DispatchError, flat_fix,
+from ..errors import (INTEGERS, BackendUnavailableError, CapacityError, DeviceError, DispatchError, a_type, flat_fix,
                       host_memory, numba_reason, shown)
 from ..owned import Unshared
 
@@ -433,12 +433,12 @@ class WorkQueue(Unshared):
 
         items, state = self._live()
         if not callable(step):
-            raise DispatchError(f"step is a {type(step).__name__}, not a function. Fix: pass a function "
+            raise DispatchError(f"step is {a_type(step)}, not a function. Fix: pass a function "
                                 "step(value, args) that Numba compiles.")
         if isinstance(args, list):  # as fixpoint.run takes its args; the step gets a tuple either way
             args = tuple(args)
         if not isinstance(args, tuple):
-            raise DispatchError(f"args is a {type(args).__name__}, not a tuple. Fix: pass the step's extra "
+            raise DispatchError(f"args is {a_type(args)}, not a tuple. Fix: pass the step's extra "
                                 "arguments as a tuple or a list, e.g. (labels,).")
         if isinstance(block, (bool, np.bool_)) or not isinstance(block, INTEGERS) or not 1 <= block <= 1024:
             raise DispatchError(f"block={shown(block, 60)} is not a block size. Fix: pass threads a block, an int "

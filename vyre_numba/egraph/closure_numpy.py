@@ -257,15 +257,16 @@ class _PointRounds:
         return len(work), pairs
 
     def _resident(self, h: int, sig: tuple, doing: set) -> int | None:
-        """A row off the worklist with hash h and signature `sig`, or None."""
+        """A row off the worklist with hash h and signature `sig`, or None: the rows rehashed to h
+        first (a group's rows rehashed one a round would leave void entries in front of the index's)."""
+        for q in self.moved.get(h, ()):
+            if q not in doing and self.signature(q) == sig:
+                return q
         key = np.uint64(h)  # a Python int past int64 would make searchsorted convert every hash
         lo, hi = self.hs.searchsorted(key, "left"), self.hs.searchsorted(key, "right")
         for j in range(int(lo), int(hi)):
             q = int(self.order[j])
             if q not in self.rehashed and q not in doing and self.signature(q) == sig:
-                return q
-        for q in self.moved.get(h, ()):
-            if q not in doing and self.signature(q) == sig:
                 return q
         return None
 

@@ -56,7 +56,8 @@ def run(step: "Callable | Program", n: int, args: Sequence[Any] = (), *, max_rou
     driver builds one, else one launch a round (`FixpointResult.mode` says which ran). `timeout_s`
     (seconds, 0 < timeout_s < 1e6) bounds each grid barrier's wait in
     cooperative mode (a stuck barrier raises BarrierTimeoutError instead of hanging the GPU);
-    `progress` shows a tqdm bar of rounds: None (the default) once the run has taken a second,
+    `block` is the threads of a GPU block, 32 to 1024 (checked on every backend, used only on
+    the GPU); `progress` shows a tqdm bar of rounds: None (the default) once the run has taken a second,
     True at once, False never (see `vyre_numba.progress`)."""
     max_rounds = whole(max_rounds, "max_rounds", 1, 2**31 - 1)
     if not isinstance(mode, str) or mode not in MODES:
@@ -82,7 +83,7 @@ def for_each(step: "Callable | Program", n: int, args: Sequence[Any] = (), *, ba
     """Run the step once for every item i < n: one round of `run`, without waiting for it or
     reading back whether it changed anything. On the GPU the round is enqueued on the backend's
     stream (work queued after it sees its writes; `backend.synchronize()` waits for it), so a
-    pipeline of one-pass phases costs a launch each, not a round trip."""
+    pipeline of one-pass phases costs a launch each, not a round trip. `block` as in `run`."""
     be, is_program, n, args, block = _checked(step, n, args, backend, block)
     if be.name == "cuda":
         from . import device

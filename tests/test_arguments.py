@@ -207,3 +207,13 @@ def test_a_method_of_an_internal_class_is_named_by_the_public_class_users_know()
     g.close()
     with pytest.raises(ArgumentError, match=r"^ReferenceBackend\.dispatch\(\): got an unexpected keyword"):
         be.dispatch(None, [], bogus=1)
+
+
+def test_a_type_says_the_article_a_type_name_is_spoken_with():
+    """Regression (a review): messages said "a int" ("is a <type>"), then "an uint32" by spelling."""
+    import uuid
+
+    from vyre_numba.errors import a_type
+
+    said = [a_type(x) for x in (3, [], np.uint8(1), np.add, uuid.uuid4(), np.zeros(1), np.int32(1), object())]
+    assert said == ["an int", "a list", "a uint8", "a ufunc", "a UUID", "an ndarray", "an int32", "an object"]

@@ -29,7 +29,7 @@ def few_hashes(monkeypatch, m: int) -> None:
     monkeypatch.setattr(signature, "mix64_int", lambda x: x % m)
 
 
-ROUNDS = {"vector": (-1, 8), "scalar": (10**9, 0), "scalar, scanned": (10**9, 10**9), "mixed": (2, 1)}
+ROUNDS = {"vector": (-10**9, 8), "scalar": (10**9, 0), "scalar, scanned": (10**9, 10**9), "mixed": (2, 1)}
 
 
 @pytest.fixture(params=list(ROUNDS))
@@ -38,8 +38,9 @@ def rounds(request, monkeypatch):
     sorted by class from the start, or found by scanning), or switching between them."""
     from vyre_numba.egraph import closure_numpy
 
-    slots, after = ROUNDS[request.param]
-    monkeypatch.setattr(closure_numpy, "SCALAR_SLOTS", slots)
+    base, after = ROUNDS[request.param]  # mixed: a round of one row with at most one child in Python
+    monkeypatch.setattr(closure_numpy, "SCALAR_BASE", base)
+    monkeypatch.setattr(closure_numpy, "SCALAR_RATIO", 10**9)
     monkeypatch.setattr(closure_numpy, "CSR_AFTER", after)
     return request.param
 

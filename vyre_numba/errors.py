@@ -508,10 +508,14 @@ def flat_fix(x, name: str = "x") -> str:
     return f"np.asarray({name}).reshape(-1)" if isinstance(x, np.matrix) else f"{name}.reshape(-1)"
 
 
+_SAID_AS = (("uint", "a"), ("ufunc", "a"), ("uuid", "a"), ("nd", "an"))  # by sound, where spelling misleads
+
+
 def a_type(x) -> str:
-    """x's type's name with its article, for a message: "an int", "a list"."""
+    """x's type's name with its article, for a message: "an int", "a list", "a uint8", "an ndarray"."""
     name = type(x).__name__
-    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+    said = next((a for start, a in _SAID_AS if name.lower().startswith(start)), None)
+    return f"{said or ('an' if name[:1].lower() in 'aeiou' else 'a')} {name}"
 
 
 def shown(x, width: int = 80) -> str:

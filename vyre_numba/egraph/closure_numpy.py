@@ -60,8 +60,12 @@ def _union(parent: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[int, np.nd
     return merged, unique(np.concatenate(changed))
 
 
-SCALAR_SLOTS = 128  # a later round with at most this many stale child slots runs in Python (`_PointRounds`)
-CSR_AFTER = 8  # scalar rounds that scan every child slot for the stale ones before the slots are sorted by class
+# A later round runs in Python (`_PointRounds`) where its rows and their children number at most
+# SCALAR_BASE + (rows + child slots) / SCALAR_RATIO: measured on one core, a row costs about 20 us
+# there and a round on arrays about 300 us plus 0.02 us a row, so the break-even grows with the graph.
+SCALAR_BASE, SCALAR_RATIO = 16, 1024
+CSR_AFTER = 8  # scalar rounds that scan every child slot for the stale ones (each a round on arrays' cost)
+# before the slots are sorted by class once
 
 
 def rebuild_numpy(parent: np.ndarray, op: np.ndarray, offsets: np.ndarray, children: np.ndarray,
@@ -85,12 +89,14 @@ def rebuild_numpy(parent: np.ndarray, op: np.ndarray, offsets: np.ndarray, child
         hashes, order, hs = index
         stale = np.flatnonzero(parent[children] != children)  # child slots whose class merged since
     point = None  # the scalar rounds' state while they run (their unions reach `parent` when they close)
+    limit = SCALAR_BASE + (op.size + children.size) // SCALAR_RATIO
     while max_rounds is None or rounds < max_rounds:
-        if stale is not None and stale.size <= SCALAR_SLOTS:
+        work = None if stale is None or stale.size > limit else np.array(sorted(set(row_of[stale].tolist())), np.int64)
+        if work is not None and work.size + int((offsets[work + 1] - offsets[work]).sum()) <= limit:
             if point is None:
                 point = _PointRounds(parent, op, offsets, children, eclass, row_of, hashes, order, hs)
-            work, pairs = point.round(stale)
-            touched += work
+            pairs = point.round(work)
+            touched += work.size
             rounds += 1
             if on_round is not None:
                 on_round()
@@ -110,7 +116,7 @@ def rebuild_numpy(parent: np.ndarray, op: np.ndarray, offsets: np.ndarray, child
             touched += op.size
         else:
             children[stale] = parent[children[stale]]
-            work = unique(row_of[stale])
+            work = unique(row_of[stale]) if work is None else work
             order, hs, ra, rb = _worklist_round(op, offsets, children, hashes, order, hs, work)
             touched += work.size
         a, b = parent[eclass[ra]], parent[eclass[rb]]
@@ -226,17 +232,16 @@ class _PointRounds:
     def signature(self, r: int) -> tuple:
         return int(self.op[r]), tuple(map(self.find, self.children[self.offsets[r]:self.offsets[r + 1]].tolist()))
 
-    def round(self, stale: np.ndarray) -> tuple[int, list]:
-        """Rehash the rows of the stale slots and group each with the rows of its hash: (the rows
-        hashed, [(row, row)] of congruent rows in different classes)."""
+    def round(self, rows: np.ndarray) -> list:
+        """Rehash `rows` (ascending: the rows of the stale slots) and group each with the rows of
+        its hash: [(row, row)] of congruent rows in different classes."""
         if self.uses is None and self.scans >= CSR_AFTER:
             held = self.roots()[self.children]
             by = np.argsort(held, kind="stable")
             self.uses, self.extra = (by, held[by]), {}
-        work = sorted(set(self.row_of[stale].tolist()))
+        work = rows.tolist()
         if not work:
-            return 0, []
-        rows = np.array(work, np.int64)
+            return []
         sigs = [self.signature(r) for r in work]
         fresh = [signature.row_hash(*sig) for sig in sigs]
         old = self.hashes[rows].tolist()
@@ -254,7 +259,7 @@ class _PointRounds:
                 rep = seen[sig] = r if rep is None else rep
             if rep != r and find(int(self.eclass[rep])) != find(int(self.eclass[r])):
                 pairs.append((rep, r))
-        return len(work), pairs
+        return pairs
 
     def _resident(self, h: int, sig: tuple, doing: set) -> int | None:
         """A row off the worklist with hash h and signature `sig`, or None: the rows rehashed to h
@@ -288,9 +293,11 @@ class _PointRounds:
         by, roots = self.uses
         runs = []
         for hi, lo in hooked:  # in the order hooked: a root hooked after taking another's runs passes them on
-            mine = [by[roots.searchsorted(hi, "left"):roots.searchsorted(hi, "right")]] + self.extra.pop(hi, [])
-            runs += mine
-            self.extra.setdefault(lo, []).extend(mine)
+            own = by[roots.searchsorted(hi, "left"):roots.searchsorted(hi, "right")]
+            mine = ([own] if own.size else []) + self.extra.pop(hi, [])  # no empty runs: they would pile up
+            if mine:
+                runs += mine
+                self.extra.setdefault(lo, []).extend(mine)
         return len(hooked), unique(np.concatenate(runs)) if runs else np.zeros(0, np.int64)
 
     def close(self) -> tuple[np.ndarray, np.ndarray]:

@@ -90,7 +90,7 @@ def insert(work, count, op, off, ch, cls, parent, table, slot, ctl, unite):
                     cuda.atomic.add(ctl, USED, 1)
                     return
             if e >= 0 and same(op, off, ch, e, op, off, ch, r):
-                if unite != 0 and link(parent, cls[r], cls[e]):
+                if unite != 0 and link(parent, cls[r], cls[e]) == 1:  # -1: no forest, nothing hooked
                     cuda.atomic.add(ctl, UNIONS, 1)
                 return
             s = (s + 1) & mask
@@ -142,7 +142,7 @@ def link_pairs(a, b, parent, ctl):
     """Union of the classes of a[k] and b[k] for every k."""
     k = cuda.grid(1)
     if k < a.size:
-        if link(parent, int32(a[k]), int32(b[k])):
+        if link(parent, int32(a[k]), int32(b[k])) == 1:
             cuda.atomic.add(ctl, UNIONS, 1)
 
 

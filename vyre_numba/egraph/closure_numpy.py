@@ -5,8 +5,9 @@ signature, union the classes of congruent rows, repeat until a round unions noth
 round hashes and sorts every row; later rounds revisit only the worklist, the rows a child of which
 changed class in the last union, and group each of them with the rows of its hash, whose order is
 kept sorted by moving the worklist's rows to their new hashes (no sort of every row again). A
-round of a few stale slots runs in Python on point lookups (`_PointRounds`), so that a congruence
-chain of depth d, d rounds of a row or two, costs its rows and not d times every row.
+round whose rows (and their children) are few against the graph's runs in Python on point lookups
+(`_PointRounds`), so that a congruence chain of depth d, d rounds of a row or two, costs its rows
+and not d times every row.
 
 Invariants: `parent` is always fully compressed (parent[x] is x's root, the smallest id of its
 class), so canonicalising is one gather; unions only hook a larger root under a smaller one. After

@@ -92,8 +92,9 @@ def rebuild_numpy(parent: np.ndarray, op: np.ndarray, offsets: np.ndarray, child
     point = None  # the scalar rounds' state while they run (their unions reach `parent` when they close)
     limit = SCALAR_BASE + (op.size + children.size) // SCALAR_RATIO
     while max_rounds is None or rounds < max_rounds:
-        work = None if stale is None or stale.size > limit else np.array(sorted(set(row_of[stale].tolist())), np.int64)
-        if work is not None and work.size + int((offsets[work + 1] - offsets[work]).sum()) <= limit:
+        work = None if stale is None else unique(row_of[stale])
+        scalar = work is not None and stale.size <= limit  # then its rows and their children, counted
+        if scalar and work.size + int((offsets[work + 1] - offsets[work]).sum()) <= limit:
             if point is None:
                 point = _PointRounds(parent, op, offsets, children, eclass, row_of, hashes, order, hs)
             pairs = point.round(work)
@@ -117,7 +118,6 @@ def rebuild_numpy(parent: np.ndarray, op: np.ndarray, offsets: np.ndarray, child
             touched += op.size
         else:
             children[stale] = parent[children[stale]]
-            work = unique(row_of[stale]) if work is None else work
             order, hs, ra, rb = _worklist_round(op, offsets, children, hashes, order, hs, work)
             touched += work.size
         a, b = parent[eclass[ra]], parent[eclass[rb]]

@@ -21,24 +21,25 @@ def mix64(x: np.ndarray) -> np.ndarray:
 
 
 _MASK = (1 << 64) - 1
+_SEED, _CHILD, _M1, _M2 = int(SEED), int(CHILD), int(M1), int(M2)  # the constants above as Python ints
 
 
 def mix64_int(x: int) -> int:
     """`mix64` of one Python int in [0, 2**64)."""
     x ^= x >> 30
-    x = x * 0xBF58476D1CE4E5B9 & _MASK
+    x = x * _M1 & _MASK
     x ^= x >> 27
-    x = x * 0x94D049BB133111EB & _MASK
+    x = x * _M2 & _MASK
     return x ^ x >> 31
 
 
 def row_hash(op: int, children: tuple) -> int:
     """`signature_hash` of one row, its operator and canonical children given as Python ints: the
     same bits, without the dozens of array operations a call on a few rows costs."""
-    h = mix64_int(((op & _MASK) << 32 & _MASK) ^ len(children) ^ int(SEED))
+    h = mix64_int(((op & _MASK) << 32 & _MASK) ^ len(children) ^ _SEED)
     acc = 0
     for k, c in enumerate(children):
-        acc ^= mix64_int((c & _MASK) ^ (k << 32) ^ int(CHILD))
+        acc ^= mix64_int((c & _MASK) ^ (k << 32) ^ _CHILD)
     return mix64_int(h ^ acc)
 
 

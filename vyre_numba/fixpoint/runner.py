@@ -139,7 +139,7 @@ def _python_function(step) -> bool:
 
 
 def _named(x) -> str:
-    return f"the class {x.__name__}" if isinstance(x, type) else f"{a_type(x)}"
+    return f"the class {x.__name__}" if isinstance(x, type) else a_type(x)
 
 
 def program_args(program, args: Sequence[Any], *, device: bool) -> list:

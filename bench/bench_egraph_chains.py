@@ -1,14 +1,16 @@
-"""Deep congruence chains on the CPU: the reference backend's e-graph rebuild against egglog and a
-textbook congruence closure, on the same e-graph in the same run.
+"""Deep congruence chains: vyre's e-graph rebuild (the reference backend's on the CPU, or with
+`--backend cuda` the GPU's) against egglog and a textbook congruence closure, on the same e-graph
+in the same run.
 
-    python bench/bench_egraph_chains.py [--quick] [--json PATH]
+    python bench/bench_egraph_chains.py [--quick] [--backend reference|cuda] [--json PATH]
 
 Two chains f(f(...f(a))) and f(f(...f(b))) of length L over leaves a and b, with M more leaves no
 round touches, built and closed first; then union(a, b) and the rebuild, which merges the chains
 level by level (L + 1 rounds). Each contender's e-graph is built before its timer starts, so every
 time is the union and the rebuild alone:
 - vyre: `EGraph.from_arrays`, `rebuild()` (which keeps its signature index), then the timed
-  `union` and `rebuild()`;
+  `union` and `rebuild()`; on the GPU also with one host read a round (the rounds launched from
+  the host, not in one persistent launch), the column `host rounds`;
 - egglog (`egglog.bindings`, one thread): built from facts as `../shared/bench/egglog_rebuild.py`
   does, then the timed firing of the rule that makes the union, which rebuilds; where egglog is
   not installed (the GPU machine) it is reported as not measured;
@@ -125,8 +127,16 @@ def egglog_seconds(L: int, M: int) -> float | None:
     return seconds
 
 
-def vyre_seconds(rows, want) -> tuple[float, int]:
-    g = EGraph.from_arrays(*rows, backend="reference")
+def vyre_seconds(rows, want, backend: str, host_rounds: bool = False) -> tuple[float, int]:
+    from vyre_numba.egraph import device
+
+    cooperative = device._cooperative
+    if host_rounds:
+        device._cooperative = lambda: False
+    try:
+        g = EGraph.from_arrays(*rows, backend=backend)
+    finally:
+        device._cooperative = cooperative
     g.rebuild(progress=False)
     t = time.perf_counter()
     g.union([(0, 1)])
@@ -134,29 +144,37 @@ def vyre_seconds(rows, want) -> tuple[float, int]:
     seconds = time.perf_counter() - t
     if not (s.converged and np.array_equal(g.classes(), want)):
         raise SystemExit("vyre's classes differ from the textbook closure's: the benchmark is void")
+    g.close()
     return seconds, s.rounds
 
 
 def main() -> dict:
-    args = common.arguments(__doc__, lambda ap: ap.add_argument("--repeats", type=int, default=3))
+    def more(ap):
+        ap.add_argument("--repeats", type=int, default=3)
+        ap.add_argument("--backend", choices=["reference", "cuda"], default="reference")
+    args = common.arguments(__doc__, more)
+    gpu = args.backend == "cuda"
     cases = [(1000, 0), (4000, 0)] if args.quick else [(1000, 0), (4000, 0), (16000, 0), (1000, 400_000)]
-    out = {"cases": {}}
-    print(f"{'L':>6} {'M':>8} {'rounds':>7} {'vyre ms':>9} {'egglog ms':>10} {'textbook ms':>12} {'egglog/vyre':>12}")
+    out = {"backend": args.backend, "cases": {}}
+    print(f"{'L':>6} {'M':>8} {'rounds':>7} {'vyre ms':>9}" + (f" {'host rounds ms':>15}" if gpu else "")
+          + f" {'egglog ms':>10} {'textbook ms':>12} {'egglog/vyre':>12}")
     for L, M in cases:
         rows = chains(L, M)
         books = [textbook(*rows, [(0, 1)]) for _ in range(max(1, args.repeats))]
         want, book = np.asarray(books[0][0]), min(b[1] for b in books)
-        vyre = min(vyre_seconds(rows, want) for _ in range(max(1, args.repeats)))
+        vyre = min(vyre_seconds(rows, want, args.backend) for _ in range(max(1, args.repeats)))
+        host = min(vyre_seconds(rows, want, args.backend, True) for _ in range(max(1, args.repeats))) if gpu else None
         egg = [egglog_seconds(L, M) for _ in range(max(1, args.repeats))]
         egg_s = None if None in egg else min(egg)
         row = {"L": L, "M": M, "rounds": vyre[1], "vyre_ms": vyre[0] * 1e3, "textbook_ms": book * 1e3,
+               "host_rounds_ms": None if host is None else host[0] * 1e3,
                "egglog_ms": None if egg_s is None else egg_s * 1e3,
                "ratio_egglog_over_vyre": None if egg_s is None else egg_s / vyre[0]}
         out["cases"][f"L={L},M={M}"] = row
         egg_text = "not run" if egg_s is None else f"{egg_s * 1e3:.1f}"
         ratio = "-" if egg_s is None else f"{egg_s / vyre[0]:.2f}x"
-        print(f"{L:>6} {M:>8} {vyre[1]:>7} {vyre[0] * 1e3:>9.1f} {egg_text:>10} {book * 1e3:>12.1f} {ratio:>12}",
-              flush=True)
+        print(f"{L:>6} {M:>8} {vyre[1]:>7} {vyre[0] * 1e3:>9.1f}" + (f" {host[0] * 1e3:>15.1f}" if gpu else "")
+              + f" {egg_text:>10} {book * 1e3:>12.1f} {ratio:>12}", flush=True)
     if any(r["egglog_ms"] is None for r in out["cases"].values()):
         print("egglog is not installed here: its column is not measured (pip install egglog)")
     print(json.dumps(out))

@@ -182,3 +182,13 @@ def distributed_lockstep(parts, unions, moved: bool = False) -> tuple:
             after = np.unique(dev).size
             assert dd.distinct_roots(dp[0], np.bitwise_or.reduce(marks)) == after == de._after(hp[0], *marks), r
             return host, dev, grown, dropped, compacted
+
+
+def fan(width: int):
+    """a, b, f(a), f(b), then h_i(f(a)) and h_i(f(b)) for i < width: after union(a, b) a round
+    lists 2 rows, the next 2 * width (a worklist that grows)."""
+    kids, ops = [[], [], [0], [1]], [0, 1, 2, 2]
+    for i in range(width):
+        kids += [[2], [3]]
+        ops += [3 + i, 3 + i]
+    return rows(kids, ops)

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from egraph_cases import bucket, chain_pair, naive_closure, random_egraph, rows, workload_rows
+from egraph_cases import bucket, chain_pair, fan, naive_closure, random_egraph, rows, workload_rows
 from interrupts import interrupted
 from vyre_numba.egraph import EGraph, congruence_closure, structural_equivalences
 from vyre_numba.errors import DispatchError, VyreError
@@ -1227,6 +1227,81 @@ def test_gpu_an_interrupted_add_union_or_rebuild_on_the_device_leaves_a_sound_eg
     25th event of the e-graph's code (each interruption rebuilds a fresh e-graph on the device)."""
     assert check_interrupted_adds(device=True, within="egraph", every=25) > 10
     assert check_interrupted_unions(device=True, within="egraph", every=25) > 10
+
+
+GPU_CASES = {"chains": lambda: (chain_pair(300), [(0, 1)]), "fan": lambda: (fan(700), [(0, 1)]),
+             "bucket": lambda: bucket(2000), "workload": lambda: (lambda *w: (tuple(w[:4]), w[4]))(*workload_rows(1 << 12)),
+             "random": lambda: (lambda r: (r, np.random.default_rng(7).integers(0, int(r[0].max()) + 1, (30, 2))))(
+                 random_egraph(np.random.default_rng(7), 3000, n_ops=2))}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", list(GPU_CASES))
+def test_gpu_rounds_in_one_persistent_launch_are_the_host_rounds(case, monkeypatch):
+    """The device rebuild's rounds run in a persistent launch (`kernels.rounds_on_device`) or one
+    host read a round: the same classes (the simple closure's) and the same rounds, unions and rows
+    touched, also where each launch stops after 3 rounds to report, and where a round of more than
+    3 rows goes back to the host (the launch hands back, the host lists it again)."""
+    from vyre_numba.egraph import device
+    from vyre_numba.egraph.kernels import OUTCOME
+
+    r, unions = GPU_CASES[case]()
+    want = naive_closure(*r, unions)
+    outcomes = []
+    real = device.DeviceEGraph._rounds_on_device
+
+    def spy(self, clock, budget):
+        st = real(self, clock, budget)
+        outcomes.append(int(st[OUTCOME]))
+        return st
+
+    def closed(mode):
+        with monkeypatch.context() as m:
+            m.setattr(device.DeviceEGraph, "_rounds_on_device", spy)
+            if mode == "host":
+                m.setattr(device, "_cooperative", lambda: False)
+            if mode == "paused":
+                m.setattr(device, "ROUNDS_PER_LAUNCH", 3)
+            if mode == "handed back":
+                m.setattr(device.DeviceEGraph, "_room", lambda self: 3)
+            del outcomes[:]
+            g = EGraph.from_arrays(*r, backend="cuda")
+            first = g.rebuild()
+            g.union(unions)
+            s = g.rebuild()
+            assert first.converged and s.converged and np.array_equal(g.classes(), want), mode
+            idle = g.rebuild()
+            assert idle.converged and (idle.rounds, idle.unions, idle.nodes_touched) == (0, 0, 0), mode
+            return [(x.rounds, x.unions, x.nodes_touched) for x in (first, s)], set(outcomes)
+
+    host, none = closed("host")
+    assert none == set()
+    for mode, need in (("on device", {0}), ("paused", {1} if host[1][0] > 3 else set()),
+                       ("handed back", {2} if case == "fan" else set())):
+        got, seen = closed(mode)
+        assert got == host, (mode, got, host)
+        assert need <= seen and 4 not in seen, (mode, seen)
+
+
+@pytest.mark.gpu
+def test_gpu_a_persistent_launch_that_gives_up_at_its_barrier_says_so_and_loses_nothing(monkeypatch):
+    """With no polls allowed at the grid barrier, the blocks that arrive first give up: the rebuild
+    raises BarrierTimeoutError with a Fix, and the next rebuild (with the real bound) files every row
+    afresh and gives the closure."""
+    from vyre_numba.egraph import device
+    from vyre_numba.errors import BarrierTimeoutError
+
+    r = chain_pair(200)
+    g = EGraph.from_arrays(*r, backend="cuda")
+    g.rebuild()
+    g.union([[0, 1]])
+    with monkeypatch.context() as m:
+        m.setattr(device, "SPINS", 0)
+        with pytest.raises(BarrierTimeoutError, match="Fix: check the device"):
+            g.rebuild()
+    assert "rebuild pending" in repr(g)
+    s = g.rebuild()
+    assert s.converged and np.array_equal(g.classes(), naive_closure(*r, [(0, 1)]))
 
 
 def test_more_rows_than_the_table_can_address_are_refused_and_nothing_is_added(monkeypatch):

@@ -72,6 +72,40 @@ SCRIPT = textwrap.dedent('''
         assert g.lookup(np.array([3]), np.array([0, 1]), np.array([3])).tolist() == [4]
         assert g.find(np.array([1, 3, 4])).tolist() == [0, 2, 4]
     print("ok lookup append")
+
+    import vyre_numba.egraph.device as D
+    from egraph_cases import fan
+    real = D.DeviceEGraph._rounds_on_device
+    seen = []
+    D.DeviceEGraph._rounds_on_device = lambda self, clock, budget: seen.append(real(self, clock, budget)) or seen[-1]
+
+    per_launch = D.ROUNDS_PER_LAUNCH
+
+    def modes(r, unions):
+        """The rounds in one persistent launch (one block here) against one host read a round."""
+        out, outcomes = {}, {}
+        for mode in ("host", "on device", "paused", "handed back"):
+            D.ROUNDS_PER_LAUNCH, room = (2 if mode == "paused" else per_launch), D.DeviceEGraph._room
+            if mode == "handed back":
+                D.DeviceEGraph._room = lambda self: 3
+            del seen[:]
+            g = D.DeviceEGraph(*[a.copy() for a in r], int(max(r[0].max(initial=-1), r[3].max(initial=-1))) + 1)
+            g.on_device = mode != "host"
+            first = g.rebuild()
+            u = np.asarray(unions, np.int64).reshape(-1, 2)
+            g.union(u[:, 0], u[:, 1])
+            s = g.rebuild()
+            D.DeviceEGraph._room = room
+            assert s["converged"] and np.array_equal(g.classes(), naive_closure(*r, unions)), mode
+            out[mode] = [(x["rounds"], x["unions"], x["nodes_touched"]) for x in (first, s)]
+            assert out[mode] == out["host"], out
+            outcomes[mode] = {int(st[8]) for st in seen}
+            assert (mode == "host") == (not seen) and 4 not in outcomes[mode], (mode, outcomes)  # a round of <= 3 rows
+        return outcomes
+
+    assert 1 in modes(chain_pair(6), [(0, 1)])["paused"]
+    assert 2 in modes(fan(5), [(0, 1)])["handed back"]
+    print("ok on device")
 ''')
 
 

@@ -24,12 +24,26 @@ import numpy as np
 from ..errors import DispatchError
 from ..gpu.numba_launch import launch_quietly
 
-THREADS = 32 if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" else 256  # the simulator runs a thread per thread
-PHASES = ("worklist", "rewrite", "insert", "compress")
+_SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+THREADS = 32 if _SIM else 256  # the simulator runs a thread per thread
+PHASES = ("worklist", "rewrite", "insert", "compress", "on_device")  # on_device: rounds of one persistent launch
+PER_SM = 2  # blocks a multiprocessor in a persistent launch (fewer arrivals make a cheaper grid barrier)
+ROWS_PER_THREAD = 16  # a round of more listed rows than this times the persistent grid's threads goes back to the host
+ROUNDS_PER_LAUNCH = 4096  # so a long rebuild still reports its rounds (and hears Ctrl-C) every few milliseconds
+SPINS = 1 << 24  # polls of the persistent launch's grid barrier before a block gives up (seconds)
 
 
 def _blocks(n: int) -> int:
     return max(1, -(-n // THREADS))
+
+
+def _cooperative() -> bool:
+    """Whether this GPU launches cooperatively (the simulator runs one block, whose barrier is its own)."""
+    if _SIM:
+        return True
+    from numba import cuda
+
+    return bool(cuda.get_current_device().COOPERATIVE_LAUNCH)
 
 
 def _pow2(n: int) -> int:
@@ -106,6 +120,9 @@ class DeviceEGraph:
         self._fill(self.table, np.int32(-1))
         self.used = 0
         self._stale = False  # a rebuild stopped part way: rows may be out of the table, counts unread
+        self.on_device = _cooperative()  # small rounds run in one persistent launch (False: one host read a round)
+        self._coop = None  # that launch's (launcher, grid barrier state, st words, blocks), made on first use
+        self._arrived = 0  # arrivals at that barrier so far (its count only grows)
 
     def _uses(self, off, ch, n: int, n_classes: int, nch: int) -> tuple:
         """(uses_off, uses): the rows using each class id (`uses[uses_off[c]:uses_off[c + 1]]`), from
@@ -279,6 +296,26 @@ class DeviceEGraph:
             if self.used + count > self.capacity // 2:  # tombstones and rows past half: a fresh table
                 self._clear_table(_pow2(max(self.capacity, 4 * (self.n + 1))))
                 continue
+            if self.on_device and count <= self._room():
+                budget = ROUNDS_PER_LAUNCH if max_rounds is None else min(max_rounds - rounds, ROUNDS_PER_LAUNCH)
+                st = self._rounds_on_device(clock, budget)
+                ran, outcome = int(st[kernels.ROUNDS]), int(st[kernels.OUTCOME])
+                rounds += ran
+                touched += int(st[kernels.TOUCHED])
+                unions += int(st[kernels.UNIONS])
+                self.used += int(st[kernels.USED])
+                if on_round is not None:
+                    for _ in range(ran):
+                        on_round()
+                if outcome == kernels.CONVERGED:
+                    converged = True
+                    break
+                if outcome == kernels.TABLE_FULL:
+                    regrown += 1
+                    self._clear_table(2 * self.capacity)
+                elif outcome == kernels.PAUSED and max_rounds is not None and rounds >= max_rounds:
+                    break
+                continue  # paused for a report, or handed back: the host lists the rows again
             work, n_work = self._work, np.int64(count)
             b = _blocks(count)
             self._k("rewrite")(b, THREADS, work, n_work, self.canon, self.off, self.ch, self.cls, self.table, self.slot,
@@ -302,6 +339,52 @@ class DeviceEGraph:
         return dict(rounds=rounds, unions=unions, nodes_touched=touched, converged=converged,
                     seconds=time.perf_counter() - t_all, device_ns=sum(clock.ns.values()), phase_ns=clock.ns,
                     table_capacity=self.capacity, table_regrown=regrown)
+
+    def _room(self) -> int:
+        """The most listed rows a persistent round takes (more go back to the host's rounds)."""
+        return ROWS_PER_THREAD * THREADS * (1 if _SIM else PER_SM * self._cuda.get_current_device().MULTIPROCESSOR_COUNT)
+
+    def _rounds_on_device(self, clock: _PhaseClock, rounds: int) -> np.ndarray:
+        """Up to `rounds` rounds in one persistent launch (`kernels.rounds_on_device`) and its st
+        words, once it has ended; a BarrierTimeoutError where a block gave up at its barrier."""
+        from ..errors import BarrierTimeoutError
+        from ..gpu.numba_launch import NumbaLaunch
+        from ..workqueue.barrier import FAILED
+        from . import kernels
+
+        cuda = self._cuda
+        if self._coop is None:
+            self._coop = [NumbaLaunch(kernels.rounds_on_device, None, cooperative=True),
+                          cuda.to_device(np.zeros(4, np.int64)), cuda.device_array(9, np.int64), None]
+            self._arrived = 0
+        launch, bar, st, blocks = self._coop
+        self._fill(st, np.int64(0))
+        args = (self.op, self.off, self.ch, self.cls, self.parent, self.canon, self.uses_off, self.uses, self.rowflag,
+                self.table, self.slot, self._work, np.int64(self.n), np.int64(self.n_classes), np.int64(rounds),
+                np.int64(self._room()), np.int64(self.capacity // 2 - self.used), bar, np.int64(self._arrived),
+                np.int64(SPINS), st)
+        if blocks is None:
+            fit = launch.resident_blocks(THREADS, *args)
+            blocks = self._coop[3] = max(1, min(fit, self._room() // (ROWS_PER_THREAD * THREADS)))
+        clock.start()
+        try:
+            launch(blocks, THREADS, *args)
+            clock.lap("on_device")
+            out = st.copy_to_host()  # waits for the launch (the legacy stream)
+            failed = int(bar.copy_to_host()[FAILED])
+        except BaseException:  # interrupted: how far the barrier's count got is unknown, so it starts afresh
+            self._coop = None
+            raise
+        clock.collect()
+        self._arrived += int(out[kernels.WAITS]) * blocks
+        if failed or out[kernels.OUTCOME] == kernels.TIMED_OUT:
+            self._coop = None
+            raise BarrierTimeoutError(
+                f"the e-graph's rebuild stopped in a persistent launch: a block waited {SPINS} polls at its grid "
+                "barrier, though a cooperative launch gives every block a place (the GPU was interrupted: a debugger, "
+                "preemption or a fault). The union-find holds only true merges; the next rebuild files every row "
+                "afresh. Fix: check the device (nvidia-smi) and call rebuild() again.")
+        return out
 
     def _compress(self, clock: _PhaseClock) -> None:
         self._k("compress")(_blocks(self.n_classes), THREADS, self.parent, self.canon, self.uses_off, self.uses,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from numba import cuda, int32, int64, uint64
 
 from ..unionfind import link, root
+from ..workqueue.barrier import grid_wait
 
 EMPTY, TOMB = -1, -2  # hash-table slots: never used, and freed (a freed slot is never reused in a round)
 UNIONS, USED, FULL = 0, 1, 2  # control words
@@ -48,68 +49,160 @@ def same(op, off, ch, r, qop, qoff, qch, q):
     return True
 
 
+@cuda.jit(device=True)
+def rewrite_row(r, canon, off, ch, cls, table, slot, rowflag):
+    """Row r's children and class made canonical, its stale table entry freed, the row unflagged."""
+    rowflag[r] = 0
+    for j in range(off[r], off[r + 1]):
+        ch[j] = canon[ch[j]]
+    cls[r] = canon[cls[r]]
+    s = slot[r]
+    if s >= 0:
+        table[s] = TOMB
+        slot[r] = -1
+
+
+@cuda.jit(device=True)
+def insert_row(r, op, off, ch, cls, parent, table, slot, ctl, unite):
+    """Probe the table from row r's signature's slot; the first empty slot takes the row
+    (compare-and-swap), and a row found equal joins the classes (lock-free union) when `unite`
+    is set. Rows with equal signatures meet at one slot, so a group of any size costs one
+    comparison a row. A row that finds no slot counts in ctl[FULL]."""
+    mask = table.size - 1
+    s = int64(signature(op, off, ch, r) & uint64(mask))
+    for _ in range(table.size):
+        e = table[s]
+        if e == EMPTY:
+            e = cuda.atomic.cas(table, s, int32(EMPTY), r)
+            if e == EMPTY:
+                slot[r] = s
+                cuda.atomic.add(ctl, USED, 1)
+                return
+        if e >= 0 and same(op, off, ch, e, op, off, ch, r):
+            if unite != 0 and link(parent, cls[r], cls[e]) == 1:  # -1: no forest, nothing hooked
+                cuda.atomic.add(ctl, UNIONS, 1)
+            return
+        s = (s + 1) & mask
+    cuda.atomic.add(ctl, FULL, 1)
+
+
+@cuda.jit(device=True)
+def compress_class(c, parent, canon, uses_off, uses, rowflag):
+    """Class id c pointed at its root; where the root changed since the last pass, every row with
+    a child c (found through `uses`, the rows of each child id as first given) is flagged."""
+    r = root(parent, c)
+    parent[c] = r
+    if r != canon[c]:
+        canon[c] = r
+        for j in range(uses_off[c], uses_off[c + 1]):
+            rowflag[uses[j]] = 1
+
+
 @cuda.jit
 def rewrite(work, count, canon, off, ch, cls, table, slot, rowflag, ctl):
-    """Each listed row (work[:count]): children and class made canonical, its stale table entry freed, unflagged.
-    Thread 0 also clears the control words for the `insert` that follows."""
+    """`rewrite_row` of each listed row (work[:count]). Thread 0 also clears the control words for
+    the `insert` that follows."""
     i = cuda.grid(1)
     if i == 0:
         ctl[UNIONS] = 0
         ctl[USED] = 0
         ctl[FULL] = 0
     if i < count:
-        r = work[i]
-        rowflag[r] = 0
-        for j in range(off[r], off[r + 1]):
-            ch[j] = canon[ch[j]]
-        cls[r] = canon[cls[r]]
-        s = slot[r]
-        if s >= 0:
-            table[s] = TOMB
-            slot[r] = -1
+        rewrite_row(work[i], canon, off, ch, cls, table, slot, rowflag)
 
 
 @cuda.jit
 def insert(work, count, op, off, ch, cls, parent, table, slot, ctl, unite):
-    """Each listed row (work[:count]): probe the table from its signature's slot; the first empty slot takes the
-    row (compare-and-swap), and a row found equal joins the classes (lock-free union) when `unite`
-    is set. Rows with
-    equal signatures meet at one slot, so a group of any size costs one comparison a row. A row
-    that finds no slot counts in ctl[FULL] (the host grows the table and repeats the round)."""
+    """`insert_row` of each listed row (work[:count]); a row that finds no slot counts in ctl[FULL]
+    (the host grows the table and repeats the round)."""
     i = cuda.grid(1)
     if i < count:
-        r = int32(work[i])
-        mask = table.size - 1
-        s = int64(signature(op, off, ch, r) & uint64(mask))
-        for _ in range(table.size):
-            e = table[s]
-            if e == EMPTY:
-                e = cuda.atomic.cas(table, s, int32(EMPTY), r)
-                if e == EMPTY:
-                    slot[r] = s
-                    cuda.atomic.add(ctl, USED, 1)
-                    return
-            if e >= 0 and same(op, off, ch, e, op, off, ch, r):
-                if unite != 0 and link(parent, cls[r], cls[e]) == 1:  # -1: no forest, nothing hooked
-                    cuda.atomic.add(ctl, UNIONS, 1)
-                return
-            s = (s + 1) & mask
-        cuda.atomic.add(ctl, FULL, 1)
+        insert_row(int32(work[i]), op, off, ch, cls, parent, table, slot, ctl, unite)
 
 
 @cuda.jit
 def compress(parent, canon, uses_off, uses, rowflag):
-    """Every class id pointed at its root; where the root changed since the last pass, every row
-    with a child in that class (found through `uses`, the rows of each child id as first given)
-    is flagged, so the next round revisits only them."""
+    """`compress_class` of every class id, so the next round revisits only the rows flagged."""
     c = cuda.grid(1)
     if c < parent.size:
-        r = root(parent, c)
-        parent[c] = r
-        if r != canon[c]:
-            canon[c] = r
-            for j in range(uses_off[c], uses_off[c + 1]):
-                rowflag[uses[j]] = 1
+        compress_class(c, parent, canon, uses_off, uses, rowflag)
+
+
+# the words of `rounds_on_device`'s st (int64): the control words first, as `insert_row` counts them
+COUNT, TOUCHED, ROUNDS, WAITS, OUTCOME = 3, 5, 6, 7, 8  # COUNT and COUNT + 1: the rows listed, by round parity
+CONVERGED, PAUSED, HANDED_BACK, TABLE_FULL, TIMED_OUT = 0, 1, 2, 3, 4  # st[OUTCOME]
+
+
+@cuda.jit
+def rounds_on_device(op, off, ch, cls, parent, canon, uses_off, uses, rowflag, table, slot, work, n, n_classes,
+                     rounds, limit, room, bar, arrived, spins, st):
+    """Rebuild rounds in one persistent launch (no more blocks than fit at once), a grid barrier
+    after each phase, with no host round trip a round:
+        list:     each flagged row (of n) appended to `work` and rewritten (`rewrite_row`)
+        insert:   each listed row (`insert_row`)
+        compress: every class id (`compress_class`), flagging the next round's rows
+    A round's list is counted in st[COUNT + round % 2], read by every thread after the barrier,
+    so every block takes the same way out. Ends when a list is empty (CONVERGED); after `rounds`
+    rounds, with a list made but not rewritten (PAUSED); when a list holds more than `limit` rows
+    or would fill the table past `room` claimed slots (HANDED_BACK: the listed rows flagged again,
+    as they were but canonical and out of the table); after a round in which a row found no slot
+    (TABLE_FULL); or where a block waited `spins` polls at a barrier (TIMED_OUT, st and the rows
+    then unfinished). st must be zero at launch; st[OUTCOME] is written last."""
+    ok = cuda.shared.array(1, int32)
+    tid = cuda.threadIdx.x
+    blocks = cuda.gridDim.x
+    i0 = int64(cuda.grid(1))
+    stride = int64(cuda.gridsize(1))
+    waits = int64(0)
+    done = int64(0)
+    outcome = CONVERGED
+    while True:
+        p = COUNT + (done & 1)
+        last = done >= rounds
+        for r in range(i0, n, stride):
+            if rowflag[r] != 0:
+                work[cuda.atomic.add(st, p, 1)] = r
+                if not last:
+                    rewrite_row(r, canon, off, ch, cls, table, slot, rowflag)
+        waits += 1
+        if not grid_wait(bar, arrived + waits * blocks, tid, ok, spins):
+            outcome = TIMED_OUT
+            break
+        count = cuda.atomic.add(st, p, 0)
+        if count == 0:
+            break
+        if last:
+            outcome = PAUSED
+            break
+        if count > limit or cuda.atomic.add(st, USED, 0) + count > room:
+            for i in range(i0, count, stride):
+                rowflag[work[i]] = 1
+            outcome = HANDED_BACK
+            break
+        if i0 == 0:
+            st[COUNT + 1 - (done & 1)] = 0  # the next round's; every thread read it a round ago
+            st[TOUCHED] += count
+        for i in range(i0, count, stride):
+            insert_row(int32(work[i]), op, off, ch, cls, parent, table, slot, st, 1)
+        waits += 1
+        if not grid_wait(bar, arrived + waits * blocks, tid, ok, spins):
+            outcome = TIMED_OUT
+            break
+        for c in range(i0, n_classes, stride):
+            compress_class(c, parent, canon, uses_off, uses, rowflag)
+        waits += 1
+        if not grid_wait(bar, arrived + waits * blocks, tid, ok, spins):
+            outcome = TIMED_OUT
+            break
+        done += 1
+        if cuda.atomic.add(st, FULL, 0) != 0:
+            outcome = TABLE_FULL
+            break
+    if i0 == 0:
+        st[ROUNDS] = done
+        st[WAITS] = waits
+        cuda.threadfence()
+        st[OUTCOME] = outcome
 
 
 @cuda.jit

@@ -12,8 +12,14 @@ canonical unless the row is flagged; a class whose root changes has its rows fla
 pass; so when no row is flagged, no two rows with equal signatures are in different classes. The
 hash table only claims never-used slots (freed ones stay tombstones until the host clears it),
 so equal rows inserted at once always meet at one slot. Only counts cross to the host: the
-worklist's length and the insert's control words, read together once a round. Phase times are
-device times (CUDA events around each phase)."""
+worklist's length and the insert's control words, read together once a round.
+
+A round of few rows is mostly that read and four launches, so once a worklist fits the GPU's
+threads (`_room`), the rounds go to one persistent cooperative launch (`kernels.rounds_on_device`,
+a bounded grid barrier after each phase, where listing a row also rewrites it), which reads the
+count on the device and returns when the rebuild converges, after ROUNDS_PER_LAUNCH rounds (to
+report them), or with a worklist past `_room` handed back. Its rounds are the host's, round for
+round. Phase times are device times (CUDA events around each phase, or around the launch)."""
 from __future__ import annotations
 
 import os

@@ -4,6 +4,8 @@ in the same run.
 
     python bench/bench_egraph_chains.py [--quick] [--backend reference|cuda] [--json PATH]
 
+(`--backend` defaults to cuda where a GPU is present, else reference.)
+
 Two chains f(f(...f(a))) and f(f(...f(b))) of length L over leaves a and b, with M more leaves no
 round touches, built and closed first; then union(a, b) and the rebuild, which merges the chains
 level by level (L + 1 rounds). Each contender's e-graph is built before its timer starts, so every
@@ -151,8 +153,12 @@ def vyre_seconds(rows, want, backend: str, host_rounds: bool = False) -> tuple[f
 def main() -> dict:
     def more(ap):
         ap.add_argument("--repeats", type=int, default=3)
-        ap.add_argument("--backend", choices=["reference", "cuda"], default="reference")
+        ap.add_argument("--backend", choices=["reference", "cuda"], default=None)
     args = common.arguments(__doc__, more)
+    if args.backend is None:
+        import vyre_numba as vn
+
+        args.backend = "cuda" if "cuda" in vn.available_backends() else "reference"
     gpu = args.backend == "cuda"
     cases = [(1000, 0), (4000, 0)] if args.quick else [(1000, 0), (4000, 0), (16000, 0), (1000, 400_000)]
     out = {"backend": args.backend, "cases": {}}

@@ -141,8 +141,9 @@ def rounds_on_device(op, off, ch, cls, parent, canon, uses_off, uses, rowflag, t
         list:     each flagged row (of n) appended to `work` and rewritten (`rewrite_row`)
         insert:   each listed row (`insert_row`)
         compress: every class id (`compress_class`), flagging the next round's rows
-    A round's list is counted in st[COUNT + round % 2], read by every thread after the barrier,
-    so every block takes the same way out. Ends when a list is empty (CONVERGED); after `rounds`
+    Every way out is taken by every block alike: each reads the words it decides on after a
+    barrier and before any block can change them (a round's list is counted in st[COUNT + round
+    % 2], so the next round's count starts from zero while this one's is still read). Ends when a list is empty (CONVERGED); after `rounds`
     rounds, with a list made but not rewritten (PAUSED); when a list holds more than `limit` rows
     or would fill the table past `room` claimed slots (HANDED_BACK: the listed rows flagged again,
     as they were but canonical and out of the table); after a round in which a row found no slot
@@ -155,6 +156,7 @@ def rounds_on_device(op, off, ch, cls, parent, canon, uses_off, uses, rowflag, t
     stride = int64(cuda.gridsize(1))
     waits = int64(0)
     done = int64(0)
+    used = int64(0)  # st[USED] as the last round left it, read where no block can be adding to it
     outcome = CONVERGED
     while True:
         p = COUNT + (done & 1)
@@ -174,7 +176,7 @@ def rounds_on_device(op, off, ch, cls, parent, canon, uses_off, uses, rowflag, t
         if last:
             outcome = PAUSED
             break
-        if count > limit or cuda.atomic.add(st, USED, 0) + count > room:
+        if count > limit or used + count > room:
             for i in range(i0, count, stride):
                 rowflag[work[i]] = 1
             outcome = HANDED_BACK
@@ -195,6 +197,7 @@ def rounds_on_device(op, off, ch, cls, parent, canon, uses_off, uses, rowflag, t
             outcome = TIMED_OUT
             break
         done += 1
+        used = cuda.atomic.add(st, USED, 0)  # no insert runs until every block has passed the next barrier
         if cuda.atomic.add(st, FULL, 0) != 0:
             outcome = TABLE_FULL
             break

@@ -36,7 +36,6 @@ PHASES = ("worklist", "rewrite", "insert", "compress", "on_device")  # on_device
 PER_SM = 2  # blocks a multiprocessor in a persistent launch (fewer arrivals make a cheaper grid barrier)
 ROWS_PER_THREAD = 16  # a round of more listed rows than this times the persistent grid's threads goes back to the host
 ROUNDS_PER_LAUNCH = 4096  # so a long rebuild still reports its rounds (and hears Ctrl-C) every few milliseconds
-LISTED = True  # experiment: rounds_listed (two barriers a round) against rounds_on_device (three)
 SPINS = 1 << 24  # polls of the persistent launch's grid barrier before a block gives up (seconds)
 
 
@@ -112,8 +111,8 @@ class DeviceEGraph:
         if n_classes:
             self.canon.copy_to_device(self.parent)
         # filled on the device: the table alone is 16 bytes a row, which the host need not write nor send
-        self.rowflag = cuda.device_array(self.n, np.int32)  # int32: the persistent rounds flag by compare-and-swap
-        self._fill(self.rowflag, np.int32(1))  # every row is new to the table
+        self.rowflag = cuda.device_array(self.n, np.uint8)
+        self._fill(self.rowflag, np.uint8(1))  # every row is new to the table
         self.slot = cuda.device_array(self.n, np.int32)
         self._fill(self.slot, np.int32(-1))
         self.ctl = cuda.to_device(np.zeros(4, np.int64))
@@ -219,7 +218,7 @@ class DeviceEGraph:
         ids = np.arange(self.n_classes, n_classes, dtype=np.int32)
         grown = (grow(self.op, n, op), grow(self.cls, n, eclass), grow(self.ch, self.nch, children),
                  grow(self.off, n + 1, self.nch + offsets[1:]), grow(self.slot, n, np.full(k, -1, np.int32)),
-                 grow(self.rowflag, n, np.ones(k, np.int32)), grow(self.parent, self.n_classes, ids),
+                 grow(self.rowflag, n, np.ones(k, np.uint8)), grow(self.parent, self.n_classes, ids),
                  grow(self.canon, self.n_classes, ids))
         uses = self._uses(grown[3], grown[2], n + k, n_classes, nch)
         # one call into C: an interruption (Ctrl-C) lands before it or after it, never between two fields
@@ -246,7 +245,7 @@ class DeviceEGraph:
             self.table, self.capacity = self._cuda.device_array(capacity, np.int32), capacity
         self._fill(self.table, np.int32(-1))
         self._fill(self.slot, np.int32(-1))
-        self._fill(self.rowflag, np.int32(1))
+        self._fill(self.rowflag, np.uint8(1))
         self.used = 0
 
     def _worklist(self, clock: _PhaseClock, inserted: bool):
@@ -258,7 +257,7 @@ class DeviceEGraph:
         clock.start()
         if self._selector is None:
             self._selector = compaction.Selector()
-        if self._work is None or self._work.size < 2 * self.n:  # each row at most once, twice for rounds_listed
+        if self._work is None or self._work.size < self.n:  # each row at most once; a view costs host time
             self._work = self._cuda.device_array(max(2 * self.n, 1024), np.int64)
         if self.n:
             self._selector.enqueue(flag_nonzero, self.rowflag, self.n, None, self._work, self.n)
@@ -361,8 +360,7 @@ class DeviceEGraph:
 
         cuda = self._cuda
         if self._coop is None:
-            self._coop = [NumbaLaunch(kernels.rounds_listed if LISTED else kernels.rounds_on_device, None,
-                                      cooperative=True),
+            self._coop = [NumbaLaunch(kernels.rounds_on_device, None, cooperative=True),
                           cuda.to_device(np.zeros(4, np.int64)), cuda.device_array(9, np.int64), None]
             self._arrived = 0
         launch, bar, st, blocks = self._coop

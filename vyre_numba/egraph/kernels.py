@@ -98,20 +98,6 @@ def compress_class(c, parent, canon, uses_off, uses, rowflag):
             rowflag[uses[j]] = 1
 
 
-@cuda.jit(device=True)
-def compress_listing(c, parent, canon, uses_off, uses, rowflag, out, st, k):
-    """`compress_class`, where each row flagged afresh (compare-and-swap from 0) is also appended
-    to `out`, counted in st[k]: a row flagged twice is listed once."""
-    r = root(parent, c)
-    parent[c] = r
-    if r != canon[c]:
-        canon[c] = r
-        for j in range(uses_off[c], uses_off[c + 1]):
-            u = uses[j]
-            if rowflag[u] == 0 and cuda.atomic.cas(rowflag, u, int32(0), int32(1)) == 0:
-                out[cuda.atomic.add(st, k, 1)] = u
-
-
 @cuda.jit
 def rewrite(work, count, canon, off, ch, cls, table, slot, rowflag, ctl):
     """`rewrite_row` of each listed row (work[:count]). Thread 0 also clears the control words for
@@ -215,71 +201,6 @@ def rounds_on_device(op, off, ch, cls, parent, canon, uses_off, uses, rowflag, t
         if cuda.atomic.add(st, FULL, 0) != 0:
             outcome = TABLE_FULL
             break
-    if i0 == 0:
-        st[ROUNDS] = done
-        st[WAITS] = waits
-        cuda.threadfence()
-        st[OUTCOME] = outcome
-
-
-@cuda.jit
-def rounds_listed(op, off, ch, cls, parent, canon, uses_off, uses, rowflag, table, slot, work, n, n_classes,
-                  rounds, limit, room, bar, arrived, spins, st):
-    """`rounds_on_device` with two barriers a round: the flagged rows are listed once, at the
-    launch's start; after that compress lists the rows it flags (`compress_listing`) in the other
-    half of `work` (rows n.. for odd rounds), and a thread rewrites each listed row and inserts it
-    at once (an equal row met before its own rewrite is equal after it: its children then name
-    the same classes). The ways out are those of `rounds_on_device`, but a handed-back or paused
-    list is still flagged, not yet rewritten."""
-    ok = cuda.shared.array(1, int32)
-    tid = cuda.threadIdx.x
-    blocks = cuda.gridDim.x
-    i0 = int64(cuda.grid(1))
-    stride = int64(cuda.gridsize(1))
-    waits = int64(0)
-    done = int64(0)
-    used = int64(0)
-    outcome = CONVERGED
-    for r in range(i0, n, stride):
-        if rowflag[r] != 0:
-            work[cuda.atomic.add(st, COUNT, 1)] = r
-    waits += 1
-    if not grid_wait(bar, arrived + waits * blocks, tid, ok, spins):
-        outcome = TIMED_OUT
-    while outcome == CONVERGED:
-        p = done & 1
-        count = cuda.atomic.add(st, COUNT + p, 0)
-        if count == 0:
-            break
-        if done >= rounds:
-            outcome = PAUSED
-            break
-        if count > limit or used + count > room:
-            outcome = HANDED_BACK
-            break
-        if i0 == 0:
-            st[COUNT + 1 - p] = 0  # the next round's; every thread read it a round ago
-            st[TOUCHED] += count
-        base = p * n
-        for i in range(i0, count, stride):
-            r = work[base + i]
-            rewrite_row(r, canon, off, ch, cls, table, slot, rowflag)
-            insert_row(int32(r), op, off, ch, cls, parent, table, slot, st, 1)
-        waits += 1
-        if not grid_wait(bar, arrived + waits * blocks, tid, ok, spins):
-            outcome = TIMED_OUT
-            break
-        nxt = (1 - p) * n
-        for c in range(i0, n_classes, stride):
-            compress_listing(c, parent, canon, uses_off, uses, rowflag, work[nxt:], st, COUNT + 1 - p)
-        waits += 1
-        if not grid_wait(bar, arrived + waits * blocks, tid, ok, spins):
-            outcome = TIMED_OUT
-            break
-        done += 1
-        used = cuda.atomic.add(st, USED, 0)
-        if cuda.atomic.add(st, FULL, 0) != 0:
-            outcome = TABLE_FULL
     if i0 == 0:
         st[ROUNDS] = done
         st[WAITS] = waits

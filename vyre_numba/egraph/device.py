@@ -127,8 +127,7 @@ class DeviceEGraph:
         self.used = 0
         self._stale = False  # a rebuild stopped part way: rows may be out of the table, counts unread
         self.on_device = _cooperative()  # small rounds run in one persistent launch (False: one host read a round)
-        self._coop = None  # that launch's (launcher, grid barrier state, st words, blocks), made on first use
-        self._arrived = 0  # arrivals at that barrier so far (its count only grows)
+        self._coop = None  # that launch's (launcher, words: grid barrier state then st, blocks), made on first use
 
     def _uses(self, off, ch, n: int, n_classes: int, nch: int) -> tuple:
         """(uses_off, uses): the rows using each class id (`uses[uses_off[c]:uses_off[c + 1]]`), from
@@ -360,31 +359,29 @@ class DeviceEGraph:
 
         cuda = self._cuda
         if self._coop is None:
-            self._coop = [NumbaLaunch(kernels.rounds_on_device, None, cooperative=True),
-                          cuda.to_device(np.zeros(4, np.int64)), cuda.device_array(9, np.int64), None]
-            self._arrived = 0
-        launch, bar, st, blocks = self._coop
-        self._fill(st, np.int64(0))
+            self._coop = [NumbaLaunch(kernels.rounds_on_device, None, cooperative=True), cuda.device_array(13, np.int64),
+                          None]
+        launch, words, blocks = self._coop
+        bar, st = words[:4], words[4:]
+        self._fill(words, np.int64(0))  # a fresh barrier each launch: no count to keep right across interruptions
         args = (self.op, self.off, self.ch, self.cls, self.parent, self.canon, self.uses_off, self.uses, self.rowflag,
                 self.table, self.slot, self._work, np.int64(self.n), np.int64(self.n_classes), np.int64(rounds),
-                np.int64(self._room()), np.int64(self.capacity // 2 - self.used), bar, np.int64(self._arrived),
+                np.int64(self._room()), np.int64(self.capacity // 2 - self.used), bar, np.int64(0),
                 np.int64(SPINS), st)
         if blocks is None:
             fit = launch.resident_blocks(THREADS, *args)
-            blocks = self._coop[3] = max(1, min(fit, self._room() // (ROWS_PER_THREAD * THREADS)))
+            blocks = self._coop[2] = max(1, min(fit, self._room() // (ROWS_PER_THREAD * THREADS)))
         clock.start()
         try:
             launch(blocks, THREADS, *args)
             clock.lap("on_device")
             out = st.copy_to_host()  # waits for the launch (the legacy stream)
             failed = int(bar.copy_to_host()[FAILED])
-        except BaseException:  # interrupted: how far the barrier's count got is unknown, so it starts afresh
+        except BaseException:  # interrupted: a launch may still run, its words in use; the next takes new ones
             self._coop = None
             raise
         clock.collect()
-        self._arrived += int(out[kernels.WAITS]) * blocks
         if failed or out[kernels.OUTCOME] == kernels.TIMED_OUT:
-            self._coop = None
             raise BarrierTimeoutError(
                 f"the e-graph's rebuild stopped in a persistent launch: a block waited {SPINS} polls at its grid "
                 "barrier, though a cooperative launch gives every block a place (the GPU was interrupted: a debugger, "

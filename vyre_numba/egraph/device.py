@@ -270,7 +270,8 @@ class DeviceEGraph:
     def rebuild(self, max_rounds: int | None = None, on_round=None) -> dict:
         """Restore congruence (see the module docstring); rounds, unions, nodes_touched, converged,
         device nanoseconds in all and per phase, the table's capacity after. `on_round()`, when
-        given, is called after each round is enqueued."""
+        given, is called once a round: after a host round is enqueued, and for the rounds of a
+        persistent launch once it has ended (up to ROUNDS_PER_LAUNCH calls at once)."""
         from . import kernels
 
         cuda = self._cuda

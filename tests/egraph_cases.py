@@ -184,11 +184,12 @@ def distributed_lockstep(parts, unions, moved: bool = False) -> tuple:
             return host, dev, grown, dropped, compacted
 
 
-def fan(width: int):
+def fan(width: int, shared: bool = False):
     """a, b, f(a), f(b), then h_i(f(a)) and h_i(f(b)) for i < width: after union(a, b) a round
-    lists 2 rows, the next 2 * width (a worklist that grows)."""
+    lists 2 rows, the next 2 * width (a worklist that grows). `shared`: only h_i(f(b)), whose
+    rows each claim a new table slot in that round."""
     kids, ops = [[], [], [0], [1]], [0, 1, 2, 2]
     for i in range(width):
-        kids += [[2], [3]]
-        ops += [3 + i, 3 + i]
+        kids += [[3]] if shared else [[2], [3]]
+        ops += [3 + i] if shared else [3 + i, 3 + i]
     return rows(kids, ops)

@@ -81,7 +81,7 @@ SCRIPT = textwrap.dedent('''
 
     per_launch = D.ROUNDS_PER_LAUNCH
 
-    def modes(r, unions):
+    def modes(r, unions, **kw):
         """The rounds in one persistent launch (one block here) against one host read a round."""
         out, outcomes = {}, {}
         for mode in ("host", "on device", "paused", "handed back"):
@@ -89,7 +89,7 @@ SCRIPT = textwrap.dedent('''
             if mode == "handed back":
                 D.DeviceEGraph._room = lambda self: 3
             del seen[:]
-            g = D.DeviceEGraph(*[a.copy() for a in r], int(max(r[0].max(initial=-1), r[3].max(initial=-1))) + 1)
+            g = D.DeviceEGraph(*[a.copy() for a in r], int(max(r[0].max(initial=-1), r[3].max(initial=-1))) + 1, **kw)
             g.on_device = mode != "host"
             first = g.rebuild()
             u = np.asarray(unions, np.int64).reshape(-1, 2)
@@ -105,6 +105,9 @@ SCRIPT = textwrap.dedent('''
 
     assert 1 in modes(chain_pair(6), [(0, 1)])["paused"]
     assert 2 in modes(fan(5), [(0, 1)])["handed back"]
+    # a round that would fill the table past half goes back too (24 of 64 slots claimed, then 20 rows
+    # to list): the host files every row afresh, as its own rounds do
+    assert 2 in modes(fan(20, shared=True), [(0, 1)], table_capacity=64)["on device"]
     print("ok on device")
 ''')
 

@@ -9,7 +9,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence, TypeAlias
 
 import numpy as np
 
@@ -22,6 +22,15 @@ from .errors import (INTEGERS, CheckError, CheckWarning, DispatchError, Immutabl
 from .ir import DataType, Program
 from .ir.types import NUMPY_BOOL_CODES
 from .lru import LRUCache
+
+ResidentBuffer: TypeAlias = Any
+"""A backend's resident buffer: a Numba device array on the GPU, a NumPy array on the reference backend."""
+ArrayIn: TypeAlias = Any
+"""A host array (NumPy, or what `np.asarray` reads) or a device array (`__cuda_array_interface__`)."""
+ArrayOut: TypeAlias = Any
+"""A NumPy array where the inputs were host arrays, a Numba device array where they were on the device."""
+Stream: TypeAlias = Any
+"""A Numba stream (`numba.cuda.stream()`, or `cuda.external_stream(ptr)` for another library's)."""
 
 
 class Step(NamedTuple):
@@ -323,11 +332,12 @@ class Backend(abc.ABC):
         name), writing outputs in place. May return before the work is done."""
         raise NotImplementedError(f"{self.name} backend has no resident dispatch")
 
-    def upload(self, array: np.ndarray):
+    def upload(self, array: np.ndarray) -> ResidentBuffer:
         """A resident copy of a host array."""
         raise NotImplementedError(f"{self.name} backend has no resident buffers")
 
-    def upload_in_pieces(self, array: np.ndarray, each):
+    def upload_in_pieces(self, array: np.ndarray,
+                         each: Callable[[ResidentBuffer, int, int], object]) -> ResidentBuffer:
         """`upload(array)`, calling `each(buffer, first, count)` once the elements [first, first +
         count) of the flattened array are in place (in order, covering it), so that work on a piece
         can start while later ones still travel (on the GPU; here, once for the whole array)."""
@@ -343,7 +353,7 @@ class Backend(abc.ABC):
         or 1, "bf16" uint16 bits)."""
         raise NotImplementedError(f"{self.name} backend has no resident buffers")
 
-    def write(self, buffer, values, offset: int = 0) -> None:
+    def write(self, buffer: ResidentBuffer, values: ArrayIn, offset: int = 0) -> None:
         """Copy host `values` into elements [offset, offset + len(values)) of the resident buffer
         `buffer`, in order with the work issued before and after it (on the GPU, enqueued on the
         backend's stream; `values` may change once it returns). Values convert into the buffer's
@@ -351,11 +361,11 @@ class Backend(abc.ABC):
         storage words (uint32 0/1, bf16 bits as uint16), so write those."""
         raise UnsupportedError(f"the {self.name} backend has no write. Fix: upload the values into a new buffer.")
 
-    def download(self, buffer, offset: int = 0, count: int | None = None) -> np.ndarray:
+    def download(self, buffer: ResidentBuffer, offset: int = 0, count: int | None = None) -> np.ndarray:
         """Elements [offset, offset+count) of a resident buffer, as a host array (waits for pending work)."""
         raise NotImplementedError(f"{self.name} backend has no resident buffers")
 
-    def read_compacted(self, values, flags, *, capacity: int | None = None) -> np.ndarray:
+    def read_compacted(self, values: ArrayIn, flags: ArrayIn, *, capacity: int | None = None) -> np.ndarray:
         """values[flags != 0] as a NumPy array: of this backend's buffers (1-D, flags of any
         integer or bool type), only the kept records cross to the host, with their count read in
         the same synchronisation (`vyre_numba.compaction.read_compacted` on this backend's
@@ -392,7 +402,7 @@ class Backend(abc.ABC):
         yield timer
         timer.ns = time.perf_counter_ns() - start
 
-    def allocate(self, program: Program, name: str, n: int | None = None):
+    def allocate(self, program: Program, name: str, n: int | None = None) -> ResidentBuffer:
         """A zeroed resident buffer for `program`'s buffer `name` (`n` elements, or its static count)."""
         if not isinstance(program, Program):
             raise DispatchError(f"allocate: {shown(program, 60)} is not an ir.Program. Fix: pass the program whose "
@@ -643,7 +653,7 @@ class Backend(abc.ABC):
 
     # ---- recorded graphs -------------------------------------------------------------------------
     def record_graph(self, program: Program, sample_inputs: Sequence | Mapping | None = None,
-                     config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None):
+                     config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None) -> RecordedGraph:
         """Record `dispatch(program, sample_inputs, config)` once; the `RecordedGraph` it returns
         replays it on new inputs of the same sizes (`replay`) or over its own buffers
         (`replay_resident`). Here replay dispatches again; the CUDA backend captures a CUDA graph."""
@@ -651,7 +661,7 @@ class Backend(abc.ABC):
 
         return Redispatch(self, program, sample_inputs, config, sizes=sizes)
 
-    def record_sequence(self, steps: Iterable[Step | tuple], read: Iterable[Read] = ()):
+    def record_sequence(self, steps: Iterable[Step | tuple], read: Iterable[Read] = ()) -> RecordedSequence:
         """Record `dispatch_sequence(steps, read)` once over the resident buffers the steps name;
         `replay()` runs it again and returns the reads."""
         from .recording import Resequence
@@ -1208,3 +1218,4 @@ def check_upload(array) -> np.ndarray:
 check_calls(globals(), ["Telemetry", "Step"])
 
 from .megakernel import Megakernel  # noqa: E402,F401  (Backend.megakernel's annotation names it; it imports this module)
+from .recording import RecordedGraph, RecordedSequence  # noqa: E402,F401  (as Megakernel: record_graph's and record_sequence's)

@@ -29,6 +29,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..backend import ArrayIn, ArrayOut, Stream
 from ..errors import (INTEGERS, CapacityError, DeviceError, DispatchError, HostMemoryError, VyreError, a_type, flat_fix,
                       numba_reason, shown)
 from ..gpu import memory
@@ -529,7 +530,7 @@ def _numba_pair(a, b, stream) -> bool:
         getattr(b, "gpu_data", None) is not None
 
 
-def select(values, flags, *, stream=None):
+def select(values: ArrayIn, flags: ArrayIn, *, stream: Stream | None = None) -> ArrayOut:
     """values[i] for every i with flags[i] != 0, in order: a NumPy array for host inputs, a
     device array of exactly that length for device inputs."""
     if _numba_pair(values, flags, stream):
@@ -545,7 +546,7 @@ def select(values, flags, *, stream=None):
     return _device_select(values, _dev(flags) if _SIM else flags, _kernels().flag_nonzero, n, stream, _octs(flags, n))
 
 
-def select_if(values, predicate: Callable, *, stream=None):
+def select_if(values: ArrayIn, predicate: Callable, *, stream: Stream | None = None) -> ArrayOut:
     """values[i] for every i where predicate(values[i]) holds, in order (host in, NumPy out;
     device in, device out). The predicate is compiled once for its code and the values it reads
     (closure, defaults, the globals and module attributes it names, such as `cfg.limit`): a lambda
@@ -575,7 +576,7 @@ def select_if(values, predicate: Callable, *, stream=None):
     return _compiled(run, "predicate")
 
 
-def nonzero(flags, *, stream=None):
+def nonzero(flags: ArrayIn, *, stream: Stream | None = None) -> ArrayOut:
     """The indices (int64) of the non-zero flags, in order (host in, NumPy out; device in, device out)."""
     if _numba_pair(flags, flags, stream):
         out = _small(flags, None, True, _kernels().flag_nonzero, np.dtype(np.int64))
@@ -658,7 +659,8 @@ def _read_counted(sel: Selector, values, flags, n: int, dt: np.dtype, capacity: 
     return out
 
 
-def read_compacted(values, flags, *, capacity: int | None = None, stream=None) -> np.ndarray:
+def read_compacted(values: ArrayIn, flags: ArrayIn, *, capacity: int | None = None,
+                   stream: Stream | None = None) -> np.ndarray:
     """values[flags != 0] of device arrays, brought to the host: only the kept records cross the
     bus (selected on the device, then copied in long runs into pinned host memory, the count
     read there too), with one synchronisation; where room for every record would pin more than

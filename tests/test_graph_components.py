@@ -227,6 +227,23 @@ def test_a_scipy_sparse_matrix_passed_whole_says_how_to_call_the_same_function_w
         bfs_numpy(sp.csr_array(np.eye(3)), 0)
 
 
+@pytest.mark.parametrize("name, call", [
+    ("check_csr", lambda *r: check_csr(*r)), ("bfs", lambda *r: vn.graph.bfs(*r, 0, backend="reference")),
+    ("connected_components", lambda *r: connected_components(*r, backend="reference"))])
+def test_an_object_that_is_no_array_is_named_not_read_as_dtype_object(name, call):
+    """Regression (noted in sessions 34-35): a SciPy LinearOperator (or a function) passed as indptr
+    or indices was reported as 'dtype object'; the message now names what was passed."""
+    import scipy.sparse.linalg as sl
+
+    A = sp.csr_array(np.array([[0, 1], [1, 0]]))
+    with pytest.raises(DispatchError, match=rf"indptr is a MatrixLinearOperator, not an array of integers\. Fix: pass a "
+                                            rf"1-D array of integers .*{name}\(A\.indptr, A\.indices"):
+        call(sl.aslinearoperator(A), A.indices)
+    with pytest.raises(DispatchError, match=r"indices is a function, not an array of integers"):
+        call(A.indptr, lambda: 0)
+    call(A.indptr, A.indices)  # the fix
+
+
 def test_a_graph_without_vertices_has_no_source_and_a_csr_without_offsets_no_size():
     """Regression (a red-team): bfs_numpy on the empty graph said "pass an int 0 <= source < 0",
     and CSR.n of an empty indptr was -1."""

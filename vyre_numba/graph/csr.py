@@ -82,6 +82,9 @@ def _as_index_array(a, name: str, call: str = CHECK_CSR, whole: str | None = Non
                   "vertex ids are below 2**31.")
     if arr.size == 0 and arr.dtype.kind == "f" and not isinstance(a, np.ndarray):  # `[]` reads as float64
         arr = arr.astype(np.int64)
+    if arr.dtype == object and arr.ndim == 0:  # no array at all (a LinearOperator, a function): NumPy wrapped it
+        raise DispatchError(f"{name} is {a_type(a)}, not an array of integers. Fix: pass a 1-D array of integers "
+                            f"(from a SciPy sparse matrix A: {call}, after A = A.tocsr()).")
     if arr.dtype == object or arr.dtype.kind not in "iu" or arr.dtype == np.bool_:
         raise DispatchError(f"{name} has dtype {arr.dtype}, not an integer type. Fix: pass "
                             f"np.asarray({name}, dtype=np.int64) (or int32).")

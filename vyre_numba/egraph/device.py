@@ -127,6 +127,7 @@ class DeviceEGraph:
         self.used = 0
         self._stale = False  # a rebuild stopped part way: rows may be out of the table, counts unread
         self.on_device = _cooperative()  # small rounds run in one persistent launch (False: one host read a round)
+        self._sms = 1 if _SIM else cuda.get_current_device().MULTIPROCESSOR_COUNT  # asked once: `_room` runs a round
         self._coop = None  # that launch's (launcher, words: grid barrier state then st, blocks), made on first use
 
     def _uses(self, off, ch, n: int, n_classes: int, nch: int) -> tuple:
@@ -348,7 +349,7 @@ class DeviceEGraph:
 
     def _room(self) -> int:
         """The most listed rows a persistent round takes (more go back to the host's rounds)."""
-        return ROWS_PER_THREAD * THREADS * (1 if _SIM else PER_SM * self._cuda.get_current_device().MULTIPROCESSOR_COUNT)
+        return ROWS_PER_THREAD * THREADS * (1 if _SIM else PER_SM * self._sms)
 
     def _rounds_on_device(self, clock: _PhaseClock, rounds: int) -> np.ndarray:
         """Up to `rounds` rounds in one persistent launch (`kernels.rounds_on_device`) and its st
@@ -376,8 +377,8 @@ class DeviceEGraph:
         try:
             launch(blocks, THREADS, *args)
             clock.lap("on_device")
-            out = st.copy_to_host()  # waits for the launch (the legacy stream)
-            failed = int(bar.copy_to_host()[FAILED])
+            got = words.copy_to_host()  # waits for the launch (the legacy stream); one copy of barrier and st
+            out, failed = got[4:], int(got[FAILED])
         except BaseException:  # interrupted: a launch may still run, its words in use; the next takes new ones
             self._coop = None
             raise

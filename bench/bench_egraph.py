@@ -93,18 +93,11 @@ def one(N: int, numpy_too: bool) -> dict:
 def host_rounds(rows, unions) -> tuple[float, dict]:
     """(seconds, device ms by phase) of the resident union and rebuild with every round launched
     from the host (none in one persistent launch), so that each phase has events of its own."""
-    from vyre_numba.egraph import device
-
-    cooperative = device._cooperative
-    device._cooperative = lambda: False
-    try:
-        g = EGraph.from_arrays(*rows, backend="cuda")
-    finally:
-        device._cooperative = cooperative
+    g = EGraph.from_arrays(*rows, backend="cuda")
     g.rebuild()
     t = time.perf_counter()
     g.union(unions)
-    s = g.rebuild()
+    s = g.rebuild(persistent=False)
     seconds = time.perf_counter() - t
     g.close()
     return seconds, {k: v / 1e6 for k, v in s.phase_ns.items()}

@@ -130,19 +130,11 @@ def egglog_seconds(L: int, M: int) -> float | None:
 
 
 def vyre_seconds(rows, want, backend: str, host_rounds: bool = False) -> tuple[float, int]:
-    from vyre_numba.egraph import device
-
-    cooperative = device._cooperative
-    if host_rounds:
-        device._cooperative = lambda: False
-    try:
-        g = EGraph.from_arrays(*rows, backend=backend)
-    finally:
-        device._cooperative = cooperative
+    g = EGraph.from_arrays(*rows, backend=backend)
     g.rebuild(progress=False)
     t = time.perf_counter()
     g.union([(0, 1)])
-    s = g.rebuild(progress=False)
+    s = g.rebuild(progress=False, persistent=not host_rounds)
     seconds = time.perf_counter() - t
     if not (s.converged and np.array_equal(g.classes(), want)):
         raise SystemExit("vyre's classes differ from the textbook closure's: the benchmark is void")

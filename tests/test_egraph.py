@@ -654,6 +654,8 @@ BAD_COUNTS = {
     "table_capacity=2**40": lambda g: EGraph.from_arrays(*chain_pair(2), backend="reference", table_capacity=2**40),
     "rebuild max_rounds=True": lambda g: g.rebuild(max_rounds=True),
     "rebuild max_rounds='2'": lambda g: g.rebuild(max_rounds="2"),
+    "rebuild persistent='no'": lambda g: g.rebuild(persistent="no"),
+    "rebuild persistent=1": lambda g: g.rebuild(persistent=1),
     "closure max_rounds=True": lambda g: congruence_closure(g, [[0, 1]], max_rounds=True),
     "closure max_rounds=0": lambda g: congruence_closure(g, [[0, 1]], max_rounds=0),
     "structural capacity=True": lambda g: structural_equivalences(g, capacity=True),
@@ -670,6 +672,18 @@ def test_counts_are_ints_never_bools(case):
     with pytest.raises(DispatchError, match="Fix:"):
         BAD_COUNTS[case](g)
     assert g.find([1])[0] == 1  # nothing ran: the closure's unions were not made
+
+
+def test_persistent_false_is_the_same_rebuild_on_the_reference_backend():
+    """`persistent` chooses where the GPU's rounds run; the reference backend's are the host's either way."""
+    got = []
+    for persistent in (True, False, np.bool_(False)):
+        g = EGraph.from_arrays(*chain_pair(40), backend="reference")
+        g.rebuild(persistent=persistent)
+        g.union([(0, 1)])
+        s = g.rebuild(persistent=persistent)
+        got.append((s.rounds, s.unions, s.nodes_touched, s.converged, g.classes().tolist()))
+    assert got[0] == got[1] == got[2] and got[0][0] == 41 and got[0][3]
 
 
 def test_counts_take_numpy_ints():
@@ -1239,7 +1253,8 @@ GPU_CASES = {"chains": lambda: (chain_pair(300), [(0, 1)]), "fan": lambda: (fan(
 @pytest.mark.parametrize("case", list(GPU_CASES))
 def test_gpu_rounds_in_one_persistent_launch_are_the_host_rounds(case, monkeypatch):
     """The device rebuild's rounds run in a persistent launch (`kernels.rounds_on_device`) or one
-    host read a round: the same classes (the simple closure's) and the same rounds, unions and rows
+    host read a round (where the GPU cannot launch cooperatively, or `rebuild(persistent=False)`,
+    which gives each phase its device time): the same classes (the simple closure's) and the same rounds, unions and rows
     touched, also where each launch stops after 3 rounds to report, and where a round of more than
     3 rows goes back to the host (the launch hands back, the host lists it again)."""
     from vyre_numba.egraph import device
@@ -1265,10 +1280,13 @@ def test_gpu_rounds_in_one_persistent_launch_are_the_host_rounds(case, monkeypat
             if mode == "handed back":
                 m.setattr(device.DeviceEGraph, "_room", lambda self: 3)
             del outcomes[:]
+            kw = {"persistent": False} if mode == "persistent=False" else {}
             g = EGraph.from_arrays(*r, backend="cuda")
-            first = g.rebuild()
+            first = g.rebuild(**kw)
             g.union(unions)
-            s = g.rebuild()
+            s = g.rebuild(**kw)
+            if kw and s.rounds:
+                assert "on_device" not in s.phase_ns and s.phase_ns["insert"] > 0, s.phase_ns
             assert first.converged and s.converged and np.array_equal(g.classes(), want), mode
             idle = g.rebuild()
             assert idle.converged and (idle.rounds, idle.unions, idle.nodes_touched) == (0, 0, 0), mode
@@ -1276,6 +1294,7 @@ def test_gpu_rounds_in_one_persistent_launch_are_the_host_rounds(case, monkeypat
 
     host, none = closed("host")
     assert none == set()
+    assert closed("persistent=False") == (host, set())  # the public switch: every round from the host
     for mode, need in (("on device", {0}), ("paused", {1} if host[1][0] > 3 else set()),
                        ("handed back", {2} if case == "fan" else set())):
         got, seen = closed(mode)

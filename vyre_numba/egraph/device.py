@@ -268,11 +268,12 @@ class DeviceEGraph:
         clock.collect()
         return count, (self._ctl_host.copy() if inserted else None)
 
-    def rebuild(self, max_rounds: int | None = None, on_round=None) -> dict:
+    def rebuild(self, max_rounds: int | None = None, on_round=None, persistent: bool = True) -> dict:
         """Restore congruence (see the module docstring); rounds, unions, nodes_touched, converged,
         device nanoseconds in all and per phase, the table's capacity after. `on_round()`, when
         given, is called once a round: after a host round is enqueued, and for the rounds of a
-        persistent launch once it has ended (up to ROUNDS_PER_LAUNCH calls at once)."""
+        persistent launch once it has ended (up to ROUNDS_PER_LAUNCH calls at once). `persistent`:
+        False launches every round from the host."""
         from . import kernels
 
         cuda = self._cuda
@@ -303,7 +304,7 @@ class DeviceEGraph:
             if self.used + count > self.capacity // 2:  # tombstones and rows past half: a fresh table
                 self._clear_table(_pow2(max(self.capacity, 4 * (self.n + 1))))
                 continue
-            if self.on_device and count <= self._room():
+            if persistent and self.on_device and count <= self._room():
                 budget = ROUNDS_PER_LAUNCH if max_rounds is None else min(max_rounds - rounds, ROUNDS_PER_LAUNCH)
                 st = self._rounds_on_device(clock, budget)
                 ran, outcome = int(st[kernels.ROUNDS]), int(st[kernels.OUTCOME])

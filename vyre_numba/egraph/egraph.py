@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import display
 from ..backend import as_ints, mixes_bools
-from ..errors import INTEGERS, BackendUnavailableError, DispatchError, a_type, flat_fix, host_memory, shown
+from ..errors import INTEGERS, BackendUnavailableError, DispatchError, a_type, flag, flat_fix, host_memory, shown
 from ..owned import Unshared
 from ..unique import count_distinct, index_of, unique, unique_rows
 from .signature import signature_heads
@@ -459,21 +459,28 @@ class EGraph(Unshared):
         return self._live().find(self._ids(ids, "ids"))
 
     @_serial
-    def rebuild(self, *, max_rounds: int | None = None, progress: bool | None = None) -> RebuildStats:
+    def rebuild(self, *, max_rounds: int | None = None, progress: bool | None = None,
+                persistent: bool = True) -> RebuildStats:
         """Restore the invariants: every child canonical, no two rows with equal (operator,
         canonical children) in different classes. Incremental on the GPU: a round revisits only the
         rows that use a class merged in the round before. `progress`: a bar of rounds, None (the
-        default) once the rebuild has run a second, True at once, False never."""
+        default) once the rebuild has run a second, True at once, False never. `persistent`: on
+        the GPU, small rounds run in one persistent launch (their device time is the phase
+        "on_device"); False launches every round from the host, a read of its count each, so that
+        each phase has a device time of its own (the same rounds, slower). The reference backend's
+        rounds are always the host's."""
         from ..progress import bar
 
         max_rounds = _max_rounds(max_rounds)
+        persistent = flag(persistent, "persistent", "pass True (small rounds in one persistent launch on the GPU) "
+                                                    "or False (every round launched from the host).")
         g = self._live()
         b = bar(progress, desc="e-graph rebuild", unit="round")
         self._pending = self._unioned = True  # until it finishes: an interrupted rebuild leaves rows to visit again
         from ..progress import stopped
 
         try:
-            s = g.rebuild(max_rounds, None if b is None else lambda: b.update(1))
+            s = g.rebuild(max_rounds, None if b is None else lambda: b.update(1), persistent)
         except BaseException:
             if b is not None:  # red, or gone where its length was unknown: not finished-looking
                 stopped(b)

@@ -27,7 +27,7 @@ class HostEGraph:
     def find(self, ids: np.ndarray) -> np.ndarray:
         return self.parent[ids]
 
-    def rebuild(self, max_rounds: int | None = None, on_round=None) -> dict:
+    def rebuild(self, max_rounds: int | None = None, on_round=None, persistent: bool = True) -> dict:
         self._memo = None
         index, self._index = self._index, None  # a rebuild stopped part way leaves none
         stats = rebuild_numpy(self.parent, self.op, self.offsets, self.children, self.eclass, max_rounds, on_round,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from numba import cuda, int32, int64, uint64
 
 from ..unionfind import link, root
-from ..workqueue.barrier import grid_wait
+from ..workqueue.barrier import grid_wait, grid_wait_reading
 
 EMPTY, TOMB = -1, -2  # hash-table slots: never used, and freed (a freed slot is never reused in a round)
 UNIONS, USED, FULL = 0, 1, 2  # control words
@@ -154,6 +154,7 @@ def rounds_on_device(op, off, ch, cls, parent, canon, uses_off, uses, rowflag, t
     thread may read another block's freed table entry stale from its multiprocessor's cache, so two
     equal rows can each join the other's freed entry and leave their group with none."""
     ok = cuda.shared.array(1, int32)
+    seen = cuda.shared.array(2, int64)  # the decision words, read once a block (grid_wait_reading)
     tid = cuda.threadIdx.x
     blocks = cuda.gridDim.x
     i0 = int64(cuda.grid(1))
@@ -171,10 +172,10 @@ def rounds_on_device(op, off, ch, cls, parent, canon, uses_off, uses, rowflag, t
                 if not last:
                     rewrite_row(r, canon, off, ch, cls, table, slot, rowflag)
         waits += 1
-        if not grid_wait(bar, arrived + waits * blocks, tid, ok, spins):
+        if not grid_wait_reading(bar, arrived + waits * blocks, tid, ok, spins, st, p, p, seen):
             outcome = TIMED_OUT
             break
-        count = cuda.atomic.add(st, p, 0)
+        count = seen[0]
         if count == 0:
             break
         if last:
@@ -197,12 +198,12 @@ def rounds_on_device(op, off, ch, cls, parent, canon, uses_off, uses, rowflag, t
         for c in range(i0, n_classes, stride):
             compress_class(c, parent, canon, uses_off, uses, rowflag)
         waits += 1
-        if not grid_wait(bar, arrived + waits * blocks, tid, ok, spins):
+        if not grid_wait_reading(bar, arrived + waits * blocks, tid, ok, spins, st, USED, FULL, seen):
             outcome = TIMED_OUT
             break
         done += 1
-        used = cuda.atomic.add(st, USED, 0)  # no insert runs until every block has passed the next barrier
-        if cuda.atomic.add(st, FULL, 0) != 0:
+        used = seen[0]  # no insert runs until every block has passed the next barrier
+        if seen[1] != 0:
             outcome = TABLE_FULL
             break
     if i0 == 0:

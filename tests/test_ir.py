@@ -112,6 +112,7 @@ def test_datatype_parse_accepts_datatype_and_rejects_unknown():
     ("=u8", "say which, u64 or u8"),
     ("l", "say which: 'i32' or 'i64'"), ("L", "say which: 'u32' or 'u64'"),  # C's long: platform widths
     ("F", "use one of u8"),  # NumPy's complex64, not 'f' (f32) in capitals
+    ("bool8", "write 'bool'"),  # NumPy 1's alias
 ])
 def test_datatype_parse_says_what_to_write_for_a_name_it_refuses(name, fix):
     with pytest.raises(IRValidationError) as info:
@@ -123,6 +124,8 @@ def test_datatype_parse_says_what_to_write_for_a_name_it_refuses(name, fix):
 @pytest.mark.parametrize("name, want", [
     ("i4", D.I32), ("<f8", D.F64), ("i8", D.I8), ("u8", D.U8), ("=u2", D.U16), ("u1", D.U8), (">u1", D.U8), ("f2", D.F16), ("half", D.F16),
     ("single", D.F32), ("double", D.F64), ("intc", D.I32), ("longlong", D.I64), ("?", D.BOOL), ("b1", D.BOOL), ("|b1", D.BOOL),
+    ("=?", D.BOOL), ("<?", D.BOOL), (">?", D.BOOL), ("|?", D.BOOL), ("<b1", D.BOOL), (">b1", D.BOOL), ("=b1", D.BOOL),
+    ("bool_", D.BOOL),
     # NumPy's one-letter codes of one width (empty(n, 'f') took them before types were read alike)
     ("b", D.I8), ("B", D.U8), ("h", D.I16), ("H", D.U16), ("i", D.I32), ("I", D.U32), ("q", D.I64), ("Q", D.U64),
     ("e", D.F16), ("f", D.F32), ("d", D.F64),

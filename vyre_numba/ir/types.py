@@ -127,7 +127,8 @@ class DataType(enum.Enum):
 _NAMES = ", ".join(d.value for d in DataType)
 _CODE = re.compile(r"([<=|>]?)([iu][124]|f[248])\Z")  # NumPy's sized codes: 'i4', '<f8', 'u1'; one width everywhere
 _CLASH = re.compile(r"[<=|>]([iu])8\Z")  # NumPy's 8-byte ints, spelt as vyre's 8-bit 'i8'/'u8' but for a prefix
-NUMPY_BOOL_CODES = ("?", "b1", "|b1")  # NumPy's one-byte bools, read as vyre's bool (a u32 word)
+NUMPY_BOOL_CODES = ("?", "=?", "<?", ">?", "|?", "b1", "=b1", "<b1", ">b1", "|b1",  # NumPy's one-byte bools (a byte
+                    "bool_")  # has no order), read as vyre's bool (a u32 word)
 _ALIASES = {"half": "f16", "single": "f32", "double": "f64", "short": "i16", "ushort": "u16", "ubyte": "u8",
             "intc": "i32", "uintc": "u32", "longlong": "i64", "ulonglong": "u64",
             **dict.fromkeys(NUMPY_BOOL_CODES, "bool"),
@@ -137,7 +138,8 @@ _ALIASES = {"half": "f16", "single": "f32", "double": "f64", "short": "i16", "us
 _AMBIGUOUS = {"l": ("i32", "i64"), "L": ("u32", "u64"), "int": ("i32", "i64"), "float": ("f32", "f64"),
               "uint": ("u32", "u64"), "long": ("i32", "i64"),
               "ulong": ("u32", "u64"), "char": ("i8", "u8"), "byte": ("i8", "u8"), "intp": ("i32", "i64"),
-              "uintp": ("u32", "u64"), "int_": ("i32", "i64"), "uint_": ("u32", "u64"), "float_": ("f32", "f64")}
+              "uintp": ("u32", "u64"), "int_": ("i32", "i64"), "uint_": ("u32", "u64"), "float_": ("f32", "f64"),
+              "bool8": ("bool",)}  # NumPy 1's alias, gone from NumPy 2
 
 
 def _by_code(text: str) -> "DataType | None":

@@ -576,7 +576,8 @@ def test_no_error_is_the_base_class_and_no_bool_is_found_by_its_type_name():
     bare, by_name = [], []
     for path in root.rglob("*.py"):
         text = path.read_text()
-        if "bool_\"" in text or "bool_'" in text:
+        names = [line for line in text.splitlines() if not line.startswith("NUMPY_BOOL_CODES = ")]  # what users write
+        if any("bool_\"" in line or "bool_'" in line for line in names):
             by_name.append(str(path))
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and \

@@ -326,6 +326,7 @@ class DeviceEGraph:
                 continue  # paused for a report, or handed back: the host lists the rows again
             work, n_work = self._work, np.int64(count)
             b = _blocks(count)
+            clock.start()  # the GPU idled while the host read the count: not the rewrite's time
             self._k("rewrite")(b, THREADS, work, n_work, self.canon, self.off, self.ch, self.cls, self.table, self.slot,
                                self.rowflag, self.ctl)
             clock.lap("rewrite")

@@ -172,7 +172,7 @@ def rounds_on_device(op, off, ch, cls, parent, canon, uses_off, uses, rowflag, t
                 if not last:
                     rewrite_row(r, canon, off, ch, cls, table, slot, rowflag)
         waits += 1
-        if not grid_wait_reading(bar, arrived + waits * blocks, tid, ok, spins, st, p, p, seen):
+        if not grid_wait_reading(bar, arrived + waits * blocks, tid, ok, spins, st, p, p, seen):  # one word, twice
             outcome = TIMED_OUT
             break
         count = seen[0]
@@ -187,7 +187,7 @@ def rounds_on_device(op, off, ch, cls, parent, canon, uses_off, uses, rowflag, t
             outcome = HANDED_BACK
             break
         if i0 == 0:
-            st[COUNT + 1 - (done & 1)] = 0  # the next round's; every thread read it a round ago
+            st[COUNT + 1 - (done & 1)] = 0  # the next round's; each block's thread 0 read it a round ago
             st[TOUCHED] += count
         for i in range(i0, count, stride):
             insert_row(int32(work[i]), op, off, ch, cls, parent, table, slot, st, 1)

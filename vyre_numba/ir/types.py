@@ -127,8 +127,8 @@ class DataType(enum.Enum):
 _NAMES = ", ".join(d.value for d in DataType)
 _CODE = re.compile(r"([<=|>]?)([iu][124]|f[248])\Z")  # NumPy's sized codes: 'i4', '<f8', 'u1'; one width everywhere
 _CLASH = re.compile(r"[<=|>]([iu])8\Z")  # NumPy's 8-byte ints, spelt as vyre's 8-bit 'i8'/'u8' but for a prefix
-NUMPY_BOOL_CODES = ("?", "=?", "<?", ">?", "|?", "b1", "=b1", "<b1", ">b1", "|b1",  # NumPy's one-byte bools (a byte
-                    "bool_")  # has no order), read as vyre's bool (a u32 word)
+NUMPY_BOOL_CODES = ("bool_", "?", "=?", "<?", ">?", "|?", "b1", "=b1", "<b1", ">b1", "|b1")  # NumPy's one-byte
+# bools (a byte has no order), read as vyre's bool (a u32 word)
 _ALIASES = {"half": "f16", "single": "f32", "double": "f64", "short": "i16", "ushort": "u16", "ubyte": "u8",
             "intc": "i32", "uintc": "u32", "longlong": "i64", "ulonglong": "u64",
             **dict.fromkeys(NUMPY_BOOL_CODES, "bool"),

@@ -27,8 +27,9 @@ else:
 def arrive(bar, target, spins):
     """One thread's arrival at bar[ARRIVED] and its bounded wait for `target` (grid_wait's
     thread 0): 1 once every block has arrived, 0 where it polled `spins` times (bar[FAILED] then
-    counts it). Polls are atomics: a cached load (`cuda.ldcv`) is an inline asm without side
-    effects, which the compiler hoists out of the loop, and a nanosleep between polls costs
+    counts it). Polls are atomics: Numba's uncached load (`cuda.ldcv`, ld.global.cv) is an inline
+    asm without side effects, which the compiler may hoist out of the loop (polled so on an H200,
+    BFS and the e-graph rounds timed out at their barriers), and a nanosleep between polls costs
     nothing measurable (1.17 against 1.12 us a barrier of 132 blocks on an H200)."""
     cuda.threadfence()
     cuda.atomic.add(bar, ARRIVED, 1)

@@ -1127,3 +1127,15 @@ def test_release_memory_and_device_timer_are_on_every_backend(backend):
         with pytest.raises(DispatchError, match="no streams.*Fix: leave stream out") as e:
             backend.device_timer(stream=1)  # refused at the call, not when the block is entered
         assert e.traceback[-1].name == "test_release_memory_and_device_timer_are_on_every_backend"
+    else:
+        from numba import cuda
+
+        for bad in ("s", 1.5, True, -1, object()):
+            with pytest.raises(DispatchError, match="device_timer.*Fix: pass a Numba stream") as e:
+                backend.device_timer(stream=bad)  # at the call, not when the block is entered
+            assert e.traceback[-1].name == "test_release_memory_and_device_timer_are_on_every_backend"
+        s = cuda.stream()
+        for stream in (s, int(s.handle.value)):
+            with backend.device_timer(stream=stream) as t:
+                dy = cuda.to_device(np.arange(1 << 20, dtype=np.uint32), stream=s)
+            assert t.ns > 0 and dy.copy_to_host(stream=s)[-1] == (1 << 20) - 1

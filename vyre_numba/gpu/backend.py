@@ -475,12 +475,26 @@ class CudaBackend(Backend):
         """A pinned host allocation of `n` bytes (a numba pinned array, freed when dropped)."""
         return self._cuda.pinned_array(n, dtype=np.uint8)
 
-    @contextlib.contextmanager
-    def device_timer(self, stream: int | None = None):
+    def device_timer(self, stream: Any = None) -> contextlib.AbstractContextManager[Timer]:
         """`with backend.device_timer() as t:` times the work enqueued on `stream` (this backend's by
-        default) inside the block with CUDA events; on leaving it waits for that work and sets `t.ns`."""
+        default; a Numba stream or a driver stream handle) inside the block with CUDA events; on
+        leaving it waits for that work and sets `t.ns`. A stream of another kind is refused here,
+        at the call."""
+        if stream is None:
+            handle = self.stream_handle
+        elif isinstance(stream, INTEGERS) and not isinstance(stream, (bool, np.bool_)) and 0 <= stream < 2**64:
+            handle = int(stream)
+        elif hasattr(stream, "handle") and hasattr(stream, "synchronize"):  # a Numba stream
+            handle = getattr(stream.handle, "value", stream.handle) or 0
+        else:
+            raise DispatchError(f"device_timer(stream={shown(stream, 40)}): the stream is {a_type(stream)}. Fix: pass "
+                                "a Numba stream (numba.cuda.stream(), or cuda.external_stream(ptr) for another "
+                                "library's), a driver stream handle (an int), or None for this backend's stream.")
+        return self._device_timer(int(handle))
+
+    @contextlib.contextmanager
+    def _device_timer(self, s: int):
         drv = self._drv
-        s = self.stream_handle if stream is None else stream
         spare = self.__dict__.get("_timer_events")
         if spare is None:  # kept for reuse; destroyed with the backend
             spare = self.__dict__["_timer_events"] = []

@@ -1130,12 +1130,14 @@ def test_release_memory_and_device_timer_are_on_every_backend(backend):
     else:
         from numba import cuda
 
+        from vyre_numba.gpu.numba_launch import stream_handle
+
         for bad in ("s", 1.5, True, -1, object()):
             with pytest.raises(DispatchError, match="device_timer.*Fix: pass a Numba stream") as e:
                 backend.device_timer(stream=bad)  # at the call, not when the block is entered
             assert e.traceback[-1].name == "test_release_memory_and_device_timer_are_on_every_backend"
         s = cuda.stream()
-        for stream in (s, int(s.handle.value)):
+        for stream in (s, stream_handle(s)):  # a Numba stream, its driver handle
             with backend.device_timer(stream=stream) as t:
                 dy = cuda.to_device(np.arange(1 << 20, dtype=np.uint32), stream=s)
             assert t.ns > 0 and dy.copy_to_host(stream=s)[-1] == (1 << 20) - 1

@@ -485,7 +485,9 @@ class CudaBackend(Backend):
         elif isinstance(stream, INTEGERS) and not isinstance(stream, (bool, np.bool_)) and 0 <= stream < 2**64:
             handle = int(stream)
         elif hasattr(stream, "handle") and hasattr(stream, "synchronize"):  # a Numba stream
-            handle = getattr(stream.handle, "value", stream.handle) or 0
+            from .numba_launch import stream_handle
+
+            handle = stream_handle(stream)
         else:
             raise DispatchError(f"device_timer(stream={shown(stream, 40)}): the stream is {a_type(stream)}. Fix: pass "
                                 "a Numba stream (numba.cuda.stream(), or cuda.external_stream(ptr) for another "

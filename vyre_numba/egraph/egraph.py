@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .. import display
 from ..backend import as_ints, mixes_bools
@@ -237,8 +238,9 @@ class EGraph(Unshared):
     `with`. Operations are batched: pass arrays, get arrays."""
 
     @host_memory("building the e-graph")
-    def __init__(self, eclass, op, children_offsets, children, *, ops: Sequence[str] | None = None,
-                 backend: "Backend | str | None" = None, table_capacity: int | None = None):
+    def __init__(self, eclass: ArrayLike, op: ArrayLike, children_offsets: ArrayLike, children: ArrayLike, *,
+                 ops: Sequence[str] | None = None, backend: "Backend | str | None" = None,
+                 table_capacity: int | None = None):
         """The rows as given (see `from_arrays`)."""
         self._lock = threading.RLock()  # public calls one at a time (`_serial`); a close waits for the call in flight
         eclass = _ints(eclass, "eclass")
@@ -288,8 +290,9 @@ class EGraph(Unshared):
         return None if self._ops is None else tuple(self._ops)
 
     @classmethod
-    def from_arrays(cls, eclass, op, children_offsets, children, *, ops: Sequence[str] | None = None,
-                    backend: "Backend | str | None" = None, table_capacity: int | None = None) -> "EGraph":
+    def from_arrays(cls, eclass: ArrayLike, op: ArrayLike, children_offsets: ArrayLike, children: ArrayLike, *,
+                    ops: Sequence[str] | None = None, backend: "Backend | str | None" = None,
+                    table_capacity: int | None = None) -> "EGraph":
         """An e-graph of the given rows, kept in the given order: row r is an e-node in class
         eclass[r] with operator op[r] and children (class ids) children[children_offsets[r]:
         children_offsets[r+1]]. Congruent rows are merged by the first `rebuild()`."""
@@ -401,7 +404,7 @@ class EGraph(Unshared):
         return self._unless_busy(html, lambda text: f"<pre>{escape.escape(text)}</pre>")
 
     @_serial
-    def to_graphviz(self, limit: int | None = 300):
+    def to_graphviz(self, limit: int | None = 300) -> Any:
         """A `graphviz.Digraph` drawing of the e-graph (at most `limit` e-nodes; None: all)."""
         from .view import to_graphviz
 
@@ -421,7 +424,7 @@ class EGraph(Unshared):
         return _ints(ids, name, hi=self.n_classes - 1)
 
     @_serial
-    def union(self, pairs) -> None:
+    def union(self, pairs: ArrayLike) -> None:
         """Merge the classes of each pair (a (k, 2) array of class ids, each in 0..n_classes - 1, an
         empty class's too). Congruence is restored by the next `rebuild()` (or by `add`, `lookup`
         and the closure, which rebuild first)."""
@@ -450,7 +453,7 @@ class EGraph(Unshared):
         g.union(a, b)
 
     @_serial
-    def find(self, ids) -> "np.ndarray | np.int64":
+    def find(self, ids: ArrayLike) -> "np.ndarray | np.int64":
         """The canonical id (smallest in its class) of each class id, or of one id given alone (as
         `unique.index_of` answers a scalar with one); valid at any time."""
         if (isinstance(ids, INTEGERS) or isinstance(ids, np.ndarray) and ids.ndim == 0 and ids.dtype.kind in "iu") \
@@ -497,7 +500,7 @@ class EGraph(Unshared):
             self.rebuild()
 
     @_serial
-    def lookup(self, op, children_offsets, children) -> np.ndarray:
+    def lookup(self, op: ArrayLike, children_offsets: ArrayLike, children: ArrayLike) -> np.ndarray:
         """The class of the e-node equal to each given one (children canonicalised first), or -1.
         Rebuilds first if unions are pending: equality is only meaningful on canonical children.
         `op` as in `add` (a name the e-graph has never seen finds nothing)."""
@@ -536,7 +539,7 @@ class EGraph(Unshared):
         return np.array([index[x] for x in names], np.int64), new
 
     @_serial
-    def add(self, op, children_offsets, children) -> np.ndarray:
+    def add(self, op: ArrayLike, children_offsets: ArrayLike, children: ArrayLike) -> np.ndarray:
         """Add e-nodes (children: existing class ids) and return their classes, hash-consed: an
         e-node equal to an existing one (after canonicalising children), or to an earlier one of
         the batch, returns that one's class and adds no row. Rebuilds first if unions are pending.
@@ -629,7 +632,7 @@ def _take_rows(offsets: np.ndarray, children: np.ndarray, rows: np.ndarray) -> t
 
 
 @host_memory("congruence_closure")
-def congruence_closure(egraph: "EGraph", unions=None, *, backend: "Backend | str | None" = None,
+def congruence_closure(egraph: "EGraph | tuple", unions: ArrayLike | None = None, *, backend: "Backend | str | None" = None,
                        max_rounds: int | None = None, progress: bool | None = None) -> ClosureResult:
     """Apply `unions` ((k, 2) class ids) to `egraph` (an EGraph, changed in place, or a tuple
     (eclass, op, children_offsets, children) built on `backend`) and rebuild to the fixed point:

@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import INTEGERS, DispatchError, a_type, host_memory, shown
 from .csr import CSR, checked_graph, enqueue_check, resolve
 
-from ..backend import Backend  # noqa: F401  (the annotations name it: typing.get_type_hints reads them)
+from ..backend import ArrayIn, ArrayOut, Backend  # noqa: F401  (the annotations name them: typing.get_type_hints reads them)
 
 _SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 HUB = 256  # see bfs_kernels.HUB
@@ -97,7 +97,8 @@ def _source(source, n: int) -> int:
 
 
 @host_memory("bfs")
-def bfs(indptr, indices, source: int, *, backend: "Backend | str | None" = None, symmetric: bool = False):
+def bfs(indptr: ArrayIn, indices: ArrayIn, source: int, *, backend: "Backend | str | None" = None,
+        symmetric: bool = False) -> ArrayOut:
     """Distances (int32) from `source` along the stored edges of the CSR graph `(indptr,
     indices)`, -1 for vertices it cannot reach: NumPy out for host arrays (computed on the GPU
     when `backend` is "cuda", or is None and a GPU is usable), a device array out for device

@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import host_memory
 from .csr import CSR, check_device_csr, checked_graph, edges, resolve
 
-from ..backend import Backend  # noqa: F401  (the annotations name it: typing.get_type_hints reads them)
+from ..backend import ArrayIn, ArrayOut, Backend  # noqa: F401  (the annotations name them: typing.get_type_hints reads them)
 
 
 @host_memory("components_numpy")
@@ -55,7 +55,8 @@ def components_of_edges(n: int, src: np.ndarray, dst: np.ndarray, dtype=np.int64
 
 
 @host_memory("connected_components")
-def connected_components(indptr, indices, *, backend: "Backend | str | None" = None, symmetric: bool = False):
+def connected_components(indptr: ArrayIn, indices: ArrayIn, *, backend: "Backend | str | None" = None,
+                         symmetric: bool = False) -> ArrayOut:
     """Component labels (int32) of the graph `(indptr, indices)` in CSR form, edges taken as
     undirected: label[v] is the smallest vertex id in v's component. Host arrays give a NumPy
     result (computed on the GPU when `backend` is "cuda", or is None and a GPU is usable); device

@@ -7,7 +7,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..backend import as_ints, mixes_bools
+from ..backend import ArrayIn, as_ints, mixes_bools
 from ..errors import DispatchError, a_type, flag, flat_fix
 
 
@@ -105,7 +105,7 @@ def checked_graph(g, what: str) -> CSR:
     return check_csr(*g)
 
 
-def check_csr(indptr, indices) -> CSR:
+def check_csr(indptr: ArrayIn, indices: ArrayIn) -> CSR:
     """`(indptr, indices)` as a CSR graph, or a DispatchError saying what is wrong and how to fix it:
     integer 1-D arrays, indptr starting at 0, never decreasing and ending at len(indices), every
     index a vertex (0 <= v < len(indptr) - 1), fewer than 2**31 vertices and entries. int64

@@ -15,7 +15,7 @@ from ..errors import INTEGERS, DispatchError, host_memory
 from .bfs import BOTTOM_UP_ABOVE, TOP_DOWN_BELOW
 from .csr import CSR, _as_index_array, check_device_csr, checked_graph, resolve
 
-from ..backend import Backend  # noqa: F401  (the annotations name it: typing.get_type_hints reads them)
+from ..backend import ArrayIn, ArrayOut, Backend  # noqa: F401  (the annotations name them: typing.get_type_hints reads them)
 
 BATCH = 64  # sources a pass: the bits of one uint64 mask
 PIECE = 1024  # neighbours a warp takes of a vertex with more than this many (a hub is many warps' work)
@@ -82,7 +82,8 @@ def _sources(sources, n: int) -> np.ndarray:
 
 
 @host_memory("bfs_many")
-def bfs_many(indptr, indices, sources, *, backend: "Backend | str | None" = None, symmetric: bool = False):
+def bfs_many(indptr: ArrayIn, indices: ArrayIn, sources: ArrayIn, *, backend: "Backend | str | None" = None,
+             symmetric: bool = False) -> ArrayOut:
     """Distances (int32, shape (len(sources), n)) from each of `sources` along the stored edges of
     the CSR graph `(indptr, indices)`, -1 where a source cannot reach: row i is `bfs(indptr,
     indices, sources[i])`. Sources are searched 64 at a time in one traversal. Host arrays give a
@@ -108,7 +109,8 @@ def _bfs_many(indptr, indices, sources, backend, symmetric, call: str):
 
 
 @host_memory("reachable_many")
-def reachable_many(indptr, indices, sources, *, backend: "Backend | str | None" = None, symmetric: bool = False):
+def reachable_many(indptr: ArrayIn, indices: ArrayIn, sources: ArrayIn, *, backend: "Backend | str | None" = None,
+                   symmetric: bool = False) -> ArrayOut:
     """Whether each of `sources` reaches each vertex (bool, shape (len(sources), n)): `bfs_many(...)
     >= 0`, on the device for device arrays."""
     dist = _bfs_many(indptr, indices, sources, backend, symmetric, "reachable_many(A.indptr, A.indices, sources)")

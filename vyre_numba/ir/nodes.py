@@ -227,15 +227,15 @@ class Expr(_Structural):
     def __eq__(self, o): return BinOp("eq", self, _e(o))  # type: ignore[override]
     def __ne__(self, o): return BinOp("ne", self, _e(o))  # type: ignore[override]
 
-    def eq(self, o) -> "Expr":
+    def eq(self, o: "ExprLike") -> "Expr":
         """`self == o` on the device, as IR (what the `==` operator builds)."""
         return BinOp("eq", self, _e(o))
 
-    def ne(self, o) -> "Expr":
+    def ne(self, o: "ExprLike") -> "Expr":
         """`self != o` on the device, as IR (what the `!=` operator builds)."""
         return BinOp("ne", self, _e(o))
 
-    def cast(self, dtype) -> "Expr":
+    def cast(self, dtype: "DataType | str") -> "Expr":
         """This expression converted to `dtype` (see `ir.cast`)."""
         return Cast(DataType.parse(dtype), self)
 

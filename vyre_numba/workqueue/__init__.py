@@ -22,8 +22,9 @@ import threading
 from typing import Callable, Iterator
 
 import numpy as np
+from numpy.typing import DTypeLike
 
-from ..backend import check_empty, host_array, mixes_bools
+from ..backend import ArrayIn, ArrayOut, Stream, check_empty, host_array, mixes_bools
 from ..ir import DataType
 from ..ir.types import NUMPY_BOOL_CODES
 from ..errors import (INTEGERS, BackendUnavailableError, CapacityError, DeviceError, DispatchError, a_type, flat_fix,
@@ -40,7 +41,7 @@ class QueueModel:
 
     @host_memory("QueueModel", "It holds its capacity's items in host memory at once. Fix: make a smaller queue "
                                "and drain it more often.")
-    def __init__(self, capacity: int, dtype):
+    def __init__(self, capacity: int, dtype: DTypeLike):
         self.items = np.zeros(_capacity(capacity), _dtype(dtype))
         self.tail = 0
         self._lock = threading.Lock()
@@ -73,7 +74,7 @@ class QueueModel:
         new.__setstate__(copy.deepcopy(self.__getstate__(), memo))
         return new
 
-    def push(self, value) -> bool:
+    def push(self, value: object) -> bool:
         """Append `value` (converted to the queue's dtype as `WorkQueue.push` does: integers exactly,
         floats rounded to the nearest of a float queue; else a DispatchError and the queue
         unchanged); False (nothing stored) when the queue is full, as the device's push."""
@@ -249,7 +250,7 @@ class WorkQueue(Unshared):
     unless given); owns its two device arrays until `close()` (or `with`, or the finaliser). Its
     host calls are safe from several threads."""
 
-    def __init__(self, capacity: int, dtype, *, stream=None):
+    def __init__(self, capacity: int, dtype: DTypeLike, *, stream: Stream | None = None):
         from numba import cuda
 
         from ..gpu.numba_launch import check_stream
@@ -342,7 +343,7 @@ class WorkQueue(Unshared):
             state.copy_to_device(np.zeros(2, np.uint64), stream=self.stream)
             self._emptied += 1
 
-    def push(self, values) -> None:
+    def push(self, values: ArrayIn) -> None:
         """Append host values after the filled items; CapacityError (naming the room needed, the
         queue unchanged) where they do not fit. Values convert to the queue's dtype only where
         nothing is lost (floats round to the nearest float of a float queue); else DispatchError."""
@@ -362,7 +363,7 @@ class WorkQueue(Unshared):
             # of more than were left moved it there, and the new items start at the old tail
             state.copy_to_device(np.array([tail + values.size, min(head, tail)], np.uint64), stream=self.stream)
 
-    def drain(self):
+    def drain(self) -> ArrayOut:
         """The filled items as a new device array (exactly their number), and the queue emptied."""
         with self._lock:
             items, _ = self._live()

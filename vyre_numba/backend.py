@@ -517,7 +517,7 @@ class Backend(abc.ABC):
             out.append(Step(program, [storage_buffer[k] for k in keys], config))
         return Fusion(out, groups, boundaries)
 
-    def megakernel(self, steps: Iterable[Step | tuple], read: Iterable[Read] = (), *, until=None,
+    def megakernel(self, steps: Iterable[Step | tuple], read: Iterable[Read] = (), *, until: ResidentBuffer = None,
                    max_rounds: int | None = None, workgroups: int | None = None,
                    keep: Iterable = ()) -> "Megakernel":
         """The resident sequence `steps` planned as one persistent cooperative kernel: fused groups

@@ -15,8 +15,8 @@ from typing import Any, Iterable
 import numpy as np
 
 from . import display
-from .backend import (BEFORE, SEQUENCE_NOTE, UNDER_WAY, Step, _elements, _fate, _iterable, _overlap, _shape,
-                      _storage, as_step, checked_steps)
+from .backend import (BEFORE, SEQUENCE_NOTE, UNDER_WAY, Backend, ResidentBuffer, Step, _elements, _fate, _iterable,
+                      _overlap, _shape, _storage, as_step, checked_steps)
 from .config import DispatchConfig
 from .errors import DispatchError, VyreError, check_calls, whole
 from .ir import Program
@@ -76,7 +76,8 @@ class Megakernel(Unshared):
 
     closed = False
 
-    def __init__(self, backend, steps: Iterable, read: Iterable = (), *, until=None, max_rounds: int | None = None,
+    def __init__(self, backend: "Backend", steps: Iterable, read: Iterable = (), *, until: "ResidentBuffer" = None,
+                 max_rounds: int | None = None,
                  workgroups: int | None = None, keep: Iterable = ()):
         self.backend = backend
         self.steps = [as_step(s) for s in _iterable(steps, "steps")]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -36,7 +37,7 @@ from . import cluster
 from .device import Ops, marked, moved_pairs, narrow, packed
 from .unionfind import merge
 
-from ..backend import Backend  # noqa: F401  (the annotations name it: typing.get_type_hints reads them)
+from ..backend import ArrayIn, Backend  # noqa: F401  (the annotations name them: typing.get_type_hints reads them)
 
 
 @dataclass
@@ -421,9 +422,10 @@ def _cut_counts(local: tuple) -> tuple[int, int]:
 @cluster.releasing
 @cluster.cancelled_as_errors("distributed connected_components")
 @host_memory("distributed connected_components")
-def connected_components(indptr=None, indices=None, *, client=None, edges=None, n: int | None = None,
-                         backend: "Backend | str | None" = None, partitions: int | None = None, columns=("src", "dst"),
-                         gather: bool = True, stats: bool = False):
+def connected_components(indptr: ArrayIn | None = None, indices: ArrayIn | None = None, *, client: Any = None,
+                         edges: Any = None, n: int | None = None, backend: "Backend | str | None" = None,
+                         partitions: int | None = None, columns: Sequence[str] = ("src", "dst"), gather: bool = True,
+                         stats: bool = False) -> Any:
     """Component labels (int32, NumPy) of a graph spread over a Dask cluster, equal to the
     single-GPU `vyre_numba.graph.connected_components`: label[v] is the smallest vertex id in v's
     component, edges taken as undirected.

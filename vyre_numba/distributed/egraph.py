@@ -34,6 +34,8 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from numpy.typing import ArrayLike
+from typing import Any
 
 from ..backend import as_ints, mixes_bools
 from ..egraph import ClosureResult, EGraph
@@ -433,7 +435,8 @@ def _ids(x) -> bool:
 @cluster.releasing
 @cluster.cancelled_as_errors("distributed congruence_closure")
 @host_memory("distributed congruence_closure")
-def congruence_closure(egraph_partitions, unions=None, *, client=None, backend: "Backend | str | None" = None,
+def congruence_closure(egraph_partitions: Any, unions: ArrayLike | None = None, *, client: Any = None,
+                       backend: "Backend | str | None" = None,
                        partitions: int | None = None, max_rounds: int | None = None,
                        gather: bool = True) -> ClosureResult:
     """Congruence closure of an e-graph whose e-nodes are spread over a Dask cluster: the same

@@ -32,10 +32,13 @@ def bfs_many_numpy(g: CSR, sources: np.ndarray) -> np.ndarray:
 def _bfs_many_numpy(g: CSR, sources: np.ndarray) -> np.ndarray:
     """`bfs_many_numpy` of a CSR and sources just checked: a level costs its frontier's edges (the
     frontier is the vertices reached at the last level, each with the bits of the sources that
-    reached it then), not a pass over every vertex."""
+    reached it then), not a pass over every vertex, and sorts nothing: the bits offered to each
+    neighbour are OR-ed in place (`acc`, zero again after each level) and each neighbour is kept
+    once by a stamp (of its positions in the level's list, exactly one is left standing)."""
     n = g.n
     dist = np.full((sources.size, n), -1, np.int32)
     indptr, indices = g.indptr.astype(np.int64, copy=False), g.indices.astype(np.int64, copy=False)
+    acc, stamp = np.zeros(n, np.uint64), np.zeros(n, np.intp)
     for start in range(0, sources.size, BATCH):
         batch = sources[start:start + BATCH].astype(np.int64, copy=False)
         seen = np.zeros(n, np.uint64)
@@ -47,21 +50,33 @@ def _bfs_many_numpy(g: CSR, sources: np.ndarray) -> np.ndarray:
             level += 1
             lo, counts = indptr[at], indptr[at + 1] - indptr[at]
             ends = np.cumsum(counts)
-            pos = np.repeat(lo - (ends - counts), counts) + np.arange(ends[-1] if ends.size else 0)
-            order = np.argsort(indices[pos], kind="stable")
-            nbrs, offer = indices[pos][order], np.repeat(bits, counts)[order]
-            if not nbrs.size:
+            if not ends[-1]:
                 break
-            heads = np.flatnonzero(np.r_[True, nbrs[1:] != nbrs[:-1]])
-            at, bits = nbrs[heads], np.bitwise_or.reduceat(offer, heads)
-            bits &= ~seen[at]
+            nbrs = indices[np.repeat(lo - (ends - counts), counts) + np.arange(ends[-1])]
+            np.bitwise_or.at(acc, nbrs, np.repeat(bits, counts))
+            place = np.arange(nbrs.size)
+            stamp[nbrs] = place
+            at = nbrs[stamp[nbrs] == place]
+            bits = acc[at] & ~seen[at]
+            acc[at] = 0
             keep = bits != 0
             at, bits = at[keep], bits[keep]
             seen[at] |= bits
-            rows, cols = np.nonzero(np.unpackbits(bits.astype("<u8").view(np.uint8).reshape(-1, 8), axis=1,
-                                                  bitorder="little")[:, :batch.size])
-            dist[start + cols, at[rows]] = level
+            _record(dist, start, at, bits, level, batch.size)
     return dist
+
+
+def _record(dist: np.ndarray, start: int, at: np.ndarray, bits: np.ndarray, level: int, width: int) -> None:
+    """dist[start + s, at[i]] = level for each source bit s of bits[i]. Most rows hold one source
+    (frontiers of different sources rarely meet): its row is log2 of the bit, exact for powers of two."""
+    one = (bits & (bits - np.uint64(1))) == 0
+    if one.any():
+        dist[start + np.log2(bits[one].astype(np.float64)).astype(np.int64), at[one]] = level
+    many = ~one
+    if many.any():
+        rows, cols = np.nonzero(np.unpackbits(bits[many].astype("<u8").view(np.uint8).reshape(-1, 8), axis=1,
+                                              bitorder="little")[:, :width])
+        dist[start + cols, at[many][rows]] = level
 
 
 def _sources(sources, n: int) -> np.ndarray:

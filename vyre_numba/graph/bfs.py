@@ -70,13 +70,20 @@ def _bfs_numpy(g: CSR, source: int) -> np.ndarray:
         nbrs = nbrs[dist[nbrs] == -1]
         dist[nbrs] = level
         if first is None:
-            first = np.empty(g.n, np.int64)
-        at = np.arange(nbrs.size)
-        first[nbrs] = at
-        frontier = nbrs[first[nbrs] == at].astype(np.int64)  # each vertex once, without a sort
+            first = np.empty(g.n, np.intp)
+        frontier = each_once(nbrs, first).astype(np.int64)
         if frontier.size <= SCALAR_VERTICES:
             frontier = frontier.tolist()
     return dist
+
+
+def each_once(ids: np.ndarray, stamp: np.ndarray) -> np.ndarray:
+    """The distinct values of `ids` (vertex ids below stamp.size), without a sort: each position is
+    written into `stamp` at its id, and of an id's positions exactly one is left standing there.
+    `stamp` (intp) is scratch."""
+    place = np.arange(ids.size)
+    stamp[ids] = place
+    return ids[stamp[ids] == place]
 
 
 def _source(source, n: int) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import INTEGERS, DispatchError, host_memory
-from .bfs import BOTTOM_UP_ABOVE, TOP_DOWN_BELOW
+from .bfs import BOTTOM_UP_ABOVE, TOP_DOWN_BELOW, each_once
 from .csr import CSR, _as_index_array, check_device_csr, checked_graph, resolve
 
 from ..backend import ArrayIn, ArrayOut, Backend  # noqa: F401  (the annotations name them: typing.get_type_hints reads them)
@@ -34,7 +34,7 @@ def _bfs_many_numpy(g: CSR, sources: np.ndarray) -> np.ndarray:
     frontier is the vertices reached at the last level, each with the bits of the sources that
     reached it then), not a pass over every vertex, and sorts nothing: the bits offered to each
     neighbour are OR-ed in place (`acc`, zero again after each level) and each neighbour is kept
-    once by a stamp (of its positions in the level's list, exactly one is left standing)."""
+    once (`bfs.each_once`)."""
     n = g.n
     dist = np.full((sources.size, n), -1, np.int32)
     indptr, indices = g.indptr.astype(np.int64, copy=False), g.indices.astype(np.int64, copy=False)
@@ -54,9 +54,7 @@ def _bfs_many_numpy(g: CSR, sources: np.ndarray) -> np.ndarray:
                 break
             nbrs = indices[np.repeat(lo - (ends - counts), counts) + np.arange(ends[-1])]
             np.bitwise_or.at(acc, nbrs, np.repeat(bits, counts))
-            place = np.arange(nbrs.size)
-            stamp[nbrs] = place
-            at = nbrs[stamp[nbrs] == place]
+            at = each_once(nbrs, stamp)
             bits = acc[at] & ~seen[at]
             acc[at] = 0
             keep = bits != 0

@@ -370,8 +370,7 @@ class DeviceEGraph:
         self._fill(words, np.int64(0))  # a fresh barrier each launch: no count to keep right across interruptions
         args = (self.op, self.off, self.ch, self.cls, self.parent, self.canon, self.uses_off, self.uses, self.rowflag,
                 self.table, self.slot, self._work, np.int64(self.n), np.int64(self.n_classes), np.int64(rounds),
-                np.int64(self._room()), np.int64(self.capacity // 2 - self.used), bar, np.int64(0),
-                np.int64(SPINS), st)
+                np.int64(self._room()), np.int64(self.capacity // 2 - self.used), bar, np.int64(SPINS), st)
         if blocks is None:
             fit = launch.resident_blocks(THREADS, *args)
             blocks = self._coop[2] = max(1, min(fit, self._room() // (ROWS_PER_THREAD * THREADS)))

@@ -135,7 +135,7 @@ CONVERGED, PAUSED, HANDED_BACK, TABLE_FULL, TIMED_OUT = 0, 1, 2, 3, 4  # st[OUTC
 
 @cuda.jit
 def rounds_on_device(op, off, ch, cls, parent, canon, uses_off, uses, rowflag, table, slot, work, n, n_classes,
-                     rounds, limit, room, bar, arrived, spins, st):
+                     rounds, limit, room, bar, spins, st):
     """Rebuild rounds in one persistent launch (no more blocks than fit at once), a grid barrier
     after each phase, with no host round trip a round:
         list:     each flagged row (of n) appended to `work` and rewritten (`rewrite_row`)
@@ -148,7 +148,7 @@ def rounds_on_device(op, off, ch, cls, parent, canon, uses_off, uses, rowflag, t
     or would fill the table past `room` claimed slots (HANDED_BACK: the listed rows flagged again,
     as they were but canonical and out of the table); after a round in which a row found no slot
     (TABLE_FULL); or where a block waited `spins` polls at a barrier (TIMED_OUT, st and the rows
-    then unfinished). st must be zero at launch; st[OUTCOME] is written last.
+    then unfinished). bar and st must be zero at launch; st[OUTCOME] is written last.
     Rewrite and insert stay apart, a barrier between. A version whose thread rewrote its row and
     probed at once touched other rows than the host's rounds on the GPU (6,524 against 6,521): a
     thread may read another block's freed table entry stale from its multiprocessor's cache, so two
@@ -172,7 +172,7 @@ def rounds_on_device(op, off, ch, cls, parent, canon, uses_off, uses, rowflag, t
                 if not last:
                     rewrite_row(r, canon, off, ch, cls, table, slot, rowflag)
         waits += 1
-        if not grid_wait_reading(bar, arrived + waits * blocks, tid, ok, spins, st, p, p, seen):  # one word, twice
+        if not grid_wait_reading(bar, waits * blocks, tid, ok, spins, st, p, p, seen):
             outcome = TIMED_OUT
             break
         count = seen[0]
@@ -192,13 +192,13 @@ def rounds_on_device(op, off, ch, cls, parent, canon, uses_off, uses, rowflag, t
         for i in range(i0, count, stride):
             insert_row(int32(work[i]), op, off, ch, cls, parent, table, slot, st, 1)
         waits += 1
-        if not grid_wait(bar, arrived + waits * blocks, tid, ok, spins):
+        if not grid_wait(bar, waits * blocks, tid, ok, spins):
             outcome = TIMED_OUT
             break
         for c in range(i0, n_classes, stride):
             compress_class(c, parent, canon, uses_off, uses, rowflag)
         waits += 1
-        if not grid_wait_reading(bar, arrived + waits * blocks, tid, ok, spins, st, USED, FULL, seen):
+        if not grid_wait_reading(bar, waits * blocks, tid, ok, spins, st, USED, FULL, seen):
             outcome = TIMED_OUT
             break
         done += 1

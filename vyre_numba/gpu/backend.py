@@ -26,6 +26,7 @@ from .device import DeviceCaps, caps, probe
 from .diskcache import DiskCache, code_fingerprint
 from .host import HostPlan, plan_key
 from .launch import LaunchShape, driver_check, validate_cooperative, validate_launch
+from .numba_launch import is_numba_stream, stream_handle
 from .streams import StreamPool
 from .resident import BufferViews, Prepared
 from .tuning import TuneStore
@@ -484,9 +485,7 @@ class CudaBackend(Backend):
             handle = self.stream_handle
         elif isinstance(stream, INTEGERS) and not isinstance(stream, (bool, np.bool_)) and 0 <= stream < 2**64:
             handle = int(stream)
-        elif hasattr(stream, "handle") and hasattr(stream, "synchronize"):  # a Numba stream
-            from .numba_launch import stream_handle
-
+        elif is_numba_stream(stream):
             handle = stream_handle(stream)
         else:
             raise DispatchError(f"device_timer(stream={shown(stream, 40)}): the stream is {a_type(stream)}. Fix: pass "

@@ -117,10 +117,15 @@ def _performance_warnings() -> tuple:
     return (NumbaPerformanceWarning, cuda_warning)
 
 
+def is_numba_stream(stream) -> bool:
+    """Whether `stream` is a Numba stream (the CUDA simulator's have no handle)."""
+    return (hasattr(stream, "handle") and hasattr(stream, "synchronize")) or \
+        (_SIM and type(stream).__module__ == "numba.cuda.simulator.api" and type(stream).__name__ == "stream")
+
+
 def check_stream(stream) -> None:
-    """A DispatchError unless `stream` is None or a Numba stream (the CUDA simulator's have no handle)."""
-    if stream is not None and not (hasattr(stream, "handle") and hasattr(stream, "synchronize")) and \
-            not (_SIM and type(stream).__module__ == "numba.cuda.simulator.api" and type(stream).__name__ == "stream"):
+    """A DispatchError unless `stream` is None or a Numba stream."""
+    if stream is not None and not is_numba_stream(stream):
         from ..errors import DispatchError, a_type
 
         raise DispatchError(f"stream is {a_type(stream)}, not a Numba stream. Fix: pass numba.cuda.stream() "

@@ -44,6 +44,7 @@ def test_bad_queues_are_refused_before_any_device_work(kw, fragment):
 NOT_A_TYPE = r"is not a NumPy type \(.+\)\. Fix: pass e\.g\. np\.int32\.$"
 NOT_QUEUED = (r"cannot be queued\. Fix: pass a number type of at most 64 bits \(e\.g\. np\.int32\) or a record dtype "
               r"whose fields are such numbers\.$")
+BF16 = r"a queue holds NumPy numbers and NumPy has no bfloat16.*Fix: make a 'u16' queue .*f32_to_bf16_bits"
 
 
 @pytest.mark.parametrize("dtype,why", [((np.int32, -1), NOT_A_TYPE), (None, NOT_QUEUED), ([("a", object)], NOT_QUEUED),
@@ -55,6 +56,10 @@ NOT_QUEUED = (r"cannot be queued\. Fix: pass a number type of at most 64 bits \(
                                        # names as wherever a type is taken: 'u8' is 8 bits to vyre, 8 bytes to NumPy
                                        ("u8", r"'u8' is vyre's 8-bit integer but NumPy's 8-byte one\. Fix: say which"),
                                        ("int", r"unknown data type 'int'\. Fix: .*say which: 'i32' or 'i64'"),
+                                       # NumPy's own codes of what is not a number: not read as vyre names
+                                       ("U1", NOT_QUEUED), ("S8", NOT_QUEUED), ("M8[ns]", NOT_QUEUED), ("c8", NOT_QUEUED),
+                                       # a bf16 queue held raw bits that push refused as floats (a red-team)
+                                       ("bf16", BF16), (vn.DataType.BF16, BF16), ("bfloat16", BF16),
                                        ])
 def test_queues_of_types_that_cannot_be_queued_are_refused(dtype, why):
     for make in (lambda: WorkQueue(8, dtype), lambda: QueueModel(8, dtype)):
@@ -66,7 +71,7 @@ def test_queue_types_are_named_as_wherever_a_type_is_taken():
     """Regression (an API review): QueueModel(4, "u8") made a uint64 queue (NumPy's 'u8'), while
     empty(n, "u8") refuses the clash; "u32" and DataType.U32 were refused."""
     for given, want in (("u32", np.uint32), (vn.DataType.U32, np.uint32), ("i4", np.int32), ("uint64", np.uint64),
-                        ("f16", np.float16), ("bf16", np.uint16), (np.int8, np.int8), ("i4,f8", np.dtype("i4,f8"))):
+                        ("f16", np.float16), (np.int8, np.int8), ("i4,f8", np.dtype("i4,f8"))):
         assert QueueModel(3, given).items.dtype == want
 
 
@@ -75,6 +80,16 @@ def test_queue_types_are_named_as_wherever_a_type_is_taken():
 def test_records_of_bools_nested_records_and_subarrays_can_be_queued(dtype):
     q = QueueModel(2, dtype)
     assert q.items.dtype == np.dtype(dtype)
+
+
+@pytest.mark.parametrize("values", [[(1, 2.0)], (1, 2.0), [[1, 2.0]], np.array([[1, 2.0]])])
+def test_records_are_pushed_as_record_arrays_and_the_fix_says_how(values):
+    """Regression (a red-team): a list of tuples was told to reshape(-1), which then failed on its dtype."""
+    q = QueueModel(4, [("a", "i4"), ("b", "f8")])
+    with pytest.raises(DispatchError, match=r"records.*Fix: make them records: np\.array\(\[\(1, 2\.0\), \.\.\.\], "
+                                            r"dtype=q\.dtype\)"):
+        q.push(values)
+    assert q.push(np.array([(1, 2.0)], q.items.dtype)) and q.drain().tolist() == [(1, 2.0)]
 
 
 def test_a_queue_without_a_gpu_says_to_use_the_model(monkeypatch):

@@ -143,6 +143,12 @@ def _dtype(dtype) -> np.dtype:
     given = dtype
     if dtype is DataType.BOOL:
         dtype = np.bool_  # refused below as every bool is
+    if dtype is DataType.BF16 or (isinstance(dtype, str) and dtype.strip().lower() in ("bf16", "bfloat16")):
+        raise DispatchError(f"dtype={shown(given, 60)}: a queue holds NumPy numbers and NumPy has no bfloat16, so its "
+                            "items would be raw bits that push could not check. Fix: make a 'u16' queue and push the "
+                            "values' bit patterns, vyre_numba.ir.f32_to_bf16_bits(x); device code reads them as uint16.")
+    if isinstance(dtype, str) and _not_a_number(dtype):  # 'U1', 'S8', 'O', 'M8[ns]', 'c8': NumPy's, not vyre's
+        dtype = np.dtype(dtype)  # refused below as a type that cannot be queued
     if isinstance(dtype, DataType) or (
             isinstance(dtype, str) and "," not in dtype and dtype not in ("bool", *NUMPY_BOOL_CODES)):  # bools: no numbers
         return check_empty(1, dtype, call=f"dtype={shown(given, 60)}")[1]
@@ -166,20 +172,38 @@ def _dtype(dtype) -> np.dtype:
     return dt
 
 
+def _not_a_number(name: str) -> bool:
+    """Whether NumPy reads `name` as a type other than a number or a bool (a string, bytes, an
+    object, a time, a complex)."""
+    try:
+        return np.dtype(name).kind not in "biuf"
+    except (TypeError, ValueError, RecursionError):
+        return False
+
+
 @functools.lru_cache(maxsize=None)  # a few integer dtypes; read on every push
 def _int_range(dt: np.dtype) -> tuple[int, int]:
     info = np.iinfo(dt)
     return int(info.min), int(info.max)
 
 
+_RECORDS = ("make them records: np.array([(1, 2.0), ...], dtype=q.dtype) (a tuple is a record only inside such an "
+            "array; each field converts as astype does).")
+
+
 def _values(values, dt: np.dtype, *, one: bool = False) -> np.ndarray:
     """`values` (a number, a list or a 1-D host array) as a 1-D array of `dt`, or a DispatchError
     where the conversion would change a value (a float to an integer, an integer out of range, a
     bool, a rounded or overflowing float): nothing is coerced silently."""
+    if dt.fields is not None and isinstance(values, (list, tuple)) and len(values):
+        raise DispatchError(f"the values are a Python {type(values).__name__}, and the queue holds records of {dt}. "
+                            f"Fix: {_RECORDS}")
     if isinstance(values, (int, list, tuple)) and not isinstance(values, bool):  # NumPy would read some as floats
         values = _python_ints(values, dt)
     arr = host_array(values, "push: the values argument", "push from device code (workqueue.device.push), or pass "
                      "values.copy_to_host().", "pass values.compressed().", f"pass a list or a 1-D array of {dt}.")
+    if dt.fields is not None and arr.size and arr.dtype != dt:
+        raise DispatchError(f"the values have dtype {arr.dtype}, not the queue's records of {dt}. Fix: {_RECORDS}")
     if one and arr.size != 1:
         raise DispatchError(f"push takes one value; got {arr.size}{f' (shape {arr.shape})' if arr.ndim > 1 else ''}. "
                             "Fix: push them one at a time (for v in np.asarray(values).reshape(-1): q.push(v)).")
@@ -190,9 +214,6 @@ def _values(values, dt: np.dtype, *, one: bool = False) -> np.ndarray:
     if dt.fields is not None:
         if not arr.size:  # nothing to push: its type says nothing (an empty list reads as float64)
             return np.zeros(0, dt)
-        if arr.dtype != dt:
-            raise DispatchError(f"the values have dtype {arr.dtype}, not the queue's record dtype {dt}. Fix: pass an "
-                                "array of that dtype.")
         return np.ascontiguousarray(arr)
     if not arr.size:
         return np.zeros(0, dt)

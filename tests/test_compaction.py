@@ -116,6 +116,21 @@ def test_select_if_takes_numba_compiled_predicates_and_either_byte_order():
     assert compaction.select_if_numpy(big, njit(lambda v: v < 2)).tolist() == [0, 1]
 
 
+NUMBA_TYPED = [  # (values, predicate, kept): Numba's 64-bit integer typing, as the module docstring says
+    (np.arange(3, dtype=np.uint8), lambda v: v - 1 > 0, [2]),  # NumPy 2's u - 1 wraps: u[u - 1 > 0] is [0, 2]
+    (np.array([2**53 + 1], np.uint64), lambda v: v > 2**53, []),  # a float64 comparison
+    (np.array([2**53 + 1], np.uint64), lambda v: v > np.uint64(2**53), [2**53 + 1]),  # exact
+    (np.array([127, -128], np.int8), lambda v: v + 1 > 0, [127]),  # no int8 wrap
+]
+
+
+@pytest.mark.parametrize("values,predicate,kept", NUMBA_TYPED)
+def test_predicates_are_typed_as_numba_types_them(values, predicate, kept):
+    """Regression (a red-team): the docstring said a predicate's arithmetic was NumPy's; its types are
+    Numba's, which differ from NumPy 2's for Python ints beside narrow or unsigned values."""
+    assert compaction.select_if(values, predicate).tolist() == kept
+
+
 def test_predicates_with_defaults_are_typed_as_called_with_one_value():
     """A default argument (the usual way to fix a loop variable in a lambda) is filled in as a
     call of one value fills it; the result's type is still checked; keyword-only arguments are
@@ -1019,6 +1034,14 @@ def test_gpu_records_and_predicates(launches):
     for t in (0.25, 0.75):  # a default argument, filled in on the device as on the host
         got = compaction.select_if(cuda.to_device(x), lambda v, t=t: v > t).copy_to_host()
         assert np.array_equal(got, x[x > t])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("values,predicate,kept", NUMBA_TYPED)
+def test_gpu_predicates_are_typed_as_on_the_host(values, predicate, kept):
+    from numba import cuda
+
+    assert compaction.select_if(cuda.to_device(values), predicate).copy_to_host().tolist() == kept
 
 
 @pytest.mark.gpu

@@ -19,6 +19,12 @@ every item on both. A predicate that raises an exception itself is refused on th
 (`DispatchError` "raised ..."), and one that raises for every value before it runs anywhere;
 numba-cuda does not report exceptions raised in device code, so on the GPU make the predicate
 return False instead of raising.
+
+A predicate's types are Numba's, not NumPy 2's: integers are computed in 64 bits, so on uint8
+values `v - 1` is the int64 -1 (NumPy wraps `u - 1` to 255: `select_if(u, lambda v: v - 1 > 0)`
+keeps fewer than `u[u - 1 > 0]`), and a uint64 beside a signed int is a float64, exact only
+below 2**53 (`x > 2**53` misses 2**53 + 1; write `x > np.uint64(2**53)`). Host and GPU agree;
+under the CUDA simulator the predicate runs as Python on NumPy scalars, with NumPy's promotion.
 """
 from __future__ import annotations
 
@@ -553,10 +559,11 @@ def select_if(values: ArrayIn, predicate: Callable, *, stream: Stream | None = N
     written anew every call compiles once, and a changed threshold compiles afresh. Where it reads
     something that does not hash (an array), it is compiled once per function object, and Numba
     fixes the globals it reads at that first call (pass a new function to change them). The last
-    PREDICATES_KEPT stay compiled. Its arithmetic is NumPy's on both (see the module docstring):
-    an integer divided by zero is 0. Under the CUDA simulator the predicate runs as Python on
-    NumPy scalars, whose integer promotion differs from Numba's compiled one (int8 * int8 wraps in
-    int8 there, uint64 + int64 is a float): check such predicates on a GPU or the host."""
+    PREDICATES_KEPT stay compiled. Its error model is NumPy's on both and its types are Numba's
+    (see the module docstring): an integer divided by zero is 0, and integers are computed in 64
+    bits. Under the CUDA simulator the predicate runs as Python on NumPy scalars, whose integer
+    promotion differs from Numba's compiled one (int8 * int8 wraps in int8 there, uint64 + int64
+    is a float): check such predicates on a GPU or the host."""
     n, predicate = _checked_if(values, predicate)
     check_stream(stream)
     if not _on_device(values):

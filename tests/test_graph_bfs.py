@@ -179,12 +179,27 @@ SIMULATED = textwrap.dedent('''
         check[2, 32](cuda.to_device(ip.astype(np.int64)), cuda.to_device(ix), n, 3, bad)
         assert list(bad.copy_to_host()) == want, (list(bad.copy_to_host()), want)
     print("csr ok")
+
+    # the simulator's arrays say what to do (a red-team: they were told to pass device arrays for both)
+    from vyre_numba import graph
+    from vyre_numba.errors import DispatchError
+    ip, ix = np.array([0, 1, 2]), np.array([1, 0])
+    for call, fix in ((lambda: graph.bfs(cuda.to_device(ip), cuda.to_device(ix), 0), "Fix: pass NumPy arrays (indptr.copy_to_host())"),
+                      (lambda: graph.bfs_many(ip, ix, cuda.to_device(np.array([0]))), "(sources.copy_to_host())")):
+        try:
+            call()
+        except DispatchError as e:
+            assert fix in str(e), str(e)
+        else:
+            raise AssertionError("a simulator array was taken")
+    print("simulator arrays ok")
 ''')
 
 
 def test_kernels_match_the_twin_under_the_cuda_simulator():
     out = run_script(SIMULATED, 600)
-    assert out.returncode == 0 and "bfs ok 16" in out.stdout and "csr ok" in out.stdout, out.stdout + out.stderr
+    assert out.returncode == 0 and "bfs ok 16" in out.stdout and "csr ok" in out.stdout and \
+        "simulator arrays ok" in out.stdout, out.stdout + out.stderr
 
 
 @pytest.mark.gpu

@@ -48,6 +48,9 @@ def test_no_sources_give_an_empty_result():
     ([5000], "0..499"), ([-1], "0..499"), ([1.5], "integer"), ([[1, 2], [3]], "flat list"), ([True], "integer"),
     ("0", "integer"), ([[0, 1]], "1-D"), (np.ma.array([0, 1], mask=[0, 1]), "masked"),
     (np.array([], np.float64), "integer"),
+    # no array at all: the Fix is about sources, not a SciPy matrix's CSR (a red-team)
+    (None, "Fix: pass the source vertices as an int, a list"), ({0}, "Fix: pass the source vertices as an int, a list"),
+    ((s for s in [0]), "Fix: pass the source vertices as an int, a list"),
 ])
 def test_bad_sources_say_how_to_fix_them(sources, fix):
     a = GRAPHS["random directed"]
@@ -126,6 +129,22 @@ def test_gpu_large_graph_goes_bottom_up_and_equals_single_bfs(piece, monkeypatch
     assert "bottom-up" in levels and "top-down" in levels
     for i, s in enumerate(src[:12]):
         assert np.array_equal(got[i], be.download(bfs(dip, dix, int(s), symmetric=True))), i
+
+
+def test_running_out_of_host_memory_says_to_pass_fewer_sources(monkeypatch):
+    """Regression (a red-team): the HostMemoryError said to renumber ids densely, where the result's
+    size is sources x vertices."""
+    from vyre_numba.errors import HostMemoryError
+    from vyre_numba.graph import multisource
+
+    def no_room(*args, **kwargs):
+        raise MemoryError("Unable to allocate 16.0 GiB")
+
+    monkeypatch.setattr(multisource, "_bfs_many_numpy", no_room)
+    a = GRAPHS["random directed"]
+    for call in (bfs_many, reachable_many):
+        with pytest.raises(HostMemoryError, match="one int32 distance per source and vertex. Fix: pass fewer sources"):
+            call(a.indptr, a.indices, [0, 1], backend="reference")
 
 
 def test_sources_on_an_empty_graph_and_results_too_large_say_so():

@@ -49,10 +49,11 @@ def _length(a, name: str) -> int:
 CHECK_CSR = "check_csr(A.indptr, A.indices)"
 
 
-def _as_index_array(a, name: str, call: str = CHECK_CSR, whole: str | None = None) -> np.ndarray:
+def _as_index_array(a, name: str, call: str = CHECK_CSR, whole: str | None = None,
+                    not_array: str | None = None) -> np.ndarray:
     """`a` as a 1-D host integer array, else a DispatchError. Where `a` is a whole sparse graph,
     the Fix is `whole` where given, else to make `call` (the user's call, with a sparse matrix A's
-    arrays)."""
+    arrays); where it is no array at all (None, a set, a generator), `not_array` where given."""
     if not isinstance(a, np.ndarray) and (hasattr(a, "indptr") and hasattr(a, "indices")
                                           or type(a).__module__.startswith("scipy.sparse")
                                           and isinstance(getattr(a, "format", None), str)):  # a SciPy matrix, a CSR
@@ -64,7 +65,10 @@ def _as_index_array(a, name: str, call: str = CHECK_CSR, whole: str | None = Non
             fix = f"make it a CSR matrix and pass its two arrays: A = A.tocsr(), then {call}"
         raise DispatchError(f"{name} is {a_type(a)} (a whole sparse graph), not an array of integers. "
                             f"Fix: {fix}.")
-    if hasattr(a, "__cuda_array_interface__") or hasattr(a, "copy_to_host"):
+    if hasattr(a, "copy_to_host") and not hasattr(a, "__cuda_array_interface__"):  # the CUDA simulator's
+        raise DispatchError(f"{name} is a CUDA-simulator array; graph calls take device arrays only on a GPU. Fix: "
+                            f"pass NumPy arrays ({name}.copy_to_host()).")
+    if hasattr(a, "__cuda_array_interface__"):
         raise DispatchError(f"{name} is a device array, but this path takes host arrays. Fix: pass NumPy arrays "
                             "(or call the device path with device arrays for both indptr and indices).")
     if isinstance(a, np.ma.MaskedArray):
@@ -83,8 +87,8 @@ def _as_index_array(a, name: str, call: str = CHECK_CSR, whole: str | None = Non
     if arr.size == 0 and arr.dtype.kind == "f" and not isinstance(a, np.ndarray):  # `[]` reads as float64
         arr = arr.astype(np.int64)
     if arr.dtype == object and arr.ndim == 0:  # no array at all (a LinearOperator, a function): NumPy wrapped it
-        raise DispatchError(f"{name} is {a_type(a)}, not an array of integers. Fix: pass a 1-D array of integers "
-                            f"(from a SciPy sparse matrix A: {call}, after A = A.tocsr()).")
+        raise DispatchError(f"{name} is {a_type(a)}, not an array of integers. Fix: " + (
+            not_array or f"pass a 1-D array of integers (from a SciPy sparse matrix A: {call}, after A = A.tocsr())."))
     if arr.dtype == object or arr.dtype.kind not in "iu" or arr.dtype == np.bool_:
         raise DispatchError(f"{name} has dtype {arr.dtype}, not an integer type. Fix: pass "
                             f"np.asarray({name}, dtype=np.int64) (or int32).")

@@ -17,11 +17,13 @@ from .csr import CSR, _as_index_array, check_device_csr, checked_graph, resolve
 
 from ..backend import ArrayIn, ArrayOut, Backend  # noqa: F401  (the annotations name them: typing.get_type_hints reads them)
 
+_PER_SOURCE = ("Its result holds one int32 distance per source and vertex. Fix: pass fewer sources a call "
+               "(or a graph of fewer vertices).")
 BATCH = 64  # sources a pass: the bits of one uint64 mask
 PIECE = 1024  # neighbours a warp takes of a vertex with more than this many (a hub is many warps' work)
 
 
-@host_memory("bfs_many_numpy")
+@host_memory("bfs_many_numpy", _PER_SOURCE)
 def bfs_many_numpy(g: CSR, sources: np.ndarray) -> np.ndarray:
     """Distances (int32, (len(sources), n), -1 unreachable) from each source over the stored
     (directed) edges, bit-parallel as on the device."""
@@ -78,14 +80,16 @@ def _record(dist: np.ndarray, start: int, at: np.ndarray, bits: np.ndarray, leve
 
 
 def _sources(sources, n: int) -> np.ndarray:
-    if hasattr(sources, "__cuda_array_interface__"):
-        raise DispatchError("sources is a device array. Fix: pass the source vertices as a list or NumPy array.")
+    if hasattr(sources, "__cuda_array_interface__") or hasattr(sources, "copy_to_host"):
+        raise DispatchError("sources is a device array. Fix: pass the source vertices as a list or NumPy array "
+                            "(sources.copy_to_host()).")
     if isinstance(sources, np.ma.MaskedArray):
         raise DispatchError("sources is a masked array; its mask would be ignored. Fix: pass the unmasked "
                             "vertices, sources.compressed().")
     if isinstance(sources, (*INTEGERS, np.ndarray)) and np.ndim(sources) == 0:  # one source
         sources = np.reshape(sources, 1)
-    s = _as_index_array(sources, "sources", whole="pass the source vertices as a list or NumPy array of ints")
+    s = _as_index_array(sources, "sources", whole="pass the source vertices as a list or NumPy array of ints",
+                        not_array="pass the source vertices as an int, a list or a 1-D NumPy array of ints.")
     if s.size and n == 0:
         raise DispatchError("the graph has no vertices, so no sources. Fix: pass a graph with vertices, or sources=[].")
     if s.size and (int(s.min()) < 0 or int(s.max()) >= n):
@@ -94,7 +98,7 @@ def _sources(sources, n: int) -> np.ndarray:
     return s.astype(np.int64)
 
 
-@host_memory("bfs_many")
+@host_memory("bfs_many", _PER_SOURCE)
 def bfs_many(indptr: ArrayIn, indices: ArrayIn, sources: ArrayIn, *, backend: "Backend | str | None" = None,
              symmetric: bool = False) -> ArrayOut:
     """Distances (int32, shape (len(sources), n)) from each of `sources` along the stored edges of
@@ -121,7 +125,7 @@ def _bfs_many(indptr, indices, sources, backend, symmetric, call: str):
     return be.download(dist).reshape(s.size, n)
 
 
-@host_memory("reachable_many")
+@host_memory("reachable_many", _PER_SOURCE)
 def reachable_many(indptr: ArrayIn, indices: ArrayIn, sources: ArrayIn, *, backend: "Backend | str | None" = None,
                    symmetric: bool = False) -> ArrayOut:
     """Whether each of `sources` reaches each vertex (bool, shape (len(sources), n)): `bfs_many(...)

@@ -85,6 +85,25 @@ def test_past_the_depth_limit_construction_says_so():
             stmt = ir.block(stmt)
 
 
+def test_a_value_used_again_and_again_is_refused_past_the_size_limit_not_walked_for_hours():
+    """Regression (a red-team): `e = e * e + e` twenty times is 20 lines of Python and 3**20 nodes
+    written out; check, digest and dispatch walked every one (check took 7 s at 12, hours at 20)."""
+    import time
+
+    e = ir.load("a", ir.var("i"))
+    start = time.perf_counter()
+    with pytest.raises(IRValidationError, match=r"1,062,881 nodes written out, more than MAX_NODES = 1,048,576.*"
+                                                r"Fix: bind a value used more than once to a variable \(ir\.let"):
+        for _ in range(20):
+            e = e * e + e
+    assert time.perf_counter() - start < 5  # refused as it is built, nothing walked
+    assert e.size == 531_440 and e.depth == 24  # the last tree under the limit
+    body = ir.block(*[ir.store("y", ir.u32(k), ir.var("i") + k) for k in range(1000)])
+    assert body.size == 1 + 1000 * 5  # a block and its stores: store, index, sum, its two leaves
+    t = ir.let("t", ir.var("x") * ir.var("x"))  # the Fix: the variable is one node wherever it is used
+    assert (ir.var("t") * ir.var("t") + ir.var("t")).size == 5 and t.size == 4
+
+
 def test_deep_steps_fuse_and_run_as_a_megakernel():
     """Regression (a red-team): fusion and the megakernel's plan recursed once per nesting level
     (a RecursionError past about 450 nested ifs), and a fused sequence's dead-store pass walked

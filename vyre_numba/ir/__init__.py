@@ -9,7 +9,7 @@ from .types import DataType, bf16_bits_to_f32, bits_to_float, f32_to_bf16_bits, 
 from .nodes import (
     ARITH_BINOPS, ATOMIC_OPS, BARRIER_SCOPES, BINOPS, BUILTINS, CMP_BINOPS, FLOAT_PRED_UNOPS,
     FLOAT_UNOPS, INT_BINOPS, INT_UNOPS, LOGIC_BINOPS, NUM_UNOPS, TRANSCENDENTAL_UNOPS, UNOPS,
-    BOOL_UNOPS, MAX_DEPTH, Assign, StructuralKey, result_type, structurally_equal, Atomic, Barrier, BinOp, Block, BufLen, Builtin, Cast, Expr, Fma, If, Let,
+    BOOL_UNOPS, MAX_DEPTH, MAX_NODES, Assign, StructuralKey, result_type, structurally_equal, Atomic, Barrier, BinOp, Block, BufLen, Builtin, Cast, Expr, Fma, If, Let,
     Lit, Load, Loop, Node, Return, Select, Store, SubgroupAdd, SubgroupBallot, SubgroupShuffle,
     UnOp, Var,
     abs_, absdiff, add, assign, atomic, atomic_add, barrier, bf16, binary, bitand, bitnot, bitor,
@@ -30,7 +30,7 @@ DataType.__module__ = __name__
 
 __all__ = [
     # types, buffers, programs, validation
-    "DataType", "BufferDecl", "Access", "Role", "Program", "FORMAT", "MAX_DEPTH", "validate", "check",
+    "DataType", "BufferDecl", "Access", "Role", "Program", "FORMAT", "MAX_DEPTH", "MAX_NODES", "validate", "check",
     "Diagnostic", "Diagnostics", "walk", "structurally_equal", "optimize",
     "wrap_int", "float_to_bits", "bits_to_float", "f32_to_bf16_bits", "bf16_bits_to_f32",
     # expressions

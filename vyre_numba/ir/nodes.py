@@ -48,6 +48,7 @@ _SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "bitand"
 
 
 MAX_DEPTH = 100_000  # nesting levels; every walker uses an explicit stack, so this bounds memory only
+MAX_NODES = 2**20  # nodes of a tree written out, a shared node once per use: walkers visit each use (time)
 
 
 def _fail(msg: str) -> IRValidationError:
@@ -59,19 +60,21 @@ class _Structural:
     and depth computed once from the children's (so no walk ever recurses), `equals`, and
     pickling through the canonical JSON form."""
 
-    __slots__ = ("_hash", "_depth")
+    __slots__ = ("_hash", "_depth", "_size")
     _kinds: dict = {}  # per class: field name -> kind ("expr", "expr?", "body", "str", ...)
 
     def __post_init__(self) -> None:
-        depth, parts = 0, [type(self).__name__]
+        depth, size, parts = 0, 1, [type(self).__name__]
         for name, kind in self._kinds.items():
             v = _field(self, name, kind, getattr(self, name))
             if kind == "body":
                 for st in v:
                     depth = max(depth, st._depth)
+                    size += st._size
                 parts.append(tuple(st._hash for st in v))
             elif isinstance(v, _Structural):
                 depth = max(depth, v._depth)
+                size += v._size
                 parts.append(v._hash)
             else:
                 parts.append(v)
@@ -79,13 +82,24 @@ class _Structural:
             raise _fail(f"this IR is nested more than {MAX_DEPTH} levels deep, the limit of vyre-numba's "
                         "walkers. Fix: build long sums as balanced trees (pairwise), or split the work "
                         "into several statements or programs.")
+        if size > MAX_NODES:
+            raise _fail(f"this IR is {size:,} nodes written out, more than MAX_NODES = {MAX_NODES:,}: an expression "
+                        "used more than once counts once per use (`e = e * e + e` twenty times is 3**20 nodes), "
+                        "and checking, digesting and running it would walk every one. Fix: bind a value used more "
+                        "than once to a variable (ir.let('t', e), then ir.var('t')) and use the variable.")
         object.__setattr__(self, "_depth", depth + 1)
+        object.__setattr__(self, "_size", size)
         object.__setattr__(self, "_hash", hash(tuple(parts)))
 
     @property
     def depth(self) -> int:
         """Nesting levels of this node (1 for a leaf)."""
         return self._depth
+
+    @property
+    def size(self) -> int:
+        """Nodes of this tree written out (a node used twice counts twice), at most MAX_NODES."""
+        return self._size
 
     def equals(self, other: Any) -> bool:
         """True when `other` is the same IR, structurally (what `==` means for plain data)."""

@@ -171,6 +171,9 @@ def test_nan_stays_nan_in_every_float_type():
     ("u32", [1, "a"], ["holds strings", "element 1: 'a'"]),
     ("u32", "abc", ["holds strings"]),
     ("u32", b"x", ["holds bytes"]),
+    # raw bytes by another name (a red-team: one f32 became four, a number a byte)
+    ("f32", bytearray(np.float32([1.0]).tobytes()), ["is raw bytes (a bytearray)", "Fix: pass np.frombuffer(x, dtype)"]),
+    ("u32", memoryview(b"\x01\0\0\0"), ["is raw bytes (a memoryview)", "np.asarray(x, np.uint8)"]),
     ("f32", [1 + 2j], ["holds complex numbers"]),
     ("f32", np.array([1], np.complex64), ["holds complex numbers", "a complex64 array"]),
     ("u32", [1, None], ["holds None", "element 1: None"]),
@@ -189,6 +192,19 @@ def test_inexact_conversions_are_refused(dtype, value, fragments):
     text = refused(dtype, value)
     for fragment in fragments:
         assert fragment in text, text
+
+
+def test_raw_bytes_are_refused_wherever_host_arrays_are_taken_and_typed_views_are_not():
+    from vyre_numba import graph
+
+    be = vn.get_backend("reference")
+    raw = bytearray(np.float32([1.0, 2.0]).tobytes())
+    for call in (lambda: be.upload(raw), lambda: be.write(be.upload(np.zeros(8, np.float32)), raw),
+                 lambda: be.upload(memoryview(bytes(raw))), lambda: graph.check_csr(bytearray(b"\0\1"), [0])):
+        with pytest.raises(DispatchError, match=r"raw bytes.*Fix: pass np\.frombuffer\(x, dtype\)"):
+            call()
+    assert bound("f32", memoryview(np.float32([1.5, 2.0]))).tolist() == [1.5, 2.0]  # a typed view: its values
+    assert bound("u8", memoryview(np.uint8([7]))).tolist() == [7]
 
 
 def test_pandas_missing_values_are_refused_not_read_as_nan():

@@ -1104,9 +1104,10 @@ def host_array(x, what: str, on_device: str, masked: str, other: str) -> np.ndar
         raise DispatchError(f"{what} is on the device. Fix: {on_device}")
     if isinstance(x, np.ma.MaskedArray):
         raise DispatchError(f"{what} is a masked array, whose mask would be lost. Fix: {masked}")
-    from .bindings import refuse_missing
+    from .bindings import refuse_missing, refuse_raw_bytes
 
     refuse_missing(x, what)
+    refuse_raw_bytes(x, what)
     try:
         return np.asarray(x)
     except (TypeError, ValueError) as e:

@@ -98,6 +98,7 @@ def _host_values(b: BufferDecl, value, where: str) -> np.ndarray:
                                 "x.filled(value) with the value the program should see.")
         value = value.data
     refuse_missing(value, f"{where}: {b.name!r}")
+    refuse_raw_bytes(value, f"{where}: {b.name!r}")
     if isinstance(value, np.ndarray):
         arr = value if type(value) is np.ndarray else value.view(np.ndarray)
     else:
@@ -123,6 +124,17 @@ def _host_values(b: BufferDecl, value, where: str) -> np.ndarray:
     if arr.ndim == 1 and isinstance(value, (list, tuple)):
         arr = _check_elements(b, value, arr, where)
     return arr
+
+
+def refuse_raw_bytes(x, what: str) -> None:
+    """A DispatchError where `x` is raw bytes that NumPy would read as one uint8 number a byte (a
+    bytearray, a memoryview of bytes), as `bytes` itself is refused: four bytes of a float32 are
+    not four numbers."""
+    if isinstance(x, bytearray) or (isinstance(x, memoryview) and isinstance(x.obj, (bytes, bytearray))
+                                    and x.format in ("B", "b", "c")):
+        raise DispatchError(f"{what} is raw bytes ({a_type(x)}), which would be read as one number a byte. Fix: pass "
+                            "np.frombuffer(x, dtype) for the values the bytes encode, or np.asarray(x, np.uint8) for "
+                            "the bytes as numbers.")
 
 
 def refuse_missing(value, what: str) -> None:

@@ -8,6 +8,7 @@ from typing import Callable
 import numpy as np
 
 from ..backend import ArrayIn, as_ints, mixes_bools
+from ..bindings import refuse_raw_bytes
 from ..errors import DispatchError, a_type, flag, flat_fix
 
 
@@ -74,6 +75,7 @@ def _as_index_array(a, name: str, call: str = CHECK_CSR, whole: str | None = Non
     if isinstance(a, np.ma.MaskedArray):
         raise DispatchError(f"{name} is a masked array; its mask would be ignored. Fix: pass a plain array "
                             f"({name}.filled(...) or {name}.compressed(), whichever the graph means).")
+    refuse_raw_bytes(a, name)
     if mixes_bools(a):
         raise DispatchError(f"{name} mixes bools and integers; a bool is not a vertex id. Fix: pass integers only.")
     try:

@@ -206,6 +206,22 @@ def test_mismatches_tells_the_signed_zeros_apart_bit_for_bit():
     assert mismatches(zeros, zeros[::-1].copy(), bf16=True).tolist() == [0, 1]
 
 
+def test_mismatches_measures_distances_across_the_sign_without_overflow():
+    """Regression (a red-team): the ulp distance was an int64 difference, which wrapped for f64 values
+    of opposite signs: 2.0 against -2.0 matched within one ulp, inf against -inf within 2**62."""
+    from vyre_numba.errors import ArgumentError
+
+    big = np.finfo(np.float64).max
+    assert mismatches(np.array([2.0]), np.array([-2.0]), ulp=1).tolist() == [0]
+    assert mismatches(np.array([np.inf]), np.array([-np.inf]), ulp=2**62).tolist() == [0]
+    assert mismatches(np.array([big]), np.array([-big]), ulp=2**63 - 1).tolist() == [0]
+    assert mismatches(np.array([big]), np.array([-big]), ulp=2**64).tolist() == []  # every pair is nearer
+    assert mismatches(np.float32([1, -1]), np.float32([-1, 1]), ulp=2 * 0x3F800000).tolist() == []
+    assert mismatches(np.float32([1, -1]), np.float32([-1, 1]), ulp=2 * 0x3F800000 - 1).tolist() == [0, 1]
+    with pytest.raises(ArgumentError, match=r"bf16='no' is not a bool\. Fix:"):  # "no" read as True before
+        mismatches(np.uint16([0x3F80]), np.uint16([0x3F81]), bf16="no", ulp=1)
+
+
 def test_mismatches_compares_values_whatever_byte_order_they_are_kept_in():
     """Regression (a red-team): ordered_bits read a big-endian float's bytes natively, so with
     ulp=1, 1.0 against 4.0 matched and two values 1 ulp apart did not."""

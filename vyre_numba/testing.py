@@ -90,6 +90,9 @@ def mismatches(got: np.ndarray, expected: np.ndarray, *, ulp: int = 0, bf16: boo
     if isinstance(ulp, (bool, np.bool_)) or not isinstance(ulp, INTEGERS) or ulp < 0:
         raise ArgumentError(f"mismatches: ulp={shown(ulp)} is not a count of units in the last place. Fix: pass an "
                             "int >= 0 (0: bit for bit).")
+    if not isinstance(bf16, (bool, np.bool_)):  # "no" would read as True
+        raise ArgumentError(f"mismatches: bf16={shown(bf16, 60)} is not a bool. Fix: pass True for arrays of raw "
+                            "bf16 bits (uint16), False for numbers.")
     if bf16 and not (got.dtype == expected.dtype == np.uint16):
         raise ArgumentError(f"mismatches: bf16=True takes the raw bits as uint16 arrays, not {got.dtype} and "
                             f"{expected.dtype}. Fix: pass the bf16 buffers' uint16 bits, or bf16=False for floats.")
@@ -106,10 +109,12 @@ def mismatches(got: np.ndarray, expected: np.ndarray, *, ulp: int = 0, bf16: boo
     if got.dtype.kind != "f":
         return np.flatnonzero(got != expected)
     nan_g, nan_e = np.isnan(got), np.isnan(expected)
-    dist = np.abs(ordered_bits(got) - ordered_bits(expected))
+    g, e = ordered_bits(got), ordered_bits(expected)
+    wrapped = g.view(np.uint64) - e.view(np.uint64)  # exact mod 2**64; the true distance is below 2**64
+    dist = np.where(g >= e, wrapped, np.uint64(0) - wrapped)  # (int64's |g - e| overflowed for 2.0 against -2.0)
     if bf16:  # widened bf16 values step by 2**16 in the f32 ordering
-        dist = dist >> 16
-    bad = (dist > ulp) & ~(nan_g & nan_e) | (nan_g != nan_e)
+        dist = dist >> np.uint64(16)
+    bad = (dist > np.uint64(min(int(ulp), 2**64 - 1))) & ~(nan_g & nan_e) | (nan_g != nan_e)
     if ulp == 0:  # the ordering puts both zeros at 0: bit for bit, their signs differ
         bad |= (np.signbit(got) != np.signbit(expected)) & ~(nan_g & nan_e)
     return np.flatnonzero(bad)

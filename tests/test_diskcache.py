@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from vyre_numba.errors import SettingError
+from vyre_numba.errors import CacheWarning, SettingError
 from vyre_numba.gpu import diskcache
 from vyre_numba.gpu.diskcache import MAGIC, DiskCache
 
@@ -139,16 +139,84 @@ def test_failed_write_costs_only_the_cache_and_leaves_nothing(tmp_path, monkeypa
     monkeypatch.setattr(diskcache.os, "fdopen",
                         lambda fd, *a, **k: _BreaksMidWrite(real(fd, *a, **k), OSError(28, "No space left on device")))
     c = DiskCache(tmp_path)
-    c.put(("k",), b"payload")
+    with pytest.warns(CacheWarning, match="No space left on device.*Fix: set VYRE_NUMBA_CACHE_DIR"):
+        c.put(("k",), b"payload")
     assert list(tmp_path.iterdir()) == [] and c.writes == 0
 
 
-def test_unwritable_directory_costs_only_the_cache(tmp_path):
+def test_unwritable_directory_costs_only_the_cache_and_says_so_once(tmp_path):
+    """Regression (a red-team): a directory that could not be written switched the cache off
+    without a word, so every process compiled afresh and nothing said why."""
+    import warnings
+
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     c = DiskCache(blocker / "sub")
-    c.put(("k",), b"data")
+    with pytest.warns(CacheWarning, match=r"the disk cache at '.*sub' cannot be used \(NotADirectoryError.*"
+                                          r"Fix: set VYRE_NUMBA_CACHE_DIR to a writable directory, or VYRE_NUMBA_CACHE=0"):
+        c.put(("k",), b"data")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        c.put(("k2",), b"data")  # said once a directory
+        DiskCache(blocker / "sub").put(("k3",), b"data")
     assert c.get(("k",)) is None
+
+
+def test_the_directory_is_read_as_users_expect(monkeypatch, tmp_path):
+    """Regression (a red-team): an empty XDG_CACHE_HOME put the cache in the working directory,
+    '~' was a directory named '~', a blank VYRE_NUMBA_CACHE_DIR a directory named ' '."""
+    from pathlib import Path
+
+    monkeypatch.delenv("VYRE_NUMBA_CACHE_DIR", raising=False)
+    for xdg in ("", "relative/dir"):  # the XDG rule: only an absolute path counts
+        monkeypatch.setenv("XDG_CACHE_HOME", xdg)
+        assert diskcache.default_dir() == Path.home() / ".cache" / "vyre-numba"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert diskcache.default_dir() == tmp_path / "vyre-numba"
+    monkeypatch.setenv("VYRE_NUMBA_CACHE_DIR", "~/vc")
+    assert diskcache.default_dir() == Path.home() / "vc"
+    monkeypatch.setenv("VYRE_NUMBA_CACHE_DIR", "  ")
+    assert diskcache.default_dir() == tmp_path / "vyre-numba"
+
+
+def test_no_home_directory_costs_only_the_cache(monkeypatch):
+    """Regression (a red-team): with no $HOME and no passwd entry (a container's uid), Path.home()
+    raised a raw RuntimeError from DiskCache() and TuneStore(), which the GPU backend always makes."""
+    from pathlib import Path
+
+    from vyre_numba.gpu.tuning import TuneStore
+
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+
+    for name in ("VYRE_NUMBA_CACHE_DIR", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    monkeypatch.setattr(diskcache, "_WARNED", set())
+    with pytest.raises(SettingError, match=r"no home directory\. Fix: set VYRE_NUMBA_CACHE_DIR"):
+        diskcache.default_dir()
+    with pytest.warns(CacheWarning, match=r"\$HOME is unset.*Fix:"):
+        c = DiskCache()
+    c.put(("k",), b"x")
+    assert c.get(("k",)) is None and c.directory is None
+    assert TuneStore(persist=False).get(("k",)) is None  # off: no directory looked for
+    store = TuneStore(persist=True)  # said already, once
+    store.put(("k",), 64, {64: 1.0})
+    assert store.get(("k",)) == 64  # in memory still
+
+
+@pytest.mark.parametrize("kw,fragment", [
+    ({"max_bytes": "abc"}, "max_bytes='abc' is not a positive"), ({"max_bytes": 0}, "max_bytes=0"),
+    ({"max_bytes": None}, "max_bytes=None"), ({"max_bytes": True}, "max_bytes=True"),
+    ({"directory": 123}, "directory is an int, not a path"), ({"directory": b"/x"}, "directory is a bytes"),
+    ({"directory": ""}, "directory='' is no directory name"), ({"directory": "a\0b"}, "is no directory name"),
+])
+def test_bad_cache_arguments_are_refused(kw, fragment):
+    from vyre_numba.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match="Fix:") as e:
+        DiskCache(**kw)
+    assert fragment in str(e.value)
 
 
 def test_fingerprint_is_stable():

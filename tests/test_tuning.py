@@ -53,7 +53,8 @@ def test_an_entry_that_fails_its_checks_is_deleted_and_timed_again(tmp_path):
     path.write_bytes(bytes(data))
     fresh = TuneStore(tmp_path, persist=True)
     assert fresh.get(key) is None and not path.exists() and fresh.disk.corrupt == 1
-    for payload in (b"not json", b'{"workgroup": 7}', b'{"workgroup": true}', b'{"wg": 64}', b"\xff\xfe"):
+    for payload in (b"not json", b'{"workgroup": 7}', b'{"workgroup": true}', b'{"wg": 64}', b"\xff\xfe",
+                    b"[" * 100_000):  # nested past Python's recursion limit (a red-team: a raw RecursionError)
         fresh.disk.put(key, payload)  # a valid digest over a payload that is not a choice
         assert TuneStore(tmp_path, persist=True).get(key) is None and not path.exists(), payload
 
@@ -64,6 +65,14 @@ def test_the_store_is_bounded_in_bytes(tmp_path):
         store.put(("tune", "p", k), 64, {64: 1.0})
     assert sum(p.stat().st_size for p in tmp_path.glob("*.cubin")) <= 2000
     assert len(list(tmp_path.glob("*.cubin"))) < 200
+
+
+def test_persist_is_a_bool_or_none():
+    from vyre_numba.errors import ArgumentError
+
+    for bad in ("yes", 1, "no"):
+        with pytest.raises(ArgumentError, match="persist=.* is not a bool. Fix:"):
+            TuneStore(persist=bad)
 
 
 def test_a_store_that_does_not_persist_writes_nothing(tmp_path):

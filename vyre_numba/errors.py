@@ -15,7 +15,7 @@ import numpy as np
 __all__ = ["VyreError", "IRValidationError", "UnknownBufferError", "UnknownNameError", "BackendUnavailableError",
            "SettingError", "TemplateError", "DispatchError", "ArgumentError", "ImmutableError", "LaunchError",
            "UnsupportedError", "CompileError", "DeviceError", "BarrierTimeoutError", "CapacityError", "CheckError",
-           "CheckWarning", "HostMemoryError", "UnknownStepError", "ResultTimeoutError"]
+           "CheckWarning", "CacheWarning", "HostMemoryError", "UnknownStepError", "ResultTimeoutError"]
 
 # Python's and NumPy's integer types, less np.timedelta64 (NumPy counts a time span among its integers;
 # taken as a count, its unit would be dropped without a word)
@@ -390,6 +390,11 @@ class CheckError(DispatchError):
 
     def __reduce__(self):
         return type(self), (*self.args[:1], self.report, self.outputs), self.__dict__
+
+
+class CacheWarning(UserWarning):
+    """The disk cache cannot be used (no directory, or one that cannot be written); work goes on
+    without it, compiling afresh in every process. Said once a directory."""
 
 
 class CheckWarning(UserWarning):

@@ -6,10 +6,13 @@ written atomically (temporary file + rename), and verified by SHA-256 on load: a
 corrupt entry is removed and rebuilt, never loaded. The directory is bounded in bytes, oldest
 entries (by last use) go first.
 
-    VYRE_NUMBA_CACHE_DIR   where entries live (default: ~/.cache/vyre-numba)
+    VYRE_NUMBA_CACHE_DIR   where entries live (`~` expanded; unset or blank: vyre-numba under
+                           $XDG_CACHE_HOME where that is an absolute path, else ~/.cache)
     VYRE_NUMBA_CACHE       0/off/false/no/disabled switch the disk cache off; 1/on/true/yes/enabled
                            or unset (or empty) leave it on; case and surrounding blanks are
                            ignored; any other value raises SettingError
+A directory that cannot be used (none can be found, or it cannot be written) costs the cache,
+never the work: a CacheWarning says so once, with a Fix.
 """
 from __future__ import annotations
 
@@ -17,10 +20,13 @@ import hashlib
 import os
 import tempfile
 import threading
+import warnings
 from functools import lru_cache
 from pathlib import Path
 
-from ..errors import SettingError, shown
+import numpy as np
+
+from ..errors import INTEGERS, ArgumentError, CacheWarning, SettingError, a_type, shown
 
 MAGIC = b"VYRECUB1"
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
@@ -45,11 +51,34 @@ def enabled() -> bool:
 
 
 def default_dir() -> Path:
-    """Where entries live: VYRE_NUMBA_CACHE_DIR, else vyre-numba under the user's cache directory."""
-    env = os.environ.get("VYRE_NUMBA_CACHE_DIR")
+    """Where entries live: VYRE_NUMBA_CACHE_DIR, else vyre-numba under the user's cache directory
+    (an absolute $XDG_CACHE_HOME, else ~/.cache); a SettingError where no home directory is known."""
+    env = os.environ.get("VYRE_NUMBA_CACHE_DIR", "").strip()
     if env:
-        return Path(env)
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "vyre-numba"
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(xdg):  # the XDG rule: a relative (or empty) one is ignored, not read from the working directory
+        return Path(xdg) / "vyre-numba"
+    try:
+        return Path.home() / ".cache" / "vyre-numba"
+    except RuntimeError:  # no $HOME and no passwd entry for this user (a container's arbitrary uid)
+        raise SettingError("the disk cache has no directory: $HOME is unset and this user has no home directory. "
+                           "Fix: set VYRE_NUMBA_CACHE_DIR to a writable directory (or HOME), or VYRE_NUMBA_CACHE=0 "
+                           "to work without the disk cache.") from None
+
+
+_WARNED: set = set()  # directories a CacheWarning was given for
+
+
+def _unusable(directory, why: str) -> None:
+    """A CacheWarning, once a directory, that the disk cache cannot be used there."""
+    if directory in _WARNED:
+        return
+    _WARNED.add(directory)
+    where = f"at {str(directory)!r} " if directory is not None else ""
+    warnings.warn(f"the disk cache {where}cannot be used ({why}); kernels compile afresh in every process. Fix: "
+                  "set VYRE_NUMBA_CACHE_DIR to a writable directory, or VYRE_NUMBA_CACHE=0 to work without it.",
+                  CacheWarning, stacklevel=3)
 
 
 @lru_cache(maxsize=1)
@@ -77,10 +106,36 @@ class DiskCache:
     """Bytes by key on disk, verified on load. Safe across threads and processes."""
 
     def __init__(self, directory: str | os.PathLike | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES):
-        self.directory = Path(directory) if directory is not None else default_dir()
-        self.max_bytes = max_bytes
+        if isinstance(max_bytes, (bool, np.bool_)) or not isinstance(max_bytes, INTEGERS) or max_bytes < 1:
+            raise ArgumentError(f"DiskCache: max_bytes={shown(max_bytes, 60)} is not a positive number of bytes. Fix: "
+                                f"pass an int of at least 1 (default {DEFAULT_MAX_BYTES}).")
+        if directory is not None and not isinstance(directory, (str, os.PathLike)) or isinstance(directory, bytes):
+            raise ArgumentError(f"DiskCache: directory is {a_type(directory)}, not a path. Fix: pass a str or a "
+                                "pathlib.Path, or None for the default.")
+        if isinstance(directory, str) and (not directory.strip() or "\0" in directory):
+            raise ArgumentError(f"DiskCache: directory={shown(directory, 60)} is no directory name. Fix: pass a "
+                                "directory's path, or None for the default.")
+        self.directory: Path | None
+        if directory is not None:
+            self.directory = Path(directory).expanduser()
+        else:
+            try:
+                self.directory = default_dir()
+            except SettingError:  # no home: the work goes on without the cache, said once
+                self.directory = None
+                _unusable(None, "$HOME is unset and this user has no home directory")
+        self.max_bytes = int(max_bytes)
         self.hits = self.misses = self.corrupt = self.writes = 0
         self._lock = threading.Lock()
+
+    @classmethod
+    def off(cls) -> "DiskCache":
+        """A cache that stores nothing (every get a miss), for a disk cache switched off."""
+        cache = cls.__new__(cls)
+        cache.directory, cache.max_bytes = None, DEFAULT_MAX_BYTES
+        cache.hits = cache.misses = cache.corrupt = cache.writes = 0
+        cache._lock = threading.Lock()
+        return cache
 
     def path(self, key: tuple) -> Path:
         """The file that holds `key`'s entry."""
@@ -88,6 +143,9 @@ class DiskCache:
 
     def get(self, key: tuple) -> bytes | None:
         """The stored bytes, or None when absent or invalid (an invalid file is deleted)."""
+        if self.directory is None:
+            self.misses += 1
+            return None
         p = self.path(key)
         try:
             data = p.read_bytes()
@@ -109,13 +167,18 @@ class DiskCache:
 
     def remove(self, key: tuple) -> None:
         """Delete an entry (one that verified but would not load, say); never raises."""
+        if self.directory is None:
+            return
         try:
             self.path(key).unlink(missing_ok=True)
         except OSError:
             pass
 
     def put(self, key: tuple, payload: bytes) -> None:
-        """Store atomically; an unwritable directory only costs the cache, never the dispatch."""
+        """Store atomically; an unwritable directory only costs the cache (a CacheWarning, once),
+        never the dispatch."""
+        if self.directory is None:
+            return
         tmp = None
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
@@ -132,6 +195,7 @@ class DiskCache:
                 except OSError:
                     pass
             if isinstance(e, OSError):
+                _unusable(self.directory, f"{type(e).__name__}: {e.strerror or e}")
                 return
             raise
         self._trim()

@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 from typing import Callable, Sequence
 
+import numpy as np
+
+from ..errors import ArgumentError, SettingError, shown
 from .diskcache import DiskCache, default_dir, enabled
 
 CANDIDATES = (32, 64, 128, 256, 512, 1024)
@@ -32,8 +35,17 @@ class TuneStore:
     """Tuned workgroup sizes by key, in memory and (when the disk cache is on) on disk."""
 
     def __init__(self, directory=None, *, max_bytes: int = MAX_BYTES, persist: bool | None = None):
-        self.persist = enabled() if persist is None else persist
-        self.disk = DiskCache((default_dir() / "tune") if directory is None else directory, max_bytes=max_bytes)
+        if persist is not None and not isinstance(persist, (bool, np.bool_)):
+            raise ArgumentError(f"TuneStore: persist={shown(persist, 60)} is not a bool. Fix: pass True, False, or "
+                                "None to follow VYRE_NUMBA_CACHE.")
+        self.persist = enabled() if persist is None else bool(persist)
+        if directory is None and self.persist:
+            try:
+                directory = default_dir() / "tune"
+            except SettingError:  # no home: DiskCache(None) says so once and stores nothing
+                directory = None
+        self.disk = DiskCache(directory, max_bytes=max_bytes) if directory is not None or self.persist else \
+            DiskCache.off()
         self.memory: dict[tuple, int] = {}
         self.timed = 0
 
@@ -49,7 +61,7 @@ class TuneStore:
         try:
             wg = json.loads(raw.decode())["workgroup"]
             ok = isinstance(wg, int) and not isinstance(wg, bool) and wg in CANDIDATES
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError):  # RecursionError: '[' * 10**5
             ok = False
         if not ok:
             self.disk.corrupt += 1

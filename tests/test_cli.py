@@ -184,6 +184,39 @@ def test_run_bad_input_files(saxpy_json, saxpy_inputs, tmp_path, capsys, dispatc
     assert dispatches == [] and not out.exists()
 
 
+def test_run_an_unreadable_input_says_to_make_it_readable(saxpy_json, saxpy_inputs, tmp_path, capsys, dispatches,
+                                                         monkeypatch):
+    """Regression (a red-team): a .npy file this user may not read was called "not a .npy array",
+    with a Fix to save it with numpy.save."""
+    import builtins
+
+    from vyre_numba import cli
+
+    path = tmp_path / "x.npy"
+    np.save(path, np.zeros(5, np.float32))
+    real = builtins.open
+
+    def guarded(f, *a, **k):
+        if str(f) == str(path):
+            raise PermissionError(13, "Permission denied", str(f))
+        return real(f, *a, **k)
+
+    monkeypatch.setattr(cli, "open", guarded, raising=False)  # as root, chmod would not stop the read
+    args = [a if not a.startswith("x=") else f"x={path}" for a in saxpy_inputs]
+    assert main(["run", str(saxpy_json), "--out", str(tmp_path / "o"), "--backend", "reference", *args]) == 2
+    line = one_error_line(capsys, "cannot read", "Permission denied", "Fix: make the file readable")
+    assert "not a .npy" not in line and dispatches == []
+
+
+def test_a_closed_standard_output_is_refused_before_any_work(monkeypatch, capsys, tmp_path):
+    """Regression (a red-team): `vyre-numba info >&-` (sys.stdout None) ran, then reported an
+    internal error ("a bug in vyre-numba") from flushing None; run and emit had written their files."""
+    monkeypatch.setattr(sys, "stdout", None)
+    assert main(["info"]) == 1
+    line = one_error_line(capsys, "standard output is closed", "Fix: run it with standard output open")
+    assert "internal error" not in line
+
+
 def test_run_npz_message_says_to_pass_one_npy_per_input(saxpy_json, saxpy_inputs, tmp_path, capsys):
     np.savez(tmp_path / "all.npz", x=np.zeros(5, np.float32))
     args = [a if not a.startswith("x=") else f"x={tmp_path / 'all.npz'}" for a in saxpy_inputs]

@@ -261,6 +261,9 @@ def _load_input(name: str, file: str) -> np.ndarray:
                              "Fix: pass a .npy file saved with numpy.save.")
         value = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        if isinstance(e, OSError) and e.errno is not None:  # the file could not be read at all: no word on its contents
+            raise UsageError(f"cannot read {shown(file)} for input {shown(name)}: {e.strerror}. Fix: make the file "
+                             "readable by this user (chmod u+r), or pass another.") from e
         why = ("it holds Python objects (dtype object), which no buffer can hold" if "allow_pickle" in str(e) else
                _one_line(e))
         raise UsageError(f"cannot load {shown(file)} for input {shown(name)}: not a .npy array ({why}). "
@@ -780,8 +783,11 @@ def _one_line(text: object) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run the `vyre-numba` command with `argv` (default: sys.argv[1:]) and return its exit status."""
     stdout = sys.stdout
-    if stdout is not None:
-        sys.stdout = _Stdout(stdout)
+    if stdout is None:  # started with standard output closed (`>&-`): refused before any work
+        print("error: standard output is closed, so nothing this command says could be seen. Fix: run it with "
+              "standard output open (send it to a file or >/dev/null instead of closing it).", file=sys.stderr)
+        return EXIT_FAILURE
+    sys.stdout = _Stdout(stdout)
     try:
         return _main(argv)
     finally:

@@ -546,12 +546,37 @@ def test_emit_oserror_while_writing_is_one_line(saxpy_json, tmp_path, capsys, mo
 def test_demo_runs_on_the_reference_backend(capsys):
     assert main(["demo", "--backend", "reference", "-n", "5000"]) == 0
     out = capsys.readouterr().out
-    assert "bit-identical to the reference interpreter: True" in out and "Fix:" in out
+    assert "bit-identical to NumPy's a*x + y, rounded once: True" in out and "Fix:" in out
     assert "compiling" not in out and "nothing compiles" in out  # the reference interprets
     assert "PTX for sm_90" in out and "ld.global" in out  # emitted even without a GPU: no step skipped
     table = [row for row in out[out.index("\nstep "):].splitlines()[2:] if row.strip()]
     assert [row.split()[0] for row in table] == ["saxpy", "a", "components", "components", "e-graph"]
     assert all(row.endswith(" ok") for row in table)
+
+
+def test_the_demos_cpu_check_is_fma_and_can_fail(capsys, monkeypatch):
+    """Regression (a red-team): on the CPU the demo compared the reference backend with itself, a
+    check that could not fail; it now checks against NumPy, rounded once as fma rounds."""
+    from vyre_numba import cli
+
+    a, x, y = np.float32(1 + 2**-23), np.float32([2**-24 * (1 - 2**-23)]), np.float32([1 + 2**-23])
+    naive = (np.float64(a) * x.astype(np.float64) + y).astype(np.float32)  # rounded twice: a tie, to even
+    assert naive[0] == np.float32(1 + 2**-22) and cli.fma_f32(a, x, y)[0] == np.float32(1 + 2**-23)
+    (ref,) = get_backend("reference").dispatch(cli.demo_program(), [np.float32([a]), x, y])
+    assert ref[0] == np.float32(1 + 2**-23)
+    backend = get_backend("reference")
+    real = type(backend).dispatch
+
+    def off_by_one_ulp(self, program, buffers, *args, **kwargs):
+        out = real(self, program, buffers, *args, **kwargs)
+        if program.name == "saxpy" and len(out) == 1:
+            out[0].view(np.uint32)[0] += 1
+        return out
+
+    monkeypatch.setattr(type(backend), "dispatch", off_by_one_ulp)
+    assert main(["demo", "--backend", "reference", "-n", "100"]) == 1
+    out = capsys.readouterr().out
+    assert "rounded once: False" in out and [r for r in out.splitlines() if r.startswith("saxpy")][0].endswith("FAILED")
 
 
 @pytest.mark.gpu

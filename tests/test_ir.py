@@ -870,6 +870,11 @@ def _mutations():
     yield "bad workgroup", m(lambda d: d.update(workgroup_size=["x"]))
     yield "bad lit dtype", m(lambda d: d["entry"][0]["value"].update(dtype="q8"))
     yield "unhashable kind", m(lambda d: d["entry"][0].update(k=[]))
+    # a misspelt or extra key was dropped without a word (a red-team)
+    yield "unknown program key", m(lambda d: d.update(workgroup_sise=[1, 1, 1]))
+    yield "unknown buffer key", m(lambda d: d["buffers"][0].update(cout=3))
+    yield "unknown node key", m(lambda d: d["entry"][0].update(vaule=1))
+    yield "unknown key beside a missing one", m(lambda d: d["entry"][0].update(vaule=d["entry"][0].pop("value")))
     # an int past Python's digit limit for text (a raw ValueError before)
     yield "5000-digit count", json.dumps(good).replace('"count": 0', '"count": ' + "9" * 5000)
     yield "5000-digit raw, nested past the C decoder", "[" * 3000 + "9" * 5000 + "]" * 3000
@@ -883,6 +888,8 @@ def test_malformed_json_raises_ir_validation_error_with_fix(label, text):
     with pytest.raises(IRValidationError) as info:
         ir.Program.from_json(text)
     assert_fix(str(info.value))
+    if label.startswith("unknown") and "key" in label:
+        assert "(did you mean" in str(info.value) or "lacks its field 'value'" in str(info.value)
 
 
 @pytest.mark.parametrize("call", [lambda: ir.from_dict({"k": []}), lambda: ir.from_dict({"k": {}}),

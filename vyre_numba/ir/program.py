@@ -10,7 +10,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from .. import display
-from ..errors import INTEGERS, IRValidationError, UnknownBufferError, UnsupportedError, VyreError, a_type, shown
+from ..errors import INTEGERS, IRValidationError, UnknownBufferError, UnsupportedError, VyreError, a_type, did_you_mean, shown
 from . import jsontext
 from . import nodes as n
 from .recursion import drive
@@ -295,7 +295,11 @@ class Program:
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise IRValidationError(f"not a {FORMAT} document (format={shown(d.get('format') if isinstance(d, dict) else None)}). "
                                     "Fix: load a file written by Program.to_json().")
+        _known_keys(d, _PROGRAM_KEYS, "the program")
         try:
+            for b in d["buffers"]:
+                if isinstance(b, dict):
+                    _known_keys(b, _BUFFER_KEYS, f"buffer {shown(b.get('name'), 40)}")
             bufs = [BufferDecl(b["name"], b["binding"], b["access"], b["dtype"], b["count"], b["output"],
                                b["output_byte_range"])
                     for b in d["buffers"]]
@@ -380,6 +384,22 @@ def _buf_to_dict(b: BufferDecl) -> dict:
             "output_byte_range": None if b.output_byte_range is None else list(b.output_byte_range)}
 
 
+_PROGRAM_KEYS = frozenset(("format", "name", "workgroup_size", "buffers", "entry"))
+_BUFFER_KEYS = frozenset(("name", "binding", "access", "dtype", "count", "output", "output_byte_range"))
+
+
+def _known_keys(d: dict, known: frozenset | tuple, what: str) -> None:
+    """An IRValidationError where `d` holds a key that is none of `known` (a misspelt field would
+    otherwise be dropped without a word, its value replaced by nothing)."""
+    extra = [k for k in d if k not in known]
+    if extra:
+        near = did_you_mean(extra[0], known)
+        raise IRValidationError(f"{what} has the unknown key {shown(extra[0], 40)}{near}"
+                                f"{f' (and {len(extra) - 1} more)' if len(extra) > 1 else ''}; its keys are "
+                                f"{', '.join(sorted(known))}. Fix: correct or remove it (a file written by "
+                                "Program.to_json() holds only those).")
+
+
 _CLASSES = {c.__name__: c for c in (
     n.Lit, n.Var, n.Load, n.BufLen, n.Builtin, n.BinOp, n.UnOp, n.Select, n.Cast, n.Fma, n.Atomic,
     n.SubgroupBallot, n.SubgroupShuffle, n.SubgroupAdd,
@@ -444,6 +464,8 @@ def _from(d: Any):
     if cls is None:
         raise IRValidationError(f"unknown IR node kind {shown(d.get('k'))}. Fix: load a file written by Program.to_json().")
     kw = {}
+    if len(d) != len(cls._kinds) + 1:
+        _known_keys(d, ("k", *cls._kinds), f"IR node {kind}")
     for name in cls._kinds:
         if name not in d:
             raise IRValidationError(f"IR node {d['k']} lacks its field {shown(name)}. "

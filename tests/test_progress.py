@@ -57,6 +57,28 @@ def test_the_default_shows_a_bar_only_once_the_work_is_long(bars, monkeypatch):
     assert len(bars) == 1 and bars[0].n == 9 and bars[0].closed and bars[0].kw["desc"] == "rounds"
 
 
+def test_without_tqdm_an_asked_bar_is_refused_at_once_and_an_automatic_one_not_shown(monkeypatch):
+    """Regression (a red-team): with tqdm missing, progress=True raised a raw ModuleNotFoundError,
+    and the default raised it a second into the work, after part of it had run."""
+    import sys
+
+    from vyre_numba.errors import SettingError
+
+    clock = [0.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)
+    monkeypatch.delenv(progress.ENV, raising=False)
+    with pytest.raises(SettingError, match=r"tqdm cannot be imported.*Fix: pip install tqdm.*or pass progress=False"):
+        progress.bar(True, desc="x", unit="u")
+    b = progress.bar(None, desc="x", unit="u")
+    clock[0] = progress.DELAY_S + 1
+    b.update(3)
+    b.update(1)
+    b.close()
+    assert b.shown is None and b.n == 4
+
+
 def test_the_environment_switches_the_automatic_bars_off(bars, monkeypatch):
     monkeypatch.setenv(progress.ENV, "0")
     assert progress.bar(None, desc="x", unit="u") is None

@@ -50,7 +50,11 @@ def bar(progress: bool | None, *, desc: str, unit: str, total: int | None = None
         return None
     if progress is None:
         return Deferred(desc, unit, total)
-    return _tqdm(desc=desc, unit=unit, total=total)
+    try:
+        return _tqdm(desc=desc, unit=unit, total=total)
+    except ImportError as e:  # before the work: an explicit bar that cannot be shown is refused at the call
+        raise SettingError(f"progress=True shows a tqdm bar, and tqdm cannot be imported ({e}). Fix: pip install "
+                           "tqdm (a dependency of vyre-numba), or pass progress=False.") from None
 
 
 def _tqdm(**kw):
@@ -75,8 +79,11 @@ class Deferred:
             self.shown.update(n)
             return
         self.n += n
-        if time.perf_counter() - self.start >= DELAY_S:
-            self.shown = _tqdm(desc=self.desc, unit=self.unit, total=self.total, initial=self.n, leave=False)
+        if self.start is not None and time.perf_counter() - self.start >= DELAY_S:
+            try:
+                self.shown = _tqdm(desc=self.desc, unit=self.unit, total=self.total, initial=self.n, leave=False)
+            except ImportError:  # a broken install without tqdm: the automatic bar is not shown, the work goes on
+                self.start = None
 
     def close(self) -> None:
         """Close the bar, where one is shown."""

@@ -408,7 +408,7 @@ def test_info_says_a_reference_backend_with_a_bad_setting_is_unusable(capsys, mo
     refused it."""
     monkeypatch.setenv("VYRE_NUMBA_REFERENCE_MEMORY", "abc")
     monkeypatch.setattr("vyre_numba.registry._INSTANCES", {})
-    assert main(["info"]) == 0
+    assert main(["info"]) == 2  # a bad setting: said, and the status says so
     out = capsys.readouterr().out
     assert "reference  unavailable: $VYRE_NUMBA_REFERENCE_MEMORY='abc' is not a whole positive" in out
     assert "default backend: none usable" in out or "default backend: cuda" in out
@@ -552,6 +552,22 @@ def test_demo_runs_on_the_reference_backend(capsys):
     table = [row for row in out[out.index("\nstep "):].splitlines()[2:] if row.strip()]
     assert [row.split()[0] for row in table] == ["saxpy", "a", "components", "components", "e-graph"]
     assert all(row.endswith(" ok") for row in table)
+
+
+@pytest.mark.parametrize("env,value", [("VYRE_NUMBA_PROGRESS", "garbage"), ("VYRE_NUMBA_CACHE", "maybe"),
+                                       ("VYRE_NUMBA_REFERENCE_WORK", "-1"), ("VYRE_NUMBA_REFERENCE_MEMORY", "lots")])
+def test_a_bad_setting_is_said_before_the_demos_first_step_and_by_info(capsys, monkeypatch, env, value):
+    """Regression (a red-team): VYRE_NUMBA_PROGRESS=garbage ran five of the demo's steps and failed at
+    the sixth, `info` said nothing of it, and VYRE_NUMBA_CACHE was never read without a GPU."""
+    monkeypatch.setenv(env, value)
+    assert main(["demo", "--backend", "reference", "-n", "100"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and env in captured.err and "Fix:" in captured.err
+    assert main(["info"]) == 2
+    settings = [line for line in capsys.readouterr().out.splitlines() if line.startswith("settings: ")]
+    assert len(settings) == 1 and env in settings[0] and "Fix:" in settings[0]
+    monkeypatch.delenv(env)
+    assert main(["info"]) == 0 and "settings: every one valid" in capsys.readouterr().out
 
 
 def test_the_demos_cpu_check_is_fma_and_can_fail(capsys, monkeypatch):

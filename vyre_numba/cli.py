@@ -114,10 +114,37 @@ def cmd_info(args: argparse.Namespace) -> int:
         c = caps()
         print(f"GPU: {c.name}, sm_{c.sm}, {c.sm_count} SMs, cooperative launch: {c.cooperative_launch}")
     print(f"default backend: {available_backends()[0] if usable else 'none usable (see above)'}")
-    return EXIT_OK
+    bad = [(env, why) for env, why in _settings() if why is not None]
+    print("settings: " + ("every one valid" if not bad else "; ".join(_one_line(why) for _, why in bad)))
+    return EXIT_OK if not bad else EXIT_USAGE
 
 
 # ---- checks ------------------------------------------------------------------------------------
+
+def _settings() -> list[tuple[str, VyreError | None]]:
+    """(environment variable, the error its value raises or None) for each setting vyre-numba
+    reads, checked as the library reads them."""
+    from . import progress
+    from .gpu import diskcache
+    from .reference.interpreter import MEMORY_ENV, WORK_ENV, memory_budget, work_budget
+
+    out = []
+    for env, check in ((progress.ENV, progress.check_progress), ("VYRE_NUMBA_CACHE", diskcache.enabled),
+                       (MEMORY_ENV, memory_budget), (WORK_ENV, work_budget)):
+        try:
+            check() if check is not progress.check_progress else check(None)
+            out.append((env, None))
+        except VyreError as e:
+            out.append((env, e))
+    return out
+
+
+def _check_settings() -> None:
+    """The error of the first environment setting that is not one, raised before any work."""
+    for _, why in _settings():
+        if why is not None:
+            raise why
+
 
 def _in_cli_terms(text: str) -> str:
     """A library message whose Fix names the Python call, with the command-line option instead."""
@@ -555,6 +582,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     n = args.n
     if not 1 <= n <= MAX_AXIS:
         raise UsageError(f"-n {n} is not an element count from 1 to 2**32-1. Fix: pass e.g. -n 1000000.")
+    _check_settings()  # a bad one said before the first step, not at the sixth
     backend = _backend(args.backend)
     gpu = backend.name == "cuda"
     if not gpu:

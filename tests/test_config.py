@@ -61,6 +61,7 @@ GOOD = [
     ("fixpoint_iterations", 1, 1), ("fixpoint_iterations", np.int64(5), 5), ("fixpoint_iterations", 10**6, 10**6),
     ("cooperative", True, True), ("cooperative", False, False), ("cooperative", np.bool_(True), True),
     ("label", None, None), ("label", "x", "x"), ("label", "step 1", "step 1"),
+    ("checked", np.str_("raise"), "raise"), ("checked", np.True_, "warn"), ("checked", False, False),  # a red-team
 ]
 
 

@@ -115,7 +115,7 @@ class DispatchConfig:
         if c is not False and (not isinstance(c, str) or c not in ("warn", "raise")):
             raise DispatchError(f"checked={shown(self.checked)} is not True, False, 'warn' or 'raise'. Fix: pass "
                                 "checked=True (warn about what the checks find) or checked='raise'.")
-        object.__setattr__(self, "checked", c)
+        object.__setattr__(self, "checked", c if c is False else str(c))  # np.str_('raise') as 'raise'
 
     def key(self) -> tuple:
         """What of the configuration changes generated code."""

@@ -87,7 +87,8 @@ def test_the_environment_switches_the_automatic_bars_off(bars, monkeypatch):
 
 
 @pytest.mark.parametrize("value, automatic", [("0", False), ("OFF", False), ("No", False), ("false", False),
-                                              ("1", True), ("Yes", True), ("", True), (" on ", True)])
+                                              ("1", True), ("Yes", True), ("", True), (" on ", True),
+                                              ("Disabled", False), ("enabled", True)])  # as VYRE_NUMBA_CACHE reads them
 def test_the_environment_is_read_in_any_case(monkeypatch, value, automatic):
     monkeypatch.setenv(progress.ENV, value)
     assert progress._automatic() is automatic

@@ -293,7 +293,7 @@ def _library_paths() -> tuple[str, ...]:
 
 
 DEBUG_ENV = "VYRE_NUMBA_DEBUG"
-DEBUG_OFF, DEBUG_ON = ("", "0", "false", "no", "off"), ("1", "true", "yes", "on")
+DEBUG_OFF, DEBUG_ON = ("", "0", "false", "no", "off", "disabled"), ("1", "true", "yes", "on", "enabled")
 
 
 def _debugging() -> bool:

@@ -17,7 +17,7 @@ DELAY_S = 1.0
 ENV = "VYRE_NUMBA_PROGRESS"
 
 
-_OFF, _ON = ("0", "false", "off", "no"), ("", "1", "true", "on", "yes")
+_OFF, _ON = ("0", "false", "off", "no", "disabled"), ("", "1", "true", "on", "yes", "enabled")  # VYRE_NUMBA_CACHE's words
 
 
 def _automatic() -> bool:

@@ -155,6 +155,17 @@ UNION_FIND = textwrap.dedent('''
         join[1, 1](kept, cuda.to_device(np.array([u], np.int32)), cuda.to_device(np.array([v], np.int32)), hooked)
         assert hooked.copy_to_host().tolist() == [-1] and kept.copy_to_host().tolist() == list(cycle), cycle
     print("cycles ok")
+    # ids outside the array, given or met (a red-team: link(parent, 0, 9) read past the end, and a CAS
+    # could have written there): -1, nothing written
+    for arr, u, v in (([0, 1, 2, 3], 0, 9), ([0, 1, 2, 3], 9, 0), ([0, 1, 2, 3], -5, 1), ([0, -7, 2, 3], 1, 2),
+                      ([0, 0, 1, 2], 0, 2**31 - 1)):
+        kept = cuda.to_device(np.asarray(arr, np.int32))
+        join[1, 1](kept, cuda.to_device(np.array([u], np.int32)), cuda.to_device(np.array([v], np.int32)), hooked)
+        assert hooked.copy_to_host().tolist() == [-1] and kept.copy_to_host().tolist() == arr, (arr, u, v)
+        reads[1, 32](kept, out)
+        halves[1, 1](kept, u, out)
+        assert out.copy_to_host()[0] == (-1 if not 0 <= u < 4 or arr[u] < 0 else 0), (arr, u)
+    print("outside ok")
     for name, args in (("find", (1,)), ("root", (1,)), ("link", (1, 2))):
         try:
             getattr(uf, name)(np.arange(4, dtype=np.int32), *args)
@@ -171,5 +182,5 @@ def test_the_union_find_runs_in_kernels_and_refuses_host_calls_under_the_cuda_si
     """And pickles as the module's functions (regression, a red-team: a raw PicklingError there)."""
     out = run_script(UNION_FIND, 300)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.split() == ["kernels", "ok", "cycles", "ok", "refused", "find", "refused", "root", "refused", "link",
+    assert out.stdout.split() == ["kernels", "ok", "cycles", "ok", "outside", "ok", "refused", "find", "refused", "root", "refused", "link",
                                   "pickled"], out.stdout

@@ -6,7 +6,8 @@ root is its smallest member; path halving points a node at its grandparent, an a
 never split; `link` returns only once both ends share a root. `root` reads without writing: a pass
 that stores every node's root must not halve paths beside itself, or a stale grandparent could be
 stored over a root another thread had just written. A walk that meets an entry above its index
-stops there and gives -1, having halved only the steps before it: that entry breaks the
+stops there and gives -1, having halved only the steps before it (so does an id outside the
+array, given or met, which would be read or written past its end): that entry breaks the
 invariant, as every cycle does (a permutation passed by mistake), which would otherwise spin on
 the GPU for ever or be halved into a forest of made-up roots. Every walk is bounded by the
 array's length besides."""
@@ -66,13 +67,18 @@ def _device_only(fn) -> _DeviceFunction:
 @_device_only
 def find(parent, x):
     """x's root, halving the path on the way; -1 where the walk meets an entry above its index (no
-    forest of the invariant's kind: a cycle), before halving past it."""
+    forest of the invariant's kind: a cycle) or outside the array, before halving past it, and for
+    an x outside the array."""
+    if x < 0 or x >= parent.shape[0]:
+        return -1
     for _ in range(parent.shape[0]):
         nxt = parent[x]
         if nxt == x:
             return x
+        if nxt > x or nxt < 0:  # checked before parent[nxt] is read: it may lie past the array
+            return -1
         up = parent[nxt]
-        if nxt > x or up > nxt:
+        if up > nxt or up < 0:
             return -1
         parent[x] = up
         x = nxt
@@ -81,12 +87,15 @@ def find(parent, x):
 
 @_device_only
 def root(parent, x):
-    """x's root, read without writing; -1 where the walk meets an entry above its index (as `find`)."""
+    """x's root, read without writing; -1 where the walk meets an entry above its index or outside
+    the array, and for an x outside it (as `find`)."""
+    if x < 0 or x >= parent.shape[0]:
+        return -1
     for _ in range(parent.shape[0]):
         p = parent[x]
         if p == x:
             return x
-        if p > x:
+        if p > x or p < 0:
             return -1
         x = p
     return -1

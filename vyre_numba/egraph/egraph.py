@@ -209,10 +209,12 @@ def _rows(op, children_offsets, children, n_classes: int | None, what: str, copy
                "earlier call.")
     children = _ints(children, f"{what} children", hi=MAX_ID if n_classes is None else max(n_classes - 1, -1),
                      copy=copy, bounds=bounds, fix=fix, why=why)
-    if offsets[0] != 0 or np.any(offsets[1:] < offsets[:-1]) or offsets[-1] != children.size:
+    down = np.flatnonzero(offsets[1:] < offsets[:-1])
+    if offsets[0] != 0 or down.size or offsets[-1] != children.size:
+        seen = (f"it decreases at e-node {int(down[0])} ({offsets[down[0]]} then {offsets[down[0] + 1]})" if down.size
+                else f"it starts at {offsets[0]} and ends at {offsets[-1]}")
         raise DispatchError(f"{what} children_offsets must start at 0, never decrease and end at len(children) "
-                            f"= {children.size}; it starts at {offsets[0]} and ends at {offsets[-1]}. Fix: pass "
-                            "np.concatenate([[0], np.cumsum(arities)]).")
+                            f"= {children.size}; {seen}. Fix: pass np.concatenate([[0], np.cumsum(arities)]).")
     return op, offsets, children
 
 

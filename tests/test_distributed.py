@@ -303,6 +303,27 @@ def test_rounds_hold_a_bounded_number_of_partitions_on_the_workers(client, monke
     assert max(held) <= 3 * 2, held  # two rounds' partitions (and one round's being made), whatever the round
 
 
+def test_bad_arguments_are_refused_before_any_task_is_sent(client, monkeypatch):
+    """Regression (a red-team): a bad max_rounds or n was refused after each worker had been sent a
+    task asking for its device."""
+    from vyre_numba.distributed import cluster
+
+    def no_task(*args, **kwargs):
+        raise AssertionError("a task was sent before the arguments were checked")
+
+    monkeypatch.setattr(cluster, "ask_devices", no_task)
+    monkeypatch.setattr(cluster, "submit", no_task)
+    for bad in (0, 1.5, True, "3"):
+        with pytest.raises(VyreError, match="max_rounds is .*Fix:"):
+            congruence_closure([chain_pair(3)], client=client, backend="reference", max_rounds=bad)
+    edges = da.from_array(np.array([[0, 1], [1, 2]]), chunks=(1, 2))
+    for bad in (-1, 2.0, None, 2**31):
+        with pytest.raises(VyreError, match="n .*Fix:"):
+            connected_components(edges=edges, n=bad, client=client, backend="reference")
+    with pytest.raises(VyreError, match="edges is a list.*Fix:"):
+        connected_components(edges=[[0, 1]], n=2, client=client, backend="reference")
+
+
 def test_bad_partitions_on_the_workers_raise_vyre_errors_with_a_fix(client):
     g = chain_pair(3)
     bad = client.scatter([(g[0][:2], g[1], g[2], g[3]), "rows", (g[0], g[1], g[2], g[3] + 100)])

@@ -497,6 +497,15 @@ def _check_graph_arguments(indptr, indices, edges, n, partitions, columns) -> No
         if not hasattr(edges, "columns") and not _default_columns(columns):
             raise DispatchError(f"columns={shown(columns, 60)} names DataFrame columns, but edges is not a DataFrame. "
                                 "Fix: leave columns out for a Dask array of (src, dst) rows.")
+        if not _is_dask_edges(edges):
+            raise DispatchError(f"edges is {a_type(edges)}. Fix: pass a Dask array of shape (m, 2) or a Dask "
+                                "DataFrame with the src and dst columns (dask.array.from_array(e, chunks=(k, 2))).")
+        if not isinstance(n, INTEGERS) or isinstance(n, bool) or n < 0:
+            raise DispatchError(f"n is {shown(n)}. Fix: pass n, the vertex count (one more than the largest vertex "
+                                "id).")
+        if n >= 2**31:
+            raise DispatchError(f"n = {n}; vertex ids are 32-bit. Fix: split the graph into pieces under 2**31 "
+                                "vertices.")
         return
     if indptr is None or indices is None:
         what = "no graph was given" if indptr is None and indices is None else \
@@ -612,14 +621,7 @@ def _check_range(e: np.ndarray, n: int) -> np.ndarray:
 
 
 def _edge_parts(client, edges, n, columns, workers):
-    if not _is_dask_edges(edges):
-        raise DispatchError(f"edges is {a_type(edges)}. Fix: pass a Dask array of shape (m, 2) or a Dask "
-                            "DataFrame with the src and dst columns (dask.array.from_array(e, chunks=(k, 2))).")
-    if not isinstance(n, INTEGERS) or isinstance(n, bool) or n < 0:
-        raise DispatchError(f"n is {shown(n)}. Fix: pass n, the vertex count (one more than the largest vertex id).")
-    if n >= 2**31:
-        raise DispatchError(f"n = {n}; vertex ids are 32-bit. Fix: split the graph into pieces under 2**31 vertices.")
-    n = int(n)
+    n = int(n)  # checked by _check_graph_arguments, before any task
     cluster.own_futures(client, edges, "edges")
     if hasattr(edges, "columns"):
         columns = _frame_columns(edges.columns, columns)

@@ -460,17 +460,17 @@ def congruence_closure(egraph_partitions: Any, unions: ArrayLike | None = None, 
     the classes found: `g.union(np.stack([g.classes(), result.eclass], axis=1)); g.rebuild()`."""
     gather = flag(gather, "gather", "pass True (classes as a NumPy array) or False (a Dask array left on the workers).")
     t0 = time.perf_counter()
-    client = cluster.client_or_default(client)
-    table = cluster.worker_table(client)
-    workers = list(table)
-    bname = cluster.backend_name(backend)
-    asked = cluster.ask_devices(client, table, bname)  # answered while the partitions are placed
     if max_rounds is not None and (not isinstance(max_rounds, INTEGERS) or isinstance(max_rounds, bool)
                                    or max_rounds < 1):
         raise DispatchError(f"max_rounds is {shown(max_rounds)}. Fix: pass a positive int, or None to run to the "
                             "fixed point.")
     max_rounds = None if max_rounds is None else int(max_rounds)
-    given = _partitions(egraph_partitions, partitions, len(workers))
+    client = cluster.client_or_default(client)
+    table = cluster.worker_table(client)
+    workers = list(table)
+    bname = cluster.backend_name(backend)
+    given = _partitions(egraph_partitions, partitions, len(workers))  # checked before any task is sent
+    asked = cluster.ask_devices(client, table, bname)  # answered while the partitions are placed
     k = len(given)
     lazy = [i for i, t in enumerate(given) if _is_lazy(t)]
     places = [workers[i % len(workers)] for i in range(k)]

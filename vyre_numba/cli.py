@@ -129,10 +129,10 @@ def _settings() -> list[tuple[str, VyreError | None]]:
     from .reference.interpreter import MEMORY_ENV, WORK_ENV, memory_budget, work_budget
 
     out = []
-    for env, check in ((progress.ENV, progress.check_progress), ("VYRE_NUMBA_CACHE", diskcache.enabled),
+    for env, check in ((progress.ENV, lambda: progress.check_progress(None)), ("VYRE_NUMBA_CACHE", diskcache.enabled),
                        (MEMORY_ENV, memory_budget), (WORK_ENV, work_budget)):
         try:
-            check() if check is not progress.check_progress else check(None)
+            check()
             out.append((env, None))
         except VyreError as e:
             out.append((env, e))

@@ -109,7 +109,7 @@ class DiskCache:
         if isinstance(max_bytes, (bool, np.bool_)) or not isinstance(max_bytes, INTEGERS) or max_bytes < 1:
             raise ArgumentError(f"DiskCache: max_bytes={shown(max_bytes, 60)} is not a positive number of bytes. Fix: "
                                 f"pass an int of at least 1 (default {DEFAULT_MAX_BYTES}).")
-        if directory is not None and not isinstance(directory, (str, os.PathLike)) or isinstance(directory, bytes):
+        if directory is not None and not isinstance(directory, (str, os.PathLike)):
             raise ArgumentError(f"DiskCache: directory is {a_type(directory)}, not a path. Fix: pass a str or a "
                                 "pathlib.Path, or None for the default.")
         if isinstance(directory, str) and (not directory.strip() or "\0" in directory):
@@ -127,15 +127,6 @@ class DiskCache:
         self.max_bytes = int(max_bytes)
         self.hits = self.misses = self.corrupt = self.writes = 0
         self._lock = threading.Lock()
-
-    @classmethod
-    def off(cls) -> "DiskCache":
-        """A cache that stores nothing (every get a miss), for a disk cache switched off."""
-        cache = cls.__new__(cls)
-        cache.directory, cache.max_bytes = None, DEFAULT_MAX_BYTES
-        cache.hits = cache.misses = cache.corrupt = cache.writes = 0
-        cache._lock = threading.Lock()
-        return cache
 
     def path(self, key: tuple) -> Path:
         """The file that holds `key`'s entry."""

@@ -39,13 +39,13 @@ class TuneStore:
             raise ArgumentError(f"TuneStore: persist={shown(persist, 60)} is not a bool. Fix: pass True, False, or "
                                 "None to follow VYRE_NUMBA_CACHE.")
         self.persist = enabled() if persist is None else bool(persist)
-        if directory is None and self.persist:
+        self.disk: DiskCache | None = None  # read and written only where the store persists
+        if self.persist:
             try:
-                directory = default_dir() / "tune"
+                where = default_dir() / "tune" if directory is None else directory
             except SettingError:  # no home: DiskCache(None) says so once and stores nothing
-                directory = None
-        self.disk = DiskCache(directory, max_bytes=max_bytes) if directory is not None or self.persist else \
-            DiskCache.off()
+                where = None
+            self.disk = DiskCache(where, max_bytes=max_bytes)
         self.memory: dict[tuple, int] = {}
         self.timed = 0
 

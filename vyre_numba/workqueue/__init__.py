@@ -27,8 +27,8 @@ from numpy.typing import DTypeLike
 from ..backend import ArrayIn, ArrayOut, Stream, check_empty, host_array, mixes_bools
 from ..ir import DataType
 from ..ir.types import NUMPY_BOOL_CODES
-from ..errors import (INTEGERS, BackendUnavailableError, CapacityError, DeviceError, DispatchError, a_type, flat_fix,
-                      host_memory, numba_reason, shown)
+from ..errors import (INTEGERS, BackendUnavailableError, CapacityError, DeviceError, DispatchError, VyreError, a_type,
+                      flat_fix, host_memory, numba_reason, shown)
 from ..owned import Unshared
 
 __all__ = ["WorkQueue", "QueueModel"]
@@ -143,7 +143,7 @@ def _dtype(dtype) -> np.dtype:
     given = dtype
     if dtype is DataType.BOOL:
         dtype = np.bool_  # refused below as every bool is
-    if dtype is DataType.BF16 or (isinstance(dtype, str) and dtype.strip().lower() in ("bf16", "bfloat16")):
+    if dtype is DataType.BF16 or (isinstance(dtype, str) and _vyre_type(dtype) is DataType.BF16):
         raise DispatchError(f"dtype={shown(given, 60)}: a queue holds NumPy numbers and NumPy has no bfloat16, so its "
                             "items would be raw bits that push could not check. Fix: make a 'u16' queue and push the "
                             "values' bit patterns, vyre_numba.ir.f32_to_bf16_bits(x); device code reads them as uint16.")
@@ -170,6 +170,14 @@ def _dtype(dtype) -> np.dtype:
                             "cannot read such an "
                             f"array. Fix: pass {dt.newbyteorder('=')} (push converts the values).")
     return dt
+
+
+def _vyre_type(name: str) -> DataType | None:
+    """The vyre type `name` spells, as wherever a type is taken, or None."""
+    try:
+        return DataType.parse(name)
+    except VyreError:
+        return None
 
 
 def _not_a_number(name: str) -> bool:

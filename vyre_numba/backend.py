@@ -523,9 +523,9 @@ class Backend(abc.ABC):
         """The resident sequence `steps` planned as one persistent cooperative kernel: fused groups
         (`fuse`) as stages with a grid barrier between stages only where a boundary stayed (and
         where outputs are zeroed, between rounds and around `until`'s flag). `run()` runs it
-        `max_rounds` times (default once), or with `until` (a resident integer buffer some step
-        sets nonzero when it changed something; cleared before every round) until a round leaves
-        it zero, at most `max_rounds` rounds (default 10,000, as `fixpoint.run`'s), all on the
+        `max_rounds` times (default once), or with `until` (a resident integer buffer whose element
+        0 is a change flag: set to zero before every round, set nonzero by a step that changed
+        something; the buffer's other elements are left alone) until a round leaves it zero, at most `max_rounds` rounds (default 10,000, as `fixpoint.run`'s), all on the
         device, then reads `read`. Where the steps cannot be one
         program or its grid cannot be co-resident, it replays the unfused kernels as a recorded
         graph (dispatches them where recording fails) and its `reason` says why. `workgroups`: the

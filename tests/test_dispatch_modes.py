@@ -294,6 +294,68 @@ def test_concurrent_dispatches_from_threads(backend):
     assert not errors and len(results) == 8, errors
 
 
+def test_threads_dispatching_on_one_resident_buffer_lose_no_update(backend):
+    """Regression (a red-team): on the reference backend two threads bumping one buffer lost
+    increments and left it torn ([149 153] for 200 bumps); each dispatch is now whole, as
+    launches on one stream are."""
+    p, dx = bump(), backend.upload(np.zeros(20_000, np.uint32))
+    errors: list = []
+
+    def work() -> None:
+        try:
+            for _ in range(40):
+                backend.dispatch_resident(p, [dx])
+        except Exception as e:  # reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert np.unique(backend.download(dx)).tolist() == [120]
+
+
+def test_a_failed_reference_dispatch_undoes_only_its_own_writes():
+    """Regression (a red-team): a dispatch that ran out of work restored the copy it took at its
+    start over the dispatches another thread finished meanwhile (11,490 of them, lost)."""
+    from vyre_numba.reference import ReferenceBackend
+
+    be, slow = vn.get_backend("reference"), ReferenceBackend(work_budget=2 * 10**7)
+    i = ir.var("i")
+    spin = ir.Program([ir.BufferDecl.read_write("y", 0, "u32")], 64,
+                      [ir.let("i", ir.gid(0)), ir.loop("j", ir.u32(0), ir.u32(10**9), [
+                          ir.if_(i < ir.buf_len("y"), [ir.store("y", i, ir.load("y", i) + 1)])])], name="spin")
+    buf, started, done, bumps = be.upload(np.zeros(1000, np.uint32)), threading.Event(), threading.Event(), [0]
+    failed: list = []
+
+    def a() -> None:
+        started.wait(60)
+        try:
+            slow.dispatch_resident(spin, [buf])
+        except vn.VyreError as e:
+            failed.append(e)
+        done.set()
+
+    def b() -> None:
+        p, after = bump(), 0
+        while after < 5:  # bumps before, while and after the failing dispatch
+            be.dispatch_resident(p, [buf])
+            bumps[0] += 1
+            if bumps[0] == 5:
+                started.set()
+            after += done.is_set()
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert len(failed) == 1 and "Fix:" in str(failed[0]), failed
+    assert bumps[0] >= 10 and np.unique(buf).tolist() == [bumps[0]]
+
+
 def test_resident_dispatches_of_ended_threads_stay_counted(backend):
     """Each thread counts its own resident dispatches; threads that have ended are folded into
     one count as new ones come (a pool's turnover kept one list a thread), and none is lost."""

@@ -24,6 +24,9 @@ __all__ = ["ReferenceBackend", "ReferencePending", "execute", "run", "plan", "MA
 
 
 COOPERATIVE_LANES = 1 << 15  # a megakernel's persistent grid here: about this many invocations (see below)
+# Resident buffers are plain arrays any reference backend may bind, so one lock for them all: a
+# dispatch's run and its undo, a write and a download happen whole, as on a GPU's stream.
+_IN_PLACE = threading.RLock()
 
 
 class ReferenceBackend(Backend):
@@ -107,9 +110,10 @@ class ReferenceBackend(Backend):
         buffer the program writes)."""
         from .resident import dispatch_resident
 
-        if checked.wanted(config):
-            return checked.dispatch_resident(self, program, buffers, config)
-        dispatch_resident(program, buffers, config, memory=self.memory_budget, work=self.work_budget)
+        with _IN_PLACE:
+            if checked.wanted(config):
+                return checked.dispatch_resident(self, program, buffers, config)
+            dispatch_resident(program, buffers, config, memory=self.memory_budget, work=self.work_budget)
         if config is not None and config.label:
             self._count(**{"resident_dispatches": 1, f"dispatches[{config.label}]": 1})
         else:
@@ -138,7 +142,8 @@ class ReferenceBackend(Backend):
             raise DispatchError("write: the buffer is a non-contiguous or read-only view. Fix: write into a buffer "
                                 "made by upload / empty / allocate (or a contiguous slice of one).")
         arr, offset = check_write(buffer.dtype, buffer.size, values, offset)
-        buffer.reshape(-1)[offset:offset + arr.size] = arr
+        with _IN_PLACE:
+            buffer.reshape(-1)[offset:offset + arr.size] = arr
         self._count(bytes_uploaded=arr.nbytes)
 
     @host_memory("download", IN_HOST_MEMORY)
@@ -146,7 +151,8 @@ class ReferenceBackend(Backend):
         check_buffer(buffer, "download")
         flat = buffer.reshape(-1)
         offset, count = check_span(offset, count, flat.size)
-        out = flat[offset:offset + count].copy()
+        with _IN_PLACE:
+            out = flat[offset:offset + count].copy()
         self._count(bytes_read_back=out.nbytes)
         return out
 

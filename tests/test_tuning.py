@@ -41,6 +41,12 @@ def test_a_choice_persists_across_stores_and_processes(tmp_path):
     again = TuneStore(tmp_path, persist=True)
     assert again.get(key) == 256 and again.disk.hits == 1
     assert TuneStore(tmp_path, persist=True).get(("tune", "other")) is None
+    # Regression (a red-team): the occupancy rule's choice (any multiple of 32) competes with the
+    # candidates, and a later process deleted it as corrupt and timed everything again.
+    for wg in (96, 384, 640, 992):
+        TuneStore(tmp_path, persist=True).put(key, wg, {256: 2.0, wg: 1.0})
+        again = TuneStore(tmp_path, persist=True)
+        assert again.get(key) == wg and again.disk.corrupt == 0, wg
 
 
 def test_an_entry_that_fails_its_checks_is_deleted_and_timed_again(tmp_path):
@@ -53,7 +59,8 @@ def test_an_entry_that_fails_its_checks_is_deleted_and_timed_again(tmp_path):
     path.write_bytes(bytes(data))
     fresh = TuneStore(tmp_path, persist=True)
     assert fresh.get(key) is None and not path.exists() and fresh.disk.corrupt == 1
-    for payload in (b"not json", b'{"workgroup": 7}', b'{"workgroup": true}', b'{"wg": 64}', b"\xff\xfe",
+    for payload in (b"not json", b'{"workgroup": 7}', b'{"workgroup": 1056}', b'{"workgroup": 0}',
+                    b'{"workgroup": 96.0}', b'{"workgroup": true}', b'{"wg": 64}', b"\xff\xfe",
                     b"[" * 100_000):  # nested past Python's recursion limit (a red-team: a raw RecursionError)
         fresh.disk.put(key, payload)  # a valid digest over a payload that is not a choice
         assert TuneStore(tmp_path, persist=True).get(key) is None and not path.exists(), payload

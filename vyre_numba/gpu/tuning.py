@@ -15,7 +15,12 @@ import numpy as np
 from ..errors import ArgumentError, SettingError, shown
 from .diskcache import DiskCache, default_dir, enabled
 
-CANDIDATES = (32, 64, 128, 256, 512, 1024)
+CANDIDATES = (32, 64, 128, 256, 512, 1024)  # timed beside the occupancy rule's choice, any warp multiple
+
+
+def choosable(wg) -> bool:
+    """Whether `wg` is a block size the tuner can choose: a multiple of 32 from 32 to 1024."""
+    return isinstance(wg, int) and not isinstance(wg, bool) and 32 <= wg <= 1024 and wg % 32 == 0
 MAX_BYTES = 1 << 20
 
 
@@ -60,7 +65,7 @@ class TuneStore:
             return None
         try:
             wg = json.loads(raw.decode())["workgroup"]
-            ok = isinstance(wg, int) and not isinstance(wg, bool) and wg in CANDIDATES
+            ok = choosable(wg)
         except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError):  # RecursionError: '[' * 10**5
             ok = False
         if not ok:

@@ -317,6 +317,24 @@ def test_a_plan_is_made_once_per_sequence_and_counted():
     assert be.telemetry()["megakernel_fallbacks"] == 1
 
 
+@pytest.mark.parametrize("name", ["reference", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_labelled_steps_count_once_a_round_in_every_mode(name):
+    """Regression (a red-team): a megakernel counted no `dispatches[label]` for its steps, where a
+    sequence, a fused sequence, a replay and the megakernel's fallback count each."""
+    be = vn.get_backend(name)
+    steps, (x, y, z, w) = _pipeline(be, 64)
+    steps = [(p, bs, DispatchConfig(label=label)) for (p, bs), label in zip(steps, ["dbl", "rev", "dbl"])]
+    counts = []
+    for run, mode in ((lambda: be.megakernel(steps, [(w,)], max_rounds=3).run().mode, "megakernel"),
+                      (lambda: be.megakernel(steps, [(w,)], max_rounds=3, workgroups=10**5).run().mode, "graph"),
+                      (lambda: [be.dispatch_sequence(steps, [(w,)]) for _ in range(3)] and None, None)):
+        be.reset_telemetry()
+        assert run() == mode
+        t = be.telemetry()
+        counts.append((t.get("dispatches[dbl]"), t.get("dispatches[rev]")))
+    assert counts == [(6, 3)] * 3
+
+
 def test_bad_calls_say_how_to_fix_them():
     be = vn.get_backend("reference")
     steps, (x, y, z, w) = _pipeline(be, 64)

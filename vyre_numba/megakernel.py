@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections import Counter
 import threading
 import weakref
 from dataclasses import dataclass
@@ -175,7 +176,8 @@ class Megakernel(Unshared):
                                "went) to its end on the device; the rounds it runs write the caller's buffers, and "
                                "how many ran is not known here.")
                 raise
-            b._count(megakernel_runs=1)
+            labels = Counter(f"dispatches[{s.config.label}]" for s in self.steps if s.config and s.config.label)
+            b._count(megakernel_runs=1, **{k: v * rounds for k, v in labels.items()})  # as the steps' own dispatches
             return MegakernelResult(self._read_after(rounds), rounds, converged, "megakernel", None, ns)
         b._count(megakernel_fallbacks=1)
         rounds, converged = self._fallback_rounds()

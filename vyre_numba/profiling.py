@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import contextlib
 
+from .errors import ArgumentError, a_type
+
 __all__ = ["DOMAIN", "available"]  # and `range`, called as profiling.range(...): a star import would hide the builtin
 
 try:
@@ -15,6 +17,8 @@ DOMAIN = "vyre-numba"
 
 def range(name: str):  # noqa: A001 - mirrors nvtx.annotate's role
     """A context manager marking `name` (emit, assemble, upload, launch, readback) on the timeline."""
+    if not isinstance(name, str):
+        raise ArgumentError(f"range: the name is {a_type(name)}, not a str. Fix: pass the range's name as a str.")
     if _nvtx is None:
         return contextlib.nullcontext()
     return _nvtx.annotate(name, domain=DOMAIN)

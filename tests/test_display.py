@@ -526,6 +526,12 @@ def test_an_egraph_shows_how_many_classes_it_has():
     assert repr(EGraph.from_arrays([], [], [0], [], backend="reference")).startswith("EGraph(0 e-nodes, 0 classes")
     big = EGraph.from_terms([("f", str(k)) for k in range(400)], backend="reference")
     assert repr(big) == "EGraph(800 e-nodes, 800 class ids, backend='reference', rebuild pending)"  # not counted
+    # Regression (a red-team): past 300 rows the HTML counted operators with a bincount as long as
+    # the largest id: 16 GiB (a raw MemoryError, or the process killed) for an id near 2**31.
+    op = np.zeros(301, np.int64)
+    op[:3] = 2**31 - 2
+    huge = EGraph.from_arrays(np.arange(301), op, np.zeros(302, np.int64), [], backend="reference")
+    assert "0 (298), 2147483646 (3)" in huge._repr_html_()
     held = threading.Event()
 
     def hold():  # another thread's call in flight: the repr does not wait for it

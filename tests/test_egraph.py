@@ -694,6 +694,13 @@ def test_counts_take_numpy_ints():
     assert structural_equivalences(g, capacity=np.uint8(0)).shape[1] == 2
 
 
+class Unconvertible:
+    """Stands in for a tensor that requires grad: its conversion to an array raises RuntimeError."""
+
+    def __array__(self, *args, **kwargs):
+        raise RuntimeError("needs grad")
+
+
 BAD_CALLS = {
     "ragged union": (lambda g: g.union([[0, 1], [2]]), "not a \\(k, 2\\) array"),
     "union of shape (0, 3)": (lambda g: g.union(np.zeros((0, 3), np.int64)), "shape \\(0, 3\\)"),
@@ -703,6 +710,9 @@ BAD_CALLS = {
                   "list of operator"),
     "ops not names": (lambda g: EGraph.from_arrays([0], [0], [0, 0], [], ops=[1], backend="reference"),
                       "names are str"),
+    "ops holding None": (lambda g: EGraph.from_arrays([0, 1], [0, 1], [0, 0, 0], [], ops=["a", None],
+                                                      backend="reference"), "holds None .*names are str"),
+    "pairs that cannot be an array": (lambda g: g.union(Unconvertible()), "RuntimeError: needs grad"),
     "ops twice": (lambda g: EGraph.from_arrays([0], [0], [0, 0], [], ops=["a", "a"], backend="reference"),
                   "'a' twice"),
     "structural of a str": (lambda g: structural_equivalences("x"), "egraph is a str"),
@@ -1341,6 +1351,33 @@ def test_more_rows_than_the_table_can_address_are_refused_and_nothing_is_added(m
         g.add([8, 9], [0, 1, 2], [1, 2])
     assert (g.n_nodes, g.n_classes) == (4, 4)
     assert g.add([7], [0, 1], [0]).tolist() == [3]  # an existing e-node adds no row: still answered
+    # Regression (a red-team): with unions pending, the row limit was checked after the rebuild, so
+    # a refused add had rebuilt ("changes nothing (pending unions stay pending)" was false).
+    g.union([[0, 1]])
+    with pytest.raises(DispatchError, match=r"up to 6 e-nodes \(rows\) pass.*nothing was added.*Call rebuild"):
+        g.add([8, 9], [0, 1, 2], [1, 2])
+    assert "rebuild pending" in repr(g) and (g.n_nodes, g.n_classes) == (4, 4)
+    assert g.find([1]).tolist() == [0]
+
+
+def test_terms_made_as_they_are_read_keep_their_own_classes():
+    """Regression (a red-team): from_terms told shared subterms apart by id() without keeping them
+    alive, so a Sequence making each term on access got a freed term's class for the next: 1,000
+    distinct terms landed in 2 classes."""
+    from collections.abc import Sequence
+
+    class Made(Sequence):
+        def __len__(self):
+            return 1000
+
+        def __getitem__(self, i):
+            if not 0 <= i < 1000:
+                raise IndexError(i)
+            return ("Neg", ("Add", i, i + 1))
+
+    made, listed = EGraph.from_terms(Made(), backend="reference"), EGraph.from_terms(list(Made()), backend="reference")
+    assert len(set(made.term_classes.tolist())) == 1000
+    assert np.array_equal(made.term_classes, listed.term_classes) and made.n_nodes == listed.n_nodes
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -197,7 +197,7 @@ class DeviceEGraph:
         """Host copies of the rows and the union-find (compressed: each id's parent is its root)."""
         ch = self.ch.copy_to_host()
         off = self.off.copy_to_host()
-        return dict(eclass=self.cls.copy_to_host().astype(np.int64), op=self.op.copy_to_host(),
+        return dict(eclass=self.cls.copy_to_host().astype(np.int64), op=self.op.copy_to_host().astype(np.int64),
                     offsets=off, children=ch[:off[-1]].astype(np.int64), parent=self._roots())
 
     def append(self, eclass: np.ndarray, op: np.ndarray, offsets: np.ndarray, children: np.ndarray,

@@ -146,9 +146,9 @@ def _op_names(ops) -> list[str] | None:
     if not isinstance(ops, (list, tuple, np.ndarray)) or (isinstance(ops, np.ndarray) and ops.ndim != 1):
         raise DispatchError(f"ops is {shown(ops, 60)}; it is a list of operator names, one per operator id. "
                             "Fix: pass e.g. ops=['Add', 'Mul'] (or None).")
-    bad = next((o for o in ops if not isinstance(o, str)), None)
-    if bad is not None:
-        raise DispatchError(f"ops holds {shown(bad, 60)} ({type(bad).__name__}); operator names are str. "
+    bad = [o for o in ops if not isinstance(o, str)]  # a list, not next(..., None): None may be the item
+    if bad:
+        raise DispatchError(f"ops holds {shown(bad[0], 60)} ({type(bad[0]).__name__}); operator names are str. "
                             "Fix: pass names, e.g. [str(o) for o in ops] if numbers are meant as names.")
     names = [str(o) for o in ops]
     if len(set(names)) != len(names):
@@ -438,9 +438,9 @@ class EGraph(Unshared):
                                 "without the masked ones (pairs[~pairs.mask.any(axis=1)].data).")
         try:
             arr = np.asarray(pairs) if not hasattr(pairs, "__cuda_array_interface__") else pairs
-        except (ValueError, TypeError) as e:  # ragged rows
-            raise DispatchError(f"pairs is not a (k, 2) array ({e}). Fix: pass pairs of class ids, "
-                                "np.stack([a, b], axis=1).") from None
+        except Exception as e:  # ragged rows; an object whose conversion raises (a tensor that needs grad)
+            raise DispatchError(f"pairs is not a (k, 2) array ({type(e).__name__}: {e}). Fix: pass pairs of class "
+                                "ids, np.stack([a, b], axis=1).") from None
         arr = as_ints(pairs, arr, "pairs", IDS_FIX) if isinstance(arr, np.ndarray) else arr
         shape = getattr(arr, "shape", None)
         if shape == (0,):  # [] : no unions
@@ -558,10 +558,11 @@ class EGraph(Unshared):
         self._check_children(children, canon)
         base = self.n_classes
         if self._pending:
-            if base + op.size - 1 > MAX_ID:  # which e-nodes exist is known only after the rebuild: bound them now
+            if base + op.size - 1 > MAX_ID or g.n + op.size > MAX_ROWS:  # which e-nodes exist is known only
+                # after the rebuild, which a refused add must not run: bound them now
                 most = int(np.count_nonzero(signature_heads(op, offsets, canon) == np.arange(op.size)))
-                _check_id_limit(base, most, "up to ", " Call rebuild() first (then only e-nodes not in the e-graph "
-                                                      "count), or split the graph.")
+                _check_id_limit(base, most, "up to ", _REBUILD_FIRST)
+                _check_row_limit(g.n, most, "up to ", _REBUILD_FIRST)
             self.rebuild()
             canon = g.find(children) if children.size else children
         out = g.lookup(op, offsets, canon)
@@ -617,11 +618,15 @@ def _check_id_limit(base: int, count: int, what: str = "", fix: str = " Split th
         raise DispatchError(f"adding {what}{count} classes passes the id limit {MAX_ID}; nothing was added. Fix:{fix}")
 
 
-def _check_row_limit(rows: int, count: int) -> None:
+_REBUILD_FIRST = " Call rebuild() first (then only e-nodes not in the e-graph count), or split the graph."
+
+
+def _check_row_limit(rows: int, count: int, what: str = "",
+                     fix: str = " split the e-graph (distributed.congruence_closure works on partitions).") -> None:
     if rows + count > MAX_ROWS:
-        raise DispatchError(f"{rows + count} e-nodes (rows) pass the e-graph's limit of 2**29 - 1: its hash table "
-                            "keeps 4 slots a row, addressed by 32-bit slot ids on the device; nothing was added. "
-                            "Fix: split the e-graph (distributed.congruence_closure works on partitions).")
+        raise DispatchError(f"{what}{rows + count} e-nodes (rows) pass the e-graph's limit of 2**29 - 1: its hash "
+                            "table keeps 4 slots a row, addressed by 32-bit slot ids on the device; nothing was "
+                            f"added. Fix:{fix}")
 
 
 def _take_rows(offsets: np.ndarray, children: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

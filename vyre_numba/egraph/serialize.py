@@ -78,7 +78,7 @@ def rows_of_terms(terms: Sequence[Any]):
     memo: dict = {}  # (op id, children classes) -> class
     op_of: list[int] = []
     kids: list[list[int]] = []
-    done: dict = {}  # id(term tuple) -> class, for terms shared by reference
+    done: dict = {}  # id(term tuple) -> (the tuple, kept alive so that no other term reuses its id; class)
 
     def node(name, children: list[int]) -> int:
         key = (_op_id(ops, name), tuple(children))
@@ -100,13 +100,13 @@ def rows_of_terms(terms: Sequence[Any]):
                     raise DispatchError(f"a term tuple starts with {shown(t[0]) if t else 'nothing'}, not an operator "
                                         "name. Fix: write terms as ('Add', x, y).")
                 if id(t) in done and not expanded:
-                    out.append(done[id(t)])
+                    out.append(done[id(t)][1])
                 elif expanded:
                     k = len(t) - 1
                     children = out[len(out) - k:] if k else []
                     del out[len(out) - k:]
                     c = node(t[0], children)
-                    done[id(t)] = c
+                    done[id(t)] = (t, c)
                     out.append(c)
                 else:
                     stack.append((t, True))

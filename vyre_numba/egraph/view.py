@@ -59,10 +59,10 @@ def _operators(egraph, r: dict) -> list[tuple[str, int]]:
     pass over a million rows takes seconds)."""
     if not r["op"].size:
         return []
-    counts = np.bincount(r["op"])
+    ids, counts = np.unique(r["op"], return_counts=True)  # not bincount: its counts go up to the largest id
     top = np.argsort(-counts, kind="stable")[:10]
     ops = egraph.ops
-    return [(ops[int(o)] if ops is not None else str(int(o)), int(counts[o])) for o in top if counts[o]]
+    return [(ops[int(ids[k])] if ops is not None else str(int(ids[k])), int(counts[k])) for k in top]
 
 
 def to_graphviz(egraph, limit: int | None = MAX_DRAWN):

@@ -169,6 +169,28 @@ def test_weak_literal_that_cannot_take_its_type():
     assert d.facts == {"problem": "literal", "value": -1, "dtype": ir.DataType.U32}
 
 
+@pytest.mark.parametrize("value, dtype, want", [(1e40, "f32", np.float32(np.inf)), (300, "u8", 44), (-1, "u32", 2**32 - 1),
+                                               (1.5, "u32", 1), (70000, "f16", np.float16(np.inf))])
+def test_the_fix_for_a_literal_past_its_type_works_when_followed(value, dtype, want):
+    """Regression (a docs review): the Fix said "ir.lit(value, 'type') ... or ir.cast", and the
+    natural ir.cast(1e40, 'f32') is refused the same way (its literal is weak)."""
+    import vyre_numba as vn
+
+    B = ir.BufferDecl
+    made = []
+    for build in (lambda v: ir.load("x", 0) + v, lambda v: ir.lit(v, dtype)):  # a weak literal; a typed one
+        try:
+            ir.check(ir.Program([B.read_write("x", 0, dtype)], 1, [ir.store("x", 0, build(value))]))
+            raise AssertionError("accepted")
+        except IRValidationError as e:
+            call = re.search(r"on purpose, (ir\.cast\(.*\))\.", str(e)).group(1)
+        made.append(call)
+        p = ir.Program([B.read_write("x", 0, dtype)], 1, [ir.store("x", 0, eval(call, {"ir": ir}))])
+        (got,) = vn.get_backend("reference").dispatch(p, [np.zeros(1, np.dtype(ir.DataType.parse(dtype).storage))])
+        assert got.view(np.dtype(want).type if dtype.startswith("f") else got.dtype)[0] == want, (call, got)
+    assert made[0] == made[1]
+
+
 def test_an_untyped_literal_beyond_every_integer_type_says_so():
     """Regression: it said 'literal ... cannot be a None'."""
     d = assert_only(prog(ir.let("t", ir.lit(2**70)), ir.store("c", 0, C0)), "entry[0]",

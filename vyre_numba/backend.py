@@ -782,6 +782,8 @@ def check_bound(program: Program, buffers: list) -> None:
     dtype, a contiguous layout, fewer than 2**32 elements, at least the declared count, and a
     writable array where the program may write. NumPy arrays and `__cuda_array_interface__` arrays
     are checked; anything else is left to the dispatch."""
+    from .bindings import STRIDED_FIX
+
     where = f"dispatch_resident of {program.name!r}"
     for decl, buf in zip(program.bound_buffers, buffers):
         cai = getattr(buf, "__cuda_array_interface__", None)
@@ -801,7 +803,7 @@ def check_bound(program: Program, buffers: list) -> None:
         for dim, stride in zip(reversed(shape), reversed(strides or ())):
             if size > 1 and dim > 1 and stride != expect:
                 raise DispatchError(f"{where}: {decl.name!r} is a non-contiguous view (strides {tuple(strides)}). "
-                                    "Fix: pass a contiguous copy (np.ascontiguousarray(x), cupy.ascontiguousarray).")
+                                    f"{STRIDED_FIX}")
             expect *= dim
         if size >= 2**32:
             raise DispatchError(f"{where}: {decl.name!r} has {size} elements; lengths are u32. Fix: split the data "

@@ -428,6 +428,11 @@ def _output_counts(program: Program, arrays: Mapping[str, np.ndarray], sizes, wh
     return counts
 
 
+STRIDED_FIX = ("Fix: dispatch on a contiguous copy you keep (c = np.ascontiguousarray(x), or "
+               "cupy.ascontiguousarray on the GPU) and copy its results back (x[...] = c): the program writes "
+               "in place, so a copy made for the call alone would take the writes.")
+
+
 def storage_mismatch(where: str, decl, have) -> DispatchError:
     """The error for a resident buffer of dtype `have` bound to `decl`, whose storage differs."""
     said, fix = _STORED.get(decl.dtype, ("", f"allocate it with dtype {decl.dtype.storage}"))

@@ -8,14 +8,13 @@ import weakref
 
 import numpy as np
 
-from ..bindings import check_resident, launch_geometry, storage_mismatch
+from ..bindings import STRIDED_FIX, check_resident, launch_geometry, storage_mismatch
 from ..config import DispatchConfig
 from ..errors import DispatchError, a_type, shown
 from ..ir import Program
 from ..ir.program import Role
 from .launch import KernelLaunch, LaunchShape
 
-_STRIDE_HINT = "Fix: pass a contiguous copy (e.g. cupy.ascontiguousarray)."
 
 
 class BufferViews:
@@ -73,7 +72,7 @@ class BufferViews:
             for dim, st in zip(reversed(shape), reversed(strides)):
                 if dim > 1 and st != expect:
                     raise DispatchError(f"dispatch_resident of {shown(kernel)}: {decl.name!r} is a non-contiguous view "
-                                        f"(strides {strides}). {_STRIDE_HINT}")
+                                        f"(strides {strides}). {STRIDED_FIX}")
                 expect *= dim
         if size >= 2**32:
             raise DispatchError(f"dispatch_resident of {shown(kernel)}: {decl.name!r} has {size} elements; lengths are "

@@ -611,6 +611,26 @@ def _number(value) -> int | float | bool | np.longdouble | None:
     return None
 
 
+def cast_on_purpose(value, dt: DataType) -> str | None:
+    """The call that makes `value` a `dt` through a cast of a wider typed literal (wrapping,
+    truncating, saturating or rounding to an infinity as `cast` does), or None where no wider
+    type holds the value."""
+    if isinstance(value, (bool, np.bool_)) or isinstance(value, np.floating) and value.dtype.itemsize > 8:
+        return None
+    if isinstance(value, INTEGERS):
+        wide = "i64" if -2**63 <= int(value) < 2**63 else "u64" if 0 <= int(value) < 2**64 else None
+        value = int(value)
+    else:
+        wide = "f64" if dt != DataType.F64 else None
+        value = float(value)
+    return None if wide is None else f"ir.cast(ir.{wide}({value!r}), '{dt}')"
+
+
+def _on_purpose(value, dt: DataType, what: str) -> str:
+    call = cast_on_purpose(value, dt)
+    return f"; to {what} on purpose, {call}" if call else ""
+
+
 def lit(value: int | float | bool, dtype: DataType | str | None = None) -> Lit:
     """A literal of `dtype` (a DataType, its name, or a NumPy dtype); without one, a weak literal
     typed by its context. The value must fit the type exactly: an int in range, an integral float
@@ -633,17 +653,17 @@ def lit(value: int | float | bool, dtype: DataType | str | None = None) -> Lit:
         bits = float_to_bits(v, dt)
         if overflows(v, bits, dt):
             raise _fail(f"literal {shown(value)} is past the largest finite {dt} ({dt.max!r}): it would round to "
-                        f"{'-' if v < 0 else ''}inf. Fix: write {'-' if v < 0 else ''}math.inf for an infinity, use a "
-                        f"wider type, or ir.cast a wider literal to {dt} to overflow on purpose.")
+                        f"{'-' if v < 0 else ''}inf. Fix: write {'-' if v < 0 else ''}math.inf for an infinity, or use a "
+                        f"wider type{_on_purpose(value, dt, 'overflow')}.")
         return Lit(dt, bits)
     if not isinstance(v, int):
         if not v.is_integer():
             raise _fail(f"literal {shown(value)} is not an integer but the type is {dt}. "
-                        f"Fix: pass an int, or use a float type.")
+                        f"Fix: pass an int, or use a float type{_on_purpose(value, dt, 'truncate')}.")
         v = int(v)  # exact, a long double's too
     if not (dt.min <= v <= dt.max):
         raise _fail(f"literal {shown(value)} does not fit {dt} (range {dt.min}..{dt.max}). "
-                    f"Fix: use a wider type or a value in range.")
+                    f"Fix: use a wider type or a value in range{_on_purpose(value, dt, 'wrap')}.")
     return Lit(dt, v)
 
 

@@ -303,9 +303,13 @@ class _Checker:
                 return e, None
             why = f" (past its largest finite, {target.max!r}, so it would round to an infinity)" \
                 if target.is_float else ""
-            self.err(where, f"literal {shown(e.value)} cannot be a {target}{why}. "
-                            f"Fix: write a literal that fits, e.g. ir.lit(value, 'type'), math.inf for an infinity, "
-                            f"or ir.cast.", problem="literal", value=e.value, dtype=target)
+            call = n.cast_on_purpose(e.value, target)
+            fix = f"a {target} literal that fits" + (", or math.inf for an infinity" if target.is_float else "")
+            if call:
+                how = "overflow" if target.is_float else "truncate" if isinstance(e.value, float) else "wrap"
+                fix += f"; to {how} on purpose, {call}"
+            self.err(where, f"literal {shown(e.value)} cannot be a {target}{why}. Fix: write {fix}.",
+                     problem="literal", value=e.value, dtype=target)
             return e, None
         return strong, strong.dtype
 

@@ -6,7 +6,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..bindings import Binding, check_config, check_resident, check_unaliased, launch_geometry, storage_mismatch
+from ..bindings import (STRIDED_FIX, Binding, check_config, check_resident, check_unaliased, launch_geometry,
+                        storage_mismatch)
 from ..config import DispatchConfig  # noqa: F401  (type hints)
 from ..errors import DispatchError, a_type
 from ..ir import Program, check
@@ -63,7 +64,7 @@ def _checked(program: Program, buffers, config, memory, work) -> tuple:
         if buf.dtype != decl.dtype.storage:
             raise storage_mismatch(where, decl, buf.dtype)
         if not buf.flags.c_contiguous:
-            raise DispatchError(f"{where}: {decl.name!r} is a non-contiguous view. Fix: pass np.ascontiguousarray(x).")
+            raise DispatchError(f"{where}: {decl.name!r} is a non-contiguous view. {STRIDED_FIX}")
         if decl.is_output and not buf.flags.writeable:
             raise DispatchError(f"{where}: output {decl.name!r} is read-only. Fix: pass a writeable array.")
         if buf.size >= 2**32:

@@ -324,7 +324,10 @@ class Backend(abc.ABC):
                  config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None
                  ) -> list[np.ndarray]:
         """Run `program` once (or `config.fixpoint_iterations` times) on host arrays and return the
-        output buffers in binding order. Inputs are never modified."""
+        output buffers in binding order. `inputs`: one array (or list, or scalar) per input buffer,
+        in binding order or by name in a dict; `sizes`: the element count of an output whose size
+        no input gives, by name (docs/inputs.md says what is accepted and how it converts).
+        Inputs are never modified."""
 
     def dispatch_resident(self, program: Program, buffers: Sequence | Mapping,
                           config: DispatchConfig | None = None) -> None:

@@ -174,7 +174,7 @@ def _check_elements(b: BufferDecl, values: list | tuple, arr: np.ndarray, where:
             if b.dtype.is_bool:
                 continue  # bools among the integers 0 and 1: all mean what they say
             _refuse(b, arr, values, where, i, f"{b.dtype} buffers take numbers, not bools",
-                    f"pass numbers (x.astype(np.{b.dtype.storage}) counts True as 1)", element=v)
+                    f"pass numbers (np.asarray(x, np.{b.dtype.storage}) counts True as 1)", element=v)
         if not (x == a or (x != x and a != a)):
             _refuse(b, arr, values, where, i, f"the list mixes types and no common type holds every element "
                     f"exactly: NumPy reads it as {_show(a)}",
@@ -222,7 +222,7 @@ def _exact(b: BufferDecl, arr: np.ndarray, value, where: str) -> np.ndarray:
                         "0/1 integers")
     if kind == "b":
         return _refuse(b, arr, value, where, 0, f"{dt} buffers take numbers, not bools",
-                       f"pass numbers (x.astype(np.{want}) counts True as 1)")
+                       f"pass numbers (np.asarray(x, np.{want}) counts True as 1)")
     if dt.is_int:
         if kind == "f":
             wide = arr if arr.dtype.itemsize >= 8 else arr.astype(np.float64)  # bounds below are exact there

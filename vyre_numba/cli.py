@@ -107,7 +107,8 @@ def cmd_info(args: argparse.Namespace) -> int:
                 why = str(e)
         if why is None:
             usable.append(name)
-        print(f"  {name:10s} {'available' if why is None else 'unavailable: ' + _in_cli_terms(why)}")
+        why = None if why is None else _in_cli_terms(why, "run (or demo) --backend reference")
+        print(f"  {name:10s} {'available' if why is None else 'unavailable: ' + why}")
     if unavailable_reason("cuda") is None:
         from .gpu import caps
 
@@ -146,9 +147,9 @@ def _check_settings() -> None:
             raise why
 
 
-def _in_cli_terms(text: str) -> str:
-    """A library message whose Fix names the Python call, with the command-line option instead."""
-    return text.replace("get_backend('reference')", "--backend reference")
+def _in_cli_terms(text: str, option: str = "--backend reference") -> str:
+    """A library message whose Fix names the Python call, with the command-line `option` instead."""
+    return text.replace("get_backend('reference')", option)
 
 
 def _backend(name: str | None):

@@ -8,6 +8,8 @@
 Host arrays give NumPy results (computed by the NumPy twins, with no GPU involved); device
 arrays (numba, CuPy, PyTorch: anything with `__cuda_array_interface__`) give device arrays of
 exactly the kept length, computed on the GPU (see `select.py` for the design).
+Every call takes `stream=`, a Numba stream the GPU work is queued on (None: the default stream);
+it applies to device inputs only, host inputs being computed on the host.
 Values may be any 8- to 64-bit type or a record (structured) dtype; flags any integer or bool
 type, non-zero meaning keep; the predicate of `select_if` a function Numba compiles, taking one
 value and returning a bool.

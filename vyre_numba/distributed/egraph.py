@@ -456,6 +456,9 @@ def congruence_closure(egraph_partitions: Any, unions: ArrayLike | None = None, 
     GPU workers, as they hold it), computed (the call waits for it and raises what the workers
     raised) but not brought to the client.
 
+    `max_rounds`: stop after that many rounds (None, the default: at the fixed point; the result's
+    `converged` says whether it was reached).
+
     An `EGraph` given is read, not changed (the single-process call changes its own); to give it
     the classes found: `g.union(np.stack([g.classes(), result.eclass], axis=1)); g.rebuild()`."""
     gather = flag(gather, "gather", "pass True (classes as a NumPy array) or False (a Dask array left on the workers).")

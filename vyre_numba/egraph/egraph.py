@@ -297,7 +297,11 @@ class EGraph(Unshared):
                     table_capacity: int | None = None) -> "EGraph":
         """An e-graph of the given rows, kept in the given order: row r is an e-node in class
         eclass[r] with operator op[r] and children (class ids) children[children_offsets[r]:
-        children_offsets[r+1]]. Congruent rows are merged by the first `rebuild()`."""
+        children_offsets[r+1]]. Congruent rows are merged by the first `rebuild()`. `ops`: the
+        operator names, one per operator id (None: operators are plain ids, and `add` takes ids);
+        `backend`: None for the GPU where present, else the reference backend; `table_capacity`:
+        the GPU hash table's first size in slots (None: 4 a row; it grows when full; unused on the
+        reference backend, which keeps no such table)."""
         return cls(eclass, op, children_offsets, children, ops=ops, backend=backend, table_capacity=table_capacity)
 
     @classmethod
@@ -468,7 +472,9 @@ class EGraph(Unshared):
                 persistent: bool = True) -> RebuildStats:
         """Restore the invariants: every child canonical, no two rows with equal (operator,
         canonical children) in different classes. Incremental on the GPU: a round revisits only the
-        rows that use a class merged in the round before. `progress`: a bar of rounds, None (the
+        rows that use a class merged in the round before. `max_rounds`: stop after that many rounds
+        (None, the default: at the fixed point; `converged` says whether it was reached, and the
+        rebuild stays pending where it was not). `progress`: a bar of rounds, None (the
         default) once the rebuild has run a second, True at once, False never. `persistent`: on
         the GPU, small rounds run in one persistent launch (their device time is the phase
         "on_device"); False launches every round from the host, a read of its count each, so that
@@ -643,8 +649,8 @@ def congruence_closure(egraph: "EGraph | tuple", unions: ArrayLike | None = None
                        max_rounds: int | None = None, progress: bool | None = None) -> ClosureResult:
     """Apply `unions` ((k, 2) class ids) to `egraph` (an EGraph, changed in place, or a tuple
     (eclass, op, children_offsets, children) built on `backend`) and rebuild to the fixed point:
-    the canonical class of every row, rounds, classes merged and per-phase times. `progress` as
-    in `EGraph.rebuild`."""
+    the canonical class of every row, rounds, classes merged and per-phase times. `max_rounds`
+    and `progress` as in `EGraph.rebuild`."""
     from ..progress import check_progress
 
     max_rounds = _max_rounds(max_rounds)

@@ -362,7 +362,8 @@ class WorkQueue(Unshared):
         return min(self._tail(), self.capacity)
 
     def overflowed(self) -> int:
-        """Pushes refused since the last reset, the queue being full (one synchronisation)."""
+        """Pushes refused, the queue being full, since it was last emptied (`drain`, `chunks` or
+        `reset`; one synchronisation)."""
         return max(0, self._tail() - self.capacity)
 
     def reset(self) -> None:

@@ -732,6 +732,19 @@ def test_ranged_downloads_take_any_integer_types_and_refuse_the_rest(backend):
             backend.download(d, offset, count)
 
 
+def test_reference_downloads_refuse_arrays_no_buffer_can_be():
+    """Regression (a red-team): download and read= took object or complex arrays, none of which
+    upload makes (bools it does: compaction's flags)."""
+    be = vn.get_backend("reference")
+    for dt in (object, np.complex64, "U2", np.float128 if hasattr(np, "float128") else "M8[ns]"):
+        a = np.zeros(3, dt)
+        for call in (lambda: be.download(a), lambda: be.dispatch_sequence([], [(a,)])):
+            with pytest.raises(DispatchError, match=f"download: the buffer holds {np.dtype(dt)}, which no vyre buffer "
+                               "holds.*Fix: read from"):
+                call()
+    assert be.download(be.upload(np.array([True, False]))).tolist() == [True, False]
+
+
 def test_a_masked_array_is_not_uploaded_without_its_mask(backend):
     from vyre_numba import DispatchError
 

@@ -1119,6 +1119,14 @@ def host_array(x, what: str, on_device: str, masked: str, other: str) -> np.ndar
         raise DispatchError(f"{what} is not an array of numbers ({e}). Fix: {other}") from None
 
 
+def check_storage(dtype: np.dtype, what: str, verb: str) -> None:
+    """Refuse a buffer (`what` in the message, `verb` ... it in the Fix) whose dtype is no vyre storage dtype."""
+    if dtype not in STORAGE_DTYPES:
+        raise DispatchError(f"{what}: the buffer holds {dtype}, not one of the vyre storage dtypes "
+                            f"{sorted({str(d) for d in STORAGE_DTYPES})}. Fix: {verb} a buffer of one of them "
+                            "(backend.empty(n, dtype), or upload an array of that dtype).")
+
+
 def check_write(dtype: np.dtype, size: int, values, offset) -> tuple[np.ndarray, int]:
     """(the values as a flat array of `dtype`, converted exactly, and the offset) of a write into a
     buffer of `size` elements of `dtype`, checked: they fit from `offset` on."""
@@ -1128,10 +1136,7 @@ def check_write(dtype: np.dtype, size: int, values, offset) -> tuple[np.ndarray,
     if isinstance(offset, (bool, np.bool_)) or not isinstance(offset, INTEGERS) or offset < 0:
         raise DispatchError(f"write: offset={shown(offset, 60)} is not an element index. Fix: pass an int from 0.")
     offset = int(offset)
-    if dtype not in STORAGE_DTYPES:
-        raise DispatchError(f"write: the buffer holds {dtype}, not one of the vyre storage dtypes "
-                            f"{sorted({str(d) for d in STORAGE_DTYPES})}. Fix: write into a buffer of one of them "
-                            "(backend.empty(n, dtype), or upload an array of that dtype).")
+    check_storage(dtype, "write", "write into")
     if hasattr(values, "__cuda_array_interface__") or hasattr(values, "copy_to_host"):
         raise DispatchError("write: the values are a GPU array; write copies host values. Fix: pass a NumPy array "
                             "(values.copy_to_host(), or values.get() for CuPy).")

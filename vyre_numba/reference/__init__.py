@@ -10,7 +10,8 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from .. import checked
-from ..backend import Backend, InFlight, check_empty, check_span, check_upload, check_write, wait_seconds
+from ..backend import (STORAGE_DTYPES, Backend, InFlight, check_empty, check_span, check_upload, check_write,
+                       wait_seconds)
 from ..bindings import Binding, bind
 from ..config import DispatchConfig
 from ..errors import IN_HOST_MEMORY, DispatchError, HostMemoryError, host_memory
@@ -149,6 +150,10 @@ class ReferenceBackend(Backend):
     @host_memory("download", IN_HOST_MEMORY)
     def download(self, buffer, offset: int = 0, count: int | None = None) -> np.ndarray:
         check_buffer(buffer, "download")
+        if buffer.dtype.kind not in "biu" and buffer.dtype not in STORAGE_DTYPES:  # none that upload makes
+            raise DispatchError(f"download: the buffer holds {buffer.dtype}, which no vyre buffer holds (upload "
+                                "makes them of bools, integers and float16/32/64). Fix: read from a buffer made by "
+                                "upload / empty / allocate.")
         flat = buffer.reshape(-1)
         offset, count = check_span(offset, count, flat.size)
         with _IN_PLACE:

@@ -38,6 +38,7 @@ BAD = [
     ("cooperative", None), ("cooperative", np.int64(1)), ("cooperative", 1.0), ("cooperative", [True]),
     # label: None or a non-blank str
     ("label", ""), ("label", "   "), ("label", 5), ("label", b"x"), ("label", ["a"]), ("label", True),
+    ("label", "a\nb"), ("label", "tab\there"), ("label", "\x1b[31mred"),  # a red-team: counter names with control characters
 ]
 
 

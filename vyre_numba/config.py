@@ -101,9 +101,10 @@ class DispatchConfig:
         object.__setattr__(self, "cooperative", flag(self.cooperative, "cooperative",
                                                      "pass cooperative=True or cooperative=False."))
         label = self.label
-        if label is not None and (not isinstance(label, str) or not label.strip()):
-            raise DispatchError(f"label={shown(label)} is not a non-blank str. "
-                                "Fix: pass a name such as label='step1', or leave label=None.")
+        if label is not None and (not isinstance(label, str) or not label.strip() or not label.isprintable()):
+            raise DispatchError(f"label={shown(label)} is not a non-blank str of printable characters (it names a "
+                                "counter and a profiler range). Fix: pass a name such as label='step1', or leave "
+                                "label=None.")
         if label is not None:
             object.__setattr__(self, "label", str(label))
         if not isinstance(self.optimize, (bool, np.bool_)):

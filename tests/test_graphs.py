@@ -80,6 +80,16 @@ def test_replay_of_another_size_says_to_record_again(backend, bad):
         assert g.replay([np.ones(1000, np.uint32)])[0].tolist() == [4] * 1000  # still usable
 
 
+def test_a_bad_replay_or_recording_is_named_in_its_message(backend):
+    """Regression (a red-team): a replay's refusal said "dispatch of 'affine': ..."."""
+    with pytest.raises(DispatchError, match="^record_graph of 'affine': expected 1 input"):
+        backend.record_graph(affine(), [])
+    with backend.record_graph(affine(), [np.zeros(8, np.uint32)]) as g:
+        for bad in ([], {"y": np.zeros(8, np.uint32)}):
+            with pytest.raises(DispatchError, match="^replay of 'affine': .*Fix:"):
+                g.replay(bad)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint16, np.int32])
 def test_replay_of_another_dtype_says_to_record_again(backend, dtype):
     """A replay never converts: the recording took u32, so other dtypes (even ones whose values

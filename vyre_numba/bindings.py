@@ -321,7 +321,7 @@ def _check_size(b: BufferDecl, size: int, where: str) -> None:
 
 def bind(program: Program, inputs: Sequence | Mapping | None, config: DispatchConfig | None = None,
          sizes: Mapping[str, int] | None = None, *, copy_inputs: bool = True,
-         allocate_outputs: bool = True, before_outputs=None) -> Binding:
+         allocate_outputs: bool = True, before_outputs=None, call: str = "dispatch") -> Binding:
     """Check `inputs` against `program` and build the buffers of one dispatch.
 
     inputs: the input-role buffers (read_only, uniform, read_write) in binding order, or a dict by name;
@@ -329,15 +329,16 @@ def bind(program: Program, inputs: Sequence | Mapping | None, config: DispatchCo
     sizes: element counts of output-only buffers declared with count=0; by default they take the
     largest input's length. read_write buffers are copied unless copy_inputs is False; pure
     outputs get zeroed host arrays unless allocate_outputs is False (a device backend that makes
-    its own needs only their sizes). Every mistake raises a DispatchError (LaunchError for the
-    launch geometry) before anything is allocated for the outputs; `before_outputs(binding)`, a
-    backend's own check of the launch, runs then too (its binding has no outputs yet).
+    its own needs only their sizes); `call` names the caller's call in messages. Every mistake
+    raises a DispatchError (LaunchError for the launch geometry) before anything is allocated for
+    the outputs; `before_outputs(binding)`, a backend's own check of the launch, runs then too
+    (its binding has no outputs yet).
     """
     check(program)
     config = check_config(config)
     decls = program.inputs
     names = [b.name for b in decls]
-    where = f"dispatch of {program.name!r}"
+    where = f"{call} of {program.name!r}"
     if inputs is None:
         inputs = ()
     if isinstance(inputs, Mapping):

@@ -190,7 +190,7 @@ class Redispatch(RecordedGraph):
 
         refuse(config, "record_graph")
         self.backend, self.program, self.config = backend, program, check_config(config)
-        binding = bind(program, sample_inputs, self.config, sizes)
+        binding = bind(program, sample_inputs, self.config, sizes, call="record_graph")
         check_recorded_launches(f"record_graph of {program.name!r}", self.config.fixpoint_iterations)
         self._dtypes = input_dtypes(program, sample_inputs)
         self._sizes = {b.name: binding.sizes[b.name] for b in program.outputs}
@@ -203,7 +203,7 @@ class Redispatch(RecordedGraph):
     def replay(self, inputs: Sequence | Mapping | None = None) -> list[np.ndarray]:
         self._check_open()
         check_replay_dtypes(self.program, self._dtypes, inputs)
-        now = bind(self.program, inputs, self.config, self._sizes_for_outputs())
+        now = bind(self.program, inputs, self.config, self._sizes_for_outputs(), call="replay")
         check_replay_sizes(self.binding, now)
         # as on the GPU, the inputs go into the recording's own buffers, so a replay_resident after
         # this continues from the state this replay leaves; a replay that fails puts them back

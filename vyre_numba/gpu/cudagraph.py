@@ -117,7 +117,7 @@ class CudaRecordedGraph(RecordedGraph):
         checked.refuse(config, "record_graph")
         backend._ensure_context()
         b = bind(program, sample_inputs, backend._resolve(program, config, sample_inputs, sizes), sizes,
-                 copy_inputs=False, allocate_outputs=False)
+                 copy_inputs=False, allocate_outputs=False, call="record_graph")
         self.config, self.binding = b.config, b
         check_recorded_launches(f"record_graph of {program.name!r}", b.config.fixpoint_iterations)
         self._dtypes = input_dtypes(program, sample_inputs)
@@ -192,7 +192,7 @@ class CudaRecordedGraph(RecordedGraph):
         if arrays is None:
             check_replay_dtypes(self.program, self._dtypes, inputs)
             now = bind(self.program, inputs, self.config, _pure_sizes(self.binding), copy_inputs=False,
-                       allocate_outputs=False)
+                       allocate_outputs=False, call="replay")
             check_replay_sizes(self.binding, now)
             arrays = now.arrays
         with self._open():  # checked again: another thread may have closed it since

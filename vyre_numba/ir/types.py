@@ -241,7 +241,9 @@ def _f32_to_bf16(x) -> np.ndarray:
     u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
     rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
     nan = np.isnan(np.asarray(x, dtype=np.float32))
-    out = np.where(nan, (u >> 16) | 0x40, rounded)
+    # a NaN whose bits all sit in the top half is a bf16 already (one loaded, say): its bits stay, as a
+    # GPU's store keeps them; another is quietened, so that dropping the low half cannot make an inf
+    out = np.where(nan, np.where(u & 0xFFFF, (u >> 16) | 0x40, u >> 16), rounded)
     return out.astype(np.uint16)
 
 

@@ -231,9 +231,26 @@ def test_operator_overloading_builds_binops():
     }
     for op, e in table.items():
         assert isinstance(e, BinOp) and e.op == op and e.a.equals(x) and e.b.equals(Lit(D.I64, 1, weak=True)), op
-    assert (x // 2).op == "div"
     assert (-x).equals(UnOp("neg", x)) and (~x).equals(UnOp("bitnot", x))
     assert x.cast("u8").equals(ir.cast(x, D.U8))
+
+
+def test_floor_division_and_numpy_functions_are_refused_with_the_ir_form():
+    """Regression (a new user's walkthrough): `x // 2` on an f32 expression silently built true
+    division ([7, -7] -> [3.5, -3.5], NumPy [3, -4]), and np.sqrt(x) raised NumPy's own TypeError."""
+    x = ir.load("a", ir.gid(0))
+    for call in (lambda: x // 2, lambda: 7 // x, lambda: np.float32(7) // x):
+        with pytest.raises(IRValidationError, match=r"floor division \(//\).*Fix: write a / b.*ir.floor\(a / b\)"):
+            call()
+    for call, fix in ((lambda: np.sqrt(x), "use ir.sqrt"), (lambda: np.maximum(x, 0), "use ir.max_"),
+                      (lambda: np.abs(x), "use ir.abs_"), (lambda: np.hypot(x, 1.0), "build it from the ir"),
+                      (lambda: np.float32(2) ** x, "multiply")):
+        with pytest.raises(IRValidationError, match=f"Fix: {fix}"):
+            call()
+    # a NumPy scalar on the left builds what the operator builds, operands in order, types kept
+    f32_two, i32_three = Lit(D.F32, ir.float_to_bits(2.0, D.F32)), Lit(D.I32, 3)
+    assert (np.float32(2) * x).equals(BinOp("mul", f32_two, x)) and (np.int32(3) - x).equals(BinOp("sub", i32_three, x))
+    assert (np.float32(2) < x).equals(BinOp("lt", f32_two, x)) and (np.int32(3) == x).equals(BinOp("eq", i32_three, x))
 
 
 def test_reflected_operators_keep_operand_order():
@@ -259,7 +276,7 @@ def test_double_equals_builds_ir_and_equals_compares_structure():
     cond = ir.if_(i == 0, [ir.return_()]).cond
     assert isinstance(cond, BinOp) and cond.op == "eq" and cond.b.equals(ir.lit(0))
     assert (3 == i).equals(BinOp("eq", i, ir.lit(3)))        # reflected, as Python does
-    assert (np.uint32(3) == i).equals(BinOp("eq", i, ir.u32(3)))  # NumPy defers to the IR
+    assert (np.uint32(3) == i).equals(BinOp("eq", ir.u32(3), i))  # NumPy hands the IR its ufunc: the same comparison
     for make in (lambda: bool(i == 0), lambda: i in [ir.var("i")], lambda: {ir.var("i"): 1}[i]):
         with pytest.raises(IRValidationError, match="a.equals"):
             make()

@@ -415,7 +415,7 @@ def test_last_writer_wins_in_invocation_order():
     p = P([B.output("one", 0, "u32", 1), B.output("quarter", 1, "u32", 25), B.output("even", 2, "u32", 3)], 32, [
         ir.let("i", ir.gid(0)),
         ir.store("one", 0, i),
-        ir.store("quarter", i // 4, i),
+        ir.store("quarter", i / 4, i),
         ir.if_((i % 2).eq(0), ir.store("even", i % 3, i)),
     ], )
     one, quarter, even = run(p, [], DispatchConfig(grid=3))

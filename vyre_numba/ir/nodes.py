@@ -198,14 +198,47 @@ def _node(**kinds: str):
     return wrap
 
 
+# NumPy's operator ufuncs, met where a NumPy scalar is the left operand (`np.float32(2) * x`): the IR
+# operator Python would have built. Any other ufunc (np.sqrt(x)) is refused, naming the ir function.
+_UFUNC_OPS = {"add": "add", "subtract": "sub", "multiply": "mul", "divide": "div", "true_divide": "div",
+              "remainder": "mod", "bitwise_and": "bitand", "bitwise_or": "bitor", "bitwise_xor": "bitxor",
+              "left_shift": "shl", "right_shift": "shr", "less": "lt", "less_equal": "le", "greater": "gt",
+              "greater_equal": "ge", "equal": "eq", "not_equal": "ne"}
+_UFUNC_NAMES = {"maximum": "max_", "minimum": "min_", "fmax": "max_", "fmin": "min_", "absolute": "abs_",
+                "rint": "round_", "fabs": "abs_", "logical_not": "not_", "reciprocal": "recip", "sign": "sign",
+                "isnan": "isnan", "isinf": "isinf", "isfinite": "isfinite"}
+
+
+_FLOOR_FIX = ("write a / b: it truncates toward zero on integers (C's division, not Python's floor: -7 / 2 is -3) "
+              "and is IEEE division on floats; ir.floor(a / b) is a float floor division.")
+
+
 class Expr(_Structural):
     """Base class of every expression. Python operators build IR: `+ - * / % & | ^ << >> ~`,
-    unary `-`, and the comparisons `< <= > >= == !=`. `/` and `//` both build `div`, which
-    truncates toward zero on integers (C semantics, not Python's floor) and is IEEE division on
-    floats; use `ir.floor(a / b)` for a float floor division. `a.equals(b)` compares IR."""
+    unary `-`, and the comparisons `< <= > >= == !=`. `/` builds `div`, which truncates toward
+    zero on integers (C semantics, not Python's floor) and is IEEE division on floats; `//` is
+    refused for that difference (`ir.floor(a / b)` is a float floor division). `a.equals(b)`
+    compares IR. NumPy functions do not apply to IR: `np.sqrt(x)` is refused, naming `ir.sqrt`."""
 
     __slots__ = ()
-    __array_ufunc__ = None  # NumPy scalars and arrays defer to these operators instead of looping
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        op = _UFUNC_OPS.get(ufunc.__name__)
+        if op is not None and method == "__call__" and len(inputs) == 2 and not kwargs:  # NumPy passes a
+            a, b = (v[()] if isinstance(v, np.ndarray) and not v.ndim else v for v in inputs)  # scalar as 0-d
+            return BinOp(op, _e(a), _e(b))
+        if ufunc.__name__ in ("negative", "invert") and method == "__call__" and len(inputs) == 1 and not kwargs:
+            return UnOp("neg" if ufunc.__name__ == "negative" else "bitnot", self)
+        if ufunc.__name__ in ("floor_divide", "power", "matmul"):
+            getattr(self, {"floor_divide": "__floordiv__", "power": "__pow__", "matmul": "__matmul__"}[ufunc.__name__])(0)
+        name = _UFUNC_NAMES.get(ufunc.__name__, ufunc.__name__)
+        from . import __all__ as names
+
+        how = (f"use ir.{name}(...), which builds it on the device (docs/semantics.md gives its rules, NaN's "
+               "included)" if name in names else "build it from the ir.* functions")
+        call = f"np.{ufunc.__name__}{'' if method == '__call__' else '.' + method}"
+        raise IRValidationError(f"{call} was given an IR expression ({render_expr(self, 80)}), a value on the "
+                                f"device; NumPy functions run on host arrays. Fix: {how}.")
 
     def __hash__(self) -> int:
         return self._hash
@@ -218,8 +251,8 @@ class Expr(_Structural):
     def __rmul__(self, o): return BinOp("mul", _e(o), self)
     def __truediv__(self, o): return BinOp("div", self, _e(o))
     def __rtruediv__(self, o): return BinOp("div", _e(o), self)
-    __floordiv__ = __truediv__
-    __rfloordiv__ = __rtruediv__
+    def __floordiv__(self, o): self._no_python("floor division (//)", _FLOOR_FIX)
+    def __rfloordiv__(self, o): self._no_python("floor division (//)", _FLOOR_FIX)
     def __mod__(self, o): return BinOp("mod", self, _e(o))
     def __rmod__(self, o): return BinOp("mod", _e(o), self)
     def __and__(self, o): return BinOp("bitand", self, _e(o))

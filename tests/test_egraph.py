@@ -713,6 +713,7 @@ BAD_CALLS = {
     "ops holding None": (lambda g: EGraph.from_arrays([0, 1], [0, 1], [0, 0, 0], [], ops=["a", None],
                                                       backend="reference"), "holds None .*names are str"),
     "pairs that cannot be an array": (lambda g: g.union(Unconvertible()), "RuntimeError: needs grad"),
+    "one pair not in a list": (lambda g: g.union((0, 1)), r"shape \(2,\).*Fix: pass \[\[a, b\]\] for one pair"),
     "ops twice": (lambda g: EGraph.from_arrays([0], [0], [0, 0], [], ops=["a", "a"], backend="reference"),
                   "'a' twice"),
     "structural of a str": (lambda g: structural_equivalences("x"), "egraph is a str"),

@@ -90,6 +90,7 @@ is created), `DispatchError` for the arguments of a call.
 from __future__ import annotations
 
 import ast
+import difflib
 import functools
 import itertools
 import keyword
@@ -964,8 +965,12 @@ class Elementwise:
         values = dict(zip(names, args))
         for k, v in named.items():
             if k not in names:
-                hint = " (outputs go in out=)" if k in self._out_names else ""
-                raise DispatchError(f"{where}: {shown(k)} is not an input{hint}. Fix: name one of {names}.")
+                keywords = ["out", "backend"] if what == "call" else []
+                near = difflib.get_close_matches(k, keywords + list(names), n=1, cutoff=0.6)
+                hint = " (outputs go in out=)" if k in self._out_names else \
+                    f" (did you mean {near[0]}=?)" if near else ""
+                raise DispatchError(f"{where}: {shown(k)} is not an input{hint}. Fix: name one of {names}"
+                                    f"{' or the keywords out= and backend=' if keywords else ''}.")
             if k in values:
                 raise DispatchError(f"{where}: {shown(k)} is given twice (by position and by name). Fix: give it once.")
             values[k] = v

@@ -139,6 +139,9 @@ def _max_rounds(max_rounds) -> int | None:
     return _count(max_rounds, "max_rounds", "pass a positive int, or None to run to the fixed point.")
 
 
+_PAIRS_FIX = "pass [[a, b]] for one pair of class ids, np.stack([a, b], axis=1) for arrays a and b of them."
+
+
 def _op_names(ops) -> list[str] | None:
     """`ops` as a list of distinct operator names (None stays None); names are never made from other values."""
     if ops is None:
@@ -443,15 +446,14 @@ class EGraph(Unshared):
         try:
             arr = np.asarray(pairs) if not hasattr(pairs, "__cuda_array_interface__") else pairs
         except Exception as e:  # ragged rows; an object whose conversion raises (a tensor that needs grad)
-            raise DispatchError(f"pairs is not a (k, 2) array ({type(e).__name__}: {e}). Fix: pass pairs of class "
-                                "ids, np.stack([a, b], axis=1).") from None
+            raise DispatchError(f"pairs is not a (k, 2) array ({type(e).__name__}: {e}). Fix: {_PAIRS_FIX}") from None
         arr = as_ints(pairs, arr, "pairs", IDS_FIX) if isinstance(arr, np.ndarray) else arr
         shape = getattr(arr, "shape", None)
         if shape == (0,):  # [] : no unions
             return
         if getattr(arr, "ndim", None) != 2 or shape[1] != 2:
             raise DispatchError(f"pairs has shape {shape}; union takes a (k, 2) array of class "
-                                "ids. Fix: np.stack([a, b], axis=1).")
+                                f"ids. Fix: {_PAIRS_FIX}")
         a = self._ids(arr[:, 0], "pairs[:, 0]")
         b = self._ids(arr[:, 1], "pairs[:, 1]")
         if a.size:  # marked first: an interrupted union may have merged some classes

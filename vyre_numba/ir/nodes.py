@@ -290,8 +290,9 @@ class Expr(_Structural):
         raise IRValidationError(
             f"an IR expression ({render_expr(self, 80)}) has no Python truth value. "
             "Fix: build control flow with ir.if_(cond, then, else_) and ir.select, combine conditions "
-            "with & | ~ or ir.logical_and / logical_or instead of Python `if`, `and`, `or`, `not`; "
-            "compare two pieces of IR with a.equals(b), and key dicts or sets of IR by a.key().")
+            "with & | ~ or ir.logical_and / logical_or instead of Python `if`, `and`, `or`, `not`, and use "
+            "ir.max_ / ir.min_ for Python's max / min; compare two pieces of IR with a.equals(b), and key dicts or "
+            "sets of IR by a.key().")
 
     def _no_python(self, what: str, fix: str):
         raise IRValidationError(f"an IR expression ({render_expr(self, 80)}) has no Python {what}: it is a value "

@@ -132,11 +132,15 @@ def test_same_bits_are_no_change_and_other_bits_are():
     assert fixpoint.run(keep, 3, [x]).rounds == 1
     # Regression (a review of the emitter): a bf16 signalling NaN stored back was quietened
     # (0x7F81 -> 0x7FC1) and so counted a change, where the GPU keeps the bits it loaded.
-    for dt, bits in ((D.BF16, [0x7F81, 0xFF81, 0x7FA0, 0x7FC0, 0x3F80]), (D.F16, [0x7C01, 0xFE01, 0x3C00])):
+    # An f16 NaN is stored as 0x7FFF, as the GPU's conversion from its f32 registers makes it: one
+    # of other bits changes once (a GPU run found 2 rounds where the reference took 1).
+    for dt, bits, rounds, after in ((D.BF16, [0x7F81, 0xFF81, 0x7FA0, 0x7FC0, 0x3F80], 1, None),
+                                    (D.F16, [0x7FFF, 0x3C00], 1, None),
+                                    (D.F16, [0x7C01, 0xFE01, 0x3C00], 2, [0x7FFF, 0x7FFF, 0x3C00])):
         keep = ir.Program([B.read_write("x", 0, dt)], 32, [ir.store("x", i, ir.load("x", i))])
         x = np.array(bits, np.uint16).view(np.dtype(dt.storage))
         r = fixpoint.run(keep, x.size, [x])
-        assert (r.rounds, r.converged, x.view(np.uint16).tolist()) == (1, True, bits), dt
+        assert (r.rounds, r.converged, x.view(np.uint16).tolist()) == (rounds, True, after or bits), dt
     negate_zero = ir.Program([B.read_write("x", 0, D.F32)], 32, [ir.store("x", i, ir.lit(-0.0, D.F32))])
     x = np.zeros(2, np.float32)
     r = fixpoint.run(negate_zero, 2, [x])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import weakref
+from collections import Counter
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -253,6 +254,8 @@ class CudaRecordedSequence(RecordedSequence):
             check(st.program)
             preps.append(backend._prepare(st.program, st.config, st.buffers))
         steps, self._buffers = pinned_steps(steps)
+        # a replay counts its labelled steps as their own dispatches would, as the reference's replays do
+        self._labels = Counter(f"dispatches[{st.config.label}]" for st in steps if st.config and st.config.label)
         self._owned = owned = _Owned(backend)
         self._finalizer = weakref.finalize(self, owned.release)
         drv, cuda = backend._drv, backend._cuda
@@ -301,7 +304,7 @@ class CudaRecordedSequence(RecordedSequence):
                 raise DeviceError(f"replaying the sequence failed: {err.name}. Fix: after a kernel fault the context "
                                   "is poisoned; restart the process.")
             _wait(drv, stream, "the recorded sequence")
-            self.backend._count(graph_replays=1, kernel_launches=self.launches, sync_points=1)
+            self.backend._count(graph_replays=1, kernel_launches=self.launches, sync_points=1, **self._labels)
             return [host[:n].view(dt).copy() for _, n, dt, host in self._reads]
 
     def close(self) -> None:

@@ -65,12 +65,19 @@ def from_storage(x: np.ndarray, t: DataType) -> np.ndarray:
     return x
 
 
+_F16_NAN = np.array(0x7FFF, np.uint16).view(np.float16)
+
+
 def to_storage(x: np.ndarray, t: DataType) -> np.ndarray:
-    """Values -> buffer elements (bool as 1/0 words, bf16 as raw bits)."""
+    """Values -> buffer elements (bool as 1/0 words, bf16 as raw bits, an f16 NaN as 0x7FFF: a GPU
+    holds f16 values in f32 registers, and its conversion back makes every NaN that one)."""
     if t is D.BOOL:
         return x.astype(np.uint32)
     if t is D.BF16:
         return _f32_to_bf16(x)
+    if t is D.F16:
+        nan = np.isnan(x)
+        return np.where(nan, _F16_NAN, x) if nan.any() else x
     return x
 
 

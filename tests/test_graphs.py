@@ -625,3 +625,49 @@ def test_recordings_of_more_launches_than_a_graph_should_hold_are_refused_before
         backend.record_sequence([(bump(), [backend.upload(x)], DispatchConfig(fixpoint_iterations=2**15 + 1))] * 2)
     with backend.record_graph(bump(), [x], DispatchConfig(fixpoint_iterations=3)) as g:  # within it: recorded
         assert g.replay([x])[0].tolist() == (x + 3).tolist()
+
+
+def test_an_interrupt_anywhere_in_a_replay_leaves_the_recording_usable():
+    """Regression (a red-team): a Ctrl-C landing as the generator context manager around a
+    replay's lock returned left the lock held, so later replays and close() hung. An interrupt is
+    modelled at each line and return of the recording's code and contextlib's, except the line
+    event of a `with` statement's own exit, which no Python code can guard (CPython bpo-29988)."""
+    import contextlib
+    import linecache
+    import sys
+
+    from vyre_numba import recording
+
+    be = vn.get_backend("reference")
+    x = be.upload(np.arange(8, dtype=np.uint32))
+    watched = {recording.__file__, contextlib.__file__}
+    for make in (lambda: be.record_sequence([(bump(), [x])], [(x, 0, 1)]), lambda: be.record_graph(affine(), [x])):
+        rec = make()
+        for k in range(200):
+            seen = [0]
+
+            def tracer(frame, event, arg):
+                if frame.f_code.co_filename not in watched:
+                    return None
+
+                def local(frame, event, arg):
+                    text = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+                    if event == "return" or event == "line" and not text.startswith("with "):
+                        seen[0] += 1
+                        if seen[0] == k:
+                            raise KeyboardInterrupt
+                    return local
+                return local
+            sys.settrace(tracer)
+            try:
+                rec.replay() if isinstance(rec, recording.RecordedSequence) else rec.replay([np.ones(8, np.uint32)])
+            except KeyboardInterrupt:
+                pass
+            finally:
+                sys.settrace(None)
+            assert rec._lock.acquire(timeout=5), f"the lock was left held by an interrupt at event {k}"
+            rec._lock.release()
+            if seen[0] < k:  # the interrupt came after the call ended: every point was tried
+                break
+        rec.close()
+        assert rec.closed

@@ -5,7 +5,6 @@ reference backend (so notebooks run anywhere) and is the oracle for the CUDA one
 from __future__ import annotations
 
 import abc
-import contextlib
 import dataclasses
 import operator
 import threading
@@ -97,15 +96,10 @@ class RecordedGraph(Unshared, abc.ABC):
     def _repr_html_(self) -> str:
         return display.fields_table(self._summary(), title=self._kind())
 
-    @contextlib.contextmanager
-    def _open(self):
-        """The recording's lock, held while it is used, refused once closed: a close from another
-        thread waits for the call in flight."""
-        with self._lock:
-            self._check_open()
-            yield
-
     def _check_open(self) -> None:
+        """Refused once closed. Callers hold `self._lock` with a plain `with` (a close from another
+        thread waits for the call in flight): a C lock's `with` leaves no point where an interrupt
+        finds it taken and never released, as a generator's context manager did."""
         if self.closed:
             raise DispatchError("this recorded graph was closed. Fix: record a new one "
                                 "(backend.record_graph / record_sequence).")
@@ -207,7 +201,8 @@ class Redispatch(RecordedGraph):
         check_replay_sizes(self.binding, now)
         # as on the GPU, the inputs go into the recording's own buffers, so a replay_resident after
         # this continues from the state this replay leaves; a replay that fails puts them back
-        with self._open():
+        with self._lock:
+            self._check_open()
             # a failed run puts back what it wrote; what was copied in is put back here
             for d in self.program.inputs:
                 if isinstance(self.buffers[d.name], np.ndarray) and not self.buffers[d.name].flags.writeable:
@@ -234,7 +229,8 @@ class Redispatch(RecordedGraph):
     @host_memory("replay_resident", IN_HOST_MEMORY)
     def replay_resident(self, *, read: bool = True) -> list[np.ndarray]:
         read = self._read_flag(read)
-        with self._open():
+        with self._lock:
+            self._check_open()
             self.backend.dispatch_resident(self.program, self.buffers, self.config)
             self.backend._count(graph_replays=1)
             if not read:
@@ -295,7 +291,8 @@ class Resequence(RecordedSequence):
 
     def replay(self, inputs: Sequence | Mapping | None = None) -> list[np.ndarray]:
         self._check_sequence_replay(inputs)
-        with self._open():
+        with self._lock:
+            self._check_open()
             out = self.backend.dispatch_sequence(self.steps, self.read)
             self.backend._count(graph_replays=1)
             return out

@@ -196,7 +196,8 @@ class CudaRecordedGraph(RecordedGraph):
                        allocate_outputs=False, call="replay")
             check_replay_sizes(self.binding, now)
             arrays = now.arrays
-        with self._open():  # checked again: another thread may have closed it since
+        with self._lock:
+            self._check_open()  # checked again: another thread may have closed it since
             moved = self.plan.stage_in(self._set, arrays)
             return self._launch(self._full, moved + self.plan.read_bytes)
 
@@ -205,7 +206,8 @@ class CudaRecordedGraph(RecordedGraph):
         False, read the outputs back (else return [] at once: the work is still in flight until
         the next replay or `synchronize()`)."""
         read = self._read_flag(read)
-        with self._open():
+        with self._lock:
+            self._check_open()
             return self._launch(self._kernels, self.plan.read_bytes if read else 0, read=read)
 
     def synchronize(self) -> None:
@@ -294,7 +296,8 @@ class CudaRecordedSequence(RecordedSequence):
     def replay(self, inputs: Sequence | Mapping | None = None) -> list[np.ndarray]:
         """Run the whole sequence again; returns the reads as new arrays."""
         self._check_sequence_replay(inputs)
-        with self._open():  # checked again: another thread may have closed it since
+        with self._lock:
+            self._check_open()  # checked again: another thread may have closed it since
             drv, stream = self.backend._drv, self._owned.stream
             # work already enqueued on the backend's stream (uploads, dispatches) comes first
             driver_check(drv.cuEventRecord(self._after, self.backend.stream_handle), "ordering the replay")

@@ -105,6 +105,24 @@ def test_results_and_done_after_it_finishes():
     assert backend.telemetry()["dispatches"] == 1 and backend.telemetry()["dispatches[spin]"] == 1
 
 
+def test_a_finished_dispatch_is_not_kept_alive_by_the_worker_that_ran_it():
+    """Regression (a red-team): an idle worker kept its last job, and with it the Pending, the
+    copied inputs and the outputs (472 MB after `del` and gc.collect())."""
+    import gc
+    import weakref
+
+    backend = ReferenceBackend()
+    pending = backend.dispatch_async(spin(10), [np.arange(1000, dtype=np.uint32)])
+    out = pending.result()[0]
+    gone, left = weakref.ref(out), weakref.ref(pending)
+    del pending, out
+    deadline = time.monotonic() + 10
+    while (gone() is not None or left() is not None) and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.01)
+    assert gone() is None and left() is None
+
+
 def test_inputs_are_captured_at_the_call():
     backend = ReferenceBackend()
     a = np.arange(4, dtype=np.uint32)

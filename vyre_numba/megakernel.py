@@ -105,7 +105,8 @@ class Megakernel(Unshared):
         self._bound = bound
         self._graph = self._stats = self._launch = None
         self._lock = threading.RLock()  # a close from another thread waits for the run in flight
-        self._finalizer = weakref.finalize(self, _release, [None])
+        self._held = [None]  # the fallback graph, once recorded: the finaliser releases what it holds
+        self._finalizer = weakref.finalize(self, _release, self._held)
 
     # ---- what it is --------------------------------------------------------------------------
     mode = property(lambda self: self._p.mode, doc="\"megakernel\", or \"graph\" where it fell back (\"sequence\" where "
@@ -201,9 +202,8 @@ class Megakernel(Unshared):
         flag_read = [(self.until, 0, 1)] if self.until is not None else []
         if self._graph is None and self.mode == "graph":
             try:
-                self._graph = b.record_sequence(steps, flag_read)
-                self._finalizer.detach()
-                self._finalizer = weakref.finalize(self, _release, [self._graph])
+                graph = b.record_sequence(steps, flag_read)
+                self._held[0] = self._graph = graph  # one statement: no interrupt between the two
             except VyreError as e:  # a step the driver will not capture: run the plain sequence
                 self._p = dataclasses.replace(self._p, mode="sequence", reason=f"{self._p.reason}; and recording "
                                               f"the fallback graph failed ({e})")

@@ -236,6 +236,7 @@ class _Pool:
                 self.waiting -= 1
                 job = self.jobs.popleft()
             job()
+            del job  # an idle worker holds nothing: the finished job held its inputs and outputs
 
 
 _POOL = _Pool(max(2, os.cpu_count() or 2))

@@ -528,9 +528,9 @@ class Backend(abc.ABC):
         where outputs are zeroed, between rounds and around `until`'s flag). `run()` runs it
         `max_rounds` times (default once), or with `until` (a resident integer buffer whose element
         0 is a change flag: set to zero before every round, set nonzero by a step that changed
-        something; the buffer's other elements are left alone) until a round leaves it zero, at most `max_rounds` rounds (default 10,000, as `fixpoint.run`'s), all on the
-        device, then reads `read`. Where the steps cannot be one
-        program or its grid cannot be co-resident, it replays the unfused kernels as a recorded
+        something; the buffer's other elements are left alone) until a round leaves it zero, at
+        most `max_rounds` rounds (default 10,000, as `fixpoint.run`'s), all on the device, then
+        reads `read`. Where the steps cannot be one program or its grid cannot be co-resident, it replays the unfused kernels as a recorded
         graph (dispatches them where recording fails) and its `reason` says why. `workgroups`: the
         persistent grid (default: as many as fit co-resident, at most as many as the largest step
         needs). As in `fuse`, with one round a buffer written only inside one stage and not in
@@ -777,6 +777,11 @@ def checked_steps(backend: "Backend", steps: list, call: str, what: str) -> list
                           *e.args[1:])
             raise
     return bound
+
+
+def label_counts(steps: Iterable[Step]) -> Counter:
+    """The `dispatches[label]` counts one run of `steps` adds: one for each labelled step."""
+    return Counter(f"dispatches[{s.config.label}]" for s in steps if s.config and s.config.label)
 
 
 def check_bound(program: Program, buffers: list) -> None:
@@ -1119,14 +1124,6 @@ def host_array(x, what: str, on_device: str, masked: str, other: str) -> np.ndar
         raise DispatchError(f"{what} is not an array of numbers ({e}). Fix: {other}") from None
 
 
-def check_storage(dtype: np.dtype, what: str, verb: str) -> None:
-    """Refuse a buffer (`what` in the message, `verb` ... it in the Fix) whose dtype is no vyre storage dtype."""
-    if dtype not in STORAGE_DTYPES:
-        raise DispatchError(f"{what}: the buffer holds {dtype}, not one of the vyre storage dtypes "
-                            f"{sorted({str(d) for d in STORAGE_DTYPES})}. Fix: {verb} a buffer of one of them "
-                            "(backend.empty(n, dtype), or upload an array of that dtype).")
-
-
 def check_write(dtype: np.dtype, size: int, values, offset) -> tuple[np.ndarray, int]:
     """(the values as a flat array of `dtype`, converted exactly, and the offset) of a write into a
     buffer of `size` elements of `dtype`, checked: they fit from `offset` on."""
@@ -1136,7 +1133,10 @@ def check_write(dtype: np.dtype, size: int, values, offset) -> tuple[np.ndarray,
     if isinstance(offset, (bool, np.bool_)) or not isinstance(offset, INTEGERS) or offset < 0:
         raise DispatchError(f"write: offset={shown(offset, 60)} is not an element index. Fix: pass an int from 0.")
     offset = int(offset)
-    check_storage(dtype, "write", "write into")
+    if dtype not in STORAGE_DTYPES:
+        raise DispatchError(f"write: the buffer holds {dtype}, not one of the vyre storage dtypes "
+                            f"{sorted({str(d) for d in STORAGE_DTYPES})}. Fix: write into a buffer of one of them "
+                            "(backend.empty(n, dtype), or upload an array of that dtype).")
     if hasattr(values, "__cuda_array_interface__") or hasattr(values, "copy_to_host"):
         raise DispatchError("write: the values are a GPU array; write copies host values. Fix: pass a NumPy array "
                             "(values.copy_to_host(), or values.get() for CuPy).")

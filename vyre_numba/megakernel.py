@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections import Counter
 import threading
 import weakref
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ import numpy as np
 
 from . import display
 from .backend import (BEFORE, SEQUENCE_NOTE, UNDER_WAY, Backend, ResidentBuffer, Step, _elements, _fate, _iterable,
-                      _overlap, _shape, _storage, as_step, checked_steps)
+                      _overlap, _shape, _storage, as_step, checked_steps, label_counts)
 from .config import DispatchConfig
 from .errors import DispatchError, VyreError, check_calls, whole
 from .ir import Program
@@ -92,6 +91,7 @@ class Megakernel(Unshared):
         if workgroups is not None:
             workgroups = whole(workgroups, "workgroups", 1, 1 << 20)
         bound = checked_steps(backend, self.steps, "megakernel", "megakernel")
+        self._labels = label_counts(self.steps)  # counted once a round, as the steps' own dispatches
         self.until = until
         flag = None if until is None else self._flag(until, bound)
         key = (tuple((s.program.digest(), tuple(_storage(b) for b in bs), s.config) for s, bs in zip(self.steps, bound)),
@@ -177,8 +177,7 @@ class Megakernel(Unshared):
                                "went) to its end on the device; the rounds it runs write the caller's buffers, and "
                                "how many ran is not known here.")
                 raise
-            labels = Counter(f"dispatches[{s.config.label}]" for s in self.steps if s.config and s.config.label)
-            b._count(megakernel_runs=1, **{k: v * rounds for k, v in labels.items()})  # as the steps' own dispatches
+            b._count(megakernel_runs=1, **{k: v * rounds for k, v in self._labels.items()})
             return MegakernelResult(self._read_after(rounds), rounds, converged, "megakernel", None, ns)
         b._count(megakernel_fallbacks=1)
         rounds, converged = self._fallback_rounds()

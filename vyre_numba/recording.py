@@ -169,8 +169,8 @@ def check_recorded_launches(what: str, launches: int) -> None:
     """A recording of `launches` kernel launches (`what` names it), refused past MAX_RECORDED_LAUNCHES."""
     if launches > MAX_RECORDED_LAUNCHES:
         raise LaunchError(f"{what}: a recorded graph keeps one node a launch, and its launches (one a step, or its "
-                          f"fixpoint_iterations) make {launches}. Fix: record at most {MAX_RECORDED_LAUNCHES} launches and replay the graph "
-                          "repeatedly, or run to convergence on the device with fixpoint.run or "
+                          f"fixpoint_iterations) make {launches}. Fix: record at most {MAX_RECORDED_LAUNCHES} launches "
+                          "and replay the graph repeatedly, or run to convergence on the device with fixpoint.run or "
                           "backend.megakernel(..., until=...).")
 
 

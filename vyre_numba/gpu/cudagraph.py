@@ -6,13 +6,12 @@ from __future__ import annotations
 import dataclasses
 import threading
 import weakref
-from collections import Counter
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from .. import checked
-from ..backend import _iterable, as_step
+from ..backend import _iterable, as_step, label_counts
 from ..bindings import Binding, bind, check_resident
 from ..config import DispatchConfig
 from ..errors import CompileError, DeviceError, UnsupportedError, VyreError, check_calls
@@ -257,7 +256,7 @@ class CudaRecordedSequence(RecordedSequence):
             preps.append(backend._prepare(st.program, st.config, st.buffers))
         steps, self._buffers = pinned_steps(steps)
         # a replay counts its labelled steps as their own dispatches would, as the reference's replays do
-        self._labels = Counter(f"dispatches[{st.config.label}]" for st in steps if st.config and st.config.label)
+        self._labels = label_counts(steps)
         self._owned = owned = _Owned(backend)
         self._finalizer = weakref.finalize(self, owned.release)
         drv, cuda = backend._drv, backend._cuda

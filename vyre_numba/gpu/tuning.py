@@ -16,12 +16,12 @@ from ..errors import ArgumentError, SettingError, shown
 from .diskcache import DiskCache, default_dir, enabled
 
 CANDIDATES = (32, 64, 128, 256, 512, 1024)  # timed beside the occupancy rule's choice, any warp multiple
+MAX_BYTES = 1 << 20
 
 
 def choosable(wg) -> bool:
     """Whether `wg` is a block size the tuner can choose: a multiple of 32 from 32 to 1024."""
     return isinstance(wg, int) and not isinstance(wg, bool) and 32 <= wg <= 1024 and wg % 32 == 0
-MAX_BYTES = 1 << 20
 
 
 def bucket(largest: int) -> int:

@@ -229,8 +229,9 @@ class Expr(_Structural):
             return BinOp(op, _e(a), _e(b))
         if ufunc.__name__ in ("negative", "invert") and method == "__call__" and len(inputs) == 1 and not kwargs:
             return UnOp("neg" if ufunc.__name__ == "negative" else "bitnot", self)
-        if ufunc.__name__ in ("floor_divide", "power", "matmul"):
-            getattr(self, {"floor_divide": "__floordiv__", "power": "__pow__", "matmul": "__matmul__"}[ufunc.__name__])(0)
+        refused = {"floor_divide": self.__floordiv__, "power": self.__pow__, "matmul": self.__matmul__}.get(ufunc.__name__)
+        if refused is not None:  # each raises the operator's own message
+            refused(None)
         name = _UFUNC_NAMES.get(ufunc.__name__, ufunc.__name__)
         from . import __all__ as names
 
@@ -645,24 +646,19 @@ def _number(value) -> int | float | bool | np.longdouble | None:
     return None
 
 
-def cast_on_purpose(value, dt: DataType) -> str | None:
-    """The call that makes `value` a `dt` through a cast of a wider typed literal (wrapping,
-    truncating, saturating or rounding to an infinity as `cast` does), or None where no wider
-    type holds the value."""
+def on_purpose(value, dt: DataType) -> str:
+    """The end of a Fix for a literal `value` that `dt` cannot hold: the cast of a wider typed
+    literal that makes it a `dt` on purpose (overflowing, truncating or wrapping as `cast` does),
+    or "" where no wider type holds the value."""
     if isinstance(value, (bool, np.bool_)) or isinstance(value, np.floating) and value.dtype.itemsize > 8:
-        return None
+        return ""
     if isinstance(value, INTEGERS):
-        wide = "i64" if -2**63 <= int(value) < 2**63 else "u64" if 0 <= int(value) < 2**64 else None
         value = int(value)
+        wide = "i64" if -2**63 <= value < 2**63 else "u64" if 0 <= value < 2**64 else None
     else:
-        wide = "f64" if dt != DataType.F64 else None
-        value = float(value)
-    return None if wide is None else f"ir.cast(ir.{wide}({value!r}), '{dt}')"
-
-
-def _on_purpose(value, dt: DataType, what: str) -> str:
-    call = cast_on_purpose(value, dt)
-    return f"; to {what} on purpose, {call}" if call else ""
+        value, wide = float(value), "f64" if dt != DataType.F64 else None
+    how = "overflow" if dt.is_float else "truncate" if isinstance(value, float) else "wrap"
+    return "" if wide is None else f"; to {how} on purpose, ir.cast(ir.{wide}({value!r}), '{dt}')"
 
 
 def lit(value: int | float | bool, dtype: DataType | str | None = None) -> Lit:
@@ -688,16 +684,16 @@ def lit(value: int | float | bool, dtype: DataType | str | None = None) -> Lit:
         if overflows(v, bits, dt):
             raise _fail(f"literal {shown(value)} is past the largest finite {dt} ({dt.max!r}): it would round to "
                         f"{'-' if v < 0 else ''}inf. Fix: write {'-' if v < 0 else ''}math.inf for an infinity, or use a "
-                        f"wider type{_on_purpose(value, dt, 'overflow')}.")
+                        f"wider type{on_purpose(value, dt)}.")
         return Lit(dt, bits)
     if not isinstance(v, int):
         if not v.is_integer():
             raise _fail(f"literal {shown(value)} is not an integer but the type is {dt}. "
-                        f"Fix: pass an int, or use a float type{_on_purpose(value, dt, 'truncate')}.")
+                        f"Fix: pass an int, or use a float type{on_purpose(value, dt)}.")
         v = int(v)  # exact, a long double's too
     if not (dt.min <= v <= dt.max):
         raise _fail(f"literal {shown(value)} does not fit {dt} (range {dt.min}..{dt.max}). "
-                    f"Fix: use a wider type or a value in range{_on_purpose(value, dt, 'wrap')}.")
+                    f"Fix: use a wider type or a value in range{on_purpose(value, dt)}.")
     return Lit(dt, v)
 
 

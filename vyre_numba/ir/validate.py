@@ -303,11 +303,8 @@ class _Checker:
                 return e, None
             why = f" (past its largest finite, {target.max!r}, so it would round to an infinity)" \
                 if target.is_float else ""
-            call = n.cast_on_purpose(e.value, target)
-            fix = f"a {target} literal that fits" + (", or math.inf for an infinity" if target.is_float else "")
-            if call:
-                how = "overflow" if target.is_float else "truncate" if isinstance(e.value, float) else "wrap"
-                fix += f"; to {how} on purpose, {call}"
+            inf = ", or math.inf for an infinity" if target.is_float else ""
+            fix = f"a {target} literal that fits{inf}{n.on_purpose(e.value, target)}"
             self.err(where, f"literal {shown(e.value)} cannot be a {target}{why}. Fix: write {fix}.",
                      problem="literal", value=e.value, dtype=target)
             return e, None

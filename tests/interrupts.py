@@ -5,14 +5,16 @@ from __future__ import annotations
 import inspect
 import linecache
 import os
+import signal
 import sys
 
 import vyre_numba
 
 
-def interrupted(k: int, call, within: str = "") -> KeyboardInterrupt | None:
+def interrupted(k: int, call, within: str = "", by_signal: bool = False) -> KeyboardInterrupt | None:
     """call() with a KeyboardInterrupt raised at its k-th event (a call, line or return) in
-    vyre_numba's code (under `within`, a folder or file of it), where a Ctrl-C lands; the interrupt,
+    vyre_numba's code (under `within`, a folder or file of it), where a Ctrl-C lands (`by_signal`: a
+    real SIGINT sent there, delivered by whatever handler is set then); the interrupt,
     or None where the call finished first. Generators are left out (closed early by any() and the
     like, where an exception is ignored), and so is the line of a `with` statement: its event as
     the block ends comes before __exit__, where an exception would leave a lock held (CPython's own
@@ -29,7 +31,9 @@ def interrupted(k: int, call, within: str = "") -> KeyboardInterrupt | None:
             return trace
         seen += 1
         if seen == k:
-            raise KeyboardInterrupt
+            if not by_signal:
+                raise KeyboardInterrupt
+            signal.raise_signal(signal.SIGINT)
         return trace
 
     old = sys.gettrace()

@@ -444,3 +444,47 @@ def test_telemetry_refuses_unhashable_names_and_non_int_counts_with_a_vyre_error
     html = t._repr_html_()
     assert "forced" in html and "1.5<" in html and "1.50 us" in html
     assert set(TELEMETRY_KEYS) <= set(t)
+
+
+def test_a_sigint_inside_an_uninterrupted_block_arrives_as_it_ends():
+    """signals.uninterrupted: the Ctrl-C waits for the block, once, to the handler set before it;
+    nested blocks, other threads and an ignored SIGINT are left as they are."""
+    import signal
+    import threading
+
+    from vyre_numba.signals import uninterrupted
+
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with uninterrupted():
+            signal.raise_signal(signal.SIGINT)
+            done.append("after the signal")
+            with uninterrupted():  # nested: the outer block holds it
+                signal.raise_signal(signal.SIGINT)
+                done.append("nested")
+            done.append("end")
+    assert done == ["after the signal", "nested", "end"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+    calls = []
+    old = signal.signal(signal.SIGINT, lambda *a: calls.append(len(done)))
+    try:
+        with uninterrupted():  # a handler of the caller's: called once, after the block
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
+            done.append("mine")
+        assert calls == [4]
+        with pytest.raises(ZeroDivisionError):
+            with uninterrupted():  # the block's own error still comes out; the handler is put back
+                1 / 0
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        with uninterrupted():
+            signal.raise_signal(signal.SIGINT)  # ignored, as before
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, old)
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(uninterrupted().__enter__()._held))
+    thread.start()
+    thread.join()
+    assert seen == [None]  # off the main thread, which Python never interrupts, it holds nothing

@@ -499,3 +499,49 @@ def test_the_model_has_the_queues_capacity_dtype_and_reset():
     assert [q.push(v) for v in (1, 2, 3, 4)] == [True, True, True, False] and (q.size(), q.overflowed()) == (3, 1)
     q.reset()
     assert (q.size(), q.overflowed(), q.drain().tolist()) == (0, 0, []) and q.push(9) and q.drain().tolist() == [9]
+
+
+CHUNKS_INTERRUPTED = """
+import numpy as np
+from interrupts import interrupted
+from vyre_numba.workqueue import WorkQueue
+
+def ending():
+    q = WorkQueue(64, np.int64)
+    q.push(np.arange(10))
+    it = q.chunks(4)
+    assert [next(it).copy_to_host().tolist() for _ in range(3)] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    q.push(np.arange(100, 105))  # pushed while the iteration hands out the first ten: kept
+    return q, it
+
+seen = {"dropped": 0, "not dropped": 0}
+k = 0
+while True:
+    k += 1
+    q, it = ending()
+    stop = interrupted(k, lambda: next(it, None), by_signal=True)
+    left = q.drain().copy_to_host().tolist()
+    if stop is None:  # k is past the iteration's end: it finished, and dropped what it handed out
+        assert left == list(range(100, 105)), left
+        break
+    if left == list(range(100, 105)):
+        seen["dropped"] += 1
+    else:
+        assert left == list(range(10)) + list(range(100, 105)), (k, left)  # nothing half moved
+        seen["not dropped"] += 1
+    q.push([7])  # the lock was let go
+    assert q.drain().copy_to_host().tolist() == [7]
+assert seen["dropped"] and seen["not dropped"], seen
+print("points", k - 1, "ok")
+"""
+
+
+def test_a_ctrl_c_as_chunks_ends_drops_the_items_handed_out_or_none_under_the_cuda_simulator():
+    """Regression (a red-team): a SIGINT between moving the items left after those handed out to
+    the front and writing the new tail left the moved items queued twice. A real SIGINT is sent at
+    every point of the iteration's end; the queue holds what it held before the end or after it."""
+    from simulated import run_script
+
+    out = run_script(CHUNKS_INTERRUPTED, 600)
+    assert out.returncode == 0 and out.stdout.startswith("points "), out.stdout + out.stderr
+    assert int(out.stdout.split()[1]) > 20, out.stdout  # the end's events were reached, not skipped

@@ -30,6 +30,7 @@ from ..ir.types import NUMPY_BOOL_CODES
 from ..errors import (INTEGERS, BackendUnavailableError, CapacityError, DeviceError, DispatchError, VyreError, a_type,
                       flat_fix, host_memory, numba_reason, shown)
 from ..owned import Unshared
+from ..signals import uninterrupted
 
 __all__ = ["WorkQueue", "QueueModel"]
 _SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
@@ -448,12 +449,16 @@ class WorkQueue(Unshared):
                 return
             self._check_not_emptied(emptied)  # its items went with a drain or reset as well: say so
             rest = self.size() - n
+            kept = None
             if rest > 0:
                 kept = self._cuda.device_array(rest, self.dtype, stream=self.stream)
                 kept.copy_to_device(items[n:n + rest], stream=self.stream)
-                items[:rest].copy_to_device(kept, stream=self.stream)
-            state.copy_to_device(np.array([max(rest, 0), 0], np.uint64), stream=self.stream)
-            self._emptied += 1  # the items moved: another iteration's views no longer hold its items
+            words = np.array([max(rest, 0), 0], np.uint64)
+            with uninterrupted():  # the items moved under the old tail would be queued twice
+                if kept is not None:
+                    items[:rest].copy_to_device(kept, stream=self.stream)
+                state.copy_to_device(words, stream=self.stream)
+                self._emptied += 1  # the items moved: another iteration's views no longer hold its items
 
     def consume(self, step: Callable, args: tuple | list = (), *, block: int = 256) -> None:
         """Run `step(value, args)` (a Numba device function; `args` a tuple, or a list given to it

@@ -324,9 +324,18 @@ def test_a_lambda_written_anew_each_call_compiles_once_and_a_changed_value_compi
     assert compaction.select_if(x, below).tolist() == [0, 1, 2, 3, 4]  # the global it names changed
 
     table = np.array([4])
-    reads_array = lambda v: v < table[0]  # noqa: E731 (an array does not hash: kept by the function)
-    assert select.predicate_key(reads_array) is reads_array
+    reads_array = lambda v: v < table[0]  # noqa: E731 (an array: kept by its contents, which Numba compiles in)
+    assert select.predicate_key(reads_array) is not reads_array
     assert compaction.select_if(x, reads_array).tolist() == [0, 1, 2, 3]
+    table[0] = 2  # changed in place: compiled afresh (a red-team: the first contents' code was kept)
+    assert compaction.select_if(x, reads_array).tolist() == [0, 1]
+    table = np.array([3])  # the closure's cell rebound
+    assert compaction.select_if(x, reads_array).tolist() == [0, 1, 2]
+    table = np.zeros(select.FROZEN_BYTES // 8 + 1)  # past the bytes Numba should compile in: refused
+    with pytest.raises(DispatchError, match=r"<lambda> reads the array 'table' \(float64, 65544 bytes\) from "
+                                            r"outside itself.*Fix: .*for select_if, compute the flags and call "
+                                            r"select\(values, flags\)"):
+        compaction.select_if(x, reads_array)
 
 
 def test_a_global_changed_while_a_predicate_compiles_never_poisons_its_cache(monkeypatch):
@@ -629,6 +638,74 @@ def test_kernels_match_the_twins_under_the_cuda_simulator():
     out = subprocess.run([sys.executable, "-c", SIMULATED], env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("ok ") == 9
+
+
+CLOSED_MEANWHILE = r"""
+import sys, threading
+import numpy as np
+from numba import cuda
+from vyre_numba.compaction import Selector, word_view
+from vyre_numba.compaction.kernels import flag_nonzero
+from vyre_numba.errors import DispatchError
+
+n = 300
+rng = np.random.default_rng(0)
+vals, flags = rng.integers(0, 1 << 30, n).astype(np.uint32), rng.random(n) < 0.3
+dflags, dvals = cuda.to_device(flags.astype(np.uint8)), cuda.to_device(vals)
+
+def call(sel):
+    out = cuda.device_array(n, np.uint32)
+    return sel.run(flag_nonzero, dflags, n, word_view(dvals, n), word_view(out, n), n), out
+
+class Closer:
+    # at the k-th line of the call, another thread closes the selector (given 20 ms to do it)
+    def __init__(self, sel, k):
+        self.sel, self.k, self.lines, self.thread = sel, k, 0, None
+    def __call__(self, frame, event, arg):
+        if "vyre_numba" not in frame.f_code.co_filename:
+            return None
+        if event == "line":
+            self.lines += 1
+            if self.lines == self.k:
+                self.thread = threading.Thread(target=self.sel.close)
+                self.thread.start()
+                self.thread.join(0.02)
+        return self
+
+call(Selector())  # the kernels compiled: each call below makes the same lines
+c = Closer(Selector(), 0)
+sys.settrace(c); call(c.sel); sys.settrace(None)
+lines, seen = c.lines, {"ran": 0, "refused": 0}
+for k in range(1, lines + 1, 8):  # every eighth line: a traced call takes the simulator 2 s
+    sel = Selector()
+    c = Closer(sel, k)
+    sys.settrace(c)
+    try:
+        kept, out = call(sel)
+        assert kept == flags.sum() and np.array_equal(out.copy_to_host()[:kept], vals[flags]), k
+        seen["ran"] += 1
+    except DispatchError as e:
+        assert str(e) == "this Selector was closed. Fix: make a new one.", (k, str(e))
+        seen["refused"] += 1
+    finally:
+        sys.settrace(None)
+    assert c.thread is not None, (k, c.lines)  # the close came during the call
+    c.thread.join()
+    assert sel._closed and sel._args is None, k
+assert lines > 50 and seen["ran"] and seen["refused"], (lines, seen)
+print("closed meanwhile ok", lines, seen)
+"""
+
+
+def test_a_selector_closed_by_another_thread_mid_call_finishes_the_call_or_refuses_it_under_the_cuda_simulator():
+    """Regression (a red-team): close() from another thread during a call set the buffers the
+    call was using to None: raw TypeErrors, and a message blaming the user's flag_of. Another
+    thread's close() is started at every line of a call; the call ends with the right selection,
+    or with "closed" where the close came first."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    out = subprocess.run([sys.executable, "-c", CLOSED_MEANWHILE], env=env, capture_output=True, text=True,
+                         timeout=900)
+    assert out.returncode == 0 and "closed meanwhile ok" in out.stdout, out.stdout + out.stderr
 
 
 # ---- the GPU ------------------------------------------------------------------------------------

@@ -13,15 +13,14 @@ the GPU for ever or be halved into a forest of made-up roots. Every walk is boun
 array's length besides."""
 from __future__ import annotations
 
-import os
-
 from numba import cuda
 
 from .errors import DispatchError
+from .simulator import SIMULATED
 
 __all__ = ["find", "root", "link"]
 
-_SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+_SIM = SIMULATED
 
 
 class _DeviceFunction(type(cuda.jit(device=True)(lambda: 0))):  # Numba's device functions, or the simulator's

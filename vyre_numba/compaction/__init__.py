@@ -31,7 +31,6 @@ under the CUDA simulator the predicate runs as Python on NumPy scalars, with Num
 from __future__ import annotations
 
 import functools
-import os
 import threading
 from typing import Callable
 
@@ -43,6 +42,7 @@ from ..errors import (INTEGERS, CapacityError, DeviceError, DispatchError, HostM
 from ..gpu import memory
 from ..gpu.numba_launch import RawArray, check_stream, stream_handle
 from ..lru import LRUCache
+from ..simulator import SIMULATED
 from .select import PREDICATES_KEPT, Selector, _kernels, cpu_masks, predicate_key, word_type, word_view
 from .select import nonzero_numpy as _nonzero_numpy, select_if_numpy as _select_if_numpy, select_numpy as _select_numpy
 
@@ -275,7 +275,7 @@ def _compiled(call: Callable, what: str, compiling: bool = False):
 
 
 _SELECTORS: dict = {}
-_SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+_SIM = SIMULATED
 @functools.cache
 def _cuda():
     """numba.cuda, imported on first use (an import statement in a call costs about a microsecond,

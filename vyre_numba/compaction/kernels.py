@@ -6,13 +6,13 @@ The warp-level pieces (vote, block sum, tile scan) come in two forms: warp intri
 GPU, and under the CUDA simulator, which has none, the same results from shared memory."""
 from __future__ import annotations
 
-import os
 from typing import Callable
 
 import numpy as np
 from numba import cuda, from_dtype, int32, int64, uint8, uint32, uint64
 
 from ..lru import LRUCache
+from ..simulator import SIMULATED
 from ..workqueue import barrier
 from ..workqueue.barrier import FAILED, FINISHED, grid_wait
 from .select import ITEMS, PREDICATES_KEPT, THREADS, TILE, kept_compiled
@@ -25,7 +25,7 @@ GROUP = 4  # tiles a block of count_bytes counts
 GROUP_OCTS = GROUP * OCTS
 SCAN_THREADS = 1024  # tile counts a block of the scan takes
 FULL = 0xFFFFFFFF
-_SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+_SIM = SIMULATED
 
 
 @cuda.jit(device=True)

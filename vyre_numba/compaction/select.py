@@ -27,8 +27,9 @@ memory; the kernels are in `kernels.py` (imported when a GPU or the CUDA simulat
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
-import os
+import threading
 import time
 import types
 from typing import Any, Callable
@@ -40,8 +41,9 @@ from ..gpu import mapped
 from ..gpu.numba_launch import NumbaLaunch, RawArray, _describe, overload_kind, stream_handle
 from ..lru import LRUCache
 from ..owned import Unshared
+from ..simulator import SIMULATED
 
-_SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+_SIM = SIMULATED
 
 THREADS, ITEMS = 256, 16
 TILE = THREADS * ITEMS
@@ -79,6 +81,7 @@ def select_if_numpy(values: np.ndarray, predicate: Callable) -> np.ndarray:
     return values[_cpu_mask(predicate)(native)]
 
 
+FROZEN_BYTES = 1 << 16  # the largest array a predicate or step may read from outside itself (see _typed)
 PREDICATES_KEPT = 64  # compiled predicates kept (each cache below): a loop making a new lambda a call frees the old
 _CPU_MASKS: LRUCache = LRUCache(PREDICATES_KEPT)
 
@@ -93,14 +96,16 @@ def predicate_key(predicate: Callable):
     if code is None:
         return predicate
     try:
-        scope, names = predicate.__globals__, _names(code)
-        values = [c.cell_contents for c in predicate.__closure__ or ()] + list(predicate.__defaults__ or ())
-        named = [(name, scope[name]) for name in names if name in scope]
-        modules = [v for v in values + [v for _, v in named] if isinstance(v, types.ModuleType)]
+        scope, names, defaults = predicate.__globals__, _names(code), predicate.__defaults__ or ()
+        named = list(zip(code.co_freevars, [c.cell_contents for c in predicate.__closure__ or ()]))
+        named += list(zip(code.co_varnames[code.co_argcount - len(defaults):code.co_argcount], defaults))
+        named += [(name, scope[name]) for name in names if name in scope]
+        modules = [v for _, v in named if isinstance(v, types.ModuleType)]
         for m in modules:  # cfg.limit: Numba fixes a module's attributes at compilation too
             named += [(name, vars(m)[name]) for name in names if name in vars(m)]
             modules += [v for _, v in named if isinstance(v, types.ModuleType) and v not in modules]
-        read = values + named
+        _check_frozen(predicate, named)
+        read = [v for _, v in named]
         keywords = sorted((name, _typed(v)) for name, v in (predicate.__kwdefaults__ or {}).items())
         key = (code, tuple(map(_typed, read)), tuple(keywords))
         hash(key)
@@ -150,10 +155,28 @@ def to_compile(fn: Callable) -> Callable:
 def _typed(v):
     """v with its type, and its items' within a tuple, and a float by its bits: equal values Numba
     compiles differently (1 and 1.0, float32 and float64, 0.0 and -0.0) differ here, and a NaN,
-    unequal to itself, still finds its compiled predicate."""
+    unequal to itself, still finds its compiled predicate. A NumPy array (at most FROZEN_BYTES) by
+    its type, shape and a digest of its bytes: Numba compiles its contents in as constants, so a
+    changed or rebound array compiles afresh."""
     if isinstance(v, tuple):
         return type(v), tuple(map(_typed, v))
+    if type(v) is np.ndarray and not v.dtype.hasobject:
+        return np.ndarray, v.dtype.str, v.shape, hashlib.blake2b(np.ascontiguousarray(v).data, digest_size=16).digest()
     return (type(v), np.asarray(v).tobytes()) if isinstance(v, (float, complex, np.inexact)) else (type(v), v)
+
+
+def _check_frozen(fn: Callable, named: list) -> None:
+    """Refuse a function that reads a NumPy array of more than FROZEN_BYTES from its globals,
+    closure or defaults: Numba compiles such an array's contents in as constants (a changed array
+    would need compiling again, and a large one bloats the compiled code)."""
+    for name, v in named:
+        if type(v) is np.ndarray and v.nbytes > FROZEN_BYTES:
+            raise DispatchError(f"{getattr(fn, '__name__', 'the function')} reads the array {name!r} ({v.dtype}, "
+                                f"{v.nbytes} bytes) from outside itself, which Numba compiles in as constants: "
+                                f"arrays of at most {FROZEN_BYTES} bytes compile afresh when they change, larger ones "
+                                "are refused. Fix: pass the array as an argument (fixpoint.run's and "
+                                "WorkQueue.consume's args; for select_if, compute the flags and call select(values, "
+                                "flags)).")
 
 
 @functools.lru_cache(maxsize=256)
@@ -205,15 +228,28 @@ def word_view(a, n: int):
     return a.view(word) if w == 1 else a.view(word).reshape(n, w)
 
 
+def _one_call_at_a_time(method: Callable) -> Callable:
+    """`method` with its Selector's lock held: a close() from another thread waits for the call to
+    end (which then has every buffer it began with), and the calls after it are refused."""
+    @functools.wraps(method)
+    def held(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return held
+
+
 class Selector(Unshared):
     """The tile counts and offsets of compactions on one stream, and the kept count in mapped host
-    memory; reused across calls, released by `close()` (or `with`). One call at a time."""
+    memory; reused across calls, released by `close()` (or `with`). One call at a time: a call from
+    another thread waits for the one running (a selection of several calls, such as `offsets` then
+    a scatter, is the caller's to keep together)."""
 
     def __init__(self, stream=None):
         from numba import cuda
 
         from ..gpu.numba_launch import check_stream
 
+        self._lock = threading.RLock()  # first: close() takes it, even on a half-made Selector
         check_stream(stream)  # before anything is allocated on it
         if not cuda.is_available():
             raise BackendUnavailableError("a Selector keeps its counts on a CUDA GPU and none is usable here. Fix: "
@@ -265,8 +301,9 @@ class Selector(Unshared):
     def __exit__(self, *exc) -> None:
         self.close()
 
+    @_one_call_at_a_time
     def close(self) -> None:
-        """Release the device buffers (once; later calls do nothing)."""
+        """Release the device buffers (once; later calls do nothing), after any call running."""
         self._owned = self._ctl = self._host = self._args = self._bar = self._sums = None
         self._launches, self._relaunches, self._plans = {}, {}, {}
         self._closed = True
@@ -290,6 +327,7 @@ class Selector(Unshared):
                                 "grew). Fix: enqueue a scatter before the next selection on its Selector, or make "
                                 "it ready again after that selection.")
 
+    @_one_call_at_a_time
     def offsets(self, flag_of: Callable, src, n: int, octs=None) -> None:
         """Enqueue the tile counts and their scan for items 0..n-1 kept where `flag_of(src, i)`; the
         kept count lands in mapped host memory (`total()`) and on the device. `octs`: one-byte
@@ -321,6 +359,7 @@ class Selector(Unshared):
         self._tiles = 0
         self._grow(tiles)
 
+    @_one_call_at_a_time
     def scatter(self, flag_of: Callable, src, n: int, words, out, capacity: int) -> None:
         """Enqueue writing the kept items (`words` None: their indices) into `out`, at most
         `capacity` rows, after `offsets` of the same items."""
@@ -334,6 +373,7 @@ class Selector(Unshared):
             _unrunnable(e, flag_of, src)
             raise
 
+    @_one_call_at_a_time
     def scatter_later(self, flag_of: Callable, src, n: int, words, word) -> Callable[[int, int], None] | None:
         """`scatter` of items 0..n-1 (after `offsets` of them) made ready now and enqueued by the
         returned `put(address, capacity)` into `capacity` items of `word` (one word an item, or
@@ -370,11 +410,13 @@ class Selector(Unshared):
         made = self._selections
 
         def put(address: int, capacity: int) -> None:
-            self._check_ready(made)
-            _scatter_into(again, address, capacity, words is None)
-            again(tiles, THREADS)
+            with self._lock:
+                self._check_ready(made)
+                _scatter_into(again, address, capacity, words is None)
+                again(tiles, THREADS)
         return put
 
+    @_one_call_at_a_time
     def fused(self, flag_of: Callable, src, n: int, words, out, octs=None) -> int | None:
         """Select items 0..n-1 (n >= 1) into `out`, which has room for all n (`words` None: their
         indices), in one launch, and return how many were kept; None where a block gave up at the
@@ -408,6 +450,7 @@ class Selector(Unshared):
                                                  out if words is None else words, out, sums, bar,
                                                  self._arrived + blocks, host), blocks)
 
+    @_one_call_at_a_time
     def fused_at(self, flag_of: Callable, src: int, src_type, n: int, by_bytes: bool, word, words: int | None,
                  out: int, meanwhile: Callable | None = None) -> int | None:
         """`fused` of items of one word (`word`) named by device addresses: `src` the n flags (or
@@ -445,6 +488,7 @@ class Selector(Unshared):
         again.scalar(7, self._arrived + blocks)
         return self._fused_launch(lambda: again(blocks, THREADS), blocks, meanwhile)
 
+    @_one_call_at_a_time
     def enqueue_at(self, flag_of: Callable, src: int, src_type, n: int, by_bytes: bool, word, words: int | None,
                    out: int, capacity: int | None = None) -> None:
         """`enqueue` (count, scan and scatter, n >= 1) into `out`, room for `capacity` items (None:
@@ -452,6 +496,7 @@ class Selector(Unshared):
         with its parameters rewritten; the kept count is then `watch()`'s or `total()`'s."""
         self.offsets_at(flag_of, src, src_type, n, by_bytes, word, words)(out, n if capacity is None else capacity)
 
+    @_one_call_at_a_time
     def offsets_at(self, flag_of: Callable, src: int, src_type, n: int, by_bytes: bool, word,
                    words: int | None) -> Callable[[int, int], None]:
         """`offsets` (count and scan, n >= 1) of items named by device addresses as in `fused_at`,
@@ -476,11 +521,12 @@ class Selector(Unshared):
             made = self._selections
 
             def first(out: int, capacity: int) -> None:
-                self._check_ready(made)
-                self.scatter(flag_of, raw, n, _raw(words, n, word), RawArray(out, (capacity,), word), capacity)
-                for key in keys:
-                    self._relaunches[key] = self._launch(key[0], key[1]).detached()
-                self._plan(kinds, keys)
+                with self._lock:
+                    self._check_ready(made)
+                    self.scatter(flag_of, raw, n, _raw(words, n, word), RawArray(out, (capacity,), word), capacity)
+                    for key in keys:
+                        self._relaunches[key] = self._launch(key[0], key[1]).detached()
+                    self._plan(kinds, keys)
             return first
         counts, scan, put = again
         self._begin()
@@ -502,9 +548,10 @@ class Selector(Unshared):
         made = self._selections
 
         def later(out: int, capacity: int) -> None:
-            self._check_ready(made)
-            _scatter_into(put, out, capacity, words is None)
-            put(tiles, THREADS)
+            with self._lock:
+                self._check_ready(made)
+                _scatter_into(put, out, capacity, words is None)
+                put(tiles, THREADS)
         return later
 
     def _fused_launch(self, launch: Callable, blocks: int, meanwhile: Callable | None = None) -> int | None:
@@ -534,6 +581,7 @@ class Selector(Unshared):
         self._bar = self._cuda.to_device(np.zeros(4, np.int64), stream=self.stream)
         self._fused_args, self._arrived, self._relaunches = None, 0, {}
 
+    @_one_call_at_a_time
     def enqueue(self, flag_of: Callable, src, n: int, words, out, capacity: int, octs=None) -> None:
         """Enqueue the selection of items 0..n-1 (where `flag_of(src, i)`) into `out`, at most
         `capacity` rows of it (`words` None writes indices); the kept count, which may exceed
@@ -546,6 +594,7 @@ class Selector(Unshared):
             self._begin()
             self._host[0] = 0
 
+    @_one_call_at_a_time
     def copy_kept(self, src, dst, src8, dst8, itemsize: int, room: int) -> None:
         """Enqueue copying the last selection's kept bytes (at most `room` items of `itemsize`)
         from `src` to `dst` (seen as u64 words, and as bytes `src8`/`dst8` for the tail)."""
@@ -554,6 +603,7 @@ class Selector(Unshared):
         blocks = min(max(-(-room * itemsize // (8 * THREADS)), 1), 1024)
         self._launch(kernels.copy_kept)(blocks, THREADS, src, dst, src8, dst8, self._args[4], itemsize, room)
 
+    @_one_call_at_a_time
     def copy_kept_at(self, src: int, dst: int, itemsize: int, room: int) -> None:
         """`copy_kept` of device memory at `src` to `dst`, `room * itemsize` bytes at most, the
         last launch of it relaunched with these parameters rewritten (see `enqueue_at`)."""
@@ -572,6 +622,7 @@ class Selector(Unshared):
         again.scalar(6, room)
         again(min(max(-(-nbytes // (8 * THREADS)), 1), 1024), THREADS)
 
+    @_one_call_at_a_time
     def total(self) -> int:
         """The kept count of the last `offsets` or `enqueue`, after waiting for the stream."""
         self._check_open()
@@ -582,6 +633,7 @@ class Selector(Unshared):
                                 "(its error said why). Fix: call run, count or enqueue (again) before total().")
         return kept
 
+    @_one_call_at_a_time
     def count(self, flag_of: Callable, src, n: int, octs=None) -> int:
         """How many of items 0..n-1 are kept; `scatter` may follow. The count is read as soon as
         the scan writes it to mapped memory (a driver synchronisation costs several microseconds
@@ -592,6 +644,7 @@ class Selector(Unshared):
         self.offsets(flag_of, src, n, octs)
         return self.watch()
 
+    @_one_call_at_a_time
     def watch(self) -> int:
         """The kept count of the last `offsets`, `enqueue` or `fused` launch, read as soon as it is in
         mapped memory (a scatter may still run), within a bound past which the stream is
@@ -612,6 +665,7 @@ class Selector(Unshared):
             kept = int(self._host[0])
         return kept
 
+    @_one_call_at_a_time
     def run(self, flag_of: Callable, src, n: int, words, out, capacity: int, octs=None) -> int:
         """Select items 0..n-1 into `out` (at most `capacity` rows) and return how many were kept,
         which may exceed capacity (then only the first `capacity` were written). One

@@ -22,15 +22,15 @@ report them), or with a worklist past `_room` handed back. Its rounds are the ho
 round. Phase times are device times (CUDA events around each phase, or around the launch)."""
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
 
 from ..errors import DispatchError
 from ..gpu.numba_launch import launch_quietly
+from ..simulator import SIMULATED
 
-_SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+_SIM = SIMULATED
 THREADS = 32 if _SIM else 256  # the simulator runs a thread per thread
 PHASES = ("worklist", "rewrite", "insert", "compress", "on_device")  # on_device: rounds of one persistent launch
 PER_SM = 1  # blocks a multiprocessor in a persistent launch: a chain round took 10.0 us at 1, 11.9 at 2, 16.6 at 4 (H200)

@@ -5,15 +5,15 @@ argument again only when it is not the object passed last time. Under the CUDA s
 for argument kinds it does not pack, it calls the kernel the ordinary way."""
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any
 
 import numpy as np
 
+from ..simulator import SIMULATED
 from .launch import KernelLaunch, LaunchShape
 
-_SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+_SIM = SIMULATED
 _MASK = 0xFFFFFFFFFFFFFFFF
 
 

@@ -4,10 +4,9 @@ compare-and-swap set its distance (top-down) or by its own thread (bottom-up), s
 slots never overflows."""
 from __future__ import annotations
 
-import os
-
 from numba import cuda, int32, int64
 
+from ..simulator import SIMULATED
 from ..workqueue.barrier import grid_wait
 from ..workqueue.device import HEAD, TAIL, push_any
 
@@ -93,7 +92,7 @@ def bottom_up(indptr, indices, dist, level, n, out_items, out_state):
         v += stride
 
 
-if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":  # no shuffles in the simulator: an atomic a thread
+if SIMULATED:  # no shuffles in the simulator: an atomic a thread
     @cuda.jit(device=True)
     def add_sum(out, i, x):
         """out[i] += x."""

@@ -62,8 +62,8 @@ def connected_components(indptr: ArrayIn, indices: ArrayIn, *, backend: "Backend
     result (computed on the GPU when `backend` is "cuda", or is None and a GPU is usable); device
     arrays (numba, CuPy, PyTorch) give a device array and run on the GPU. `symmetric=True`
     promises every edge is stored both ways (as scipy's undirected graphs are), so the GPU can skip
-    the largest component's edges, seen from their other ends; it is not checked, and a CSR that
-    is not symmetric then gets wrong labels."""
+    the largest component's edges, seen from their other ends: checked for host arrays (as for
+    `bfs`), trusted for device arrays, which then get wrong labels where it is broken."""
     be, g, n, on_device = resolve(indptr, indices, backend, symmetric, "connected_components(A.indptr, A.indices)")
     if on_device:
         check_device_csr(be, indptr, indices, n)

@@ -200,6 +200,8 @@ def resolve(indptr, indices, backend, symmetric, call: str) -> tuple:
     be = resolve_backend(backend)
     if not on_device[0]:
         g = _check_csr(indptr, indices, call)
+        if symmetric:
+            check_symmetric(g)
         return be, g, g.n, False
     if be.name != "cuda":
         raise DispatchError(f"the CSR is on the device but backend {be.name!r} runs on the CPU. "
@@ -211,6 +213,44 @@ def resolve(indptr, indices, backend, symmetric, call: str) -> tuple:
                             "Fix: pass a one-element indptr [0] for the empty graph.")
     _check_size(n, nnz)  # as on the host: the kernels keep vertex ids and counts in 32 bits
     return be, None, n, True
+
+
+_MIX = (np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
+
+
+def _mixed(key: np.ndarray) -> np.ndarray:
+    """A 64-bit mix of each key (splitmix64's finaliser): sums of these tell multisets apart."""
+    key = key ^ (key >> np.uint64(30))
+    key *= _MIX[0]
+    key ^= key >> np.uint64(27)
+    key *= _MIX[1]
+    return key ^ (key >> np.uint64(31))
+
+
+def check_symmetric(g: CSR, piece: int = 1 << 16) -> None:
+    """Refuse a host CSR that some edge is stored in one way only (or more times one way than the
+    other), for `symmetric=True`: the edges' multiset against the reversed edges', by sums of mixed
+    keys, `piece` edges at a time (an edge found to show, only where they differ)."""
+    n, nnz = g.n, g.nnz
+    rows = np.repeat(np.arange(n, dtype=np.uint64), np.diff(g.indptr))
+    cols = g.indices
+    sums = [np.uint64(0), np.uint64(0)]
+    with np.errstate(over="ignore"):
+        for a in range(0, nnz, piece):
+            r, c = rows[a:a + piece], cols[a:a + piece].astype(np.uint64)
+            sums[0] += _mixed(r * np.uint64(n) + c).sum(dtype=np.uint64)
+            sums[1] += _mixed(c * np.uint64(n) + r).sum(dtype=np.uint64)
+    if sums[0] == sums[1]:
+        return
+    cols = cols.astype(np.uint64)
+    ahead, back = np.sort(rows * np.uint64(n) + cols), np.sort(cols * np.uint64(n) + rows)
+    i = int(np.argmax(ahead != back))
+    u, v = divmod(int(min(ahead[i], back[i])), n)
+    if back[i] < ahead[i]:
+        u, v = v, u
+    raise DispatchError(f"symmetric=True, but the edge {u} -> {v} is stored more times than {v} -> {u} (the CSR "
+                        "does not store every edge both ways, and bottom-up levels would miss vertices). Fix: pass "
+                        "symmetric=False, or store every edge both ways (A + A.T for a SciPy matrix A).")
 
 
 def _check_size(n: int, nnz: int) -> None:

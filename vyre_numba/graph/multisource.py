@@ -105,7 +105,8 @@ def bfs_many(indptr: ArrayIn, indices: ArrayIn, sources: ArrayIn, *, backend: "B
     the CSR graph `(indptr, indices)`, -1 where a source cannot reach: row i is `bfs(indptr,
     indices, sources[i])`. Sources are searched 64 at a time in one traversal. Host arrays give a
     NumPy result (computed on the GPU when `backend` is "cuda", or is None and a GPU is usable);
-    device arrays give a device array. `symmetric=True` as for `bfs` (bottom-up levels)."""
+    device arrays give a device array (an int `sources` gives one row). `symmetric=True` as for
+    `bfs` (bottom-up levels; checked for host arrays, trusted for device ones)."""
     return _bfs_many(indptr, indices, sources, backend, symmetric, "bfs_many(A.indptr, A.indices, sources)")
 
 

@@ -7,9 +7,9 @@ at a time, its lanes striding over the vertex's neighbours, so index reads are c
 is 32 lanes' work, not one thread's."""
 from __future__ import annotations
 
-import os
-
 from numba import cuda, int32, int64, uint8, uint32, uint64
+
+from ..simulator import SIMULATED
 
 FULL = 0xFFFFFFFF
 
@@ -24,7 +24,7 @@ def lowest_bit(m):
     return int64(cuda.ffs(uint32(m >> uint64(32)))) + 31
 
 
-if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":  # the simulator has no warp votes or shuffles
+if SIMULATED:  # the simulator has no warp votes or shuffles
     @cuda.jit(device=True)
     def count(active, gained):
         """Add to active[0] the lanes of the warp where `gained`."""
@@ -80,7 +80,7 @@ def _write_own(dist, n, i, new, level):
         m &= m - uint64(1)
 
 
-if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+if SIMULATED:
     @cuda.jit(device=True)
     def write_level(dist, n, i, new, level):
         """dist[j, i] = level for every source j in `new`, a lane at a time."""

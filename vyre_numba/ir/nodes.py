@@ -11,7 +11,7 @@ which is bounded by `MAX_DEPTH`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Iterable, Union
 
 import numpy as np

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import os
 import threading
 from typing import Callable, Iterator
 
@@ -31,9 +30,10 @@ from ..errors import (INTEGERS, BackendUnavailableError, CapacityError, DeviceEr
                       flat_fix, host_memory, numba_reason, shown)
 from ..owned import Unshared
 from ..signals import uninterrupted
+from ..simulator import SIMULATED
 
 __all__ = ["WorkQueue", "QueueModel"]
-_SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+_SIM = SIMULATED
 
 
 class QueueModel:

@@ -5,15 +5,15 @@ GPU at once (a cooperative launch guarantees them a place); a block that waits i
 gives up and marks the state, so a kernel never hangs: its host sees the mark and says so."""
 from __future__ import annotations
 
-import os
-
 from numba import cuda
+
+from ..simulator import SIMULATED
 
 SPINS = 1 << 20  # polls of a short wait (about a second on an H100: a poll and its sleep take ~0.6-1 us), for a
 # kernel whose host can redo the work another way
 ARRIVED, FINISHED, FAILED = 0, 1, 2  # the words of a barrier's state (int64, zero when made)
 
-if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+if SIMULATED:
     @cuda.jit(device=True)
     def pause():
         pass

@@ -8,12 +8,11 @@ and returns False, so the producer keeps its item and pushes it again after the 
 queue (backpressure: nothing is lost, nothing overwritten)."""
 from __future__ import annotations
 
-import os
-
 from numba import cuda, int64, uint32, uint64
 
 from ..compaction.select import PREDICATES_KEPT, kept_compiled
 from ..lru import LRUCache
+from ..simulator import SIMULATED
 
 __all__ = ["push", "size", "take", "consumer"]
 
@@ -30,7 +29,7 @@ def push(items, state, value):
     return False
 
 
-if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":  # the simulator has no warp votes; one push a lane
+if SIMULATED:  # the simulator has no warp votes; one push a lane
     @cuda.jit(device=True)
     def push_any(items, state, value, want):
         """As `push` where `want`, True elsewhere."""

@@ -1,0 +1,33 @@
+"""Whether numba-cuda simulates the GPU: NUMBA_ENABLE_CUDASIM, read as Numba reads it."""
+from __future__ import annotations
+
+import os
+
+from .errors import SettingError, shown
+
+ENV = "NUMBA_ENABLE_CUDASIM"
+
+
+def simulated() -> bool:
+    """Whether NUMBA_ENABLE_CUDASIM turns numba-cuda's simulator on: an int other than 0 (`1`,
+    `01`, ` 2`); Numba takes a value that is no int as 0."""
+    try:
+        return int(os.environ.get(ENV, "0")) != 0
+    except ValueError:
+        return False
+
+
+def check() -> None:
+    """A SettingError where NUMBA_ENABLE_CUDASIM holds what Numba cannot read (it warns with a
+    traceback and leaves the simulator off)."""
+    value = os.environ.get(ENV)
+    if value is None:
+        return
+    try:
+        int(value)
+    except ValueError:
+        raise SettingError(f"{ENV}={shown(value, 40)} is not a number, so Numba warns and leaves its CUDA simulator "
+                           f"off. Fix: set {ENV}=1 to simulate the GPU, or unset it.") from None
+
+
+SIMULATED = simulated()  # at import, as numba-cuda reads it at its own

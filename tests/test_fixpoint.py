@@ -99,6 +99,42 @@ def test_a_step_reads_the_global_it_names_as_it_is_now(name):
         LIMIT = 5
 
 
+
+TABLE = np.array([5])
+
+
+def up_to_table(i, x):
+    if x[i] < TABLE[0]:
+        x[i] += 1
+        return 1
+    return 0
+
+
+@pytest.mark.parametrize("name", ["reference", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_step_reads_the_global_array_it_names_as_it_is_now(name):
+    """Regression (a red-team): a step reading a global array was kept by the function, and Numba
+    compiles the array's contents in: a notebook cell that rebound the array, or changed it in
+    place, got the old contents' fixpoint. A large array is refused, with the fix of an argument."""
+    global TABLE
+    be = vn.get_backend(name)
+    try:
+        for table in (np.array([5]), np.array([9]), "in place 3", np.array([5])):
+            if isinstance(table, str):
+                TABLE[0] = 3
+            else:
+                TABLE = table
+            x = be.upload(np.zeros(3, np.int64))
+            r = fixpoint.run(up_to_table, 3, [x], backend=be)
+            limit = int(TABLE[0])
+            assert r.converged and r.rounds == limit + 1 and be.download(x).tolist() == [limit] * 3
+        TABLE = np.full(1 << 14, 4, np.int64)  # 128 KiB: over FROZEN_BYTES
+        with pytest.raises(DispatchError, match=r"up_to_table reads the array 'TABLE' \(int64, 131072 bytes\) from "
+                                                r"outside itself.*Fix: pass the array as an argument"):
+            fixpoint.run(up_to_table, 3, [be.upload(np.zeros(3, np.int64))], backend=be)
+    finally:
+        TABLE = np.array([5])
+
+
 def test_for_each_is_one_round_without_a_result():
     n = 10
     indptr, indices = path(n)
@@ -131,8 +167,8 @@ def _generator_step(i, a, indptr, indices):
     ({"n": 2**31}, "n=2147483648 is 2**31 or more"), ({"n": np.uint32(2**32 - 1)}, "n=4294967295 is 2**31 or more"),
     ({"max_rounds": 0}, "max_rounds=0"), ({"mode": "fast"}, "mode='fast'"), ({"mode": "cooperative"}, "needs a GPU"),
     ({"timeout_s": -1}, "timeout_s=-1"), ({"args": "abc"}, "not a list"), ({"step": 5}, "not a Python function"),
-    ({"step": np.sin}, "not a Python function"), ({"step": int}, "the class int"), ({"args": [[1, 2, 3]]}, "writes lost"),
-    ({"step": lambda i, a: a.no_such_attribute}, "does not compile"), ({"backend": "nope"}, "no backend named"),
+    ({"step": np.sin}, "not a Python function"), ({"step": int}, "the class int"), ({"args": [[1, 2, 3], *path(3)]}, "writes lost"),
+    ({"step": lambda i, a, p, q: a.no_such_attribute}, "does not compile"), ({"backend": "nope"}, "no backend named"),
     ({"step": _raises}, "the step raised ValueError (boom)"), ({"step": _async_step}, "async or generator"),
     ({"step": _generator_step}, "async or generator"), ({"timeout_s": np.True_}, "timeout_s=np.True_"),
     ({"timeout_s": float("nan")}, "timeout_s=nan"), ({"timeout_s": np.float32(-1)}, "timeout_s=np.float32(-1.0)"),
@@ -254,9 +290,11 @@ def _writes_then_strays(i, a):
     return 0
 
 
-def _writes_then_divides(i, a):
+def _writes_then_raises(i, a):
     a[i] = 7
-    return 1 // (i - 2)
+    if i == 2:
+        raise ZeroDivisionError("mine")
+    return 1
 
 
 def _says_yes(i, a):
@@ -266,7 +304,7 @@ def _says_yes(i, a):
 
 @pytest.mark.parametrize("step,n,fragment", [
     (_writes_then_strays, 200_000, "outside an array"),  # without bounds checks this wrote past the array
-    (_writes_then_divides, 3, "divided by zero"),
+    (_writes_then_raises, 3, "the step raised ZeroDivisionError (mine)"),
     (_says_yes, 3, "not a bool or an integer"),
 ])
 def test_a_failing_cpu_step_raises_and_leaves_the_arrays_as_they_were(step, n, fragment):
@@ -275,6 +313,60 @@ def test_a_failing_cpu_step_raises_and_leaves_the_arrays_as_they_were(step, n, f
         fixpoint.run(step, n, [a], backend="reference")
     assert fragment in str(e.value)
     assert a.tolist() == [0, 1, 2]
+
+
+
+def _divides(i, a, q, r):
+    q[i] = a[i] // (i - 1)  # i = 1 divides by zero
+    r[i] = 1.0 / (a[i] - 2.0)  # and a = 2 too
+    return 0
+
+
+@pytest.mark.parametrize("name", ["reference", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_step_divides_by_zero_as_numpy_does_on_every_backend(name):
+    """Regression (a red-team): the CPU compiled steps with Python's error model (division by zero
+    raised), the GPU with NumPy's (an integer 0, a float inf): the oracle disagreed with the device."""
+    be = vn.get_backend(name)
+    a = np.array([4, 5, 2], np.int64)
+    q, r = be.upload(np.full(3, -1, np.int64)), be.upload(np.zeros(3))
+    fixpoint.for_each(_divides, 3, [be.upload(a), q, r], backend=be)
+    assert be.download(q).tolist() == [-4, 0, 2]
+    assert be.download(r).tolist() == [0.5, 1 / 3, np.inf]
+
+
+def _two(i, a, b):
+    return 0
+
+
+def _own_type_error(i, a):
+    if i == 1:
+        raise TypeError("mine")
+    return 0
+
+
+def _own_index_error(i, a):
+    if i == 1:
+        raise IndexError("mine")
+    return 0
+
+
+def test_a_steps_own_errors_are_told_apart_from_numbas():
+    """Regression (a red-team): args of the wrong number, or a TypeError the step raised itself,
+    were said not to compile with Numba; an IndexError it raised, to index outside an array."""
+    a = np.zeros(3)
+    for args, given in (([a], 1), ([a, a, a], 3)):
+        with pytest.raises(DispatchError, match=rf"the step takes \(i, a, b\): i and then 2 argument\(s\), but args "
+                                                rf"holds {given}\. Fix: pass one item of args for each"):
+            fixpoint.run(_two, 3, args)
+    fixpoint.run(lambda i, a, b=0: 0, 3, [a])  # a default fills the rest
+    fixpoint.run(lambda i, *rest: 0, 3, [a, a])
+    with pytest.raises(DispatchError, match=r"^the step raised TypeError \(mine\)\. Fix: make the step total"):
+        fixpoint.run(_own_type_error, 3, [a])
+    with pytest.raises(DispatchError, match=r"^the step raised IndexError \(mine\)\. Fix: make the step total"):
+        fixpoint.run(_own_index_error, 3, [a])
+    with pytest.raises(DispatchError, match=r"timeout_s=.* is a timedelta64, not a number of seconds\. Fix: pass "
+                                            r"timeout_s / np\.timedelta64\(1, 's'\)"):
+        fixpoint.run(_two, 3, [a, a], timeout_s=np.timedelta64(1, "s"))
 
 
 def test_a_program_step_past_its_work_budget_leaves_the_arrays_as_they_were():

@@ -115,6 +115,37 @@ def test_bad_calls_raise_with_a_fix(call, fragment):
     assert fragment in str(e.value)
 
 
+
+@pytest.mark.parametrize("name", ["reference", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_symmetric_true_for_a_host_csr_that_is_not_is_refused(name):
+    """Regression (a red-team): symmetric=True on a directed path gave [0, -1, -1] on the GPU (its
+    first level went bottom-up) and [0, 1, 2] on the reference, which ignored the promise."""
+    be = vn.get_backend(name)
+    rng = np.random.default_rng(7)
+    for _ in range(60):
+        n, m = int(rng.integers(1, 40)), int(rng.integers(0, 120))
+        a = sp.coo_matrix((np.ones(m), (rng.integers(0, n, m), rng.integers(0, n, m))), shape=(n, n)).tocsr()
+        for g in (a, a + a.T):
+            g = sp.csr_matrix(g)  # duplicates summed: each edge stored once
+            stored = (g != 0).astype(np.int8)
+            symmetric = (stored != stored.T).nnz == 0
+            calls = (lambda: graph.bfs(g.indptr, g.indices, 0, backend=be, symmetric=True),
+                     lambda: graph.bfs_many(g.indptr, g.indices, [0], backend=be, symmetric=True),
+                     lambda: graph.connected_components(g.indptr, g.indices, backend=be, symmetric=True))
+            for call in calls:
+                if symmetric:
+                    call()
+                else:
+                    with pytest.raises(DispatchError, match=r"^symmetric=True, but the edge \d+ -> \d+ is stored "
+                                                            r"more times than .*Fix: pass symmetric=False"):
+                        call()
+    with pytest.raises(DispatchError, match=r"the edge 0 -> 1 is stored more times than 1 -> 0"):
+        bfs([0, 1, 2, 2], [1, 2], 0, backend=be, symmetric=True)
+    with pytest.raises(DispatchError, match=r"the edge 0 -> 1 is stored more times than 1 -> 0"):
+        bfs([0, 2, 3], [1, 1, 0], 0, backend=be, symmetric=True)  # twice one way, once the other
+    assert bfs([0, 1, 2, 3], [1, 0, 2], 0, backend=be, symmetric=True).tolist() == [0, 1, -1]  # a self-loop is both
+
+
 def test_a_0d_integer_array_is_a_source_as_bfs_many_takes_one():
     a = GRAPHS["random directed"]
     assert np.array_equal(bfs(a.indptr, a.indices, np.array(3), backend="reference"),

@@ -62,6 +62,9 @@ def run(step: "Callable | Program", n: int, args: Sequence[Any] = (), *, max_rou
     max_rounds = whole(max_rounds, "max_rounds", 1, 2**31 - 1)
     if not isinstance(mode, str) or mode not in MODES:
         raise DispatchError(f"mode={shown(mode)} is not one of {', '.join(MODES)}. Fix: pass one of those.")
+    if isinstance(timeout_s, np.timedelta64):  # a numbers.Real to NumPy, but no number of seconds
+        raise DispatchError(f"timeout_s={shown(timeout_s)} is a timedelta64, not a number of seconds. Fix: pass "
+                            "timeout_s / np.timedelta64(1, 's').")
     if isinstance(timeout_s, (bool, np.bool_)) or not isinstance(timeout_s, numbers.Real) or not 0 < timeout_s < 1e6:
         raise DispatchError(f"timeout_s={shown(timeout_s)} is not a number of seconds with 0 < timeout_s < 1e6. "
                             "Fix: pass e.g. 10.0.")
@@ -121,12 +124,29 @@ def _checked(step, n, args, backend, block):
     block = whole(block, "block", 32, 1024)
     if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
         raise DispatchError(f"args is {a_type(args)}, not a list. Fix: pass the step's arguments as a list.")
+    if not is_program:
+        _check_arity(step, len(args))
     if backend is None:  # device arrays run on the GPU, host arrays on the CPU
         backend = "cuda" if any(hasattr(a, "__cuda_array_interface__") for a in args) else "reference"
     be = resolve_backend(backend)
     if is_program:
         args = program_args(step, args, device=be.name == "cuda")
     return be, is_program, n, list(args), block
+
+
+def _check_arity(step, given: int) -> None:
+    """Refuse a step that cannot take (i, *args) for `given` args (Numba would say only that it
+    cannot bind them, as if the step did not compile)."""
+    params = inspect.signature(getattr(step, "py_func", step)).parameters.values()
+    if any(p.kind in (p.VAR_POSITIONAL, p.KEYWORD_ONLY, p.VAR_KEYWORD) for p in params):
+        return  # *args takes any number; keyword-only parameters Numba refuses itself, saying so
+    takes = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    least = sum(p.default is p.empty for p in takes)
+    if not least <= 1 + given <= len(takes):
+        names = ", ".join(p.name for p in takes) or "nothing"
+        raise DispatchError(f"the step takes ({names}): i and then {max(len(takes) - 1, 0)} argument(s), but args "
+                            f"holds {given}. Fix: pass one item of args for each of the step's parameters after i, "
+                            "in order.")
 
 
 def _python_function(step) -> bool:
@@ -281,7 +301,8 @@ def _cpu_round(step: Callable) -> tuple[Callable, Callable]:
     def build(fn: Callable) -> tuple[Callable, Callable]:
         from numba import njit
 
-        inner = njit(boundscheck=True)(fn)  # an index out of range raises, never corrupts
+        # an index out of range raises, never corrupts; division by zero gives NumPy's result, as on the GPU
+        inner = njit(boundscheck=True, error_model="numpy")(fn)
 
         @njit
         def one_round(n, args):
@@ -367,18 +388,21 @@ def _numba_call(fn, n: int, args: list):
     try:
         return fn(n, tuple(args))
     except IndexError as e:  # bounds checked: the step indexed outside an array
+        if "index is out of bounds" not in str(e):  # Numba's words; the step raised its own
+            raise DispatchError(f"the step raised IndexError ({e}). Fix: make the step total over its inputs (no "
+                                "exceptions raised); the arrays are as they were.") from e
         raise DispatchError(f"the step indexed outside an array ({e}). Fix: check the step's indices against the "
                             "arrays' lengths (n items run, i from 0 to n - 1); the arrays are as they were.") from None
-    except ZeroDivisionError as e:
-        raise DispatchError(f"the step divided by zero ({e}). Fix: guard the division in the step; the arrays are "
-                            "as they were.") from None
     except Exception as e:  # Numba's errors mean the step does not compile; others, that the step raised them
         from numba.core.errors import NumbaError
 
         if isinstance(e, VyreError):
             raise
         numba_error = isinstance(e, (NumbaError, TypeError)) or type(e).__module__ == "numba.core.errors"  # and
-        # UnsupportedBytecodeError (an import in the step), which is no NumbaError
+        # UnsupportedBytecodeError (an import in the step), which is no NumbaError; a TypeError the step raised
+        # itself comes from a compiled round
+        if numba_error and not isinstance(e, NumbaError) and _compiled_for(fn, n, args):
+            numba_error = False
         text = str(e)
         if type(e).__module__.startswith("numba.cuda") or (numba_error and ("numba.cuda" in text or "CUDA" in text)):
             raise DispatchError("the step calls CUDA device code (numba.cuda, vyre_numba.unionfind), which runs only "
@@ -401,6 +425,14 @@ def _numba_call(fn, n: int, args: list):
         raise DispatchError(f"the step function does not compile with Numba ({numba_reason(e)}). Fix: write it in "
                             "Numba's subset (array indexing, arithmetic, loops) taking (i, *args), and check the "
                             "argument types it is given.") from None  # Numba's frames say nothing more
+
+
+def _compiled_for(fn, n: int, args: list) -> bool:
+    """Whether `fn` (a jitted round) was compiled for (n, args): then what it raised, it raised running."""
+    try:
+        return tuple(map(fn.typeof_pyval, (n, tuple(args)))) in fn.overloads
+    except Exception:  # untypeable arguments: it never compiled for them
+        return False
 
 
 def _bar(progress: bool | None):

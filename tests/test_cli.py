@@ -1040,3 +1040,182 @@ def test_an_input_that_is_not_npy_gives_no_pickle_advice(saxpy_json, saxpy_input
     assert main(["run", str(saxpy_json), "--out", str(tmp_path / "o"), *args]) == 2
     line = one_error_line(capsys, "not a .npy file")
     assert "pickle" not in line.lower()
+
+
+# ---- rt40: program paths, names, inputs and outputs a red-team found mishandled -------------------
+
+@pytest.mark.parametrize("kind", ["character device", "FIFO (named pipe)", "directory"])
+@pytest.mark.parametrize("cmd", ["run", "emit"])
+def test_a_program_path_that_is_not_a_regular_file_is_refused_without_reading_it(tmp_path, capsys, dispatches,
+                                                                                  kind, cmd):
+    """Regression (a red-team): `emit /dev/zero` read until memory ran out (killed, or "out of host
+    memory" with a Fix that did not apply), and a FIFO blocked the command forever."""
+    import threading
+
+    if kind == "character device":
+        path = "/dev/null"  # as /dev/zero, without the endless read should the check be gone
+    elif kind == "directory":
+        path = str(tmp_path)
+    else:
+        path = str(tmp_path / "fifo.json")
+        os.mkfifo(path)  # no writer: opening it for reading blocks unless the loader does not wait
+    argv = (["run", path, "--out", str(tmp_path / "o"), "--backend", "reference"] if cmd == "run" else
+            ["emit", path, "-o", str(tmp_path / "o" / "k.ptx")])
+    status = []
+    t = threading.Thread(target=lambda: status.append(main(argv)), daemon=True)
+    t.start()
+    t.join(60)
+    if t.is_alive():  # let the blocked open go, then fail
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        t.join(10)
+        pytest.fail("the command blocked on the program path")
+    assert status == [2]
+    assert_fix(one_error_line(capsys, f"program {path!r} is a {kind}, not a regular file",
+                              "Fix: pass the path of a file written by Program.to_json()"))
+    assert dispatches == [] and not (tmp_path / "o").exists()
+
+
+def test_a_program_file_past_the_size_cap_is_refused(saxpy_json, tmp_path, capsys, monkeypatch):
+    from vyre_numba import cli
+
+    monkeypatch.setattr(cli, "MAX_PROGRAM_BYTES", saxpy_json.stat().st_size - 1)
+    assert main(["emit", str(saxpy_json), "-o", str(tmp_path / "k.ptx")]) == 2
+    assert_fix(one_error_line(capsys, "is larger than", "the most a program file may be"))
+    monkeypatch.setattr(cli, "MAX_PROGRAM_BYTES", saxpy_json.stat().st_size)
+    assert main(["emit", str(saxpy_json), "-o", str(tmp_path / "k.ptx")]) == 0
+
+
+def test_an_empty_program_path_says_it_is_empty(tmp_path, capsys):
+    """Regression (a red-team): `emit ""` said "cannot read program '': Is a directory"."""
+    assert main(["emit", "", "-o", str(tmp_path / "k.ptx")]) == 2
+    assert_fix(one_error_line(capsys, "error: the program path is empty. Fix: pass the path of a file"))
+
+
+def test_a_program_file_with_a_byte_order_mark_says_so(saxpy_json, tmp_path, capsys):
+    """Regression (a red-team): "Unexpected UTF-8 BOM (decode using utf-8-sig)", with a Fix that did
+    not mention it."""
+    saxpy_json.write_bytes(b"\xef\xbb\xbf" + saxpy_json.read_bytes())
+    assert main(["emit", str(saxpy_json), "-o", str(tmp_path / "k.ptx")]) == 2
+    line = one_error_line(capsys, "begins with a byte-order mark")
+    assert "remove the BOM" in line.split("Fix:")[1]
+
+
+def test_a_program_json_with_null_for_its_entry_is_refused_not_run_empty(saxpy_json, saxpy_inputs, tmp_path,
+                                                                         capsys, dispatches):
+    """Regression (a red-team): `"entry": null` ran as an empty program, exit 0, y written unchanged."""
+    d = json.loads(saxpy_json.read_text())
+    d["entry"] = None
+    saxpy_json.write_text(json.dumps(d))
+    assert main(["run", str(saxpy_json), "--out", str(tmp_path / "o"), "--backend", "reference",
+                 *saxpy_inputs]) == 2
+    assert_fix(one_error_line(capsys, "has null where the program's entry takes a list of statements"))
+    assert dispatches == [] and not (tmp_path / "o").exists()
+
+
+def _long_named(tmp_path, n=200_000):
+    p = demo_program()
+    path = tmp_path / "long.json"
+    path.write_text(ir.Program(p.buffers, p.workgroup_size, p.entry, name="a" * n).to_json())
+    return path
+
+
+@pytest.mark.parametrize("extra, fragment", [
+    (["--input", "q={tmp}/y.npy"], "--input 'q' is not an input of 'aaa"),
+    (["--size", "y=5"], "--size 'y' is not an output-only buffer of 'aaa"),
+    ([], "ran 'aaa"),
+])
+def test_a_long_program_name_is_clipped_in_what_the_command_says(tmp_path, saxpy_inputs, capsys, extra, fragment):
+    """Regression (a red-team): a 200,000-character program name made a 200 KB error line."""
+    argv = ["run", str(_long_named(tmp_path)), "--out", str(tmp_path / "o"), "--backend", "reference",
+            *saxpy_inputs, *[e.replace("{tmp}", str(tmp_path)) for e in extra]]
+    status = main(argv)
+    captured = capsys.readouterr()
+    said = captured.err if extra else captured.out.splitlines()[-1]
+    assert status == (2 if extra else 0) and fragment in said and "a" * 100 not in said, said[:300]
+    assert len(said) < 300 and "aaa...aaa" in said
+
+
+def test_a_npy_header_claiming_more_than_the_file_holds_is_a_bad_file(saxpy_json, saxpy_inputs, tmp_path, capsys,
+                                                                       dispatches):
+    """Regression (a red-team): a 96-byte .npy whose header claimed 99999999999 elements was
+    reported as "out of host memory" (exit 1), with a Fix to use smaller inputs."""
+    path = tmp_path / "x.npy"
+    with open(path, "wb") as f:  # a header of 99999999999 f32s over the data of 10
+        np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": (99999999999,)})
+        f.write(np.arange(10, dtype=np.float32).tobytes())
+    assert main(["run", str(saxpy_json), "--out", str(tmp_path / "o"), "--backend", "reference", *saxpy_inputs]) == 2
+    line = one_error_line(capsys, "cannot load", "for input 'x': not a .npy array (its header claims "
+                          "399,999,999,996 bytes of data, the file holds 40)")
+    assert "out of host memory" not in line and "numpy.save" in line.split("Fix:")[1]
+    assert dispatches == []
+
+
+def test_an_output_path_the_terminal_cannot_spell_is_no_failure(saxpy_json, saxpy_inputs, tmp_path, capsys,
+                                                                 monkeypatch):
+    """Regression (a red-team): with PYTHONIOENCODING=ascii, `run --out outé` wrote its outputs, then
+    exited 1 calling the UnicodeEncodeError "a bug in vyre-numba"."""
+    import io
+
+    raw = io.BytesIO()
+    ascii_out = io.TextIOWrapper(raw, encoding="ascii", write_through=True)
+    monkeypatch.setattr(sys, "stdout", ascii_out)
+    out = tmp_path / "outé"
+    assert main(["run", str(saxpy_json), "--out", str(out), "--backend", "reference", *saxpy_inputs]) == 0
+    assert capsys.readouterr().err == ""
+    said = raw.getvalue().decode("ascii")
+    assert f"-> {str(out).replace('é', chr(92) + 'xe9')}/y.npy" in said and "ran 'saxpy'" in said
+    assert np.array_equal(np.load(out / "y.npy"), np.arange(5, dtype=np.float32) * 2 + 1)
+
+
+@pytest.mark.parametrize("env, value", [("VYRE_NUMBA_PROGRESS", "maybe"), ("VYRE_NUMBA_CACHE", "maybe"),
+                                        ("VYRE_NUMBA_CACHE_DIR", "~nosuchuser-vyre/x")])
+def test_run_refuses_a_bad_setting_before_any_work_as_demo_and_info_do(saxpy_json, saxpy_inputs, tmp_path, capsys,
+                                                                        dispatches, monkeypatch, env, value):
+    """Regression (a red-team): `run` never checked the settings (exit 0 on the reference backend)
+    while `info` called them invalid and `demo` refused them; info did not read VYRE_NUMBA_CACHE_DIR."""
+    monkeypatch.setenv(env, value)
+    assert main(["run", str(saxpy_json), "--out", str(tmp_path / "o"), "--backend", "reference", *saxpy_inputs]) == 2
+    assert_fix(one_error_line(capsys, env, repr(value)))
+    assert dispatches == [] and not (tmp_path / "o").exists()
+    assert main(["info"]) == 2
+    settings = [line for line in capsys.readouterr().out.splitlines() if line.startswith("settings: ")]
+    assert len(settings) == 1 and f"{env}={value!r}" in settings[0] and "Fix:" in settings[0]
+
+
+def test_info_takes_an_unset_or_usable_cache_dir_as_valid(capsys, monkeypatch, tmp_path):
+    for value in ("", "  ", str(tmp_path / "c"), "~/c"):
+        monkeypatch.setenv("VYRE_NUMBA_CACHE_DIR", value)
+        assert main(["info"]) == 0 and "settings: every one valid" in capsys.readouterr().out
+
+
+def test_bench_whose_suite_exits_at_import_is_said_not_silent(tmp_path, capsys):
+    """Regression (a red-team): a suite.py raising SystemExit(3) at import made bench exit 3 without a word."""
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("tqdm")
+    (tmp_path / "suite.py").write_text("raise SystemExit(3)\n")
+    assert main(["bench", "--dir", str(tmp_path)]) == 2
+    assert_fix(one_error_line(capsys, "suite.py does not load (SystemExit"))
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "p.json", "--out", "o", "--grid", "\u0663"], ["run", "p.json", "--out", "o", "--iterations", "1_0"],
+    ["demo", "-n", "\u0661\u0660\u0660"], ["emit", "p.json", "-o", "k.ptx", "--sm", "\uff19\uff10"],
+])
+def test_counts_take_ascii_digits_only_as_size_does(capsys, argv):
+    """Regression (a red-team): argparse's int() took `--grid ٣` and `--iterations 1_0`, while
+    `--size y=٣` was refused: one rule now, digits 0-9."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "invalid int value" in err and "(digits 0-9 only)" in err and "Fix:" in err
+
+
+def test_an_out_that_is_a_symbolic_link_loop_is_called_one(saxpy_json, saxpy_inputs, tmp_path, capsys):
+    """Regression (a red-team): a loop was called "a broken symbolic link"."""
+    os.symlink(tmp_path / "loop2", tmp_path / "loop1")
+    os.symlink(tmp_path / "loop1", tmp_path / "loop2")
+    assert main(["run", str(saxpy_json), "--out", str(tmp_path / "loop1"), *saxpy_inputs]) == 2
+    assert_fix(one_error_line(capsys, "loop1 is a symbolic link loop, not a directory"))
+    os.symlink(tmp_path / "nowhere", tmp_path / "broken")
+    assert main(["run", str(saxpy_json), "--out", str(tmp_path / "broken"), *saxpy_inputs]) == 2
+    assert_fix(one_error_line(capsys, "broken is a broken symbolic link, not a directory"))

@@ -299,3 +299,134 @@ def test_kernels_are_kept_by_the_program_as_written_and_whether_it_is_optimized(
     assert _kernel_key(program(), on, 90) != _kernel_key(program(), off, 90)
     assert _kernel_key(program(), on, 90) != _kernel_key(program(), on, 80)
     assert _kernel_key(program(), on, 90) != _kernel_key(program("other"), on, 90)
+
+
+@pytest.mark.parametrize("how", ["symlink", "copy", "rename"])
+def test_an_entry_under_another_keys_name_is_corrupt_not_loaded(tmp_path, how):
+    """Regression (a red-team): only the file name tied an entry to its key, so B's cubin, linked,
+    copied or renamed to A's name, was loaded for A."""
+    import shutil
+
+    c = DiskCache(tmp_path)
+    a, b = ("progA", 90), ("progB", 90)
+    c.put(a, b"AAAA")
+    c.put(b, b"BBBB")
+    os.unlink(c.path(a))
+    {"symlink": os.symlink, "copy": shutil.copy, "rename": os.rename}[how](c.path(b), c.path(a))
+    assert c.get(a) is None and c.corrupt == 1 and not os.path.lexists(c.path(a))
+    c.put(a, b"AAAA")
+    assert c.get(a) == b"AAAA"
+    assert c.get(b) == (None if how == "rename" else b"BBBB")
+
+
+def test_an_entry_of_the_former_format_is_a_plain_miss_and_replaced(tmp_path):
+    c = DiskCache(tmp_path)
+    old = b"VYRECUB1" + hashlib_sha256(b"old") + b"old"  # the first format: no key digest
+    c.path(("k",)).write_bytes(old)
+    assert c.get(("k",)) is None and c.corrupt == 0 and c.misses == 1
+    c.put(("k",), b"new")
+    assert c.get(("k",)) == b"new" and MAGIC == b"VYRECUB2"
+
+
+def hashlib_sha256(data: bytes) -> bytes:
+    import hashlib
+
+    return hashlib.sha256(data).digest()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link to a fifo", "link to /dev/zero", "directory", "dangling link"])
+def test_an_entry_that_is_not_a_regular_file_is_corrupt_and_never_waited_on(tmp_path, kind):
+    """Regression (a red-team): an entry symlinked to a FIFO blocked get() forever (read_bytes
+    followed the link), and every process that wanted that kernel hung."""
+    import threading
+
+    c = DiskCache(tmp_path / "c")
+    c.put(("x",), b"x")  # makes the directory
+    p = c.path(("k",))
+    if kind == "fifo":
+        os.mkfifo(p)
+    elif kind == "link to a fifo":
+        os.mkfifo(tmp_path / "fifo")
+        os.symlink(tmp_path / "fifo", p)
+    elif kind == "link to /dev/zero":
+        os.symlink("/dev/zero", p)
+    elif kind == "directory":
+        p.mkdir()
+    else:
+        os.symlink(tmp_path / "nowhere", p)
+    got = []
+    t = threading.Thread(target=lambda: got.append(c.get(("k",))), daemon=True)
+    t.start()
+    t.join(10)
+    assert got == [None], "get() blocked"
+    assert c.corrupt == 1 and (kind == "directory" or not os.path.lexists(p))
+    if kind != "directory":
+        c.put(("k",), b"fresh")
+        assert c.get(("k",)) == b"fresh"
+
+
+def test_trim_leaves_other_writers_temporary_files_alone(tmp_path):
+    """Regression (a red-team): _trim's glob matched `.tmp-*.cubin`, so one process deleted
+    another's file mid-write (and counted it against the budget)."""
+    c = DiskCache(tmp_path, max_bytes=2500)
+    inflight = tmp_path / ".tmp-other.cubin"
+    inflight.write_bytes(bytes(100_000))  # far past the budget: it must be neither removed nor counted
+    for k in range(2):
+        c.put((k,), bytes(1000))
+    assert inflight.exists() and c.get((0,)) is not None and c.get((1,)) is not None
+
+
+def test_a_lost_race_in_put_is_a_quiet_miss(tmp_path, monkeypatch):
+    """Regression (a red-team): when another process's trim removed the temporary file before the
+    rename, put warned that the cache 'cannot be used'."""
+    import warnings
+
+    real = os.replace
+
+    def replace(src, dst):
+        os.unlink(src)  # what the other process did
+        return real(src, dst)
+
+    monkeypatch.setattr(diskcache.os, "replace", replace)
+    monkeypatch.setattr(diskcache, "_WARNED", set())
+    c = DiskCache(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        c.put(("k",), b"payload")
+    monkeypatch.undo()
+    assert c.writes == 0 and c.get(("k",)) is None and list(tmp_path.iterdir()) == []
+
+
+def test_a_cache_dir_naming_an_unknown_users_home_costs_only_the_cache(monkeypatch):
+    """Regression (a red-team): VYRE_NUMBA_CACHE_DIR=~nouser/x raised a raw RuntimeError from
+    DiskCache() and TuneStore()."""
+    from vyre_numba.gpu.tuning import TuneStore
+
+    monkeypatch.setenv("VYRE_NUMBA_CACHE_DIR", "~nosuchuser-vyre/x")
+    monkeypatch.setattr(diskcache, "_WARNED", set())
+    with pytest.raises(SettingError, match=r"VYRE_NUMBA_CACHE_DIR='~nosuchuser-vyre/x' starts with "
+                                           r"'~nosuchuser-vyre', a home directory this system does not know\. "
+                                           r"Fix: set VYRE_NUMBA_CACHE_DIR"):
+        diskcache.default_dir()
+    with pytest.warns(CacheWarning, match=r"cannot be used \(VYRE_NUMBA_CACHE_DIR=.*does not know\).*Fix:"):
+        c = DiskCache()
+    c.put(("k",), b"x")
+    assert c.directory is None and c.get(("k",)) is None
+    store = TuneStore(persist=True)  # said already, once
+    store.put(("k",), 64, {64: 1.0})
+    assert store.get(("k",)) == 64 and store.disk.directory is None
+
+
+@pytest.mark.parametrize("directory", ["~nosuchuser-vyre/x", "a\0b"])
+def test_a_directory_argument_that_names_no_directory_is_refused_in_either_form(directory):
+    """Regression (a red-team): DiskCache(Path('a\\0b')) was taken, and its get and put raised a raw
+    ValueError; TuneStore(Path('a\\0b')) the same."""
+    from pathlib import Path
+
+    from vyre_numba.errors import ArgumentError
+    from vyre_numba.gpu.tuning import TuneStore
+
+    for make in (DiskCache, lambda d: TuneStore(d, persist=True)):
+        for form in (directory, Path(directory)):
+            with pytest.raises(ArgumentError, match=r"is no directory name\. Fix: pass a directory's path"):
+                make(form)

@@ -909,6 +909,90 @@ def test_malformed_json_raises_ir_validation_error_with_fix(label, text):
         assert "(did you mean" in str(info.value) or "lacks its field 'value'" in str(info.value)
 
 
+def _saxpy_text() -> str:
+    from vyre_numba.cli import demo_program
+
+    return demo_program().to_json()
+
+
+@pytest.mark.parametrize("label, edit, message", [
+    ("a program key twice", lambda t: t.replace('"name":"saxpy"', '"name":"saxpy","name":"other"'),
+     "program JSON names the key 'name' twice in one object"),
+    ("format twice", lambda t: t.replace('"format":', '"format":"nope","format":'), "the key 'format' twice"),
+    ("a node's kind twice", lambda t: t.replace('{"k":"Let",', '{"k":"Store","k":"Let",'), "the key 'k' twice"),
+    ("a key twice past the C decoder's depth", lambda t: t.replace('"entry":[', '"entry":[' + "[" * 1500 + '{"a":1,"a":2}'
+                                                                    + "]" * 1500 + ",", 1), "the key 'a' twice"),
+    ("a null entry", lambda t: re.sub(r'"entry":\[.*\],"format"', '"entry":null,"format"', t),
+     "program JSON has null where the program's entry takes a list of statements"),
+    ("a null then", lambda t: re.sub(r'"then":\[.*\]\}\]', '"then":null}]', t),
+     "has null where If.then takes a list of statements"),
+    ("a null otherwise", lambda t: t.replace('"otherwise":[]', '"otherwise":null'),
+     "has null where If.otherwise takes a list of statements"),
+    ("an empty list as a statement", lambda t: t.replace('"otherwise":[]', '"otherwise":[[]]'),
+     "has a list where If.otherwise takes statements only"),
+    ("a bare float where an expression goes",
+     lambda t: t.replace('"c":{"buffer":"y","index":{"k":"Var","name":"i"},"k":"Load"}', '"c":1e30'),
+     "has 1e+30 where Fma.c takes an IR expression"),
+    ("a bare bool as an index", lambda t: t.replace('"index":{"k":"Var","name":"i"},"k":"Store"',
+                                                    '"index":true,"k":"Store"'),
+     "has true where Store.index takes an IR expression"),
+    ("a bare int as a let's value", lambda t: t.replace('"value":{"axis":0,"k":"Builtin","name":"invocation_id"}',
+                                                        '"value":-1'),
+     "has -1 where Let.value takes an IR expression"),
+    ("a null expression", lambda t: t.replace('"value":{"axis":0,"k":"Builtin","name":"invocation_id"}',
+                                              '"value":null'), "has null where Let.value takes an IR expression"),
+    ("NaN", lambda t: t.replace('"raw":0', '"raw":NaN', 1), "program JSON holds NaN, which is not JSON"),
+    ("a byte-order mark", lambda t: "\ufeff" + t, "byte-order mark (U+FEFF)"),
+])
+def test_program_json_holds_only_what_to_json_writes(label, edit, message):
+    """Regression (a red-team): duplicate keys loaded (the last one winning), `"entry": null` was an
+    empty program, null statement lists were [], and bare numbers and bools where a node goes were
+    read as literals: documents to_json never writes, loaded without a word."""
+    text = _saxpy_text()
+    bad = edit(text)
+    assert bad != text, label
+    for form in (bad, bad.encode()):
+        with pytest.raises(IRValidationError) as info:
+            ir.Program.from_json(form)
+        assert message in str(info.value), str(info.value)
+        assert_fix(str(info.value))
+        assert "Program.to_json()" in str(info.value).rsplit("Fix:", 1)[1]
+
+
+def test_program_json_as_written_still_loads_and_the_builders_stay_lenient(every_node_program):
+    assert '"expected":null' in every_node_program.to_json()  # an optional expression: null is as written
+    for p in (every_node_program, ir.Program([B.read_write("y", 0, "f32")], 1,
+                                             [ir.store("y", 0, 1e30), ir.if_(ir.u32(1) < 2, None)])):
+        assert ir.Program.from_json(p.to_json()) == p and ir.Program.from_json(p.to_json(indent=2)) == p
+
+
+@pytest.mark.parametrize("depth", [1, 1500])
+@pytest.mark.parametrize("word", ["NaN", "Infinity", "-Infinity"])
+def test_json_text_refuses_nan_and_infinity_at_every_depth(word, depth):
+    """Regression (a red-team): `[NaN]` loaded through the C decoder, but failed ("unexpected
+    character 'N'") when nested past it; dumps wrote `NaN`, which is not JSON."""
+    from vyre_numba.ir import jsontext
+
+    with pytest.raises(IRValidationError, match=f"program JSON holds {word}, which is not JSON.*Fix:"):
+        jsontext.loads("[" * depth + word + "]" * depth)
+    assert jsontext.loads("[" * depth + '"NaN"' + "]" * depth) is not None  # a string is a string
+    value = float(word.replace("Infinity", "inf"))
+    for nested in ([value], {"a": value}):
+        for _ in range(depth - 1):
+            nested = [nested]
+        with pytest.raises(IRValidationError, match="has no JSON form.*Fix:"):
+            jsontext.dumps(nested)
+
+
+def test_json_text_names_duplicate_keys_at_every_depth():
+    from vyre_numba.ir import jsontext
+
+    for depth in (0, 1500):
+        with pytest.raises(IRValidationError, match=r"names the key 'k' twice in one object.*Fix:"):
+            jsontext.loads("[" * depth + '{"k": 1, "j": 2, "k": 3}' + "]" * depth)
+        assert jsontext.loads("[" * depth + '[{"k": 1}, {"k": 3}]' + "]" * depth) is not None
+
+
 @pytest.mark.parametrize("call", [lambda: ir.from_dict({"k": []}), lambda: ir.from_dict({"k": {}}),
                                   lambda: ir.from_dict({"k": "Lit"}), lambda: ir.to_dict(5),
                                   lambda: ir.to_dict(object()), lambda: ir.to_dict((ir.u32(1), "x"))])

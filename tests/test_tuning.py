@@ -115,3 +115,17 @@ def test_gpu_tunes_once_per_bucket_remembers_and_matches_the_reference(tmp_path)
     fresh = TuneStore(tmp_path, persist=True)
     key = ("tune", saxpy().digest(), be.caps.name, be.caps.sm, tuning.bucket(1 << 20), True)
     assert fresh.get(key) in tuning.CANDIDATES
+
+
+def test_an_entry_stored_for_another_key_is_deleted_not_used(tmp_path):
+    """Regression (a red-team): the payload kept `"key": repr(key)` but get never compared it."""
+    import json
+
+    store = TuneStore(tmp_path, persist=True)
+    mine, other = ("tune", "mine", 1), ("tune", "other", 1)
+    for payload in ({"workgroup": 512, "us": {}, "key": repr(other)}, {"workgroup": 512, "us": {}}):
+        store.disk.put(mine, json.dumps(payload).encode())  # valid digests, another key's choice (or none named)
+        fresh = TuneStore(tmp_path, persist=True)
+        assert fresh.get(mine) is None and fresh.disk.corrupt == 1 and not store.disk.path(mine).exists()
+    store.put(mine, 256, {256: 1.0})
+    assert TuneStore(tmp_path, persist=True).get(mine) == 256

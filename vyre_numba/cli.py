@@ -15,8 +15,10 @@ the command reads (the program, an input), is refused before any work.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import json
+import math
 import os
 import platform
 import re
@@ -73,10 +75,15 @@ class _Stdout:
                                "writable (free space there, or redirect it to another file), then run again.") from e
 
     def write(self, text):
-        return self._guarded(self._stream.write, text)
+        try:
+            return self._guarded(self._stream.write, text)
+        except UnicodeEncodeError:  # a path the terminal's encoding cannot spell: shown escaped, the work stands
+            enc = getattr(self._stream, "encoding", None) or "ascii"
+            return self._guarded(self._stream.write, text.encode(enc, "backslashreplace").decode(enc))
 
     def writelines(self, lines):
-        return self._guarded(self._stream.writelines, lines)
+        for line in lines:
+            self.write(line)
 
     def flush(self):
         return self._guarded(self._stream.flush)
@@ -129,9 +136,13 @@ def _settings() -> list[tuple[str, VyreError | None]]:
     from .gpu import diskcache
     from .reference.interpreter import MEMORY_ENV, WORK_ENV, memory_budget, work_budget
 
+    def cache_dir():  # only a value set is checked: no home directory without one costs only the cache
+        if os.environ.get("VYRE_NUMBA_CACHE_DIR", "").strip():
+            diskcache.default_dir()
+
     out = []
     for env, check in ((progress.ENV, lambda: progress.check_progress(None)), ("VYRE_NUMBA_CACHE", diskcache.enabled),
-                       (MEMORY_ENV, memory_budget), (WORK_ENV, work_budget)):
+                       ("VYRE_NUMBA_CACHE_DIR", cache_dir), (MEMORY_ENV, memory_budget), (WORK_ENV, work_budget)):
         try:
             check()
             out.append((env, None))
@@ -160,16 +171,32 @@ def _backend(name: str | None):
     return get_backend(name)
 
 
+MAX_PROGRAM_BYTES = 256 << 20  # a program of ir's MAX_NODES nodes is far less; /dev/zero is not a program
+
+
 def _load_program(path: str) -> ir.Program:
     """The valid program stored (as Program.to_json()) at `path`."""
+    fix = "Fix: pass the path of a file written by Program.to_json()."
+    if not path:  # Path("") is the working directory
+        raise UsageError(f"the program path is empty. {fix}")
     try:
-        text = Path(path).read_bytes().decode("utf-8")
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO opens at once and is refused below
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise UsageError(f"program {shown(path)} is {_kind(st.st_mode)}, not a regular file. {fix}")
+            with open(fd, "rb", closefd=False) as f:
+                data = f.read(MAX_PROGRAM_BYTES + 1)
+        finally:
+            os.close(fd)
+        if len(data) > MAX_PROGRAM_BYTES:
+            raise UsageError(f"program {shown(path)} is larger than {MAX_PROGRAM_BYTES >> 20} MiB, the most a program "
+                             f"file may be (the largest program ir.check takes is far smaller). {fix}")
+        text = data.decode("utf-8")
     except (OSError, ValueError) as e:
         if isinstance(e, UnicodeDecodeError):
-            raise UsageError(f"program {shown(path)} is not UTF-8 text (byte {e.start}). "
-                             "Fix: pass the path of a file written by Program.to_json().") from e
-        raise UsageError(f"cannot read program {shown(path)}: {getattr(e, 'strerror', None) or e}. "
-                         "Fix: pass the path of a file written by Program.to_json().") from e
+            raise UsageError(f"program {shown(path)} is not UTF-8 text (byte {e.start}). {fix}") from e
+        raise UsageError(f"cannot read program {shown(path)}: {getattr(e, 'strerror', None) or e}. {fix}") from e
     return ir.check(ir.Program.from_json(text))
 
 
@@ -219,7 +246,7 @@ def _check_sizes(program: ir.Program, sizes: dict[str, int]) -> None:
         if decl is None:
             fix = (f"size only those: {', '.join(b.name for b in pure)}" if pure else
                    "drop --size; this program has none (the others take their inputs' sizes)")
-            raise UsageError(f"--size {shown(name)} is not an output-only buffer of {program.name!r} (those: "
+            raise UsageError(f"--size {shown(name)} is not an output-only buffer of {shown(program.name)} (those: "
                              f"{[b.name for b in pure]}). Fix: {fix}.")
         if decl.count and n != decl.count:
             raise UsageError(f"--size {name}={n}, but {name!r} is declared with {decl.count} elements. "
@@ -227,8 +254,8 @@ def _check_sizes(program: ir.Program, sizes: dict[str, int]) -> None:
     if not program.inputs:
         for b in pure:
             if not b.count and b.name not in sizes:
-                raise UsageError(f"output {b.name!r} of {program.name!r} has no declared count, and the program has "
-                                 f"no input to take its size from. Fix: pass --size {b.name}=N, its element count.")
+                raise UsageError(f"output {b.name!r} of {shown(program.name)} has no declared count, and the program "
+                                 f"has no input to take its size from. Fix: pass --size {b.name}=N, its element count.")
 
 
 def _check_byte_ranges(program: ir.Program, inputs: dict[str, np.ndarray], sizes: dict[str, int]) -> None:
@@ -243,8 +270,8 @@ def _check_byte_ranges(program: ir.Program, inputs: dict[str, np.ndarray], sizes
         if n < need:
             fix = (f"pass an --input {b.name} of at least {need} elements" if b.name in inputs else
                    f"pass --size {b.name}={need} or more")
-            raise UsageError(f"output {b.name!r} of {program.name!r} has output_byte_range {r}, which ends past its "
-                             f"{n} elements ({n * b.dtype.nbytes} bytes) in this run. Fix: {fix}.")
+            raise UsageError(f"output {b.name!r} of {shown(program.name)} has output_byte_range {r}, which ends past "
+                             f"its {n} elements ({n * b.dtype.nbytes} bytes) in this run. Fix: {fix}.")
 
 
 def _check_input_names(program: ir.Program, names: Iterable[str]) -> None:
@@ -254,11 +281,11 @@ def _check_input_names(program: ir.Program, names: Iterable[str]) -> None:
     if unknown:
         fix = f"name only those: {', '.join(wanted)}" if wanted else "drop --input; this program takes none"
         verb = "is not an input" if len(unknown) == 1 else "are not inputs"
-        raise UsageError(f"--input {', '.join(map(repr, unknown))} {verb} of {program.name!r} "
+        raise UsageError(f"--input {', '.join(map(repr, unknown))} {verb} of {shown(program.name)} "
                          f"(its inputs: {wanted}). Fix: {fix}.")
     missing = [n for n in wanted if n not in given]
     if missing:
-        raise UsageError(f"missing inputs {missing} of {program.name!r}. "
+        raise UsageError(f"missing inputs {missing} of {shown(program.name)}. "
                          f"Fix: add --input {missing[0]}=FILE.npy (one --input per input buffer).")
 
 
@@ -283,10 +310,15 @@ def _load_input(name: str, file: str) -> np.ndarray:
     try:
         with open(path, "rb") as f:
             head = f.read(6)
+            sizes = _npy_sizes(f) if head == b"\x93NUMPY" else None
         if head[:4] != b"PK\x03\x04" and head != b"\x93NUMPY":  # np.load would try it as a pickle
             raise UsageError(f"cannot load {shown(file)} for input {shown(name)}: not a .npy file ("
                              f"{'it is empty' if not head else 'it does not begin with the .npy signature'}). "
                              "Fix: pass a .npy file saved with numpy.save.")
+        if sizes is not None and sizes[0] > sizes[1]:  # np.load would allocate what the header claims first
+            raise UsageError(f"cannot load {shown(file)} for input {shown(name)}: not a .npy array (its header claims "
+                             f"{sizes[0]:,} bytes of data, the file holds {sizes[1]:,}). Fix: pass a whole .npy "
+                             "file saved with numpy.save (this one is cut short or its header was altered).")
         value = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
         if isinstance(e, OSError) and e.errno is not None:  # the file could not be read at all: no word on its contents
@@ -304,12 +336,35 @@ def _load_input(name: str, file: str) -> np.ndarray:
     return value
 
 
+def _npy_sizes(f) -> tuple[int, int] | None:
+    """(bytes of data the .npy header of `f` claims, bytes after that header), None where the header
+    does not fix the size (a pickled object array, a header version NumPy has no public reader of)."""
+    f.seek(0)
+    fmt = np.lib.format
+    read = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}.get(fmt.read_magic(f))
+    if read is None:
+        return None
+    shape, _, dtype = read(f)
+    if dtype.hasobject:
+        return None
+    return math.prod(shape) * dtype.itemsize, os.fstat(f.fileno()).st_size - f.tell()
+
+
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link loop"))
 
 
 def _kind(mode: int) -> str:
     return next((kind for test, kind in _KINDS if test(mode)), "a regular file")
+
+
+def _dangling(path: Path) -> str:
+    """What a symbolic link that leads to no file is."""
+    try:
+        os.stat(path)
+    except OSError as e:
+        return "a symbolic link loop" if e.errno == errno.ELOOP else "a broken symbolic link"
+    return "a broken symbolic link"
 
 
 def _target(path: Path) -> tuple[Path, os.stat_result | None]:
@@ -343,7 +398,7 @@ def _prepare_dir(directory: Path, flag: str, arg: str, targets: dict[str, Path],
             created.insert(0, existing)
             existing = existing.parent
         if not existing.is_dir():
-            kind = _kind(os.stat(existing).st_mode) if os.path.exists(existing) else "a broken symbolic link"
+            kind = _kind(os.stat(existing).st_mode) if os.path.exists(existing) else _dangling(existing)
             if existing == directory:
                 fix = ("name a directory for the outputs (a missing one is created), e.g. --out results"
                        if flag == "--out" else "put the file in a directory, e.g. -o kernels/k.ptx")
@@ -452,12 +507,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("--out is empty. Fix: name a directory for the outputs, e.g. --out results.")
     files = _parse_input_args(args.input)
     sizes = _parse_size_args(args.size)
+    _check_settings()
     program = _load_program(args.program)
     _check_input_names(program, files)
     _check_sizes(program, sizes)
     if "grid_sync" in program.capabilities and not args.cooperative:
-        raise UsageError(f"program {program.name!r} has barrier('grid'), which needs every workgroup resident at once. "
-                         "Fix: pass --cooperative (on a GPU the grid must then fit on the device at once).")
+        raise UsageError(f"program {shown(program.name)} has barrier('grid'), which needs every workgroup resident at "
+                         "once. Fix: pass --cooperative (on a GPU the grid must then fit on the device at once).")
     inputs = {name: _load_input(name, file) for name, file in files.items()}
     _check_byte_ranges(program, inputs, sizes)
     backend = _backend(args.backend)
@@ -477,7 +533,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         path = out_dir / f"{decl.name}.npy"
         _write(path, lambda f, arr=arr: np.save(f, arr))
         print(f"{decl.name}: {arr.size} x {decl.dtype} -> {path}")
-    print(f"ran {program.name!r} on {backend.name} in {dt * 1e3:.2f} ms")
+    print(f"ran {shown(program.name)} on {backend.name} in {dt * 1e3:.2f} ms")
     return EXIT_OK
 
 
@@ -508,7 +564,7 @@ def cmd_emit(args: argparse.Namespace) -> int:
                          f"Fix: drop --cubin to write sm_{args.sm} PTX, or pass --sm {min_sm} or newer.")
     program = _load_program(args.program)
     if "grid_sync" in program.capabilities and not args.cooperative:
-        raise UsageError(f"program {program.name!r} has barrier('grid'), which needs a cooperative launch. "
+        raise UsageError(f"program {shown(program.name)} has barrier('grid'), which needs a cooperative launch. "
                          "Fix: pass --cooperative.")
     report = None
     if device is not None:
@@ -518,7 +574,7 @@ def cmd_emit(args: argparse.Namespace) -> int:
         report = check(program, device, cooperative=args.cooperative)
         print(report.summary())
         if report.problems:
-            raise LaunchError(f"{program.name!r} does not fit {device.name}: " + " ".join(report.problems))
+            raise LaunchError(f"{shown(program.name)} does not fit {device.name}: " + " ".join(report.problems))
     if os.path.basename(args.output) in ("", ".", ".."):
         raise UsageError(f"-o {args.output}: names a directory, not the file to write. "
                          "Fix: give a file name, such as kernels/inc.ptx.")
@@ -732,7 +788,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     suite = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(suite)
-    except Exception as e:  # the folder's own code: the user's to mend, not a bug of this command
+    except (Exception, SystemExit) as e:  # the folder's own code: the user's to mend, not a bug of this command
         raise UsageError(f"{here / 'suite.py'} does not load ({type(e).__name__}: {shown(str(e), 120)}). Fix: "
                          "point --dir at a vyre-numba bench/ folder, or mend that file.") from None
     if not (callable(getattr(suite, "run", None)) and callable(getattr(suite, "report", None))):
@@ -748,6 +804,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for k in failed:
         print(f"{k} failed:\n{res[k]['failed']}", file=sys.stderr)
     return EXIT_FAILURE if failed else EXIT_OK
+
+
+def _whole(text: str) -> int:
+    """An argparse type: ASCII digits (and a sign) only, the rule of --size, where int() also takes
+    other scripts' digits and underscores (`--grid ٣`, `--iterations 1_0`)."""
+    if not re.fullmatch(r"\s*[-+]?[0-9]+\s*", text):
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r} (digits 0-9 only)")
+    return int(text)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -774,8 +838,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", required=True, metavar="DIR", help="directory for NAME.npy outputs (created if missing)")
     run.add_argument("--backend", choices=["cuda", "reference"],
                      help="where to run (default: the best usable here, cuda where a GPU is)")
-    run.add_argument("--grid", type=int, nargs="+", metavar="N", help="1 to 3 workgroup counts (0 is an empty launch)")
-    run.add_argument("--iterations", type=int, default=1, help="times to run the program (>= 1)")
+    run.add_argument("--grid", type=_whole, nargs="+", metavar="N",
+                     help="1 to 3 workgroup counts (0 is an empty launch)")
+    run.add_argument("--iterations", type=_whole, default=1, help="times to run the program (>= 1)")
     run.add_argument("--size", action="append", metavar="NAME=N",
                      help="element count of an output-only buffer declared without one (default: the largest input's)")
     run.add_argument("--cooperative", action="store_true",
@@ -783,7 +848,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(fn=cmd_run)
     emit = sub.add_parser("emit", help=cmd_emit.__doc__)
     emit.add_argument("program", help="a JSON file holding the program (the text of Program.to_json())")
-    emit.add_argument("--sm", type=int, default=None, help="target compute capability, e.g. 80 or 90 (default 90, "
+    emit.add_argument("--sm", type=_whole, default=None, help="target compute capability, e.g. 80 or 90 (default 90, "
                       "or the --device's)")
     emit.add_argument("--device", default=None, metavar="NAME",
                       help="check registers, shared memory and the workgroup against a named GPU's limits without it "
@@ -798,7 +863,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help=cmd_demo.__doc__)
     demo.add_argument("--backend", choices=["cuda", "reference"],
                       help="where to run (default: the best usable here, cuda where a GPU is)")
-    demo.add_argument("-n", type=int, default=1 << 20, help="elements (>= 1; default 1048576)")
+    demo.add_argument("-n", type=_whole, default=1 << 20, help="elements (>= 1; default 1048576)")
     demo.set_defaults(fn=cmd_demo)
     bench = sub.add_parser("bench", help=cmd_bench.__doc__)
     bench.add_argument("--quick", action="store_true", help="smaller sizes, for a first look")

@@ -191,7 +191,10 @@ def _text(ns: int) -> str:
         return f"{ns} ns"
     for scale, unit in ((1e3, "us"), (1e6, "ms"), (1e9, "s")):
         v = ns / scale
-        text = f"{v:.{2 if abs(v) < 10 else 1 if abs(v) < 100 else 0}f}"
+        for places in (2, 1, 0):  # three figures, as rounded: 9.9995 reads 10.0, not 10.00
+            text = f"{v:.{places}f}"
+            if abs(float(text)) < 10 ** (3 - places):
+                break
         if abs(float(text)) < 1000:
             break
     return f"{text} {unit}"

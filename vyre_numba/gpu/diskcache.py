@@ -2,9 +2,11 @@
 
 Entries are keyed by everything that changes the machine code (program digest, launch
 configuration, SM, driver and toolkit versions, and a fingerprint of the emitter's own source),
-written atomically (temporary file + rename), and verified by SHA-256 on load: a truncated or
-corrupt entry is removed and rebuilt, never loaded. The directory is bounded in bytes, oldest
-entries (by last use) go first.
+written atomically (temporary file + rename), and verified on load by a SHA-256 of the payload
+and one of the key it was stored for: a truncated or corrupt entry, one copied or linked from
+another key's name, and anything but a regular file in an entry's place are removed and rebuilt,
+never loaded (nor waited on). The directory is bounded in bytes, oldest entries (by last use)
+go first; another writer's temporary files are neither counted nor removed.
 
     VYRE_NUMBA_CACHE_DIR   where entries live (`~` expanded; unset or blank: vyre-numba under
                            $XDG_CACHE_HOME where that is an absolute path, else ~/.cache)
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import tempfile
 import threading
 import warnings
@@ -28,7 +31,9 @@ import numpy as np
 
 from ..errors import INTEGERS, ArgumentError, CacheWarning, SettingError, a_type, shown
 
-MAGIC = b"VYRECUB1"
+MAGIC = b"VYRECUB2"  # then SHA-256 of repr(key), SHA-256 of the payload, the payload
+_FORMER = b"VYRECUB"  # an entry of another format version: a plain miss, replaced by the next put
+_OPEN = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
 
 
@@ -52,10 +57,17 @@ def enabled() -> bool:
 
 def default_dir() -> Path:
     """Where entries live: VYRE_NUMBA_CACHE_DIR, else vyre-numba under the user's cache directory
-    (an absolute $XDG_CACHE_HOME, else ~/.cache); a SettingError where no home directory is known."""
+    (an absolute $XDG_CACHE_HOME, else ~/.cache); a SettingError where the home directory it needs
+    is not known (no $HOME, or a `~user` of a user this system does not know)."""
     env = os.environ.get("VYRE_NUMBA_CACHE_DIR", "").strip()
     if env:
-        return Path(env).expanduser()
+        try:
+            return Path(env).expanduser()
+        except RuntimeError:  # `~user/...` of a user this system does not know, or `~` with no home
+            raise SettingError(f"VYRE_NUMBA_CACHE_DIR={shown(env)} starts with {shown(env.split('/')[0], 40)}, a "
+                               "home directory this system does not know. Fix: set VYRE_NUMBA_CACHE_DIR to a writable "
+                               "directory's absolute path, or VYRE_NUMBA_CACHE=0 to work without the disk "
+                               "cache.") from None
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     if os.path.isabs(xdg):  # the XDG rule: a relative (or empty) one is ignored, not read from the working directory
         return Path(xdg) / "vyre-numba"
@@ -102,6 +114,44 @@ def code_fingerprint() -> str:
     return h.hexdigest()[:16]
 
 
+def _key_digest(key: tuple) -> bytes:
+    """SHA-256 of `key`'s repr: the entry's file name, and stored in it to tie the two together."""
+    return hashlib.sha256(repr(key).encode()).digest()
+
+
+def _directory(directory) -> Path:
+    """A DiskCache's `directory` argument as a Path; ArgumentError where it names no directory."""
+    fs = os.fspath(directory) if isinstance(directory, (str, os.PathLike)) else None
+    if not isinstance(fs, str):
+        raise ArgumentError(f"DiskCache: directory is {a_type(directory if fs is None else fs)}, not a path. Fix: "
+                            "pass a str or a pathlib.Path, or None for the default.")
+    try:
+        if fs.strip() and "\0" not in fs:
+            return Path(fs).expanduser()
+    except RuntimeError:  # `~user` of a user this system does not know
+        pass
+    raise ArgumentError(f"DiskCache: directory={shown(directory, 60)} is no directory name. Fix: pass a "
+                        "directory's path (an absolute one, or ~ for your own home), or None for the default.")
+
+
+def _read_regular(p: Path) -> bytes | None:
+    """The bytes of the regular file `p`; None where it is missing or unreadable; b"" (so corrupt)
+    where it is anything else: a link, FIFO, device or directory is neither followed nor waited on."""
+    try:
+        fd = os.open(p, _OPEN)
+    except OSError:
+        return b"" if os.path.islink(p) else None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return b""
+        with open(fd, "rb", closefd=False) as f:
+            return f.read()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 class DiskCache:
     """Bytes by key on disk, verified on load. Safe across threads and processes."""
 
@@ -109,28 +159,22 @@ class DiskCache:
         if isinstance(max_bytes, (bool, np.bool_)) or not isinstance(max_bytes, INTEGERS) or max_bytes < 1:
             raise ArgumentError(f"DiskCache: max_bytes={shown(max_bytes, 60)} is not a positive number of bytes. Fix: "
                                 f"pass an int of at least 1 (default {DEFAULT_MAX_BYTES}).")
-        if directory is not None and not isinstance(directory, (str, os.PathLike)):
-            raise ArgumentError(f"DiskCache: directory is {a_type(directory)}, not a path. Fix: pass a str or a "
-                                "pathlib.Path, or None for the default.")
-        if isinstance(directory, str) and (not directory.strip() or "\0" in directory):
-            raise ArgumentError(f"DiskCache: directory={shown(directory, 60)} is no directory name. Fix: pass a "
-                                "directory's path, or None for the default.")
         self.directory: Path | None
         if directory is not None:
-            self.directory = Path(directory).expanduser()
+            self.directory = _directory(directory)
         else:
             try:
                 self.directory = default_dir()
-            except SettingError:  # no home: the work goes on without the cache, said once
+            except SettingError as e:  # no home, or `~nouser`: the work goes on without the cache, said once
                 self.directory = None
-                _unusable(None, "$HOME is unset and this user has no home directory")
+                _unusable(None, str(e).split(" Fix: ")[0].rstrip("."))
         self.max_bytes = int(max_bytes)
         self.hits = self.misses = self.corrupt = self.writes = 0
         self._lock = threading.Lock()
 
     def path(self, key: tuple) -> Path:
         """The file that holds `key`'s entry."""
-        return self.directory / (hashlib.sha256(repr(key).encode()).hexdigest() + ".cubin")
+        return self.directory / (_key_digest(key).hex() + ".cubin")
 
     def get(self, key: tuple) -> bytes | None:
         """The stored bytes, or None when absent or invalid (an invalid file is deleted)."""
@@ -138,13 +182,14 @@ class DiskCache:
             self.misses += 1
             return None
         p = self.path(key)
-        try:
-            data = p.read_bytes()
-        except OSError:
+        data = _read_regular(p)
+        if data is None or data[:len(_FORMER)] == _FORMER and data[:len(MAGIC)] != MAGIC:
             self.misses += 1
             return None
-        payload = data[len(MAGIC) + 32:]
-        if data[:len(MAGIC)] != MAGIC or hashlib.sha256(payload).digest() != data[len(MAGIC):len(MAGIC) + 32]:
+        head = len(MAGIC) + 64
+        payload = data[head:]
+        if (data[:len(MAGIC)] != MAGIC or data[len(MAGIC):len(MAGIC) + 32] != _key_digest(key)
+                or data[len(MAGIC) + 32:head] != hashlib.sha256(payload).digest()):
             self.corrupt += 1
             self.misses += 1
             self.remove(key)
@@ -175,18 +220,20 @@ class DiskCache:
             self.directory.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".cubin")
             with os.fdopen(fd, "wb") as f:
-                f.write(MAGIC + hashlib.sha256(payload).digest() + payload)
+                f.write(MAGIC + _key_digest(key) + hashlib.sha256(payload).digest() + payload)
             os.replace(tmp, self.path(key))
             tmp = None
             self.writes += 1
         except BaseException as e:
+            lost = tmp is not None and not os.path.lexists(tmp)  # another process took it: a race, not a fault
             if tmp is not None:
                 try:
                     os.unlink(tmp)
                 except OSError:
                     pass
             if isinstance(e, OSError):
-                _unusable(self.directory, f"{type(e).__name__}: {e.strerror or e}")
+                if not (lost and isinstance(e, FileNotFoundError)):
+                    _unusable(self.directory, f"{type(e).__name__}: {e.strerror or e}")
                 return
             raise
         self._trim()
@@ -195,6 +242,8 @@ class DiskCache:
         with self._lock:
             entries = []
             for p in self.directory.glob("*.cubin"):
+                if p.name.startswith("."):  # another writer's temporary file, not yet an entry
+                    continue
                 try:
                     st = p.stat()
                 except OSError:

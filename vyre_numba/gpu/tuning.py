@@ -3,8 +3,9 @@
 choice beside the disk cache (`<cache dir>/tune/`), so later processes reuse it without timing.
 
 The candidates run on zero-filled scratch buffers of the dispatch's sizes, never on the caller's
-data. Entries are checked on load like the disk cache's (a digest over the payload, then a
-well-formed choice); a bad entry is deleted and timed again. The directory is bounded in bytes."""
+data. Entries are checked on load like the disk cache's (digests of the key and the payload, then
+a well-formed choice stored for this key); a bad entry is deleted and timed again. The directory
+is bounded in bytes."""
 from __future__ import annotations
 
 import json
@@ -64,8 +65,9 @@ class TuneStore:
         if raw is None:
             return None
         try:
-            wg = json.loads(raw.decode())["workgroup"]
-            ok = choosable(wg)
+            doc = json.loads(raw.decode())
+            wg = doc["workgroup"]
+            ok = choosable(wg) and doc["key"] == repr(key)  # the entry of this key, not one copied from another's
         except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError):  # RecursionError: '[' * 10**5
             ok = False
         if not ok:

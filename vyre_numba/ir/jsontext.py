@@ -1,11 +1,14 @@
 """JSON text for IR documents at any nesting depth: the standard library's encoder and decoder
 recurse (and stop near 1,000 levels), so these keep their own stack. `dumps` writes exactly what
-`json.dumps(obj, sort_keys=True, separators=(",", ":"))` writes (or its `indent=` form, whose
-indentation stops growing past `MAX_INDENT` levels so deep documents stay linear in size);
-`loads` reads any JSON document."""
+`json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)` writes (or its `indent=`
+form, whose indentation stops growing past `MAX_INDENT` levels so deep documents stay linear in
+size); `loads` reads any standard JSON document, at every depth alike: NaN and Infinity (not
+JSON), an object that names a key twice (readers differ on which value wins) and a leading
+byte-order mark are refused."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from json.decoder import scanstring
 from json.encoder import encode_basestring_ascii
@@ -25,7 +28,7 @@ def _scalar(x: Any) -> str:
         return encode_basestring_ascii(x)
     if isinstance(x, int):
         return int.__repr__(x)
-    if isinstance(x, float):
+    if isinstance(x, float) and math.isfinite(x):
         return json.dumps(x)
     raise IRValidationError(f"{type(x).__name__} {shown(x)} has no JSON form. Fix: IR documents hold only "
                             "dicts, lists, strings, ints, bools and None.")
@@ -38,12 +41,12 @@ def dumps(obj: Any, indent: int | None = None) -> str:
     """`obj` as JSON with sorted keys: compact without `indent`, else indented by that many spaces."""
     try:  # the C encoder where the document is shallow enough for it
         if indent is None:
-            return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+            return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
         if _shallow(obj, MAX_INDENT):
-            return json.dumps(obj, sort_keys=True, indent=indent)
+            return json.dumps(obj, sort_keys=True, indent=indent, allow_nan=False)
     except RecursionError:
         pass
-    except TypeError as e:
+    except (TypeError, ValueError) as e:  # ValueError: NaN or an infinity, which JSON has no word for
         raise IRValidationError(f"this document has no JSON form ({e}). Fix: IR documents hold only "
                                 "dicts, lists, strings, ints, bools and None.") from None
     out: list[str] = []
@@ -106,6 +109,32 @@ def _breaks(indent: int | None, level: int) -> tuple[str, str]:
 _WS = re.compile(r"[ \t\n\r]*")
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?")
 _WORDS = {"true": True, "false": False, "null": None}
+_CONSTANTS = ("NaN", "Infinity", "-Infinity")
+
+
+def _constant(word: str):
+    raise IRValidationError(f"program JSON holds {word}, which is not JSON (Program.to_json() never writes it: a "
+                            "float literal is stored as its bit pattern). Fix: load a file written by "
+                            "Program.to_json().")
+
+
+def _pairs(pairs: list) -> dict:
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen: set = set()
+        for k, _ in pairs:
+            if k in seen:
+                _twice(k)
+            seen.add(k)
+    return d
+
+
+def _twice(key: str):
+    raise IRValidationError(f"program JSON names the key {shown(key, 60)} twice in one object, and JSON readers "
+                            "differ on which value counts. Fix: load a file written by Program.to_json(), which "
+                            "names each key once.")
+
+
 _HUGE = ("program JSON holds an integer of thousands of digits, past any IR value (u64's largest has 20). "
          "Fix: check the file is the one Program.to_json() wrote; a count or a literal has at most 20 digits.")
 
@@ -120,6 +149,10 @@ def loads(text: str | bytes) -> Any:
     if not isinstance(text, str):
         raise IRValidationError(f"program JSON must be str or bytes, not {type(text).__name__}. "
                                 "Fix: pass the text of a Program.to_json() file.")
+    if text.startswith("\ufeff"):
+        raise IRValidationError("program JSON begins with a byte-order mark (U+FEFF), which JSON text does not "
+                                "hold. Fix: remove the BOM (save the file as UTF-8 without one), or load a file "
+                                "written by Program.to_json().")
 
     def fail(pos: int, what: str) -> IRValidationError:
         line = text.count("\n", 0, pos) + 1
@@ -127,7 +160,7 @@ def loads(text: str | bytes) -> Any:
                                  "Fix: check the file is complete JSON written by Program.to_json().")
 
     try:  # the C decoder where the document is shallow enough for it
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant)
     except RecursionError:
         pass
     except json.JSONDecodeError as e:
@@ -150,6 +183,8 @@ def loads(text: str | bytes) -> Any:
             frame = stack[-1]
             cont = frame[0]
             if isinstance(cont, dict):
+                if frame[1] in cont:
+                    _twice(frame[1])
                 cont[frame[1]] = result
             else:
                 cont.append(result)
@@ -198,6 +233,9 @@ def loads(text: str | bytes) -> Any:
                     raise IRValidationError(_HUGE) from None
                 pos, done = m.end(), True
                 continue
+            word = next((w for w in _CONSTANTS if text.startswith(w, pos)), None)
+            if word is not None:
+                _constant(word)
             for word, value in _WORDS.items():
                 if text.startswith(word, pos):
                     result, pos, done = value, pos + len(word), True

@@ -310,8 +310,12 @@ class Program:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> "Program":
-        """The program of a `to_json` text; IRValidationError with a Fix if it is not one."""
-        return cls.from_dict(jsontext.loads(text))
+        """The program of a `to_json` text; IRValidationError with a Fix if it is not one (a text
+        is held to what to_json writes, where `from_dict` takes what the ir.* builders take)."""
+        d = jsontext.loads(text)
+        if isinstance(d, dict) and d.get("format") == FORMAT and "entry" in d:
+            _as_written(d["entry"])
+        return cls.from_dict(d)
 
     def optimized(self) -> "Program":
         """This program through `ir.optimize` with the default passes (computed once): what the
@@ -404,6 +408,32 @@ _CLASSES = {c.__name__: c for c in (
     n.Lit, n.Var, n.Load, n.BufLen, n.Builtin, n.BinOp, n.UnOp, n.Select, n.Cast, n.Fma, n.Atomic,
     n.SubgroupBallot, n.SubgroupShuffle, n.SubgroupAdd,
     n.Let, n.Assign, n.Store, n.If, n.Loop, n.Barrier, n.Return, n.Block)}
+
+
+def _as_written(entry: Any) -> None:
+    """An IRValidationError where a program text's `entry` holds what to_json never writes: a
+    statement list that is not a list of node objects (null, a nested list), or a bare number,
+    bool, string or null where an expression goes (the builders would read 1e30 as a literal)."""
+    fine = object()
+    stack: list[tuple[str, Any, str]] = [("the program's entry", entry, "body")]
+    while stack:
+        where, v, kind = stack.pop()
+        if kind == "body":
+            x = next((s for s in v if not isinstance(s, dict)), fine) if isinstance(v, list) else v
+            want = "statements only" if isinstance(v, list) else "a list of statements"
+        else:
+            x = fine if isinstance(v, dict) or (v is None and kind == "expr?") else v
+            want = 'an IR expression (a {"k": ...} object)'
+        if x is not fine:
+            what = ("null" if x is None else str(x).lower() if isinstance(x, bool) else "a list" if isinstance(x, list)
+                    else shown(x, 40))
+            raise IRValidationError(f"program JSON has {what} where {where} takes {want}. Fix: load a file written "
+                                    "by Program.to_json(), which writes each statement and expression as an object.")
+        for d in (v if kind == "body" else (v,) if v is not None else ()):
+            cls = _CLASSES.get(d.get("k")) if isinstance(d.get("k"), str) else None
+            for name, k in (cls._kinds.items() if cls is not None else ()):
+                if k in ("expr", "expr?", "body") and name in d:
+                    stack.append((f"{cls.__name__}.{name}", d[name], k))
 
 
 def _to(x: Any):

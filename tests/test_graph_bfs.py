@@ -99,7 +99,8 @@ def test_numpy_bfs_matches_scipy_from_several_sources(name, small, monkeypatch):
     (lambda a: bfs(a.indptr, a.indices + 1000, 0, backend="reference"),
      "indices[0] = 1051 is not a vertex of this 500-vertex graph. Fix: every index must satisfy 0 <= v < "),
     (lambda a: bfs(a.indptr, a.indices.astype(np.float32), 0, backend="reference"),
-     "indices has dtype float32, not an integer type. Fix: pass np.asarray(indices, dtype=np.int64)"),
+     "indices has dtype float32, not an integer type (its values are whole). Fix: pass "
+     "np.asarray(indices).astype(np.int64)"),
     (lambda a: bfs(a.indptr, a.indices, 0, backend="reference", symmetric="yes"), "symmetric='yes'"),
     (lambda a: bfs(np.zeros(1, np.int64), np.zeros(0, np.int64), 0, backend="reference"), "no vertices"),
     (lambda a: bfs(a.indptr, np.ma.array(a.indices), 0, backend="reference"), "masked array"),

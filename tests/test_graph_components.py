@@ -97,12 +97,15 @@ def test_index_dtypes(dtype):
     ([0, 1, 2], [0, 5], "indices[1] = 5 is not a vertex"),
     ([0, 1, 2], [0, -1], "indices[1] = -1 is not a vertex"),
     ([0.0, 1.0], [0], "indptr has dtype float64, not an integer type"),
-    ([0, 1], [0.5], "indices has dtype float64"),
-    ([0, 1], [True], "indices has dtype bool"),
+    ([0, 1], [0.5], "indices[0] is 0.5, not a whole number, so it is no vertex id or offset. Fix: pass integers only"),
+    ([0, 1], [np.nan], "indices[0] is NaN (a missing value?)"),  # a red-team: the Fix truncated, or read a bool as 1
+    ([0, 1], [True], "indices holds bools; a bool is not a vertex id. Fix: pass integers (np.flatnonzero(mask)"),
     ([], [], "indptr is empty"),
     ([[0, 1]], [0], "not 1-D"),
-    ("abc", [0], "not an integer type"),
+    ("abc", [0], "indptr is a str, not an array of integers"),
     ([0, 1, 2, 2], [True, 0], "mixes bools and integers"),
+    ([0, 1, 2, 2], [np.array(1), np.array(True)], "mixes bools and integers"),  # a 0-d bool is a bool (a red-team)
+    ([0, 1, 2], [[1], [0]], "Fix: pass a flat array (np.asarray(indices).reshape(-1))"),  # a list has no reshape
 ])
 def test_malformed_csr_is_refused_with_a_fix(indptr, indices, fragment):
     with pytest.raises(DispatchError, match="Fix:") as e:

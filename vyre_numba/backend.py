@@ -1102,8 +1102,8 @@ def mixes_bools(x) -> bool:
         for v in items:
             if isinstance(v, (list, tuple)):
                 todo.append(v)
-            else:
-                kinds.add(isinstance(v, (bool, np.bool_)))
+            else:  # a 0-d bool array is a bool to NumPy too
+                kinds.add(isinstance(v, (bool, np.bool_)) or isinstance(v, np.ndarray) and v.dtype == np.bool_)
     return len(kinds) == 2
 
 

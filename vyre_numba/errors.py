@@ -508,9 +508,10 @@ def numba_reason(e: BaseException, width: int = 300) -> str:
 
 def flat_fix(x, name: str = "x") -> str:
     """How to pass `x` (named `name`, where that is a Python name) flat, for a Fix: an np.matrix's
-    reshape(-1) is 2-D still."""
+    reshape(-1) is 2-D still, and a list has none."""
     name = name if name.isidentifier() else "x"
-    return f"np.asarray({name}).reshape(-1)" if isinstance(x, np.matrix) else f"{name}.reshape(-1)"
+    return f"np.asarray({name}).reshape(-1)" if isinstance(x, np.matrix) or not hasattr(x, "reshape") else \
+        f"{name}.reshape(-1)"
 
 
 _SAID_AS = (("uint", "a"), ("ufunc", "a"), ("uuid", "a"), ("nd", "an"))  # by sound, where spelling misleads

@@ -75,6 +75,8 @@ def _as_index_array(a, name: str, call: str = CHECK_CSR, whole: str | None = Non
     if isinstance(a, np.ma.MaskedArray):
         raise DispatchError(f"{name} is a masked array; its mask would be ignored. Fix: pass a plain array "
                             f"({name}.filled(...) or {name}.compressed(), whichever the graph means).")
+    if isinstance(a, str):
+        raise DispatchError(f"{name} is a str, not an array of integers. Fix: pass a list or array of integers.")
     refuse_raw_bytes(a, name)
     if mixes_bools(a):
         raise DispatchError(f"{name} mixes bools and integers; a bool is not a vertex id. Fix: pass integers only.")
@@ -91,9 +93,21 @@ def _as_index_array(a, name: str, call: str = CHECK_CSR, whole: str | None = Non
     if arr.dtype == object and arr.ndim == 0:  # no array at all (a LinearOperator, a function): NumPy wrapped it
         raise DispatchError(f"{name} is {a_type(a)}, not an array of integers. Fix: " + (
             not_array or f"pass a 1-D array of integers (from a SciPy sparse matrix A: {call}, after A = A.tocsr())."))
-    if arr.dtype == object or arr.dtype.kind not in "iu" or arr.dtype == np.bool_:
-        raise DispatchError(f"{name} has dtype {arr.dtype}, not an integer type. Fix: pass "
-                            f"np.asarray({name}, dtype=np.int64) (or int32).")
+    if arr.dtype == np.bool_:
+        raise DispatchError(f"{name} holds bools; a bool is not a vertex id. Fix: pass integers (np.flatnonzero(mask) "
+                            "gives the ids a mask marks).")
+    if arr.dtype.kind == "f":  # a whole float may be made an id; any other would be truncated
+        flat = arr.reshape(-1)
+        bad = np.flatnonzero(~np.isfinite(flat) | (flat != np.trunc(flat)))
+        if bad.size:
+            k, v = int(bad[0]), float(flat[bad[0]])
+            what = "NaN (a missing value?)" if v != v else f"{v!r}, not a whole number"
+            raise DispatchError(f"{name}[{k}] is {what}, so it is no vertex id or offset. Fix: pass integers only.")
+        raise DispatchError(f"{name} has dtype {arr.dtype}, not an integer type (its values are whole). Fix: pass "
+                            f"np.asarray({name}).astype(np.int64).")
+    if arr.dtype == object or arr.dtype.kind not in "iu":
+        raise DispatchError(f"{name} has dtype {arr.dtype}, not an integer type. Fix: pass integers "
+                            f"(np.asarray({name}, dtype=np.int64) where they are held as {arr.dtype}).")
     if arr.ndim != 1:
         raise DispatchError(f"{name} has shape {arr.shape}, not 1-D. Fix: pass a flat array ({flat_fix(a, name)}).")
     return arr

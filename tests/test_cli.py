@@ -644,6 +644,21 @@ def test_console_script_usage_error_is_one_line_without_traceback():
     assert out.stderr.count("\n") == 1 and out.stderr.startswith("error: -n -5") and "Fix:" in out.stderr
 
 
+
+def test_a_simulator_setting_numba_cannot_read_is_a_setting_error_without_tracebacks():
+    """Regression (a red-team): NUMBA_ENABLE_CUDASIM=yes printed Numba's two warnings, each with a
+    traceback, and `info` called every setting valid."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="yes")
+    info = subprocess.run([sys.executable, "-m", "vyre_numba.cli", "info"], capture_output=True, text=True, timeout=120,
+                          env=env)
+    assert info.returncode == 2 and "Traceback" not in info.stdout + info.stderr, info.stdout + info.stderr
+    assert "settings: NUMBA_ENABLE_CUDASIM='yes' is not a number, so Numba warns" in info.stdout
+    demo = subprocess.run([sys.executable, "-m", "vyre_numba.cli", "demo", "--backend", "reference", "-n", "8"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert demo.returncode == 2 and "Traceback" not in demo.stdout + demo.stderr, demo.stdout + demo.stderr
+    assert demo.stderr.startswith("error: SettingError: NUMBA_ENABLE_CUDASIM='yes' is not a number") and "Fix: set " in demo.stderr
+
+
 def test_invalid_program_json_is_reported(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"format": "something-else"}))

@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 import traceback
+import warnings
 import zipfile
 from importlib import metadata
 from pathlib import Path
@@ -132,7 +133,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 def _settings() -> list[tuple[str, VyreError | None]]:
     """(environment variable, the error its value raises or None) for each setting vyre-numba
     reads, checked as the library reads them."""
-    from . import progress
+    from . import progress, simulator
     from .gpu import diskcache
     from .reference.interpreter import MEMORY_ENV, WORK_ENV, memory_budget, work_budget
 
@@ -142,7 +143,8 @@ def _settings() -> list[tuple[str, VyreError | None]]:
 
     out = []
     for env, check in ((progress.ENV, lambda: progress.check_progress(None)), ("VYRE_NUMBA_CACHE", diskcache.enabled),
-                       ("VYRE_NUMBA_CACHE_DIR", cache_dir), (MEMORY_ENV, memory_budget), (WORK_ENV, work_budget)):
+                       ("VYRE_NUMBA_CACHE_DIR", cache_dir), (MEMORY_ENV, memory_budget), (WORK_ENV, work_budget),
+                       (simulator.ENV, simulator.check)):
         try:
             check()
             out.append((env, None))
@@ -896,7 +898,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILURE
     sys.stdout = _Stdout(stdout)
     try:
-        return _main(argv)
+        with warnings.catch_warnings():  # Numba's own warning of a setting it cannot read carries a traceback;
+            warnings.filterwarnings("ignore", "Environment variable 'NUMBA_", RuntimeWarning)  # the settings say it
+            return _main(argv)
     finally:
         sys.stdout = stdout
 

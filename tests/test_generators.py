@@ -121,3 +121,10 @@ def test_a_sparse_matrix_given_as_edge_ends_is_told_to_pass_its_rows_and_columns
     A = A.tocoo()
     indptr, indices = from_edges(A.shape[0], A.row, A.col)  # what the Fix says
     assert indptr.tolist() == [0, 1, 2] and indices.tolist() == [1, 0]
+
+
+def test_edges_that_are_no_arrays_are_refused_in_from_edges_terms():
+    """Regression (a red-team): from_edges(3, None, None) was told to call check_csr on a SciPy matrix."""
+    with pytest.raises(VyreError, match=r"^src is a NoneType, not an array of integers\. Fix: pass the edges' ends as "
+                                        r"a list or 1-D array of ints: from_edges\(n, src, dst\)"):
+        from_edges(3, None, None)

@@ -35,7 +35,9 @@ def from_edges(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np
 def _ends(a, name: str, n: int) -> np.ndarray:
     """Edge ends as a 1-D int64 array of vertices below n (checked as a CSR's indices are: no
     masked arrays, bools, floats or ragged lists)."""
-    a = _as_index_array(a, name, whole="pass its edges' ends: A = A.tocoo(), then from_edges(A.shape[0], A.row, A.col)")
+    a = _as_index_array(a, name, whole="pass its edges' ends: A = A.tocoo(), then from_edges(A.shape[0], A.row, A.col)",
+                        not_array="pass the edges' ends as a list or 1-D array of ints: from_edges(n, src, dst), "
+                                  "edge k running from src[k] to dst[k].")
     lo, hi = (int(a.min()), int(a.max())) if a.size else (0, -1)
     if lo < 0 or hi >= n:
         raise DispatchError(f"from_edges: {name} holds vertex {lo if lo < 0 else hi}, outside 0..{n - 1}. Fix: pass n "

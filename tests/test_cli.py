@@ -657,6 +657,22 @@ def test_a_simulator_setting_numba_cannot_read_is_a_setting_error_without_traceb
                           capture_output=True, text=True, timeout=120, env=env)
     assert demo.returncode == 2 and "Traceback" not in demo.stdout + demo.stderr, demo.stdout + demo.stderr
     assert demo.stderr.startswith("error: SettingError: NUMBA_ENABLE_CUDASIM='yes' is not a number") and "Fix: set " in demo.stderr
+    # a review: Numba's warning of another variable vyre-numba does not read is left to say what it says
+    other = subprocess.run([sys.executable, "-m", "vyre_numba.cli", "info"], capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, NUMBA_OPT="fast"))
+    assert "Environment variable 'NUMBA_OPT' is defined but its associated value 'fast'" in other.stderr, other.stderr
+
+
+def test_the_fix_of_an_unknown_home_in_the_cache_dir_works_when_followed():
+    """Regression (a review): VYRE_NUMBA_CACHE_DIR='~nosuchuser/c' said to set VYRE_NUMBA_CACHE=0,
+    and with it set run and demo still refused the directory."""
+    env = dict(os.environ, VYRE_NUMBA_CACHE_DIR="~nosuchuser_vyre/c")
+    refused = subprocess.run([sys.executable, "-m", "vyre_numba.cli", "demo", "--backend", "reference", "-n", "8"],
+                             capture_output=True, text=True, timeout=120, env=env)
+    assert refused.returncode == 2 and "VYRE_NUMBA_CACHE=0" in refused.stderr, refused.stderr
+    followed = subprocess.run([sys.executable, "-m", "vyre_numba.cli", "demo", "--backend", "reference", "-n", "8"],
+                              capture_output=True, text=True, timeout=300, env=dict(env, VYRE_NUMBA_CACHE="0"))
+    assert followed.returncode == 0, followed.stdout + followed.stderr
 
 
 def test_invalid_program_json_is_reported(tmp_path, capsys):

@@ -332,10 +332,41 @@ def test_a_lambda_written_anew_each_call_compiles_once_and_a_changed_value_compi
     table = np.array([3])  # the closure's cell rebound
     assert compaction.select_if(x, reads_array).tolist() == [0, 1, 2]
     table = np.zeros(select.FROZEN_BYTES // 8 + 1)  # past the bytes Numba should compile in: refused
-    with pytest.raises(DispatchError, match=r"<lambda> reads the array 'table' \(float64, 65544 bytes\) from "
-                                            r"outside itself.*Fix: .*for select_if, compute the flags and call "
+    with pytest.raises(DispatchError, match=rf"<lambda> reads the array 'table' \(float64, {table.nbytes} bytes\) "
+                                            r"from outside itself.*Fix: .*for select_if, compute the flags and call "
                                             r"select\(values, flags\)"):
         compaction.select_if(x, reads_array)
+    # a review: records of one size keyed alike; arrays in a tuple or of a subclass kept by the function
+    table = np.zeros(1, [("a", "<i4")])
+    table["a"] = 5
+    as_record = lambda v: v < table[0][0]  # noqa: E731
+    assert compaction.select_if(x, as_record).tolist() == [0, 1, 2, 3, 4]
+    table = table.view([("a", "<f4")])  # the same bytes, now a tiny float
+    assert compaction.select_if(x, as_record).tolist() == [0]
+    table = (np.array([2]), np.zeros(select.FROZEN_BYTES))
+    in_tuple = lambda v: v < table[0][0]  # noqa: E731
+    with pytest.raises(DispatchError, match=r"reads the array 'table\[1\]' \(float64"):
+        compaction.select_if(x, in_tuple)
+
+    class Tagged(np.ndarray):
+        pass
+    table = np.array([3]).view(Tagged)
+    assert compaction.select_if(x, reads_array).tolist() == [0, 1, 2]
+    table[0] = 1  # changed in place: compiled afresh
+    assert compaction.select_if(x, reads_array).tolist() == [0]
+
+
+
+real = np.zeros(1 << 14)  # a notebook's global that shares its name with an attribute a predicate reads
+
+
+def test_an_attribute_is_no_global_of_a_predicate():
+    """Regression (a review): the globals a predicate reads were taken from co_names, which holds
+    the attributes it reads too, so `v.real` read the large global array `real` and was refused."""
+    select = sys.modules["vyre_numba.compaction.select"]
+    x = np.arange(6, dtype=np.int32)
+    assert compaction.select_if(x, lambda v: v.real > 3).tolist() == [4, 5]
+    assert select._global_names((lambda v: v.real + len(real)).__code__) == ("len", "real")
 
 
 def test_a_global_changed_while_a_predicate_compiles_never_poisons_its_cache(monkeypatch):

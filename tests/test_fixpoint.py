@@ -359,6 +359,9 @@ def test_a_steps_own_errors_are_told_apart_from_numbas():
                                                 rf"holds {given}\. Fix: pass one item of args for each"):
             fixpoint.run(_two, 3, args)
     fixpoint.run(lambda i, a, b=0: 0, 3, [a])  # a default fills the rest
+    with pytest.raises(DispatchError, match=r"^the step takes no parameters; it is called as step\(i, \*args\)\. Fix: "
+                                            r"make i, the item, its first parameter"):
+        fixpoint.run(lambda: 0, 3, [])
     fixpoint.run(lambda i, *rest: 0, 3, [a, a])
     with pytest.raises(DispatchError, match=r"^the step raised TypeError \(mine\)\. Fix: make the step total"):
         fixpoint.run(_own_type_error, 3, [a])
@@ -579,6 +582,36 @@ def test_cpu_steps_are_compiled_into_a_bounded_cache_that_lets_old_ones_go(monke
         del step
     gc.collect()
     assert sum(r() is not None for r in held) <= 3  # only what the cache still holds is alive
+
+
+
+DIVIDES_UNDER_DEBUGINFO = """
+import numpy as np
+from offline_link import InterfaceArray as DeviceArray
+from vyre_numba.fixpoint import device
+
+def step(i, a):
+    a[i] = a[i] // (i - 1)
+    return 0
+
+kinds, _ = device._arg_kinds([DeviceArray(np.int64)])
+ptx = device._step_ptx(step, kinds, (8, 0))
+assert "div" in ptx, ptx[:400]
+print("ok")
+"""
+
+
+def test_a_gpu_step_divides_as_numpy_does_under_numba_cuda_debuginfo():
+    """Regression (a review): the GPU's steps took numba-cuda's default error model, which
+    NUMBA_CUDA_DEBUGINFO=1 makes Python's: a step that divides did not compile (and would not have
+    divided as the CPU's steps do). Compiled to PTX, which needs no GPU."""
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", DIVIDES_UNDER_DEBUGINFO], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, NUMBA_CUDA_DEBUGINFO="1"), cwd=os.path.dirname(__file__))
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
 
 
 def test_gpu_step_ptx_is_kept_in_a_bounded_cache(monkeypatch):

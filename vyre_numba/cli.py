@@ -137,8 +137,12 @@ def _settings() -> list[tuple[str, VyreError | None]]:
     from .gpu import diskcache
     from .reference.interpreter import MEMORY_ENV, WORK_ENV, memory_budget, work_budget
 
-    def cache_dir():  # only a value set is checked: no home directory without one costs only the cache
-        if os.environ.get("VYRE_NUMBA_CACHE_DIR", "").strip():
+    def cache_dir():  # only a value set is checked, and only with the cache on: no home costs only the cache
+        try:
+            on = diskcache.enabled()
+        except VyreError:  # said of VYRE_NUMBA_CACHE
+            return
+        if on and os.environ.get("VYRE_NUMBA_CACHE_DIR", "").strip():
             diskcache.default_dir()
 
     out = []
@@ -899,7 +903,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout = _Stdout(stdout)
     try:
         with warnings.catch_warnings():  # Numba's own warning of a setting it cannot read carries a traceback;
-            warnings.filterwarnings("ignore", "Environment variable 'NUMBA_", RuntimeWarning)  # the settings say it
+            warnings.filterwarnings("ignore", "Environment variable 'NUMBA_ENABLE_CUDASIM'", RuntimeWarning)  # the
+            # settings say that one; Numba's warnings of its other variables stay, as vyre-numba reads none of them
             return _main(argv)
     finally:
         sys.stdout = stdout

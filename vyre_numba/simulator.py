@@ -1,4 +1,5 @@
-"""Whether numba-cuda simulates the GPU: NUMBA_ENABLE_CUDASIM, read as Numba reads it."""
+"""Whether numba-cuda simulates the GPU: NUMBA_ENABLE_CUDASIM, read as Numba reads the variable (a
+.numba_config.yaml that sets it is not read here)."""
 from __future__ import annotations
 
 import os

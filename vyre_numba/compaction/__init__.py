@@ -558,9 +558,11 @@ def select_if(values: ArrayIn, predicate: Callable, *, stream: Stream | None = N
     """values[i] for every i where predicate(values[i]) holds, in order (host in, NumPy out;
     device in, device out). The predicate is compiled once for its code and the values it reads
     (closure, defaults, the globals and module attributes it names, such as `cfg.limit`): a lambda
-    written anew every call compiles once, and a changed threshold compiles afresh. Where it reads
-    something that does not hash (an array), it is compiled once per function object, and Numba
-    fixes the globals it reads at that first call (pass a new function to change them). The last
+    written anew every call compiles once, and a changed threshold compiles afresh; an array it
+    reads counts by its contents (Numba compiles them in), at most FROZEN_BYTES (16 KiB) of them.
+    Where it reads something else that does not hash (a list), it is compiled once per function
+    object, and Numba fixes the globals it reads at that first call (pass a new function to change
+    them). The last
     PREDICATES_KEPT stay compiled. Its error model is NumPy's on both and its types are Numba's
     (see the module docstring): an integer divided by zero is 0, and integers are computed in 64
     bits. Under the CUDA simulator the predicate runs as Python on NumPy scalars, whose integer

@@ -26,8 +26,8 @@ memory; the kernels are in `kernels.py` (imported when a GPU or the CUDA simulat
 `select_numpy` and friends are the NumPy twins: the CPU implementation and the oracle."""
 from __future__ import annotations
 
+import dis
 import functools
-import hashlib
 import math
 import threading
 import time
@@ -81,7 +81,7 @@ def select_if_numpy(values: np.ndarray, predicate: Callable) -> np.ndarray:
     return values[_cpu_mask(predicate)(native)]
 
 
-FROZEN_BYTES = 1 << 16  # the largest array a predicate or step may read from outside itself (see _typed)
+FROZEN_BYTES = 1 << 14  # the largest array a predicate or step may read from outside itself (see _typed)
 PREDICATES_KEPT = 64  # compiled predicates kept (each cache below): a loop making a new lambda a call frees the old
 _CPU_MASKS: LRUCache = LRUCache(PREDICATES_KEPT)
 
@@ -99,7 +99,7 @@ def predicate_key(predicate: Callable):
         scope, names, defaults = predicate.__globals__, _names(code), predicate.__defaults__ or ()
         named = list(zip(code.co_freevars, [c.cell_contents for c in predicate.__closure__ or ()]))
         named += list(zip(code.co_varnames[code.co_argcount - len(defaults):code.co_argcount], defaults))
-        named += [(name, scope[name]) for name in names if name in scope]
+        named += [(name, scope[name]) for name in _global_names(code) if name in scope]
         modules = [v for _, v in named if isinstance(v, types.ModuleType)]
         for m in modules:  # cfg.limit: Numba fixes a module's attributes at compilation too
             named += [(name, vars(m)[name]) for name in names if name in vars(m)]
@@ -156,12 +156,12 @@ def _typed(v):
     """v with its type, and its items' within a tuple, and a float by its bits: equal values Numba
     compiles differently (1 and 1.0, float32 and float64, 0.0 and -0.0) differ here, and a NaN,
     unequal to itself, still finds its compiled predicate. A NumPy array (at most FROZEN_BYTES) by
-    its type, shape and a digest of its bytes: Numba compiles its contents in as constants, so a
-    changed or rebound array compiles afresh."""
+    its type, dtype, shape and bytes: Numba compiles its contents in as constants, so a changed or
+    rebound array compiles afresh."""
     if isinstance(v, tuple):
         return type(v), tuple(map(_typed, v))
-    if type(v) is np.ndarray and not v.dtype.hasobject:
-        return np.ndarray, v.dtype.str, v.shape, hashlib.blake2b(np.ascontiguousarray(v).data, digest_size=16).digest()
+    if _frozen(v):
+        return type(v), v.dtype, v.shape, v.tobytes()  # the bytes themselves: hashed faster than any digest
     return (type(v), np.asarray(v).tobytes()) if isinstance(v, (float, complex, np.inexact)) else (type(v), v)
 
 
@@ -169,14 +169,32 @@ def _check_frozen(fn: Callable, named: list) -> None:
     """Refuse a function that reads a NumPy array of more than FROZEN_BYTES from its globals,
     closure or defaults: Numba compiles such an array's contents in as constants (a changed array
     would need compiling again, and a large one bloats the compiled code)."""
-    for name, v in named:
-        if type(v) is np.ndarray and v.nbytes > FROZEN_BYTES:
+    todo = list(named)
+    while todo:
+        name, v = todo.pop()
+        if isinstance(v, tuple):  # its arrays are compiled in too
+            todo += [(f"{name}[{i}]", x) for i, x in enumerate(v)]
+        elif _frozen(v) and v.nbytes > FROZEN_BYTES:
             raise DispatchError(f"{getattr(fn, '__name__', 'the function')} reads the array {name!r} ({v.dtype}, "
                                 f"{v.nbytes} bytes) from outside itself, which Numba compiles in as constants: "
                                 f"arrays of at most {FROZEN_BYTES} bytes compile afresh when they change, larger ones "
                                 "are refused. Fix: pass the array as an argument (fixpoint.run's and "
                                 "WorkQueue.consume's args; for select_if, compute the flags and call select(values, "
                                 "flags)).")
+
+
+def _frozen(v) -> bool:
+    """Whether `v` is an array Numba would compile in as constants (not a masked array or a matrix,
+    which it refuses, nor one of objects)."""
+    return isinstance(v, np.ndarray) and not isinstance(v, (np.ma.MaskedArray, np.matrix)) and not v.dtype.hasobject
+
+
+@functools.lru_cache(maxsize=256)
+def _global_names(code) -> tuple[str, ...]:
+    """The names `code` and the functions defined in it read as globals (not the attributes they
+    read: `a.size` names no global `size`)."""
+    own = tuple(i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME"))
+    return own + tuple(n for c in code.co_consts if hasattr(c, "co_names") for n in _global_names(c))
 
 
 @functools.lru_cache(maxsize=256)

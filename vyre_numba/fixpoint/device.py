@@ -96,7 +96,8 @@ def _step_ptx(step: Callable, kinds: list, cc: tuple[int, int]) -> str:
     ptx = _STEPS.get(key)
     if ptx is None:
         try:
-            ptx, _ = cuda.compile_ptx(step, sig, device=True, abi="c", abi_info={"abi_name": STEP_NAME}, cc=cc)
+            ptx, _ = cuda.compile_ptx(step, sig, device=True, abi="c", abi_info={"abi_name": STEP_NAME}, cc=cc,
+                                      debug=False)  # NumPy's error model, as the CPU's steps (debug would be Python's)
         except Exception as e:  # Numba raises many kinds; each means the step does not compile
             raise DispatchError(f"the step function does not compile for the GPU ({numba_reason(e)}). Fix: write it "
                                 "in Numba's CUDA subset taking (i, *args) and returning an int or bool.") from None

@@ -141,6 +141,9 @@ def _check_arity(step, given: int) -> None:
     if any(p.kind in (p.VAR_POSITIONAL, p.KEYWORD_ONLY, p.VAR_KEYWORD) for p in params):
         return  # *args takes any number; keyword-only parameters Numba refuses itself, saying so
     takes = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if not takes:
+        raise DispatchError("the step takes no parameters; it is called as step(i, *args). Fix: make i, the item, "
+                            "its first parameter, and one parameter for each item of args after it.")
     least = sum(p.default is p.empty for p in takes)
     if not least <= 1 + given <= len(takes):
         names = ", ".join(p.name for p in takes) or "nothing"

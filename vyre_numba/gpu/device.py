@@ -1,6 +1,7 @@
 """The GPU as numba-cuda sees it: whether one is usable, and its limits (probed once)."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -13,7 +14,8 @@ MIN_CC = (7, 5)  # CUDA 13's nvJitLink assembles nothing older
 def probe() -> str | None:
     """None if a CUDA GPU is usable here, else why not (ending in `Fix: ...`)."""
     if SIMULATED:
-        return ("NUMBA_ENABLE_CUDASIM=1 is set, so numba-cuda simulates the GPU and cannot run PTX. "
+        return (f"NUMBA_ENABLE_CUDASIM={os.environ.get('NUMBA_ENABLE_CUDASIM', '').strip()} is set, so numba-cuda "
+                "simulates the GPU and cannot run PTX. "
                 "Fix: unset NUMBA_ENABLE_CUDASIM, or use get_backend('reference').")
     try:
         from numba import cuda

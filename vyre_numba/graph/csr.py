@@ -241,30 +241,51 @@ def _mixed(key: np.ndarray) -> np.ndarray:
     return key ^ (key >> np.uint64(31))
 
 
+def _pieces(g: CSR, piece: int, start: int = 0, stop: int | None = None):
+    """(sources, targets) as uint64 of the CSR's entries start..stop-1 (all by default), `piece`
+    entries at a time, in CSR order."""
+    ip, stop = g.indptr, g.nnz if stop is None else stop
+    for a in range(start, stop, piece):
+        b = min(a + piece, stop)
+        lo, hi = int(np.searchsorted(ip, a, "right")) - 1, int(np.searchsorted(ip, b - 1, "right"))
+        rows = np.repeat(np.arange(lo, hi, dtype=np.uint64), np.diff(np.clip(ip[lo:hi + 1], a, b)))
+        yield rows, g.indices[a:b].astype(np.uint64)
+
+
 def check_symmetric(g: CSR, piece: int = 1 << 16) -> None:
-    """Refuse a host CSR that some edge is stored in one way only (or more times one way than the
-    other), for `symmetric=True`: the edges' multiset against the reversed edges', by sums of mixed
-    keys, `piece` edges at a time (an edge found to show, only where they differ)."""
-    n, nnz = g.n, g.nnz
-    rows = np.repeat(np.arange(n, dtype=np.uint64), np.diff(g.indptr))
-    cols = g.indices
-    sums = [np.uint64(0), np.uint64(0)]
+    """Refuse a host CSR that stores some edge more times one way than the other, for
+    `symmetric=True`: the entries' multiset against the reversed entries', by sums of mixed keys
+    over `piece` entries at a time (memory for a piece, never for the graph); where they differ,
+    the same sums a block of vertices, then the first such block's entries, find an edge to show."""
+    n, scale = g.n, np.uint64(g.n)
+    sums = np.zeros(2, np.uint64)
     with np.errstate(over="ignore"):
-        for a in range(0, nnz, piece):
-            r, c = rows[a:a + piece], cols[a:a + piece].astype(np.uint64)
-            sums[0] += _mixed(r * np.uint64(n) + c).sum(dtype=np.uint64)
-            sums[1] += _mixed(c * np.uint64(n) + r).sum(dtype=np.uint64)
-    if sums[0] == sums[1]:
-        return
-    cols = cols.astype(np.uint64)
-    ahead, back = np.sort(rows * np.uint64(n) + cols), np.sort(cols * np.uint64(n) + rows)
-    i = int(np.argmax(ahead != back))
-    u, v = divmod(int(min(ahead[i], back[i])), n)
-    if back[i] < ahead[i]:
-        u, v = v, u
-    raise DispatchError(f"symmetric=True, but the edge {u} -> {v} is stored more times than {v} -> {u} (the CSR "
-                        "does not store every edge both ways, and bottom-up levels would miss vertices). Fix: pass "
-                        "symmetric=False, or store every edge both ways (A + A.T for a SciPy matrix A).")
+        for r, c in _pieces(g, piece):
+            sums += _mixed(r * scale + c).sum(dtype=np.uint64), _mixed(c * scale + r).sum(dtype=np.uint64)
+        if sums[0] == sums[1]:
+            return
+        blocks = np.uint64(min(n, 256))  # a key's block: its first vertex's
+        ahead, back = np.zeros(int(blocks), np.uint64), np.zeros(int(blocks), np.uint64)
+        for r, c in _pieces(g, piece):
+            np.add.at(ahead, r * blocks // scale, _mixed(r * scale + c))
+            np.add.at(back, c * blocks // scale, _mixed(c * scale + r))
+    k, nb = int(np.argmax(ahead != back)), int(blocks)
+    first, last = -(-k * n // nb), -(-(k + 1) * n // nb)  # the vertices v with v * blocks // n == k
+    own = np.sort(np.concatenate([np.zeros(0, np.uint64)] + [
+        r * scale + c for r, c in _pieces(g, piece, int(g.indptr[first]), int(g.indptr[last]))]))
+    into = np.sort(np.concatenate([np.zeros(0, np.uint64)] + [
+        (c * scale + r)[(c >= first) & (c < last)] for r, c in _pieces(g, piece)]))
+    m = min(own.size, into.size)
+    differ = np.flatnonzero(own[:m] != into[:m])
+    i = int(differ[0]) if differ.size else m  # the smaller key there is stored more often its way
+    if i < own.size and (i >= into.size or own[i] < into[i]):
+        u, v = divmod(int(own[i]), n)
+    else:
+        v, u = divmod(int(into[i]), n)
+    raise DispatchError(f"symmetric=True, but the edge {u} -> {v} is stored more times than {v} -> {u} (symmetric "
+                        "promises every edge stored both ways, as often one way as the other). Fix: pass "
+                        "symmetric=False, or store every edge both ways, once each (A + A.T for a SciPy matrix A "
+                        "sums its duplicates).")
 
 
 def _check_size(n: int, nnz: int) -> None:

@@ -85,7 +85,7 @@ def consumer(step):
 
 
 def _consumer(step):
-    fn = cuda.jit(device=True)(step) if not hasattr(step, "targetoptions") else step
+    fn = cuda.jit(device=True, debug=False)(step) if not hasattr(step, "targetoptions") else step  # as select_if's
 
     @cuda.jit
     def consume(items, state, capacity, args):

@@ -393,6 +393,30 @@ def test_a_global_changed_while_a_predicate_compiles_never_poisons_its_cache(mon
     assert compaction.select_if(x, below).size == 9
 
 
+
+_RACED_TABLE = np.array([3])
+
+
+def test_an_array_written_while_a_predicate_compiles_never_poisons_its_cache(monkeypatch):
+    """As above for an array the predicate reads (a review): the snapshot compiled held the
+    caller's array, so a write to it while Numba compiled stored code for the new contents under
+    the old contents' key. The snapshot holds a copy."""
+    select = sys.modules["vyre_numba.compaction.select"]
+    x = np.arange(10, dtype=np.int32)
+    below = eval("lambda v: v < _RACED_TABLE[0]", globals())
+    real = select._mask_of
+
+    def racing(fn):
+        _RACED_TABLE[0] = 9  # another thread, while this one compiles
+        return real(fn)
+    monkeypatch.setattr(select, "_mask_of", racing)
+    assert compaction.select_if(x, below).tolist() in ([0, 1, 2], list(range(9)))  # one contents or the other
+    monkeypatch.setattr(select, "_mask_of", real)
+    assert compaction.select_if(x, below).size == 9
+    _RACED_TABLE[0] = 3
+    assert compaction.select_if(x, below).tolist() == [0, 1, 2]
+
+
 def test_a_snapshot_holds_only_what_the_predicate_reads():
     """Regression (a review): the snapshot copied the whole module namespace (a notebook's), so a
     compiled predicate kept every deleted global alive, large arrays included."""

@@ -122,16 +122,23 @@ def snapshot(fn: Callable) -> Callable:
     if not isinstance(fn, types.FunctionType):
         return fn
     try:
-        cells = tuple(types.CellType(c.cell_contents) for c in fn.__closure__ or ())
+        cells = tuple(types.CellType(_held(c.cell_contents)) for c in fn.__closure__ or ())
     except ValueError:  # an empty cell: nothing to read yet
         return fn
-    scope = fn.__globals__  # only the names the code reads: a copy of a notebook's whole namespace would
-    read = {name: scope[name] for name in _names(fn.__code__) if name in scope}  # keep its deleted arrays alive
+    # only the names the code reads: a copy of a notebook's whole namespace would keep its deleted arrays alive
+    scope = fn.__globals__
+    read = {name: _held(scope[name]) for name in _names(fn.__code__) if name in scope}
     read.update({k: scope[k] for k in ("__builtins__", "__name__") if k in scope})
     copy = types.FunctionType(fn.__code__, read, fn.__name__, fn.__defaults__, cells or None)
     copy.__kwdefaults__ = dict(fn.__kwdefaults__) if fn.__kwdefaults__ else None
     copy.__qualname__, copy.__module__, copy.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
     return copy
+
+
+def _held(v):
+    """v as a snapshot holds it: an array Numba compiles in, copied (another thread may write the
+    caller's while the copy compiles), anything else as it is."""
+    return v.copy() if _frozen(v) and v.nbytes <= FROZEN_BYTES else v
 
 
 def kept_compiled(cache: LRUCache, fn: Callable, build: Callable[[Callable], Any]) -> Any:

@@ -871,3 +871,42 @@ def test_sparse_class_ids_are_refused_as_the_single_process_call_refuses_them(cl
         closure_one(rows, backend="reference")
     with pytest.raises(VyreError, match="ids this sparse cost memory for nothing.*Fix:"):
         congruence_closure([rows], client=client, backend="reference")
+
+
+def test_partitions_past_a_workers_memory_limit_are_refused_before_they_run():
+    """Regression (a red-team): every CPU partition labels all n vertex ids, so 3 edges with n =
+    2**31 - 1 had the whole process killed for lack of memory, and 1 GiB workers died or paused (a
+    raw KilledWorker, or a hang). The partitions a worker would hold are now weighed against its limit."""
+    from vyre_numba.distributed.components import BYTES_A_VERTEX
+    from vyre_numba.errors import HostMemoryError
+
+    edges = da.from_array(np.array([[0, 1], [2, 3], [1, 2]]), chunks=(2, 2))
+    # in-process workers: the limit is weighed against the whole process, so it is far above what it holds
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, memory_limit="8GB",
+                                  dashboard_address=":0") as lc, distributed.Client(lc) as c:
+        n = 2**31 - 1
+        with pytest.raises(HostMemoryError, match=rf"2 partition\(s\) on worker .* would hold at least {BYTES_A_VERTEX} "
+                                                   rf"bytes for each of the graph's {n} vertex ids .* above its memory "
+                                                   r"limit of 7.45 GiB\. Fix: use fewer partitions"):
+            connected_components(edges=edges, n=n, client=c, backend="reference")
+        ip, ix = csr(2**23, [0, 2, 1], [1, 3, 2])
+        with pytest.raises(HostMemoryError, match=r"64 partition\(s\) on worker"):
+            connected_components(ip, ix, client=c, backend="reference", partitions=64)
+        got = connected_components(ip, ix, client=c, backend="reference", partitions=1)  # 128 MiB: it fits
+        assert got[:5].tolist() == [0, 0, 0, 0, 4] and got.size == 2**23
+
+
+def test_a_task_whose_workers_died_is_a_vyre_error():
+    """A KilledWorker (every worker that ran a task died running it) is a DispatchError with the
+    fix, not distributed's own error (a red-team saw one reach the caller)."""
+    from vyre_numba.distributed import cluster
+
+    KilledWorker = type("KilledWorker", (Exception,), {})
+
+    @cluster.lost_workers_as_errors("distributed connected_components")
+    def call():
+        raise KilledWorker("Attempted to run task 'cc-local' on 4 different workers, but all those workers died")
+
+    with pytest.raises(VyreError, match=r"^distributed connected_components: the workers that ran one of its tasks "
+                                        r"died running it \(Attempted to run task .*Fix: give the workers more memory"):
+        call()

@@ -3,6 +3,7 @@ runs, what each worker computes on (its own GPU, or the reference backend on CPU
 named tasks that Dask may retry on another worker when one dies."""
 from __future__ import annotations
 
+import collections
 import functools
 import operator
 import os
@@ -14,7 +15,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import INTEGERS, BackendUnavailableError, DispatchError, a_type, clip, converting, shown
+from ..errors import (INTEGERS, BackendUnavailableError, DispatchError, HostMemoryError, a_type, clip, converting,
+                      shown)
 
 INSTALL = "Fix: pip install 'vyre-numba[dask]' (dask, distributed; dask-cuda for one worker per GPU)."
 
@@ -42,6 +44,32 @@ def cancelled_as_errors(what: str):
                                 f"{shown(str(e), 200)}). Fix: keep a reference to every future passed until the call "
                                 "returns, and scatter the partitions with client.scatter(..., hash=False) (hashed "
                                 "keys are shared, so another scatter of the same data can release them)."))
+
+
+def lost_workers_as_errors(what: str):
+    """Decorator: Dask's KilledWorker (every worker that took a task died running it, most often of
+    running out of memory) is a DispatchError with the fix, not distributed's own error."""
+    return converting(
+        lambda e: type(e).__name__ == "KilledWorker",
+        lambda e: DispatchError(f"{what}: the workers that ran one of its tasks died running it ({clip(str(e), 200)}); "
+                                "most often a worker ran out of memory and its nanny restarted it. Fix: give the "
+                                "workers more memory (LocalCluster(memory_limit=...)), use fewer partitions, or "
+                                "renumber the vertex ids densely (a smaller n); the workers' logs say why they died."))
+
+
+def check_memory(table: dict[str, dict], places: list, n: int, bytes_a_vertex: int, what: str) -> None:
+    """A HostMemoryError, before the partitions are computed, where those placed on a worker
+    would hold more than its memory limit (a partition holds `bytes_a_vertex` bytes for each of
+    the n vertex ids, at the least; workers without a limit are not checked)."""
+    for w, count in collections.Counter(places).items():
+        limit = int((table.get(w) or {}).get("memory_limit") or 0)
+        need = count * n * bytes_a_vertex
+        if limit and need > limit:
+            raise HostMemoryError(f"{what}: {count} partition(s) on worker {w} would hold at least {bytes_a_vertex} "
+                                  f"bytes for each of the graph's {n} vertex ids ({need / 2**30:.2f} GiB), above its "
+                                  f"memory limit of {limit / 2**30:.2f} GiB. Fix: use fewer partitions (partitions="
+                                  "None gives one a worker), workers with more memory, or renumber the vertex ids "
+                                  "densely (a smaller n).")
 
 
 def releasing(fn: Callable) -> Callable:

@@ -421,6 +421,7 @@ def _cut_counts(local: tuple) -> tuple[int, int]:
 # --- the call ------------------------------------------------------------------------------
 @cluster.releasing
 @cluster.cancelled_as_errors("distributed connected_components")
+@cluster.lost_workers_as_errors("distributed connected_components")
 @host_memory("distributed connected_components")
 def connected_components(indptr: ArrayIn | None = None, indices: ArrayIn | None = None, *, client: Any = None,
                          edges: Any = None, n: int | None = None, backend: "Backend | str | None" = None,
@@ -453,6 +454,8 @@ def connected_components(indptr: ArrayIn | None = None, indices: ArrayIn | None 
     else:
         specs, n, places = _csr_parts(indptr, indices, partitions, workers)
     devices = cluster.checked_devices(asked)
+    if not _on_gpus(devices):  # a partition labels every vertex id: its memory grows with n, not with its edges
+        cluster.check_memory(table, places, n, BYTES_A_VERTEX, "distributed connected_components")
     k = len(specs)
     bounds = np.array([s[2] for s in specs] + [specs[-1][3]], np.int64) if k else np.zeros(1, np.int64)
     locs = [cluster.submit(client, _local, bname, n, *spec[2:], bounds, worker=w, name="cc-local")
@@ -484,6 +487,10 @@ def connected_components(indptr: ArrayIn | None = None, indices: ArrayIn | None 
                                 for s, w in zip(shards, places)]))
     return labels, DistributedStats(k, workers, devices, rounds, cut, merged, time.perf_counter() - t0,
                                     extra={"owned_ranges": ranges, "labels_sent": int(sent)})
+
+
+BYTES_A_VERTEX = 16  # host bytes a CPU partition holds for each vertex id of the graph, at the least (its
+# labels, flags and offsets; about 14-40 measured)
 
 
 def _check_graph_arguments(indptr, indices, edges, n, partitions, columns) -> None:

@@ -434,6 +434,7 @@ def _ids(x) -> bool:
 
 @cluster.releasing
 @cluster.cancelled_as_errors("distributed congruence_closure")
+@cluster.lost_workers_as_errors("distributed congruence_closure")
 @host_memory("distributed congruence_closure")
 def congruence_closure(egraph_partitions: Any, unions: ArrayLike | None = None, *, client: Any = None,
                        backend: "Backend | str | None" = None,

@@ -910,3 +910,23 @@ def test_a_task_whose_workers_died_is_a_vyre_error():
     with pytest.raises(VyreError, match=r"^distributed connected_components: the workers that ran one of its tasks "
                                         r"died running it \(Attempted to run task .*Fix: give the workers more memory"):
         call()
+
+
+def test_the_fix_for_float_dataframe_columns_converts_both_and_works(client):
+    """Regression (a red-team): the Fix named one column, as an expression that assigned nothing."""
+    dd = pytest.importorskip("dask.dataframe")
+    import pandas as pd
+
+    df = dd.from_pandas(pd.DataFrame({"a": [0.0, 1.0], "b": [1, 2]}), npartitions=1)
+    with pytest.raises(VyreError, match=r"column 'a' has dtype float64 .*Fix: once no value is missing, convert the "
+                                        r"columns: edges = edges\.astype\(\{'a': 'int64', 'b': 'int64'\}\)"):
+        connected_components(edges=df, n=3, columns=("a", "b"), client=client, backend="reference")
+    df = df.astype({"a": "int64", "b": "int64"})
+    assert connected_components(edges=df, n=3, columns=("a", "b"), client=client, backend="reference").tolist() == [0] * 3
+
+
+def test_bool_unions_are_told_a_bool_is_no_id(client):
+    rows = (np.array([0, 1]), np.array([0, 0]), np.array([0, 0, 0]), np.zeros(0, np.int64))
+    with pytest.raises(VyreError, match=r"has dtype bool; it must hold integers\. Fix: pass an integer array \(a bool is "
+                                        r"no id\)\."):
+        congruence_closure([rows], np.array([[True, False]]), client=client, backend="reference")

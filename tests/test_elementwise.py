@@ -1113,3 +1113,15 @@ def test_fixes_of_the_operation_text_are_written_in_the_text_and_work_when_follo
         got = k(eval(fix, {"np": np, "ir": ir, "n": 3, "a": a}), b, backend="reference")
         got = ir.bf16_bits_to_f32(got) if t == "bf16" else got
         assert got.tolist() == [want] * 3, (t, fix, got)
+
+
+def test_a_kernel_of_no_inputs_is_told_to_take_out_arrays():
+    """Regression (a red-team): with no inputs, the call's "every input is a scalar" message read
+    the first input and raised a raw IndexError."""
+    k = elementwise("", "f32 y", "1.5", name="fill")
+    with pytest.raises(DispatchError, match=r"^fill\(\.\.\.\): the kernel takes no inputs, so nothing says how many "
+                                            r"elements to compute\. Fix: pass out= arrays to fill"):
+        k(backend="reference")
+    y = np.zeros(3, np.float32)
+    k(out=y, backend="reference")
+    assert y.tolist() == [1.5, 1.5, 1.5]

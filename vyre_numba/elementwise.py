@@ -996,6 +996,9 @@ class Elementwise:
                                 "array as numba's without a copy, x.copy_to_host() / cupy.asnumpy(x) / x.cpu().numpy() "
                                 "bring device data to the host, numba.cuda.to_device(x) sends it.")
         shaped = [a for a in ins if not a.scalar] or [a for a in outs]
+        if not shaped and not self.inputs:
+            raise DispatchError(f"{where}: the kernel takes no inputs, so nothing says how many elements to compute. "
+                                "Fix: pass out= arrays to fill (their shape is the result's).")
         if not shaped:
             name, dt = self.inputs[0]
             full = (f"ir.f32_to_bf16_bits(np.full(n, {name}, dtype=np.float32))" if dt is DataType.BF16 else

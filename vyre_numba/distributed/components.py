@@ -602,8 +602,9 @@ def _chunk_edges(chunk, columns) -> np.ndarray:
                                 "(edges.to_backend('pandas')).") from None
         if a.dtype.kind not in "iu":
             raise DispatchError(f"column {shown(c)} has dtype {col.dtype} (read as {a.dtype}); vertex ids are "
-                                f"integers, none missing. Fix: edges[{shown(c)}].astype('int64') once no value is "
-                                "missing (or pass the right columns=).")
+                                f"integers, none missing. Fix: once no value is missing, convert the columns: "
+                                f"edges = edges.astype({ {x: 'int64' for x in columns} !r}) (or pass the right "
+                                "columns=).")
         if a.dtype == np.uint64 and a.size and int(a.max()) >= 2**63:
             raise DispatchError(f"column {shown(c)} names vertex {int(a.max())}, past every 32-bit vertex id. Fix: "
                                 "pass edges whose ids are below n, the vertex count.")

@@ -108,7 +108,8 @@ def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID, copy: bool = True, bou
             arr = arr.astype(np.int64)
         else:
             raise DispatchError(f"{name} has dtype {arr.dtype}; it must hold integers. Fix: pass an integer array "
-                                "(ids are not converted, so a float id is never rounded silently).")
+                                + ("(a bool is no id)." if arr.dtype == np.bool_ else
+                                   "(ids are not converted, so a float id is never rounded silently)."))
     if arr.ndim != 1:
         raise DispatchError(f"{name} has shape {arr.shape}; it must be 1-D. Fix: pass a flat array "
                             f"({flat_fix(a, name)}).")

@@ -7,6 +7,7 @@ launches and the selection itself (the paths need a GPU)."""
 from __future__ import annotations
 
 import sys
+import threading
 import types
 
 import numpy as np
@@ -74,6 +75,7 @@ def selector(monkeypatch):
     log: list = []
     sel = Selector.__new__(Selector)
     sel._closed, sel._plans, sel._relaunches, sel._resident, sel._selections = False, {}, {}, {}, 0
+    sel._lock = threading.RLock()
     sel._fused_off_until, sel._arrived, sel._tiles = 0.0, 0, 1 << 20
     sel._sums, sel._host = np.zeros(1024, np.int64), np.zeros(1, np.int64)
     launchers: dict = {}

@@ -16,11 +16,9 @@ from __future__ import annotations
 from numba import cuda
 
 from .errors import DispatchError
-from .simulator import SIMULATED
+from .simulator import SIMULATED as _SIM
 
 __all__ = ["find", "root", "link"]
-
-_SIM = SIMULATED
 
 
 class _DeviceFunction(type(cuda.jit(device=True)(lambda: 0))):  # Numba's device functions, or the simulator's

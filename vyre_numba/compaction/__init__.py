@@ -42,7 +42,7 @@ from ..errors import (INTEGERS, CapacityError, DeviceError, DispatchError, HostM
 from ..gpu import memory
 from ..gpu.numba_launch import RawArray, check_stream, stream_handle
 from ..lru import LRUCache
-from ..simulator import SIMULATED
+from ..simulator import SIMULATED as _SIM
 from .select import PREDICATES_KEPT, Selector, _kernels, cpu_masks, predicate_key, word_type, word_view
 from .select import nonzero_numpy as _nonzero_numpy, select_if_numpy as _select_if_numpy, select_numpy as _select_numpy
 
@@ -275,7 +275,8 @@ def _compiled(call: Callable, what: str, compiling: bool = False):
 
 
 _SELECTORS: dict = {}
-_SIM = SIMULATED
+
+
 @functools.cache
 def _cuda():
     """numba.cuda, imported on first use (an import statement in a call costs about a microsecond,

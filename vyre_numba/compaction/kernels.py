@@ -12,7 +12,7 @@ import numpy as np
 from numba import cuda, from_dtype, int32, int64, uint8, uint32, uint64
 
 from ..lru import LRUCache
-from ..simulator import SIMULATED
+from ..simulator import SIMULATED as _SIM
 from ..workqueue import barrier
 from ..workqueue.barrier import FAILED, FINISHED, grid_wait
 from .select import ITEMS, PREDICATES_KEPT, THREADS, TILE, kept_compiled
@@ -25,7 +25,6 @@ GROUP = 4  # tiles a block of count_bytes counts
 GROUP_OCTS = GROUP * OCTS
 SCAN_THREADS = 1024  # tile counts a block of the scan takes
 FULL = 0xFFFFFFFF
-_SIM = SIMULATED
 
 
 @cuda.jit(device=True)

@@ -41,9 +41,8 @@ from ..gpu import mapped
 from ..gpu.numba_launch import NumbaLaunch, RawArray, _describe, overload_kind, stream_handle
 from ..lru import LRUCache
 from ..owned import Unshared
-from ..simulator import SIMULATED
+from ..simulator import SIMULATED as _SIM
 
-_SIM = SIMULATED
 
 THREADS, ITEMS = 256, 16
 TILE = THREADS * ITEMS

@@ -28,9 +28,8 @@ import numpy as np
 
 from ..errors import DispatchError
 from ..gpu.numba_launch import launch_quietly
-from ..simulator import SIMULATED
+from ..simulator import SIMULATED as _SIM
 
-_SIM = SIMULATED
 THREADS = 32 if _SIM else 256  # the simulator runs a thread per thread
 PHASES = ("worklist", "rewrite", "insert", "compress", "on_device")  # on_device: rounds of one persistent launch
 PER_SM = 1  # blocks a multiprocessor in a persistent launch: a chain round took 10.0 us at 1, 11.9 at 2, 16.6 at 4 (H200)

@@ -10,10 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from ..simulator import SIMULATED
+from ..simulator import SIMULATED as _SIM
 from .launch import KernelLaunch, LaunchShape
 
-_SIM = SIMULATED
 _MASK = 0xFFFFFFFFFFFFFFFF
 
 

@@ -14,12 +14,11 @@ import threading
 import numpy as np
 
 from ..errors import INTEGERS, DispatchError, a_type, host_memory, shown
-from ..simulator import SIMULATED
+from ..simulator import SIMULATED as _SIM
 from .csr import CSR, checked_graph, enqueue_check, resolve
 
 from ..backend import ArrayIn, ArrayOut, Backend  # noqa: F401  (the annotations name them: typing.get_type_hints reads them)
 
-_SIM = SIMULATED
 HUB = 256  # see bfs_kernels.HUB
 FEW = 32  # a top-down frontier of at most this many vertices is expanded by the whole grid, vertex by vertex
 PERSISTENT_AFTER = 8  # levels run from the host before a small frontier's remaining levels go on the device

@@ -30,10 +30,9 @@ from ..errors import (INTEGERS, BackendUnavailableError, CapacityError, DeviceEr
                       flat_fix, host_memory, numba_reason, shown)
 from ..owned import Unshared
 from ..signals import uninterrupted
-from ..simulator import SIMULATED
+from ..simulator import SIMULATED as _SIM
 
 __all__ = ["WorkQueue", "QueueModel"]
-_SIM = SIMULATED
 
 
 class QueueModel:

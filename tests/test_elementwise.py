@@ -1125,3 +1125,17 @@ def test_a_kernel_of_no_inputs_is_told_to_take_out_arrays():
     y = np.zeros(3, np.float32)
     k(out=y, backend="reference")
     assert y.tolist() == [1.5, 1.5, 1.5]
+
+
+def test_a_temporary_of_a_bare_number_is_named_where_its_type_differs():
+    """Regression (a red-team): `t = 1; y = x + t` was refused as "f32 and u32", a type the user
+    never wrote, while `y = x + 1` works; the message now says where the type came from."""
+    with pytest.raises(IRValidationError, match=r"in `y = x \+ t`: add has operands of different types f32 and u32.* "
+                                                 r"\(t was assigned a bare number, whose type is not taken from where t "
+                                                 r"is used: name the type it needs, e.g\. t = f32\(\.\.\.\)\)"):
+        elementwise("f32 x", "f32 y", "t = 1; y = x + t")
+    k = elementwise("f32 x", "f32 y", "t = f32(1); y = x + t")  # as the message says
+    assert k(np.array([1.5], np.float32), backend="reference").tolist() == [2.5]
+    with pytest.raises(IRValidationError) as e:  # a temporary of a typed value is not said to be one
+        elementwise("f32 x", "f32 y", "t = u32(1); y = x + t")
+    assert "bare number" not in str(e.value)

@@ -266,6 +266,7 @@ class _Translator:
         self.env: dict[str, ir.Expr] = {n: ir.var(f"v_{n}") for n in inputs}  # what each name reads
         self.stmts: list[ir.Node] = []  # user statements (lets/assigns), then the stores
         self.texts: list[str] = []  # the source of each statement, for messages
+        self.defaulted: dict[str, bool] = {}  # temporaries last assigned a bare number (typed on its own)
         self._lines: tuple[str, list[bytes]] | None = None  # (the source, its lines) for segment()
 
     # messages
@@ -355,6 +356,8 @@ class _Translator:
                                 "assign a new name: an output, or a temporary")
             if target in FUNCTIONS:
                 raise self.fail(st, f"{self.said(node)} is the name of a function", "use another temporary name")
+            if _weak_only(value) and target not in self.outputs and target not in assigned:  # the type of its
+                self.defaulted[target] = True  # first value, a bare number's own: said where it differs from another
             var = assigned.get(target)
             if var is None:  # IR variable names are ASCII: other temporaries are spelt by their UTF-8 bytes
                 var = assigned[target] = ("o_" + target if target in self.outputs else "t_" + target
@@ -835,6 +838,7 @@ class Elementwise:
         if isinstance(operation, str):
             t = _Translator(self.name, operation, self._in_names, self._out_names)
             t.translate()
+            self._defaulted = t.defaulted
             return t.stmts, t.texts
         if not callable(operation):
             raise IRValidationError(f"elementwise {self.name!r}: the operation is neither a string nor a function "
@@ -912,6 +916,11 @@ class Elementwise:
             k = int(m.group(1)) - nloads if m else -1
             where = f"in `{self._texts[k]}`" if 0 <= k < len(self._texts) else d.where
             typing |= "different types" in cause or hint.startswith("convert explicitly")
+            if 0 <= k < len(self._texts) and ("different types" in cause or " must be " in cause):
+                for t in getattr(self, "_defaulted", ()):
+                    if re.search(rf"(?<![\w.]){re.escape(t)}(?!\w)", self._texts[k]):
+                        cause += (f" ({t} was assigned a bare number, whose type is not taken from where {t} is used: "
+                                  f"name the type it needs, e.g. {t} = f32(...))")
             own = _text_fix(d.facts, hint) if isinstance(self.operation, str) else hint
             lines.append((f"{where}: {cause}", hint))
             if own and own not in fixes:

@@ -266,7 +266,7 @@ class _Translator:
         self.env: dict[str, ir.Expr] = {n: ir.var(f"v_{n}") for n in inputs}  # what each name reads
         self.stmts: list[ir.Node] = []  # user statements (lets/assigns), then the stores
         self.texts: list[str] = []  # the source of each statement, for messages
-        self.defaulted: dict[str, bool] = {}  # temporaries last assigned a bare number (typed on its own)
+        self.defaulted: set[str] = set()  # temporaries first assigned a bare number (typed on its own)
         self._lines: tuple[str, list[bytes]] | None = None  # (the source, its lines) for segment()
 
     # messages
@@ -357,7 +357,7 @@ class _Translator:
             if target in FUNCTIONS:
                 raise self.fail(st, f"{self.said(node)} is the name of a function", "use another temporary name")
             if _weak_only(value) and target not in self.outputs and target not in assigned:  # the type of its
-                self.defaulted[target] = True  # first value, a bare number's own: said where it differs from another
+                self.defaulted.add(target)  # first value, a bare number's own: said where it differs from another
             var = assigned.get(target)
             if var is None:  # IR variable names are ASCII: other temporaries are spelt by their UTF-8 bytes
                 var = assigned[target] = ("o_" + target if target in self.outputs else "t_" + target
@@ -835,6 +835,7 @@ class Elementwise:
 
     # ---- building ---------------------------------------------------------------------------
     def _translate(self, operation: Operation) -> tuple[list[ir.Node], list[str]]:
+        self._defaulted: set[str] = set()
         if isinstance(operation, str):
             t = _Translator(self.name, operation, self._in_names, self._out_names)
             t.translate()
@@ -917,7 +918,7 @@ class Elementwise:
             where = f"in `{self._texts[k]}`" if 0 <= k < len(self._texts) else d.where
             typing |= "different types" in cause or hint.startswith("convert explicitly")
             if 0 <= k < len(self._texts) and ("different types" in cause or " must be " in cause):
-                for t in getattr(self, "_defaulted", ()):
+                for t in self._defaulted:
                     if re.search(rf"(?<![\w.]){re.escape(t)}(?!\w)", self._texts[k]):
                         cause += (f" ({t} was assigned a bare number, whose type is not taken from where {t} is used: "
                                   f"name the type it needs, e.g. {t} = f32(...))")

@@ -603,7 +603,7 @@ def _chunk_edges(chunk, columns) -> np.ndarray:
         if a.dtype.kind not in "iu":
             raise DispatchError(f"column {shown(c)} has dtype {col.dtype} (read as {a.dtype}); vertex ids are "
                                 f"integers, none missing. Fix: once no value is missing, convert the columns: "
-                                f"edges = edges.astype({ {x: 'int64' for x in columns} !r}) (or pass the right "
+                                f"edges = edges.astype({dict.fromkeys(columns, 'int64')!r}) (or pass the right "
                                 "columns=).")
         if a.dtype == np.uint64 and a.size and int(a.max()) >= 2**63:
             raise DispatchError(f"column {shown(c)} names vertex {int(a.max())}, past every 32-bit vertex id. Fix: "

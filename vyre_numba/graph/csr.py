@@ -252,11 +252,32 @@ def _pieces(g: CSR, piece: int, start: int = 0, stop: int | None = None):
         yield rows, g.indices[a:b].astype(np.uint64)
 
 
+def _distinct(g: CSR, piece: int, first: int = 0, last: int | None = None):
+    """The sorted distinct keys source * n + target (uint64) of vertices first..last-1's entries
+    (all by default), whole vertices at a time of about `piece` entries (one vertex more when it
+    alone has more): a repeated edge is stored in its source's row, so it is counted once."""
+    ip, n, last = g.indptr, np.uint64(g.n), g.n if last is None else last
+    v = first
+    while v < last:
+        w = min(last, max(v + 1, int(np.searchsorted(ip, ip[v] + piece, "right")) - 1))
+        rows = np.repeat(np.arange(v, w, dtype=np.uint64), np.diff(ip[v:w + 1]))
+        yield _unique(rows * n + g.indices[ip[v]:ip[w]].astype(np.uint64))
+        v = w
+
+
+def _unique(keys: np.ndarray) -> np.ndarray:
+    """`keys`' distinct values, sorted (np.unique, by a sort: 20x faster on uint64 in NumPy 2.4)."""
+    keys = np.sort(keys)
+    return keys[np.concatenate(([True], keys[1:] != keys[:-1]))] if keys.size else keys
+
+
 def check_symmetric(g: CSR, piece: int = 1 << 16) -> None:
-    """Refuse a host CSR that stores some edge more times one way than the other, for
-    `symmetric=True`: the entries' multiset against the reversed entries', by sums of mixed keys
-    over `piece` entries at a time (memory for a piece, never for the graph); where they differ,
-    the same sums a block of vertices, then the first such block's entries, find an edge to show."""
+    """Refuse a host CSR that stores some edge u -> v but not v -> u, for `symmetric=True` (an edge
+    stored twice counts as stored). Sums of mixed keys compare the entries with the reversed
+    entries, `piece` entries at a time (memory for a piece, never for the graph): first as
+    multisets, which agree for every CSR stored once each way; where they differ, as sets of
+    distinct edges; where those differ too, the same sums a block of vertices, then the first such
+    block's edges, find an edge to show."""
     n, scale = g.n, np.uint64(g.n)
     sums = np.zeros(2, np.uint64)
     with np.errstate(over="ignore"):
@@ -266,26 +287,25 @@ def check_symmetric(g: CSR, piece: int = 1 << 16) -> None:
             return
         blocks = np.uint64(min(n, 256))  # a key's block: its first vertex's
         ahead, back = np.zeros(int(blocks), np.uint64), np.zeros(int(blocks), np.uint64)
-        for r, c in _pieces(g, piece):
-            np.add.at(ahead, r * blocks // scale, _mixed(r * scale + c))
+        for key in _distinct(g, piece):
+            r, c = key // scale, key % scale
+            np.add.at(ahead, r * blocks // scale, _mixed(key))
             np.add.at(back, c * blocks // scale, _mixed(c * scale + r))
+    if np.array_equal(ahead, back):
+        return
     k, nb = int(np.argmax(ahead != back)), int(blocks)
     first, last = -(-k * n // nb), -(-(k + 1) * n // nb)  # the vertices v with v * blocks // n == k
-    own = np.sort(np.concatenate([np.zeros(0, np.uint64)] + [
-        r * scale + c for r, c in _pieces(g, piece, int(g.indptr[first]), int(g.indptr[last]))]))
-    into = np.sort(np.concatenate([np.zeros(0, np.uint64)] + [
+    own = np.concatenate([np.zeros(0, np.uint64)] + list(_distinct(g, piece, first, last)))
+    into = _unique(np.concatenate([np.zeros(0, np.uint64)] + [
         (c * scale + r)[(c >= first) & (c < last)] for r, c in _pieces(g, piece)]))
-    m = min(own.size, into.size)
-    differ = np.flatnonzero(own[:m] != into[:m])
-    i = int(differ[0]) if differ.size else m  # the smaller key there is stored more often its way
-    if i < own.size and (i >= into.size or own[i] < into[i]):
-        u, v = divmod(int(own[i]), n)
-    else:
-        v, u = divmod(int(into[i]), n)
-    raise DispatchError(f"symmetric=True, but the edge {u} -> {v} is stored more times than {v} -> {u} (symmetric "
-                        "promises every edge stored both ways, as often one way as the other). Fix: pass "
-                        "symmetric=False, or store every edge both ways, once each (A + A.T for a SciPy matrix A "
-                        "sums its duplicates).")
+    alone = np.setdiff1d(own, into, assume_unique=True)
+    if alone.size:
+        u, v = divmod(int(alone[0]), n)
+    else:  # a reversed key with no key its way: the edge v -> u is stored, u -> v is not
+        v, u = divmod(int(np.setdiff1d(into, own, assume_unique=True)[0]), n)
+    raise DispatchError(f"symmetric=True, but the edge {u} -> {v} is stored and {v} -> {u} is not (symmetric "
+                        "promises every edge stored both ways). Fix: pass symmetric=False, or store every edge "
+                        "both ways (A + A.T for a SciPy matrix A).")
 
 
 def _check_size(n: int, nnz: int) -> None:

@@ -259,7 +259,7 @@ def test_select_if_names_what_failed(monkeypatch, failure, error, fragment):
     """Whatever fails while select_if runs is named for what it is: a fault of the driver is not
     the predicate failing to compile (NVVM, NVRTC or the linker), nor is an exception the
     predicate raises, nor the host running out of memory."""
-    def fail(values, predicate):
+    def fail(values, predicate, key):
         raise failure()
     monkeypatch.setattr(compaction, "_select_if_numpy", fail)
     with pytest.raises(error, match="Fix:") as e:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -172,14 +172,15 @@ def nonzero_numpy(flags) -> np.ndarray:
 def select_if_numpy(values, predicate: Callable) -> np.ndarray:
     """values[i] for every i where predicate(values[i]) holds, in order (a NumPy array; the CPU
     implementation, the predicate compiled by numba.njit)."""
-    _, predicate = _checked_if(values, predicate)
+    _, predicate, key = _checked_if(values, predicate)
     _host_only(values)
-    return _compiled(lambda: _select_if_numpy(values, predicate), "predicate")
+    return _compiled(lambda: _select_if_numpy(values, predicate, key), "predicate")
 
 
-def _checked_if(values, predicate) -> tuple[int, Callable]:
-    """(the length of `values`, the predicate as a Python function), after checking both for
-    select_if. A Numba dispatcher (njit, cuda.jit(device=True)) stands for its Python function."""
+def _checked_if(values, predicate) -> tuple[int, Callable, Any]:
+    """(the length of `values`, the predicate as a Python function, its `predicate_key`), after
+    checking both for select_if. A Numba dispatcher (njit, cuda.jit(device=True)) stands for its
+    Python function. The key is taken once a call: it reads every value the predicate names."""
     n = _check_values(values)
     _check_predicate(predicate)
     predicate = getattr(predicate, "py_func", predicate)
@@ -191,23 +192,25 @@ def _checked_if(values, predicate) -> tuple[int, Callable]:
         raise DispatchError("select_if does not take float16 values: its predicate is typed by Numba's CPU "
                             "compiler, which has no float16. Fix: pass values.astype(np.float32), or compute flags "
                             "yourself and call select(values, flags).")
-    _check_result(predicate, dt.newbyteorder("="))
-    return n, predicate
+    key = predicate_key(predicate)
+    _check_result(predicate, dt.newbyteorder("="), key)
+    return n, predicate, key
 
 
 _RESULT_TYPES: LRUCache = LRUCache(4 * PREDICATES_KEPT)  # (predicate, dtype) -> "ok" or what is wrong
 
 
-def _check_result(predicate: Callable, dt: np.dtype) -> None:
+def _check_result(predicate: Callable, dt: np.dtype, pkey) -> None:
     """Refuses a predicate whose result is not a bool or an integer (a tuple or a string is
-    always true, a float is true for NaN): the result type as Numba infers it for dt."""
-    key = (predicate_key(predicate), dt)
+    always true, a float is true for NaN): the result type as Numba infers it for dt (`pkey`:
+    the predicate's `predicate_key`)."""
+    key = (pkey, dt)
     result = _RESULT_TYPES.get(key)
     if result is None:
         from numba import from_dtype, types
 
         def infer():  # typed as the mask calls it, pred(values[i]), so that its defaults fill the rest
-            mask, dispatcher = cpu_masks(predicate)
+            mask, dispatcher = cpu_masks(predicate, pkey)
             value = from_dtype(dt)
             mask.compile((types.Array(value, 1, "C"),))
             for s in dispatcher.nopython_signatures:
@@ -569,10 +572,10 @@ def select_if(values: ArrayIn, predicate: Callable, *, stream: Stream | None = N
     bits. Under the CUDA simulator the predicate runs as Python on NumPy scalars, whose integer
     promotion differs from Numba's compiled one (int8 * int8 wraps in int8 there, uint64 + int64
     is a float): check such predicates on a GPU or the host."""
-    n, predicate = _checked_if(values, predicate)
+    n, predicate, key = _checked_if(values, predicate)
     check_stream(stream)
     if not _on_device(values):
-        return _compiled(lambda: _select_if_numpy(values, predicate), "predicate")
+        return _compiled(lambda: _select_if_numpy(values, predicate, key), "predicate")
     if not _dtype(values).isnative:
         raise DispatchError(f"values on the device are {_dtype(values)}, not in this machine's byte order: Numba's "
                             "kernels cannot read them. Fix: compute flags yourself and call select(values, flags), "
@@ -582,7 +585,7 @@ def select_if(values: ArrayIn, predicate: Callable, *, stream: Stream | None = N
     v = _dev(values) if _SIM else values
 
     def run():
-        flag_of = predicate_flag(predicate)
+        flag_of = predicate_flag(predicate, key)
         out = _small(values, values, False, flag_of, values.dtype) if _numba_pair(values, values, stream) else None
         return out if out is not None else _device_select(values, v, flag_of, n, stream)
     return _compiled(run, "predicate")

@@ -440,10 +440,11 @@ def fused_kernel(flag_of: Callable, emit: Callable | None, word=np.uint64, by_by
 _PREDICATES: LRUCache = LRUCache(PREDICATES_KEPT)
 
 
-def predicate_flag(predicate: Callable) -> Callable:
+def predicate_flag(predicate: Callable, key=None) -> Callable:
     """The flag function of select_if: predicate(values[i]). debug=False pins NumPy's error model
     (numba-cuda's without debug; NUMBA_CUDA_DEBUGINFO would switch it to Python's), the one the
-    CPU twin compiles with: an integer divided by zero is 0 on both."""
+    CPU twin compiles with: an integer divided by zero is 0 on both. `key`: the predicate's
+    `predicate_key` where the caller has it."""
     def build(fn: Callable):
         pred = cuda.jit(device=True, debug=False)(fn)
 
@@ -451,4 +452,4 @@ def predicate_flag(predicate: Callable) -> Callable:
         def flag_predicate(values, i):
             return bool(pred(values[i]))
         return flag_predicate
-    return kept_compiled(_PREDICATES, predicate, build)
+    return kept_compiled(_PREDICATES, predicate, build, key)

@@ -72,12 +72,13 @@ def nonzero_numpy(flags: np.ndarray) -> np.ndarray:
     return np.flatnonzero(_kept(flags)).astype(np.int64, copy=False)
 
 
-def select_if_numpy(values: np.ndarray, predicate: Callable) -> np.ndarray:
+def select_if_numpy(values: np.ndarray, predicate: Callable, key=None) -> np.ndarray:
     """values[i] for every i where predicate(values[i]) holds, in order (the predicate compiled by
     numba.njit with NumPy's error model, as the GPU compiles it for the device: an integer
-    divided by zero is 0, a float inf or nan; it reads the values in native byte order)."""
+    divided by zero is 0, a float inf or nan; it reads the values in native byte order). `key`:
+    the predicate's `predicate_key` where the caller has it."""
     native = values if values.dtype.isnative else values.astype(values.dtype.newbyteorder("="))
-    return values[_cpu_mask(predicate)(native)]
+    return values[cpu_masks(predicate, key)[0](native)]
 
 
 FROZEN_BYTES = 1 << 14  # the largest array a predicate or step may read from outside itself (see _typed)
@@ -140,10 +141,11 @@ def _held(v):
     return v.copy() if _frozen(v) and v.nbytes <= FROZEN_BYTES else v
 
 
-def kept_compiled(cache: LRUCache, fn: Callable, build: Callable[[Callable], Any]) -> Any:
-    """`cache`'s value for `fn` by `predicate_key`, else `build(snapshot(fn))` kept by the snapshot's
-    key: what is compiled and what it is kept by name the same values."""
-    key = predicate_key(fn)
+def kept_compiled(cache: LRUCache, fn: Callable, build: Callable[[Callable], Any], key=None) -> Any:
+    """`cache`'s value for `fn` by `predicate_key` (`key` where the caller has it), else
+    `build(snapshot(fn))` kept by the snapshot's key: what is compiled and what it is kept by name
+    the same values."""
+    key = predicate_key(fn) if key is None else key
     found = cache.get(key)
     if found is not None:
         return found
@@ -209,16 +211,12 @@ def _names(code) -> tuple[str, ...]:
     return code.co_names + tuple(n for c in code.co_consts if hasattr(c, "co_names") for n in _names(c))
 
 
-def cpu_masks(predicate: Callable) -> tuple[Callable, Callable]:
+def cpu_masks(predicate: Callable, key=None) -> tuple[Callable, Callable]:
     """(the mask of predicate over an array, predicate itself) compiled for the host: the one
     dispatcher the mask calls also tells the result type. error_model="numpy": division by zero
     gives NumPy's result, as it does on the device (numba-cuda compiles with that model), not an
-    error."""
-    return kept_compiled(_CPU_MASKS, predicate, _mask_of)
-
-
-def _cpu_mask(predicate: Callable) -> Callable:
-    return cpu_masks(predicate)[0]
+    error. `key`: the predicate's `predicate_key` where the caller has it."""
+    return kept_compiled(_CPU_MASKS, predicate, _mask_of, key)
 
 
 def _mask_of(predicate: Callable) -> tuple[Callable, Callable]:

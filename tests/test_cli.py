@@ -188,20 +188,18 @@ def test_run_an_unreadable_input_says_to_make_it_readable(saxpy_json, saxpy_inpu
                                                          monkeypatch):
     """Regression (a red-team): a .npy file this user may not read was called "not a .npy array",
     with a Fix to save it with numpy.save."""
-    import builtins
-
     from vyre_numba import cli
 
     path = tmp_path / "x.npy"
     np.save(path, np.zeros(5, np.float32))
-    real = builtins.open
+    real = cli.regular
 
     def guarded(f, *a, **k):
         if str(f) == str(path):
             raise PermissionError(13, "Permission denied", str(f))
         return real(f, *a, **k)
 
-    monkeypatch.setattr(cli, "open", guarded, raising=False)  # as root, chmod would not stop the read
+    monkeypatch.setattr(cli, "regular", guarded)  # as root, chmod would not stop the read
     args = [a if not a.startswith("x=") else f"x={path}" for a in saxpy_inputs]
     assert main(["run", str(saxpy_json), "--out", str(tmp_path / "o"), "--backend", "reference", *args]) == 2
     line = one_error_line(capsys, "cannot read", "Permission denied", "Fix: make the file readable")
@@ -1104,6 +1102,34 @@ def test_a_program_path_that_is_not_a_regular_file_is_refused_without_reading_it
     assert_fix(one_error_line(capsys, f"program {path!r} is a {kind}, not a regular file",
                               "Fix: pass the path of a file written by Program.to_json()"))
     assert dispatches == [] and not (tmp_path / "o").exists()
+
+
+def test_an_input_replaced_by_a_fifo_after_its_check_is_refused_not_waited_on(saxpy_json, saxpy_inputs, tmp_path,
+                                                                             capsys, dispatches, monkeypatch):
+    """The input file checked is the file read: one that was regular when looked at and is a FIFO
+    with no writer when opened is refused, where an open() by its name would wait forever."""
+    import threading
+    from pathlib import Path
+
+    fifo = tmp_path / "late.npy"
+    os.mkfifo(fifo)
+    regular_stat = os.stat(saxpy_json)
+    real = Path.stat
+    monkeypatch.setattr(Path, "stat", lambda self, *a, **k: regular_stat if str(self) == str(fifo) else
+                        real(self, *a, **k))  # as though it were replaced between the look and the open
+    args = [a if not a.startswith("x=") else f"x={fifo}" for a in saxpy_inputs]
+    status = []
+    t = threading.Thread(target=lambda: status.append(main(["run", str(saxpy_json), "--out", str(tmp_path / "o"),
+                                                            "--backend", "reference", *args])), daemon=True)
+    t.start()
+    t.join(60)
+    if t.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        t.join(10)
+        pytest.fail("the command blocked on the input")
+    assert status == [2]
+    assert_fix(one_error_line(capsys, "for input 'x': not a regular file", "Fix: pass the path of a .npy file"))
+    assert dispatches == []
 
 
 def test_a_program_file_past_the_size_cap_is_refused(saxpy_json, tmp_path, capsys, monkeypatch):

@@ -12,7 +12,7 @@ ROOT = Path(vyre_numba.__file__).resolve().parent
 # DESIGN.md's layer table, top to bottom; a module belongs to the first row naming a prefix of it.
 LAYERS = [
     ("errors", "owned", "config", "lru", "profiling", "version", "display", "progress", "unique",
-     "signals", "simulator"),
+     "signals", "simulator", "files"),
     ("ir",),
     ("backend", "bindings", "recording", "megakernel", "checked"),
     ("reference",),

@@ -39,6 +39,7 @@ from . import ir
 from .config import MAX_AXIS, DispatchConfig
 from . import errors
 from .errors import DEBUG_ENV, DEBUG_OFF, DEBUG_ON, VyreError, clip, shown
+from .files import NotRegular, regular
 from .registry import available_backends, get_backend, unavailable_reason
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -186,19 +187,14 @@ def _load_program(path: str) -> ir.Program:
     if not path:  # Path("") is the working directory
         raise UsageError(f"the program path is empty. {fix}")
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO opens at once and is refused below
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise UsageError(f"program {shown(path)} is {_kind(st.st_mode)}, not a regular file. {fix}")
-            with open(fd, "rb", closefd=False) as f:
-                data = f.read(MAX_PROGRAM_BYTES + 1)
-        finally:
-            os.close(fd)
+        with regular(path) as f:
+            data = f.read(MAX_PROGRAM_BYTES + 1)
         if len(data) > MAX_PROGRAM_BYTES:
             raise UsageError(f"program {shown(path)} is larger than {MAX_PROGRAM_BYTES >> 20} MiB, the most a program "
                              f"file may be (the largest program ir.check takes is far smaller). {fix}")
         text = data.decode("utf-8")
+    except NotRegular as e:
+        raise UsageError(f"program {shown(path)} is {_kind(e.mode)}, not a regular file. {fix}") from None
     except (OSError, ValueError) as e:
         if isinstance(e, UnicodeDecodeError):
             raise UsageError(f"program {shown(path)} is not UTF-8 text (byte {e.start}). {fix}") from e
@@ -308,24 +304,17 @@ def _load_input(name: str, file: str) -> np.ndarray:
     except (OSError, ValueError) as e:
         raise UsageError(f"cannot load {shown(file)} for input {shown(name)}: {getattr(e, 'strerror', None) or e}. "
                          "Fix: pass the path of an existing, readable .npy file.") from e
+    not_regular = UsageError(f"cannot load {shown(file)} for input {shown(name)}: not a regular file. "
+                             "Fix: pass the path of a .npy file saved with numpy.save.")
     if not stat.S_ISREG(st.st_mode):
-        raise UsageError(f"cannot load {shown(file)} for input {shown(name)}: not a regular file. "
-                         "Fix: pass the path of a .npy file saved with numpy.save.")
+        raise not_regular
     if path.suffix.lower() == ".npz":
         raise _npz_error(name, file)
     try:
-        with open(path, "rb") as f:
-            head = f.read(6)
-            sizes = _npy_sizes(f) if head == b"\x93NUMPY" else None
-        if head[:4] != b"PK\x03\x04" and head != b"\x93NUMPY":  # np.load would try it as a pickle
-            raise UsageError(f"cannot load {shown(file)} for input {shown(name)}: not a .npy file ("
-                             f"{'it is empty' if not head else 'it does not begin with the .npy signature'}). "
-                             "Fix: pass a .npy file saved with numpy.save.")
-        if sizes is not None and sizes[0] > sizes[1]:  # np.load would allocate what the header claims first
-            raise UsageError(f"cannot load {shown(file)} for input {shown(name)}: not a .npy array (its header claims "
-                             f"{sizes[0]:,} bytes of data, the file holds {sizes[1]:,}). Fix: pass a whole .npy "
-                             "file saved with numpy.save (this one is cut short or its header was altered).")
-        value = np.load(path, allow_pickle=False)
+        with regular(path) as f:  # the file checked is the file read: replaced by a FIFO since, it is refused
+            value = _read_npy(f, name, file)
+    except NotRegular:
+        raise not_regular from None
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
         if isinstance(e, OSError) and e.errno is not None:  # the file could not be read at all: no word on its contents
             raise UsageError(f"cannot read {shown(file)} for input {shown(name)}: {e.strerror}. Fix: make the file "
@@ -334,6 +323,23 @@ def _load_input(name: str, file: str) -> np.ndarray:
                _one_line(e))
         raise UsageError(f"cannot load {shown(file)} for input {shown(name)}: not a .npy array ({why}). "
                          "Fix: pass a .npy file of numbers saved with numpy.save.") from e
+    return value
+
+
+def _read_npy(f, name: str, file: str) -> np.ndarray:
+    """The array in the open .npy file `f`, given for input `name` as `file`."""
+    head = f.read(6)
+    sizes = _npy_sizes(f) if head == b"\x93NUMPY" else None
+    if head[:4] != b"PK\x03\x04" and head != b"\x93NUMPY":  # np.load would try it as a pickle
+        raise UsageError(f"cannot load {shown(file)} for input {shown(name)}: not a .npy file ("
+                         f"{'it is empty' if not head else 'it does not begin with the .npy signature'}). "
+                         "Fix: pass a .npy file saved with numpy.save.")
+    if sizes is not None and sizes[0] > sizes[1]:  # np.load would allocate what the header claims first
+        raise UsageError(f"cannot load {shown(file)} for input {shown(name)}: not a .npy array (its header claims "
+                         f"{sizes[0]:,} bytes of data, the file holds {sizes[1]:,}). Fix: pass a whole .npy "
+                         "file saved with numpy.save (this one is cut short or its header was altered).")
+    f.seek(0)
+    value = np.load(f, allow_pickle=False)
     if not isinstance(value, np.ndarray):  # np.load opens any zip as an archive, whatever its name
         close = getattr(value, "close", None)
         if close is not None:

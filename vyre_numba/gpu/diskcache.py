@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 import tempfile
 import threading
 import warnings
@@ -30,10 +29,10 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import INTEGERS, ArgumentError, CacheWarning, SettingError, a_type, shown
+from ..files import NotRegular, regular
 
 MAGIC = b"VYRECUB2"  # then SHA-256 of repr(key), SHA-256 of the payload, the payload
 _FORMER = b"VYRECUB"  # an entry of another format version: a plain miss, replaced by the next put
-_OPEN = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
 
 
@@ -138,18 +137,12 @@ def _read_regular(p: Path) -> bytes | None:
     """The bytes of the regular file `p`; None where it is missing or unreadable; b"" (so corrupt)
     where it is anything else: a link, FIFO, device or directory is neither followed nor waited on."""
     try:
-        fd = os.open(p, _OPEN)
-    except OSError:
-        return b"" if os.path.islink(p) else None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return b""
-        with open(fd, "rb", closefd=False) as f:
+        with regular(p, follow=False) as f:
             return f.read()
+    except NotRegular:
+        return b""
     except OSError:
         return None
-    finally:
-        os.close(fd)
 
 
 class DiskCache:

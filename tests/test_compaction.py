@@ -763,6 +763,58 @@ def test_a_selector_closed_by_another_thread_mid_call_finishes_the_call_or_refus
     assert out.returncode == 0 and "closed meanwhile ok" in out.stdout, out.stdout + out.stderr
 
 
+OWN_SELECTORS = r"""
+import threading
+import numpy as np
+from numba import cuda
+from vyre_numba import compaction
+from vyre_numba.compaction import Selector, _selector
+
+assert Selector()._lock is not None  # the user's: another thread may close it mid-call
+own = _selector(None)
+assert own._lock is None and own is _selector(None)  # compaction's own, this thread's only: no lock
+rng = np.random.default_rng(3)
+results, others = {}, {}
+
+one_at_a_time, done = threading.Lock(), threading.Event()
+
+def work(k):
+    with one_at_a_time:  # the simulator runs one kernel at a time (its threads are Python's)
+        select(k)
+    done.wait()  # alive till all have run: a thread that ended may give its ident to the next
+
+def select(k):
+    others[k] = _selector(None)
+    x = rng.integers(0, 1 << 40, 700 + k) if k else np.arange(700)
+    f = (np.arange(x.size) % (k + 2)) == 0
+    for _ in range(3):
+        got = compaction.select(cuda.to_device(x), cuda.to_device(f.astype(np.uint8))).copy_to_host()
+        results[k] = results.get(k, True) and np.array_equal(got, x[f])
+
+threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+for t in threads:
+    t.start()
+while len(results) < 4 and any(t.is_alive() for t in threads):
+    threading.Event().wait(0.05)
+done.set()
+for t in threads:
+    t.join()
+assert all(results[k] for k in range(4)), results
+assert len({id(s) for s in others.values()} | {id(own)}) == 5 and all(s._lock is None for s in others.values())
+own.close()
+print("own selectors ok")
+"""
+
+
+def test_compactions_own_selectors_are_one_a_thread_and_take_no_lock_under_the_cuda_simulator():
+    """A selector compaction keeps for itself is the calling thread's only, so its calls skip the
+    lock a user's Selector takes; each thread gets its own, and the right answer."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    out = subprocess.run([sys.executable, "-c", OWN_SELECTORS], env=env, capture_output=True, text=True,
+                         timeout=900)
+    assert out.returncode == 0 and "own selectors ok" in out.stdout, out.stdout + out.stderr
+
+
 # ---- the GPU ------------------------------------------------------------------------------------
 
 SIZES = [0, 1, 255, TILE - 1, TILE, TILE + 1, 3 * TILE + 5, 100_003, 1 << 22]
@@ -1372,8 +1424,13 @@ def test_gpu_large_selects_in_many_tiles_stay_in_order(log_n):
         assert np.array_equal(compaction.nonzero(df).copy_to_host(), np.flatnonzero(flags))
 
 
+# a user's Selector (locked) and compaction's own (one a thread, no lock): the closures run on both
+MAKERS = [pytest.param(lambda: Selector(), id="Selector"), pytest.param(lambda: Selector.for_this_thread(), id="own")]
+
+
 @pytest.mark.gpu
-def test_gpu_a_scatter_made_ready_refuses_to_run_once_its_selector_closed():
+@pytest.mark.parametrize("make", MAKERS)
+def test_gpu_a_scatter_made_ready_refuses_to_run_once_its_selector_closed(make):
     """Regression (a red-team): `scatter_later`'s put and `offsets_at`'s later kept launches over
     the selector's tile buffers and ran them after close, over freed memory."""
     from numba import cuda
@@ -1383,7 +1440,7 @@ def test_gpu_a_scatter_made_ready_refuses_to_run_once_its_selector_closed():
     n = 3 * TILE + 5
     flags = cuda.to_device((np.arange(n) % 3 == 0).astype(np.uint8))
     word = compaction.word_type(np.dtype(np.int64))[0]
-    sel = Selector()
+    sel = make()
     sel.offsets(flag_nonzero, flags, n)
     put = sel.scatter_later(flag_nonzero, flags, n, None, word)
     assert put is not None and sel.watch() == (n + 2) // 3
@@ -1393,7 +1450,7 @@ def test_gpu_a_scatter_made_ready_refuses_to_run_once_its_selector_closed():
     sel.close()
     with pytest.raises(DispatchError, match="this Selector was closed.*Fix:"):
         put(out.device_ctypes_pointer.value, n)
-    sel = Selector()
+    sel = make()
     address = flags.device_ctypes_pointer.value
     for _ in range(2):  # the first call packs its launches; the second returns `later`, which relaunches them
         later = sel.offsets_at(flag_nonzero, address, np.uint8, n, False, word, None)
@@ -1408,7 +1465,8 @@ def test_gpu_a_scatter_made_ready_refuses_to_run_once_its_selector_closed():
 
 
 @pytest.mark.gpu
-def test_gpu_a_scatter_made_ready_refuses_to_run_after_a_later_selection():
+@pytest.mark.parametrize("make", MAKERS)
+def test_gpu_a_scatter_made_ready_refuses_to_run_after_a_later_selection(make):
     """Regression: a scatter made ready (`scatter_later`'s put, `offsets_at`'s later or first) and
     run after another selection on the same Selector read that selection's offsets, or, where it
     grew the Selector, offsets in buffers freed by the growth."""
@@ -1422,7 +1480,7 @@ def test_gpu_a_scatter_made_ready_refuses_to_run_after_a_later_selection():
     word = compaction.word_type(np.dtype(np.int64))[0]
     out = cuda.device_array(n, np.int64)
     before = np.full(n, -7, np.int64)
-    with Selector() as sel:
+    with make() as sel:
         sel.offsets(flag_nonzero, flags, n)
         put = sel.scatter_later(flag_nonzero, flags, n, None, word)
         assert sel.watch() == (n + 2) // 3

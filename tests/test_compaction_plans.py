@@ -68,14 +68,16 @@ class Kernels(types.SimpleNamespace):
         return self._kernel("scatter")
 
 
-@pytest.fixture
-def selector(monkeypatch):
+@pytest.fixture(params=["Selector", "own"])
+def selector(monkeypatch, request):
+    """A user's Selector (locked) or compaction's own (`for_this_thread`: no lock), the closures
+    its calls return run on both."""
     kernels = Kernels()
     monkeypatch.setattr(select_module, "_kernels", lambda: kernels)
     log: list = []
     sel = Selector.__new__(Selector)
     sel._closed, sel._plans, sel._relaunches, sel._resident, sel._selections = False, {}, {}, {}, 0
-    sel._lock = threading.RLock()
+    sel._lock = threading.RLock() if request.param == "Selector" else None
     sel._fused_off_until, sel._arrived, sel._tiles = 0.0, 0, 1 << 20
     sel._sums, sel._host = np.zeros(1024, np.int64), np.zeros(1, np.int64)
     launchers: dict = {}

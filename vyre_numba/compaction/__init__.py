@@ -299,7 +299,7 @@ def _selector(stream) -> Selector:
     if s is None:
         if len(_SELECTORS) >= 64:  # threads come and go; their selectors need not outlive them
             _SELECTORS.clear()
-        s = _SELECTORS[key] = Selector(stream)
+        s = _SELECTORS[key] = Selector.for_this_thread(stream)
     return s
 
 

@@ -26,6 +26,7 @@ memory; the kernels are in `kernels.py` (imported when a GPU or the CUDA simulat
 `select_numpy` and friends are the NumPy twins: the CPU implementation and the oracle."""
 from __future__ import annotations
 
+import contextlib
 import dis
 import functools
 import math
@@ -250,12 +251,19 @@ def word_view(a, n: int):
     return a.view(word) if w == 1 else a.view(word).reshape(n, w)
 
 
+_UNLOCKED = contextlib.nullcontext()
+
+
 def _one_call_at_a_time(method: Callable) -> Callable:
     """`method` with its Selector's lock held: a close() from another thread waits for the call to
-    end (which then has every buffer it began with), and the calls after it are refused."""
+    end (which then has every buffer it began with), and the calls after it are refused. None
+    for a selector only its own thread calls (`for_this_thread`): 0.2 us a call saved."""
     @functools.wraps(method)
     def held(self, *args, **kwargs):
-        with self._lock:
+        lock = self._lock
+        if lock is None:
+            return method(self, *args, **kwargs)
+        with lock:
             return method(self, *args, **kwargs)
     return held
 
@@ -298,6 +306,19 @@ class Selector(Unshared):
         self._fused_off_until = 0.0  # time.monotonic() before which `fused` declines (after a give-up)
         self._handle = 0 if _SIM else stream_handle(self.stream)
         self._closed = False
+
+    @classmethod
+    def for_this_thread(cls, stream=None) -> "Selector":
+        """A Selector that only the calling thread will ever call (compaction keeps one a thread
+        and stream): its calls take no lock."""
+        s = cls(stream)
+        s._lock = None
+        return s
+
+    def _holding(self):
+        """What a closure a call returned holds while it runs: the lock, or nothing for a selector
+        only its own thread calls."""
+        return self._lock or _UNLOCKED
 
     def _grow(self, tiles: int) -> None:
         from .kernels import SCAN_THREADS
@@ -432,7 +453,7 @@ class Selector(Unshared):
         made = self._selections
 
         def put(address: int, capacity: int) -> None:
-            with self._lock:
+            with self._holding():
                 self._check_ready(made)
                 _scatter_into(again, address, capacity, words is None)
                 again(tiles, THREADS)
@@ -543,7 +564,7 @@ class Selector(Unshared):
             made = self._selections
 
             def first(out: int, capacity: int) -> None:
-                with self._lock:
+                with self._holding():
                     self._check_ready(made)
                     self.scatter(flag_of, raw, n, _raw(words, n, word), RawArray(out, (capacity,), word), capacity)
                     for key in keys:
@@ -570,7 +591,7 @@ class Selector(Unshared):
         made = self._selections
 
         def later(out: int, capacity: int) -> None:
-            with self._lock:
+            with self._holding():
                 self._check_ready(made)
                 _scatter_into(put, out, capacity, words is None)
                 put(tiles, THREADS)

@@ -11,6 +11,7 @@ import textwrap
 import numpy as np
 import pytest
 
+import vyre_numba.simulator
 from vyre_numba import compaction
 from vyre_numba.compaction.select import TILE, Selector
 from vyre_numba.errors import CapacityError, DeviceError, DispatchError, HostMemoryError
@@ -49,6 +50,44 @@ def test_a_selector_without_a_gpu_says_what_runs_on_the_cpu(monkeypatch):
     with pytest.raises(BackendUnavailableError, match="host arrays on the CPU") as e:
         compaction.Selector()
     assert str(e.value).rstrip().split("Fix: ")[1]
+
+
+class _Interface:
+    """All the CUDA Array Interface asks of a device array: the dict (no shape, no dtype)."""
+
+    def __init__(self, typestr: str = "<i4", n: int = 4):
+        self.__cuda_array_interface__ = dict(shape=(n,), typestr=typestr, data=(0, False), version=3, strides=None)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: compaction.select(_Interface(), _Interface("|u1")),
+    lambda: compaction.nonzero(_Interface("|u1")),
+    lambda: compaction.select_if(_Interface(), lambda v: v > 0),
+    lambda: compaction.read_compacted(_Interface(), _Interface("|u1")),
+], ids=["select", "nonzero", "select_if", "read_compacted"])
+def test_an_interface_only_device_array_without_a_gpu_says_what_runs_on_the_cpu(monkeypatch, call):
+    """Regression (a red-team): an object with only __cuda_array_interface__ raised AttributeError
+    (no .shape), and without a driver the selector's context lookup raised the driver's own
+    error: both now say what is wrong and what runs on the CPU."""
+    from numba import cuda
+
+    from vyre_numba.errors import BackendUnavailableError
+
+    if vyre_numba.simulator.SIMULATED:
+        pytest.skip("under the CUDA simulator a device array is the simulator's")
+    monkeypatch.setattr(cuda, "is_available", lambda: False)
+    monkeypatch.setattr(compaction.memory, "_context", lambda: (_ for _ in ()).throw(RuntimeError("no driver")))
+    with pytest.raises(BackendUnavailableError, match="host arrays on the CPU.*") as e:
+        call()
+    assert "Fix: " in str(e.value)
+
+
+def test_an_interface_naming_no_dtype_numpy_knows_is_refused():
+    """Regression (a red-team): a typestr NumPy cannot read raised a raw TypeError."""
+    for call in (lambda: compaction.select(_Interface("<x9"), _Interface("|u1")),
+                 lambda: compaction.nonzero(_Interface("|q3"))):
+        with pytest.raises(DispatchError, match=r"names no element type NumPy knows.*Fix: "):
+            call()
 
 
 def test_host_inputs_give_numpy_results_in_order():
@@ -395,15 +434,19 @@ def test_a_global_changed_while_a_predicate_compiles_never_poisons_its_cache(mon
 
 
 _RACED_TABLE = np.array([3])
+_RACED_TUPLE = (1, _RACED_TABLE)
 
 
-def test_an_array_written_while_a_predicate_compiles_never_poisons_its_cache(monkeypatch):
+@pytest.mark.parametrize("reads", ["v < _RACED_TABLE[0]", "v < _RACED_TUPLE[1][0]", "v < t[0]"])
+def test_an_array_written_while_a_predicate_compiles_never_poisons_its_cache(monkeypatch, reads):
     """As above for an array the predicate reads (a review): the snapshot compiled held the
     caller's array, so a write to it while Numba compiled stored code for the new contents under
-    the old contents' key. The snapshot holds a copy."""
+    the old contents' key. The snapshot holds a copy, within a tuple or a default too (a
+    red-team: those were still the caller's)."""
     select = sys.modules["vyre_numba.compaction.select"]
     x = np.arange(10, dtype=np.int32)
-    below = eval("lambda v: v < _RACED_TABLE[0]", globals())
+    _RACED_TABLE[0] = 3
+    below = eval(f"lambda v, t=_RACED_TABLE: {reads}", globals())
     real = select._mask_of
 
     def racing(fn):
@@ -415,6 +458,21 @@ def test_an_array_written_while_a_predicate_compiles_never_poisons_its_cache(mon
     assert compaction.select_if(x, below).size == 9
     _RACED_TABLE[0] = 3
     assert compaction.select_if(x, below).tolist() == [0, 1, 2]
+
+
+def test_one_code_in_two_namespaces_reading_the_same_value_by_different_names_compiles_for_each():
+    """Regression (a red-team): the key held the values a predicate reads without their names, so
+    one source run in two namespaces that give the same object different names (one shadows abs,
+    the other round) ran the first namespace's compiled predicate for the second."""
+    from numba import njit
+
+    x = np.arange(10, dtype=np.int64)
+    zero = njit(lambda a: 0)
+    first, second = {"abs": zero}, {"round": zero}
+    for scope in (first, second):
+        exec("pred = lambda v: abs(v) > round(3)", scope)
+    assert compaction.select_if(x, first["pred"]).tolist() == []  # abs(v) is 0 there
+    assert compaction.select_if(x, second["pred"]).tolist() == list(range(1, 10))  # round(3) is 0 here
 
 
 def test_a_snapshot_holds_only_what_the_predicate_reads():

@@ -93,9 +93,14 @@ def _dtype(a) -> np.dtype:
     if cai is None:
         return np.dtype(a.dtype)
     descr = cai.get("descr")
-    if descr and any(name for name, *_ in descr):
-        return np.dtype(descr)
-    return np.dtype(cai["typestr"])
+    try:
+        if descr and any(name for name, *_ in descr):
+            return np.dtype(descr)
+        return np.dtype(cai["typestr"])
+    except (TypeError, ValueError, KeyError) as e:
+        raise DispatchError(f"the device array's __cuda_array_interface__ names no element type NumPy knows "
+                            f"({shown(cai.get('typestr'))}: {e}). Fix: pass a numba, CuPy or PyTorch array of "
+                            "numbers or records.") from None
 
 
 def _check_values(a, name: str = "values"):
@@ -109,7 +114,7 @@ def _check_values(a, name: str = "values"):
         raise DispatchError(f"{name} is a masked array; compaction would ignore its mask. Fix: pass "
                             f"{name}.filled(0) or select by the mask itself.")
     dt = _dtype(a)
-    shape = tuple(a.shape)
+    shape = _shape(a)
     if len(shape) != 1:
         raise DispatchError(f"{name} has shape {shape}, not 1-D. Fix: pass a flat array ({flat_fix(a, name)}).")
     if dt.hasobject or dt.itemsize == 0 or dt.itemsize > 64 or (dt.fields is None and dt.itemsize not in (1, 2, 4, 8)):
@@ -124,6 +129,18 @@ def _check_values(a, name: str = "values"):
         if strides not in (None, (dt.itemsize,)) and shape[0] > 1:
             raise DispatchError(f"{name} is not contiguous on the device. Fix: pass a contiguous copy.")
     return shape[0]
+
+
+def _shape(a) -> tuple:
+    """a's shape: its own, else its __cuda_array_interface__'s (the protocol asks for no more)."""
+    shape = getattr(a, "shape", None)
+    if shape is None:
+        shape = getattr(a, "__cuda_array_interface__", {}).get("shape")
+    try:
+        return tuple(int(d) for d in shape)
+    except (TypeError, ValueError):
+        raise DispatchError(f"the array's shape is {shown(shape)}, not a tuple of sizes. Fix: pass a NumPy array "
+                            "or a numba, CuPy or PyTorch device array.") from None
 
 
 def _check_flags(flags, n: int | None) -> int:
@@ -293,8 +310,13 @@ def _selector(stream) -> Selector:
     """The selector of this stream, thread and context: a selector's tile counts are written by
     every call, so two threads (Dask workers run several) must never share one, and its buffers
     and kernels belong to the GPU that made them."""
-    key = (0 if stream is None else id(stream) if _SIM else stream_handle(stream), threading.get_ident(),
-           0 if _SIM else memory._context()[0])
+    try:
+        key = (0 if stream is None else id(stream) if _SIM else stream_handle(stream), threading.get_ident(),
+               0 if _SIM else memory._context()[0])
+    except Exception:  # no driver, or no GPU: said as Selector() says it
+        if not _cuda().is_available():
+            Selector.for_this_thread(stream)
+        raise
     s = _SELECTORS.get(key)
     if s is None:
         if len(_SELECTORS) >= 64:  # threads come and go; their selectors need not outlive them

@@ -106,9 +106,9 @@ def predicate_key(predicate: Callable):
             named += [(name, vars(m)[name]) for name in names if name in vars(m)]
             modules += [v for _, v in named if isinstance(v, types.ModuleType) and v not in modules]
         _check_frozen(predicate, named)
-        read = [v for _, v in named]
         keywords = sorted((name, _typed(v)) for name, v in (predicate.__kwdefaults__ or {}).items())
-        key = (code, tuple(map(_typed, read)), tuple(keywords))
+        # by name too: one code run in two namespaces may read the same value as different names
+        key = (code, tuple((name, _typed(v)) for name, v in named), tuple(keywords))
         hash(key)
     except (TypeError, ValueError, AttributeError, RecursionError):  # an array, a list, an empty cell, a
         return predicate  # tuple nested past the interpreter's depth: the function itself
@@ -130,7 +130,8 @@ def snapshot(fn: Callable) -> Callable:
     scope = fn.__globals__
     read = {name: _held(scope[name]) for name in _names(fn.__code__) if name in scope}
     read.update({k: scope[k] for k in ("__builtins__", "__name__") if k in scope})
-    copy = types.FunctionType(fn.__code__, read, fn.__name__, fn.__defaults__, cells or None)
+    defaults = tuple(map(_held, fn.__defaults__)) if fn.__defaults__ else None
+    copy = types.FunctionType(fn.__code__, read, fn.__name__, defaults, cells or None)
     copy.__kwdefaults__ = dict(fn.__kwdefaults__) if fn.__kwdefaults__ else None
     copy.__qualname__, copy.__module__, copy.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
     return copy
@@ -138,7 +139,15 @@ def snapshot(fn: Callable) -> Callable:
 
 def _held(v):
     """v as a snapshot holds it: an array Numba compiles in, copied (another thread may write the
-    caller's while the copy compiles), anything else as it is."""
+    caller's while the copy compiles), within a tuple too; anything else as it is."""
+    if isinstance(v, tuple):
+        items = tuple(map(_held, v))
+        if all(a is b for a, b in zip(items, v)):
+            return v
+        try:
+            return type(v)(*items) if hasattr(v, "_fields") else type(v)(items)  # a namedtuple takes its fields
+        except Exception:  # a tuple type made otherwise: a plain tuple of the same items, as Numba reads it
+            return items
     return v.copy() if _frozen(v) and v.nbytes <= FROZEN_BYTES else v
 
 

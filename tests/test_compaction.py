@@ -90,6 +90,26 @@ def test_an_interface_naming_no_dtype_numpy_knows_is_refused():
             call()
 
 
+def test_a_ufunc_or_builtin_predicate_is_refused_with_the_lambda_to_write():
+    """Regression (a red-team): np.isfinite and abs were refused with Numba's "The decorated
+    object is not a function" and a Fix that did not say what to write."""
+    x = np.array([1.0, np.inf, np.nan])
+    with pytest.raises(DispatchError, match=r"NumPy ufunc isfinite.*Fix: wrap it in a lambda: lambda v: np\.isfinite\(v\)"):
+        compaction.select_if(x, np.isfinite)
+    with pytest.raises(DispatchError, match=r"builtin abs.*Fix: wrap it in a lambda: lambda v: abs\(v\)"):
+        compaction.select_if(x, abs)
+    assert compaction.select_if(x, lambda v: np.isfinite(v)).tolist() == [1.0]
+
+
+def test_a_float32_predicate_computes_in_float64_beside_a_python_float_as_documented():
+    """The module docstring's promise, held to: Numba's promotion, not NumPy 2's."""
+    x = np.array([0.1, 0.2], np.float32)
+    assert compaction.select_if(x, lambda v: v == 0.1).size == 0 and x[x == 0.1].size == 1
+    assert compaction.select_if(x, lambda v: v == np.float32(0.1)).tolist() == [np.float32(0.1)]
+    b = np.array([True, False])
+    assert compaction.select_if(b, lambda v: v + v > 1).tolist() == [True] and b[b + b > 1].size == 0
+
+
 def test_host_inputs_give_numpy_results_in_order():
     x = np.arange(10, dtype=np.int16)
     assert compaction.select(x, x % 3 == 0).tolist() == [0, 3, 6, 9]
@@ -249,7 +269,7 @@ def _always_raises(v):
     (lambda: compaction.select_if(np.arange(3), lambda v: (v, v)), "returns UniTuple"),
     (lambda: compaction.select_if(np.arange(3), lambda v: "yes"), "not a bool"),
     (lambda: compaction.select_if(np.arange(3), lambda v: v * 0.5), "returns float64"),
-    (lambda: compaction.select_if(np.arange(3), np.isfinite), "does not compile"),
+    (lambda: compaction.select_if(np.arange(3), np.isfinite), "wrap it in a lambda: lambda v: np.isfinite(v)"),
     (lambda: compaction.select_if(np.arange(3), 5), "not a function"),
     (lambda: compaction.select_if(np.arange(3), lambda v: v.no_such_attribute), "does not compile"),
     (lambda: compaction.select_if(np.arange(3), _raises_for_some), "raised ValueError"),
@@ -819,6 +839,54 @@ def test_a_selector_closed_by_another_thread_mid_call_finishes_the_call_or_refus
     out = subprocess.run([sys.executable, "-c", CLOSED_MEANWHILE], env=env, capture_output=True, text=True,
                          timeout=900)
     assert out.returncode == 0 and "closed meanwhile ok" in out.stdout, out.stdout + out.stderr
+
+
+SELECTOR_ARGUMENTS = r"""
+import numpy as np
+from numba import cuda
+from vyre_numba.compaction import Selector
+from vyre_numba.compaction.kernels import flag_nonzero
+from vyre_numba.errors import DispatchError
+
+def refused(call, *fragments):
+    try:
+        call()
+    except DispatchError as e:
+        assert all(f in str(e) for f in fragments) and "Fix: " in str(e), str(e)
+        return
+    raise AssertionError("not refused: " + " / ".join(fragments))
+
+n = 4096 + 64
+f = (np.arange(n) % 3 == 0).astype(np.uint8)
+df = cuda.to_device(f)
+s = Selector()
+refused(s.watch, "no count to watch")  # a fresh Selector: no selection to wait for
+assert s.count(flag_nonzero, df, n, df.view(np.uint64)[: n // 8]) == f.sum()
+refused(lambda: s.count(flag_nonzero, df, n, cuda.to_device(np.zeros(n // 8, np.uint64))), "not a view of src")
+refused(lambda: s.count(flag_nonzero, df, n, df.view(np.uint64)[:1]), "octs has 1 words, fewer than the 520")
+refused(lambda: s.count(flag_nonzero, df, n, df.view(np.uint32)), "not a 1-D device array of uint64")
+wide = cuda.to_device(f.astype(np.uint64))
+refused(lambda: s.count(flag_nonzero, wide, n, wide), "octs was given for uint64 flags")
+v = cuda.to_device(np.arange(20, dtype=np.uint64))
+fl = cuda.to_device((np.arange(20) % 3 == 0).astype(np.int32))
+refused(lambda: s.run(flag_nonzero, fl, 20, v, None, 5), "out=None is not a device array")
+refused(lambda: s.run(flag_nonzero, fl, 20, v, cuda.device_array(20, np.uint64), None), "capacity=None is not a count")
+assert s.run(flag_nonzero, fl, 20, v, cuda.device_array(20, np.uint64), 20) == 7
+assert s.count(flag_nonzero, fl, 0) == 0 and s.total() == 0  # not the last selection's 7
+s.offsets(flag_nonzero, fl, 0)
+assert s.watch() == 0 and s.total() == 0
+print("selector arguments ok")
+"""
+
+
+def test_a_selectors_octs_out_and_empty_selections_are_checked_under_the_cuda_simulator():
+    """Regression (a red-team): octs of other memory counted other flags (a short one read past its
+    end), run(out=None) blamed flag_of, count(n=0) left the last selection's count for total(), and
+    watch() with no selection answered -1, which means a one-launch selection gave up."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    out = subprocess.run([sys.executable, "-c", SELECTOR_ARGUMENTS], env=env, capture_output=True, text=True,
+                         timeout=900)
+    assert out.returncode == 0 and "selector arguments ok" in out.stdout, out.stdout + out.stderr
 
 
 OWN_SELECTORS = r"""

@@ -25,13 +25,18 @@ return False instead of raising.
 A predicate's types are Numba's, not NumPy 2's: integers are computed in 64 bits, so on uint8
 values `v - 1` is the int64 -1 (NumPy wraps `u - 1` to 255: `select_if(u, lambda v: v - 1 > 0)`
 keeps fewer than `u[u - 1 > 0]`), and a uint64 beside a signed int is a float64, exact only
-below 2**53 (`x > 2**53` misses 2**53 + 1; write `x > np.uint64(2**53)`). Host and GPU agree;
-under the CUDA simulator the predicate runs as Python on NumPy scalars, with NumPy's promotion.
+below 2**53 (`x > 2**53` misses 2**53 + 1; write `x > np.uint64(2**53)`). A float32 value beside
+a Python float is computed in float64, so on float32 values `v == 0.1` keeps nothing where NumPy
+keeps float32(0.1) (write `v == np.float32(0.1)`), and `v + 1e-8 > v` holds for v = 1;
+bools in arithmetic are ints (`v + v > 1` keeps True, where NumPy's `x + x` is logical or). Host
+and GPU agree; under the CUDA simulator the predicate runs as Python on NumPy scalars, with
+NumPy's promotion.
 """
 from __future__ import annotations
 
 import functools
 import threading
+import types
 from typing import Any, Callable
 
 import numpy as np
@@ -158,6 +163,12 @@ def _check_predicate(predicate) -> None:
     if not callable(predicate):
         raise DispatchError(f"predicate is {a_type(predicate)}, not a function. Fix: pass a function of "
                             "one value returning a bool, e.g. lambda v: v > 0.")
+    if isinstance(predicate, (np.ufunc, types.BuiltinFunctionType)):  # Numba compiles Python functions only
+        name = getattr(predicate, "__name__", "f")
+        call = f"np.{name}(v)" if isinstance(predicate, np.ufunc) else f"{name}(v)"
+        raise DispatchError(f"predicate is the {'NumPy ufunc' if isinstance(predicate, np.ufunc) else 'builtin'} "
+                            f"{name}, which Numba cannot compile as a function of its own. Fix: wrap it in a "
+                            f"lambda: lambda v: {call}.")
     try:
         hash(predicate)  # a compiled predicate may be kept by the function itself (`select.predicate_key`)
     except TypeError:

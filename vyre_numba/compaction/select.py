@@ -261,6 +261,7 @@ def word_view(a, n: int):
 
 
 _UNLOCKED = contextlib.nullcontext()
+_ZERO = np.zeros(1, np.int64)
 
 
 def _one_call_at_a_time(method: Callable) -> Callable:
@@ -369,6 +370,13 @@ class Selector(Unshared):
         self._host[0] = -1
         self._selections += 1
 
+    def _none_kept(self) -> None:
+        """A new selection of no items: its count, 0, on the host and the device (which copy_kept
+        reads) at once, with no launch."""
+        self._begin()
+        self._ctl[2:3].copy_to_device(_ZERO, stream=self.stream)
+        self._host[0] = 0
+
     def _check_ready(self, made: int) -> None:
         """A scatter made ready at selection `made` may still run: the Selector is open and no
         selection has since rewritten (or, growing, freed) the offsets it reads."""
@@ -386,6 +394,11 @@ class Selector(Unshared):
         flags `src` (with flag_nonzero) seen as n // 8 u64 words, counted eight at a time."""
         self._check_open()
         _check_call("offsets", flag_of, src, n)
+        if octs is not None and type(octs) is not RawArray:  # a RawArray is compaction's own, made at src
+            _check_octs(src, n, octs)
+        if n == 0:
+            self._none_kept()
+            return
         kernels = _kernels()
         tiles = -(-n // TILE)
         if tiles > self._tiles:
@@ -477,6 +490,8 @@ class Selector(Unshared):
         written: watched for POLL_SECONDS, then waited for on the stream."""
         self._check_open()
         _check_call("fused", flag_of, src, n, words, out, n)
+        if octs is not None and type(octs) is not RawArray:
+            _check_octs(src, n, octs)
         if time.monotonic() < self._fused_off_until:
             return None
         kernels = _kernels()
@@ -643,8 +658,8 @@ class Selector(Unshared):
             self.offsets(flag_of, src, n, octs)
             self.scatter(flag_of, src, n, words, out, capacity)
         else:
-            self._begin()
-            self._host[0] = 0
+            _check_call("enqueue", flag_of, src, n, words, out, capacity)
+            self._none_kept()
 
     @_one_call_at_a_time
     def copy_kept(self, src, dst, src8, dst8, itemsize: int, room: int) -> None:
@@ -691,8 +706,6 @@ class Selector(Unshared):
         the scan writes it to mapped memory (a driver synchronisation costs several microseconds
         more), within a bound past which the stream is synchronised (and any error raised)."""
         self._check_open()
-        if n == 0:
-            return 0
         self.offsets(flag_of, src, n, octs)
         return self.watch()
 
@@ -703,6 +716,9 @@ class Selector(Unshared):
         synchronised (a negative count: a one-launch selection that gave up). Interrupted, it waits
         for the launches first, so that a later call never reads their count as its own."""
         self._check_open()
+        if not self._selections:
+            raise DispatchError("this Selector has no count to watch: no selection was made on it. Fix: call "
+                                "offsets, enqueue or fused before watch().")
         try:
             mapped.watch(self._host, 0, -1, self.stream, POLL_SECONDS)
         except BaseException:
@@ -781,7 +797,10 @@ def _rows(a) -> int | None:
     return shape[0] if isinstance(shape, tuple) and shape and isinstance(shape[0], INTEGERS) else None
 
 
-def _check_call(what: str, flag_of, src, n, words=None, out=None, capacity=None) -> None:
+_NO_OUT = object()  # a call that writes no output (offsets, scatter_later): no out, no capacity
+
+
+def _check_call(what: str, flag_of, src, n, words=None, out=_NO_OUT, capacity=_NO_OUT) -> None:
     """Refuse arguments of Selector.`what` that the kernels would fail on or run past."""
     if not (_is_device_function(flag_of) and _fits(src, n, words, out, capacity)):  # the common case stays cheap
         _refuse_call(what, flag_of, src, n, words, out, capacity)
@@ -789,9 +808,13 @@ def _check_call(what: str, flag_of, src, n, words=None, out=None, capacity=None)
 
 def _fits(src, n, words, out, capacity) -> bool:
     """Whether the arguments are plainly fine: int counts, device arrays of enough rows, out of the word written."""
-    if type(n) is not int or not 0 <= n <= MAX_ITEMS or not (capacity is None or type(capacity) is int and capacity >= 0):
+    if out is _NO_OUT:
+        out, capacity = None, 0
+    elif out is None:
         return False
-    for a, need in ((src, n), (words, n), (out, capacity or 0)):
+    if type(n) is not int or not 0 <= n <= MAX_ITEMS or not (type(capacity) is int and capacity >= 0):
+        return False
+    for a, need in ((src, n), (words, n), (out, capacity)):
         rows = -1 if a is None and a is not src else _rows(a)
         if rows is None or (rows >= 0 and rows < need):
             return False
@@ -813,8 +836,12 @@ def _refuse_call(what: str, flag_of, src, n, words, out, capacity) -> None:
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, INTEGERS) or n < 0:
         raise DispatchError(f"{where}: n={shown(n, 40)} is not a count of items. Fix: pass a non-negative int.")
     _check_items(n)
+    if out is not _NO_OUT and (isinstance(capacity, (bool, np.bool_)) or not isinstance(capacity, INTEGERS)
+                               or capacity < 0):
+        raise DispatchError(f"{where}: capacity={shown(capacity, 40)} is not a count of rows. Fix: pass a "
+                            "non-negative int, at most out's rows.")
     for name, a, need in (("src", src, n), ("words", words, n), ("out", out, capacity)):
-        if a is None and name != "src" and (name == "words" or need is None):
+        if a is _NO_OUT or (a is None and name == "words"):
             continue
         rows = _rows(a)
         if rows is None:
@@ -823,11 +850,7 @@ def _refuse_call(what: str, flag_of, src, n, words, out, capacity) -> None:
         if need is not None and rows < need:
             raise DispatchError(f"{where}: {name} has {rows} rows, fewer than the {need} it is used for. Fix: pass "
                                 f"a larger {name}, or a smaller {'capacity' if name == 'out' else 'n'}.")
-    if capacity is not None and (isinstance(capacity, (bool, np.bool_)) or not isinstance(capacity, INTEGERS)
-                                 or capacity < 0):
-        raise DispatchError(f"{where}: capacity={shown(capacity, 40)} is not a count of rows. Fix: pass a "
-                            "non-negative int, at most out's rows.")
-    if out is not None:
+    if out is not _NO_OUT:
         got = (_word_of(out), tuple(out.shape[1:]))
         fits = (got[0].kind in "iu" and got[0].itemsize == 8 and not got[1]) if words is None else \
             got == (_word_of(words), tuple(words.shape[1:]))
@@ -880,6 +903,33 @@ def _emit_of(word, words: int | None) -> tuple:
 def _raw(words: int | None, n: int, word):
     """The n items of one word at device address `words` (None stays None: indices)."""
     return None if words is None else RawArray(words, (n,), word)
+
+
+def _check_octs(src, n: int, octs) -> None:
+    """Refuse an `octs` that is not src's own first n // 8 * 8 bytes seen as u64 words: the count
+    reads the flags through it, so other memory would count other flags (or read past its end)."""
+    fix = ("Fix: pass src.view(np.uint64)[:n // 8] of one-byte flags src whose address is a multiple of 8 (or "
+           "octs=None, which counts them one at a time).")
+    rows = _rows(octs)
+    if rows is None or len(octs.shape) != 1 or _word_of(octs) != np.uint64:
+        raise DispatchError(f"Selector: octs={shown(octs, 60)} is not a 1-D device array of uint64. {fix}")
+    if _word_of(src).itemsize != 1:
+        raise DispatchError(f"Selector: octs was given for {_word_of(src)} flags; it reads one-byte flags eight at "
+                            f"a time. {fix}")
+    if rows < n // 8:
+        raise DispatchError(f"Selector: octs has {rows} words, fewer than the {n // 8} that {n} flags make. {fix}")
+    if _address_of(octs) != _address_of(src):
+        raise DispatchError(f"Selector: octs is not a view of src's flags (it starts elsewhere in memory). {fix}")
+
+
+def _address_of(a) -> int:
+    """The device address of a's first element (the simulator's: its host array's)."""
+    if type(a) is RawArray:
+        return a._address
+    if _SIM:
+        return getattr(a, "_ary", a).__array_interface__["data"][0]
+    ptr = getattr(a, "device_ctypes_pointer", None)
+    return ptr.value or 0 if ptr is not None else a.__cuda_array_interface__["data"][0] or 0
 
 
 def _word_of(words) -> np.dtype:

@@ -196,6 +196,21 @@ def test_fold_drops_an_operand_only_when_it_has_no_effect():
     assert "let a = (atomic_add(c[0u32], 1u32) * 0u32)" in t and "let b = 0u32" in t
 
 
+def test_a_select_of_two_equal_sides_with_effects_keeps_both():
+    """Regression (a red-team): select(c, X, X) folded to X, so of the two atomics X names (select
+    evaluates both sides) one ran: a counter of 8 ended at 4. Equal sides without effects still fold."""
+    bump = ir.atomic_add("c", ir.u32(0), ir.u32(1))
+    body = [ir.store("y", ir.gid(0), ir.select(ir.gid(0) < ir.u32(2), bump, bump)),
+            ir.let("same", ir.select(ir.gid(0) < ir.u32(2), ir.load("x", 0), ir.load("x", 0)))]
+    p = prog(body, B.read("x", 0, "u32", 4), B.output("y", 1, "u32", 4), B.read_write("c", 2, "u32", 1), wg=4)
+    t = text(optimize(p, ["fold"]))
+    assert t.count("atomic_add") == 2 and "let same = x[0u32]" in t, t
+    args = [np.arange(4, dtype=np.uint32), np.zeros(1, np.uint32)]
+    want = REF.dispatch(p, [a.copy() for a in args])
+    assert want[1].tolist() == [8]  # four invocations, two atomics each
+    assert [a.tolist() for a in want] == [a.tolist() for a in REF.dispatch(p.optimized(), [a.copy() for a in args])]
+
+
 def test_workgroup_buf_len_folds_to_its_count():
     opt = optimize(prog([ir.store("y", 0, ir.buf_len("t"))], B.output("y", 0, "u32"), B.workgroup("t", 48, "u32")),
                    ["fold"])

@@ -403,7 +403,7 @@ def _simplify(ctx: _Context, x: n.Expr, kids: list[n.Expr], tys: tuple[DataType,
         case n.Select(cond=c, a=a, b=b):
             if isinstance(c, n.Lit) and gone(b if c.raw else a):
                 return a if c.raw else b
-            if a.equals(b) and gone(c):
+            if a.equals(b) and gone(c) and gone(b):  # both sides run: dropping one with an effect drops it
                 return a
         case n.Cast(dtype=dt, a=a) if dt is tys[0]:
             return a

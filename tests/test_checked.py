@@ -299,9 +299,13 @@ def test_recordings_refuse_checked_and_sequences_keep_checked_steps_apart():
 
 
 def test_names_checked_dispatch_owns_are_refused():
-    p = ir.Program([B.output("y", 0, "u32")], 32, [ir.let("_vyre_ck0", 1), ir.store("y", ir.gid(), 2)], name="n")
-    with pytest.raises(IRValidationError, match="Fix:"):
-        vn.get_backend("reference").dispatch(p, [], WARN, sizes={"y": 4})
+    """As a let's name, and as a loop's variable (a red-team: that one failed inside the
+    instrumented program, on a statement the user never wrote, with a Fix that did not apply)."""
+    for body in ([ir.let("_vyre_ck0", 1), ir.store("y", ir.gid(), 2)],
+                 [ir.loop("_vyre_ck0", 0, 2, [ir.store("y", ir.gid(), 2)])]):
+        p = ir.Program([B.output("y", 0, "u32")], 32, body, name="n")
+        with pytest.raises(IRValidationError, match="are checked dispatch's own. Fix: rename them"):
+            vn.get_backend("reference").dispatch(p, [], WARN, sizes={"y": 4})
 
 
 def test_found_by_red_team():

@@ -1151,3 +1151,19 @@ def test_bit_helpers_take_a_type_by_any_name_the_ir_takes():
     for name in ("f32", np.float32, "float32", D.F32):
         assert ir.float_to_bits(1.0, name) == 0x3F800000 and ir.bits_to_float(0x3F800000, name) == 1.0
     assert ir.float_to_bits(1.0, "bf16") == 0x3F80
+
+
+def test_result_type_says_what_it_needs_when_called_without_it():
+    """Regression (a red-team): ir.result_type, public, raised a raw IndexError or ValueError with
+    no Fix for calls its signature allows (operands default to ())."""
+    from vyre_numba.errors import IRValidationError
+
+    for e, kw, fragment in ((ir.add(ir.u32(1), ir.u32(2)), {}, "needs the types of its 2 operands"),
+                            (ir.select(True, ir.u32(1), ir.u32(2)), {}, "needs the types of its 3 operands"),
+                            (ir.load("x", 0), {}, "Fix: pass buffer="),
+                            (ir.var("a"), {}, "the variable 'a'"),
+                            (ir.let("a", 1), {}, "takes an expression, not let a = 1")):
+        with pytest.raises(IRValidationError, match="Fix: ") as got:
+            ir.result_type(e, **kw)
+        assert fragment in str(got.value)
+    assert ir.result_type(ir.add(ir.u32(1), ir.u32(2)), (ir.DataType.U32, ir.DataType.U32)) is ir.DataType.U32

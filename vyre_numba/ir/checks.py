@@ -54,6 +54,7 @@ def instrument(program: Program, workgroup: tuple[int, int, int] | None = None) 
     linear invocation id of a 2-D or 3-D launch)."""
     wg = tuple(workgroup or program.workgroup_size)
     taken = {x.name for x in walk(program.entry) if isinstance(x, (n.Let, n.Var))}
+    taken |= {x.var for x in walk(program.entry) if isinstance(x, n.Loop)}  # a loop's variable is declared too
     if any(t.startswith(PREFIX) for t in taken) or {COUNTS, FIRST} & {b.name for b in program.buffers}:
         from ..errors import IRValidationError
         raise IRValidationError(f"names starting with {shown(PREFIX)} or the buffers {shown(COUNTS)}/{shown(FIRST)} "

@@ -452,12 +452,23 @@ def result_type(e: Expr, operands: "tuple[DataType, ...]" = (), buffer: DataType
     """The type of expression `e` of a valid program, given its operands' types (in field order)
     and, for loads and atomics, its buffer's element type: the one rule the validator, the
     reference interpreter and the emitter share."""
+    try:
+        return _result_type(e, operands, buffer)
+    except (IndexError, TypeError):  # too few operand types (or none): said below, off the path of valid calls
+        pass
+    raise IRValidationError(f"result_type({shown(str(e), 60)}) needs the types of its {len(e.children())} operands, "
+                            f"in field order; it was given {shown(operands, 60)}. Fix: pass operands=(...) with one "
+                            "DataType an operand.")
+
+
+def _result_type(e: Expr, operands: "tuple[DataType, ...]", buffer: DataType | None) -> DataType:
     match e:
         case Lit() | Cast():
             return e.dtype
         case Load() | Atomic():
             if buffer is None:
-                raise ValueError("result_type of a load or atomic needs the buffer's type")
+                raise IRValidationError(f"result_type({shown(str(e), 60)}) of a load or atomic is its buffer's "
+                                        "element type. Fix: pass buffer=<the buffer's DataType>.")
             return buffer
         case BufLen() | Builtin() | SubgroupBallot():
             return DataType.U32
@@ -471,7 +482,11 @@ def result_type(e: Expr, operands: "tuple[DataType, ...]" = (), buffer: DataType
             return operands[1]
         case BinOp() | UnOp() | Fma() | SubgroupShuffle() | SubgroupAdd():
             return operands[0]
-    raise ValueError(f"result_type has no rule for {type(e).__name__}")
+    if isinstance(e, Var):
+        raise IRValidationError(f"result_type has no rule for the variable {e.name!r}: its type is its declaration's. "
+                                "Fix: take the type of the value its let gave it (U32 for a loop's variable).")
+    raise IRValidationError(f"result_type takes an expression, not {shown(e, 60)}. Fix: pass an ir expression (a "
+                            "statement has no type).")
 
 
 # ---- statements -------------------------------------------------------------------------------

@@ -58,6 +58,8 @@ def optimize(program: Program, passes: Sequence[str] | None = None) -> Program:
     ctx = _Context(program)
     entry = program.entry
     for p in passes:
+        if p in ("hoist", "cse"):  # they look expressions up by structure
+            entry = _hash_consed(entry)
         ctx.refresh(entry)
         entry = _RUN[p](ctx, entry)
     used = {x.buffer for x in walk(entry) if isinstance(x, (n.Load, n.Store, n.Atomic, n.BufLen))}
@@ -232,6 +234,31 @@ def map_statements(stmts, each) -> list[n.Node]:
             out.append(t)
         return out
     return drive(block(stmts))
+
+
+def _hash_consed(entry: tuple[n.Node, ...]) -> tuple[n.Node, ...]:
+    """`entry` with equal expressions made one object, so that looking one up by its structure
+    compares no deeper than its operands (which are then the same objects): equal copies of a
+    long expression, as a program read from JSON has, cost a whole comparison a node otherwise."""
+    canon: dict[n.StructuralKey, n.Expr] = {}
+
+    def node(x, kids):
+        y = _rebuild(x, kids)
+        return canon.setdefault(y.key(), y)
+
+    def body(stmts):
+        out = []
+        for s in stmts:
+            s = _with_exprs(s, [_transform(e, node) for e in _exprs(s)])
+            if _bodies(s):
+                bodies = []
+                for b in _bodies(s):
+                    bodies.append((yield body(b)))
+                s = _with_bodies(s, bodies)
+            out.append(s)
+        return tuple(out)
+
+    return drive(body(entry))
 
 
 def _changed(ctx: "_Context", stmts: Iterable[n.Node]) -> tuple[frozenset, frozenset]:
@@ -414,8 +441,7 @@ def _simplify(ctx: _Context, x: n.Expr, kids: list[n.Expr], tys: tuple[DataType,
 
 def _dce(ctx: _Context, entry: tuple[n.Node, ...]) -> tuple[n.Node, ...]:
     while True:
-        read = {x.name for x in walk(entry) if isinstance(x, n.Var)}
-        read |= {x.name for x in walk(entry) if isinstance(x, n.Assign) and not ctx.facts(x.value)[0]}
+        read = _observed(ctx, entry)
         loaded = {x.buffer for x in walk(entry) if isinstance(x, (n.Load, n.Atomic))}
         unread = {b for b, d in ctx.decls.items() if d.is_shared and b not in loaded}
         new = drive(_dce_body(ctx, entry, read, unread))
@@ -423,6 +449,34 @@ def _dce(ctx: _Context, entry: tuple[n.Node, ...]) -> tuple[n.Node, ...]:
             return new
         entry = new
         ctx.refresh(entry)
+
+
+def _observed(ctx: _Context, entry: tuple[n.Node, ...]) -> set[str]:
+    """The variables something observes: read by a statement that stays whatever its variables
+    (a store, a branch's condition, a loop's bounds, a value with an effect, whose variable then
+    stays declared too), or by the value of a let or assignment of a variable observed. Found in
+    one walk, so that a chain of unread lets goes in one round of `_dce`, not one link a round."""
+    feeds: dict[str, set[str]] = defaultdict(set)  # x -> the variables the values x is given read
+    seen: set[str] = set()
+    stack = list(entry)
+    while stack:
+        s = stack.pop()
+        for e in _exprs(s):
+            if isinstance(s, (n.Let, n.Assign)) and ctx.facts(e)[0]:
+                feeds[s.name] |= ctx.facts(e)[2]
+            else:
+                seen |= ctx.facts(e)[2]
+                if isinstance(s, n.Assign):
+                    seen.add(s.name)
+        for body in _bodies(s):
+            stack.extend(body)
+    todo = list(seen)
+    while todo:
+        for y in feeds.pop(todo.pop(), ()):
+            if y not in seen:
+                seen.add(y)
+                todo.append(y)
+    return seen
 
 
 def _dce_body(ctx: _Context, stmts, read: set[str], unread: set[str]):

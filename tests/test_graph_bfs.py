@@ -381,3 +381,20 @@ def test_gpu_persistent_levels_expand_hubs_and_hand_large_frontiers_back():
                            n, 0, False, levels)
     assert np.array_equal(backend.download(got), want)
     assert levels.count("persistent") >= 2 and levels[-1] == "top-down", levels  # ran, then handed back
+
+
+def test_a_whole_sparse_matrix_in_the_indptr_place_is_told_to_go_as_its_two_arrays():
+    """A SciPy matrix passed whole (bfs(A, 0), the natural first try) was told only the signature."""
+    from vyre_numba.errors import ArgumentError
+
+    a = sp.random(10, 10, 0.3, format="csr", random_state=1)
+    for call, fix in ((lambda: bfs(a, 0), "bfs(A.indptr, A.indices, ...)"),
+                      (lambda: bfs(a.tocsc(), 0), "A = A.tocsr(), then bfs(A.indptr, A.indices, ...)"),
+                      (lambda: graph.connected_components(sp.csr_array(a)), "connected_components(A.indptr, A.indices"),
+                      (lambda: graph.bfs_many(graph.check_csr(a.indptr, a.indices), [0]), "bfs_many(A.indptr")):
+        with pytest.raises(ArgumentError, match="Fix: the graph goes as its two CSR arrays") as e:
+            call()
+        assert fix in str(e.value)
+    with pytest.raises(ArgumentError) as e:
+        bfs(np.zeros(3))
+    assert "two CSR arrays" not in str(e.value)  # an array is no whole graph

@@ -96,8 +96,17 @@ def test_a_ufunc_or_builtin_predicate_is_refused_with_the_lambda_to_write():
     x = np.array([1.0, np.inf, np.nan])
     with pytest.raises(DispatchError, match=r"NumPy ufunc isfinite.*Fix: wrap it in a lambda: lambda v: np\.isfinite\(v\)"):
         compaction.select_if(x, np.isfinite)
-    with pytest.raises(DispatchError, match=r"builtin abs.*Fix: wrap it in a lambda: lambda v: abs\(v\)"):
-        compaction.select_if(x, abs)
+    import math
+    import operator
+
+    for f, call in ((abs, "abs(v)"), (math.isnan, "math.isnan(v)"), (operator.truth, "operator.truth(v)"),
+                    (bool, "bool(v)")):  # the module named, so that the lambda runs as written (a review)
+        with pytest.raises(DispatchError, match=r"Fix: wrap it in a lambda: lambda v: ") as e:
+            compaction.select_if(x, f)
+        assert str(e.value).endswith(f"lambda v: {call}.")
+        if f in (math.isnan, bool):  # abs returns no bool, and Numba has no operator.truth
+            written = eval(f"lambda v: {call}", {"math": math, "operator": operator})
+            assert np.array_equal(compaction.select_if(x, written), x[[bool(written(v)) for v in x]], equal_nan=True)
     assert compaction.select_if(x, lambda v: np.isfinite(v)).tolist() == [1.0]
 
 

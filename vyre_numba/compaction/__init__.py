@@ -163,12 +163,13 @@ def _check_predicate(predicate) -> None:
     if not callable(predicate):
         raise DispatchError(f"predicate is {a_type(predicate)}, not a function. Fix: pass a function of "
                             "one value returning a bool, e.g. lambda v: v > 0.")
-    if isinstance(predicate, (np.ufunc, types.BuiltinFunctionType)):  # Numba compiles Python functions only
+    if isinstance(predicate, (np.ufunc, types.BuiltinFunctionType, type)):  # Numba compiles Python functions only
         name = getattr(predicate, "__name__", "f")
-        call = f"np.{name}(v)" if isinstance(predicate, np.ufunc) else f"{name}(v)"
-        raise DispatchError(f"predicate is the {'NumPy ufunc' if isinstance(predicate, np.ufunc) else 'builtin'} "
-                            f"{name}, which Numba cannot compile as a function of its own. Fix: wrap it in a "
-                            f"lambda: lambda v: {call}.")
+        home = "np" if isinstance(predicate, np.ufunc) else (getattr(predicate, "__module__", None) or "").lstrip("_")
+        call = f"{home}.{name}(v)" if home not in ("", "builtins") else f"{name}(v)"  # math.isnan(v), operator.truth(v)
+        what = "NumPy ufunc" if isinstance(predicate, np.ufunc) else "type" if isinstance(predicate, type) else "builtin"
+        raise DispatchError(f"predicate is the {what} {name}, which Numba cannot compile as a function of its own. "
+                            f"Fix: wrap it in a lambda: lambda v: {call}.")
     try:
         hash(predicate)  # a compiled predicate may be kept by the function itself (`select.predicate_key`)
     except TypeError:

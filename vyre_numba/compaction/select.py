@@ -145,9 +145,10 @@ def _held(v):
         if all(a is b for a, b in zip(items, v)):
             return v
         try:
-            return type(v)(*items) if hasattr(v, "_fields") else type(v)(items)  # a namedtuple takes its fields
-        except Exception:  # a tuple type made otherwise: a plain tuple of the same items, as Numba reads it
-            return items
+            held = type(v)(*items) if hasattr(v, "_fields") else type(v)(items)  # a namedtuple takes its fields
+        except Exception:  # a tuple type made otherwise: the caller's (a plain tuple would key apart from it)
+            return v
+        return held if type(held) is type(v) else v
     return v.copy() if _frozen(v) and v.nbytes <= FROZEN_BYTES else v
 
 
@@ -372,9 +373,11 @@ class Selector(Unshared):
 
     def _none_kept(self) -> None:
         """A new selection of no items: its count, 0, on the host and the device (which copy_kept
-        reads) at once, with no launch."""
+        reads), with no launch; after the launches before it, whose scan would write its count
+        over the 0."""
         self._begin()
         self._ctl[2:3].copy_to_device(_ZERO, stream=self.stream)
+        self.stream.synchronize()
         self._host[0] = 0
 
     def _check_ready(self, made: int) -> None:

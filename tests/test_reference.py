@@ -605,3 +605,29 @@ def test_bad_inputs_raise_with_fix(inputs):
 def test_absurd_launch_is_refused_with_fix():
     with pytest.raises(VyreError, match="Fix:"):
         run(ELEMENTWISE, [np.zeros(4, np.float32), np.zeros(4, np.uint32)], DispatchConfig(grid=(1 << 20, 1 << 10)))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64", "bf16"])
+@pytest.mark.parametrize("op", ["min_", "max_"])
+def test_min_max_with_a_signalling_nan_give_the_other_operand_at_every_launch_size(dtype, op):
+    """Regression (a red-team): min/max were np.fmin/np.fmax, whose scalar loop gives NaN for a
+    signalling NaN where their SIMD loop gives the other operand: the same element's result hung
+    on the launch's size (a launch of 17: sixteen 1.0 and a NaN), on chunking, and on the
+    optimizer folding a literal. The semantics: where exactly one operand is NaN, the other."""
+    snan = {"f32": (np.uint32, 0x7F800001), "f64": (np.uint64, 0x7FF0000000000001), "bf16": (np.uint16, 0x7F81)}[dtype]
+    storage = {"f32": np.float32, "f64": np.float64, "bf16": np.uint16}[dtype]
+    one = {"f32": np.float32(1).view(np.uint32), "f64": np.float64(1).view(np.uint64), "bf16": 0x3F80}[dtype]
+    f, ref = getattr(ir, op), get_backend("reference")
+    for wg in (1, 7, 17, 32, 64):
+        i = ir.gid(0)
+        p = ir.Program([B.read("a", 0, dtype), B.output("y", 1, dtype)], wg,
+                       [ir.store("y", i, f(ir.load("a", i), ir.lit(1.0, dtype))),
+                        ir.store("y", i + ir.u32(wg), f(ir.lit(1.0, dtype), ir.load("a", i)))], name="m")
+        a = np.full(wg, snan[1], snan[0]).view(storage)
+        for prog in (p, p.optimized()):
+            y = ref.dispatch(prog, [a], sizes={"y": 2 * wg})[0]
+            assert (y.view(snan[0]) == one).all(), (wg, y)
+    lit = ir.Lit(getattr(ir.DataType, dtype.upper()), snan[1])  # a literal: the optimizer folds it
+    p = ir.Program([B.output("y", 0, dtype, count=1)], 1, [ir.store("y", 0, f(lit, ir.lit(1.0, dtype)))])
+    for prog in (p, p.optimized()):
+        assert ref.dispatch(prog, None)[0].view(snan[0])[0] == one

@@ -206,11 +206,15 @@ def _in_f32(f: Callable) -> Callable:
     return run
 
 
-def _zero_fix(a, b, r, take_a_if_negative: bool):
-    """min/max of two zeros: min prefers -0, max prefers +0 (np.fmin/fmax leave it open)."""
+def _min_max(a, b, smaller: bool):
+    """min (smaller) or max: where one operand is NaN the other; of two zeros min -0, max +0. Not
+    np.fmin/fmax: their scalar loop gives NaN for a signalling NaN where their SIMD loop gives the
+    other operand, so an element's result would hang on the launch's size."""
+    r = np.minimum(a, b) if smaller else np.maximum(a, b)
     z = (a == 0) & (b == 0)
     neg = np.signbit(a)
-    return np.where(z, np.where(neg if take_a_if_negative else ~neg, a, b), r)
+    r = np.where(z, np.where(neg if smaller else ~neg, a, b), r)
+    return np.where(np.isnan(a), b, np.where(np.isnan(b), a, r))
 
 
 def _transcendental(f: Callable) -> Callable:
@@ -234,8 +238,8 @@ FLOAT_BINARY: dict[str, Callable] = {
     "sub": _sub,
     "mul": _in_f32(np.multiply),
     "div": _div_f,
-    "min": lambda a, b, t: _zero_fix(a, b, np.fmin(a, b), True),
-    "max": lambda a, b, t: _zero_fix(a, b, np.fmax(a, b), False),
+    "min": lambda a, b, t: _min_max(a, b, True),
+    "max": lambda a, b, t: _min_max(a, b, False),
     "absdiff": lambda a, b, t: np.abs(_sub(a, b, t)),
 }
 

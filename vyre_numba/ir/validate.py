@@ -305,6 +305,13 @@ class _Checker:
                 if target.is_float else ""
             inf = ", or math.inf for an infinity" if target.is_float else ""
             fix = f"a {target} literal that fits{inf}{n.on_purpose(e.value, target)}"
+            if isinstance(e.value, float) and not target.is_float:  # a float takes no int or bool type, whole or not
+                why = f" (a float literal takes a float type only; {target} values are not floats)"
+                whole = math.isfinite(e.value) and e.value == int(e.value) and not target.is_bool
+                fix = (f"{int(e.value)} (an int literal){n.on_purpose(e.value, target)}" if whole else fix)
+            if target.is_bool and not isinstance(e.value, bool):
+                why = " (a bool literal is True or False)"
+                fix = "True or False; for 'not zero', compare: ir.ne(x, 0)"
             self.err(where, f"literal {shown(e.value)} cannot be a {target}{why}. Fix: write {fix}.",
                      problem="literal", value=e.value, dtype=target)
             return e, None

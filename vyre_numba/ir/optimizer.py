@@ -246,11 +246,17 @@ def _hash_consed(entry: tuple[n.Node, ...]) -> tuple[n.Node, ...]:
         y = _rebuild(x, kids)
         return canon.setdefault(y.key(), y)
 
+    return _rewritten(entry, node)
+
+
+def _rewritten(stmts: tuple[n.Node, ...], node, replace=None, loops: bool = True) -> tuple[n.Node, ...]:
+    """`stmts` with every expression rebuilt by `_transform(e, node, replace)`, those of the
+    statements nested in them too (but for those in loops where `loops` is False)."""
     def body(stmts):
         out = []
         for s in stmts:
-            s = _with_exprs(s, [_transform(e, node) for e in _exprs(s)])
-            if _bodies(s):
+            s = _with_exprs(s, [_transform(e, node, replace) for e in _exprs(s)])
+            if _bodies(s) and (loops or not isinstance(s, n.Loop)):
                 bodies = []
                 for b in _bodies(s):
                     bodies.append((yield body(b)))
@@ -258,7 +264,7 @@ def _hash_consed(entry: tuple[n.Node, ...]) -> tuple[n.Node, ...]:
             out.append(s)
         return tuple(out)
 
-    return drive(body(entry))
+    return drive(body(stmts))
 
 
 def _changed(ctx: "_Context", stmts: Iterable[n.Node]) -> tuple[frozenset, frozenset]:
@@ -553,19 +559,8 @@ def _hoist_loop(ctx: _Context, loop: n.Loop) -> list[n.Node]:
             hoisted.append(n.Let(lets[k], e))
         return n.Var(lets[k])
 
-    def stmts(body):
-        out = []
-        for s in body:
-            s = _with_exprs(s, [_transform(e, _rebuild, replace) for e in _exprs(s)])
-            if _bodies(s) and not isinstance(s, n.Loop):  # a nested loop was hoisted first: what it kept varies here too
-                bodies = []
-                for b in _bodies(s):
-                    bodies.append((yield stmts(b)))
-                s = _with_bodies(s, bodies)
-            out.append(s)
-        return tuple(out)
-
-    new_body = drive(stmts(loop.body))
+    # not into nested loops: each was hoisted first, and what it kept varies here too
+    new_body = _rewritten(loop.body, _rebuild, replace, loops=False)
     new = n.Loop(loop.var, loop.start, loop.end, new_body)
     ctx.scopes[id(new)] = (new, assigned, declared | {loop.var})  # hoisting moves no assignment or declaration
     return hoisted + [new]

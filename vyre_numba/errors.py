@@ -315,10 +315,12 @@ def public_name(cls: type) -> str:
     return cls.__name__
 
 
-def _whole_graph(a) -> bool:
-    """Whether `a` is a whole sparse graph (a SciPy sparse matrix or array, or a CSR of two arrays)."""
-    return (type(a).__module__.startswith("scipy.sparse") and isinstance(getattr(a, "format", None), str)
-            or hasattr(a, "indptr") and hasattr(a, "indices") and not hasattr(a, "__array_interface__"))
+def whole_graph(a) -> bool:
+    """Whether `a` is a whole sparse graph (a SciPy sparse matrix or array, or a CSR of two arrays),
+    where an array of it was meant."""
+    return not isinstance(a, np.ndarray) and (hasattr(a, "indptr") and hasattr(a, "indices")
+                                              or type(a).__module__.startswith("scipy.sparse")
+                                              and isinstance(getattr(a, "format", None), str))
 
 
 def _unfit(fn, args: tuple, kwargs: dict) -> str | None:
@@ -345,7 +347,7 @@ def _unfit(fn, args: tuple, kwargs: dict) -> str | None:
                 near = difflib.get_close_matches(k, names, 1, 0.6)
                 hints.append(f"`{k}` is no parameter" + (f" (did you mean `{near[0]}`?)" if near else ""))
     name = fn.__qualname__
-    if params and params[0].name == "indptr" and args and _whole_graph(args[0]):  # bfs(A, 0): the arrays go apart
+    if params and params[0].name == "indptr" and args and whole_graph(args[0]):  # bfs(A, 0): the arrays go apart
         fmt = getattr(args[0], "format", "csr")
         hints.append(f"the graph goes as its two CSR arrays, not as {a_type(args[0])}: "
                      f"{'' if fmt == 'csr' else 'A = A.tocsr(), then '}{fn.__name__}(A.indptr, A.indices, ...)")

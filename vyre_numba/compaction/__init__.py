@@ -48,7 +48,8 @@ from ..gpu import memory
 from ..gpu.numba_launch import RawArray, check_stream, stream_handle
 from ..lru import LRUCache
 from ..simulator import SIMULATED as _SIM
-from .select import PREDICATES_KEPT, Selector, _kernels, cpu_masks, predicate_key, word_type, word_view
+from .select import (PREDICATES_KEPT, Selector, _kernels, address_of, check_gpu, cpu_masks, predicate_key, word_type,
+                     word_view)
 from .select import nonzero_numpy as _nonzero_numpy, select_if_numpy as _select_if_numpy, select_numpy as _select_numpy
 
 __all__ = ["select", "select_if", "nonzero", "read_compacted", "Selector", "select_numpy", "select_if_numpy",
@@ -139,6 +140,8 @@ def _check_values(a, name: str = "values"):
 def _shape(a) -> tuple:
     """a's shape: its own, else its __cuda_array_interface__'s (the protocol asks for no more)."""
     shape = getattr(a, "shape", None)
+    if type(shape) is tuple:
+        return shape
     if shape is None:
         shape = getattr(a, "__cuda_array_interface__", {}).get("shape")
     try:
@@ -326,8 +329,7 @@ def _selector(stream) -> Selector:
         key = (0 if stream is None else id(stream) if _SIM else stream_handle(stream), threading.get_ident(),
                0 if _SIM else memory._context()[0])
     except Exception:  # no driver, or no GPU: said as Selector() says it
-        if not _cuda().is_available():
-            Selector.for_this_thread(stream)
+        check_gpu()
         raise
     s = _SELECTORS.get(key)
     if s is None:
@@ -337,21 +339,13 @@ def _selector(stream) -> Selector:
     return s
 
 
-def _address(a) -> int:
-    """The device address of a device array's first element."""
-    ptr = getattr(a, "device_ctypes_pointer", None)
-    if ptr is not None and hasattr(a, "gpu_data"):
-        return ptr.value or 0
-    return a.__cuda_array_interface__["data"][0] or 0
-
-
 def _words(a, n: int, dt: np.dtype, address: int | None = None):
     """The n items of device array `a` (or of the memory at `address`) as unsigned words (`word_view`'s
     shape), for the kernel: a raw view on the GPU, Numba's view under the simulator."""
     if _SIM:
         return word_view(_dev(a), n)
     word, w = word_type(dt)
-    return RawArray(_address(a) if address is None else address, (n,) if w == 1 else (n, w), word)
+    return RawArray(address_of(a) if address is None else address, (n,) if w == 1 else (n, w), word)
 
 
 def _native(flags):
@@ -368,7 +362,7 @@ def _octs(flags, n: int):
         return None
     if _SIM:
         return _dev(flags)[:n // 8 * 8].view(np.uint64)
-    address = _address(flags)
+    address = address_of(flags)
     if address % 8:
         return None
     return RawArray(address, (n // 8,), np.uint64)
@@ -600,8 +594,7 @@ def select_if(values: ArrayIn, predicate: Callable, *, stream: Stream | None = N
     reads counts by its contents (Numba compiles them in), at most FROZEN_BYTES (16 KiB) of them.
     Where it reads something else that does not hash (a list), it is compiled once per function
     object, and Numba fixes the globals it reads at that first call (pass a new function to change
-    them). The last
-    PREDICATES_KEPT stay compiled. Its error model is NumPy's on both and its types are Numba's
+    them). The last PREDICATES_KEPT stay compiled. Its error model is NumPy's on both and its types are Numba's
     (see the module docstring): an integer divided by zero is 0, and integers are computed in 64
     bits. Under the CUDA simulator the predicate runs as Python on NumPy scalars, whose integer
     promotion differs from Numba's compiled one (int8 * int8 wraps in int8 there, uint64 + int64
@@ -679,7 +672,7 @@ class _device_bytes:
             self._address = memory.pool_alloc(self._nbytes)
             return self._address
         self._owner = _cuda().device_array(self._nbytes, np.uint8, stream=self._sel.stream)
-        return _address(self._owner)
+        return address_of(self._owner)
 
     def __exit__(self, *exc) -> None:
         if self._address is not None:

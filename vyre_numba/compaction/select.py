@@ -292,10 +292,7 @@ class Selector(Unshared):
 
         self._lock = threading.RLock()  # first: close() takes it, even on a half-made Selector
         check_stream(stream)  # before anything is allocated on it
-        if not cuda.is_available():
-            raise BackendUnavailableError("a Selector keeps its counts on a CUDA GPU and none is usable here. Fix: "
-                                          "run on a machine with a GPU (or under NUMBA_ENABLE_CUDASIM=1); select, "
-                                          "nonzero and read_compacted take host arrays on the CPU.")
+        check_gpu()
         self._cuda = cuda
         self.stream = stream if stream is not None else cuda.default_stream()
         self._host = cuda.mapped_array(1, np.int64)
@@ -921,18 +918,30 @@ def _check_octs(src, n: int, octs) -> None:
                             f"a time. {fix}")
     if rows < n // 8:
         raise DispatchError(f"Selector: octs has {rows} words, fewer than the {n // 8} that {n} flags make. {fix}")
-    if _address_of(octs) != _address_of(src):
+    if address_of(octs) != address_of(src):
         raise DispatchError(f"Selector: octs is not a view of src's flags (it starts elsewhere in memory). {fix}")
 
 
-def _address_of(a) -> int:
-    """The device address of a's first element (the simulator's: its host array's)."""
+def address_of(a) -> int:
+    """The device address of a device array's first element (the simulator's: its host array's)."""
     if type(a) is RawArray:
         return a._address
     if _SIM:
         return getattr(a, "_ary", a).__array_interface__["data"][0]
     ptr = getattr(a, "device_ctypes_pointer", None)
-    return ptr.value or 0 if ptr is not None else a.__cuda_array_interface__["data"][0] or 0
+    if ptr is not None and hasattr(a, "gpu_data"):
+        return ptr.value or 0
+    return a.__cuda_array_interface__["data"][0] or 0
+
+
+def check_gpu() -> None:
+    """A BackendUnavailableError where no CUDA GPU is usable (no driver, no device)."""
+    from numba import cuda
+
+    if not cuda.is_available():
+        raise BackendUnavailableError("a Selector keeps its counts on a CUDA GPU and none is usable here. Fix: "
+                                      "run on a machine with a GPU (or under NUMBA_ENABLE_CUDASIM=1); select, "
+                                      "nonzero and read_compacted take host arrays on the CPU.")
 
 
 def _word_of(words) -> np.dtype:

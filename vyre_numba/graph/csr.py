@@ -9,7 +9,7 @@ import numpy as np
 
 from ..backend import ArrayIn, as_ints, mixes_bools
 from ..bindings import refuse_raw_bytes
-from ..errors import DispatchError, a_type, flag, flat_fix
+from ..errors import DispatchError, a_type, flag, flat_fix, whole_graph
 from ..unique import unique
 
 
@@ -56,9 +56,7 @@ def _as_index_array(a, name: str, call: str = CHECK_CSR, whole: str | None = Non
     """`a` as a 1-D host integer array, else a DispatchError. Where `a` is a whole sparse graph,
     the Fix is `whole` where given, else to make `call` (the user's call, with a sparse matrix A's
     arrays); where it is no array at all (None, a set, a generator), `not_array` where given."""
-    if not isinstance(a, np.ndarray) and (hasattr(a, "indptr") and hasattr(a, "indices")
-                                          or type(a).__module__.startswith("scipy.sparse")
-                                          and isinstance(getattr(a, "format", None), str)):  # a SciPy matrix, a CSR
+    if whole_graph(a):
         if whole is not None:
             fix = whole
         elif getattr(a, "format", "csr") == "csr":
@@ -242,27 +240,16 @@ def _mixed(key: np.ndarray) -> np.ndarray:
     return key ^ (key >> np.uint64(31))
 
 
-def _pieces(g: CSR, piece: int, start: int = 0, stop: int | None = None):
-    """(sources, targets) as uint64 of the CSR's entries start..stop-1 (all by default), `piece`
-    entries at a time, in CSR order."""
-    ip, stop = g.indptr, g.nnz if stop is None else stop
-    for a in range(start, stop, piece):
-        b = min(a + piece, stop)
-        lo, hi = int(np.searchsorted(ip, a, "right")) - 1, int(np.searchsorted(ip, b - 1, "right"))
-        rows = np.repeat(np.arange(lo, hi, dtype=np.uint64), np.diff(np.clip(ip[lo:hi + 1], a, b)))
-        yield rows, g.indices[a:b].astype(np.uint64)
-
-
-def _distinct(g: CSR, piece: int, first: int = 0, last: int | None = None):
-    """The sorted distinct keys source * n + target (uint64) of vertices first..last-1's entries
-    (all by default), whole vertices at a time of about `piece` entries (one vertex more when it
-    alone has more): a repeated edge is stored in its source's row, so it is counted once."""
-    ip, n, last = g.indptr, np.uint64(g.n), g.n if last is None else last
+def _pieces(g: CSR, piece: int, first: int = 0, last: int | None = None):
+    """(sources, targets) as uint64 of vertices first..last-1's entries (all by default), in CSR
+    order, whole vertices at a time of about `piece` entries (one vertex alone where it has more):
+    a vertex's entries, repeated edges among them, come in one piece."""
+    ip, last = g.indptr, g.n if last is None else last
     v = first
     while v < last:
         w = min(last, max(v + 1, int(np.searchsorted(ip, ip[v] + piece, "right")) - 1))
         rows = np.repeat(np.arange(v, w, dtype=np.uint64), np.diff(ip[v:w + 1]))
-        yield unique(rows * n + g.indices[ip[v]:ip[w]].astype(np.uint64))
+        yield rows, g.indices[ip[v]:ip[w]].astype(np.uint64)
         v = w
 
 
@@ -282,7 +269,8 @@ def check_symmetric(g: CSR, piece: int = 1 << 16) -> None:
             return
         blocks = np.uint64(min(n, 256))  # a key's block: its first vertex's
         ahead, back = np.zeros(int(blocks), np.uint64), np.zeros(int(blocks), np.uint64)
-        for key in _distinct(g, piece):
+        for r, c in _pieces(g, piece):
+            key = unique(r * scale + c)  # distinct: a vertex's entries are all in its piece
             r, c = key // scale, key % scale
             np.add.at(ahead, r * blocks // scale, _mixed(key))
             np.add.at(back, c * blocks // scale, _mixed(c * scale + r))
@@ -290,7 +278,8 @@ def check_symmetric(g: CSR, piece: int = 1 << 16) -> None:
         return
     k, nb = int(np.argmax(ahead != back)), int(blocks)
     first, last = -(-k * n // nb), -(-(k + 1) * n // nb)  # the vertices v with v * blocks // n == k
-    own = np.concatenate([np.zeros(0, np.uint64)] + list(_distinct(g, piece, first, last)))
+    own = unique(np.concatenate([np.zeros(0, np.uint64)] + [
+        r * scale + c for r, c in _pieces(g, piece, first, last)]))
     into = unique(np.concatenate([np.zeros(0, np.uint64)] + [
         (c * scale + r)[(c >= first) & (c < last)] for r, c in _pieces(g, piece)]))
     alone = np.setdiff1d(own, into, assume_unique=True)

@@ -431,8 +431,8 @@ def programs_with_inputs(draw, max_depth: int = 2, max_stmts: int = 4, transcend
     - Shared memory, when present, is written once at `tile[local_id(0)]` by the first
       statement, then a barrier, then only read (any index).
     - Loops have u32 literal bounds (at most 4 iterations, at most `max_depth` nested).
-    - Unless `transcendentals=True`, no exp/exp2/log/log2/sin/cos/tan/rsqrt (they are only
-      ULP-bounded, and a 1-ULP difference can flip a later comparison).
+    - Unless `transcendentals=True`, no exp/exp2/log/log2/sin/cos/tan (they are only ULP-bounded,
+      and a 1-ULP difference can flip a later comparison); rsqrt is exact and drawn.
     - Inputs: one array per `program.inputs` entry, in binding order and storage dtype, sizes
       0, 1, around the workgroup size and not a multiple of it (always at least one read-only
       input, so count=0 outputs are sized from it); values include type min/max, 0, +-1, and for

@@ -64,12 +64,11 @@ def run_mode(backend, mode: str, program: ir.Program, inputs: list, config: Disp
 
 def _same(program: ir.Program, got: list, want: list, what: str, sample) -> None:
     assert len(got) == len(want), what
-    transcendental = any(isinstance(x, ir.UnOp) and x.op in ir.TRANSCENDENTAL_UNOPS for x in ir.walk(program.entry))
     decls = list(program.outputs) * (len(got) // max(len(program.outputs), 1))
     for decl, g, r in zip(decls, got, want):
         g, r = np.asarray(g), np.asarray(r)
         bad = mismatches(g.astype(r.dtype) if g.dtype != r.dtype and r.dtype.kind != "f" else g, r,
-                         ulp=4 if transcendental else 0, bf16=decl.dtype is ir.DataType.BF16)
+                         bf16=decl.dtype is ir.DataType.BF16)
         assert bad.size == 0, (f"{what}: {decl.name} differs at {bad[:8]}: got {g[bad[:8]]} want {r[bad[:8]]}\n"
                                f"{program}\ninputs={sample[1]}\nconfig={sample[2]}")
 

@@ -304,6 +304,19 @@ def test_cse_passes_values_into_nested_blocks_only_while_they_hold():
     assert_same_results(p, [np.arange(64, dtype=np.uint32)], None)
 
 
+def test_cse_values_reach_two_deep_and_a_value_held_again_is_shared_again():
+    x, a = ir.load("x", i), ir.var("a")
+    body = [ir.let("i", ir.gid(0)), ir.let("a", x + 1), ir.let("v", a * 3),
+            ir.if_(i < 10, [ir.if_(i < 5, [ir.store("y", i, a * 3)])]),                 # two deep: v
+            ir.if_(i < 20, [ir.store("y", i + 1, a * 3), ir.if_(i < 7, [ir.assign("a", 2)])]),  # a changes inside
+            ir.assign("a", x + 2), ir.let("u", a * 3),
+            ir.if_(i < 30, [ir.store("y", i + 2, a * 3)])]                              # held again, by u
+    p = prog(body)
+    t = text(optimize(p, ["cse"]))
+    assert "y[i] = v" in t and "y[(i + 1u32)] = (a * 3u32)" in t and "y[(i + 2u32)] = u" in t, t
+    assert_same_results(p, [np.arange(64, dtype=np.uint32)], None)
+
+
 def test_programs_nested_deeper_than_the_recursion_limit_optimize():
     e = ir.load("x", i)
     for k in range(4_000):

@@ -614,7 +614,15 @@ def _cse_body(ctx: _Context, stmts, inherited: dict[n.StructuralKey, str]):
     # pass 2: rewrite; the first use of a value met again makes a temporary
     gen.clear()
     held: dict[tuple, tuple[str, int]] = {}  # value -> (the variable holding it, its generation then)
+    live: dict[n.StructuralKey, str] = {}  # the held values still valid (at most one per structure)
+    readers: dict[str, set] = defaultdict(set)  # variable -> structures in `live` that read it or are held by it
     out: list[n.Node] = []
+
+    def hold(k: tuple, name: str, g: int) -> None:
+        held[k] = (name, g)
+        live[k[0]] = name
+        for v in (name, *(v for v, _ in k[1])):
+            readers[v].add(k[0])
 
     def replace(x):  # top-down: a value already held is read from its variable
         if not ctx.shareable(x):
@@ -629,7 +637,7 @@ def _cse_body(ctx: _Context, stmts, inherited: dict[n.StructuralKey, str]):
         if ctx.shareable(x) and count.get(sig(x), 0) > 1:
             name = ctx.fresh()
             out.append(n.Let(name, y))
-            held[sig(x)] = (name, 0)
+            hold(sig(x), name, 0)
             return n.Var(name)
         return y
 
@@ -645,22 +653,23 @@ def _cse_body(ctx: _Context, stmts, inherited: dict[n.StructuralKey, str]):
                 s = n.Let(s.name, n.Var(h[0]))
             else:  # this let holds the value from here on
                 s = n.Let(s.name, _rebuild(s.value, [rewrite(c) for c in s.value.children()]))
-                held[k] = (s.name, gen[s.name])
+                hold(k, s.name, gen[s.name])
         else:
             s = _with_exprs(s, [rewrite(e) for e in _exprs(s)])
         if _bodies(s):
             bodies = []
             for b in _bodies(s):
-                changed = _assigned(ctx, b)
-                through = {k: v for k, v in inherited.items() if v not in changed and not (ctx.facts(k.node)[2] & changed)}
-                for (key, names), (name, g) in held.items():
-                    if gen[name] == g and name not in changed and all(gen[v] == vg and v not in changed for v, vg in names):
-                        through[key] = name
+                # What this block inherited stays valid through b: b's assignments are this block's.
+                through = dict(inherited)
+                spoilt = set().union(*(readers[v] for v in _assigned(ctx, b) if v in readers))
+                through.update(live if not spoilt else {k: v for k, v in live.items() if k not in spoilt})
                 bodies.append((yield _cse_body(ctx, b, through)))
             s = _with_bodies(s, bodies)
         out.append(s)
         for v in _assigned(ctx, (original,)):
             gen[v] += 1
+            for k in readers.pop(v, ()):
+                live.pop(k, None)
     return tuple(out)
 
 

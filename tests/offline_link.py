@@ -23,6 +23,6 @@ class OfflineLinker:
 class InterfaceArray:
     """A device array that is only its `__cuda_array_interface__` (nothing is ever read)."""
 
-    def __init__(self, dtype, n: int = 4):
+    def __init__(self, dtype, n: int = 4, readonly: bool = False):
         self.__cuda_array_interface__ = {"typestr": np.dtype(dtype).str, "shape": (n,), "strides": None,
-                                         "data": (4096, False), "version": 3}
+                                         "data": (4096, readonly), "version": 3, "descr": np.dtype(dtype).descr}

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 import vyre_numba as vn
+import numba
 from numba import cuda
 from vyre_numba import fixpoint, ir, unionfind
+from vyre_numba.fixpoint import runner
 from vyre_numba.errors import BarrierTimeoutError, DispatchError, UnsupportedError
 
 
@@ -334,6 +336,124 @@ def test_a_step_divides_by_zero_as_numpy_does_on_every_backend(name):
     assert be.download(r).tolist() == [0.5, 1 / 3, np.inf]
 
 
+def _up_wide(i, a):
+    if a[i] < 3:
+        a[i] += 1
+        return np.int64(1) << 32  # non-zero only in the high word
+    return 0
+
+
+def _up_unsigned(i, a):
+    if a[i] < 3:
+        a[i] += 1
+        return np.uint64(1) << np.uint64(63)
+    return np.uint64(0)
+
+
+def _up_bool(i, a):
+    if a[i] < 3:
+        a[i] += 1
+        return True
+    return False
+
+
+def _up_byte(i, a):
+    if a[i] < 3:
+        a[i] += 1
+        return np.int8(-128)
+    return np.int8(0)
+
+
+@pytest.mark.parametrize("step", [_up_wide, _up_unsigned, _up_bool, _up_byte])
+@pytest.mark.parametrize("name,mode", [("reference", "auto")] +
+                         [pytest.param("cuda", m, marks=pytest.mark.gpu) for m in ("cooperative", "graph", "relaunch")])
+def test_any_non_zero_integer_result_is_a_change_on_every_backend(step, name, mode):
+    """Regression (a red-team): the GPU compiled every step to return int32, so `1 << 32` (or
+    2^63 unsigned) read as "nothing changed" there and the run stopped after one round."""
+    be = vn.get_backend(name)
+    a = be.upload(np.zeros(5, np.int64))
+    r = fixpoint.run(step, 5, [a], backend=be, mode=mode)
+    assert r.converged and r.rounds == 4 and be.download(a).tolist() == [3] * 5
+
+
+def _halves(i, a):
+    a[i] = a[i] / 2
+    return a[i]
+
+
+def test_a_float_result_is_refused_for_the_gpu_as_on_the_cpu():
+    """Regression (a red-team): the GPU truncated a float result to int32 (0.4 read as no change)
+    where the CPU refuses it. Typed to PTX here, which needs no GPU."""
+    from offline_link import InterfaceArray as DeviceArray
+    from vyre_numba.fixpoint import device
+
+    with pytest.raises(DispatchError, match=r"returns float64, not a bool or an integer\. Fix: return"):
+        fixpoint.run(_halves, 3, [np.ones(3)])
+    with pytest.raises(DispatchError, match=r"returns float64, not a bool or an integer\. Fix: return"):
+        device._step_ptx(_halves, device._arg_kinds([DeviceArray(np.float64)])[0], (9, 0))
+    for step, ret in ((_up_wide, "b64"), (_up_unsigned, "b64"), (_up_bool, "b32"), (_up_byte, "b32")):
+        ptx, got = device._step_ptx(step, device._arg_kinds([DeviceArray(np.int64)])[0], (9, 0))
+        assert got == ret and f".param .{ret} func_retval0" in ptx, (step, ptx[:600])
+
+
+def _writes(i, a):
+    a[i] = a[i]
+    return 0
+
+
+def test_device_arrays_of_any_numpy_dtype_are_typed_or_refused_with_a_fix():
+    """Regression (a red-team): the GPU's step arguments were typed from the interface's typestr
+    alone: a datetime64 raised a raw ValueError (its itemsize read from '8[s]'), a record or
+    big-endian array a raw NumbaNotImplementedError, '<U2' got itemsize 2, and a read-only array
+    was writable in the step. Typed to PTX here, which needs no GPU."""
+    from offline_link import InterfaceArray as DeviceArray
+    from vyre_numba.fixpoint import device
+
+    rec = np.dtype([("x", "<i4"), ("y", "<f4")])
+    for dt in ("<M8[s]", "<m8[ns]", rec, "<U2", "<f2", "?"):
+        kinds, params = device._arg_kinds([DeviceArray(dt, 3)])
+        assert kinds[0].dtype == numba.from_dtype(np.dtype(dt)) and params[3] == ("b64", np.dtype(dt).itemsize), dt
+    device._step_ptx(lambda i, a: a[i].x > a[i].y, device._arg_kinds([DeviceArray(rec, 3)])[0], (9, 0))
+    with pytest.raises(DispatchError, match=r"args\[0\] is a device array of >i4, not in this machine's byte order.*Fix:"):
+        device._arg_kinds([DeviceArray(">i4", 3)])
+    with pytest.raises(DispatchError, match=r"args\[1\] is a device array of object.*Fix:"):
+        device._arg_kinds([DeviceArray("<i4"), DeviceArray(object)])
+    kinds, _ = device._arg_kinds([DeviceArray("<i8", 3, readonly=True)])
+    device._step_ptx(lambda i, a: a[i] > 0, kinds, (9, 0))  # read: fine
+    with pytest.raises(DispatchError, match=r"args\[0\] is read-only, but the step writes it .*Fix: pass a writable"):
+        device._step_ptx(_writes, kinds, (9, 0))
+
+
+def test_a_program_step_refuses_a_read_only_device_array_it_writes():
+    from offline_link import InterfaceArray as DeviceArray
+
+    p = ir.Program([ir.BufferDecl.read("x", 0, "u32"), ir.BufferDecl.read_write("y", 1, "u32")], 64,
+                   [ir.store("y", ir.gid(0), ir.load("x", ir.gid(0)))], name="copy")
+    with pytest.raises(DispatchError, match=r"read-only, but the step writes the buffer\. Fix:"):
+        runner.program_args(p, [DeviceArray("<u4"), DeviceArray("<u4", readonly=True)], device=True)
+    x, y = DeviceArray("<u4", readonly=True), DeviceArray("<u4")
+    y.__cuda_array_interface__["data"] = (1 << 20, False)  # apart from x
+    assert runner.program_args(p, [x, y], device=True) == [x, y]  # only a written one must be writable
+
+
+def _defaulted(i, a, k=0):
+    return a[i] * k
+
+
+def _starred(i, *arrs):
+    return arrs[0][i] * 0
+
+
+@pytest.mark.parametrize("step", [_defaulted, _starred])
+def test_a_step_with_defaults_or_star_args_is_checked_for_this_calls_arguments(step):
+    """Regression (a red-team): the result check could not find such a step's overload (Numba
+    keys it with the default left out and *args folded), so after one refused float call every
+    later int call was refused too."""
+    with pytest.raises(DispatchError, match="returns float64"):
+        fixpoint.run(step, 3, [np.ones(3)])
+    assert fixpoint.run(step, 3, [np.ones(3, np.int64)]).converged
+
+
 def _two(i, a, b):
     return 0
 
@@ -439,7 +559,6 @@ def test_auto_runs_one_round_as_a_plain_launch_and_reuses_control_blocks():
 def test_auto_falls_back_to_graph_then_relaunch_where_a_mode_cannot_run(monkeypatch):
     """"auto" moves on when no cooperative block fits, then when no while-loop graph can be built,
     and reaches the same fixpoint; a mode named explicitly still says why it cannot run."""
-    from vyre_numba.fixpoint import device
     from vyre_numba.gpu import cudagraph
 
     be = vn.get_backend("cuda")
@@ -535,7 +654,7 @@ def test_fixpoint_templates_link_with_a_numba_step(sm):
     for step, args in ((relax, [DeviceArray(np.uint32), DeviceArray(np.int64), DeviceArray(np.int64)]),
                        (atomic_hook, [DeviceArray(np.int64)]),
                        (lambda i, a, s, f: a[i] > s + f, [DeviceArray(np.float32), np.int32(3), 2.5]),
-                       (lambda i: 0, [])):
+                       (lambda i: 0, []), (_up_bool, [DeviceArray(np.int64)])):
         linker = OfflineLinker(sm)
         device._module(linker, step, *device._arg_kinds(args))
         assert linker.cubin[:4] == b"\x7fELF"
@@ -595,7 +714,7 @@ def step(i, a):
     return 0
 
 kinds, _ = device._arg_kinds([DeviceArray(np.int64)])
-ptx = device._step_ptx(step, kinds, (8, 0))
+ptx, _ = device._step_ptx(step, kinds, (8, 0))
 assert "div" in ptx, ptx[:400]
 print("ok")
 """
@@ -627,7 +746,7 @@ def test_gpu_step_ptx_is_kept_in_a_bounded_cache(monkeypatch):
     for k in (1234567, 1234568, 1234569):
         step = _raise_to(k)
         ptx = device._step_ptx(step, kinds, (8, 0))
-        assert str(k) in ptx and device._step_ptx(step, kinds, (8, 0)) is ptx and len(device._STEPS) <= 2
+        assert str(k) in ptx[0] and device._step_ptx(step, kinds, (8, 0)) is ptx and len(device._STEPS) <= 2
         del step
 
 

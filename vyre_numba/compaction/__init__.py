@@ -48,8 +48,8 @@ from ..gpu import memory
 from ..gpu.numba_launch import RawArray, check_stream, stream_handle
 from ..lru import LRUCache
 from ..simulator import SIMULATED as _SIM
-from .select import (PREDICATES_KEPT, Selector, _kernels, address_of, check_gpu, cpu_masks, predicate_key, word_type,
-                     word_view)
+from .select import (PREDICATES_KEPT, Selector, _kernels, address_of, check_gpu, cpu_masks, interface_dtype,
+                     predicate_key, word_type, word_view)
 from .select import nonzero_numpy as _nonzero_numpy, select_if_numpy as _select_if_numpy, select_numpy as _select_numpy
 
 __all__ = ["select", "select_if", "nonzero", "read_compacted", "Selector", "select_numpy", "select_if_numpy",
@@ -98,15 +98,7 @@ def _dtype(a) -> np.dtype:
     cai = getattr(a, "__cuda_array_interface__", None)
     if cai is None:
         return np.dtype(a.dtype)
-    descr = cai.get("descr")
-    try:
-        if descr and any(name for name, *_ in descr):
-            return np.dtype(descr)
-        return np.dtype(cai["typestr"])
-    except (TypeError, ValueError, KeyError) as e:
-        raise DispatchError(f"the device array's __cuda_array_interface__ names no element type NumPy knows "
-                            f"({shown(cai.get('typestr'))}: {e}). Fix: pass a numba, CuPy or PyTorch array of "
-                            "numbers or records.") from None
+    return interface_dtype(cai)
 
 
 def _check_values(a, name: str = "values"):

@@ -11,52 +11,63 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..compaction.select import to_compile
+from ..compaction.select import interface_dtype, to_compile
 from ..errors import DispatchError, UnsupportedError, a_type, numba_reason, shown
 from ..gpu.launch import KernelLaunch, LaunchShape, validate_cooperative
 from ..ir import Program
 from ..lru import LRUCache
 from ..ptx import templates
 from ..ptx.emitter import PTX_VERSION
-from .runner import (_CONVERGED, _CTL_WORDS, _ERROR, _ROUNDS, STEP_CACHE, FixpointResult, _bar, chunks, finished,
-                     raise_barrier_timeout, step_key, stopped)
+from .runner import (_CONVERGED, _CTL_WORDS, _ERROR, _ROUNDS, STEP_CACHE, FixpointResult, _bar, check_changed_type,
+                     chunks, finished, raise_barrier_timeout, step_key, stopped)
 
 STEP_NAME = "vyre_fixpoint_step"
 ENTRIES = ("vyre_fixpoint_coop", "vyre_fixpoint_round", "vyre_fixpoint_check")
 _REG = {"b32": "%ra", "b64": "%rda"}
 
 
-_ARRAY_TYPES: dict = {}  # (typestr, ndim) -> Numba array type: building one costs more than a launch
+_ARRAY_TYPES: dict = {}  # (dtype, ndim, readonly) -> Numba array type: building one costs more than a launch
 
 
-def _array_type(typestr: str, ndim: int):
-    t = _ARRAY_TYPES.get((typestr, ndim))
+def _array_type(k: int, dt: np.dtype, ndim: int, readonly: bool):
+    t = _ARRAY_TYPES.get((dt, ndim, readonly))
     if t is None:
         from numba import from_dtype, types
 
-        t = _ARRAY_TYPES[(typestr, ndim)] = types.Array(from_dtype(np.dtype(typestr)), ndim, "C")
+        if not dt.isnative:
+            raise DispatchError(f"args[{k}] is a device array of {dt}, not in this machine's byte order, which "
+                                "Numba would read as native. Fix: pass it in native byte order "
+                                "(cupy.ascontiguousarray(a.astype(a.dtype.newbyteorder('='))) or the like).")
+        try:
+            if dt.hasobject:  # Numba types it (as Python objects), which no GPU code can read
+                raise TypeError
+            item = from_dtype(dt)
+        except Exception:  # noqa: BLE001 - Numba's NotImplementedError and kin: a type it has no form for
+            raise DispatchError(f"args[{k}] is a device array of {dt}, which Numba's CUDA compiler does not take. "
+                                "Fix: pass numbers (ints, floats, bools) or records of them.") from None
+        t = _ARRAY_TYPES[(dt, ndim, readonly)] = types.Array(item, ndim, "C", readonly=readonly)
     return t
 
 
 def _arg_kinds(args: list) -> tuple[list, list[tuple[str, Any]]]:
     """(Numba type of each step argument after the item index, the (PTX class, bits) of every
     parameter they flatten to). A device array is a Numba array in the step (indexing, `.size`,
-    `cuda.atomic.*` all work): C ABI passes it as meminfo, parent, nitems, itemsize, data, then
-    its shape and strides."""
+    `cuda.atomic.*` all work; one its interface marks read-only, read-only): C ABI passes it as
+    meminfo, parent, nitems, itemsize, data, then its shape and strides."""
     from numba import from_dtype, types
 
     kinds, params = [], []
     for k, a in enumerate(args):
         cai = getattr(a, "__cuda_array_interface__", None)
         if cai is not None:
-            typestr = cai["typestr"]
-            itemsize = int(typestr[2:])
+            dt = interface_dtype(cai)
+            itemsize = dt.itemsize
             shape = tuple(int(d) for d in cai["shape"]) or (1,)
             strides = cai.get("strides")
             contiguous = tuple(math.prod(shape[j + 1:]) * itemsize for j in range(len(shape)))
             if strides is not None and math.prod(shape) > 1 and tuple(strides) != contiguous:
                 raise DispatchError(f"args[{k}] is a non-contiguous device array. Fix: pass a contiguous copy.")
-            kinds.append(_array_type(typestr, len(shape)))
+            kinds.append(_array_type(k, dt, len(shape), bool(cai["data"][1])))
             params += [("b64", 0), ("b64", 0), ("b64", math.prod(shape)), ("b64", itemsize),
                        ("b64", cai["data"][0] or 0)]
             params += [("b64", d) for d in shape] + [("b64", st) for st in contiguous]
@@ -89,20 +100,41 @@ def _arg_kinds(args: list) -> tuple[list, list[tuple[str, Any]]]:
 _STEPS: LRUCache = LRUCache(STEP_CACHE)  # (step_key(step), signature, cc) -> PTX; bounded as the CPU's
 
 
-def _step_ptx(step: Callable, kinds: list, cc: tuple[int, int]) -> str:
+def _step_ptx(step: Callable, kinds: list, cc: tuple[int, int]) -> tuple[str, str]:
+    """(PTX of the step as a C-ABI device function, the PTX class of its result: b32 or b64). The
+    step is typed first as written, so a float result is refused as on the CPU and a 64-bit one
+    keeps its high bits (non-zero there is a change too)."""
     from numba import cuda, types
-    sig = types.int32(types.uint32, *kinds)
-    key = (step_key(step), str(sig), cc)
-    ptx = _STEPS.get(key)
-    if ptx is None:
+    params = (types.uint32, *kinds)
+    key = (step_key(step), str(params), cc)
+    got = _STEPS.get(key)
+    if got is None:
         try:
-            ptx, _ = cuda.compile_ptx(step, sig, device=True, abi="c", abi_info={"abi_name": STEP_NAME}, cc=cc,
+            _, result = cuda.compile_ptx(step, params, device=True, cc=cc, debug=False)
+            check_changed_type(result)
+            wide = isinstance(result, types.Integer) and result.bitwidth > 32
+            ptx, _ = cuda.compile_ptx(step, (result if wide else types.int32)(*params), device=True, abi="c",
+                                      abi_info={"abi_name": STEP_NAME}, cc=cc,
                                       debug=False)  # NumPy's error model, as the CPU's steps (debug would be Python's)
+        except DispatchError:
+            raise
         except Exception as e:  # Numba raises many kinds; each means the step does not compile
+            frozen = [f"args[{k}]" for k, t in enumerate(kinds) if getattr(t, "mutable", True) is False]
+            if frozen and "readonly array" in str(e):
+                which = f"{frozen[0]} is read-only, but the step writes it" if len(frozen) == 1 else \
+                    f"{', '.join(frozen)} are read-only, and the step writes one of them"
+                raise DispatchError(f"{which} (read-only as its __cuda_array_interface__ says). Fix: pass a "
+                                    "writable device array.") from None
             raise DispatchError(f"the step function does not compile for the GPU ({numba_reason(e)}). Fix: write it "
                                 "in Numba's CUDA subset taking (i, *args) and returning an int or bool.") from None
-        ptx = _STEPS.put(key, ptx)
-    return ptx
+        got = _STEPS.put(key, (ptx, "b64" if wide else "b32"))
+    return got
+
+
+# How the fixpoint kernels read the step's result into %r15 (zero or not), by its PTX class.
+_TAKE = {"b32": "\tld.param.b32 \t%r15, [changed];",
+         "b64": "\t.reg .b64 %rdc;\n\t.reg .pred %pc;\n\tld.param.b64 \t%rdc, [changed];\n"
+                "\tsetp.ne.u64 \t%pc, %rdc, 0;\n\tselp.u32 \t%r15, 1, 0, %pc;"}
 
 
 def _step_args(step, args: list) -> tuple[list, list[tuple[str, Any]]]:
@@ -138,9 +170,9 @@ def _sources(step, kinds: list, params: list, sm: int, cc: tuple[int, int]) -> t
     if isinstance(step, Program):
         from ..ptx.emitter import emit_step
 
-        step_ptx = emit_step(step, sm=sm if sm in PTX_VERSION else 90, name=STEP_NAME)
+        step_ptx, ret = emit_step(step, sm=sm if sm in PTX_VERSION else 90, name=STEP_NAME), "b32"
     else:
-        step_ptx = _step_ptx(step, kinds, cc)
+        step_ptx, ret = _step_ptx(step, kinds, cc)
     nregs = max(1, len(params))
     kparams = "".join(f",\n\t.param .{c} arg{k}" for k, (c, _) in enumerate(params))
     loads = "\n".join(f"\tld.param.{c} \t{_REG[c]}{k}, [arg{k}];" for k, (c, _) in enumerate(params))
@@ -150,7 +182,8 @@ def _sources(step, kinds: list, params: list, sm: int, cc: tuple[int, int]) -> t
     step_version, step_body = _module_body(step_ptx)
     version = max(PTX_VERSION.get(sm, "7.8"), step_version, key=lambda v: tuple(int(x) for x in v.split(".")))
     fix = templates.load("fixpoint", version=version, target=f"sm_{sm}", step=STEP_NAME, step_decl=step_body,
-                         kparams=kparams, loads=loads, cparams=cparams, cstores=cstores, cargs=cargs, nregs=nregs)
+                         kparams=kparams, loads=loads, cparams=cparams, cstores=cstores, cargs=cargs, nregs=nregs,
+                         ret=ret, take=_TAKE[ret])
     barrier = templates.load("grid_barrier", version=PTX_VERSION.get(sm, "7.8"), target=f"sm_{sm}")
     return "fixpoint-" + hashlib.sha256((fix + barrier).encode()).hexdigest()[:24], [fix, barrier]
 

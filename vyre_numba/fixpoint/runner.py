@@ -206,7 +206,7 @@ def program_args(program, args: Sequence[Any], *, device: bool) -> list:
         if size >= 2**32 or (b.count and size != b.count):
             raise DispatchError(f"{where} has {size} elements; the buffer takes "
                                 f"{b.count if b.count else 'fewer than 2**32'}. Fix: pass an array of that size.")
-        if not device and b.access in (Access.READ_WRITE, Access.WRITE_ONLY) and not a.flags.writeable:
+        if b.access in (Access.READ_WRITE, Access.WRITE_ONLY) and (cai["data"][1] if device else not a.flags.writeable):
             raise DispatchError(f"{where} is read-only, but the step writes the buffer. Fix: pass a writable array.")
         out.append(a if device else np.asarray(a).reshape(-1))  # a view: a matrix's reshape(-1) stays 2-D
     spans = [_storage(a) for a in out]
@@ -376,13 +376,26 @@ def _check_result(inner, args: list) -> None:
     these arguments (the same step may be compiled for others, with other results)."""
     from numba import typeof, types
 
-    cres = inner.overloads.get((types.uint32, *(typeof(a) for a in args)))
+    given = (types.uint32, *(typeof(a) for a in args))
+    try:  # as Numba keys its overloads: defaults left out and *args folded
+        given = tuple(inner._compiler.fold_argument_types(given, {})[1])
+    except Exception:  # noqa: BLE001 - a Numba internal; unfolded types still find plain steps
+        pass
+    cres = inner.overloads.get(given)
     returns = [cres.signature.return_type] if cres is not None else \
         [sig.return_type for sig in inner.nopython_signatures]  # not found by its types: every signature so far
     for r in returns:
-        if not isinstance(r, (types.Boolean, types.Integer)):
-            raise DispatchError(f"the step returns {r}, not a bool or an integer. Fix: return whether "
-                                "it changed something, e.g. `return 1` after a write and `return 0` otherwise.")
+        check_changed_type(r)
+
+
+def check_changed_type(r) -> None:
+    """Refuse a step's result type (a Numba type) that is not a bool or an integer: a float, a string
+    or a tuple would be read as "changed" by truth, which is not what a step means."""
+    from numba import types
+
+    if not isinstance(r, (types.Boolean, types.Integer)):
+        raise DispatchError(f"the step returns {r}, not a bool or an integer. Fix: return whether "
+                            "it changed something, e.g. `return 1` after a write and `return 0` otherwise.")
 
 
 def _numba_call(fn, n: int, args: list):

@@ -174,6 +174,9 @@ def _generator_step(i, a, indptr, indices):
     ({"step": _raises}, "the step raised ValueError (boom)"), ({"step": _async_step}, "async or generator"),
     ({"step": _generator_step}, "async or generator"), ({"timeout_s": np.True_}, "timeout_s=np.True_"),
     ({"timeout_s": float("nan")}, "timeout_s=nan"), ({"timeout_s": np.float32(-1)}, "timeout_s=np.float32(-1.0)"),
+    # a red-team: np.asarray of these is an object array, which fails again; a number is what they mean
+    ({"args": [np.zeros(3, np.uint32), path(3)[0], None]}, "a number as an int or a float"),
+    ({"args": [np.zeros(3, np.uint32), path(3)[0], {"k": 1}]}, "a number as an int or a float"),
 ])
 def test_bad_arguments_raise_vyre_errors_with_a_fix(kw, fragment):
     call = {"step": relax, "n": 3, "args": [np.zeros(3, np.uint32), *path(3)]}
@@ -434,6 +437,32 @@ def test_a_program_step_refuses_a_read_only_device_array_it_writes():
     x, y = DeviceArray("<u4", readonly=True), DeviceArray("<u4")
     y.__cuda_array_interface__["data"] = (1 << 20, False)  # apart from x
     assert runner.program_args(p, [x, y], device=True) == [x, y]  # only a written one must be writable
+
+
+def _bumps_record(i, row, a):
+    row["x"] = 9
+    if i == 1:
+        raise ValueError("boom")
+    return 0
+
+
+def test_a_record_scalar_is_refused_not_written_through_to_its_array():
+    """Regression (a red-team): rows[1] (a view into rows) passed the checks; the step wrote the
+    caller's structured array through it, and a failed run left that write, though its error said
+    the arrays were as they were."""
+    rows = np.zeros(2, [("x", np.int64)])
+    with pytest.raises(DispatchError, match=r"args\[0\] is one record of a structured array.*Fix: pass the structured"):
+        fixpoint.run(_bumps_record, 3, [rows[1], np.zeros(3)])
+    assert rows.tolist() == [(0,), (0,)]
+
+
+def _whole(i, a):
+    return a
+
+
+def test_a_step_returning_an_array_is_told_so_not_that_it_raised():
+    with pytest.raises(DispatchError, match=r"the step returns array\(float64, 1d, C\), not a bool or an integer"):
+        fixpoint.run(_whole, 3, [np.ones(3)])
 
 
 def _defaulted(i, a, k=0):

@@ -331,9 +331,15 @@ def _run_cpu(step: Callable, n: int, args: list, max_rounds: int, progress: bool
             raise DispatchError(f"args[{k}] is a device array, but the reference backend runs on the CPU. "
                                 "Fix: pass NumPy arrays, or run on the cuda backend.")
         if not isinstance(a, (np.ndarray, np.generic, int, float, complex)) or isinstance(a, np.ma.MaskedArray):
+            fix = (f"pass np.asarray(...) of it ({a_type(a)} would be copied, and the step's writes lost)"
+                   if isinstance(a, (list, tuple, range, np.ma.MaskedArray)) or hasattr(a, "__array__") else
+                   "pass a NumPy array, or a number as an int or a float (float(x) for a Decimal or Fraction)")
             raise DispatchError(f"args[{k}] is {_named(a)}; the step takes arrays (updated in place) and numbers. "
-                                f"Fix: pass np.asarray(...) of it ({a_type(a)} would be copied, and the "
-                                "step's writes lost).")
+                                f"Fix: {fix}.")
+        if isinstance(a, np.void):  # a view into its array: the step's writes would reach it, past any undo
+            raise DispatchError(f"args[{k}] is one record of a structured array, which the step would write "
+                                "through to that array (and a failed run could not put back). Fix: pass the "
+                                "structured array itself and index it in the step.")
         if isinstance(a, np.matrix):  # Numba cannot type it, and in Python m[i] is a row, not an item
             raise DispatchError(f"args[{k}] is an np.matrix, whose m[i] is a whole row (the step would see "
                                 "matrices where it indexes items). Fix: pass np.asarray(m) (a 2-D view, updated in "
@@ -360,7 +366,12 @@ def _run_cpu(step: Callable, n: int, args: list, max_rounds: int, progress: bool
     checked: list = []
 
     def one_round() -> bool:
-        changed = _numba_call(jitted, n, args)
+        try:
+            changed = _numba_call(jitted, n, args)
+        except DispatchError:
+            if not checked and _compiled_for(jitted, n, args):  # a result the round cannot read (an array's
+                _check_result(inner, args)                      # truth) is the step's mistake, not a raise
+            raise
         if not checked:  # the step is typed by its first round
             _check_result(inner, args)
             checked.append(True)

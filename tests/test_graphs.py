@@ -610,6 +610,37 @@ def test_a_closed_reference_recording_lets_go_of_its_data():
     assert probe() is None
 
 
+def test_a_closed_reference_sequence_lets_go_of_the_buffers_it_reads():
+    """Regression (a red-team): close() kept `read`, and with it every buffer a read names."""
+    be = vn.get_backend("reference")
+    y = be.upload(np.arange(64, dtype=np.uint32))
+    s = be.record_sequence([(bump(), [y])], [(y, 0, 4)])
+    assert s.replay()[0].tolist() == [1, 2, 3, 4]
+    probe = weakref.ref(y)
+    del y
+    s.close()
+    gc.collect()
+    assert probe() is None
+
+
+@pytest.mark.parametrize("change,what", [
+    (lambda b: setattr(b["y"].flags, "writeable", False), "'y' was made read-only"),
+    (lambda b: setattr(b["x"], "shape", (2, 4)), r"'x' was reshaped to \(2, 4\)"),
+    (lambda b: setattr(b["y"], "dtype", np.int32), "'y' was given dtype int32"),
+])
+def test_a_reference_replay_names_a_change_to_the_recordings_own_buffers(change, what):
+    """Regression (a red-team): a read-only output was blamed on dispatch_resident ("pass a
+    writeable array"), a reshaped buffer raised a raw ValueError, and replay_resident checked none."""
+    be = vn.get_backend("reference")
+    g = be.record_graph(affine(), [np.zeros(8, np.uint32)])
+    change(g.buffers)
+    before = {k: v.copy() for k, v in g.buffers.items()}
+    for call in (lambda: g.replay([np.ones(8, np.uint32)]), g.replay_resident):
+        with pytest.raises(DispatchError, match=f"replay.*: the recording's buffer {what}.*Fix: leave the recording"):
+            call()
+    assert all(np.array_equal(before[k], v) for k, v in g.buffers.items())
+
+
 def test_recordings_of_more_launches_than_a_graph_should_hold_are_refused_before_any_capture(backend):
     """Regression (a red-team): fixpoint_iterations up to 2**31 - 1 were captured on the GPU one
     launch and one graph node each, twice: billions of driver calls before anything was refused."""

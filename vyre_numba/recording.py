@@ -189,6 +189,7 @@ class Redispatch(RecordedGraph):
         self._dtypes = input_dtypes(program, sample_inputs)
         self._sizes = {b.name: binding.sizes[b.name] for b in program.outputs}
         self._buffers = Frozen({d.name: backend.upload(binding.arrays[d.name]) for d in program.bound_buffers})
+        self._layout = {k: (tuple(b.shape), b.dtype) for k, b in self._buffers.items()}
         self.binding = dataclasses.replace(binding, arrays={})  # its sizes, for replays; the arrays went up
         self._lock = threading.RLock()  # a close from another thread waits for the replay in flight
         backend._count(graph_recordings=1)
@@ -204,11 +205,7 @@ class Redispatch(RecordedGraph):
         with self._lock:
             self._check_open()
             # a failed run puts back what it wrote; what was copied in is put back here
-            for d in self.program.inputs:
-                if isinstance(self.buffers[d.name], np.ndarray) and not self.buffers[d.name].flags.writeable:
-                    raise DispatchError(f"replay: the recording's buffer {d.name!r} was made read-only, so the inputs "
-                                        "cannot go in. Fix: leave the recording's own buffers writable (read them, "
-                                        "or copy them, rather than change their flags).")
+            self._check_own_buffers("replay")
             saved = {d.name: self.buffers[d.name].copy() for d in self.program.inputs}
             try:
                 for d in self.program.inputs:
@@ -231,11 +228,25 @@ class Redispatch(RecordedGraph):
         read = self._read_flag(read)
         with self._lock:
             self._check_open()
+            self._check_own_buffers("replay_resident")
             self.backend.dispatch_resident(self.program, self.buffers, self.config)
             self.backend._count(graph_replays=1)
             if not read:
                 return []
             return [_declared(d, self.backend.download(self.buffers[d.name])) for d in self.program.outputs]
+
+    def _check_own_buffers(self, call: str) -> None:
+        """The recording's buffers as recorded (a replay writes every one: inputs go in, results
+        come out), else a DispatchError naming the change."""
+        for name, (shape, dtype) in self._layout.items():
+            b = self._buffers[name]
+            what = ("made read-only" if isinstance(b, np.ndarray) and not b.flags.writeable else
+                    f"reshaped to {tuple(b.shape)}" if tuple(b.shape) != shape else
+                    f"given dtype {b.dtype}" if b.dtype != dtype else None)
+            if what is not None:
+                raise DispatchError(f"{call}: the recording's buffer {name!r} was {what}, so the replay cannot write "
+                                    "it. Fix: leave the recording's own buffers as they are (read them, or copy them, "
+                                    "rather than change their flags, shape or dtype).")
 
     def _sizes_for_outputs(self) -> dict[str, int]:
         from .ir.program import Role
@@ -300,7 +311,7 @@ class Resequence(RecordedSequence):
     def close(self) -> None:
         with self._lock:
             self.closed = True
-            self.steps, self._buffers = [], StepBuffers()
+            self.steps, self._buffers, self.read = [], StepBuffers(), []
 
 
 class Frozen(MappingABC):

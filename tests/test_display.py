@@ -671,3 +671,13 @@ def test_every_public_function_class_and_method_says_what_it_does():
                     if not k.startswith("_") and inspect.isfunction(f) and not inspect.getdoc(getattr(obj, k, f)):
                         missing.append(f"{m}.{name}.{k}")
     assert not missing, missing
+
+
+def test_escape_shows_control_characters_and_lone_surrogates_so_the_html_can_be_sent():
+    """Regression (a red-team): an operator name from JSON can hold a lone surrogate, which no
+    UTF-8 can encode (Jupyter could not send the HTML), and a NUL went into the HTML raw."""
+    from vyre_numba.display import escape
+
+    out = escape("a\x00b\ud800c<&>\te")
+    assert out == "a\\x00b\\ud800c&lt;&amp;&gt;\te" and out.encode("utf-8")
+    assert escape("plain é") == "plain é"

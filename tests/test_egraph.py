@@ -1394,3 +1394,66 @@ def test_find_of_one_id_answers_one_id(backend):
         with pytest.raises(DispatchError, match="Fix:"):
             g.find(bad)
     assert (a, b) == (1, 2)
+
+
+# ---- a red-team's findings (session 42) --------------------------------------------------------
+
+def test_a_duplicate_operator_name_in_a_long_list_is_named_at_once():
+    """Regression: the duplicate was found by slicing the list at each name (quadratic: 24 s for
+    40,000 names, days for a million)."""
+    ops = [f"c{i}" for i in range(200_000)] + ["c7"]
+    with pytest.raises(DispatchError, match="ops names 'c7' twice.*Fix: pass distinct names"):
+        EGraph.from_arrays([0], [0], [0, 0], [], ops=ops, backend="reference")
+
+
+def test_a_bad_progress_setting_is_refused_before_add_changes_anything(monkeypatch):
+    """Regression: with $VYRE_NUMBA_PROGRESS unreadable, add appended its rows, then its filing
+    rebuild raised: the new class ids were lost and every later add or lookup failed alike."""
+    from vyre_numba.errors import SettingError
+
+    g = EGraph.from_terms(["x", "y"], backend="reference")
+    g.rebuild(progress=False)
+    monkeypatch.setenv("VYRE_NUMBA_PROGRESS", "2")
+    for call in (lambda: g.add(["f"], [0, 1], [0]), lambda: g.lookup(["x"], [0, 0], [])):
+        with pytest.raises(SettingError, match="VYRE_NUMBA_PROGRESS.*Fix:"):
+            call()
+    assert g.n_nodes == 2 and tuple(g.ops) == ("x", "y")
+    monkeypatch.delenv("VYRE_NUMBA_PROGRESS")
+    assert g.add(["f"], [0, 1], [0]).tolist() == [2]
+
+
+@pytest.mark.parametrize("call,fragment", [
+    (lambda g: g.find(bytearray(b"\x00\x01")), "ids is raw bytes"),
+    (lambda g: g.union(memoryview(bytearray(b"\x00\x01")).cast("B", (1, 2))), "pairs is raw bytes"),
+    (lambda g: g.add([0], bytearray(b"\x00\x01"), [0]), "children_offsets is raw bytes"),
+    (lambda g: g.union(None), "pairs is a NoneType; union takes a"),
+    (lambda g: g.union({0: 1}), "pairs is a dict; union takes a"),
+    (lambda g: g.union([0, 1]), r"pairs has shape \(2,\); union takes a"),
+])
+def test_raw_bytes_and_non_arrays_are_told_as_such(call, fragment):
+    g = EGraph.from_arrays([0, 1], [0, 0], [0, 0, 0], [], backend="reference")
+    with pytest.raises(DispatchError, match=f"{fragment}.*Fix:"):
+        call(g)
+    assert g.find([0, 1]).tolist() == [0, 1] and g.n_nodes == 2
+
+
+def test_a_missing_id_in_a_pandas_column_is_told_as_missing_not_as_a_float():
+    pd = pytest.importorskip("pandas")
+    g = EGraph.from_arrays([0, 1], [0, 0], [0, 0, 0], [], backend="reference")
+    with pytest.raises(DispatchError, match=r"ids is a pandas Series with 1 missing value.*Fix: pass x.fillna"):
+        g.find(pd.Series([1, None], dtype="Int64"))
+
+
+def test_an_op_one_short_is_told_against_eclass_not_the_offsets():
+    with pytest.raises(DispatchError, match="eclass has 2 entries and op 1.*Fix: pass arrays of equal length"):
+        EGraph.from_arrays([0, 1], [0], [0, 0, 0], [], backend="reference")
+
+
+def test_class_data_keyed_by_an_int_is_kept_as_json_text_keeps_it():
+    data = {"nodes": {"a": {"op": "x", "children": [], "eclass": "1"}}, "root_eclasses": ["1"],
+            "class_data": {1: {"type": "Math"}}}
+    want = EGraph.from_serialized(json.dumps(data)).to_serialized()
+    assert EGraph.from_serialized(data).to_serialized() == want and '"1": {"type": "Math"}' in want
+    for bad, fragment in (({1: {}, "1": {}}, "an int key and a string key"), ({1.5: {}}, "the key 1.5")):
+        with pytest.raises(DispatchError, match=f"class_data.*{fragment}.*Fix:"):
+            EGraph.from_serialized(dict(data, class_data=bad))

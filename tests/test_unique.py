@@ -238,3 +238,25 @@ def test_mismatches_compares_values_whatever_byte_order_they_are_kept_in():
     assert mismatches(np.array([5, 6], ">i4"), np.int64([5, 7])).tolist() == [1]
     bits = np.array([0x3F80, 0x8000], ">u2")  # bf16's 1.0 and -0.0, big-endian
     assert mismatches(bits, np.uint16([0x3F80, 0x0000]), bf16=True).tolist() == [1]
+
+
+def test_count_distinct_of_big_endian_uint64_past_2_63():
+    """Regression (a red-team): `>u8` took the marks path meant for narrower types: a raw OverflowError."""
+    a = np.array([2**63, 2**63 + 1, 2**63], dtype=">u8")
+    assert count_distinct(a) == 2 == unique(a).size
+
+
+@pytest.mark.parametrize("call,fragment", [
+    (lambda: unique([True, 2]), "unique: the values mix bools and integers"),
+    (lambda: count_distinct([True, 1]), "count_distinct: the values mix bools"),
+    (lambda: index_of([0, 1, 2], [True, 5]), "index_of: the values mix bools"),
+    (lambda: inserted(np.array([1, 2, 3]), [0, 1], [True, 5]), "inserted: the values mix bools"),
+    (lambda: unique(bytearray(b"ba")), "unique: the values argument is raw bytes"),
+    (lambda: index_of(memoryview(b"ab"), [1]), "index_of: the keys argument is raw bytes"),
+    (lambda: inserted(np.array([1, 2], np.uint8), [0], [3.0]), r"float64.*handle integers only\. (?=Fix: pass an integer array \(np.insert)"),
+])
+def test_bools_among_ints_and_raw_bytes_are_refused_not_read_as_numbers(call, fragment):
+    """Regression (a red-team): [True, 2] read as [1, 2] and a bytearray as uint8 values, silently."""
+    with pytest.raises(DispatchError, match=f"{fragment}.*Fix:"):
+        call()
+    assert unique([True, False, True]).tolist() == [False, True]  # bools alone are a bool array, as for np.unique

@@ -18,7 +18,7 @@ from .config import DispatchConfig
 from .owned import Unshared
 from .errors import (INTEGERS, CheckError, CheckWarning, DispatchError, ImmutableError, IRValidationError,
                      ResultTimeoutError, UnknownNameError, UnsupportedError, VyreError, a_type, check_calls, clip,
-                     did_you_mean, flag, shown)
+                     did_you_mean, flag, refuse_raw_bytes, shown)
 from .ir import DataType, Program
 from .ir.types import NUMPY_BOOL_CODES
 from .lru import LRUCache
@@ -1089,24 +1089,6 @@ def as_ints(given, arr: np.ndarray, name: str, fix: str) -> np.ndarray:
     return arr
 
 
-def mixes_bools(x) -> bool:
-    """Whether the (nested) list or tuple `x` holds bools among other numbers, which np.asarray
-    reads as 0 and 1 without a word (a list of bools alone becomes a bool array, refused by dtype)."""
-    kinds: set = set()
-    todo, seen = [x], set()
-    while todo and len(kinds) < 2:
-        items = todo.pop()
-        if not isinstance(items, (list, tuple)) or id(items) in seen:
-            continue
-        seen.add(id(items))
-        for v in items:
-            if isinstance(v, (list, tuple)):
-                todo.append(v)
-            else:  # a 0-d bool array is a bool to NumPy too
-                kinds.add(isinstance(v, (bool, np.bool_)) or isinstance(v, np.ndarray) and v.dtype == np.bool_)
-    return len(kinds) == 2
-
-
 def host_array(x, what: str, on_device: str, masked: str, other: str) -> np.ndarray:
     """`x` as a NumPy array, or a DispatchError saying `what` is on the device, masked (its mask
     would be lost) or not an array of numbers, ending in the matching Fix."""
@@ -1114,7 +1096,7 @@ def host_array(x, what: str, on_device: str, masked: str, other: str) -> np.ndar
         raise DispatchError(f"{what} is on the device. Fix: {on_device}")
     if isinstance(x, np.ma.MaskedArray):
         raise DispatchError(f"{what} is a masked array, whose mask would be lost. Fix: {masked}")
-    from .bindings import refuse_missing, refuse_raw_bytes
+    from .bindings import refuse_missing
 
     refuse_missing(x, what)
     refuse_raw_bytes(x, what)

@@ -8,7 +8,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .config import DispatchConfig
-from .errors import INTEGERS, DispatchError, HostMemoryError, LaunchError, a_type, flat_fix, shown
+from .errors import INTEGERS, DispatchError, HostMemoryError, LaunchError, a_type, flat_fix, refuse_raw_bytes, shown
 from .ir import BufferDecl, DataType, Program, check
 from .ir.types import _bf16_to_f32, _f32_to_bf16
 from .ir.program import Role
@@ -124,17 +124,6 @@ def _host_values(b: BufferDecl, value, where: str) -> np.ndarray:
     if arr.ndim == 1 and isinstance(value, (list, tuple)):
         arr = _check_elements(b, value, arr, where)
     return arr
-
-
-def refuse_raw_bytes(x, what: str) -> None:
-    """A DispatchError where `x` is raw bytes that NumPy would read as one uint8 number a byte (a
-    bytearray, a memoryview of bytes), as `bytes` itself is refused: four bytes of a float32 are
-    not four numbers."""
-    if isinstance(x, bytearray) or (isinstance(x, memoryview) and isinstance(x.obj, (bytes, bytearray))
-                                    and x.format in ("B", "b", "c")):
-        raise DispatchError(f"{what} is raw bytes ({a_type(x)}), which would be read as one number a byte. Fix: pass "
-                            "np.frombuffer(x, dtype) for the values the bytes encode, or np.asarray(x, np.uint8) for "
-                            "the bytes as numbers.")
 
 
 def refuse_missing(value, what: str) -> None:

@@ -15,6 +15,7 @@ import html
 import itertools
 import numbers
 import operator
+import re
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any, Iterable
@@ -39,9 +40,19 @@ class Html(str):
     __slots__ = ()
 
 
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # not allowed in HTML text
+
+
 def escape(x: Any) -> str:
-    """`x` as text safe inside HTML (an `Html` value is kept as it is)."""
-    return x if isinstance(x, Html) else html.escape(str(x), quote=True)
+    """`x` as text safe inside HTML (an `Html` value is kept as it is): control characters and lone
+    surrogates (a JSON name can hold one; no UTF-8 can) are shown as their escapes."""
+    if isinstance(x, Html):
+        return x
+    text = str(x)
+    if not text.isprintable():  # the common case costs one scan
+        text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return html.escape(text, quote=True)
 
 
 def _cells(x: Any, what: str) -> Iterable[Any]:

@@ -518,6 +518,35 @@ def numba_reason(e: BaseException, width: int = 300) -> str:
     return clip(text, width)
 
 
+def mixes_bools(x) -> bool:
+    """Whether the (nested) list or tuple `x` holds bools among other numbers, which np.asarray
+    reads as 0 and 1 without a word (a list of bools alone becomes a bool array, refused by dtype)."""
+    kinds: set = set()
+    todo, seen = [x], set()
+    while todo and len(kinds) < 2:
+        items = todo.pop()
+        if not isinstance(items, (list, tuple)) or id(items) in seen:
+            continue
+        seen.add(id(items))
+        for v in items:
+            if isinstance(v, (list, tuple)):
+                todo.append(v)
+            else:  # a 0-d bool array is a bool to NumPy too
+                kinds.add(isinstance(v, (bool, np.bool_)) or isinstance(v, np.ndarray) and v.dtype == np.bool_)
+    return len(kinds) == 2
+
+
+def refuse_raw_bytes(x, what: str) -> None:
+    """A DispatchError where `x` is raw bytes that NumPy would read as one uint8 number a byte (a
+    bytearray, a memoryview of bytes), as `bytes` itself is refused: four bytes of a float32 are
+    not four numbers."""
+    if isinstance(x, bytearray) or (isinstance(x, memoryview) and isinstance(x.obj, (bytes, bytearray))
+                                    and x.format in ("B", "b", "c")):
+        raise DispatchError(f"{what} is raw bytes ({a_type(x)}), which would be read as one number a byte. Fix: pass "
+                            "np.frombuffer(x, dtype) for the values the bytes encode, or np.asarray(x, np.uint8) for "
+                            "the bytes as numbers.")
+
+
 def flat_fix(x, name: str = "x") -> str:
     """How to pass `x` (named `name`, where that is a Python name) flat, for a Fix: an np.matrix's
     reshape(-1) is 2-D still, and a list has none."""

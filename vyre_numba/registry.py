@@ -6,7 +6,7 @@ import threading
 from typing import Callable
 
 from .backend import Backend
-from .errors import BackendUnavailableError, shown
+from .errors import BackendUnavailableError, DispatchError, a_type, shown
 
 _FACTORIES: dict[str, Callable[[], Backend]] = {}
 _PROBES: dict[str, Callable[[], str | None]] = {}
@@ -17,9 +17,21 @@ PREFERENCE = ("cuda", "reference")
 
 
 def register(name: str, factory: Callable[[], Backend], probe: Callable[[], str | None]) -> None:
-    """Register a backend: `probe()` returns None when usable, else why not (ending in `Fix: ...`)."""
-    _FACTORIES[name] = factory
-    _PROBES[name] = probe
+    """Register a backend: `factory()` makes it (once, when first asked for), `probe()` returns
+    None when it is usable, else why not (ending in `Fix: ...`). A name registered again is made
+    afresh by its new factory."""
+    if not isinstance(name, str) or not name:
+        raise DispatchError(f"register: name={shown(name, 60)} is not a backend name. Fix: pass a non-empty str.")
+    for what, f in (("factory", factory), ("probe", probe)):
+        if not callable(f):
+            raise DispatchError(f"register: {what}={shown(f, 60)} is not callable. Fix: pass a function"
+                                + (" that returns the Backend." if what == "factory" else
+                                   " that returns None where the backend can run, else why not."))
+    _load_builtin()  # first, so that registering "cuda" or "reference" replaces the built-in one
+    with _LOCKS:
+        _FACTORIES[name] = factory
+        _PROBES[name] = probe
+        _INSTANCES.pop(name, None)
 
 
 def unavailable_reason(name: str) -> str | None:
@@ -54,7 +66,11 @@ def get_backend(name: str | None = None) -> Backend:
             why = unavailable_reason(name)
             if why is not None:
                 raise BackendUnavailableError(f"backend {shown(name)} is unavailable: {why}")
-            _INSTANCES[name] = _FACTORIES[name]()
+            made = _FACTORIES[name]()
+            if not isinstance(made, Backend):
+                raise BackendUnavailableError(f"backend {shown(name)}'s factory returned {a_type(made)}, not a Backend. "
+                                              "Fix: register a factory that returns a vyre_numba.backend.Backend.")
+            _INSTANCES[name] = made
         return _INSTANCES[name]
 
 

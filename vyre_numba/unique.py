@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import INTEGERS, DispatchError
+from .errors import INTEGERS, DispatchError, mixes_bools, refuse_raw_bytes
 
 __all__ = ["unique", "count_distinct", "unique_rows", "index_of", "inserted"]
 
@@ -18,6 +18,10 @@ def _integers(a, where: str, what: str = "values") -> np.ndarray:
     if isinstance(a, np.ma.MaskedArray):
         raise DispatchError(f"{where}: the {what} are a masked array, whose mask would be ignored. Fix: pass "
                             "x.compressed() or x.filled(...), whichever the values mean.")
+    if mixes_bools(a):
+        raise DispatchError(f"{where}: the {what} mix bools and integers, which NumPy would read as 0 and 1 without "
+                            "a word. Fix: pass integers only (int(b) where a bool's 0 or 1 is meant).")
+    refuse_raw_bytes(a, f"{where}: the {what} argument")
     try:
         arr = np.asarray(a)
     except (ValueError, TypeError) as e:
@@ -40,9 +44,10 @@ def _integers(a, where: str, what: str = "values") -> np.ndarray:
                 + ("pass np.array(values, dtype=np.uint64)." if held else "keep them within int64's range or "
                    "uint64's (offset them), which these helpers compare; np.unique(np.array(values, dtype=object)) "
                    "compares Python ints of any size."))
+        other = ("np.insert for other dtypes" if where == "inserted" else
+                 "np.unique for other dtypes, or ids from np.unique(x, return_inverse=True)")
         raise DispatchError(f"{where}: the {what} are {arr.dtype} ({arr.dtype.kind!r} kind); these helpers "
-                            "handle integers only. Fix: pass an integer array (np.unique for other dtypes, "
-                            "or ids from np.unique(x, return_inverse=True)).")
+                            f"handle integers only. Fix: pass an integer array ({other}).")
     return arr
 
 
@@ -75,7 +80,7 @@ def count_distinct(a: np.ndarray) -> int:
     """How many distinct values `a` holds (by marks where integers span little more than their
     count: one pass, no sort)."""
     a = _integers(a, "count_distinct").reshape(-1)
-    if a.size and a.dtype.kind in "iu" and a.dtype != np.uint64:
+    if a.size and a.dtype.kind in "iu" and not (a.dtype.kind == "u" and a.dtype.itemsize == 8):  # >u8 too
         lo, hi = int(a.min()), int(a.max())
         if hi - lo <= 8 * a.size + 1024:
             seen = np.zeros(hi - lo + 1, bool)

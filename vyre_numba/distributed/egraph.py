@@ -37,11 +37,11 @@ import numpy as np
 from numpy.typing import ArrayLike
 from typing import Any
 
-from ..backend import as_ints, mixes_bools
+from ..backend import as_ints
 from ..egraph import ClosureResult, EGraph
 from ..egraph.egraph import IDS_FIX, SPARSE_IDS, _ints, _rows, _same_length, _take_rows
 from ..egraph.signature import signature_hash, signature_heads
-from ..errors import INTEGERS, DispatchError, a_type, flag, host_memory, shown
+from ..errors import INTEGERS, DispatchError, a_type, flag, host_memory, mixes_bools, shown
 from ..unique import _inserted, count_distinct, unique, unique_rows
 from . import cluster
 from .egraph_device import DeviceKept, DevicePart

@@ -22,9 +22,12 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .. import display
-from ..backend import as_ints, mixes_bools
-from ..errors import INTEGERS, BackendUnavailableError, DispatchError, a_type, flag, flat_fix, host_memory, shown
+from ..backend import as_ints
+from ..bindings import refuse_missing
+from ..errors import (INTEGERS, BackendUnavailableError, DispatchError, a_type, flag, flat_fix, host_memory,
+                      mixes_bools, refuse_raw_bytes, shown)
 from ..owned import Unshared
+from ..progress import check_progress
 from ..unique import count_distinct, index_of, unique, unique_rows
 from .signature import signature_heads
 
@@ -94,6 +97,8 @@ def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID, copy: bool = True, bou
                             f"indexed on the host first). Fix: pass a NumPy array (e.g. x.copy_to_host()).")
     if mixes_bools(a):
         raise DispatchError(f"{name} mixes bools and integers; a bool is not an id. Fix: pass integers only.")
+    refuse_raw_bytes(a, name)
+    refuse_missing(a, name)
     try:
         arr = np.asarray(a)
     except Exception as e:  # ragged lists and the like
@@ -156,7 +161,8 @@ def _op_names(ops) -> list[str] | None:
                             "Fix: pass names, e.g. [str(o) for o in ops] if numbers are meant as names.")
     names = [str(o) for o in ops]
     if len(set(names)) != len(names):
-        dup = next(o for k, o in enumerate(names) if o in names[:k])
+        seen: set = set()
+        dup = next(o for o in names if o in seen or seen.add(o))
         raise DispatchError(f"ops names {shown(dup)} twice; each name is one operator id. Fix: pass distinct names.")
     return names
 
@@ -194,10 +200,12 @@ def _missing_class(have: np.ndarray, present: np.ndarray | None, children: np.nd
 
 
 def _rows(op, children_offsets, children, n_classes: int | None, what: str, copy: bool = True,
-          bounds: list | None = None):
+          bounds: list | None = None, eclass: np.ndarray | None = None):
     """(op, offsets, children) of a batch of e-nodes, checked (`copy` as for `_ints`; `bounds`: the
-    children's, as `_ints` gives them)."""
+    children's, as `_ints` gives them; `eclass`: the rows' classes, one per op, checked first)."""
     op = _ints(op, f"{what} op", copy=copy)
+    if eclass is not None:  # a short op is told as such, not as offsets one too many
+        _same_length(eclass, op, "the e-graph")
     offsets = _ints(children_offsets, f"{what} children_offsets", hi=2**62, copy=copy,
                     fix="children_offsets are positions in children: pass np.concatenate([[0], np.cumsum(arities)]).")
     if offsets.size != op.size + 1:
@@ -250,8 +258,7 @@ class EGraph(Unshared):
         """The rows as given (see `from_arrays`)."""
         self._lock = threading.RLock()  # public calls one at a time (`_serial`); a close waits for the call in flight
         eclass = _ints(eclass, "eclass")
-        op, offsets, children = _rows(op, children_offsets, children, None, "the e-graph's")
-        _same_length(eclass, op, "the e-graph")
+        op, offsets, children = _rows(op, children_offsets, children, None, "the e-graph's", eclass=eclass)
         _check_row_limit(0, op.size)
         have, present = _classes_of_rows(eclass)
         k = _missing_class(have, present, children)
@@ -441,6 +448,7 @@ class EGraph(Unshared):
         g = self._live()
         if mixes_bools(pairs):
             raise DispatchError("pairs mixes bools and integers; a bool is not a class id. Fix: pass integers only.")
+        refuse_raw_bytes(pairs, "pairs")
         if isinstance(pairs, np.ma.MaskedArray):
             raise DispatchError("pairs is a masked array, whose mask would be ignored. Fix: pass the pairs to merge "
                                 "without the masked ones (pairs[~pairs.mask.any(axis=1)].data).")
@@ -453,8 +461,9 @@ class EGraph(Unshared):
         if shape == (0,):  # [] : no unions
             return
         if getattr(arr, "ndim", None) != 2 or shape[1] != 2:
-            raise DispatchError(f"pairs has shape {shape}; union takes a (k, 2) array of class "
-                                f"ids. Fix: {_PAIRS_FIX}")
+            what = f"has shape {shape}" if isinstance(pairs, (np.ndarray, list, tuple)) or hasattr(
+                pairs, "__array__") or hasattr(pairs, "__cuda_array_interface__") else f"is {a_type(pairs)}"
+            raise DispatchError(f"pairs {what}; union takes a (k, 2) array of class ids. Fix: {_PAIRS_FIX}")
         a = self._ids(arr[:, 0], "pairs[:, 0]")
         b = self._ids(arr[:, 1], "pairs[:, 1]")
         if a.size:  # marked first: an interrupted union may have merged some classes
@@ -515,6 +524,7 @@ class EGraph(Unshared):
         """The class of the e-node equal to each given one (children canonicalised first), or -1.
         Rebuilds first if unions are pending: equality is only meaningful on canonical children.
         `op` as in `add` (a name the e-graph has never seen finds nothing)."""
+        check_progress(None)  # its rebuild's bar setting, read before anything runs
         op, _ = self._op_ids(op, "lookup")
         op, offsets, children = _rows(op, children_offsets, children, self.n_classes, "lookup")
         self._rebuilt()  # after the checks: a refused call leaves an unconverged e-graph as it was
@@ -557,6 +567,7 @@ class EGraph(Unshared):
         `op` holds operator ids or, where the e-graph names its operators, names: a new name
         becomes a new operator (appended to `ops`). A refused add changes nothing (pending unions
         stay pending); an interrupted one either added nothing or added its rows with their names."""
+        check_progress(None)  # read by the rebuilds it runs: a bad setting is refused before any row goes in
         op, new_ops = self._op_ids(op, "add")
         op, offsets, children = _rows(op, children_offsets, children, self.n_classes, "add")
         if self._ops is not None and op.size and int(op.max()) >= len(self._ops) + len(new_ops):
@@ -654,8 +665,6 @@ def congruence_closure(egraph: "EGraph | tuple", unions: ArrayLike | None = None
     (eclass, op, children_offsets, children) built on `backend`) and rebuild to the fixed point:
     the canonical class of every row, rounds, classes merged and per-phase times. `max_rounds`
     and `progress` as in `EGraph.rebuild`."""
-    from ..progress import check_progress
-
     max_rounds = _max_rounds(max_rounds)
     check_progress(progress)  # before the unions change the e-graph
     if not isinstance(egraph, EGraph):

@@ -163,6 +163,13 @@ def rows_of_serialized(data: "str | dict"):
     class_data = data.get("class_data", {})
     if not isinstance(class_data, dict):
         raise _bad(f"'class_data' is {a_type(class_data)}, not an object")
+    if not all(isinstance(k, str) for k in class_data):  # JSON text would hold an int key as its string
+        odd = [k for k in class_data if not _node_id(k)]
+        if odd:
+            raise _bad(f"'class_data' has the key {shown(odd[0], 40)} ({a_type(odd[0])}); its keys are class names")
+        if len({str(k) for k in class_data}) < len(class_data):
+            raise _bad("'class_data' has an int key and a string key of the same text (such as 1 and '1')")
+        class_data = {str(k): v for k, v in class_data.items()}  # its values copied below, as the caller's
     roots = data.get("root_eclasses", [])
     if not isinstance(roots, list) or not all(isinstance(c, str) for c in roots):
         raise _bad("'root_eclasses' is not a list of class names")

@@ -7,9 +7,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..backend import ArrayIn, as_ints, mixes_bools
-from ..bindings import refuse_raw_bytes
-from ..errors import DispatchError, a_type, flag, flat_fix, whole_graph
+from ..backend import ArrayIn, as_ints
+from ..errors import DispatchError, a_type, flag, flat_fix, mixes_bools, refuse_raw_bytes, whole_graph
 from ..unique import unique
 
 

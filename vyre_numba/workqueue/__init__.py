@@ -23,11 +23,11 @@ from typing import Callable, Iterator
 import numpy as np
 from numpy.typing import DTypeLike
 
-from ..backend import ArrayIn, ArrayOut, Stream, check_empty, host_array, mixes_bools
+from ..backend import ArrayIn, ArrayOut, Stream, check_empty, host_array
 from ..ir import DataType
 from ..ir.types import NUMPY_BOOL_CODES
 from ..errors import (INTEGERS, BackendUnavailableError, CapacityError, DeviceError, DispatchError, VyreError, a_type,
-                      flat_fix, host_memory, numba_reason, shown)
+                      flat_fix, host_memory, mixes_bools, numba_reason, shown)
 from ..owned import Unshared
 from ..signals import uninterrupted
 from ..simulator import SIMULATED as _SIM

@@ -1,0 +1,43 @@
+"""The backend registry: register checks what it is given, and one bad registration cannot break
+the errors every later backend lookup gives."""
+from __future__ import annotations
+
+import pytest
+
+import vyre_numba as vn
+from vyre_numba import registry
+from vyre_numba.errors import BackendUnavailableError, DispatchError
+
+
+@pytest.fixture
+def clean(monkeypatch):
+    for table in (registry._FACTORIES, registry._PROBES, registry._INSTANCES):
+        monkeypatch.setattr(registry, {id(registry._FACTORIES): "_FACTORIES", id(registry._PROBES): "_PROBES",
+                                       id(registry._INSTANCES): "_INSTANCES"}[id(table)], dict(table))
+
+
+@pytest.mark.parametrize("args,fragment", [
+    ((1, lambda: None, lambda: None), "name=1 is not a backend name"),
+    (("", lambda: None, lambda: None), "name='' is not a backend name"),
+    (("x", 5, lambda: None), "factory=5 is not callable"),
+    (("x", lambda: None, None), "probe=None is not callable"),
+])
+def test_register_refuses_what_it_cannot_use(clean, args, fragment):
+    """Regression (a red-team): register(1, ...) made every later unknown-backend error a raw
+    TypeError (sorting an int among the names), and a non-callable factory raised at first use."""
+    with pytest.raises(DispatchError, match=f"register: {fragment}.*Fix:"):
+        registry.register(*args)
+    with pytest.raises(BackendUnavailableError, match="no backend named 'refrence'.*Fix:"):
+        vn.get_backend("refrence")
+
+
+def test_a_factory_must_make_a_backend_and_a_name_registered_again_is_made_afresh(clean):
+    registry.register("five", lambda: 5, lambda: None)
+    with pytest.raises(BackendUnavailableError, match="'five''s factory returned an int.*Fix:"):
+        vn.get_backend("five")
+    ref = vn.get_backend("reference")
+    registry.register("five", lambda: ref, lambda: None)
+    assert vn.get_backend("five") is ref
+    other = type(ref)()
+    registry.register("five", lambda: other, lambda: None)
+    assert vn.get_backend("five") is other

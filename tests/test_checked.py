@@ -357,3 +357,20 @@ def test_a_store_past_a_read_write_buffer_is_told_a_fix_that_works_there(residen
             assert found and "pass a longer array" in str(e) and "size the output" not in str(e), str(e)
         else:
             assert not found
+
+
+def test_a_sites_count_does_not_wrap_at_2_32():
+    """Regression (a red-team): the counts were u32 atomics, so 2**32 out-of-bounds loads at a site
+    read as none (no warning, and checked="raise" did not raise). Seeded at 2**32 - 1 here, for
+    that many earlier hits; the GPU runs the same instrumented program."""
+    from vyre_numba.checked import NONE
+    from vyre_numba.ir.checks import instrument
+
+    p = ir.Program([ir.BufferDecl.read("a", 0, "u32"), ir.BufferDecl.output("y", 1, "u32", 1)], 1,
+                   [ir.let("v", ir.load("a", 5))], name="oob")
+    probe, sites = instrument(p)
+    assert [d.dtype for d in probe.buffers[-2:]] == [ir.DataType.U64, ir.DataType.U64]
+    outs = vn.get_backend("reference").dispatch(
+        probe, [np.zeros(1, np.uint32), np.array([2**32 - 1], np.uint64), np.full(1, NONE, np.uint64)],
+        DispatchConfig(grid=(1, 1, 1)))
+    assert outs[-2].tolist() == [2**32] and int(outs[-1][0]) == 5  # invocation 0, index 5

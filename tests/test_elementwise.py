@@ -7,6 +7,8 @@ path. GPU tests (`gpu` marker) run the same cases on the cuda backend with NumPy
 PyTorch arrays and compare bits with the reference backend."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -1139,3 +1141,46 @@ def test_a_temporary_of_a_bare_number_is_named_where_its_type_differs():
     with pytest.raises(IRValidationError) as e:  # a temporary of a typed value is not said to be one
         elementwise("f32 x", "f32 y", "t = u32(1); y = x + t")
     assert "bare number" not in str(e.value)
+
+
+# ---- a red-team's findings (session 42) --------------------------------------------------------
+
+@pytest.mark.parametrize("op,dt,want", [("y = 1", "f32", [1.0] * 3), ("y = 0.5", "f64", [0.5] * 3),
+                                        ("y = 7", "i64", [7] * 3), ("y = True", "bool", [True] * 3),
+                                        ("y = 1; y = y + x", "f32", [1.0, 2.0, 3.0])])
+def test_an_output_first_assigned_a_bare_number_takes_the_outputs_type(op, dt, want):
+    """Regression: `y = 1` typed 1 as a temporary's default (u32) and was refused at the store,
+    where the expression form `1` takes the output's type."""
+    k = elementwise(f"{dt} x", f"{dt} y", op)
+    x = np.arange(3).astype({"f32": np.float32, "f64": np.float64, "i64": np.int64, "bool": np.uint32}[dt])
+    assert k(x, backend=R).tolist() == want
+
+
+@pytest.mark.parametrize("op,dt,fragment", [("y = 1", "bool", "literal 1 cannot be a bool"),
+                                            ("y = 1.5", "i32", "literal 1.5 cannot be a i32"),
+                                            ("y = 300", "u8", "literal 300 cannot be a u8")])
+def test_an_output_first_assigned_a_bare_number_keeps_the_literal_rules(op, dt, fragment):
+    for form in (op, op.split("= ")[1]):  # as a statement and as the expression: the same refusal
+        with pytest.raises(IRValidationError, match=f"(?s){re.escape(fragment)}.*Fix:"):
+            elementwise("u8 x", f"{dt} y", form)
+
+
+@pytest.mark.parametrize("op", ["y = '" + "x" * 100_000 + "'", "y = min(" + ", ".join(["a"] * 20_000) + ") // 2",
+                                "y = [" + ", ".join(["a"] * 20_000) + "]",
+                                "y = " + " + ".join(["a"] * 20_000) + " + True"])
+def test_a_long_operations_error_quotes_it_clipped(op):
+    """Regression: the failing part of the operation was quoted whole (150 KB to 1 MB messages)."""
+    with pytest.raises(IRValidationError, match="Fix:") as e:
+        elementwise("f32 a", "f32 y", op)
+    assert len(str(e.value)) < 2000, len(str(e.value))
+
+
+def test_a_type_whose_repr_raises_is_an_unknown_type_not_a_raw_error():
+    class Odd:
+        def __repr__(self):
+            raise RuntimeError("repr failed")
+
+    for call in (lambda: elementwise({"a": Odd()}, "f32 y", "a"), lambda: ir.DataType.parse(Odd()),
+                 lambda: ir.cast(ir.f32(1.0), Odd())):
+        with pytest.raises(IRValidationError, match="Fix:"):
+            call()

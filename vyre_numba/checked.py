@@ -135,7 +135,7 @@ def dispatch(backend, program: Program, inputs: Sequence | Mapping | None, confi
     # the program's own launch and output sizes: the counters must change neither
     run = dataclasses.replace(plain, grid=b.grid, workgroup=b.workgroup)
     sizes = {d.name: b.sizes[d.name] for d in program.outputs if d.role is Role.OUTPUT}
-    counts, first = np.zeros(max(len(sites), 1), np.uint32), np.full(max(len(sites), 1), NONE, np.uint64)
+    counts, first = np.zeros(max(len(sites), 1), np.uint64), np.full(max(len(sites), 1), NONE, np.uint64)
     if isinstance(inputs, Mapping):
         given = {**inputs, COUNTS: counts, FIRST: first}
     elif inputs is None or isinstance(inputs, (list, tuple)):
@@ -177,7 +177,7 @@ def dispatch_resident(backend, program: Program, buffers: Sequence | Mapping, co
     lengths = {d.name: _elements(b) for d, b in zip(program.bound_buffers, bound)}
     grid, wg = launch_geometry(program, plain, lengths)
     probe, sites = instrument(program, wg)
-    counts = backend.upload(np.zeros(max(len(sites), 1), np.uint32))
+    counts = backend.upload(np.zeros(max(len(sites), 1), np.uint64))
     first = backend.upload(np.full(max(len(sites), 1), NONE, np.uint64))
     backend.dispatch_resident(probe, list(bound) + [counts, first], dataclasses.replace(plain, grid=grid, workgroup=wg))
     lengths.update({d.name: d.count for d in program.buffers if d.is_shared})

@@ -260,9 +260,11 @@ def _not_a_name(name) -> str | None:
 class _Translator:
     """An operation string's `ast` as IR: expressions and the statements that compute the outputs."""
 
-    def __init__(self, kernel: str, source: str, inputs: Sequence[str], outputs: Sequence[str]):
+    def __init__(self, kernel: str, source: str, inputs: Sequence[str], outputs: Sequence[str],
+                 out_types: Mapping[str, ir.DataType] | None = None):
         self.kernel, self.source = kernel, source
         self.inputs, self.outputs = list(inputs), list(outputs)
+        self.out_types = dict(out_types or {})  # an output first assigned a bare number takes its declared type
         self.env: dict[str, ir.Expr] = {n: ir.var(f"v_{n}") for n in inputs}  # what each name reads
         self.stmts: list[ir.Node] = []  # user statements (lets/assigns), then the stores
         self.texts: list[str] = []  # the source of each statement, for messages
@@ -272,7 +274,7 @@ class _Translator:
     # messages
     def fail(self, node: ast.AST | None, why: str, fix: str) -> IRValidationError:
         seg = self.segment(node) if node is not None else None
-        at = f" in `{seg}`" if seg and seg.strip() != self.source.strip() else ""
+        at = f" in `{clip(seg, 120)}`" if seg and seg.strip() != self.source.strip() else ""
         return IRValidationError(f"elementwise {self.kernel!r}: {why}{at} (operation: {shown(self.source, 200)}). "
                                  f"Fix: {fix}.")
 
@@ -359,13 +361,19 @@ class _Translator:
             if _weak_only(value) and target not in self.outputs and target not in assigned:  # the type of its
                 self.defaulted.add(target)  # first value, a bare number's own: said where it differs from another
             var = assigned.get(target)
-            if var is None:  # IR variable names are ASCII: other temporaries are spelt by their UTF-8 bytes
+            text = self.segment(st) or target
+            if var is None and target in self.out_types and _weak_only(value):  # typed by the output, as the
+                var = assigned[target] = "o_" + target  # expression form's store types it: declared, then set
+                t = self.out_types[target]
+                self.stmts.append(ir.let(var, ir.lit(False if t is ir.DataType.BOOL else 0, t)))
+                self.texts.append(text)
+                self.stmts.append(ir.assign(var, value))
+            elif var is None:  # IR variable names are ASCII: other temporaries are spelt by their UTF-8 bytes
                 var = assigned[target] = ("o_" + target if target in self.outputs else "t_" + target
                                           if target.isascii() else "u_" + target.encode().hex())
                 self.stmts.append(ir.let(var, value))
             else:
                 self.stmts.append(ir.assign(var, value))
-            text = self.segment(st) or target
             self.texts.append(text)
             last[target] = text
             self.env[target] = ir.var(var)
@@ -837,7 +845,7 @@ class Elementwise:
     def _translate(self, operation: Operation) -> tuple[list[ir.Node], list[str]]:
         self._defaulted: set[str] = set()
         if isinstance(operation, str):
-            t = _Translator(self.name, operation, self._in_names, self._out_names)
+            t = _Translator(self.name, operation, self._in_names, self._out_names, dict(self.outputs))
             t.translate()
             self._defaulted = t.defaulted
             return t.stmts, t.texts
@@ -915,7 +923,7 @@ class Elementwise:
                                          "another name, e.g. name='saxpy'.", diags)
             m = re.match(r"entry\[1\]\.then\[(\d+)\]", d.where)
             k = int(m.group(1)) - nloads if m else -1
-            where = f"in `{self._texts[k]}`" if 0 <= k < len(self._texts) else d.where
+            where = f"in `{clip(self._texts[k], 120)}`" if 0 <= k < len(self._texts) else d.where
             typing |= "different types" in cause or hint.startswith("convert explicitly")
             if 0 <= k < len(self._texts) and ("different types" in cause or " must be " in cause):
                 for t in self._defaulted:

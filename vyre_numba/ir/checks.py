@@ -6,7 +6,7 @@ Each checked operand is bound to a fresh variable just before its statement (exp
 side effects apart from atomics, so evaluating them there changes nothing; an expression holding
 an atomic keeps its order and only the atomics' indices are checked). A site counts only where
 its value is used: an operand of `select` under its condition, the right side of a logical and/or
-where the left side lets it matter. Two buffers come last in binding order: `COUNTS` (u32 per
+where the left side lets it matter. Two buffers come last in binding order: `COUNTS` (u64 per
 site) and `FIRST` (u64 per site, the smallest (linear invocation << 32 | index) that hit it,
 starting at all ones)."""
 from __future__ import annotations
@@ -62,7 +62,7 @@ def instrument(program: Program, workgroup: tuple[int, int, int] | None = None) 
     w = _Instrumenter(program, wg)
     entry = (n.Let(w.linear.name, w.invocation),) + drive(w.body(program.entry))
     nb = max((b.binding for b in program.bound_buffers), default=-1)
-    buffers = list(program.buffers) + [BufferDecl(COUNTS, nb + 1, Access.READ_WRITE, U32, max(len(w.sites), 1)),
+    buffers = list(program.buffers) + [BufferDecl(COUNTS, nb + 1, Access.READ_WRITE, U64, max(len(w.sites), 1)),
                                        BufferDecl(FIRST, nb + 2, Access.READ_WRITE, U64, max(len(w.sites), 1))]
     return Program(buffers, program.workgroup_size, entry, name=program.name), w.sites
 
@@ -210,7 +210,7 @@ class _Instrumenter:
         self.sites.append(Site(kind, what, where, original))
         first = n.BinOp("add", n.BinOp("mul", n.Cast(U64, self.linear), n.lit(1 << 32, U64)),
                         n.Cast(U64, index) if index is not None else n.lit(0, U64))
-        hit = (n.Let(f"{PREFIX}{self.fresh}", n.Atomic("add", COUNTS, n.lit(k, U32), n.lit(1, U32), None)),
+        hit = (n.Let(f"{PREFIX}{self.fresh}", n.Atomic("add", COUNTS, n.lit(k, U32), n.lit(1, U64), None)),
                n.Let(f"{PREFIX}{self.fresh + 1}", n.Atomic("min", FIRST, n.lit(k, U32), first, None)))
         self.fresh += 2
         pre.append(n.If(_and(path, bad), hit, ()))

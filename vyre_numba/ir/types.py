@@ -109,7 +109,7 @@ class DataType(enum.Enum):
         if value is not None and not isinstance(value, (bool, int, float)):
             try:
                 dt = np.dtype(value)
-            except (TypeError, ValueError, RecursionError):  # a list nested past the limit recurses in NumPy
+            except Exception:  # noqa: BLE001 - NumPy's refusals, a nested list's RecursionError, a raising repr
                 dt = None
             if dt is not None and dt.name in _BY_NAME and dt.byteorder in "=|<":
                 return _BY_NAME[dt.name]

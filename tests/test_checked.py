@@ -374,3 +374,20 @@ def test_a_sites_count_does_not_wrap_at_2_32():
         probe, [np.zeros(1, np.uint32), np.array([2**32 - 1], np.uint64), np.full(1, NONE, np.uint64)],
         DispatchConfig(grid=(1, 1, 1)))
     assert outs[-2].tolist() == [2**32] and int(outs[-1][0]) == 5  # invocation 0, index 5
+
+
+@pytest.mark.parametrize("name", ["reference", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_checked_async_dispatch_raises_run_failures_from_result_as_an_unchecked_one(name):
+    """Regression (a red-team): checked dispatch_async raised what went wrong running (a divergent
+    barrier) at the call, where the unchecked one, and the docs, hand it to result(); a mistake in
+    the call itself still raises at the call."""
+    be = vn.get_backend(name)
+    divergent = ir.Program([B.read("a", 0, "u32"), B.output("out", 1, "u32")], 4,
+                           [ir.if_(ir.gid(0) < ir.u32(2), [ir.barrier("workgroup")]),
+                            ir.store("out", ir.gid(0), ir.u32(1))], name="divergent")
+    for config in (None, WARN, RAISE):
+        pending = be.dispatch_async(divergent, [np.arange(8, dtype=np.uint32)], config)
+        with pytest.raises(vn.VyreError, match="Fix:"):
+            pending.result()
+        with pytest.raises(DispatchError, match="Fix:"):
+            be.dispatch_async(divergent, [np.arange(8) + 0.5], config)

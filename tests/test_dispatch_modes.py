@@ -91,6 +91,23 @@ def test_many_async_in_flight(backend):
         assert np.array_equal(p.result()[0], x * 3 + 1)
 
 
+@pytest.mark.gpu
+def test_async_dispatches_dropped_uncollected_give_their_streams_back():
+    """Regression (a red-team): a CudaPending dropped before result() kept its stream, events and
+    buffer set for good (every fire-and-forget dispatch made a new stream)."""
+    import gc
+
+    be = vn.get_backend("cuda")
+    x = np.arange(5000, dtype=np.uint32)
+    be.dispatch_async(affine(), [x]).result()
+    before = be.host_stats()["streams"]
+    for _ in range(50):
+        be.dispatch_async(affine(), [x])  # dropped at once
+        gc.collect()
+    assert np.array_equal(be.dispatch_async(affine(), [x]).result()[0], x * 3 + 1)
+    assert be.host_stats()["streams"] - before <= 4, be.host_stats()
+
+
 def test_timed_dispatch_reports_nanoseconds(backend):
     x = np.arange(5000, dtype=np.uint32)
     (y,), ns = backend.dispatch_timed(affine(), [x])

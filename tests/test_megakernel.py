@@ -134,6 +134,23 @@ def test_a_buffer_kept_is_stored_as_the_sequence_leaves_it(name):
         be.megakernel([(bump, [x])], keep=5)
 
 
+def test_what_a_megakernel_was_planned_from_cannot_be_changed():
+    """Regression (a red-team): mk.max_rounds = 5 after planning was taken silently; the persistent
+    program still ran the planned rounds while run() reported 5 (the fallbacks ran 5)."""
+    from vyre_numba.errors import ImmutableError
+
+    be = vn.get_backend("reference")
+    steps, (x, y, z, w) = _pipeline(be, 64)
+    mk = be.megakernel(steps, [(x,)], max_rounds=2)
+    for name, value in (("max_rounds", 5), ("until", None), ("steps", ()), ("read", ())):
+        with pytest.raises(ImmutableError, match=f"Megakernel.{name} is fixed once it is planned.*Fix: plan another"):
+            setattr(mk, name, value)
+    with pytest.raises(ImmutableError, match="Fix:"):
+        del mk.max_rounds
+    assert mk.max_rounds == 2 and isinstance(mk.steps, tuple) and mk.run().rounds == 2
+    mk.close()
+
+
 def test_without_a_flag_the_rounds_run_exactly_max_rounds_times():
     be = vn.get_backend("reference")
     steps, (x, y, z, w) = _pipeline(be, 300)

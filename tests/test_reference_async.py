@@ -319,3 +319,38 @@ def test_a_factory_asking_for_another_backend_on_another_thread_does_not_deadloc
         assert isinstance(registry.get_backend("other"), ReferenceBackend) and len(got) == 1
     finally:
         registry._INSTANCES.pop("other", None)
+
+
+def test_a_time_span_timeout_is_refused_and_a_float16_one_waits_without_a_warning():
+    """Regression (a red-team): np.timedelta64 (a Real to NumPy) raised NumPy's raw UFuncTypeError,
+    and np.float16 warned of an overflow comparing against TIMEOUT_MAX."""
+    import warnings
+
+    from vyre_numba.backend import Completed
+
+    done = Completed([np.zeros(1)])
+    for call in (lambda t: done.wait(t), lambda t: done.result(timeout=t)):
+        with pytest.raises(DispatchError, match=r"a time span is not a number of seconds\. Fix: pass span"):
+            call(np.timedelta64(1, "s"))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            call(np.float16(1))
+            call(10**400)
+
+
+def test_cancel_past_the_runs_last_check_is_refused_so_it_never_contradicts_result():
+    """Regression (a red-team): cancel() returned True after the run's last check, and result()
+    then gave the outputs. The window is widened here by a slow count after that check."""
+    be = ReferenceBackend()
+    p = ir.Program([ir.BufferDecl.read("a", 0, "u32"), ir.BufferDecl.output("out", 1, "u32")], 4,
+                   [ir.store("out", ir.gid(0), ir.load("a", ir.gid(0)) + ir.u32(1))], name="inc")
+    in_window, real = threading.Event(), be._counted
+
+    def slow(config):
+        in_window.set()
+        time.sleep(0.3)
+        real(config)
+    be._counted = slow
+    pending = be.dispatch_async(p, [np.arange(4, dtype=np.uint32)])
+    assert in_window.wait(30)
+    assert pending.cancel() is False and pending.result()[0].tolist() == [1, 2, 3, 4]

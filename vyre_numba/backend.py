@@ -256,10 +256,16 @@ def wait_seconds(timeout, call: str = "wait") -> float | None:
     thread can be told to wait, threading.TIMEOUT_MAX: days); anything else is a DispatchError."""
     if timeout is None:
         return None
+    if isinstance(timeout, (np.timedelta64, np.datetime64)):  # NumPy counts them as numbers; they compare as none
+        raise DispatchError(f"{call}(timeout={shown(timeout)}): a time span is not a number of seconds. Fix: pass "
+                            "span / np.timedelta64(1, 's').")
     if isinstance(timeout, (bool, np.bool_)) or not isinstance(timeout, numbers.Real) or not timeout >= 0:
         raise DispatchError(f"{call}(timeout={shown(timeout)}): the timeout is not a non-negative number of seconds. "
                             "Fix: pass seconds as an int or float, or None to wait until done.")
-    return None if timeout >= threading.TIMEOUT_MAX else float(timeout)
+    if isinstance(timeout, numbers.Integral):  # compared exactly: 10**400 has no float
+        return None if int(timeout) >= threading.TIMEOUT_MAX else float(timeout)
+    seconds = float(timeout)  # a float16 compared with TIMEOUT_MAX would overflow (a warning)
+    return None if seconds >= threading.TIMEOUT_MAX else seconds
 
 
 class Completed(Pending):

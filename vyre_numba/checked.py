@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -123,6 +123,12 @@ def _plain(config: DispatchConfig) -> DispatchConfig:
 def dispatch(backend, program: Program, inputs: Sequence | Mapping | None, config: DispatchConfig,
              sizes: Mapping[str, int] | None = None) -> list[np.ndarray]:
     """`backend.dispatch(program, inputs, config)` checked (see the module docstring)."""
+    return _prepared(backend, program, inputs, config, sizes)()
+
+
+def _prepared(backend, program: Program, inputs, config: DispatchConfig, sizes) -> Callable[[], list[np.ndarray]]:
+    """The checked dispatch as a call that runs it: what is wrong with the call itself is raised
+    here, what goes wrong running (and the CheckError) when it is called."""
     from .ir.validate import check
 
     from .bindings import bind
@@ -141,24 +147,30 @@ def dispatch(backend, program: Program, inputs: Sequence | Mapping | None, confi
     elif inputs is None or isinstance(inputs, (list, tuple)):
         given = list(inputs or []) + [counts, first]
     else:  # not inputs at all: the plain dispatch says what is wrong with them
-        return backend.dispatch(program, inputs, plain, sizes=sizes)
-    outs = backend.dispatch(probe, given, run, sizes=sizes)
-    results, counts, first = outs[:-2], outs[-2], outs[-1]
-    lengths = {d.name: _len(v) for d, v in zip(program.inputs, _input_values(program, inputs))}
-    lengths.update({d.name: len(o) for d, o in zip(program.outputs, results)})
-    lengths.update({d.name: d.count for d in program.buffers if d.is_shared})
-    _report(backend, program, config, sites, counts, first, lengths, results)
-    return results
+        backend.dispatch(program, inputs, plain, sizes=sizes)
+        raise AssertionError("unreachable: the plain dispatch refuses what is not inputs")
+
+    def running() -> list[np.ndarray]:
+        outs = backend.dispatch(probe, given, run, sizes=sizes)
+        results, counts, first = outs[:-2], outs[-2], outs[-1]
+        lengths = {d.name: _len(v) for d, v in zip(program.inputs, _input_values(program, inputs))}
+        lengths.update({d.name: len(o) for d, o in zip(program.outputs, results)})
+        lengths.update({d.name: d.count for d in program.buffers if d.is_shared})
+        _report(backend, program, config, sites, counts, first, lengths, results)
+        return results
+    return running
 
 
 def dispatch_now(backend, program: Program, inputs, config: DispatchConfig, sizes=None):
-    """A checked `dispatch_async`: it runs at once, and `result()` gives its outputs or raises its
-    CheckError; mistakes in the call raise here."""
+    """A checked `dispatch_async`: it runs at once, and `result()` gives its outputs or raises what
+    went wrong running (its CheckError among them), as an unchecked one's does; mistakes in the
+    call raise here."""
     from .backend import Completed
 
+    run = _prepared(backend, program, inputs, config, sizes)
     try:
-        return Completed(dispatch(backend, program, inputs, config, sizes))
-    except CheckError as e:
+        return Completed(run())
+    except Exception as e:  # noqa: BLE001 - kept for result(); interrupts still stop the caller
         return Completed(error=e)
 
 

@@ -18,7 +18,7 @@ from . import display
 from .backend import (BEFORE, SEQUENCE_NOTE, UNDER_WAY, Backend, ResidentBuffer, Step, _elements, _fate, _iterable,
                       _overlap, _shape, _storage, as_step, checked_steps, label_counts)
 from .config import DispatchConfig
-from .errors import DispatchError, VyreError, check_calls, whole
+from .errors import DispatchError, ImmutableError, VyreError, check_calls, whole
 from .ir import Program
 from .ir import nodes as n
 from .ir.program import Access, BufferDecl, Role
@@ -64,6 +64,9 @@ class _Plan:
     workgroups: int = 0
 
 
+_PLANNED = ("backend", "steps", "read", "until", "max_rounds")  # what the plan was made from
+
+
 class Megakernel(Unshared):
     """A planned megakernel over resident buffers: `mode` ("megakernel", or "graph" where it fell
     back, "sequence" where recording that graph failed too; `reason` saying why), `program` (the
@@ -80,10 +83,10 @@ class Megakernel(Unshared):
                  max_rounds: int | None = None,
                  workgroups: int | None = None, keep: Iterable = ()):
         self.backend = backend
-        self.steps = [as_step(s) for s in _iterable(steps, "steps")]
+        self.steps = tuple(as_step(s) for s in _iterable(steps, "steps"))
         if not self.steps:
             raise DispatchError("no steps for a megakernel. Fix: pass at least one Step(program, buffers[, config]).")
-        self.read = backend._reads(read)
+        self.read = tuple(backend._reads(read))
         self._keep = frozenset(_storage(b) for b in _iterable(keep, "keep"))
         if max_rounds is None:  # one round, or to convergence: one round of `until` would stop half done
             max_rounds = 1 if until is None else UNTIL_ROUNDS
@@ -107,6 +110,17 @@ class Megakernel(Unshared):
         self._lock = threading.RLock()  # a close from another thread waits for the run in flight
         self._held = [None]  # the fallback graph, once recorded: the finaliser releases what it holds
         self._finalizer = weakref.finalize(self, _release, self._held)
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in _PLANNED and name in self.__dict__:  # the plan (the persistent program) was made from it
+            raise ImmutableError(f"Megakernel.{name} is fixed once it is planned (its persistent program was built "
+                                 f"from it). Fix: plan another, backend.megakernel(steps, read, until=..., "
+                                 f"max_rounds=...), with the {name} you want.")
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        self.__setattr__(name, None)  # refused for what the plan was made from
+        object.__delattr__(self, name)
 
     # ---- what it is --------------------------------------------------------------------------
     mode = property(lambda self: self._p.mode, doc="\"megakernel\", or \"graph\" where it fell back (\"sequence\" where "

@@ -1,6 +1,7 @@
 """The CUDA backend: vyre programs as PTX, assembled by nvJitLink and launched through numba-cuda."""
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import threading
@@ -127,6 +128,7 @@ class CudaBackend(Backend):
         self._thread = threading.local()
         self._ctx = self._context_key()
         self.streams = StreamPool(lambda: _new_stream(drv), destroy=lambda s: drv.cuStreamDestroy(s))
+        self._dropped = _Dropped(self)  # dispatches dropped in flight: given back by the next one
 
     # ---- compilation ----------------------------------------------------------------------------
     def ptx(self, program: Program, config: DispatchConfig | None = None) -> str:
@@ -429,6 +431,7 @@ class CudaBackend(Backend):
     def _issue(self, program, inputs, config, sizes, *, timed: bool) -> "CudaPending":
         b, plan = self._host_plan(program, inputs, config, sizes)
         drv = self._drv
+        self._dropped.drain()
         pending = CudaPending(self, plan)
         try:
             pending.stream = stream = self.streams.take()
@@ -780,15 +783,72 @@ class CudaBackend(Backend):
                 "streams": self.streams.created}
 
 
+class _Held:
+    """What a dispatch in flight holds (its stream, buffer set and events): kept apart from the
+    CudaPending so that one dropped uncollected can hand it to the backend (`_Dropped`)."""
+
+    __slots__ = ("stream", "buffers", "events", "done_event", "plan")
+
+    def __init__(self, plan: HostPlan):
+        self.stream = self.buffers = self.events = self.done_event = None
+        self.plan = plan
+
+
+def _held(name: str) -> property:
+    return property(lambda self: getattr(self._held, name), lambda self, v: setattr(self._held, name, v))
+
+
+class _Dropped:
+    """The holdings of dispatches dropped before their result was collected. A finaliser only
+    queues them (it may run inside a lock their release would take); the next dispatch gives back
+    those whose work has finished, and destroys what a faulted one held."""
+
+    def __init__(self, backend: "CudaBackend"):
+        self._backend = backend
+        self._queue: collections.deque = collections.deque()
+
+    def put(self, held: _Held) -> None:
+        if held.stream is not None or held.buffers is not None or held.done_event is not None:
+            self._queue.append(held)
+
+    def drain(self) -> None:
+        drv, later = self._backend._drv, []
+        while self._queue:
+            held = self._queue.popleft()
+            (err,) = drv.cuEventQuery(held.done_event) if held.done_event is not None else (drv.CUresult.CUDA_SUCCESS,)
+            if err == drv.CUresult.CUDA_ERROR_NOT_READY:
+                later.append(held)  # still running: its buffers and stream stay its own
+                continue
+            _give_back(self._backend, held, failed=err != drv.CUresult.CUDA_SUCCESS)
+        self._queue.extend(later)
+
+
+def _give_back(backend: "CudaBackend", held: _Held, *, failed: bool) -> None:
+    """Destroy the events; give the stream and buffer set back for reuse, or after a failure (the
+    device may still be using them) destroy the stream and drop the buffers."""
+    drv = backend._drv
+    stream, held.stream = held.stream, None
+    for ev in (*(held.events or ()), held.done_event):
+        if ev is not None:
+            drv.cuEventDestroy(ev)
+    held.events = held.done_event = None
+    buffers, held.buffers = held.buffers, None
+    if stream is not None:
+        backend.streams.give(stream) if not failed else drv.cuStreamDestroy(stream)  # freed once its work ends
+    if buffers is not None and not failed:
+        held.plan.give(buffers)
+
+
 class CudaPending(InFlight):
-    """A host dispatch in flight on its own stream (copy, deepcopy and pickle refuse it)."""
+    """A host dispatch in flight on its own stream (copy, deepcopy and pickle refuse it). One dropped
+    before its result is collected gives what it holds back to the backend (see `_Dropped`)."""
+
+    stream, buffers, events, done_event = _held("stream"), _held("buffers"), _held("events"), _held("done_event")
 
     def __init__(self, backend: CudaBackend, plan: HostPlan):
         self.backend, self.plan = backend, plan
-        self.stream: int | None = None
-        self.buffers = None
-        self.events = None
-        self.done_event = None
+        self._held = _Held(plan)
+        weakref.finalize(self, backend._dropped.put, self._held)
         self._result: list[np.ndarray] | None = None
         self._error: BaseException | None = None
         self._lock = threading.Lock()
@@ -836,23 +896,12 @@ class CudaPending(InFlight):
 
     def release(self, *, failed: bool) -> None:
         """Give back what the dispatch holds, once. After a failure the device may still be using
-        its memory, so buffers are dropped rather than reused."""
-        b, drv = self.backend, self.backend._drv
-        stream, self.stream = self.stream, None
+        its memory, so buffers are dropped rather than reused, and the stream is destroyed."""
+        drv = self.backend._drv
         if self.events is not None and not failed:
             err, ms = drv.cuEventElapsedTime(*self.events)
             self._elapsed_ns = int(round(ms * 1e6)) if err == drv.CUresult.CUDA_SUCCESS else 0
-        for ev in (*(self.events or ()), self.done_event):
-            if ev is not None:
-                drv.cuEventDestroy(ev)
-        self.done_event = None
-        if failed:
-            return
-        if stream is not None:
-            b.streams.give(stream)
-        if self.buffers is not None:
-            self.plan.give(self.buffers)
-            self.buffers = None
+        _give_back(self.backend, self._held, failed=failed)
 
 
 _DOWNLOAD = type("_Decl", (), {"name": "buffer"})()

@@ -88,8 +88,10 @@ class ReferenceBackend(Backend):
             try:  # cancelled while queued, or after the last check of a run: result() says so all the same
                 launch.budget.check(binding.program.name, "its start")
                 launch.run()
-                if launch.budget.cancelled:
-                    launch.budget.check(binding.program.name, "its end")
+                with pending._lock:  # past here a cancel() is refused: the results are handed over
+                    if launch.budget.cancelled:
+                        launch.budget.check(binding.program.name, "its end")
+                    pending._finishing = True
                 self._counted(binding.config)
                 pending._finish(binding.results(), None)
             except BaseException as e:  # noqa: BLE001 - handed to the caller by result()
@@ -180,6 +182,8 @@ class ReferencePending(InFlight):
     def __init__(self, budget: Budget):
         self._budget = budget
         self._event = threading.Event()
+        self._lock = threading.Lock()  # cancel() against the run's last check
+        self._finishing = False
         self._outputs: list[np.ndarray] | None = None
         self._error: BaseException | None = None
 
@@ -202,11 +206,13 @@ class ReferencePending(InFlight):
 
     def cancel(self) -> bool:
         """Ask the dispatch to stop at its next loop iteration, fixpoint iteration or chunk; its
-        `result()` then raises DispatchError. False if it had already finished."""
-        if self._event.is_set():
-            return False
-        self._budget.cancel()
-        return True
+        `result()` then raises DispatchError. False if it had already finished (or had passed its
+        last check, and so gives its results)."""
+        with self._lock:
+            if self._event.is_set() or self._finishing:
+                return False
+            self._budget.cancel()
+            return True
 
 
 class _Pool:

@@ -679,3 +679,35 @@ def test_a_matrix_refused_anywhere_is_passed_by_doing_what_the_fix_says():
         fix = re.search(r"np\.asarray\((\w+)\)\.reshape\(-1\)", str(e.value))
         assert fix, str(e.value)
         call(np.asarray(given).reshape(-1))  # passes
+
+
+def test_a_launch_that_misses_part_of_a_guarded_buffer_warns_with_the_grid_that_covers_it():
+    """Regression (a red-team): a histogram reading 10,000 values into 12 bins launched over the
+    bins (the documented default) and counted 256 of them, silently."""
+    import warnings
+
+    be = vn.get_backend("reference")
+    i = ir.var("i")
+    body = [ir.let("i", ir.gid(0)),
+            ir.if_(i < ir.buf_len("z"), [ir.let("o", ir.atomic("add", "h", ir.load("z", i) % 12, ir.u32(1)))])]
+    hist = ir.Program([ir.BufferDecl.read("z", 0, "u32"), ir.BufferDecl.read_write("h", 1, "u32")], 256, body,
+                      name="hist")
+    z = np.arange(10_000, dtype=np.uint32)
+    with pytest.warns(vn.CoverageWarning, match=r"buf_len\('z'\), 10000 elements.*Fix: pass "
+                                                r"DispatchConfig\(grid=\(40, 1, 1\)\)"):
+        (h,) = be.dispatch(hist, [z, np.zeros(12, np.uint32)])
+    assert h.sum() == 256
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (h,) = be.dispatch(hist, [z, np.zeros(12, np.uint32)], DispatchConfig(grid=(40, 1, 1)))
+        assert h.sum() == 10_000
+        # a grid-stride loop moves its index on: the launch need not cover the buffer
+        stride = [ir.let("i", ir.gid(0)),
+                  ir.loop("k", 0, 64, [ir.if_(i < ir.buf_len("z"), [ir.let("o", ir.atomic(
+                      "add", "h", ir.load("z", i) % 12, ir.u32(1)))]), ir.assign("i", i + 256)])]
+        p = ir.Program(hist.buffers, 256, stride, name="strided")
+        assert be.dispatch(p, [z, np.zeros(12, np.uint32)])[0].sum() == 10_000
+        same = ir.Program([ir.BufferDecl.read("x", 0, "u32"), ir.BufferDecl.output("y", 1, "u32")], 64,
+                          [ir.if_(ir.gid(0) < ir.buf_len("x"), [ir.store("y", ir.gid(0), ir.load("x", ir.gid(0)))])],
+                          name="copy")
+        assert be.dispatch(same, [z])[0].tolist() == z.tolist()  # the output is as long: covered

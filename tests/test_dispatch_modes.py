@@ -762,6 +762,18 @@ def test_reference_downloads_refuse_arrays_no_buffer_can_be():
     assert be.download(be.upload(np.array([True, False]))).tolist() == [True, False]
 
 
+def test_a_table_whose_columns_numpy_reads_inexactly_is_refused(backend):
+    """Regression (a red-team): upload(DataFrame) of an int64 id column beside a float one gave
+    float64, rounding 2**53 + 1 silently; a table that converts exactly is taken as NumPy reads it."""
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame({"id": [2**53 + 1, 3], "w": [0.5, 1.5]})
+    with pytest.raises(DispatchError, match=r"column 'id' \(int64\).*row 0 \(9007199254740993 becomes.*Fix: pass each "
+                                            r"column on its own \(x\['id'\].to_numpy\(\)\)"):
+        backend.upload(df)
+    ok = pd.DataFrame({"id": [7, 3], "w": [0.5, 1.5]})
+    assert np.ravel(backend.download(backend.upload(ok))).tolist() == [7.0, 0.5, 3.0, 1.5]
+
+
 def test_a_masked_array_is_not_uploaded_without_its_mask(backend):
     from vyre_numba import DispatchError
 

@@ -1184,3 +1184,18 @@ def test_a_type_whose_repr_raises_is_an_unknown_type_not_a_raw_error():
                  lambda: ir.cast(ir.f32(1.0), Odd())):
         with pytest.raises(IRValidationError, match="Fix:"):
             call()
+
+
+@pytest.mark.parametrize("values,dt,declared,element", [(np.array([-1, 5]), "u32", "i64", "element 0, -1"),
+                                                        (np.array([2**40 + 7]), "i32", "i64", "element 0, 1099511627783"),
+                                                        (np.array([0.5, 1.25]), "i32", "f64", "element 0, 0.5"),
+                                                        (np.array([1.0, 0.1]), "f32", "f64", "element 1, 0.1")])
+def test_a_dtype_fix_never_suggests_a_conversion_that_changes_the_values(values, dt, declared, element):
+    """Regression (a red-team): the Fix said a.astype(np.uint32) for an int64 array holding -1,
+    which wraps; where a value would change, only declaring the array's own type is suggested."""
+    k = elementwise(f"{dt} a", f"{dt} y", "a")
+    with pytest.raises(DispatchError, match=rf"Fix: declare 'a' as {declared}, which holds its values .*{element}\)"):
+        k(values, backend=R)
+    fits = np.array([1, 2])  # every value converts exactly: the conversion is the fix
+    with pytest.raises(DispatchError, match=rf"Fix: convert it explicitly \(a.astype\(np.{np.dtype(k.inputs[0][1].storage)}\)\)"):
+        k(fits if dt != "f32" else fits.astype(np.float64), backend=R)

@@ -1107,9 +1107,31 @@ def host_array(x, what: str, on_device: str, masked: str, other: str) -> np.ndar
     refuse_missing(x, what)
     refuse_raw_bytes(x, what)
     try:
-        return np.asarray(x)
+        arr = np.asarray(x)
     except (TypeError, ValueError) as e:
         raise DispatchError(f"{what} is not an array of numbers ({e}). Fix: {other}") from None
+    _refuse_inexact_frame(x, arr, what)
+    return arr
+
+
+def _refuse_inexact_frame(x, arr: np.ndarray, what: str) -> None:
+    """A DispatchError where `x` is a table (a pandas DataFrame) whose columns of several dtypes NumPy
+    read as one (`arr`) that changes some value of a column (int64 ids past 2**53 in float64)."""
+    dtypes = getattr(x, "dtypes", None)
+    if arr.ndim != 2 or dtypes is None or isinstance(dtypes, np.dtype) or not hasattr(x, "iloc"):
+        return
+    for j, (name, dt) in enumerate(dtypes.items()):
+        if dt == arr.dtype or not isinstance(dt, np.dtype) or dt.kind not in "biuf":
+            continue
+        col = np.asarray(x.iloc[:, j])
+        with np.errstate(all="ignore"):
+            back = arr[:, j].astype(dt)
+        bad = np.flatnonzero(back != col)
+        if bad.size:
+            raise DispatchError(f"{what} is a table whose column {shown(name)} ({dt}) NumPy reads, with the others, as "
+                                f"{arr.dtype}, which changes its value in row {int(bad[0])} ({shown(col[bad[0]].item())} "
+                                f"becomes {shown(arr[bad[0], j].item())}). Fix: pass each column on its own "
+                                f"(x[{name!r}].to_numpy()), or convert the table on purpose (x.astype(...)).")
 
 
 def check_write(dtype: np.dtype, size: int, values, offset) -> tuple[np.ndarray, int]:

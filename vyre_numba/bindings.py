@@ -8,7 +8,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .config import DispatchConfig
-from .errors import INTEGERS, DispatchError, HostMemoryError, LaunchError, a_type, flat_fix, refuse_raw_bytes, shown
+from .errors import (INTEGERS, CoverageWarning, DispatchError, HostMemoryError, LaunchError, a_type, flat_fix,
+                     refuse_raw_bytes, shown, warn_user)
 from .ir import BufferDecl, DataType, Program, check
 from .ir.types import _bf16_to_f32, _f32_to_bf16
 from .ir.program import Role
@@ -450,6 +451,8 @@ def launch_geometry(program: Program, config: DispatchConfig, sizes: Mapping[str
         outputs = [sizes[b.name] for b in program.outputs]
         cover = max(outputs) if outputs else max(sizes.values(), default=wg[0])
         grid = (-(-cover // wg[0]), 1, 1)
+        if program.length_guards:
+            _warn_uncovered(program, sizes, grid[0] * wg[0], wg[0])
     check_launch_limits(program.name, grid, wg)
     for b in program.outputs:
         r = b.output_byte_range
@@ -464,6 +467,20 @@ def launch_geometry(program: Program, config: DispatchConfig, sizes: Mapping[str
                             "once. Fix: dispatch it with DispatchConfig(cooperative=True) (on the GPU the grid must "
                             "then fit on the device at once).")
     return grid, wg
+
+
+def _warn_uncovered(program: Program, sizes: Mapping[str, int], launched: int, wx: int) -> None:
+    """A CoverageWarning where a buffer the program guards the invocation id with is longer than the
+    invocations a launch sized by the outputs has."""
+    longer = [(sizes[b], b) for b in program.length_guards if sizes.get(b, 0) > launched]
+    if longer:
+        size, name = max(longer)
+        warn_user(CoverageWarning(
+            f"dispatch of {program.name!r}: the launch covers its outputs ({launched} invocations), but the program "
+            f"compares the invocation id with buf_len({name!r}), {size} elements: invocations from {launched} on "
+            f"never run, so the rest of {name!r} is not visited. Fix: pass DispatchConfig(grid=({-(-size // wx)}, 1, "
+            f"1)) to cover {name!r} (or loop over it in a grid-stride loop), or compare with an output's length if "
+            f"the launch is meant to cover only the outputs."))
 
 
 MAX_WORKGROUP = 1024

@@ -777,6 +777,21 @@ def _device_dtype(arg: _Arg, where: str) -> np.dtype | None:
     return np.dtype(cai["typestr"])
 
 
+def _changed_by_astype(v: np.ndarray, dt: DataType) -> int | None:
+    """The first flat index whose value `v.astype(dt.storage)` would change (wrap, truncate,
+    round or saturate; a NaN kept as NaN is no change), or None."""
+    if dt.is_bool or dt is DataType.BF16 or v.dtype.kind not in "iuf":
+        return None
+    flat = v.reshape(-1)
+    with np.errstate(all="ignore"):
+        back = flat.astype(dt.storage).astype(flat.dtype)
+    same = back == flat
+    if flat.dtype.kind == "f" and np.dtype(dt.storage).kind == "f":
+        same |= np.isnan(back) & np.isnan(flat)
+    bad = np.flatnonzero(~same)
+    return int(bad[0]) if bad.size else None
+
+
 def _dtype_fix(x: str, dt: DataType, have: np.dtype) -> str:
     if dt.is_bool:
         return f"bool elements are 32-bit words in vyre buffers: pass {x}.astype(np.uint32) (0 or 1)"
@@ -1072,8 +1087,14 @@ class Elementwise:
 
     def _check_dtype(self, a: _Arg, dt: DataType, have: np.dtype | None, role: str, where: str) -> None:
         if have is not None and have != dt.storage:
+            fix = _dtype_fix(a.name, dt, have)
+            k = _changed_by_astype(a.value, dt) if a.kind == "numpy" and role == "input" and have.name in _CASTS else None
+            if k is not None:  # the conversion the fix names would change a value: only the declaration fits
+                flat = a.value.reshape(-1)
+                fix = (f"declare {a.name!r} as {_CASTS[have.name]}, which holds its values ({a.name}.astype(np."
+                       f"{dt.storage}) would change element {k}, {shown(flat[k].item())})")
             raise DispatchError(f"{where}: {role} {a.name!r} is declared {dt} ({dt.storage}) but the array holds "
-                                f"{have}; nothing is converted implicitly. Fix: {_dtype_fix(a.name, dt, have)}.")
+                                f"{have}; nothing is converted implicitly. Fix: {fix}.")
 
     def _scalar_host(self, a: _Arg, dt: DataType, where: str) -> np.ndarray:
         """A host scalar as one element of `dt`, converted only where exact."""

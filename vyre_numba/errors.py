@@ -409,6 +409,12 @@ class CacheWarning(UserWarning):
     without it, compiling afresh in every process. Said once a directory."""
 
 
+class CoverageWarning(UserWarning):
+    """A dispatch sized by its outputs launches fewer invocations than a buffer its program compares
+    the invocation id with (`i < buf_len("x")`) is long: the rest of that buffer is never visited
+    (a histogram or a count into a small output, say). Its message names the grid that covers it."""
+
+
 class CheckWarning(UserWarning):
     """What a checked dispatch (`DispatchConfig(checked=True)`) found; `report` has the details."""
 

@@ -219,6 +219,7 @@ class Program:
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "_digest", None)
         object.__setattr__(self, "_caps", None)
+        object.__setattr__(self, "_guards", None)
         object.__setattr__(self, "_optimized", None)
         object.__setattr__(self, "entry", resolve_literals(bufs, n._body(entry)))
 
@@ -277,6 +278,24 @@ class Program:
                 caps.add("grid_sync")
         object.__setattr__(self, "_caps", frozenset(caps))
         return self._caps
+
+    @property
+    def length_guards(self) -> frozenset[str]:
+        """The buffers whose length the invocation id along x is compared with (`gid(0) <
+        buf_len("x")`, through a `let` too): a guard that says which invocations have work."""
+        if self._guards is None:
+            def gid(e) -> bool:
+                return isinstance(e, n.Builtin) and e.name == "invocation_id" and e.axis == 0
+            ids = {x.name for x in walk(self.entry) if isinstance(x, n.Let) and gid(x.value)}
+            ids -= {x.name for x in walk(self.entry) if isinstance(x, n.Assign)}  # a grid-stride index moves on
+            guarded = set()
+            for x in walk(self.entry):
+                if isinstance(x, n.BinOp) and x.op in ("lt", "le", "gt", "ge"):
+                    for i, length in ((x.a, x.b), (x.b, x.a)):
+                        if isinstance(length, n.BufLen) and (gid(i) or isinstance(i, n.Var) and i.name in ids):
+                            guarded.add(length.buffer)
+            object.__setattr__(self, "_guards", frozenset(guarded))
+        return self._guards
 
     # ---- serialisation --------------------------------------------------------------------
     def to_dict(self) -> dict:

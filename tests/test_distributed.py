@@ -918,9 +918,13 @@ def test_the_fix_for_float_dataframe_columns_converts_both_and_works(client):
     import pandas as pd
 
     df = dd.from_pandas(pd.DataFrame({"a": [0.0, 1.0], "b": [1, 2]}), npartitions=1)
-    with pytest.raises(VyreError, match=r"column 'a' has dtype float64 .*Fix: once no value is missing, convert the "
-                                        r"columns: edges = edges\.astype\(\{'a': 'int64', 'b': 'int64'\}\)"):
+    with pytest.raises(VyreError, match=r"column 'a' has dtype float64; .*Fix: once no value is missing, convert the "
+                                        r"columns: edges = edges\.astype\(\{'a': 'int64', 'b': 'int64'\}\)") as e:
         connected_components(edges=df, n=3, columns=("a", "b"), client=client, backend="reference")
+    assert "read as" not in str(e.value)  # refused from the frame's metadata, before a partition ran (a red-team)
+    nullable = dd.from_pandas(pd.DataFrame({"a": pd.array([0, None], "Int64"), "b": [1, 2]}), npartitions=1)
+    with pytest.raises(VyreError, match=r"column 'a' has dtype Int64; vertex ids are integers, none missing"):
+        connected_components(edges=nullable, n=3, columns=("a", "b"), client=client, backend="reference")
     df = df.astype({"a": "int64", "b": "int64"})
     assert connected_components(edges=df, n=3, columns=("a", "b"), client=client, backend="reference").tolist() == [0] * 3
 

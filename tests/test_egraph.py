@@ -1486,3 +1486,14 @@ def test_adds_file_their_rows_into_the_kept_index_and_stay_exact():
     fresh = EGraph.from_arrays(d["eclass"], d["op"], d["offsets"], d["children"], backend="reference")
     fresh.rebuild(progress=False)
     assert np.array_equal(fresh.find(d["eclass"]), g.find(d["eclass"]))
+
+
+def test_a_path_to_a_serialized_egraph_is_told_to_be_read_first(tmp_path):
+    from pathlib import Path
+
+    f = tmp_path / "g.json"
+    f.write_text(json.dumps({"nodes": {"a": {"op": "x", "children": [], "eclass": "c"}}}))
+    for given in (str(f), Path(f)):
+        with pytest.raises(DispatchError, match=r"Fix: .*pass its text, open\(path\).read\(\)"):
+            EGraph.from_serialized(given)
+    assert EGraph.from_serialized(f.read_text()).n_nodes == 1

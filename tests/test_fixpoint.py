@@ -858,3 +858,24 @@ def test_a_step_that_does_not_compile_is_told_numbas_reason_not_its_pipeline_sta
     with pytest.raises(DispatchError, match=r"\(No implementation of function .*setitem.* found for signature: "
                                             r">>> setitem\(array\(float64"):
         fixpoint.run(writes_text, 3, [np.zeros(3)], backend="reference")
+
+
+class _Settings:
+    limit = 3
+
+
+_SETTINGS = _Settings()
+
+
+def _reads_an_object(i, a):
+    if a[i] < _SETTINGS.limit:
+        a[i] += 1
+        return 1
+    return 0
+
+
+def test_a_step_reading_an_objects_attribute_is_told_to_read_it_into_a_number_first():
+    """A notebook's `cfg.t` in a step: Numba has no type for the object; the message says what to do."""
+    with pytest.raises(DispatchError, match=r"Untyped global name '_SETTINGS'.*read what it needs from _SETTINGS into "
+                                            r"a number or an array first \(t = _SETTINGS.t\)"):
+        fixpoint.run(_reads_an_object, 3, [np.zeros(3, np.int64)])

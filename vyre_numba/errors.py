@@ -5,6 +5,7 @@ import dataclasses
 import difflib
 import functools
 import inspect
+import re
 import reprlib
 import sys
 import types
@@ -521,6 +522,11 @@ def numba_reason(e: BaseException, width: int = 300) -> str:
     text = useful[0]
     if text.endswith(":") and len(useful) > 1:  # "... found for signature:" and the signature
         text = f"{text} {useful[1]}"
+    name = re.match(r"Untyped global name '(\w+)'", text)
+    if name and "Cannot determine Numba type of <class" in text:  # an object: a notebook's `cfg.t`, say
+        x = name.group(1)
+        return clip(text, width) + (f"; read what it needs from {x} into a number or an array first (t = {x}.t) "
+                                    f"and use that")
     return clip(text, width)
 
 

@@ -602,9 +602,7 @@ def _chunk_edges(chunk, columns) -> np.ndarray:
                                 "(edges.to_backend('pandas')).") from None
         if a.dtype.kind not in "iu":
             raise DispatchError(f"column {shown(c)} has dtype {col.dtype} (read as {a.dtype}); vertex ids are "
-                                f"integers, none missing. Fix: once no value is missing, convert the columns: "
-                                f"edges = edges.astype({dict.fromkeys(columns, 'int64')!r}) (or pass the right "
-                                "columns=).")
+                                f"integers, none missing. Fix: {_to_ids(columns)}")
         if a.dtype == np.uint64 and a.size and int(a.max()) >= 2**63:
             raise DispatchError(f"column {shown(c)} names vertex {int(a.max())}, past every 32-bit vertex id. Fix: "
                                 "pass edges whose ids are below n, the vertex count.")
@@ -633,6 +631,7 @@ def _edge_parts(client, edges, n, columns, workers):
     cluster.own_futures(client, edges, "edges")
     if hasattr(edges, "columns"):
         columns = _frame_columns(edges.columns, columns)
+        _check_column_types(edges, columns)  # from the frame's metadata: refused here, not once a partition
         parts = list(edges.to_delayed())
     else:
         columns = None
@@ -652,6 +651,22 @@ def _edge_parts(client, edges, n, columns, workers):
     owned = np.linspace(0, n, k + 1).astype(np.int64)
     specs = [(None, None, int(owned[p]), int(owned[p + 1]), "edges", chunks[p], columns) for p in range(k)]
     return specs, n, places
+
+
+def _check_column_types(edges, columns: tuple) -> None:
+    """A DispatchError where the Dask DataFrame's metadata gives a src or dst column a type other
+    than a NumPy integer (a float, or pandas' nullable Int64, which may hold missing ids)."""
+    dtypes = getattr(edges, "dtypes", None)
+    for c in columns:
+        dt = dtypes[c] if dtypes is not None else None
+        if dt is not None and not (isinstance(dt, np.dtype) and dt.kind in "iu"):
+            raise DispatchError(f"column {shown(c)} has dtype {dt}; vertex ids are integers, none missing. Fix: "
+                                f"{_to_ids(columns)}")
+
+
+def _to_ids(columns: tuple) -> str:
+    return (f"once no value is missing, convert the columns: edges = edges.astype("
+            f"{dict.fromkeys(columns, 'int64')!r}) (or pass the right columns=).")
 
 
 def _default_columns(columns) -> bool:

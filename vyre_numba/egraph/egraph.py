@@ -39,9 +39,11 @@ MAX_ROWS = 2**29 - 1  # the device's hash table keeps 4 slots a row, addressed b
 
 @dataclass(frozen=True, repr=False)
 class RebuildStats(display.Shown):
-    """What a rebuild did: rounds run, classes merged, rows (re)hashed in all, whether it reached
-    the fixed point, device nanoseconds in all and per phase (CUDA events on the GPU; on the
-    reference backend the CPU is the device, timed by the host clock) and host seconds in all."""
+    """What a rebuild did: rounds run, classes it merged (`unions`: by congruence; the unions the
+    caller asked for before it are not counted, see `ClosureResult.merged`), rows (re)hashed in
+    all, whether it reached the fixed point, device nanoseconds in all and per phase (CUDA events on
+    the GPU; on the reference backend the CPU is the device, timed by the host clock) and host
+    seconds in all."""
 
     rounds: int
     unions: int

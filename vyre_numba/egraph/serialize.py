@@ -121,6 +121,17 @@ def rows_of_terms(terms: Sequence[Any]):
             np.array(roots, np.int64))
 
 
+def _a_file(text: "str | bytes") -> str | None:
+    """`text` where it is the path of an existing file (short, one line), else None."""
+    import os
+
+    try:
+        path = os.fsdecode(text)
+        return path if len(path) < 4096 and "\n" not in path and os.path.isfile(path) else None
+    except (TypeError, ValueError, OSError):
+        return None
+
+
 def _bad(what: str) -> DispatchError:
     return DispatchError(f"the serialized e-graph's {what}. Fix: pass egraph-serialize JSON: "
                          "{'nodes': {id: {'op': str, 'children': [node id, ...], 'eclass': str}}, "
@@ -133,14 +144,21 @@ def _node_id(c) -> bool:
 
 def rows_of_serialized(data: "str | dict"):
     """(eclass, op, offsets, children, op names, what writing back needs) of egraph-serialize JSON."""
+    import os
+
+    if isinstance(data, os.PathLike):
+        raise DispatchError(f"the serialized e-graph is the path {shown(os.fspath(data))}, not its JSON. Fix: pass its "
+                            "text, open(path).read() (or Path.read_text()).")
     given = not isinstance(data, (str, bytes))  # a dict of the caller's, whose values must not be shared
     try:
         if isinstance(data, (str, bytes)):
             try:
                 data = json.loads(data)
             except ValueError as e:
-                raise DispatchError(f"the serialized e-graph is not JSON ({e}). Fix: pass egglog's "
-                                    "serialize(...).to_json() text or the dict it decodes to.") from e
+                path = _a_file(data)
+                raise DispatchError(f"the serialized e-graph is not JSON ({e}). Fix: " + (
+                    f"it names the file {shown(path)}: pass its text, open(path).read()." if path else
+                    "pass egglog's serialize(...).to_json() text or the dict it decodes to.")) from e
         else:  # what to_serialized will write must be JSON: no sets, objects or tuple keys anywhere
             try:
                 json.dumps(data)

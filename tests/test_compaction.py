@@ -572,13 +572,14 @@ class FakeDeviceArray:
         self.__cuda_array_interface__ = {"typestr": "<i4", "shape": (n,), "data": (0, False), "version": 3}
 
 
-def test_pandas_and_dask_containers_are_refused_with_their_conversion():
+def test_pandas_of_their_own_dtypes_and_dask_containers_are_refused_with_their_conversion():
+    """(A Series or Index of a NumPy dtype is taken as its array: see the test after this one.)"""
     pd = pytest.importorskip("pandas")
     s = pd.Series(np.arange(4))
-    for call, fix in [(lambda: compaction.select(s, np.ones(4, bool)), "values.to_numpy()"),
-                      (lambda: compaction.nonzero(pd.Series([True, False], dtype="boolean")), "flags.to_numpy()"),
+    for call, fix in [(lambda: compaction.nonzero(pd.Series([True, False], dtype="boolean")), "flags.to_numpy()"),
                       (lambda: compaction.select(s.astype("category"), np.ones(4, bool)), "values.to_numpy()"),
-                      (lambda: compaction.select_if(pd.Index([1, 2]), lambda v: v > 1), "values.to_numpy()")]:
+                      (lambda: compaction.select_if(pd.Index([1, 2], dtype="Int64"), lambda v: v > 1),
+                       "values.to_numpy()")]:
         with pytest.raises(DispatchError, match="Fix:") as e:
             call()
         assert fix in str(e.value)
@@ -1638,3 +1639,17 @@ def test_gpu_a_scatter_made_ready_refuses_to_run_after_a_later_selection(make):
         assert sel.watch() == (n + 2) // 3
         ready(out.device_ctypes_pointer.value, n)
         assert np.array_equal(out.copy_to_host()[:(n + 2) // 3], np.arange(0, n, 3))
+
+
+def test_a_pandas_series_of_a_numpy_dtype_is_taken_as_its_array():
+    """A user red-team: the graph calls, dispatch and upload took a Series; compaction refused one."""
+    pd = pytest.importorskip("pandas")
+    s = pd.Series([1, 5, 3, 8], dtype="int32")
+    want = np.array([5, 3, 8], np.int32)
+    for got in (compaction.select(s, s > 2), compaction.select_if(s, lambda v: v > 2),
+                compaction.read_compacted(s, s > 2)):
+        assert isinstance(got, np.ndarray) and got.dtype == np.int32 and got.tolist() == want.tolist()
+    assert compaction.nonzero(s > 2).tolist() == [1, 2, 3]
+    assert compaction.select(pd.Index([4, 6]), np.array([0, 1], np.uint8)).tolist() == [6]
+    with pytest.raises(DispatchError, match=r"values is a pandas Series with 1 missing value.*Fix: pass x.fillna"):
+        compaction.select(pd.Series([1, None], dtype="Int64"), np.ones(2, np.uint8))

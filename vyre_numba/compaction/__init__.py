@@ -101,6 +101,18 @@ def _dtype(a) -> np.dtype:
     return interface_dtype(cai)
 
 
+def _from_pandas(x, name: str):
+    """A pandas Series or Index of a NumPy dtype as its NumPy array (host in, NumPy out); one with
+    missing values (pd.NA) is refused, as the rest of vyre_numba refuses it."""
+    if type(x).__name__ in ("Series", "Index") and type(x).__module__.startswith("pandas"):
+        from ..bindings import refuse_missing
+
+        refuse_missing(x, name)
+        if isinstance(x.dtype, np.dtype):
+            return x.to_numpy()
+    return x
+
+
 def _check_values(a, name: str = "values"):
     if not (isinstance(a, np.ndarray) or _is_device(a)):
         hint = {"Series": f"{name}.to_numpy()", "Index": f"{name}.to_numpy()", "Array": f"{name}.compute()",
@@ -569,6 +581,7 @@ def select(values: ArrayIn, flags: ArrayIn, *, stream: Stream | None = None) -> 
         out = _small(flags, values, True, _kernels().flag_nonzero, values.dtype)
         if out is not None:
             return out
+    values, flags = _from_pandas(values, "values"), _from_pandas(flags, "flags")
     n = _check_values(values)
     _check_flags(flags, n)
     check_stream(stream)
@@ -591,6 +604,7 @@ def select_if(values: ArrayIn, predicate: Callable, *, stream: Stream | None = N
     bits. Under the CUDA simulator the predicate runs as Python on NumPy scalars, whose integer
     promotion differs from Numba's compiled one (int8 * int8 wraps in int8 there, uint64 + int64
     is a float): check such predicates on a GPU or the host."""
+    values = _from_pandas(values, "values")
     n, predicate, key = _checked_if(values, predicate)
     check_stream(stream)
     if not _on_device(values):
@@ -616,6 +630,7 @@ def nonzero(flags: ArrayIn, *, stream: Stream | None = None) -> ArrayOut:
         out = _small(flags, None, True, _kernels().flag_nonzero, np.dtype(np.int64))
         if out is not None:
             return out
+    flags = _from_pandas(flags, "flags")
     n = _check_flags(flags, None)
     check_stream(stream)
     if not _on_device(flags):
@@ -702,6 +717,7 @@ def read_compacted(values: ArrayIn, flags: ArrayIn, *, capacity: int | None = No
     Without a capacity the result always fits; with one, a result larger than `capacity` raises
     CapacityError naming the count needed, and nothing is lost (the inputs are untouched). Host
     arrays give the same result from the NumPy twin, so code written for both runs unchanged."""
+    values, flags = _from_pandas(values, "values"), _from_pandas(flags, "flags")
     n = _check_values(values)
     _check_flags(flags, n)
     check_stream(stream)

@@ -680,4 +680,4 @@ def test_escape_shows_control_characters_and_lone_surrogates_so_the_html_can_be_
 
     out = escape("a\x00b\ud800c<&>\te")
     assert out == "a\\x00b\\ud800c&lt;&amp;&gt;\te" and out.encode("utf-8")
-    assert escape("plain é") == "plain é"
+    assert escape("plain é") == "plain é" and escape("a\x85b") == "a\\x85b"  # C1 controls too

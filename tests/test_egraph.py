@@ -1497,3 +1497,12 @@ def test_a_path_to_a_serialized_egraph_is_told_to_be_read_first(tmp_path):
         with pytest.raises(DispatchError, match=r"Fix: .*pass its text, open\(path\).read\(\)"):
             EGraph.from_serialized(given)
     assert EGraph.from_serialized(f.read_text()).n_nodes == 1
+
+
+def test_union_of_a_table_with_a_missing_id_is_told_as_missing():
+    pd = pytest.importorskip("pandas")
+    g = EGraph.from_arrays([0, 1], [0, 0], [0, 0, 0], [], backend="reference")
+    with pytest.raises(DispatchError, match=r"pairs is a pandas DataFrame with 1 missing value.*row 1.*Fix:"):
+        g.union(pd.DataFrame({"a": pd.array([0, None], "Int64"), "b": [1, 1]}))
+    g.union(pd.DataFrame({"a": pd.array([0], "Int64"), "b": [1]}))
+    assert g.find([0, 1]).tolist() == [0, 0]

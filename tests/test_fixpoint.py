@@ -879,3 +879,48 @@ def test_a_step_reading_an_objects_attribute_is_told_to_read_it_into_a_number_fi
     with pytest.raises(DispatchError, match=r"Untyped global name '_SETTINGS'.*read what it needs from _SETTINGS into "
                                             r"a number or an array first \(t = _SETTINGS.t\)"):
         fixpoint.run(_reads_an_object, 3, [np.zeros(3, np.int64)])
+
+
+class _NumbaLike:
+    """A device array as numba's DeviceNDArray shows itself: a NumPy dtype, and an interface with no descr."""
+
+    def __init__(self, dtype, n: int = 3):
+        self.dtype = np.dtype(dtype)
+        self.__cuda_array_interface__ = {"typestr": self.dtype.str, "shape": (n,), "strides": None,
+                                         "data": (4096, False), "version": 3}
+
+
+def test_record_device_arrays_without_descr_or_with_padding_are_typed_as_their_records():
+    """Regression (the session's review): numba's own device arrays (what upload gives) name a record
+    only as |V8 and were refused; an aligned record's descr has padding entries, read as a field."""
+    from offline_link import InterfaceArray as DeviceArray
+    from vyre_numba.fixpoint import device
+
+    rec = np.dtype([("x", "<i4"), ("y", "<f4")])
+    aligned = np.dtype([("x", "<i4"), ("y", "<f8")], align=True)
+    for a, dt in ((_NumbaLike(rec), rec), (DeviceArray(aligned), aligned)):
+        kinds, params = device._arg_kinds([a])
+        got = numba.np.numpy_support.as_dtype(kinds[0].dtype)
+        assert got.itemsize == dt.itemsize and params[3] == ("b64", dt.itemsize)
+        assert {k: (v[0], v[1]) for k, v in got.fields.items()} == {k: (v[0], v[1]) for k, v in dt.fields.items()}
+        device._step_ptx(lambda i, a: a[i].x > a[i].y, kinds, (9, 0))
+
+
+def _reads_badly(i, a):
+    return a.no_such_attribute
+
+
+def test_a_step_that_only_reads_a_read_only_array_is_not_blamed_for_a_write():
+    """Regression (the session's review): any compile error naming a read-only array's type was
+    reported as "is read-only, but the step writes it"."""
+    from offline_link import InterfaceArray as DeviceArray
+    from vyre_numba.fixpoint import device
+
+    frozen = np.zeros(3, np.int64)
+    frozen.setflags(write=False)
+    with pytest.raises(DispatchError, match="does not compile with Numba") as e:
+        fixpoint.run(_reads_badly, 3, [frozen])
+    assert "read-only" not in str(e.value)
+    with pytest.raises(DispatchError, match="does not compile for the GPU") as e:
+        device._step_ptx(_reads_badly, device._arg_kinds([DeviceArray("<i8", 3, readonly=True)])[0], (9, 0))
+    assert "read-only" not in str(e.value)

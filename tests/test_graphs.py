@@ -702,3 +702,14 @@ def test_an_interrupt_anywhere_in_a_replay_leaves_the_recording_usable():
                 break
         rec.close()
         assert rec.closed
+
+
+def test_replay_resident_runs_with_a_read_only_input_it_never_writes():
+    """Regression (the session's review): the own-buffer check refused every read-only buffer, though
+    replay_resident writes only what the program writes (replay copies the inputs in: refused)."""
+    be = vn.get_backend("reference")
+    g = be.record_graph(affine(), [np.arange(8, dtype=np.uint32)])
+    g.buffers["x"].flags.writeable = False
+    assert g.replay_resident()[0].tolist() == (np.arange(8) * 3 + 1).tolist()
+    with pytest.raises(DispatchError, match="replay: the recording's buffer 'x' was made read-only"):
+        g.replay([np.ones(8, np.uint32)])

@@ -41,3 +41,17 @@ def test_a_factory_must_make_a_backend_and_a_name_registered_again_is_made_afres
     other = type(ref)()
     registry.register("five", lambda: other, lambda: None)
     assert vn.get_backend("five") is other
+
+
+def test_a_name_registered_again_while_its_old_backend_is_made_keeps_the_new_one(clean):
+    """Regression (the session's review): an in-flight get_backend of the old factory stored its
+    backend after register had dropped the name's instance, for good."""
+    ref = vn.get_backend("reference")
+    old, new = type(ref)(), type(ref)()
+
+    def slow_old():
+        registry.register("swap", lambda: new, lambda: None)  # registered again while the old one is made
+        return old
+    registry.register("swap", slow_old, lambda: None)
+    assert vn.get_backend("swap") is old  # what that call's factory made
+    assert vn.get_backend("swap") is new and vn.get_backend("swap") is new

@@ -131,13 +131,16 @@ def refuse_missing(value, what: str) -> None:
     """A DispatchError, saying `what` it is, where `value` is a pandas object of pandas' own dtype
     (nullable, Arrow, categorical) holding missing values (pd.NA, NaT), which NumPy reads as NaN
     or None (a NaN of a NumPy-dtype Series is a value)."""
-    if not type(value).__module__.startswith("pandas") or isinstance(getattr(value, "dtype", np.dtype(int)), np.dtype) \
-            or not callable(getattr(value, "isna", None)):
+    if not type(value).__module__.startswith("pandas") or not callable(getattr(value, "isna", None)):
         return
-    gaps = np.flatnonzero(np.asarray(value.isna()))
+    dt = getattr(value, "dtype", None)  # a table has one a column
+    if all(isinstance(d, np.dtype) for d in ([dt] if dt is not None else getattr(value, "dtypes", ()))):
+        return
+    gaps = np.argwhere(np.asarray(value.isna()))
     if gaps.size:
-        raise DispatchError(f"{what} is a pandas {type(value).__name__} with {gaps.size} missing value(s) (the first at "
-                            f"position {int(gaps[0])}), which have no value (NumPy reads them as NaN or None). Fix: "
+        where = f"position {int(gaps[0][0])}" if gaps.shape[1] == 1 else f"row {int(gaps[0][0])}"
+        raise DispatchError(f"{what} is a pandas {type(value).__name__} with {len(gaps)} missing value(s) (the first at "
+                            f"{where}), which have no value (NumPy reads them as NaN or None). Fix: "
                             "pass x.fillna(value).to_numpy() with the value meant.")
 
 

@@ -40,7 +40,7 @@ class Html(str):
     __slots__ = ()
 
 
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # not allowed in HTML text
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")  # C0, DEL, C1: not allowed in HTML text
 
 
 def escape(x: Any) -> str:

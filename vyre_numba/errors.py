@@ -540,11 +540,13 @@ def mixes_bools(x) -> bool:
         if not isinstance(items, (list, tuple)) or id(items) in seen:
             continue
         seen.add(id(items))
-        for v in items:
-            if isinstance(v, (list, tuple)):
-                todo.append(v)
-            else:  # a 0-d bool array is a bool to NumPy too
-                kinds.add(isinstance(v, (bool, np.bool_)) or isinstance(v, np.ndarray) and v.dtype == np.bool_)
+        for t in set(map(type, items)):  # by type: a list of millions of ints is one step here
+            if issubclass(t, (list, tuple)):
+                todo.extend(v for v in items if type(v) is t)
+            elif issubclass(t, np.ndarray):  # a 0-d bool array is a bool to NumPy too
+                kinds.update(v.dtype == np.bool_ for v in items if type(v) is t)
+            else:
+                kinds.add(issubclass(t, (bool, np.bool_)))
     return len(kinds) == 2
 
 

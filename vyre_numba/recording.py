@@ -236,11 +236,17 @@ class Redispatch(RecordedGraph):
             return [_declared(d, self.backend.download(self.buffers[d.name])) for d in self.program.outputs]
 
     def _check_own_buffers(self, call: str) -> None:
-        """The recording's buffers as recorded (a replay writes every one: inputs go in, results
-        come out), else a DispatchError naming the change."""
+        """The recording's buffers as recorded, else a DispatchError naming the change: each as
+        shaped and typed, and writable where the call writes it (a replay copies the inputs in and
+        writes the results; a replay_resident writes only what the program writes)."""
+        from .ir.program import Access
+
+        written = {d.name for d in self.program.bound_buffers if d.access in (Access.READ_WRITE, Access.WRITE_ONLY)}
+        if call == "replay":
+            written |= {d.name for d in self.program.inputs}
         for name, (shape, dtype) in self._layout.items():
             b = self._buffers[name]
-            what = ("made read-only" if isinstance(b, np.ndarray) and not b.flags.writeable else
+            what = ("made read-only" if isinstance(b, np.ndarray) and not b.flags.writeable and name in written else
                     f"reshaped to {tuple(b.shape)}" if tuple(b.shape) != shape else
                     f"given dtype {b.dtype}" if b.dtype != dtype else None)
             if what is not None:

@@ -66,11 +66,15 @@ def get_backend(name: str | None = None) -> Backend:
             why = unavailable_reason(name)
             if why is not None:
                 raise BackendUnavailableError(f"backend {shown(name)} is unavailable: {why}")
-            made = _FACTORIES[name]()
+            factory = _FACTORIES[name]
+            made = factory()
             if not isinstance(made, Backend):
                 raise BackendUnavailableError(f"backend {shown(name)}'s factory returned {a_type(made)}, not a Backend. "
                                               "Fix: register a factory that returns a vyre_numba.backend.Backend.")
-            _INSTANCES[name] = made
+            with _LOCKS:
+                if _FACTORIES.get(name) is not factory:  # registered again meanwhile: the new factory makes it
+                    return made
+                _INSTANCES[name] = made
         return _INSTANCES[name]
 
 

@@ -928,7 +928,15 @@ def interface_dtype(cai: dict) -> np.dtype:
     descr = cai.get("descr")
     try:
         if descr and any(name for name, *_ in descr):
-            return np.dtype(descr)
+            if not all(isinstance(name, str) for name, *_ in descr):  # (title, name) pairs: NumPy's own reading
+                return np.dtype(descr)
+            names, formats, offsets, at = [], [], [], 0
+            for name, fmt, *shape in descr:  # unnamed entries are padding (an aligned record's), not fields
+                d = np.dtype((fmt, tuple(shape[0])) if shape else fmt)
+                if name:
+                    names.append(name), formats.append(d), offsets.append(at)
+                at += d.itemsize
+            return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": at})
         return np.dtype(cai["typestr"])
     except (TypeError, ValueError, KeyError) as e:
         raise DispatchError(f"the device array's __cuda_array_interface__ names no element type NumPy knows "

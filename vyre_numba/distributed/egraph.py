@@ -39,7 +39,7 @@ from typing import Any
 
 from ..backend import as_ints
 from ..egraph import ClosureResult, EGraph
-from ..egraph.egraph import IDS_FIX, SPARSE_IDS, _ints, _rows, _same_length, _take_rows
+from ..egraph.egraph import IDS_FIX, SPARSE_IDS, _ints, _rows, _take_rows
 from ..egraph.signature import signature_hash, signature_heads
 from ..errors import INTEGERS, DispatchError, a_type, flag, host_memory, mixes_bools, shown
 from ..unique import _inserted, count_distinct, unique, unique_rows
@@ -363,8 +363,7 @@ def _partitions(egraph_partitions, partitions, k_workers: int) -> list[tuple]:
         k = cluster.partition_count(partitions, k_workers)
         eclass, op, off, ch = whole[0]
         eclass = _ints(eclass, "eclass", copy=False)  # never written here: checked, cut and shipped
-        op, off, ch = _rows(op, off, ch, None, "the e-graph's", copy=False)
-        _same_length(eclass, op, "the e-graph")
+        op, off, ch = _rows(op, off, ch, None, "the e-graph's", copy=False, eclass=(eclass, "the e-graph"))
         cuts = np.linspace(0, op.size, int(k) + 1).astype(np.int64)
         return [(eclass[lo:hi], op[lo:hi], off[lo:hi + 1] - off[lo], ch[off[lo]:off[hi]])  # views but the offsets
                 for lo, hi in zip(cuts[:-1].tolist(), cuts[1:].tolist())]
@@ -410,8 +409,8 @@ def _checked(t, i: int) -> tuple:
                             "Fix: pass client.scatter([rows]) (a list holding the tuple), or host arrays.")
     bounds: list = []
     eclass = _ints(t[0], f"partition {i} eclass", copy=False, bounds=bounds)
-    op, off, ch = _rows(t[1], t[2], t[3], None, f"partition {i}'s", copy=False, bounds=bounds)
-    _same_length(eclass, op, f"partition {i}")
+    op, off, ch = _rows(t[1], t[2], t[3], None, f"partition {i}'s", copy=False, bounds=bounds,
+                        eclass=(eclass, f"partition {i}"))
     out = _Checked((eclass, op, off, ch))
     out.extent = tuple(-1 if b is None else b[1] for b in bounds) + (int(eclass.size),)
     return out

@@ -202,12 +202,13 @@ def _missing_class(have: np.ndarray, present: np.ndarray | None, children: np.nd
 
 
 def _rows(op, children_offsets, children, n_classes: int | None, what: str, copy: bool = True,
-          bounds: list | None = None, eclass: np.ndarray | None = None):
+          bounds: list | None = None, eclass: tuple | None = None):
     """(op, offsets, children) of a batch of e-nodes, checked (`copy` as for `_ints`; `bounds`: the
-    children's, as `_ints` gives them; `eclass`: the rows' classes, one per op, checked first)."""
+    children's, as `_ints` gives them; `eclass`: (the rows' classes, what they are called), one
+    class per op, checked first)."""
     op = _ints(op, f"{what} op", copy=copy)
     if eclass is not None:  # a short op is told as such, not as offsets one too many
-        _same_length(eclass, op, "the e-graph")
+        _same_length(eclass[0], op, eclass[1])
     offsets = _ints(children_offsets, f"{what} children_offsets", hi=2**62, copy=copy,
                     fix="children_offsets are positions in children: pass np.concatenate([[0], np.cumsum(arities)]).")
     if offsets.size != op.size + 1:
@@ -260,7 +261,8 @@ class EGraph(Unshared):
         """The rows as given (see `from_arrays`)."""
         self._lock = threading.RLock()  # public calls one at a time (`_serial`); a close waits for the call in flight
         eclass = _ints(eclass, "eclass")
-        op, offsets, children = _rows(op, children_offsets, children, None, "the e-graph's", eclass=eclass)
+        op, offsets, children = _rows(op, children_offsets, children, None, "the e-graph's",
+                                      eclass=(eclass, "the e-graph"))
         _check_row_limit(0, op.size)
         have, present = _classes_of_rows(eclass)
         k = _missing_class(have, present, children)
@@ -451,6 +453,7 @@ class EGraph(Unshared):
         if mixes_bools(pairs):
             raise DispatchError("pairs mixes bools and integers; a bool is not a class id. Fix: pass integers only.")
         refuse_raw_bytes(pairs, "pairs")
+        refuse_missing(pairs, "pairs")
         if isinstance(pairs, np.ma.MaskedArray):
             raise DispatchError("pairs is a masked array, whose mask would be ignored. Fix: pass the pairs to merge "
                                 "without the masked ones (pairs[~pairs.mask.any(axis=1)].data).")

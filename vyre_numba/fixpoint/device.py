@@ -19,7 +19,7 @@ from ..lru import LRUCache
 from ..ptx import templates
 from ..ptx.emitter import PTX_VERSION
 from .runner import (_CONVERGED, _CTL_WORDS, _ERROR, _ROUNDS, STEP_CACHE, FixpointResult, _bar, check_changed_type,
-                     chunks, finished, raise_barrier_timeout, step_key, stopped)
+                     chunks, finished, raise_barrier_timeout, read_only_written, step_key, stopped, writes_read_only)
 
 STEP_NAME = "vyre_fixpoint_step"
 ENTRIES = ("vyre_fixpoint_coop", "vyre_fixpoint_round", "vyre_fixpoint_check")
@@ -60,7 +60,9 @@ def _arg_kinds(args: list) -> tuple[list, list[tuple[str, Any]]]:
     for k, a in enumerate(args):
         cai = getattr(a, "__cuda_array_interface__", None)
         if cai is not None:
-            dt = interface_dtype(cai)
+            own = getattr(a, "dtype", None)  # Numba's own interface names a record only as |V<size>
+            dt = own if isinstance(own, np.dtype) and own.itemsize == np.dtype(cai["typestr"]).itemsize \
+                else interface_dtype(cai)
             itemsize = dt.itemsize
             shape = tuple(int(d) for d in cai["shape"]) or (1,)
             strides = cai.get("strides")
@@ -120,11 +122,9 @@ def _step_ptx(step: Callable, kinds: list, cc: tuple[int, int]) -> tuple[str, st
             raise
         except Exception as e:  # Numba raises many kinds; each means the step does not compile
             frozen = [f"args[{k}]" for k, t in enumerate(kinds) if getattr(t, "mutable", True) is False]
-            if frozen and "readonly array" in str(e):
-                which = f"{frozen[0]} is read-only, but the step writes it" if len(frozen) == 1 else \
-                    f"{', '.join(frozen)} are read-only, and the step writes one of them"
-                raise DispatchError(f"{which} (read-only as its __cuda_array_interface__ says). Fix: pass a "
-                                    "writable device array.") from None
+            if frozen and writes_read_only(e):
+                raise DispatchError(f"{read_only_written(frozen)} (read-only as its __cuda_array_interface__ says). "
+                                    "Fix: pass a writable device array.") from None
             raise DispatchError(f"the step function does not compile for the GPU ({numba_reason(e)}). Fix: write it "
                                 "in Numba's CUDA subset taking (i, *args) and returning an int or bool.") from None
         got = _STEPS.put(key, (ptx, "b64" if wide else "b32"))

@@ -444,14 +444,23 @@ def _numba_call(fn, n: int, args: list):
             raise DispatchError(f"the step raised {type(e).__name__} ({first}). Fix: make the step total over its "
                                 "inputs (no exceptions raised); the arrays are as they were.") from e
         frozen = [f"args[{k}]" for k, a in enumerate(args) if isinstance(a, np.ndarray) and not a.flags.writeable]
-        if frozen and "readonly array" in str(e):
-            which = f"{frozen[0]} is read-only, but the step writes it" if len(frozen) == 1 else \
-                f"{', '.join(frozen)} are read-only, and the step writes one of them"
-            raise DispatchError(f"{which}. Fix: pass a writable array (np.array(x) is a writable copy; the step's "
-                                "writes then go to the copy).") from e
+        if frozen and writes_read_only(e):
+            raise DispatchError(f"{read_only_written(frozen)}. Fix: pass a writable array (np.array(x) is a writable "
+                                "copy; the step's writes then go to the copy).") from e
         raise DispatchError(f"the step function does not compile with Numba ({numba_reason(e)}). Fix: write it in "
                             "Numba's subset (array indexing, arithmetic, loops) taking (i, *args), and check the "
                             "argument types it is given.") from None  # Numba's frames say nothing more
+
+
+def writes_read_only(e: BaseException) -> bool:
+    """Whether Numba's compile error `e` is an item set on a read-only array (not merely a failure
+    whose listed argument types include one)."""
+    return "setitem(readonly array" in str(e)
+
+
+def read_only_written(frozen: list[str]) -> str:
+    return f"{frozen[0]} is read-only, but the step writes it" if len(frozen) == 1 else \
+        f"{', '.join(frozen)} are read-only, and the step writes one of them"
 
 
 def _compiled_for(fn, n: int, args: list) -> bool:

@@ -39,8 +39,11 @@ class RawArray:
 
     @property
     def __cuda_array_interface__(self) -> dict:
-        return {"shape": self.shape, "typestr": self._dtype.str, "data": (self._address, False), "strides": None,
-                "version": 3}
+        cai = {"shape": self.shape, "typestr": self._dtype.str, "data": (self._address, False), "strides": None,
+               "version": 3}
+        if self._dtype.fields is not None:  # a record's typestr is only |V<size>
+            cai["descr"] = self._dtype.descr
+        return cai
 
 
 def overload_kind(a) -> Any:

@@ -615,14 +615,15 @@ def _cse_body(ctx: _Context, stmts, inherited: dict[n.StructuralKey, str]):
     gen.clear()
     held: dict[tuple, tuple[str, int]] = {}  # value -> (the variable holding it, its generation then)
     live: dict[n.StructuralKey, str] = {}  # the held values still valid (at most one per structure)
-    readers: dict[str, set] = defaultdict(set)  # variable -> structures in `live` that read it or are held by it
+    readers: dict[str, set] = defaultdict(set)  # variable -> (structure, holder) of held values that read it or
+    # are held by it; one whose structure `live` now gives another holder is stale and counts for nothing
     out: list[n.Node] = []
 
     def hold(k: tuple, name: str, g: int) -> None:
         held[k] = (name, g)
         live[k[0]] = name
         for v in (name, *(v for v, _ in k[1])):
-            readers[v].add(k[0])
+            readers[v].add((k[0], name))
 
     def replace(x):  # top-down: a value already held is read from its variable
         if not ctx.shareable(x):
@@ -661,15 +662,16 @@ def _cse_body(ctx: _Context, stmts, inherited: dict[n.StructuralKey, str]):
             for b in _bodies(s):
                 # What this block inherited stays valid through b: b's assignments are this block's.
                 through = dict(inherited)
-                spoilt = set().union(*(readers[v] for v in _assigned(ctx, b) if v in readers))
+                spoilt = {k for v in _assigned(ctx, b) if v in readers for k, h in readers[v] if live.get(k) == h}
                 through.update(live if not spoilt else {k: v for k, v in live.items() if k not in spoilt})
                 bodies.append((yield _cse_body(ctx, b, through)))
             s = _with_bodies(s, bodies)
         out.append(s)
         for v in _assigned(ctx, (original,)):
             gen[v] += 1
-            for k in readers.pop(v, ()):
-                live.pop(k, None)
+            for k, h in readers.pop(v, ()):
+                if live.get(k) == h:
+                    del live[k]
     return tuple(out)
 
 

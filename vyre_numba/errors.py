@@ -16,7 +16,8 @@ import numpy as np
 __all__ = ["VyreError", "IRValidationError", "UnknownBufferError", "UnknownNameError", "BackendUnavailableError",
            "SettingError", "TemplateError", "DispatchError", "ArgumentError", "ImmutableError", "LaunchError",
            "UnsupportedError", "CompileError", "DeviceError", "BarrierTimeoutError", "CapacityError", "CheckError",
-           "CheckWarning", "CacheWarning", "HostMemoryError", "UnknownStepError", "ResultTimeoutError"]
+           "CheckWarning", "CacheWarning", "CoverageWarning", "HostMemoryError", "UnknownStepError",
+           "ResultTimeoutError"]
 
 # Python's and NumPy's integer types, less np.timedelta64 (NumPy counts a time span among its integers;
 # taken as a count, its unit would be dropped without a word)

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import gc
 
+import pytest
+
+from vyre_numba.errors import DispatchError
 from vyre_numba.gpu.backend import CudaPending, _Dropped
 from vyre_numba.gpu.streams import StreamPool
 
@@ -24,6 +27,9 @@ class _Drv:
 
     def cuStreamDestroy(self, s):
         self.streams_destroyed.append(s)
+
+    def cuEventElapsedTime(self, a, b):
+        return self.CUresult.CUDA_SUCCESS, 1.5
 
 
 class _Plan:
@@ -75,3 +81,18 @@ def test_a_collected_dispatch_leaves_nothing_for_the_finaliser():
     del p
     gc.collect()
     assert len(plan.given) == 1 and not be._dropped._queue
+
+
+def test_a_timed_dispatch_keeps_its_time_after_its_events_went_back():
+    """Regression (caught before it ran): with the events given back at collection, device_ns()
+    took the dispatch for an untimed one (dispatch_timed read it after result())."""
+    be, plan = _Backend(), _Plan()
+    p = _dropped(be, plan, "ev")
+    p.timed, p.events = True, ("e0", "e1")
+    p.release(failed=False)
+    p._result = []
+    assert p.events is None and p.device_ns() == 1_500_000
+    untimed = _dropped(be, plan, "ev2")
+    untimed._result = []
+    with pytest.raises(DispatchError, match="was not timed"):
+        untimed.device_ns()

@@ -433,6 +433,7 @@ class CudaBackend(Backend):
         drv = self._drv
         self._dropped.drain()
         pending = CudaPending(self, plan)
+        pending.timed = timed
         try:
             pending.stream = stream = self.streams.take()
             pending.buffers = bufs = plan.take()
@@ -849,6 +850,8 @@ class CudaPending(InFlight):
         self.backend, self.plan = backend, plan
         self._held = _Held(plan)
         weakref.finalize(self, backend._dropped.put, self._held)
+        self.timed = False  # events around the launches (their handles go back with the rest)
+        self._elapsed_ns = 0
         self._result: list[np.ndarray] | None = None
         self._error: BaseException | None = None
         self._lock = threading.Lock()
@@ -889,7 +892,7 @@ class CudaPending(InFlight):
 
     def device_ns(self) -> Duration:
         """Device nanoseconds between the events around the launches (timed dispatches only)."""
-        if self.events is None:
+        if not self.timed:
             raise DispatchError("this dispatch was not timed. Fix: use dispatch_timed.")
         self.result()
         return Duration(self._elapsed_ns)

@@ -376,12 +376,12 @@ def test_a_sites_count_does_not_wrap_at_2_32():
     assert outs[-2].tolist() == [2**32] and int(outs[-1][0]) == 5  # invocation 0, index 5
 
 
-@pytest.mark.parametrize("name", ["reference", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_a_checked_async_dispatch_raises_run_failures_from_result_as_an_unchecked_one(name):
+def test_a_checked_async_dispatch_raises_run_failures_from_result_as_an_unchecked_one():
     """Regression (a red-team): checked dispatch_async raised what went wrong running (a divergent
     barrier) at the call, where the unchecked one, and the docs, hand it to result(); a mistake in
-    the call itself still raises at the call."""
-    be = vn.get_backend(name)
+    the call itself still raises at the call. (The reference only: a GPU does not detect a divergent
+    barrier, and checked.dispatch_now, the code changed, is the same for both backends.)"""
+    be = vn.get_backend("reference")
     divergent = ir.Program([B.read("a", 0, "u32"), B.output("out", 1, "u32")], 4,
                            [ir.if_(ir.gid(0) < ir.u32(2), [ir.barrier("workgroup")]),
                             ir.store("out", ir.gid(0), ir.u32(1))], name="divergent")

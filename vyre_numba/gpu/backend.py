@@ -834,8 +834,10 @@ def _give_back(backend: "CudaBackend", held: _Held, *, failed: bool) -> None:
             drv.cuEventDestroy(ev)
     held.events = held.done_event = None
     buffers, held.buffers = held.buffers, None
-    if stream is not None:
-        backend.streams.give(stream) if not failed else drv.cuStreamDestroy(stream)  # freed once its work ends
+    if stream is not None and not failed:
+        backend.streams.give(stream)
+    elif stream is not None:
+        drv.cuStreamDestroy(stream)  # its resources are freed once the work in it ends
     if buffers is not None and not failed:
         held.plan.give(buffers)
 

@@ -260,11 +260,10 @@ def _not_a_name(name) -> str | None:
 class _Translator:
     """An operation string's `ast` as IR: expressions and the statements that compute the outputs."""
 
-    def __init__(self, kernel: str, source: str, inputs: Sequence[str], outputs: Sequence[str],
-                 out_types: Mapping[str, ir.DataType] | None = None):
+    def __init__(self, kernel: str, source: str, inputs: Sequence[str], outputs: Mapping[str, ir.DataType]):
         self.kernel, self.source = kernel, source
         self.inputs, self.outputs = list(inputs), list(outputs)
-        self.out_types = dict(out_types or {})  # an output first assigned a bare number takes its declared type
+        self.out_types = dict(outputs)  # an output first assigned a bare number takes its declared type
         self.env: dict[str, ir.Expr] = {n: ir.var(f"v_{n}") for n in inputs}  # what each name reads
         self.stmts: list[ir.Node] = []  # user statements (lets/assigns), then the stores
         self.texts: list[str] = []  # the source of each statement, for messages
@@ -362,16 +361,16 @@ class _Translator:
                 self.defaulted.add(target)  # first value, a bare number's own: said where it differs from another
             var = assigned.get(target)
             text = self.segment(st) or target
-            if var is None and target in self.out_types and _weak_only(value):  # typed by the output, as the
-                var = assigned[target] = "o_" + target  # expression form's store types it: declared, then set
-                t = self.out_types[target]
-                self.stmts.append(ir.let(var, ir.lit(False if t is ir.DataType.BOOL else 0, t)))
-                self.texts.append(text)
-                self.stmts.append(ir.assign(var, value))
-            elif var is None:  # IR variable names are ASCII: other temporaries are spelt by their UTF-8 bytes
+            if var is None:  # IR variable names are ASCII: other temporaries are spelt by their UTF-8 bytes
                 var = assigned[target] = ("o_" + target if target in self.outputs else "t_" + target
                                           if target.isascii() else "u_" + target.encode().hex())
-                self.stmts.append(ir.let(var, value))
+                t = self.out_types.get(target)
+                if t is None or not _weak_only(value):
+                    self.stmts.append(ir.let(var, value))
+                else:  # typed by the output, as the expression form's store types it: declared, then set
+                    self.stmts.append(ir.let(var, ir.lit(False if t is ir.DataType.BOOL else 0, t)))
+                    self.texts.append(text)
+                    self.stmts.append(ir.assign(var, value))
             else:
                 self.stmts.append(ir.assign(var, value))
             self.texts.append(text)
@@ -860,7 +859,7 @@ class Elementwise:
     def _translate(self, operation: Operation) -> tuple[list[ir.Node], list[str]]:
         self._defaulted: set[str] = set()
         if isinstance(operation, str):
-            t = _Translator(self.name, operation, self._in_names, self._out_names, dict(self.outputs))
+            t = _Translator(self.name, operation, self._in_names, dict(self.outputs))
             t.translate()
             self._defaulted = t.defaulted
             return t.stmts, t.texts

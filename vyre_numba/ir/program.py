@@ -286,14 +286,16 @@ class Program:
         if self._guards is None:
             def gid(e) -> bool:
                 return isinstance(e, n.Builtin) and e.name == "invocation_id" and e.axis == 0
-            ids = {x.name for x in walk(self.entry) if isinstance(x, n.Let) and gid(x.value)}
-            ids -= {x.name for x in walk(self.entry) if isinstance(x, n.Assign)}  # a grid-stride index moves on
-            guarded = set()
+            ids, moved, compared = set(), set(), []  # one walk: lets of the id, assigned names, id-length pairs
             for x in walk(self.entry):
-                if isinstance(x, n.BinOp) and x.op in ("lt", "le", "gt", "ge"):
-                    for i, length in ((x.a, x.b), (x.b, x.a)):
-                        if isinstance(length, n.BufLen) and (gid(i) or isinstance(i, n.Var) and i.name in ids):
-                            guarded.add(length.buffer)
+                if isinstance(x, n.Let) and gid(x.value):
+                    ids.add(x.name)
+                elif isinstance(x, n.Assign):
+                    moved.add(x.name)  # a grid-stride index moves on
+                elif isinstance(x, n.BinOp) and x.op in ("lt", "le", "gt", "ge"):
+                    compared += [(i, b.buffer) for i, b in ((x.a, x.b), (x.b, x.a)) if isinstance(b, n.BufLen)]
+            ids -= moved
+            guarded = {name for i, name in compared if gid(i) or isinstance(i, n.Var) and i.name in ids}
             object.__setattr__(self, "_guards", frozenset(guarded))
         return self._guards
 

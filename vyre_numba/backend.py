@@ -802,7 +802,7 @@ def check_bound(program: Program, buffers: list) -> None:
     for decl, buf in zip(program.bound_buffers, buffers):
         cai = getattr(buf, "__cuda_array_interface__", None)
         if cai is not None:
-            dtype, shape, readonly = np.dtype(cai["typestr"]), tuple(cai["shape"]), bool(cai["data"][1])
+            dtype, shape, readonly = interface_dtype(cai), tuple(cai["shape"]), bool(cai["data"][1])
             strides = cai.get("strides")
         elif isinstance(buf, np.ndarray):
             dtype, shape, readonly = buf.dtype, buf.shape, not buf.flags.writeable
@@ -1093,6 +1093,28 @@ def as_ints(given, arr: np.ndarray, name: str, fix: str) -> np.ndarray:
         if ints is not None:
             return ints
     return arr
+
+
+def interface_dtype(cai: dict) -> np.dtype:
+    """The element type a `__cuda_array_interface__` names: its record fields where `descr` has
+    them (a record array's typestr is only `|V<size>`), else its typestr."""
+    descr = cai.get("descr")
+    try:
+        if descr and any(name for name, *_ in descr):
+            if not all(isinstance(name, str) for name, *_ in descr):  # (title, name) pairs: NumPy's own reading
+                return np.dtype(descr)
+            names, formats, offsets, at = [], [], [], 0
+            for name, fmt, *shape in descr:  # unnamed entries are padding (an aligned record's), not fields
+                d = np.dtype((fmt, tuple(shape[0])) if shape else fmt)
+                if name:
+                    names.append(name), formats.append(d), offsets.append(at)
+                at += d.itemsize
+            return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": at})
+        return np.dtype(cai["typestr"])
+    except (TypeError, ValueError, KeyError) as e:
+        raise DispatchError(f"the device array's __cuda_array_interface__ names no element type NumPy knows "
+                            f"({shown(cai.get('typestr'))}: {e}). Fix: pass a numba, CuPy or PyTorch array of "
+                            "numbers or records.") from None
 
 
 def host_array(x, what: str, on_device: str, masked: str, other: str) -> np.ndarray:

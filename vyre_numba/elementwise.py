@@ -106,7 +106,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from . import ir
-from .backend import Backend
+from .backend import Backend, interface_dtype
 from .bindings import as_host_array
 from .config import DispatchConfig
 from .errors import (INTEGERS, DispatchError, IRValidationError, VyreError, a_type, check_calls, clip, did_you_mean,
@@ -773,7 +773,7 @@ def _device_dtype(arg: _Arg, where: str) -> np.dtype | None:
         raise DispatchError(f"{where}: {arg.name!r} ({type(x).__name__} of {getattr(x, 'dtype', '?')}) exports no CUDA "
                             f"array interface ({e}). Fix: use a dtype its library exports, or a numba/CuPy "
                             "array.") from None
-    return np.dtype(cai["typestr"])
+    return interface_dtype(cai)
 
 
 def _changed_by_astype(v: np.ndarray, dt: DataType) -> int | None:

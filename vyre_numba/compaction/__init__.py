@@ -41,14 +41,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..backend import ArrayIn, ArrayOut, Stream
+from ..backend import ArrayIn, ArrayOut, Stream, interface_dtype
 from ..errors import (INTEGERS, CapacityError, DeviceError, DispatchError, HostMemoryError, VyreError, a_type, flat_fix,
                       numba_reason, shown)
 from ..gpu import memory
 from ..gpu.numba_launch import RawArray, check_stream, stream_handle
 from ..lru import LRUCache
 from ..simulator import SIMULATED as _SIM
-from .select import (PREDICATES_KEPT, Selector, _kernels, address_of, check_gpu, cpu_masks, interface_dtype,
+from .select import (PREDICATES_KEPT, Selector, _kernels, address_of, check_gpu, cpu_masks,
                      predicate_key, word_type, word_view)
 from .select import nonzero_numpy as _nonzero_numpy, select_if_numpy as _select_if_numpy, select_numpy as _select_numpy
 

@@ -922,28 +922,6 @@ def _check_octs(src, n: int, octs) -> None:
         raise DispatchError(f"Selector: octs is not a view of src's flags (it starts elsewhere in memory). {fix}")
 
 
-def interface_dtype(cai: dict) -> np.dtype:
-    """The element type a `__cuda_array_interface__` names: its record fields where `descr` has
-    them (a record array's typestr is only `|V<size>`), else its typestr."""
-    descr = cai.get("descr")
-    try:
-        if descr and any(name for name, *_ in descr):
-            if not all(isinstance(name, str) for name, *_ in descr):  # (title, name) pairs: NumPy's own reading
-                return np.dtype(descr)
-            names, formats, offsets, at = [], [], [], 0
-            for name, fmt, *shape in descr:  # unnamed entries are padding (an aligned record's), not fields
-                d = np.dtype((fmt, tuple(shape[0])) if shape else fmt)
-                if name:
-                    names.append(name), formats.append(d), offsets.append(at)
-                at += d.itemsize
-            return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": at})
-        return np.dtype(cai["typestr"])
-    except (TypeError, ValueError, KeyError) as e:
-        raise DispatchError(f"the device array's __cuda_array_interface__ names no element type NumPy knows "
-                            f"({shown(cai.get('typestr'))}: {e}). Fix: pass a numba, CuPy or PyTorch array of "
-                            "numbers or records.") from None
-
-
 def address_of(a) -> int:
     """The device address of a device array's first element (the simulator's: its host array's)."""
     if type(a) is RawArray:

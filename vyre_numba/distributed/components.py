@@ -37,7 +37,7 @@ from . import cluster
 from .device import Ops, marked, moved_pairs, narrow, packed
 from .unionfind import merge
 
-from ..backend import ArrayIn, Backend  # noqa: F401  (the annotations name them: typing.get_type_hints reads them)
+from ..backend import ArrayIn, Backend, interface_dtype  # noqa: F401  (the annotations name them: typing.get_type_hints reads them)
 
 
 @dataclass
@@ -559,7 +559,7 @@ def _device_edges(chunk, bname: str):
     """An edge chunk that lives on this worker's GPU (CuPy, Numba: the CUDA array interface) as
     a Numba device array, without a copy (the producer's stream is waited for), checked."""
     cai = chunk.__cuda_array_interface__
-    dt, shape = np.dtype(cai["typestr"]), tuple(cai["shape"])
+    dt, shape = interface_dtype(cai), tuple(cai["shape"])
     if bname != "cuda":
         raise DispatchError("an edge chunk is a GPU array, but the workers compute with NumPy (the reference "
                             "backend). Fix: pass backend='cuda' with one worker per GPU, or host chunks "

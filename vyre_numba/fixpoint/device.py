@@ -11,7 +11,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..compaction.select import interface_dtype, to_compile
+from ..backend import interface_dtype
+from ..compaction.select import to_compile
 from ..errors import DispatchError, UnsupportedError, a_type, numba_reason, shown
 from ..gpu.launch import KernelLaunch, LaunchShape, validate_cooperative
 from ..ir import Program
@@ -61,7 +62,7 @@ def _arg_kinds(args: list) -> tuple[list, list[tuple[str, Any]]]:
         cai = getattr(a, "__cuda_array_interface__", None)
         if cai is not None:
             own = getattr(a, "dtype", None)  # Numba's own interface names a record only as |V<size>
-            dt = own if isinstance(own, np.dtype) and own.itemsize == np.dtype(cai["typestr"]).itemsize \
+            dt = own if isinstance(own, np.dtype) and own.itemsize == interface_dtype(cai).itemsize \
                 else interface_dtype(cai)
             itemsize = dt.itemsize
             shape = tuple(int(d) for d in cai["shape"]) or (1,)

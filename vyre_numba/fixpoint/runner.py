@@ -17,7 +17,7 @@ from ..lru import LRUCache
 from ..progress import finished, stopped
 
 from ..ir import Program
-from ..backend import Backend  # noqa: F401  (the annotations name it: typing.get_type_hints reads them)
+from ..backend import Backend, interface_dtype  # noqa: F401  (the annotations name it: typing.get_type_hints reads them)
 
 MODES = ("auto", "cooperative", "graph", "relaunch")
 _CTL_WORDS = 8  # see ptx_templates/fixpoint.ptx
@@ -192,7 +192,7 @@ def program_args(program, args: Sequence[Any], *, device: bool) -> list:
         if not device and isinstance(a, np.ma.MaskedArray):
             raise DispatchError(f"{where} is a masked array, whose mask the step would not see (it reads and writes "
                                 "the masked values too). Fix: pass x.data (updated in place), or x.filled(...).")
-        dt = np.dtype(cai["typestr"]) if device else a.dtype
+        dt = interface_dtype(cai) if device else a.dtype
         size = int(np.prod(cai["shape"])) if device else a.size
         if dt != want:
             stored = f", stored as {want} words (0 or 1)" if want != np.dtype(dt) and b.dtype.value == "bool" else ""

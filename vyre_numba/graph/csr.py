@@ -7,7 +7,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..backend import ArrayIn, as_ints
+from ..backend import ArrayIn, as_ints, interface_dtype
 from ..errors import DispatchError, a_type, flag, flat_fix, mixes_bools, refuse_raw_bytes, whole_graph
 from ..unique import unique
 
@@ -299,7 +299,7 @@ def _check_size(n: int, nnz: int) -> None:
 
 def _device_index_array(a, name: str) -> int:
     cai = a.__cuda_array_interface__
-    dt = np.dtype(cai["typestr"])
+    dt = interface_dtype(cai)
     if dt.kind not in "iu" or dt.itemsize < 4:
         raise DispatchError(f"{name} on the device has dtype {dt}, not a 32- or 64-bit integer. "
                             f"Fix: convert it (e.g. {name}.astype('int64')) before the call.")

@@ -576,6 +576,7 @@ def _delayed(fn):
     (lambda c: congruence_closure(list(chain_pair(1)), client=c, backend="reference"), "goes as a tuple"),
     (lambda c: congruence_closure(([0.0, 1.0],) + chain_pair(1)[1:], client=c, backend="reference"), "float64"),
     (lambda c: congruence_closure(chain_pair(2), [(0, True)], client=c, backend="reference"), "mixes bools"),
+    (lambda c: congruence_closure(chain_pair(2), bytearray(2), client=c, backend="reference"), "unions is raw bytes"),
     (lambda c: connected_components([0, 1, 2, 2], [True, 0], client=c, backend="reference"), "mixes bools"),
     (lambda c: connected_components(np.array([0, 1]), client=c, backend="reference"), "indices is missing"),
     (lambda c: connected_components(client=c, edges=da.from_array(np.ma.masked_array([[0, 1], [2, 3]],

@@ -3,6 +3,7 @@ a clear error for every malformed CSR."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.sparse as sp
 import vyre_numba as vn
@@ -106,6 +107,8 @@ def test_index_dtypes(dtype):
     ([0, 1, 2, 2], [True, 0], "mixes bools and integers"),
     ([0, 1, 2, 2], [np.array(1), np.array(True)], "mixes bools and integers"),  # a 0-d bool is a bool (a red-team)
     ([0, 1, 2], [[1], [0]], "Fix: pass a flat array (np.asarray(indices).reshape(-1))"),  # a list has no reshape
+    (pd.Series([0, 1, None], dtype="Int64"), [0, 1], "indptr is a pandas Series with 1 missing value(s) (the first at "
+                                                     "position 2)"),  # was read as NaN first
 ])
 def test_malformed_csr_is_refused_with_a_fix(indptr, indices, fragment):
     with pytest.raises(DispatchError, match="Fix:") as e:

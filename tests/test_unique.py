@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from vyre_numba.errors import DispatchError, VyreError
@@ -247,12 +248,14 @@ def test_count_distinct_of_big_endian_uint64_past_2_63():
 
 
 @pytest.mark.parametrize("call,fragment", [
-    (lambda: unique([True, 2]), "unique: the values mix bools and integers"),
-    (lambda: count_distinct([True, 1]), "count_distinct: the values mix bools"),
-    (lambda: index_of([0, 1, 2], [True, 5]), "index_of: the values mix bools"),
-    (lambda: inserted(np.array([1, 2, 3]), [0, 1], [True, 5]), "inserted: the values mix bools"),
+    (lambda: unique([True, 2]), "unique: the values argument mixes bools and integers"),
+    (lambda: count_distinct([True, 1]), "count_distinct: the values argument mixes bools"),
+    (lambda: index_of([0, 1, 2], [True, 5]), "index_of: the values argument mixes bools"),
+    (lambda: inserted(np.array([1, 2, 3]), [0, 1], [True, 5]), "inserted: the values argument mixes bools"),
     (lambda: unique(bytearray(b"ba")), "unique: the values argument is raw bytes"),
     (lambda: index_of(memoryview(b"ab"), [1]), "index_of: the keys argument is raw bytes"),
+    (lambda: unique(pd.Series([0, 1, None, 2], dtype="Int64")), "unique: the values argument is a pandas Series "
+                                                                 r"with 1 missing value\(s\) \(the first at position 2\)"),
     (lambda: inserted(np.array([1, 2], np.uint8), [0], [3.0]), r"float64.*handle integers only\. (?=Fix: pass an integer array \(np.insert)"),
 ])
 def test_bools_among_ints_and_raw_bytes_are_refused_not_read_as_numbers(call, fragment):

@@ -18,7 +18,7 @@ from .config import DispatchConfig
 from .owned import Unshared
 from .errors import (INTEGERS, CheckError, CheckWarning, DispatchError, ImmutableError, IRValidationError,
                      ResultTimeoutError, UnknownNameError, UnsupportedError, VyreError, a_type, check_calls, clip,
-                     did_you_mean, flag, refuse_raw_bytes, shown)
+                     did_you_mean, flag, refuse_misread, shown)
 from .ir import DataType, Program
 from .ir.types import NUMPY_BOOL_CODES
 from .lru import LRUCache
@@ -1122,12 +1122,7 @@ def host_array(x, what: str, on_device: str, masked: str, other: str) -> np.ndar
     would be lost) or not an array of numbers, ending in the matching Fix."""
     if hasattr(x, "copy_to_host") or hasattr(x, "__cuda_array_interface__"):  # Numba's first: its interface costs more
         raise DispatchError(f"{what} is on the device. Fix: {on_device}")
-    if isinstance(x, np.ma.MaskedArray):
-        raise DispatchError(f"{what} is a masked array, whose mask would be lost. Fix: {masked}")
-    from .bindings import refuse_missing
-
-    refuse_missing(x, what)
-    refuse_raw_bytes(x, what)
+    refuse_misread(x, what, masked=masked)
     try:
         arr = np.asarray(x)
     except (TypeError, ValueError) as e:

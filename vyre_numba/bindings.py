@@ -9,7 +9,7 @@ import numpy as np
 
 from .config import DispatchConfig
 from .errors import (INTEGERS, CoverageWarning, DispatchError, HostMemoryError, LaunchError, a_type, flat_fix,
-                     refuse_raw_bytes, shown, warn_user)
+                     refuse_missing, refuse_raw_bytes, shown, warn_user)
 from .ir import BufferDecl, DataType, Program, check
 from .ir.types import _bf16_to_f32, _f32_to_bf16
 from .ir.program import Role
@@ -125,23 +125,6 @@ def _host_values(b: BufferDecl, value, where: str) -> np.ndarray:
     if arr.ndim == 1 and isinstance(value, (list, tuple)):
         arr = _check_elements(b, value, arr, where)
     return arr
-
-
-def refuse_missing(value, what: str) -> None:
-    """A DispatchError, saying `what` it is, where `value` is a pandas object of pandas' own dtype
-    (nullable, Arrow, categorical) holding missing values (pd.NA, NaT), which NumPy reads as NaN
-    or None (a NaN of a NumPy-dtype Series is a value)."""
-    if not type(value).__module__.startswith("pandas") or not callable(getattr(value, "isna", None)):
-        return
-    dt = getattr(value, "dtype", None)  # a table has one a column
-    if all(isinstance(d, np.dtype) for d in ([dt] if dt is not None else getattr(value, "dtypes", ()))):
-        return
-    gaps = np.argwhere(np.asarray(value.isna()))
-    if gaps.size:
-        where = f"position {int(gaps[0][0])}" if gaps.shape[1] == 1 else f"row {int(gaps[0][0])}"
-        raise DispatchError(f"{what} is a pandas {type(value).__name__} with {len(gaps)} missing value(s) (the first at "
-                            f"{where}), which have no value (NumPy reads them as NaN or None). Fix: "
-                            "pass x.fillna(value).to_numpy() with the value meant.")
 
 
 def _check_elements(b: BufferDecl, values: list | tuple, arr: np.ndarray, where: str,

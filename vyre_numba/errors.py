@@ -562,6 +562,37 @@ def refuse_raw_bytes(x, what: str) -> None:
                             "the bytes as numbers.")
 
 
+def refuse_missing(value, what: str) -> None:
+    """A DispatchError, saying `what` it is, where `value` is a pandas object of pandas' own dtype
+    (nullable, Arrow, categorical) holding missing values (pd.NA, NaT), which NumPy reads as NaN
+    or None (a NaN of a NumPy-dtype Series is a value)."""
+    if not type(value).__module__.startswith("pandas") or not callable(getattr(value, "isna", None)):
+        return
+    dt = getattr(value, "dtype", None)  # a table has one a column
+    if all(isinstance(d, np.dtype) for d in ([dt] if dt is not None else getattr(value, "dtypes", ()))):
+        return
+    gaps = np.argwhere(np.asarray(value.isna()))
+    if gaps.size:
+        where = f"position {int(gaps[0][0])}" if gaps.shape[1] == 1 else f"row {int(gaps[0][0])}"
+        raise DispatchError(f"{what} is a pandas {type(value).__name__} with {len(gaps)} missing value(s) (the first at "
+                            f"{where}), which have no value (NumPy reads them as NaN or None). Fix: "
+                            "pass x.fillna(value).to_numpy() with the value meant.")
+
+
+def refuse_misread(x, what: str, *, masked: str, not_bool: str | None = None) -> None:
+    """A DispatchError where np.asarray(x) would not read the numbers `x` means: a masked array
+    (its mask dropped; `masked` is the Fix), raw bytes (one number a byte), a pandas gap (pd.NA
+    read as NaN or None) or, where `not_bool` says what a bool is not ("a vertex id"), bools among
+    integers (read as 0 and 1)."""
+    if isinstance(x, np.ma.MaskedArray):
+        raise DispatchError(f"{what} is a masked array, whose mask would be ignored. Fix: {masked}")
+    if not_bool and mixes_bools(x):
+        raise DispatchError(f"{what} mixes bools and integers; a bool is not {not_bool}. Fix: pass integers only "
+                            "(int(b) where a bool's 0 or 1 is meant).")
+    refuse_raw_bytes(x, what)
+    refuse_missing(x, what)
+
+
 def flat_fix(x, name: str = "x") -> str:
     """How to pass `x` (named `name`, where that is a Python name) flat, for a Fix: an np.matrix's
     reshape(-1) is 2-D still, and a list has none."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import INTEGERS, DispatchError, mixes_bools, refuse_raw_bytes
+from .errors import INTEGERS, DispatchError, refuse_misread
 
 __all__ = ["unique", "count_distinct", "unique_rows", "index_of", "inserted"]
 
@@ -15,13 +15,8 @@ INTEGER_KINDS = "biu"  # bool, signed and unsigned ints: what sorts and compares
 
 def _integers(a, where: str, what: str = "values") -> np.ndarray:
     """`a` as an array, or a DispatchError where it holds anything but integers or is masked."""
-    if isinstance(a, np.ma.MaskedArray):
-        raise DispatchError(f"{where}: the {what} are a masked array, whose mask would be ignored. Fix: pass "
-                            "x.compressed() or x.filled(...), whichever the values mean.")
-    if mixes_bools(a):
-        raise DispatchError(f"{where}: the {what} mix bools and integers, which NumPy would read as 0 and 1 without "
-                            "a word. Fix: pass integers only (int(b) where a bool's 0 or 1 is meant).")
-    refuse_raw_bytes(a, f"{where}: the {what} argument")
+    refuse_misread(a, f"{where}: the {what} argument", not_bool="a number here",
+                   masked="pass x.compressed() or x.filled(...), whichever the values mean.")
     try:
         arr = np.asarray(a)
     except (ValueError, TypeError) as e:

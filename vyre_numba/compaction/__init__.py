@@ -43,7 +43,7 @@ import numpy as np
 
 from ..backend import ArrayIn, ArrayOut, Stream, interface_dtype
 from ..errors import (INTEGERS, CapacityError, DeviceError, DispatchError, HostMemoryError, VyreError, a_type, flat_fix,
-                      numba_reason, shown)
+                      numba_reason, refuse_missing, shown)
 from ..gpu import memory
 from ..gpu.numba_launch import RawArray, check_stream, stream_handle
 from ..lru import LRUCache
@@ -105,8 +105,6 @@ def _from_pandas(x, name: str):
     """A pandas Series or Index of a NumPy dtype as its NumPy array (host in, NumPy out); one with
     missing values (pd.NA) is refused, as the rest of vyre_numba refuses it."""
     if type(x).__name__ in ("Series", "Index") and type(x).__module__.startswith("pandas"):
-        from ..bindings import refuse_missing
-
         refuse_missing(x, name)
         if isinstance(x.dtype, np.dtype):
             return x.to_numpy()

@@ -41,7 +41,7 @@ from ..backend import as_ints
 from ..egraph import ClosureResult, EGraph
 from ..egraph.egraph import IDS_FIX, SPARSE_IDS, _ints, _rows, _take_rows
 from ..egraph.signature import signature_hash, signature_heads
-from ..errors import INTEGERS, DispatchError, a_type, flag, host_memory, mixes_bools, shown
+from ..errors import INTEGERS, DispatchError, a_type, flag, host_memory, refuse_misread, shown
 from ..unique import _inserted, count_distinct, unique, unique_rows
 from . import cluster
 from .egraph_device import DeviceKept, DevicePart
@@ -577,11 +577,8 @@ def _checked_unions(unions, top: int):
     """`unions` as a checked (k, 2) int64 array of class ids up to `top`, or None for none."""
     if unions is None:
         return None
-    if mixes_bools(unions):
-        raise DispatchError("unions mixes bools and integers; a bool is not a class id. Fix: pass integers only.")
-    if isinstance(unions, np.ma.MaskedArray):
-        raise DispatchError("unions is a masked array, whose mask would be ignored. Fix: pass the pairs to merge "
-                            "without the masked ones (unions[~unions.mask.any(axis=1)].data).")
+    refuse_misread(unions, "unions", not_bool="a class id", masked="pass the pairs to merge without the masked "
+                                                                    "ones (unions[~unions.mask.any(axis=1)].data).")
     try:
         u = np.asarray(unions)
     except (ValueError, TypeError) as e:  # ragged rows

@@ -23,9 +23,8 @@ from numpy.typing import ArrayLike
 
 from .. import display
 from ..backend import as_ints
-from ..bindings import refuse_missing
 from ..errors import (INTEGERS, BackendUnavailableError, DispatchError, a_type, flag, flat_fix, host_memory,
-                      mixes_bools, refuse_raw_bytes, shown)
+                      refuse_misread, shown)
 from ..owned import Unshared
 from ..progress import check_progress
 from ..unique import count_distinct, index_of, unique, unique_rows
@@ -97,10 +96,8 @@ def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID, copy: bool = True, bou
     if hasattr(a, "__cuda_array_interface__") and not isinstance(a, np.ndarray):
         raise DispatchError(f"{name} is a device array; e-graphs are built from host arrays (they are checked and "
                             f"indexed on the host first). Fix: pass a NumPy array (e.g. x.copy_to_host()).")
-    if mixes_bools(a):
-        raise DispatchError(f"{name} mixes bools and integers; a bool is not an id. Fix: pass integers only.")
-    refuse_raw_bytes(a, name)
-    refuse_missing(a, name)
+    refuse_misread(a, name, not_bool="an id", masked=f"pass {name}.compressed() or {name}.filled(...), whichever "
+                                                     "the ids mean.")
     try:
         arr = np.asarray(a)
     except Exception as e:  # ragged lists and the like
@@ -450,13 +447,8 @@ class EGraph(Unshared):
         empty class's too). Congruence is restored by the next `rebuild()` (or by `add`, `lookup`
         and the closure, which rebuild first)."""
         g = self._live()
-        if mixes_bools(pairs):
-            raise DispatchError("pairs mixes bools and integers; a bool is not a class id. Fix: pass integers only.")
-        refuse_raw_bytes(pairs, "pairs")
-        refuse_missing(pairs, "pairs")
-        if isinstance(pairs, np.ma.MaskedArray):
-            raise DispatchError("pairs is a masked array, whose mask would be ignored. Fix: pass the pairs to merge "
-                                "without the masked ones (pairs[~pairs.mask.any(axis=1)].data).")
+        refuse_misread(pairs, "pairs", not_bool="a class id", masked="pass the pairs to merge without the masked "
+                                                                      "ones (pairs[~pairs.mask.any(axis=1)].data).")
         try:
             arr = np.asarray(pairs) if not hasattr(pairs, "__cuda_array_interface__") else pairs
         except Exception as e:  # ragged rows; an object whose conversion raises (a tensor that needs grad)

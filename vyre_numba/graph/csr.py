@@ -8,7 +8,7 @@ from typing import Callable
 import numpy as np
 
 from ..backend import ArrayIn, as_ints, interface_dtype
-from ..errors import DispatchError, a_type, flag, flat_fix, mixes_bools, refuse_raw_bytes, whole_graph
+from ..errors import DispatchError, a_type, flag, flat_fix, refuse_misread, whole_graph
 from ..unique import unique
 
 
@@ -70,14 +70,10 @@ def _as_index_array(a, name: str, call: str = CHECK_CSR, whole: str | None = Non
     if hasattr(a, "__cuda_array_interface__"):
         raise DispatchError(f"{name} is a device array, but this path takes host arrays. Fix: pass NumPy arrays "
                             "(or call the device path with device arrays for both indptr and indices).")
-    if isinstance(a, np.ma.MaskedArray):
-        raise DispatchError(f"{name} is a masked array; its mask would be ignored. Fix: pass a plain array "
-                            f"({name}.filled(...) or {name}.compressed(), whichever the graph means).")
     if isinstance(a, str):
         raise DispatchError(f"{name} is a str, not an array of integers. Fix: pass a list or array of integers.")
-    refuse_raw_bytes(a, name)
-    if mixes_bools(a):
-        raise DispatchError(f"{name} mixes bools and integers; a bool is not a vertex id. Fix: pass integers only.")
+    refuse_misread(a, name, not_bool="a vertex id", masked=f"pass a plain array ({name}.filled(...) or "
+                                                           f"{name}.compressed(), whichever the graph means).")
     try:
         arr = np.asarray(a) if not isinstance(a, np.ndarray) else a
     except (ValueError, TypeError) as e:  # ragged nested lists, objects NumPy cannot hold

@@ -110,7 +110,7 @@ def assert_host_pushes_keep_the_device_counters() -> None:
         assert claim.copy_to_host().tolist() == [2, 2]  # 12 and 13, not 10 and 11 again
         assert q.drain().copy_to_host().tolist() == [10, 11, 12, 13]
         q.push([20, 21])
-        take_some[1, 32](q.state, 8, 4, claim)  # claims past the two left: the head runs past the tail
+        take_some[1, 32](q.state, 8, 4, claim)  # claims past the two left: only those two
         assert claim.copy_to_host().tolist() == [0, 2]
         q.push([22, 23, 24])
         take_some[1, 32](q.state, 8, 4, claim)
@@ -122,6 +122,31 @@ def size_of(state, capacity, out):
     """The device's count of filled items (`device.size`), by one thread."""
     if cuda.grid(1) == 0:
         out[0] = qd.size(state, capacity)
+
+
+@cuda.jit
+def take_push_take(items, state, capacity, want, out):
+    """One thread: a claim of `want`, a device push of 99, a second claim: out = both claims."""
+    if cuda.grid(1) == 0:
+        out[0], out[1] = qd.take(state, capacity, want)
+        qd.push(items, state, 99)
+        out[2], out[3] = qd.take(state, capacity, want)
+
+
+def assert_a_claim_moves_the_head_by_what_it_got() -> None:
+    """A claim of more items than are left moves the head only past those it got, so an item
+    pushed on the device afterwards goes to the next claim (the head ran to 4 past 3 items, and
+    every later claim found none); a claim of fewer than one item takes none."""
+    out = cuda.to_device(np.zeros(4, np.int64))
+    with WorkQueue(8, np.int64) as q:
+        q.push([10, 11, 12])
+        take_push_take[1, 32](q.items, q.state, 8, 4, out)
+        assert out.copy_to_host().tolist() == [0, 3, 3, 1]
+        assert q._words() == (4, 4) and q.drain().copy_to_host().tolist() == [10, 11, 12, 99]
+        q.push([1, 2])
+        for want in (0, -1):
+            take_some[1, 32](q.state, 8, want, out)
+            assert out.copy_to_host()[:2].tolist() == [0, 0] and q._words() == (2, 0)
 
 
 def assert_an_overflowed_queue_counts_only_its_capacity() -> None:
@@ -155,7 +180,7 @@ def assert_an_overflowed_queue_counts_only_its_capacity() -> None:
             raise AssertionError("a push into a full (overflowed) queue was accepted")
         q.push([])
         assert (q.size(), q.overflowed()) == (4, 6)  # the refused and the empty push changed nothing
-        for want, expected in ((3, [0, 3]), (3, [3, 1]), (3, [6, 0])):  # the third finds none left
+        for want, expected in ((3, [0, 3]), (3, [3, 1]), (3, [4, 0])):  # the third finds none left
             take_some[1, 32](q.state, cap, want, claim)
             assert claim.copy_to_host().tolist() == expected, (want, expected)
         got = q.drain().copy_to_host()
@@ -243,11 +268,11 @@ def assert_misuse_is_refused_and_changes_nothing() -> None:
         assert q.drain().copy_to_host().tolist() == [7]  # the refused pushes stored nothing
     with WorkQueue(4, np.float32) as q:
         for bad, why in (([1e300], "the value 1e+300 is not a float32 (it would become inf). Fix: make the queue "
-                                   "of a wider type"),  # a float overflowing; ints that would round
+                                   "of float64 (it holds 1e+300)"),  # a float overflowing; ints that would round
                          ([1, 2**64 - 1], "the value 18446744073709551615 is not exactly representable as float32. "
-                                          "Fix: make the queue of a wider type"),
+                                          "Fix: make the queue of uint64 (it holds"),
                          ([2**25 + 1], "the value 33554433 is not exactly representable as float32. Fix: make the "
-                                       "queue of a wider type")):
+                                       "queue of float64 (it holds 33554433)")):
             try:
                 q.push(bad)
             except DispatchError as e:
@@ -291,7 +316,8 @@ def assert_consumers_are_kept_by_code_and_bounded() -> None:
 
 
 def assert_records_and_streams_queue() -> None:
-    """A record queue drains and hands out chunks field for field; a queue on a stream of its own
+    """A record queue drains and hands out chunks field for field (keeping those pushed meanwhile:
+    the simulator raised a raw TypeError moving them); a queue on a stream of its own
     works as one on the default stream."""
     rec = np.dtype([("a", np.int32), ("b", np.float64)])
     values = np.array([(1, 2.5), (-3, np.inf), (7, -0.0)], rec)
@@ -301,6 +327,11 @@ def assert_records_and_streams_queue() -> None:
         q.push(values[1:])
         got = q.drain().copy_to_host()
         assert got.dtype == rec and got.tobytes() == values[1:].tobytes()
+        q.push(values[:2])
+        pieces = q.chunks(2)
+        assert next(pieces).copy_to_host().tobytes() == values[:2].tobytes()
+        q.push(values[2:])  # pushed while the iteration runs: moved to the front when it ends, kept
+        assert list(pieces) == [] and q.drain().copy_to_host().tobytes() == values[2:].tobytes()
     s = cuda.stream()
     with WorkQueue(4, np.int32, stream=s) as q:
         q.push(np.array([5, 6], np.int32))
@@ -317,6 +348,7 @@ def main() -> None:
         assert_host_push_drain_and_chunks(n)
     assert_misuse_is_refused_and_changes_nothing()
     assert_host_pushes_keep_the_device_counters()
+    assert_a_claim_moves_the_head_by_what_it_got()
     assert_an_overflowed_queue_counts_only_its_capacity()
     assert_a_closed_queue_refuses_everything()
     assert_consumers_are_kept_by_code_and_bounded()

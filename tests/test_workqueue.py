@@ -127,6 +127,24 @@ def test_an_int_beside_floats_in_a_list_is_refused_where_it_would_round(dtype, v
     assert _values([3, 0.5], np.dtype(dtype)).tolist() == [3.0, 0.5]
 
 
+@pytest.mark.parametrize("dtype,value,fix", [
+    (np.float64, 2**53 + 1, "Fix: make the queue of int64 (it holds 9007199254740993), or push values in range."),
+    (np.float32, 2**25 + 1, "Fix: make the queue of float64 (it holds 33554433)"),
+    (np.float16, np.float64(1e10), "Fix: make the queue of float32 (it holds 10000000000.0), or convert the values"),
+    (np.int16, 40000, "Fix: make the queue of uint16 (it holds 40000)"),
+    (np.uint64, -1, "Fix: make the queue of int64 (it holds -1)"),
+    (np.int32, np.array([2**40]), "Fix: make the queue of int64 (it holds 1099511627776)"),
+    (np.uint64, 2**64 + 1, "Fix: push values in range: no queue type holds 18446744073709551617."),
+    (np.int64, -2**63 - 1, "Fix: push values in range: no queue type holds -9223372036854775809."),
+])
+def test_a_value_the_queue_cannot_take_is_told_the_type_that_takes_it_or_that_none_does(dtype, value, fix):
+    """Regression (a red-team): "make the queue of a wider type" was the Fix for a 64-bit queue,
+    which has none wider."""
+    with pytest.raises(DispatchError) as e:
+        QueueModel(2, dtype).push(value)
+    assert fix in str(e.value)
+
+
 def test_a_value_past_the_queue_type_is_shown_shortened_in_the_refusal():
     for dtype in (np.float32, np.int64):
         with pytest.raises(DispatchError, match=r"the value 1071508607186267.*\.\.\..*Fix:") as e:
@@ -401,6 +419,14 @@ def test_gpu_host_pushes_keep_the_device_counters():
     import queue_exercise
 
     queue_exercise.assert_host_pushes_keep_the_device_counters()
+
+
+@pytest.mark.gpu
+def test_gpu_a_claim_moves_the_head_by_what_it_got():
+    sys.path.insert(0, str(HERE))
+    import queue_exercise
+
+    queue_exercise.assert_a_claim_moves_the_head_by_what_it_got()
 
 
 @pytest.mark.gpu

@@ -195,6 +195,36 @@ def _int_range(dt: np.dtype) -> tuple[int, int]:
     return int(info.min), int(info.max)
 
 
+_NUMBERS = [np.dtype(t) for t in ("i1", "u1", "i2", "u2", "f2", "i4", "u4", "f4", "i8", "u8", "f8")]
+
+
+def _holds(t: np.dtype, v) -> bool:
+    """Whether a queue of `t` takes `v` as push converts it: an integer exactly, a float rounded
+    short of overflow (an integer queue takes no float)."""
+    whole = isinstance(v, INTEGERS)
+    if t.kind in "iu":
+        lo, hi = _int_range(t)
+        return whole and lo <= int(v) <= hi
+    try:
+        with np.errstate(all="ignore"):
+            x = t.type(v)
+    except OverflowError:
+        return False
+    return bool(np.isfinite(x)) and (not whole or int(x) == int(v))
+
+
+def _room_fix(v, dt: np.dtype, rest: str) -> str:
+    """The Fix for a value a queue of `dt` cannot take: the narrowest other type of the same kind
+    (float or integer) that takes it, else of the other kind, else none ("make it wider" misleads
+    where dt is 64-bit)."""
+    others = sorted((t for t in _NUMBERS if t != dt and t.itemsize >= dt.itemsize),
+                    key=lambda t: ((t.kind == "f") != (dt.kind == "f"), t.itemsize))
+    t = next((t for t in others if _holds(t, v)), None)
+    if t is None:
+        return f"{rest}: no queue type holds {shown(v)}."
+    return f"make the queue of {t} (it holds {shown(v)}), or {rest}."
+
+
 _RECORDS = ("make them records: np.array([(1, 2.0), ...], dtype=q.dtype) (a tuple is a record only inside such an "
             "array; each field converts as astype does).")
 
@@ -236,8 +266,8 @@ def _values(values, dt: np.dtype, *, one: bool = False) -> np.ndarray:
         info = np.iinfo(dt)
         lo, hi = int(arr.min()), int(arr.max())
         if lo < info.min or hi > info.max:
-            raise DispatchError(f"the value {lo if lo < info.min else hi} does not fit in {dt}. Fix: make the queue "
-                                "of a wider type, or push values in range.")
+            v = lo if lo < info.min else hi
+            raise DispatchError(f"the value {v} does not fit in {dt}. Fix: {_room_fix(v, dt, 'push values in range')}")
         return arr.astype(dt)
     with np.errstate(all="ignore"):
         out = arr.astype(dt)
@@ -248,7 +278,7 @@ def _values(values, dt: np.dtype, *, one: bool = False) -> np.ndarray:
     if wrong.any():
         k = int(np.argmax(wrong))
         raise DispatchError(f"the value {arr[k]} is not a {dt} (it would become {out[k]}). "
-                            f"Fix: make the queue of a wider type, or convert the values yourself.")
+                            f"Fix: {_room_fix(arr[k].item(), dt, 'convert the values yourself')}")
     return out
 
 
@@ -269,8 +299,8 @@ def _python_ints(values, dt: np.dtype):
         except (OverflowError, ValueError):  # out of an integer type's range; infinite as a float
             same = False
         if not same:
-            raise DispatchError(f"the value {shown(v)} is not exactly representable as {dt}. Fix: make the queue of a "
-                                "wider type, or push values in range.")
+            raise DispatchError(f"the value {shown(v)} is not exactly representable as {dt}. "
+                                f"Fix: {_room_fix(v, dt, 'push values in range')}")
     return np.array(items, dt) if len(ints) == len(items) else values
 
 
@@ -389,9 +419,8 @@ class WorkQueue(Unshared):
                                     f"queue first, or make one with capacity >= {tail + values.size}.",
                                     needed=tail + values.size)
             items[tail:tail + values.size].copy_to_device(values, stream=self.stream)
-            # the head stays (claimed items are not handed out again), but not past the old tail: a claim
-            # of more than were left moved it there, and the new items start at the old tail
-            state.copy_to_device(np.array([tail + values.size, min(head, tail)], np.uint64), stream=self.stream)
+            # the head stays: claimed items are not handed out again (take never moves it past the filled ones)
+            state.copy_to_device(np.array([tail + values.size, head], np.uint64), stream=self.stream)
 
     def drain(self) -> ArrayOut:
         """The filled items as a new device array (exactly their number), and the queue emptied."""
@@ -449,7 +478,9 @@ class WorkQueue(Unshared):
             self._check_not_emptied(emptied)  # its items went with a drain or reset as well: say so
             rest = self.size() - n
             kept = None
-            if rest > 0:
+            if rest > 0 and _SIM and self.dtype.fields is not None:  # as drain's: through the host
+                kept = items[n:n + rest].copy_to_host()
+            elif rest > 0:
                 kept = self._cuda.device_array(rest, self.dtype, stream=self.stream)
                 kept.copy_to_device(items[n:n + rest], stream=self.stream)
             words = np.array([max(rest, 0), 0], np.uint64)

@@ -1,7 +1,7 @@
 """Device-side queue helpers for Numba kernels and fixpoint steps (imported when a GPU or the CUDA
 simulator runs them). A queue is two device arrays: `items` (capacity slots) and `state`
 (uint64 words: [0] tail, the number of pushes tried since the last reset; [1] head, the number
-of items taken).
+of items taken by `take`, never past the filled ones).
 
 Invariant: items[0 : min(tail, capacity)] are filled; a push at or past capacity stores nothing
 and returns False, so the producer keeps its item and pushes it again after the host drains the
@@ -21,7 +21,9 @@ TAIL, HEAD = 0, 1
 
 @cuda.jit(device=True)
 def push(items, state, value):
-    """Append value; False (nothing stored) when the queue is full."""
+    """Append value; False (nothing stored) when the queue is full. The value converts to the
+    items' type as any Numba assignment does (a float into an integer queue truncates, an integer
+    out of range wraps), unchecked on the device, where the host's `WorkQueue.push` refuses both."""
     slot = cuda.atomic.add(state, TAIL, uint64(1))
     if slot < items.shape[0]:
         items[slot] = value
@@ -66,12 +68,20 @@ def size(state, capacity):
 
 @cuda.jit(device=True)
 def take(state, capacity, want):
-    """Claim up to `want` filled items: (first index, how many), how many 0 when none are left."""
-    filled = min(int64(state[TAIL]), int64(capacity))
-    first = int64(cuda.atomic.add(state, HEAD, uint64(want)))
-    if first >= filled:
-        return first, int64(0)
-    return first, min(int64(want), filled - first)
+    """Claim up to `want` filled items: (first index, how many), how many 0 when none are left (or
+    `want` < 1). The head moves by exactly the number claimed, so items pushed after a claim that
+    found fewer than it wanted are handed out by the next one. The retry loop is bounded: each
+    failed swap is another thread's claim of at least one of the finitely many pushed items."""
+    head = int64(cuda.atomic.add(state, HEAD, uint64(0)))
+    while True:
+        filled = min(int64(cuda.atomic.add(state, TAIL, uint64(0))), int64(capacity))
+        if want < 1 or head >= filled:
+            return head, int64(0)
+        n = min(int64(want), filled - head)
+        seen = int64(cuda.atomic.cas(state, HEAD, uint64(head), uint64(head + n)))
+        if seen == head:
+            return head, n
+        head = seen
 
 
 _CONSUMERS: LRUCache = LRUCache(PREDICATES_KEPT)  # a loop passing a new step function a call frees the old

@@ -571,3 +571,21 @@ def test_a_ctrl_c_as_chunks_ends_drops_the_items_handed_out_or_none_under_the_cu
     out = run_script(CHUNKS_INTERRUPTED, 600)
     assert out.returncode == 0 and out.stdout.startswith("points "), out.stdout + out.stderr
     assert int(out.stdout.split()[1]) > 20, out.stdout  # the end's events were reached, not skipped
+
+
+@pytest.mark.parametrize("cc", [(8, 0), (9, 0)])
+def test_the_device_helpers_compile_to_ptx_without_a_gpu(cc):
+    """CI has no GPU: push, size and take compile for the device; take claims by compare-and-swap."""
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        pytest.skip("the CUDA simulator compiles no PTX (this test runs in the non-simulated CI pass)")
+    from numba import cuda, types
+
+    from vyre_numba.workqueue import device as qd
+
+    state = types.uint64[:]
+    found = set()
+    for fn, sig in ((qd.push, (types.int32[:], state, types.int32)), (qd.size, (state, types.int64)),
+                    (qd.take, (state, types.int64, types.int64))):
+        ptx, _ = cuda.compile_ptx(fn.py_func, sig, device=True, cc=cc)
+        found |= set(re.findall(r"atom\.[a-z]+", ptx))
+    assert found == {"atom.add", "atom.cas"}

@@ -242,8 +242,10 @@ def test_abi_and_param_order():
 def test_grid_barrier_needs_a_cooperative_launch_and_links_the_template():
     p = ir.Program([ir.BufferDecl.output("o", 0, "u32")], 64,
                    [ir.store("o", ir.gid(0), 1), ir.barrier("grid"), ir.store("o", ir.gid(0), 2)])
-    with pytest.raises(UnsupportedError, match="cooperative=True.*|Fix:"):
-        ptx.emit(p)
+    for call in (lambda: ptx.emit(p), lambda: p.ptx()):  # the Fix named DispatchConfig, which neither takes
+        with pytest.raises(UnsupportedError, match=r"Fix: pass cooperative=True \(ptx.emit\(p, cooperative=True\), "
+                                                   r"p.ptx\(cooperative=True\)\)"):
+            call()
     text = assemble_all(p, cooperative=True)
     assert "(retval0), vyre_grid_barrier, (param0, param1)" in text and "vyre_grid_state" in text
     a = ptx.abi(p)

@@ -359,7 +359,8 @@ class Backend(abc.ABC):
     def empty(self, n: int, dtype: np.dtype | type | str) -> object:
         """A resident buffer of `n` zeroed elements of `dtype`: a vyre type's storage dtype (a NumPy
         number type, not bool), or a vyre type, which gives its storage ("bool" uint32 words of 0
-        or 1, "bf16" uint16 bits)."""
+        or 1, "bf16" uint16 bits). The names "u8" and "i8" are refused as ambiguous (8 bits to
+        vyre, 8 bytes to NumPy): pass DataType.U8 or "uint8"."""
         raise NotImplementedError(f"{self.name} backend has no resident buffers")
 
     def write(self, buffer: ResidentBuffer, values: ArrayIn, offset: int = 0) -> None:

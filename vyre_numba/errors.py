@@ -58,8 +58,10 @@ class BackendUnavailableError(VyreError):
 
 
 class SettingError(VyreError):
-    """An environment variable vyre-numba reads (VYRE_NUMBA_PROGRESS, VYRE_NUMBA_CACHE,
-    VYRE_NUMBA_REFERENCE_MEMORY, VYRE_NUMBA_REFERENCE_WORK) holds a value it does not recognise."""
+    """A setting vyre-numba reads holds a value it does not recognise (VYRE_NUMBA_PROGRESS,
+    VYRE_NUMBA_CACHE, VYRE_NUMBA_CACHE_DIR, VYRE_NUMBA_REFERENCE_MEMORY, VYRE_NUMBA_REFERENCE_WORK,
+    Numba's NUMBA_ENABLE_CUDASIM), or one cannot work here (no home directory for the disk cache,
+    no tqdm for progress=True)."""
 
 
 class TemplateError(VyreError):

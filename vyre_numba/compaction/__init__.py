@@ -594,7 +594,7 @@ def select_if(values: ArrayIn, predicate: Callable, *, stream: Stream | None = N
     device in, device out). The predicate is compiled once for its code and the values it reads
     (closure, defaults, the globals and module attributes it names, such as `cfg.limit`): a lambda
     written anew every call compiles once, and a changed threshold compiles afresh; an array it
-    reads counts by its contents (Numba compiles them in), at most FROZEN_BYTES (16 KiB) of them.
+    reads counts by its contents (Numba compiles them in), at most 16 KiB of them (compaction.select.FROZEN_BYTES).
     Where it reads something else that does not hash (a list), it is compiled once per function
     object, and Numba fixes the globals it reads at that first call (pass a new function to change
     them). The last PREDICATES_KEPT stay compiled. Its error model is NumPy's on both and its types are Numba's

@@ -342,8 +342,8 @@ def _run_cpu(step: Callable, n: int, args: list, max_rounds: int, progress: bool
                                 "structured array itself and index it in the step.")
         if isinstance(a, np.matrix):  # Numba cannot type it, and in Python m[i] is a row, not an item
             raise DispatchError(f"args[{k}] is an np.matrix, whose m[i] is a whole row (the step would see "
-                                "matrices where it indexes items). Fix: pass np.asarray(m) (a 2-D view, updated in "
-                                "place), or np.asarray(m).ravel() for its items in one row.")
+                                "matrices where it indexes items). Fix: pass np.asarray(m).ravel() (its items in one "
+                                "row, a view updated in place), or np.asarray(m) for a step that indexes a[r, c].")
         if isinstance(a, np.ndarray) and not a.dtype.isnative:  # Numba would read a tuple's such array as native
             shown_dt = a.dtype if a.dtype.fields is not None else a.dtype.str  # a record's str ('|V4') hides its fields
             raise DispatchError(f"args[{k}] has dtype {shown_dt}, not in this machine's byte order, which Numba "

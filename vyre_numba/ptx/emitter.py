@@ -843,7 +843,8 @@ def emit(program: Program, *, sm: int = 90, workgroup: tuple[int, int, int] | st
     cooperative, optimize, sm = bool(cooperative), bool(optimize), target(sm)
     if "grid_sync" in program.capabilities and not cooperative:  # as written: dispatch refuses it so too
         raise UnsupportedError(f"program {program.name!r} has barrier('grid'), which needs every workgroup "
-                               "resident at once. Fix: dispatch it with DispatchConfig(cooperative=True).")
+                               "resident at once. Fix: pass cooperative=True (ptx.emit(p, cooperative=True), "
+                               "p.ptx(cooperative=True)), and dispatch it with DispatchConfig(cooperative=True).")
     if optimize:
         program = program.optimized()
     return _Emitter(program, sm, workgroup, cooperative).render()

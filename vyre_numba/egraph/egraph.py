@@ -102,9 +102,6 @@ def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID, copy: bool = True, bou
         arr = np.asarray(a)
     except Exception as e:  # ragged lists and the like
         raise DispatchError(f"{name} is not an array of integers ({e}). Fix: pass a 1-D NumPy integer array.") from e
-    if isinstance(a, np.ma.MaskedArray):
-        raise DispatchError(f"{name} is a masked array, whose mask would be ignored. Fix: pass {name}.compressed() or "
-                            f"{name}.filled(...), whichever the ids mean.")
     fix = fix or (IDS_FIX if hi == MAX_ID else f"keep every value in {lo}..{hi}.")
     arr = as_ints(a, arr, name, fix)
     if arr.dtype.kind not in "iu" or arr.dtype == np.bool_:

@@ -127,6 +127,16 @@ def test_components_of_structured_graphs(client):
     assert stats.extra["labels_sent"] == 3  # three cuts of one vertex: each label sent as it is
 
 
+def test_components_of_a_scipy_matrix_given_whole(client):
+    """As the single-GPU call: a matrix of any format is the graph of its rows (a CSC's own arrays
+    are its transpose's)."""
+    import scipy.sparse as sp
+
+    A = sp.random(60, 60, 0.03, format="csc", random_state=4)
+    want = components_one(A.tocsr().indptr, A.tocsr().indices, backend="reference")
+    assert np.array_equal(connected_components(A, client=client, backend="reference", partitions=3), want)
+
+
 def test_a_cut_whose_vertices_share_a_label_sends_it_once(client):
     n = 2000  # one component: every cut vertex of a partition carries its smallest vertex
     rng = np.random.default_rng(11)

@@ -205,32 +205,55 @@ def test_a_csr_of_arrays_or_lists_has_its_sizes(g, n, nnz):
 
 
 @pytest.mark.parametrize("name, call", [
-    ("connected_components", lambda A, *r: connected_components(*r, backend="reference")),
-    ("check_csr", lambda A, *r: check_csr(*r)),
-    ("bfs", lambda A, *r: vn.graph.bfs(*r, 0, backend="reference")),
-    ("bfs_many", lambda A, *r: vn.graph.bfs_many(*r, [0], backend="reference")),
-    ("reachable_many", lambda A, *r: vn.graph.reachable_many(*r, [0], backend="reference"))])
+    ("connected_components", lambda *g: connected_components(*g, backend="reference")),
+    ("check_csr", lambda *g: check_csr(*g)),
+    ("bfs", lambda *g: vn.graph.bfs(*g, 0, backend="reference")),
+    ("bfs_many", lambda *g: vn.graph.bfs_many(*g, [0], backend="reference")),
+    ("reachable_many", lambda *g: vn.graph.reachable_many(*g, [0], backend="reference"))])
 @pytest.mark.parametrize("kind", ["csr_array", "csr_matrix", "coo_matrix", "csc_array", "lil_matrix"])
-def test_a_scipy_sparse_matrix_passed_whole_says_how_to_call_the_same_function_with_its_arrays(name, call, kind):
-    """Regressions (red-teams): the Fix was np.asarray(indptr, dtype=np.int64), which raises a
-    TypeError on a sparse matrix; then it named bfs whatever was called, and a COO matrix was
-    'dtype object'. Doing what the Fix says runs."""
-    import re
-
-    A = getattr(sp, kind)(np.array([[0, 1, 0], [1, 0, 0], [0, 0, 0]]))
-    with pytest.raises(DispatchError, match=rf"indptr is a {kind} \(a whole sparse graph\), not an array of integers\. "
-                                            rf"Fix: .*{name}\(A\.indptr, A\.indices") as e:
-        call(A, A, None)
-    if "A = A.tocsr()" in str(e.value):
-        A = A.tocsr()
+def test_a_scipy_sparse_matrix_passed_whole_is_the_graph_its_rows_hold(name, call, kind):
+    """A matrix of any format passed whole (bfs(A, 0), the natural first try; it was refused) is
+    the graph of its rows: what its CSR form's two arrays give. A CSC's own two arrays are its
+    transpose's, which nothing in two arrays tells: passed whole it cannot be misread. In indices'
+    place it is told to go whole."""
+    dense = np.array([[0, 1, 0], [0, 0, 1], [0, 0, 0]])  # the directed path 0 -> 1 -> 2: its transpose differs
+    A, R = getattr(sp, kind)(dense), sp.csr_array(dense)
+    got, want = call(A), call(R.indptr, R.indices)
+    if name == "check_csr":
+        assert [a.tolist() for a in got] == [a.tolist() for a in want] == [[0, 1, 2, 2], [1, 2]]
     else:
-        assert kind.startswith("csr"), str(e.value)
-    assert re.search(r"Fix: .*\(A\.indptr, A\.indices", str(e.value))
-    call(A, A.indptr, A.indices)  # the fix
+        assert np.array_equal(got, want)
+    if name.startswith(("bfs", "reachable")):
+        assert np.array_equal(np.ravel(got), [0, 1, 2] if name != "reachable_many" else [True] * 3)
+    with pytest.raises(DispatchError, match=rf"indices is a {kind} \(a whole sparse graph\), not an array of integers\. "
+                                            rf"Fix: pass the graph alone, in indptr's place.*: {name}\(A"):
+        call(R.indptr, A)
     with pytest.raises(DispatchError, match="sources is a csr_array.*Fix: pass the source vertices"):
-        vn.graph.bfs_many(A.indptr, A.indices, sp.csr_array(np.eye(3)), backend="reference")
-    with pytest.raises(DispatchError, match=r"takes a CSR, not a csr_array\. Fix: pass check_csr\(A\.indptr, A\.indices\)"):
+        vn.graph.bfs_many(A, sp.csr_array(np.eye(3)), backend="reference")
+    with pytest.raises(DispatchError, match=r"takes a CSR, not a csr_array\. Fix: pass check_csr\(A\)"):
         bfs_numpy(sp.csr_array(np.eye(3)), 0)
+
+
+def test_a_whole_graph_call_that_is_missing_or_has_one_argument_too_many_says_both_forms():
+    from vyre_numba.errors import ArgumentError
+
+    A = sp.csr_array(np.eye(3))
+    for call, fix in (
+            (lambda: vn.graph.bfs(A), "bfs() is missing source. Fix: pass it after the graph: bfs(indptr, indices, "
+                                      "source) or bfs(A, source)."),
+            (lambda: vn.graph.bfs(A, 0, 1), "bfs() was given the whole graph (a csr_array) and indices too. Fix: pass "
+                                            "the graph alone, bfs(A, source), or its CSR arrays"),
+            (lambda: connected_components(A, A.indices), "connected_components() was given the whole graph"),
+            (lambda: connected_components(A.indptr), "connected_components() is missing indices. Fix: pass the "
+                                                     "graph's CSR arrays"),
+            (lambda: connected_components(np.eye(3)), "(scipy.sparse.csr_array(M) of a dense adjacency matrix M)"),
+            (lambda: vn.graph.bfs_many(A.indptr, A.indices), "bfs_many() is missing sources")):
+        with pytest.raises(ArgumentError) as e:
+            call()
+        assert fix in str(e.value)
+    with pytest.raises(DispatchError, match=r"the graph is a csr_array of shape \(2, 3\), but an adjacency matrix is "
+                                            r"square .*Fix: pass an n x n matrix"):
+        vn.graph.bfs(sp.csr_array(np.ones((2, 3))), 0)
 
 
 @pytest.mark.parametrize("name, call", [
@@ -242,8 +265,8 @@ def test_an_object_that_is_no_array_is_named_not_read_as_dtype_object(name, call
     import scipy.sparse.linalg as sl
 
     A = sp.csr_array(np.array([[0, 1], [1, 0]]))
-    with pytest.raises(DispatchError, match=rf"indptr is a MatrixLinearOperator, not an array of integers\. Fix: pass a "
-                                            rf"1-D array of integers .*{name}\(A\.indptr, A\.indices"):
+    with pytest.raises(DispatchError, match=rf"indptr is a MatrixLinearOperator, not an array of integers\. Fix: pass "
+                                            rf"1-D arrays of integers, or a SciPy sparse matrix A whole: {name}\(A"):
         call(sl.aslinearoperator(A), A.indices)
     with pytest.raises(DispatchError, match=r"indices is a function, not an array of integers"):
         call(A.indptr, lambda: 0)

@@ -49,7 +49,7 @@ def test_no_sources_give_an_empty_result():
     ("0", "integer"), ([[0, 1]], "1-D"), (np.ma.array([0, 1], mask=[0, 1]), "masked"),
     (np.array([], np.float64), "integer"),
     # no array at all: the Fix is about sources, not a SciPy matrix's CSR (a red-team)
-    (None, "Fix: pass the source vertices as an int, a list"), ({0}, "Fix: pass the source vertices as an int, a list"),
+    ({0}, "Fix: pass the source vertices as an int, a list"),
     ((s for s in [0]), "Fix: pass the source vertices as an int, a list"),
 ])
 def test_bad_sources_say_how_to_fix_them(sources, fix):

@@ -319,14 +319,6 @@ def public_name(cls: type) -> str:
     return cls.__name__
 
 
-def whole_graph(a) -> bool:
-    """Whether `a` is a whole sparse graph (a SciPy sparse matrix or array, or a CSR of two arrays),
-    where an array of it was meant."""
-    return not isinstance(a, np.ndarray) and (hasattr(a, "indptr") and hasattr(a, "indices")
-                                              or type(a).__module__.startswith("scipy.sparse")
-                                              and isinstance(getattr(a, "format", None), str))
-
-
 def _unfit(fn, args: tuple, kwargs: dict) -> str | None:
     """Why `fn(*args, **kwargs)` cannot bind, with the fix; None where it binds (the TypeError came
     from inside)."""
@@ -351,10 +343,6 @@ def _unfit(fn, args: tuple, kwargs: dict) -> str | None:
                 near = difflib.get_close_matches(k, names, 1, 0.6)
                 hints.append(f"`{k}` is no parameter" + (f" (did you mean `{near[0]}`?)" if near else ""))
     name = fn.__qualname__
-    if params and params[0].name == "indptr" and args and whole_graph(args[0]):  # bfs(A, 0): the arrays go apart
-        fmt = getattr(args[0], "format", "csr")
-        hints.append(f"the graph goes as its two CSR arrays, not as {a_type(args[0])}: "
-                     f"{'' if fmt == 'csr' else 'A = A.tocsr(), then '}{fn.__name__}(A.indptr, A.indices, ...)")
     hint = "; ".join(hints) + "; " if hints else ""
     if method and args and "." in name and not isinstance(args[0], type):  # as its class is known: Redispatch's
         name = f"{public_name(type(args[0]))}.{fn.__name__}"  # replay is RecordedGraph.replay

@@ -36,6 +36,7 @@ from ..errors import INTEGERS, DispatchError, a_type, flag, host_memory, shown
 from . import cluster
 from .device import Ops, marked, moved_pairs, narrow, packed
 from .unionfind import merge
+from ..graph.csr import graph_arguments, whole_graph
 
 from ..backend import ArrayIn, Backend, interface_dtype  # noqa: F401  (the annotations name them: typing.get_type_hints reads them)
 
@@ -431,7 +432,8 @@ def connected_components(indptr: ArrayIn | None = None, indices: ArrayIn | None 
     single-GPU `vyre_numba.graph.connected_components`: label[v] is the smallest vertex id in v's
     component, edges taken as undirected.
 
-    The graph is either a host CSR (`indptr`, `indices`), cut into `partitions` row ranges (default:
+    The graph is either a host CSR (`indptr`, `indices`, or a SciPy sparse matrix A given whole,
+    `connected_components(A)`), cut into `partitions` row ranges (default:
     one per worker), or `edges`: a Dask array of shape (m, 2) or a Dask DataFrame with the two
     `columns`, already spread over the workers (a partition per chunk; then `n`, the vertex count,
     is required). Each worker computes on its own GPU (`backend` None or "cuda"; one worker per GPU,
@@ -443,6 +445,8 @@ def connected_components(indptr: ArrayIn | None = None, indices: ArrayIn | None 
     gather = flag(gather, "gather", "pass True (labels as a NumPy array) or False (a Dask array left on the workers).")
     stats = flag(stats, "stats", "pass True (labels and a DistributedStats) or False (the labels alone).")
     t0 = time.perf_counter()
+    if edges is None and whole_graph(indptr):
+        indptr, indices, _ = graph_arguments(indptr, indices, None, "connected_components")
     _check_graph_arguments(indptr, indices, edges, n, partitions, columns)  # before a task is submitted
     client = cluster.client_or_default(client)
     table = cluster.worker_table(client)

@@ -10,12 +10,13 @@ puts in mapped host memory. `bfs_numpy` is the CPU implementation and the oracle
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import numpy as np
 
 from ..errors import INTEGERS, DispatchError, a_type, host_memory, shown
 from ..simulator import SIMULATED as _SIM
-from .csr import CSR, checked_graph, enqueue_check, resolve
+from .csr import CSR, checked_graph, enqueue_check, graph_arguments, resolve
 
 from ..backend import ArrayIn, ArrayOut, Backend  # noqa: F401  (the annotations name them: typing.get_type_hints reads them)
 
@@ -103,15 +104,17 @@ def _source(source, n: int) -> int:
 
 
 @host_memory("bfs")
-def bfs(indptr: ArrayIn, indices: ArrayIn, source: int, *, backend: "Backend | str | None" = None,
-        symmetric: bool = False) -> ArrayOut:
+def bfs(indptr: "ArrayIn | Any", indices: "ArrayIn | int | None" = None, source: int | None = None, *,
+        backend: "Backend | str | None" = None, symmetric: bool = False) -> ArrayOut:
     """Distances (int32) from `source` along the stored edges of the CSR graph `(indptr,
-    indices)`, -1 for vertices it cannot reach: NumPy out for host arrays (computed on the GPU
+    indices)`, or of a SciPy sparse matrix A given whole (`bfs(A, source)`, any format read as
+    CSR), -1 for vertices it cannot reach: NumPy out for host arrays (computed on the GPU
     when `backend` is "cuda", or is None and a GPU is usable), a device array out for device
     arrays. `symmetric=True` promises every edge is stored both ways, which lets large frontiers
     be searched bottom-up: checked for host arrays (a DispatchError where it is broken; about 8 ns an
     edge), trusted for device arrays, whose distances are then wrong where it is broken."""
-    be, g, n, on_device = resolve(indptr, indices, backend, symmetric, "bfs(A.indptr, A.indices, source)")
+    indptr, indices, source = graph_arguments(indptr, indices, source, "bfs", "source")
+    be, g, n, on_device = resolve(indptr, indices, backend, symmetric, "bfs(A, source)")
     source = _source(source, n)
     if on_device:
         return _bfs_gpu(be, indptr, indices, n, source, bool(symmetric), hubs=enqueue_check(be, indptr, indices, n, HUB))

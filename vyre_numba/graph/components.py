@@ -12,10 +12,12 @@ as its smallest id.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..errors import host_memory
-from .csr import CSR, check_device_csr, checked_graph, edges, resolve
+from .csr import CSR, check_device_csr, checked_graph, edges, graph_arguments, resolve
 
 from ..backend import ArrayIn, ArrayOut, Backend  # noqa: F401  (the annotations name them: typing.get_type_hints reads them)
 
@@ -55,16 +57,17 @@ def components_of_edges(n: int, src: np.ndarray, dst: np.ndarray, dtype=np.int64
 
 
 @host_memory("connected_components")
-def connected_components(indptr: ArrayIn, indices: ArrayIn, *, backend: "Backend | str | None" = None,
-                         symmetric: bool = False) -> ArrayOut:
-    """Component labels (int32) of the graph `(indptr, indices)` in CSR form, edges taken as
-    undirected: label[v] is the smallest vertex id in v's component. Host arrays give a NumPy
+def connected_components(indptr: "ArrayIn | Any", indices: ArrayIn | None = None, *,
+                         backend: "Backend | str | None" = None, symmetric: bool = False) -> ArrayOut:
+    """Component labels (int32) of the graph `(indptr, indices)` in CSR form, or of a SciPy sparse
+    matrix A given whole (`connected_components(A)`), edges taken as undirected: label[v] is the smallest vertex id in v's component. Host arrays give a NumPy
     result (computed on the GPU when `backend` is "cuda", or is None and a GPU is usable); device
     arrays (numba, CuPy, PyTorch) give a device array and run on the GPU. `symmetric=True`
     promises every edge is stored both ways (as scipy's undirected graphs are), so the GPU can skip
     the largest component's edges, seen from their other ends: checked for host arrays (as for
     `bfs`), trusted for device arrays, which then get wrong labels where it is broken."""
-    be, g, n, on_device = resolve(indptr, indices, backend, symmetric, "connected_components(A.indptr, A.indices)")
+    indptr, indices, _ = graph_arguments(indptr, indices, None, "connected_components")
+    be, g, n, on_device = resolve(indptr, indices, backend, symmetric, "connected_components(A)")
     if on_device:
         check_device_csr(be, indptr, indices, n)
         return _components_gpu(be, indptr, indices, n, symmetric)

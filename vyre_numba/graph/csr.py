@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
 from ..backend import ArrayIn, as_ints, interface_dtype
-from ..errors import DispatchError, a_type, flag, flat_fix, refuse_misread, whole_graph
+from ..errors import ArgumentError, DispatchError, a_type, flag, flat_fix, refuse_misread
 from ..unique import unique
 
 
@@ -47,7 +47,55 @@ def _length(a, name: str) -> int:
     return int(shape[0])
 
 
-CHECK_CSR = "check_csr(A.indptr, A.indices)"
+def whole_graph(a) -> bool:
+    """Whether `a` is a whole sparse graph (a SciPy sparse matrix or array, or a CSR of two arrays),
+    where an array of it was meant."""
+    return not isinstance(a, np.ndarray) and (hasattr(a, "indptr") and hasattr(a, "indices")
+                                              or type(a).__module__.startswith("scipy.sparse")
+                                              and isinstance(getattr(a, "format", None), str))
+
+
+CHECK_CSR = "check_csr(A)"
+
+
+def graph_arguments(indptr, indices, then, call: str, then_name: str | None = None) -> tuple:
+    """(indptr, indices, then) of a graph call written with a CSR's two arrays, `call(indptr,
+    indices[, then])`, or with the whole graph in indptr's place, `call(A[, then])`: a SciPy (or
+    CuPy) sparse matrix or array of any format, read as the same matrix in CSR form (a CSC's own
+    two arrays are its transpose's), or a `CSR`. `then_name` names the argument after the graph
+    (bfs's source), None where the call takes none; every stored entry is an edge, explicit zeros
+    too, as SciPy's csgraph reads a sparse matrix."""
+    after = f", {then_name}" if then_name else ""
+    if whole_graph(indptr):
+        if then_name and then is None:  # call(A, x): x came in indices' place
+            indices, then = None, indices
+        if indices is not None:
+            raise ArgumentError(f"{call}() was given the whole graph ({a_type(indptr)}) and indices too. Fix: pass the "
+                                f"graph alone, {call}(A{after}), or its CSR arrays, {call}(indptr, indices{after}).")
+        indptr, indices = _arrays_of(indptr, call)
+    elif indices is None:
+        dense = np.ndim(indptr) == 2 if isinstance(indptr, np.ndarray) else False
+        raise ArgumentError(f"{call}() is missing indices. Fix: pass the graph's CSR arrays, {call}(indptr, indices"
+                            f"{after}), or the graph whole, {call}(A{after}) for a SciPy sparse matrix A"
+                            + (" (scipy.sparse.csr_array(M) of a dense adjacency matrix M)." if dense else "."))
+    if then_name and then is None:
+        raise ArgumentError(f"{call}() is missing {then_name}. Fix: pass it after the graph: {call}(indptr, indices"
+                            f"{after}) or {call}(A{after}).")
+    return indptr, indices, then
+
+
+def _arrays_of(g, call: str) -> tuple:
+    """(indptr, indices) of a whole graph: a CSR's, else a square sparse matrix's in CSR form."""
+    if isinstance(g, CSR):
+        return g.indptr, g.indices
+    shape = getattr(g, "shape", None)
+    if not isinstance(shape, tuple) or len(shape) != 2 or shape[0] != shape[1]:
+        raise DispatchError(f"{call}(): the graph is {a_type(g)} of shape {shape}, but an adjacency matrix is square "
+                            "(row v and column v are both vertex v). Fix: pass an n x n matrix for a graph of n "
+                            "vertices.")
+    if getattr(g, "format", "csr") != "csr":
+        g = g.tocsr()  # the same matrix: rows stay rows
+    return g.indptr, g.indices
 
 
 def _as_index_array(a, name: str, call: str = CHECK_CSR, whole: str | None = None,
@@ -59,9 +107,9 @@ def _as_index_array(a, name: str, call: str = CHECK_CSR, whole: str | None = Non
         if whole is not None:
             fix = whole
         elif getattr(a, "format", "csr") == "csr":
-            fix = f"pass its two arrays: {call}"
+            fix = f"pass the graph alone, in indptr's place: {call}"
         else:  # a CSC's arrays are its transpose's; COO, LIL and the rest have none
-            fix = f"make it a CSR matrix and pass its two arrays: A = A.tocsr(), then {call}"
+            fix = f"pass the graph alone, in indptr's place (any format is read as CSR): {call}"
         raise DispatchError(f"{name} is {a_type(a)} (a whole sparse graph), not an array of integers. "
                             f"Fix: {fix}.")
     if hasattr(a, "copy_to_host") and not hasattr(a, "__cuda_array_interface__"):  # the CUDA simulator's
@@ -86,7 +134,7 @@ def _as_index_array(a, name: str, call: str = CHECK_CSR, whole: str | None = Non
         arr = arr.astype(np.int64)
     if arr.dtype == object and arr.ndim == 0:  # no array at all (a LinearOperator, a function): NumPy wrapped it
         raise DispatchError(f"{name} is {a_type(a)}, not an array of integers. Fix: " + (
-            not_array or f"pass a 1-D array of integers (from a SciPy sparse matrix A: {call}, after A = A.tocsr())."))
+            not_array or f"pass 1-D arrays of integers, or a SciPy sparse matrix A whole: {call}."))
     if arr.dtype == np.bool_:
         raise DispatchError(f"{name} holds bools; a bool is not a vertex id. Fix: pass integers (np.flatnonzero(mask) "
                             "gives the ids a mask marks).")
@@ -114,16 +162,18 @@ def checked_graph(g, what: str) -> CSR:
     large graph costs more than it did when a checked CSR was trusted (3.6 ms against 0.3 ms on
     2 M vertices): the price of never indexing with arrays that changed."""
     if not isinstance(g, CSR):
-        args = "A.indptr, A.indices" if hasattr(g, "indptr") and hasattr(g, "indices") else "indptr, indices"
+        args = "A" if whole_graph(g) else "indptr, indices"
         raise DispatchError(f"{what} takes a CSR, not {a_type(g)}. Fix: pass check_csr({args}).")
     return check_csr(*g)
 
 
-def check_csr(indptr: ArrayIn, indices: ArrayIn) -> CSR:
+def check_csr(indptr: "ArrayIn | Any", indices: ArrayIn | None = None) -> CSR:
     """`(indptr, indices)` as a CSR graph, or a DispatchError saying what is wrong and how to fix it:
     integer 1-D arrays, indptr starting at 0, never decreasing and ending at len(indices), every
     index a vertex (0 <= v < len(indptr) - 1), fewer than 2**31 vertices and entries. int64
-    arrays are held as they are, not copied: the CSR sees later changes to them."""
+    arrays are held as they are, not copied: the CSR sees later changes to them. `check_csr(A)`
+    reads a SciPy sparse matrix A's graph (any format, as CSR)."""
+    indptr, indices, _ = graph_arguments(indptr, indices, None, "check_csr")
     return _check_csr(indptr, indices)
 
 

@@ -9,11 +9,13 @@ which are its next frontier, and those sources' distances there are the level. T
 one count a level. `bfs_many_numpy` is the CPU implementation and the oracle."""
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..errors import INTEGERS, DispatchError, host_memory
 from .bfs import BOTTOM_UP_ABOVE, TOP_DOWN_BELOW, each_once
-from .csr import CSR, _as_index_array, check_device_csr, checked_graph, resolve
+from .csr import CSR, _as_index_array, check_device_csr, checked_graph, graph_arguments, resolve
 
 from ..backend import ArrayIn, ArrayOut, Backend  # noqa: F401  (the annotations name them: typing.get_type_hints reads them)
 
@@ -99,19 +101,20 @@ def _sources(sources, n: int) -> np.ndarray:
 
 
 @host_memory("bfs_many", _PER_SOURCE)
-def bfs_many(indptr: ArrayIn, indices: ArrayIn, sources: ArrayIn, *, backend: "Backend | str | None" = None,
-             symmetric: bool = False) -> ArrayOut:
+def bfs_many(indptr: "ArrayIn | Any", indices: ArrayIn | None = None, sources: ArrayIn | None = None, *,
+             backend: "Backend | str | None" = None, symmetric: bool = False) -> ArrayOut:
     """Distances (int32, shape (len(sources), n)) from each of `sources` along the stored edges of
-    the CSR graph `(indptr, indices)`, -1 where a source cannot reach: row i is `bfs(indptr,
-    indices, sources[i])`. Sources are searched 64 at a time in one traversal. Host arrays give a
+    the CSR graph `(indptr, indices)` (or of a SciPy sparse matrix A given whole: `bfs_many(A,
+    sources)`), -1 where a source cannot reach: row i is `bfs(indptr, indices, sources[i])`. Sources are searched 64 at a time in one traversal. Host arrays give a
     NumPy result (computed on the GPU when `backend` is "cuda", or is None and a GPU is usable);
     device arrays give a device array (an int `sources` gives one row). `symmetric=True` as for
     `bfs` (bottom-up levels; checked for host arrays, trusted for device ones)."""
-    return _bfs_many(indptr, indices, sources, backend, symmetric, "bfs_many(A.indptr, A.indices, sources)")
+    return _bfs_many(indptr, indices, sources, backend, symmetric, "bfs_many")
 
 
 def _bfs_many(indptr, indices, sources, backend, symmetric, call: str):
-    be, g, n, on_device = resolve(indptr, indices, backend, symmetric, call)
+    indptr, indices, sources = graph_arguments(indptr, indices, sources, call, "sources")
+    be, g, n, on_device = resolve(indptr, indices, backend, symmetric, f"{call}(A, sources)")
     s = _sources(sources, n)
     if n * s.size >= 2**34:  # 64 GiB of int32 distances
         raise DispatchError(f"{s.size} sources x {n} vertices is {s.size * n:,} distances ({s.size * n * 4 / 2**30:.0f} "
@@ -127,11 +130,11 @@ def _bfs_many(indptr, indices, sources, backend, symmetric, call: str):
 
 
 @host_memory("reachable_many", _PER_SOURCE)
-def reachable_many(indptr: ArrayIn, indices: ArrayIn, sources: ArrayIn, *, backend: "Backend | str | None" = None,
-                   symmetric: bool = False) -> ArrayOut:
+def reachable_many(indptr: "ArrayIn | Any", indices: ArrayIn | None = None, sources: ArrayIn | None = None, *,
+                   backend: "Backend | str | None" = None, symmetric: bool = False) -> ArrayOut:
     """Whether each of `sources` reaches each vertex (bool, shape (len(sources), n)): `bfs_many(...)
-    >= 0`, on the device for device arrays."""
-    dist = _bfs_many(indptr, indices, sources, backend, symmetric, "reachable_many(A.indptr, A.indices, sources)")
+    >= 0` (`reachable_many(A, sources)` for a SciPy sparse matrix A), on the device for device arrays."""
+    dist = _bfs_many(indptr, indices, sources, backend, symmetric, "reachable_many")
     if isinstance(dist, np.ndarray):
         return dist >= 0
     from ..backend import resolve_backend

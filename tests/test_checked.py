@@ -391,3 +391,54 @@ def test_a_checked_async_dispatch_raises_run_failures_from_result_as_an_unchecke
             pending.result()
         with pytest.raises(DispatchError, match="Fix:"):
             be.dispatch_async(divergent, [np.arange(8) + 0.5], config)
+
+
+def _program_size(p: ir.Program) -> int:
+    return sum(s.size for s in p.entry)
+
+
+@pytest.mark.parametrize("shape", ["select chain", "logical chain", "atomic beside a chain"])
+def test_instrumenting_grows_a_program_in_proportion_to_it(shape):
+    """Regression (a red-team): each check site in nested selects (or logical ands) repeated the
+    whole chain of conditions above it, so a 500-case lookup chain became 391,806 nodes (instrument
+    took 1.5 s, dispatch 10 s); an atomic's statement was re-typed at every node. Twice the
+    program is now about twice the instrumented program."""
+    from vyre_numba.ir.checks import instrument
+
+    def program(d: int) -> ir.Program:
+        i = ir.var("i")
+        e = ir.load("x", i)
+        for k in range(d):
+            if shape == "select chain":
+                e = ir.select(i == k, ir.load("x", i + k), e)
+            elif shape == "logical chain":
+                e = ir.logical_and(ir.load("x", i + k) > 0, e)
+            else:
+                e = e + ir.load("x", i + k)
+        if shape == "atomic beside a chain":
+            e = ir.atomic_add("x", i, 1) + e
+        y = "f32" if shape == "select chain" else "u32"
+        body = [ir.let("i", ir.gid(0)), ir.store("y", i, ir.cast(e, y))]
+        return ir.Program([ir.BufferDecl.read_write("x", 0, "u32"), ir.BufferDecl.output("y", 1, y, 4)], 4, body)
+
+    small, large = (_program_size(instrument(program(d))[0]) for d in (100, 200))
+    assert large < 2.2 * small, (small, large)
+
+
+def test_a_site_shows_the_start_of_a_huge_statement_as_it_did():
+    """The site text is rendered only as far as its 90 characters (it rendered the whole statement
+    once a finding: 2,048 loads in one statement took 32 s to report)."""
+    from vyre_numba.ir.checks import _text, instrument
+
+    i = ir.var("i")
+    terms = ir.load("x", i)
+    for k in range(1, 300):
+        terms = terms + ir.load("x", i + k)
+    p = ir.Program([ir.BufferDecl.read("x", 0, "u32"), ir.BufferDecl.output("y", 1, "u32", 4)], 4,
+                   [ir.let("i", ir.gid(0)), ir.if_(i < 4, [ir.store("y", i, terms)])])
+    _, sites = instrument(p)
+    store = p.entry[1].then[0]
+    whole = " ".join(str(store).split())
+    assert {s.where for s in sites} == {whole[:87] + "..."} and len(sites) == 301  # 300 loads and the store
+    nested = " ".join(str(p.entry[1]).split())  # an if's lines joined into one
+    assert _text(p.entry[1], 20) == nested[:17] + "..." and _text(p.entry[1], 2000) == nested[:1997] + "..."

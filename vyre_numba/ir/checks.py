@@ -139,13 +139,13 @@ class _Instrumenter:
             case n.Select(cond=c, a=a, b=b):
                 c, _ = yield self.expr(c, pre, where, path)
                 c = self.bind(c, BOOL, pre)
-                a, t = yield self.expr(a, pre, where, _and(path, c))
-                b, _ = yield self.expr(b, pre, where, _and(path, n.UnOp("not", c)))
+                a, t = yield self.expr(a, pre, where, self.within(path, c, pre))
+                b, _ = yield self.expr(b, pre, where, self.within(path, n.UnOp("not", c), pre))
                 return n.Select(c, a, b), t
             case n.BinOp(op=op, a=a, b=b) if op in ("logical_and", "logical_or"):
                 a, _ = yield self.expr(a, pre, where, path)
                 a = self.bind(a, BOOL, pre)
-                b, _ = yield self.expr(b, pre, where, _and(path, a if op == "logical_and" else n.UnOp("not", a)))
+                b, _ = yield self.expr(b, pre, where, self.within(path, a if op == "logical_and" else n.UnOp("not", a), pre))
                 return n.BinOp(op, a, b), BOOL
         kids, types = [], []
         for k in e.children():
@@ -176,21 +176,16 @@ class _Instrumenter:
             i = self.bind(e.index, U32, pre)
             self.check(pre, "atomic", e.buffer, where, path, n.BinOp("ge", i, n.BufLen(e.buffer)), i, e)
             return n.Atomic(e.op, e.buffer, i, e.value, e.expected), self.decls[e.buffer].dtype
-        kids = []
+        kids, types = [], []
         for k in e.children():
-            kids.append((yield self.atomic_only(k, pre, where, path))[0])
+            k, t = yield self.atomic_only(k, pre, where, path)
+            kids.append(k)
+            types.append(t)
         out = _rebuild(e, kids)
-        return out, self.type_of(out)
-
-    def type_of(self, e: n.Expr) -> DataType:
-        def walk(x):
-            ts = []
-            for k in x.children():
-                ts.append((yield walk(k)))
-            if isinstance(x, n.Var):
-                return self.types[x.name]
-            return n.result_type(x, tuple(ts), self.decls[x.buffer].dtype if isinstance(x, (n.Load, n.Atomic)) else None)
-        return drive(walk(e))
+        if isinstance(out, n.Var):
+            return out, self.types[out.name]
+        return out, n.result_type(out, tuple(types), self.decls[out.buffer].dtype if isinstance(out, (n.Load, n.Atomic))
+                                  else None)
 
     # ---- helpers ------------------------------------------------------------------------------
     def bind(self, e: n.Expr, t: DataType, pre: list) -> n.Expr:
@@ -202,6 +197,11 @@ class _Instrumenter:
         pre.append(n.Let(name, e))
         self.types[name] = t
         return n.Var(name)
+
+    def within(self, path, c: n.Expr, pre: list) -> n.Expr:
+        """The condition `c` on `path`: one variable where `path` is a condition already, so that
+        nested selects cost each check site a variable, not their whole chain of conditions."""
+        return c if path is None else self.bind(n.BinOp("logical_and", path, c), BOOL, pre)
 
     def check(self, pre: list, kind: str, what: str, where: n.Node, path, bad: n.Expr, index, original) -> None:
         """Count site `kind` where `bad` holds on `path`: one more, and the smallest
@@ -245,5 +245,9 @@ def _rebuild(e: n.Expr, kids: list) -> n.Expr:
 
 
 def _text(s, limit: int = 90) -> str:
-    text = " ".join(str(s).split())
+    """`s`'s text form on one line, cut to `limit` characters: only as much of it is rendered as
+    the cut keeps (a statement of thousands of checked operations is shown once for each)."""
+    wide = limit + 1 + 4 * n.MAX_INDENT + 16  # a line's indentation and depth mark come off in the join
+    lines = [n.render_expr(s, limit + 1)] if isinstance(s, n.Expr) else n.render_stmt(s, 0, wide, limit)
+    text = " ".join(" ".join(lines).split())
     return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -74,6 +74,27 @@ def test_undeclared_buffer_where_points_into_branch():
     assert "BufferDecl named 'nope'" in d.message
 
 
+def test_an_undeclared_buffer_among_many_is_told_the_nearest_and_a_few_names():
+    """Regression (a red-team): each use listed every declared buffer (2,000 buffers and uses:
+    26 MB of diagnostics, quadratic time)."""
+    names = [f"col{k}" for k in range(2000)]
+    p = ir.Program([ir.BufferDecl.read(x, k, "u32") for k, x in enumerate(names)]
+                   + [ir.BufferDecl.output("out", 2000, "u32")], 1,
+                   [ir.store("out", 0, ir.load("coll7", 0)), ir.store("out", 1, ir.load("coll7", 1))])
+    ds = ir.validate(p)
+    assert len(ds) == 2 and ds[0].message == ds[1].message
+    assert ds[0].message.startswith("buffer 'coll7' is not declared (did you mean 'col7'?) (declared: col0, col1, col2, "
+                                    "col3, col4, col5, col6, col7, and 1993 more). Fix: add a BufferDecl named 'coll7'")
+
+
+def test_a_location_deep_in_nesting_shows_its_first_and_last_steps():
+    body = [ir.let("u", ir.var("missing"))]
+    for _ in range(40):
+        body = [ir.if_(ir.boolean(True), body)]
+    (d,) = ir.validate(prog(*body))
+    assert d.where == "entry[0]" + ".then[0]" * 5 + "...(60 levels)..." + ".then[0]" * 5  # 82 steps: 12, 10 shown
+
+
 def test_undeclared_buffer_in_store_buf_len_and_atomic():
     assert_only(prog(ir.store("ghost", 0, 1)), "entry[0]", "'ghost' is not declared")
     assert_only(prog(ir.let("n", ir.buf_len("ghost"))), "entry[0]", "'ghost' is not declared")

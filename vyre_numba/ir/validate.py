@@ -3,13 +3,14 @@ construction) and collects diagnostics (in `validate`)."""
 from __future__ import annotations
 
 import math
+import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import display
-from ..errors import IRValidationError, shown
+from ..errors import IRValidationError, did_you_mean, shown
 from . import nodes as n
 from .program import Access, BufferDecl, Program
 from .recursion import drive
@@ -131,22 +132,28 @@ def _bad_literal(lit: n.Lit) -> str | None:
 
 class Where:
     """A location in a program (`entry[2].then[0]`), as a chain of steps rendered only when a
-    diagnostic is reported, so deep programs cost no long strings."""
+    diagnostic is reported, so deep programs cost no long strings. Past 24 steps the text is the
+    first 12 and the last 10, read from `anchor` (the 12th step) and from here: a diagnostic
+    costs no walk of its whole depth."""
 
-    __slots__ = ("parent", "step")
+    __slots__ = ("parent", "step", "depth", "anchor")
 
     def __init__(self, parent: "Where | None", step: str):
         self.parent, self.step = parent, step
+        self.depth = 1 if parent is None else parent.depth + 1
+        self.anchor = self if self.depth == 12 else None if parent is None else parent.anchor
 
-    def __str__(self) -> str:
+    def _steps(self, count: int) -> list[str]:
         steps, w = [], self
-        while w is not None:
+        while w is not None and len(steps) < count:
             steps.append(w.step)
             w = w.parent
-        steps.reverse()
-        if len(steps) > 24:
-            steps = steps[:12] + [f"...({len(steps) - 22} levels)..."] + steps[-10:]
-        return "".join(steps)
+        return steps[::-1]
+
+    def __str__(self) -> str:
+        if self.depth <= 24:
+            return "".join(self._steps(24))
+        return "".join(self.anchor._steps(12) + [f"...({self.depth - 22} levels)..."] + self._steps(10))
 
 
 _BOOL_BITWISE = {"bitand": "logical_and", "bitor": "logical_or", "bitxor": "ne"}
@@ -164,6 +171,7 @@ class _Checker:
         self.diags: list[Diagnostic] = []
         self.vars: dict[str, list[tuple[DataType | None, bool]]] = {}  # name -> shadow stack
         self.scopes: list[list[str]] = [[]]
+        self.said: dict[str, str] = {}  # an undeclared buffer's message, by its name
 
     # ---- helpers ----------------------------------------------------------------------------
     def err(self, where, msg: str, **facts) -> None:
@@ -183,10 +191,21 @@ class _Checker:
     def buffer(self, name: str, where) -> BufferDecl | None:
         b = self.bufs.get(name)
         if b is None:
-            known = ", ".join(self.bufs) or "none"
-            self.err(where, f"buffer {shown(name)} is not declared (declared: {known}). "
-                            f"Fix: add a BufferDecl named {shown(name)} to the program or correct the name.")
+            self.err(where, self.undeclared(name))
         return b
+
+    def undeclared(self, name) -> str:
+        """What an undeclared buffer is told: the nearest declared name and the first few of them
+        (said once for each name: a program may name it thousands of times among thousands)."""
+        key = name if isinstance(name, str) else repr(name)
+        said = self.said.get(key)
+        if said is None:
+            names = list(itertools.islice(self.bufs, 9))
+            known = ", ".join(names[:8]) + (f", and {len(self.bufs) - 8} more" if len(names) > 8 else "") or "none"
+            said = self.said[key] = (f"buffer {shown(name)} is not declared{did_you_mean(name, self.bufs)} (declared: "
+                                     f"{known}). Fix: add a BufferDecl named {shown(name)} to the program or correct "
+                                     "the name.")
+        return said
 
     def want(self, got: DataType | None, want: DataType, where, what: str) -> None:
         if got is not None and got is not want:

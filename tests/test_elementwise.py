@@ -652,6 +652,21 @@ def test_constant_arithmetic_is_exact_where_it_fits():
     assert_same_bits(op(x, backend="reference"), x + np.int32(2**30 + 24))
 
 
+def test_a_long_chain_folds_each_node_once(monkeypatch):
+    """Regression (a red-team): each operator node folded its whole subtree again, so a chain of k
+    terms folded k**2 / 2 nodes (2 s at 800 terms); each node's value is now kept."""
+    import sys
+
+    ew = sys.modules["vyre_numba.elementwise"]  # the package's `elementwise` is the function
+    calls = []
+    fold = ew._int_constant
+    monkeypatch.setattr(ew, "_int_constant", lambda node, memo=None: (calls.append(1), fold(node, memo))[1])
+    terms = 200
+    op = elementwise("f32 x", "f32 out", " + ".join(["x * 1.5"] * terms) + " + (2**20 + 3)", name="chain")
+    assert len(calls) < 8 * terms, len(calls)
+    assert_same_bits(op(np.ones(3, np.float32), backend=R), np.full(3, np.float32(1.5 * terms + 2**20 + 3)))
+
+
 def test_constant_shifts_and_bitwise_operations_fold_exactly_where_they_fit():
     x = np.arange(4, dtype=np.uint32)
     op = elementwise("u32 n", "u32 out", "n + (1 << 31) + (0xF0 & 0x3C | 1 ^ 3) + (-1 >> 5) * 0 + (2**40 >> 20)",

@@ -269,6 +269,7 @@ class _Translator:
         self.texts: list[str] = []  # the source of each statement, for messages
         self.defaulted: set[str] = set()  # temporaries first assigned a bare number (typed on its own)
         self._lines: tuple[str, list[bytes]] | None = None  # (the source, its lines) for segment()
+        self.constants: dict[int, tuple] = {}  # a node's id -> (the node, its folded value), for folded()
 
     # messages
     def fail(self, node: ast.AST | None, why: str, fix: str) -> IRValidationError:
@@ -315,7 +316,8 @@ class _Translator:
         try:
             self._statements(tree.body)
         except RecursionError:
-            raise IRValidationError(f"elementwise {self.kernel!r}: the operation nests too deeply. Fix: split it "
+            raise IRValidationError(f"elementwise {self.kernel!r}: the operation nests too deeply (a chain of several "
+                                    "hundred terms does too: a + b + c reads as (a + b) + c). Fix: split it "
                                     "into temporaries 't = ...; out = ...', or build the IR with a function.") from None
 
     def _statements(self, body: list[ast.stmt]) -> None:
@@ -492,7 +494,7 @@ class _Translator:
         """`_int_constant(node)`, refused where it is wider than any type (not a number to print) or
         shifts by a negative count."""
         try:
-            return _int_constant(node)
+            return _int_constant(node, self.constants)
         except OverflowError:
             raise self.fail(node, f"the constant is wider than {_FOLD_BITS} bits, past every type (f64's largest "
                                   "finite is under 2**1024)",
@@ -595,28 +597,31 @@ _FLOAT_NAMES = {"inf": math.inf, "nan": math.nan}  # float literals by name, in 
 _FOLD_BITS = 1088  # past f64's largest finite (under 2**1024), so past every type: refused, not built
 
 
-def _int_constant(node: ast.AST) -> int | None:
+def _int_constant(node: ast.AST, memo: dict | None = None) -> int | None:
     """The exact value, as a Python int, of an expression of integer literals under + - * ** & | ^
     << >> and unary - +, else None (a division, remainder or ~, whose result depends on the type:
     7 / 2 is 3 or 3.5, ~7 is 0xFFFFFFF8 in u32); OverflowError past _FOLD_BITS bits, ValueError for
-    a negative shift count."""
+    a negative shift count. `memo` (by node id) keeps each subtree's value: an operation folds every
+    operator node, and a long chain would be walked again from each."""
+    if memo is not None and id(node) in memo:
+        return memo[id(node)][1]
     match node:
         case ast.Constant(value=v) if isinstance(v, int) and not isinstance(v, bool):
             pass
         case ast.UnaryOp(op=ast.USub() | ast.UAdd() as op, operand=a):
-            v = _int_constant(a)
+            v = _int_constant(a, memo)
             if v is not None and isinstance(op, ast.USub):
                 v = -v
         case ast.BinOp(op=ast.Pow(), left=a, right=ast.Constant(value=k)) if (
                 isinstance(k, int) and not isinstance(k, bool) and k >= 0):  # 2**100 is a constant of f64
-            v = _int_constant(a)
+            v = _int_constant(a, memo)
             if v is not None and abs(v) > 1 and (v.bit_length() - 1) * k >= _FOLD_BITS:  # at least that wide
                 raise OverflowError
             v = None if v is None else v ** k
             if v is not None and v.bit_length() > _FOLD_BITS:
                 raise OverflowError
         case ast.BinOp(op=ast.LShift() | ast.RShift() as op, left=a, right=b):
-            x, y = _int_constant(a), _int_constant(b)
+            x, y = _int_constant(a, memo), _int_constant(b, memo)
             if x is None or y is None:
                 v = None
             elif y < 0:
@@ -628,12 +633,14 @@ def _int_constant(node: ast.AST) -> int | None:
             else:
                 v = x << y
         case ast.BinOp(op=op, left=a, right=b) if type(op) in _FOLDED:
-            x, y = _int_constant(a), _int_constant(b)
+            x, y = _int_constant(a, memo), _int_constant(b, memo)
             v = None if x is None or y is None else _FOLDED[type(op)](x, y)
         case _:
             v = None
     if v is not None and v.bit_length() > _FOLD_BITS:
         raise OverflowError
+    if memo is not None:
+        memo[id(node)] = (node, v)  # the node held: its id names no other while the memo lives
     return v
 
 

@@ -336,3 +336,70 @@ def test_reprs_count_in_the_singular_where_there_is_one():
         ir.store("x", i, ir.load("x", i) + 1)])], name="inc")
     with be.megakernel([(inc, [x])], max_rounds=1) as mk:
         assert repr(mk) == "<Megakernel: 1 stage from 1 step, 0 grid barriers a round, 1 workgroup>"
+
+
+def _whole_group_plan(shapes):
+    """fusion.plan as first written: every further step checked against its whole group with
+    _hazard (quadratic in a long group): the oracle of the plan that keeps what its group binds."""
+    from vyre_numba.ir import fusion
+
+    groups, boundaries = [], []
+    facts = [fusion.accesses(s.program) for s in shapes]
+    for k, s in enumerate(shapes):
+        why = None
+        if groups:
+            if facts[k][1] or facts[k - 1][1]:
+                why = "unfusable"
+            elif (s.invocations, s.workgroup) != (shapes[k - 1].invocations, shapes[k - 1].workgroup):
+                why = "launches"
+            else:
+                why = fusion._hazard(shapes, facts, groups[-1] + [k])
+        if groups and why is None:
+            groups[-1].append(k)
+        else:
+            if groups:
+                boundaries.append((k - 1, why))
+            groups.append([k])
+    return groups, boundaries
+
+
+def test_the_plan_equals_checking_each_whole_group_on_generated_sequences():
+    """Regression (a red-team): each step was checked against its whole group, so 1,600 fusible
+    steps took 79 s to fuse; the group's bindings are now kept as steps join. Views that overlap,
+    types bound two ways, other-index reads and barriers all occur here."""
+    from vyre_numba.backend import Step, _shape
+    from vyre_numba.ir import fusion
+
+    B = ir.BufferDecl
+    rng = np.random.default_rng(7)
+
+    def program(kind: int, dt: str) -> ir.Program:
+        i = ir.var("i")
+        src = {1: ir.load("a", i + 1), 2: ir.load("a", i)}.get(kind, ir.load("a", i) * 3 + 1)
+        body = [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("out"), [ir.store("out", i, src)])]
+        if kind == 3:
+            body.insert(1, ir.barrier("workgroup"))
+        return ir.Program([B.read("a", 0, dt), B.output("out", 1, dt)], 64, body)
+
+    seen = set()
+    for _ in range(150):
+        big = np.zeros(192, np.uint32)
+        pool = [np.zeros(64, np.uint32) for _ in range(5)] + [big[:64], big[64:128], big[32:96]]
+        shapes = []
+        for _ in range(int(rng.integers(2, 10))):
+            a, o = rng.choice(len(pool), 2, replace=False)
+            if a >= 5 and o >= 5:
+                o = int(rng.integers(0, 5))
+            bufs, dt = [pool[a], pool[o]], "u32"
+            if rng.random() < 0.15:
+                bufs, dt = [b.view(np.int32) for b in bufs], "i32"
+            shapes.append(_shape(Step(program(int(rng.integers(0, 4)), dt), bufs), bufs))
+        groups, boundaries = fusion.plan(shapes)
+        want_groups, want = _whole_group_plan(shapes)
+        assert groups == want_groups
+        assert [b.after for b in boundaries] == [k for k, _ in want]
+        for b, (_, why) in zip(boundaries, want):
+            if why not in ("unfusable", "launches"):
+                assert b.reason == why
+                seen |= {kind for kind in ("overlaps", "touches", "bound as") if kind in why}
+    assert seen == {"overlaps", "touches", "bound as"}, seen

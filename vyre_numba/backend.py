@@ -19,7 +19,7 @@ from .owned import Unshared
 from .errors import (INTEGERS, CheckError, CheckWarning, DispatchError, ImmutableError, IRValidationError,
                      ResultTimeoutError, UnknownNameError, UnsupportedError, VyreError, a_type, check_calls, clip,
                      did_you_mean, flag, refuse_misread, shown)
-from .ir import DataType, Program
+from .ir import DataType, Program, fusion
 from .ir.types import NUMPY_BOOL_CODES
 from .lru import LRUCache
 
@@ -489,8 +489,6 @@ class Backend(abc.ABC):
         one. Buffers written only inside a fused kernel, not in `read` (ranges as for
         `dispatch_sequence`) and not in `keep` are scratch: values kept in registers, never stored.
         Every step is checked first as its own resident dispatch would check it."""
-        from .ir import fusion
-
         steps = [as_step(s) for s in _iterable(steps, "steps")]
         if not steps:
             raise DispatchError("no steps to fuse. Fix: pass at least one Step(program, buffers[, config]).")
@@ -505,13 +503,10 @@ class Backend(abc.ABC):
         if cached is None:
             groups, boundaries = fusion.plan(shapes)
             kernels = []
-            for group in groups:
+            for group, scratch in zip(groups, fusion.scratch_keys(shapes, groups, kept)):
                 if len(group) == 1:
                     kernels.append(None)
                     continue
-                others = {k for j, sh in enumerate(shapes) if j not in group for k in sh.storage} | kept
-                mine = {k for j in group for k in shapes[j].storage}
-                scratch = {k for k in mine if not any(_overlap(k, o) for o in others)}
                 program, keys = fusion.fuse_group(shapes, group, scratch)
                 wg = shapes[group[0]].workgroup
                 kernels.append((program, keys, DispatchConfig(grid=(shapes[group[0]].invocations // wg[0], 1, 1))))
@@ -725,9 +720,7 @@ def _storage(buffer) -> tuple:
     return int(buffer.__array_interface__["data"][0]), int(buffer.nbytes)
 
 
-def _overlap(a: tuple, b: tuple) -> bool:
-    """Whether two (address, bytes) storages share a byte (a view of a buffer shares with it)."""
-    return a[0] < b[0] + b[1] and b[0] < a[0] + a[1]
+_overlap = fusion.overlap
 
 
 def _elements(buffer) -> int:

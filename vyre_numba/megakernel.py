@@ -16,7 +16,7 @@ import numpy as np
 
 from . import display
 from .backend import (BEFORE, SEQUENCE_NOTE, UNDER_WAY, Backend, ResidentBuffer, Step, _elements, _fate, _iterable,
-                      _overlap, _shape, _storage, as_step, checked_steps, label_counts)
+                      _shape, _storage, as_step, checked_steps, label_counts)
 from .config import DispatchConfig
 from .errors import DispatchError, ImmutableError, VyreError, check_calls, whole
 from .ir import Program
@@ -380,12 +380,8 @@ class Megakernel(Unshared):
             return _Plan("sequence" if checked else "graph", why, [[k] for k in range(len(self.steps))], [])
         groups, boundaries = fusion.plan(shapes)
         kept = {_storage(r[0]) for r in self.read} | set(self._keep) | ({flag} if flag is not None else set())
-        scratch = []
-        for group in groups:
-            others = {k for j, sh in enumerate(shapes) if j not in group for k in sh.storage} | kept
-            mine = {k for j in group for k in shapes[j].storage}
-            # rounds read what the previous round left: nothing is scratch when the stages repeat
-            scratch.append(set() if self.max_rounds > 1 else {k for k in mine if not any(_overlap(k, o) for o in others)})
+        # rounds read what the previous round left: nothing is scratch when the stages repeat
+        scratch = [set() for _ in groups] if self.max_rounds > 1 else fusion.scratch_keys(shapes, groups, kept)
         built = persistent.build(shapes, groups, scratch, flag=flag, max_rounds=self.max_rounds)
         needed = max(sh.invocations for sh in shapes) // shapes[0].workgroup[0]
         try:

@@ -15,6 +15,8 @@ read the variable, stores assign it, and the buffer is never touched. A buffer s
 before writing carries data into the group, so it stays a buffer."""
 from __future__ import annotations
 
+import bisect
+import itertools
 from dataclasses import dataclass
 
 from . import nodes as n
@@ -98,6 +100,7 @@ def plan(shapes: list[StepShape]) -> tuple[list[list[int]], list[Boundary]]:
     groups: list[list[int]] = []
     boundaries: list[Boundary] = []
     facts = [accesses(s.program) for s in shapes]
+    joined = _Joined(shapes, facts)
     for k, s in enumerate(shapes):
         why = None
         if not groups:
@@ -111,15 +114,74 @@ def plan(shapes: list[StepShape]) -> tuple[list[list[int]], list[Boundary]]:
         elif s.invocations != shapes[k - 1].invocations or s.workgroup != shapes[k - 1].workgroup:
             why = (f"the launches differ ({shapes[k - 1].invocations} invocations of {shapes[k - 1].workgroup} "
                    f"against {s.invocations} of {s.workgroup})")
-        else:
+        elif len(groups[-1]) == 1 or joined.clashes(k):  # one step alone was never checked against itself
             why = _hazard(shapes, facts, groups[-1] + [k])
         if groups and why is None:
             groups[-1].append(k)
+            joined.add(k)
         else:
             if groups:
                 boundaries.append(Boundary(k - 1, why))
             groups.append([k])
+            joined = _Joined(shapes, facts)
+            joined.add(k)
     return groups, boundaries
+
+
+class _Joined:
+    """What the steps of a group (which `_hazard` passed) bind, kept as steps join it, so that a
+    further step is checked against it in the time of its own buffers, not the group's: a long
+    chain of fused steps was quadratic. Where it finds a clash, `_hazard` of the whole group says
+    which and why."""
+
+    def __init__(self, shapes: list[StepShape], facts: list):
+        self.shapes, self.facts = shapes, facts
+        self.types: dict = {}  # storage key -> the type it is bound as
+        self.written: set = set()  # keys some step writes
+        self.elsewhere: set = set()  # keys some step touches at an index other than its own
+        self.spans: list = []  # the keys, sorted ((address, bytes): no two overlap)
+
+    def _bound(self, k: int):
+        for b, key, size in zip(self.shapes[k].program.bound_buffers, self.shapes[k].storage, self.shapes[k].sizes):
+            read, written, own = self.facts[k][0][b.name]
+            yield b, key, size, written, (read or written) and not own
+
+    def clashes(self, k: int) -> bool:
+        """Whether step k could not join the group (the conditions of `_hazard`, for its buffers)."""
+        types, written, elsewhere = {}, set(), set()
+        for b, key, size, w, other in self._bound(k):
+            if self.types.get(key, types.setdefault(key, b.dtype)) is not b.dtype or types[key] is not b.dtype:
+                return True  # bound as another type before, by this step or an earlier one
+            if b.role is Role.OUTPUT and size > self.shapes[k].invocations:
+                return True
+            if w:
+                written.add(key)
+            if other:
+                elsewhere.add(key)
+        if any(key in self.elsewhere or key in elsewhere for key in written) or \
+                any(key in self.written for key in elsewhere):
+            return True
+        fresh = sorted(key for key in types if key not in self.types)
+        for i, (a, na) in enumerate(fresh):  # the spans were apart: only a new one can overlap
+            at = bisect.bisect_left(self.spans, (a, na))
+            before = [s for s in (self.spans[at - 1] if at else None, fresh[i - 1] if i else None) if s]
+            after = [s for s in (self.spans[at] if at < len(self.spans) else None,
+                                 fresh[i + 1] if i + 1 < len(fresh) else None) if s]
+            if any(b + nb > a for b, nb in before) or any(c < a + na for c, _ in after):
+                return True
+        return False
+
+    def add(self, k: int) -> None:
+        if self.facts[k][1]:  # a step that cannot fuse is a group of its own: nothing joins it
+            return
+        for b, key, _, w, other in self._bound(k):
+            if key not in self.types:
+                self.types[key] = b.dtype
+                bisect.insort(self.spans, key)
+            if w:
+                self.written.add(key)
+            if other:
+                self.elsewhere.add(key)
 
 
 def _hazard(shapes: list[StepShape], facts: list, group: list[int]) -> str | None:
@@ -151,6 +213,34 @@ def _hazard(shapes: list[StepShape], facts: list, group: list[int]) -> str | Non
                 return (f"step {k} touches `{b.name}` at an index other than its own, and step {writer} writes "
                         "that buffer (a kernel boundary orders them)")
     return None
+
+
+def overlap(a: tuple, b: tuple) -> bool:
+    """Whether two (address, bytes) storages share a byte (a view of a buffer shares with it)."""
+    return a[0] < b[0] + b[1] and b[0] < a[0] + a[1]
+
+
+def scratch_keys(shapes: list[StepShape], groups: list[list[int]], kept: set) -> list[set]:
+    """For each group (of consecutive steps), the storage its steps bind that nothing outside it
+    touches: no step outside the group binds storage sharing a byte with it, and none of `kept`
+    (read after the group, or held by the caller) shares one. Each storage's first and last
+    users, over the storages it overlaps, are found once: groups cost their own steps."""
+    first: dict = {}
+    last: dict = {}
+    for j, sh in enumerate(shapes):
+        for k in sh.storage:
+            first.setdefault(k, j)
+            last[k] = j
+    lo, hi = dict(first), dict(last)
+    spans = sorted(first)
+    for i, a in enumerate(spans):  # sorted by address: what overlaps a starts before a's end
+        for b in itertools.takewhile(lambda b: b[0] < a[0] + a[1], spans[i + 1:]):
+            if overlap(a, b):
+                lo[a], hi[a] = min(lo[a], first[b]), max(hi[a], last[b])
+                lo[b], hi[b] = min(lo[b], first[a]), max(hi[b], last[a])
+    kept_hit = {k for k in spans if any(overlap(k, o) for o in kept)}
+    return [{k for j in g for k in shapes[j].storage if lo[k] >= g[0] and hi[k] <= g[-1] and k not in kept_hit}
+            for g in groups]
 
 
 def fuse_group(shapes: list[StepShape], group: list[int], scratch: set) -> tuple[Program, list]:
@@ -197,17 +287,14 @@ def fuse_group(shapes: list[StepShape], group: list[int], scratch: set) -> tuple
         steps += zeros + _rename(p.entry, local, _own_vars(p), f"s{k}_")
         touched |= set(local.values())
     body = [n.Let(INDEX, OWN)] + _dead_stores(_merge_guards([_specialize(s, sizes) for s in first + steps]))
-    registers = [key for key, d in decls.items() if key in scratch and d["write"] and d["own"]
-                 and (d["size"] >= invocations or _guarded(body, d["name"], d["size"]))
-                 and not _atomic_on(body, d["name"])]
+    unguarded = _unguarded(body, sizes)
+    atomic = {x.buffer for x in walk(tuple(body)) if isinstance(x, n.Atomic)}
+    registers = {key for key, d in decls.items() if key in scratch and d["write"] and d["own"]
+                 and (d["size"] >= invocations or d["name"] not in unguarded) and d["name"] not in atomic}
+    # one read before the group writes it carries data in, so it stays memory
+    body, _ = _forward(body, {decls[key]["name"]: decls[key]["dtype"] for key in decls if key in registers})
     buffers = []
     for key, d in decls.items():
-        if key in registers:
-            forwarded, early = _forward(body, d["name"], d["dtype"])
-            if early:  # it may be read before the group writes it: it carries data in, so it stays memory
-                registers.remove(key)
-            else:
-                body = forwarded
         # written buffers are read_write: the zeroing of outputs is in the body, where each step did it;
         # one the steps declare writable but none stores to is read here only, so it is no output either
         access = (Access.UNIFORM if d["uniform"] and not d["write"] else Access.READ_WRITE if d["write"]
@@ -252,37 +339,41 @@ def _rename(stmts, buffers: dict[str, str], own: set[str], prefix: str) -> list[
     return map_statements(stmts, one)
 
 
-def _atomic_on(body, name: str) -> bool:
-    return any(isinstance(x, n.Atomic) and x.buffer == name for x in walk(tuple(body)))
+def _forward(body: list[n.Node], regs: dict[str, DataType]) -> tuple[list[n.Node], set[str]]:
+    """The buffers `regs` names (each touched only at INDEX) as variables `_r_<name>`: stores
+    assign them, loads read them; but those some path may read before writing them (their
+    contents matter: they stay buffers), returned as the second value. One walk for all of
+    them, and a second where some stay."""
+    out, early = _forwarded(body, regs)
+    if early:  # which ones are read early depends on each one's own loads and stores alone
+        out, _ = _forwarded(body, {name: t for name, t in regs.items() if name not in early})
+    return out, early
 
 
-def _forward(body: list[n.Node], name: str, dtype: DataType) -> tuple[list[n.Node], bool]:
-    """Buffer `name` (touched only at INDEX) as the variable `_r_<name>`: stores assign it, loads
-    read it; and whether some path may read it before writing it (then the buffer's contents
-    matter and it must stay a buffer)."""
-    reg = f"_r_{name}"
-    early = [False]
+def _forwarded(body: list[n.Node], regs: dict[str, DataType]) -> tuple[list[n.Node], set[str]]:
+    early: set[str] = set()
 
-    def expr(e, written: bool):
+    def expr(e, written: frozenset):
         def node(x, kids):
-            if isinstance(x, n.Load) and x.buffer == name:
-                early[0] |= not written
-                return n.Var(reg)
+            if isinstance(x, n.Load) and x.buffer in regs:
+                if x.buffer not in written:
+                    early.add(x.buffer)
+                return n.Var(f"_r_{x.buffer}")
             return _rebuild(x, kids)
         return _transform(e, node)
 
-    def block(stmts, written: bool):  # a walk for drive: (statements, whether every path wrote it)
+    def block(stmts, written: frozenset):  # a walk for drive: (statements, the registers every path wrote)
         out = []
         for s in stmts:
             t = _with_exprs(s, [expr(e, written) for e in _exprs(s)])
-            if isinstance(t, n.Store) and t.buffer == name:
-                out.append(n.Assign(reg, t.value))
-                written = True
+            if isinstance(t, n.Store) and t.buffer in regs:
+                out.append(n.Assign(f"_r_{t.buffer}", t.value))
+                written = written | {t.buffer}
                 continue
             if isinstance(t, n.If):
                 then, w1 = yield block(t.then, written)
                 other, w2 = yield block(t.otherwise, written)
-                t, written = n.If(t.cond, tuple(then), tuple(other)), w1 and w2
+                t, written = n.If(t.cond, tuple(then), tuple(other)), w1 & w2
             elif isinstance(t, n.Loop):
                 inner, _ = yield block(t.body, written)
                 t = n.Loop(t.var, t.start, t.end, tuple(inner))
@@ -292,8 +383,11 @@ def _forward(body: list[n.Node], name: str, dtype: DataType) -> tuple[list[n.Nod
             out.append(t)
         return out, written
 
-    out, _ = drive(block(body[1:], False))
-    return [body[0], n.Let(reg, n.lit(False if dtype is DataType.BOOL else 0, dtype))] + out, early[0]
+    if not regs:
+        return body, early
+    out, _ = drive(block(body[1:], frozenset()))
+    lets = [n.Let(f"_r_{name}", n.lit(False if t is DataType.BOOL else 0, t)) for name, t in reversed(regs.items())]
+    return [body[0], *lets] + out, early
 
 
 def _specialize(s: n.Node, sizes: dict[str, int]) -> n.Node:
@@ -313,46 +407,67 @@ def _merge_guards(stmts: list[n.Node]) -> list[n.Node]:
     bounds guards) as one if: the condition cannot change between them. Ifs stay apart where a
     variable of the second would redeclare one the first's branch declares."""
     out: list[n.Node] = []
+    run = None  # the if merged into: [it, its then, its otherwise, the names each branch's top declares]
     for s in stmts:
-        prev = out[-1] if out else None
-        if (isinstance(s, n.If) and isinstance(prev, n.If) and prev.cond.equals(s.cond)
+        if (run is not None and isinstance(s, n.If) and run[0].cond.equals(s.cond)
                 and all(isinstance(x, (n.Var, n.Lit, n.BinOp, n.UnOp, n.Cast)) and
                         (not isinstance(x, n.Var) or x.name == INDEX) for x in walk((s.cond,)))
-                and not _redeclares(prev.then, s.then) and not _redeclares(prev.otherwise, s.otherwise)):
-            out[-1] = n.If(s.cond, prev.then + s.then, prev.otherwise + s.otherwise)
-        else:
+                and not _redeclares(run[3], s.then) and not _redeclares(run[4], s.otherwise)):
+            run[1] += s.then
+            run[2] += s.otherwise
+            run[3] |= _declared(s.then)
+            run[4] |= _declared(s.otherwise)
+            continue
+        _close(run, out)
+        run = [s, list(s.then), list(s.otherwise), _declared(s.then), _declared(s.otherwise)] \
+            if isinstance(s, n.If) else None
+        if run is None:
             out.append(s)
+    _close(run, out)
     return out
 
 
-def _redeclares(first, second) -> bool:
-    """Whether `second`, placed after `first` in one block, declares a name that `first` declares
-    at the block's top level (the validator refuses that)."""
-    top = {x.name for x in first if isinstance(x, n.Let)}
+def _close(run, out: list) -> None:
+    """The if of a merge run, as one if of all its branches (the first if itself where none merged)."""
+    if run is not None:
+        first = run[0]
+        same = len(run[1]) == len(first.then) and len(run[2]) == len(first.otherwise)
+        out.append(first if same else n.If(first.cond, tuple(run[1]), tuple(run[2])))
+
+
+def _declared(block) -> set[str]:
+    return {x.name for x in block if isinstance(x, n.Let)}
+
+
+def _redeclares(top: set[str], second) -> bool:
+    """Whether `second`, placed after a block whose top level declares `top`, declares one of
+    those names (the validator refuses that)."""
     return any(isinstance(x, n.Let) and x.name in top or isinstance(x, n.Loop) and x.var in top
                for x in walk(tuple(second)))
 
 
-def _guarded(body: list[n.Node], name: str, size: int) -> bool:
-    """Whether every access to buffer `name` lies in the then-branch of an `if (_i < L)` with
-    L <= size, so no invocation past the buffer's end touches it (there a load would read 0 and
-    a store would be dropped, which a variable would not mimic)."""
-    stack = [(s, False) for s in body]
+def _unguarded(body: list[n.Node], sizes: dict[str, int]) -> set[str]:
+    """The buffers with some access outside the then-branch of every `if (_i < L)` with L <= the
+    buffer's size: an invocation past its end may touch them (there a load would read 0 and a
+    store would be dropped, which a variable would not mimic). One walk, the tightest enclosing
+    L carried down."""
+    found: set[str] = set()
+    stack = [(s, None) for s in body]
     while stack:
-        s, safe = stack.pop()
-        if not safe and any(isinstance(x, (n.Load, n.Store, n.Atomic)) and x.buffer == name
-                            for e in _exprs(s) for x in walk((e,))):
-            return False
-        if not safe and isinstance(s, n.Store) and s.buffer == name:
-            return False
+        s, bound = stack.pop()
+        touched = [x.buffer for e in _exprs(s) for x in walk((e,)) if isinstance(x, (n.Load, n.Store, n.Atomic))]
+        if isinstance(s, n.Store):
+            touched.append(s.buffer)
+        found.update(b for b in touched if bound is None or bound > sizes.get(b, -1))
         if isinstance(s, n.If):
             c = s.cond
-            bound = (isinstance(c, n.BinOp) and c.op == "lt" and isinstance(c.a, n.Var) and c.a.name == INDEX
-                     and isinstance(c.b, n.Lit) and not c.b.dtype.is_float and int(c.b.raw) <= size)
-            stack += [(x, safe or bound) for x in s.then] + [(x, safe) for x in s.otherwise]
+            guard = (isinstance(c, n.BinOp) and c.op == "lt" and isinstance(c.a, n.Var) and c.a.name == INDEX
+                     and isinstance(c.b, n.Lit) and not c.b.dtype.is_float)
+            inner = bound if not guard else int(c.b.raw) if bound is None else min(bound, int(c.b.raw))
+            stack += [(x, inner) for x in s.then] + [(x, bound) for x in s.otherwise]
         else:
-            stack += [(x, safe) for b in _bodies(s) for x in b]
-    return True
+            stack += [(x, bound) for b in _bodies(s) for x in b]
+    return found
 
 
 def _dead_stores(stmts: list[n.Node]) -> list[n.Node]:

@@ -74,6 +74,7 @@ def build(shapes: list[StepShape], groups: list[list[int]], scratch: list[set], 
     until a round leaves its element 0 zero. `scratch[g]`: storage keys group g may keep in registers."""
     wg = shapes[0].workgroup[0]
     decls: dict = {}
+    names = _Names(shapes)
     stages, zeros, touched = [], [], []
     for g, group in enumerate(groups):
         if len(group) > 1:
@@ -82,7 +83,7 @@ def build(shapes: list[StepShape], groups: list[list[int]], scratch: list[set], 
             program, keys = shapes[group[0]].program, list(shapes[group[0]].storage)
         local: dict[str, str] = {}
         for b, key in zip(program.bound_buffers, keys):
-            local[b.name] = _declare(decls, key, b, shapes)
+            local[b.name] = names.declare(decls, key, b)
         for b in program.buffers:
             if b.is_shared:
                 local[b.name] = f"_w{g}_{b.name}"
@@ -146,20 +147,34 @@ def build(shapes: list[StepShape], groups: list[list[int]], scratch: list[set], 
     return Persistent(Program(buffers, (wg, 1, 1), body, name=label), keys, barriers)
 
 
-def _declare(decls: dict, key, b: BufferDecl, shapes: list[StepShape]) -> str:
-    """The program's name for the storage `key` (declared on first sight; a fresh name where
-    another buffer took this one), noting whether this step writes it."""
-    if key not in decls:
-        taken = {d["name"] for d in decls.values() if isinstance(d, dict)}
-        base = b.name if not b.name.startswith("_") else "b" + b.name  # names starting with _ are the program's
-        name, j = base, 1
-        while name in taken:
-            name, j = f"{base}_{j}", j + 1
-        size = next(sz for s in shapes for k, sz in zip(s.storage, s.sizes) if k == key)
-        decls[key] = {"name": name, "dtype": b.dtype, "size": size, "write": False}
-    d = decls[key]
-    d["write"] |= b.access.writable
-    return d["name"]
+class _Names:
+    """The program's buffer names, given as storages are first seen: a buffer's own name, else
+    the first of name_1, name_2, ... not taken (each name's next suffix kept, and each storage's
+    size looked up once: a megakernel of many steps was quadratic in them)."""
+
+    def __init__(self, shapes: list[StepShape]):
+        self.taken: set[str] = set()
+        self.suffix: dict[str, int] = {}
+        self.sizes: dict = {}
+        for s in shapes:
+            for k, size in zip(s.storage, s.sizes):
+                self.sizes.setdefault(k, size)
+
+    def declare(self, decls: dict, key, b: BufferDecl) -> str:
+        """The program's name for the storage `key` (declared on first sight), noting whether
+        this step writes it."""
+        if key not in decls:
+            base = b.name if not b.name.startswith("_") else "b" + b.name  # names starting with _ are the program's
+            name, j = base, self.suffix.get(base, 1)  # every suffix below the last one given is taken
+            while name in self.taken:
+                name, j = f"{base}_{j}", j + 1
+            if name != base:
+                self.suffix[base] = j
+            self.taken.add(name)
+            decls[key] = {"name": name, "dtype": b.dtype, "size": self.sizes[key], "write": False}
+        d = decls[key]
+        d["write"] |= b.access.writable
+        return d["name"]
 
 
 def _stride_loop(tag: str, invocations: int, body: list[n.Node]) -> list[n.Node]:

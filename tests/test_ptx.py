@@ -205,10 +205,40 @@ def control_program() -> ir.Program:
         name="control")
 
 
+def test_a_workgroup_array_never_takes_a_parameters_name():
+    """Regression (a red-team): a bound buffer `wg_s` has the parameter `wg_s_ptr`, and a
+    workgroup buffer `s_ptr` was the shared array `wg_s_ptr`: ptxas refused the duplicate."""
+    B = ir.BufferDecl
+    for shared in ("s_ptr", "s_len"):
+        p = ir.Program([B.read_write("wg_s", 0, "u32"), B.workgroup(shared, 4, "u32")], 4,
+                       [ir.store(shared, ir.lid(0), ir.load("wg_s", ir.lid(0))),
+                        ir.store("wg_s", ir.lid(0), ir.load(shared, ir.lid(0)) + 1)])
+        assert ir.validate(p) == []
+        assert f"wg${shared}[16]" in assemble_all(p)
+
+
+def test_bound_buffers_past_the_parameter_space_are_refused_before_ptx():
+    """Regression (a red-team): 363 bound buffers validated, then nvJitLink refused the kernel's
+    4,356 bytes of parameters (4,352 at most in the PTX versions emitted); 362 assemble."""
+    B = ir.BufferDecl
+
+    def program(k: int, grid: bool = False) -> ir.Program:
+        body = [ir.store("b0", ir.gid(0), k)] + ([ir.barrier("grid")] if grid else [])
+        return ir.Program([B.read_write(f"b{j}", j, "u32") for j in range(k)], 32, body)
+
+    assemble_all(program(362), sms=(80,))
+    assemble_all(program(362, True), sms=(80,), cooperative=True)  # and the grid barrier's state: 4,352 bytes
+    for k, grid, need in ((363, False, 4360), (363, True, 4368)):
+        with pytest.raises(vn.IRValidationError, match=rf"{k} bound buffers take {need} bytes of kernel parameters "
+                                                        r"\(a pointer and a length each\), over the 4352-byte limit\. "
+                                                        r"Fix: bind fewer buffers"):
+            ir.check(program(k, grid))
+
+
 def test_control_flow_barriers_workgroup_buffers_and_narrow_buffers():
     text = assemble_all(control_program())
     assert "bar.sync\t0;" in text and "\tret;" in text
-    assert ".shared .align 8 .b8 wg_tile[384]" in text and "wg_bytes[8]" in text
+    assert ".shared .align 8 .b8 wg$tile[384]" in text and "wg$bytes[8]" in text
     assert "ld.global.u16" in text and "st.global.b16" in text and "st.global.u16" in text
     assert "// for k in 0u32..a[i]" in text and "// if (i >= len(a))" in text
 

@@ -21,6 +21,7 @@ ATOMIC_TYPES = (D.U32, D.I32, D.U64, D.I64)
 MAX_THREADS = 1024
 MAX_AXIS = (1024, 1024, 64)
 MAX_STATIC_SHARED_BYTES = 48 * 1024
+MAX_PARAM_BYTES = 4352  # a kernel's parameter space in the PTX versions emitted (7.x); 8.1 raised it
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 IDENT_FIX = "use ASCII letters, digits and _, starting with a letter or _ (e.g. x1, not 1x)."
 _PTX_NAMES_TAKEN = frozenset({"_", "WARP_SZ"})  # identifiers PTX refuses as an entry's name
@@ -550,8 +551,8 @@ def _check_buffers(p: Program, err) -> None:
                 err(where, "workgroup buffers take no binding slot. Fix: declare it with BufferDecl.workgroup(name, count, dtype).")
             if not isinstance(b.count, int) or b.count <= 0:
                 err(where, f"workgroup buffer {shown(b.name)} needs a static count > 0. Fix: BufferDecl.workgroup({shown(b.name)}, 256, dtype).")
-            else:
-                shared_bytes += b.count * b.dtype.nbytes
+            else:  # each array 8-byte aligned, as the PTX declares it
+                shared_bytes += (b.count * b.dtype.nbytes + 7) // 8 * 8
             if b.output:
                 err(where, "a workgroup buffer cannot be an output. Fix: copy results into an output buffer.")
             continue
@@ -584,8 +585,14 @@ def _check_buffers(p: Program, err) -> None:
                 err(where, f"output_byte_range end {lo_hi[1]} is past the buffer's {b.count * b.dtype.nbytes} bytes. "
                            "Fix: shrink the range or grow the buffer.")
     if shared_bytes > MAX_STATIC_SHARED_BYTES:
-        err("buffers", f"workgroup buffers take {shared_bytes} bytes, over the {MAX_STATIC_SHARED_BYTES}-byte "
-                       "static shared-memory limit. Fix: shrink the workgroup buffers.")
+        err("buffers", f"workgroup buffers take {shared_bytes} bytes (each rounded up to a multiple of 8), over the "
+                       f"{MAX_STATIC_SHARED_BYTES}-byte static shared-memory limit. Fix: shrink the workgroup buffers.")
+    bound = sum(1 for b in p.buffers if not b.is_shared)
+    params = -(-bound * 12 // 8) * 8 + (8 if "grid_sync" in p.capabilities else 0)
+    if params > MAX_PARAM_BYTES:
+        err("buffers", f"{bound} bound buffers take {params} bytes of kernel parameters (a pointer and a length each), "
+                       f"over the {MAX_PARAM_BYTES}-byte limit. Fix: bind fewer buffers: concatenate arrays of one type "
+                       "into one buffer and pass each one's offset.")
 
 
 def _program(program) -> Program:

@@ -13,7 +13,8 @@ Kernel ABI (fixed; `abi(program)` returns it as a `KernelABI`):
 - Block shape: the workgroup size (`workgroup=` where given, else the program's) is declared with
   `.reqntid x, y, z`, so launching another block shape fails; with `workgroup="auto"` no
   `.reqntid` is written and any block shape runs.
-- Workgroup buffers are module-scope `.shared` arrays (no dynamic shared memory), zeroed at entry
+- Workgroup buffers are module-scope `.shared` arrays `wg$<name>` (no IR name holds a `$`, so none
+  is a parameter's name; no dynamic shared memory), zeroed at entry
   by all threads of the block, then `bar.sync 0`.
 - Transcendentals call `vyre_math_<op>_<f32|f64>` device functions declared `.extern .func`;
   `assemble` links their modules (see `mathlib`).
@@ -519,7 +520,7 @@ class _Emitter:
         if b.is_shared:
             self.ins(f"setp.lt.u32 {p}, {idx}, {b.count}")
             base = self.reg("b64")
-            self.ins(f"mov.u64 {base}, wg_{b.name}")
+            self.ins(f"mov.u64 {base}, wg${b.name}")
         else:
             self.ins(f"setp.lt.u32 {p}, {idx}, {self.len[b.name]}")
             base = self.ptr[b.name]
@@ -766,7 +767,7 @@ class _Emitter:
             self.comment("zero the workgroup buffers, then wait for the whole block")
             for b, size in shared:
                 top, done = self.label("zero"), self.label("zeroed")
-                self.run([f"mov.u64 {{rd1}}, wg_{b.name}", "mov.u32 {r9}, {r1}", f"{top}:",
+                self.run([f"mov.u64 {{rd1}}, wg${b.name}", "mov.u32 {r9}, {r1}", f"{top}:",
                           f"setp.ge.u32 {{p1}}, {{r9}}, {size // 4}", f"@{{p1}} bra {done}", "mul.wide.u32 {rd2}, {r9}, 4",
                           "add.s64 {rd3}, {rd1}, {rd2}", "st.shared.u32 [{rd3}], 0", "add.u32 {r9}, {r9}, {r2}",
                           f"bra.uni {top}", f"{done}:"], self.fresh(r1=env["r1"], r2=env["r2"]))
@@ -786,7 +787,7 @@ class _Emitter:
         wg = None if self.step else a.workgroup_size
         regs = "\n".join(f"\t.reg {BANKS[k][1]} \t{BANKS[k][0]}<{c + 1}>;"
                          for k, c in self.count.items() if c)
-        shared = "\n".join(f"\t.shared .align 8 .b8 wg_{b.name}[{size}];  // {b}"
+        shared = "\n".join(f"\t.shared .align 8 .b8 wg${b.name}[{size}];  // {b}"
                            for b, size in _shared_layout(self.p))
         header = [f"// vyre-numba PTX for program {self.p.name!r} (digest {self.p.digest()[:16]})",
                   f"// fixpoint step {self.step}" if self.step else

@@ -736,3 +736,28 @@ def test_an_error_naming_the_first_problems_of_many_ends_in_a_fix():
     assert len(e.value.diagnostics) == k and str(e.value).count("\n  ") == MESSAGE_PROBLEMS + 1
     assert str(e.value).endswith("... and 5 more, listed in the error's .diagnostics. Fix: correct the problems above "
                                  "and those, then check again."), str(e.value)[-300:]
+
+
+def test_a_variable_a_literal_typed_is_told_the_let_that_gives_it_the_type_meant():
+    """Regression (a red-team): ir.let("acc", 0) is u32; adding f32 values was told to cast, and
+    following the casts gave a valid program whose sum of ten 0.5 was 0.0. The Fix now names the
+    let, and following it sums to 5.0."""
+    def program(init, update=None):
+        acc, k = ir.var("acc"), ir.var("k")
+        update = update if update is not None else acc + ir.load("a", k)
+        return ir.Program([B.read("a", 0, "f32"), B.output("o", 1, "f32", 1)], 1,
+                          [ir.let("acc", init), ir.loop("k", 0, ir.buf_len("a"), [ir.assign("acc", update)]),
+                           ir.store("o", 0, ir.var("acc"))])
+
+    d, stored = ir.validate(program(0))
+    assert stored.message.startswith("value stored into o must be f32, got u32: 'acc' is u32 from its let")
+    assert d.message == ("add has operands of different types u32 and f32: 'acc' is u32 from its let (let acc = 0u32). "
+                         "Fix: where 'acc' should hold f32 values, declare it so: ir.let('acc', ir.f32(0.0)); else "
+                         "ir.cast one operand to the other's type.")
+    d, _ = ir.validate(program(0, ir.load("a", ir.var("k"))))
+    assert d.message.startswith("value assigned to 'acc' must be u32, got f32: 'acc' is u32 from its let")
+    assert d.message.endswith("else convert the value with ir.cast(..., 'u32').")
+    import vyre_numba as vn
+
+    out = vn.get_backend("reference").dispatch(program(ir.f32(0.0)), [np.full(10, 0.5, np.float32)])
+    assert out[0].tolist() == [5.0]

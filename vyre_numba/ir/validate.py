@@ -208,19 +208,48 @@ class _Checker:
                                      "the name.")
         return said
 
-    def want(self, got: DataType | None, want: DataType, where, what: str) -> None:
+    def want(self, got: DataType | None, want: DataType, where, what: str, value: n.Expr | None = None) -> None:
+        """`what` (the expression `value`, where given) must be of type `want`."""
         if got is not None and got is not want:
             hint = f"ir.cast(..., '{want}')" if not want.is_bool else "a comparison such as x != 0"
-            self.err(where, f"{what} must be {want}, got {got}. Fix: convert explicitly with {hint}.")
+            said = self.from_let(value, want)
+            if said:
+                self.err(where, f"{what} must be {want}, got {got}: {said}; else convert it with {hint}.")
+            else:
+                self.err(where, f"{what} must be {want}, got {got}. Fix: convert explicitly with {hint}.")
 
-    def same(self, ta, tb, where, what: str) -> DataType | None:
+    def same(self, ta, tb, where, what: str, operands: tuple = ()) -> DataType | None:
         if ta is None or tb is None:
             return None
         if ta is not tb:
+            for x, other in zip(operands, (tb, ta)):
+                said = self.from_let(x, other)
+                if said:
+                    self.err(where, f"{what} has operands of different types {ta} and {tb}: {said}; else ir.cast "
+                                    "one operand to the other's type.")
+                    return None
             self.err(where, f"{what} has operands of different types {ta} and {tb}; there is no implicit "
                             f"conversion. Fix: ir.cast one operand to the other's type.")
             return None
         return ta
+
+    def from_let(self, x, meant: DataType) -> str | None:
+        """Where `x` is a variable its let gave a literal (`ir.let("acc", 0)`: a bare 0 is u32),
+        where it came from and the let that gives it the type `meant`, up to the Fix's "else":
+        the cast the plain message suggests would truncate an f32 accumulator to u32 each step."""
+        found = self.lookup(x.name) if isinstance(x, n.Var) and isinstance(x.name, str) else None
+        if not found or found[2] is None or meant.is_bool or found[0] is None or found[0] is meant:
+            return None
+        v = found[2].value
+        if meant.is_float:
+            text = repr(float(v))
+        elif isinstance(v, int) and not isinstance(v, bool) and meant.min <= v <= meant.max:
+            text = str(v)
+        else:
+            return None
+        name = shown(x.name)
+        return (f"{name} is {found[0]} from its let (let {x.name} = {n.render_lit(found[2])}). Fix: where {name} should "
+                f"hold {meant} values, declare it so: ir.let({name}, ir.{meant.value}({text}))")
 
     def kind(self, t: DataType | None, ok: str, where, what: str) -> bool:
         """Check `t` is of kind ok in {"int", "float", "num", "bool", "int32"}."""
@@ -359,7 +388,7 @@ class _Checker:
             return n.BinOp(op, a, b), D.BOOL
         cmp = op in n.CMP_BINOPS
         (a, ta), (b, tb) = yield self.pair(e.a, e.b, where, None if cmp else want)
-        t = self.same(ta, tb, where, op)
+        t = self.same(ta, tb, where, op, (e.a, e.b))
         if t is D.BOOL and op in _BOOL_BITWISE:  # `c1 & c2` on conditions, as in NumPy
             return n.BinOp(_BOOL_BITWISE[op], a, b), D.BOOL
         out = n.BinOp(op, a, b)
@@ -454,20 +483,21 @@ class _Checker:
             self.close_scope()
         return tuple(out)
 
-    def declare(self, name: str, t, mutable: bool, where) -> None:
+    def declare(self, name: str, t, mutable: bool, where, literal: n.Lit | None = None) -> None:
+        """Declare `name` of type `t`; `literal`: the literal its let gave it, for messages."""
         if not isinstance(name, str) or not _IDENT.match(name):
             self.err(where, f"variable name {shown(name)} is not an identifier. Fix: {IDENT_FIX}")
         elif self.lookup(name) is not None:
             self.err(where, f"variable {shown(name)} is already defined in an enclosing scope. "
                             f"Fix: use ir.assign({shown(name)}, ...) to update it, or pick a new name.")
-        self.vars.setdefault(name, []).append((t, mutable))
+        self.vars.setdefault(name, []).append((t, mutable, literal))
         self.scopes[-1].append(name)
 
     def stmt(self, s: n.Node, where):
         match s:
             case n.Let(name, value):
                 v, t = yield self.expr(value, where, None)
-                self.declare(name, t, True, where)
+                self.declare(name, t, True, where, v if isinstance(v, n.Lit) else None)
                 return n.Let(name, v)
             case n.Assign(name, value):
                 found = self.lookup(name)
@@ -476,12 +506,16 @@ class _Checker:
                                     f"Fix: declare it first with ir.let({shown(name)}, initial_value).")
                     v, _ = yield self.expr(value, where)
                     return n.Assign(name, v)
-                t, mutable = found
+                t, mutable, _ = found
                 if not mutable:
                     self.err(where, f"loop variable {shown(name)} is read-only. "
                                     "Fix: copy it into a new variable with ir.let and change that.")
                 v, tv = yield self.expr(value, where, t)
-                if t is not None:
+                said = self.from_let(n.Var(name), tv) if t is not None and tv is not None and tv is not t else None
+                if said:
+                    self.err(where, f"value assigned to {shown(name)} must be {t}, got {tv}: {said}; else convert "
+                                    f"the value with ir.cast(..., '{t}').")
+                elif t is not None:
                     self.want(tv, t, where, f"value assigned to {shown(name)}")
                 return n.Assign(name, v)
             case n.Store(buf, index, value):
@@ -493,7 +527,7 @@ class _Checker:
                 self.want(ti, D.U32, where, f"index of store {buf}[...]")
                 v, tv = yield self.expr(value, where, b.dtype if b else None)
                 if b is not None:
-                    self.want(tv, b.dtype, where, f"value stored into {buf}")
+                    self.want(tv, b.dtype, where, f"value stored into {buf}", value)
                 return n.Store(buf, idx, v)
             case n.If(cond, then, otherwise):
                 c, tc = yield self.expr(cond, where, D.BOOL)

@@ -335,7 +335,9 @@ def test_named_builders_match_generic_ones():
     lambda: ir.block(ir.load("a", 0)),
     lambda: ir.cast(1, "f128"),
     *[lambda f=f: f(ir.var("x")) for f in (lambda x: x ** 2, lambda x: 2 ** x, abs, round, int, float, len, list,
-                                           lambda x: x @ x, math.floor, math.ceil, math.trunc, lambda x: [1, 2][x])],
+                                           lambda x: x @ x, math.floor, math.ceil, math.trunc, lambda x: [1, 2][x],
+                                           lambda x: divmod(x, 2), lambda x: divmod(2, x), lambda x: x[0],
+                                           lambda x: f"{x:>8}", math.sqrt, range)],
     lambda: ir.Program([], {4, 16}, []),
     lambda: ir.BufferDecl("a", 0, "read_write", "f32", 0, True, {4, 0}),
 ])
@@ -343,6 +345,22 @@ def test_builder_errors_carry_fix(make):
     with pytest.raises(IRValidationError) as info:
         make()
     assert_fix(str(info.value))
+
+
+def test_python_calls_on_expressions_are_told_the_ir_call_that_works():
+    """Regression (a red-team): math.sqrt(x) was told x.cast('f32'), which fails the same way;
+    range(x) was told ir.load; divmod, x[0] and f"{x:>8}" raised raw TypeErrors."""
+    x = ir.var("x")
+    for call, fix in ((lambda: math.sqrt(x), "Fix: use the IR's functions on the device (ir.sqrt(x), ir.exp(x), ...)"),
+                      (lambda: range(x), "Fix: loop on the device with ir.loop(var, start, end, body)"),
+                      (lambda: x[0], "Fix: an expression is one value, not a buffer: read element i of buffer a with "
+                                     "ir.load('a', i)."),
+                      (lambda: divmod(x, 3), "Fix: write x / y and x % y"),
+                      (lambda: f"{x:>8}", "Fix: format its text: f'{str(x):>8}'")):
+        with pytest.raises(IRValidationError) as e:
+            call()
+        assert fix in str(e.value)
+    assert f"{x}" == "x" == format(x)
 
 
 def test_a_missing_buffer_is_a_key_error_and_a_vyre_error():

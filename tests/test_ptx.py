@@ -516,3 +516,25 @@ def test_assemble_stays_the_function_whatever_was_imported_first():
               "assert ptx.assemble(ptx.emit(demo_program(), sm=90), sm=90)[:4] == b'\\x7fELF'\nprint('ok')\n")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.split() == ["ok"], out.stdout + out.stderr
+
+
+def test_abi_checks_the_program_and_workgroup_as_emit_does():
+    """Regression (a red-team): abi(p, workgroup="AUTO") reported ('A', 'U', 'T', 'O'), (0, 0, 0) and
+    (1.5,) were taken, 64 raised a raw TypeError, and an invalid program got duplicate parameters."""
+    p = ir.Program([ir.BufferDecl.output("o", 0, "u32")], 64, [ir.store("o", ir.gid(0), 1)])
+    for bad in ("AUTO", (0, 0, 0), (1.5,), 64):
+        with pytest.raises(UnsupportedError, match="Fix: pass None"):
+            ptx.abi(p, workgroup=bad)
+    assert ptx.abi(p, workgroup="auto").workgroup_size is None and ptx.abi(p).workgroup_size == (64, 1, 1)
+    twice = ir.Program([ir.BufferDecl.output("o", 0, "u32"), ir.BufferDecl.output("o", 1, "u32")], 64, [])
+    with pytest.raises(vn.IRValidationError, match="declared twice"):
+        ptx.abi(twice)
+
+
+@pytest.mark.parametrize("sm", [76, 81, 95])
+def test_an_sm_nvjitlink_does_not_know_is_said_so_not_blamed_on_the_ptx(sm):
+    """Regression (a red-team): sm 81 or 95 was told to pass a whole PTX module and report an
+    emitter bug (nvJitLink says UNRECOGNIZED_ARCH, not UNSUPPORTED_ARCH)."""
+    p = ir.Program([ir.BufferDecl.output("o", 0, "u32")], 64, [ir.store("o", ir.gid(0), 1)])
+    with pytest.raises(CompileError, match=rf"This nvJitLink does not know sm_{sm}\. Fix: assemble for an sm it knows"):
+        ptx.assemble(ptx.emit(p, sm=80), sm=sm)

@@ -761,3 +761,13 @@ def test_a_variable_a_literal_typed_is_told_the_let_that_gives_it_the_type_meant
 
     out = vn.get_backend("reference").dispatch(program(ir.f32(0.0)), [np.full(10, 0.5, np.float32)])
     assert out[0].tolist() == [5.0]
+
+
+def test_a_loop_variable_used_again_is_told_to_take_a_new_name():
+    """Regression (a red-team): nested loops over one name were told to use ir.assign, which a
+    loop variable refuses."""
+    p = prog(ir.loop("i", 0, 4, [ir.loop("i", 0, 4, [])]))
+    assert_only(p, "entry[0].body[0]", "variable 'i' is already defined in an enclosing scope. Fix: pick a new name "
+                                       "(a loop variable cannot be assigned).")
+    p = prog(ir.let("j", 0), ir.let("j", 1))
+    assert "Fix: use ir.assign('j', ...) to update it, or pick a new name." in ir.validate(p)[0].message

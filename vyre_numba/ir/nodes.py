@@ -305,9 +305,23 @@ class Expr(_Structural):
     def __abs__(self): self._no_python("abs()", "use ir.abs_(x).")
     def __round__(self, ndigits=None): self._no_python("round()", "use ir.round_(x) (or ir.floor / ir.ceil / ir.trunc).")
     def __int__(self): self._no_python("int()", "cast on the device with x.cast('i32') (or another integer type).")
-    def __float__(self): self._no_python("float()", "cast on the device with x.cast('f32').")
+    def __float__(self): self._no_python("float() (which math.sqrt, math.exp and the rest of Python's math module "
+                                         "call)", "use the IR's functions on the device (ir.sqrt(x), ir.exp(x), ...), "
+                                         "and x.cast('f32') to convert.")
     def __complex__(self): self._no_python("complex()", "keep real and imaginary parts as two expressions.")
-    def __index__(self): self._no_python("index", "index a buffer with ir.load(name, index) or ir.store(...).")
+    def __index__(self): self._no_python("index (range() and list indices need one)", "loop on the device with "
+                                         "ir.loop(var, start, end, body), and index a buffer with ir.load(name, index) "
+                                         "or ir.store(...).")
+    def __getitem__(self, i): self._no_python("indexing", "an expression is one value, not a buffer: read element i "
+                                              "of buffer a with ir.load('a', i).")
+    def __divmod__(self, o): self._no_python("divmod()", "write x / y and x % y (the IR's division truncates, as C's).")
+    def __rdivmod__(self, o): self._no_python("divmod()", "write x / y and x % y (the IR's division truncates, as C's).")
+
+    def __format__(self, spec: str) -> str:
+        if not spec:
+            return str(self)
+        self._no_python(f"format ({spec!r})", f"format its text: f'{{str(x):{spec}}}' (its value exists only on the "
+                                              "device).")
     def __len__(self): self._no_python("length", "an expression is one value per invocation; pass lengths as ints.")
     def __matmul__(self, o): self._no_python("matrix product (@)", "write the sum of products with ir.loop.")
     def __rmatmul__(self, o): self._no_python("matrix product (@)", "write the sum of products with ir.loop.")

@@ -488,8 +488,9 @@ class _Checker:
         if not isinstance(name, str) or not _IDENT.match(name):
             self.err(where, f"variable name {shown(name)} is not an identifier. Fix: {IDENT_FIX}")
         elif self.lookup(name) is not None:
-            self.err(where, f"variable {shown(name)} is already defined in an enclosing scope. "
-                            f"Fix: use ir.assign({shown(name)}, ...) to update it, or pick a new name.")
+            fix = (f"use ir.assign({shown(name)}, ...) to update it, or pick a new name" if mutable and
+                   self.lookup(name)[1] else "pick a new name (a loop variable cannot be assigned)")
+            self.err(where, f"variable {shown(name)} is already defined in an enclosing scope. Fix: {fix}.")
         self.vars.setdefault(name, []).append((t, mutable, literal))
         self.scopes[-1].append(name)
 

@@ -89,7 +89,7 @@ def assemble(ptx_sources: str | Sequence[str], *, sm: int) -> bytes:
                     log += "\n" + extra
             except Exception:
                 pass
-        if "UNSUPPORTED_ARCH" in log:
+        if "UNSUPPORTED_ARCH" in log or "UNRECOGNIZED_ARCH" in log:
             renamed = " (CUDA 13 renamed sm_101 to sm_110)" if sm == 101 else ""
             raise CompileError(f"nvJitLink failed to assemble PTX for sm_{sm}:\n{log.strip()}\nThis nvJitLink does "
                                f"not know sm_{sm}{renamed}. Fix: assemble for an sm it knows (the GPU's own: "
@@ -97,9 +97,13 @@ def assemble(ptx_sources: str | Sequence[str], *, sm: int) -> bytes:
                                "it.") from e
         target = re.search(r"\.target\s+sm_(\d+)", "".join(sources))
         if target and int(target.group(1)) > sm:
+            from .emitter import PTX_VERSION
+
+            emit = (f", or emit the PTX for sm_{sm} (program.ptx({sm}))" if sm in PTX_VERSION else
+                    f" (the emitter writes no sm_{sm} PTX; its targets: {', '.join(map(str, PTX_VERSION))})")
             raise CompileError(f"nvJitLink failed to assemble PTX for sm_{sm}:\n{log.strip()}\nThe PTX targets "
                                f"sm_{target.group(1)}, past sm_{sm}. Fix: assemble with sm={target.group(1)} or "
-                               f"higher, or emit the PTX for sm_{sm} (program.ptx({sm})).") from e
+                               f"higher{emit}.") from e
         quoted = _quote(log, sources, names)
         where = f"\nOffending PTX:\n{quoted}" if quoted else ""
         fix = "correct the PTX at the quoted line" if quoted else ("pass a whole PTX module (.version, .target and "

@@ -143,6 +143,10 @@ def abi(program: Program, *, workgroup: tuple[int, int, int] | str | None = None
     take one more parameter, the grid barrier's state (12 zeroed bytes, see grid_barrier.ptx)."""
     if not isinstance(program, Program):
         raise UnsupportedError(f"abi takes a Program, not {shown(program, 60)}. Fix: pass the ir.Program to emit.")
+    return _abi(ir.check(program), _checked_workgroup(workgroup))
+
+
+def _abi(program: Program, workgroup) -> KernelABI:
     bound = program.bound_buffers
     ps = tuple(KernelParam(f"{b.name}_ptr", ".u64", b.name, "ptr") for b in bound) + tuple(
         KernelParam(f"{b.name}_len", ".u32", b.name, "len") for b in bound)
@@ -781,7 +785,7 @@ class _Emitter:
             self.place(STEP_DONE)
             self.ins(f"st.param.b32 [{STEP_CHANGED}], {self.changed}")
         self.ins("ret")
-        a = abi(self.p, workgroup=None if self.step else self.workgroup)
+        a = _abi(self.p, None if self.step else self.workgroup)
         params = ((f"\t.param .b32 {STEP_ITEM}",) if self.step else ()) + tuple(
             f"\t.param {'.b' + q.ptx_type[2:] if self.step else q.ptx_type} {q.name}" for q in a.params)
         wg = None if self.step else a.workgroup_size

@@ -371,6 +371,19 @@ def test_an_unknown_telemetry_counter_is_a_vyre_error_and_still_a_missing_key():
     assert "dispatch" not in t and t.get("dispatches[never]", 0) == 0 and t["dispatches"] == 0
 
 
+def test_a_telemetry_copied_or_joined_is_a_telemetry_and_checks_what_joins_it():
+    """Regression (a red-team): copy() and | gave plain dicts (no table, no to_frame) that took
+    any value."""
+    from vyre_numba.backend import Telemetry
+
+    t = ReferenceBackend().telemetry()
+    for made in (t.copy(), t | {"mine": 3}, {"mine": 3} | t):
+        assert type(made) is Telemetry and made["dispatches"] == t["dispatches"] and "<table" in made._repr_html_()
+    assert (t | {"mine": 3})["mine"] == 3 and "mine" not in t
+    with pytest.raises(DispatchError, match=r"counter 'mine' = 1.5 \(float\) is not an int\. Fix:"):
+        t | {"mine": 1.5}
+
+
 def test_telemetry_to_frame_needs_pandas(monkeypatch):
     monkeypatch.setitem(sys.modules, "pandas", None)
     with pytest.raises(UnsupportedError, match=r"pandas.*Fix: pip install pandas"):

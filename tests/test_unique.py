@@ -223,6 +223,17 @@ def test_mismatches_measures_distances_across_the_sign_without_overflow():
         mismatches(np.uint16([0x3F80]), np.uint16([0x3F81]), bf16="no", ulp=1)
 
 
+def test_mismatches_of_zero_dimensional_arrays_warn_nothing():
+    """Regression (a red-team): 0-d arrays subtract as NumPy scalars, whose wrap warned (an error
+    under -W error or pytest's filterwarnings=error)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert mismatches(np.array(1.0), np.array(2.0)).tolist() == [0]
+        assert mismatches(np.array(-2.0), np.array(2.0), ulp=2**63).tolist() == []
+
+
 def test_mismatches_compares_values_whatever_byte_order_they_are_kept_in():
     """Regression (a red-team): ordered_bits read a big-endian float's bytes natively, so with
     ulp=1, 1.0 against 4.0 matched and two values 1 ulp apart did not."""

@@ -158,6 +158,27 @@ class Telemetry(dict):
         self.update(counters)
         return self
 
+    def __or__(self, counters: Mapping[str, int]) -> "Telemetry":
+        """A new Telemetry of these counters and `counters` (checked as stored ones are)."""
+        if not isinstance(counters, Mapping):
+            return NotImplemented
+        out = self.copy()
+        out.update(counters)
+        return out
+
+    def __ror__(self, counters: Mapping[str, int]) -> "Telemetry":
+        if not isinstance(counters, Mapping):
+            return NotImplemented
+        out = Telemetry(counters)
+        out.update(self)
+        return out
+
+    def copy(self) -> "Telemetry":
+        """A Telemetry of the same counters (shown and converted as this one is)."""
+        out = Telemetry.__new__(Telemetry)
+        dict.update(out, self)  # its counters, already checked
+        return out
+
     def to_frame(self):
         """The counters as a pandas DataFrame (index: counter, column: value)."""
         try:

@@ -110,8 +110,9 @@ def mismatches(got: np.ndarray, expected: np.ndarray, *, ulp: int = 0, bf16: boo
         return np.flatnonzero(got != expected)
     nan_g, nan_e = np.isnan(got), np.isnan(expected)
     g, e = ordered_bits(got), ordered_bits(expected)
-    wrapped = g.view(np.uint64) - e.view(np.uint64)  # exact mod 2**64; the true distance is below 2**64
-    dist = np.where(g >= e, wrapped, np.uint64(0) - wrapped)  # (int64's |g - e| overflowed for 2.0 against -2.0)
+    with np.errstate(over="ignore"):  # 0-d arrays subtract as scalars, which warn where they wrap
+        wrapped = g.view(np.uint64) - e.view(np.uint64)  # exact mod 2**64; the true distance is below 2**64
+        dist = np.where(g >= e, wrapped, np.uint64(0) - wrapped)  # (int64's |g - e| overflowed for 2.0 against -2.0)
     if bf16:  # widened bf16 values step by 2**16 in the f32 ordering
         dist = dist >> np.uint64(16)
     bad = (dist > np.uint64(min(int(ulp), 2**64 - 1))) & ~(nan_g & nan_e) | (nan_g != nan_e)

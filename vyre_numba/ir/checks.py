@@ -145,7 +145,8 @@ class _Instrumenter:
             case n.BinOp(op=op, a=a, b=b) if op in ("logical_and", "logical_or"):
                 a, _ = yield self.expr(a, pre, where, path)
                 a = self.bind(a, BOOL, pre)
-                b, _ = yield self.expr(b, pre, where, self.within(path, a if op == "logical_and" else n.UnOp("not", a), pre))
+                on = self.within(path, a if op == "logical_and" else n.UnOp("not", a), pre)
+                b, _ = yield self.expr(b, pre, where, on)
                 return n.BinOp(op, a, b), BOOL
         kids, types = [], []
         for k in e.children():

@@ -246,11 +246,16 @@ def test_a_whole_graph_call_that_is_missing_or_has_one_argument_too_many_says_bo
             (lambda: connected_components(A, A.indices), "connected_components() was given the whole graph"),
             (lambda: connected_components(A.indptr), "connected_components() is missing indices. Fix: pass the "
                                                      "graph's CSR arrays"),
-            (lambda: connected_components(np.eye(3)), "(scipy.sparse.csr_array(M) of a dense adjacency matrix M)"),
             (lambda: vn.graph.bfs_many(A.indptr, A.indices), "bfs_many() is missing sources")):
         with pytest.raises(ArgumentError) as e:
             call()
         assert fix in str(e.value)
+    for call in (lambda: connected_components(np.eye(3)), lambda: vn.graph.bfs(np.eye(3), 0),
+                 lambda: vn.graph.bfs([[0, 1], [1, 0]], 0)):  # a dense matrix: bfs(M, 0) was told source is missing
+        with pytest.raises(DispatchError, match=r"indptr is a square 2-D array \(a dense adjacency matrix\?\), not a "
+                                                r"CSR's offsets\. Fix: pass the graph as a sparse matrix, [a-z_]+\("
+                                                r"scipy\.sparse\.csr_array\(M\)"):
+            call()
     with pytest.raises(DispatchError, match=r"the graph is a csr_array of shape \(2, 3\), but an adjacency matrix is "
                                             r"square .*Fix: pass an n x n matrix"):
         vn.graph.bfs(sp.csr_array(np.ones((2, 3))), 0)

@@ -771,3 +771,23 @@ def test_a_loop_variable_used_again_is_told_to_take_a_new_name():
                                        "(a loop variable cannot be assigned).")
     p = prog(ir.let("j", 0), ir.let("j", 1))
     assert "Fix: use ir.assign('j', ...) to update it, or pick a new name." in ir.validate(p)[0].message
+
+
+def test_the_let_offered_is_one_that_builds():
+    """Review of the let Fix: a NaN is written float('nan'), a value the meant type cannot hold
+    (or a bool let) gets the plain cast Fix, and a let of a bad literal bit pattern still builds
+    its Program (the check ran at construction and raised)."""
+    def program(init, dt):
+        i = ir.gid(0)
+        return ir.Program([B.read("a", 0, dt), B.output("out", 1, dt)], 64,
+                          [ir.let("acc", init), ir.store("out", i, ir.var("acc") + ir.load("a", i))])
+
+    (d,) = ir.validate(program(ir.f64(float("nan")), "f32"))
+    assert "Fix: where 'acc' should hold f32 values, declare it so: ir.let('acc', ir.f32(float('nan')))" in d.message
+    import math
+
+    assert math.isnan(ir.f32(float("nan")).value)  # the Fix builds
+    for init, dt in ((2**40, "f16"), (ir.f64(1e300), "f32"), (True, "f32")):
+        assert all("declare it so" not in d.message for d in ir.validate(program(init, dt))), (init, dt)
+    p = program(ir.Lit(ir.DataType.F32, 1 << 40), "f64")
+    assert any("is not a f32 bit pattern" in d.message or "bit pattern" in d.message for d in ir.validate(p))

@@ -135,13 +135,19 @@ def test_an_int_beside_floats_in_a_list_is_refused_where_it_would_round(dtype, v
     (np.uint64, -1, "Fix: make the queue of int64 (it holds -1)"),
     (np.int32, np.array([2**40]), "Fix: make the queue of int64 (it holds 1099511627776)"),
     (np.uint64, 2**64 + 1, "Fix: push values in range: no queue type holds 18446744073709551617."),
+    (np.uint8, [-1, 300], "Fix: make the queue of int16 (it holds -1 and the rest)"),  # int8 would not hold 300
+    (np.uint64, [2**64, 2**53 + 1], "no queue type holds 18446744073709551616 and the rest."),  # float64, int64: one each
+    (np.float32, np.array([2**53 + 1, 3], np.int64), "Fix: make the queue of int64 (it holds 9007199254740993 and"),
     (np.int64, -2**63 - 1, "Fix: push values in range: no queue type holds -9223372036854775809."),
 ])
 def test_a_value_the_queue_cannot_take_is_told_the_type_that_takes_it_or_that_none_does(dtype, value, fix):
     """Regression (a red-team): "make the queue of a wider type" was the Fix for a 64-bit queue,
-    which has none wider."""
+    which has none wider; and (a review) the type named must take every value pushed, not only the
+    one shown."""
+    from vyre_numba.workqueue import _values  # what WorkQueue.push and QueueModel.push convert with
+
     with pytest.raises(DispatchError) as e:
-        QueueModel(2, dtype).push(value)
+        _values(value, np.dtype(dtype))
     assert fix in str(e.value)
 
 

@@ -66,6 +66,9 @@ def graph_arguments(indptr, indices, then, call: str, then_name: str | None = No
     (bfs's source), None where the call takes none; every stored entry is an edge, explicit zeros
     too, as SciPy's csgraph reads a sparse matrix."""
     after = f", {then_name}" if then_name else ""
+    if _square(indptr):
+        raise DispatchError(f"{call}(): indptr is a square 2-D array (a dense adjacency matrix?), not a CSR's offsets. "
+                            f"Fix: pass the graph as a sparse matrix, {call}(scipy.sparse.csr_array(M){after}).")
     if whole_graph(indptr):
         if then_name and then is None:  # call(A, x): x came in indices' place
             indices, then = None, indices
@@ -74,14 +77,23 @@ def graph_arguments(indptr, indices, then, call: str, then_name: str | None = No
                                 f"graph alone, {call}(A{after}), or its CSR arrays, {call}(indptr, indices{after}).")
         indptr, indices = _arrays_of(indptr, call)
     elif indices is None:
-        dense = np.ndim(indptr) == 2 if isinstance(indptr, np.ndarray) else False
         raise ArgumentError(f"{call}() is missing indices. Fix: pass the graph's CSR arrays, {call}(indptr, indices"
-                            f"{after}), or the graph whole, {call}(A{after}) for a SciPy sparse matrix A"
-                            + (" (scipy.sparse.csr_array(M) of a dense adjacency matrix M)." if dense else "."))
+                            f"{after}), or the graph whole, {call}(A{after}) for a SciPy sparse matrix A.")
     if then_name and then is None:
         raise ArgumentError(f"{call}() is missing {then_name}. Fix: pass it after the graph: {call}(indptr, indices"
                             f"{after}) or {call}(A{after}).")
     return indptr, indices, then
+
+
+def _square(a) -> bool:
+    """Whether `a` is a square 2-D host array or list of lists: a dense adjacency matrix."""
+    if not isinstance(a, (np.ndarray, list)):
+        return False
+    try:
+        shape = np.shape(a)
+    except ValueError:  # ragged
+        return False
+    return len(shape) == 2 and shape[0] == shape[1] and shape[0] > 0
 
 
 def _arrays_of(g, call: str) -> tuple:

@@ -16,7 +16,6 @@ before writing carries data into the group, so it stays a buffer."""
 from __future__ import annotations
 
 import bisect
-import itertools
 from dataclasses import dataclass
 
 from . import nodes as n
@@ -231,13 +230,18 @@ def scratch_keys(shapes: list[StepShape], groups: list[list[int]], kept: set) ->
         for k in sh.storage:
             first.setdefault(k, j)
             last[k] = j
-    lo, hi = dict(first), dict(last)
     spans = sorted(first)
+    # a storage overlaps itself unless it is empty (then it shares a byte with nothing)
+    lo = {k: first[k] if k[1] > 0 else len(shapes) for k in spans}
+    hi = {k: last[k] if k[1] > 0 else -1 for k in spans}
     for i, a in enumerate(spans):  # sorted by address: what overlaps a starts before a's end
-        for b in itertools.takewhile(lambda b: b[0] < a[0] + a[1], spans[i + 1:]):
+        j = i + 1
+        while j < len(spans) and spans[j][0] < a[0] + a[1]:
+            b = spans[j]
             if overlap(a, b):
                 lo[a], hi[a] = min(lo[a], first[b]), max(hi[a], last[b])
                 lo[b], hi[b] = min(lo[b], first[a]), max(hi[b], last[a])
+            j += 1
     kept_hit = {k for k in spans if any(overlap(k, o) for o in kept)}
     return [{k for j in g for k in shapes[j].storage if lo[k] >= g[0] and hi[k] <= g[-1] and k not in kept_hit}
             for g in groups]

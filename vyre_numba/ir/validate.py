@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import display
-from ..errors import IRValidationError, did_you_mean, shown
+from ..errors import IRValidationError, VyreError, did_you_mean, shown
 from . import nodes as n
 from .program import Access, BufferDecl, Program
 from .recursion import drive
@@ -238,12 +238,17 @@ class _Checker:
         where it came from and the let that gives it the type `meant`, up to the Fix's "else":
         the cast the plain message suggests would truncate an f32 accumulator to u32 each step."""
         found = self.lookup(x.name) if isinstance(x, n.Var) and isinstance(x.name, str) else None
-        if not found or found[2] is None or meant.is_bool or found[0] is None or found[0] is meant:
+        if (not found or found[2] is None or _bad_literal(found[2]) is not None or meant.is_bool
+                or found[0] in (None, D.BOOL, meant)):
             return None
         v = found[2].value
+        try:
+            n.lit(v, meant)  # the let offered must build: a value the type holds
+        except VyreError:
+            return None
         if meant.is_float:
-            text = repr(float(v))
-        elif isinstance(v, int) and not isinstance(v, bool) and meant.min <= v <= meant.max:
+            text = repr(float(v)) if math.isfinite(v) else f"float('{v}')"
+        elif isinstance(v, int) and not isinstance(v, bool):
             text = str(v)
         else:
             return None

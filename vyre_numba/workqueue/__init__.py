@@ -213,16 +213,32 @@ def _holds(t: np.dtype, v) -> bool:
     return bool(np.isfinite(x)) and (not whole or int(x) == int(v))
 
 
-def _room_fix(v, dt: np.dtype, rest: str) -> str:
-    """The Fix for a value a queue of `dt` cannot take: the narrowest other type of the same kind
-    (float or integer) that takes it, else of the other kind, else none ("make it wider" misleads
-    where dt is 64-bit)."""
+def _holds_all(t: np.dtype, values) -> bool:
+    """Whether a queue of `t` takes every one of `values` (a list, or an array checked at once)."""
+    if not isinstance(values, np.ndarray):
+        return all(_holds(t, v) for v in values)
+    with np.errstate(all="ignore"):
+        if values.dtype.kind == "f":
+            return t.kind == "f" and bool(np.isfinite(values.astype(t))[np.isfinite(values)].all())
+        if t.kind in "iu":
+            lo, hi = _int_range(t)
+            return lo <= int(values.min()) and int(values.max()) <= hi
+        out = values.astype(t)
+        return bool(np.isfinite(out).all() and (out.astype(values.dtype) == values).all()
+                    and (np.abs(out) < 2.0**63).all())
+
+
+def _room_fix(v, values, dt: np.dtype, rest: str) -> str:
+    """The Fix for values a queue of `dt` cannot take (`v` the one shown): the narrowest other
+    type of the same kind (float or integer) that takes them all, else of the other kind, else
+    none ("make it wider" misleads where dt is 64-bit)."""
     others = sorted((t for t in _NUMBERS if t != dt and t.itemsize >= dt.itemsize),
                     key=lambda t: ((t.kind == "f") != (dt.kind == "f"), t.itemsize))
-    t = next((t for t in others if _holds(t, v)), None)
+    t = next((t for t in others if _holds_all(t, values)), None)
+    them = f"{shown(v)} and the rest" if np.size(values) > 1 else shown(v)
     if t is None:
-        return f"{rest}: no queue type holds {shown(v)}."
-    return f"make the queue of {t} (it holds {shown(v)}), or {rest}."
+        return f"{rest}: no queue type holds {them}."
+    return f"make the queue of {t} (it holds {them}), or {rest}."
 
 
 _RECORDS = ("make them records: np.array([(1, 2.0), ...], dtype=q.dtype) (a tuple is a record only inside such an "
@@ -267,7 +283,7 @@ def _values(values, dt: np.dtype, *, one: bool = False) -> np.ndarray:
         lo, hi = int(arr.min()), int(arr.max())
         if lo < info.min or hi > info.max:
             v = lo if lo < info.min else hi
-            raise DispatchError(f"the value {v} does not fit in {dt}. Fix: {_room_fix(v, dt, 'push values in range')}")
+            raise DispatchError(f"the value {v} does not fit in {dt}. Fix: {_room_fix(v, arr, dt, 'push values in range')}")
         return arr.astype(dt)
     with np.errstate(all="ignore"):
         out = arr.astype(dt)
@@ -278,7 +294,7 @@ def _values(values, dt: np.dtype, *, one: bool = False) -> np.ndarray:
     if wrong.any():
         k = int(np.argmax(wrong))
         raise DispatchError(f"the value {arr[k]} is not a {dt} (it would become {out[k]}). "
-                            f"Fix: {_room_fix(arr[k].item(), dt, 'convert the values yourself')}")
+                            f"Fix: {_room_fix(arr[k].item(), arr, dt, 'convert the values yourself')}")
     return out
 
 
@@ -300,7 +316,7 @@ def _python_ints(values, dt: np.dtype):
             same = False
         if not same:
             raise DispatchError(f"the value {shown(v)} is not exactly representable as {dt}. "
-                                f"Fix: {_room_fix(v, dt, 'push values in range')}")
+                                f"Fix: {_room_fix(v, items, dt, 'push values in range')}")
     return np.array(items, dt) if len(ints) == len(items) else values
 
 

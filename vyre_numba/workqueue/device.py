@@ -70,14 +70,17 @@ def size(state, capacity):
 def take(state, capacity, want):
     """Claim up to `want` filled items: (first index, how many), how many 0 when none are left (or
     `want` < 1). The head moves by exactly the number claimed, so items pushed after a claim that
-    found fewer than it wanted are handed out by the next one. The retry loop is bounded: each
-    failed swap is another thread's claim of at least one of the finitely many pushed items."""
+    found fewer than it wanted go to a later claim. Claim items pushed by an earlier launch (or the
+    host): a push in this launch counts its slot before it writes the item, so a claim in the same
+    launch may get a slot still being written. The retry loop is bounded: each failed swap is
+    another thread's claim of at least one of the finitely many pushed items."""
+    w = int64(want)  # an unsigned want past 2**63 reads as negative: no claim
     head = int64(cuda.atomic.add(state, HEAD, uint64(0)))
     while True:
         filled = min(int64(cuda.atomic.add(state, TAIL, uint64(0))), int64(capacity))
-        if want < 1 or head >= filled:
+        if w < 1 or head >= filled:
             return head, int64(0)
-        n = min(int64(want), filled - head)
+        n = min(w, filled - head)
         seen = int64(cuda.atomic.cas(state, HEAD, uint64(head), uint64(head + n)))
         if seen == head:
             return head, n

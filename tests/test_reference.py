@@ -331,6 +331,29 @@ def test_compare_exchange_long_chains():
     assert x.tolist() == [n] and old.tolist() == list(range(n))
 
 
+@pytest.mark.parametrize("pattern", ["lock", "chain", "mixed"])
+def test_compare_exchange_runs_of_every_length_match_one_after_another(pattern):
+    """Thousands of compare_exchanges on a few elements, in invocation order: a contended lock
+    (one success, then failures: handled from one success to the next, in one pass), a chain of
+    successes (one Python step an update past 64 of them) and mixed runs, against a loop."""
+    n, rng = 5000, np.random.default_rng(len(pattern))
+    t = rng.integers(0, 3, n).astype(np.uint32) if pattern == "mixed" else np.zeros(n, np.uint32)
+    e = {"lock": np.zeros(n), "chain": np.arange(n), "mixed": rng.integers(0, 3, n)}[pattern].astype(np.uint32)
+    val = {"lock": np.ones(n), "chain": np.arange(n) + 1, "mixed": rng.integers(0, 3, n)}[pattern].astype(np.uint32)
+    p = P([B.read("t", 0, "u32"), B.read("e", 1, "u32"), B.read("v", 2, "u32"), B.read_write("x", 3, "u32", 3),
+           B.output("old", 4, "u32", n)], 64, [
+        ir.let("i", ir.gid(0)),
+        ir.if_(i < n, [ir.store("old", i, ir.atomic("compare_exchange", "x", ir.load("t", i), ir.load("v", i),
+                                                    expected=ir.load("e", i)))])])
+    x, old = run(p, [t, e, val, np.zeros(3, np.uint32)])
+    want_x, want_old = [0, 0, 0], []
+    for k in range(n):
+        want_old.append(want_x[t[k]])
+        if want_x[t[k]] == e[k]:
+            want_x[t[k]] = int(val[k])
+    assert x.tolist() == want_x and old.tolist() == want_old
+
+
 def test_out_of_bounds_atomics_do_nothing_and_give_zero():
     p = P([B.read_write("buf", 0, "i32"), B.output("old", 1, "i32", 8), B.workgroup("s", 2, "i32")], 8, [
         ir.let("i", ir.gid(0)),

@@ -372,28 +372,46 @@ def _segmented_scan(op: str, vs: np.ndarray, seg: np.ndarray, starts: np.ndarray
     return x
 
 
+_CAS_STEPS = 64  # updates of every target stepped through together, then each longer run on its own
+
+
 def _cas_in_order(arr, ts, vs, es, starts, seg) -> np.ndarray:
-    """compare_exchange applied one after another on targets sorted stably (ts)."""
-    longest = int(np.diff(np.append(starts, ts.size)).max())
-    if longest <= 64:  # vectorise across elements, step through the k-th update of each
-        old = np.empty_like(vs)
-        rank = np.arange(ts.size) - starts[seg]
-        for k in range(longest):
-            sel = np.flatnonzero(rank == k)
-            cur = arr[ts[sel]]
-            old[sel] = cur
-            arr[ts[sel]] = np.where(cur == es[sel], vs[sel], cur)
-        return old
-    state: dict[int, int] = {}
-    out = []
-    for i, v, e in zip(ts.tolist(), vs.tolist(), es.tolist()):
-        cur = state[i] if i in state else arr[i].item()
-        out.append(cur)
-        if cur == e:
-            state[i] = v
-    for i, v in state.items():
-        arr[i] = v
-    return np.array(out, dtype=arr.dtype)
+    """compare_exchange applied one after another on targets sorted stably (ts): the first
+    _CAS_STEPS updates of every target vectorised across targets, then the rest of each longer run
+    from one success to the next (a search for the next expected value equal to the current one:
+    a contended lock's many failures cost one pass), by Python steps where successes are many."""
+    old = np.empty_like(vs)
+    lengths = np.diff(np.append(starts, ts.size))
+    rank = np.arange(ts.size) - starts[seg]
+    early = np.flatnonzero(rank < _CAS_STEPS)
+    early = early[np.argsort(rank[early], kind="stable")]  # by rank: the k-th update of every target together
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(rank[early], minlength=_CAS_STEPS))])
+    for k in range(min(int(lengths.max()), _CAS_STEPS)):
+        sel = early[bounds[k]:bounds[k + 1]]
+        cur = arr[ts[sel]]
+        old[sel] = cur
+        arr[ts[sel]] = np.where(cur == es[sel], vs[sel], cur)
+    for s in np.flatnonzero(lengths > _CAS_STEPS).tolist():
+        pos, end = int(starts[s]) + _CAS_STEPS, int(starts[s] + lengths[s])
+        target, jumps = ts[pos], 0
+        cur = arr[target]
+        while pos < end and jumps < _CAS_STEPS:
+            hit = es[pos:end] == cur
+            if not hit.any():
+                break
+            k = pos + int(hit.argmax())
+            old[pos:k + 1] = cur
+            cur, pos, jumps = vs[k], k + 1, jumps + 1
+        if jumps == _CAS_STEPS:  # successes are many: one Python step an update
+            cur = cur.item()
+            for k, (v, e) in enumerate(zip(vs[pos:end].tolist(), es[pos:end].tolist()), pos):
+                old[k] = cur
+                if cur == e:
+                    cur = v
+            pos = end
+        old[pos:end] = cur
+        arr[target] = cur
+    return old
 
 
 def _apply_atomic(arr, op: str, t, v, e) -> np.ndarray:

@@ -476,12 +476,29 @@ def test_ids_far_sparser_than_the_rows_are_refused_before_memory_goes_on_them():
     (seconds per union, which copies it); one in class 2**31 - 2 took 17 GB."""
     for ids in ([0, 300_000_000], [2**31 - 2]):
         n = len(ids)
-        with pytest.raises(DispatchError, match=r"ids this sparse cost memory for nothing\. Fix: renumber ids densely"):
+        with pytest.raises(DispatchError, match=r"ids this sparse cost memory for nothing\. Fix: renumber every class id"):
             EGraph.from_arrays(ids, [0] * n, [0] * (n + 1), [], backend="reference")
-        _, dense = np.unique(ids, return_inverse=True)  # the fix
-        assert EGraph.from_arrays(dense, [0] * n, [0] * (n + 1), [], backend="reference").n_classes == n
+        eclass = ids
+        ids = np.unique(eclass)  # the fix, as written
+        eclass = np.searchsorted(ids, eclass)
+        assert EGraph.from_arrays(eclass, [0] * n, [0] * (n + 1), [], backend="reference").n_classes == n
     g = EGraph.from_arrays([0, 5, 1 << 20], [0, 1, 2], [0, 0, 0, 0], [], backend="reference")  # sparse, but small
     assert g.n_classes == (1 << 20) + 1
+
+
+def test_the_renumbering_fix_keeps_which_class_each_child_names():
+    """Regression (a red-team): the Fix renumbered one array at a time (np.unique(ids,
+    return_inverse=True)), so eclass and children renumbered apart made f(b) into f(a), silently."""
+    big = 1 << 40
+    eclass, ops, offsets, children = [big, big + 2, big + 4], [0, 1, 2], [0, 0, 0, 1], [big + 2]  # a, b, f(b)
+    with pytest.raises(DispatchError, match="Fix: renumber every class id") as e:
+        EGraph.from_arrays(eclass, ops, offsets, children, backend="reference")
+    assert "ids = np.unique(eclass); eclass = np.searchsorted(ids, eclass); children = np.searchsorted(ids, children)" \
+        in str(e.value)
+    ids = np.unique(eclass)
+    eclass, children = np.searchsorted(ids, eclass), np.searchsorted(ids, children)
+    g = EGraph.from_arrays(eclass, ops, offsets, children, backend="reference")
+    assert g.lookup([2], [0, 1], [1]).tolist() == [2]  # f(b) is in class 2, as f(big + 2) was in big + 4
 
 
 @pytest.mark.parametrize("n_classes", [0, 1])
@@ -1080,7 +1097,7 @@ def test_a_listing_limit_is_checked(limit):
 
 @pytest.mark.parametrize("call, fragment", [
     (lambda: EGraph.from_arrays([np.uint64(2**63), np.int64(0)], [0, 0], [0, 0, 0], [], backend="reference"),
-     r"eclass holds an integer past int64 \(such as 9223372036854775808\).*Fix: renumber ids"),
+     r"eclass holds an integer past int64 \(such as 9223372036854775808\).*Fix: renumber every class id"),
     (lambda: EGraph.from_arrays([0], [0], [0, 2**63], [], backend="reference"),
      "children_offsets holds an integer past int64.*Fix: children_offsets are positions in children"),
 ])

@@ -84,7 +84,9 @@ def _timings(result) -> None:
 
 
 SPARSE_IDS = 16  # class ids may outnumber the rows this many times (past a MiB's worth): else renumber them
-IDS_FIX = "renumber ids densely from 0 (np.unique(ids, return_inverse=True)); ids are int32 on the device."
+IDS_FIX = ("renumber every class id (eclass, children and pairs alike) with one mapping, densely from 0: ids = "
+           "np.unique(eclass); eclass = np.searchsorted(ids, eclass); children = np.searchsorted(ids, children) "
+           "(ids are int32 on the device).")
 
 
 def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID, copy: bool = True, bounds: list | None = None,

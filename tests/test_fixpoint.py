@@ -260,6 +260,18 @@ def test_float16_arguments_are_refused_as_such_not_as_an_exception_the_step_rais
         assert "raised" not in str(e.value)
 
 
+def test_a_list_argument_is_told_a_fix_that_keeps_the_steps_writes():
+    """Regression (a red-team): the Fix was "pass np.asarray(...) of it", and passing
+    np.asarray(labels) inline converged with labels unchanged (it is the copy the Fix warned of)."""
+    indptr, indices = path(4)
+    labels = [0, 1, 2, 3]
+    with pytest.raises(DispatchError, match=r"args\[0\] is a list.*Fix: make it an array first, x = np\.asarray\(\.\.\.\), "
+                                            r"pass x and read the results from x"):
+        fixpoint.run(relax, 4, [labels, indptr, indices], backend="reference")
+    x = np.asarray(labels)  # the fix, as written
+    assert fixpoint.run(relax, 4, [x, indptr, indices], backend="reference").converged and x.tolist() == [0, 0, 0, 0]
+
+
 @pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
 def test_an_np_matrix_is_refused_as_such_not_as_an_exception_the_step_raised():
     indptr, indices = path(3)

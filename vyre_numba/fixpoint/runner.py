@@ -331,7 +331,8 @@ def _run_cpu(step: Callable, n: int, args: list, max_rounds: int, progress: bool
             raise DispatchError(f"args[{k}] is a device array, but the reference backend runs on the CPU. "
                                 "Fix: pass NumPy arrays, or run on the cuda backend.")
         if not isinstance(a, (np.ndarray, np.generic, int, float, complex)) or isinstance(a, np.ma.MaskedArray):
-            fix = (f"pass np.asarray(...) of it ({a_type(a)} would be copied, and the step's writes lost)"
+            fix = (f"make it an array first, x = np.asarray(...), pass x and read the results from x ({a_type(a)} "
+                   "is copied into an array the caller never sees, so the step's writes would be lost)"
                    if isinstance(a, (list, tuple, range, np.ma.MaskedArray)) or hasattr(a, "__array__") else
                    "pass a NumPy array, or a number as an int or a float (float(x) for a Decimal or Fraction)")
             raise DispatchError(f"args[{k}] is {_named(a)}; the step takes arrays (updated in place) and numbers. "
@@ -355,8 +356,9 @@ def _run_cpu(step: Callable, n: int, args: list, max_rounds: int, progress: bool
                                 "round the results back, or run on the cuda backend.")
         if isinstance(a, (np.ndarray, np.generic)) and a.dtype.kind in "fc" and a.dtype.itemsize > 8 + 8 * (
                 a.dtype.kind == "c"):  # long doubles: Numba's "non-precise type pyobject" said nothing of them
-            raise DispatchError(f"args[{k}] holds {a.dtype}, which Numba does not compile. Fix: pass float(x) or "
-                                "x.astype(np.float64) (complex(x), x.astype(np.complex128) for complex ones).")
+            raise DispatchError(f"args[{k}] holds {a.dtype}, which Numba does not compile. Fix: pass float(x) for one "
+                                "number; for an array, y = x.astype(np.float64) (np.complex128 for complex ones), pass y "
+                                "and read the results from y.")
         if type(a) is int and not -2**63 <= a < 2**64:
             raise DispatchError(f"args[{k}] = {shown(a)} is past 64 bits; the step takes int64 or uint64 numbers. "
                                 "Fix: pass a float (float(x)), or keep the value within int64 or uint64.")

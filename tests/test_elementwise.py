@@ -1209,8 +1209,26 @@ def test_a_dtype_fix_never_suggests_a_conversion_that_changes_the_values(values,
     """Regression (a red-team): the Fix said a.astype(np.uint32) for an int64 array holding -1,
     which wraps; where a value would change, only declaring the array's own type is suggested."""
     k = elementwise(f"{dt} a", f"{dt} y", "a")
-    with pytest.raises(DispatchError, match=rf"Fix: declare 'a' as {declared}, which holds its values .*{element}\)"):
+    with pytest.raises(DispatchError, match=rf"Fix: declare 'a' as {declared} to keep its values exactly, and convert "
+                                            rf"it where the operation needs {dt} \({dt}\(a\)\).*\({element}, would change\)") as e:
         k(values, backend=R)
+    assert ("astype" in str(e.value)) == (values.dtype.kind == "f" and dt == "f32")  # a wrap or truncation never
+    widened = elementwise(f"{declared} a", f"{dt} y", f"{dt}(a)")  # following the Fix: it runs
+    widened(values, backend=R)
     fits = np.array([1, 2])  # every value converts exactly: the conversion is the fix
     with pytest.raises(DispatchError, match=rf"Fix: convert it explicitly \(a.astype\(np.{np.dtype(k.inputs[0][1].storage)}\)\)"):
         k(fits if dt != "f32" else fits.astype(np.float64), backend=R)
+
+
+def test_an_out_array_of_another_type_is_told_a_fix_that_fills_the_callers_array():
+    """Regression (a red-team): out='s Fix was out.astype(np.float32), a copy: the call ran and the
+    caller's array stayed as it was."""
+    k = elementwise("f32 x", "f32 out", "x * 2")
+    x, mine = np.ones(3, np.float32), np.full(3, -99.0)
+    with pytest.raises(DispatchError, match=r"Fix: pass an out= array of float32, out2 = np.empty_like\(out, "
+                                            r"dtype=np.float32\), and copy it into yours after \(out\[\.\.\.\] = out2\)"):
+        k(x, out=mine, backend=R)
+    out2 = np.empty_like(mine, dtype=np.float32)  # the fix, as written
+    k(x, out=out2, backend=R)
+    mine[...] = out2
+    assert mine.tolist() == [2.0, 2.0, 2.0]

@@ -1095,10 +1095,17 @@ class Elementwise:
         if have is not None and have != dt.storage:
             fix = _dtype_fix(a.name, dt, have)
             k = _changed_by_astype(a.value, dt) if a.kind == "numpy" and role == "input" and have.name in _CASTS else None
-            if k is not None:  # the conversion the fix names would change a value: only the declaration fits
-                flat = a.value.reshape(-1)
-                fix = (f"declare {a.name!r} as {_CASTS[have.name]}, which holds its values ({a.name}.astype(np."
-                       f"{dt.storage}) would change element {k}, {shown(flat[k].item())})")
+            if role != "input":  # an out= copy would be filled, not the caller's array
+                fix = (f"pass an out= array of {dt.storage}, {a.name}2 = np.empty_like({a.name}, dtype=np."
+                       f"{dt.storage}), and copy it into yours after ({a.name}[...] = {a.name}2), or leave out= out "
+                       "and take the array returned")
+            elif k is not None:  # the conversion the fix names would change a value: the declaration keeps them
+                flat, wide = a.value.reshape(-1), _CASTS[have.name]
+                rounds = (f", or pass {a.name}.astype(np.{dt.storage}) where rounding to {dt} is meant" if
+                          have.kind == "f" and dt.is_float else "")  # an integer's conversion wraps: never offered
+                fix = (f"declare {a.name!r} as {wide} to keep its values exactly, and convert it where the operation "
+                       f"needs {dt} ({dt.value}({a.name})){rounds} (element {k}, {shown(flat[k].item())}, would "
+                       "change)")
             raise DispatchError(f"{where}: {role} {a.name!r} is declared {dt} ({dt.storage}) but the array holds "
                                 f"{have}; nothing is converted implicitly. Fix: {fix}.")
 

@@ -618,7 +618,7 @@ def _e(x: ExprLike) -> Expr:
 
 
 _NOT_A_STATEMENT = ("Fix: statement lists hold ir.let / assign / store / if_ / loop / barrier / return_ / "
-                    "block; wrap an atomic in ir.let('_', ...).")
+                    "block; keep an atomic's old value in a let of its own name, ir.let('_0', ...), ir.let('_1', ...).")
 
 
 def _body(stmts) -> tuple[Node, ...]:

@@ -365,7 +365,8 @@ class _Checker:
                 fix = (f"{int(e.value)} (an int literal){n.on_purpose(e.value, target)}" if whole else fix)
             if target.is_bool and not isinstance(e.value, bool):
                 why = " (a bool literal is True or False)"
-                fix = "True or False; for 'not zero', compare: ir.ne(x, 0)"
+                fix = ("True or False; for 'not zero', compare: ir.ne(x, 0); for a number from a condition c (c * 1.0 "
+                       "takes 1.0 as a bool), ir.cast(c, 'f32') or ir.select(c, 1.0, 0.0)")
             self.err(where, f"literal {shown(e.value)} cannot be a {target}{why}. Fix: write {fix}.",
                      problem="literal", value=e.value, dtype=target)
             return e, None

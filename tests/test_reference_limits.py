@@ -192,6 +192,25 @@ def test_memory_budget_from_the_environment(monkeypatch):
     assert ReferenceBackend().memory_budget == 2 << 30 and ReferenceBackend().work_budget == 10**11
 
 
+def test_a_budget_set_in_the_environment_after_the_backend_was_made_takes_effect(monkeypatch):
+    """Regression (a red-team): the budget errors' Fix names the variable, and a notebook setting
+    it (%env) kept the budget the shared backend read when it was made; a given budget stays."""
+    from vyre_numba.errors import DispatchError
+
+    monkeypatch.delenv("VYRE_NUMBA_REFERENCE_WORK", raising=False)
+    p = ir.Program([ir.BufferDecl.output("o", 0, "u32", 1)], 1,
+                   [ir.loop("k", 0, 2000, [ir.store("o", 0, ir.load("o", 0) + 1)])])
+    backend, fixed = ReferenceBackend(), ReferenceBackend(work_budget=10**9)
+    monkeypatch.setenv("VYRE_NUMBA_REFERENCE_WORK", "1000")
+    with pytest.raises(DispatchError, match=r"ran out of its work budget of 1e\+03 units.*Fix: .*VYRE_NUMBA_REFERENCE_WORK"):
+        backend.dispatch(p, [])
+    assert fixed.dispatch(p, [])[0].tolist() == [2000] and fixed.work_budget == 10**9
+    monkeypatch.setenv("VYRE_NUMBA_REFERENCE_WORK", "1e9")  # the fix, followed in the running session
+    assert backend.dispatch(p, [])[0].tolist() == [2000] and backend.work_budget == 10**9
+    backend.memory_budget = 5000
+    assert backend.memory_budget == 5000
+
+
 @pytest.mark.parametrize("env, value", [("VYRE_NUMBA_REFERENCE_MEMORY", "lots"), ("VYRE_NUMBA_REFERENCE_MEMORY", "0"),
                                         ("VYRE_NUMBA_REFERENCE_WORK", "-5"),
                                         ("VYRE_NUMBA_REFERENCE_MEMORY", "1.5"),  # was a 1-byte budget

@@ -40,14 +40,35 @@ class ReferenceBackend(Backend):
     work_budget: work units one dispatch may spend in loops and fixpoint iterations before it
     stops with an error naming the loop (see `interpreter.Budget`). Default:
     $VYRE_NUMBA_REFERENCE_WORK, else 10**11 (minutes of work).
-    Both are read when the backend is created.
+    A budget not given is read from its variable at each dispatch, so setting it in a running
+    notebook (`%env VYRE_NUMBA_REFERENCE_WORK=1e13`) takes effect at the next call.
     """
 
     name = "reference"
 
     def __init__(self, *, memory_budget: int | None = None, work_budget: int | None = None):
-        self.memory_budget = interpreter.memory_budget(memory_budget)
-        self.work_budget = interpreter.work_budget(work_budget)
+        self._memory = self._work = None
+        self.memory_budget, self.work_budget = memory_budget, work_budget  # checked now, the variables too
+
+    @property
+    def memory_budget(self) -> int:
+        """Bytes one dispatch may use: the one given, else $VYRE_NUMBA_REFERENCE_MEMORY now, else 2 GiB."""
+        return interpreter.memory_budget(self._memory)
+
+    @memory_budget.setter
+    def memory_budget(self, value: int | None) -> None:
+        interpreter.memory_budget(value)
+        self._memory = value
+
+    @property
+    def work_budget(self) -> int:
+        """Work units one dispatch may spend: the one given, else $VYRE_NUMBA_REFERENCE_WORK now, else 10**11."""
+        return interpreter.work_budget(self._work)
+
+    @work_budget.setter
+    def work_budget(self, value: int | None) -> None:
+        interpreter.work_budget(value)
+        self._work = value
 
     def cooperative_workgroups(self, program: Program) -> int:
         """How many workgroups of `program` a megakernel's persistent grid holds here: in lockstep

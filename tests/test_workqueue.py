@@ -595,3 +595,20 @@ def test_the_device_helpers_compile_to_ptx_without_a_gpu(cc):
         ptx, _ = cuda.compile_ptx(fn.py_func, sig, device=True, cc=cc)
         found |= set(re.findall(r"atom\.[a-z]+", ptx))
     assert found == {"atom.add", "atom.cas"}
+
+
+def test_an_unknown_type_name_is_told_only_names_the_call_takes():
+    """Regression (a red-team): the list named 'u8' and 'i8', which empty() and queues refuse as
+    ambiguous, and bf16 and bool, which a queue refuses."""
+    import re as re_
+
+    from vyre_numba.reference import ReferenceBackend
+
+    for call, unwanted in ((lambda: QueueModel(4, "float128"), {"u8", "i8", "bf16", "bool"}),
+                           (lambda: ReferenceBackend().empty(4, "float128"), {"u8", "i8"})):
+        with pytest.raises(DispatchError) as e:
+            call()
+        listed = set(re_.search(r"Fix: use one of (.*), or a NumPy dtype", str(e.value)).group(1).split(", "))
+        assert not listed & unwanted and {"uint8", "int8", "f32"} <= listed
+        for name in listed:  # each works where it is offered
+            QueueModel(2, name) if unwanted == {"u8", "i8", "bf16", "bool"} else ReferenceBackend().empty(2, name)

@@ -1010,9 +1010,11 @@ def resolve_backend(backend: "Backend | str | None" = None) -> Backend:
 STORAGE_DTYPES = frozenset(d.storage for d in DataType)
 
 
-def check_empty(n, dtype, call: str | None = None) -> tuple[int, np.dtype]:
+def check_empty(n, dtype, call: str | None = None, names: str = ", ".join(
+        ["uint8", "int8"] + [d.value for d in DataType if d.value not in ("u8", "i8")])) -> tuple[int, np.dtype]:
     """(n, dtype) of a new resident buffer, checked: a whole number of elements below 2**32 and
-    the storage dtype of a vyre type. `call` names the call in messages (default `empty(n=...)`)."""
+    the storage dtype of a vyre type. `call` names the call in messages (default `empty(n=...)`);
+    `names`, the type names an unknown one is told it takes ('u8' and 'i8' are ambiguous here)."""
     def name() -> str:  # made only for a message: shown() costs about a microsecond
         return call or f"empty(n={shown(n, 60)})"
 
@@ -1031,7 +1033,9 @@ def check_empty(n, dtype, call: str | None = None) -> tuple[int, np.dtype]:
         try:  # is refused, not int64); NumPy's codes of its one-byte bools are refused as np.bool_ is
             dt = DataType.parse(dtype).storage
         except IRValidationError as e:
-            raise DispatchError(f"{name()}: {e}") from None
+            from .ir.types import _NAMES
+
+            raise DispatchError(f"{name()}: {str(e).replace(_NAMES, names)}") from None
     else:
         try:  # a vyre type (DataType.BF16, DataType.BOOL) is its storage: bf16's raw bits, bool's u32 words
             dt = dtype.storage if isinstance(dtype, DataType) else np.dtype(dtype)

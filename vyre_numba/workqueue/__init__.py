@@ -136,6 +136,9 @@ def _capacity(capacity) -> int:
     return capacity
 
 
+_QUEUE_NAMES = "uint8, int8, u16, u32, u64, i16, i32, i64, f16, f32, f64"  # no bool or bf16: no numbers of NumPy's
+
+
 def _dtype(dtype) -> np.dtype:
     """The items' dtype: a number type named as wherever a type is taken ('u32', DataType.I64,
     np.float32; "int" and the 'u8' that is 8 bits to vyre and 8 bytes to NumPy refused as in
@@ -151,7 +154,7 @@ def _dtype(dtype) -> np.dtype:
         dtype = np.dtype(dtype)  # refused below as a type that cannot be queued
     if isinstance(dtype, DataType) or (
             isinstance(dtype, str) and "," not in dtype and dtype not in ("bool", *NUMPY_BOOL_CODES)):  # bools: no numbers
-        return check_empty(1, dtype, call=f"dtype={shown(given, 60)}")[1]
+        return check_empty(1, dtype, call=f"dtype={shown(given, 60)}", names=_QUEUE_NAMES)[1]
     try:
         dt = None if dtype is None else np.dtype(dtype)
     except (TypeError, ValueError, RecursionError) as e:

@@ -154,7 +154,8 @@ def _check_elements(b: BufferDecl, values: list | tuple, arr: np.ndarray, where:
         if not (x == a or (x != x and a != a)):
             _refuse(b, arr, values, where, i, f"the list mixes types and no common type holds every element "
                     f"exactly: NumPy reads it as {_show(a)}",
-                    f"pass a NumPy array of {b.dtype.storage}, or a list whose elements are all of one type", element=v)
+                    f"pass a NumPy array of {b.dtype.storage} holding the values you mean (np.asarray(x, "
+                    f"np.{b.dtype.storage}) converts them, rounding where {b.dtype} must)", element=v)
     return arr
 
 
@@ -266,9 +267,12 @@ def _show(x) -> str:
 
 def _refuse(b: BufferDecl, arr: np.ndarray, value, where: str, index: int, why: str, fix: str | None = None,
             element=_NO_ELEMENT):
+    into = where == "write"  # backend.write: a buffer of a dtype, declared nowhere
     fix = fix or (f"pass a NumPy array of {b.dtype.storage} holding the values you mean (convert and round "
-                  "explicitly), or declare the buffer with the data's type")
-    raise DispatchError(f"{where}: {b.name!r} is declared {b.dtype}, but the given values ({_given(value, arr)}) "
+                  "explicitly), or " + ("upload the values as a new buffer of their own type (backend.upload(values))"
+                                        if into else "declare the buffer with the data's type"))
+    subject = f"the buffer holds {b.dtype.storage}" if into else f"{b.name!r} is declared {b.dtype}"
+    raise DispatchError(f"{where}: {subject}, but the given values ({_given(value, arr)}) "
                         f"do not all convert exactly (element {index}: "
                         f"{_show(arr.reshape(-1)[index] if element is _NO_ELEMENT else element)}): {why}. Fix: {fix}.")
 

@@ -137,8 +137,8 @@ def _as_index_array(a, name: str, call: str = CHECK_CSR, whole: str | None = Non
     try:
         arr = np.asarray(a) if not isinstance(a, np.ndarray) else a
     except (ValueError, TypeError) as e:  # ragged nested lists, objects NumPy cannot hold
-        raise DispatchError(f"{name} is not an array of integers ({e}). Fix: pass a flat list or "
-                            f"np.asarray({name}, dtype=np.int64).") from None
+        raise DispatchError(f"{name} is not an array of integers ({e}). Fix: pass a flat list or 1-D array of "
+                            "integers (nested lists of different lengths are no array).") from None
     # integers NumPy read as floats (uint64 with int64) or as objects (past 64 bits)
     arr = as_ints(a, arr, name, f"pass {name} as int64 (np.asarray({name}, dtype=np.int64)); a graph's offsets and "
                   "vertex ids are below 2**31.")

@@ -40,8 +40,10 @@ def _ends(a, name: str, n: int) -> np.ndarray:
                                   "edge k running from src[k] to dst[k].")
     lo, hi = (int(a.min()), int(a.max())) if a.size else (0, -1)
     if lo < 0 or hi >= n:
-        raise DispatchError(f"from_edges: {name} holds vertex {lo if lo < 0 else hi}, outside 0..{n - 1}. Fix: pass n "
-                            "larger than every vertex id.")
+        fix = ("pass n larger than every vertex id" if lo >= 0 else "drop the edges with a negative end, or number the "
+               "vertices from 0 with one mapping for both ends: ids = np.unique(np.concatenate([src, dst])); "
+               "src, dst = np.searchsorted(ids, src), np.searchsorted(ids, dst); n = ids.size")
+        raise DispatchError(f"from_edges: {name} holds vertex {lo if lo < 0 else hi}, outside 0..{n - 1}. Fix: {fix}.")
     return a.astype(np.int64, copy=False)
 
 

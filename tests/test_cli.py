@@ -67,6 +67,18 @@ def no_temporaries(directory) -> bool:
     return not [p for p in directory.iterdir() if p.name.startswith(".")]
 
 
+def test_an_input_files_array_refused_by_dispatch_is_told_how_to_save_it_again(saxpy_json, saxpy_inputs, tmp_path,
+                                                                               capsys):
+    """Regression (a red-team): run printed the Python call's Fix (pass x.reshape(-1)), with no
+    array to pass on the command line; it now says to load, fix and save the file again."""
+    np.save(tmp_path / "x.npy", np.arange(5, dtype=np.float64) / 3)
+    args = ["run", str(saxpy_json), "--out", str(tmp_path / "out"), "--backend", "reference", *saxpy_inputs]
+    assert main(args) == 2
+    one_error_line(capsys, "'x'", "On the command line an input is a .npy file: load it (x = numpy.load(path)), "
+                               "make the array the fix describes, and save it again (numpy.save(path, x)).")
+    assert not (tmp_path / "out").exists()
+
+
 def test_info_lists_backends(capsys):
     assert main(["info"]) == 0
     out = capsys.readouterr().out

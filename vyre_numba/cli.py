@@ -38,7 +38,7 @@ import numpy as np
 from . import ir
 from .config import MAX_AXIS, DispatchConfig
 from . import errors
-from .errors import DEBUG_ENV, DEBUG_OFF, DEBUG_ON, VyreError, clip, shown
+from .errors import DEBUG_ENV, DEBUG_OFF, DEBUG_ON, DispatchError, VyreError, clip, shown
 from .files import NotRegular, regular
 from .registry import available_backends, get_backend, unavailable_reason
 
@@ -538,6 +538,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         outputs = backend.dispatch(program, inputs, config, sizes=sizes)
         dt = time.perf_counter() - t0
+    except DispatchError as e:  # about an input array: the Python call's fix, said for a file
+        _remove_dirs(created)
+        if not any(f"{n!r}" in str(e) for n in files):
+            raise
+        raise UsageError(f"{type(e).__name__}: {e} On the command line an input is a .npy file: load it (x = numpy.load(path)), make the "
+                         "array the fix describes, and save it again (numpy.save(path, x)).") from None
     except BaseException:
         _remove_dirs(created)
         raise

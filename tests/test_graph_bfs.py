@@ -94,11 +94,11 @@ def test_numpy_bfs_matches_scipy_from_several_sources(name, small, monkeypatch):
     (lambda a: bfs(a.indptr, a.indices, np.timedelta64(1, "s"), backend="reference"), "source=np.timedelta64(1,'s')"),
     (lambda a: bfs(a.indptr, a.indices, np.array([1]), backend="reference"), "source=array([1])"),
     (lambda a: bfs(a.indptr[::-1].copy(), a.indices, 0, backend="reference"),  # reversed: its ends are wrong
-     "indptr runs from 1497 to 0, but must run from 0 to len(indices) = 1497. Fix: pass the indptr that belongs"),
+     "indptr runs from 1497 to 0, but must run from 0 to len(indices) = 1497. Fix: pass the indptr and indices of one CSR"),
     (lambda a: bfs(np.r_[a.indptr[:2], a.indptr[3] + 1, a.indptr[3:]], a.indices, 0, backend="reference"),
-     "indptr decreases at vertex 2 (8 -> 7); offsets must never decrease. Fix: build the CSR with scipy"),
+     "indptr decreases at vertex 2 (8 -> 7); offsets must never decrease. Fix: build the CSR from the edges"),
     (lambda a: bfs(a.indptr, a.indices + 1000, 0, backend="reference"),
-     "indices[0] = 1051 is not a vertex of this 500-vertex graph. Fix: every index must satisfy 0 <= v < "),
+     "indices[0] = 1051 is not a vertex of this 500-vertex graph. Fix: keep every index a vertex id"),
     (lambda a: bfs(a.indptr, a.indices.astype(np.float32), 0, backend="reference"),
      "indices has dtype float32, not an integer type (its values are whole). Fix: pass "
      "np.asarray(indices).astype(np.int64)"),

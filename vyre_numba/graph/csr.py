@@ -199,18 +199,21 @@ def _check_csr(indptr, indices, call: str = CHECK_CSR) -> CSR:
     _check_size(n, nnz)
     if indptr[0] != 0 or indptr[-1] != nnz:
         raise DispatchError(f"indptr runs from {int(indptr[0])} to {int(indptr[-1])}, but must run from 0 to "
-                            f"len(indices) = {nnz}. Fix: pass the indptr that belongs to these indices.")
+                            f"len(indices) = {nnz}. Fix: pass the indptr and indices of one CSR (A.indptr "
+                            "with A.indices), or the SciPy matrix A whole.")
     falls = indptr[1:] < indptr[:-1]  # not np.diff, which wraps around in unsigned and narrow types
     if falls.any():
         v = int(np.argmax(falls))
         raise DispatchError(f"indptr decreases at vertex {v} ({int(indptr[v])} -> {int(indptr[v + 1])}); offsets "
-                            "must never decrease. Fix: build the CSR with scipy.sparse.csr_matrix(...).indptr.")
+                            "must never decrease. Fix: build the CSR from the edges, "
+                            "A = scipy.sparse.csr_array((np.ones(m), (src, dst)), shape=(n, n)), and pass A.")
     if nnz:
         lo, hi = int(indices.min()), int(indices.max())
         if lo < 0 or hi >= n:
             bad = int(np.flatnonzero((indices < 0) | (indices >= n))[0])
             raise DispatchError(f"indices[{bad}] = {int(indices[bad])} is not a vertex of this {n}-vertex graph. "
-                                "Fix: every index must satisfy 0 <= v < len(indptr) - 1.")
+                                "Fix: keep every index a vertex id: give indptr n + 1 offsets for ids 0..n-1, and "
+                                "drop the entries below 0 or past the last vertex.")
     return CSR(indptr.astype(np.int64, copy=False), indices.astype(np.int64, copy=False))
 
 
@@ -244,13 +247,16 @@ def enqueue_check(backend, indptr, indices, n: int, hub: int = 256) -> Callable[
         if counts[2] or counts[3]:
             first, last = (int(x) for x in backend.download(indptr, 0, 1).tolist() + backend.download(indptr, n, 1).tolist())
             raise DispatchError(f"indptr runs from {first} to {last}, but must run from 0 to len(indices) = {nnz}. "
-                                "Fix: pass the indptr that belongs to these indices.")
+                                "Fix: pass the indptr and indices of one CSR (A.indptr with A.indices), or the "
+                                "SciPy matrix A whole.")
         if counts[0]:
             raise DispatchError(f"indptr decreases at {int(counts[0])} vertices; offsets must never decrease. "
-                                "Fix: build the CSR with scipy.sparse.csr_matrix(...).indptr.")
+                                "Fix: build the CSR from the edges, A = scipy.sparse.csr_array((np.ones(m), "
+                                "(src, dst)), shape=(n, n)), and pass A.")
         if counts[1]:
             raise DispatchError(f"{int(counts[1])} indices are not vertices of this {n}-vertex graph. "
-                                "Fix: every index must satisfy 0 <= v < len(indptr) - 1.")
+                                "Fix: keep every index a vertex id: give indptr n + 1 offsets for ids 0..n-1, and "
+                                "drop the entries below 0 or past the last vertex.")
         return bool(counts[4])
     return result
 

@@ -542,8 +542,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         _remove_dirs(created)
         if not any(f"{n!r}" in str(e) for n in files):
             raise
-        raise UsageError(f"{type(e).__name__}: {e} On the command line an input is a .npy file: load it (x = numpy.load(path)), make the "
-                         "array the fix describes, and save it again (numpy.save(path, x)).") from None
+        raise UsageError(f"{type(e).__name__}: {e} On the command line an input is a .npy file: load it (x = "
+                         "numpy.load(path)), make the array the fix describes, and save it again (numpy.save(path, "
+                         "x)).") from None
     except BaseException:
         _remove_dirs(created)
         raise

@@ -117,8 +117,8 @@ def index_of(keys: np.ndarray, values: np.ndarray) -> np.ndarray | np.int64:
     if keys.size > 1 and np.any(keys[1:] < keys[:-1]):  # searchsorted would answer wrongly, without a word
         k = int(np.argmax(keys[1:] < keys[:-1]))
         raise DispatchError(f"index_of: the keys are not ascending (keys[{k + 1}] = {keys[k + 1]} < keys[{k}] = "
-                            f"{keys[k]}). Fix: sort them first, order = np.argsort(keys, kind='stable'), pass keys[order], and read a "
-                            "position p as order[p] in the keys as given.")
+                            f"{keys[k]}). Fix: sort them first, order = np.argsort(keys, kind='stable'), pass "
+                            "keys[order], and read a position p as order[p] in the keys as given.")
     v = _integers(values, "index_of")
     shape, v = v.shape, v.reshape(-1)
     keys, v, past = _comparable(keys, v)

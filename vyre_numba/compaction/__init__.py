@@ -224,9 +224,9 @@ def _checked_if(values, predicate) -> tuple[int, Callable, Any]:
                             "fields and call select(values, flags).")
     if dt.newbyteorder("=") == np.float16:
         raise DispatchError("select_if does not take float16 values: its predicate is typed by Numba's CPU "
-                            "compiler, which has no float16. Fix: compute flags yourself and call select(values, flags), "
-                            "which keeps float16; or pass values.astype(np.float32) and cast the kept values back "
-                            "(.astype(np.float16)).")
+                            "compiler, which has no float16. Fix: compute flags yourself and call select(values, "
+                            "flags), which keeps float16; or pass values.astype(np.float32) and cast the kept values "
+                            "back (.astype(np.float16)).")
     key = predicate_key(predicate)
     _check_result(predicate, dt.newbyteorder("="), key)
     return n, predicate, key

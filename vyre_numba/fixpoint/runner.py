@@ -356,9 +356,9 @@ def _run_cpu(step: Callable, n: int, args: list, max_rounds: int, progress: bool
                                 "round the results back, or run on the cuda backend.")
         if isinstance(a, (np.ndarray, np.generic)) and a.dtype.kind in "fc" and a.dtype.itemsize > 8 + 8 * (
                 a.dtype.kind == "c"):  # long doubles: Numba's "non-precise type pyobject" said nothing of them
-            raise DispatchError(f"args[{k}] holds {a.dtype}, which Numba does not compile. Fix: pass float(x) for one "
-                                "number; for an array, y = x.astype(np.float64) (np.complex128 for complex ones), pass y "
-                                "and read the results from y.")
+            raise DispatchError(f"args[{k}] holds {a.dtype}, which Numba does not compile. Fix: pass float(x) for "
+                                "one number; for an array, y = x.astype(np.float64) (np.complex128 for complex ones), "
+                                "pass y and read the results from y.")
         if type(a) is int and not -2**63 <= a < 2**64:
             raise DispatchError(f"args[{k}] = {shown(a)} is past 64 bits; the step takes int64 or uint64 numbers. "
                                 "Fix: pass a float (float(x)), or keep the value within int64 or uint64.")

@@ -60,8 +60,9 @@ def components_of_edges(n: int, src: np.ndarray, dst: np.ndarray, dtype=np.int64
 def connected_components(indptr: "ArrayIn | Any", indices: ArrayIn | None = None, *,
                          backend: "Backend | str | None" = None, symmetric: bool = False) -> ArrayOut:
     """Component labels (int32) of the graph `(indptr, indices)` in CSR form, or of a SciPy sparse
-    matrix A given whole (`connected_components(A)`), edges taken as undirected: label[v] is the smallest vertex id in v's component. Host arrays give a NumPy
-    result (computed on the GPU when `backend` is "cuda", or is None and a GPU is usable); device
+    matrix A given whole (`connected_components(A)`), edges taken as undirected: label[v] is the
+    smallest vertex id in v's component. Host arrays give a NumPy result (computed on the GPU
+    when `backend` is "cuda", or is None and a GPU is usable); device
     arrays (numba, CuPy, PyTorch) give a device array and run on the GPU. `symmetric=True`
     promises every edge is stored both ways (as scipy's undirected graphs are), so the GPU can skip
     the largest component's edges, seen from their other ends: checked for host arrays (as for

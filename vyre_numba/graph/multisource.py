@@ -105,10 +105,11 @@ def bfs_many(indptr: "ArrayIn | Any", indices: ArrayIn | None = None, sources: A
              backend: "Backend | str | None" = None, symmetric: bool = False) -> ArrayOut:
     """Distances (int32, shape (len(sources), n)) from each of `sources` along the stored edges of
     the CSR graph `(indptr, indices)` (or of a SciPy sparse matrix A given whole: `bfs_many(A,
-    sources)`), -1 where a source cannot reach: row i is `bfs(indptr, indices, sources[i])`. Sources are searched 64 at a time in one traversal. Host arrays give a
-    NumPy result (computed on the GPU when `backend` is "cuda", or is None and a GPU is usable);
-    device arrays give a device array (an int `sources` gives one row). `symmetric=True` as for
-    `bfs` (bottom-up levels; checked for host arrays, trusted for device ones)."""
+    sources)`), -1 where a source cannot reach: row i is `bfs(indptr, indices, sources[i])`.
+    Sources are searched 64 at a time in one traversal. Host arrays give a NumPy result (computed
+    on the GPU when `backend` is "cuda", or is None and a GPU is usable); device arrays give a
+    device array (an int `sources` gives one row). `symmetric=True` as for `bfs` (bottom-up
+    levels; checked for host arrays, trusted for device ones)."""
     return _bfs_many(indptr, indices, sources, backend, symmetric, "bfs_many")
 
 

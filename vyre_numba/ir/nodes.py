@@ -314,8 +314,8 @@ class Expr(_Structural):
                                          "or ir.store(...).")
     def __getitem__(self, i): self._no_python("indexing", "an expression is one value, not a buffer: read element i "
                                               "of buffer a with ir.load('a', i).")
-    def __divmod__(self, o): self._no_python("divmod()", "write x / y and x % y (the IR's division truncates, as C's).")
-    def __rdivmod__(self, o): self._no_python("divmod()", "write x / y and x % y (the IR's division truncates, as C's).")
+    def __divmod__(self, o): self._no_python("divmod()", "write x / y and x % y (the IR's division truncates).")
+    def __rdivmod__(self, o): self._no_python("divmod()", "write x / y and x % y (the IR's division truncates).")
 
     def __format__(self, spec: str) -> str:
         if not spec:

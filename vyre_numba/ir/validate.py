@@ -253,8 +253,8 @@ class _Checker:
         else:
             return None
         name = shown(x.name)
-        return (f"{name} is {found[0]} from its let (let {x.name} = {n.render_lit(found[2])}). Fix: where {name} should "
-                f"hold {meant} values, declare it so: ir.let({name}, ir.{meant.value}({text}))")
+        return (f"{name} is {found[0]} from its let (let {x.name} = {n.render_lit(found[2])}). Fix: where {name} "
+                f"should hold {meant} values, declare it so: ir.let({name}, ir.{meant.value}({text}))")
 
     def kind(self, t: DataType | None, ok: str, where, what: str) -> bool:
         """Check `t` is of kind ok in {"int", "float", "num", "bool", "int32"}."""
@@ -633,9 +633,9 @@ def _check_buffers(p: Program, err) -> None:
     bound = sum(1 for b in p.buffers if not b.is_shared)
     params = -(-bound * 12 // 8) * 8 + (8 if "grid_sync" in p.capabilities else 0)
     if params > MAX_PARAM_BYTES:
-        err("buffers", f"{bound} bound buffers take {params} bytes of kernel parameters (a pointer and a length each), "
-                       f"over the {MAX_PARAM_BYTES}-byte limit. Fix: bind fewer buffers: concatenate arrays of one type "
-                       "into one buffer and pass each one's offset.")
+        err("buffers", f"{bound} bound buffers take {params} bytes of kernel parameters (a pointer and a length "
+                       f"each), over the {MAX_PARAM_BYTES}-byte limit. Fix: bind fewer buffers: concatenate arrays "
+                       "of one type into one buffer and pass each one's offset.")
 
 
 def _program(program) -> Program:

@@ -286,7 +286,8 @@ def _values(values, dt: np.dtype, *, one: bool = False) -> np.ndarray:
         lo, hi = int(arr.min()), int(arr.max())
         if lo < info.min or hi > info.max:
             v = lo if lo < info.min else hi
-            raise DispatchError(f"the value {v} does not fit in {dt}. Fix: {_room_fix(v, arr, dt, 'push values in range')}")
+            fix = _room_fix(v, arr, dt, "push values in range")
+            raise DispatchError(f"the value {v} does not fit in {dt}. Fix: {fix}")
         return arr.astype(dt)
     with np.errstate(all="ignore"):
         out = arr.astype(dt)

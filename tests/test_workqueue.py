@@ -48,7 +48,7 @@ BF16 = r"a queue holds NumPy numbers and NumPy has no bfloat16.*Fix: make a 'u16
 
 
 @pytest.mark.parametrize("dtype,why", [((np.int32, -1), NOT_A_TYPE), (None, NOT_QUEUED), ([("a", object)], NOT_QUEUED),
-                                       ("foo", r"unknown data type 'foo'\. Fix: use one of u8, "), (np.dtype([]), NOT_QUEUED),
+                                       ("foo", r"unknown data type 'foo'\. Fix: use one of uint8, int8, u16, "), (np.dtype([]), NOT_QUEUED),
                                        ([("a", "S2")], NOT_QUEUED), (np.longdouble, NOT_QUEUED),
                                        (np.complex64, NOT_QUEUED), ("bool", NOT_QUEUED), (vn.DataType.BOOL, NOT_QUEUED),
                                        # the model refuses what the queue refuses (it took a big-endian dtype object)

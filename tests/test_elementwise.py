@@ -1106,10 +1106,13 @@ def test_an_int_scalar_for_a_bf16_input_is_refused_as_ambiguous_not_as_inexact(s
 def test_fixes_of_the_operation_text_are_written_in_the_text_and_work_when_followed():
     """Regressions (a red-team): `%` on floats said to use ir.trunc, which the text cannot call;
     only scalars said np.full(n, value), whose float64 the kernel then refused."""
-    with pytest.raises(IRValidationError, match=r"Fix: for floats compute a - b \* trunc\(a / b\)"):
+    with pytest.raises(IRValidationError, match=r"Fix: compute a - b \* trunc\(a / b\), in f64 for f32 operands \(with "
+                                                r"A = cast\(a, 'f64'\) and B = cast\(b, 'f64'\): cast\(A - B \* trunc\(A "
+                                                r"/ B\), 'f32'\)\)"):
         vn.elementwise("f32 x", "f32 y", "x % 2")
-    rem = vn.elementwise("f32 x", "f32 y", "x - 2 * trunc(x / 2)")
-    assert rem(np.array([-3, 5, 4.5], np.float32), backend="reference").tolist() == [-1, 1, 0.5]
+    rem = vn.elementwise("f32 x", "f32 y", "A = cast(x, 'f64'); y = cast(A - 2 * trunc(A / 2), 'f32')")
+    x = np.array([-3, 5, 4.5, 0.1, 1e8], np.float32)
+    assert np.array_equal(rem(x, backend="reference"), np.fmod(x, np.float32(2)))
     with pytest.raises(IRValidationError, match=r"Fix: convert it by a type's name \(i32\(x\), f32\(x\)\) to an integer"):
         vn.elementwise("f32 x", "f32 y", "x & 1")
     assert vn.elementwise("f32 x", "f32 y", "f32(i32(x) & 1)")(np.array([3, 4], np.float32),

@@ -169,7 +169,7 @@ def _generator_step(i, a, indptr, indices):
     ({"n": 2**31}, "n=2147483648 is 2**31 or more"), ({"n": np.uint32(2**32 - 1)}, "n=4294967295 is 2**31 or more"),
     ({"max_rounds": 0}, "max_rounds=0"), ({"mode": "fast"}, "mode='fast'"), ({"mode": "cooperative"}, "needs a GPU"),
     ({"timeout_s": -1}, "timeout_s=-1"), ({"args": "abc"}, "not a list"), ({"step": 5}, "not a Python function"),
-    ({"step": np.sin}, "not a Python function"), ({"step": int}, "the class int"), ({"args": [[1, 2, 3], *path(3)]}, "writes lost"),
+    ({"step": np.sin}, "not a Python function"), ({"step": int}, "the class int"), ({"args": [[1, 2, 3], *path(3)]}, "writes would be lost"),
     ({"step": lambda i, a, p, q: a.no_such_attribute}, "does not compile"), ({"backend": "nope"}, "no backend named"),
     ({"step": _raises}, "the step raised ValueError (boom)"), ({"step": _async_step}, "async or generator"),
     ({"step": _generator_step}, "async or generator"), ({"timeout_s": np.True_}, "timeout_s=np.True_"),

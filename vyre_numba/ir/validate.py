@@ -407,9 +407,9 @@ class _Checker:
         if op in n.INT_BINOPS or op == "mod":
             if op == "mod" and t.is_float:
                 self.err(where, "mod is defined for integers only (the IR has no float remainder). Fix: compute "
-                                "a - b * ir.trunc(a / b), in f64 for f32 operands (A, B = ir.cast(a, 'f64'), "
-                                "ir.cast(b, 'f64'); ir.cast(A - B * ir.trunc(A / B), 'f32')): in f32 itself it can be "
-                                "off by a whole b; it nears np.fmod while a / b stays well within the type's digits.")
+                                "a - b * ir.trunc(a / b), in f64 for f32 operands (with A = ir.cast(a, 'f64') and "
+                                "B = ir.cast(b, 'f64'): ir.cast(A - B * ir.trunc(A / B), 'f32')): in f32 itself it can "
+                                "be off by a whole b; it nears np.fmod while a / b stays well within the type's digits.")
                 return out, None
             return out, (t if self.kind(t, "int", where, op) else None)
         return out, (t if self.kind(t, "num", where, op) else None)

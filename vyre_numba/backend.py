@@ -741,9 +741,6 @@ def _storage(buffer) -> tuple:
     return int(buffer.__array_interface__["data"][0]), int(buffer.nbytes)
 
 
-_overlap = fusion.overlap
-
-
 def _elements(buffer) -> int:
     cai = getattr(buffer, "__cuda_array_interface__", None)
     return int(np.prod(cai["shape"], dtype=np.int64)) if cai is not None else int(buffer.size)
@@ -1032,10 +1029,11 @@ def check_empty(n, dtype, call: str | None = None, names: str = ", ".join(
     if isinstance(dtype, str) and dtype not in NUMPY_BOOL_CODES:  # a name reads as wherever a type is taken ("int"
         try:  # is refused, not int64); NumPy's codes of its one-byte bools are refused as np.bool_ is
             dt = DataType.parse(dtype).storage
-        except IRValidationError as e:
-            from .ir.types import _NAMES
+        except IRValidationError:
+            from .ir.types import _name_fix
 
-            raise DispatchError(f"{name()}: {str(e).replace(_NAMES, names)}") from None
+            fix = _name_fix(dtype, names)
+            raise DispatchError(f"{name()}: unknown data type {shown(dtype)}. Fix: {fix}.") from None
     else:
         try:  # a vyre type (DataType.BF16, DataType.BOOL) is its storage: bf16's raw bits, bool's u32 words
             dt = dtype.storage if isinstance(dtype, DataType) else np.dtype(dtype)

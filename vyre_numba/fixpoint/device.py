@@ -61,9 +61,9 @@ def _arg_kinds(args: list) -> tuple[list, list[tuple[str, Any]]]:
     for k, a in enumerate(args):
         cai = getattr(a, "__cuda_array_interface__", None)
         if cai is not None:
-            own = getattr(a, "dtype", None)  # Numba's own interface names a record only as |V<size>
-            dt = own if isinstance(own, np.dtype) and own.itemsize == interface_dtype(cai).itemsize \
-                else interface_dtype(cai)
+            own, dt = getattr(a, "dtype", None), interface_dtype(cai)
+            if isinstance(own, np.dtype) and own.itemsize == dt.itemsize:  # Numba's interface names a record |V<size>
+                dt = own
             itemsize = dt.itemsize
             shape = tuple(int(d) for d in cai["shape"]) or (1,)
             strides = cai.get("strides")

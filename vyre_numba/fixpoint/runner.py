@@ -169,7 +169,8 @@ def program_args(program, args: Sequence[Any], *, device: bool) -> list:
     """The arrays of a Program step, one per bound buffer, checked: the buffer's dtype exactly (they
     are updated in place, so nothing is converted), contiguous, fewer than 2**32 elements, the
     declared count where there is one; NumPy arrays flattened."""
-    from ..backend import _overlap, _storage
+    from ..backend import _storage
+    from ..ir.fusion import overlap
     from ..bindings import check_unaliased
     from ..ir import Access
 
@@ -210,7 +211,7 @@ def program_args(program, args: Sequence[Any], *, device: bool) -> list:
             raise DispatchError(f"{where} is read-only, but the step writes the buffer. Fix: pass a writable array.")
         out.append(a if device else np.asarray(a).reshape(-1))  # a view: a matrix's reshape(-1) stays 2-D
     spans = [_storage(a) for a in out]
-    check_unaliased(bufs, lambda i, j: _overlap(spans[i], spans[j]), f"fixpoint step {program.name!r}")
+    check_unaliased(bufs, lambda i, j: overlap(spans[i], spans[j]), f"fixpoint step {program.name!r}")
     return out
 
 

@@ -87,8 +87,8 @@ def graph_arguments(indptr, indices, then, call: str, then_name: str | None = No
 
 def _square(a) -> bool:
     """Whether `a` is a square 2-D host array or list of lists: a dense adjacency matrix."""
-    if not isinstance(a, (np.ndarray, list)):
-        return False
+    if not (isinstance(a, np.ndarray) or isinstance(a, list) and a and isinstance(a[0], (list, tuple, np.ndarray))):
+        return False  # (a flat list is not read here: its reading is the CSR reader's)
     try:
         shape = np.shape(a)
     except ValueError:  # ragged

@@ -99,7 +99,7 @@ def plan(shapes: list[StepShape]) -> tuple[list[list[int]], list[Boundary]]:
     groups: list[list[int]] = []
     boundaries: list[Boundary] = []
     facts = [accesses(s.program) for s in shapes]
-    joined = _Joined(shapes, facts)
+    joined: _Joined | None = None  # the last group's: made with the group
     for k, s in enumerate(shapes):
         why = None
         if not groups:
@@ -149,7 +149,8 @@ class _Joined:
         """Whether step k could not join the group (the conditions of `_hazard`, for its buffers)."""
         types, written, elsewhere = {}, set(), set()
         for b, key, size, w, other in self._bound(k):
-            if self.types.get(key, types.setdefault(key, b.dtype)) is not b.dtype or types[key] is not b.dtype:
+            first = types.setdefault(key, b.dtype)  # this step's first binding of it
+            if self.types.get(key, first) is not b.dtype or first is not b.dtype:
                 return True  # bound as another type before, by this step or an earlier one
             if b.role is Role.OUTPUT and size > self.shapes[k].invocations:
                 return True

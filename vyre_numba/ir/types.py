@@ -150,8 +150,8 @@ def _by_code(text: str) -> "DataType | None":
     return _BY_NAME[np.dtype(m.group(2)).name] if m and (m.group(1) != ">" or m.group(2)[1] == "1") else None
 
 
-def _name_fix(text: str) -> str:
-    """What to write instead of an unknown type name."""
+def _name_fix(text: str, names: str = _NAMES) -> str:
+    """What to write instead of an unknown type name (`names`: those the caller takes)."""
     key = text.strip()
     key = key if len(key) == 1 else key.lower()  # NumPy's one-letter codes differ by case: 'F' is complex64
     if key in _AMBIGUOUS:
@@ -172,7 +172,7 @@ def _name_fix(text: str) -> str:
     hit = _BY_NAME.get(key) or _by_code(key)
     if hit is not None:
         return f"write {hit.value!r} (type names are lower case, without spaces)"
-    return f"use one of {_NAMES}, or a NumPy dtype of those (np.float32, 'uint8', 'i4', ...)"
+    return f"use one of {names}, or a NumPy dtype of those (np.float32, 'uint8', 'i4', ...)"
 
 
 _INTS = frozenset(DataType(n) for n in ("u8", "u16", "u32", "u64", "i8", "i16", "i32", "i64"))

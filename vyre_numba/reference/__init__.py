@@ -47,7 +47,6 @@ class ReferenceBackend(Backend):
     name = "reference"
 
     def __init__(self, *, memory_budget: int | None = None, work_budget: int | None = None):
-        self._memory = self._work = None
         self.memory_budget, self.work_budget = memory_budget, work_budget  # checked now, the variables too
 
     @property

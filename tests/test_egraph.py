@@ -3,6 +3,7 @@ API and its errors; the same checks on the GPU where one is present (marked gpu)
 from __future__ import annotations
 
 import json
+import types
 
 import numpy as np
 import pytest
@@ -903,10 +904,10 @@ def test_a_refused_closure_leaves_the_egraph_as_it_was():
     g = EGraph.from_arrays([0, 1, 2, 3], [0, 1, 2, 2], [0, 0, 0, 1, 2], [0, 1], backend="reference")
     with pytest.raises(DispatchError, match="progress='x'.*Fix:"):
         congruence_closure(g, [[0, 1]], progress="x")
-    g.backend = "elsewhere"  # as an EGraph built on another backend names it
+    be, g._be = g._be, types.SimpleNamespace(name="elsewhere")  # as an EGraph built on another backend names it
     with pytest.raises(DispatchError, match="lives on 'elsewhere'.*Fix:"):
         congruence_closure(g, [[0, 1]], backend="reference")
-    g.backend = "reference"
+    g._be = be
     assert g.find([0, 1]).tolist() == [0, 1]  # the unions were never applied
     with pytest.raises(VyreError, match="no backend named 'bogus'"):
         congruence_closure(g, [[0, 1]], backend="bogus")
@@ -1523,3 +1524,50 @@ def test_union_of_a_table_with_a_missing_id_is_told_as_missing():
         g.union(pd.DataFrame({"a": pd.array([0, None], "Int64"), "b": [1, 1]}))
     g.union(pd.DataFrame({"a": pd.array([0], "Int64"), "b": [1]}))
     assert g.find([0, 1]).tolist() == [0, 0]
+
+
+def test_serialized_values_of_any_json_depth_and_long_ints_are_read_or_refused_with_a_fix():
+    deep: list = []
+    for _ in range(600):  # deeper than copy.deepcopy goes, well within what JSON text reads
+        deep = [deep]
+    for d in ({"nodes": {"a": {"op": "x", "eclass": "A", "cost": deep}}},
+              {"nodes": {"a": {"op": "x", "eclass": "A"}}, "class_data": {"A": deep}}):
+        back = json.loads(EGraph.from_serialized(d, backend="reference").to_serialized())
+        assert back["nodes"]["a"].get("cost", []) == d["nodes"]["a"].get("cost", [])  # as given, copied
+        assert back["class_data"] == d.get("class_data", {})
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(DispatchError, match="nests too deep to read.*Fix:"):
+        EGraph.from_serialized({"nodes": {"a": {"op": "x", "eclass": "A", "cost": deep}}}, backend="reference")
+    text = '{"nodes": {"a": {"op": "x", "eclass": "A", "cost": ' + "9" * 5000 + "}}}"
+    for data in (text, {"nodes": {"a": {"op": "x", "eclass": "A", "cost": 10**5000}}}):
+        with pytest.raises(DispatchError, match=r"more digits than Python converts.*Fix: call "
+                                                r"sys.set_int_max_str_digits\(0\)"):
+            EGraph.from_serialized(data, backend="reference")
+    import sys
+
+    limit = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)  # the Fix, followed
+    try:
+        out = EGraph.from_serialized(text, backend="reference").to_serialized()
+        assert json.loads(out)["nodes"]["a"]["cost"] == int("9" * 5000)
+    finally:
+        sys.set_int_max_str_digits(limit)
+
+
+def test_serialized_node_ids_match_children_as_json_text_would():
+    want = {"1": {"op": "x", "children": [], "eclass": "A"}, "2": {"op": "f", "children": ["1"], "eclass": "B"}}
+    for nodes in ({1: {"op": "x", "eclass": "A"}, 2: {"op": "f", "children": ["1"], "eclass": "B"}},
+                  {"1": {"op": "x", "eclass": "A"}, "2": {"op": "f", "children": [1], "eclass": "B"}}):
+        for data in ({"nodes": nodes}, json.dumps({"nodes": nodes})):
+            assert json.loads(EGraph.from_serialized(data, backend="reference").to_serialized())["nodes"] == want
+
+
+def test_operator_ids_out_of_range_are_told_about_operator_ids():
+    with pytest.raises(DispatchError, match=r"op holds -1.*Fix: renumber the operator ids.*np.unique\(op, "
+                                            r"return_inverse=True\)"):
+        EGraph.from_arrays([0], [-1], [0, 0], [], backend="reference")
+    g = EGraph.from_arrays([0], [0], [0, 0], [], backend="reference")
+    for call in (lambda: g.add([-3], [0, 0], []), lambda: g.lookup([2**31], [0, 0], [])):
+        with pytest.raises(DispatchError, match="Fix: use the operator ids the e-graph's rows use"):
+            call()

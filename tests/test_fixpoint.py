@@ -936,3 +936,25 @@ def test_a_step_that_only_reads_a_read_only_array_is_not_blamed_for_a_write():
     with pytest.raises(DispatchError, match="does not compile for the GPU") as e:
         device._step_ptx(_reads_badly, device._arg_kinds([DeviceArray("<i8", 3, readonly=True)])[0], (9, 0))
     assert "read-only" not in str(e.value)
+
+
+def _with_a_dict_default(i, x, k={}):  # noqa: B006 (Numba cannot type the default: that is the test)
+    return 0
+
+
+def _reading_a_closed_over_list():
+    seen = [1]
+
+    def step(i, x):
+        return 1 if seen is None else 0
+    return step
+
+
+def test_a_step_numba_cannot_type_is_told_it_does_not_compile_not_that_it_raised():
+    for step, reason in ((_with_a_dict_default, r"Cannot determine Numba type of <class 'dict'>"),
+                         (_reading_a_closed_over_list(), r"'seen' \(List\(int64, True\)\), read from the function's "
+                                                         r"closure or globals, is no constant")):
+        x = np.zeros(2)
+        with pytest.raises(DispatchError, match=rf"does not compile with Numba \({reason}.*Fix:") as e:
+            fixpoint.run(step, 2, [x], backend="reference")
+        assert "object at 0x" not in str(e.value) and "raised" not in str(e.value)

@@ -127,3 +127,43 @@ def test_phase_times_that_are_not_a_dict_are_refused_with_a_fix():
     with pytest.raises(DispatchError, match="not a dict of names to nanoseconds. Fix:"):
         RebuildStats(1, 1, 1, True, 1, 1.0, phase_ns=5)
     assert RebuildStats(1, 1, 1, True, 1, 1.0, phase_ns={"a": 5}).phase_ns == {"a": 5}
+
+
+def _read_only_properties(cls: type) -> list[str]:
+    return sorted({k for c in cls.__mro__ for k, v in vars(c).items() if isinstance(v, property) and v.fset is None})
+
+
+def test_every_public_read_only_property_refuses_assignment_with_a_fix():
+    import enum
+
+    classes = _public_classes(lambda c: not issubclass(c, (enum.Enum, tuple, int, float, str))
+                              and not dataclasses.is_dataclass(c) and _read_only_properties(c))
+    assert {"EGraph", "WorkQueue", "QueueModel"} <= {c.__name__ for c in classes}
+    for cls in classes:
+        bare = object.__new__(cls)  # the refusal needs only the class: no device, no state
+        for name in _read_only_properties(cls):
+            if name.startswith("_"):
+                continue
+            with pytest.raises(ImmutableError, match=rf"{name}.*Fix: "):
+                setattr(bare, name, 1)
+            with pytest.raises(ImmutableError, match=rf"{name}.*Fix: "):
+                delattr(bare, name)
+
+
+def test_an_egraph_and_a_queue_keep_what_they_were_made_with():
+    import numpy as np
+
+    from vyre_numba.egraph import EGraph
+    from vyre_numba.workqueue import QueueModel
+
+    g = EGraph.from_arrays([0, 1], [0, 0], [0, 0, 0], [], backend="reference")
+    assert g.term_classes is None and g.backend == "reference"
+    for name in ("backend", "ops", "n_nodes", "n_classes", "term_classes"):
+        with pytest.raises(ImmutableError, match=rf"EGraph\.{name} is read-only.*Fix: change the e-graph through"):
+            setattr(g, name, "cuda")
+    assert g.backend == "reference" and g.n_nodes == 2
+    assert EGraph.from_terms([("f", "a"), "a"], backend="reference").term_classes.tolist() == [1, 0]
+    q = QueueModel(4, np.int32)
+    with pytest.raises(ImmutableError, match=r"QueueModel\.capacity.*Fix: .*QueueModel\(capacity, dtype\)"):
+        q.capacity = 5
+    assert q.capacity == 4

@@ -274,3 +274,11 @@ def test_bools_among_ints_and_raw_bytes_are_refused_not_read_as_numbers(call, fr
     with pytest.raises(DispatchError, match=f"{fragment}.*Fix:"):
         call()
     assert unique([True, False, True]).tolist() == [False, True]  # bools alone are a bool array, as for np.unique
+
+
+def test_index_of_refuses_bools_beside_integers():
+    for keys, values, which in (([0, 1, 2], [True], "values"), (np.array([False, True]), [1], "keys")):
+        with pytest.raises(DispatchError, match=f"the {which} are bools and the others integers.*Fix:"):
+            index_of(keys, values)
+    assert index_of(np.array([False, True]), [True]).tolist() == [1]
+    assert index_of([0, 1, 2], np.asarray([True], np.int64)).tolist() == [1]  # the Fix, followed

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import enum
 import functools
 import inspect
 import re
@@ -136,6 +137,31 @@ def _replacing(replace):
 _refuse_change._vyre_immutable = True
 
 
+def _read_only(self, name: str) -> None:
+    """Refuses an assignment to, or deletion of, a property without a setter, with ImmutableError
+    (Python's own refusal is a bare AttributeError)."""
+    __tracebackhide__ = True  # noqa: F841
+    prop = getattr(type(self), name, None)
+    if isinstance(prop, property) and prop.fset is None:
+        cls = public_name(type(self))
+        raise ImmutableError(f"{cls}.{name} is read-only: the {cls} keeps it from what it was made with and what "
+                             f"was done to it since. Fix: {getattr(self, '_read_only_fix', None) or f'make a new {cls} with the value you want'}.")
+
+
+def set_unless_read_only(self, name: str, value) -> None:
+    _read_only(self, name)
+    object.__setattr__(self, name, value)
+
+
+def del_unless_read_only(self, name: str) -> None:
+    _read_only(self, name)
+    object.__delattr__(self, name)
+
+
+def _read_only_properties(cls: type) -> bool:
+    return any(isinstance(v, property) and v.fset is None for c in cls.__mro__ for v in vars(c).values())
+
+
 def immutable(*classes: type) -> None:
     """Makes each frozen dataclass among `classes` refuse a change of a field with ImmutableError
     (`check_calls` does this for the classes it checks)."""
@@ -150,6 +176,9 @@ def immutable(*classes: type) -> None:
             cls._replace = _replacing(cls._replace)
             if hasattr(cls, "__replace__"):  # copy.replace (Python 3.13)
                 cls.__replace__ = _replacing(cls.__replace__)
+        elif (cls.__setattr__ is object.__setattr__ and not issubclass(cls, (tuple, int, float, str, enum.Enum))
+              and _read_only_properties(cls)):
+            cls.__setattr__, cls.__delattr__ = set_unless_read_only, del_unless_read_only
 
 
 def check_calls(namespace: dict, names) -> None:
@@ -511,6 +540,13 @@ def numba_reason(e: BaseException, width: int = 300) -> str:
     if not useful:
         return clip(lines[0], width) if lines else type(e).__name__
     text = useful[0]
+    if " object at 0x" in text:  # Numba's lowering failed with its own internals as the message
+        value = re.search(r"(?:freevar|global)\((\w+): ", " ".join(lines))
+        kinds = re.findall(r"\(([A-Z]\w*\(.*\))\s*,?\)\s*$", text)
+        kind = f" ({kinds[0]})" if kinds else ""
+        return clip(f"{value.group(1)!r}{kind}, read from the function's closure or globals, is no constant Numba "
+                    f"can compile; pass it as an argument (an array or a number)" if value else
+                    f"Numba cannot compile a value here{kind}", width)
     if text.endswith(":") and len(useful) > 1:  # "... found for signature:" and the signature
         text = f"{text} {useful[1]}"
     name = re.match(r"Untyped global name '(\w+)'", text)

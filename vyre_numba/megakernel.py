@@ -18,7 +18,8 @@ from . import display
 from .backend import (BEFORE, SEQUENCE_NOTE, UNDER_WAY, Backend, ResidentBuffer, Step, _elements, _fate, _iterable,
                       _shape, _storage, as_step, checked_steps, label_counts)
 from .config import DispatchConfig
-from .errors import DispatchError, ImmutableError, VyreError, check_calls, whole
+from .errors import (DispatchError, ImmutableError, VyreError, check_calls, del_unless_read_only, set_unless_read_only,
+                     whole)
 from .ir import Program
 from .ir import nodes as n
 from .ir.program import Access, BufferDecl, Role
@@ -116,11 +117,13 @@ class Megakernel(Unshared):
             raise ImmutableError(f"Megakernel.{name} is fixed once it is planned (its persistent program was built "
                                  f"from it). Fix: plan another, backend.megakernel(steps, read, until=..., "
                                  f"max_rounds=...), with the {name} you want.")
-        object.__setattr__(self, name, value)
+        set_unless_read_only(self, name, value)
 
     def __delattr__(self, name: str) -> None:
         self.__setattr__(name, None)  # refused for what the plan was made from
-        object.__delattr__(self, name)
+        del_unless_read_only(self, name)
+
+    _read_only_fix = "plan another, backend.megakernel(steps, read, until=..., max_rounds=...), as you want it"
 
     # ---- what it is --------------------------------------------------------------------------
     mode = property(lambda self: self._p.mode, doc="\"megakernel\", or \"graph\" where it fell back (\"sequence\" where "

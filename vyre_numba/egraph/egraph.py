@@ -87,6 +87,8 @@ SPARSE_IDS = 16  # class ids may outnumber the rows this many times (past a MiB'
 IDS_FIX = ("renumber every class id (eclass, children and pairs alike) with one mapping, densely from 0: ids = "
            "np.unique(eclass); eclass = np.searchsorted(ids, eclass); children = np.searchsorted(ids, children) "
            "(ids are int32 on the device).")
+OPS_FIX = ("renumber the operator ids densely from 0 with one mapping: kinds, op = np.unique(op, return_inverse=True) "
+           "(ops=[name of each of kinds], where the e-graph has operator names).")
 
 
 def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID, copy: bool = True, bounds: list | None = None,
@@ -202,7 +204,8 @@ def _rows(op, children_offsets, children, n_classes: int | None, what: str, copy
     """(op, offsets, children) of a batch of e-nodes, checked (`copy` as for `_ints`; `bounds`: the
     children's, as `_ints` gives them; `eclass`: (the rows' classes, what they are called), one
     class per op, checked first)."""
-    op = _ints(op, f"{what} op", copy=copy)
+    op = _ints(op, f"{what} op", copy=copy, fix=OPS_FIX if n_classes is None else
+               "use the operator ids the e-graph's rows use, 0..2147483646 (g.ops names them, where it has names).")
     if eclass is not None:  # a short op is told as such, not as offsets one too many
         _same_length(eclass[0], op, eclass[1])
     offsets = _ints(children_offsets, f"{what} children_offsets", hi=2**62, copy=copy,
@@ -280,7 +283,6 @@ class EGraph(Unshared):
                                 "Fix: pass one name per operator id.")
         self._ops = ops  # the e-graph's own: rows name operators by index, so `ops` hands out a tuple
         self._be = _resolve(backend)
-        self.backend = self._be.name
         self._meta = None  # what egraph-serialize JSON held besides the rows (`from_serialized` keeps it)
         if self.backend == "cuda":
             from .device import DeviceEGraph
@@ -290,10 +292,24 @@ class EGraph(Unshared):
             from .host import HostEGraph
 
             self._g = HostEGraph(eclass, op, offsets, children, n_classes, table_capacity)
+        self._term_classes = None
         self._pending = True  # the rows have never been checked for congruence
         self._unioned = False  # unions made since the last rebuild: children may not be canonical
         # the class ids given rows, where some id below n_classes has none (no child of `add` may name it)
         self._with_rows = None if have.size == n_classes else have
+
+    _read_only_fix = ("change the e-graph through its calls (add, union, rebuild), or make a new one with "
+                      "EGraph.from_arrays / from_terms / from_serialized")
+
+    @property
+    def backend(self) -> str:
+        """The name of the backend the e-graph lives on: "cuda" or "reference"."""
+        return self._be.name
+
+    @property
+    def term_classes(self) -> np.ndarray | None:
+        """The class of each term given to `from_terms`, in order; None for an e-graph made otherwise."""
+        return self._term_classes
 
     # --- constructors ----------------------------------------------------------------------
     @property
@@ -328,7 +344,7 @@ class EGraph(Unshared):
 
         eclass, op, offsets, children, ops, roots = rows_of_terms(terms)
         g = cls(eclass, op, offsets, children, ops=ops, backend=backend)
-        g.term_classes = roots
+        g._term_classes = roots
         return g
 
     @classmethod

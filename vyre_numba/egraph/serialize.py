@@ -3,8 +3,8 @@ exports: `nodes` maps node ids to {op, children: [node ids], eclass: class name,
 `class_data` maps class names to their data, `root_eclasses` lists class names)."""
 from __future__ import annotations
 
-import copy
 import json
+import sys
 from typing import Any, Sequence
 
 import numpy as np
@@ -142,6 +142,25 @@ def _node_id(c) -> bool:
     return isinstance(c, str) or (isinstance(c, int) and not isinstance(c, bool))
 
 
+_DEEP = ("the serialized e-graph nests too deep to read. Fix: pass egraph-serialize JSON, whose nodes, children "
+         "and classes are at most a few levels deep.")
+
+
+def _copy(v: Any) -> Any:
+    """A copy of a JSON value of the caller's, as writing it back and reading it would give."""
+    try:
+        return json.loads(json.dumps(v))
+    except RecursionError:
+        raise DispatchError(_DEEP) from None
+
+
+def _refuse_long_int(e: ValueError) -> None:
+    if "integer string conversion" in str(e):  # Python's limit on the digits of an int read or written
+        raise DispatchError(f"the serialized e-graph holds an integer of more digits than Python converts by "
+                            f"default ({sys.get_int_max_str_digits()}). Fix: call sys.set_int_max_str_digits(0) "
+                            "first (reading and writing back both need it), or hold the number as a string.") from None
+
+
 def rows_of_serialized(data: "str | dict"):
     """(eclass, op, offsets, children, op names, what writing back needs) of egraph-serialize JSON."""
     import os
@@ -155,6 +174,7 @@ def rows_of_serialized(data: "str | dict"):
             try:
                 data = json.loads(data)
             except ValueError as e:
+                _refuse_long_int(e)
                 path = _a_file(data)
                 raise DispatchError(f"the serialized e-graph is not JSON ({e}). Fix: " + (
                     f"it names the file {shown(path)}: pass its text, open(path).read()." if path else
@@ -163,6 +183,7 @@ def rows_of_serialized(data: "str | dict"):
             try:
                 json.dumps(data)
             except (TypeError, ValueError) as e:
+                _refuse_long_int(e)
                 raise DispatchError(f"the serialized e-graph holds a value JSON cannot write ({e}). Fix: pass "
                                     "the dict json.loads gives for egraph-serialize JSON.") from None
         try:  # NaN and infinities (Python reads 1e999 as inf) would be written back as text JSON has not
@@ -172,8 +193,7 @@ def rows_of_serialized(data: "str | dict"):
                                 "inf), which JSON cannot hold, so to_serialized() could not write it back. Fix: "
                                 "replace it with a finite number (or a string) before reading.") from None
     except RecursionError:
-        raise DispatchError("the serialized e-graph nests too deep to read. Fix: pass egraph-serialize JSON, whose "
-                            "nodes, children and classes are at most a few levels deep.") from None
+        raise DispatchError(_DEEP) from None
     nodes = data.get("nodes") if isinstance(data, dict) else None
     if not isinstance(nodes, dict):
         raise DispatchError("the serialized e-graph has no 'nodes' object. Fix: pass egraph-serialize JSON: "
@@ -199,7 +219,7 @@ def rows_of_serialized(data: "str | dict"):
         raise _bad(f"node id {shown(odd[0], 40)} is {a_type(odd[0])}; node ids are strings (or ints)")
     if len({str(i) for i in ids}) < len(ids):  # JSON writes every id as a string: 1 and "1" would be one node
         raise _bad("node ids include an int and a string of the same text (such as 1 and '1')")
-    where = {nid: k for k, nid in enumerate(ids)}
+    where = {str(nid): k for k, nid in enumerate(ids)}  # as JSON text would match them: 1 and "1" alike
     op_of, cls_of, kid_nodes, extra = [], [], [], []
     for nid in ids:
         nd = nodes[nid]
@@ -214,20 +234,19 @@ def rows_of_serialized(data: "str | dict"):
             raise _bad(f"node {shown(nid)} has children {shown(ch, 60)}, not a list of node ids")
         op_of.append(_op_id(ops, nd["op"]))
         cls_of.append(classes.setdefault(nd["eclass"], len(classes)))
-        missing = [c for c in ch if c not in where]
+        missing = [c for c in ch if str(c) not in where]
         if missing:
             raise DispatchError(f"node {shown(nid)} has child {shown(missing[0])}, which is no node of the graph. Fix: "
                                 "children are node ids present in 'nodes'.")
         kid_nodes.append(list(ch))
-        extra.append({k: copy.deepcopy(v) if given else v for k, v in nd.items()
-                      if k not in ("op", "children", "eclass")})
+        extra.append({k: _copy(v) if given else v for k, v in nd.items() if k not in ("op", "children", "eclass")})
     unknown = [c for c in roots if c not in classes]
     if unknown:
         raise _bad(f"root class {shown(unknown[0])} is the class of no node")
-    kids = [[cls_of[where[c]] for c in ch] for ch in kid_nodes]
+    kids = [[cls_of[where[str(c)]] for c in ch] for ch in kid_nodes]
     offsets, children = _csr(kids)
     meta = dict(node_ids=ids, class_names=sorted(classes, key=classes.get), child_nodes=kid_nodes, extra=extra,
-                class_data=copy.deepcopy(class_data) if given else class_data, root_eclasses=list(roots))
+                class_data=_copy(class_data) if given else class_data, root_eclasses=list(roots))
     return (np.array(cls_of, np.int64), np.array(op_of, np.int64), offsets, children,
             sorted(ops, key=ops.get), meta)
 

@@ -428,11 +428,9 @@ def _numba_call(fn, n: int, args: list):
 
         if isinstance(e, VyreError):
             raise
-        numba_error = isinstance(e, (NumbaError, TypeError)) or type(e).__module__ == "numba.core.errors"  # and
-        # UnsupportedBytecodeError (an import in the step), which is no NumbaError; a TypeError the step raised
-        # itself comes from a compiled round
-        if numba_error and not isinstance(e, NumbaError) and _compiled_for(fn, n, args):
-            numba_error = False
+        # not compiled for these arguments: whatever was raised (a ValueError typing a default argument, say)
+        # came from compiling; once compiled, only a NumbaError is Numba's
+        numba_error = isinstance(e, NumbaError) or not _compiled_for(fn, n, args)
         text = str(e)
         if type(e).__module__.startswith("numba.cuda") or (numba_error and ("numba.cuda" in text or "CUDA" in text)):
             raise DispatchError("the step calls CUDA device code (numba.cuda, vyre_numba.unionfind), which runs only "

@@ -39,6 +39,8 @@ class QueueModel:
     """The queue's semantics on the host: push returns False at capacity, drain empties. Safe to
     push and drain from several threads."""
 
+    _read_only_fix = "change what it holds with push, drain and reset, or make a new QueueModel(capacity, dtype)"
+
     @host_memory("QueueModel", "It holds its capacity's items in host memory at once. Fix: make a smaller queue "
                                "and drain it more often.")
     def __init__(self, capacity: int, dtype: DTypeLike):
@@ -329,12 +331,29 @@ class WorkQueue(Unshared):
     unless given); owns its two device arrays until `close()` (or `with`, or the finaliser). Its
     host calls are safe from several threads."""
 
+    _read_only_fix = "change what it holds with push, drain and reset, or make a new WorkQueue(capacity, dtype)"
+
+    @property
+    def capacity(self) -> int:
+        """How many items the queue holds at most."""
+        return self._capacity
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The items' NumPy dtype."""
+        return self._dtype
+
+    @property
+    def stream(self):
+        """The Numba stream its host calls and kernels are enqueued on."""
+        return self._stream
+
     def __init__(self, capacity: int, dtype: DTypeLike, *, stream: Stream | None = None):
         from numba import cuda
 
         from ..gpu.numba_launch import check_stream
 
-        self.capacity, self.dtype = _capacity(capacity), _dtype(dtype)
+        self._capacity, self._dtype = _capacity(capacity), _dtype(dtype)
         check_stream(stream)
         self._dev_items = self._dev_state = None
         self._cuda = cuda
@@ -346,7 +365,7 @@ class WorkQueue(Unshared):
             raise BackendUnavailableError("WorkQueue lives on a CUDA GPU and none is usable here. Fix: run on a "
                                           "machine with a GPU (or under NUMBA_ENABLE_CUDASIM=1), or use QueueModel, "
                                           "its NumPy twin, on the CPU.")
-        self.stream = stream if stream is not None else cuda.default_stream()
+        self._stream = stream if stream is not None else cuda.default_stream()
         self._bound = 0 if stream is None else stream  # what its arrays name as their stream to other libraries:
         # none for the default (numba-cuda's int() of it warns and gives 0, which the array interface disallows)
         try:

@@ -1288,3 +1288,35 @@ def test_an_out_that_is_a_symbolic_link_loop_is_called_one(saxpy_json, saxpy_inp
     os.symlink(tmp_path / "nowhere", tmp_path / "broken")
     assert main(["run", str(saxpy_json), "--out", str(tmp_path / "broken"), *saxpy_inputs]) == 2
     assert_fix(one_error_line(capsys, "broken is a broken symbolic link, not a directory"))
+
+
+def test_an_npy_file_with_data_past_its_array_is_refused(saxpy_json, saxpy_inputs, tmp_path, capsys, dispatches):
+    with open(tmp_path / "x.npy", "ab") as f:  # numpy.save writes exactly the header's bytes
+        f.write(bytes(8))
+    out = tmp_path / "o"
+    assert main(["run", str(saxpy_json), "--out", str(out), "--backend", "reference", *saxpy_inputs]) == 2
+    assert_fix(one_error_line(capsys, "claims 20 bytes of data, the file holds 28", "has data past the array"))
+    assert dispatches == [] and not out.exists()
+
+
+def test_output_names_too_long_or_taken_by_a_directory_are_told_what_to_change(saxpy_json, saxpy_inputs, tmp_path,
+                                                                               capsys):
+    (tmp_path / "o" / "y.npy").mkdir(parents=True)
+    assert main(["run", str(saxpy_json), "--out", str(tmp_path / "o"), "--backend", "reference", *saxpy_inputs]) == 2
+    assert_fix(one_error_line(capsys, "y.npy is a directory", "Fix: choose another --out directory"))
+    long = ir.Program([ir.BufferDecl.read("x", 0, "f32"), ir.BufferDecl.output("y" * 300, 1, "f32")], 64,
+                      [ir.store("y" * 300, ir.gid(0), ir.load("x", ir.gid(0)))], name="long")
+    path = tmp_path / "long.json"
+    path.write_text(long.to_json())
+    args = ["run", str(path), "--out", str(tmp_path / "o2"), "--backend", "reference", "--input",
+            f"x={tmp_path / 'x.npy'}"]
+    assert main(args) == 2
+    assert_fix(one_error_line(capsys, "a file name there is too long", "Fix: name the program's buffers shorter"))
+    assert main(["emit", str(saxpy_json), "-o", str(tmp_path / "k" / ("a" * 252))]) == 2
+    assert_fix(one_error_line(capsys, "a file name there is too long", "Fix: choose a shorter file name"))
+
+
+def test_cubin_for_a_device_too_old_is_told_to_name_a_newer_device(saxpy_json, tmp_path, capsys):
+    assert main(["emit", str(saxpy_json), "-o", str(tmp_path / "k.cubin"), "--cubin", "--device", "v100"]) == 2
+    line = one_error_line(capsys, "nvJitLink needs sm_75", "name a device of sm_75 or newer with --device")
+    assert "--sm" not in line.split("Fix:")[1]

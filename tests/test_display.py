@@ -694,3 +694,14 @@ def test_escape_shows_control_characters_and_lone_surrogates_so_the_html_can_be_
     out = escape("a\x00b\ud800c<&>\te")
     assert out == "a\\x00b\\ud800c&lt;&amp;&gt;\te" and out.encode("utf-8")
     assert escape("plain é") == "plain é" and escape("a\x85b") == "a\\x85b"  # C1 controls too
+
+
+def test_duration_and_ptx_refuse_what_they_cannot_be_made_of():
+    for make in (lambda: display.Duration(1, 2), lambda: display.Duration.from_seconds(),
+                 lambda: display.Duration.from_seconds(secs=1)):
+        with pytest.raises(vn.ArgumentError, match="Fix: "):
+            make()
+    for x in (5, b"x"):
+        with pytest.raises(vn.VyreError, match=r"PTX is text.*Fix: pass a str"):
+            display.PTX(x)
+    assert str(display.PTX("ret;")) == "ret;" and display.PTX() == ""

@@ -375,7 +375,7 @@ def test_the_cuda_sequence_pins_each_steps_buffers_by_name_before_capturing(monk
     with pytest.raises(vn.DeviceError, match="recording the sequence failed"):
         seq.__init__(fake, [(bump(), given), (affine(), (x, y))])
     given["x"] = y
-    assert calls[0] is given  # compiled for the buffers as given
+    assert calls[0] == (x,)  # compiled for the buffers pinned, in binding order (pinned before compiling)
     assert isinstance(seq.buffers, cudagraph.StepBuffers) and seq.buffers[0]["x"] is x
     assert dict(seq.buffers[1]) == {"x": x, "y": y}
     with pytest.raises(DispatchError, match="Fix: write"):
@@ -636,7 +636,7 @@ def test_a_reference_replay_names_a_change_to_the_recordings_own_buffers(change,
     change(g.buffers)
     before = {k: v.copy() for k, v in g.buffers.items()}
     for call in (lambda: g.replay([np.ones(8, np.uint32)]), g.replay_resident):
-        with pytest.raises(DispatchError, match=f"replay.*: the recording's buffer {what}.*Fix: leave the recording"):
+        with pytest.raises(DispatchError, match=f"replay.*: the recording's buffer {what}.*Fix: record again"):
             call()
     assert all(np.array_equal(before[k], v) for k, v in g.buffers.items())
 
@@ -713,3 +713,58 @@ def test_replay_resident_runs_with_a_read_only_input_it_never_writes():
     assert g.replay_resident()[0].tolist() == (np.arange(8) * 3 + 1).tolist()
     with pytest.raises(DispatchError, match="replay: the recording's buffer 'x' was made read-only"):
         g.replay([np.ones(8, np.uint32)])
+
+
+def test_a_reference_replay_reads_inputs_that_are_views_of_its_own_buffers_as_given():
+    """Regression (a red-team): inputs were copied into the buffers one by one, so an input that
+    was a view of a buffer written before it read the new value."""
+    i = ir.var("i")
+    p = ir.Program([B.read_write("y", 0, "f32"), B.read("x", 1, "f32")], 64,
+                   [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("y"), [
+                       ir.store("y", i, ir.load("x", i) * 10 + ir.load("y", i))])], name="mix")
+    be = vn.get_backend("reference")
+    g = be.record_graph(p, [np.float32([1, 2, 3]), np.float32([4, 5, 6])])
+    g.replay([np.float32([1, 2, 3]), np.float32([4, 5, 6])])
+    new_y = np.zeros(3, np.float32)
+    (want,) = be.dispatch(p, [new_y, g.buffers["y"].copy()])
+    (got,) = g.replay([new_y, g.buffers["y"]])
+    assert want.tolist() == [410, 520, 630] and got.tolist() == want.tolist()
+
+
+def test_a_bare_array_given_to_replay_is_told_to_go_in_a_list_first():
+    be = vn.get_backend("reference")
+    g = be.record_graph(affine(), [np.zeros(4, np.uint32)])
+    with pytest.raises(DispatchError, match=r"inputs is an ndarray, not a list.*Fix: .*\[x\]"):
+        g.replay(np.zeros(4, np.float64))
+
+
+def test_a_recorded_sequence_replays_without_a_progress_setting_and_names_a_buffer_made_read_only(monkeypatch):
+    be = vn.get_backend("reference")
+    x = be.upload(np.zeros(4, np.uint32))
+    s = be.record_sequence([(bump(), [x])], [x])
+    monkeypatch.setenv("VYRE_NUMBA_PROGRESS", "bogus")  # no bar is shown by a replay, on any backend
+    assert s.replay()[0].tolist() == [1] * 4
+    x.setflags(write=False)
+    with pytest.raises(DispatchError, match=r"step 0 writes 'x'.*made read-only since.*Fix: make it writable again"):
+        s.replay()
+    x.setflags(write=True)  # the Fix, followed
+    assert s.replay()[0].tolist() == [2] * 4
+    with pytest.raises(DispatchError, match=r"Fix: write into them \(backend.write\(s.buffers\[k\]\['x'\]"):
+        s.buffers = {}
+    s.close()
+    with pytest.raises(vn.ImmutableError, match=r"RecordedSequence.closed is read-only.*Fix: record again"):
+        s.closed = False
+
+
+def test_recording_helpers_made_by_hand_are_refused_with_a_fix():
+    from vyre_numba.recording import Frozen, RecordedGraph, RecordedSequence, StepBuffers
+
+    for make, fragment in ((lambda: Frozen(5), "takes a mapping"), (lambda: StepBuffers(5), "list of Frozen"),
+                           (lambda: RecordedGraph(), "not made directly"),
+                           (lambda: RecordedSequence(), "not made directly"),
+                           (lambda: Frozen({"x": 1}).pop("x"), "cannot change"),
+                           (lambda: StepBuffers([Frozen({})]).index(5), "no step's buffers are 5")):
+        with pytest.raises(vn.VyreError, match=f"{fragment}.*Fix: "):
+            make()
+    with pytest.raises(vn.ArgumentError, match="Fix: "):
+        Frozen()

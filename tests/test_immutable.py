@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import pkgutil
 
 import pytest
@@ -140,6 +141,8 @@ def test_every_public_read_only_property_refuses_assignment_with_a_fix():
                               and not dataclasses.is_dataclass(c) and _read_only_properties(c))
     assert {"EGraph", "WorkQueue", "QueueModel"} <= {c.__name__ for c in classes}
     for cls in classes:
+        if inspect.isabstract(cls):  # a concrete class of its own, which inherits what it refuses
+            cls = type(cls.__name__, (cls,), {m: lambda *a: None for m in cls.__abstractmethods__})
         bare = object.__new__(cls)  # the refusal needs only the class: no device, no state
         for name in _read_only_properties(cls):
             if name.startswith("_"):

@@ -437,3 +437,15 @@ def test_a_launch_past_the_invocation_limit_is_refused_before_its_outputs_are_al
     finally:
         tracemalloc.stop()
     assert_fix(str(e.value))
+
+
+@pytest.mark.parametrize("env, value", [("VYRE_NUMBA_REFERENCE_MEMORY", "\u0662G"),
+                                        ("VYRE_NUMBA_REFERENCE_WORK", "\uff11e\uff11\uff11")])
+def test_budget_settings_take_ascii_digits_only(monkeypatch, env, value):
+    """Regression (a red-team): the pattern's \\d took any script's digits ('٢G' read as 2 GiB),
+    where the command line refuses them."""
+    from vyre_numba.errors import SettingError
+
+    monkeypatch.setenv(env, value)
+    with pytest.raises(SettingError, match="Fix: set it to a number such as"):
+        ReferenceBackend().memory_budget if "MEMORY" in env else ReferenceBackend().work_budget

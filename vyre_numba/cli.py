@@ -334,10 +334,12 @@ def _read_npy(f, name: str, file: str) -> np.ndarray:
         raise UsageError(f"cannot load {shown(file)} for input {shown(name)}: not a .npy file ("
                          f"{'it is empty' if not head else 'it does not begin with the .npy signature'}). "
                          "Fix: pass a .npy file saved with numpy.save.")
-    if sizes is not None and sizes[0] > sizes[1]:  # np.load would allocate what the header claims first
+    if sizes is not None and sizes[0] != sizes[1]:  # np.load would allocate what the header claims first, or
+        #                                           read that much and leave the rest unread without a word
+        how = "is cut short" if sizes[0] > sizes[1] else "has data past the array"
         raise UsageError(f"cannot load {shown(file)} for input {shown(name)}: not a .npy array (its header claims "
                          f"{sizes[0]:,} bytes of data, the file holds {sizes[1]:,}). Fix: pass a whole .npy "
-                         "file saved with numpy.save (this one is cut short or its header was altered).")
+                         f"file saved with numpy.save (this one {how}, or its header was altered).")
     f.seek(0)
     value = np.load(f, allow_pickle=False)
     if not isinstance(value, np.ndarray):  # np.load opens any zip as an archive, whatever its name
@@ -429,8 +431,10 @@ def _prepare_dir(directory: Path, flag: str, arg: str, targets: dict[str, Path],
             real, st = _target(t)
             via = f" (a symbolic link to {real})" if real != t else ""
             if st is not None and stat.S_ISDIR(st.st_mode):
+                other = ("choose another --out directory (each result is named for its buffer, NAME.npy)"
+                         if flag == "--out" else "choose another file name")
                 raise UsageError(f"{flag}: {t}{via} is a directory, so the result cannot be written there. "
-                                 "Fix: choose another file name, or remove that directory.")
+                                 f"Fix: {other}.")
             if st is not None and not stat.S_ISREG(st.st_mode):
                 raise UsageError(f"{flag}: {t}{via} is {_kind(st.st_mode)}, not a regular file; results are written "
                                  "whole to a new file renamed into place, which would replace it. Fix: give the "
@@ -455,6 +459,11 @@ def _prepare_dir(directory: Path, flag: str, arg: str, targets: dict[str, Path],
             seen[key] = t
     except (OSError, ValueError) as e:
         _remove_dirs(created)
+        if getattr(e, "errno", None) == errno.ENAMETOOLONG:  # the directory is fine: a name in it is too long
+            fix = ("name the program's buffers shorter: each result is written as NAME.npy, and a file name is at "
+                   "most 255 bytes" if flag == "--out" else "choose a shorter file name (the manifest adds .json to "
+                   "it; a file name is at most 255 bytes)")
+            raise UsageError(f"{flag} {arg}: a file name there is too long ({e.strerror}). Fix: {fix}.") from e
         raise UsageError(f"{flag} {arg}: cannot write there ({getattr(e, 'strerror', None) or e}). "
                          "Fix: choose a directory you can write to.") from e
     except BaseException:
@@ -579,8 +588,10 @@ def cmd_emit(args: argparse.Namespace) -> int:
         raise UsageError(f"--sm {args.sm} is not a target the emitter knows ({', '.join(map(str, PTX_VERSION))}). "
                          "Fix: pass one of those, e.g. the device's compute capability (--sm 90).")
     if args.cubin and args.sm < min_sm:
+        newer = (f"name a device of sm_{min_sm} or newer with --device" if device is not None else
+                 f"pass --sm {min_sm} or newer")
         raise UsageError(f"--cubin cannot assemble for sm_{args.sm}: nvJitLink needs sm_{min_sm} or newer. "
-                         f"Fix: drop --cubin to write sm_{args.sm} PTX, or pass --sm {min_sm} or newer.")
+                         f"Fix: drop --cubin to write sm_{args.sm} PTX, or {newer}.")
     program = _load_program(args.program)
     if "grid_sync" in program.capabilities and not args.cooperative:
         raise UsageError(f"program {shown(program.name)} has barrier('grid'), which needs a cooperative launch. "

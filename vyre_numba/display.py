@@ -22,7 +22,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .errors import DispatchError, a_type, shown
+from .errors import DispatchError, a_type, check_calls, shown
 
 __all__ = ["Duration", "PTX"]  # what calls return; the rest are the package's helpers for its reprs and HTML
 
@@ -302,6 +302,12 @@ class PTX(str):
 
     __slots__ = ()
 
+    def __new__(cls, text: str = "") -> "PTX":
+        if not isinstance(text, str):
+            raise DispatchError(f"PTX({shown(text, 60)}): PTX is text, not {a_type(text)}. Fix: pass a str "
+                                "(bytes.decode() for bytes).")
+        return super().__new__(cls, text)
+
     def __repr__(self) -> str:
         return head(str(self), 200)
 
@@ -388,3 +394,6 @@ def record_html(obj: Any, *, note: Any = None) -> Html:
         out += table(((k, time_text(t), f"{100 * t / total:.1f}%") for k, t in phases[1].items()),
                      ("phase", "time", "share"), title=phases[0])
     return Html(out)
+
+
+check_calls(globals(), __all__)

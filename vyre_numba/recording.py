@@ -30,8 +30,21 @@ class RecordedGraph(Unshared, abc.ABC):
     (on the GPU: the graph, its stream, device and pinned buffers), released exactly once by
     `close()`, by leaving a `with` block, or when the object is collected."""
 
-    closed: bool = False
+    def __new__(cls, *args, **kwargs):
+        if getattr(cls, "__abstractmethods__", None):
+            raise DispatchError(f"{cls.__name__} is what a backend's record_graph and record_sequence return, not "
+                                "made directly. Fix: backend.record_graph(program, inputs, config), or "
+                                "backend.record_sequence(steps, read).")
+        return super().__new__(cls)
+
+    _closed: bool = False
     _buffers: Any = None
+    _read_only_fix = "record again (backend.record_graph / record_sequence)"
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` has released what the recording owned (then it replays no more)."""
+        return self._closed
 
     @property
     def buffers(self):
@@ -41,9 +54,9 @@ class RecordedGraph(Unshared, abc.ABC):
 
     @buffers.setter
     def buffers(self, value) -> None:
+        where = "s.buffers[k]['x']" if isinstance(self, RecordedSequence) else "g.buffers['x']"
         raise DispatchError("a recording's buffers are the ones it captured and cannot be replaced. Fix: write into "
-                            "them (backend.write(g.buffers['x'], values)), or record again over new "
-                            "buffers.")
+                            f"them (backend.write({where}, values)), or record again over new buffers.")
 
     @abc.abstractmethod
     def replay(self, inputs: Sequence | Mapping | None = None) -> list[np.ndarray]:
@@ -110,11 +123,18 @@ class RecordedGraph(Unshared, abc.ABC):
         return flag(read, "read", "pass read=True (read the outputs back) or read=False (leave them on the device).")
 
 
+def _one_array(x) -> bool:
+    try:
+        return any(hasattr(x, k) for k in ("dtype", "__array_interface__", "__cuda_array_interface__"))
+    except Exception:  # a property that raises: binding the value says what is wrong
+        return False
+
+
 def input_dtypes(program: Program, inputs: Sequence | Mapping | None) -> dict[str, str]:
     """The dtype (as text) of each given input that has one (arrays, tensors, NumPy scalars), by
     buffer name; inputs without a dtype (lists, Python numbers) are left out."""
     names = [d.name for d in program.inputs]
-    if inputs is None:
+    if inputs is None or _one_array(inputs):  # a bare array is no list of inputs: binding says so
         return {}
     if isinstance(inputs, Mapping):
         items = [(k, inputs[k]) for k in names if k in inputs]
@@ -207,9 +227,13 @@ class Redispatch(RecordedGraph):
             # a failed run puts back what it wrote; what was copied in is put back here
             self._check_own_buffers("replay")
             saved = {d.name: self.buffers[d.name].copy() for d in self.program.inputs}
+            own = list(self.buffers.values())
+            given = {d.name: now.arrays[d.name] for d in self.program.inputs}  # copied where they are views of the
+            given = {k: a.copy() if any(np.may_share_memory(a, b) for b in own) else a  # buffers written below
+                     for k, a in given.items()}
             try:
                 for d in self.program.inputs:
-                    self.buffers[d.name][...] = now.arrays[d.name].reshape(-1)
+                    self.buffers[d.name][...] = given[d.name].reshape(-1)
                 self.backend.dispatch_resident(self.program, self.buffers, self.config)
             except BaseException:
                 for name, was in saved.items():
@@ -251,8 +275,9 @@ class Redispatch(RecordedGraph):
                     f"given dtype {b.dtype}" if b.dtype != dtype else None)
             if what is not None:
                 raise DispatchError(f"{call}: the recording's buffer {name!r} was {what}, so the replay cannot write "
-                                    "it. Fix: leave the recording's own buffers as they are (read them, or copy them, "
-                                    "rather than change their flags, shape or dtype).")
+                                    "it. Fix: record again (backend.record_graph(program, inputs, config)), and read "
+                                    "or copy the new recording's buffers rather than change their flags, shape or "
+                                    "dtype.")
 
     def _sizes_for_outputs(self) -> dict[str, int]:
         from .ir.program import Role
@@ -261,7 +286,7 @@ class Redispatch(RecordedGraph):
 
     def close(self) -> None:
         with self._lock:
-            self.closed = True
+            self._closed = True
             self._buffers = Frozen({})
 
 
@@ -310,13 +335,28 @@ class Resequence(RecordedSequence):
         self._check_sequence_replay(inputs)
         with self._lock:
             self._check_open()
-            out = self.backend.dispatch_sequence(self.steps, self.read)
+            self._check_writable()
+            out = self.backend.dispatch_sequence(self.steps, self.read, progress=False)  # as the GPU's: no bar
             self.backend._count(graph_replays=1)
             return out
 
+    def _check_writable(self) -> None:
+        """Each buffer a step writes still writable (the caller's own arrays, bound at recording)."""
+        from .ir.program import Access
+
+        for k, step in enumerate(self.steps):
+            for d in step.program.bound_buffers:
+                b = self._buffers[k][d.name]
+                if d.access in (Access.READ_WRITE, Access.WRITE_ONLY) and isinstance(b, np.ndarray) and \
+                        not b.flags.writeable:
+                    raise DispatchError(f"replay: step {k} writes {d.name!r}, and the array bound to it at recording "
+                                        "was made read-only since. Fix: make it writable again "
+                                        "(x.setflags(write=True) on the array you uploaded), or record again over "
+                                        "writable buffers.")
+
     def close(self) -> None:
         with self._lock:
-            self.closed = True
+            self._closed = True
             self.steps, self._buffers, self.read = [], StepBuffers(), []
 
 
@@ -325,6 +365,10 @@ class Frozen(MappingABC):
     its errors: "g.buffers", or "s.buffers[k]" for step k of a sequence)."""
 
     def __init__(self, items: Mapping, where: str = "g.buffers") -> None:
+        if not isinstance(items, MappingABC) or not isinstance(where, str):
+            raise DispatchError(f"Frozen({shown(items, 40)}, where={shown(where, 40)}): it takes a mapping of buffers "
+                                "by name and the text its errors write a lookup with. Fix: pass a dict, e.g. "
+                                "Frozen({'x': x}); recordings make their own (g.buffers).")
         self._items = dict(items)
         self._where = where
 
@@ -362,15 +406,34 @@ class Frozen(MappingABC):
         return "{" + ", ".join(items + more) + "}"
 
     def _refuse(self, *args):
+        """Refused with a DispatchError: the recording's buffers stay the ones it captured."""
         raise DispatchError("a recording's buffers are the ones it captured; the mapping cannot change. Fix: write "
                             f"into the arrays themselves (backend.write({self._where}['x'], values)).")
 
-    __setitem__ = __delitem__ = _refuse
+    __setitem__ = __delitem__ = pop = popitem = clear = update = setdefault = _refuse
 
 
 class StepBuffers(tuple):
     """A recorded sequence's buffers: for each step, in order, a read-only mapping (`Frozen`) of
     the buffers it runs over by name, so `s.buffers[k]['x']`."""
+
+    def __new__(cls, steps: Iterable = ()) -> "StepBuffers":
+        try:
+            steps = None if isinstance(steps, (str, bytes, MappingABC)) else tuple(steps)
+        except TypeError:  # not iterable
+            steps = None
+        if steps is None or not all(isinstance(f, Frozen) for f in steps):
+            raise DispatchError("StepBuffers takes a list of Frozen mappings, one a step. Fix: read a recorded "
+                                "sequence's own (s.buffers) rather than make one.")
+        return super().__new__(cls, steps)
+
+    def index(self, value, *args) -> int:
+        """The number of the first step whose mapping equals `value` (a DispatchError where none does)."""
+        try:
+            return super().index(value, *args)
+        except (ValueError, TypeError):
+            raise DispatchError(f"no step's buffers are {shown(value, 60)}. Fix: look a step's buffers up by its "
+                                "number, s.buffers[k], or a buffer by name, s.buffers[k]['x'].") from None
 
     def __getitem__(self, k):
         if isinstance(k, slice):
@@ -419,4 +482,5 @@ def _declared(decl, arr: np.ndarray) -> np.ndarray:
 
     return output_view(decl, arr)
 
-check_calls(globals(), ["Redispatch", "Resequence"])
+
+check_calls(globals(), __all__ + ["Redispatch", "Resequence"])

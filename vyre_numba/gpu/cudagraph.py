@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import checked
 from ..backend import _iterable, as_step, label_counts
-from ..bindings import Binding, bind, check_resident
+from ..bindings import Binding, bind, check_config, check_resident
 from ..config import DispatchConfig
 from ..errors import CompileError, DeviceError, UnsupportedError, VyreError, check_calls
 from ..ir import Program, check
@@ -115,11 +115,11 @@ class CudaRecordedGraph(RecordedGraph):
                  sizes: Mapping[str, int] | None):
         self.backend, self.program = backend, program
         checked.refuse(config, "record_graph")
-        backend._ensure_context()
+        check_recorded_launches(f"record_graph of {program.name!r}", check_config(config).fixpoint_iterations)
+        backend._ensure_context()  # before any occupancy query or tuning run _resolve may make
         b = bind(program, sample_inputs, backend._resolve(program, config, sample_inputs, sizes), sizes,
                  copy_inputs=False, allocate_outputs=False, call="record_graph")
         self.config, self.binding = b.config, b
-        check_recorded_launches(f"record_graph of {program.name!r}", b.config.fixpoint_iterations)
         self._dtypes = input_dtypes(program, sample_inputs)
         # a graph of many short kernels pays each one's launch latency; programmatic dependent launch
         # lets the next start launching while the one before ends (each waits for it on entry)
@@ -222,7 +222,8 @@ class CudaRecordedGraph(RecordedGraph):
             raise DeviceError(f"replaying the graph of {self.program.name!r} failed: {err.name}. Fix: after a kernel "
                               "fault the context is poisoned; restart the process.")
         launches = 0 if self.plan.shape.empty else self.plan.iterations
-        self.backend._count(graph_replays=1, kernel_launches=launches, bytes_moved_by_graphs=moved)
+        labelled = {f"dispatches[{self.config.label}]": 1} if self.config.label else {}  # as the reference's replays
+        self.backend._count(graph_replays=1, kernel_launches=launches, bytes_moved_by_graphs=moved, **labelled)
         if not read:
             return []
         if graph is self._kernels:
@@ -234,7 +235,7 @@ class CudaRecordedGraph(RecordedGraph):
 
     def close(self) -> None:
         with self._lock:  # after any replay in flight on another thread, never under it
-            self.closed = True
+            self._closed = True
             self._buffers, self._set = Frozen({}), None
             self._finalizer()
 
@@ -250,11 +251,10 @@ class CudaRecordedSequence(RecordedSequence):
         for st in steps:
             checked.refuse(st.config, "record_sequence")
         reads = backend._reads(read)  # each checked as its download would check it, before anything runs
-        preps = []
-        for st in steps:  # compile and check everything before capturing anything
+        for st in steps:
             check(st.program)
-            preps.append(backend._prepare(st.program, st.config, st.buffers))
-        steps, self._buffers = pinned_steps(steps)
+        steps, self._buffers = pinned_steps(steps)  # the launch limit and the buffers, checked before compiling
+        preps = [backend._prepare(st.program, st.config, st.buffers) for st in steps]  # all before capturing
         # a replay counts its labelled steps as their own dispatches would, as the reference's replays do
         self._labels = label_counts(steps)
         self._owned = owned = _Owned(backend)
@@ -311,7 +311,7 @@ class CudaRecordedSequence(RecordedSequence):
 
     def close(self) -> None:
         with self._lock:
-            self.closed = True
+            self._closed = True
             self._buffers = StepBuffers()
             self._finalizer()
 

@@ -107,7 +107,7 @@ def _breaks(indent: int | None, level: int) -> tuple[str, str]:
 
 
 _WS = re.compile(r"[ \t\n\r]*")
-_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?")
+_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?", re.ASCII)  # JSON's digits only
 _WORDS = {"true": True, "false": False, "null": None}
 _CONSTANTS = ("NaN", "Infinity", "-Infinity")
 

@@ -82,8 +82,8 @@ def _known(name: object) -> str:
     return name
 
 
-_FORMATS = {"version": (re.compile(r"\d{1,2}\.\d{1,2}"), "a PTX ISA version string such as '7.8'"),
-            "target": (re.compile(r"sm_\d{2,3}[a-z]?"), "a target string such as 'sm_90'")}
+_FORMATS = {"version": (re.compile(r"\d{1,2}\.\d{1,2}", re.ASCII), "a PTX ISA version string such as '7.8'"),
+            "target": (re.compile(r"sm_\d{2,3}[a-z]?", re.ASCII), "a target string such as 'sm_90'")}
 
 
 def _value(name: str, param: str, value: object) -> str:

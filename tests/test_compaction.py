@@ -527,6 +527,20 @@ def test_a_predicate_reading_a_module_attribute_or_a_signed_zero_compiles_afresh
     for limit in (5, 7, 5):
         cfg.limit = limit
         assert compaction.select_if(x, above()).tolist() == list(range(limit + 1, 10))
+    lazy = types.ModuleType("lazy")  # attributes its own __getattr__ gives (PEP 562), which Numba reads too
+    settings = {"limit": 5}
+
+    def attribute(name):
+        if name in settings:
+            return settings[name]
+        raise AttributeError(name)
+    lazy.__getattr__ = attribute
+
+    def below():
+        return lambda v: v < lazy.limit
+    for limit in (5, 8, 5):
+        settings["limit"] = limit
+        assert compaction.select_if(x, below()).tolist() == list(range(limit))
 
     def over(t):
         return lambda v: v / t[0] > 0

@@ -104,6 +104,9 @@ def predicate_key(predicate: Callable):
         modules = [v for _, v in named if isinstance(v, types.ModuleType)]
         for m in modules:  # cfg.limit: Numba fixes a module's attributes at compilation too
             named += [(name, vars(m)[name]) for name in names if name in vars(m)]
+            if "__getattr__" in vars(m):  # a module's own lookup (PEP 562) answers the rest, as it answers Numba
+                named += [(name, v) for name in names if name not in vars(m)
+                          for v in [_module_attribute(m, name)] if v is not _ABSENT]
             modules += [v for _, v in named if isinstance(v, types.ModuleType) and v not in modules]
         _check_frozen(predicate, named)
         keywords = sorted((name, _typed(v)) for name, v in (predicate.__kwdefaults__ or {}).items())
@@ -113,6 +116,17 @@ def predicate_key(predicate: Callable):
     except (TypeError, ValueError, AttributeError, RecursionError):  # an array, a list, an empty cell, a
         return predicate  # tuple nested past the interpreter's depth: the function itself
     return key
+
+
+_ABSENT = object()
+
+
+def _module_attribute(m: types.ModuleType, name: str):
+    """What `m.name` gives through the module's __getattr__, or _ABSENT where it raises."""
+    try:
+        return getattr(m, name)
+    except Exception:  # AttributeError for a name the module lacks; whatever its own lookup raises
+        return _ABSENT
 
 
 def snapshot(fn: Callable) -> Callable:

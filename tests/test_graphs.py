@@ -768,3 +768,14 @@ def test_recording_helpers_made_by_hand_are_refused_with_a_fix():
             make()
     with pytest.raises(vn.ArgumentError, match="Fix: "):
         Frozen()
+
+
+def test_what_a_graph_was_recorded_with_cannot_be_replaced(backend):
+    g = backend.record_graph(affine(), [np.arange(4, dtype=np.uint32)])
+    for name in ("program", "config", "backend"):
+        with pytest.raises(vn.ImmutableError, match=f"{name} is what it was recorded with.*Fix: record again"):
+            setattr(g, name, None)
+        with pytest.raises(vn.ImmutableError, match=f"{name} is what it was recorded with.*Fix: record again"):
+            delattr(g, name)
+    assert g.replay([np.arange(4, dtype=np.uint32)])[0].tolist() == [1, 4, 7, 10]
+    g.close()

@@ -16,8 +16,8 @@ import numpy as np
 from . import display
 from .bindings import Binding, bind, check_config, check_resident
 from .config import DispatchConfig
-from .errors import (IN_HOST_MEMORY, DispatchError, LaunchError, UnknownBufferError, UnknownStepError, VyreError,
-                     check_calls, flag, host_memory, shown)
+from .errors import (IN_HOST_MEMORY, DispatchError, ImmutableError, LaunchError, UnknownBufferError, UnknownStepError,
+                     VyreError, check_calls, del_unless_read_only, flag, host_memory, set_unless_read_only, shown)
 from .ir import Program
 from .owned import Unshared
 
@@ -40,6 +40,20 @@ class RecordedGraph(Unshared, abc.ABC):
     _closed: bool = False
     _buffers: Any = None
     _read_only_fix = "record again (backend.record_graph / record_sequence)"
+    _RECORDED = ("backend", "program", "config")  # what the recording was made for, set once
+
+    def __setattr__(self, name: str, value) -> None:
+        self._refuse_change(name)
+        set_unless_read_only(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        self._refuse_change(name)
+        del_unless_read_only(self, name)
+
+    def _refuse_change(self, name: str) -> None:
+        if name in self._RECORDED and name in self.__dict__:
+            raise ImmutableError(f"{self._kind()}.{name} is what it was recorded with and cannot change. Fix: record "
+                                 f"again with the {name} you want (backend.record_graph / record_sequence).")
 
     @property
     def closed(self) -> bool:

@@ -78,7 +78,12 @@ class Megakernel(Unshared):
     co-resident grid). `run()` runs it. It owns its recorded graph and counters, released once by
     `close()`, a `with` block, or collection."""
 
-    closed = False
+    _closed = False
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` has released what the megakernel held (then it runs no more)."""
+        return self._closed
 
     def __init__(self, backend: "Backend", steps: Iterable, read: Iterable = (), *, until: "ResidentBuffer" = None,
                  max_rounds: int | None = None,
@@ -316,8 +321,8 @@ class Megakernel(Unshared):
     def close(self) -> None:
         """Release the recorded fallback graph and the counters (once; later calls do nothing)."""
         with self._lock:
-            if not self.closed:
-                self.closed = True
+            if not self._closed:
+                self._closed = True
                 self._finalizer()
                 self._graph = self._stats = self._launch = None
 

@@ -113,6 +113,7 @@ from .errors import (INTEGERS, DispatchError, IRValidationError, VyreError, a_ty
                      shown)
 from .ir import DataType
 from .ir import nodes as n_
+from .ir.validate import weak_only
 from .registry import get_backend
 
 __all__ = ["elementwise", "Elementwise", "FUNCTIONS"]
@@ -122,38 +123,13 @@ _LINES = re.compile(r"(?<=\n)|(?<=\r)(?!\n)")  # where Python's parser ends a li
 _MAX_COPIED = 4096  # nodes a power may copy of a base only bare literals make (it cannot be a variable)
 
 
-_TYPED = (ir.Var, ir.Cast, ir.Load, ir.BufLen, ir.Builtin, ir.Atomic)  # of a type their own
-_BOOLEAN = set(n_.CMP_BINOPS) | set(n_.LOGIC_BINOPS) | set(n_.FLOAT_PRED_UNOPS) | set(n_.BOOL_UNOPS)
-
-
 def _weak_only(e: ir.Expr) -> bool:
-    """Whether `e`'s type comes from the operation around it, as a bare literal's does: made of
-    bare literals where it gives its value (`min(1, 2)`, `where(c, 1, 2)`: the condition's type is
-    no matter), so that a variable holding it would fix a default type first. Unknown nodes
-    count as weak (left as expressions, as they were)."""
-    weak: dict[int, bool] = {}
-    stack = [(e, False)]
-    while stack:
-        x, done = stack.pop()
-        if id(x) in weak:
-            continue
-        if isinstance(x, ir.Lit):
-            weak[id(x)] = x.weak
-        elif isinstance(x, _TYPED) or (isinstance(x, (ir.BinOp, ir.UnOp)) and x.op in _BOOLEAN):
-            weak[id(x)] = False
-        else:
-            kids = [x.a, x.b] if isinstance(x, (ir.BinOp, ir.Select)) else [x.a] if isinstance(x, ir.UnOp) else \
-                [x.a, x.b, x.c] if isinstance(x, ir.Fma) else None
-            if kids is None:
-                weak[id(x)] = True
-            elif done:
-                weak[id(x)] = all(weak[id(k)] for k in kids)
-            else:
-                stack.append((x, True))
-                stack.extend((k, False) for k in kids)
-    return weak[id(e)]
+    """Whether `e`'s type comes from the operation around it, as a bare literal's does, so that a
+    variable holding it would fix a default type first (`ir.validate.weak_only`)."""
+    return weak_only(e)
 
 
+_NAMES = re.compile(r"(?<![\w.])[^\W\d]\w*")  # the names an operation's text reads (not attributes)
 _INDEX = "idx"  # the invocation's element; parameters live in variables prefixed v_ / t_ / o_
 
 # ---- the functions an operation string may call ------------------------------------------------
@@ -268,6 +244,7 @@ class _Translator:
         self.stmts: list[ir.Node] = []  # user statements (lets/assigns), then the stores
         self.texts: list[str] = []  # the source of each statement, for messages
         self.defaulted: set[str] = set()  # temporaries first assigned a bare number (typed on its own)
+        self.defaulted_vars: dict[str, str] = {}  # ... by the variables holding them
         self._lines: tuple[str, list[bytes]] | None = None  # (the source, its lines) for segment()
         self.constants: dict[int, tuple] = {}  # a node's id -> (the node, its folded value), for folded()
 
@@ -366,6 +343,8 @@ class _Translator:
             if var is None:  # IR variable names are ASCII: other temporaries are spelt by their UTF-8 bytes
                 var = assigned[target] = ("o_" + target if target in self.outputs else "t_" + target
                                           if target.isascii() else "u_" + target.encode().hex())
+                if target in self.defaulted:
+                    self.defaulted_vars[var] = target
                 t = self.out_types.get(target)
                 if t is None or not _weak_only(value):
                     self.stmts.append(ir.let(var, value))
@@ -425,6 +404,8 @@ class _Translator:
                     self.expr(a)  # its checks (1e400 is no float literal)
                     return ir.lit(-a.value if isinstance(op, ast.USub) else a.value)  # -1.0 is a literal, as -1 is
                 x = self.expr(a)
+                if isinstance(op, (ast.USub, ast.UAdd)) and isinstance(x, ir.Lit) and x.weak and x.dtype.is_float:
+                    return ir.lit(-x.value if isinstance(op, ast.USub) else x.value)  # -inf, -nan, - -3.0: literals
                 if isinstance(op, ast.USub):
                     return ir.neg(x)
                 if isinstance(op, ast.UAdd):
@@ -556,10 +537,10 @@ class _Translator:
                                       and args[1].value in _CASTS):
                 raise self.fail(node, "cast takes a value and a type name in quotes",
                                 f"write cast(x, \"f32\") with one of {', '.join(d.value for d in DataType)}")
-            return ir.cast(self.expr(args[0]), _CASTS[args[1].value])
+            return self.converted(node, self.expr(args[0]), _CASTS[args[1].value])
         if fname in _CASTS:
             self.arity(node, fname, args, 1)
-            return ir.cast(self.expr(args[0]), _CASTS[fname])
+            return self.converted(node, self.expr(args[0]), _CASTS[fname])
         if fname in _UNARY:
             self.arity(node, fname, args, 1)
             return _UNARY[fname](self.expr(args[0]))
@@ -581,6 +562,22 @@ class _Translator:
         raise self.fail(node, f"{shown(fname)} is not a function an elementwise operation may call"
                               f"{did_you_mean(fname, FUNCTIONS)}",
                         f"use one of {', '.join(FUNCTIONS)}")
+
+    def converted(self, node: ast.AST, x: ir.Expr, t: DataType) -> ir.Expr:
+        """`x` converted to `t`, refused where x's type would be only a temporary's default: one
+        first assigned a bare number holds it in f32 (or u32, i32 ...), not in what it is converted to."""
+        weak = frozenset(self.defaulted_vars)
+        if weak and not isinstance(x, ir.Lit) and weak_only(x, weak_vars=weak):
+            read = {v.name for v in ir.walk([x]) if isinstance(v, ir.Var)}
+            names = [name for var, name in self.defaulted_vars.items() if var in read]
+            if names:
+                name = names[0]
+                raise self.fail(node, f"the temporary {name} was assigned a bare number, so it holds it in a default "
+                                      f"type (f32 for a float, u32 or the first integer type holding an int), not in "
+                                      f"the {t} it is converted to here",
+                                f"give {name} its type where it is assigned, e.g. {name} = {t}(...) (then "
+                                f"converting it is exact)")
+        return ir.cast(x, t)
 
     def arity(self, node: ast.AST, fname: str, args: list, n: int) -> None:
         if len(args) != n:
@@ -947,8 +944,8 @@ class Elementwise:
             where = f"in `{clip(self._texts[k], 120)}`" if 0 <= k < len(self._texts) else d.where
             typing |= "different types" in cause or hint.startswith("convert explicitly")
             if 0 <= k < len(self._texts) and ("different types" in cause or " must be " in cause):
-                for t in self._defaulted:
-                    if re.search(rf"(?<![\w.]){re.escape(t)}(?!\w)", self._texts[k]):
+                for t in dict.fromkeys(_NAMES.findall(self._texts[k])):  # a set lookup each: thousands are fine
+                    if t in self._defaulted:
                         cause += (f" ({t} was assigned a bare number, whose type is not taken from where {t} is used: "
                                   f"name the type it needs, e.g. {t} = f32(...))")
             own = _text_fix(d.facts, hint) if isinstance(self.operation, str) else hint
@@ -1268,11 +1265,20 @@ def _text_fix(facts, hint: str) -> str:
         if t.is_bool:
             return "write True or False for a bool, or compare to make one (x != 0)"
         if t.is_float:
-            return f"write a literal that {t} holds (at most {t.max!r} in size), or declare a wider float type"
-        return f"write a literal that {t} holds ({t.min} to {t.max}), or declare a wider type"
+            return (f"write a literal that {t} holds (at most {t.max!r} in size), or declare a wider float type (a "
+                    "temporary takes its type where it is assigned: t = f64(...))")
+        if isinstance(facts.get("value"), float):
+            return (f"write an integer literal ({t} holds {t.min} to {t.max}), or compute in a float type: declare "
+                    "one, or convert with f64(...) and back with the output's type")
+        return (f"write a literal that {t} holds ({t.min} to {t.max}), or declare a wider type (a temporary takes "
+                "its type where it is assigned: t = i64(...))")
     if kind == "literal cast":
         text, how = facts["text"], facts["how"]
-        typed = "f64" if not re.fullmatch(r"-?\d+", text) else "u64" if int(text) > DataType.I64.max else "i64"
+        text = "nan" if text == "NaN" else text  # the operation's name for it
+        whole = re.fullmatch(r"-?\d+", text)
+        if whole and not DataType.I64.min <= int(text) <= DataType.U64.max:
+            return f"write a literal that {t} holds ({t.min} to {t.max}); no integer type holds {text}"
+        typed = "f64" if not whole else "u64" if int(text) > DataType.I64.max else "i64"
         return (f"write a literal that {t} holds, or {'wrap' if how == 'wrap to' else 'saturate'} on purpose by "
                 f"converting a typed value: {t}({typed}({text}))")
     hint = hint.replace("ir.cast it to", "convert it by a type's name (i32(x), f32(x)) to")

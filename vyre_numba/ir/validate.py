@@ -81,6 +81,64 @@ def _strong(lit: n.Lit, dt: DataType) -> n.Lit | None:
     return n.Lit(dt, lit.raw)
 
 
+_OWN_TYPE = (n.Var, n.Cast, n.Load, n.BufLen, n.Builtin, n.Atomic, n.SubgroupBallot)  # of a type their own
+_BOOLEAN = set(n.CMP_BINOPS) | set(n.LOGIC_BINOPS) | set(n.FLOAT_PRED_UNOPS) | set(n.BOOL_UNOPS)
+
+
+def _value_kids(x: n.Expr) -> list | None:
+    """The operands `x`'s value (and so its type) comes from; None for a node of no known kind."""
+    match x:
+        case n.BinOp(_, a, b) | n.Select(_, a, b):
+            return [a, b]
+        case n.UnOp(_, a) | n.SubgroupAdd(a) | n.SubgroupShuffle(a, _):
+            return [a]
+        case n.Fma(a, b, c):
+            return [a, b, c]
+    return None
+
+
+def weak_only(e: n.Expr, memo: dict | None = None, weak_vars: frozenset = frozenset()) -> bool:
+    """Whether `e` takes its type from its context, as a bare literal does: its value is made of
+    weak literals only (`1 + 2`, `min(1, 2)`, `select(c, 1, 2)`: a condition's type is no matter;
+    variables named in `weak_vars` count as such literals). Nodes of no known kind count as weak.
+    `memo` (by node id, over one walk of a tree that outlives it) makes repeated questions linear."""
+    memo = {} if memo is None else memo
+    stack = [(e, False)]
+    while stack:
+        x, done = stack.pop()
+        if id(x) in memo:
+            continue
+        if isinstance(x, n.Lit):
+            memo[id(x)] = x.weak
+        elif isinstance(x, n.Var) and x.name in weak_vars:
+            memo[id(x)] = True
+        elif isinstance(x, _OWN_TYPE) or (isinstance(x, (n.BinOp, n.UnOp)) and x.op in _BOOLEAN):
+            memo[id(x)] = False
+        else:
+            kids = _value_kids(x)
+            if kids is None:
+                memo[id(x)] = True
+            elif done:
+                memo[id(x)] = all(memo[id(k)] for k in kids)
+            else:
+                stack.append((x, True))
+                stack.extend((k, False) for k in kids if id(k) not in memo)
+    return memo[id(e)]
+
+
+def _any_float_literal(e: n.Expr) -> bool:
+    """Whether a weak-only expression holds a float literal among the literals of its value."""
+    todo = [e]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, n.Lit):
+            if x.dtype.is_float:
+                return True
+        else:
+            todo.extend(_value_kids(x) or ())
+    return False
+
+
 def _cast_operand(a: n.Expr, dtype: DataType) -> DataType | None:
     """The type a weak literal cast to `dtype` takes, so that the cast starts from its exact value:
     a float becomes `dtype` itself (rounded once) or, cast to an integer or bool, f64 (which
@@ -173,6 +231,7 @@ class _Checker:
         self.vars: dict[str, list[tuple[DataType | None, bool]]] = {}  # name -> shadow stack
         self.scopes: list[list[str]] = [[]]
         self.said: dict[str, str] = {}  # an undeclared buffer's message, by its name
+        self.weak: dict[int, bool] = {}  # weak_only's answers, by node id (the program holds every node)
 
     # ---- helpers ----------------------------------------------------------------------------
     def err(self, where, msg: str, **facts) -> None:
@@ -317,7 +376,19 @@ class _Checker:
                                     f"where {meant} is meant), or cast a typed value (e.g. ir.cast({typed}, "
                                     f"'{dtype}')).", problem="literal cast", text=text, dtype=dtype, how=how)
                     return e, dtype
-                a, _ = yield self.expr(a, where, _cast_operand(a, dtype))
+                if isinstance(a, n.Lit) or not weak_only(a, self.weak):
+                    a, _ = yield self.expr(a, where, _cast_operand(a, dtype))
+                    return n.Cast(dtype, a), dtype
+                # literals alone, computed in the type converted to where it holds them all, as one literal is
+                floats = _any_float_literal(a)
+                if dtype.is_int and floats:
+                    self.err(where, f"cast to {dtype} of an expression of literals with a float literal: its value "
+                                    f"is no {dtype} literal, and a float type for it would be a guess. Fix: give the "
+                                    "expression a float type (make one literal typed, e.g. ir.f64(1.0)) and cast "
+                                    "that on purpose, or write the integer literal meant.",
+                             problem="literal expression cast", dtype=dtype)
+                    return e, dtype
+                a, _ = yield self.expr(a, where, dtype if not dtype.is_bool else D.F64 if floats else None)
                 return n.Cast(dtype, a), dtype
             case n.Fma():
                 return (yield self.fma(e, where, want))
@@ -374,7 +445,7 @@ class _Checker:
 
     def pair(self, a: n.Expr, b: n.Expr, where, want: DataType | None):
         """Type two operands that must agree, letting a strong one fix a weak one's type."""
-        if isinstance(a, n.Lit) and a.weak and not (isinstance(b, n.Lit) and b.weak):
+        if weak_only(a, self.weak) and not weak_only(b, self.weak):  # `(0.1 + 0.2) < x` types 0.1 + 0.2 as x
             rb = yield self.expr(b, where, want)
             ra = yield self.expr(a, where, rb[1] or want)
             return ra, rb

@@ -1235,3 +1235,69 @@ def test_an_out_array_of_another_type_is_told_a_fix_that_fills_the_callers_array
     k(x, out=out2, backend=R)
     mine[...] = out2
     assert mine.tolist() == [2.0, 2.0, 2.0]
+
+
+@pytest.mark.parametrize("inputs, outputs, operation, want", [
+    ("f64 x", "bool y", "(0.1 + 0.2) < x", [False, False, False, True]),  # typed as x, as `x > 0.1 + 0.2` is
+    ("f64 x", "bool y", "0.1 + 0.2 == x", [False, False, True, False]),
+    ("f64 x", "bool y", "f64(0.1 + 0.2) == x", [False, False, True, False]),  # computed in f64, not f32
+    ("f64 x", "f64 y", "x * 0 + f64(7 / 2)", [3.5] * 4),
+    ("f64 x", "f64 y", "x * 0 + f64(1.0 / 3.0)", [1 / 3] * 4),
+    ("f64 x", "f64 y", "x * 0 + f64(3000000000 / 1 * 2)", [6e9] * 4),  # not wrapped in u32
+])
+def test_an_expression_of_literals_takes_the_type_of_what_it_meets_or_is_converted_to(inputs, outputs, operation,
+                                                                                     want):
+    """Regression (a red-team): an expression of literals alone was computed in the default type
+    (f32, u32) under a conversion and on the left of a comparison."""
+    x = np.array([0.25, 0.3, 0.1 + 0.2, 0.31])
+    got = elementwise(inputs, outputs, operation)(x, backend=R)
+    assert got.tolist() == want
+
+
+@pytest.mark.parametrize("operation, fragment", [
+    ("t = 16777217.0; y = i64(t)", "the temporary t was assigned a bare number"),  # f32 rounded it to 16777216
+    ("t = 300; y = i64(u8(t))", "the temporary t was assigned a bare number"),  # u32 300 wrapped to 44
+    ("t = nan; y = i64(t) + 0", "the temporary t was assigned a bare number"),  # NaN became 0
+    ("y = i64(u8(-inf))", "cast of the literal -inf to u8"),
+    ("y = i64(u8(-nan))", "cast of the literal NaN to u8"),
+    ("y = i64(u8(- -300.0))", "cast of the literal 300.0 to u8"),
+    ("y = i64(u8(max(300, 2)))", "literal 300 cannot be a u8"),
+    ("y = i64(u8(where(x > 0, 300, 1)))", "literal 300 cannot be a u8"),
+    ("y = i64(u8(1.0 * 300.0))", "cast to u8 of an expression of literals with a float literal"),
+])
+def test_a_value_converted_is_never_a_default_typed_guess(operation, fragment):
+    text = one_fix(raises(IRValidationError, elementwise, "f64 x", "i64 y", operation, match=fragment))
+    assert "Fix:" in text
+
+
+def test_a_temporarys_conversion_fix_runs_and_converts_exactly():
+    with pytest.raises(IRValidationError, match=r"Fix: give t its type where it is assigned, e\.g\. t = f64"):
+        elementwise("f64 x", "f64 y", "t = 0.1; y = x * f64(t)")
+    got = elementwise("f64 x", "i64 y", "t = f64(16777217.0); y = i64(t)")(np.ones(1), backend=R)
+    assert got.tolist() == [16777217]
+    assert elementwise("f64 x", "f64 y", "t = f64(0.1); y = x * t")(np.ones(1), backend=R).tolist() == [0.1]
+
+
+@pytest.mark.parametrize("operation, fix", [
+    ("u8(nan)", "u8(f64(nan))"),
+    ("u64(2**64)", "no integer type holds 18446744073709551616"),
+])
+def test_literal_cast_fixes_name_what_the_operation_can_write(operation, fix):
+    outputs = "u64 y" if "u64" in operation else "u8 y"
+    text = one_fix(raises(IRValidationError, elementwise, "f64 x", outputs, operation))
+    assert fix in text.rsplit("Fix:", 1)[1]
+    if "(f64(" in fix:  # followed
+        assert elementwise("f64 x", outputs, fix)(np.ones(1), backend=R).tolist() == [0]
+
+
+def test_many_temporaries_of_bare_numbers_build_in_linear_time():
+    """Regression (a red-team): each type error searched every temporary with a fresh pattern
+    (Python's pattern cache holds 512): 700 temporaries took 47 s."""
+    import time
+
+    n = 1400
+    op = "; ".join(f"t{i} = 0.5" for i in range(n)) + "; " + "; ".join(f"y = x * t{i}" for i in range(n))
+    start = time.perf_counter()
+    with pytest.raises(IRValidationError, match="t0 was assigned a bare number"):
+        elementwise("f64 x", "f64 y", op)
+    assert time.perf_counter() - start < 20  # 0.25 s on the development machine

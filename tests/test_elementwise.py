@@ -1301,3 +1301,45 @@ def test_many_temporaries_of_bare_numbers_build_in_linear_time():
     with pytest.raises(IRValidationError, match="t0 was assigned a bare number"):
         elementwise("f64 x", "f64 y", op)
     assert time.perf_counter() - start < 20  # 0.25 s on the development machine
+
+
+def test_folded_exponents_and_any_declared_type_name_in_cast():
+    x = np.float64([2.0])
+    assert elementwise("f64 x", "f64 y", "x ** (1 + 1)")(x, backend=R).tolist() == [4.0]
+    assert elementwise("f64 x", "f64 y", "x ** 2 ** 3")(x, backend=R).tolist() == [256.0]
+    assert elementwise("f64 x", "f32 y", 'cast(x, "f")')(np.float64([2.5]), backend=R).tolist() == [2.5]
+    raises(IRValidationError, elementwise, "f64 x", "f32 y", 'cast(x, "F32")', match="Fix: write 'f32'")
+
+
+def test_a_literal_below_every_float_type_is_refused_as_one_above_is():
+    raises(IRValidationError, elementwise, "f64 x", "f64 y", "x + 1e-400", match="below every float type.*Fix:")
+    assert elementwise("f64 x", "f64 y", "x + 0.0e5 + 5e-324")(np.ones(1), backend=R).tolist() == [1.0]
+    text = raises(IRValidationError, elementwise, "f64 x", "f64 y", "x +\x00 1")
+    assert "column None" not in text
+
+
+def test_an_int_for_a_bf16_scalar_is_a_value_where_no_uint16_holds_it_else_told_to_say_which():
+    k = elementwise("bf16 a, f32 x", "f32 y", "f32(a) + x")
+    zero = np.zeros(1, np.float32)
+    for value in (65536, 2**20, -3, np.int64(2**20), 2**64):  # exact bf16 values, and no raw bits
+        assert k(value, zero, backend=R).tolist() == [float(value)]
+    for value, fix in ((3, "pass 3.0 (a float)"), (257, "pass np.uint16(257) for raw bits")):
+        text = raises(DispatchError, k, value, zero, backend=R, match="could read as a value or as raw bfloat16 bits")
+        assert fix in text
+    raises(DispatchError, k, 65537, zero, backend=R, match="not exactly a bf16 value")
+    assert k(np.uint16(16256), zero, backend=R).tolist() == [1.0]  # raw bits: 1.0
+
+
+def test_out_that_is_no_array_and_a_read_of_an_undeclared_buffer_get_fixes_that_apply():
+    k = elementwise("f32 x", "f32 y", "x + 1")
+    for out in ("abc", (i for i in range(2)), {1}):
+        with pytest.raises(DispatchError, match="not an array to write. Fix: pass an array of the inputs' shape"):
+            k(np.zeros(2, np.float32), out=out, backend=R)
+    with pytest.raises(DispatchError, match="Fix: pass a plain array to fill"):
+        k(np.zeros(2, np.float32), out=np.ma.array(np.zeros(2, np.float32)), backend=R)
+    with pytest.raises(DispatchError, match=r"Fix: pass x.filled\(value\)"):
+        k(np.ma.array(np.zeros(2, np.float32)), backend=R)
+    raises(IRValidationError, elementwise, "f32 x", "f32 y", lambda x: x + ir.load("zz", 0),
+           match="Fix: use only the function's arguments")
+    text = raises(IRValidationError, elementwise, "f32 x", "f32 y", "f16(7.0) + x")
+    assert "ir.cast" not in text and "convert one operand by a type's name" in text

@@ -47,7 +47,11 @@ The operation string
   ``f32(x)``, ``i32(n)``, ``u8(v)``, ``float64(x)``, ``bool(n)`` ... or ``cast(x, "f32")``; a literal
   converted must fit (``u8(300)`` and ``u8(300.0)`` are refused, as NumPy refuses ``np.uint8(300)``),
   and a typed value converts on purpose (``u8(i64(300))`` wraps to 44, ``u8(f64(300.0))`` saturates to 255).
-  There is no implicit conversion: operands of one operation have one type.
+  There is no implicit conversion: operands of one operation have one type. Literals alone
+  (``0.1 + 0.2``, ``7 / 2``) take the type of the operand beside them or of their conversion
+  (``f64(7 / 2)`` is 3.5). A temporary first assigned a bare number (``t = 0.1``) holds it in the
+  default type (f32, u32 ...; docs/semantics.md), so converting it (``f64(t)``) is refused: give it
+  its type where it is assigned, ``t = f64(0.1)``.
 
 The operation as a function
 ---------------------------
@@ -278,7 +282,8 @@ class _Translator:
             tree = ast.parse(text, mode="exec")
         except SyntaxError as e:
             raise IRValidationError(f"elementwise {self.kernel!r}: the operation {shown(text, 200)} is not valid "
-                                    f"Python syntax ({e.msg} at column {e.offset}). Fix: write an expression such as "
+                                    f"Python syntax ({e.msg}{'' if e.offset is None else f' at column {e.offset}'}). "
+                                    "Fix: write an expression such as "
                                     "'a * x + y', or assignments 'out = ...; out2 = ...'.") from None
         except UnicodeError as e:  # a lone surrogate, say: Python cannot read the text as source
             at = getattr(e, "start", None)
@@ -376,6 +381,11 @@ class _Translator:
                     raise self.fail(node, f"the literal {text} is past every float type (f64's largest finite is "
                                           f"{DataType.F64.max!r})",
                                     "write inf for an infinity, or a finite literal")
+                if isinstance(v, float) and v == 0 and re.match(r"[\d_.]*[1-9]", self.segment(node) or ""):
+                    text = self.segment(node)  # Python read a literal below f64's smallest as zero
+                    raise self.fail(node, f"the literal {text} is below every float type's smallest (f64's is "
+                                          "about 4.9e-324), so it would read as 0.0",
+                                    "write 0.0 where zero is meant, or a literal f64 holds")
                 if isinstance(v, bool) or (isinstance(v, (int, float)) and not isinstance(v, complex)):
                     return ir.lit(v)
                 raise self.fail(node, f"the constant {shown(v)} is not a number", "use int, float, True or False "
@@ -485,7 +495,7 @@ class _Translator:
                                   "the count to the type's width)", "shift by a count from 0 up") from None
 
     def power(self, node: ast.AST, base: ast.AST, exponent: ast.AST) -> ir.Expr:
-        k = exponent.value if isinstance(exponent, ast.Constant) else None
+        k = exponent.value if isinstance(exponent, ast.Constant) else self.folded(exponent)  # x ** (1 + 1), x ** 2 ** 3
         if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= _MAX_POWER:
             raise self.fail(node, "`**` takes an integer literal exponent from 0 to 64 (the IR has no pow)",
                             "write sqrt(x) for x ** 0.5, recip(x ** k) for negative powers, or exp(y * log(x))")
@@ -533,11 +543,15 @@ class _Translator:
             raise self.fail(node, f"{fname}() takes positional arguments only", f"write {fname}(a, b, ...)")
         args = node.args
         if fname == "cast":
-            if len(args) != 2 or not (isinstance(args[1], ast.Constant) and isinstance(args[1].value, str)
-                                      and args[1].value in _CASTS):
+            if len(args) != 2 or not (isinstance(args[1], ast.Constant) and isinstance(args[1].value, str)):
                 raise self.fail(node, "cast takes a value and a type name in quotes",
                                 f"write cast(x, \"f32\") with one of {', '.join(d.value for d in DataType)}")
-            return self.converted(node, self.expr(args[0]), _CASTS[args[1].value])
+            try:  # any name a declaration takes ('f', 'double', 'float32' ...)
+                t = DataType.parse(args[1].value)
+            except VyreError as e:
+                why, _, fix = str(e).partition(" Fix: ")
+                raise self.fail(args[1], why.rstrip("."), fix.rstrip(".")) from None
+            return self.converted(node, self.expr(args[0]), t)
         if fname in _CASTS:
             self.arity(node, fname, args, 1)
             return self.converted(node, self.expr(args[0]), _CASTS[fname])
@@ -666,14 +680,16 @@ class _Arg:
         return self.kind is not None and self.kind not in _HOST_KINDS
 
 
-def _classify(name: str, x, where: str, dt: DataType | None = None) -> _Arg:
+def _classify(name: str, x, where: str, dt: DataType | None = None, *, out: bool = False) -> _Arg:
     """What `x` is: a host scalar (kind None), a host array, or a device array. A host scalar for
-    an input of type `dt` that is no number (an object, complex, a date, text, a record) is refused."""
+    an input of type `dt` that is no number (an object, complex, a date, text, a record) is refused;
+    `out`: x is an out= array, to be written in place (said so where it is none)."""
     if isinstance(x, (bool, int, float, complex, np.generic)):
         return _scalar_arg(name, x, where, dt)
     if isinstance(x, np.ma.MaskedArray):
-        raise DispatchError(f"{where}: {shown(name)} is a masked array; its mask would be lost. Fix: pass "
-                            "x.filled(value).")
+        raise DispatchError(f"{where}: {shown(name)} is a masked array; its mask would be lost. Fix: " + (
+            "pass a plain array to fill (np.empty(shape, dtype)) and mask the result yourself." if out else
+            f"pass {name}.filled(value), with the value the masked elements mean."))
     if isinstance(x, np.ndarray):
         if x.ndim == 0:
             return _scalar_arg(name, x, where, dt)
@@ -700,6 +716,10 @@ def _classify(name: str, x, where: str, dt: DataType | None = None) -> _Arg:
         raise DispatchError(f"{where}: {shown(name)} is {a_type(x)}, a number type elementwise does not take "
                             "(it takes Python bool, int and float, NumPy numbers and arrays). Fix: pass "
                             f"float({name}) or int({name}) where that is its exact value.")
+    if out:
+        raise DispatchError(f"{where}: {shown(name)} is {a_type(x)}, not an array to write. Fix: pass an array of the "
+                            "inputs' shape and the output's dtype (np.empty(shape, dtype), or a CUDA array), or leave "
+                            "out= out.")
     raise DispatchError(f"{where}: {shown(name)} is {a_type(x)}, which is neither a number nor an array. "
                         "Fix: pass a Python/NumPy scalar, a NumPy array or a CUDA array (numba, CuPy, PyTorch).")
 
@@ -949,7 +969,10 @@ class Elementwise:
                         cause += (f" ({t} was assigned a bare number, whose type is not taken from where {t} is used: "
                                   f"name the type it needs, e.g. {t} = f32(...))")
             own = _text_fix(d.facts, hint) if isinstance(self.operation, str) else hint
-            lines.append((f"{where}: {cause}", hint))
+            if not isinstance(self.operation, str) and "is not declared" in cause:  # a buffer the function read
+                own = ("use only the function's arguments (one IR expression per input: the kernel binds no other "
+                       "buffer), or write an ir.Program to read other buffers")
+            lines.append((f"{where}: {cause}", own))
             if own and own not in fixes:
                 fixes.append(own)
         if typing or not fixes:
@@ -1077,7 +1100,7 @@ class Elementwise:
                                 f"{self._out_names}. Fix: pass out=(array, ...) with one array per output.")
         args = []
         for (name, dt), o in zip(self.outputs, given):
-            a = _classify(name, o, where + " out=")
+            a = _classify(name, o, where + " out=", out=True)
             if a.kind is None:
                 raise DispatchError(f"{where}: out= for {shown(name)} is a scalar or 0-d array, not an array to write. "
                                     "Fix: pass an array of the inputs' shape (np.empty(shape, dtype)), or leave out= "
@@ -1110,6 +1133,19 @@ class Elementwise:
         """A host scalar as one element of `dt`, converted only where exact."""
         decl = ir.BufferDecl.uniform(a.name, 0, dt, 1)
         v = a.value
+        one = v.item() if isinstance(v, (np.ndarray, np.generic)) and np.ndim(v) == 0 else v
+        if dt is DataType.BF16 and isinstance(one, int) and not isinstance(one, bool) and \
+                getattr(v, "dtype", None) != np.uint16:  # np.uint16 is raw bits
+            with np.errstate(over="ignore"):
+                exact = abs(one) < 2**128 and float(ir.bf16_bits_to_f32(ir.f32_to_bf16_bits(np.float32(one)))) == one
+            if 0 <= one < 2**16:  # raw bits could be meant too
+                fix = (f"pass {float(one)!r} (a float) for the value, or np.uint16(bits) for raw bits" if exact else
+                       f"pass np.uint16({one}) for raw bits, or a value bf16 holds as a float (bf16 keeps 8 "
+                       f"significant bits; {one} is not one of its values)")
+                raise DispatchError(f"{where}: the scalar {a.name!r} = {one} is an int, which a bf16 input could read "
+                                    f"as a value or as raw bfloat16 bits. Fix: {fix}.")
+            if exact:  # no uint16 holds it: a value, as any other float input takes an int
+                v = float(one)
         if type(v) is int and dt.is_float and not -2**63 <= v < 2**64:  # NumPy would read it as an object
             try:
                 if float(v) == v:
@@ -1282,6 +1318,8 @@ def _text_fix(facts, hint: str) -> str:
         return (f"write a literal that {t} holds, or {'wrap' if how == 'wrap to' else 'saturate'} on purpose by "
                 f"converting a typed value: {t}({typed}({text}))")
     hint = hint.replace("ir.cast it to", "convert it by a type's name (i32(x), f32(x)) to")
+    hint = re.sub(r"\bmath\.(inf|nan)\b", r"\1", hint)  # the operation's names for them
+    hint = hint.replace("ir.cast one operand", "convert one operand by a type's name (f32(x))")
     return re.sub(r"\bir\.(\w+)\(", lambda m: m.group(1).rstrip("_") + "(" if m.group(1).rstrip("_") in FUNCTIONS
                   else m.group(0), hint)  # the IR's functions as the operation's text calls them
 

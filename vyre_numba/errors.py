@@ -144,8 +144,9 @@ def _read_only(self, name: str) -> None:
     prop = getattr(type(self), name, None)
     if isinstance(prop, property) and prop.fset is None:
         cls = public_name(type(self))
+        fix = getattr(self, "_read_only_fix", None) or f"make a new {cls} with the value you want"
         raise ImmutableError(f"{cls}.{name} is read-only: the {cls} keeps it from what it was made with and what "
-                             f"was done to it since. Fix: {getattr(self, '_read_only_fix', None) or f'make a new {cls} with the value you want'}.")
+                             f"was done to it since. Fix: {fix}.")
 
 
 def set_unless_read_only(self, name: str, value) -> None:

@@ -122,8 +122,9 @@ def index_of(keys: np.ndarray, values: np.ndarray) -> np.ndarray | np.int64:
     v = _integers(values, "index_of")
     if (keys.dtype.kind == "b") != (v.dtype.kind == "b"):  # NumPy would compare True as 1, without a word
         which = "keys" if keys.dtype.kind == "b" else "values"
-        raise DispatchError(f"index_of: the {which} are bools and the others integers; a bool is not an id. Fix: pass "
-                            f"both as integers (np.asarray({which}, np.int64) where 0 and 1 are meant) or both as bools.")
+        raise DispatchError(f"index_of: the {which} are bools and the others integers; a bool is not an id. Fix: "
+                            f"pass both as integers (np.asarray({which}, np.int64) where 0 and 1 are meant) or both "
+                            "as bools.")
     shape, v = v.shape, v.reshape(-1)
     keys, v, past = _comparable(keys, v)
     if v.size < 4096:

@@ -71,8 +71,8 @@ def _distinct_sorted(t: np.ndarray) -> bool:
 # ---- budgets -----------------------------------------------------------------------------------
 
 _SIZE = re.compile(r"^\s*(\d{1,30}(?:\.\d{0,30})?(?:[eE]\d{1,2})?)\s*([kmgt]?)(?:i?b)?\s*$",
-                   re.IGNORECASE | re.ASCII)  # ASCII digits, as the command line's; bounded: a budget past 2**63
-#                                               is refused anyway, so no reading of thousands of digits or a huge exponent
+                   re.IGNORECASE | re.ASCII)  # ASCII digits, as the command line's; bounded: a budget
+#                                               past 2**63 is refused anyway, so no thousands of digits to read
 _SCALE = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 

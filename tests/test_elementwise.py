@@ -1261,13 +1261,21 @@ def test_an_expression_of_literals_takes_the_type_of_what_it_meets_or_is_convert
     ("y = i64(u8(-inf))", "cast of the literal -inf to u8"),
     ("y = i64(u8(-nan))", "cast of the literal NaN to u8"),
     ("y = i64(u8(- -300.0))", "cast of the literal 300.0 to u8"),
-    ("y = i64(u8(max(300, 2)))", "literal 300 cannot be a u8"),
-    ("y = i64(u8(where(x > 0, 300, 1)))", "literal 300 cannot be a u8"),
+    ("y = i64(u8(max(300, 2)))", "the literal 300, which u8 does not hold"),
+    ("y = i64(u8(where(x > 0, 300, 1)))", "the literal 300, which u8 does not hold"),
     ("y = i64(u8(1.0 * 300.0))", "cast to u8 of an expression of literals with a float literal"),
 ])
 def test_a_value_converted_is_never_a_default_typed_guess(operation, fragment):
     text = one_fix(raises(IRValidationError, elementwise, "f64 x", "i64 y", operation, match=fragment))
     assert "Fix:" in text
+
+
+def test_a_temporary_whose_default_type_keeps_its_number_converts_as_before():
+    x = np.float64([2.0])
+    for op, want in (("n = 3; y = x / f64(n)", 2 / 3), ("k = 2; y = f64(k) * x", 4.0), ("n = 3; y = x / f64(n + 1)", 0.5),
+                     ("t = 0.5; y = x * f64(t)", 1.0)):
+        assert elementwise("f64 x", "f64 y", op)(x, backend=R).tolist() == [want]
+    assert elementwise("f64 x", "i32 y", "t = 2.5; y = i32(t)")(x, backend=R).tolist() == [2]  # as i32(2.5)
 
 
 def test_a_temporarys_conversion_fix_runs_and_converts_exactly():

@@ -810,3 +810,45 @@ def test_the_let_offered_is_one_that_builds():
         assert all("declare it so" not in d.message for d in ir.validate(program(init, dt))), (init, dt)
     p = program(ir.Lit(ir.DataType.F32, 1 << 40), "f64")
     assert any("is not a f32 bit pattern" in d.message or "bit pattern" in d.message for d in ir.validate(p))
+
+
+def _one(expr, t: str):
+    """The value `expr` stores into a one-element buffer of type `t` on the reference backend."""
+    import vyre_numba as vn
+
+    prog = ir.Program([ir.BufferDecl.output("y", 0, t, 1), ir.BufferDecl.read("x", 1, "f64", 1)], 1,
+                      [ir.store("y", 0, expr)], name="one")
+    return vn.get_backend("reference").dispatch(prog, [np.float64([0.30000000000000004])])[0][0]
+
+
+@pytest.mark.parametrize("make, t, want", [
+    (lambda: ir.lt(ir.add(0.1, 0.2), ir.load("x", 0)), "bool", False),  # 0.1 + 0.2 typed f64, as x is
+    (lambda: ir.eq(ir.add(0.1, 0.2), ir.load("x", 0)), "bool", True),
+    (lambda: ir.cast(ir.div(7, 2), "f64"), "f64", 3.5),  # semantics.md's example
+    (lambda: ir.cast(ir.div(1.0, 3.0), "f64"), "f64", 1 / 3),
+    (lambda: ir.cast(ir.mul(3000000000, 2), "i64"), "i64", 6000000000),  # not wrapped in u32
+    (lambda: ir.cast(ir.shl(1, 4), "f32"), "f32", 16.0),  # an integer-only operation keeps the default types
+    (lambda: ir.cast(ir.mod(7, 3), "f64"), "f64", 1.0),
+    (lambda: ir.cast(ir.add(1, ir.popcount(5)), "f32"), "f32", 3.0),  # popcount is u32 whatever its operand
+    (lambda: ir.cast(ir.sub(16777217, 1), "f32"), "f32", 16777216.0),  # computed in f64, rounded once
+    (lambda: ir.cast(ir.mod(ir.i64(4294967297), 3), "i32"), "i32", 2),
+    (lambda: ir.lt(ir.add(0.5, 0.5), ir.fma(ir.add(1.0, 1.0), 2.0, ir.load("x", 0))), "bool", True),
+])
+def test_an_expression_of_weak_literals_takes_the_type_beside_it_or_converted_to(make, t, want):
+    assert _one(make(), t) == want
+
+
+def test_an_expression_of_weak_literals_cast_to_f16_is_rounded_once():
+    got = _one(ir.cast(ir.add(0.1, 0.2), "f16"), "f16")
+    assert np.float16(got).view(np.uint16) == np.float16(0.1 + 0.2).view(np.uint16)
+
+
+@pytest.mark.parametrize("make, fragment, fix", [
+    (lambda: ir.cast(ir.mod(4294967297, 3), "i32"), "the literal 4294967297, which i32 does not hold",
+     r"ir.i64\(4294967297\)"),
+    (lambda: ir.cast(ir.mul(1.0, 300.0), "u8"), "a float literal", r"ir.f64\(1.0\)"),
+])
+def test_an_expression_of_literals_an_integer_cast_cannot_compute_is_refused(make, fragment, fix):
+    with pytest.raises(IRValidationError, match=f"{fragment}.*Fix: .*{fix}"):
+        ir.check(ir.Program([ir.BufferDecl.output("y", 0, "u64", 1)], 1, [ir.store("y", 0, ir.cast(make(), "u64"))],
+                            name="p"))

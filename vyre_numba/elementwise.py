@@ -117,7 +117,7 @@ from .errors import (INTEGERS, DispatchError, IRValidationError, VyreError, a_ty
                      shown)
 from .ir import DataType
 from .ir import nodes as n_
-from .ir.validate import weak_only
+from .ir.validate import _cast_literal, weak_only
 from .registry import get_backend
 
 __all__ = ["elementwise", "Elementwise", "FUNCTIONS"]
@@ -248,7 +248,7 @@ class _Translator:
         self.stmts: list[ir.Node] = []  # user statements (lets/assigns), then the stores
         self.texts: list[str] = []  # the source of each statement, for messages
         self.defaulted: set[str] = set()  # temporaries first assigned a bare number (typed on its own)
-        self.defaulted_vars: dict[str, str] = {}  # ... by the variables holding them
+        self.defaulted_vars: dict[str, tuple] = {}  # ... by the variables holding them: (name, first value)
         self._lines: tuple[str, list[bytes]] | None = None  # (the source, its lines) for segment()
         self.constants: dict[int, tuple] = {}  # a node's id -> (the node, its folded value), for folded()
 
@@ -349,7 +349,7 @@ class _Translator:
                 var = assigned[target] = ("o_" + target if target in self.outputs else "t_" + target
                                           if target.isascii() else "u_" + target.encode().hex())
                 if target in self.defaulted:
-                    self.defaulted_vars[var] = target
+                    self.defaulted_vars[var] = (target, value)
                 t = self.out_types.get(target)
                 if t is None or not _weak_only(value):
                     self.stmts.append(ir.let(var, value))
@@ -578,19 +578,25 @@ class _Translator:
                         f"use one of {', '.join(FUNCTIONS)}")
 
     def converted(self, node: ast.AST, x: ir.Expr, t: DataType) -> ir.Expr:
-        """`x` converted to `t`, refused where x's type would be only a temporary's default: one
-        first assigned a bare number holds it in f32 (or u32, i32 ...), not in what it is converted to."""
+        """`x` converted to `t`, refused where x's type is only a temporary's default and that lost
+        the number it was assigned (a temporary first assigned a bare number holds it in f32, or u32,
+        i32 ...: `t = 0.1` is f32's 0.1), or converting it would be refused for the number itself
+        (`t = 300; u8(t)`, as `u8(300)` is)."""
         weak = frozenset(self.defaulted_vars)
         if weak and not isinstance(x, ir.Lit) and weak_only(x, weak_vars=weak):
             read = {v.name for v in ir.walk([x]) if isinstance(v, ir.Var)}
-            names = [name for var, name in self.defaulted_vars.items() if var in read]
-            if names:
-                name = names[0]
-                raise self.fail(node, f"the temporary {name} was assigned a bare number, so it holds it in a default "
-                                      f"type (f32 for a float, u32 or the first integer type holding an int), not in "
-                                      f"the {t} it is converted to here",
-                                f"give {name} its type where it is assigned, e.g. {name} = {t}(...) (then "
-                                f"converting it is exact)")
+            for var, (name, first) in self.defaulted_vars.items():
+                if var not in read:
+                    continue
+                lost = any(isinstance(v, ir.Lit) and v.weak and v.dtype.is_float and not math.isnan(v.value)
+                           and float(np.float32(v.value)) != v.value for v in ir.walk([first]))
+                if isinstance(x, ir.Var) and isinstance(first, ir.Lit):
+                    lost = lost or _cast_literal(first, t) is not None
+                if lost:
+                    raise self.fail(node, f"the temporary {name} was assigned a bare number, so it holds it in a "
+                                          f"default type (f32 for a float, u32 or the first integer type holding an "
+                                          f"int), which does not keep it for the {t} it is converted to here",
+                                    f"give {name} its type where it is assigned, e.g. {name} = {t}(...)")
         return ir.cast(x, t)
 
     def arity(self, node: ast.AST, fname: str, args: list, n: int) -> None:

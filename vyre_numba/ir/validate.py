@@ -82,7 +82,9 @@ def _strong(lit: n.Lit, dt: DataType) -> n.Lit | None:
 
 
 _OWN_TYPE = (n.Var, n.Cast, n.Load, n.BufLen, n.Builtin, n.Atomic, n.SubgroupBallot)  # of a type their own
-_BOOLEAN = set(n.CMP_BINOPS) | set(n.LOGIC_BINOPS) | set(n.FLOAT_PRED_UNOPS) | set(n.BOOL_UNOPS)
+_OWN_TYPE_OPS = (set(n.CMP_BINOPS) | set(n.LOGIC_BINOPS) | set(n.FLOAT_PRED_UNOPS) | set(n.BOOL_UNOPS)
+                 | {"popcount", "clz", "ctz"})  # bool, or u32 whatever the operand
+_INTEGER_OPS = set(n.INT_BINOPS) | {"mod", "bitnot", "reverse_bits"}  # no float operand
 
 
 def _value_kids(x: n.Expr) -> list | None:
@@ -112,7 +114,7 @@ def weak_only(e: n.Expr, memo: dict | None = None, weak_vars: frozenset = frozen
             memo[id(x)] = x.weak
         elif isinstance(x, n.Var) and x.name in weak_vars:
             memo[id(x)] = True
-        elif isinstance(x, _OWN_TYPE) or (isinstance(x, (n.BinOp, n.UnOp)) and x.op in _BOOLEAN):
+        elif isinstance(x, _OWN_TYPE) or (isinstance(x, (n.BinOp, n.UnOp)) and x.op in _OWN_TYPE_OPS):
             memo[id(x)] = False
         else:
             kids = _value_kids(x)
@@ -126,17 +128,18 @@ def weak_only(e: n.Expr, memo: dict | None = None, weak_vars: frozenset = frozen
     return memo[id(e)]
 
 
-def _any_float_literal(e: n.Expr) -> bool:
-    """Whether a weak-only expression holds a float literal among the literals of its value."""
-    todo = [e]
+def _literal_facts(e: n.Expr) -> tuple[list, bool]:
+    """(the literals, whether an integer-only operation is among the operations) of the value of
+    a weak-only expression."""
+    todo, lits, integer_ops = [e], [], False
     while todo:
         x = todo.pop()
         if isinstance(x, n.Lit):
-            if x.dtype.is_float:
-                return True
-        else:
-            todo.extend(_value_kids(x) or ())
-    return False
+            lits.append(x)
+            continue
+        integer_ops |= isinstance(x, n.SubgroupAdd) or (isinstance(x, (n.BinOp, n.UnOp)) and x.op in _INTEGER_OPS)
+        todo.extend(_value_kids(x) or ())
+    return lits, integer_ops
 
 
 def _cast_operand(a: n.Expr, dtype: DataType) -> DataType | None:
@@ -379,16 +382,26 @@ class _Checker:
                 if isinstance(a, n.Lit) or not weak_only(a, self.weak):
                     a, _ = yield self.expr(a, where, _cast_operand(a, dtype))
                     return n.Cast(dtype, a), dtype
-                # literals alone, computed in the type converted to where it holds them all, as one literal is
-                floats = _any_float_literal(a)
-                if dtype.is_int and floats:
-                    self.err(where, f"cast to {dtype} of an expression of literals with a float literal: its value "
-                                    f"is no {dtype} literal, and a float type for it would be a guess. Fix: give the "
-                                    "expression a float type (make one literal typed, e.g. ir.f64(1.0)) and cast "
-                                    "that on purpose, or write the integer literal meant.",
-                             problem="literal expression cast", dtype=dtype)
-                    return e, dtype
-                a, _ = yield self.expr(a, where, dtype if not dtype.is_bool else D.F64 if floats else None)
+                # literals alone: computed in f64 for a float or bool (rounded once, by the cast), in the
+                # integer type itself where it holds them all; an integer-only operation keeps the default types
+                lits, integer_ops = _literal_facts(a)
+                floats = any(x.dtype.is_float for x in lits)
+                if dtype.is_int:
+                    big = next((x.raw for x in lits if not x.dtype.is_float and not dtype.min <= x.raw <= dtype.max),
+                               None)
+                    if floats or big is not None:
+                        typed = "ir.f64(1.0)" if floats else f"ir.{'u64' if big > D.I64.max else 'i64'}({big})"
+                        what = "a float literal" if floats else f"the literal {big}, which {dtype} does not hold"
+                        self.err(where, f"cast to {dtype} of an expression of literals with {what}: computed in "
+                                        f"{dtype} it is no value the literals say, and in another type a guess. Fix: "
+                                        f"give the expression its type by making one literal typed (e.g. {typed}), "
+                                        f"and cast that on purpose, or write literals {dtype} holds.",
+                                 problem="literal expression cast", dtype=dtype)
+                        return e, dtype
+                    want_a = dtype
+                else:
+                    want_a = None if integer_ops or (dtype.is_bool and not floats) else D.F64
+                a, _ = yield self.expr(a, where, want_a)
                 return n.Cast(dtype, a), dtype
             case n.Fma():
                 return (yield self.fma(e, where, want))
@@ -512,7 +525,7 @@ class _Checker:
 
     def fma(self, e: n.Fma, where, want):
         operands = [e.a, e.b, e.c]
-        first = next((i for i, x in enumerate(operands) if not (isinstance(x, n.Lit) and x.weak)), 0)
+        first = next((i for i, x in enumerate(operands) if not weak_only(x, self.weak)), 0)
         typed: list = [None, None, None]
         typed[first] = yield self.expr(operands[first], where, want)
         t = typed[first][1] or want

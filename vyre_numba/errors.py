@@ -137,12 +137,20 @@ def _replacing(replace):
 _refuse_change._vyre_immutable = True
 
 
+_READ_ONLY: dict[type, frozenset] = {}  # a class's properties without a setter, found once
+
+
 def _read_only(self, name: str) -> None:
     """Refuses an assignment to, or deletion of, a property without a setter, with ImmutableError
     (Python's own refusal is a bare AttributeError)."""
     __tracebackhide__ = True  # noqa: F841
-    prop = getattr(type(self), name, None)
-    if isinstance(prop, property) and prop.fset is None:
+    cls = type(self)
+    names = _READ_ONLY.get(cls)
+    if names is None:
+        found = {k for c in cls.__mro__ for k, v in vars(c).items() if isinstance(v, property)}
+        names = _READ_ONLY[cls] = frozenset(k for k in found if isinstance(p := getattr(cls, k, None), property)
+                                            and p.fset is None)  # as cls resolves the name
+    if name in names:
         cls = public_name(type(self))
         fix = getattr(self, "_read_only_fix", None) or f"make a new {cls} with the value you want"
         raise ImmutableError(f"{cls}.{name} is read-only: the {cls} keeps it from what it was made with and what "
@@ -156,6 +164,11 @@ def set_unless_read_only(self, name: str, value) -> None:
 
 def del_unless_read_only(self, name: str) -> None:
     _read_only(self, name)
+    prop = getattr(type(self), name, None)
+    if isinstance(prop, property) and prop.fdel is None:  # one with a setter, which no deletion undoes
+        cls = public_name(type(self))
+        raise ImmutableError(f"{cls}.{name} cannot be deleted. Fix: leave it in place (help({cls}.{name}) says what "
+                             "may change it).")
     object.__delattr__(self, name)
 
 

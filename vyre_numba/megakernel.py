@@ -128,7 +128,8 @@ class Megakernel(Unshared):
         self.__setattr__(name, None)  # refused for what the plan was made from
         del_unless_read_only(self, name)
 
-    _read_only_fix = "plan another, backend.megakernel(steps, read, until=..., max_rounds=...), as you want it"
+    _read_only_fix = ("plan another, backend.megakernel(steps, read, until=..., max_rounds=...), as you want it "
+                      "(close() releases this one)")
 
     # ---- what it is --------------------------------------------------------------------------
     mode = property(lambda self: self._p.mode, doc="\"megakernel\", or \"graph\" where it fell back (\"sequence\" where "

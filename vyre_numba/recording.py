@@ -40,7 +40,7 @@ class RecordedGraph(Unshared, abc.ABC):
     _closed: bool = False
     _buffers: Any = None
     _read_only_fix = "record again (backend.record_graph / record_sequence)"
-    _RECORDED = ("backend", "program", "config")  # what the recording was made for, set once
+    _RECORDED = ("backend", "program", "config", "binding", "steps", "read")  # what it was made for, set once
 
     def __setattr__(self, name: str, value) -> None:
         self._refuse_change(name)
@@ -331,8 +331,8 @@ class Resequence(RecordedSequence):
         self.backend = backend
         from .checked import refuse
 
-        self.steps = [as_step(s) for s in _iterable(steps, "steps")]
-        for k, s in enumerate(self.steps):
+        steps = [as_step(s) for s in _iterable(steps, "steps")]
+        for k, s in enumerate(steps):
             refuse(s.config, "record_sequence")
             try:  # what a replay would refuse, refused now, as the GPU's recording does
                 backend._check_step(s)
@@ -341,7 +341,7 @@ class Resequence(RecordedSequence):
                     e.args = (f"record_sequence, step {k}: {e.args[0]}", *e.args[1:])
                 raise
         self.read = backend._reads(read)
-        self.steps, self._buffers = pinned_steps(self.steps)  # held, so they outlive the recording's use
+        self.steps, self._buffers = pinned_steps(steps)  # held, so they outlive the recording's use
         self._lock = threading.Lock()
         backend._count(graph_recordings=1)
 
@@ -371,7 +371,9 @@ class Resequence(RecordedSequence):
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            self.steps, self._buffers, self.read = [], StepBuffers(), []
+            self._buffers = StepBuffers()
+            object.__setattr__(self, "steps", [])  # released: what it was recorded with, dropped once
+            object.__setattr__(self, "read", [])
 
 
 class Frozen(MappingABC):

@@ -119,7 +119,7 @@ class CudaRecordedGraph(RecordedGraph):
         backend._ensure_context()  # before any occupancy query or tuning run _resolve may make
         b = bind(program, sample_inputs, backend._resolve(program, config, sample_inputs, sizes), sizes,
                  copy_inputs=False, allocate_outputs=False, call="record_graph")
-        self.config, self.binding = b.config, b
+        self.config = b.config
         self._dtypes = input_dtypes(program, sample_inputs)
         # a graph of many short kernels pays each one's launch latency; programmatic dependent launch
         # lets the next start launching while the one before ends (each waits for it on entry)

@@ -116,7 +116,6 @@ from .config import DispatchConfig
 from .errors import (INTEGERS, DispatchError, IRValidationError, VyreError, a_type, check_calls, clip, did_you_mean,
                      shown)
 from .ir import DataType
-from .ir import nodes as n_
 from .ir.validate import _cast_literal, weak_only
 from .registry import get_backend
 

@@ -1022,6 +1022,9 @@ def check_empty(n, dtype, call: str | None = None, names: str = ", ".join(
     if n >= 2**32:
         raise DispatchError(f"{name()}: {int(n)} elements is 2**32 or more; lengths and indices are u32. Fix: split the "
                             "data into buffers of fewer than 2**32 elements.")
+    if dtype is None:  # NumPy reads None as float64: a default the call does not have
+        raise DispatchError(f"{name()}: dtype is None. Fix: name the element type, e.g. 'f32', np.float32 or "
+                            "'uint32'.")
     if isinstance(dtype, str) and dtype in ("i8", "u8"):
         small, big = ("int8", "int64") if dtype == "i8" else ("uint8", "uint64")
         raise DispatchError(f"{name()}: {dtype!r} is vyre's 8-bit integer but NumPy's 8-byte one. Fix: say which: "
@@ -1249,6 +1252,23 @@ def _exact_cast(src: np.dtype, dst: np.dtype) -> bool:
     return src.kind in "iuf" and np.can_cast(src, dst, "safe")
 
 
+def _refuse_ints_read_as_floats(values: list | tuple, arr: np.ndarray) -> None:
+    """A DispatchError where a list holds integers only and NumPy read it as floats (no one integer
+    type holds them all: [1, -1, 2**63]), which would make a float buffer of a list of ids."""
+    if arr.dtype.kind != "f":
+        return
+    items = np.asarray(values, dtype=object).reshape(-1)
+    if not all(isinstance(v, INTEGERS) and not isinstance(v, (bool, np.bool_)) for v in items.tolist()):
+        return
+    lo, hi = min(items.tolist()), max(items.tolist())
+    fix = ("pass np.array(values, dtype=np.int64), which holds them all" if -2**63 <= lo and hi < 2**63 else
+           "pass np.array(values, dtype=np.uint64), which holds them all" if lo >= 0 and hi < 2**64 else
+           "keep them within one integer type's range (offset them), or pass np.array(values, dtype=np.float64) "
+           "where floats are meant")
+    raise DispatchError(f"upload: the list holds integers from {lo} to {hi}, which NumPy reads as {arr.dtype}: no one "
+                        f"integer type it infers holds them all. Fix: {fix}.")
+
+
 def check_upload(array) -> np.ndarray:
     """`array` as a contiguous host array of numbers (or bools) to copy to the device."""
     arr = np.ascontiguousarray(host_array(
@@ -1259,6 +1279,7 @@ def check_upload(array) -> np.ndarray:
         raise DispatchError(f"upload: the array holds {arr.dtype} values, not numbers. Fix: pass a NumPy array of "
                             "one of the vyre storage dtypes (uint8 ... float64).")
     if isinstance(array, (list, tuple)) and arr.size:
+        _refuse_ints_read_as_floats(array, arr)
         arr = _listed(array, arr)
     if not arr.dtype.isnative:  # the same values in this machine's byte order: what kernels and write read
         arr = arr.astype(arr.dtype.newbyteorder("="))

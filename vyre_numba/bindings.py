@@ -421,7 +421,9 @@ def storage_mismatch(where: str, decl, have) -> DispatchError:
                          f"{np.dtype(have)}. Fix: {fix}.")
 
 
-_STORED = {DataType.BOOL: (" (stored as uint32: 0 or 1 in one word each)", "upload x.astype(np.uint32)"),
+_STORED = {DataType.BOOL: (" (stored as uint32: 0 or 1 in one word each)",
+                           "upload (x != 0).astype(np.uint32) (nonzero is true; a plain astype would truncate 0.5 "
+                           "to false and wrap 2**32 to 0)"),
            DataType.BF16: (" (stored as its raw bits, uint16)", "upload ir.f32_to_bf16_bits(x)")}
 
 

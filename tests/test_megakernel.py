@@ -681,3 +681,26 @@ def test_a_grid_stride_loop_covers_every_index_below_2_to_the_32(invocations, st
     p = ir.Program([B.read_write("out", 0, "u32")], 1, body, name="strides")
     (out,) = vn.get_backend("reference").dispatch(p, [np.zeros(8, np.uint32)], DispatchConfig(grid=1))
     assert out[0] == len(want) and sorted(out[1:1 + out[0]].tolist()) == want
+
+
+def test_a_reference_megakernel_sizes_its_grid_to_leave_room_for_its_undo_copies():
+    """Regression (a red-team): the grid took half the memory budget whatever the copies needed,
+    so a megakernel planned fine and then failed to run."""
+    from vyre_numba.reference import ReferenceBackend
+
+    rb, n = ReferenceBackend(memory_budget=2_000_000), 200_000
+    i = ir.var("i")
+    copy = ir.Program([ir.BufferDecl.read("x", 0, "f32"), ir.BufferDecl.read_write("a", 1, "f32")], 64,
+                      [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("a"), [ir.store("a", i, ir.load("x", i))])],
+                      name="copy")
+    shift = ir.Program([ir.BufferDecl.read("a", 0, "f32"), ir.BufferDecl.read_write("b", 1, "f32")], 64,
+                       [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("b"), [
+                           ir.store("b", i, ir.load("a", (i + 1) % n))])], name="shift")
+    x, a, b = np.arange(n, dtype=np.float32), np.zeros(n, np.float32), np.zeros(n, np.float32)
+    steps = [(copy, [x, a]), (shift, [a, b])]
+    want = rb.dispatch_sequence(steps, read=[(b, n - 3, 3)])
+    a[:], b[:] = 0, 0
+    mk = rb.megakernel(steps, read=[(b, n - 3, 3)])
+    got = mk.run()
+    assert got.mode == "megakernel"  # it planned one before too, and then its run was refused
+    assert [g.tolist() for g in got.outputs] == [w.tolist() for w in want]

@@ -572,9 +572,10 @@ class Backend(abc.ABC):
 
         check_bound(step.program, check_resident(step.program, step.buffers))
 
-    def cooperative_workgroups(self, program: Program) -> int:
+    def cooperative_workgroups(self, program: Program, reserved: int = 0) -> int:
         """How many workgroups of `program` one cooperative launch can hold at once (a backend that
-        cannot say answers COOPERATIVE_WORKGROUPS, and persistent programs loop)."""
+        cannot say answers COOPERATIVE_WORKGROUPS, and persistent programs loop); `reserved`: bytes of
+        host memory the launch holds besides its workgroups (where the backend's memory is the host's)."""
         return COOPERATIVE_WORKGROUPS
 
     def _sequence(self, steps, read, progress: bool | None, total: int | None,

@@ -394,7 +394,10 @@ class Megakernel(Unshared):
         built = persistent.build(shapes, groups, scratch, flag=flag, max_rounds=self.max_rounds)
         needed = max(sh.invocations for sh in shapes) // shapes[0].workgroup[0]
         try:
-            fit = self.backend.cooperative_workgroups(built.program)
+            written = {id(b): b for st, buffers in zip(self.steps, bound)  # at most these are copied to undo a run
+                       for d, b in zip(st.program.bound_buffers, buffers) if d.access.writable}
+            fit = self.backend.cooperative_workgroups(built.program, sum(int(getattr(b, "nbytes", 0) or 0)
+                                                                         for b in written.values()))
         except VyreError as e:
             return _Plan("graph", f"the persistent program cannot launch cooperatively here ({e})", groups, boundaries)
         if fit < 1:

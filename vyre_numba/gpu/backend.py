@@ -240,7 +240,7 @@ class CudaBackend(Backend):
                 threads, dynamic_shared))
         return k.occupancy[key]
 
-    def cooperative_workgroups(self, program: Program) -> int:
+    def cooperative_workgroups(self, program: Program, reserved: int = 0) -> int:
         """How many workgroups of `program` (its own workgroup size) one cooperative launch can
         hold at once on this device: occupancy times SMs; 0 without cooperative launches."""
         if not self.caps.cooperative_launch:

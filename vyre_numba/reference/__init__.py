@@ -69,14 +69,15 @@ class ReferenceBackend(Backend):
         interpreter.work_budget(value)
         self._work = value
 
-    def cooperative_workgroups(self, program: Program) -> int:
+    def cooperative_workgroups(self, program: Program, reserved: int = 0) -> int:
         """How many workgroups of `program` a megakernel's persistent grid holds here: in lockstep
         any grid is co-resident, so as many as COOPERATIVE_LANES invocations (wider, its vectors
-        leave the cache and a round is slower) in half the memory budget (the rest for the copies
-        that undo a failed run); 0 where not one workgroup fits."""
+        leave the cache and a round is slower) in the memory budget less `reserved` bytes (the copies
+        that undo a failed run; half the budget where not given); 0 where not one workgroup fits."""
         wg = tuple(program.workgroup_size)
         per_wg = max(interpreter.plan(program).workgroup_bytes(wg), 1)
-        return min(max(COOPERATIVE_LANES // (wg[0] * wg[1] * wg[2]), 1), self.memory_budget // 2 // per_wg)
+        room = self.memory_budget - reserved if reserved else self.memory_budget // 2
+        return min(max(COOPERATIVE_LANES // (wg[0] * wg[1] * wg[2]), 1), max(room, 0) // per_wg)
 
     def dispatch(self, program: Program, inputs: Sequence | Mapping | None = None,
                  config: DispatchConfig | None = None, *, sizes: Mapping[str, int] | None = None

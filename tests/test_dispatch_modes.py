@@ -1224,7 +1224,7 @@ def test_a_numpy_bool_array_for_a_bool_buffer_says_how_bools_are_stored(backend)
                        ir.store("o", i, ir.select(ir.load("m", i), ir.u32(1), ir.u32(0)))])])
     m, o = backend.upload(np.array([True, False, True])), backend.empty(3, np.uint32)
     with pytest.raises(vn.VyreError, match=r"'m' is declared bool \(stored as uint32: 0 or 1 in one word each\) but "
-                                           r"the array holds bool\. Fix: upload x\.astype\(np\.uint32\)"):
+                                           r"the array holds bool\. Fix: upload \(x != 0\)\.astype\(np\.uint32\)"):
         backend.dispatch_resident(p, [m, o])
     backend.dispatch_resident(p, [backend.upload(np.array([1, 0, 1], np.uint32)), o])
     assert backend.download(o).tolist() == [1, 0, 1]
@@ -1257,3 +1257,15 @@ def test_release_memory_and_device_timer_are_on_every_backend(backend):
             with backend.device_timer(stream=stream) as t:
                 dy = cuda.to_device(np.arange(1 << 20, dtype=np.uint32), stream=s)
             assert t.ns > 0 and dy.copy_to_host(stream=s)[-1] == (1 << 20) - 1
+
+
+def test_upload_refuses_a_list_of_integers_numpy_reads_as_floats_and_empty_refuses_no_dtype(backend):
+    """Regression (a red-team): [1, -1, 2**63] became a float64 buffer (exact, but no integers), and
+    empty(3, None) a float64 one (NumPy reads None so)."""
+    for values, fix in (([1, -1, 2**63], "keep them within one integer type's range"),
+                        ([np.uint64(5), np.int64(-1)], r"np.array\(values, dtype=np.int64\)")):
+        with pytest.raises(vn.DispatchError, match=f"list holds integers from -1.*Fix: .*{fix}"):
+            backend.upload(values)
+    assert backend.download(backend.upload(np.array([np.uint64(5), np.int64(-1)], dtype=np.int64))).tolist() == [5, -1]
+    with pytest.raises(vn.DispatchError, match="dtype is None. Fix: name the element type"):
+        backend.empty(3, None)

@@ -654,3 +654,24 @@ def test_min_max_with_a_signalling_nan_give_the_other_operand_at_every_launch_si
     p = ir.Program([B.output("y", 0, dtype, count=1)], 1, [ir.store("y", 0, f(lit, ir.lit(1.0, dtype)))])
     for prog in (p, p.optimized()):
         assert ref.dispatch(prog, None)[0].view(snan[0])[0] == one
+
+
+@pytest.mark.parametrize("returns, refused", [(ir.workgroup_id(0).eq(1), True), (ir.local_id(0).eq(0), True),
+                                              (ir.local_id(0).eq(5), False)])
+def test_a_grid_barrier_after_a_workgroups_first_invocation_returned_is_refused(returns, refused):
+    """Regression (a red-team): the reference ran what the GPU's barrier waits on until it times
+    out (local id 0 of each workgroup arrives for it); other invocations may return before it."""
+    from vyre_numba import DispatchConfig, DispatchError
+
+    p = P([B.read_write("y", 0, "u32")], 64, [
+        ir.let("i", ir.gid(0)), ir.if_(returns, [ir.return_()]), ir.barrier("grid"),
+        ir.if_(i < ir.buf_len("y"), [ir.store("y", i, ir.u32(5))])])
+    y = np.zeros(200, np.uint32)
+    if refused:
+        with pytest.raises(DispatchError, match=r"first invocation \(local id 0\).*had returned.*Fix: return only "
+                                                r"after the grid barrier"):
+            ReferenceBackend().dispatch_resident(p, [y], DispatchConfig(cooperative=True))
+        assert not y.any()
+    else:
+        ReferenceBackend().dispatch_resident(p, [y], DispatchConfig(cooperative=True))
+        assert (y.reshape(-1)[np.arange(200) % 64 != 5] == 5).all()

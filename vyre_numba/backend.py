@@ -1280,8 +1280,8 @@ def check_upload(array) -> np.ndarray:
         raise DispatchError(f"upload: the array holds {arr.dtype} values, not numbers. Fix: pass a NumPy array of "
                             "one of the vyre storage dtypes (uint8 ... float64).")
     if isinstance(array, (list, tuple)) and arr.size:
-        _refuse_ints_read_as_floats(array, arr)
         arr = _listed(array, arr)
+        _refuse_ints_read_as_floats(array, arr)
     if not arr.dtype.isnative:  # the same values in this machine's byte order: what kernels and write read
         arr = arr.astype(arr.dtype.newbyteorder("="))
     if arr.dtype.kind == "f" and arr.dtype not in STORAGE_DTYPES:

@@ -532,6 +532,15 @@ def _barrier(r: _Run, m, scope: str) -> None:
                      f"place the barrier where every invocation of the {scope} that has not returned reaches "
                      "it: outside if branches and loops whose condition or trip count differs between "
                      "invocations, and not after an early return taken by only some of them")
+    if scope == "grid" and act.any():
+        gone = np.flatnonzero(~alive.reshape(r.geo.G, -1)[:, 0])  # local id 0 of each workgroup arrives for it
+        if gone.size:
+            k = int(gone[0])
+            raise r.fail("barrier('grid')", f"was reached while the first invocation (local id 0) of workgroup "
+                                            f"{r.geo.first + k} had returned; on the GPU that invocation arrives "
+                                            "for its workgroup, so the barrier would wait for it until it timed out",
+                         "return only after the grid barrier, or skip the work with an if_ instead of "
+                         "returning, so that every workgroup's first invocation reaches it")
 
 
 # ---- compiled code: expressions ----------------------------------------------------------------

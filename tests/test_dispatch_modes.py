@@ -1269,3 +1269,30 @@ def test_upload_refuses_a_list_of_integers_numpy_reads_as_floats_and_empty_refus
     assert backend.download(backend.upload(np.array([np.uint64(5), np.int64(-1)], dtype=np.int64))).tolist() == [5, -1]
     with pytest.raises(vn.DispatchError, match="dtype is None. Fix: name the element type"):
         backend.empty(3, None)
+
+
+def test_telemetry_updates_whole_or_not_at_all_and_takes_pairs_with_or():
+    t = vn.get_backend("reference").telemetry()
+    with pytest.raises(vn.DispatchError, match="'bad' = 1.5.*Fix:"):
+        t.update({"mine": 5, "bad": 1.5})
+    assert "mine" not in t  # nothing of a refused update is stored
+    assert (t | [("mine", 1)])["mine"] == 1
+    assert t.pop("absent", 7) == 7
+    with pytest.raises(vn.ArgumentError, match=r"Fix: call it as t.pop\(key\) or t.pop\(key, default\)"):
+        t.pop("absent", 1, 2)
+
+
+def test_named_tuple_make_fusion_hash_and_a_timer_left_by_an_error_say_what_they_do():
+    from vyre_numba.backend import Step
+
+    p = ir.Program([ir.BufferDecl.read_write("x", 0, "u32")], 64, [ir.store("x", ir.gid(0), 1)], name="p")
+    with pytest.raises(vn.ArgumentError, match=r"Step._make\(\) takes one item for each of its fields.*Fix:"):
+        Step._make([p, [1]])
+    be = vn.get_backend("reference")
+    fusion = be.fuse([(p, [be.upload(np.zeros(4, np.uint32))])])
+    with pytest.raises(vn.DispatchError, match=r"Fix: key a dict by id\(fusion\)"):
+        hash(fusion)
+    with pytest.raises(ZeroDivisionError):
+        with be.device_timer() as t:
+            1 / 0
+    assert t.ns > 0  # set on leaving the block, however it was left

@@ -16,9 +16,9 @@ import numpy as np
 from . import display
 from .config import DispatchConfig
 from .owned import Unshared
-from .errors import (INTEGERS, CheckError, CheckWarning, DispatchError, ImmutableError, IRValidationError,
-                     ResultTimeoutError, UnknownNameError, UnsupportedError, VyreError, a_type, check_calls, clip,
-                     did_you_mean, flag, refuse_misread, shown)
+from .errors import (INTEGERS, ArgumentError, CheckError, CheckWarning, DispatchError, ImmutableError,
+                     IRValidationError, ResultTimeoutError, UnknownNameError, UnsupportedError, VyreError, a_type,
+                     check_calls, clip, did_you_mean, flag, refuse_misread, shown)
 from .ir import DataType, Program, fusion
 from .ir.types import NUMPY_BOOL_CODES
 from .lru import LRUCache
@@ -65,13 +65,6 @@ COOPERATIVE_WORKGROUPS = 8  # the persistent grid of a megakernel on a backend t
 FUSION_PLANS = 256  # fusion plans a backend keeps (programs and group structure; never the buffers)
 
 
-class _Absent:
-    def __repr__(self) -> str:
-        return "<no default>"
-
-
-_ABSENT = _Absent()  # Telemetry.pop given no default
-
 
 class Telemetry(dict):
     """A backend's counters by name (a dict of str to ints; `*_ns` values are `Duration`s), shown in
@@ -114,6 +107,11 @@ class Telemetry(dict):
             self.__missing__(key)
 
     def __setitem__(self, key: str, value: int) -> None:
+        super().__setitem__(key, self._checked(key, value))
+
+    @staticmethod
+    def _checked(key: str, value: int) -> int:
+        """`value` as the counter `key` holds it, or a DispatchError for a name or value no counter takes."""
         if not isinstance(key, str):
             raise DispatchError(f"telemetry: {shown(key, 60)} ({type(key).__name__}) cannot name a counter; counters "
                                 "are named by str. Fix: use a name that list(backend.telemetry()) shows.")
@@ -121,16 +119,19 @@ class Telemetry(dict):
             raise DispatchError(f"telemetry: counter {shown(key, 60)} = {shown(value, 60)} ({type(value).__name__}) is "
                                 "not an int. Fix: store whole counts (nanoseconds for `*_ns`); keep other values in a "
                                 "dict of your own.")
-        super().__setitem__(key, display.Duration(value) if key.endswith("_ns") else int(value))
+        return display.Duration(value) if key.endswith("_ns") else int(value)
 
     def __delitem__(self, key: object) -> None:
         self[key]  # noqa: B018 - a missing or unhashable name is refused as a lookup is
         super().__delitem__(key)
 
-    def pop(self, key: object, default: object = _ABSENT) -> object:
+    def pop(self, key: object, *default: object) -> object:
         """Remove the counter named `key` and return it (`default` where it is absent, if given)."""
-        if default is not _ABSENT and key not in self:
-            return default
+        if len(default) > 1:
+            raise ArgumentError(f"Telemetry.pop takes a key and at most one default, got {1 + len(default)} "
+                                "arguments. Fix: call it as t.pop(key) or t.pop(key, default).")
+        if default and key not in self:
+            return default[0]
         value = self[key]
         super().__delitem__(key)
         return value
@@ -151,17 +152,15 @@ class Telemetry(dict):
             except (TypeError, ValueError):
                 raise DispatchError(f"telemetry counters {shown(counters, 60)} are not a mapping or (name, int) pairs. "
                                     "Fix: pass a dict of counter names to ints.") from None
-        for k, v in pairs + list(more.items()):
-            self[k] = v
+        checked = [(k, self._checked(k, v)) for k, v in pairs + list(more.items())]  # all, before any is stored
+        dict.update(self, checked)
 
     def __ior__(self, counters: Mapping[str, int] | Iterable) -> "Telemetry":
         self.update(counters)
         return self
 
-    def __or__(self, counters: Mapping[str, int]) -> "Telemetry":
-        """A new Telemetry of these counters and `counters` (checked as stored ones are)."""
-        if not isinstance(counters, Mapping):
-            return NotImplemented
+    def __or__(self, counters: Mapping[str, int] | Iterable) -> "Telemetry":
+        """A new Telemetry of these counters and `counters` (a mapping or pairs, checked as stored ones are)."""
         out = self.copy()
         out.update(counters)
         return out
@@ -411,16 +410,18 @@ class Backend(abc.ABC):
         return out
 
     def synchronize(self) -> None:
-        """Wait for all work this backend has issued."""
+        """Wait for the work issued on this backend's own stream (resident dispatches, sequences,
+        writes); a `dispatch_async` runs apart from it: wait for one with its `result()`."""
 
     def release_memory(self) -> None:
         """Give back now the memory this backend keeps for reuse (on the GPU: device memory dropped
         since the last call, and the memory pool's idle memory). The reference backend keeps none."""
 
     def device_timer(self, stream: int | None = None) -> contextlib.AbstractContextManager["Timer"]:
-        """`with backend.device_timer() as t:` times the work issued inside the block and sets `t.ns`
-        on leaving it, once that work is done: on the GPU with CUDA events on `stream` (this
-        backend's by default); here, where work runs as it is called, with the host's clock."""
+        """`with backend.device_timer() as t:` times the work issued inside the block on the
+        backend's stream and sets `t.ns` on leaving it, once that work is done: on the GPU with CUDA
+        events on `stream` (this backend's by default); here, where work runs as it is called, with
+        the host's clock. A `dispatch_async` runs apart from the stream: time it by its `result()`."""
         if stream is not None:
             raise DispatchError(f"device_timer(stream={shown(stream, 40)}): the {self.name} backend has no streams. "
                                 "Fix: leave stream out (None).")
@@ -430,8 +431,10 @@ class Backend(abc.ABC):
     def _host_timer(self) -> Iterator["Timer"]:
         timer = Timer()
         start = time.perf_counter_ns()
-        yield timer
-        timer.ns = time.perf_counter_ns() - start
+        try:
+            yield timer
+        finally:  # set however the block is left, as the docstring says
+            timer.ns = time.perf_counter_ns() - start
 
     def allocate(self, program: Program, name: str, n: int | None = None) -> ResidentBuffer:
         """A zeroed resident buffer for `program`'s buffer `name` (`n` elements, or its static count)."""
@@ -708,6 +711,10 @@ class Fusion:
     steps: list
     groups: list
     boundaries: list
+
+    def __hash__(self) -> int:
+        raise DispatchError("a Fusion holds its steps' buffers (arrays), which do not hash. Fix: key a dict by "
+                            "id(fusion), or by the fused programs' digests ([s.program.digest() for s in f.steps]).")
 
     @property
     def program(self) -> Program:

@@ -134,6 +134,20 @@ def _replacing(replace):
     return call
 
 
+def _making(make):
+    """A named tuple's _make, refusing a number of items other than its fields' with ArgumentError
+    (it raised TypeError)."""
+    @functools.wraps(make)
+    def call(cls, iterable):
+        items = tuple(iterable)
+        if len(items) != len(cls._fields):
+            raise ArgumentError(f"{cls.__name__}._make() takes one item for each of its fields {list(cls._fields)}, "
+                                f"got {len(items)}. Fix: pass {len(cls._fields)} items, or call {cls.__name__}(...), "
+                                "which fills in the defaults.")
+        return make(items)
+    return classmethod(call)
+
+
 _refuse_change._vyre_immutable = True
 
 
@@ -188,6 +202,7 @@ def immutable(*classes: type) -> None:
                 cls.__setattr__ = _refuse_change
             cls.__delattr__ = _refuse_change
             cls._replace = _replacing(cls._replace)
+            cls._make = _making(cls._make)
             if hasattr(cls, "__replace__"):  # copy.replace (Python 3.13)
                 cls.__replace__ = _replacing(cls.__replace__)
         elif (cls.__setattr__ is object.__setattr__ and not issubclass(cls, (tuple, int, float, str, enum.Enum))

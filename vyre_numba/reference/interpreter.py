@@ -1037,9 +1037,10 @@ def prepare(binding: Binding, memory: int, work: int | Budget, reserved: int = 0
                             f"backend's memory budget of {memory} bytes. Fix: {fix}, or split the program at the "
                             "grid barrier into two dispatches.")
     if chunk < 1:
+        smaller = ", or use a smaller workgroup" if reserved < memory else ""  # no room at all past the copies
         raise DispatchError(f"{_where(binding)}: one workgroup of {wg} invocations needs about {per_wg} bytes of "
                             f"host memory{held} over the reference backend's memory budget of {memory} bytes. "
-                            f"Fix: {fix}, or use a smaller workgroup.")
+                            f"Fix: {fix}{smaller}.")
     return Launch(binding, p, total, chunk, budget, memory)
 
 

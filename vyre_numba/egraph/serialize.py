@@ -146,10 +146,13 @@ _DEEP = ("the serialized e-graph nests too deep to read. Fix: pass egraph-serial
          "and classes are at most a few levels deep.")
 
 
-def _parsed(text: str) -> Any:
-    """The JSON text of a dict of the caller's, read back: a copy of it, as writing it and reading it give."""
+def _copy(v: Any) -> Any:
+    """A JSON value of the caller's as writing it and reading it back give: its own copy (an atom
+    is immutable, kept as it is; a container goes through JSON text, whatever its depth)."""
+    if v is None or isinstance(v, (str, int, float)):
+        return v
     try:
-        return json.loads(text)
+        return json.loads(json.dumps(v))
     except RecursionError:
         raise DispatchError(_DEEP) from None
 
@@ -168,7 +171,7 @@ def rows_of_serialized(data: "str | dict"):
     if isinstance(data, os.PathLike):
         raise DispatchError(f"the serialized e-graph is the path {shown(os.fspath(data))}, not its JSON. Fix: pass its "
                             "text, open(path).read() (or Path.read_text()).")
-    given = None  # a dict of the caller's: its JSON text, once made
+    given = None  # a dict of the caller's: its JSON text, once checked
     try:
         if isinstance(data, (str, bytes)):
             try:
@@ -181,7 +184,7 @@ def rows_of_serialized(data: "str | dict"):
                     "pass egglog's serialize(...).to_json() text or the dict it decodes to.")) from e
         else:  # what to_serialized will write must be JSON: no sets, objects or tuple keys anywhere
             try:
-                given = json.dumps(data)  # its values are copied from this text: the caller's are not shared
+                given = json.dumps(data)  # (its values are copied below: the caller's are not shared)
             except (TypeError, ValueError) as e:
                 _refuse_long_int(e)
                 raise DispatchError(f"the serialized e-graph holds a value JSON cannot write ({e}). Fix: pass "
@@ -239,19 +242,15 @@ def rows_of_serialized(data: "str | dict"):
             raise DispatchError(f"node {shown(nid)} has child {shown(missing[0])}, which is no node of the graph. Fix: "
                                 "children are node ids present in 'nodes'.")
         kid_nodes.append(list(ch))
-        extra.append({k: v for k, v in nd.items() if k not in ("op", "children", "eclass")})
+        extra.append({k: _copy(v) if given is not None else v for k, v in nd.items()
+                      if k not in ("op", "children", "eclass")})
     unknown = [c for c in roots if c not in classes]
     if unknown:
         raise _bad(f"root class {shown(unknown[0])} is the class of no node")
     kids = [[cls_of[where[str(c)]] for c in ch] for ch in kid_nodes]
     offsets, children = _csr(kids)
     meta = dict(node_ids=ids, class_names=sorted(classes, key=classes.get), child_nodes=kid_nodes, extra=extra,
-                class_data=class_data, root_eclasses=list(roots))
-    if given is not None:  # the values kept, read again from the dict's text (in order: ids as JSON writes them)
-        mirror = _parsed(given)
-        meta["extra"] = [{k: v for k, v in nd.items() if k not in ("op", "children", "eclass")}
-                         for nd in mirror["nodes"].values()]
-        meta["class_data"] = {str(k): v for k, v in mirror.get("class_data", {}).items()}
+                class_data=_copy(class_data) if given is not None else class_data, root_eclasses=list(roots))
     return (np.array(cls_of, np.int64), np.array(op_of, np.int64), offsets, children,
             sorted(ops, key=ops.get), meta)
 

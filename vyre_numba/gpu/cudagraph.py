@@ -115,7 +115,8 @@ class CudaRecordedGraph(RecordedGraph):
                  sizes: Mapping[str, int] | None):
         self.backend, self.program = backend, program
         checked.refuse(config, "record_graph")
-        check_recorded_launches(f"record_graph of {program.name!r}", check_config(config).fixpoint_iterations)
+        what = f"record_graph of {program.name!r}" if isinstance(program, Program) else "record_graph"  # bind says
+        check_recorded_launches(what, check_config(config).fixpoint_iterations)  # what else is wrong with it
         backend._ensure_context()  # before any occupancy query or tuning run _resolve may make
         b = bind(program, sample_inputs, backend._resolve(program, config, sample_inputs, sizes), sizes,
                  copy_inputs=False, allocate_outputs=False, call="record_graph")

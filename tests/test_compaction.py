@@ -1667,3 +1667,22 @@ def test_a_pandas_series_of_a_numpy_dtype_is_taken_as_its_array():
     assert compaction.select(pd.Index([4, 6]), np.array([0, 1], np.uint8)).tolist() == [6]
     with pytest.raises(DispatchError, match=r"values is a pandas Series with 1 missing value.*Fix: pass x.fillna"):
         compaction.select(pd.Series([1, None], dtype="Int64"), np.ones(2, np.uint8))
+
+
+def test_predicates_that_are_coroutines_or_raise_memory_errors_and_broken_interfaces_are_told_apart():
+    async def coroutine(v):
+        return v > 100
+
+    def raises(v):
+        if v > 3:
+            raise MemoryError("mine")
+        return v > 0
+
+    with pytest.raises(DispatchError, match="async or generator function.*Fix: pass a plain def"):
+        compaction.select_if(np.arange(6), coroutine)
+    with pytest.raises(DispatchError, match=r"the predicate raised MemoryError \(mine\)"):
+        compaction.select_if(np.arange(6), raises)
+    broken = type("Broken", (), {"__cuda_array_interface__": 5})()
+    for call in (lambda: compaction.select(broken, np.ones(1)), lambda: compaction.nonzero(broken)):
+        with pytest.raises(DispatchError, match="__cuda_array_interface__ is no dict.*Fix:"):
+            call()

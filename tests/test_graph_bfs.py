@@ -395,3 +395,15 @@ def test_a_whole_sparse_matrix_in_the_indptr_place_is_the_graph():
     assert not np.array_equal(bfs(a.tocsc().indptr, a.tocsc().indices, 0, backend="reference"), want)  # the trap
     assert np.array_equal(graph.connected_components(a.tocsc(), backend="reference"),
                           graph.connected_components(a.indptr, a.indices, backend="reference"))
+
+
+def test_the_symmetric_fix_keeps_explicit_zeros_as_edges():
+    import scipy.sparse as sp
+
+    a = sp.csr_array((np.array([0.0, 1.0]), np.array([1, 2]), np.array([0, 2, 2, 2])), shape=(3, 3))
+    with pytest.raises(DispatchError, match=r"P = A.copy\(\); P.data\[:\] = 1; pass P \+ P.T"):
+        graph.bfs(a, 0, symmetric=True, backend="reference")
+    p = a.copy()
+    p.data[:] = 1
+    assert graph.bfs(p + p.T, 0, symmetric=True, backend="reference").tolist() == \
+        graph.bfs(a, 0, backend="reference").tolist() == [0, 1, 1]

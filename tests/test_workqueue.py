@@ -612,3 +612,19 @@ def test_an_unknown_type_name_is_told_only_names_the_call_takes():
         assert not listed & unwanted and {"uint8", "int8", "f32"} <= listed
         for name in listed:  # each works where it is offered
             QueueModel(2, name) if unwanted == {"u8", "i8", "bf16", "bool"} else ReferenceBackend().empty(2, name)
+
+
+def test_a_record_nested_past_numpys_depth_is_refused_and_a_models_slots_and_tail_are_read_only():
+    from vyre_numba.errors import ImmutableError
+
+    dt = np.dtype("i4")
+    for _ in range(500):
+        dt = np.dtype([("a", dt)])
+    with pytest.raises(DispatchError, match="nests more than 64 levels deep.*Fix: flatten the record"):
+        QueueModel(2, dt)
+    q = QueueModel(4, np.int32)
+    q.push(7)
+    for name in ("items", "tail"):
+        with pytest.raises(ImmutableError, match=f"QueueModel.{name} is read-only.*Fix:"):
+            setattr(q, name, 0)
+    assert q.drain().tolist() == [7] and q.tail == 0

@@ -35,6 +35,7 @@ NumPy's promotion.
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 import types
 from typing import Any, Callable
@@ -121,6 +122,11 @@ def _check_values(a, name: str = "values"):
     if isinstance(a, np.ma.MaskedArray):
         raise DispatchError(f"{name} is a masked array; compaction would ignore its mask. Fix: pass "
                             f"{name}.filled(0) or select by the mask itself.")
+    if not isinstance(a, np.ndarray) and not hasattr(a, "copy_to_host") and \
+            not isinstance(getattr(a, "__cuda_array_interface__", None), dict):  # numba's (the simulator's too) read apart
+        raise DispatchError(f"{name} is {a_type(a)}, whose __cuda_array_interface__ is no dict (the protocol's "
+                            "shape, typestr and data). Fix: pass a numba, CuPy or PyTorch device array, or a "
+                            "NumPy array.")
     dt = _dtype(a)
     shape = _shape(a)
     if len(shape) != 1:
@@ -175,6 +181,11 @@ def _check_predicate(predicate) -> None:
         what = "NumPy ufunc" if isinstance(predicate, np.ufunc) else "type" if isinstance(predicate, type) else "builtin"
         raise DispatchError(f"predicate is the {what} {name}, which Numba cannot compile as a function of its own. "
                             f"Fix: wrap it in a lambda: lambda v: {call}.")
+    fn = getattr(predicate, "py_func", predicate)
+    if inspect.iscoroutinefunction(fn) or inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        raise DispatchError(f"predicate {getattr(fn, '__name__', '')} is an async or generator function, whose call "
+                            "returns a coroutine or generator, not a bool (Numba would compile its body as if it "
+                            "were plain). Fix: pass a plain def or lambda returning the bool.")
     try:
         hash(predicate)  # a compiled predicate may be kept by the function itself (`select.predicate_key`)
     except TypeError:
@@ -295,6 +306,9 @@ def _compiled(call: Callable, what: str, compiling: bool = False):
     except VyreError:
         raise
     except MemoryError as e:
+        if str(e) and not str(e).startswith("Unable to allocate") and not compiling:  # the user's own, raised
+            raise DispatchError(f"the {what} raised MemoryError ({e}). Fix: make the {what} total over the values "
+                                "(no exceptions raised); nothing was selected.") from e
         raise HostMemoryError(f"selecting with the {what} ran out of host memory ({e}). Fix: select from fewer "
                               "values at a time.") from None
     except Exception as e:

@@ -352,7 +352,8 @@ def check_symmetric(g: CSR, piece: int = 1 << 16) -> None:
         v, u = divmod(int(np.setdiff1d(into, own, assume_unique=True)[0]), n)
     raise DispatchError(f"symmetric=True, but the edge {u} -> {v} is stored and {v} -> {u} is not (symmetric "
                         "promises every edge stored both ways). Fix: pass symmetric=False, or store every edge "
-                        "both ways (A + A.T for a SciPy matrix A).")
+                        "both ways: for a SciPy matrix A, P = A.copy(); P.data[:] = 1; pass P + P.T (its explicit "
+                        "zeros are edges too, which A + A.T would drop).")
 
 
 def _check_size(n: int, nnz: int) -> None:

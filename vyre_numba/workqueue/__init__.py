@@ -44,19 +44,19 @@ class QueueModel:
     @host_memory("QueueModel", "It holds its capacity's items in host memory at once. Fix: make a smaller queue "
                                "and drain it more often.")
     def __init__(self, capacity: int, dtype: DTypeLike):
-        self.items = np.zeros(_capacity(capacity), _dtype(dtype))
-        self.tail = 0
+        self._items = np.zeros(_capacity(capacity), _dtype(dtype))
+        self._tail = 0
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         refused = self.overflowed()
-        return (f"<QueueModel: room for {self.items.size} {self.items.dtype} items, {self.size()} filled"
+        return (f"<QueueModel: room for {self._items.size} {self._items.dtype} items, {self.size()} filled"
                 + (f", {refused} refused" if refused else "") + ">")
 
     def __getstate__(self) -> dict:
         with self._lock:
             state = {k: v for k, v in self.__dict__.items() if k != "_lock"}
-            state["items"] = self.items.copy()
+            state["_items"] = self._items.copy()
             return state
 
     def __setstate__(self, state: dict) -> None:
@@ -76,51 +76,61 @@ class QueueModel:
         new.__setstate__(copy.deepcopy(self.__getstate__(), memo))
         return new
 
+    @property
+    def items(self) -> np.ndarray:
+        """The queue's slots (the first `size()` hold the items pushed), as the device queue's `items`."""
+        return self._items
+
+    @property
+    def tail(self) -> int:
+        """Pushes so far since the last drain or reset, refused ones included (`size()` caps it)."""
+        return self._tail
+
     def push(self, value: object) -> bool:
         """Append `value` (converted to the queue's dtype as `WorkQueue.push` does: integers exactly,
         floats rounded to the nearest of a float queue; else a DispatchError and the queue
         unchanged); False (nothing stored) when the queue is full, as the device's push."""
-        dt = self.items.dtype
+        dt = self._items.dtype
         lo, hi = _int_range(dt) if dt.kind in "iu" else (1, 0)
         if isinstance(value, INTEGERS) and not isinstance(value, (bool, np.bool_)) and lo <= value <= hi:
             value = (int(value),)  # the common case, an int in range, without the array checks
         else:
             value = _values(value, dt, one=True)
         with self._lock:
-            slot, self.tail = self.tail, self.tail + 1
-            if slot < self.items.size:
-                self.items[slot] = value[0]
+            slot, self._tail = self._tail, self._tail + 1
+            if slot < self._items.size:
+                self._items[slot] = value[0]
                 return True
         return False
 
     @property
     def capacity(self) -> int:
         """How many items it holds at most (as `WorkQueue.capacity`)."""
-        return self.items.size
+        return self._items.size
 
     @property
     def dtype(self) -> np.dtype:
         """The items' dtype (as `WorkQueue.dtype`)."""
-        return self.items.dtype
+        return self._items.dtype
 
     def reset(self) -> None:
         """Empty the queue, its overflow count too (as `WorkQueue.reset`)."""
         with self._lock:
-            self.tail = 0
+            self._tail = 0
 
     def size(self) -> int:
         """The number of filled slots."""
-        return min(self.tail, self.items.size)
+        return min(self._tail, self._items.size)
 
     def overflowed(self) -> int:
         """How many pushes found the queue full since the last drain or reset."""
-        return max(0, self.tail - self.items.size)
+        return max(0, self._tail - self._items.size)
 
     def drain(self) -> np.ndarray:
         """The filled items, in push order; the queue is empty afterwards."""
         with self._lock:
-            out = self.items[:self.size()].copy()
-            self.tail = 0
+            out = self._items[:self.size()].copy()
+            self._tail = 0
         return out
 
 
@@ -162,11 +172,22 @@ def _dtype(dtype) -> np.dtype:
     except (TypeError, ValueError, RecursionError) as e:
         raise DispatchError(f"dtype={shown(given, 60)} is not a NumPy type ({e}). Fix: pass e.g. np.int32.") from None
     def field(t: np.dtype) -> bool:  # a record's field: a number, a bool, a nested record or a subarray of them
-        if t.subdtype is not None:
-            return field(t.subdtype[0])
-        if t.fields is not None:
-            return bool(t.itemsize) and all(field(f[0]) for f in t.fields.values())
-        return t.kind in "biuf" and t.itemsize <= 8
+        todo = [(t, 0)]  # a walk, not recursion: a record may nest past Python's depth
+        while todo:
+            t, depth = todo.pop()
+            if depth > _MAX_NESTING:  # NumPy itself recurses to print or compare such a dtype
+                raise DispatchError(f"the record dtype nests more than {_MAX_NESTING} levels deep, deeper than NumPy "
+                                    "prints or compares dtypes reliably. Fix: flatten the record (its fields side by "
+                                    "side, named apart).")
+            if t.subdtype is not None:
+                todo.append((t.subdtype[0], depth + 1))
+            elif t.fields is not None:
+                if not t.itemsize:
+                    return False
+                todo.extend((f[0], depth + 1) for f in t.fields.values())
+            elif not (t.kind in "biuf" and t.itemsize <= 8):
+                return False
+        return True
     if dt is None or not ((dt.kind in "iuf" and dt.itemsize <= 8) if dt.fields is None else field(dt)):
         raise DispatchError(f"dtype={shown(given, 60)} cannot be queued. Fix: pass a number type of at most 64 bits "
                             "(e.g. np.int32) or a record dtype whose fields are such numbers.")
@@ -175,6 +196,9 @@ def _dtype(dtype) -> np.dtype:
                             "cannot read such an "
                             f"array. Fix: pass {dt.newbyteorder('=')} (push converts the values).")
     return dt
+
+
+_MAX_NESTING = 64  # levels of records within records a queue's dtype may have
 
 
 def _vyre_type(name: str) -> DataType | None:

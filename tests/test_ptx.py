@@ -256,8 +256,9 @@ def test_abi_and_param_order():
     p = ir.Program([ir.BufferDecl.output("z", 2, "u32"), ir.BufferDecl.read("x", 0, "f64"),
                     ir.BufferDecl.workgroup("w", 32, "u32"), ir.BufferDecl.read_write("y", 1, "i8")],
                    (16, 2), [ir.store("z", ir.gid(0), ir.buf_len("x"))], name="abi_probe")
-    a = ptx.abi(p)
-    assert a.entry == "abi_probe" and a.workgroup_size == (16, 2, 1) and a.shared_bytes == 128
+    a = ptx.abi(p)  # of the optimized program, as emit compiles it: the unread workgroup buffer is gone
+    assert a.entry == "abi_probe" and a.workgroup_size == (16, 2, 1) and a.shared_bytes == 0
+    assert ptx.abi(p, optimize=False).shared_bytes == 128 and ".shared" not in ptx.emit(p)
     assert [(q.name, q.ptx_type, q.buffer, q.kind) for q in a.params] == [
         ("x_ptr", ".u64", "x", "ptr"), ("y_ptr", ".u64", "y", "ptr"), ("z_ptr", ".u64", "z", "ptr"),
         ("x_len", ".u32", "x", "len"), ("y_len", ".u32", "y", "len"), ("z_len", ".u32", "z", "len")]
@@ -267,6 +268,19 @@ def test_abi_and_param_order():
     assert ".reqntid 16, 2, 1" in text
     # buf_len reads the count parameter.
     assert "ld.param.u32\t%r1, [x_len]" in text
+
+
+def test_abi_describes_what_emit_compiles_when_the_optimizer_removes_a_grid_barrier():
+    """Regression (a red-team): abi described the program as written (a grid-state parameter, the
+    workgroup bytes) while emit compiled the optimized one without them; the CLI's manifest too."""
+    p = ir.Program([ir.BufferDecl.read("a", 0, "f32"), ir.BufferDecl.output("o", 1, "f32"),
+                    ir.BufferDecl.workgroup("w", 16, "f32")], 32,
+                   [ir.let("i", ir.gid(0)), ir.store("o", ir.var("i"), ir.load("a", ir.var("i"))), ir.return_(),
+                    ir.barrier("grid")], name="gone")
+    text = ptx.emit(p, cooperative=True)
+    declared = re.findall(r"\.param \.u\d+ (\w+)", text.split(".visible .entry gone(")[1].split(")")[0])
+    assert declared == [q.name for q in ptx.abi(p).params] and ptx.abi(p).shared_bytes == 0
+    assert [q.name for q in ptx.abi(p, optimize=False).params][-1] == "vyre_grid_state"
 
 
 def test_grid_barrier_needs_a_cooperative_launch_and_links_the_template():

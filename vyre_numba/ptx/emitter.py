@@ -138,12 +138,18 @@ def _shared_layout(program: Program) -> list[tuple[BufferDecl, int]]:
             if b.is_shared]
 
 
-def abi(program: Program, *, workgroup: tuple[int, int, int] | str | None = None) -> KernelABI:
-    """The launch interface of `emit(program, workgroup=workgroup)`. Programs with grid barriers
-    take one more parameter, the grid barrier's state (12 zeroed bytes, see grid_barrier.ptx)."""
+def abi(program: Program, *, workgroup: tuple[int, int, int] | str | None = None,
+        optimize: bool = True) -> KernelABI:
+    """The launch interface of `emit(program, workgroup=workgroup, optimize=optimize)`: of
+    `program.optimized()` unless `optimize=False`, as emit compiles it (a grid barrier or a workgroup
+    buffer the optimizer removed is not in it). Programs with grid barriers take one more parameter,
+    the grid barrier's state (12 zeroed bytes, see grid_barrier.ptx)."""
     if not isinstance(program, Program):
         raise UnsupportedError(f"abi takes a Program, not {shown(program, 60)}. Fix: pass the ir.Program to emit.")
-    return _abi(ir.check(program), _checked_workgroup(workgroup))
+    if not isinstance(optimize, (bool, np.bool_)):
+        raise UnsupportedError(f"optimize={shown(optimize, 60)} is not a bool. Fix: pass True or False.")
+    ir.check(program)
+    return _abi(program.optimized() if optimize else program, _checked_workgroup(workgroup))
 
 
 def _abi(program: Program, workgroup) -> KernelABI:

@@ -1185,3 +1185,16 @@ def test_result_type_says_what_it_needs_when_called_without_it():
             ir.result_type(e, **kw)
         assert fragment in str(got.value)
     assert ir.result_type(ir.add(ir.u32(1), ir.u32(2)), (ir.DataType.U32, ir.DataType.U32)) is ir.DataType.U32
+
+
+def test_unary_plus_is_the_value_and_three_argument_pow_and_nan_literal_fixes_are_runnable():
+    import math
+
+    x = ir.var("x")
+    assert (+x).equals(x)
+    with pytest.raises(IRValidationError, match=r"no Python power.*Fix:"):
+        pow(x, 2, 3)
+    with pytest.raises(IRValidationError, match=r"ir.cast\(ir.f64\(math.nan\), 'u8'\)") as e:
+        ir.lit(math.nan, "u8")
+    fix = str(e.value).rsplit("on purpose, ", 1)[1].rstrip(".")
+    assert eval(fix, {"ir": ir, "math": math}).dtype == ir.DataType.U8  # the Fix, followed, builds

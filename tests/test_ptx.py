@@ -552,3 +552,13 @@ def test_an_sm_nvjitlink_does_not_know_is_said_so_not_blamed_on_the_ptx(sm):
     p = ir.Program([ir.BufferDecl.output("o", 0, "u32")], 64, [ir.store("o", ir.gid(0), 1)])
     with pytest.raises(CompileError, match=rf"This nvJitLink does not know sm_{sm}\. Fix: assemble for an sm it knows"):
         ptx.assemble(ptx.emit(p, sm=80), sm=sm)
+
+
+def test_emit_refuses_a_workgroup_no_device_launches():
+    from vyre_numba import ptx
+    from vyre_numba.errors import UnsupportedError
+
+    p = ir.Program([ir.BufferDecl.output("o", 0, "u32")], 64, [ir.store("o", ir.gid(0), 1)], name="p")
+    for wg in ((2048, 1, 1), (1, 1, 128)):
+        with pytest.raises(UnsupportedError, match=r"past what every CUDA device launches.*Fix: pass a smaller"):
+            ptx.emit(p, workgroup=wg)

@@ -300,7 +300,9 @@ class Expr(_Structural):
         raise IRValidationError(f"an IR expression ({render_expr(self, 80)}) has no Python {what}: it is a value "
                                 f"on the device. Fix: {fix}")
 
-    def __pow__(self, o): self._no_python("power (**)", "multiply (x * x), or use ir.exp / ir.log for real powers.")
+    def __pow__(self, o, mod=None): self._no_python("power (**)", "multiply (x * x), or use ir.exp / ir.log for "
+                                                     "real powers.")
+    def __pos__(self): return self  # unary plus is the value itself, as on numbers
     def __rpow__(self, o): self._no_python("power (**)", "multiply (x * x), or use ir.exp / ir.log for real powers.")
     def __abs__(self): self._no_python("abs()", "use ir.abs_(x).")
     def __round__(self, ndigits=None): self._no_python("round()", "use ir.round_(x) (or ir.floor / ir.ceil / ir.trunc).")
@@ -688,7 +690,9 @@ def on_purpose(value, dt: DataType) -> str:
     else:
         value, wide = float(value), "f64" if dt != DataType.F64 else None
     how = "overflow" if dt.is_float else "truncate" if isinstance(value, float) else "wrap"
-    return "" if wide is None else f"; to {how} on purpose, ir.cast(ir.{wide}({value!r}), '{dt}')"
+    text = repr(value) if not (isinstance(value, float) and not math.isfinite(value)) else \
+        "math.nan" if value != value else "math.inf" if value > 0 else "-math.inf"  # runnable, not repr's nan
+    return "" if wide is None else f"; to {how} on purpose, ir.cast(ir.{wide}({text}), '{dt}')"
 
 
 def lit(value: int | float | bool, dtype: DataType | str | None = None) -> Lit:

@@ -41,6 +41,7 @@ from ..ir import DataType as D
 from ..ir import nodes as n
 from ..ir.program import Access, BufferDecl, Program, walk
 from ..ir.recursion import drive
+from ..ir.validate import MAX_AXIS, MAX_THREADS
 from . import mathlib
 from . import templates
 
@@ -124,6 +125,9 @@ def _checked_workgroup(workgroup):
     wg = tuple(int(v) for v in workgroup)
     if min(wg) < 1:
         raise UnsupportedError(f"workgroup={wg} has an axis below 1. {fix}")
+    if wg[0] * wg[1] * wg[2] > MAX_THREADS or any(v > m for v, m in zip(wg, MAX_AXIS)):
+        raise UnsupportedError(f"workgroup={wg} is past what every CUDA device launches ({MAX_THREADS} invocations, "
+                               f"{MAX_AXIS} per axis). Fix: pass a smaller workgroup, such as (256, 1, 1).")
     return wg
 
 

@@ -407,3 +407,13 @@ def test_the_symmetric_fix_keeps_explicit_zeros_as_edges():
     p.data[:] = 1
     assert graph.bfs(p + p.T, 0, symmetric=True, backend="reference").tolist() == \
         graph.bfs(a, 0, backend="reference").tolist() == [0, 1, 1]
+
+
+def test_device_csr_arrays_without_a_gpu_are_told_to_come_to_the_host():
+    interface = {"shape": (3,), "typestr": "<i4", "data": (0, False), "version": 3}
+    device = type("DeviceArray", (), {"__cuda_array_interface__": interface})
+    with pytest.raises(DispatchError, match=r"was chosen. Fix: pass backend='cuda' \(or None\), or host arrays"):
+        graph.bfs(device(), device(), 0, backend="reference")
+    if vn.get_backend().name != "cuda":  # None chose the CPU: the Fix cannot be to pass None
+        with pytest.raises(DispatchError, match=r"is what None chose.*Fix: copy the arrays to the host"):
+            graph.bfs(device(), device(), 0)

@@ -282,3 +282,11 @@ def test_index_of_refuses_bools_beside_integers():
             index_of(keys, values)
     assert index_of(np.array([False, True]), [True]).tolist() == [1]
     assert index_of([0, 1, 2], np.asarray([True], np.int64)).tolist() == [1]  # the Fix, followed
+
+
+def test_a_device_array_is_told_to_come_to_the_host():
+    device = type("DeviceArray", (), {"__cuda_array_interface__": {"shape": (3,), "typestr": "<i4",
+                                                                  "data": (0, False), "version": 3}})()
+    for call in (lambda: unique(device), lambda: count_distinct(device), lambda: index_of(np.arange(3), device)):
+        with pytest.raises(DispatchError, match=r"a device array.*Fix: copy them to the host first"):
+            call()

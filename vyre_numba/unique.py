@@ -15,6 +15,9 @@ INTEGER_KINDS = "biu"  # bool, signed and unsigned ints: what sorts and compares
 
 def _integers(a, where: str, what: str = "values") -> np.ndarray:
     """`a` as an array, or a DispatchError where it holds anything but integers or is masked."""
+    if hasattr(a, "__cuda_array_interface__") or hasattr(a, "copy_to_host"):
+        raise DispatchError(f"{where}: the {what} are a device array; these helpers sort and search on the host. "
+                            "Fix: copy them to the host first (x.copy_to_host(), cupy.asnumpy(x) or x.cpu().numpy()).")
     refuse_misread(a, f"{where}: the {what} argument", not_bool="a number here",
                    masked="pass x.compressed() or x.filled(...), whichever the values mean.")
     try:

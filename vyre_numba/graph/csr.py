@@ -280,8 +280,11 @@ def resolve(indptr, indices, backend, symmetric, call: str) -> tuple:
             check_symmetric(g)
         return be, g, g.n, False
     if be.name != "cuda":
-        raise DispatchError(f"the CSR is on the device but backend {be.name!r} runs on the CPU. "
-                            "Fix: pass backend='cuda' (or None), or host arrays.")
+        chose = "was chosen" if backend is not None else "is what None chose (no GPU is usable here)"
+        fix = ("pass backend='cuda' (or None), or host arrays" if backend is not None else
+               "copy the arrays to the host (x.copy_to_host(), cupy.asnumpy(x), x.cpu().numpy()) and pass those")
+        raise DispatchError(f"the CSR is on the device but backend {be.name!r}, which runs on the CPU, {chose}. "
+                            f"Fix: {fix}.")
     n = _device_index_array(indptr, "indptr") - 1
     nnz = _device_index_array(indices, "indices")
     if n < 0:

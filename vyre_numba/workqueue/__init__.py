@@ -306,8 +306,12 @@ def _values(values, dt: np.dtype, *, one: bool = False) -> np.ndarray:
                             f"{dt}{hint}.")
     if dt.kind in "iu":
         if arr.dtype.kind == "f":
+            listed = isinstance(values, (list, tuple))  # NumPy read the list as floats: a big int in it is rounded
             raise DispatchError(f"the values are floats and the queue holds {dt}. Fix: round them yourself, e.g. "
-                                f"np.rint(values).astype(np.{dt}).")
+                                f"np.rint(values).astype(np.{dt})" + (
+                                    f"; for a list mixing integers past 2**53 with floats, "
+                                    f"np.array([round(v) for v in values], dtype=np.{dt}), which keeps each integer "
+                                    "exact." if listed else "."))
         info = np.iinfo(dt)
         lo, hi = int(arr.min()), int(arr.max())
         if lo < info.min or hi > info.max:

@@ -610,9 +610,9 @@ def select_if(values: ArrayIn, predicate: Callable, *, stream: Stream | None = N
     (closure, defaults, the globals and module attributes it names, such as `cfg.limit`): a lambda
     written anew every call compiles once, and a changed threshold compiles afresh; an array it
     reads counts by its contents (Numba compiles them in), at most 16 KiB of them (compaction.select.FROZEN_BYTES).
-    Where it reads something else that does not hash (a list), it is compiled once per function
-    object, and Numba fixes the globals it reads at that first call (pass a new function to change
-    them). The last PREDICATES_KEPT stay compiled. Its error model is NumPy's on both and its types are Numba's
+    Where it reads something else that does not hash and Numba still compiles (rare: a list, a
+    dict or a set does not compile, and is refused so), it is compiled once per function object,
+    and Numba fixes the globals it reads at that first call (pass a new function to change them). The last PREDICATES_KEPT stay compiled. Its error model is NumPy's on both and its types are Numba's
     (see the module docstring): an integer divided by zero is 0, and integers are computed in 64
     bits. Under the CUDA simulator the predicate runs as Python on NumPy scalars, whose integer
     promotion differs from Numba's compiled one (int8 * int8 wraps in int8 there, uint64 + int64

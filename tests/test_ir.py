@@ -1198,3 +1198,13 @@ def test_unary_plus_is_the_value_and_three_argument_pow_and_nan_literal_fixes_ar
         ir.lit(math.nan, "u8")
     fix = str(e.value).rsplit("on purpose, ", 1)[1].rstrip(".")
     assert eval(fix, {"ir": ir, "math": math}).dtype == ir.DataType.U8  # the Fix, followed, builds
+
+
+def test_from_dict_takes_documents_only_and_to_json_an_int_indent():
+    for d in (5, "x", None, [1, 2]):
+        with pytest.raises(IRValidationError, match="an IR node document is a dict.*Fix:"):
+            ir.from_dict(d)
+    p = ir.Program([ir.BufferDecl.output("o", 0, "u32")], 64, [ir.store("o", ir.gid(0), 1)], name="p")
+    with pytest.raises(IRValidationError, match=r"indent is a number of spaces. Fix: pass an int"):
+        p.to_json(indent=1.5)
+    assert ir.Program.from_json(p.to_json(indent=2)).digest() == p.digest()

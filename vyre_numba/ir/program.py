@@ -308,6 +308,10 @@ class Program:
 
     def to_json(self, indent: int | None = None) -> str:
         """Canonical JSON (sorted keys); `from_json(to_json())` gives an equal program."""
+        if indent is not None and (isinstance(indent, (bool, np.bool_)) or not isinstance(indent, INTEGERS)
+                                   or indent < 0):
+            raise IRValidationError(f"to_json(indent={shown(indent, 40)}): indent is a number of spaces. Fix: pass "
+                                    "an int from 0, or None for one line.")
         return jsontext.dumps(self.to_dict(), indent)
 
     @classmethod
@@ -324,7 +328,7 @@ class Program:
             bufs = [BufferDecl(b["name"], b["binding"], b["access"], b["dtype"], b["count"], b["output"],
                                b["output_byte_range"])
                     for b in d["buffers"]]
-            return cls(bufs, d["workgroup_size"], from_dict(d["entry"]), d["name"])
+            return cls(bufs, d["workgroup_size"], _entry_of(d["entry"]), d["name"])
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise IRValidationError(f"malformed program JSON ({type(e).__name__}: {e}). "
                                     "Fix: load a file written by Program.to_json().") from e
@@ -527,8 +531,16 @@ def _from(d: Any):
 
 def from_dict(d: Any) -> Any:
     """Inverse of `to_dict`; IRValidationError with a Fix where `d` is not such a document."""
+    if not isinstance(d, dict):  # every node's document is an object; lists and atoms are only inside one
+        raise IRValidationError(f"an IR node document is a dict, not {shown(d, 60)}. Fix: load a document written by "
+                                "ir.to_dict (or a file by Program.to_json()).")
+    return _entry_of(d)
+
+
+def _entry_of(doc: Any) -> Any:
+    """A program document's statements (a list of node documents), read as `from_dict` reads one."""
     try:
-        return drive(_from(d))
+        return drive(_from(doc))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise IRValidationError(f"malformed IR node document ({type(e).__name__}: {e}). "
                                 "Fix: load a document written by ir.to_dict (or a file by Program.to_json()).") from e

@@ -562,3 +562,16 @@ def test_emit_refuses_a_workgroup_no_device_launches():
     for wg in ((2048, 1, 1), (1, 1, 128)):
         with pytest.raises(UnsupportedError, match=r"past what every CUDA device launches.*Fix: pass a smaller"):
             ptx.emit(p, workgroup=wg)
+
+
+def test_a_device_check_reports_a_workgroup_that_does_not_fit_and_wraps_nvjitlinks_errors():
+    from vyre_numba.errors import UnsupportedError
+    from vyre_numba.ptx import devices
+
+    p = ir.Program([ir.BufferDecl.output("o", 0, "f32")], 64, [ir.store("o", ir.gid(0), ir.sin(ir.f32(1.0)))],
+                   name="p")
+    for wg, fragment in (((2048, 1, 1), "2048 invocations"), ((1, 1, 128), "at most (1024, 1024, 64)")):
+        report = devices.check(p, "h100", workgroup=wg)  # reported, not raised (nvJitLink's INTERNAL error before)
+        assert any(fragment in x for x in report.problems)
+    with pytest.raises(UnsupportedError, match="nvJitLink could not assemble the kernel for sm_90.*Fix:"):
+        devices.resources("garbage", 90)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from ..errors import UnsupportedError, a_type, shown
 from ..ir import Access, Program
+from ..ir.validate import MAX_AXIS
 
 
 @dataclass(frozen=True)
@@ -107,9 +108,14 @@ def resources(ptx_text: str, sm: int) -> tuple[int, int, int]:
     from .assembler import link_sources
 
     objs = [ObjectCode.from_ptx(s.encode(), name=f"module{i}.ptx") for i, s in enumerate(link_sources(ptx_text))]
-    linker = Linker(*objs, options=LinkerOptions(arch=f"sm_{sm}", verbose=True))
-    linker.link("cubin")
-    log = linker.get_info_log() or ""
+    try:
+        linker = Linker(*objs, options=LinkerOptions(arch=f"sm_{sm}", verbose=True))
+        linker.link("cubin")
+        log = linker.get_info_log() or ""
+    except Exception as e:  # nvJitLinkError and cuda.core's own: an unknown target, or text that is no kernel
+        raise UnsupportedError(f"nvJitLink could not assemble the kernel for sm_{sm} ({str(e).strip()[:200]}). Fix: "
+                               "pass the emitter's PTX (ptx.emit(program, sm=...)) for a target the installed "
+                               "toolkit knows (ptx.assembler.MIN_ASSEMBLE_SM and up, as ptx.assemble takes).") from None
     regs = re.findall(r"[Uu]sed (\d+) registers", log)
     smem = re.findall(r"(\d+) bytes smem", log)
     lmem = re.findall(r"(\d+) bytes lmem", log) or re.findall(r"(\d+) bytes spill stores", log)
@@ -142,10 +148,15 @@ def check(program: Program, device: str | DeviceProfile, *, workgroup: tuple | N
     if threads > d.max_threads_per_block:
         problems.append(f"a workgroup of {threads} invocations; {d.name} runs at most {d.max_threads_per_block}. "
                         "Fix: use a smaller workgroup and more of them.")
+    if any(v > m for v, m in zip(wg, MAX_AXIS)):
+        problems.append(f"a workgroup of {wg}; a CUDA device takes at most {MAX_AXIS} along x, y, z. Fix: put the "
+                        "invocations along x (and y).")
     declared = sum(b.dtype.nbytes * b.count for b in program.buffers if b.access is Access.WORKGROUP)
     regs = local = None
     shared = declared
-    if d.sm >= MIN_ASSEMBLE_SM:
+    if problems:  # no kernel of that shape is emitted (emit refuses it), so nothing is measured
+        notes.append("registers not measured: the workgroup itself does not fit")
+    elif d.sm >= MIN_ASSEMBLE_SM:
         regs, smem, local = resources(emit(program, sm=d.sm, workgroup=wg, cooperative=cooperative), d.sm)
         shared = max(shared, smem)
     else:

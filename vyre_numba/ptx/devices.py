@@ -113,7 +113,8 @@ def resources(ptx_text: str, sm: int) -> tuple[int, int, int]:
         linker.link("cubin")
         log = linker.get_info_log() or ""
     except Exception as e:  # nvJitLinkError and cuda.core's own: an unknown target, or text that is no kernel
-        raise UnsupportedError(f"nvJitLink could not assemble the kernel for sm_{sm} ({str(e).strip()[:200]}). Fix: "
+        said = " ".join(str(e).replace("\x00", " ").split())[:200]  # its log spans lines and ends in a NUL
+        raise UnsupportedError(f"nvJitLink could not assemble the kernel for sm_{sm} ({said}). Fix: "
                                "pass the emitter's PTX (ptx.emit(program, sm=...)) for a target the installed "
                                "toolkit knows (ptx.assembler.MIN_ASSEMBLE_SM and up, as ptx.assemble takes).") from None
     regs = re.findall(r"[Uu]sed (\d+) registers", log)

@@ -65,7 +65,6 @@ COOPERATIVE_WORKGROUPS = 8  # the persistent grid of a megakernel on a backend t
 FUSION_PLANS = 256  # fusion plans a backend keeps (programs and group structure; never the buffers)
 
 
-
 class Telemetry(dict):
     """A backend's counters by name (a dict of str to ints; `*_ns` values are `Duration`s), shown in
     Jupyter as a table; `to_frame()` gives a pandas DataFrame. Every way of storing a counter

@@ -123,7 +123,7 @@ def _check_values(a, name: str = "values"):
         raise DispatchError(f"{name} is a masked array; compaction would ignore its mask. Fix: pass "
                             f"{name}.filled(0) or select by the mask itself.")
     if not isinstance(a, np.ndarray) and not hasattr(a, "copy_to_host") and \
-            not isinstance(getattr(a, "__cuda_array_interface__", None), dict):  # numba's (the simulator's too) read apart
+            not isinstance(getattr(a, "__cuda_array_interface__", None), dict):  # numba's (simulator's too): apart
         raise DispatchError(f"{name} is {a_type(a)}, whose __cuda_array_interface__ is no dict (the protocol's "
                             "shape, typestr and data). Fix: pass a numba, CuPy or PyTorch device array, or a "
                             "NumPy array.")
@@ -612,7 +612,8 @@ def select_if(values: ArrayIn, predicate: Callable, *, stream: Stream | None = N
     reads counts by its contents (Numba compiles them in), at most 16 KiB of them (compaction.select.FROZEN_BYTES).
     Where it reads something else that does not hash and Numba still compiles (rare: a list, a
     dict or a set does not compile, and is refused so), it is compiled once per function object,
-    and Numba fixes the globals it reads at that first call (pass a new function to change them). The last PREDICATES_KEPT stay compiled. Its error model is NumPy's on both and its types are Numba's
+    and Numba fixes the globals it reads at that first call (pass a new function to change them).
+    The last PREDICATES_KEPT stay compiled. Its error model is NumPy's on both and its types are Numba's
     (see the module docstring): an integer divided by zero is 0, and integers are computed in 64
     bits. Under the CUDA simulator the predicate runs as Python on NumPy scalars, whose integer
     promotion differs from Numba's compiled one (int8 * int8 wraps in int8 there, uint64 + int64

@@ -126,12 +126,6 @@ _LINES = re.compile(r"(?<=\n)|(?<=\r)(?!\n)")  # where Python's parser ends a li
 _MAX_COPIED = 4096  # nodes a power may copy of a base only bare literals make (it cannot be a variable)
 
 
-def _weak_only(e: ir.Expr) -> bool:
-    """Whether `e`'s type comes from the operation around it, as a bare literal's does, so that a
-    variable holding it would fix a default type first (`ir.validate.weak_only`)."""
-    return weak_only(e)
-
-
 _NAMES = re.compile(r"(?<![\w.])[^\W\d]\w*")  # the names an operation's text reads (not attributes)
 _INDEX = "idx"  # the invocation's element; parameters live in variables prefixed v_ / t_ / o_
 
@@ -340,7 +334,7 @@ class _Translator:
                                 "assign a new name: an output, or a temporary")
             if target in FUNCTIONS:
                 raise self.fail(st, f"{self.said(node)} is the name of a function", "use another temporary name")
-            if _weak_only(value) and target not in self.outputs and target not in assigned:  # the type of its
+            if weak_only(value) and target not in self.outputs and target not in assigned:  # the type of its
                 self.defaulted.add(target)  # first value, a bare number's own: said where it differs from another
             var = assigned.get(target)
             text = self.segment(st) or target
@@ -350,7 +344,7 @@ class _Translator:
                 if target in self.defaulted:
                     self.defaulted_vars[var] = (target, value)
                 t = self.out_types.get(target)
-                if t is None or not _weak_only(value):
+                if t is None or not weak_only(value):
                     self.stmts.append(ir.let(var, value))
                 else:  # typed by the output, as the expression form's store types it: declared, then set
                     self.stmts.append(ir.let(var, ir.lit(False if t is ir.DataType.BOOL else 0, t)))
@@ -517,7 +511,7 @@ class _Translator:
     def copy_limit(self, e: ir.Expr, copies: int, node: ast.AST) -> None:
         """Refuse `e` read `copies` times where it must be copied (its type is the context's: see
         `named`) and the copies would pass _MAX_COPIED nodes (nested, they multiply)."""
-        if _weak_only(e) and sum(1 for _ in itertools.islice(ir.walk([e]), _MAX_COPIED)) * copies > _MAX_COPIED:
+        if weak_only(e) and sum(1 for _ in itertools.islice(ir.walk([e]), _MAX_COPIED)) * copies > _MAX_COPIED:
             raise self.fail(node, "an expression of bare literals read more than once is copied each time (a variable "
                                   "would fix its type before the operation gives it one), past a limit here",
                             "give the literals a type, e.g. f32(...) or i32(...), or fold it yourself")
@@ -527,7 +521,7 @@ class _Translator:
         copied: (x ** 64) ** 64 would be 4,096 copies of x, each walked and run); as itself where
         it is a leaf, or where only bare literals make it (a variable would fix their type before
         the operation around it gives them one)."""
-        if isinstance(e, (ir.Var, ir.Lit)) or _weak_only(e):
+        if isinstance(e, (ir.Var, ir.Lit)) or weak_only(e):
             return e
         self.stmts.append(ir.let(f"p_{len(self.stmts)}", e))
         self.texts.append(self.segment(node) or "")

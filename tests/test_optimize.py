@@ -261,6 +261,29 @@ def test_hoist_moves_only_what_the_loop_does_not_change():
     assert_same_results(p, [np.arange(20, dtype=np.uint32)], None)
 
 
+def test_hoist_places_each_part_before_the_outermost_loop_it_does_not_vary_in():
+    body = [ir.loop("a", 0, 3, [ir.loop("b", 0, 4, [
+        ir.store("y", ir.var("a") * 4 + ir.var("b"), ir.load("x", ir.var("a")) * (ir.load("x", 9) + 7))])])]
+    p = prog(body)
+    lines = text(optimize(p, ["hoist"])).splitlines()
+    assert lines[0] == "let _v2 = (x[9u32] + 7u32)" and lines[1].startswith("for a in"), lines
+    assert [x.strip() for x in lines[2:6]] == ["let _v0 = (a * 4u32)", "let _v1 = (x[a] * _v2)", "for b in 0u32..4u32 {",
+                                               "y[(_v0 + b)] = _v1"], lines
+    assert_same_results(p, [np.arange(20, dtype=np.uint32)], None)
+
+
+def test_hoist_out_of_deep_nests_makes_one_temporary_per_value():
+    body: list = []
+    for k in range(300):  # a value invariant in every loop at every level: each moves out of all of them at once
+        body = [ir.loop(f"k{k}", 0, 1, [ir.if_(ir.var(f"k{k}") < 1, [ir.store("y", k, ir.load("x", k) * 3 + 1)] + body)])]
+    p = prog(body)
+    opt = optimize(p, ["hoist"])
+    lets = [s for s in opt.entry if isinstance(s, ir.Let)]
+    assert len(lets) == 300 and isinstance(opt.entry[300], ir.Loop), text(opt)[:400]
+    assert sum(1 for _ in ir.walk(opt.entry)) < 2 * sum(1 for _ in ir.walk(p.entry))
+    assert_same_results(p, [np.arange(400, dtype=np.uint32)], None)
+
+
 def test_cse_shares_pure_values_and_respects_assignments():
     x = ir.load("x", i)
     body = [ir.let("i", ir.gid(0)), ir.let("a", i * 3),

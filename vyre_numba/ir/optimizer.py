@@ -525,45 +525,58 @@ def _inline(body: tuple[n.Node, ...]) -> list[n.Node]:
 # ---- loop-invariant hoisting ------------------------------------------------------------------
 
 def _hoist(ctx: _Context, entry: tuple[n.Node, ...]) -> tuple[n.Node, ...]:
-    def body(stmts):
+    """Each largest pure expression in a loop goes into a `let` placed just before the outermost
+    loop it does not vary in (one that changes or declares nothing it reads), its own parts further
+    out where they vary in fewer loops: one walk, one temporary per value and loop."""
+    frames: list[tuple[frozenset, dict, list]] = []  # per enclosing loop, outermost first: (the variables
+    # it changes or declares, structure -> temporary, (temporary, expression) to place before it)
+
+    def varies_in(v: str, depth: int) -> int:
+        """How many of the `depth` outermost loops v's value varies in (a loop changing v is inside
+        every loop outside it, so they are the outermost ones)."""
+        lo, hi = 0, depth
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if v in frames[mid][0]:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def at(depth: int):
+        def replace(e: n.Expr):
+            if not depth or not ctx.shareable(e):
+                return None
+            t = max((varies_in(v, depth) for v in ctx.facts(e)[2]), default=0)
+            if t >= depth:
+                return None
+            lets, placed = frames[t][1], frames[t][2]
+            k = e.key()
+            if k not in lets:
+                lets[k] = ctx.fresh()
+                placed.append((lets[k], e))
+            return n.Var(lets[k])
+        return replace
+
+    def body(stmts, depth: int):
         out = []
         for s in stmts:
-            if _bodies(s):
+            if isinstance(s, n.Loop):
+                assigned, declared = _changed(ctx, s.body)
+                frames.append((assigned | declared | {s.var}, {}, []))
+                inside = yield body(s.body, depth + 1)
+                for name, e in frames.pop()[2]:  # its parts may go further out: placed before outer loops
+                    out.append(n.Let(name, _rebuild(e, [_transform(c, _rebuild, at(depth)) for c in e.children()])))
+                s = n.Loop(s.var, s.start, s.end, inside)
+            elif _bodies(s):
                 bodies = []
                 for b in _bodies(s):
-                    bodies.append((yield body(b)))
+                    bodies.append((yield body(b, depth)))
                 s = _with_bodies(s, bodies)
-            if isinstance(s, n.Loop):
-                out.extend(_hoist_loop(ctx, s))
-            else:
-                out.append(s)
+            out.append(_with_exprs(s, [_transform(e, _rebuild, at(depth)) for e in _exprs(s)]))
         return tuple(out)
 
-    return drive(body(entry))
-
-
-def _hoist_loop(ctx: _Context, loop: n.Loop) -> list[n.Node]:
-    """`let`s of the loop body's largest pure expressions that read nothing the body changes or
-    declares, then the loop using them."""
-    assigned, declared = _changed(ctx, loop.body)
-    inner = {loop.var} | assigned | declared
-    lets: dict[n.StructuralKey, str] = {}
-    hoisted: list[n.Node] = []
-
-    def replace(e: n.Expr):
-        if not ctx.shareable(e) or ctx.facts(e)[2] & inner:
-            return None
-        k = e.key()
-        if k not in lets:
-            lets[k] = ctx.fresh()
-            hoisted.append(n.Let(lets[k], e))
-        return n.Var(lets[k])
-
-    # not into nested loops: each was hoisted first, and what it kept varies here too
-    new_body = _rewritten(loop.body, _rebuild, replace, loops=False)
-    new = n.Loop(loop.var, loop.start, loop.end, new_body)
-    ctx.scopes[id(new)] = (new, assigned, declared | {loop.var})  # hoisting moves no assignment or declaration
-    return hoisted + [new]
+    return drive(body(entry, 0))
 
 
 # ---- common subexpressions --------------------------------------------------------------------

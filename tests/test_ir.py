@@ -959,6 +959,16 @@ def _saxpy_text() -> str:
      "has -1 where Let.value takes an IR expression"),
     ("a null expression", lambda t: t.replace('"value":{"axis":0,"k":"Builtin","name":"invocation_id"}',
                                               '"value":null'), "has null where Let.value takes an IR expression"),
+    ("a bare workgroup number", lambda t: t.replace('"workgroup_size":[256,1,1]', '"workgroup_size":256'),
+     "program JSON has workgroup_size = 256, where to_json writes a list of three ints"),
+    ("a one-axis workgroup", lambda t: t.replace('"workgroup_size":[256,1,1]', '"workgroup_size":[256]'),
+     "workgroup_size = [256]"),
+    ("a number as the name", lambda t: t.replace('"name":"saxpy"', '"name":5'), "name = 5, where to_json writes a string"),
+    ("a buffer dtype alias", lambda t: t.replace('"dtype":"f32","name":"x"', '"dtype":"float32","name":"x"'),
+     "the dtype of buffer 'x' = 'float32'"),
+    ("an access in capitals", lambda t: t.replace('"access":"read_only"', '"access":"READ_ONLY"'),
+     "the access of buffer 'x' = 'READ_ONLY'"),
+    ("a literal's dtype alias", lambda t: t.replace('"dtype":"u32"', '"dtype":"uint32"', 1), ".dtype = 'uint32'"),
     ("NaN", lambda t: t.replace('"raw":0', '"raw":NaN', 1), "program JSON holds NaN, which is not JSON"),
     ("a byte-order mark", lambda t: "\ufeff" + t, "byte-order mark (U+FEFF)"),
 ])
@@ -1208,3 +1218,20 @@ def test_from_dict_takes_documents_only_and_to_json_an_int_indent():
     with pytest.raises(IRValidationError, match=r"indent is a number of spaces. Fix: pass an int"):
         p.to_json(indent=1.5)
     assert ir.Program.from_json(p.to_json(indent=2)).digest() == p.digest()
+
+
+def test_ints_past_what_str_shows_are_refused_with_their_size():
+    """Regression (a red-team): ir.lit(10**5000, 'u64') and str(ir.Lit(u64, 10**5000)) raised Python's
+    raw ValueError (an int past 4,300 digits has no str), and so did `x + 10**5000`."""
+    huge = 10**5000
+    for make, message in ((lambda: ir.lit(huge, "u64"), "does not fit u64"), (lambda: ir.lit(-huge, "i8"), "does not fit i8"),
+                          (lambda: ir.lit(huge, "f64"), "past the largest finite f64"),
+                          (lambda: ir.load("x", 0) + huge, "past any IR type's range"),
+                          (lambda: ir.Lit(ir.DataType.U64, huge), "Lit.raw is <an int of 16,610 bits>, not an int of at most 4096 bits")):
+        with pytest.raises(IRValidationError, match=message) as info:
+            make()
+        assert "16,610 bits" in str(info.value) and "wider type" not in str(info.value), str(info.value)
+        assert_fix(str(info.value))
+    x = ir.load("x", 0) + 2**70  # a weak int past 64 bits still types as a float (exactly)
+    p = ir.Program([B.read("x", 0, "f64"), B.output("y", 1, "f64")], 1, [ir.store("y", 0, x)])
+    assert vn.get_backend("reference").dispatch(p, [np.zeros(1)], None)[0][0] == 2.0**70

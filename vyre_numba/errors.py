@@ -671,8 +671,8 @@ def shown(x, width: int = 80) -> str:
     nested 100,000 deep, a huge list, an object whose repr raises), never an exception itself."""
     try:
         text = _widths(width).repr(x)
-    except Exception:  # a user's __repr__ that raises, or recurses without end
-        text = f"<{a_type(x)}>"
+    except Exception:  # a user's __repr__ that raises, or recurses without end; an int too long for str
+        text = f"<an int of {x.bit_length():,} bits>" if isinstance(x, int) else f"<{a_type(x)}>"
     return clip(text, width)
 
 

@@ -137,9 +137,9 @@ def _field(node, name: str, kind: str, v):
             v = DataType.parse(v)
     elif kind in ("int", "bool"):
         ok = isinstance(v, bool) if kind == "bool" else isinstance(v, int) and not isinstance(v, bool)
-        if not ok:
-            raise _fail(f"{type(node).__name__}.{name} is {shown(v)}, not {'a bool' if kind == 'bool' else 'an int'}. "
-                        "Fix: build IR with the ir.* functions.")
+        if not ok or kind == "int" and v.bit_length() > 4096:  # a weak literal's int may pass f64's range, for
+            what = "an int of at most 4096 bits" if ok else "a bool" if kind == "bool" else "an int"  # validate to name
+            raise _fail(f"{type(node).__name__}.{name} is {shown(v)}, not {what}. Fix: build IR with the ir.* functions.")
     object.__setattr__(node, name, v)
     return v
 
@@ -601,6 +601,9 @@ def _e(x: ExprLike) -> Expr:
     if isinstance(x, (bool, np.bool_)):
         return Lit(DataType.BOOL, int(bool(x)))
     if isinstance(x, int):
+        if x.bit_length() > 4096:  # the validator says more of a smaller one, which has a type to name
+            raise _fail(f"the number {shown(x)} is past any IR type's range (f64's too). Fix: use a smaller number, "
+                        "or math.inf for an infinity.")
         return Lit(DataType.I64, int(x), weak=True)
     if isinstance(x, float) and not isinstance(x, np.generic):  # np.float64 is a float too, and keeps its type
         return Lit(DataType.F64, float_to_bits(x, DataType.F64), weak=True)
@@ -689,10 +692,12 @@ def on_purpose(value, dt: DataType) -> str:
         wide = "i64" if -2**63 <= value < 2**63 else "u64" if 0 <= value < 2**64 else None
     else:
         value, wide = float(value), "f64" if dt != DataType.F64 else None
+    if wide is None:
+        return ""
     how = "overflow" if dt.is_float else "truncate" if isinstance(value, float) else "wrap"
     text = repr(value) if not (isinstance(value, float) and not math.isfinite(value)) else \
         "math.nan" if value != value else "math.inf" if value > 0 else "-math.inf"  # runnable, not repr's nan
-    return "" if wide is None else f"; to {how} on purpose, ir.cast(ir.{wide}({text}), '{dt}')"
+    return f"; to {how} on purpose, ir.cast(ir.{wide}({text}), '{dt}')"
 
 
 def lit(value: int | float | bool, dtype: DataType | str | None = None) -> Lit:
@@ -717,8 +722,8 @@ def lit(value: int | float | bool, dtype: DataType | str | None = None) -> Lit:
         bits = float_to_bits(v, dt)
         if overflows(v, bits, dt):
             raise _fail(f"literal {shown(value)} is past the largest finite {dt} ({dt.max!r}): it would round to "
-                        f"{'-' if v < 0 else ''}inf. Fix: write {'-' if v < 0 else ''}math.inf for an infinity, or use a "
-                        f"wider type{on_purpose(value, dt)}.")
+                        f"{'-' if v < 0 else ''}inf. Fix: write {'-' if v < 0 else ''}math.inf for an infinity, or use "
+                        f"{'a smaller value' if dt == DataType.F64 else 'a wider type'}{on_purpose(value, dt)}.")
         return Lit(dt, bits)
     if not isinstance(v, int):
         if not v.is_integer():
@@ -727,7 +732,7 @@ def lit(value: int | float | bool, dtype: DataType | str | None = None) -> Lit:
         v = int(v)  # exact, a long double's too
     if not (dt.min <= v <= dt.max):
         raise _fail(f"literal {shown(value)} does not fit {dt} (range {dt.min}..{dt.max}). "
-                    f"Fix: use a wider type or a value in range{on_purpose(value, dt)}.")
+                    f"Fix: use {'a wider type or ' if -2**63 <= v < 2**64 else ''}a value in range{on_purpose(value, dt)}.")
     return Lit(dt, v)
 
 

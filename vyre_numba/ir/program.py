@@ -338,8 +338,10 @@ class Program:
         """The program of a `to_json` text; IRValidationError with a Fix if it is not one (a text
         is held to what to_json writes, where `from_dict` takes what the ir.* builders take)."""
         d = jsontext.loads(text)
-        if isinstance(d, dict) and d.get("format") == FORMAT and "entry" in d:
-            _as_written(d["entry"])
+        if isinstance(d, dict) and d.get("format") == FORMAT:
+            _header_as_written(d)
+            if "entry" in d:
+                _as_written(d["entry"])
         return cls.from_dict(d)
 
     def optimized(self) -> "Program":
@@ -413,6 +415,8 @@ def _buf_to_dict(b: BufferDecl) -> dict:
             "output_byte_range": None if b.output_byte_range is None else list(b.output_byte_range)}
 
 
+_DTYPE_NAMES = tuple(t.value for t in DataType)
+_ACCESS_NAMES = tuple(a.value for a in Access)
 _PROGRAM_KEYS = frozenset(("format", "name", "workgroup_size", "buffers", "entry"))
 _BUFFER_KEYS = frozenset(("name", "binding", "access", "dtype", "count", "output", "output_byte_range"))
 
@@ -433,6 +437,27 @@ _CLASSES = {c.__name__: c for c in (
     n.Lit, n.Var, n.Load, n.BufLen, n.Builtin, n.BinOp, n.UnOp, n.Select, n.Cast, n.Fma, n.Atomic,
     n.SubgroupBallot, n.SubgroupShuffle, n.SubgroupAdd,
     n.Let, n.Assign, n.Store, n.If, n.Loop, n.Barrier, n.Return, n.Block)}
+
+
+def _header_as_written(d: dict) -> None:
+    """An IRValidationError where a program text's name, workgroup or buffer fields are other than
+    to_json writes them (a bare workgroup number, a dtype alias such as "uint32", a number as name)."""
+    def refuse(what: str, v: Any, want: str) -> None:
+        raise IRValidationError(f"program JSON has {what} = {shown(v, 40)}, where to_json writes {want}. Fix: load a "
+                                "file written by Program.to_json() (or build the program with ir.Program).")
+
+    wg = d.get("workgroup_size")
+    if "workgroup_size" in d and not (isinstance(wg, list) and len(wg) == 3 and
+                                      all(isinstance(x, int) and not isinstance(x, bool) for x in wg)):
+        refuse("workgroup_size", wg, "a list of three ints")
+    if "name" in d and not isinstance(d["name"], str):
+        refuse("name", d["name"], "a string")
+    for b in d.get("buffers") if isinstance(d.get("buffers"), list) else ():
+        if isinstance(b, dict):
+            if "dtype" in b and b["dtype"] not in _DTYPE_NAMES:
+                refuse(f"the dtype of buffer {shown(b.get('name'), 40)}", b["dtype"], "a type name (" + ", ".join(_DTYPE_NAMES) + ")")
+            if "access" in b and b["access"] not in _ACCESS_NAMES:
+                refuse(f"the access of buffer {shown(b.get('name'), 40)}", b["access"], ", ".join(_ACCESS_NAMES))
 
 
 def _as_written(entry: Any) -> None:
@@ -459,6 +484,10 @@ def _as_written(entry: Any) -> None:
             for name, k in (cls._kinds.items() if cls is not None else ()):
                 if k in ("expr", "expr?", "body") and name in d:
                     stack.append((f"{cls.__name__}.{name}", d[name], k))
+                elif k == "dtype" and name in d and d[name] not in _DTYPE_NAMES:
+                    raise IRValidationError(f"program JSON has {cls.__name__}.{name} = {shown(d[name], 40)}, where "
+                                            f"to_json writes a type name ({', '.join(_DTYPE_NAMES)}). Fix: load a file "
+                                            "written by Program.to_json().")
 
 
 def _to(x: Any):

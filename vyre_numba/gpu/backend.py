@@ -18,8 +18,8 @@ from ..backend import (Backend, InFlight, Telemetry, Timer, check_each, check_em
 from ..bindings import Binding, bind, check_config
 from ..config import DispatchConfig
 from ..display import Duration
-from ..errors import (INTEGERS, BackendUnavailableError, DeviceError, DispatchError, VyreError, a_type, check_calls,
-                      shown)
+from ..errors import (INTEGERS, BackendUnavailableError, DeviceError, DispatchError, LaunchError, VyreError, a_type,
+                      check_calls, shown)
 from ..ir import Program, check
 from ..lru import LRUCache
 from . import diskcache, tuning
@@ -149,6 +149,12 @@ class CudaBackend(Backend):
         """The loaded kernel of `program` for this device: from memory, else from the disk cache,
         else emitted and assembled (and stored on disk)."""
         config = config or DispatchConfig()
+        wg = program.workgroup_size if config.workgroup is None else config.workgroup
+        if not isinstance(wg, str) and (wg[0] * wg[1] * wg[2] > self.caps.max_threads_per_block
+                                        or any(v > m for v, m in zip(wg, self.caps.max_block_dim))):
+            raise LaunchError(f"kernel {program.name!r}: the workgroup {tuple(wg)} exceeds this device's limits (axes "
+                              f"{self.caps.max_block_dim}, {self.caps.max_threads_per_block} threads). Fix: use a "
+                              "smaller workgroup and more workgroups.")
         key = _kernel_key(program, config, self.caps.sm)
         return self.module_cache.get_or_build(key, lambda: self._build(program, config, key))
 

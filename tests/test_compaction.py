@@ -1686,3 +1686,21 @@ def test_predicates_that_are_coroutines_or_raise_memory_errors_and_broken_interf
     for call in (lambda: compaction.select(broken, np.ones(1)), lambda: compaction.nonzero(broken)):
         with pytest.raises(DispatchError, match="__cuda_array_interface__ is no dict.*Fix:"):
             call()
+
+
+def test_word_view_refuses_what_is_not_n_contiguous_items_of_plain_bits():
+    """Regression (a red-team): word_view took a list (AttributeError), a strided or 2-D array, an
+    object array and any n (ignored for one-word items, so n past the end viewed every item)."""
+    from vyre_numba.compaction import word_view
+
+    for a, n, message in (([1, 2], 2, "takes a device array, not \\[1, 2\\]"),
+                          (np.zeros((2, 2), np.uint32), 4, "1-D contiguous array, not one of shape \\(2, 2\\)"),
+                          (np.zeros(8, np.uint8)[::2], 4, "strides \\(2,\\)"),
+                          (np.zeros(4, object), 4, "plain bits"),
+                          *((np.zeros(4, np.uint32), bad, "n is how many of them, from 0 to 4")
+                            for bad in (5, -1, 2.0, True, "4", None))):
+        with pytest.raises(DispatchError, match=message + ".*Fix: pass a 1-D contiguous device array"):
+            word_view(a, n)
+    rec = np.zeros(4, "u2,u1")
+    assert word_view(rec, 2).shape == (2, 3) and word_view(np.arange(4, dtype=np.uint32), 3).tolist() == [0, 1, 2]
+    assert word_view(np.zeros(0, np.float64), 0).dtype == np.uint64

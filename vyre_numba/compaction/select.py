@@ -270,9 +270,22 @@ def word_type(dt: np.dtype) -> tuple[np.dtype, int]:
 def word_view(a, n: int):
     """The 1-D device array `a` of n items (any 8- to 64-bit type or record) as unsigned words
     (see `word_type`): 1-D where an item is one word (so the kernels' addresses need no stride),
-    else an (n, w) array."""
-    word, w = word_type(a.dtype)
-    return a.view(word) if w == 1 else a.view(word).reshape(n, w)
+    else an (n, w) array. Refuses (DispatchError) what is not n contiguous items of such a type."""
+    dt, shape = getattr(a, "dtype", None), getattr(a, "shape", None)
+    fix = "Fix: pass a 1-D contiguous device array (cuda.to_device(np.ascontiguousarray(x))) and its length."
+    if not isinstance(dt, np.dtype) or not isinstance(shape, tuple):
+        raise DispatchError(f"word_view takes a device array, not {shown(a, 60)}. {fix}")
+    if len(shape) != 1 or shape[0] > 1 and a.strides[0] != dt.itemsize:
+        raise DispatchError(f"word_view takes a 1-D contiguous array, not one of shape {shape} and strides "
+                            f"{a.strides}. {fix}")
+    if dt.hasobject or dt.itemsize == 0:
+        raise DispatchError(f"word_view takes items of plain bits (numbers, records of them), not {dt}. {fix}")
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, INTEGERS) or not 0 <= n <= shape[0]:
+        raise DispatchError(f"word_view(n={shown(n, 40)}) of an array of {shape[0]} items: n is how many of them, "
+                            f"from 0 to {shape[0]}. {fix}")
+    word, w = word_type(dt)
+    a = a[:int(n)] if n != shape[0] else a
+    return a.view(word) if w == 1 else a.view(word).reshape(int(n), w)
 
 
 _UNLOCKED = contextlib.nullcontext()
@@ -879,7 +892,9 @@ def _unrunnable(e: BaseException, flag_of, src) -> None:
     """Raise a DispatchError from `e` where flag_of did not compile (Numba) or run (the simulator) for src."""
     from numba.core.errors import NumbaError
 
-    if isinstance(e, (NumbaError, TypeError)) and not isinstance(e, VyreError):
+    # the simulator runs flag_of as Python: any error of its body (an AttributeError, a NameError) is its
+    if (isinstance(e, (NumbaError, TypeError)) or _SIM and isinstance(e, Exception) and not isinstance(e, MemoryError)) \
+            and not isinstance(e, VyreError):
         raise DispatchError(f"flag_of {getattr(flag_of, '__name__', shown(flag_of, 40))!r} cannot run as "
                             f"flag_of(src, i) on this src ({type(e).__name__}: {clip(str(e), 200)}). Fix: make it take "
                             "(src, i), i an int64 below n, and return a bool.") from e

@@ -591,12 +591,19 @@ def test_pandas_of_their_own_dtypes_and_dask_containers_are_refused_with_their_c
     pd = pytest.importorskip("pandas")
     s = pd.Series(np.arange(4))
     for call, fix in [(lambda: compaction.nonzero(pd.Series([True, False], dtype="boolean")), "flags.to_numpy()"),
-                      (lambda: compaction.select(s.astype("category"), np.ones(4, bool)), "values.to_numpy()"),
+                      (lambda: compaction.select(s.astype("category"), np.ones(4, bool)), "values.cat.codes.to_numpy()"),
+                      (lambda: compaction.select(pd.Categorical([1, 2]), np.ones(2, bool)), "np.asarray(values.codes)"),
+                      (lambda: compaction.select(pd.CategoricalIndex([1, 2]), np.ones(2, bool)), "np.asarray(values.codes)"),
+                      (lambda: compaction.select(np.arange(2), b"\x01\x00"), "np.frombuffer(flags, np.uint8)"),
+                      (lambda: compaction.nonzero(bytearray(b"\x01")), "np.frombuffer(flags, np.uint8)"),
                       (lambda: compaction.select_if(pd.Index([1, 2], dtype="Int64"), lambda v: v > 1),
                        "values.to_numpy()")]:
         with pytest.raises(DispatchError, match="Fix:") as e:
             call()
         assert fix in str(e.value)
+    cat = pd.Series(["a", "b", "a"], dtype="category")  # each conversion the Fix names works
+    assert compaction.select(cat.cat.codes.to_numpy(), np.array([1, 0, 1], bool)).tolist() == [0, 0]
+    assert compaction.nonzero(np.frombuffer(b"\x00\x01\x01", np.uint8)).tolist() == [1, 2]
     da = pytest.importorskip("dask.array")
     with pytest.raises(DispatchError, match=r"flags\.compute\(\)"):
         compaction.select(np.arange(4), da.ones(4, dtype=bool, chunks=2))
@@ -661,6 +668,16 @@ SIMULATED = textwrap.dedent('''
                        word_view(out, n), n) == flags.sum()
         assert np.array_equal(out.copy_to_host()[:flags.sum()], vals[flags])
         assert sel.count(flag_nonzero, cuda.to_device(flags), n) == flags.sum()
+
+    @cuda.jit(device=True)
+    def reads_a_field_it_lacks(src, i):
+        return src[i].nope != 0
+
+    try:  # the simulator runs it as Python: its AttributeError is the DispatchError a GPU's compile failure is
+        sel.run(reads_a_field_it_lacks, cuda.to_device(vals), n, word_view(cuda.to_device(vals), n), word_view(out, n), n)
+        raise AssertionError("flag_of ran")
+    except DispatchError as e:
+        assert "cannot run as flag_of(src, i)" in str(e) and "AttributeError" in str(e) and "Fix:" in str(e), e
     sel.close()
     for call in (lambda: sel.total(), lambda: sel.enqueue(flag_nonzero, None, 0, None, None, 0),
                  lambda: sel.scatter(flag_nonzero, None, 5, None, None, 5),

@@ -114,9 +114,16 @@ def _from_pandas(x, name: str):
 
 def _check_values(a, name: str = "values"):
     if not (isinstance(a, np.ndarray) or _is_device(a)):
+        kind = type(a).__name__
+        if kind == "Series" and str(getattr(a, "dtype", "")) == "category":  # to_numpy() holds the category objects
+            kind = "categorical Series"
         hint = {"Series": f"{name}.to_numpy()", "Index": f"{name}.to_numpy()", "Array": f"{name}.compute()",
-                "Tensor": f"{name}.numpy()", "list": f"np.asarray({name})",
-                "tuple": f"np.asarray({name})"}.get(type(a).__name__, "np.asarray(...)")
+                "Tensor": f"{name}.numpy()", "list": f"np.asarray({name})", "tuple": f"np.asarray({name})",
+                "Categorical": f"np.asarray({name}.codes), the category codes",
+                "CategoricalIndex": f"np.asarray({name}.codes), the category codes",
+                "categorical Series": f"{name}.cat.codes.to_numpy(), the category codes",
+                "bytes": f"np.frombuffer({name}, np.uint8)", "bytearray": f"np.frombuffer({name}, np.uint8)",
+                "memoryview": f"np.asarray({name})"}.get(kind, "np.asarray(...)")
         raise DispatchError(f"{name} is {a_type(a)}, not a NumPy or device array. Fix: pass a NumPy array "
                             f"(e.g. {hint}) or a device array (numba, CuPy, PyTorch).")
     if isinstance(a, np.ma.MaskedArray):

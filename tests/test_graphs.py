@@ -14,6 +14,7 @@ from program_table import CASES
 from races import assert_close_waits_for_users
 from test_program_table import compare
 from vyre_numba import DispatchConfig, ir
+from vyre_numba.backend import Step
 from vyre_numba.errors import DispatchError, UnsupportedError
 from vyre_numba.testing import mismatches
 
@@ -406,6 +407,27 @@ def test_telemetry_counts_recordings_and_replays(backend):
         g.replay_resident()
     t = backend.telemetry()
     assert t["graph_recordings"] == 1 and t["graph_replays"] == 2
+
+
+def test_a_replay_counts_as_a_replay_on_every_backend(backend):
+    """Regression (a review): the reference backend's replays ran dispatch_resident and download,
+    so they counted resident_dispatches and bytes_read_back, which the GPU's graph replays do not."""
+    seen = lambda: {k: v for k, v in backend.telemetry().items() if v and k != "kernel_launches"}  # noqa: E731
+    launches = 1 if backend.name == "cuda" else 0
+    with backend.record_graph(affine(), [np.zeros(10, np.uint32)], DispatchConfig(label="aff")) as g:
+        backend.reset_telemetry()
+        g.replay([np.arange(10, dtype=np.uint32)])
+        assert seen() == {"graph_replays": 1, "dispatches[aff]": 1, "sync_points": 1, "bytes_moved_by_graphs": 80}
+        assert backend.telemetry()["kernel_launches"] == launches
+        backend.reset_telemetry()
+        assert g.replay_resident(read=False) == []
+        g.synchronize()
+        assert seen() == {"graph_replays": 1, "dispatches[aff]": 1}
+    x, y = backend.upload(np.arange(10, dtype=np.uint32)), backend.empty(10, "u32")
+    with backend.record_sequence([Step(affine(), [x, y], DispatchConfig(label="s"))], read=[y]) as s:
+        backend.reset_telemetry()
+        assert s.replay()[0].tolist() == [3 * k + 1 for k in range(10)]
+        assert seen() == {"graph_replays": 1, "dispatches[s]": 1, "sync_points": 1}
 
 
 # ---- the GPU's own: ownership of driver resources --------------------------------------------

@@ -51,6 +51,19 @@ Read = tuple  # (buffer, offset, count), (buffer, offset) or (buffer,), or the b
 #                buffer to bring back to the host
 
 _TELEMETRY_LOCK = threading.Lock()  # counters are updated from dispatching threads and workers
+_UNCOUNTED = threading.local()  # this thread's depth in `uncounted()`
+
+
+@contextlib.contextmanager
+def uncounted():
+    """Nothing this thread does inside is counted in any backend's telemetry: a replay on the
+    reference backend runs dispatches and downloads, and counts itself as the GPU's replay does."""
+    _UNCOUNTED.depth = _UNCOUNTED.__dict__.get("depth", 0) + 1
+    try:
+        yield
+    finally:
+        _UNCOUNTED.depth -= 1
+
 
 # Every backend reports these counters (zero where it has nothing to count), plus
 # `dispatches[<label>]` for each DispatchConfig label it has seen.
@@ -662,6 +675,8 @@ class Backend(abc.ABC):
 
     # ---- telemetry ---------------------------------------------------------------------------
     def _count(self, **deltas: int) -> None:
+        if _UNCOUNTED.__dict__.get("depth"):
+            return
         with _TELEMETRY_LOCK:
             counters = self.__dict__.setdefault("_counters", Counter())
             for key, delta in deltas.items():

@@ -248,14 +248,17 @@ class Redispatch(RecordedGraph):
             try:
                 for d in self.program.inputs:
                     self.buffers[d.name][...] = given[d.name].reshape(-1)
-                self.backend.dispatch_resident(self.program, self.buffers, self.config)
+                from .backend import uncounted
+
+                with uncounted():
+                    self.backend.dispatch_resident(self.program, self.buffers, self.config)
             except BaseException:
                 for name, was in saved.items():
                     self.buffers[name][...] = was
                 raise
             try:
-                self.backend._count(graph_replays=1)
-                return [_declared(d, self.backend.download(self.buffers[d.name])) for d in self.program.outputs]
+                moved = sum(given[d.name].nbytes for d in self.program.inputs)
+                return self._counted_read(moved)
             except BaseException as e:  # the run is done: its inputs and results stay together, as they are
                 e.add_note("replay: the run completed, and its inputs and results stay in the recording's buffers "
                            "(.buffers); only reading the results back stopped.")
@@ -267,11 +270,25 @@ class Redispatch(RecordedGraph):
         with self._lock:
             self._check_open()
             self._check_own_buffers("replay_resident")
-            self.backend.dispatch_resident(self.program, self.buffers, self.config)
-            self.backend._count(graph_replays=1)
-            if not read:
-                return []
-            return [_declared(d, self.backend.download(self.buffers[d.name])) for d in self.program.outputs]
+            from .backend import uncounted
+
+            with uncounted():
+                self.backend.dispatch_resident(self.program, self.buffers, self.config)
+            return self._counted_read(0, read)
+
+    def _counted_read(self, moved: int, read: bool = True) -> list[np.ndarray]:
+        """The outputs read back (none unless `read`), counted as the GPU's replay counts: one replay,
+        the labelled dispatch, the bytes it moved in and out, and its wait where it reads."""
+        from .backend import uncounted
+
+        out = []
+        if read:
+            with uncounted():
+                out = [_declared(d, self.backend.download(self.buffers[d.name])) for d in self.program.outputs]
+        labelled = {f"dispatches[{self.config.label}]": 1} if self.config.label else {}
+        self.backend._count(graph_replays=1, bytes_moved_by_graphs=moved + sum(a.nbytes for a in out),
+                            sync_points=int(read), **labelled)
+        return out
 
     def _check_own_buffers(self, call: str) -> None:
         """The recording's buffers as recorded, else a DispatchError naming the change: each as
@@ -350,8 +367,11 @@ class Resequence(RecordedSequence):
         with self._lock:
             self._check_open()
             self._check_writable()
-            out = self.backend.dispatch_sequence(self.steps, self.read, progress=False)  # as the GPU's: no bar
-            self.backend._count(graph_replays=1)
+            from .backend import label_counts, uncounted
+
+            with uncounted():
+                out = self.backend.dispatch_sequence(self.steps, self.read, progress=False)  # as the GPU's: no bar
+            self.backend._count(graph_replays=1, sync_points=1, **label_counts(self.steps))
             return out
 
     def _check_writable(self) -> None:

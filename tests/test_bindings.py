@@ -711,3 +711,34 @@ def test_a_launch_that_misses_part_of_a_guarded_buffer_warns_with_the_grid_that_
                           [ir.if_(ir.gid(0) < ir.buf_len("x"), [ir.store("y", ir.gid(0), ir.load("x", ir.gid(0)))])],
                           name="copy")
         assert be.dispatch(same, [z])[0].tolist() == z.tolist()  # the output is as long: covered
+
+
+@pytest.mark.parametrize("name", ["reference", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_call_of_many_steps_warns_once_of_each_uncovered_buffer(name):
+    """Regression (a review): a sequence warned once a step (a thousand for one step repeated a
+    thousand times), and fuse and megakernel twice a step (checked, then planned)."""
+    import warnings
+
+    from vyre_numba.backend import Step
+
+    be = vn.get_backend(name)
+    i = ir.var("i")
+    p = ir.Program([ir.BufferDecl.read("x", 0, "u32"), ir.BufferDecl.read_write("y", 1, "u32")], 64,
+                   [ir.let("i", ir.gid(0)), ir.if_(i < ir.buf_len("x"), [ir.let("_0", ir.atomic_add("y", 0, 1))])],
+                   name="count")
+    x, y = be.upload(np.ones(1000, np.uint32)), be.upload(np.zeros(4, np.uint32))
+    other = be.upload(np.ones(2000, np.uint32))
+    for call, distinct in ((lambda: be.dispatch_sequence([Step(p, [x, y])] * 50), 1),
+                           (lambda: be.dispatch_sequence([Step(p, [x, y]), Step(p, [other, y])] * 3), 2),
+                           (lambda: be.fuse([Step(p, [x, y])] * 3), 1),
+                           (lambda: be.megakernel([Step(p, [x, y])] * 3).run(), 1),
+                           (lambda: be.record_sequence([Step(p, [x, y])] * 3).close(), 1)):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            call()
+        assert len(seen) == distinct and all(w.category is vn.CoverageWarning for w in seen), [str(w.message) for w in seen]
+    with warnings.catch_warnings(record=True) as seen:  # separate calls: each warns
+        warnings.simplefilter("always")
+        be.dispatch_resident(p, [x, y])
+        be.dispatch_resident(p, [x, y])
+    assert len(seen) == 2

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Seque
 import numpy as np
 
 from . import display
+from .bindings import coverage_once
 from .config import DispatchConfig
 from .owned import Unshared
 from .errors import (INTEGERS, ArgumentError, CheckError, CheckWarning, DispatchError, ImmutableError,
@@ -495,6 +496,7 @@ class Backend(abc.ABC):
         self._count(timed_dispatches=1, timed_ns=ns)
         return out, ns
 
+    @coverage_once
     def dispatch_sequence(self, steps: Iterable[Step | tuple], read: Iterable[Read] = (), *,
                           progress: bool | None = None, fuse: bool = False) -> list[np.ndarray]:
         """Run several programs over resident buffers, one after another with no host
@@ -518,6 +520,7 @@ class Backend(abc.ABC):
             return self._sequence(plan.steps, reads, progress, len(steps), plan.groups, labels)
         return self._sequence(steps, read, progress, total)
 
+    @coverage_once
     def fuse(self, steps: Iterable[Step | tuple], read: Iterable[Read] = (), *, keep: Iterable = ()) -> "Fusion":
         """The resident sequence `steps` with adjacent steps that depend on each other only at the
         same index merged into one kernel each (`ir.fusion` says when): `Fusion.steps` to run,
@@ -558,6 +561,7 @@ class Backend(abc.ABC):
             out.append(Step(program, [storage_buffer[k] for k in keys], config))
         return Fusion(out, groups, boundaries)
 
+    @coverage_once
     def megakernel(self, steps: Iterable[Step | tuple], read: Iterable[Read] = (), *, until: ResidentBuffer = None,
                    max_rounds: int | None = None, workgroups: int | None = None,
                    keep: Iterable = ()) -> "Megakernel":
@@ -705,6 +709,7 @@ class Backend(abc.ABC):
 
         return Redispatch(self, program, sample_inputs, config, sizes=sizes)
 
+    @coverage_once
     def record_sequence(self, steps: Iterable[Step | tuple], read: Iterable[Read] = ()) -> RecordedSequence:
         """Record `dispatch_sequence(steps, read)` once over the resident buffers the steps name;
         `replay()` runs it again and returns the reads."""

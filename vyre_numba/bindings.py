@@ -2,8 +2,10 @@
 Shared by every backend so they agree on what a dispatch means."""
 from __future__ import annotations
 
+import functools
+import threading
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -461,12 +463,35 @@ def launch_geometry(program: Program, config: DispatchConfig, sizes: Mapping[str
     return grid, wg
 
 
+_ONCE = threading.local()  # the CoverageWarnings this thread's call in `coverage_once` has issued
+
+
+def coverage_once(method: Callable) -> Callable:
+    """`method` issuing each distinct CoverageWarning once a call: a sequence, fusion or megakernel
+    checks its steps more than once, and a sequence may repeat one step many times."""
+    @functools.wraps(method)
+    def once(*args, **kwargs):
+        if getattr(_ONCE, "seen", None) is not None:  # inside another such call: its set
+            return method(*args, **kwargs)
+        _ONCE.seen = set()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            _ONCE.seen = None
+    return once
+
+
 def _warn_uncovered(program: Program, sizes: Mapping[str, int], launched: int, wx: int) -> None:
     """A CoverageWarning where a buffer the program guards the invocation id with is longer than the
     invocations a launch sized by the outputs has."""
     longer = [(sizes[b], b) for b in program.length_guards if sizes.get(b, 0) > launched]
     if longer:
         size, name = max(longer)
+        seen = getattr(_ONCE, "seen", None)
+        if seen is not None:
+            if (program.digest(), size, name, launched) in seen:
+                return
+            seen.add((program.digest(), size, name, launched))
         warn_user(CoverageWarning(
             f"dispatch of {program.name!r}: the launch covers its outputs ({launched} invocations), but the program "
             f"compares the invocation id with buf_len({name!r}), {size} elements: invocations from {launched} on "

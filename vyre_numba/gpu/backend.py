@@ -15,7 +15,7 @@ import numpy as np
 from .. import checked, profiling
 from ..backend import (Backend, InFlight, Telemetry, Timer, check_each, check_empty, check_span, check_upload, check_write,
                        wait_seconds)
-from ..bindings import Binding, bind, check_config
+from ..bindings import Binding, bind, check_config, coverage_once
 from ..config import DispatchConfig
 from ..display import Duration
 from ..errors import (INTEGERS, BackendUnavailableError, DeviceError, DispatchError, LaunchError, VyreError, a_type,
@@ -713,6 +713,7 @@ class CudaBackend(Backend):
 
         return CudaRecordedGraph(self, program, sample_inputs, config, sizes)
 
+    @coverage_once
     def record_sequence(self, steps, read=()):
         """A CUDA graph of `dispatch_sequence(steps, read)` over the resident buffers the steps
         name (kept alive by the graph); `replay()` runs every step and returns the reads."""

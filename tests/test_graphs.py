@@ -790,6 +790,14 @@ def test_recording_helpers_made_by_hand_are_refused_with_a_fix():
             make()
     with pytest.raises(vn.ArgumentError, match="Fix: "):
         Frozen()
+    with pytest.raises(ValueError, match="no step's buffers"):  # as tuple.index says it: a ValueError too
+        StepBuffers([Frozen({})]).index(Frozen({"x": 1}))
+
+    class Mine(RecordedGraph):  # a user's own subclass is told what it lacks
+        pass
+
+    with pytest.raises(vn.DispatchError, match="Mine does not implement close, replay, replay_resident of RecordedGraph"):
+        Mine()
 
 
 def test_what_a_graph_was_recorded_with_cannot_be_replaced(backend):

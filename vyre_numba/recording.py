@@ -31,7 +31,12 @@ class RecordedGraph(Unshared, abc.ABC):
     `close()`, by leaving a `with` block, or when the object is collected."""
 
     def __new__(cls, *args, **kwargs):
-        if getattr(cls, "__abstractmethods__", None):
+        missing = getattr(cls, "__abstractmethods__", None)
+        if missing and not cls.__module__.startswith("vyre_numba."):  # a user's subclass
+            raise DispatchError(f"{cls.__name__} does not implement {', '.join(sorted(missing))} of "
+                                f"{next(b for b in cls.__mro__ if b.__module__.startswith('vyre_numba.')).__name__}. Fix: define them, or use what backend.record_graph and "
+                                "record_sequence return.")
+        if missing:
             raise DispatchError(f"{cls.__name__} is what a backend's record_graph and record_sequence return, not "
                                 "made directly. Fix: backend.record_graph(program, inputs, config), or "
                                 "backend.record_sequence(steps, read).")
@@ -449,6 +454,10 @@ class Frozen(MappingABC):
     __setitem__ = __delitem__ = pop = popitem = clear = update = setdefault = _refuse
 
 
+class _NoSuchStep(DispatchError, ValueError):
+    """No step's buffers are the value `StepBuffers.index` was asked for."""
+
+
 class StepBuffers(tuple):
     """A recorded sequence's buffers: for each step, in order, a read-only mapping (`Frozen`) of
     the buffers it runs over by name, so `s.buffers[k]['x']`."""
@@ -464,11 +473,12 @@ class StepBuffers(tuple):
         return super().__new__(cls, steps)
 
     def index(self, value, *args) -> int:
-        """The number of the first step whose mapping equals `value` (a DispatchError where none does)."""
+        """The number of the first step whose mapping equals `value` (a DispatchError, also a ValueError
+        as tuple.index raises, where none does)."""
         try:
             return super().index(value, *args)
         except (ValueError, TypeError):
-            raise DispatchError(f"no step's buffers are {shown(value, 60)}. Fix: look a step's buffers up by its "
+            raise _NoSuchStep(f"no step's buffers are {shown(value, 60)}. Fix: look a step's buffers up by its "
                                 "number, s.buffers[k], or a buffer by name, s.buffers[k]['x'].") from None
 
     def __getitem__(self, k):

@@ -84,6 +84,53 @@ def test_the_device_csr_check_under_the_cuda_simulator():
     assert out.stdout.count("refused ") == 4 and out.stdout.rstrip().endswith("ok")
 
 
+SYMMETRY = textwrap.dedent('''
+    import numpy as np
+    from numba import cuda
+    from vyre_numba.errors import DispatchError
+    from vyre_numba.graph.csr import check_csr, check_device_symmetric, check_symmetric
+
+    from simulated import SimBackend
+
+    def verdict(f):
+        try:
+            f()
+            return "ok"
+        except DispatchError as e:
+            return str(e)
+
+    rng = np.random.default_rng(5)
+    cases = [(3, [0, 2, 3, 3], [1, 1, 0]), (3, [0, 2, 5, 5], [1, 1, 0, 0, 2]), (3, [0, 1, 2, 2], [1, 2]),
+             (1, [0, 0], []), (4, [0, 4, 5, 6, 7], [1, 2, 3, 0, 0, 0, 0])]  # duplicates; one-way; empty; a hub
+    for _ in range(40):
+        n, m = int(rng.integers(1, 30)), int(rng.integers(0, 60))
+        src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
+        if rng.random() < 0.5:
+            src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+        order = np.argsort(src, kind="stable")
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=n))])
+        cases.append((n, indptr, dst[order]))
+    refused = 0
+    for n, indptr, indices in cases:
+        indptr, indices = np.asarray(indptr, np.int64), np.asarray(indices, np.int32)
+        want = verdict(lambda: check_symmetric(check_csr(indptr, indices)))
+        got = verdict(lambda: check_device_symmetric(SimBackend(), cuda.to_device(indptr), cuda.to_device(indices), n,
+                                                     "bfs(A, source)"))
+        assert got == want, (n, indptr, indices, got, want)
+        refused += want != "ok"
+    assert 10 < refused < len(cases) - 10, refused
+    print("agreed", len(cases))
+''')
+
+
+def test_the_device_symmetry_check_agrees_with_the_hosts_under_the_cuda_simulator():
+    """Regression (a carried-over gap): symmetric=True was trusted for device arrays, which then got
+    wrong distances or labels where it was broken; now checked on the device as on the host."""
+    out = run_script(SYMMETRY, 600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "agreed 45" in out.stdout
+
+
 @pytest.mark.parametrize("name,args", [("find", (1,)), ("root", (1,)), ("link", (1, 2))])
 def test_the_union_find_called_from_host_code_says_it_runs_on_the_device(name, args):
     from vyre_numba import unionfind

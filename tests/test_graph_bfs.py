@@ -151,6 +151,32 @@ def test_symmetric_true_for_a_host_csr_that_is_not_is_refused(name):
     assert bfs([0, 1, 2, 3], [1, 0, 2], 0, backend=be, symmetric=True).tolist() == [0, 1, -1]  # a self-loop is both
 
 
+@pytest.mark.gpu
+def test_symmetric_true_for_a_device_csr_that_is_not_is_refused_on_the_device():
+    """Regression (a carried-over gap): symmetric=True was trusted for device arrays, whose distances
+    and labels were then wrong where it was broken; checked there now, as on the host."""
+    from numba import cuda
+
+    rng = np.random.default_rng(8)
+    for _ in range(30):
+        n, m = int(rng.integers(1, 40)), int(rng.integers(0, 120))
+        a = sp.coo_matrix((np.ones(m), (rng.integers(0, n, m), rng.integers(0, n, m))), shape=(n, n)).tocsr()
+        for g in (a, a + a.T):
+            g = sp.csr_matrix(g)
+            stored = (g != 0).astype(np.int8)
+            ip, ix = cuda.to_device(g.indptr.astype(np.int64)), cuda.to_device(g.indices.astype(np.int32))
+            calls = (lambda: graph.bfs(ip, ix, 0, symmetric=True), lambda: graph.bfs_many(ip, ix, [0], symmetric=True),
+                     lambda: graph.connected_components(ip, ix, symmetric=True))
+            for call in calls:
+                if (stored != stored.T).nnz == 0:
+                    call()
+                else:
+                    with pytest.raises(DispatchError, match=r"^symmetric=True, but the edge \d+ -> \d+ is stored"):
+                        call()
+    dup = (cuda.to_device(np.array([0, 2, 3], np.int64)), cuda.to_device(np.array([1, 1, 0], np.int32)))
+    assert graph.bfs(*dup, 0, symmetric=True).copy_to_host().tolist() == [0, 1]  # stored twice one way: both ways
+
+
 def test_check_symmetric_agrees_with_scipy_on_edge_sets_with_duplicates_at_every_piece_size():
     """symmetric means the set of stored edges equals its reverse: duplicates, whether or not a
     piece boundary splits them, neither refuse a symmetric CSR nor hide a one-way edge, and the

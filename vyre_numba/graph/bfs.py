@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import INTEGERS, DispatchError, a_type, host_memory, shown
 from ..simulator import SIMULATED as _SIM
-from .csr import CSR, checked_graph, enqueue_check, graph_arguments, resolve
+from .csr import CSR, check_device_symmetric, checked_graph, enqueue_check, graph_arguments, resolve
 
 from ..backend import ArrayIn, ArrayOut, Backend  # noqa: F401  (the annotations name them: typing.get_type_hints reads them)
 
@@ -111,13 +111,17 @@ def bfs(indptr: "ArrayIn | Any", indices: "ArrayIn | int | None" = None, source:
     CSR), -1 for vertices it cannot reach: NumPy out for host arrays (computed on the GPU
     when `backend` is "cuda", or is None and a GPU is usable), a device array out for device
     arrays. `symmetric=True` promises every edge is stored both ways, which lets large frontiers
-    be searched bottom-up: checked for host arrays (a DispatchError where it is broken; about 8 ns an
-    edge), trusted for device arrays, whose distances are then wrong where it is broken."""
+    be searched bottom-up: checked (a DispatchError where it is broken), for host arrays on the host
+    (about 8 ns an edge), for device arrays on the device (a pass over the edges, one synchronisation)."""
     indptr, indices, source = graph_arguments(indptr, indices, source, "bfs", "source")
     be, g, n, on_device = resolve(indptr, indices, backend, symmetric, "bfs(A, source)")
     source = _source(source, n)
     if on_device:
-        return _bfs_gpu(be, indptr, indices, n, source, bool(symmetric), hubs=enqueue_check(be, indptr, indices, n, HUB))
+        hubs = enqueue_check(be, indptr, indices, n, HUB)
+        if symmetric:  # checked on the device, once the CSR is known valid
+            hubs = hubs()
+            check_device_symmetric(be, indptr, indices, n, "bfs(A, source)")
+        return _bfs_gpu(be, indptr, indices, n, source, bool(symmetric), hubs=hubs)
     if be.name != "cuda":
         return _bfs_numpy(g, source)
     ix = g.indices.astype(np.int32) if g.nnz < 2**31 and g.n < 2**31 else g.indices

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import host_memory
-from .csr import CSR, check_device_csr, checked_graph, edges, graph_arguments, resolve
+from .csr import CSR, check_device_csr, check_device_symmetric, checked_graph, edges, graph_arguments, resolve
 
 from ..backend import ArrayIn, ArrayOut, Backend  # noqa: F401  (the annotations name them: typing.get_type_hints reads them)
 
@@ -65,12 +65,14 @@ def connected_components(indptr: "ArrayIn | Any", indices: ArrayIn | None = None
     when `backend` is "cuda", or is None and a GPU is usable); device
     arrays (numba, CuPy, PyTorch) give a device array and run on the GPU. `symmetric=True`
     promises every edge is stored both ways (as scipy's undirected graphs are), so the GPU can skip
-    the largest component's edges, seen from their other ends: checked for host arrays (as for
-    `bfs`), trusted for device arrays, which then get wrong labels where it is broken."""
+    the largest component's edges, seen from their other ends: checked (as for `bfs`), on the host
+    for host arrays, on the device for device arrays."""
     indptr, indices, _ = graph_arguments(indptr, indices, None, "connected_components")
     be, g, n, on_device = resolve(indptr, indices, backend, symmetric, "connected_components(A)")
     if on_device:
         check_device_csr(be, indptr, indices, n)
+        if symmetric:
+            check_device_symmetric(be, indptr, indices, n, "connected_components(A)")
         return _components_gpu(be, indptr, indices, n, symmetric)
     if be.name != "cuda":
         return components_of_edges(g.n, *edges(g), dtype=np.int32)[0]

@@ -261,6 +261,25 @@ def enqueue_check(backend, indptr, indices, n: int, hub: int = 256) -> Callable[
     return result
 
 
+def check_device_symmetric(backend, indptr, indices, n: int, call: str) -> None:
+    """`check_symmetric` for a valid CSR on the device: the sums of mixed entries and of mixed reversed
+    entries, on the device (one pass, one synchronisation); only where they differ (an edge stored
+    one way, or stored twice one way and once the other) is the CSR copied to the host to be checked
+    as a host CSR is, which finds an edge to show or passes the repeated one."""
+    from ..gpu.numba_launch import launchers
+    from .csr_kernels import edge_sums
+
+    nnz = int(indices.shape[0] if hasattr(indices, "shape") else indices.__cuda_array_interface__["shape"][0])
+    if nnz == 0:
+        return
+    sums = backend.empty(2, np.int64)
+    launchers(backend.stream)(edge_sums, max(1, min(-(-nnz // 256), backend.caps.sm_count * 16)), 256,
+                              indptr, indices, n, sums)
+    ahead, back = backend.download(sums).tolist()
+    if ahead != back:
+        check_symmetric(_check_csr(backend.download(indptr), backend.download(indices), call))
+
+
 def resolve(indptr, indices, backend, symmetric, call: str) -> tuple:
     """(backend, CSR on the host or None, vertex count, on the device) of a graph algorithm's CSR
     arguments: both arrays on the host or both on the device (then the backend must be the GPU),

@@ -109,7 +109,7 @@ def bfs_many(indptr: "ArrayIn | Any", indices: ArrayIn | None = None, sources: A
     Sources are searched 64 at a time in one traversal. Host arrays give a NumPy result (computed
     on the GPU when `backend` is "cuda", or is None and a GPU is usable); device arrays give a
     device array (an int `sources` gives one row). `symmetric=True` as for `bfs` (bottom-up
-    levels; checked for host arrays, trusted for device ones)."""
+    levels; checked, for device arrays on the device)."""
     return _bfs_many(indptr, indices, sources, backend, symmetric, "bfs_many")
 
 

@@ -88,7 +88,7 @@ SYMMETRY = textwrap.dedent('''
     import numpy as np
     from numba import cuda
     from vyre_numba.errors import DispatchError
-    from vyre_numba.graph.csr import check_csr, check_device_symmetric, check_symmetric
+    from vyre_numba.graph.csr import check_csr, check_device_csr, check_symmetric
 
     from simulated import SimBackend
 
@@ -114,8 +114,8 @@ SYMMETRY = textwrap.dedent('''
     for n, indptr, indices in cases:
         indptr, indices = np.asarray(indptr, np.int64), np.asarray(indices, np.int32)
         want = verdict(lambda: check_symmetric(check_csr(indptr, indices)))
-        got = verdict(lambda: check_device_symmetric(SimBackend(), cuda.to_device(indptr), cuda.to_device(indices), n,
-                                                     "bfs(A, source)"))
+        got = verdict(lambda: check_device_csr(SimBackend(), cuda.to_device(indptr), cuda.to_device(indices), n,
+                                               symmetric=True, call="bfs(A, source)"))
         assert got == want, (n, indptr, indices, got, want)
         refused += want != "ok"
     assert 10 < refused < len(cases) - 10, refused

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import INTEGERS, DispatchError, a_type, host_memory, shown
 from ..simulator import SIMULATED as _SIM
-from .csr import CSR, check_device_symmetric, checked_graph, enqueue_check, graph_arguments, resolve
+from .csr import CSR, checked_graph, enqueue_check, graph_arguments, resolve
 
 from ..backend import ArrayIn, ArrayOut, Backend  # noqa: F401  (the annotations name them: typing.get_type_hints reads them)
 
@@ -117,10 +117,7 @@ def bfs(indptr: "ArrayIn | Any", indices: "ArrayIn | int | None" = None, source:
     be, g, n, on_device = resolve(indptr, indices, backend, symmetric, "bfs(A, source)")
     source = _source(source, n)
     if on_device:
-        hubs = enqueue_check(be, indptr, indices, n, HUB)
-        if symmetric:  # checked on the device, once the CSR is known valid
-            hubs = hubs()
-            check_device_symmetric(be, indptr, indices, n, "bfs(A, source)")
+        hubs = enqueue_check(be, indptr, indices, n, HUB, symmetric, "bfs(A, source)")
         return _bfs_gpu(be, indptr, indices, n, source, bool(symmetric), hubs=hubs)
     if be.name != "cuda":
         return _bfs_numpy(g, source)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import host_memory
-from .csr import CSR, check_device_csr, check_device_symmetric, checked_graph, edges, graph_arguments, resolve
+from .csr import CSR, check_device_csr, checked_graph, edges, graph_arguments, resolve
 
 from ..backend import ArrayIn, ArrayOut, Backend  # noqa: F401  (the annotations name them: typing.get_type_hints reads them)
 
@@ -70,9 +70,7 @@ def connected_components(indptr: "ArrayIn | Any", indices: ArrayIn | None = None
     indptr, indices, _ = graph_arguments(indptr, indices, None, "connected_components")
     be, g, n, on_device = resolve(indptr, indices, backend, symmetric, "connected_components(A)")
     if on_device:
-        check_device_csr(be, indptr, indices, n)
-        if symmetric:
-            check_device_symmetric(be, indptr, indices, n, "connected_components(A)")
+        check_device_csr(be, indptr, indices, n, symmetric=symmetric, call="connected_components(A)")
         return _components_gpu(be, indptr, indices, n, symmetric)
     if be.name != "cuda":
         return components_of_edges(g.n, *edges(g), dtype=np.int32)[0]

@@ -223,24 +223,30 @@ def edges(g: CSR) -> tuple[np.ndarray, np.ndarray]:
     return src, g.indices
 
 
-def check_device_csr(backend, indptr, indices, n: int, hub: int = 256) -> bool:
-    """Check a CSR already on the device (ends, monotone offsets, indices in range) without
-    copying it back: one pass over it counts the violations (`csr_kernels.check`; one
-    synchronisation). Returns whether some vertex has more than `hub` neighbours."""
-    return enqueue_check(backend, indptr, indices, n, hub)()
+def check_device_csr(backend, indptr, indices, n: int, hub: int = 256, symmetric: bool = False,
+                     call: str = CHECK_CSR) -> bool:
+    """Check a CSR already on the device (ends, monotone offsets, indices in range, and where
+    `symmetric` every edge stored both ways) without copying it back: one pass over it counts the
+    violations (`csr_kernels.check`; one synchronisation). Returns whether some vertex has more than
+    `hub` neighbours."""
+    return enqueue_check(backend, indptr, indices, n, hub, symmetric, call)()
 
 
-def enqueue_check(backend, indptr, indices, n: int, hub: int = 256) -> Callable[[], bool]:
+def enqueue_check(backend, indptr, indices, n: int, hub: int = 256, symmetric: bool = False,
+                  call: str = CHECK_CSR) -> Callable[[], bool]:
     """`check_device_csr` enqueued on the backend's stream; the function returned waits for it,
     raises DispatchError for a bad CSR and returns whether some vertex has more than `hub`
-    neighbours. Work enqueued between may read the CSR but must not write through it."""
+    neighbours. Work enqueued between may read the CSR but must not write through it. Only where
+    the sums of a `symmetric` check differ (an edge stored one way, or twice one way and once the
+    other) is the CSR copied to the host, to be checked as a host CSR is (`call` names the call in
+    its Fix): that finds an edge to show, or passes the repeated one."""
     from ..gpu.numba_launch import launchers
     from .csr_kernels import check
 
-    bad = backend.empty(5, np.int64)
+    bad = backend.empty(7, np.int64)
     nnz = int(indices.shape[0] if hasattr(indices, "shape") else indices.__cuda_array_interface__["shape"][0])
     blocks = max(1, min(-(-max(n, nnz) // 256), backend.caps.sm_count * 16))
-    launchers(backend.stream)(check, blocks, 256, indptr, indices, n, hub, bad)
+    launchers(backend.stream)(check, blocks, 256, indptr, indices, n, hub, bool(symmetric), bad)
 
     def result() -> bool:
         counts = backend.download(bad)  # the one synchronisation of a valid CSR
@@ -257,27 +263,10 @@ def enqueue_check(backend, indptr, indices, n: int, hub: int = 256) -> Callable[
             raise DispatchError(f"{int(counts[1])} indices are not vertices of this {n}-vertex graph. "
                                 "Fix: keep every index a vertex id: give indptr n + 1 offsets for ids 0..n-1, and "
                                 "drop the entries below 0 or past the last vertex.")
+        if counts[5] != counts[6]:
+            check_symmetric(_check_csr(backend.download(indptr), backend.download(indices), call))
         return bool(counts[4])
     return result
-
-
-def check_device_symmetric(backend, indptr, indices, n: int, call: str) -> None:
-    """`check_symmetric` for a valid CSR on the device: the sums of mixed entries and of mixed reversed
-    entries, on the device (one pass, one synchronisation); only where they differ (an edge stored
-    one way, or stored twice one way and once the other) is the CSR copied to the host to be checked
-    as a host CSR is, which finds an edge to show or passes the repeated one."""
-    from ..gpu.numba_launch import launchers
-    from .csr_kernels import edge_sums
-
-    nnz = int(indices.shape[0] if hasattr(indices, "shape") else indices.__cuda_array_interface__["shape"][0])
-    if nnz == 0:
-        return
-    sums = backend.empty(2, np.int64)
-    launchers(backend.stream)(edge_sums, max(1, min(-(-nnz // 256), backend.caps.sm_count * 16)), 256,
-                              indptr, indices, n, sums)
-    ahead, back = backend.download(sums).tolist()
-    if ahead != back:
-        check_symmetric(_check_csr(backend.download(indptr), backend.download(indices), call))
 
 
 def resolve(indptr, indices, backend, symmetric, call: str) -> tuple:

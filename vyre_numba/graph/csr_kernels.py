@@ -14,11 +14,13 @@ def outside(v, n):
 
 
 @cuda.jit
-def check(indptr, indices, n, hub, bad):
+def check(indptr, indices, n, hub, symmetric, bad):
     """(bad zeroed) bad[0] = vertices whose offsets decrease, bad[1] = indices outside 0..n-1,
     bad[2] = indptr[0] != 0, bad[3] = indptr[n] != len(indices), bad[4] = vertices of more than
-    `hub` neighbours. The indices, nearly all the bytes, are read four to a thread a step, so
-    that enough loads are in flight to run at the memory's bandwidth."""
+    `hub` neighbours; where `symmetric`, bad[5] and bad[6] the sums modulo 2**64 of mix64(u * n + v)
+    and of mix64(v * n + u) over the entries u -> v, equal where the entries and the reversed entries
+    are one multiset (each thread sums a contiguous run of them). Otherwise the indices, nearly all the bytes, are read four to a thread a
+    step, so that enough loads are in flight to run at the memory's bandwidth."""
     first = int64(cuda.grid(1))
     stride = int64(cuda.gridsize(1))
     nnz = int64(indices.shape[0])
@@ -32,55 +34,63 @@ def check(indptr, indices, n, hub, bad):
         hubs += 1 if d > hub else 0
         i += stride
     out = int64(0)
-    i = first
-    while i + 3 * stride < nnz:
-        a = int64(indices[i])
-        b = int64(indices[i + stride])
-        c = int64(indices[i + 2 * stride])
-        e = int64(indices[i + 3 * stride])
-        out += outside(a, n) + outside(b, n) + outside(c, n) + outside(e, n)
-        i += 4 * stride
-    while i < nnz:
-        out += outside(int64(indices[i]), n)
-        i += stride
+    ahead = uint64(0)
+    back = uint64(0)
+    if symmetric:
+        e, end = _run_of(nnz)
+        if e < end:
+            u = _vertex_of(indptr, n, e)
+            scale = uint64(n)
+            while e < end:
+                while u < n - 1 and int64(indptr[u + 1]) <= e:
+                    u += 1
+                w = int64(indices[e])
+                out += outside(w, n)
+                v = uint64(w)
+                ahead += mix64(uint64(u) * scale + v)
+                back += mix64(v * scale + uint64(u))
+                e += 1
+    else:
+        i = first
+        while i + 3 * stride < nnz:
+            a = int64(indices[i])
+            b = int64(indices[i + stride])
+            c = int64(indices[i + 2 * stride])
+            e = int64(indices[i + 3 * stride])
+            out += outside(a, n) + outside(b, n) + outside(c, n) + outside(e, n)
+            i += 4 * stride
+        while i < nnz:
+            out += outside(int64(indices[i]), n)
+            i += stride
     add_sum(bad, 0, down)
     add_sum(bad, 1, out)
     add_sum(bad, 4, hubs)
+    add_sum(bad, 5, int64(ahead))
+    add_sum(bad, 6, int64(back))
     if first == 0:
         bad[2] = 1 if int64(indptr[0]) != 0 else 0
         bad[3] = 1 if int64(indptr[n]) != nnz else 0
 
 
-@cuda.jit
-def edge_sums(indptr, indices, n, sums):
-    """(sums zeroed; a valid CSR) sums[0] += mix64(u * n + v) and sums[1] += mix64(v * n + u) for
-    every entry u -> v, modulo 2**64: equal where the entries and the reversed entries are the same
-    multiset. Each thread sums a contiguous run of entries, finding its first entry's vertex by
-    bisection and the rest by walking on, so a hub's entries are spread over many threads."""
-    nnz = int64(indices.shape[0])
+@cuda.jit(device=True)
+def _run_of(nnz):
+    """(first, end) of the contiguous run of entries this thread sums: a hub's entries are spread
+    over many threads."""
     threads = int64(cuda.gridsize(1))
     chunk = (nnz + threads - 1) // threads
     e = int64(cuda.grid(1)) * chunk
-    end = min(e + chunk, nnz)
-    ahead = uint64(0)
-    back = uint64(0)
-    if e < end:
-        lo = int64(0)
-        hi = int64(n)  # indptr[lo] <= e < indptr[hi]
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if int64(indptr[mid]) <= e:
-                lo = mid
-            else:
-                hi = mid
-        u = lo
-        scale = uint64(n)
-        while e < end:
-            while u < n - 1 and int64(indptr[u + 1]) <= e:
-                u += 1
-            v = uint64(int64(indices[e]))
-            ahead += mix64(uint64(u) * scale + v)
-            back += mix64(v * scale + uint64(u))
-            e += 1
-    add_sum(sums, 0, int64(ahead))
-    add_sum(sums, 1, int64(back))
+    return e, min(e + chunk, nnz)
+
+
+@cuda.jit(device=True)
+def _vertex_of(indptr, n, e):
+    """The vertex u with indptr[u] <= e < indptr[u + 1], by bisection (in bounds whatever indptr holds)."""
+    lo = int64(0)
+    hi = int64(n)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if int64(indptr[mid]) <= e:
+            lo = mid
+        else:
+            hi = mid
+    return lo

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import INTEGERS, DispatchError, host_memory
 from .bfs import BOTTOM_UP_ABOVE, TOP_DOWN_BELOW, each_once
-from .csr import CSR, _as_index_array, check_device_csr, check_device_symmetric, checked_graph, graph_arguments, resolve
+from .csr import CSR, _as_index_array, check_device_csr, checked_graph, graph_arguments, resolve
 
 from ..backend import ArrayIn, ArrayOut, Backend  # noqa: F401  (the annotations name them: typing.get_type_hints reads them)
 
@@ -121,9 +121,7 @@ def _bfs_many(indptr, indices, sources, backend, symmetric, call: str):
         raise DispatchError(f"{s.size} sources x {n} vertices is {s.size * n:,} distances ({s.size * n * 4 / 2**30:.0f} "
                             "GiB). Fix: pass fewer sources a call (the result holds one int32 per source and vertex).")
     if on_device:
-        check_device_csr(be, indptr, indices, n)
-        if symmetric:
-            check_device_symmetric(be, indptr, indices, n, f"{call}(A, sources)")
+        check_device_csr(be, indptr, indices, n, symmetric=symmetric, call=f"{call}(A, sources)")
         return _bfs_many_gpu(be, indptr, indices, n, s, bool(symmetric))
     if be.name != "cuda":
         return _bfs_many_numpy(g, s)

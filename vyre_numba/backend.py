@@ -19,7 +19,7 @@ from .config import DispatchConfig
 from .owned import Unshared
 from .errors import (INTEGERS, ArgumentError, CheckError, CheckWarning, DispatchError, ImmutableError,
                      IRValidationError, ResultTimeoutError, UnknownNameError, UnsupportedError, VyreError, a_type,
-                     check_calls, clip, did_you_mean, flag, refuse_misread, shown)
+                     check_calls, clip, did_you_mean, flag, int_range, refuse_misread, shown)
 from .ir import DataType, Program, fusion
 from .ir.types import NUMPY_BOOL_CODES
 from .lru import LRUCache
@@ -1282,12 +1282,10 @@ def _exact_cast(src: np.dtype, dst: np.dtype) -> bool:
 def _refuse_ints_read_as_floats(values: list | tuple, arr: np.ndarray) -> None:
     """A DispatchError where a list holds integers only and NumPy read it as floats (no one integer
     type holds them all: [1, -1, 2**63]), which would make a float buffer of a list of ids."""
-    if arr.dtype.kind != "f":
+    got = int_range(values, arr) if arr.dtype.kind == "f" else None
+    if got is None:
         return
-    items = np.asarray(values, dtype=object).reshape(-1)
-    if not all(isinstance(v, INTEGERS) and not isinstance(v, (bool, np.bool_)) for v in items.tolist()):
-        return
-    lo, hi = min(items.tolist()), max(items.tolist())
+    lo, hi = got
     fix = ("pass np.array(values, dtype=np.int64), which holds them all" if -2**63 <= lo and hi < 2**63 else
            "pass np.array(values, dtype=np.uint64), which holds them all" if lo >= 0 and hi < 2**64 else
            "keep them within one integer type's range (offset them), or pass np.array(values, dtype=np.float64) "

@@ -634,6 +634,22 @@ def refuse_missing(value, what: str) -> None:
                             "pass x.fillna(value).to_numpy() with the value meant.")
 
 
+def int_range(values, arr: np.ndarray) -> tuple[int, int] | None:
+    """(least, greatest) where `values`, which NumPy read as the float or object array `arr`, are
+    ints only (lists of them, or an object array), else None: NumPy reads [1, -1, 2**63] as floats,
+    since no one integer type holds them all."""
+    if (isinstance(values, np.ndarray) and values.dtype != object) or arr.dtype.kind not in "fO":
+        return None
+    try:
+        flat = np.asarray(values, dtype=object).reshape(-1).tolist()
+    except (ValueError, TypeError):
+        return None
+    if not flat or len(flat) != arr.size or not all(isinstance(v, INTEGERS) and not isinstance(v, (bool, np.bool_))
+                                                    for v in flat):
+        return None
+    return int(min(flat)), int(max(flat))
+
+
 def refuse_misread(x, what: str, *, masked: str, not_bool: str | None = None) -> None:
     """A DispatchError where np.asarray(x) would not read the numbers `x` means: a masked array
     (its mask dropped; `masked` is the Fix), raw bytes (one number a byte), a pandas gap (pd.NA

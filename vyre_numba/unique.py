@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import INTEGERS, DispatchError, refuse_misread
+from .errors import DispatchError, int_range, refuse_misread
 
 __all__ = ["unique", "count_distinct", "unique_rows", "index_of", "inserted"]
 
@@ -28,7 +28,7 @@ def _integers(a, where: str, what: str = "values") -> np.ndarray:
     if arr.size == 0 and arr.dtype.kind == "f" and not isinstance(a, np.ndarray):  # [] reads as float64
         return arr.astype(np.int64)
     if arr.dtype.kind not in INTEGER_KINDS and (arr.size or isinstance(a, np.ndarray)):  # an empty float array too
-        ints = _python_ints(a, arr)
+        ints = int_range(a, arr)
         if ints is not None:
             lo, hi = ints
             if isinstance(a, np.ndarray) and -2**63 <= lo and hi < 2**63:
@@ -47,20 +47,6 @@ def _integers(a, where: str, what: str = "values") -> np.ndarray:
         raise DispatchError(f"{where}: the {what} are {arr.dtype} ({arr.dtype.kind!r} kind); these helpers "
                             f"handle integers only. Fix: pass an integer array ({other}).")
     return arr
-
-
-def _python_ints(a, arr: np.ndarray) -> tuple[int, int] | None:
-    """(least, greatest) where `a`, which NumPy read as `arr`, is lists of ints only, else None."""
-    if (isinstance(a, np.ndarray) and a.dtype != object) or arr.dtype.kind not in "fO":
-        return None
-    try:
-        flat = np.asarray(a, dtype=object).reshape(-1).tolist()
-    except (ValueError, TypeError):
-        return None
-    if not flat or len(flat) != arr.size or not all(isinstance(v, INTEGERS) and not isinstance(v, (bool, np.bool_))
-                                        for v in flat):
-        return None
-    return int(min(flat)), int(max(flat))
 
 
 def unique(a: np.ndarray) -> np.ndarray:

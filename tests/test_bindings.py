@@ -216,11 +216,16 @@ def test_pandas_missing_values_are_refused_not_read_as_nan():
     for value in gappy:
         assert "1 missing value(s) (the first at position 1)" in refused("f32", value)
         buf = be.upload(np.zeros(3, np.float32))
-        with pytest.raises(DispatchError, match=r"missing value.*Fix: pass x\.fillna"):
+        fix = r"Fix: pass x\.cat\.codes.*x\.astype\(x\.cat\.categories\.dtype\)\.fillna" if \
+            str(getattr(value, "dtype", "")) == "category" else r"Fix: pass x\.fillna"
+        with pytest.raises(DispatchError, match=r"missing value.*" + fix):
             be.write(buf, value)
         assert not be.download(buf).any()
-        with pytest.raises(DispatchError, match=r"upload: .*missing value.*Fix: pass x\.fillna"):
+        with pytest.raises(DispatchError, match=r"upload: .*missing value.*" + fix):
             be.upload(value)
+    cat = pd.Series(pd.Categorical([1.0, None, 3.0]))  # each conversion the Fix names works
+    assert cat.cat.codes.to_numpy().tolist() == [0, -1, 1]
+    assert be.upload(cat.astype(cat.cat.categories.dtype).fillna(0.5).to_numpy()).tolist() == [1.0, 0.5, 3.0]
     # a NaN of a NumPy-dtype Series is a value, and a nullable one without gaps binds as its numbers
     assert np.isnan(bound("f32", pd.Series([1.0, np.nan]))[1])
     assert bound("u32", pd.Series([1, 2], dtype="Int64")).tolist() == [1, 2]
@@ -742,3 +747,19 @@ def test_a_call_of_many_steps_warns_once_of_each_uncovered_buffer(name):
         be.dispatch_resident(p, [x, y])
         be.dispatch_resident(p, [x, y])
     assert len(seen) == 2
+    wide = ir.Program(p.buffers, 128, p.entry, name="count")  # another workgroup: another grid to cover it
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        be.dispatch_sequence([Step(p, [x, y]), Step(wide, [x, y])])
+    assert sorted(str(w.message).split("grid=(")[1][:2] for w in seen) == ["16", "8,"], [str(w.message) for w in seen]
+    with warnings.catch_warnings(record=True) as seen:  # a replay runs what its recording warned of, quietly
+        warnings.simplefilter("always")
+        s = be.record_sequence([Step(p, [x, y])])
+        g = be.record_graph(p, [np.ones(1000, np.uint32), np.zeros(4, np.uint32)])
+        said = len(seen)
+        for _ in range(3):
+            s.replay()
+            g.replay([np.ones(1000, np.uint32), np.zeros(4, np.uint32)])
+            g.replay_resident()
+        s.close(), g.close()
+    assert len(seen) == said <= 2 and all(w.category is vn.CoverageWarning for w in seen)

@@ -1684,6 +1684,18 @@ def test_a_pandas_series_of_a_numpy_dtype_is_taken_as_its_array():
     assert compaction.select(pd.Index([4, 6]), np.array([0, 1], np.uint8)).tolist() == [6]
     with pytest.raises(DispatchError, match=r"values is a pandas Series with 1 missing value.*Fix: pass x.fillna"):
         compaction.select(pd.Series([1, None], dtype="Int64"), np.ones(2, np.uint8))
+    words = pd.Series(["a", None, "b"], dtype="category")
+    with pytest.raises(DispatchError, match=r"missing value.*Fix: pass x\.cat\.codes\.to_numpy\(\) for the category codes"):
+        compaction.select(words, np.ones(3, bool))
+    assert compaction.select(words.cat.codes.to_numpy(), np.ones(3, bool)).tolist() == [0, -1, 1]
+    with pytest.raises(DispatchError, match=r"-1 where one is missing"):
+        compaction.select_numpy(words, np.ones(3, bool))
+    text = pd.Series(["a", "b", "c"], dtype="string")  # Python objects to NumPy: positions are what moves
+    for call in (compaction.select, compaction.select_numpy):
+        with pytest.raises(DispatchError, match=r"Python objects.*Fix: select positions instead, keep = "
+                                                r"compaction\.nonzero\(flags\), and take values\.iloc\[keep\]"):
+            call(text, np.array([1, 0, 1], bool))
+    assert text.iloc[compaction.nonzero(np.array([1, 0, 1], bool))].tolist() == ["a", "c"]
 
 
 def test_predicates_that_are_coroutines_or_raise_memory_errors_and_broken_interfaces_are_told_apart():

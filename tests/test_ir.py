@@ -969,6 +969,10 @@ def _saxpy_text() -> str:
     ("an access in capitals", lambda t: t.replace('"access":"read_only"', '"access":"READ_ONLY"'),
      "the access of buffer 'x' = 'READ_ONLY'"),
     ("a literal's dtype alias", lambda t: t.replace('"dtype":"u32"', '"dtype":"uint32"', 1), ".dtype = 'uint32'"),
+    ("buffers as an object", lambda t: re.sub(r'"buffers":\[.*?\],"entry"', '"buffers":{},"entry"', t),
+     "buffers = {}, where to_json writes a list of buffer objects"),
+    ("a typed literal made weak", lambda t: t.replace('"raw":0,"weak":false', '"raw":0,"weak":true', 1),
+     ".weak = True, where to_json writes False for the program it describes"),
     ("NaN", lambda t: t.replace('"raw":0', '"raw":NaN', 1), "program JSON holds NaN, which is not JSON"),
     ("a byte-order mark", lambda t: "\ufeff" + t, "byte-order mark (U+FEFF)"),
 ])
@@ -1232,6 +1236,19 @@ def test_ints_past_what_str_shows_are_refused_with_their_size():
             make()
         assert "16,610 bits" in str(info.value) and "wider type" not in str(info.value), str(info.value)
         assert_fix(str(info.value))
+    big = 2**20000  # nor in a count, size or offset, where messages would show the number
+    for make in (lambda: ir.Program([B.output("o", 0, "u32")], big, [ir.store("o", 0, 1)]),
+                 lambda: ir.Program([B.output("o", 0, "u32")], (1, big), [ir.store("o", 0, 1)]),
+                 lambda: B.output("o", 0, "u32", big), lambda: B.output("o", big, "u32"),
+                 lambda: B.output("o", 0, "u32", 0, (0, big))):
+        with pytest.raises(IRValidationError, match=r"<an int of 20,00\d bits>.*Fix:"):
+            make()
+    with pytest.raises(vn.DispatchError, match=r"fixpoint_iterations=<an int of 20,001 bits>.*Fix:"):
+        vn.DispatchConfig(fixpoint_iterations=big)
+    with pytest.raises(IRValidationError, match=r"indent=9223372036854775808.*Fix: pass an int from 0 to 1000"):
+        ir.Program([B.output("o", 0, "u32")], 1, [ir.store("o", 0, 1)]).to_json(indent=2**63)
+    with pytest.raises(IRValidationError, match=r"past the largest finite f32.*or use a smaller value\.$"):
+        ir.lit(2**1100, "f32")  # f64 cannot hold it either: no wider type is offered
     x = ir.load("x", 0) + 2**70  # a weak int past 64 bits still types as a float (exactly)
     p = ir.Program([B.read("x", 0, "f64"), B.output("y", 1, "f64")], 1, [ir.store("y", 0, x)])
     assert vn.get_backend("reference").dispatch(p, [np.zeros(1)], None)[0][0] == 2.0**70

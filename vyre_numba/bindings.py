@@ -481,6 +481,28 @@ def coverage_once(method: Callable) -> Callable:
     return once
 
 
+class _Everything:
+    def __contains__(self, _) -> bool:
+        return True
+
+    def add(self, _) -> None:
+        pass
+
+
+def coverage_said(method: Callable) -> Callable:
+    """`method` issuing no CoverageWarning: a replay runs what its recording warned of (as the GPU's
+    graph replay, which binds nothing, does)."""
+    @functools.wraps(method)
+    def quiet(*args, **kwargs):
+        outer = getattr(_ONCE, "seen", None)
+        _ONCE.seen = _Everything()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            _ONCE.seen = outer
+    return quiet
+
+
 def _warn_uncovered(program: Program, sizes: Mapping[str, int], launched: int, wx: int) -> None:
     """A CoverageWarning where a buffer the program guards the invocation id with is longer than the
     invocations a launch sized by the outputs has."""
@@ -489,9 +511,10 @@ def _warn_uncovered(program: Program, sizes: Mapping[str, int], launched: int, w
         size, name = max(longer)
         seen = getattr(_ONCE, "seen", None)
         if seen is not None:
-            if (program.digest(), size, name, launched) in seen:
+            key = (program.digest(), size, name, launched, wx)
+            if key in seen:
                 return
-            seen.add((program.digest(), size, name, launched))
+            seen.add(key)
         warn_user(CoverageWarning(
             f"dispatch of {program.name!r}: the launch covers its outputs ({launched} invocations), but the program "
             f"compares the invocation id with buf_len({name!r}), {size} elements: invocations from {launched} on "

@@ -94,7 +94,7 @@ class DispatchConfig:
             raise DispatchError(f"fixpoint_iterations={shown(it)} is not a positive int. Fix: pass an int of 1 or "
                                 "more.")
         if it > 2**31 - 1:
-            raise DispatchError(f"fixpoint_iterations={it} is more than 2**31 - 1. Fix: pass a smaller count (a "
+            raise DispatchError(f"fixpoint_iterations={shown(it)} is more than 2**31 - 1. Fix: pass a smaller count (a "
                                 "program that runs until nothing changes belongs in vyre_numba.fixpoint.run, "
                                 "which stops at the fixed point).")
         object.__setattr__(self, "fixpoint_iterations", int(it))

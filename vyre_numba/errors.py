@@ -629,9 +629,15 @@ def refuse_missing(value, what: str) -> None:
     gaps = np.argwhere(np.asarray(value.isna()))
     if gaps.size:
         where = f"position {int(gaps[0][0])}" if gaps.shape[1] == 1 else f"row {int(gaps[0][0])}"
+        kind = getattr(dt, "kind", "O") if dt is not None else "O"
+        fix = ("pass x.cat.codes.to_numpy() for the category codes (-1 where one is missing), or "
+               "x.astype(x.cat.categories.dtype).fillna(value).to_numpy() for the values" if str(dt) == "category"
+               else "pass x.fillna(value).to_numpy() with the value meant" if kind in "biuf" else
+               "fill them with values of a NumPy type, or take the positions of what you mean instead "
+               "(np.flatnonzero(mask)) and index x with them")
         raise DispatchError(f"{what} is a pandas {type(value).__name__} with {len(gaps)} missing value(s) (the first at "
-                            f"{where}), which have no value (NumPy reads them as NaN or None). Fix: "
-                            "pass x.fillna(value).to_numpy() with the value meant.")
+                            f"{where}), which have no value (NumPy reads them as NaN or None). Fix: {fix}, x being "
+                            f"that {type(value).__name__}.")
 
 
 def int_range(values, arr: np.ndarray) -> tuple[int, int] | None:

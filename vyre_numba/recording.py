@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from . import display
-from .bindings import Binding, bind, check_config, check_resident
+from .bindings import Binding, bind, check_config, check_resident, coverage_said
 from .config import DispatchConfig
 from .errors import (IN_HOST_MEMORY, DispatchError, ImmutableError, LaunchError, UnknownBufferError, UnknownStepError,
                      VyreError, check_calls, del_unless_read_only, flag, host_memory, set_unless_read_only, shown)
@@ -227,12 +227,16 @@ class Redispatch(RecordedGraph):
         check_recorded_launches(f"record_graph of {program.name!r}", self.config.fixpoint_iterations)
         self._dtypes = input_dtypes(program, sample_inputs)
         self._sizes = {b.name: binding.sizes[b.name] for b in program.outputs}
-        self._buffers = Frozen({d.name: backend.upload(binding.arrays[d.name]) for d in program.bound_buffers})
+        from .backend import uncounted
+
+        with uncounted():  # as the GPU's recording counts: the recording, not its buffers' uploads
+            self._buffers = Frozen({d.name: backend.upload(binding.arrays[d.name]) for d in program.bound_buffers})
         self._layout = {k: (tuple(b.shape), b.dtype) for k, b in self._buffers.items()}
         self.binding = dataclasses.replace(binding, arrays={})  # its sizes, for replays; the arrays went up
         self._lock = threading.RLock()  # a close from another thread waits for the replay in flight
         backend._count(graph_recordings=1)
 
+    @coverage_said
     @host_memory("replay", IN_HOST_MEMORY)
     def replay(self, inputs: Sequence | Mapping | None = None) -> list[np.ndarray]:
         self._check_open()
@@ -269,6 +273,7 @@ class Redispatch(RecordedGraph):
                            "(.buffers); only reading the results back stopped.")
                 raise
 
+    @coverage_said
     @host_memory("replay_resident", IN_HOST_MEMORY)
     def replay_resident(self, *, read: bool = True) -> list[np.ndarray]:
         read = self._read_flag(read)
@@ -367,6 +372,7 @@ class Resequence(RecordedSequence):
         self._lock = threading.Lock()
         backend._count(graph_recordings=1)
 
+    @coverage_said
     def replay(self, inputs: Sequence | Mapping | None = None) -> list[np.ndarray]:
         self._check_sequence_replay(inputs)
         with self._lock:

@@ -723,7 +723,7 @@ def lit(value: int | float | bool, dtype: DataType | str | None = None) -> Lit:
         if overflows(v, bits, dt):
             raise _fail(f"literal {shown(value)} is past the largest finite {dt} ({dt.max!r}): it would round to "
                         f"{'-' if v < 0 else ''}inf. Fix: write {'-' if v < 0 else ''}math.inf for an infinity, or use "
-                        f"{'a smaller value' if dt == DataType.F64 else 'a wider type'}{on_purpose(value, dt)}.")
+                        f"{'a wider type' if dt != DataType.F64 and _f64_holds(v) else 'a smaller value'}{on_purpose(value, dt)}.")
         return Lit(dt, bits)
     if not isinstance(v, int):
         if not v.is_integer():
@@ -734,6 +734,14 @@ def lit(value: int | float | bool, dtype: DataType | str | None = None) -> Lit:
         raise _fail(f"literal {shown(value)} does not fit {dt} (range {dt.min}..{dt.max}). "
                     f"Fix: use {'a wider type or ' if -2**63 <= v < 2**64 else ''}a value in range{on_purpose(value, dt)}.")
     return Lit(dt, v)
+
+
+def _f64_holds(v) -> bool:
+    """Whether `v` rounds to a finite f64."""
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:
+        return False
 
 
 def _typed(dt: str):

@@ -157,7 +157,16 @@ def _int(v, what: str) -> int:
     if not _is_int(v):
         raise IRValidationError(f"{what} is {shown(v)} ({type(v).__name__}), not an int. Fix: pass a whole number "
                                 "(a Python or NumPy int; True/False are not numbers here).")
-    return int(v)
+    return _within_4096_bits(int(v), what)
+
+
+def _within_4096_bits(v: int, what: str) -> int:
+    """`v`, or an IRValidationError where it is past 4096 bits: the validator says what is wrong with a
+    smaller one in its context, but no message could show an int past 4,300 digits."""
+    if v.bit_length() > 4096:
+        raise IRValidationError(f"{what} is {shown(v)}, which no count, size or offset here is. Fix: pass a value "
+                                "that fits in 32 bits.")
+    return v
 
 
 def _norm_wg(ws) -> tuple[int, int, int]:
@@ -168,7 +177,7 @@ def _norm_wg(ws) -> tuple[int, int, int]:
     if isinstance(ws, np.ndarray) and ws.ndim == 0 and ws.dtype.kind in "iu":  # a 0-d array is its one int
         ws = ws.item()
     if _is_int(ws):
-        return (int(ws), 1, 1)
+        return (_within_4096_bits(int(ws), "workgroup_size"), 1, 1)
     if isinstance(ws, (str, bytes, set, frozenset, dict)) or not isinstance(ws, Iterable):  # sets have no order
         raise bad()
     try:
@@ -177,7 +186,7 @@ def _norm_wg(ws) -> tuple[int, int, int]:
         raise bad() from None
     if not 1 <= len(ws) <= 3 or not all(_is_int(v) for v in ws):
         raise bad()
-    return tuple(int(v) for v in ws) + (1,) * (3 - len(ws))
+    return tuple(_within_4096_bits(int(v), "workgroup_size") for v in ws) + (1,) * (3 - len(ws))
 
 
 _DIGEST_SHOWN = 20_000  # IR nodes past which a display leaves a digest not yet made to program.digest()
@@ -309,9 +318,9 @@ class Program:
     def to_json(self, indent: int | None = None) -> str:
         """Canonical JSON (sorted keys); `from_json(to_json())` gives an equal program."""
         if indent is not None and (isinstance(indent, (bool, np.bool_)) or not isinstance(indent, INTEGERS)
-                                   or indent < 0):
+                                   or not 0 <= indent <= 1000):
             raise IRValidationError(f"to_json(indent={shown(indent, 40)}): indent is a number of spaces. Fix: pass "
-                                    "an int from 0, or None for one line.")
+                                    "an int from 0 to 1000, or None for one line.")
         return jsontext.dumps(self.to_dict(), indent)
 
     @classmethod
@@ -342,7 +351,14 @@ class Program:
             _header_as_written(d)
             if "entry" in d:
                 _as_written(d["entry"])
-        return cls.from_dict(d)
+        program = cls.from_dict(d)
+        written = program.to_dict()
+        if jsontext.dumps(written) != jsontext.dumps(d):  # what the builders took, but to_json never writes
+            where, got, want = _first_difference(d, written)
+            raise IRValidationError(f"program JSON has {where} = {shown(got, 60)}, where to_json writes {shown(want, 60)} "
+                                    "for the program it describes (a literal's type or weakness, say, that building "
+                                    "the program resolves). Fix: load a file written by Program.to_json().")
+        return program
 
     def optimized(self) -> "Program":
         """This program through `ir.optimize` with the default passes (computed once): what the
@@ -439,6 +455,20 @@ _CLASSES = {c.__name__: c for c in (
     n.Let, n.Assign, n.Store, n.If, n.Loop, n.Barrier, n.Return, n.Block)}
 
 
+def _first_difference(a: Any, b: Any) -> tuple[str, Any, Any]:
+    """(path, a's value, b's value) of the first place two JSON documents differ, depth first."""
+    stack = [("", a, b)]
+    while stack:
+        where, x, y = stack.pop()
+        if isinstance(x, dict) and isinstance(y, dict) and x.keys() == y.keys():
+            stack.extend((f"{where}.{k}" if where else k, x[k], y[k]) for k in sorted(x, reverse=True))
+        elif isinstance(x, list) and isinstance(y, list) and len(x) == len(y):
+            stack.extend((f"{where}[{i}]", x[i], y[i]) for i in reversed(range(len(x))))
+        elif type(x) is not type(y) or x != y:
+            return where, x, y
+    return "", a, b
+
+
 def _header_as_written(d: dict) -> None:
     """An IRValidationError where a program text's name, workgroup or buffer fields are other than
     to_json writes them (a bare workgroup number, a dtype alias such as "uint32", a number as name)."""
@@ -452,6 +482,8 @@ def _header_as_written(d: dict) -> None:
         refuse("workgroup_size", wg, "a list of three ints")
     if "name" in d and not isinstance(d["name"], str):
         refuse("name", d["name"], "a string")
+    if "buffers" in d and not isinstance(d["buffers"], list):
+        refuse("buffers", d["buffers"], "a list of buffer objects")
     for b in d.get("buffers") if isinstance(d.get("buffers"), list) else ():
         if isinstance(b, dict):
             if "dtype" in b and b["dtype"] not in _DTYPE_NAMES:

@@ -120,6 +120,16 @@ SYMMETRY = textwrap.dedent('''
         refused += want != "ok"
     assert 10 < refused < len(cases) - 10, refused
     print("agreed", len(cases))
+    # remembered by contents, not by array: the same arrays changed in place are checked again
+    ip, ix = cuda.to_device(np.array([0, 1, 2, 2], np.int64)), cuda.to_device(np.array([1, 0], np.int32))
+    import vyre_numba.graph.csr as csr_module
+    check_device_csr(SimBackend(), ip, ix, 3, symmetric=True)
+    remembered = len(csr_module._SYMMETRIC)
+    check_device_csr(SimBackend(), ip, ix, 3, symmetric=True)
+    assert len(csr_module._SYMMETRIC) == remembered
+    ix.copy_to_device(np.array([2, 0], np.int32))  # 0 -> 2 and 1 -> 0: stored one way only
+    assert "is stored and" in verdict(lambda: check_device_csr(SimBackend(), ip, ix, 3, symmetric=True))
+    print("remembered by contents")
 ''')
 
 
@@ -128,7 +138,7 @@ def test_the_device_symmetry_check_agrees_with_the_hosts_under_the_cuda_simulato
     wrong distances or labels where it was broken; now checked on the device as on the host."""
     out = run_script(SYMMETRY, 600)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "agreed 45" in out.stdout
+    assert "agreed 45" in out.stdout and "remembered by contents" in out.stdout
 
 
 @pytest.mark.parametrize("name,args", [("find", (1,)), ("root", (1,)), ("link", (1, 2))])

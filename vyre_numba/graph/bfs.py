@@ -112,7 +112,8 @@ def bfs(indptr: "ArrayIn | Any", indices: "ArrayIn | int | None" = None, source:
     when `backend` is "cuda", or is None and a GPU is usable), a device array out for device
     arrays. `symmetric=True` promises every edge is stored both ways, which lets large frontiers
     be searched bottom-up: checked (a DispatchError where it is broken), for host arrays on the host
-    (about 8 ns an edge), for device arrays on the device (a pass over the edges, one synchronisation)."""
+    (about 8 ns an edge), for device arrays on the device (once a graph: later calls on the same
+    contents find it remembered)."""
     indptr, indices, source = graph_arguments(indptr, indices, source, "bfs", "source")
     be, g, n, on_device = resolve(indptr, indices, backend, symmetric, "bfs(A, source)")
     source = _source(source, n)

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..backend import ArrayIn, as_ints, interface_dtype
 from ..errors import ArgumentError, DispatchError, a_type, flag, flat_fix, refuse_misread
+from ..lru import LRUCache
 from ..unique import unique
 
 
@@ -243,7 +244,7 @@ def enqueue_check(backend, indptr, indices, n: int, hub: int = 256, symmetric: b
     from ..gpu.numba_launch import launchers
     from .csr_kernels import check
 
-    bad = backend.empty(7, np.int64)
+    bad = backend.empty(6, np.int64)
     nnz = int(indices.shape[0] if hasattr(indices, "shape") else indices.__cuda_array_interface__["shape"][0])
     blocks = max(1, min(-(-max(n, nnz) // 256), backend.caps.sm_count * 16))
     launchers(backend.stream)(check, blocks, 256, indptr, indices, n, hub, bool(symmetric), bad)
@@ -263,10 +264,35 @@ def enqueue_check(backend, indptr, indices, n: int, hub: int = 256, symmetric: b
             raise DispatchError(f"{int(counts[1])} indices are not vertices of this {n}-vertex graph. "
                                 "Fix: keep every index a vertex id: give indptr n + 1 offsets for ids 0..n-1, and "
                                 "drop the entries below 0 or past the last vertex.")
-        if counts[5] != counts[6]:
-            check_symmetric(_check_csr(backend.download(indptr), backend.download(indices), call))
+        if symmetric:
+            _check_device_symmetric(backend, indptr, indices, n, nnz, int(counts[5]), call)
         return bool(counts[4])
     return result
+
+
+_SYMMETRIC: LRUCache = LRUCache(64)  # (n, nnz, fingerprint) of device CSRs found symmetric
+
+
+def _check_device_symmetric(backend, indptr, indices, n: int, nnz: int, fingerprint: int, call: str) -> None:
+    """`check_symmetric` of a valid CSR on the device, remembered by its contents' fingerprint (the
+    check's pass computes it): the sums of `csr_kernels.edge_sums`, and only where they differ (an
+    edge stored one way, or twice one way and once the other) the CSR copied to the host and checked
+    as a host CSR is, which shows an edge or passes the repeated one. The sums' walk costs several
+    times the check's pass (2.6 ms against 0.37 on an R-MAT graph of 2^27 entries, H200), once a
+    graph rather than once a call."""
+    from ..gpu.numba_launch import launchers
+    from .csr_kernels import edge_sums
+
+    key = (n, nnz, fingerprint)
+    if nnz == 0 or _SYMMETRIC.get(key) is not None:
+        return
+    sums = backend.empty(2, np.int64)
+    launchers(backend.stream)(edge_sums, max(1, min(-(-nnz // 256), backend.caps.sm_count * 16)), 256,
+                              indptr, indices, n, sums)
+    ahead, back = backend.download(sums).tolist()
+    if ahead != back:
+        check_symmetric(_check_csr(backend.download(indptr), backend.download(indices), call))
+    _SYMMETRIC.put(key, True)
 
 
 def resolve(indptr, indices, backend, symmetric, call: str) -> tuple:

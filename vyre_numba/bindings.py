@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import threading
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -466,19 +466,20 @@ def launch_geometry(program: Program, config: DispatchConfig, sizes: Mapping[str
 _ONCE = threading.local()  # the CoverageWarnings this thread's call in `coverage_once` has issued
 
 
-def coverage_once(method: Callable) -> Callable:
-    """`method` issuing each distinct CoverageWarning once a call: a sequence, fusion or megakernel
-    checks its steps more than once, and a sequence may repeat one step many times."""
-    @functools.wraps(method)
-    def once(*args, **kwargs):
-        if getattr(_ONCE, "seen", None) is not None:  # inside another such call: its set
-            return method(*args, **kwargs)
-        _ONCE.seen = set()
-        try:
-            return method(*args, **kwargs)
-        finally:
-            _ONCE.seen = None
-    return once
+def _seen_during(make: Callable[[Any], Any]) -> Callable[[Callable], Callable]:
+    """A decorator running its method with this thread's set of CoverageWarnings issued made by
+    `make(the set of the call around it, or None)`, and that set back afterwards."""
+    def decorate(method: Callable) -> Callable:
+        @functools.wraps(method)
+        def run(*args, **kwargs):
+            outer = getattr(_ONCE, "seen", None)
+            _ONCE.seen = make(outer)
+            try:
+                return method(*args, **kwargs)
+            finally:
+                _ONCE.seen = outer
+        return run
+    return decorate
 
 
 class _Everything:
@@ -489,18 +490,12 @@ class _Everything:
         pass
 
 
-def coverage_said(method: Callable) -> Callable:
-    """`method` issuing no CoverageWarning: a replay runs what its recording warned of (as the GPU's
-    graph replay, which binds nothing, does)."""
-    @functools.wraps(method)
-    def quiet(*args, **kwargs):
-        outer = getattr(_ONCE, "seen", None)
-        _ONCE.seen = _Everything()
-        try:
-            return method(*args, **kwargs)
-        finally:
-            _ONCE.seen = outer
-    return quiet
+# each distinct CoverageWarning once a call: a sequence, fusion or megakernel checks its steps more than
+# once, and a sequence may repeat one step many times (inside another such call: that call's set)
+coverage_once = _seen_during(lambda outer: set() if outer is None else outer)
+# no CoverageWarning: a replay runs what its recording warned of (as the GPU's graph replay, which binds
+# nothing, does)
+coverage_said = _seen_during(lambda outer: _Everything())
 
 
 def _warn_uncovered(program: Program, sizes: Mapping[str, int], launched: int, wx: int) -> None:

@@ -130,6 +130,12 @@ SYMMETRY = textwrap.dedent('''
     ix.copy_to_device(np.array([2, 0], np.int32))  # 0 -> 2 and 1 -> 0: stored one way only
     assert "is stored and" in verdict(lambda: check_device_csr(SimBackend(), ip, ix, 3, symmetric=True))
     print("remembered by contents")
+    for ip, ix, fragment in (([0, 2, 3, 3], [1, -1, 0], "indices are not vertices"),  # the CSR's own error first
+                             ([0, 2, 1, 3], [1, 0, 0], "indptr decreases")):
+        said = verdict(lambda: check_device_csr(SimBackend(), cuda.to_device(np.array(ip, np.int64)),
+                                                cuda.to_device(np.array(ix, np.int32)), 3, symmetric=True))
+        assert fragment in said, said
+    print("invalid first")
 ''')
 
 
@@ -138,7 +144,7 @@ def test_the_device_symmetry_check_agrees_with_the_hosts_under_the_cuda_simulato
     wrong distances or labels where it was broken; now checked on the device as on the host."""
     out = run_script(SYMMETRY, 600)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "agreed 45" in out.stdout and "remembered by contents" in out.stdout
+    assert "agreed 45" in out.stdout and "remembered by contents" in out.stdout and "invalid first" in out.stdout
 
 
 @pytest.mark.parametrize("name,args", [("find", (1,)), ("root", (1,)), ("link", (1, 2))])

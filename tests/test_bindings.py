@@ -741,7 +741,8 @@ def test_a_call_of_many_steps_warns_once_of_each_uncovered_buffer(name):
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
             call()
-        assert len(seen) == distinct and all(w.category is vn.CoverageWarning for w in seen), [str(w.message) for w in seen]
+        assert len(seen) == distinct and all(w.category is vn.CoverageWarning for w in seen), \
+            [str(w.message) for w in seen]
     with warnings.catch_warnings(record=True) as seen:  # separate calls: each warns (where the GPU prepares
         warnings.simplefilter("always")                   # the launch again: it keeps a prepared one, said once)
         be.dispatch_resident(p, [x, y])

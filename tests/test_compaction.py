@@ -591,9 +591,11 @@ def test_pandas_of_their_own_dtypes_and_dask_containers_are_refused_with_their_c
     pd = pytest.importorskip("pandas")
     s = pd.Series(np.arange(4))
     for call, fix in [(lambda: compaction.nonzero(pd.Series([True, False], dtype="boolean")), "flags.to_numpy()"),
-                      (lambda: compaction.select(s.astype("category"), np.ones(4, bool)), "values.cat.codes.to_numpy()"),
+                      (lambda: compaction.select(s.astype("category"), np.ones(4, bool)),
+                       "values.cat.codes.to_numpy()"),
                       (lambda: compaction.select(pd.Categorical([1, 2]), np.ones(2, bool)), "np.asarray(values.codes)"),
-                      (lambda: compaction.select(pd.CategoricalIndex([1, 2]), np.ones(2, bool)), "np.asarray(values.codes)"),
+                      (lambda: compaction.select(pd.CategoricalIndex([1, 2]), np.ones(2, bool)),
+                       "np.asarray(values.codes)"),
                       (lambda: compaction.select(np.arange(2), b"\x01\x00"), "np.frombuffer(flags, np.uint8)"),
                       (lambda: compaction.nonzero(bytearray(b"\x01")), "np.frombuffer(flags, np.uint8)"),
                       (lambda: compaction.select_if(pd.Index([1, 2], dtype="Int64"), lambda v: v > 1),
@@ -674,7 +676,8 @@ SIMULATED = textwrap.dedent('''
         return src[i].nope != 0
 
     try:  # the simulator runs it as Python: its AttributeError is the DispatchError a GPU's compile failure is
-        sel.run(reads_a_field_it_lacks, cuda.to_device(vals), n, word_view(cuda.to_device(vals), n), word_view(out, n), n)
+        sel.run(reads_a_field_it_lacks, cuda.to_device(vals), n, word_view(cuda.to_device(vals), n),
+                word_view(out, n), n)
         raise AssertionError("flag_of ran")
     except DispatchError as e:
         assert "cannot run as flag_of(src, i)" in str(e) and "AttributeError" in str(e) and "Fix:" in str(e), e
@@ -1685,7 +1688,8 @@ def test_a_pandas_series_of_a_numpy_dtype_is_taken_as_its_array():
     with pytest.raises(DispatchError, match=r"values is a pandas Series with 1 missing value.*Fix: pass x.fillna"):
         compaction.select(pd.Series([1, None], dtype="Int64"), np.ones(2, np.uint8))
     words = pd.Series(["a", None, "b"], dtype="category")
-    with pytest.raises(DispatchError, match=r"missing value.*Fix: pass x\.cat\.codes\.to_numpy\(\) for the category codes"):
+    with pytest.raises(DispatchError, match=r"missing value.*Fix: pass x\.cat\.codes\.to_numpy\(\) for the "
+                                             r"category codes"):
         compaction.select(words, np.ones(3, bool))
     assert compaction.select(words.cat.codes.to_numpy(), np.ones(3, bool)).tolist() == [0, -1, 1]
     with pytest.raises(DispatchError, match=r"-1 where one is missing"):

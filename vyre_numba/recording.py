@@ -33,9 +33,9 @@ class RecordedGraph(Unshared, abc.ABC):
     def __new__(cls, *args, **kwargs):
         missing = getattr(cls, "__abstractmethods__", None)
         if missing and not cls.__module__.startswith("vyre_numba."):  # a user's subclass
-            raise DispatchError(f"{cls.__name__} does not implement {', '.join(sorted(missing))} of "
-                                f"{next(b for b in cls.__mro__ if b.__module__.startswith('vyre_numba.')).__name__}. Fix: define them, or use what backend.record_graph and "
-                                "record_sequence return.")
+            ours = next(b for b in cls.__mro__ if b.__module__.startswith("vyre_numba."))
+            raise DispatchError(f"{cls.__name__} does not implement {', '.join(sorted(missing))} of {ours.__name__}. "
+                                "Fix: define them, or use what backend.record_graph and record_sequence return.")
         if missing:
             raise DispatchError(f"{cls.__name__} is what a backend's record_graph and record_sequence return, not "
                                 "made directly. Fix: backend.record_graph(program, inputs, config), or "

@@ -117,7 +117,8 @@ def _check_values(a, name: str = "values"):
         kind = type(a).__name__
         if kind == "Series" and str(getattr(a, "dtype", "")) == "category":  # to_numpy() holds the category objects
             kind = "categorical Series"
-        elif name == "values" and kind in ("Series", "Index") and getattr(getattr(a, "dtype", None), "kind", "O") not in "biuf":
+        elif name == "values" and kind in ("Series", "Index") and \
+                getattr(getattr(a, "dtype", None), "kind", "O") not in "biuf":
             kind = "objects"  # strings, tz-aware times, periods: to_numpy() holds Python objects
         hint = {"Series": f"{name}.to_numpy()", "Index": f"{name}.to_numpy()", "Array": f"{name}.compute()",
                 "Tensor": f"{name}.numpy()", "list": f"np.asarray({name})", "tuple": f"np.asarray({name})",
@@ -127,8 +128,8 @@ def _check_values(a, name: str = "values"):
                 "bytes": f"np.frombuffer({name}, np.uint8)", "bytearray": f"np.frombuffer({name}, np.uint8)",
                 "memoryview": f"np.asarray({name})"}.get(kind, "np.asarray(...)")
         if kind == "objects":
-            raise DispatchError(f"{name} is a pandas {type(a).__name__} of {a.dtype}, whose values NumPy holds as Python "
-                                f"objects, which compaction cannot move. Fix: select positions instead, keep = "
+            raise DispatchError(f"{name} is a pandas {type(a).__name__} of {a.dtype}, whose values NumPy holds as "
+                                f"Python objects, which compaction cannot move. Fix: select positions instead, keep = "
                                 f"compaction.nonzero(flags), and take {name}.iloc[keep] on the host.")
         raise DispatchError(f"{name} is {a_type(a)}, not a NumPy or device array. Fix: pass a NumPy array "
                             f"(e.g. {hint}) or a device array (numba, CuPy, PyTorch).")

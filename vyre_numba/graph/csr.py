@@ -228,8 +228,8 @@ def check_device_csr(backend, indptr, indices, n: int, hub: int = 256, symmetric
                      call: str = CHECK_CSR) -> bool:
     """Check a CSR already on the device (ends, monotone offsets, indices in range, and where
     `symmetric` every edge stored both ways) without copying it back: one pass over it counts the
-    violations (`csr_kernels.check`; one synchronisation). Returns whether some vertex has more than
-    `hub` neighbours."""
+    violations (`csr_kernels.check`; one synchronisation), and a graph not yet found symmetric takes
+    one more (`_check_device_symmetric`). Returns whether some vertex has more than `hub` neighbours."""
     return enqueue_check(backend, indptr, indices, n, hub, symmetric, call)()
 
 
@@ -237,10 +237,9 @@ def enqueue_check(backend, indptr, indices, n: int, hub: int = 256, symmetric: b
                   call: str = CHECK_CSR) -> Callable[[], bool]:
     """`check_device_csr` enqueued on the backend's stream; the function returned waits for it,
     raises DispatchError for a bad CSR and returns whether some vertex has more than `hub`
-    neighbours. Work enqueued between may read the CSR but must not write through it. Only where
-    the sums of a `symmetric` check differ (an edge stored one way, or twice one way and once the
-    other) is the CSR copied to the host, to be checked as a host CSR is (`call` names the call in
-    its Fix): that finds an edge to show, or passes the repeated one."""
+    neighbours. Work enqueued between may read the CSR but must not write through it. Where
+    `symmetric`, the pass also fingerprints the contents for `_check_device_symmetric` (`call` names
+    the call in its Fix)."""
     from ..gpu.numba_launch import launchers
     from .csr_kernels import check
 

@@ -71,7 +71,7 @@ def edge_sums(indptr, indices, n, sums):
     """(sums zeroed; a valid CSR) sums[0] += mix64(u * n + v) and sums[1] += mix64(v * n + u) over
     the entries u -> v, modulo 2**64: equal where the entries and the reversed entries are one
     multiset. Each thread sums a contiguous run of them, so a hub's are spread over many threads
-    (a walk costing several times the check's pass: see `csr.enqueue_check`, which remembers)."""
+    (a walk costing several times the check's pass: `csr._check_device_symmetric` runs it once a graph)."""
     nnz = int64(indices.shape[0])
     e, end = _run_of(nnz)
     ahead = uint64(0)

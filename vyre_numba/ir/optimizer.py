@@ -249,14 +249,14 @@ def _hash_consed(entry: tuple[n.Node, ...]) -> tuple[n.Node, ...]:
     return _rewritten(entry, node)
 
 
-def _rewritten(stmts: tuple[n.Node, ...], node, replace=None, loops: bool = True) -> tuple[n.Node, ...]:
-    """`stmts` with every expression rebuilt by `_transform(e, node, replace)`, those of the
-    statements nested in them too (but for those in loops where `loops` is False)."""
+def _rewritten(stmts: tuple[n.Node, ...], node) -> tuple[n.Node, ...]:
+    """`stmts` with every expression rebuilt by `_transform(e, node)`, those of the statements
+    nested in them too."""
     def body(stmts):
         out = []
         for s in stmts:
-            s = _with_exprs(s, [_transform(e, node, replace) for e in _exprs(s)])
-            if _bodies(s) and (loops or not isinstance(s, n.Loop)):
+            s = _with_exprs(s, [_transform(e, node) for e in _exprs(s)])
+            if _bodies(s):
                 bodies = []
                 for b in _bodies(s):
                     bodies.append((yield body(b)))

@@ -466,9 +466,9 @@ def launch_geometry(program: Program, config: DispatchConfig, sizes: Mapping[str
 _ONCE = threading.local()  # the CoverageWarnings this thread's call in `coverage_once` has issued
 
 
-def _seen_during(make: Callable[[Any], Any]) -> Callable[[Callable], Callable]:
-    """A decorator running its method with this thread's set of CoverageWarnings issued made by
-    `make(the set of the call around it, or None)`, and that set back afterwards."""
+def _seen_during(make: Callable[[Any], Any], doc: str) -> Callable[[Callable], Callable]:
+    """A decorator (saying `doc`) running its method with this thread's set of CoverageWarnings
+    issued made by `make(the set of the call around it, or None)`, and that set back afterwards."""
     def decorate(method: Callable) -> Callable:
         @functools.wraps(method)
         def run(*args, **kwargs):
@@ -479,6 +479,7 @@ def _seen_during(make: Callable[[Any], Any]) -> Callable[[Callable], Callable]:
             finally:
                 _ONCE.seen = outer
         return run
+    decorate.__doc__ = doc
     return decorate
 
 
@@ -490,12 +491,14 @@ class _Everything:
         pass
 
 
-# each distinct CoverageWarning once a call: a sequence, fusion or megakernel checks its steps more than
-# once, and a sequence may repeat one step many times (inside another such call: that call's set)
-coverage_once = _seen_during(lambda outer: set() if outer is None else outer)
-# no CoverageWarning: a replay runs what its recording warned of (as the GPU's graph replay, which binds
-# nothing, does)
-coverage_said = _seen_during(lambda outer: _Everything())
+coverage_once = _seen_during(
+    lambda outer: set() if outer is None else outer,
+    "Run the method issuing each distinct CoverageWarning once a call: a sequence, fusion or megakernel checks its "
+    "steps more than once, and a sequence may repeat one step many times (inside another such call: that call's set).")
+coverage_said = _seen_during(
+    lambda outer: _Everything(),
+    "Run the method issuing no CoverageWarning: a replay runs what its recording warned of (as the GPU's graph "
+    "replay, which binds nothing, does).")
 
 
 def _warn_uncovered(program: Program, sizes: Mapping[str, int], launched: int, wx: int) -> None:

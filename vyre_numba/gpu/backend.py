@@ -149,12 +149,6 @@ class CudaBackend(Backend):
         """The loaded kernel of `program` for this device: from memory, else from the disk cache,
         else emitted and assembled (and stored on disk)."""
         config = config or DispatchConfig()
-        wg = program.workgroup_size if config.workgroup is None else config.workgroup
-        if not isinstance(wg, str) and (wg[0] * wg[1] * wg[2] > self.caps.max_threads_per_block
-                                        or any(v > m for v, m in zip(wg, self.caps.max_block_dim))):
-            raise LaunchError(f"kernel {program.name!r}: the workgroup {tuple(wg)} exceeds this device's limits (axes "
-                              f"{self.caps.max_block_dim}, {self.caps.max_threads_per_block} threads). Fix: use a "
-                              "smaller workgroup and more workgroups.")
         key = _kernel_key(program, config, self.caps.sm)
         return self.module_cache.get_or_build(key, lambda: self._build(program, config, key))
 
@@ -172,6 +166,12 @@ class CudaBackend(Backend):
     def _build(self, program: Program, config: DispatchConfig, key: tuple, edit=None) -> CompiledKernel:
         """The kernel from the disk cache, else assembled from the program's PTX (`edit(ptx)`
         first, where given) and stored there."""
+        wg = program.workgroup_size if config.workgroup is None else config.workgroup
+        if not isinstance(wg, str) and (wg[0] * wg[1] * wg[2] > self.caps.max_threads_per_block
+                                        or any(v > m for v, m in zip(wg, self.caps.max_block_dim))):
+            raise LaunchError(f"kernel {program.name!r}: the workgroup {tuple(wg)} exceeds this device's limits (axes "
+                              f"{self.caps.max_block_dim}, {self.caps.max_threads_per_block} threads). Fix: use a "
+                              "smaller workgroup and more workgroups.")  # as a launch check says it, before emit
         full_key = key + self._toolchain
         cubin = self.disk_cache.get(full_key) if self.disk_cache else None
         if cubin is not None:

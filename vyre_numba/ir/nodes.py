@@ -117,6 +117,9 @@ class _Structural:
         return node_from_json, (node_to_json(self),)
 
 
+MAX_INT_BITS = 4096  # ints past this are refused where IR takes them: no message could show one of 4,300 digits
+
+
 def _field(node, name: str, kind: str, v):
     """Field `name` of a node under construction, checked (and normalised) for its kind."""
     if kind == "expr":
@@ -137,8 +140,8 @@ def _field(node, name: str, kind: str, v):
             v = DataType.parse(v)
     elif kind in ("int", "bool"):
         ok = isinstance(v, bool) if kind == "bool" else isinstance(v, int) and not isinstance(v, bool)
-        if not ok or kind == "int" and v.bit_length() > 4096:  # a weak literal's int may pass f64's range, for
-            what = "an int of at most 4096 bits" if ok else "a bool" if kind == "bool" else "an int"  # validate to name
+        if not ok or kind == "int" and v.bit_length() > MAX_INT_BITS:  # a weak literal's int may pass f64's range,
+            what = f"an int of at most {MAX_INT_BITS} bits" if ok else "a bool" if kind == "bool" else "an int"  # validate to name
             raise _fail(f"{type(node).__name__}.{name} is {shown(v)}, not {what}. Fix: build IR with the ir.* functions.")
     object.__setattr__(node, name, v)
     return v
@@ -601,7 +604,7 @@ def _e(x: ExprLike) -> Expr:
     if isinstance(x, (bool, np.bool_)):
         return Lit(DataType.BOOL, int(bool(x)))
     if isinstance(x, int):
-        if x.bit_length() > 4096:  # the validator says more of a smaller one, which has a type to name
+        if x.bit_length() > MAX_INT_BITS:  # the validator says more of a smaller one, which has a type to name
             raise _fail(f"the number {shown(x)} is past any IR type's range (f64's too). Fix: use a smaller number, "
                         "or math.inf for an infinity.")
         return Lit(DataType.I64, int(x), weak=True)

@@ -157,13 +157,13 @@ def _int(v, what: str) -> int:
     if not _is_int(v):
         raise IRValidationError(f"{what} is {shown(v)} ({type(v).__name__}), not an int. Fix: pass a whole number "
                                 "(a Python or NumPy int; True/False are not numbers here).")
-    return _within_4096_bits(int(v), what)
+    return _within_int_bits(int(v), what)
 
 
-def _within_4096_bits(v: int, what: str) -> int:
-    """`v`, or an IRValidationError where it is past 4096 bits: the validator says what is wrong with a
-    smaller one in its context, but no message could show an int past 4,300 digits."""
-    if v.bit_length() > 4096:
+def _within_int_bits(v: int, what: str) -> int:
+    """`v`, or an IRValidationError where it is past `n.MAX_INT_BITS`: the validator says what is wrong
+    with a smaller one in its context."""
+    if v.bit_length() > n.MAX_INT_BITS:
         raise IRValidationError(f"{what} is {shown(v)}, which no count, size or offset here is. Fix: pass a value "
                                 "that fits in 32 bits.")
     return v
@@ -177,7 +177,7 @@ def _norm_wg(ws) -> tuple[int, int, int]:
     if isinstance(ws, np.ndarray) and ws.ndim == 0 and ws.dtype.kind in "iu":  # a 0-d array is its one int
         ws = ws.item()
     if _is_int(ws):
-        return (_within_4096_bits(int(ws), "workgroup_size"), 1, 1)
+        return (_within_int_bits(int(ws), "workgroup_size"), 1, 1)
     if isinstance(ws, (str, bytes, set, frozenset, dict)) or not isinstance(ws, Iterable):  # sets have no order
         raise bad()
     try:
@@ -186,7 +186,7 @@ def _norm_wg(ws) -> tuple[int, int, int]:
         raise bad() from None
     if not 1 <= len(ws) <= 3 or not all(_is_int(v) for v in ws):
         raise bad()
-    return tuple(_within_4096_bits(int(v), "workgroup_size") for v in ws) + (1,) * (3 - len(ws))
+    return tuple(_within_int_bits(int(v), "workgroup_size") for v in ws) + (1,) * (3 - len(ws))
 
 
 _DIGEST_SHOWN = 20_000  # IR nodes past which a display leaves a digest not yet made to program.digest()
@@ -516,10 +516,6 @@ def _as_written(entry: Any) -> None:
             for name, k in (cls._kinds.items() if cls is not None else ()):
                 if k in ("expr", "expr?", "body") and name in d:
                     stack.append((f"{cls.__name__}.{name}", d[name], k))
-                elif k == "dtype" and name in d and d[name] not in _DTYPE_NAMES:
-                    raise IRValidationError(f"program JSON has {cls.__name__}.{name} = {shown(d[name], 40)}, where "
-                                            f"to_json writes a type name ({', '.join(_DTYPE_NAMES)}). Fix: load a file "
-                                            "written by Program.to_json().")
 
 
 def _to(x: Any):

@@ -22,8 +22,9 @@ Every walker uses an explicit stack (`drive`), so programs nested `MAX_DEPTH` de
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -72,19 +73,20 @@ def optimize(program: Program, passes: Sequence[str] | None = None) -> Program:
 
 
 class _Context:
-    """What the passes know of the program: buffer declarations, fresh variable names, the buffers
-    the body writes (refreshed before each pass) and facts of expressions, memoised."""
+    """What the passes know of the program: buffer declarations, fresh variable names, and (refreshed
+    before each pass) the buffers the body writes, its statement index and facts of expressions,
+    memoised."""
 
     def __init__(self, program: Program):
         self.decls = {b.name: b for b in program.buffers}
         self.taken = {x.name for x in walk(program.entry) if isinstance(x, (n.Let, n.Assign, n.Var))}
         self.taken |= {x.var for x in walk(program.entry) if isinstance(x, n.Loop)}
         self.counter = 0
-        self.scopes: dict[int, tuple] = {}  # id(statement) -> (statement, assigned, declared)
 
     def refresh(self, entry) -> None:
         self.written = {x.buffer for x in walk(entry) if isinstance(x, (n.Store, n.Atomic))}
         self.memo: dict[int, tuple] = {}
+        self.index = _Index(entry)
 
     def fresh(self) -> str:
         while True:
@@ -94,26 +96,96 @@ class _Context:
                 self.taken.add(name)
                 return name
 
-    def facts(self, e: n.Expr) -> tuple[bool, bool, frozenset]:
-        """(removable: evaluating it has no effect, pure: removable and reads no written buffer,
-        the variables it reads), for `e` and every node under it (memoised by node)."""
-        got = self.memo.get(id(e))
-        if got is not None:
-            return got[1]
-        for x in _postorder(e):
-            if id(x) in self.memo:
-                continue
-            kids = [self.memo[id(c)][1] for c in x.children()]
-            removable = not isinstance(x, EFFECTS) and all(k[0] for k in kids)
-            pure = removable and all(k[1] for k in kids) and not (isinstance(x, n.Load) and x.buffer in self.written)
-            names = frozenset().union(*(k[2] for k in kids)) if kids else frozenset()
-            if isinstance(x, n.Var):
-                names = frozenset((x.name,))
-            self.memo[id(x)] = (x, (removable, pure, names))
-        return self.memo[id(e)][1]
+    def facts(self, e: n.Expr) -> tuple[bool, bool]:
+        """(removable: evaluating it has no effect, pure: removable and reads no written buffer), for
+        `e` and every node under it (memoised by node, kept alive by the memo)."""
+        def fact(x, kids):
+            removable = not isinstance(x, EFFECTS) and all(k[1][0] for k in kids)
+            pure = removable and all(k[1][1] for k in kids) and not (isinstance(x, n.Load) and x.buffer in self.written)
+            return x, (removable, pure)
+        return _bottom_up(e, self.memo, fact)[1]
 
     def shareable(self, e: n.Expr) -> bool:
         return not isinstance(e, LEAVES) and self.facts(e)[1]
+
+
+class _Index:
+    """The statements of a body in preorder (each statement, then those of its bodies) by position:
+    where each one's nested statements end, its bodies' position ranges, and for each variable the
+    sorted positions of the statements declaring or assigning it. Walkers carry positions, so what a
+    loop changes is a binary search rather than a set a statement (deep nests stay linear)."""
+
+    def __init__(self, entry: tuple[n.Node, ...]):
+        self.end: list[int] = []  # one past the last statement nested in the one at each position
+        self.spans: list[tuple[tuple[int, int], ...]] = []  # its bodies' (first, one past last) positions
+        self.sites: dict[str, list[int]] = defaultdict(list)  # variable -> where it is declared or assigned
+        self.assign_at: list[int] = []  # positions of the assignments, in order, and their variables
+        self.assign_var: list[str] = []
+
+        def index(stmts):
+            for s in stmts:
+                p = len(self.end)
+                self.end.append(0)
+                self.spans.append(())
+                name = s.name if isinstance(s, (n.Let, n.Assign)) else s.var if isinstance(s, n.Loop) else None
+                if name is not None:
+                    self.sites[name].append(p)
+                if isinstance(s, n.Assign):
+                    self.assign_at.append(p)
+                    self.assign_var.append(s.name)
+                spans = []
+                for b in _bodies(s):
+                    first = len(self.end)
+                    yield index(b)
+                    spans.append((first, len(self.end)))
+                self.end[p], self.spans[p] = len(self.end), tuple(spans)
+        drive(index(entry))
+        self.assigned_anywhere = frozenset(self.assign_var)
+
+    def changes(self, var: str, lo: int, hi: int) -> bool:
+        """Whether a statement at a position in [lo, hi) declares or assigns `var`."""
+        at = self.sites.get(var)
+        if not at:
+            return False
+        i = bisect_left(at, lo)
+        return i < len(at) and at[i] < hi
+
+    def assigned(self, lo: int, hi: int) -> list[str]:
+        """The variables assigned by statements at positions in [lo, hi) (repeats included)."""
+        return self.assign_var[bisect_left(self.assign_at, lo):bisect_left(self.assign_at, hi)]
+
+
+def _bottom_up(e: n.Expr, memo: dict, f):
+    """`f(x, [its children's results])` for `e`, and for every node under it not yet in `memo`
+    (results memoised there by node id: each node of a shared expression is computed once)."""
+    got = memo.get(id(e))
+    if got is not None:
+        return got
+    stack = [(e, False)]
+    while stack:
+        x, done = stack.pop()
+        if id(x) in memo:
+            continue
+        if done:
+            memo[id(x)] = f(x, [memo[id(c)] for c in x.children()])
+        else:
+            stack.append((x, True))
+            stack.extend((c, False) for c in x.children() if id(c) not in memo)
+    return memo[id(e)]
+
+
+def _reads(e: n.Expr) -> set[str]:
+    """The variables `e` reads."""
+    names, seen, stack = set(), set(), [e]
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, n.Var):
+            names.add(x.name)
+        stack.extend(x.children())
+    return names
 
 
 # ---- expression walks -------------------------------------------------------------------------
@@ -265,45 +337,6 @@ def _rewritten(stmts: tuple[n.Node, ...], node) -> tuple[n.Node, ...]:
         return tuple(out)
 
     return drive(body(stmts))
-
-
-def _changed(ctx: "_Context", stmts: Iterable[n.Node]) -> tuple[frozenset, frozenset]:
-    """(variables assigned, variables declared: lets and loop variables) anywhere in `stmts`,
-    from each statement's facts, computed once per statement object (so nested walks stay linear)."""
-    assigned, declared = set(), set()
-    for s in stmts:
-        got = ctx.scopes.get(id(s))
-        if got is None or got[0] is not s:
-            _scope_facts(ctx, s)
-            got = ctx.scopes[id(s)]
-        assigned |= got[1]
-        declared |= got[2]
-    return frozenset(assigned), frozenset(declared)
-
-
-def _scope_facts(ctx: "_Context", top: n.Node) -> None:
-    stack = [(top, False)]
-    while stack:
-        s, done = stack.pop()
-        got = ctx.scopes.get(id(s))
-        if got is not None and got[0] is s:
-            continue
-        kids = [c for b in _bodies(s) for c in b]
-        if not done:
-            stack.append((s, True))
-            stack.extend((c, False) for c in kids)
-            continue
-        assigned = {s.name} if isinstance(s, n.Assign) else set()
-        declared = {s.name} if isinstance(s, n.Let) else {s.var} if isinstance(s, n.Loop) else set()
-        for c in kids:
-            assigned |= ctx.scopes[id(c)][1]
-            declared |= ctx.scopes[id(c)][2]
-        ctx.scopes[id(s)] = (s, frozenset(assigned), frozenset(declared))
-
-
-def _assigned(ctx: "_Context", stmts: Iterable[n.Node]) -> frozenset:
-    """Variables assigned anywhere in `stmts`."""
-    return _changed(ctx, stmts)[0]
 
 
 # ---- fold -------------------------------------------------------------------------------------
@@ -469,9 +502,9 @@ def _observed(ctx: _Context, entry: tuple[n.Node, ...]) -> set[str]:
         s = stack.pop()
         for e in _exprs(s):
             if isinstance(s, (n.Let, n.Assign)) and ctx.facts(e)[0]:
-                feeds[s.name] |= ctx.facts(e)[2]
+                feeds[s.name] |= _reads(e)
             else:
-                seen |= ctx.facts(e)[2]
+                seen |= _reads(e)
                 if isinstance(s, n.Assign):
                     seen.add(s.name)
         for body in _bodies(s):
@@ -528,8 +561,9 @@ def _hoist(ctx: _Context, entry: tuple[n.Node, ...]) -> tuple[n.Node, ...]:
     """Each largest pure expression in a loop goes into a `let` placed just before the outermost
     loop it does not vary in (one that changes or declares nothing it reads), its own parts further
     out where they vary in fewer loops: one walk, one temporary per value and loop."""
-    frames: list[tuple[frozenset, dict, list]] = []  # per enclosing loop, outermost first: (the variables
-    # it changes or declares, structure -> temporary, (temporary, expression) to place before it)
+    index = ctx.index
+    frames: list[tuple[int, int, dict, list]] = []  # per enclosing loop, outermost first: (its positions
+    # [lo, hi), structure -> temporary, (temporary, expression) to place before it)
 
     def varies_in(v: str, depth: int) -> int:
         """How many of the `depth` outermost loops v's value varies in (a loop changing v is inside
@@ -537,20 +571,25 @@ def _hoist(ctx: _Context, entry: tuple[n.Node, ...]) -> tuple[n.Node, ...]:
         lo, hi = 0, depth
         while lo < hi:
             mid = (lo + hi) // 2
-            if v in frames[mid][0]:
+            if index.changes(v, frames[mid][0], frames[mid][1]):
                 lo = mid + 1
             else:
                 hi = mid
         return lo
 
     def at(depth: int):
+        loops: dict[int, int] = {}  # node id -> how many enclosing loops its value varies in
+
+        def vary(x, kids):
+            return varies_in(x.name, depth) if isinstance(x, n.Var) else max(kids, default=0)
+
         def replace(e: n.Expr):
             if not depth or not ctx.shareable(e):
                 return None
-            t = max((varies_in(v, depth) for v in ctx.facts(e)[2]), default=0)
+            t = _bottom_up(e, loops, vary)
             if t >= depth:
                 return None
-            lets, placed = frames[t][1], frames[t][2]
+            lets, placed = frames[t][2], frames[t][3]
             k = e.key()
             if k not in lets:
                 lets[k] = ctx.fresh()
@@ -558,133 +597,168 @@ def _hoist(ctx: _Context, entry: tuple[n.Node, ...]) -> tuple[n.Node, ...]:
             return n.Var(lets[k])
         return replace
 
-    def body(stmts, depth: int):
+    def body(stmts, depth: int, p: int):
         out = []
         for s in stmts:
+            spans = index.spans[p]
             if isinstance(s, n.Loop):
-                assigned, declared = _changed(ctx, s.body)
-                frames.append((assigned | declared | {s.var}, {}, []))
-                inside = yield body(s.body, depth + 1)
-                for name, e in frames.pop()[2]:  # its parts may go further out: placed before outer loops
+                frames.append((p, index.end[p], {}, []))
+                inside = yield body(s.body, depth + 1, spans[0][0])
+                for name, e in frames.pop()[3]:  # its parts may go further out: placed before outer loops
                     out.append(n.Let(name, _rebuild(e, [_transform(c, _rebuild, at(depth)) for c in e.children()])))
                 s = n.Loop(s.var, s.start, s.end, inside)
             elif _bodies(s):
                 bodies = []
-                for b in _bodies(s):
-                    bodies.append((yield body(b, depth)))
+                for b, (first, _) in zip(_bodies(s), spans):
+                    bodies.append((yield body(b, depth, first)))
                 s = _with_bodies(s, bodies)
             out.append(_with_exprs(s, [_transform(e, _rebuild, at(depth)) for e in _exprs(s)]))
+            p = index.end[p]
         return tuple(out)
 
-    return drive(body(entry, 0))
+    return drive(body(entry, 0, 0))
 
 
 # ---- common subexpressions --------------------------------------------------------------------
 
 def _cse(ctx: _Context, entry: tuple[n.Node, ...]) -> tuple[n.Node, ...]:
-    return drive(_cse_body(ctx, entry, {}))
+    return drive(_cse_body(ctx, _Values(ctx), entry, 0, {}))
 
 
-def _cse_body(ctx: _Context, stmts, inherited: dict[n.StructuralKey, str]):
-    """One block: a pure expression met twice while the variables it reads keep their values is
-    computed once, into a `let` placed before its first use (or taken from a `let` that already
-    holds it); blocks nested in it inherit what stays valid through them. Values are told apart
-    by (structure, the generation of each variable read), a generation ending at each assignment."""
+class _Values:
+    """Value numbers for `_cse`: equal numbers, equal values. A node's number stands for its
+    structure and the generation of each variable it reads (a generation ends at each assignment),
+    built from its operands' numbers: its node (hash-consed, so one object a structure) and theirs."""
+
+    def __init__(self, ctx: _Context):
+        self.table: dict[tuple, int] = {}
+        self.parts: list[tuple[n.Expr, tuple[int, ...]]] = []  # number -> (a node of it, its operands' numbers)
+        self.assigned = ctx.index.assigned_anywhere
+        self.reads: dict[int, frozenset] = {}  # node id -> the assigned variables it reads
+
+    def number(self, x: n.Expr, gen: dict, memo: dict) -> int:
+        """`x`'s number under the generations `gen` (memo: numbers of nodes under the same ones)."""
+        def num(y, kids):
+            key = (id(y), gen.get(y.name, 0)) if isinstance(y, n.Var) else (id(y), *kids)
+            got = self.table.get(key)
+            if got is None:
+                got = self.table[key] = len(self.parts)
+                self.parts.append((y, tuple(kids)))
+            return got
+        return _bottom_up(x, memo, num)
+
+    def changeable(self, x: n.Expr) -> frozenset:
+        """The variables `x` reads that some statement assigns (a let's alone never change)."""
+        def union(y, kids):
+            if isinstance(y, n.Var):
+                return frozenset((y.name,)) if y.name in self.assigned else frozenset()
+            some = [k for k in kids if k]
+            return some[0] if len(some) == 1 else frozenset().union(*some)
+        return _bottom_up(x, self.reads, lambda y, kids: union(y, kids))
+
+
+def _cse_body(ctx: _Context, values: _Values, stmts, p0: int, inherited: dict[n.StructuralKey, str]):
+    """One block, its first statement at position `p0`: a pure expression met twice while the
+    variables it reads keep their values is computed once, into a `let` placed before its first use
+    (or taken from a `let` that already holds it); blocks nested in it inherit what stays valid
+    through them. Values are told apart by `_Values` numbers."""
+    index = ctx.index
     gen: dict[str, int] = defaultdict(int)
 
-    def sig(e) -> tuple:
-        return e.key(), tuple(sorted((v, gen[v]) for v in ctx.facts(e)[2]))
-
     # pass 1: how often each value occurs, less the occurrences inside a larger shared value
-    count: dict[tuple, int] = defaultdict(int)
-    sample: dict[tuple, tuple] = {}
+    count: dict[int, int] = defaultdict(int)
+    p = p0
     for s in stmts:
+        memo: dict[int, int] = {}
         for e in _exprs(s):
             stack = [e]
             while stack:
                 x = stack.pop()
                 if ctx.shareable(x) and x.key() not in inherited:
-                    k = sig(x)
-                    count[k] += 1
-                    if k not in sample:  # the generations of what x reads (its parts read no more)
-                        sample[k] = (x, {v: gen[v] for v in ctx.facts(x)[2]})
+                    count[values.number(x, gen, memo)] += 1
                 elif ctx.shareable(x):
                     continue
                 stack.extend(x.children())
-        for v in _assigned(ctx, (s,)):
+        for v in index.assigned(p, index.end[p]):
             gen[v] += 1
-    for k in sorted((k for k in count if count[k] > 1), key=lambda k: -sample[k][0].depth):
+        p = index.end[p]
+    for k in sorted((k for k in count if count[k] > 1), key=lambda k: -values.parts[k][0].depth):
         c = count[k]
         if c < 2:
             continue
-        x, g = sample[k]
-        for sub in _postorder(x)[:-1]:
-            if ctx.shareable(sub):
-                sk = (sub.key(), tuple(sorted((v, g.get(v, 0)) for v in ctx.facts(sub)[2])))
-                if sk in count:
-                    count[sk] -= c - 1
+        stack = list(values.parts[k][1])
+        while stack:  # every part of the value, as often as it occurs in it
+            sub = stack.pop()
+            if sub in count and ctx.shareable(values.parts[sub][0]):
+                count[sub] -= c - 1
+            stack.extend(values.parts[sub][1])
 
     # pass 2: rewrite; the first use of a value met again makes a temporary
     gen.clear()
-    held: dict[tuple, tuple[str, int]] = {}  # value -> (the variable holding it, its generation then)
+    held: dict[int, tuple[str, int]] = {}  # value -> (the variable holding it, its generation then)
     live: dict[n.StructuralKey, str] = {}  # the held values still valid (at most one per structure)
     readers: dict[str, set] = defaultdict(set)  # variable -> (structure, holder) of held values that read it or
     # are held by it; one whose structure `live` now gives another holder is stale and counts for nothing
     out: list[n.Node] = []
+    memo: dict[int, int] = {}
 
-    def hold(k: tuple, name: str, g: int) -> None:
+    def hold(k: int, x: n.Expr, name: str, g: int) -> None:
         held[k] = (name, g)
-        live[k[0]] = name
-        for v in (name, *(v for v, _ in k[1])):
-            readers[v].add((k[0], name))
+        live[x.key()] = name
+        for v in (name, *values.changeable(x)):
+            if v in values.assigned:
+                readers[v].add((x.key(), name))
 
     def replace(x):  # top-down: a value already held is read from its variable
         if not ctx.shareable(x):
             return None
         if x.key() in inherited:
             return n.Var(inherited[x.key()])
-        h = held.get(sig(x))
+        h = held.get(values.number(x, gen, memo))
         return n.Var(h[0]) if h is not None and gen[h[0]] == h[1] else None
 
     def node(x, kids):  # bottom-up, so a temporary's own parts are made first
         y = _rebuild(x, kids)
-        if ctx.shareable(x) and count.get(sig(x), 0) > 1:
+        if ctx.shareable(x) and count.get(values.number(x, gen, memo), 0) > 1:
             name = ctx.fresh()
             out.append(n.Let(name, y))
-            hold(sig(x), name, 0)
+            hold(values.number(x, gen, memo), x, name, 0)
             return n.Var(name)
         return y
 
     def rewrite(e):
         return _transform(e, node, replace)
 
+    p = p0
     for original in stmts:
         s = original
+        memo.clear()
         if isinstance(s, n.Let) and ctx.shareable(s.value):
-            k = sig(s.value)
+            k = values.number(s.value, gen, memo)
             h = held.get(k)
             if h is not None and gen[h[0]] == h[1]:
                 s = n.Let(s.name, n.Var(h[0]))
             else:  # this let holds the value from here on
                 s = n.Let(s.name, _rebuild(s.value, [rewrite(c) for c in s.value.children()]))
-                hold(k, s.name, gen[s.name])
+                hold(k, original.value, s.name, gen[s.name])
         else:
             s = _with_exprs(s, [rewrite(e) for e in _exprs(s)])
         if _bodies(s):
             bodies = []
-            for b in _bodies(s):
+            for b, (first, last) in zip(_bodies(s), index.spans[p]):
                 # What this block inherited stays valid through b: b's assignments are this block's.
                 through = dict(inherited)
-                spoilt = {k for v in _assigned(ctx, b) if v in readers for k, h in readers[v] if live.get(k) == h}
+                spoilt = {k for v in index.assigned(first, last) if v in readers for k, h in readers[v] if live.get(k) == h}
                 through.update(live if not spoilt else {k: v for k, v in live.items() if k not in spoilt})
-                bodies.append((yield _cse_body(ctx, b, through)))
+                bodies.append((yield _cse_body(ctx, values, b, first, through)))
             s = _with_bodies(s, bodies)
         out.append(s)
-        for v in _assigned(ctx, (original,)):
+        for v in index.assigned(p, index.end[p]):
             gen[v] += 1
             for k, h in readers.pop(v, ()):
                 if live.get(k) == h:
                     del live[k]
+        p = index.end[p]
     return tuple(out)
 
 

@@ -147,6 +147,42 @@ def test_the_device_symmetry_check_agrees_with_the_hosts_under_the_cuda_simulato
     assert "agreed 45" in out.stdout and "remembered by contents" in out.stdout and "invalid first" in out.stdout
 
 
+TILES = textwrap.dedent('''
+    import numpy as np
+    from numba import cuda
+    from vyre_numba.graph.csr import check_csr, edge_sums_host
+    from vyre_numba.graph.csr_kernels import edge_sums
+
+    rng = np.random.default_rng(11)
+    kernel = edge_sums(4, 2)  # tiles of 8 entries, offsets of 9 vertices in shared memory
+    cases = [(1, [0, 1], [0]), (3, [0, 8, 8, 9], [1] * 8 + [0]), (40, [0] + [0] * 30 + [1] * 10, [5])]
+    for _ in range(30):  # hubs, runs of empty vertices (a tile past its shared offsets), ragged last tiles
+        n, m = int(rng.integers(1, 50)), int(rng.integers(1, 70))
+        src = np.sort(rng.integers(0, n, m) if rng.random() < 0.5 else rng.integers(0, max(1, n // 8), m))
+        cases.append((n, np.concatenate([[0], np.cumsum(np.bincount(src, minlength=n))]), rng.integers(0, n, m)))
+    fallback = 0
+    for n, indptr, indices in cases:
+        indptr, indices = np.asarray(indptr, np.int64), np.asarray(indices, np.int32)
+        want = edge_sums_host(check_csr(indptr, indices)).view(np.int64)
+        for blocks in (1, 3):  # fewer blocks than tiles: each takes several
+            sums = cuda.to_device(np.zeros(2, np.int64))
+            kernel[blocks, 4](cuda.to_device(indptr), cuda.to_device(indices), n, sums)
+            assert sums.copy_to_host().tolist() == want.tolist(), (n, indptr, indices, blocks)
+        spans = [np.searchsorted(indptr, [e, min(e + 8, len(indices)) - 1], "right") for e in range(0, len(indices), 8)]
+        fallback += any(b - a + 2 > 9 for a, b in spans)
+    assert fallback >= 3, fallback
+    print("tiles agree", len(cases), "fallback", fallback)
+''')
+
+
+def test_the_device_edge_sums_agree_with_their_numpy_twin_under_the_cuda_simulator():
+    """The symmetry check's sums, a tile of entries a block with its vertices' offsets in shared
+    memory (or, past that, in indptr), equal `edge_sums_host`'s on every CSR."""
+    out = run_script(TILES, 600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "tiles agree 33" in out.stdout
+
+
 @pytest.mark.parametrize("name,args", [("find", (1,)), ("root", (1,)), ("link", (1, 2))])
 def test_the_union_find_called_from_host_code_says_it_runs_on_the_device(name, args):
     from vyre_numba import unionfind

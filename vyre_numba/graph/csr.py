@@ -277,8 +277,8 @@ def _check_device_symmetric(backend, indptr, indices, n: int, nnz: int, fingerpr
     check's pass computes it): the sums of `csr_kernels.edge_sums`, and only where they differ (an
     edge stored one way, or twice one way and once the other) the CSR copied to the host and checked
     as a host CSR is, which shows an edge or passes the repeated one. The sums' walk costs several
-    times the check's pass (2.6 ms against 0.37 on an R-MAT graph of 2^27 entries, H200), once a
-    graph rather than once a call."""
+    times the check's pass (2.6 ms against 0.37 on an R-MAT graph of 2^27 entries, H200, before its
+    tiles), once a graph rather than once a call."""
     from ..gpu.numba_launch import launchers
     from .csr_kernels import edge_sums
 
@@ -286,7 +286,7 @@ def _check_device_symmetric(backend, indptr, indices, n: int, nnz: int, fingerpr
     if nnz == 0 or _SYMMETRIC.get(key) is not None:
         return
     sums = backend.empty(2, np.int64)
-    launchers(backend.stream)(edge_sums, max(1, min(-(-nnz // 256), backend.caps.sm_count * 16)), 256,
+    launchers(backend.stream)(edge_sums(), max(1, min(-(-nnz // 2048), backend.caps.sm_count * 8)), 256,
                               indptr, indices, n, sums)
     ahead, back = backend.download(sums).tolist()
     if ahead != back:
@@ -352,6 +352,17 @@ def _pieces(g: CSR, piece: int, first: int = 0, last: int | None = None):
         v = w
 
 
+def edge_sums_host(g: CSR, piece: int = 1 << 16) -> np.ndarray:
+    """[the sum of mix(u * n + v), the sum of mix(v * n + u)] over the entries u -> v, as uint64
+    modulo 2**64: equal where the entries and the reversed entries are one multiset (the twin of
+    `csr_kernels.edge_sums`)."""
+    sums, scale = np.zeros(2, np.uint64), np.uint64(g.n)
+    with np.errstate(over="ignore"):
+        for r, c in _pieces(g, piece):
+            sums += _mixed(r * scale + c).sum(dtype=np.uint64), _mixed(c * scale + r).sum(dtype=np.uint64)
+    return sums
+
+
 def check_symmetric(g: CSR, piece: int = 1 << 16) -> None:
     """Refuse a host CSR that stores some edge u -> v but not v -> u, for `symmetric=True` (an edge
     stored twice counts as stored). Sums of mixed keys compare the entries with the reversed
@@ -360,10 +371,8 @@ def check_symmetric(g: CSR, piece: int = 1 << 16) -> None:
     distinct edges; where those differ too, the same sums a block of vertices, then the first such
     block's edges, find an edge to show."""
     n, scale = g.n, np.uint64(g.n)
-    sums = np.zeros(2, np.uint64)
+    sums = edge_sums_host(g, piece)
     with np.errstate(over="ignore"):
-        for r, c in _pieces(g, piece):
-            sums += _mixed(r * scale + c).sum(dtype=np.uint64), _mixed(c * scale + r).sum(dtype=np.uint64)
         if sums[0] == sums[1]:
             return
         blocks = np.uint64(min(n, 256))  # a key's block: its first vertex's

@@ -2,6 +2,8 @@
 simulator runs it; see `csr.check_device_csr`)."""
 from __future__ import annotations
 
+import functools
+
 from numba import cuda, int64, uint64
 
 from ..egraph.kernels import mix64
@@ -66,45 +68,71 @@ def check(indptr, indices, n, hub, fingerprint, bad):
         bad[3] = 1 if int64(indptr[n]) != nnz else 0
 
 
-@cuda.jit
-def edge_sums(indptr, indices, n, sums):
-    """(sums zeroed; a valid CSR) sums[0] += mix64(u * n + v) and sums[1] += mix64(v * n + u) over
-    the entries u -> v, modulo 2**64: equal where the entries and the reversed entries are one
-    multiset. Each thread sums a contiguous run of them, so a hub's are spread over many threads
-    (a walk costing several times the check's pass: `csr._check_device_symmetric` runs it once a graph)."""
-    nnz = int64(indices.shape[0])
-    e, end = _run_of(nnz)
-    ahead = uint64(0)
-    back = uint64(0)
-    if e < end:
-        u = _vertex_of(indptr, n, e)
+@functools.lru_cache(maxsize=None)
+def edge_sums(threads: int = 256, per_thread: int = 8):
+    """The kernel, for blocks of `threads`, that sets (sums zeroed; a valid CSR) sums[0] +=
+    mix64(u * n + v) and sums[1] += mix64(v * n + u) over the entries u -> v, modulo 2**64: equal
+    where the entries and the reversed entries are one multiset (`csr.edge_sums_host` is its twin).
+    A block takes tiles of threads * per_thread entries, read coalesced; their vertices' offsets,
+    where they fit in shared memory, find each entry's vertex there by bisection, else in indptr."""
+    tile = threads * per_thread
+    rows = tile + 1  # offsets a tile's vertices need when each has at least one entry
+
+    @cuda.jit
+    def sums_of(indptr, indices, n, sums):
+        offsets = cuda.shared.array(rows, int64)
+        ends = cuda.shared.array(2, int64)
+        nnz = int64(indices.shape[0])
+        t = int64(cuda.threadIdx.x)
         scale = uint64(n)
-        while e < end:
-            while u < n - 1 and int64(indptr[u + 1]) <= e:
-                u += 1
-            v = uint64(int64(indices[e]))
-            ahead += mix64(uint64(u) * scale + v)
-            back += mix64(v * scale + uint64(u))
-            e += 1
-    add_sum(sums, 0, int64(ahead))
-    add_sum(sums, 1, int64(back))
+        ahead = uint64(0)
+        back = uint64(0)
+        first = int64(cuda.blockIdx.x) * tile
+        while first < nnz:
+            end = min(first + tile, nnz)
+            if t == 0:
+                ends[0] = _vertex_of(indptr, 0, n, first)
+            if t == 1 or threads == 1:
+                ends[1] = _vertex_of(indptr, 0, n, end - 1)
+            cuda.syncthreads()
+            u0 = ends[0]
+            count = ends[1] - u0 + 2  # offsets of u0 .. ends[1] + 1
+            if count <= rows:
+                k = t
+                while k < count:
+                    offsets[k] = int64(indptr[u0 + k])
+                    k += threads
+            cuda.syncthreads()
+            lo = int64(0)  # offsets[lo] <= e, and e only grows
+            e = first + t
+            while e < end:
+                if count <= rows:
+                    hi = count - 1  # offsets[hi] > the tile's last entry
+                    while hi - lo > 1:
+                        mid = (lo + hi) // 2
+                        if offsets[mid] <= e:
+                            lo = mid
+                        else:
+                            hi = mid
+                    u = u0 + lo
+                else:
+                    u = _vertex_of(indptr, u0, ends[1] + 1, e)
+                v = uint64(int64(indices[e]))
+                ahead += mix64(uint64(u) * scale + v)
+                back += mix64(v * scale + uint64(u))
+                e += threads
+            cuda.syncthreads()  # every thread is done with this tile's offsets
+            first += int64(cuda.gridDim.x) * tile
+        add_sum(sums, 0, int64(ahead))
+        add_sum(sums, 1, int64(back))
+
+    return sums_of
 
 
 @cuda.jit(device=True)
-def _run_of(nnz):
-    """(first, end) of the contiguous run of entries this thread sums: a hub's entries are spread
-    over many threads."""
-    threads = int64(cuda.gridsize(1))
-    chunk = (nnz + threads - 1) // threads
-    e = int64(cuda.grid(1)) * chunk
-    return e, min(e + chunk, nnz)
-
-
-@cuda.jit(device=True)
-def _vertex_of(indptr, n, e):
-    """The vertex u with indptr[u] <= e < indptr[u + 1], by bisection (in bounds whatever indptr holds)."""
-    lo = int64(0)
-    hi = int64(n)
+def _vertex_of(indptr, lo, hi, e):
+    """The last vertex u in lo..hi-1 with indptr[u] <= e (where indptr[lo] <= e: the vertex whose
+    entries hold e), by bisection; in bounds whatever indptr holds."""
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if int64(indptr[mid]) <= e:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 
-from numba import cuda, int64, uint64
+from numba import cuda, int32, int64, uint64
 
 from ..egraph.kernels import mix64
 from .bfs_kernels import add_sum
@@ -73,14 +73,18 @@ def edge_sums(threads: int = 256, per_thread: int = 8):
     """The kernel, for blocks of `threads`, that sets (sums zeroed; a valid CSR) sums[0] +=
     mix64(u * n + v) and sums[1] += mix64(v * n + u) over the entries u -> v, modulo 2**64: equal
     where the entries and the reversed entries are one multiset (`csr.edge_sums_host` is its twin).
-    A block takes tiles of threads * per_thread entries, read coalesced; their vertices' offsets,
-    where they fit in shared memory, find each entry's vertex there by bisection, else in indptr."""
+    A block takes tiles of threads * per_thread entries, read coalesced into shared memory, where
+    each thread sums a run of per_thread; with the tile's vertices' offsets there too (where they
+    fit), a run's first vertex is a bisection and the next ones a step each."""
     tile = threads * per_thread
     rows = tile + 1  # offsets a tile's vertices need when each has at least one entry
+    width = per_thread + 1  # a run's room: padded, so the runs start in different banks
+    room = threads * width
 
     @cuda.jit
     def sums_of(indptr, indices, n, sums):
         offsets = cuda.shared.array(rows, int64)
+        targets = cuda.shared.array(room, int32)
         ends = cuda.shared.array(2, int64)
         nnz = int64(indices.shape[0])
         t = int64(cuda.threadIdx.x)
@@ -94,6 +98,10 @@ def edge_sums(threads: int = 256, per_thread: int = 8):
                 ends[0] = _vertex_of(indptr, 0, n, first)
             if t == 1 or threads == 1:
                 ends[1] = _vertex_of(indptr, 0, n, end - 1)
+            k = t
+            while k < end - first:
+                targets[k + k // per_thread] = int32(indices[first + k])  # vertex ids: below n < 2**31
+                k += threads
             cuda.syncthreads()
             u0 = ends[0]
             count = ends[1] - u0 + 2  # offsets of u0 .. ends[1] + 1
@@ -103,25 +111,34 @@ def edge_sums(threads: int = 256, per_thread: int = 8):
                     offsets[k] = int64(indptr[u0 + k])
                     k += threads
             cuda.syncthreads()
-            lo = int64(0)  # offsets[lo] <= e, and e only grows
-            e = first + t
-            while e < end:
+            e = first + t * per_thread
+            stop = min(e + per_thread, end)
+            at = t * width
+            if e < stop:
                 if count <= rows:
-                    hi = count - 1  # offsets[hi] > the tile's last entry
+                    lo = int64(0)  # offsets[lo] <= e < offsets[hi]: the last offset is past the tile
+                    hi = count - 1
                     while hi - lo > 1:
                         mid = (lo + hi) // 2
                         if offsets[mid] <= e:
                             lo = mid
                         else:
                             hi = mid
-                    u = u0 + lo
                 else:
-                    u = _vertex_of(indptr, u0, ends[1] + 1, e)
-                v = uint64(int64(indices[e]))
-                ahead += mix64(uint64(u) * scale + v)
-                back += mix64(v * scale + uint64(u))
-                e += threads
-            cuda.syncthreads()  # every thread is done with this tile's offsets
+                    lo = _vertex_of(indptr, u0, ends[1] + 1, e) - u0
+                while e < stop:
+                    if count <= rows:
+                        while offsets[lo + 1] <= e:
+                            lo += 1
+                    else:
+                        lo = _vertex_of(indptr, u0 + lo, ends[1] + 1, e) - u0
+                    u = uint64(u0 + lo)
+                    v = uint64(targets[at])
+                    ahead += mix64(u * scale + v)
+                    back += mix64(v * scale + u)
+                    e += 1
+                    at += 1
+            cuda.syncthreads()  # every thread is done with this tile's offsets and entries
             first += int64(cuda.gridDim.x) * tile
         add_sum(sums, 0, int64(ahead))
         add_sum(sums, 1, int64(back))

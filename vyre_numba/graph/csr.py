@@ -280,13 +280,14 @@ def _check_device_symmetric(backend, indptr, indices, n: int, nnz: int, fingerpr
     times the check's pass (2.6 ms against 0.37 on an R-MAT graph of 2^27 entries, H200, before its
     tiles), once a graph rather than once a call."""
     from ..gpu.numba_launch import launchers
-    from .csr_kernels import edge_sums
+    from .csr_kernels import SUMS_RUN, SUMS_THREADS, edge_sums
 
     key = (n, nnz, fingerprint)
     if nnz == 0 or _SYMMETRIC.get(key) is not None:
         return
     sums = backend.empty(2, np.int64)
-    launchers(backend.stream)(edge_sums(), max(1, min(-(-nnz // 2048), backend.caps.sm_count * 8)), 256,
+    tiles = -(-nnz // (SUMS_THREADS * SUMS_RUN))
+    launchers(backend.stream)(edge_sums(), max(1, min(tiles, backend.caps.sm_count * 8)), SUMS_THREADS,
                               indptr, indices, n, sums)
     ahead, back = backend.download(sums).tolist()
     if ahead != back:

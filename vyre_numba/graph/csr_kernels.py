@@ -68,14 +68,23 @@ def check(indptr, indices, n, hub, fingerprint, bad):
         bad[3] = 1 if int64(indptr[n]) != nnz else 0
 
 
+SUMS_THREADS, SUMS_RUN = 256, 8  # edge_sums' block and run: `csr` launches blocks of SUMS_THREADS
+
+
 @functools.lru_cache(maxsize=None)
-def edge_sums(threads: int = 256, per_thread: int = 8):
-    """The kernel, for blocks of `threads`, that sets (sums zeroed; a valid CSR) sums[0] +=
-    mix64(u * n + v) and sums[1] += mix64(v * n + u) over the entries u -> v, modulo 2**64: equal
-    where the entries and the reversed entries are one multiset (`csr.edge_sums_host` is its twin).
-    A block takes tiles of threads * per_thread entries, read coalesced into shared memory, where
-    each thread sums a run of per_thread; with the tile's vertices' offsets there too (where they
-    fit), a run's first vertex is a bisection and the next ones a step each."""
+def edge_sums(threads: int = SUMS_THREADS, per_thread: int = SUMS_RUN):
+    """The kernel, for blocks of exactly `threads` (a multiple of 32 on a GPU: its sums are warp
+    sums), that sets (sums zeroed; a valid CSR) sums[0] += mix64(u * n + v) and sums[1] +=
+    mix64(v * n + u) over the entries u -> v, modulo 2**64: equal where the entries and the
+    reversed entries are one multiset (`csr.edge_sums_host` is its twin). A block takes a
+    contiguous share of tiles of threads * per_thread entries, each read coalesced into shared
+    memory, where each thread sums a run of per_thread; with the tile's vertices' offsets there too
+    (where they fit), a run's first vertex is a bisection and the next ones a step each. A tile's
+    first and last vertices are searched from the last tile's, by galloping."""
+    from numba import config
+
+    if threads % 32 and not config.ENABLE_CUDASIM:
+        raise ValueError(f"edge_sums needs whole warps, not {threads} threads")
     tile = threads * per_thread
     rows = tile + 1  # offsets a tile's vertices need when each has at least one entry
     width = per_thread + 1  # a run's room: padded, so the runs start in different banks
@@ -91,13 +100,17 @@ def edge_sums(threads: int = 256, per_thread: int = 8):
         scale = uint64(n)
         ahead = uint64(0)
         back = uint64(0)
-        first = int64(cuda.blockIdx.x) * tile
-        while first < nnz:
+        tiles = (nnz + tile - 1) // tile
+        share = (tiles + int64(cuda.gridDim.x) - 1) // int64(cuda.gridDim.x)
+        first = int64(cuda.blockIdx.x) * share * tile
+        last = min(first + share * tile, nnz)
+        near = int64(0)  # a vertex at or before the tile's first entry's: the last tile's last
+        while first < last:
             end = min(first + tile, nnz)
             if t == 0:
-                ends[0] = _vertex_of(indptr, 0, n, first)
+                ends[0] = _vertex_from(indptr, near, n, first)
             if t == 1 or threads == 1:
-                ends[1] = _vertex_of(indptr, 0, n, end - 1)
+                ends[1] = _vertex_from(indptr, near, n, end - 1)
             k = t
             while k < end - first:
                 targets[k + k // per_thread] = int32(indices[first + k])  # vertex ids: below n < 2**31
@@ -138,12 +151,26 @@ def edge_sums(threads: int = 256, per_thread: int = 8):
                     back += mix64(v * scale + u)
                     e += 1
                     at += 1
-            cuda.syncthreads()  # every thread is done with this tile's offsets and entries
-            first += int64(cuda.gridDim.x) * tile
+            near = ends[1]
+            cuda.syncthreads()  # every thread is done with this tile's offsets, entries and ends
+            first = end
         add_sum(sums, 0, int64(ahead))
         add_sum(sums, 1, int64(back))
 
     return sums_of
+
+
+@cuda.jit(device=True)
+def _vertex_from(indptr, lo, n, e):
+    """The last vertex u in lo..n-1 with indptr[u] <= e (where indptr[lo] <= e), by steps doubling
+    from lo, then bisection: about 2 log2(u - lo) reads."""
+    step = int64(1)
+    hi = lo + 1
+    while hi < n and int64(indptr[hi]) <= e:
+        lo = hi
+        step *= 2
+        hi = lo + step
+    return _vertex_of(indptr, lo, min(hi, n), e)
 
 
 @cuda.jit(device=True)

@@ -276,9 +276,9 @@ def _check_device_symmetric(backend, indptr, indices, n: int, nnz: int, fingerpr
     """`check_symmetric` of a valid CSR on the device, remembered by its contents' fingerprint (the
     check's pass computes it): the sums of `csr_kernels.edge_sums`, and only where they differ (an
     edge stored one way, or twice one way and once the other) the CSR copied to the host and checked
-    as a host CSR is, which shows an edge or passes the repeated one. The sums' walk costs several
-    times the check's pass (2.6 ms against 0.37 on an R-MAT graph of 2^27 entries, H200, before its
-    tiles), once a graph rather than once a call."""
+    as a host CSR is, which shows an edge or passes the repeated one. The sums cost several times
+    the check's pass (1.4 ms against 0.33 on an R-MAT graph of 2^27 entries, H100), once a graph
+    rather than once a call."""
     from ..gpu.numba_launch import launchers
     from .csr_kernels import SUMS_RUN, SUMS_THREADS, edge_sums
 

@@ -121,6 +121,7 @@ class _Index:
         self.sites: dict[str, list[int]] = defaultdict(list)  # variable -> where it is declared or assigned
         self.assign_at: list[int] = []  # positions of the assignments, in order, and their variables
         self.assign_var: list[str] = []
+        self.assigns_of: dict[str, list[int]] = defaultdict(list)  # variable -> positions assigning it
 
         def index(stmts):
             for s in stmts:
@@ -133,6 +134,7 @@ class _Index:
                 if isinstance(s, n.Assign):
                     self.assign_at.append(p)
                     self.assign_var.append(s.name)
+                    self.assigns_of[s.name].append(p)
                 spans = []
                 for b in _bodies(s):
                     first = len(self.end)
@@ -140,7 +142,6 @@ class _Index:
                     spans.append((first, len(self.end)))
                 self.end[p], self.spans[p] = len(self.end), tuple(spans)
         drive(index(entry))
-        self.assigned_anywhere = frozenset(self.assign_var)
 
     def changes(self, var: str, lo: int, hi: int) -> bool:
         """Whether a statement at a position in [lo, hi) declares or assigns `var`."""
@@ -153,6 +154,16 @@ class _Index:
     def assigned(self, lo: int, hi: int) -> list[str]:
         """The variables assigned by statements at positions in [lo, hi) (repeats included)."""
         return self.assign_var[bisect_left(self.assign_at, lo):bisect_left(self.assign_at, hi)]
+
+    def assignments(self, lo: int, hi: int) -> int:
+        """How many statements at positions in [lo, hi) are assignments."""
+        return bisect_left(self.assign_at, hi) - bisect_left(self.assign_at, lo)
+
+    def generation(self, var: str, at: int) -> int:
+        """How many assignments to `var` come before position `at`: a value read at two positions
+        with the same generation is the same value, within one block."""
+        sites = self.assigns_of.get(var)
+        return bisect_left(sites, at) if sites else 0
 
 
 def _bottom_up(e: n.Expr, memo: dict, f):
@@ -562,8 +573,10 @@ def _hoist(ctx: _Context, entry: tuple[n.Node, ...]) -> tuple[n.Node, ...]:
     loop it does not vary in (one that changes or declares nothing it reads), its own parts further
     out where they vary in fewer loops: one walk, one temporary per value and loop."""
     index = ctx.index
-    frames: list[tuple[int, int, dict, list]] = []  # per enclosing loop, outermost first: (its positions
-    # [lo, hi), structure -> temporary, (temporary, expression) to place before it)
+    frames: list[tuple[int, int, dict, list, dict]] = []  # per enclosing loop, outermost first: (its positions
+    # [lo, hi), structure -> temporary, (temporary, expression, memo) to place before it, memo: node id -> how
+    # many of the loops up to this one its value varies in). A memo of a deeper loop holds for these loops too,
+    # capped at their number: a value varies in the outermost loops, so cutting the inner ones off caps it.
 
     def varies_in(v: str, depth: int) -> int:
         """How many of the `depth` outermost loops v's value varies in (a loop changing v is inside
@@ -577,8 +590,8 @@ def _hoist(ctx: _Context, entry: tuple[n.Node, ...]) -> tuple[n.Node, ...]:
                 hi = mid
         return lo
 
-    def at(depth: int):
-        loops: dict[int, int] = {}  # node id -> how many enclosing loops its value varies in
+    def at(depth: int, deeper: dict | None = None):
+        memo = frames[depth - 1][4] if depth else {}
 
         def vary(x, kids):
             return varies_in(x.name, depth) if isinstance(x, n.Var) else max(kids, default=0)
@@ -586,14 +599,17 @@ def _hoist(ctx: _Context, entry: tuple[n.Node, ...]) -> tuple[n.Node, ...]:
         def replace(e: n.Expr):
             if not depth or not ctx.shareable(e):
                 return None
-            t = _bottom_up(e, loops, vary)
+            if deeper is not None and id(e) in deeper:
+                t, known = min(deeper[id(e)], depth), deeper
+            else:
+                t, known = _bottom_up(e, memo, vary), memo
             if t >= depth:
                 return None
             lets, placed = frames[t][2], frames[t][3]
             k = e.key()
             if k not in lets:
                 lets[k] = ctx.fresh()
-                placed.append((lets[k], e))
+                placed.append((lets[k], e, known))
             return n.Var(lets[k])
         return replace
 
@@ -602,10 +618,10 @@ def _hoist(ctx: _Context, entry: tuple[n.Node, ...]) -> tuple[n.Node, ...]:
         for s in stmts:
             spans = index.spans[p]
             if isinstance(s, n.Loop):
-                frames.append((p, index.end[p], {}, []))
+                frames.append((p, index.end[p], {}, [], {}))
                 inside = yield body(s.body, depth + 1, spans[0][0])
-                for name, e in frames.pop()[3]:  # its parts may go further out: placed before outer loops
-                    out.append(n.Let(name, _rebuild(e, [_transform(c, _rebuild, at(depth)) for c in e.children()])))
+                for name, e, known in frames.pop()[3]:  # its parts may go further out: placed before outer loops
+                    out.append(n.Let(name, _rebuild(e, [_transform(c, _rebuild, at(depth, known)) for c in e.children()])))
                 s = n.Loop(s.var, s.start, s.end, inside)
             elif _bodies(s):
                 bodies = []
@@ -627,19 +643,18 @@ def _cse(ctx: _Context, entry: tuple[n.Node, ...]) -> tuple[n.Node, ...]:
 
 class _Values:
     """Value numbers for `_cse`: equal numbers, equal values. A node's number stands for its
-    structure and the generation of each variable it reads (a generation ends at each assignment),
+    structure and the generation of each variable it reads where it is read (`_Index.generation`),
     built from its operands' numbers: its node (hash-consed, so one object a structure) and theirs."""
 
     def __init__(self, ctx: _Context):
+        self.index = ctx.index
         self.table: dict[tuple, int] = {}
         self.parts: list[tuple[n.Expr, tuple[int, ...]]] = []  # number -> (a node of it, its operands' numbers)
-        self.assigned = ctx.index.assigned_anywhere
-        self.reads: dict[int, frozenset] = {}  # node id -> the assigned variables it reads
 
-    def number(self, x: n.Expr, gen: dict, memo: dict) -> int:
-        """`x`'s number under the generations `gen` (memo: numbers of nodes under the same ones)."""
+    def number(self, x: n.Expr, at: int, memo: dict) -> int:
+        """`x`'s number read at position `at` (memo: numbers of nodes read there)."""
         def num(y, kids):
-            key = (id(y), gen.get(y.name, 0)) if isinstance(y, n.Var) else (id(y), *kids)
+            key = (id(y), self.index.generation(y.name, at)) if isinstance(y, n.Var) else (id(y), *kids)
             got = self.table.get(key)
             if got is None:
                 got = self.table[key] = len(self.parts)
@@ -647,23 +662,22 @@ class _Values:
             return got
         return _bottom_up(x, memo, num)
 
-    def changeable(self, x: n.Expr) -> frozenset:
+    def changeable(self, x: n.Expr) -> list[str]:
         """The variables `x` reads that some statement assigns (a let's alone never change)."""
-        def union(y, kids):
-            if isinstance(y, n.Var):
-                return frozenset((y.name,)) if y.name in self.assigned else frozenset()
-            some = [k for k in kids if k]
-            return some[0] if len(some) == 1 else frozenset().union(*some)
-        return _bottom_up(x, self.reads, lambda y, kids: union(y, kids))
+        return [v for v in _reads(x) if v in self.index.assigns_of]
 
 
-def _cse_body(ctx: _Context, values: _Values, stmts, p0: int, inherited: dict[n.StructuralKey, str]):
+_GONE = object()
+
+
+def _cse_body(ctx: _Context, values: _Values, stmts, p0: int, visible: dict[n.StructuralKey, str]):
     """One block, its first statement at position `p0`: a pure expression met twice while the
     variables it reads keep their values is computed once, into a `let` placed before its first use
-    (or taken from a `let` that already holds it); blocks nested in it inherit what stays valid
-    through them. Values are told apart by `_Values` numbers."""
+    (or taken from a `let` that already holds it); `visible` holds what enclosing blocks hold that
+    stays valid through this one (by structure: the variable holding it), and nested blocks see it
+    with what this block holds added (for their walk only). Values are told apart by `_Values`
+    numbers."""
     index = ctx.index
-    gen: dict[str, int] = defaultdict(int)
 
     # pass 1: how often each value occurs, less the occurrences inside a larger shared value
     count: dict[int, int] = defaultdict(int)
@@ -674,13 +688,11 @@ def _cse_body(ctx: _Context, values: _Values, stmts, p0: int, inherited: dict[n.
             stack = [e]
             while stack:
                 x = stack.pop()
-                if ctx.shareable(x) and x.key() not in inherited:
-                    count[values.number(x, gen, memo)] += 1
+                if ctx.shareable(x) and x.key() not in visible:
+                    count[values.number(x, p, memo)] += 1
                 elif ctx.shareable(x):
                     continue
                 stack.extend(x.children())
-        for v in index.assigned(p, index.end[p]):
-            gen[v] += 1
         p = index.end[p]
     for k in sorted((k for k in count if count[k] > 1), key=lambda k: -values.parts[k][0].depth):
         c = count[k]
@@ -694,67 +706,80 @@ def _cse_body(ctx: _Context, values: _Values, stmts, p0: int, inherited: dict[n.
             stack.extend(values.parts[sub][1])
 
     # pass 2: rewrite; the first use of a value met again makes a temporary
-    gen.clear()
     held: dict[int, tuple[str, int]] = {}  # value -> (the variable holding it, its generation then)
     live: dict[n.StructuralKey, str] = {}  # the held values still valid (at most one per structure)
     readers: dict[str, set] = defaultdict(set)  # variable -> (structure, holder) of held values that read it or
     # are held by it; one whose structure `live` now gives another holder is stale and counts for nothing
     out: list[n.Node] = []
     memo: dict[int, int] = {}
+    p = p0
+
+    def valid(h) -> bool:
+        return h is not None and index.generation(h[0], p) == h[1]
 
     def hold(k: int, x: n.Expr, name: str, g: int) -> None:
         held[k] = (name, g)
         live[x.key()] = name
         for v in (name, *values.changeable(x)):
-            if v in values.assigned:
+            if v in index.assigns_of:
                 readers[v].add((x.key(), name))
+
+    def changed_in(lo: int, hi: int) -> list[str]:
+        """The variables of `readers` assigned at positions in [lo, hi), from the smaller side."""
+        if index.assignments(lo, hi) <= len(readers):
+            return [v for v in index.assigned(lo, hi) if v in readers]
+        return [v for v in readers if index.generation(v, lo) != index.generation(v, hi)]
 
     def replace(x):  # top-down: a value already held is read from its variable
         if not ctx.shareable(x):
             return None
-        if x.key() in inherited:
-            return n.Var(inherited[x.key()])
-        h = held.get(values.number(x, gen, memo))
-        return n.Var(h[0]) if h is not None and gen[h[0]] == h[1] else None
+        if x.key() in visible:
+            return n.Var(visible[x.key()])
+        h = held.get(values.number(x, p, memo))
+        return n.Var(h[0]) if valid(h) else None
 
     def node(x, kids):  # bottom-up, so a temporary's own parts are made first
         y = _rebuild(x, kids)
-        if ctx.shareable(x) and count.get(values.number(x, gen, memo), 0) > 1:
+        if ctx.shareable(x) and count.get(values.number(x, p, memo), 0) > 1:
             name = ctx.fresh()
             out.append(n.Let(name, y))
-            hold(values.number(x, gen, memo), x, name, 0)
+            hold(values.number(x, p, memo), x, name, 0)
             return n.Var(name)
         return y
 
     def rewrite(e):
         return _transform(e, node, replace)
 
-    p = p0
     for original in stmts:
         s = original
         memo.clear()
         if isinstance(s, n.Let) and ctx.shareable(s.value):
-            k = values.number(s.value, gen, memo)
+            k = values.number(s.value, p, memo)
             h = held.get(k)
-            if h is not None and gen[h[0]] == h[1]:
+            if valid(h):
                 s = n.Let(s.name, n.Var(h[0]))
             else:  # this let holds the value from here on
                 s = n.Let(s.name, _rebuild(s.value, [rewrite(c) for c in s.value.children()]))
-                hold(k, original.value, s.name, gen[s.name])
+                hold(k, original.value, s.name, index.generation(s.name, p))
         else:
             s = _with_exprs(s, [rewrite(e) for e in _exprs(s)])
         if _bodies(s):
             bodies = []
             for b, (first, last) in zip(_bodies(s), index.spans[p]):
-                # What this block inherited stays valid through b: b's assignments are this block's.
-                through = dict(inherited)
-                spoilt = {k for v in index.assigned(first, last) if v in readers for k, h in readers[v] if live.get(k) == h}
-                through.update(live if not spoilt else {k: v for k, v in live.items() if k not in spoilt})
-                bodies.append((yield _cse_body(ctx, values, b, first, through)))
+                # What this block holds stays valid through b unless b assigns what it reads.
+                spoilt = {k for v in changed_in(first, last) for k, h in readers[v] if live.get(k) == h}
+                saved = [(k, visible.get(k, _GONE)) for k in live if k not in spoilt]
+                for k, _ in saved:
+                    visible[k] = live[k]
+                bodies.append((yield _cse_body(ctx, values, b, first, visible)))
+                for k, old in reversed(saved):
+                    if old is _GONE:
+                        del visible[k]
+                    else:
+                        visible[k] = old
             s = _with_bodies(s, bodies)
         out.append(s)
-        for v in index.assigned(p, index.end[p]):
-            gen[v] += 1
+        for v in changed_in(p, index.end[p]):
             for k, h in readers.pop(v, ()):
                 if live.get(k) == h:
                     del live[k]

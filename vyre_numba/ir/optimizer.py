@@ -86,7 +86,14 @@ class _Context:
     def refresh(self, entry) -> None:
         self.written = {x.buffer for x in walk(entry) if isinstance(x, (n.Store, n.Atomic))}
         self.memo: dict[int, tuple] = {}
-        self.index = _Index(entry)
+        self.entry, self._index = entry, None
+
+    @property
+    def index(self) -> "_Index":
+        """The `_Index` of the body the passes now rewrite (built where a pass asks: hoist and cse)."""
+        if self._index is None:
+            self._index = _Index(self.entry)
+        return self._index
 
     def fresh(self) -> str:
         while True:
@@ -200,19 +207,6 @@ def _reads(e: n.Expr) -> set[str]:
 
 
 # ---- expression walks -------------------------------------------------------------------------
-
-def _postorder(e: n.Expr) -> list[n.Expr]:
-    """Every node of `e`, children before parents (no recursion)."""
-    out, stack = [], [(e, False)]
-    while stack:
-        x, done = stack.pop()
-        if done:
-            out.append(x)
-        else:
-            stack.append((x, True))
-            stack.extend((c, False) for c in reversed(x.children()))
-    return out
-
 
 def _rebuild(e: n.Expr, kids: list[n.Expr]) -> n.Expr:
     """`e` with its operand expressions replaced by `kids` (in field order); `e` itself if unchanged."""

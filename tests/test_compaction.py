@@ -916,6 +916,11 @@ fl = cuda.to_device((np.arange(20) % 3 == 0).astype(np.int32))
 refused(lambda: s.run(flag_nonzero, fl, 20, v, None, 5), "out=None is not a device array")
 refused(lambda: s.run(flag_nonzero, fl, 20, v, cuda.device_array(20, np.uint64), None), "capacity=None is not a count")
 assert s.run(flag_nonzero, fl, 20, v, cuda.device_array(20, np.uint64), 20) == 7
+made = s._selections
+refused(lambda: s.run(flag_nonzero, fl, 20, v, cuda.device_array(20, np.uint64), -1), "capacity=-1 is not a count")
+refused(lambda: s.enqueue(flag_nonzero, fl, 20, v[:5], cuda.device_array(20, np.uint64), 20), "words has 5 rows")
+refused(lambda: s.enqueue(flag_nonzero, fl, 20, v, None, 20), "out=None is not a device array")
+assert s._selections == made and s.total() == 7  # refused before any launch: the last selection stands
 assert s.count(flag_nonzero, fl, 0) == 0 and s.total() == 0  # not the last selection's 7
 s.offsets(flag_nonzero, fl, 0)
 assert s.watch() == 0 and s.total() == 0
@@ -924,9 +929,10 @@ print("selector arguments ok")
 
 
 def test_a_selectors_octs_out_and_empty_selections_are_checked_under_the_cuda_simulator():
-    """Regression (a red-team): octs of other memory counted other flags (a short one read past its
-    end), run(out=None) blamed flag_of, count(n=0) left the last selection's count for total(), and
-    watch() with no selection answered -1, which means a one-launch selection gave up."""
+    """Regression (red-teams): octs of other memory counted other flags (a short one read past its
+    end), run(out=None) blamed flag_of, count(n=0) left the last selection's count for total(),
+    watch() with no selection answered -1, which means a one-launch selection gave up, and run or
+    enqueue launched the count before refusing their output arguments (a new selection, refused)."""
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     out = subprocess.run([sys.executable, "-c", SELECTOR_ARGUMENTS], env=env, capture_output=True, text=True,
                          timeout=900)

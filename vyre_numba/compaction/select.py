@@ -681,11 +681,11 @@ class Selector(Unshared):
         `capacity` rows of it (`words` None writes indices); the kept count, which may exceed
         capacity, is `total()`. Nothing waits: callers enqueue more work before reading it."""
         self._check_open()
+        _check_call("enqueue", flag_of, src, n, words, out, capacity)  # all of it before the first launch
         if n:
             self.offsets(flag_of, src, n, octs)
             self.scatter(flag_of, src, n, words, out, capacity)
         else:
-            _check_call("enqueue", flag_of, src, n, words, out, capacity)
             self._none_kept()
 
     @_one_call_at_a_time

@@ -503,13 +503,24 @@ with WorkQueue(8, np.int64) as q:
     else:
         raise AssertionError("no error")
     assert q.size() == 2
+
+    def yielding(v, args):
+        args[0][v] = 7
+        yield v
+    try:
+        q.consume(yielding, (out,))
+    except DispatchError as e:
+        assert "async or generator function" in str(e) and "Fix:" in str(e), e
+    else:
+        raise AssertionError("a generator step ran nothing and said nothing")
+    assert q.size() == 2 and not out.copy_to_host().any()
 print("raising ok")
 """
 
 
 def test_a_step_that_raises_as_it_runs_is_not_said_not_to_compile_under_the_cuda_simulator():
-    """Regression (a red-team): an IndexError raised by a step the simulator ran was reported as
-    'the step does not compile with Numba'."""
+    """Regression (red-teams): an IndexError raised by a step the simulator ran was reported as
+    'the step does not compile with Numba', and a generator step was accepted and ran nothing."""
     from simulated import run_script
 
     out = run_script(RAISING_STEP, 300)

@@ -90,6 +90,13 @@ def whole(value, name: str, lo: int, hi: int) -> int:
     return int(value)
 
 
+def yields(fn) -> bool:
+    """Whether calling `fn` (or the Python function a Numba dispatcher wraps) returns a generator or
+    a coroutine: Numba would compile its body as if it were a plain function."""
+    fn = getattr(fn, "py_func", fn)
+    return inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)
+
+
 class ArgumentError(VyreError, TypeError):
     """A call's arguments do not fit the parameters of the public function or method called: a
     misspelt keyword, one argument too many or a required one missing (also a TypeError, which

@@ -35,7 +35,6 @@ NumPy's promotion.
 from __future__ import annotations
 
 import functools
-import inspect
 import threading
 import types
 from typing import Any, Callable
@@ -44,7 +43,7 @@ import numpy as np
 
 from ..backend import ArrayIn, ArrayOut, Stream, interface_dtype
 from ..errors import (INTEGERS, CapacityError, DeviceError, DispatchError, HostMemoryError, VyreError, a_type, flat_fix,
-                      numba_reason, refuse_missing, shown)
+                      numba_reason, refuse_missing, shown, yields)
 from ..gpu import memory
 from ..gpu.numba_launch import RawArray, check_stream, stream_handle
 from ..lru import LRUCache
@@ -195,8 +194,8 @@ def _check_predicate(predicate) -> None:
         what = "NumPy ufunc" if isinstance(predicate, np.ufunc) else "type" if isinstance(predicate, type) else "builtin"
         raise DispatchError(f"predicate is the {what} {name}, which Numba cannot compile as a function of its own. "
                             f"Fix: wrap it in a lambda: lambda v: {call}.")
-    fn = getattr(predicate, "py_func", predicate)
-    if inspect.iscoroutinefunction(fn) or inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+    if yields(predicate):
+        fn = getattr(predicate, "py_func", predicate)
         raise DispatchError(f"predicate {getattr(fn, '__name__', '')} is an async or generator function, whose call "
                             "returns a coroutine or generator, not a bool (Numba would compile its body as if it "
                             "were plain). Fix: pass a plain def or lambda returning the bool.")

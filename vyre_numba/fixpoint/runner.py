@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import display
 from ..errors import (INTEGERS, IN_HOST_MEMORY, BarrierTimeoutError, DispatchError, UnsupportedError, VyreError, a_type,
-                      host_memory, numba_reason, shown, whole)
+                      host_memory, numba_reason, shown, whole, yields)
 from ..compaction.select import kept_compiled, predicate_key
 from ..lru import LRUCache
 from ..progress import finished, stopped
@@ -111,8 +111,7 @@ def _checked(step, n, args, backend, block):
     elif not _python_function(step):
         raise DispatchError(f"step is {_named(step)}, not a Python function. Fix: pass a function (def or lambda) "
                             "step(i, *args) that returns non-zero when it changed something, or a vyre Program.")
-    elif inspect.iscoroutinefunction(step) or inspect.isgeneratorfunction(step) \
-            or inspect.isasyncgenfunction(step):
+    elif yields(step):
         raise DispatchError(f"step is {_named(step)}, an async or generator function, which Numba would run as "
                             "another function. Fix: pass a plain def step(i, *args) that returns non-zero when it "
                             "changed something.")

@@ -27,7 +27,7 @@ from ..backend import ArrayIn, ArrayOut, Stream, check_empty, host_array
 from ..ir import DataType
 from ..ir.types import NUMPY_BOOL_CODES
 from ..errors import (INTEGERS, BackendUnavailableError, CapacityError, DeviceError, DispatchError, VyreError, a_type,
-                      flat_fix, host_memory, mixes_bools, numba_reason, shown)
+                      flat_fix, host_memory, mixes_bools, numba_reason, shown, yields)
 from ..owned import Unshared
 from ..signals import uninterrupted
 from ..simulator import SIMULATED as _SIM
@@ -568,6 +568,11 @@ class WorkQueue(Unshared):
         if not callable(step):
             raise DispatchError(f"step is {a_type(step)}, not a function. Fix: pass a function "
                                 "step(value, args) that Numba compiles.")
+        if yields(step):
+            raise DispatchError(f"step {getattr(getattr(step, 'py_func', step), '__name__', '')} is an async or "
+                                "generator function, which Numba would compile as if it were plain (its yield "
+                                "would run nothing). Fix: pass a plain def step(value, args) that writes its "
+                                "results into args.")
         if isinstance(args, list):  # as fixpoint.run takes its args; the step gets a tuple either way
             args = tuple(args)
         if not isinstance(args, tuple):

@@ -170,3 +170,27 @@ def test_an_egraph_and_a_queue_keep_what_they_were_made_with():
     with pytest.raises(ImmutableError, match=r"QueueModel\.capacity.*Fix: .*QueueModel\(capacity, dtype\)"):
         q.capacity = 5
     assert q.capacity == 4
+
+
+def test_a_setting_misspelt_by_a_letter_is_refused_with_the_name_meant():
+    """Regression (a red-team): `queue.capcity = 8` and `backend.memory_budjet = ...` were kept beside
+    the real attribute and changed nothing. A new name one letter from a public attribute is now
+    refused (naming it); a name of the caller's own, far from every attribute, is still kept."""
+    import numpy as np
+
+    from vyre_numba import get_backend
+    from vyre_numba.workqueue import QueueModel
+
+    b = get_backend("reference")
+    with pytest.raises(ImmutableError, match=r"no attribute 'memory_budjet' to set; did you mean 'memory_budget'\?.*"
+                                             r"Fix: set ReferenceBackend\.memory_budget"):
+        b.memory_budjet = 1 << 20
+    assert not hasattr(b, "memory_budjet")
+    b.memory_budget = 1 << 30
+    assert b.memory_budget == 1 << 30
+    b.memory_budget = None
+    q = QueueModel(4, np.int32)
+    with pytest.raises(ImmutableError, match=r"did you mean 'capacity'"):
+        q.capcity = 8
+    q.note = "mine"
+    assert q.note == "mine" and q.capacity == 4

@@ -105,8 +105,9 @@ class ArgumentError(VyreError, TypeError):
 
 class ImmutableError(VyreError, dataclasses.FrozenInstanceError):
     """A field set or deleted on an immutable value, such as a DispatchConfig, an IR node or a
-    result (also dataclasses.FrozenInstanceError, an AttributeError, which Python raises for the
-    same mistake)."""
+    result, or a read-only property set, or a new attribute set whose name is a letter from one the
+    object has (a misspelt setting) (also dataclasses.FrozenInstanceError, an AttributeError, which
+    Python raises for the same mistakes)."""
 
 
 def _refuse_change(self, name: str, value=None) -> None:
@@ -180,7 +181,24 @@ def _read_only(self, name: str) -> None:
 
 def set_unless_read_only(self, name: str, value) -> None:
     _read_only(self, name)
+    if not name.startswith("_") and name not in getattr(self, "__dict__", ()) and not hasattr(type(self), name) \
+            and not _own_frame(sys._getframe(1).f_globals):
+        _misspelt(self, name)
     object.__setattr__(self, name, value)
+
+
+def _misspelt(self, name: str) -> None:
+    """Refuse setting `name`, new on `self`, where it is one letter or so from a public attribute
+    (a misspelt setting would otherwise be kept beside the real one and change nothing)."""
+    __tracebackhide__ = True  # noqa: F841
+    known = {k for k in dir(type(self)) if not k.startswith("_")}
+    known |= {k for k in getattr(self, "__dict__", {}) if not k.startswith("_")}
+    near = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
+    if near:
+        cls = public_name(type(self))
+        raise ImmutableError(f"{cls} has no attribute {name!r} to set; did you mean {near[0]!r}? Fix: set "
+                             f"{cls}.{near[0]} (help({cls}) lists what it has), or keep a value of your own under a "
+                             "name that is not one letter from one of its attributes.")
 
 
 def del_unless_read_only(self, name: str) -> None:
@@ -193,8 +211,8 @@ def del_unless_read_only(self, name: str) -> None:
     object.__delattr__(self, name)
 
 
-def _read_only_properties(cls: type) -> bool:
-    return any(isinstance(v, property) and v.fset is None for c in cls.__mro__ for v in vars(c).values())
+def _properties(cls: type) -> bool:
+    return any(isinstance(v, property) for c in cls.__mro__ for v in vars(c).values())
 
 
 def immutable(*classes: type) -> None:
@@ -213,7 +231,7 @@ def immutable(*classes: type) -> None:
             if hasattr(cls, "__replace__"):  # copy.replace (Python 3.13)
                 cls.__replace__ = _replacing(cls.__replace__)
         elif (cls.__setattr__ is object.__setattr__ and not issubclass(cls, (tuple, int, float, str, enum.Enum))
-              and _read_only_properties(cls)):
+              and _properties(cls)):
             cls.__setattr__, cls.__delattr__ = set_unless_read_only, del_unless_read_only
 
 

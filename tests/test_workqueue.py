@@ -639,3 +639,38 @@ def test_a_record_nested_past_numpys_depth_is_refused_and_a_models_slots_and_tai
         with pytest.raises(ImmutableError, match=f"QueueModel.{name} is read-only.*Fix:"):
             setattr(q, name, 0)
     assert q.drain().tolist() == [7] and q.tail == 0
+
+
+def test_the_model_closes_and_drains_in_chunks_as_the_queue_does():
+    """Regression (a red-team): QueueModel had no close(), no `with` and no chunks, so code written
+    for a WorkQueue failed on the model with raw AttributeErrors. Its public calls are now the
+    queue's, less the device's own (consume, state, stream)."""
+    from vyre_numba.errors import DispatchError
+    from vyre_numba.workqueue import WorkQueue
+
+    def public(cls):
+        return {k for k in dir(cls) if not k.startswith("_") or k in ("__enter__", "__exit__")}
+    assert public(WorkQueue) - public(QueueModel) == {"consume", "state", "stream"}
+    with QueueModel(5, np.int32) as q:
+        for i in range(7):
+            q.push(i)
+        assert [c.tolist() for c in q.chunks(2)] == [[0, 1], [2, 3], [4]] and (q.size(), q.overflowed()) == (0, 0)
+        for i in range(3):
+            q.push(10 + i)
+        pieces = q.chunks(2)
+        assert next(pieces).tolist() == [10, 11]
+        q.push(99)  # pushed meanwhile: stays queued
+        assert [c.tolist() for c in pieces] == [[12]] and q.drain().tolist() == [99]
+        q.push(1)
+        pieces = q.chunks(1)
+        next(pieces)
+        with pytest.raises(DispatchError, match="another chunks iteration"):
+            next(q.chunks(1))
+        q.drain()
+        with pytest.raises(DispatchError, match="drained or reset while chunks"):
+            next(pieces)
+    assert "closed" in repr(q)
+    for use in (lambda: q.push(1), q.drain, q.size, q.reset, lambda: q.items, lambda: q.chunks(2)):
+        with pytest.raises(DispatchError, match="this QueueModel was closed. Fix: make a new one"):
+            use()
+    q.close()  # a second close does nothing

@@ -35,33 +35,77 @@ from ..simulator import SIMULATED as _SIM
 __all__ = ["WorkQueue", "QueueModel"]
 
 
-class QueueModel:
-    """The queue's semantics on the host: push returns False at capacity, drain empties. Safe to
-    push and drain from several threads."""
+class _Chunks:
+    """`chunks`, the fixed-size drain of a queue and its model: the class gives `_slots()` (its
+    items, refused once closed), `size()`, `_lock`, `_iterating`, `_emptied` and `_drop_first`."""
+
+    def chunks(self, chunk: int) -> Iterator:
+        """The items filled when the iteration starts, `chunk` at a time (views, valid until the
+        iteration ends), then the queue emptied of them: items pushed meanwhile stay queued. One
+        iteration at a time (a second, before the first ends, raises DispatchError); one whose items
+        a drain or reset took meanwhile raises DispatchError at its next piece or its end."""
+        chunk = _items(chunk, "chunk")
+        self._slots()
+
+        def pieces():
+            with self._lock:
+                if self._iterating:
+                    raise DispatchError("another chunks iteration is handing out this queue's items; two would hand "
+                                        "out the same ones. Fix: finish (or drop) it first: one consumer iterates "
+                                        "chunks at a time (drain() gives each caller its own items).")
+                n, emptied = self.size(), self._emptied  # waits on the stream: before the flag, which only
+                self._iterating = True  # the finally below clears
+            try:
+                for start in range(0, n, chunk):
+                    items = self._slots()  # closed between two pieces: refused, not a raw error
+                    self._check_not_emptied(emptied)
+                    yield items[start:min(n, start + chunk)]
+                self._drop_first(n, emptied)
+            finally:
+                self._iterating = False
+        return pieces()
+
+    def _check_not_emptied(self, emptied: int) -> None:
+        if self._emptied != emptied:
+            raise DispatchError("the queue was drained or reset while chunks handed out its items, so they went "
+                                "there too (and the views may show later pushes). Fix: finish (or drop) the chunks "
+                                "iteration before drain() or reset().")
+
+
+class QueueModel(_Chunks):
+    """The queue's semantics on the host: push returns False at capacity, drain (or `chunks`)
+    empties; `close()` (or `with`) releases its items as the device queue's. Safe to push and drain
+    from several threads."""
 
     _read_only_fix = "change what it holds with push, drain and reset, or make a new QueueModel(capacity, dtype)"
 
     @host_memory("QueueModel", "It holds its capacity's items in host memory at once. Fix: make a smaller queue "
                                "and drain it more often.")
     def __init__(self, capacity: int, dtype: DTypeLike):
-        self._items = np.zeros(_capacity(capacity), _dtype(dtype))
+        self._capacity, self._dtype = _capacity(capacity), _dtype(dtype)
+        self._items = np.zeros(self._capacity, self._dtype)
         self._tail = 0
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._iterating = False  # as WorkQueue's
+        self._emptied = 0
 
     def __repr__(self) -> str:
+        if self._items is None:
+            return f"<QueueModel: room for {self._capacity} {self._dtype} items, closed>"
         refused = self.overflowed()
-        return (f"<QueueModel: room for {self._items.size} {self._items.dtype} items, {self.size()} filled"
+        return (f"<QueueModel: room for {self._capacity} {self._dtype} items, {self.size()} filled"
                 + (f", {refused} refused" if refused else "") + ">")
 
     def __getstate__(self) -> dict:
         with self._lock:
-            state = {k: v for k, v in self.__dict__.items() if k != "_lock"}
-            state["_items"] = self._items.copy()
+            state = {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_iterating")}
+            state["_items"] = None if self._items is None else self._items.copy()
             return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._iterating = False
 
     def __copy__(self) -> "QueueModel":
         """An independent queue (of the same class) holding the same items (a queue's items are its
@@ -76,10 +120,27 @@ class QueueModel:
         new.__setstate__(copy.deepcopy(self.__getstate__(), memo))
         return new
 
+    def __enter__(self) -> "QueueModel":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the items (once; later calls do nothing; any other use is refused), as `WorkQueue.close`."""
+        with self._lock:
+            self._items = None
+
+    def _slots(self) -> np.ndarray:
+        items = self._items
+        if items is None:
+            raise DispatchError("this QueueModel was closed. Fix: make a new one.")
+        return items
+
     @property
     def items(self) -> np.ndarray:
         """The queue's slots (the first `size()` hold the items pushed), as the device queue's `items`."""
-        return self._items
+        return self._slots()
 
     @property
     def tail(self) -> int:
@@ -90,48 +151,65 @@ class QueueModel:
         """Append `value` (converted to the queue's dtype as `WorkQueue.push` does: integers exactly,
         floats rounded to the nearest of a float queue; else a DispatchError and the queue
         unchanged); False (nothing stored) when the queue is full, as the device's push."""
-        dt = self._items.dtype
+        dt = self._dtype
         lo, hi = _int_range(dt) if dt.kind in "iu" else (1, 0)
         if isinstance(value, INTEGERS) and not isinstance(value, (bool, np.bool_)) and lo <= value <= hi:
             value = (int(value),)  # the common case, an int in range, without the array checks
         else:
             value = _values(value, dt, one=True)
         with self._lock:
+            items = self._slots()
             slot, self._tail = self._tail, self._tail + 1
-            if slot < self._items.size:
-                self._items[slot] = value[0]
+            if slot < items.size:
+                items[slot] = value[0]
                 return True
         return False
 
     @property
     def capacity(self) -> int:
         """How many items it holds at most (as `WorkQueue.capacity`)."""
-        return self._items.size
+        return self._capacity
 
     @property
     def dtype(self) -> np.dtype:
         """The items' dtype (as `WorkQueue.dtype`)."""
-        return self._items.dtype
+        return self._dtype
 
     def reset(self) -> None:
         """Empty the queue, its overflow count too (as `WorkQueue.reset`)."""
         with self._lock:
+            self._slots()
             self._tail = 0
+            self._emptied += 1
 
     def size(self) -> int:
         """The number of filled slots."""
-        return min(self._tail, self._items.size)
+        return min(self._tail, self._slots().size)
 
     def overflowed(self) -> int:
         """How many pushes found the queue full since the last drain or reset."""
-        return max(0, self._tail - self._items.size)
+        return max(0, self._tail - self._slots().size)
 
     def drain(self) -> np.ndarray:
         """The filled items, in push order; the queue is empty afterwards."""
         with self._lock:
-            out = self._items[:self.size()].copy()
+            out = self._slots()[:self.size()].copy()
             self._tail = 0
+            self._emptied += 1
         return out
+
+    def _drop_first(self, n: int, emptied: int) -> None:
+        """Empty the queue of its first n items, moving any after them to the front (as WorkQueue's)."""
+        with self._lock:
+            items = self._slots()
+            if n == 0:
+                return
+            self._check_not_emptied(emptied)
+            rest = self.size() - n
+            if rest > 0:
+                items[:rest] = items[n:n + rest].copy()
+            self._tail = max(rest, 0)
+            self._emptied += 1
 
 
 def _items(count, name: str) -> int:
@@ -354,7 +432,7 @@ def _python_ints(values, dt: np.dtype):
     return np.array(items, dt) if len(ints) == len(items) else values
 
 
-class WorkQueue(Unshared):
+class WorkQueue(_Chunks, Unshared):
     """A device-resident queue of `capacity` items of `dtype` on `stream` (numba's default stream
     unless given); owns its two device arrays until `close()` (or `with`, or the finaliser). Its
     host calls are safe from several threads."""
@@ -436,6 +514,9 @@ class WorkQueue(Unshared):
         """The device array of the tail and head words (for the device helpers); as `items`."""
         return self._live()[1]
 
+    def _slots(self):
+        return self._live()[0]
+
     def _live(self) -> tuple:
         """(items, state) of an open queue, taken once: a close from another thread mid-call then
         leaves this call its arrays, never half of them."""
@@ -502,38 +583,6 @@ class WorkQueue(Unshared):
                     out.copy_to_device(items[:n], stream=self.stream)
             self.reset()
         return out
-
-    def chunks(self, chunk: int) -> Iterator:
-        """The items filled when the iteration starts, `chunk` at a time (device views, valid until
-        the iteration ends), then the queue emptied of them: items pushed meanwhile stay queued. One
-        iteration at a time (a second, before the first ends, raises DispatchError); one whose items
-        a drain or reset took meanwhile raises DispatchError at its next piece or its end."""
-        chunk = _items(chunk, "chunk")
-        self._live()
-
-        def pieces():
-            with self._lock:
-                if self._iterating:
-                    raise DispatchError("another chunks iteration is handing out this queue's items; two would hand "
-                                        "out the same ones. Fix: finish (or drop) it first: one consumer iterates "
-                                        "chunks at a time (drain() gives each caller its own items).")
-                n, emptied = self.size(), self._emptied  # waits on the stream: before the flag, which only
-                self._iterating = True  # the finally below clears
-            try:
-                for start in range(0, n, chunk):
-                    items, _ = self._live()  # closed between two pieces: refused, not a raw error
-                    self._check_not_emptied(emptied)
-                    yield items[start:min(n, start + chunk)]
-                self._drop_first(n, emptied)
-            finally:
-                self._iterating = False
-        return pieces()
-
-    def _check_not_emptied(self, emptied: int) -> None:
-        if self._emptied != emptied:
-            raise DispatchError("the queue was drained or reset while chunks handed out its items, so they went "
-                                "there too (and the views may show later pushes). Fix: finish (or drop) the chunks "
-                                "iteration before drain() or reset().")
 
     def _drop_first(self, n: int, emptied: int) -> None:
         """Empty the queue of its first n items, moving any after them to the front; nothing where it

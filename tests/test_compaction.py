@@ -1743,3 +1743,15 @@ def test_word_view_refuses_what_is_not_n_contiguous_items_of_plain_bits():
     rec = np.zeros(4, "u2,u1")
     assert word_view(rec, 2).shape == (2, 3) and word_view(np.arange(4, dtype=np.uint32), 3).tolist() == [0, 1, 2]
     assert word_view(np.zeros(0, np.float64), 0).dtype == np.uint64
+
+
+def test_signed_overflow_in_a_predicate_is_as_documented_and_unsigned_wraps_as_numpy():
+    """A red-team's finding, documented rather than changed: Numba (host and device) treats signed
+    overflow as undefined and folds `v * 2**62 > 0` to `v > 0`; unsigned arithmetic wraps as NumPy's."""
+    v = np.array([1, 2, 3], np.int64)
+    assert compaction.select_if(v, lambda x: x * 4611686018427387904 > 0).tolist() == [1, 2, 3]
+    assert v[v * np.int64(2**62) > 0].tolist() == [1]  # NumPy wraps: the difference the docstring names
+    u = v.astype(np.uint64)
+    wrapped = compaction.select_if(u, lambda x: x * np.uint64(2**62) != np.uint64(0))
+    assert wrapped.tolist() == u[u * np.uint64(2**62) != 0].tolist() == [1, 2, 3]
+    assert compaction.select_if(u, lambda x: x * np.uint64(2**63) != np.uint64(0)).tolist() == [1, 3]

@@ -28,9 +28,12 @@ keeps fewer than `u[u - 1 > 0]`), and a uint64 beside a signed int is a float64,
 below 2**53 (`x > 2**53` misses 2**53 + 1; write `x > np.uint64(2**53)`). A float32 value beside
 a Python float is computed in float64, so on float32 values `v == 0.1` keeps nothing where NumPy
 keeps float32(0.1) (write `v == np.float32(0.1)`), and `v + 1e-8 > v` holds for v = 1;
-bools in arithmetic are ints (`v + v > 1` keeps True, where NumPy's `x + x` is logical or). Host
-and GPU agree; under the CUDA simulator the predicate runs as Python on NumPy scalars, with
-NumPy's promotion.
+bools in arithmetic are ints (`v + v > 1` keeps True, where NumPy's `x + x` is logical or).
+Signed overflow is undefined to Numba's compiler, as in C, on the host and the device alike:
+`lambda v: v * 2**62 > 0` on int64 values compiles to `v > 0`, where NumPy's product wraps (keeps
+1 of [1, 2, 3] where the predicate keeps all three); write arithmetic meant to wrap on unsigned
+values (`np.uint64(v) * np.uint64(2**62) > 0`), which wrap in both. Host and GPU agree; under the
+CUDA simulator the predicate runs as Python on NumPy scalars, with NumPy's promotion.
 """
 from __future__ import annotations
 

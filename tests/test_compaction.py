@@ -1755,3 +1755,20 @@ def test_signed_overflow_in_a_predicate_is_as_documented_and_unsigned_wraps_as_n
     wrapped = compaction.select_if(u, lambda x: x * np.uint64(2**62) != np.uint64(0))
     assert wrapped.tolist() == u[u * np.uint64(2**62) != 0].tolist() == [1, 2, 3]
     assert compaction.select_if(u, lambda x: x * np.uint64(2**63) != np.uint64(0)).tolist() == [1, 3]
+
+
+def _plain_helper(x):
+    return x % 3 == 0
+
+
+def test_a_predicate_calling_a_plain_function_is_told_to_njit_it():
+    """Regression (a red-team): a predicate calling a plain def was told to read values out of it
+    (`t = helper.t`); the fix is @numba.njit on the helper, which the host and the GPU both call."""
+    import numba
+
+    from vyre_numba.errors import DispatchError
+
+    with pytest.raises(DispatchError, match=r"_plain_helper is a plain Python function.*@numba.njit.*Fix: "):
+        compaction.select_if(np.arange(10), lambda x: _plain_helper(x))
+    helper = numba.njit(_plain_helper)
+    assert compaction.select_if(np.arange(10), lambda x: helper(x)).tolist() == [0, 3, 6, 9]

@@ -604,6 +604,10 @@ def numba_reason(e: BaseException, width: int = 300) -> str:
     if text.endswith(":") and len(useful) > 1:  # "... found for signature:" and the signature
         text = f"{text} {useful[1]}"
     name = re.match(r"Untyped global name '(\w+)'", text)
+    if name and "Cannot determine Numba type of <class 'function'>" in text:  # a plain helper it calls
+        x = name.group(1)
+        return clip(text, width) + (f"; {x} is a plain Python function, which compiled code cannot call: decorate "
+                                    f"it with @numba.njit (the host and the GPU both call an njit function)")
     if name and "Cannot determine Numba type of <class" in text:  # an object: a notebook's `cfg.t`, say
         x = name.group(1)
         return clip(text, width) + (f"; read what it needs from {x} into a number or an array first (t = {x}.t) "

@@ -101,6 +101,9 @@ def test_index_dtypes(dtype):
     ([0, 1], [0.5], "indices[0] is 0.5, not a whole number, so it is no vertex id or offset. Fix: pass integers only"),
     ([0, 1], [np.nan], "indices[0] is NaN (a missing value?)"),  # a red-team: the Fix truncated, or read a bool as 1
     ([0, 1], [True], "indices holds bools; a bool is not a vertex id. Fix: pass integers (np.flatnonzero(mask)"),
+    ([0, 1, 2, 3], np.array([1.5, 2, 0], dtype=object),  # a red-team: the Fix, np.asarray(..., int64), truncated
+     "indices[0] is 1.5 (a float), so it is no vertex id or offset. Fix: pass integers only"),
+    ([0, 1, 2, 3], np.array([1, None, 0], dtype=object), "indices[1] is None"),
     ([], [], "indptr is empty"),
     ([[0, 1]], [0], "not 1-D"),
     ("abc", [0], "indptr is a str, not an array of integers"),

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..backend import ArrayIn, as_ints, interface_dtype
-from ..errors import ArgumentError, DispatchError, a_type, flag, flat_fix, refuse_misread
+from ..errors import INTEGERS, ArgumentError, DispatchError, a_type, flag, flat_fix, refuse_misread, shown
 from ..lru import LRUCache
 from ..unique import unique
 
@@ -160,7 +160,12 @@ def _as_index_array(a, name: str, call: str = CHECK_CSR, whole: str | None = Non
             raise DispatchError(f"{name}[{k}] is {what}, so it is no vertex id or offset. Fix: pass integers only.")
         raise DispatchError(f"{name} has dtype {arr.dtype}, not an integer type (its values are whole). Fix: pass "
                             f"np.asarray({name}).astype(np.int64).")
-    if arr.dtype == object or arr.dtype.kind not in "iu":
+    if arr.dtype == object:  # as_ints took integers held as objects: an item here is something else
+        k, v = next((k, v) for k, v in enumerate(arr.reshape(-1))
+                    if isinstance(v, (bool, np.bool_)) or not isinstance(v, INTEGERS))
+        raise DispatchError(f"{name}[{k}] is {shown(v, 40)} ({a_type(v)}), so it is no vertex id or offset. Fix: "
+                            "pass integers only.")
+    if arr.dtype.kind not in "iu":
         raise DispatchError(f"{name} has dtype {arr.dtype}, not an integer type. Fix: pass integers "
                             f"(np.asarray({name}, dtype=np.int64) where they are held as {arr.dtype}).")
     if arr.ndim != 1:

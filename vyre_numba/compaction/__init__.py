@@ -38,6 +38,7 @@ CUDA simulator the predicate runs as Python on NumPy scalars, with NumPy's promo
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 import types
 from typing import Any, Callable
@@ -105,12 +106,17 @@ def _dtype(a) -> np.dtype:
 
 
 def _from_pandas(x, name: str):
-    """A pandas Series or Index of a NumPy dtype as its NumPy array (host in, NumPy out); one with
-    missing values (pd.NA) is refused, as the rest of vyre_numba refuses it."""
-    if type(x).__name__ in ("Series", "Index") and type(x).__module__.startswith("pandas"):
+    """A pandas Series or Index (a RangeIndex too) of a NumPy dtype, or of a nullable number or bool
+    type (Int64, boolean ...) without missing values, as its NumPy array (host in, NumPy out); one
+    with missing values (pd.NA) is refused, as the rest of vyre_numba refuses it."""
+    pd = sys.modules.get("pandas")  # not imported: x is no pandas object
+    if pd is not None and isinstance(x, (pd.Series, pd.Index)):
         refuse_missing(x, name)
         if isinstance(x.dtype, np.dtype):
             return x.to_numpy()
+        exact = getattr(x.dtype, "numpy_dtype", None)  # a masked (nullable) type's values, no longer masked
+        if isinstance(exact, np.dtype) and exact.kind in "biuf":
+            return x.to_numpy(dtype=exact)
     return x
 
 
@@ -119,8 +125,7 @@ def _check_values(a, name: str = "values"):
         kind = type(a).__name__
         if kind == "Series" and str(getattr(a, "dtype", "")) == "category":  # to_numpy() holds the category objects
             kind = "categorical Series"
-        elif name == "values" and kind in ("Series", "Index") and \
-                getattr(getattr(a, "dtype", None), "kind", "O") not in "biuf":
+        elif kind in ("Series", "Index") and getattr(getattr(a, "dtype", None), "kind", "O") not in "biuf":
             kind = "objects"  # strings, tz-aware times, periods: to_numpy() holds Python objects
         hint = {"Series": f"{name}.to_numpy()", "Index": f"{name}.to_numpy()", "Array": f"{name}.compute()",
                 "Tensor": f"{name}.numpy()", "list": f"np.asarray({name})", "tuple": f"np.asarray({name})",
@@ -129,6 +134,10 @@ def _check_values(a, name: str = "values"):
                 "categorical Series": f"{name}.cat.codes.to_numpy(), the category codes, -1 where one is missing",
                 "bytes": f"np.frombuffer({name}, np.uint8)", "bytearray": f"np.frombuffer({name}, np.uint8)",
                 "memoryview": f"np.asarray({name})"}.get(kind, "np.asarray(...)")
+        if kind == "objects" and name == "flags":
+            raise DispatchError(f"flags is a pandas {type(a).__name__} of {a.dtype}, not of bools or integers. Fix: "
+                                f"compute the bools you mean from it (e.g. flags == '1', or flags.notna()) and pass "
+                                f"those.")
         if kind == "objects":
             raise DispatchError(f"{name} is a pandas {type(a).__name__} of {a.dtype}, whose values NumPy holds as "
                                 f"Python objects, which compaction cannot move. Fix: select positions instead, keep = "

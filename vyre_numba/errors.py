@@ -211,8 +211,8 @@ def del_unless_read_only(self, name: str) -> None:
     object.__delattr__(self, name)
 
 
-def _properties(cls: type) -> bool:
-    return any(isinstance(v, property) for c in cls.__mro__ for v in vars(c).values())
+def _read_only_properties(cls: type) -> bool:
+    return any(isinstance(v, property) and v.fset is None for c in cls.__mro__ for v in vars(c).values())
 
 
 def immutable(*classes: type) -> None:
@@ -231,7 +231,7 @@ def immutable(*classes: type) -> None:
             if hasattr(cls, "__replace__"):  # copy.replace (Python 3.13)
                 cls.__replace__ = _replacing(cls.__replace__)
         elif (cls.__setattr__ is object.__setattr__ and not issubclass(cls, (tuple, int, float, str, enum.Enum))
-              and _properties(cls)):
+              and _read_only_properties(cls)):
             cls.__setattr__, cls.__delattr__ = set_unless_read_only, del_unless_read_only
 
 

@@ -14,7 +14,7 @@ from ..backend import (STORAGE_DTYPES, Backend, InFlight, check_empty, check_spa
                        wait_seconds)
 from ..bindings import Binding, bind
 from ..config import DispatchConfig
-from ..errors import IN_HOST_MEMORY, DispatchError, HostMemoryError, host_memory
+from ..errors import IN_HOST_MEMORY, DispatchError, HostMemoryError, host_memory, set_unless_read_only
 from ..ir import Program
 from ..ir.program import Role
 from . import interpreter
@@ -45,6 +45,7 @@ class ReferenceBackend(Backend):
     """
 
     name = "reference"
+    __setattr__ = set_unless_read_only  # a misspelt budget (memory_budjet) is refused, not kept beside the real one
 
     def __init__(self, *, memory_budget: int | None = None, work_budget: int | None = None):
         self.memory_budget, self.work_budget = memory_budget, work_budget  # checked now, the variables too

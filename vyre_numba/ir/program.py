@@ -230,7 +230,15 @@ class Program:
         object.__setattr__(self, "_caps", None)
         object.__setattr__(self, "_guards", None)
         object.__setattr__(self, "_optimized", None)
-        object.__setattr__(self, "entry", resolve_literals(bufs, n._body(entry)))
+        body = n._body(entry)
+        size = sum(st.size for st in body)  # each statement's is known: nothing is walked to tell
+        if size > n.MAX_NODES:
+            raise IRValidationError(
+                f"this program is {size:,} nodes written out, more than MAX_NODES = {n.MAX_NODES:,}: an expression "
+                "used in more than one statement counts once per use (storing each partial sum of s = s + x, N of "
+                "them, is N**2 / 2 nodes), and checking, optimizing and running it would walk every one. Fix: bind "
+                "a value used more than once to a variable (ir.let('t', e), then ir.var('t')) and use the variable.")
+        object.__setattr__(self, "entry", resolve_literals(bufs, body))
 
     def __hash__(self) -> int:
         return hash(self.digest())

@@ -188,10 +188,11 @@ def set_unless_read_only(self, name: str, value) -> None:
 
 
 def _misspelt(self, name: str) -> None:
-    """Refuse setting `name`, new on `self`, where it is one letter or so from a public attribute
-    (a misspelt setting would otherwise be kept beside the real one and change nothing)."""
+    """Refuse setting `name`, new on `self`, where it is one letter or so from a public attribute (a
+    property, an attribute of the instance; not a method): a misspelt setting would otherwise be
+    kept beside the real one and change nothing."""
     __tracebackhide__ = True  # noqa: F841
-    known = {k for k in dir(type(self)) if not k.startswith("_")}
+    known = {k for c in type(self).__mro__ for k, v in vars(c).items() if not k.startswith("_") and isinstance(v, property)}
     known |= {k for k in getattr(self, "__dict__", {}) if not k.startswith("_")}
     near = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
     if near:

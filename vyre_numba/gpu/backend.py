@@ -927,7 +927,7 @@ def _shape_dependent(program: Program) -> bool:
 
     if any(b.is_shared for b in program.buffers):
         return True
-    for x in ir.walk(program.entry):
+    for x in ir.walk(program.entry, distinct=True):
         if isinstance(x, ir.Builtin) and x.name != "invocation_id":
             return True
         if isinstance(x, (ir.Barrier, ir.SubgroupAdd, ir.SubgroupBallot, ir.SubgroupShuffle)):

@@ -63,7 +63,7 @@ def optimize(program: Program, passes: Sequence[str] | None = None) -> Program:
             entry = _hash_consed(entry)
         ctx.refresh(entry)
         entry = _RUN[p](ctx, entry)
-    used = {x.buffer for x in walk(entry) if isinstance(x, (n.Load, n.Store, n.Atomic, n.BufLen))}
+    used = {x.buffer for x in walk(entry, distinct=True) if isinstance(x, (n.Load, n.Store, n.Atomic, n.BufLen))}
     buffers = [b for b in program.buffers if not b.is_shared or b.name in used or "dce" not in passes]
     out = Program(buffers, program.workgroup_size, entry, program.name)
     if validate(out):  # a bug of this module's, never the caller's program
@@ -79,12 +79,12 @@ class _Context:
 
     def __init__(self, program: Program):
         self.decls = {b.name: b for b in program.buffers}
-        self.taken = {x.name for x in walk(program.entry) if isinstance(x, (n.Let, n.Assign, n.Var))}
-        self.taken |= {x.var for x in walk(program.entry) if isinstance(x, n.Loop)}
+        self.taken = {x.name for x in walk(program.entry, distinct=True) if isinstance(x, (n.Let, n.Assign, n.Var))}
+        self.taken |= {x.var for x in walk(program.entry, distinct=True) if isinstance(x, n.Loop)}
         self.counter = 0
 
     def refresh(self, entry) -> None:
-        self.written = {x.buffer for x in walk(entry) if isinstance(x, (n.Store, n.Atomic))}
+        self.written = {x.buffer for x in walk(entry, distinct=True) if isinstance(x, (n.Store, n.Atomic))}
         self.memo: dict[int, tuple] = {}
         self.entry, self._index = entry, None
 
@@ -486,7 +486,7 @@ def _simplify(ctx: _Context, x: n.Expr, kids: list[n.Expr], tys: tuple[DataType,
 def _dce(ctx: _Context, entry: tuple[n.Node, ...]) -> tuple[n.Node, ...]:
     while True:
         read = _observed(ctx, entry)
-        loaded = {x.buffer for x in walk(entry) if isinstance(x, (n.Load, n.Atomic))}
+        loaded = {x.buffer for x in walk(entry, distinct=True) if isinstance(x, (n.Load, n.Atomic))}
         unread = {b for b, d in ctx.decls.items() if d.is_shared and b not in loaded}
         new = drive(_dce_body(ctx, entry, read, unread))
         if n.structurally_equal(new, entry):

@@ -287,7 +287,7 @@ class Program:
         if self._caps is not None:
             return self._caps
         caps = set()
-        for x in walk(self.entry):
+        for x in walk(self.entry, distinct=True):
             if isinstance(x, (n.SubgroupAdd, n.SubgroupBallot, n.SubgroupShuffle)) or (
                     isinstance(x, n.Builtin) and x.name.startswith("subgroup")):
                 caps.add("subgroup")
@@ -304,7 +304,7 @@ class Program:
             def gid(e) -> bool:
                 return isinstance(e, n.Builtin) and e.name == "invocation_id" and e.axis == 0
             ids, moved, compared = set(), set(), []  # one walk: lets of the id, assigned names, id-length pairs
-            for x in walk(self.entry):
+            for x in walk(self.entry, distinct=True):
                 if isinstance(x, n.Let) and gid(x.value):
                     ids.add(x.name)
                 elif isinstance(x, n.Assign):
@@ -621,9 +621,11 @@ def node_from_json(text: str) -> Any:
     return from_dict(jsontext.loads(text))
 
 
-def walk(body: Iterable[Any]) -> Iterator[Any]:
+def walk(body: Iterable[Any], *, distinct: bool = False) -> Iterator[Any]:
     """Every statement and expression in `body` (e.g. `program.entry`), depth first, parents before
-    children. A `body` that is not an iterable of IR nodes is refused here, at the call."""
+    children: an expression used twice is visited twice, or once where `distinct` (each node
+    object once: what a question of which kinds of node a program holds needs, in time linear in
+    its distinct nodes). A `body` that is not an iterable of IR nodes is refused here, at the call."""
     fix = "Fix: pass program.entry (or a list of statements and expressions)."
     if isinstance(body, (str, bytes)) or not hasattr(body, "__iter__"):
         raise IRValidationError(f"walk takes an iterable of IR statements and expressions, not "
@@ -633,12 +635,16 @@ def walk(body: Iterable[Any]) -> Iterator[Any]:
         if not isinstance(x, n._Structural):
             raise IRValidationError(f"walk takes an iterable of IR statements and expressions; item {i} is "
                                     f"{a_type(x)}. {fix}")
-    return _walk(stack)
+    return _walk(stack, set() if distinct else None)
 
 
-def _walk(stack: list) -> Iterator[Any]:
+def _walk(stack: list, seen: set | None = None) -> Iterator[Any]:
     while stack:
         x = stack.pop()
+        if seen is not None:
+            if id(x) in seen:
+                continue
+            seen.add(id(x))  # the body holds every node while the walk runs: ids stay unique
         yield x
         kids = []
         for name in x._kinds:

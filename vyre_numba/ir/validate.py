@@ -235,8 +235,7 @@ class _Checker:
         self.scopes: list[list[str]] = [[]]
         self.said: dict[str, str] = {}  # an undeclared buffer's message, by its name
         self.weak: dict[int, bool] = {}  # weak_only's answers, by node id (the program holds every node)
-        self.typed: dict[tuple, tuple] = {}  # (node id, wanted type) -> (typed node, type, (variable, its type)...)
-        self.read: dict[int, frozenset] = {}  # node id -> the variables it reads
+        self.typed: dict[tuple, tuple] = {}  # (node id, wanted type) -> (typed node, type), while no variable's type changes
 
     # ---- helpers ----------------------------------------------------------------------------
     def err(self, where, msg: str, **facts) -> None:
@@ -250,8 +249,11 @@ class _Checker:
         self.scopes.append([])
 
     def close_scope(self) -> None:
-        for name in self.scopes.pop():
+        names = self.scopes.pop()
+        for name in names:
             self.vars[name].pop()
+        if names:  # a name may be declared again, of another type, in the next scope
+            self.typed.clear()
 
     def buffer(self, name: str, where) -> BufferDecl | None:
         b = self.bufs.get(name)
@@ -340,47 +342,20 @@ class _Checker:
     # ---- expressions: each walker returns (typed expression, type or None) -------------------
     def expr(self, e: n.Expr, where, want: DataType | None = None):
         """The walk typing `e` (wanted as `want`), or its result where this node was typed for the
-        same want, without a diagnostic, while the variables it reads had the types they have now:
-        a value used again is typed once (each partial sum of `s = s + x` stored is one new node
-        to type, not the whole sum)."""
+        same want without a diagnostic since the last change of a variable's type (a scope closing,
+        a name declared again): a value used again is typed once (each partial sum of `s = s + x`
+        stored is one new node to type, not the whole sum)."""
         if isinstance(e, (n.Lit, n.Var)):
             return self._expr(e, where, want)
         hit = self.typed.get((id(e), want))
-        if hit is not None and all(self._type(v) is t for v, t in hit[2]):
-            return hit[0], hit[1]
-        return self._typed(e, where, want)
+        return hit if hit is not None else self._typed(e, where, want)
 
     def _typed(self, e: n.Expr, where, want: DataType | None):
         before = len(self.diags)
-        out, t = yield self._expr(e, where, want)
+        got = yield self._expr(e, where, want)
         if len(self.diags) == before:
-            self.typed[(id(e), want)] = (out, t, tuple((v, self._type(v)) for v in self.reads(e)))
-        return out, t
-
-    def _type(self, name: str) -> DataType | None:
-        found = self.lookup(name)
-        return found[0] if found else None
-
-    def reads(self, e: n.Expr) -> frozenset:
-        """The variables `e` reads (memoised by node id, as `weak`)."""
-        stack = [(e, False)]
-        while stack:
-            x, done = stack.pop()
-            if id(x) in self.read:
-                continue
-            if isinstance(x, n.Var):
-                self.read[id(x)] = frozenset((x.name,)) if isinstance(x.name, str) else frozenset()
-            elif done:
-                sets = [self.read[id(c)] for c in x.children()]
-                got = max(sets, key=len, default=frozenset())
-                for other in sets:
-                    if other is not got and not other <= got:
-                        got = got | other
-                self.read[id(x)] = got
-            else:
-                stack.append((x, True))
-                stack.extend((c, False) for c in x.children() if id(c) not in self.read)
-        return self.read[id(e)]
+            self.typed[(id(e), want)] = got
+        return got
 
     def _expr(self, e: n.Expr, where, want: DataType | None = None):
         match e:
@@ -629,6 +604,7 @@ class _Checker:
             fix = (f"use ir.assign({shown(name)}, ...) to update it, or pick a new name" if mutable and
                    self.lookup(name)[1] else "pick a new name (a loop variable cannot be assigned)")
             self.err(where, f"variable {shown(name)} is already defined in an enclosing scope. Fix: {fix}.")
+            self.typed.clear()  # the name now has another type
         self.vars.setdefault(name, []).append((t, mutable, literal))
         self.scopes[-1].append(name)
 

@@ -872,7 +872,7 @@ def check_step(program: Program) -> Program:
     if any(b.is_shared for b in program.buffers):
         why = "declares a workgroup buffer"
     else:
-        for x in walk(program.entry):
+        for x in walk(program.entry, distinct=True):
             if isinstance(x, n.Barrier):
                 why = f"has barrier({x.scope!r})"
             elif isinstance(x, (n.SubgroupBallot, n.SubgroupShuffle, n.SubgroupAdd)):

@@ -776,7 +776,7 @@ class Plan:
         self.written: set[str] = set()
         self.grid_barrier = False
         builtins, counts = set(), {b.count for b in self.shared}
-        for x in walk(program.entry):
+        for x in walk(program.entry, distinct=True):
             match x:
                 case n.Store(buffer=b) | n.Atomic(buffer=b):
                     self.written.add(b)

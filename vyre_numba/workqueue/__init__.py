@@ -35,9 +35,16 @@ from ..simulator import SIMULATED as _SIM
 __all__ = ["WorkQueue", "QueueModel"]
 
 
-class _Chunks:
-    """`chunks`, the fixed-size drain of a queue and its model: the class gives `_slots()` (its
-    items, refused once closed), `size()`, `_lock`, `_iterating`, `_emptied` and `_drop_first`."""
+class _Shared:
+    """What a queue and its model share: `with` (closing on leaving) and `chunks`, the fixed-size
+    drain. The class gives `close()`, `_slots()` (its items, refused once closed), `size()`,
+    `_lock`, `_iterating`, `_emptied` and `_drop_first`."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def chunks(self, chunk: int) -> Iterator:
         """The items filled when the iteration starts, `chunk` at a time (views, valid until the
@@ -72,7 +79,7 @@ class _Chunks:
                                 "iteration before drain() or reset().")
 
 
-class QueueModel(_Chunks):
+class QueueModel(_Shared):
     """The queue's semantics on the host: push returns False at capacity, drain (or `chunks`)
     empties; `close()` (or `with`) releases its items as the device queue's. Safe to push and drain
     from several threads."""
@@ -119,12 +126,6 @@ class QueueModel(_Chunks):
         memo[id(self)] = new
         new.__setstate__(copy.deepcopy(self.__getstate__(), memo))
         return new
-
-    def __enter__(self) -> "QueueModel":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def close(self) -> None:
         """Release the items (once; later calls do nothing; any other use is refused), as `WorkQueue.close`."""
@@ -432,7 +433,7 @@ def _python_ints(values, dt: np.dtype):
     return np.array(items, dt) if len(ints) == len(items) else values
 
 
-class WorkQueue(_Chunks, Unshared):
+class WorkQueue(_Shared, Unshared):
     """A device-resident queue of `capacity` items of `dtype` on `stream` (numba's default stream
     unless given); owns its two device arrays until `close()` (or `with`, or the finaliser). Its
     host calls are safe from several threads."""
@@ -491,12 +492,6 @@ class WorkQueue(_Chunks, Unshared):
     def __repr__(self) -> str:
         state = "closed" if self._dev_items is None else "open"
         return f"<WorkQueue: room for {self.capacity} {self.dtype} items, {state}>"  # no read of the device's count
-
-    def __enter__(self) -> "WorkQueue":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def close(self) -> None:
         """Release the device arrays (once; later calls do nothing)."""

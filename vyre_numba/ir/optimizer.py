@@ -219,8 +219,11 @@ def _rebuild(e: n.Expr, kids: list[n.Expr]) -> n.Expr:
 
 def _transform(e: n.Expr, node, replace=None) -> n.Expr:
     """Rebuild `e` bottom-up, `node(x, kids)` giving each node from its rewritten operands; where
-    `replace(x)` (asked top-down) returns an expression, that stands for x's whole subtree."""
+    `replace(x)` (asked top-down) returns an expression, that stands for x's whole subtree. A node
+    met again within `e` (a value used twice) takes its first result: `node` and `replace` answer
+    alike for one node within one call, and `e * e + e` twenty times is 60 nodes to rebuild, not 3**20."""
     out: list = []
+    made: dict[int, n.Expr] = {}  # id -> result (e holds every node while this runs)
     stack = [(e, False)]
     while stack:
         x, done = stack.pop()
@@ -228,11 +231,16 @@ def _transform(e: n.Expr, node, replace=None) -> n.Expr:
             k = len(x.children())
             kids = out[len(out) - k:]
             del out[len(out) - k:]
-            out.append(node(x, kids))
+            y = made[id(x)] = node(x, kids)
+            out.append(y)
             continue
-        r = replace(x) if replace is not None else None
-        if r is not None:
-            out.append(r)
+        y = made.get(id(x))
+        if y is None and replace is not None:
+            y = replace(x)
+            if y is not None:
+                made[id(x)] = y
+        if y is not None:
+            out.append(y)
             continue
         stack.append((x, True))
         stack.extend((c, False) for c in reversed(x.children()))

@@ -104,6 +104,7 @@ def test_index_dtypes(dtype):
     ([0, 1, 2, 3], np.array([1.5, 2, 0], dtype=object),  # a red-team: the Fix, np.asarray(..., int64), truncated
      "indices[0] is 1.5 (a float), so it is no vertex id or offset. Fix: pass integers only"),
     ([0, 1, 2, 3], np.array([1, None, 0], dtype=object), "indices[1] is None"),
+    ([0], np.array([], dtype=object), "indices has dtype object, not an integer type"),  # was a raw StopIteration
     ([], [], "indptr is empty"),
     ([[0, 1]], [0], "not 1-D"),
     ("abc", [0], "indptr is a str, not an array of integers"),

@@ -160,12 +160,12 @@ def _as_index_array(a, name: str, call: str = CHECK_CSR, whole: str | None = Non
             raise DispatchError(f"{name}[{k}] is {what}, so it is no vertex id or offset. Fix: pass integers only.")
         raise DispatchError(f"{name} has dtype {arr.dtype}, not an integer type (its values are whole). Fix: pass "
                             f"np.asarray({name}).astype(np.int64).")
-    if arr.dtype == object:  # as_ints took integers held as objects: an item here is something else
-        k, v = next((k, v) for k, v in enumerate(arr.reshape(-1))
-                    if isinstance(v, (bool, np.bool_)) or not isinstance(v, INTEGERS))
-        raise DispatchError(f"{name}[{k}] is {shown(v, 40)} ({a_type(v)}), so it is no vertex id or offset. Fix: "
-                            "pass integers only.")
-    if arr.dtype.kind not in "iu":
+    odd = next(((k, v) for k, v in enumerate(arr.reshape(-1)) if isinstance(v, (bool, np.bool_))
+                or not isinstance(v, INTEGERS)), None) if arr.dtype == object else None
+    if odd is not None:  # as_ints took integers held as objects: this item is something else
+        raise DispatchError(f"{name}[{odd[0]}] is {shown(odd[1], 40)} ({a_type(odd[1])}), so it is no vertex id or "
+                            "offset. Fix: pass integers only.")
+    if arr.dtype == object or arr.dtype.kind not in "iu":  # an empty object array too
         raise DispatchError(f"{name} has dtype {arr.dtype}, not an integer type. Fix: pass integers "
                             f"(np.asarray({name}, dtype=np.int64) where they are held as {arr.dtype}).")
     if arr.ndim != 1:

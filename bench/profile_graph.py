@@ -24,8 +24,8 @@ import vyre_numba as vn  # noqa: E402
 
 @contextmanager
 def kernel_times(be, out: list):
-    """Record (kernel name, ms) for every `launch_quietly`, `fixpoint.run` and fixpoint
-    `device.for_each` call made inside the block, by events around each on the backend's
+    """Record (kernel name, ms) for every `launch_quietly`, `launchers(...)` launch, `fixpoint.run`
+    and fixpoint `device.for_each` call made inside the block, by events around each on the backend's
     stream (an interval includes the host's time to enqueue where the GPU waited for it)."""
     from numba import cuda
 
@@ -46,14 +46,16 @@ def kernel_times(be, out: list):
 
     from vyre_numba.fixpoint import device
 
-    saved = numba_launch.launch_quietly, fixpoint.run, device.for_each  # fixpoint.for_each ends in device's
+    # fixpoint.for_each ends in device's
+    saved = numba_launch.launch_quietly, fixpoint.run, device.for_each, numba_launch.launchers
     numba_launch.launch_quietly = timed(lambda a: getattr(a[0], "__name__", str(a[0])), saved[0])
     fixpoint.run = timed(lambda a: "run:" + a[0].__name__, saved[1])
     device.for_each = timed(lambda a: a[1].__name__, saved[2])
+    numba_launch.launchers = lambda stream: timed(lambda a: getattr(a[0], "__name__", str(a[0])), saved[3](stream))
     try:
         yield
     finally:
-        numba_launch.launch_quietly, fixpoint.run, device.for_each = saved
+        numba_launch.launch_quietly, fixpoint.run, device.for_each, numba_launch.launchers = saved
         be.synchronize()
         out.extend((name, cuda.event_elapsed_time(a, b)) for name, a, b in pending)
 

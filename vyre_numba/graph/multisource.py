@@ -156,74 +156,83 @@ def _bfs_many_gpu(be, indptr, indices, n: int, sources: np.ndarray, symmetric: b
     """Distances on the device, (len(sources), n) int32; `levels`, where given, records each
     level's direction."""
     from ..gpu.memory import scratch, unzeroed
-    from ..gpu.numba_launch import launch_quietly
+    from ..gpu.numba_launch import launchers
     from . import multisource_kernels as k
+    from .bfs import _host_words
 
-    stream = be.stream
+    launch = launchers(be.stream)
     k_all = sources.size
     dist = unzeroed(be, max(k_all * n, 1), np.int32)  # `clear` fills each batch's rows
     if k_all == 0 or n == 0:
         return dist[:k_all * n].reshape(k_all, n)
     masks = [scratch(be, n, np.uint64) for _ in range(3)]  # `clear` zeroes them
     seen, frontier, nxt = masks
-    active = be.empty(1, np.int32)
-    zero = np.zeros(1, np.int32)
-    vgrid, wgrid = _grid(be, n), max(1, min(-(-n // 8), be.caps.sm_count * 16))  # wgrid: a warp a vertex
-    pieces, limit = _pieces(be, indptr, n, int(indices.shape[0]))
+    counts, host = be.empty(2, np.int64), _host_words()  # see `settle`
+    vgrid = _grid(be, n)
+    own, wide, found, pieces = _by_degree(be, indptr, n, int(indices.shape[0]))
+    wgrid = max(1, min(-(-len(wide) // 8), be.caps.sm_count * 16))  # a warp an item
     pgrid = max(1, min(-(-len(pieces) // 8), be.caps.sm_count * 16)) if pieces is not None else 0
     for start in range(0, k_all, BATCH):
         batch = sources[start:start + BATCH]
         width = batch.size
         rows = dist[start * n:(start + width) * n]
         everyone = np.uint64((1 << width) - 1)
-        launch_quietly(k.clear, vgrid, 256, stream, width, n, seen, frontier, nxt, rows)
-        launch_quietly(k.place, 1, 64, stream, be.upload(batch), width, n, seen, frontier, rows)
+        launch(k.clear, vgrid, 256, width, n, seen, frontier, nxt, rows)
+        launch(k.place, 1, 64, be.upload(batch), width, n, seen, frontier, rows)
         size, level, bottom = width, 0, False
         while size:
             level += 1
             share = size / n
             bottom = symmetric and (share > BOTTOM_UP_ABOVE or (bottom and share > TOP_DOWN_BELOW))
             if bottom:
-                launch_quietly(k.pull, wgrid, 256, stream, indptr, indices, n, everyone, seen, frontier, nxt, limit)
+                launch(k.pull, vgrid, 256, indptr, indices, n, everyone, seen, frontier, nxt, own)
+                if len(wide):
+                    launch(k.pull_wide, wgrid, 256, indptr, indices, wide, found, everyone, seen, frontier, nxt)
                 if pieces is not None:
-                    launch_quietly(k.pull_heavy, pgrid, 256, stream, indices, pieces, len(pieces), everyone, seen,
-                                   frontier, nxt)
+                    launch(k.pull_heavy, pgrid, 256, indices, pieces, len(pieces), everyone, seen, frontier, nxt)
             else:
-                launch_quietly(k.push, wgrid, 256, stream, indptr, indices, n, seen, frontier, nxt, limit)
+                launch(k.push, vgrid, 256, indptr, indices, n, seen, frontier, nxt, own)
+                if len(wide):
+                    launch(k.push_wide, wgrid, 256, indptr, indices, wide, found, seen, frontier, nxt)
                 if pieces is not None:
-                    launch_quietly(k.push_heavy, pgrid, 256, stream, indices, pieces, len(pieces), seen, frontier, nxt)
+                    launch(k.push_heavy, pgrid, 256, indices, pieces, len(pieces), seen, frontier, nxt)
             if levels is not None:
                 levels.append("bottom-up" if bottom else "top-down")
-            active.copy_to_device(zero, stream=stream)
-            launch_quietly(k.settle, vgrid, 256, stream, n, level, seen, frontier, nxt, rows, active)
-            got = active.copy_to_host(stream=stream)
-            if stream is not None:
-                stream.synchronize()
-            size = int(got[0])
+            host.reset()
+            launch(k.settle, vgrid, 256, n, level, seen, frontier, nxt, rows, counts, host.device)
+            size = host.read(be.stream)[0]
     return dist.reshape(k_all, n)
 
 
-def _pieces(be, indptr, n: int, nnz: int):
-    """(pieces, limit): the vertices with more than PIECE neighbours cut into pieces of PIECE
-    entries, a device array of rows (vertex, first entry, end), and the degree above which the
-    one-warp-a-vertex kernels leave a vertex to the piece kernels; (None, no limit) where no vertex
-    has that many. One small read back a call."""
+def _by_degree(be, indptr, n: int, nnz: int):
+    """(own, wide, found, pieces), the vertices sorted by degree once a call: a thread takes a
+    vertex of up to `own` neighbours (SMALL, or PIECE where less); `wide` (a device array) lists
+    the vertices of more, up to PIECE, a warp each, `found` the device words whose TAIL counts
+    them; `pieces` cuts the neighbour lists of the vertices of more than PIECE into pieces of PIECE
+    entries, device rows (vertex, first entry, end), None where no vertex has that many. One small
+    read back a call, two where there are pieces."""
+    from ..gpu.memory import scratch
     from ..gpu.numba_launch import launch_quietly
+    from ..workqueue.device import TAIL
     from . import multisource_kernels as k
 
-    room = nnz // (PIECE + 1)
-    if room == 0:
-        return None, 2**62
-    found = be.empty(room * 3, np.int64).reshape(room, 3)
-    count = be.empty(1, np.int64)
-    launch_quietly(k.find_heavy, _grid(be, n), 256, be.stream, indptr, n, PIECE, found, count)
-    h = int(be.download(count)[0])
+    own = min(k.SMALL, PIECE)
+    room, wide_room = nnz // (PIECE + 1), nnz // (own + 1)  # a vertex of more than d neighbours holds d + 1 entries
+    found = be.empty(3, np.uint64)
+    if wide_room == 0:
+        return own, found[:0], found, None
+    out = scratch(be, max(room, 1) * 3, np.int64).reshape(max(room, 1), 3)
+    wide = scratch(be, wide_room, np.int64)
+    launch_quietly(k.find_heavy, _grid(be, n), 256, be.stream, indptr, n, own, PIECE, out, found, wide)
+    counts = be.download(found)
+    w, h = int(counts[TAIL]), int(counts[2])
+    wide = wide[:w]
     if h == 0:
-        return None, 2**62
-    rows = be.download(found[:h].reshape(h * 3)).reshape(h, 3)
+        return own, wide, found, None
+    rows = be.download(out[:h].reshape(h * 3)).reshape(h, 3)
     rows = rows[np.argsort(rows[:, 0], kind="stable")]  # the order atomics found them in varies
     v, lo, hi = rows[:, 0], rows[:, 1], rows[:, 2]
     per = -(-(hi - lo) // PIECE)
     first = np.repeat(lo, per) + PIECE * (np.arange(int(per.sum())) - np.repeat(np.cumsum(per) - per, per))
     table = np.stack([np.repeat(v, per), first, np.minimum(first + PIECE, np.repeat(hi, per))], axis=1)
-    return be.upload(np.ascontiguousarray(table, np.int64)), PIECE
+    return own, wide, found, be.upload(np.ascontiguousarray(table, np.int64))

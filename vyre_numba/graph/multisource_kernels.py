@@ -2,16 +2,22 @@
 
 Each vertex holds three 64-bit masks, one bit a source of the batch: `seen` (the sources that have
 reached it), `frontier` (the sources that reached it at the last level) and `nxt` (the sources
-reaching it at this level, gathered before `settle` keeps the new ones). A warp works on one vertex
-at a time, its lanes striding over the vertex's neighbours, so index reads are coalesced and a hub
-is 32 lanes' work, not one thread's."""
+reaching it at this level, gathered before `settle` keeps the new ones). Work is split by degree,
+once a call (`find_heavy`): a vertex of up to SMALL neighbours is one thread's (`push`, `pull`: a
+warp reads 32 vertices' masks in one load), one of up to the piece limit one warp's, its lanes
+striding over the neighbours (`push_wide`, `pull_wide`, over a queue of those vertices, so the wide
+vertices, which cluster in id order, are spread over every warp), and a hub's neighbours are cut
+into pieces, a warp a piece (`push_heavy`, `pull_heavy`)."""
 from __future__ import annotations
 
 from numba import cuda, int32, int64, uint8, uint32, uint64
 
 from ..simulator import SIMULATED
+from .bfs_kernels import add_sum
+from ..workqueue.device import TAIL, push_any
 
 FULL = 0xFFFFFFFF
+SMALL = 32  # neighbours a lane walks alone; a vertex with more is its whole warp's work
 
 
 @cuda.jit(device=True)
@@ -26,40 +32,11 @@ def lowest_bit(m):
 
 if SIMULATED:  # the simulator has no warp votes or shuffles
     @cuda.jit(device=True)
-    def count(active, gained):
-        """Add to active[0] the lanes of the warp where `gained`."""
-        if gained:
-            cuda.atomic.add(active, 0, int32(1))
-
-    @cuda.jit(device=True)
-    def gather(nxt, u, acc):
-        """nxt[u] = the OR of acc over the warp's lanes (nothing stored where that is 0)."""
-        if acc != uint64(0):
-            cuda.atomic.or_(nxt, u, acc)
-
-    @cuda.jit(device=True)
     def offer(nxt, u, acc):
         """nxt[u] |= the OR of acc over the warp's lanes, atomically (other warps offer to u too)."""
         if acc != uint64(0):
             cuda.atomic.or_(nxt, u, acc)
 else:
-    @cuda.jit(device=True)
-    def count(active, gained):
-        """Add to active[0] the lanes of the warp where `gained`: one atomic a warp."""
-        votes = cuda.ballot_sync(FULL, gained)
-        if cuda.laneid == 0 and votes != 0:
-            cuda.atomic.add(active, 0, int32(cuda.popc(votes)))
-
-    @cuda.jit(device=True)
-    def gather(nxt, u, acc):
-        """nxt[u] = the OR of acc over the warp's lanes (nothing stored where that is 0): a
-        shuffle tree (as int64, the type shfl takes), one store."""
-        y = int64(acc)
-        for off in (16, 8, 4, 2, 1):
-            y |= cuda.shfl_xor_sync(FULL, y, off)
-        if cuda.laneid == 0 and y != 0:
-            nxt[u] = uint64(y)
-
     @cuda.jit(device=True)
     def offer(nxt, u, acc):
         """nxt[u] |= the OR of acc over the warp's lanes, atomically (other warps offer to u too): a
@@ -104,16 +81,15 @@ else:
 
 
 @cuda.jit(device=True)
-def offer_range(indices, k, end, f, seen, nxt):
-    """Offer the sources f to the neighbours indices[k], indices[k + 32], ... before `end` that
-    they have not reached (a lane's share of a list the warp walks): one atomic OR a neighbour
-    that gains something."""
+def offer_range(indices, k, end, step, f, seen, nxt):
+    """Offer the sources f to the neighbours indices[k], indices[k + step], ... before `end` that
+    they have not reached: one atomic OR a neighbour that gains something."""
     while k < end:
         u = indices[k]
         m = f & ~seen[u]
         if m != uint64(0):
             cuda.atomic.or_(nxt, u, m)
-        k += 32
+        k += step
 
 
 @cuda.jit(device=True)
@@ -125,6 +101,45 @@ def masks_of(indices, k, end, frontier):
         acc |= frontier[indices[k]]
         k += 32
     return acc
+
+
+@cuda.jit(device=True)
+def own_masks(indices, k, end, frontier, want):
+    """The sources of `want` in the frontier masks of the neighbours indices[k:end], read until
+    every one of them is found (a lane's own vertex)."""
+    acc = uint64(0)
+    while k < end:
+        acc |= frontier[indices[k]]
+        if acc & want == want:
+            break
+        k += 1
+    return acc & want
+
+
+if SIMULATED:
+    @cuda.jit(device=True)
+    def warp_masks(indices, lo, hi, frontier, want):
+        """The sources of `want` in the frontier masks of the neighbours indices[lo:hi], the same
+        on every lane: each lane reads them all here."""
+        return own_masks(indices, lo, hi, frontier, want)
+else:
+    @cuda.jit(device=True)
+    def warp_masks(indices, lo, hi, frontier, want):
+        """The sources of `want` in the frontier masks of the neighbours indices[lo:hi], the same
+        on every lane (every lane calls, with the same arguments): the lanes read 32 neighbours a
+        step and stop at the step where every source is found."""
+        acc = int64(0)
+        c = lo
+        while c < hi:  # the same trip count for every lane: the shuffles need them all
+            k = c + cuda.laneid
+            if k < hi:
+                acc |= int64(frontier[indices[k]])
+            for off in (16, 8, 4, 2, 1):
+                acc |= cuda.shfl_xor_sync(FULL, acc, off)
+            if uint64(acc) & want == want:
+                break
+            c += 32
+        return uint64(acc) & want
 
 
 @cuda.jit
@@ -157,52 +172,94 @@ def place(sources, width, n, seen, frontier, dist):
 
 
 @cuda.jit
-def push(indptr, indices, n, seen, frontier, nxt, limit):
-    """Top-down: every vertex with sources in its frontier mask offers them to its neighbours that
-    those sources have not reached (one atomic OR a neighbour that gains something); vertices
-    with more than `limit` neighbours are left to `push_heavy`."""
-    lane = cuda.laneid
-    warp = int64(cuda.grid(1)) // 32
-    warps = int64(cuda.gridsize(1)) // 32
-    v = warp
-    while v < n:
-        f = frontier[v]
-        if f != uint64(0) and indptr[v + 1] - indptr[v] <= limit:
-            offer_range(indices, int64(indptr[v]) + lane, indptr[v + 1], f, seen, nxt)
-        v += warps
-
-
-@cuda.jit
-def pull(indptr, indices, n, everyone, seen, frontier, nxt, limit):
-    """Bottom-up (symmetric CSRs): every vertex some source has not reached gathers, from its
-    neighbours' frontier masks, the sources it has not seen; no atomics. Vertices with more than
-    `limit` neighbours are left to `pull_heavy`."""
-    lane = cuda.laneid
-    warp = int64(cuda.grid(1)) // 32
-    warps = int64(cuda.gridsize(1)) // 32
-    u = warp
-    while u < n:
-        want = everyone & ~seen[u]
-        if want != uint64(0) and indptr[u + 1] - indptr[u] <= limit:
-            gather(nxt, u, masks_of(indices, int64(indptr[u]) + lane, indptr[u + 1], frontier) & want)
-        u += warps
-
-
-@cuda.jit
-def find_heavy(indptr, n, limit, out, count):
-    """Every vertex with more than `limit` neighbours appends (vertex, first entry, end) to `out`
-    (rows in any order; `out` has room for every such vertex: nnz // (limit + 1) rows)."""
+def push(indptr, indices, n, seen, frontier, nxt, own):
+    """Top-down: every vertex of up to `own` neighbours with sources in its frontier mask offers
+    them to its neighbours that those sources have not reached (one atomic OR a neighbour that
+    gains something), a thread a vertex; larger ones are left to `push_wide` and `push_heavy`."""
     v = int64(cuda.grid(1))
     stride = int64(cuda.gridsize(1))
     while v < n:
-        lo = int64(indptr[v])
-        hi = int64(indptr[v + 1])
-        if hi - lo > limit:
-            j = cuda.atomic.add(count, 0, int64(1))
-            out[j, 0] = v
-            out[j, 1] = lo
-            out[j, 2] = hi
+        f = frontier[v]
+        if f != uint64(0):
+            lo, hi = int64(indptr[v]), int64(indptr[v + 1])
+            if hi - lo <= own:
+                offer_range(indices, lo, hi, 1, f, seen, nxt)
         v += stride
+
+
+@cuda.jit
+def pull(indptr, indices, n, everyone, seen, frontier, nxt, own):
+    """Bottom-up (symmetric CSRs): every vertex of up to `own` neighbours that some source has not
+    reached gathers, from its neighbours' frontier masks, the sources it has not seen, reading
+    until it has them all, a thread a vertex; no atomics. Larger ones are left to `pull_wide` and
+    `pull_heavy`."""
+    u = int64(cuda.grid(1))
+    stride = int64(cuda.gridsize(1))
+    while u < n:
+        want = everyone & ~seen[u]
+        if want != uint64(0):
+            lo, hi = int64(indptr[u]), int64(indptr[u + 1])
+            if hi > lo and hi - lo <= own:
+                got = own_masks(indices, lo, hi, frontier, want)
+                if got != uint64(0):
+                    nxt[u] = got
+        u += stride
+
+
+@cuda.jit
+def find_heavy(indptr, n, own, limit, out, found, wide):
+    """Sort out the vertices a thread does not take alone, once a call: each with more than `limit`
+    neighbours appends (vertex, first entry, end) to `out` (found[2] counts them; room for every
+    such vertex, nnz // (limit + 1) rows), each other with more than `own` joins the queue `wide`
+    (its tail found[TAIL]; room for nnz // (own + 1)). Both in the order atomics meet them."""
+    v = int64(cuda.grid(1))
+    stride = int64(cuda.gridsize(1))
+    while v - cuda.laneid < n:  # whole warps step together: push_any votes across the warp
+        d = int64(0)
+        if v < n:
+            lo = int64(indptr[v])
+            d = int64(indptr[v + 1]) - lo
+            if d > limit:
+                j = int64(cuda.atomic.add(found, 2, uint64(1)))
+                out[j, 0] = v
+                out[j, 1] = lo
+                out[j, 2] = lo + d
+        push_any(wide, found, v, d > own and d <= limit)
+        v += stride
+
+
+@cuda.jit
+def push_wide(indptr, indices, wide, found, seen, frontier, nxt):
+    """`push` for the queued vertices `wide` (found[TAIL] of them): a warp a vertex, its lanes
+    striding over the neighbours, so index reads are coalesced and the wide vertices, which
+    cluster in id order, are spread over every warp."""
+    lane = cuda.laneid
+    c = int64(cuda.grid(1)) // 32
+    warps = int64(cuda.gridsize(1)) // 32
+    count = int64(found[TAIL])
+    while c < count:
+        v = wide[c]
+        f = frontier[v]
+        if f != uint64(0):
+            offer_range(indices, int64(indptr[v]) + lane, indptr[v + 1], 32, f, seen, nxt)
+        c += warps
+
+
+@cuda.jit
+def pull_wide(indptr, indices, wide, found, everyone, seen, frontier, nxt):
+    """`pull` for the queued vertices `wide`: a warp a vertex, reading 32 neighbours a step until
+    it has every source it wants."""
+    c = int64(cuda.grid(1)) // 32
+    warps = int64(cuda.gridsize(1)) // 32
+    count = int64(found[TAIL])
+    while c < count:
+        u = wide[c]
+        want = everyone & ~seen[u]
+        if want != uint64(0):
+            got = warp_masks(indices, int64(indptr[u]), int64(indptr[u + 1]), frontier, want)
+            if cuda.laneid == 0 and got != uint64(0):
+                nxt[u] = got
+        c += warps
 
 
 @cuda.jit
@@ -216,7 +273,7 @@ def push_heavy(indices, pieces, count, seen, frontier, nxt):
         v = pieces[c, 0]
         f = frontier[v]
         if f != uint64(0):
-            offer_range(indices, pieces[c, 1] + lane, pieces[c, 2], f, seen, nxt)
+            offer_range(indices, pieces[c, 1] + lane, pieces[c, 2], 32, f, seen, nxt)
         c += warps
 
 
@@ -236,12 +293,21 @@ def pull_heavy(indices, pieces, count, everyone, seen, frontier, nxt):
 
 
 @cuda.jit
-def settle(n, level, seen, frontier, nxt, dist, active):
+def settle(n, level, seen, frontier, nxt, dist, counts, host):
     """Keep what each vertex gained this level: the new bits become its frontier and its seen
-    mask, each new source's row gets distance `level` there; count the vertices that gained."""
+    mask, each new source's row gets distance `level` there. The vertices that gained are summed
+    a block at a time (one atomic on one word a warp serialised a level's count for up to a
+    millisecond) and the launch's last block puts the count in host[0], then 1 in host[1] (mapped
+    host memory, host[1] -1 before: what the host watches for); `counts` (vertices, blocks done)
+    is zero on entry and left zero."""
+    total = cuda.shared.array(1, int64)
+    if cuda.threadIdx.x == 0:
+        total[0] = 0
+    cuda.syncthreads()
     lane = cuda.laneid
-    base = int64(cuda.grid(1)) - lane
+    base = int64(cuda.grid(1)) - lane  # whole warps step together: write_level shuffles across the warp
     stride = int64(cuda.gridsize(1))
+    gained = int64(0)
     while base < n:
         i = base + lane
         new = uint64(0)
@@ -251,9 +317,22 @@ def settle(n, level, seen, frontier, nxt, dist, active):
             frontier[i] = new
             if new != uint64(0):
                 seen[i] |= new
+                gained += 1
         write_level(dist, n, i, new, level)
-        count(active, new != uint64(0))
         base += stride
+    add_sum(total, 0, gained)
+    cuda.syncthreads()
+    if cuda.threadIdx.x == 0:
+        if total[0] != 0:
+            cuda.atomic.add(counts, 0, total[0])
+        cuda.threadfence()
+        if cuda.atomic.add(counts, 1, 1) == cuda.gridDim.x - 1:
+            cuda.threadfence()
+            host[0] = cuda.atomic.add(counts, 0, 0)
+            counts[0] = 0
+            counts[1] = 0
+            cuda.threadfence_system()
+            host[1] = 1
 
 
 @cuda.jit

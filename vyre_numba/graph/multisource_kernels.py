@@ -93,11 +93,22 @@ def offer_range(indices, k, end, step, f, seen, nxt):
 
 
 @cuda.jit(device=True)
+def step_masks(indices, k, end, frontier):
+    """The OR of the frontier masks of the neighbours indices[k], indices[k + 32], indices[k + 64]
+    and indices[k + 96] that come before `end`: four loads in flight a lane, not one."""
+    a = frontier[indices[k]] if k < end else uint64(0)
+    b = frontier[indices[k + 32]] if k + 32 < end else uint64(0)
+    c = frontier[indices[k + 64]] if k + 64 < end else uint64(0)
+    d = frontier[indices[k + 96]] if k + 96 < end else uint64(0)
+    return (a | b) | (c | d)
+
+
+@cuda.jit(device=True)
 def masks_of(indices, k, end, frontier):
     """The OR of the frontier masks of the neighbours indices[k], indices[k + 32], ... before
     `end` (a lane's share of a list the warp walks)."""
     acc = uint64(0)
-    while k < end:
+    while k < end:  # one load in flight a lane: four (step_masks) measured 8 % slower for pieces of 1,024
         acc |= frontier[indices[k]]
         k += 32
     return acc
@@ -126,19 +137,17 @@ else:
     @cuda.jit(device=True)
     def warp_masks(indices, lo, hi, frontier, want):
         """The sources of `want` in the frontier masks of the neighbours indices[lo:hi], the same
-        on every lane (every lane calls, with the same arguments): the lanes read 32 neighbours a
+        on every lane (every lane calls, with the same arguments): the lanes read 128 neighbours a
         step and stop at the step where every source is found."""
         acc = int64(0)
         c = lo
         while c < hi:  # the same trip count for every lane: the shuffles need them all
-            k = c + cuda.laneid
-            if k < hi:
-                acc |= int64(frontier[indices[k]])
+            acc |= int64(step_masks(indices, c + cuda.laneid, hi, frontier))
             for off in (16, 8, 4, 2, 1):
                 acc |= cuda.shfl_xor_sync(FULL, acc, off)
             if uint64(acc) & want == want:
                 break
-            c += 32
+            c += 128
         return uint64(acc) & want
 
 

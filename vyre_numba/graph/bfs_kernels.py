@@ -109,6 +109,22 @@ else:
             cuda.atomic.add(out, i, y)
 
 
+@cuda.jit(device=True)
+def last_block_total(counts, host):
+    """(Thread 0 of each block, once its block's share is added to counts[0].) In the launch's last
+    block to get here: host[0] = the whole grid's sum and `counts` (sum, blocks done) zero again for
+    the next launch, then True; False in the others. The caller then sets the word the host
+    watches for, after a system fence."""
+    cuda.threadfence()
+    if cuda.atomic.add(counts, 1, 1) == cuda.gridDim.x - 1:
+        cuda.threadfence()
+        host[0] = cuda.atomic.add(counts, 0, 0)
+        counts[0] = 0
+        counts[1] = 0
+        return True
+    return False
+
+
 @cuda.jit
 def frontier_edges(indptr, items, state, capacity, counts, host, spent):
     """Measure the frontier just built: host[0] = the neighbours of the queue's filled items (the
@@ -127,17 +143,11 @@ def frontier_edges(indptr, items, state, capacity, counts, host, spent):
         i += stride
     add_sum(counts, 0, acc)
     cuda.syncthreads()
-    if cuda.threadIdx.x == 0:
-        cuda.threadfence()
-        if cuda.atomic.add(counts, 1, 1) == cuda.gridDim.x - 1:
-            cuda.threadfence()
-            host[0] = cuda.atomic.add(counts, 0, 0)
-            counts[0] = 0
-            counts[1] = 0
-            spent[TAIL] = 0
-            spent[HEAD] = 0
-            cuda.threadfence_system()
-            host[1] = filled
+    if cuda.threadIdx.x == 0 and last_block_total(counts, host):
+        spent[TAIL] = 0
+        spent[HEAD] = 0
+        cuda.threadfence_system()
+        host[1] = filled
 
 
 @cuda.jit

@@ -13,7 +13,7 @@ from __future__ import annotations
 from numba import cuda, int32, int64, uint8, uint32, uint64
 
 from ..simulator import SIMULATED
-from .bfs_kernels import add_sum
+from .bfs_kernels import add_sum, last_block_total
 from ..workqueue.device import TAIL, push_any
 
 FULL = 0xFFFFFFFF
@@ -334,12 +334,7 @@ def settle(n, level, seen, frontier, nxt, dist, counts, host):
     if cuda.threadIdx.x == 0:
         if total[0] != 0:
             cuda.atomic.add(counts, 0, total[0])
-        cuda.threadfence()
-        if cuda.atomic.add(counts, 1, 1) == cuda.gridDim.x - 1:
-            cuda.threadfence()
-            host[0] = cuda.atomic.add(counts, 0, 0)
-            counts[0] = 0
-            counts[1] = 0
+        if last_block_total(counts, host):
             cuda.threadfence_system()
             host[1] = 1
 

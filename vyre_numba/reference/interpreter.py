@@ -11,7 +11,9 @@ values (every operation is total); only stores, atomics and assignments look at 
 Depth costs no Python recursion: the compiler's walkers run on an explicit stack
 (`ir.recursion.drive`); an expression nested deeper than `SHALLOW` levels runs as a flat
 post-order tape of steps (shallower ones as nested closures, the fast path); a statement body whose
-control flow nests more than `FLAT_DEPTH` levels runs as generators on an explicit stack.
+control flow nests more than `FLAT_DEPTH` levels runs as generators on an explicit stack. A node
+object used more than once in one expression (`e = e * e` in a Python loop) is compiled and
+evaluated once an evaluation of it, unless the expression holds an atomic (see `_shared`).
 
 A launch larger than the host memory budget runs in chunks of whole workgroups, in workgroup
 order (see `prepare`); loops and fixpoint iterations draw on a work budget (see `Budget`).
@@ -255,7 +257,8 @@ def geometry(grid: tuple[int, int, int], wg: tuple[int, int, int]) -> Geometry:
 class _Run:
     """The mutable state of one run over one chunk: buffers, variables, returned invocations."""
 
-    __slots__ = ("plan", "geo", "n", "iota", "base", "bufs", "lens", "vars", "ret", "budget", "unit", "changes")
+    __slots__ = ("plan", "geo", "n", "iota", "base", "bufs", "lens", "vars", "ret", "budget", "unit", "changes",
+                 "memo")
 
     def __init__(self, plan: "Plan", arrays: dict[str, np.ndarray], geo: Geometry, budget: Budget,
                  changes: list | None = None):
@@ -269,6 +272,7 @@ class _Run:
                      for name, a in self.bufs.items()}
         self.vars: dict[str, np.ndarray] = {}
         self.ret: np.ndarray | None = None
+        self.memo: list = []  # the values of an expression's shared nodes while it is evaluated (see _shared)
 
     def live(self, m):
         """`m` without the returned invocations (normalised like _narrow)."""
@@ -596,6 +600,56 @@ def _tape(steps: list) -> Expr:
     return run_tape
 
 
+def _kept(ev: Expr, slot: int) -> Expr:
+    """`ev`, evaluated once an evaluation of its expression: a node used more than once."""
+    def kept(r, m):
+        v = r.memo[slot]
+        if v is None:
+            v = r.memo[slot] = ev(r, m)
+        return v
+    return kept
+
+
+def _keep(slot: int) -> Callable:
+    """A tape step that keeps the value on top (a shared node's, just computed) in its slot."""
+    def keep(r, m, st):
+        r.memo[slot] = st[-1]
+    return keep
+
+
+def _again(slot: int) -> Callable:
+    """A tape step that pushes a shared node's value, computed earlier on the tape."""
+    return lambda r, m, st: st.append(r.memo[slot])
+
+
+def _scoped(ev: Expr, slots: int) -> Expr:
+    """`ev` with `slots` empty memo slots for its shared nodes, fresh each evaluation."""
+    def scoped(r, m):
+        outer = r.memo
+        r.memo = [None] * slots
+        try:
+            return ev(r, m)
+        finally:
+            r.memo = outer
+    return scoped
+
+
+def _shared(e: n.Expr) -> dict[int, int]:
+    """{id of node: memo slot} for the nodes of `e` that are used more than once (a child of more
+    than one parent, or twice of one), in time linear in its distinct nodes. Empty where `e`
+    holds an atomic: every other node is pure within one evaluation of an expression (no store
+    runs in it), so a shared node's value is the same at each use, and evaluating it once gives
+    the same bits; an atomic changes a buffer, so a load used before and after it may differ."""
+    uses: dict[int, int] = {}
+    for x in walk([e], distinct=True):
+        if isinstance(x, n.Atomic):
+            return {}
+        for c in x.children():
+            uses[id(c)] = uses.get(id(c), 0) + 1
+    shared = [i for i, k in uses.items() if k > 1]
+    return {i: slot for slot, i in enumerate(shared)}
+
+
 class _Code(NamedTuple):
     """A compiled expression: its closure (None when its value is left on the enclosing tape),
     its type, and the most bytes per invocation alive while it is evaluated."""
@@ -803,26 +857,48 @@ class Plan:
 
     # ---- expressions: compiled children first (walkers run by `drive`) --------------------------
     def _expr(self, e: n.Expr):
-        """Walker: the `_Code` of an expression: nested closures, or a tape when it is deep."""
+        """Walker: the `_Code` of an expression: nested closures, or a tape when it is deep. A node
+        used more than once in it (`_shared`) is compiled once and evaluated once an evaluation,
+        so an expression costs its distinct nodes, not its size written out."""
+        self._slots, self._done = _shared(e), {}
         if e.depth <= SHALLOW:
-            return self._shallow(e)
-        tape: list = []
-        code = yield self._deep(e, tape)
-        return code._replace(ev=_tape(tape))
+            code = self._shallow(e)
+        else:
+            tape: list = []
+            code = yield self._deep(e, tape)
+            code = code._replace(ev=_tape(tape))
+        if self._slots:  # the shared values stay alive until the expression's value is made
+            kept = sum(_nbytes(c.type) for c in self._done.values())
+            code = _Code(_scoped(code.ev, len(self._slots)), code.type, code.peak + kept)
+        return code
 
     def _shallow(self, e: n.Expr) -> _Code:
         """The closure of an expression at most SHALLOW deep (so this recursion is bounded)."""
+        slot = self._slots.get(id(e))
+        if slot is not None and id(e) in self._done:
+            return self._done[id(e)]
         kids = [self._shallow(child) for child in e.children()]
         f, rm, t, peak = self._combine(e, kids)
-        return _Code(_closure(f, rm, [k.ev for k in kids]), t, peak)
+        code = _Code(_closure(f, rm, [k.ev for k in kids]), t, peak)
+        if slot is not None:
+            code = self._done[id(e)] = code._replace(ev=_kept(code.ev, slot))
+        return code
 
     def _deep(self, e: n.Expr, tape: list):
         """Walker appending the steps of a deep expression to `tape`, children first; a shallow
-        subtree becomes one step. Its `_Code` has no closure: the value is left on the tape."""
+        subtree becomes one step, a shared deep one met again a step that pushes its kept value.
+        Its `_Code` has no closure: the value is left on the tape."""
         kids = []
         for child in e.children():
-            if child.depth > SHALLOW:
+            slot = self._slots.get(id(child))
+            if child.depth > SHALLOW and slot is not None and id(child) in self._done:
+                tape.append(_again(slot))
+                kids.append(self._done[id(child)])
+            elif child.depth > SHALLOW:
                 kids.append((yield self._deep(child, tape)))
+                if slot is not None:
+                    tape.append(_keep(slot))
+                    self._done[id(child)] = kids[-1]
             else:
                 k = self._shallow(child)
                 tape.append(_step(k.ev, True, 0))

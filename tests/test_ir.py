@@ -1042,6 +1042,25 @@ def test_digest_is_sha256_of_canonical_json(scale_program):
     assert scale_program.digest() == d  # cached value is the same
 
 
+def test_a_shared_node_is_written_at_each_use_and_built_once():
+    """A node object used twice is written out at both places (the JSON of a tree, so a shared and
+    a written-out program have one text and one digest), from one dict built once: deep and
+    shallow documents alike."""
+    B = ir.BufferDecl
+    for depth in (3, 250):  # below and above the recursion threshold of to_dict
+        e = ir.load("x", ir.gid(0))
+        for _ in range(depth):
+            e = e + ir.u32(1)
+        shared, fresh = e * e, ir.from_dict(ir.to_dict(e)) * ir.from_dict(ir.to_dict(e))
+        assert shared.a is shared.b and fresh.a is not fresh.b
+        d = ir.to_dict(shared)
+        assert d["a"] is d["b"] and ir.to_dict(fresh) == d
+        ps = [ir.Program([B.read("x", 0, "u32"), B.output("y", 1, "u32", 4)], 4, [ir.store("y", ir.gid(0), v)])
+              for v in (shared, fresh)]
+        assert ps[0].to_json() == ps[1].to_json() and ps[0].digest() == ps[1].digest()
+        assert ir.Program.from_json(ps[0].to_json()) == ps[0]
+
+
 def test_equal_programs_have_equal_digests(every_node_program):
     copy = ir.Program.from_json(every_node_program.to_json())
     assert copy is not every_node_program and copy.digest() == every_node_program.digest()

@@ -526,17 +526,20 @@ def _as_written(entry: Any) -> None:
                     stack.append((f"{cls.__name__}.{name}", d[name], k))
 
 
-def _to(x: Any):
+def _to(x: Any, memo: dict):
     names = x._kinds if isinstance(x, n._Structural) else None
     if names is not None:
-        d = {"k": type(x).__name__}
-        for name in names:
-            d[name] = yield _to(getattr(x, name))
+        d = memo.get(id(x))
+        if d is None:
+            d = {"k": type(x).__name__}
+            for name in names:
+                d[name] = yield _to(getattr(x, name), memo)
+            memo[id(x)] = d
         return d
     if isinstance(x, tuple):
         out = []
         for v in x:
-            out.append((yield _to(v)))
+            out.append((yield _to(v, memo)))
         return out
     if isinstance(x, DataType):
         return x.value
@@ -546,29 +549,34 @@ def _to(x: Any):
 _SHALLOW = 200  # below this depth plain recursion is safe, and faster than the explicit stack
 
 
-def _to_shallow(x: Any) -> Any:
+def _to_shallow(x: Any, memo: dict) -> Any:
     names = x._kinds if isinstance(x, n._Structural) else None
     if names is not None:
-        d = {"k": type(x).__name__}
-        for name in names:
-            d[name] = _to_shallow(getattr(x, name))
+        d = memo.get(id(x))
+        if d is None:
+            d = {"k": type(x).__name__}
+            for name in names:
+                d[name] = _to_shallow(getattr(x, name), memo)
+            memo[id(x)] = d
         return d
     if isinstance(x, tuple):
-        return [_to_shallow(v) for v in x]
+        return [_to_shallow(v, memo) for v in x]
     if isinstance(x, DataType):
         return x.value
     return x
 
 
 def to_dict(x: Any) -> Any:
-    """JSON-ready form of an expression or statement (or a tuple of them)."""
+    """JSON-ready form of an expression or statement (or a tuple of them). A node object used more
+    than once gives one dict, found at each of its places (built once: time in distinct nodes)."""
     items = x if isinstance(x, tuple) else (x,)
     if not all(isinstance(v, n._Structural) for v in items):
         raise IRValidationError(f"to_dict takes IR expressions and statements, not {a_type(x)}. Fix: pass a "
                                 "node or a tuple of nodes (a Program has its own program.to_dict()).")
+    memo: dict = {}  # id of node -> its dict; the nodes outlive the call, so ids stay unique
     if all(not isinstance(v, n._Structural) or v._depth < _SHALLOW for v in items):
-        return _to_shallow(x)
-    return drive(_to(x))
+        return _to_shallow(x, memo)
+    return drive(_to(x, memo))
 
 
 def _from(d: Any):

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import defaultdict
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -672,6 +672,50 @@ class _Values:
 _GONE = object()
 
 
+def _occurrences(roots, stop: Callable[[n.Expr], bool]) -> list[tuple[n.Expr, int]]:
+    """Each distinct node reachable from `roots` without entering a node where `stop` (which is
+    reached but not entered), parents before children, with how often it occurs written out (each
+    root counting once a listing): what a walk of every use counts, in time linear in distinct nodes."""
+    post: list = []
+    seen: set[int] = set()
+    for r in roots:
+        if id(r) in seen:
+            continue
+        seen.add(id(r))
+        stack = [(r, iter(() if stop(r) else r.children()))]
+        while stack:  # depth first; a node goes to `post` after all its children
+            x, kids = stack[-1]
+            for c in kids:
+                if id(c) not in seen:
+                    seen.add(id(c))
+                    stack.append((c, iter(() if stop(c) else c.children())))
+                    break
+            else:
+                stack.pop()
+                post.append(x)
+    occ: dict[int, int] = defaultdict(int)
+    for r in roots:
+        occ[id(r)] += 1
+    order = post[::-1]  # reversed postorder: every node after all its parents
+    for x in order:
+        if not stop(x):
+            for c in x.children():
+                occ[id(c)] += occ[id(x)]
+    return [(x, occ[id(x)]) for x in order]
+
+
+def _parts_by_depth(values: "_Values", tops) -> list[int]:
+    """The value numbers `tops` and all their parts, each once, deepest first (so every value
+    comes after the values containing it)."""
+    seen, stack = set(tops), list(tops)
+    while stack:
+        for sub in values.parts[stack.pop()][1]:
+            if sub not in seen:
+                seen.add(sub)
+                stack.append(sub)
+    return sorted(seen, key=lambda v: -values.parts[v][0].depth)
+
+
 def _cse_body(ctx: _Context, values: _Values, stmts, p0: int, visible: dict[n.StructuralKey, str]):
     """One block, its first statement at position `p0`: a pure expression met twice while the
     variables it reads keep their values is computed once, into a `let` placed before its first use
@@ -684,28 +728,24 @@ def _cse_body(ctx: _Context, values: _Values, stmts, p0: int, visible: dict[n.St
     # pass 1: how often each value occurs, less the occurrences inside a larger shared value
     count: dict[int, int] = defaultdict(int)
     p = p0
+
+    def held_outside(x) -> bool:  # a value an enclosing block holds: neither counted nor entered
+        return ctx.shareable(x) and x.key() in visible
+
     for s in stmts:
         memo: dict[int, int] = {}
-        for e in _exprs(s):
-            stack = [e]
-            while stack:
-                x = stack.pop()
-                if ctx.shareable(x) and x.key() not in visible:
-                    count[values.number(x, p, memo)] += 1
-                elif ctx.shareable(x):
-                    continue
-                stack.extend(x.children())
+        for x, k in _occurrences(_exprs(s), held_outside):
+            if ctx.shareable(x) and x.key() not in visible:
+                count[values.number(x, p, memo)] += k
         p = index.end[p]
-    for k in sorted((k for k in count if count[k] > 1), key=lambda k: -values.parts[k][0].depth):
-        c = count[k]
-        if c < 2:
-            continue
-        stack = list(values.parts[k][1])
-        while stack:  # every part of the value, as often as it occurs in it
-            sub = stack.pop()
-            if sub in count and ctx.shareable(values.parts[sub][0]):
-                count[sub] -= c - 1
-            stack.extend(values.parts[sub][1])
+    shared = {k for k in count if count[k] > 1}
+    within: dict[int, int] = defaultdict(int)  # occurrences inside larger shared values, times their extra uses
+    for v in _parts_by_depth(values, shared):  # the larger values first: each sees all that contain it
+        if v in count and ctx.shareable(values.parts[v][0]):
+            count[v] -= within[v]
+        extra = count[v] - 1 if v in shared and count[v] > 1 else 0
+        for sub in values.parts[v][1]:  # every part, as often as it occurs in the value
+            within[sub] += within[v] + extra
 
     # pass 2: rewrite; the first use of a value met again makes a temporary
     held: dict[int, tuple[str, int]] = {}  # value -> (the variable holding it, its generation then)

@@ -494,3 +494,54 @@ def test_a_value_used_many_times_in_one_expression_is_rebuilt_once_a_node():
     for _ in range(6):  # the results, on a value the interpreter walks quickly (it walks each use)
         small = small * small + small
     assert_same_results(prog([ir.store("y", ir.gid(0), small)]), [np.arange(8, dtype=np.uint32)], None)
+
+
+def test_a_node_object_under_names_of_other_types_folds_in_each_scope():
+    """One node object reads `t`, a u32 in one branch, an f32 in the other and a u32 literal after:
+    folding keeps what it made of a node over statements only while the names in scope keep
+    their types, so each place is typed, and folded, by its own scope."""
+    t = ir.var("t")
+    e = ir.Cast("u32", t + t)
+    g = ir.gid(0)
+    body = [ir.if_(g < ir.buf_len("y"), [
+        ir.if_(g < ir.lit(3, "u32"),
+               [ir.let("t", ir.load("x", g)), ir.store("y", g, e)],
+               [ir.let("t", ir.Cast("f32", ir.load("x", g)) * ir.lit(0.5, "f32")), ir.store("y", g, e)]),
+        ir.let("t", ir.lit(7, "u32")), ir.store("y", ir.lit(0, "u32"), e + ir.Cast("u32", t + t))])]
+    B = ir.BufferDecl
+    p = ir.Program([B.read("x", 0, "u32"), B.read_write("y", 1, "u32")], 8, body, name="scopes")
+    x = np.arange(10, dtype=np.uint32) * 3
+    be = vn.get_backend("reference")
+    want = be.dispatch(p, [x, np.zeros(10, np.uint32)])[0]
+    assert want.tolist() == [28, 6, 12, 9, 12, 15, 18, 21, 24, 27]
+    for passes in (None, ["fold"], ["fold", "cse"]):
+        q = optimize(p, passes)
+        assert be.dispatch(q, [x, np.zeros(10, np.uint32)])[0].tolist() == want.tolist(), passes
+
+
+def test_a_value_shared_by_many_statements_is_rebuilt_once(monkeypatch):
+    """Partial sums stored by 200 statements, each sum the one before plus a load: the passes'
+    walks rebuild each node about once (801 rebuilds for fold and for hoist, of about 800 node
+    visits written once; 60,700 and 83,758 when each statement walked its whole sum), not once per
+    statement that holds it."""
+    from vyre_numba.ir import optimizer
+
+    calls = [0]
+    real = optimizer._rebuild
+
+    def counted(e, kids):
+        calls[0] += 1
+        return real(e, kids)
+    monkeypatch.setattr(optimizer, "_rebuild", counted)
+    acc, stmts = ir.lit(0, "u32"), []
+    for k in range(200):
+        acc = acc + ir.load("x", ir.lit(k % 7, "u32"))
+        stmts.append(ir.store("y", ir.lit(k, "u32"), acc))
+    B = ir.BufferDecl
+    p = ir.Program([B.read("x", 0, "u32"), B.read_write("y", 1, "u32")], 8, stmts, name="sums")
+    counts = []
+    for passes in (["fold"], ["hoist"], ["cse"]):  # hoist and cse hash-cons the program first
+        calls[0] = 0
+        optimize(p, passes)
+        counts.append(calls[0])
+    assert max(counts) < 2_000, counts

@@ -217,13 +217,16 @@ def _rebuild(e: n.Expr, kids: list[n.Expr]) -> n.Expr:
     return type(e)(**{f: next(it) if isinstance(getattr(e, f), n.Expr) else getattr(e, f) for f in e._kinds})
 
 
-def _transform(e: n.Expr, node, replace=None) -> n.Expr:
+def _transform(e: n.Expr, node, replace=None, made: dict | None = None) -> n.Expr:
     """Rebuild `e` bottom-up, `node(x, kids)` giving each node from its rewritten operands; where
     `replace(x)` (asked top-down) returns an expression, that stands for x's whole subtree. A node
     met again within `e` (a value used twice) takes its first result: `node` and `replace` answer
-    alike for one node within one call, and `e * e + e` twenty times is 60 nodes to rebuild, not 3**20."""
+    alike for one node within one call, and `e * e + e` twenty times is 60 nodes to rebuild, not 3**20.
+    `made` (id of a node -> its result) carries those results over calls whose `node` and `replace`
+    answer alike for one node, for a value shared by several statements; the caller keeps the nodes
+    alive while it holds `made`."""
     out: list = []
-    made: dict[int, n.Expr] = {}  # id -> result (e holds every node while this runs)
+    made = {} if made is None else made
     stack = [(e, False)]
     while stack:
         x, done = stack.pop()
@@ -336,11 +339,13 @@ def _hash_consed(entry: tuple[n.Node, ...]) -> tuple[n.Node, ...]:
 
 def _rewritten(stmts: tuple[n.Node, ...], node) -> tuple[n.Node, ...]:
     """`stmts` with every expression rebuilt by `_transform(e, node)`, those of the statements
-    nested in them too."""
+    nested in them too; `node` answers alike for one node wherever it is (each node rebuilt once)."""
+    made: dict = {}
+
     def body(stmts):
         out = []
         for s in stmts:
-            s = _with_exprs(s, [_transform(e, node) for e in _exprs(s)])
+            s = _with_exprs(s, [_transform(e, node, made=made) for e in _exprs(s)])
             if _bodies(s):
                 bodies = []
                 for b in _bodies(s):
@@ -359,10 +364,17 @@ _FOLDABLE = (n.BinOp, n.UnOp, n.Cast, n.Select, n.Fma)
 
 def _fold(ctx: _Context, entry: tuple[n.Node, ...]) -> tuple[n.Node, ...]:
     types: dict[str, DataType] = {}  # the variables in scope
+    # What folding a node gave, kept over statements (a value several statements share is folded
+    # once) while the variables in scope keep their types: forgotten when a name is declared or
+    # goes out of scope. typed: id -> type of each rewritten node, which `made` keeps alive.
+    made: dict[int, n.Expr] = {}
+    typed: dict[int, DataType] = {}
+
+    def forget() -> None:
+        made.clear()
+        typed.clear()
 
     def expr(e: n.Expr) -> tuple[n.Expr, DataType]:
-        typed: dict[int, DataType] = {}  # id -> type of each rewritten node (kept alive while needed)
-
         def node(x, kids):
             x = _rebuild(x, kids)
             tys = tuple(typed[id(k)] for k in kids)
@@ -375,19 +387,21 @@ def _fold(ctx: _Context, entry: tuple[n.Node, ...]) -> tuple[n.Node, ...]:
                 x = folded if folded is not None else _simplify(ctx, x, kids, tys)
             typed[id(x)] = t
             return x
-        out = _transform(e, node)
+        out = _transform(e, node, made=made)
         return out, typed[id(out)]
 
     def body(stmts, loop_var: str | None = None):
         out, declared = [], [loop_var] if loop_var else []
         if loop_var:
             types[loop_var] = D.U32
+            forget()
         for s in stmts:
             folded = [expr(e) for e in _exprs(s)]
             s = _with_exprs(s, [e for e, _ in folded])
             if isinstance(s, n.Let):
                 types[s.name] = folded[0][1]
                 declared.append(s.name)
+                forget()
             if _bodies(s):
                 var = s.var if isinstance(s, n.Loop) else None
                 bodies = []
@@ -397,6 +411,8 @@ def _fold(ctx: _Context, entry: tuple[n.Node, ...]) -> tuple[n.Node, ...]:
             out.append(s)
         for name in declared:
             types.pop(name, None)
+        if declared:
+            forget()
         return tuple(out)
 
     return drive(body(entry))
@@ -630,7 +646,9 @@ def _hoist(ctx: _Context, entry: tuple[n.Node, ...]) -> tuple[n.Node, ...]:
                 for b, (first, _) in zip(_bodies(s), spans):
                     bodies.append((yield body(b, depth, first)))
                 s = _with_bodies(s, bodies)
-            out.append(_with_exprs(s, [_transform(e, _rebuild, at(depth)) for e in _exprs(s)]))
+            if depth:  # outside every loop nothing is hoisted: the expressions stay as they are
+                s = _with_exprs(s, [_transform(e, _rebuild, at(depth)) for e in _exprs(s)])
+            out.append(s)
             p = index.end[p]
         return tuple(out)
 

@@ -152,6 +152,11 @@ def _grid(be, items: int) -> int:
     return max(1, min(-(-items // 256), be.caps.sm_count * 16))
 
 
+def _warp_grid(be, items: int) -> int:
+    """Blocks of 256 threads for kernels that take a warp an item (8 items a block)."""
+    return max(1, min(-(-items // 8), be.caps.sm_count * 16))
+
+
 def _bfs_many_gpu(be, indptr, indices, n: int, sources: np.ndarray, symmetric: bool, levels: list | None = None):
     """Distances on the device, (len(sources), n) int32; `levels`, where given, records each
     level's direction."""
@@ -170,8 +175,8 @@ def _bfs_many_gpu(be, indptr, indices, n: int, sources: np.ndarray, symmetric: b
     counts, host = be.empty(2, np.int64), _host_words()  # see `settle`
     vgrid = _grid(be, n)
     own, wide, found, pieces = _by_degree(be, indptr, n, int(indices.shape[0]))
-    wgrid = max(1, min(-(-len(wide) // 8), be.caps.sm_count * 16))  # a warp an item
-    pgrid = max(1, min(-(-len(pieces) // 8), be.caps.sm_count * 16)) if pieces is not None else 0
+    wgrid = _warp_grid(be, len(wide))
+    pgrid = _warp_grid(be, len(pieces)) if pieces is not None else 0
     for start in range(0, k_all, BATCH):
         batch = sources[start:start + BATCH]
         width = batch.size

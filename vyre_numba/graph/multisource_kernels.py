@@ -256,7 +256,7 @@ def push_wide(indptr, indices, wide, found, seen, frontier, nxt):
 
 @cuda.jit
 def pull_wide(indptr, indices, wide, found, everyone, seen, frontier, nxt):
-    """`pull` for the queued vertices `wide`: a warp a vertex, reading 32 neighbours a step until
+    """`pull` for the queued vertices `wide`: a warp a vertex, reading 128 neighbours a step until
     it has every source it wants."""
     c = int64(cuda.grid(1)) // 32
     warps = int64(cuda.gridsize(1)) // 32

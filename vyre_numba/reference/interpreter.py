@@ -841,7 +841,10 @@ class Plan:
         self.types: dict[str, DataType] = {}
         self._var_bytes: dict[str, int] = {}
         self._peak = 0
+        self._slots: dict[int, int] = {}  # while an expression compiles: its shared nodes' memo slots (`_shared`)
+        self._done: dict[int, _Code] = {}  # and the code of those compiled so far
         self.body: _Body = drive(self._body(program.entry, Where(None, "entry"), 0))
+        self._slots, self._done = {}, {}  # compile-time only: a cached plan keeps none of it
         geometry_bytes = 16 + 4 * len(builtins) + 8 * len(counts)  # ids, local ids, builtins, workgroup offsets
         self.invocation_bytes = sum(self._var_bytes.values()) + self._peak + geometry_bytes + 2
         self.workgroup_shared_bytes = sum(b.count * b.dtype.nbytes for b in self.shared)

@@ -189,10 +189,12 @@ def test_values_hypothesis_cannot_show_get_only_vyre_errors_from_every_builder_a
     backend = vn.get_backend("reference")
     model = QueueModel(4, np.int32)
     egraph = EGraph.from_arrays([0, 1], [0, 1], [0, 0, 0], [], backend="reference")
+    resident = graph.Graph([0, 1, 1], [0], backend="reference")
     targets = list(IR_BUILDERS) + [(getattr(backend, m), k) for m, k in BACKEND_METHODS] + [
         (compaction.select, 2), (compaction.select_if, 2), (compaction.nonzero, 1), (compaction.read_compacted, 2),
         (QueueModel, 2), (model.push, 1), (graph.check_csr, 2), (graph.bfs, 3), (graph.connected_components, 2),
-        (graph.bfs_many, 3), (EGraph.from_arrays, 4), (EGraph.from_terms, 1), (EGraph.from_serialized, 1),
+        (graph.bfs_many, 3), (graph.Graph, 2), (resident.bfs, 1), (resident.bfs_many, 1),
+        (resident.reachable_many, 1), (EGraph.from_arrays, 4), (EGraph.from_terms, 1), (EGraph.from_serialized, 1),
         (congruence_closure, 2), (structural_equivalences, 1), (workload.arithmetic, 1), (egraph.union, 1),
         (egraph.find, 1), (egraph.add, 3), (egraph.lookup, 3), (fixpoint.run, 3),
         (elementwise, 3), (vn.get_backend, 1)]

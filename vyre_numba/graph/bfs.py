@@ -113,7 +113,9 @@ def bfs(indptr: "ArrayIn | Any", indices: "ArrayIn | int | None" = None, source:
     arrays. `symmetric=True` promises every edge is stored both ways, which lets large frontiers
     be searched bottom-up: checked (a DispatchError where it is broken), for host arrays on the host
     (about 8 ns an edge), for device arrays on the device (once a graph: later calls on the same
-    contents find it remembered)."""
+    contents find it remembered). A `Graph` in the CSR's place, `bfs(g, source)`, is `g.bfs(source)`."""
+    if getattr(indptr, "_resident_graph", False):
+        return indptr.bfs(indptr._given(indices, source, "source", "bfs", backend, symmetric))
     indptr, indices, source = graph_arguments(indptr, indices, source, "bfs", "source")
     be, g, n, on_device = resolve(indptr, indices, backend, symmetric, "bfs(A, source)")
     source = _source(source, n)

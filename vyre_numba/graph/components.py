@@ -66,7 +66,11 @@ def connected_components(indptr: "ArrayIn | Any", indices: ArrayIn | None = None
     arrays (numba, CuPy, PyTorch) give a device array and run on the GPU. `symmetric=True`
     promises every edge is stored both ways (as scipy's undirected graphs are), so the GPU can skip
     the largest component's edges, seen from their other ends: checked (as for `bfs`), on the host
-    for host arrays, on the device for device arrays."""
+    for host arrays, on the device for device arrays. `connected_components(g)` of a `Graph` is
+    `g.connected_components()`."""
+    if getattr(indptr, "_resident_graph", False):
+        indptr._given(indices, None, None, "connected_components", backend, symmetric)
+        return indptr.connected_components()
     indptr, indices, _ = graph_arguments(indptr, indices, None, "connected_components")
     be, g, n, on_device = resolve(indptr, indices, backend, symmetric, "connected_components(A)")
     if on_device:

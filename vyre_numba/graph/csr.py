@@ -67,6 +67,10 @@ def graph_arguments(indptr, indices, then, call: str, then_name: str | None = No
     (bfs's source), None where the call takes none; every stored entry is an edge, explicit zeros
     too, as SciPy's csgraph reads a sparse matrix."""
     after = f", {then_name}" if then_name else ""
+    if getattr(indptr, "_resident_graph", False) or getattr(indices, "_resident_graph", False):
+        raise DispatchError(f"{call}() takes a graph's arrays, not a Graph. Fix: pass g.to_csr() (a host copy of "
+                            "its arrays), or call the Graph's own method where it has one (g.bfs, g.bfs_many, "
+                            "g.connected_components).")
     if _square(indptr):
         raise DispatchError(f"{call}(): indptr is a square 2-D array (a dense adjacency matrix?), not a CSR's offsets. "
                             f"Fix: pass the graph as a sparse matrix, {call}(scipy.sparse.csr_array(M){after}).")
@@ -179,6 +183,8 @@ def checked_graph(g, what: str) -> CSR:
     check is a few vectorised passes over the whole graph, so a search that reaches little of a
     large graph costs more than it did when a checked CSR was trusted (3.6 ms against 0.3 ms on
     2 M vertices): the price of never indexing with arrays that changed."""
+    if getattr(g, "_resident_graph", False):
+        raise DispatchError(f"{what} takes a CSR, not a Graph. Fix: pass g.to_csr().")
     if not isinstance(g, CSR):
         args = "A" if whole_graph(g) else "indptr, indices"
         raise DispatchError(f"{what} takes a CSR, not {a_type(g)}. Fix: pass check_csr({args}).")

@@ -148,3 +148,15 @@ def _vertex_of(indptr, lo, hi, e):
         else:
             hi = mid
     return lo
+
+
+@cuda.jit
+def copy_into(dst, src):
+    """dst[i] = src[i] for every i (src of any stride, converted to dst's type: a checked CSR's
+    indices into int32, which holds every vertex id)."""
+    i = int64(cuda.grid(1))
+    stride = int64(cuda.gridsize(1))
+    n = int64(dst.shape[0])
+    while i < n:
+        dst[i] = src[i]
+        i += stride

@@ -81,6 +81,16 @@ def _record(dist: np.ndarray, start: int, at: np.ndarray, bits: np.ndarray, leve
         dist[start + cols, at[many][rows]] = level
 
 
+def many_sources(sources, n: int) -> np.ndarray:
+    """`sources` checked as vertices of an n-vertex graph (int64), their rows within the size
+    `bfs_many` gives."""
+    s = _sources(sources, n)
+    if n * s.size >= 2**34:  # 64 GiB of int32 distances
+        raise DispatchError(f"{s.size} sources x {n} vertices is {s.size * n:,} distances ({s.size * n * 4 / 2**30:.0f} "
+                            "GiB). Fix: pass fewer sources a call (the result holds one int32 per source and vertex).")
+    return s
+
+
 def _sources(sources, n: int) -> np.ndarray:
     if hasattr(sources, "__cuda_array_interface__") or hasattr(sources, "copy_to_host"):
         raise DispatchError("sources is a device array. Fix: pass the source vertices as a list or NumPy array "
@@ -109,17 +119,17 @@ def bfs_many(indptr: "ArrayIn | Any", indices: ArrayIn | None = None, sources: A
     Sources are searched 64 at a time in one traversal. Host arrays give a NumPy result (computed
     on the GPU when `backend` is "cuda", or is None and a GPU is usable); device arrays give a
     device array (an int `sources` gives one row). `symmetric=True` as for `bfs` (bottom-up
-    levels; checked, for device arrays on the device)."""
+    levels; checked, for device arrays on the device). A `Graph` in the CSR's place, `bfs_many(g,
+    sources)`, is `g.bfs_many(sources)`."""
+    if getattr(indptr, "_resident_graph", False):
+        return indptr.bfs_many(indptr._given(indices, sources, "sources", "bfs_many", backend, symmetric))
     return _bfs_many(indptr, indices, sources, backend, symmetric, "bfs_many")
 
 
 def _bfs_many(indptr, indices, sources, backend, symmetric, call: str):
     indptr, indices, sources = graph_arguments(indptr, indices, sources, call, "sources")
     be, g, n, on_device = resolve(indptr, indices, backend, symmetric, f"{call}(A, sources)")
-    s = _sources(sources, n)
-    if n * s.size >= 2**34:  # 64 GiB of int32 distances
-        raise DispatchError(f"{s.size} sources x {n} vertices is {s.size * n:,} distances ({s.size * n * 4 / 2**30:.0f} "
-                            "GiB). Fix: pass fewer sources a call (the result holds one int32 per source and vertex).")
+    s = many_sources(sources, n)
     if on_device:
         check_device_csr(be, indptr, indices, n, symmetric=symmetric, call=f"{call}(A, sources)")
         return _bfs_many_gpu(be, indptr, indices, n, s, bool(symmetric))
@@ -134,15 +144,21 @@ def _bfs_many(indptr, indices, sources, backend, symmetric, call: str):
 def reachable_many(indptr: "ArrayIn | Any", indices: ArrayIn | None = None, sources: ArrayIn | None = None, *,
                    backend: "Backend | str | None" = None, symmetric: bool = False) -> ArrayOut:
     """Whether each of `sources` reaches each vertex (bool, shape (len(sources), n)): `bfs_many(...)
-    >= 0` (`reachable_many(A, sources)` for a SciPy sparse matrix A), on the device for device arrays."""
-    dist = _bfs_many(indptr, indices, sources, backend, symmetric, "reachable_many")
-    if isinstance(dist, np.ndarray):
-        return dist >= 0
+    >= 0` (`reachable_many(A, sources)` for a SciPy sparse matrix A), on the device for device arrays;
+    `reachable_many(g, sources)` of a `Graph` is `g.reachable_many(sources)`."""
+    if getattr(indptr, "_resident_graph", False):
+        return indptr.reachable_many(indptr._given(indices, sources, "sources", "reachable_many", backend, symmetric))
     from ..backend import resolve_backend
+
+    dist = _bfs_many(indptr, indices, sources, backend, symmetric, "reachable_many")
+    return dist >= 0 if isinstance(dist, np.ndarray) else reached(resolve_backend(backend), dist)
+
+
+def reached(be, dist):
+    """`dist >= 0` of device distances, a bool device array of their shape."""
     from ..gpu.numba_launch import launch_quietly
     from . import multisource_kernels as k
 
-    be = resolve_backend(backend)
     out = be.empty(max(dist.size, 1), np.uint8)  # bool has no storage type of its own: bytes 0 and 1
     launch_quietly(k.reached, _grid(be, dist.size), 256, be.stream, dist.reshape(dist.size), out, dist.size)
     return out[:dist.size].view(np.bool_).reshape(dist.shape)

@@ -173,9 +173,11 @@ def _warp_grid(be, items: int) -> int:
     return max(1, min(-(-items // 8), be.caps.sm_count * 16))
 
 
-def _bfs_many_gpu(be, indptr, indices, n: int, sources: np.ndarray, symmetric: bool, levels: list | None = None):
+def _bfs_many_gpu(be, indptr, indices, n: int, sources: np.ndarray, symmetric: bool, levels: list | None = None,
+                  degrees: list | None = None):
     """Distances on the device, (len(sources), n) int32; `levels`, where given, records each
-    level's direction."""
+    level's direction. `degrees`, where given, keeps `_by_degree`'s split of a graph whose offsets
+    do not change (a `Graph`'s): found there, or found here and put there (its one element)."""
     from ..gpu.memory import scratch, unzeroed
     from ..gpu.numba_launch import launchers
     from . import multisource_kernels as k
@@ -190,7 +192,12 @@ def _bfs_many_gpu(be, indptr, indices, n: int, sources: np.ndarray, symmetric: b
     seen, frontier, nxt = masks
     counts, host = be.empty(2, np.int64), _host_words()  # see `settle`
     vgrid = _grid(be, n)
-    own, wide, found, pieces = _by_degree(be, indptr, n, int(indices.shape[0]))
+    if degrees:
+        own, wide, found, pieces = degrees[0]
+    else:
+        own, wide, found, pieces = _by_degree(be, indptr, n, int(indices.shape[0]))
+        if degrees is not None:
+            degrees.append((own, wide, found, pieces))
     wgrid = _warp_grid(be, len(wide))
     pgrid = _warp_grid(be, len(pieces)) if pieces is not None else 0
     for start in range(0, k_all, BATCH):

@@ -44,7 +44,7 @@ class Graph(Unshared):
         be, g, n, on_device = resolve(indptr, indices, backend, symmetric, "Graph(A)")
         self._lock = threading.RLock()  # a close waits for the query in flight
         self._be, self._n, self._symmetric, self._to_host = be, n, bool(symmetric), not on_device
-        self._host = None
+        self._host, self._degrees = None, []  # bfs_many's split of the vertices by degree, found once
         if be.name != "cuda":
             self._host = CSR(_kept(g.indptr), _kept(g.indices))
             self._nnz, self._hubs, self._arrays = g.nnz, False, ()
@@ -117,7 +117,7 @@ class Graph(Unshared):
             s = many_sources(sources, self._n)
             if self._host is not None:
                 return _bfs_many_numpy(self._host, s)
-            dist = _bfs_many_gpu(be, *self._arrays, self._n, s, self._symmetric)
+            dist = _bfs_many_gpu(be, *self._arrays, self._n, s, self._symmetric, degrees=self._degrees)
             return be.download(dist).reshape(s.size, self._n) if self._to_host else dist
 
     @host_memory("Graph.reachable_many", _PER_SOURCE)
@@ -151,7 +151,7 @@ class Graph(Unshared):
     def close(self) -> None:
         """Release the graph's copy (once; later calls do nothing)."""
         with self._lock:
-            self._be, self._host, self._arrays = None, None, ()
+            self._be, self._host, self._arrays, self._degrees = None, None, (), []
 
     def __enter__(self) -> "Graph":
         return self

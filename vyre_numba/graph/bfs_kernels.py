@@ -8,7 +8,7 @@ from numba import cuda, int32, int64
 
 from ..simulator import SIMULATED
 from ..workqueue.barrier import grid_wait
-from ..workqueue.device import HEAD, TAIL, push_any
+from ..workqueue.device import HEAD, TAIL, push_any, push_block
 
 UNSEEN = -1
 
@@ -79,16 +79,16 @@ def bottom_up(indptr, indices, dist, level, n, out_items, out_state):
     frontier (stored edges taken as in-edges: the CSR is symmetric)."""
     v = int64(cuda.grid(1))
     stride = int64(cuda.gridsize(1))
-    while v < n:
+    while v - cuda.threadIdx.x < n:  # whole blocks step together: push_block sums over the block
         found = False
-        if dist[v] == UNSEEN:
+        if v < n and dist[v] == UNSEEN:
             for k in range(indptr[v], indptr[v + 1]):
                 if dist[indices[k]] == level:
                     found = True
                     break
             if found:
                 dist[v] = int32(level + 1)
-        push_any(out_items, out_state, int32(v), found)
+        push_block(out_items, out_state, int32(v), found)
         v += stride
 
 

@@ -14,7 +14,7 @@ from numba import cuda, int32, int64, uint8, uint32, uint64
 
 from ..simulator import SIMULATED
 from .bfs_kernels import add_sum, last_block_total
-from ..workqueue.device import TAIL, push_any
+from ..workqueue.device import TAIL, push_block
 
 FULL = 0xFFFFFFFF
 SMALL = 32  # neighbours a lane walks alone; a vertex with more is its whole warp's work
@@ -223,7 +223,7 @@ def find_heavy(indptr, n, own, limit, out, found, wide):
     (its tail found[TAIL]; room for nnz // (own + 1)). Both in the order atomics meet them."""
     v = int64(cuda.grid(1))
     stride = int64(cuda.gridsize(1))
-    while v - cuda.laneid < n:  # whole warps step together: push_any votes across the warp
+    while v - cuda.threadIdx.x < n:  # whole blocks step together: push_block sums over the block
         d = int64(0)
         if v < n:
             lo = int64(indptr[v])
@@ -233,7 +233,7 @@ def find_heavy(indptr, n, own, limit, out, found, wide):
                 out[j, 0] = v
                 out[j, 1] = lo
                 out[j, 2] = lo + d
-        push_any(wide, found, v, d > own and d <= limit)
+        push_block(wide, found, v, d > own and d <= limit)
         v += stride
 
 

@@ -14,7 +14,7 @@ from ..compaction.select import PREDICATES_KEPT, kept_compiled
 from ..lru import LRUCache
 from ..simulator import SIMULATED
 
-__all__ = ["push", "size", "take", "consumer"]
+__all__ = ["push", "push_any", "push_block", "size", "take", "consumer"]
 
 TAIL, HEAD = 0, 1
 
@@ -54,6 +54,42 @@ else:
         if not want:
             return True
         slot = base + int64(cuda.popc(votes & ((uint32(1) << uint32(lane)) - uint32(1))))
+        if slot < items.shape[0]:
+            items[slot] = value
+            return True
+        return False
+
+
+if SIMULATED:
+    @cuda.jit(device=True)
+    def push_block(items, state, value, want):
+        """As `push` where `want`, True elsewhere."""
+        return push(items, state, value) if want else True
+else:
+    @cuda.jit(device=True)
+    def push_block(items, state, value, want):
+        """`push_any` with one atomic for the whole block: every thread of a block of whole warps
+        calls it together (it holds barriers). Where most warps push, as a bottom-up level over
+        every vertex does, a warp's atomic each would queue 100,000 of them on the one tail."""
+        counts = cuda.shared.array(33, int64)  # a warp's pushes, then its first slot; [32] the block's
+        lane = cuda.laneid
+        warp = cuda.threadIdx.x // 32
+        votes = cuda.ballot_sync(uint32(0xFFFFFFFF), want)
+        if lane == 0:
+            counts[warp] = cuda.popc(votes)
+        cuda.syncthreads()
+        if cuda.threadIdx.x == 0:
+            total = int64(0)
+            for w in range((cuda.blockDim.x + 31) // 32):
+                c = counts[w]
+                counts[w] = total
+                total += c
+            counts[32] = int64(cuda.atomic.add(state, TAIL, uint64(total))) if total else int64(0)
+        cuda.syncthreads()
+        slot = counts[32] + counts[warp] + int64(cuda.popc(votes & ((uint32(1) << uint32(lane)) - uint32(1))))
+        cuda.syncthreads()  # every thread has read its slot before the words are used again
+        if not want:
+            return True
         if slot < items.shape[0]:
             items[slot] = value
             return True

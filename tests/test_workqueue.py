@@ -674,3 +674,53 @@ def test_the_model_closes_and_drains_in_chunks_as_the_queue_does():
         with pytest.raises(DispatchError, match="this QueueModel was closed. Fix: make a new one"):
             use()
     q.close()  # a second close does nothing
+
+
+PUSH_BLOCK = """
+import numpy as np
+from numba import cuda
+from vyre_numba.workqueue.device import TAIL, push_block
+
+@cuda.jit
+def pushes(items, state, n, every, ok):
+    v = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    while v - cuda.threadIdx.x < n:  # whole blocks call it together
+        want = v < n and v % every == 0
+        done = push_block(items, state, v, want)
+        if v < n:
+            ok[v] = 1 if done else 0
+        v += stride
+
+for n, every, capacity, blocks, threads in CASES:
+    items = cuda.to_device(np.full(max(capacity, 1), -1, np.int64))[:capacity]
+    state = cuda.to_device(np.zeros(2, np.uint64))
+    ok = cuda.to_device(np.full(max(n, 1), 7, np.uint8))
+    pushes[blocks, threads](items, state, n, every, ok)
+    wanted = np.arange(0, n, every)
+    tail = int(state.copy_to_host()[TAIL])
+    got = items.copy_to_host()[:min(tail, capacity)]
+    flags = ok.copy_to_host()[:n]
+    assert tail == wanted.size, (n, every, capacity, tail)
+    assert np.unique(got).size == got.size and set(got.tolist()) <= set(wanted.tolist())
+    assert set(got.tolist()) == set(np.flatnonzero(flags == 1).tolist()) & set(wanted.tolist())
+    assert int((flags == 0).sum()) == max(0, wanted.size - capacity) and set(np.flatnonzero(flags == 0)) <= set(wanted)
+    assert (flags[np.setdiff1d(np.arange(n), wanted)] == 1).all()  # no push wanted: True
+print("push_block ok", len(CASES))
+"""
+
+
+def test_push_block_under_the_cuda_simulator():
+    from simulated import run_script
+
+    cases = [(0, 1, 4, 1, 32), (1, 1, 1, 1, 32), (100, 3, 100, 2, 64), (1000, 1, 300, 3, 64), (999, 7, 5, 1, 96)]
+    out = run_script(f"CASES = {cases!r}\n" + PUSH_BLOCK, 600)
+    assert out.returncode == 0 and f"push_block ok {len(cases)}" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.gpu
+def test_gpu_push_block_loses_nothing_and_overflows_as_push_does(capsys):
+    cases = [(0, 1, 4, 1, 32), (1, 1, 1, 1, 32), (1000, 3, 1000, 2, 256), (100_000, 1, 30_000, 40, 256),
+             (1_000_003, 2, 500_002, 264, 1024), (1_000_003, 5, 10**6, 264, 96), (65_537, 1, 65_537, 1, 32)]
+    exec(f"CASES = {cases!r}\n" + PUSH_BLOCK, {})
+    assert f"push_block ok {len(cases)}" in capsys.readouterr().out

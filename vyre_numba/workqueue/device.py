@@ -36,6 +36,8 @@ if SIMULATED:  # the simulator has no warp votes; one push a lane
     def push_any(items, state, value, want):
         """As `push` where `want`, True elsewhere."""
         return push(items, state, value) if want else True
+
+    push_block = push_any
 else:
     @cuda.jit(device=True)
     def push_any(items, state, value, want):
@@ -59,13 +61,6 @@ else:
             return True
         return False
 
-
-if SIMULATED:
-    @cuda.jit(device=True)
-    def push_block(items, state, value, want):
-        """As `push` where `want`, True elsewhere."""
-        return push(items, state, value) if want else True
-else:
     @cuda.jit(device=True)
     def push_block(items, state, value, want):
         """`push_any` with one atomic for the whole block: every thread of a block of whole warps

@@ -237,8 +237,9 @@ def _by_degree(be, indptr, n: int, nnz: int):
     vertex of up to `own` neighbours (SMALL, or PIECE where less); `wide` (a device array) lists
     the vertices of more, up to PIECE, a warp each, `found` the device words whose TAIL counts
     them; `pieces` cuts the neighbour lists of the vertices of more than PIECE into pieces of PIECE
-    entries, device rows (vertex, first entry, end), None where no vertex has that many. One small
-    read back a call, two where there are pieces."""
+    entries, device rows (vertex, first entry, end; in the order `find_heavy`'s atomics met the
+    vertices, which varies, as the kernels that take them need no order), None where no vertex has
+    that many. One small read back a call, two where there are pieces."""
     from ..gpu.memory import scratch
     from ..gpu.numba_launch import launch_quietly
     from ..workqueue.device import TAIL
@@ -258,9 +259,7 @@ def _by_degree(be, indptr, n: int, nnz: int):
     if h == 0:
         return own, wide, found, None
     rows = be.download(out[:h].reshape(h * 3)).reshape(h, 3)
-    rows = rows[np.argsort(rows[:, 0], kind="stable")]  # the order atomics found them in varies
-    v, lo, hi = rows[:, 0], rows[:, 1], rows[:, 2]
-    per = -(-(hi - lo) // PIECE)
-    first = np.repeat(lo, per) + PIECE * (np.arange(int(per.sum())) - np.repeat(np.cumsum(per) - per, per))
-    table = np.stack([np.repeat(v, per), first, np.minimum(first + PIECE, np.repeat(hi, per))], axis=1)
-    return own, wide, found, be.upload(np.ascontiguousarray(table, np.int64))
+    ends = np.cumsum(-(-(rows[:, 2] - rows[:, 1]) // PIECE))  # each heavy vertex's last piece + 1
+    pieces = scratch(be, int(ends[-1]) * 3, np.int64).reshape(int(ends[-1]), 3)
+    launch_quietly(k.cut_pieces, _grid(be, h), 256, be.stream, out, be.upload(ends), h, PIECE, pieces)
+    return own, wide, found, pieces

@@ -272,6 +272,26 @@ def pull_wide(indptr, indices, wide, found, everyone, seen, frontier, nxt):
 
 
 @cuda.jit
+def cut_pieces(rows, ends, count, piece, pieces):
+    """The pieces of `find_heavy`'s rows 0..count-1 (vertex, first entry, end): row r's neighbour
+    list cut into runs of `piece` entries, written as rows (vertex, first entry, end) of `pieces`
+    from ends[r - 1] (0 for the first) up to ends[r]."""
+    r = int64(cuda.grid(1))
+    stride = int64(cuda.gridsize(1))
+    while r < count:
+        v, hi = rows[r, 0], rows[r, 2]
+        first = rows[r, 1]
+        at = ends[r - 1] if r > 0 else int64(0)
+        while first < hi:
+            pieces[at, 0] = v
+            pieces[at, 1] = first
+            pieces[at, 2] = min(first + piece, hi)
+            first += piece
+            at += 1
+        r += stride
+
+
+@cuda.jit
 def push_heavy(indices, pieces, count, seen, frontier, nxt):
     """`push` for the vertices it left: a warp a piece (vertex, first entry, end) of their
     neighbour lists, so a hub of millions of neighbours is thousands of warps' work."""

@@ -237,7 +237,7 @@ def _by_degree(be, indptr, n: int, nnz: int):
     vertex of up to `own` neighbours (SMALL, or PIECE where less); `wide` (a device array) lists
     the vertices of more, up to PIECE, a warp each, `found` the device words whose TAIL counts
     them; `pieces` cuts the neighbour lists of the vertices of more than PIECE into pieces of PIECE
-    entries, device rows (vertex, first entry, end; in the order `find_heavy`'s atomics met the
+    entries, device rows (vertex, first entry, end; in the order `split_by_degree`'s atomics met the
     vertices, which varies, as the kernels that take them need no order), None where no vertex has
     that many. One small read back a call, two where there are pieces."""
     from ..gpu.memory import scratch
@@ -252,7 +252,7 @@ def _by_degree(be, indptr, n: int, nnz: int):
         return own, found[:0], found, None
     out = scratch(be, max(room, 1) * 3, np.int64).reshape(max(room, 1), 3)
     wide = scratch(be, wide_room, np.int64)
-    launch_quietly(k.find_heavy, _grid(be, n), 256, be.stream, indptr, n, own, PIECE, out, found, wide)
+    launch_quietly(k.split_by_degree, _grid(be, n), 256, be.stream, indptr, n, own, PIECE, out, found, wide)
     counts = be.download(found)
     w, h = int(counts[TAIL]), int(counts[2])
     wide = wide[:w]

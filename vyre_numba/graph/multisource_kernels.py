@@ -3,8 +3,9 @@
 Each vertex holds three 64-bit masks, one bit a source of the batch: `seen` (the sources that have
 reached it), `frontier` (the sources that reached it at the last level) and `nxt` (the sources
 reaching it at this level, gathered before `settle` keeps the new ones). Work is split by degree,
-once a call (`find_heavy`): a vertex of up to SMALL neighbours is one thread's (`push`, `pull`: a
-warp reads 32 vertices' masks in one load), one of up to the piece limit one warp's, its lanes
+once a call (`split_by_degree`, or once a `Graph`): a vertex of up to SMALL neighbours is one
+thread's (`push`, `pull`: a warp reads 32 vertices' masks in one load), one of up to the piece
+limit one warp's, its lanes
 striding over the neighbours (`push_wide`, `pull_wide`, over a queue of those vertices, so the wide
 vertices, which cluster in id order, are spread over every warp), and a hub's neighbours are cut
 into pieces, a warp a piece (`push_heavy`, `pull_heavy`)."""
@@ -216,7 +217,7 @@ def pull(indptr, indices, n, everyone, seen, frontier, nxt, own):
 
 
 @cuda.jit
-def find_heavy(indptr, n, own, limit, out, found, wide):
+def split_by_degree(indptr, n, own, limit, out, found, wide):
     """Sort out the vertices a thread does not take alone, once a call: each with more than `limit`
     neighbours appends (vertex, first entry, end) to `out` (found[2] counts them; room for every
     such vertex, nnz // (limit + 1) rows), each other with more than `own` joins the queue `wide`
@@ -273,7 +274,7 @@ def pull_wide(indptr, indices, wide, found, everyone, seen, frontier, nxt):
 
 @cuda.jit
 def cut_pieces(rows, ends, count, piece, pieces):
-    """The pieces of `find_heavy`'s rows 0..count-1 (vertex, first entry, end): row r's neighbour
+    """The pieces of `split_by_degree`'s rows 0..count-1 (vertex, first entry, end): row r's neighbour
     list cut into runs of `piece` entries, written as rows (vertex, first entry, end) of `pieces`
     from ends[r - 1] (0 for the first) up to ends[r]."""
     r = int64(cuda.grid(1))

@@ -5,10 +5,10 @@ reached it), `frontier` (the sources that reached it at the last level) and `nxt
 reaching it at this level, gathered before `settle` keeps the new ones). Work is split by degree,
 once a call (`split_by_degree`, or once a `Graph`): a vertex of up to SMALL neighbours is one
 thread's (`push`, `pull`: a warp reads 32 vertices' masks in one load), one of up to the piece
-limit one warp's, its lanes
-striding over the neighbours (`push_wide`, `pull_wide`, over a queue of those vertices, so the wide
-vertices, which cluster in id order, are spread over every warp), and a hub's neighbours are cut
-into pieces, a warp a piece (`push_heavy`, `pull_heavy`)."""
+limit one warp's, its lanes striding over the neighbours (`push_wide`, `pull_wide`, over a queue
+of those vertices, so the wide vertices, which cluster in id order, are spread over every warp),
+and a hub's neighbours are cut into pieces (`cut_pieces`), a warp a piece (`push_heavy`,
+`pull_heavy`)."""
 from __future__ import annotations
 
 from numba import cuda, int32, int64, uint8, uint32, uint64

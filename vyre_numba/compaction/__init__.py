@@ -410,7 +410,7 @@ def _octs(flags, n: int):
     return RawArray(address, (n // 8,), np.uint64)
 
 
-FUSED_BYTES = 1 << 22  # room for every item up to this size: selected in one launch (`Selector.fused_at`)
+FUSED_BYTES = 1 << 23  # room for every item up to this size: selected in one launch (`Selector.fused_at`)
 ROOM_BYTES = 1 << 28  # up to this size: three launches into room for every item, one wait at the end
 SLACK = 4 << 20  # a result in room for every item leaving more than this and 3/4 of it unused is copied to its size
 

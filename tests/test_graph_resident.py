@@ -70,6 +70,30 @@ def test_the_graph_keeps_its_own_copy_of_host_arrays():
     assert np.array_equal(g.bfs(0), before)
 
 
+def test_the_caller_s_arrays_are_checked_as_copied(monkeypatch):
+    """Regression (a red-team): the arrays were checked in place and copied after, so a change
+    between the two (another thread writing them) reached the graph unchecked."""
+    import vyre_numba.graph.resident as resident
+
+    indptr, indices = np.arange(6), np.array([1, 2, 3, 4, 0])
+    kept = resident._kept
+
+    def meanwhile(a):
+        indices[0] = -4  # the caller's array changes once the graph's copy has been checked
+        return kept(a)
+    monkeypatch.setattr(resident, "_kept", meanwhile)
+    g = Graph(indptr, indices, backend="reference")
+    assert g.to_csr().indices.tolist() == [1, 2, 3, 4, 0] and g.bfs(0).tolist() == [0, 1, 2, 3, 4]
+
+
+def test_sources_are_copied_before_they_are_checked():
+    from vyre_numba.graph.multisource import many_sources
+
+    s = np.array([1, 2], np.int64)
+    out = many_sources(s, 5)
+    assert out.tolist() == [1, 2] and not np.shares_memory(out, s)
+
+
 @pytest.mark.parametrize("graph,fragment", [
     (lambda: (np.array([0, 2, 1, 2]), np.array([0, 1])), "decreases"),
     (lambda: (np.array([0, 1, 2]), np.array([0, 5])), "not a vertex"),
@@ -127,7 +151,7 @@ def test_a_closed_graph_refuses_every_query_and_closes_once():
     g = Graph(GRAPHS["star"], backend="reference")
     g.close()
     g.close()
-    assert g.closed and repr(g) == "Graph(closed)"
+    assert g.closed and repr(g) == "Graph(closed)" and g.backend == "reference" and g.n == 200
     for call in (lambda: g.bfs(0), lambda: g.bfs_many([0]), lambda: g.reachable_many([0]), lambda: bfs(g, 0),
                  lambda: g.connected_components(), lambda: connected_components(g), lambda: g.to_csr()):
         with pytest.raises(DispatchError, match="was closed. Fix: make a new one"):
@@ -138,7 +162,7 @@ def test_properties_are_read_only_and_the_repr_says_what_it_holds():
     g = Graph(GRAPHS["star"], symmetric=True, backend="reference")
     assert repr(g) == "Graph(n=200, nnz=398, symmetric=True, backend='reference', results=NumPy)"
     for name in ("n", "nnz", "symmetric", "backend", "closed"):
-        with pytest.raises(ImmutableError, match="Fix:"):
+        with pytest.raises(ImmutableError, match=r"Fix: make a new Graph .*close\(\) releases one"):
             setattr(g, name, 1)
 
 

@@ -36,14 +36,17 @@ class Graph(Unshared):
     `close()` or `with`; a query after that is refused."""
 
     _resident_graph = True  # how `bfs(g, ...)` and the other module calls tell a Graph (no import of this module)
+    _read_only_fix = "make a new Graph with what you want, Graph(indptr, indices) or Graph(A) (close() releases one)"
 
     @host_memory("Graph")
     def __init__(self, indptr: "ArrayIn | Any", indices: ArrayIn | None = None, *, symmetric: bool = False,
                  backend: "Backend | str | None" = None):
         indptr, indices, _ = graph_arguments(indptr, indices, None, "Graph")
+        indptr, indices = _own(indptr), _own(indices)  # checked as copied: a later change cannot slip in unchecked
         be, g, n, on_device = resolve(indptr, indices, backend, symmetric, "Graph(A)")
         self._lock = threading.RLock()  # a close waits for the query in flight
         self._be, self._n, self._symmetric, self._to_host = be, n, bool(symmetric), not on_device
+        self._backend = be.name
         self._host, self._degrees = None, []  # bfs_many's split of the vertices by degree, found once
         if be.name != "cuda":
             self._host = CSR(_kept(g.indptr), _kept(g.indices))
@@ -75,8 +78,8 @@ class Graph(Unshared):
 
     @property
     def backend(self) -> str:
-        """The name of the backend the graph lives on: "cuda" or "reference"."""
-        return self._be.name
+        """The name of the backend the graph lives on: "cuda" or "reference" (kept after close)."""
+        return self._backend
 
     @property
     def closed(self) -> bool:
@@ -84,9 +87,9 @@ class Graph(Unshared):
         return self._be is None
 
     def __repr__(self) -> str:
-        if self.closed:
+        if self._be is None:
             return "Graph(closed)"
-        return (f"Graph(n={self._n:,}, nnz={self._nnz:,}, symmetric={self._symmetric}, backend={self.backend!r}, "
+        return (f"Graph(n={self._n:,}, nnz={self._nnz:,}, symmetric={self._symmetric}, backend={self._backend!r}, "
                 f"results={'NumPy' if self._to_host else 'device arrays'})")
 
     def _live(self):
@@ -112,6 +115,9 @@ class Graph(Unshared):
     def bfs_many(self, sources: ArrayIn) -> ArrayOut:
         """Distances (int32, shape (len(sources), n)) from each of `sources`: `bfs_many` of the
         graph's arrays, without checking them again."""
+        return self._bfs_many(sources)
+
+    def _bfs_many(self, sources):
         with self._lock:
             be = self._live()
             s = many_sources(sources, self._n)
@@ -126,7 +132,7 @@ class Graph(Unshared):
         `bfs_many(sources) >= 0`."""
         with self._lock:
             be = self._live()
-            dist = self.bfs_many(sources)
+            dist = self._bfs_many(sources)
             return dist >= 0 if isinstance(dist, np.ndarray) else reached(be, dist)
 
     @host_memory("Graph.connected_components")
@@ -183,9 +189,16 @@ class Graph(Unshared):
         return then
 
 
+def _own(a):
+    """A host array's copy (its own type: a masked array stays one, for the check to refuse), or
+    `a` itself: a device array (copied once checked, on the device, in stream order), a list or
+    other input that the check reads into a new array."""
+    return a.copy() if isinstance(a, np.ndarray) or type(a).__module__.startswith("pandas") else a
+
+
 def _kept(a: np.ndarray) -> np.ndarray:
-    """A read-only copy of `a`, the graph's own."""
-    out = np.array(a, np.int64, copy=True)
+    """`a` (checked) as int64, read-only, copied unless it is already an array of its own."""
+    out = a.astype(np.int64, copy=not (a.flags.owndata and a.base is None))
     out.setflags(write=False)
     return out
 

@@ -86,6 +86,11 @@ def test_numpy_bfs_matches_scipy_from_several_sources(name, small, monkeypatch):
         assert got.dtype == np.int32 and np.array_equal(got, expected(a, source)), (name, source)
 
 
+class _Device:
+    """A stand-in for a one-item device array (CuPy, PyTorch, Numba): no GPU is needed to refuse it."""
+    __cuda_array_interface__ = {"shape": (1,), "typestr": "<i8", "data": (0, False), "version": 3}
+
+
 @pytest.mark.parametrize("call,fragment", [
     (lambda a: bfs(a.indptr, a.indices, -1, backend="reference"), "source=-1"),
     (lambda a: bfs(a.indptr, a.indices, 500, backend="reference"), "source=500"),
@@ -93,6 +98,11 @@ def test_numpy_bfs_matches_scipy_from_several_sources(name, small, monkeypatch):
     (lambda a: bfs(a.indptr, a.indices, 1.0, backend="reference"), "source=1.0 is a float, not an int naming"),
     (lambda a: bfs(a.indptr, a.indices, np.timedelta64(1, "s"), backend="reference"), "source=np.timedelta64(1,'s')"),
     (lambda a: bfs(a.indptr, a.indices, np.array([1]), backend="reference"), "source=array([1])"),
+    (lambda a: bfs(a.indptr, a.indices, np.ma.array(1), backend="reference"), "source is a masked array"),
+    (lambda a: bfs(a.indptr, a.indices, _Device(), backend="reference"),
+     "source is a device array (a _Device), not one vertex. Fix: pass an int on the host"),
+    (lambda a: bfs(a.indptr, a.indices, pytest.importorskip("pandas").Series([1]), backend="reference"),
+     "source is a Series, not one vertex. Fix:"),  # named, not its repr of several lines
     (lambda a: bfs(a.indptr[::-1].copy(), a.indices, 0, backend="reference"),  # reversed: its ends are wrong
      "indptr runs from 1497 to 0, but must run from 0 to len(indices) = 1497. Fix: pass the indptr and indices of one CSR"),
     (lambda a: bfs(np.r_[a.indptr[:2], a.indptr[3] + 1, a.indptr[3:]], a.indices, 0, backend="reference"),

@@ -89,6 +89,15 @@ def each_once(ids: np.ndarray, stamp: np.ndarray) -> np.ndarray:
 def _source(source, n: int) -> int:
     if n < 1:
         raise DispatchError("the graph has no vertices, so no source. Fix: pass a graph with at least one vertex.")
+    if hasattr(source, "__cuda_array_interface__") or hasattr(source, "copy_to_host"):
+        raise DispatchError(f"source is a device array ({a_type(source)}), not one vertex. Fix: pass an int on the "
+                            f"host, 0 <= source < {n} (for a one-item device array, int(source.copy_to_host()[0])).")
+    if isinstance(source, np.ma.MaskedArray):
+        raise DispatchError("source is a masked array; its mask would be ignored. Fix: pass one "
+                            f"int 0 <= source < {n}.")
+    if type(source).__module__.split(".")[0] == "pandas":  # its repr runs over lines: named, not shown
+        raise DispatchError(f"source is {a_type(source)}, not one vertex. Fix: pass one int 0 <= source < {n} "
+                            "(bfs_many takes many sources).")
     if isinstance(source, np.ndarray) and source.shape == ():  # a 0-d array, as bfs_many takes one
         source = source[()]
     elif isinstance(source, (np.ndarray, list, tuple)):

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import INTEGERS, DispatchError, a_type, host_memory, shown
 from ..simulator import SIMULATED as _SIM
-from .csr import CSR, checked_graph, enqueue_check, graph_arguments, resolve
+from .csr import CSR, checked_graph, enqueue_check, graph_arguments, is_graph, resolve
 
 from ..backend import ArrayIn, ArrayOut, Backend  # noqa: F401  (the annotations name them: typing.get_type_hints reads them)
 
@@ -123,7 +123,7 @@ def bfs(indptr: "ArrayIn | Any", indices: "ArrayIn | int | None" = None, source:
     be searched bottom-up: checked (a DispatchError where it is broken), for host arrays on the host
     (about 8 ns an edge), for device arrays on the device (once a graph: later calls on the same
     contents find it remembered). A `Graph` in the CSR's place, `bfs(g, source)`, is `g.bfs(source)`."""
-    if getattr(indptr, "_resident_graph", False):
+    if is_graph(indptr):
         return indptr.bfs(indptr._given(indices, source, "source", "bfs", backend, symmetric))
     indptr, indices, source = graph_arguments(indptr, indices, source, "bfs", "source")
     be, g, n, on_device = resolve(indptr, indices, backend, symmetric, "bfs(A, source)")

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import host_memory
-from .csr import CSR, check_device_csr, checked_graph, edges, graph_arguments, resolve
+from .csr import CSR, check_device_csr, checked_graph, edges, graph_arguments, is_graph, resolve
 
 from ..backend import ArrayIn, ArrayOut, Backend  # noqa: F401  (the annotations name them: typing.get_type_hints reads them)
 
@@ -68,7 +68,7 @@ def connected_components(indptr: "ArrayIn | Any", indices: ArrayIn | None = None
     the largest component's edges, seen from their other ends: checked (as for `bfs`), on the host
     for host arrays, on the device for device arrays. `connected_components(g)` of a `Graph` is
     `g.connected_components()`."""
-    if getattr(indptr, "_resident_graph", False):
+    if is_graph(indptr):
         indptr._given(indices, None, None, "connected_components", backend, symmetric)
         return indptr.connected_components()
     indptr, indices, _ = graph_arguments(indptr, indices, None, "connected_components")

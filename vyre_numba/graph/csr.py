@@ -48,6 +48,11 @@ def _length(a, name: str) -> int:
     return int(shape[0])
 
 
+def is_graph(a) -> bool:
+    """Whether `a` is a `Graph` (told without importing `resident`, which imports the algorithms)."""
+    return getattr(a, "_resident_graph", False) is True
+
+
 def whole_graph(a) -> bool:
     """Whether `a` is a whole sparse graph (a SciPy sparse matrix or array, or a CSR of two arrays),
     where an array of it was meant."""
@@ -67,7 +72,7 @@ def graph_arguments(indptr, indices, then, call: str, then_name: str | None = No
     (bfs's source), None where the call takes none; every stored entry is an edge, explicit zeros
     too, as SciPy's csgraph reads a sparse matrix."""
     after = f", {then_name}" if then_name else ""
-    if getattr(indptr, "_resident_graph", False) or getattr(indices, "_resident_graph", False):
+    if is_graph(indptr) or is_graph(indices):
         raise DispatchError(f"{call}() takes a graph's arrays, not a Graph. Fix: pass g.to_csr() (a host copy of "
                             "its arrays), or call the Graph's own method where it has one (g.bfs, g.bfs_many, "
                             "g.connected_components).")
@@ -183,7 +188,7 @@ def checked_graph(g, what: str) -> CSR:
     check is a few vectorised passes over the whole graph, so a search that reaches little of a
     large graph costs more than it did when a checked CSR was trusted (3.6 ms against 0.3 ms on
     2 M vertices): the price of never indexing with arrays that changed."""
-    if getattr(g, "_resident_graph", False):
+    if is_graph(g):
         raise DispatchError(f"{what} takes a CSR, not a Graph. Fix: pass g.to_csr().")
     if not isinstance(g, CSR):
         args = "A" if whole_graph(g) else "indptr, indices"

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import INTEGERS, DispatchError, host_memory
 from .bfs import BOTTOM_UP_ABOVE, TOP_DOWN_BELOW, each_once
-from .csr import CSR, _as_index_array, check_device_csr, checked_graph, graph_arguments, resolve
+from .csr import CSR, _as_index_array, check_device_csr, checked_graph, graph_arguments, is_graph, resolve
 
 from ..backend import ArrayIn, ArrayOut, Backend  # noqa: F401  (the annotations name them: typing.get_type_hints reads them)
 
@@ -122,7 +122,7 @@ def bfs_many(indptr: "ArrayIn | Any", indices: ArrayIn | None = None, sources: A
     device array (an int `sources` gives one row). `symmetric=True` as for `bfs` (bottom-up
     levels; checked, for device arrays on the device). A `Graph` in the CSR's place, `bfs_many(g,
     sources)`, is `g.bfs_many(sources)`."""
-    if getattr(indptr, "_resident_graph", False):
+    if is_graph(indptr):
         return indptr.bfs_many(indptr._given(indices, sources, "sources", "bfs_many", backend, symmetric))
     return _bfs_many(indptr, indices, sources, backend, symmetric, "bfs_many")
 
@@ -147,7 +147,7 @@ def reachable_many(indptr: "ArrayIn | Any", indices: ArrayIn | None = None, sour
     """Whether each of `sources` reaches each vertex (bool, shape (len(sources), n)): `bfs_many(...)
     >= 0` (`reachable_many(A, sources)` for a SciPy sparse matrix A), on the device for device arrays;
     `reachable_many(g, sources)` of a `Graph` is `g.reachable_many(sources)`."""
-    if getattr(indptr, "_resident_graph", False):
+    if is_graph(indptr):
         return indptr.reachable_many(indptr._given(indices, sources, "sources", "reachable_many", backend, symmetric))
     from ..backend import resolve_backend
 

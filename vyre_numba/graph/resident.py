@@ -16,7 +16,7 @@ from ..owned import Unshared
 from .bfs import HUB, _bfs_gpu, _bfs_numpy, _source
 from .components import _components_gpu, components_of_edges
 from .csr import CSR, check_device_csr, edges, graph_arguments, resolve
-from .multisource import _PER_SOURCE, _bfs_many_gpu, _bfs_many_numpy, many_sources, reached
+from .multisource import _PER_SOURCE, _bfs_many_gpu, _bfs_many_numpy, _grid, many_sources, reached
 
 from ..backend import ArrayIn, ArrayOut, Backend  # noqa: F401  (the annotations name them: typing.get_type_hints reads them)
 
@@ -35,7 +35,7 @@ class Graph(Unshared):
     module calls take one in the CSR's place, `bfs(g, source)`. Release its device copy with
     `close()` or `with`; a query after that is refused."""
 
-    _resident_graph = True  # how `bfs(g, ...)` and the other module calls tell a Graph (no import of this module)
+    _resident_graph = True  # how `csr.is_graph` tells a Graph (the module calls cannot import this module)
     _read_only_fix = "make a new Graph with what you want, Graph(indptr, indices) or Graph(A) (close() releases one)"
 
     @host_memory("Graph")
@@ -212,5 +212,5 @@ def _device_copy(be, a, dtype):
     size = int(a.__cuda_array_interface__["shape"][0])
     out = unzeroed(be, max(size, 1), dtype)[:size]
     if size:
-        launchers(be.stream)(copy_into, max(1, min(-(-size // 256), be.caps.sm_count * 16)), 256, out, a)
+        launchers(be.stream)(copy_into, _grid(be, size), 256, out, a)
     return out

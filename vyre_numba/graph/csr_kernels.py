@@ -152,11 +152,17 @@ def _vertex_of(indptr, lo, hi, e):
 
 @cuda.jit
 def copy_into(dst, src):
-    """dst[i] = src[i] for every i (src of any stride, converted to dst's type: a checked CSR's
-    indices into int32, which holds every vertex id)."""
+    """dst[i] = src[i] for every i (src of any stride and integer type) where dst's type holds it,
+    else -1: a CSR's indptr into int64 and its indices into int32 before the copy is checked, so an
+    index past 2**31 stays out of range rather than wrapping onto a vertex id."""
     i = int64(cuda.grid(1))
     stride = int64(cuda.gridsize(1))
     n = int64(dst.shape[0])
+    wide = dst.itemsize >= 8
     while i < n:
-        dst[i] = src[i]
+        v = src[i]
+        if v >= 0 and (wide or v <= 0x7FFFFFFF):
+            dst[i] = v
+        else:
+            dst[i] = -1
         i += stride

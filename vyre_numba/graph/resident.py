@@ -52,10 +52,10 @@ class Graph(Unshared):
             self._host = CSR(_kept(g.indptr), _kept(g.indices))
             self._nnz, self._hubs, self._arrays = g.nnz, False, ()
             return
-        if on_device:
-            self._hubs = check_device_csr(be, indptr, indices, n, HUB, symmetric, "Graph(A)")
+        if on_device:  # copied first, the copy checked: a later write to the caller's arrays cannot slip in
             self._nnz = int(indices.__cuda_array_interface__["shape"][0])
             self._arrays = (_device_copy(be, indptr, np.int64), _device_copy(be, indices, np.int32))
+            self._hubs = check_device_csr(be, *self._arrays, n, HUB, symmetric, "Graph(A)")
         else:
             self._nnz = g.nnz
             self._hubs = bool(n) and int(np.diff(g.indptr).max()) > HUB
@@ -191,8 +191,8 @@ class Graph(Unshared):
 
 def _own(a):
     """A host array's copy (its own type: a masked array stays one, for the check to refuse), or
-    `a` itself: a device array (copied once checked, on the device, in stream order), a list or
-    other input that the check reads into a new array."""
+    `a` itself: a device array (copied on the device, the copy then checked), a list or other
+    input that the check reads into a new array."""
     return a.copy() if isinstance(a, np.ndarray) or type(a).__module__.startswith("pandas") else a
 
 
@@ -204,7 +204,8 @@ def _kept(a: np.ndarray) -> np.ndarray:
 
 
 def _device_copy(be, a, dtype):
-    """A new device array of `a`'s items (a device array of any stride or kind) as `dtype`."""
+    """A new device array of `a`'s items (a device array of any stride and integer type) as `dtype`,
+    -1 for an item `dtype` cannot hold (`copy_into`)."""
     from ..gpu.memory import unzeroed
     from ..gpu.numba_launch import launchers
     from .csr_kernels import copy_into

@@ -4,7 +4,8 @@
     `compaction.select` against PyTorch `torch.masked_select`, CuPy `x[mask]` and the bandwidth
     bound (bytes moved / device-to-device copy bandwidth measured in the same run); `nonzero`
     against `cupy.flatnonzero` and `torch.nonzero`. 2^20, 2^24 and 2^28 items; median of warm
-    calls, each synchronised.
+    calls, each synchronised, the peers' calls taken in turn (vyre, PyTorch, CuPy, vyre, ...) so
+    that a slow moment of the host falls on all of them alike: 200 rounds up to 2^24, 20 beyond.
 (b) compact readback at 1% density: the kept values on the host, vyre `compaction.read_compacted`
     against CuPy `x[mask].get()` and PyTorch `x[mask].cpu()`.
 """
@@ -25,16 +26,23 @@ from vyre_numba import compaction  # noqa: E402
 
 
 def median_us(fn, sync, reps: int = 20, warm: int = 3) -> float:
-    for _ in range(warm):
-        fn()
+    return medians_us({"": fn}, sync, reps, warm)[""]
+
+
+def medians_us(fns: dict, sync, reps: int = 20, warm: int = 3) -> dict:
+    """{name: median us of a synchronised call of fns[name]}, the calls taken in turn a round."""
+    for fn in fns.values():
+        for _ in range(warm):
+            fn()
     sync()
-    times = []
+    times: dict = {name: [] for name in fns}
     for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e6
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) * 1e6 for name, t in times.items()}
 
 
 def bench(quick: bool) -> dict:
@@ -62,14 +70,13 @@ def bench(quick: bool) -> dict:
         tx, tf = torch.from_numpy(x).cuda(), torch.from_numpy(flags.astype(bool)).cuda()
         kept = int(flags.sum())
         assert np.array_equal(compaction.select(dx, df).copy_to_host(), x[flags != 0])
-        row = {
-            "select_vyre_us": median_us(lambda: compaction.select(dx, df), sync),
-            "select_torch_us": median_us(lambda: torch.masked_select(tx, tf), sync),
-            "select_cupy_us": median_us(lambda: cx[cf], sync),
-            "nonzero_vyre_us": median_us(lambda: compaction.nonzero(df), sync),
-            "nonzero_cupy_us": median_us(lambda: cupy.flatnonzero(cf), sync),
-            "nonzero_torch_us": median_us(lambda: torch.nonzero(tf), sync),
-        }
+        reps = 200 if log_n <= 24 else 20
+        row = medians_us({"select_vyre_us": lambda: compaction.select(dx, df),
+                          "select_torch_us": lambda: torch.masked_select(tx, tf),
+                          "select_cupy_us": lambda: cx[cf]}, sync, reps)
+        row.update(medians_us({"nonzero_vyre_us": lambda: compaction.nonzero(df),
+                               "nonzero_cupy_us": lambda: cupy.flatnonzero(cf),
+                               "nonzero_torch_us": lambda: torch.nonzero(tf)}, sync, reps))
         moved = n * 5 + kept * 4  # values and flags read once, kept values written
         row["bound_us"] = moved / copy_bw * 1e6
         row["select_share_of_bound"] = row["bound_us"] / row["select_vyre_us"]
@@ -79,9 +86,9 @@ def bench(quick: bool) -> dict:
         csparse = cupy.asarray(sparse.copy_to_host().astype(bool))
         tsparse = torch.from_numpy(sparse.copy_to_host().astype(bool)).cuda()
         assert np.array_equal(compaction.read_compacted(dx, sparse), x[sparse.copy_to_host() != 0])
-        row["readback_vyre_us"] = median_us(lambda: compaction.read_compacted(dx, sparse), sync)
-        row["readback_cupy_us"] = median_us(lambda: cx[csparse].get(), sync)
-        row["readback_torch_us"] = median_us(lambda: tx[tsparse].cpu(), sync)
+        row.update(medians_us({"readback_vyre_us": lambda: compaction.read_compacted(dx, sparse),
+                               "readback_cupy_us": lambda: cx[csparse].get(),
+                               "readback_torch_us": lambda: tx[tsparse].cpu()}, sync, reps))
         row["readback_ratio_vyre_over_fastest"] = row["readback_vyre_us"] / min(row["readback_cupy_us"],
                                                                                 row["readback_torch_us"])
         res[f"2^{log_n}"] = row

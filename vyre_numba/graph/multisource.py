@@ -9,7 +9,7 @@ which are its next frontier, and those sources' distances there are the level. T
 one count a level. `bfs_many_numpy` is the CPU implementation and the oracle."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -175,10 +175,10 @@ def _warp_grid(be, items: int) -> int:
 
 
 def _bfs_many_gpu(be, indptr, indices, n: int, sources: np.ndarray, symmetric: bool, levels: list | None = None,
-                  degrees: list | None = None):
+                  split: "DegreeSplit | None" = None):
     """Distances on the device, (len(sources), n) int32; `levels`, where given, records each
-    level's direction. `degrees`, where given, keeps `_by_degree`'s split of a graph whose offsets
-    do not change (a `Graph`'s): found there, or found here and put there (its one element)."""
+    level's direction. `split`: `_by_degree` of this graph, where the caller keeps it (a `Graph`,
+    whose offsets never change); None: found here."""
     from ..gpu.memory import scratch, unzeroed
     from ..gpu.numba_launch import launchers
     from . import multisource_kernels as k
@@ -193,12 +193,7 @@ def _bfs_many_gpu(be, indptr, indices, n: int, sources: np.ndarray, symmetric: b
     seen, frontier, nxt = masks
     counts, host = be.empty(2, np.int64), _host_words()  # see `settle`
     vgrid = _grid(be, n)
-    if degrees:
-        own, wide, found, pieces = degrees[0]
-    else:
-        own, wide, found, pieces = _by_degree(be, indptr, n, int(indices.shape[0]))
-        if degrees is not None:
-            degrees.append((own, wide, found, pieces))
+    own, wide, found, pieces = split if split is not None else _by_degree(be, indptr, n, int(indices.shape[0]))
     wgrid = _warp_grid(be, len(wide))
     pgrid = _warp_grid(be, len(pieces)) if pieces is not None else 0
     for start in range(0, k_all, BATCH):
@@ -233,14 +228,18 @@ def _bfs_many_gpu(be, indptr, indices, n: int, sources: np.ndarray, symmetric: b
     return dist.reshape(k_all, n)
 
 
-def _by_degree(be, indptr, n: int, nnz: int):
-    """(own, wide, found, pieces), the vertices sorted by degree once a call: a thread takes a
-    vertex of up to `own` neighbours (SMALL, or PIECE where less); `wide` (a device array) lists
-    the vertices of more, up to PIECE, a warp each, `found` the device words whose TAIL counts
-    them; `pieces` cuts the neighbour lists of the vertices of more than PIECE into pieces of PIECE
-    entries, device rows (vertex, first entry, end; in the order `split_by_degree`'s atomics met the
-    vertices, which varies, as the kernels that take them need no order), None where no vertex has
-    that many. One small read back a call, two where there are pieces."""
+class DegreeSplit(NamedTuple):
+    """A graph's vertices sorted by degree for bfs_many's kernels (`_by_degree`)."""
+    own: int  # a thread takes a vertex of up to this many neighbours (SMALL, or PIECE where less)
+    wide: Any  # device array: the vertices of more, up to PIECE, a warp each
+    found: Any  # device words whose TAIL counts `wide`
+    pieces: Any  # device rows (vertex, first entry, end) cutting the lists of more than PIECE; None: no such vertex
+
+
+def _by_degree(be, indptr, n: int, nnz: int) -> DegreeSplit:
+    """The vertices sorted by degree, once a call (once a `Graph`). The pieces come in the order
+    `split_by_degree`'s atomics met their vertices, which varies, as the kernels that take them
+    need no order. One small read back, two where there are pieces."""
     from ..gpu.memory import scratch
     from ..gpu.numba_launch import launch_quietly
     from ..workqueue.device import TAIL
@@ -250,7 +249,7 @@ def _by_degree(be, indptr, n: int, nnz: int):
     room, wide_room = nnz // (PIECE + 1), nnz // (own + 1)  # a vertex of more than d neighbours holds d + 1 entries
     found = be.empty(3, np.uint64)
     if wide_room == 0:
-        return own, found[:0], found, None
+        return DegreeSplit(own, found[:0], found, None)
     out = scratch(be, max(room, 1) * 3, np.int64).reshape(max(room, 1), 3)
     wide = scratch(be, wide_room, np.int64)
     launch_quietly(k.split_by_degree, _grid(be, n), 256, be.stream, indptr, n, own, PIECE, out, found, wide)
@@ -258,9 +257,9 @@ def _by_degree(be, indptr, n: int, nnz: int):
     w, h = int(counts[TAIL]), int(counts[2])
     wide = wide[:w]
     if h == 0:
-        return own, wide, found, None
+        return DegreeSplit(own, wide, found, None)
     rows = be.download(out[:h].reshape(h * 3)).reshape(h, 3)
     ends = np.cumsum(-(-(rows[:, 2] - rows[:, 1]) // PIECE))  # each heavy vertex's last piece + 1
     pieces = scratch(be, int(ends[-1]) * 3, np.int64).reshape(int(ends[-1]), 3)
     launch_quietly(k.cut_pieces, _grid(be, h), 256, be.stream, out, be.upload(ends), h, PIECE, pieces)
-    return own, wide, found, pieces
+    return DegreeSplit(own, wide, found, pieces)

@@ -16,7 +16,7 @@ from ..owned import Unshared
 from .bfs import HUB, _bfs_gpu, _bfs_numpy, _source
 from .components import _components_gpu, components_of_edges
 from .csr import CSR, check_device_csr, edges, graph_arguments, resolve
-from .multisource import _PER_SOURCE, _bfs_many_gpu, _bfs_many_numpy, _grid, many_sources, reached
+from .multisource import _PER_SOURCE, _bfs_many_gpu, _bfs_many_numpy, _by_degree, _grid, many_sources, reached
 
 from ..backend import ArrayIn, ArrayOut, Backend  # noqa: F401  (the annotations name them: typing.get_type_hints reads them)
 
@@ -47,7 +47,7 @@ class Graph(Unshared):
         self._lock = threading.RLock()  # a close waits for the query in flight
         self._be, self._n, self._symmetric, self._to_host = be, n, bool(symmetric), not on_device
         self._backend = be.name
-        self._host, self._degrees = None, []  # bfs_many's split of the vertices by degree, found once
+        self._host, self._split = None, None  # bfs_many's split of the vertices by degree, found once
         if be.name != "cuda":
             self._host = CSR(_kept(g.indptr), _kept(g.indices))
             self._nnz, self._hubs, self._arrays = g.nnz, False, ()
@@ -123,7 +123,9 @@ class Graph(Unshared):
             s = many_sources(sources, self._n)
             if self._host is not None:
                 return _bfs_many_numpy(self._host, s)
-            dist = _bfs_many_gpu(be, *self._arrays, self._n, s, self._symmetric, degrees=self._degrees)
+            if self._split is None and s.size:
+                self._split = _by_degree(be, self._arrays[0], self._n, self._nnz)
+            dist = _bfs_many_gpu(be, *self._arrays, self._n, s, self._symmetric, split=self._split)
             return be.download(dist).reshape(s.size, self._n) if self._to_host else dist
 
     @host_memory("Graph.reachable_many", _PER_SOURCE)
@@ -157,7 +159,7 @@ class Graph(Unshared):
     def close(self) -> None:
         """Release the graph's copy (once; later calls do nothing)."""
         with self._lock:
-            self._be, self._host, self._arrays, self._degrees = None, None, (), []
+            self._be, self._host, self._arrays, self._split = None, None, (), None
 
     def __enter__(self) -> "Graph":
         return self

@@ -706,6 +706,10 @@ for n, every, capacity, blocks, threads in CASES:
     assert set(got.tolist()) == set(np.flatnonzero(flags == 1).tolist()) & set(wanted.tolist())
     assert int((flags == 0).sum()) == max(0, wanted.size - capacity) and set(np.flatnonzero(flags == 0)) <= set(wanted)
     assert (flags[np.setdiff1d(np.arange(n), wanted)] == 1).all()  # no push wanted: True
+    calls = got // threads  # the block call that pushed each item: one atomic a call, slots in thread order
+    ends = np.flatnonzero(np.diff(calls)) + 1
+    assert np.unique(calls).size == ends.size + (got.size > 0), (n, every, "a block call's items not in one run")
+    assert all((np.diff(run) > 0).all() for run in np.split(got, ends)), (n, every, "not in thread order")
 print("push_block ok", len(CASES))
 """
 

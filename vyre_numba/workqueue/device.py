@@ -31,13 +31,36 @@ def push(items, state, value):
     return False
 
 
-if SIMULATED:  # the simulator has no warp votes; one push a lane
+if SIMULATED:  # the simulator has no warp votes: one push a lane, and a block's pushes counted a thread each
     @cuda.jit(device=True)
     def push_any(items, state, value, want):
         """As `push` where `want`, True elsewhere."""
         return push(items, state, value) if want else True
 
-    push_block = push_any
+    @cuda.jit(device=True)
+    def push_block(items, state, value, want):
+        """The GPU's `push_block` (one atomic a block, slots in thread order, the same barriers),
+        its counts kept a thread each where the GPU counts a warp's by vote."""
+        ranks = cuda.shared.array(1025, int64)  # each thread's pushes before it; [1024] the block's first slot
+        t = cuda.threadIdx.x
+        ranks[t] = 1 if want else 0
+        cuda.syncthreads()
+        if t == 0:
+            total = int64(0)
+            for i in range(cuda.blockDim.x):
+                c = ranks[i]
+                ranks[i] = total
+                total += c
+            ranks[1024] = int64(cuda.atomic.add(state, TAIL, uint64(total))) if total else int64(0)
+        cuda.syncthreads()
+        slot = ranks[1024] + ranks[t]
+        cuda.syncthreads()  # every thread has read its slot before the words are used again
+        if not want:
+            return True
+        if slot < items.shape[0]:
+            items[slot] = value
+            return True
+        return False
 else:
     @cuda.jit(device=True)
     def push_any(items, state, value, want):

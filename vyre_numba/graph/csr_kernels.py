@@ -152,16 +152,16 @@ def _vertex_of(indptr, lo, hi, e):
 
 @cuda.jit
 def copy_into(dst, src):
-    """dst[i] = src[i] for every i (src of any stride and integer type) where dst's type holds it,
-    else -1: a CSR's indptr into int64 and its indices into int32 before the copy is checked, so an
-    index past 2**31 stays out of range rather than wrapping onto a vertex id."""
+    """dst[i] = src[i] read as int64 (as `check` reads it) for every i, src of any stride and
+    integer type; where dst is 32-bit, -1 for a value it cannot hold: a CSR's indices copied into
+    int32 before the copy is checked stay out of range, never wrapped onto a vertex id."""
     i = int64(cuda.grid(1))
     stride = int64(cuda.gridsize(1))
     n = int64(dst.shape[0])
     wide = dst.itemsize >= 8
     while i < n:
-        v = src[i]
-        if v >= 0 and (wide or v <= 0x7FFFFFFF):
+        v = int64(src[i])
+        if wide or (v >= -0x80000000 and v <= 0x7FFFFFFF):
             dst[i] = v
         else:
             dst[i] = -1

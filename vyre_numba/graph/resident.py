@@ -54,8 +54,13 @@ class Graph(Unshared):
             return
         if on_device:  # copied first, the copy checked: a later write to the caller's arrays cannot slip in
             self._nnz = int(indices.__cuda_array_interface__["shape"][0])
-            self._arrays = (_device_copy(be, indptr, np.int64), _device_copy(be, indices, np.int32))
-            self._hubs = check_device_csr(be, *self._arrays, n, HUB, symmetric, "Graph(A)")
+            copies = (_device_copy(be, indptr, np.int64), _device_copy(be, indices, np.int32))
+            try:
+                self._hubs = check_device_csr(be, *copies, n, HUB, symmetric, "Graph(A)")
+            except BaseException:
+                copies = None  # a refused graph holds no device memory, whoever keeps the exception
+                raise
+            self._arrays = copies
         else:
             self._nnz = g.nnz
             self._hubs = bool(n) and int(np.diff(g.indptr).max()) > HUB

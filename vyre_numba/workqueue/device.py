@@ -86,7 +86,7 @@ else:
 
     @cuda.jit(device=True)
     def push_block(items, state, value, want):
-        """`push_any` with one atomic for the whole block: every thread of a block of whole warps
+        """`push_any` with one atomic for the whole block: every thread of a 1-D block of whole warps
         calls it together (it holds barriers). Where most warps push, as a bottom-up level over
         every vertex does, a warp's atomic each would queue 100,000 of them on the one tail."""
         counts = cuda.shared.array(33, int64)  # a warp's pushes, then its first slot; [32] the block's

@@ -1701,8 +1701,8 @@ def test_a_pandas_series_of_a_numpy_dtype_is_taken_as_its_array():
                                              r"category codes"):
         compaction.select(words, np.ones(3, bool))
     assert compaction.select(words.cat.codes.to_numpy(), np.ones(3, bool)).tolist() == [0, -1, 1]
-    with pytest.raises(DispatchError, match=r"-1 where one is missing"):
-        compaction.select_numpy(words, np.ones(3, bool))
+    with pytest.raises(DispatchError, match=r"missing value.*Fix: pass x\.cat\.codes\.to_numpy\(\)"):
+        compaction.select_numpy(words, np.ones(3, bool))  # the twins take pandas as the calls do
     text = pd.Series(["a", "b", "c"], dtype="string")  # Python objects to NumPy: positions are what moves
     for call in (compaction.select, compaction.select_numpy):
         with pytest.raises(DispatchError, match=r"Python objects.*Fix: select positions instead, keep = "
@@ -1775,3 +1775,43 @@ def test_a_predicate_calling_a_plain_function_is_told_to_njit_it():
         compaction.select_if(np.arange(10), lambda x: _plain_helper(x))
     helper = numba.njit(_plain_helper)
     assert compaction.select_if(np.arange(10), lambda x: helper(x)).tolist() == [0, 3, 6, 9]
+
+
+def test_the_numpy_twins_take_pandas_as_the_calls_do():
+    """A red-team: select_numpy refused a datetime64 Series as 'Python objects', which select takes."""
+    pd = pytest.importorskip("pandas")
+    when = pd.Series(pd.date_range("2020", periods=4))
+    keep = np.array([1, 0, 0, 1], bool)
+    want = when.to_numpy()[keep]
+    for call in (compaction.select, compaction.select_numpy):
+        got = call(when, keep)
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+    assert compaction.nonzero_numpy(pd.Series(keep)).tolist() == [0, 3]
+    assert compaction.select_if_numpy(pd.Series([1, 5, 3], dtype="int32"), lambda v: v > 2).tolist() == [5, 3]
+
+
+@pytest.mark.parametrize("shape", [(3.5,), (-3,), ("3",), (None,)])
+def test_an_interface_shape_of_no_sizes_is_refused_not_rounded(shape):
+    """A red-team: an interface's shape (3.5,) was read as 3 items, (-3,) as a length."""
+    a = _Interface()
+    a.__cuda_array_interface__["shape"] = shape
+    with pytest.raises(DispatchError, match=r"shape is .*, not a tuple of sizes\. Fix:"):
+        compaction.nonzero(a)
+
+
+_UNHASHABLE_GLOBAL = None
+
+
+def test_a_predicate_reading_a_value_whose_hash_raises_is_kept_by_the_function(monkeypatch):
+    """A red-team: a global whose own __hash__ raised RuntimeError leaked it from select_if (the key
+    of the compiled predicate hashes what it reads); now the function itself is the key."""
+    class HashBoom:
+        def __hash__(self):
+            raise RuntimeError("hash boom")
+    monkeypatch.setitem(globals(), "_UNHASHABLE_GLOBAL", HashBoom())
+    pred = lambda v: v > 2 if _UNHASHABLE_GLOBAL is not None else False  # noqa: E731
+    from vyre_numba.compaction.select import predicate_key
+
+    assert predicate_key(pred) is pred
+    with pytest.raises(DispatchError, match="does not compile with Numba.*Fix:"):  # Numba cannot type the object
+        compaction.select_if(np.arange(5), pred)

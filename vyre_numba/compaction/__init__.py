@@ -38,6 +38,7 @@ CUDA simulator the predicate runs as Python on NumPy scalars, with NumPy's promo
 from __future__ import annotations
 
 import functools
+import operator
 import sys
 import threading
 import types
@@ -178,10 +179,13 @@ def _shape(a) -> tuple:
     if shape is None:
         shape = getattr(a, "__cuda_array_interface__", {}).get("shape")
     try:
-        return tuple(int(d) for d in shape)
+        sizes = tuple(operator.index(d) for d in shape)  # a float size is no size: 3.5 is not read as 3
     except (TypeError, ValueError):
+        sizes = None
+    if sizes is None or any(d < 0 for d in sizes):
         raise DispatchError(f"the array's shape is {shown(shape)}, not a tuple of sizes. Fix: pass a NumPy array "
-                            "or a numba, CuPy or PyTorch device array.") from None
+                            "or a numba, CuPy or PyTorch device array.")
+    return sizes
 
 
 def _check_flags(flags, n: int | None) -> int:
@@ -226,6 +230,7 @@ def _host_only(*arrays) -> None:
 
 def select_numpy(values, flags) -> np.ndarray:
     """values[i] for every i with flags[i] != 0, in order (NumPy arrays; the CPU implementation)."""
+    values, flags = _from_pandas(values, "values"), _from_pandas(flags, "flags")
     n = _check_values(values)
     _check_flags(flags, n)
     _host_only(values, flags)
@@ -234,6 +239,7 @@ def select_numpy(values, flags) -> np.ndarray:
 
 def nonzero_numpy(flags) -> np.ndarray:
     """The indices (int64) of the non-zero flags, in order (a NumPy array; the CPU implementation)."""
+    flags = _from_pandas(flags, "flags")
     _check_flags(flags, None)
     _host_only(flags)
     return _nonzero_numpy(flags)
@@ -242,6 +248,7 @@ def nonzero_numpy(flags) -> np.ndarray:
 def select_if_numpy(values, predicate: Callable) -> np.ndarray:
     """values[i] for every i where predicate(values[i]) holds, in order (a NumPy array; the CPU
     implementation, the predicate compiled by numba.njit)."""
+    values = _from_pandas(values, "values")
     _, predicate, key = _checked_if(values, predicate)
     _host_only(values)
     return _compiled(lambda: _select_if_numpy(values, predicate, key), "predicate")

@@ -113,8 +113,10 @@ def predicate_key(predicate: Callable):
         # by name too: one code run in two namespaces may read the same value as different names
         key = (code, tuple((name, _typed(v)) for name, v in named), tuple(keywords))
         hash(key)
-    except (TypeError, ValueError, AttributeError, RecursionError):  # an array, a list, an empty cell, a
-        return predicate  # tuple nested past the interpreter's depth: the function itself
+    except VyreError:  # `_check_frozen`'s refusal
+        raise
+    except Exception:  # an array, a list, an empty cell, a tuple nested past the interpreter's depth, a value
+        return predicate  # whose own __hash__ raises: the function itself
     return key
 
 

@@ -9,7 +9,9 @@ import inspect
 import re
 import reprlib
 import sys
+import threading
 import types
+from typing import Callable
 
 import numpy as np
 
@@ -291,7 +293,7 @@ def _checked(fn):
         except VyreError as e:
             _leaving(e, sys._getframe(1))
             raise
-        except (TypeError, MemoryError, ValueError) as e:
+        except Exception as e:  # a TypeError, MemoryError, ValueError or the driver's out-of-memory, translated
             error = _translated(fn, e, args, kwargs, sys._getframe(1))
             if error is None:
                 raise
@@ -345,15 +347,19 @@ def _kept_whole(e: VyreError, caller: types.FrameType) -> bool:
 
 def _translated(fn, e: BaseException, args: tuple, kwargs: dict, caller: types.FrameType) -> "VyreError | None":
     """The VyreError that Python's `e`, leaving public `fn` for `caller`, stands for: arguments that
-    do not fit its parameters (ArgumentError), or host memory that vyre-numba's own code ran out of
-    where no closer check said what sized it (HostMemoryError; a call from inside the package leaves
-    it to that closer check, and a MemoryError of the caller's own callback stays theirs); None
-    where `e` is none of these (it leaves as it is)."""
+    do not fit its parameters (ArgumentError), or GPU or host memory that vyre-numba's own code ran
+    out of where no closer check said what sized it (DeviceMemoryError, HostMemoryError; a call from
+    inside the package leaves it to that closer check, and a callback of the caller's own keeps its
+    error); None where `e` is none of these (it leaves as it is)."""
     if isinstance(e, TypeError):
         why = _unfit(fn, args, kwargs)
         return None if why is None else ArgumentError(why)
-    if _out_of_memory(e) and not _own_frame(caller.f_globals) and _raised_by_us(e.__traceback__):
-        name = fn.__qualname__.replace(".__init__", "").replace(".__call__", "")
+    if _own_frame(caller.f_globals) or not _raised_by_us(e.__traceback__):
+        return None
+    name = fn.__qualname__.replace(".__init__", "").replace(".__call__", "")
+    if device_out_of_memory(e):
+        return device_memory_error(f"{name}()", e)
+    if _out_of_memory(e):
         return HostMemoryError(f"{name}() ran out of host memory ({e}). Fix: pass less data at a time, or free "
                                "host memory first (del the arrays no longer needed).")
     return None
@@ -449,6 +455,14 @@ class CompileError(VyreError):
 
 class DeviceError(VyreError):
     """The CUDA driver reported an error while running a kernel."""
+
+
+class DeviceMemoryError(DeviceError, MemoryError):
+    """The GPU had no room for what a call needed; also a MemoryError, so `except MemoryError`
+    around a call still catches it."""
+
+    def __new__(cls, *args, **kwargs):  # as HostMemoryError's
+        return Exception.__new__(cls, *args)
 
 
 class BarrierTimeoutError(DeviceError):
@@ -567,6 +581,44 @@ def host_memory(what: str, why: str = BY_IDS):
     `why`, what sizes the arrays and how to shrink them (the default: a graph algorithm's
     arrays, sized by the largest id)."""
     return converting(_out_of_memory, lambda e: HostMemoryError(f"{what} ran out of host memory ({e}). {why}"))
+
+
+_ASKING = threading.local()
+_ROOM: list = []  # what `device_memory_error` asks for the room on the GPU (the gpu layer's, once imported)
+
+
+def on_device_memory_error(room: Callable[[], str]) -> None:
+    """Register `room()`, called when a call runs out of GPU memory: it may give back memory held
+    idle (a pool's) and returns a sentence on what the GPU has free, or ""."""
+    _ROOM.append(room)
+
+
+def device_out_of_memory(e: BaseException) -> bool:
+    """Whether `e` is the CUDA driver's out-of-memory error (as Numba, cuda.bindings, cuda.core or
+    nvJitLink raise it), not one of ours."""
+    return not isinstance(e, VyreError) and "OUT_OF_MEMORY" in str(e)
+
+
+def device_memory_error(what: str, e: "BaseException | str", fix: str = "give the call less data at a time"
+                        ) -> DeviceMemoryError:
+    """The DeviceMemoryError of `what` (a call, an allocation) the GPU had no room for, `e` the
+    driver's error (or what it lacked room for): what is free on the GPU now, and how to make room
+    (ending in `fix`, what to change in the call)."""
+    room = ""
+    if not getattr(_ASKING, "now", False):  # a room() that itself runs out says nothing of the room
+        _ASKING.now = True
+        try:
+            for find in _ROOM:
+                try:
+                    room = find() or room
+                except Exception:  # a context the error left unusable: the message goes without it
+                    pass
+        finally:
+            _ASKING.now = False
+    return DeviceMemoryError(
+        f"{what} ran out of GPU memory ({e}).{' ' + room if room else ''} Fix: free GPU memory this process "
+        "holds (del device arrays no longer needed; close() Graphs, EGraphs and WorkQueues), end other processes "
+        f"using the GPU (nvidia-smi lists them), or {fix}.")
 
 
 def _out_of_memory(e: BaseException) -> bool:

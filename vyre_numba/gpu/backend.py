@@ -19,7 +19,7 @@ from ..bindings import Binding, bind, check_config, coverage_once
 from ..config import DispatchConfig
 from ..display import Duration
 from ..errors import (INTEGERS, BackendUnavailableError, DeviceError, DispatchError, LaunchError, VyreError, a_type,
-                      check_calls, shown)
+                      check_calls, device_memory_error, shown)
 from ..ir import Program, check
 from ..lru import LRUCache
 from . import diskcache, tuning
@@ -465,8 +465,8 @@ class CudaBackend(Backend):
         if isinstance(e, VyreError) or not isinstance(e, Exception):
             return e
         if "OUT_OF_MEMORY" in str(e) or isinstance(e, MemoryError):
-            return DeviceError(f"kernel {plan.kernel.name!r}: out of device memory for its {plan.device_bytes} "
-                               f"bytes of buffers ({e}). Fix: free device memory, or dispatch less data at a time.")
+            return device_memory_error(f"kernel {plan.kernel.name!r}, for its {plan.device_bytes} bytes of buffers,",
+                                       e, "dispatch less data at a time")
         return DeviceError(f"kernel {plan.kernel.name!r} with {plan.shape} failed: {type(e).__name__}: {e}. "
                            "Fix: a fault inside a kernel poisons the CUDA context; restart the process.")
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import DeviceError, LaunchError, shown
+from ..errors import DeviceError, LaunchError, device_memory_error, shown
 from .device import DeviceCaps
 
 
@@ -196,6 +196,8 @@ def driver_check(result, what: str) -> None:
     """Raise DeviceError if a cuda.bindings driver call's result is not CUDA_SUCCESS."""
     ok = (_DRIVER or driver())[2]
     err = result[0] if isinstance(result, tuple) else result
+    if err != ok and getattr(err, "name", "") == "CUDA_ERROR_OUT_OF_MEMORY":
+        raise device_memory_error(what, err.name)
     if err != ok:
         raise DeviceError(f"{what} failed: {err.name}. Fix: check the device is healthy (nvidia-smi) and memory "
                           "is not exhausted; after a kernel fault, restart the process.")

@@ -14,6 +14,8 @@ import threading
 
 import numpy as np
 
+from ..errors import on_device_memory_error
+
 _POOLS: dict = {}
 _LOCK = threading.Lock()
 @functools.cache
@@ -25,13 +27,16 @@ def _driver() -> tuple:
     from numba.cuda.cudadrv.driver import MemoryPointer
 
     return driver, DeviceNDArray, MemoryPointer
+OUT_OF_MEMORY = 2  # CUDA_ERROR_OUT_OF_MEMORY
 KEEP = 1 << 30  # freed bytes a pool holds for reuse past a synchronisation; more goes back to the device
 
 
 def _check(err, what: str) -> None:
-    from ..errors import DeviceError
+    from ..errors import DeviceError, device_memory_error
 
     code = getattr(err, "value", err)
+    if code == OUT_OF_MEMORY:
+        raise device_memory_error(what, err)
     if code:
         raise DeviceError(f"{what} failed with CUDA error {err}. Fix: check free device memory "
                           "(nvidia-smi) and that the device is healthy.")
@@ -240,3 +245,18 @@ def scratch(backend, n: int, dtype) -> "object":
     if getattr(backend, "name", None) != "cuda":
         return backend.empty(n, dtype)
     return pooled_array(n, dtype)
+
+
+def room() -> str:
+    """Gives the pools' idle memory and the spares back to the device, then says what the current
+    context's GPU has free: for the message of a call that ran out of GPU memory."""
+    drv = _driver()[0]
+    if _POOLS or _SPARE:
+        trim()
+    err, free, total = drv.cuMemGetInfo()
+    if err:
+        return ""
+    return f"The GPU has {free / 2**30:.2f} GiB of {total / 2**30:.2f} GiB free now."
+
+
+on_device_memory_error(room)

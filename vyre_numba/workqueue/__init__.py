@@ -26,8 +26,8 @@ from numpy.typing import DTypeLike
 from ..backend import ArrayIn, ArrayOut, Stream, check_empty, host_array
 from ..ir import DataType
 from ..ir.types import NUMPY_BOOL_CODES
-from ..errors import (INTEGERS, BackendUnavailableError, CapacityError, DeviceError, DispatchError, VyreError, a_type,
-                      flat_fix, host_memory, mixes_bools, numba_reason, shown, yields)
+from ..errors import (INTEGERS, BackendUnavailableError, CapacityError, DispatchError, VyreError, a_type,
+                      device_memory_error, flat_fix, host_memory, mixes_bools, numba_reason, shown, yields)
 from ..owned import Unshared
 from ..signals import uninterrupted
 from ..simulator import SIMULATED as _SIM
@@ -486,8 +486,9 @@ class WorkQueue(_Shared, Unshared):
         self._dev_state = cuda.to_device(np.zeros(2, np.uint64), stream=self._bound)
 
     def _no_room(self) -> None:
-        raise DeviceError(f"WorkQueue({self.capacity}, {self.dtype}): no room for {self.capacity * self.dtype.itemsize} "
-                          "bytes on the device. Fix: make a smaller queue and drain it more often.") from None
+        raise device_memory_error(f"WorkQueue({self.capacity}, {self.dtype})",
+                                  f"no room for its {self.capacity * self.dtype.itemsize} bytes",
+                                  "make a smaller queue and drain it more often") from None
 
     def __repr__(self) -> str:
         state = "closed" if self._dev_items is None else "open"

@@ -1,0 +1,200 @@
+"""Running out of GPU memory: every public call turns the driver's out-of-memory error (as Numba,
+cuda.bindings, cuda.core or nvJitLink raise it) into a DeviceMemoryError that names the call, says
+what the GPU has free and ends in a Fix; after it the same call runs once there is room. The
+translation is tested on the host with the driver's own error classes; the gpu tests fill the
+GPU's memory for real."""
+from __future__ import annotations
+
+import gc
+import json
+import pickle
+
+import numpy as np
+import pytest
+
+import vyre_numba as vn
+from vyre_numba import errors, ir
+from vyre_numba.errors import DeviceError, DeviceMemoryError, VyreError
+
+from conftest import assert_fix
+
+
+def _driver_oom() -> Exception:
+    """The error numba-cuda raises where cuMemAlloc has no room (its class, code and text)."""
+    from cuda.bindings import driver as drv
+    from numba.cuda.cudadrv.driver import CudaAPIError
+
+    code = drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY
+    return CudaAPIError(code, "Call to cuMemAlloc results in CUDA_ERROR_OUT_OF_MEMORY")
+
+
+def _raising_in_library(monkeypatch, error: Exception) -> None:
+    """json.loads replaced by a function whose code is the standard library's that raises `error`:
+    what a library the package called (Numba allocating, say) raising looks like."""
+    library = {"__name__": "json.decoder", "error": error}
+    exec(compile("def loads(*a, **k):\n    raise error\n", json.decoder.__file__, "exec"), library)
+    monkeypatch.setattr(json, "loads", library["loads"])
+
+
+def test_the_drivers_out_of_memory_leaving_a_public_call_is_a_device_memory_error(monkeypatch):
+    oom = _driver_oom()
+    assert errors.device_out_of_memory(oom) and not errors.device_out_of_memory(MemoryError("host"))
+    _raising_in_library(monkeypatch, oom)
+    with pytest.raises(DeviceMemoryError) as e:
+        ir.Program.from_json('{"nodes": []}')
+    text = str(e.value)
+    assert text.startswith("Program.from_json() ran out of GPU memory ([")
+    assert "CUDA_ERROR_OUT_OF_MEMORY" in text and "close() Graphs, EGraphs and WorkQueues" in text
+    assert_fix(text)
+    assert isinstance(e.value, DeviceError) and isinstance(e.value, MemoryError) and isinstance(e.value, VyreError)
+    assert e.value.__cause__ is None  # the driver's words are in the message; its traceback is Numba's own
+
+
+def test_a_callers_own_callback_keeps_its_out_of_memory_error():
+    """An out-of-memory error raised in the caller's own code (a step it passed) is theirs: it leaves
+    as it was raised, not translated into one of ours."""
+    oom = _driver_oom()
+
+    def each(buffer, first, count):
+        raise oom
+    with pytest.raises(type(oom)) as e:
+        vn.get_backend("reference").upload_in_pieces(np.arange(5, dtype=np.uint32), each)
+    assert e.value is oom
+
+
+def test_the_pools_and_the_drivers_checks_raise_device_memory_errors():
+    from cuda.bindings import driver as drv
+
+    from vyre_numba.gpu import memory
+    from vyre_numba.gpu.launch import driver_check
+
+    with pytest.raises(DeviceMemoryError, match=r"^allocating 64 bytes on the device ran out of GPU memory") as e:
+        memory._check(drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY, "allocating 64 bytes on the device")
+    assert_fix(str(e.value))
+    with pytest.raises(DeviceMemoryError, match=r"^instantiating the graph ran out of GPU memory") as e:
+        driver_check((drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY,), "instantiating the graph")
+    assert_fix(str(e.value))
+    with pytest.raises(DeviceError) as e:  # other driver errors stay DeviceErrors of their own
+        memory._check(drv.CUresult.CUDA_ERROR_INVALID_VALUE, "allocating")
+    assert not isinstance(e.value, DeviceMemoryError)
+
+
+def test_the_message_says_what_is_free_and_survives_a_room_finder_that_fails(monkeypatch):
+    monkeypatch.setattr(errors, "_ROOM", [lambda: "The GPU has 0.25 GiB of 80.00 GiB free now."])
+    text = str(errors.device_memory_error("bfs()", _driver_oom()))
+    assert "). The GPU has 0.25 GiB of 80.00 GiB free now. Fix: free GPU memory" in text
+
+    def out_of_memory_itself():  # a finder that runs out too must not recurse or hide the first error
+        raise errors.device_memory_error("trimming the pool", "CUDA_ERROR_OUT_OF_MEMORY")
+    monkeypatch.setattr(errors, "_ROOM", [out_of_memory_itself])
+    text = str(errors.device_memory_error("bfs()", _driver_oom()))
+    assert text.startswith("bfs() ran out of GPU memory") and "free now" not in text
+    assert_fix(text)
+
+
+def test_a_device_memory_error_pickles_whole():
+    """Dask brings a worker's error back pickled (tblib makes it with cls.__new__(cls))."""
+    e = errors.device_memory_error("WorkQueue(10, int32)", "no room for its 40 bytes", "make a smaller queue")
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is DeviceMemoryError and str(back) == str(e)
+    assert isinstance(DeviceMemoryError.__new__(DeviceMemoryError), DeviceMemoryError)
+
+
+# ---- on the GPU: its memory filled for real ------------------------------------------------------
+
+MARGIN = 256 << 20  # bytes left free while the GPU is filled: less than every call below needs
+
+
+def _fill_gpu():
+    """A device array of all but MARGIN bytes of what the GPU has free (after the package's pool
+    and Numba's pending frees have given theirs back)."""
+    from numba import cuda
+
+    from vyre_numba.gpu import memory
+
+    gc.collect()
+    ctx = cuda.current_context()
+    ctx.deallocations.clear()
+    memory.trim()
+    free, _ = ctx.get_memory_info()
+    return cuda.device_array(free - MARGIN, np.uint8)
+
+
+def _refused_while_full(call) -> DeviceMemoryError:
+    """The DeviceMemoryError `call()` raises with the GPU filled to MARGIN (the filling then freed)."""
+    ballast = _fill_gpu()
+    try:
+        with pytest.raises(DeviceMemoryError) as e:
+            call()
+    finally:
+        del ballast
+        gc.collect()
+    text = str(e.value)
+    assert "ran out of GPU memory" in text and "GiB free now" in text, text
+    assert_fix(text)
+    return e.value
+
+
+@pytest.fixture
+def star():
+    """A star of 2^27 vertices on the GPU (vertex 0 joined both ways to every other): its distances
+    and labels need 512 MiB, twice MARGIN."""
+    from numba import cuda
+
+    n = 1 << 27
+    indptr = np.empty(n + 1, np.int64)
+    indptr[0], indptr[1] = 0, n - 1
+    indptr[2:] = n - 1 + np.arange(1, n, dtype=np.int64)
+    indices = np.concatenate([np.arange(1, n, dtype=np.int32), np.zeros(n - 1, np.int32)])
+    yield cuda.to_device(indptr), cuda.to_device(indices), n
+    gc.collect()
+
+
+@pytest.mark.gpu
+def test_graph_calls_out_of_gpu_memory_say_so_and_run_once_there_is_room(star):
+    indptr, indices, n = star
+    small = (np.array([0, 1, 2]), np.array([1, 0]))
+    vn.graph.bfs(*small, 0, backend="cuda")  # the kernels loaded before the GPU is filled
+    vn.graph.connected_components(*small, backend="cuda")
+    before = indices[:8].copy_to_host(), indptr[-4:].copy_to_host()
+
+    e = _refused_while_full(lambda: vn.graph.bfs(indptr, indices, 0))
+    assert str(e).startswith("bfs() ran out of GPU memory")
+    e = _refused_while_full(lambda: vn.graph.connected_components(indptr, indices))
+    assert str(e).startswith("connected_components() ran out of GPU memory")
+    e = _refused_while_full(lambda: vn.graph.Graph(indptr, indices))
+    assert str(e).startswith("Graph() ran out of GPU memory")
+
+    assert np.array_equal(indices[:8].copy_to_host(), before[0]) and np.array_equal(indptr[-4:].copy_to_host(),
+                                                                                     before[1])
+    dist = vn.graph.bfs(indptr, indices, 0).copy_to_host()
+    assert dist[0] == 0 and (dist[1:] == 1).all()
+    assert (vn.graph.connected_components(indptr, indices).copy_to_host() == 0).all()
+    with vn.graph.Graph(indptr, indices) as g:
+        assert np.array_equal(g.bfs(0).copy_to_host(), dist)
+
+
+@pytest.mark.gpu
+def test_select_backend_and_queue_out_of_gpu_memory_say_so_and_run_once_there_is_room():
+    from numba import cuda
+
+    n = 1 << 27  # 512 MiB of int32 kept: twice MARGIN
+    values = cuda.to_device(np.arange(n, dtype=np.int32))
+    flags = cuda.to_device(np.ones(n, np.uint8))
+    vn.compaction.select(values[:1000], flags[:1000])  # kernels loaded first
+    be = vn.get_backend("cuda")
+    be.empty(8, "u32")
+    _refused_while_full(lambda: vn.compaction.select(values, flags))
+    e = _refused_while_full(lambda: be.upload(np.zeros(n, np.int32)))
+    assert "upload() ran out of GPU memory" in str(e)
+    e = _refused_while_full(lambda: be.empty(n, "u32"))
+    assert "empty() ran out of GPU memory" in str(e)
+    e = _refused_while_full(lambda: vn.workqueue.WorkQueue(n, np.int32))
+    assert str(e).startswith(f"WorkQueue({n}, int32) ran out of GPU memory (no room for its {4 * n} bytes)")
+    assert "make a smaller queue and drain it more often." in str(e)
+
+    kept = vn.compaction.select(values, flags)
+    assert kept.shape == (n,) and np.array_equal(kept[-5:].copy_to_host(), np.arange(n - 5, n, dtype=np.int32))
+    assert be.download(be.upload(np.arange(10, dtype=np.int32))).tolist() == list(range(10))
+    with vn.workqueue.WorkQueue(n, np.int32) as q:
+        assert q.capacity == n

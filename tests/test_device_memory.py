@@ -92,11 +92,27 @@ def test_the_message_says_what_is_free_and_survives_a_room_finder_that_fails(mon
     assert_fix(text)
 
 
+def test_an_allocations_device_memory_error_names_the_public_call_it_leaves(monkeypatch):
+    from cuda.bindings import driver as drv
+
+    from vyre_numba.gpu import memory
+
+    def allocating(*a, **k):
+        memory._check(drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY, "allocating 4096 bytes on the device")
+    monkeypatch.setattr(json, "loads", allocating)
+    with pytest.raises(DeviceMemoryError) as e:
+        ir.Program.from_json('{"nodes": []}')
+    assert str(e.value).startswith("Program.from_json() ran out of GPU memory (allocating 4096 bytes on the device: "
+                                   "CUDA_ERROR_OUT_OF_MEMORY).")
+    assert e.value.unnamed is None
+    assert_fix(str(e.value))
+
+
 def test_a_device_memory_error_pickles_whole():
     """Dask brings a worker's error back pickled (tblib makes it with cls.__new__(cls))."""
-    e = errors.device_memory_error("WorkQueue(10, int32)", "no room for its 40 bytes", "make a smaller queue")
+    e = errors.device_memory_error("allocating 40 bytes", "no room", "make a smaller queue")
     back = pickle.loads(pickle.dumps(e))
-    assert type(back) is DeviceMemoryError and str(back) == str(e)
+    assert type(back) is DeviceMemoryError and str(back) == str(e) and back.unnamed == e.unnamed
     assert isinstance(DeviceMemoryError.__new__(DeviceMemoryError), DeviceMemoryError)
 
 
@@ -114,7 +130,10 @@ def _fill_gpu():
 
     gc.collect()
     ctx = cuda.current_context()
-    ctx.deallocations.clear()
+    for owner in (getattr(ctx, "memory_manager", None), ctx):
+        pending = getattr(owner, "deallocations", None)
+        if pending is not None:
+            pending.clear()
     memory.trim()
     free, _ = ctx.get_memory_info()
     return cuda.device_array(free - MARGIN, np.uint8)
@@ -198,3 +217,18 @@ def test_select_backend_and_queue_out_of_gpu_memory_say_so_and_run_once_there_is
     assert be.download(be.upload(np.arange(10, dtype=np.int32))).tolist() == list(range(10))
     with vn.workqueue.WorkQueue(n, np.int32) as q:
         assert q.capacity == n
+
+
+@pytest.mark.gpu
+def test_an_egraph_out_of_gpu_memory_says_so_and_builds_once_there_is_room():
+    from vyre_numba.egraph import EGraph
+
+    def leaves(n: int) -> tuple:  # n e-nodes, each its own class, no children
+        return np.arange(n, dtype=np.int64), np.zeros(n, np.int64), np.zeros(n + 1, np.int64), np.zeros(0, np.int64)
+
+    EGraph.from_arrays(*leaves(4), backend="cuda").close()  # kernels loaded first
+    n = 1 << 24  # its rows and table need more than MARGIN
+    e = _refused_while_full(lambda: EGraph.from_arrays(*leaves(n), backend="cuda"))
+    assert str(e).startswith("EGraph.from_arrays() ran out of GPU memory"), str(e)
+    with EGraph.from_arrays(*leaves(n), backend="cuda") as eg:
+        assert (eg.n_nodes, eg.n_classes) == (n, n)

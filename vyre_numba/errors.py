@@ -291,8 +291,11 @@ def _checked(fn):
         try:
             return fn(*args, **kwargs)
         except VyreError as e:
-            _leaving(e, sys._getframe(1))
-            raise
+            error = _named(fn, e, sys._getframe(1))
+            if error is None:
+                _leaving(e, sys._getframe(1))
+                raise
+            cause = e if _debugging() else None
         except Exception as e:  # a TypeError, MemoryError, ValueError or the driver's out-of-memory, translated
             error = _translated(fn, e, args, kwargs, sys._getframe(1))
             if error is None:
@@ -345,6 +348,19 @@ def _kept_whole(e: VyreError, caller: types.FrameType) -> bool:
     return isinstance(e, _INTERNALS_SHOWN) or _own_frame(caller.f_globals) or _debugging()
 
 
+def _call_name(fn) -> str:
+    return fn.__qualname__.replace(".__init__", "").replace(".__call__", "")
+
+
+def _named(fn, e: VyreError, caller: types.FrameType) -> "DeviceMemoryError | None":
+    """A DeviceMemoryError of an allocation (`e`, naming no call) as it leaves public `fn` for the
+    caller: the same, naming `fn`; None for every other error, and inside the package."""
+    if type(e) is not DeviceMemoryError or e.unnamed is None or _own_frame(caller.f_globals):
+        return None
+    what, detail, fix = e.unnamed
+    return device_memory_error(f"{_call_name(fn)}()", f"{what}: {detail}", fix, named=True)
+
+
 def _translated(fn, e: BaseException, args: tuple, kwargs: dict, caller: types.FrameType) -> "VyreError | None":
     """The VyreError that Python's `e`, leaving public `fn` for `caller`, stands for: arguments that
     do not fit its parameters (ArgumentError), or GPU or host memory that vyre-numba's own code ran
@@ -356,9 +372,9 @@ def _translated(fn, e: BaseException, args: tuple, kwargs: dict, caller: types.F
         return None if why is None else ArgumentError(why)
     if _own_frame(caller.f_globals) or not _raised_by_us(e.__traceback__):
         return None
-    name = fn.__qualname__.replace(".__init__", "").replace(".__call__", "")
+    name = _call_name(fn)
     if device_out_of_memory(e):
-        return device_memory_error(f"{name}()", e)
+        return device_memory_error(f"{name}()", e, named=True)
     if _out_of_memory(e):
         return HostMemoryError(f"{name}() ran out of host memory ({e}). Fix: pass less data at a time, or free "
                                "host memory first (del the arrays no longer needed).")
@@ -460,6 +476,8 @@ class DeviceError(VyreError):
 class DeviceMemoryError(DeviceError, MemoryError):
     """The GPU had no room for what a call needed; also a MemoryError, so `except MemoryError`
     around a call still catches it."""
+
+    unnamed = None  # (what, detail, fix) of an allocation's error, which the public call it leaves names
 
     def __new__(cls, *args, **kwargs):  # as HostMemoryError's
         return Exception.__new__(cls, *args)
@@ -599,11 +617,12 @@ def device_out_of_memory(e: BaseException) -> bool:
     return not isinstance(e, VyreError) and "OUT_OF_MEMORY" in str(e)
 
 
-def device_memory_error(what: str, e: "BaseException | str", fix: str = "give the call less data at a time"
-                        ) -> DeviceMemoryError:
+def device_memory_error(what: str, e: "BaseException | str", fix: str = "give the call less data at a time",
+                        named: bool = False) -> DeviceMemoryError:
     """The DeviceMemoryError of `what` (a call, an allocation) the GPU had no room for, `e` the
     driver's error (or what it lacked room for): what is free on the GPU now, and how to make room
-    (ending in `fix`, what to change in the call)."""
+    (ending in `fix`, what to change in the call). Not `named` (an allocation's, not a call's), the
+    public call it leaves names itself in its place."""
     room = ""
     if not getattr(_ASKING, "now", False):  # a room() that itself runs out says nothing of the room
         _ASKING.now = True
@@ -615,10 +634,12 @@ def device_memory_error(what: str, e: "BaseException | str", fix: str = "give th
                     pass
         finally:
             _ASKING.now = False
-    return DeviceMemoryError(
+    error = DeviceMemoryError(
         f"{what} ran out of GPU memory ({e}).{' ' + room if room else ''} Fix: free GPU memory this process "
         "holds (del device arrays no longer needed; close() Graphs, EGraphs and WorkQueues), end other processes "
         f"using the GPU (nvidia-smi lists them), or {fix}.")
+    error.unnamed = None if named else (what, str(e), fix)
+    return error
 
 
 def _out_of_memory(e: BaseException) -> bool:

@@ -466,7 +466,7 @@ class CudaBackend(Backend):
             return e
         if "OUT_OF_MEMORY" in str(e) or isinstance(e, MemoryError):
             return device_memory_error(f"kernel {plan.kernel.name!r}, for its {plan.device_bytes} bytes of buffers,",
-                                       e, "dispatch less data at a time")
+                                       e, "dispatch less data at a time", named=True)
         return DeviceError(f"kernel {plan.kernel.name!r} with {plan.shape} failed: {type(e).__name__}: {e}. "
                            "Fix: a fault inside a kernel poisons the CUDA context; restart the process.")
 

@@ -36,7 +36,7 @@ def _check(err, what: str) -> None:
 
     code = getattr(err, "value", err)
     if code == OUT_OF_MEMORY:
-        raise device_memory_error(what, err)
+        raise device_memory_error(what, getattr(err, "name", err))
     if code:
         raise DeviceError(f"{what} failed with CUDA error {err}. Fix: check free device memory "
                           "(nvidia-smi) and that the device is healthy.")

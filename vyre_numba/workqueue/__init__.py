@@ -488,7 +488,7 @@ class WorkQueue(_Shared, Unshared):
     def _no_room(self) -> None:
         raise device_memory_error(f"WorkQueue({self.capacity}, {self.dtype})",
                                   f"no room for its {self.capacity * self.dtype.itemsize} bytes",
-                                  "make a smaller queue and drain it more often") from None
+                                  "make a smaller queue and drain it more often", named=True) from None
 
     def __repr__(self) -> str:
         state = "closed" if self._dev_items is None else "open"

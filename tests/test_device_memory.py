@@ -1,4 +1,4 @@
-"""Running out of GPU memory: every public call turns the driver's out-of-memory error (as Numba,
+"""Running out of GPU memory (and the driver's other errors): every public call turns the driver's out-of-memory error (as Numba,
 cuda.bindings, cuda.core or nvJitLink raise it) into a DeviceMemoryError that names the call, says
 what the GPU has free and ends in a Fix; after it the same call runs once there is room. The
 translation is tested on the host with the driver's own error classes; the gpu tests fill the
@@ -8,6 +8,9 @@ from __future__ import annotations
 import gc
 import json
 import pickle
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -106,6 +109,34 @@ def test_an_allocations_device_memory_error_names_the_public_call_it_leaves(monk
                                    "CUDA_ERROR_OUT_OF_MEMORY).")
     assert e.value.unnamed is None
     assert_fix(str(e.value))
+
+
+@pytest.mark.parametrize("raised, restart", [
+    ("numba", True),  # a kernel's fault, as the next call meets it
+    ("numba-other", False),
+    ("cuda.core", False),
+])
+def test_any_other_driver_error_leaving_a_public_call_is_a_device_error(monkeypatch, raised, restart):
+    """The kind beside running out: the driver's other errors leave a public call as DeviceErrors
+    naming the call, and a fault that leaves the context unusable says to restart the process."""
+    from cuda.bindings import driver as drv
+    from cuda.core._utils.cuda_utils import CUDAError
+    from numba.cuda.cudadrv.driver import CudaAPIError
+
+    error = {"numba": CudaAPIError(drv.CUresult.CUDA_ERROR_ILLEGAL_ADDRESS,
+                                   "Call to cuMemcpyDtoH results in CUDA_ERROR_ILLEGAL_ADDRESS"),
+             "numba-other": CudaAPIError(drv.CUresult.CUDA_ERROR_INVALID_VALUE,
+                                         "Call to cuMemcpyDtoH results in CUDA_ERROR_INVALID_VALUE"),
+             "cuda.core": CUDAError("CUDA_ERROR_NOT_PERMITTED: operation not permitted")}[raised]
+    _raising_in_library(monkeypatch, error)
+    with pytest.raises(DeviceError) as e:
+        ir.Program.from_json('{"nodes": []}')
+    text = str(e.value)
+    assert type(e.value) is DeviceError and text.startswith("Program.from_json() failed in the CUDA driver (")
+    assert str(error) in text
+    assert ("restart the process (in Jupyter, restart the kernel)" in text) == restart
+    assert_fix(text)
+    assert not errors.driver_failure(e.value) and not errors.driver_failure(RuntimeError("CUDA_ERROR_ASSERT"))
 
 
 def test_a_device_memory_error_pickles_whole():
@@ -232,3 +263,34 @@ def test_an_egraph_out_of_gpu_memory_says_so_and_builds_once_there_is_room():
     assert str(e).startswith("EGraph.from_arrays() ran out of GPU memory"), str(e)
     with EGraph.from_arrays(*leaves(n), backend="cuda") as eg:
         assert (eg.n_nodes, eg.n_classes) == (n, n)
+
+
+@pytest.mark.gpu
+def test_a_call_after_a_kernel_fault_is_a_device_error_that_says_to_restart():
+    """A kernel of the user's own writes far out of bounds; the next vyre-numba call meets the
+    poisoned context: a DeviceError naming the driver's error, whose Fix is a restart (in a process
+    of its own, as the fault leaves the context unusable)."""
+    code = textwrap.dedent("""
+        import numpy as np
+        from numba import cuda
+        import vyre_numba as vn
+
+        @cuda.jit
+        def wild(a):
+            a[1 << 40] = 1
+
+        indptr, indices = cuda.to_device(np.array([0, 1, 2])), cuda.to_device(np.array([1, 0], np.int32))
+        print(vn.graph.bfs(indptr, indices, 0).copy_to_host().tolist())
+        wild[1, 1](cuda.device_array(4, np.int32))
+        try:
+            vn.graph.bfs(indptr, indices, 0)
+        except vn.DeviceError as e:
+            print(type(e).__name__, "|", e)
+        """)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    lines = run.stdout.splitlines()
+    assert lines[:1] == ["[0, 1]"], (run.stdout, run.stderr)
+    assert len(lines) == 2 and lines[1].startswith("DeviceError | "), (run.stdout, run.stderr)
+    assert "CUDA_ERROR_ILLEGAL_ADDRESS" in lines[1] or "CUDA_ERROR_LAUNCH_FAILED" in lines[1], lines[1]
+    assert "restart the process" in lines[1], lines[1]
+    assert_fix(lines[1])

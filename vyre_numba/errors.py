@@ -375,6 +375,8 @@ def _translated(fn, e: BaseException, args: tuple, kwargs: dict, caller: types.F
     name = _call_name(fn)
     if device_out_of_memory(e):
         return device_memory_error(f"{name}()", e, named=True)
+    if driver_failure(e):
+        return DeviceError(f"{name}() failed in the CUDA driver ({e}). Fix: {_driver_fix(e)}")
     if _out_of_memory(e):
         return HostMemoryError(f"{name}() ran out of host memory ({e}). Fix: pass less data at a time, or free "
                                "host memory first (del the arrays no longer needed).")
@@ -615,6 +617,28 @@ def device_out_of_memory(e: BaseException) -> bool:
     """Whether `e` is the CUDA driver's out-of-memory error (as Numba, cuda.bindings, cuda.core or
     nvJitLink raise it), not one of ours."""
     return not isinstance(e, VyreError) and "OUT_OF_MEMORY" in str(e)
+
+
+_DRIVER_ERRORS = (("numba.cuda.cudadrv.", "CudaDriverError"), ("cuda.core.", "CUDAError"))  # (module, class)
+_STICKY = re.compile(r"CUDA_ERROR_(ILLEGAL_ADDRESS|LAUNCH_FAILED|ILLEGAL_INSTRUCTION|MISALIGNED_ADDRESS|INVALID_PC|"
+                     r"INVALID_ADDRESS_SPACE|HARDWARE_STACK_ERROR|ASSERT|ECC_UNCORRECTABLE|LAUNCH_TIMEOUT|"
+                     r"CONTEXT_IS_DESTROYED)\b")
+
+
+def driver_failure(e: BaseException) -> bool:
+    """Whether `e` is an error of the CUDA driver as Numba or cuda.core raise it."""
+    return not isinstance(e, VyreError) and any(
+        c.__name__ == name and c.__module__.startswith(home) for c in type(e).__mro__ for home, name in _DRIVER_ERRORS)
+
+
+def _driver_fix(e: BaseException) -> str:
+    """What to do after the driver error `e`: a kernel's fault leaves the context unusable."""
+    if _STICKY.search(str(e)):
+        return ("a fault inside a kernel leaves this process's CUDA context unusable, so every later GPU call fails "
+                "too: restart the process (in Jupyter, restart the kernel); compute-sanitizer names the kernel and "
+                "the access at fault.")
+    return "check that the GPU is healthy and not held by another process (nvidia-smi); if it persists, restart " \
+        "the process."
 
 
 def device_memory_error(what: str, e: "BaseException | str", fix: str = "give the call less data at a time",

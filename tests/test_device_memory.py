@@ -149,17 +149,19 @@ def test_a_device_memory_error_pickles_whole():
 
 # ---- on the GPU: its memory filled for real ------------------------------------------------------
 
-MARGIN = 256 << 20  # bytes left free while the GPU is filled: less than every call below needs
+MARGIN = 64 << 20  # bytes left free while the GPU is filled: less than every call below needs
 
 
 def _fill_gpu():
     """A device array of all but MARGIN bytes of what the GPU has free (after the package's pool
-    and Numba's pending frees have given theirs back)."""
+    and Numba's pending frees have given theirs back: the pool's frees are stream-ordered, so the
+    device is synchronised first, else the pool keeps what they free for its own next allocation)."""
     from numba import cuda
 
     from vyre_numba.gpu import memory
 
     gc.collect()
+    cuda.synchronize()
     ctx = cuda.current_context()
     for owner in (getattr(ctx, "memory_manager", None), ctx):
         pending = getattr(owner, "deallocations", None)
@@ -187,11 +189,11 @@ def _refused_while_full(call) -> DeviceMemoryError:
 
 @pytest.fixture
 def star():
-    """A star of 2^27 vertices on the GPU (vertex 0 joined both ways to every other): its distances
-    and labels need 512 MiB, twice MARGIN."""
+    """A star of 2^25 vertices on the GPU (vertex 0 joined both ways to every other): its distances
+    and labels need 128 MiB, twice MARGIN."""
     from numba import cuda
 
-    n = 1 << 27
+    n = 1 << 25
     indptr = np.empty(n + 1, np.int64)
     indptr[0], indptr[1] = 0, n - 1
     indptr[2:] = n - 1 + np.arange(1, n, dtype=np.int64)
@@ -228,7 +230,7 @@ def test_graph_calls_out_of_gpu_memory_say_so_and_run_once_there_is_room(star):
 def test_select_backend_and_queue_out_of_gpu_memory_say_so_and_run_once_there_is_room():
     from numba import cuda
 
-    n = 1 << 27  # 512 MiB of int32 kept: twice MARGIN
+    n = 1 << 25  # 128 MiB of int32 kept: twice MARGIN
     values = cuda.to_device(np.arange(n, dtype=np.int32))
     flags = cuda.to_device(np.ones(n, np.uint8))
     vn.compaction.select(values[:1000], flags[:1000])  # kernels loaded first

@@ -139,6 +139,19 @@ def test_any_other_driver_error_leaving_a_public_call_is_a_device_error(monkeypa
     assert not errors.driver_failure(e.value) and not errors.driver_failure(RuntimeError("CUDA_ERROR_ASSERT"))
 
 
+def test_an_error_whose_own_str_fails_passes_as_it_was(monkeypatch):
+    """The translation reads an error's text: one whose __str__ raises is no driver's and leaves as
+    it was raised, not as the __str__'s error."""
+    class Unprintable(Exception):
+        def __str__(self):
+            raise RuntimeError("no text")
+    error = Unprintable()
+    _raising_in_library(monkeypatch, error)
+    with pytest.raises(Unprintable) as e:
+        ir.Program.from_json('{"nodes": []}')
+    assert e.value is error and not errors.device_out_of_memory(error) and not errors.driver_failure(error)
+
+
 def test_a_device_memory_error_pickles_whole():
     """Dask brings a worker's error back pickled (tblib makes it with cls.__new__(cls))."""
     e = errors.device_memory_error("allocating 40 bytes", "no room", "make a smaller queue")

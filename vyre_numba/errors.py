@@ -376,7 +376,7 @@ def _translated(fn, e: BaseException, args: tuple, kwargs: dict, caller: types.F
     if device_out_of_memory(e):
         return device_memory_error(f"{name}()", e, named=True)
     if driver_failure(e):
-        return DeviceError(f"{name}() failed in the CUDA driver ({e}). Fix: {_driver_fix(e)}")
+        return DeviceError(f"{name}() failed in the CUDA driver ({_text(e)}). Fix: {_driver_fix(e)}")
     if _out_of_memory(e):
         return HostMemoryError(f"{name}() ran out of host memory ({e}). Fix: pass less data at a time, or free "
                                "host memory first (del the arrays no longer needed).")
@@ -614,9 +614,17 @@ def on_device_memory_error(room: Callable[[], str]) -> None:
 
 
 def device_out_of_memory(e: BaseException) -> bool:
-    """Whether `e` is the CUDA driver's out-of-memory error (as Numba, cuda.bindings, cuda.core or
-    nvJitLink raise it), not one of ours."""
-    return not isinstance(e, VyreError) and "OUT_OF_MEMORY" in str(e)
+    """Whether `e` is the CUDA driver's out-of-memory error (as Numba, cuda.bindings or cuda.core
+    raise it: each names CUDA_ERROR_OUT_OF_MEMORY), not one of ours."""
+    return not isinstance(e, VyreError) and "CUDA_ERROR_OUT_OF_MEMORY" in _text(e)
+
+
+def _text(e: BaseException) -> str:
+    """str(e), or "" where its own __str__ fails."""
+    try:
+        return str(e)
+    except Exception:
+        return ""
 
 
 _DRIVER_ERRORS = (("numba.cuda.cudadrv.", "CudaDriverError"), ("cuda.core.", "CUDAError"))  # (module, class)
@@ -633,7 +641,7 @@ def driver_failure(e: BaseException) -> bool:
 
 def _driver_fix(e: BaseException) -> str:
     """What to do after the driver error `e`: a kernel's fault leaves the context unusable."""
-    if _STICKY.search(str(e)):
+    if _STICKY.search(_text(e)):
         return ("a fault inside a kernel leaves this process's CUDA context unusable, so every later GPU call fails "
                 "too: restart the process (in Jupyter, restart the kernel); compute-sanitizer names the kernel and "
                 "the access at fault.")
@@ -659,10 +667,10 @@ def device_memory_error(what: str, e: "BaseException | str", fix: str = "give th
         finally:
             _ASKING.now = False
     error = DeviceMemoryError(
-        f"{what} ran out of GPU memory ({e}).{' ' + room if room else ''} Fix: free GPU memory this process "
+        f"{what} ran out of GPU memory ({e if isinstance(e, str) else _text(e)}).{' ' + room if room else ''} Fix: free GPU memory this process "
         "holds (del device arrays no longer needed; close() Graphs, EGraphs and WorkQueues), end other processes "
         f"using the GPU (nvidia-smi lists them), or {fix}.")
-    error.unnamed = None if named else (what, str(e), fix)
+    error.unnamed = None if named else (what, e if isinstance(e, str) else _text(e), fix)
     return error
 
 

@@ -19,7 +19,7 @@ from ..bindings import Binding, bind, check_config, coverage_once
 from ..config import DispatchConfig
 from ..display import Duration
 from ..errors import (INTEGERS, BackendUnavailableError, DeviceError, DispatchError, LaunchError, VyreError, a_type,
-                      check_calls, device_memory_error, shown)
+                      check_calls, device_memory_error, device_out_of_memory, shown)
 from ..ir import Program, check
 from ..lru import LRUCache
 from . import diskcache, tuning
@@ -464,7 +464,7 @@ class CudaBackend(Backend):
         """The error a failed host dispatch raises (Ctrl-C and VyreErrors pass through as they are)."""
         if isinstance(e, VyreError) or not isinstance(e, Exception):
             return e
-        if "OUT_OF_MEMORY" in str(e) or isinstance(e, MemoryError):
+        if device_out_of_memory(e) or isinstance(e, MemoryError):
             return device_memory_error(f"kernel {plan.kernel.name!r}, for its {plan.device_bytes} bytes of buffers,",
                                        e, "dispatch less data at a time", named=True)
         return DeviceError(f"kernel {plan.kernel.name!r} with {plan.shape} failed: {type(e).__name__}: {e}. "

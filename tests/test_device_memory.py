@@ -115,19 +115,21 @@ def test_an_allocations_device_memory_error_names_the_public_call_it_leaves(monk
     ("numba", True),  # a kernel's fault, as the next call meets it
     ("numba-other", False),
     ("cuda.core", False),
+    ("fork", False),
 ])
 def test_any_other_driver_error_leaving_a_public_call_is_a_device_error(monkeypatch, raised, restart):
     """The kind beside running out: the driver's other errors leave a public call as DeviceErrors
     naming the call, and a fault that leaves the context unusable says to restart the process."""
     from cuda.bindings import driver as drv
     from cuda.core._utils.cuda_utils import CUDAError
-    from numba.cuda.cudadrv.driver import CudaAPIError
+    from numba.cuda.cudadrv.driver import CudaAPIError, CudaDriverError
 
     error = {"numba": CudaAPIError(drv.CUresult.CUDA_ERROR_ILLEGAL_ADDRESS,
                                    "Call to cuMemcpyDtoH results in CUDA_ERROR_ILLEGAL_ADDRESS"),
              "numba-other": CudaAPIError(drv.CUresult.CUDA_ERROR_INVALID_VALUE,
                                          "Call to cuMemcpyDtoH results in CUDA_ERROR_INVALID_VALUE"),
-             "cuda.core": CUDAError("CUDA_ERROR_NOT_PERMITTED: operation not permitted")}[raised]
+             "cuda.core": CUDAError("CUDA_ERROR_NOT_PERMITTED: operation not permitted"),
+             "fork": CudaDriverError("CUDA initialized before forking")}[raised]
     _raising_in_library(monkeypatch, error)
     with pytest.raises(DeviceError) as e:
         ir.Program.from_json('{"nodes": []}')
@@ -135,6 +137,7 @@ def test_any_other_driver_error_leaving_a_public_call_is_a_device_error(monkeypa
     assert type(e.value) is DeviceError and text.startswith("Program.from_json() failed in the CUDA driver (")
     assert str(error) in text
     assert ("restart the process (in Jupyter, restart the kernel)" in text) == restart
+    assert ("multiprocessing.get_context('spawn')" in text) == (raised == "fork")
     assert_fix(text)
     assert not errors.driver_failure(e.value) and not errors.driver_failure(RuntimeError("CUDA_ERROR_ASSERT"))
 

@@ -640,7 +640,12 @@ def driver_failure(e: BaseException) -> bool:
 
 
 def _driver_fix(e: BaseException) -> str:
-    """What to do after the driver error `e`: a kernel's fault leaves the context unusable."""
+    """What to do after the driver error `e`: a kernel's fault leaves the context unusable; a forked
+    process cannot use the CUDA its parent had begun."""
+    if "before forking" in _text(e):
+        return ("this process was forked from one that had already used the GPU, and CUDA cannot be used after a "
+                "fork: start worker processes with multiprocessing.get_context('spawn') (or 'forkserver'), or let "
+                "Dask run the work (vyre_numba.distributed).")
     if _STICKY.search(_text(e)):
         return ("a fault inside a kernel leaves this process's CUDA context unusable, so every later GPU call fails "
                 "too: restart the process (in Jupyter, restart the kernel); compute-sanitizer names the kernel and "

@@ -11,6 +11,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import traceback
 
 import numpy as np
 import pytest
@@ -51,6 +52,8 @@ def test_the_drivers_out_of_memory_leaving_a_public_call_is_a_device_memory_erro
     assert_fix(text)
     assert isinstance(e.value, DeviceError) and isinstance(e.value, MemoryError) and isinstance(e.value, VyreError)
     assert e.value.__cause__ is None  # the driver's words are in the message; its traceback is Numba's own
+    names = [f"{f.f_globals.get('__name__')}:{f.f_code.co_name}" for f, _ in traceback.walk_tb(e.value.__traceback__)]
+    assert names and not [n for n in names if n.startswith("vyre_numba")], names  # the caller's line, as for host memory
 
 
 def test_a_callers_own_callback_keeps_its_out_of_memory_error():
@@ -109,6 +112,8 @@ def test_an_allocations_device_memory_error_names_the_public_call_it_leaves(monk
                                    "CUDA_ERROR_OUT_OF_MEMORY).")
     assert e.value.unnamed is None
     assert_fix(str(e.value))
+    names = [f.f_globals.get("__name__") for f, _ in traceback.walk_tb(e.value.__traceback__)]
+    assert "vyre_numba.gpu.memory" not in names, names
 
 
 @pytest.mark.parametrize("raised, restart", [

@@ -343,9 +343,11 @@ def _leaving(e: VyreError, caller: types.FrameType) -> None:
 
 def _kept_whole(e: VyreError, caller: types.FrameType) -> bool:
     """Whether `e`, leaving a public call for `caller`, keeps every frame: a failure of the
-    toolchain or the device, a call from vyre-numba's own code (the error is still inside), or
-    $VYRE_NUMBA_DEBUG set."""
-    return isinstance(e, _INTERNALS_SHOWN) or _own_frame(caller.f_globals) or _debugging()
+    toolchain or the device (running out of its memory is the size of the caller's data, not a
+    failure: it points at the caller's line as running out of host memory does), a call from
+    vyre-numba's own code (the error is still inside), or $VYRE_NUMBA_DEBUG set."""
+    return (isinstance(e, _INTERNALS_SHOWN) and not isinstance(e, DeviceMemoryError)) or _own_frame(caller.f_globals) \
+        or _debugging()
 
 
 def _call_name(fn) -> str:

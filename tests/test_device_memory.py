@@ -143,6 +143,7 @@ def test_any_other_driver_error_leaving_a_public_call_is_a_device_error(monkeypa
     assert str(error) in text
     assert ("restart the process (in Jupyter, restart the kernel)" in text) == restart
     assert ("multiprocessing.get_context('spawn')" in text) == (raised == "fork")
+    assert e.value.__cause__ is error  # where the driver failed stays in view, for a bug report
     assert_fix(text)
     assert not errors.driver_failure(e.value) and not errors.driver_failure(RuntimeError("CUDA_ERROR_ASSERT"))
 
@@ -317,3 +318,136 @@ def test_a_call_after_a_kernel_fault_is_a_device_error_that_says_to_restart():
     assert "CUDA_ERROR_ILLEGAL_ADDRESS" in lines[1] or "CUDA_ERROR_LAUNCH_FAILED" in lines[1], lines[1]
     assert "restart the process" in lines[1], lines[1]
     assert_fix(lines[1])
+
+
+# ---- the red-team's findings (fifty-first session), each mended --------------------------------
+
+def test_running_out_while_a_pool_is_made_raises_rather_than_deadlocking(monkeypatch):
+    """A pool made while another exists (a second GPU's) that has no room: the error's room() trims
+    the pools, which takes the lock the pool's maker holds (a plain Lock waited on itself)."""
+    import threading
+
+    from cuda.bindings import driver as drv
+
+    from vyre_numba.gpu import memory
+
+    monkeypatch.setitem(memory._POOLS, 0, "the pool of GPU 0")
+    monkeypatch.setattr(drv, "cuMemPoolCreate", lambda props: (drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY, None))
+    monkeypatch.setattr(drv, "cuMemPoolTrimTo", lambda pool, n: (drv.CUresult.CUDA_SUCCESS,))
+    raised = []
+
+    def make():
+        try:
+            memory._pool(1)
+        except BaseException as e:  # noqa: BLE001 - what it raised is the test's to read
+            raised.append(e)
+    t = threading.Thread(target=make, daemon=True)
+    t.start()
+    t.join(20)
+    assert not t.is_alive(), "deadlocked"
+    assert len(raised) == 1 and isinstance(raised[0], DeviceMemoryError), raised
+    assert str(raised[0]).startswith("cuMemPoolCreate ran out of GPU memory")
+
+
+def test_page_locked_host_memory_run_out_is_a_host_memory_error(monkeypatch):
+    from numba.cuda.cudadrv.driver import CudaAPIError
+    from cuda.bindings import driver as drv
+
+    _raising_in_library(monkeypatch, CudaAPIError(drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY,
+                                                  "Call to cuMemHostAlloc results in CUDA_ERROR_OUT_OF_MEMORY"))
+    with pytest.raises(vn.HostMemoryError) as e:
+        ir.Program.from_json('{"nodes": []}')
+    text = str(e.value)
+    assert text.startswith("Program.from_json() ran out of page-locked host memory (") and "GPU" not in text, text
+    assert_fix(text)
+
+
+def test_the_command_line_says_what_the_driver_said(monkeypatch, tmp_path, capsys):
+    """The command line's calls are the package's own, so no public call translates for it: its last
+    handler does, where it said "internal error, a bug in vyre-numba"."""
+    from cuda.bindings import driver as drv
+    from numba.cuda.cudadrv.driver import CudaAPIError
+
+    from vyre_numba import cli
+
+    program = tmp_path / "p.json"
+    program.write_text(ir.Program([], (1, 1, 1), []).to_json())
+    for error, said in ((_driver_oom(), "error: DeviceMemoryError: the command ran out of GPU memory ("),
+                        (CudaAPIError(drv.CUresult.CUDA_ERROR_ILLEGAL_ADDRESS, "Call to cuMemcpyDtoH results in "
+                                      "CUDA_ERROR_ILLEGAL_ADDRESS"),
+                         "error: DeviceError: the command failed in the CUDA driver (")):
+        _raising_in_library(monkeypatch, error)
+        assert cli.main(["run", str(program), "--out", str(tmp_path / "out")]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(said) and "bug in vyre-numba" not in err, err
+        assert_fix(err)
+
+
+def test_a_call_is_named_by_the_public_class_it_was_called_on():
+    from vyre_numba.gpu.cudagraph import CudaRecordedGraph
+    from vyre_numba.workqueue import QueueModel, _Shared
+
+    assert errors._call_name(CudaRecordedGraph.replay, (object.__new__(CudaRecordedGraph),)) == \
+        "RecordedGraph.replay"
+    assert errors._call_name(_Shared.chunks, (object.__new__(QueueModel),)) == "QueueModel.chunks"
+    assert errors._call_name(vn.graph.Graph.__init__, (object.__new__(vn.graph.Graph),)) == "Graph"
+    assert errors._call_name(vn.graph.bfs, (np.zeros(2), np.zeros(1), 0)) == "bfs"
+
+
+def test_a_message_added_to_on_the_way_out_is_kept(monkeypatch):
+    """Megakernel.run says which steps its generated launch ran before an allocation's error
+    leaves: the public call keeps those words rather than rebuilding the message."""
+    from cuda.bindings import driver as drv
+
+    from vyre_numba.gpu.launch import driver_check
+
+    def launch(*a, **k):
+        try:
+            driver_check((drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY,), "launching kernel 'mk_main'")
+        except VyreError as e:
+            e.args = (f"the megakernel of steps 'relax', 'settle': {e.args[0]}",)
+            raise
+    monkeypatch.setattr(json, "loads", launch)
+    with pytest.raises(DeviceMemoryError) as e:
+        ir.Program.from_json("{}")
+    assert str(e.value).startswith("the megakernel of steps 'relax', 'settle': launching kernel 'mk_main' ran out")
+
+
+def test_a_kernel_module_without_room_to_load_keeps_its_disk_cache_entry(monkeypatch):
+    """A module load that runs out of GPU memory is no sign of bad bytes: the verified cubin on
+    disk stays (it was deleted, as if the driver had refused it), and the error is out of memory."""
+    import types
+
+    import cuda.core
+    from cuda.core._utils.cuda_utils import CUDAError
+
+    import vyre_numba.ptx as ptx_module
+    from vyre_numba.gpu.backend import CudaBackend
+    from vyre_numba.lru import LRUCache
+
+    library = {"__name__": "json.decoder", "error": CUDAError("CUDA_ERROR_OUT_OF_MEMORY: out of memory")}
+    exec(compile("def from_cubin(*a, **k):\n    raise error\n", json.decoder.__file__, "exec"), library)
+    monkeypatch.setattr(cuda.core, "ObjectCode", types.SimpleNamespace(from_cubin=library["from_cubin"]))
+    monkeypatch.setattr(ptx_module, "assemble", lambda ptx, sm: b"cubin")
+
+    class Disk:
+        removed: list = []
+
+        def get(self, key):
+            return b"a cubin verified earlier"
+
+        def remove(self, key):
+            self.removed.append(key)
+
+        def put(self, key, value):
+            pass
+    be = object.__new__(CudaBackend)
+    be.__dict__.update(caps=types.SimpleNamespace(sm=90, max_threads_per_block=1024, max_block_dim=(1024, 1024, 64)),
+                       module_cache=LRUCache(8), disk_cache=Disk(), _toolchain=("tk",),
+                       ptx=lambda program, config: "ptx")
+    i = ir.var("i")
+    p = ir.Program([ir.BufferDecl.read("a", 0, "f32"), ir.BufferDecl.output("out", 1, "f32")], 64,
+                   [ir.let("i", ir.gid(0)), ir.store("out", i, ir.load("a", i) * 2)])
+    with pytest.raises(DeviceMemoryError, match=r"^CudaBackend.kernel\(\) ran out of GPU memory \(loading kernel "):
+        be.kernel(p)
+    assert Disk.removed == []

@@ -38,7 +38,7 @@ import numpy as np
 from . import ir
 from .config import MAX_AXIS, DispatchConfig
 from . import errors
-from .errors import DEBUG_ENV, DEBUG_OFF, DEBUG_ON, DispatchError, VyreError, clip, shown
+from .errors import DEBUG_ENV, DEBUG_OFF, DEBUG_ON, DispatchError, VyreError, clip, driver_error, shown
 from .files import NotRegular, regular
 from .registry import available_backends, get_backend, unavailable_reason
 
@@ -974,6 +974,10 @@ def _main(argv: list[str] | None) -> int:
     except Exception as e:
         if _debug():
             traceback.print_exc()
+        said = driver_error("the command", e)  # the GPU's: out of memory, a fault; no bug of this command's
+        if said is not None:
+            print(f"error: {type(said).__name__}: {said}", file=sys.stderr)
+            return EXIT_FAILURE
         print(f"error: internal error, a bug in vyre-numba: {type(e).__name__}: {clip(_one_line(e), 500)}. "
               f"Fix: please report it with the command line; run with {DEBUG_ENV}=1 for the traceback.",
               file=sys.stderr)

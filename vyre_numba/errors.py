@@ -18,7 +18,7 @@ import numpy as np
 
 __all__ = ["VyreError", "IRValidationError", "UnknownBufferError", "UnknownNameError", "BackendUnavailableError",
            "SettingError", "TemplateError", "DispatchError", "ArgumentError", "ImmutableError", "LaunchError",
-           "UnsupportedError", "CompileError", "DeviceError", "BarrierTimeoutError", "CapacityError", "CheckError",
+           "UnsupportedError", "CompileError", "DeviceError", "DeviceMemoryError", "BarrierTimeoutError", "CapacityError", "CheckError",
            "CheckWarning", "CacheWarning", "CoverageWarning", "HostMemoryError", "UnknownStepError",
            "ResultTimeoutError"]
 
@@ -291,7 +291,7 @@ def _checked(fn):
         try:
             return fn(*args, **kwargs)
         except VyreError as e:
-            error = _named(fn, e, sys._getframe(1))
+            error = _named(fn, args, e, sys._getframe(1))
             if error is None:
                 _leaving(e, sys._getframe(1))
                 raise
@@ -300,7 +300,8 @@ def _checked(fn):
             error = _translated(fn, e, args, kwargs, sys._getframe(1))
             if error is None:
                 raise
-            cause = e if _debugging() else None  # debugging: where Python's error was raised stays in view
+            cause = e if _debugging() or type(error) is DeviceError else None  # where it was raised stays in view
+            # while debugging, and for the driver's failures (a bug report needs the call that failed)
         try:  # raised here, past the handler, so that Python's error is no context of it
             raise error from cause
         except VyreError as e:
@@ -350,17 +351,35 @@ def _kept_whole(e: VyreError, caller: types.FrameType) -> bool:
         or _debugging()
 
 
-def _call_name(fn) -> str:
-    return fn.__qualname__.replace(".__init__", "").replace(".__call__", "")
+def _call_name(fn, args: tuple) -> str:
+    """The name the user called `fn` by: a method by the public class of what it was called on
+    (RecordedGraph.replay, not the CUDA class's own; WorkQueue.chunks, not a base class's)."""
+    name = fn.__qualname__
+    if "." in name and "<locals>" not in name and args:
+        owner = args[0] if isinstance(args[0], type) else type(args[0])
+        if owner.__module__.startswith("vyre_numba") and getattr(owner, fn.__name__, None) is not None:
+            name = f"{public_name(owner)}.{fn.__name__}"
+    return name.replace(".__init__", "").replace(".__call__", "").replace(".__new__", "")
 
 
-def _named(fn, e: VyreError, caller: types.FrameType) -> "DeviceMemoryError | None":
+def _named(fn, args: tuple, e: VyreError, caller: types.FrameType) -> "DeviceMemoryError | None":
     """A DeviceMemoryError of an allocation (`e`, naming no call) as it leaves public `fn` for the
-    caller: the same, naming `fn`; None for every other error, and inside the package."""
-    if type(e) is not DeviceMemoryError or e.unnamed is None or _own_frame(caller.f_globals):
+    caller: the same, naming `fn`; None for every other error, inside the package, and for one whose
+    message a caller on the way out added to (its words are kept as they are)."""
+    if type(e) is not DeviceMemoryError or _own_frame(caller.f_globals):
         return None
-    what, detail, fix = e.unnamed
-    return device_memory_error(f"{_call_name(fn)}()", f"{what}: {detail}", fix, named=True)
+    return _renamed(e, f"{_call_name(fn, args)}()")
+
+
+def _renamed(e: "DeviceMemoryError", what: str) -> "DeviceMemoryError | None":
+    """The DeviceMemoryError `e` of an allocation, as one of `what` (a call); None where `e` names
+    its call already, or a caller on the way out added to its message (its words are kept)."""
+    if e.unnamed is None:
+        return None
+    inner, detail, fix, message = e.unnamed
+    if e.args[:1] != (message,):
+        return None
+    return device_memory_error(what, f"{inner}: {detail}", fix, named=True)
 
 
 def _translated(fn, e: BaseException, args: tuple, kwargs: dict, caller: types.FrameType) -> "VyreError | None":
@@ -374,11 +393,10 @@ def _translated(fn, e: BaseException, args: tuple, kwargs: dict, caller: types.F
         return None if why is None else ArgumentError(why)
     if _own_frame(caller.f_globals) or not _raised_by_us(e.__traceback__):
         return None
-    name = _call_name(fn)
-    if device_out_of_memory(e):
-        return device_memory_error(f"{name}()", e, named=True)
-    if driver_failure(e):
-        return DeviceError(f"{name}() failed in the CUDA driver ({_text(e)}). Fix: {_driver_fix(e)}")
+    name = _call_name(fn, args)
+    said = driver_error(f"{name}()", e)
+    if said is not None:
+        return said
     if _out_of_memory(e):
         return HostMemoryError(f"{name}() ran out of host memory ({e}). Fix: pass less data at a time, or free "
                                "host memory first (del the arrays no longer needed).")
@@ -481,7 +499,7 @@ class DeviceMemoryError(DeviceError, MemoryError):
     """The GPU had no room for what a call needed; also a MemoryError, so `except MemoryError`
     around a call still catches it."""
 
-    unnamed = None  # (what, detail, fix) of an allocation's error, which the public call it leaves names
+    unnamed = None  # (what, detail, fix, message) of an allocation's error, which the public call it leaves names
 
     def __new__(cls, *args, **kwargs):  # as HostMemoryError's
         return Exception.__new__(cls, *args)
@@ -641,6 +659,16 @@ def driver_failure(e: BaseException) -> bool:
         c.__name__ == name and c.__module__.startswith(home) for c in type(e).__mro__ for home, name in _DRIVER_ERRORS)
 
 
+def driver_error(what: str, e: BaseException) -> "VyreError | None":
+    """The VyreError of the CUDA driver's error `e` in `what` (a call): running out of memory (GPU or
+    page-locked host), or a failure, with what to do; None where `e` is no driver's error."""
+    if device_out_of_memory(e):
+        return driver_memory_error(what, e, named=True)
+    if driver_failure(e):
+        return DeviceError(f"{what} failed in the CUDA driver ({_text(e)}). Fix: {_driver_fix(e)}")
+    return None
+
+
 def _driver_fix(e: BaseException) -> str:
     """What to do after the driver error `e`: a kernel's fault leaves the context unusable; a forked
     process cannot use the CUDA its parent had begun."""
@@ -677,8 +705,37 @@ def device_memory_error(what: str, e: "BaseException | str", fix: str = "give th
         f"{what} ran out of GPU memory ({e if isinstance(e, str) else _text(e)}).{' ' + room if room else ''} Fix: free GPU memory this process "
         "holds (del device arrays no longer needed; close() Graphs, EGraphs and WorkQueues), end other processes "
         f"using the GPU (nvidia-smi lists them), or {fix}.")
-    error.unnamed = None if named else (what, e if isinstance(e, str) else _text(e), fix)
+    error.unnamed = None if named else (what, e if isinstance(e, str) else _text(e), fix, error.args[0])
     return error
+
+
+_PINNED = ("cuMemHostAlloc", "cuMemAllocHost", "cuMemHostRegister")  # the driver's page-locked host allocations
+
+
+def driver_memory_error(what: str, e: BaseException, fix: str = "give the call less data at a time",
+                        named: bool = False) -> "DeviceMemoryError | HostMemoryError":
+    """The error of `what` where the driver said CUDA_ERROR_OUT_OF_MEMORY (`e`): of page-locked host
+    memory (a HostMemoryError) where the allocation that failed was one, else of GPU memory."""
+    text = _text(e)
+    if any(call in text for call in _PINNED):
+        return HostMemoryError(f"{what} ran out of page-locked host memory ({text}). Fix: free host memory (del "
+                               "arrays no longer needed), or move less data a call: uploads, downloads and host "
+                               "dispatches stage their copies through page-locked buffers.")
+    return device_memory_error(what, e, fix, named)
+
+
+def raise_if_out_of_memory(e: BaseException, what: str, fix: str = "give the call less data at a time",
+                           named: bool = False) -> None:
+    """Raise `driver_memory_error(what, e, fix)` where `e` is the driver's out-of-memory error (for a
+    handler that would otherwise say something else of it); nothing for any other error. `named`:
+    `what` is the call the user made (work done past a public call's return, such as a generator's),
+    and an allocation's DeviceMemoryError `e` is raised again naming it."""
+    if named and isinstance(e, DeviceMemoryError):
+        renamed = _renamed(e, what)
+        if renamed is not None:
+            raise renamed from None
+    if device_out_of_memory(e):
+        raise driver_memory_error(what, e, fix, named) from None
 
 
 def _out_of_memory(e: BaseException) -> bool:

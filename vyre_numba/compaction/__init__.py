@@ -48,7 +48,7 @@ import numpy as np
 
 from ..backend import ArrayIn, ArrayOut, Stream, interface_dtype
 from ..errors import (INTEGERS, CapacityError, DeviceError, DispatchError, HostMemoryError, VyreError, a_type, flat_fix,
-                      numba_reason, refuse_missing, shown, yields)
+                      numba_reason, raise_if_out_of_memory, refuse_missing, shown, yields)
 from ..gpu import memory
 from ..gpu.numba_launch import RawArray, check_stream, stream_handle
 from ..lru import LRUCache
@@ -346,6 +346,7 @@ def _compiled(call: Callable, what: str, compiling: bool = False):
     except Exception as e:
         from numba.core.errors import NumbaError
 
+        raise_if_out_of_memory(e, f"selecting with the {what}")  # compiling too: loading the module takes room
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         if compiling or isinstance(e, NumbaError) or type(e).__name__ in _COMPILE_ERRORS:  # Numba's own
             raise DispatchError(f"the {what} does not compile with Numba ({numba_reason(e)}). Fix: write it in "  # frames

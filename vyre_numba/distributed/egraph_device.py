@@ -96,7 +96,7 @@ class _Shared:
     def copied(self, ops) -> None:
         import os
 
-        from ..errors import DeviceError
+        from ..errors import DeviceError, raise_if_out_of_memory
 
         if os.getpid() == self.pid:  # Dask spilled a batch and read it back where it was made
             raise DeviceError("a batch of e-nodes handed from GPU to GPU was read back in the worker that made it "
@@ -105,6 +105,7 @@ class _Shared:
         try:
             self.src = src = self.handle.open()
         except Exception as e:  # noqa: BLE001 - the driver's refusal, whatever its type, is said below
+            raise_if_out_of_memory(e, "opening a batch of e-nodes from another worker's GPU")
             raise DeviceError(f"a batch of e-nodes from another worker's GPU could not be opened here ({e}). Fix: "
                               "run the workers on one host, each seeing every GPU (dask_cuda.LocalCUDACluster "
                               "does), or pass backend='reference'.") from None

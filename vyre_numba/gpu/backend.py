@@ -19,7 +19,8 @@ from ..bindings import Binding, bind, check_config, coverage_once
 from ..config import DispatchConfig
 from ..display import Duration
 from ..errors import (INTEGERS, BackendUnavailableError, DeviceError, DispatchError, LaunchError, VyreError, a_type,
-                      check_calls, device_memory_error, device_out_of_memory, shown)
+                      DeviceMemoryError, HostMemoryError, check_calls, device_out_of_memory, driver_memory_error,
+                      raise_if_out_of_memory, shown)
 from ..ir import Program, check
 from ..lru import LRUCache
 from . import diskcache, tuning
@@ -177,7 +178,9 @@ class CudaBackend(Backend):
         if cubin is not None:
             try:
                 return self._load(program.name, cubin, None)
-            except DeviceError:  # verified bytes the driver will not load: drop them and rebuild
+            except DeviceError as e:  # verified bytes the driver will not load: drop them and rebuild
+                if isinstance(e, DeviceMemoryError):  # the bytes are fine: the GPU had no room to load them
+                    raise
                 self.disk_cache.remove(full_key)
         from ..ptx import assemble
 
@@ -199,6 +202,7 @@ class CudaBackend(Backend):
             attrs = kernel.attributes
             shared, max_threads = attrs.shared_size_bytes, attrs.max_threads_per_block
         except Exception as e:
+            raise_if_out_of_memory(e, f"loading kernel {shown(name)}")
             raise DeviceError(f"loading kernel {shown(name)} failed ({type(e).__name__}: {e}). "
                               "Fix: check the driver supports this GPU's toolkit version.") from e
         return CompiledKernel(name, ptx, code, kernel, shared, max_threads)
@@ -464,9 +468,13 @@ class CudaBackend(Backend):
         """The error a failed host dispatch raises (Ctrl-C and VyreErrors pass through as they are)."""
         if isinstance(e, VyreError) or not isinstance(e, Exception):
             return e
-        if device_out_of_memory(e) or isinstance(e, MemoryError):
-            return device_memory_error(f"kernel {plan.kernel.name!r}, for its {plan.device_bytes} bytes of buffers,",
+        if device_out_of_memory(e):
+            return driver_memory_error(f"kernel {plan.kernel.name!r}, for its {plan.device_bytes} bytes of buffers,",
                                        e, "dispatch less data at a time", named=True)
+        if isinstance(e, MemoryError):  # the host's: staging copies of the buffers
+            return HostMemoryError(f"kernel {plan.kernel.name!r}: the host ran out of memory staging its "
+                                   f"{plan.device_bytes} bytes of buffers ({e}). Fix: free host memory, or dispatch "
+                                   "less data at a time.")
         return DeviceError(f"kernel {plan.kernel.name!r} with {plan.shape} failed: {type(e).__name__}: {e}. "
                            "Fix: a fault inside a kernel poisons the CUDA context; restart the process.")
 

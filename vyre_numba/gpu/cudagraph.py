@@ -14,7 +14,7 @@ from .. import checked
 from ..backend import _iterable, as_step, label_counts
 from ..bindings import Binding, bind, check_config, check_resident
 from ..config import DispatchConfig
-from ..errors import CompileError, DeviceError, UnsupportedError, VyreError, check_calls
+from ..errors import CompileError, DeviceError, UnsupportedError, VyreError, check_calls, raise_if_out_of_memory
 from ..ir import Program, check
 from ..recording import (Frozen, RecordedGraph, RecordedSequence, StepBuffers, check_recorded_launches,
                          check_replay_dtypes, check_replay_sizes, input_dtypes, pinned_steps)
@@ -95,6 +95,7 @@ class _Capture:
 
             self.graph.upload(Stream.from_handle(self.owned.stream))
         except Exception as e:
+            raise_if_out_of_memory(e, f"capturing {self.what} into a CUDA graph")
             raise DeviceError(f"capturing {self.what} into a CUDA graph failed ({type(e).__name__}: {e}). "
                               "Fix: replay it with plain dispatches instead; report the program if it "
                               "dispatches fine.") from e
@@ -178,6 +179,9 @@ class CudaRecordedGraph(RecordedGraph):
             with _Capture(probe, "a cooperative launch") as s:
                 self._set.launch.enqueue(s)
         except Exception as e:
+            if isinstance(e, MemoryError):  # no room to capture it (a DeviceMemoryError): no refusal of the driver's
+                raise
+            raise_if_out_of_memory(e, "capturing a cooperative launch into a CUDA graph")
             raise UnsupportedError(
                 f"record_graph of {self.program.name!r}: this driver cannot capture a cooperative launch "
                 f"into a CUDA graph ({type(e).__name__}: {e}). Fix: dispatch it with dispatch_resident "
@@ -285,6 +289,7 @@ class CudaRecordedSequence(RecordedSequence):
             owned.release()
             if isinstance(e, VyreError) or not isinstance(e, Exception):
                 raise
+            raise_if_out_of_memory(e, "recording the sequence")
             raise DeviceError(f"recording the sequence failed ({type(e).__name__}: {e}). Fix: check the steps "
                               "run with dispatch_sequence first.") from e
         from cuda.core import Stream
@@ -369,6 +374,7 @@ class WhileGraph:
             owned.release()
             if isinstance(e, VyreError) or not isinstance(e, Exception):
                 raise
+            raise_if_out_of_memory(e, f"building a CUDA graph with a while loop for {what}")
             raise UnsupportedError(f"building a CUDA graph with a while loop for {what} failed ({type(e).__name__}: "
                                    f"{e}). Fix: use another mode (e.g. mode='relaunch'); conditional graph nodes "
                                    "need CUDA 12.4 or newer.") from e
@@ -384,6 +390,7 @@ class WhileGraph:
         try:
             self._graph.launch(self._cstream)
         except Exception as e:
+            raise_if_out_of_memory(e, f"launching the graph of {self.what}")
             raise DeviceError(f"launching the graph of {self.what} failed ({type(e).__name__}: {e}). Fix: after a "
                               "kernel fault the context is poisoned; restart the process.") from e
 

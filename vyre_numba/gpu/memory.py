@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import on_device_memory_error
 
 _POOLS: dict = {}
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()  # re-entered where an error made while a pool is made trims the pools (`room`)
 @functools.cache
 def _driver() -> tuple:
     """(driver, DeviceNDArray, MemoryPointer), imported on first use: an import statement in a call

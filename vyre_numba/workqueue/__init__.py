@@ -27,7 +27,8 @@ from ..backend import ArrayIn, ArrayOut, Stream, check_empty, host_array
 from ..ir import DataType
 from ..ir.types import NUMPY_BOOL_CODES
 from ..errors import (INTEGERS, BackendUnavailableError, CapacityError, DispatchError, VyreError, a_type,
-                      device_memory_error, flat_fix, host_memory, mixes_bools, numba_reason, shown, yields)
+                      device_memory_error, device_out_of_memory, flat_fix, host_memory, mixes_bools, numba_reason,
+                      public_name, raise_if_out_of_memory, shown, yields)
 from ..owned import Unshared
 from ..signals import uninterrupted
 from ..simulator import SIMULATED as _SIM
@@ -67,7 +68,12 @@ class _Shared:
                     items = self._slots()  # closed between two pieces: refused, not a raw error
                     self._check_not_emptied(emptied)
                     yield items[start:min(n, start + chunk)]
-                self._drop_first(n, emptied)
+                try:
+                    self._drop_first(n, emptied)
+                except Exception as e:  # past the call's return: named here, as a public call names its own
+                    raise_if_out_of_memory(e, f"{public_name(type(self))}.chunks()", "push fewer items while it hands them out",
+                                           named=True)
+                    raise
             finally:
                 self._iterating = False
         return pieces()
@@ -480,7 +486,7 @@ class WorkQueue(_Shared, Unshared):
         except MemoryError:  # the CUDA simulator keeps device arrays in host memory
             self._no_room()
         except Exception as e:  # the driver's out-of-memory, as numba raises it
-            if "MEMORY" not in str(e).upper():
+            if not device_out_of_memory(e):
                 raise
             self._no_room()
         self._dev_state = cuda.to_device(np.zeros(2, np.uint64), stream=self._bound)
@@ -638,6 +644,7 @@ class WorkQueue(_Shared, Unshared):
         except Exception as e:  # Numba's errors say the step does not compile; others it raised running
             from numba.core.errors import NumbaError  # (under the CUDA simulator, which runs it as Python)
 
+            raise_if_out_of_memory(e, "consuming the queue")
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             if not isinstance(e, NumbaError):
                 raise DispatchError(f"the step raised {type(e).__name__} while it ran ({first}); the queue's items "

@@ -12,8 +12,8 @@ from .config import DispatchConfig
 from .errors import (ArgumentError, BackendUnavailableError, BarrierTimeoutError, CapacityError, CheckError,
                      CacheWarning, CheckWarning, CompileError, CoverageWarning, DeviceError, DeviceMemoryError,
                      DispatchError, HostMemoryError, ImmutableError, IRValidationError, LaunchError, ResultTimeoutError,
-                     SettingError, TemplateError, UnknownBufferError, UnknownNameError, UnknownStepError, UnsupportedError,
-                     VyreError)
+                     SettingError, TemplateError, UnknownBufferError, UnknownNameError, UnknownStepError,
+                     UnsupportedError, VyreError)
 from .ir import BufferDecl, DataType, Program
 
 from .version import __version__
@@ -24,8 +24,8 @@ __all__ = ["ir", "Backend", "available_backends", "get_backend", "DispatchConfig
            "VyreError", "ArgumentError", "IRValidationError", "UnknownBufferError", "UnknownNameError",
            "BackendUnavailableError", "SettingError", "TemplateError", "DispatchError", "LaunchError", "CapacityError",
            "CheckError", "HostMemoryError", "ImmutableError", "UnsupportedError", "CompileError", "DeviceError",
-           "DeviceMemoryError", "BarrierTimeoutError", "CacheWarning", "CheckWarning", "CoverageWarning", "UnknownStepError",
-           "ResultTimeoutError"]
+           "DeviceMemoryError", "BarrierTimeoutError", "CacheWarning", "CheckWarning", "CoverageWarning",
+           "UnknownStepError", "ResultTimeoutError"]
 
 _SUBPACKAGES = ("compaction", "distributed", "egraph", "fixpoint", "gpu", "graph", "megakernel", "profiling",
                 "recording", "reference", "testing", "unionfind", "unique", "workqueue")

@@ -976,7 +976,7 @@ def _main(argv: list[str] | None) -> int:
             traceback.print_exc()
         said = driver_error("the command", e)  # the GPU's: out of memory, a fault; no bug of this command's
         if said is not None:
-            print(f"error: {type(said).__name__}: {said}", file=sys.stderr)
+            print(f"error: {type(said).__name__}: {_one_line(said)}", file=sys.stderr)  # a module's log spans lines
             return EXIT_FAILURE
         print(f"error: internal error, a bug in vyre-numba: {type(e).__name__}: {clip(_one_line(e), 500)}. "
               f"Fix: please report it with the command line; run with {DEBUG_ENV}=1 for the traceback.",

@@ -18,9 +18,9 @@ import numpy as np
 
 __all__ = ["VyreError", "IRValidationError", "UnknownBufferError", "UnknownNameError", "BackendUnavailableError",
            "SettingError", "TemplateError", "DispatchError", "ArgumentError", "ImmutableError", "LaunchError",
-           "UnsupportedError", "CompileError", "DeviceError", "DeviceMemoryError", "BarrierTimeoutError", "CapacityError", "CheckError",
-           "CheckWarning", "CacheWarning", "CoverageWarning", "HostMemoryError", "UnknownStepError",
-           "ResultTimeoutError"]
+           "UnsupportedError", "CompileError", "DeviceError", "DeviceMemoryError", "BarrierTimeoutError",
+           "CapacityError", "CheckError", "CheckWarning", "CacheWarning", "CoverageWarning", "HostMemoryError",
+           "UnknownStepError", "ResultTimeoutError"]
 
 # Python's and NumPy's integer types, less np.timedelta64 (NumPy counts a time span among its integers;
 # taken as a count, its unit would be dropped without a word)
@@ -701,11 +701,12 @@ def device_memory_error(what: str, e: "BaseException | str", fix: str = "give th
                     pass
         finally:
             _ASKING.now = False
+    said = e if isinstance(e, str) else _text(e)
     error = DeviceMemoryError(
-        f"{what} ran out of GPU memory ({e if isinstance(e, str) else _text(e)}).{' ' + room if room else ''} Fix: free GPU memory this process "
+        f"{what} ran out of GPU memory ({said}).{' ' + room if room else ''} Fix: free GPU memory this process "
         "holds (del device arrays no longer needed; close() Graphs, EGraphs and WorkQueues), end other processes "
         f"using the GPU (nvidia-smi lists them), or {fix}.")
-    error.unnamed = None if named else (what, e if isinstance(e, str) else _text(e), fix, error.args[0])
+    error.unnamed = None if named else (what, said, fix, error.args[0])
     return error
 
 

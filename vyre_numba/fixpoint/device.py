@@ -13,7 +13,7 @@ import numpy as np
 
 from ..backend import interface_dtype
 from ..compaction.select import to_compile
-from ..errors import DispatchError, UnsupportedError, a_type, numba_reason, shown
+from ..errors import DeviceMemoryError, DispatchError, UnsupportedError, a_type, numba_reason, shown
 from ..gpu.launch import KernelLaunch, LaunchShape, validate_cooperative
 from ..ir import Program
 from ..lru import LRUCache
@@ -225,8 +225,10 @@ def run(backend, step: Callable, n: int, args: list, max_rounds: int, mode: str,
                     rounds, converged, ns = _relaunch(backend, kernels["vyre_fixpoint_round"], n, params, ctl,
                                                       ctl_ptr, max_rounds, block, bar)
                 break
-            except _NotHere:  # raised before any round ran: "auto" moves on to the next mode
+            except _NotHere as e:  # raised before any round ran: "auto" moves on to the next mode
                 if mode == order[-1]:
+                    if e.no_room is not None:  # the graph had no room, and no mode is left: say so as such
+                        raise e.no_room from None
                     raise
         if bar is not None:
             finished(bar)
@@ -240,7 +242,10 @@ def run(backend, step: Callable, n: int, args: list, max_rounds: int, mode: str,
 
 
 class _NotHere(UnsupportedError):
-    """A mode this device, step or block size cannot run, found before any round ran."""
+    """A mode this device, step or block size cannot run, found before any round ran; `no_room`,
+    where the GPU had no room for what the mode needs (another mode may need less)."""
+
+    no_room: "DeviceMemoryError | None" = None
 
 
 def _auto_order(caps, max_rounds: int) -> list[str]:
@@ -370,10 +375,12 @@ def _graph(backend, kernels, n, kinds, ctl, ctl_ptr, max_rounds, block, bar, siz
                 chk.set_param(1, limit)
                 try:
                     graphs[limit] = WhileGraph(backend, body, "the fixpoint loop")
-                except UnsupportedError as e:
+                except (UnsupportedError, DeviceMemoryError) as e:
                     if rounds:
                         raise
-                    raise _NotHere(str(e)) from e
+                    here = _NotHere(str(e))
+                    here.no_room = e if isinstance(e, DeviceMemoryError) else None
+                    raise here from e
             backend.memset(ctl_ptr, 4 * _CTL_WORDS)
             g = graphs[limit]
             with backend.device_timer(g.stream) as t:

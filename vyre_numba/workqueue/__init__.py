@@ -71,8 +71,8 @@ class _Shared:
                 try:
                     self._drop_first(n, emptied)
                 except Exception as e:  # past the call's return: named here, as a public call names its own
-                    raise_if_out_of_memory(e, f"{public_name(type(self))}.chunks()", "push fewer items while it hands them out",
-                                           named=True)
+                    raise_if_out_of_memory(e, f"{public_name(type(self))}.chunks()",
+                                           "push fewer items while it hands them out", named=True)
                     raise
             finally:
                 self._iterating = False

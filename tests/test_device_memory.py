@@ -238,7 +238,7 @@ def test_graph_calls_out_of_gpu_memory_say_so_and_run_once_there_is_room(star):
     e = _refused_while_full(lambda: vn.graph.connected_components(indptr, indices))
     assert str(e).startswith("connected_components() ran out of GPU memory")
     e = _refused_while_full(lambda: vn.graph.Graph(indptr, indices))
-    assert str(e).startswith("Graph() ran out of GPU memory")
+    assert str(e).startswith("Graph() ran out of GPU memory") and "bfs(indptr, indices, source)" in str(e)
 
     assert np.array_equal(indices[:8].copy_to_host(), before[0]) and np.array_equal(indptr[-4:].copy_to_host(),
                                                                                      before[1])
@@ -517,3 +517,32 @@ def test_a_fixpoint_graph_without_room_moves_on_to_relaunch_or_says_so(monkeypat
         monkeypatch.setattr(device, "_auto_order", lambda caps, rounds: order)
         result = device.run(SimpleNamespace(caps=None), None, 4, [], 10, "auto", 256, 0, False)
         assert (result.rounds, result.converged, result.mode) == (3, True, mode)
+
+
+@pytest.mark.parametrize("raised", ["driver", "pool"])
+def test_a_graph_without_room_for_its_copy_says_the_module_calls_need_none(monkeypatch, raised):
+    """A Graph of device arrays holds a copy of its own: where the GPU has no room for it, the Fix
+    names the module calls, which read the caller's arrays where they are."""
+    from cuda.bindings import driver as drv
+
+    from vyre_numba.gpu import memory
+    from vyre_numba.graph import resident
+
+    class Device:  # what a device array shows the CSR checks
+        def __init__(self, n: int) -> None:
+            self.__cuda_array_interface__ = {"shape": (n,), "typestr": "<i8", "data": (0, False), "version": 3}
+
+    def pool(*a, **k):
+        memory._check(drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY, "allocating 24 bytes on the device")
+    library = {"__name__": "json.decoder", "error": _driver_oom()}
+    exec(compile("def device_array(*a, **k):\n    raise error\n", json.decoder.__file__, "exec"), library)
+    monkeypatch.setattr(resident, "graph_arguments", lambda indptr, indices, source, call: (indptr, indices, None))
+    monkeypatch.setattr(resident, "resolve", lambda *a: (SimpleNamespace(name="cuda"), None, 2, True))
+    monkeypatch.setattr(resident, "_device_copy", library["device_array"] if raised == "driver" else pool)
+    with pytest.raises(DeviceMemoryError) as e:
+        vn.graph.Graph(Device(3), Device(2))
+    text = str(e.value)
+    assert text.startswith("Graph() ran out of GPU memory (")
+    assert text.endswith("or call the module functions on the arrays instead (bfs(indptr, indices, source) and the "
+                         "others read them where they are; a Graph holds a copy of its own).")
+    assert e.value.unnamed is None

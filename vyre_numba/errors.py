@@ -371,15 +371,16 @@ def _named(fn, args: tuple, e: VyreError, caller: types.FrameType) -> "DeviceMem
     return _renamed(e, f"{_call_name(fn, args)}()")
 
 
-def _renamed(e: "DeviceMemoryError", what: str) -> "DeviceMemoryError | None":
-    """The DeviceMemoryError `e` of an allocation, as one of `what` (a call); None where `e` names
-    its call already, or a caller on the way out added to its message (its words are kept)."""
+def _renamed(e: "DeviceMemoryError", what: str, fix: str | None = None) -> "DeviceMemoryError | None":
+    """The DeviceMemoryError `e` of an allocation, as one of `what` (a call; ending in `fix` where
+    given, else in e's own); None where `e` names its call already, or a caller on the way out
+    added to its message (its words are kept)."""
     if e.unnamed is None:
         return None
-    inner, detail, fix, message = e.unnamed
+    inner, detail, own_fix, message = e.unnamed
     if e.args[:1] != (message,):
         return None
-    return device_memory_error(what, f"{inner}: {detail}", fix, named=True)
+    return device_memory_error(what, f"{inner}: {detail}", fix or own_fix, named=True)
 
 
 def _translated(fn, e: BaseException, args: tuple, kwargs: dict, caller: types.FrameType) -> "VyreError | None":
@@ -729,10 +730,11 @@ def raise_if_out_of_memory(e: BaseException, what: str, fix: str = "give the cal
                            named: bool = False) -> None:
     """Raise `driver_memory_error(what, e, fix)` where `e` is the driver's out-of-memory error (for a
     handler that would otherwise say something else of it); nothing for any other error. `named`:
-    `what` is the call the user made (work done past a public call's return, such as a generator's),
-    and an allocation's DeviceMemoryError `e` is raised again naming it."""
+    `what` is the call the user made (work done past a public call's return, such as a generator's,
+    or a call with a Fix of its own), and an allocation's DeviceMemoryError `e` is raised again
+    naming it, ending in `fix`."""
     if named and isinstance(e, DeviceMemoryError):
-        renamed = _renamed(e, what)
+        renamed = _renamed(e, what, fix)
         if renamed is not None:
             raise renamed from None
     if device_out_of_memory(e):

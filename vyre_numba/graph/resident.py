@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ArgumentError, DispatchError, flag, host_memory
+from ..errors import ArgumentError, DispatchError, flag, host_memory, raise_if_out_of_memory
 from ..owned import Unshared
 from .bfs import HUB, _bfs_gpu, _bfs_numpy, _source
 from .components import _components_gpu, components_of_edges
@@ -54,11 +54,13 @@ class Graph(Unshared):
             return
         if on_device:  # copied first, the copy checked: a later write to the caller's arrays cannot slip in
             self._nnz = int(indices.__cuda_array_interface__["shape"][0])
-            copies = (_device_copy(be, indptr, np.int64), _device_copy(be, indices, np.int32))
             try:
+                copies = (_device_copy(be, indptr, np.int64), _device_copy(be, indices, np.int32))
                 self._hubs = check_device_csr(be, *copies, n, HUB, symmetric, "Graph(A)")
-            except BaseException:
+            except BaseException as e:
                 copies = None  # a refused graph holds no device memory, whoever keeps the exception
+                if isinstance(e, Exception):
+                    raise_if_out_of_memory(e, "Graph()", _IN_PLACE, named=True)
                 raise
             self._arrays = copies
         else:
@@ -194,6 +196,10 @@ class Graph(Unshared):
             raise DispatchError(f"{call}() was given symmetric=True, but the Graph was made without it, so its edges "
                                 "were not checked both ways. Fix: make it with Graph(..., symmetric=True).")
         return then
+
+
+_IN_PLACE = ("call the module functions on the arrays instead (bfs(indptr, indices, source) and the others read them "
+             "where they are; a Graph holds a copy of its own)")
 
 
 def _own(a):

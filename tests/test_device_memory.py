@@ -33,12 +33,17 @@ def _driver_oom() -> Exception:
     return CudaAPIError(code, "Call to cuMemAlloc results in CUDA_ERROR_OUT_OF_MEMORY")
 
 
-def _raising_in_library(monkeypatch, error: Exception) -> None:
-    """json.loads replaced by a function whose code is the standard library's that raises `error`:
-    what a library the package called (Numba allocating, say) raising looks like."""
+def _in_library(error: Exception, name: str = "loads"):
+    """A function `name` whose code is the standard library's that raises `error`: what a library
+    the package called (Numba allocating, say) raising looks like."""
     library = {"__name__": "json.decoder", "error": error}
-    exec(compile("def loads(*a, **k):\n    raise error\n", json.decoder.__file__, "exec"), library)
-    monkeypatch.setattr(json, "loads", library["loads"])
+    exec(compile(f"def {name}(*a, **k):\n    raise error\n", json.decoder.__file__, "exec"), library)
+    return library[name]
+
+
+def _raising_in_library(monkeypatch, error: Exception) -> None:
+    """json.loads replaced by `_in_library(error)`."""
+    monkeypatch.setattr(json, "loads", _in_library(error))
 
 
 def test_the_drivers_out_of_memory_leaving_a_public_call_is_a_device_memory_error(monkeypatch):
@@ -426,9 +431,8 @@ def test_a_kernel_module_without_room_to_load_keeps_its_disk_cache_entry(monkeyp
     from vyre_numba.gpu.backend import CudaBackend
     from vyre_numba.lru import LRUCache
 
-    library = {"__name__": "json.decoder", "error": CUDAError("CUDA_ERROR_OUT_OF_MEMORY: out of memory")}
-    exec(compile("def from_cubin(*a, **k):\n    raise error\n", json.decoder.__file__, "exec"), library)
-    monkeypatch.setattr(cuda.core, "ObjectCode", types.SimpleNamespace(from_cubin=library["from_cubin"]))
+    no_room = _in_library(CUDAError("CUDA_ERROR_OUT_OF_MEMORY: out of memory"), "from_cubin")
+    monkeypatch.setattr(cuda.core, "ObjectCode", types.SimpleNamespace(from_cubin=no_room))
     monkeypatch.setattr(ptx_module, "assemble", lambda ptx, sm: b"cubin")
 
     class Disk:
@@ -534,11 +538,10 @@ def test_a_graph_without_room_for_its_copy_says_the_module_calls_need_none(monke
 
     def pool(*a, **k):
         memory._check(drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY, "allocating 24 bytes on the device")
-    library = {"__name__": "json.decoder", "error": _driver_oom()}
-    exec(compile("def device_array(*a, **k):\n    raise error\n", json.decoder.__file__, "exec"), library)
     monkeypatch.setattr(resident, "graph_arguments", lambda indptr, indices, source, call: (indptr, indices, None))
     monkeypatch.setattr(resident, "resolve", lambda *a: (SimpleNamespace(name="cuda"), None, 2, True))
-    monkeypatch.setattr(resident, "_device_copy", library["device_array"] if raised == "driver" else pool)
+    monkeypatch.setattr(resident, "_device_copy", _in_library(_driver_oom(), "device_array") if raised == "driver"
+                        else pool)
     with pytest.raises(DeviceMemoryError) as e:
         vn.graph.Graph(Device(3), Device(2))
     text = str(e.value)

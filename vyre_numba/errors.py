@@ -355,7 +355,9 @@ def _call_name(fn, args: tuple) -> str:
     """The name the user called `fn` by: a method by the public class of what it was called on
     (RecordedGraph.replay, not the CUDA class's own; WorkQueue.chunks, not a base class's)."""
     name = fn.__qualname__
-    if "." in name and "<locals>" not in name and args:
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    method = code is not None and code.co_argcount > 0 and code.co_varnames[0] in ("self", "cls", "_cls")
+    if method and "." in name and "<locals>" not in name and args:
         owner = args[0] if isinstance(args[0], type) else type(args[0])
         if owner.__module__.startswith("vyre_numba") and getattr(owner, fn.__name__, None) is not None:
             name = f"{public_name(owner)}.{fn.__name__}"
@@ -471,11 +473,8 @@ def _unfit(fn, args: tuple, kwargs: dict) -> str | None:
             if k not in names:
                 near = difflib.get_close_matches(k, names, 1, 0.6)
                 hints.append(f"`{k}` is no parameter" + (f" (did you mean `{near[0]}`?)" if near else ""))
-    name = fn.__qualname__
+    name = _call_name(fn, args)  # Redispatch's replay is RecordedGraph.replay
     hint = "; ".join(hints) + "; " if hints else ""
-    if method and args and "." in name and not isinstance(args[0], type):  # as its class is known: Redispatch's
-        name = f"{public_name(type(args[0]))}.{fn.__name__}"  # replay is RecordedGraph.replay
-    name = name.replace(".__init__", "").replace(".__call__", "").replace(".__new__", "")
     why = why.replace(f"{fn.__qualname__}()", f"{name}()")
     return f"{name}(): {why}. Fix: {hint}call it as {name}{clip(str(shown_sig), 400)}."
 
@@ -624,6 +623,7 @@ def host_memory(what: str, why: str = BY_IDS):
     return converting(_out_of_memory, lambda e: HostMemoryError(f"{what} ran out of host memory ({e}). {why}"))
 
 
+LESS_DATA = "give the call less data at a time"  # the Fix's last resort where a call's data did not fit
 _ASKING = threading.local()
 _ROOM: list = []  # what `device_memory_error` asks for the room on the GPU (the gpu layer's, once imported)
 
@@ -685,7 +685,7 @@ def _driver_fix(e: BaseException) -> str:
         "the process."
 
 
-def device_memory_error(what: str, e: "BaseException | str", fix: str = "give the call less data at a time",
+def device_memory_error(what: str, e: "BaseException | str", fix: str = LESS_DATA,
                         named: bool = False) -> DeviceMemoryError:
     """The DeviceMemoryError of `what` (a call, an allocation) the GPU had no room for, `e` the
     driver's error (or what it lacked room for): what is free on the GPU now, and how to make room
@@ -714,7 +714,7 @@ def device_memory_error(what: str, e: "BaseException | str", fix: str = "give th
 _PINNED = ("cuMemHostAlloc", "cuMemAllocHost", "cuMemHostRegister")  # the driver's page-locked host allocations
 
 
-def driver_memory_error(what: str, e: BaseException, fix: str = "give the call less data at a time",
+def driver_memory_error(what: str, e: BaseException, fix: str = LESS_DATA,
                         named: bool = False) -> "DeviceMemoryError | HostMemoryError":
     """The error of `what` where the driver said CUDA_ERROR_OUT_OF_MEMORY (`e`): of page-locked host
     memory (a HostMemoryError) where the allocation that failed was one, else of GPU memory."""
@@ -726,7 +726,7 @@ def driver_memory_error(what: str, e: BaseException, fix: str = "give the call l
     return device_memory_error(what, e, fix, named)
 
 
-def raise_if_out_of_memory(e: BaseException, what: str, fix: str = "give the call less data at a time",
+def raise_if_out_of_memory(e: BaseException, what: str, fix: str = LESS_DATA,
                            named: bool = False) -> None:
     """Raise `driver_memory_error(what, e, fix)` where `e` is the driver's out-of-memory error (for a
     handler that would otherwise say something else of it); nothing for any other error. `named`:

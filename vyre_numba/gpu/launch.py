@@ -196,8 +196,9 @@ def driver_check(result, what: str) -> None:
     """Raise DeviceError if a cuda.bindings driver call's result is not CUDA_SUCCESS."""
     ok = (_DRIVER or driver())[2]
     err = result[0] if isinstance(result, tuple) else result
-    if err != ok and getattr(err, "name", "") == "CUDA_ERROR_OUT_OF_MEMORY":
+    if err == ok:
+        return
+    if err.name == "CUDA_ERROR_OUT_OF_MEMORY":
         raise device_memory_error(what, err.name)
-    if err != ok:
-        raise DeviceError(f"{what} failed: {err.name}. Fix: check the device is healthy (nvidia-smi) and memory "
-                          "is not exhausted; after a kernel fault, restart the process.")
+    raise DeviceError(f"{what} failed: {err.name}. Fix: check the device is healthy (nvidia-smi) and memory "
+                      "is not exhausted; after a kernel fault, restart the process.")

@@ -389,6 +389,24 @@ def test_the_command_line_says_what_the_driver_said(monkeypatch, tmp_path, capsy
         assert_fix(err)
 
 
+def test_the_command_line_exits_1_for_the_gpus_failures_and_2_for_mistakes(monkeypatch, tmp_path, capsys):
+    """A DeviceError or CompileError raised inside a command (a fault, the toolchain failing) is no
+    mistake in its command line: it exits 1, as the driver's own error does; a DispatchError, the
+    caller's mistake, exits 2."""
+    from vyre_numba import cli
+
+    program = tmp_path / "p.json"
+    program.write_text(ir.Program([], (1, 1, 1), []).to_json())
+    for error, status in ((DeviceError("the GPU fell off the bus. Fix: restart."), 1),
+                          (errors.BarrierTimeoutError("a grid barrier timed out. Fix: fewer blocks."), 1),
+                          (errors.CompileError("ptxas crashed. Fix: report it."), 1),
+                          (errors.DispatchError("the input is wrong. Fix: pass another."), 2)):
+        monkeypatch.setattr(json, "loads", _in_library(error))
+        assert cli.main(["run", str(program), "--out", str(tmp_path / "out")]) == status, error
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {type(error).__name__}: {error}"), err
+
+
 def test_a_call_is_named_by_the_public_class_it_was_called_on():
     from vyre_numba.gpu.cudagraph import CudaRecordedGraph
     from vyre_numba.workqueue import QueueModel, _Shared

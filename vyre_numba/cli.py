@@ -3,7 +3,8 @@
 Every argument and path is checked before any work starts. A mistake prints one line,
 `error: ... Fix: ...`, to stderr (an invalid program: a line more for each problem, each with its
 Fix) and exits with status 2 (argparse's own errors exit 2 too); a failure to write after the
-checks passed exits 1; Ctrl-C prints one line and exits 130; an unexpected exception is
+checks passed, or of the GPU, its driver or the toolchain (`DeviceError`, `CompileError`, running
+out of memory), exits 1; Ctrl-C prints one line and exits 130; an unexpected exception is
 reported in one line as a bug and exits 1 (set VYRE_NUMBA_DEBUG=1 to see its traceback).
 
 Output locations: `run --out DIR` and the directory of `emit -o FILE` are created, with their
@@ -964,7 +965,8 @@ def _main(argv: list[str] | None) -> int:
         return EXIT_FAILURE
     except VyreError as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_FAILURE if isinstance(e, (errors.DeviceError, errors.CompileError)) else EXIT_USAGE  # the
+        # GPU's or the toolchain's failure, as the driver's own error below: nothing in the command line was wrong
     except KeyboardInterrupt:
         print("error: interrupted (Ctrl-C); no file is left half-written.", file=sys.stderr)
         return EXIT_INTERRUPTED

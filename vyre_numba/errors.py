@@ -31,6 +31,9 @@ INTEGERS = (int,) + tuple(t for k in (np.signedinteger, np.unsignedinteger) for 
 class VyreError(Exception):
     """Base of all vyre-numba errors."""
 
+    keeps_frames = False  # True for a failure inside (the toolchain's, the device's): its traceback keeps
+    # vyre-numba's frames, where it was found; a mistake's points at the caller's line
+
 
 class IRValidationError(VyreError):
     """A program (or a piece of IR under construction) is not valid. `diagnostics` lists every problem."""
@@ -70,6 +73,8 @@ class SettingError(VyreError):
 class TemplateError(VyreError):
     """A hand-written PTX template (`ptx.templates`) is missing, its header does not declare its
     parameters, or it is loaded with other parameters than its header declares."""
+
+    keeps_frames = True
 
 
 def flag(value, name: str, fix: str) -> bool:
@@ -343,12 +348,10 @@ def _leaving(e: VyreError, caller: types.FrameType) -> None:
 
 
 def _kept_whole(e: VyreError, caller: types.FrameType) -> bool:
-    """Whether `e`, leaving a public call for `caller`, keeps every frame: a failure of the
-    toolchain or the device (running out of its memory is the size of the caller's data, not a
-    failure: it points at the caller's line as running out of host memory does), a call from
-    vyre-numba's own code (the error is still inside), or $VYRE_NUMBA_DEBUG set."""
-    return (isinstance(e, _INTERNALS_SHOWN) and not isinstance(e, DeviceMemoryError)) or _own_frame(caller.f_globals) \
-        or _debugging()
+    """Whether `e`, leaving a public call for `caller`, keeps every frame: a failure inside
+    (`keeps_frames`), a call from vyre-numba's own code (the error is still inside), or
+    $VYRE_NUMBA_DEBUG set."""
+    return e.keeps_frames or _own_frame(caller.f_globals) or _debugging()
 
 
 def _call_name(fn, args: tuple) -> str:
@@ -490,9 +493,13 @@ class UnsupportedError(VyreError):
 class CompileError(VyreError):
     """PTX assembly or linking failed; the message carries the toolchain log."""
 
+    keeps_frames = True
+
 
 class DeviceError(VyreError):
     """The CUDA driver reported an error while running a kernel."""
+
+    keeps_frames = True
 
 
 class DeviceMemoryError(DeviceError, MemoryError):
@@ -500,6 +507,8 @@ class DeviceMemoryError(DeviceError, MemoryError):
     around a call still catches it."""
 
     unnamed = None  # (what, detail, fix, message) of an allocation's error, which the public call it leaves names
+    keeps_frames = False  # the size of the caller's data, not a failure: it points at the caller's line, as
+    # running out of host memory does
 
     def __new__(cls, *args, **kwargs):  # as HostMemoryError's
         return Exception.__new__(cls, *args)
@@ -913,6 +922,3 @@ def _widths(width: int) -> reprlib.Repr:
     r.maxlevel, r.maxstring, r.maxother, r.maxlong = 3, width, width, width
     return r
 
-
-# failures of the toolchain or the device, not of a call's arguments: their tracebacks keep every frame
-_INTERNALS_SHOWN = (CompileError, DeviceError, TemplateError)

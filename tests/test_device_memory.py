@@ -407,6 +407,75 @@ def test_the_command_line_exits_1_for_the_gpus_failures_and_2_for_mistakes(monke
         assert err.startswith(f"error: {type(error).__name__}: {error}"), err
 
 
+class _FakeEvents:
+    """The driver calls device_timer makes, counted: cuEventCreate fails once `room` events exist."""
+
+    def __init__(self, room: int):
+        from cuda.bindings import driver as real
+
+        self.CUevent_flags, self.CUresult, self.room = real.CUevent_flags, real.CUresult, room
+        self.made, self.destroyed = [], []
+
+    def cuEventCreate(self, flags):
+        if len(self.made) - len(self.destroyed) >= self.room:
+            return self.CUresult.CUDA_ERROR_OUT_OF_MEMORY, None
+        self.made.append(f"event{len(self.made)}")
+        return self.CUresult.CUDA_SUCCESS, self.made[-1]
+
+    def cuEventDestroy(self, ev):
+        self.destroyed.append(ev)
+        return (self.CUresult.CUDA_SUCCESS,)
+
+    def cuEventRecord(self, ev, stream):
+        return (self.CUresult.CUDA_SUCCESS,)
+
+    def cuEventSynchronize(self, ev):
+        return (self.CUresult.CUDA_SUCCESS,)
+
+    def cuEventElapsedTime(self, start, end):
+        return self.CUresult.CUDA_SUCCESS, 1.5
+
+
+def _timing_backend(drv):
+    from vyre_numba.gpu.backend import CudaBackend
+
+    be = object.__new__(CudaBackend)  # as get_backend("cuda") gives it, with the driver faked (no GPU here)
+    be.__dict__["_drv"] = drv
+    return be
+
+
+def test_device_timer_with_no_room_for_its_events_is_the_calls_error():
+    """The events are made at the call, not when the block is entered: running out of room for them is
+    device_timer's DeviceMemoryError at the caller's line, and the one event made is destroyed."""
+    drv = _FakeEvents(room=1)
+    be = _timing_backend(drv)
+    with pytest.raises(DeviceMemoryError) as e:
+        be.device_timer(0)
+    assert str(e.value).startswith("CudaBackend.device_timer() ran out of GPU memory (creating a CUDA event"), e.value
+    assert_fix(str(e.value))
+    assert [f.name for f in traceback.extract_tb(e.value.__traceback__)] == [
+        "test_device_timer_with_no_room_for_its_events_is_the_calls_error"]
+    assert drv.made == drv.destroyed == ["event0"]
+
+
+def test_device_timer_keeps_its_events_for_the_next_unless_the_block_failed():
+    drv = _FakeEvents(room=2)
+    be = _timing_backend(drv)
+    with be.device_timer(0) as t:
+        pass
+    assert t.ns == 1_500_000 and drv.made == ["event0", "event1"] and not drv.destroyed
+    timer = be.device_timer(0)  # the spare pair again: no room needed for more
+    del timer  # never entered: its events go back too
+    gc.collect()
+    with pytest.raises(ZeroDivisionError):
+        with be.device_timer(0):
+            1 / 0
+    assert drv.made == ["event0", "event1"] and drv.destroyed == ["event0", "event1"]  # a failed block's are destroyed
+    with be.device_timer(0) as t:
+        pass
+    assert t.ns == 1_500_000 and len(drv.made) == 4
+
+
 def test_a_call_is_named_by_the_public_class_it_was_called_on():
     from vyre_numba.gpu.cudagraph import CudaRecordedGraph
     from vyre_numba.workqueue import QueueModel, _Shared

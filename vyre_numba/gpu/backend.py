@@ -509,38 +509,16 @@ class CudaBackend(Backend):
             raise DispatchError(f"device_timer(stream={shown(stream, 40)}): the stream is {a_type(stream)}. Fix: pass "
                                 "a Numba stream (numba.cuda.stream(), or cuda.external_stream(ptr) for another "
                                 "library's), a driver stream handle (an int), or None for this backend's stream.")
-        return self._device_timer(int(handle))
+        return _EventTimer(self._drv, self._timer_spares(), int(handle))
 
-    @contextlib.contextmanager
-    def _device_timer(self, s: int):
-        drv = self._drv
+    def _timer_spares(self) -> list:
+        """Pairs of events from earlier timers, their work completed: kept for reuse, destroyed with
+        the backend."""
         spare = self.__dict__.get("_timer_events")
-        if spare is None:  # kept for reuse; destroyed with the backend
+        if spare is None:
             spare = self.__dict__["_timer_events"] = []
-            weakref.finalize(self, _destroy_events, drv, spare)
-        try:  # a pair of events from an earlier timer: their work has completed
-            start, end = spare.pop()
-        except IndexError:
-            start, end = _event(drv, True), _event(drv, True)
-        timer = Timer()
-        ok = False
-        try:
-            driver_check(drv.cuEventRecord(start, s), "recording an event")
-            yield timer
-            driver_check(drv.cuEventRecord(end, s), "recording an event")
-            (err,) = drv.cuEventSynchronize(end)
-            if err != drv.CUresult.CUDA_SUCCESS:
-                raise DeviceError(f"the timed work failed: {err.name}. Fix: a fault inside a kernel poisons the CUDA "
-                                  "context; restart the process.")
-            err, ms = drv.cuEventElapsedTime(start, end)
-            timer.ns = int(round(ms * 1e6)) if err == drv.CUresult.CUDA_SUCCESS else 0
-            ok = True
-        finally:
-            if ok and len(spare) < 8:
-                spare.append((start, end))
-            else:
-                drv.cuEventDestroy(start)
-                drv.cuEventDestroy(end)
+            weakref.finalize(self, _destroy_events, self._drv, spare)
+        return spare
 
     def release_memory(self) -> None:
         """Free device memory dropped since the last call now, rather than when numba next
@@ -1039,6 +1017,57 @@ def _destroy_events(drv, pairs: list) -> None:
         for ev in pair:
             drv.cuEventDestroy(ev)
     pairs.clear()
+
+
+class _EventTimer:
+    """`device_timer`'s block. Its two events are made at the call, so that running out of room for
+    them is the call's error, not the block's; they go back to the spares when the block is left
+    whole or never entered, and are destroyed when it fails."""
+
+    def __init__(self, drv, spare: list, stream: int):
+        try:
+            events = spare.pop()
+        except IndexError:
+            start = _event(drv, True)
+            try:
+                events = (start, _event(drv, True))
+            except BaseException:
+                drv.cuEventDestroy(start)
+                raise
+        self._drv, self._stream, self._events, self._timer = drv, stream, events, Timer()
+        self._keep = weakref.finalize(self, _keep_events, drv, spare, events)
+        self._keep.atexit = False
+
+    def __enter__(self) -> Timer:
+        driver_check(self._drv.cuEventRecord(self._events[0], self._stream), "recording an event")
+        return self._timer
+
+    def __exit__(self, kind, error, tb) -> None:
+        drv, (start, end) = self._drv, self._events
+        ok = False
+        try:
+            if kind is None:
+                driver_check(drv.cuEventRecord(end, self._stream), "recording an event")
+                (err,) = drv.cuEventSynchronize(end)
+                if err != drv.CUresult.CUDA_SUCCESS:
+                    raise DeviceError(f"the timed work failed: {err.name}. Fix: a fault inside a kernel poisons the "
+                                      "CUDA context; restart the process.")
+                err, ms = drv.cuEventElapsedTime(start, end)
+                self._timer.ns = int(round(ms * 1e6)) if err == drv.CUresult.CUDA_SUCCESS else 0
+                ok = True
+        finally:
+            if ok:
+                self._keep()
+            elif self._keep.detach() is not None:
+                _destroy_events(drv, [self._events])
+
+
+def _keep_events(drv, spare: list, events: tuple) -> None:
+    """A timer's events, their work done or never recorded, back to the spares (at most 8 pairs)."""
+    if len(spare) < 8:
+        spare.append(events)
+    else:
+        _destroy_events(drv, [events])
 
 
 def _event(drv, timing: bool):

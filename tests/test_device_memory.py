@@ -476,6 +476,27 @@ def test_device_timer_keeps_its_events_for_the_next_unless_the_block_failed():
     assert t.ns == 1_500_000 and len(drv.made) == 4
 
 
+def test_under_the_simulator_running_out_is_of_host_memory():
+    """numba-cuda's simulator keeps device arrays in host memory: running out says so, and its Fix
+    names no GPU processes (there is no GPU, nor nvidia-smi)."""
+    from simulated import run_script
+
+    out = run_script(textwrap.dedent("""
+        import numpy as np
+        import vyre_numba as vn
+        try:
+            vn.workqueue.WorkQueue(1 << 39, np.int64)
+        except vn.DeviceMemoryError as e:
+            print(e)
+    """), 300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = out.stdout.strip()
+    assert text.startswith("WorkQueue(549755813888, int64) ran out of the CUDA simulator's device memory, which is "
+                           "host memory ("), text
+    assert "GPU" not in text and "nvidia-smi" not in text, text
+    assert_fix(text)
+
+
 def test_a_call_is_named_by_the_public_class_it_was_called_on():
     from vyre_numba.gpu.cudagraph import CudaRecordedGraph
     from vyre_numba.workqueue import QueueModel, _Shared

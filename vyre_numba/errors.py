@@ -712,10 +712,18 @@ def device_memory_error(what: str, e: "BaseException | str", fix: str = LESS_DAT
         finally:
             _ASKING.now = False
     said = e if isinstance(e, str) else _text(e)
-    error = DeviceMemoryError(
-        f"{what} ran out of GPU memory ({said}).{' ' + room if room else ''} Fix: free GPU memory this process "
-        "holds (del device arrays no longer needed; close() Graphs, EGraphs and WorkQueues), end other processes "
-        f"using the GPU (nvidia-smi lists them), or {fix}.")
+    from .simulator import SIMULATED
+
+    if SIMULATED:  # numba-cuda's simulator keeps device arrays in host memory: no GPU, no nvidia-smi
+        error = DeviceMemoryError(
+            f"{what} ran out of the CUDA simulator's device memory, which is host memory ({said}). Fix: free "
+            "memory this process holds (del arrays no longer needed; close() Graphs, EGraphs and WorkQueues), "
+            f"or {fix}.")
+    else:
+        error = DeviceMemoryError(
+            f"{what} ran out of GPU memory ({said}).{' ' + room if room else ''} Fix: free GPU memory this process "
+            "holds (del device arrays no longer needed; close() Graphs, EGraphs and WorkQueues), end other "
+            f"processes using the GPU (nvidia-smi lists them), or {fix}.")
     error.unnamed = None if named else (what, said, fix, error.args[0])
     return error
 

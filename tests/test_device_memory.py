@@ -589,15 +589,18 @@ def test_a_host_dispatch_tells_the_gpus_memory_page_locked_memory_and_the_hosts_
     from vyre_numba.gpu.backend import CudaBackend
 
     be = object.__new__(CudaBackend)
-    plan = types.SimpleNamespace(kernel=types.SimpleNamespace(name="k"), device_bytes=4096, shape=(1, 1, 1))
+    plan = types.SimpleNamespace(kernel=types.SimpleNamespace(name="k"), total=4096, in_bytes=1024, out_lo=512,
+                                 out_hi=2560, shape=(1, 1, 1))  # 3,072 bytes staged: 1,024 in, 2,048 out
     gpu = be._host_failure(_driver_oom(), plan)
     pinned = be._host_failure(CudaAPIError(drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY,
                                            "Call to cuMemHostAlloc results in CUDA_ERROR_OUT_OF_MEMORY"), plan)
     host = be._host_failure(MemoryError("staging"), plan)
-    assert type(gpu) is DeviceMemoryError and str(gpu).startswith("kernel 'k', for its 4096 bytes of buffers, ran "
-                                                                   "out of GPU memory")
-    assert type(pinned) is vn.HostMemoryError and "page-locked host memory" in str(pinned)
-    assert type(host) is vn.HostMemoryError and "the host ran out of memory staging" in str(host)
+    assert type(gpu) is DeviceMemoryError and str(gpu).startswith(
+        "kernel 'k' (4096 bytes of buffers on the GPU, 3072 staged in page-locked host memory) ran out of GPU memory")
+    assert type(pinned) is vn.HostMemoryError and str(pinned).startswith(
+        "kernel 'k' (4096 bytes of buffers on the GPU, 3072 staged in page-locked host memory) ran out of "
+        "page-locked host memory")
+    assert type(host) is vn.HostMemoryError and "the host ran out of memory staging 3072 bytes" in str(host)
     for e in (gpu, pinned, host):
         assert_fix(str(e))
 

@@ -468,13 +468,14 @@ class CudaBackend(Backend):
         """The error a failed host dispatch raises (Ctrl-C and VyreErrors pass through as they are)."""
         if isinstance(e, VyreError) or not isinstance(e, Exception):
             return e
+        staged = plan.in_bytes + plan.out_hi - plan.out_lo  # page-locked host memory beside the GPU's plan.total
         if device_out_of_memory(e):
-            return driver_memory_error(f"kernel {plan.kernel.name!r}, for its {plan.device_bytes} bytes of buffers,",
-                                       e, "dispatch less data at a time", named=True)
+            return driver_memory_error(f"kernel {plan.kernel.name!r} ({plan.total} bytes of buffers on the GPU, "
+                                       f"{staged} staged in page-locked host memory)", e,
+                                       "dispatch less data at a time", named=True)
         if isinstance(e, MemoryError):  # the host's: staging copies of the buffers
-            return HostMemoryError(f"kernel {plan.kernel.name!r}: the host ran out of memory staging its "
-                                   f"{plan.device_bytes} bytes of buffers ({e}). Fix: free host memory, or dispatch "
-                                   "less data at a time.")
+            return HostMemoryError(f"kernel {plan.kernel.name!r}: the host ran out of memory staging {staged} bytes "
+                                   f"of its buffers ({e}). Fix: free host memory, or dispatch less data at a time.")
         return DeviceError(f"kernel {plan.kernel.name!r} with {plan.shape} failed: {type(e).__name__}: {e}. "
                            "Fix: a fault inside a kernel poisons the CUDA context; restart the process.")
 

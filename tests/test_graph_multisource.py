@@ -38,6 +38,30 @@ def test_reference_matches_one_scipy_bfs_per_source(name):
         assert np.array_equal(reachable_many(a.indptr, a.indices, src, backend="reference"), got >= 0)
 
 
+@pytest.mark.parametrize("name", ["path", "rmat"])
+def test_reference_expands_small_levels_in_python_and_large_ones_in_numpy_alike(name, monkeypatch):
+    """A path's levels are small (the Python loop's), an R-MAT graph's mostly large (NumPy's): each
+    way matches SciPy, and with the loop turned off NumPy gives the same distances."""
+    from vyre_numba.graph import multisource
+
+    a = GRAPHS[name]
+    src = some_sources(a.shape[0], 5)
+    small = multisource._small_level
+    taken = []
+
+    def counted(*args):
+        out = small(*args)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(multisource, "_small_level", counted)
+    got = bfs_many(a.indptr, a.indices, src, backend="reference")
+    assert np.array_equal(got, expected(a, src))
+    assert any(taken) and (name == "path") == all(taken), taken
+    monkeypatch.setattr(multisource, "_small_level", lambda *args: None)
+    assert np.array_equal(bfs_many(a.indptr, a.indices, src, backend="reference"), got)
+
+
 def test_no_sources_give_an_empty_result():
     a = GRAPHS["grid"]
     got = bfs_many(a.indptr, a.indices, [], backend="reference")

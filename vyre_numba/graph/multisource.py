@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import INTEGERS, DispatchError, host_memory
-from .bfs import BOTTOM_UP_ABOVE, TOP_DOWN_BELOW, each_once
+from .bfs import BOTTOM_UP_ABOVE, SCALAR_EDGES, SCALAR_VERTICES, TOP_DOWN_BELOW, each_once
 from .csr import CSR, _as_index_array, check_device_csr, checked_graph, graph_arguments, is_graph, resolve
 
 from ..backend import ArrayIn, ArrayOut, Backend  # noqa: F401  (the annotations name them: typing.get_type_hints reads them)
@@ -38,7 +38,8 @@ def _bfs_many_numpy(g: CSR, sources: np.ndarray) -> np.ndarray:
     frontier is the vertices reached at the last level, each with the bits of the sources that
     reached it then), not a pass over every vertex, and sorts nothing: the bits offered to each
     neighbour are OR-ed in place (`acc`, zero again after each level) and each neighbour is kept
-    once (`bfs.each_once`)."""
+    once (`bfs.each_once`). Small levels (a path's, a road's) are expanded by a Python loop
+    (`_small_level`), as `bfs_numpy` expands them: a few microseconds a level, not NumPy's ~30."""
     n = g.n
     dist = np.full((sources.size, n), -1, np.int32)
     indptr, indices = g.indptr.astype(np.int64, copy=False), g.indices.astype(np.int64, copy=False)
@@ -50,8 +51,14 @@ def _bfs_many_numpy(g: CSR, sources: np.ndarray) -> np.ndarray:
         dist[start + np.arange(batch.size), batch] = 0
         at = np.flatnonzero(seen)
         bits, level = seen[at], 0
-        while at.size:
+        while len(at):
             level += 1
+            if len(at) <= SCALAR_VERTICES:
+                small = _small_level(dist, start, seen, indptr, indices, at, bits, level)
+                if small is not None:
+                    at, bits = small
+                    continue
+            at, bits = np.asarray(at, np.int64), np.asarray(bits, np.uint64)
             lo, counts = indptr[at], indptr[at + 1] - indptr[at]
             ends = np.cumsum(counts)
             if not ends[-1]:
@@ -66,6 +73,35 @@ def _bfs_many_numpy(g: CSR, sources: np.ndarray) -> np.ndarray:
             seen[at] |= bits
             _record(dist, start, at, bits, level, batch.size)
     return dist
+
+
+def _small_level(dist: np.ndarray, start: int, seen: np.ndarray, indptr: np.ndarray, indices: np.ndarray, at, bits,
+                 level: int) -> "tuple[list, list] | None":
+    """The next frontier (vertices, their new source bits: lists of ints) of a level whose frontier
+    `at` (with `bits`: arrays or lists) reaches at most SCALAR_EDGES edges, expanded by a Python
+    loop, its distances recorded and `seen` updated; None for a larger level (left to NumPy)."""
+    if isinstance(at, np.ndarray):
+        at, bits = at.tolist(), bits.tolist()
+    spans = [(int(indptr[u]), int(indptr[u + 1])) for u in at]
+    if sum(b - a for a, b in spans) > SCALAR_EDGES:
+        return None
+    offered: dict = {}
+    for (a, b), bit in zip(spans, bits):
+        for v in indices[a:b].tolist():
+            offered[v] = offered.get(v, 0) | bit
+    nxt, nbits = [], []
+    for v, bit in offered.items():
+        old = int(seen[v])
+        bit &= ~old
+        if bit:
+            seen[v] = old | bit
+            nxt.append(v)
+            nbits.append(bit)
+            while bit:
+                low = bit & -bit
+                dist[start + low.bit_length() - 1, v] = level
+                bit ^= low
+    return nxt, nbits
 
 
 def _record(dist: np.ndarray, start: int, at: np.ndarray, bits: np.ndarray, level: int, width: int) -> None:

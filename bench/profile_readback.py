@@ -75,7 +75,7 @@ def main() -> int:
     from numba import cuda
 
     from vyre_numba import compaction
-    from vyre_numba.compaction import select as select_module
+    select_module = sys.modules["vyre_numba.compaction.select"]
     from vyre_numba.gpu import host, transfer
 
     sync = cuda.synchronize

@@ -471,9 +471,14 @@ def test_device_timer_keeps_its_events_for_the_next_unless_the_block_failed():
         with be.device_timer(0):
             1 / 0
     assert drv.made == ["event0", "event1"] and drv.destroyed == ["event0", "event1"]  # a failed block's are destroyed
-    with be.device_timer(0) as t:
+    timer = be.device_timer(0)
+    with timer as t:
         pass
     assert t.ns == 1_500_000 and len(drv.made) == 4
+    with pytest.raises(vn.DispatchError, match=r"entered already.*Fix: call backend.device_timer\(\) again"):
+        with timer:  # its events are the spares' again, maybe another timer's
+            pass
+    assert len(drv.made) == 4 and len(drv.destroyed) == 2
 
 
 def test_under_the_simulator_running_out_is_of_host_memory():

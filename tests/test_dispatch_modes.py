@@ -1238,6 +1238,13 @@ def test_release_memory_and_device_timer_are_on_every_backend(backend):
     with backend.device_timer() as t:
         backend.dispatch_resident(bump(), [dx])
     assert t.ns > 0 and backend.download(dx).tolist() == [1] * 1000 and f"{t.ns:,} ns" in repr(t)
+    timer = backend.device_timer()
+    with timer:
+        pass
+    with pytest.raises(DispatchError, match=r"entered already.*Fix: call backend.device_timer\(\) again") as e:
+        with timer:  # a timer times one block (on the GPU its events are the spares' again once it is left)
+            pass
+    assert e.traceback[-1].name == "test_release_memory_and_device_timer_are_on_every_backend"
     backend.release_memory()
     if backend.name == "reference":
         with pytest.raises(DispatchError, match="no streams.*Fix: leave stream out") as e:

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Seque
 
 import numpy as np
 
-from . import display
+from . import display, errors
 from .bindings import coverage_once
 from .config import DispatchConfig
 from .owned import Unshared
@@ -330,6 +330,29 @@ class Timer:
         return f"<Timer: {self.ns:,} ns>"
 
 
+class HostTimer:
+    """A `device_timer` block timed with the host's clock, once: `ns` is set however it is left."""
+
+    def __init__(self) -> None:
+        self._timer: Timer = Timer()
+        self._start: int | None = None
+
+    def check_unused(self) -> None:
+        """A DispatchError where the block was entered before (a timer times one block)."""
+        if self._start is not None:
+            raise DispatchError("this device_timer() was entered already: a timer times one block. Fix: call "
+                                "backend.device_timer() again for each `with` block.")
+
+    @errors._checked  # a mistake's error points at the caller's `with` line, as a public call's does
+    def __enter__(self) -> Timer:
+        self.check_unused()
+        self._start = time.perf_counter_ns()
+        return self._timer
+
+    def __exit__(self, *exc) -> None:
+        self._timer.ns = time.perf_counter_ns() - self._start
+
+
 class Backend(abc.ABC):
     """Runs vyre programs. Every backend gives the same results as the reference backend.
 
@@ -438,16 +461,7 @@ class Backend(abc.ABC):
         if stream is not None:
             raise DispatchError(f"device_timer(stream={shown(stream, 40)}): the {self.name} backend has no streams. "
                                 "Fix: leave stream out (None).")
-        return self._host_timer()
-
-    @contextlib.contextmanager
-    def _host_timer(self) -> Iterator["Timer"]:
-        timer = Timer()
-        start = time.perf_counter_ns()
-        try:
-            yield timer
-        finally:  # set however the block is left, as the docstring says
-            timer.ns = time.perf_counter_ns() - start
+        return HostTimer()
 
     def allocate(self, program: Program, name: str, n: int | None = None) -> ResidentBuffer:
         """A zeroed resident buffer for `program`'s buffer `name` (`n` elements, or its static count)."""

@@ -12,8 +12,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .. import checked, profiling
-from ..backend import (Backend, InFlight, Telemetry, Timer, check_each, check_empty, check_span, check_upload, check_write,
+from .. import checked, errors, profiling
+from ..backend import (Backend, HostTimer, InFlight, Telemetry, Timer, check_each, check_empty, check_span, check_upload, check_write,
                        wait_seconds)
 from ..bindings import Binding, bind, check_config, coverage_once
 from ..config import DispatchConfig
@@ -1020,7 +1020,7 @@ def _destroy_events(drv, pairs: list) -> None:
     pairs.clear()
 
 
-class _EventTimer:
+class _EventTimer(HostTimer):
     """`device_timer`'s block. Its two events are made at the call, so that running out of room for
     them is the call's error, not the block's; they go back to the spares when the block is left
     whole or never entered, and are destroyed when it fails."""
@@ -1035,11 +1035,15 @@ class _EventTimer:
             except BaseException:
                 drv.cuEventDestroy(start)
                 raise
-        self._drv, self._stream, self._events, self._timer = drv, stream, events, Timer()
+        super().__init__()
+        self._drv, self._stream, self._events = drv, stream, events
         self._keep = weakref.finalize(self, _keep_events, drv, spare, events)
         self._keep.atexit = False
 
+    @errors._checked
     def __enter__(self) -> Timer:
+        self.check_unused()  # a second block's events may be another timer's by now
+        self._start = 0
         driver_check(self._drv.cuEventRecord(self._events[0], self._stream), "recording an event")
         return self._timer
 

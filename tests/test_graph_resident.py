@@ -78,12 +78,31 @@ def test_the_caller_s_arrays_are_checked_as_copied(monkeypatch):
     indptr, indices = np.arange(6), np.array([1, 2, 3, 4, 0])
     kept = resident._kept
 
-    def meanwhile(a):
+    def meanwhile(a, owned):
         indices[0] = -4  # the caller's array changes once the graph's copy has been checked
-        return kept(a)
+        return kept(a, owned)
     monkeypatch.setattr(resident, "_kept", meanwhile)
     g = Graph(indptr, indices, backend="reference")
     assert g.to_csr().indices.tolist() == [1, 2, 3, 4, 0] and g.bfs(0).tolist() == [0, 1, 2, 3, 4]
+
+
+def test_an_array_like_handing_out_its_own_memory_is_neither_made_read_only_nor_shared():
+    """Regression (a red-team): an object whose __array__ hands out its own buffer (as xarray's and
+    pint's do) was kept without a copy, made read-only under its owner, and changes to it reached
+    the graph."""
+
+    class Wrapped:
+        def __init__(self, a):
+            self.data = a
+
+        def __array__(self, dtype=None, copy=None):
+            return self.data
+
+    indptr, indices = np.array([0, 1, 2, 2], np.int64), np.array([1, 2], np.int64)
+    g = Graph(Wrapped(indptr), Wrapped(indices), backend="reference")
+    assert indptr.flags.writeable and indices.flags.writeable
+    indices[0] = 0  # the caller's own array, still theirs
+    assert g.bfs(0).tolist() == [0, 1, 2] and g.to_csr().indices.tolist() == [1, 2]
 
 
 def test_sources_are_copied_before_they_are_checked():

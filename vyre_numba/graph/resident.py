@@ -42,6 +42,7 @@ class Graph(Unshared):
     def __init__(self, indptr: "ArrayIn | Any", indices: ArrayIn | None = None, *, symmetric: bool = False,
                  backend: "Backend | str | None" = None):
         indptr, indices, _ = graph_arguments(indptr, indices, None, "Graph")
+        owned = _copies(indptr), _copies(indices)
         indptr, indices = _own(indptr), _own(indices)  # checked as copied: a later change cannot slip in unchecked
         be, g, n, on_device = resolve(indptr, indices, backend, symmetric, "Graph(A)")
         self._lock = threading.RLock()  # a close waits for the query in flight
@@ -49,7 +50,7 @@ class Graph(Unshared):
         self._backend = be.name
         self._host, self._split = None, None  # bfs_many's split of the vertices by degree, found once
         if be.name != "cuda":
-            self._host = CSR(_kept(g.indptr), _kept(g.indices))
+            self._host = CSR(_kept(g.indptr, owned[0]), _kept(g.indices, owned[1]))
             self._nnz, self._hubs, self._arrays = g.nnz, False, ()
             return
         if on_device:  # copied first, the copy checked: a later write to the caller's arrays cannot slip in
@@ -202,16 +203,24 @@ _IN_PLACE = ("call the module functions on the arrays instead (bfs(indptr, indic
              "where they are; a Graph holds a copy of its own)")
 
 
+def _copies(a) -> bool:
+    """Whether `_own` copies `a`: a NumPy array or a pandas object (whose checked array then views
+    the copy, not the caller's memory)."""
+    return isinstance(a, np.ndarray) or type(a).__module__.startswith("pandas")
+
+
 def _own(a):
     """A host array's copy (its own type: a masked array stays one, for the check to refuse), or
     `a` itself: a device array (copied on the device, the copy then checked), a list or other
-    input that the check reads into a new array."""
-    return a.copy() if isinstance(a, np.ndarray) or type(a).__module__.startswith("pandas") else a
+    input that the check reads into an array (which may be the caller's own memory: an object's
+    `__array__` may hand it out)."""
+    return a.copy() if _copies(a) else a
 
 
-def _kept(a: np.ndarray) -> np.ndarray:
-    """`a` (checked) as int64, read-only, copied unless it is already an array of its own."""
-    out = a.astype(np.int64, copy=not (a.flags.owndata and a.base is None))
+def _kept(a: np.ndarray, owned: bool) -> np.ndarray:
+    """`a` (checked) as int64 and read-only: copied unless it views `_own`'s copy (`owned`), so the
+    caller's own array is never made read-only nor shared."""
+    out = a.astype(np.int64, copy=not owned)
     out.setflags(write=False)
     return out
 

@@ -250,10 +250,29 @@ def test_a_whole_graph_call_that_is_missing_or_has_one_argument_too_many_says_bo
             (lambda: connected_components(A, A.indices), "connected_components() was given the whole graph"),
             (lambda: connected_components(A.indptr), "connected_components() is missing indices. Fix: pass the "
                                                      "graph's CSR arrays"),
-            (lambda: vn.graph.bfs_many(A.indptr, A.indices), "bfs_many() is missing sources")):
+            (lambda: vn.graph.bfs_many(A.indptr, A.indices), "bfs_many() is missing sources"),
+            # Regression (a red-team): indices= named beside the whole graph was read as the sources (or source)
+            (lambda: vn.graph.bfs_many(A, indices=A.indices), "bfs_many() was given the whole graph (a csr_array) and "
+                                                               "indices= too. Fix: pass the graph alone, bfs_many(A, "
+                                                               "sources), or its CSR arrays"),
+            (lambda: vn.graph.reachable_many(A, indices=[0]), "reachable_many() was given the whole graph"),
+            (lambda: vn.graph.bfs(A, indices=2), "bfs() was given the whole graph (a csr_array) and indices= too"),
+            (lambda: vn.graph.bfs(vn.graph.Graph(A, backend="reference"), indices=2),
+             "bfs() was given a Graph and indices= too. Fix: pass the Graph alone, bfs(g, source) or g.bfs(source)."),
+            # and a generator's (indptr, indices) passed as one was told its source was missing
+            (lambda: vn.graph.bfs(vn.graph.generators.grid(3, 3), 0),
+             "bfs(): indptr is a tuple of two arrays (a graph's (indptr, indices), as the generators return it?), not "
+             "a CSR's offsets. Fix: unpack it, bfs(*g, source)"),
+            (lambda: connected_components(list(vn.graph.generators.grid(3, 3))), "connected_components(): indptr is a "
+                                                                                 "list of two arrays")):
         with pytest.raises(ArgumentError) as e:
             call()
         assert fix in str(e.value)
+    assert vn.graph.bfs(A.indptr, indices=A.indices, source=0, backend="reference").tolist() == [0, -1, -1]
+    assert vn.graph.bfs(*vn.graph.generators.grid(3, 1), 0, backend="reference").tolist() == [0, 1, 2]
+    for call in (lambda: vn.graph.bfs(None, 0), lambda: vn.graph.bfs_many(None, [0])):  # was "missing source(s)"
+        with pytest.raises(DispatchError, match=r"indptr is a NoneType, not an array of integers\. Fix: pass 1-D "):
+            call()
     for call in (lambda: connected_components(np.eye(3)), lambda: vn.graph.bfs(np.eye(3), 0),
                  lambda: vn.graph.bfs([[0, 1], [1, 0]], 0)):  # a dense matrix: bfs(M, 0) was told source is missing
         with pytest.raises(DispatchError, match=r"indptr is a square 2-D array \(a dense adjacency matrix\?\), not a "

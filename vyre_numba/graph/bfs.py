@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import INTEGERS, DispatchError, a_type, host_memory, shown
 from ..simulator import SIMULATED as _SIM
-from .csr import CSR, checked_graph, enqueue_check, graph_arguments, is_graph, resolve
+from .csr import CSR, checked_graph, enqueue_check, graph_arguments, indices_by_name, is_graph, resolve
 
 from ..backend import ArrayIn, ArrayOut, Backend  # noqa: F401  (the annotations name them: typing.get_type_hints reads them)
 
@@ -113,6 +113,7 @@ def _source(source, n: int) -> int:
 
 
 @host_memory("bfs")
+@indices_by_name("bfs", "source")
 def bfs(indptr: "ArrayIn | Any", indices: "ArrayIn | int | None" = None, source: int | None = None, *,
         backend: "Backend | str | None" = None, symmetric: bool = False) -> ArrayOut:
     """Distances (int32) from `source` along the stored edges of the CSR graph `(indptr,

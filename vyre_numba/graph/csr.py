@@ -1,6 +1,7 @@
 """Graphs in compressed sparse row form (`indptr`, `indices`), checked by every call that takes one."""
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 from typing import Any, Callable
@@ -79,6 +80,12 @@ def graph_arguments(indptr, indices, then, call: str, then_name: str | None = No
     if _square(indptr):
         raise DispatchError(f"{call}(): indptr is a square 2-D array (a dense adjacency matrix?), not a CSR's offsets. "
                             f"Fix: pass the graph as a sparse matrix, {call}(scipy.sparse.csr_array(M){after}).")
+    if _pair(indptr):
+        raise ArgumentError(f"{call}(): indptr is a {type(indptr).__name__} of two arrays (a graph's (indptr, indices), "
+                            f"as the generators return it?), not a CSR's offsets. Fix: unpack it, {call}(*g{after}), "
+                            f"or pass the arrays apart, {call}(indptr, indices{after}).")
+    if _no_array(indptr) and not whole_graph(indptr):  # said before "missing source", which reads bfs(None, 0) so
+        _as_index_array(indptr, "indptr", f"{call}(A{after})")
     if whole_graph(indptr):
         if then_name and then is None:  # call(A, x): x came in indices' place
             indices, then = None, indices
@@ -93,6 +100,41 @@ def graph_arguments(indptr, indices, then, call: str, then_name: str | None = No
         raise ArgumentError(f"{call}() is missing {then_name}. Fix: pass it after the graph: {call}(indptr, indices"
                             f"{after}) or {call}(A{after}).")
     return indptr, indices, then
+
+
+def indices_by_name(call: str, then_name: str):
+    """Decorator of a graph call `call(indptr, indices=None, <then_name>=None)`: `indices=` named
+    beside a whole graph or a Graph is refused (an ArgumentError), where the call would otherwise
+    read it as `then_name`, as it reads `call(A, x)`; only the position says which was meant."""
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def call_(*args, **kwargs):
+            if "indices" in kwargs:
+                g = args[0] if args else kwargs.get("indptr")
+                if is_graph(g):
+                    raise ArgumentError(f"{call}() was given a Graph and indices= too. Fix: pass the Graph alone, "
+                                        f"{call}(g, {then_name}) or g.{call}({then_name}).")
+                if whole_graph(g):
+                    raise ArgumentError(f"{call}() was given the whole graph ({a_type(g)}) and indices= too. Fix: pass "
+                                        f"the graph alone, {call}(A, {then_name}), or its CSR arrays, {call}(indptr, "
+                                        f"indices, {then_name}).")
+            return fn(*args, **kwargs)
+        return call_
+    return wrap
+
+
+def _pair(a) -> bool:
+    """Whether `a` is a tuple or list of two arrays (or lists): a graph's (indptr, indices) as one."""
+    return type(a) in (tuple, list) and len(a) == 2 and all(  # exactly: a CSR is a named tuple, and a graph
+        isinstance(x, (np.ndarray, list)) or hasattr(x, "__cuda_array_interface__") for x in a)
+
+
+def _no_array(a) -> bool:
+    """Whether `a` is nothing an array can be read from: no sequence, no array interface (None, a
+    LinearOperator, a function)."""
+    return not (hasattr(a, "__len__") or hasattr(a, "__array__") or hasattr(a, "__array_interface__")
+                or hasattr(a, "__cuda_array_interface__") or hasattr(a, "copy_to_host"))
 
 
 def _square(a) -> bool:

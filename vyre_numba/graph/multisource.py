@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import INTEGERS, DispatchError, host_memory
 from .bfs import BOTTOM_UP_ABOVE, SCALAR_EDGES, SCALAR_VERTICES, TOP_DOWN_BELOW, each_once
-from .csr import CSR, _as_index_array, check_device_csr, checked_graph, graph_arguments, is_graph, resolve
+from .csr import CSR, _as_index_array, check_device_csr, checked_graph, graph_arguments, indices_by_name, is_graph, resolve
 
 from ..backend import ArrayIn, ArrayOut, Backend  # noqa: F401  (the annotations name them: typing.get_type_hints reads them)
 
@@ -148,6 +148,7 @@ def _sources(sources, n: int) -> np.ndarray:
 
 
 @host_memory("bfs_many", _PER_SOURCE)
+@indices_by_name("bfs_many", "sources")
 def bfs_many(indptr: "ArrayIn | Any", indices: ArrayIn | None = None, sources: ArrayIn | None = None, *,
              backend: "Backend | str | None" = None, symmetric: bool = False) -> ArrayOut:
     """Distances (int32, shape (len(sources), n)) from each of `sources` along the stored edges of
@@ -178,6 +179,7 @@ def _bfs_many(indptr, indices, sources, backend, symmetric, call: str):
 
 
 @host_memory("reachable_many", _PER_SOURCE)
+@indices_by_name("reachable_many", "sources")
 def reachable_many(indptr: "ArrayIn | Any", indices: ArrayIn | None = None, sources: ArrayIn | None = None, *,
                    backend: "Backend | str | None" = None, symmetric: bool = False) -> ArrayOut:
     """Whether each of `sources` reaches each vertex (bool, shape (len(sources), n)): `bfs_many(...)

@@ -290,3 +290,23 @@ def test_a_device_array_is_told_to_come_to_the_host():
     for call in (lambda: unique(device), lambda: count_distinct(device), lambda: index_of(np.arange(3), device)):
         with pytest.raises(DispatchError, match=r"a device array.*Fix: copy them to the host first"):
             call()
+
+
+def test_a_pyarrow_array_with_nulls_is_refused_as_missing_values_not_as_floats():
+    """Regression (a red-team): NumPy reads an Arrow int64 array with a null as float64 holding NaN,
+    and unique and EGraph.find said "the values are float64" of an integer array."""
+    pa = pytest.importorskip("pyarrow")
+    import vyre_numba as vn
+    from vyre_numba.egraph import EGraph
+
+    g = EGraph.from_arrays([0, 1, 2, 3], [0, 0, 0, 0], [0, 0, 0, 0, 0], [], backend="reference")
+    for values in (pa.array([3, None, 1], pa.int64()), pa.chunked_array([[3], [None, 1]], pa.int64())):
+        for call, what in ((lambda: unique(values), "unique: the values argument"), (lambda: g.find(values), "ids"),
+                           (lambda: vn.graph.bfs_many([0, 1, 2, 3, 4], [1, 2, 3, 0], values, backend="reference"),
+                            "sources")):
+            with pytest.raises(DispatchError) as e:
+                call()
+            assert str(e.value).startswith(f"{what} is a pyarrow {type(values).__name__} with 1 missing value(s) "
+                                           "(nulls; the first at position 1)"), e.value
+            assert "Fix: pass x.fill_null(value).to_numpy()" in str(e.value)
+    assert unique(pa.array([3, 1, 3], pa.int64())).tolist() == [1, 3]  # without nulls, read as it is

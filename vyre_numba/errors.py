@@ -839,7 +839,15 @@ def refuse_raw_bytes(x, what: str) -> None:
 def refuse_missing(value, what: str) -> None:
     """A DispatchError, saying `what` it is, where `value` is a pandas object of pandas' own dtype
     (nullable, Arrow, categorical) holding missing values (pd.NA, NaT), which NumPy reads as NaN
-    or None (a NaN of a NumPy-dtype Series is a value)."""
+    or None (a NaN of a NumPy-dtype Series is a value); and where it is a pyarrow array holding
+    nulls, which NumPy reads so too."""
+    if type(value).__module__.startswith("pyarrow") and isinstance(getattr(value, "null_count", 0), int) \
+            and value.null_count and callable(getattr(value, "is_null", None)):
+        first = int(np.flatnonzero(np.asarray(value.is_null()))[0])
+        name = type(value).__name__
+        raise DispatchError(f"{what} is a pyarrow {name} with {value.null_count} missing value(s) (nulls; the first at "
+                            f"position {first}), which have no value (NumPy reads them as NaN or None). Fix: pass "
+                            f"x.fill_null(value).to_numpy() with the value meant, x being that {name}.")
     if not type(value).__module__.startswith("pandas") or not callable(getattr(value, "isna", None)):
         return
     dt = getattr(value, "dtype", None)  # a table has one a column

@@ -1760,6 +1760,14 @@ def test_signed_overflow_in_a_predicate_is_as_documented_and_unsigned_wraps_as_n
     assert compaction.select_if(u, lambda x: x * np.uint64(2**63) != np.uint64(0)).tolist() == [1, 3]
 
 
+def test_a_constant_written_as_arithmetic_past_64_bits_wraps_as_documented():
+    """A red-team's finding, documented: `2**70` in a predicate is Numba's int64 power (0), so
+    `v > 2**70` keeps the positive values; written as a float it compares as NumPy does."""
+    v = np.array([-2, -1, 0, 1, 2, 3], np.int64)
+    assert compaction.select_if(v, lambda x: x > 2**70).tolist() == [1, 2, 3]
+    assert compaction.select_if(v, lambda x: x > 2.0**70).tolist() == v[v > 2**70].tolist() == []
+
+
 def _plain_helper(x):
     return x % 3 == 0
 

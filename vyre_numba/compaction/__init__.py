@@ -32,7 +32,10 @@ bools in arithmetic are ints (`v + v > 1` keeps True, where NumPy's `x + x` is l
 Signed overflow is undefined to Numba's compiler, as in C, on the host and the device alike:
 `lambda v: v * 2**62 > 0` on int64 values compiles to `v > 0`, where NumPy's product wraps (keeps
 1 of [1, 2, 3] where the predicate keeps all three); write arithmetic meant to wrap on unsigned
-values (`np.uint64(v) * np.uint64(2**62) > 0`), which wrap in both. Host and GPU agree; under the
+values (`np.uint64(v) * np.uint64(2**62) > 0`), which wrap in both. A constant written as arithmetic
+is computed so too: in `lambda v: v > 2**70`, 2**70 is an int64 power, which wraps to 0 (Numba
+refuses the literal 1180591620717411303424; write a constant past 64 bits as a float, `2.0**70`).
+Host and GPU agree; under the
 CUDA simulator the predicate runs as Python on NumPy scalars, with NumPy's promotion.
 """
 from __future__ import annotations

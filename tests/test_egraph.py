@@ -532,6 +532,8 @@ def test_serialized_round_trip_and_the_format():
     assert set(data) == {"nodes", "root_eclasses", "class_data"}
     assert all({"op", "children", "eclass"} <= set(nd) for nd in data["nodes"].values())
     h = EGraph.from_serialized(text, backend="reference")
+    for raw in (text.encode(), bytearray(text.encode())):  # the text as bytes, as json.loads reads it too
+        assert EGraph.from_serialized(raw, backend="reference").to_serialized() == text
     one, three = (int(h.lookup([h.ops.index(x)], [0, 0], [])[0]) for x in "13")
     h.union([[one, three]])
     res = congruence_closure(h)

@@ -173,7 +173,7 @@ def rows_of_serialized(data: "str | dict"):
                             "text, open(path).read() (or Path.read_text()).")
     given = None  # a dict of the caller's: its JSON text, once checked
     try:
-        if isinstance(data, (str, bytes)):
+        if isinstance(data, (str, bytes, bytearray)):  # the text, as json.loads reads it
             try:
                 data = json.loads(data)
             except ValueError as e:

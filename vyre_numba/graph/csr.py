@@ -209,7 +209,8 @@ def _as_index_array(a, name: str, call: str = CHECK_CSR, whole: str | None = Non
             k, v = int(bad[0]), float(flat[bad[0]])
             what = "NaN (a missing value?)" if v != v else f"{v!r}, not a whole number"
             raise DispatchError(f"{name}[{k}] is {what}, so it is no vertex id or offset. Fix: pass integers only.")
-        raise DispatchError(f"{name} has dtype {arr.dtype}, not an integer type (its values are whole). Fix: pass "
+        whole = " (its values are whole)" if arr.size else ""
+        raise DispatchError(f"{name} has dtype {arr.dtype}, not an integer type{whole}. Fix: pass "
                             f"np.asarray({name}).astype(np.int64).")
     odd = next(((k, v) for k, v in enumerate(arr.reshape(-1)) if isinstance(v, (bool, np.bool_))
                 or not isinstance(v, INTEGERS)), None) if arr.dtype == object else None

@@ -84,14 +84,13 @@ def graph_arguments(indptr, indices, then, call: str, then_name: str | None = No
         raise ArgumentError(f"{call}(): indptr is a {type(indptr).__name__} of two arrays (a graph's (indptr, indices), "
                             f"as the generators return it?), not a CSR's offsets. Fix: unpack it, {call}(*g{after}), "
                             f"or pass the arrays apart, {call}(indptr, indices{after}).")
-    if _no_array(indptr) and not whole_graph(indptr):  # said before "missing source", which reads bfs(None, 0) so
+    if _no_array(indptr) and not whole_graph(indptr):  # before "missing source", which bfs(None, 0) would meet
         _as_index_array(indptr, "indptr", f"{call}(A{after})")
     if whole_graph(indptr):
         if then_name and then is None:  # call(A, x): x came in indices' place
             indices, then = None, indices
         if indices is not None:
-            raise ArgumentError(f"{call}() was given the whole graph ({a_type(indptr)}) and indices too. Fix: pass the "
-                                f"graph alone, {call}(A{after}), or its CSR arrays, {call}(indptr, indices{after}).")
+            raise _graph_and_indices(call, indptr, after, "indices")
         indptr, indices = _arrays_of(indptr, call)
     elif indices is None:
         raise ArgumentError(f"{call}() is missing indices. Fix: pass the graph's CSR arrays, {call}(indptr, indices"
@@ -100,6 +99,12 @@ def graph_arguments(indptr, indices, then, call: str, then_name: str | None = No
         raise ArgumentError(f"{call}() is missing {then_name}. Fix: pass it after the graph: {call}(indptr, indices"
                             f"{after}) or {call}(A{after}).")
     return indptr, indices, then
+
+
+def _graph_and_indices(call: str, g, after: str, named: str) -> ArgumentError:
+    """The error of `call` given the whole graph `g` and indices too (`named` as the caller wrote them)."""
+    return ArgumentError(f"{call}() was given the whole graph ({a_type(g)}) and {named} too. Fix: pass the graph "
+                         f"alone, {call}(A{after}), or its CSR arrays, {call}(indptr, indices{after}).")
 
 
 def indices_by_name(call: str, then_name: str):
@@ -116,9 +121,7 @@ def indices_by_name(call: str, then_name: str):
                     raise ArgumentError(f"{call}() was given a Graph and indices= too. Fix: pass the Graph alone, "
                                         f"{call}(g, {then_name}) or g.{call}({then_name}).")
                 if whole_graph(g):
-                    raise ArgumentError(f"{call}() was given the whole graph ({a_type(g)}) and indices= too. Fix: pass "
-                                        f"the graph alone, {call}(A, {then_name}), or its CSR arrays, {call}(indptr, "
-                                        f"indices, {then_name}).")
+                    raise _graph_and_indices(call, g, f", {then_name}", "indices=")
             return fn(*args, **kwargs)
         return call_
     return wrap

@@ -400,6 +400,7 @@ def test_the_command_line_exits_1_for_the_gpus_failures_and_2_for_mistakes(monke
     for error, status in ((DeviceError("the GPU fell off the bus. Fix: restart."), 1),
                           (errors.BarrierTimeoutError("a grid barrier timed out. Fix: fewer blocks."), 1),
                           (errors.CompileError("ptxas crashed. Fix: report it."), 1),
+                          (errors.TemplateError("a template is missing. Fix: reinstall."), 1),
                           (errors.DispatchError("the input is wrong. Fix: pass another."), 2)):
         monkeypatch.setattr(json, "loads", _in_library(error))
         assert cli.main(["run", str(program), "--out", str(tmp_path / "out")]) == status, error
@@ -426,8 +427,10 @@ class _FakeEvents:
         self.destroyed.append(ev)
         return (self.CUresult.CUDA_SUCCESS,)
 
+    recording = True  # False: cuEventRecord has no room
+
     def cuEventRecord(self, ev, stream):
-        return (self.CUresult.CUDA_SUCCESS,)
+        return (self.CUresult.CUDA_SUCCESS if self.recording else self.CUresult.CUDA_ERROR_OUT_OF_MEMORY,)
 
     def cuEventSynchronize(self, ev):
         return (self.CUresult.CUDA_SUCCESS,)
@@ -479,6 +482,26 @@ def test_device_timer_keeps_its_events_for_the_next_unless_the_block_failed():
         with timer:  # its events are the spares' again, maybe another timer's
             pass
     assert len(drv.made) == 4 and len(drv.destroyed) == 2
+    drv.recording = False
+    with pytest.raises(DeviceMemoryError) as e:
+        with be.device_timer(0):  # named as the caller wrote it, not by the timer class's __enter__
+            pass
+    assert str(e.value).startswith("entering device_timer()'s block ran out of GPU memory (recording an event"), e.value
+    assert [f.name for f in traceback.extract_tb(e.value.__traceback__)] == [
+        "test_device_timer_keeps_its_events_for_the_next_unless_the_block_failed"]
+
+
+def test_a_device_timer_keeps_its_backend_alive_for_its_events():
+    """Regression (a review): a timer outliving its backend gave its events back to spares the
+    backend's finalizer had destroyed already, where nothing destroyed them."""
+    drv = _FakeEvents(room=2)
+    timer = _timing_backend(drv).device_timer(0)  # the backend is the timer's alone
+    gc.collect()
+    with timer:
+        pass
+    del timer
+    gc.collect()  # the timer's events back to the spares, then the backend's finalizer destroys them
+    assert drv.made == ["event0", "event1"] and sorted(drv.destroyed) == ["event0", "event1"]
 
 
 def test_under_the_simulator_running_out_is_of_host_memory():

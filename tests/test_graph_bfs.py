@@ -113,6 +113,8 @@ class _Device:
      "indices has dtype float32, not an integer type (its values are whole). Fix: pass "
      "np.asarray(indices).astype(np.int64)"),
     (lambda a: bfs(a.indptr, a.indices, 0, backend="reference", symmetric="yes"), "symmetric='yes'"),
+    (lambda a: bfs(np.array([]), a.indices, 0, backend="reference"),  # nothing said of values it has none of
+     "indptr has dtype float64, not an integer type. Fix: pass np.asarray(indptr).astype(np.int64)"),
     (lambda a: bfs(np.zeros(1, np.int64), np.zeros(0, np.int64), 0, backend="reference"), "no vertices"),
     (lambda a: bfs(a.indptr, np.ma.array(a.indices), 0, backend="reference"), "masked array"),
     (lambda a: graph.bfs_numpy(graph.check_csr(a.indptr, a.indices), 500), "source=500"),

@@ -269,6 +269,12 @@ def test_a_whole_graph_call_that_is_missing_or_has_one_argument_too_many_says_bo
             call()
         assert fix in str(e.value)
     assert vn.graph.bfs(A.indptr, indices=A.indices, source=0, backend="reference").tolist() == [0, -1, -1]
+    for call in (lambda: vn.graph.bfs(A, indices=None, source=0, backend="reference"),  # the default, named
+                 lambda: vn.graph.bfs(indptr=A, indices=None, source=0, backend="reference"),
+                 lambda: vn.graph.bfs_many(A, indices=None, sources=[0], backend="reference")[0]):
+        assert np.array_equal(call(), [0, -1, -1])
+    # a list of two 0-d arrays is a one-vertex graph's indptr, not a graph's (indptr, indices)
+    assert vn.graph.bfs([np.array(0), np.array(1)], [0], 0, backend="reference").tolist() == [0]
     assert vn.graph.bfs(*vn.graph.generators.grid(3, 1), 0, backend="reference").tolist() == [0, 1, 2]
     for call in (lambda: vn.graph.bfs(None, 0), lambda: vn.graph.bfs_many(None, [0])):  # was "missing source(s)"
         with pytest.raises(DispatchError, match=r"indptr is a NoneType, not an array of integers\. Fix: pass 1-D "):

@@ -103,6 +103,13 @@ def test_an_array_like_handing_out_its_own_memory_is_neither_made_read_only_nor_
     assert indptr.flags.writeable and indices.flags.writeable
     indices[0] = 0  # the caller's own array, still theirs
     assert g.bfs(0).tolist() == [0, 1, 2] and g.to_csr().indices.tolist() == [1, 2]
+    # Regression (a review): a pandas Index's copy() is shallow, so its memory was shared and made read-only
+    pd = pytest.importorskip("pandas")
+    ip, ix = pd.Index(np.array([0, 1, 2, 2])), pd.Index(np.array([1, 2]))
+    g = Graph(ip, ix, backend="reference")
+    assert np.asarray(ix).flags.writeable and not np.shares_memory(g._host.indices, np.asarray(ix))
+    for ip, ix in ((pd.array([0, 1, 2, 2]), pd.array([1, 2])), ((0, 1, 2, 2), range(1, 3))):  # no `deep`; sequences
+        assert Graph(ip, ix, backend="reference").bfs(0).tolist() == [0, 1, 2]
 
 
 def test_sources_are_copied_before_they_are_checked():

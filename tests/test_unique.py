@@ -310,3 +310,9 @@ def test_a_pyarrow_array_with_nulls_is_refused_as_missing_values_not_as_floats()
                                            "(nulls; the first at position 1)"), e.value
             assert "Fix: pass x.fill_null(value).to_numpy()" in str(e.value)
     assert unique(pa.array([3, 1, 3], pa.int64())).tolist() == [1, 3]  # without nulls, read as it is
+    # Regression (a review): objects of pyarrow's with no null_count (a table, a scalar) raised AttributeError
+    assert unique(pa.table({"x": [3, 1, 3]})).tolist() == [1, 3]
+    with pytest.raises(DispatchError, match="Fix:"):
+        unique(pa.scalar(3))
+    with pytest.raises(DispatchError, match="Fix:"):
+        g.find(pa.scalar(1))

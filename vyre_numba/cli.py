@@ -3,9 +3,10 @@
 Every argument and path is checked before any work starts. A mistake prints one line,
 `error: ... Fix: ...`, to stderr (an invalid program: a line more for each problem, each with its
 Fix) and exits with status 2 (argparse's own errors exit 2 too); a failure to write after the
-checks passed, or of the GPU, its driver or the toolchain (`DeviceError`, `CompileError`, running
-out of memory), exits 1; Ctrl-C prints one line and exits 130; an unexpected exception is
-reported in one line as a bug and exits 1 (set VYRE_NUMBA_DEBUG=1 to see its traceback).
+checks passed, or of the GPU, its driver, the toolchain or the install (`DeviceError`,
+`CompileError`, `TemplateError`, running out of memory), exits 1; Ctrl-C prints one line and
+exits 130; an unexpected exception is reported in one line as a bug and exits 1 (set
+VYRE_NUMBA_DEBUG=1 to see its traceback).
 
 Output locations: `run --out DIR` and the directory of `emit -o FILE` are created, with their
 parents, when missing (and removed again if the command then fails before writing); files
@@ -965,8 +966,8 @@ def _main(argv: list[str] | None) -> int:
         return EXIT_FAILURE
     except VyreError as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
-        return EXIT_FAILURE if isinstance(e, (errors.DeviceError, errors.CompileError)) else EXIT_USAGE  # the
-        # GPU's or the toolchain's failure, as the driver's own error below: nothing in the command line was wrong
+        return EXIT_FAILURE if e.keeps_frames else EXIT_USAGE  # a failure inside (the GPU's, the toolchain's, a
+        # template's), as the driver's own error below: nothing in the command line was wrong
     except KeyboardInterrupt:
         print("error: interrupted (Ctrl-C); no file is left half-written.", file=sys.stderr)
         return EXIT_INTERRUPTED

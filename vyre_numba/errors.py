@@ -841,11 +841,11 @@ def refuse_missing(value, what: str) -> None:
     (nullable, Arrow, categorical) holding missing values (pd.NA, NaT), which NumPy reads as NaN
     or None (a NaN of a NumPy-dtype Series is a value); and where it is a pyarrow array holding
     nulls, which NumPy reads so too."""
-    if type(value).__module__.startswith("pyarrow") and isinstance(getattr(value, "null_count", 0), int) \
-            and value.null_count and callable(getattr(value, "is_null", None)):
+    nulls = getattr(value, "null_count", None) if type(value).__module__.startswith("pyarrow") else None
+    if isinstance(nulls, int) and nulls and callable(getattr(value, "is_null", None)):  # an array's (a table has none)
         first = int(np.flatnonzero(np.asarray(value.is_null()))[0])
         name = type(value).__name__
-        raise DispatchError(f"{what} is a pyarrow {name} with {value.null_count} missing value(s) (nulls; the first at "
+        raise DispatchError(f"{what} is a pyarrow {name} with {nulls} missing value(s) (nulls; the first at "
                             f"position {first}), which have no value (NumPy reads them as NaN or None). Fix: pass "
                             f"x.fill_null(value).to_numpy() with the value meant, x being that {name}.")
     if not type(value).__module__.startswith("pandas") or not callable(getattr(value, "isna", None)):

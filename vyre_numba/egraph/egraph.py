@@ -348,7 +348,7 @@ class EGraph(Unshared):
         return g
 
     @classmethod
-    def from_serialized(cls, data: "str | dict", *, backend: "Backend | str | None" = None) -> "EGraph":
+    def from_serialized(cls, data: "str | bytes | bytearray | dict", *, backend: "Backend | str | None" = None) -> "EGraph":
         """An e-graph from egraph-serialize JSON (what egglog's `serialize(...).to_json()` writes):
         one row per node, in the file's order, its e-class and children looked up by name. Node
         ids are strings (or ints, written back as the strings JSON makes of them). A dict given is

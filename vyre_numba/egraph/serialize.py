@@ -164,7 +164,7 @@ def _refuse_long_int(e: ValueError) -> None:
                             "first (reading and writing back both need it), or hold the number as a string.") from None
 
 
-def rows_of_serialized(data: "str | dict"):
+def rows_of_serialized(data: "str | bytes | bytearray | dict"):
     """(eclass, op, offsets, children, op names, what writing back needs) of egraph-serialize JSON."""
     import os
 

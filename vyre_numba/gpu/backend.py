@@ -510,7 +510,7 @@ class CudaBackend(Backend):
             raise DispatchError(f"device_timer(stream={shown(stream, 40)}): the stream is {a_type(stream)}. Fix: pass "
                                 "a Numba stream (numba.cuda.stream(), or cuda.external_stream(ptr) for another "
                                 "library's), a driver stream handle (an int), or None for this backend's stream.")
-        return _EventTimer(self._drv, self._timer_spares(), int(handle))
+        return _EventTimer(self, int(handle))
 
     def _timer_spares(self) -> list:
         """Pairs of events from earlier timers, their work completed: kept for reuse, destroyed with
@@ -1025,7 +1025,8 @@ class _EventTimer(HostTimer):
     them is the call's error, not the block's; they go back to the spares when the block is left
     whole or never entered, and are destroyed when it fails."""
 
-    def __init__(self, drv, spare: list, stream: int):
+    def __init__(self, backend: "CudaBackend", stream: int):
+        drv, spare = backend._drv, backend._timer_spares()
         try:
             events = spare.pop()
         except IndexError:
@@ -1036,6 +1037,7 @@ class _EventTimer(HostTimer):
                 drv.cuEventDestroy(start)
                 raise
         super().__init__()
+        self._backend = backend  # alive while the timer is: its spares, where the events go back, with it
         self._drv, self._stream, self._events = drv, stream, events
         self._keep = weakref.finalize(self, _keep_events, drv, spare, events)
         self._keep.atexit = False
@@ -1044,7 +1046,11 @@ class _EventTimer(HostTimer):
     def __enter__(self) -> Timer:
         self.check_unused()  # a second block's events may be another timer's by now
         self._start = 0
-        driver_check(self._drv.cuEventRecord(self._events[0], self._stream), "recording an event")
+        try:
+            driver_check(self._drv.cuEventRecord(self._events[0], self._stream), "recording an event")
+        except DeviceMemoryError as e:  # named by what the caller wrote, not this class's method
+            raise_if_out_of_memory(e, "entering device_timer()'s block", named=True)
+            raise
         return self._timer
 
     def __exit__(self, kind, error, tb) -> None:

@@ -107,7 +107,7 @@ def _graph_and_indices(call: str, g, after: str, named: str) -> ArgumentError:
                          f"alone, {call}(A{after}), or its CSR arrays, {call}(indptr, indices{after}).")
 
 
-def indices_by_name(call: str, then_name: str):
+def indices_by_name(call: str, then_name: str) -> Callable[[Callable], Callable]:
     """Decorator of a graph call `call(indptr, indices=None, <then_name>=None)`: `indices=` named
     beside a whole graph or a Graph is refused (an ArgumentError), where the call would otherwise
     read it as `then_name`, as it reads `call(A, x)`; only the position says which was meant."""
@@ -115,7 +115,7 @@ def indices_by_name(call: str, then_name: str):
     def wrap(fn):
         @functools.wraps(fn)
         def call_(*args, **kwargs):
-            if "indices" in kwargs:
+            if kwargs.get("indices") is not None:  # the default named is the default
                 g = args[0] if args else kwargs.get("indptr")
                 if is_graph(g):
                     raise ArgumentError(f"{call}() was given a Graph and indices= too. Fix: pass the Graph alone, "
@@ -130,7 +130,8 @@ def indices_by_name(call: str, then_name: str):
 def _pair(a) -> bool:
     """Whether `a` is a tuple or list of two arrays (or lists): a graph's (indptr, indices) as one."""
     return type(a) in (tuple, list) and len(a) == 2 and all(  # exactly: a CSR is a named tuple, and a graph
-        isinstance(x, (np.ndarray, list)) or hasattr(x, "__cuda_array_interface__") for x in a)
+        isinstance(x, list) or np.ndim(x) == 1 and (isinstance(x, np.ndarray) or hasattr(x, "__cuda_array_interface__"))
+        for x in a)
 
 
 def _no_array(a) -> bool:
@@ -212,8 +213,8 @@ def _as_index_array(a, name: str, call: str = CHECK_CSR, whole: str | None = Non
             k, v = int(bad[0]), float(flat[bad[0]])
             what = "NaN (a missing value?)" if v != v else f"{v!r}, not a whole number"
             raise DispatchError(f"{name}[{k}] is {what}, so it is no vertex id or offset. Fix: pass integers only.")
-        whole = " (its values are whole)" if arr.size else ""
-        raise DispatchError(f"{name} has dtype {arr.dtype}, not an integer type{whole}. Fix: pass "
+        said = " (its values are whole)" if arr.size else ""
+        raise DispatchError(f"{name} has dtype {arr.dtype}, not an integer type{said}. Fix: pass "
                             f"np.asarray({name}).astype(np.int64).")
     odd = next(((k, v) for k, v in enumerate(arr.reshape(-1)) if isinstance(v, (bool, np.bool_))
                 or not isinstance(v, INTEGERS)), None) if arr.dtype == object else None

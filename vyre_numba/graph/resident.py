@@ -204,22 +204,30 @@ _IN_PLACE = ("call the module functions on the arrays instead (bfs(indptr, indic
 
 
 def _copies(a) -> bool:
-    """Whether `_own` copies `a`: a NumPy array or a pandas object (whose checked array then views
-    the copy, not the caller's memory)."""
-    return isinstance(a, np.ndarray) or type(a).__module__.startswith("pandas")
+    """Whether the array the check reads from `a` is memory of the package's own, not the caller's:
+    `_own`'s copy of a NumPy array or pandas object, or the new array NumPy builds from a list,
+    tuple or range."""
+    return isinstance(a, (np.ndarray, list, tuple, range)) or type(a).__module__.startswith("pandas")
 
 
 def _own(a):
-    """A host array's copy (its own type: a masked array stays one, for the check to refuse), or
-    `a` itself: a device array (copied on the device, the copy then checked), a list or other
-    input that the check reads into an array (which may be the caller's own memory: an object's
-    `__array__` may hand it out)."""
-    return a.copy() if _copies(a) else a
+    """A host array's copy (its own type: a masked array stays one, for the check to refuse; a
+    pandas object's deep: an Index's own copy shares its memory), or `a` itself: a device array
+    (copied on the device, the copy then checked), a sequence or other input that the check reads
+    into an array (which may be the caller's own memory: an object's `__array__` may hand it out)."""
+    if isinstance(a, np.ndarray):
+        return a.copy()
+    if not type(a).__module__.startswith("pandas"):
+        return a
+    try:  # a Series', DataFrame's or Index's copy takes `deep`; an extension array's (pd.array) is deep
+        return a.copy(deep=True)
+    except TypeError:
+        return a.copy()
 
 
 def _kept(a: np.ndarray, owned: bool) -> np.ndarray:
-    """`a` (checked) as int64 and read-only: copied unless it views `_own`'s copy (`owned`), so the
-    caller's own array is never made read-only nor shared."""
+    """`a` (checked) as int64 and read-only: copied unless its memory is the package's own (`owned`),
+    so the caller's own array is never made read-only nor shared."""
     out = a.astype(np.int64, copy=not owned)
     out.setflags(write=False)
     return out

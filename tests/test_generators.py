@@ -65,6 +65,9 @@ def test_bad_sizes_raise_with_a_fix(call):
 def test_numpy_integers_and_empty_edge_lists_are_taken():
     assert np.array_equal(rmat(np.int64(4), np.uint32(50), seed=np.int32(2))[1], rmat(4, 50, seed=2)[1])
     assert np.array_equal(grid(np.int16(3), 2, keep=np.float32(0.5), seed=np.uint8(1))[1], grid(3, 2, keep=0.5, seed=1)[1])
+    from fractions import Fraction  # a probability as a Fraction is one (it was refused as "not a number")
+
+    assert np.array_equal(grid(8, 8, keep=Fraction(1, 2), seed=3)[1], grid(8, 8, keep=0.5, seed=3)[1])
     assert from_edges(3, [], [])[0].tolist() == [0, 0, 0, 0]
     # sizes in narrow NumPy types: width * height and 1 << scale are computed past their range
     assert np.array_equal(grid(np.uint8(16), np.uint8(16))[1], grid(16, 16)[1])

@@ -2,9 +2,11 @@
 (road-like, optionally with edges removed). Both are symmetric: every edge is stored both ways."""
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
-from ..errors import INTEGERS, DispatchError, host_memory, shown, whole
+from ..errors import DispatchError, a_type, host_memory, shown, whole
 from .csr import _as_index_array
 
 __all__ = ["from_edges", "rmat", "grid"]
@@ -69,8 +71,12 @@ def grid(width: int, height: int, *, keep: float = 1.0, seed: int = 0) -> tuple[
     width = whole(width, "grid: width", 0, 2**31 - 1)  # Python ints: np.uint8(16) * np.uint8(16) would wrap to 0
     height = whole(height, "grid: height", 0, 2**31 - 1)
     seed = whole(seed, "grid: seed", 0, 2**63 - 1)
-    if isinstance(keep, (bool, np.bool_)) or not isinstance(keep, (*INTEGERS, float, np.floating)) or not 0 <= keep <= 1:
-        raise DispatchError(f"grid: keep={shown(keep)} is not a number in [0, 1]. Fix: pass e.g. grid(256, 256, keep=0.6).")
+    if isinstance(keep, (bool, np.bool_)) or not isinstance(keep, numbers.Real) or not 0 <= keep <= 1:
+        what = "not in [0, 1]" if isinstance(keep, numbers.Real) and not isinstance(keep, (bool, np.bool_)) else \
+            f"{a_type(keep)}, not a real number (an int, float or Fraction)"
+        raise DispatchError(f"grid: keep={shown(keep)} is {what}. Fix: pass a probability, e.g. grid(256, 256, "
+                            "keep=0.6).")
+    keep = float(keep)  # a Fraction or Decimal as the probability it is
     if width * height > 2**31 - 1:
         raise DispatchError(f"grid: {width} x {height} is {width * height:,} vertices, past 2**31 - 1 (vertex ids are "
                             "32-bit). Fix: pass a smaller width or height.")

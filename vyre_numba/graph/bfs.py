@@ -52,8 +52,8 @@ def _bfs_numpy(g: CSR, source: int) -> np.ndarray:
     while len(frontier):
         level += 1
         if isinstance(frontier, list):
-            spans = [(int(indptr[u]), int(indptr[u + 1])) for u in frontier]
-            if sum(b - a for a, b in spans) <= SCALAR_EDGES:
+            spans = small_spans(indptr, frontier)
+            if spans is not None:
                 nxt = []
                 for a, b in spans:
                     for v in indices[a:b].tolist():
@@ -75,6 +75,13 @@ def _bfs_numpy(g: CSR, source: int) -> np.ndarray:
         if frontier.size <= SCALAR_VERTICES:
             frontier = frontier.tolist()
     return dist
+
+
+def small_spans(indptr: np.ndarray, frontier: list) -> "list[tuple[int, int]] | None":
+    """Each frontier vertex's [start, end) in indices, where they hold at most SCALAR_EDGES edges
+    in all (a level small enough for a Python loop); None for a larger level."""
+    spans = [(int(indptr[u]), int(indptr[u + 1])) for u in frontier]
+    return spans if sum(b - a for a, b in spans) <= SCALAR_EDGES else None
 
 
 def each_once(ids: np.ndarray, stamp: np.ndarray) -> np.ndarray:

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import INTEGERS, DispatchError, host_memory
-from .bfs import BOTTOM_UP_ABOVE, SCALAR_EDGES, SCALAR_VERTICES, TOP_DOWN_BELOW, each_once
+from .bfs import BOTTOM_UP_ABOVE, SCALAR_VERTICES, TOP_DOWN_BELOW, each_once, small_spans
 from .csr import CSR, _as_index_array, check_device_csr, checked_graph, graph_arguments, indices_by_name, is_graph, resolve
 
 from ..backend import ArrayIn, ArrayOut, Backend  # noqa: F401  (the annotations name them: typing.get_type_hints reads them)
@@ -82,8 +82,8 @@ def _small_level(dist: np.ndarray, start: int, seen: np.ndarray, indptr: np.ndar
     loop, its distances recorded and `seen` updated; None for a larger level (left to NumPy)."""
     if isinstance(at, np.ndarray):
         at, bits = at.tolist(), bits.tolist()
-    spans = [(int(indptr[u]), int(indptr[u + 1])) for u in at]
-    if sum(b - a for a, b in spans) > SCALAR_EDGES:
+    spans = small_spans(indptr, at)
+    if spans is None:
         return None
     offered: dict = {}
     for (a, b), bit in zip(spans, bits):

@@ -696,6 +696,20 @@ def test_escape_shows_control_characters_and_lone_surrogates_so_the_html_can_be_
     assert escape("plain é") == "plain é" and escape("a\x85b") == "a\\x85b"  # C1 controls too
 
 
+def test_highlighted_code_shows_lone_surrogates_and_controls_so_the_html_can_be_sent():
+    """Regression (a red-team): a program from JSON with a lone surrogate in a buffer name showed it
+    escaped in its header and table but raw in its highlighted code, so Jupyter could not send the
+    HTML; PTX's display alike. Tabs and line breaks stay code."""
+    good = ir.Program([ir.BufferDecl.read_write("a", 0, "f32", 4)], 4, [ir.store("a", ir.gid(0), ir.f32(1.5))],
+                      name="p")
+    text = good.to_json().replace('"name":"a"', '"name":"a\\ud800"').replace('"buffer":"a"', '"buffer":"a\\ud800"')
+    assert text != good.to_json()
+    for shown_html in (ir.Program.from_json(text)._repr_html_(), display.PTX("mov \ud800\x00\t;\n")._repr_html_(),
+                       display.highlighted("x = '\ud800'\n\ty", "python")):
+        assert shown_html.encode("utf-8") and "ud800" in shown_html and "\ud800" not in shown_html  # (Pygments
+        # may colour the backslash of an escape apart)
+
+
 def test_duration_and_ptx_refuse_what_they_cannot_be_made_of():
     for make in (lambda: display.Duration(1, 2), lambda: display.Duration.from_seconds(),
                  lambda: display.Duration.from_seconds(secs=1)):

@@ -48,11 +48,16 @@ def escape(x: Any) -> str:
     surrogates (a JSON name can hold one; no UTF-8 can) are shown as their escapes."""
     if isinstance(x, Html):
         return x
-    text = str(x)
+    return html.escape(_spelt(str(x)), quote=True)
+
+
+def _spelt(text: str) -> str:
+    """`text` with its control characters (but tabs and line breaks) and lone surrogates shown as
+    their escapes: what HTML may hold and UTF-8 (a notebook's display message) can carry."""
     if not text.isprintable():  # the common case costs one scan
         text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
         text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return html.escape(text, quote=True)
+    return text
 
 
 def _cells(x: Any, what: str) -> Iterable[Any]:
@@ -160,6 +165,7 @@ def highlighted(text: str, language: str, *, limit: int = MAX_LINES) -> Html:
         raise DispatchError(f"highlighted({type(text).__name__}, {shown(language)}): the text and the language name "
                             "must be str. Fix: pass str(text) and a Pygments language name such as 'python'.")
     limit = _count(limit, "limit", "highlighted", least=1)
+    text = _spelt(text)  # what Pygments is given reaches the HTML as it is
     lines = text.split("\n", min(limit, len(text)))  # a text has at most len(text) breaks; str.split takes a C size
     rest = 0
     if len(lines) > limit:

@@ -518,6 +518,12 @@ def test_a_profiling_range_is_named_by_a_str():
     for bad in (123, None, b"mine"):
         with pytest.raises(vn.ArgumentError, match="not a str. Fix:"):
             profiling.range(bad)
+    # Regression (a red-team): a call that did not fit was Python's TypeError
+    for call, fix in ((lambda: profiling.range(), r"Fix: call it as range\(name\)"),
+                      (lambda: profiling.range("x", color="red"), "`color` is no parameter"),
+                      (lambda: profiling.available(1), r"Fix: call it as available\(\)")):
+        with pytest.raises(vn.ArgumentError, match=fix):
+            call()
 
 
 @pytest.mark.gpu
@@ -1245,6 +1251,7 @@ def test_release_memory_and_device_timer_are_on_every_backend(backend):
         with timer:  # a timer times one block (on the GPU its events are the spares' again once it is left)
             pass
     assert e.traceback[-1].name == "test_release_memory_and_device_timer_are_on_every_backend"
+    assert repr(backend.device_timer()) == "<device_timer: not entered yet; `with` it for its Timer>"
     backend.release_memory()
     if backend.name == "reference":
         with pytest.raises(DispatchError, match="no streams.*Fix: leave stream out") as e:

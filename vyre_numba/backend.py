@@ -352,6 +352,9 @@ class HostTimer:
     def __exit__(self, *exc) -> None:
         self._timer.ns = time.perf_counter_ns() - self._start
 
+    def __repr__(self) -> str:
+        return f"<device_timer: {'not entered yet' if self._start is None else 'entered'}; `with` it for its Timer>"
+
 
 class Backend(abc.ABC):
     """Runs vyre programs. Every backend gives the same results as the reference backend.

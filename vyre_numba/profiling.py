@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import contextlib
 
-from .errors import ArgumentError, a_type
+from .errors import ArgumentError, a_type, check_calls
 
 __all__ = ["DOMAIN", "available"]  # and `range`, called as profiling.range(...): a star import would hide the builtin
 
@@ -27,3 +27,6 @@ def range(name: str):  # noqa: A001 - mirrors nvtx.annotate's role
 def available() -> bool:
     """Whether NVTX ranges are marked (the `nvtx` package is installed)."""
     return _nvtx is not None
+
+
+check_calls(globals(), ("range", "available"))  # a call that does not fit is an ArgumentError naming the signature

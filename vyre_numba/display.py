@@ -165,13 +165,13 @@ def highlighted(text: str, language: str, *, limit: int = MAX_LINES) -> Html:
         raise DispatchError(f"highlighted({type(text).__name__}, {shown(language)}): the text and the language name "
                             "must be str. Fix: pass str(text) and a Pygments language name such as 'python'.")
     limit = _count(limit, "limit", "highlighted", least=1)
-    text = _spelt(text)  # what Pygments is given reaches the HTML as it is
     lines = text.split("\n", min(limit, len(text)))  # a text has at most len(text) breaks; str.split takes a C size
     rest = 0
     if len(lines) > limit:
         rest = lines.pop().count("\n") + 1
         text = "\n".join(lines)
     note = f"<div><small>... ({rest:,} more lines)</small></div>" if rest else ""
+    text = _spelt(text)  # what Pygments is given reaches the HTML as it is
     try:
         from pygments import highlight
         from pygments.formatters import HtmlFormatter

@@ -1219,6 +1219,36 @@ def test_a_npy_header_claiming_more_than_the_file_holds_is_a_bad_file(saxpy_json
     assert dispatches == []
 
 
+@pytest.mark.parametrize("write, fragment", [
+    # Regression (a red-team): a header of format 3.0 went unchecked (10**12 elements said "out of host memory")
+    (lambda f: f.write(_npy(b"{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000000,), }", 3) + b"\0" * 16),
+     "its header claims 4,000,000,000,000 bytes of data, the file holds 16"),
+    (lambda f: f.write(_npy(b"{'descr': '<f4', 'fortran_order': False, 'shape': (5,), }", 3) + b"\0" * 28),
+     "its header claims 20 bytes of data, the file holds 28"),
+    # an unbalanced bracket in the header raised tokenize's TokenError, said as a bug of vyre-numba
+    (lambda f: f.write(_npy(b"{'descr': '<f4', 'fortran_order': False, 'shape': (5, }", 1) + b"\0" * 20),
+     "for input 'x': not a .npy array ("),
+    # a negative size was said to be data past the array
+    (lambda f: (np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": (-5,)}),
+                f.write(b"\0" * 20)), "its header claims the shape (-5,), a negative size"),
+])
+def test_a_corrupt_npy_header_of_any_format_is_a_bad_file(saxpy_json, saxpy_inputs, tmp_path, capsys, dispatches,
+                                                           write, fragment):
+    with open(tmp_path / "x.npy", "wb") as f:
+        write(f)
+    assert main(["run", str(saxpy_json), "--out", str(tmp_path / "o"), "--backend", "reference", *saxpy_inputs]) == 2
+    line = one_error_line(capsys, "cannot load", fragment)
+    assert "bug in vyre-numba" not in line and "out of host memory" not in line and "numpy.save" in line
+    assert dispatches == []
+
+
+def _npy(header: bytes, major: int) -> bytes:
+    """A .npy file's signature and header (format major.0), written by hand: NumPy writes none of these."""
+    header += b" " * (-(len(header) + (10 if major == 1 else 12) + 1) % 64) + b"\n"
+    size = len(header).to_bytes(2 if major == 1 else 4, "little")
+    return b"\x93NUMPY" + bytes([major, 0]) + size + header
+
+
 def test_an_output_path_the_terminal_cannot_spell_is_no_failure(saxpy_json, saxpy_inputs, tmp_path, capsys,
                                                                  monkeypatch):
     """Regression (a red-team): with PYTHONIOENCODING=ascii, `run --out outé` wrote its outputs, then

@@ -28,6 +28,7 @@ import stat
 import sys
 import tempfile
 import time
+import tokenize
 import traceback
 import warnings
 import zipfile
@@ -317,7 +318,8 @@ def _load_input(name: str, file: str) -> np.ndarray:
             value = _read_npy(f, name, file)
     except NotRegular:
         raise not_regular from None
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, SyntaxError, tokenize.TokenError) as e:  # the last
+        # two from a header NumPy cannot parse
         if isinstance(e, OSError) and e.errno is not None:  # the file could not be read at all: no word on its contents
             raise UsageError(f"cannot read {shown(file)} for input {shown(name)}: {e.strerror}. Fix: make the file "
                              "readable by this user (chmod u+r), or pass another.") from e
@@ -357,10 +359,13 @@ def _npy_sizes(f) -> tuple[int, int] | None:
     does not fix the size (a pickled object array, a header version NumPy has no public reader of)."""
     f.seek(0)
     fmt = np.lib.format
-    read = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}.get(fmt.read_magic(f))
+    read = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0,  # 3.0 is 2.0's layout, its
+            (3, 0): fmt.read_array_header_2_0}.get(fmt.read_magic(f))  # header UTF-8: sizes read alike from it
     if read is None:
         return None
     shape, _, dtype = read(f)
+    if any(d < 0 for d in shape):
+        raise ValueError(f"its header claims the shape {shape}, a negative size")
     if dtype.hasobject:
         return None
     return math.prod(shape) * dtype.itemsize, os.fstat(f.fileno()).st_size - f.tell()

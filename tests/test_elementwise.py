@@ -990,6 +990,20 @@ def test_an_operation_function_reading_a_variable_it_was_not_given_is_refused(va
     assert "type-check" not in text
 
 
+@pytest.mark.parametrize("outputs, value, did, buffer", [
+    ("f32 y", lambda x: ir.load("x", ir.gid(0) + 1), "a load of", "x"),  # a neighbour, 0 past the end
+    ("f32 y", lambda x: x + ir.load("y", 0), "a load of", "y"),  # an output, never read
+    ("u32 y", lambda x: ir.atomic("add", "y", 0, ir.lit(1, "u32")), "an atomic on", "y"),  # order-dependent
+])
+def test_an_operation_function_touching_the_kernels_buffers_is_refused(outputs, value, did, buffer):
+    """Regression (a red-team): the function form took loads of the kernel's own buffers at other
+    elements, and atomics on its outputs, which no elementwise operation means and whose results a
+    GPU need not give as the reference does."""
+    text = one_fix(raises(IRValidationError, elementwise, "f32 x", outputs, value,
+                          match=f"makes {did} the kernel's buffer '{buffer}'"))
+    assert "write an ir.Program to read other elements" in text
+
+
 # ---- scalar arguments of every NumPy kind --------------------------------------------------------
 
 SCALAR_KINDS = [  # (value, what the message says, what its Fix says)

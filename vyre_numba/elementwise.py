@@ -929,6 +929,16 @@ class Elementwise:
                                         f"variable {shown(free[0])}, which is not one of its arguments (the "
                                         f"operation function's only variables are the inputs it is given, "
                                         f"{self._in_names}). Fix: build the value from the arguments and literals.")
+            own = set(self._in_names) | set(self._out_names)
+            touch = next((x for x in ir.walk([stmts[-1].value]) if isinstance(x, (ir.Load, ir.Atomic))
+                          and x.buffer in own), None)
+            if touch is not None:  # another element's value, an output's, or an order-dependent atomic
+                did = "an atomic on" if isinstance(touch, ir.Atomic) else "a load of"
+                raise IRValidationError(f"elementwise {self.name!r}: the value for output {shown(name)} makes {did} "
+                                        f"the kernel's buffer {shown(touch.buffer)}; an elementwise operation sees "
+                                        f"each input at the output's element only, as its arguments "
+                                        f"{self._in_names}. Fix: build the value from the arguments and literals, or "
+                                        "write an ir.Program to read other elements.")
         return stmts, texts
 
     def _build(self, scalars: tuple[bool, ...]) -> ir.Program:

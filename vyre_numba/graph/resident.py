@@ -42,15 +42,15 @@ class Graph(Unshared):
     def __init__(self, indptr: "ArrayIn | Any", indices: ArrayIn | None = None, *, symmetric: bool = False,
                  backend: "Backend | str | None" = None):
         indptr, indices, _ = graph_arguments(indptr, indices, None, "Graph")
-        owned = _copies(indptr), _copies(indices)
-        indptr, indices = _own(indptr), _own(indices)  # checked as copied: a later change cannot slip in unchecked
+        (indptr, own_ip), (indices, own_ix) = _own(indptr), _own(indices)  # checked as copied: a later change
+        # cannot slip in unchecked
         be, g, n, on_device = resolve(indptr, indices, backend, symmetric, "Graph(A)")
         self._lock = threading.RLock()  # a close waits for the query in flight
         self._be, self._n, self._symmetric, self._to_host = be, n, bool(symmetric), not on_device
         self._backend = be.name
         self._host, self._split = None, None  # bfs_many's split of the vertices by degree, found once
         if be.name != "cuda":
-            self._host = CSR(_kept(g.indptr, owned[0]), _kept(g.indices, owned[1]))
+            self._host = CSR(_kept(g.indptr, own_ip), _kept(g.indices, own_ix))
             self._nnz, self._hubs, self._arrays = g.nnz, False, ()
             return
         if on_device:  # copied first, the copy checked: a later write to the caller's arrays cannot slip in
@@ -203,26 +203,22 @@ _IN_PLACE = ("call the module functions on the arrays instead (bfs(indptr, indic
              "where they are; a Graph holds a copy of its own)")
 
 
-def _copies(a) -> bool:
-    """Whether the array the check reads from `a` is memory of the package's own, not the caller's:
-    `_own`'s copy of a NumPy array or pandas object, or the new array NumPy builds from a list,
-    tuple or range."""
-    return isinstance(a, (np.ndarray, list, tuple, range)) or type(a).__module__.startswith("pandas")
-
-
-def _own(a):
-    """A host array's copy (its own type: a masked array stays one, for the check to refuse; a
-    pandas object's deep: an Index's own copy shares its memory), or `a` itself: a device array
-    (copied on the device, the copy then checked), a sequence or other input that the check reads
-    into an array (which may be the caller's own memory: an object's `__array__` may hand it out)."""
+def _own(a) -> tuple[Any, bool]:
+    """(`a` or its copy, whether the array the check reads from it is memory of the package's own).
+    A NumPy array is copied (its own type: a masked array stays one, for the check to refuse), a
+    pandas object deeply (an Index's own copy shares its memory); a list, tuple or range is read
+    into a new array; anything else is passed on as it is: a device array (copied on the device,
+    the copy then checked), or an object whose `__array__` may hand out its own memory."""
     if isinstance(a, np.ndarray):
-        return a.copy()
+        return a.copy(), True
+    if isinstance(a, (list, tuple, range)):
+        return a, True
     if not type(a).__module__.startswith("pandas"):
-        return a
+        return a, False
     try:  # a Series', DataFrame's or Index's copy takes `deep`; an extension array's (pd.array) is deep
-        return a.copy(deep=True)
+        return a.copy(deep=True), True
     except TypeError:
-        return a.copy()
+        return a.copy(), True
 
 
 def _kept(a: np.ndarray, owned: bool) -> np.ndarray:

@@ -715,15 +715,13 @@ def device_memory_error(what: str, e: "BaseException | str", fix: str = LESS_DAT
     from .simulator import SIMULATED
 
     if SIMULATED:  # numba-cuda's simulator keeps device arrays in host memory: no GPU, no nvidia-smi
-        error = DeviceMemoryError(
-            f"{what} ran out of the CUDA simulator's device memory, which is host memory ({said}). Fix: free "
-            "memory this process holds (del arrays no longer needed; close() Graphs, EGraphs and WorkQueues), "
-            f"or {fix}.")
+        memory, held, arrays, others = "the CUDA simulator's device memory, which is host memory", "memory", "", ""
     else:
-        error = DeviceMemoryError(
-            f"{what} ran out of GPU memory ({said}).{' ' + room if room else ''} Fix: free GPU memory this process "
-            "holds (del device arrays no longer needed; close() Graphs, EGraphs and WorkQueues), end other "
-            f"processes using the GPU (nvidia-smi lists them), or {fix}.")
+        memory, held, arrays, others = ("GPU memory", "GPU memory", "device ",
+                                        "end other processes using the GPU (nvidia-smi lists them), ")
+    error = DeviceMemoryError(
+        f"{what} ran out of {memory} ({said}).{' ' + room if room else ''} Fix: free {held} this process holds "
+        f"(del {arrays}arrays no longer needed; close() Graphs, EGraphs and WorkQueues), {others}or {fix}.")
     error.unnamed = None if named else (what, said, fix, error.args[0])
     return error
 

@@ -17,6 +17,11 @@ DOMAIN = "vyre-numba"
 
 def range(name: str):  # noqa: A001 - mirrors nvtx.annotate's role
     """A context manager marking `name` (emit, assemble, upload, launch, readback) on the timeline."""
+    return span(name)
+
+
+def span(name: str):
+    """`range(name)` without the check of the call's arguments (the package's own calls, on hot paths)."""
     if not isinstance(name, str):
         raise ArgumentError(f"range: the name is {a_type(name)}, not a str. Fix: pass the range's name as a str.")
     if _nvtx is None:

@@ -140,7 +140,7 @@ class CudaBackend(Backend):
         compiled = _compiled(program, config)
         key = (compiled.digest(), config.key(), self.caps.sm)
         def build() -> str:
-            with profiling.range("emit"):
+            with profiling.span("emit"):
                 return emit(compiled, sm=self.caps.sm, workgroup=config.workgroup, cooperative=config.cooperative,
                             optimize=False)
 
@@ -187,7 +187,7 @@ class CudaBackend(Backend):
         ptx = self.ptx(program, config)
         if edit is not None:
             ptx = edit(ptx)
-        with profiling.range("assemble"):
+        with profiling.span("assemble"):
             cubin = assemble(ptx, sm=self.caps.sm)
         if self.disk_cache:
             self.disk_cache.put(full_key, cubin)
@@ -220,7 +220,7 @@ class CudaBackend(Backend):
             if cubin is None:
                 from ..ptx import assemble
 
-                with profiling.range("assemble"):
+                with profiling.span("assemble"):
                     cubin = assemble(list(sources), sm=self.caps.sm)
                 if self.disk_cache:
                     self.disk_cache.put(full_key, cubin)
@@ -372,13 +372,13 @@ class CudaBackend(Backend):
             if plan.direct:
                 outs, up = self._dispatch_direct(plan, bufs, arrays, label, stream)
             else:
-                with profiling.range("upload"):
+                with profiling.span("upload"):
                     up = plan.stage_in(bufs, arrays)
-                with profiling.range(f"launch {label}" if label else "launch"):
+                with profiling.span(f"launch {label}" if label else "launch"):
                     plan.enqueue(bufs, stream, drv)
                     _sync(drv, stream, plan.kernel.name, plan.shape)
                 plan.check_finished(bufs, drv)
-                with profiling.range("readback"):
+                with profiling.span("readback"):
                     outs = plan.collect(bufs)
         except BaseException as e:
             raise self._host_failure(e, plan) from e
@@ -390,11 +390,11 @@ class CudaBackend(Backend):
                          ) -> tuple[list[np.ndarray], int]:
         """A host dispatch whose copies go straight between the caller's memory and the device."""
         drv = self._drv
-        with profiling.range("upload"):
+        with profiling.span("upload"):
             up = plan.upload_direct(bufs, arrays, stream, drv)
-        with profiling.range(f"launch {label}" if label else "launch"):
+        with profiling.span(f"launch {label}" if label else "launch"):
             plan.enqueue(bufs, stream, drv, copy_in=False, copy_out=False)
-        with profiling.range("readback"):
+        with profiling.span("readback"):
             try:
                 outs = plan.collect_direct(bufs, stream, drv)
             except VyreError:  # a fault in the kernel surfaces at the copy; name the kernel
@@ -447,12 +447,12 @@ class CudaBackend(Backend):
         try:
             pending.stream = stream = self.streams.take()
             pending.buffers = bufs = plan.take()
-            with profiling.range("upload"):
+            with profiling.span("upload"):
                 up = plan.stage_in(bufs, b.arrays)
             if timed:
                 pending.events = (_event(drv, True), _event(drv, True))
                 driver_check(drv.cuEventRecord(pending.events[0], stream), "recording an event")
-            with profiling.range(b.config.label and f"launch {b.config.label}" or "launch"):
+            with profiling.span(b.config.label and f"launch {b.config.label}" or "launch"):
                 plan.enqueue(bufs, stream, drv)
             if timed:
                 driver_check(drv.cuEventRecord(pending.events[1], stream), "recording an event")
@@ -876,7 +876,7 @@ class CudaPending(InFlight):
                     _sync(self.backend._drv, self.stream, self.plan.kernel.name, self.plan.shape)
                     self.plan.check_finished(self.buffers, self.backend._drv)
                     self.backend._count(sync_points=1)
-                    with profiling.range("readback"):
+                    with profiling.span("readback"):
                         self._result = self.plan.collect(self.buffers)
                     self.release(failed=False)
                 except BaseException as e:

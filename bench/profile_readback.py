@@ -2,7 +2,8 @@
 values at 1 % density, 2^20, 2^24 and 2^28 items, beside its pieces, each timed on the host by
 a wrapper over the same calls (the select into device memory, the copy of the kept records into
 pinned memory, the wait for the count, the copy out of pinned memory; for readbacks past
-STAGING_KEEP the count first, the scatter and the staged download), the device select alone,
+STAGING_KEEP the count first, the scatter and the staged download), the same readback in
+three launches where one launch would select (FUSED_BYTES set to 0), the device select alone,
 a fresh host array's first touch, and PyTorch's `x[mask]` and `.cpu()` apart and together.
 A profile to read beside bench_compaction.py, which measures against the peers; run on a GPU
 machine:
@@ -93,8 +94,15 @@ def main() -> int:
         want = x[flags != 0]
         assert np.array_equal(compaction.read_compacted(dx, df), want)
         reps = 50 if log_n < 28 else 15
-        row = {"read_compacted": median_us(lambda: compaction.read_compacted(dx, df), sync, reps),
-               "select, device out": median_us(lambda: compaction.select(dx, df), sync, reps)}
+        row = {"read_compacted": median_us(lambda: compaction.read_compacted(dx, df), sync, reps)}
+        package = sys.modules["vyre_numba.compaction"]
+        fused_bytes, package.FUSED_BYTES = package.FUSED_BYTES, 0  # the three launches' path, for comparison
+        try:
+            row["read_compacted in three launches"] = median_us(lambda: compaction.read_compacted(dx, df), sync, reps)
+        finally:
+            package.FUSED_BYTES = fused_bytes
+        row.update({
+               "select, device out": median_us(lambda: compaction.select(dx, df), sync, reps)})
         kept = compaction.select(dx, df)
         row["kept.copy_to_host()"] = median_us(lambda: kept.copy_to_host(), sync, reps)
         ready = np.empty(want.size, np.int32)
@@ -113,7 +121,8 @@ def main() -> int:
             row["torch kept.cpu()"] = median_us(lambda: tk.cpu(), sync, reps)
             row["torch x[mask].cpu()"] = median_us(lambda: tx[tf].cpu(), sync, reps)
         pieces = Pieces()
-        for owner, name, label in ((select_module.Selector, "enqueue_at", "select (enqueue_at)"),
+        for owner, name, label in ((select_module.Selector, "fused_at", "select (fused_at), the copy launched"),
+                                   (select_module.Selector, "enqueue_at", "select (enqueue_at)"),
                                    (select_module.Selector, "enqueue", "select (enqueue)"),
                                    (select_module.Selector, "copy_kept_at", "copy into pinned"),
                                    (select_module.Selector, "total", "wait for the count"),

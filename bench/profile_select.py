@@ -30,17 +30,38 @@ def main() -> int:
 
     from vyre_numba import compaction
     from vyre_numba.gpu import mapped, memory
+    from vyre_numba.gpu.numba_launch import NumbaLaunch, RawArray
     select_module = sys.modules["vyre_numba.compaction.select"]
     package = sys.modules["vyre_numba.compaction"]
-    kernels = compaction.select.__globals__["_kernels"]()
+    kernels = package._kernels()
 
     @cuda.jit
     def empty(x):
         pass
 
+    @cuda.jit
+    def signal(host):
+        host[0] = 1
+
+    @cuda.jit
+    def stall(us):  # keeps the stream busy while the host enqueues what is timed behind it
+        for _ in range(us):
+            cuda.nanosleep(1000)
+
     sync = cuda.synchronize
     ready = cuda.device_array(1, np.int32)
     print(f"empty kernel, launched and synchronised: {median_us(lambda: empty[1, 32](ready), sync, 200):.1f} us")
+    host = cuda.mapped_array(1, np.int64)
+    signalled = NumbaLaunch(signal, cuda.default_stream(), retain=False)
+    at = RawArray(host.device_ctypes_pointer.value, (1,), np.int64)
+
+    def launch_and_watch_floor():
+        host[0] = 0
+        signalled(1, 32, at)
+        while host[0] == 0:
+            pass
+    print(f"a one-thread launch and a watch of mapped memory (the floor of one launch and one count read): "
+          f"{median_us(launch_and_watch_floor, sync, 200):.1f} us")
     rng = np.random.default_rng(0)
     try:
         import torch
@@ -65,19 +86,35 @@ def main() -> int:
         kept = compaction.select(dx, df)
         row["pooled_array of the kept"] = median_us(
             lambda: memory.pooled_array(kept.shape[0], np.int32, pointer=kept.gpu_data), sync, 200)
-        again, blocks = next(v for v in sel._relaunches.values() if isinstance(v, tuple))
+        again, resident = next(v for v in sel._relaunches.values() if isinstance(v, tuple))
         again.array(4, out_at, n)
         start, end = cuda.event(), cuda.event()
-        for attempt in range(2):
-            sel._begin()
-            start.record()
-            for _ in range(100):
-                again.scalar(7, sel._arrived + blocks)
-                again(blocks, select_module.THREADS)
-                sel._arrived += blocks
-            end.record()
-            end.synchronize()
-        row[f"kernel, device ({blocks} blocks)"] = cuda.event_elapsed_time(start, end) * 1e3 / 100
+
+        def kernel_us(blocks: int) -> float:
+            """The one-launch kernel's device time with `blocks`, a hundred launched back to back
+            behind a stall, so that the host's launch rate does not set it."""
+            for attempt in range(2):
+                sel._begin()
+                stall[1, 1](3000)
+                start.record()
+                for _ in range(100):
+                    again.scalar(7, sel._arrived + blocks)
+                    again(blocks, select_module.THREADS)
+                    sel._arrived += blocks
+                end.record()
+                end.synchronize()
+            return cuda.event_elapsed_time(start, end) * 1e3 / 100
+        tiles = -(-n // select_module.TILE)
+        for cap in (None, 128, 64, 32, 16):
+            blocks = max(1, min(resident, tiles, cap or n))
+            if cap is not None and blocks == min(resident, tiles):
+                continue
+            row[f"kernel, device ({blocks} blocks)"] = kernel_us(blocks)
+            select_module.FUSED_BLOCKS = cap
+            try:
+                row[f"select ({blocks} blocks)"] = median_us(lambda: compaction.select(dx, df), sync, 200)
+            finally:
+                select_module.FUSED_BLOCKS = None
         if torch is not None:
             tx, tf = torch.from_numpy(x).cuda(), torch.from_numpy(flags.astype(bool)).cuda()
             row["torch.masked_select"] = median_us(lambda: torch.masked_select(tx, tf), sync, 200)

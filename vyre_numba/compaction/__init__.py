@@ -762,7 +762,8 @@ def read_compacted(values: ArrayIn, flags: ArrayIn, *, capacity: int | None = No
                    stream: Stream | None = None) -> np.ndarray:
     """values[flags != 0] of device arrays, brought to the host: only the kept records cross the
     bus (selected on the device, then copied in long runs into pinned host memory, the count
-    read there too), with one synchronisation; where room for every record would pin more than
+    read there too), with one synchronisation (up to FUSED_BYTES of records, the count is watched
+    in mapped memory before it); where room for every record would pin more than
     STAGING_KEEP bytes, the count comes first and the records are read back in pinned pieces.
     Without a capacity the result always fits; with one, a result larger than `capacity` raises
     CapacityError naming the count needed, and nothing is lost (the inputs are untouched). Host
@@ -803,14 +804,23 @@ def read_compacted(values: ArrayIn, flags: ArrayIn, *, capacity: int | None = No
         dna = _numba_array_type()
         with _device_bytes(sel, nbytes) as address:
             if type(values) is dna and type(flags) is dna and w == 1 and n >= 8:  # the last launches, rewritten
-                at = flags.device_ctypes_pointer.value or 0
-                sel.enqueue_at(flag_nonzero, at, flags.dtype, n, flags.dtype.itemsize == 1 and at % 8 == 0, word,
-                               values.device_ctypes_pointer.value or 0, address, room)
+                at, items = flags.device_ctypes_pointer.value or 0, values.device_ctypes_pointer.value or 0
+                by_bytes = flags.dtype.itemsize == 1 and at % 8 == 0
+                count = None
+                if room == n and nbytes <= FUSED_BYTES:  # one launch, the copy into pinned memory queued behind it
+                    count = sel.fused_at(flag_nonzero, at, flags.dtype, n, by_bytes, word, items, address,
+                                         lambda: sel.copy_kept_at(address, ptr, dt.itemsize, room))
+                if count is None:  # or the one launch gave up: three
+                    sel.enqueue_at(flag_nonzero, at, flags.dtype, n, by_bytes, word, items, address, room)
+                    sel.copy_kept_at(address, ptr, dt.itemsize, room)
+                    count = sel.total()
+                else:
+                    sel.stream.synchronize()  # the copy behind the selection
             else:
                 sel.enqueue(flag_nonzero, flags, n, _words(values, n, dt), _words(None, room, dt, address), room,
                             _octs(flags, n))
-            sel.copy_kept_at(address, ptr, dt.itemsize, room)
-            count = sel.total()
+                sel.copy_kept_at(address, ptr, dt.itemsize, room)
+                count = sel.total()
     _check_capacity(count, capacity)
     from ..gpu.host import copy_bytes
 

@@ -338,7 +338,7 @@ class Selector(Unshared):
         self._arrived = 0  # the barrier's arrival count after every launch so far
         self._sums = None  # a one-launch selection's kept items a block
         self._resident: dict = {}  # (one-launch kernel, source type) -> blocks that fit at once
-        self._fused_args = None  # (sums, barrier, host count) as kernel arguments
+        self._fused_args = None  # (sums, barrier, host count, control words) as kernel arguments
         self.timeouts = 0  # one-launch selections given up at the grid barrier (and done again in three)
         self._fused_off_until = 0.0  # time.monotonic() before which `fused` declines (after a give-up)
         self._handle = 0 if _SIM else stream_handle(self.stream)
@@ -531,20 +531,21 @@ class Selector(Unshared):
         if blocks is None or self._fused_args is None:
             if self._sums is None:
                 self._sums = self._cuda.device_array(1024, np.int64, stream=self.stream)
-            self._fused_args = (self._sums, self._bar, self._host) if _SIM else tuple(
-                RawArray(a.device_ctypes_pointer.value, a.shape, a.dtype) for a in (self._sums, self._bar, self._host))
+            self._fused_args = (self._sums, self._bar, self._host, self._ctl) if _SIM else tuple(
+                RawArray(a.device_ctypes_pointer.value, a.shape, a.dtype)
+                for a in (self._sums, self._bar, self._host, self._ctl))
             blocks = self._resident[fit] = launch.resident_blocks(
                 THREADS, src, src if octs is None else octs, n, out if words is None else words, out,
-                self._fused_args[0], self._fused_args[1], 0, self._fused_args[2])
+                self._fused_args[0], self._fused_args[1], 0, *self._fused_args[2:])
         blocks = max(1, min(blocks, -(-n // TILE), FUSED_BLOCKS or blocks))
         if self._sums.shape[0] < blocks:
             self._sums, self._fused_args = self._cuda.device_array(blocks, np.int64, stream=self.stream), None
             self._relaunches = {}
             return self.fused(flag_of, src, n, words, out, octs)
-        sums, bar, host = self._fused_args
+        sums, bar, host, ctl = self._fused_args
         return self._fused_launch(lambda: launch(blocks, THREADS, src, src if octs is None else octs, n,
                                                  out if words is None else words, out, sums, bar,
-                                                 self._arrived + blocks, host), blocks)
+                                                 self._arrived + blocks, host, ctl), blocks)
 
     @_one_call_at_a_time
     def fused_at(self, flag_of: Callable, src: int, src_type, n: int, by_bytes: bool, word, words: int | None,
@@ -554,7 +555,9 @@ class Selector(Unshared):
         the items (None: write their indices); `out` room for n. The launch is the last one's with
         those parameters rewritten (`Relaunch`), so a call costs the host a launch and a watch, not
         the packing of argument objects: what a small selection's time is made of. `meanwhile()`
-        runs while the GPU selects, before the watch for the count."""
+        runs once the selection is launched, before its count is known (where the launch is
+        packed afresh, after it), so what it enqueues follows the selection on the stream; not
+        where nothing was launched, and not always where the launch gave up."""
         self._check_open()
         if time.monotonic() < self._fused_off_until:
             return None
@@ -568,7 +571,7 @@ class Selector(Unshared):
             raw = RawArray(src, (n,), src_type)
             kept = self.fused(flag_of, raw, n, _raw(words, n, word), RawArray(out, (n,), word),
                               RawArray(src, (n // 8,), np.uint64) if by_bytes else None)
-            if meanwhile is not None:
+            if meanwhile is not None and kept is not None:
                 meanwhile()
             if kept is not None:
                 self._relaunches[key] = (self._launch(kernel, cooperative=COOPERATIVE).detached(),

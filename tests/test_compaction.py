@@ -1485,6 +1485,46 @@ def test_gpu_read_compacted_relaunches_across_capacities(dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.uint8, np.int32, np.float64])
+def test_gpu_read_compacted_selects_in_one_launch_where_every_record_has_room(dtype):
+    """Within FUSED_BYTES and with room for every record (capacity None or >= n), one launch
+    selects and the copy into pinned memory runs behind it on the stream: every result equals
+    the twin's, none kept included; a smaller capacity takes the three launches; a one-launch
+    selection that gives up at its grid barrier reads back in three launches, its pinned copy
+    (queued behind the launch that gave up) copying nothing."""
+    from numba import cuda
+
+    sel = compaction._selector(None)
+    taken, fused_at = [], sel.fused_at
+    sel.fused_at = lambda *args: taken.append(args[3]) or fused_at(*args)
+    try:
+        for n in (8, 4097, 100_003):
+            x = sample(dtype, n, n)
+            for density in (0.0, 0.3, 1.0):
+                flags = (np.random.default_rng(n).random(n) < density).astype(np.uint8)
+                dx, df = cuda.to_device(x), cuda.to_device(flags)
+                want = x[flags != 0]
+                for capacity in (None, n, n + 5):
+                    del taken[:]
+                    arrived = sel._arrived
+                    got = compaction.read_compacted(dx, df, capacity=capacity)
+                    assert taken == [n] and sel._arrived > arrived
+                    assert got.dtype == x.dtype and got.tobytes() == want.tobytes()
+                if 0 < want.size < n:
+                    del taken[:]
+                    got = compaction.read_compacted(dx, df, capacity=n - 1)
+                    assert taken == [] and got.tobytes() == want.tobytes()
+        timeouts = sel.timeouts
+        sel._arrived += 1  # a barrier that cannot fill: every block gives up
+        got = compaction.read_compacted(dx, df)
+        assert sel.timeouts == timeouts + 1 and got.tobytes() == want.tobytes()
+        assert np.array_equal(dx.copy_to_host(), x) and np.array_equal(df.copy_to_host(), flags)
+    finally:
+        del sel.fused_at
+        sel._fused_off_until = 0.0
+
+
+@pytest.mark.gpu
 def test_gpu_read_compacted_reports_the_needed_capacity_and_loses_nothing():
     from numba import cuda
 

@@ -748,6 +748,28 @@ SIMULATED = textwrap.dedent('''
     sel._fused_off_until = 0.0
     assert np.array_equal(compaction.select(dv, df).copy_to_host(), vals[flags])
     assert sel.timeouts == 1 and sel._arrived == 1
+    # read_compacted: one launch where every record has room, its count left in ctl[2] for the
+    # copy behind it; three where the capacity is smaller, or where the one launch gave up (its
+    # ctl[2] then 0, so a copy queued behind it copies nothing)
+    for capacity, gives_up in ((None, False), (n, False), (n - 1, False), (None, True)):
+        arrived, timeouts = sel._arrived, sel.timeouts
+        if gives_up:
+            sel._arrived += 1  # a barrier that cannot fill
+        got = compaction.read_compacted(dv, df, capacity=capacity)
+        assert np.array_equal(got, vals[flags]), capacity
+        assert sel._ctl.copy_to_host()[2] == flags.sum()
+        assert sel.timeouts == timeouts + gives_up
+        assert (sel._arrived > arrived) == (capacity != n - 1 and not gives_up), (capacity, arrived, sel._arrived)
+    assert sel.timeouts == 2 and sel._arrived == 0
+    sel._fused_off_until = 0.0
+    room = cuda.device_array(n, np.uint32)
+    words = word_view(dv, n)
+    bar = sel._bar.copy_to_host()
+    bar[barrier.FAILED] += 1  # as if a block had given up: the last one to finish leaves -2, and 0 in ctl[2]
+    sel._bar.copy_to_device(bar)
+    assert sel.fused(flag_nonzero, df, n, words, room) is None and sel._ctl.copy_to_host()[2] == 0
+    sel._fused_off_until = 0.0
+    assert sel.fused(flag_nonzero, df, n, words, room) == flags.sum() == sel._ctl.copy_to_host()[2]
     print("ok one launch")
 ''')
 
@@ -1490,8 +1512,8 @@ def test_gpu_read_compacted_selects_in_one_launch_where_every_record_has_room(dt
     """Within FUSED_BYTES and with room for every record (capacity None or >= n), one launch
     selects and the copy into pinned memory runs behind it on the stream: every result equals
     the twin's, none kept included; a smaller capacity takes the three launches; a one-launch
-    selection that gives up at its grid barrier reads back in three launches, its pinned copy
-    (queued behind the launch that gave up) copying nothing."""
+    selection that gives up at its grid barrier reads back in three launches (the pinned copy
+    queued behind the launch that gave up is then written over)."""
     from numba import cuda
 
     sel = compaction._selector(None)
@@ -1514,10 +1536,19 @@ def test_gpu_read_compacted_selects_in_one_launch_where_every_record_has_room(dt
                     del taken[:]
                     got = compaction.read_compacted(dx, df, capacity=n - 1)
                     assert taken == [] and got.tobytes() == want.tobytes()
-        timeouts = sel.timeouts
-        sel._arrived += 1  # a barrier that cannot fill: every block gives up
-        got = compaction.read_compacted(dx, df)
-        assert sel.timeouts == timeouts + 1 and got.tobytes() == want.tobytes()
+        from vyre_numba.workqueue import barrier
+
+        for wrong in ("target", "failed"):
+            timeouts = sel.timeouts
+            if wrong == "target":
+                sel._arrived += 1  # a barrier that cannot fill: every block gives up, none finishes last
+            else:  # as if a block had given up: the last block to finish leaves -2, and 0 for the copy
+                bar = sel._bar.copy_to_host()
+                bar[barrier.FAILED] += 1
+                sel._bar.copy_to_device(bar)
+            got = compaction.read_compacted(dx, df)
+            assert sel.timeouts == timeouts + 1 and got.tobytes() == want.tobytes()
+            sel._fused_off_until = 0.0
         assert np.array_equal(dx.copy_to_host(), x) and np.array_equal(df.copy_to_host(), flags)
     finally:
         del sel.fused_at

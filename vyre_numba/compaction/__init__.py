@@ -793,7 +793,9 @@ def read_compacted(values: ArrayIn, flags: ArrayIn, *, capacity: int | None = No
         size = -(-max(nbytes, 8) // 8) * 8
         buf, dst = cuda.device_array(size, np.uint8), cuda.device_array(size, np.uint8)
         out = buf[:nbytes].view(word) if w == 1 else buf[:nbytes].view(word).reshape(room, w)
-        sel.enqueue(flag_nonzero, _dev(flags), n, _words(values, n, dt), out, room, _octs(flags, n))
+        args = (flag_nonzero, _dev(flags), n, _words(values, n, dt), out)
+        if not (room == n and nbytes <= FUSED_BYTES and sel.fused(*args, _octs(flags, n)) is not None):
+            sel.enqueue(*args, room, _octs(flags, n))  # as on a GPU: one launch where it has room, else three
         sel.copy_kept(buf.view(np.uint64), dst.view(np.uint64), buf, dst, dt.itemsize, room)
         count = sel.total()
         kept = dst.copy_to_host()

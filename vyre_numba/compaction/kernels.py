@@ -433,8 +433,7 @@ def fused_kernel(flag_of: Callable, emit: Callable | None, word=np.uint64, by_by
             if cuda.atomic.add(bar, FINISHED, 1) == target - 1:  # the last block of this launch
                 cuda.threadfence()
                 kept = grand if cuda.atomic.add(bar, FAILED, 0) == 0 else int64(-2)
-                ctl[2] = max(kept, int64(0))
-                cuda.threadfence_system()
+                ctl[2] = max(kept, int64(0))  # read by a later kernel on the stream: no fence needed
                 host[0] = kept
 
     return _KERNELS.put(key, fused)

@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import vyre_numba as vn  # noqa: E402
+import common  # noqa: E402
 
 
 def median_us(fn, sync, reps: int = 50, warm: int = 3) -> float:
@@ -59,6 +59,17 @@ class Pieces:
         setattr(owner, name, timed)
         self._undo.append((owner, name, fn))
 
+    def calls(self, fn, calls: int) -> float:
+        """Call `fn` `calls` times with the wrappers in place, then take them off; the host us a
+        call, wrapped."""
+        try:
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            return (time.perf_counter() - t0) / calls * 1e6
+        finally:
+            self.undo()
+
     def undo(self) -> None:
         for owner, name, fn in reversed(self._undo):
             setattr(owner, name, fn)
@@ -68,9 +79,7 @@ class Pieces:
 
 
 def main() -> int:
-    why = vn.registry.unavailable_reason("cuda")
-    if why:
-        print(f"skipped: {why}")
+    if common.skipped():
         return 0
     from cuda.bindings import driver as drv
     from numba import cuda
@@ -131,12 +140,8 @@ def main() -> int:
                                    (transfer, "download", "staged download"),
                                    (host, "copy_bytes", "copy out of pinned")):
             pieces.wrap(owner, name, label)
-        try:
-            calls = 10 if log_n < 28 else 5
-            for _ in range(calls):
-                compaction.read_compacted(dx, df)
-        finally:
-            pieces.undo()
+        calls = 10 if log_n < 28 else 5
+        pieces.calls(lambda: compaction.read_compacted(dx, df), calls)
         print(f"2^{log_n} ({want.size:,} kept): " + ", ".join(f"{k} {v:.0f}" for k, v in row.items()))
         print(f"  read_compacted's pieces, host us a call: {pieces.per_call_us(calls)}")
     return 0

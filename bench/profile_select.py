@@ -10,21 +10,18 @@ output, an empty kernel's synchronised launch (the floor any GPU call pays), and
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import vyre_numba as vn  # noqa: E402
+import common  # noqa: E402
 from profile_readback import Pieces, median_us  # noqa: E402
 
 
 def main() -> int:
-    why = vn.registry.unavailable_reason("cuda")
-    if why:
-        print(f"skipped: {why}")
+    if common.skipped():
         return 0
     from numba import cuda
 
@@ -126,13 +123,7 @@ def main() -> int:
                                    (memory, "pooled_array", "pooled_array")):
             pieces.wrap(owner, name, label)
         calls = 200
-        try:
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                compaction.select(dx, df)
-            total = (time.perf_counter() - t0) / calls * 1e6
-        finally:
-            pieces.undo()
+        total = pieces.calls(lambda: compaction.select(dx, df), calls)
         print(f"2^{log_n}: " + ", ".join(f"{k} {v:.1f}" for k, v in row.items()))
         print(f"  select's pieces, host us a call (wrapped, {total:.1f} a call): {pieces.per_call_us(calls)}")
     return 0

@@ -749,12 +749,14 @@ SIMULATED = textwrap.dedent('''
     assert np.array_equal(compaction.select(dv, df).copy_to_host(), vals[flags])
     assert sel.timeouts == 1 and sel._arrived == 1
     # read_compacted: one launch where every record has room, its count left in ctl[2] for the
-    # copy behind it; three where the capacity is smaller, or where the one launch gave up (its
-    # ctl[2] then 0, so a copy queued behind it copies nothing)
+    # copy behind it; three where the capacity is smaller, or where the one launch gave up (a
+    # barrier that cannot fill: no block finishes last, so ctl[2] keeps what it held, and the
+    # three launches' copy writes over what the copy behind the give-up copied)
     for capacity, gives_up in ((None, False), (n, False), (n - 1, False), (None, True)):
         arrived, timeouts = sel._arrived, sel.timeouts
+        sel._ctl.copy_to_device(np.array([0, 0, -7, 0], np.int64))  # a count no selection leaves
         if gives_up:
-            sel._arrived += 1  # a barrier that cannot fill
+            sel._arrived += 1
         got = compaction.read_compacted(dv, df, capacity=capacity)
         assert np.array_equal(got, vals[flags]), capacity
         assert sel._ctl.copy_to_host()[2] == flags.sum()
@@ -770,6 +772,12 @@ SIMULATED = textwrap.dedent('''
     assert sel.fused(flag_nonzero, df, n, words, room) is None and sel._ctl.copy_to_host()[2] == 0
     sel._fused_off_until = 0.0
     assert sel.fused(flag_nonzero, df, n, words, room) == flags.sum() == sel._ctl.copy_to_host()[2]
+    # control words made afresh, as after a count that failed: the one-launch kernel then writes
+    # the new ones, which the copy behind it reads (not the old ones, and not a stale count)
+    sel._afresh(sel._tiles)
+    sparse = rng.random(n) < 0.1
+    assert np.array_equal(compaction.read_compacted(dv, cuda.to_device(sparse)), vals[sparse])
+    assert sel._ctl.copy_to_host()[2] == sparse.sum()
     print("ok one launch")
 ''')
 

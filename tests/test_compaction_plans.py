@@ -106,12 +106,32 @@ def selector(monkeypatch, request):
     return sel, kernels, log
 
 
-def fused_at(sel):
-    return sel.fused_at("flag", 0x1000, np.dtype(np.uint8), 4096, False, np.dtype(np.uint32), 0x2000, 0x3000)
+def fused_at(sel, meanwhile=None):
+    return sel.fused_at("flag", 0x1000, np.dtype(np.uint8), 4096, False, np.dtype(np.uint32), 0x2000, 0x3000,
+                        meanwhile)
 
 
 def enqueue_at(sel):
     sel.enqueue_at("flag", 0x1000, np.dtype(np.uint8), 1 << 16, False, np.dtype(np.uint32), 0x2000, 0x3000)
+
+
+def test_a_one_launch_selection_is_stored_before_what_runs_meanwhile_and_never_stored_empty(selector):
+    """`meanwhile` (read_compacted's copy into pinned memory) may launch a kernel that starts the
+    selector's launcher table afresh: the one-launch selection's launch is detached before it, so
+    the next call relaunches it. A launcher with nothing to detach (None, as a fresh one has) is
+    not stored: the next call packs its launch again, where a stored None would be called."""
+    sel, kernels, log = selector
+    fresh = types.SimpleNamespace(detached=lambda: None)
+
+    def meanwhile():
+        log.append(("meanwhile",))
+        sel._launch = lambda kernel, use=0, cooperative=False: fresh  # the table started afresh
+    assert fused_at(sel, meanwhile) == 5 and fused_at(sel) == 5
+    assert log == [("first", "fused0"), ("meanwhile",), ("again", "fused0")]
+    sel._relaunches, sel._plans = {}, {}
+    log.clear()
+    assert fused_at(sel) == 5 and fused_at(sel) == 5
+    assert log == [("first", "fused0"), ("first", "fused0")] and not sel._relaunches
 
 
 def test_a_one_launch_selection_is_relaunched_by_its_plan_and_stored_anew_for_a_new_kernel(selector):

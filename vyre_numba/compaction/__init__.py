@@ -794,7 +794,8 @@ def read_compacted(values: ArrayIn, flags: ArrayIn, *, capacity: int | None = No
         buf, dst = cuda.device_array(size, np.uint8), cuda.device_array(size, np.uint8)
         out = buf[:nbytes].view(word) if w == 1 else buf[:nbytes].view(word).reshape(room, w)
         args = (flag_nonzero, _dev(flags), n, _words(values, n, dt), out)
-        if not (room == n and nbytes <= FUSED_BYTES and sel.fused(*args, _octs(flags, n)) is not None):
+        if not (room == n and nbytes <= FUSED_BYTES and w == 1 and n >= 8 and sel.fused(*args, _octs(flags, n))
+                is not None):
             sel.enqueue(*args, room, _octs(flags, n))  # as on a GPU: one launch where it has room, else three
         sel.copy_kept(buf.view(np.uint64), dst.view(np.uint64), buf, dst, dt.itemsize, room)
         count = sel.total()

@@ -450,6 +450,7 @@ class Selector(Unshared):
         """Fresh zeroed tile counts and scan ticket, after launches that may have added counts but
         not scanned them (which clears them)."""
         self._ctl = self._cuda.to_device(np.zeros(4, np.int64), stream=self.stream)
+        self._fused_args = None  # they name the old control words, which a one-launch selection writes
         self._tiles = 0
         self._grow(tiles)
 
@@ -565,18 +566,21 @@ class Selector(Unshared):
         key = self._plans.get(kinds)
         known = None if key is None else self._relaunches.get(key)  # (the launch, the resident blocks `fused` found)
         blocks = max(1, min(known[1] if known else 1, -(-n // TILE), FUSED_BLOCKS or n))
-        if known is None or self._sums.shape[0] < blocks:  # the kernel looked up afresh: the one `fused` launches
+        if known is None or known[0] is None or self._sums.shape[0] < blocks:  # the kernel looked up afresh: the
+            # one `fused` launches
             kernel = _kernels().fused_kernel(flag_of, *_emit_of(word, words), by_bytes=by_bytes)
             key = (kernel, 0, np.dtype(src_type).str)
             raw = RawArray(src, (n,), src_type)
             kept = self.fused(flag_of, raw, n, _raw(words, n, word), RawArray(out, (n,), word),
                               RawArray(src, (n // 8,), np.uint64) if by_bytes else None)
-            if meanwhile is not None and kept is not None:
-                meanwhile()
-            if kept is not None:
-                self._relaunches[key] = (self._launch(kernel, cooperative=COOPERATIVE).detached(),
-                                         self._resident.get((kernel, overload_kind(raw)), 1))
+            if kept is None:
+                return None
+            again = self._launch(kernel, cooperative=COOPERATIVE).detached()  # before `meanwhile`'s launches,
+            if again is not None:  # which may start the launcher table afresh
+                self._relaunches[key] = (again, self._resident.get((kernel, overload_kind(raw)), 1))
                 self._plan(kinds, key)
+            if meanwhile is not None:
+                meanwhile()
             return kept
         again = known[0]
         again.array(0, src, n)

@@ -566,8 +566,7 @@ class Selector(Unshared):
         key = self._plans.get(kinds)
         known = None if key is None else self._relaunches.get(key)  # (the launch, the resident blocks `fused` found)
         blocks = max(1, min(known[1] if known else 1, -(-n // TILE), FUSED_BLOCKS or n))
-        if known is None or known[0] is None or self._sums.shape[0] < blocks:  # the kernel looked up afresh: the
-            # one `fused` launches
+        if known is None or self._sums.shape[0] < blocks:  # the kernel looked up afresh: the one `fused` launches
             kernel = _kernels().fused_kernel(flag_of, *_emit_of(word, words), by_bytes=by_bytes)
             key = (kernel, 0, np.dtype(src_type).str)
             raw = RawArray(src, (n,), src_type)

@@ -787,6 +787,7 @@ def read_compacted(values: ArrayIn, flags: ArrayIn, *, capacity: int | None = No
     if n == 0:
         return np.zeros(0, dt)
     sel, nbytes, (word, w) = _selector(stream), room * dt.itemsize, word_type(dt)
+    one_launch = room == n and nbytes <= FUSED_BYTES and w == 1 and n >= 8  # room for every record of one word
     if _SIM:  # the simulator has no mapped memory: a device array stands in for it, copied back
         from numba import cuda
 
@@ -794,8 +795,7 @@ def read_compacted(values: ArrayIn, flags: ArrayIn, *, capacity: int | None = No
         buf, dst = cuda.device_array(size, np.uint8), cuda.device_array(size, np.uint8)
         out = buf[:nbytes].view(word) if w == 1 else buf[:nbytes].view(word).reshape(room, w)
         args = (flag_nonzero, _dev(flags), n, _words(values, n, dt), out)
-        if not (room == n and nbytes <= FUSED_BYTES and w == 1 and n >= 8 and sel.fused(*args, _octs(flags, n))
-                is not None):
+        if not (one_launch and sel.fused(*args, _octs(flags, n)) is not None):
             sel.enqueue(*args, room, _octs(flags, n))  # as on a GPU: one launch where it has room, else three
         sel.copy_kept(buf.view(np.uint64), dst.view(np.uint64), buf, dst, dt.itemsize, room)
         count = sel.total()
@@ -805,25 +805,24 @@ def read_compacted(values: ArrayIn, flags: ArrayIn, *, capacity: int | None = No
     else:
         kept, ptr = _staging(nbytes)
         dna = _numba_array_type()
+        count = None
         with _device_bytes(sel, nbytes) as address:
             if type(values) is dna and type(flags) is dna and w == 1 and n >= 8:  # the last launches, rewritten
                 at, items = flags.device_ctypes_pointer.value or 0, values.device_ctypes_pointer.value or 0
                 by_bytes = flags.dtype.itemsize == 1 and at % 8 == 0
-                count = None
-                if room == n and nbytes <= FUSED_BYTES:  # one launch, the copy into pinned memory queued behind it
+                if one_launch:  # the copy into pinned memory queued behind it
                     count = sel.fused_at(flag_nonzero, at, flags.dtype, n, by_bytes, word, items, address,
                                          lambda: sel.copy_kept_at(address, ptr, dt.itemsize, room))
                 if count is None:  # or the one launch gave up: three
                     sel.enqueue_at(flag_nonzero, at, flags.dtype, n, by_bytes, word, items, address, room)
-                    sel.copy_kept_at(address, ptr, dt.itemsize, room)
-                    count = sel.total()
-                else:
-                    sel.stream.synchronize()  # the copy behind the selection
             else:
                 sel.enqueue(flag_nonzero, flags, n, _words(values, n, dt), _words(None, room, dt, address), room,
                             _octs(flags, n))
+            if count is None:
                 sel.copy_kept_at(address, ptr, dt.itemsize, room)
                 count = sel.total()
+            else:
+                sel.stream.synchronize()  # the copy queued behind the one launch
     _check_capacity(count, capacity)
     from ..gpu.host import copy_bytes
 

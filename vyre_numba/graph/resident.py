@@ -42,8 +42,8 @@ class Graph(Unshared):
     def __init__(self, indptr: "ArrayIn | Any", indices: ArrayIn | None = None, *, symmetric: bool = False,
                  backend: "Backend | str | None" = None):
         indptr, indices, _ = graph_arguments(indptr, indices, None, "Graph")
-        (indptr, own_ip), (indices, own_ix) = _own(indptr), _own(indices)  # checked as copied: a later change
-        # cannot slip in unchecked
+        # checked as copied: a later change to the caller's arrays cannot slip in unchecked
+        (indptr, own_ip), (indices, own_ix) = _own(indptr), _own(indices)
         be, g, n, on_device = resolve(indptr, indices, backend, symmetric, "Graph(A)")
         self._lock = threading.RLock()  # a close waits for the query in flight
         self._be, self._n, self._symmetric, self._to_host = be, n, bool(symmetric), not on_device

@@ -1,7 +1,8 @@
 """Where a compact readback's time goes (issue 11, item 2): `compaction.read_compacted` of int32
-values at 1 % density, 2^20, 2^24 and 2^28 items, beside its pieces, each timed on the host by
-a wrapper over the same calls (the select into device memory, the copy of the kept records into
-pinned memory, the wait for the count, the copy out of pinned memory; for readbacks past
+values at 1 % density, 2^20, 2^24 and 2^28 items (and 50 % at 2^20), beside its pieces, each timed on the host by
+a wrapper over the same calls (the one launch straight into pinned memory and the stream's
+synchronisation; else the select into device memory, the copy of the kept records into pinned
+memory and the wait for the count; the copy out of pinned memory; for readbacks past
 STAGING_KEEP the count first, the scatter and the staged download), the same readback in
 three launches where one launch would select (FUSED_BYTES set to 0), the device select alone,
 a fresh host array's first touch, and PyTorch's `x[mask]` and `.cpu()` apart and together.
@@ -95,10 +96,10 @@ def main() -> int:
     except ImportError:
         torch = None
     print(f"STAGING_KEEP {compaction.STAGING_KEEP >> 20} MiB; us a synchronised call, medians")
-    for log_n in (20, 24, 28):
+    for log_n, density in ((20, 0.01), (20, 0.5), (24, 0.01), (28, 0.01)):
         n = 1 << log_n
         x = rng.integers(0, 1 << 30, n, dtype=np.int32)
-        flags = (rng.random(n) < 0.01).astype(np.uint8)
+        flags = (rng.random(n) < density).astype(np.uint8)
         dx, df = cuda.to_device(x), cuda.to_device(flags)
         want = x[flags != 0]
         assert np.array_equal(compaction.read_compacted(dx, df), want)
@@ -130,7 +131,8 @@ def main() -> int:
             row["torch kept.cpu()"] = median_us(lambda: tk.cpu(), sync, reps)
             row["torch x[mask].cpu()"] = median_us(lambda: tx[tf].cpu(), sync, reps)
         pieces = Pieces()
-        for owner, name, label in ((select_module.Selector, "fused_at", "select (fused_at), the copy launched"),
+        for owner, name, label in ((select_module.Selector, "fused_at", "select straight into pinned (fused_at)"),
+                                   (type(compaction._selector(None).stream), "synchronize", "stream synchronisation"),
                                    (select_module.Selector, "enqueue_at", "select (enqueue_at)"),
                                    (select_module.Selector, "enqueue", "select (enqueue)"),
                                    (select_module.Selector, "copy_kept_at", "copy into pinned"),
@@ -142,7 +144,7 @@ def main() -> int:
             pieces.wrap(owner, name, label)
         calls = 10 if log_n < 28 else 5
         pieces.calls(lambda: compaction.read_compacted(dx, df), calls)
-        print(f"2^{log_n} ({want.size:,} kept): " + ", ".join(f"{k} {v:.0f}" for k, v in row.items()))
+        print(f"2^{log_n} at {density:.0%} ({want.size:,} kept): " + ", ".join(f"{k} {v:.0f}" for k, v in row.items()))
         print(f"  read_compacted's pieces, host us a call: {pieces.per_call_us(calls)}")
     return 0
 

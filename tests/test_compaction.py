@@ -748,36 +748,38 @@ SIMULATED = textwrap.dedent('''
     sel._fused_off_until = 0.0
     assert np.array_equal(compaction.select(dv, df).copy_to_host(), vals[flags])
     assert sel.timeouts == 1 and sel._arrived == 1
-    # read_compacted: one launch where every record has room, its count left in ctl[2] for the
-    # copy behind it; three where the capacity is smaller, or where the one launch gave up (a
-    # barrier that cannot fill: no block finishes last, so ctl[2] keeps what it held, and the
-    # three launches' copy writes over what the copy behind the give-up copied)
+    # read_compacted: one launch straight into the records' room (the stand-in of pinned memory)
+    # where every record has room, no copy behind it; three into device memory, then copied, where
+    # the capacity is smaller, or where the one launch gave up (a barrier that cannot fill)
+    copies, copy_kept = [], sel.copy_kept
+    sel.copy_kept = lambda *a: copies.append(a[-1]) or copy_kept(*a)
     for capacity, gives_up in ((None, False), (n, False), (n - 1, False), (None, True)):
         arrived, timeouts = sel._arrived, sel.timeouts
-        sel._ctl.copy_to_device(np.array([0, 0, -7, 0], np.int64))  # a count no selection leaves
+        del copies[:]
         if gives_up:
             sel._arrived += 1
         got = compaction.read_compacted(dv, df, capacity=capacity)
         assert np.array_equal(got, vals[flags]), capacity
-        assert sel._ctl.copy_to_host()[2] == flags.sum()
         assert sel.timeouts == timeouts + gives_up
-        assert (sel._arrived > arrived) == (capacity != n - 1 and not gives_up), (capacity, arrived, sel._arrived)
+        one = capacity != n - 1 and not gives_up
+        assert (sel._arrived > arrived) == one and copies == ([] if one else [min(capacity or n, n)]), \
+            (capacity, arrived, sel._arrived, copies)
+    del sel.copy_kept
     assert sel.timeouts == 2 and sel._arrived == 0
     sel._fused_off_until = 0.0
     room = cuda.device_array(n, np.uint32)
     words = word_view(dv, n)
     bar = sel._bar.copy_to_host()
-    bar[barrier.FAILED] += 1  # as if a block had given up: the last one to finish leaves -2, and 0 in ctl[2]
+    bar[barrier.FAILED] += 1  # as if a block had given up: the last one to finish leaves -2
     sel._bar.copy_to_device(bar)
-    assert sel.fused(flag_nonzero, df, n, words, room) is None and sel._ctl.copy_to_host()[2] == 0
+    assert sel.fused(flag_nonzero, df, n, words, room) is None
     sel._fused_off_until = 0.0
-    assert sel.fused(flag_nonzero, df, n, words, room) == flags.sum() == sel._ctl.copy_to_host()[2]
-    # control words made afresh, as after a count that failed: the one-launch kernel then writes
-    # the new ones, which the copy behind it reads (not the old ones, and not a stale count)
+    assert sel.fused(flag_nonzero, df, n, words, room) == flags.sum()
+    # control words made afresh, as after a count that failed: both paths read back the new call's records
     sel._afresh(sel._tiles)
     sparse = rng.random(n) < 0.1
     assert np.array_equal(compaction.read_compacted(dv, cuda.to_device(sparse)), vals[sparse])
-    assert sel._ctl.copy_to_host()[2] == sparse.sum()
+    assert np.array_equal(compaction.read_compacted(dv, cuda.to_device(~sparse), capacity=n - 1), vals[~sparse])
     print("ok one launch")
 ''')
 
@@ -1518,15 +1520,16 @@ def test_gpu_read_compacted_relaunches_across_capacities(dtype):
 @pytest.mark.parametrize("dtype", [np.uint8, np.int32, np.float64])
 def test_gpu_read_compacted_selects_in_one_launch_where_every_record_has_room(dtype):
     """Within FUSED_BYTES and with room for every record (capacity None or >= n), one launch
-    selects and the copy into pinned memory runs behind it on the stream: every result equals
-    the twin's, none kept included; a smaller capacity takes the three launches; a one-launch
-    selection that gives up at its grid barrier reads back in three launches (the pinned copy
-    queued behind the launch that gave up is then written over)."""
+    selects straight into the pinned records, with no copy behind it: every result equals the
+    twin's, none kept included; a smaller capacity takes the three launches and the copy; a
+    one-launch selection that gives up at its grid barrier reads back in three launches (which
+    write over whatever the blocks past the barrier wrote)."""
     from numba import cuda
 
     sel = compaction._selector(None)
-    taken, fused_at = [], sel.fused_at
+    taken, fused_at, copies, copy_kept_at = [], sel.fused_at, [], sel.copy_kept_at
     sel.fused_at = lambda *args: taken.append(args[3]) or fused_at(*args)
+    sel.copy_kept_at = lambda *args: copies.append(args[3]) or copy_kept_at(*args)
     try:
         for n in (8, 4097, 100_003):
             x = sample(dtype, n, n)
@@ -1535,22 +1538,22 @@ def test_gpu_read_compacted_selects_in_one_launch_where_every_record_has_room(dt
                 dx, df = cuda.to_device(x), cuda.to_device(flags)
                 want = x[flags != 0]
                 for capacity in (None, n, n + 5):
-                    del taken[:]
+                    del taken[:], copies[:]
                     arrived = sel._arrived
                     got = compaction.read_compacted(dx, df, capacity=capacity)
-                    assert taken == [n] and sel._arrived > arrived
+                    assert taken == [n] and sel._arrived > arrived and copies == []
                     assert got.dtype == x.dtype and got.tobytes() == want.tobytes()
                 if 0 < want.size < n:
                     del taken[:]
                     got = compaction.read_compacted(dx, df, capacity=n - 1)
-                    assert taken == [] and got.tobytes() == want.tobytes()
+                    assert taken == [] and copies == [n - 1] and got.tobytes() == want.tobytes()
         from vyre_numba.workqueue import barrier
 
         for wrong in ("target", "failed"):
             timeouts = sel.timeouts
             if wrong == "target":
                 sel._arrived += 1  # a barrier that cannot fill: every block gives up, none finishes last
-            else:  # as if a block had given up: the last block to finish leaves -2, and 0 for the copy
+            else:  # as if a block had given up: the last block to finish leaves -2
                 bar = sel._bar.copy_to_host()
                 bar[barrier.FAILED] += 1
                 sel._bar.copy_to_device(bar)
@@ -1559,7 +1562,7 @@ def test_gpu_read_compacted_selects_in_one_launch_where_every_record_has_room(dt
             sel._fused_off_until = 0.0
         assert dx.copy_to_host().tobytes() == x.tobytes() and np.array_equal(df.copy_to_host(), flags)
     finally:
-        del sel.fused_at
+        del sel.fused_at, sel.copy_kept_at
         sel._fused_off_until = 0.0
 
 

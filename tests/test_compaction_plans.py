@@ -116,7 +116,7 @@ def enqueue_at(sel):
 
 
 def test_a_one_launch_selection_is_stored_before_what_runs_meanwhile_and_never_stored_empty(selector):
-    """`meanwhile` (read_compacted's copy into pinned memory) may launch a kernel that starts the
+    """`meanwhile` (`_small`'s owning pointer, made while the GPU selects) may launch a kernel that starts the
     selector's launcher table afresh: the one-launch selection's launch is detached before it, so
     the next call relaunches it. A launcher with nothing to detach (None, as a fresh one has) is
     not stored: the next call packs its launch again, where a stored None would be called."""

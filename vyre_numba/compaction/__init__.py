@@ -761,10 +761,11 @@ def _read_counted(sel: Selector, values, flags, n: int, dt: np.dtype, capacity: 
 def read_compacted(values: ArrayIn, flags: ArrayIn, *, capacity: int | None = None,
                    stream: Stream | None = None) -> np.ndarray:
     """values[flags != 0] of device arrays, brought to the host: only the kept records cross the
-    bus (selected on the device, then copied in long runs into pinned host memory, the count
-    read there too), with one synchronisation (up to FUSED_BYTES of records, the count is watched
-    in mapped memory before it); where room for every record would pin more than
-    STAGING_KEEP bytes, the count comes first and the records are read back in pinned pieces.
+    bus, with one synchronisation. Up to FUSED_BYTES of records with room for all, one launch
+    selects them straight into pinned host memory; else they are selected into device memory and
+    copied in long runs into pinned memory, the count read there too; where room for every record
+    would pin more than STAGING_KEEP bytes, the count comes first and the records are read back
+    in pinned pieces.
     Without a capacity the result always fits; with one, a result larger than `capacity` raises
     CapacityError naming the count needed, and nothing is lost (the inputs are untouched). Host
     arrays give the same result from the NumPy twin, so code written for both runs unchanged."""
@@ -793,12 +794,13 @@ def read_compacted(values: ArrayIn, flags: ArrayIn, *, capacity: int | None = No
 
         size = -(-max(nbytes, 8) // 8) * 8
         buf, dst = cuda.device_array(size, np.uint8), cuda.device_array(size, np.uint8)
-        out = buf[:nbytes].view(word) if w == 1 else buf[:nbytes].view(word).reshape(room, w)
-        args = (flag_nonzero, _dev(flags), n, _words(values, n, dt), out)
-        if not (one_launch and sel.fused(*args, _octs(flags, n)) is not None):
-            sel.enqueue(*args, room, _octs(flags, n))  # as on a GPU: one launch where it has room, else three
-        sel.copy_kept(buf.view(np.uint64), dst.view(np.uint64), buf, dst, dt.itemsize, room)
-        count = sel.total()
+        args = (flag_nonzero, _dev(flags), n, _words(values, n, dt))
+        count = sel.fused(*args, dst[:nbytes].view(word), _octs(flags, n)) if one_launch else None
+        if count is None:  # as on a GPU: one launch straight into the records' room where it has room, else three
+            sel.enqueue(*args, buf[:nbytes].view(word) if w == 1 else buf[:nbytes].view(word).reshape(room, w), room,
+                        _octs(flags, n))
+            sel.copy_kept(buf.view(np.uint64), dst.view(np.uint64), buf, dst, dt.itemsize, room)
+            count = sel.total()
         kept = dst.copy_to_host()
     elif nbytes > STAGING_KEEP:
         return _read_counted(sel, values, flags, n, dt, capacity)
@@ -806,23 +808,24 @@ def read_compacted(values: ArrayIn, flags: ArrayIn, *, capacity: int | None = No
         kept, ptr = _staging(nbytes)
         dna = _numba_array_type()
         count = None
-        with _device_bytes(sel, nbytes) as address:
-            if type(values) is dna and type(flags) is dna and w == 1 and n >= 8:  # the last launches, rewritten
-                at, items = flags.device_ctypes_pointer.value or 0, values.device_ctypes_pointer.value or 0
-                by_bytes = flags.dtype.itemsize == 1 and at % 8 == 0
-                if one_launch:  # the copy into pinned memory queued behind it
-                    count = sel.fused_at(flag_nonzero, at, flags.dtype, n, by_bytes, word, items, address,
-                                         lambda: sel.copy_kept_at(address, ptr, dt.itemsize, room))
-                if count is None:  # or the one launch gave up: three
+        fast = type(values) is dna and type(flags) is dna and w == 1 and n >= 8  # the last launches, rewritten
+        if fast:
+            at, items = flags.device_ctypes_pointer.value or 0, values.device_ctypes_pointer.value or 0
+            by_bytes = flags.dtype.itemsize == 1 and at % 8 == 0
+        if one_launch:  # straight into the pinned records, whole once the launch is done
+            count = sel.fused_at(flag_nonzero, at, flags.dtype, n, by_bytes, word, items, ptr) if fast else \
+                sel.fused(flag_nonzero, flags, n, _words(values, n, dt), _words(None, n, dt, ptr), _octs(flags, n))
+            if count is not None:
+                sel.stream.synchronize()
+        if count is None:  # or the one launch gave up: three, into device memory, then copied
+            with _device_bytes(sel, nbytes) as address:
+                if fast:
                     sel.enqueue_at(flag_nonzero, at, flags.dtype, n, by_bytes, word, items, address, room)
-            else:
-                sel.enqueue(flag_nonzero, flags, n, _words(values, n, dt), _words(None, room, dt, address), room,
-                            _octs(flags, n))
-            if count is None:
+                else:
+                    sel.enqueue(flag_nonzero, flags, n, _words(values, n, dt), _words(None, room, dt, address),
+                                room, _octs(flags, n))
                 sel.copy_kept_at(address, ptr, dt.itemsize, room)
                 count = sel.total()
-            else:
-                sel.stream.synchronize()  # the copy queued behind the one launch
     _check_capacity(count, capacity)
     from ..gpu.host import copy_bytes
 

@@ -758,8 +758,10 @@ SIMULATED = textwrap.dedent('''
         del copies[:]
         if gives_up:
             sel._arrived += 1
+        sel._ctl.copy_to_device(np.array([0, 0, -7, 0], np.int64))  # a count no selection leaves
         got = compaction.read_compacted(dv, df, capacity=capacity)
         assert np.array_equal(got, vals[flags]), capacity
+        assert sel._ctl.copy_to_host()[2] == flags.sum()  # left for a copy_kept by either path
         assert sel.timeouts == timeouts + gives_up
         one = capacity != n - 1 and not gives_up
         assert (sel._arrived > arrived) == one and copies == ([] if one else [min(capacity or n, n)]), \
@@ -770,16 +772,26 @@ SIMULATED = textwrap.dedent('''
     room = cuda.device_array(n, np.uint32)
     words = word_view(dv, n)
     bar = sel._bar.copy_to_host()
-    bar[barrier.FAILED] += 1  # as if a block had given up: the last one to finish leaves -2
+    bar[barrier.FAILED] += 1  # as if a block had given up: the last one to finish leaves -2, and 0 in ctl[2]
     sel._bar.copy_to_device(bar)
-    assert sel.fused(flag_nonzero, df, n, words, room) is None
+    assert sel.fused(flag_nonzero, df, n, words, room) is None and sel._ctl.copy_to_host()[2] == 0
     sel._fused_off_until = 0.0
-    assert sel.fused(flag_nonzero, df, n, words, room) == flags.sum()
-    # control words made afresh, as after a count that failed: both paths read back the new call's records
+    assert sel.fused(flag_nonzero, df, n, words, room) == flags.sum() == sel._ctl.copy_to_host()[2]
+    # control words made afresh, as after a count that failed: the one-launch kernel then writes
+    # the new ones, which a copy_kept behind it reads (not the old ones, and not a stale count);
+    # both readback paths read back the new call's records
     sel._afresh(sel._tiles)
     sparse = rng.random(n) < 0.1
     assert np.array_equal(compaction.read_compacted(dv, cuda.to_device(sparse)), vals[sparse])
+    assert sel._ctl.copy_to_host()[2] == sparse.sum()
     assert np.array_equal(compaction.read_compacted(dv, cuda.to_device(~sparse), capacity=n - 1), vals[~sparse])
+    kept = cuda.to_device(np.full(n, 7777, np.uint32))  # a value no record holds
+    assert sel.fused(flag_nonzero, cuda.to_device(sparse), n, words, room) == sparse.sum()
+    sel.copy_kept(room[:n - 1].view(np.uint64), kept[:n - 1].view(np.uint64), room.view(np.uint8),
+                  kept.view(np.uint8), 4, n)  # the public Selector: a copy behind a one-launch selection
+    want = np.full(n, 7777, np.uint32)
+    want[:sparse.sum()] = vals[sparse]
+    assert np.array_equal(kept.copy_to_host(), want)  # the kept records, and nothing past them
     print("ok one launch")
 ''')
 

@@ -382,9 +382,8 @@ def fused_kernel(flag_of: Callable, emit: Callable | None, word=np.uint64, by_by
     from `octs` where `by_bytes`) into sums[b], waits at a grid barrier, sums the runs before its
     own, then writes its tiles in order from there (`tile_writer`). The last block to finish puts
     the kept count (or -2 where a block timed out at the barrier) in host[0], so a host that sees
-    it there knows the whole selection is in device memory; an `out` in mapped host memory (the
-    pinned records of `read_compacted`) is whole once the launch is done, with no system-wide
-    fence paid on the way."""
+    it there knows the whole selection is in device memory (an `out` in mapped host memory once
+    the launch is done), and in ctl[2] (0 for -2) for a `copy_kept` behind it."""
     key = ("fused", flag_of, emit, np.dtype(word).str, by_bytes)
     k = _KERNELS.get(key)
     if k is not None:
@@ -392,7 +391,7 @@ def fused_kernel(flag_of: Callable, emit: Callable | None, word=np.uint64, by_by
     write_tile = tile_writer(flag_of, emit, word)
 
     @cuda.jit
-    def fused(src, octs, n, words, out, sums, bar, target, host):
+    def fused(src, octs, n, words, out, sums, bar, target, host, ctl):
         tid = cuda.threadIdx.x
         votes = cuda.shared.array(THREADS, uint8)
         counts = cuda.shared.array(SLOTS, int32)
@@ -434,7 +433,9 @@ def fused_kernel(flag_of: Callable, emit: Callable | None, word=np.uint64, by_by
             cuda.threadfence()
             if cuda.atomic.add(bar, FINISHED, 1) == target - 1:  # the last block of this launch
                 cuda.threadfence()
-                host[0] = grand if cuda.atomic.add(bar, FAILED, 0) == 0 else int64(-2)
+                kept = grand if cuda.atomic.add(bar, FAILED, 0) == 0 else int64(-2)
+                ctl[2] = max(kept, int64(0))  # read by a later kernel on the stream: no fence needed
+                host[0] = kept
 
     return _KERNELS.put(key, fused)
 

@@ -338,7 +338,7 @@ class Selector(Unshared):
         self._arrived = 0  # the barrier's arrival count after every launch so far
         self._sums = None  # a one-launch selection's kept items a block
         self._resident: dict = {}  # (one-launch kernel, source type) -> blocks that fit at once
-        self._fused_args = None  # (sums, barrier, host count) as kernel arguments
+        self._fused_args = None  # (sums, barrier, host count, control words) as kernel arguments
         self.timeouts = 0  # one-launch selections given up at the grid barrier (and done again in three)
         self._fused_off_until = 0.0  # time.monotonic() before which `fused` declines (after a give-up)
         self._handle = 0 if _SIM else stream_handle(self.stream)
@@ -450,6 +450,7 @@ class Selector(Unshared):
         """Fresh zeroed tile counts and scan ticket, after launches that may have added counts but
         not scanned them (which clears them)."""
         self._ctl = self._cuda.to_device(np.zeros(4, np.int64), stream=self.stream)
+        self._fused_args = None  # they name the old control words, which a one-launch selection writes
         self._tiles = 0
         self._grow(tiles)
 
@@ -516,7 +517,9 @@ class Selector(Unshared):
         indices), in one launch, and return how many were kept; None where a block gave up at the
         grid barrier (the output is then incomplete; `timeouts` counts these). The count is read
         from mapped host memory, where the launch's last block puts it once everything is
-        written: watched for POLL_SECONDS, then waited for on the stream."""
+        written to device memory: watched for POLL_SECONDS, then waited for on the stream. An
+        `out` in mapped host memory is whole once the stream is synchronised (no system-wide
+        fence is paid before the count)."""
         self._check_open()
         _check_call("fused", flag_of, src, n, words, out, n)
         if octs is not None and type(octs) is not RawArray:
@@ -531,20 +534,21 @@ class Selector(Unshared):
         if blocks is None or self._fused_args is None:
             if self._sums is None:
                 self._sums = self._cuda.device_array(1024, np.int64, stream=self.stream)
-            self._fused_args = (self._sums, self._bar, self._host) if _SIM else tuple(
-                RawArray(a.device_ctypes_pointer.value, a.shape, a.dtype) for a in (self._sums, self._bar, self._host))
+            self._fused_args = (self._sums, self._bar, self._host, self._ctl) if _SIM else tuple(
+                RawArray(a.device_ctypes_pointer.value, a.shape, a.dtype)
+                for a in (self._sums, self._bar, self._host, self._ctl))
             blocks = self._resident[fit] = launch.resident_blocks(
                 THREADS, src, src if octs is None else octs, n, out if words is None else words, out,
-                self._fused_args[0], self._fused_args[1], 0, self._fused_args[2])
+                self._fused_args[0], self._fused_args[1], 0, *self._fused_args[2:])
         blocks = max(1, min(blocks, -(-n // TILE), FUSED_BLOCKS or blocks))
         if self._sums.shape[0] < blocks:
             self._sums, self._fused_args = self._cuda.device_array(blocks, np.int64, stream=self.stream), None
             self._relaunches = {}
             return self.fused(flag_of, src, n, words, out, octs)
-        sums, bar, host = self._fused_args
+        sums, bar, host, ctl = self._fused_args
         return self._fused_launch(lambda: launch(blocks, THREADS, src, src if octs is None else octs, n,
                                                  out if words is None else words, out, sums, bar,
-                                                 self._arrived + blocks, host), blocks)
+                                                 self._arrived + blocks, host, ctl), blocks)
 
     @_one_call_at_a_time
     def fused_at(self, flag_of: Callable, src: int, src_type, n: int, by_bytes: bool, word, words: int | None,

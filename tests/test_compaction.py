@@ -1463,6 +1463,7 @@ def test_gpu_select_if_tells_a_driver_fault_from_a_predicate_that_does_not_compi
 
 @pytest.mark.gpu
 def test_gpu_accepts_cupy_and_torch_arrays():
+    """select and read_compacted (both of its paths) take CuPy and PyTorch device arrays."""
     n = 10_000
     x = np.arange(n, dtype=np.int64)
     flags = x % 7 == 0
@@ -1471,13 +1472,19 @@ def test_gpu_accepts_cupy_and_torch_arrays():
         import cupy
         got = compaction.select(cupy.asarray(x), cupy.asarray(flags))
         assert np.array_equal(cupy.asnumpy(cupy.asarray(got)), x[flags])
+        for capacity in (None, n - 1):  # one launch straight into pinned memory; three, then the copy
+            assert np.array_equal(compaction.read_compacted(cupy.asarray(x), cupy.asarray(flags), capacity=capacity),
+                                  x[flags])
         peers += 1
     except ImportError:
         pass
     try:
         import torch
-        got = compaction.select(torch.from_numpy(x).cuda(), torch.from_numpy(flags).cuda())
+        tx, tf = torch.from_numpy(x).cuda(), torch.from_numpy(flags).cuda()
+        got = compaction.select(tx, tf)
         assert np.array_equal(got.copy_to_host(), x[flags])
+        for capacity in (None, n - 1):
+            assert np.array_equal(compaction.read_compacted(tx, tf, capacity=capacity), x[flags])
         peers += 1
     except ImportError:
         pass

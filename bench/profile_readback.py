@@ -1,5 +1,5 @@
 """Where a compact readback's time goes (issue 11, item 2): `compaction.read_compacted` of int32
-values at 1 % density, 2^20, 2^24 and 2^28 items (and 50 % at 2^20), beside its pieces, each timed on the host by
+values at 1 % density, 2^20, 2^24 and 2^28 items (and 50 % at 2^20, of int32 and of uint8), beside its pieces, each timed on the host by
 a wrapper over the same calls (the one launch straight into pinned memory and the stream's
 synchronisation; else the select into device memory, the copy of the kept records into pinned
 memory and the wait for the count; the copy out of pinned memory; for readbacks past
@@ -96,9 +96,10 @@ def main() -> int:
     except ImportError:
         torch = None
     print(f"STAGING_KEEP {compaction.STAGING_KEEP >> 20} MiB; us a synchronised call, medians")
-    for log_n, density in ((20, 0.01), (20, 0.5), (24, 0.01), (28, 0.01)):
+    for log_n, density, dt in ((20, 0.01, np.int32), (20, 0.5, np.int32), (20, 0.5, np.uint8), (24, 0.01, np.int32),
+                               (28, 0.01, np.int32)):
         n = 1 << log_n
-        x = rng.integers(0, 1 << 30, n, dtype=np.int32)
+        x = rng.integers(0, np.iinfo(dt).max, n, dtype=dt)
         flags = (rng.random(n) < density).astype(np.uint8)
         dx, df = cuda.to_device(x), cuda.to_device(flags)
         want = x[flags != 0]
@@ -115,14 +116,14 @@ def main() -> int:
                "select, device out": median_us(lambda: compaction.select(dx, df), sync, reps)})
         kept = compaction.select(dx, df)
         row["kept.copy_to_host()"] = median_us(lambda: kept.copy_to_host(), sync, reps)
-        ready = np.empty(want.size, np.int32)
+        ready = np.empty(want.size, dt)
         ctx = int(drv.cuCtxGetCurrent()[1])
         address = kept.device_ctypes_pointer.value
         row["transfer.download, into a ready array"] = median_us(
             lambda: transfer.download(drv, ctx, ready, address, 0), sync, reps)
         row["transfer.download, into a fresh array"] = median_us(
-            lambda: transfer.download(drv, ctx, np.empty(want.size, np.int32), address, 0), sync, reps)
-        row["a fresh array, first touched"] = median_us(lambda: np.copyto(np.empty(want.size, np.int32), want), sync,
+            lambda: transfer.download(drv, ctx, np.empty(want.size, dt), address, 0), sync, reps)
+        row["a fresh array, first touched"] = median_us(lambda: np.copyto(np.empty(want.size, dt), want), sync,
                                                         reps)
         if torch is not None:
             tx, tf = torch.from_numpy(x).cuda(), torch.from_numpy(flags.astype(bool)).cuda()
@@ -144,7 +145,7 @@ def main() -> int:
             pieces.wrap(owner, name, label)
         calls = 10 if log_n < 28 else 5
         pieces.calls(lambda: compaction.read_compacted(dx, df), calls)
-        print(f"2^{log_n} at {density:.0%} ({want.size:,} kept): " + ", ".join(f"{k} {v:.0f}" for k, v in row.items()))
+        print(f"2^{log_n} {np.dtype(dt).name} at {density:.0%} ({want.size:,} kept): " + ", ".join(f"{k} {v:.0f}" for k, v in row.items()))
         print(f"  read_compacted's pieces, host us a call: {pieces.per_call_us(calls)}")
     return 0
 

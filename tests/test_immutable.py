@@ -194,3 +194,46 @@ def test_a_setting_misspelt_by_a_letter_is_refused_with_the_name_meant():
         q.capcity = 8
     q.note = "mine"
     assert q.note == "mine" and q.capacity == 4
+
+
+def test_a_value_assigned_over_a_method_is_refused_and_a_wrapping_callable_is_kept():
+    """Regression (a red-team): `g.bfs = None` or `q.drain = 0` was taken silently, and the calls
+    after it (`graph.bfs(g, 0)` among them) raised a bare TypeError far from the mistake. A value
+    that is no callable over a public method is refused, as is deleting one; a callable (a spy, a
+    mock, pytest's monkeypatch) is kept, and taking it away restores the method."""
+    import numpy as np
+
+    from vyre_numba import graph
+    from vyre_numba.workqueue import QueueModel
+
+    g = graph.Graph([0, 2, 3, 3], [1, 2, 0])
+    for obj, name, value in ((g, "bfs", None), (QueueModel(4, np.int32), "drain", 0),
+                             (QueueModel(4, np.int32), "close", None)):
+        cls = type(obj).__name__
+        with pytest.raises(ImmutableError, match=rf"{cls}\.{name} is a method and cannot be assigned over on a "
+                                                 rf"{cls}.*Fix: call {cls}\.{name}\(\.\.\.\) as it is"):
+            setattr(obj, name, value)
+        with pytest.raises(ImmutableError, match=rf"{cls}\.{name} is a method and cannot be deleted from a {cls}"):
+            delattr(obj, name)
+        assert name not in vars(obj)
+    assert graph.bfs(g, 0).tolist() == [0, 1, 1]
+    calls = []
+    g.bfs = lambda *a, **k: calls.append(a) or "spied"
+    assert graph.bfs(g, 0) == "spied" and calls == [(0,)]
+    del g.bfs
+    assert graph.bfs(g, 0).tolist() == [0, 1, 1]
+
+
+def test_a_queue_refuses_a_value_where_its_dtype_goes():
+    """Regression (a red-team): NumPy takes any object with a .dtype as that dtype, so
+    QueueModel(4, np.int32(7)) (a value where a type was meant) made an int32 queue silently."""
+    import numpy as np
+
+    from vyre_numba.errors import DispatchError
+    from vyre_numba.workqueue import QueueModel
+
+    for value in (np.int32(7), np.zeros(3), QueueModel(4, np.int32)):
+        with pytest.raises(DispatchError, match=r"is a value \(.*\), not a type.*Fix: pass the type itself"):
+            QueueModel(4, value)
+    assert QueueModel(4, np.dtype([("a", "<i4"), ("b", "<f4")])).dtype.names == ("a", "b")
+    assert QueueModel(4, [("a", "<i4")]).dtype.names == ("a",) and QueueModel(4, np.int16).dtype == np.int16

@@ -188,10 +188,25 @@ def _read_only(self, name: str) -> None:
 
 def set_unless_read_only(self, name: str, value) -> None:
     _read_only(self, name)
-    if not name.startswith("_") and name not in getattr(self, "__dict__", ()) and not hasattr(type(self), name) \
-            and not _own_frame(sys._getframe(1).f_globals):
-        _misspelt(self, name)
+    if not name.startswith("_") and not _own_frame(sys._getframe(1).f_globals):
+        if not callable(value):  # a callable over a method is a deliberate wrapping (a spy, a mock)
+            _method(self, name, "assigned over on")
+        if name not in getattr(self, "__dict__", ()) and not hasattr(type(self), name):
+            _misspelt(self, name)
     object.__setattr__(self, name, value)
+
+
+def _method(self, name: str, done: str) -> None:
+    """Refuse assigning a value over (or deleting) a public method on an instance: the calls after
+    it, the package's own among them, would fail far from the mistake (Python takes it silently)."""
+    __tracebackhide__ = True  # noqa: F841
+    attr = inspect.getattr_static(type(self), name, None)
+    if isinstance(attr, (staticmethod, classmethod)) or inspect.isfunction(attr):
+        cls = public_name(type(self))
+        raise ImmutableError(f"{cls}.{name} is a method and cannot be {done} a {cls}: the calls of it after "
+                             f"that (the library's own among them) would fail. Fix: call {cls}.{name}(...) as it "
+                             f"is, and keep a value of your own under a name that is none of {cls}'s (or subclass "
+                             f"{cls} to change what {name} does).")
 
 
 def _misspelt(self, name: str) -> None:
@@ -211,6 +226,8 @@ def _misspelt(self, name: str) -> None:
 
 def del_unless_read_only(self, name: str) -> None:
     _read_only(self, name)
+    if not name.startswith("_") and name not in getattr(self, "__dict__", ()):
+        _method(self, name, "deleted from")
     prop = getattr(type(self), name, None)
     if isinstance(prop, property) and prop.fdel is None:  # one with a setter, which no deletion undoes
         cls = public_name(type(self))

@@ -252,6 +252,11 @@ def _dtype(dtype) -> np.dtype:
     if isinstance(dtype, DataType) or (
             isinstance(dtype, str) and "," not in dtype and dtype not in ("bool", *NUMPY_BOOL_CODES)):  # bools: no numbers
         return check_empty(1, dtype, call=f"dtype={shown(given, 60)}", names=_QUEUE_NAMES)[1]
+    if isinstance(dtype, (np.generic, np.ndarray)) or (
+            not isinstance(dtype, (type, np.dtype, list, tuple, dict)) and hasattr(dtype, "dtype")):
+        raise DispatchError(f"dtype={shown(given, 60)} is a value ({a_type(given)}), not a type; NumPy would take "
+                            "its type silently. Fix: pass the type itself, e.g. np.int32 (or x.dtype for an array "
+                            "x).")
     try:
         dt = None if dtype is None else np.dtype(dtype)
     except (TypeError, ValueError, RecursionError) as e:

@@ -237,3 +237,17 @@ def test_a_queue_refuses_a_value_where_its_dtype_goes():
             QueueModel(4, value)
     assert QueueModel(4, np.dtype([("a", "<i4"), ("b", "<f4")])).dtype.names == ("a", "b")
     assert QueueModel(4, [("a", "<i4")]).dtype.names == ("a",) and QueueModel(4, np.int16).dtype == np.int16
+
+
+def test_a_backend_refuses_a_value_where_a_buffers_dtype_goes():
+    """As a queue does (the same check): empty(3, np.int32(7)) made an int32 buffer silently."""
+    import numpy as np
+
+    from vyre_numba import get_backend
+    from vyre_numba.errors import DispatchError
+
+    b = get_backend("reference")
+    with pytest.raises(DispatchError, match=r"empty\(n=3\): np\.int32\(7\) is a value \(an int32\), not a type.*Fix: "
+                                            r"pass the type itself"):
+        b.empty(3, np.int32(7))
+    assert b.empty(3, np.int32).dtype == np.int32

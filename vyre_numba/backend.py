@@ -1082,6 +1082,7 @@ def check_empty(n, dtype, call: str | None = None, names: str = ", ".join(
             fix = _name_fix(dtype, names)
             raise DispatchError(f"{name()}: unknown data type {shown(dtype)}. Fix: {fix}.") from None
     else:
+        check_not_a_value(dtype, name())
         try:  # a vyre type (DataType.BF16, DataType.BOOL) is its storage: bf16's raw bits, bool's u32 words
             dt = dtype.storage if isinstance(dtype, DataType) else np.dtype(dtype)
         except (TypeError, ValueError, RecursionError):
@@ -1091,6 +1092,16 @@ def check_empty(n, dtype, call: str | None = None, names: str = ", ".join(
                             f"{sorted({str(d) for d in STORAGE_DTYPES})}, or a vyre type ('f32', 'bool', 'bf16', "
                             "DataType.F32).")
     return int(n), dt
+
+
+def check_not_a_value(dtype, call: str) -> None:
+    """Refuse a value where a type goes (np.int32(7), an array, a queue): NumPy takes the dtype of
+    anything that has one, silently."""
+    if isinstance(dtype, (np.generic, np.ndarray)) or (
+            not isinstance(dtype, (type, np.dtype, list, tuple, dict)) and hasattr(dtype, "dtype")):
+        raise DispatchError(f"{call}: {shown(dtype, 60)} is a value ({a_type(dtype)}), not a type; NumPy would take "
+                            "its type silently. Fix: pass the type itself, e.g. np.int32 (or x.dtype for an array "
+                            "x).")
 
 
 def check_each(each) -> None:

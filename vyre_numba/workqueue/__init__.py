@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 import numpy as np
 from numpy.typing import DTypeLike
 
-from ..backend import ArrayIn, ArrayOut, Stream, check_empty, host_array
+from ..backend import ArrayIn, ArrayOut, Stream, check_empty, check_not_a_value, host_array
 from ..ir import DataType
 from ..ir.types import NUMPY_BOOL_CODES
 from ..errors import (INTEGERS, BackendUnavailableError, CapacityError, DispatchError, VyreError, a_type,
@@ -252,11 +252,7 @@ def _dtype(dtype) -> np.dtype:
     if isinstance(dtype, DataType) or (
             isinstance(dtype, str) and "," not in dtype and dtype not in ("bool", *NUMPY_BOOL_CODES)):  # bools: no numbers
         return check_empty(1, dtype, call=f"dtype={shown(given, 60)}", names=_QUEUE_NAMES)[1]
-    if isinstance(dtype, (np.generic, np.ndarray)) or (
-            not isinstance(dtype, (type, np.dtype, list, tuple, dict)) and hasattr(dtype, "dtype")):
-        raise DispatchError(f"dtype={shown(given, 60)} is a value ({a_type(given)}), not a type; NumPy would take "
-                            "its type silently. Fix: pass the type itself, e.g. np.int32 (or x.dtype for an array "
-                            "x).")
+    check_not_a_value(dtype, f"dtype={shown(given, 60)}")
     try:
         dt = None if dtype is None else np.dtype(dtype)
     except (TypeError, ValueError, RecursionError) as e:

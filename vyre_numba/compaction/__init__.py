@@ -794,11 +794,11 @@ def read_compacted(values: ArrayIn, flags: ArrayIn, *, capacity: int | None = No
 
         size = -(-max(nbytes, 8) // 8) * 8
         buf, dst = cuda.device_array(size, np.uint8), cuda.device_array(size, np.uint8)
-        args = (flag_nonzero, _dev(flags), n, _words(values, n, dt))
-        count = sel.fused(*args, dst[:nbytes].view(word), _octs(flags, n)) if one_launch else None
+        args, octs = (flag_nonzero, _dev(flags), n, _words(values, n, dt)), _octs(flags, n)
+        count = sel.fused(*args, dst[:nbytes].view(word), octs) if one_launch else None
         if count is None:  # as on a GPU: one launch straight into the records' room where it has room, else three
             sel.enqueue(*args, buf[:nbytes].view(word) if w == 1 else buf[:nbytes].view(word).reshape(room, w), room,
-                        _octs(flags, n))
+                        octs)
             sel.copy_kept(buf.view(np.uint64), dst.view(np.uint64), buf, dst, dt.itemsize, room)
             count = sel.total()
         kept = dst.copy_to_host()
@@ -812,9 +812,11 @@ def read_compacted(values: ArrayIn, flags: ArrayIn, *, capacity: int | None = No
         if fast:
             at, items = flags.device_ctypes_pointer.value or 0, values.device_ctypes_pointer.value or 0
             by_bytes = flags.dtype.itemsize == 1 and at % 8 == 0
+        else:
+            words, octs = _words(values, n, dt), _octs(flags, n)
         if one_launch:  # straight into the pinned records, whole once the launch is done
             count = sel.fused_at(flag_nonzero, at, flags.dtype, n, by_bytes, word, items, ptr) if fast else \
-                sel.fused(flag_nonzero, flags, n, _words(values, n, dt), _words(None, n, dt, ptr), _octs(flags, n))
+                sel.fused(flag_nonzero, flags, n, words, _words(None, n, dt, ptr), octs)
             if count is not None:
                 sel.stream.synchronize()
         if count is None:  # or the one launch gave up: three, into device memory, then copied
@@ -822,8 +824,7 @@ def read_compacted(values: ArrayIn, flags: ArrayIn, *, capacity: int | None = No
                 if fast:
                     sel.enqueue_at(flag_nonzero, at, flags.dtype, n, by_bytes, word, items, address, room)
                 else:
-                    sel.enqueue(flag_nonzero, flags, n, _words(values, n, dt), _words(None, room, dt, address),
-                                room, _octs(flags, n))
+                    sel.enqueue(flag_nonzero, flags, n, words, _words(None, room, dt, address), room, octs)
                 sel.copy_kept_at(address, ptr, dt.itemsize, room)
                 count = sel.total()
     _check_capacity(count, capacity)

@@ -133,7 +133,7 @@ def main() -> int:
             row["torch x[mask].cpu()"] = median_us(lambda: tx[tf].cpu(), sync, reps)
         pieces = Pieces()
         for owner, name, label in ((select_module.Selector, "fused_at", "select straight into pinned (fused_at)"),
-                                   (type(compaction._selector(None).stream), "synchronize", "stream synchronisation"),
+                                   (type(compaction._selector(None).stream), "synchronize", "stream synchronisations (the waits' own among them)"),
                                    (select_module.Selector, "enqueue_at", "select (enqueue_at)"),
                                    (select_module.Selector, "enqueue", "select (enqueue)"),
                                    (select_module.Selector, "copy_kept_at", "copy into pinned"),

@@ -1,5 +1,6 @@
 """Where a compact readback's time goes (issue 11, item 2): `compaction.read_compacted` of int32
-values at 1 % density, 2^20, 2^24 and 2^28 items (and 50 % at 2^20, of int32 and of uint8), beside its pieces, each timed on the host by
+values at 1 % density, 2^20, 2^24 and 2^28 items (and 50 % at 2^20, of int32 and of uint8),
+beside its pieces, each timed on the host by
 a wrapper over the same calls (the one launch straight into pinned memory and the stream's
 synchronisation; else the select into device memory, the copy of the kept records into pinned
 memory and the wait for the count; the copy out of pinned memory; for readbacks past
@@ -133,7 +134,8 @@ def main() -> int:
             row["torch x[mask].cpu()"] = median_us(lambda: tx[tf].cpu(), sync, reps)
         pieces = Pieces()
         for owner, name, label in ((select_module.Selector, "fused_at", "select straight into pinned (fused_at)"),
-                                   (type(compaction._selector(None).stream), "synchronize", "stream synchronisations (the waits' own among them)"),
+                                   (type(compaction._selector(None).stream), "synchronize",
+                                    "stream synchronisations (the waits' own among them)"),
                                    (select_module.Selector, "enqueue_at", "select (enqueue_at)"),
                                    (select_module.Selector, "enqueue", "select (enqueue)"),
                                    (select_module.Selector, "copy_kept_at", "copy into pinned"),
@@ -145,7 +147,8 @@ def main() -> int:
             pieces.wrap(owner, name, label)
         calls = 10 if log_n < 28 else 5
         pieces.calls(lambda: compaction.read_compacted(dx, df), calls)
-        print(f"2^{log_n} {np.dtype(dt).name} at {density:.0%} ({want.size:,} kept): " + ", ".join(f"{k} {v:.0f}" for k, v in row.items()))
+        print(f"2^{log_n} {np.dtype(dt).name} at {density:.0%} ({want.size:,} kept): "
+              + ", ".join(f"{k} {v:.0f}" for k, v in row.items()))
         print(f"  read_compacted's pieces, host us a call: {pieces.per_call_us(calls)}")
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pickle
+import re
 from unittest import mock
 
 import numpy as np
@@ -217,3 +218,36 @@ def test_a_type_says_the_article_a_type_name_is_spoken_with():
 
     said = [a_type(x) for x in (3, [], np.uint8(1), np.add, uuid.uuid4(), np.zeros(1), np.int32(1), object())]
     assert said == ["an int", "a list", "a uint8", "a ufunc", "a UUID", "an ndarray", "an int32", "an object"]
+
+
+def _holders():
+    from vyre_numba import egraph, graph, workqueue
+    yield "Graph", graph.Graph(np.array([0, 1, 1]), np.array([1]), backend="reference"), "g.n is its vertex count"
+    yield "QueueModel", workqueue.QueueModel(4, np.int32), "q.size() is how many items it holds"
+    yield "EGraph", egraph.EGraph.from_terms([("a",)], backend="reference"), "e.n_nodes and e.n_classes"
+
+
+@pytest.mark.parametrize("use", [len, iter, list, lambda x: x[0], lambda x: 0 in x, lambda x: [*x]],
+                         ids=["len", "iter", "list", "index", "in", "unpack"])
+def test_a_holder_of_many_things_used_as_a_python_collection_says_what_to_use_instead(use):
+    for name, obj, fix in _holders():
+        with pytest.raises(ArgumentError, match=rf"^a {name} is not a Python collection: it has no .*Fix: {re.escape(fix)}"):
+            use(obj)
+        assert bool(obj) is True  # truth does not go through the refused len()
+
+
+def test_the_device_queue_refuses_python_collection_use_as_its_model_does():
+    from vyre_numba.errors import NotACollection
+    from vyre_numba.workqueue import WorkQueue
+
+    assert issubclass(WorkQueue, NotACollection)
+
+
+def test_a_holder_given_where_an_array_goes_is_still_named_as_no_array():
+    from vyre_numba import graph, workqueue
+
+    q = workqueue.QueueModel(4, np.int32)
+    with pytest.raises(VyreError, match="indptr is a QueueModel, not an array of integers"):
+        graph.bfs(q, 0)
+    with pytest.raises(VyreError, match="indptr is a QueueModel, not an array of integers"):
+        graph.Graph(q)

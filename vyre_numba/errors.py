@@ -106,8 +106,37 @@ def yields(fn) -> bool:
 
 class ArgumentError(VyreError, TypeError):
     """A call's arguments do not fit the parameters of the public function or method called: a
-    misspelt keyword, one argument too many or a required one missing (also a TypeError, which
-    Python raises for the same mistake)."""
+    misspelt keyword, one argument too many or a required one missing, or an object given to what
+    it does not support, such as len() of a Graph (also a TypeError, which Python raises for the
+    same mistakes)."""
+
+
+class NotACollection:
+    """A mix-in for an object that holds many things but is no Python collection (a Graph, a queue,
+    an e-graph): len(), iteration, indexing and `in` raise ArgumentError with the class's
+    `_collection_fix`, where Python would raise a bare TypeError; its truth stays True."""
+
+    _collection_fix = "use its methods and properties (help(x) lists them)."
+
+    def _not_a_collection(self, what: str):
+        __tracebackhide__ = True  # noqa: F841
+        raise ArgumentError(f"a {public_name(type(self))} is not a Python collection: it has no {what}. "
+                            f"Fix: {self._collection_fix}")
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __len__(self) -> int:
+        self._not_a_collection("len()")
+
+    def __iter__(self):
+        self._not_a_collection("iteration (for, list(), unpacking)")
+
+    def __getitem__(self, key):
+        self._not_a_collection("indexing (x[...])")
+
+    def __contains__(self, item) -> bool:
+        self._not_a_collection("membership test (in)")
 
 
 class ImmutableError(VyreError, dataclasses.FrozenInstanceError):

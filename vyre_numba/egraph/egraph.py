@@ -23,7 +23,7 @@ from numpy.typing import ArrayLike
 
 from .. import display
 from ..backend import as_ints
-from ..errors import (INTEGERS, BackendUnavailableError, DispatchError, a_type, flag, flat_fix, host_memory,
+from ..errors import (INTEGERS, BackendUnavailableError, DispatchError, NotACollection, a_type, flag, flat_fix, host_memory,
                       refuse_misread, shown)
 from ..owned import Unshared
 from ..progress import check_progress
@@ -248,10 +248,13 @@ def _resolve(backend):
     return resolve_backend(backend)
 
 
-class EGraph(Unshared):
+class EGraph(NotACollection, Unshared):
     """A columnar e-graph (see the module docstring for the layout). Build one with
     `from_arrays`, `from_terms` or `from_serialized`; release its device memory with `close()` or
     `with`. Operations are batched: pass arrays, get arrays."""
+
+    _collection_fix = ("e.n_nodes and e.n_classes are its sizes; e.classes() gives every row's class, e.rows() "
+                       "its arrays, and e.find(ids) the classes of given ids.")
 
     @host_memory("building the e-graph")
     def __init__(self, eclass: ArrayLike, op: ArrayLike, children_offsets: ArrayLike, children: ArrayLike, *,

@@ -9,7 +9,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..backend import ArrayIn, as_ints, interface_dtype
-from ..errors import INTEGERS, ArgumentError, DispatchError, a_type, flag, flat_fix, refuse_misread, shown
+from ..errors import INTEGERS, ArgumentError, DispatchError, NotACollection, a_type, flag, flat_fix, refuse_misread, shown
 from ..lru import LRUCache
 from ..unique import unique
 
@@ -136,8 +136,8 @@ def _pair(a) -> bool:
 
 def _no_array(a) -> bool:
     """Whether `a` is nothing an array can be read from: no sequence, no array interface (None, a
-    LinearOperator, a function)."""
-    return not (hasattr(a, "__len__") or hasattr(a, "__array__") or hasattr(a, "__array_interface__")
+    LinearOperator, a function, a Graph or a queue)."""
+    return isinstance(a, NotACollection) or not (hasattr(a, "__len__") or hasattr(a, "__array__") or hasattr(a, "__array_interface__")
                 or hasattr(a, "__cuda_array_interface__") or hasattr(a, "copy_to_host"))
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ArgumentError, DispatchError, flag, host_memory, raise_if_out_of_memory
+from ..errors import ArgumentError, DispatchError, NotACollection, flag, host_memory, raise_if_out_of_memory
 from ..owned import Unshared
 from .bfs import HUB, _bfs_gpu, _bfs_numpy, _source
 from .components import _components_gpu, components_of_edges
@@ -23,7 +23,7 @@ from ..backend import ArrayIn, ArrayOut, Backend  # noqa: F401  (the annotations
 __all__ = ["Graph"]
 
 
-class Graph(Unshared):
+class Graph(NotACollection, Unshared):
     """A CSR graph, checked when made (as `bfs` checks one every call: ends, monotone offsets,
     indices in range, and where `symmetric`, every edge stored both ways), and held as its own
     copy on its backend: on the GPU a device copy (indices as int32), on the reference backend
@@ -36,6 +36,8 @@ class Graph(Unshared):
     `close()` or `with`; a query after that is refused."""
 
     _resident_graph = True  # how `csr.is_graph` tells a Graph (the module calls cannot import this module)
+    _collection_fix = ("g.n is its vertex count and g.nnz its edge count; g.to_csr() gives its arrays (indptr, "
+                       "indices), and g.bfs(v) the distances from vertex v.")
     _read_only_fix = "make a new Graph with what you want, Graph(indptr, indices) or Graph(A) (close() releases one)"
 
     @host_memory("Graph")

@@ -26,7 +26,7 @@ from numpy.typing import DTypeLike
 from ..backend import ArrayIn, ArrayOut, Stream, check_empty, check_not_a_value, host_array
 from ..ir import DataType
 from ..ir.types import NUMPY_BOOL_CODES
-from ..errors import (INTEGERS, BackendUnavailableError, CapacityError, DispatchError, VyreError, a_type,
+from ..errors import (INTEGERS, BackendUnavailableError, CapacityError, DispatchError, NotACollection, VyreError, a_type,
                       device_memory_error, device_out_of_memory, flat_fix, host_memory, mixes_bools, numba_reason,
                       public_name, raise_if_out_of_memory, shown, yields)
 from ..owned import Unshared
@@ -36,10 +36,13 @@ from ..simulator import SIMULATED as _SIM
 __all__ = ["WorkQueue", "QueueModel"]
 
 
-class _Shared:
+class _Shared(NotACollection):
     """What a queue and its model share: `with` (closing on leaving) and `chunks`, the fixed-size
     drain. The class gives `close()`, `_slots()` (its items, refused once closed), `size()`,
     `_lock`, `_iterating`, `_emptied` and `_drop_first`."""
+
+    _collection_fix = ("q.size() is how many items it holds; q.drain() takes them all as one array, and "
+                       "q.chunks(k) k at a time.")
 
     def __enter__(self):
         return self

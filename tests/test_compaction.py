@@ -1357,6 +1357,29 @@ def test_gpu_an_interrupted_watch_waits_for_its_launches_before_raising(fused_by
 
 
 @pytest.mark.gpu
+def test_gpu_a_one_launch_readback_interrupted_before_its_watch_waits_for_the_launch(monkeypatch):
+    """Ctrl-C after the one launch of a readback but before its count is watched: the launch, which
+    writes the thread's pinned buffer, is waited for before the interruption reaches the caller,
+    so a readback on another stream next cannot share that buffer with it; later calls are right."""
+    from numba import cuda
+
+    x = np.arange(70_000, dtype=np.int32)
+    flags = x % 3 == 0
+    dx, df = cuda.to_device(x), cuda.to_device(flags)
+    assert np.array_equal(compaction.read_compacted(dx, df), x[flags])
+    sel = compaction._selector(None)
+    waited, synchronize = [], sel.stream.synchronize
+    monkeypatch.setattr(sel.stream, "synchronize", lambda: waited.append(1) or synchronize())
+    monkeypatch.setattr(sel, "watch", lambda: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        compaction.read_compacted(dx, df)
+    assert waited
+    monkeypatch.undo()
+    assert np.array_equal(compaction.read_compacted(dx, df, stream=cuda.stream()), x[flags])
+    assert np.array_equal(compaction.read_compacted(dx, df), x[flags])
+
+
+@pytest.mark.gpu
 def test_gpu_small_path_declines_what_the_general_path_must_check_or_do():
     """Strided views, other streams, tiny inputs, records and mismatched lengths go the general way:
     results still equal the twins, and the mistakes still raise its errors."""

@@ -150,6 +150,7 @@ def test_the_device_symmetry_check_agrees_with_the_hosts_under_the_cuda_simulato
 TILES = textwrap.dedent('''
     import numpy as np
     from numba import cuda
+    from vyre_numba.graph import csr
     from vyre_numba.graph.csr import check_csr, edge_sums_host
     from vyre_numba.graph.csr_kernels import edge_sums
 
@@ -166,7 +167,7 @@ TILES = textwrap.dedent('''
         want = edge_sums_host(check_csr(indptr, indices)).view(np.int64)
         for blocks in (1, 3):  # fewer blocks than tiles: each takes several
             sums = cuda.to_device(np.zeros(2, np.int64))
-            kernel[blocks, 4](cuda.to_device(indptr), cuda.to_device(indices), n, sums)
+            kernel[blocks, 4](cuda.to_device(indptr), cuda.to_device(indices), n, csr.SECRET, sums)
             assert sums.copy_to_host().tolist() == want.tolist(), (n, indptr, indices, blocks)
         spans = [np.searchsorted(indptr, [e, min(e + 8, len(indices)) - 1], "right") for e in range(0, len(indices), 8)]
         fallback += any(b - a + 2 > 9 for a, b in spans)

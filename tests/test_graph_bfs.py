@@ -221,6 +221,55 @@ def test_check_symmetric_agrees_with_scipy_on_edge_sets_with_duplicates_at_every
             assert (u, v) in stored and (v, u) not in stored
 
 
+# One-way edges whose unkeyed symmetry sums agree (n = 4096), found by a red-team's birthday search
+# in under a minute: the sums alone took the graph as symmetric, and Afforest then mislabelled 16 vertices.
+COLLIDING = [(2, 2269), (29, 2905), (51, 2520), (116, 3450), (191, 3810), (284, 3108), (333, 3848), (391, 3040),
+             (486, 2284), (496, 3086), (543, 2150), (543, 3849), (729, 3791), (872, 3062), (884, 2783), (1002, 2241)]
+
+
+def _colliding_graph():
+    n = 4096
+    path = np.arange(2047)
+    r = np.r_[path, path + 1, [u for u, _ in COLLIDING]]
+    c = np.r_[path + 1, path, [v for _, v in COLLIDING]]
+    a = sp.csr_array((np.ones(r.size), (r, c)), shape=(n, n))
+    return a.indptr, a.indices
+
+
+def test_one_way_edges_made_to_collide_in_unkeyed_sums_are_refused_under_the_process_secret(monkeypatch):
+    """symmetric=True is checked with sums keyed by a secret drawn each process: edges crafted so
+    that unkeyed sums agree (they do, with the secret 0) are refused, naming one of them."""
+    indptr, indices = _colliding_graph()
+    g = graph.check_csr(indptr, indices)
+    monkeypatch.setattr(graph.csr, "SECRET", 0)
+    sums = graph.csr.edge_sums_host(g)
+    assert sums[0] == sums[1]  # the crafted collision is real without a key
+    monkeypatch.undo()
+    assert graph.csr.SECRET != 0
+    with pytest.raises(DispatchError, match=r"^symmetric=True, but the edge \d+ -> \d+ is stored") as e:
+        graph.csr.check_symmetric(g)
+    u, v = (int(x) for x in re.search(r"the edge (\d+) -> (\d+) is stored", str(e.value)).groups())
+    assert (u, v) in COLLIDING
+    with pytest.raises(DispatchError, match="symmetric=True, but the edge"):
+        graph.connected_components(indptr, indices, symmetric=True, backend="reference")
+
+
+@pytest.mark.gpu
+def test_gpu_one_way_edges_made_to_collide_in_unkeyed_sums_are_refused_on_the_device():
+    """As on the host: the device's sums and fingerprint are keyed by the process secret, so the
+    crafted edges are refused and components of the graph, told it is not symmetric, are right."""
+    from numba import cuda
+
+    indptr, indices = _colliding_graph()
+    d = cuda.to_device(indptr), cuda.to_device(indices)
+    for call in (lambda: graph.connected_components(*d, symmetric=True), lambda: graph.bfs(*d, 0, symmetric=True),
+                 lambda: graph.Graph(*d, symmetric=True)):
+        with pytest.raises(DispatchError, match="symmetric=True, but the edge"):
+            call()
+    want = graph.connected_components(indptr, indices, backend="reference")
+    assert np.array_equal(graph.connected_components(*d).copy_to_host(), want)
+
+
 def test_a_0d_integer_array_is_a_source_as_bfs_many_takes_one():
     a = GRAPHS["random directed"]
     assert np.array_equal(bfs(a.indptr, a.indices, np.array(3), backend="reference"),
@@ -283,7 +332,7 @@ SIMULATED = textwrap.dedent('''
                             (np.array([0, 2]), np.array([0, 0], np.int64), 1, [0, 0, 0, 0, 0])):
         for symmetric in (False, True):  # the run-by-run walk of the symmetry sums counts the same
             bad = cuda.to_device(np.zeros(7, np.int64))
-            check[2, 32](cuda.to_device(ip.astype(np.int64)), cuda.to_device(ix), n, 3, symmetric, bad)
+            check[2, 32](cuda.to_device(ip.astype(np.int64)), cuda.to_device(ix), n, 3, symmetric, 12345, bad)
             assert list(bad.copy_to_host())[:5] == want, (list(bad.copy_to_host()), want, symmetric)
     print("csr ok")
 

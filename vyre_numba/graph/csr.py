@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import secrets
 from typing import NamedTuple
 
 from typing import Any, Callable
@@ -9,7 +10,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..backend import ArrayIn, as_ints, interface_dtype
-from ..errors import INTEGERS, ArgumentError, DispatchError, NotACollection, a_type, flag, flat_fix, refuse_misread, shown
+from ..errors import (INTEGERS, ArgumentError, DispatchError, NotACollection, a_type, flag, flat_fix, refuse_misread,
+                      shown)
 from ..lru import LRUCache
 from ..unique import unique
 
@@ -309,7 +311,7 @@ def enqueue_check(backend, indptr, indices, n: int, hub: int = 256, symmetric: b
     bad = backend.empty(6, np.int64)
     nnz = int(indices.shape[0] if hasattr(indices, "shape") else indices.__cuda_array_interface__["shape"][0])
     blocks = max(1, min(-(-max(n, nnz) // 256), backend.caps.sm_count * 16))
-    launchers(backend.stream)(check, blocks, 256, indptr, indices, n, hub, bool(symmetric), bad)
+    launchers(backend.stream)(check, blocks, 256, indptr, indices, n, hub, bool(symmetric), SECRET, bad)
 
     def result() -> bool:
         counts = backend.download(bad)  # the one synchronisation of a valid CSR
@@ -351,7 +353,7 @@ def _check_device_symmetric(backend, indptr, indices, n: int, nnz: int, fingerpr
     sums = backend.empty(2, np.int64)
     tiles = -(-nnz // (SUMS_THREADS * SUMS_RUN))
     launchers(backend.stream)(edge_sums(), max(1, min(tiles, backend.caps.sm_count * 8)), SUMS_THREADS,
-                              indptr, indices, n, sums)
+                              indptr, indices, n, SECRET, sums)
     ahead, back = backend.download(sums).tolist()
     if ahead != back:
         check_symmetric(_check_csr(backend.download(indptr), backend.download(indices), call))
@@ -392,10 +394,17 @@ def resolve(indptr, indices, backend, symmetric, call: str) -> tuple:
 
 
 _MIX = (np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
+# Mixed into every key the symmetry sums and the device fingerprint hash, drawn afresh by each
+# process: a set of one-way edges whose sums agree by design (a red-team found one in a minute for
+# unkeyed sums) must be made without knowing it. By chance, sums agree once in 2**64. 63 bits, so
+# Numba types it as the int64 it always was.
+SECRET = secrets.randbits(63)
 
 
 def _mixed(key: np.ndarray) -> np.ndarray:
-    """A 64-bit mix of each key (splitmix64's finaliser): sums of these tell multisets apart."""
+    """A 64-bit mix of each key with SECRET (splitmix64's finaliser): sums of these tell multisets
+    apart."""
+    key = key ^ np.uint64(SECRET)
     key = key ^ (key >> np.uint64(30))
     key *= _MIX[0]
     key ^= key >> np.uint64(27)
@@ -417,9 +426,9 @@ def _pieces(g: CSR, piece: int, first: int = 0, last: int | None = None):
 
 
 def edge_sums_host(g: CSR, piece: int = 1 << 16) -> np.ndarray:
-    """[the sum of mix(u * n + v), the sum of mix(v * n + u)] over the entries u -> v, as uint64
-    modulo 2**64: equal where the entries and the reversed entries are one multiset (the twin of
-    `csr_kernels.edge_sums`)."""
+    """[the sum of mix(u * n + v), the sum of mix(v * n + u)] (`_mixed`, with SECRET) over the
+    entries u -> v, as uint64 modulo 2**64: equal where the entries and the reversed entries are
+    one multiset (the twin of `csr_kernels.edge_sums`)."""
     sums, scale = np.zeros(2, np.uint64), np.uint64(g.n)
     with np.errstate(over="ignore"):
         for r, c in _pieces(g, piece):

@@ -19,11 +19,11 @@ _AT, _ROW = uint64(0x9E3779B97F4A7C15), uint64(0xC2B2AE3D27D4EB4F)  # position k
 
 
 @cuda.jit
-def check(indptr, indices, n, hub, fingerprint, bad):
+def check(indptr, indices, n, hub, fingerprint, secret, bad):
     """(bad zeroed) bad[0] = vertices whose offsets decrease, bad[1] = indices outside 0..n-1,
     bad[2] = indptr[0] != 0, bad[3] = indptr[n] != len(indices), bad[4] = vertices of more than
     `hub` neighbours; where `fingerprint`, bad[5] = a sum of every offset and index mixed with its
-    position (modulo 2**64), which tells one CSR from another. The indices, nearly all the bytes,
+    position and `secret` (modulo 2**64), which tells one CSR from another. The indices, nearly all the bytes,
     are read four to a thread a step, so that enough loads are in flight to run at the memory's
     bandwidth."""
     first = int64(cuda.grid(1))
@@ -32,6 +32,7 @@ def check(indptr, indices, n, hub, fingerprint, bad):
     down = int64(0)
     hubs = int64(0)
     fp = uint64(0)
+    s = uint64(secret)
     i = first
     while i < n:
         lo, hi = int64(indptr[i]), int64(indptr[i + 1])
@@ -39,7 +40,7 @@ def check(indptr, indices, n, hub, fingerprint, bad):
         d = hi - lo
         hubs += 1 if d > hub else 0
         if fingerprint:
-            fp += mix64(uint64(i) * _ROW + uint64(hi))
+            fp += mix64((uint64(i) * _ROW + uint64(hi)) ^ s)
         i += stride
     out = int64(0)
     i = first
@@ -50,14 +51,15 @@ def check(indptr, indices, n, hub, fingerprint, bad):
         e = int64(indices[i + 3 * stride])
         out += outside(a, n) + outside(b, n) + outside(c, n) + outside(e, n)
         if fingerprint:
-            fp += mix64(uint64(i) * _AT + uint64(a)) + mix64(uint64(i + stride) * _AT + uint64(b)) + \
-                mix64(uint64(i + 2 * stride) * _AT + uint64(c)) + mix64(uint64(i + 3 * stride) * _AT + uint64(e))
+            fp += mix64((uint64(i) * _AT + uint64(a)) ^ s) + mix64((uint64(i + stride) * _AT + uint64(b)) ^ s) + \
+                mix64((uint64(i + 2 * stride) * _AT + uint64(c)) ^ s) + \
+                mix64((uint64(i + 3 * stride) * _AT + uint64(e)) ^ s)
         i += 4 * stride
     while i < nnz:
         a = int64(indices[i])
         out += outside(a, n)
         if fingerprint:
-            fp += mix64(uint64(i) * _AT + uint64(a))
+            fp += mix64((uint64(i) * _AT + uint64(a)) ^ s)
         i += stride
     add_sum(bad, 0, down)
     add_sum(bad, 1, out)
@@ -74,8 +76,8 @@ SUMS_THREADS, SUMS_RUN = 256, 8  # edge_sums' block and entries a thread a tile:
 @functools.lru_cache(maxsize=None)
 def edge_sums(threads: int = SUMS_THREADS, per_thread: int = SUMS_RUN):
     """The kernel, for blocks of exactly `threads` (a multiple of 32 on a GPU: its sums are warp
-    sums), that sets (sums zeroed; a valid CSR) sums[0] += mix64(u * n + v) and sums[1] +=
-    mix64(v * n + u) over the entries u -> v, modulo 2**64: equal where the entries and the
+    sums), that sets (sums zeroed; a valid CSR) sums[0] += mix64((u * n + v) ^ secret) and sums[1] +=
+    mix64((v * n + u) ^ secret) over the entries u -> v, modulo 2**64: equal where the entries and the
     reversed entries are one multiset (`csr.edge_sums_host` is its twin).
     A block takes tiles of threads * per_thread entries, read coalesced; their vertices' offsets,
     where they fit in shared memory, find each entry's vertex there by bisection, else in indptr."""
@@ -87,12 +89,13 @@ def edge_sums(threads: int = SUMS_THREADS, per_thread: int = SUMS_RUN):
     rows = tile + 1  # offsets a tile's vertices need when each has at least one entry
 
     @cuda.jit
-    def sums_of(indptr, indices, n, sums):
+    def sums_of(indptr, indices, n, secret, sums):
         offsets = cuda.shared.array(rows, int64)
         ends = cuda.shared.array(2, int64)
         nnz = int64(indices.shape[0])
         t = int64(cuda.threadIdx.x)
         scale = uint64(n)
+        s = uint64(secret)
         ahead = uint64(0)
         back = uint64(0)
         first = int64(cuda.blockIdx.x) * tile
@@ -126,8 +129,8 @@ def edge_sums(threads: int = SUMS_THREADS, per_thread: int = SUMS_RUN):
                 else:
                     u = _vertex_of(indptr, u0, ends[1] + 1, e)
                 v = uint64(int64(indices[e]))
-                ahead += mix64(uint64(u) * scale + v)
-                back += mix64(v * scale + uint64(u))
+                ahead += mix64((uint64(u) * scale + v) ^ s)
+                back += mix64((v * scale + uint64(u)) ^ s)
                 e += threads
             cuda.syncthreads()  # every thread is done with this tile's offsets
             first += int64(cuda.gridDim.x) * tile

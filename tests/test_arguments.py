@@ -222,16 +222,17 @@ def test_a_type_says_the_article_a_type_name_is_spoken_with():
 
 def _holders():
     from vyre_numba import egraph, graph, workqueue
-    yield "Graph", graph.Graph(np.array([0, 1, 1]), np.array([1]), backend="reference"), "g.n is its vertex count"
-    yield "QueueModel", workqueue.QueueModel(4, np.int32), "q.size() is how many items it holds"
-    yield "EGraph", egraph.EGraph.from_terms([("a",)], backend="reference"), "e.n_nodes and e.n_classes"
+    yield "a Graph", graph.Graph(np.array([0, 1, 1]), np.array([1]), backend="reference"), "g.n is its vertex count"
+    yield "a QueueModel", workqueue.QueueModel(4, np.int32), "q.size() is how many items it holds"
+    yield "an EGraph", egraph.EGraph.from_terms([("a",)], backend="reference"), "e.n_nodes and e.n_classes"
 
 
 @pytest.mark.parametrize("use", [len, iter, list, lambda x: x[0], lambda x: 0 in x, lambda x: [*x]],
                          ids=["len", "iter", "list", "index", "in", "unpack"])
 def test_a_holder_of_many_things_used_as_a_python_collection_says_what_to_use_instead(use):
     for name, obj, fix in _holders():
-        with pytest.raises(ArgumentError, match=rf"^a {name} is not a Python collection: it has no .*Fix: {re.escape(fix)}"):
+        said = rf"^{name} is not a Python collection: it has no .*Fix: {re.escape(fix)}"
+        with pytest.raises(ArgumentError, match=said):
             use(obj)
         assert bool(obj) is True  # truth does not go through the refused len()
 

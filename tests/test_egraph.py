@@ -1071,6 +1071,27 @@ def test_a_serialized_dict_is_copied_when_read():
     assert g.to_serialized() == before
 
 
+@pytest.mark.parametrize("text, key", [
+    ('{"nodes": {"a": {"op": "x", "children": [], "eclass": "A"}, "a": {"op": "y", "children": [], "eclass": "B"}}}',
+     "'a'"),
+    ('{"nodes": {"a": {"op": "x", "op": "y", "children": [], "eclass": "A"}}}', "'op'"),
+    ('{"nodes": {}, "nodes": {"a": {"op": "x", "children": [], "eclass": "A"}}}', "'nodes'"),
+])
+def test_a_key_repeated_in_serialized_json_is_refused_not_dropped(text, key):
+    """json.loads keeps a repeated key's last value: a node (or its op) would be lost silently."""
+    for data in (text, text.encode()):
+        with pytest.raises(DispatchError, match=f"repeats the key {key} in one JSON object.*Fix: give every node"):
+            EGraph.from_serialized(data, backend="reference")
+
+
+def test_term_classes_are_read_only():
+    g = EGraph.from_terms([("f", "x"), "x"], backend="reference")
+    before = g.term_classes.copy()
+    with pytest.raises(ValueError, match="read-only"):
+        g.term_classes[0] = 99
+    assert np.array_equal(g.term_classes, before)
+
+
 def test_merged_classes_keep_their_data_and_roots_keep_their_order():
     data = {"nodes": {"a": {"op": "x", "children": [], "eclass": "A"},
                       "b": {"op": "y", "children": [], "eclass": "B"},

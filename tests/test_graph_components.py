@@ -352,6 +352,14 @@ def test_running_out_of_host_memory_is_a_vyre_error_with_a_fix(call, monkeypatch
         run()
 
 
+def test_a_bare_memory_error_is_told_without_empty_brackets(monkeypatch):
+    from vyre_numba.errors import HostMemoryError
+
+    monkeypatch.setattr(np, "arange", lambda *args, **kwargs: (_ for _ in ()).throw(MemoryError()))
+    with pytest.raises(HostMemoryError, match=r"^connected_components ran out of host memory\. Arrays are sized"):
+        connected_components(np.array([0, 1, 2, 2]), np.array([1, 2]), backend="reference")
+
+
 @pytest.mark.parametrize("indptr,indices,source", [
     ([0, 1, 2, 2], [1, np.uint64(2)], 0), ([np.uint64(0), 1, 2, 2], [1, 2], 0), ((0, 1, 2, 2), (1, 2), np.uint64(0)),
     (np.array([0, 1, 2, 2], object), np.array([1, 2], object), 0),

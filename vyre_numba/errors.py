@@ -120,8 +120,9 @@ class NotACollection:
 
     def _not_a_collection(self, what: str):
         __tracebackhide__ = True  # noqa: F841
-        raise ArgumentError(f"a {public_name(type(self))} is not a Python collection: it has no {what}. "
-                            f"Fix: {self._collection_fix}")
+        name = public_name(type(self))
+        raise ArgumentError(f"{'an' if name[:1] in 'AEIOU' else 'a'} {name} is not a Python collection: it has "
+                            f"no {what}. Fix: {self._collection_fix}")
 
     def __bool__(self) -> bool:
         return True
@@ -450,7 +451,7 @@ def _translated(fn, e: BaseException, args: tuple, kwargs: dict, caller: types.F
     if said is not None:
         return said
     if _out_of_memory(e):
-        return HostMemoryError(f"{name}() ran out of host memory ({e}). Fix: pass less data at a time, or free "
+        return HostMemoryError(f"{name}() ran out of host memory{told(e)}. Fix: pass less data at a time, or free "
                                "host memory first (del the arrays no longer needed).")
     return None
 
@@ -670,12 +671,17 @@ def converting(matches, error):
     return wrap
 
 
+def told(e: BaseException) -> str:
+    """" (what e says)" for a message, or nothing where e says nothing (a bare MemoryError)."""
+    return f" ({e})" if str(e) else ""
+
+
 def host_memory(what: str, why: str = BY_IDS):
     """Decorator: a MemoryError inside `what` (here or raised on a Dask worker), or NumPy's
     ValueError for an array past the address space, becomes a HostMemoryError that says, in
     `why`, what sizes the arrays and how to shrink them (the default: a graph algorithm's
     arrays, sized by the largest id)."""
-    return converting(_out_of_memory, lambda e: HostMemoryError(f"{what} ran out of host memory ({e}). {why}"))
+    return converting(_out_of_memory, lambda e: HostMemoryError(f"{what} ran out of host memory{told(e)}. {why}"))
 
 
 LESS_DATA = "give the call less data at a time"  # the Fix's last resort where a call's data did not fit

@@ -51,7 +51,7 @@ import numpy as np
 
 from ..backend import ArrayIn, ArrayOut, Stream, interface_dtype
 from ..errors import (INTEGERS, CapacityError, DeviceError, DispatchError, HostMemoryError, VyreError, a_type, flat_fix,
-                      numba_reason, raise_if_out_of_memory, refuse_missing, shown, yields)
+                      numba_reason, raise_if_out_of_memory, refuse_missing, shown, told, yields)
 from ..gpu import memory
 from ..gpu.numba_launch import RawArray, check_stream, stream_handle
 from ..lru import LRUCache
@@ -344,7 +344,7 @@ def _compiled(call: Callable, what: str, compiling: bool = False):
         if str(e) and not str(e).startswith("Unable to allocate") and not compiling:  # the user's own, raised
             raise DispatchError(f"the {what} raised MemoryError ({e}). Fix: make the {what} total over the values "
                                 "(no exceptions raised); nothing was selected.") from e
-        raise HostMemoryError(f"selecting with the {what} ran out of host memory ({e}). Fix: select from fewer "
+        raise HostMemoryError(f"selecting with the {what} ran out of host memory{told(e)}. Fix: select from fewer "
                               "values at a time.") from None
     except Exception as e:
         from numba.core.errors import NumbaError

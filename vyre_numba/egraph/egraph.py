@@ -23,8 +23,8 @@ from numpy.typing import ArrayLike
 
 from .. import display
 from ..backend import as_ints
-from ..errors import (INTEGERS, BackendUnavailableError, DispatchError, NotACollection, a_type, flag, flat_fix, host_memory,
-                      refuse_misread, shown)
+from ..errors import (INTEGERS, BackendUnavailableError, DispatchError, NotACollection, a_type, flag, flat_fix,
+                      host_memory, refuse_misread, shown)
 from ..owned import Unshared
 from ..progress import check_progress
 from ..unique import count_distinct, index_of, unique, unique_rows
@@ -311,7 +311,8 @@ class EGraph(NotACollection, Unshared):
 
     @property
     def term_classes(self) -> np.ndarray | None:
-        """The class of each term given to `from_terms`, in order; None for an e-graph made otherwise."""
+        """The class of each term given to `from_terms`, in order (read-only); None for an e-graph
+        made otherwise."""
         return self._term_classes
 
     # --- constructors ----------------------------------------------------------------------
@@ -347,6 +348,7 @@ class EGraph(NotACollection, Unshared):
 
         eclass, op, offsets, children, ops, roots = rows_of_terms(terms)
         g = cls(eclass, op, offsets, children, ops=ops, backend=backend)
+        roots.setflags(write=False)  # the e-graph's own record: a write through it would change it for all
         g._term_classes = roots
         return g
 

@@ -157,6 +157,20 @@ def _copy(v: Any) -> Any:
         raise DispatchError(_DEEP) from None
 
 
+class _Repeated(Exception):
+    """A key repeated in one JSON object (not a ValueError: json.loads's own errors are those)."""
+
+
+def _no_repeats(pairs: list) -> dict:
+    """json.loads's object of `pairs`, refusing a repeated key (which a dict would keep the last of)."""
+    d = {}
+    for k, v in pairs:
+        if k in d:
+            raise _Repeated(k)
+        d[k] = v
+    return d
+
+
 def _refuse_long_int(e: ValueError) -> None:
     if "integer string conversion" in str(e):  # Python's limit on the digits of an int read or written
         raise DispatchError(f"the serialized e-graph holds an integer of more digits than Python converts by "
@@ -175,7 +189,12 @@ def rows_of_serialized(data: "str | bytes | bytearray | dict"):
     try:
         if isinstance(data, (str, bytes, bytearray)):  # the text, as json.loads reads it
             try:
-                data = json.loads(data)
+                data = json.loads(data, object_pairs_hook=_no_repeats)
+            except _Repeated as e:
+                raise DispatchError(f"the serialized e-graph repeats the key {shown(e.args[0], 60)} in one JSON "
+                                    "object; a JSON reader keeps only the last, so what the first held would be lost "
+                                    "silently. Fix: give every node (and every field of one) its own key, as "
+                                    "egglog's serialize does.") from None
             except ValueError as e:
                 _refuse_long_int(e)
                 path = _a_file(data)

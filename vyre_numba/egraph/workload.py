@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import HostMemoryError
+from ..errors import HostMemoryError, told
 from .egraph import MAX_ID, _count
 
 __all__ = ["arithmetic"]
@@ -23,7 +23,7 @@ def arithmetic(n: int, *, seed: int = 1) -> tuple[tuple[np.ndarray, ...], np.nda
     try:
         return _arithmetic(n, seed)
     except MemoryError as e:
-        raise HostMemoryError(f"the workload of {n} e-nodes ran out of host memory ({e}). Fix: make fewer "
+        raise HostMemoryError(f"the workload of {n} e-nodes ran out of host memory{told(e)}. Fix: make fewer "
                               "e-nodes.") from None
 
 

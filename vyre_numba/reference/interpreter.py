@@ -29,7 +29,7 @@ from typing import Callable, Iterator, NamedTuple
 import numpy as np
 
 from ..bindings import Binding
-from ..errors import INTEGERS, DispatchError, HostMemoryError, SettingError, shown
+from ..errors import INTEGERS, DispatchError, HostMemoryError, SettingError, shown, told
 from ..ir import DataType, Program, drive, result_type
 from ..ir import nodes as n
 from ..ir.program import walk
@@ -1087,7 +1087,7 @@ class Launch:
                         p.run(_Run(p, b.arrays, geo, budget, changes))
                         del geo  # before the next chunk's geometry is built
         except MemoryError as e:
-            raise HostMemoryError(f"{_where(b)}: out of host memory ({e}). Fix: dispatch less data at a time, or "
+            raise HostMemoryError(f"{_where(b)}: out of host memory{told(e)}. Fix: dispatch less data at a time, or "
                                 f"lower the reference backend's memory budget (${MEMORY_ENV}, now {self.memory} "
                                 "bytes) so that it runs in smaller chunks.") from e
 

@@ -396,6 +396,35 @@ def _halves(i, a):
     return a[i]
 
 
+def _none_at_one(i, a):
+    a[i] = 7
+    if i == 1:
+        return None
+    return 1
+
+
+def _falls_off_at_one(i, a):
+    if i == 1:
+        return
+    return True
+
+
+def test_a_step_returning_none_on_some_paths_is_told_so_on_the_cpu_and_for_the_gpu():
+    """Regression (a red-team): a None on some paths got Numba's bool(OptionalType(int64)) and a
+    generic fix; the arrays are put back."""
+    from offline_link import InterfaceArray as DeviceArray
+    from vyre_numba.fixpoint import device
+
+    for step, other in ((_none_at_one, "int64"), (_falls_off_at_one, "bool")):
+        a = np.zeros(3)
+        with pytest.raises(DispatchError, match=rf"^the step returns None on some paths and {other} on others.*"
+                                                r"Fix: return a bool or an integer on every path"):
+            fixpoint.run(step, 3, [a], backend="reference")
+        assert not a.any()
+        with pytest.raises(DispatchError, match=r"^the step returns None on some paths"):
+            device._step_ptx(step, device._arg_kinds([DeviceArray(np.float64)])[0], (9, 0))
+
+
 def test_a_float_result_is_refused_for_the_gpu_as_on_the_cpu():
     """Regression (a red-team): the GPU truncated a float result to int32 (0.4 read as no change)
     where the CPU refuses it. Typed to PTX here, which needs no GPU."""

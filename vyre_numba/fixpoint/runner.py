@@ -371,8 +371,8 @@ def _run_cpu(step: Callable, n: int, args: list, max_rounds: int, progress: bool
         try:
             changed = _numba_call(jitted, n, args)
         except DispatchError:
-            if not checked and _compiled_for(jitted, n, args):  # a result the round cannot read (an array's
-                _check_result(inner, args)                      # truth) is the step's mistake, not a raise
+            if not checked and (_compiled_for(jitted, n, args) or _maybe_none(inner)):  # a result the round
+                _check_result(inner, args)  # cannot read (an array's truth, None) is the step's mistake, not a raise
             raise
         if not checked:  # the step is typed by its first round
             _check_result(inner, args)
@@ -406,6 +406,10 @@ def check_changed_type(r) -> None:
     or a tuple would be read as "changed" by truth, which is not what a step means."""
     from numba import types
 
+    if isinstance(r, types.Optional):
+        raise DispatchError(f"the step returns None on some paths and {r.type} on others (a bare `return`, or the "
+                            "end of the function, is None), so whether it changed something cannot be read. Fix: "
+                            "return a bool or an integer on every path, e.g. `return 0` where nothing changed.")
     if not isinstance(r, (types.Boolean, types.Integer)):
         raise DispatchError(f"the step returns {r}, not a bool or an integer. Fix: return whether "
                             "it changed something, e.g. `return 1` after a write and `return 0` otherwise.")
@@ -461,6 +465,14 @@ def writes_read_only(e: BaseException) -> bool:
 def read_only_written(frozen: list[str]) -> str:
     return f"{frozen[0]} is read-only, but the step writes it" if len(frozen) == 1 else \
         f"{', '.join(frozen)} are read-only, and the step writes one of them"
+
+
+def _maybe_none(inner) -> bool:
+    """Whether the jitted step was typed to return None on some paths (the round then fails to
+    compile its truth, which is the step's mistake)."""
+    from numba import types
+
+    return any(isinstance(sig.return_type, types.Optional) for sig in inner.nopython_signatures)
 
 
 def _compiled_for(fn, n: int, args: list) -> bool:

@@ -1084,6 +1084,21 @@ def test_a_key_repeated_in_serialized_json_is_refused_not_dropped(text, key):
             EGraph.from_serialized(data, backend="reference")
 
 
+@pytest.mark.parametrize("method", ["add", "lookup"])
+def test_a_missing_operator_name_is_named_as_missing_and_a_str_subclass_is_kept_as_str(method):
+    pd = pytest.importorskip("pandas")
+    g = EGraph.from_terms([("f", "x")], backend="reference")
+    for op, shown_as in ((["x", None], "None"), (pd.Series(["x", None], dtype="string"), "<NA>"),
+                         (["x", np.nan], "nan"), (pd.Categorical(["x", np.nan]), "nan")):
+        with pytest.raises(DispatchError, match=rf"^{method} op has no operator name at position 1 \({shown_as}\), "
+                                                r"among names\. Fix: name every"):
+            getattr(g, method)(op, [0, 0, 0], [])
+    with pytest.raises(DispatchError, match=r"mixes operator names and ids \(position 1 holds 3\)\. Fix:"):
+        getattr(g, method)(["x", 3], [0, 0, 0], [])
+    g.add([np.str_("q")], [0, 0], [])
+    assert g.ops == ("x", "f", "q") and all(type(o) is str for o in g.ops)
+
+
 def test_term_classes_are_read_only():
     g = EGraph.from_terms([("f", "x"), "x"], backend="reference")
     before = g.term_classes.copy()

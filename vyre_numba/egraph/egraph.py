@@ -563,8 +563,15 @@ class EGraph(NotACollection, Unshared):
             arr.tolist() if isinstance(arr, np.ndarray) and arr.ndim == 1 and arr.dtype.kind in "UO" else None)
         if names is None or not any(isinstance(x, str) for x in names):
             return op, []
-        if not all(isinstance(x, str) for x in names):
-            raise DispatchError(f"{what} op mixes operator names and ids. Fix: pass all names or all ids.")
+        k = next((i for i, x in enumerate(names) if not isinstance(x, str)), None)
+        if k is not None:
+            x = names[k]
+            if x is None or isinstance(x, float) and x != x or type(x).__name__ in ("NAType", "NaTType"):
+                raise DispatchError(f"{what} op has no operator name at position {k} ({shown(x, 40)}), among names. "
+                                    "Fix: name every e-node's operator (fill the gaps, e.g. s.fillna('name'), or drop "
+                                    "those rows).")
+            raise DispatchError(f"{what} op mixes operator names and ids (position {k} holds {shown(x, 40)}). Fix: "
+                                "pass all names or all ids.")
         if self._ops is None:
             raise DispatchError(f"{what} op holds names, but this e-graph has no operator names. Fix: pass operator "
                                 "ids, or build the e-graph with names (from_terms, from_serialized, or ops=[...]).")
@@ -573,7 +580,7 @@ class EGraph(NotACollection, Unshared):
         for x in names:
             if x not in index:
                 index[x] = len(self._ops) + len(new)
-                new.append(x)
+                new.append(str(x))  # a str subclass (np.str_) kept as the str from_arrays makes of a name
         return np.array([index[x] for x in names], np.int64), new
 
     @_serial

@@ -139,8 +139,9 @@ def _pair(a) -> bool:
 def _no_array(a) -> bool:
     """Whether `a` is nothing an array can be read from: no sequence, no array interface (None, a
     LinearOperator, a function, a Graph or a queue)."""
-    return isinstance(a, NotACollection) or not (hasattr(a, "__len__") or hasattr(a, "__array__") or hasattr(a, "__array_interface__")
-                or hasattr(a, "__cuda_array_interface__") or hasattr(a, "copy_to_host"))
+    return isinstance(a, NotACollection) or not (
+        hasattr(a, "__len__") or hasattr(a, "__array__") or hasattr(a, "__array_interface__")
+        or hasattr(a, "__cuda_array_interface__") or hasattr(a, "copy_to_host"))
 
 
 def _square(a) -> bool:

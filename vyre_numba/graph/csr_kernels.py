@@ -23,9 +23,9 @@ def check(indptr, indices, n, hub, fingerprint, secret, bad):
     """(bad zeroed) bad[0] = vertices whose offsets decrease, bad[1] = indices outside 0..n-1,
     bad[2] = indptr[0] != 0, bad[3] = indptr[n] != len(indices), bad[4] = vertices of more than
     `hub` neighbours; where `fingerprint`, bad[5] = a sum of every offset and index mixed with its
-    position and `secret` (modulo 2**64), which tells one CSR from another. The indices, nearly all the bytes,
-    are read four to a thread a step, so that enough loads are in flight to run at the memory's
-    bandwidth."""
+    position and `secret` (modulo 2**64), which tells one CSR from another. The indices, nearly all
+    the bytes, are read four to a thread a step, so that enough loads are in flight to run at the
+    memory's bandwidth."""
     first = int64(cuda.grid(1))
     stride = int64(cuda.gridsize(1))
     nnz = int64(indices.shape[0])

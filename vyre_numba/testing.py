@@ -19,23 +19,24 @@ def pytest_configure(config) -> None:
     from .progress import ENV
 
     os.environ.setdefault(ENV, "0")  # inherited by the notebook kernels nbval starts
+    config.addinivalue_line("markers", "gpu: needs a usable CUDA GPU (skipped, with the reason, where there is none)")
 
 
 FAILURE_LOG = "VYRE_FAILURE_LOG"
 
 
 def pytest_runtest_logreport(report) -> None:
-    path = os.environ.get(FAILURE_LOG)
+    path = os.environ.get(FAILURE_LOG, "").strip()
     if path and report.failed:
-        try:
+        try:  # a report may hold any text, lone surrogates included: written escaped, never refused
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            with open(path, "a", encoding="utf-8") as f:
+            with open(path, "a", encoding="utf-8", errors="backslashreplace") as f:
                 f.write(f"==== {report.nodeid} ({report.when})\n{report.longreprtext}\n")
-        except OSError as e:  # the log is an aid: a path that cannot be written must not end the run
+        except (OSError, ValueError) as e:  # the log is an aid: a path that cannot be written must not end the run
             import warnings
 
-            warnings.warn(f"{FAILURE_LOG}={path!r} cannot be written ({e}); failures are reported as usual.",
-                          stacklevel=1)
+            warnings.warn(f"{FAILURE_LOG}={path!r} cannot be written ({e}); failures are reported as usual. Fix: "
+                          f"set {FAILURE_LOG} to a writable file's path, or unset it.", stacklevel=1)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
@@ -43,7 +44,8 @@ def pytest_collection_modifyitems(config, items) -> None:
 
     from .registry import unavailable_reason
 
-    gpu_items = [item for item in items if "gpu" in item.keywords]
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]  # (keywords hold folder
+    # names and parameter ids too: a test in a folder named gpu, or a case [gpu], is no gpu test)
     if not gpu_items:
         return
     why = unavailable_reason("cuda")

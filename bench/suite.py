@@ -38,6 +38,7 @@ def scripts(here: Path = HERE) -> list[Path]:
 
 def run_one(script: Path, quick: bool, out: Path) -> dict:
     """{"json": result} or {"skipped": why} or {"failed": last lines of its output} of one script."""
+    script, out = script.resolve(), out.resolve()  # it runs in its own folder: a relative path would be read twice
     args = [sys.executable, str(script), "--json", str(out)]
     if quick:
         args += QUICK_ARGS.get(script.name, ["--quick"])
@@ -349,7 +350,17 @@ def write_section(results_md: Path, device: str, body: str) -> None:
     else:  # above the first section, generated or not
         at = min([i for i in (text.find("\n<!-- bench: "), text.find("\n## ")) if i >= 0], default=len(text))
         text = text[:at].rstrip() + "\n\n" + block + ("\n" + text[at + 1:] if at < len(text) else "")
-    results_md.write_text(text)
+    write_whole(results_md, text)
+
+
+def write_whole(path: Path, text: str) -> None:
+    """`path` holds `text` whole, or is left as it was (written beside it, then moved over it)."""
+    part = path.with_name(path.name + ".tmp")
+    try:
+        part.write_text(text)
+        os.replace(part, path)
+    finally:
+        part.unlink(missing_ok=True)
 
 
 def report(res: dict, quick: bool, here: Path = HERE, device: str | None = None,
@@ -370,7 +381,7 @@ def report(res: dict, quick: bool, here: Path = HERE, device: str | None = None,
     write_section(md, device, "\n".join(body) + "\n")
     for name, r in res.items():
         if "json" in r:
-            (plot_dir / f"{name}.json").write_text(json.dumps(r["json"], indent=1))
+            write_whole(plot_dir / f"{name}.json", json.dumps(r["json"], indent=1))
     return md, plots
 
 

@@ -119,6 +119,66 @@ def test_the_command_runs_a_suite_folder(tmp_path, capsys):
     assert "nothing to do here" in (tmp_path / "RESULTS.md").read_text()
 
 
+def _suite_folder(folder: Path, script: str) -> Path:
+    folder.mkdir()
+    (folder / "suite.py").write_text((BENCH / "suite.py").read_text())
+    (folder / "bench_one.py").write_text(script)
+    return folder
+
+
+def test_a_relative_dir_runs_its_benchmarks(tmp_path, capsys, monkeypatch):
+    """Regression (a red-team): `--dir bench` (the command's own example) named every script twice
+    over, as each runs in its own folder: every benchmark failed."""
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("tqdm")
+    _suite_folder(tmp_path / "bench", "import sys, json\nout = sys.argv[sys.argv.index('--json') + 1]\n"
+                  "open(out, 'w').write(json.dumps({}))\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "--dir", "bench", "--no-progress"]) == 0
+    assert "bench_one          ok" in capsys.readouterr().out
+
+
+def test_a_run_where_every_benchmark_failed_leaves_the_results_as_they_were(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("tqdm")
+    here = _suite_folder(tmp_path / "b", "import sys\nprint('broke')\nsys.exit(3)\n")
+    (here / "RESULTS.md").write_text("# kept\n")
+    assert main(["bench", "--dir", str(here), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "bench_one failed" in err and "broke" in err and "left as they were" in err
+    assert (here / "RESULTS.md").read_text() == "# kept\n" and not (here / "plots").exists()
+
+
+@pytest.mark.parametrize("make", ["plots_file", "results_folder"])
+def test_outputs_that_cannot_be_written_are_refused_before_any_benchmark_runs(tmp_path, capsys, make):
+    """Regression (a red-team): a plots/ that is a file, or a RESULTS.md that is a folder, was an
+    'internal error, a bug in vyre-numba' after the whole suite had run."""
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("tqdm")
+    here = _suite_folder(tmp_path / "b", "open('ran', 'w').write('1')\n")
+    (here / "plots").write_text("x") if make == "plots_file" else (here / "RESULTS.md").mkdir()
+    assert main(["bench", "--dir", str(here), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "is not a " in err and "Fix:" in err and "internal error" not in err
+    assert not (here / "ran").exists()
+
+
+def test_the_section_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    md = tmp_path / "RESULTS.md"
+    md.write_text("# before\n")
+
+    real = Path.write_text
+
+    def full(self, text, *args, **kwargs):  # a disk that fills after five bytes
+        real(self, text[:5])
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(OSError, match="No space"):
+        suite.write_section(md, "dev", "## body\n")
+    monkeypatch.undo()
+    assert md.read_text() == "# before\n" and [p.name for p in tmp_path.iterdir()] == ["RESULTS.md"]
+
+
 def test_every_benchmark_takes_the_arguments_the_suite_passes():
     """`vyre-numba bench --quick` passes --quick (or QUICK_ARGS) and --json to every bench_*.py."""
     common = (BENCH / "common.py").read_text()

@@ -806,10 +806,24 @@ def _bench_dir(given: str | None) -> Path:
     places = [Path(given)] if given else [Path.cwd() / "bench", Path(__file__).resolve().parents[1] / "bench"]
     for d in places:
         if (d / "suite.py").is_file():
-            return d
+            return d.resolve()
     raise UsageError(f"no benchmark suite (bench/suite.py) in {' or '.join(str(d) for d in places)}; the "
                      "benchmarks live in the source checkout, not in the installed package. Fix: run it from a "
                      "vyre-numba checkout (git clone ...; cd vyre-numba), or pass --dir PATH/TO/bench.")
+
+
+def _check_bench_outputs(here: Path) -> None:
+    """Refuse a bench folder whose outputs (RESULTS.md, plots/) could not be written."""
+    md, plots = here / "RESULTS.md", here / "plots"
+    bad = []
+    if md.exists() and not md.is_file():
+        bad.append(f"{md} is not a file")
+    if plots.exists() and not plots.is_dir():
+        bad.append(f"{plots} is not a folder")
+    bad += [f"{p} cannot be written by this user" for p in (md, plots, here) if p.exists() and not os.access(p, os.W_OK)]
+    if bad:
+        raise UsageError(f"the benchmarks' results go to {md} and {plots}/, but {'; '.join(bad)}. Fix: move that "
+                         "away (or let this user write there), or point --dir at another copy of bench/.")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -831,8 +845,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if not (callable(getattr(suite, "run", None)) and callable(getattr(suite, "report", None))):
         raise UsageError(f"{here / 'suite.py'} has no run() and report(); it is not the benchmark suite. Fix: point "
                          "--dir at a vyre-numba bench/ folder.")
+    _check_bench_outputs(here)  # before the benchmarks' minutes, not after
     res = suite.run(args.quick, progress=not args.no_progress, here=here)
-    md, plots = suite.report(res, args.quick, here=here)
+    if res and not any("json" in r for r in res.values()) and any("failed" in r for r in res.values()):
+        for k, r in res.items():
+            print(f"{k} failed:\n{r['failed']}" if "failed" in r else f"{k} not run: {r['skipped']}", file=sys.stderr)
+        print(f"no benchmark ran to the end: {here / 'RESULTS.md'} and the plots are left as they were.",
+              file=sys.stderr)
+        return EXIT_FAILURE
+    try:
+        md, plots = suite.report(res, args.quick, here=here)
+    except OSError as e:
+        raise UsageError(f"the results could not be written ({e}). Fix: make {here / 'RESULTS.md'} a writable file "
+                         f"and {here / 'plots'} a writable folder (or remove them), then run again.") from None
     for name, r in res.items():
         state = "ok" if "json" in r else ("not run: " + r["skipped"].split(" Fix: ")[0]) if "skipped" in r else "FAILED"
         print(f"  {name:18s} {state}")

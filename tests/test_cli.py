@@ -1296,6 +1296,25 @@ def test_bench_whose_suite_exits_at_import_is_said_not_silent(tmp_path, capsys):
     assert_fix(one_error_line(capsys, "suite.py does not load (SystemExit"))
 
 
+@pytest.mark.parametrize("argv, usage, said", [
+    (["demo", "--n", "5"], "vyre-numba demo", "unrecognized arguments: --n 5 (did you mean -n?)"),
+    (["demo", "--backnd", "reference"], "vyre-numba demo", "(did you mean --backend?)"),
+    (["bench", "--quik"], "vyre-numba bench", "unrecognized arguments: --quik (did you mean --quick?)"),
+    (["run", "p.json", "--out", "o", "--bogus"], "vyre-numba run", "unrecognized arguments: --bogus. Fix"),
+    (["dmeo"], "vyre-numba", "invalid choice: 'dmeo'"),
+])
+def test_an_unknown_argument_is_told_with_its_commands_usage_and_the_nearest_option(capsys, argv, usage, said):
+    """Regression (a red-team): a subcommand's misspelt option got the top-level usage, a Fix
+    naming `vyre-numba --help` (which lists no subcommand's options) and no suggestion."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and f"usage: {usage} " in err and said in err, err
+    assert f"Fix: see `{usage} --help`" in err
+    if argv == ["dmeo"]:
+        assert "(did you mean 'demo'?)" in err
+
+
 @pytest.mark.parametrize("argv", [
     ["run", "p.json", "--out", "o", "--grid", "\u0663"], ["run", "p.json", "--out", "o", "--iterations", "1_0"],
     ["demo", "-n", "\u0661\u0660\u0660"], ["emit", "p.json", "-o", "k.ptx", "--sm", "\uff19\uff10"],

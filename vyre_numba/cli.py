@@ -17,6 +17,7 @@ the command reads (the program, an input), is refused before any work.
 from __future__ import annotations
 
 import argparse
+import difflib
 import errno
 import importlib
 import json
@@ -41,7 +42,7 @@ import numpy as np
 from . import ir
 from .config import MAX_AXIS, DispatchConfig
 from . import errors
-from .errors import DEBUG_ENV, DEBUG_OFF, DEBUG_ON, DispatchError, VyreError, clip, driver_error, shown
+from .errors import DEBUG_ENV, DEBUG_OFF, DEBUG_ON, DispatchError, VyreError, clip, did_you_mean, driver_error, shown
 from .files import NotRegular, regular
 from .registry import available_backends, get_backend, unavailable_reason
 
@@ -881,8 +882,22 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.print_usage(sys.stderr)
+        bad = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if bad:  # a misspelt command or choice: the nearest one named
+            message += did_you_mean(bad[1], re.findall(r"'([^']*)'", bad[2]))
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message.rstrip('.')}. Fix: see `{self.prog} --help` for the "
                               "commands and arguments it takes.\n")
+
+    def refuse_unknown(self, extra: list[str]) -> None:
+        """The usage error of arguments this (sub)command does not take, naming the nearest option."""
+        options = {o.lstrip("-"): o for a in self._actions for o in a.option_strings}  # compared without dashes,
+        near = ""  # which every option shares
+        for x in (x for x in extra if x.startswith("-")):
+            close = difflib.get_close_matches(x.split("=")[0].lstrip("-"), list(options), n=1)
+            if close:
+                near = f" (did you mean {options[close[0]]}?)"
+                break
+        self.error(f"unrecognized arguments: {clip(' '.join(extra), 120)}{near}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -892,6 +907,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="vyre-numba", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="cmd", metavar="COMMAND", title="commands")
+    parser.commands = sub.choices  # name -> its parser, whose usage and help an unknown argument is told with
     sub.add_parser("info", help=cmd_info.__doc__).set_defaults(fn=cmd_info)
     run = sub.add_parser("run", help=cmd_run.__doc__)
     run.add_argument("program", help="a JSON file holding the program (the text of Program.to_json())")
@@ -970,7 +986,9 @@ def _main(argv: list[str] | None) -> int:
     try:
         parser = build_parser()
         try:
-            args = parser.parse_args(argv)
+            args, extra = parser.parse_known_args(argv)
+            if extra:  # told by the command's own parser: its usage, its --help, its nearest option
+                parser.commands.get(getattr(args, "cmd", None), parser).refuse_unknown(extra)
         except SystemExit:
             sys.stdout.flush()  # --help and --version only filled the buffer: a failure to write shows here
             raise

@@ -818,7 +818,7 @@ def _out_of_memory(e: BaseException) -> bool:
 def did_you_mean(name, names) -> str:
     """" (did you mean 'x'?)" naming the one of `names` nearest to `name`, or "" where none is near."""
     close = difflib.get_close_matches(name, list(names), n=1) if isinstance(name, str) else []
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    return f" (did you mean {shown(close[0], 80)}?)" if close else ""  # a name may be of any length
 
 
 _NUMBA_NOISE = ("Failed in ", "During: ", "File \"", "^", "Enable logging", "For more information",

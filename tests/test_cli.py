@@ -864,6 +864,53 @@ def test_a_write_error_into_an_output_is_exit_1_with_a_fix(saxpy_json, tmp_path,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["saxpy.json"]
 
 
+def test_outputs_are_replaced_as_a_set_or_not_at_all(saxpy_json, saxpy_inputs, tmp_path, capsys, monkeypatch):
+    """Regression (a red-team, on a full disk): emit replaced the code, then failed on the manifest,
+    which went on describing the old code; run replaced one output of two. Now a failure while
+    writing any of them replaces none."""
+    import vyre_numba.cli as cli
+
+    out = tmp_path / "k.ptx"
+    assert main(["emit", str(saxpy_json), "-o", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    real, calls = cli.os.fdopen, []
+
+    class FullOnSecond:
+        def __init__(self, f):
+            self.f = f
+            calls.append(1)
+
+        def __enter__(self):
+            return self.f
+
+        def __exit__(self, *exc):
+            self.f.close()
+            if len(calls) == 2:  # the disk fills as the second file of the set is written
+                raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cli.os, "fdopen", lambda *a, **k: FullOnSecond(real(*a, **k)))
+    assert main(["emit", str(saxpy_json), "--sm", "80", "-o", str(out)]) == 1
+    assert_fix(one_error_line(capsys, "cannot write", "k.ptx.json", "No space left on device",
+                              "no file was replaced"))
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # no temporary left either
+    calls.clear()
+    two = ir.Program([ir.BufferDecl.read("x", 0, "u32"), ir.BufferDecl.output("a", 1, "u32", 4),
+                      ir.BufferDecl.output("b", 2, "u32", 4)], 64,
+                     [ir.store("a", ir.gid(0), ir.load("x", ir.gid(0))), ir.store("b", ir.gid(0), ir.u32(7))],
+                     name="two")
+    (tmp_path / "two.json").write_text(two.to_json())
+    np.save(tmp_path / "x.npy", np.arange(4, dtype=np.uint32))
+    outs = tmp_path / "outs"
+    outs.mkdir()
+    for name in ("a", "b"):
+        np.save(outs / f"{name}.npy", np.zeros(1, np.uint32))
+    assert main(["run", str(tmp_path / "two.json"), "--input", f"x={tmp_path / 'x.npy'}", "--out", str(outs),
+                 "--backend", "reference"]) == 1
+    assert_fix(one_error_line(capsys, "cannot write", "b.npy", "no file was replaced"))
+    assert [np.load(outs / f"{n}.npy").tolist() for n in ("a", "b")] == [[0], [0]]
+    assert sorted(p.name for p in outs.iterdir()) == ["a.npy", "b.npy"]
+
+
 @pytest.mark.parametrize("output, clobbered", [("saxpy", "the manifest"), ("saxpy.json", "the code"),
                                                ("alias.json", "the code"), ("hard.json", "the code"),
                                                ("alias", "the manifest")])

@@ -495,32 +495,41 @@ def _remove_dirs(created: list[Path]) -> None:
             return
 
 
-def _write(path: Path, write: Callable) -> None:
-    """Write `path` (for a symbolic link, the file it leads to) atomically through `write(file)`: the
-    old file, or none, survives any failure; an existing file keeps its mode."""
-    tmp = None
+def _write_all(files: list[tuple[Path, Callable]]) -> None:
+    """Write every (path, write(file)) as one set, each path (for a symbolic link, the file it leads
+    to) keeping its mode where it exists: each is written in full beside its path first,
+    and only then do they replace their paths, so a failure while writing (a full disk, Ctrl-C)
+    leaves every old file, or none, as it was; a failure of a rename itself says which were replaced."""
+    staged: list[tuple[str, Path, Path]] = []  # (temporary name, the file it replaces, the path given)
+    replaced: list[Path] = []
+    path = None
     try:
-        real, st = _target(path)
-        if st is not None and not stat.S_ISREG(st.st_mode):  # it changed since _prepare_dir looked
-            raise OutputError(f"cannot write {path}: it is now {_kind(st.st_mode)}, not a regular file. Fix: "
-                              "give the path of a regular file, or of one not there yet, then run again.")
-        fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        umask = os.umask(0)
-        os.umask(umask)
-        # as open() would leave it: mkstemp's 0600 is for the temporary name
-        os.chmod(tmp, stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~umask)
-        os.replace(tmp, real)
-        tmp = None
+        for path, write in files:
+            real, st = _target(path)
+            if st is not None and not stat.S_ISREG(st.st_mode):  # it changed since _prepare_dir looked
+                raise OutputError(f"cannot write {path}: it is now {_kind(st.st_mode)}, not a regular file. Fix: "
+                                  "give the path of a regular file, or of one not there yet, then run again.")
+            fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".tmp")
+            staged.append((tmp, real, path))
+            with os.fdopen(fd, "wb") as f:
+                write(f)
+            umask = os.umask(0)
+            os.umask(umask)
+            # as open() would leave it: mkstemp's 0600 is for the temporary name
+            os.chmod(tmp, stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~umask)
+        for tmp, real, path in staged:
+            os.replace(tmp, real)
+            replaced.append(path)
     except OSError as e:
-        raise OutputError(f"cannot write {path}: {e.strerror or e}. "
+        kept = "; no file was replaced" if not replaced else \
+            f"; {', '.join(map(str, replaced))} already replaced, the others left as they were"
+        raise OutputError(f"cannot write {path}: {e.strerror or e}{kept}. "
                           "Fix: free space or choose another output location, then run again.") from e
     finally:
-        if tmp is not None:
+        for tmp, _, _ in staged:
             try:
                 os.unlink(tmp)
-            except OSError:
+            except OSError:  # renamed, as it should be
                 pass
 
 
@@ -565,10 +574,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     except BaseException:
         _remove_dirs(created)
         raise
+    _write_all([(out_dir / f"{decl.name}.npy", lambda f, arr=arr: np.save(f, arr))
+                for decl, arr in zip(program.outputs, outputs)])  # all of them, or none
     for decl, arr in zip(program.outputs, outputs):
-        path = out_dir / f"{decl.name}.npy"
-        _write(path, lambda f, arr=arr: np.save(f, arr))
-        print(f"{decl.name}: {arr.size} x {decl.dtype} -> {path}")
+        print(f"{decl.name}: {arr.size} x {decl.dtype} -> {out_dir / f'{decl.name}.npy'}")
     print(f"ran {shown(program.name)} on {backend.name} in {dt * 1e3:.2f} ms")
     return EXIT_OK
 
@@ -634,8 +643,8 @@ def cmd_emit(args: argparse.Namespace) -> int:
         manifest["device"] = {"name": device.name, "registers": report.registers, "shared_bytes": report.shared_bytes,
                               "workgroups_per_sm": report.blocks_per_sm,
                               "max_cooperative_grid": report.max_cooperative_grid}
-    _write(out, lambda f: f.write(code))
-    _write(man_path, lambda f: f.write((json.dumps(manifest, indent=2) + "\n").encode()))
+    _write_all([(out, lambda f: f.write(code)),  # a pair: a manifest never describes other code
+                (man_path, lambda f: f.write((json.dumps(manifest, indent=2) + "\n").encode()))])
     print(f"wrote {out} and {man_path}")
     return EXIT_OK
 

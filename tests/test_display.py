@@ -719,3 +719,18 @@ def test_duration_and_ptx_refuse_what_they_cannot_be_made_of():
         with pytest.raises(vn.VyreError, match=r"PTX is text.*Fix: pass a str"):
             display.PTX(x)
     assert str(display.PTX("ret;")) == "ret;" and display.PTX() == ""
+
+
+def test_a_programs_repr_is_bounded_and_escapes_control_characters_in_names():
+    """Regression (a red-team): a 100,000-character buffer name gave a 100 KB repr, and an ANSI
+    escape or a newline in a name reached the terminal as it was (ir.check refuses such names,
+    but the repr shows a program before it is checked)."""
+    from vyre_numba import ir
+
+    long = ir.Program([ir.BufferDecl.read_write("x" * 100_000, 0, "u32")], 64, [], name="p")
+    assert len(repr(long)) < 400
+    odd = ir.Program([ir.BufferDecl.read_write("a\nb", 0, "u32")], 64, [], name="\x1b[31mRED")
+    text = repr(odd)
+    assert "\x1b" not in text and "\\x1b[31mRED" in text and "a\\nb" in text and len(text.splitlines()) == 3
+    assert repr(ir.Program([ir.BufferDecl.read_write("x", 0, "u32")], 64, [], name="ok")).splitlines()[0] == \
+        "program ok workgroup(64, 1, 1) {"

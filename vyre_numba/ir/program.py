@@ -10,7 +10,8 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from .. import display
-from ..errors import INTEGERS, IRValidationError, UnknownBufferError, UnsupportedError, VyreError, a_type, did_you_mean, shown
+from ..errors import (INTEGERS, IRValidationError, UnknownBufferError, UnsupportedError, VyreError, a_type, clip,
+                      did_you_mean, shown)
 from . import jsontext
 from . import nodes as n
 from .recursion import drive
@@ -388,12 +389,15 @@ class Program:
     def __str__(self) -> str:
         return "\n".join(self._head() + n.render_body(self.entry, 1) + ["}"])
 
-    def __repr__(self) -> str:
-        return "\n".join(self._head() + n.render_short(self.entry, 1, 120, 20) + ["}"])
+    def __repr__(self) -> str:  # bounded and one line a row, whatever names it was given (none checked yet)
+        head = [clip(line if line.isprintable() else line.encode("unicode_escape").decode(), 200)
+                for line in self._head()]
+        return "\n".join(head + n.render_short(self.entry, 1, 120, 20) + ["}"])
 
     def _name(self) -> str:
-        """The name as a display shows it: as written, unless it is not a short string."""
-        return self.name if isinstance(self.name, str) and len(self.name) <= 80 else shown(self.name)
+        """The name as a display shows it: as written, unless it is not a short printable string."""
+        return self.name if isinstance(self.name, str) and len(self.name) <= 80 and self.name.isprintable() \
+            else shown(self.name)
 
     def _head(self, buffers: int = 20) -> list[str]:
         x, y, z = self.workgroup_size

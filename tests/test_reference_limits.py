@@ -186,6 +186,9 @@ def test_memory_budget_from_the_environment(monkeypatch):
     assert ReferenceBackend().memory_budget == 3 << 20
     monkeypatch.setenv("VYRE_NUMBA_REFERENCE_MEMORY", "123456")
     assert ReferenceBackend().memory_budget == 123456
+    for text, size in (("2GiB", 2 << 30), ("1 kb", 1024), ("64b", 64), ("64", 64)):
+        monkeypatch.setenv("VYRE_NUMBA_REFERENCE_MEMORY", text)
+        assert ReferenceBackend().memory_budget == size, text
     assert ReferenceBackend(memory_budget=999).memory_budget == 999
     monkeypatch.delenv("VYRE_NUMBA_REFERENCE_MEMORY")
     monkeypatch.delenv("VYRE_NUMBA_REFERENCE_WORK", raising=False)
@@ -216,7 +219,10 @@ def test_a_budget_set_in_the_environment_after_the_backend_was_made_takes_effect
                                         ("VYRE_NUMBA_REFERENCE_MEMORY", "1.5"),  # was a 1-byte budget
                                         ("VYRE_NUMBA_REFERENCE_MEMORY", "1.9K"),  # was 1945 (1945.6 cut)
                                         ("VYRE_NUMBA_REFERENCE_WORK", "9" * 5000),  # a raw ValueError (int digits)
-                                        ("VYRE_NUMBA_REFERENCE_WORK", "1e30000000")])  # 45 s of big-number work
+                                        ("VYRE_NUMBA_REFERENCE_WORK", "1e30000000"),  # 45 s of big-number work
+                                        ("VYRE_NUMBA_REFERENCE_MEMORY", "1ib"),  # was 1 byte: a unit without a size
+                                        ("VYRE_NUMBA_REFERENCE_WORK", "2G"),  # work units are no bytes (was 2**31)
+                                        ("VYRE_NUMBA_REFERENCE_WORK", "1KiB")])
 def test_bad_budgets_in_the_environment_are_refused(monkeypatch, env, value):
     from vyre_numba.errors import SettingError
 

@@ -72,19 +72,19 @@ def _distinct_sorted(t: np.ndarray) -> bool:
 
 # ---- budgets -----------------------------------------------------------------------------------
 
-_SIZE = re.compile(r"^\s*(\d{1,30}(?:\.\d{0,30})?(?:[eE]\d{1,2})?)\s*([kmgt]?)(?:i?b)?\s*$",
+_SIZE = re.compile(r"^\s*(\d{1,30}(?:\.\d{0,30})?(?:[eE]\d{1,2})?)\s*(?:([kmgt])(?:i?b)?|b)?\s*$",
                    re.IGNORECASE | re.ASCII)  # ASCII digits, as the command line's; bounded: a budget
 #                                               past 2**63 is refused anyway, so no thousands of digits to read
 _SCALE = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
-def _parse_amount(text: str) -> int | None:
-    """The whole positive amount `text` says ('2G', '1.5K', '1e11'), exactly; else None (a
-    fraction of a unit, such as '1.5' bytes, is no amount)."""
+def _parse_amount(text: str, units: bool = True) -> int | None:
+    """The whole positive amount `text` says ('2G', '1.5KiB', '1e11'; without `units`, a number
+    alone), exactly; else None (a fraction of a unit, such as '1.5' bytes, is no amount)."""
     match = _SIZE.match(text)
-    if not match:
+    if not match or not units and match.group(0).strip() != match.group(1):
         return None
-    value = Fraction(match.group(1)) * _SCALE[match.group(2).lower()]
+    value = Fraction(match.group(1)) * _SCALE[(match.group(2) or "").lower()]
     return int(value) if value.denominator == 1 and 1 <= value < 2 ** 63 else None
 
 
@@ -94,7 +94,7 @@ def _budget(value: int | None, env: str, default: int, what: str) -> int:
         text = os.environ.get(env)
         if text is None:
             return default
-        parsed = _parse_amount(text)
+        parsed = _parse_amount(text, units=env == MEMORY_ENV)  # work units are no bytes: a number alone
         if parsed is None:
             raise SettingError(f"${env}={shown(text)} is not a whole positive {what}. Fix: set it to a number such "
                                f"as {'2G or 2147483648' if env == MEMORY_ENV else '1e11'}, or unset it for the "

@@ -138,6 +138,20 @@ def test_a_relative_dir_runs_its_benchmarks(tmp_path, capsys, monkeypatch):
     assert "bench_one          ok" in capsys.readouterr().out
 
 
+def test_no_progress_bar_is_drawn_where_standard_error_is_no_terminal(tmp_path):
+    """Regression (a red-team): the bar's frames piled up in logs (stderr to a file or a pipe)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("tqdm")
+    here = _suite_folder(tmp_path / "b", "print('skipped: nothing to do')\n")
+    run = subprocess.run([sys.executable, "-m", "vyre_numba", "bench", "--dir", str(here)], capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0 and "not run: nothing to do" in run.stdout, run.stdout + run.stderr
+    assert "benchmarks:" not in run.stderr and "\r" not in run.stderr, run.stderr
+
+
 def test_a_run_where_every_benchmark_failed_leaves_the_results_as_they_were(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     pytest.importorskip("tqdm")

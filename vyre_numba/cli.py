@@ -822,6 +822,14 @@ def _bench_dir(given: str | None) -> Path:
                      "vyre-numba checkout (git clone ...; cd vyre-numba), or pass --dir PATH/TO/bench.")
 
 
+def _tty(stream) -> bool:
+    """Whether `stream` is a terminal (a bar redrawn in place; in a file or a pipe, its frames pile up)."""
+    try:
+        return stream is not None and stream.isatty()
+    except (AttributeError, ValueError, OSError):  # replaced or closed
+        return False
+
+
 def _check_bench_outputs(here: Path) -> None:
     """Refuse a bench folder whose outputs (RESULTS.md, plots/) could not be written."""
     md, plots = here / "RESULTS.md", here / "plots"
@@ -856,7 +864,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise UsageError(f"{here / 'suite.py'} has no run() and report(); it is not the benchmark suite. Fix: point "
                          "--dir at a vyre-numba bench/ folder.")
     _check_bench_outputs(here)  # before the benchmarks' minutes, not after
-    res = suite.run(args.quick, progress=not args.no_progress, here=here)
+    res = suite.run(args.quick, progress=not args.no_progress and _tty(sys.stderr), here=here)  # no frames in logs
     if res and not any("json" in r for r in res.values()) and any("failed" in r for r in res.values()):
         for k, r in res.items():
             print(f"{k} failed:\n{r['failed']}" if "failed" in r else f"{k} not run: {r['skipped']}", file=sys.stderr)

@@ -225,6 +225,14 @@ def _holders():
     yield "a Graph", graph.Graph(np.array([0, 1, 1]), np.array([1]), backend="reference"), "g.n is its vertex count"
     yield "a QueueModel", workqueue.QueueModel(4, np.int32), "q.size() is how many items it holds"
     yield "an EGraph", egraph.EGraph.from_terms([("a",)], backend="reference"), "e.n_nodes and e.n_classes"
+    be = vn.get_backend("reference")
+    i = ir.gid(0)
+    inc = ir.Program([ir.BufferDecl.read_write("y", 0, "u32")], 32,
+                     [ir.if_(i < ir.buf_len("y"), [ir.store("y", i, ir.load("y", i) + 1)])], name="inc")
+    y = be.upload(np.zeros(4, np.uint32))
+    yield "a RecordedGraph", be.record_graph(inc, [np.zeros(4, np.uint32)]), "g.buffers holds a recording's"
+    yield "a RecordedSequence", be.record_sequence([(inc, [y])], [y]), "g.buffers holds"
+    yield "a Megakernel", be.megakernel([(inc, [y])], [y]), "mk.steps are its steps"
 
 
 @pytest.mark.parametrize("use", [len, iter, list, lambda x: x[0], lambda x: 0 in x, lambda x: [*x]],

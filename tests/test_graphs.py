@@ -4,6 +4,7 @@ dispatch of the same inputs, bit for bit, and ownership must hold on every path.
 from __future__ import annotations
 
 import gc
+import re
 import weakref
 
 import numpy as np
@@ -738,6 +739,24 @@ def test_replay_resident_runs_with_a_read_only_input_it_never_writes():
     assert g.replay_resident()[0].tolist() == (np.arange(8) * 3 + 1).tolist()
     with pytest.raises(DispatchError, match="replay: the recording's buffer 'x' was made read-only"):
         g.replay([np.ones(8, np.uint32)])
+
+
+@pytest.mark.parametrize("change, said", [(lambda b: setattr(b, "dtype", np.float32), "given dtype float32"),
+                                          (lambda b: setattr(b, "shape", (2, 2)), "reshaped to (2, 2)")])
+def test_a_recorded_sequence_refuses_a_buffer_retyped_in_place_before_any_step_runs(change, said):
+    """Regression (a red-team): step 0 ran, and its writes stayed, before step 1's retyped buffer
+    was refused, with a Fix (allocate it) that a recording, whose buffers are pinned, cannot take."""
+    be = vn.get_backend("reference")
+    i = ir.gid(0)
+    inc = ir.Program([B.read_write("y", 0, "u32")], 32,
+                     [ir.if_(i < ir.buf_len("y"), [ir.store("y", i, ir.load("y", i) + 1)])], name="inc")
+    a, b = be.upload(np.zeros(4, np.uint32)), be.upload(np.zeros(4, np.uint32))
+    s = be.record_sequence([(inc, [a]), (inc, [b])], [a, b])
+    change(b)
+    with pytest.raises(DispatchError, match=rf"^replay: step 1's buffer 'y' was {re.escape(said)} since it was "
+                                            r"recorded \(nothing ran\)\. Fix: record again"):
+        s.replay()
+    assert be.download(a).tolist() == [0] * 4
 
 
 def test_a_reference_replay_reads_inputs_that_are_views_of_its_own_buffers_as_given():

@@ -704,3 +704,44 @@ def test_a_reference_megakernel_sizes_its_grid_to_leave_room_for_its_undo_copies
     got = mk.run()
     assert got.mode == "megakernel"  # it planned one before too, and then its run was refused
     assert [g.tolist() for g in got.outputs] == [w.tolist() for w in want]
+
+
+def _inc(wg: int) -> ir.Program:
+    i = ir.gid(0)
+    return ir.Program([ir.BufferDecl.read_write("y", 0, "u32")], wg,
+                      [ir.if_(i < ir.buf_len("y"), [ir.store("y", i, ir.load("y", i) + 1)])], name=f"inc{wg}")
+
+
+@pytest.mark.parametrize("second, config", [(32, None), (64, None), (32, DispatchConfig(checked=True))],
+                         ids=["megakernel", "graph", "sequence"])
+def test_every_mode_runs_over_the_buffers_it_was_planned_with(second, config):
+    """Regression (a red-team): the fallbacks ran over the caller's list as it was at run(), the
+    megakernel over the buffers found when planning; a list changed between ran different buffers."""
+    be = vn.get_backend("reference")
+    a, b = be.upload(np.zeros(4, np.uint32)), be.upload(np.zeros(4, np.uint32))
+    bufs = [a]
+    mk = be.megakernel([(_inc(32), bufs), (_inc(second), [a], config)], [a])
+    assert mk.mode == {32: "megakernel", 64: "graph"}[second] if config is None else mk.mode != "megakernel"
+    bufs[0] = b
+    mk.run()
+    assert be.download(a).tolist() == [2] * 4 and be.download(b).tolist() == [0] * 4
+
+
+def test_a_plan_is_not_reused_under_another_memory_budget():
+    """Regression (a red-team): the cached plan kept the persistent grid sized under the old budget,
+    and its run was refused as over the new one."""
+    from vyre_numba.reference import ReferenceBackend
+
+    i = ir.gid(0)
+    nb = ir.Program([ir.BufferDecl.read("o", 0, "u32"), ir.BufferDecl.read_write("y", 1, "u32")], 64,
+                    [ir.if_(i < ir.buf_len("y"),
+                            [ir.store("y", i, ir.load("y", i) + ir.load("o", (i + 1) % ir.buf_len("o")))])])
+    be = ReferenceBackend()
+    y, z = be.upload(np.zeros(100_000, np.uint32)), be.upload(np.zeros(100_000, np.uint32))
+    steps = [(_inc(64), [y]), (nb, [y, z])]
+    wide = be.megakernel(steps, [(z, 0, 3)])
+    wide.close()
+    be.memory_budget = 1_500_000
+    mk = be.megakernel(steps, [(z, 0, 3)])
+    assert mk.workgroups < wide.workgroups
+    assert mk.run().outputs[0].tolist() == [1, 1, 1]

@@ -18,8 +18,8 @@ from . import display
 from .backend import (BEFORE, SEQUENCE_NOTE, UNDER_WAY, Backend, ResidentBuffer, Step, _elements, _fate, _iterable,
                       _shape, _storage, as_step, checked_steps, label_counts)
 from .config import DispatchConfig
-from .errors import (DispatchError, ImmutableError, VyreError, check_calls, del_unless_read_only, set_unless_read_only,
-                     whole)
+from .errors import (DispatchError, ImmutableError, NotACollection, VyreError, check_calls, del_unless_read_only,
+                     set_unless_read_only, whole)
 from .ir import Program
 from .ir import nodes as n
 from .ir.program import Access, BufferDecl, Role
@@ -68,7 +68,7 @@ class _Plan:
 _PLANNED = ("backend", "steps", "read", "until", "max_rounds")  # what the plan was made from
 
 
-class Megakernel(Unshared):
+class Megakernel(NotACollection, Unshared):
     """A planned megakernel over resident buffers: `mode` ("megakernel", or "graph" where it fell
     back, "sequence" where recording that graph failed too; `reason` saying why), `program` (the
     persistent program), `barriers` (grid barriers a round: one where each boundary between
@@ -104,7 +104,8 @@ class Megakernel(Unshared):
         self.until = until
         flag = None if until is None else self._flag(until, bound)
         key = (tuple((s.program.digest(), tuple(_storage(b) for b in bs), s.config) for s, bs in zip(self.steps, bound)),
-               tuple(_storage(r[0]) + r[1:] for r in self.read), flag, self.max_rounds, workgroups, self._keep)
+               tuple(_storage(r[0]) + r[1:] for r in self.read), flag, self.max_rounds, workgroups, self._keep,
+               getattr(backend, "memory_budget", None))  # the persistent grid is sized in it (the reference's)
         plans = backend.__dict__.setdefault("_megakernel_plans", LRUCache(PLANS))
         plan = plans.get(key)
         backend._count(**{"megakernel_plan_hits" if plan is not None else "megakernel_plan_misses": 1})
@@ -128,6 +129,7 @@ class Megakernel(Unshared):
         self.__setattr__(name, None)  # refused for what the plan was made from
         del_unless_read_only(self, name)
 
+    _collection_fix = "mk.steps are its steps, and mk.run() runs them (its result's outputs are what it reads)."
     _read_only_fix = ("plan another, backend.megakernel(steps, read, until=..., max_rounds=...), as you want it "
                       "(close() releases this one)")
 
@@ -218,8 +220,8 @@ class Megakernel(Unshared):
 
     def _fallback_rounds(self) -> tuple[int, bool | None]:
         b = self.backend
-        steps = list(self.steps)
-        if self.until is not None:
+        steps = [Step(s.program, bs, s.config) for s, bs in zip(self.steps, self._bound)]  # the buffers it was
+        if self.until is not None:  # planned with, as the megakernel runs: not a caller's list as it is now
             steps = [Step(_clear_program(self._until_dtype), [self.until], DispatchConfig(grid=(1, 1, 1)))] + steps
         flag_read = [(self.until, 0, 1)] if self.until is not None else []
         if self._graph is None and self.mode == "graph":

@@ -16,8 +16,9 @@ import numpy as np
 from . import display
 from .bindings import Binding, bind, check_config, check_resident, coverage_said
 from .config import DispatchConfig
-from .errors import (IN_HOST_MEMORY, DispatchError, ImmutableError, LaunchError, UnknownBufferError, UnknownStepError,
-                     VyreError, check_calls, del_unless_read_only, flag, host_memory, set_unless_read_only, shown)
+from .errors import (IN_HOST_MEMORY, DispatchError, ImmutableError, LaunchError, NotACollection, UnknownBufferError,
+                     UnknownStepError, VyreError, check_calls, del_unless_read_only, flag, host_memory,
+                     set_unless_read_only, shown)
 from .ir import Program
 from .owned import Unshared
 
@@ -25,10 +26,13 @@ __all__ = ["RecordedGraph", "RecordedSequence", "Frozen", "StepBuffers", "Unknow
            "MAX_RECORDED_LAUNCHES"]
 
 
-class RecordedGraph(Unshared, abc.ABC):
+class RecordedGraph(NotACollection, Unshared, abc.ABC):
     """A dispatch or a resident sequence captured once and replayed. It owns what it captured
     (on the GPU: the graph, its stream, device and pinned buffers), released exactly once by
     `close()`, by leaving a `with` block, or when the object is collected."""
+
+    _collection_fix = ("g.buffers holds a recording's buffers by name (s.buffers[k] step k's, for a sequence), "
+                       "and g.replay() runs it again.")
 
     def __new__(cls, *args, **kwargs):
         missing = getattr(cls, "__abstractmethods__", None)
@@ -369,6 +373,7 @@ class Resequence(RecordedSequence):
                 raise
         self.read = backend._reads(read)
         self.steps, self._buffers = pinned_steps(steps)  # held, so they outlive the recording's use
+        self._layout = [{n: (tuple(b.shape), b.dtype) for n, b in f.items()} for f in self._buffers]
         self._lock = threading.Lock()
         backend._count(graph_recordings=1)
 
@@ -386,12 +391,20 @@ class Resequence(RecordedSequence):
             return out
 
     def _check_writable(self) -> None:
-        """Each buffer a step writes still writable (the caller's own arrays, bound at recording)."""
+        """Each step's buffers (the caller's own arrays, bound at recording) shaped and typed as
+        recorded, and writable where the step writes them: all checked before any step runs."""
         from .ir.program import Access
 
         for k, step in enumerate(self.steps):
             for d in step.program.bound_buffers:
                 b = self._buffers[k][d.name]
+                shape, dtype = self._layout[k][d.name]
+                what = (f"reshaped to {tuple(b.shape)}" if tuple(b.shape) != shape else
+                        f"given dtype {b.dtype}" if b.dtype != dtype else None)
+                if what is not None:
+                    raise DispatchError(f"replay: step {k}'s buffer {d.name!r} was {what} since it was recorded "
+                                        "(nothing ran). Fix: record again (backend.record_sequence(steps, read)), "
+                                        "and copy the recording's buffers rather than change their shape or dtype.")
                 if d.access in (Access.READ_WRITE, Access.WRITE_ONLY) and isinstance(b, np.ndarray) and \
                         not b.flags.writeable:
                     raise DispatchError(f"replay: step {k} writes {d.name!r}, and the array bound to it at recording "

@@ -382,6 +382,11 @@ def test_a_telemetry_copied_or_joined_is_a_telemetry_and_checks_what_joins_it():
     assert (t | {"mine": 3})["mine"] == 3 and "mine" not in t
     with pytest.raises(DispatchError, match=r"counter 'mine' = 1.5 \(float\) is not an int\. Fix:"):
         t | {"mine": 1.5}
+    for negative in ({"mine": -5}, {"device_ns": np.int64(-1)}):  # (a red-team: a negative count was stored)
+        with pytest.raises(DispatchError, match=r"= -\d is negative\. Fix: store counts and durations"):
+            t | negative
+    t["mine"] = 0
+    assert t["mine"] == 0
 
 
 def test_telemetry_to_frame_needs_pandas(monkeypatch):

@@ -82,7 +82,7 @@ FUSION_PLANS = 256  # fusion plans a backend keeps (programs and group structure
 class Telemetry(dict):
     """A backend's counters by name (a dict of str to ints; `*_ns` values are `Duration`s), shown in
     Jupyter as a table; `to_frame()` gives a pandas DataFrame. Every way of storing a counter
-    checks it: a str name and an int value (Python or NumPy, never a bool)."""
+    checks it: a str name and an int value >= 0 (Python or NumPy, never a bool)."""
 
     def __init__(self, counters: Mapping[str, int] = ()):
         super().__init__()
@@ -132,6 +132,9 @@ class Telemetry(dict):
             raise DispatchError(f"telemetry: counter {shown(key, 60)} = {shown(value, 60)} ({type(value).__name__}) is "
                                 "not an int. Fix: store whole counts (nanoseconds for `*_ns`); keep other values in a "
                                 "dict of your own.")
+        if value < 0:  # a count or a duration is never below zero
+            raise DispatchError(f"telemetry: counter {shown(key, 60)} = {int(value)} is negative. Fix: store counts and "
+                                "durations, which are 0 or more; keep differences in a dict of your own.")
         return display.Duration(value) if key.endswith("_ns") else int(value)
 
     def __delitem__(self, key: object) -> None:

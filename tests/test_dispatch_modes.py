@@ -739,7 +739,7 @@ def test_a_fused_sequence_that_fails_names_the_callers_steps():
     with pytest.raises(DispatchError) as e:
         backend.dispatch_sequence([(bump(), [w]), (bump(), [x]), (bump(), [x]), (fused_busy, [x])], fuse=True)
     assert str(e.value).startswith("steps 1 to 3, fused into one kernel, of the sequence (step 0 ran and "
-                                   "their writes stay; steps 1 to 3 did not run)"), str(e.value)
+                                   "its writes stay; steps 1 to 3 did not run)"), str(e.value)
     assert backend.download(w)[0] == 2 and backend.download(x)[:2].tolist() == [2, 3]
     assert backend.dispatch_sequence([], [(x, 0, 2)], fuse=True)[0].tolist() == [2, 3]  # nothing to fuse: the reads
 

@@ -67,7 +67,7 @@ def test_a_sequence_stopped_by_a_check_says_that_step_ran(backend):
     x = backend.upload(np.zeros(4, np.uint32))
     with pytest.raises(CheckError) as e:
         backend.dispatch_sequence([(add(1), [x]), (spill(), [x], RAISE), (add(100), [x])], [(x,)])
-    assert str(e.value).startswith("step 1 of the sequence (step 0 ran and their writes stay; step 1 ran to "
+    assert str(e.value).startswith("step 1 of the sequence (step 0 ran and its writes stay; step 1 ran to "
                                    "completion and its writes stay, then its check raised): checked dispatch of "
                                    "'spill'"), str(e.value)
     assert backend.download(x).tolist() == [1001] * 4 and e.value.steps_ran == 2
@@ -103,7 +103,7 @@ def test_a_check_warning_raised_as_an_error_in_a_sequence_gets_a_note():
         warnings.simplefilter("error", CheckWarning)
         with pytest.raises(CheckWarning) as e:
             be.dispatch_sequence([(add(1), [x]), (spill(), [x], WARN), (add(100), [x])])
-    assert f"{SEQUENCE_NOTE}at step 1 of the sequence (step 0 ran and their writes stay; step 1 ran to " \
+    assert f"{SEQUENCE_NOTE}at step 1 of the sequence (step 0 ran and its writes stay; step 1 ran to " \
            "completion and its writes stay, then its check raised)." in notes(e.value)
     assert be.download(x).tolist() == [1001] * 4 and e.value.steps_ran == 2
 
@@ -153,7 +153,7 @@ def check_every_interrupt(run, state, after, every: int) -> int:
             assert f"at step {n} of the sequence" in said and got in (after(n), after(n + 1)), (k, said, got)
         else:
             assert got == after(n), (k, said, got)
-            ran = f"({'step 0' if n == 1 else f'steps 0 to {n - 1}'} ran and their writes stay"
+            ran = f"({'step 0 ran and its' if n == 1 else f'steps 0 to {n - 1} ran and their'} writes stay"
             assert (f"reading back the ranges in `read` {ran})" in said and n == after.steps) or \
                 f"after step {n - 1} of the sequence {ran}; nothing after them ran)" in said or \
                 (said.endswith("before its first step (nothing ran).") and n == 0), (k, said)
@@ -238,7 +238,7 @@ def test_an_interrupt_on_another_backend_names_the_buffers_the_step_under_way_wr
     x = be.upload(np.zeros(4, np.uint32))
     with pytest.raises(KeyboardInterrupt) as e:
         be.dispatch_sequence([(add(1), [x]), (add(100, "hundred"), [x])])
-    assert notes(e.value) == (f"{SEQUENCE_NOTE}at step 1 of the sequence (step 0 ran and their writes stay; "
+    assert notes(e.value) == (f"{SEQUENCE_NOTE}at step 1 of the sequence (step 0 ran and its writes stay; "
                               "step 1 was under way: the buffers it writes (['x']) may hold some or all of its work "
                               "(its kernel may have been launched)).")
     assert e.value.steps_ran == 1
@@ -258,7 +258,7 @@ def test_an_interrupt_in_a_fused_kernel_names_the_callers_steps(monkeypatch):
     with pytest.raises(KeyboardInterrupt) as e:  # step 0 runs alone (another workgroup size)
         be.dispatch_sequence([(add(1000, "thousand", 64), [x]), (add(1), [x]), (add(2), [x])], fuse=True)
     assert notes(e.value) == (f"{SEQUENCE_NOTE}at steps 1 to 2, fused into one kernel, of the sequence (step 0 "
-                              "ran and their writes stay; steps 1 to 2 were under way: a dispatch on the reference "
+                              "ran and its writes stay; steps 1 to 2 were under way: a dispatch on the reference "
                               "backend is all or nothing, so either all of its writes stay or none do).")
     assert e.value.steps_ran == 1 and be.download(x).tolist() == [1000] * 4
 

@@ -911,7 +911,7 @@ def _stopped(backend: Backend, e: BaseException, k: int, at: str | None, groups:
     e.steps_ran = ran + 1 if at is CHECKED else ran
     e.sequence_step, e._sequence_at = (ran, e.args[0] if e.args else ""), at
     if at is None or (at is BEFORE and not isinstance(e, VyreError)):  # no step k to name: there may be none
-        ok = f"{_which(list(range(ran)))} ran and their writes stay{_scratch(groups, k)}" if ran else "no step ran"
+        ok = f"{_ran(list(range(ran)))}{_scratch(groups, k)}" if ran else "no step ran"
         e.add_note(f"{SEQUENCE_NOTE}reading back the ranges in `read` ({ok})." if at is None else
                    f"{SEQUENCE_NOTE}after step {ran - 1} of the sequence ({ok}; nothing after them ran)." if ran else
                    f"{SEQUENCE_NOTE}before its first step (nothing ran).")
@@ -931,11 +931,16 @@ def _failed_at(k: int, groups: list | None, fate: str) -> str:
     where = f"{_which(mine)}{'' if len(mine) == 1 else ', fused into one kernel,'} of the sequence"
     if not mine[0]:
         return f"{where} ({fate})"
-    return f"{where} ({_which(list(range(mine[0])))} ran and their writes stay{_scratch(groups, k)}; {fate})"
+    return f"{where} ({_ran(list(range(mine[0])))}{_scratch(groups, k)}; {fate})"
 
 
 def _which(mine: list) -> str:
     return f"step {mine[0]}" if len(mine) == 1 else f"steps {mine[0]} to {mine[-1]}"
+
+
+def _ran(mine: list) -> str:
+    """"step k ran and its writes stay", or the steps' (their) for several."""
+    return f"{_which(mine)} ran and {'its' if len(mine) == 1 else 'their'} writes stay"
 
 
 def _scratch(groups: list | None, k: int) -> str:

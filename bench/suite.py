@@ -20,6 +20,7 @@ import json
 import math
 import os
 import re
+import stat
 import subprocess
 import sys
 import tempfile
@@ -339,49 +340,71 @@ def _without_warnings(lines: list[str]) -> list[str]:
     return out
 
 
-def write_section(results_md: Path, device: str, body: str) -> None:
-    """Put `body` between this device's markers at the top of RESULTS.md (after its first
+def section_text(results_md: Path, device: str, body: str) -> str:
+    """RESULTS.md's text with `body` between this device's markers at the top (after its first
     paragraph), replacing an earlier generated section of the same device."""
     start, end = f"<!-- bench: {device} -->", f"<!-- /bench: {device} -->"
     text = results_md.read_text() if results_md.exists() else "# Benchmark results\n\n"
     block = f"{start}\n{body.rstrip()}\n{end}\n"
     if start in text and end in text:
-        text = text[:text.index(start)] + block + text[text.index(end) + len(end) + 1:]
-    else:  # above the first section, generated or not
-        at = min([i for i in (text.find("\n<!-- bench: "), text.find("\n## ")) if i >= 0], default=len(text))
-        text = text[:at].rstrip() + "\n\n" + block + ("\n" + text[at + 1:] if at < len(text) else "")
-    write_whole(results_md, text)
+        return text[:text.index(start)] + block + text[text.index(end) + len(end) + 1:]
+    at = min([i for i in (text.find("\n<!-- bench: "), text.find("\n## ")) if i >= 0], default=len(text))
+    return text[:at].rstrip() + "\n\n" + block + ("\n" + text[at + 1:] if at < len(text) else "")  # above the first
 
 
-def write_whole(path: Path, text: str) -> None:
-    """`path` holds `text` whole, or is left as it was (written beside it, then moved over it)."""
-    part = path.with_name(path.name + ".tmp")
+def write_section(results_md: Path, device: str, body: str) -> None:
+    """Put `body` in RESULTS.md as `section_text` says, the file written whole or left as it was."""
+    write_all({results_md: section_text(results_md, device, body).encode()})
+
+
+def write_all(files: dict) -> None:
+    """Each path (for a link, the file it leads to) holds its bytes, keeping its mode where it
+    exists; or, where writing any of them fails (a full disk, Ctrl-C), each is left as it was:
+    all are written in full beside their paths before any replaces its path."""
+    staged = []  # (temporary name, the file it replaces)
+    umask = os.umask(0)
+    os.umask(umask)
     try:
-        part.write_text(text)
-        os.replace(part, path)
+        for path, data in files.items():
+            real = Path(path).resolve()
+            if real.is_dir():  # found before any file is replaced, not by the rename after some are
+                raise IsADirectoryError(21, "Is a directory", str(real))
+            fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".tmp")
+            staged.append((tmp, real))
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.chmod(tmp, stat.S_IMODE(real.stat().st_mode) if real.exists() else 0o666 & ~umask)
+        for tmp, real in staged:
+            os.replace(tmp, real)
     finally:
-        part.unlink(missing_ok=True)
+        for tmp, _ in staged:
+            Path(tmp).unlink(missing_ok=True)
 
 
 def report(res: dict, quick: bool, here: Path = HERE, device: str | None = None,
            date: str | None = None) -> tuple[Path, list[Path]]:
-    """Write the plots and RESULTS.md's section for `device` (this machine's when None); (RESULTS.md,
-    plot paths)."""
+    """Write the plots, the benchmarks' JSON and RESULTS.md's section for `device` (this machine's
+    when None), all of them or none; (RESULTS.md, plot paths)."""
     device = device or device_name()
     plot_dir = here / "plots" / slug(device)
     plot_dir.mkdir(parents=True, exist_ok=True)
-    plots = [p for p, draw in ((plot_dir / "overhead.png", plot_overhead), (plot_dir / "throughput.png", plot_throughput))
-             if draw(res, p)]
+    files, plots = {}, []
+    with tempfile.TemporaryDirectory() as tmp:  # drawn apart first: a plot is replaced with the rest or not at all
+        for p, draw in ((plot_dir / "overhead.png", plot_overhead), (plot_dir / "throughput.png", plot_throughput)):
+            drawn = Path(tmp) / p.name
+            if draw(res, drawn):
+                files[p] = drawn.read_bytes()
+                plots.append(p)
     date = date or time.strftime("%Y-%m-%d")
     body = [f"## {date} — {device} (`vyre-numba bench{' --quick' if quick else ''}`, generated)", ""]
     body += summary_lines(res)
     if plots:
         body += [""] + [f"![{p.stem}]({p.relative_to(here).as_posix()})" for p in plots]
     md = here / "RESULTS.md"
-    write_section(md, device, "\n".join(body) + "\n")
-    for name, r in res.items():
-        if "json" in r:
-            write_whole(plot_dir / f"{name}.json", json.dumps(r["json"], indent=1))
+    files[md] = section_text(md, device, "\n".join(body) + "\n").encode()
+    files.update({plot_dir / f"{name}.json": json.dumps(r["json"], indent=1).encode() for name, r in res.items()
+                  if "json" in r})
+    write_all(files)
     return md, plots
 
 

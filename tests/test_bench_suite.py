@@ -177,20 +177,38 @@ def test_outputs_that_cannot_be_written_are_refused_before_any_benchmark_runs(tm
     assert not (here / "ran").exists()
 
 
-def test_the_section_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
-    md = tmp_path / "RESULTS.md"
-    md.write_text("# before\n")
+def test_the_results_are_written_as_a_set_or_not_at_all(tmp_path, monkeypatch):
+    """Regression (a review): the plots, RESULTS.md and each JSON were written one by one, so a
+    failure left new files beside old. A disk that fills at the second file, or a JSON path that
+    is a folder, now leaves every file as it was, and no temporary behind."""
+    pytest.importorskip("matplotlib")
+    here = tmp_path / "b"
+    here.mkdir()
+    (here / "RESULTS.md").write_text("# before\n")
+    res = {name: {"json": data, "output": f"(a) {name} line"} for name, data in FAKE.items()}
+    md, plots = suite.report(res, False, here=here, device="dev", date="2026-01-01")
+    assert len(plots) == 2
+    before = {p: p.read_bytes() for p in here.rglob("*") if p.is_file()}
+    real, calls = suite.os.fdopen, []
 
-    real = Path.write_text
-
-    def full(self, text, *args, **kwargs):  # a disk that fills after five bytes
-        real(self, text[:5])
-        raise OSError(28, "No space left on device")
-    monkeypatch.setattr(Path, "write_text", full)
+    def fills_at_second(*args, **kwargs):
+        f = real(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 2:
+            f.close()
+            raise OSError(28, "No space left on device")
+        return f
+    monkeypatch.setattr(suite.os, "fdopen", fills_at_second)
     with pytest.raises(OSError, match="No space"):
-        suite.write_section(md, "dev", "## body\n")
+        suite.report(res, False, here=here, device="dev", date="2026-02-02")
     monkeypatch.undo()
-    assert md.read_text() == "# before\n" and [p.name for p in tmp_path.iterdir()] == ["RESULTS.md"]
+    assert {p: p.read_bytes() for p in here.rglob("*") if p.is_file()} == before
+    json_path = here / "plots" / "dev" / "bench_egraph.json"
+    json_path.unlink()
+    json_path.mkdir()
+    with pytest.raises(IsADirectoryError):
+        suite.report(res, False, here=here, device="dev", date="2026-02-02")
+    assert (here / "RESULTS.md").read_bytes() == before[here / "RESULTS.md"]
 
 
 def test_every_benchmark_takes_the_arguments_the_suite_passes():

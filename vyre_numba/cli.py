@@ -838,7 +838,8 @@ def _check_bench_outputs(here: Path) -> None:
         bad.append(f"{md} is not a file")
     if plots.exists() and not plots.is_dir():
         bad.append(f"{plots} is not a folder")
-    bad += [f"{p} cannot be written by this user" for p in (md, plots, here) if p.exists() and not os.access(p, os.W_OK)]
+    bad += [f"{p} cannot be written by this user" for p in (md, plots, here)
+            if p.exists() and not os.access(p, os.W_OK)]
     if bad:
         raise UsageError(f"the benchmarks' results go to {md} and {plots}/, but {'; '.join(bad)}. Fix: move that "
                          "away (or let this user write there), or point --dir at another copy of bench/.")
@@ -873,9 +874,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return EXIT_FAILURE
     try:
         md, plots = suite.report(res, args.quick, here=here)
-    except OSError as e:
-        raise UsageError(f"the results could not be written ({e}). Fix: make {here / 'RESULTS.md'} a writable file "
-                         f"and {here / 'plots'} a writable folder (or remove them), then run again.") from None
+    except OSError as e:  # after the run: nothing of it was written (report writes all or nothing)
+        raise OutputError(f"the results could not be written, so none were ({e}). Fix: make {here / 'RESULTS.md'} "
+                          f"a writable file and {here / 'plots'} and the folders in it writable folders, then run "
+                          "again.") from None
     for name, r in res.items():
         state = "ok" if "json" in r else ("not run: " + r["skipped"].split(" Fix: ")[0]) if "skipped" in r else "FAILED"
         print(f"  {name:18s} {state}")
@@ -899,9 +901,9 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.print_usage(sys.stderr)
-        bad = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
-        if bad:  # a misspelt command or choice: the nearest one named
-            message += did_you_mean(bad[1], re.findall(r"'([^']*)'", bad[2]))
+        bad = re.search(r"invalid choice: '?([^'\s]*)'?", message)
+        if bad:  # a misspelt command or choice: the nearest one named (the choices from the parser, not the text)
+            message += did_you_mean(bad[1], [c for a in self._actions if a.choices for c in a.choices])
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message.rstrip('.')}. Fix: see `{self.prog} --help` for the "
                               "commands and arguments it takes.\n")
 
@@ -1004,8 +1006,12 @@ def _main(argv: list[str] | None) -> int:
         parser = build_parser()
         try:
             args, extra = parser.parse_known_args(argv)
-            if extra:  # told by the command's own parser: its usage, its --help, its nearest option
-                parser.commands.get(getattr(args, "cmd", None), parser).refuse_unknown(extra)
+            if extra:  # told by the parser of the command they follow: its usage, its --help, its nearest option
+                given = list(sys.argv[1:] if argv is None else argv)
+                cmd = getattr(args, "cmd", None)
+                first = given.index(extra[0]) if extra[0] in given else len(given)
+                owner = parser.commands.get(cmd) if cmd in given and first > given.index(cmd) else None
+                (owner or parser).refuse_unknown(extra)
         except SystemExit:
             sys.stdout.flush()  # --help and --version only filled the buffer: a failure to write shows here
             raise

@@ -260,3 +260,17 @@ def test_a_holder_given_where_an_array_goes_is_still_named_as_no_array():
         graph.bfs(q, 0)
     with pytest.raises(VyreError, match="indptr is a QueueModel, not an array of integers"):
         graph.Graph(q)
+
+
+def test_a_holder_given_where_the_ir_takes_a_list_is_named_as_no_list():
+    """Regression (a review): with len() and iteration defined (to refuse them), a queue passed as
+    a program's buffers or body got the queue's fix, not the IR's."""
+    from vyre_numba import workqueue
+
+    q = workqueue.QueueModel(4, np.int32)
+    with pytest.raises(vn.IRValidationError, match=r"^buffers=.* is not a list of BufferDecl"):
+        ir.Program(q, 64, [])
+    with pytest.raises(vn.IRValidationError, match=r"^walk takes an iterable of IR statements"):
+        list(ir.walk(q))
+    with pytest.raises(vn.IRValidationError, match=r"output_byte_range=.* is not a \(start, end\) pair"):
+        ir.BufferDecl.read_write("x", 0, "u32", output_byte_range=q)

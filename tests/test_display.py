@@ -737,5 +737,9 @@ def test_a_programs_repr_is_bounded_and_escapes_control_characters_in_names():
     odd = ir.Program([ir.BufferDecl.read_write("a\nb", 0, "u32")], 64, [], name="\x1b[31mRED")
     text = repr(odd)
     assert "\x1b" not in text and "\\x1b[31mRED" in text and "a\\nb" in text and len(text.splitlines()) == 3
+    name = "\x1b[31mRED" + "y" * 300  # stored to in the body: the body's lines too (a review)
+    body = ir.Program([ir.BufferDecl.read_write(name, 0, "u32")], 64, [ir.store(name, 0, ir.u32(1))], name="p")
+    text = repr(body)
+    assert "\x1b" not in text and max(map(len, text.splitlines())) <= 200 and len(text.splitlines()) == 4
     assert repr(ir.Program([ir.BufferDecl.read_write("x", 0, "u32")], 64, [], name="ok")).splitlines()[0] == \
         "program ok workgroup(64, 1, 1) {"

@@ -10,8 +10,8 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from .. import display
-from ..errors import (INTEGERS, IRValidationError, UnknownBufferError, UnsupportedError, VyreError, a_type, clip,
-                      did_you_mean, shown)
+from ..errors import (INTEGERS, IRValidationError, NotACollection, UnknownBufferError, UnsupportedError, VyreError,
+                      a_type, clip, did_you_mean, shown)
 from . import jsontext
 from . import nodes as n
 from .recursion import drive
@@ -77,7 +77,8 @@ class BufferDecl:
         object.__setattr__(self, "output", bool(self.output))
         r = self.output_byte_range
         if r is not None:
-            if isinstance(r, (str, bytes, set, frozenset, dict)) or not hasattr(r, "__len__") or len(r) != 2:
+            if isinstance(r, (str, bytes, set, frozenset, dict, NotACollection)) or not hasattr(r, "__len__") \
+                    or len(r) != 2:
                 raise IRValidationError(f"{where}: output_byte_range={shown(r)} is not a (start, end) pair. "
                                         "Fix: pass two byte offsets, e.g. (0, 64).")
             object.__setattr__(self, "output_byte_range", tuple(_int(v, f"{where}: output_byte_range") for v in r))
@@ -208,7 +209,7 @@ class Program:
                  entry: Iterable[n.Node] | n.Node, name: str = "main"):
         from .validate import resolve_literals
 
-        if isinstance(buffers, (str, bytes, BufferDecl)) or not isinstance(buffers, Iterable):
+        if isinstance(buffers, (str, bytes, BufferDecl, NotACollection)) or not isinstance(buffers, Iterable):
             raise IRValidationError(f"buffers={shown(buffers)} is not a list of BufferDecl. "
                                     "Fix: pass a list, e.g. [ir.BufferDecl.read('x', 0, 'f32'), ...].")
         bufs = tuple(buffers)
@@ -390,9 +391,9 @@ class Program:
         return "\n".join(self._head() + n.render_body(self.entry, 1) + ["}"])
 
     def __repr__(self) -> str:  # bounded and one line a row, whatever names it was given (none checked yet)
-        head = [clip(line if line.isprintable() else line.encode("unicode_escape").decode(), 200)
-                for line in self._head()]
-        return "\n".join(head + n.render_short(self.entry, 1, 120, 20) + ["}"])
+        lines = self._head() + n.render_short(self.entry, 1, 120, 20) + ["}"]
+        return "\n".join(clip(line if line.isprintable() else line.encode("unicode_escape").decode(), 200)
+                         for line in lines)
 
     def _name(self) -> str:
         """The name as a display shows it: as written, unless it is not a short printable string."""
@@ -639,7 +640,7 @@ def walk(body: Iterable[Any], *, distinct: bool = False) -> Iterator[Any]:
     object once: what a question of which kinds of node a program holds needs, in time linear in
     its distinct nodes). A `body` that is not an iterable of IR nodes is refused here, at the call."""
     fix = "Fix: pass program.entry (or a list of statements and expressions)."
-    if isinstance(body, (str, bytes)) or not hasattr(body, "__iter__"):
+    if isinstance(body, (str, bytes, NotACollection)) or not hasattr(body, "__iter__"):
         raise IRValidationError(f"walk takes an iterable of IR statements and expressions, not "
                                 f"{a_type(body)}. {fix}")
     stack = list(reversed(tuple(body)))

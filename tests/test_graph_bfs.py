@@ -334,6 +334,13 @@ SIMULATED = textwrap.dedent('''
             bad = cuda.to_device(np.zeros(7, np.int64))
             check[2, 32](cuda.to_device(ip.astype(np.int64)), cuda.to_device(ix), n, 3, symmetric, 12345, bad)
             assert list(bad.copy_to_host())[:5] == want, (list(bad.copy_to_host()), want, symmetric)
+    prints = []  # the fingerprint is keyed by the secret: the same contents print alike under one, apart under two
+    for secret in (12345, 12345, 99):
+        bad = cuda.to_device(np.zeros(7, np.int64))
+        check[2, 32](cuda.to_device(np.arange(0, 301, 30)), cuda.to_device(np.arange(300) % 10), 10, 3, True, secret,
+                     bad)
+        prints.append(int(bad.copy_to_host()[5]))
+    assert prints[0] == prints[1] != prints[2] and prints[0] != 0, prints
     print("csr ok")
 
     # the simulator's arrays say what to do (a red-team: they were told to pass device arrays for both)

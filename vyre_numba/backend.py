@@ -133,8 +133,8 @@ class Telemetry(dict):
                                 "not an int. Fix: store whole counts (nanoseconds for `*_ns`); keep other values in a "
                                 "dict of your own.")
         if value < 0:  # a count or a duration is never below zero
-            raise DispatchError(f"telemetry: counter {shown(key, 60)} = {int(value)} is negative. Fix: store counts and "
-                                "durations, which are 0 or more; keep differences in a dict of your own.")
+            raise DispatchError(f"telemetry: counter {shown(key, 60)} = {int(value)} is negative. Fix: store counts "
+                                "and durations, which are 0 or more; keep differences in a dict of your own.")
         return display.Duration(value) if key.endswith("_ns") else int(value)
 
     def __delitem__(self, key: object) -> None:

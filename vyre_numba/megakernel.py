@@ -220,8 +220,9 @@ class Megakernel(NotACollection, Unshared):
 
     def _fallback_rounds(self) -> tuple[int, bool | None]:
         b = self.backend
-        steps = [Step(s.program, bs, s.config) for s, bs in zip(self.steps, self._bound)]  # the buffers it was
-        if self.until is not None:  # planned with, as the megakernel runs: not a caller's list as it is now
+        # over the buffers it was planned with, as the megakernel runs: not a caller's list as it is now
+        steps = [Step(s.program, bs, s.config) for s, bs in zip(self.steps, self._bound)]
+        if self.until is not None:
             steps = [Step(_clear_program(self._until_dtype), [self.until], DispatchConfig(grid=(1, 1, 1)))] + steps
         flag_read = [(self.until, 0, 1)] if self.until is not None else []
         if self._graph is None and self.mode == "graph":

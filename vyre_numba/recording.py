@@ -382,7 +382,7 @@ class Resequence(RecordedSequence):
         self._check_sequence_replay(inputs)
         with self._lock:
             self._check_open()
-            self._check_writable()
+            self._check_buffers()
             from .backend import label_counts, uncounted
 
             with uncounted():
@@ -390,7 +390,7 @@ class Resequence(RecordedSequence):
             self.backend._count(graph_replays=1, sync_points=1, **label_counts(self.steps))
             return out
 
-    def _check_writable(self) -> None:
+    def _check_buffers(self) -> None:
         """Each step's buffers (the caller's own arrays, bound at recording) shaped and typed as
         recorded, and writable where the step writes them: all checked before any step runs."""
         from .ir.program import Access

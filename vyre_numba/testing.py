@@ -19,7 +19,7 @@ def pytest_configure(config) -> None:
     from .progress import ENV
 
     os.environ.setdefault(ENV, "0")  # inherited by the notebook kernels nbval starts
-    config.addinivalue_line("markers", "gpu: needs a usable CUDA GPU (skipped, with the reason, where there is none)")
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped, with the reason, where none is usable)")
 
 
 FAILURE_LOG = "VYRE_FAILURE_LOG"

@@ -669,8 +669,10 @@ class Selector(Unshared):
             if meanwhile is not None:
                 meanwhile()
             kept = self.watch()  # -2 (given up) only after the bound and a synchronisation
-        except BaseException:  # interrupted: the launch may still be writing (the thread's pinned memory, where a
-            try:  # readback on another stream would use it next), and how far the barrier's count got is unknown
+        except BaseException:
+            # Interrupted: the launch may still be writing (the thread's pinned memory, where a readback on
+            # another stream would use it next), and how far the barrier's count got is unknown.
+            try:
                 self.stream.synchronize()
             except Exception:  # a fault of the launch: the interruption is what the caller hears of
                 pass

@@ -371,8 +371,9 @@ def _run_cpu(step: Callable, n: int, args: list, max_rounds: int, progress: bool
         try:
             changed = _numba_call(jitted, n, args)
         except DispatchError:
-            if not checked and (_compiled_for(jitted, n, args) or _maybe_none(inner)):  # a result the round
-                _check_result(inner, args)  # cannot read (an array's truth, None) is the step's mistake, not a raise
+            # a result the round cannot read (an array's truth, None) is the step's mistake, not a raise
+            if not checked and (_compiled_for(jitted, n, args) or _maybe_none(inner)):
+                _check_result(inner, args)
             raise
         if not checked:  # the step is typed by its first round
             _check_result(inner, args)

@@ -20,7 +20,7 @@ from ..config import DispatchConfig
 from ..display import Duration
 from ..errors import (INTEGERS, BackendUnavailableError, DeviceError, DispatchError, LaunchError, VyreError, a_type,
                       DeviceMemoryError, HostMemoryError, check_calls, device_out_of_memory, driver_memory_error,
-                      raise_if_out_of_memory, shown)
+                      raise_if_out_of_memory, shown, told)
 from ..ir import Program, check
 from ..lru import LRUCache
 from . import diskcache, tuning
@@ -475,7 +475,7 @@ class CudaBackend(Backend):
                                        "dispatch less data at a time", named=True)
         if isinstance(e, MemoryError):  # the host's: staging copies of the buffers
             return HostMemoryError(f"kernel {plan.kernel.name!r}: the host ran out of memory staging {staged} bytes "
-                                   f"of its buffers ({e}). Fix: free host memory, or dispatch less data at a time.")
+                                   f"of its buffers{told(e)}. Fix: free host memory, or dispatch less data at a time.")
         return DeviceError(f"kernel {plan.kernel.name!r} with {plan.shape} failed: {type(e).__name__}: {e}. "
                            "Fix: a fault inside a kernel poisons the CUDA context; restart the process.")
 

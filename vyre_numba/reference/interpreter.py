@@ -108,7 +108,7 @@ def _budget(value: int | None, env: str, default: int, what: str) -> int:
 
 def memory_budget(value: int | None = None) -> int:
     """Bytes of working memory a reference dispatch may use: `value`, else $VYRE_NUMBA_REFERENCE_MEMORY
-    (an int, or with a K/M/G/T binary suffix), else 2 GiB."""
+    (an int of bytes, or with a K/M/G/T binary suffix, as 2G, 2GB or 2GiB), else 2 GiB."""
     return _budget(value, MEMORY_ENV, DEFAULT_MEMORY_BUDGET, "memory_budget")
 
 

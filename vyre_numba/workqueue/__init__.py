@@ -26,9 +26,9 @@ from numpy.typing import DTypeLike
 from ..backend import ArrayIn, ArrayOut, Stream, check_empty, check_not_a_value, host_array
 from ..ir import DataType
 from ..ir.types import NUMPY_BOOL_CODES
-from ..errors import (INTEGERS, BackendUnavailableError, CapacityError, DispatchError, NotACollection, VyreError, a_type,
-                      device_memory_error, device_out_of_memory, flat_fix, host_memory, mixes_bools, numba_reason,
-                      public_name, raise_if_out_of_memory, shown, yields)
+from ..errors import (INTEGERS, BackendUnavailableError, CapacityError, DispatchError, NotACollection, VyreError,
+                      a_type, device_memory_error, device_out_of_memory, flat_fix, host_memory, mixes_bools,
+                      numba_reason, public_name, raise_if_out_of_memory, shown, yields)
 from ..owned import Unshared
 from ..signals import uninterrupted
 from ..simulator import SIMULATED as _SIM

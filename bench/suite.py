@@ -20,7 +20,6 @@ import json
 import math
 import os
 import re
-import stat
 import subprocess
 import sys
 import tempfile
@@ -358,27 +357,11 @@ def write_section(results_md: Path, device: str, body: str) -> None:
 
 
 def write_all(files: dict) -> None:
-    """Each path (for a link, the file it leads to) holds its bytes, keeping its mode where it
-    exists; or, where writing any of them fails (a full disk, Ctrl-C), each is left as it was:
-    all are written in full beside their paths before any replaces its path."""
-    staged = []  # (temporary name, the file it replaces)
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        for path, data in files.items():
-            real = Path(path).resolve()
-            if real.is_dir():  # found before any file is replaced, not by the rename after some are
-                raise IsADirectoryError(21, "Is a directory", str(real))
-            fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".tmp")
-            staged.append((tmp, real))
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.chmod(tmp, stat.S_IMODE(real.stat().st_mode) if real.exists() else 0o666 & ~umask)
-        for tmp, real in staged:
-            os.replace(tmp, real)
-    finally:
-        for tmp, _ in staged:
-            Path(tmp).unlink(missing_ok=True)
+    """Each path holds its bytes, or, where writing any of them fails, each is left as it was
+    (`vyre_numba.files.write_all`)."""
+    from vyre_numba.files import write_all as write_set
+
+    write_set([(path, lambda f, data=data: f.write(data)) for path, data in files.items()])
 
 
 def report(res: dict, quick: bool, here: Path = HERE, device: str | None = None,

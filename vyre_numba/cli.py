@@ -43,7 +43,7 @@ from . import ir
 from .config import MAX_AXIS, DispatchConfig
 from . import errors
 from .errors import DEBUG_ENV, DEBUG_OFF, DEBUG_ON, DispatchError, VyreError, clip, did_you_mean, driver_error, shown
-from .files import NotRegular, regular
+from .files import NotRegular, regular, write_all
 from .registry import available_backends, get_backend, unavailable_reason
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -496,41 +496,19 @@ def _remove_dirs(created: list[Path]) -> None:
 
 
 def _write_all(files: list[tuple[Path, Callable]]) -> None:
-    """Write every (path, write(file)) as one set, each path (for a symbolic link, the file it leads
-    to) keeping its mode where it exists: each is written in full beside its path first,
-    and only then do they replace their paths, so a failure while writing (a full disk, Ctrl-C)
-    leaves every old file, or none, as it was; a failure of a rename itself says which were replaced."""
-    staged: list[tuple[str, Path, Path]] = []  # (temporary name, the file it replaces, the path given)
-    replaced: list[Path] = []
-    path = None
+    """`files.write_all` (every (path, write(file)) as one set, or none), its failures said as
+    OutputError with the fix."""
     try:
-        for path, write in files:
-            real, st = _target(path)
-            if st is not None and not stat.S_ISREG(st.st_mode):  # it changed since _prepare_dir looked
-                raise OutputError(f"cannot write {path}: it is now {_kind(st.st_mode)}, not a regular file. Fix: "
-                                  "give the path of a regular file, or of one not there yet, then run again.")
-            fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".tmp")
-            staged.append((tmp, real, path))
-            with os.fdopen(fd, "wb") as f:
-                write(f)
-            umask = os.umask(0)
-            os.umask(umask)
-            # as open() would leave it: mkstemp's 0600 is for the temporary name
-            os.chmod(tmp, stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~umask)
-        for tmp, real, path in staged:
-            os.replace(tmp, real)
-            replaced.append(path)
+        write_all(files)
+    except (NotRegular, IsADirectoryError) as e:  # it changed since _prepare_dir looked
+        path, mode = (e.path, e.mode) if isinstance(e, NotRegular) else (e.filename, stat.S_IFDIR)
+        raise OutputError(f"cannot write {path}: it is now {_kind(mode)}, not a regular file. Fix: give the path of "
+                          "a regular file, or of one not there yet, then run again.") from None
     except OSError as e:
-        kept = "; no file was replaced" if not replaced else \
-            f"; {', '.join(map(str, replaced))} already replaced, the others left as they were"
-        raise OutputError(f"cannot write {path}: {e.strerror or e}{kept}. "
+        kept = "; no file was replaced" if not e.replaced else \
+            f"; {', '.join(map(str, e.replaced))} already replaced, the others left as they were"
+        raise OutputError(f"cannot write {e.written}: {e.strerror or e}{kept}. "
                           "Fix: free space or choose another output location, then run again.") from e
-    finally:
-        for tmp, _, _ in staged:
-            try:
-                os.unlink(tmp)
-            except OSError:  # renamed, as it should be
-                pass
 
 
 # ---- commands -----------------------------------------------------------------------------------

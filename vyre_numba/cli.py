@@ -887,8 +887,9 @@ class _Parser(argparse.ArgumentParser):
 
     def refuse_unknown(self, extra: list[str]) -> None:
         """The usage error of arguments this (sub)command does not take, naming the nearest option."""
-        options = {o.lstrip("-"): o for a in self._actions for o in a.option_strings}  # compared without dashes,
-        near = ""  # which every option shares
+        # compared without the dashes every option shares
+        options = {o.lstrip("-"): o for a in self._actions for o in a.option_strings}
+        near = ""
         for x in (x for x in extra if x.startswith("-")):
             close = difflib.get_close_matches(x.split("=")[0].lstrip("-"), list(options), n=1)
             if close:

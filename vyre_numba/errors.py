@@ -120,9 +120,8 @@ class NotACollection:
 
     def _not_a_collection(self, what: str):
         __tracebackhide__ = True  # noqa: F841
-        name = public_name(type(self))
-        raise ArgumentError(f"{'an' if name[:1] in 'AEIOU' else 'a'} {name} is not a Python collection: it has "
-                            f"no {what}. Fix: {self._collection_fix}")
+        raise ArgumentError(f"{with_article(public_name(type(self)))} is not a Python collection: it has no {what}. "
+                            f"Fix: {self._collection_fix}")
 
     def __bool__(self) -> bool:
         return True
@@ -960,7 +959,11 @@ _SAID_AS = (("uint", "a"), ("ufunc", "a"), ("uuid", "a"), ("nd", "an"))  # by so
 
 def a_type(x) -> str:
     """x's type's name with its article, for a message: "an int", "a list", "a uint8", "an ndarray"."""
-    name = type(x).__name__
+    return with_article(type(x).__name__)
+
+
+def with_article(name: str) -> str:
+    """`name` with the article it is spoken with: "an EGraph", "a Graph", "a uint8"."""
     said = next((a for start, a in _SAID_AS if name.lower().startswith(start)), None)
     return f"{said or ('an' if name[:1].lower() in 'aeiou' else 'a')} {name}"
 

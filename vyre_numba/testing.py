@@ -44,8 +44,9 @@ def pytest_collection_modifyitems(config, items) -> None:
 
     from .registry import unavailable_reason
 
-    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]  # (keywords hold folder
-    # names and parameter ids too: a test in a folder named gpu, or a case [gpu], is no gpu test)
+    # by the marker, not pytest's keywords: those hold folder names and parameter ids too (a test in a
+    # folder named gpu, or a case [gpu], is no gpu test)
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items:
         return
     why = unavailable_reason("cuda")

@@ -1609,3 +1609,14 @@ def test_operator_ids_out_of_range_are_told_about_operator_ids():
     for call in (lambda: g.add([-3], [0, 0], []), lambda: g.lookup([2**31], [0, 0], [])):
         with pytest.raises(DispatchError, match="Fix: use the operator ids the e-graph's rows use"):
             call()
+
+
+def test_lookup_of_an_operator_id_past_the_named_operators_is_refused_as_add_refuses_it():
+    g = EGraph.from_arrays([0, 1], [0, 1], [0, 0, 0], [], ops=["a", "b"], backend="reference")
+    for call in (lambda: g.add([2], [0, 0], []), lambda: g.lookup([2], [0, 0], [])):
+        with pytest.raises(DispatchError, match=r"op holds 2, but the e-graph names 2 operators\. Fix: use an "
+                                                r"operator id below that, or the operator's name\."):
+            call()
+    assert g.lookup([1], [0, 0], []).tolist() == [1]
+    assert g.lookup(["c", "b"], [0, 0, 0], []).tolist() == [-1, 1]  # a name it never saw finds nothing
+    assert list(g.ops) == ["a", "b"]  # the lookup named nothing new

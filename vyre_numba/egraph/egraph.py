@@ -542,8 +542,9 @@ class EGraph(NotACollection, Unshared):
         Rebuilds first if unions are pending: equality is only meaningful on canonical children.
         `op` as in `add` (a name the e-graph has never seen finds nothing)."""
         check_progress(None)  # its rebuild's bar setting, read before anything runs
-        op, _ = self._op_ids(op, "lookup")
+        op, new_ops = self._op_ids(op, "lookup")
         op, offsets, children = _rows(op, children_offsets, children, self.n_classes, "lookup")
+        self._check_op_ids(op, len(new_ops))
         self._rebuilt()  # after the checks: a refused call leaves an unconverged e-graph as it was
         return self._live().lookup(op, offsets, children)
 
@@ -583,6 +584,13 @@ class EGraph(NotACollection, Unshared):
                 new.append(str(x))  # a str subclass (np.str_) kept as the str from_arrays makes of a name
         return np.array([index[x] for x in names], np.int64), new
 
+    def _check_op_ids(self, op: np.ndarray, new: int) -> None:
+        """Where the e-graph names its operators, every id must name one (of them or the `new`
+        names of this call)."""
+        if self._ops is not None and op.size and int(op.max()) >= len(self._ops) + new:
+            raise DispatchError(f"op holds {int(op.max())}, but the e-graph names {len(self._ops)} operators. "
+                                "Fix: use an operator id below that, or the operator's name.")
+
     @_serial
     def add(self, op: ArrayLike, children_offsets: ArrayLike, children: ArrayLike) -> np.ndarray:
         """Add e-nodes (children: existing class ids) and return their classes, hash-consed: an
@@ -594,9 +602,7 @@ class EGraph(NotACollection, Unshared):
         check_progress(None)  # read by the rebuilds it runs: a bad setting is refused before any row goes in
         op, new_ops = self._op_ids(op, "add")
         op, offsets, children = _rows(op, children_offsets, children, self.n_classes, "add")
-        if self._ops is not None and op.size and int(op.max()) >= len(self._ops) + len(new_ops):
-            raise DispatchError(f"op holds {int(op.max())}, but the e-graph names {len(self._ops)} operators. "
-                                "Fix: use an operator id below that.")
+        self._check_op_ids(op, len(new_ops))
         g = self._live()
         canon = g.find(children) if children.size else children  # exact before a rebuild too
         self._check_children(children, canon)

@@ -846,9 +846,11 @@ def test_step_scalars_are_typed_for_the_gpu_as_the_cpu_reads_them():
     from vyre_numba.fixpoint.device import _arg_kinds
 
     assert _arg_kinds([5, -2**63, 2**63, 2**64 - 1])[0] == [types.int64, types.int64, types.uint64, types.uint64]
-    for bad, said in ((2**64 + 5, "past 64 bits"), (-2**63 - 1, "past 64 bits"), (2**70, "past 64 bits"),
-                      (np.longdouble(1), "scalar"), (np.float16(1), "scalar")):
-        with pytest.raises(DispatchError, match=f"args\\[0\\].*{said}.*Fix: "):
+    small = [np.int8(-3), np.uint8(250), np.int16(-300), np.uint16(60000)]
+    assert _arg_kinds(small) == ([types.int8, types.uint8, types.int16, types.uint16], [("b32", x) for x in small])
+    for bad, said in ((2**64 + 5, "past 64 bits.*Fix: "), (-2**63 - 1, "past 64 bits.*Fix: "), (2**70, "past 64 bits.*Fix: "),
+                      (np.longdouble(1), "scalar.*Fix: pass a float32"), (np.float16(1), "scalar.*Fix: pass a float32")):
+        with pytest.raises(DispatchError, match=f"args\\[0\\].*{said}"):
             _arg_kinds([bad])
 
 
@@ -865,6 +867,24 @@ def test_gpu_scalars_from_2_63_up_reach_the_step_as_on_the_cpu():
     with pytest.raises(DispatchError, match="past 64 bits.*Fix:"):
         fixpoint.run(_below, 3, [a, 2**64 + 5], backend="cuda")
     assert a.copy_to_host().tolist() == [2**64 - 1] * 3
+
+
+def _add_small(i, a, step, zero):
+    a[()] = a[()] + step if a[()] < 100 else a[()]  # 0-d: a[()] on the CPU and the GPU alike
+    return 1 if a[()] < 100 else zero
+
+
+@pytest.mark.gpu
+def test_gpu_takes_0d_arrays_and_8_and_16_bit_scalars_as_the_cpu_does():
+    from numba import cuda
+
+    for step, zero in ((np.int8(-3), np.uint8(0)), (np.uint16(7), np.int16(0)), (np.uint8(250), np.int8(0))):
+        host = np.zeros((), np.int64)
+        cpu = fixpoint.run(_add_small, 1, [host, step, zero], max_rounds=200, backend="reference")
+        a = cuda.to_device(np.zeros((), np.int64))
+        gpu = fixpoint.run(_add_small, 1, [a, step, zero], max_rounds=200, backend="cuda")
+        assert a.copy_to_host()[()] == host[()] and (gpu.rounds, gpu.converged) == (cpu.rounds, cpu.converged)
+    assert host[()] == 250 and cpu.converged  # uint8 250 reached the step whole (not -6)
 
 
 def _links(i, parent, u, v):

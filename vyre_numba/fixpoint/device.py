@@ -65,7 +65,7 @@ def _arg_kinds(args: list) -> tuple[list, list[tuple[str, Any]]]:
             if isinstance(own, np.dtype) and own.itemsize == dt.itemsize:  # Numba's interface names a record |V<size>
                 dt = own
             itemsize = dt.itemsize
-            shape = tuple(int(d) for d in cai["shape"]) or (1,)
+            shape = tuple(int(d) for d in cai["shape"])  # () for a 0-d array: no shape or strides to pass
             strides = cai.get("strides")
             contiguous = tuple(math.prod(shape[j + 1:]) * itemsize for j in range(len(shape)))
             if strides is not None and math.prod(shape) > 1 and tuple(strides) != contiguous:
@@ -81,9 +81,10 @@ def _arg_kinds(args: list) -> tuple[list, list[tuple[str, Any]]]:
             kinds.append(types.boolean)
             params.append(("b32", int(a)))  # Numba passes a bool parameter as a byte in a b32 slot
         elif isinstance(a, np.generic) and a.dtype.kind in "iuf":
-            if not 4 <= a.dtype.itemsize <= 8:
-                raise DispatchError(f"args[{k}] is a {a.dtype} scalar. Fix: pass 32- or 64-bit scalars.")
-            kinds.append(from_dtype(a.dtype))
+            if a.dtype.kind == "f" and a.dtype.itemsize not in (4, 8):
+                raise DispatchError(f"args[{k}] is a {a.dtype} scalar, which the GPU step does not take. "
+                                    "Fix: pass a float32 or float64 (np.float32(x)).")
+            kinds.append(from_dtype(a.dtype))  # 8- and 16-bit ints travel in a b32 slot, as Numba passes them
             params.append(("b64" if a.dtype.itemsize == 8 else "b32", a))  # floats travel as their bits
         elif isinstance(a, int):
             if not -2**63 <= a < 2**64:

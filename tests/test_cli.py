@@ -132,6 +132,18 @@ def test_run_argument_errors_exit_2_before_any_work(saxpy_json, tmp_path, capsys
     assert dispatches == [] and not out.exists()
 
 
+def test_unknown_input_names_are_told_clipped(saxpy_json, tmp_path, capsys, dispatches):
+    """Regression (a red-team): thousands of --input names, or one of 10,000 characters, were all
+    echoed in the one error line."""
+    np.save(tmp_path / "a.npy", np.float32([2]))
+    many = [f"--input=b{k}={tmp_path}/a.npy" for k in range(2000)] + [f"--input={'z' * 10_000}={tmp_path}/a.npy"]
+    assert main(["run", str(saxpy_json), "--out", str(tmp_path / "o"), "--backend", "reference", *many]) == 2
+    line = one_error_line(capsys, "are not inputs of 'saxpy' (its inputs: ['a', 'x', 'y']). Fix: name only those: "
+                                  "a, x, y.")
+    assert_fix(line)
+    assert len(line) < 700 and "..." in line, line
+
+
 def test_run_with_an_empty_out_exits_2_and_writes_nothing(saxpy_json, tmp_path, capsys, dispatches, monkeypatch):
     np.save(tmp_path / "a.npy", np.float32([2]))
     np.save(tmp_path / "x.npy", np.zeros(3, np.float32))
@@ -1349,6 +1361,9 @@ def test_bench_whose_suite_exits_at_import_is_said_not_silent(tmp_path, capsys):
     (["bench", "--quik"], "vyre-numba bench", "unrecognized arguments: --quik (did you mean --quick?)"),
     (["run", "p.json", "--out", "o", "--bogus"], "vyre-numba run", "unrecognized arguments: --bogus. Fix"),
     (["dmeo"], "vyre-numba", "invalid choice: 'dmeo'"),
+    (["bench", "--qui"], "vyre-numba bench", "unrecognized arguments: --qui (did you mean --quick?)"),
+    (["demo", "--back", "reference"], "vyre-numba demo", "unrecognized arguments: --back reference (did you mean "
+                                                          "--backend?)"),
 ])
 def test_an_unknown_argument_is_told_with_its_commands_usage_and_the_nearest_option(capsys, argv, usage, said):
     """Regression (a red-team): a subcommand's misspelt option got the top-level usage, a Fix

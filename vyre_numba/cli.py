@@ -285,13 +285,13 @@ def _check_input_names(program: ir.Program, names: Iterable[str]) -> None:
     given = set(names)
     unknown = sorted(given - set(wanted))
     if unknown:
-        fix = f"name only those: {', '.join(wanted)}" if wanted else "drop --input; this program takes none"
+        fix = f"name only those: {clip(', '.join(wanted), 200)}" if wanted else "drop --input; this program takes none"
         verb = "is not an input" if len(unknown) == 1 else "are not inputs"
-        raise UsageError(f"--input {', '.join(map(repr, unknown))} {verb} of {shown(program.name)} "
-                         f"(its inputs: {wanted}). Fix: {fix}.")
+        raise UsageError(f"--input {clip(', '.join(shown(n, 40) for n in unknown), 200)} {verb} of "
+                         f"{shown(program.name)} (its inputs: {shown(wanted, 200)}). Fix: {fix}.")
     missing = [n for n in wanted if n not in given]
     if missing:
-        raise UsageError(f"missing inputs {missing} of {shown(program.name)}. "
+        raise UsageError(f"missing inputs {shown(missing, 200)} of {shown(program.name)}. "
                          f"Fix: add --input {missing[0]}=FILE.npy (one --input per input buffer).")
 
 
@@ -875,7 +875,13 @@ def _whole(text: str) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse's parser, whose usage errors end in a fix as every other error does."""
+    """argparse's parser, whose usage errors end in a fix as every other error does, and which
+    takes options only as spelt (`--ou` is not `--out`: an abbreviation would change meaning the
+    day an option sharing its start is added)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         self.print_usage(sys.stderr)

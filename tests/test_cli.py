@@ -422,7 +422,7 @@ def test_the_debug_variable_reads_false_as_off(saxpy_json, saxpy_inputs, tmp_pat
     monkeypatch.setattr(get_backend("reference"), "dispatch", broken)
     assert main(["run", str(saxpy_json), "--out", str(tmp_path / "o"), "--backend", "reference", *saxpy_inputs]) == 1
     err = capsys.readouterr().err
-    assert ("Traceback" in err) is shown and ("is not a setting; read as on" in err) is warned
+    assert ("Traceback" in err) is shown and ("is not a setting, so it is read as on" in err) is warned
 
 
 def test_info_says_a_reference_backend_with_a_bad_setting_is_unusable(capsys, monkeypatch):
@@ -590,6 +590,19 @@ def test_a_bad_setting_is_said_before_the_demos_first_step_and_by_info(capsys, m
     assert len(settings) == 1 and env in settings[0] and "Fix:" in settings[0]
     monkeypatch.delenv(env)
     assert main(["info"]) == 0 and "settings: every one valid" in capsys.readouterr().out
+
+
+def test_info_says_a_debug_setting_that_is_not_one(capsys, monkeypatch):
+    """Regression (a red-team): `info` checked every setting but VYRE_NUMBA_DEBUG, which a value
+    such as 'maybe' turns on; the commands still run with it (read as on)."""
+    monkeypatch.setenv("VYRE_NUMBA_DEBUG", "maybe")
+    assert main(["info"]) == 2
+    settings = [line for line in capsys.readouterr().out.splitlines() if line.startswith("settings: ")]
+    assert settings == ["settings: $VYRE_NUMBA_DEBUG='maybe' is not a setting, so it is read as on. Fix: set it to 1 "
+                        "or 0, or unset it."]
+    for fine in ("0", "On", ""):
+        monkeypatch.setenv("VYRE_NUMBA_DEBUG", fine)
+        assert main(["info"]) == 0 and "settings: every one valid" in capsys.readouterr().out
 
 
 def test_the_demos_cpu_check_is_fma_and_can_fail(capsys, monkeypatch):

@@ -193,6 +193,10 @@ def test_memory_budget_from_the_environment(monkeypatch):
     monkeypatch.delenv("VYRE_NUMBA_REFERENCE_MEMORY")
     monkeypatch.delenv("VYRE_NUMBA_REFERENCE_WORK", raising=False)
     assert ReferenceBackend().memory_budget == 2 << 30 and ReferenceBackend().work_budget == 10**11
+    for empty in ("", "  "):  # set empty reads as unset, as VYRE_NUMBA_PROGRESS and VYRE_NUMBA_CACHE do
+        monkeypatch.setenv("VYRE_NUMBA_REFERENCE_MEMORY", empty)
+        monkeypatch.setenv("VYRE_NUMBA_REFERENCE_WORK", empty)
+        assert ReferenceBackend().memory_budget == 2 << 30 and ReferenceBackend().work_budget == 10**11
 
 
 def test_a_budget_set_in_the_environment_after_the_backend_was_made_takes_effect(monkeypatch):

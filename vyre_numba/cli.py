@@ -129,6 +129,9 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"GPU: {c.name}, sm_{c.sm}, {c.sm_count} SMs, cooperative launch: {c.cooperative_launch}")
     print(f"default backend: {available_backends()[0] if usable else 'none usable (see above)'}")
     bad = [(env, why) for env, why in _settings() if why is not None]
+    debug = _debug_setting()
+    if debug is not None:  # read as on, so no command refuses it; info, which checks settings, says so
+        bad.append((DEBUG_ENV, debug))
     print("settings: " + ("every one valid" if not bad else "; ".join(_one_line(why) for _, why in bad)))
     return EXIT_OK if not bad else EXIT_USAGE
 
@@ -955,13 +958,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _debug_setting() -> str | None:
+    """What is wrong with $VYRE_NUMBA_DEBUG (1/true/yes/on or 0/false/no/off, any case, or unset),
+    or None."""
+    value = os.environ.get(DEBUG_ENV, "")
+    if value.strip().lower() in DEBUG_OFF + DEBUG_ON:
+        return None
+    return f"${DEBUG_ENV}={shown(value, 40)} is not a setting, so it is read as on. Fix: set it to 1 or 0, or unset it."
+
+
 def _debug() -> bool:
-    """Whether $VYRE_NUMBA_DEBUG asks for tracebacks: 1/true/yes/on (any case); 0/false/no/off or
-    unset for none; anything else is said on stderr and read as on (a debugging aid should not
-    hide the error it was set to show)."""
-    value = os.environ.get(DEBUG_ENV, "").strip().lower()
-    if value not in DEBUG_OFF + DEBUG_ON:
-        print(f"warning: ${DEBUG_ENV}={value!r} is not a setting; read as on (set it to 1 or 0).", file=sys.stderr)
+    """Whether $VYRE_NUMBA_DEBUG asks for tracebacks; a value that is not a setting is said on
+    stderr and read as on (a debugging aid should not hide the error it was set to show)."""
+    said = _debug_setting()
+    if said is not None:
+        print(f"warning: {said}", file=sys.stderr)
     return errors._debugging()
 
 

@@ -92,7 +92,7 @@ def _budget(value: int | None, env: str, default: int, what: str) -> int:
     """`value`, else the environment variable `env`, else `default`; refused unless a positive int."""
     if value is None:
         text = os.environ.get(env)
-        if text is None:
+        if text is None or not text.strip():  # set empty reads as unset, as every other setting's does
             return default
         parsed = _parse_amount(text, units=env == MEMORY_ENV)  # work units are no bytes: a number alone
         if parsed is None:

@@ -205,3 +205,58 @@ def test_the_shared_host_checks_refuse_what_the_reference_dispatch_refuses(which
             assert "Fix:" in str(shared.value)
         else:
             Backend._check_step(be, Step(program, buffers))
+
+
+def _inc(name: str = "inc") -> ir.Program:
+    i = ir.gid(0)
+    return ir.Program([B.read("a", 0, "u32"), B.output("o", 1, "u32")], 32,
+                      [ir.if_(i < ir.buf_len("o"), [ir.store("o", i, ir.load("a", i) + 1)])], name=name)
+
+
+def test_fusion_keeps_a_boundary_where_the_fused_kernel_would_pass_a_programs_limits():
+    """Regression (a red-team): 200 valid two-buffer steps fused into one kernel of 400 buffers,
+    past the kernel-parameter limit, and three steps of 655k nodes into one past MAX_NODES: each
+    refused with an IRValidationError whose Fix did not apply. A boundary now stays, with why."""
+    ref = vn.get_backend("reference")
+    pairs = [(ref.upload(np.arange(8, dtype=np.uint32) + k), ref.upload(np.zeros(8, np.uint32))) for k in range(200)]
+    steps = [(_inc(), [x, y]) for x, y in pairs]
+    reads = [(y, 0, None) for _, y in pairs]
+    plan = ref.fuse(steps, reads)
+    assert [len(g) for g in plan.groups] == [181, 19]  # 362 buffers: 4,344 bytes of the 4,352
+    assert str(plan.boundaries[0]) == ("after step 180: fused, the steps would bind 364 buffers, 4368 bytes of kernel "
+                                       "parameters, over the 4352-byte limit")
+    got = ref.dispatch_sequence(steps, reads, fuse=True)
+    assert all(g.tolist() == list(range(k + 1, k + 9)) for k, g in enumerate(got))
+
+    i = ir.gid(0)
+    e = ir.load("a", i)
+    for _ in range(17):
+        e = e ^ (e >> 1)  # 2**17 uses of the load: about 655k nodes written out
+    big = ir.Program([B.read("a", 0, "u32"), B.output("o", 1, "u32")], 32,
+                     [ir.if_(i < ir.buf_len("o"), [ir.store("o", i, e)])], name="big")
+    bufs = [ref.upload(np.arange(64, dtype=np.uint32))] + [ref.upload(np.zeros(64, np.uint32)) for _ in range(3)]
+    plan = ref.fuse([(big, bufs[k:k + 2]) for k in range(3)], [(bufs[3], 0, None)])
+    assert plan.groups == [[0], [1], [2]]
+    assert {b.reason for b in plan.boundaries} == {"fused, the steps would be more than MAX_NODES = 1,048,576 IR nodes"}
+
+
+def test_a_fused_kernel_has_the_work_budget_its_steps_had_together():
+    """Regression (a red-team): on the reference backend each step of a sequence fitted its
+    dispatch's work budget, but fused, the three shared one budget and the run was refused."""
+    from vyre_numba.reference import ReferenceBackend
+
+    i = ir.gid(0)
+    summed = ir.Program([B.read("a", 0, "u32"), B.output("o", 1, "u32")], 32,
+                        [ir.let("s", ir.u32(0)),
+                         ir.loop("k", 0, 100, [ir.assign("s", ir.var("s") + ir.load("a", i) * ir.var("k"))]),
+                         ir.if_(i < ir.buf_len("o"), [ir.store("o", i, ir.var("s"))])], name="sum")
+    be = ReferenceBackend(work_budget=250_000)
+    bufs = [be.upload(np.arange(64, dtype=np.uint32))] + [be.upload(np.zeros(64, np.uint32)) for _ in range(3)]
+    steps = [(summed, bufs[k:k + 2]) for k in range(3)]
+    assert len(be.fuse(steps, [(bufs[3], 0, None)]).steps) == 1
+    want = be.dispatch_sequence(steps, [(bufs[3], 0, None)])
+    assert np.array_equal(be.dispatch_sequence(steps, [(bufs[3], 0, None)], fuse=True)[0], want[0])
+    be.work_budget = 20_000  # each step alone runs out, and so does their kernel: three budgets, not more
+    for fuse in (False, True):
+        with pytest.raises(DispatchError, match="work budget of 2e\\+04 units" if not fuse else "6e\\+04 units"):
+            be.dispatch_sequence(steps, [(bufs[3], 0, None)], fuse=fuse)

@@ -745,3 +745,55 @@ def test_a_plan_is_not_reused_under_another_memory_budget():
     mk = be.megakernel(steps, [(z, 0, 3)])
     assert mk.workgroups < wide.workgroups
     assert mk.run().outputs[0].tolist() == [1, 1, 1]
+
+
+def test_a_megakernel_whose_stages_together_pass_a_programs_limits_falls_back_and_says_why():
+    """Regression (a red-team): two valid steps of 32 KiB of workgroup memory each planned as a
+    megakernel (mode 'megakernel', no reason), whose run then refused the 64 KiB persistent
+    program; 200 two-buffer steps bound 400 buffers in it, past the parameter limit."""
+    ref = vn.get_backend("reference")
+    i = ir.gid(0)
+
+    def tiled(name):
+        return ir.Program([B.read("a", 0, "u32"), B.read_write("o", 1, "u32"), B.workgroup("tile", 8192, "u32")], 64,
+                          [ir.store("tile", ir.lid(0), ir.load("a", i) + 1), ir.barrier("workgroup"),
+                           ir.if_(i < ir.buf_len("o"), [ir.store("o", i, ir.load("tile", ir.lid(0)))])], name=name)
+
+    a, o1, o2 = (ref.upload(np.arange(128, dtype=np.uint32)), ref.upload(np.zeros(128, np.uint32)),
+                 ref.upload(np.zeros(128, np.uint32)))
+    mk = ref.megakernel([(tiled("s0"), [a, o1]), (tiled("s1"), [o1, o2])], [(o2, 0, None)])
+    assert mk.mode == "graph" and mk.reason == (
+        "the steps do not make one valid persistent program (buffers: workgroup buffers take 65536 bytes (each "
+        "rounded up to a multiple of 8), over the 49152-byte static shared-memory limit.)")
+    assert mk.run().outputs[0].tolist() == list(range(2, 130))
+
+    inc = ir.Program([B.read("a", 0, "u32"), B.output("o", 1, "u32")], 32,
+                     [ir.if_(i < ir.buf_len("o"), [ir.store("o", i, ir.load("a", i) + 1)])], name="inc")
+    pairs = [(ref.upload(np.arange(8, dtype=np.uint32)), ref.upload(np.zeros(8, np.uint32))) for _ in range(200)]
+    mk = ref.megakernel([(inc, [x, y]) for x, y in pairs], [(pairs[-1][1], 0, None)])
+    assert mk.mode == "graph" and "bound buffers take" in mk.reason and "Fix" not in mk.reason
+    assert mk.run().outputs[0].tolist() == list(range(1, 9))
+
+
+def test_a_megakernel_grid_under_a_tight_budget_leaves_room_for_the_stats_undo_copy():
+    """Regression (a red-team): with `until`, the plan's grid left out the 8 bytes of the stats
+    buffer's undo copy, so under a budget that tight the run refused the grid it planned."""
+    from vyre_numba.reference import ReferenceBackend
+    from vyre_numba.reference import interpreter
+
+    i = ir.gid(0)
+    dec = ir.Program([B.read_write("l", 0, "u32"), B.read_write("f", 1, "u32")], 32,
+                     [ir.if_(i < ir.buf_len("l"), [ir.if_(ir.load("l", i) > 0, [
+                         ir.store("l", i, ir.load("l", i) - 1), ir.store("f", 0, 1)])])], name="dec")
+
+    def planned(be):
+        left, flag = be.upload(np.arange(1280, dtype=np.uint32) % 5), be.upload(np.zeros(1, np.uint32))
+        return left, be.megakernel([(dec, [left, flag])], [(left, 0, 4)], until=flag, max_rounds=10)
+
+    _, roomy = planned(ReferenceBackend(memory_budget=1 << 30))
+    per_wg = interpreter.plan(roomy.program).workgroup_bytes((32, 1, 1))
+    tight = ReferenceBackend(memory_budget=1280 * 4 + 4 + 7 * per_wg + 4)  # 7 workgroups and 4 bytes, not 8
+    left, mk = planned(tight)
+    assert (mk.mode, mk.workgroups) == ("megakernel", 6)
+    r = mk.run()
+    assert r.converged and r.outputs[0].tolist() == [0, 0, 0, 0] and not left.any()

@@ -633,7 +633,7 @@ class Backend(abc.ABC):
             for k, step in enumerate(steps):
                 step = as_step(step)
                 at = UNDER_WAY
-                self.dispatch_resident(step.program, step.buffers, step.config)
+                self._run_step(step, 1 if groups is None else len(groups[k]))
                 done, at = k + 1, BEFORE
                 if labels and labels[k]:
                     self._count(**Counter(f"dispatches[{x}]" for x in labels[k]))
@@ -647,6 +647,11 @@ class Backend(abc.ABC):
         finally:
             if b is not None:
                 b.close()
+
+    def _run_step(self, step: Step, steps: int) -> None:
+        """Dispatch `step` of a sequence, a kernel of `steps` of the caller's steps fused (where a
+        budget bounds one dispatch, such a kernel has as much as the steps had together)."""
+        self.dispatch_resident(step.program, step.buffers, step.config)
 
     def _reads(self, read: Iterable[Read]) -> list[tuple]:
         """`read`'s entries as (buffer, offset, count), each refused now where `download` would refuse

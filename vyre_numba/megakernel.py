@@ -18,9 +18,9 @@ from . import display
 from .backend import (BEFORE, SEQUENCE_NOTE, UNDER_WAY, Backend, ResidentBuffer, Step, _elements, _fate, _iterable,
                       _shape, _storage, as_step, checked_steps, label_counts)
 from .config import DispatchConfig
-from .errors import (DispatchError, ImmutableError, NotACollection, VyreError, check_calls, del_unless_read_only,
-                     set_unless_read_only, whole)
-from .ir import Program
+from .errors import (DispatchError, ImmutableError, IRValidationError, NotACollection, VyreError, check_calls, clip,
+                     del_unless_read_only, set_unless_read_only, whole)
+from .ir import Program, check
 from .ir import nodes as n
 from .ir.program import Access, BufferDecl, Role
 from .ir.persistent import STATS
@@ -34,6 +34,7 @@ PLANS = 64  # megakernel plans a backend keeps (programs and decisions; never th
 MAX_UNROLL = 64  # a step's fixpoint_iterations becomes that many stages, up to this many
 MAX_ROUNDS = (1 << 31) - 1  # the largest max_rounds (the device counts rounds in 32 bits)
 UNTIL_ROUNDS = 10_000  # max_rounds with `until` where none is given, as fixpoint.run's
+STATS_BYTES = 8  # the persistent program's stats buffer: rounds run and whether the flag stayed zero
 
 
 @dataclass(frozen=True, repr=False, eq=False)  # outputs are arrays: compared by identity, as arrays are not
@@ -170,7 +171,7 @@ class Megakernel(NotACollection, Unshared):
             p = self._p
             if self._launch is None:  # the bound buffers in the program's order, found once
                 if p.keys[-1:] == [STATS]:
-                    self._stats = b.empty(2, np.uint32)
+                    self._stats = b.empty(STATS_BYTES // 4, np.uint32)
                 by_key = {_storage(buf): buf for bs in self._bound for buf in bs}
                 self._launch = ([self._stats if k == STATS else by_key[k] for k in p.keys],
                                 DispatchConfig(grid=(p.workgroups, 1, 1), cooperative=True))
@@ -394,13 +395,18 @@ class Megakernel(NotACollection, Unshared):
         kept = {_storage(r[0]) for r in self.read} | set(self._keep) | ({flag} if flag is not None else set())
         # rounds read what the previous round left: nothing is scratch when the stages repeat
         scratch = [set() for _ in groups] if self.max_rounds > 1 else fusion.scratch_keys(shapes, groups, kept)
-        built = persistent.build(shapes, groups, scratch, flag=flag, max_rounds=self.max_rounds)
+        try:  # one program of every stage: their workgroup memory, parameters and nodes add up
+            built = persistent.build(shapes, groups, scratch, flag=flag, max_rounds=self.max_rounds)
+            check(built.program)
+        except IRValidationError as e:
+            return _Plan("graph", f"the steps do not make one valid persistent program ({_first_problem(e)})", groups,
+                         boundaries)
         needed = max(sh.invocations for sh in shapes) // shapes[0].workgroup[0]
         try:
             written = {id(b): b for st, buffers in zip(self.steps, bound)  # at most these are copied to undo a run
                        for d, b in zip(st.program.bound_buffers, buffers) if d.access.writable}
-            fit = self.backend.cooperative_workgroups(built.program, sum(int(getattr(b, "nbytes", 0) or 0)
-                                                                         for b in written.values()))
+            undo = sum(int(getattr(b, "nbytes", 0) or 0) for b in written.values())
+            fit = self.backend.cooperative_workgroups(built.program, undo + (STATS_BYTES if STATS in built.keys else 0))
         except VyreError as e:
             return _Plan("graph", f"the persistent program cannot launch cooperatively here ({e})", groups, boundaries)
         if fit < 1:
@@ -411,6 +417,12 @@ class Megakernel(NotACollection, Unshared):
                          boundaries)
         grid = min(workgroups or fit, max(needed, 1))
         return _Plan("megakernel", None, groups, boundaries, built.program, built.keys, built.barriers, grid)
+
+
+def _first_problem(e: IRValidationError) -> str:
+    """The first of the problems `e` lists, without its Fix (the program is made here, not by the caller)."""
+    text = str(getattr(e, "diagnostics", None) and e.diagnostics[0] or e)
+    return clip(text.split(" Fix: ")[0].strip(), 300)
 
 
 def _release(held: list) -> None:

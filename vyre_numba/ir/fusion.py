@@ -23,6 +23,7 @@ from .optimizer import _bodies, _exprs, _rebuild, _transform, _with_exprs, map_s
 from .program import Access, BufferDecl, Program, Role, walk
 from .recursion import drive
 from .types import DataType
+from .validate import MAX_PARAM_BYTES, param_bytes
 
 OWN = n.Builtin("invocation_id", 0)
 INDEX = "_i"  # the fused program's one name for the invocation's own index
@@ -115,6 +116,8 @@ def plan(shapes: list[StepShape]) -> tuple[list[list[int]], list[Boundary]]:
                    f"against {s.invocations} of {s.workgroup})")
         elif len(groups[-1]) == 1 or joined.clashes(k):  # one step alone was never checked against itself
             why = _hazard(shapes, facts, groups[-1] + [k])
+        if why is None and groups:
+            why = joined.too_big(k)
         if groups and why is None:
             groups[-1].append(k)
             joined.add(k)
@@ -139,6 +142,7 @@ class _Joined:
         self.written: set = set()  # keys some step writes
         self.elsewhere: set = set()  # keys some step touches at an index other than its own
         self.spans: list = []  # the keys, sorted ((address, bytes): no two overlap)
+        self.nodes = 0  # IR nodes of the fused program at most
 
     def _bound(self, k: int):
         for b, key, size in zip(self.shapes[k].program.bound_buffers, self.shapes[k].storage, self.shapes[k].sizes):
@@ -171,7 +175,18 @@ class _Joined:
                 return True
         return False
 
+    def too_big(self, k: int) -> str | None:
+        """Why step k joining the group would make a kernel past a program's limits, or None."""
+        bound = len(self.types) + len({key for key in self.shapes[k].storage if key not in self.types})
+        if param_bytes(bound) > MAX_PARAM_BYTES:
+            return (f"fused, the steps would bind {bound} buffers, {param_bytes(bound)} bytes of kernel parameters, "
+                    f"over the {MAX_PARAM_BYTES}-byte limit")
+        if self.nodes + _nodes(self.shapes[k].program) > n.MAX_NODES:
+            return f"fused, the steps would be more than MAX_NODES = {n.MAX_NODES:,} IR nodes"
+        return None
+
     def add(self, k: int) -> None:
+        self.nodes += _nodes(self.shapes[k].program)
         if self.facts[k][1]:  # a step that cannot fuse is a group of its own: nothing joins it
             return
         for b, key, _, w, other in self._bound(k):
@@ -182,6 +197,12 @@ class _Joined:
                 self.written.add(key)
             if other:
                 self.elsewhere.add(key)
+
+
+def _nodes(program: Program) -> int:
+    """IR nodes a step brings to a fused program at most: its statements, and the zeroing and
+    index of its bound buffers (renaming and specializing never add any)."""
+    return sum(st.size for st in program.entry) + 8 * len(program.bound_buffers) + 4
 
 
 def _hazard(shapes: list[StepShape], facts: list, group: list[int]) -> str | None:

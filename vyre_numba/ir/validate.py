@@ -737,11 +737,17 @@ def _check_buffers(p: Program, err) -> None:
         err("buffers", f"workgroup buffers take {shared_bytes} bytes (each rounded up to a multiple of 8), over the "
                        f"{MAX_STATIC_SHARED_BYTES}-byte static shared-memory limit. Fix: shrink the workgroup buffers.")
     bound = sum(1 for b in p.buffers if not b.is_shared)
-    params = -(-bound * 12 // 8) * 8 + (8 if "grid_sync" in p.capabilities else 0)
+    params = param_bytes(bound, "grid_sync" in p.capabilities)
     if params > MAX_PARAM_BYTES:
         err("buffers", f"{bound} bound buffers take {params} bytes of kernel parameters (a pointer and a length "
                        f"each), over the {MAX_PARAM_BYTES}-byte limit. Fix: bind fewer buffers: concatenate arrays "
                        "of one type into one buffer and pass each one's offset.")
+
+
+def param_bytes(bound: int, grid_sync: bool = False) -> int:
+    """Bytes of kernel parameters a program of `bound` buffers takes (a pointer and a u32 length
+    each, padded to 8; a grid barrier's state pointer besides)."""
+    return -(-bound * 12 // 8) * 8 + (8 if grid_sync else 0)
 
 
 def _program(program) -> Program:

@@ -133,12 +133,22 @@ class ReferenceBackend(Backend):
                           config: DispatchConfig | None = None) -> None:
         """Run `program` in place on NumPy arrays; all or nothing (a failure restores every
         buffer the program writes)."""
+        self._resident(program, buffers, config, self.work_budget)
+
+    @host_memory("dispatch_resident", IN_HOST_MEMORY)
+    def _run_step(self, step, steps: int) -> None:
+        if steps == 1:
+            return super()._run_step(step, steps)
+        self._resident(step.program, step.buffers, step.config, self.work_budget * steps)
+
+    def _resident(self, program: Program, buffers: Sequence | Mapping, config: DispatchConfig | None,
+                  work: int) -> None:
         from .resident import dispatch_resident
 
         with _IN_PLACE:
             if checked.wanted(config):
                 return checked.dispatch_resident(self, program, buffers, config)
-            dispatch_resident(program, buffers, config, memory=self.memory_budget, work=self.work_budget)
+            dispatch_resident(program, buffers, config, memory=self.memory_budget, work=work)
         if config is not None and config.label:
             self._count(**{"resident_dispatches": 1, f"dispatches[{config.label}]": 1})
         else:

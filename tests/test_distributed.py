@@ -14,6 +14,7 @@ distributed = pytest.importorskip("distributed", reason="the [dask] extra is not
 import dask.array as da  # noqa: E402
 
 from vyre_numba import VyreError  # noqa: E402
+from vyre_numba.errors import DispatchError  # noqa: E402
 from vyre_numba.distributed import congruence_closure, connected_components  # noqa: E402
 from vyre_numba.egraph import EGraph  # noqa: E402
 from vyre_numba.egraph import congruence_closure as closure_one  # noqa: E402
@@ -671,11 +672,11 @@ class _KillOnce(distributed.WorkerPlugin):
     """Ends its worker's process the first time (in the whole cluster) a task of the given phase
     finishes there: the worker dies holding that partition."""
 
-    def __init__(self, marker: str, prefix: str):
-        self.marker, self.prefix = marker, prefix
+    def __init__(self, marker: str, prefix: str, when: str = "memory"):
+        self.marker, self.prefix, self.when = marker, prefix, when
 
     def transition(self, key, start, finish, **kwargs):
-        if finish == "memory" and str(key).startswith(self.prefix):
+        if finish == self.when and str(key).startswith(self.prefix):
             try:
                 fd = os.open(self.marker, os.O_CREAT | os.O_EXCL)
             except FileExistsError:
@@ -701,6 +702,22 @@ def test_a_worker_that_dies_mid_call_loses_nothing(tmp_path, prefix):
             got = congruence_closure(w[:4], w[4], client=c, backend="reference", partitions=3)
             assert np.array_equal(got.eclass, want_eg.eclass)
     assert os.path.exists(marker), "no worker was killed: the test did not test the failure"
+
+
+def test_a_worker_that_dies_telling_its_device_is_a_vyre_error_not_a_hang(tmp_path):
+    """Regression (a red-team): the device question is pinned to its worker; one that died
+    answering it (restarted by its nanny at a new address) left the call waiting for ever."""
+    marker = str(tmp_path / "killed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as lc, \
+            distributed.Client(lc) as c:
+        c.register_plugin(_KillOnce(marker, "vyre-device", when="executing"))
+        with pytest.raises(DispatchError, match=r"worker tcp://\S+ left the cluster before saying which device it "
+                                                r"runs on .* Fix: see that worker's log, then call again"):
+            connected_components(np.array([0, 1, 2, 2]), np.array([1, 0]), client=c, backend="reference")
+        assert os.path.exists(marker)
+        c.wait_for_workers(2, timeout=60)
+        got = connected_components(np.array([0, 1, 2, 2]), np.array([1, 0]), client=c, backend="reference")
+        assert got.tolist() == [0, 0, 2]
 
 
 def test_a_cluster_without_workers_is_waited_for_then_refused(monkeypatch):

@@ -246,6 +246,7 @@ class Asked:
     known: dict | None
 
 
+ANSWER_POLL_S = 0.5  # how often a wait for a worker's device checks the worker is still there
 _KNOWN: dict = {}  # Asked.lives -> the checked devices, oldest first
 _KNOWN_LOCK = threading.Lock()
 _KEEP = 16
@@ -255,7 +256,7 @@ def checked_devices(asked: Asked) -> dict[str, dict]:
     """`devices` from `ask_devices`."""
     if asked.known is not None:
         return {w: dict(i) for w, i in asked.known.items()}
-    infos = {w: f.result() for w, f in asked.futures.items()}
+    infos = {w: _answer(w, f) for w, f in asked.futures.items()}
     kinds = {i["backend"] for i in infos.values()}
     if len(kinds) > 1:
         raise DispatchError(f"the workers resolve different backends {sorted(kinds)}. Fix: pass backend='cuda' "
@@ -273,6 +274,22 @@ def checked_devices(asked: Asked) -> dict[str, dict]:
         while len(_KNOWN) > _KEEP:
             _KNOWN.pop(next(iter(_KNOWN)))
     return {w: dict(i) for w, i in infos.items()}
+
+
+def _answer(w: str, future) -> dict:
+    """Worker w's answer to `worker_device`. The task must run on w itself, so should w leave
+    first (a crash as it starts CUDA; its nanny restarts it at another address), nothing would
+    ever run it: its leaving is a DispatchError instead of a wait without end."""
+    while True:
+        try:
+            return future.result(timeout=ANSWER_POLL_S)
+        except TimeoutError:
+            if w in future.client.scheduler_info().get("workers", {}):
+                continue
+            future.cancel()
+            raise DispatchError(f"worker {w} left the cluster before saying which device it runs on (it may have "
+                                "crashed starting its GPU). Fix: see that worker's log, then call again: the call "
+                                "asks the workers the cluster has then.") from None
 
 
 def key(name: str) -> str:

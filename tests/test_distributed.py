@@ -397,7 +397,9 @@ def test_a_future_cancelled_while_the_call_runs_is_a_vyre_error(client, monkeypa
     monkeypatch.setattr(cluster, "checked_devices", cancelled)
     for call in (lambda: congruence_closure(chain_pair(2), client=client, backend="reference"),
                  lambda: connected_components(np.array([0, 1, 1]), np.array([0]), client=client, backend="reference")):
-        with pytest.raises(VyreError, match="cancelled while it ran.*Fix: keep a reference.*hash=False"):
+        with pytest.raises(VyreError, match="cancelled while it ran.*the client or its cluster was closed, a worker "
+                                            "holding scattered data died.*Fix: keep the client open and a reference"
+                                            ".*hash=False"):
             call()
 
 
@@ -962,3 +964,23 @@ def test_bool_unions_are_told_a_bool_is_no_id(client):
     with pytest.raises(VyreError, match=r"has dtype bool; it must hold integers\. Fix: pass an integer array \(a bool is "
                                         r"no id\)\."):
         congruence_closure([rows], np.array([[True, False]]), client=client, backend="reference")
+
+
+def _load_edges_that_fail():
+    raise ValueError("bad file")
+
+
+def test_a_callers_loader_failing_on_a_worker_keeps_where_it_failed(client):
+    """Regression (a red-team): the worker's error came chained below the DispatchError, but with
+    its traceback dropped (so that no frame keeps a future alive), so the failing line of the
+    caller's loader was nowhere. It is kept as a note, frames of vyre-numba and Dask left out."""
+    import dask
+
+    edges = da.from_delayed(dask.delayed(_load_edges_that_fail)(), shape=(1, 2), dtype=np.int64)
+    with pytest.raises(DispatchError, match="its error is chained below") as info:
+        connected_components(edges=edges, n=3, client=client, backend="reference")
+    cause = info.value.__cause__
+    assert isinstance(cause, ValueError) and cause.__traceback__ is None
+    (note,) = cause.__notes__
+    assert note.startswith("Where it was raised (most recent call last):\n") and "_load_edges_that_fail" in note
+    assert "vyre_numba" not in note and "site-packages" not in note, note

@@ -35,15 +35,20 @@ MAX_PARTITIONS = 256  # the cut sends a message from every partition to every ot
 
 
 def cancelled_as_errors(what: str):
-    """Decorator: a Dask future cancelled while `what` runs (Dask drops a scattered key that
-    another `scatter` of the same data, hashed to the same key, released) is a DispatchError
-    with the fix, not distributed's own CancelledError."""
+    """Decorator: a Dask future cancelled while `what` runs (the client or cluster closed; a worker
+    holding scattered data, which nothing can make again, died; a scattered key that another
+    `scatter` of the same data, hashed to the same key, released) is a DispatchError naming
+    those causes and their fixes, not distributed's own CancelledError."""
     return converting(
         lambda e: type(e).__name__ in ("FutureCancelledError", "CancelledError"),
         lambda e: DispatchError(f"{what}: a Dask future it needed was cancelled while it ran ({type(e).__name__}: "
-                                f"{shown(str(e), 200)}). Fix: keep a reference to every future passed until the call "
-                                "returns, and scatter the partitions with client.scatter(..., hash=False) (hashed "
-                                "keys are shared, so another scatter of the same data can release them)."))
+                                f"{shown(str(e), 200)}): the client or its cluster was closed, a worker holding "
+                                "scattered data died (scattered data cannot be made again), or a future passed was "
+                                "released. Fix: keep the client open and a reference to every future passed until "
+                                "the call returns; scatter with client.scatter(..., hash=False) (hashed keys are "
+                                "shared, so another scatter of the same data can release them), or pass arrays or "
+                                "Dask collections built from their source, which Dask makes again when a worker "
+                                "dies."))
 
 
 def lost_workers_as_errors(what: str):
@@ -76,7 +81,9 @@ def releasing(fn: Callable) -> Callable:
     """Decorator: a failed distributed call leaves none of its futures alive. The client keeps a
     failed task's exception, and raised through the call it takes the call's frames into its
     traceback, with the futures they hold: those would stay on the workers for the client's life.
-    So the error's tracebacks (its causes' too) are dropped and it is raised again from here.
+    So the error's tracebacks (its causes' too) are dropped and it is raised again from here; a
+    cause keeps, as a note, where it was raised: its frames outside vyre-numba and the installed
+    packages (a failing loader of the caller's on a worker), every frame with VYRE_NUMBA_DEBUG.
     (Cancelling the futures instead trips an assertion in Dask's scheduler, which then drops the
     client's connection.)"""
     @functools.wraps(fn)
@@ -89,10 +96,26 @@ def releasing(fn: Callable) -> Callable:
                 x = todo.pop()
                 if x is not None and id(x) not in seen:
                     seen.add(id(x))
+                    if x is not e:
+                        _note_where(x)
                     x.__traceback__ = None
                     todo += [x.__cause__, x.__context__]
             raise e
     return call
+
+
+def _note_where(e: BaseException) -> None:
+    """Add to `e` its traceback's frames as text (which holds no frame, so no future either)."""
+    import os
+    import traceback
+
+    from ..errors import _debugging, _library_paths
+
+    ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if _debugging() or not f.filename.startswith((ours, *_library_paths()))]
+    if frames:
+        e.add_note("Where it was raised (most recent call last):\n" + "".join(traceback.format_list(frames)).rstrip())
 
 
 def own_futures(client, collection, what: str) -> None:

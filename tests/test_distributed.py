@@ -984,3 +984,28 @@ def test_a_callers_loader_failing_on_a_worker_keeps_where_it_failed(client):
     (note,) = cause.__notes__
     assert note.startswith("Where it was raised (most recent call last):\n") and "_load_edges_that_fail" in note
     assert "vyre_numba" not in note and "site-packages" not in note, note
+
+
+def test_a_whole_graph_odd_unions_and_unknown_backend_names_are_told_before_any_task(client):
+    """Regression (a red-team): a generator's (indptr, indices) tuple, a dense matrix and a Graph
+    were told "indices is missing"; a set or a future of unions "unions has shape ()"; and an
+    unknown backend name was refused only on the workers, after a task on each."""
+    from vyre_numba.errors import ArgumentError, BackendUnavailableError
+    from vyre_numba.graph import Graph
+    from vyre_numba.graph.generators import grid
+
+    g = grid(3, 3)
+    for whole, said in ((g, "a tuple of two arrays.*Fix: unpack it"), (np.eye(3), "dense adjacency matrix"),
+                        (Graph(*g, backend="reference"), "not a Graph. Fix: pass g.to_csr()")):
+        with pytest.raises((ArgumentError, DispatchError), match=said):
+            connected_components(whole, client=client, backend="reference")
+    for unions in ({(0, 1)}, client.scatter(np.array([[0, 1]]))):
+        with pytest.raises(DispatchError, match=r"unions is a (set|Future), not pairs of class ids\. Fix: "):
+            congruence_closure(chain_pair(2), unions, client=client, backend="reference")
+    def transitions():
+        return client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.transition_counter)
+
+    before = transitions()
+    with pytest.raises(BackendUnavailableError, match=r"no backend named 'Reference' \(did you mean 'reference'\?\)"):
+        connected_components(np.array([0, 1, 1]), np.array([0]), client=client, backend="Reference")
+    assert transitions() == before  # no task went to the scheduler

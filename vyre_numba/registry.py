@@ -42,6 +42,12 @@ def unavailable_reason(name: str) -> str | None:
     return _PROBES[name]()
 
 
+def backend_names() -> list[str]:
+    """The names of the registered backends, usable here or not."""
+    _load_builtin()
+    return sorted(_PROBES)
+
+
 def available_backends() -> list[str]:
     """The names of the backends usable on this machine, best first ("cuda" only where a GPU is usable)."""
     _load_builtin()

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import (INTEGERS, BackendUnavailableError, DispatchError, HostMemoryError, a_type, clip, converting,
-                      shown)
+                      did_you_mean, shown)
 
 INSTALL = "Fix: pip install 'vyre-numba[dask]' (dask, distributed; dask-cuda for one worker per GPU)."
 
@@ -198,7 +198,15 @@ def _takes_n_workers(client) -> bool:
 
 
 def backend_name(backend) -> str | None:
-    """The name the workers resolve (a Backend object does not travel; its name does)."""
+    """The name the workers resolve (a Backend object does not travel; its name does); a name no
+    backend has is refused here, before any worker is asked."""
+    if isinstance(backend, str):
+        from ..registry import backend_names
+
+        names = backend_names()
+        if backend not in names:
+            raise BackendUnavailableError(f"no backend named {shown(backend, 60)}{did_you_mean(backend, names)}. Fix: "
+                                          f"use one of {', '.join(names)}, or None for the best one on each worker.")
     if backend is None or isinstance(backend, str):
         return backend
     name = getattr(backend, "name", None)

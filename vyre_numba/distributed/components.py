@@ -36,7 +36,7 @@ from ..errors import INTEGERS, DispatchError, a_type, flag, host_memory, shown
 from . import cluster
 from .device import Ops, marked, moved_pairs, narrow, packed
 from .unionfind import merge
-from ..graph.csr import graph_arguments, whole_graph
+from ..graph.csr import _pair, _square, graph_arguments, is_graph, whole_graph
 
 from ..backend import ArrayIn, Backend, interface_dtype  # noqa: F401  (the annotations name them: typing.get_type_hints reads them)
 
@@ -45,7 +45,8 @@ from ..backend import ArrayIn, Backend, interface_dtype  # noqa: F401  (the anno
 class DistributedStats:
     """What a distributed call did: partitions, the workers and their devices, the merge's join
     rounds (1: the owners' pairs are joined once; 0 without partitions), how many cut vertices carried a label to
-    their owner and how many label pairs were merged, and the wall time; `extra`
+    their owner and how many label pairs were merged, the wall time, and `rounds`, always 0 (the
+    one exchange is counted in merge_rounds; congruence closure's rounds are its result's); `extra`
     holds `owned_ranges`, the vertex range [lo, hi) each partition owns, and (connected
     components) `labels_sent`, the labels the cut's messages held (a label most of a message's
     vertices share counts once a message)."""
@@ -445,8 +446,8 @@ def connected_components(indptr: ArrayIn | None = None, indices: ArrayIn | None 
     gather = flag(gather, "gather", "pass True (labels as a NumPy array) or False (a Dask array left on the workers).")
     stats = flag(stats, "stats", "pass True (labels and a DistributedStats) or False (the labels alone).")
     t0 = time.perf_counter()
-    if edges is None and whole_graph(indptr):
-        indptr, indices, _ = graph_arguments(indptr, indices, None, "connected_components")
+    if edges is None and (whole_graph(indptr) or is_graph(indptr) or _pair(indptr) or _square(indptr)):
+        indptr, indices, _ = graph_arguments(indptr, indices, None, "connected_components")  # or says what it is
     _check_graph_arguments(indptr, indices, edges, n, partitions, columns)  # before a task is submitted
     client = cluster.client_or_default(client)
     table = cluster.worker_table(client)

@@ -584,6 +584,9 @@ def _checked_unions(unions, top: int):
     except (ValueError, TypeError) as e:  # ragged rows
         raise DispatchError(f"unions is not a (k, 2) array ({e}). Fix: pass pairs of class ids, "
                             "np.stack([a, b], axis=1).") from None
+    if u.ndim == 0:  # a set, a dict, a generator, a Dask future: no array NumPy can read pairs from
+        raise DispatchError(f"unions is {a_type(unions)}, not pairs of class ids. Fix: pass a (k, 2) array, "
+                            "np.stack([a, b], axis=1) (for a Dask future, its result: future.result()).")
     u = as_ints(unions, u, "unions", IDS_FIX)
     if u.shape == (0,) or (u.ndim == 2 and u.shape[0] == 0 and u.shape[1] == 2):
         return None

@@ -120,7 +120,7 @@ class _Device:
     (lambda a: graph.bfs_numpy(graph.check_csr(a.indptr, a.indices), 500), "source=500"),
     (lambda a: graph.bfs_numpy(graph.check_csr(a.indptr, a.indices), -1), "source=-1"),
     (lambda a: graph.bfs_numpy((a.indptr, a.indices), 0), "check_csr(indptr, indices)"),
-    (lambda a: graph.bfs_many_numpy(graph.check_csr(a.indptr, a.indices), np.array([500])), "source 500"),
+    (lambda a: graph.bfs_many_numpy(graph.check_csr(a.indptr, a.indices), np.array([500])), "sources[0] = 500 is not a vertex"),
     (lambda a: graph.components_numpy((a.indptr, a.indices)), "check_csr(indptr, indices)"),
 ])
 def test_bad_calls_raise_with_a_fix(call, fragment):

@@ -2,6 +2,7 @@
 source on the graphs of the BFS tests, the kernels under the CUDA simulator, and bad calls."""
 from __future__ import annotations
 
+import re
 import textwrap
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 from scipy.sparse.csgraph import shortest_path
 
 import vyre_numba as vn
-from vyre_numba.errors import DispatchError
+from vyre_numba.errors import ArgumentError, DispatchError
 from vyre_numba.graph import bfs_many, reachable_many
 
 from simulated import run_script
@@ -201,3 +202,36 @@ def test_sources_on_an_empty_graph_and_results_too_large_say_so():
     assert bfs_many(np.zeros(1, np.int64), np.zeros(0, np.int32), [], backend="reference").shape == (0, 0)
     with pytest.raises(DispatchError, match="GiB.*Fix: pass fewer sources"):
         bfs_many(np.zeros(2**20 + 1, np.int64), np.zeros(0, np.int32), np.zeros(2**14, np.int64), backend="reference")
+
+
+def test_a_source_out_of_range_is_told_as_given_and_where():
+    """Regression (a red-team): sources were made int64 before their check, so a uint64 2**64 - 1
+    was told as "source -1" and 2**63 as a negative number."""
+    ip, ix = np.array([0, 1, 2, 3, 3]), np.array([1, 2, 3])
+    for sources, said in ((np.array([0, 2**64 - 1], np.uint64), "sources[1] = 18446744073709551615"),
+                          (np.array([1, 2**63], np.uint64), "sources[1] = 9223372036854775808"),
+                          ([3, -2, 0], "sources[1] = -2"),
+                          (np.array([7], np.uint8), "sources[0] = 7")):
+        with pytest.raises(DispatchError, match=re.escape(said) + r" is not a vertex of this 4-vertex graph\. Fix: "
+                                                                  r"pass sources in 0\.\.3\."):
+            bfs_many(ip, ix, sources, backend="reference")
+
+
+@pytest.mark.parametrize("call", ["bfs", "bfs_many", "connected_components"])
+def test_a_graph_in_a_form_no_call_takes_is_named_not_told_missing_its_source(call):
+    """Regression (a red-team): bfs(G, 0) of a networkx graph, an edge list, an adjacency dict or
+    list of lists, or a DataFrame said "missing source. Fix: pass it after the graph", which it was."""
+    import vyre_numba.graph as graph
+
+    nx = pytest.importorskip("networkx")
+    forms = [(nx.path_graph(4), "a networkx Graph"), (np.array([[0, 1], [1, 2], [2, 3]]), "an ndarray"),
+             ({0: [1], 1: [2], 2: []}, "a dict"), ([[1], [2], []], "a list")]
+    then = {"bfs": (0,), "bfs_many": ([0, 1],), "connected_components": ()}[call]
+    for g, kind in forms:
+        with pytest.raises(DispatchError, match=rf"{call}\(\): the graph is {kind}, a form {call}\(\) does not take\. "
+                                                r"Fix: pass it as a SciPy sparse matrix.*nx\.to_scipy_sparse_array"):
+            getattr(graph, call)(g, *then, backend="reference")
+    ip, ix = np.array([0, 1, 2, 3, 3]), np.array([1, 2, 3])
+    if call != "connected_components":  # offsets and their indices given, the source not: missing, as before
+        with pytest.raises(ArgumentError, match=f"{call}\\(\\) is missing source"):
+            getattr(graph, call)(ip, ix, backend="reference")

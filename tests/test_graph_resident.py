@@ -150,7 +150,7 @@ def test_symmetric_is_checked_when_the_graph_is_made():
     (lambda g: bfs(g, 1, symmetric=True), DispatchError, r"made without it.*Fix: .*symmetric=True"),
     (lambda g: bfs(g, 1, symmetric=1.5), DispatchError, r"not a bool.*Fix:"),
     (lambda g: g.bfs(300), DispatchError, r"source=300 is not a vertex.*Fix:"),
-    (lambda g: g.bfs_many([0, -1]), DispatchError, r"source -1 is not a vertex.*Fix:"),
+    (lambda g: g.bfs_many([0, -1]), DispatchError, r"sources\[1\] = -1 is not a vertex.*Fix:"),
     (lambda g: g.bfs([1, 2]), DispatchError, r"not one vertex. Fix:"),
     (lambda g: g.bfs(), ArgumentError, r"Fix:"),
     (lambda g: g.bfs(1, backend="cuda"), ArgumentError, r"Fix:"),

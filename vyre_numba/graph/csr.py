@@ -95,12 +95,41 @@ def graph_arguments(indptr, indices, then, call: str, then_name: str | None = No
             raise _graph_and_indices(call, indptr, after, "indices")
         indptr, indices = _arrays_of(indptr, call)
     elif indices is None:
+        if not _offsets_like(indptr):
+            raise _unsupported_form(call, indptr, after)
         raise ArgumentError(f"{call}() is missing indices. Fix: pass the graph's CSR arrays, {call}(indptr, indices"
                             f"{after}), or the graph whole, {call}(A{after}) for a SciPy sparse matrix A.")
     if then_name and then is None:
+        if not _offsets_like(indptr):  # call(G, x) with G in a form no graph call takes: x came in indices' place
+            raise _unsupported_form(call, indptr, after)
         raise ArgumentError(f"{call}() is missing {then_name}. Fix: pass it after the graph: {call}(indptr, indices"
                             f"{after}) or {call}(A{after}).")
     return indptr, indices, then
+
+
+def _unsupported_form(call: str, g, after: str) -> DispatchError:
+    """The error of `call` given a graph in a form no graph call takes (a networkx graph, an edge
+    list, an adjacency dict or list of lists, a DataFrame)."""
+    kind = f"a networkx {type(g).__name__}" if type(g).__module__.split(".")[0] == "networkx" else a_type(g)
+    return DispatchError(f"{call}(): the graph is {kind}, a form {call}() does not take. Fix: pass it as a SciPy "
+                         f"sparse matrix, {call}(A{after}) (a networkx graph G: A = nx.to_scipy_sparse_array(G); edges "
+                         "u -> v: A = scipy.sparse.coo_array((np.ones(len(u)), (u, v)), shape=(n, n))), or as its CSR "
+                         f"arrays, {call}(indptr, indices{after}).")
+
+
+def _offsets_like(a) -> bool:
+    """Whether `a` could be a CSR's offsets: a 1-D device array, or what NumPy reads as a 1-D
+    array of integers."""
+    cai = getattr(a, "__cuda_array_interface__", None)
+    if cai is not None:
+        return len(cai.get("shape", ())) == 1
+    if type(a).__module__.split(".")[0] == "networkx":  # NumPy reads a networkx graph as its node ids
+        return False
+    try:
+        arr = np.asarray(a)
+    except Exception:  # noqa: BLE001 - ragged lists and objects NumPy cannot hold: no offsets
+        return False
+    return arr.ndim == 1 and arr.dtype.kind in "iu"
 
 
 def _graph_and_indices(call: str, g, after: str, named: str) -> ArgumentError:

@@ -138,13 +138,14 @@ def _sources(sources, n: int) -> np.ndarray:
         sources = np.reshape(sources, 1)
     s = _as_index_array(sources, "sources", whole="pass the source vertices as a list or NumPy array of ints",
                         not_array="pass the source vertices as an int, a list or a 1-D NumPy array of ints.")
-    s = s.astype(np.int64)  # a copy, checked below: a change to the caller's array after the check cannot slip in
+    s = np.array(s, copy=True)  # checked below: a change to the caller's array after the check cannot slip in
     if s.size and n == 0:
         raise DispatchError("the graph has no vertices, so no sources. Fix: pass a graph with vertices, or sources=[].")
-    if s.size and (int(s.min()) < 0 or int(s.max()) >= n):
-        bad = int(s.min()) if int(s.min()) < 0 else int(s.max())
-        raise DispatchError(f"source {bad} is not a vertex of this {n}-vertex graph. Fix: pass sources in 0..{n - 1}.")
-    return s
+    if s.size and (int(s.min()) < 0 or int(s.max()) >= n):  # in the caller's type: a uint64 past 2**63 as itself
+        at = int(np.argmin(s)) if int(s.min()) < 0 else int(np.argmax(s))
+        raise DispatchError(f"sources[{at}] = {int(s[at])} is not a vertex of this {n}-vertex graph. Fix: pass sources "
+                            f"in 0..{n - 1}.")
+    return s.astype(np.int64, copy=False)
 
 
 @host_memory("bfs_many", _PER_SOURCE)

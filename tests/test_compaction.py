@@ -1947,3 +1947,38 @@ def test_a_predicate_reading_a_value_whose_hash_raises_is_kept_by_the_function(m
     assert predicate_key(pred) is pred
     with pytest.raises(DispatchError, match="does not compile with Numba.*Fix:"):  # Numba cannot type the object
         compaction.select_if(np.arange(5), pred)
+
+
+RAISING_THEN_BUILDING = textwrap.dedent('''
+    import numpy as np
+    from numba import cuda
+    from vyre_numba import compaction
+    from vyre_numba.compaction import kernels
+
+    def boom(x):
+        if x > 30:
+            raise ValueError("boom")
+        return x > 0
+
+    v = np.arange(40, dtype=np.int32)
+    for k in range(3):
+        try:
+            compaction.select_if(cuda.to_device(v), boom)
+            raise AssertionError("the raise was not told")
+        except compaction.DispatchError as e:
+            assert "raised ValueError" in str(e), e
+        kernels._KERNELS.clear()  # the next call builds its kernels afresh, with the block's threads maybe still running
+        got = compaction.select(cuda.to_device(v), cuda.to_device(v % (k + 2) == 0)).copy_to_host()
+        assert np.array_equal(got, v[v % (k + 2) == 0]), got
+    print("ok built after a raise")
+''')
+
+
+def test_a_kernel_built_right_after_a_raising_predicate_under_the_simulator_works():
+    """Regression (a red-team): the simulator raises a thread's exception while the block's other
+    threads still run device functions with kernels.py's `cuda` swapped for its fake, so the next
+    call building a kernel failed with a raw AttributeError ('FakeCUDAModule' has no 'jit')."""
+    from simulated import run_script
+
+    out = run_script(RAISING_THEN_BUILDING, 600)
+    assert out.returncode == 0 and "ok built after a raise" in out.stdout, out.stdout + out.stderr

@@ -32,3 +32,23 @@ def check() -> None:
 
 
 SIMULATED = simulated()  # at import, as numba-cuda reads it at its own
+
+
+def settle(timeout: float = 10.0) -> bool:
+    """After a simulated kernel raised: wait, at most `timeout` seconds, for the other threads of
+    its block to end. The simulator raises the first thread's exception at once, while the others
+    still run device functions, for which it swaps each such module's `cuda` for its fake one (and
+    a kernel built meanwhile would find no `cuda.jit`). Whether vyre-numba's modules have their
+    own `cuda` back; True where the simulator is off."""
+    if not SIMULATED:
+        return True
+    import sys
+    import time
+
+    end = time.monotonic() + timeout
+    while True:
+        swapped = [m for name, m in list(sys.modules.items()) if name.startswith("vyre_numba.") and m is not None
+                   and type(getattr(m, "cuda", None)).__name__ == "FakeCUDAModule"]
+        if not swapped or time.monotonic() > end:
+            return not swapped
+        time.sleep(0.005)

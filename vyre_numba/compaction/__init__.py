@@ -55,6 +55,7 @@ from ..errors import (INTEGERS, CapacityError, DeviceError, DispatchError, HostM
 from ..gpu import memory
 from ..gpu.numba_launch import RawArray, check_stream, stream_handle
 from ..lru import LRUCache
+from .. import simulator
 from ..simulator import SIMULATED as _SIM
 from .select import (PREDICATES_KEPT, Selector, _kernels, address_of, check_gpu, cpu_masks,
                      predicate_key, word_type, word_view)
@@ -349,6 +350,7 @@ def _compiled(call: Callable, what: str, compiling: bool = False):
     except Exception as e:
         from numba.core.errors import NumbaError
 
+        simulator.settle()  # the simulator's other threads of the block: the next call's kernels need numba.cuda
         raise_if_out_of_memory(e, f"selecting with the {what}")  # compiling too: loading the module takes room
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         if compiling or isinstance(e, NumbaError) or type(e).__name__ in _COMPILE_ERRORS:  # Numba's own

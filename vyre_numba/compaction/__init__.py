@@ -50,8 +50,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..backend import ArrayIn, ArrayOut, Stream, interface_dtype
-from ..errors import (INTEGERS, CapacityError, DeviceError, DispatchError, HostMemoryError, VyreError, a_type, flat_fix,
-                      numba_reason, raise_if_out_of_memory, refuse_missing, shown, told, yields)
+from ..errors import (INTEGERS, CapacityError, DeviceError, DispatchError, HostMemoryError, VyreError, a_type, clip,
+                      flat_fix, numba_reason, raise_if_out_of_memory, refuse_missing, shown, told, yields)
 from ..gpu import memory
 from ..gpu.numba_launch import RawArray, check_stream, stream_handle
 from ..lru import LRUCache
@@ -72,8 +72,15 @@ def _is_numba(a) -> bool:
 
 
 def _is_device(a) -> bool:
-    if _is_numba(a) or hasattr(a, "__cuda_array_interface__"):
+    if _is_numba(a):
         return True
+    try:
+        if hasattr(a, "__cuda_array_interface__"):
+            return True
+    except Exception as e:  # a property that raises (no context, a freed buffer): not AttributeError, hasattr's
+        raise DispatchError(f"reading the __cuda_array_interface__ of {a_type(a)} raised {type(e).__name__} "
+                            f"({clip(str(e), 120)}). Fix: pass a device array whose interface can be read (a numba, "
+                            "CuPy or PyTorch array in a live context), or a NumPy array.") from None
     if isinstance(a, np.ndarray) or not hasattr(a, "dtype"):
         return False
     from numba import cuda
@@ -157,13 +164,19 @@ def _check_values(a, name: str = "values"):
         raise DispatchError(f"{name} is {a_type(a)}, whose __cuda_array_interface__ is no dict (the protocol's "
                             "shape, typestr and data). Fix: pass a numba, CuPy or PyTorch device array, or a "
                             "NumPy array.")
+    cai = getattr(a, "__cuda_array_interface__", None)
+    if isinstance(cai, dict) and cai.get("mask") is not None:
+        raise DispatchError(f"{name} is a device array with a mask (its __cuda_array_interface__'s 'mask'); "
+                            f"compaction would ignore it. Fix: pass the array without the mask, and select by the "
+                            "mask itself where it is what you mean.")
     dt = _dtype(a)
     shape = _shape(a)
     if len(shape) != 1:
         raise DispatchError(f"{name} has shape {shape}, not 1-D. Fix: pass a flat array ({flat_fix(a, name)}).")
     if dt.hasobject or dt.itemsize == 0 or dt.itemsize > 64 or (dt.fields is None and dt.itemsize not in (1, 2, 4, 8)):
-        raise DispatchError(f"{name} has dtype {dt}; compaction takes 8- to 64-bit numbers and records of at most "
-                            "64 bytes. Fix: pass such an array (an index array can select anything else).")
+        raise DispatchError(f"{name} has dtype {dt}; compaction moves items of 1, 2, 4 or 8 bytes and records of at "
+                            "most 64 bytes. Fix: pass such an array, or select by index: keep = "
+                            f"compaction.nonzero(flags), then {name}[keep].")
     if isinstance(a, np.ndarray):
         if not a.flags.c_contiguous:
             raise DispatchError(f"{name} is not contiguous. Fix: pass np.ascontiguousarray({name}).")

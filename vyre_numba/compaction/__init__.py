@@ -164,8 +164,8 @@ def _check_values(a, name: str = "values"):
         raise DispatchError(f"{name} is {a_type(a)}, whose __cuda_array_interface__ is no dict (the protocol's "
                             "shape, typestr and data). Fix: pass a numba, CuPy or PyTorch device array, or a "
                             "NumPy array.")
-    cai = getattr(a, "__cuda_array_interface__", None)
-    if isinstance(cai, dict) and cai.get("mask") is not None:
+    cai = None if isinstance(a, np.ndarray) or _is_numba(a) else getattr(a, "__cuda_array_interface__", None)
+    if isinstance(cai, dict) and cai.get("mask") is not None:  # (a numba array has none: its interface costs us)
         raise DispatchError(f"{name} is a device array with a mask (its __cuda_array_interface__'s 'mask'); "
                             f"compaction would ignore it. Fix: pass the array without the mask, and select by the "
                             "mask itself where it is what you mean.")
@@ -181,7 +181,6 @@ def _check_values(a, name: str = "values"):
         if not a.flags.c_contiguous:
             raise DispatchError(f"{name} is not contiguous. Fix: pass np.ascontiguousarray({name}).")
     else:
-        cai = None if _is_numba(a) else getattr(a, "__cuda_array_interface__", None)
         strides = cai.get("strides") if cai is not None else (None if a.is_c_contiguous() else ())
         if strides not in (None, (dt.itemsize,)) and shape[0] > 1:
             raise DispatchError(f"{name} is not contiguous on the device. Fix: pass a contiguous copy.")

@@ -100,6 +100,8 @@ def test_index_dtypes(dtype):
     ([0.0, 1.0], [0], "indptr has dtype float64, not an integer type"),
     ([0, 1], [0.5], "indices[0] is 0.5, not a whole number, so it is no vertex id or offset. Fix: pass integers only"),
     ([0, 1], [np.nan], "indices[0] is NaN (a missing value?)"),  # a red-team: the Fix truncated, or read a bool as 1
+    ([0.0, 1e300, 2.0], [0, 1], "indptr[1] is 1e+300, past any int64, so it is no vertex id or offset"),  # a red-team:
+    # its Fix, astype(np.int64), overflows
     ([0, 1], [True], "indices holds bools; a bool is not a vertex id. Fix: pass integers (np.flatnonzero(mask)"),
     ([0, 1, 2, 3], np.array([1.5, 2, 0], dtype=object),  # a red-team: the Fix, np.asarray(..., int64), truncated
      "indices[0] is 1.5 (a float), so it is no vertex id or offset. Fix: pass integers only"),

@@ -240,7 +240,11 @@ def _as_index_array(a, name: str, call: str = CHECK_CSR, whole: str | None = Non
                             "gives the ids a mask marks).")
     if arr.dtype.kind == "f":  # a whole float may be made an id; any other would be truncated
         flat = arr.reshape(-1)
-        bad = np.flatnonzero(~np.isfinite(flat) | (flat != np.trunc(flat)))
+        bad = np.flatnonzero(~np.isfinite(flat) | (flat != np.trunc(flat)) | (np.abs(flat) >= 2.0**63))
+        if bad.size and np.isfinite(flat[bad[0]]) and flat[bad[0]] == np.trunc(flat[bad[0]]):  # whole, past int64
+            k = int(bad[0])
+            raise DispatchError(f"{name}[{k}] is {float(flat[k])!r}, past any int64, so it is no vertex id or offset. "
+                                "Fix: pass integers only, each a vertex id or an offset into indices.")
         if bad.size:
             k, v = int(bad[0]), float(flat[bad[0]])
             what = "NaN (a missing value?)" if v != v else f"{v!r}, not a whole number"

@@ -228,8 +228,8 @@ def _as_index_array(a, name: str, call: str = CHECK_CSR, whole: str | None = Non
         raise DispatchError(f"{name} is not an array of integers ({e}). Fix: pass a flat list or 1-D array of "
                             "integers (nested lists of different lengths are no array).") from None
     # integers NumPy read as floats (uint64 with int64) or as objects (past 64 bits)
-    arr = as_ints(a, arr, name, f"pass {name} as int64 (np.asarray({name}, dtype=np.int64)); a graph's offsets and "
-                  "vertex ids are below 2**31.")
+    arr = as_ints(a, arr, name, "pass only vertex ids and offsets, which are below 2**31 (the one named is none); "
+                  f"{name} as int64 then holds them all.")
     if arr.size == 0 and arr.dtype.kind == "f" and not isinstance(a, np.ndarray):  # `[]` reads as float64
         arr = arr.astype(np.int64)
     if arr.dtype == object and arr.ndim == 0:  # no array at all (a LinearOperator, a function): NumPy wrapped it

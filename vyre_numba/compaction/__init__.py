@@ -174,9 +174,10 @@ def _check_values(a, name: str = "values"):
     if len(shape) != 1:
         raise DispatchError(f"{name} has shape {shape}, not 1-D. Fix: pass a flat array ({flat_fix(a, name)}).")
     if dt.hasobject or dt.itemsize == 0 or dt.itemsize > 64 or (dt.fields is None and dt.itemsize not in (1, 2, 4, 8)):
+        fix = ("pass flags as bools or integers (non-zero keeps the item), e.g. (x > 0)" if name == "flags" else
+               f"pass such an array, or select by index: keep = compaction.nonzero(flags), then {name}[keep]")
         raise DispatchError(f"{name} has dtype {dt}; compaction moves items of 1, 2, 4 or 8 bytes and records of at "
-                            "most 64 bytes. Fix: pass such an array, or select by index: keep = "
-                            f"compaction.nonzero(flags), then {name}[keep].")
+                            f"most 64 bytes. Fix: {fix}.")
     if isinstance(a, np.ndarray):
         if not a.flags.c_contiguous:
             raise DispatchError(f"{name} is not contiguous. Fix: pass np.ascontiguousarray({name}).")

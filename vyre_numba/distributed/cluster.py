@@ -198,13 +198,13 @@ def _takes_n_workers(client) -> bool:
 
 
 def backend_name(backend) -> str | None:
-    """The name the workers resolve (a Backend object does not travel; its name does); a name no
-    backend has is refused here, before any worker is asked."""
+    """The name the workers resolve (a Backend object does not travel; its name does); a misspelt
+    name (near one registered here) is refused here, before any worker is asked."""
     if isinstance(backend, str):
         from ..registry import backend_names
 
-        names = backend_names()
-        if backend not in names:
+        names = backend_names()  # this process's: a name registered on the workers alone goes on to them
+        if backend not in names and did_you_mean(backend, names):
             raise BackendUnavailableError(f"no backend named {shown(backend, 60)}{did_you_mean(backend, names)}. Fix: "
                                           f"use one of {', '.join(names)}, or None for the best one on each worker.")
     if backend is None or isinstance(backend, str):
@@ -315,7 +315,7 @@ def _answer(w: str, future) -> dict:
         try:
             return future.result(timeout=ANSWER_POLL_S)
         except TimeoutError:
-            if w in future.client.scheduler_info().get("workers", {}):
+            if w in _worker_info(future.client):  # every worker: some releases list five unless asked
                 continue
             future.cancel()
             raise DispatchError(f"worker {w} left the cluster before saying which device it runs on (it may have "

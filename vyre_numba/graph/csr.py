@@ -118,18 +118,18 @@ def _unsupported_form(call: str, g, after: str) -> DispatchError:
 
 
 def _offsets_like(a) -> bool:
-    """Whether `a` could be a CSR's offsets: a 1-D device array, or what NumPy reads as a 1-D
-    array of integers."""
-    cai = getattr(a, "__cuda_array_interface__", None)
-    if cai is not None:
-        return len(cai.get("shape", ())) == 1
+    """Whether `a` could be meant as a CSR's offsets: a 1-D device array, or what NumPy reads as a
+    1-D array of numbers (a float or bool one is told its own mistake by the CSR check)."""
     if type(a).__module__.split(".")[0] == "networkx":  # NumPy reads a networkx graph as its node ids
         return False
     try:
+        cai = getattr(a, "__cuda_array_interface__", None)
+        if cai is not None:
+            return len(cai.get("shape", ())) == 1
         arr = np.asarray(a)
-    except Exception:  # noqa: BLE001 - ragged lists and objects NumPy cannot hold: no offsets
+    except Exception:  # noqa: BLE001 - ragged lists, objects NumPy cannot hold, an interface that raises
         return False
-    return arr.ndim == 1 and arr.dtype.kind in "iu"
+    return arr.ndim == 1 and arr.dtype != object
 
 
 def _graph_and_indices(call: str, g, after: str, named: str) -> ArgumentError:

@@ -28,6 +28,7 @@ COOPERATIVE_LANES = 1 << 15  # a megakernel's persistent grid here: about this m
 # Resident buffers are plain arrays any reference backend may bind, so one lock for them all: a
 # dispatch's run and its undo, a write and a download happen whole, as on a GPU's stream.
 _IN_PLACE = threading.RLock()
+_FUSED = threading.local()  # `steps`: the caller's steps fused into the kernel a sequence dispatches now
 
 
 class ReferenceBackend(Backend):
@@ -133,26 +134,24 @@ class ReferenceBackend(Backend):
                           config: DispatchConfig | None = None) -> None:
         """Run `program` in place on NumPy arrays; all or nothing (a failure restores every
         buffer the program writes)."""
-        self._resident(program, buffers, config, self.work_budget)
-
-    @host_memory("dispatch_resident", IN_HOST_MEMORY)
-    def _run_step(self, step, steps: int) -> None:
-        if steps == 1:
-            return super()._run_step(step, steps)
-        self._resident(step.program, step.buffers, step.config, self.work_budget * steps)
-
-    def _resident(self, program: Program, buffers: Sequence | Mapping, config: DispatchConfig | None,
-                  work: int) -> None:
         from .resident import dispatch_resident
 
         with _IN_PLACE:
             if checked.wanted(config):
                 return checked.dispatch_resident(self, program, buffers, config)
+            work = self.work_budget * getattr(_FUSED, "steps", 1)
             dispatch_resident(program, buffers, config, memory=self.memory_budget, work=work)
         if config is not None and config.label:
             self._count(**{"resident_dispatches": 1, f"dispatches[{config.label}]": 1})
         else:
             self._count(resident_dispatches=1)
+
+    def _run_step(self, step, steps: int) -> None:
+        before, _FUSED.steps = getattr(_FUSED, "steps", 1), steps  # read by this thread's dispatch_resident,
+        try:  # which a caller may wrap
+            super()._run_step(step, steps)
+        finally:
+            _FUSED.steps = before
 
     def _check_step(self, step) -> None:
         from .resident import check_step

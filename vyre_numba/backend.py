@@ -1061,6 +1061,15 @@ def resolve_backend(backend: "Backend | str | None" = None) -> Backend:
     return _RESOLVER(backend)
 
 
+_NAMES = None  # set by vyre_numba.registry, as _RESOLVER
+
+
+def backend_names() -> list[str]:
+    """The names of the registered backends, usable here or not (as `resolve_backend`, for the
+    layers above this one)."""
+    return [] if _NAMES is None else _NAMES()
+
+
 STORAGE_DTYPES = frozenset(d.storage for d in DataType)
 
 

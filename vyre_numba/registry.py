@@ -115,6 +115,7 @@ def _install() -> None:
     from . import backend
 
     backend._RESOLVER = get_backend
+    backend._NAMES = backend_names
     backend._SHARED = lambda b: _INSTANCES.get(b.name) is b
     backend._COMPACT_READER = _read_compacted
 

@@ -201,7 +201,7 @@ def backend_name(backend) -> str | None:
     """The name the workers resolve (a Backend object does not travel; its name does); a misspelt
     name (near one registered here) is refused here, before any worker is asked."""
     if isinstance(backend, str):
-        from ..registry import backend_names
+        from ..backend import backend_names
 
         names = backend_names()  # this process's: a name registered on the workers alone goes on to them
         if backend not in names and did_you_mean(backend, names):

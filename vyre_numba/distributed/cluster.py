@@ -204,8 +204,9 @@ def backend_name(backend) -> str | None:
         from ..backend import backend_names
 
         names = backend_names()  # this process's: a name registered on the workers alone goes on to them
-        if backend not in names and did_you_mean(backend, names):
-            raise BackendUnavailableError(f"no backend named {shown(backend, 60)}{did_you_mean(backend, names)}. Fix: "
+        near = "" if backend in names else did_you_mean(backend, names)
+        if near:
+            raise BackendUnavailableError(f"no backend named {shown(backend, 60)}{near}. Fix: "
                                           f"use one of {', '.join(names)}, or None for the best one on each worker.")
     if backend is None or isinstance(backend, str):
         return backend

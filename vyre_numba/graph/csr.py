@@ -110,17 +110,21 @@ def graph_arguments(indptr, indices, then, call: str, then_name: str | None = No
 def _unsupported_form(call: str, g, after: str) -> DispatchError:
     """The error of `call` given a graph in a form no graph call takes (a networkx graph, an edge
     list, an adjacency dict or list of lists, a DataFrame)."""
-    kind = f"a networkx {type(g).__name__}" if type(g).__module__.split(".")[0] == "networkx" else a_type(g)
+    kind = f"a networkx {type(g).__name__}" if _networkx(g) else a_type(g)
     return DispatchError(f"{call}(): the graph is {kind}, a form {call}() does not take. Fix: pass it as a SciPy "
                          f"sparse matrix, {call}(A{after}) (a networkx graph G: A = nx.to_scipy_sparse_array(G); edges "
                          "u -> v: A = scipy.sparse.coo_array((np.ones(len(u)), (u, v)), shape=(n, n))), or as its CSR "
                          f"arrays, {call}(indptr, indices{after}).")
 
 
+def _networkx(a) -> bool:
+    return type(a).__module__.split(".")[0] == "networkx"
+
+
 def _offsets_like(a) -> bool:
     """Whether `a` could be meant as a CSR's offsets: a 1-D device array, or what NumPy reads as a
     1-D array of numbers (a float or bool one is told its own mistake by the CSR check)."""
-    if type(a).__module__.split(".")[0] == "networkx":  # NumPy reads a networkx graph as its node ids
+    if _networkx(a):  # NumPy reads a networkx graph as its node ids
         return False
     try:
         cai = getattr(a, "__cuda_array_interface__", None)

@@ -91,6 +91,14 @@ def test_an_unknown_keyword_is_an_argument_error_naming_the_parameters(name):
     assert isinstance(e.value, TypeError) and isinstance(e.value, VyreError)
 
 
+@pytest.mark.parametrize("make, call", [(lambda: ir.add(1, 2, 3), "add(a, b)"), (lambda: ir.min_(1), "min_(a, b)"),
+                                        (lambda: ir.sqrt(x=1.0), "sqrt(a)"), (lambda: ir.not_(), "not_(a)")])
+def test_an_ir_builders_wrong_arguments_name_the_builder(make, call):
+    """Regression (a red-team): the builders made by one factory were named _bin.<locals>.make."""
+    with pytest.raises(ArgumentError, match=rf"^{re.escape(call.split('(')[0])}\(\): .*Fix: .*call it as {re.escape(call)}"):
+        make()
+
+
 def test_the_message_names_the_nearest_parameter_and_the_call():
     with pytest.raises(ArgumentError) as e:
         vn.compaction.select(np.arange(4), flgs=np.ones(4, bool))
@@ -233,6 +241,7 @@ def _holders():
     yield "a RecordedGraph", be.record_graph(inc, [np.zeros(4, np.uint32)]), "g.buffers holds a recording's"
     yield "a RecordedSequence", be.record_sequence([(inc, [y])], [y]), "g.buffers holds"
     yield "a Megakernel", be.megakernel([(inc, [y])], [y]), "mk.steps are its steps"
+    yield "a Program", inc, "read its parts by name: program.buffers (the declarations), program.entry"
 
 
 @pytest.mark.parametrize("use", [len, iter, list, lambda x: x[0], lambda x: 0 in x, lambda x: [*x]],

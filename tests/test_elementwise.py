@@ -1292,6 +1292,20 @@ def test_a_temporary_whose_default_type_keeps_its_number_converts_as_before():
     assert elementwise("f64 x", "i32 y", "t = 2.5; y = i32(t)")(x, backend=R).tolist() == [2]  # as i32(2.5)
 
 
+@pytest.mark.parametrize("name", ["acc", "λ", "o_k"])
+def test_a_type_error_names_the_users_own_variables_and_a_fix_in_the_texts_syntax(name):
+    """Regression (a red-team): the IR's names for temporaries (t_acc, u_cebb) and an ir.let fix
+    reached the message of an operation string."""
+    with pytest.raises(IRValidationError) as e:
+        elementwise("f32 x", "f32 o", f"{name} = 0; o = {name} + x")
+    said = str(e.value)
+    assert f"'{name}' is u32" in said and f"declare it so: {name} = f32(0.0)" in said
+    assert "t_" not in said and "u_" not in said and "ir.let" not in said
+    with pytest.raises(IRValidationError, match=r"in `o = \(x \+ 1u32\)`") as e:  # a function's arguments too
+        elementwise("f32 x", "f32 o", lambda x: x + ir.u32(1))
+    assert "v_x" not in str(e.value)
+
+
 def test_a_temporarys_conversion_fix_runs_and_converts_exactly():
     with pytest.raises(IRValidationError, match=r"Fix: give t its type where it is assigned, e\.g\. t = f64"):
         elementwise("f64 x", "f64 y", "t = 0.1; y = x * f64(t)")

@@ -526,6 +526,27 @@ def test_a_weak_int_literal_cast_to_a_type_that_cannot_hold_it_is_refused(value,
     assert vn.get_backend("reference").dispatch(p, [])[0][0] == edge
 
 
+@pytest.mark.parametrize("value", [2**64, -2**63 - 1, 10**30])
+@pytest.mark.parametrize("alone", [True, False])
+def test_a_literal_no_integer_type_holds_is_told_so_not_offered_a_typed_literal_that_fails(value, alone):
+    """Regression (a red-team): the Fix of ir.cast(2**64, 'u32') offered ir.u64(2**64), which
+    raises; no typed literal holds it, so the Fix says to write one in range."""
+    lit = value if alone else ir.add(value, 1)
+    (d,) = ir.validate(ir.Program([B.output("u", 0, "u32", 1)], 1, [ir.store("u", 0, ir.cast(lit, "u32"))]))
+    assert f"no integer type holds {value}." in d.message and "ir.u64(" not in d.message
+    assert "ir.i64(" not in d.message
+
+
+def test_the_enums_read_their_names_and_refuse_others_with_a_fix():
+    assert D("float32") is D.F32 and D(np.float32) is D.F32 and D("u8") is D.U8  # as DataType.parse reads them
+    for make, value in ((D, "nope"), (D, "float"), (D, object()), (ir.Access, "rw"), (ir.Role, "x"), (ir.Role, [1])):
+        with pytest.raises(IRValidationError, match=r"Fix: "):
+            make(value)
+    assert ir.Access("read_write") is ir.Access.READ_WRITE and ir.Role("inout") is ir.Role.INOUT
+    with pytest.raises(IRValidationError, match=r"access 'rw' is not one of .*Fix: use the constructors"):
+        B("a", 0, "rw", "u32")
+
+
 @pytest.mark.parametrize("value, dtype, becomes", [(300.0, "u8", 255), (-1.0, "u8", 0), (1e10, "i32", 2**31 - 1),
                                                    (-1e300, "i64", -2**63), (math.inf, "u16", 65535),
                                                    (math.nan, "i32", 0)])

@@ -242,6 +242,7 @@ class _Translator:
         self.texts: list[str] = []  # the source of each statement, for messages
         self.defaulted: set[str] = set()  # temporaries first assigned a bare number (typed on its own)
         self.defaulted_vars: dict[str, tuple] = {}  # ... by the variables holding them: (name, first value)
+        self.var_names: dict[str, str] = {f"v_{n}": n for n in inputs}  # IR variable -> the name in the text
         self._lines: tuple[str, list[bytes]] | None = None  # (the source, its lines) for segment()
         self.constants: dict[int, tuple] = {}  # a node's id -> (the node, its folded value), for folded()
 
@@ -341,6 +342,7 @@ class _Translator:
             if var is None:  # IR variable names are ASCII: other temporaries are spelt by their UTF-8 bytes
                 var = assigned[target] = ("o_" + target if target in self.outputs else "t_" + target
                                           if target.isascii() else "u_" + target.encode().hex())
+                self.var_names[var] = target
                 if target in self.defaulted:
                     self.defaulted_vars[var] = (target, value)
                 t = self.out_types.get(target)
@@ -881,10 +883,11 @@ class Elementwise:
     # ---- building ---------------------------------------------------------------------------
     def _translate(self, operation: Operation) -> tuple[list[ir.Node], list[str]]:
         self._defaulted: set[str] = set()
+        self._var_names = {f"v_{n}": n for n in self._in_names}  # IR variable -> the user's name, for messages
         if isinstance(operation, str):
             t = _Translator(self.name, operation, self._in_names, dict(self.outputs))
             t.translate()
-            self._defaulted = t.defaulted
+            self._defaulted, self._var_names = t.defaulted, t.var_names
             return t.stmts, t.texts
         if not callable(operation):
             raise IRValidationError(f"elementwise {self.name!r}: the operation is neither a string nor a function "
@@ -961,7 +964,7 @@ class Elementwise:
         the typing rule where an operation's types differ, else the problems' own fixes."""
         lines, fixes, typing = [], [], False
         for d in diags:
-            cause, _, hint = d.message.partition(" Fix: ")
+            cause, _, hint = _user_names(d.message, self._var_names).partition(" Fix: ")
             cause, hint = cause.rstrip("."), hint.rstrip(".")
             if d.where == "program":
                 why = cause.removeprefix(f"program name {shown(self.name)} ")
@@ -970,7 +973,10 @@ class Elementwise:
                                          "another name, e.g. name='saxpy'.", diags)
             m = re.match(r"entry\[1\]\.then\[(\d+)\]", d.where)
             k = int(m.group(1)) - nloads if m else -1
-            where = f"in `{clip(self._texts[k], 120)}`" if 0 <= k < len(self._texts) else d.where
+            where = d.where
+            if 0 <= k < len(self._texts):
+                text = self._texts[k] if isinstance(self.operation, str) else _user_names(self._texts[k], self._var_names)
+                where = f"in `{clip(text, 120)}`"
             typing |= "different types" in cause or hint.startswith("convert explicitly")
             if 0 <= k < len(self._texts) and ("different types" in cause or " must be " in cause):
                 for t in dict.fromkeys(_NAMES.findall(self._texts[k])):  # a set lookup each: thousands are fine
@@ -1302,6 +1308,11 @@ def _scalar_fix(v, dt: DataType) -> str:
     return f"pass its nearest {dt} value, np.{_numpy_name(dt)}({nearest!r})"
 
 
+def _user_names(text: str, names: Mapping[str, str]) -> str:
+    """`text` with the IR variables the kernel made (v_x, t_acc, u_cebb) named as the user named them."""
+    return re.sub(r"\b[vtou]_\w+", lambda m: names.get(m.group(0), m.group(0)), text)
+
+
 def _text_fix(facts, hint: str) -> str:
     """A validator's fix said in the operation's own text, where it names the IR's functions."""
     kind = facts.get("problem") if facts else None
@@ -1329,8 +1340,9 @@ def _text_fix(facts, hint: str) -> str:
     hint = hint.replace("ir.cast it to", "convert it by a type's name (i32(x), f32(x)) to")
     hint = re.sub(r"\bmath\.(inf|nan)\b", r"\1", hint)  # the operation's names for them
     hint = hint.replace("ir.cast one operand", "convert one operand by a type's name (f32(x))")
-    return re.sub(r"\bir\.(\w+)\(", lambda m: m.group(1).rstrip("_") + "(" if m.group(1).rstrip("_") in FUNCTIONS
+    hint = re.sub(r"\bir\.(\w+)\(", lambda m: m.group(1).rstrip("_") + "(" if m.group(1).rstrip("_") in FUNCTIONS
                   else m.group(0), hint)  # the IR's functions as the operation's text calls them
+    return re.sub(r"ir\.let\('([^']+)', (\w+\([^()]*\))\)", r"\1 = \2", hint)  # as the text declares one
 
 
 def _signature(params: list[tuple[str, DataType]]) -> str:

@@ -832,7 +832,6 @@ def unary(op: str, a: ExprLike) -> UnOp:
 def _bin(op):
     def make(a: ExprLike, b: ExprLike) -> BinOp:
         return BinOp(op, _e(a), _e(b))
-    make.__name__ = op
     make.__doc__ = f"The `{op}` binary operation."
     return make
 
@@ -840,7 +839,6 @@ def _bin(op):
 def _un(op):
     def make(a: ExprLike) -> UnOp:
         return UnOp(op, _e(a))
-    make.__name__ = op
     make.__doc__ = f"The `{op}` unary operation."
     return make
 
@@ -862,6 +860,10 @@ sqrt, floor, ceil, round_, trunc = _un("sqrt"), _un("floor"), _un("ceil"), _un("
 isnan, isinf, isfinite = _un("isnan"), _un("isinf"), _un("isfinite")
 exp, exp2, log, log2 = _un("exp"), _un("exp2"), _un("log"), _un("log2")
 rsqrt, recip, sin, cos, tan = _un("rsqrt"), _un("recip"), _un("sin"), _un("cos"), _un("tan")
+for _called, _make in list(globals().items()):  # errors name them as users call them: ir.min_, not make
+    if getattr(_make, "__qualname__", "").startswith(("_bin.", "_un.")):
+        _make.__name__ = _make.__qualname__ = _called
+del _called, _make
 
 
 def select(cond: ExprLike, a: ExprLike, b: ExprLike) -> Select:

@@ -21,7 +21,18 @@ FORMAT = "vyre-numba-ir/1"
 PTX_RENDERER = None  # Program -> PTX text, set by vyre_numba.ptx (a layer below this one) when it loads
 
 
-class Access(enum.Enum):
+class _Named(enum.Enum):
+    """An enum whose values are names: a name that is none of them is an IRValidationError."""
+
+    @classmethod
+    def _missing_(cls, value):
+        first = next(iter(cls))
+        raise IRValidationError(f"{shown(value)} is no {cls.__name__}: one of {', '.join(repr(m.value) for m in cls)}. "
+                                f"Fix: pass one of those names, or the member itself ({cls.__name__}.{first.name} "
+                                "and the others).")
+
+
+class Access(_Named):
     """How a program may use a buffer: read_only, read_write, write_only, uniform or workgroup."""
     READ_ONLY = "read_only"
     READ_WRITE = "read_write"
@@ -38,7 +49,7 @@ class Access(enum.Enum):
         return self in (Access.READ_WRITE, Access.WRITE_ONLY, Access.WORKGROUP)
 
 
-class Role(enum.Enum):
+class Role(_Named):
     """What a buffer is to a dispatch: input, output, in-out (both) or shared (workgroup memory)."""
     INPUT = "input"
     OUTPUT = "output"
@@ -64,7 +75,7 @@ class BufferDecl:
         if not isinstance(self.access, Access):
             try:
                 object.__setattr__(self, "access", Access(self.access))
-            except (ValueError, TypeError, RecursionError):  # Enum's own message reprs the value
+            except (IRValidationError, TypeError, RecursionError):  # Enum's own message reprs the value
                 names = ", ".join(a.value for a in Access)
                 raise IRValidationError(f"{where}: access {shown(self.access)} is not one of {names}. Fix: use the "
                                         "constructors BufferDecl.read / read_write / output / uniform / workgroup.") from None
@@ -195,9 +206,12 @@ _DIGEST_SHOWN = 20_000  # IR nodes past which a display leaves a digest not yet 
 
 
 @dataclass(frozen=True, eq=True, init=False)
-class Program:
+class Program(NotACollection):
     """A vyre program: buffers, the workgroup shape, and the statement body every invocation runs.
     Weak literals in the body are typed from their context at construction."""
+
+    _collection_fix = ("read its parts by name: program.buffers (the declarations), program.entry (the "
+                       "statements), program.workgroup_size.")
 
     buffers: tuple[BufferDecl, ...]
     workgroup_size: tuple[int, int, int]

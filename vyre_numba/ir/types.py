@@ -32,6 +32,10 @@ class DataType(enum.Enum):
     def __repr__(self) -> str:
         return f"DataType.{self.name}"
 
+    @classmethod
+    def _missing_(cls, value) -> "DataType":  # DataType("float32"), DataType(np.float32): as `parse` reads them
+        return cls.parse(value)
+
     def __str__(self) -> str:
         return self.value
 

@@ -172,8 +172,14 @@ def _cast_literal(a: n.Expr, dtype) -> tuple[str, int, str, str] | None:
         return repr(v), dtype.max if v > 0 else dtype.min, "saturate to", f"ir.f64({text})"
     if dtype.min <= a.raw <= dtype.max:
         return None
-    typed = f"ir.{'u64' if a.raw > D.I64.max else 'i64'}({a.raw})"
-    return str(a.raw), wrap_int(a.raw, dtype), "wrap to", typed
+    return str(a.raw), wrap_int(a.raw, dtype), "wrap to", _typed_int(a.raw)
+
+
+def _typed_int(raw: int) -> str | None:
+    """The typed literal that holds the integer `raw` (u64 past i64), None where no type does."""
+    if not D.I64.min <= raw <= D.U64.max:
+        return None
+    return f"ir.{'u64' if raw > D.I64.max else 'i64'}({raw})"
 
 
 def _bad_literal(lit: n.Lit) -> str | None:
@@ -395,10 +401,13 @@ class _Checker:
                 if bad is not None:
                     text, becomes, how, typed = bad
                     meant = {"wrap to": "the wrapped value", "saturate to": "the nearest value it holds"}.get(how, "0")
+                    fix = (f"write a literal in that range ({becomes} itself where {meant} is meant), or cast a "
+                           f"typed value (e.g. ir.cast({typed}, '{dtype}'))" if typed else
+                           f"write a literal in that range ({becomes} itself where {meant} is meant); no integer "
+                           f"type holds {text}")
                     self.err(where, f"cast of the literal {text} to {dtype}, which holds {dtype.min} to {dtype.max}: "
-                                    f"it would {how} {becomes}. Fix: write a literal in that range ({becomes} itself "
-                                    f"where {meant} is meant), or cast a typed value (e.g. ir.cast({typed}, "
-                                    f"'{dtype}')).", problem="literal cast", text=text, dtype=dtype, how=how)
+                                    f"it would {how} {becomes}. Fix: {fix}.", problem="literal cast", text=text,
+                             dtype=dtype, how=how)
                     return e, dtype
                 if isinstance(a, n.Lit) or not weak_only(a, self.weak):
                     a, _ = yield self.expr(a, where, _cast_operand(a, dtype))
@@ -411,12 +420,14 @@ class _Checker:
                     big = next((x.raw for x in lits if not x.dtype.is_float and not dtype.min <= x.raw <= dtype.max),
                                None)
                     if floats or big is not None:
-                        typed = "ir.f64(1.0)" if floats else f"ir.{'u64' if big > D.I64.max else 'i64'}({big})"
+                        typed = "ir.f64(1.0)" if floats else _typed_int(big)
                         what = "a float literal" if floats else f"the literal {big}, which {dtype} does not hold"
+                        fix = (f"give the expression its type by making one literal typed (e.g. {typed}), and cast "
+                               f"that on purpose, or write literals {dtype} holds" if typed else
+                               f"write literals {dtype} holds; no integer type holds {big}")
                         self.err(where, f"cast to {dtype} of an expression of literals with {what}: computed in "
-                                        f"{dtype} it is no value the literals say, and in another type a guess. Fix: "
-                                        f"give the expression its type by making one literal typed (e.g. {typed}), "
-                                        f"and cast that on purpose, or write literals {dtype} holds.",
+                                        f"{dtype} it is no value the literals say, and in another type a guess. "
+                                        f"Fix: {fix}.",
                                  problem="literal expression cast", dtype=dtype)
                         return e, dtype
                     want_a = dtype

@@ -285,6 +285,24 @@ def test_an_np_matrix_is_refused_as_such_not_as_an_exception_the_step_raised():
     assert fixpoint.run(relax, 3, [labels, indptr, indices]).converged and labels.tolist() == [0, 0, 0]
 
 
+def _set_rows(i, x, s):
+    if x[i] != s:  # of a 2-D x, a row's truth
+        x[i] = s
+        return 1
+    return 0
+
+
+def test_a_2d_array_whose_row_the_step_tests_is_told_as_2d_not_as_an_exception_the_step_raised():
+    """Regression (a red-team): "the step raised ValueError (truth value ...). Fix: make the step total"."""
+    x = np.zeros((3, 4), np.int64)
+    with pytest.raises(DispatchError, match=r"args\[0\] \(shape \(3, 4\)\) is not 1-D, so x\[i\] there is a whole row\. "
+                                            r"Fix: index items as x\[r, c\], or pass x\.reshape\(-1\)"):
+        fixpoint.run(_set_rows, 3, [x, 1], backend="reference", progress=False)
+    assert not x.any()
+    flat = x.reshape(-1)  # the fix, as written
+    assert fixpoint.run(_set_rows, 12, [flat, 1], backend="reference", progress=False).converged and x.all()
+
+
 def test_no_host_memory_for_the_undo_copies_is_a_vyre_error_with_a_fix(monkeypatch):
     from vyre_numba.errors import HostMemoryError
     from vyre_numba.fixpoint import runner

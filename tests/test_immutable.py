@@ -45,6 +45,33 @@ def test_every_public_frozen_dataclass_refuses_changes_with_a_fix():
     assert not lacking, lacking
 
 
+def test_every_public_result_that_holds_arrays_or_dicts_compares_and_hashes_without_a_raw_error():
+    """Regression (a red-team): ClosureResult == ClosureResult raised NumPy's ambiguous-truth
+    ValueError and hash() of it and of RebuildStats a bare TypeError. A frozen dataclass compared
+    by value hashes its fields, which fails for arrays, lists and dicts: such a class is compared
+    by identity (eq=False) or refuses hashing itself, with a Fix."""
+    import re
+
+    held = re.compile(r"\b(list|dict|set|ndarray)\b")
+    bad = []
+    for cls in _public_frozen_classes():
+        if not cls.__dataclass_params__.eq:
+            continue
+        own_hash = getattr(cls.__dict__.get("__hash__"), "__code__", None)
+        if own_hash is not None and own_hash.co_filename != "<string>":  # written by hand, not by dataclasses
+            continue
+        if any(held.search(str(f.type)) for f in dataclasses.fields(cls)):
+            bad.append(cls.__qualname__)
+    assert not bad, bad
+    from vyre_numba.egraph import EGraph, congruence_closure
+
+    make = lambda: EGraph.from_arrays([0, 1, 2], [0, 0, 1], [0, 0, 0, 1], [0], backend="reference")  # noqa: E731
+    r1, r2 = congruence_closure(make()), congruence_closure(make())
+    assert r1 == r1 and r1 != r2 and r1 in [r1] and len({r1, r2}) == 2
+    s = make().rebuild()
+    assert s == s and hash(s) == hash(s)
+
+
 def _values():
     prog = ir.Program([ir.BufferDecl.read("x", 0, "u32")], 64, [ir.let("i", ir.gid(0))], name="p")
     return [(DispatchConfig(grid=2), "grid", (3, 1, 1)), (ir.BufferDecl.read("x", 0, "u32"), "name", "y"),

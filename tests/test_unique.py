@@ -312,6 +312,14 @@ def test_a_pyarrow_array_with_nulls_is_refused_as_missing_values_not_as_floats()
     assert unique(pa.array([3, 1, 3], pa.int64())).tolist() == [1, 3]  # without nulls, read as it is
     # Regression (a review): objects of pyarrow's with no null_count (a table, a scalar) raised AttributeError
     assert unique(pa.table({"x": [3, 1, 3]})).tolist() == [1, 3]
+    # Regression (a red-team): a table's nulls were told as float columns ("pairs[:, 0] has dtype float64")
+    for table in (pa.table({"a": [0, None], "b": [2, 0]}), pa.record_batch({"a": [0, None], "b": [2, 0]})):
+        for call in (lambda: g.union(table), lambda: unique_rows(table)):
+            with pytest.raises(DispatchError, match=rf"a pyarrow {type(table).__name__} whose column 'a' has 1 missing "
+                                                    r"value\(s\) \(nulls; the first at row 1\).*Fix: drop those rows"):
+                call()
+    g.union(pa.table({"a": [0, 1], "b": [2, 0]}))  # without nulls, read as its rows
+    assert g.find(np.array([1, 2])).tolist() == [0, 0]
     with pytest.raises(DispatchError, match="Fix:"):
         unique(pa.scalar(3))
     with pytest.raises(DispatchError, match="Fix:"):

@@ -890,6 +890,16 @@ def refuse_missing(value, what: str) -> None:
     (nullable, Arrow, categorical) holding missing values (pd.NA, NaT), which NumPy reads as NaN
     or None (a NaN of a NumPy-dtype Series is a value); and where it is a pyarrow array holding
     nulls, which NumPy reads so too."""
+    if type(value).__module__.startswith("pyarrow") and isinstance(getattr(value, "column_names", None), list):
+        for name, column in zip(value.column_names, value.columns):  # a Table or RecordBatch: a column's nulls
+            if column.null_count:
+                first = int(np.flatnonzero(np.asarray(column.is_null()))[0])
+                raise DispatchError(f"{what} is a pyarrow {type(value).__name__} whose column {shown(name)} has "
+                                    f"{column.null_count} missing value(s) (nulls; the first at row {first}), which "
+                                    f"have no value (NumPy reads them as NaN or None). Fix: drop those rows "
+                                    f"(x.drop_null()) or fill them (pyarrow.compute.fill_null(x[{name!r}], value)) "
+                                    f"first, x being that {type(value).__name__}.")
+        return
     nulls = getattr(value, "null_count", None) if type(value).__module__.startswith("pyarrow") else None
     if isinstance(nulls, int) and nulls and callable(getattr(value, "is_null", None)):  # an array's (a table has none)
         first = int(np.flatnonzero(np.asarray(value.is_null()))[0])

@@ -36,7 +36,7 @@ MAX_ID = 2**31 - 2
 MAX_ROWS = 2**29 - 1  # the device's hash table keeps 4 slots a row, addressed by int32 slot ids
 
 
-@dataclass(frozen=True, repr=False)
+@dataclass(frozen=True, repr=False, eq=False)  # compared and hashed by identity, as every run's timings differ
 class RebuildStats(display.Shown):
     """What a rebuild did: rounds run, classes it merged (`unions`: by congruence; the unions the
     caller asked for before it are not counted, see `ClosureResult.merged`), rows (re)hashed in
@@ -56,7 +56,7 @@ class RebuildStats(display.Shown):
         _timings(self)
 
 
-@dataclass(frozen=True, repr=False)
+@dataclass(frozen=True, repr=False, eq=False)  # holds an array: compared and hashed by identity
 class ClosureResult(display.Shown):
     """Congruence closure of an e-graph: `eclass` (the canonical class of each row, the smallest id
     in its class, aligned with the rows), rounds, classes merged, classes before and after, whether

@@ -445,6 +445,12 @@ def _numba_call(fn, n: int, args: list):
         lines = [line.strip() for line in text.splitlines() if line.strip()]  # the reason, past Numba's stages
         first = next((line for line in lines if not line.startswith("Failed in ")), lines[0]) if lines else \
             type(e).__name__
+        grids = [f"args[{k}] (shape {a.shape})" for k, a in enumerate(args) if isinstance(a, np.ndarray) and a.ndim > 1]
+        if not numba_error and grids and "truth value of an array" in text:  # x[i] of a 2-D array is a row
+            raise DispatchError(f"the step took the truth of an array (ValueError: {first}); {', '.join(grids)} "
+                                f"{'is' if len(grids) == 1 else 'are'} not 1-D, so x[i] there is a whole row. Fix: "
+                                "index items as x[r, c], or pass x.reshape(-1) (a view, updated in place) and index "
+                                "x[i]; the arrays are as they were.") from e
         if not numba_error:  # a `raise` in the compiled step, run
             raise DispatchError(f"the step raised {type(e).__name__} ({first}). Fix: make the step total over its "
                                 "inputs (no exceptions raised); the arrays are as they were.") from e

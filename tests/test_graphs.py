@@ -606,6 +606,68 @@ def test_a_reference_replay_refuses_a_read_only_buffer_and_keeps_a_completed_run
     g.close()
 
 
+def test_a_reference_replay_interrupted_as_its_run_returns_puts_back_every_buffer(monkeypatch):
+    """Regression (a red-team): an interrupt after the run's own all-or-nothing (in its counting)
+    put the inputs back but left the new outputs: x of one replay beside y of the next."""
+    be = vn.get_backend("reference")
+    g = be.record_graph(affine(), [np.zeros(8, np.uint32)])
+    g.replay([np.arange(8, dtype=np.uint32)])
+    real = be.dispatch_resident
+
+    def interrupted(*args, **kwargs):
+        real(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(be, "dispatch_resident", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        g.replay([np.full(8, 100, np.uint32)])
+    monkeypatch.setattr(be, "dispatch_resident", real)
+    assert g.buffers["x"].tolist() == list(range(8)) and g.buffers["y"].tolist() == [3 * i + 1 for i in range(8)]
+    g.close()
+
+
+def test_a_recordings_buffer_mappings_compare_hash_and_copy_without_raw_errors():
+    """Regression (a red-team): == of two mappings and `in`/count of a step's mapping raised NumPy's
+    ambiguous-truth ValueError, hash() and | a bare TypeError, .copy() an AttributeError. Two
+    mappings are equal where they bind the same names to the same buffers."""
+    be = vn.get_backend("reference")
+    g1, g2 = (be.record_graph(affine(), [np.zeros(4, np.uint32)]) for _ in range(2))
+    assert g1.buffers != g2.buffers and g1.buffers == g1.buffers and hash(g1.buffers) == hash(g1.buffers)
+    assert g1.buffers == dict(g1.buffers) and g1.buffers.copy() == dict(g1.buffers)
+    assert set(g1.buffers | {"z": 1}) == {"x", "y", "z"} and set({"z": 1} | g1.buffers) == {"x", "y", "z"}
+    x, y = be.upload(np.zeros(4, np.uint32)), be.upload(np.zeros(4, np.uint32))
+    s1 = be.record_sequence([(bump(), [x]), (bump(), [y])], [(x,)])
+    s2 = be.record_sequence([(bump(), [y])], [(y,)])
+    assert s2.buffers[0] in s1.buffers and s1.buffers.count(s2.buffers[0]) == 1 and s1.buffers.index(s2.buffers[0]) == 1
+    assert len({s1.buffers, s1.buffers}) == 1
+    for r in (g1, g2, s1, s2):
+        r.close()
+
+
+def test_a_recordings_and_megakernels_methods_and_settings_are_guarded_as_the_backends_are():
+    """Regression (a red-team): their own __setattr__ made the guard see vyre-numba as the caller,
+    so g.close = 5, a misspelt g.bufers and mk.max_round = 3 were taken silently; del of an
+    attribute never set passed (megakernel) or was a raw AttributeError."""
+    from vyre_numba.errors import ImmutableError
+
+    be = vn.get_backend("reference")
+    g = be.record_graph(affine(), [np.zeros(4, np.uint32)])
+    x = be.upload(np.zeros(4, np.uint32))
+    mk = be.megakernel([(bump(), [x])], [(x,)])
+    for obj, name, value, said in ((g, "close", 5, "is a method"), (g, "bufers", {}, "did you mean 'buffers'"),
+                                   (mk, "run", None, "is a method"), (mk, "max_round", 3, "did you mean 'max_rounds'")):
+        with pytest.raises(ImmutableError, match=rf"{said}.*Fix:"):
+            setattr(obj, name, value)
+    for obj in (g, mk):
+        with pytest.raises(ImmutableError, match=r"has no attribute 'nothing_here' of its own to delete\. Fix:"):
+            del obj.nothing_here
+        obj.note = "mine"  # a value of one's own is kept, and deleted
+        del obj.note
+    assert mk.run().outputs[0].tolist() == [1] * 4
+    g.close()
+    mk.close()
+
+
 @pytest.mark.gpu
 def test_gpu_a_recording_keeps_no_reference_to_the_callers_sample():
     """Regression (a review): the CUDA recording kept its sample binding, whose arrays are the

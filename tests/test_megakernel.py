@@ -727,6 +727,44 @@ def test_every_mode_runs_over_the_buffers_it_was_planned_with(second, config):
     assert be.download(a).tolist() == [2] * 4 and be.download(b).tolist() == [0] * 4
 
 
+@pytest.mark.parametrize("second", [32, 64], ids=["megakernel", "graph"])
+@pytest.mark.parametrize("change", ["dtype", "read-only"])
+def test_a_buffer_changed_since_planning_is_refused_in_the_callers_steps_and_the_plan_stays(second, change):
+    """Regressions (a red-team): in the graph fallback a buffer made read-only before the first run
+    turned the plan into "sequence" for good (the caller's mistake read as a refused recording),
+    and one given another dtype was told as the inner sequence's step 1 "since it was recorded",
+    with "what round 1 wrote is unknown (nothing ran)" and a Fix to record again."""
+    be = vn.get_backend("reference")
+    a = be.upload(np.zeros(8, np.uint32))
+    mk = be.megakernel([(_inc(32), [a]), (_inc(second), [a])], [a])
+    mode = mk.mode
+    if change == "dtype":
+        a.dtype = np.int32
+        said = r"^Megakernel\.run: step 0's buffer 'y' was given dtype int32 since the megakernel was planned \(nothing ran\)\. Fix: put it back"
+    else:
+        a.setflags(write=False)
+        said = r"^Megakernel\.run: step 0 writes 'y', and its array was made read-only since .*\(nothing ran\)\. Fix: make it writable"
+    with pytest.raises(DispatchError, match=said):
+        mk.run()
+    a.dtype = np.uint32
+    a.setflags(write=True)
+    assert not a.any()
+    got = mk.run()
+    assert got.mode == mode == ("megakernel" if second == 32 else "graph") and got.outputs[0].tolist() == [2] * 8
+    mk.close()
+
+
+def test_a_megakernel_result_used_as_the_list_of_reads_says_to_read_outputs():
+    be = vn.get_backend("reference")
+    a = be.upload(np.zeros(4, np.uint32))
+    with be.megakernel([(_inc(32), [a])], [a]) as mk:
+        with pytest.raises(vn.errors.ArgumentError, match=r"MegakernelResult is not a Python collection.*Fix: its reads "
+                                                          r"are result\.outputs"):
+            (out,) = mk.run()
+        (out,) = mk.run().outputs
+        assert out.tolist() == [2] * 4
+
+
 def test_a_plan_is_not_reused_under_another_memory_budget():
     """Regression (a red-team): the cached plan kept the persistent grid sized under the old budget,
     and its run was refused as over the new one."""

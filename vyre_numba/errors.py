@@ -215,9 +215,11 @@ def _read_only(self, name: str) -> None:
                              f"was done to it since. Fix: {fix}.")
 
 
-def set_unless_read_only(self, name: str, value) -> None:
+def set_unless_read_only(self, name: str, value, depth: int = 1) -> None:
+    """__setattr__ refusing a read-only property, a value over a method and a misspelt setting where
+    the caller (`depth` frames up: 2 from a class's own __setattr__ that calls this) is not vyre-numba."""
     _read_only(self, name)
-    if not name.startswith("_") and not _own_frame(sys._getframe(1).f_globals):
+    if not name.startswith("_") and not _own_frame(sys._getframe(depth).f_globals):
         if not callable(value):  # a callable over a method is a deliberate wrapping (a spy, a mock)
             _method(self, name, "assigned over on")
         if name not in getattr(self, "__dict__", ()) and not hasattr(type(self), name):
@@ -262,7 +264,12 @@ def del_unless_read_only(self, name: str) -> None:
         cls = public_name(type(self))
         raise ImmutableError(f"{cls}.{name} cannot be deleted. Fix: leave it in place (help({cls}.{name}) says what "
                              "may change it).")
-    object.__delattr__(self, name)
+    try:
+        object.__delattr__(self, name)
+    except AttributeError:  # Python's own, naming the class it was made by (Redispatch for a RecordedGraph)
+        cls = public_name(type(self))
+        raise ImmutableError(f"{cls} has no attribute {shown(name)} of its own to delete. Fix: delete only what you "
+                             f"set on it (help({cls}) lists what it has).") from None
 
 
 def _read_only_properties(cls: type) -> bool:

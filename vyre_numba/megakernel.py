@@ -18,8 +18,8 @@ from . import display
 from .backend import (BEFORE, SEQUENCE_NOTE, UNDER_WAY, Backend, ResidentBuffer, Step, _elements, _fate, _iterable,
                       _shape, _storage, as_step, checked_steps, label_counts)
 from .config import DispatchConfig
-from .errors import (DispatchError, ImmutableError, IRValidationError, NotACollection, VyreError, check_calls, clip,
-                     del_unless_read_only, set_unless_read_only, whole)
+from .errors import (DeviceError, DispatchError, ImmutableError, IRValidationError, NotACollection, UnsupportedError,
+                     VyreError, check_calls, clip, del_unless_read_only, set_unless_read_only, whole)
 from .ir import Program, check
 from .ir import nodes as n
 from .ir.program import Access, BufferDecl, Role
@@ -27,6 +27,7 @@ from .ir.persistent import STATS
 from .ir.types import DataType
 from .lru import LRUCache
 from .owned import Unshared
+from .recording import _changed
 
 __all__ = ["Megakernel", "MegakernelResult", "MAX_ROUNDS", "UNTIL_ROUNDS"]
 
@@ -38,10 +39,12 @@ STATS_BYTES = 8  # the persistent program's stats buffer: rounds run and whether
 
 
 @dataclass(frozen=True, repr=False, eq=False)  # outputs are arrays: compared by identity, as arrays are not
-class MegakernelResult(display.Shown):
+class MegakernelResult(NotACollection, display.Shown):
     """A run: the reads, rounds run, whether the last round left the flag zero (None without
     `until`), the mode that ran ("megakernel", "graph" or "sequence"), why it was not a megakernel
     (None when it was), and device nanoseconds (a `Duration`; None on the CPU)."""
+
+    _collection_fix = "its reads are result.outputs, one array a read: (out,) = mk.run().outputs."
 
     outputs: list
     rounds: int
@@ -114,6 +117,8 @@ class Megakernel(NotACollection, Unshared):
             plan = plans.put(key, self._plan(bound, flag, workgroups))
         self._p = plan
         self._bound = bound
+        self._layout = [[(tuple(b.shape), b.dtype) if hasattr(b, "shape") and hasattr(b, "dtype") else None
+                         for b in bs] for bs in bound]  # as planned: run() refuses buffers changed since
         self._graph = self._stats = self._launch = None
         self._lock = threading.RLock()  # a close from another thread waits for the run in flight
         self._held = [None]  # the fallback graph, once recorded: the finaliser releases what it holds
@@ -124,10 +129,11 @@ class Megakernel(NotACollection, Unshared):
             raise ImmutableError(f"Megakernel.{name} is fixed once it is planned (its persistent program was built "
                                  f"from it). Fix: plan another, backend.megakernel(steps, read, until=..., "
                                  f"max_rounds=...), with the {name} you want.")
-        set_unless_read_only(self, name, value)
+        set_unless_read_only(self, name, value, 2)
 
     def __delattr__(self, name: str) -> None:
-        self.__setattr__(name, None)  # refused for what the plan was made from
+        if name in _PLANNED and name in self.__dict__:
+            self.__setattr__(name, None)  # refused: the plan was made from it
         del_unless_read_only(self, name)
 
     _collection_fix = "mk.steps are its steps, and mk.run() runs them (its result's outputs are what it reads)."
@@ -164,8 +170,24 @@ class Megakernel(NotACollection, Unshared):
                 raise DispatchError("this megakernel was closed. Fix: plan a new one with backend.megakernel(...).")
             return self._run()
 
+    def _check_buffers(self) -> None:
+        """The buffers the plan was made from, shaped and typed as then and writable where a step
+        writes them: checked before anything runs, in the caller's step numbers."""
+        for k, (step, bs, layout) in enumerate(zip(self.steps, self._bound, self._layout)):
+            for d, buf, was in zip(step.program.bound_buffers, bs, layout):
+                what = None if was is None else _changed(buf, *was)
+                if what is not None:
+                    raise DispatchError(f"Megakernel.run: step {k}'s buffer {d.name!r} was {what} since the megakernel "
+                                        "was planned (nothing ran). Fix: put it back as it was, or plan another over "
+                                        "the buffers as they are now (backend.megakernel(steps, read, ...)).")
+                if d.access.writable and isinstance(buf, np.ndarray) and not buf.flags.writeable:
+                    raise DispatchError(f"Megakernel.run: step {k} writes {d.name!r}, and its array was made read-only "
+                                        "since the megakernel was planned (nothing ran). Fix: make it writable again "
+                                        "(x.setflags(write=True)), or plan another over writable buffers.")
+
     def _run(self) -> MegakernelResult:
         b = self.backend
+        self._check_buffers()
         timer = b.device_timer if getattr(b, "device_clock", False) else None  # device_ns: None on the CPU
         if self.mode == "megakernel":
             p = self._p
@@ -230,9 +252,19 @@ class Megakernel(NotACollection, Unshared):
             try:
                 graph = b.record_sequence(steps, flag_read)
                 self._held[0] = self._graph = graph  # one statement: no interrupt between the two
-            except VyreError as e:  # a step the driver will not capture: run the plain sequence
+            except (UnsupportedError, DeviceError) as e:  # the driver will not capture a step: the plain sequence
+                if isinstance(e, MemoryError):  # no room now is no refusal of the plan's
+                    raise
                 self._p = dataclasses.replace(self._p, mode="sequence", reason=f"{self._p.reason}; and recording "
                                               f"the fallback graph failed ({e})")
+            except VyreError as e:  # the caller's: said in the caller's steps, the plan left as it is
+                said = re.match(r"record_sequence, step (\d+): ", str(e.args[0])) if e.args else None
+                if said is not None:
+                    k = int(said.group(1)) - (self.until is not None)
+                    where = "clearing the flag `until`" if k < 0 else f"step {k}"
+                    e.args = (f"the megakernel's graph fallback, recording its steps ({where}; nothing ran): "
+                              f"{e.args[0][said.end():]}", *e.args[1:])
+                raise
         done, under_way = 0, False  # rounds completed; whether the next is under way (set in one statement
         # each, so that an interrupt between two lines never finds a round counted that has not run)
         try:

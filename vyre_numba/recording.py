@@ -53,7 +53,7 @@ class RecordedGraph(NotACollection, Unshared, abc.ABC):
 
     def __setattr__(self, name: str, value) -> None:
         self._refuse_change(name)
-        set_unless_read_only(self, name, value)
+        set_unless_read_only(self, name, value, 2)
 
     def __delattr__(self, name: str) -> None:
         self._refuse_change(name)
@@ -251,9 +251,10 @@ class Redispatch(RecordedGraph):
         # this continues from the state this replay leaves; a replay that fails puts them back
         with self._lock:
             self._check_open()
-            # a failed run puts back what it wrote; what was copied in is put back here
+            # what was copied in and what the run writes are put back where it fails, even where the
+            # failure (an interrupt) comes after the run's own all-or-nothing has let its writes stand
             self._check_own_buffers("replay")
-            saved = {d.name: self.buffers[d.name].copy() for d in self.program.inputs}
+            saved = {d.name: self.buffers[d.name].copy() for d in self.program.inputs + self.program.outputs}
             own = list(self.buffers.values())
             given = {d.name: now.arrays[d.name] for d in self.program.inputs}  # copied where they are views of the
             given = {k: a.copy() if any(np.may_share_memory(a, b) for b in own) else a  # buffers written below
@@ -462,6 +463,27 @@ class Frozen(MappingABC):
 
     def __len__(self) -> int:
         return len(self._items)
+
+    def __eq__(self, other) -> bool:  # the same names bound to the same buffers (arrays have no one truth of ==)
+        if not isinstance(other, MappingABC):
+            return NotImplemented
+        try:
+            return self.keys() == other.keys() and all(v is other[k] for k, v in self._items.items())
+        except Exception:  # noqa: BLE001 - a mapping whose lookups raise equals none of ours
+            return False
+
+    def __hash__(self) -> int:
+        return hash(frozenset((k, id(v)) for k, v in self._items.items()))
+
+    def copy(self) -> dict:
+        """The buffers by name, as a dict of one's own (the arrays are the recording's)."""
+        return dict(self._items)
+
+    def __or__(self, other) -> dict:
+        return dict(self._items) | other if isinstance(other, MappingABC) else NotImplemented
+
+    def __ror__(self, other) -> dict:
+        return dict(other) | self._items if isinstance(other, MappingABC) else NotImplemented
 
     def __repr__(self) -> str:  # each buffer's type and shape: its values are a wall of numbers in a notebook
         def kind(v) -> str:  # a buffer given by its __cuda_array_interface__ alone has no dtype or shape

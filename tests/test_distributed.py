@@ -732,6 +732,20 @@ def test_a_cluster_without_workers_is_waited_for_then_refused(monkeypatch):
             connected_components(np.array([0, 1, 1]), np.array([0]), client=c, backend="reference")
 
 
+def test_the_workers_are_asked_of_the_scheduler_not_read_from_the_clients_cached_identity(client, monkeypatch):
+    """Regression (.ci/run under load): the client's periodic refresh stores an identity without its
+    workers, which could land between scheduler_info()'s fetch and its read, so a device wait took
+    a worker present for one gone ("left the cluster before saying which device it runs on")."""
+    from vyre_numba.distributed.cluster import _worker_info
+
+    there = sorted(client.nthreads())
+    monkeypatch.setattr(type(client), "scheduler_info", lambda self, *a, **k: {"workers": {}})  # the race's result
+    assert sorted(_worker_info(client)) == there and len(there) == 3
+    indptr, indices = rmat(6, 4, seed=3)
+    assert np.array_equal(connected_components(indptr, indices, client=client, backend="reference"),
+                          components_one(indptr, indices, backend="reference"))
+
+
 def test_workers_devices_are_asked_once_while_the_same_worker_processes_live():
     indptr, indices = rmat(8, 4, seed=1)
     want = components_one(indptr, indices, backend="reference")

@@ -187,8 +187,11 @@ WAIT_FOR_WORKERS = 10.0
 
 
 def _worker_info(client) -> dict:
-    info = client.scheduler_info(n_workers=-1) if _takes_n_workers(client) else client.scheduler_info()
-    return info["workers"]
+    """The scheduler's workers now, asked afresh: `client.scheduler_info()` returns the client's
+    cached identity, which its periodic refresh (every worker left out) may overwrite between the
+    fetch and the read, so a worker present would seem gone."""
+    where = {"n_workers": -1} if _takes_n_workers(client) else {}  # every worker: some releases list five unless asked
+    return dict(client.sync(client.scheduler.identity, **where)["workers"])
 
 
 def _takes_n_workers(client) -> bool:
@@ -316,7 +319,7 @@ def _answer(w: str, future) -> dict:
         try:
             return future.result(timeout=ANSWER_POLL_S)
         except TimeoutError:
-            if w in _worker_info(future.client):  # every worker: some releases list five unless asked
+            if w in _worker_info(future.client):
                 continue
             future.cancel()
             raise DispatchError(f"worker {w} left the cluster before saying which device it runs on (it may have "

@@ -139,7 +139,7 @@ def test_failed_write_costs_only_the_cache_and_leaves_nothing(tmp_path, monkeypa
     monkeypatch.setattr(diskcache.os, "fdopen",
                         lambda fd, *a, **k: _BreaksMidWrite(real(fd, *a, **k), OSError(28, "No space left on device")))
     c = DiskCache(tmp_path)
-    with pytest.warns(CacheWarning, match="No space left on device.*Fix: set VYRE_NUMBA_CACHE_DIR"):
+    with pytest.warns(CacheWarning, match="No space left on device.*Fix: pass a writable directory"):  # as passed
         c.put(("k",), b"payload")
     assert list(tmp_path.iterdir()) == [] and c.writes == 0
 
@@ -153,7 +153,7 @@ def test_unwritable_directory_costs_only_the_cache_and_says_so_once(tmp_path):
     blocker.write_text("not a directory")
     c = DiskCache(blocker / "sub")
     with pytest.warns(CacheWarning, match=r"the disk cache at '.*sub' cannot be used \(NotADirectoryError.*"
-                                          r"Fix: set VYRE_NUMBA_CACHE_DIR to a writable directory, or VYRE_NUMBA_CACHE=0"):
+                                          r"Fix: pass a writable directory\."):  # one passed, not the settings'
         c.put(("k",), b"data")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -359,10 +359,53 @@ def test_an_entry_that_is_not_a_regular_file_is_corrupt_and_never_waited_on(tmp_
     t.start()
     t.join(10)
     assert got == [None], "get() blocked"
-    assert c.corrupt == 1 and (kind == "directory" or not os.path.lexists(p))
-    if kind != "directory":
-        c.put(("k",), b"fresh")
-        assert c.get(("k",)) == b"fresh"
+    assert c.corrupt == 1 and not os.path.lexists(p)  # an empty directory too (a red-team: it stayed for ever)
+    c.put(("k",), b"fresh")
+    assert c.get(("k",)) == b"fresh"
+
+
+def test_a_non_empty_directory_in_an_entrys_place_is_said_of_that_entry_not_of_the_cache(tmp_path):
+    """Regression (a red-team): the warning said the whole cache could not be used and to set
+    VYRE_NUMBA_CACHE_DIR, and the directory stayed, that entry never stored again."""
+    import warnings
+
+    c = DiskCache(tmp_path / "c")
+    c.put(("x",), b"x")
+    p = c.path(("k",))
+    p.mkdir()
+    (p / "mine").write_text("kept")
+    with pytest.warns(CacheWarning, match=r"entry .* is a directory that is not empty, so that entry is never stored\. "
+                                          r"Fix: remove that directory"):
+        c.put(("k",), b"cubin")
+    assert (p / "mine").read_text() == "kept" and c.get(("x",)) == b"x"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        c.put(("k",), b"cubin")  # said once an entry
+        c.put(("y",), b"y")
+    assert c.get(("y",)) == b"y"
+
+
+def test_an_entry_longer_than_the_cache_can_hold_is_corrupt_and_not_read(tmp_path):
+    """Regression (a red-team): a 4 GiB file in an entry's place was read whole (twice the memory
+    at peak; a bare MemoryError where that was short)."""
+    c = DiskCache(tmp_path, max_bytes=1 << 20)
+    p = c.path(("k",))
+    with open(p, "wb") as f:
+        f.truncate(4 << 30)  # sparse: no disk taken
+    assert c.get(("k",)) is None and c.corrupt == 1 and not p.exists()
+    c.put(("k",), b"fresh")
+    assert c.get(("k",)) == b"fresh"
+
+
+def test_trim_removes_only_the_caches_own_entries(tmp_path):
+    """Regression (a red-team): _trim removed every *.cubin by age, a user's own among them, where
+    VYRE_NUMBA_CACHE_DIR named a folder holding others."""
+    mine = tmp_path / "my_kernel.cubin"
+    mine.write_bytes(bytes(4096))
+    os.utime(mine, (1, 1))  # the oldest
+    c = DiskCache(tmp_path, max_bytes=4096)
+    c.put(("k",), b"x" * 100)
+    assert mine.read_bytes() == bytes(4096) and c.get(("k",)) == b"x" * 100
 
 
 def test_trim_leaves_other_writers_temporary_files_alone(tmp_path):
@@ -430,3 +473,26 @@ def test_a_directory_argument_that_names_no_directory_is_refused_in_either_form(
         for form in (directory, Path(directory)):
             with pytest.raises(ArgumentError, match=r"is no directory name\. Fix: pass a directory's path"):
                 make(form)
+
+
+def test_the_tuning_stores_warning_says_what_it_costs_and_a_passed_directorys_fix(tmp_path, monkeypatch):
+    """Regression (a red-team): a TuneStore given a directory that cannot be used said "kernels
+    compile afresh" and to set VYRE_NUMBA_CACHE_DIR, which does not move a directory passed; its
+    directory and max_bytes went unchecked where it did not persist, and a bad max_bytes named
+    DiskCache and its default."""
+    from vyre_numba.errors import ArgumentError
+    from vyre_numba.gpu.tuning import MAX_BYTES, TuneStore
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.warns(CacheWarning, match=r"workgroup sizes are timed afresh in every process\. Fix: pass a writable "
+                                          r"directory\.$"):
+        TuneStore(blocker / "tune", persist=True).put(("t",), 64, {64: 1.0})
+    for persist in (False, True):
+        with pytest.raises(ArgumentError, match=rf"^TuneStore: max_bytes='x' .*\(default {MAX_BYTES}\)\.$"):
+            TuneStore(tmp_path, max_bytes="x", persist=persist)
+        with pytest.raises(ArgumentError, match=r"^TuneStore: directory is an int, not a path\. Fix:"):
+            TuneStore(12345, persist=persist)
+    monkeypatch.setenv("VYRE_NUMBA_CACHE_DIR", str(blocker / "env"))
+    with pytest.warns(CacheWarning, match=r"kernels compile afresh in every process\. Fix: set VYRE_NUMBA_CACHE_DIR"):
+        DiskCache().put(("k",), b"x")  # the settings' directory: the settings' fix

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 import threading
 import warnings
@@ -78,18 +79,30 @@ def default_dir() -> Path:
                            "to work without the disk cache.") from None
 
 
-_WARNED: set = set()  # directories a CacheWarning was given for
+_WARNED: set = set()  # directories (and entries) a CacheWarning was given for
+LOST = "kernels compile afresh in every process"  # what an unusable disk cache costs
+_ENTRY = re.compile(r"[0-9a-f]{64}\.cubin\Z")  # an entry's name: only these are counted and trimmed
 
 
-def _unusable(directory, why: str) -> None:
-    """A CacheWarning, once a directory, that the disk cache cannot be used there."""
+def _unusable(directory, why: str, lost: str = LOST, explicit: bool = False) -> None:
+    """A CacheWarning, once a directory, that the disk cache cannot be used there (`lost`: what that
+    costs; `explicit`: the directory was passed, not read from the settings)."""
     if directory in _WARNED:
         return
     _WARNED.add(directory)
     where = f"at {str(directory)!r} " if directory is not None else ""
-    warnings.warn(f"the disk cache {where}cannot be used ({why}); kernels compile afresh in every process. Fix: "
-                  "set VYRE_NUMBA_CACHE_DIR to a writable directory, or VYRE_NUMBA_CACHE=0 to work without it.",
-                  CacheWarning, stacklevel=3)
+    fix = ("pass a writable directory" if explicit else
+           "set VYRE_NUMBA_CACHE_DIR to a writable directory, or VYRE_NUMBA_CACHE=0 to work without it")
+    warnings.warn(f"the disk cache {where}cannot be used ({why}); {lost}. Fix: {fix}.", CacheWarning, stacklevel=3)
+
+
+def _entry_unusable(path: Path) -> None:
+    """A CacheWarning, once an entry, that something not the cache's own stands in its place."""
+    if path in _WARNED:
+        return
+    _WARNED.add(path)
+    warnings.warn(f"the disk cache entry {str(path)!r} is a directory that is not empty, so that entry is never "
+                  "stored. Fix: remove that directory (the cache keeps only files there).", CacheWarning, stacklevel=4)
 
 
 @lru_cache(maxsize=1)
@@ -118,27 +131,38 @@ def _key_digest(key: tuple) -> bytes:
     return hashlib.sha256(repr(key).encode()).digest()
 
 
-def _directory(directory) -> Path:
-    """A DiskCache's `directory` argument as a Path; ArgumentError where it names no directory."""
+def check_max_bytes(value, owner: str, default: int | None) -> int:
+    """A cache's `max_bytes` argument as an int; ArgumentError where it is no positive int."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, INTEGERS) or value < 1:
+        raise ArgumentError(f"{owner}: max_bytes={shown(value, 60)} is not a positive number of bytes. Fix: pass an "
+                            f"int of at least 1{f' (default {default})' if default else ''}.")
+    return int(value)
+
+
+def _directory(directory, owner: str = "DiskCache") -> Path:
+    """A cache's `directory` argument as a Path; ArgumentError where it names no directory."""
     fs = os.fspath(directory) if isinstance(directory, (str, os.PathLike)) else None
     if not isinstance(fs, str):
-        raise ArgumentError(f"DiskCache: directory is {a_type(directory if fs is None else fs)}, not a path. Fix: "
+        raise ArgumentError(f"{owner}: directory is {a_type(directory if fs is None else fs)}, not a path. Fix: "
                             "pass a str or a pathlib.Path, or None for the default.")
     try:
         if fs.strip() and "\0" not in fs:
             return Path(fs).expanduser()
     except RuntimeError:  # `~user` of a user this system does not know
         pass
-    raise ArgumentError(f"DiskCache: directory={shown(directory, 60)} is no directory name. Fix: pass a "
+    raise ArgumentError(f"{owner}: directory={shown(directory, 60)} is no directory name. Fix: pass a "
                         "directory's path (an absolute one, or ~ for your own home), or None for the default.")
 
 
-def _read_regular(p: Path) -> bytes | None:
+def _read_regular(p: Path, limit: int) -> bytes | None:
     """The bytes of the regular file `p`; None where it is missing or unreadable; b"" (so corrupt)
-    where it is anything else: a link, FIFO, device or directory is neither followed nor waited on."""
+    where it is anything else (a link, FIFO, device or directory is neither followed nor waited
+    on) or longer than `limit` bytes (no entry is: it is not read)."""
     try:
         with regular(p, follow=False) as f:
-            return f.read()
+            if os.fstat(f.fileno()).st_size > limit:
+                return b""
+            return f.read(limit + 1)
     except NotRegular:
         return b""
     except OSError:
@@ -148,20 +172,19 @@ def _read_regular(p: Path) -> bytes | None:
 class DiskCache:
     """Bytes by key on disk, verified on load. Safe across threads and processes."""
 
-    def __init__(self, directory: str | os.PathLike | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES):
-        if isinstance(max_bytes, (bool, np.bool_)) or not isinstance(max_bytes, INTEGERS) or max_bytes < 1:
-            raise ArgumentError(f"DiskCache: max_bytes={shown(max_bytes, 60)} is not a positive number of bytes. Fix: "
-                                f"pass an int of at least 1 (default {DEFAULT_MAX_BYTES}).")
+    def __init__(self, directory: str | os.PathLike | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES,
+                 lost: str = LOST, owner: str = "DiskCache"):
+        self.max_bytes = check_max_bytes(max_bytes, owner, DEFAULT_MAX_BYTES if owner == "DiskCache" else None)
+        self._lost, self._explicit = lost, directory is not None  # for the warning an unusable directory gives
         self.directory: Path | None
         if directory is not None:
-            self.directory = _directory(directory)
+            self.directory = _directory(directory, owner)
         else:
             try:
                 self.directory = default_dir()
             except SettingError as e:  # no home, or `~nouser`: the work goes on without the cache, said once
                 self.directory = None
-                _unusable(None, str(e).split(" Fix: ")[0].rstrip("."))
-        self.max_bytes = int(max_bytes)
+                _unusable(None, str(e).split(" Fix: ")[0].rstrip("."), lost)
         self.hits = self.misses = self.corrupt = self.writes = 0
         self._lock = threading.Lock()
 
@@ -175,11 +198,11 @@ class DiskCache:
             self.misses += 1
             return None
         p = self.path(key)
-        data = _read_regular(p)
+        head = len(MAGIC) + 64
+        data = _read_regular(p, head + self.max_bytes)  # no entry is longer: the trim keeps none past max_bytes
         if data is None or data[:len(_FORMER)] == _FORMER and data[:len(MAGIC)] != MAGIC:
             self.misses += 1
             return None
-        head = len(MAGIC) + 64
         payload = data[head:]
         if (data[:len(MAGIC)] != MAGIC or data[len(MAGIC):len(MAGIC) + 32] != _key_digest(key)
                 or data[len(MAGIC) + 32:head] != hashlib.sha256(payload).digest()):
@@ -198,10 +221,15 @@ class DiskCache:
         """Delete an entry (one that verified but would not load, say); never raises."""
         if self.directory is None:
             return
+        p = self.path(key)
         try:
-            self.path(key).unlink(missing_ok=True)
+            p.unlink(missing_ok=True)
         except OSError:
-            pass
+            try:  # a directory in its place (unlink refuses one): removed where empty
+                if p.is_dir() and not p.is_symlink():
+                    p.rmdir()
+            except OSError:
+                pass
 
     def put(self, key: tuple, payload: bytes) -> None:
         """Store atomically; an unwritable directory only costs the cache (a CacheWarning, once),
@@ -225,8 +253,13 @@ class DiskCache:
                 except OSError:
                     pass
             if isinstance(e, OSError):
-                if not (lost and isinstance(e, FileNotFoundError)):
-                    _unusable(self.directory, f"{type(e).__name__}: {e.strerror or e}")
+                entry = self.path(key)
+                if entry.is_dir() and not entry.is_symlink():  # this entry's place alone, not the directory
+                    self.remove(key)  # (removed where empty: the next put stores it)
+                    if entry.is_dir():
+                        _entry_unusable(entry)
+                elif not (lost and isinstance(e, FileNotFoundError)):
+                    _unusable(self.directory, f"{type(e).__name__}: {e.strerror or e}", self._lost, self._explicit)
                 return
             raise
         self._trim()
@@ -235,7 +268,7 @@ class DiskCache:
         with self._lock:
             entries = []
             for p in self.directory.glob("*.cubin"):
-                if p.name.startswith("."):  # another writer's temporary file, not yet an entry
+                if not _ENTRY.match(p.name):  # another writer's temporary file, or no file of the cache's
                     continue
                 try:
                     st = p.stat()

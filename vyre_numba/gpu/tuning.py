@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import ArgumentError, SettingError, shown
-from .diskcache import DiskCache, default_dir, enabled
+from .diskcache import DiskCache, _directory, check_max_bytes, default_dir, enabled
 
 CANDIDATES = (32, 64, 128, 256, 512, 1024)  # timed beside the occupancy rule's choice, any warp multiple
 MAX_BYTES = 1 << 20
@@ -44,6 +44,9 @@ class TuneStore:
         if persist is not None and not isinstance(persist, (bool, np.bool_)):
             raise ArgumentError(f"TuneStore: persist={shown(persist, 60)} is not a bool. Fix: pass True, False, or "
                                 "None to follow VYRE_NUMBA_CACHE.")
+        check_max_bytes(max_bytes, "TuneStore", MAX_BYTES)  # checked where it persists or not
+        if directory is not None:
+            _directory(directory, "TuneStore")
         self.persist = enabled() if persist is None else bool(persist)
         self.disk: DiskCache | None = None  # read and written only where the store persists
         if self.persist:
@@ -51,7 +54,9 @@ class TuneStore:
                 where = default_dir() / "tune" if directory is None else directory
             except SettingError:  # no home: DiskCache(None) says so once and stores nothing
                 where = None
-            self.disk = DiskCache(where, max_bytes=max_bytes)
+            self.disk = DiskCache(where, max_bytes=max_bytes, lost="workgroup sizes are timed afresh in every process",
+                                  owner="TuneStore")
+            self.disk._explicit = directory is not None
         self.memory: dict[tuple, int] = {}
         self.timed = 0
 

@@ -77,6 +77,15 @@ def test_without_tqdm_an_asked_bar_is_refused_at_once_and_an_automatic_one_not_s
     b.update(1)
     b.close()
     assert b.shown is None and b.n == 4
+    # Regression (a red-team): congruence_closure checked progress=True's type only, applied the
+    # unions, and was refused in the rebuild, the e-graph left half closed
+    from vyre_numba.egraph import EGraph, congruence_closure
+
+    g = EGraph.from_terms(["a", "b", ("f", "a"), ("f", "b")], backend="reference")
+    with pytest.raises(SettingError, match=r"tqdm cannot be imported"):
+        congruence_closure(g, [[0, 1]], progress=True)
+    assert g.find([0, 1, 2, 3]).tolist() == [0, 1, 2, 3]
+    assert congruence_closure(g, [[0, 1]], progress=False).eclass.tolist() == [0, 0, 2, 2]
 
 
 def test_the_environment_switches_the_automatic_bars_off(bars, monkeypatch):

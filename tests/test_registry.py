@@ -55,3 +55,36 @@ def test_a_name_registered_again_while_its_old_backend_is_made_keeps_the_new_one
     registry.register("swap", slow_old, lambda: None)
     assert vn.get_backend("swap") is old  # what that call's factory made
     assert vn.get_backend("swap") is new and vn.get_backend("swap") is new
+
+
+@pytest.mark.parametrize("answer, said", [
+    (True, r"the probe registered for backend 'mine' returned True, neither None \(usable\) nor a reason\. Fix:"),
+    ("", r"returned '', neither None"),
+    ("needs a thing", r"backend 'mine' is unavailable: needs a thing\. Fix: see what backend 'mine' needs"),
+    (ZeroDivisionError, r"the probe registered for backend 'mine' raised ZeroDivisionError.*Fix: make the probe"),
+])
+def test_a_probes_odd_answer_is_told_with_a_fix(clean, answer, said):
+    """Regression (a red-team): a probe returning True (meant as "usable") gave "unavailable: True"
+    with no Fix; a probe that raised reached the caller raw."""
+    from vyre_numba.reference import ReferenceBackend
+
+    def probe():
+        if answer is ZeroDivisionError:
+            return 1 / 0
+        return answer
+
+    registry.register("mine", ReferenceBackend, probe)
+    with pytest.raises(BackendUnavailableError, match=said):
+        vn.get_backend("mine")
+
+
+def test_no_usable_backend_at_all_is_told_with_each_ones_reason(clean):
+    """Regression (a red-team): with 'reference' registered again as unusable (and no GPU), the
+    default get_backend() raised a raw IndexError."""
+    from vyre_numba.reference import ReferenceBackend
+
+    registry.register("cuda", ReferenceBackend, lambda: "no GPU here. Fix: use another machine.")
+    registry.register("reference", ReferenceBackend, lambda: "switched off here. Fix: turn it on.")
+    with pytest.raises(BackendUnavailableError, match=r"^no backend can run here \(cuda: no GPU here\. Fix: use another "
+                                                      r"machine; reference: switched off here\. Fix: turn it on\)\. Fix: "):
+        vn.get_backend()

@@ -39,7 +39,17 @@ def check_progress(progress) -> bool | None:
     if not isinstance(progress, (bool, np.bool_)):
         raise DispatchError(f"progress={shown(progress)} is not True, False or None. Fix: pass True (always show a "
                             f"bar), False (never) or None (only once the work has run {DELAY_S:g} s).")
+    if progress:
+        try:
+            import tqdm.auto  # noqa: F401 - a bar asked for that cannot be shown is refused before the work
+        except ImportError as e:
+            raise _no_tqdm(e) from None
     return bool(progress)
+
+
+def _no_tqdm(e: ImportError) -> SettingError:
+    return SettingError(f"progress=True shows a tqdm bar, and tqdm cannot be imported ({e}). Fix: pip install tqdm (a "
+                        "dependency of vyre-numba), or pass progress=False.")
 
 
 def bar(progress: bool | None, *, desc: str, unit: str, total: int | None = None):
@@ -53,8 +63,7 @@ def bar(progress: bool | None, *, desc: str, unit: str, total: int | None = None
     try:
         return _tqdm(desc=desc, unit=unit, total=total)
     except ImportError as e:  # before the work: an explicit bar that cannot be shown is refused at the call
-        raise SettingError(f"progress=True shows a tqdm bar, and tqdm cannot be imported ({e}). Fix: pip install "
-                           "tqdm (a dependency of vyre-numba), or pass progress=False.") from None
+        raise _no_tqdm(e) from None
 
 
 def _tqdm(**kw):

@@ -39,7 +39,26 @@ def unavailable_reason(name: str) -> str | None:
     _load_builtin()
     if not isinstance(name, str) or name not in _PROBES:
         return f"no backend named {name!r}. Fix: use one of {', '.join(sorted(_PROBES))}."
-    return _PROBES[name]()
+    return _asked(name)
+
+
+def _asked(name: str) -> str | None:
+    """The registered probe's answer for `name`: None (usable) or why not, ending in a Fix; a probe
+    that raises or answers anything else is a BackendUnavailableError naming it."""
+    try:
+        why = _PROBES[name]()
+    except Exception as e:  # noqa: BLE001 - a probe of the caller's, said as such
+        raise BackendUnavailableError(f"the probe registered for backend {name!r} raised {type(e).__name__} ({e}). "
+                                      "Fix: make the probe return None where the backend can run, else a str saying "
+                                      "why not.") from e
+    if why is None:
+        return None
+    if not isinstance(why, str) or not why.strip():
+        raise BackendUnavailableError(f"the probe registered for backend {name!r} returned {shown(why, 60)}, neither "
+                                      "None (usable) nor a reason. Fix: register a probe that returns None where the "
+                                      "backend can run, else a str saying why not (ending in 'Fix: ...').")
+    return why if "Fix:" in why else f"{why.rstrip('. ')}. Fix: see what backend {name!r} needs (its probe says " \
+        "no more), or use another backend."
 
 
 def backend_names() -> list[str]:
@@ -51,14 +70,20 @@ def backend_names() -> list[str]:
 def available_backends() -> list[str]:
     """The names of the backends usable on this machine, best first ("cuda" only where a GPU is usable)."""
     _load_builtin()
-    return [n for n in PREFERENCE if n in _PROBES and _PROBES[n]() is None]
+    return [n for n in PREFERENCE if n in _PROBES and _asked(n) is None]
 
 
 def get_backend(name: str | None = None) -> Backend:
     """The named backend, or the best usable one ("cuda" where a GPU is usable, else "reference")."""
     _load_builtin()
     if name is None:
-        name = available_backends()[0]
+        usable = available_backends()
+        if not usable:  # the built-in ones replaced (register) by unusable ones
+            whys = "; ".join(f"{n}: {unavailable_reason(n).rstrip('.')}" for n in PREFERENCE if n in _PROBES)
+            raise BackendUnavailableError(f"no backend can run here ({whys}). Fix: name a backend that can "
+                                          f"(get_backend(name), one of {', '.join(sorted(_PROBES))}), or register "
+                                          "a usable 'reference' backend again.")
+        name = usable[0]
     if not isinstance(name, str) or name not in _PROBES:
         raise BackendUnavailableError(f"no backend named {shown(name)}. Fix: use one of {', '.join(sorted(_PROBES))}, "
                                       "or None for the best one here.")

@@ -1301,6 +1301,10 @@ def test_a_type_error_names_the_users_own_variables_and_a_fix_in_the_texts_synta
     said = str(e.value)
     assert f"'{name}' is u32" in said and f"declare it so: {name} = f32(0.0)" in said
     assert "t_" not in said and "u_" not in said and "ir.let" not in said
+    with pytest.raises(IRValidationError, match=r"value stored into t_acc must be f32"):  # a buffer keeps its name
+        elementwise("f32 x", "f32 t_acc", "acc = x; t_acc = u32(acc)")
+    with pytest.raises(IRValidationError, match=r"in `v_y = u32\(y\)`: value stored into v_y"):
+        elementwise("f32 y", "f32 v_y", "v_y = u32(y)")
     with pytest.raises(IRValidationError, match=r"in `o = \(x \+ 1u32\)`") as e:  # a function's arguments too
         elementwise("f32 x", "f32 o", lambda x: x + ir.u32(1))
     assert "v_x" not in str(e.value)

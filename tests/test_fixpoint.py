@@ -295,8 +295,10 @@ def _set_rows(i, x, s):
 def test_a_2d_array_whose_row_the_step_tests_is_told_as_2d_not_as_an_exception_the_step_raised():
     """Regression (a red-team): "the step raised ValueError (truth value ...). Fix: make the step total"."""
     x = np.zeros((3, 4), np.int64)
-    with pytest.raises(DispatchError, match=r"args\[0\] \(shape \(3, 4\)\) is not 1-D, so x\[i\] there is a whole row\. "
-                                            r"Fix: index items as x\[r, c\], or pass x\.reshape\(-1\)"):
+    with pytest.raises(DispatchError, match=r"a comparison of whole arrays \(a == b\), or of x\[i\] where x is args\[0\] "
+                                            r"\(shape \(3, 4\)\), not 1-D, so x\[i\] is a whole row\. Fix: compare items "
+                                            r"\(a\[i\] == b\[i\]\), and index a 2-D array as x\[r, c\] or pass "
+                                            r"x\.reshape\(-1\)"):
         fixpoint.run(_set_rows, 3, [x, 1], backend="reference", progress=False)
     assert not x.any()
     flat = x.reshape(-1)  # the fix, as written

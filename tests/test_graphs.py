@@ -635,6 +635,7 @@ def test_a_recordings_buffer_mappings_compare_hash_and_copy_without_raw_errors()
     assert g1.buffers != g2.buffers and g1.buffers == g1.buffers and hash(g1.buffers) == hash(g1.buffers)
     assert g1.buffers == dict(g1.buffers) and g1.buffers.copy() == dict(g1.buffers)
     assert set(g1.buffers | {"z": 1}) == {"x", "y", "z"} and set({"z": 1} | g1.buffers) == {"x", "y", "z"}
+    assert set(g1.buffers | g2.buffers) == {"x", "y"}  # a mapping that is no dict too
     x, y = be.upload(np.zeros(4, np.uint32)), be.upload(np.zeros(4, np.uint32))
     s1 = be.record_sequence([(bump(), [x]), (bump(), [y])], [(x,)])
     s2 = be.record_sequence([(bump(), [y])], [(y,)])

@@ -754,6 +754,18 @@ def test_a_buffer_changed_since_planning_is_refused_in_the_callers_steps_and_the
     mk.close()
 
 
+def test_a_fallback_past_a_recorded_graphs_launches_is_planned_as_a_sequence():
+    """Regression (a review): with only the driver's refusals turning the graph fallback into a
+    sequence, the recording's own launch limit (a LaunchError) made every run() fail."""
+    from vyre_numba.recording import MAX_RECORDED_LAUNCHES
+
+    be = vn.get_backend("reference")
+    a = be.upload(np.zeros(1, np.uint32))
+    with be.megakernel([(_inc(1), [a], DispatchConfig(fixpoint_iterations=MAX_RECORDED_LAUNCHES + 1))], [a]) as mk:
+        assert mk.mode == "sequence" and f"more than a recorded graph holds ({MAX_RECORDED_LAUNCHES})" in mk.reason
+        assert mk.run().outputs[0].tolist() == [MAX_RECORDED_LAUNCHES + 1]
+
+
 def test_a_megakernel_result_used_as_the_list_of_reads_says_to_read_outputs():
     be = vn.get_backend("reference")
     a = be.upload(np.zeros(4, np.uint32))

@@ -883,11 +883,13 @@ class Elementwise:
     # ---- building ---------------------------------------------------------------------------
     def _translate(self, operation: Operation) -> tuple[list[ir.Node], list[str]]:
         self._defaulted: set[str] = set()
-        self._var_names = {f"v_{n}": n for n in self._in_names}  # IR variable -> the user's name, for messages
+        self._var_names = {f"v_{n}": n for n in self._in_names if f"v_{n}" not in self._in_names + self._out_names}
         if isinstance(operation, str):
             t = _Translator(self.name, operation, self._in_names, dict(self.outputs))
             t.translate()
             self._defaulted, self._var_names = t.defaulted, t.var_names
+            for own in self._in_names + self._out_names:  # a buffer of that name: the IR name is left as it is
+                self._var_names.pop(own, None)
             return t.stmts, t.texts
         if not callable(operation):
             raise IRValidationError(f"elementwise {self.name!r}: the operation is neither a string nor a function "
@@ -975,7 +977,10 @@ class Elementwise:
             k = int(m.group(1)) - nloads if m else -1
             where = d.where
             if 0 <= k < len(self._texts):
-                text = self._texts[k] if isinstance(self.operation, str) else _user_names(self._texts[k], self._var_names)
+                text = self._texts[k]
+                if not isinstance(self.operation, str):  # `output = value`: the value's variables named as the user's
+                    target, eq, value = text.partition(" = ")
+                    text = target + eq + _user_names(value, self._var_names)
                 where = f"in `{clip(text, 120)}`"
             typing |= "different types" in cause or hint.startswith("convert explicitly")
             if 0 <= k < len(self._texts) and ("different types" in cause or " must be " in cause):

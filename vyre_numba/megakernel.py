@@ -27,7 +27,7 @@ from .ir.persistent import STATS
 from .ir.types import DataType
 from .lru import LRUCache
 from .owned import Unshared
-from .recording import _changed
+from .recording import MAX_RECORDED_LAUNCHES, _changed
 
 __all__ = ["Megakernel", "MegakernelResult", "MAX_ROUNDS", "UNTIL_ROUNDS"]
 
@@ -114,7 +114,7 @@ class Megakernel(NotACollection, Unshared):
         plan = plans.get(key)
         backend._count(**{"megakernel_plan_hits" if plan is not None else "megakernel_plan_misses": 1})
         if plan is None:
-            plan = plans.put(key, self._plan(bound, flag, workgroups))
+            plan = plans.put(key, self._recordable(self._plan(bound, flag, workgroups)))
         self._p = plan
         self._bound = bound
         self._layout = [[(tuple(b.shape), b.dtype) if hasattr(b, "shape") and hasattr(b, "dtype") else None
@@ -169,6 +169,16 @@ class Megakernel(NotACollection, Unshared):
             if self.closed:
                 raise DispatchError("this megakernel was closed. Fix: plan a new one with backend.megakernel(...).")
             return self._run()
+
+    def _recordable(self, plan: _Plan) -> _Plan:
+        """`plan`, its graph fallback a plain sequence where a round's launches are more than a
+        recorded graph holds (recording would refuse them)."""
+        launches = sum(s.config.fixpoint_iterations if s.config is not None else 1 for s in self.steps)
+        launches += self.until is not None  # the flag's clearing
+        if plan.mode != "graph" or launches <= MAX_RECORDED_LAUNCHES:
+            return plan
+        return dataclasses.replace(plan, mode="sequence", reason=f"{plan.reason}; and a round's {launches} launches are "
+                                   f"more than a recorded graph holds ({MAX_RECORDED_LAUNCHES})")
 
     def _check_buffers(self) -> None:
         """The buffers the plan was made from, shaped and typed as then and writable where a step

@@ -254,7 +254,8 @@ class Redispatch(RecordedGraph):
             # what was copied in and what the run writes are put back where it fails, even where the
             # failure (an interrupt) comes after the run's own all-or-nothing has let its writes stand
             self._check_own_buffers("replay")
-            saved = {d.name: self.buffers[d.name].copy() for d in self.program.inputs + self.program.outputs}
+            saved = {name: self.buffers[name].copy() for name in dict.fromkeys(d.name for d in self.program.inputs
+                                                                                 + self.program.outputs)}
             own = list(self.buffers.values())
             given = {d.name: now.arrays[d.name] for d in self.program.inputs}  # copied where they are views of the
             given = {k: a.copy() if any(np.may_share_memory(a, b) for b in own) else a  # buffers written below
@@ -480,7 +481,7 @@ class Frozen(MappingABC):
         return dict(self._items)
 
     def __or__(self, other) -> dict:
-        return dict(self._items) | other if isinstance(other, MappingABC) else NotImplemented
+        return dict(self._items) | dict(other) if isinstance(other, MappingABC) else NotImplemented
 
     def __ror__(self, other) -> dict:
         return dict(other) | self._items if isinstance(other, MappingABC) else NotImplemented

@@ -447,10 +447,10 @@ def _numba_call(fn, n: int, args: list):
             type(e).__name__
         grids = [f"args[{k}] (shape {a.shape})" for k, a in enumerate(args) if isinstance(a, np.ndarray) and a.ndim > 1]
         if not numba_error and grids and "truth value of an array" in text:  # x[i] of a 2-D array is a row
-            raise DispatchError(f"the step took the truth of an array (ValueError: {first}); {', '.join(grids)} "
-                                f"{'is' if len(grids) == 1 else 'are'} not 1-D, so x[i] there is a whole row. Fix: "
-                                "index items as x[r, c], or pass x.reshape(-1) (a view, updated in place) and index "
-                                "x[i]; the arrays are as they were.") from e
+            raise DispatchError(f"the step took the truth of an array (ValueError: {first}): a comparison of whole "
+                                f"arrays (a == b), or of x[i] where x is {' or '.join(grids)}, not 1-D, so x[i] is a "
+                                "whole row. Fix: compare items (a[i] == b[i]), and index a 2-D array as x[r, c] or pass "
+                                "x.reshape(-1) (a view, updated in place); the arrays are as they were.") from e
         if not numba_error:  # a `raise` in the compiled step, run
             raise DispatchError(f"the step raised {type(e).__name__} ({first}). Fix: make the step total over its "
                                 "inputs (no exceptions raised); the arrays are as they were.") from e

@@ -75,7 +75,7 @@ class BufferDecl:
         if not isinstance(self.access, Access):
             try:
                 object.__setattr__(self, "access", Access(self.access))
-            except (IRValidationError, TypeError, RecursionError):  # Enum's own message reprs the value
+            except (IRValidationError, ValueError, TypeError, RecursionError):  # Enum's own message reprs the value
                 names = ", ".join(a.value for a in Access)
                 raise IRValidationError(f"{where}: access {shown(self.access)} is not one of {names}. Fix: use the "
                                         "constructors BufferDecl.read / read_write / output / uniform / workgroup.") from None

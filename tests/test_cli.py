@@ -531,6 +531,45 @@ def test_emit_target_errors(saxpy_json, tmp_path, capsys, extra, fragment):
     assert not (tmp_path / "new").exists()
 
 
+def test_emit_cubin_for_an_sm_this_nvjitlink_does_not_know_is_one_usage_line(saxpy_json, tmp_path, capsys,
+                                                                              monkeypatch):
+    """Regression (a red-team): --sm 101 --cubin printed nvJitLink's three-line error, exit 1, with a
+    Fix that was a Python call."""
+    from vyre_numba.errors import CompileError
+    from vyre_numba.ptx import assembler
+
+    def unknown(text, *, sm):
+        e = CompileError(f"nvJitLink failed to assemble PTX for sm_{sm}:\nERROR_UNSUPPORTED_ARCH (17)\n...")
+        e.unknown_sm = f"this nvJitLink does not know sm_{sm}"
+        raise e
+
+    monkeypatch.setattr(assembler, "assemble", unknown)
+    out = tmp_path / "new" / "k.cubin"
+    assert main(["emit", str(saxpy_json), "--sm", "100", "--cubin", "-o", str(out)]) == 2
+    said = one_error_line(capsys, "--cubin --sm 100: this nvJitLink does not know sm_100")
+    assert_fix(said) and "drop --cubin" in said
+    assert not (tmp_path / "new").exists()
+
+
+def test_emit_ptx_that_calls_another_module_names_it_in_the_manifest(tmp_path):
+    """Regression (a red-team): PTX calling a math function or the grid barrier declares it extern,
+    and nothing said it must be linked; the manifest's `links` names them (a cubin has none)."""
+    from vyre_numba import ir, ptx
+
+    B = ir.BufferDecl
+    p = ir.Program([B.read_write("x", 0, "f32")], 64, [ir.barrier("grid"),
+                   ir.store("x", ir.gid(0), ir.sin(ir.load("x", ir.gid(0))))], name="k")
+    src = tmp_path / "k.json"
+    src.write_text(p.to_json())
+    out = tmp_path / "k.ptx"
+    assert main(["emit", str(src), "--cooperative", "-o", str(out)]) == 0
+    man = json.loads((tmp_path / "k.ptx.json").read_text())
+    assert man["links"] == ["vyre_grid_barrier", "vyre_math_sin_f32"]
+    assert len(ptx.link_sources(out.read_text())) == 3  # the kernel, the math module and the barrier
+    assert main(["emit", str(src), "--cooperative", "--cubin", "-o", str(tmp_path / "k.cubin")]) == 0
+    assert json.loads((tmp_path / "k.cubin.json").read_text())["links"] == []
+
+
 def test_emit_output_paths_that_cannot_be_written(saxpy_json, tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("x")

@@ -575,3 +575,55 @@ def test_a_device_check_reports_a_workgroup_that_does_not_fit_and_wraps_nvjitlin
         assert any(fragment in x for x in report.problems)
     with pytest.raises(UnsupportedError, match="nvJitLink could not assemble the kernel for sm_90.*Fix:"):
         devices.resources("garbage", 90)
+
+
+@pytest.mark.parametrize("sm", [70, 72])
+def test_a_grid_barrier_emitted_for_an_older_target_links_valid_ptx(sm):
+    """Regression (a red-team): sm_70 and sm_72 kernels are PTX ISA 6.0 and 6.1, and the grid
+    barrier linked beside them took their version, but it uses nanosleep (ISA 6.3): invalid PTX.
+    Checked by assembling for sm_75, which takes older targets' PTX (nvJitLink has no sm_70)."""
+    B = ir.BufferDecl
+    p = ir.Program([B.read_write("x", 0, "u32")], 64, [ir.barrier("grid"), ir.store("x", ir.gid(0), 1)], name="g")
+    text = ptx.emit(p, sm=sm, cooperative=True)
+    barrier = ptx.link_sources(text)[-1]
+    assert ".version 6.3" in barrier and f".target sm_{sm}" in barrier
+    assert ptx.assemble(text, sm=75)[:4] == b"\x7fELF"
+
+
+def test_a_grid_kernels_header_is_read_as_ptx_writes_it_or_refused_with_a_fix():
+    """Regression (a red-team): a header without .version/.target raised a raw AttributeError, and a
+    valid `.target sm_90, texmode_independent` a TemplateError whose Fix named a target never passed."""
+    B = ir.BufferDecl
+    p = ir.Program([B.read_write("x", 0, "u32")], 64, [ir.barrier("grid"), ir.store("x", ir.gid(0), 1)], name="g")
+    text = ptx.emit(p, sm=90, cooperative=True)
+    options = text.replace(".target sm_90", ".target sm_90, texmode_independent")
+    assert ".target sm_90\n" in ptx.link_sources(options)[-1] and ptx.assemble(options, sm=90)[:4] == b"\x7fELF"
+    bare = "\n".join(line for line in text.splitlines() if not line.startswith((".version", ".target")))
+    with pytest.raises(UnsupportedError, match=r"no \.version or \.target line.*Fix: pass the whole module"):
+        ptx.link_sources(bare)
+
+
+@pytest.mark.parametrize("call", [lambda m: m.module("nope"), lambda m: m.module(5), lambda m: m.module([1]),
+                                  lambda m: m.extern_decl(5), lambda m: m.symbol("x", "f32"),
+                                  lambda m: m.symbol("sin", "f16")])
+def test_the_math_modules_functions_refuse_what_names_no_math_function(call):
+    """Regression (a red-team): KeyError, TypeError and AttributeError from ptx.mathlib."""
+    with pytest.raises(UnsupportedError, match="Fix: "):
+        call(ptx.mathlib)
+    assert ptx.mathlib.is_math_symbol(None) is False and ptx.mathlib.is_math_symbol("vyre_math_sin_f32") is True
+
+
+def test_assembles_refusal_of_an_old_target_offers_emit_only_where_emit_writes_it():
+    for sm, offered in ((70, True), (72, True), (74, False), (0, False), (-1, False)):
+        with pytest.raises(UnsupportedError) as e:
+            ptx.assemble("", sm=sm)
+        assert ("emit still writes" in str(e.value)) is offered, (sm, e.value)
+
+
+def test_the_ptx_header_names_the_programs_own_digest():
+    """Regression (a red-team): the header showed the optimized program's digest, which neither the
+    manifest nor the program says."""
+    B = ir.BufferDecl
+    p = ir.Program([B.output("o", 0, "u32", 1)], 1, [ir.store("o", 0, ir.add(1, 2))], name="k")
+    assert p.optimized().digest() != p.digest()
+    assert f"(digest {p.digest()[:16]})" in ptx.emit(p, sm=90)

@@ -565,7 +565,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_emit(args: argparse.Namespace) -> int:
     """Write a program's PTX (or assembled cubin) and a JSON manifest of its kernel ABI."""
-    from .ptx.assembler import MIN_ASSEMBLE_SM as min_sm, assemble
+    from .ptx.assembler import _EXTERN, MIN_ASSEMBLE_SM as min_sm, assemble
     from .ptx.emitter import PTX_VERSION, abi, emit
 
     device = None
@@ -613,11 +613,15 @@ def cmd_emit(args: argparse.Namespace) -> int:
     try:
         text = emit(program, sm=args.sm, cooperative=args.cooperative)
         code = assemble(text, sm=args.sm) if args.cubin else text.encode()
-    except BaseException:
+    except BaseException as e:
         _remove_dirs(created)
+        if hasattr(e, "unknown_sm"):
+            raise UsageError(f"--cubin --sm {args.sm}: {e.unknown_sm}. Fix: pass the --sm of the GPU it will run on "
+                             f"(one this CUDA's nvJitLink knows), or drop --cubin to write sm_{args.sm} PTX.") from None
         raise
     manifest = abi(program).to_dict()
-    manifest.update(sm=args.sm, format="cubin" if args.cubin else "ptx", digest=program.digest(),
+    needs = [] if args.cubin else sorted(set(_EXTERN.findall(text)))  # PTX that calls what another module defines
+    manifest.update(sm=args.sm, format="cubin" if args.cubin else "ptx", digest=program.digest(), links=needs,
                     buffers=[{"name": b.name, "binding": b.binding, "dtype": b.dtype.value, "access": b.access.value,
                               "count": b.count, "role": b.role.value} for b in program.bound_buffers])
     if report is not None:

@@ -37,9 +37,13 @@ def link_sources(kernel_ptx: str | Sequence[str]) -> list[str]:
     extra = [mathlib.module(name) for name in needed if name not in defined]
     barrier = [src for src in sources if "vyre_grid_barrier" in _EXTERN.findall(src)]
     if barrier and "vyre_grid_barrier" not in defined:  # the grid barrier of ptx_templates/, at the kernel's target
-        version = re.search(r"^\s*\.version\s+(\S+)", barrier[0], re.M).group(1)
-        target = re.search(r"^\s*\.target\s+(\S+)", barrier[0], re.M).group(1)
-        extra.append(templates.load("grid_barrier", version=version, target=target))
+        version = re.search(r"^\s*\.version\s+(\d+\.\d+)", barrier[0], re.M)
+        target = re.search(r"^\s*\.target\s+(sm_\w+)", barrier[0], re.M)  # its first target, options after a comma
+        if version is None or target is None:
+            raise UnsupportedError("PTX that calls vyre_grid_barrier has no .version or .target line (a module "
+                                   "header such as '.version 7.8' and '.target sm_90'), so the barrier cannot be "
+                                   "linked at its target. Fix: pass the whole module ptx.emit returns.")
+        extra.append(templates.load("grid_barrier", version=version.group(1), target=target.group(1)))
     return sources + extra
 
 
@@ -68,9 +72,11 @@ def assemble(ptx_sources: str | Sequence[str], *, sm: int) -> bytes:
                                "int, e.g. the device's compute capability.")
     sm = int(sm)
     if sm < MIN_ASSEMBLE_SM:
+        from .emitter import PTX_VERSION
+
+        older = (f" (emit still writes sm_{sm} PTX for an older toolchain)" if sm in PTX_VERSION else "")
         raise UnsupportedError(f"nvJitLink from CUDA 13 cannot assemble for sm_{sm}. "
-                               f"Fix: assemble for sm_{MIN_ASSEMBLE_SM} or newer (emit still writes "
-                               f"sm_{sm} PTX for an older toolchain).")
+                               f"Fix: assemble for sm_{MIN_ASSEMBLE_SM} or newer{older}.")
     from cuda.core import Linker, LinkerOptions, ObjectCode
 
     sources = link_sources(ptx_sources)
@@ -91,10 +97,12 @@ def assemble(ptx_sources: str | Sequence[str], *, sm: int) -> bytes:
                 pass
         if "UNSUPPORTED_ARCH" in log or "UNRECOGNIZED_ARCH" in log:
             renamed = " (CUDA 13 renamed sm_101 to sm_110)" if sm == 101 else ""
-            raise CompileError(f"nvJitLink failed to assemble PTX for sm_{sm}:\n{log.strip()}\nThis nvJitLink does "
-                               f"not know sm_{sm}{renamed}. Fix: assemble for an sm it knows (the GPU's own: "
-                               "vyre_numba.get_backend('cuda').caps.sm), or install the nvJitLink of a CUDA that has "
-                               "it.") from e
+            unknown = CompileError(f"nvJitLink failed to assemble PTX for sm_{sm}:\n{log.strip()}\nThis nvJitLink "
+                                   f"does not know sm_{sm}{renamed}. Fix: assemble for an sm it knows (the GPU's own: "
+                                   "vyre_numba.get_backend('cuda').caps.sm), or install the nvJitLink of a CUDA that "
+                                   "has it.")
+            unknown.unknown_sm = f"this nvJitLink does not know sm_{sm}{renamed}"  # said in a command's own terms
+            raise unknown from e
         target = re.search(r"\.target\s+sm_(\d+)", "".join(sources))
         if target and int(target.group(1)) > sm:
             from .emitter import PTX_VERSION

@@ -347,8 +347,10 @@ class _Env(dict):
 
 
 class _Emitter:
-    def __init__(self, program: Program, sm: int, workgroup, cooperative: bool, step: str | None = None):
+    def __init__(self, program: Program, sm: int, workgroup, cooperative: bool, step: str | None = None,
+                 digest: str | None = None):
         self.p, self.sm, self.workgroup, self.cooperative = program, sm, workgroup, cooperative
+        self.digest = digest or program.digest()  # the program as given (its manifest's), not as optimized
         self.step, self.item, self.changed = step, "", ""  # step: the name of the device function rendered
         self.grid_state: str | None = None
         self.lines: list[str] = []
@@ -803,7 +805,7 @@ class _Emitter:
                          for k, c in self.count.items() if c)
         shared = "\n".join(f"\t.shared .align 8 .b8 wg${b.name}[{size}];  // {b}"
                            for b, size in _shared_layout(self.p))
-        header = [f"// vyre-numba PTX for program {self.p.name!r} (digest {self.p.digest()[:16]})",
+        header = [f"// vyre-numba PTX for program {self.p.name!r} (digest {self.digest[:16]})",
                   f"// fixpoint step {self.step}" if self.step else
                   f"// workgroup {wg if wg else 'auto'}; cooperative={self.cooperative}"]
         return templates.load(
@@ -860,9 +862,10 @@ def emit(program: Program, *, sm: int = 90, workgroup: tuple[int, int, int] | st
         raise UnsupportedError(f"program {program.name!r} has barrier('grid'), which needs every workgroup "
                                "resident at once. Fix: pass cooperative=True (ptx.emit(p, cooperative=True), "
                                "p.ptx(cooperative=True)), and dispatch it with DispatchConfig(cooperative=True).")
+    given = program.digest()
     if optimize:
         program = program.optimized()
-    return _Emitter(program, sm, workgroup, cooperative).render()
+    return _Emitter(program, sm, workgroup, cooperative, digest=given).render()
 
 
 def check_step(program: Program) -> Program:

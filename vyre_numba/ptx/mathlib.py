@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 import re
 
+from ..errors import UnsupportedError, check_calls, shown
+
 OPS = ("exp", "exp2", "log", "log2", "sin", "cos", "tan")
 TARGET_SM = 75
 _VERSION = "6.3"
@@ -20,26 +22,40 @@ _NAME = re.compile(r"^vyre_math_(exp|exp2|log|log2|sin|cos|tan)_(f32|f64)$")
 
 def symbol(op: str, width: str) -> str:
     """Name of the device function computing `op` in `width` ("f32" or "f64")."""
+    if op not in OPS or width not in ("f32", "f64"):
+        raise UnsupportedError(f"no math function {shown(op, 40)} in {shown(width, 40)}. Fix: pass an op of {OPS} and "
+                               "a width 'f32' or 'f64'.")
     return f"vyre_math_{op}_{width}"
+
+
+def _known(name) -> re.Match:
+    m = _NAME.match(name) if isinstance(name, str) else None
+    if m is None:
+        raise UnsupportedError(f"{shown(name, 60)} is no math function's name (vyre_math_<op>_<f32|f64>, op one of "
+                               f"{', '.join(OPS)}). Fix: pass symbol(op, width)'s name, e.g. {symbol('sin', 'f32')!r}.")
+    return m
 
 
 def extern_decl(name: str) -> str:
     """The `.extern .func` declaration a kernel uses to call `name`."""
-    b = "b32" if name.endswith("f32") else "b64"
+    b = "b32" if _known(name).group(2) == "f32" else "b64"
     return f".extern .func (.param .{b} func_retval0) {name}(.param .{b} param0);"
 
 
 def is_math_symbol(name: str) -> bool:
-    return bool(_NAME.match(name))
+    """Whether `name` names one of the math functions (see `symbol`)."""
+    return isinstance(name, str) and bool(_NAME.match(name))
+
+
+def module(name: str) -> str:
+    """The PTX module that defines math function `name` (see `symbol`)."""
+    _known(name)
+    return _module(name)
 
 
 @functools.lru_cache(maxsize=None)
-def module(name: str) -> str:
-    """The PTX module that defines math function `name` (see `symbol`)."""
-    m = _NAME.match(name)
-    if not m:
-        raise KeyError(name)
-    op, width = m.groups()
+def _module(name: str) -> str:
+    op, width = _NAME.match(name).groups()
     from numba import cuda, float32, float64
     from numba.cuda import libdevice
 
@@ -60,3 +76,6 @@ def module(name: str) -> str:
     # NVVM stamps its own (newer) ISA version; the code is plain sm_75 PTX, and an old stamp keeps
     # it acceptable to older drivers and linkers than the toolkit that compiled it.
     return re.sub(r"^\.version\s+\S+", f".version {_VERSION}", ptx, count=1, flags=re.M)
+
+
+check_calls(globals(), ["symbol", "extern_decl", "is_math_symbol", "module"])

@@ -107,6 +107,13 @@ def params(name: str) -> tuple[str, ...]:
     return _read(_known(name))[0]
 
 
+_LEAST_VERSION = {"grid_barrier": "6.3"}  # the PTX ISA a template's instructions need (nanosleep: 6.3)
+
+
+def _isa(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in version.split("."))
+
+
 def load(name: str, **params: object) -> PTX:
     """Template `name` with every `${param}` replaced by `params[param]`: PTX text (a str), a count
     (an int from 0 to 2**31 - 1), and for `version` and `target` strings such as '7.8' and 'sm_90'."""
@@ -122,6 +129,9 @@ def load(name: str, **params: object) -> PTX:
         raise TemplateError(f"PTX template {shown(name)}: {'; '.join(parts)} parameter(s). "
                         f"Fix: pass exactly {', '.join(declared)}.")
     values = {k: _value(name, k, v) for k, v in params.items()}
+    least = _LEAST_VERSION.get(name)
+    if least is not None and "version" in values and _isa(values["version"]) < _isa(least):
+        values["version"] = least  # a module of its own: an older target takes the newer ISA beside its kernel's
     try:
         return PTX(string.Template(body).substitute(values))
     except (KeyError, ValueError) as e:

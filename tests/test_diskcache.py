@@ -378,6 +378,9 @@ def test_a_non_empty_directory_in_an_entrys_place_is_said_of_that_entry_not_of_t
                                           r"Fix: remove that directory"):
         c.put(("k",), b"cubin")
     assert (p / "mine").read_text() == "kept" and c.get(("x",)) == b"x"
+    small = DiskCache(tmp_path / "c", max_bytes=4096)  # the directory (4,096 bytes as stat says) is no entry's size
+    small.put(("z",), b"z" * 100)
+    assert small.get(("z",)) == b"z" * 100
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         c.put(("k",), b"cubin")  # said once an entry

@@ -1308,6 +1308,8 @@ def test_a_type_error_names_the_users_own_variables_and_a_fix_in_the_texts_synta
     with pytest.raises(IRValidationError, match=r"in `o = \(x \+ 1u32\)`") as e:  # a function's arguments too
         elementwise("f32 x", "f32 o", lambda x: x + ir.u32(1))
     assert "v_x" not in str(e.value)
+    with pytest.raises(IRValidationError, match=r"in `out = \(x \+ v_x\)`"):  # an input named as another's variable
+        elementwise("f32 x, i32 v_x", "f32 out", lambda x, v_x: x + v_x)
 
 
 def test_a_temporarys_conversion_fix_runs_and_converts_exactly():

@@ -88,3 +88,16 @@ def test_no_usable_backend_at_all_is_told_with_each_ones_reason(clean):
     with pytest.raises(BackendUnavailableError, match=r"^no backend can run here \(cuda: no GPU here\. Fix: use another "
                                                       r"machine; reference: switched off here\. Fix: turn it on\)\. Fix: "):
         vn.get_backend()
+
+
+def test_no_usable_backend_is_told_from_one_answer_of_each_probe(clean):
+    """Regression (a review): the message asked each probe again, so a probe whose answer changed
+    in between (a GPU freed) gave None to format, a raw AttributeError."""
+    from vyre_numba.reference import ReferenceBackend
+
+    answers = iter(["busy. Fix: wait.", None, None])
+    registry.register("cuda", ReferenceBackend, lambda: "no GPU here. Fix: use another machine.")
+    registry.register("reference", ReferenceBackend, lambda: next(answers))
+    with pytest.raises(BackendUnavailableError, match=r"reference: busy\. Fix: wait\)"):
+        vn.get_backend()
+    assert isinstance(vn.get_backend(), ReferenceBackend)  # usable now

@@ -978,9 +978,9 @@ class Elementwise:
             where = d.where
             if 0 <= k < len(self._texts):
                 text = self._texts[k]
-                if not isinstance(self.operation, str):  # `output = value`: the value's variables named as the user's
+                if not isinstance(self.operation, str):  # `output = value`: the value reads only the arguments
                     target, eq, value = text.partition(" = ")
-                    text = target + eq + _user_names(value, self._var_names)
+                    text = target + eq + _user_names(value, {f"v_{n}": n for n in self._in_names})
                 where = f"in `{clip(text, 120)}`"
             typing |= "different types" in cause or hint.startswith("convert explicitly")
             if 0 <= k < len(self._texts) and ("different types" in cause or " must be " in cause):

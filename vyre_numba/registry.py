@@ -77,9 +77,10 @@ def get_backend(name: str | None = None) -> Backend:
     """The named backend, or the best usable one ("cuda" where a GPU is usable, else "reference")."""
     _load_builtin()
     if name is None:
-        usable = available_backends()
+        whys = {n: _asked(n) for n in PREFERENCE if n in _PROBES}  # each probe asked once: answers may change
+        usable = [n for n, why in whys.items() if why is None]
         if not usable:  # the built-in ones replaced (register) by unusable ones
-            whys = "; ".join(f"{n}: {unavailable_reason(n).rstrip('.')}" for n in PREFERENCE if n in _PROBES)
+            whys = "; ".join(f"{n}: {why.rstrip('.')}" for n, why in whys.items())
             raise BackendUnavailableError(f"no backend can run here ({whys}). Fix: name a backend that can "
                                           f"(get_backend(name), one of {', '.join(sorted(_PROBES))}), or register "
                                           "a usable 'reference' backend again.")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 import tempfile
 import threading
 import warnings
@@ -271,10 +272,11 @@ class DiskCache:
                 if not _ENTRY.match(p.name):  # another writer's temporary file, or no file of the cache's
                     continue
                 try:
-                    st = p.stat()
+                    st = p.lstat()
                 except OSError:
                     continue
-                entries.append((st.st_mtime, st.st_size, p))
+                if stat.S_ISREG(st.st_mode):  # a directory or link in an entry's place is no entry's size
+                    entries.append((st.st_mtime, st.st_size, p))
             total = sum(e[1] for e in entries)
             for _, size, p in sorted(entries, key=lambda e: e[0]):
                 if total <= self.max_bytes:

@@ -27,7 +27,7 @@ from .ir.persistent import STATS
 from .ir.types import DataType
 from .lru import LRUCache
 from .owned import Unshared
-from .recording import MAX_RECORDED_LAUNCHES, _changed
+from .recording import MAX_RECORDED_LAUNCHES, layout_change
 
 __all__ = ["Megakernel", "MegakernelResult", "MAX_ROUNDS", "UNTIL_ROUNDS"]
 
@@ -185,7 +185,7 @@ class Megakernel(NotACollection, Unshared):
         writes them: checked before anything runs, in the caller's step numbers."""
         for k, (step, bs, layout) in enumerate(zip(self.steps, self._bound, self._layout)):
             for d, buf, was in zip(step.program.bound_buffers, bs, layout):
-                what = None if was is None else _changed(buf, *was)
+                what = None if was is None else layout_change(buf, *was)
                 if what is not None:
                     raise DispatchError(f"Megakernel.run: step {k}'s buffer {d.name!r} was {what} since the megakernel "
                                         "was planned (nothing ran). Fix: put it back as it was, or plan another over "

@@ -318,7 +318,7 @@ class Redispatch(RecordedGraph):
         for name, (shape, dtype) in self._layout.items():
             b = self._buffers[name]
             what = ("made read-only" if isinstance(b, np.ndarray) and not b.flags.writeable and name in written else
-                    _changed(b, shape, dtype))
+                    layout_change(b, shape, dtype))
             if what is not None:
                 raise DispatchError(f"{call}: the recording's buffer {name!r} was {what}, so the replay cannot write "
                                     "it. Fix: record again (backend.record_graph(program, inputs, config)), and read "
@@ -400,7 +400,7 @@ class Resequence(RecordedSequence):
             for d in step.program.bound_buffers:
                 b = self._buffers[k][d.name]
                 shape, dtype = self._layout[k][d.name]
-                what = _changed(b, shape, dtype)
+                what = layout_change(b, shape, dtype)
                 if what is not None:
                     raise DispatchError(f"replay: step {k}'s buffer {d.name!r} was {what} since it was recorded "
                                         "(nothing ran). Fix: record again (backend.record_sequence(steps, read)), "
@@ -420,7 +420,7 @@ class Resequence(RecordedSequence):
             object.__setattr__(self, "read", [])
 
 
-def _changed(b, shape: tuple, dtype) -> str | None:
+def layout_change(b, shape: tuple, dtype) -> str | None:
     """How a recording's buffer `b` differs from the `shape` and `dtype` it was recorded with, for a
     message ("reshaped to (2, 2)", "given dtype float32"); None where it does not."""
     return (f"reshaped to {tuple(b.shape)}" if tuple(b.shape) != shape else

@@ -88,9 +88,10 @@ _ENTRY = re.compile(r"[0-9a-f]{64}\.cubin\Z")  # an entry's name: only these are
 def _unusable(directory, why: str, lost: str = LOST, explicit: bool = False) -> None:
     """A CacheWarning, once a directory, that the disk cache cannot be used there (`lost`: what that
     costs; `explicit`: the directory was passed, not read from the settings)."""
-    if directory in _WARNED:
+    said = directory if directory is not None else ("no directory", lost)  # each cache's cost said once
+    if said in _WARNED:
         return
-    _WARNED.add(directory)
+    _WARNED.add(said)
     where = f"at {str(directory)!r} " if directory is not None else ""
     fix = ("pass a writable directory" if explicit else
            "set VYRE_NUMBA_CACHE_DIR to a writable directory, or VYRE_NUMBA_CACHE=0 to work without it")

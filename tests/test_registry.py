@@ -101,3 +101,18 @@ def test_no_usable_backend_is_told_from_one_answer_of_each_probe(clean):
     with pytest.raises(BackendUnavailableError, match=r"reference: busy\. Fix: wait\)"):
         vn.get_backend()
     assert isinstance(vn.get_backend(), ReferenceBackend)  # usable now
+
+
+def test_info_lists_every_backend_when_a_registered_probe_raises(clean, capsys):
+    """Regression (a review): `vyre-numba info` stopped after "backends:" with one error line."""
+    from vyre_numba import cli
+    from vyre_numba.reference import ReferenceBackend
+
+    def broken():
+        raise RuntimeError("boom")
+
+    registry.register("cuda", ReferenceBackend, broken)
+    assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "cuda       unavailable: the probe registered for backend 'cuda' raised RuntimeError (boom)" in out
+    assert "reference  available" in out and "default backend: reference" in out

@@ -112,7 +112,10 @@ def cmd_info(args: argparse.Namespace) -> int:
     print("backends:")
     usable = []
     for name in ("cuda", "reference"):
-        why = unavailable_reason(name)
+        try:
+            why = unavailable_reason(name)
+        except VyreError as e:  # a probe registered in-process that raised: said on its line, the rest still listed
+            why = str(e)
         if why is None and name == "reference":  # its settings are read as it is made: a bad one makes it unusable
             try:
                 get_backend(name)
@@ -122,12 +125,12 @@ def cmd_info(args: argparse.Namespace) -> int:
             usable.append(name)
         why = None if why is None else _in_cli_terms(why, "run (or demo) --backend reference")
         print(f"  {name:10s} {'available' if why is None else 'unavailable: ' + why}")
-    if unavailable_reason("cuda") is None:
+    if "cuda" in usable:
         from .gpu import caps
 
         c = caps()
         print(f"GPU: {c.name}, sm_{c.sm}, {c.sm_count} SMs, cooperative launch: {c.cooperative_launch}")
-    print(f"default backend: {available_backends()[0] if usable else 'none usable (see above)'}")
+    print(f"default backend: {usable[0] if usable else 'none usable (see above)'}")
     bad = [(env, why) for env, why in _settings() if why is not None]
     debug = _debug_setting()
     if debug is not None:  # read as on, so no command refuses it; info, which checks settings, says so

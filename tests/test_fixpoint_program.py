@@ -398,3 +398,18 @@ def test_timeout_outside_its_range_says_the_range(timeout):
     p = ir.Program([B.read_write("x", 0, "u32")], 32, [ir.store("x", ir.invocation_id(0), 1)], name="one")
     with pytest.raises(DispatchError, match=r"is not a number of seconds with 0 < timeout_s < 1e6\. Fix:"):
         fixpoint.run(p, 4, [np.zeros(4, np.uint32)], timeout_s=timeout)
+
+
+def test_a_program_step_past_the_interpreters_launch_is_told_in_terms_of_n():
+    """Regression (a red-team): n=2**31-1 was refused as a dispatch's grid (8388608, 1, 1), with a
+    Fix to split the work into dispatches."""
+    from vyre_numba.errors import DispatchError
+    from vyre_numba.reference.interpreter import MAX_INVOCATIONS
+
+    i = ir.invocation_id(0)
+    p = ir.Program([ir.BufferDecl.read_write("x", 0, "u32")], 32, [ir.store("x", i, ir.lit(1, "u32"))], name="one")
+    x = np.zeros(4, np.uint32)
+    with pytest.raises(DispatchError, match=rf"^fixpoint\.run of 'one' with n={2**31 - 1}: .* limit of {MAX_INVOCATIONS}\. "
+                                            r"Fix: pass a smaller n"):
+        fixpoint.run(p, 2**31 - 1, [x], backend="reference", progress=False)
+    assert not x.any()

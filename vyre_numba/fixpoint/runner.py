@@ -233,6 +233,10 @@ def _run_program_cpu(program, n: int, arrays: list, max_rounds: int, progress: b
     wg = guarded.workgroup_size
     binding = Binding(guarded, {b.name: a for b, a in zip(program.bound_buffers, arrays)},
                       (max(1, -(-n // wg[0])), 1, 1), wg, DispatchConfig())
+    if binding.invocations > interpreter.MAX_INVOCATIONS:  # said in this call's terms, not a dispatch's grid
+        raise DispatchError(f"fixpoint.run of {program.name!r} with n={n}: a round runs {binding.invocations} "
+                            f"invocations, over the reference interpreter's limit of {interpreter.MAX_INVOCATIONS}. "
+                            "Fix: pass a smaller n (the items a round covers), or run on the cuda backend.")
 
     memory = interpreter.memory_budget(getattr(backend, "memory_budget", None))
     work = interpreter.work_budget(getattr(backend, "work_budget", None))

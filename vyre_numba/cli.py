@@ -568,7 +568,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_emit(args: argparse.Namespace) -> int:
     """Write a program's PTX (or assembled cubin) and a JSON manifest of its kernel ABI."""
-    from .ptx.assembler import _EXTERN, MIN_ASSEMBLE_SM as min_sm, assemble
+    from .ptx.assembler import MIN_ASSEMBLE_SM as min_sm, assemble, externs
     from .ptx.emitter import PTX_VERSION, abi, emit
 
     device = None
@@ -623,7 +623,7 @@ def cmd_emit(args: argparse.Namespace) -> int:
                              f"(one this CUDA's nvJitLink knows), or drop --cubin to write sm_{args.sm} PTX.") from None
         raise
     manifest = abi(program).to_dict()
-    needs = [] if args.cubin else sorted(set(_EXTERN.findall(text)))  # PTX that calls what another module defines
+    needs = [] if args.cubin else sorted(externs(text))  # PTX that calls what another module defines
     manifest.update(sm=args.sm, format="cubin" if args.cubin else "ptx", digest=program.digest(), links=needs,
                     buffers=[{"name": b.name, "binding": b.binding, "dtype": b.dtype.value, "access": b.access.value,
                               "count": b.count, "role": b.role.value} for b in program.bound_buffers])

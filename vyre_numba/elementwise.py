@@ -883,13 +883,11 @@ class Elementwise:
     # ---- building ---------------------------------------------------------------------------
     def _translate(self, operation: Operation) -> tuple[list[ir.Node], list[str]]:
         self._defaulted: set[str] = set()
-        self._var_names = {f"v_{n}": n for n in self._in_names if f"v_{n}" not in self._in_names + self._out_names}
+        self._var_names = {f"v_{n}": n for n in self._in_names}  # IR variable -> the user's name, for messages
         if isinstance(operation, str):
             t = _Translator(self.name, operation, self._in_names, dict(self.outputs))
             t.translate()
             self._defaulted, self._var_names = t.defaulted, t.var_names
-            for own in self._in_names + self._out_names:  # a buffer of that name: the IR name is left as it is
-                self._var_names.pop(own, None)
             return t.stmts, t.texts
         if not callable(operation):
             raise IRValidationError(f"elementwise {self.name!r}: the operation is neither a string nor a function "
@@ -965,8 +963,10 @@ class Elementwise:
         PTX cannot take it, else the statements of the operation with their problems, and one Fix:
         the typing rule where an operation's types differ, else the problems' own fixes."""
         lines, fixes, typing = [], [], False
+        buffers = set(self._in_names + self._out_names)  # a buffer named as an IR variable keeps its name
+        said = {v: name for v, name in self._var_names.items() if v not in buffers}
         for d in diags:
-            cause, _, hint = _user_names(d.message, self._var_names).partition(" Fix: ")
+            cause, _, hint = _user_names(d.message, said).partition(" Fix: ")
             cause, hint = cause.rstrip("."), hint.rstrip(".")
             if d.where == "program":
                 why = cause.removeprefix(f"program name {shown(self.name)} ")
@@ -980,7 +980,7 @@ class Elementwise:
                 text = self._texts[k]
                 if not isinstance(self.operation, str):  # `output = value`: the value reads only the arguments
                     target, eq, value = text.partition(" = ")
-                    text = target + eq + _user_names(value, {f"v_{n}": n for n in self._in_names})
+                    text = target + eq + _user_names(value, self._var_names)
                 where = f"in `{clip(text, 120)}`"
             typing |= "different types" in cause or hint.startswith("convert explicitly")
             if 0 <= k < len(self._texts) and ("different types" in cause or " must be " in cause):

@@ -268,12 +268,12 @@ class Megakernel(NotACollection, Unshared):
                 self._p = dataclasses.replace(self._p, mode="sequence", reason=f"{self._p.reason}; and recording "
                                               f"the fallback graph failed ({e})")
             except VyreError as e:  # the caller's: said in the caller's steps, the plan left as it is
-                said = re.match(r"record_sequence, step (\d+): ", str(e.args[0])) if e.args else None
-                if said is not None:
-                    k = int(said.group(1)) - (self.until is not None)
+                if hasattr(e, "recorded_step"):
+                    k, said = e.recorded_step
+                    k -= self.until is not None
                     where = "clearing the flag `until`" if k < 0 else f"step {k}"
-                    e.args = (f"the megakernel's graph fallback, recording its steps ({where}; nothing ran): "
-                              f"{e.args[0][said.end():]}", *e.args[1:])
+                    e.args = (f"the megakernel's graph fallback, recording its steps ({where}; nothing ran): {said}",
+                              *e.args[1:])
                 raise
         done, under_way = 0, False  # rounds completed; whether the next is under way (set in one statement
         # each, so that an interrupt between two lines never finds a round counted that has not run)

@@ -370,6 +370,7 @@ class Resequence(RecordedSequence):
                 backend._check_step(s)
             except VyreError as e:
                 if e.args:
+                    e.recorded_step = (k, e.args[0])  # the step and its own message, for callers that renumber
                     e.args = (f"record_sequence, step {k}: {e.args[0]}", *e.args[1:])
                 raise
         self.read = backend._reads(read)

@@ -70,14 +70,19 @@ def backend_names() -> list[str]:
 def available_backends() -> list[str]:
     """The names of the backends usable on this machine, best first ("cuda" only where a GPU is usable)."""
     _load_builtin()
-    return [n for n in PREFERENCE if n in _PROBES and _asked(n) is None]
+    return [n for n, why in _answers().items() if why is None]
+
+
+def _answers() -> dict[str, str | None]:
+    """Each preferred backend's probe answer, asked once (answers may change between asks)."""
+    return {n: _asked(n) for n in PREFERENCE if n in _PROBES}
 
 
 def get_backend(name: str | None = None) -> Backend:
     """The named backend, or the best usable one ("cuda" where a GPU is usable, else "reference")."""
     _load_builtin()
     if name is None:
-        whys = {n: _asked(n) for n in PREFERENCE if n in _PROBES}  # each probe asked once: answers may change
+        whys = _answers()
         usable = [n for n, why in whys.items() if why is None]
         if not usable:  # the built-in ones replaced (register) by unusable ones
             whys = "; ".join(f"{n}: {why.rstrip('.')}" for n, why in whys.items())

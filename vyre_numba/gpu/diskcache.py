@@ -175,7 +175,7 @@ class DiskCache:
     """Bytes by key on disk, verified on load. Safe across threads and processes."""
 
     def __init__(self, directory: str | os.PathLike | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES,
-                 lost: str = LOST, owner: str = "DiskCache"):
+                 lost: str = LOST, owner: str = "DiskCache", subdir: str | None = None):
         self.max_bytes = check_max_bytes(max_bytes, owner, DEFAULT_MAX_BYTES if owner == "DiskCache" else None)
         self._lost, self._explicit = lost, directory is not None  # for the warning an unusable directory gives
         self.directory: Path | None
@@ -183,7 +183,7 @@ class DiskCache:
             self.directory = _directory(directory, owner)
         else:
             try:
-                self.directory = default_dir()
+                self.directory = default_dir() / subdir if subdir else default_dir()
             except SettingError as e:  # no home, or `~nouser`: the work goes on without the cache, said once
                 self.directory = None
                 _unusable(None, str(e).split(" Fix: ")[0].rstrip("."), lost)

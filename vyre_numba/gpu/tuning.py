@@ -13,8 +13,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..errors import ArgumentError, SettingError, shown
-from .diskcache import DiskCache, _directory, check_max_bytes, default_dir, enabled
+from ..errors import ArgumentError, shown
+from .diskcache import DiskCache, _directory, check_max_bytes, enabled
 
 CANDIDATES = (32, 64, 128, 256, 512, 1024)  # timed beside the occupancy rule's choice, any warp multiple
 MAX_BYTES = 1 << 20
@@ -49,14 +49,9 @@ class TuneStore:
             _directory(directory, "TuneStore")
         self.persist = enabled() if persist is None else bool(persist)
         self.disk: DiskCache | None = None  # read and written only where the store persists
-        if self.persist:
-            try:
-                where = default_dir() / "tune" if directory is None else directory
-            except SettingError:  # no home: DiskCache(None) says so once and stores nothing
-                where = None
-            self.disk = DiskCache(where, max_bytes=max_bytes, lost="workgroup sizes are timed afresh in every process",
-                                  owner="TuneStore")
-            self.disk._explicit = directory is not None
+        if self.persist:  # beside the disk cache by default (no home: DiskCache says so once and stores nothing)
+            self.disk = DiskCache(directory, max_bytes=max_bytes, lost="workgroup sizes are timed afresh in every "
+                                  "process", owner="TuneStore", subdir="tune")
         self.memory: dict[tuple, int] = {}
         self.timed = 0
 

@@ -14,6 +14,12 @@ _LINE = re.compile(r"line (\d+)")
 _INPUT = re.compile(r"\(([^()]+\.ptx)\)")
 
 
+def externs(*sources: str) -> list[str]:
+    """The functions `sources` declare `.extern` (defined in another module, linked beside them),
+    each once, in order of first declaration."""
+    return list(dict.fromkeys(name for src in sources for name in _EXTERN.findall(src)))
+
+
 def link_sources(kernel_ptx: str | Sequence[str]) -> list[str]:
     """The given PTX module(s) followed by the math modules (see `mathlib`) their `.extern .func`
     declarations name, each once."""
@@ -28,11 +34,7 @@ def link_sources(kernel_ptx: str | Sequence[str]) -> list[str]:
                f"{a_type(kernel_ptx)}")
         raise UnsupportedError(f"PTX to link must be text (a str) or a non-empty list of str; got {got}. "
                                "Fix: pass what ptx.emit returns (bytes: .decode() them first).")
-    needed: list[str] = []
-    for src in sources:
-        for name in _EXTERN.findall(src):
-            if mathlib.is_math_symbol(name) and name not in needed:
-                needed.append(name)
+    needed = [name for name in externs(*sources) if mathlib.is_math_symbol(name)]
     defined = {m for src in sources for m in re.findall(r"\.visible\s+\.func\s*(?:\([^)]*\))?\s*(\w+)", src)}
     extra = [mathlib.module(name) for name in needed if name not in defined]
     barrier = [src for src in sources if "vyre_grid_barrier" in _EXTERN.findall(src)]

@@ -117,8 +117,10 @@ class Megakernel(NotACollection, Unshared):
             plan = plans.put(key, self._recordable(self._plan(bound, flag, workgroups)))
         self._p = plan
         self._bound = bound
-        self._layout = [[(tuple(b.shape), b.dtype) if hasattr(b, "shape") and hasattr(b, "dtype") else None
-                         for b in bs] for bs in bound]  # as planned: run() refuses buffers changed since
+        self._checks = [(k, d.name, b, (tuple(b.shape), b.dtype), d.access.writable and isinstance(b, np.ndarray))
+                        for k, (s, bs) in enumerate(zip(self.steps, bound))
+                        for d, b in zip(s.program.bound_buffers, bs)
+                        if hasattr(b, "shape") and hasattr(b, "dtype")]  # as planned: run() refuses them changed
         self._graph = self._stats = self._launch = None
         self._lock = threading.RLock()  # a close from another thread waits for the run in flight
         self._held = [None]  # the fallback graph, once recorded: the finaliser releases what it holds
@@ -183,17 +185,16 @@ class Megakernel(NotACollection, Unshared):
     def _check_buffers(self) -> None:
         """The buffers the plan was made from, shaped and typed as then and writable where a step
         writes them: checked before anything runs, in the caller's step numbers."""
-        for k, (step, bs, layout) in enumerate(zip(self.steps, self._bound, self._layout)):
-            for d, buf, was in zip(step.program.bound_buffers, bs, layout):
-                what = None if was is None else layout_change(buf, *was)
-                if what is not None:
-                    raise DispatchError(f"Megakernel.run: step {k}'s buffer {d.name!r} was {what} since the megakernel "
-                                        "was planned (nothing ran). Fix: put it back as it was, or plan another over "
-                                        "the buffers as they are now (backend.megakernel(steps, read, ...)).")
-                if d.access.writable and isinstance(buf, np.ndarray) and not buf.flags.writeable:
-                    raise DispatchError(f"Megakernel.run: step {k} writes {d.name!r}, and its array was made read-only "
-                                        "since the megakernel was planned (nothing ran). Fix: make it writable again "
-                                        "(x.setflags(write=True)), or plan another over writable buffers.")
+        for k, name, buf, was, writes in self._checks:
+            what = layout_change(buf, *was)
+            if what is not None:
+                raise DispatchError(f"Megakernel.run: step {k}'s buffer {name!r} was {what} since the megakernel "
+                                    "was planned (nothing ran). Fix: put it back as it was, or plan another over "
+                                    "the buffers as they are now (backend.megakernel(steps, read, ...)).")
+            if writes and not buf.flags.writeable:
+                raise DispatchError(f"Megakernel.run: step {k} writes {name!r}, and its array was made read-only "
+                                    "since the megakernel was planned (nothing ran). Fix: make it writable again "
+                                    "(x.setflags(write=True)), or plan another over writable buffers.")
 
     def _run(self) -> MegakernelResult:
         b = self.backend

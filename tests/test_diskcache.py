@@ -153,8 +153,9 @@ def test_unwritable_directory_costs_only_the_cache_and_says_so_once(tmp_path):
     blocker.write_text("not a directory")
     c = DiskCache(blocker / "sub")
     with pytest.warns(CacheWarning, match=r"the disk cache at '.*sub' cannot be used \(NotADirectoryError.*"
-                                          r"Fix: pass a writable directory\."):  # one passed, not the settings'
+                                          r"Fix: pass a writable directory\.") as said:  # one passed, not the settings'
         c.put(("k",), b"data")
+    assert [w.filename for w in said] == [__file__]  # at the caller's line, not inside vyre_numba
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         c.put(("k2",), b"data")  # said once a directory
@@ -491,8 +492,9 @@ def test_the_tuning_stores_warning_says_what_it_costs_and_a_passed_directorys_fi
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     with pytest.warns(CacheWarning, match=r"workgroup sizes are timed afresh in every process\. Fix: pass a writable "
-                                          r"directory\.$"):
+                                          r"directory\.$") as said:
         TuneStore(blocker / "tune", persist=True).put(("t",), 64, {64: 1.0})
+    assert [w.filename for w in said] == [__file__]  # the caller's line (it was tuning.py's, a frame short)
     for persist in (False, True):
         with pytest.raises(ArgumentError, match=rf"^TuneStore: max_bytes='x' .*\(default {MAX_BYTES}\)\.$"):
             TuneStore(tmp_path, max_bytes="x", persist=persist)

@@ -24,13 +24,12 @@ import re
 import stat
 import tempfile
 import threading
-import warnings
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import INTEGERS, ArgumentError, CacheWarning, SettingError, a_type, shown
+from ..errors import INTEGERS, ArgumentError, CacheWarning, SettingError, a_type, shown, warn_user
 from ..files import NotRegular, regular
 
 MAGIC = b"VYRECUB2"  # then SHA-256 of repr(key), SHA-256 of the payload, the payload
@@ -95,7 +94,7 @@ def _unusable(directory, why: str, lost: str = LOST, explicit: bool = False) -> 
     where = f"at {str(directory)!r} " if directory is not None else ""
     fix = ("pass a writable directory" if explicit else
            "set VYRE_NUMBA_CACHE_DIR to a writable directory, or VYRE_NUMBA_CACHE=0 to work without it")
-    warnings.warn(f"the disk cache {where}cannot be used ({why}); {lost}. Fix: {fix}.", CacheWarning, stacklevel=3)
+    warn_user(CacheWarning(f"the disk cache {where}cannot be used ({why}); {lost}. Fix: {fix}."))
 
 
 def _entry_unusable(path: Path) -> None:
@@ -103,8 +102,8 @@ def _entry_unusable(path: Path) -> None:
     if path in _WARNED:
         return
     _WARNED.add(path)
-    warnings.warn(f"the disk cache entry {str(path)!r} is a directory that is not empty, so that entry is never "
-                  "stored. Fix: remove that directory (the cache keeps only files there).", CacheWarning, stacklevel=4)
+    warn_user(CacheWarning(f"the disk cache entry {str(path)!r} is a directory that is not empty, so that entry is "
+                           "never stored. Fix: remove that directory (the cache keeps only files there)."))
 
 
 @lru_cache(maxsize=1)

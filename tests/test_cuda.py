@@ -458,3 +458,15 @@ def test_auto_and_tuned_workgroups_give_the_references_counts(cuda_backend, ref,
     got = cuda_backend.dispatch(program, inputs, config)
     for g, w in zip(got, want):
         assert np.array_equal(g, w), (case, g[:8], w[:8])
+
+
+@pytest.mark.gpu
+def test_backend_ptx_header_names_the_program_as_given(cuda_backend):
+    """Regression (a red-team): the backend's PTX header showed its optimized form's digest, which
+    no program the user holds has, where p.ptx() shows p's own."""
+    p = ir.Program([ir.BufferDecl.read("a", 0, "u32"), ir.BufferDecl.output("o", 1, "u32")], 64,
+                   [ir.store("o", ir.gid(0), ir.load("a", ir.gid(0)) + (ir.u32(1) + ir.u32(1)))])
+    assert p.optimized().digest() != p.digest()  # the optimizer folds 1 + 1
+    text = cuda_backend.ptx(p)
+    assert f"(digest {p.digest()[:16]})" in text.splitlines()[0]
+    assert cuda_backend.ptx(p, DispatchConfig(optimize=False)).splitlines()[0] == text.splitlines()[0]

@@ -137,14 +137,13 @@ class CudaBackend(Backend):
         from ..ptx import emit
 
         config = config or DispatchConfig()
-        compiled = _compiled(program, config)
-        key = (compiled.digest(), config.key(), self.caps.sm)
-        def build() -> str:
-            with profiling.span("emit"):
-                return emit(compiled, sm=self.caps.sm, workgroup=config.workgroup, cooperative=config.cooperative,
-                            optimize=False)
 
-        return self.ptx_cache.get_or_build(key, build)
+        def build() -> str:  # its header names the program as given, as p.ptx() does
+            with profiling.span("emit"):
+                return emit(program, sm=self.caps.sm, workgroup=config.workgroup, cooperative=config.cooperative,
+                            optimize=bool(config.optimize))
+
+        return self.ptx_cache.get_or_build(_kernel_key(program, config, self.caps.sm), build)
 
     def kernel(self, program: Program, config: DispatchConfig | None = None) -> CompiledKernel:
         """The loaded kernel of `program` for this device: from memory, else from the disk cache,
@@ -1113,11 +1112,6 @@ def _kernel_key(program: Program, config: DispatchConfig, sm: int) -> tuple:
     written, not its optimized form, so that a kernel found on disk costs no optimization (the
     optimizer's code is in the toolchain's fingerprint)."""
     return (program.digest(), config.key(), bool(config.optimize), sm)
-
-
-def _compiled(program: Program, config: DispatchConfig) -> Program:
-    """What the backend compiles for `program` under `config`: its optimized form unless switched off."""
-    return program.optimized() if config.optimize else program
 
 
 def _tune_bucket(config, buffers) -> int | None:

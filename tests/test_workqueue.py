@@ -53,6 +53,10 @@ BF16 = r"a queue holds NumPy numbers and NumPy has no bfloat16.*Fix: make a 'u16
                                        (np.complex64, NOT_QUEUED), ("bool", NOT_QUEUED), (vn.DataType.BOOL, NOT_QUEUED),
                                        # the model refuses what the queue refuses (it took a big-endian dtype object)
                                        (np.dtype(">i4"), "is not in this machine's byte order"),
+                                       # a record's isnative misses a big-endian subarray field (a red-team)
+                                       (np.dtype([("a", ">i4", (2,))]), r"is not in this machine's byte order: .*Fix: "
+                                        r"pass \[\('a', '<i4', \(2,\)\)\] \(and push records converted to it"),
+                                       (np.dtype([("a", [("b", ">f8")], (2,))]), "is not in this machine's byte order"),
                                        # names as wherever a type is taken: 'u8' is 8 bits to vyre, 8 bytes to NumPy
                                        ("u8", r"'u8' is vyre's 8-bit integer but NumPy's 8-byte one\. Fix: say which"),
                                        ("int", r"unknown data type 'int'\. Fix: .*say which: 'i32' or 'i64'"),
@@ -588,6 +592,45 @@ def test_a_ctrl_c_as_chunks_ends_drops_the_items_handed_out_or_none_under_the_cu
     out = run_script(CHUNKS_INTERRUPTED, 600)
     assert out.returncode == 0 and out.stdout.startswith("points "), out.stdout + out.stderr
     assert int(out.stdout.split()[1]) > 20, out.stdout  # the end's events were reached, not skipped
+
+
+def test_a_ctrl_c_in_the_models_push_or_chunks_end_leaves_it_as_before_or_after():
+    """Regression (a red-team): the NumPy twin moved its tail before storing a pushed item (a
+    SIGINT between them queued the slot's stale item) and, as `chunks` ended, moved the items left
+    to the front before writing the new tail (a SIGINT between them queued them twice). A real
+    SIGINT is sent at every point of each."""
+    from interrupts import interrupted
+
+    def points(make, call, before, after):
+        k = 0
+        while True:
+            k += 1
+            q, it = make()
+            stop = interrupted(k, lambda: call(q, it), by_signal=True)
+            left = q.drain().tolist()
+            if stop is None:
+                assert left == after, left
+                return k - 1
+            assert left in (before, after), (k, left)
+
+    def stale():
+        q = QueueModel(4, np.int64)
+        q.push(5)
+        q.drain()  # slot 0 keeps the 5
+        return q, None
+
+    assert points(stale, lambda q, _: q.push(np.int64(7)), [], [7]) > 5
+
+    def ending():
+        q = QueueModel(64, np.int64)
+        assert all(q.push(v) for v in range(10))
+        it = q.chunks(4)
+        assert [next(it).tolist() for _ in range(3)] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+        assert all(q.push(v) for v in range(100, 105))
+        return q, it
+
+    assert points(ending, lambda q, it: next(it, None), list(range(10)) + list(range(100, 105)),
+                  list(range(100, 105))) > 5
 
 
 @pytest.mark.parametrize("cc", [(8, 0), (9, 0)])

@@ -169,10 +169,11 @@ class QueueModel(_Shared):
             value = _values(value, dt, one=True)
         with self._lock:
             items = self._slots()
-            slot, self._tail = self._tail, self._tail + 1
-            if slot < items.size:
-                items[slot] = value[0]
-                return True
+            with uninterrupted():  # a tail moved past a slot not yet stored would queue its old item
+                slot, self._tail = self._tail, self._tail + 1
+                if slot < items.size:
+                    items[slot] = value[0]
+                    return True
         return False
 
     @property
@@ -216,10 +217,11 @@ class QueueModel(_Shared):
                 return
             self._check_not_emptied(emptied)
             rest = self.size() - n
-            if rest > 0:
-                items[:rest] = items[n:n + rest].copy()
-            self._tail = max(rest, 0)
-            self._emptied += 1
+            with uninterrupted():  # the items moved under the old tail would be queued twice
+                if rest > 0:
+                    items[:rest] = items[n:n + rest].copy()
+                self._tail = max(rest, 0)
+                self._emptied += 1
 
 
 def _items(count, name: str) -> int:
@@ -276,14 +278,19 @@ def _dtype(dtype) -> np.dtype:
                 todo.extend((f[0], depth + 1) for f in t.fields.values())
             elif not (t.kind in "biuf" and t.itemsize <= 8):
                 return False
+            elif not t.isnative:  # a record's isnative misses a subarray's (NumPy's own)
+                foreign.append(t)
         return True
+    foreign: list[np.dtype] = []
     if dt is None or not ((dt.kind in "iuf" and dt.itemsize <= 8) if dt.fields is None else field(dt)):
         raise DispatchError(f"dtype={shown(given, 60)} cannot be queued. Fix: pass a number type of at most 64 bits "
                             "(e.g. np.int32) or a record dtype whose fields are such numbers.")
-    if not dt.isnative:  # the model refuses it too: it is the twin of a queue device code reads
+    if not dt.isnative or foreign:  # the model refuses it too: it is the twin of a queue device code reads
         raise DispatchError(f"dtype={shown(given, 60)} is not in this machine's byte order: Numba's kernels "
                             "cannot read such an "
-                            f"array. Fix: pass {dt.newbyteorder('=')} (push converts the values).")
+                            f"array. Fix: pass {dt.newbyteorder('=')} ("
+                            + ("push converts the values)." if dt.fields is None else
+                               "and push records converted to it, x.astype(q.dtype))."))
     return dt
 
 

@@ -527,6 +527,14 @@ def test_program_name_not_an_identifier(name):
     assert_only(ir.Program([], 1, [], name=name), "program", f"program name {name!r} is not an identifier")
 
 
+@pytest.mark.parametrize("name", [5, None, 1.5, True, ["a"], b"main"])
+def test_a_program_name_that_is_no_str_is_refused_where_it_is_built(name):
+    """Regression (a red-team): Program(..., name=5) was built, saved (to_json wrote 5) and pickled,
+    and then neither loaded back: from_json said to_json writes a string."""
+    with pytest.raises(IRValidationError, match=r"^name=.* is an? .*, not a str\. Fix: name the program with a string"):
+        ir.Program([], 1, [], name=name)
+
+
 @pytest.mark.parametrize("wg", [0, 1025, (1024, 2), (1, 1, 65), (32, 33), (1, 0, 1), (-1, -1)])
 def test_workgroup_size_out_of_limits(wg):
     assert_only(ir.Program([], wg, []), "workgroup_size", "is outside 1..")

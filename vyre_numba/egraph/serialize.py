@@ -241,6 +241,16 @@ def rows_of_serialized(data: "str | bytes | bytearray | dict"):
         raise _bad(f"node id {shown(odd[0], 40)} is {a_type(odd[0])}; node ids are strings (or ints)")
     if len({str(i) for i in ids}) < len(ids):  # JSON writes every id as a string: 1 and "1" would be one node
         raise _bad("node ids include an int and a string of the same text (such as 1 and '1')")
+    if given is not None:  # keys JSON writes alike (1 and "1", True and "true") would be one key read back
+        try:
+            json.loads(given, object_pairs_hook=_no_repeats)
+        except _Repeated as e:
+            raise DispatchError(f"the serialized e-graph has two keys in one object that JSON writes alike, as "
+                                f"{shown(e.args[0], 60)} (such as 1 and '1', or True and 'true'): written back, one "
+                                "would be lost. Fix: give each key its own text (or pass the dict json.loads "
+                                "gives).") from None
+        except RecursionError:
+            raise DispatchError(_DEEP) from None
     where = {str(nid): k for k, nid in enumerate(ids)}  # as JSON text would match them: 1 and "1" alike
     op_of, cls_of, kid_nodes, extra = [], [], [], []
     for nid in ids:
@@ -276,9 +286,9 @@ def rows_of_serialized(data: "str | bytes | bytearray | dict"):
 
 def serialized_of_rows(rows: dict, ops: Sequence[str] | None, meta: dict | None) -> str:
     """egraph-serialize JSON of the rows; each class is named by its canonical id's name. Class
-    data read in is kept under the name it was read with for every class some node was in, a
-    class merged into another included (nothing it held is lost; data for a name no node had is
-    dropped); the roots are their classes' canonical names, in the order read, each once."""
+    data read in is written back as read, under the names it was read with (a class merged into
+    another keeps its own, so nothing is lost and writing what was read back gives the same);
+    the roots are their classes' canonical names, in the order read, each once."""
     parent, eclass, op = rows["parent"], rows["eclass"], rows["op"]
     offsets, children = rows["offsets"], rows["children"]
     n = op.size
@@ -322,6 +332,6 @@ def serialized_of_rows(rows: dict, ops: Sequence[str] | None, meta: dict | None)
             nd.update(meta["extra"][r])
         out_nodes[node_id(r)] = nd
     where = {nm: k for k, nm in enumerate(names)}
-    class_data = {k: v for k, v in meta.get("class_data", {}).items() if k in where}  # fresh names never take a key
+    class_data = dict(meta.get("class_data", {}))  # all of it, as read: fresh names never take a key of it
     roots = list(dict.fromkeys(class_name(int(parent[where[c]])) for c in meta.get("root_eclasses", []) if c in where))
     return json.dumps({"nodes": out_nodes, "root_eclasses": roots, "class_data": class_data})

@@ -223,6 +223,9 @@ class Program(NotACollection):
                  entry: Iterable[n.Node] | n.Node, name: str = "main"):
         from .validate import resolve_literals
 
+        if not isinstance(name, str):  # the kernel's name, and what to_json writes and from_json reads as one
+            raise IRValidationError(f"name={shown(name, 40)} is {a_type(name)}, not a str. Fix: name the program with "
+                                    "a string, e.g. name='saxpy' (it names the kernel).")
         if isinstance(buffers, (str, bytes, BufferDecl, NotACollection)) or not isinstance(buffers, Iterable):
             raise IRValidationError(f"buffers={shown(buffers)} is not a list of BufferDecl. "
                                     "Fix: pass a list, e.g. [ir.BufferDecl.read('x', 0, 'f32'), ...].")

@@ -407,7 +407,7 @@ def test_instrumenting_grows_a_program_in_proportion_to_it(shape):
 
     def program(d: int) -> ir.Program:
         i = ir.var("i")
-        e = ir.load("x", i)
+        e = ir.load("x", i) > 0 if shape == "logical chain" else ir.load("x", i)  # a valid program
         for k in range(d):
             if shape == "select chain":
                 e = ir.select(i == k, ir.load("x", i + k), e)
@@ -442,3 +442,35 @@ def test_a_site_shows_the_start_of_a_huge_statement_as_it_did():
     assert {s.where for s in sites} == {whole[:87] + "..."} and len(sites) == 301  # 300 loads and the store
     nested = " ".join(str(p.entry[1]).split())  # an if's lines joined into one
     assert _text(p.entry[1], 20) == nested[:17] + "..." and _text(p.entry[1], 2000) == nested[:1997] + "..."
+
+
+def test_a_valid_program_that_the_checks_take_past_a_limit_is_refused_as_checked_dispatchs_own(monkeypatch):
+    """Regression (a red-team): a program a quarter of MAX_NODES, or of 361 buffers, ran unchecked
+    and, checked, was told it was invalid (at the instrumented program's size or buffer count,
+    with a Fix to bind a repeated value to a variable that did not apply)."""
+    from vyre_numba.ir import nodes
+
+    be = vn.get_backend("reference")
+    i = ir.var("i")
+    total = ir.load("x", i)
+    for k in range(1, 40):
+        total = total + ir.load("x", i + k)
+    p = ir.Program([B.read("x", 0, "u32"), B.output("y", 1, "u32")], 1,
+                   [ir.let("i", ir.gid(0)), ir.store("y", i, total)], name="long")
+    x = np.arange(64, dtype=np.uint32)
+    monkeypatch.setattr(nodes, "MAX_NODES", 600)
+    assert be.dispatch(p, [x], sizes={"y": 1})[0].tolist() == [sum(range(40))]
+    for run in (lambda: be.dispatch(p, [x], WARN, sizes={"y": 1}),
+                lambda: be.dispatch_resident(p, [be.upload(x), be.empty(1, np.uint32)], WARN)):
+        with pytest.raises(UnsupportedError, match=r"^checked dispatch cannot check program 'long': with a check at "
+                                                   r"each of its 41 sites .*\([\d,]+ nodes written out, more than "
+                                                   r"MAX_NODES = 600\)\. Fix: dispatch it unchecked \(checked=False\)"):
+            run()
+    monkeypatch.undo()
+    nb = 362  # 364 with the two counters: past the kernel parameters' 4,352 bytes
+    wide = ir.Program([B.read(f"x{k}", k, "u32") for k in range(nb - 1)] + [B.output("y", nb - 1, "u32")], 4,
+                      [ir.store("y", ir.gid(0), ir.load("x0", ir.gid(0)))], name="wide")
+    assert ir.validate(wide) == []
+    with pytest.raises(UnsupportedError, match=r"^checked dispatch cannot check program 'wide'.*\(364 bound buffers "
+                                               r"take 4368 bytes .*limit\)\. Fix: dispatch it unchecked"):
+        be.dispatch(wide, [np.arange(4, dtype=np.uint32)] * (nb - 1), WARN)

@@ -746,7 +746,7 @@ class Backend(abc.ABC):
         return f"<vyre_numba {self.name} backend>"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: it holds its steps' buffers (arrays)
 class Fusion:
     """What `Backend.fuse` made of a sequence: `steps` to run (fused kernels and the steps left as
     they were), `groups` (the original step indices each runs) and `boundaries` (why each boundary
@@ -755,10 +755,6 @@ class Fusion:
     steps: list
     groups: list
     boundaries: list
-
-    def __hash__(self) -> int:
-        raise DispatchError("a Fusion holds its steps' buffers (arrays), which do not hash. Fix: key a dict by "
-                            "id(fusion), or by the fused programs' digests ([s.program.digest() for s in f.steps]).")
 
     @property
     def program(self) -> Program:

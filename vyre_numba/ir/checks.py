@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import shown
+from ..errors import IRValidationError, UnsupportedError, clip, shown
 from . import nodes as n
 from .program import Access, BufferDecl, Program, walk
 from .recursion import drive
+from .validate import check, validate
 from .types import DataType
 
 COUNTS, FIRST = "_vyre_check_counts", "_vyre_check_first"
@@ -56,7 +57,6 @@ def instrument(program: Program, workgroup: tuple[int, int, int] | None = None) 
     taken = {x.name for x in walk(program.entry) if isinstance(x, (n.Let, n.Var))}
     taken |= {x.var for x in walk(program.entry) if isinstance(x, n.Loop)}  # a loop's variable is declared too
     if any(t.startswith(PREFIX) for t in taken) or {COUNTS, FIRST} & {b.name for b in program.buffers}:
-        from ..errors import IRValidationError
         raise IRValidationError(f"names starting with {shown(PREFIX)} or the buffers {shown(COUNTS)}/{shown(FIRST)} "
                                 "are checked dispatch's own. Fix: rename them.")
     w = _Instrumenter(program, wg)
@@ -64,7 +64,19 @@ def instrument(program: Program, workgroup: tuple[int, int, int] | None = None) 
     nb = max((b.binding for b in program.bound_buffers), default=-1)
     buffers = list(program.buffers) + [BufferDecl(COUNTS, nb + 1, Access.READ_WRITE, U64, max(len(w.sites), 1)),
                                        BufferDecl(FIRST, nb + 2, Access.READ_WRITE, U64, max(len(w.sites), 1))]
-    return Program(buffers, program.workgroup_size, entry, name=program.name), w.sites
+    size = sum(st.size for st in entry)  # the program was valid: what the checks add can take it past a limit
+    why = [f"{size:,} nodes written out, more than MAX_NODES = {n.MAX_NODES:,}"] if size > n.MAX_NODES else []
+    if not why:
+        probe = Program(buffers, program.workgroup_size, entry, name=program.name)
+        why = [d.message.split(" Fix:")[0].rstrip(".") for d in validate(probe)]
+    if why:
+        check(program)  # its own problems first, where it has some
+        raise UnsupportedError(f"checked dispatch cannot check program {shown(program.name)}: with a check at each "
+                               f"of its {len(w.sites):,} sites and two buffers for their counts, it is past a limit "
+                               f"the program itself is within ({clip('; '.join(why), 300)}). Fix: dispatch it "
+                               "unchecked (checked=False), or check a smaller part of it (fewer statements or "
+                               "buffers) on its own.")
+    return probe, w.sites
 
 
 class _Instrumenter:

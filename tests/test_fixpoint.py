@@ -235,6 +235,9 @@ def test_a_big_endian_record_field_and_long_doubles_are_named():
     and a long double got Numba's "non-precise type pyobject"."""
     with pytest.raises(DispatchError, match=r"args\[0\] has dtype \[\('x', '>i4'\)\], not in this machine's byte order"):
         fixpoint.run(lambda i, a: 0, 1, [np.zeros(2, [("x", ">i4")])], backend="reference")
+    # a subarray field, which NumPy's isnative misses: "does not compile with Numba" (a review)
+    with pytest.raises(DispatchError, match=r"args\[0\] has dtype \[\('x', '>i4', \(2,\)\)\], not in this machine"):
+        fixpoint.run(lambda i, a: 0, 1, [np.zeros(2, [("x", ">i4", (2,))])], backend="reference")
     for bad in (np.longdouble(1), np.zeros(2, np.longdouble), np.clongdouble(1)):
         if np.dtype(bad.dtype).itemsize <= (8 if bad.dtype.kind == "f" else 16):
             continue  # a platform whose long double is a double: nothing to refuse

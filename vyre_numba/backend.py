@@ -1362,7 +1362,7 @@ def check_upload(array) -> np.ndarray:
     return arr
 
 
-check_calls(globals(), ["Telemetry", "Step"])
+check_calls(globals(), ["Telemetry", "Step", "Fusion"])
 
 from .megakernel import Megakernel  # noqa: E402,F401  (Backend.megakernel's annotation names it; it imports this module)
 from .recording import RecordedGraph, RecordedSequence  # noqa: E402,F401  (as Megakernel: record_graph's and record_sequence's)

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import display
 from .config import DispatchConfig
-from .errors import CheckError, CheckWarning, UnsupportedError, shown, warn_user
+from .errors import CheckError, CheckWarning, UnsupportedError, immutable, shown, warn_user
 from .ir import Program
 from .ir.checks import COUNTS, FIRST, KINDS, Site, instrument
 
@@ -239,3 +239,6 @@ def _elements(buffer) -> int:
 def _storage(buffer) -> tuple:
     from .backend import _storage as storage
     return storage(buffer)
+
+
+immutable(Finding, CheckReport)

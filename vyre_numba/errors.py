@@ -933,6 +933,21 @@ def refuse_missing(value, what: str) -> None:
                             f"that {type(value).__name__}.")
 
 
+def native(dt: np.dtype) -> bool:
+    """Whether every number in `dt` (each field and subarray of a record too) is in this machine's
+    byte order, as Numba reads it (NumPy's `isnative` misses a record's subarray field)."""
+    todo = [dt]
+    while todo:  # a walk, not recursion: records may nest deep
+        t = todo.pop()
+        if t.subdtype is not None:
+            todo.append(t.subdtype[0])
+        elif t.fields is not None:
+            todo.extend(f[0] for f in t.fields.values())
+        elif not t.isnative:
+            return False
+    return True
+
+
 def int_range(values, arr: np.ndarray) -> tuple[int, int] | None:
     """(least, greatest) where `values`, which NumPy read as the float or object array `arr`, are
     ints only (lists of them, or an object array), else None: NumPy reads [1, -1, 2**63] as floats,

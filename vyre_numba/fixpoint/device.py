@@ -13,7 +13,7 @@ import numpy as np
 
 from ..backend import interface_dtype
 from ..compaction.select import to_compile
-from ..errors import DeviceMemoryError, DispatchError, UnsupportedError, a_type, numba_reason, shown
+from ..errors import DeviceMemoryError, DispatchError, UnsupportedError, a_type, native, numba_reason, shown
 from ..gpu.launch import KernelLaunch, LaunchShape, validate_cooperative
 from ..ir import Program
 from ..lru import LRUCache
@@ -35,7 +35,7 @@ def _array_type(k: int, dt: np.dtype, ndim: int, readonly: bool):
     if t is None:
         from numba import from_dtype, types
 
-        if not dt.isnative:
+        if not native(dt):
             raise DispatchError(f"args[{k}] is a device array of {dt}, not in this machine's byte order, which "
                                 "Numba would read as native. Fix: pass it in native byte order "
                                 "(cupy.ascontiguousarray(a.astype(a.dtype.newbyteorder('='))) or the like).")

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import display
 from ..errors import (INTEGERS, IN_HOST_MEMORY, BarrierTimeoutError, DispatchError, UnsupportedError, VyreError, a_type,
-                      host_memory, numba_reason, shown, whole, yields)
+                      host_memory, native, numba_reason, shown, whole, yields)
 from ..compaction.select import kept_compiled, predicate_key
 from ..lru import LRUCache
 from ..progress import finished, stopped
@@ -349,7 +349,7 @@ def _run_cpu(step: Callable, n: int, args: list, max_rounds: int, progress: bool
             raise DispatchError(f"args[{k}] is an np.matrix, whose m[i] is a whole row (the step would see "
                                 "matrices where it indexes items). Fix: pass np.asarray(m).ravel() (its items in one "
                                 "row, a view updated in place), or np.asarray(m) for a step that indexes a[r, c].")
-        if isinstance(a, np.ndarray) and not a.dtype.isnative:  # Numba would read a tuple's such array as native
+        if isinstance(a, np.ndarray) and not native(a.dtype):  # Numba would read a tuple's such array as native
             shown_dt = a.dtype if a.dtype.fields is not None else a.dtype.str  # a record's str ('|V4') hides its fields
             raise DispatchError(f"args[{k}] has dtype {shown_dt}, not in this machine's byte order, which Numba "
                                 "cannot compile a step for. Fix: pass x = x.astype(x.dtype.newbyteorder('=')) and read "

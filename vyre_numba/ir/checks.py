@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import IRValidationError, UnsupportedError, clip, shown
+from ..errors import IRValidationError, UnsupportedError, clip, immutable, shown
 from . import nodes as n
 from .program import Access, BufferDecl, Program, walk
 from .recursion import drive
@@ -52,7 +52,8 @@ class Site:
 def instrument(program: Program, workgroup: tuple[int, int, int] | None = None) -> tuple[Program, list[Site]]:
     """`program` with every site counted (see the module docstring), and the sites in counter order.
     `workgroup`: the launch's workgroup size where a config overrides the program's (for the
-    linear invocation id of a 2-D or 3-D launch)."""
+    linear invocation id of a 2-D or 3-D launch). UnsupportedError where the checks would take a
+    valid program past a limit (MAX_NODES, the kernel parameters' bytes)."""
     wg = tuple(workgroup or program.workgroup_size)
     taken = {x.name for x in walk(program.entry) if isinstance(x, (n.Let, n.Var))}
     taken |= {x.var for x in walk(program.entry) if isinstance(x, n.Loop)}  # a loop's variable is declared too
@@ -68,7 +69,10 @@ def instrument(program: Program, workgroup: tuple[int, int, int] | None = None) 
     why = [f"{size:,} nodes written out, more than MAX_NODES = {n.MAX_NODES:,}"] if size > n.MAX_NODES else []
     if not why:
         probe = Program(buffers, program.workgroup_size, entry, name=program.name)
-        why = [d.message.split(" Fix:")[0].rstrip(".") for d in validate(probe)]
+        try:
+            check(probe)  # (valid, it is not validated again as it is dispatched)
+        except IRValidationError:
+            why = [d.message.split(" Fix:")[0].rstrip(".") for d in validate(probe)]
     if why:
         check(program)  # its own problems first, where it has some
         raise UnsupportedError(f"checked dispatch cannot check program {shown(program.name)}: with a check at each "
@@ -264,3 +268,6 @@ def _text(s, limit: int = 90) -> str:
     lines = [n.render_expr(s, limit + 1)] if isinstance(s, n.Expr) else n.render_stmt(s, 0, wide, limit)
     text = " ".join(" ".join(lines).split())
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+immutable(Site)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
+from ..errors import immutable
 from . import nodes as n
 from .optimizer import _bodies, _exprs, _rebuild, _transform, _with_exprs, map_statements
 from .program import Access, BufferDecl, Program, Role, walk
@@ -532,3 +533,6 @@ def _dead_stores_in(stmts):
             pending.clear()  # a nested or other statement may store conditionally: keep what came before
         out.append(s)
     return [s for s in out if s is not None], read
+
+
+immutable(StepShape, Boundary)

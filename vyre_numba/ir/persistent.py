@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import immutable
 from . import nodes as n
 from .fusion import StepShape, fuse_group, _rename
 from .optimizer import _exprs, _rebuild, _transform, _with_exprs, map_statements
@@ -31,7 +32,7 @@ STATS = ("megakernel", "stats")  # the storage key of the rounds/converged words
 MAX_INVOCATIONS = 1 << 31  # a stage's `gid + j * stride` stays below 2**32
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # by identity: it holds a list
 class Persistent:
     """What `build` made: the program, the storage key of each bound buffer (binding order; the
     last is `STATS` when the rounds are counted), and the grid barriers one round runs."""
@@ -221,3 +222,6 @@ def _at(stmts, idx: str, wg: int, invocations: int) -> list[n.Node]:
         return _transform(e, node)
 
     return map_statements(stmts, lambda s: _with_exprs(s, [expr(e) for e in _exprs(s)]))
+
+
+immutable(Persistent)

@@ -7,9 +7,9 @@ sheet for its multiprocessor count)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from ..errors import UnsupportedError, a_type, shown
+from ..errors import UnsupportedError, a_type, immutable, shown
 from ..ir import Access, Program
 from ..ir.validate import MAX_AXIS
 
@@ -78,8 +78,8 @@ class DeviceReport:
     local_bytes: int | None
     blocks_per_sm: int | None
     limited_by: str | None
-    problems: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    problems: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
     @property
     def max_cooperative_grid(self) -> int | None:
@@ -177,7 +177,7 @@ def check(program: Program, device: str | DeviceProfile, *, workgroup: tuple | N
     if cooperative and grid is not None and blocks is not None and grid > blocks * d.sms:
         problems.append(f"a cooperative grid of {grid} workgroups; {d.name} holds {blocks * d.sms} at once "
                         f"({blocks} an SM). Fix: launch at most {blocks * d.sms} workgroups and loop over the rest.")
-    return DeviceReport(d, threads, regs, shared, local, blocks, limit, problems, notes)
+    return DeviceReport(d, threads, regs, shared, local, blocks, limit, tuple(problems), tuple(notes))
 
 
 def _occupancy(d: DeviceProfile, threads: int, regs: int | None, shared: int) -> tuple[int | None, str | None]:
@@ -193,3 +193,6 @@ def _occupancy(d: DeviceProfile, threads: int, regs: int | None, shared: int) ->
         limits["shared memory"] = d.shared_per_sm // (shared + d.reserved_shared_per_block)
     limit = min(limits, key=limits.get)
     return limits[limit], limit
+
+
+immutable(DeviceProfile, DeviceReport)

@@ -36,7 +36,7 @@ import numpy as np
 from .. import ir
 from .. import display
 from ..display import PTX
-from ..errors import INTEGERS, UnsupportedError, shown
+from ..errors import INTEGERS, UnsupportedError, immutable, shown
 from ..ir import DataType as D
 from ..ir import nodes as n
 from ..ir.program import Access, BufferDecl, Program, walk
@@ -911,3 +911,6 @@ def target(sm) -> int:
                                f"{', '.join(map(str, PTX_VERSION))}). "
                                "Fix: pass sm= one of those, e.g. the device's compute capability.")
     return int(sm)
+
+
+immutable(KernelParam, KernelABI)

@@ -28,7 +28,7 @@ from ..ir import DataType
 from ..ir.types import NUMPY_BOOL_CODES
 from ..errors import (INTEGERS, BackendUnavailableError, CapacityError, DispatchError, NotACollection, VyreError,
                       a_type, device_memory_error, device_out_of_memory, flat_fix, host_memory, mixes_bools,
-                      numba_reason, public_name, raise_if_out_of_memory, shown, yields)
+                      native, numba_reason, public_name, raise_if_out_of_memory, shown, yields)
 from ..owned import Unshared
 from ..signals import uninterrupted
 from ..simulator import SIMULATED as _SIM
@@ -169,12 +169,11 @@ class QueueModel(_Shared):
             value = _values(value, dt, one=True)
         with self._lock:
             items = self._slots()
-            with uninterrupted():  # a tail moved past a slot not yet stored would queue its old item
-                slot, self._tail = self._tail, self._tail + 1
-                if slot < items.size:
-                    items[slot] = value[0]
-                    return True
-        return False
+            slot = self._tail
+            if slot < items.size:  # stored before the tail moves past it: a Ctrl-C between queues nothing
+                items[slot] = value[0]
+            self._tail = slot + 1
+        return slot < items.size
 
     @property
     def capacity(self) -> int:
@@ -190,8 +189,9 @@ class QueueModel(_Shared):
         """Empty the queue, its overflow count too (as `WorkQueue.reset`)."""
         with self._lock:
             self._slots()
-            self._tail = 0
-            self._emptied += 1
+            with uninterrupted():  # emptied, and said so to an iteration in flight, or neither
+                self._tail = 0
+                self._emptied += 1
 
     def size(self) -> int:
         """The number of filled slots."""
@@ -205,8 +205,9 @@ class QueueModel(_Shared):
         """The filled items, in push order; the queue is empty afterwards."""
         with self._lock:
             out = self._slots()[:self.size()].copy()
-            self._tail = 0
-            self._emptied += 1
+            with uninterrupted():  # emptied, and said so to an iteration in flight, or neither
+                self._tail = 0
+                self._emptied += 1
         return out
 
     def _drop_first(self, n: int, emptied: int) -> None:
@@ -278,14 +279,11 @@ def _dtype(dtype) -> np.dtype:
                 todo.extend((f[0], depth + 1) for f in t.fields.values())
             elif not (t.kind in "biuf" and t.itemsize <= 8):
                 return False
-            elif not t.isnative:  # a record's isnative misses a subarray's (NumPy's own)
-                foreign.append(t)
         return True
-    foreign: list[np.dtype] = []
     if dt is None or not ((dt.kind in "iuf" and dt.itemsize <= 8) if dt.fields is None else field(dt)):
         raise DispatchError(f"dtype={shown(given, 60)} cannot be queued. Fix: pass a number type of at most 64 bits "
                             "(e.g. np.int32) or a record dtype whose fields are such numbers.")
-    if not dt.isnative or foreign:  # the model refuses it too: it is the twin of a queue device code reads
+    if not native(dt):  # the model refuses it too: it is the twin of a queue device code reads
         raise DispatchError(f"dtype={shown(given, 60)} is not in this machine's byte order: Numba's kernels "
                             "cannot read such an "
                             f"array. Fix: pass {dt.newbyteorder('=')} ("
@@ -561,8 +559,9 @@ class WorkQueue(_Shared, Unshared):
         """Empty the queue (enqueued on its stream)."""
         with self._lock:
             _, state = self._live()
-            state.copy_to_device(np.zeros(2, np.uint64), stream=self.stream)
-            self._emptied += 1
+            with uninterrupted():  # emptied, and said so to an iteration in flight, or neither
+                state.copy_to_device(np.zeros(2, np.uint64), stream=self.stream)
+                self._emptied += 1
 
     def push(self, values: ArrayIn) -> None:
         """Append host values after the filled items; CapacityError (naming the room needed, the

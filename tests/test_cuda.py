@@ -470,3 +470,19 @@ def test_backend_ptx_header_names_the_program_as_given(cuda_backend):
     text = cuda_backend.ptx(p)
     assert f"(digest {p.digest()[:16]})" in text.splitlines()[0]
     assert cuda_backend.ptx(p, DispatchConfig(optimize=False)).splitlines()[0] == text.splitlines()[0]
+
+
+@pytest.mark.gpu
+def test_a_grid_barrier_the_optimizer_removes_still_launches(cuda_backend, ref):
+    """A review: the launches of a program written with a grid barrier pass its state, and the
+    kernel compiled from its optimized form (the barrier dead code) declared no parameter for it."""
+    p = ir.Program([ir.BufferDecl.output("o", 0, "u32")], 64,
+                   [ir.if_(ir.u32(0) == ir.u32(1), [ir.barrier("grid")]), ir.store("o", ir.gid(0), ir.gid(0) * 3)],
+                   name="dead_barrier")
+    assert "grid_sync" in p.capabilities and "grid_sync" not in p.optimized().capabilities
+    config = DispatchConfig(cooperative=True, grid=(2, 1, 1))
+    want = ref.dispatch(p, [], config, sizes={"o": 128})[0]
+    assert cuda_backend.dispatch(p, [], config, sizes={"o": 128})[0].tolist() == want.tolist()
+    o = cuda_backend.empty(128, np.uint32)
+    cuda_backend.dispatch_resident(p, [o], config)
+    assert cuda_backend.download(o).tolist() == want.tolist()

@@ -271,8 +271,9 @@ def test_abi_and_param_order():
 
 
 def test_abi_describes_what_emit_compiles_when_the_optimizer_removes_a_grid_barrier():
-    """Regression (a red-team): abi described the program as written (a grid-state parameter, the
-    workgroup bytes) while emit compiled the optimized one without them; the CLI's manifest too."""
+    """Regression (a red-team): abi described the program as written (the workgroup bytes) while
+    emit compiled the optimized one without them; the CLI's manifest too. The grid-state parameter
+    stays (a review): the launches of a program written with a grid barrier pass its state."""
     p = ir.Program([ir.BufferDecl.read("a", 0, "f32"), ir.BufferDecl.output("o", 1, "f32"),
                     ir.BufferDecl.workgroup("w", 16, "f32")], 32,
                    [ir.let("i", ir.gid(0)), ir.store("o", ir.var("i"), ir.load("a", ir.var("i"))), ir.return_(),
@@ -280,7 +281,8 @@ def test_abi_describes_what_emit_compiles_when_the_optimizer_removes_a_grid_barr
     text = ptx.emit(p, cooperative=True)
     declared = re.findall(r"\.param \.u\d+ (\w+)", text.split(".visible .entry gone(")[1].split(")")[0])
     assert declared == [q.name for q in ptx.abi(p).params] and ptx.abi(p).shared_bytes == 0
-    assert [q.name for q in ptx.abi(p, optimize=False).params][-1] == "vyre_grid_state"
+    assert "grid_sync" not in p.optimized().capabilities and "vyre_grid_barrier" not in text
+    assert declared[-1] == "vyre_grid_state" == [q.name for q in ptx.abi(p, optimize=False).params][-1]
 
 
 def test_grid_barrier_needs_a_cooperative_launch_and_links_the_template():

@@ -153,14 +153,17 @@ def abi(program: Program, *, workgroup: tuple[int, int, int] | str | None = None
     if not isinstance(optimize, (bool, np.bool_)):
         raise UnsupportedError(f"optimize={shown(optimize, 60)} is not a bool. Fix: pass True or False.")
     ir.check(program)
-    return _abi(program.optimized() if optimize else program, _checked_workgroup(workgroup))
+    return _abi(program.optimized() if optimize else program, _checked_workgroup(workgroup),
+                "grid_sync" in program.capabilities)
 
 
-def _abi(program: Program, workgroup) -> KernelABI:
+def _abi(program: Program, workgroup, grid_state: bool) -> KernelABI:
+    """`grid_state`: the program as written has a grid barrier (its launches pass the state, even
+    where the optimizer removed every barrier as dead code)."""
     bound = program.bound_buffers
     ps = tuple(KernelParam(f"{b.name}_ptr", ".u64", b.name, "ptr") for b in bound) + tuple(
         KernelParam(f"{b.name}_len", ".u32", b.name, "len") for b in bound)
-    if "grid_sync" in program.capabilities:
+    if grid_state:
         ps += (KernelParam(GRID_STATE, ".u64", "", "grid_state"),)
     return KernelABI(program.name, ps, _wg(program, workgroup),
                      sum(size for _, size in _shared_layout(program)))
@@ -348,8 +351,10 @@ class _Env(dict):
 
 class _Emitter:
     def __init__(self, program: Program, sm: int, workgroup, cooperative: bool, step: str | None = None,
-                 digest: str | None = None):
+                 digest: str | None = None, grid_state: bool | None = None):
         self.p, self.sm, self.workgroup, self.cooperative = program, sm, workgroup, cooperative
+        # the ABI is the program's as written: its launches pass a grid barrier's state it has
+        self.grid_abi = "grid_sync" in program.capabilities if grid_state is None else grid_state
         self.digest = digest or program.digest()  # the program as given (its manifest's), not as optimized
         self.step, self.item, self.changed = step, "", ""  # step: the name of the device function rendered
         self.grid_state: str | None = None
@@ -757,7 +762,7 @@ class _Emitter:
         if self.step:
             self.run([f"ld.param.u32 {{r1}}, [{STEP_ITEM}]", "mov.u32 {r2}, 0"], env)
             self.item, self.changed, env = env["r1"], env["r2"], _Env(self, D.U32, D.U32)
-        if "grid_sync" in self.p.capabilities:
+        if "grid_sync" in self.p.capabilities:  # (declared where only the program as written has one)
             self.run([f"ld.param.u64 {{rd1}}, [{GRID_STATE}]", "cvta.to.global.u64 {rd2}, {rd1}"], env)
             self.grid_state = env["rd2"]
         for b in self.p.bound_buffers:
@@ -797,7 +802,7 @@ class _Emitter:
             self.place(STEP_DONE)
             self.ins(f"st.param.b32 [{STEP_CHANGED}], {self.changed}")
         self.ins("ret")
-        a = _abi(self.p, None if self.step else self.workgroup)
+        a = _abi(self.p, None if self.step else self.workgroup, self.grid_abi)
         params = ((f"\t.param .b32 {STEP_ITEM}",) if self.step else ()) + tuple(
             f"\t.param {'.b' + q.ptx_type[2:] if self.step else q.ptx_type} {q.name}" for q in a.params)
         wg = None if self.step else a.workgroup_size
@@ -862,10 +867,10 @@ def emit(program: Program, *, sm: int = 90, workgroup: tuple[int, int, int] | st
         raise UnsupportedError(f"program {program.name!r} has barrier('grid'), which needs every workgroup "
                                "resident at once. Fix: pass cooperative=True (ptx.emit(p, cooperative=True), "
                                "p.ptx(cooperative=True)), and dispatch it with DispatchConfig(cooperative=True).")
-    given = program.digest()
+    given, grid_state = program.digest(), "grid_sync" in program.capabilities
     if optimize:
         program = program.optimized()
-    return _Emitter(program, sm, workgroup, cooperative, digest=given).render()
+    return _Emitter(program, sm, workgroup, cooperative, digest=given, grid_state=grid_state).render()
 
 
 def check_step(program: Program) -> Program:

@@ -219,7 +219,7 @@ def test_a_workgroup_array_never_takes_a_parameters_name():
 
 def test_bound_buffers_past_the_parameter_space_are_refused_before_ptx():
     """Regression (a red-team): 363 bound buffers validated, then nvJitLink refused the kernel's
-    4,356 bytes of parameters (4,352 at most in the PTX versions emitted); 362 assemble."""
+    4,360 bytes of parameters, 8-byte aligned (4,352 at most in the PTX versions emitted); 362 assemble."""
     B = ir.BufferDecl
 
     def program(k: int, grid: bool = False) -> ir.Program:
@@ -629,3 +629,15 @@ def test_the_ptx_header_names_the_programs_own_digest():
     p = ir.Program([B.output("o", 0, "u32", 1)], 1, [ir.store("o", 0, ir.add(1, 2))], name="k")
     assert p.optimized().digest() != p.digest()
     assert f"(digest {p.digest()[:16]})" in ptx.emit(p, sm=90)
+
+
+def test_the_ptx_submodules_the_docs_name_are_reached_through_vn_ptx():
+    """A docs audit: README and robustness.md name vyre_numba.ptx.devices.check, which raised
+    AttributeError (the lazy table lacked it) unless the module was imported first."""
+    import subprocess
+    import sys
+
+    code = ("import vyre_numba as vn; print(callable(vn.ptx.devices.check), callable(vn.ptx.mathlib.extern_decl), "
+            "sorted({'devices', 'mathlib', 'templates'} - set(dir(vn.ptx))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["True", "True", "[]"], out.stdout + out.stderr

@@ -73,7 +73,7 @@ def nonzero_numpy(flags: np.ndarray) -> np.ndarray:
     return np.flatnonzero(_kept(flags)).astype(np.int64, copy=False)
 
 
-def select_if_numpy(values: np.ndarray, predicate: Callable, key=None) -> np.ndarray:
+def select_if_numpy(values: np.ndarray, predicate: Callable, key: Any = None) -> np.ndarray:
     """values[i] for every i where predicate(values[i]) holds, in order (the predicate compiled by
     numba.njit with NumPy's error model, as the GPU compiles it for the device: an integer
     divided by zero is 0, a float inf or nan; it reads the values in native byte order). `key`:

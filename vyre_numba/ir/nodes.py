@@ -748,7 +748,7 @@ def _f64_holds(v) -> bool:
 
 
 def _typed(dt: str):
-    def make(value):
+    def make(value: int | float | bool | np.generic) -> Lit:
         return lit(value, dt)
     make.__name__ = dt
     make.__doc__ = f"A {dt} literal."

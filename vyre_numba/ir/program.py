@@ -15,7 +15,7 @@ from ..errors import (INTEGERS, IRValidationError, NotACollection, UnknownBuffer
 from . import jsontext
 from . import nodes as n
 from .recursion import drive
-from .types import DataType
+from .types import DataType, TypeLike
 
 FORMAT = "vyre-numba-ir/1"
 PTX_RENDERER = None  # Program -> PTX text, set by vyre_numba.ptx (a layer below this one) when it loads
@@ -119,23 +119,23 @@ class BufferDecl:
         return self._role is Role.OUTPUT or self._role is Role.INOUT
 
     @classmethod
-    def read(cls, name: str, binding: int, dtype, count: int = 0) -> "BufferDecl":
+    def read(cls, name: str, binding: int, dtype: TypeLike, count: int = 0) -> "BufferDecl":
         """A read-only input buffer at `binding` (`count=0`: sized by the data at dispatch)."""
         return cls(name, binding, Access.READ_ONLY, dtype, count)
 
     @classmethod
-    def read_write(cls, name: str, binding: int, dtype, count: int = 0,
+    def read_write(cls, name: str, binding: int, dtype: TypeLike, count: int = 0,
                    output_byte_range: tuple[int, int] | None = None) -> "BufferDecl":
         """An in-out buffer: starts as the caller's data, comes back as an output."""
         return cls(name, binding, Access.READ_WRITE, dtype, count, True, output_byte_range)
 
     @classmethod
-    def uniform(cls, name: str, binding: int, dtype, count: int = 0) -> "BufferDecl":
+    def uniform(cls, name: str, binding: int, dtype: TypeLike, count: int = 0) -> "BufferDecl":
         """A read-only input buffer of values every invocation shares (parameters, scalars)."""
         return cls(name, binding, Access.UNIFORM, dtype, count)
 
     @classmethod
-    def workgroup(cls, name: str, count: int, dtype) -> "BufferDecl":
+    def workgroup(cls, name: str, count: int, dtype: TypeLike) -> "BufferDecl":
         """Workgroup (shared) memory of `count` elements, zeroed in every workgroup at every run."""
         return cls(name, None, Access.WORKGROUP, dtype, count)
 
@@ -150,7 +150,7 @@ class BufferDecl:
         return f" bytes {r[0]}..{r[1]}" if r else ""
 
 
-def _output(cls, name: str, binding: int, dtype, count: int = 0,
+def _output(cls, name: str, binding: int, dtype: TypeLike, count: int = 0,
             output_byte_range: tuple[int, int] | None = None) -> BufferDecl:
     """A write-only output buffer (zeroed before each dispatch)."""
     return cls(name, binding, Access.WRITE_ONLY, dtype, count, True, output_byte_range)

@@ -5,6 +5,7 @@ import enum
 import math
 import re
 import struct
+from typing import Union
 
 import numpy as np
 
@@ -351,3 +352,6 @@ def wrap_int(value: int, dtype: "DataType | str") -> int:
     if dtype.is_signed and v >> (dtype.bits - 1):
         v -= 1 << dtype.bits
     return v
+
+
+TypeLike = Union[DataType, str, type, np.dtype]  # a type wherever one is taken: DataType.F32, "f32", np.float32

@@ -16,7 +16,7 @@ from ..ir import program as _program
 
 _LAZY = {"emit": "emitter", "abi": "emitter", "KernelABI": "emitter", "KernelParam": "emitter",
          "PTX_VERSION": "emitter", "assemble": "assembler", "link_sources": "assembler",
-         "templates": None, "mathlib": None}
+         "templates": None, "mathlib": None, "devices": None}
 
 __all__ = ["PTX", *_LAZY]
 

@@ -474,3 +474,16 @@ def test_a_valid_program_that_the_checks_take_past_a_limit_is_refused_as_checked
     with pytest.raises(UnsupportedError, match=r"^checked dispatch cannot check program 'wide'.*\(364 bound buffers "
                                                r"take 4368 bytes .*limit\)\. Fix: dispatch it unchecked"):
         be.dispatch(wide, [np.arange(4, dtype=np.uint32)] * (nb - 1), WARN)
+
+
+def test_a_launch_past_the_checks_32_bit_invocation_numbers_is_refused():
+    """A red-team: the first invocation to hit a site is kept in 32 bits, so past 2**32 invocations
+    (a 2-D grid: each axis is within u32) a report would have named a wrapped invocation."""
+    be = vn.get_backend("reference")
+    p = ir.Program([B.output("o", 0, "u32", 1)], 1024, [ir.if_(ir.gid(0) == 0, [ir.store("o", 0, 1)])], name="wide")
+    config = DispatchConfig(checked=True, grid=(65536, 65535, 1))  # 2**26 * 65,535 invocations
+    with pytest.raises(UnsupportedError, match=r"^checked dispatch of 'wide': the launch has 4,397,979,402,240 "
+                                               r"invocations.*Fix: check a launch of fewer workgroups"):
+        be.dispatch(p, [], config)
+    with pytest.raises(UnsupportedError, match=r"in 32 bits"):
+        be.dispatch_resident(p, [be.empty(1, np.uint32)], config)

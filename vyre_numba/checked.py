@@ -120,6 +120,17 @@ def _plain(config: DispatchConfig) -> DispatchConfig:
     return dataclasses.replace(config, checked=False, workgroup=wg)
 
 
+def _numbered(program: Program, grid, wg) -> None:
+    """UnsupportedError where the launch has more invocations than the checks number (their first
+    invocation is kept in 32 bits)."""
+    total = int(np.prod(grid, dtype=object)) * int(np.prod(wg, dtype=object))
+    if total > 2**32:
+        raise UnsupportedError(f"checked dispatch of {shown(program.name)}: the launch has {total:,} invocations, and "
+                               "the checks number the first invocation to hit a site in 32 bits (2**32 at most). "
+                               "Fix: check a launch of fewer workgroups (grid=...) on a part of the data, or "
+                               "dispatch it unchecked.")
+
+
 def dispatch(backend, program: Program, inputs: Sequence | Mapping | None, config: DispatchConfig,
              sizes: Mapping[str, int] | None = None) -> list[np.ndarray]:
     """`backend.dispatch(program, inputs, config)` checked (see the module docstring)."""
@@ -137,6 +148,7 @@ def _prepared(backend, program: Program, inputs, config: DispatchConfig, sizes) 
     check(program)
     plain = _plain(config)
     b = bind(program, inputs, plain, sizes, copy_inputs=False, allocate_outputs=False)
+    _numbered(program, b.grid, b.workgroup)
     probe, sites = instrument(program, b.workgroup)
     # the program's own launch and output sizes: the counters must change neither
     run = dataclasses.replace(plain, grid=b.grid, workgroup=b.workgroup)
@@ -188,6 +200,7 @@ def dispatch_resident(backend, program: Program, buffers: Sequence | Mapping, co
         _storage(b)  # DispatchError, with the fix, for anything that is not a resident buffer
     lengths = {d.name: _elements(b) for d, b in zip(program.bound_buffers, bound)}
     grid, wg = launch_geometry(program, plain, lengths)
+    _numbered(program, grid, wg)
     probe, sites = instrument(program, wg)
     counts = backend.upload(np.zeros(max(len(sites), 1), np.uint64))
     first = backend.upload(np.full(max(len(sites), 1), NONE, np.uint64))

@@ -762,7 +762,7 @@ class _Emitter:
         if self.step:
             self.run([f"ld.param.u32 {{r1}}, [{STEP_ITEM}]", "mov.u32 {r2}, 0"], env)
             self.item, self.changed, env = env["r1"], env["r2"], _Env(self, D.U32, D.U32)
-        if "grid_sync" in self.p.capabilities:  # (declared where only the program as written has one)
+        if "grid_sync" in self.p.capabilities:  # read where a barrier is left (declared as grid_abi says)
             self.run([f"ld.param.u64 {{rd1}}, [{GRID_STATE}]", "cvta.to.global.u64 {rd2}, {rd1}"], env)
             self.grid_state = env["rd2"]
         for b in self.p.bound_buffers:

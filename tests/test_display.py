@@ -545,6 +545,7 @@ def test_an_egraph_shows_how_many_classes_it_has():
     h = well_formed(g._repr_html_())
     assert "<b>classes</b></td><td style=\"text-align:left;vertical-align:top\">4<" in h and ">class ids<" in h
     assert repr(EGraph.from_arrays([], [], [0], [], backend="reference")).startswith("EGraph(0 e-nodes, 0 classes")
+    assert repr(EGraph.from_arrays([0], [0], [0, 0], [], backend="reference")).startswith("EGraph(1 e-node, 1 class,")
     big = EGraph.from_terms([("f", str(k)) for k in range(400)], backend="reference")
     assert repr(big) == "EGraph(800 e-nodes, 800 class ids, backend='reference', rebuild pending)"  # not counted
     # Regression (a red-team): past 300 rows the HTML counted operators with a bincount as long as

@@ -231,3 +231,27 @@ def test_a_bad_setting_refuses_a_closure_before_its_unions_change_the_egraph(mon
     with pytest.raises(SettingError, match="Fix:"):
         egraph.congruence_closure(g, [[0, 1]])
     assert g.find([0, 1, 2]).tolist() == [0, 1, 2] and "pending" not in repr(g)
+
+
+def test_a_bad_progress_is_refused_before_a_fused_plan_or_a_fixpoint_step_is_made(monkeypatch):
+    """A red-team: dispatch_sequence(fuse=True) made and counted its fusion plan, and fixpoint.run
+    compiled its step and copied every array, before the progress value or setting was refused."""
+    from vyre_numba import fixpoint, get_backend, ir
+    from vyre_numba.errors import SettingError
+    from vyre_numba.fixpoint import runner
+
+    be = get_backend("reference")
+    p = ir.Program([ir.BufferDecl.read_write("x", 0, "u32")], 64, [ir.store("x", ir.gid(0), 1)], name="p")
+    x = be.upload(np.zeros(4, np.uint32))
+    calls = {"fixpoint run": lambda bad: fixpoint.run(lambda i, a: 0, 2, [np.zeros(2)], backend="reference",
+                                                      progress=bad),
+             "fused sequence": lambda bad: be.dispatch_sequence([(p, [x])], read=[(x, 0, 4)], fuse=True, progress=bad)}
+    for name, call in calls.items():
+        for bad, error in (("x", VyreError), (None, SettingError)):
+            before = (be.telemetry(), len(runner._CPU_ROUNDS))
+            if bad is None:
+                monkeypatch.setenv(progress.ENV, "2")
+            with pytest.raises(error, match="Fix:"):
+                call(bad)
+            monkeypatch.delenv(progress.ENV, raising=False)
+            assert (be.telemetry(), len(runner._CPU_ROUNDS)) == before, name

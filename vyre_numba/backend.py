@@ -528,6 +528,9 @@ class Backend(abc.ABC):
         `read` are checked before any step runs. Stopped part way (a step refused or failing, its
         check raising, a KeyboardInterrupt), the exception says which steps ran, their writes
         staying: a VyreError in its message, anything else in a note; its `steps_ran` counts them."""
+        from .progress import check_progress
+
+        check_progress(progress)  # before a fusion plan is made or counted
         total = _length(steps, "steps")
         if flag(fuse, "fuse", "pass fuse=True or fuse=False."):
             reads = self._reads(read)

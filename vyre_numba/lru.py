@@ -48,8 +48,9 @@ class LRUCache(Generic[V]):
                 evicted.append(value)
                 value = old
             else:
+                w = self.weight(value) if self.weight else 0  # first: a weight that raises stores nothing
                 self._data[key] = value
-                self.weight_total += self.weight(value) if self.weight else 0
+                self.weight_total += w
                 evicted += self._trim()
         self._release(evicted)
         return value

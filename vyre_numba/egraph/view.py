@@ -43,10 +43,16 @@ def text(egraph) -> str:
         return "EGraph(closed)"
     n = egraph.n_nodes
     try:
-        classes = f"{_classes(egraph):,} classes" if n <= MAX_DRAWN else f"{egraph.n_classes:,} class ids"
+        classes = _many(_classes(egraph), "class", "classes") if n <= MAX_DRAWN else \
+            _many(egraph.n_classes, "class id", "class ids")
     except VyreError:  # the device could not be read (a failed context): the repr still shows what it can
-        classes = f"{egraph.n_classes:,} class ids"
-    return f"EGraph({n:,} e-nodes, {classes}, backend={egraph.backend!r}{', rebuild pending' if egraph._pending else ''})"
+        classes = _many(egraph.n_classes, "class id", "class ids")
+    return (f"EGraph({_many(n, 'e-node', 'e-nodes')}, {classes}, backend={egraph.backend!r}"
+            f"{', rebuild pending' if egraph._pending else ''})")
+
+
+def _many(k: int, one: str, many: str) -> str:
+    return f"{k:,} {one if k == 1 else many}"
 
 
 def _classes(egraph) -> int:

@@ -14,7 +14,7 @@ from ..errors import (INTEGERS, IN_HOST_MEMORY, BarrierTimeoutError, DispatchErr
                       host_memory, native, numba_reason, shown, whole, yields)
 from ..compaction.select import kept_compiled, predicate_key
 from ..lru import LRUCache
-from ..progress import finished, stopped
+from ..progress import check_progress, finished, stopped
 
 from ..ir import Program
 from ..backend import Backend, interface_dtype  # noqa: F401  (the annotations name it: typing.get_type_hints reads them)
@@ -68,6 +68,7 @@ def run(step: "Callable | Program", n: int, args: Sequence[Any] = (), *, max_rou
     if isinstance(timeout_s, (bool, np.bool_)) or not isinstance(timeout_s, numbers.Real) or not 0 < timeout_s < 1e6:
         raise DispatchError(f"timeout_s={shown(timeout_s)} is not a number of seconds with 0 < timeout_s < 1e6. "
                             "Fix: pass e.g. 10.0.")
+    check_progress(progress)  # before a step is compiled or an array copied
     be, is_program, n, args, block = _checked(step, n, args, backend, block)
     if be.name == "cuda":
         from . import device

@@ -76,7 +76,7 @@ def grid(width: int, height: int, *, keep: float = 1.0, seed: int = 0) -> tuple[
             f"{a_type(keep)}, not a real number (an int, float or Fraction)"
         raise DispatchError(f"grid: keep={shown(keep)} is {what}. Fix: pass a probability, e.g. grid(256, 256, "
                             "keep=0.6).")
-    keep = float(keep)  # a Fraction or Decimal as the probability it is
+    keep = float(keep)  # a Fraction or NumPy float as the probability it is
     if width * height > 2**31 - 1:
         raise DispatchError(f"grid: {width} x {height} is {width * height:,} vertices, past 2**31 - 1 (vertex ids are "
                             "32-bit). Fix: pass a smaller width or height.")

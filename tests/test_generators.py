@@ -131,3 +131,18 @@ def test_edges_that_are_no_arrays_are_refused_in_from_edges_terms():
     with pytest.raises(VyreError, match=r"^src is a NoneType, not an array of integers\. Fix: pass the edges' ends as "
                                         r"a list or 1-D array of ints: from_edges\(n, src, dst\)"):
         from_edges(3, None, None)
+
+
+@pytest.mark.parametrize("call,name", [(lambda: rmat(4, 8), "rmat"), (lambda: grid(4, 4), "grid"),
+                                       (lambda: from_edges(3, [0, 1], [1, 2]), "from_edges")])
+def test_running_out_of_host_memory_names_the_generator_called(call, name, monkeypatch):
+    """A red-team: rmat and grid out of memory said 'from_edges ran out of host memory' (their CSR
+    is built by it), a call the user never made."""
+    from vyre_numba.errors import HostMemoryError
+
+    def no_room(*args, **kwargs):
+        raise MemoryError("Unable to allocate 8.00 GiB")
+
+    monkeypatch.setattr(np, "lexsort", no_room)
+    with pytest.raises(HostMemoryError, match=rf"^{name} ran out of host memory.*Fix: generate a smaller graph"):
+        call()

@@ -18,6 +18,11 @@ _SHRINK = "The graph is built in host memory at once. Fix: generate a smaller gr
 def from_edges(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(indptr int64, indices int32) of the graph on n vertices with edges src[k] -- dst[k], stored
     both ways, each vertex's neighbours sorted and listed once (self-loops kept)."""
+    return _from_edges(n, src, dst)
+
+
+def _from_edges(n, src, dst) -> tuple[np.ndarray, np.ndarray]:
+    """`from_edges`, for the generators too: running out of memory is said by the call the user made."""
     n = whole(n, "from_edges: n", 0, 2**31 - 1)
     src, dst = _ends(src, "src", n), _ends(dst, "dst", n)
     if src.size != dst.size:
@@ -60,7 +65,7 @@ def rmat(scale: int, edges: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarr
         r = rng.random(edges, dtype=np.float32)
         src |= (r >= 0.76).astype(np.int64) << bit
         dst |= (((r >= 0.57) & (r < 0.76)) | (r >= 0.95)).astype(np.int64) << bit
-    return from_edges(1 << scale, src, dst)
+    return _from_edges(1 << scale, src, dst)
 
 
 @host_memory("grid", _SHRINK)
@@ -86,7 +91,7 @@ def grid(width: int, height: int, *, keep: float = 1.0, seed: int = 0) -> tuple[
     if keep < 1.0:
         mask = np.random.default_rng(seed).random(src.size) < keep
         src, dst = src[mask], dst[mask]
-    return from_edges(width * height, src, dst)
+    return _from_edges(width * height, src, dst)
 
 
 from ..errors import check_calls as _check_calls  # noqa: E402

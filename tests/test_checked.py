@@ -487,3 +487,23 @@ def test_a_launch_past_the_checks_32_bit_invocation_numbers_is_refused():
         be.dispatch(p, [], config)
     with pytest.raises(UnsupportedError, match=r"in 32 bits"):
         be.dispatch_resident(p, [be.empty(1, np.uint32)], config)
+
+
+def test_a_run_error_placing_a_statement_notes_that_the_checks_renumber_statements():
+    """A red-team: out of work budget, the checked run named entry[2] for a loop written at
+    entry[1] (the checks bind operands in statements of their own) and did not say so."""
+    from vyre_numba.reference import ReferenceBackend
+
+    i = ir.gid(0)
+    p = ir.Program([B.read("x", 0, "u32"), B.output("y", 1, "u32")], 32,
+                   [ir.let("s", ir.u32(0)),
+                    ir.loop("k", 0, 50, [ir.assign("s", ir.var("s") + ir.load("x", (i + ir.var("k")) % 64))]),
+                    ir.if_(i < ir.buf_len("y"), [ir.store("y", i, ir.var("s"))])], name="sum")
+    be = ReferenceBackend(work_budget=20000)
+    with pytest.raises(DispatchError, match=r"work budget .* at entry\[1\]") as plain:
+        be.dispatch(p, [np.arange(64, dtype=np.uint32)], sizes={"y": 64})
+    assert not getattr(plain.value, "__notes__", None)
+    with pytest.raises(DispatchError, match=r"work budget .* at entry\[\d\]") as checked:
+        be.dispatch(p, [np.arange(64, dtype=np.uint32)], WARN, sizes={"y": 64})
+    assert any("checked dispatch: entry[k] counts the statements of the program as the checks instrument it" in n
+               for n in checked.value.__notes__)

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import display
 from .config import DispatchConfig
-from .errors import CheckError, CheckWarning, UnsupportedError, immutable, shown, warn_user
+from .errors import CheckError, CheckWarning, UnsupportedError, VyreError, immutable, shown, warn_user
 from .ir import Program
 from .ir.checks import COUNTS, FIRST, KINDS, Site, instrument
 
@@ -120,6 +120,15 @@ def _plain(config: DispatchConfig) -> DispatchConfig:
     return dataclasses.replace(config, checked=False, workgroup=wg)
 
 
+def _renumbered(e: VyreError) -> None:
+    """A note on an error from the checked run where its message places a statement: the checks
+    add statements of their own, so the numbers are the instrumented program's."""
+    if "entry[" in str(e):
+        e.add_note("checked dispatch: entry[k] counts the statements of the program as the checks instrument it "
+                   "(they bind checked operands in statements of their own); dispatch it with checked=False to see "
+                   "the statement as written.")
+
+
 def _numbered(program: Program, grid, wg) -> None:
     """UnsupportedError where the launch has more invocations than the checks number (their first
     invocation is kept in 32 bits)."""
@@ -163,7 +172,11 @@ def _prepared(backend, program: Program, inputs, config: DispatchConfig, sizes) 
         raise AssertionError("unreachable: the plain dispatch refuses what is not inputs")
 
     def running() -> list[np.ndarray]:
-        outs = backend.dispatch(probe, given, run, sizes=sizes)
+        try:
+            outs = backend.dispatch(probe, given, run, sizes=sizes)
+        except VyreError as e:
+            _renumbered(e)
+            raise
         results, counts, first = outs[:-2], outs[-2], outs[-1]
         lengths = {d.name: _len(v) for d, v in zip(program.inputs, _input_values(program, inputs))}
         lengths.update({d.name: len(o) for d, o in zip(program.outputs, results)})
@@ -204,7 +217,12 @@ def dispatch_resident(backend, program: Program, buffers: Sequence | Mapping, co
     probe, sites = instrument(program, wg)
     counts = backend.upload(np.zeros(max(len(sites), 1), np.uint64))
     first = backend.upload(np.full(max(len(sites), 1), NONE, np.uint64))
-    backend.dispatch_resident(probe, list(bound) + [counts, first], dataclasses.replace(plain, grid=grid, workgroup=wg))
+    try:
+        backend.dispatch_resident(probe, list(bound) + [counts, first],
+                                  dataclasses.replace(plain, grid=grid, workgroup=wg))
+    except VyreError as e:
+        _renumbered(e)
+        raise
     lengths.update({d.name: d.count for d in program.buffers if d.is_shared})
     _report(backend, program, config, sites, backend.download(counts), backend.download(first), lengths, None)
 

@@ -354,3 +354,30 @@ def test_cancel_past_the_runs_last_check_is_refused_so_it_never_contradicts_resu
     pending = be.dispatch_async(p, [np.arange(4, dtype=np.uint32)])
     assert in_window.wait(30)
     assert pending.cancel() is False and pending.result()[0].tolist() == [1, 2, 3, 4]
+
+
+def test_in_place_calls_wait_for_a_run_in_flight_as_dispatch_resident_does():
+    """A red-team: read_compacted and upload of a resident array read it, and a CPU fixpoint run
+    wrote it, without the reference backend's lock on resident arrays: a read saw a failed run's
+    writes before their undo, and a failed fixpoint run's undo took back another thread's write
+    made meanwhile. Each now waits while the lock is held (a run in flight) and runs once it goes."""
+    import threading
+
+    from vyre_numba import fixpoint, get_backend
+    from vyre_numba.reference import _IN_PLACE
+
+    be = get_backend("reference")
+    a = be.upload(np.arange(8, dtype=np.uint32))
+    calls = {"read_compacted": lambda: be.read_compacted(a, a),
+             "upload": lambda: be.upload(a),
+             "download": lambda: be.download(a),
+             "fixpoint.run": lambda: fixpoint.run(lambda i, x: 0, 8, [a], backend="reference")}
+    for name, call in calls.items():
+        done = []
+        with _IN_PLACE:
+            t = threading.Thread(target=lambda: done.append(call()))
+            t.start()
+            t.join(0.3)
+            assert not done, f"{name} ran while another run held the resident arrays"
+        t.join(60)
+        assert len(done) == 1, name

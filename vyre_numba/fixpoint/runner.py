@@ -253,19 +253,31 @@ def _run_program_cpu(program, n: int, arrays: list, max_rounds: int, progress: b
 
 class _restored_on_failure:
     """`with _restored_on_failure(args)`: the NumPy arrays among `args` as they were, put back if
-    the block raises (a failed run leaves the caller's arrays unchanged)."""
+    the block raises (a failed run leaves the caller's arrays unchanged). The block holds the
+    reference backend's lock on resident arrays, as its dispatch_resident does: another thread's
+    write, download or dispatch comes before the run or after it (or its undo), never between."""
 
     def __init__(self, args):
-        self._saved = [(a, a.copy()) for a in args if isinstance(a, np.ndarray) and a.flags.writeable]
+        from ..reference import _IN_PLACE
+
+        self._args, self._lock, self._saved = args, _IN_PLACE, []
 
     def __enter__(self) -> None:
-        return None
+        self._lock.acquire()
+        try:
+            self._saved = [(a, a.copy()) for a in self._args if isinstance(a, np.ndarray) and a.flags.writeable]
+        except BaseException:
+            self._lock.release()
+            raise
 
     def __exit__(self, kind, *exc) -> None:
-        if kind is not None:
-            for a, before in self._saved:
-                np.copyto(a, before)
-        self._saved = []
+        try:
+            if kind is not None:
+                for a, before in self._saved:
+                    np.copyto(a, before)
+        finally:
+            self._saved = []
+            self._lock.release()
 
 
 def _cpu_rounds(one_round: Callable[[], bool], max_rounds: int, progress: bool | None) -> FixpointResult:

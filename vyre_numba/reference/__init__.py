@@ -161,7 +161,8 @@ class ReferenceBackend(Backend):
 
     @host_memory("upload", IN_HOST_MEMORY)
     def upload(self, array: np.ndarray) -> np.ndarray:
-        out = np.array(check_upload(array), copy=True, order="C")
+        with _IN_PLACE:  # a resident array uploaded again is read whole, as download reads it
+            out = np.array(check_upload(array), copy=True, order="C")
         self._count(bytes_uploaded=out.nbytes)
         return out
 
@@ -179,6 +180,10 @@ class ReferenceBackend(Backend):
         with _IN_PLACE:
             buffer.reshape(-1)[offset:offset + arr.size] = arr
         self._count(bytes_uploaded=arr.nbytes)
+
+    def read_compacted(self, values, flags, *, capacity: int | None = None) -> np.ndarray:
+        with _IN_PLACE:  # read whole, as download reads: never between another thread's run and its undo
+            return super().read_compacted(values, flags, capacity=capacity)
 
     @host_memory("download", IN_HOST_MEMORY)
     def download(self, buffer, offset: int = 0, count: int | None = None) -> np.ndarray:

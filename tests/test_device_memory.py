@@ -688,3 +688,20 @@ def test_a_graph_without_room_for_its_copy_says_the_module_calls_need_none(monke
     assert text.endswith("or call the module functions on the arrays instead (bfs(indptr, indices, source) and the "
                          "others read them where they are; a Graph holds a copy of its own).")
     assert e.value.unnamed is None
+
+
+def test_a_cache_whose_weight_raises_stores_nothing():
+    """A red-team: put stored the value, then weighed it; a weight that raised left it cached and
+    uncounted in weight_total."""
+    from vyre_numba.lru import LRUCache
+
+    def weight(v):
+        if v == "bad":
+            raise ValueError("cannot weigh")
+        return 1
+
+    c = LRUCache(4, max_weight=10, weight=weight)
+    c.put("a", "ok")
+    with pytest.raises(ValueError):
+        c.put("b", "bad")
+    assert c.get("b") is None and c.get("a") == "ok" and c.weight_total == 1

@@ -368,11 +368,16 @@ def test_in_place_calls_wait_for_a_run_in_flight_as_dispatch_resident_does():
 
     be = get_backend("reference")
     a = be.upload(np.arange(8, dtype=np.uint32))
+
+    def still(i, x):
+        return 0
+
     calls = {"read_compacted": lambda: be.read_compacted(a, a),
              "upload": lambda: be.upload(a),
              "download": lambda: be.download(a),
-             "fixpoint.run": lambda: fixpoint.run(lambda i, x: 0, 8, [a], backend="reference")}
+             "fixpoint.run": lambda: fixpoint.run(still, 8, [a], backend="reference")}
     for name, call in calls.items():
+        call()  # compiled first (the step): below, only the lock can hold it back
         done = []
         with _IN_PLACE:
             t = threading.Thread(target=lambda: done.append(call()))
@@ -381,3 +386,21 @@ def test_in_place_calls_wait_for_a_run_in_flight_as_dispatch_resident_does():
             assert not done, f"{name} ran while another run held the resident arrays"
         t.join(60)
         assert len(done) == 1, name
+
+
+def test_an_upload_reads_its_argument_outside_the_lock_on_resident_arrays():
+    """A review: upload converted its argument under the lock, so a Dask array whose tasks (on
+    Dask's threads) download from the same backend waited on the upload, which waited on them."""
+    import threading
+
+    da = pytest.importorskip("dask.array")
+    from vyre_numba import get_backend
+
+    be = get_backend("reference")
+    base = be.upload(np.arange(8, dtype=np.uint32))
+    d = da.ones(16, chunks=4, dtype=np.uint32).map_blocks(lambda x: be.download(base)[:len(x)] + x, dtype=np.uint32)
+    done = []
+    t = threading.Thread(target=lambda: done.append(be.upload(d)), daemon=True)
+    t.start()
+    t.join(60)
+    assert done and done[0].tolist() == [1, 2, 3, 4] * 4

@@ -255,7 +255,8 @@ class _restored_on_failure:
     """`with _restored_on_failure(args)`: the NumPy arrays among `args` as they were, put back if
     the block raises (a failed run leaves the caller's arrays unchanged). The block holds the
     reference backend's lock on resident arrays, as its dispatch_resident does: another thread's
-    write, download or dispatch comes before the run or after it (or its undo), never between."""
+    write, download, upload, read_compacted or dispatch_resident comes before the run or after it
+    (or its undo), never between (a host dispatch reads its inputs without it)."""
 
     def __init__(self, args):
         from ..reference import _IN_PLACE

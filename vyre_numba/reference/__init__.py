@@ -161,8 +161,9 @@ class ReferenceBackend(Backend):
 
     @host_memory("upload", IN_HOST_MEMORY)
     def upload(self, array: np.ndarray) -> np.ndarray:
+        arr = check_upload(array)  # outside the lock: an array-like may compute (a Dask graph) on other threads
         with _IN_PLACE:  # a resident array uploaded again is read whole, as download reads it
-            out = np.array(check_upload(array), copy=True, order="C")
+            out = np.array(arr, copy=True, order="C")
         self._count(bytes_uploaded=out.nbytes)
         return out
 

@@ -7,6 +7,7 @@ counts on the GPU equal the reference backend's."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
@@ -132,7 +133,7 @@ def _renumbered(e: VyreError) -> None:
 def _numbered(program: Program, grid, wg) -> None:
     """UnsupportedError where the launch has more invocations than the checks number (their first
     invocation is kept in 32 bits)."""
-    total = int(np.prod(grid, dtype=object)) * int(np.prod(wg, dtype=object))
+    total = math.prod(map(int, grid)) * math.prod(map(int, wg))  # Python ints: no wrap
     if total > 2**32:
         raise UnsupportedError(f"checked dispatch of {shown(program.name)}: the launch has {total:,} invocations, and "
                                "the checks number the first invocation to hit a site in 32 bits (2**32 at most). "

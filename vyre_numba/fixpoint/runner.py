@@ -1,6 +1,7 @@
 """The fixpoint runner: argument checks, the CPU loop, and the three GPU modes."""
 from __future__ import annotations
 
+import contextlib
 import inspect
 import numbers
 
@@ -251,34 +252,23 @@ def _run_program_cpu(program, n: int, arrays: list, max_rounds: int, progress: b
         return _cpu_rounds(one_round, max_rounds, progress)
 
 
-class _restored_on_failure:
+@contextlib.contextmanager
+def _restored_on_failure(args):
     """`with _restored_on_failure(args)`: the NumPy arrays among `args` as they were, put back if
     the block raises (a failed run leaves the caller's arrays unchanged). The block holds the
     reference backend's lock on resident arrays, as its dispatch_resident does: another thread's
     write, download, upload, read_compacted or dispatch_resident comes before the run or after it
     (or its undo), never between (a host dispatch reads its inputs without it)."""
+    from ..reference import _IN_PLACE
 
-    def __init__(self, args):
-        from ..reference import _IN_PLACE
-
-        self._args, self._lock, self._saved = args, _IN_PLACE, []
-
-    def __enter__(self) -> None:
-        self._lock.acquire()
+    with _IN_PLACE:
+        saved = [(a, a.copy()) for a in args if isinstance(a, np.ndarray) and a.flags.writeable]
         try:
-            self._saved = [(a, a.copy()) for a in self._args if isinstance(a, np.ndarray) and a.flags.writeable]
+            yield
         except BaseException:
-            self._lock.release()
+            for a, before in saved:
+                np.copyto(a, before)
             raise
-
-    def __exit__(self, kind, *exc) -> None:
-        try:
-            if kind is not None:
-                for a, before in self._saved:
-                    np.copyto(a, before)
-        finally:
-            self._saved = []
-            self._lock.release()
 
 
 def _cpu_rounds(one_round: Callable[[], bool], max_rounds: int, progress: bool | None) -> FixpointResult:

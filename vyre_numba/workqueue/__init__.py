@@ -205,9 +205,7 @@ class QueueModel(_Shared):
         """The filled items, in push order; the queue is empty afterwards."""
         with self._lock:
             out = self._slots()[:self.size()].copy()
-            with uninterrupted():  # emptied, and said so to an iteration in flight, or neither
-                self._tail = 0
-                self._emptied += 1
+            self.reset()  # as the device queue's drain
         return out
 
     def _drop_first(self, n: int, emptied: int) -> None:

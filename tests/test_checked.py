@@ -235,6 +235,40 @@ def test_a_clean_dispatch_warns_nothing_and_reports_ok():
     assert be.dispatch_timed(p, [np.ones(3, np.float32)], WARN)[0][0].tolist() == [2.0] * 3
 
 
+def test_each_thread_sees_its_own_last_check():
+    """Regression (a red-team): `last_check` was one attribute of the backend, so a thread read the
+    report of another thread's checked dispatch made in between."""
+    import threading
+
+    be = vn.get_backend("reference")
+    i = ir.gid()
+    clean = ir.Program([B.read("x", 0, "f32"), B.output("y", 1, "f32")], 64,
+                       [ir.if_(i < ir.buf_len("y"), [ir.store("y", i, ir.load("x", i) * 2.0)])], name="clean")
+    first_done, second_done, seen = threading.Event(), threading.Event(), {}
+
+    def warned():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            be.dispatch(problems(), inputs(), WARN)
+        first_done.set()
+        second_done.wait(30)
+        seen["warned"] = be.last_check
+
+    def tidy():
+        first_done.wait(30)
+        be.dispatch(clean, [np.ones(5, np.float32)], WARN)
+        seen["clean"] = be.last_check
+        second_done.set()
+
+    threads = [threading.Thread(target=warned), threading.Thread(target=tidy)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not seen["warned"].ok and seen["warned"].program == problems().name
+    assert seen["clean"].ok and seen["clean"].program == "clean"
+
+
 def test_a_report_of_many_findings_has_a_bounded_repr():
     """Regression: the dataclass repr listed every finding (2,000 sites: 640 KB of text/plain in a
     notebook); it lists as many as the message does and says how many more."""

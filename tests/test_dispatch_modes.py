@@ -1307,6 +1307,8 @@ def test_named_tuple_make_fusion_hash_and_a_timer_left_by_an_error_say_what_they
     other = be.fuse([(p, [be.upload(np.zeros(4, np.uint32))])])
     # by identity: it holds arrays (== raised NumPy's ambiguous-truth ValueError, a red-team)
     assert fusion == fusion and fusion != other and len({fusion, other}) == 2
+    a, b = Step(p, [np.zeros(4, np.uint32)]), Step(p, [np.zeros(4, np.uint32)])  # so are steps (a red-team)
+    assert a == a and a != b and len({a, b}) == 2 and tuple(a) == tuple(a)
     with pytest.raises(ZeroDivisionError):
         with be.device_timer() as t:
             1 / 0

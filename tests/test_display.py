@@ -61,6 +61,13 @@ def scale(name: str = "scale", buf: str = "x") -> ir.Program:
 
 # ---- IR reprs: the text form, short ---------------------------------------------------------------
 
+def test_counted_is_plural_unless_one_with_thousands_grouped():
+    from vyre_numba.display import counted
+
+    assert [counted(k, "kernel") for k in (0, 1, 2, 1500)] == ["0 kernels", "1 kernel", "2 kernels", "1,500 kernels"]
+    assert counted(1, "class", "classes") == "1 class" and counted(3, "class", "classes") == "3 classes"
+
+
 def test_expression_repr_is_its_text_form():
     i = ir.var("i")
     assert repr(i + 1) == str(i + 1) == "(i + 1)"

@@ -364,7 +364,7 @@ def test_in_place_calls_wait_for_a_run_in_flight_as_dispatch_resident_does():
     import threading
 
     from vyre_numba import fixpoint, get_backend
-    from vyre_numba.reference import _IN_PLACE
+    from vyre_numba.reference import RESIDENT_LOCK
 
     be = get_backend("reference")
     a = be.upload(np.arange(8, dtype=np.uint32))
@@ -379,7 +379,7 @@ def test_in_place_calls_wait_for_a_run_in_flight_as_dispatch_resident_does():
     for name, call in calls.items():
         call()  # compiled first (the step): below, only the lock can hold it back
         done = []
-        with _IN_PLACE:
+        with RESIDENT_LOCK:
             t = threading.Thread(target=lambda: done.append(call()))
             t.start()
             t.join(0.3)

@@ -41,6 +41,12 @@ class Step(NamedTuple):
     buffers: Sequence | Mapping
     config: DispatchConfig | None = None
 
+    # by identity, as Fusion: compared as tuples, two steps holding equal arrays raised NumPy's
+    # ambiguous-truth ValueError, and a step holding a list could not be hashed
+    __eq__ = object.__eq__
+    __ne__ = object.__ne__
+    __hash__ = object.__hash__
+
     def __setattr__(self, name: str, value) -> None:
         raise ImmutableError(f"Step is immutable: {shown(name)} cannot be set. Fix: make a changed copy, "
                              f"step._replace({name}=...), and use that." if name in self._fields else
@@ -370,7 +376,16 @@ class Backend(abc.ABC):
 
     name: str = "abstract"
     device_clock: bool = False  # whether device_timer reads a device's clock (else the host's)
-    last_check = None  # the CheckReport of the last checked dispatch (DispatchConfig(checked=...)); None before one
+
+    @property
+    def last_check(self):
+        """The CheckReport of this thread's last checked dispatch on this backend
+        (DispatchConfig(checked=...)); None before one. Each thread sees its own: threads sharing
+        a backend do not see each other's."""
+        return getattr(self.__dict__.get("_last_checks"), "report", None)
+
+    def _checked(self, report) -> None:
+        self.__dict__.setdefault("_last_checks", threading.local()).report = report
 
     def __copy__(self) -> "Backend":
         return self  # a handle on this process's device and caches, not a value: a copy is the same backend

@@ -2,7 +2,7 @@
 the program, with two counter buffers of its own, reads the counters back with the results and
 reports what they found: a `CheckWarning` naming, per site, how often it happened and the first
 invocation (and index) that did it, or `CheckError` with `checked="raise"`. The report of the
-last checked dispatch is also `backend.last_check`. Every backend runs it the same way, so the
+last checked dispatch (this thread's) is also `backend.last_check`. Every backend runs it the same way, so the
 counts on the GPU equal the reference backend's."""
 from __future__ import annotations
 
@@ -238,7 +238,7 @@ def _report(backend, program: Program, config: DispatchConfig, sites: list[Site]
                                     (f & 0xFFFFFFFF) if site.kind in ("load", "store", "atomic") else None,
                                     lengths.get(site.what) if site.kind in ("load", "store", "atomic") else None))
     report = CheckReport(program.name, len(sites), tuple(findings))
-    backend.last_check = report
+    backend._checked(report)
     if report.ok:
         return
     message = report.message(resident=outputs is None)

@@ -84,9 +84,10 @@ def _count(n: Any, what: str, where: str = "table", least: int = 0) -> int:
     return k
 
 
-def counted(n: int, what: str) -> str:
-    """`n` and `what`, plural unless n is 1: "1 kernel", "3 kernels"."""
-    return f"{n} {what}" if n == 1 else f"{n} {what}s"
+def counted(n: int, what: str, plural: str | None = None) -> str:
+    """`n` and `what`, plural unless n is 1: "1 kernel", "3 kernels", "1,000 classes" (`plural`
+    given as "classes")."""
+    return f"{n:,} {what if n == 1 else plural or what + 's'}"
 
 
 def more(shown: int, total: int, what: str = "rows") -> str:

@@ -43,16 +43,12 @@ def text(egraph) -> str:
         return "EGraph(closed)"
     n = egraph.n_nodes
     try:
-        classes = _many(_classes(egraph), "class", "classes") if n <= MAX_DRAWN else \
-            _many(egraph.n_classes, "class id", "class ids")
+        classes = display.counted(_classes(egraph), "class", "classes") if n <= MAX_DRAWN else \
+            display.counted(egraph.n_classes, "class id")
     except VyreError:  # the device could not be read (a failed context): the repr still shows what it can
-        classes = _many(egraph.n_classes, "class id", "class ids")
-    return (f"EGraph({_many(n, 'e-node', 'e-nodes')}, {classes}, backend={egraph.backend!r}"
+        classes = display.counted(egraph.n_classes, "class id")
+    return (f"EGraph({display.counted(n, 'e-node')}, {classes}, backend={egraph.backend!r}"
             f"{', rebuild pending' if egraph._pending else ''})")
-
-
-def _many(k: int, one: str, many: str) -> str:
-    return f"{k:,} {one if k == 1 else many}"
 
 
 def _classes(egraph) -> int:

@@ -259,9 +259,9 @@ def _restored_on_failure(args):
     reference backend's lock on resident arrays, as its dispatch_resident does: another thread's
     write, download, upload, read_compacted or dispatch_resident comes before the run or after it
     (or its undo), never between (a host dispatch reads its inputs without it)."""
-    from ..reference import _IN_PLACE
+    from ..reference import RESIDENT_LOCK
 
-    with _IN_PLACE:
+    with RESIDENT_LOCK:
         saved = [(a, a.copy()) for a in args if isinstance(a, np.ndarray) and a.flags.writeable]
         try:
             yield

@@ -26,8 +26,9 @@ __all__ = ["ReferenceBackend", "ReferencePending", "execute", "run", "plan", "MA
 
 COOPERATIVE_LANES = 1 << 15  # a megakernel's persistent grid here: about this many invocations (see below)
 # Resident buffers are plain arrays any reference backend may bind, so one lock for them all: a
-# dispatch's run and its undo, a write and a download happen whole, as on a GPU's stream.
-_IN_PLACE = threading.RLock()
+# dispatch's run and its undo, a write and a download happen whole, as on a GPU's stream. Code
+# that changes resident arrays in place outside a dispatch (the CPU fixpoint runner) holds it too.
+RESIDENT_LOCK = threading.RLock()
 _FUSED = threading.local()  # `steps`: the caller's steps fused into the kernel a sequence dispatches now
 
 
@@ -136,7 +137,7 @@ class ReferenceBackend(Backend):
         buffer the program writes)."""
         from .resident import dispatch_resident
 
-        with _IN_PLACE:
+        with RESIDENT_LOCK:
             if checked.wanted(config):
                 return checked.dispatch_resident(self, program, buffers, config)
             work = self.work_budget * getattr(_FUSED, "steps", 1)
@@ -162,7 +163,7 @@ class ReferenceBackend(Backend):
     @host_memory("upload", IN_HOST_MEMORY)
     def upload(self, array: np.ndarray) -> np.ndarray:
         arr = check_upload(array)  # outside the lock: an array-like may compute (a Dask graph) on other threads
-        with _IN_PLACE:  # a resident array uploaded again is read whole, as download reads it
+        with RESIDENT_LOCK:  # a resident array uploaded again is read whole, as download reads it
             out = np.array(arr, copy=True, order="C")
         self._count(bytes_uploaded=out.nbytes)
         return out
@@ -178,12 +179,12 @@ class ReferenceBackend(Backend):
             raise DispatchError("write: the buffer is a non-contiguous or read-only view. Fix: write into a buffer "
                                 "made by upload / empty / allocate (or a contiguous slice of one).")
         arr, offset = check_write(buffer.dtype, buffer.size, values, offset)
-        with _IN_PLACE:
+        with RESIDENT_LOCK:
             buffer.reshape(-1)[offset:offset + arr.size] = arr
         self._count(bytes_uploaded=arr.nbytes)
 
     def read_compacted(self, values, flags, *, capacity: int | None = None) -> np.ndarray:
-        with _IN_PLACE:  # read whole, as download reads: never between another thread's run and its undo
+        with RESIDENT_LOCK:  # read whole, as download reads: never between another thread's run and its undo
             return super().read_compacted(values, flags, capacity=capacity)
 
     @host_memory("download", IN_HOST_MEMORY)
@@ -195,7 +196,7 @@ class ReferenceBackend(Backend):
                                 "upload / empty / allocate.")
         flat = buffer.reshape(-1)
         offset, count = check_span(offset, count, flat.size)
-        with _IN_PLACE:
+        with RESIDENT_LOCK:
             out = flat[offset:offset + count].copy()
         self._count(bytes_read_back=out.nbytes)
         return out

@@ -1252,6 +1252,16 @@ def test_release_memory_and_device_timer_are_on_every_backend(backend):
             pass
     assert e.traceback[-1].name == "test_release_memory_and_device_timer_are_on_every_backend"
     assert repr(backend.device_timer()) == "<device_timer: not entered yet; `with` it for its Timer>"
+    import copy
+    import pickle
+
+    fresh = backend.device_timer()  # a copy timed into the same Timer (on the GPU, the same events): a red-team
+    for make in (copy.copy, copy.deepcopy, pickle.dumps):
+        with pytest.raises(DispatchError, match=r"cannot be copied or pickled. Fix: call backend.device_timer\(\) again"):
+            make(fresh)
+    with fresh as t:
+        pass
+    assert t.ns >= 0
     backend.release_memory()
     if backend.name == "reference":
         with pytest.raises(DispatchError, match="no streams.*Fix: leave stream out") as e:

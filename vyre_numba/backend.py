@@ -339,8 +339,14 @@ class Timer:
         return f"<Timer: {self.ns:,} ns>"
 
 
-class HostTimer:
-    """A `device_timer` block timed with the host's clock, once: `ns` is set however it is left."""
+class HostTimer(Unshared):
+    """A `device_timer` block timed with the host's clock, once: `ns` is set however it is left.
+    Not copied or pickled: a copy would time into the same Timer (on a GPU, the same events)."""
+
+    def _unshared(self) -> DispatchError:
+        return DispatchError("a device_timer() times one block and owns what it records into (on a GPU, two CUDA "
+                             "events): it cannot be copied or pickled. Fix: call backend.device_timer() again for "
+                             "each block to time.")
 
     def __init__(self) -> None:
         self._timer: Timer = Timer()

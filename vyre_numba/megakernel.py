@@ -70,6 +70,7 @@ class _Plan:
 
 
 _PLANNED = ("backend", "steps", "read", "until", "max_rounds")  # what the plan was made from
+_CLOSED = "this megakernel was closed. Fix: plan a new one with backend.megakernel(...)."
 
 
 class Megakernel(NotACollection, Unshared):
@@ -169,7 +170,7 @@ class Megakernel(NotACollection, Unshared):
         VyreError in its message, anything else in a note; `rounds_ran`, `steps_ran`)."""
         with self._lock:
             if self.closed:
-                raise DispatchError("this megakernel was closed. Fix: plan a new one with backend.megakernel(...).")
+                raise DispatchError(_CLOSED)
             return self._run()
 
     def _recordable(self, plan: _Plan) -> _Plan:
@@ -367,14 +368,19 @@ class Megakernel(NotACollection, Unshared):
         return [self.backend.download(buf, off, cnt) for buf, off, cnt in self.read]
 
     def close(self) -> None:
-        """Release the recorded fallback graph and the counters (once; later calls do nothing)."""
+        """Release the recorded fallback graph and the counters, and let go of the steps' buffers
+        (once; later calls do nothing)."""
         with self._lock:
             if not self._closed:
                 self._closed = True
                 self._finalizer()
                 self._graph = self._stats = self._launch = None
+                for name, none in (("steps", ()), ("read", ()), ("until", None), ("_bound", ()), ("_checks", [])):
+                    object.__setattr__(self, name, none)  # the caller's buffers are theirs again (_PLANNED: by-passed)
 
     def __enter__(self) -> "Megakernel":
+        if self.closed:
+            raise DispatchError(_CLOSED)
         return self
 
     def __exit__(self, *exc: Any) -> None:

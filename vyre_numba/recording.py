@@ -100,6 +100,8 @@ class RecordedGraph(NotACollection, Unshared, abc.ABC):
         """Wait for replays issued with `read=False` (here every replay has finished already)."""
 
     def __enter__(self) -> "RecordedGraph":
+        with self._lock:
+            self._check_open()  # a closed one is refused here, not at the first replay inside
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -9,7 +9,12 @@ Host arrays give NumPy results (computed by the NumPy twins, with no GPU involve
 arrays (numba, CuPy, PyTorch: anything with `__cuda_array_interface__`) give device arrays of
 exactly the kept length, computed on the GPU (see `select.py` for the design).
 Every call takes `stream=`, a Numba stream the GPU work is queued on (None: the default stream);
-it applies to device inputs only, host inputs being computed on the host.
+it applies to device inputs only, host inputs being computed on the host. Device results made on
+the default stream come from a stream-ordered pool (`gpu.memory`): dropped, their memory goes to
+the next call on the default stream, after the work of every blocking stream. Work on a
+non-blocking stream (PyTorch's and CuPy's own streams, one made with `non_blocking`) that reads a
+result is not ordered so: synchronise that stream before dropping the result (as PyTorch's
+`record_stream` asks of its allocator), or pass `stream=` to have the result from Numba's allocator.
 Values may be any 8- to 64-bit type or a record (structured) dtype; flags any integer or bool
 type, non-zero meaning keep; the predicate of `select_if` a function Numba compiles, taking one
 value and returning a bool.

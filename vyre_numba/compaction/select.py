@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import INTEGERS, BackendUnavailableError, DispatchError, VyreError, clip, shown
+from ..errors import INTEGERS, BackendUnavailableError, DispatchError, VyreError, clip, del_unless_read_only, set_unless_read_only, shown
 from ..gpu import mapped
 from ..gpu.numba_launch import NumbaLaunch, RawArray, _describe, overload_kind, stream_handle
 from ..lru import LRUCache
@@ -320,10 +320,11 @@ class Selector(Unshared):
         from ..gpu.numba_launch import check_stream
 
         self._lock = threading.RLock()  # first: close() takes it, even on a half-made Selector
+        self._closed = False
         check_stream(stream)  # before anything is allocated on it
         check_gpu()
         self._cuda = cuda
-        self.stream = stream if stream is not None else cuda.default_stream()
+        self._stream = stream if stream is not None else cuda.default_stream()
         self._host = cuda.mapped_array(1, np.int64)
         self._host[0] = -1  # no count yet: total() says so
         self._selections = 0  # selections begun: a scatter made ready for one refuses to run after the next
@@ -339,10 +340,35 @@ class Selector(Unshared):
         self._sums = None  # a one-launch selection's kept items a block
         self._resident: dict = {}  # (one-launch kernel, source type) -> blocks that fit at once
         self._fused_args = None  # (sums, barrier, host count, control words) as kernel arguments
-        self.timeouts = 0  # one-launch selections given up at the grid barrier (and done again in three)
+        self._timeouts = 0  # one-launch selections given up at the grid barrier (and done again in three)
         self._fused_off_until = 0.0  # time.monotonic() before which `fused` declines (after a give-up)
         self._handle = 0 if _SIM else stream_handle(self.stream)
-        self._closed = False
+
+    @property
+    def stream(self):
+        """The stream every call runs on (fixed: the buffers and launches were made on it)."""
+        return self._stream
+
+    @property
+    def timeouts(self) -> int:
+        """How many one-launch selections gave up at their grid barrier (and were done again in three)."""
+        return self._timeouts
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` has released the device buffers (then every call is refused)."""
+        return self._closed
+
+    def __setattr__(self, name: str, value) -> None:
+        if name[0] == "_":  # its own (the calls set them): a plain set, as cheap as without this method
+            object.__setattr__(self, name, value)
+        else:  # a read-only property (stream) or a misspelt one refused with a fix
+            set_unless_read_only(self, name, value, 2)
+
+    def __delattr__(self, name: str) -> None:
+        del_unless_read_only(self, name)
+
+    _read_only_fix = "make another Selector(stream) for another stream"
 
     @classmethod
     def for_this_thread(cls, stream=None) -> "Selector":
@@ -376,6 +402,7 @@ class Selector(Unshared):
         return f"<Selector on {self.stream!r}, {'closed' if self._closed else f'{self._tiles} tiles'}>"
 
     def __enter__(self) -> "Selector":
+        self._check_open()
         return self
 
     def __exit__(self, *exc) -> None:
@@ -682,7 +709,7 @@ class Selector(Unshared):
             return kept
         self.stream.synchronize()
         self._fresh_barrier()
-        self.timeouts += 1
+        self._timeouts += 1
         self._fused_off_until = time.monotonic() + FUSED_BACKOFF
         return None
 

@@ -411,7 +411,13 @@ class EGraph(NotACollection, Unshared):
         """Release the e-graph's device memory (once; later calls do nothing)."""
         self._g = None
 
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` has released the e-graph's memory (then every use is refused)."""
+        return self._g is None
+
     def __enter__(self) -> "EGraph":
+        self._live()  # a closed one is refused here, as a closed file is, not at the first call inside
         return self
 
     def __exit__(self, *exc) -> None:
@@ -493,8 +499,10 @@ class EGraph(NotACollection, Unshared):
         `unique.index_of` answers a scalar with one); valid at any time."""
         if (isinstance(ids, INTEGERS) or isinstance(ids, np.ndarray) and ids.ndim == 0 and ids.dtype.kind in "iu") \
                 and not isinstance(ids, (bool, np.bool_)):  # one id, a 0-d array too (as bfs takes a source)
-            return self._live().find(self._ids([int(ids)], "ids"))[0]
-        return self._live().find(self._ids(ids, "ids"))
+            one = self._ids([int(ids)], "ids")
+            return self._live().find(one)[0]
+        ids = self._ids(ids, "ids")  # first: converting them runs the caller's code, which may close the e-graph
+        return self._live().find(ids)
 
     @_serial
     def rebuild(self, *, max_rounds: int | None = None, progress: bool | None = None,

@@ -115,8 +115,9 @@ class Graph(NotACollection, Unshared):
         """Distances (int32) from `source`, -1 where unreachable: `bfs(indptr, indices, source)`
         of the graph's arrays, without checking them again."""
         with self._lock:
-            be = self._live()
+            self._live()
             source = _source(source, self._n)
+            be = self._live()  # again: converting the argument ran the caller's code, which may have closed it
             if self._host is not None:
                 return _bfs_numpy(self._host, source)
             return self._out(be, _bfs_gpu(be, *self._arrays, self._n, source, self._symmetric, hubs=self._hubs))
@@ -129,8 +130,9 @@ class Graph(NotACollection, Unshared):
 
     def _bfs_many(self, sources):
         with self._lock:
-            be = self._live()
+            self._live()
             s = many_sources(sources, self._n)
+            be = self._live()  # again, as in bfs
             if self._host is not None:
                 return _bfs_many_numpy(self._host, s)
             if self._split is None and s.size:
@@ -172,6 +174,7 @@ class Graph(NotACollection, Unshared):
             self._be, self._host, self._arrays, self._split = None, None, (), None
 
     def __enter__(self) -> "Graph":
+        self._live()  # a closed one is refused here, not at the first call inside
         return self
 
     def __exit__(self, *exc) -> None:

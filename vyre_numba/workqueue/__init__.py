@@ -45,6 +45,7 @@ class _Shared(NotACollection):
                        "q.chunks(k) k at a time.")
 
     def __enter__(self):
+        self._slots()  # a closed one is refused here, not at the first call inside
         return self
 
     def __exit__(self, *exc) -> None:
@@ -140,6 +141,11 @@ class QueueModel(_Shared):
         """Release the items (once; later calls do nothing; any other use is refused), as `WorkQueue.close`."""
         with self._lock:
             self._items = None
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` has released the items (then every use is refused)."""
+        return self._items is None
 
     def _slots(self) -> np.ndarray:
         items = self._items
@@ -522,6 +528,11 @@ class WorkQueue(_Shared, Unshared):
     def state(self):
         """The device array of the tail and head words (for the device helpers); as `items`."""
         return self._live()[1]
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` has released the device arrays (then every use is refused)."""
+        return self._dev_items is None
 
     def _slots(self):
         return self._live()[0]

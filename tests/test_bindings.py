@@ -156,8 +156,11 @@ def test_nan_stays_nan_in_every_float_type():
     # lists NumPy can only read by rounding
     ("f64", [2**53 + 1, 0.5], ["element 0: 9007199254740993", "mixes types", "9007199254740992.0"]),
     ("u64", [2**53 + 1, 1.0], ["element 0: 9007199254740993", "mixes types"]),
-    ("u64", [2**64 - 1, -1], ["element 0: 18446744073709551615", "mixes types"]),
-    ("u64", [np.uint64(2**64 - 1), np.int64(-1)], ["element 0: np.uint64(18446744073709551615)"]),
+    # integers no one NumPy type holds: the one the buffer's type does not hold is named, and the Fix
+    # runs (np.asarray(x, np.uint64), the Fix before, raised OverflowError or wrapped -1: a red-team)
+    ("u64", [2**64 - 1, -1], ["element 1: -1", "u64 holds integers from 0 to", "drop or change element 1"]),
+    ("u64", [np.uint64(2**64 - 1), np.int64(-1)], ["element 1: np.int64(-1)", "drop or change element 1"]),
+    ("i64", [2**64 - 1, -1], ["element 0: 18446744073709551615", "i64 holds integers from -9223372036854775808"]),
     ("f64", [np.array(2**53 + 1), 0.5], ["element 0: array(9007199254740993)"]),
     # bf16
     ("bf16", np.array([1.1], np.float32), ["element 0", "8 significant bits", "f32_to_bf16_bits"]),

@@ -590,11 +590,14 @@ def test_pandas_of_their_own_dtypes_and_dask_containers_are_refused_with_their_c
     """(A Series or Index of a NumPy dtype is taken as its array: see the test after this one.)"""
     pd = pytest.importorskip("pandas")
     s = pd.Series(np.arange(4))
-    for call, fix in [(lambda: compaction.select(s.astype("category"), np.ones(4, bool)),
+    for call, fix in [(lambda: compaction.select(s.astype(str).astype("category"), np.ones(4, bool)),
                        "values.cat.codes.to_numpy()"),
-                      (lambda: compaction.select(pd.Categorical([1, 2]), np.ones(2, bool)), "np.asarray(values.codes)"),
-                      (lambda: compaction.select(pd.CategoricalIndex([1, 2]), np.ones(2, bool)),
+                      (lambda: compaction.select(pd.Categorical(["a", "b"]), np.ones(2, bool)),
                        "np.asarray(values.codes)"),
+                      (lambda: compaction.select(pd.CategoricalIndex(["a", "b"]), np.ones(2, bool)),
+                       "np.asarray(values.codes)"),
+                      (lambda: compaction.nonzero(pd.Series(["1", "0"]).astype("category")),
+                       "compute the bools you mean from it"),
                       (lambda: compaction.select(np.arange(2), b"\x01\x00"), "np.frombuffer(flags, np.uint8)"),
                       (lambda: compaction.nonzero(bytearray(b"\x01")), "np.frombuffer(flags, np.uint8)"),
                       (lambda: compaction.nonzero(pd.Series(["1", "0"])), "compute the bools you mean from it")]:
@@ -604,6 +607,14 @@ def test_pandas_of_their_own_dtypes_and_dask_containers_are_refused_with_their_c
     cat = pd.Series(["a", "b", "a"], dtype="category")  # each conversion the Fix names works
     assert compaction.select(cat.cat.codes.to_numpy(), np.array([1, 0, 1], bool)).tolist() == [0, 0]
     assert compaction.nonzero(np.frombuffer(b"\x00\x01\x01", np.uint8)).tolist() == [1, 2]
+    # numeric categories are read as their values, as every other module reads them (the codes Fix
+    # selected the wrong items: a red-team)
+    fl, vals = pd.Series([0, 1, -1, 0]).astype("category"), pd.Series([30, 10, 20, 30]).astype("category")
+    assert compaction.nonzero(fl).tolist() == [1, 2] and compaction.nonzero(pd.Categorical([0, 5])).tolist() == [1]
+    assert compaction.select(vals, np.array([1, 0, 1, 1], bool)).tolist() == [30, 20, 30]
+    assert compaction.select(pd.CategoricalIndex([1.5, 2.5]), np.array([0, 1], bool)).tolist() == [2.5]
+    with pytest.raises(DispatchError, match=r"1 missing value.*Fix:"):
+        compaction.nonzero(pd.Series([1, None, 0]).astype("category"))
     da = pytest.importorskip("dask.array")
     with pytest.raises(DispatchError, match=r"flags\.compute\(\)"):
         compaction.select(np.arange(4), da.ones(4, dtype=bool, chunks=2))

@@ -778,6 +778,12 @@ def test_a_table_whose_columns_numpy_reads_inexactly_is_refused(backend):
         backend.upload(df)
     ok = pd.DataFrame({"id": [7, 3], "w": [0.5, 1.5]})
     assert np.ravel(backend.download(backend.upload(ok))).tolist() == [7.0, 0.5, 3.0, 1.5]
+    # integer columns only, read as floats (uint64 beside int64), as a list of such ints is (a red-team)
+    ids = pd.DataFrame({"a": np.array([1, 2], np.uint64), "b": np.array([3, 4], np.int64)})
+    with pytest.raises(DispatchError, match=r"columns are all integers \(int64, uint64\).*float64.*Fix: convert the "
+                                            r"table on purpose, x.astype\(np.int64\)"):
+        backend.upload(ids)
+    assert np.ravel(backend.download(backend.upload(ids.astype(np.int64)))).tolist() == [1, 3, 2, 4]
 
 
 def test_a_masked_array_is_not_uploaded_without_its_mask(backend):

@@ -167,7 +167,11 @@ def test_components_left_on_the_workers_are_a_dask_array_of_the_same_labels(clie
 
 def test_a_worker_error_left_on_the_workers_is_raised_at_the_call(client):
     e = da.from_array(np.array([[0, 1], [2, 9]]), chunks=(1, 2))
-    with pytest.raises(VyreError, match=r"outside 0..4.*Fix:"):
+    with pytest.raises(VyreError, match=r"outside 0..4.*Fix: pass n = the vertex count"):
+        connected_components(client=client, edges=e, n=5, backend="reference", gather=False)
+    # a negative id: no n helps, so the Fix says what does (it said to pass n: a red-team)
+    e = da.from_array(np.array([[0, 1], [-1, 3]]), chunks=(1, 2))
+    with pytest.raises(VyreError, match=r"vertex -1, outside 0..4. Fix: drop the edges with a negative end"):
         connected_components(client=client, edges=e, n=5, backend="reference", gather=False)
 
 

@@ -1364,6 +1364,21 @@ def _refuse_ints_read_as_floats(values: list | tuple, arr: np.ndarray) -> None:
                         f"integer type it infers holds them all. Fix: {fix}.")
 
 
+def _refuse_int_table_read_as_floats(x, arr: np.ndarray) -> None:
+    """A DispatchError where `x` is a table (a pandas DataFrame) of integer columns only that NumPy
+    read as floats (uint64 beside int64): as a list of such integers is refused, not uploaded as a
+    float buffer of ids."""
+    dtypes = getattr(x, "dtypes", None)
+    if arr.dtype.kind != "f" or dtypes is None or isinstance(dtypes, np.dtype) or not hasattr(x, "iloc"):
+        return
+    kinds = {str(dt) for dt in dtypes}
+    if len(dtypes) and all(isinstance(dt, np.dtype) and dt.kind in "iu" for dt in dtypes):
+        raise DispatchError(f"upload: the table's columns are all integers ({', '.join(sorted(kinds))}), which NumPy "
+                            f"reads together as {arr.dtype}: no one integer type it infers holds them all. Fix: "
+                            "convert the table on purpose, x.astype(np.int64) (or np.uint64) where its values fit, "
+                            "or upload each column on its own (x['a'].to_numpy()).")
+
+
 def check_upload(array) -> np.ndarray:
     """`array` as a contiguous host array of numbers (or bools) to copy to the device."""
     arr = np.ascontiguousarray(host_array(
@@ -1376,6 +1391,7 @@ def check_upload(array) -> np.ndarray:
     if isinstance(array, (list, tuple)) and arr.size:
         arr = _listed(array, arr)
         _refuse_ints_read_as_floats(array, arr)
+    _refuse_int_table_read_as_floats(array, arr)
     if not arr.dtype.isnative:  # the same values in this machine's byte order: what kernels and write read
         arr = arr.astype(arr.dtype.newbyteorder("="))
     if arr.dtype.kind == "f" and arr.dtype not in STORAGE_DTYPES:

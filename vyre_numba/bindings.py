@@ -141,6 +141,16 @@ def _check_elements(b: BufferDecl, values: list | tuple, arr: np.ndarray, where:
     if widen and values and types <= {int} and kind == "f" and min(values) >= 0:
         # NumPy reads [2**64 - 1, 0] as float64 (no common type of uint64 and int64): uint64 holds them all
         arr, kind = np.array(values, dtype=np.uint64), "u"
+    if widen and values and kind == "f" and b.dtype.is_int and all(
+            t is int or issubclass(t, np.integer) for t in types):
+        # integers no one NumPy type holds ([2**64 - 1, -1]): what counts is whether the buffer's type does
+        dt = b.dtype
+        for i, v in enumerate(values):
+            if not dt.min <= int(v) <= dt.max:
+                _refuse(b, arr, values, where, i, f"{dt} holds integers from {dt.min} to {dt.max}",
+                        f"pass values {dt} holds (drop or change element {i}), or a buffer of a type that holds "
+                        "them", element=v)
+        return np.array([int(v) for v in values], dtype=dt.storage)
     if (types <= {bool, np.bool_} and kind == "b") or (types <= {int} and kind in "iu") or (types <= {float} and kind == "f"):
         return arr  # NumPy reads these exactly
     if len(types) == 1 and issubclass(t := next(iter(types)), np.generic) and np.dtype(t) == arr.dtype:

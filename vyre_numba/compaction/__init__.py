@@ -127,21 +127,23 @@ def _from_pandas(x, name: str):
     type (Int64, boolean ...) without missing values, as its NumPy array (host in, NumPy out); one
     with missing values (pd.NA) is refused, as the rest of vyre_numba refuses it."""
     pd = sys.modules.get("pandas")  # not imported: x is no pandas object
-    if pd is not None and isinstance(x, (pd.Series, pd.Index)):
+    if pd is not None and isinstance(x, (pd.Series, pd.Index, pd.Categorical)):
         refuse_missing(x, name)
         if isinstance(x.dtype, np.dtype):
             return x.to_numpy()
         exact = getattr(x.dtype, "numpy_dtype", None)  # a masked (nullable) type's values, no longer masked
+        if str(x.dtype) == "category":  # its values, as every other module reads it (not its codes)
+            exact = getattr(x.dtype.categories, "dtype", None)
         if isinstance(exact, np.dtype) and exact.kind in "biuf":
-            return x.to_numpy(dtype=exact)
+            return np.asarray(x, dtype=exact) if isinstance(x, pd.Categorical) else x.to_numpy(dtype=exact)
     return x
 
 
 def _check_values(a, name: str = "values"):
     if not (isinstance(a, np.ndarray) or _is_device(a)):
         kind = type(a).__name__
-        if kind == "Series" and str(getattr(a, "dtype", "")) == "category":  # to_numpy() holds the category objects
-            kind = "categorical Series"
+        if kind == "Series" and str(getattr(a, "dtype", "")) == "category" and name != "flags":
+            kind = "categorical Series"  # of strings or other objects (numeric categories are read as their values)
         elif kind in ("Series", "Index") and getattr(getattr(a, "dtype", None), "kind", "O") not in "biuf":
             kind = "objects"  # strings, tz-aware times, periods: to_numpy() holds Python objects
         hint = {"Series": f"{name}.to_numpy()", "Index": f"{name}.to_numpy()", "Array": f"{name}.compute()",

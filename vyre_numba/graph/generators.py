@@ -21,6 +21,11 @@ def from_edges(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np
     return _from_edges(n, src, dst)
 
 
+NEGATIVE_IDS_FIX = ("drop the edges with a negative end, or number the vertices from 0 with one mapping for both "
+                    "ends: ids = np.unique(np.concatenate([src, dst])); src, dst = np.searchsorted(ids, src), "
+                    "np.searchsorted(ids, dst); n = ids.size")
+
+
 def _from_edges(n, src, dst) -> tuple[np.ndarray, np.ndarray]:
     """`from_edges`, for the generators too: running out of memory is said by the call the user made."""
     n = whole(n, "from_edges: n", 0, 2**31 - 1)
@@ -47,9 +52,7 @@ def _ends(a, name: str, n: int) -> np.ndarray:
                                   "edge k running from src[k] to dst[k].")
     lo, hi = (int(a.min()), int(a.max())) if a.size else (0, -1)
     if lo < 0 or hi >= n:
-        fix = ("pass n larger than every vertex id" if lo >= 0 else "drop the edges with a negative end, or number the "
-               "vertices from 0 with one mapping for both ends: ids = np.unique(np.concatenate([src, dst])); "
-               "src, dst = np.searchsorted(ids, src), np.searchsorted(ids, dst); n = ids.size")
+        fix = "pass n larger than every vertex id" if lo >= 0 else NEGATIVE_IDS_FIX
         raise DispatchError(f"from_edges: {name} holds vertex {lo if lo < 0 else hi}, outside 0..{n - 1}. Fix: {fix}.")
     return a.astype(np.int64, copy=False)
 

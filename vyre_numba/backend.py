@@ -1284,7 +1284,7 @@ def check_write(dtype: np.dtype, size: int, values, offset) -> tuple[np.ndarray,
     if hasattr(values, "__cuda_array_interface__") or hasattr(values, "copy_to_host"):
         raise DispatchError("write: the values are a GPU array; write copies host values. Fix: pass a NumPy array "
                             "(values.copy_to_host(), or values.get() for CuPy).")
-    arr = as_host_array(BufferDecl.read("buffer", 0, DataType.parse(dtype)), values, "write")
+    arr = as_host_array(BufferDecl.read("values", 0, DataType.parse(dtype)), values, "write")
     if offset + arr.size > size:
         raise DispatchError(f"write: {arr.size} values from element {offset} need {offset + arr.size} "
                             f"elements, but the buffer has {size}. Fix: write fewer values, from an earlier offset, or "

@@ -283,7 +283,8 @@ def _refuse(b: BufferDecl, arr: np.ndarray, value, where: str, index: int, why: 
     fix = fix or (f"pass a NumPy array of {b.dtype.storage} holding the values you mean (convert and round "
                   "explicitly), or " + ("upload the values as a new buffer of their own type (backend.upload(values))"
                                         if into else "declare the buffer with the data's type"))
-    subject = f"the buffer holds {b.dtype.storage}" if into else f"{b.name!r} is declared {b.dtype}"
+    subject = (f"the buffer holds {b.dtype.storage}" if into else
+               "NumPy reads the list as one array" if where == "upload" else f"{b.name!r} is declared {b.dtype}")
     raise DispatchError(f"{where}: {subject}, but the given values ({_given(value, arr)}) "
                         f"do not all convert exactly (element {index}: "
                         f"{_show(arr.reshape(-1)[index] if element is _NO_ELEMENT else element)}): {why}. Fix: {fix}.")

@@ -721,8 +721,9 @@ def _classify(name: str, x, where: str, dt: DataType | None = None, *, out: bool
         raise DispatchError(f"{where}: {shown(name)} is {a_type(x)}, not an array to write. Fix: pass an array of the "
                             "inputs' shape and the output's dtype (np.empty(shape, dtype), or a CUDA array), or leave "
                             "out= out.")
-    raise DispatchError(f"{where}: {shown(name)} is {a_type(x)}, which is neither a number nor an array. "
-                        "Fix: pass a Python/NumPy scalar, a NumPy array or a CUDA array (numba, CuPy, PyTorch).")
+    raise DispatchError(f"{where}: {shown(name)} is {a_type(x)} ({type(x).__module__}.{type(x).__qualname__}), which "
+                        "elementwise does not take. Fix: pass a Python/NumPy scalar, a NumPy array "
+                        "(np.asarray(x)) or a CUDA array (numba, CuPy, PyTorch).")
 
 
 def _scalar_arg(name: str, x, where: str, dt: DataType | None) -> _Arg:

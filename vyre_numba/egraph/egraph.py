@@ -100,8 +100,9 @@ def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID, copy: bool = True, bou
     if hasattr(a, "__cuda_array_interface__") and not isinstance(a, np.ndarray):
         raise DispatchError(f"{name} is a device array; e-graphs are built from host arrays (they are checked and "
                             f"indexed on the host first). Fix: pass a NumPy array (e.g. x.copy_to_host()).")
-    refuse_misread(a, name, not_bool="an id", masked=f"pass {name}.compressed() or {name}.filled(...), whichever "
-                                                     "the ids mean.")
+    x, being = (name, "") if name.isidentifier() else ("x", f", x being {name}")
+    refuse_misread(a, name, not_bool="an id", masked=f"pass {x}.compressed() or {x}.filled(...), whichever the ids "
+                                                     f"mean{being}.")
     try:
         arr = np.asarray(a)
     except Exception as e:  # ragged lists and the like
@@ -114,7 +115,8 @@ def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID, copy: bool = True, bou
         else:
             raise DispatchError(f"{name} has dtype {arr.dtype}; it must hold integers. Fix: pass an integer array "
                                 + ("(a bool is no id)." if arr.dtype == np.bool_ else
-                                   "(ids are not converted, so a float id is never rounded silently)."))
+                                   "(ids are not converted, so a float id is never rounded silently)."
+                                   if arr.dtype.kind == "f" else "of the ids meant."))
     if arr.ndim != 1:
         raise DispatchError(f"{name} has shape {arr.shape}; it must be 1-D. Fix: pass a flat array "
                             f"({flat_fix(a, name)}).")

@@ -829,6 +829,11 @@ def test_serialized_root_and_class_data_come_back():
     for given in (data, json.dumps(data)):
         out = json.loads(EGraph.from_serialized(given, backend="reference").to_serialized())
         assert out == data
+    # a top-level key of the writer's own is written back as read (it was dropped: a red-team)
+    mine = {**data, "source": {"tool": "egglog", "version": [1, 2]}}
+    g = EGraph.from_serialized(mine, backend="reference")
+    mine["source"]["tool"] = "changed later"  # a dict given is copied
+    assert json.loads(g.to_serialized())["source"] == {"tool": "egglog", "version": [1, 2]}
 
 
 @pytest.mark.parametrize("kw", [dict(n=-5), dict(n=1.5), dict(n="8"), dict(n=True), dict(n=2**31),

@@ -372,7 +372,8 @@ class EGraph(NotACollection, Unshared):
         """egraph-serialize JSON of the e-graph as it is now: after a rebuild, merged nodes share
         their class's canonical name; `class_data` keeps each class's data read in under its name,
         merged classes' too (nothing is lost); `root_eclasses` names each root's class as it is
-        now, in the order read, each once."""
+        now, in the order read, each once; any other key read at the top level is written back as
+        read."""
         from .serialize import serialized_of_rows
 
         return serialized_of_rows(self._host_rows(), self._ops, self._meta)

@@ -12,6 +12,9 @@ import numpy as np
 from ..errors import INTEGERS, DispatchError, a_type, shown
 
 
+_FORMAT_KEYS = ("nodes", "class_data", "root_eclasses")  # egraph-serialize's own; any other top-level key is kept as read
+
+
 def _op_id(ops: dict, name) -> int:
     return ops.setdefault(name, len(ops))
 
@@ -278,8 +281,9 @@ def rows_of_serialized(data: "str | bytes | bytearray | dict"):
         raise _bad(f"root class {shown(unknown[0])} is the class of no node")
     kids = [[cls_of[where[str(c)]] for c in ch] for ch in kid_nodes]
     offsets, children = _csr(kids)
+    top = {k: _copy(v) if given is not None else v for k, v in data.items() if k not in _FORMAT_KEYS}
     meta = dict(node_ids=ids, class_names=sorted(classes, key=classes.get), child_nodes=kid_nodes, extra=extra,
-                class_data=_copy(class_data) if given is not None else class_data, root_eclasses=list(roots))
+                class_data=_copy(class_data) if given is not None else class_data, root_eclasses=list(roots), top=top)
     return (np.array(cls_of, np.int64), np.array(op_of, np.int64), offsets, children,
             sorted(ops, key=ops.get), meta)
 
@@ -334,4 +338,4 @@ def serialized_of_rows(rows: dict, ops: Sequence[str] | None, meta: dict | None)
     where = {nm: k for k, nm in enumerate(names)}
     class_data = dict(meta.get("class_data", {}))  # all of it, as read: fresh names never take a key of it
     roots = list(dict.fromkeys(class_name(int(parent[where[c]])) for c in meta.get("root_eclasses", []) if c in where))
-    return json.dumps({"nodes": out_nodes, "root_eclasses": roots, "class_data": class_data})
+    return json.dumps({"nodes": out_nodes, "root_eclasses": roots, "class_data": class_data, **meta.get("top", {})})

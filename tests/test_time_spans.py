@@ -30,6 +30,9 @@ CALLS = {
     "ir.gid(axis)": lambda: ir.gid(TD),
     "QueueModel(capacity)": lambda: QueueModel(TD, np.int32),
     "EGraph.rebuild(max_rounds=)": lambda: EGraph().rebuild(max_rounds=TD),
+    # a time as text: it showed np.timedelta64(5, 'ms') as "5 milliseconds ns" (a red-team)
+    "display.time_text": lambda: vn.display.time_text(np.timedelta64(5, "ms")),
+    "display.time_text(unit='s')": lambda: vn.display.time_text(np.timedelta64(5, "ms"), "s"),
 }
 
 

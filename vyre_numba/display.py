@@ -346,7 +346,7 @@ def time_text(t: Any, unit: str = "ns") -> str:
     try:
         return str(Duration(t) if unit == "ns" else Duration.from_seconds(t))
     except DispatchError:
-        if isinstance(t, (numbers.Real, Decimal)) and not isinstance(t, (bool, np.bool_)):
+        if isinstance(t, (numbers.Real, Decimal)) and not isinstance(t, (bool, np.bool_, np.timedelta64)):
             return f"{t} {unit}"
         raise
 

@@ -267,6 +267,8 @@ def test_each_thread_sees_its_own_last_check():
         t.join(60)
     assert not seen["warned"].ok and seen["warned"].program == problems().name
     assert seen["clean"].ok and seen["clean"].program == "clean"
+    be.last_check = None  # forgets this thread's report (as setting the attribute did before)
+    assert be.last_check is None
 
 
 def test_a_report_of_many_findings_has_a_bounded_repr():

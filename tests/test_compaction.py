@@ -615,6 +615,13 @@ def test_pandas_of_their_own_dtypes_and_dask_containers_are_refused_with_their_c
     assert compaction.select(pd.CategoricalIndex([1.5, 2.5]), np.array([0, 1], bool)).tolist() == [2.5]
     with pytest.raises(DispatchError, match=r"1 missing value.*Fix:"):
         compaction.nonzero(pd.Series([1, None, 0]).astype("category"))
+    nullable = pd.Series([1, 2], dtype="Int64").astype("category")  # categories of a nullable type: their values
+    assert compaction.select(nullable, np.array([0, 1], bool)).tolist() == [2]
+    days = pd.Series(pd.to_datetime(["2020-01-01", "2021-01-01"])).astype("category")
+    assert compaction.select(days, np.array([0, 1], bool)) == np.array(["2021-01-01"], "datetime64[ns]")
+    for flags in (pd.Categorical(["1", "0"]), pd.CategoricalIndex(["1", "0"])):  # strings: no codes as flags
+        with pytest.raises(DispatchError, match="compute the bools you mean from it"):
+            compaction.nonzero(flags)
     da = pytest.importorskip("dask.array")
     with pytest.raises(DispatchError, match=r"flags\.compute\(\)"):
         compaction.select(np.arange(4), da.ones(4, dtype=bool, chunks=2))

@@ -1325,6 +1325,11 @@ def test_named_tuple_make_fusion_hash_and_a_timer_left_by_an_error_say_what_they
     assert fusion == fusion and fusion != other and len({fusion, other}) == 2
     a, b = Step(p, [np.zeros(4, np.uint32)]), Step(p, [np.zeros(4, np.uint32)])  # so are steps (a red-team)
     assert a == a and a != b and len({a, b}) == 2 and tuple(a) == tuple(a)
+    assert a != tuple(a) and tuple(a) != a and not (a == tuple(a))  # a plain tuple too (tuple's == compared arrays)
+    from vyre_numba.graph import CSR
+
+    c = CSR(np.array([0, 1]), np.array([0]))  # the public CSR alike
+    assert c == c and c != CSR(np.array([0, 1]), np.array([0])) and c != tuple(c) and len({c, c}) == 1
     with pytest.raises(ZeroDivisionError):
         with be.device_timer() as t:
             1 / 0

@@ -125,6 +125,8 @@ stream = s.stream
 assert s.closed is False and s.timeouts == 0
 refused(lambda: setattr(s, "stream", None), ImmutableError, "stream")  # its buffers and launches are on the first
 refused(lambda: setattr(s, "timeouts", 5), ImmutableError, "timeouts")
+refused(lambda: setattr(s, "closed", True), ImmutableError, "closed")
+refused(lambda: delattr(s, "stream"), ImmutableError, "stream")
 refused(lambda: setattr(s, "strem", 1), ImmutableError, "stream")  # misspelt: kept beside it, changing nothing
 assert s.stream is stream and s.timeouts == 0 and not hasattr(s, "strem")
 s.close()

@@ -43,8 +43,12 @@ class Step(NamedTuple):
 
     # by identity, as Fusion: compared as tuples, two steps holding equal arrays raised NumPy's
     # ambiguous-truth ValueError, and a step holding a list could not be hashed
-    __eq__ = object.__eq__
-    __ne__ = object.__ne__
+    def __eq__(self, other) -> bool:
+        return self is other  # (not NotImplemented: against a plain tuple, tuple's == would compare the arrays)
+
+    def __ne__(self, other) -> bool:
+        return self is not other
+
     __hash__ = object.__hash__
 
     def __setattr__(self, name: str, value) -> None:
@@ -390,7 +394,8 @@ class Backend(abc.ABC):
         a backend do not see each other's."""
         return getattr(self.__dict__.get("_last_checks"), "report", None)
 
-    def _checked(self, report) -> None:
+    @last_check.setter
+    def last_check(self, report) -> None:  # (this thread's: `be.last_check = None` forgets its own report)
         self.__dict__.setdefault("_last_checks", threading.local()).report = report
 
     def __copy__(self) -> "Backend":

@@ -238,7 +238,7 @@ def _report(backend, program: Program, config: DispatchConfig, sites: list[Site]
                                     (f & 0xFFFFFFFF) if site.kind in ("load", "store", "atomic") else None,
                                     lengths.get(site.what) if site.kind in ("load", "store", "atomic") else None))
     report = CheckReport(program.name, len(sites), tuple(findings))
-    backend._checked(report)
+    backend.last_check = report
     if report.ok:
         return
     message = report.message(resident=outputs is None)

@@ -133,8 +133,9 @@ def _from_pandas(x, name: str):
             return x.to_numpy()
         exact = getattr(x.dtype, "numpy_dtype", None)  # a masked (nullable) type's values, no longer masked
         if str(x.dtype) == "category":  # its values, as every other module reads it (not its codes)
-            exact = getattr(x.dtype.categories, "dtype", None)
-        if isinstance(exact, np.dtype) and exact.kind in "biuf":
+            exact = x.dtype.categories.dtype
+            exact = getattr(exact, "numpy_dtype", exact)  # categories of a nullable type (Int64)
+        if isinstance(exact, np.dtype) and exact.kind in "biufmM":
             return np.asarray(x, dtype=exact) if isinstance(x, pd.Categorical) else x.to_numpy(dtype=exact)
     return x
 
@@ -142,8 +143,11 @@ def _from_pandas(x, name: str):
 def _check_values(a, name: str = "values"):
     if not (isinstance(a, np.ndarray) or _is_device(a)):
         kind = type(a).__name__
-        if kind == "Series" and str(getattr(a, "dtype", "")) == "category" and name != "flags":
-            kind = "categorical Series"  # of strings or other objects (numeric categories are read as their values)
+        categorical = str(getattr(a, "dtype", "")) == "category"  # of strings or other objects: numbers are read
+        if categorical and name == "flags":
+            kind = "objects"  # codes are no flags: the bools meant are computed from the values
+        elif kind == "Series" and categorical:
+            kind = "categorical Series"
         elif kind in ("Series", "Index") and getattr(getattr(a, "dtype", None), "kind", "O") not in "biuf":
             kind = "objects"  # strings, tz-aware times, periods: to_numpy() holds Python objects
         hint = {"Series": f"{name}.to_numpy()", "Index": f"{name}.to_numpy()", "Array": f"{name}.compute()",

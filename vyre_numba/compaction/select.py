@@ -360,7 +360,7 @@ class Selector(Unshared):
         return self._closed
 
     def __setattr__(self, name: str, value) -> None:
-        if name[0] == "_":  # its own (the calls set them): a plain set, as cheap as without this method
+        if name[:1] == "_":  # its own (the calls set them): a plain set, about 0.2 us
             object.__setattr__(self, name, value)
         else:  # a read-only property (stream) or a misspelt one refused with a fix
             set_unless_read_only(self, name, value, 2)
@@ -368,7 +368,8 @@ class Selector(Unshared):
     def __delattr__(self, name: str) -> None:
         del_unless_read_only(self, name)
 
-    _read_only_fix = "make another Selector(stream) for another stream"
+    _read_only_fix = ("make another Selector(stream) to run on another stream (timeouts and closed say what this one "
+                      "did)")
 
     @classmethod
     def for_this_thread(cls, stream=None) -> "Selector":

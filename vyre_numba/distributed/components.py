@@ -626,9 +626,10 @@ def _check_range(e: np.ndarray, n: int) -> np.ndarray:
     if e.size and (int(e.min()) < 0 or int(e.max()) >= n):
         bad = int(e.min()) if int(e.min()) < 0 else int(e.max())
         room = f"outside 0..{n - 1}" if n else "but n = 0: the graph has no vertices"
-        from ..graph.generators import NEGATIVE_IDS_FIX
-
-        fix = "pass n = the vertex count (one more than the largest id)" if bad >= 0 else NEGATIVE_IDS_FIX
+        fix = ("pass n = the vertex count (one more than the largest id)" if bad >= 0 else
+               "drop the edges with a negative end, or number the vertices from 0 with one mapping for both ends: "
+               "ids = np.unique(e); e = np.searchsorted(ids, e); n = ids.size, e being the (m, 2) edges computed "
+               "(edges.compute())")
         raise DispatchError(f"an edge names vertex {bad}, {room}. Fix: {fix}.")
     return e
 

@@ -23,6 +23,16 @@ class CSR(NamedTuple):
     indptr: np.ndarray
     indices: np.ndarray
 
+    # by identity, as a Step: compared as tuples, two CSRs of equal arrays raised NumPy's ambiguous-truth
+    # ValueError, and one could not be hashed (compare the arrays with np.array_equal)
+    def __eq__(self, other) -> bool:
+        return self is other
+
+    def __ne__(self, other) -> bool:
+        return self is not other
+
+    __hash__ = object.__hash__
+
     @property
     def n(self) -> int:
         """The number of vertices."""

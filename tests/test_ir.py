@@ -251,6 +251,16 @@ def test_floor_division_and_numpy_functions_are_refused_with_the_ir_form():
     f32_two, i32_three = Lit(D.F32, ir.float_to_bits(2.0, D.F32)), Lit(D.I32, 3)
     assert (np.float32(2) * x).equals(BinOp("mul", f32_two, x)) and (np.int32(3) - x).equals(BinOp("sub", i32_three, x))
     assert (np.float32(2) < x).equals(BinOp("lt", f32_two, x)) and (np.int32(3) == x).equals(BinOp("eq", i32_three, x))
+    # a 0-d array is such a scalar on either side (on the right it was refused, on the left taken: a red-team)
+    assert (np.array(3, np.int32) - x).equals(BinOp("sub", i32_three, x))
+    assert (x - np.array(3, np.int32)).equals(BinOp("sub", x, i32_three))
+    # the functions behind operators, called on IR, are NumPy's (floor modulo, true division): refused, as
+    # np.sqrt is (np.mod(x, 3) built the IR's truncating mod, np.true_divide(x_i32, 2) integer division)
+    for call, op in ((lambda: np.mod(x, 3), "mod"), (lambda: np.true_divide(x, 2), "div"),
+                     (lambda: np.left_shift(x, 33), "shl"), (lambda: np.add(x, x), "add"),
+                     (lambda: np.negative(x), "neg"), (lambda: np.invert(x), "bitnot")):
+        with pytest.raises(IRValidationError, match=rf"given an IR expression.*Fix: write the operator or ir.{op}\("):
+            call()
 
 
 def test_reflected_operators_keep_operand_order():

@@ -835,8 +835,7 @@ def _one(expr, t: str):
     (lambda: ir.cast(ir.div(7, 2), "f64"), "f64", 3.5),  # semantics.md's example
     (lambda: ir.cast(ir.div(1.0, 3.0), "f64"), "f64", 1 / 3),
     (lambda: ir.cast(ir.mul(3000000000, 2), "i64"), "i64", 6000000000),  # not wrapped in u32
-    (lambda: ir.cast(ir.shl(1, 4), "f32"), "f32", 16.0),  # an integer-only operation keeps the default types
-    (lambda: ir.cast(ir.mod(7, 3), "f64"), "f64", 1.0),
+    (lambda: ir.cast(ir.shl(ir.u32(1), 4), "f32"), "f32", 16.0),  # typed: an integer-only operation's type said
     (lambda: ir.cast(ir.add(1, ir.popcount(5)), "f32"), "f32", 3.0),  # popcount is u32 whatever its operand
     (lambda: ir.cast(ir.sub(16777217, 1), "f32"), "f32", 16777216.0),  # computed in f64, rounded once
     (lambda: ir.cast(ir.mod(ir.i64(4294967297), 3), "i32"), "i32", 2),
@@ -860,3 +859,15 @@ def test_an_expression_of_literals_an_integer_cast_cannot_compute_is_refused(mak
     with pytest.raises(IRValidationError, match=f"{fragment}.*Fix: .*{fix}"):
         ir.check(ir.Program([ir.BufferDecl.output("y", 0, "u64", 1)], 1, [ir.store("y", 0, ir.cast(make(), "u64"))],
                             name="p"))
+
+
+@pytest.mark.parametrize("make, op", [(lambda: ir.shl(1, 40), "shl"), (lambda: ir.mod(7, 3), "mod"),
+                                      (lambda: ir.div(7, 2) + ir.bitand(1, 1), "bitand")])
+def test_an_expression_of_literals_with_an_integer_only_operation_cast_to_a_float_is_refused(make, op):
+    """Regression (a red-team): it was computed in the default type, u32, and converted silently
+    (ir.cast(ir.shl(1, 40), "f64") was 256.0), where storing it into an f64 buffer is refused."""
+    for t in ("f16", "f32", "f64"):
+        with pytest.raises(IRValidationError, match=f"integer-only operation {op}: {t} has no {op}.*Fix: .*ir.u64"):
+            ir.check(ir.Program([ir.BufferDecl.output("y", 0, t, 1)], 1, [ir.store("y", 0, ir.cast(make(), t))],
+                                name="p"))
+    assert _one(ir.cast(ir.shl(ir.u64(1), 40), "f64"), "f64") == 2.0**40  # the Fix

@@ -228,18 +228,25 @@ class Expr(_Structural):
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         op = _UFUNC_OPS.get(ufunc.__name__)
-        if op is not None and method == "__call__" and len(inputs) == 2 and not kwargs:  # NumPy passes a
-            a, b = (v[()] if isinstance(v, np.ndarray) and not v.ndim else v for v in inputs)  # scalar as 0-d
-            return BinOp(op, _e(a), _e(b))
-        if ufunc.__name__ in ("negative", "invert") and method == "__call__" and len(inputs) == 1 and not kwargs:
-            return UnOp("neg" if ufunc.__name__ == "negative" else "bitnot", self)
+        if (op is not None and method == "__call__" and len(inputs) == 2 and not kwargs and inputs[1] is self
+                and not isinstance(inputs[0], Expr)):
+            # `np.uint32(3) + x`: NumPy hands the operator to the IR (as a 0-d array), and it builds what `+`
+            # builds. With the IR first, np.mod(x, 3) can only be a call of NumPy's own function, whose
+            # meaning differs (floor modulo, true division): refused below, as np.sqrt(x) is.
+            a = inputs[0][()] if isinstance(inputs[0], np.ndarray) and not inputs[0].ndim else inputs[0]
+            return BinOp(op, _e(a), self)
         refused = {"floor_divide": self.__floordiv__, "power": self.__pow__, "matmul": self.__matmul__}.get(ufunc.__name__)
         if refused is not None:  # each raises the operator's own message
             refused(None)
-        name = _UFUNC_NAMES.get(ufunc.__name__, ufunc.__name__)
+        name = _UFUNC_OPS.get(ufunc.__name__) or {"negative": "neg", "invert": "bitnot"}.get(ufunc.__name__) or \
+            _UFUNC_NAMES.get(ufunc.__name__, ufunc.__name__)
         from . import __all__ as names
 
-        how = (f"use ir.{name}(...), which builds it on the device (docs/semantics.md gives its rules, NaN's "
+        operator = ufunc.__name__ in _UFUNC_OPS or ufunc.__name__ in ("negative", "invert")
+        how = (f"write the operator or ir.{name}(...), which build the IR's {name} on the device (docs/semantics.md "
+               "gives its rules, which are not always NumPy's: integer div and mod truncate toward zero, as C's do; "
+               "shift amounts are masked)" if operator else
+               f"use ir.{name}(...), which builds it on the device (docs/semantics.md gives its rules, NaN's "
                "included)" if name in names else "build it from the ir.* functions")
         call = f"np.{ufunc.__name__}{'' if method == '__call__' else '.' + method}"
         raise IRValidationError(f"{call} was given an IR expression ({render_expr(self, 80)}), a value on the "
@@ -610,6 +617,8 @@ def _e(x: ExprLike) -> Expr:
         return Lit(DataType.I64, int(x), weak=True)
     if isinstance(x, float) and not isinstance(x, np.generic):  # np.float64 is a float too, and keeps its type
         return Lit(DataType.F64, float_to_bits(x, DataType.F64), weak=True)
+    if isinstance(x, np.ndarray) and not x.ndim and x.dtype.kind in "biuf":  # as on the left of an operator
+        x = x[()]
     if isinstance(x, np.generic):  # a NumPy scalar keeps its type
         try:
             dt = DataType.parse(x.dtype)

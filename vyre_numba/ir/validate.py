@@ -128,18 +128,21 @@ def weak_only(e: n.Expr, memo: dict | None = None, weak_vars: frozenset = frozen
     return memo[id(e)]
 
 
-def _literal_facts(e: n.Expr) -> tuple[list, bool]:
-    """(the literals, whether an integer-only operation is among the operations) of the value of
-    a weak-only expression."""
-    todo, lits, integer_ops = [e], [], False
+def _literal_facts(e: n.Expr) -> tuple[list, str | None]:
+    """(the literals, the first integer-only operation among the operations, or None) of the value
+    of a weak-only expression."""
+    todo, lits, integer_op = [e], [], None
     while todo:
         x = todo.pop()
         if isinstance(x, n.Lit):
             lits.append(x)
             continue
-        integer_ops |= isinstance(x, n.SubgroupAdd) or (isinstance(x, (n.BinOp, n.UnOp)) and x.op in _INTEGER_OPS)
+        if integer_op is None and isinstance(x, n.SubgroupAdd):
+            integer_op = "subgroup_add"
+        elif integer_op is None and isinstance(x, (n.BinOp, n.UnOp)) and x.op in _INTEGER_OPS:
+            integer_op = x.op
         todo.extend(_value_kids(x) or ())
-    return lits, integer_ops
+    return lits, integer_op
 
 
 def _cast_operand(a: n.Expr, dtype: DataType) -> DataType | None:
@@ -431,6 +434,14 @@ class _Checker:
                                  problem="literal expression cast", dtype=dtype)
                         return e, dtype
                     want_a = dtype
+                elif integer_ops and dtype.is_float:
+                    self.err(where, f"cast to {dtype} of an expression of literals with the integer-only operation "
+                                    f"{integer_ops}: {dtype} has no {integer_ops}, and computed in the default integer "
+                                    f"type (u32, else i32) it would wrap or mask where the literals say otherwise. "
+                                    f"Fix: give the expression its integer type by "
+                                    f"making one literal typed (e.g. ir.u64(1)), and cast that on purpose.",
+                             problem="literal expression cast", dtype=dtype)
+                    return e, dtype
                 else:
                     want_a = None if integer_ops or (dtype.is_bool and not floats) else D.F64
                 a, _ = yield self.expr(a, where, want_a)

@@ -4,6 +4,7 @@ edges, bad input, and a worker that dies mid-call (Dask reruns its tasks; nothin
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -718,12 +719,57 @@ def test_a_worker_that_dies_telling_its_device_is_a_vyre_error_not_a_hang(tmp_pa
             distributed.Client(lc) as c:
         c.register_plugin(_KillOnce(marker, "vyre-device", when="executing"))
         with pytest.raises(DispatchError, match=r"worker tcp://\S+ left the cluster before saying which device it "
-                                                r"runs on .* Fix: see that worker's log, then call again"):
+                                                r"runs on .* Fix: see that worker's log .*then call again"):
             connected_components(np.array([0, 1, 2, 2]), np.array([1, 0]), client=c, backend="reference")
         assert os.path.exists(marker)
         c.wait_for_workers(2, timeout=60)
         got = connected_components(np.array([0, 1, 2, 2]), np.array([1, 0]), client=c, backend="reference")
         assert got.tolist() == [0, 0, 2]
+
+
+def test_a_call_from_inside_a_task_of_a_one_thread_worker_runs():
+    """Regression (a red-team): the call's device probe is pinned to each worker, and the calling
+    task held its worker's only thread (dask_cuda's default), so it waited for itself forever. The
+    call leaves the pool while it runs, as distributed.worker_client() does."""
+    indptr, indices = np.array([0, 1, 2, 2, 2]), np.array([1, 2], np.int32)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as lc, \
+            distributed.Client(lc) as c:
+        def task():
+            return connected_components(indptr, indices, backend="reference")  # the worker's default client
+        got = c.submit(task, pure=False).result(timeout=120)
+        assert got.tolist() == components_one(indptr, indices, backend="reference").tolist() == [0, 0, 0, 3]
+        assert connected_components(indptr, indices, client=c, backend="reference").tolist() == [0, 0, 0, 3]
+
+
+def test_a_paused_worker_is_an_error_not_a_wait_without_end(monkeypatch):
+    """Regression (a red-team): a worker paused by Dask's memory monitor runs no task, and the call
+    waited for its device probe forever. (memory_limit=0: no memory monitor, which would resume
+    the worker paused here at once.)"""
+    from distributed.core import Status
+
+    from vyre_numba.distributed import cluster
+
+    monkeypatch.setattr(cluster, "PAUSED_S", 0.5)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0",
+                                  memory_limit=0) as lc, \
+            distributed.Client(lc) as c:
+        worker = next(iter(lc.workers.values()))
+        worker.status = Status.paused  # as the memory monitor pauses it
+        deadline = time.monotonic() + 30
+        while next(iter(c.scheduler_info()["workers"].values()))["status"] != "paused" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(DispatchError, match=r"has been paused for 0 s .*Fix: free memory on the workers"):
+            connected_components(np.array([0, 1, 1]), np.array([0]), client=c, backend="reference")
+        worker.status = Status.running
+
+
+def test_float_edges_are_refused_from_the_arrays_metadata_before_any_chunk_runs(client):
+    edges = da.from_array(np.array([[0.0, 1.0], [1.0, 2.0]]), chunks=(1, 2))
+    with pytest.raises(DispatchError, match=r"edges has dtype float64; vertex ids are integers. Fix: pass "
+                                            r"edges.astype\('int64'\)"):
+        connected_components(client=client, edges=edges, n=3, backend="reference")
+    assert connected_components(client=client, edges=edges.astype("int64"), n=3, backend="reference").tolist() \
+        == [0, 0, 0]
 
 
 def test_a_cluster_without_workers_is_waited_for_then_refused(monkeypatch):

@@ -4,10 +4,13 @@ named tasks that Dask may retry on another worker when one dies."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import operator
 import os
 import socket
+import sys
+import time
 import threading
 import uuid
 from dataclasses import dataclass
@@ -89,7 +92,8 @@ def releasing(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def call(*args, **kwargs):
         try:
-            return fn(*args, **kwargs)
+            with _off_the_task_pool():
+                return fn(*args, **kwargs)
         except BaseException as e:
             seen, todo = set(), [e]
             while todo:
@@ -102,6 +106,33 @@ def releasing(fn: Callable) -> Callable:
                     todo += [x.__cause__, x.__context__]
             raise e
     return call
+
+
+@contextlib.contextmanager
+def _off_the_task_pool():
+    """Inside a Dask task, the call leaves its worker's thread pool while it runs and joins it
+    again after, as `distributed.worker_client()` does: the call's own tasks, some pinned to this
+    very worker, need the thread (a one-thread worker, dask_cuda's default, waited for itself
+    forever). Elsewhere, and in a task that has left the pool already, nothing changes."""
+    pool = sys.modules.get("distributed.threadpoolexecutor")
+    state = getattr(pool, "thread_state", None)
+    if state is None or getattr(state, "proceed", False) is not True or not _in_a_task():
+        yield
+        return
+    dd = distributed()
+    dd.secede()  # distributed's own: it tells the worker too, which then runs other tasks on a new thread
+    try:
+        yield
+    finally:
+        dd.rejoin()
+
+
+def _in_a_task() -> bool:
+    try:
+        distributed().get_worker()
+    except ValueError:  # "No worker found": not a task's thread
+        return False
+    return True
 
 
 def _note_where(e: BaseException) -> None:
@@ -125,7 +156,8 @@ def own_futures(client, collection, what: str) -> None:
     for f in distributed().futures_of(collection):
         if f.client is not client:
             raise DispatchError(f"{what} was persisted (or scattered) with another client than the one passed. Fix: "
-                                "pass the client that persisted it, or persist it with this one (client.persist).")
+                                "pass the client that persisted it while that one is open, or persist it again "
+                                "with this one (client.persist).")
 
 
 def partition_count(partitions, k_workers: int) -> int:
@@ -164,12 +196,12 @@ def worker_table(client) -> dict[str, dict]:
         raise DispatchError(f"client is {a_type(client)}, not a dask.distributed.Client. Fix: pass "
                             "client=Client(LocalCluster()) on CPUs, or client=Client(dask_cuda.LocalCUDACluster()) "
                             "for one worker per GPU.")
-    if client.status != "running":
-        raise DispatchError(f"the Dask client is {client.status}. Fix: pass a running client (is the cluster up?).")
     if getattr(client, "asynchronous", False):
         raise DispatchError("the Dask client is asynchronous; these calls block until the cluster is done. Fix: pass "
                             "a Client made without asynchronous=True (from async code, run the call in a thread: "
                             "await asyncio.to_thread(connected_components, ..., client=client)).")
+    if client.status != "running":
+        raise DispatchError(f"the Dask client is {client.status}. Fix: pass a running client (is the cluster up?).")
     info = _worker_info(client)
     if not info:  # a worker restarting (its nanny brings it back) leaves none for a moment
         try:
@@ -311,20 +343,35 @@ def checked_devices(asked: Asked) -> dict[str, dict]:
     return {w: dict(i) for w, i in infos.items()}
 
 
+PAUSED_S = 60.0  # a worker paused this long (memory past Dask's pause threshold) is an error, not a wait
+
+
 def _answer(w: str, future) -> dict:
     """Worker w's answer to `worker_device`. The task must run on w itself, so should w leave
     first (a crash as it starts CUDA; its nanny restarts it at another address), nothing would
     ever run it: its leaving is a DispatchError instead of a wait without end."""
+    paused_since = None
     while True:
         try:
             return future.result(timeout=ANSWER_POLL_S)
         except TimeoutError:
-            if w in _worker_info(future.client):
+            info = _worker_info(future.client).get(w)
+            paused = info is not None and info.get("status") == "paused"
+            paused_since = (paused_since or time.monotonic()) if paused else None
+            if paused and time.monotonic() - paused_since > PAUSED_S:
+                future.cancel()
+                raise DispatchError(f"worker {w} has been paused for {PAUSED_S:.0f} s (its memory is past Dask's pause "
+                                    "threshold), so it runs no task, this call's among them. Fix: free memory on "
+                                    "the workers (drop persisted collections or futures you hold; client.restart() "
+                                    "clears all), or start them with more memory (memory_limit=), then call again.")
+            if info is not None:
                 continue
             future.cancel()
             raise DispatchError(f"worker {w} left the cluster before saying which device it runs on (it may have "
-                                "crashed starting its GPU). Fix: see that worker's log, then call again: the call "
-                                "asks the workers the cluster has then.") from None
+                                "crashed starting its GPU, or could not import vyre_numba: the workers need the "
+                                "same version installed). Fix: see that worker's log (for an import error, pip "
+                                "install 'vyre-numba[dask]' where the workers run), then call again: the call asks "
+                                "the workers the cluster has then.") from None
 
 
 def key(name: str) -> str:

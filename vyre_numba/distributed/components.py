@@ -645,6 +645,10 @@ def _edge_parts(client, edges, n, columns, workers):
         columns = None
         if edges.ndim != 2 or edges.shape[1] != 2:
             raise DispatchError(f"edges has shape {edges.shape}. Fix: pass (m, 2) rows of (src, dst).")
+        dt = getattr(edges, "dtype", None)  # from the array's metadata: refused here, not once every chunk ran
+        if isinstance(dt, np.dtype) and dt.kind not in "iu":
+            raise DispatchError(f"edges has dtype {dt}; vertex ids are integers. Fix: pass edges.astype('int64') "
+                                "where its values are whole numbers (or the integer ids they stand for).")
         if edges.numblocks[1] != 1:
             edges = edges.rechunk({1: 2})
         parts = list(edges.to_delayed().ravel())

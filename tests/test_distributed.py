@@ -988,6 +988,9 @@ def test_partitions_past_a_workers_memory_limit_are_refused_before_they_run():
             connected_components(ip, ix, client=c, backend="reference", partitions=64)
         got = connected_components(ip, ix, client=c, backend="reference", partitions=1)  # 128 MiB: it fits
         assert got[:5].tolist() == [0, 0, 0, 0, 4] and got.size == 2**23
+        one = da.from_array(np.array([[0, 1], [2, 3], [1, 2]]), chunks=(3, 2))  # one partition a worker already:
+        with pytest.raises(HostMemoryError, match=r"1 partition\(s\) on worker .*Fix: use workers with more memory"):
+            connected_components(edges=one, n=n, client=c, backend="reference")  # fewer cannot help (a red-team)
 
 
 def test_a_task_whose_workers_died_is_a_vyre_error():

@@ -73,11 +73,12 @@ def check_memory(table: dict[str, dict], places: list, n: int, bytes_a_vertex: i
         limit = int((table.get(w) or {}).get("memory_limit") or 0)
         need = count * n * bytes_a_vertex
         if limit and need > limit:
+            fewer = ("use fewer partitions (partitions=None gives one a worker; a Dask collection's are its chunks: "
+                     "rechunk it), " if count > 1 else "")  # one a worker already: fewer cannot help
             raise HostMemoryError(f"{what}: {count} partition(s) on worker {w} would hold at least {bytes_a_vertex} "
                                   f"bytes for each of the graph's {n} vertex ids ({need / 2**30:.2f} GiB), above its "
-                                  f"memory limit of {limit / 2**30:.2f} GiB. Fix: use fewer partitions (partitions="
-                                  "None gives one a worker), workers with more memory, or renumber the vertex ids "
-                                  "densely (a smaller n).")
+                                  f"memory limit of {limit / 2**30:.2f} GiB. Fix: {fewer}use workers with more memory "
+                                  "(or more workers), or renumber the vertex ids densely (a smaller n).")
 
 
 def releasing(fn: Callable) -> Callable:

@@ -37,7 +37,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import INTEGERS, BackendUnavailableError, DispatchError, VyreError, clip, del_unless_read_only, set_unless_read_only, shown
+from ..errors import (INTEGERS, BackendUnavailableError, DispatchError, VyreError, clip, del_unless_read_only,
+                      set_unless_read_only, shown)
 from ..gpu import mapped
 from ..gpu.numba_launch import NumbaLaunch, RawArray, _describe, overload_kind, stream_handle
 from ..lru import LRUCache

@@ -12,7 +12,7 @@ import numpy as np
 from ..errors import INTEGERS, DispatchError, a_type, shown
 
 
-_FORMAT_KEYS = ("nodes", "class_data", "root_eclasses")  # egraph-serialize's own; any other top-level key is kept as read
+_FORMAT_KEYS = ("nodes", "class_data", "root_eclasses")  # egraph-serialize's own; any other top-level key is kept
 
 
 def _op_id(ops: dict, name) -> int:

@@ -34,22 +34,13 @@ Stream: TypeAlias = Any
 """A Numba stream (`numba.cuda.stream()`, or `cuda.external_stream(ptr)` for another library's)."""
 
 
+@errors.by_identity  # as Fusion
 class Step(NamedTuple):
     """One step of a resident sequence: run `program` over `buffers` (binding order or by name)."""
 
     program: Program
     buffers: Sequence | Mapping
     config: DispatchConfig | None = None
-
-    # by identity, as Fusion: compared as tuples, two steps holding equal arrays raised NumPy's
-    # ambiguous-truth ValueError, and a step holding a list could not be hashed
-    def __eq__(self, other) -> bool:
-        return self is other  # (not NotImplemented: against a plain tuple, tuple's == would compare the arrays)
-
-    def __ne__(self, other) -> bool:
-        return self is not other
-
-    __hash__ = object.__hash__
 
     def __setattr__(self, name: str, value) -> None:
         raise ImmutableError(f"Step is immutable: {shown(name)} cannot be set. Fix: make a changed copy, "

@@ -276,6 +276,16 @@ def _read_only_properties(cls: type) -> bool:
     return any(isinstance(v, property) and v.fset is None for c in cls.__mro__ for v in vars(c).values())
 
 
+def by_identity(cls: type) -> type:
+    """Class decorator: `cls` (a named tuple holding arrays) compares and hashes by identity, against
+    a plain tuple too. Compared as tuples, two holding equal arrays raised NumPy's ambiguous-truth
+    ValueError, and one holding a list could not be hashed."""
+    cls.__eq__ = lambda self, other: self is other  # (not NotImplemented: tuple's == would compare the arrays)
+    cls.__ne__ = lambda self, other: self is not other
+    cls.__hash__ = object.__hash__
+    return cls
+
+
 def immutable(*classes: type) -> None:
     """Makes each frozen dataclass among `classes` refuse a change of a field with ImmutableError
     (`check_calls` does this for the classes it checks)."""

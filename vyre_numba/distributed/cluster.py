@@ -89,7 +89,8 @@ def releasing(fn: Callable) -> Callable:
     cause keeps, as a note, where it was raised: its frames outside vyre-numba and the installed
     packages (a failing loader of the caller's on a worker), every frame with VYRE_NUMBA_DEBUG.
     (Cancelling the futures instead trips an assertion in Dask's scheduler, which then drops the
-    client's connection.)"""
+    client's connection.) Called inside a Dask task, the call runs off its worker's thread pool
+    (`_off_the_task_pool`)."""
     @functools.wraps(fn)
     def call(*args, **kwargs):
         try:

@@ -10,28 +10,19 @@ from typing import Any, Callable
 import numpy as np
 
 from ..backend import ArrayIn, as_ints, interface_dtype
-from ..errors import (INTEGERS, ArgumentError, DispatchError, NotACollection, a_type, flag, flat_fix, refuse_misread,
+from ..errors import (INTEGERS, ArgumentError, DispatchError, by_identity, NotACollection, a_type, flag, flat_fix, refuse_misread,
                       shown)
 from ..lru import LRUCache
 from ..unique import unique
 
 
+@by_identity  # as a Step (compare the arrays with np.array_equal)
 class CSR(NamedTuple):
     """A CSR graph on the host: vertex v's neighbours are indices[indptr[v]:indptr[v+1]]. The
     algorithms check one each time they are given it (its arrays may have changed since)."""
 
     indptr: np.ndarray
     indices: np.ndarray
-
-    # by identity, as a Step: compared as tuples, two CSRs of equal arrays raised NumPy's ambiguous-truth
-    # ValueError, and one could not be hashed (compare the arrays with np.array_equal)
-    def __eq__(self, other) -> bool:
-        return self is other
-
-    def __ne__(self, other) -> bool:
-        return self is not other
-
-    __hash__ = object.__hash__
 
     @property
     def n(self) -> int:

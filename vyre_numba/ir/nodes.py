@@ -208,6 +208,7 @@ _UFUNC_OPS = {"add": "add", "subtract": "sub", "multiply": "mul", "divide": "div
               "remainder": "mod", "bitwise_and": "bitand", "bitwise_or": "bitor", "bitwise_xor": "bitxor",
               "left_shift": "shl", "right_shift": "shr", "less": "lt", "less_equal": "le", "greater": "gt",
               "greater_equal": "ge", "equal": "eq", "not_equal": "ne"}
+_UFUNC_UNARY = {"negative": "neg", "invert": "bitnot"}  # the ufuncs behind unary operators
 _UFUNC_NAMES = {"maximum": "max_", "minimum": "min_", "fmax": "max_", "fmin": "min_", "absolute": "abs_",
                 "rint": "round_", "fabs": "abs_", "logical_not": "not_", "reciprocal": "recip", "sign": "sign",
                 "isnan": "isnan", "isinf": "isinf", "isfinite": "isfinite"}
@@ -238,11 +239,11 @@ class Expr(_Structural):
         refused = {"floor_divide": self.__floordiv__, "power": self.__pow__, "matmul": self.__matmul__}.get(ufunc.__name__)
         if refused is not None:  # each raises the operator's own message
             refused(None)
-        name = _UFUNC_OPS.get(ufunc.__name__) or {"negative": "neg", "invert": "bitnot"}.get(ufunc.__name__) or \
+        name = _UFUNC_OPS.get(ufunc.__name__) or _UFUNC_UNARY.get(ufunc.__name__) or \
             _UFUNC_NAMES.get(ufunc.__name__, ufunc.__name__)
         from . import __all__ as names
 
-        operator = ufunc.__name__ in _UFUNC_OPS or ufunc.__name__ in ("negative", "invert")
+        operator = ufunc.__name__ in _UFUNC_OPS or ufunc.__name__ in _UFUNC_UNARY
         how = (f"write the operator or ir.{name}(...), which build the IR's {name} on the device (docs/semantics.md "
                "gives its rules, which are not always NumPy's: integer div and mod truncate toward zero, as C's do; "
                "shift amounts are masked)" if operator else

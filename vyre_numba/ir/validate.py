@@ -417,7 +417,7 @@ class _Checker:
                     return n.Cast(dtype, a), dtype
                 # literals alone: computed in f64 for a float or bool (rounded once, by the cast), in the
                 # integer type itself where it holds them all; an integer-only operation keeps the default types
-                lits, integer_ops = _literal_facts(a)
+                lits, integer_op = _literal_facts(a)
                 floats = any(x.dtype.is_float for x in lits)
                 if dtype.is_int:
                     big = next((x.raw for x in lits if not x.dtype.is_float and not dtype.min <= x.raw <= dtype.max),
@@ -434,16 +434,16 @@ class _Checker:
                                  problem="literal expression cast", dtype=dtype)
                         return e, dtype
                     want_a = dtype
-                elif integer_ops and dtype.is_float:
+                elif integer_op and dtype.is_float:
                     self.err(where, f"cast to {dtype} of an expression of literals with the integer-only operation "
-                                    f"{integer_ops}: {dtype} has no {integer_ops}, and computed in the default integer "
-                                    f"type (u32, else i32) it would wrap or mask where the literals say otherwise. "
-                                    f"Fix: give the expression its integer type by "
-                                    f"making one literal typed (e.g. ir.u64(1)), and cast that on purpose.",
+                                    f"{integer_op}: {dtype} has no {integer_op}, and computed in the default integer "
+                                    "type (u32, else i32) it would wrap or mask where the literals say otherwise. "
+                                    "Fix: give the expression its integer type by making one literal typed (e.g. "
+                                    "ir.u64(1)), and cast that on purpose.",
                              problem="literal expression cast", dtype=dtype)
                     return e, dtype
                 else:
-                    want_a = None if integer_ops or (dtype.is_bool and not floats) else D.F64
+                    want_a = None if integer_op or (dtype.is_bool and not floats) else D.F64
                 a, _ = yield self.expr(a, where, want_a)
                 return n.Cast(dtype, a), dtype
             case n.Fma():

@@ -757,35 +757,35 @@ SIMULATED = textwrap.dedent('''
     # launches; so do the selector's calls for FUSED_BACKOFF seconds, then one launch again
     barrier.SPINS = 3
     sel = compaction._selector(None)
-    assert sel._arrived > 0 and sel.timeouts == 0  # the loop above took one launch
-    sel._arrived += 1  # this launch's barrier can never fill
+    assert sel._tally.arrived > 0 and sel.timeouts == 0  # the loop above took one launch
+    sel._tally.arrived += 1  # this launch's barrier can never fill
     assert np.array_equal(compaction.select(dv, df).copy_to_host(), vals[flags])
-    assert sel.timeouts == 1 and sel._arrived == 0
+    assert sel.timeouts == 1 and sel._tally.arrived == 0
     assert np.array_equal(compaction.select(dv, df).copy_to_host(), vals[flags])
-    assert sel.timeouts == 1 and sel._arrived == 0  # backing off
+    assert sel.timeouts == 1 and sel._tally.arrived == 0  # backing off
     sel._fused_off_until = 0.0
     assert np.array_equal(compaction.select(dv, df).copy_to_host(), vals[flags])
-    assert sel.timeouts == 1 and sel._arrived == 1
+    assert sel.timeouts == 1 and sel._tally.arrived == 1
     # read_compacted: one launch straight into the records' room (the stand-in of pinned memory)
     # where every record has room, no copy behind it; three into device memory, then copied, where
     # the capacity is smaller, or where the one launch gave up (a barrier that cannot fill)
     copies, copy_kept = [], sel.copy_kept
     sel.copy_kept = lambda *a: copies.append(a[-1]) or copy_kept(*a)
     for capacity, gives_up in ((None, False), (n, False), (n - 1, False), (None, True)):
-        arrived, timeouts = sel._arrived, sel.timeouts
+        arrived, timeouts = sel._tally.arrived, sel.timeouts
         del copies[:]
         if gives_up:
-            sel._arrived += 1
+            sel._tally.arrived += 1
         sel._ctl.copy_to_device(np.array([0, 0, -7, 0], np.int64))  # a count no selection leaves
         got = compaction.read_compacted(dv, df, capacity=capacity)
         assert np.array_equal(got, vals[flags]), capacity
         assert sel._ctl.copy_to_host()[2] == flags.sum()  # left for a copy_kept by either path
         assert sel.timeouts == timeouts + gives_up
         one = capacity != n - 1 and not gives_up
-        assert (sel._arrived > arrived) == one and copies == ([] if one else [min(capacity or n, n)]), \
-            (capacity, arrived, sel._arrived, copies)
+        assert (sel._tally.arrived > arrived) == one and copies == ([] if one else [min(capacity or n, n)]), \
+            (capacity, arrived, sel._tally.arrived, copies)
     del sel.copy_kept
-    assert sel.timeouts == 2 and sel._arrived == 0
+    assert sel.timeouts == 2 and sel._tally.arrived == 0
     sel._fused_off_until = 0.0
     room = cuda.device_array(n, np.uint32)
     words = word_view(dv, n)
@@ -976,11 +976,11 @@ fl = cuda.to_device((np.arange(20) % 3 == 0).astype(np.int32))
 refused(lambda: s.run(flag_nonzero, fl, 20, v, None, 5), "out=None is not a device array")
 refused(lambda: s.run(flag_nonzero, fl, 20, v, cuda.device_array(20, np.uint64), None), "capacity=None is not a count")
 assert s.run(flag_nonzero, fl, 20, v, cuda.device_array(20, np.uint64), 20) == 7
-made = s._selections
+made = s._tally.selections
 refused(lambda: s.run(flag_nonzero, fl, 20, v, cuda.device_array(20, np.uint64), -1), "capacity=-1 is not a count")
 refused(lambda: s.enqueue(flag_nonzero, fl, 20, v[:5], cuda.device_array(20, np.uint64), 20), "words has 5 rows")
 refused(lambda: s.enqueue(flag_nonzero, fl, 20, v, None, 20), "out=None is not a device array")
-assert s._selections == made and s.total() == 7  # refused before any launch: the last selection stands
+assert s._tally.selections == made and s.total() == 7  # refused before any launch: the last selection stands
 assert s.count(flag_nonzero, fl, 0) == 0 and s.total() == 0  # not the last selection's 7
 s.offsets(flag_nonzero, fl, 0)
 assert s.watch() == 0 and s.total() == 0
@@ -1089,9 +1089,9 @@ def test_gpu_select_and_nonzero_match_the_twins(n, density, launches):
     x = sample(np.int32, n, n)
     flags = rng.random(n) < density
     sel = compaction._selector(None)
-    arrived, timeouts = sel._arrived, sel.timeouts
+    arrived, timeouts = sel._tally.arrived, sel.timeouts
     got = compaction.select(cuda.to_device(x), cuda.to_device(flags))
-    assert sel.timeouts == timeouts and (sel._arrived > arrived) == (launches == "one launch" and n > 0)
+    assert sel.timeouts == timeouts and (sel._tally.arrived > arrived) == (launches == "one launch" and n > 0)
     assert hasattr(got, "__cuda_array_interface__") and got.shape == (int(flags.sum()),)
     assert np.array_equal(got.copy_to_host(), x[flags])
     idx = compaction.nonzero(cuda.to_device(flags.astype(np.int8)))
@@ -1133,14 +1133,14 @@ def test_gpu_one_launch_barrier_timeout_falls_back_to_three_launches():
     assert np.array_equal(compaction.select(dx, df).copy_to_host(), x[flags])
     sel = compaction._selector(None)
     before = sel.timeouts
-    sel._arrived += 1
+    sel._tally.arrived += 1
     assert np.array_equal(compaction.select(dx, df).copy_to_host(), x[flags])
-    assert sel.timeouts == before + 1 and sel._arrived == 0
+    assert sel.timeouts == before + 1 and sel._tally.arrived == 0
     assert np.array_equal(compaction.nonzero(df).copy_to_host(), np.flatnonzero(flags))
-    assert sel.timeouts == before + 1 and sel._arrived == 0  # three launches for FUSED_BACKOFF seconds
+    assert sel.timeouts == before + 1 and sel._tally.arrived == 0  # three launches for FUSED_BACKOFF seconds
     sel._fused_off_until = 0.0
     assert np.array_equal(compaction.nonzero(df).copy_to_host(), np.flatnonzero(flags))
-    assert sel.timeouts == before + 1 and sel._arrived > 0
+    assert sel.timeouts == before + 1 and sel._tally.arrived > 0
     assert np.array_equal(dx.copy_to_host(), x)
 
 
@@ -1164,9 +1164,9 @@ def test_gpu_small_selections_take_one_packed_launch_and_match_the_twins(dtype, 
             dx, dflags = cuda.to_device(x), cuda.to_device(flags)
             for f, fl in ((dflags[:n], flags[:n]), (dflags[1:], flags[1:])):  # the second: not 8-byte aligned
                 del taken[:]
-                arrived = sel._arrived
+                arrived = sel._tally.arrived
                 got = compaction.select(dx, f)
-                assert taken == [n] and sel._arrived > arrived
+                assert taken == [n] and sel._tally.arrived > arrived
                 assert got.dtype == x.dtype and got.copy_to_host().tobytes() == x[fl != 0].tobytes()
                 assert np.array_equal(compaction.nonzero(f).copy_to_host(), np.flatnonzero(fl)) and taken == [n, n]
     finally:
@@ -1599,9 +1599,9 @@ def test_gpu_read_compacted_selects_in_one_launch_where_every_record_has_room(dt
                 want = x[flags != 0]
                 for capacity in (None, n, n + 5):
                     del taken[:], copies[:]
-                    arrived = sel._arrived
+                    arrived = sel._tally.arrived
                     got = compaction.read_compacted(dx, df, capacity=capacity)
-                    assert taken == [n] and sel._arrived > arrived and copies == []
+                    assert taken == [n] and sel._tally.arrived > arrived and copies == []
                     assert got.dtype == x.dtype and got.tobytes() == want.tobytes()
                 if 0 < want.size < n:
                     del taken[:]
@@ -1612,7 +1612,7 @@ def test_gpu_read_compacted_selects_in_one_launch_where_every_record_has_room(dt
         for wrong in ("target", "failed"):
             timeouts = sel.timeouts
             if wrong == "target":
-                sel._arrived += 1  # a barrier that cannot fill: every block gives up, none finishes last
+                sel._tally.arrived += 1  # a barrier that cannot fill: every block gives up, none finishes last
             else:  # as if a block had given up: the last block to finish leaves -2
                 bar = sel._bar.copy_to_host()
                 bar[barrier.FAILED] += 1

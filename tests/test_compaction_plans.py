@@ -13,7 +13,7 @@ import types
 import numpy as np
 import pytest
 
-from vyre_numba.compaction.select import THREADS, TILE, Selector
+from vyre_numba.compaction.select import THREADS, TILE, Selector, _Tally
 
 select_module = sys.modules["vyre_numba.compaction.select"]
 
@@ -76,9 +76,9 @@ def selector(monkeypatch, request):
     monkeypatch.setattr(select_module, "_kernels", lambda: kernels)
     log: list = []
     sel = Selector.__new__(Selector)
-    sel._closed, sel._plans, sel._relaunches, sel._resident, sel._selections = False, {}, {}, {}, 0
+    sel._closed, sel._plans, sel._relaunches, sel._resident, sel._tally = False, {}, {}, {}, _Tally()
     sel._lock = threading.RLock() if request.param == "Selector" else None
-    sel._fused_off_until, sel._arrived, sel._tiles = 0.0, 0, 1 << 20
+    sel._fused_off_until, sel._tiles = 0.0, 1 << 20
     sel._sums, sel._host = np.zeros(1024, np.int64), np.zeros(1, np.int64)
     launchers: dict = {}
 
@@ -205,7 +205,7 @@ def test_a_one_launch_relaunch_rewrites_every_parameter_to_the_new_call(selector
     sel._relaunches[key] = (launch, 6)  # six blocks resident at once
     for n, src, items, out, arrived, blocks in ((5 * TILE + 16, 0x11000, 0x12000, 0x13000, 40, 6),
                                                 (2 * TILE + 8, 0x21000, 0x22000, 0x23000, 7, 3)):
-        sel._arrived = arrived
+        sel._tally.arrived = arrived
         log.clear()
         assert sel.fused_at("flag", src, np.dtype(np.uint8), n, by_bytes, word, None if words is None else items,
                             out) == 5

@@ -309,6 +309,17 @@ def _one_call_at_a_time(method: Callable) -> Callable:
     return held
 
 
+class _Tally:
+    """A Selector's two counters that every selection moves, held apart so that moving them is a
+    slot's store and not a pass through `Selector.__setattr__`."""
+
+    __slots__ = ("selections", "arrived")
+
+    def __init__(self) -> None:
+        self.selections = 0  # selections begun: a scatter made ready for one refuses to run after the next
+        self.arrived = 0  # the grid barrier's arrival count after every one-launch selection so far
+
+
 class Selector(Unshared):
     """The tile counts and offsets of compactions on one stream, and the kept count in mapped host
     memory; reused across calls, released by `close()` (or `with`). One call at a time: a call from
@@ -328,7 +339,7 @@ class Selector(Unshared):
         self._stream = stream if stream is not None else cuda.default_stream()
         self._host = cuda.mapped_array(1, np.int64)
         self._host[0] = -1  # no count yet: total() says so
-        self._selections = 0  # selections begun: a scatter made ready for one refuses to run after the next
+        self._tally = _Tally()
         self._ctl = cuda.to_device(np.zeros(4, np.int64), stream=self.stream)  # [-, -, kept count, scan ticket]
         self._tiles = 0
         self._launches: dict = {}  # kernel -> NumbaLaunch on this stream
@@ -337,7 +348,6 @@ class Selector(Unshared):
         # its resident blocks, for `fused_at`)
         self._grow(1024)
         self._bar = cuda.to_device(np.zeros(4, np.int64), stream=self.stream)  # see kernels.grid_wait
-        self._arrived = 0  # the barrier's arrival count after every launch so far
         self._sums = None  # a one-launch selection's kept items a block
         self._resident: dict = {}  # (one-launch kernel, source type) -> blocks that fit at once
         self._fused_args = None  # (sums, barrier, host count, control words) as kernel arguments
@@ -424,7 +434,7 @@ class Selector(Unshared):
     def _begin(self) -> None:
         """A new selection: no count until it lands, and scatters made ready for the last one void."""
         self._host[0] = -1
-        self._selections += 1
+        self._tally.selections += 1
 
     def _none_kept(self) -> None:
         """A new selection of no items: its count, 0, on the host and the device (which copy_kept
@@ -439,7 +449,7 @@ class Selector(Unshared):
         """A scatter made ready at selection `made` may still run: the Selector is open and no
         selection has since rewritten (or, growing, freed) the offsets it reads."""
         self._check_open()
-        if self._selections != made:
+        if self._tally.selections != made:
             raise DispatchError("this scatter was made ready for a selection that a later one on the same Selector "
                                 "has replaced: it would read that selection's offsets (or buffers freed when it "
                                 "grew). Fix: enqueue a scatter before the next selection on its Selector, or make "
@@ -531,7 +541,7 @@ class Selector(Unshared):
         else:
             _scatter_from(again, src_params[4], n, None if words is None else words_params[4])
         tiles = -(-n // TILE)
-        made = self._selections
+        made = self._tally.selections
 
         def put(address: int, capacity: int) -> None:
             with self._holding():
@@ -577,7 +587,7 @@ class Selector(Unshared):
         sums, bar, host, ctl = self._fused_args
         return self._fused_launch(lambda: launch(blocks, THREADS, src, src if octs is None else octs, n,
                                                  out if words is None else words, out, sums, bar,
-                                                 self._arrived + blocks, host, ctl), blocks)
+                                                 self._tally.arrived + blocks, host, ctl), blocks)
 
     @_one_call_at_a_time
     def fused_at(self, flag_of: Callable, src: int, src_type, n: int, by_bytes: bool, word, words: int | None,
@@ -618,7 +628,7 @@ class Selector(Unshared):
         again.scalar(2, n)
         again.array(3, out if words is None else words, n)
         again.array(4, out, n)
-        again.scalar(7, self._arrived + blocks)
+        again.scalar(7, self._tally.arrived + blocks)
         return self._fused_launch(lambda: again(blocks, THREADS), blocks, meanwhile)
 
     @_one_call_at_a_time
@@ -651,7 +661,7 @@ class Selector(Unshared):
             keys = tuple((k, 0, st) for k in (count, kernels.scan_chunks, scatter))
             raw = RawArray(src, (n,), src_type)
             self.offsets(flag_of, raw, n, RawArray(src, (n // 8,), np.uint64) if by_bytes else None)
-            made = self._selections
+            made = self._tally.selections
 
             def first(out: int, capacity: int) -> None:
                 with self._holding():
@@ -678,7 +688,7 @@ class Selector(Unshared):
             self._afresh(tiles)
             raise
         _scatter_from(put, src, n, words)
-        made = self._selections
+        made = self._tally.selections
 
         def later(out: int, capacity: int) -> None:
             with self._holding():
@@ -694,7 +704,7 @@ class Selector(Unshared):
         self._begin()
         try:
             launch()
-            self._arrived += blocks
+            self._tally.arrived += blocks
             if meanwhile is not None:
                 meanwhile()
             kept = self.watch()  # -2 (given up) only after the bound and a synchronisation
@@ -718,7 +728,7 @@ class Selector(Unshared):
     def _fresh_barrier(self) -> None:
         """A new, zeroed barrier state (the old one may still be in use by a launch)."""
         self._bar = self._cuda.to_device(np.zeros(4, np.int64), stream=self.stream)
-        self._fused_args, self._arrived, self._relaunches = None, 0, {}
+        self._fused_args, self._tally.arrived, self._relaunches = None, 0, {}
 
     @_one_call_at_a_time
     def enqueue(self, flag_of: Callable, src, n: int, words, out, capacity: int, octs=None) -> None:
@@ -788,7 +798,7 @@ class Selector(Unshared):
         synchronised (a negative count: a one-launch selection that gave up). Interrupted, it waits
         for the launches first, so that a later call never reads their count as its own."""
         self._check_open()
-        if not self._selections:
+        if not self._tally.selections:
             raise DispatchError("this Selector has no count to watch: no selection was made on it. Fix: call "
                                 "offsets, enqueue or fused before watch().")
         try:

@@ -471,13 +471,16 @@ def test_device_timer_keeps_its_events_for_the_next_unless_the_block_failed():
     del timer  # never entered: its events go back too
     gc.collect()
     with pytest.raises(ZeroDivisionError):
-        with be.device_timer(0):
+        with be.device_timer(0) as failed:
             1 / 0
     assert drv.made == ["event0", "event1"] and drv.destroyed == ["event0", "event1"]  # a failed block's are destroyed
+    with pytest.raises(vn.DispatchError, match=r"no time: its block was left by ZeroDivisionError.*Fix: read t\.ns "):
+        failed.ns  # not a silent 0
+    assert "no time" in repr(failed)
     timer = be.device_timer(0)
     with timer as t:
         pass
-    assert t.ns == 1_500_000 and len(drv.made) == 4
+    assert t.ns == timer.ns == 1_500_000 and len(drv.made) == 4  # read from the Timer or from the timer itself
     with pytest.raises(vn.DispatchError, match=r"entered already.*Fix: call backend.device_timer\(\) again"):
         with timer:  # its events are the spares' again, maybe another timer's
             pass

@@ -1334,3 +1334,11 @@ def test_named_tuple_make_fusion_hash_and_a_timer_left_by_an_error_say_what_they
         with be.device_timer() as t:
             1 / 0
     assert t.ns > 0  # set on leaving the block, however it was left
+    timer = be.device_timer()
+    with pytest.raises(vn.DispatchError, match=r"no time: its block has not ended yet\. Fix: read t\.ns after"):
+        timer.ns  # not entered: not a silent 0 (a red-team: this was a raw AttributeError)
+    with timer as t:
+        with pytest.raises(vn.DispatchError, match=r"no time: its block has not ended yet"):
+            t.ns  # inside the block
+        assert "no time" in repr(t)
+    assert timer.ns == t.ns >= 0 and f"{t.ns:,} ns" in repr(t)

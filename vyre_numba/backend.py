@@ -326,12 +326,24 @@ class Completed(Pending):
 
 
 class Timer:
-    """The result of `device_timer`: nanoseconds, set when the block is left."""
+    """The result of `device_timer`: `ns`, the nanoseconds the block took, once it is left."""
 
-    ns: int = 0
+    __slots__ = ("_ns", "_why")
+
+    def __init__(self) -> None:
+        self._ns: int | None = None
+        self._why = "its block has not ended yet"
+
+    @property
+    def ns(self) -> int:
+        """The block's time in nanoseconds (refused until the block is left, or where its work failed)."""
+        if self._ns is None:
+            raise DispatchError(f"this timer has no time: {self._why}. Fix: read t.ns after the block `with "
+                                "backend.device_timer() as t:` is left.")
+        return self._ns
 
     def __repr__(self) -> str:
-        return f"<Timer: {self.ns:,} ns>"
+        return f"<Timer: {'no time: ' + self._why if self._ns is None else f'{self._ns:,} ns'}>"
 
 
 class HostTimer(Unshared):
@@ -360,7 +372,12 @@ class HostTimer(Unshared):
         return self._timer
 
     def __exit__(self, *exc) -> None:
-        self._timer.ns = time.perf_counter_ns() - self._start
+        self._timer._ns = time.perf_counter_ns() - self._start
+
+    @property
+    def ns(self) -> int:
+        """The block's time, as the Timer that `with` gave says (for `timer = device_timer(); with timer:`)."""
+        return self._timer.ns
 
     def __repr__(self) -> str:
         return f"<device_timer: {'not entered yet' if self._start is None else 'entered'}; `with` it for its Timer>"

@@ -1063,8 +1063,11 @@ class _EventTimer(HostTimer):
                     raise DeviceError(f"the timed work failed: {err.name}. Fix: a fault inside a kernel poisons the "
                                       "CUDA context; restart the process.")
                 err, ms = drv.cuEventElapsedTime(start, end)
-                self._timer.ns = int(round(ms * 1e6)) if err == drv.CUresult.CUDA_SUCCESS else 0
+                driver_check(err, "reading the time between two events")
+                self._timer._ns = int(round(ms * 1e6))
                 ok = True
+            else:
+                self._timer._why = f"its block was left by {kind.__name__}, so the work in it was not timed"
         finally:
             if ok:
                 self._keep()

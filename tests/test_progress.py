@@ -37,9 +37,9 @@ def bars(monkeypatch):
 def test_false_gives_no_bar_and_true_one_at_once(bars):
     assert progress.bar(False, desc="x", unit="u") is None and not bars
     b = progress.bar(True, desc="x", unit="u", total=3)
-    assert bars == [b] and b.kw["total"] == 3
+    assert bars == [b.shown] and b.shown.kw["total"] == 3
     assert progress.bar(np.False_, desc="x", unit="u") is None and len(bars) == 1  # NumPy's bools as Python's
-    assert progress.bar(np.True_, desc="x", unit="u") is bars[1]
+    assert progress.bar(np.True_, desc="x", unit="u").shown is bars[1]
 
 
 def test_the_default_shows_a_bar_only_once_the_work_is_long(bars, monkeypatch):
@@ -151,9 +151,9 @@ def test_a_bar_of_unknown_length_stopped_by_an_error_goes_rather_than_look_finis
     with pytest.raises(VyreError):
         fixpoint.run(step, 4, [np.zeros(4, np.int64)], max_rounds=100, backend="reference", progress=True)
     assert bars[0].closed and bars[0].leave is False and bars[0].total is None
-    known = FakeBar(total=5)
+    known = progress.bar(True, desc="x", unit="u", total=5)
     progress.stopped(known)  # a bar of known length keeps its place (tqdm paints a short one red)
-    assert known.closed and not hasattr(known, "leave")
+    assert known.shown.closed and not hasattr(known.shown, "leave")
 
 
 def test_a_quick_fixpoint_shows_nothing_by_default(bars):
@@ -255,3 +255,40 @@ def test_a_bad_progress_is_refused_before_a_fused_plan_or_a_fixpoint_step_is_mad
                 call(bad)
             monkeypatch.delenv(progress.ENV, raising=False)
             assert (be.telemetry(), runner._CPU_ROUNDS.hits + runner._CPU_ROUNDS.misses) == before, name
+
+
+@pytest.mark.parametrize("fails_at", ["made", "update", "close"])
+def test_a_bar_that_cannot_be_drawn_goes_with_a_warning_and_the_work_goes_on(bars, monkeypatch, fails_at):
+    """Regression (a red-team): with standard error closed (tqdm's AttributeError) or full (OSError), the
+    default bar, once shown, stopped the work with a raw error: a fixed point rolled back every round."""
+    from vyre_numba import fixpoint
+
+    class Broken(FakeBar):
+        def __init__(self, **kw):
+            if fails_at == "made":
+                raise OSError(28, "No space left on device")
+            super().__init__(**kw)
+
+        def update(self, n=1):
+            if fails_at == "update":
+                raise AttributeError("'NoneType' object has no attribute 'write'")
+            super().update(n)
+
+        def close(self):
+            if fails_at == "close":
+                raise OSError(28, "No space left on device")
+            super().close()
+
+    monkeypatch.setattr(progress, "_tqdm", lambda **kw: Broken(**kw))
+    clock = iter(np.arange(0, 100, 0.3))  # every read a third of a second on: the automatic bar shows by the fifth
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
+
+    def step(i, x):
+        x[i] = min(x[i] + 1, 20)
+        return int(x[i] < 20)
+
+    x = np.zeros(1, np.int64)
+    with pytest.warns(UserWarning, match=r"the fixpoint rounds progress bar cannot be drawn .*the work goes on "
+                                         r"without it\. Fix: "):
+        r = fixpoint.run(step, 1, [x], max_rounds=100, backend="reference")
+    assert r.converged and x.tolist() == [20]

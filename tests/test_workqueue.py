@@ -365,6 +365,67 @@ def test_host_calls_from_several_threads_lose_nothing_under_the_cuda_simulator()
 
 
 
+INTERRUPTED_DRAINS = """
+import signal, sys
+import numpy as np
+from vyre_numba import signals
+from vyre_numba.workqueue import QueueModel, WorkQueue
+
+EXIT = signals.uninterrupted.__exit__.__code__
+for Queue in (QueueModel, WorkQueue):
+    codes = {Queue.drain.__code__, signals.uninterrupted.__enter__.__code__, EXIT}
+    k, lost, lines = 0, [], None
+    while lines is None or k < lines:
+        k += 1
+        q = Queue(8, np.int32)
+        if Queue is WorkQueue:
+            q.push(np.array([10, 11, 12], np.int32))
+        else:  # the device's push: one value
+            for v in (10, 11, 12):
+                q.push(v)
+        seen, got, where = [0], None, [None]
+
+        def tracer(frame, event, arg):
+            if frame.f_code not in codes and frame.f_code.co_name != "undo":
+                return None
+
+            def line(frame, event, arg):
+                if event == "line":
+                    seen[0] += 1
+                    if seen[0] == k:
+                        where[0] = (frame.f_code, frame.f_lineno)
+                        signal.raise_signal(signal.SIGINT)
+                return line
+            return line
+        sys.settrace(tracer)
+        try:
+            got = q.drain()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.settrace(None)
+        lines = seen[0] if where[0] is None else lines
+        items = got.tolist() if isinstance(got, np.ndarray) else None if got is None else got.copy_to_host().tolist()
+        if items is None and q.size() != 3 or items is not None and (items != [10, 11, 12] or q.size()):
+            lost.append(where[0])
+    # the one window left: the interrupt that comes as the block's end returns, once it has looked
+    # (Python's own: any function's return value is lost to a KeyboardInterrupt at its return)
+    assert k > 15 and all(code is EXIT for code, _ in lost) and len(lost) <= 1, (Queue.__name__, k, lost)
+    print(Queue.__name__, "ok", k)
+"""
+
+
+def test_a_ctrl_c_at_any_line_of_a_drain_keeps_the_items_or_returns_them_under_the_cuda_simulator():
+    """Regression (a red-team): a Ctrl-C held while drain emptied the queue was delivered as the block
+    ended, before drain returned: the items were neither returned nor queued. A SIGINT is raised at
+    every line of QueueModel.drain and WorkQueue.drain (and of the block that holds it)."""
+    from simulated import run_script
+
+    out = run_script(INTERRUPTED_DRAINS, 600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert [w for w in out.stdout.split() if not w.isdigit()] == ["QueueModel", "ok", "WorkQueue", "ok"], out.stdout
+
+
 def test_queue_scenarios_under_the_cuda_simulator():
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     out = subprocess.run([sys.executable, str(HERE / "queue_exercise.py")], env=env, capture_output=True, text=True,

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Callable
 
 import numpy as np
 
-from .errors import DispatchError, SettingError, shown
+from .errors import DispatchError, SettingError, shown, warn_user
 
 DELAY_S = 1.0
 ENV = "VYRE_NUMBA_PROGRESS"
@@ -52,16 +53,14 @@ def _no_tqdm(e: ImportError) -> SettingError:
                         "dependency of vyre-numba), or pass progress=False.")
 
 
-def bar(progress: bool | None, *, desc: str, unit: str, total: int | None = None):
+def bar(progress: bool | None, *, desc: str, unit: str, total: int | None = None) -> "Bar | None":
     """A bar for `progress` (see the module docstring) with tqdm's `update(n)` and `close()`, or
     None when there is none to show."""
     progress = check_progress(progress)
     if progress is False or (progress is None and not _automatic()):
         return None
-    if progress is None:
-        return Deferred(desc, unit, total)
     try:
-        return _tqdm(desc=desc, unit=unit, total=total)
+        return Bar(desc, unit, total, at_once=progress is True)
     except ImportError as e:  # before the work: an explicit bar that cannot be shown is refused at the call
         raise _no_tqdm(e) from None
 
@@ -72,50 +71,75 @@ def _tqdm(**kw):
     return tqdm(**kw)
 
 
-class Deferred:
-    """A bar that costs a clock read an update and becomes a tqdm bar only once DELAY_S has
-    passed (making one costs tens of microseconds, too much for every quick call)."""
+class Bar:
+    """A tqdm bar shown at once, or (`at_once` False) only once DELAY_S has passed, so that a quick
+    call costs a clock read an update (making a bar costs tens of microseconds). The work never
+    stops for its bar: one that cannot be drawn (standard error closed or full, a broken tqdm) goes,
+    with a warning."""
 
     __slots__ = ("desc", "unit", "total", "n", "start", "shown")
 
-    def __init__(self, desc: str, unit: str, total: int | None):
+    def __init__(self, desc: str, unit: str, total: int | None, *, at_once: bool = False):
         self.desc, self.unit, self.total, self.n = desc, unit, total, 0
         self.start, self.shown = time.perf_counter(), None
+        if at_once:
+            self.shown = _tqdm(desc=desc, unit=unit, total=total)  # ImportError: the caller refuses the call
+
+    def _draw(self, draw: Callable) -> None:
+        """`draw()` on the tqdm bar; where it fails, the bar goes (said once) and the work goes on."""
+        try:
+            draw()
+        except ImportError:  # a broken install without tqdm: the automatic bar is not shown
+            self.shown = self.start = None
+        except Exception as e:
+            self.shown = self.start = None
+            warn_user(UserWarning(f"the {self.desc} progress bar cannot be drawn ({type(e).__name__}: {e}); the work "
+                                  "goes on without it. Fix: make standard error writable, or pass progress=False (or "
+                                  f"set {ENV}=0 for the automatic bars)."))
 
     def update(self, n: int = 1) -> None:
         """Count `n` more done, showing the bar once DELAY_S has passed."""
         if self.shown is not None:
-            self.shown.update(n)
+            self._draw(lambda: self.shown.update(n))
             return
         self.n += n
         if self.start is not None and time.perf_counter() - self.start >= DELAY_S:
-            try:
+            def show():
                 self.shown = _tqdm(desc=self.desc, unit=self.unit, total=self.total, initial=self.n, leave=False)
-            except ImportError:  # a broken install without tqdm: the automatic bar is not shown, the work goes on
-                self.start = None
+            self._draw(show)
+
+    def finished(self) -> None:
+        """Fill a bar of work whose length was not known (a fixed point's rounds): its total, the count done."""
+        shown = self.shown
+        if shown is not None and shown.n and (shown.total is None or shown.n < shown.total):
+            def fill():
+                shown.total = shown.n
+                shown.refresh()
+            self._draw(fill)
+
+    def stopped(self) -> None:
+        """Close a bar whose work stopped on an error or an interrupt: one of known length turns red
+        (tqdm's own), one of unknown length goes (a closed bar of unknown length looks finished)."""
+        if self.shown is not None and self.shown.total is None:
+            self.shown.leave = False
+        self.close()
 
     def close(self) -> None:
         """Close the bar, where one is shown."""
         if self.shown is not None:
-            self.shown.close()
+            self._draw(self.shown.close)
 
 
-def finished(bar) -> None:
-    """Ends a bar of work whose length was not known (a fixed point's rounds) full: its total then
-    the count done."""
-    shown = getattr(bar, "shown", bar)
-    if shown is not None and shown.n and (getattr(shown, "total", None) is None or shown.n < shown.total):
-        shown.total = shown.n
-        shown.refresh()
+def finished(bar: Bar | None) -> None:
+    """`bar.finished()` where there is a bar."""
+    if bar is not None:
+        bar.finished()
 
 
-def stopped(bar) -> None:
-    """Close a bar whose work stopped on an error or an interrupt: one of known length turns red
-    (tqdm's own), one of unknown length goes (a closed bar of unknown length looks finished)."""
-    shown = getattr(bar, "shown", bar)
-    if shown is not None and getattr(shown, "total", None) is None:
-        shown.leave = False
-    bar.close()
+def stopped(bar: Bar | None) -> None:
+    """`bar.stopped()` where there is a bar."""
+    if bar is not None:
+        bar.stopped()
 
 
 def automatic(progress: bool | None) -> bool:

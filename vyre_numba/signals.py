@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from typing import Callable
 
 
 class _Caught:
@@ -18,11 +19,16 @@ class _Caught:
 class uninterrupted:
     """A block whose host calls (a few device copies enqueued together) happen all or none: a
     SIGINT (Ctrl-C) that arrives inside it is delivered again as it ends, so the KeyboardInterrupt
-    comes after the block. Does nothing where Python cannot hold one back: off the main thread
-    (which Python never interrupts), inside another such block, or under a handler set outside
-    Python."""
+    comes after the block. `undo`, where given, is called first where one came (once, before it is
+    delivered): for a block whose change the interrupt would lose, such as a drain that emptied its
+    queue but will not return the items. Does nothing where Python cannot hold one back: off the
+    main thread (which Python never interrupts), inside another such block, or under a handler set
+    outside Python."""
 
-    __slots__ = ("_old", "_held")
+    __slots__ = ("_old", "_held", "_undo")
+
+    def __init__(self, undo: Callable[[], object] | None = None) -> None:
+        self._undo = undo
 
     def __enter__(self) -> uninterrupted:
         self._old = self._held = None
@@ -39,10 +45,21 @@ class uninterrupted:
         self._old, self._held = old, held
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, kind, *exc) -> bool:
         held, self._held = self._held, None
-        if held is not None:
+        if held is None:
+            return False
+        undo = self._undo if kind is None else None  # a block that raised says itself what it left
+        try:
+            if held.caught and undo is not None:
+                undo, _ = None, undo()
             signal.signal(signal.SIGINT, self._old)
             if held.caught:
+                if undo is not None:  # (one that came after the first look, held all the same)
+                    undo, _ = None, undo()
                 signal.raise_signal(signal.SIGINT)  # to the handler that was there before, as it would have been
-        return False
+            return False
+        except BaseException:  # one that came once the old handler was back, before the looks above
+            if undo is not None:
+                undo()
+            raise

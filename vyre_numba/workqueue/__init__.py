@@ -211,8 +211,14 @@ class QueueModel(_Shared):
         """The filled items, in push order; the queue is empty afterwards."""
         with self._lock:
             out = self._slots()[:self.size()].copy()
-            self.reset()  # as the device queue's drain
-        return out
+            tail, emptied = self._tail, self._emptied
+
+            def undo():  # a Ctrl-C came: the items stay queued, since the caller never gets them
+                self._tail, self._emptied = tail, emptied
+            with uninterrupted(undo):
+                self._tail = 0
+                self._emptied += 1
+                return out
 
     def _drop_first(self, n: int, emptied: int) -> None:
         """Empty the queue of its first n items, moving any after them to the front (as WorkQueue's)."""
@@ -594,16 +600,24 @@ class WorkQueue(_Shared, Unshared):
     def drain(self) -> ArrayOut:
         """The filled items as a new device array (exactly their number), and the queue emptied."""
         with self._lock:
-            items, _ = self._live()
-            n = self.size()
+            items, state = self._live()
+            words = self._words()
+            n = min(words[0], self.capacity)
             if _SIM and self.dtype.fields is not None:  # the simulator's device copy loses a record's fields
                 out = self._cuda.to_device(items[:n].copy_to_host())
             else:
                 out = self._cuda.device_array(n, self.dtype, stream=self._bound)
                 if n:
                     out.copy_to_device(items[:n], stream=self.stream)
-            self.reset()
-        return out
+            emptied = self._emptied
+
+            def undo():  # a Ctrl-C came: the items stay queued, since the caller never gets them
+                state.copy_to_device(np.array(words, np.uint64), stream=self.stream)
+                self._emptied = emptied
+            with uninterrupted(undo):
+                state.copy_to_device(np.zeros(2, np.uint64), stream=self.stream)
+                self._emptied += 1
+                return out
 
     def _drop_first(self, n: int, emptied: int) -> None:
         """Empty the queue of its first n items, moving any after them to the front; nothing where it

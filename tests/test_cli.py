@@ -644,6 +644,19 @@ def test_info_says_a_debug_setting_that_is_not_one(capsys, monkeypatch):
         assert main(["info"]) == 0 and "settings: every one valid" in capsys.readouterr().out
 
 
+def test_info_says_a_vyre_numba_setting_it_never_reads(capsys, monkeypatch):
+    """Regression (a red-team): a misspelt name (VYRE_NUMBA_CACHEDIR) had no effect, and `info` said
+    every setting was valid."""
+    monkeypatch.setenv("VYRE_NUMBA_CACHEDIR", "/tmp/x")
+    assert main(["info"]) == 2
+    settings = [line for line in capsys.readouterr().out.splitlines() if line.startswith("settings: ")]
+    assert len(settings) == 1 and "VYRE_NUMBA_CACHEDIR is set, but vyre-numba reads no setting of that name" in \
+        settings[0] and "(did you mean 'VYRE_NUMBA_CACHE_DIR'?)" in settings[0] and "Fix: spell it as one of " in \
+        settings[0], settings
+    monkeypatch.delenv("VYRE_NUMBA_CACHEDIR")
+    assert main(["info"]) == 0 and "settings: every one valid" in capsys.readouterr().out
+
+
 def test_the_demos_cpu_check_is_fma_and_can_fail(capsys, monkeypatch):
     """Regression (a red-team): on the CPU the demo compared the reference backend with itself, a
     check that could not fail; it now checks against NumPy, rounded once as fma rounds."""
@@ -902,6 +915,30 @@ def test_a_replaced_output_keeps_its_mode(saxpy_json, tmp_path):
     out.chmod(0o600)
     assert main(["emit", str(saxpy_json), "-o", str(out)]) == 0
     assert stat.S_IMODE(out.stat().st_mode) == 0o600 and b".entry saxpy(" in out.read_bytes()
+
+
+def test_a_ctrl_c_between_the_renames_of_a_set_of_outputs_comes_after_the_last(tmp_path, monkeypatch):
+    """Regression (a red-team): an interrupt between write_all's renames left a new k.ptx beside the old
+    k.ptx.json (another program's digest and ABI), against its promise of every old file or none."""
+    import signal
+
+    from vyre_numba import files
+
+    a, b = tmp_path / "k.ptx", tmp_path / "k.ptx.json"
+    a.write_text("old ptx")
+    b.write_text("old json")
+    real, renamed = files.os.replace, []
+
+    def replace(src, dst):
+        real(src, dst)
+        renamed.append(dst)
+        if len(renamed) == 1:
+            signal.raise_signal(signal.SIGINT)  # Ctrl-C after the first
+    monkeypatch.setattr(files.os, "replace", replace)
+    with pytest.raises(KeyboardInterrupt):
+        files.write_all([(a, lambda f: f.write(b"new ptx")), (b, lambda f: f.write(b"new json"))])
+    assert len(renamed) == 2 and a.read_text() == "new ptx" and b.read_text() == "new json"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.ptx", "k.ptx.json"]  # no temporary left
 
 
 def test_a_write_error_into_an_output_is_exit_1_with_a_fix(saxpy_json, tmp_path, capsys, monkeypatch):

@@ -163,6 +163,56 @@ def test_unwritable_directory_costs_only_the_cache_and_says_so_once(tmp_path):
     assert c.get(("k",)) is None
 
 
+def test_entries_have_the_mode_open_would_give_so_a_shared_cache_is_shared(tmp_path):
+    """Regression (a red-team): every entry kept mkstemp's 0600, so in a shared cache (or one filled
+    when an image was built) other users' lookups were silent misses."""
+    import stat
+
+    old = os.umask(0o002)
+    try:
+        c = DiskCache(tmp_path)
+        c.put(("k",), b"payload")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(c.path(("k",)).stat().st_mode) == 0o664
+
+
+def test_a_relative_cache_dir_is_fixed_where_the_cache_is_made(tmp_path, monkeypatch):
+    """Regression (a red-team): VYRE_NUMBA_CACHE_DIR=kcache was read against the working directory at
+    each call, so after a chdir (%cd in a notebook) every entry stored before missed, without a word."""
+    monkeypatch.setenv("VYRE_NUMBA_CACHE_DIR", "kcache")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    c = DiskCache()
+    assert c.directory == tmp_path / "a" / "kcache"
+    c.put(("k",), b"payload")
+    monkeypatch.chdir(tmp_path / "b")
+    assert c.get(("k",)) == b"payload" and not (tmp_path / "b" / "kcache").exists()
+    assert DiskCache("rel").directory == tmp_path / "b" / "rel"  # a passed one alike
+
+
+def test_a_directory_that_cannot_be_looked_into_costs_only_the_cache(tmp_path, monkeypatch):
+    """Regression (a red-team): pathlib's is_dir raises EACCES and ENAMETOOLONG, so a cache under a
+    directory the user cannot enter (a container run as another user, HOME=/root) or a name too long
+    for the system failed the first dispatch with a raw OSError instead of costing only the cache."""
+    from pathlib import Path
+
+    def no_entry(self):
+        raise PermissionError(13, "Permission denied", str(self))
+    monkeypatch.setattr(Path, "is_dir", no_entry)
+    monkeypatch.setattr(Path, "mkdir", lambda self, *a, **k: no_entry(self))
+    c = DiskCache(tmp_path / "locked" / "cache")
+    with pytest.warns(CacheWarning, match=r"cannot be used \(PermissionError: Permission denied\)"):
+        c.put(("k",), b"payload")
+    assert c.get(("k",)) is None and c.writes == 0
+    monkeypatch.undo()
+    long = DiskCache(tmp_path / ("x" * 300))  # ENAMETOOLONG, for real
+    with pytest.warns(CacheWarning, match=r"cannot be used \(OSError: File name too long\)"):
+        long.put(("k",), b"payload")
+    assert long.get(("k",)) is None
+
+
 def test_the_directory_is_read_as_users_expect(monkeypatch, tmp_path):
     """Regression (a red-team): an empty XDG_CACHE_HOME put the cache in the working directory,
     '~' was a directory named '~', a blank VYRE_NUMBA_CACHE_DIR a directory named ' '."""

@@ -131,7 +131,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         c = caps()
         print(f"GPU: {c.name}, sm_{c.sm}, {c.sm_count} SMs, cooperative launch: {c.cooperative_launch}")
     print(f"default backend: {usable[0] if usable else 'none usable (see above)'}")
-    bad = [(env, why) for env, why in _settings() if why is not None]
+    bad = [(env, why) for env, why in _settings() + _unknown_settings() if why is not None]
     debug = _debug_setting()
     if debug is not None:  # read as on, so no command refuses it; info, which checks settings, says so
         bad.append((DEBUG_ENV, debug))
@@ -166,6 +166,16 @@ def _settings() -> list[tuple[str, VyreError | None]]:
         except VyreError as e:
             out.append((env, e))
     return out
+
+
+def _unknown_settings() -> list[tuple[str, VyreError]]:
+    """(environment variable, a SettingError) for each VYRE_NUMBA_* variable set that vyre-numba
+    never reads (a misspelt name has no effect: `info` says so)."""
+    known = {env for env, _ in _settings()} | {DEBUG_ENV}
+    return [(name, errors.SettingError(f"{name} is set, but vyre-numba reads no setting of that name, so it has no "
+                                       f"effect{did_you_mean(name, sorted(known))}. Fix: spell it as one of "
+                                       f"{', '.join(sorted(known))}, or unset it."))
+            for name in sorted(os.environ) if name.startswith("VYRE_NUMBA_") and name not in known]
 
 
 def _check_settings() -> None:

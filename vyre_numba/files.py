@@ -10,6 +10,8 @@ import tempfile
 from contextlib import contextmanager
 from typing import BinaryIO, Callable, Iterable, Iterator
 
+from .signals import uninterrupted
+
 _FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -42,6 +44,21 @@ def regular(path: str | os.PathLike, *, follow: bool = True) -> Iterator[BinaryI
         os.close(fd)
 
 
+def new_file_mode() -> int:
+    """The mode `open()` gives a file it creates (0o666 less the umask), read without setting the
+    umask where Linux shows it, since setting it to read it races with other threads' files."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def write_all(files: Iterable[tuple[str | os.PathLike, Callable[[BinaryIO], object]]]) -> None:
     """Write every (path, write(file)) as one set: each is written in full beside its path (for a
     symbolic link, the file it leads to, whose mode it keeps) before any replaces its path, so a
@@ -53,8 +70,6 @@ def write_all(files: Iterable[tuple[str | os.PathLike, Callable[[BinaryIO], obje
     staged: list[tuple[str, str]] = []  # (temporary name, the file it replaces)
     replaced: list = []
     path = None
-    umask = os.umask(0)
-    os.umask(umask)
     try:
         for path, write in files:
             real = os.path.realpath(path) if os.path.islink(path) else os.fspath(path)
@@ -72,10 +87,11 @@ def write_all(files: Iterable[tuple[str | os.PathLike, Callable[[BinaryIO], obje
             with os.fdopen(fd, "wb") as f:
                 write(f)
             # as open() would leave it: mkstemp's 0600 is for the temporary name
-            os.chmod(tmp, stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~umask)
-        for (tmp, real), (path, _) in zip(staged, files):
-            os.replace(tmp, real)
-            replaced.append(path)
+            os.chmod(tmp, stat.S_IMODE(st.st_mode) if st is not None else new_file_mode())
+        with uninterrupted():  # a Ctrl-C between two renames would pair a new file with an old one
+            for (tmp, real), (path, _) in zip(staged, files):
+                os.replace(tmp, real)
+                replaced.append(path)
     except OSError as e:
         e.written, e.replaced = path, replaced
         raise

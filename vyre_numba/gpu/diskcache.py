@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import INTEGERS, ArgumentError, CacheWarning, SettingError, a_type, shown, warn_user
-from ..files import NotRegular, regular
+from ..files import NotRegular, new_file_mode, regular
 
 MAGIC = b"VYRECUB2"  # then SHA-256 of repr(key), SHA-256 of the payload, the payload
 _FORMER = b"VYRECUB"  # an entry of another format version: a plain miss, replaced by the next put
@@ -62,7 +62,7 @@ def default_dir() -> Path:
     env = os.environ.get("VYRE_NUMBA_CACHE_DIR", "").strip()
     if env:
         try:
-            return Path(env).expanduser()
+            return _absolute(Path(env).expanduser())
         except RuntimeError:  # `~user/...` of a user this system does not know, or `~` with no home
             raise SettingError(f"VYRE_NUMBA_CACHE_DIR={shown(env)} starts with {shown(env.split('/')[0], 40)}, a "
                                "home directory this system does not know. Fix: set VYRE_NUMBA_CACHE_DIR to a writable "
@@ -148,11 +148,25 @@ def _directory(directory, owner: str = "DiskCache") -> Path:
                             "pass a str or a pathlib.Path, or None for the default.")
     try:
         if fs.strip() and "\0" not in fs:
-            return Path(fs).expanduser()
+            return _absolute(Path(fs).expanduser())
     except RuntimeError:  # `~user` of a user this system does not know
         pass
     raise ArgumentError(f"{owner}: directory={shown(directory, 60)} is no directory name. Fix: pass a "
                         "directory's path (an absolute one, or ~ for your own home), or None for the default.")
+
+
+def _a_directory(p: Path) -> bool:
+    """Whether `p` is a directory and not a link to one; False where that cannot be known (no
+    permission to look, a name too long), as Path.is_dir would raise."""
+    return os.path.isdir(p) and not os.path.islink(p)
+
+
+def _absolute(p: Path) -> Path:
+    """`p` made absolute now, so that a later chdir (`%cd` in a notebook) does not move the cache."""
+    try:
+        return p.absolute()
+    except OSError:  # the working directory was removed: the path is kept as given
+        return p
 
 
 def _read_regular(p: Path, limit: int) -> bytes | None:
@@ -227,7 +241,7 @@ class DiskCache:
             p.unlink(missing_ok=True)
         except OSError:
             try:  # a directory in its place (unlink refuses one): removed where empty
-                if p.is_dir() and not p.is_symlink():
+                if _a_directory(p):
                     p.rmdir()
             except OSError:
                 pass
@@ -243,6 +257,7 @@ class DiskCache:
             fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".cubin")
             with os.fdopen(fd, "wb") as f:
                 f.write(MAGIC + _key_digest(key) + hashlib.sha256(payload).digest() + payload)
+            os.chmod(tmp, new_file_mode())  # readable by whom open() would let: mkstemp's 0600 hid entries from others
             os.replace(tmp, self.path(key))
             tmp = None
             self.writes += 1
@@ -255,9 +270,9 @@ class DiskCache:
                     pass
             if isinstance(e, OSError):
                 entry = self.path(key)
-                if entry.is_dir() and not entry.is_symlink():  # this entry's place alone, not the directory
+                if _a_directory(entry):  # this entry's place alone, not the directory
                     self.remove(key)  # (removed where empty: the next put stores it)
-                    if entry.is_dir():
+                    if _a_directory(entry):
                         _entry_unusable(entry)
                 elif not (lost and isinstance(e, FileNotFoundError)):
                     _unusable(self.directory, f"{type(e).__name__}: {e.strerror or e}", self._lost, self._explicit)

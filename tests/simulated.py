@@ -119,6 +119,17 @@ def merged(shards: list) -> tuple:
     return uf._joined(*[uf._forest(s) for s in shards])
 
 
+def refused(call, error, *fragments: str) -> None:
+    """Assert that `call()` raises `error` whose message holds every fragment and a Fix (for the
+    scripts run under the simulator, which have no pytest.raises)."""
+    try:
+        call()
+    except error as e:
+        assert all(f in str(e) for f in fragments) and "Fix: " in str(e), str(e)
+        return
+    raise AssertionError("not refused: " + " / ".join(fragments))
+
+
 def run_script(script: str, timeout: int = 900):
     """Run a test's script under the simulator in a subprocess whose working directory is this
     folder (so it imports this module and the tests' case generators)."""

@@ -952,13 +952,11 @@ from vyre_numba.compaction import Selector
 from vyre_numba.compaction.kernels import flag_nonzero
 from vyre_numba.errors import DispatchError
 
+from simulated import refused as raises
+
+
 def refused(call, *fragments):
-    try:
-        call()
-    except DispatchError as e:
-        assert all(f in str(e) for f in fragments) and "Fix: " in str(e), str(e)
-        return
-    raise AssertionError("not refused: " + " / ".join(fragments))
+    raises(call, DispatchError, *fragments)
 
 n = 4096 + 64
 f = (np.arange(n) % 3 == 0).astype(np.uint8)
@@ -993,9 +991,9 @@ def test_a_selectors_octs_out_and_empty_selections_are_checked_under_the_cuda_si
     end), run(out=None) blamed flag_of, count(n=0) left the last selection's count for total(),
     watch() with no selection answered -1, which means a one-launch selection gave up, and run or
     enqueue launched the count before refusing their output arguments (a new selection, refused)."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    out = subprocess.run([sys.executable, "-c", SELECTOR_ARGUMENTS], env=env, capture_output=True, text=True,
-                         timeout=900)
+    from simulated import run_script
+
+    out = run_script(SELECTOR_ARGUMENTS, 900)
     assert out.returncode == 0 and "selector arguments ok" in out.stdout, out.stdout + out.stderr
 
 

@@ -4,9 +4,6 @@ an argument whose conversion closes the owner is refused, not half-run (a red-te
 from __future__ import annotations
 
 import gc
-import os
-import subprocess
-import sys
 import weakref
 
 import numpy as np
@@ -105,13 +102,7 @@ from vyre_numba.compaction import Selector
 from vyre_numba.errors import DispatchError, ImmutableError
 from vyre_numba.workqueue import WorkQueue
 
-def refused(call, error, *fragments):
-    try:
-        call()
-    except error as e:
-        assert all(f in str(e) for f in fragments) and "Fix: " in str(e), str(e)
-        return
-    raise AssertionError("not refused: " + " / ".join(fragments))
+from simulated import refused
 
 q = WorkQueue(8, np.int32)
 assert q.closed is False
@@ -137,6 +128,7 @@ print("owners ok")
 
 
 def test_a_work_queue_and_a_selector_say_closed_and_keep_their_stream_under_the_cuda_simulator():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    out = subprocess.run([sys.executable, "-c", SIMULATED], env=env, capture_output=True, text=True, timeout=600)
+    from simulated import run_script
+
+    out = run_script(SIMULATED, 600)
     assert out.returncode == 0 and "owners ok" in out.stdout, out.stdout + out.stderr

@@ -1565,6 +1565,28 @@ def test_a_path_to_a_serialized_egraph_is_told_to_be_read_first(tmp_path):
             EGraph.from_serialized(given)
     assert EGraph.from_serialized(f.read_text()).n_nodes == 1
 
+    f.write_text(json.dumps({"nodes": {"a": {"op": "x", "children": [], "eclass": "c"}}}), encoding="utf-8-sig")
+    with pytest.raises(DispatchError, match=r"begins with a byte-order mark.*Fix: read the file with "
+                                            r"encoding='utf-8-sig' \(or pass its bytes"):  # was "not JSON" (a red-team)
+        EGraph.from_serialized(f.read_text())
+    assert EGraph.from_serialized(f.read_text(encoding="utf-8-sig")).n_nodes == 1
+    assert EGraph.from_serialized(f.read_bytes()).n_nodes == 1
+
+
+def test_operator_names_given_as_bytes_are_told_to_decode():
+    """Regression (a red-team): ops=[b'Add'] was told [str(o) for o in ops], which names it "b'Add'", so
+    later calls by name missed it; add/lookup with bytes names were told ids are integers."""
+    with pytest.raises(DispatchError, match=r"ops holds b'Add' \(bytes\); operator names are str\. Fix: pass names, "
+                                            r"e\.g\. \[o\.decode\(\) for o in ops\]"):
+        EGraph.from_arrays([0, 1], [1, 0], [0, 0, 2], [0, 0], ops=[b"Add", b"x"], backend="reference")
+    g = EGraph.from_terms([("Add", "x", "x")], backend="reference")
+    for call in (lambda: g.add([b"Mul"], [0, 2], [0, 0]), lambda: g.lookup(np.array([b"Add"]), [0, 2], [0, 0])):
+        with pytest.raises(DispatchError, match=r"op holds bytes \(b'(Mul|Add)'\); operator names are str\. Fix: "
+                                                r"decode them"):
+            call()
+    decoded = g.lookup(np.char.decode(np.array([b"Add"])), [0, 2], [0, 0])  # the Fix, followed
+    assert decoded.tolist() == g.lookup(["Add"], [0, 2], [0, 0]).tolist() == [g.find(g.term_classes)[0]]
+
 
 def test_union_of_a_table_with_a_missing_id_is_told_as_missing():
     pd = pytest.importorskip("pandas")

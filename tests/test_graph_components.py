@@ -282,11 +282,20 @@ def test_a_whole_graph_call_that_is_missing_or_has_one_argument_too_many_says_bo
         with pytest.raises(DispatchError, match=r"indptr is a NoneType, not an array of integers\. Fix: pass 1-D "):
             call()
     for call in (lambda: connected_components(np.eye(3)), lambda: vn.graph.bfs(np.eye(3), 0),
-                 lambda: vn.graph.bfs([[0, 1], [1, 0]], 0)):  # a dense matrix: bfs(M, 0) was told source is missing
+                 lambda: vn.graph.bfs([[0, 1, 0], [1, 0, 0], [0, 0, 0]], 0)):  # bfs(M, 0) was told source is missing
         with pytest.raises(DispatchError, match=r"indptr is a square 2-D array \(a dense adjacency matrix\?\), not a "
                                                 r"CSR's offsets\. Fix: pass the graph as a sparse matrix, [a-z_]+\("
                                                 r"scipy\.sparse\.csr_array\(M\)"):
             call()
+    for two in ([[0, 1], [1, 2]], np.array([[0, 1], [1, 0]])):  # two edges or a 2 x 2 matrix: both readings named
+        with pytest.raises(DispatchError, match=r"indptr is a 2 x 2 array, not a CSR's offsets: a dense adjacency "
+                                                r"matrix, or a list of two edges \(u, v\)\? Fix: for a matrix M, pass "
+                                                r"bfs\(scipy\.sparse\.csr_array\(M\), source\); for an \(m, 2\) array "
+                                                r"of edges E, A = scipy\.sparse\.coo_array"):
+            vn.graph.bfs(two, 0)
+    huge = sp.coo_array((np.ones(1), (np.array([0]), np.array([1]))), shape=(2**31, 2**31))
+    with pytest.raises(DispatchError, match=r"2147483648 vertices and 1 entries; vertex ids and offsets are 32-bit"):
+        vn.graph.bfs(huge, 0)  # refused before its conversion to CSR, whose offsets alone are 16 GiB (a red-team)
     with pytest.raises(DispatchError, match=r"the graph is a csr_array of shape \(2, 3\), but an adjacency matrix is "
                                             r"square .*Fix: pass an n x n matrix"):
         vn.graph.bfs(sp.csr_array(np.ones((2, 3))), 0)

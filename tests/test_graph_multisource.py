@@ -231,6 +231,19 @@ def test_a_graph_in_a_form_no_call_takes_is_named_not_told_missing_its_source(ca
         with pytest.raises(DispatchError, match=rf"{call}\(\): the graph is {kind}, a form {call}\(\) does not take\. "
                                                 r"Fix: pass it as a SciPy sparse matrix.*nx\.to_scipy_sparse_array"):
             getattr(graph, call)(g, *then, backend="reference")
+    # the Fix's networkx conversion, followed, gives networkx's answer where nodes were added out of order
+    # (without nodelist, row i is the i-th node added: distances came out under the wrong vertices, a red-team)
+    G = nx.Graph([(3, 1), (1, 0), (0, 2), (4, 5)])
+    with pytest.raises(DispatchError, match=r"nodelist=range\(len\(G\)\)") as e:
+        getattr(graph, call)(G, *then, backend="reference")
+    fix = str(e.value).split("Fix: ")[1]
+    A = eval(fix[fix.index("A = ") + 4:fix.index(", since")], {"nx": nx, "G": G})
+    got = getattr(graph, call)(A, *then, backend="reference")
+    if call == "bfs":
+        d = nx.single_source_shortest_path_length(G, 0)
+        assert got.tolist() == [d.get(v, -1) for v in range(len(G))] == [0, 1, 1, 2, -1, -1]
+    elif call == "connected_components":
+        assert got.tolist() == [min(c) for v in range(len(G)) for c in nx.connected_components(G) if v in c]
     ip, ix = np.array([0, 1, 2, 3, 3]), np.array([1, 2, 3])
     if call != "connected_components":  # offsets and their indices given, the source not: missing, as before
         with pytest.raises(ArgumentError, match=f"{call}\\(\\) is missing source"):

@@ -159,8 +159,10 @@ def _op_names(ops) -> list[str] | None:
                             "Fix: pass e.g. ops=['Add', 'Mul'] (or None).")
     bad = [o for o in ops if not isinstance(o, str)]  # a list, not next(..., None): None may be the item
     if bad:
+        fix = ("[o.decode() for o in ops] (str(b'Add') is \"b'Add'\", a name no later call would spell)"
+               if isinstance(bad[0], (bytes, np.bytes_)) else "[str(o) for o in ops] if numbers are meant as names")
         raise DispatchError(f"ops holds {shown(bad[0], 60)} ({type(bad[0]).__name__}); operator names are str. "
-                            "Fix: pass names, e.g. [str(o) for o in ops] if numbers are meant as names.")
+                            f"Fix: pass names, e.g. {fix}.")
     names = [str(o) for o in ops]
     if len(set(names)) != len(names):
         seen: set = set()
@@ -572,7 +574,11 @@ class EGraph(NotACollection, Unshared):
         except Exception:  # not an array: _rows says what it takes
             arr = None
         names = op if isinstance(op, (list, tuple)) else (
-            arr.tolist() if isinstance(arr, np.ndarray) and arr.ndim == 1 and arr.dtype.kind in "UO" else None)
+            arr.tolist() if isinstance(arr, np.ndarray) and arr.ndim == 1 and arr.dtype.kind in "UOS" else None)
+        if names is not None and any(isinstance(x, (bytes, np.bytes_)) for x in names):
+            raise DispatchError(f"{what} op holds bytes ({shown(next(x for x in names if isinstance(x, bytes)), 40)}); "
+                                "operator names are str. Fix: decode them, [x.decode() for x in op] (or "
+                                "np.char.decode(op) for an array).")
         if names is None or not any(isinstance(x, str) for x in names):
             return op, []
         k = next((i for i, x in enumerate(names) if not isinstance(x, str)), None)

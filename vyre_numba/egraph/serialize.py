@@ -191,6 +191,10 @@ def rows_of_serialized(data: "str | bytes | bytearray | dict"):
     given = None  # a dict of the caller's: its JSON text, once checked
     try:
         if isinstance(data, (str, bytes, bytearray)):  # the text, as json.loads reads it
+            if isinstance(data, str) and data.startswith("\ufeff"):  # (json.loads reads bytes past one)
+                raise DispatchError("the serialized e-graph text begins with a byte-order mark (U+FEFF), which JSON "
+                                    "text does not hold. Fix: read the file with encoding='utf-8-sig' (or pass its "
+                                    "bytes, Path.read_bytes()).")
             try:
                 data = json.loads(data, object_pairs_hook=_no_repeats)
             except _Repeated as e:

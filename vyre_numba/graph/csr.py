@@ -81,6 +81,10 @@ def graph_arguments(indptr, indices, then, call: str, then_name: str | None = No
                             "its arrays), or call the Graph's own method where it has one (g.bfs, g.bfs_many, "
                             "g.connected_components).")
     if _square(indptr):
+        if np.shape(indptr) == (2, 2):  # two edges (u, v) read as rows look the same
+            raise DispatchError(f"{call}(): indptr is a 2 x 2 array, not a CSR's offsets: a dense adjacency matrix, or "
+                                "a list of two edges (u, v)? Fix: for a matrix M, pass "
+                                f"{call}(scipy.sparse.csr_array(M){after}); for an (m, 2) array of edges E, {_EDGES}.")
         raise DispatchError(f"{call}(): indptr is a square 2-D array (a dense adjacency matrix?), not a CSR's offsets. "
                             f"Fix: pass the graph as a sparse matrix, {call}(scipy.sparse.csr_array(M){after}).")
     if _pair(indptr):
@@ -113,9 +117,13 @@ def _unsupported_form(call: str, g, after: str) -> DispatchError:
     list, an adjacency dict or list of lists, a DataFrame)."""
     kind = f"a networkx {type(g).__name__}" if _networkx(g) else a_type(g)
     return DispatchError(f"{call}(): the graph is {kind}, a form {call}() does not take. Fix: pass it as a SciPy "
-                         f"sparse matrix, {call}(A{after}) (a networkx graph G: A = nx.to_scipy_sparse_array(G); edges "
-                         "u -> v: A = scipy.sparse.coo_array((np.ones(len(u)), (u, v)), shape=(n, n))), or as its CSR "
-                         f"arrays, {call}(indptr, indices{after}).")
+                         f"sparse matrix, {call}(A{after}) (a networkx graph G of nodes 0..n-1: A = "
+                         "nx.to_scipy_sparse_array(G, nodelist=range(len(G))), since without nodelist row i is the "
+                         f"i-th node added, not node i; an (m, 2) array of edges E: {_EDGES}), or as its CSR arrays, {call}(indptr, "
+                         f"indices{after}).")
+
+
+_EDGES = "A = scipy.sparse.coo_array((np.ones(len(u)), (u, v)), shape=(n, n)) (u, v = E[:, 0], E[:, 1])"
 
 
 def _networkx(a) -> bool:
@@ -199,6 +207,7 @@ def _arrays_of(g, call: str) -> tuple:
                             "(row v and column v are both vertex v). Fix: pass an n x n matrix for a graph of n "
                             "vertices.")
     if getattr(g, "format", "csr") != "csr":
+        _check_size(shape[0], getattr(g, "nnz", 0))  # before the conversion, whose offsets alone could be huge
         g = g.tocsr()  # the same matrix: rows stay rows
     return g.indptr, g.indices
 

@@ -1097,6 +1097,24 @@ def test_arrays_of_other_kinds_get_a_fix_for_their_kind(array, fix):
     one_fix(raises(DispatchError, k, array, np.zeros(1, np.float32), backend=R, match=f"holds .*Fix: .*{fix}"))
 
 
+@pytest.mark.parametrize("decl, array", [
+    ("i32", np.array([1 + 2j, 3 - 1j])),
+    ("f32", np.array([1 + 2j, 3 - 1j], np.complex128)),
+    ("f64", np.array([1 + 2j], np.complex64)),
+    ("f32", np.array([(1.5, 2), (2.5, 3)], dtype=[("v", "f8"), ("w", "i4")])),
+    ("i32", np.array([(1.5, 2), (2.5, 3)], dtype=[("v", "f8"), ("w", "i4")])),
+    ("i64", np.array([(1.5, 2)], dtype=[("v", "f8"), ("w", "i4")])),
+])
+def test_the_fix_for_a_complex_or_record_array_is_one_that_runs(decl, array):
+    """Regression (a red-team): complex into an i32 input was told `a.real`, a record into an f32 one
+    `a['v']` (float64): each Fix followed met the next refusal, float64 into a declared type."""
+    k = elementwise(f"{decl} a", f"{decl} y", "a")
+    text = one_fix(raises(DispatchError, k, array, backend=R, match="holds .*Fix: "))
+    fix = re.search(r"pass (?:its real part|one field), (\S+)", text).group(1)
+    a = eval(fix, {"a": array, "np": np})
+    assert k(a, backend=R).tolist() == a.tolist()  # runs, as the Fix says
+
+
 def test_inf_and_nan_are_float_literals_unless_the_operation_names_them():
     """Regression (a red-team): `a * 1e400` silently multiplied by an infinity (Python reads the
     literal as one), and an infinity had no spelling but that."""

@@ -756,9 +756,14 @@ _UNITS = {"Y": "years", "M": "months", "W": "weeks", "D": "days", "h": "hours", 
 def _kind_fix(x: str, have: np.dtype, dt: DataType, value=None) -> tuple[str, str]:
     """What values of `have`, a complex, date, time-span or record dtype, are and how to pass them for
     `x`, declared `dt`: (what, fix)."""
+    store = _numpy_name(dt)
+
+    def as_declared(expr: str, of: np.dtype) -> str:  # the Fix's expression, converted where its dtype is not dt's
+        return expr if of == np.dtype(store) else f"{expr}.astype(np.{store})"
     if have.kind == "c":
+        real = as_declared(f"{x}.real", np.dtype(f"f{have.itemsize // 2}"))
         return (f"complex{'' if value is None else f' {complex(value)}'}; vyre has no complex types",
-                f"pass its real part, {x}.real (and its imaginary part, {x}.imag, as another input where it matters)")
+                f"pass its real part, {real} (and its imaginary part alike, as another input where it matters)")
     if have.kind in "Mm":
         unit = _UNITS.get(np.datetime_data(have)[0], "units")
         what = f"{'a date' if have.kind == 'M' else 'a time span'} ({have}); vyre has no date or time types"
@@ -766,10 +771,10 @@ def _kind_fix(x: str, have: np.dtype, dt: DataType, value=None) -> tuple[str, st
         declare = "" if dt is DataType.I64 else f", and declare {x!r} i64"
         return what, f"pass {x}.astype(np.int64), {count}{declare}"
     if have.names:
-        field = have.names[0]
+        field = next((f for f in have.names if have.fields[f][0] == np.dtype(store)), have.names[0])
+        of = have.fields[field][0]
         return (f"a record (fields {', '.join(map(repr, have.names))}); vyre takes numbers",
-                f"pass one field, {x}[{field!r}] ({have.fields[field][0]})")
-    store = _numpy_name(dt)
+                f"pass one field, {as_declared(f'{x}[{field!r}]', of)} ({field!r} holds {of})")
     return (f"raw bytes (void, {have.itemsize} bytes); vyre takes numbers",
             f"pass the number its bytes hold as a NumPy number, e.g. {x}.view(np.{store}) where they are one {store}")
 

@@ -768,3 +768,24 @@ def test_a_call_of_many_steps_warns_once_of_each_uncovered_buffer(name):
             g.replay_resident()
         s.close(), g.close()
     assert len(seen) == said <= 2 and all(w.category is vn.CoverageWarning for w in seen)
+
+
+def test_bools_uploaded_for_a_bool_buffer_are_told_the_exact_conversion():
+    """A red-team's leftover: upload of a bool array makes a one-byte buffer, which a bool-declared
+    buffer (one uint32 a flag) refuses; its Fix spoke of truncating 0.5, which bools never hold."""
+    import vyre_numba as vn
+    from vyre_numba import ir
+
+    be = vn.get_backend("reference")
+    p = ir.Program([ir.BufferDecl.read_write("x", 0, "bool")], 64,
+                   [ir.let("i", ir.gid(0)),
+                    ir.if_(ir.var("i") < ir.buf_len("x"), [ir.store("x", ir.var("i"), ir.lit(True))])],
+                   name="p")
+    flags = np.array([True, False, True])
+    with pytest.raises(vn.DispatchError, match=r"'x' is declared bool \(stored as uint32.*holds bool\. Fix: upload "
+                                               r"x\.astype\(np\.uint32\) \(True is 1\), or make the buffer for the "
+                                               r"program, backend\.allocate\(program, 'x', n\)\.$"):
+        be.dispatch_resident(p, [be.upload(flags)])
+    x = be.upload(flags.astype(np.uint32))  # the Fix, followed
+    be.dispatch_resident(p, [x])
+    assert be.download(x).tolist() == [1, 1, 1]

@@ -430,6 +430,9 @@ STRIDED_FIX = ("Fix: dispatch on a contiguous copy you keep (c = np.ascontiguous
 def storage_mismatch(where: str, decl, have) -> DispatchError:
     """The error for a resident buffer of dtype `have` bound to `decl`, whose storage differs."""
     said, fix = _STORED.get(decl.dtype, ("", f"allocate it with dtype {decl.dtype.storage}"))
+    if decl.dtype is DataType.BOOL and np.dtype(have) == np.bool_:  # bools convert exactly: no 0.5 to warn of
+        fix = (f"upload x.astype(np.uint32) (True is 1), or make the buffer for the program, "
+               f"backend.allocate(program, {decl.name!r}, n)")
     return DispatchError(f"{where}: {decl.name!r} is declared {decl.dtype}{said} but the array holds "
                          f"{np.dtype(have)}. Fix: {fix}.")
 

@@ -95,9 +95,9 @@ def main() -> int:
                 stall[1, 1](3000)
                 start.record()
                 for _ in range(100):
-                    again.scalar(7, sel._arrived + blocks)
+                    again.scalar(7, sel._tally.arrived + blocks)
                     again(blocks, select_module.THREADS)
-                    sel._arrived += blocks
+                    sel._tally.arrived += blocks
                 end.record()
                 end.synchronize()
             return cuda.event_elapsed_time(start, end) * 1e3 / 100

@@ -651,9 +651,14 @@ def test_info_says_a_vyre_numba_setting_it_never_reads(capsys, monkeypatch):
     assert main(["info"]) == 2
     settings = [line for line in capsys.readouterr().out.splitlines() if line.startswith("settings: ")]
     assert len(settings) == 1 and "VYRE_NUMBA_CACHEDIR is set, but vyre-numba reads no setting of that name" in \
-        settings[0] and "(did you mean 'VYRE_NUMBA_CACHE_DIR'?)" in settings[0] and "Fix: spell it as one of " in \
+        settings[0] and "(did you mean VYRE_NUMBA_CACHE_DIR?)" in settings[0] and "Fix: spell it as one of " in \
         settings[0], settings
     monkeypatch.delenv("VYRE_NUMBA_CACHEDIR")
+    monkeypatch.setenv("VYRE_NUMBA_VERBOSE", "1")  # near no name: none is suggested (a review: the shared prefix
+    assert main(["info"]) == 2  # made every name look near VYRE_NUMBA_DEBUG)
+    out = capsys.readouterr().out
+    assert "VYRE_NUMBA_VERBOSE is set" in out and "did you mean" not in out and "NUMBA_ENABLE_CUDASIM" not in out
+    monkeypatch.delenv("VYRE_NUMBA_VERBOSE")
     assert main(["info"]) == 0 and "settings: every one valid" in capsys.readouterr().out
 
 

@@ -432,8 +432,10 @@ class _FakeEvents:
     def cuEventRecord(self, ev, stream):
         return (self.CUresult.CUDA_SUCCESS if self.recording else self.CUresult.CUDA_ERROR_OUT_OF_MEMORY,)
 
+    faulted = False  # True: the timed work failed (a kernel fault)
+
     def cuEventSynchronize(self, ev):
-        return (self.CUresult.CUDA_SUCCESS,)
+        return (self.CUresult.CUDA_ERROR_ILLEGAL_ADDRESS if self.faulted else self.CUresult.CUDA_SUCCESS,)
 
     def cuEventElapsedTime(self, start, end):
         return self.CUresult.CUDA_SUCCESS, 1.5
@@ -474,7 +476,7 @@ def test_device_timer_keeps_its_events_for_the_next_unless_the_block_failed():
         with be.device_timer(0) as failed:
             1 / 0
     assert drv.made == ["event0", "event1"] and drv.destroyed == ["event0", "event1"]  # a failed block's are destroyed
-    with pytest.raises(vn.DispatchError, match=r"no time: its block was left by ZeroDivisionError.*Fix: read t\.ns "):
+    with pytest.raises(vn.DispatchError, match=r"no time: its block was left by ZeroDivisionError.*Fix: time a "):
         failed.ns  # not a silent 0
     assert "no time" in repr(failed)
     timer = be.device_timer(0)
@@ -492,6 +494,19 @@ def test_device_timer_keeps_its_events_for_the_next_unless_the_block_failed():
     assert str(e.value).startswith("entering device_timer()'s block ran out of GPU memory (recording an event"), e.value
     assert [f.name for f in traceback.extract_tb(e.value.__traceback__)] == [
         "test_device_timer_keeps_its_events_for_the_next_unless_the_block_failed"]
+
+
+def test_a_timer_whose_work_failed_says_so_not_that_its_block_is_running():
+    """Regression (a review): where the events' own wait failed as the block was left, t.ns said "its
+    block has not ended yet", with a Fix to read it after the block, which it was."""
+    drv = _FakeEvents(room=2)
+    drv.faulted = True
+    with pytest.raises(vn.DeviceError, match="the timed work failed: CUDA_ERROR_ILLEGAL_ADDRESS"):
+        with _timing_backend(drv).device_timer(0) as t:
+            pass
+    with pytest.raises(vn.DispatchError, match=r"no time: the timed work or its events failed \(the error said so as "
+                                               r"the block was left\)\. Fix: time a block that ends without an error"):
+        t.ns
 
 
 def test_a_device_timer_keeps_its_backend_alive_for_its_events():

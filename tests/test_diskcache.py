@@ -163,7 +163,7 @@ def test_unwritable_directory_costs_only_the_cache_and_says_so_once(tmp_path):
     assert c.get(("k",)) is None
 
 
-def test_entries_have_the_mode_open_would_give_so_a_shared_cache_is_shared(tmp_path):
+def test_entries_have_the_mode_open_would_give_so_a_shared_cache_is_shared(tmp_path, monkeypatch):
     """Regression (a red-team): every entry kept mkstemp's 0600, so in a shared cache (or one filled
     when an image was built) other users' lookups were silent misses."""
     import stat
@@ -175,6 +175,12 @@ def test_entries_have_the_mode_open_would_give_so_a_shared_cache_is_shared(tmp_p
     finally:
         os.umask(old)
     assert stat.S_IMODE(c.path(("k",)).stat().st_mode) == 0o664
+
+    def no_modes(path, mode):
+        raise PermissionError(1, "Operation not permitted")
+    monkeypatch.setattr(diskcache.os, "chmod", no_modes)  # a file system without modes: the entry still serves
+    c.put(("k2",), b"other")  # (a review: this switched the whole cache off with a warning)
+    assert c.get(("k2",)) == b"other" and c.writes == 2
 
 
 def test_a_relative_cache_dir_is_fixed_where_the_cache_is_made(tmp_path, monkeypatch):

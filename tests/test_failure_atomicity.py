@@ -483,6 +483,22 @@ def test_a_sigint_inside_an_uninterrupted_block_arrives_as_it_ends():
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, old)
+    undone = []
+    with pytest.raises(KeyboardInterrupt):  # undo: called once where one came, before it is delivered
+        with uninterrupted(lambda: undone.append("undo")):
+            signal.raise_signal(signal.SIGINT)
+    with uninterrupted(lambda: undone.append("never")):
+        pass  # none came: nothing to take back
+    assert undone == ["undo"]
+
+    def fails():
+        undone.append("failed")
+        raise RuntimeError("the copy back failed")
+    with pytest.raises(KeyboardInterrupt) as e:  # an undo that raises: the Ctrl-C still comes, the failure its context
+        with uninterrupted(fails):
+            signal.raise_signal(signal.SIGINT)
+    assert undone == ["undo", "failed"] and isinstance(e.value.__context__, RuntimeError)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # (a review: it stayed held for good)
     seen = []
     thread = threading.Thread(target=lambda: seen.append(uninterrupted().__enter__()._held))
     thread.start()

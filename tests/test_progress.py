@@ -287,8 +287,9 @@ def test_a_bar_that_cannot_be_drawn_goes_with_a_warning_and_the_work_goes_on(bar
         x[i] = min(x[i] + 1, 20)
         return int(x[i] < 20)
 
-    x = np.zeros(1, np.int64)
-    with pytest.warns(UserWarning, match=r"the fixpoint rounds progress bar cannot be drawn .*the work goes on "
-                                         r"without it\. Fix: "):
-        r = fixpoint.run(step, 1, [x], max_rounds=100, backend="reference")
-    assert r.converged and x.tolist() == [20]
+    for asked in (None, True):  # the automatic bar and one asked for (a review: True raised the raw error)
+        x = np.zeros(1, np.int64)
+        with pytest.warns(UserWarning, match=r"the fixpoint rounds progress bar cannot be drawn .*the work goes on "
+                                             r"without it\. Fix: "):
+            r = fixpoint.run(step, 1, [x], max_rounds=100, backend="reference", progress=asked)
+        assert r.converged and x.tolist() == [20]

@@ -325,6 +325,9 @@ class Completed(Pending):
         return self._outputs
 
 
+_RUNNING = "its block has not ended yet"
+
+
 class Timer:
     """The result of `device_timer`: `ns`, the nanoseconds the block took, once it is left."""
 
@@ -332,22 +335,28 @@ class Timer:
 
     def __init__(self) -> None:
         self._ns: int | None = None
-        self._why = "its block has not ended yet"
+        self._why = _RUNNING
 
     @property
     def ns(self) -> int:
         """The block's time in nanoseconds (refused until the block is left, or where its work failed)."""
         if self._ns is None:
-            raise DispatchError(f"this timer has no time: {self._why}. Fix: read t.ns after the block `with "
-                                "backend.device_timer() as t:` is left.")
+            fix = ("read t.ns after the block `with backend.device_timer() as t:` is left" if self._why == _RUNNING
+                   else "time a block that ends without an error")
+            raise DispatchError(f"this timer has no time: {self._why}. Fix: {fix}.")
         return self._ns
 
     def __repr__(self) -> str:
         return f"<Timer: {'no time: ' + self._why if self._ns is None else f'{self._ns:,} ns'}>"
 
 
+def left_by(kind: type) -> str:
+    """Why a timer whose block was left by an exception of `kind` has no time."""
+    return f"its block was left by {kind.__name__}, so the work in it was not timed"
+
+
 class HostTimer(Unshared):
-    """A `device_timer` block timed with the host's clock, once: `ns` is set however it is left.
+    """A `device_timer` block timed with the host's clock, once: `ns` is set where it is left whole.
     Not copied or pickled: a copy would time into the same Timer (on a GPU, the same events)."""
 
     def _unshared(self) -> DispatchError:
@@ -371,8 +380,11 @@ class HostTimer(Unshared):
         self._start = time.perf_counter_ns()
         return self._timer
 
-    def __exit__(self, *exc) -> None:
-        self._timer._ns = time.perf_counter_ns() - self._start
+    def __exit__(self, kind, *exc) -> None:
+        if kind is None:
+            self._timer._ns = time.perf_counter_ns() - self._start
+        else:  # as on the GPU, whose events time no failed block: the same code reads the same on both
+            self._timer._why = left_by(kind)
 
     @property
     def ns(self) -> int:

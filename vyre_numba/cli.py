@@ -171,11 +171,19 @@ def _settings() -> list[tuple[str, VyreError | None]]:
 def _unknown_settings() -> list[tuple[str, VyreError]]:
     """(environment variable, a SettingError) for each VYRE_NUMBA_* variable set that vyre-numba
     never reads (a misspelt name has no effect: `info` says so)."""
-    known = {env for env, _ in _settings()} | {DEBUG_ENV}
-    return [(name, errors.SettingError(f"{name} is set, but vyre-numba reads no setting of that name, so it has no "
-                                       f"effect{did_you_mean(name, sorted(known))}. Fix: spell it as one of "
-                                       f"{', '.join(sorted(known))}, or unset it."))
-            for name in sorted(os.environ) if name.startswith("VYRE_NUMBA_") and name not in known]
+    known = sorted(env for env in [env for env, _ in _settings()] + [DEBUG_ENV] if env.startswith(_PREFIX))
+    out = []
+    for name in sorted(os.environ):
+        if name.startswith(_PREFIX) and name not in known:  # the names compared past the prefix, which all share
+            near = difflib.get_close_matches(name[len(_PREFIX):], [k[len(_PREFIX):] for k in known], n=1)
+            out.append((name, errors.SettingError(
+                f"{name} is set, but vyre-numba reads no setting of that name, so it has no effect"
+                f"{f' (did you mean {_PREFIX}{near[0]}?)' if near else ''}. Fix: spell it as one of "
+                f"{', '.join(known)}, or unset it.")))
+    return out
+
+
+_PREFIX = "VYRE_NUMBA_"
 
 
 def _check_settings() -> None:

@@ -83,7 +83,12 @@ class Bar:
         self.desc, self.unit, self.total, self.n = desc, unit, total, 0
         self.start, self.shown = time.perf_counter(), None
         if at_once:
-            self.shown = _tqdm(desc=desc, unit=unit, total=total)  # ImportError: the caller refuses the call
+            try:
+                self.shown = _tqdm(desc=desc, unit=unit, total=total)
+            except ImportError:  # the caller refuses the call
+                raise
+            except Exception as e:
+                self._gone(e)
 
     def _draw(self, draw: Callable) -> None:
         """`draw()` on the tqdm bar; where it fails, the bar goes (said once) and the work goes on."""
@@ -92,10 +97,13 @@ class Bar:
         except ImportError:  # a broken install without tqdm: the automatic bar is not shown
             self.shown = self.start = None
         except Exception as e:
-            self.shown = self.start = None
-            warn_user(UserWarning(f"the {self.desc} progress bar cannot be drawn ({type(e).__name__}: {e}); the work "
-                                  "goes on without it. Fix: make standard error writable, or pass progress=False (or "
-                                  f"set {ENV}=0 for the automatic bars)."))
+            self._gone(e)
+
+    def _gone(self, e: Exception) -> None:
+        self.shown = self.start = None
+        warn_user(UserWarning(f"the {self.desc} progress bar cannot be drawn ({type(e).__name__}: {e}); the work "
+                              "goes on without it. Fix: make standard error writable, or pass progress=False (or "
+                              f"set {ENV}=0 for the automatic bars)."))
 
     def update(self, n: int = 1) -> None:
         """Count `n` more done, showing the bar once DELAY_S has passed."""

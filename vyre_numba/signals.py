@@ -49,17 +49,23 @@ class uninterrupted:
         held, self._held = self._held, None
         if held is None:
             return False
-        undo = self._undo if kind is None else None  # a block that raised says itself what it left
+        undo = [self._undo] if kind is None and self._undo is not None else []  # (a block that raised says
+
+        def take_back() -> None:  # itself what it left): at most once, however it ends
+            while undo:
+                undo.pop()()
         try:
-            if held.caught and undo is not None:
-                undo, _ = None, undo()
-            signal.signal(signal.SIGINT, self._old)
             if held.caught:
-                if undo is not None:  # (one that came after the first look, held all the same)
-                    undo, _ = None, undo()
-                signal.raise_signal(signal.SIGINT)  # to the handler that was there before, as it would have been
-            return False
-        except BaseException:  # one that came once the old handler was back, before the looks above
-            if undo is not None:
-                undo()
-            raise
+                take_back()
+        finally:  # the handler back and the signal delivered, even where undo raised
+            try:
+                signal.signal(signal.SIGINT, self._old)
+                if held.caught:
+                    try:
+                        take_back()  # (one that came after the first look, held all the same)
+                    finally:
+                        signal.raise_signal(signal.SIGINT)  # to the handler that was there before, as it would be
+            except BaseException:  # or one that came once the old handler was back
+                take_back()
+                raise
+        return False

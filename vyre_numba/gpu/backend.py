@@ -13,8 +13,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from .. import checked, errors, profiling
-from ..backend import (Backend, HostTimer, InFlight, Telemetry, Timer, check_each, check_empty, check_span, check_upload, check_write,
-                       wait_seconds)
+from ..backend import (Backend, HostTimer, InFlight, Telemetry, Timer, check_each, check_empty, check_span,
+                       check_upload, check_write, left_by, wait_seconds)
 from ..bindings import Binding, bind, check_config, coverage_once
 from ..config import DispatchConfig
 from ..display import Duration
@@ -1055,6 +1055,8 @@ class _EventTimer(HostTimer):
     def __exit__(self, kind, error, tb) -> None:
         drv, (start, end) = self._drv, self._events
         ok = False
+        self._timer._why = left_by(kind) if kind is not None else "the timed work or its events failed (the error " \
+                                                                  "said so as the block was left)"
         try:
             if kind is None:
                 driver_check(drv.cuEventRecord(end, self._stream), "recording an event")
@@ -1066,8 +1068,6 @@ class _EventTimer(HostTimer):
                 driver_check(err, "reading the time between two events")
                 self._timer._ns = int(round(ms * 1e6))
                 ok = True
-            else:
-                self._timer._why = f"its block was left by {kind.__name__}, so the work in it was not timed"
         finally:
             if ok:
                 self._keep()

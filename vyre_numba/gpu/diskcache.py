@@ -257,7 +257,10 @@ class DiskCache:
             fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".cubin")
             with os.fdopen(fd, "wb") as f:
                 f.write(MAGIC + _key_digest(key) + hashlib.sha256(payload).digest() + payload)
-            os.chmod(tmp, new_file_mode())  # readable by whom open() would let: mkstemp's 0600 hid entries from others
+            try:  # readable by whom open() would let: mkstemp's 0600 hid entries from other users
+                os.chmod(tmp, new_file_mode())
+            except OSError:  # a file system without modes (some FUSE and network mounts): the entry still serves
+                pass
             os.replace(tmp, self.path(key))
             tmp = None
             self.writes += 1

@@ -132,3 +132,18 @@ def test_a_work_queue_and_a_selector_say_closed_and_keep_their_stream_under_the_
 
     out = run_script(SIMULATED, 600)
     assert out.returncode == 0 and "owners ok" in out.stdout, out.stdout + out.stderr
+
+
+def test_a_closed_while_graph_refuses_its_block_and_launch():
+    """The fixpoint runner's own CUDA graph (a loop on the device) alike: `with` or launch once closed
+    is refused, not sent to the driver with a released graph (a red-team's leftover)."""
+    from vyre_numba.gpu.cudagraph import WhileGraph
+
+    g = WhileGraph.__new__(WhileGraph)  # its owned graph and stream, released by a finaliser, stood in for
+    g.what, g._finalizer = "the fixpoint loop", weakref.finalize(g, lambda: None)
+    assert g.closed is False and g.__enter__() is g
+    g.close()
+    assert g.closed is True
+    for call in (g.__enter__, g.launch, g.run):
+        with pytest.raises(DispatchError, match=r"this CUDA graph of the fixpoint loop was closed\. Fix: build another"):
+            call()

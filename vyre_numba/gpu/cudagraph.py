@@ -14,7 +14,8 @@ from .. import checked
 from ..backend import _iterable, as_step, label_counts
 from ..bindings import Binding, bind, check_config, check_resident
 from ..config import DispatchConfig
-from ..errors import CompileError, DeviceError, UnsupportedError, VyreError, check_calls, raise_if_out_of_memory
+from ..errors import (CompileError, DeviceError, DispatchError, UnsupportedError, VyreError, check_calls,
+                      raise_if_out_of_memory)
 from ..ir import Program, check
 from ..recording import (Frozen, RecordedGraph, RecordedSequence, StepBuffers, check_recorded_launches,
                          check_replay_dtypes, check_replay_sizes, input_dtypes, pinned_steps)
@@ -384,8 +385,18 @@ class WhileGraph:
         """The stream the graph runs on."""
         return self._owned.stream
 
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` has released the graph and its stream (then every call is refused)."""
+        return not self._finalizer.alive
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise DispatchError(f"this CUDA graph of {self.what} was closed. Fix: build another.")
+
     def launch(self) -> None:
         """Enqueue the graph on its stream, after the work already on the backend's stream."""
+        self._check_open()
         self.backend.synchronize()  # inputs written on the backend's stream come first
         try:
             self._graph.launch(self._cstream)
@@ -403,6 +414,7 @@ class WhileGraph:
         self._finalizer()
 
     def __enter__(self) -> "WhileGraph":
+        self._check_open()
         return self
 
     def __exit__(self, *exc) -> None:

@@ -102,6 +102,116 @@ def test_a_step_reads_the_global_it_names_as_it_is_now(name):
 
 
 
+@numba.njit
+def capped(v):
+    return min(v, LIMIT)
+
+
+@numba.njit(inline="always")
+def item(a, j):
+    return a[j]
+
+
+@numba.njit
+def item_of_item(a, j):
+    return item(a, j)  # a helper's helper
+
+
+@numba.njit
+def put(a, j, v):
+    a[j] = v
+
+
+@numba.njit
+def root(parent, x):
+    if parent[x] == x:
+        return x
+    return root(parent, parent[x])
+
+
+def test_the_helpers_a_cpu_step_calls_are_bounds_checked_keyed_and_not_recursive():
+    """Regression (a red-team): only the step itself was compiled with bounds checks, so an @njit
+    helper's read past an array gave garbage and a "converged" run, and its write past one changed
+    memory beside it; a global the helper read was compiled in once, stale when a cell changed it;
+    a recursive helper on a long chain ran off the stack and killed the process."""
+    global LIMIT
+
+    def reads_past(i, a, out):
+        v = item_of_item(a, i + 2)  # two helpers down, one inlined
+        if out[i] != v:
+            out[i] = v
+            return 1
+        return 0
+
+    def writes_past(i, a):
+        put(a, i + 2, 12345)
+        return 0
+
+    for step, args in ((reads_past, [np.arange(4), np.zeros(4, np.int64)]), (writes_past, [np.zeros(4, np.int64)])):
+        before = [a.copy() for a in args]
+        with pytest.raises(DispatchError, match=r"the step indexed outside an array.*the arrays are as they were"):
+            fixpoint.run(step, 4, args, backend="reference")
+        assert all(np.array_equal(a, b) for a, b in zip(args, before))
+    x = np.arange(8)
+    assert fixpoint.run(reads_past, 6, [x, np.zeros(6, np.int64)], backend="reference").converged  # in range: fine
+
+    def up_to_capped(i, x):
+        v = capped(x[i] + 1)
+        if v != x[i]:
+            x[i] = v
+            return 1
+        return 0
+    try:
+        for limit in (5, 9):
+            LIMIT = limit
+            x = np.zeros(3, np.int64)
+            assert fixpoint.run(up_to_capped, 3, [x], backend="reference").converged and x.tolist() == [limit] * 3
+    finally:
+        LIMIT = 5
+
+    def labels(i, parent, label):
+        r = root(parent, i)
+        if label[i] != r:
+            label[i] = r
+            return 1
+        return 0
+    with pytest.raises(DispatchError, match=r"the helper 'root' is recursive \(it calls root -> root\).*kills the "
+                                            r"process\. Fix: write it as a loop"):
+        fixpoint.run(labels, 4, [np.array([1, 2, 3, 3]), np.zeros(4, np.int64)], backend="reference")
+
+
+
+def test_a_step_that_runs_out_of_memory_is_still_a_memory_error():
+    """Regression (a red-team): a step's own allocation failing became a plain DispatchError telling
+    it to raise no exceptions, which `except MemoryError` missed (the docs: the caller's own stays theirs)."""
+    def greedy(i, x):
+        big = np.empty(1 << 62, np.int8)
+        x[i] = big.size
+        return 0
+    x = np.zeros(2, np.int64)
+    with pytest.raises(MemoryError) as e:
+        fixpoint.run(greedy, 2, [x], backend="reference")
+    assert isinstance(e.value, vn.HostMemoryError) and "Fix: allocate less inside the step" in str(e.value)
+    assert x.tolist() == [0, 0]
+
+
+
+SEEN = np.zeros(4, np.int64)
+
+
+def test_a_step_writing_an_array_it_names_from_outside_is_told_to_take_it_as_an_argument():
+    """Regression (a red-team): it was told `setitem(readonly array ...)` of an array the user never
+    made read-only, with the Fix to write the step in Numba's subset."""
+    def marks(i, x):
+        SEEN[i] = 1
+        return 0
+    with pytest.raises(DispatchError, match=r"writes to an array it reads from outside itself .*Fix: pass the array "
+                                            r"in args"):
+        fixpoint.run(marks, 4, [np.zeros(4, np.int64)], backend="reference")
+    assert SEEN.tolist() == [0] * 4
+
+
+
 TABLE = np.array([5])
 
 

@@ -88,12 +88,13 @@ PREDICATES_KEPT = 64  # compiled predicates kept (each cache below): a loop maki
 _CPU_MASKS: LRUCache = LRUCache(PREDICATES_KEPT)
 
 
-def predicate_key(predicate: Callable):
+def predicate_key(predicate: Callable, _within: tuple = ()):
     """What a compiled predicate is kept by: its code and the values it reads (closure cells,
     defaults, the globals and module attributes it names, each with its type, a tuple's items'
-    too), where all of them hash, so that a lambda written anew each call (in a loop, a notebook
-    cell run again) compiles once and a changed threshold compiles afresh; else the function
-    itself, whose globals Numba fixes at its first compilation."""
+    too, a helper it calls by what that helper reads), where all of them hash, so that a lambda
+    written anew each call (in a loop, a notebook cell run again) compiles once and a changed
+    threshold compiles afresh; else the function itself, whose globals Numba fixes at its first
+    compilation."""
     code = getattr(predicate, "__code__", None)
     if code is None:
         return predicate
@@ -111,8 +112,15 @@ def predicate_key(predicate: Callable):
             modules += [v for _, v in named if isinstance(v, types.ModuleType) and v not in modules]
         _check_frozen(predicate, named)
         keywords = sorted((name, _typed(v)) for name, v in (predicate.__kwdefaults__ or {}).items())
+        within = (*_within, predicate)  # a helper calling one it is called by: keyed by itself there
+
+        def typed(v):
+            helper = helper_of(v)
+            if helper is None or helper in within:
+                return _typed(v)
+            return type(v), predicate_key(helper, within)  # (refusing what the helper reads, as its caller's)
         # by name too: one code run in two namespaces may read the same value as different names
-        key = (code, tuple((name, _typed(v)) for name, v in named), tuple(keywords))
+        key = (code, tuple((name, typed(v)) for name, v in named), tuple(keywords))
         hash(key)
     except VyreError:  # `_check_frozen`'s refusal
         raise
@@ -151,6 +159,47 @@ def snapshot(fn: Callable) -> Callable:
     copy = types.FunctionType(fn.__code__, read, fn.__name__, defaults, cells or None)
     copy.__kwdefaults__ = dict(fn.__kwdefaults__) if fn.__kwdefaults__ else None
     copy.__qualname__, copy.__module__, copy.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
+    return copy
+
+
+def helper_of(v) -> types.FunctionType | None:
+    """The Python function of `v` where `v` is a helper Numba compiles on its own for the host (an
+    `@njit` function, `inline="always"` ones too), else None (numba-cuda's device functions, plain
+    functions, whatever Numba types by other means)."""
+    py = getattr(v, "py_func", None)
+    if isinstance(py, types.FunctionType) and type(v).__module__.startswith("numba.core"):
+        return py
+    return None
+
+
+def checked_helpers(fn: Callable, jit: Callable[[Callable, Any], Callable], _within: tuple = ()) -> Callable:
+    """A snapshot of `fn` whose helpers (`helper_of` each global and closure value) are
+    `jit(snapshot of the helper, helper)`, and theirs in turn: so that a step compiled with bounds
+    checks calls helpers compiled with them too (Numba compiles each function with its own
+    options). A DispatchError where helpers call each other round (recursion, which a long chain
+    runs off the host's stack with, killing the process)."""
+    copy = snapshot(fn)
+    if copy is fn:  # a dispatcher or a builtin, or an empty cell: nothing of its own to rewrite
+        return fn
+    within = (*_within, fn)
+
+    def checked(v):
+        helper = helper_of(v)
+        if helper is None:
+            return v
+        if helper in within:
+            names = " -> ".join(getattr(f, "__name__", "?") for f in (*within[within.index(helper):], helper))
+            raise DispatchError(f"the helper {helper.__name__!r} is recursive (it calls {names}): compiled for the "
+                                "host, a deep recursion (a long chain of parents) runs off the thread's stack and "
+                                "kills the process. Fix: write it as a loop (e.g. `while parent[x] != x: x = "
+                                "parent[x]`).")
+        return jit(checked_helpers(helper, jit, within), v)
+    scope = copy.__globals__
+    for name in _names(fn.__code__):
+        if name in scope:
+            scope[name] = checked(scope[name])
+    for cell in copy.__closure__ or ():
+        cell.cell_contents = checked(cell.cell_contents)
     return copy
 
 

@@ -11,9 +11,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .. import display
-from ..errors import (INTEGERS, IN_HOST_MEMORY, BarrierTimeoutError, DispatchError, UnsupportedError, VyreError, a_type,
-                      host_memory, native, numba_reason, shown, whole, yields)
-from ..compaction.select import kept_compiled, predicate_key
+from ..errors import (INTEGERS, IN_HOST_MEMORY, BarrierTimeoutError, DispatchError, HostMemoryError, UnsupportedError,
+                      VyreError, a_type, host_memory, native, numba_reason, shown, whole, yields)
+from ..compaction.select import checked_helpers, kept_compiled, predicate_key
 from ..lru import LRUCache
 from ..progress import check_progress, finished, stopped
 
@@ -312,8 +312,11 @@ def _cpu_round(step: Callable) -> tuple[Callable, Callable]:
     def build(fn: Callable) -> tuple[Callable, Callable]:
         from numba import njit
 
-        # an index out of range raises, never corrupts; division by zero gives NumPy's result, as on the GPU
-        inner = njit(boundscheck=True, error_model="numpy")(fn)
+        def checked(f: Callable, helper=None) -> Callable:
+            # an index out of range raises, never corrupts; division by zero gives NumPy's result, as on the GPU
+            inline = getattr(helper, "targetoptions", {}).get("inline", "never")
+            return njit(boundscheck=True, error_model="numpy", inline=inline)(f)
+        inner = checked(checked_helpers(fn, checked))  # the helpers it calls checked too
 
         @njit
         def one_round(n, args):
@@ -459,6 +462,10 @@ def _numba_call(fn, n: int, args: list):
                                 f"arrays (a == b), or of x[i] where x is {' or '.join(grids)}, not 1-D, so x[i] is a "
                                 "whole row. Fix: compare items (a[i] == b[i]), and index a 2-D array as x[r, c] or pass "
                                 "x.reshape(-1) (a view, updated in place); the arrays are as they were.") from e
+        if not numba_error and isinstance(e, MemoryError):  # an allocation in the step: a MemoryError still
+            raise HostMemoryError(f"the step ran out of host memory ({first}). Fix: allocate less inside the step "
+                                  "(pass arrays made once in args, which it fills); the arrays are as they "
+                                  "were.") from e  # (`except MemoryError` around the call catches it, as before)
         if not numba_error:  # a `raise` in the compiled step, run
             raise DispatchError(f"the step raised {type(e).__name__} ({first}). Fix: make the step total over its "
                                 "inputs (no exceptions raised); the arrays are as they were.") from e
@@ -466,6 +473,11 @@ def _numba_call(fn, n: int, args: list):
         if frozen and writes_read_only(e):
             raise DispatchError(f"{read_only_written(frozen)}. Fix: pass a writable array (np.array(x) is a writable "
                                 "copy; the step's writes then go to the copy).") from e
+        if writes_read_only(e):  # none of the arguments is read-only: an array named from outside the step
+            raise DispatchError("the step writes to an array it reads from outside itself (a global or a closure's), "
+                                "which Numba compiles in as a read-only constant. Fix: pass the array in args, "
+                                "fixpoint.run(step, n, [..., array]), and take it as a parameter; the arrays are as "
+                                "they were.") from None
         raise DispatchError(f"the step function does not compile with Numba ({numba_reason(e)}). Fix: write it in "
                             "Numba's subset (array indexing, arithmetic, loops) taking (i, *args), and check the "
                             "argument types it is given.") from None  # Numba's frames say nothing more

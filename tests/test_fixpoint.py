@@ -212,6 +212,18 @@ def test_a_step_writing_an_array_it_names_from_outside_is_told_to_take_it_as_an_
 
 
 
+def test_a_step_with_a_keyword_only_parameter_is_told_to_make_it_ordinary():
+    """Regression (a red-team): Numba bound the array to the keyword-only `damping` and said a required
+    argument 'a' was missing, with the Fix to write the step in Numba's subset."""
+    def damped(i, a, *, damping=0.5):
+        a[i] = a[i] * damping
+        return 0
+    with pytest.raises(DispatchError, match=r"the step takes 'damping' by keyword only.*Fix: make 'damping' an "
+                                            r"ordinary parameter"):
+        fixpoint.run(damped, 4, [np.ones(4)], backend="reference")
+
+
+
 TABLE = np.array([5])
 
 

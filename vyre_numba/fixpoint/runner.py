@@ -139,8 +139,13 @@ def _check_arity(step, given: int) -> None:
     """Refuse a step that cannot take (i, *args) for `given` args (Numba would say only that it
     cannot bind them, as if the step did not compile)."""
     params = inspect.signature(getattr(step, "py_func", step)).parameters.values()
-    if any(p.kind in (p.VAR_POSITIONAL, p.KEYWORD_ONLY, p.VAR_KEYWORD) for p in params):
-        return  # *args takes any number; keyword-only parameters Numba refuses itself, saying so
+    named = [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.VAR_KEYWORD)]
+    if named:  # Numba binds positional arguments to them and says a required one is missing
+        raise DispatchError(f"the step takes {named[0]!r} by keyword only, and it is called as step(i, *args), all "
+                            f"positional. Fix: make {named[0]!r} an ordinary parameter (before the `*`), given in "
+                            "args or by its default, or read the value from a global the step names.")
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return  # *args takes any number
     takes = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if not takes:
         raise DispatchError("the step takes no parameters; it is called as step(i, *args). Fix: make i, the item, "

@@ -123,6 +123,16 @@ def put(a, j, v):
 
 
 @numba.njit
+def norm(v):
+    return np.sqrt(v * v)  # named like NumPy's own (np.linalg.norm): no recursion
+
+
+@numba.njit("int32(int32)")
+def wrapped(v):
+    return v + np.int32(1)  # declared int32: wraps at 2**31, compiled afresh as declared
+
+
+@numba.njit
 def root(parent, x):
     if parent[x] == x:
         return x
@@ -178,6 +188,82 @@ def test_the_helpers_a_cpu_step_calls_are_bounds_checked_keyed_and_not_recursive
     with pytest.raises(DispatchError, match=r"the helper 'root' is recursive \(it calls root -> root\).*kills the "
                                             r"process\. Fix: write it as a loop"):
         fixpoint.run(labels, 4, [np.array([1, 2, 3, 3]), np.zeros(4, np.int64)], backend="reference")
+
+    def norms(i, x):  # a helper named like a NumPy function is no recursion (a review: it was refused as one)
+        v = norm(x[i])
+        if x[i] != v:
+            x[i] = v
+            return 1
+        return 0
+    x = np.array([-2.0, 3.0])
+    assert fixpoint.run(norms, 2, [x], backend="reference").converged and x.tolist() == [2.0, 3.0]
+
+    def bumps(i, x):  # an explicit signature is kept (a review: it was compiled lazily, int64, without the wrap)
+        x[i] = wrapped(x[i])
+        return 0
+    x = np.array([2**31 - 1, 5], np.int32)
+    fixpoint.run(bumps, 2, [x], backend="reference")
+    assert x.tolist() == [-(2**31), 6]
+
+
+def test_helpers_named_as_module_attributes_in_defaults_or_tuples_are_checked_and_each_compiled_once(tmp_path,
+                                                                                                     monkeypatch):
+    """Regression (a review): mod.helper, a helper as a default argument or in a tuple was left unchecked
+    (garbage and "converged"); a helper reached by many paths (a diamond) was compiled once a path."""
+    import sys
+
+    select = sys.modules["vyre_numba.compaction.select"]  # (the package's `select` is the function)
+    (tmp_path / "helpmod60.py").write_text("import numba\nLIMIT = 5\n\n@numba.njit\ndef item(a, j):\n    return a[j]\n"
+                                           "\n@numba.njit\ndef capped(v):\n    return min(v, LIMIT)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import helpmod60
+
+    def via_module(i, a, out):
+        out[i] = helpmod60.item(a, i + 2)
+        return 0
+
+    def via_default(i, a, out, get=helpmod60.item):
+        out[i] = get(a, i + 2)
+        return 0
+    GETS = (helpmod60.item,)
+
+    def via_tuple(i, a, out):
+        out[i] = GETS[0](a, i + 2)
+        return 0
+    for step in (via_module, via_default, via_tuple):
+        with pytest.raises(DispatchError, match=r"the step indexed outside an array"):
+            fixpoint.run(step, 4, [np.arange(4), np.zeros(4, np.int64)], backend="reference")
+
+    def up_to_module_limit(i, x):
+        v = helpmod60.capped(x[i] + 1)
+        if v != x[i]:
+            x[i] = v
+            return 1
+        return 0
+    for limit in (5, 9):  # the module's global, read through its helper, as it is now
+        helpmod60.LIMIT = limit
+        x = np.zeros(3, np.int64)
+        assert fixpoint.run(up_to_module_limit, 3, [x], backend="reference").converged and x.tolist() == [limit] * 3
+    del sys.modules["helpmod60"]
+
+    made = []
+    real = select.checked_helpers
+
+    def counted(fn, jit, *rest):
+        made.append(fn.__name__)
+        return real(fn, jit, *rest)
+    monkeypatch.setattr(select, "checked_helpers", counted)
+    leaf = numba.njit(lambda v: v + 1)
+    left = numba.njit(lambda v: leaf(v) + leaf(v))
+    right = numba.njit(lambda v: leaf(v) * 2)
+    top = numba.njit(lambda v: left(v) + right(v))
+
+    def diamond(i, x):
+        x[i] = top(x[i])
+        return 0
+    x = np.zeros(2, np.int64)
+    fixpoint.run(diamond, 2, [x], backend="reference")
+    assert x.tolist() == [4, 4] and len(made) == 5  # the step and each of its four helpers once
 
 
 

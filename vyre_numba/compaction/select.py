@@ -88,10 +88,11 @@ PREDICATES_KEPT = 64  # compiled predicates kept (each cache below): a loop maki
 _CPU_MASKS: LRUCache = LRUCache(PREDICATES_KEPT)
 
 
-def predicate_key(predicate: Callable, _within: tuple = ()):
+def predicate_key(predicate: Callable, helpers: bool = False, _keys: dict | None = None):
     """What a compiled predicate is kept by: its code and the values it reads (closure cells,
     defaults, the globals and module attributes it names, each with its type, a tuple's items'
-    too, a helper it calls by what that helper reads), where all of them hash, so that a lambda
+    too; with `helpers`, an `@njit` helper it calls by what that helper reads, for callers that
+    compile the helpers afresh, `checked_helpers`), where all of them hash, so that a lambda
     written anew each call (in a loop, a notebook cell run again) compiles once and a changed
     threshold compiles afresh; else the function itself, whose globals Numba fixes at its first
     compilation."""
@@ -112,13 +113,20 @@ def predicate_key(predicate: Callable, _within: tuple = ()):
             modules += [v for _, v in named if isinstance(v, types.ModuleType) and v not in modules]
         _check_frozen(predicate, named)
         keywords = sorted((name, _typed(v)) for name, v in (predicate.__kwdefaults__ or {}).items())
-        within = (*_within, predicate)  # a helper calling one it is called by: keyed by itself there
+        typed = _typed
+        if helpers:
+            keys = {} if _keys is None else _keys  # each helper keyed once a call; one calling back, by itself
+            keys.setdefault(predicate, predicate)
 
-        def typed(v):
-            helper = helper_of(v)
-            if helper is None or helper in within:
-                return _typed(v)
-            return type(v), predicate_key(helper, within)  # (refusing what the helper reads, as its caller's)
+            def typed(v):
+                if isinstance(v, tuple):
+                    return type(v), tuple(map(typed, v))
+                helper = helper_of(v)
+                if helper is None:
+                    return _typed(v)
+                if helper not in keys:
+                    keys[helper] = predicate_key(helper, True, keys)  # (refusing what it reads, as its caller's)
+                return type(v), keys[helper]
         # by name too: one code run in two namespaces may read the same value as different names
         key = (code, tuple((name, typed(v)) for name, v in named), tuple(keywords))
         hash(key)
@@ -166,24 +174,46 @@ def helper_of(v) -> types.FunctionType | None:
     """The Python function of `v` where `v` is a helper Numba compiles on its own for the host (an
     `@njit` function, `inline="always"` ones too), else None (numba-cuda's device functions, plain
     functions, whatever Numba types by other means)."""
+    if type(v) is not _cpu_dispatcher():
+        return None
     py = getattr(v, "py_func", None)
-    if isinstance(py, types.FunctionType) and type(v).__module__.startswith("numba.core"):
-        return py
-    return None
+    return py if isinstance(py, types.FunctionType) else None
 
 
-def checked_helpers(fn: Callable, jit: Callable[[Callable, Any], Callable], _within: tuple = ()) -> Callable:
-    """A snapshot of `fn` whose helpers (`helper_of` each global and closure value) are
-    `jit(snapshot of the helper, helper)`, and theirs in turn: so that a step compiled with bounds
-    checks calls helpers compiled with them too (Numba compiles each function with its own
-    options). A DispatchError where helpers call each other round (recursion, which a long chain
-    runs off the host's stack with, killing the process)."""
+@functools.lru_cache(maxsize=1)
+def _cpu_dispatcher() -> type:
+    from numba.core.registry import CPUDispatcher
+
+    return CPUDispatcher
+
+
+def checked_helpers(fn: Callable, jit: Callable[[Callable, Any], Callable], _done: dict | None = None,
+                    _within: tuple = ()) -> Callable:
+    """A snapshot of `fn` whose helpers (`helper_of` each value it names: globals, module
+    attributes, closure cells, defaults, tuples' items) are `jit(the helper's own checked_helpers,
+    helper)`, each once however many paths reach it: so that a step compiled with bounds checks
+    calls helpers compiled with them too (Numba compiles each function with its own options). A
+    DispatchError where helpers call each other round (recursion, which a long chain runs off the
+    host's stack with, killing the process)."""
+    done = {} if _done is None else _done
     copy = snapshot(fn)
     if copy is fn:  # a dispatcher or a builtin, or an empty cell: nothing of its own to rewrite
         return fn
     within = (*_within, fn)
 
     def checked(v):
+        if isinstance(v, tuple):
+            items = tuple(map(checked, v))
+            return v if all(a is b for a, b in zip(items, v)) else (
+                type(v)(*items) if hasattr(v, "_fields") else type(v)(items))
+        if isinstance(v, types.ModuleType):  # mod.helper: a copy of the module holding the checked helper
+            found = {n: checked(vars(v)[n]) for n in _names(fn.__code__) if helper_of(vars(v).get(n))}
+            if not found:
+                return v
+            module = types.ModuleType(v.__name__)
+            module.__dict__.update(vars(v))
+            module.__dict__.update(found)
+            return module
         helper = helper_of(v)
         if helper is None:
             return v
@@ -193,13 +223,17 @@ def checked_helpers(fn: Callable, jit: Callable[[Callable, Any], Callable], _wit
                                 "host, a deep recursion (a long chain of parents) runs off the thread's stack and "
                                 "kills the process. Fix: write it as a loop (e.g. `while parent[x] != x: x = "
                                 "parent[x]`).")
-        return jit(checked_helpers(helper, jit, within), v)
+        if helper not in done:
+            done[helper] = jit(checked_helpers(helper, jit, done, within), v)
+        return done[helper]
     scope = copy.__globals__
-    for name in _names(fn.__code__):
+    for name in _global_names(fn.__code__):
         if name in scope:
             scope[name] = checked(scope[name])
     for cell in copy.__closure__ or ():
         cell.cell_contents = checked(cell.cell_contents)
+    if copy.__defaults__:
+        copy.__defaults__ = checked(copy.__defaults__)
     return copy
 
 
@@ -218,16 +252,18 @@ def _held(v):
     return v.copy() if _frozen(v) and v.nbytes <= FROZEN_BYTES else v
 
 
-def kept_compiled(cache: LRUCache, fn: Callable, build: Callable[[Callable], Any], key=None) -> Any:
+def kept_compiled(cache: LRUCache, fn: Callable, build: Callable[[Callable], Any], key=None,
+                  helpers: Callable[[Callable, Any], Callable] | None = None) -> Any:
     """`cache`'s value for `fn` by `predicate_key` (`key` where the caller has it), else
     `build(snapshot(fn))` kept by the snapshot's key: what is compiled and what it is kept by name
-    the same values."""
-    key = predicate_key(fn) if key is None else key
+    the same values. `helpers`: how to compile the `@njit` helpers `fn` calls afresh
+    (`checked_helpers`), which then key it too."""
+    key = predicate_key(fn, helpers is not None) if key is None else key
     found = cache.get(key)
     if found is not None:
         return found
-    target = to_compile(fn)
-    target_key = predicate_key(target)
+    target = to_compile(fn) if helpers is None else checked_helpers(fn, helpers)
+    target_key = predicate_key(target, helpers is not None)
     return cache.put(key if target_key is target else target_key, build(target))
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from .. import display
 from ..errors import (INTEGERS, IN_HOST_MEMORY, BarrierTimeoutError, DispatchError, HostMemoryError, UnsupportedError,
                       VyreError, a_type, host_memory, native, numba_reason, shown, whole, yields)
-from ..compaction.select import checked_helpers, kept_compiled, predicate_key
+from ..compaction.select import kept_compiled, predicate_key
 from ..lru import LRUCache
 from ..progress import check_progress, finished, stopped
 
@@ -139,11 +139,19 @@ def _check_arity(step, given: int) -> None:
     """Refuse a step that cannot take (i, *args) for `given` args (Numba would say only that it
     cannot bind them, as if the step did not compile)."""
     params = inspect.signature(getattr(step, "py_func", step)).parameters.values()
-    named = [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.VAR_KEYWORD)]
+    params = list(params)
+    keywords = [p.name for p in params if p.kind is p.VAR_KEYWORD]
+    if keywords:
+        raise DispatchError(f"the step takes **{keywords[0]}, and it is called as step(i, *args), with no keywords. "
+                            f"Fix: take each value as a parameter after i, given in args, instead of **{keywords[0]}.")
+    named = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
     if named:  # Numba binds positional arguments to them and says a required one is missing
+        star = any(p.kind is p.VAR_POSITIONAL for p in params)
         raise DispatchError(f"the step takes {named[0]!r} by keyword only, and it is called as step(i, *args), all "
-                            f"positional. Fix: make {named[0]!r} an ordinary parameter (before the `*`), given in "
-                            "args or by its default, or read the value from a global the step names.")
+                            "positional. Fix: " + (f"read {named[0]!r} from a global the step names, or take it as the "
+                                                   "last item of args" if star else
+                                                   f"make {named[0]!r} an ordinary parameter (before the `*`), given "
+                                                   "in args or by its default") + ".")
     if any(p.kind is p.VAR_POSITIONAL for p in params):
         return  # *args takes any number
     takes = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
@@ -317,11 +325,7 @@ def _cpu_round(step: Callable) -> tuple[Callable, Callable]:
     def build(fn: Callable) -> tuple[Callable, Callable]:
         from numba import njit
 
-        def checked(f: Callable, helper=None) -> Callable:
-            # an index out of range raises, never corrupts; division by zero gives NumPy's result, as on the GPU
-            inline = getattr(helper, "targetoptions", {}).get("inline", "never")
-            return njit(boundscheck=True, error_model="numpy", inline=inline)(f)
-        inner = checked(checked_helpers(fn, checked))  # the helpers it calls checked too
+        inner = _bounds_checked(fn)  # (its helpers are checked_helpers' by now)
 
         @njit
         def one_round(n, args):
@@ -331,13 +335,27 @@ def _cpu_round(step: Callable) -> tuple[Callable, Callable]:
                     changed = True
             return changed
         return one_round, inner
-    return kept_compiled(_CPU_ROUNDS, getattr(step, "py_func", step), build)  # keyed as step_key(step)
+    return kept_compiled(_CPU_ROUNDS, getattr(step, "py_func", step), build,  # keyed as step_key(step)
+                         helpers=_bounds_checked)
+
+
+def _bounds_checked(fn: Callable, helper=None) -> Callable:
+    """`fn` compiled for the host as a step or its `helper` (whose inlining and explicit
+    signatures it keeps): an index out of range raises, never corrupts; division by zero gives
+    NumPy's result, as on the GPU."""
+    from numba import njit
+
+    options = dict(boundscheck=True, error_model="numpy",
+                   inline=getattr(helper, "targetoptions", {}).get("inline", "never"))
+    if helper is not None and not getattr(helper, "_can_compile", True):  # @njit("int32(int32)"): as declared
+        return njit(list(helper.nopython_signatures), **options)(fn)
+    return njit(**options)(fn)
 
 
 def step_key(step: Callable):
     """What a compiled step is kept by: its Python code and the values it reads (an njit step's
-    too), so that a changed global compiles afresh."""
-    return predicate_key(getattr(step, "py_func", step))
+    too, and the `@njit` helpers' it calls), so that a changed global compiles afresh."""
+    return predicate_key(getattr(step, "py_func", step), helpers=True)
 
 
 @host_memory("the fixpoint run", IN_HOST_MEMORY)

@@ -113,8 +113,9 @@ def predicate_key(predicate: Callable, helpers: bool = False, _keys: dict | None
             modules += [v for _, v in named if isinstance(v, types.ModuleType) and v not in modules]
         _check_frozen(predicate, named)
         keywords = sorted((name, _typed(v)) for name, v in (predicate.__kwdefaults__ or {}).items())
-        typed = _typed
-        if helpers:
+        if not helpers:
+            typed = _typed
+        else:
             keys = {} if _keys is None else _keys  # each helper keyed once a call; one calling back, by itself
             keys.setdefault(predicate, predicate)
 

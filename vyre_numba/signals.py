@@ -49,9 +49,10 @@ class uninterrupted:
         held, self._held = self._held, None
         if held is None:
             return False
-        undo = [self._undo] if kind is None and self._undo is not None else []  # (a block that raised says
+        # a block that raised says itself what it left; undo runs at most once, however this ends
+        undo = [self._undo] if kind is None and self._undo is not None else []
 
-        def take_back() -> None:  # itself what it left): at most once, however it ends
+        def take_back() -> None:
             while undo:
                 undo.pop()()
         try:

@@ -1236,7 +1236,7 @@ def test_a_numpy_bool_array_for_a_bool_buffer_says_how_bools_are_stored(backend)
                        ir.store("o", i, ir.select(ir.load("m", i), ir.u32(1), ir.u32(0)))])])
     m, o = backend.upload(np.array([True, False, True])), backend.empty(3, np.uint32)
     with pytest.raises(vn.VyreError, match=r"'m' is declared bool \(stored as uint32: 0 or 1 in one word each\) but "
-                                           r"the array holds bool\. Fix: upload \(x != 0\)\.astype\(np\.uint32\)"):
+                                           r"the array holds bool\. Fix: upload x\.astype\(np\.uint32\) \(True is 1\)"):
         backend.dispatch_resident(p, [m, o])
     backend.dispatch_resident(p, [backend.upload(np.array([1, 0, 1], np.uint32)), o])
     assert backend.download(o).tolist() == [1, 0, 1]

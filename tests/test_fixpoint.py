@@ -244,7 +244,22 @@ def test_helpers_named_as_module_attributes_in_defaults_or_tuples_are_checked_an
         helpmod60.LIMIT = limit
         x = np.zeros(3, np.int64)
         assert fixpoint.run(up_to_module_limit, 3, [x], backend="reference").converged and x.tolist() == [limit] * 3
+    kept = len(runner._CPU_ROUNDS)
+    fixpoint.run(up_to_module_limit, 3, [np.zeros(3, np.int64)], backend="reference")
+    assert len(runner._CPU_ROUNDS) == kept  # found again, not compiled afresh (a review: a module's copy keyed apart)
     del sys.modules["helpmod60"]
+
+    (tmp_path / "pkg60").mkdir()  # pkg.sub.helper: the submodule's helper checked too (a review)
+    (tmp_path / "pkg60" / "__init__.py").write_text("from . import sub\n")
+    (tmp_path / "pkg60" / "sub.py").write_text("import numba\n\n@numba.njit\ndef peek(a, j):\n    return a[j]\n")
+    import pkg60
+
+    def via_submodule(i, a, out):
+        out[i] = pkg60.sub.peek(a, i + 2)
+        return 0
+    with pytest.raises(DispatchError, match=r"the step indexed outside an array"):
+        fixpoint.run(via_submodule, 4, [np.arange(4), np.zeros(4, np.int64)], backend="reference")
+    del sys.modules["pkg60"], sys.modules["pkg60.sub"]
 
     made = []
     real = select.checked_helpers

@@ -122,6 +122,8 @@ def predicate_key(predicate: Callable, helpers: bool = False, _keys: dict | None
             def typed(v):
                 if isinstance(v, tuple):
                     return type(v), tuple(map(typed, v))
+                if isinstance(v, types.ModuleType):  # by name: checked_helpers' copy of it keys alike (the
+                    return types.ModuleType, v.__name__  # attributes read are keyed on their own in `named`)
                 helper = helper_of(v)
                 if helper is None:
                     return _typed(v)
@@ -202,19 +204,23 @@ def checked_helpers(fn: Callable, jit: Callable[[Callable, Any], Callable], _don
         return fn
     within = (*_within, fn)
 
+    modules: dict = {}  # each module read once: a copy holding the checked helpers, or itself
+
     def checked(v):
         if isinstance(v, tuple):
-            items = tuple(map(checked, v))
-            return v if all(a is b for a, b in zip(items, v)) else (
-                type(v)(*items) if hasattr(v, "_fields") else type(v)(items))
-        if isinstance(v, types.ModuleType):  # mod.helper: a copy of the module holding the checked helper
-            found = {n: checked(vars(v)[n]) for n in _names(fn.__code__) if helper_of(vars(v).get(n))}
-            if not found:
-                return v
-            module = types.ModuleType(v.__name__)
-            module.__dict__.update(vars(v))
-            module.__dict__.update(found)
-            return module
+            return _rebuilt(v, tuple(map(checked, v)))
+        if isinstance(v, types.ModuleType):  # mod.helper, pkg.sub.helper: a copy holding the checked helpers
+            if v not in modules:
+                modules[v] = v  # (a submodule naming its package back finds it here)
+                found = {n: checked(vars(v)[n]) for n in _names(fn.__code__)
+                         if helper_of(vars(v).get(n)) or isinstance(vars(v).get(n), types.ModuleType)}
+                found = {n: x for n, x in found.items() if x is not vars(v)[n]}
+                if found:
+                    module = types.ModuleType(v.__name__)
+                    module.__dict__.update(vars(v))
+                    module.__dict__.update(found)
+                    modules[v] = module
+            return modules[v]
         helper = helper_of(v)
         if helper is None:
             return v
@@ -242,15 +248,20 @@ def _held(v):
     """v as a snapshot holds it: an array Numba compiles in, copied (another thread may write the
     caller's while the copy compiles), within a tuple too; anything else as it is."""
     if isinstance(v, tuple):
-        items = tuple(map(_held, v))
-        if all(a is b for a, b in zip(items, v)):
-            return v
-        try:
-            held = type(v)(*items) if hasattr(v, "_fields") else type(v)(items)  # a namedtuple takes its fields
-        except Exception:  # a tuple type made otherwise: the caller's (a plain tuple would key apart from it)
-            return v
-        return held if type(held) is type(v) else v
+        return _rebuilt(v, tuple(map(_held, v)))
     return v.copy() if _frozen(v) and v.nbytes <= FROZEN_BYTES else v
+
+
+def _rebuilt(v: tuple, items: tuple) -> tuple:
+    """The tuple `v` of its type holding `items` instead, or `v` itself where they are its own or
+    its type cannot be made from them."""
+    if all(a is b for a, b in zip(items, v)):
+        return v
+    try:
+        made = type(v)(*items) if hasattr(v, "_fields") else type(v)(items)  # a namedtuple takes its fields
+    except Exception:  # a tuple type made otherwise: the caller's (a plain tuple would key apart from it)
+        return v
+    return made if type(made) is type(v) else v
 
 
 def kept_compiled(cache: LRUCache, fn: Callable, build: Callable[[Callable], Any], key=None,

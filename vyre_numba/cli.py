@@ -131,7 +131,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         c = caps()
         print(f"GPU: {c.name}, sm_{c.sm}, {c.sm_count} SMs, cooperative launch: {c.cooperative_launch}")
     print(f"default backend: {usable[0] if usable else 'none usable (see above)'}")
-    bad = [(env, why) for env, why in _settings() + _unknown_settings() if why is not None]
+    settings = _settings()
+    bad = [(env, why) for env, why in settings + _unknown_settings([env for env, _ in settings]) if why is not None]
     debug = _debug_setting()
     if debug is not None:  # read as on, so no command refuses it; info, which checks settings, says so
         bad.append((DEBUG_ENV, debug))
@@ -168,10 +169,10 @@ def _settings() -> list[tuple[str, VyreError | None]]:
     return out
 
 
-def _unknown_settings() -> list[tuple[str, VyreError]]:
+def _unknown_settings(read: list[str]) -> list[tuple[str, VyreError]]:
     """(environment variable, a SettingError) for each VYRE_NUMBA_* variable set that vyre-numba
-    never reads (a misspelt name has no effect: `info` says so)."""
-    known = sorted(env for env in [env for env, _ in _settings()] + [DEBUG_ENV] if env.startswith(_PREFIX))
+    never reads (a misspelt name has no effect: `info` says so); `read`: the names `_settings` checks."""
+    known = sorted(env for env in [*read, DEBUG_ENV] if env.startswith(_PREFIX))
     out = []
     for name in sorted(os.environ):
         if name.startswith(_PREFIX) and name not in known:  # the names compared past the prefix, which all share

@@ -212,9 +212,13 @@ def checked_helpers(fn: Callable, jit: Callable[[Callable, Any], Callable], _don
         if isinstance(v, types.ModuleType):  # mod.helper, pkg.sub.helper: a copy holding the checked helpers
             if v not in modules:
                 modules[v] = v  # (a submodule naming its package back finds it here)
-                found = {n: checked(vars(v)[n]) for n in _names(fn.__code__)
-                         if helper_of(vars(v).get(n)) or isinstance(vars(v).get(n), types.ModuleType)}
-                found = {n: x for n, x in found.items() if x is not vars(v)[n]}
+                found = {}
+                for n in _names(fn.__code__):
+                    x = vars(v).get(n)
+                    if helper_of(x) or isinstance(x, types.ModuleType):
+                        y = checked(x)
+                        if y is not x:
+                            found[n] = y
                 if found:
                     module = types.ModuleType(v.__name__)
                     module.__dict__.update(vars(v))

@@ -575,7 +575,7 @@ class EGraph(NotACollection, Unshared):
             arr = None
         names = op if isinstance(op, (list, tuple)) else (
             arr.tolist() if isinstance(arr, np.ndarray) and arr.ndim == 1 and arr.dtype.kind in "UOS" else None)
-        if names is not None and any(isinstance(x, (bytes, np.bytes_)) for x in names):
+        if names is not None and any(isinstance(x, bytes) for x in names):  # (np.bytes_ is one)
             raise DispatchError(f"{what} op holds bytes ({shown(next(x for x in names if isinstance(x, bytes)), 40)}); "
                                 "operator names are str. Fix: decode them, [x.decode() for x in op] (or "
                                 "np.char.decode(op) for an array).")

@@ -1055,8 +1055,8 @@ class _EventTimer(HostTimer):
     def __exit__(self, kind, error, tb) -> None:
         drv, (start, end) = self._drv, self._events
         ok = False
-        self._timer._why = left_by(kind) if kind is not None else "the timed work or its events failed (the error " \
-                                                                  "said so as the block was left)"
+        self._timer._why = (left_by(kind) if kind is not None else  # (the second stands if the checks below raise)
+                            "the timed work or its events failed (the error said so as the block was left)")
         try:
             if kind is None:
                 driver_check(drv.cuEventRecord(end, self._stream), "recording an event")

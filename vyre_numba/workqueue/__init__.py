@@ -196,8 +196,11 @@ class QueueModel(_Shared):
         with self._lock:
             self._slots()
             with uninterrupted():  # emptied, and said so to an iteration in flight, or neither
-                self._tail = 0
-                self._emptied += 1
+                self._empty()
+
+    def _empty(self) -> None:
+        self._tail = 0
+        self._emptied += 1
 
     def size(self) -> int:
         """The number of filled slots."""
@@ -216,8 +219,7 @@ class QueueModel(_Shared):
             def undo():  # a Ctrl-C came: the items stay queued, since the caller never gets them
                 self._tail, self._emptied = tail, emptied
             with uninterrupted(undo):
-                self._tail = 0
-                self._emptied += 1
+                self._empty()
                 return out
 
     def _drop_first(self, n: int, emptied: int) -> None:
@@ -575,8 +577,11 @@ class WorkQueue(_Shared, Unshared):
         with self._lock:
             _, state = self._live()
             with uninterrupted():  # emptied, and said so to an iteration in flight, or neither
-                state.copy_to_device(np.zeros(2, np.uint64), stream=self.stream)
-                self._emptied += 1
+                self._empty(state)
+
+    def _empty(self, state) -> None:
+        state.copy_to_device(np.zeros(2, np.uint64), stream=self.stream)
+        self._emptied += 1
 
     def push(self, values: ArrayIn) -> None:
         """Append host values after the filled items; CapacityError (naming the room needed, the
@@ -615,8 +620,7 @@ class WorkQueue(_Shared, Unshared):
                 state.copy_to_device(np.array(words, np.uint64), stream=self.stream)
                 self._emptied = emptied
             with uninterrupted(undo):
-                state.copy_to_device(np.zeros(2, np.uint64), stream=self.stream)
-                self._emptied += 1
+                self._empty(state)
                 return out
 
     def _drop_first(self, n: int, emptied: int) -> None:

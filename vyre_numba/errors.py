@@ -93,7 +93,12 @@ def whole(value, name: str, lo: int, hi: int) -> int:
     """`value` as an int in [lo, hi] where it is a Python or NumPy integer (never a bool); anything
     else is a DispatchError naming `name` and the range."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, INTEGERS) or not lo <= value <= hi:
-        raise DispatchError(f"{name}={shown(value)} is not an int in [{lo}, {hi}]. Fix: pass a whole number in range.")
+        arg = name.rpartition(" ")[2]
+        fix = (f"pass int({arg}) (True is not read as 1)" if isinstance(value, (bool, np.bool_)) else
+               f"pass int({arg}) or {arg}.item() (an array, 0-d too, is not taken as one number)"
+               if isinstance(value, np.ndarray) and value.size == 1 and value.dtype.kind in "iu" and lo <= value <= hi
+               else "pass a whole number in range")
+        raise DispatchError(f"{name}={shown(value)} is not an int in [{lo}, {hi}]. Fix: {fix}.")
     return int(value)
 
 

@@ -2023,3 +2023,18 @@ def test_a_masked_device_array_and_an_interface_that_raises_are_refused_with_a_f
                         r"dtype \|S3; compaction moves items of 1, 2, 4 or 8 bytes .* Fix: .*compaction\.nonzero")):
         with pytest.raises(DispatchError, match=said):
             call()
+
+
+def test_a_global_only_an_njit_helper_reads_is_fixed_at_its_first_compilation_and_passing_it_is_the_fix():
+    """docs/robustness.md, "predicates without end": what a predicate reads is keyed; what an
+    @njit helper it calls reads is Numba's, fixed at the helper's first compilation."""
+    scope: dict = {}
+    exec("import numba\nLIMIT = 2\n@numba.njit\ndef big(v):\n    return v > LIMIT\n"
+         "@numba.njit\ndef above(v, lim):\n    return v > lim\n", scope)
+    x = np.arange(6)
+    fixed = eval("lambda v: big(v)", scope)
+    passed = eval("lambda v: above(v, LIMIT)", scope)
+    assert compaction.select_if(x, fixed).tolist() == [3, 4, 5] == compaction.select_if(x, passed).tolist()
+    scope["LIMIT"] = 4
+    assert compaction.select_if(x, fixed).tolist() == [3, 4, 5]  # the helper's LIMIT is still 2
+    assert compaction.select_if(x, passed).tolist() == [5]

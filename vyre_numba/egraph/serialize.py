@@ -181,6 +181,14 @@ def _refuse_long_int(e: ValueError) -> None:
                             "first (reading and writing back both need it), or hold the number as a string.") from None
 
 
+def _refuse_nan(e: Exception) -> None:
+    """The refusal of a NaN or an infinity where `e` is json.dumps' (allow_nan=False) of one."""
+    if isinstance(e, ValueError) and str(e).startswith("Out of range float values"):
+        raise DispatchError("the serialized e-graph holds a NaN or an infinity (a number such as 1e999 reads as "
+                            "inf), which JSON cannot hold, so to_serialized() could not write it back. Fix: "
+                            "replace it with a finite number (or a string) before reading.") from None
+
+
 def rows_of_serialized(data: "str | bytes | bytearray | dict"):
     """(eclass, op, offsets, children, op names, what writing back needs) of egraph-serialize JSON."""
     import os
@@ -210,17 +218,18 @@ def rows_of_serialized(data: "str | bytes | bytearray | dict"):
                     "pass egglog's serialize(...).to_json() text or the dict it decodes to.")) from e
         else:  # what to_serialized will write must be JSON: no sets, objects or tuple keys anywhere
             try:
-                given = json.dumps(data)  # (its values are copied below: the caller's are not shared)
+                given = json.dumps(data, allow_nan=False)  # (its values are copied below: the caller's are not shared)
             except (TypeError, ValueError) as e:
+                _refuse_nan(e)
                 _refuse_long_int(e)
                 raise DispatchError(f"the serialized e-graph holds a value JSON cannot write ({e}). Fix: pass "
                                     "the dict json.loads gives for egraph-serialize JSON.") from None
-        try:  # NaN and infinities (Python reads 1e999 as inf) would be written back as text JSON has not
-            json.dumps(data, allow_nan=False)
-        except ValueError:
-            raise DispatchError("the serialized e-graph holds a NaN or an infinity (a number such as 1e999 reads as "
-                                "inf), which JSON cannot hold, so to_serialized() could not write it back. Fix: "
-                                "replace it with a finite number (or a string) before reading.") from None
+        if given is None:  # read from text: NaN and infinities (1e999 reads as inf) would not be written back
+            try:
+                json.dumps(data, allow_nan=False)
+            except ValueError as e:
+                _refuse_nan(e)
+                raise
     except RecursionError:
         raise DispatchError(_DEEP) from None
     nodes = data.get("nodes") if isinstance(data, dict) else None

@@ -55,8 +55,8 @@ def instrument(program: Program, workgroup: tuple[int, int, int] | None = None) 
     linear invocation id of a 2-D or 3-D launch). UnsupportedError where the checks would take a
     valid program past a limit (MAX_NODES, the kernel parameters' bytes)."""
     wg = tuple(workgroup or program.workgroup_size)
-    taken = {x.name for x in walk(program.entry) if isinstance(x, (n.Let, n.Var))}
-    taken |= {x.var for x in walk(program.entry) if isinstance(x, n.Loop)}  # a loop's variable is declared too
+    taken = {x.var if isinstance(x, n.Loop) else x.name  # a loop's variable is declared too
+             for x in walk(program.entry) if isinstance(x, (n.Let, n.Var, n.Loop))}
     if any(t.startswith(PREFIX) for t in taken) or {COUNTS, FIRST} & {b.name for b in program.buffers}:
         raise IRValidationError(f"names starting with {shown(PREFIX)} or the buffers {shown(COUNTS)}/{shown(FIRST)} "
                                 "are checked dispatch's own. Fix: rename them.")

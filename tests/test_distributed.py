@@ -1076,3 +1076,20 @@ def test_a_whole_graph_odd_unions_and_unknown_backend_names_are_told_before_any_
     with pytest.raises(BackendUnavailableError, match=r"no backend named 'Reference' \(did you mean 'reference'\?\)"):
         connected_components(np.array([0, 1, 1]), np.array([0]), client=client, backend="Reference")
     assert transitions() == before  # no task went to the scheduler
+
+
+@pytest.mark.parametrize("name", ["cuda", "qqqqqqqq"])  # the second registered nowhere, too far from a name to be refused here
+def test_a_backend_the_workers_cannot_run_is_told_with_the_worker_and_a_fix(client, name):
+    """Regression (a carried note): backend='cuda' on workers without a GPU failed in a worker
+    task (Dask logged "Compute Failed") with the one-process Fix, use get_backend('reference')."""
+    import vyre_numba as vn
+
+    if name in vn.available_backends():
+        pytest.skip(f"this host runs {name!r}, and so do its workers")
+    indptr, indices = grid(4, 4)
+    with pytest.raises(vn.BackendUnavailableError, match="workers cannot run the backend asked for; worker ") as e:
+        connected_components(indptr, indices, client=client, backend=name)
+    assert "Fix: pass backend=None (each worker runs the best backend it has" in str(e.value)
+    assert ".." not in str(e.value)
+    want = components_one(indptr, indices, backend="reference")
+    assert np.array_equal(connected_components(indptr, indices, client=client, backend="reference"), want)

@@ -258,7 +258,10 @@ def worker_device(bname: str | None) -> dict:
     """(Runs on a worker.) The backend this worker resolves and, on the GPU, which GPU it is."""
     from ..backend import resolve_backend
 
-    be = resolve_backend(bname)
+    try:
+        be = resolve_backend(bname)
+    except BackendUnavailableError as e:  # told by the caller (a raise here logs a worker's failure)
+        return {"unavailable": str(e).partition(" Fix:")[0], "host": socket.gethostname()}
     info = {"backend": be.name, "host": socket.gethostname(), "pid": os.getpid(), "gpu": None}
     if be.name == "cuda":
         from numba import cuda
@@ -326,6 +329,14 @@ def checked_devices(asked: Asked) -> dict[str, dict]:
     if asked.known is not None:
         return {w: dict(i) for w, i in asked.known.items()}
     infos = {w: _answer(w, f) for w, f in asked.futures.items()}
+    lacking = {w: i for w, i in infos.items() if "unavailable" in i}
+    if lacking:
+        w, i = next(iter(lacking.items()))
+        raise BackendUnavailableError(
+            f"{len(lacking)} of the {len(infos)} workers cannot run the backend asked for; worker {w} (on "
+            f"{i['host']}): {i['unavailable'].rstrip('.')}. Fix: pass backend=None (each worker runs the best backend it has, "
+            "the reference backend where it has no GPU) or backend='reference', or run the workers where a GPU is "
+            "(one per GPU: dask_cuda.LocalCUDACluster()).")
     kinds = {i["backend"] for i in infos.values()}
     if len(kinds) > 1:
         raise DispatchError(f"the workers resolve different backends {sorted(kinds)}. Fix: pass backend='cuda' "

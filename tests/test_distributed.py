@@ -1093,3 +1093,40 @@ def test_a_backend_the_workers_cannot_run_is_told_with_the_worker_and_a_fix(clie
     assert ".." not in str(e.value)
     want = components_one(indptr, indices, backend="reference")
     assert np.array_equal(connected_components(indptr, indices, client=client, backend="reference"), want)
+
+
+def test_many_partitions_for_the_workers_are_warned_of_with_a_fix(client):
+    """Regression (a carried note): a ring of 20,000 edges in 200 chunks of 100 took 99 s on two
+    workers, in 2 chunks 2.2 s, without a word. One a worker (3 here) up to 12 is quiet."""
+    import warnings
+
+    indptr, indices = grid(6, 6)
+    want = components_one(indptr, indices, backend="reference")
+    src = np.repeat(np.arange(36), np.diff(indptr))
+    edges = np.stack([src, indices], 1)
+    for k, warned in ((12, False), (13, True)):
+        e = da.from_array(edges, chunks=(tuple(map(len, np.array_split(np.arange(len(edges)), k))), (2,)))
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            assert np.array_equal(connected_components(edges=e, n=36, client=client), want)
+        told = [str(x.message) for x in w if "partitions on 3 workers" in str(x.message)]
+        assert bool(told) == warned, (e.numblocks, told)
+        if warned:
+            assert told[0].startswith(f"edges has {e.numblocks[0]} chunks, each a partition: ")
+            assert "Fix: rechunk to one chunk a worker (edges.rechunk((m // workers + 1, 2))" in told[0]
+            assert w[0].filename == __file__  # at the caller's line
+    for k, warned in ((12, False), (13, True)):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            assert np.array_equal(connected_components(indptr, indices, client=client, partitions=k), want)
+        assert any("Fix: leave partitions out (one per worker)" in str(x.message) for x in w) == warned
+    g = chain_pair(6)
+    want_eg = closure_one(EGraph.from_arrays(*g, backend="reference"), [(0, 1)])
+    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64))
+    for k, warned in ((12, False), (13, True)):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            got = congruence_closure([g] + [empty] * (k - 1), [(0, 1)], client=client, backend="reference")
+        assert np.array_equal(got.eclass, want_eg.eclass)
+        assert any(f"{k} e-graph partitions were given: {k} partitions on 3 workers" in str(x.message) and
+                   "Fix: concatenate them into one a worker." in str(x.message) for x in w) == warned

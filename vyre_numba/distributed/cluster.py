@@ -19,7 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import (INTEGERS, BackendUnavailableError, DispatchError, HostMemoryError, a_type, clip, converting,
-                      did_you_mean, shown)
+                      did_you_mean, shown, warn_user)
 
 INSTALL = "Fix: pip install 'vyre-numba[dask]' (dask, distributed; dask-cuda for one worker per GPU)."
 
@@ -171,7 +171,20 @@ def partition_count(partitions, k_workers: int) -> int:
         raise DispatchError(f"partitions={k} would exchange {k}*{k} messages a round (at most {MAX_PARTITIONS} "
                             f"partitions). Fix: pass partitions <= {MAX_PARTITIONS}; one per worker (the default) is "
                             "what the algorithms are built for.")
+    warn_many(int(k), k_workers, f"partitions={k}", "leave partitions out (one per worker)")
     return int(k)
+
+
+MANY_A_WORKER = 4  # more partitions a worker than this (and more than 8 in all) is warned of
+
+
+def warn_many(k: int, k_workers: int, what: str, fix: str) -> None:
+    """A UserWarning where `k` partitions are many for `k_workers` workers: every round sends a
+    message from each partition to each other, k*k in all, whatever their size."""
+    if k > 8 and k > MANY_A_WORKER * max(k_workers, 1):
+        warn_user(UserWarning(f"{what}: {k} partitions on {k_workers} worker{'s' if k_workers != 1 else ''}. Each "
+                              f"round sends a message from every partition to every other ({k}*{k}), so many small "
+                              f"partitions run many times slower than one a worker, the same work. Fix: {fix}."))
 
 
 def client_or_default(client):

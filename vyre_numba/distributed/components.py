@@ -657,6 +657,9 @@ def _edge_parts(client, edges, n, columns, workers):
                             f"{len(parts)}*{len(parts)} messages a round (at most {cluster.MAX_PARTITIONS}). Fix: "
                             "rechunk to fewer, larger chunks (edges.rechunk((m // workers, 2)) or "
                             "edges.repartition(npartitions=workers)).")
+    cluster.warn_many(len(parts), len(workers), f"edges has {len(parts)} chunks, each a partition",
+                      "rechunk to one chunk a worker (edges.rechunk((m // workers + 1, 2)), or "
+                      "edges.repartition(npartitions=workers) for a DataFrame)")
     chunks, places = cluster.placed(client, parts, [workers[i % len(workers)] for i in range(len(parts))],
                                     "edge chunk")  # already-computed chunks (persisted) are not computed again
     k = len(chunks)

@@ -373,6 +373,8 @@ def _partitions(egraph_partitions, partitions, k_workers: int) -> list[tuple]:
         raise DispatchError(f"{len(parts)} partitions would exchange {len(parts)}*{len(parts)} messages a round (at "
                             f"most {cluster.MAX_PARTITIONS} partitions). Fix: concatenate partitions; one per worker "
                             "is what the algorithm is built for.")
+    cluster.warn_many(len(parts), k_workers, f"{len(parts)} e-graph partitions were given",
+                      "concatenate them into one a worker")
     return [t if _is_lazy(t) else _checked(t, i) for i, t in enumerate(parts)]
 
 

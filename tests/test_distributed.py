@@ -1130,3 +1130,17 @@ def test_many_partitions_for_the_workers_are_warned_of_with_a_fix(client):
         assert np.array_equal(got.eclass, want_eg.eclass)
         assert any(f"{k} e-graph partitions were given: {k} partitions on 3 workers" in str(x.message) and
                    "Fix: concatenate them into one a worker." in str(x.message) for x in w) == warned
+
+
+def test_sparse_edge_chunks_are_told_to_be_dense_or_the_matrix_given_whole(client):
+    """Regression (a carried note): a Dask array of SciPy sparse chunks was refused as 'shape ()
+    and dtype object' with the fix edges.astype('int64'), which does not help."""
+    import scipy.sparse as sp
+
+    edges = np.array([[0, 1], [1, 2], [2, 3]])
+    sparse_chunks = da.from_array(edges, chunks=(2, 2)).map_blocks(sp.csr_matrix)
+    with pytest.raises(DispatchError, match=r"an edge chunk is a sparse matrix \(csr_matrix\); edges are dense .* "
+                                            r"Fix: pass dense chunks, edges.map_blocks\(lambda b: b.toarray\(\), dtype=edges.dtype\)"):
+        connected_components(edges=sparse_chunks, n=4, client=client)
+    dense = sparse_chunks.map_blocks(lambda b: b.toarray(), dtype=edges.dtype)
+    assert connected_components(edges=dense, n=4, client=client).tolist() == [0, 0, 0, 0]

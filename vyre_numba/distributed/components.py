@@ -588,6 +588,11 @@ def _chunk_edges(chunk, columns) -> np.ndarray:
             raise DispatchError("an edge chunk is a masked array; its mask would be ignored and the masked edges "
                                 "joined. Fix: drop the masked rows first (edges[~mask.any(1)]), or pass the chunks' "
                                 "data without masks.")
+        if hasattr(chunk, "toarray") and hasattr(chunk, "nnz"):  # np.asarray reads it as one object
+            raise DispatchError(f"an edge chunk is a sparse matrix ({type(chunk).__name__}); "
+                                "edges are dense (m, 2) rows (src, dst). Fix: pass dense chunks, edges.map_blocks("
+                                "lambda b: b.toarray(), dtype=edges.dtype); or, where the sparse matrix is the "
+                                "graph's adjacency, pass it whole: connected_components(A) (A.tocsr() of all its rows).")
         return np.asarray(chunk)
     cols = []
     for c in columns:

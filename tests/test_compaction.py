@@ -110,6 +110,22 @@ def test_a_ufunc_or_builtin_predicate_is_refused_with_the_lambda_to_write():
     assert compaction.select_if(x, lambda v: np.isfinite(v)).tolist() == [1.0]
 
 
+def test_a_numba_vectorize_predicate_is_told_the_lambda_that_calls_it():
+    """Regression (a carried note): a @numba.vectorize function was refused with Numba's "The
+    decorated object is not a function (got type DUFunc)"."""
+    import numba
+
+    @numba.vectorize(["boolean(int64)"])
+    def big(v):
+        return v > 2
+
+    x = np.arange(6)
+    with pytest.raises(DispatchError, match=r"predicate is the Numba @vectorize ufunc big, .*"
+                                            r"Fix: wrap it in a lambda: lambda v: big\(v\)\.$"):
+        compaction.select_if(x, big)
+    assert compaction.select_if(x, lambda v: big(v)).tolist() == [3, 4, 5]
+
+
 def test_a_float32_predicate_computes_in_float64_beside_a_python_float_as_documented():
     """The module docstring's promise, held to: Numba's promotion, not NumPy 2's."""
     x = np.array([0.1, 0.2], np.float32)

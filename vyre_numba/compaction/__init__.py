@@ -231,11 +231,13 @@ def _check_predicate(predicate) -> None:
     if not callable(predicate):
         raise DispatchError(f"predicate is {a_type(predicate)}, not a function. Fix: pass a function of "
                             "one value returning a bool, e.g. lambda v: v > 0.")
-    if isinstance(predicate, (np.ufunc, types.BuiltinFunctionType, type)):  # Numba compiles Python functions only
+    vectorized = type(predicate).__name__ == "DUFunc" and type(predicate).__module__.startswith("numba.")
+    if vectorized or isinstance(predicate, (np.ufunc, types.BuiltinFunctionType, type)):  # Python functions only
         name = getattr(predicate, "__name__", "f")
         home = "np" if isinstance(predicate, np.ufunc) else (getattr(predicate, "__module__", None) or "").lstrip("_")
-        call = f"{home}.{name}(v)" if home not in ("", "builtins") else f"{name}(v)"  # math.isnan(v), operator.truth(v)
-        what = "NumPy ufunc" if isinstance(predicate, np.ufunc) else "type" if isinstance(predicate, type) else "builtin"
+        call = f"{home}.{name}(v)" if home not in ("", "builtins") and not vectorized else f"{name}(v)"  # math.isnan(v)
+        what = ("Numba @vectorize ufunc" if vectorized else "NumPy ufunc" if isinstance(predicate, np.ufunc) else
+                "type" if isinstance(predicate, type) else "builtin")
         raise DispatchError(f"predicate is the {what} {name}, which Numba cannot compile as a function of its own. "
                             f"Fix: wrap it in a lambda: lambda v: {call}.")
     if yields(predicate):

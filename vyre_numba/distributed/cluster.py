@@ -347,9 +347,9 @@ def checked_devices(asked: Asked) -> dict[str, dict]:
         w, i = next(iter(lacking.items()))
         raise BackendUnavailableError(
             f"{len(lacking)} of the {len(infos)} workers cannot run the backend asked for; worker {w} (on "
-            f"{i['host']}): {i['unavailable'].rstrip('.')}. Fix: pass backend=None (each worker runs the best backend it has, "
-            "the reference backend where it has no GPU) or backend='reference', or run the workers where a GPU is "
-            "(one per GPU: dask_cuda.LocalCUDACluster()).")
+            f"{i['host']}): {i['unavailable'].rstrip('.')}. Fix: pass backend=None (each worker runs the best "
+            "backend it has, the reference backend where it has no GPU) or backend='reference', or run the workers "
+            "where a GPU is (one per GPU: dask_cuda.LocalCUDACluster()).")
     kinds = {i["backend"] for i in infos.values()}
     if len(kinds) > 1:
         raise DispatchError(f"the workers resolve different backends {sorted(kinds)}. Fix: pass backend='cuda' "

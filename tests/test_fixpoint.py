@@ -388,9 +388,9 @@ def _generator_step(i, a, indptr, indices):
 
 @pytest.mark.parametrize("kw,fragment", [
     ({"n": -1}, "n=-1"), ({"n": True}, "n=True is not an int in [0, 2147483647]. Fix: pass int(n) (True is not "),
-    ({"n": 2**32}, "n=4294967296"), ({"n": np.array(3)}, "Fix: pass int(n) or n.item() (an array, 0-d too"),
-    ({"max_rounds": np.array([5])}, "Fix: pass int(max_rounds) or max_rounds.item()"),
-    ({"block": np.array(64, np.uint16)}, "Fix: pass int(block)"), ({"block": np.array(8)}, "in range"),
+    ({"n": 2**32}, "n=4294967296"), ({"n": np.array(3)}, "Fix: pass n.item(), the number it holds (an array, 0-d too"),
+    ({"max_rounds": np.array([5])}, "Fix: pass max_rounds.item(), the number it holds"),
+    ({"block": np.array([[64]], np.uint16)}, "Fix: pass block.item()"), ({"block": np.array(8)}, "in range"),
     # the GPU's 32-bit grid-stride loops wrapped past 2**32 - stride (items ran twice, or forever): refused alike
     ({"n": 2**31}, "n=2147483648 is 2**31 or more"), ({"n": np.uint32(2**32 - 1)}, "n=4294967295 is 2**31 or more"),
     ({"max_rounds": 0}, "max_rounds=0"), ({"mode": "fast"}, "mode='fast'"), ({"mode": "cooperative"}, "needs a GPU"),

@@ -96,8 +96,8 @@ def test_egraph_ids_are_integers_never_rounded():
 
 
 @pytest.mark.parametrize("value", [np.array(3), np.array([3])])
-def test_counts_are_ints_and_an_array_is_told_int_n(value):
-    _refused(lambda: fixpoint.run(lambda i, a: 0, value, (np.zeros(4),)), "Fix: pass int(n) or n.item()")
+def test_counts_are_ints_and_an_array_is_told_its_item(value):
+    _refused(lambda: fixpoint.run(lambda i, a: 0, value, (np.zeros(4),)), "Fix: pass n.item(), the number it holds")
     _refused(lambda: workqueue_model(value), "Fix: pass an int >= 1")
 
 

@@ -94,9 +94,9 @@ def whole(value, name: str, lo: int, hi: int) -> int:
     else is a DispatchError naming `name` and the range."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, INTEGERS) or not lo <= value <= hi:
         arg = name.rpartition(" ")[2]
+        one = isinstance(value, np.ndarray) and value.size == 1 and value.dtype.kind in "iu" and lo <= value <= hi
         fix = (f"pass int({arg}) (True is not read as 1)" if isinstance(value, (bool, np.bool_)) else
-               f"pass int({arg}) or {arg}.item() (an array, 0-d too, is not taken as one number)"
-               if isinstance(value, np.ndarray) and value.size == 1 and value.dtype.kind in "iu" and lo <= value <= hi
+               f"pass {arg}.item(), the number it holds (an array, 0-d too, is not taken as one number)" if one
                else "pass a whole number in range")
         raise DispatchError(f"{name}={shown(value)} is not an int in [{lo}, {hi}]. Fix: {fix}.")
     return int(value)

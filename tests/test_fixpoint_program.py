@@ -208,7 +208,7 @@ def test_what_a_step_cannot_do_is_refused_with_a_fix(program, fragment):
 @pytest.mark.parametrize("args,fragment", [
     ([np.zeros(3, np.int32), *path(3)], "dtype int32"),
     ([np.zeros(3, np.uint32)], "binds 3 buffers"),
-    ([np.zeros(6, np.uint32)[::2], *path(3)], "not contiguous"),
+    ([np.zeros(6, np.uint32)[::2], *path(3)], "not contiguous. Fix: pass x = np.ascontiguousarray(x), and read the results from x"),
     (["abc", *path(3)], "not a NumPy array"),
     ([np.zeros(3, np.uint32).tolist(), *path(3)], "not a NumPy array"),
 ])

@@ -104,3 +104,57 @@ def test_counts_are_ints_and_an_array_is_told_its_item(value):
 def workqueue_model(capacity):
     from vyre_numba.workqueue import QueueModel
     return QueueModel(capacity, np.int32)
+
+
+class _RaisingArray:
+    """What a PyTorch tensor that requires grad does: its conversion to NumPy raises RuntimeError."""
+
+    def __array__(self, dtype=None, copy=None):
+        raise RuntimeError("Can't call numpy() on Tensor that requires grad")
+
+    def __len__(self):
+        return 4
+
+
+def test_an_array_whose_conversion_raises_is_a_dispatch_error_in_every_family():
+    """Regression (a red-team): the graph calls, the unique helpers, upload and QueueModel.push let
+    the RuntimeError through raw; they caught only TypeError and ValueError."""
+    from vyre_numba import unique
+    from vyre_numba.workqueue import QueueModel
+
+    x = _RaisingArray()
+    calls = [lambda: graph.bfs(x, INDICES, 0), lambda: graph.bfs(INDPTR, x, 0), lambda: graph.check_csr(x, INDICES),
+             lambda: graph.bfs_many(INDPTR, INDICES, x), lambda: graph.connected_components(INDPTR, x),
+             lambda: unique.unique(x), lambda: unique.unique_rows(x), lambda: QueueModel(4, np.int64).push(x),
+             lambda: vn.get_backend("reference").upload(x), lambda: egraph.EGraph.from_terms(["a"]).find(x),
+             lambda: compaction.select(x, np.ones(4, bool))]
+    for call in calls:
+        with pytest.raises(vn.DispatchError, match="Fix:") as e:
+            call()
+        assert not isinstance(e.value, MemoryError)
+
+
+def test_egraph_ids_past_the_hosts_memory_are_a_host_memory_error():
+    """Regression (a red-team): range(2**40) as ids was 'not an array of integers ()' with the Fix
+    'pass a 1-D NumPy integer array' (NumPy refuses the 8 TiB array at once: no memory is used)."""
+    g = egraph.EGraph.from_terms(["a", "b"])
+    for call, fragment in ((lambda: g.find(range(2**40)), "ids does not fit"),
+                           (lambda: g.union([range(2**40), range(2**40)]), "pairs does not fit"),
+                           (lambda: egraph.EGraph(range(2**40), [0], [0, 0], []), "eclass does not fit")):
+        with pytest.raises(vn.HostMemoryError, match="host's memory as an array.*Fix: ") as e:
+            call()
+        assert fragment in str(e.value) and isinstance(e.value, MemoryError)
+    assert g.n_nodes == 2
+
+
+def test_serialized_text_as_a_memoryview_or_an_open_file_is_told_how_to_pass_it(tmp_path):
+    """Regression (a red-team): both were told 'holds a value JSON cannot write ... pass the dict'."""
+    text = egraph.EGraph.from_terms([("Add", 1, 2)]).to_serialized()
+    for given, fix in ((memoryview(text.encode()), "Fix: pass bytes(view)."), (None, "Fix: pass its text, f.read().")):
+        path = tmp_path / "g.json"
+        path.write_text(text)
+        with open(path) as f:
+            with pytest.raises(vn.DispatchError) as e:
+                egraph.EGraph.from_serialized(f if given is None else given)
+        assert str(e.value).endswith(fix)
+    assert egraph.EGraph.from_serialized(bytes(memoryview(text.encode()))).n_nodes == 3

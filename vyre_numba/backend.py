@@ -1267,8 +1267,10 @@ def host_array(x, what: str, on_device: str, masked: str, other: str) -> np.ndar
     refuse_misread(x, what, masked=masked)
     try:
         arr = np.asarray(x)
-    except (TypeError, ValueError) as e:
-        raise DispatchError(f"{what} is not an array of numbers ({e}). Fix: {other}") from None
+    except MemoryError:
+        raise
+    except Exception as e:  # an __array__ that raises too (a PyTorch tensor that requires grad)
+        raise DispatchError(f"{what} is not an array of numbers ({type(e).__name__}: {e}). Fix: {other}") from None
     _refuse_inexact_frame(x, arr, what)
     return arr
 

@@ -22,7 +22,9 @@ def _integers(a, where: str, what: str = "values") -> np.ndarray:
                    masked="pass x.compressed() or x.filled(...), whichever the values mean.")
     try:
         arr = np.asarray(a)
-    except (ValueError, TypeError) as e:
+    except MemoryError:
+        raise
+    except Exception as e:  # an __array__ that raises too
         raise DispatchError(f"{where}: the {what} are not an array ({e}). "
                             "Fix: pass a NumPy integer array (or equal-length lists of ints).") from None
     if arr.size == 0 and arr.dtype.kind == "f" and not isinstance(a, np.ndarray):  # [] reads as float64

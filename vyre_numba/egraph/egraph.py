@@ -23,8 +23,8 @@ from numpy.typing import ArrayLike
 
 from .. import display
 from ..backend import as_ints
-from ..errors import (INTEGERS, BackendUnavailableError, DispatchError, NotACollection, a_type, flag, flat_fix,
-                      host_memory, refuse_misread, shown)
+from ..errors import (INTEGERS, BackendUnavailableError, DispatchError, HostMemoryError, NotACollection, a_type,
+                      flag, flat_fix, host_memory, refuse_misread, shown, told)
 from ..owned import Unshared
 from ..progress import check_progress
 from ..unique import count_distinct, index_of, unique, unique_rows
@@ -105,6 +105,9 @@ def _ints(a, name: str, *, lo: int = 0, hi: int = MAX_ID, copy: bool = True, bou
                                                      f"mean{being}.")
     try:
         arr = np.asarray(a)
+    except MemoryError as e:
+        raise HostMemoryError(f"{name} does not fit in the host's memory as an array{told(e)}. Fix: pass less "
+                              "data at a time, or free host memory first.") from None
     except Exception as e:  # ragged lists and the like
         raise DispatchError(f"{name} is not an array of integers ({e}). Fix: pass a 1-D NumPy integer array.") from e
     fix = fix or (IDS_FIX if hi == MAX_ID else f"keep every value in {lo}..{hi}.")
@@ -482,6 +485,9 @@ class EGraph(NotACollection, Unshared):
                                                                       "ones (pairs[~pairs.mask.any(axis=1)].data).")
         try:
             arr = np.asarray(pairs) if not hasattr(pairs, "__cuda_array_interface__") else pairs
+        except MemoryError as e:
+            raise HostMemoryError(f"pairs does not fit in the host's memory as an array{told(e)}. Fix: merge fewer "
+                                  "pairs a call, or free host memory first.") from None
         except Exception as e:  # ragged rows; an object whose conversion raises (a tensor that needs grad)
             raise DispatchError(f"pairs is not a (k, 2) array ({type(e).__name__}: {e}). Fix: {_PAIRS_FIX}") from None
         arr = as_ints(pairs, arr, "pairs", IDS_FIX) if isinstance(arr, np.ndarray) else arr

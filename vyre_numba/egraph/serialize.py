@@ -196,6 +196,11 @@ def rows_of_serialized(data: "str | bytes | bytearray | dict"):
     if isinstance(data, os.PathLike):
         raise DispatchError(f"the serialized e-graph is the path {shown(os.fspath(data))}, not its JSON. Fix: pass its "
                             "text, open(path).read() (or Path.read_text()).")
+    if isinstance(data, memoryview):
+        raise DispatchError("the serialized e-graph is a memoryview, not its JSON text. Fix: pass bytes(view).")
+    if callable(getattr(data, "read", None)) and not isinstance(data, dict):
+        raise DispatchError(f"the serialized e-graph is {a_type(data)} (an open file or stream), not its JSON text. "
+                            "Fix: pass its text, f.read().")
     given = None  # a dict of the caller's: its JSON text, once checked
     try:
         if isinstance(data, (str, bytes, bytearray)):  # the text, as json.loads reads it

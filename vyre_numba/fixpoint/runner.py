@@ -217,7 +217,10 @@ def program_args(program, args: Sequence[Any], *, device: bool) -> list:
             int(np.prod(cai["shape"][j + 1:])) * dt.itemsize for j in range(len(cai["shape"])))) if device \
             else a.flags.c_contiguous
         if not contiguous:
-            raise DispatchError(f"{where} is not contiguous. Fix: pass a contiguous array.")
+            copy = ("a contiguous copy on the device, x = cupy.ascontiguousarray(x) (x.contiguous() in PyTorch)"
+                    if device else "x = np.ascontiguousarray(x)")
+            raise DispatchError(f"{where} is not contiguous. Fix: pass {copy}, and read the results from x (the step "
+                                "writes the array it is given).")
         if size >= 2**32 or (b.count and size != b.count):
             raise DispatchError(f"{where} has {size} elements; the buffer takes "
                                 f"{b.count if b.count else 'fewer than 2**32'}. Fix: pass an array of that size.")

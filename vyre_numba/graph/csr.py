@@ -238,7 +238,9 @@ def _as_index_array(a, name: str, call: str = CHECK_CSR, whole: str | None = Non
                                                            f"{name}.compressed(), whichever the graph means).")
     try:
         arr = np.asarray(a) if not isinstance(a, np.ndarray) else a
-    except (ValueError, TypeError) as e:  # ragged nested lists, objects NumPy cannot hold
+    except MemoryError:
+        raise
+    except Exception as e:  # ragged nested lists, objects NumPy cannot hold, an __array__ that raises
         raise DispatchError(f"{name} is not an array of integers ({e}). Fix: pass a flat list or 1-D array of "
                             "integers (nested lists of different lengths are no array).") from None
     # integers NumPy read as floats (uint64 with int64) or as objects (past 64 bits)

@@ -9,15 +9,17 @@ import pytest
 
 import vyre_numba as vn
 from vyre_numba import compaction, egraph, fixpoint, graph
+from vyre_numba.workqueue import QueueModel
 
 INDPTR, INDICES = np.array([0, 1, 2, 3, 4]), np.array([1, 2, 3, 0])  # the cycle 0 -> 1 -> 2 -> 3 -> 0
 LEVELS = np.array([0, 1, 2, 3])
 
 
-def _refused(call, fragment):
+def _refused(call) -> str:
+    """The message of the DispatchError `call` raises (it fails the test where none is raised)."""
     with pytest.raises(vn.DispatchError, match="Fix:") as e:
         call()
-    assert fragment in str(e.value)
+    return str(e.value)
 
 
 @pytest.mark.parametrize("values", [np.array([5, 6, 7, 8]), np.array([5, 6, 7, 8], ">i4"), np.float32([5, 6, 7, 8])])
@@ -39,13 +41,13 @@ def test_compaction_takes_a_numeric_pandas_column():
 ])
 def test_compaction_refuses_what_it_would_have_to_convert_or_copy(values, fragment):
     before = np.array(values, copy=True) if not isinstance(values, (list, tuple)) else None
-    _refused(lambda: compaction.select(values, np.ones(4, bool)), fragment)
+    assert fragment in _refused(lambda: compaction.select(values, np.ones(4, bool)))
     if before is not None:
         assert np.array_equal(values, before)
 
 
 def test_compaction_refuses_float_flags():
-    _refused(lambda: compaction.nonzero(np.array([1.0, 0.0])), "(x > 0)")
+    assert "(x > 0)" in _refused(lambda: compaction.nonzero(np.array([1.0, 0.0])))
 
 
 @pytest.mark.parametrize("kind", [list, tuple, lambda a: array.array("q", a), lambda a: memoryview(np.asarray(a)),
@@ -68,7 +70,7 @@ def test_one_source_is_an_int_or_a_zero_dimensional_integer_array():
     ((int(v) for v in INDICES), "not an array of integers"), (INDICES.reshape(2, 2), "Fix:"),
 ])
 def test_graph_calls_refuse_what_is_not_integers(indices, fragment):
-    _refused(lambda: graph.bfs(INDPTR, indices, 0), fragment)
+    assert fragment in _refused(lambda: graph.bfs(INDPTR, indices, 0))
 
 
 @pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.matrix's own
@@ -84,26 +86,23 @@ def test_fixpoint_takes_arrays_of_any_shape_and_numbers_and_refuses_copies_that_
     assert fixpoint.run(fill, 6, (a, 7)).converged and (a == 7).all()
     for x, fragment in (([0, 0], "x = np.asarray(...)"), (np.ma.array([0, 0]), "x = np.asarray(...)"),
                         (np.matrix([0, 0]), "np.asarray(m).ravel()"), (np.zeros(2, ">i8"), "newbyteorder")):
-        _refused(lambda: fixpoint.run(lambda i, x: 0, 2, (x,)), fragment)
+        assert fragment in _refused(lambda: fixpoint.run(lambda i, x: 0, 2, (x,)))
 
 
 def test_egraph_ids_are_integers_never_rounded():
     g = egraph.EGraph.from_terms(["a", "b", "c"])
     assert g.find(np.array(1)) == 1 and g.find([0, 2]).tolist() == [0, 2]
-    _refused(lambda: g.find(np.array([1.0])), "never rounded")
-    _refused(lambda: g.find(np.array([True])), "a bool is no id")
-    _refused(lambda: g.union([(0.0, 1)]), "never rounded")
+    assert "never rounded" in _refused(lambda: g.find(np.array([1.0])))
+    assert "a bool is no id" in _refused(lambda: g.find(np.array([True])))
+    assert "never rounded" in _refused(lambda: g.union([(0.0, 1)]))
 
 
 @pytest.mark.parametrize("value", [np.array(3), np.array([3])])
 def test_counts_are_ints_and_an_array_is_told_its_item(value):
-    _refused(lambda: fixpoint.run(lambda i, a: 0, value, (np.zeros(4),)), "Fix: pass n.item(), the number it holds")
-    _refused(lambda: workqueue_model(value), "Fix: pass an int >= 1")
+    told = _refused(lambda: fixpoint.run(lambda i, a: 0, value, (np.zeros(4),)))
+    assert "Fix: pass n.item(), the number it holds" in told
+    assert "Fix: pass an int >= 1" in _refused(lambda: QueueModel(value, np.int32))
 
-
-def workqueue_model(capacity):
-    from vyre_numba.workqueue import QueueModel
-    return QueueModel(capacity, np.int32)
 
 
 class _RaisingArray:
@@ -120,7 +119,6 @@ def test_an_array_whose_conversion_raises_is_a_dispatch_error_in_every_family():
     """Regression (a red-team): the graph calls, the unique helpers, upload and QueueModel.push let
     the RuntimeError through raw; they caught only TypeError and ValueError."""
     from vyre_numba import unique
-    from vyre_numba.workqueue import QueueModel
 
     x = _RaisingArray()
     calls = [lambda: graph.bfs(x, INDICES, 0), lambda: graph.bfs(INDPTR, x, 0), lambda: graph.check_csr(x, INDICES),

@@ -231,7 +231,9 @@ def _check_predicate(predicate) -> None:
     if not callable(predicate):
         raise DispatchError(f"predicate is {a_type(predicate)}, not a function. Fix: pass a function of "
                             "one value returning a bool, e.g. lambda v: v > 0.")
-    vectorized = type(predicate).__name__ == "DUFunc" and type(predicate).__module__.startswith("numba.")
+    from numba.np.ufunc.dufunc import DUFunc  # (loaded with numba, which compiles the predicate)
+
+    vectorized = isinstance(predicate, DUFunc)
     if vectorized or isinstance(predicate, (np.ufunc, types.BuiltinFunctionType, type)):  # Python functions only
         name = getattr(predicate, "__name__", "f")
         home = "np" if isinstance(predicate, np.ufunc) else (getattr(predicate, "__module__", None) or "").lstrip("_")
